@@ -1,0 +1,143 @@
+"""BERT configuration (Devlin et al., 2018, section 3 and appendix A; Turc et al., 2019 for the small BERTs).
+
+`BertReproConfig` uses the field names of transformers' `BertConfig`, so every BERT `config.json` on the Hub
+or on disk reads as it is. The sizes the paper and the reference code name are available as presets:
+
+    >>> BertReproConfig.from_preset("base")          # L=12, H=768, A=12, 110,106,428 params with MLM+NSP
+    >>> BertReproConfig.from_preset("tiny", vocab_size=8000)
+
+Where the paper, Google's reference code and transformers differ, the default follows the paper (or, where the
+paper is silent, the reference code) and the other behaviour is an option:
+
+- ``hidden_act``: "gelu" (the exact erf form, which the paper names and which HF-format checkpoints declare) or
+  "gelu_new" / "gelu_tanh" (the tanh approximation that Google's reference code actually computes).
+- ``initializer_distribution``: "truncated_normal" (reference code: normal(0, initializer_range) cut at two
+  standard deviations) or "normal" (transformers).
+
+This file is copied next to the weights by `save_pretrained`, so it may only import torch-free standard
+libraries, `transformers` and `huggingface_hub`.
+"""
+
+from __future__ import annotations
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+# Every BERT size of the paper (BASE, LARGE) and of the reference code's 24 small BERTs that have names.
+# The parameter counts (MLM + NSP heads, vocabulary 30,522, as transformers counts them) are checked in tests.
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512),
+    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
+    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
+    "medium": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
+    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+    "large": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096),
+}
+
+# Activation names accepted in `hidden_act` (transformers' spellings, so converted configs keep theirs).
+EXACT_GELU = ("gelu",)
+TANH_GELU = ("gelu_new", "gelu_tanh", "gelu_pytorch_tanh", "gelu_fast")
+ACTIVATIONS = EXACT_GELU + TANH_GELU + ("relu", "silu", "swish")
+INIT_DISTRIBUTIONS = ("truncated_normal", "normal")
+
+
+@strict(accept_kwargs=True)
+class BertReproConfig(PreTrainedConfig):
+    r"""
+    Configuration of a BERT encoder and its heads.
+
+    Args:
+        vocab_size (`int`, 30522): WordPiece vocabulary size (30,522 uncased, 28,996 cased in the paper's models).
+        hidden_size (`int`, 768): H, the width of every hidden state.
+        num_hidden_layers (`int`, 12): L, the number of Transformer blocks.
+        num_attention_heads (`int`, 12): A; `hidden_size` must be divisible by it (head size H/A = 64 in the paper).
+        intermediate_size (`int`, 3072): width of the feed-forward layer, 4H in the paper.
+        hidden_act (`str`, "gelu"): activation of the feed-forward layer and of the MLM head transform; see the
+            module docstring for "gelu" versus the tanh approximation.
+        hidden_dropout_prob (`float`, 0.1): dropout on embeddings, sub-layer outputs and the pooled output of
+            classification heads (unless `classifier_dropout` is set).
+        attention_probs_dropout_prob (`float`, 0.1): dropout on the attention probabilities.
+        max_position_embeddings (`int`, 512): number of learned absolute positions.
+        type_vocab_size (`int`, 2): number of segment (token type) embeddings: segment A = 0, segment B = 1.
+        initializer_range (`float`, 0.02): standard deviation of the weight initialisation.
+        initializer_distribution (`str`, "truncated_normal"): "truncated_normal" (reference code) or "normal"
+            (transformers).
+        layer_norm_eps (`float`, 1e-12): LayerNorm epsilon.
+        pad_token_id (`int`, 0): id of `[PAD]`.
+        classifier_dropout (`float`, *optional*): dropout before the task heads; `hidden_dropout_prob` when unset.
+        position_embedding_type (`str`, "absolute"): only learned absolute positions, as in the paper.
+        tie_word_embeddings (`bool`, True): tie the MLM decoder weight to the token embedding matrix (the paper's
+            setup). transformers 5.x no longer declares this on the base class, so it is declared here.
+    """
+
+    model_type = "bert_repro"
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    initializer_distribution: str = "truncated_normal"
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    classifier_dropout: float | int | None = None
+    position_embedding_type: str = "absolute"
+    tie_word_embeddings: bool = True
+
+    def validate_architecture(self):
+        """Checked on construction (through `@strict`): a wrong config fails here, not deep inside a forward."""
+        super().validate_architecture()
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads}): each head has hidden_size / num_attention_heads dimensions."
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}.")
+        if self.initializer_distribution not in INIT_DISTRIBUTIONS:
+            raise ValueError(
+                f"initializer_distribution must be one of {INIT_DISTRIBUTIONS}, got {self.initializer_distribution!r}."
+            )
+        if self.position_embedding_type != "absolute":
+            raise ValueError(
+                f"position_embedding_type={self.position_embedding_type!r} is not supported: BERT uses learned "
+                "absolute positions ('absolute')."
+            )
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}.")
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "BertReproConfig":
+        """A config of a named size ("tiny", "mini", "small", "medium", "base", "large"); any field can be overridden."""
+        key = name.lower().removeprefix("bert-").removeprefix("bert_")
+        if key not in PRESETS:
+            raise ValueError(f"Unknown BERT preset {name!r}; choose one of: {', '.join(PRESETS)}.")
+        return cls(**{**PRESETS[key], **overrides})
+
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        # Public BERT checkpoints say model_type "bert" and use our field names: read them as ours, without the
+        # "model of type bert to instantiate a model of type bert_repro" warning.
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if config_dict.get("model_type") == "bert":
+            if config_dict.get("is_decoder") or config_dict.get("add_cross_attention"):
+                raise ValueError(
+                    f"The BERT config at {pretrained_model_name_or_path} is a decoder (is_decoder / "
+                    "add_cross_attention); bert_repro implements the paper's bidirectional encoder only."
+                )
+            config_dict = {**config_dict, "model_type": cls.model_type}
+        return config_dict, kwargs
+
+__all__ = ["BertReproConfig", "PRESETS"]

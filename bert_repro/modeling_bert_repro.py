@@ -1,0 +1,786 @@
+"""The BERT model family (Devlin et al., 2018), written from the paper.
+
+Paper section -> code:
+- 3 / Figure 2, input representation: `BertReproEmbeddings` (token + learned position + segment embeddings,
+  LayerNorm, dropout).
+- 3, model architecture (Vaswani et al.'s encoder, post-LN): `BertReproSelfAttention`, `BertReproLayer`,
+  `BertReproEncoder`. Attention runs through transformers' attention interface, so "eager", "sdpa" and
+  "flash_attention_2" (where installed) are chosen with `attn_implementation=...`.
+- 3.1 task #1, masked LM: `BertReproMLMHead` (dense, gelu, LayerNorm, then a decoder tied to the token embeddings
+  with its own output bias); task #2, NSP: a linear layer on the pooled [CLS] output.
+- 4 / Figure 4, fine-tuning heads: sequence classification or regression on the pooled output (GLUE, STS-B);
+  start/end span vectors S and E (SQuAD); one score per choice, softmax over the choices (SWAG); per-token
+  classification (NER).
+- 5.3 feature-based use: `output_hidden_states=True` returns the embeddings and every layer's output;
+  `concat_last_layers` builds the paper's best feature set (the last four layers concatenated).
+
+Parameter names follow the layout of the public BERT checkpoints (Google's TensorFlow variable names as the
+Hugging Face format spells them: `bert.embeddings.word_embeddings.weight`,
+`bert.encoder.layer.0.attention.self.query.weight`, `cls.predictions.transform.dense.weight`, ...), so every
+public checkpoint loads with `from_pretrained` and no renaming, and `bert_repro.export` writes one back.
+
+Losses follow the HF conventions: label -100 is ignored in token-level losses; `next_sentence_label` 0 means
+IsNext and 1 NotNext. Each loss is the mean over its own labelled items in the batch (as the reference code does
+per TPU core); the model sets `accepts_loss_kwargs = False` so that Trainer divides by the number of
+gradient-accumulation steps instead of assuming the model normalises by `num_items_in_batch`.
+
+This file is copied next to the weights by `save_pretrained` (trust_remote_code loading), so it imports only
+torch, transformers and its sibling `configuration_bert_repro`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    NextSentencePredictorOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import ModelOutput, logging
+
+from .configuration_bert_repro import EXACT_GELU, TANH_GELU, BertReproConfig
+
+logger = logging.get_logger(__name__)
+
+
+def activation(name: str):
+    """The feed-forward activation named in the config (transformers' spellings)."""
+    if name in EXACT_GELU:
+        return F.gelu
+    if name in TANH_GELU:
+        return lambda x: F.gelu(x, approximate="tanh")
+    return {"relu": F.relu, "silu": F.silu, "swish": F.silu}[name]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Embeddings and encoder
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class BertReproEmbeddings(nn.Module):
+    """Token + learned absolute position + segment (A = 0, B = 1) embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.register_buffer("position_ids", torch.arange(config.max_position_embeddings)[None], persistent=False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(batch, seq) ids -> (batch, seq, hidden) embeddings."""
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)
+        seq_length = inputs_embeds.shape[1]
+        if seq_length > self.position_embeddings.num_embeddings:
+            raise ValueError(
+                f"Input of {seq_length} tokens is longer than the model's {self.position_embeddings.num_embeddings} "
+                "positions (max_position_embeddings); truncate it."
+            )
+        if position_ids is None:
+            position_ids = self.position_ids[:, :seq_length]
+        embeddings = inputs_embeds + self.position_embeddings(position_ids)
+        if token_type_ids is None:
+            embeddings = embeddings + self.token_type_embeddings.weight[0]
+        else:
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(embeddings))
+
+
+def eager_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T * scaling + mask) V, written out.
+
+    query/key/value: (batch, heads, seq, head_size); attention_mask: additive (batch, 1, seq, seq) or None.
+    Returns the context as (batch, seq, heads, head_size) and the probabilities (batch, heads, seq, seq).
+    """
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    probs = F.softmax(scores, dim=-1)
+    probs = F.dropout(probs, p=dropout, training=module.training)
+    context = torch.matmul(probs, value).transpose(1, 2).contiguous()
+    return context, probs
+
+
+class BertReproSelfAttention(nn.Module):
+    """Multi-head self-attention; the kernel is picked by `config._attn_implementation`."""
+
+    is_causal = False  # read by the sdpa / flash-attention interfaces: BERT attends in both directions
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_size**-0.5
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_prob = config.attention_probs_dropout_prob
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs):
+        batch, seq, _ = hidden_states.shape
+        shape = (batch, seq, self.num_heads, self.head_size)
+        query = self.query(hidden_states).view(shape).transpose(1, 2)
+        key = self.key(hidden_states).view(shape).transpose(1, 2)
+        value = self.value(hidden_states).view(shape).transpose(1, 2)
+        attention_fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention)
+        context, probs = attention_fn(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            scaling=self.scaling,
+            dropout=self.dropout_prob if self.training else 0.0,
+            **kwargs,
+        )
+        return context.reshape(batch, seq, -1), probs
+
+
+class BertReproSelfOutput(nn.Module):
+    """Projection of the attention context, dropout, residual, LayerNorm (post-LN)."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, context: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(residual + self.dropout(self.dense(context)))
+
+
+class BertReproAttention(nn.Module):
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.self = BertReproSelfAttention(config)
+        self.output = BertReproSelfOutput(config)
+
+    def forward(self, hidden_states, attention_mask, **kwargs):
+        context, probs = self.self(hidden_states, attention_mask, **kwargs)
+        return self.output(context, hidden_states), probs
+
+
+class BertReproIntermediate(nn.Module):
+    """W1 and the activation of the position-wise feed-forward network."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = activation(config.hidden_act)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(hidden_states))
+
+
+class BertReproOutput(nn.Module):
+    """W2 of the feed-forward network, dropout, residual, LayerNorm (post-LN)."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(residual + self.dropout(self.dense(hidden_states)))
+
+
+class BertReproLayer(GradientCheckpointingLayer):
+    """One Transformer encoder block: x = LN(x + Drop(SelfAttn(x))); x = LN(x + Drop(W2 gelu(W1 x)))."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.attention = BertReproAttention(config)
+        self.intermediate = BertReproIntermediate(config)
+        self.output = BertReproOutput(config)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
+        attention_output, probs = self.attention(hidden_states, attention_mask, **kwargs)
+        layer_output = self.output(self.intermediate(attention_output), attention_output)
+        return layer_output, probs
+
+
+class BertReproEncoder(nn.Module):
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.layer = nn.ModuleList([BertReproLayer(config) for _ in range(config.num_hidden_layers)])
+
+    def forward(self, hidden_states, attention_mask, output_hidden_states=False, output_attentions=False, **kwargs):
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layer:
+            hidden_states, probs = layer(hidden_states, attention_mask, **kwargs)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (probs,)
+        return hidden_states, all_hidden_states, all_attentions
+
+
+class BertReproPooler(nn.Module):
+    """tanh(W h_[CLS]): the sentence-level representation used by NSP and the classification heads."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden_states[:, 0]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pre-training heads
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class BertReproMLMTransform(nn.Module):
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(config.hidden_act)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.act(self.dense(hidden_states)))
+
+
+class BertReproMLMHead(nn.Module):
+    """Masked-LM head: transform, then a decoder tied to the token embeddings plus an output-only bias."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.transform = BertReproMLMTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden_states)) + self.bias
+
+
+class BertReproPreTrainingHeads(nn.Module):
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.predictions = BertReproMLMHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+class BertReproOnlyMLMHead(nn.Module):
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.predictions = BertReproMLMHead(config)
+
+
+class BertReproOnlyNSPHead(nn.Module):
+    def __init__(self, config: BertReproConfig):
+        super().__init__()
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Base class: initialisation, flags, loading checks, saving with remote code
+# ---------------------------------------------------------------------------------------------------------------
+
+# Every Auto class a saved directory can be opened with (transformers writes only the saved class by default).
+AUTO_MAP = {
+    "AutoConfig": "configuration_bert_repro.BertReproConfig",
+    "AutoModel": "modeling_bert_repro.BertReproModel",
+    "AutoModelForPreTraining": "modeling_bert_repro.BertReproForPreTraining",
+    "AutoModelForMaskedLM": "modeling_bert_repro.BertReproForMaskedLM",
+    "AutoModelForNextSentencePrediction": "modeling_bert_repro.BertReproForNextSentencePrediction",
+    "AutoModelForSequenceClassification": "modeling_bert_repro.BertReproForSequenceClassification",
+    "AutoModelForQuestionAnswering": "modeling_bert_repro.BertReproForQuestionAnswering",
+    "AutoModelForMultipleChoice": "modeling_bert_repro.BertReproForMultipleChoice",
+    "AutoModelForTokenClassification": "modeling_bert_repro.BertReproForTokenClassification",
+}
+
+
+class BertReproPreTrainedModel(PreTrainedModel):
+    config_class = BertReproConfig
+    config: BertReproConfig
+    base_model_prefix = "bert"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+    _no_split_modules = ["BertReproEmbeddings", "BertReproLayer"]
+    # Trainer must divide by the accumulation steps: every loss here is a mean over its own batch (module docstring).
+    accepts_loss_kwargs = False
+    # Some older checkpoints store the MLM output bias a second time under the decoder; ours lives in
+    # `cls.predictions.bias` only.
+    _keys_to_ignore_on_load_unexpected = [r"cls\.predictions\.decoder\.bias"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            if self.config.initializer_distribution == "truncated_normal":
+                init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+            else:
+                init.normal_(module.weight, mean=0.0, std=std)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, BertReproMLMHead):
+            init.zeros_(module.bias)
+        elif isinstance(module, BertReproEmbeddings):
+            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1])[None])
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, allow_missing_encoder_weights=False, **kwargs):
+        """`PreTrainedModel.from_pretrained`, but a checkpoint that lacks encoder weights is an error.
+
+        A task head that the checkpoint does not have (a classifier on a pre-trained encoder, the MLM head on a
+        sentence-embedding model) is initialised and listed in a warning, as transformers does. A missing
+        embedding, encoder or pooler weight means the checkpoint is not the model you think it is, so it raises
+        unless `allow_missing_encoder_weights=True`.
+        """
+        return_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        prefix = f"{cls.base_model_prefix}."
+        head_free = isinstance(model, BertReproModel)
+        missing_encoder = sorted(
+            k for k in info["missing_keys"] if head_free or k.startswith(prefix)
+        )
+        if missing_encoder and not allow_missing_encoder_weights:
+            shown = ", ".join(missing_encoder[:8]) + (" ..." if len(missing_encoder) > 8 else "")
+            raise ValueError(
+                f"{pretrained_model_name_or_path} lacks {len(missing_encoder)} weights of the BERT encoder that "
+                f"{cls.__name__} needs: {shown}. They would be randomly initialised. Check that this is a BERT "
+                "checkpoint of the same architecture, or pass allow_missing_encoder_weights=True."
+            )
+        missing_heads = sorted(set(info["missing_keys"]) - set(missing_encoder))
+        if missing_heads:
+            logger.warning(
+                f"{cls.__name__}: newly initialised (not in {pretrained_model_name_or_path}): {', '.join(missing_heads)}"
+            )
+        return (model, info) if return_info else model
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save weights (safetensors), config and this model's code with an `auto_map` for every Auto class."""
+        self.config.auto_map = dict(AUTO_MAP)
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def _run_bert(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs):
+        """Call the encoder of a head model, forwarding the output flags."""
+        return self.bert(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The encoder and the task models
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _as_tuple_if_asked(output: ModelOutput, return_dict: bool | None, config) -> ModelOutput | tuple:
+    if return_dict is None:
+        return_dict = config.return_dict
+    return output if return_dict else output.to_tuple()
+
+
+class BertReproModel(BertReproPreTrainedModel):
+    """The bare BERT encoder: embeddings, L Transformer blocks, and (optionally) the pooler."""
+
+    def __init__(self, config: BertReproConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = BertReproEmbeddings(config)
+        self.encoder = BertReproEncoder(config)
+        self.pooler = BertReproPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
+        """
+        Args:
+            input_ids: (batch, seq) token ids: `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, padded with [PAD].
+            attention_mask: (batch, seq), 1 for real tokens and 0 for padding.
+            token_type_ids: (batch, seq) segment ids, 0 for `[CLS] A [SEP]` and 1 for `B [SEP]`.
+            output_hidden_states: return the embedding output and every layer's output (L + 1 tensors).
+            output_attentions: return every layer's attention probabilities (needs attn_implementation="eager").
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if output_attentions is None:
+            output_attentions = self.config.output_attentions
+        if output_attentions and self.config._attn_implementation != "eager":
+            raise ValueError(
+                f"output_attentions needs the eager attention kernel, but the model uses "
+                f"{self.config._attn_implementation!r}: load it with attn_implementation='eager'."
+            )
+
+        embedding_output = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
+        )
+        sequence_output, hidden_states, attentions = self.encoder(
+            embedding_output, mask, output_hidden_states, output_attentions, **kwargs
+        )
+        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        output = BaseModelOutputWithPooling(
+            last_hidden_state=sequence_output,
+            pooler_output=pooled_output,
+            hidden_states=hidden_states,
+            attentions=attentions,
+        )
+        return _as_tuple_if_asked(output, return_dict, self.config)
+
+
+def concat_last_layers(hidden_states: tuple[torch.Tensor, ...], n: int = 4) -> torch.Tensor:
+    """The paper's best feature-based representation (Table 7): the last `n` layers concatenated, (batch, seq, n*H)."""
+    if n > len(hidden_states) - 1:
+        raise ValueError(f"Asked for the last {n} layers, but the model has {len(hidden_states) - 1}.")
+    return torch.cat(hidden_states[-n:], dim=-1)
+
+
+@dataclass
+class BertReproForPreTrainingOutput(ModelOutput):
+    """Output of `BertReproForPreTraining`: the total loss and its two parts, which training logs separately.
+
+    loss: masked_lm_loss + next_sentence_loss (each present when its labels were given).
+    prediction_logits: (batch, seq, vocab) MLM scores.  seq_relationship_logits: (batch, 2) NSP scores, index 0 IsNext.
+    """
+
+    loss: torch.Tensor | None = None
+    masked_lm_loss: torch.Tensor | None = None
+    next_sentence_loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    seq_relationship_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the masked positions (labels != -100)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
+
+
+class _TiedMLMMixin:
+    """Shared by the two models that carry the MLM head: output embeddings and vocabulary resizing."""
+
+    _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.cls.predictions.decoder = new_embeddings
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        bias = self.cls.predictions.bias
+        new_size = embeddings.weight.shape[0]
+        if bias.shape[0] != new_size:  # the output bias follows the vocabulary; new entries start at 0
+            resized = bias.new_zeros(new_size)
+            keep = min(new_size, bias.shape[0])
+            resized[:keep] = bias.data[:keep]
+            self.cls.predictions.bias = nn.Parameter(resized)
+        return embeddings
+
+
+class BertReproForPreTraining(_TiedMLMMixin, BertReproPreTrainedModel):
+    """BERT with the two pre-training heads: masked LM and next sentence prediction (paper section 3.1)."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__(config)
+        self.bert = BertReproModel(config)
+        self.cls = BertReproPreTrainingHeads(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BertReproForPreTrainingOutput | tuple:
+        """
+        labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
+        next_sentence_label: (batch,) 0 = IsNext (B follows A), 1 = NotNext (B from another document).
+        """
+        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        prediction_logits = self.cls.predictions(outputs.last_hidden_state)
+        seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
+
+        mlm_loss = _mlm_loss(prediction_logits, labels) if labels is not None else None
+        nsp_loss = (
+            F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.reshape(-1))
+            if next_sentence_label is not None
+            else None
+        )
+        parts = [x for x in (mlm_loss, nsp_loss) if x is not None]
+        output = BertReproForPreTrainingOutput(
+            loss=sum(parts) if parts else None,
+            masked_lm_loss=mlm_loss,
+            next_sentence_loss=nsp_loss,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=seq_relationship_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return _as_tuple_if_asked(output, return_dict, self.config)
+
+
+class BertReproForMaskedLM(_TiedMLMMixin, BertReproPreTrainedModel):
+    """BERT with the masked-LM head only (no pooler), e.g. for fill-mask or MLM-only pre-training."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__(config)
+        self.bert = BertReproModel(config, add_pooling_layer=False)
+        self.cls = BertReproOnlyMLMHead(config)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> MaskedLMOutput | tuple:
+        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        logits = self.cls.predictions(outputs.last_hidden_state)
+        output = MaskedLMOutput(
+            loss=_mlm_loss(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return _as_tuple_if_asked(output, return_dict, self.config)
+
+
+class BertReproForNextSentencePrediction(BertReproPreTrainedModel):
+    """BERT with the NSP head only: does segment B follow segment A? (index 0 = IsNext)."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__(config)
+        self.bert = BertReproModel(config)
+        self.cls = BertReproOnlyNSPHead(config)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> NextSentencePredictorOutput | tuple:
+        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        logits = self.cls.seq_relationship(outputs.pooler_output)
+        output = NextSentencePredictorOutput(
+            loss=F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return _as_tuple_if_asked(output, return_dict, self.config)
+
+
+def _classifier_dropout(config: BertReproConfig) -> nn.Dropout:
+    p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+    return nn.Dropout(p)
+
+
+class BertReproForSequenceClassification(BertReproPreTrainedModel):
+    """A linear layer on the pooled [CLS] output: classification (GLUE) or, with num_labels == 1, regression (STS-B)."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertReproModel(config)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> SequenceClassifierOutput | tuple:
+        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        logits = self.classifier(self.dropout(outputs.pooler_output))
+        output = SequenceClassifierOutput(
+            loss=self._loss(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return _as_tuple_if_asked(output, return_dict, self.config)
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        problem_type = self.config.problem_type
+        if problem_type is None:  # the transformers convention
+            if self.num_labels == 1:
+                problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                problem_type = "single_label_classification"
+            else:
+                problem_type = "multi_label_classification"
+        if problem_type == "regression":
+            return F.mse_loss(logits.squeeze(-1).float(), labels.reshape(logits.shape[:-1]).float()) \
+                if self.num_labels == 1 else F.mse_loss(logits.float(), labels.float())
+        if problem_type == "single_label_classification":
+            return F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1))
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+class BertReproForQuestionAnswering(BertReproPreTrainedModel):
+    """SQuAD span prediction: start logit S.T_i and end logit E.T_j for every token (`qa_outputs` holds S and E)."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__(config)
+        self.bert = BertReproModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, start_positions=None, end_positions=None, return_dict=None,
+                **kwargs) -> QuestionAnsweringModelOutput | tuple:
+        """start_positions / end_positions: (batch,) token indices of the answer span ([CLS] = 0 for no answer)."""
+        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # Positions outside this window (clamped to seq) are ignored, as in transformers.
+            seq = start_logits.shape[1]
+            start = start_positions.reshape(-1).clamp(0, seq)
+            end = end_positions.reshape(-1).clamp(0, seq)
+            loss = (
+                F.cross_entropy(start_logits.float(), start, ignore_index=seq)
+                + F.cross_entropy(end_logits.float(), end, ignore_index=seq)
+            ) / 2
+        output = QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits.contiguous(),
+            end_logits=end_logits.contiguous(),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return _as_tuple_if_asked(output, return_dict, self.config)
+
+
+class BertReproForMultipleChoice(BertReproPreTrainedModel):
+    """SWAG: each choice `[CLS] context [SEP] ending [SEP]` is scored by a vector dotted with its pooled [CLS] output;
+    softmax over the choices."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__(config)
+        self.bert = BertReproModel(config)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> MultipleChoiceModelOutput | tuple:
+        """Inputs are (batch, num_choices, seq); labels (batch,) the index of the right choice."""
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+
+        def flat(x):
+            return None if x is None else x.reshape(-1, *x.shape[2:])
+
+        outputs = self._run_bert(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
+                                 flat(inputs_embeds), kwargs)
+        logits = self.classifier(self.dropout(outputs.pooler_output)).reshape(-1, num_choices)
+        output = MultipleChoiceModelOutput(
+            loss=F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return _as_tuple_if_asked(output, return_dict, self.config)
+
+
+class BertReproForTokenClassification(BertReproPreTrainedModel):
+    """NER: a linear layer on every token; the paper labels the first sub-token of each word (others get -100)."""
+
+    def __init__(self, config: BertReproConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertReproModel(config, add_pooling_layer=False)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> TokenClassifierOutput | tuple:
+        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1), ignore_index=-100)
+        output = TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return _as_tuple_if_asked(output, return_dict, self.config)
+
+
+# So that `save_pretrained` copies this file and its config next to the weights (trust_remote_code loading).
+BertReproConfig.register_for_auto_class()
+for _auto_class, _path in AUTO_MAP.items():
+    if _auto_class != "AutoConfig":
+        globals()[_path.split(".")[1]].register_for_auto_class(_auto_class)
+
+__all__ = [
+    "BertReproModel",
+    "BertReproPreTrainedModel",
+    "BertReproForPreTraining",
+    "BertReproForPreTrainingOutput",
+    "BertReproForMaskedLM",
+    "BertReproForNextSentencePrediction",
+    "BertReproForSequenceClassification",
+    "BertReproForQuestionAnswering",
+    "BertReproForMultipleChoice",
+    "BertReproForTokenClassification",
+    "concat_last_layers",
+]

@@ -1,0 +1,465 @@
+"""WordPiece tokenization for BERT: train a vocabulary, save it, load it back.
+
+What this implements
+--------------------
+BERT (Devlin et al., 2019, section 3 "Input/Output Representations") uses WordPiece embeddings
+(Wu et al., 2016, "Google's Neural Machine Translation System", section 4.1) with a 30,000-token
+vocabulary; the released uncased English vocabulary has 30,522 entries, the cased one 28,996. The
+reference code (``tokenization.py`` of google-research/bert) tokenizes in two stages, reproduced here
+with the Rust ``tokenizers`` library:
+
+1. ``BasicTokenizer``: clean control characters, put spaces around CJK characters, lower-case and strip
+   accents (uncased models only), split on whitespace and punctuation. Here: ``BertNormalizer`` +
+   ``BertPreTokenizer``.
+2. ``WordpieceTokenizer``: greedy longest-match-first split of each word into vocabulary pieces, the
+   non-initial pieces carrying the ``##`` prefix, a whole word becoming ``[UNK]`` when it cannot be
+   split (or is longer than 100 characters). Here: the ``WordPiece`` model.
+
+Inputs are framed as ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` with token type (segment) ids 0 for
+``[CLS] A [SEP]`` and 1 for ``B [SEP]`` (paper, Figure 2).
+
+Departures
+----------
+- Google did not release the program that built its vocabularies. Training here uses the ``tokenizers``
+  ``WordPieceTrainer``, which grows the vocabulary by BPE-style merges of the most frequent pairs
+  (with ``##`` marking word-internal pieces); it is not the likelihood-based procedure of Wu et al.
+  The resulting vocabulary is applied exactly as BERT applies its own (greedy longest match).
+- In a freshly trained vocabulary the five special tokens take ids 0-4 in the order of
+  ``BERT_SPECIAL_TOKENS`` (``[PAD]``=0, ``[UNK]``=1, ``[CLS]``=2, ``[SEP]``=3, ``[MASK]``=4). Google's
+  vocabularies put ``[PAD]`` at 0, then ``[unused0]``.. ``[unused98]``, then ``[UNK]``=100,
+  ``[CLS]``=101, ``[SEP]``=102, ``[MASK]``=103. Loading such a vocabulary (``load_tokenizer``) keeps
+  its ids; only training uses the compact layout, so nothing may hard-code special-token ids: read
+  them from the tokenizer (``tokenizer.cls_token_id`` and so on).
+
+transformers 5.x notes
+----------------------
+``transformers.BertTokenizer`` is the fast (Rust-backed) tokenizer; the pure-Python one is
+``BertTokenizerLegacy``. ``save_pretrained`` writes ``tokenizer.json`` and ``tokenizer_config.json`` but
+no ``vocab.txt``, which original-BERT tools need: ``save_tokenizer`` adds it. ``AutoTokenizer`` cannot
+load a directory holding only ``vocab.txt`` and, for a directory holding only ``tokenizer.json``, returns
+a generic tokenizer without ``token_type_ids``: ``load_tokenizer`` handles both cases.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers.models import WordPiece
+from tokenizers.trainers import WordPieceTrainer
+from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase
+
+__all__ = [
+    "BERT_SPECIAL_TOKENS",
+    "DEFAULT_MODEL_MAX_LENGTH",
+    "DEFAULT_VOCAB_SIZE",
+    "load_tokenizer",
+    "save_tokenizer",
+    "train_wordpiece",
+    "write_vocab_txt",
+]
+
+logger = logging.getLogger(__name__)
+
+#: BERT's special tokens. A vocabulary trained by ``train_wordpiece`` holds them at ids 0..4, in this order.
+BERT_SPECIAL_TOKENS: list[str] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN = BERT_SPECIAL_TOKENS
+
+#: Size of the released uncased English BERT vocabulary.
+DEFAULT_VOCAB_SIZE = 30522
+#: Longest input BERT's learned position embeddings cover.
+DEFAULT_MODEL_MAX_LENGTH = 512
+#: Prefix of word-internal WordPiece pieces.
+CONTINUING_SUBWORD_PREFIX = "##"
+
+VOCAB_FILE = "vocab.txt"
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+
+# transformers' stand-in for "no limit" (int(1e30)); anything this large means "not configured".
+_UNSET_MAX_LENGTH_THRESHOLD = int(1e29)
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------
+
+
+def train_wordpiece(
+    files: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+    *,
+    iterator: Iterable[str] | None = None,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    lowercase: bool = True,
+    strip_accents: bool | None = None,
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+    show_progress: bool = True,
+) -> BertTokenizer:
+    """Train a BERT WordPiece vocabulary and return it as a fast ``transformers.BertTokenizer``.
+
+    Give exactly one of ``files`` (paths of plain-text files, read line by line) or ``iterator`` (an
+    iterable of strings, e.g. a ``datasets`` text column).
+
+    The five special tokens take ids 0..4 in the order of ``BERT_SPECIAL_TOKENS`` (``[PAD]``=0,
+    ``[UNK]``=1, ``[CLS]``=2, ``[SEP]``=3, ``[MASK]``=4), unlike google's released vocabularies
+    (``[UNK]``=100, ``[CLS]``=101, ...), which reserve ``[unused*]`` slots.
+
+    Args:
+        files: one path or a list of paths of text files.
+        iterator: iterable of texts, used instead of ``files``.
+        vocab_size: size of the final vocabulary, special tokens and alphabet included. The result is
+            smaller when the corpus has too few distinct pieces to reach it (a warning is logged).
+        lowercase: lower-case the text (uncased model). ``False`` gives a cased model.
+        strip_accents: strip accents (NFD + drop combining marks). ``None`` follows ``lowercase``, the
+            BERT convention: uncased models strip accents, cased models keep them.
+        min_frequency: minimum count of a pair for it to be merged into a new piece.
+        limit_alphabet: maximum number of distinct single characters kept in the vocabulary.
+        show_progress: show the trainer's progress bars.
+
+    Returns:
+        A ``BertTokenizer`` with ``model_max_length`` 512 whose encodings carry ``token_type_ids``.
+
+    Raises:
+        ValueError: neither or both of ``files`` and ``iterator`` given, ``files`` empty, or
+            ``vocab_size`` too small to hold the special tokens.
+        FileNotFoundError: one of ``files`` does not exist (the message names it).
+    """
+    if vocab_size <= len(BERT_SPECIAL_TOKENS):
+        raise ValueError(
+            f"vocab_size must exceed the {len(BERT_SPECIAL_TOKENS)} special tokens, got {vocab_size}"
+        )
+    tokenizer = _new_wordpiece_tokenizer(lowercase=lowercase, strip_accents=strip_accents)
+    trainer = WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        show_progress=show_progress,
+        special_tokens=list(BERT_SPECIAL_TOKENS),
+        limit_alphabet=limit_alphabet,
+        continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX,
+    )
+    if files is not None and iterator is not None:
+        raise ValueError("give either files or iterator, not both")
+    if files is not None:
+        tokenizer.train(_check_training_files(files), trainer=trainer)
+    elif iterator is not None:
+        tokenizer.train_from_iterator(iterator, trainer=trainer)
+    else:
+        raise ValueError("give the training text: files=[paths of text files] or iterator=<iterable of str>")
+
+    _check_special_ids(tokenizer)
+    trained_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if trained_size != vocab_size:
+        logger.warning(
+            "trained vocabulary has %d entries, not the requested %d (the corpus has too few distinct "
+            "pieces with frequency >= %d)",
+            trained_size,
+            vocab_size,
+            min_frequency,
+        )
+    tokenizer.post_processor = _bert_post_processor(tokenizer)
+    return _wrap(tokenizer, do_lower_case=lowercase, strip_accents=strip_accents)
+
+
+def _check_training_files(files: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
+    """Return ``files`` as a list of path strings; raise if it is empty or a file is missing."""
+    paths = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+    if not paths:
+        raise ValueError("files is an empty list: give at least one text file to train on")
+    for path in paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"training file not found: {os.fspath(path)!r}")
+    return [os.fspath(path) for path in paths]
+
+
+def _new_wordpiece_tokenizer(*, lowercase: bool, strip_accents: bool | None) -> Tokenizer:
+    """An untrained ``tokenizers.Tokenizer`` with BERT's normalizer, pre-tokenizer and decoder."""
+    tokenizer = Tokenizer(
+        WordPiece(unk_token=UNK_TOKEN, continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX)
+    )
+    tokenizer.normalizer = _bert_normalizer(lowercase=lowercase, strip_accents=strip_accents)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)
+    return tokenizer
+
+
+def _bert_normalizer(
+    *, lowercase: bool, strip_accents: bool | None, handle_chinese_chars: bool = True
+) -> normalizers.BertNormalizer:
+    """BERT's ``BasicTokenizer`` text cleaning; ``strip_accents=None`` follows ``lowercase``."""
+    return normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=handle_chinese_chars,
+        strip_accents=strip_accents,
+        lowercase=lowercase,
+    )
+
+
+def _bert_post_processor(tokenizer: Tokenizer) -> processors.TemplateProcessing:
+    """``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]`` with token type ids 0 for A's part, 1 for B's."""
+    cls_id = tokenizer.token_to_id(CLS_TOKEN)
+    sep_id = tokenizer.token_to_id(SEP_TOKEN)
+    return processors.TemplateProcessing(
+        single=f"{CLS_TOKEN}:0 $A:0 {SEP_TOKEN}:0",
+        pair=f"{CLS_TOKEN}:0 $A:0 {SEP_TOKEN}:0 $B:1 {SEP_TOKEN}:1",
+        special_tokens=[(CLS_TOKEN, cls_id), (SEP_TOKEN, sep_id)],
+    )
+
+
+def _check_special_ids(tokenizer: Tokenizer) -> None:
+    """Check that training put the special tokens at ids 0..4 in ``BERT_SPECIAL_TOKENS`` order."""
+    ids = [tokenizer.token_to_id(token) for token in BERT_SPECIAL_TOKENS]
+    if ids != list(range(len(BERT_SPECIAL_TOKENS))):
+        raise RuntimeError(f"special tokens got ids {ids}, expected 0..{len(BERT_SPECIAL_TOKENS) - 1}")
+
+
+def _wrap(
+    tokenizer: Tokenizer,
+    *,
+    do_lower_case: bool,
+    strip_accents: bool | None,
+    tokenize_chinese_chars: bool = True,
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+) -> BertTokenizer:
+    """Wrap a backend tokenizer as a ``BertTokenizer``.
+
+    The casing flags must describe the backend's normalizer: they go to ``tokenizer_config.json``, and
+    ``BertTokenizer.from_pretrained`` rebuilds the normalizer from them, not from ``tokenizer.json``.
+    """
+    return BertTokenizer(
+        tokenizer_object=tokenizer,
+        do_lower_case=do_lower_case,
+        strip_accents=strip_accents,
+        tokenize_chinese_chars=tokenize_chinese_chars,
+        unk_token=UNK_TOKEN,
+        sep_token=SEP_TOKEN,
+        pad_token=PAD_TOKEN,
+        cls_token=CLS_TOKEN,
+        mask_token=MASK_TOKEN,
+        model_max_length=model_max_length,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Saving
+# --------------------------------------------------------------------------------------------------
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerBase, output_dir: str | os.PathLike) -> list[str]:
+    """Save ``tokenizer`` with ``save_pretrained`` and add a ``vocab.txt``.
+
+    ``AutoTokenizer.from_pretrained(output_dir)`` loads the result; ``vocab.txt`` (one token per line, in
+    id order) is what original-BERT tools read, and transformers 5.x does not write it.
+
+    Returns:
+        The paths of the written files.
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    written = [os.fspath(path) for path in tokenizer.save_pretrained(output_dir)]
+    vocab_path = write_vocab_txt(tokenizer, os.path.join(output_dir, VOCAB_FILE))
+    if vocab_path not in written:
+        written.append(vocab_path)
+    return written
+
+
+def write_vocab_txt(tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike) -> str:
+    """Write the vocabulary (added tokens included) to ``path``, one token per line in id order.
+
+    Raises:
+        ValueError: the ids are not exactly 0..n-1, or a token contains a line break; either would make
+            line number and id disagree.
+    """
+    vocab = tokenizer.get_vocab()
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    ids = [vocab[token] for token in tokens]
+    if ids != list(range(len(tokens))):
+        raise ValueError("vocabulary ids are not contiguous from 0: cannot write a line-per-id vocab.txt")
+    bad = [token for token in tokens if "\n" in token or "\r" in token]
+    if bad:
+        raise ValueError(f"tokens containing line breaks cannot be written to vocab.txt: {bad[:5]!r}")
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(f"{token}\n" for token in tokens)
+    return os.fspath(path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------
+
+
+def load_tokenizer(
+    path_or_id: str | os.PathLike, *, do_lower_case: bool | None = None, **hub_kwargs: Any
+) -> PreTrainedTokenizerBase:
+    """Load a BERT WordPiece tokenizer as a fast tokenizer that returns ``token_type_ids``.
+
+    ``path_or_id`` may be:
+
+    - a directory with ``tokenizer_config.json`` (as written by ``save_tokenizer`` or ``save_pretrained``):
+      loaded with ``AutoTokenizer``;
+    - a directory with ``tokenizer.json`` and/or ``vocab.txt`` but no ``tokenizer_config.json``
+      (``tokenizer.json`` is preferred when both are present);
+    - the path of a ``tokenizer.json`` file;
+    - the path of a ``vocab.txt`` file (one token per line, line number = id, google's layout included);
+    - a Hub id, loaded with ``AutoTokenizer.from_pretrained`` (``hub_kwargs`` such as ``cache_dir``,
+      ``revision`` or ``local_files_only`` are passed on). With ``HF_HUB_OFFLINE=1`` it is read from the
+      local Hugging Face cache.
+
+    Casing: ``do_lower_case``, when given, overrides what the files say (lower-casing plus accent
+    stripping for ``True``, neither for ``False``). When it is ``None`` the casing comes from
+    ``tokenizer_config.json`` or from the normalizer in ``tokenizer.json``; a bare ``vocab.txt`` carries no
+    casing information and is taken as uncased. Google's cased vocabularies (``cased_L-12_H-768_A-12``
+    and the like) therefore need ``do_lower_case=False``.
+
+    ``model_max_length`` is 512 unless the saved configuration sets a limit.
+
+    Raises:
+        FileNotFoundError: a local path does not exist, or a directory holds no tokenizer files.
+        ValueError: a ``tokenizer.json`` does not hold a WordPiece model, or the loaded tokenizer is not
+            a fast tokenizer that returns ``token_type_ids``.
+        OSError: a Hub id cannot be resolved (e.g. offline and not in the cache).
+    """
+    path = Path(path_or_id)
+    if path.is_dir():
+        tokenizer = _load_directory(path, do_lower_case=do_lower_case)
+    elif path.is_file():
+        tokenizer = _load_file(path, do_lower_case=do_lower_case)
+    elif _looks_like_local_path(os.fspath(path_or_id)):
+        raise FileNotFoundError(
+            f"{os.fspath(path_or_id)!r} does not exist: expected a directory, a vocab.txt or "
+            "tokenizer.json file, or a Hub id"
+        )
+    else:
+        tokenizer = _load_from_hub(os.fspath(path_or_id), do_lower_case=do_lower_case, **hub_kwargs)
+    return _check_bert_like(_default_max_length(tokenizer), source=os.fspath(path_or_id))
+
+
+def _load_directory(path: Path, *, do_lower_case: bool | None) -> PreTrainedTokenizerBase:
+    """Load from a directory: through ``AutoTokenizer`` when it has a config, else from the raw files."""
+    if (path / TOKENIZER_CONFIG_FILE).is_file():
+        return AutoTokenizer.from_pretrained(os.fspath(path), **_casing_kwargs(do_lower_case))
+    if (path / TOKENIZER_FILE).is_file():
+        return _load_tokenizer_json(path / TOKENIZER_FILE, do_lower_case=do_lower_case)
+    if (path / VOCAB_FILE).is_file():
+        return _load_vocab_txt(path / VOCAB_FILE, do_lower_case=do_lower_case)
+    raise FileNotFoundError(
+        f"directory {os.fspath(path)!r} has neither {TOKENIZER_FILE} nor {VOCAB_FILE} "
+        f"(nor {TOKENIZER_CONFIG_FILE}): expected a saved BERT tokenizer"
+    )
+
+
+def _load_file(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
+    """Load from a single file: a ``.json`` is read as ``tokenizer.json``, anything else as ``vocab.txt``."""
+    if path.suffix.lower() == ".json":
+        return _load_tokenizer_json(path, do_lower_case=do_lower_case)
+    return _load_vocab_txt(path, do_lower_case=do_lower_case)
+
+
+def _load_vocab_txt(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
+    """Build a BERT tokenizer from a ``vocab.txt`` file (uncased unless ``do_lower_case=False``)."""
+    vocab = WordPiece.read_file(os.fspath(path))
+    missing = [token for token in BERT_SPECIAL_TOKENS if token not in vocab]
+    if missing:
+        raise ValueError(f"vocabulary file {os.fspath(path)!r} lacks the special tokens {missing}")
+    lowercase = True if do_lower_case is None else do_lower_case
+    tokenizer = Tokenizer(
+        WordPiece(vocab, unk_token=UNK_TOKEN, continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX)
+    )
+    tokenizer.normalizer = _bert_normalizer(lowercase=lowercase, strip_accents=None)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)
+    tokenizer.post_processor = _bert_post_processor(tokenizer)
+    return _wrap(tokenizer, do_lower_case=lowercase, strip_accents=None)
+
+
+def _load_tokenizer_json(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
+    """Build a BERT tokenizer from a ``tokenizer.json`` holding a WordPiece model.
+
+    The file's normalizer is kept (and its casing recorded) unless ``do_lower_case`` overrides it.
+    """
+    try:
+        tokenizer = Tokenizer.from_file(os.fspath(path))
+    except Exception as error:  # the Rust side raises a bare Exception on malformed files
+        raise ValueError(f"cannot read {os.fspath(path)!r} as a tokenizers tokenizer.json: {error}") from error
+    if not isinstance(tokenizer.model, WordPiece):
+        model_type = type(tokenizer.model).__name__
+        raise ValueError(f"{os.fspath(path)!r} holds a {model_type} model, expected a WordPiece (BERT) one")
+
+    casing = _normalizer_casing(tokenizer.normalizer)
+    if do_lower_case is not None:
+        casing = {**casing, "lowercase": do_lower_case, "strip_accents": None}
+        tokenizer.normalizer = _bert_normalizer(**casing)
+    if tokenizer.post_processor is None:
+        tokenizer.post_processor = _bert_post_processor(tokenizer)
+    return _wrap(
+        tokenizer,
+        do_lower_case=casing["lowercase"],
+        strip_accents=casing["strip_accents"],
+        tokenize_chinese_chars=casing["handle_chinese_chars"],
+    )
+
+
+def _normalizer_casing(normalizer: normalizers.Normalizer | None) -> dict[str, Any]:
+    """The BERT casing flags a backend normalizer implements (uncased defaults when it is not BERT's)."""
+    if isinstance(normalizer, normalizers.BertNormalizer):
+        return {
+            "lowercase": normalizer.lowercase,
+            "strip_accents": normalizer.strip_accents,
+            "handle_chinese_chars": normalizer.handle_chinese_chars,
+        }
+    logger.warning(
+        "tokenizer.json has no BertNormalizer (%s): recording it as uncased in the configuration",
+        type(normalizer).__name__,
+    )
+    return {"lowercase": True, "strip_accents": None, "handle_chinese_chars": True}
+
+
+def _load_from_hub(repo_id: str, *, do_lower_case: bool | None, **hub_kwargs: Any) -> PreTrainedTokenizerBase:
+    """Load a Hub tokenizer through ``AutoTokenizer`` (from the local cache when offline)."""
+    try:
+        return AutoTokenizer.from_pretrained(repo_id, **_casing_kwargs(do_lower_case), **hub_kwargs)
+    except OSError as error:
+        raise OSError(
+            f"cannot load a tokenizer for {repo_id!r}: it is not a local path, and as a Hub id it is not "
+            f"reachable or not in the local cache ({error})"
+        ) from error
+
+
+def _casing_kwargs(do_lower_case: bool | None) -> dict[str, Any]:
+    """``from_pretrained`` overrides for an explicit ``do_lower_case`` (accent stripping follows it)."""
+    if do_lower_case is None:
+        return {}
+    return {"do_lower_case": do_lower_case, "strip_accents": None}
+
+
+def _looks_like_local_path(name: str) -> bool:
+    """Whether a missing ``name`` is meant as a local path rather than a Hub id (``name`` or ``org/name``)."""
+    return (
+        os.path.isabs(name)
+        or name.startswith((".", "~"))
+        or name.count("/") > 1
+        or (os.sep != "/" and os.sep in name)
+        or name.lower().endswith((".txt", ".json"))
+    )
+
+
+def _default_max_length(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """Set ``model_max_length`` to 512 when nothing configured it (transformers' default is 1e30)."""
+    if tokenizer.model_max_length is None or tokenizer.model_max_length > _UNSET_MAX_LENGTH_THRESHOLD:
+        tokenizer.model_max_length = DEFAULT_MODEL_MAX_LENGTH
+    return tokenizer
+
+
+def _check_bert_like(tokenizer: PreTrainedTokenizerBase, *, source: str) -> PreTrainedTokenizerBase:
+    """Reject tokenizers that are slow or do not return segment ids: BERT needs both."""
+    if not tokenizer.is_fast:
+        raise ValueError(f"{source!r} gave a slow {type(tokenizer).__name__}, expected a fast tokenizer")
+    if "token_type_ids" not in tokenizer.model_input_names:
+        raise ValueError(
+            f"{source!r} gave a {type(tokenizer).__name__} that does not return token_type_ids: "
+            "expected a BERT (WordPiece) tokenizer"
+        )
+    return tokenizer
