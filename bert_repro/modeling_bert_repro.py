@@ -25,16 +25,18 @@ per TPU core); the model sets `accepts_loss_kwargs = False` so that Trainer divi
 gradient-accumulation steps instead of assuming the model normalises by `num_items_in_batch`.
 
 This file is copied next to the weights by `save_pretrained` (trust_remote_code loading), so it imports only
-torch, transformers and its sibling `configuration_bert_repro`.
+torch, safetensors, transformers and its sibling `configuration_bert_repro`.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from safetensors import SafetensorError
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
@@ -100,11 +102,11 @@ class BertReproEmbeddings(nn.Module):
             )
         if position_ids is None:
             position_ids = self.position_ids[:, :seq_length]
-        embeddings = inputs_embeds + self.position_embeddings(position_ids)
         if token_type_ids is None:
-            embeddings = embeddings + self.token_type_embeddings.weight[0]
+            segment_embeddings = self.token_type_embeddings.weight[0]
         else:
-            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+            segment_embeddings = self.token_type_embeddings(token_type_ids)
+        embeddings = inputs_embeds + segment_embeddings + self.position_embeddings(position_ids)
         return self.dropout(self.LayerNorm(embeddings))
 
 
@@ -329,6 +331,14 @@ AUTO_MAP = {
 }
 
 
+def _safetensors_files(path) -> str:
+    """The safetensors file(s) a local checkpoint directory holds, for error messages."""
+    if os.path.isdir(path):
+        names = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+        return ", ".join(os.path.join(path, f) for f in names) or str(path)
+    return str(path)
+
+
 class BertReproPreTrainedModel(PreTrainedModel):
     config_class = BertReproConfig
     config: BertReproConfig
@@ -372,7 +382,24 @@ class BertReproPreTrainedModel(PreTrainedModel):
         unless `allow_missing_encoder_weights=True`.
         """
         return_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        try:
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
+            )
+        except SafetensorError as err:
+            raise OSError(
+                f"Could not read the weights of {pretrained_model_name_or_path}: {_safetensors_files(pretrained_model_name_or_path)} "
+                f"is not a valid safetensors file ({err}). It is damaged or incomplete: download or save it again."
+            ) from err
+        except RuntimeError as err:
+            if "ignore_mismatched_sizes" not in str(err):
+                raise
+            raise ValueError(
+                f"Weights in {pretrained_model_name_or_path} have other shapes than its config describes (the table "
+                "above lists each one with both shapes). Check vocab_size, hidden_size, num_attention_heads and "
+                "intermediate_size in config.json, or pass ignore_mismatched_sizes=True to re-initialise those "
+                "weights (e.g. a classification head with a new number of labels)."
+            ) from err
         prefix = f"{cls.base_model_prefix}."
         head_free = isinstance(model, BertReproModel)
         missing_encoder = sorted(

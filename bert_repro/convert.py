@@ -1,0 +1,204 @@
+"""Moving weights between bert_repro and the other BERT formats, so nobody is locked in.
+
+- `load_bert(path_or_id, model_class)`: any public BERT checkpoint -> a bert_repro model, in one call:
+  a Hub id or directory in the Hugging Face format (`BertModel` / `BertForPreTraining` / task-head state dicts,
+  keys with or without the `bert.` prefix, with or without `cls.*` heads, safetensors or a pickle that is read
+  with `weights_only=True`), a bert_repro directory, or Google's original TensorFlow checkpoint
+  (`bert_model.ckpt.*` + `bert_config.json`; needs the `tf` extra).
+- `export_to_transformers(model_or_dir, output_dir)`: a bert_repro checkpoint -> the transformers format
+  (`BertForPreTraining` for a pre-trained model, the matching `BertFor*` class for a fine-tuned one), loadable with
+  `transformers.AutoModel*` and no bert_repro installed.
+
+Both directions need no renaming of weights: our parameter names follow the public checkpoints' layout.
+
+Command line:
+    python -m bert_repro.convert import SRC OUTPUT_DIR [--head pretraining]
+    python -m bert_repro.convert export SRC OUTPUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from . import modeling_bert_repro as modeling
+from .configuration_bert_repro import BertReproConfig
+
+HEADS = {
+    "base": modeling.BertReproModel,
+    "pretraining": modeling.BertReproForPreTraining,
+    "masked_lm": modeling.BertReproForMaskedLM,
+    "next_sentence": modeling.BertReproForNextSentencePrediction,
+    "sequence_classification": modeling.BertReproForSequenceClassification,
+    "question_answering": modeling.BertReproForQuestionAnswering,
+    "multiple_choice": modeling.BertReproForMultipleChoice,
+    "token_classification": modeling.BertReproForTokenClassification,
+}
+
+# Files copied along with the weights when exporting a directory.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+# Fields of our config that transformers' BertConfig does not have.
+_REPRO_ONLY_FIELDS = ("initializer_distribution", "auto_map", "model_type", "architectures", "transformers_version")
+
+
+def _is_tf_checkpoint(path: str | os.PathLike) -> bool:
+    p = Path(path)
+    if p.is_dir():
+        return any(p.glob("*.ckpt*.index")) and not any(p.glob("*.safetensors")) and not (p / "pytorch_model.bin").exists()
+    return Path(f"{p}.index").exists()
+
+
+def load_bert(
+    path_or_id: str | os.PathLike,
+    model_class: type[modeling.BertReproPreTrainedModel] | str = modeling.BertReproForPreTraining,
+    **kwargs,
+) -> modeling.BertReproPreTrainedModel:
+    """Load a BERT checkpoint of any public format into `model_class` (a class or a key of `HEADS`).
+
+    kwargs go to `from_pretrained` (e.g. `num_labels=3`, `revision=...`, `attn_implementation="eager"`).
+    Missing encoder weights raise; missing head weights are initialised and listed in a warning.
+    """
+    if isinstance(model_class, str):
+        if model_class not in HEADS:
+            raise ValueError(f"Unknown head {model_class!r}; choose one of: {', '.join(HEADS)}.")
+        model_class = HEADS[model_class]
+    if _is_tf_checkpoint(path_or_id):
+        return load_tf_bert(path_or_id, model_class, **kwargs)
+    return model_class.from_pretrained(path_or_id, **kwargs)
+
+
+def load_tf_bert(
+    path: str | os.PathLike, model_class: type[modeling.BertReproPreTrainedModel], **config_overrides
+) -> modeling.BertReproPreTrainedModel:
+    """Google's TensorFlow checkpoint (prefix or directory, `bert_config.json` beside it) -> `model_class`."""
+    from .tf_checkpoint import load_tf_checkpoint, read_google_bert_config, resolve_checkpoint_prefix
+
+    prefix = resolve_checkpoint_prefix(path)
+    config = BertReproConfig(**{**read_google_bert_config(prefix.parent), **config_overrides})
+    state_dict, _skipped = load_tf_checkpoint(prefix)
+    model = model_class(config)
+    load_state_dict_checked(model, state_dict, source=str(prefix))
+    return model.eval()
+
+
+def load_state_dict_checked(
+    model: modeling.BertReproPreTrainedModel, state_dict: dict[str, torch.Tensor], source: str
+) -> list[str]:
+    """Copy `state_dict` (HF `BertForPreTraining` key names) into `model`, checking every tensor's shape.
+
+    Keys are adapted to the model (the `bert.` prefix is dropped for the bare encoder, heads it lacks are
+    ignored). Raises when a shape differs or an encoder weight is missing; returns the head weights that the
+    checkpoint did not have (left at their initialisation).
+    """
+    prefix = model.base_model_prefix + "."
+    is_base = isinstance(model, modeling.BertReproModel)
+    adapted = {}
+    for key, tensor in state_dict.items():
+        if is_base:
+            if not key.startswith(prefix):
+                continue  # a pre-training head the bare encoder does not have
+            key = key[len(prefix):]
+        adapted[key] = tensor
+    own = model.state_dict()
+    tied = set(getattr(model, "_tied_weights_keys", None) or {})
+    mismatched = [
+        f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+        for k, v in adapted.items() if k in own and own[k].shape != v.shape
+    ]
+    if mismatched:
+        raise ValueError(f"{source}: weights of another shape than the config describes: " + "; ".join(mismatched))
+    missing = sorted(k for k in own if k not in adapted and k not in tied)
+    missing_encoder = [k for k in missing if is_base or k.startswith(prefix)]
+    if missing_encoder:
+        raise ValueError(f"{source} lacks encoder weights: {', '.join(missing_encoder)}")
+    with torch.no_grad():
+        for key, tensor in adapted.items():
+            if key in own:
+                own[key].copy_(tensor)
+    model.tie_weights()
+    return missing
+
+
+def _transformers_class_name(model: modeling.BertReproPreTrainedModel) -> str:
+    name = type(model).__name__
+    if not name.startswith("BertRepro"):
+        raise TypeError(f"Expected a bert_repro model, got {name}.")
+    return name.replace("BertRepro", "Bert", 1)
+
+
+def export_to_transformers(
+    model_or_dir: modeling.BertReproPreTrainedModel | str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+) -> Path:
+    """Write a bert_repro checkpoint in transformers' own BERT format (config `model_type: bert`, safetensors).
+
+    `model_or_dir` is a model or a saved bert_repro directory (whose tokenizer files are copied too). A
+    non-empty `output_dir` is never overwritten unless `overwrite=True`.
+    """
+    from transformers import BertConfig
+
+    output_dir = Path(output_dir)
+    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
+        raise FileExistsError(f"{output_dir} is not empty; pass overwrite=True to write into it anyway.")
+    source_dir = None
+    model = model_or_dir
+    if not isinstance(model_or_dir, modeling.BertReproPreTrainedModel):
+        source_dir = Path(model_or_dir)
+        architecture = (json.loads((source_dir / "config.json").read_text()).get("architectures") or ["BertReproModel"])[0]
+        model = getattr(modeling, architecture).from_pretrained(source_dir)
+
+    fields = {k: v for k, v in model.config.to_dict().items() if k not in _REPRO_ONLY_FIELDS}
+    config = BertConfig(**fields)
+    config.architectures = [_transformers_class_name(model)]
+    output_dir.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(output_dir)
+
+    tied = set(getattr(model, "_tied_weights_keys", None) or {})
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
+    save_file(state, str(output_dir / "model.safetensors"), metadata={"format": "pt"})
+    if source_dir is not None:
+        for name in TOKENIZER_FILES:
+            if (source_dir / name).exists():
+                shutil.copy2(source_dir / name, output_dir / name)
+    return output_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bert_repro.convert", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    imp = sub.add_parser("import", help="a public BERT checkpoint (HF format, Hub id, or TF) -> bert_repro directory")
+    imp.add_argument("source")
+    imp.add_argument("output_dir")
+    imp.add_argument("--head", default="pretraining", choices=sorted(HEADS))
+    imp.add_argument("--overwrite", action="store_true")
+    exp = sub.add_parser("export", help="a bert_repro directory -> transformers' BERT format")
+    exp.add_argument("source")
+    exp.add_argument("output_dir")
+    exp.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args(argv)
+
+    out = Path(args.output_dir)
+    if args.command == "export":
+        export_to_transformers(args.source, out, overwrite=args.overwrite)
+    else:
+        if out.exists() and any(out.iterdir()) and not args.overwrite:
+            parser.error(f"{out} is not empty; pass --overwrite to write into it anyway.")
+        model = load_bert(args.source, args.head)
+        model.save_pretrained(out)
+        src = Path(args.source)
+        for name in TOKENIZER_FILES:
+            if src.is_dir() and (src / name).exists():
+                shutil.copy2(src / name, out / name)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
