@@ -63,7 +63,15 @@ _OPTIMIZER_SLOTS = frozenset(
 )
 # Training bookkeeping (step counters, mixed-precision loss scaling).
 _BOOKKEEPING = frozenset(
-    {"global_step", "bad_steps", "good_steps", "loss_scale", "current_loss_scale", "beta1_power", "beta2_power"}
+    {
+        "global_step",
+        "bad_steps",
+        "good_steps",
+        "loss_scale",
+        "current_loss_scale",
+        "beta1_power",
+        "beta2_power",
+    }
 )
 
 _EMBEDDINGS = {
@@ -175,7 +183,7 @@ def resolve_checkpoint_prefix(path: str | Path) -> Path:
         path = path.with_name(path.name.split(".data-")[0])
     if not path.with_name(path.name + ".index").is_file():
         raise FileNotFoundError(
-            f"No TensorFlow checkpoint at {str(path)!r}: expected {str(path)}.index "
+            f"No TensorFlow checkpoint at {str(path)!r}: expected {path}.index "
             "(pass the checkpoint prefix such as .../bert_model.ckpt, or its directory)"
         )
     return path
@@ -296,7 +304,10 @@ def _read_json_object(config_file: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{str(config_file)!r} is not valid JSON: {err}") from err
     if not isinstance(data, dict):
-        raise ValueError(f"{str(config_file)!r} must hold a JSON object, got {type(data).__name__}")
+        # A malformed file is a bad value, not a caller's type error: ValueError like the other checks.
+        raise ValueError(  # noqa: TRY004
+            f"{str(config_file)!r} must hold a JSON object, got {type(data).__name__}"
+        )
     return data
 
 
@@ -308,7 +319,9 @@ def _positive_int(value: Any, field: str, config_file: Path) -> int:
 
 def _number(value: Any, field: str, config_file: Path) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{str(config_file)!r}: field {field!r} must be a non-negative number, got {value!r}")
+        raise ValueError(
+            f"{str(config_file)!r}: field {field!r} must be a non-negative number, got {value!r}"
+        )
     return float(value)
 
 

@@ -114,8 +114,9 @@ def expected_hf(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             out[f"{hf_layer}.attention.self.{proj}.bias"] = w[f"{tf_layer}/attention/self/{proj}/bias"]
         out[f"{hf_layer}.attention.output.dense.weight"] = w[f"{tf_layer}/attention/output/dense/kernel"].T
         out[f"{hf_layer}.attention.output.dense.bias"] = w[f"{tf_layer}/attention/output/dense/bias"]
-        out[f"{hf_layer}.attention.output.LayerNorm.weight"] = w[f"{tf_layer}/attention/output/LayerNorm/gamma"]
-        out[f"{hf_layer}.attention.output.LayerNorm.bias"] = w[f"{tf_layer}/attention/output/LayerNorm/beta"]
+        attention_ln = f"{tf_layer}/attention/output/LayerNorm"
+        out[f"{hf_layer}.attention.output.LayerNorm.weight"] = w[f"{attention_ln}/gamma"]
+        out[f"{hf_layer}.attention.output.LayerNorm.bias"] = w[f"{attention_ln}/beta"]
         out[f"{hf_layer}.intermediate.dense.weight"] = w[f"{tf_layer}/intermediate/dense/kernel"].T
         out[f"{hf_layer}.intermediate.dense.bias"] = w[f"{tf_layer}/intermediate/dense/bias"]
         out[f"{hf_layer}.output.dense.weight"] = w[f"{tf_layer}/output/dense/kernel"].T
