@@ -13,10 +13,11 @@ with the Rust ``tokenizers`` library:
    ``BertPreTokenizer``.
 2. ``WordpieceTokenizer``: greedy longest-match-first split of each word into vocabulary pieces, the
    non-initial pieces carrying the ``##`` prefix, a whole word becoming ``[UNK]`` when it cannot be
-   split (or is longer than 100 characters). Here: the ``WordPiece`` model.
+   split or is too long. Here: the ``WordPiece`` model.
 
 Inputs are framed as ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` with token type (segment) ids 0 for
-``[CLS] A [SEP]`` and 1 for ``B [SEP]`` (paper, Figure 2).
+``[CLS] A [SEP]`` and 1 for ``B [SEP]`` (paper, section 3 and Figure 2). Masking for pre-training
+(paper, appendix A.1/A.2) works on these WordPiece tokens and is not part of this module.
 
 Departures
 ----------
@@ -30,6 +31,10 @@ Departures
   ``[CLS]``=101, ``[SEP]``=102, ``[MASK]``=103. Loading such a vocabulary (``load_tokenizer``) keeps
   its ids; only training uses the compact layout, so nothing may hard-code special-token ids: read
   them from the tokenizer (``tokenizer.cls_token_id`` and so on).
+- A word longer than 100 characters becomes ``[UNK]`` (the ``tokenizers`` and transformers default,
+  which ``from_pretrained`` restores on reload); google's ``WordpieceTokenizer`` allows 200.
+- ``WordPieceTrainer`` breaks ties between equally frequent pairs in hash-map order, so two trainings
+  on the same text can differ in a few pieces. Train once and keep the saved vocabulary.
 
 transformers 5.x notes
 ----------------------
@@ -322,7 +327,7 @@ def load_tokenizer(
             a fast tokenizer that returns ``token_type_ids``.
         OSError: a Hub id cannot be resolved (e.g. offline and not in the cache).
     """
-    path = Path(path_or_id)
+    path = Path(path_or_id).expanduser()
     if path.is_dir():
         tokenizer = _load_directory(path, do_lower_case=do_lower_case)
     elif path.is_file():
@@ -383,7 +388,8 @@ def _load_tokenizer_json(path: Path, *, do_lower_case: bool | None) -> BertToken
     try:
         tokenizer = Tokenizer.from_file(os.fspath(path))
     except Exception as error:  # the Rust side raises a bare Exception on malformed files
-        raise ValueError(f"cannot read {os.fspath(path)!r} as a tokenizers tokenizer.json: {error}") from error
+        message = f"cannot read {os.fspath(path)!r} as a tokenizers tokenizer.json: {error}"
+        raise ValueError(message) from error
     if not isinstance(tokenizer.model, WordPiece):
         model_type = type(tokenizer.model).__name__
         raise ValueError(f"{os.fspath(path)!r} holds a {model_type} model, expected a WordPiece (BERT) one")
