@@ -50,3 +50,17 @@ def padded_batch(vocab_size: int, batch: int = 3, seq: int = 16, seed: int = 0):
 @pytest.fixture
 def tiny():
     return tiny_config()
+
+
+# Worst differences measured by the parity tests, printed at the end of every run (not only with -s).
+PARITY_REPORT: list[tuple[str, float]] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not PARITY_REPORT:
+        return
+    terminalreporter.section("parity with transformers (max absolute difference, fp32, eval mode)")
+    for name, diff in PARITY_REPORT:
+        terminalreporter.write_line(f"{diff:10.3e}  {name}")
+    worst_name, worst = max(PARITY_REPORT, key=lambda item: item[1])
+    terminalreporter.write_line(f"worst: {worst:.3e} ({worst_name}); tolerance 1e-5")

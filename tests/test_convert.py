@@ -196,3 +196,16 @@ def test_google_tf_checkpoint_through_load_bert(google_checkpoint):  # noqa: F81
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
     base = load_bert(directory, "base")
     assert torch.equal(base.pooler.dense.weight, model.bert.pooler.dense.weight)
+
+
+def test_hub_id_from_the_local_cache(tmp_path):
+    """A Hub id resolves through huggingface_hub's cache (offline here): the same call works online."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "cache" / "models--google-bert--bert-tiny-test"
+    theirs = hf_checkpoint(repo / "snapshots" / commit)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    ours = load_bert("google-bert/bert-tiny-test", "pretraining", cache_dir=tmp_path / "cache").eval()
+    batch = padded_batch(99)
+    with torch.no_grad():
+        assert torch.allclose(ours(**batch).prediction_logits, theirs(**batch).prediction_logits, atol=1e-5)
