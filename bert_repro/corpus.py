@@ -1,0 +1,205 @@
+"""Reading a pre-training corpus, in the forms people have it, as a `datasets.Dataset` of documents.
+
+BERT's next-sentence task needs document boundaries (paper section 3.1: "it is critical to use a document-level
+corpus rather than a shuffled sentence-level corpus"), so every source becomes one row per document with a
+`text` column; sentence splitting happens later (`bert_repro.sentences`).
+
+Sources:
+- plain-text files: a folder (every `*.txt` below it), a glob, a file or a list of them. `document_boundary`
+  says where a document ends: "file" (one document per file: books, speeches) or "blank_line" (a blank line
+  between documents, the reference code's input format).
+- JSON lines / parquet / CSV / TSV files with a text column (one row per document).
+- a Hub dataset id with config and split (e.g. `wikimedia/wikipedia` / `20231101.en`, or
+  `Salesforce/wikitext` / `wikitext-103-raw-v1`), optionally streamed.
+
+Bad input is skipped with a logged count rather than crashing a worker later: empty documents and files that
+are not text (binary junk: NUL bytes or mostly undecodable bytes).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import datasets
+
+logger = logging.getLogger(__name__)
+
+TEXT_SUFFIXES = (".txt", ".text", ".md")
+TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
+HOW_TO_PASS_LOCAL_TEXT = (
+    "Pass local text instead: a folder of .txt files (--corpus path/to/folder), text files or a glob, or "
+    ".jsonl / .parquet / .csv files with a text column (--text_column NAME)."
+)
+
+
+_KNOWN_SUFFIXES = TEXT_SUFFIXES + tuple(TABLE_FORMATS)
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # "wikitext" or "Salesforce/wikitext"
+
+
+class CorpusError(ValueError):
+    """A corpus that cannot be read; the message names the source and what was expected."""
+
+
+def _expand(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path] | None:
+    """Local files named by `source`, or None when `source` names no local path (a Hub id, then)."""
+    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    files: list[Path] = []
+    for item in items:
+        text = os.fspath(item)
+        path = Path(text)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in _KNOWN_SUFFIXES)
+            if not found:
+                raise CorpusError(f"{path} holds no .txt, .jsonl, .parquet or .csv files.")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        elif any(ch in text for ch in "*?["):
+            matched = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+            if not matched:
+                raise CorpusError(f"No file matches {text!r}.")
+            files.extend(matched)
+        elif len(items) == 1 and _HUB_ID.fullmatch(text) and path.suffix.lower() not in _KNOWN_SUFFIXES:
+            return None
+        else:
+            raise CorpusError(f"{text}: no such file or directory.")
+    return files
+
+
+def _looks_binary(raw: bytes) -> bool:
+    if b"\x00" in raw[:65536]:
+        return True
+    sample = raw[:65536].decode("utf-8", errors="replace")
+    return sample.count("\ufffd") > 0.05 * max(1, len(sample))
+
+
+def _text_documents(files: list[str], document_boundary: str) -> Iterator[dict[str, str]]:
+    """Rows {"text", "source"} from plain-text files (a `Dataset.from_generator` generator)."""
+    for name in files:
+        raw = Path(name).read_bytes()
+        if _looks_binary(raw):
+            logger.warning("skipped %s: not text (binary content)", name)
+            continue
+        text = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
+        if document_boundary == "file":
+            pieces = [text]
+        else:
+            pieces, current = [], []
+            for line in text.splitlines():
+                if line.strip():
+                    current.append(line)
+                elif current:
+                    pieces.append("\n".join(current))
+                    current = []
+            if current:
+                pieces.append("\n".join(current))
+        for piece in pieces:
+            if piece.strip():
+                yield {"text": piece, "source": name}
+
+
+def load_corpus(
+    source: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    text_column: str = "text",
+    document_boundary: str = "blank_line",
+    hub_config: str | None = None,
+    split: str = "train",
+    streaming: bool = False,
+    num_proc: int | None = None,
+    cache_dir: str | None = None,
+) -> datasets.Dataset | datasets.IterableDataset:
+    """A dataset of documents with a `text` column (one row per document), from any supported source."""
+    if document_boundary not in ("file", "blank_line"):
+        raise CorpusError(f"document_boundary must be 'file' or 'blank_line', got {document_boundary!r}.")
+    files = _expand(source)
+    if files is None:
+        dataset = _load_hub(str(source), hub_config, split, streaming, cache_dir)
+        return _select_text(dataset, text_column, str(source))
+    if not files:
+        raise CorpusError(f"{source}: no input files. {HOW_TO_PASS_LOCAL_TEXT}")
+
+    text_files = [str(f) for f in files if f.suffix.lower() in TEXT_SUFFIXES or f.suffix == ""]
+    table_files = [f for f in files if f.suffix.lower() in TABLE_FORMATS]
+    other = [str(f) for f in files if str(f) not in text_files and f not in table_files]
+    if other:
+        raise CorpusError(f"Unsupported corpus file type: {other[0]} (expected .txt, .jsonl, .parquet, .csv, .tsv).")
+    parts = []
+    if text_files:
+        dataset = datasets.Dataset.from_generator(
+            _text_documents,
+            gen_kwargs={"files": text_files, "document_boundary": document_boundary},
+            features=datasets.Features({"text": datasets.Value("string"), "source": datasets.Value("string")}),
+            num_proc=min(num_proc or 1, len(text_files)),
+            cache_dir=cache_dir,
+        )
+        skipped = len(text_files) - len(set(dataset["source"]))
+        if skipped:
+            logger.warning("%d of %d text files gave no document (empty or binary)", skipped, len(text_files))
+        parts.append(dataset.select_columns(["text"]))
+    for fmt in sorted({TABLE_FORMATS[f.suffix.lower()] for f in table_files}):
+        names = [str(f) for f in table_files if TABLE_FORMATS[f.suffix.lower()] == fmt]
+        kwargs = {"delimiter": "\t"} if fmt == "csv" and all(n.endswith(".tsv") for n in names) else {}
+        table = datasets.load_dataset(fmt, data_files=names, split="train", cache_dir=cache_dir, **kwargs)
+        parts.append(_select_text(table, text_column, ", ".join(names)))
+    dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    return _drop_empty(dataset, str(source), num_proc)
+
+
+def _select_text(dataset, text_column: str, where: str):
+    columns = dataset.column_names or []
+    if text_column not in columns:
+        raise CorpusError(
+            f"{where} has no column {text_column!r}; its columns are {columns}. Pass the right one with text_column."
+        )
+    if text_column != "text":
+        dataset = dataset.rename_column(text_column, "text")
+    return dataset.select_columns(["text"])
+
+
+def _drop_empty(dataset: datasets.Dataset, where: str, num_proc: int | None) -> datasets.Dataset:
+    kept = dataset.filter(lambda t: isinstance(t, str) and bool(t.strip()), input_columns="text", num_proc=num_proc)
+    if len(kept) < len(dataset):
+        logger.warning("%s: skipped %d empty documents", where, len(dataset) - len(kept))
+    if len(kept) == 0:
+        raise CorpusError(f"{where}: the corpus holds no text. {HOW_TO_PASS_LOCAL_TEXT}")
+    return kept
+
+
+def _load_hub(repo_id: str, config: str | None, split: str, streaming: bool, cache_dir: str | None):
+    """A Hub dataset; fails within seconds, with a message on how to pass local text, when the Hub is out of reach."""
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE:
+        _check_hub_reachable(repo_id)
+    try:
+        return datasets.load_dataset(repo_id, config, split=split, streaming=streaming, cache_dir=cache_dir)
+    except (ConnectionError, OSError, FileNotFoundError, ValueError) as err:
+        raise CorpusError(
+            f"Could not load the Hub dataset {repo_id!r} (config {config!r}, split {split!r}): {err}. "
+            f"{HOW_TO_PASS_LOCAL_TEXT}"
+        ) from err
+
+
+def _check_hub_reachable(repo_id: str, timeout: float = 5.0) -> None:
+    """One short request instead of datasets' retries (which take ~25 s to fail without a network)."""
+    import urllib.error
+    import urllib.request
+
+    from huggingface_hub import constants
+
+    url = f"{constants.ENDPOINT}/api/datasets/{repo_id}"
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout)
+    except urllib.error.HTTPError:
+        return  # the Hub answered (e.g. 401 for a gated repo): datasets will say more
+    except (urllib.error.URLError, OSError) as err:
+        raise CorpusError(
+            f"{repo_id!r} is neither a local path nor reachable on the Hub ({constants.ENDPOINT} did not answer: "
+            f"{err}). {HOW_TO_PASS_LOCAL_TEXT}"
+        ) from err
