@@ -4,20 +4,11 @@ Importing the package registers model type "bert_repro" with AutoConfig and ever
 paper's tasks need, so `AutoModelForPreTraining.from_pretrained(<saved dir>)` returns our classes.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForNextSentencePrediction,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+import transformers
 
 from .configuration_bert_repro import PRESETS, BertReproConfig
 from .modeling_bert_repro import (
+    AUTO_MAP,
     BertReproForMaskedLM,
     BertReproForMultipleChoice,
     BertReproForNextSentencePrediction,
@@ -33,20 +24,10 @@ from .modeling_bert_repro import (
 
 __version__ = "0.1.0"
 
-AUTO_CLASSES = {
-    AutoModel: BertReproModel,
-    AutoModelForPreTraining: BertReproForPreTraining,
-    AutoModelForMaskedLM: BertReproForMaskedLM,
-    AutoModelForNextSentencePrediction: BertReproForNextSentencePrediction,
-    AutoModelForSequenceClassification: BertReproForSequenceClassification,
-    AutoModelForQuestionAnswering: BertReproForQuestionAnswering,
-    AutoModelForMultipleChoice: BertReproForMultipleChoice,
-    AutoModelForTokenClassification: BertReproForTokenClassification,
-}
-
-AutoConfig.register(BertReproConfig.model_type, BertReproConfig, exist_ok=True)
-for _auto, _cls in AUTO_CLASSES.items():
-    _auto.register(BertReproConfig, _cls, exist_ok=True)
+transformers.AutoConfig.register(BertReproConfig.model_type, BertReproConfig, exist_ok=True)
+for _auto_name, _path in AUTO_MAP.items():
+    if _auto_name != "AutoConfig":
+        getattr(transformers, _auto_name).register(BertReproConfig, globals()[_path.split(".")[1]], exist_ok=True)
 
 __all__ = [
     "PRESETS",

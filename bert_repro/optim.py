@@ -25,60 +25,50 @@ class _AdamFamily(Optimizer):
             raise ValueError(f"Invalid optimizer settings: lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
-    def _moments(self, p: torch.Tensor, beta1: float, beta2: float) -> tuple[torch.Tensor, torch.Tensor, int]:
-        state = self.state[p]
-        if not state:
-            state["step"] = 0
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        state["step"] += 1
-        m, v = state["exp_avg"], state["exp_avg_sq"]
-        m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
-        v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-        return m, v, state["step"]
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                p.add_(self._update(p, m, v, state["step"], group), alpha=-group["lr"])
+        return loss
+
+    def _update(self, p, m, v, step, group) -> torch.Tensor:
+        raise NotImplementedError
 
 
 class BertAdam(_AdamFamily):
     """The reference code's AdamWeightDecayOptimizer: no bias correction, decoupled weight decay."""
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                m, v, _ = self._moments(p, beta1, beta2)
-                update = m / (v.sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update.add_(p, alpha=group["weight_decay"])
-                p.add_(update, alpha=-group["lr"])
-        return loss
+    def _update(self, p, m, v, step, group):
+        update = m / (v.sqrt() + group["eps"])
+        return update.add_(p, alpha=group["weight_decay"]) if group["weight_decay"] else update
 
 
 class Lamb(_AdamFamily):
     """LAMB (You et al., 2019), NVIDIA's BERT variant: trust ratio on the decayed tensors."""
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                m, v, step = self._moments(p, beta1, beta2)
-                m_hat = m / (1 - beta1**step)
-                v_hat = v / (1 - beta2**step)
-                update = m_hat / (v_hat.sqrt() + group["eps"])
-                trust = 1.0
-                if group["weight_decay"]:
-                    update.add_(p, alpha=group["weight_decay"])
-                    w_norm, u_norm = p.norm(), update.norm()
-                    trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-                p.add_(update * trust, alpha=-group["lr"])
-        return loss
+    def _update(self, p, m, v, step, group):
+        beta1, beta2 = group["betas"]
+        update = (m / (1 - beta1**step)) / ((v / (1 - beta2**step)).sqrt() + group["eps"])
+        if not group["weight_decay"]:
+            return update
+        update.add_(p, alpha=group["weight_decay"])
+        w_norm, u_norm = p.norm(), update.norm()
+        trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+        return update.mul_(trust)
 
 
 OPTIMIZERS = {"bert_adam": BertAdam, "lamb": Lamb}
