@@ -1,0 +1,876 @@
+"""Pre-training examples for BERT's two objectives: masked LM and next sentence prediction.
+
+What this implements
+--------------------
+The paper's section 3.1 and appendix A.2, as google-research/bert's ``create_pretraining_data.py``
+builds them. For each document (a list of sentences, each a list of WordPiece tokens), ``dupe_factor``
+times:
+
+1. ``max_num_tokens = max_seq_length - 3``; the target length is ``max_num_tokens``, or with probability
+   ``short_seq_prob`` a random length in ``[2, max_num_tokens]`` (drawn once per document and round).
+2. Whole sentences are gathered into a chunk until it reaches the target or the document ends.
+3. Segment A is the first ``a_end`` sentences of the chunk, ``a_end`` random in ``[1, len(chunk) - 1]``.
+4. With probability 0.5, and always for a one-sentence chunk, the pair is NotNext: segment B is read
+   from a random start sentence of a random other document up to ``target - len(A)`` tokens, and the
+   chunk's unused sentences are put back for the next chunk. Otherwise IsNext: B is the rest of the chunk.
+5. ``truncate_seq_pair`` drops one token at a time from the longer segment (B on a tie), from its front
+   or back with probability 0.5 each, until the pair fits ``max_num_tokens``.
+6. ``[CLS] A [SEP] B [SEP]`` with segment ids 0 for ``[CLS] A [SEP]`` and 1 for ``B [SEP]``.
+7. Masking: ``min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))`` positions among
+   all but ``[CLS]``/``[SEP]``, each replaced by ``[MASK]`` (80%), a random vocabulary entry (10%), or left
+   unchanged (10%). Whole-word masking (an option of the reference code, released after the paper)
+   masks the ``##`` pieces of a word together and never splits a word.
+
+``create_instances_from_document``, ``truncate_seq_pair`` and ``create_masked_lm_predictions`` make the
+same calls on a ``random.Random`` in the same order as the reference, edge cases included: with one
+document in the corpus (or ten unlucky draws) the "other" document of a NotNext pair is the current one;
+a one-sentence chunk is always NotNext (and draws no coin); a ``##`` piece right after ``[SEP]`` joins the
+previous word's group in whole-word masking. ``create_training_instances`` reproduces the reference's
+whole-corpus loop with its single random stream (document shuffle, ``dupe_factor`` rounds, instance shuffle).
+
+The datasets pipeline
+---------------------
+``tokenize_documents`` (sentence split + WordPiece, ``map(batched=True, num_proc=...)``),
+``create_pretraining_instances`` (the loop above over a ``datasets.Dataset``) and
+``create_pretraining_dataset`` (both) produce Arrow datasets with ``input_ids``, ``token_type_ids``,
+``next_sentence_label`` (0 = IsNext, 1 = NotNext, the HF convention) and, with static masking,
+``masked_lm_positions`` / ``masked_lm_ids``. ``PreTrainingCollator`` pads a batch and turns them into
+``labels`` (-100 where nothing is predicted), or masks each batch afresh (dynamic masking).
+``pretraining_statistics`` summarises a built dataset as a JSON-serialisable dict.
+
+Departures, and why
+-------------------
+- One random stream per (seed, document, round) in the datasets pipeline, instead of the reference's
+  single stream over the shuffled corpus: a document's instances then depend only on the seed, its index
+  and the corpus, so the work splits over processes and the output is byte-identical for any
+  ``num_proc``. The draws inside a document are the reference's. The final instance shuffle is
+  ``Dataset.shuffle(seed)``. ``create_training_instances`` keeps the single stream for small corpora.
+- NotNext draws its other document from the whole corpus in every worker: the workers read the
+  tokenized corpus (memory-mapped Arrow when it lives in the cache; an in-memory one is copied to them).
+- Tokens are ids, not strings; ``[CLS]``/``[SEP]`` are recognised by id. Text that spells a special token
+  (a literal "[SEP]") is tokenized as ordinary text (``split_special_tokens=True``), as the reference's
+  tokenizer does.
+- Sentence splitting of raw text (``bert_repro.sentences``): the reference expects it done beforehand.
+  Empty documents, empty sentences and text that looks like binary data are skipped and counted; a
+  one-sentence document is kept, as the reference keeps it (its chunks are NotNext pairs).
+- Options beyond the paper, off by default: dynamic masking (RoBERTa: a fresh mask for every batch,
+  ``static_masking=False`` + ``PreTrainingCollator(dynamic_masking=True)``), other mask rates (MosaicBERT
+  trains with ``masked_lm_prob=0.3``; raise ``max_predictions_per_seq`` with it) and other 80/10/10 splits
+  (``mask_replace_prob`` / ``random_replace_prob``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import logging
+import math
+import random
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+from datasets import Dataset, Features, List, Value
+from datasets.fingerprint import Hasher
+
+from .sentences import looks_like_binary, split_sentences
+
+__all__ = [
+    "DOCUMENT_FEATURES",
+    "IGNORE_INDEX",
+    "IS_NEXT",
+    "NOT_NEXT",
+    "ArrowCorpus",
+    "PreTrainingCollator",
+    "PreTrainingDataConfig",
+    "TrainingInstance",
+    "WordPieceVocab",
+    "create_instances_from_document",
+    "create_masked_lm_predictions",
+    "create_pretraining_dataset",
+    "create_pretraining_instances",
+    "create_training_instances",
+    "document_rng",
+    "instance_features",
+    "mask_batch",
+    "pretraining_statistics",
+    "tokenize_documents",
+    "truncate_seq_pair",
+]
+
+logger = logging.getLogger(__name__)
+
+IS_NEXT, NOT_NEXT = 0, 1
+#: Label ignored by the MLM loss (PyTorch's cross-entropy ``ignore_index``, the HF convention).
+IGNORE_INDEX = -100
+
+#: Columns of ``tokenize_documents``: one row per input document.
+DOCUMENT_FEATURES = Features(
+    {
+        "sentences": List(List(Value("int32"))),
+        "num_sentences": Value("int32"),
+        "num_tokens": Value("int64"),
+        # "" for a kept document, else why it was skipped: "empty" or "binary".
+        "skip_reason": Value("string"),
+    }
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PreTrainingDataConfig:
+    """The flags of the reference ``create_pretraining_data.py`` (same names, same defaults) plus options.
+
+    Flat, so that ``transformers.HfArgumentParser`` can read it from a command line or a YAML file.
+    """
+
+    max_seq_length: int = field(default=128, metadata={"help": "Longest example, [CLS] and [SEP]s included."})
+    max_predictions_per_seq: int = field(default=20, metadata={"help": "Most masked positions per example."})
+    masked_lm_prob: float = field(default=0.15, metadata={"help": "Share of tokens to predict."})
+    short_seq_prob: float = field(default=0.1, metadata={"help": "Chance of a shorter target length."})
+    dupe_factor: int = field(default=10, metadata={"help": "Passes over the corpus, each with fresh masks."})
+    random_seed: int = field(default=12345, metadata={"help": "Seed of all random choices."})
+    do_whole_word_mask: bool = field(default=False, metadata={"help": "Mask the ## pieces of a word together."})
+    static_masking: bool = field(
+        default=True, metadata={"help": "Store masks in the data (paper); False leaves it to the collator."}
+    )
+    mask_replace_prob: float = field(default=0.8, metadata={"help": "Chosen position -> [MASK]."})
+    random_replace_prob: float = field(default=0.1, metadata={"help": "Chosen position -> random token."})
+
+    def __post_init__(self) -> None:
+        if self.max_seq_length < 5:
+            raise ValueError(
+                f"max_seq_length must be at least 5 ([CLS] A [SEP] B [SEP] with one token in each of A and B), "
+                f"got {self.max_seq_length}"
+            )
+        _check_masking(self.masked_lm_prob, self.max_predictions_per_seq, self.mask_replace_prob,
+                       self.random_replace_prob)
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise ValueError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
+        if self.dupe_factor < 1:
+            raise ValueError(f"dupe_factor must be at least 1, got {self.dupe_factor}")
+
+    @property
+    def max_num_tokens(self) -> int:
+        """Room for segments A and B: ``max_seq_length`` less ``[CLS]`` and two ``[SEP]``."""
+        return self.max_seq_length - 3
+
+
+def _check_masking(masked_lm_prob: float, max_predictions_per_seq: int, mask_replace_prob: float,
+                   random_replace_prob: float) -> None:
+    if not 0.0 < masked_lm_prob <= 1.0:
+        raise ValueError(f"masked_lm_prob must be in (0, 1], got {masked_lm_prob}")
+    if max_predictions_per_seq < 1:
+        raise ValueError(f"max_predictions_per_seq must be at least 1, got {max_predictions_per_seq}")
+    if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1 + 1e-9:
+        raise ValueError(
+            "mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1, "
+            f"got {mask_replace_prob} and {random_replace_prob}"
+        )
+
+
+@dataclass(frozen=True)
+class WordPieceVocab:
+    """What pair building and masking need to know of the vocabulary, for tokens as strings or as ids.
+
+    ``vocab_words`` is the whole vocabulary in id order (``range(size)`` for ids): a random replacement is
+    ``vocab_words[rng.randint(0, len(vocab_words) - 1)]``, any entry, special ones included, as in the
+    reference. ``subword_tokens`` are the tokens that continue a word (``##`` pieces).
+    """
+
+    cls_token: Hashable
+    sep_token: Hashable
+    mask_token: Hashable
+    vocab_words: Sequence[Any]
+    subword_tokens: frozenset = frozenset()
+    pad_token: Hashable | None = None
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, *, as_ids: bool = True) -> WordPieceVocab:
+        """From a (fast) BERT tokenizer; ``as_ids=False`` gives the string tokens of the reference code."""
+        vocab: dict[str, int] = tokenizer.get_vocab()
+        missing = [name for name in ("cls_token", "sep_token", "mask_token") if getattr(tokenizer, name) is None]
+        if missing:
+            raise ValueError(f"the tokenizer has no {', '.join(missing)}: BERT pre-training data needs all three")
+        if as_ids:
+            return cls(
+                cls_token=tokenizer.cls_token_id,
+                sep_token=tokenizer.sep_token_id,
+                mask_token=tokenizer.mask_token_id,
+                vocab_words=range(max(vocab.values()) + 1),
+                subword_tokens=frozenset(i for t, i in vocab.items() if t.startswith("##")),
+                pad_token=tokenizer.pad_token_id,
+            )
+        return cls.from_vocab_words(
+            [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])],
+            cls_token=tokenizer.cls_token, sep_token=tokenizer.sep_token, mask_token=tokenizer.mask_token,
+            pad_token=tokenizer.pad_token,
+        )
+
+    @classmethod
+    def from_vocab_words(cls, vocab_words: Sequence[str], *, cls_token: str = "[CLS]", sep_token: str = "[SEP]",
+                         mask_token: str = "[MASK]", pad_token: str | None = "[PAD]") -> WordPieceVocab:
+        """String tokens, as the reference reads them from ``vocab.txt`` (one token a line, in id order)."""
+        return cls(cls_token=cls_token, sep_token=sep_token, mask_token=mask_token, vocab_words=list(vocab_words),
+                   subword_tokens=frozenset(t for t in vocab_words if t.startswith("##")), pad_token=pad_token)
+
+
+@dataclass
+class TrainingInstance:
+    """One sentence pair: ``[CLS] A [SEP] B [SEP]`` with its masked LM targets (reference names)."""
+
+    tokens: list[Any]
+    segment_ids: list[int]
+    is_random_next: bool
+    masked_lm_positions: list[int] = field(default_factory=list)
+    masked_lm_labels: list[Any] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------
+# The reference algorithm (steps 1-7)
+# --------------------------------------------------------------------------------------------------
+
+
+def create_training_instances(documents: Iterable[Sequence[Sequence[Any]]], vocab: WordPieceVocab,
+                              config: PreTrainingDataConfig, rng: random.Random | None = None,
+                              ) -> list[TrainingInstance]:
+    """The reference's whole-corpus loop with one random stream (``random.Random(config.random_seed)``).
+
+    Empty sentences and empty documents are dropped, the documents shuffled, ``dupe_factor`` rounds run
+    over all of them, and the instances shuffled. Holds everything in memory: for large corpora use
+    ``create_pretraining_instances``.
+    """
+    rng = random.Random(config.random_seed) if rng is None else rng
+    all_documents = [doc for doc in ([list(s) for s in d if len(s)] for d in documents) if doc]
+    rng.shuffle(all_documents)
+    instances: list[TrainingInstance] = []
+    for _ in range(config.dupe_factor):
+        for document_index in range(len(all_documents)):
+            instances.extend(create_instances_from_document(all_documents, document_index, vocab, rng, config))
+    rng.shuffle(instances)
+    return instances
+
+
+def create_instances_from_document(all_documents: Sequence[Sequence[Sequence[Any]]], document_index: int,
+                                   vocab: WordPieceVocab, rng: random.Random, config: PreTrainingDataConfig,
+                                   ) -> list[TrainingInstance]:
+    """One pass (one ``dupe_factor`` round) over ``all_documents[document_index]``: steps 1-7.
+
+    ``all_documents`` holds non-empty documents of non-empty sentences; any of them may give segment B of a
+    NotNext pair. Masks are drawn right after each pair (as in the reference) when ``config.static_masking``.
+    """
+    document = all_documents[document_index]
+    max_num_tokens = config.max_num_tokens
+    target_seq_length = max_num_tokens
+    if rng.random() < config.short_seq_prob:
+        target_seq_length = rng.randint(2, max_num_tokens)
+
+    instances: list[TrainingInstance] = []
+    current_chunk: list[Sequence[Any]] = []
+    current_length = 0
+    i = 0
+    while i < len(document):
+        current_chunk.append(document[i])
+        current_length += len(document[i])
+        if i == len(document) - 1 or current_length >= target_seq_length:
+            tokens_a, tokens_b, is_random_next, num_unused = _segment_pair(
+                all_documents, document_index, current_chunk, target_seq_length, rng)
+            i -= num_unused  # NotNext: put the chunk's unused sentences back.
+            truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+            instances.append(_instance(tokens_a, tokens_b, is_random_next, vocab, rng, config))
+            current_chunk = []
+            current_length = 0
+        i += 1
+    return instances
+
+
+def _segment_pair(all_documents: Sequence[Sequence[Sequence[Any]]], document_index: int,
+                  chunk: list[Sequence[Any]], target_seq_length: int, rng: random.Random,
+                  ) -> tuple[list[Any], list[Any], bool, int]:
+    """Steps 3-4: segments A and B of one chunk, whether B is random, and how many sentences go back."""
+    a_end = 1
+    if len(chunk) >= 2:
+        a_end = rng.randint(1, len(chunk) - 1)
+    tokens_a = [t for sentence in chunk[:a_end] for t in sentence]
+
+    if len(chunk) == 1 or rng.random() < 0.5:
+        tokens_b = _random_segment_b(all_documents, document_index, target_seq_length - len(tokens_a), rng)
+        return tokens_a, tokens_b, True, len(chunk) - a_end
+    tokens_b = [t for sentence in chunk[a_end:] for t in sentence]
+    return tokens_a, tokens_b, False, 0
+
+
+def _random_segment_b(all_documents: Sequence[Sequence[Sequence[Any]]], document_index: int,
+                      target_b_length: int, rng: random.Random) -> list[Any]:
+    """Segment B of a NotNext pair: sentences from a random start in a random other document.
+
+    Ten tries to draw a document other than the current one, then the last draw is used whatever it is
+    (the reference's rule: with a single document, B comes from the same document).
+    """
+    for _ in range(10):
+        random_document_index = rng.randint(0, len(all_documents) - 1)
+        if random_document_index != document_index:
+            break
+    random_document = all_documents[random_document_index]
+    random_start = rng.randint(0, len(random_document) - 1)
+    tokens_b: list[Any] = []
+    for j in range(random_start, len(random_document)):
+        tokens_b.extend(random_document[j])
+        if len(tokens_b) >= target_b_length:
+            break
+    return tokens_b
+
+
+def truncate_seq_pair(tokens_a: list[Any], tokens_b: list[Any], max_num_tokens: int, rng: random.Random) -> None:
+    """Step 5, in place: drop a token from the front or back (p 0.5) of the longer segment until they fit.
+
+    The same random draws as the reference's loop, but the lists are cut once at the end, so a segment of
+    25,000 tokens (a 100,000-character line) costs one draw per dropped token and no quadratic list work.
+    """
+    a_lo, a_hi, b_lo, b_hi = 0, len(tokens_a), 0, len(tokens_b)
+    while (a_hi - a_lo) + (b_hi - b_lo) > max_num_tokens:
+        front = rng.random() < 0.5
+        if a_hi - a_lo > b_hi - b_lo:
+            a_lo, a_hi = (a_lo + 1, a_hi) if front else (a_lo, a_hi - 1)
+        else:
+            b_lo, b_hi = (b_lo + 1, b_hi) if front else (b_lo, b_hi - 1)
+    del tokens_a[a_hi:], tokens_a[:a_lo], tokens_b[b_hi:], tokens_b[:b_lo]
+
+
+def _instance(tokens_a: list[Any], tokens_b: list[Any], is_random_next: bool, vocab: WordPieceVocab,
+              rng: random.Random, config: PreTrainingDataConfig) -> TrainingInstance:
+    """Step 6 (and 7 with static masking): ``[CLS] A [SEP] B [SEP]``, segment ids, masks."""
+    tokens = [vocab.cls_token, *tokens_a, vocab.sep_token, *tokens_b, vocab.sep_token]
+    segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
+    instance = TrainingInstance(tokens=tokens, segment_ids=segment_ids, is_random_next=is_random_next)
+    if config.static_masking:
+        instance.tokens, instance.masked_lm_positions, instance.masked_lm_labels = create_masked_lm_predictions(
+            tokens, config.masked_lm_prob, config.max_predictions_per_seq, vocab, rng,
+            do_whole_word_mask=config.do_whole_word_mask, mask_replace_prob=config.mask_replace_prob,
+            random_replace_prob=config.random_replace_prob)
+    return instance
+
+
+def create_masked_lm_predictions(tokens: Sequence[Any], masked_lm_prob: float, max_predictions_per_seq: int,
+                                 vocab: WordPieceVocab, rng: random.Random, *, do_whole_word_mask: bool = False,
+                                 mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
+                                 ) -> tuple[list[Any], list[int], list[Any]]:
+    """Step 7: ``(output_tokens, masked_lm_positions, masked_lm_labels)``, positions ascending.
+
+    Candidates are all positions but ``[CLS]``/``[SEP]`` (with whole-word masking: groups of a word-initial
+    piece and the ``##`` pieces after it), shuffled; groups are taken in that order, a group that would
+    overshoot the budget being skipped, until ``min(max_predictions_per_seq, max(1, round(len(tokens) *
+    masked_lm_prob)))`` positions are chosen. Each chosen position becomes ``[MASK]`` with probability
+    ``mask_replace_prob``, a random vocabulary entry with ``random_replace_prob``, else stays.
+    """
+    cand_indexes = _candidate_groups(tokens, vocab, do_whole_word_mask)
+    rng.shuffle(cand_indexes)
+    num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
+    keep_share = _keep_share(mask_replace_prob, random_replace_prob)
+
+    output_tokens = list(tokens)
+    masked: list[tuple[int, Any]] = []
+    covered: set[int] = set()
+    for index_set in cand_indexes:
+        if len(masked) >= num_to_predict:
+            break
+        if len(masked) + len(index_set) > num_to_predict or any(i in covered for i in index_set):
+            continue
+        for index in index_set:
+            covered.add(index)
+            output_tokens[index] = _replacement(tokens[index], vocab, rng, mask_replace_prob, keep_share)
+            masked.append((index, tokens[index]))
+    masked.sort(key=lambda m: m[0])
+    return output_tokens, [m[0] for m in masked], [m[1] for m in masked]
+
+
+def _candidate_groups(tokens: Sequence[Any], vocab: WordPieceVocab, do_whole_word_mask: bool) -> list[list[int]]:
+    """Positions that may be masked, grouped by word with whole-word masking (as the reference groups them:
+    a ``##`` piece joins the group before it, even across a ``[SEP]``)."""
+    groups: list[list[int]] = []
+    for i, token in enumerate(tokens):
+        if token == vocab.cls_token or token == vocab.sep_token:
+            continue
+        if do_whole_word_mask and groups and token in vocab.subword_tokens:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _keep_share(mask_replace_prob: float, random_replace_prob: float) -> float:
+    """Chance of "unchanged" once "[MASK]" was not drawn (0.5 for 80/10/10, exactly, as in the reference)."""
+    if mask_replace_prob >= 1.0:
+        return 0.0
+    return round((1.0 - mask_replace_prob - random_replace_prob) / (1.0 - mask_replace_prob), 12)
+
+
+def _replacement(token: Any, vocab: WordPieceVocab, rng: random.Random, mask_replace_prob: float,
+                 keep_share: float) -> Any:
+    """What a chosen position shows the model: ``[MASK]``, itself, or a random vocabulary entry."""
+    if rng.random() < mask_replace_prob:
+        return vocab.mask_token
+    if rng.random() < keep_share:
+        return token
+    return vocab.vocab_words[rng.randint(0, len(vocab.vocab_words) - 1)]
+
+
+# --------------------------------------------------------------------------------------------------
+# datasets pipeline: documents -> sentences -> WordPiece ids
+# --------------------------------------------------------------------------------------------------
+
+
+def tokenize_documents(dataset: Dataset, tokenizer: Any, *, text_column: str = "text", split_lines: bool = False,
+                       num_proc: int | None = None, batch_size: int = 64) -> Dataset:
+    """Split each row's text into sentences and each sentence into WordPiece ids (no special tokens).
+
+    Returns one row per input row with the columns of ``DOCUMENT_FEATURES``; a row that is empty, holds
+    only white space or looks like binary data keeps no sentences and says why in ``skip_reason``
+    (the counts are logged). ``split_lines``: see ``bert_repro.sentences.split_sentences``.
+    """
+    _check_text_column(dataset, text_column)
+    documents = dataset.map(
+        _tokenize_batch, batched=True, batch_size=batch_size, num_proc=num_proc, input_columns=[text_column],
+        remove_columns=dataset.column_names, features=DOCUMENT_FEATURES,
+        fn_kwargs={"tokenizer": tokenizer, "split_lines": split_lines}, desc="Sentence split + WordPiece",
+    )
+    _log_skipped(documents)
+    return documents
+
+
+def _check_text_column(dataset: Dataset, text_column: str) -> None:
+    if text_column not in dataset.column_names:
+        raise ValueError(
+            f"the dataset has no column {text_column!r} (its columns: {dataset.column_names}); "
+            "pass text_column= to name the column that holds each document's text"
+        )
+    feature = dataset.features[text_column]
+    if not (isinstance(feature, Value) and feature.dtype in ("string", "large_string", "binary", "large_binary")):
+        raise TypeError(f"column {text_column!r} must hold text (one document a row), not {feature}")
+
+
+def _tokenize_batch(texts: list[Any], tokenizer: Any, split_lines: bool) -> dict[str, list[Any]]:
+    reasons: list[str] = []
+    split: list[list[str]] = []
+    for text in texts:
+        text, reason = _as_text(text)
+        reasons.append(reason)
+        split.append(split_sentences(text, split_lines=split_lines) if not reason else [])
+    flat = [s for sentences in split for s in sentences]
+    ids = _encode(tokenizer, flat)
+
+    out: dict[str, list[Any]] = {"sentences": [], "num_sentences": [], "num_tokens": [], "skip_reason": []}
+    start = 0
+    for sentences, reason in zip(split, reasons):
+        document = [s for s in ids[start : start + len(sentences)] if s]  # the reference drops empty sentences
+        start += len(sentences)
+        out["sentences"].append(document)
+        out["num_sentences"].append(len(document))
+        out["num_tokens"].append(sum(len(s) for s in document))
+        out["skip_reason"].append(reason or ("" if document else "empty"))
+    return out
+
+
+def _as_text(text: Any) -> tuple[str, str]:
+    """``(text, skip_reason)``: bytes are decoded as UTF-8; None, blank and binary-looking rows are skipped."""
+    if text is None:
+        return "", "empty"
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError:
+            return "", "binary"
+    if looks_like_binary(text):
+        return "", "binary"
+    if not text.strip():
+        return "", "empty"
+    return text, ""
+
+
+def _encode(tokenizer: Any, sentences: list[str]) -> list[list[int]]:
+    if not sentences:
+        return []
+    encoded = tokenizer(sentences, add_special_tokens=False, split_special_tokens=True,
+                        return_attention_mask=False, return_token_type_ids=False, verbose=False)
+    return encoded["input_ids"]
+
+
+def _log_skipped(documents: Dataset) -> None:
+    reasons = documents.data.column("skip_reason").to_pylist()
+    counts = {r: reasons.count(r) for r in ("empty", "binary")}
+    if any(counts.values()):
+        logger.warning("skipped %d empty and %d binary-looking documents of %d",
+                       counts["empty"], counts["binary"], len(reasons))
+
+
+# --------------------------------------------------------------------------------------------------
+# datasets pipeline: WordPiece documents -> training instances
+# --------------------------------------------------------------------------------------------------
+
+
+def document_rng(seed: int, document_index: int, dupe_round: int) -> random.Random:
+    """The random stream of one document in one ``dupe_factor`` round (a departure from the reference's
+    single stream, so that documents can be processed in any order and in parallel)."""
+    digest = hashlib.sha256(f"{seed}/{dupe_round}/{document_index}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "little"))
+
+
+def instance_features(static_masking: bool = True) -> Features:
+    """Columns of ``create_pretraining_instances``."""
+    columns: dict[str, Any] = {
+        "input_ids": List(Value("int32")),
+        "token_type_ids": List(Value("int8")),
+        "next_sentence_label": Value("int8"),
+    }
+    if static_masking:
+        columns["masked_lm_positions"] = List(Value("int32"))
+        columns["masked_lm_ids"] = List(Value("int32"))
+    return Features(columns)
+
+
+def create_pretraining_instances(documents: Dataset, vocab: WordPieceVocab, config: PreTrainingDataConfig, *,
+                                 num_proc: int | None = None, shuffle: bool = True, batch_size: int = 16,
+                                 ) -> Dataset:
+    """Steps 1-7 over every document of ``tokenize_documents``'s output, ``config.dupe_factor`` times.
+
+    Document ``d`` in round ``r`` draws from ``document_rng(config.random_seed, d, r)`` (a departure from the
+    reference's single stream over the corpus, made so the work parallelises); the result is the same
+    bytes for any ``num_proc``. NotNext segments come from the whole corpus in every worker. With
+    ``shuffle`` the instances are shuffled with ``config.random_seed``, as the reference shuffles them.
+    ``vocab`` must hold ids (``WordPieceVocab.from_tokenizer(tokenizer)``).
+    """
+    missing = {"sentences", "num_sentences"} - set(documents.column_names)
+    if missing:
+        raise ValueError(f"documents need the columns of tokenize_documents, missing {sorted(missing)}")
+    if getattr(documents, "_indices", None) is not None:
+        documents = documents.flatten_indices()  # the corpus is read from the Arrow table by row number
+    corpus = ArrowCorpus(documents)
+    if len(corpus) == 0:
+        raise ValueError("no document with at least one sentence: nothing to build examples from")
+    if len(corpus) == 1:
+        logger.warning("one document only: NotNext segments will come from that same document (reference rule)")
+    instances = documents.map(
+        _instances_batch, batched=True, batch_size=batch_size, num_proc=num_proc, with_indices=True,
+        input_columns=["sentences"], remove_columns=documents.column_names,
+        features=instance_features(config.static_masking),
+        fn_kwargs={"corpus": corpus, "vocab": vocab, "config": config},
+        new_fingerprint=Hasher.hash([documents._fingerprint, asdict(config), _vocab_key(vocab), "instances-1"]),
+        desc="Pre-training instances",
+    )
+    if shuffle:
+        instances = instances.shuffle(seed=config.random_seed).flatten_indices()
+    return instances
+
+
+def _vocab_key(vocab: WordPieceVocab) -> str:
+    subwords = sorted(map(str, vocab.subword_tokens))
+    return json.dumps([str(vocab.cls_token), str(vocab.sep_token), str(vocab.mask_token), len(vocab.vocab_words),
+                       hashlib.sha256("\n".join(subwords).encode()).hexdigest()])
+
+
+def _instances_batch(batch_sentences: list[list[list[int]]], indices: list[int], corpus: ArrowCorpus,
+                     vocab: WordPieceVocab, config: PreTrainingDataConfig) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {name: [] for name in instance_features(config.static_masking)}
+    for document, row in zip(batch_sentences, indices):
+        position = corpus.position(row)
+        if position is None:
+            continue
+        view = _WithCurrent(corpus, position, document)
+        for dupe_round in range(config.dupe_factor):
+            rng = document_rng(config.random_seed, row, dupe_round)
+            for instance in create_instances_from_document(view, position, vocab, rng, config):
+                _append_instance(out, instance, config.static_masking)
+    return out
+
+
+def _append_instance(out: dict[str, list[Any]], instance: TrainingInstance, static_masking: bool) -> None:
+    out["input_ids"].append(instance.tokens)
+    out["token_type_ids"].append(instance.segment_ids)
+    out["next_sentence_label"].append(NOT_NEXT if instance.is_random_next else IS_NEXT)
+    if static_masking:
+        out["masked_lm_positions"].append(instance.masked_lm_positions)
+        out["masked_lm_ids"].append(instance.masked_lm_labels)
+
+
+class ArrowCorpus(Sequence):
+    """The non-empty documents of a ``tokenize_documents`` dataset as a sequence of documents, read lazily.
+
+    ``corpus[j]`` is the ``j``-th document with at least one sentence (the reference drops empty ones);
+    its sentences are converted to Python lists one at a time, when asked for, so drawing a NotNext
+    segment from a book-sized document reads only the sentences it uses. Pickles as the dataset does
+    (a memory-mapped dataset by file name).
+    """
+
+    def __init__(self, documents: Dataset) -> None:
+        self._documents = documents
+        self._index: tuple[list[pa.Array], list[int], np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_documents": self._documents, "_index": None}
+
+    def _build_index(self) -> tuple[list[pa.Array], list[int], np.ndarray]:
+        if self._index is None:
+            table = self._documents.data
+            chunks = table.column("sentences").chunks
+            starts = np.cumsum([0] + [len(c) for c in chunks[:-1]]).tolist()
+            counts = table.column("num_sentences").to_numpy()
+            self._index = (chunks, starts, np.flatnonzero(counts > 0))
+        return self._index
+
+    def __len__(self) -> int:
+        return len(self._build_index()[2])
+
+    def position(self, row: int) -> int | None:
+        """Position among the non-empty documents of dataset row ``row`` (None if that row is empty)."""
+        rows = self._build_index()[2]
+        position = int(np.searchsorted(rows, row))
+        return position if position < len(rows) and rows[position] == row else None
+
+    def __getitem__(self, position: int) -> _ArrowDocument:  # type: ignore[override]
+        chunks, starts, rows = self._build_index()
+        row = int(rows[position])
+        c = bisect.bisect_right(starts, row) - 1
+        return _ArrowDocument(chunks[c][row - starts[c]].values)
+
+
+class _ArrowDocument(Sequence):
+    """A document's sentences (an Arrow list array), each converted to a list of ints on access."""
+
+    def __init__(self, sentences: pa.Array) -> None:
+        self._sentences = sentences
+
+    def __len__(self) -> int:
+        return len(self._sentences)
+
+    def __getitem__(self, k: int) -> list[int]:  # type: ignore[override]
+        return self._sentences[k].as_py()
+
+
+class _WithCurrent(Sequence):
+    """The corpus, with the document being processed already decoded (it is read whole)."""
+
+    def __init__(self, corpus: ArrowCorpus, position: int, document: list[list[int]]) -> None:
+        self._corpus, self._position, self._document = corpus, position, document
+
+    def __len__(self) -> int:
+        return len(self._corpus)
+
+    def __getitem__(self, position: int) -> Sequence[Sequence[int]]:  # type: ignore[override]
+        return self._document if position == self._position else self._corpus[position]
+
+
+def create_pretraining_dataset(dataset: Dataset, tokenizer: Any, config: PreTrainingDataConfig | None = None, *,
+                               text_column: str = "text", split_lines: bool = False, num_proc: int | None = None,
+                               shuffle: bool = True) -> Dataset:
+    """Raw documents (one a row, in ``text_column``) -> pre-training instances: ``tokenize_documents`` then
+    ``create_pretraining_instances``. Same ``config.random_seed`` -> same bytes, whatever ``num_proc``."""
+    config = PreTrainingDataConfig() if config is None else config
+    documents = tokenize_documents(dataset, tokenizer, text_column=text_column, split_lines=split_lines,
+                                   num_proc=num_proc)
+    return create_pretraining_instances(documents, WordPieceVocab.from_tokenizer(tokenizer), config,
+                                        num_proc=num_proc, shuffle=shuffle)
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------------------------------
+
+
+def pretraining_statistics(instances: Dataset, documents: Dataset | None = None, *,
+                           mask_token_id: int | None = None, num_bins: int = 16) -> dict[str, Any]:
+    """Counts and shares of a built dataset, as a JSON-serialisable dict.
+
+    ``examples``, ``tokens`` (all positions, special tokens included), ``is_next_share``,
+    ``length_histogram`` (``"lo-hi"`` -> examples, inclusive bounds); with static masks ``masked`` and
+    ``masked_share`` (of ``tokens``, the base of ``masked_lm_prob``), and with ``mask_token_id`` the split of
+    the masked positions into ``[MASK]`` / random / unchanged (a random draw that hits the original token
+    counts as unchanged). With ``documents`` (``tokenize_documents``'s output): documents, sentences and
+    tokens of the corpus and the skipped documents by reason.
+    """
+    stats: dict[str, Any] = {}
+    if documents is not None:
+        stats.update(_document_statistics(documents))
+    table = instances.with_format("arrow")[:]
+    input_ids = _combined(table.column("input_ids"))
+    lengths = pc.list_value_length(input_ids).to_numpy(zero_copy_only=False).astype(np.int64)
+    labels = table.column("next_sentence_label").to_numpy()
+    stats.update(
+        examples=int(len(lengths)),
+        tokens=int(lengths.sum()),
+        is_next_share=float(np.mean(labels == IS_NEXT)) if len(labels) else None,
+        length_histogram=_histogram(lengths, num_bins),
+    )
+    if "masked_lm_positions" in table.column_names:
+        stats.update(_mask_statistics(table, input_ids, lengths, mask_token_id))
+    return stats
+
+
+def _combined(column: pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+
+
+def _document_statistics(documents: Dataset) -> dict[str, Any]:
+    table = documents.data
+    reasons = table.column("skip_reason").to_pylist()
+    counts = table.column("num_sentences").to_numpy()
+    return {
+        "documents": int(np.sum(counts > 0)),
+        "documents_skipped": {r: reasons.count(r) for r in ("empty", "binary")},
+        "one_sentence_documents": int(np.sum(counts == 1)),
+        "sentences": int(counts.sum()),
+        "document_tokens": int(table.column("num_tokens").to_numpy().sum()),
+    }
+
+
+def _histogram(lengths: np.ndarray, num_bins: int) -> dict[str, int]:
+    if not len(lengths):
+        return {}
+    width = max(1, math.ceil((int(lengths.max()) + 1) / num_bins))
+    bins = np.bincount(lengths // width)
+    return {f"{b * width}-{(b + 1) * width - 1}": int(n) for b, n in enumerate(bins) if n}
+
+
+def _mask_statistics(table: pa.Table, input_ids: pa.Array, lengths: np.ndarray,
+                     mask_token_id: int | None) -> dict[str, Any]:
+    positions = _combined(table.column("masked_lm_positions"))
+    originals = _combined(table.column("masked_lm_ids")).flatten().to_numpy()
+    parents = pc.list_parent_indices(positions).to_numpy()
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    shown = input_ids.flatten().to_numpy()[starts[parents] + positions.flatten().to_numpy()]
+    masked = int(len(shown))
+    stats: dict[str, Any] = {"masked": masked, "masked_share": masked / max(1, int(lengths.sum()))}
+    if mask_token_id is not None and masked:
+        as_mask = shown == mask_token_id
+        unchanged = ~as_mask & (shown == originals)
+        stats["masked_split"] = {
+            "mask": float(as_mask.mean()),
+            "random": float((~as_mask & ~unchanged).mean()),
+            "unchanged": float(unchanged.mean()),
+        }
+    return stats
+
+
+# --------------------------------------------------------------------------------------------------
+# Batches
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PreTrainingCollator:
+    """Pads a batch of pre-training instances and gives the inputs of ``BertForPreTraining``.
+
+    Output: ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (the original token at each
+    masked position, -100 elsewhere) and, when the rows have it, ``next_sentence_label`` (0 = IsNext,
+    1 = NotNext), all ``torch.long``, padded to the longest row (or to ``pad_to_multiple_of``).
+
+    Static masking (default, the paper): the masks stored by ``create_pretraining_instances``
+    (``masked_lm_positions`` / ``masked_lm_ids``). Dynamic masking (RoBERTa, ``dynamic_masking=True``, for
+    data built with ``static_masking=False``): every call draws fresh masks with the reference rules
+    (``create_masked_lm_predictions``), seeded from torch's random generator, which ``DataLoader`` seeds
+    differently in each worker and each epoch (``torch.manual_seed`` makes runs repeatable).
+    """
+
+    tokenizer: Any
+    dynamic_masking: bool = False
+    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int = 20
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
+    do_whole_word_mask: bool = False
+    pad_to_multiple_of: int | None = None
+    vocab: WordPieceVocab = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_masking(self.masked_lm_prob, self.max_predictions_per_seq, self.mask_replace_prob,
+                       self.random_replace_prob)
+        self.vocab = WordPieceVocab.from_tokenizer(self.tokenizer)
+        if self.vocab.pad_token is None:
+            raise ValueError("the tokenizer has no pad token")
+
+    @classmethod
+    def from_config(cls, tokenizer: Any, config: PreTrainingDataConfig, **kwargs: Any) -> PreTrainingCollator:
+        """A collator that matches how ``config`` built the data (dynamic masking when it stored no masks)."""
+        return cls(tokenizer, dynamic_masking=not config.static_masking, masked_lm_prob=config.masked_lm_prob,
+                   max_predictions_per_seq=config.max_predictions_per_seq,
+                   mask_replace_prob=config.mask_replace_prob, random_replace_prob=config.random_replace_prob,
+                   do_whole_word_mask=config.do_whole_word_mask, **kwargs)
+
+    def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        input_ids = [list(f["input_ids"]) for f in features]
+        if self.dynamic_masking:
+            input_ids, targets = self._mask_dynamically(features, input_ids)
+        else:
+            targets = self._stored_masks(features)
+        width = self._padded_width(max(len(ids) for ids in input_ids))
+        batch = {
+            "input_ids": _pad([ids for ids in input_ids], width, self.vocab.pad_token),
+            "token_type_ids": _pad([list(f["token_type_ids"]) for f in features], width, 0),
+            "attention_mask": _pad([[1] * len(ids) for ids in input_ids], width, 0),
+            "labels": torch.full((len(features), width), IGNORE_INDEX, dtype=torch.long),
+        }
+        for row, (positions, ids) in enumerate(targets):
+            batch["labels"][row, torch.as_tensor(positions, dtype=torch.long)] = torch.as_tensor(ids, dtype=torch.long)
+        if "next_sentence_label" in features[0]:
+            batch["next_sentence_label"] = torch.tensor([int(f["next_sentence_label"]) for f in features])
+        return batch
+
+    def _padded_width(self, longest: int) -> int:
+        multiple = self.pad_to_multiple_of
+        return longest if not multiple else -(-longest // multiple) * multiple
+
+    def _stored_masks(self, features: list[Mapping[str, Any]]) -> list[tuple[list[int], list[int]]]:
+        if "masked_lm_positions" not in features[0] or "masked_lm_ids" not in features[0]:
+            raise ValueError(
+                "static masking needs masked_lm_positions and masked_lm_ids in every row: build the data with "
+                "static_masking=True, or use PreTrainingCollator(dynamic_masking=True)"
+            )
+        return [(list(f["masked_lm_positions"]), list(f["masked_lm_ids"])) for f in features]
+
+    def _mask_dynamically(self, features: list[Mapping[str, Any]], input_ids: list[list[int]],
+                          ) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
+        if "masked_lm_positions" in features[0]:
+            raise ValueError(
+                "these rows already carry static masks (their input_ids hold [MASK]s): build the data with "
+                "static_masking=False for dynamic masking"
+            )
+        rng = random.Random(int(torch.randint(0, 2**62, (1,)).item()))
+        return mask_batch(input_ids, self.vocab, rng, masked_lm_prob=self.masked_lm_prob,
+                          max_predictions_per_seq=self.max_predictions_per_seq,
+                          do_whole_word_mask=self.do_whole_word_mask, mask_replace_prob=self.mask_replace_prob,
+                          random_replace_prob=self.random_replace_prob)
+
+
+def mask_batch(input_ids: Sequence[Sequence[int]] | torch.Tensor, vocab: WordPieceVocab, rng: random.Random, *,
+               masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20, do_whole_word_mask: bool = False,
+               mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
+               ) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
+    """Dynamic masking of unpadded id sequences (lists, or the rows of a tensor without padding).
+
+    Returns the masked sequences and, per sequence, ``(masked_lm_positions, masked_lm_ids)``, drawn with the
+    same rules as the static masks (``create_masked_lm_predictions``).
+    """
+    rows = input_ids.tolist() if isinstance(input_ids, torch.Tensor) else [list(r) for r in input_ids]
+    masked_rows, targets = [], []
+    for ids in rows:
+        out, positions, labels = create_masked_lm_predictions(
+            ids, masked_lm_prob, max_predictions_per_seq, vocab, rng, do_whole_word_mask=do_whole_word_mask,
+            mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob)
+        masked_rows.append(out)
+        targets.append((positions, labels))
+    return masked_rows, targets
+
+
+def _pad(rows: list[list[int]], width: int, value: int) -> torch.Tensor:
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)
+    return out
