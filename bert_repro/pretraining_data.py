@@ -139,7 +139,9 @@ class PreTrainingDataConfig:
     short_seq_prob: float = field(default=0.1, metadata={"help": "Chance of a shorter target length."})
     dupe_factor: int = field(default=10, metadata={"help": "Passes over the corpus, each with fresh masks."})
     random_seed: int = field(default=12345, metadata={"help": "Seed of all random choices."})
-    do_whole_word_mask: bool = field(default=False, metadata={"help": "Mask the ## pieces of a word together."})
+    do_whole_word_mask: bool = field(
+        default=False, metadata={"help": "Mask the ## pieces of a word together."}
+    )
     static_masking: bool = field(
         default=True, metadata={"help": "Store masks in the data (paper); False leaves it to the collator."}
     )
@@ -149,11 +151,15 @@ class PreTrainingDataConfig:
     def __post_init__(self) -> None:
         if self.max_seq_length < 5:
             raise ValueError(
-                f"max_seq_length must be at least 5 ([CLS] A [SEP] B [SEP] with one token in each of A and B), "
+                "max_seq_length must be at least 5 ([CLS] A [SEP] B [SEP] with a token in each of A and B), "
                 f"got {self.max_seq_length}"
             )
-        _check_masking(self.masked_lm_prob, self.max_predictions_per_seq, self.mask_replace_prob,
-                       self.random_replace_prob)
+        _check_masking(
+            self.masked_lm_prob,
+            self.max_predictions_per_seq,
+            self.mask_replace_prob,
+            self.random_replace_prob,
+        )
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise ValueError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
         if self.dupe_factor < 1:
@@ -165,8 +171,9 @@ class PreTrainingDataConfig:
         return self.max_seq_length - 3
 
 
-def _check_masking(masked_lm_prob: float, max_predictions_per_seq: int, mask_replace_prob: float,
-                   random_replace_prob: float) -> None:
+def _check_masking(
+    masked_lm_prob: float, max_predictions_per_seq: int, mask_replace_prob: float, random_replace_prob: float
+) -> None:
     if not 0.0 < masked_lm_prob <= 1.0:
         raise ValueError(f"masked_lm_prob must be in (0, 1], got {masked_lm_prob}")
     if max_predictions_per_seq < 1:
@@ -198,9 +205,13 @@ class WordPieceVocab:
     def from_tokenizer(cls, tokenizer: Any, *, as_ids: bool = True) -> WordPieceVocab:
         """From a (fast) BERT tokenizer; ``as_ids=False`` gives the string tokens of the reference code."""
         vocab: dict[str, int] = tokenizer.get_vocab()
-        missing = [name for name in ("cls_token", "sep_token", "mask_token") if getattr(tokenizer, name) is None]
+        missing = [
+            name for name in ("cls_token", "sep_token", "mask_token") if getattr(tokenizer, name) is None
+        ]
         if missing:
-            raise ValueError(f"the tokenizer has no {', '.join(missing)}: BERT pre-training data needs all three")
+            raise ValueError(
+                f"the tokenizer has no {', '.join(missing)}: BERT pre-training data needs all three"
+            )
         if as_ids:
             return cls(
                 cls_token=tokenizer.cls_token_id,
@@ -212,16 +223,31 @@ class WordPieceVocab:
             )
         return cls.from_vocab_words(
             [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])],
-            cls_token=tokenizer.cls_token, sep_token=tokenizer.sep_token, mask_token=tokenizer.mask_token,
+            cls_token=tokenizer.cls_token,
+            sep_token=tokenizer.sep_token,
+            mask_token=tokenizer.mask_token,
             pad_token=tokenizer.pad_token,
         )
 
     @classmethod
-    def from_vocab_words(cls, vocab_words: Sequence[str], *, cls_token: str = "[CLS]", sep_token: str = "[SEP]",
-                         mask_token: str = "[MASK]", pad_token: str | None = "[PAD]") -> WordPieceVocab:
+    def from_vocab_words(
+        cls,
+        vocab_words: Sequence[str],
+        *,
+        cls_token: str = "[CLS]",
+        sep_token: str = "[SEP]",
+        mask_token: str = "[MASK]",
+        pad_token: str | None = "[PAD]",
+    ) -> WordPieceVocab:
         """String tokens, as the reference reads them from ``vocab.txt`` (one token a line, in id order)."""
-        return cls(cls_token=cls_token, sep_token=sep_token, mask_token=mask_token, vocab_words=list(vocab_words),
-                   subword_tokens=frozenset(t for t in vocab_words if t.startswith("##")), pad_token=pad_token)
+        return cls(
+            cls_token=cls_token,
+            sep_token=sep_token,
+            mask_token=mask_token,
+            vocab_words=list(vocab_words),
+            subword_tokens=frozenset(t for t in vocab_words if t.startswith("##")),
+            pad_token=pad_token,
+        )
 
 
 @dataclass
@@ -240,9 +266,12 @@ class TrainingInstance:
 # --------------------------------------------------------------------------------------------------
 
 
-def create_training_instances(documents: Iterable[Sequence[Sequence[Any]]], vocab: WordPieceVocab,
-                              config: PreTrainingDataConfig, rng: random.Random | None = None,
-                              ) -> list[TrainingInstance]:
+def create_training_instances(
+    documents: Iterable[Sequence[Sequence[Any]]],
+    vocab: WordPieceVocab,
+    config: PreTrainingDataConfig,
+    rng: random.Random | None = None,
+) -> list[TrainingInstance]:
     """The reference's whole-corpus loop with one random stream (``random.Random(config.random_seed)``).
 
     Empty sentences and empty documents are dropped, the documents shuffled, ``dupe_factor`` rounds run
@@ -255,14 +284,20 @@ def create_training_instances(documents: Iterable[Sequence[Sequence[Any]]], voca
     instances: list[TrainingInstance] = []
     for _ in range(config.dupe_factor):
         for document_index in range(len(all_documents)):
-            instances.extend(create_instances_from_document(all_documents, document_index, vocab, rng, config))
+            instances.extend(
+                create_instances_from_document(all_documents, document_index, vocab, rng, config)
+            )
     rng.shuffle(instances)
     return instances
 
 
-def create_instances_from_document(all_documents: Sequence[Sequence[Sequence[Any]]], document_index: int,
-                                   vocab: WordPieceVocab, rng: random.Random, config: PreTrainingDataConfig,
-                                   ) -> list[TrainingInstance]:
+def create_instances_from_document(
+    all_documents: Sequence[Sequence[Sequence[Any]]],
+    document_index: int,
+    vocab: WordPieceVocab,
+    rng: random.Random,
+    config: PreTrainingDataConfig,
+) -> list[TrainingInstance]:
     """One pass (one ``dupe_factor`` round) over ``all_documents[document_index]``: steps 1-7.
 
     ``all_documents`` holds non-empty documents of non-empty sentences; any of them may give segment B of a
@@ -283,7 +318,8 @@ def create_instances_from_document(all_documents: Sequence[Sequence[Sequence[Any
         current_length += len(document[i])
         if i == len(document) - 1 or current_length >= target_seq_length:
             tokens_a, tokens_b, is_random_next, num_unused = _segment_pair(
-                all_documents, document_index, current_chunk, target_seq_length, rng)
+                all_documents, document_index, current_chunk, target_seq_length, rng
+            )
             i -= num_unused  # NotNext: put the chunk's unused sentences back.
             truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
             instances.append(_instance(tokens_a, tokens_b, is_random_next, vocab, rng, config))
@@ -293,9 +329,13 @@ def create_instances_from_document(all_documents: Sequence[Sequence[Sequence[Any
     return instances
 
 
-def _segment_pair(all_documents: Sequence[Sequence[Sequence[Any]]], document_index: int,
-                  chunk: list[Sequence[Any]], target_seq_length: int, rng: random.Random,
-                  ) -> tuple[list[Any], list[Any], bool, int]:
+def _segment_pair(
+    all_documents: Sequence[Sequence[Sequence[Any]]],
+    document_index: int,
+    chunk: list[Sequence[Any]],
+    target_seq_length: int,
+    rng: random.Random,
+) -> tuple[list[Any], list[Any], bool, int]:
     """Steps 3-4: segments A and B of one chunk, whether B is random, and how many sentences go back."""
     a_end = 1
     if len(chunk) >= 2:
@@ -309,8 +349,12 @@ def _segment_pair(all_documents: Sequence[Sequence[Sequence[Any]]], document_ind
     return tokens_a, tokens_b, False, 0
 
 
-def _random_segment_b(all_documents: Sequence[Sequence[Sequence[Any]]], document_index: int,
-                      target_b_length: int, rng: random.Random) -> list[Any]:
+def _random_segment_b(
+    all_documents: Sequence[Sequence[Sequence[Any]]],
+    document_index: int,
+    target_b_length: int,
+    rng: random.Random,
+) -> list[Any]:
     """Segment B of a NotNext pair: sentences from a random start in a random other document.
 
     Ten tries to draw a document other than the current one, then the last draw is used whatever it is
@@ -330,7 +374,9 @@ def _random_segment_b(all_documents: Sequence[Sequence[Sequence[Any]]], document
     return tokens_b
 
 
-def truncate_seq_pair(tokens_a: list[Any], tokens_b: list[Any], max_num_tokens: int, rng: random.Random) -> None:
+def truncate_seq_pair(
+    tokens_a: list[Any], tokens_b: list[Any], max_num_tokens: int, rng: random.Random
+) -> None:
     """Step 5, in place: drop a token from the front or back (p 0.5) of the longer segment until they fit.
 
     The same random draws as the reference's loop, but the lists are cut once at the end, so a segment of
@@ -346,24 +392,45 @@ def truncate_seq_pair(tokens_a: list[Any], tokens_b: list[Any], max_num_tokens: 
     del tokens_a[a_hi:], tokens_a[:a_lo], tokens_b[b_hi:], tokens_b[:b_lo]
 
 
-def _instance(tokens_a: list[Any], tokens_b: list[Any], is_random_next: bool, vocab: WordPieceVocab,
-              rng: random.Random, config: PreTrainingDataConfig) -> TrainingInstance:
+def _instance(
+    tokens_a: list[Any],
+    tokens_b: list[Any],
+    is_random_next: bool,
+    vocab: WordPieceVocab,
+    rng: random.Random,
+    config: PreTrainingDataConfig,
+) -> TrainingInstance:
     """Step 6 (and 7 with static masking): ``[CLS] A [SEP] B [SEP]``, segment ids, masks."""
     tokens = [vocab.cls_token, *tokens_a, vocab.sep_token, *tokens_b, vocab.sep_token]
     segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
     instance = TrainingInstance(tokens=tokens, segment_ids=segment_ids, is_random_next=is_random_next)
     if config.static_masking:
-        instance.tokens, instance.masked_lm_positions, instance.masked_lm_labels = create_masked_lm_predictions(
-            tokens, config.masked_lm_prob, config.max_predictions_per_seq, vocab, rng,
-            do_whole_word_mask=config.do_whole_word_mask, mask_replace_prob=config.mask_replace_prob,
-            random_replace_prob=config.random_replace_prob)
+        instance.tokens, instance.masked_lm_positions, instance.masked_lm_labels = (
+            create_masked_lm_predictions(
+                tokens,
+                config.masked_lm_prob,
+                config.max_predictions_per_seq,
+                vocab,
+                rng,
+                do_whole_word_mask=config.do_whole_word_mask,
+                mask_replace_prob=config.mask_replace_prob,
+                random_replace_prob=config.random_replace_prob,
+            )
+        )
     return instance
 
 
-def create_masked_lm_predictions(tokens: Sequence[Any], masked_lm_prob: float, max_predictions_per_seq: int,
-                                 vocab: WordPieceVocab, rng: random.Random, *, do_whole_word_mask: bool = False,
-                                 mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
-                                 ) -> tuple[list[Any], list[int], list[Any]]:
+def create_masked_lm_predictions(
+    tokens: Sequence[Any],
+    masked_lm_prob: float,
+    max_predictions_per_seq: int,
+    vocab: WordPieceVocab,
+    rng: random.Random,
+    *,
+    do_whole_word_mask: bool = False,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+) -> tuple[list[Any], list[int], list[Any]]:
     """Step 7: ``(output_tokens, masked_lm_positions, masked_lm_labels)``, positions ascending.
 
     Candidates are all positions but ``[CLS]``/``[SEP]`` (with whole-word masking: groups of a word-initial
@@ -374,7 +441,7 @@ def create_masked_lm_predictions(tokens: Sequence[Any], masked_lm_prob: float, m
     """
     cand_indexes = _candidate_groups(tokens, vocab, do_whole_word_mask)
     rng.shuffle(cand_indexes)
-    num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
+    num_to_predict = min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))
     keep_share = _keep_share(mask_replace_prob, random_replace_prob)
 
     output_tokens = list(tokens)
@@ -393,14 +460,20 @@ def create_masked_lm_predictions(tokens: Sequence[Any], masked_lm_prob: float, m
     return output_tokens, [m[0] for m in masked], [m[1] for m in masked]
 
 
-def _candidate_groups(tokens: Sequence[Any], vocab: WordPieceVocab, do_whole_word_mask: bool) -> list[list[int]]:
+def _candidate_groups(
+    tokens: Sequence[Any], vocab: WordPieceVocab, do_whole_word_mask: bool
+) -> list[list[int]]:
     """Positions that may be masked, grouped by word with whole-word masking (as the reference groups them:
     a ``##`` piece joins the group before it, even across a ``[SEP]``)."""
+    if not do_whole_word_mask:
+        return [
+            [i] for i, token in enumerate(tokens) if token != vocab.cls_token and token != vocab.sep_token
+        ]
     groups: list[list[int]] = []
     for i, token in enumerate(tokens):
         if token == vocab.cls_token or token == vocab.sep_token:
             continue
-        if do_whole_word_mask and groups and token in vocab.subword_tokens:
+        if groups and token in vocab.subword_tokens:
             groups[-1].append(i)
         else:
             groups.append([i])
@@ -414,8 +487,9 @@ def _keep_share(mask_replace_prob: float, random_replace_prob: float) -> float:
     return round((1.0 - mask_replace_prob - random_replace_prob) / (1.0 - mask_replace_prob), 12)
 
 
-def _replacement(token: Any, vocab: WordPieceVocab, rng: random.Random, mask_replace_prob: float,
-                 keep_share: float) -> Any:
+def _replacement(
+    token: Any, vocab: WordPieceVocab, rng: random.Random, mask_replace_prob: float, keep_share: float
+) -> Any:
     """What a chosen position shows the model: ``[MASK]``, itself, or a random vocabulary entry."""
     if rng.random() < mask_replace_prob:
         return vocab.mask_token
@@ -429,8 +503,15 @@ def _replacement(token: Any, vocab: WordPieceVocab, rng: random.Random, mask_rep
 # --------------------------------------------------------------------------------------------------
 
 
-def tokenize_documents(dataset: Dataset, tokenizer: Any, *, text_column: str = "text", split_lines: bool = False,
-                       num_proc: int | None = None, batch_size: int = 64) -> Dataset:
+def tokenize_documents(
+    dataset: Dataset,
+    tokenizer: Any,
+    *,
+    text_column: str = "text",
+    split_lines: bool = False,
+    num_proc: int | None = None,
+    batch_size: int = 64,
+) -> Dataset:
     """Split each row's text into sentences and each sentence into WordPiece ids (no special tokens).
 
     Returns one row per input row with the columns of ``DOCUMENT_FEATURES``; a row that is empty, holds
@@ -439,9 +520,15 @@ def tokenize_documents(dataset: Dataset, tokenizer: Any, *, text_column: str = "
     """
     _check_text_column(dataset, text_column)
     documents = dataset.map(
-        _tokenize_batch, batched=True, batch_size=batch_size, num_proc=num_proc, input_columns=[text_column],
-        remove_columns=dataset.column_names, features=DOCUMENT_FEATURES,
-        fn_kwargs={"tokenizer": tokenizer, "split_lines": split_lines}, desc="Sentence split + WordPiece",
+        _tokenize_batch,
+        batched=True,
+        batch_size=batch_size,
+        num_proc=num_proc,
+        input_columns=[text_column],
+        remove_columns=dataset.column_names,
+        features=DOCUMENT_FEATURES,
+        fn_kwargs={"tokenizer": tokenizer, "split_lines": split_lines},
+        desc="Sentence split + WordPiece",
     )
     _log_skipped(documents)
     return documents
@@ -454,7 +541,9 @@ def _check_text_column(dataset: Dataset, text_column: str) -> None:
             "pass text_column= to name the column that holds each document's text"
         )
     feature = dataset.features[text_column]
-    if not (isinstance(feature, Value) and feature.dtype in ("string", "large_string", "binary", "large_binary")):
+    if not (
+        isinstance(feature, Value) and feature.dtype in ("string", "large_string", "binary", "large_binary")
+    ):
         raise TypeError(f"column {text_column!r} must hold text (one document a row), not {feature}")
 
 
@@ -470,8 +559,9 @@ def _tokenize_batch(texts: list[Any], tokenizer: Any, split_lines: bool) -> dict
 
     out: dict[str, list[Any]] = {"sentences": [], "num_sentences": [], "num_tokens": [], "skip_reason": []}
     start = 0
-    for sentences, reason in zip(split, reasons):
-        document = [s for s in ids[start : start + len(sentences)] if s]  # the reference drops empty sentences
+    for sentences, reason in zip(split, reasons, strict=True):
+        # The reference drops sentences that tokenize to nothing.
+        document = [s for s in ids[start : start + len(sentences)] if s]
         start += len(sentences)
         out["sentences"].append(document)
         out["num_sentences"].append(len(document))
@@ -481,7 +571,7 @@ def _tokenize_batch(texts: list[Any], tokenizer: Any, split_lines: bool) -> dict
 
 
 def _as_text(text: Any) -> tuple[str, str]:
-    """``(text, skip_reason)``: bytes are decoded as UTF-8; None, blank and binary-looking rows are skipped."""
+    """``(text, skip_reason)``: bytes are decoded as UTF-8; None, blank and binary-looking rows are skipped"""
     if text is None:
         return "", "empty"
     if isinstance(text, (bytes, bytearray)):
@@ -499,17 +589,26 @@ def _as_text(text: Any) -> tuple[str, str]:
 def _encode(tokenizer: Any, sentences: list[str]) -> list[list[int]]:
     if not sentences:
         return []
-    encoded = tokenizer(sentences, add_special_tokens=False, split_special_tokens=True,
-                        return_attention_mask=False, return_token_type_ids=False, verbose=False)
+    encoded = tokenizer(
+        sentences,
+        add_special_tokens=False,
+        split_special_tokens=True,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+        verbose=False,
+    )
     return encoded["input_ids"]
 
 
 def _log_skipped(documents: Dataset) -> None:
-    reasons = documents.data.column("skip_reason").to_pylist()
-    counts = {r: reasons.count(r) for r in ("empty", "binary")}
+    counts = _skip_counts(documents)
     if any(counts.values()):
-        logger.warning("skipped %d empty and %d binary-looking documents of %d",
-                       counts["empty"], counts["binary"], len(reasons))
+        logger.warning(
+            "skipped %d empty and %d binary-looking documents of %d",
+            counts["empty"],
+            counts["binary"],
+            len(documents),
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -537,9 +636,15 @@ def instance_features(static_masking: bool = True) -> Features:
     return Features(columns)
 
 
-def create_pretraining_instances(documents: Dataset, vocab: WordPieceVocab, config: PreTrainingDataConfig, *,
-                                 num_proc: int | None = None, shuffle: bool = True, batch_size: int = 16,
-                                 ) -> Dataset:
+def create_pretraining_instances(
+    documents: Dataset,
+    vocab: WordPieceVocab,
+    config: PreTrainingDataConfig,
+    *,
+    num_proc: int | None = None,
+    shuffle: bool = True,
+    batch_size: int = 16,
+) -> Dataset:
     """Steps 1-7 over every document of ``tokenize_documents``'s output, ``config.dupe_factor`` times.
 
     Document ``d`` in round ``r`` draws from ``document_rng(config.random_seed, d, r)`` (a departure from the
@@ -557,13 +662,22 @@ def create_pretraining_instances(documents: Dataset, vocab: WordPieceVocab, conf
     if len(corpus) == 0:
         raise ValueError("no document with at least one sentence: nothing to build examples from")
     if len(corpus) == 1:
-        logger.warning("one document only: NotNext segments will come from that same document (reference rule)")
+        logger.warning(
+            "one document only: NotNext segments will come from that same document (reference rule)"
+        )
     instances = documents.map(
-        _instances_batch, batched=True, batch_size=batch_size, num_proc=num_proc, with_indices=True,
-        input_columns=["sentences"], remove_columns=documents.column_names,
+        _instances_batch,
+        batched=True,
+        batch_size=batch_size,
+        num_proc=num_proc,
+        with_indices=True,
+        input_columns=["sentences"],
+        remove_columns=documents.column_names,
         features=instance_features(config.static_masking),
         fn_kwargs={"corpus": corpus, "vocab": vocab, "config": config},
-        new_fingerprint=Hasher.hash([documents._fingerprint, asdict(config), _vocab_key(vocab), "instances-1"]),
+        new_fingerprint=Hasher.hash(
+            [documents._fingerprint, asdict(config), _vocab_key(vocab), "instances-1"]
+        ),
         desc="Pre-training instances",
     )
     if shuffle:
@@ -573,14 +687,26 @@ def create_pretraining_instances(documents: Dataset, vocab: WordPieceVocab, conf
 
 def _vocab_key(vocab: WordPieceVocab) -> str:
     subwords = sorted(map(str, vocab.subword_tokens))
-    return json.dumps([str(vocab.cls_token), str(vocab.sep_token), str(vocab.mask_token), len(vocab.vocab_words),
-                       hashlib.sha256("\n".join(subwords).encode()).hexdigest()])
+    return json.dumps(
+        [
+            str(vocab.cls_token),
+            str(vocab.sep_token),
+            str(vocab.mask_token),
+            len(vocab.vocab_words),
+            hashlib.sha256("\n".join(subwords).encode()).hexdigest(),
+        ]
+    )
 
 
-def _instances_batch(batch_sentences: list[list[list[int]]], indices: list[int], corpus: ArrowCorpus,
-                     vocab: WordPieceVocab, config: PreTrainingDataConfig) -> dict[str, list[Any]]:
+def _instances_batch(
+    batch_sentences: list[list[list[int]]],
+    indices: list[int],
+    corpus: ArrowCorpus,
+    vocab: WordPieceVocab,
+    config: PreTrainingDataConfig,
+) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {name: [] for name in instance_features(config.static_masking)}
-    for document, row in zip(batch_sentences, indices):
+    for document, row in zip(batch_sentences, indices, strict=True):
         position = corpus.position(row)
         if position is None:
             continue
@@ -668,16 +794,25 @@ class _WithCurrent(Sequence):
         return self._document if position == self._position else self._corpus[position]
 
 
-def create_pretraining_dataset(dataset: Dataset, tokenizer: Any, config: PreTrainingDataConfig | None = None, *,
-                               text_column: str = "text", split_lines: bool = False, num_proc: int | None = None,
-                               shuffle: bool = True) -> Dataset:
+def create_pretraining_dataset(
+    dataset: Dataset,
+    tokenizer: Any,
+    config: PreTrainingDataConfig | None = None,
+    *,
+    text_column: str = "text",
+    split_lines: bool = False,
+    num_proc: int | None = None,
+    shuffle: bool = True,
+) -> Dataset:
     """Raw documents (one a row, in ``text_column``) -> pre-training instances: ``tokenize_documents`` then
     ``create_pretraining_instances``. Same ``config.random_seed`` -> same bytes, whatever ``num_proc``."""
     config = PreTrainingDataConfig() if config is None else config
-    documents = tokenize_documents(dataset, tokenizer, text_column=text_column, split_lines=split_lines,
-                                   num_proc=num_proc)
-    return create_pretraining_instances(documents, WordPieceVocab.from_tokenizer(tokenizer), config,
-                                        num_proc=num_proc, shuffle=shuffle)
+    documents = tokenize_documents(
+        dataset, tokenizer, text_column=text_column, split_lines=split_lines, num_proc=num_proc
+    )
+    return create_pretraining_instances(
+        documents, WordPieceVocab.from_tokenizer(tokenizer), config, num_proc=num_proc, shuffle=shuffle
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -685,9 +820,15 @@ def create_pretraining_dataset(dataset: Dataset, tokenizer: Any, config: PreTrai
 # --------------------------------------------------------------------------------------------------
 
 
-def pretraining_statistics(instances: Dataset, documents: Dataset | None = None, *,
-                           mask_token_id: int | None = None, num_bins: int = 16) -> dict[str, Any]:
-    """Counts and shares of a built dataset, as a JSON-serialisable dict.
+def pretraining_statistics(
+    instances: Dataset,
+    documents: Dataset | None = None,
+    *,
+    mask_token_id: int | None = None,
+    num_bins: int = 16,
+    batch_size: int = 65_536,
+) -> dict[str, Any]:
+    """Counts and shares of a built dataset, as a JSON-serialisable dict (read in batches of ``batch_size``).
 
     ``examples``, ``tokens`` (all positions, special tokens included), ``is_next_share``,
     ``length_histogram`` (``"lo-hi"`` -> examples, inclusive bounds); with static masks ``masked`` and
@@ -696,21 +837,37 @@ def pretraining_statistics(instances: Dataset, documents: Dataset | None = None,
     counts as unchanged). With ``documents`` (``tokenize_documents``'s output): documents, sentences and
     tokens of the corpus and the skipped documents by reason.
     """
-    stats: dict[str, Any] = {}
-    if documents is not None:
-        stats.update(_document_statistics(documents))
-    table = instances.with_format("arrow")[:]
-    input_ids = _combined(table.column("input_ids"))
-    lengths = pc.list_value_length(input_ids).to_numpy(zero_copy_only=False).astype(np.int64)
-    labels = table.column("next_sentence_label").to_numpy()
+    stats: dict[str, Any] = {} if documents is None else _document_statistics(documents)
+    static = "masked_lm_positions" in instances.column_names
+    length_counts = np.zeros(0, dtype=np.int64)
+    is_next = masked = as_mask = unchanged = 0
+    for table in instances.with_format("arrow").iter(batch_size=batch_size):
+        input_ids = _combined(table.column("input_ids"))
+        lengths = pc.list_value_length(input_ids).to_numpy(zero_copy_only=False).astype(np.int64)
+        length_counts = _add_counts(length_counts, np.bincount(lengths))
+        is_next += int(np.sum(table.column("next_sentence_label").to_numpy() == IS_NEXT))
+        if static:
+            shown, originals = _masked_tokens(table, input_ids, lengths)
+            masked += len(shown)
+            if mask_token_id is not None:
+                as_mask += int(np.sum(shown == mask_token_id))
+                unchanged += int(np.sum((shown == originals) & (shown != mask_token_id)))
+    examples = int(length_counts.sum())
+    tokens = int(np.dot(np.arange(len(length_counts)), length_counts))
     stats.update(
-        examples=int(len(lengths)),
-        tokens=int(lengths.sum()),
-        is_next_share=float(np.mean(labels == IS_NEXT)) if len(labels) else None,
-        length_histogram=_histogram(lengths, num_bins),
+        examples=examples,
+        tokens=tokens,
+        is_next_share=is_next / examples if examples else None,
+        length_histogram=_histogram(length_counts, num_bins),
     )
-    if "masked_lm_positions" in table.column_names:
-        stats.update(_mask_statistics(table, input_ids, lengths, mask_token_id))
+    if static:
+        stats.update(masked=masked, masked_share=masked / max(1, tokens))
+        if mask_token_id is not None and masked:
+            stats["masked_split"] = {
+                "mask": as_mask / masked,
+                "random": (masked - as_mask - unchanged) / masked,
+                "unchanged": unchanged / masked,
+            }
     return stats
 
 
@@ -718,45 +875,47 @@ def _combined(column: pa.ChunkedArray) -> pa.Array:
     return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
 
 
-def _document_statistics(documents: Dataset) -> dict[str, Any]:
-    table = documents.data
-    reasons = table.column("skip_reason").to_pylist()
-    counts = table.column("num_sentences").to_numpy()
-    return {
-        "documents": int(np.sum(counts > 0)),
-        "documents_skipped": {r: reasons.count(r) for r in ("empty", "binary")},
-        "one_sentence_documents": int(np.sum(counts == 1)),
-        "sentences": int(counts.sum()),
-        "document_tokens": int(table.column("num_tokens").to_numpy().sum()),
-    }
+def _add_counts(total: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    size = max(len(total), len(counts))
+    return np.pad(total, (0, size - len(total))) + np.pad(counts, (0, size - len(counts)))
 
 
-def _histogram(lengths: np.ndarray, num_bins: int) -> dict[str, int]:
-    if not len(lengths):
-        return {}
-    width = max(1, math.ceil((int(lengths.max()) + 1) / num_bins))
-    bins = np.bincount(lengths // width)
-    return {f"{b * width}-{(b + 1) * width - 1}": int(n) for b, n in enumerate(bins) if n}
-
-
-def _mask_statistics(table: pa.Table, input_ids: pa.Array, lengths: np.ndarray,
-                     mask_token_id: int | None) -> dict[str, Any]:
+def _masked_tokens(
+    table: pa.Table, input_ids: pa.Array, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """What the model is shown at each stored masked position, and the original token there."""
     positions = _combined(table.column("masked_lm_positions"))
     originals = _combined(table.column("masked_lm_ids")).flatten().to_numpy()
     parents = pc.list_parent_indices(positions).to_numpy()
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     shown = input_ids.flatten().to_numpy()[starts[parents] + positions.flatten().to_numpy()]
-    masked = int(len(shown))
-    stats: dict[str, Any] = {"masked": masked, "masked_share": masked / max(1, int(lengths.sum()))}
-    if mask_token_id is not None and masked:
-        as_mask = shown == mask_token_id
-        unchanged = ~as_mask & (shown == originals)
-        stats["masked_split"] = {
-            "mask": float(as_mask.mean()),
-            "random": float((~as_mask & ~unchanged).mean()),
-            "unchanged": float(unchanged.mean()),
-        }
-    return stats
+    return shown, originals
+
+
+def _skip_counts(documents: Dataset) -> dict[str, int]:
+    counts = pc.value_counts(documents.data.column("skip_reason")).to_pylist()
+    found = {c["values"]: c["counts"] for c in counts}
+    return {reason: int(found.get(reason, 0)) for reason in ("empty", "binary")}
+
+
+def _document_statistics(documents: Dataset) -> dict[str, Any]:
+    counts = documents.data.column("num_sentences").to_numpy()
+    return {
+        "documents": int(np.sum(counts > 0)),
+        "documents_skipped": _skip_counts(documents),
+        "one_sentence_documents": int(np.sum(counts == 1)),
+        "sentences": int(counts.sum()),
+        "document_tokens": int(documents.data.column("num_tokens").to_numpy().sum()),
+    }
+
+
+def _histogram(length_counts: np.ndarray, num_bins: int) -> dict[str, int]:
+    """Exact length counts -> ``num_bins`` bins of equal width over ``[0, longest]``."""
+    if not length_counts.sum():
+        return {}
+    width = max(1, math.ceil(len(length_counts) / num_bins))
+    bins = np.add.reduceat(length_counts, np.arange(0, len(length_counts), width))
+    return {f"{b * width}-{(b + 1) * width - 1}": int(n) for b, n in enumerate(bins) if n}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -790,8 +949,12 @@ class PreTrainingCollator:
     vocab: WordPieceVocab = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        _check_masking(self.masked_lm_prob, self.max_predictions_per_seq, self.mask_replace_prob,
-                       self.random_replace_prob)
+        _check_masking(
+            self.masked_lm_prob,
+            self.max_predictions_per_seq,
+            self.mask_replace_prob,
+            self.random_replace_prob,
+        )
         self.vocab = WordPieceVocab.from_tokenizer(self.tokenizer)
         if self.vocab.pad_token is None:
             raise ValueError("the tokenizer has no pad token")
@@ -799,10 +962,16 @@ class PreTrainingCollator:
     @classmethod
     def from_config(cls, tokenizer: Any, config: PreTrainingDataConfig, **kwargs: Any) -> PreTrainingCollator:
         """A collator that matches how ``config`` built the data (dynamic masking when it stored no masks)."""
-        return cls(tokenizer, dynamic_masking=not config.static_masking, masked_lm_prob=config.masked_lm_prob,
-                   max_predictions_per_seq=config.max_predictions_per_seq,
-                   mask_replace_prob=config.mask_replace_prob, random_replace_prob=config.random_replace_prob,
-                   do_whole_word_mask=config.do_whole_word_mask, **kwargs)
+        return cls(
+            tokenizer,
+            dynamic_masking=not config.static_masking,
+            masked_lm_prob=config.masked_lm_prob,
+            max_predictions_per_seq=config.max_predictions_per_seq,
+            mask_replace_prob=config.mask_replace_prob,
+            random_replace_prob=config.random_replace_prob,
+            do_whole_word_mask=config.do_whole_word_mask,
+            **kwargs,
+        )
 
     def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         input_ids = [list(f["input_ids"]) for f in features]
@@ -812,13 +981,15 @@ class PreTrainingCollator:
             targets = self._stored_masks(features)
         width = self._padded_width(max(len(ids) for ids in input_ids))
         batch = {
-            "input_ids": _pad([ids for ids in input_ids], width, self.vocab.pad_token),
+            "input_ids": _pad(input_ids, width, self.vocab.pad_token),
             "token_type_ids": _pad([list(f["token_type_ids"]) for f in features], width, 0),
             "attention_mask": _pad([[1] * len(ids) for ids in input_ids], width, 0),
             "labels": torch.full((len(features), width), IGNORE_INDEX, dtype=torch.long),
         }
         for row, (positions, ids) in enumerate(targets):
-            batch["labels"][row, torch.as_tensor(positions, dtype=torch.long)] = torch.as_tensor(ids, dtype=torch.long)
+            batch["labels"][row, torch.as_tensor(positions, dtype=torch.long)] = torch.as_tensor(
+                ids, dtype=torch.long
+            )
         if "next_sentence_label" in features[0]:
             batch["next_sentence_label"] = torch.tensor([int(f["next_sentence_label"]) for f in features])
         return batch
@@ -830,40 +1001,69 @@ class PreTrainingCollator:
     def _stored_masks(self, features: list[Mapping[str, Any]]) -> list[tuple[list[int], list[int]]]:
         if "masked_lm_positions" not in features[0] or "masked_lm_ids" not in features[0]:
             raise ValueError(
-                "static masking needs masked_lm_positions and masked_lm_ids in every row: build the data with "
-                "static_masking=True, or use PreTrainingCollator(dynamic_masking=True)"
+                "static masking needs masked_lm_positions and masked_lm_ids in every row: build the data "
+                "with static_masking=True, or use PreTrainingCollator(dynamic_masking=True)"
             )
         return [(list(f["masked_lm_positions"]), list(f["masked_lm_ids"])) for f in features]
 
-    def _mask_dynamically(self, features: list[Mapping[str, Any]], input_ids: list[list[int]],
-                          ) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
+    def _mask_dynamically(
+        self,
+        features: list[Mapping[str, Any]],
+        input_ids: list[list[int]],
+    ) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
         if "masked_lm_positions" in features[0]:
             raise ValueError(
                 "these rows already carry static masks (their input_ids hold [MASK]s): build the data with "
                 "static_masking=False for dynamic masking"
             )
         rng = random.Random(int(torch.randint(0, 2**62, (1,)).item()))
-        return mask_batch(input_ids, self.vocab, rng, masked_lm_prob=self.masked_lm_prob,
-                          max_predictions_per_seq=self.max_predictions_per_seq,
-                          do_whole_word_mask=self.do_whole_word_mask, mask_replace_prob=self.mask_replace_prob,
-                          random_replace_prob=self.random_replace_prob)
+        return mask_batch(
+            input_ids,
+            self.vocab,
+            rng,
+            masked_lm_prob=self.masked_lm_prob,
+            max_predictions_per_seq=self.max_predictions_per_seq,
+            do_whole_word_mask=self.do_whole_word_mask,
+            mask_replace_prob=self.mask_replace_prob,
+            random_replace_prob=self.random_replace_prob,
+        )
 
 
-def mask_batch(input_ids: Sequence[Sequence[int]] | torch.Tensor, vocab: WordPieceVocab, rng: random.Random, *,
-               masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20, do_whole_word_mask: bool = False,
-               mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
-               ) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
-    """Dynamic masking of unpadded id sequences (lists, or the rows of a tensor without padding).
+def mask_batch(
+    input_ids: Sequence[Sequence[int]] | torch.Tensor,
+    vocab: WordPieceVocab,
+    rng: random.Random,
+    *,
+    attention_mask: Sequence[Sequence[int]] | torch.Tensor | None = None,
+    masked_lm_prob: float = 0.15,
+    max_predictions_per_seq: int = 20,
+    do_whole_word_mask: bool = False,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
+    """Dynamic masking of id sequences: lists, or the rows of a tensor.
 
-    Returns the masked sequences and, per sequence, ``(masked_lm_positions, masked_lm_ids)``, drawn with the
-    same rules as the static masks (``create_masked_lm_predictions``).
+    Padded rows (right padding) need their ``attention_mask``: only the first ``sum(attention_mask[i])``
+    ids of row ``i`` are used and returned. Returns the masked sequences and, per sequence,
+    ``(masked_lm_positions, masked_lm_ids)``, drawn with the rules of the static masks
+    (``create_masked_lm_predictions``).
     """
     rows = input_ids.tolist() if isinstance(input_ids, torch.Tensor) else [list(r) for r in input_ids]
+    if attention_mask is not None:
+        lengths = torch.as_tensor(attention_mask).sum(-1).tolist()
+        rows = [row[:n] for row, n in zip(rows, lengths, strict=True)]
     masked_rows, targets = [], []
     for ids in rows:
         out, positions, labels = create_masked_lm_predictions(
-            ids, masked_lm_prob, max_predictions_per_seq, vocab, rng, do_whole_word_mask=do_whole_word_mask,
-            mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob)
+            ids,
+            masked_lm_prob,
+            max_predictions_per_seq,
+            vocab,
+            rng,
+            do_whole_word_mask=do_whole_word_mask,
+            mask_replace_prob=mask_replace_prob,
+            random_replace_prob=random_replace_prob,
+        )
         masked_rows.append(out)
         targets.append((positions, labels))
     return masked_rows, targets

@@ -45,10 +45,10 @@ __all__ = ["ABBREVIATIONS", "looks_like_binary", "split_sentences"]
 #: Only abbreviations that almost never end a sentence are listed: "etc." or "Inc." often do.
 ABBREVIATIONS: frozenset[str] = frozenset(
     """
-    mr mrs ms mssrs messrs dr prof rev revd fr sr jr st mt ft gen col capt cpt lt sgt maj adm cmdr gov sen rep
-    hon pres supt insp det cf vs viz approx fig figs eq eqs no nos vol vols ch chap sec pp p op art ed eds
-    esq dept univ assn bros corp ltd co jan feb mar apr jun jul aug sep sept oct nov dec
-    """.split()
+    mr mrs ms mssrs messrs dr prof rev revd fr sr jr st mt ft gen col capt cpt lt sgt maj adm cmdr gov sen
+    rep hon pres supt insp det cf vs viz approx fig figs eq eqs no nos vol vols ch chap sec pp p op art ed
+    eds esq dept univ assn bros corp ltd co jan feb mar apr jun jul aug sep sept oct nov dec
+    """.split()  # noqa: SIM905 (a word list reads better as text)
 )
 
 # Blank line (possibly holding spaces): a paragraph break.
@@ -127,7 +127,7 @@ def _word_before(paragraph: str, sentence_start: int, period: int) -> str:
 
 
 def _is_abbreviation(word: str) -> bool:
-    """Initials ("J."), dotted acronyms ("U.S.", "e.g.") and listed abbreviations ("Mr.") do not end a sentence."""
+    """Initials ("J."), dotted acronyms ("U.S.", "e.g.") and listed abbreviations ("Mr.") end no sentence."""
     if len(word) == 1 and word.isalpha():
         return True
     if "." in word and any(c.isalpha() for c in word):

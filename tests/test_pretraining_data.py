@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers  # noqa: E402
-from transformers import BertTokenizer  # noqa: E402
+from transformers import BertTokenizer, HfArgumentParser  # noqa: E402
 
 from bert_repro.pretraining_data import (  # noqa: E402
     IGNORE_INDEX,
@@ -40,6 +40,7 @@ from bert_repro.pretraining_data import (  # noqa: E402
     create_pretraining_instances,
     create_training_instances,
     document_rng,
+    mask_batch,
     pretraining_statistics,
     tokenize_documents,
     truncate_seq_pair,
@@ -80,7 +81,7 @@ def locator(corpus: list[list[list[int]]]) -> tuple[dict[int, tuple[int, int]], 
 def restore(tokens: list, positions: list[int], labels: list) -> list:
     """Undo the masks: the original token at every masked position."""
     out = list(tokens)
-    for p, label in zip(positions, labels):
+    for p, label in zip(positions, labels, strict=True):
         out[p] = label
     return out
 
@@ -110,17 +111,19 @@ def slice_of(segment: list[int], where: dict, streams: list[list[int]]) -> tuple
 
 
 def num_to_predict(length: int, masked_lm_prob: float, max_predictions_per_seq: int) -> int:
-    return min(max_predictions_per_seq, max(1, int(round(length * masked_lm_prob))))
+    return min(max_predictions_per_seq, max(1, round(length * masked_lm_prob)))
 
 
 def assert_share(count: int, total: int, p: float, what: str) -> None:
     """``count`` out of ``total`` is within five binomial standard deviations of ``p``."""
     sigma = math.sqrt(p * (1 - p) / total)
-    assert abs(count / total - p) <= FIVE_SIGMA * sigma, f"{what}: {count}/{total} = {count / total:.4f}, want {p}"
+    assert abs(count / total - p) <= FIVE_SIGMA * sigma, (
+        f"{what}: {count}/{total} = {count / total:.4f}, want {p}"
+    )
 
 
 class ScriptedRandom:
-    """A stand-in for random.Random that returns scripted values and records every call (shuffle keeps order)."""
+    """Stands in for random.Random: returns scripted values, records every call; shuffle keeps the order."""
 
     def __init__(self, script: list) -> None:
         self.script = list(script)
@@ -152,7 +155,23 @@ def table_digest(ds: datasets.Dataset) -> str:
     return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
 
 
-SYLLABLES = ["ka", "lo", "mi", "ren", "tor", "vel", "sha", "qui", "bra", "don", "ex", "pu", "nor", "ti", "gan"]
+SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ren",
+    "tor",
+    "vel",
+    "sha",
+    "qui",
+    "bra",
+    "don",
+    "ex",
+    "pu",
+    "nor",
+    "ti",
+    "gan",
+]
 
 
 def pseudo_text(num_docs: int, seed: int = 0, min_sentences: int = 2, max_sentences: int = 14) -> list[str]:
@@ -257,7 +276,7 @@ def test_split_sentences_keeps_all_text_in_order(text):
 
 
 @pytest.mark.parametrize(
-    "text", ["x. " * 30_000, "." * 100_000, "a" * 100_000, "word " * 20_000, ". A" * 33_000, "!\" " * 30_000]
+    "text", ["x. " * 30_000, "." * 100_000, "a" * 100_000, "word " * 20_000, ". A" * 33_000, '!" ' * 30_000]
 )
 def test_split_sentences_is_fast_on_pathological_lines(text):
     start = time.perf_counter()
@@ -297,9 +316,33 @@ def test_config_rejects_bad_values(bad):
 
 def test_config_defaults_are_the_reference_flags():
     c = PreTrainingDataConfig()
-    assert (c.max_seq_length, c.max_predictions_per_seq, c.masked_lm_prob, c.short_seq_prob, c.dupe_factor,
-            c.random_seed, c.do_whole_word_mask, c.static_masking) == (128, 20, 0.15, 0.1, 10, 12345, False, True)
+    assert (
+        c.max_seq_length,
+        c.max_predictions_per_seq,
+        c.masked_lm_prob,
+        c.short_seq_prob,
+        c.dupe_factor,
+        c.random_seed,
+        c.do_whole_word_mask,
+        c.static_masking,
+    ) == (128, 20, 0.15, 0.1, 10, 12345, False, True)
     assert c.max_num_tokens == 125
+    parsed = HfArgumentParser(PreTrainingDataConfig).parse_args_into_dataclasses(
+        [
+            "--max_seq_length",
+            "512",
+            "--max_predictions_per_seq",
+            "80",
+            "--do_whole_word_mask",
+            "--dupe_factor",
+            "5",
+        ]
+    )[0]
+    assert (parsed.max_seq_length, parsed.max_predictions_per_seq, parsed.do_whole_word_mask) == (
+        512,
+        80,
+        True,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -317,12 +360,17 @@ def test_random_draws_follow_the_reference_isnext_then_forced_notnext():
         ("random",),  # short_seq_prob: no, target = max_num_tokens = 4
         ("randint", 1, 1),  # a_end of the two-sentence chunk
         ("random",),  # coin: >= 0.5, IsNext
-        ("shuffle", 4), ("random",), ("random",),  # one position: not [MASK], then "unchanged"
+        ("shuffle", 4),
+        ("random",),
+        ("random",),  # one position: not [MASK], then "unchanged"
         # The last sentence is a one-sentence chunk: NotNext without a coin.
         ("randint", 0, 1),  # the other document (1 != 0: taken at the first try)
         ("randint", 0, 0),  # its start sentence
         ("random",),  # truncation of B (3 > 2 tokens) from the front
-        ("shuffle", 4), ("random",), ("random",), ("randint", 0, 29),  # random replacement, vocabulary id 17
+        ("shuffle", 4),
+        ("random",),
+        ("random",),
+        ("randint", 0, 29),  # random replacement, vocabulary id 17
     ]
     assert not rng.script
     assert instances == [
@@ -337,20 +385,28 @@ def test_random_draws_follow_the_reference_single_document_and_put_back():
     rng = ScriptedRandom([0.05, 2, 1, 0.1] + [0] * 10 + [2, 1, 0.6])
     instances = create_instances_from_document(corpus, 0, INT_VOCAB, rng, config)
     assert rng.calls == [
-        ("random",), ("randint", 2, 5),  # a short target: 2 tokens
-        ("randint", 1, 1), ("random",),  # chunk [10] [11]: A = [10], coin < 0.5: NotNext
+        ("random",),
+        ("randint", 2, 5),  # a short target: 2 tokens
+        ("randint", 1, 1),
+        ("random",),  # chunk [10] [11]: A = [10], coin < 0.5: NotNext
         *[("randint", 0, 0)] * 10,  # ten tries for another document; there is none: the same one is used
         ("randint", 0, 2),  # B starts at sentence 2
-        ("randint", 1, 1), ("random",),  # [11] was put back: chunk [11] [12], IsNext
+        ("randint", 1, 1),
+        ("random",),  # [11] was put back: chunk [11] [12], IsNext
     ]
-    assert [(i.tokens, i.is_random_next) for i in instances] == [([2, 10, 3, 12, 3], True), ([2, 11, 3, 12, 3], False)]
+    assert [(i.tokens, i.is_random_next) for i in instances] == [
+        ([2, 10, 3, 12, 3], True),
+        ([2, 11, 3, 12, 3], False),
+    ]
 
 
 def test_whole_word_groups_and_budget_follow_the_reference():
     tokens = ["[CLS]", "un", "##believ", "##able", "story", "[SEP]", "##s", "end", "[SEP]"]
     vocab = WordPieceVocab.from_vocab_words(SPECIALS + ["un", "##believ", "##able", "story", "##s", "end"])
     rng = ScriptedRandom([0.1] * 4)
-    out, positions, labels = create_masked_lm_predictions(tokens, 0.5, 20, vocab, rng, do_whole_word_mask=True)
+    out, positions, labels = create_masked_lm_predictions(
+        tokens, 0.5, 20, vocab, rng, do_whole_word_mask=True
+    )
     # Groups [1, 2, 3], [4, 6] (a ## piece after [SEP] joins the word before it, as in the reference), [7];
     # budget round(9 * 0.5) = 4: the first group (3) is taken, the second (2 more) skipped, the third taken.
     assert rng.calls == [("shuffle", 3)] + [("random",)] * 4
@@ -410,16 +466,21 @@ def check_instances(instances, corpus, config, vocab=INT_VOCAB):
 )
 def test_pairs_are_well_formed_and_traceable(lengths, max_seq_length, short_seq_prob, seed):
     corpus = int_corpus(lengths)
-    config = PreTrainingDataConfig(max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=2,
-                                   max_predictions_per_seq=max(1, max_seq_length // 5))
+    config = PreTrainingDataConfig(
+        max_seq_length=max_seq_length,
+        short_seq_prob=short_seq_prob,
+        dupe_factor=2,
+        max_predictions_per_seq=max(1, max_seq_length // 5),
+    )
     instances = create_training_instances(corpus, INT_VOCAB, config, random.Random(seed))
     assert instances
     check_instances(instances, corpus, config)
 
 
 def test_every_sentence_is_used_exactly_dupe_factor_times():
-    # Sentences of 4 tokens, max_num_tokens 16 and no short targets: chunks and NotNext segments end exactly at
-    # the target, nothing is truncated, so every sentence must show up whole, once per round, in A or IsNext B.
+    # Sentences of 4 tokens, max_num_tokens 16 and no short targets: chunks and NotNext segments end exactly
+    # at the target, nothing is truncated, so every sentence must show up whole, once per round, in A or in
+    # an IsNext B.
     rng = random.Random(7)
     corpus = int_corpus([[4] * rng.randint(1, 30) for _ in range(25)])
     config = PreTrainingDataConfig(max_seq_length=19, short_seq_prob=0.0, dupe_factor=3)
@@ -428,8 +489,9 @@ def test_every_sentence_is_used_exactly_dupe_factor_times():
     where, _ = locator(corpus)
     uses: dict[tuple[int, int], int] = {}
     for inst in instances:
-        a, b = split_pair(restore(inst.tokens, inst.masked_lm_positions, inst.masked_lm_labels), inst.segment_ids,
-                          INT_VOCAB)
+        a, b = split_pair(
+            restore(inst.tokens, inst.masked_lm_positions, inst.masked_lm_labels), inst.segment_ids, INT_VOCAB
+        )
         assert len(a) % 4 == 0 and len(b) % 4 == 0 and len(a) + len(b) <= 16
         own = a if inst.is_random_next else a + b
         doc, start = where[own[0]]
@@ -442,7 +504,7 @@ def test_every_sentence_is_used_exactly_dupe_factor_times():
 
 def test_nsp_labels_are_balanced():
     # Long documents of short sentences: nearly every chunk has two or more sentences and so a fair coin;
-    # only a document's last chunk may be a single sentence (forced NotNext), at most once per document and round.
+    # only a document's last chunk may be a single sentence (forced NotNext), once per document and round.
     corpus = int_corpus([[5] * 60 for _ in range(40)])
     config = PreTrainingDataConfig(max_seq_length=23, dupe_factor=4, static_masking=False)
     instances = create_training_instances(corpus, INT_VOCAB, config, random.Random(3))
@@ -460,8 +522,9 @@ def test_single_document_corpus_follows_the_reference():
     not_next = [i for i in instances if i.is_random_next]
     assert not_next  # B then comes from the only document there is
     for inst in instances:
-        a, b = split_pair(restore(inst.tokens, inst.masked_lm_positions, inst.masked_lm_labels), inst.segment_ids,
-                          INT_VOCAB)
+        a, b = split_pair(
+            restore(inst.tokens, inst.masked_lm_positions, inst.masked_lm_labels), inst.segment_ids, INT_VOCAB
+        )
         assert slice_of(a, where, streams) and slice_of(b, where, streams)
 
 
@@ -470,13 +533,17 @@ def test_same_seed_same_instances_and_one_sentence_documents_kept():
     config = PreTrainingDataConfig(max_seq_length=12, dupe_factor=3)
     first = create_training_instances(corpus, INT_VOCAB, config)
     assert first == create_training_instances(corpus, INT_VOCAB, config)
-    assert first != create_training_instances(corpus, INT_VOCAB, PreTrainingDataConfig(max_seq_length=12,
-                                                                                         dupe_factor=3, random_seed=1))
+    assert first != create_training_instances(
+        corpus, INT_VOCAB, PreTrainingDataConfig(max_seq_length=12, dupe_factor=3, random_seed=1)
+    )
     where, _ = locator(corpus)
     # Each one-sentence document yields one NotNext instance per round, with that sentence as segment A.
     for doc in (1, 3):
-        firsts = [i for i in first if where.get(restore(i.tokens, i.masked_lm_positions, i.masked_lm_labels)[1],
-                                                 (None,))[0] == doc]
+        firsts = [
+            i
+            for i in first
+            if where.get(restore(i.tokens, i.masked_lm_positions, i.masked_lm_labels)[1], (None,))[0] == doc
+        ]
         assert len(firsts) == 3 and all(i.is_random_next for i in firsts)
 
 
@@ -485,17 +552,29 @@ def test_same_seed_same_instances_and_one_sentence_documents_kept():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("masked_lm_prob,max_pred,p_mask,p_random", [(0.15, 20, 0.8, 0.1), (0.3, 40, 0.5, 0.3)])
+@pytest.mark.parametrize(
+    "masked_lm_prob,max_pred,p_mask,p_random", [(0.15, 20, 0.8, 0.1), (0.3, 40, 0.5, 0.3)]
+)
 def test_masked_share_and_replacement_split(masked_lm_prob, max_pred, p_mask, p_random):
     rng = random.Random(11)
     corpus = int_corpus([[rng.randint(3, 30) for _ in range(rng.randint(2, 25))] for _ in range(150)])
-    config = PreTrainingDataConfig(max_seq_length=128, max_predictions_per_seq=max_pred, dupe_factor=5,
-                                   masked_lm_prob=masked_lm_prob, mask_replace_prob=p_mask,
-                                   random_replace_prob=p_random)
+    config = PreTrainingDataConfig(
+        max_seq_length=128,
+        max_predictions_per_seq=max_pred,
+        dupe_factor=5,
+        masked_lm_prob=masked_lm_prob,
+        mask_replace_prob=p_mask,
+        random_replace_prob=p_random,
+    )
     instances = create_training_instances(corpus, INT_VOCAB, config, random.Random(5))
-    check_instances(instances, corpus, config)  # exact count per instance: min(max_pred, max(1, round(len * p)))
-    shown = [(inst.tokens[p], label) for inst in instances
-             for p, label in zip(inst.masked_lm_positions, inst.masked_lm_labels)]
+    check_instances(
+        instances, corpus, config
+    )  # exact count per instance: min(max_pred, max(1, round(len * p)))
+    shown = [
+        (inst.tokens[p], label)
+        for inst in instances
+        for p, label in zip(inst.masked_lm_positions, inst.masked_lm_labels, strict=True)
+    ]
     total = len(shown)
     assert total > 20_000
     as_mask = sum(s == INT_VOCAB.mask_token for s, _ in shown)
@@ -540,15 +619,18 @@ def test_whole_word_masking_never_splits_a_word(pseudo_corpus, trained_tokenizer
     vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
     docs = tokenize_documents(datasets.Dataset.from_dict({"text": pseudo_corpus}), trained_tokenizer)
     corpus = [d for d in docs["sentences"] if d]
-    wwm = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=4, do_whole_word_mask=True)
+    wwm = PreTrainingDataConfig(
+        max_seq_length=64, max_predictions_per_seq=10, dupe_factor=4, do_whole_word_mask=True
+    )
     instances = create_training_instances(corpus, vocab, wwm)
     partly, wholly = split_words(instances, vocab)
     assert partly == 0 and wholly > 200
     for inst in instances:
         assert len(inst.masked_lm_positions) <= num_to_predict(len(inst.tokens), 0.15, 10)
     # The check can fail: masking token by token does split words of this corpus.
-    per_token = create_training_instances(corpus, vocab, PreTrainingDataConfig(max_seq_length=64, dupe_factor=4,
-                                                                               max_predictions_per_seq=10))
+    per_token = create_training_instances(
+        corpus, vocab, PreTrainingDataConfig(max_seq_length=64, dupe_factor=4, max_predictions_per_seq=10)
+    )
     assert split_words(per_token, vocab)[0] > 50
 
 
@@ -567,8 +649,16 @@ def test_pipeline_pairs_trace_back_to_the_text(unique_words):
     ds = create_pretraining_instances(docs, vocab, config, num_proc=2)
     rows = ds.to_list()
     assert {r["next_sentence_label"] for r in rows} == {0, 1}
-    instances = [TrainingInstance(r["input_ids"], r["token_type_ids"], r["next_sentence_label"] == NOT_NEXT,
-                                  r["masked_lm_positions"], r["masked_lm_ids"]) for r in rows]
+    instances = [
+        TrainingInstance(
+            r["input_ids"],
+            r["token_type_ids"],
+            r["next_sentence_label"] == NOT_NEXT,
+            r["masked_lm_positions"],
+            r["masked_lm_ids"],
+        )
+        for r in rows
+    ]
     # Periods are the only token that occurs more than once; tokens are located by their unique words.
     period = tokenizer.convert_tokens_to_ids(".")
     stripped = [[[t for t in s if t != period] for s in d] for d in corpus]
@@ -584,8 +674,12 @@ def test_pipeline_pairs_trace_back_to_the_text(unique_words):
 
 
 def test_document_streams_are_distinct_and_pinned():
-    draws = {(seed, doc, r): document_rng(seed, doc, r).random()
-             for seed in (0, 1) for doc in range(20) for r in range(3)}
+    draws = {
+        (seed, doc, r): document_rng(seed, doc, r).random()
+        for seed in (0, 1)
+        for doc in range(20)
+        for r in range(3)
+    }
     assert len(set(draws.values())) == len(draws)
     # The derivation is part of the data format: the same seed must give the same bytes in later versions.
     assert document_rng(12345, 0, 0).random() == 0.10044395476077217
@@ -606,10 +700,15 @@ def test_pipeline_matches_the_core_algorithm_document_by_document(pseudo_corpus,
         for dupe_round in range(config.dupe_factor):
             rng = document_rng(config.random_seed, row, dupe_round)
             for inst in create_instances_from_document(corpus, position, vocab, rng, config):
-                expected.append({"input_ids": inst.tokens, "token_type_ids": inst.segment_ids,
-                                 "next_sentence_label": int(inst.is_random_next),
-                                 "masked_lm_positions": inst.masked_lm_positions,
-                                 "masked_lm_ids": inst.masked_lm_labels})
+                expected.append(
+                    {
+                        "input_ids": inst.tokens,
+                        "token_type_ids": inst.segment_ids,
+                        "next_sentence_label": int(inst.is_random_next),
+                        "masked_lm_positions": inst.masked_lm_positions,
+                        "masked_lm_ids": inst.masked_lm_labels,
+                    }
+                )
     assert built == expected
 
 
@@ -619,13 +718,21 @@ def test_pipeline_is_reproducible_and_independent_of_num_proc(pseudo_corpus, tra
     one = create_pretraining_dataset(ds, trained_tokenizer, config, num_proc=1)
     two = create_pretraining_dataset(ds, trained_tokenizer, config, num_proc=2)
     again = create_pretraining_dataset(ds, trained_tokenizer, config, num_proc=1)
-    other_seed = create_pretraining_dataset(ds, trained_tokenizer, PreTrainingDataConfig(
-        max_seq_length=48, max_predictions_per_seq=8, dupe_factor=2, random_seed=6))
+    other_seed = create_pretraining_dataset(
+        ds,
+        trained_tokenizer,
+        PreTrainingDataConfig(max_seq_length=48, max_predictions_per_seq=8, dupe_factor=2, random_seed=6),
+    )
     assert len(one) > 200
     assert table_digest(one) == table_digest(two) == table_digest(again)
     assert table_digest(one) != table_digest(other_seed)
     assert one.features == two.features and set(one.column_names) == {
-        "input_ids", "token_type_ids", "next_sentence_label", "masked_lm_positions", "masked_lm_ids"}
+        "input_ids",
+        "token_type_ids",
+        "next_sentence_label",
+        "masked_lm_positions",
+        "masked_lm_ids",
+    }
 
 
 def test_pipeline_handles_bad_input(trained_tokenizer, caplog):
@@ -681,19 +788,27 @@ def test_statistics(pseudo_corpus, trained_tokenizer):
     ds = create_pretraining_instances(docs, WordPieceVocab.from_tokenizer(trained_tokenizer), config)
     stats = pretraining_statistics(ds, docs, mask_token_id=trained_tokenizer.mask_token_id)
     json.dumps(stats)
+    assert (
+        pretraining_statistics(ds, docs, mask_token_id=trained_tokenizer.mask_token_id, batch_size=7) == stats
+    )
     rows = ds.to_list()
     assert stats["examples"] == len(rows)
     assert stats["tokens"] == sum(len(r["input_ids"]) for r in rows)
     assert stats["masked"] == sum(len(r["masked_lm_positions"]) for r in rows)
     assert stats["masked_share"] == pytest.approx(stats["masked"] / stats["tokens"])
-    assert stats["is_next_share"] == pytest.approx(sum(r["next_sentence_label"] == 0 for r in rows) / len(rows))
+    assert stats["is_next_share"] == pytest.approx(
+        sum(r["next_sentence_label"] == 0 for r in rows) / len(rows)
+    )
     assert sum(stats["length_histogram"].values()) == len(rows)
     assert sum(stats["masked_split"].values()) == pytest.approx(1.0)
     assert stats["masked_split"]["mask"] == pytest.approx(0.8, abs=0.05)
     assert stats["documents"] == len(pseudo_corpus)
     assert stats["sentences"] == sum(len(split_sentences(t)) for t in pseudo_corpus)
-    dynamic = create_pretraining_instances(docs, WordPieceVocab.from_tokenizer(trained_tokenizer),
-                                           PreTrainingDataConfig(max_seq_length=64, static_masking=False))
+    dynamic = create_pretraining_instances(
+        docs,
+        WordPieceVocab.from_tokenizer(trained_tokenizer),
+        PreTrainingDataConfig(max_seq_length=64, static_masking=False),
+    )
     assert "masked" not in pretraining_statistics(dynamic)
 
 
@@ -704,7 +819,9 @@ def test_statistics(pseudo_corpus, trained_tokenizer):
 
 def test_collator_static_masks(pseudo_corpus, trained_tokenizer):
     config = PreTrainingDataConfig(max_seq_length=48, max_predictions_per_seq=8, dupe_factor=1)
-    ds = create_pretraining_dataset(datasets.Dataset.from_dict({"text": pseudo_corpus}), trained_tokenizer, config)
+    ds = create_pretraining_dataset(
+        datasets.Dataset.from_dict({"text": pseudo_corpus}), trained_tokenizer, config
+    )
     rows = ds.select(range(16)).to_list()
     batch = PreTrainingCollator.from_config(trained_tokenizer, config, pad_to_multiple_of=8)(rows)
     width = batch["input_ids"].shape[1]
@@ -723,15 +840,40 @@ def test_collator_static_masks(pseudo_corpus, trained_tokenizer):
 
     from transformers import BertConfig, BertForPreTraining
 
-    model = BertForPreTraining(BertConfig(vocab_size=len(trained_tokenizer), hidden_size=32, num_hidden_layers=1,
-                                          num_attention_heads=2, intermediate_size=37, max_position_embeddings=64))
+    model = BertForPreTraining(
+        BertConfig(
+            vocab_size=len(trained_tokenizer),
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=37,
+            max_position_embeddings=64,
+        )
+    )
     assert torch.isfinite(model(**batch).loss)
 
 
+def test_mask_batch_on_padded_tensors():
+    ids = torch.tensor([[2, 10, 11, 12, 3, 13, 14, 3, 0, 0], [2, 20, 3, 21, 3, 0, 0, 0, 0, 0]])
+    attention_mask = (ids != 0).long()
+    masked, targets = mask_batch(ids, INT_VOCAB, random.Random(0), attention_mask=attention_mask)
+    assert [len(r) for r in masked] == [8, 5]
+    for row, (positions, labels) in zip(ids.tolist(), targets, strict=True):
+        assert len(positions) == num_to_predict(len([t for t in row if t]), 0.15, 20)
+        assert all(
+            row[p] == label and label not in (0, 2, 3) for p, label in zip(positions, labels, strict=True)
+        )
+    again = mask_batch(ids, INT_VOCAB, random.Random(0), attention_mask=attention_mask)
+    assert again == (masked, targets)
+
+
 def test_collator_dynamic_masks(pseudo_corpus, trained_tokenizer):
-    config = PreTrainingDataConfig(max_seq_length=64, dupe_factor=2, static_masking=False, masked_lm_prob=0.3,
-                                   max_predictions_per_seq=40)
-    ds = create_pretraining_dataset(datasets.Dataset.from_dict({"text": pseudo_corpus}), trained_tokenizer, config)
+    config = PreTrainingDataConfig(
+        max_seq_length=64, dupe_factor=2, static_masking=False, masked_lm_prob=0.3, max_predictions_per_seq=40
+    )
+    ds = create_pretraining_dataset(
+        datasets.Dataset.from_dict({"text": pseudo_corpus}), trained_tokenizer, config
+    )
     assert "masked_lm_positions" not in ds.column_names
     rows = ds.to_list()
     collator = PreTrainingCollator.from_config(trained_tokenizer, config)
@@ -765,7 +907,10 @@ def test_collator_dynamic_masks(pseudo_corpus, trained_tokenizer):
 
     with pytest.raises(ValueError, match="static_masking=True"):
         PreTrainingCollator(trained_tokenizer)(rows[:2])
-    static_rows = create_pretraining_dataset(datasets.Dataset.from_dict({"text": pseudo_corpus[:5]}),
-                                             trained_tokenizer, PreTrainingDataConfig(max_seq_length=64)).to_list()
+    static_rows = create_pretraining_dataset(
+        datasets.Dataset.from_dict({"text": pseudo_corpus[:5]}),
+        trained_tokenizer,
+        PreTrainingDataConfig(max_seq_length=64),
+    ).to_list()
     with pytest.raises(ValueError, match="static_masking=False"):
         collator(static_rows[:2])
