@@ -1,0 +1,635 @@
+"""Pre-training BERT with Trainer: the paper's procedure (section 3.1, appendix A.2) as library code.
+
+`recipes/pretrain.py` is a thin command line over `run_pretraining`. What lives here:
+
+- `PreTrainingArguments`: everything a run needs beyond transformers' `TrainingArguments` (corpus, tokenizer,
+  preset, the two phases, optimizer), and `parse_arguments` which reads a YAML config with any field
+  overridable on the command line. Paper defaults (SPEC section 3) sit under both.
+- `PreTrainingTrainer`: Trainer that logs the MLM loss, NSP loss, MLM accuracy and NSP accuracy separately,
+  evaluates them on a held-out slice of the corpus, and normalises the loss over the GLOBAL batch: the MLM loss
+  is the mean over every masked token of the batch of `global_batch_size` sequences, however it is split into
+  accumulation steps and processes; the NSP loss is the mean over its sequences. So one batch of 16, two
+  accumulated batches of 8 and two DDP ranks of 8 give the same update (tested).
+- `PhasedSampler`: the paper's two-phase schedule (90% of steps at 128 tokens, then 512) inside ONE Trainer run,
+  so there is one learning-rate schedule across both phases and resuming works anywhere.
+- Output-directory checks: a directory holding a different run is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from torch.utils.data import Sampler
+from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments
+
+from .configuration_bert_repro import BertReproConfig
+from .corpus import load_corpus
+from .modeling_bert_repro import BertReproForPreTraining
+from .optim import optimizer_cls_and_kwargs
+from .pretraining_data import (
+    IGNORE_INDEX,
+    PreTrainingCollator,
+    PreTrainingDataConfig,
+    WordPieceVocab,
+    create_pretraining_instances,
+    pretraining_statistics,
+    tokenize_documents,
+)
+from .tokenization import load_tokenizer, save_tokenizer, train_wordpiece
+
+logger = logging.getLogger(__name__)
+
+RUN_CONFIG = "run_config.json"
+TOKENIZER_DIR = "tokenizer"
+
+# SPEC section 3: Adam lr 1e-4, betas 0.9/0.999, eps 1e-6, weight decay 0.01, 10,000 warm-up steps then linear
+# decay, clipping at 1.0, 1,000,000 steps. Lowest precedence: a YAML config and the command line override them.
+PAPER_TRAINING_DEFAULTS = dict(
+    learning_rate=1e-4,
+    adam_beta1=0.9,
+    adam_beta2=0.999,
+    adam_epsilon=1e-6,
+    weight_decay=0.01,
+    warmup_steps=10_000,
+    lr_scheduler_type="linear",
+    max_grad_norm=1.0,
+    max_steps=1_000_000,
+    per_device_train_batch_size=32,
+    per_device_eval_batch_size=64,
+    logging_steps=100,
+    save_steps=10_000,
+    eval_steps=10_000,
+    eval_strategy="steps",
+    save_total_limit=3,
+    report_to="tensorboard",
+    seed=12345,
+    remove_unused_columns=False,
+    ddp_find_unused_parameters=False,
+)
+
+
+@dataclass
+class PreTrainingArguments:
+    """The run's own settings (transformers' TrainingArguments and PreTrainingDataConfig hold the rest)."""
+
+    corpus: list[str] = field(default_factory=list, metadata={
+        "help": "Text: a folder, files or globs (.txt, .jsonl, .parquet, .csv), or a Hub dataset id."})
+    hub_config: str | None = field(default=None, metadata={"help": "Config of a Hub dataset (e.g. 20231101.en)."})
+    split: str = field(default="train", metadata={"help": "Split of a Hub dataset."})
+    streaming: bool = field(default=False, metadata={
+        "help": "Stream a Hub dataset instead of downloading it whole; takes the first max_documents rows."})
+    max_documents: int | None = field(default=None, metadata={"help": "Use at most this many documents."})
+    text_column: str = field(default="text", metadata={"help": "Column holding the text in table files."})
+    document_boundary: str = field(default="blank_line", metadata={
+        "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file)."})
+    split_lines: bool = field(default=False, metadata={
+        "help": "Every line break ends a sentence (one paragraph per line), instead of hard-wrapped text."})
+    tokenizer: str | None = field(default=None, metadata={
+        "help": "An existing tokenizer (directory, vocab.txt, tokenizer.json or Hub id); else one is trained."})
+    vocab_size: int = field(default=30522, metadata={"help": "Size of a newly trained WordPiece vocabulary."})
+    lowercase: bool = field(default=True, metadata={"help": "Uncased (lower-case, strip accents) or cased."})
+    eval_fraction: float = field(default=0.01, metadata={"help": "Share of documents held out for evaluation."})
+    eval_max_examples: int = field(default=2000, metadata={"help": "At most this many held-out examples."})
+    num_proc: int | None = field(default=None, metadata={"help": "Processes for data preparation (all cores)."})
+    preset: str = field(default="base", metadata={"help": "tiny, mini, small, medium, base or large."})
+    model_overrides: str | None = field(default=None, metadata={
+        "help": "JSON object of BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'."})
+    attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
+    init_from: str | None = field(default=None, metadata={
+        "help": "Start from the weights of this checkpoint (continued pre-training) instead of a random init."})
+    global_batch_size: int = field(default=256, metadata={
+        "help": "Sequences per optimizer step; gradient accumulation is derived from it."})
+    phase2_fraction: float = field(default=0.1, metadata={
+        "help": "Share of the steps in phase 2 (long sequences); 0 for one phase."})
+    phase2_max_seq_length: int = field(default=512, metadata={"help": "Sequence length of phase 2."})
+    phase2_max_predictions_per_seq: int = field(default=80, metadata={"help": "Masked positions in phase 2."})
+    optimizer: str = field(default="adamw", metadata={"help": "adamw, bert_adam (reference code) or lamb."})
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "Allow writing into an output directory that holds another or a finished run."})
+    stop_after_steps: int | None = field(default=None, metadata={
+        "help": "Stop this invocation after so many optimizer steps, with a checkpoint (resume it later)."})
+    plot: bool = field(default=True, metadata={"help": "Write training_curves.png at the end."})
+
+
+# Fields that may change between an interrupted run and its resumption.
+RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot",
+                      "logging_steps", "report_to", "disable_tqdm", "dataloader_num_workers"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _as_cli(values: dict[str, Any]) -> list[str]:
+    argv: list[str] = []
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            value = json.dumps(value)
+        if isinstance(value, (list, tuple)):
+            argv += [f"--{key}", *map(str, value)]
+        else:
+            argv += [f"--{key}", str(value)]
+    return argv
+
+
+def parse_arguments(argv: list[str] | None = None):
+    """(PreTrainingArguments, PreTrainingDataConfig, TrainingArguments) from `--config x.yaml` and the command line.
+
+    Precedence: the paper's defaults < the YAML file < the command line. Unknown YAML keys are an error that names
+    the file and the key.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    config_values: dict[str, Any] = {}
+    if "--config" in argv:
+        i = argv.index("--config")
+        path = Path(argv[i + 1])
+        del argv[i : i + 2]
+        if not path.is_file():
+            raise FileNotFoundError(f"Config file {path} does not exist.")
+        config_values = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(config_values, dict):
+            raise ValueError(f"{path}: expected a mapping of field: value, got {type(config_values).__name__}.")
+        known = {f.name for cls in (PreTrainingArguments, PreTrainingDataConfig, TrainingArguments) for f in fields(cls)}
+        unknown = sorted(set(config_values) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown field(s) {unknown}; see `python recipes/pretrain.py --help`.")
+    parser = HfArgumentParser((PreTrainingArguments, PreTrainingDataConfig, TrainingArguments))
+    full = _as_cli(PAPER_TRAINING_DEFAULTS) + _as_cli(config_values) + argv
+    run, data, training = parser.parse_args_into_dataclasses(args=full)
+    return run, data, training
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The output directory: never overwrite another run
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def run_record(run: PreTrainingArguments, data: PreTrainingDataConfig, training: TrainingArguments) -> dict:
+    """What identifies a run: every setting except the ones that may change on resumption."""
+    record = {"run": asdict(run), "data": asdict(data), "training": training.to_dict()}
+    for section in record.values():
+        for key in list(section):
+            if key in RUN_CONTROL_FIELDS or key.startswith(("logging_", "hub_", "push_to_hub")):
+                section.pop(key)
+    return json.loads(json.dumps(record, default=str))
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+    out = []
+    for section in sorted(set(old) | set(new)):
+        a, b = old.get(section, {}), new.get(section, {})
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                out.append(f"{section}.{key}: {a.get(key)!r} -> {b.get(key)!r}")
+    return out
+
+
+def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, overwrite: bool) -> None:
+    """Refuse to write into a directory that holds something else, with a message that says what to do."""
+    out = Path(output_dir)
+    if overwrite or not out.exists() or not any(out.iterdir()):
+        return
+    saved = out / RUN_CONFIG
+    if not saved.exists():
+        raise FileExistsError(
+            f"{out} is not empty and holds no bert_repro run ({RUN_CONFIG} missing). Choose another output_dir, "
+            "or pass --overwrite_output_dir true to write into it anyway."
+        )
+    differences = _differences(json.loads(saved.read_text()), record)
+    if differences:
+        shown = "; ".join(differences[:6]) + (" ..." if len(differences) > 6 else "")
+        raise FileExistsError(
+            f"{out} holds a different run ({shown}). Choose another output_dir, or pass --overwrite_output_dir true."
+        )
+    has_checkpoints = any(out.glob("checkpoint-*"))
+    if (out / "model.safetensors").exists() and not resume:
+        raise FileExistsError(f"{out} already holds this finished run; pass --overwrite_output_dir true to redo it.")
+    if has_checkpoints and not resume:
+        raise FileExistsError(
+            f"{out} already holds checkpoints of this run; pass --resume_from_checkpoint true to continue it, or "
+            "--overwrite_output_dir true to start again."
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def load_documents(run: PreTrainingArguments) -> datasets.Dataset:
+    if not run.corpus:
+        raise ValueError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
+    source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
+    documents = load_corpus(
+        source, text_column=run.text_column, document_boundary=run.document_boundary, hub_config=run.hub_config,
+        split=run.split, streaming=run.streaming, num_proc=run.num_proc,
+    )
+    if isinstance(documents, datasets.IterableDataset):
+        limit = run.max_documents or 100_000
+        logger.info("streaming the first %d documents of %s", limit, source)
+        documents = datasets.Dataset.from_list(list(documents.take(limit)))
+    elif run.max_documents is not None and len(documents) > run.max_documents:
+        documents = documents.select(range(run.max_documents))
+    return documents
+
+
+def split_documents(documents: datasets.Dataset, run: PreTrainingArguments, seed: int):
+    """(train, held-out) documents; the held-out slice is whole documents, so no text leaks into training."""
+    if run.eval_fraction <= 0 or len(documents) < 2:
+        return documents, None
+    held_out = max(1, round(len(documents) * run.eval_fraction))
+    parts = documents.train_test_split(test_size=held_out, seed=seed, shuffle=True)
+    return parts["train"], parts["test"]
+
+
+def get_tokenizer(run: PreTrainingArguments, train_documents: datasets.Dataset, output_dir: Path):
+    """The run's tokenizer: given, already trained by this run (resumption, other ranks), or trained now."""
+    cached = output_dir / TOKENIZER_DIR
+    if (cached / "tokenizer.json").exists():
+        return load_tokenizer(cached)
+    if run.tokenizer:
+        tokenizer = load_tokenizer(run.tokenizer)
+    else:
+        logger.info("training a WordPiece vocabulary of %d entries on %d documents", run.vocab_size,
+                    len(train_documents))
+        tokenizer = train_wordpiece(iterator=train_documents["text"], vocab_size=run.vocab_size,
+                                    lowercase=run.lowercase)
+    save_tokenizer(tokenizer, cached)  # WordPiece training is not deterministic: keep what this run uses
+    return tokenizer
+
+
+def phase_configs(data: PreTrainingDataConfig, run: PreTrainingArguments) -> list[PreTrainingDataConfig]:
+    phases = [data]
+    if run.phase2_fraction > 0:
+        phases.append(PreTrainingDataConfig(**{
+            **asdict(data),
+            "max_seq_length": run.phase2_max_seq_length,
+            "max_predictions_per_seq": run.phase2_max_predictions_per_seq,
+        }))
+    return phases
+
+
+def build_datasets(run, data, training, output_dir: Path):
+    """Documents -> tokenizer -> pre-training examples of each phase and of the held-out slice, with statistics."""
+    documents = load_documents(run)
+    train_docs, eval_docs = split_documents(documents, run, training.seed)
+    tokenizer = get_tokenizer(run, train_docs, output_dir)
+    vocab = WordPieceVocab.from_tokenizer(tokenizer)
+    tokenized = tokenize_documents(train_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
+    phases = [create_pretraining_instances(tokenized, vocab, cfg, num_proc=run.num_proc)
+              for cfg in phase_configs(data, run)]
+    statistics = {
+        f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length,
+                          **pretraining_statistics(ds, tokenized, mask_token_id=tokenizer.mask_token_id)}
+        for i, (cfg, ds) in enumerate(zip(phase_configs(data, run), phases))
+    }
+    eval_dataset = None
+    if eval_docs is not None:
+        eval_cfg = PreTrainingDataConfig(**{**asdict(data), "dupe_factor": 1})
+        eval_tokenized = tokenize_documents(eval_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
+        eval_dataset = create_pretraining_instances(eval_tokenized, vocab, eval_cfg, num_proc=run.num_proc)
+        if not eval_cfg.static_masking:
+            raise ValueError("the held-out slice needs static masking to be comparable between evaluations")
+        eval_dataset = eval_dataset.select(range(min(len(eval_dataset), run.eval_max_examples)))
+        statistics["held_out"] = pretraining_statistics(eval_dataset, eval_tokenized,
+                                                        mask_token_id=tokenizer.mask_token_id)
+    return tokenizer, phases, eval_dataset, statistics
+
+
+class PhaseCollator:
+    """Routes each batch to the collator of its phase (dynamic masking uses each phase's prediction budget)."""
+
+    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig]):
+        self.collators = [(cfg.max_seq_length, PreTrainingCollator.from_config(tokenizer, cfg)) for cfg in phases]
+
+    def __call__(self, features):
+        longest = max(len(f["input_ids"]) for f in features)
+        for max_len, collator in self.collators:
+            if longest <= max_len:
+                return collator(features)
+        return self.collators[-1][1](features)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class PhasedSampler(Sampler[int]):
+    """Indices into the concatenated phase datasets: `samples[p]` draws from phase p, in phase order.
+
+    Each phase is drawn in passes over its examples, reshuffled every pass, with a seeded generator: the same
+    order on every process and after resumption (Trainer skips the batches already seen).
+    """
+
+    def __init__(self, sizes: list[int], samples: list[int], seed: int):
+        if any(n > 0 and size == 0 for size, n in zip(sizes, samples)):
+            raise ValueError(f"A phase has no examples to draw from (sizes {sizes}).")
+        self.sizes, self.samples, self.seed = sizes, samples, seed
+
+    def __len__(self) -> int:
+        return sum(self.samples)
+
+    def __iter__(self):
+        rng = np.random.default_rng(self.seed)
+        offset = 0
+        for size, n in zip(self.sizes, self.samples):
+            drawn = 0
+            while drawn < n:
+                order = rng.permutation(size)[: n - drawn]
+                yield from (offset + order).tolist()
+                drawn += len(order)
+            offset += size
+
+
+def phase_steps(max_steps: int, phase2_fraction: float, num_phases: int) -> list[int]:
+    if num_phases == 1:
+        return [max_steps]
+    second = max(1, round(max_steps * phase2_fraction))
+    return [max_steps - second, second]
+
+
+_SUMS = ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp_count")
+
+
+def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_sentence_label) -> torch.Tensor:
+    """Summed losses and counts of a batch: (mlm loss sum, mlm correct, masked tokens, nsp loss sum, nsp correct, n)."""
+    masked = labels != IGNORE_INDEX
+    mlm_logits = prediction_logits[masked].float()
+    mlm_labels = labels[masked]
+    nsp_logits = seq_relationship_logits.float()
+    return torch.stack([
+        F.cross_entropy(mlm_logits, mlm_labels, reduction="sum"),
+        (mlm_logits.argmax(-1) == mlm_labels).sum().float(),
+        masked.sum().float(),
+        F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
+        (nsp_logits.argmax(-1) == next_sentence_label).sum().float(),
+        torch.tensor(float(next_sentence_label.numel()), device=nsp_logits.device),
+    ])
+
+
+def metrics_from_sums(sums: torch.Tensor, prefix: str = "") -> dict[str, float]:
+    s = dict(zip(_SUMS, sums.tolist()))
+    mlm_n, nsp_n = max(s["mlm_count"], 1.0), max(s["nsp_count"], 1.0)
+    return {
+        f"{prefix}mlm_loss": s["mlm_loss"] / mlm_n,
+        f"{prefix}nsp_loss": s["nsp_loss"] / nsp_n,
+        f"{prefix}mlm_accuracy": s["mlm_correct"] / mlm_n,
+        f"{prefix}nsp_accuracy": s["nsp_correct"] / nsp_n,
+    }
+
+
+class PreTrainingTrainer(Trainer):
+    """Trainer for MLM + NSP with global-batch loss normalisation and the four pre-training metrics."""
+
+    def __init__(self, *args, phase_sizes: list[int] | None = None, phase_samples: list[int] | None = None,
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        self.phase_sizes, self.phase_samples = phase_sizes, phase_samples
+        self.loss_is_scaled_for_ga = True  # compute_loss divides by the global counts itself
+        self._train_sums: torch.Tensor | None = None
+
+    def _get_train_sampler(self, train_dataset=None):
+        if self.phase_sizes is None:
+            return super()._get_train_sampler(train_dataset)
+        return PhasedSampler(self.phase_sizes, self.phase_samples, self.args.seed)
+
+    def _get_num_items_in_batch(self, batch_samples, device):
+        """Masked tokens and sequences in the whole global batch (all accumulation steps, all processes)."""
+        counts = torch.tensor(
+            [sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in batch_samples),
+             sum(int(b["next_sentence_label"].numel()) for b in batch_samples)],
+            dtype=torch.float64, device=device,
+        )
+        if self.accelerator.num_processes > 1:
+            counts = self.accelerator.reduce(counts, reduction="sum")
+        return counts
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        labels = inputs.pop("labels")
+        next_sentence_label = inputs.pop("next_sentence_label")
+        outputs = model(**inputs)
+        sums = pretraining_sums(outputs.prediction_logits, outputs.seq_relationship_logits, labels,
+                                next_sentence_label)
+        if num_items_in_batch is None:  # one batch on its own
+            mlm_n, nsp_n = sums[2].clamp(min=1), sums[5].clamp(min=1)
+            loss = sums[0] / mlm_n + sums[3] / nsp_n
+        else:
+            mlm_n, nsp_n = num_items_in_batch.to(sums.dtype).clamp(min=1)
+            # DDP averages gradients over processes: scale back up so the sum over the global batch is kept.
+            loss = (sums[0] / mlm_n + sums[3] / nsp_n) * self.accelerator.num_processes
+        if model.training:
+            detached = sums.detach()
+            self._train_sums = detached if self._train_sums is None else self._train_sums + detached
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._train_sums is not None:
+            sums = self._train_sums
+            if self.accelerator.num_processes > 1:
+                sums = self.accelerator.reduce(sums, reduction="sum")
+            logs.update({k: round(v, 4) for k, v in metrics_from_sums(sums).items()})
+            self._train_sums = None
+        super().log(logs, start_time)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        dataloader = self.get_eval_dataloader(eval_dataset)
+        model = self.model
+        was_training = model.training
+        model.eval()
+        sums = torch.zeros(len(_SUMS), device=self.args.device)
+        start = time.time()
+        with torch.no_grad():
+            for batch in dataloader:
+                batch = self._prepare_inputs(batch)
+                labels, nsp = batch.pop("labels"), batch.pop("next_sentence_label")
+                with self.autocast_smart_context_manager():
+                    out = model(**batch)
+                sums += pretraining_sums(out.prediction_logits, out.seq_relationship_logits, labels, nsp)
+        if self.accelerator.num_processes > 1:
+            sums = self.accelerator.reduce(sums, reduction="sum")
+        model.train(was_training)
+        metrics = metrics_from_sums(sums, prefix=f"{metric_key_prefix}_")
+        metrics[f"{metric_key_prefix}_loss"] = metrics[f"{metric_key_prefix}_mlm_loss"] + metrics[
+            f"{metric_key_prefix}_nsp_loss"]
+        metrics[f"{metric_key_prefix}_runtime"] = round(time.time() - start, 3)
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+
+class StopAfterSteps(TrainerCallback):
+    """Ends this invocation after `steps` optimizer steps with a checkpoint, for time-limited jobs."""
+
+    def __init__(self, steps: int):
+        self.steps, self.first_step = steps, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.first_step = state.global_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step - self.first_step >= self.steps and state.global_step < state.max_steps:
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+
+def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDataConfig]) -> BertReproForPreTraining:
+    overrides = json.loads(run.model_overrides) if run.model_overrides else {}
+    if run.init_from:
+        model = BertReproForPreTraining.from_pretrained(run.init_from, attn_implementation=run.attn_implementation)
+        config = model.config
+    else:
+        config = BertReproConfig.from_preset(run.preset, vocab_size=len(tokenizer),
+                                             pad_token_id=tokenizer.pad_token_id, **overrides)
+        model = None
+    longest = max(cfg.max_seq_length for cfg in phases)
+    if longest > config.max_position_embeddings:
+        raise ValueError(
+            f"max_seq_length {longest} is longer than the model's max_position_embeddings "
+            f"({config.max_position_embeddings}); lower max_seq_length / phase2_max_seq_length."
+        )
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
+    if model is None:
+        model = BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
+    return model
+
+
+def gradient_accumulation(global_batch_size: int, per_device: int, world_size: int) -> int:
+    per_step = per_device * world_size
+    if global_batch_size % per_step:
+        raise ValueError(
+            f"global_batch_size {global_batch_size} is not a multiple of per_device_train_batch_size {per_device} "
+            f"x {world_size} processes."
+        )
+    return global_batch_size // per_step
+
+
+def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
+    """The whole job: arguments -> data -> model -> Trainer -> saved checkpoint, statistics, curves."""
+    run, data, training = parse_arguments(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
+                        datefmt="%H:%M:%S")
+    output_dir = Path(training.output_dir)
+    resume_arg = training.resume_from_checkpoint
+    resume = resume_arg not in (None, "", "false", "False")
+    resume_from = (True if resume_arg in ("true", "True") else resume_arg) if resume else None
+    record = run_record(run, data, training)
+    check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir)
+    training.gradient_accumulation_steps = gradient_accumulation(
+        run.global_batch_size, training.per_device_train_batch_size, training.world_size)
+    if training.report_to and "tensorboard" in training.report_to:
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            logger.warning("tensorboard is not installed (pip install 'bert-repro[train]'): not writing its logs")
+            training.report_to = [r for r in training.report_to if r != "tensorboard"]
+
+    with training.main_process_first(desc="preparing pre-training data"):
+        if training.process_index == 0:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            (output_dir / RUN_CONFIG).write_text(json.dumps(record, indent=2))
+        tokenizer, phases, eval_dataset, statistics = build_datasets(run, data, training, output_dir)
+    phase_cfgs = phase_configs(data, run)
+    if training.process_index == 0:
+        (output_dir / "data_statistics.json").write_text(json.dumps(statistics, indent=2))
+        log_statistics(statistics)
+
+    model = build_model(run, tokenizer, phase_cfgs)
+    steps = phase_steps(training.max_steps, run.phase2_fraction, len(phases))
+    trainer = PreTrainingTrainer(
+        model=model,
+        args=training,
+        train_dataset=datasets.concatenate_datasets(phases) if len(phases) > 1 else phases[0],
+        eval_dataset=eval_dataset,
+        data_collator=PhaseCollator(tokenizer, phase_cfgs),
+        processing_class=tokenizer,
+        optimizer_cls_and_kwargs=optimizer_cls_and_kwargs(
+            run.optimizer, lr=training.learning_rate, betas=(training.adam_beta1, training.adam_beta2),
+            eps=training.adam_epsilon, weight_decay=training.weight_decay),
+        phase_sizes=[len(p) for p in phases],
+        phase_samples=[n * run.global_batch_size for n in steps],
+        callbacks=[StopAfterSteps(run.stop_after_steps)] if run.stop_after_steps else None,
+    )
+    if eval_dataset is None:
+        trainer.args.eval_strategy = "no"
+    start = time.time()
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    elapsed = time.time() - start
+    if trainer.state.global_step < training.max_steps:
+        logger.info("stopped after step %d of %d; continue with --resume_from_checkpoint true",
+                    trainer.state.global_step, training.max_steps)
+        return {"stopped_at_step": trainer.state.global_step}
+
+    summary = {"train_runtime_s": round(elapsed, 1), "global_step": trainer.state.global_step,
+               "train_loss": result.training_loss}
+    tokens = sum(statistics[f"phase{i + 1}"]["tokens"] / max(statistics[f"phase{i + 1}"]["examples"], 1) * n
+                 * run.global_batch_size for i, n in enumerate(steps))
+    summary["tokens_per_second"] = round(tokens / elapsed, 1)
+    if eval_dataset is not None:
+        summary.update(trainer.evaluate())
+    trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        save_tokenizer(tokenizer, output_dir)
+        (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
+        (output_dir / "results.json").write_text(json.dumps(summary, indent=2))
+        if run.plot:
+            plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
+        log_table("results", summary)
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reporting
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def log_table(title: str, values: dict[str, Any]) -> None:
+    width = max(len(k) for k in values)
+    lines = [f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}" for k, v in values.items()]
+    logger.info("%s\n%s", title, "\n".join(lines))
+
+
+def log_statistics(statistics: dict[str, dict]) -> None:
+    for name, stats in statistics.items():
+        log_table(f"pre-training data, {name}",
+                  {k: v for k, v in stats.items() if not isinstance(v, (dict, list))})
+
+
+def plot_curves(log_history: list[dict], path: Path) -> None:
+    """Training and held-out curves of the four pre-training metrics, one panel each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = ["mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for ax, key in zip(axes.flat, panels):
+        for prefix, style in (("", "-"), ("eval_", "o-")):
+            points = [(e["step"], e[prefix + key]) for e in log_history if prefix + key in e]
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, style, label="held-out" if prefix else "training", markersize=3)
+        ax.set_title(key.replace("_", " "))
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,21 @@
+"""Pre-train BERT from raw text: corpus -> WordPiece vocabulary -> NSP/MLM examples -> Trainer -> checkpoint.
+
+    accelerate launch recipes/pretrain.py --config recipes/configs/quickstart.yaml [--field value ...]
+
+Every field of the YAML file can be overridden on the command line (`--max_steps 500`); `--help` lists them all.
+One CPU, several GPUs or several nodes: choose with `accelerate config` or `accelerate launch --config_file
+recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`; the script does not change.
+"""
+
+import sys
+
+from bert_repro.corpus import CorpusError
+from bert_repro.pretraining import run_pretraining
+
+if __name__ == "__main__":
+    try:
+        run_pretraining()
+    except (CorpusError, FileExistsError, FileNotFoundError) as err:
+        # A problem with what the user passed: say it plainly, without a traceback.
+        print(f"pretrain.py: error: {err}", file=sys.stderr)
+        sys.exit(2)
