@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 from torch.utils.data import Sampler
-from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments
+from transformers import HfArgumentParser, IntervalStrategy, Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from .configuration_bert_repro import BertReproConfig
 from .corpus import load_corpus
@@ -550,8 +550,11 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         (output_dir / "data_statistics.json").write_text(json.dumps(statistics, indent=2))
         log_statistics(statistics)
 
+    set_seed(training.seed)  # the initial weights must not depend on what data preparation drew before
     model = build_model(run, tokenizer, phase_cfgs)
     steps = phase_steps(training.max_steps, run.phase2_fraction, len(phases))
+    if eval_dataset is None:
+        training.eval_strategy = IntervalStrategy.NO
     trainer = PreTrainingTrainer(
         model=model,
         args=training,
@@ -566,8 +569,6 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         phase_samples=[n * run.global_batch_size for n in steps],
         callbacks=[StopAfterSteps(run.stop_after_steps)] if run.stop_after_steps else None,
     )
-    if eval_dataset is None:
-        trainer.args.eval_strategy = "no"
     start = time.time()
     result = trainer.train(resume_from_checkpoint=resume_from)
     elapsed = time.time() - start
@@ -577,7 +578,8 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         return {"stopped_at_step": trainer.state.global_step}
 
     summary = {"train_runtime_s": round(elapsed, 1), "global_step": trainer.state.global_step,
-               "train_loss": result.training_loss}
+               "train_loss": result.training_loss, "processes": training.world_size,
+               "gradient_accumulation_steps": training.gradient_accumulation_steps}
     tokens = sum(statistics[f"phase{i + 1}"]["tokens"] / max(statistics[f"phase{i + 1}"]["examples"], 1) * n
                  * run.global_batch_size for i, n in enumerate(steps))
     summary["tokens_per_second"] = round(tokens / elapsed, 1)

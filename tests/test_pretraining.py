@@ -1,0 +1,255 @@
+"""The pre-training recipe: argument handling, the two-phase sampler, output-directory protection, global-batch
+loss normalisation, and end-to-end runs through the real launcher (resume and DDP equality)."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from bert_repro.pretraining import (
+    PAPER_TRAINING_DEFAULTS,
+    PhasedSampler,
+    PreTrainingTrainer,
+    check_output_dir,
+    parse_arguments,
+    phase_steps,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = ("the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
+         "mountain old new green tree bird sang loud quiet night day").split()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Arguments and sampler
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_defaults_yaml_and_command_line_precedence(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"corpus": ["x"], "learning_rate": 5e-4, "max_steps": 50, "preset": "tiny",
+                                      "model_overrides": {"hidden_dropout_prob": 0.0}}))
+    run, data, training = parse_arguments(["--config", str(config), "--max_steps", "70", "--output_dir", "o"])
+    assert training.learning_rate == 5e-4  # YAML over the paper default
+    assert training.max_steps == 70  # command line over YAML
+    assert training.adam_epsilon == PAPER_TRAINING_DEFAULTS["adam_epsilon"] == 1e-6  # paper default kept
+    assert training.warmup_steps == 10_000 and training.weight_decay == 0.01 and training.max_grad_norm == 1.0
+    assert data.max_seq_length == 128 and data.max_predictions_per_seq == 20 and data.dupe_factor == 10
+    assert run.preset == "tiny" and json.loads(run.model_overrides) == {"hidden_dropout_prob": 0.0}
+    assert run.global_batch_size == 256 and run.phase2_fraction == 0.1 and run.phase2_max_seq_length == 512
+
+
+def test_unknown_yaml_field_names_the_file(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("learning_rat: 0.1\n")
+    with pytest.raises(ValueError, match=r"c.yaml: unknown field\(s\) \['learning_rat'\]"):
+        parse_arguments(["--config", str(config), "--output_dir", "o"])
+
+
+def test_phased_sampler_order_and_reproducibility():
+    sizes, samples = [10, 4], [25, 6]
+    order = list(PhasedSampler(sizes, samples, seed=3))
+    assert len(order) == 31 == len(PhasedSampler(sizes, samples, seed=3))
+    assert all(i < 10 for i in order[:25]) and all(10 <= i < 14 for i in order[25:])
+    for start in (0, 10):  # every full pass over phase 1 is a permutation
+        assert sorted(order[start:start + 10]) == list(range(10))
+    assert order == list(PhasedSampler(sizes, samples, seed=3))
+    assert order != list(PhasedSampler(sizes, samples, seed=4))
+    assert phase_steps(1000, 0.1, 2) == [900, 100] and phase_steps(1000, 0.1, 1) == [1000]
+    with pytest.raises(ValueError, match="no examples"):
+        PhasedSampler([0, 4], [8, 4], seed=0)
+
+
+def test_output_dir_protection(tmp_path):
+    record = {"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-4}}
+    check_output_dir(tmp_path / "new", record, resume=False, overwrite=False)  # absent: fine
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="holds no bert_repro run"):
+        check_output_dir(tmp_path, record, resume=False, overwrite=False)
+    (tmp_path / "run_config.json").write_text(json.dumps(record))
+    check_output_dir(tmp_path, record, resume=False, overwrite=False)  # same run, nothing trained yet
+    (tmp_path / "checkpoint-10").mkdir()
+    with pytest.raises(FileExistsError, match="--resume_from_checkpoint true"):
+        check_output_dir(tmp_path, record, resume=False, overwrite=False)
+    check_output_dir(tmp_path, record, resume=True, overwrite=False)
+    other = {"run": {"preset": "base"}, "training": {"learning_rate": 1e-4}}
+    with pytest.raises(FileExistsError, match=r"different run \(run.preset: 'tiny' -> 'base'\)"):
+        check_output_dir(tmp_path, other, resume=True, overwrite=False)
+    check_output_dir(tmp_path, other, resume=False, overwrite=True)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Global-batch normalisation inside Trainer
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def pretraining_rows(n=16, seq=16, vocab=99):
+    """Rows whose masked-token counts DIFFER between sequences (1 to 5), as real data has."""
+    g = torch.Generator().manual_seed(5)
+    rows = []
+    for i in range(n):
+        length = 6 + i % 10
+        input_ids = torch.zeros(seq, dtype=torch.long)
+        input_ids[:length] = torch.randint(5, vocab, (length,), generator=g)
+        labels = torch.full((seq,), -100)
+        positions = torch.randperm(length - 2, generator=g)[: 1 + i % 5] + 1
+        labels[positions] = input_ids[positions]
+        rows.append({"input_ids": input_ids, "attention_mask": (torch.arange(seq) < length).long(),
+                     "token_type_ids": torch.zeros(seq, dtype=torch.long), "labels": labels,
+                     "next_sentence_label": torch.tensor(i % 2)})
+    return rows
+
+
+def one_update(tmp_path, per_device, accumulation):
+    from conftest import tiny_config
+    from transformers import TrainingArguments
+
+    from bert_repro import BertReproForPreTraining
+
+    torch.manual_seed(0)
+    model = BertReproForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    args = TrainingArguments(
+        output_dir=str(tmp_path / f"r{per_device}x{accumulation}"), per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation, max_steps=1, learning_rate=1.0, optim="sgd",
+        lr_scheduler_type="constant", max_grad_norm=0.0, weight_decay=0.0, use_cpu=True, report_to="none",
+        save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, remove_unused_columns=False,
+    )
+    PreTrainingTrainer(model=model, args=args, train_dataset=pretraining_rows()).train()
+    return {k: before[k] - v.detach() for k, v in model.named_parameters()}
+
+
+@pytest.mark.slow
+def test_global_batch_normalisation_with_unequal_mask_counts(tmp_path):
+    full = one_update(tmp_path, 16, 1)
+    for per_device, accumulation in ((8, 2), (4, 4)):
+        accumulated = one_update(tmp_path, per_device, accumulation)
+        worst = max((full[k] - accumulated[k]).abs().max().item() for k in full)
+        assert worst < 1e-6, (per_device, accumulation, worst)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# End to end, through the real launcher
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus_and_tokenizer(tmp_path_factory):
+    """A small corpus of documents (one per file) and a tokenizer trained once, so every run shares its vocabulary
+    (WordPiece training in the tokenizers library is not deterministic)."""
+    from bert_repro.tokenization import save_tokenizer, train_wordpiece
+
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    texts = []
+    for d in range(12):
+        paragraphs = []
+        for _ in range(6):
+            sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
+                         for _ in range(5)]
+            paragraphs.append(" ".join(sentences))
+        text = "\n\n".join(paragraphs)
+        (root / f"doc{d:02d}.txt").write_text(text)
+        texts.append(text)
+    tokenizer = train_wordpiece(iterator=texts, vocab_size=120, show_progress=False)
+    save_tokenizer(tokenizer, root.parent / "tokenizer")
+    return root, root.parent / "tokenizer"
+
+
+def write_config(path, corpus, tokenizer, **overrides):
+    config = {
+        "corpus": [str(corpus)], "document_boundary": "file", "tokenizer": str(tokenizer), "preset": "tiny",
+        "model_overrides": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
+                            "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+        "max_seq_length": 32, "max_predictions_per_seq": 5, "dupe_factor": 2, "phase2_fraction": 0.25,
+        "phase2_max_seq_length": 64, "phase2_max_predictions_per_seq": 10, "global_batch_size": 8,
+        "per_device_train_batch_size": 8, "max_steps": 8, "warmup_steps": 2, "learning_rate": 0.002,
+        "logging_steps": 1, "save_steps": 4, "eval_steps": 4, "eval_fraction": 0.2, "use_cpu": True,
+        "report_to": "none", "disable_tqdm": True, "num_proc": 1, "plot": False,
+        **overrides,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def launch(config, output_dir, *extra, processes=1, check=True):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    if processes > 1:  # the launcher line that really runs DDP on CPU (gloo)
+        env["ACCELERATE_USE_CPU"] = "true"
+        launcher = ["--multi_gpu", "--num_processes", str(processes)]
+    else:
+        launcher = ["--num_processes", "1"]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launcher, "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "recipes" / "pretrain.py"),
+           "--config", str(config), "--output_dir", str(output_dir), *extra]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if check:
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result
+
+
+def weights(directory):
+    return load_file(Path(directory) / "model.safetensors")
+
+
+@pytest.mark.slow
+def test_pretrain_end_to_end_and_resume(tmp_path, corpus_and_tokenizer):
+    from transformers import AutoModelForPreTraining
+
+    corpus, tokenizer = corpus_and_tokenizer
+    config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer, max_steps=24, save_steps=12, eval_steps=12,
+                          plot=True)
+    full = tmp_path / "full"
+    launch(config, full)
+
+    history = json.loads((full / "log_history.json").read_text())
+    train = [e for e in history if "mlm_loss" in e]
+    assert len(train) == 24 and all(0.0 <= e["nsp_accuracy"] <= 1.0 for e in train)
+    first, last = sum(e["loss"] for e in train[:4]) / 4, sum(e["loss"] for e in train[-4:]) / 4
+    assert last < first - 0.1, (first, last)
+    results = json.loads((full / "results.json").read_text())
+    assert {"eval_mlm_loss", "eval_nsp_loss", "eval_mlm_accuracy", "eval_nsp_accuracy"} <= set(results)
+    stats = json.loads((full / "data_statistics.json").read_text())
+    assert stats["phase1"]["max_seq_length"] == 32 and stats["phase2"]["max_seq_length"] == 64
+    for name in ("vocab.txt", "tokenizer.json", "run_config.json", "training_curves.png", "config.json"):
+        assert (full / name).exists(), name
+    model = AutoModelForPreTraining.from_pretrained(full)
+    assert type(model).__name__ == "BertReproForPreTraining"
+
+    # Stopped after 10 steps (crossing no checkpoint boundary on purpose), then resumed from the last checkpoint.
+    resumed = tmp_path / "resumed"
+    launch(config, resumed, "--stop_after_steps", "13")
+    assert (resumed / "checkpoint-13").exists() and not (resumed / "model.safetensors").exists()
+    refused = launch(config, resumed, check=False)
+    assert refused.returncode != 0 and "--resume_from_checkpoint true" in refused.stderr
+    launch(config, resumed, "--resume_from_checkpoint", "true")
+    a, b = weights(full), weights(resumed)
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-6, worst
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_match_one_process(tmp_path, corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    single = write_config(tmp_path / "single.yaml", corpus, tokenizer, per_device_train_batch_size=8,
+                          eval_fraction=0.0, save_steps=100)
+    double = write_config(tmp_path / "double.yaml", corpus, tokenizer, per_device_train_batch_size=4,
+                          eval_fraction=0.0, save_steps=100)
+    launch(single, tmp_path / "one")
+    launch(double, tmp_path / "two", processes=2)
+    one = json.loads((tmp_path / "one" / "results.json").read_text())
+    two = json.loads((tmp_path / "two" / "results.json").read_text())
+    # Really two processes with no accumulation, against one process of the same global batch.
+    assert (one["processes"], one["gradient_accumulation_steps"]) == (1, 1)
+    assert (two["processes"], two["gradient_accumulation_steps"]) == (2, 1)
+    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-5, worst
