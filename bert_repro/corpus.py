@@ -10,7 +10,9 @@ Sources:
   between documents, the reference code's input format).
 - JSON lines / parquet / CSV / TSV files with a text column (one row per document).
 - a Hub dataset id with config and split (e.g. `wikimedia/wikipedia` / `20231101.en`, or
-  `Salesforce/wikitext` / `wikitext-103-raw-v1`), optionally streamed.
+  `Salesforce/wikitext` / `wikitext-103-raw-v1`), optionally streamed. One row is one document (Wikipedia), except
+  with `document_boundary="wikitext"`: WikiText stores one line per row, so rows are joined into articles at
+  its top-level headings (" = Title = "), and the heading lines themselves are dropped (they are not sentences).
 
 Bad input is skipped with a logged count rather than crashing a worker later: empty documents and files that
 are not text (binary junk: NUL bytes or mostly undecodable bytes).
@@ -115,12 +117,17 @@ def load_corpus(
     cache_dir: str | None = None,
 ) -> datasets.Dataset | datasets.IterableDataset:
     """A dataset of documents with a `text` column (one row per document), from any supported source."""
-    if document_boundary not in ("file", "blank_line"):
-        raise CorpusError(f"document_boundary must be 'file' or 'blank_line', got {document_boundary!r}.")
+    if document_boundary not in ("file", "blank_line", "wikitext"):
+        raise CorpusError(
+            f"document_boundary must be 'file', 'blank_line' or 'wikitext', got {document_boundary!r}."
+        )
     files = _expand(source)
     if files is None:
-        dataset = _load_hub(str(source), hub_config, split, streaming, cache_dir)
-        return _select_text(dataset, text_column, str(source))
+        dataset = _select_text(_load_hub(str(source), hub_config, split, streaming, cache_dir), text_column,
+                               str(source))
+        if document_boundary == "wikitext":
+            dataset = _wikitext_articles(dataset, streaming)
+        return dataset
     if not files:
         raise CorpusError(f"{source}: no input files. {HOW_TO_PASS_LOCAL_TEXT}")
 
@@ -149,6 +156,32 @@ def load_corpus(
         parts.append(_select_text(table, text_column, ", ".join(names)))
     dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     return _drop_empty(dataset, str(source), num_proc)
+
+
+_WIKITEXT_TITLE = re.compile(r"^ = [^=].* = $")
+_WIKITEXT_HEADING = re.compile(r"^ (= )+.*( =)+ $")
+
+
+def wikitext_articles(lines) -> Iterator[dict[str, str]]:
+    """WikiText rows (one line each) -> articles: a new one at each " = Title = ", heading lines dropped."""
+    article: list[str] = []
+    for line in lines:
+        line = line.rstrip("\n")
+        if _WIKITEXT_TITLE.match(line):
+            if article:
+                yield {"text": "\n\n".join(article)}
+            article = []
+        elif line.strip() and not _WIKITEXT_HEADING.match(line):
+            article.append(line.strip())
+    if article:
+        yield {"text": "\n\n".join(article)}
+
+
+def _wikitext_articles(dataset, streaming: bool):
+    if streaming:
+        return datasets.IterableDataset.from_generator(
+            lambda: wikitext_articles(row["text"] for row in dataset))
+    return datasets.Dataset.from_generator(wikitext_articles, gen_kwargs={"lines": dataset["text"]})
 
 
 def _select_text(dataset, text_column: str, where: str):

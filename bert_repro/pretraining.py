@@ -51,6 +51,11 @@ from .tokenization import load_tokenizer, save_tokenizer, train_wordpiece
 logger = logging.getLogger(__name__)
 
 RUN_CONFIG = "run_config.json"
+
+
+class ConfigurationError(ValueError):
+    """Settings that cannot work together; the recipe prints the message without a traceback."""
+
 TOKENIZER_DIR = "tokenizer"
 
 # SPEC section 3: Adam lr 1e-4, betas 0.9/0.999, eps 1e-6, weight decay 0.01, 10,000 warm-up steps then linear
@@ -162,11 +167,11 @@ def parse_arguments(argv: list[str] | None = None):
             raise FileNotFoundError(f"Config file {path} does not exist.")
         config_values = yaml.safe_load(path.read_text()) or {}
         if not isinstance(config_values, dict):
-            raise ValueError(f"{path}: expected a mapping of field: value, got {type(config_values).__name__}.")
+            raise ConfigurationError(f"{path}: expected a mapping of field: value, got {type(config_values).__name__}.")
         known = {f.name for cls in (PreTrainingArguments, PreTrainingDataConfig, TrainingArguments) for f in fields(cls)}
         unknown = sorted(set(config_values) - known)
         if unknown:
-            raise ValueError(f"{path}: unknown field(s) {unknown}; see `python recipes/pretrain.py --help`.")
+            raise ConfigurationError(f"{path}: unknown field(s) {unknown}; see `python recipes/pretrain.py --help`.")
     parser = HfArgumentParser((PreTrainingArguments, PreTrainingDataConfig, TrainingArguments))
     full = _as_cli(PAPER_TRAINING_DEFAULTS) + _as_cli(config_values) + argv
     run, data, training = parser.parse_args_into_dataclasses(args=full)
@@ -232,7 +237,7 @@ def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, over
 
 def load_documents(run: PreTrainingArguments) -> datasets.Dataset:
     if not run.corpus:
-        raise ValueError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
+        raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
     source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
     documents = load_corpus(
         source, text_column=run.text_column, document_boundary=run.document_boundary, hub_config=run.hub_config,
@@ -299,11 +304,10 @@ def build_datasets(run, data, training, output_dir: Path):
     }
     eval_dataset = None
     if eval_docs is not None:
-        eval_cfg = PreTrainingDataConfig(**{**asdict(data), "dupe_factor": 1})
+        # Fixed masks, so that every evaluation scores the same predictions (also with dynamic masking in training).
+        eval_cfg = PreTrainingDataConfig(**{**asdict(data), "dupe_factor": 1, "static_masking": True})
         eval_tokenized = tokenize_documents(eval_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
         eval_dataset = create_pretraining_instances(eval_tokenized, vocab, eval_cfg, num_proc=run.num_proc)
-        if not eval_cfg.static_masking:
-            raise ValueError("the held-out slice needs static masking to be comparable between evaluations")
         eval_dataset = eval_dataset.select(range(min(len(eval_dataset), run.eval_max_examples)))
         statistics["held_out"] = pretraining_statistics(eval_dataset, eval_tokenized,
                                                         mask_token_id=tokenizer.mask_token_id)
@@ -311,12 +315,16 @@ def build_datasets(run, data, training, output_dir: Path):
 
 
 class PhaseCollator:
-    """Routes each batch to the collator of its phase (dynamic masking uses each phase's prediction budget)."""
+    """Routes each batch to the collator of its phase (dynamic masking uses each phase's prediction budget);
+    rows that carry their masks (the held-out slice) always keep them."""
 
     def __init__(self, tokenizer, phases: list[PreTrainingDataConfig]):
         self.collators = [(cfg.max_seq_length, PreTrainingCollator.from_config(tokenizer, cfg)) for cfg in phases]
+        self.static = PreTrainingCollator(tokenizer)
 
     def __call__(self, features):
+        if "masked_lm_positions" in features[0]:
+            return self.static(features)
         longest = max(len(f["input_ids"]) for f in features)
         for max_len, collator in self.collators:
             if longest <= max_len:
@@ -488,32 +496,36 @@ class StopAfterSteps(TrainerCallback):
         return control
 
 
-def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDataConfig]) -> BertReproForPreTraining:
+def model_config(run: PreTrainingArguments, **fields) -> BertReproConfig:
     overrides = json.loads(run.model_overrides) if run.model_overrides else {}
     if run.init_from:
-        model = BertReproForPreTraining.from_pretrained(run.init_from, attn_implementation=run.attn_implementation)
-        config = model.config
-    else:
-        config = BertReproConfig.from_preset(run.preset, vocab_size=len(tokenizer),
-                                             pad_token_id=tokenizer.pad_token_id, **overrides)
-        model = None
+        return BertReproConfig.from_pretrained(run.init_from)
+    return BertReproConfig.from_preset(run.preset, **{**fields, **overrides})
+
+
+def check_lengths(config: BertReproConfig, phases: list[PreTrainingDataConfig]) -> None:
     longest = max(cfg.max_seq_length for cfg in phases)
     if longest > config.max_position_embeddings:
-        raise ValueError(
+        raise ConfigurationError(
             f"max_seq_length {longest} is longer than the model's max_position_embeddings "
             f"({config.max_position_embeddings}); lower max_seq_length / phase2_max_seq_length."
         )
+
+
+def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDataConfig]) -> BertReproForPreTraining:
+    config = model_config(run, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    check_lengths(config, phases)
     if len(tokenizer) > config.vocab_size:
-        raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
-    if model is None:
-        model = BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
-    return model
+        raise ConfigurationError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
+    if run.init_from:
+        return BertReproForPreTraining.from_pretrained(run.init_from, attn_implementation=run.attn_implementation)
+    return BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
 
 
 def gradient_accumulation(global_batch_size: int, per_device: int, world_size: int) -> int:
     per_step = per_device * world_size
     if global_batch_size % per_step:
-        raise ValueError(
+        raise ConfigurationError(
             f"global_batch_size {global_batch_size} is not a multiple of per_device_train_batch_size {per_device} "
             f"x {world_size} processes."
         )
@@ -531,6 +543,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     resume_from = (True if resume_arg in ("true", "True") else resume_arg) if resume else None
     record = run_record(run, data, training)
     check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir)
+    check_lengths(model_config(run), phase_configs(data, run))  # before any data work
     training.gradient_accumulation_steps = gradient_accumulation(
         run.global_batch_size, training.per_device_train_batch_size, training.world_size)
     if training.report_to and "tensorboard" in training.report_to:

@@ -10,12 +10,12 @@ recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`; the script does not change.
 import sys
 
 from bert_repro.corpus import CorpusError
-from bert_repro.pretraining import run_pretraining
+from bert_repro.pretraining import ConfigurationError, run_pretraining
 
 if __name__ == "__main__":
     try:
         run_pretraining()
-    except (CorpusError, FileExistsError, FileNotFoundError) as err:
+    except (ConfigurationError, CorpusError, FileExistsError, FileNotFoundError) as err:
         # A problem with what the user passed: say it plainly, without a traceback.
         print(f"pretrain.py: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -253,3 +253,59 @@ def test_two_ddp_processes_match_one_process(tmp_path, corpus_and_tokenizer):
     a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst < 1e-5, worst
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "recipes" / "configs").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_configs_parse(config):
+    from bert_repro import PRESETS
+    from bert_repro.pretraining import gradient_accumulation
+
+    run, data, training = parse_arguments(["--config", str(config), "--output_dir", "unused"])
+    assert run.preset in PRESETS and run.corpus
+    assert data.max_seq_length <= 512 and run.phase2_max_seq_length <= 512
+    assert gradient_accumulation(run.global_batch_size, training.per_device_train_batch_size, 1) >= 1
+
+
+@pytest.mark.slow
+def test_no_hub_and_no_local_text_stops_fast_with_advice(tmp_path):
+    import time
+
+    start = time.time()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--config",
+         str(ROOT / "recipes" / "configs" / "quickstart.yaml"), "--output_dir", str(tmp_path / "out")],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert "Salesforce/wikitext" in result.stderr and "Pass local text instead" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.time() - start < 30
+
+
+@pytest.mark.slow
+def test_bad_corpus_inputs(tmp_path, corpus_and_tokenizer):
+    """Empty file, binary junk, a 100,000-character line and a one-sentence document: skipped or handled, not a crash."""
+    corpus, tokenizer = corpus_and_tokenizer
+    messy = tmp_path / "messy"
+    messy.mkdir()
+    for path in sorted(corpus.glob("*.txt"))[:6]:
+        (messy / path.name).write_text(path.read_text())
+    (messy / "empty.txt").write_text("")
+    (messy / "junk.txt").write_bytes(bytes(range(256)) * 40)
+    (messy / "long.txt").write_text(("the cat sat on the mat " * 5000).strip() + ".")
+    (messy / "one.txt").write_text("Only one sentence here.")
+    config = write_config(tmp_path / "messy.yaml", messy, tokenizer, max_steps=2, save_steps=100, eval_fraction=0.0)
+    launch(config, tmp_path / "out")
+    stats = json.loads((tmp_path / "out" / "data_statistics.json").read_text())
+    assert stats["phase1"]["examples"] > 0
+
+    table = tmp_path / "docs.jsonl"
+    table.write_text('{"body": "A sentence. Another one."}\n')
+    config = write_config(tmp_path / "table.yaml", table, tokenizer, max_steps=2)
+    result = launch(config, tmp_path / "out2", check=False)
+    assert result.returncode != 0
+    assert "has no column 'text'; its columns are ['body']" in result.stderr
+
+    config = write_config(tmp_path / "long.yaml", corpus, tokenizer, max_seq_length=1024, phase2_fraction=0.0)
+    result = launch(config, tmp_path / "out3", check=False)
+    assert result.returncode != 0 and "longer than the model's max_position_embeddings" in result.stderr
