@@ -182,13 +182,12 @@ def write_config(path, corpus, tokenizer, **overrides):
 
 def launch(config, output_dir, *extra, processes=1, check=True):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    if processes > 1:  # the launcher line that really runs DDP on CPU (gloo)
-        env["ACCELERATE_USE_CPU"] = "true"
-        launcher = ["--multi_gpu", "--num_processes", str(processes)]
+    if processes == 2:  # the shipped config that really runs DDP on CPU (gloo)
+        launcher = ["--config_file", str(ROOT / "recipes" / "accelerate" / "ddp_cpu.yaml")]
     else:
-        launcher = ["--num_processes", "1"]
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launcher, "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "recipes" / "pretrain.py"),
+        launcher = ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend",
+                    "no"]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launcher, str(ROOT / "recipes" / "pretrain.py"),
            "--config", str(config), "--output_dir", str(output_dir), *extra]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if check:
@@ -260,7 +259,8 @@ def test_shipped_configs_parse(config):
     from bert_repro import PRESETS
     from bert_repro.pretraining import gradient_accumulation
 
-    run, data, training = parse_arguments(["--config", str(config), "--output_dir", "unused"])
+    # use_cpu: the GPU configs ask for bf16, which TrainingArguments refuses on a machine without a GPU otherwise.
+    run, data, training = parse_arguments(["--config", str(config), "--output_dir", "unused", "--use_cpu", "true"])
     assert run.preset in PRESETS and run.corpus
     assert data.max_seq_length <= 512 and run.phase2_max_seq_length <= 512
     assert gradient_accumulation(run.global_batch_size, training.per_device_train_batch_size, 1) >= 1
