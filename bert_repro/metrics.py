@@ -1,0 +1,500 @@
+"""Official metrics of the paper's fine-tuning tasks (SPEC section 4), offline, with numpy only.
+
+`evaluate` 0.4.6 ships no metric code (every `evaluate.load(...)` downloads a script), and scipy and
+scikit-learn are not dependencies, so the metrics are written out here, each matching the reference
+implementation that produces the published numbers.
+
+Units: every metric is a fraction in [0, 1] (correlations in [-1, 1]) EXCEPT the SQuAD metrics, which are in
+percent (0..100) as the official evaluation scripts print them.
+
+- `accuracy` (MNLI, QNLI, SST-2, RTE, WNLI, SWAG; also reported for MRPC/QQP): fraction of exact matches,
+  as `sklearn.metrics.accuracy_score` and GLUE's `simple_accuracy`.
+- `f1` (MRPC, QQP): F1 of the positive class, as `sklearn.metrics.f1_score(average="binary")`.
+- `matthews_corrcoef` (CoLA): as `sklearn.metrics.matthews_corrcoef` (its multi-class form).
+- `pearson`, `spearman` (STS-B): as `scipy.stats.pearsonr(...)[0]` and `scipy.stats.spearmanr(...)[0]`
+  (average ranks for ties).
+- `squad_v1` (SQuAD v1.1): EM and F1 of the official `evaluate-v1.1.py`.
+- `squad_v2` (SQuAD v2.0): the official `evaluate-v2.0.py`, with its `--na-prob-file` best thresholds.
+- `conll_f1` (CoNLL-2003 NER): chunk precision / recall / F1, micro-averaged, and token accuracy, as
+  `conlleval` and `seqeval`'s default (non-strict) mode.
+
+Undefined values follow the references: `f1` is 0.0 when there is no true and no predicted positive
+(sklearn's `zero_division` default, which also warns); `matthews_corrcoef` is 0.0 when a marginal is constant
+(sklearn); `pearson` / `spearman` are NaN, with a RuntimeWarning, when an input is constant (scipy's
+`ConstantInputWarning` case) and NaN when an input contains NaN (scipy's default `nan_policy="propagate"`).
+Empty inputs and length mismatches raise `ValueError`.
+
+SQuAD answers are compared after the official normalisation: lower-case, drop the characters of
+`string.punctuation` (ASCII only: unicode punctuation such as "«" or "—" stays), drop the words a/an/the
+(`\\b(a|an|the)\\b`, so "theatre" keeps its "the"), collapse white space. F1 is over bags of tokens.
+
+CoNLL chunks: B-X starts a chunk; I-X continues a chunk of type X and starts one after O or after a chunk
+of another type (so IOB1 and IOB2 taggings of the same spans give the same chunks); E-X / S-X (IOBES) are
+read as conlleval reads them. A predicted chunk is correct only if its type, start and end all match.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import re
+import string
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "METRICS",
+    "accuracy",
+    "compute",
+    "compute_exact",
+    "compute_f1",
+    "conll_f1",
+    "f1",
+    "get_chunks",
+    "matthews_corrcoef",
+    "normalize_answer",
+    "pearson",
+    "spearman",
+    "squad_v1",
+    "squad_v2",
+]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Input checks
+
+
+def _as_1d(values: Any, name: str, dtype: Any = None) -> np.ndarray:
+    array = np.asarray(values, dtype=dtype)
+    if array.ndim == 2 and array.shape[1] == 1:  # a regression head's (n, 1) output
+        array = array[:, 0]
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
+    return array
+
+
+def _pair(predictions: Any, references: Any, dtype: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    preds = _as_1d(predictions, "predictions", dtype)
+    refs = _as_1d(references, "references", dtype)
+    if len(preds) != len(refs):
+        raise ValueError(f"{len(preds)} predictions for {len(refs)} references")
+    if len(refs) == 0:
+        raise ValueError("no predictions to score")
+    return preds, refs
+
+
+# ----------------------------------------------------------------------------------------------------
+# Classification (GLUE)
+
+
+def accuracy(predictions: Sequence[Any] | np.ndarray, references: Sequence[Any] | np.ndarray) -> float:
+    """Fraction of predictions equal to their reference."""
+    preds, refs = _pair(predictions, references)
+    return float(np.mean(preds == refs))
+
+
+def f1(
+    predictions: Sequence[Any] | np.ndarray,
+    references: Sequence[Any] | np.ndarray,
+    positive_label: Any = 1,
+) -> float:
+    """Binary F1 of `positive_label`, 2 TP / (2 TP + FP + FN), as sklearn's `f1_score(average="binary")`.
+
+    0.0 when there are true or predicted positives but none correct, and 0.0 with a warning when there are
+    neither true nor predicted positives (sklearn's `zero_division="warn"`). More than two labels in all, or
+    two labels of which none is `positive_label`, raise ValueError as in sklearn.
+    """
+    preds, refs = _pair(predictions, references)
+    present = np.unique(np.concatenate([refs, preds]))
+    if len(present) > 2:
+        raise ValueError(f"binary F1 needs at most two labels, got {present.tolist()}")
+    if len(present) == 2 and positive_label not in present.tolist():
+        raise ValueError(f"positive_label={positive_label!r} is not one of the labels {present.tolist()}")
+    pred_pos = preds == positive_label
+    true_pos = refs == positive_label
+    tp = int(np.sum(pred_pos & true_pos))
+    denominator = int(np.sum(pred_pos)) + int(np.sum(true_pos))  # = 2 TP + FP + FN
+    if denominator == 0:
+        warnings.warn(
+            "F1 is undefined with no true nor predicted positives; set to 0.0", RuntimeWarning, stacklevel=2
+        )
+        return 0.0
+    return 2.0 * tp / denominator
+
+
+def matthews_corrcoef(
+    predictions: Sequence[Any] | np.ndarray, references: Sequence[Any] | np.ndarray
+) -> float:
+    """Matthews correlation coefficient in sklearn's multi-class form (the usual MCC for two classes).
+
+    From the confusion matrix C (rows: references, columns: predictions) with t = row sums, p = column sums,
+    c = trace, s = total: (c s - t.p) / sqrt((s^2 - p.p)(s^2 - t.t)); 0.0 when the denominator is 0.
+    """
+    preds, refs = _pair(predictions, references)
+    _, codes = np.unique(np.concatenate([refs, preds]), return_inverse=True)
+    n = len(refs)
+    true_codes, pred_codes = codes[:n], codes[n:]
+    n_labels = int(codes.max()) + 1
+    t_sum = np.bincount(true_codes, minlength=n_labels).astype(np.float64)
+    p_sum = np.bincount(pred_codes, minlength=n_labels).astype(np.float64)
+    n_correct = float(np.sum(true_codes == pred_codes))
+    s = float(n)
+    cov_ytyp = n_correct * s - float(np.dot(t_sum, p_sum))
+    cov_ypyp = s * s - float(np.dot(p_sum, p_sum))
+    cov_ytyt = s * s - float(np.dot(t_sum, t_sum))
+    if cov_ypyp * cov_ytyt == 0:
+        return 0.0
+    return cov_ytyp / math.sqrt(cov_ytyt * cov_ypyp)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Correlation (STS-B)
+
+
+def _constant(x: np.ndarray) -> bool:
+    return bool(np.all(x == x[0]))
+
+
+def _pearson_r(x: np.ndarray, y: np.ndarray) -> float:
+    if np.isnan(x).any() or np.isnan(y).any():
+        return float("nan")
+    if len(x) < 2:
+        raise ValueError("correlation needs at least two values")
+    if _constant(x) or _constant(y):
+        warnings.warn(
+            "an input is constant: the correlation is not defined (NaN)", RuntimeWarning, stacklevel=3
+        )
+        return float("nan")
+    xm = x - x.mean()
+    ym = y - y.mean()
+    # Scaled by the largest magnitude first, as scipy does, so the norms cannot overflow.
+    xm = xm / np.max(np.abs(xm))
+    ym = ym / np.max(np.abs(ym))
+    r = float(np.dot(xm / np.linalg.norm(xm), ym / np.linalg.norm(ym)))
+    return max(min(r, 1.0), -1.0)
+
+
+def pearson(predictions: Sequence[float] | np.ndarray, references: Sequence[float] | np.ndarray) -> float:
+    """Pearson correlation coefficient, as `scipy.stats.pearsonr(predictions, references)[0]`."""
+    preds, refs = _pair(predictions, references, dtype=np.float64)
+    return _pearson_r(preds, refs)
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, tied values sharing the mean of their ranks (`scipy.stats.rankdata(method="average")`)."""
+    order = np.argsort(values, kind="mergesort")
+    inverse = np.empty(len(values), dtype=np.intp)
+    inverse[order] = np.arange(len(values))
+    ordered = values[order]
+    new_value = np.r_[True, ordered[1:] != ordered[:-1]]
+    group = np.cumsum(new_value)[inverse]  # 1-based index of each value's tie group
+    group_starts = np.r_[np.nonzero(new_value)[0], len(values)]
+    return 0.5 * (group_starts[group] + group_starts[group - 1] + 1)
+
+
+def spearman(predictions: Sequence[float] | np.ndarray, references: Sequence[float] | np.ndarray) -> float:
+    """Spearman rank correlation: Pearson of the average ranks, as `scipy.stats.spearmanr(...)[0]`."""
+    preds, refs = _pair(predictions, references, dtype=np.float64)
+    if np.isnan(preds).any() or np.isnan(refs).any():
+        return float("nan")
+    return _pearson_r(_average_ranks(preds), _average_ranks(refs))
+
+
+# ----------------------------------------------------------------------------------------------------
+# SQuAD: normalisation and per-answer scores of the official scripts
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(s: str) -> str:
+    """Lower text and remove punctuation, articles and extra white space (both official SQuAD scripts)."""
+    text = s.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _v1_exact(prediction: str, ground_truth: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(ground_truth))
+
+
+def _v1_f1(prediction: str, ground_truth: str) -> float:
+    """v1.1's `f1_score`: bag-of-tokens F1; 0 when nothing is shared (also when both are empty)."""
+    return _token_f1(normalize_answer(prediction).split(), normalize_answer(ground_truth).split())
+
+
+def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    num_same = sum((collections.Counter(pred_tokens) & collections.Counter(gold_tokens)).values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(pred_tokens)
+    recall = num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _get_tokens(s: str) -> list[str]:
+    return normalize_answer(s).split() if s else []
+
+
+def compute_exact(a_gold: str, a_pred: str) -> int:
+    """v2.0's exact match of one gold answer: 1 if the normalised strings are equal."""
+    return int(normalize_answer(a_gold) == normalize_answer(a_pred))
+
+
+def compute_f1(a_gold: str, a_pred: str) -> float:
+    """v2.0's F1 of one gold answer; when either side has no tokens, 1.0 if both have none, else 0.0."""
+    gold_tokens, pred_tokens = _get_tokens(a_gold), _get_tokens(a_pred)
+    if not gold_tokens or not pred_tokens:
+        return float(gold_tokens == pred_tokens)
+    return _token_f1(pred_tokens, gold_tokens)
+
+
+def _warn_missing(missing: int, total: int, consequence: str) -> None:
+    if missing:
+        logger.warning("%d of %d questions have no prediction; %s", missing, total, consequence)
+
+
+# ----------------------------------------------------------------------------------------------------
+# SQuAD v1.1
+
+
+def squad_v1(predictions: Mapping[str, str], references: Mapping[str, Sequence[str]]) -> dict[str, float]:
+    """The official SQuAD v1.1 evaluation: {"exact_match", "f1"} in percent.
+
+    `predictions` maps question id to answer text, `references` question id to its gold answer texts. Each
+    question scores the max over its gold answers; a question without a prediction scores 0 and is counted in
+    the total (logged as a warning); predictions for unknown ids are ignored.
+    """
+    if not references:
+        raise ValueError("no references to score")
+    exact_match = f1_sum = 0.0
+    for qid, gold_answers in references.items():
+        if not gold_answers:
+            raise ValueError(f"question {qid!r} has no gold answer (SQuAD v1.1 questions are all answerable)")
+        if qid not in predictions:
+            continue
+        prediction = predictions[qid]
+        exact_match += max(_v1_exact(prediction, gold) for gold in gold_answers)
+        f1_sum += max(_v1_f1(prediction, gold) for gold in gold_answers)
+    _warn_missing(sum(qid not in predictions for qid in references), len(references), "they score 0")
+    total = len(references)
+    return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1_sum / total}
+
+
+# ----------------------------------------------------------------------------------------------------
+# SQuAD v2.0
+
+
+def _v2_raw_scores(
+    predictions: Mapping[str, str], references: Mapping[str, Sequence[str]]
+) -> tuple[dict[str, int], dict[str, float]]:
+    """`get_raw_scores`: per-question max over gold answers; gold answers that normalise to "" are dropped,
+    and a question left with none has the single gold answer ""."""
+    exact_scores: dict[str, int] = {}
+    f1_scores: dict[str, float] = {}
+    for qid, answers in references.items():
+        if qid not in predictions:
+            continue
+        gold_answers = [a for a in answers if normalize_answer(a)] or [""]
+        prediction = predictions[qid]
+        exact_scores[qid] = max(compute_exact(a, prediction) for a in gold_answers)
+        f1_scores[qid] = max(compute_f1(a, prediction) for a in gold_answers)
+    return exact_scores, f1_scores
+
+
+def _apply_no_ans_threshold(
+    scores: Mapping[str, float], na_probs: Mapping[str, float], has_ans: Mapping[str, bool], thresh: float
+) -> dict[str, float]:
+    """Where na_prob > thresh the prediction becomes "no answer": 1 on unanswerable questions, else 0."""
+    return {qid: float(not has_ans[qid]) if na_probs[qid] > thresh else s for qid, s in scores.items()}
+
+
+def _eval_dict(
+    exact: Mapping[str, float], f1_scores: Mapping[str, float], qids: Sequence[str]
+) -> dict[str, float]:
+    total = len(qids)
+    return {
+        "exact": 100.0 * sum(exact[q] for q in qids) / total,
+        "f1": 100.0 * sum(f1_scores[q] for q in qids) / total,
+        "total": total,
+    }
+
+
+def _find_best_thresh(
+    predictions: Mapping[str, str],
+    scores: Mapping[str, float],
+    na_probs: Mapping[str, float],
+    has_ans: Mapping[str, bool],
+) -> tuple[float, float]:
+    """`find_best_thresh`: start from "no answer everywhere" (score = number of unanswerable questions), walk
+    the questions by increasing na_prob, switching each to its prediction, and keep the best running score and
+    the na_prob at which it was reached. As in the official script, the walk follows `na_probs`' order for
+    ties and tests a raw prediction for being non-empty (not its normalised form)."""
+    cur_score = best_score = float(sum(not v for v in has_ans.values()))
+    best_thresh = 0.0
+    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+        if qid not in scores:
+            continue
+        if has_ans[qid]:
+            diff = scores[qid]
+        else:
+            diff = -1 if predictions[qid] else 0
+        cur_score += diff
+        if cur_score > best_score:
+            best_score = cur_score
+            best_thresh = na_probs[qid]
+    return 100.0 * best_score / len(scores), best_thresh
+
+
+def squad_v2(
+    predictions: Mapping[str, str],
+    references: Mapping[str, Sequence[str]],
+    na_probs: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+) -> dict[str, float]:
+    """The official SQuAD 2.0 evaluation, in percent.
+
+    `references` maps question id to its gold answer texts, an empty list marking an unanswerable question;
+    a prediction of "" means "no answer". `na_probs` (question id to the model's no-answer score) and
+    `na_prob_thresh` play the roles of `--na-prob-file` and `--na-prob-thresh`: where na_prob > thresh the
+    prediction counts as "". Without `na_probs` every na_prob is 0.0.
+
+    Returns "exact", "f1", "total"; "HasAns_exact", "HasAns_f1", "HasAns_total" if some question is
+    answerable; "NoAns_*" likewise if some is not; and with `na_probs` "best_exact", "best_exact_thresh",
+    "best_f1", "best_f1_thresh" (the official `find_all_best_thresh`).
+
+    Unlike v1.1, the official v2.0 script leaves questions without a prediction out of every total (its
+    HasAns/NoAns split then fails); here they are left out everywhere, logged as a warning.
+    """
+    has_ans = {qid: bool(answers) for qid, answers in references.items()}
+    exact_raw, f1_raw = _v2_raw_scores(predictions, references)
+    _warn_missing(len(references) - len(exact_raw), len(references), "they are left out of the totals")
+    if not exact_raw:
+        raise ValueError("no question of the references has a prediction")
+    probs = dict(na_probs) if na_probs is not None else {qid: 0.0 for qid in predictions}
+    missing_probs = [qid for qid in exact_raw if qid not in probs]
+    if missing_probs:
+        raise ValueError(
+            f"na_probs lacks {len(missing_probs)} predicted questions, e.g. {missing_probs[0]!r}"
+        )
+
+    exact_thresh = _apply_no_ans_threshold(exact_raw, probs, has_ans, na_prob_thresh)
+    f1_thresh = _apply_no_ans_threshold(f1_raw, probs, has_ans, na_prob_thresh)
+    result = _eval_dict(exact_thresh, f1_thresh, list(exact_thresh))
+    for prefix, wanted in (("HasAns", True), ("NoAns", False)):
+        qids = [qid for qid in exact_thresh if has_ans[qid] is wanted]
+        if qids:
+            result.update(
+                {f"{prefix}_{key}": value for key, value in _eval_dict(exact_thresh, f1_thresh, qids).items()}
+            )
+    if na_probs is not None:
+        result["best_exact"], result["best_exact_thresh"] = _find_best_thresh(
+            predictions, exact_raw, probs, has_ans
+        )
+        result["best_f1"], result["best_f1_thresh"] = _find_best_thresh(predictions, f1_raw, probs, has_ans)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------
+# CoNLL-2003 NER: chunk F1
+
+_PREFIXES = frozenset("BIES")
+
+
+def _split_tag(label: str) -> tuple[str, str]:
+    if label == "O":
+        return "O", ""
+    prefix, dash, chunk_type = label.partition("-")
+    if not dash or prefix not in _PREFIXES or not chunk_type:
+        raise ValueError(f"tag {label!r} is neither 'O' nor B-, I-, E- or S- followed by a type")
+    return prefix, chunk_type
+
+
+def _chunk_ends(prev_tag: str, tag: str, prev_type: str, chunk_type: str) -> bool:
+    """conlleval's endOfChunk: does the chunk open before this token end here?"""
+    if prev_tag in ("E", "S"):
+        return True
+    if prev_tag in ("B", "I") and tag in ("B", "S", "O"):
+        return True
+    return prev_tag != "O" and prev_type != chunk_type
+
+
+def _chunk_starts(prev_tag: str, tag: str, prev_type: str, chunk_type: str) -> bool:
+    """conlleval's startOfChunk: does a chunk start at this token?"""
+    if tag in ("B", "S"):
+        return True
+    if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
+        return True
+    return tag != "O" and prev_type != chunk_type
+
+
+def get_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """The chunks of one sentence as (type, first token, last token), both ends inclusive."""
+    chunks: list[tuple[str, int, int]] = []
+    prev_tag, prev_type, start = "O", "", 0
+    for i, label in enumerate([*tags, "O"]):
+        tag, chunk_type = _split_tag(label)
+        if _chunk_ends(prev_tag, tag, prev_type, chunk_type):
+            chunks.append((prev_type, start, i - 1))
+        if _chunk_starts(prev_tag, tag, prev_type, chunk_type):
+            start = i
+        prev_tag, prev_type = tag, chunk_type
+    return chunks
+
+
+def conll_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Micro-averaged chunk precision, recall and F1, and token accuracy, as fractions (conlleval / seqeval).
+
+    Each argument is a list of sentences, each a list of tags. precision = correct / predicted chunks,
+    recall = correct / true chunks (each 0.0 when its denominator is 0), F1 their harmonic mean (0.0 when both
+    are 0); accuracy is the fraction of tokens whose tag is right.
+    """
+    if len(predictions) != len(references):
+        raise ValueError(f"{len(predictions)} predicted sentences for {len(references)} references")
+    n_correct = n_pred = n_true = tokens = right_tokens = 0
+    for i, (pred_tags, true_tags) in enumerate(zip(predictions, references)):
+        if len(pred_tags) != len(true_tags):
+            raise ValueError(
+                f"sentence {i}: {len(pred_tags)} predicted tags for {len(true_tags)} reference tags"
+            )
+        pred_chunks, true_chunks = set(get_chunks(pred_tags)), set(get_chunks(true_tags))
+        n_correct += len(pred_chunks & true_chunks)
+        n_pred += len(pred_chunks)
+        n_true += len(true_chunks)
+        tokens += len(true_tags)
+        right_tokens += sum(p == t for p, t in zip(pred_tags, true_tags))
+    if tokens == 0:
+        raise ValueError("no tokens to score")
+    precision = n_correct / n_pred if n_pred else 0.0
+    recall = n_correct / n_true if n_true else 0.0
+    f1_value = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1_value, "accuracy": right_tokens / tokens}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Dispatch
+
+METRICS: dict[str, Callable[[Any, Any], float]] = {
+    "accuracy": accuracy,
+    "f1": f1,
+    "matthews_correlation": matthews_corrcoef,
+    "pearson": pearson,
+    "spearman": spearman,
+}
+
+
+def compute(metric_names: Sequence[str], predictions: Any, references: Any) -> dict[str, float]:
+    """{name: value} for the named simple metrics (keys of `METRICS`); "f1" is the F1 of label 1."""
+    if isinstance(metric_names, str):
+        metric_names = [metric_names]
+    unknown = [name for name in metric_names if name not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; known: {sorted(METRICS)}")
+    return {name: METRICS[name](predictions, references) for name in metric_names}
