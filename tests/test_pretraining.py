@@ -309,3 +309,19 @@ def test_bad_corpus_inputs(tmp_path, corpus_and_tokenizer):
     config = write_config(tmp_path / "long.yaml", corpus, tokenizer, max_seq_length=1024, phase2_fraction=0.0)
     result = launch(config, tmp_path / "out3", check=False)
     assert result.returncode != 0 and "longer than the model's max_position_embeddings" in result.stderr
+
+
+@pytest.mark.slow
+def test_dynamic_whole_word_masking_with_lamb(tmp_path, corpus_and_tokenizer):
+    """The options: RoBERTa's dynamic masking, whole-word masking, NVIDIA's LAMB, a 30% mask rate."""
+    corpus, tokenizer = corpus_and_tokenizer
+    config = write_config(tmp_path / "options.yaml", corpus, tokenizer, static_masking=False,
+                          do_whole_word_mask=True, optimizer="lamb", masked_lm_prob=0.3, max_predictions_per_seq=10,
+                          max_steps=4,
+                          save_steps=100)
+    launch(config, tmp_path / "out")
+    stats = json.loads((tmp_path / "out" / "data_statistics.json").read_text())
+    assert "masked" not in stats["phase1"]  # nothing stored: masks are drawn per batch
+    assert stats["held_out"]["masked_share"] > 0.25  # the held-out slice keeps fixed masks, at the 30% rate
+    history = json.loads((tmp_path / "out" / "log_history.json").read_text())
+    assert all(e["mlm_loss"] > 0 for e in history if "mlm_loss" in e)
