@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,10 @@ import datasets
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 from torch.utils.data import Sampler
-from transformers import HfArgumentParser, IntervalStrategy, Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers import IntervalStrategy, Trainer, TrainerCallback, TrainingArguments, set_seed
 
+from .cli import RUN_CONFIG, ConfigurationError, check_output_dir, parse_with_config
 from .configuration_bert_repro import BertReproConfig
 from .corpus import load_corpus
 from .modeling_bert_repro import BertReproForPreTraining
@@ -50,11 +49,8 @@ from .tokenization import load_tokenizer, save_tokenizer, train_wordpiece
 
 logger = logging.getLogger(__name__)
 
-RUN_CONFIG = "run_config.json"
 
 
-class ConfigurationError(ValueError):
-    """Settings that cannot work together; the recipe prints the message without a traceback."""
 
 TOKENIZER_DIR = "tokenizer"
 
@@ -137,45 +133,14 @@ RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_c
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _as_cli(values: dict[str, Any]) -> list[str]:
-    argv: list[str] = []
-    for key, value in values.items():
-        if value is None:
-            continue
-        if isinstance(value, dict):
-            value = json.dumps(value)
-        if isinstance(value, (list, tuple)):
-            argv += [f"--{key}", *map(str, value)]
-        else:
-            argv += [f"--{key}", str(value)]
-    return argv
-
-
 def parse_arguments(argv: list[str] | None = None):
     """(PreTrainingArguments, PreTrainingDataConfig, TrainingArguments) from `--config x.yaml` and the command line.
 
     Precedence: the paper's defaults < the YAML file < the command line. Unknown YAML keys are an error that names
     the file and the key.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    config_values: dict[str, Any] = {}
-    if "--config" in argv:
-        i = argv.index("--config")
-        path = Path(argv[i + 1])
-        del argv[i : i + 2]
-        if not path.is_file():
-            raise FileNotFoundError(f"Config file {path} does not exist.")
-        config_values = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(config_values, dict):
-            raise ConfigurationError(f"{path}: expected a mapping of field: value, got {type(config_values).__name__}.")
-        known = {f.name for cls in (PreTrainingArguments, PreTrainingDataConfig, TrainingArguments) for f in fields(cls)}
-        unknown = sorted(set(config_values) - known)
-        if unknown:
-            raise ConfigurationError(f"{path}: unknown field(s) {unknown}; see `python recipes/pretrain.py --help`.")
-    parser = HfArgumentParser((PreTrainingArguments, PreTrainingDataConfig, TrainingArguments))
-    full = _as_cli(PAPER_TRAINING_DEFAULTS) + _as_cli(config_values) + argv
-    run, data, training = parser.parse_args_into_dataclasses(args=full)
-    return run, data, training
+    return parse_with_config((PreTrainingArguments, PreTrainingDataConfig, TrainingArguments),
+                             PAPER_TRAINING_DEFAULTS, argv, "recipes/pretrain.py")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -191,43 +156,6 @@ def run_record(run: PreTrainingArguments, data: PreTrainingDataConfig, training:
             if key in RUN_CONTROL_FIELDS or key.startswith(("logging_", "hub_", "push_to_hub")):
                 section.pop(key)
     return json.loads(json.dumps(record, default=str))
-
-
-def _differences(old: dict, new: dict) -> list[str]:
-    out = []
-    for section in sorted(set(old) | set(new)):
-        a, b = old.get(section, {}), new.get(section, {})
-        for key in sorted(set(a) | set(b)):
-            if a.get(key) != b.get(key):
-                out.append(f"{section}.{key}: {a.get(key)!r} -> {b.get(key)!r}")
-    return out
-
-
-def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, overwrite: bool) -> None:
-    """Refuse to write into a directory that holds something else, with a message that says what to do."""
-    out = Path(output_dir)
-    if overwrite or not out.exists() or not any(out.iterdir()):
-        return
-    saved = out / RUN_CONFIG
-    if not saved.exists():
-        raise FileExistsError(
-            f"{out} is not empty and holds no bert_repro run ({RUN_CONFIG} missing). Choose another output_dir, "
-            "or pass --overwrite_output_dir true to write into it anyway."
-        )
-    differences = _differences(json.loads(saved.read_text()), record)
-    if differences:
-        shown = "; ".join(differences[:6]) + (" ..." if len(differences) > 6 else "")
-        raise FileExistsError(
-            f"{out} holds a different run ({shown}). Choose another output_dir, or pass --overwrite_output_dir true."
-        )
-    has_checkpoints = any(out.glob("checkpoint-*"))
-    if (out / "model.safetensors").exists() and not resume:
-        raise FileExistsError(f"{out} already holds this finished run; pass --overwrite_output_dir true to redo it.")
-    if has_checkpoints and not resume:
-        raise FileExistsError(
-            f"{out} already holds checkpoints of this run; pass --resume_from_checkpoint true to continue it, or "
-            "--overwrite_output_dir true to start again."
-        )
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -13,11 +13,11 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from bert_repro.cli import check_output_dir
 from bert_repro.pretraining import (
     PAPER_TRAINING_DEFAULTS,
     PhasedSampler,
     PreTrainingTrainer,
-    check_output_dir,
     parse_arguments,
     phase_steps,
 )

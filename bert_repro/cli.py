@@ -1,0 +1,104 @@
+"""What the recipes share: YAML configs with command-line overrides, user-facing configuration errors, and the
+rule that an output directory holding another run is never overwritten.
+
+Each recipe parses a tuple of dataclasses (its own arguments, transformers' `TrainingArguments`, ...) with
+`HfArgumentParser`. Precedence: the recipe's defaults (the paper's hyper-parameters) < a YAML file given with
+`--config` < the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+from transformers import HfArgumentParser
+
+
+RUN_CONFIG = "run_config.json"
+
+
+class ConfigurationError(ValueError):
+    """Settings that cannot work together; the recipes print the message without a traceback."""
+
+
+def as_cli(values: dict[str, Any]) -> list[str]:
+    """{field: value} -> ["--field", "value", ...] (lists as several values, mappings as JSON)."""
+    argv: list[str] = []
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            value = json.dumps(value)
+        if isinstance(value, (list, tuple)):
+            argv += [f"--{key}", *map(str, value)]
+        else:
+            argv += [f"--{key}", str(value)]
+    return argv
+
+
+def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe: str) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Config file {path} does not exist.")
+    values = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(values, dict):
+        raise ConfigurationError(f"{path}: expected a mapping of field: value, got {type(values).__name__}.")
+    known = {f.name for cls in dataclass_types for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigurationError(f"{path}: unknown field(s) {unknown}; see `python {recipe} --help`.")
+    return values
+
+
+def parse_with_config(dataclass_types: tuple[type, ...], defaults: dict[str, Any], argv: list[str] | None,
+                      recipe: str) -> tuple:
+    """Parse `dataclass_types` from defaults < `--config FILE.yaml` < the command line."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    config_values: dict[str, Any] = {}
+    if "--config" in argv:
+        i = argv.index("--config")
+        config_values = read_yaml_config(argv[i + 1], dataclass_types, recipe)
+        del argv[i : i + 2]
+    parser = HfArgumentParser(dataclass_types)
+    return parser.parse_args_into_dataclasses(args=as_cli(defaults) + as_cli(config_values) + argv)
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+    out = []
+    for section in sorted(set(old) | set(new)):
+        a, b = old.get(section, {}), new.get(section, {})
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                out.append(f"{section}.{key}: {a.get(key)!r} -> {b.get(key)!r}")
+    return out
+
+
+def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, overwrite: bool) -> None:
+    """Refuse to write into a directory that holds something else, with a message that says what to do."""
+    out = Path(output_dir)
+    if overwrite or not out.exists() or not any(out.iterdir()):
+        return
+    saved = out / RUN_CONFIG
+    if not saved.exists():
+        raise FileExistsError(
+            f"{out} is not empty and holds no bert_repro run ({RUN_CONFIG} missing). Choose another output_dir, "
+            "or pass --overwrite_output_dir true to write into it anyway."
+        )
+    differences = _differences(json.loads(saved.read_text()), record)
+    if differences:
+        shown = "; ".join(differences[:6]) + (" ..." if len(differences) > 6 else "")
+        raise FileExistsError(
+            f"{out} holds a different run ({shown}). Choose another output_dir, or pass --overwrite_output_dir true."
+        )
+    has_checkpoints = any(out.glob("checkpoint-*"))
+    if (out / "model.safetensors").exists() and not resume:
+        raise FileExistsError(f"{out} already holds this finished run; pass --overwrite_output_dir true to redo it.")
+    if has_checkpoints and not resume:
+        raise FileExistsError(
+            f"{out} already holds checkpoints of this run; pass --resume_from_checkpoint true to continue it, or "
+            "--overwrite_output_dir true to start again."
+        )
