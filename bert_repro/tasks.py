@@ -1,0 +1,572 @@
+"""The paper's fine-tuning tasks, each described once, as data.
+
+BERT (Devlin et al., 2018) is fine-tuned on eleven tasks (section 4: the eight GLUE tasks it averages,
+SQuAD v1.1 and v2.0, SWAG) and evaluated on CoNLL-2003 NER (section 5.3). WNLI is registered too, so GLUE
+submissions are complete, but flagged ``in_glue_average=False``: the paper leaves it out.
+
+A `Task` says everything the rest of the package needs to know about one of them, so that one code path
+(data loading in `bert_repro.task_data`, features, heads, metrics, submissions, reports) serves all:
+
+- ``kind``: "classification", "regression", "span", "multiple_choice" or "token_classification";
+- the canonical columns (``text_columns``) and, in ``source_columns``, the other names those columns have in
+  the files people hold (GLUE's original TSVs, SWAG's CSV, ...);
+- ``label_names`` in the Hub dataset's id order (so ids mean the same whatever the source);
+- ``metrics`` (names in `METRICS`) and the paper's ``main_metric``;
+- the Hub dataset (``hub_id``, ``hub_config``), the canonical split names and the original file names;
+- the paper's fine-tuning hyper-parameters (``defaults``, and the grid searched in ``grid``);
+- the numbers to compare with (``paper``; ``other_reported`` for later reference runs);
+- how GLUE test predictions are written (``glue_submission_names``, ``submission_labels``).
+
+Split names are canonical everywhere: "train", "validation" (MNLI: "validation_matched" /
+"validation_mismatched"), "test" (MNLI: "test_matched" / "test_mismatched"). ``eval_splits`` are the
+labelled splits a model is scored on (CoNLL-2003 includes its labelled "test" = eng.testb); ``test_splits``
+are the splits whose labels are hidden (GLUE's server, SWAG's leaderboard): their rows carry label -1.
+
+Departures and choices, stated once:
+- Paper results are stored in percent, as printed; the metric functions return fractions.
+- The paper picks the GLUE learning rate on dev from {5e-5, 4e-5, 3e-5, 2e-5}; ``defaults`` holds one value
+  of the grid (2e-5, the most common winner for BASE) and ``grid`` the whole search.
+- SQuAD v2.0: the paper's dev numbers use the null-score threshold tau chosen on dev to maximise F1, i.e.
+  ``squad_best_f1``; ``main_metric`` is ``squad_f1`` (tau = 0) so runs are comparable without tuning.
+- SWAG's and CoNLL's ``max_seq_length`` are not given in the paper; 128 is the common choice.
+- CoNLL-2003 hyper-parameters are not given in the paper beyond the general grid; ``defaults`` takes the
+  middle of it and ``grid`` holds all of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+KINDS = ("classification", "regression", "span", "multiple_choice", "token_classification")
+
+# Metric names used in `Task.metrics`. Each evaluation returns fractions in [0, 1] (correlations in [-1, 1]).
+METRICS: Mapping[str, str] = MappingProxyType(
+    {
+        "accuracy": "fraction of examples whose predicted label is the gold label",
+        "f1": "F1 of the positive class (label id 1), as GLUE scores MRPC and QQP",
+        "matthews_correlation": "Matthews correlation coefficient (CoLA)",
+        "pearson": "Pearson correlation of predicted and gold scores (STS-B)",
+        "spearman": "Spearman rank correlation of predicted and gold scores (STS-B)",
+        "squad_exact_match": "official SQuAD exact match after normalisation, max over gold answers",
+        "squad_f1": "official SQuAD bag-of-tokens F1 after normalisation, max over gold answers",
+        "squad_best_exact_match": "SQuAD v2.0 exact match at the null-score threshold best on the set",
+        "squad_best_f1": "SQuAD v2.0 F1 at the null-score threshold that maximises it on the set",
+        "squad_has_ans_f1": "SQuAD v2.0 F1 on the answerable questions only",
+        "squad_no_ans_f1": "SQuAD v2.0 F1 on the unanswerable questions only",
+        "entity_f1": "CoNLL entity-level F1 (an entity counts when its type and exact span match; IOB2 tags)",
+        "entity_precision": "CoNLL entity-level precision",
+        "entity_recall": "CoNLL entity-level recall",
+    }
+)
+
+# How GLUE's server wants test predictions: one `index<TAB>prediction` TSV per test split.
+SUBMISSION_LABELS = {
+    "names": "the label name (MNLI, QNLI, RTE, AX: 'entailment', 'not_entailment', ...)",
+    "ids": "the integer label id (CoLA, SST-2, MRPC, QQP, WNLI)",
+    "float": "the predicted score as a decimal number (STS-B)",
+}
+
+# Paper Table 1: the GLUE score averaged over the eight tasks (WNLI left out).
+PAPER_GLUE_AVERAGE: Mapping[str, float] = MappingProxyType({"base": 79.6, "large": 82.1})
+
+
+@dataclass(frozen=True)
+class Result:
+    """One reported number: ``value`` (percent, as printed) of ``metric`` on ``split`` for model ``model``."""
+
+    model: str  # "base" | "large" | a checkpoint name
+    split: str  # canonical split name ("validation", "test", "test_matched", ...)
+    metric: str  # a name in METRICS
+    value: float
+    source: str  # where the number is printed
+
+
+def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class Task:
+    """One fine-tuning task. See the module docstring for what each group of fields is for."""
+
+    name: str
+    kind: str
+    text_columns: tuple[str, ...]
+    label_names: tuple[str, ...] | None
+    metrics: tuple[str, ...]
+    main_metric: str
+    hub_id: str
+    hub_config: str | None
+    # Names a canonical column (or "label" / "idx") may have in files, in order of preference.
+    source_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    # The task's original distribution: its format and the file names per canonical split.
+    original_format: str = "glue_tsv"  # "glue_tsv" | "squad_json" | "swag_csv" | "conll"
+    original_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    # GLUE's CoLA train/dev files have no header: their column names, in order.
+    headerless_columns: tuple[str, ...] | None = None
+    eval_splits: tuple[str, ...] = ("validation",)
+    test_splits: tuple[str, ...] = ("test",)
+    label_range: tuple[float, float] | None = None  # regression: the gold scores' range
+    num_choices: int | None = None  # multiple_choice
+    allows_no_answer: bool = False  # span: SQuAD v2.0 has unanswerable questions
+    defaults: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    grid: Mapping[str, tuple] = field(default_factory=dict, hash=False)
+    paper: tuple[Result, ...] = ()
+    other_reported: tuple[Result, ...] = ()
+    glue_submission_names: Mapping[str, str] | None = field(default=None, hash=False)
+    submission_labels: str | None = None  # a key of SUBMISSION_LABELS
+    in_glue_average: bool = False
+    description: str = ""
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """Every canonical split: train, then the evaluation splits, then the hidden-label test splits."""
+        return tuple(dict.fromkeys(("train",) + self.eval_splits + self.test_splits))
+
+    @property
+    def num_labels(self) -> int:
+        """Output size of the task head: classes, 1 (regression), 2 (span start/end), 1 score per choice."""
+        if self.label_names is not None:
+            return len(self.label_names)
+        return 2 if self.kind == "span" else 1
+
+    @property
+    def id2label(self) -> dict[int, str] | None:
+        return None if self.label_names is None else dict(enumerate(self.label_names))
+
+    @property
+    def label2id(self) -> dict[str, int] | None:
+        return None if self.label_names is None else {name: i for i, name in enumerate(self.label_names)}
+
+    def glue_submission_name(self, split: str = "test") -> str:
+        """The file name GLUE's server expects for the predictions on ``split`` ("MRPC.tsv", "MNLI-m.tsv")."""
+        names = self.glue_submission_names or {}
+        if split not in names:
+            raise KeyError(
+                f"{self.name} has no GLUE submission file for split {split!r}; known: {dict(names)}"
+            )
+        return names[split]
+
+    def format_submission_value(self, prediction: float) -> str:
+        """One prediction as GLUE's server reads it: a label name, an integer id, or a score."""
+        if self.submission_labels == "names":
+            return self.label_names[int(prediction)]
+        if self.submission_labels == "ids":
+            return str(int(prediction))
+        if self.submission_labels == "float":
+            return f"{float(prediction):.3f}"
+        raise ValueError(f"{self.name} is not a GLUE task: it has no submission format")
+
+    def results(self, model: str) -> tuple[Result, ...]:
+        """The paper's numbers for ``model`` ("base" or "large")."""
+        return tuple(r for r in self.paper if r.model == model)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Shared pieces of the registry.
+
+_GLUE_FILES = {"train": ("train.tsv",), "validation": ("dev.tsv",), "test": ("test.tsv",)}
+_GLUE_DEFAULTS = {
+    "learning_rate": 2e-5,
+    "num_train_epochs": 3,
+    "per_device_train_batch_size": 32,
+    "max_seq_length": 128,
+    "warmup_proportion": 0.1,  # reference run_classifier.py
+    "weight_decay": 0.01,
+}
+_GLUE_GRID = {"learning_rate": (5e-5, 4e-5, 3e-5, 2e-5)}
+_PAPER_GRID = {
+    "per_device_train_batch_size": (16, 32),
+    "learning_rate": (5e-5, 3e-5, 2e-5),
+    "num_train_epochs": (2, 3, 4),
+}
+_TABLE1 = "paper Table 1 (GLUE test server)"
+_HF_RUN_GLUE = "transformers run_glue README, bert-base-cased, dev"
+
+
+def _glue_test(metric: str, base: float, large: float, split: str = "test") -> tuple[Result, ...]:
+    return (Result("base", split, metric, base, _TABLE1), Result("large", split, metric, large, _TABLE1))
+
+
+def _hf_dev(metric: str, value: float, split: str = "validation") -> Result:
+    return Result("bert-base-cased", split, metric, value, _HF_RUN_GLUE)
+
+
+def _glue(
+    name: str,
+    text_columns: tuple[str, ...],
+    label_names: tuple[str, ...] | None,
+    metrics: tuple[str, ...],
+    main_metric: str,
+    source_columns: Mapping[str, tuple[str, ...]],
+    submission_file: str,
+    submission_labels: str,
+    **overrides: Any,
+) -> Task:
+    fields: dict[str, Any] = {
+        "name": name,
+        "kind": "classification" if label_names else "regression",
+        "text_columns": text_columns,
+        "label_names": label_names,
+        "metrics": metrics,
+        "main_metric": main_metric,
+        "hub_id": "nyu-mll/glue",
+        "hub_config": name,
+        "source_columns": _frozen(source_columns),
+        "original_format": "glue_tsv",
+        "original_files": _frozen(_GLUE_FILES),
+        "defaults": _frozen(_GLUE_DEFAULTS),
+        "grid": _frozen(_GLUE_GRID),
+        "glue_submission_names": _frozen({"test": submission_file}),
+        "submission_labels": submission_labels,
+        "in_glue_average": True,
+    }
+    fields.update(overrides)
+    return Task(**fields)
+
+
+def _squad_defaults(epochs: int, batch: int) -> Mapping[str, Any]:
+    return _frozen(
+        {
+            "learning_rate": 5e-5,
+            "num_train_epochs": epochs,
+            "per_device_train_batch_size": batch,
+            "max_seq_length": 384,
+            "doc_stride": 128,
+            "max_query_length": 64,
+            "max_answer_length": 30,
+            "n_best_size": 20,
+            "warmup_proportion": 0.1,
+            "weight_decay": 0.01,
+        }
+    )
+
+
+_SPAN_SOURCES = {
+    "context": ("context", "paragraph"),
+    "answers": ("answers",),
+    "id": ("id",),
+    "title": ("title",),
+}
+
+# --------------------------------------------------------------------------------------------------------
+# The registry.
+
+_TASK_LIST: tuple[Task, ...] = (
+    _glue(
+        "mnli",
+        ("premise", "hypothesis"),
+        ("entailment", "neutral", "contradiction"),
+        ("accuracy",),
+        "accuracy",
+        {
+            "premise": ("premise", "sentence1"),
+            "hypothesis": ("hypothesis", "sentence2"),
+            "label": ("label", "gold_label"),
+        },
+        "MNLI-m.tsv",
+        "names",
+        eval_splits=("validation_matched", "validation_mismatched"),
+        test_splits=("test_matched", "test_mismatched"),
+        original_files=_frozen(
+            {
+                "train": ("train.tsv",),
+                "validation_matched": ("dev_matched.tsv",),
+                "validation_mismatched": ("dev_mismatched.tsv",),
+                "test_matched": ("test_matched.tsv",),
+                "test_mismatched": ("test_mismatched.tsv",),
+            }
+        ),
+        glue_submission_names=_frozen({"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"}),
+        paper=_glue_test("accuracy", 84.6, 86.7, "test_matched")
+        + _glue_test("accuracy", 83.4, 85.9, "test_mismatched"),
+        other_reported=(
+            _hf_dev("accuracy", 83.91, "validation_matched"),
+            _hf_dev("accuracy", 84.10, "validation_mismatched"),
+        ),
+        description="Multi-Genre NLI: does the premise entail, contradict or neither the hypothesis?",
+    ),
+    _glue(
+        "qqp",
+        ("question1", "question2"),
+        ("not_duplicate", "duplicate"),
+        ("accuracy", "f1"),
+        "f1",
+        {"label": ("label", "is_duplicate")},
+        "QQP.tsv",
+        "ids",
+        paper=_glue_test("f1", 71.2, 72.1),
+        other_reported=(_hf_dev("f1", 87.49),),
+        description="Quora Question Pairs: are the two questions duplicates?",
+    ),
+    _glue(
+        "qnli",
+        ("question", "sentence"),
+        ("entailment", "not_entailment"),
+        ("accuracy",),
+        "accuracy",
+        {},
+        "QNLI.tsv",
+        "names",
+        paper=_glue_test("accuracy", 90.5, 92.7),
+        other_reported=(_hf_dev("accuracy", 90.66),),
+        description="Question NLI (from SQuAD): does the sentence contain the answer to the question?",
+    ),
+    _glue(
+        "sst2",
+        ("sentence",),
+        ("negative", "positive"),
+        ("accuracy",),
+        "accuracy",
+        {},
+        "SST-2.tsv",
+        "ids",
+        paper=_glue_test("accuracy", 93.5, 94.9),
+        other_reported=(_hf_dev("accuracy", 92.32),),
+        description="Stanford Sentiment Treebank, binary sentence sentiment.",
+    ),
+    _glue(
+        "cola",
+        ("sentence",),
+        ("unacceptable", "acceptable"),
+        ("matthews_correlation",),
+        "matthews_correlation",
+        {"label": ("label", "is_acceptable")},
+        "CoLA.tsv",
+        "ids",
+        headerless_columns=("source", "label", "author_mark", "sentence"),
+        paper=_glue_test("matthews_correlation", 52.1, 60.5),
+        other_reported=(_hf_dev("matthews_correlation", 56.53),),
+        description="Corpus of Linguistic Acceptability: is the sentence grammatical?",
+    ),
+    _glue(
+        "stsb",
+        ("sentence1", "sentence2"),
+        None,
+        ("pearson", "spearman"),
+        "spearman",
+        {"label": ("label", "score")},
+        "STS-B.tsv",
+        "float",
+        label_range=(0.0, 5.0),
+        paper=_glue_test("spearman", 85.8, 86.5),
+        other_reported=(_hf_dev("pearson", 88.64),),
+        description="Semantic Textual Similarity Benchmark: a similarity score from 0 to 5 (regression).",
+    ),
+    _glue(
+        "mrpc",
+        ("sentence1", "sentence2"),
+        ("not_equivalent", "equivalent"),
+        ("accuracy", "f1"),
+        "f1",
+        {
+            "sentence1": ("sentence1", "#1 String"),
+            "sentence2": ("sentence2", "#2 String"),
+            "label": ("label", "Quality"),
+        },
+        "MRPC.tsv",
+        "ids",
+        paper=_glue_test("f1", 88.9, 89.3),
+        other_reported=(
+            _hf_dev("f1", 88.85),
+            Result("base", "validation", "accuracy", 84.55, "reference-code README (84-88 across reruns)"),
+        ),
+        description="Microsoft Research Paraphrase Corpus: are the two sentences paraphrases?",
+    ),
+    _glue(
+        "rte",
+        ("sentence1", "sentence2"),
+        ("entailment", "not_entailment"),
+        ("accuracy",),
+        "accuracy",
+        {},
+        "RTE.tsv",
+        "names",
+        paper=_glue_test("accuracy", 66.4, 70.1),
+        other_reported=(_hf_dev("accuracy", 65.70),),
+        description="Recognizing Textual Entailment (RTE1-3, RTE5), two classes.",
+    ),
+    _glue(
+        "wnli",
+        ("sentence1", "sentence2"),
+        ("not_entailment", "entailment"),
+        ("accuracy",),
+        "accuracy",
+        {},
+        "WNLI.tsv",
+        "ids",
+        in_glue_average=False,
+        description="Winograd NLI; not in the paper's GLUE average (GLUE's baseline predicts the majority).",
+    ),
+    Task(
+        name="squad",
+        kind="span",
+        text_columns=("question", "context"),
+        label_names=None,
+        metrics=("squad_exact_match", "squad_f1"),
+        main_metric="squad_f1",
+        hub_id="rajpurkar/squad",
+        hub_config=None,
+        source_columns=_frozen(_SPAN_SOURCES),
+        original_format="squad_json",
+        original_files=_frozen({"train": ("train-v1.1.json",), "validation": ("dev-v1.1.json",)}),
+        test_splits=(),
+        defaults=_squad_defaults(epochs=3, batch=32),
+        grid=_frozen(_PAPER_GRID),
+        paper=(
+            Result("base", "validation", "squad_exact_match", 80.8, "paper Table 2"),
+            Result("base", "validation", "squad_f1", 88.5, "paper Table 2"),
+            Result("large", "validation", "squad_exact_match", 84.1, "paper Table 2"),
+            Result("large", "validation", "squad_f1", 90.9, "paper Table 2"),
+        ),
+        other_reported=(
+            Result("base", "validation", "squad_exact_match", 81.25, "reference-code README"),
+            Result("base", "validation", "squad_f1", 88.41, "reference-code README"),
+        ),
+        description="SQuAD v1.1: the answer is a span of the paragraph.",
+    ),
+    Task(
+        name="squad_v2",
+        kind="span",
+        text_columns=("question", "context"),
+        label_names=None,
+        metrics=(
+            "squad_exact_match",
+            "squad_f1",
+            "squad_best_exact_match",
+            "squad_best_f1",
+            "squad_has_ans_f1",
+            "squad_no_ans_f1",
+        ),
+        main_metric="squad_f1",
+        hub_id="rajpurkar/squad_v2",
+        hub_config=None,
+        source_columns=_frozen(_SPAN_SOURCES),
+        original_format="squad_json",
+        original_files=_frozen({"train": ("train-v2.0.json",), "validation": ("dev-v2.0.json",)}),
+        test_splits=(),
+        allows_no_answer=True,
+        defaults=_squad_defaults(epochs=2, batch=48),
+        grid=_frozen(_PAPER_GRID),
+        paper=(
+            Result("large", "validation", "squad_best_exact_match", 78.7, "paper Table 3 (tau tuned on dev)"),
+            Result("large", "validation", "squad_best_f1", 81.9, "paper Table 3 (tau tuned on dev)"),
+        ),
+        description="SQuAD v2.0: a span of the paragraph, or no answer.",
+    ),
+    Task(
+        name="swag",
+        kind="multiple_choice",
+        text_columns=("context",),
+        label_names=("0", "1", "2", "3"),
+        metrics=("accuracy",),
+        main_metric="accuracy",
+        hub_id="allenai/swag",
+        hub_config="regular",
+        source_columns=_frozen({"context": ("context", "sent1"), "question": ("question", "sent2")}),
+        original_format="swag_csv",
+        original_files=_frozen({"train": ("train.csv",), "validation": ("val.csv",), "test": ("test.csv",)}),
+        num_choices=4,
+        defaults=_frozen(
+            {
+                "learning_rate": 2e-5,
+                "num_train_epochs": 3,
+                "per_device_train_batch_size": 16,
+                "max_seq_length": 128,
+                "warmup_proportion": 0.1,
+                "weight_decay": 0.01,
+            }
+        ),
+        grid=_frozen(_PAPER_GRID),
+        paper=(
+            Result("base", "validation", "accuracy", 81.6, "paper Table 4"),
+            Result("large", "validation", "accuracy", 86.6, "paper Table 4"),
+        ),
+        description="SWAG: which of four endings follows? Each input is `context [SEP] question + ending`.",
+    ),
+    Task(
+        name="conll2003",
+        kind="token_classification",
+        text_columns=("tokens",),
+        label_names=("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"),
+        metrics=("entity_f1", "entity_precision", "entity_recall", "accuracy"),
+        main_metric="entity_f1",
+        hub_id="eriktks/conll2003",
+        hub_config=None,
+        source_columns=_frozen({"id": ("id",), "ner_tags": ("ner_tags",)}),
+        original_format="conll",
+        original_files=_frozen(
+            {
+                "train": ("eng.train", "train.txt"),
+                "validation": ("eng.testa", "valid.txt", "dev.txt"),
+                "test": ("eng.testb", "test.txt"),
+            }
+        ),
+        eval_splits=("validation", "test"),
+        test_splits=(),
+        defaults=_frozen(
+            {
+                "learning_rate": 3e-5,
+                "num_train_epochs": 3,
+                "per_device_train_batch_size": 32,
+                "max_seq_length": 128,
+                "warmup_proportion": 0.1,
+                "weight_decay": 0.01,
+            }
+        ),
+        grid=_frozen(_PAPER_GRID),
+        paper=(
+            Result("base", "validation", "entity_f1", 96.4, "paper Table 7"),
+            Result("base", "test", "entity_f1", 92.4, "paper Table 7"),
+            Result("large", "validation", "entity_f1", 96.6, "paper Table 7"),
+            Result("large", "test", "entity_f1", 92.8, "paper Table 7"),
+        ),
+        description="CoNLL-2003 English NER, IOB2 tags; the paper tags each word's first sub-token (cased).",
+    ),
+)
+
+TASKS: Mapping[str, Task] = MappingProxyType({task.name: task for task in _TASK_LIST})
+
+GLUE_TASKS: tuple[str, ...] = tuple(t.name for t in _TASK_LIST if t.hub_id == "nyu-mll/glue")
+
+
+def get_task(name: str | Task) -> Task:
+    """The registered task called ``name`` (case-insensitive; "sst-2", "sts-b", "squad_v1.1" also work)."""
+    if isinstance(name, Task):
+        return name
+    key = name.strip().lower().replace("-", "")
+    key = {
+        "squadv1.1": "squad",
+        "squad_v1.1": "squad",
+        "squadv2": "squad_v2",
+        "squadv2.0": "squad_v2",
+        "squad_v2.0": "squad_v2",
+        "conll": "conll2003",
+        "ner": "conll2003",
+    }.get(key, key)
+    if key not in TASKS:
+        raise KeyError(f"Unknown task {name!r}. Known tasks: {', '.join(TASKS)}.")
+    return TASKS[key]
+
+
+def with_overrides(task: Task, **changes: Any) -> Task:
+    """A copy of ``task`` with some fields changed (e.g. another ``hub_id`` for a mirror)."""
+    return dataclasses.replace(task, **changes)
+
+
+__all__ = [
+    "GLUE_TASKS",
+    "KINDS",
+    "METRICS",
+    "PAPER_GLUE_AVERAGE",
+    "SUBMISSION_LABELS",
+    "TASKS",
+    "Result",
+    "Task",
+    "get_task",
+    "with_overrides",
+]

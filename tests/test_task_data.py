@@ -1,0 +1,1114 @@
+"""Task registry and task data: every task read from each on-disk layout into its canonical form.
+
+Fixtures are tiny copies of the real files' shapes and quirks: GLUE TSVs with a byte-order mark and
+unbalanced quotes (MRPC), CoLA without a header, MNLI's two dev files, STS-B's float scores, SQuAD v2.0's
+unanswerable questions, SWAG's quoted CSV, CoNLL-2003's IOB1 tags with -DOCSTART- lines; and HF exports in
+parquet, csv and jsonl. Bad input must raise with the file and the line or row in the message.
+"""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import csv  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import pytest  # noqa: E402
+
+from bert_repro.task_data import (  # noqa: E402
+    TaskDataError,
+    answer_is_aligned,
+    canonical_columns,
+    describe_sources,
+    iob1_to_iob2,
+    load_task_data,
+)
+from bert_repro.tasks import GLUE_TASKS, KINDS, METRICS, TASKS, get_task, with_overrides  # noqa: E402
+
+BOM = "\ufeff"
+
+
+def tsv(header, rows, bom=False):
+    lines = ([] if header is None else ["\t".join(header)]) + ["\t".join(map(str, row)) for row in rows]
+    return (BOM if bom else "") + "\n".join(lines) + "\n"
+
+
+def write(directory: Path, files: dict) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(text, encoding="utf-8")
+    return directory
+
+
+# --------------------------------------------------------------------------------------------------------
+# GLUE in its original layout, and the canonical rows each file must give
+
+MNLI_HEAD = [
+    "index",
+    "promptID",
+    "pairID",
+    "genre",
+    "sentence1_binary_parse",
+    "sentence2_binary_parse",
+    "sentence1_parse",
+    "sentence2_parse",
+    "sentence1",
+    "sentence2",
+]
+STSB_HEAD = [
+    "index",
+    "genre",
+    "filename",
+    "year",
+    "old_index",
+    "source1",
+    "source2",
+    "sentence1",
+    "sentence2",
+]
+MRPC_HEAD = ["#1 ID", "#2 ID", "#1 String", "#2 String"]
+QUOTED_1 = "He said the pie business \"doesn't fit."  # unbalanced: would swallow the next line if quoted
+QUOTED_2 = '"The pie business does not fit our strategy.'
+
+GLUE_FIXTURES = {
+    "cola": (
+        {
+            "train.tsv": tsv(
+                None,
+                [
+                    ["gj04", 1, "", "Our friends won't buy this analysis."],
+                    ["gj04", 0, "*", "They drank the pub."],
+                ],
+            ),
+            "dev.tsv": tsv(None, [["cj99", 1, "", "The sailors rode the breeze."]]),
+            "test.tsv": tsv(["index", "sentence"], [[0, "Bill whistled past the house."], [1, "Mary ran."]]),
+        },
+        {
+            "train": {
+                "sentence": ["Our friends won't buy this analysis.", "They drank the pub."],
+                "label": [1, 0],
+                "idx": [0, 1],
+            },
+            "validation": {"sentence": ["The sailors rode the breeze."], "label": [1], "idx": [0]},
+            "test": {
+                "sentence": ["Bill whistled past the house.", "Mary ran."],
+                "label": [-1, -1],
+                "idx": [0, 1],
+            },
+        },
+    ),
+    "sst2": (
+        {
+            "train.tsv": tsv(
+                ["sentence", "label"], [["hide new secretions ", 0], ['a "charming journey ', 1]], bom=True
+            ),
+            "dev.tsv": tsv(["sentence", "label"], [["unflinchingly bleak ", 0]]),
+            "test.tsv": tsv(["index", "sentence"], [[0, "uneasy mishmash "]]),
+        },
+        {
+            "train": {
+                "sentence": ["hide new secretions ", 'a "charming journey '],
+                "label": [0, 1],
+                "idx": [0, 1],
+            },
+            "validation": {"sentence": ["unflinchingly bleak "], "label": [0], "idx": [0]},
+            "test": {"sentence": ["uneasy mishmash "], "label": [-1], "idx": [0]},
+        },
+    ),
+    "mrpc": (
+        {
+            "train.tsv": tsv(
+                ["Quality"] + MRPC_HEAD,
+                [
+                    [1, 702876, 702977, QUOTED_1, QUOTED_2],
+                    [0, 2108705, 2108831, "Yucaipa owned it.", "Yucaipa sold it."],
+                ],
+                bom=True,
+            ),
+            "dev.tsv": tsv(
+                ["Quality"] + MRPC_HEAD,
+                [[0, 1, 2, '"Sanitation is poor," he said.', "Water is bad."]],
+                bom=True,
+            ),
+            "test.tsv": tsv(
+                ["index"] + MRPC_HEAD, [[0, 1089874, 1089925, "PCCW's officer.", "The officer."]], bom=True
+            ),
+        },
+        {
+            "train": {
+                "sentence1": [QUOTED_1, "Yucaipa owned it."],
+                "sentence2": [QUOTED_2, "Yucaipa sold it."],
+                "label": [1, 0],
+                "idx": [0, 1],
+            },
+            "validation": {
+                "sentence1": ['"Sanitation is poor," he said.'],
+                "sentence2": ["Water is bad."],
+                "label": [0],
+                "idx": [0],
+            },
+            "test": {
+                "sentence1": ["PCCW's officer."],
+                "sentence2": ["The officer."],
+                "label": [-1],
+                "idx": [0],
+            },
+        },
+    ),
+    "qqp": (
+        {
+            "train.tsv": tsv(
+                ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+                [
+                    [
+                        133273,
+                        213221,
+                        213222,
+                        "How is air traffic controlled?",
+                        "How do you become an ATC?",
+                        0,
+                    ],
+                    [402555, 536040, 536041, "Why do we sleep?", "Why do people sleep?", 1],
+                ],
+            ),
+            "dev.tsv": tsv(
+                ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+                [
+                    [
+                        201359,
+                        303345,
+                        303346,
+                        "Why are African-Americans so beautiful?",
+                        "Why are hispanics?",
+                        0,
+                    ]
+                ],
+            ),
+            "test.tsv": tsv(
+                ["id", "question1", "question2"],
+                [[0, "Would Trump win?", "Will Trump win?"], [1, "What is X?", "What is Y?"]],
+            ),
+        },
+        {
+            "train": {
+                "question1": ["How is air traffic controlled?", "Why do we sleep?"],
+                "question2": ["How do you become an ATC?", "Why do people sleep?"],
+                "label": [0, 1],
+                "idx": [0, 1],
+            },
+            "validation": {
+                "question1": ["Why are African-Americans so beautiful?"],
+                "question2": ["Why are hispanics?"],
+                "label": [0],
+                "idx": [0],
+            },
+            "test": {
+                "question1": ["Would Trump win?", "What is X?"],
+                "question2": ["Will Trump win?", "What is Y?"],
+                "label": [-1, -1],
+                "idx": [0, 1],
+            },
+        },
+    ),
+    "stsb": (
+        {
+            "train.tsv": tsv(
+                STSB_HEAD + ["score"],
+                [
+                    [
+                        0,
+                        "main-captions",
+                        "MSRvid",
+                        "2012test",
+                        "0001",
+                        "none",
+                        "none",
+                        "A plane is taking off.",
+                        "An air plane is taking off.",
+                        "5.000",
+                    ],
+                    [
+                        1,
+                        "main-captions",
+                        "MSRvid",
+                        "2012test",
+                        "0004",
+                        "none",
+                        "none",
+                        "A man plays a flute.",
+                        "A man plays a bamboo flute.",
+                        "3.750",
+                    ],
+                ],
+            ),
+            "dev.tsv": tsv(
+                STSB_HEAD + ["score"],
+                [[0, "main-forums", "f", "2014", "1", "none", "none", "A man.", "A dog.", "0.500"]],
+            ),
+            "test.tsv": tsv(
+                STSB_HEAD, [[0, "main-news", "f", "2016", "1", "none", "none", "A girl.", "A boy."]]
+            ),
+        },
+        {
+            "train": {
+                "sentence1": ["A plane is taking off.", "A man plays a flute."],
+                "sentence2": ["An air plane is taking off.", "A man plays a bamboo flute."],
+                "label": [5.0, 3.75],
+                "idx": [0, 1],
+            },
+            "validation": {"sentence1": ["A man."], "sentence2": ["A dog."], "label": [0.5], "idx": [0]},
+            "test": {"sentence1": ["A girl."], "sentence2": ["A boy."], "label": [-1.0], "idx": [0]},
+        },
+    ),
+    "mnli": (
+        {
+            "train.tsv": tsv(
+                MNLI_HEAD + ["label1", "gold_label"],
+                [
+                    [
+                        0,
+                        31193,
+                        "31193n",
+                        "government",
+                        "( ( x ) )",
+                        "( y )",
+                        "(ROOT x)",
+                        "(ROOT y)",
+                        "Conceptually cream skimming has two dimensions.",
+                        "Product and geography matter.",
+                        "neutral",
+                        "neutral",
+                    ],
+                    [
+                        1,
+                        101457,
+                        "101457e",
+                        "telephone",
+                        "( a )",
+                        "( b )",
+                        "(ROOT a)",
+                        "(ROOT b)",
+                        "you know during the season",
+                        "You lose the things.",
+                        "entailment",
+                        "entailment",
+                    ],
+                ],
+            ),
+            "dev_matched.tsv": tsv(
+                MNLI_HEAD + ["label1", "label2", "label3", "label4", "label5", "gold_label"],
+                [
+                    [
+                        0,
+                        63735,
+                        "63735n",
+                        "slate",
+                        "( a )",
+                        "( b )",
+                        "(ROOT a)",
+                        "(ROOT b)",
+                        "The new rights are nice enough",
+                        "Everyone really likes them.",
+                        "neutral",
+                        "entailment",
+                        "neutral",
+                        "neutral",
+                        "neutral",
+                        "neutral",
+                    ]
+                ],
+            ),
+            "dev_mismatched.tsv": tsv(
+                MNLI_HEAD + ["label1", "label2", "label3", "label4", "label5", "gold_label"],
+                [
+                    [
+                        0,
+                        75290,
+                        "75290c",
+                        "letters",
+                        "( a )",
+                        "( b )",
+                        "(ROOT a)",
+                        "(ROOT b)",
+                        "Your contribution helped.",
+                        "Your contributions were of no help.",
+                        "contradiction",
+                        "contradiction",
+                        "contradiction",
+                        "contradiction",
+                        "contradiction",
+                        "contradiction",
+                    ]
+                ],
+            ),
+            "test_matched.tsv": tsv(
+                MNLI_HEAD,
+                [
+                    [
+                        0,
+                        31493,
+                        "31493",
+                        "travel",
+                        "( a )",
+                        "( b )",
+                        "(ROOT a)",
+                        "(ROOT b)",
+                        "Hierbas is a liqueur.",
+                        "Hierbas is a drink.",
+                    ]
+                ],
+            ),
+            "test_mismatched.tsv": tsv(
+                MNLI_HEAD,
+                [
+                    [
+                        0,
+                        1,
+                        "1",
+                        "verbatim",
+                        "( a )",
+                        "( b )",
+                        "(ROOT a)",
+                        "(ROOT b)",
+                        "What have you decided?",
+                        "What are you doing?",
+                    ]
+                ],
+            ),
+        },
+        {
+            "train": {
+                "premise": ["Conceptually cream skimming has two dimensions.", "you know during the season"],
+                "hypothesis": ["Product and geography matter.", "You lose the things."],
+                "label": [1, 0],
+                "idx": [0, 1],
+            },
+            "validation_matched": {
+                "premise": ["The new rights are nice enough"],
+                "hypothesis": ["Everyone really likes them."],
+                "label": [1],
+                "idx": [0],
+            },
+            "validation_mismatched": {
+                "premise": ["Your contribution helped."],
+                "hypothesis": ["Your contributions were of no help."],
+                "label": [2],
+                "idx": [0],
+            },
+            "test_matched": {
+                "premise": ["Hierbas is a liqueur."],
+                "hypothesis": ["Hierbas is a drink."],
+                "label": [-1],
+                "idx": [0],
+            },
+            "test_mismatched": {
+                "premise": ["What have you decided?"],
+                "hypothesis": ["What are you doing?"],
+                "label": [-1],
+                "idx": [0],
+            },
+        },
+    ),
+    "qnli": (
+        {
+            "train.tsv": tsv(
+                ["index", "question", "sentence", "label"],
+                [
+                    [
+                        0,
+                        "What came into force after the new constitution?",
+                        "The Convention came into force.",
+                        "entailment",
+                    ],
+                    [
+                        1,
+                        "What is the first major city?",
+                        "The city has more than 2 million.",
+                        "not_entailment",
+                    ],
+                ],
+            ),
+            "dev.tsv": tsv(
+                ["index", "question", "sentence", "label"], [[0, "What is X?", "X is Y.", "entailment"]]
+            ),
+            "test.tsv": tsv(["index", "question", "sentence"], [[0, "What is Z?", "Nothing."]]),
+        },
+        {
+            "train": {
+                "question": [
+                    "What came into force after the new constitution?",
+                    "What is the first major city?",
+                ],
+                "sentence": ["The Convention came into force.", "The city has more than 2 million."],
+                "label": [0, 1],
+                "idx": [0, 1],
+            },
+            "validation": {"question": ["What is X?"], "sentence": ["X is Y."], "label": [0], "idx": [0]},
+            "test": {"question": ["What is Z?"], "sentence": ["Nothing."], "label": [-1], "idx": [0]},
+        },
+    ),
+    "rte": (
+        {
+            "train.tsv": tsv(
+                ["index", "sentence1", "sentence2", "label"],
+                [
+                    [0, "No weapons were found in Iraq.", "Weapons were found in Iraq.", "not_entailment"],
+                    [1, "A place of sorrow.", "Pope was buried.", "entailment"],
+                ],
+            ),
+            "dev.tsv": tsv(
+                ["index", "sentence1", "sentence2", "label"],
+                [[0, "Dana Reeve died.", "Reeve died.", "entailment"]],
+            ),
+            "test.tsv": tsv(
+                ["index", "sentence1", "sentence2"], [[0, "Mangla was built.", "Mangla is a dam."]]
+            ),
+        },
+        {
+            "train": {
+                "sentence1": ["No weapons were found in Iraq.", "A place of sorrow."],
+                "sentence2": ["Weapons were found in Iraq.", "Pope was buried."],
+                "label": [1, 0],
+                "idx": [0, 1],
+            },
+            "validation": {
+                "sentence1": ["Dana Reeve died."],
+                "sentence2": ["Reeve died."],
+                "label": [0],
+                "idx": [0],
+            },
+            "test": {
+                "sentence1": ["Mangla was built."],
+                "sentence2": ["Mangla is a dam."],
+                "label": [-1],
+                "idx": [0],
+            },
+        },
+    ),
+    "wnli": (
+        {
+            "train.tsv": tsv(
+                ["index", "sentence1", "sentence2", "label"],
+                [
+                    [0, "I stuck a pin through a carrot.", "The carrot had a hole.", 1],
+                    [1, "John couldn't see the stage.", "The stage was short.", 0],
+                ],
+            ),
+            "dev.tsv": tsv(
+                ["index", "sentence1", "sentence2", "label"],
+                [[0, "The drain is clogged.", "It is clogged.", 0]],
+            ),
+            "test.tsv": tsv(
+                ["index", "sentence1", "sentence2"], [[0, "Maude and Dora saw trains.", "Dora saw trains."]]
+            ),
+        },
+        {
+            "train": {
+                "sentence1": ["I stuck a pin through a carrot.", "John couldn't see the stage."],
+                "sentence2": ["The carrot had a hole.", "The stage was short."],
+                "label": [1, 0],
+                "idx": [0, 1],
+            },
+            "validation": {
+                "sentence1": ["The drain is clogged."],
+                "sentence2": ["It is clogged."],
+                "label": [0],
+                "idx": [0],
+            },
+            "test": {
+                "sentence1": ["Maude and Dora saw trains."],
+                "sentence2": ["Dora saw trains."],
+                "label": [-1],
+                "idx": [0],
+            },
+        },
+    ),
+}
+
+
+def assert_canonical(data, expected: dict, task_name: str):
+    assert list(data) == list(expected), f"splits {list(data)} != {list(expected)}"
+    for split, columns in expected.items():
+        assert data[split].column_names == list(canonical_columns(get_task(task_name)))
+        assert data[split].to_dict() == columns, split
+
+
+def test_glue_fixtures_cover_every_glue_task():
+    assert set(GLUE_FIXTURES) == set(GLUE_TASKS)
+
+
+@pytest.mark.parametrize("name", sorted(GLUE_FIXTURES))
+def test_glue_original_layout(tmp_path, name):
+    files, expected = GLUE_FIXTURES[name]
+    data = load_task_data(name, write(tmp_path / name, files))
+    assert_canonical(data, expected, name)
+    task = get_task(name)
+    if task.label_names:
+        assert data["train"].features["label"].names == list(task.label_names)
+
+
+def write_export(directory: Path, split: str, columns: dict, fmt: str, label_as_name=None) -> Path:
+    """An HF export of canonical columns: parquet, csv (standard quoting) or jsonl."""
+    directory.mkdir(parents=True, exist_ok=True)
+    columns = dict(columns)
+    if label_as_name:
+        columns["label"] = [label_as_name[i] if i >= 0 else -1 for i in columns["label"]]
+    path = directory / f"{split}.{fmt}"
+    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    if fmt == "parquet":
+        pq.write_table(pa.table(columns), path)
+    elif fmt == "csv":
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=list(columns))
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
+@pytest.mark.parametrize("name", sorted(GLUE_FIXTURES))
+def test_glue_hf_exports(tmp_path, name, fmt):
+    _, expected = GLUE_FIXTURES[name]
+    for split, columns in expected.items():
+        write_export(tmp_path, split, columns, fmt)
+    assert_canonical(load_task_data(name, tmp_path), expected, name)
+
+
+def test_exports_by_explicit_files_label_names_and_original_column_names(tmp_path):
+    _, expected = GLUE_FIXTURES["mnli"]
+    train = {
+        "sentence1": expected["train"]["premise"],
+        "sentence2": expected["train"]["hypothesis"],
+        "label": expected["train"]["label"],
+    }
+    names = get_task("mnli").label_names
+    files = {
+        "train": write_export(tmp_path / "a", "train", train, "csv", label_as_name=names),
+        "dev_matched": write_export(
+            tmp_path / "b", "x", expected["validation_matched"], "jsonl", label_as_name=names
+        ),
+    }
+    data = load_task_data("mnli", files)
+    assert list(data) == ["train", "validation_matched"]
+    assert data["train"].to_dict() == expected["train"]
+    assert data["validation_matched"].to_dict() == expected["validation_matched"]
+
+
+def test_hub_style_shards_and_single_file(tmp_path):
+    _, expected = GLUE_FIXTURES["rte"]
+    columns = expected["train"]
+    data_dir = tmp_path / "rte" / "data"
+    data_dir.mkdir(parents=True)
+    for k in range(2):
+        shard = {name: values[k : k + 1] for name, values in columns.items()}
+        pq.write_table(pa.table(shard), data_dir / f"train-0000{k}-of-00002.parquet")
+    assert load_task_data("rte", tmp_path / "rte")["train"].to_dict() == columns
+    single = write_export(tmp_path / "one", "dev", expected["validation"], "parquet")
+    assert list(load_task_data("rte", single)) == ["validation"]
+
+
+def test_hub_code_path_with_a_local_dataset_directory(tmp_path):
+    import datasets
+
+    _, expected = GLUE_FIXTURES["mrpc"]
+    task = get_task("mrpc")
+    features = datasets.Features(
+        {
+            "sentence1": datasets.Value("string"),
+            "sentence2": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=list(task.label_names)),
+            "idx": datasets.Value("int32"),
+        }
+    )
+    repo = tmp_path / "glue_mrpc"
+    repo.mkdir()
+    for split, columns in expected.items():
+        datasets.Dataset.from_dict(columns, features=features).to_parquet(str(repo / f"{split}.parquet"))
+    local = with_overrides(task, hub_id=str(repo), hub_config=None)
+    assert_canonical(load_task_data(local, hub_cache_dir=tmp_path / "cache"), expected, "mrpc")
+
+
+def test_hub_failure_says_what_to_pass_instead(tmp_path):
+    task = with_overrides(get_task("mrpc"), hub_id=str(tmp_path / "missing-dataset"))
+    with pytest.raises(TaskDataError, match="train.tsv"):
+        load_task_data(task, hub_cache_dir=tmp_path / "cache")
+
+
+# --------------------------------------------------------------------------------------------------------
+# SQuAD
+
+CONTEXT = (
+    "Architecturally, the school has a Catholic character. Atop the Main Building's gold dome is a statue."
+)
+
+
+def squad_json(questions, title="University_of_Notre_Dame"):
+    return json.dumps(
+        {"version": "1.1", "data": [{"title": title, "paragraphs": [{"context": CONTEXT, "qas": questions}]}]}
+    )
+
+
+def qa(qid, question, answers, **extra):
+    return {
+        "id": qid,
+        "question": question,
+        "answers": [{"text": t, "answer_start": s} for t, s in answers],
+        **extra,
+    }
+
+
+def test_squad_v1_json_with_misaligned_training_answer_skipped_and_counted(tmp_path, caplog):
+    catholic = CONTEXT.index("Catholic")
+    files = {
+        "train-v1.1.json": squad_json(
+            [
+                qa("q1", "What character does the school have?", [("Catholic", catholic)]),
+                qa("q2", "What is atop the dome?", [("a statue", catholic)]),  # misaligned: skipped in train
+                qa(
+                    "q3", "Whose dome?", [("Main Building's", CONTEXT.index("Main") + 2)]
+                ),  # off inside the word: kept
+            ]
+        ),
+        "dev-v1.1.json": squad_json(
+            [
+                qa("d1", "What is atop the dome?", [("a statue", CONTEXT.index("a statue")), ("statue", 0)]),
+            ]
+        ),
+    }
+    with caplog.at_level(logging.WARNING, logger="bert_repro.task_data"):
+        data = load_task_data("squad", write(tmp_path, files))
+    assert list(data) == ["train", "validation"]
+    assert data["train"]["id"] == ["q1", "q3"]
+    assert "skipped 1 of 3" in caplog.text and "train-v1.1.json" in caplog.text and "q2" in caplog.text
+    assert data["train"][0] == {
+        "id": "q1",
+        "title": "University_of_Notre_Dame",
+        "context": CONTEXT,
+        "question": "What character does the school have?",
+        "answers": {"text": ["Catholic"], "answer_start": [catholic]},
+    }
+    # Evaluation keeps every gold answer, aligned or not: the official evaluation compares texts.
+    assert data["validation"][0]["answers"] == {
+        "text": ["a statue", "statue"],
+        "answer_start": [CONTEXT.index("a statue"), 0],
+    }
+
+
+def test_squad_v2_json_unanswerable_questions(tmp_path):
+    files = {
+        "train-v2.0.json": squad_json(
+            [
+                qa("t1", "What character?", [("Catholic", CONTEXT.index("Catholic"))], is_impossible=False),
+                {
+                    "id": "t2",
+                    "question": "What is below the dome?",
+                    "answers": [],
+                    "is_impossible": True,
+                    "plausible_answers": [{"text": "a statue", "answer_start": 90}],
+                },
+            ]
+        ),
+        "dev-v2.0.json": squad_json([{"id": "d2", "question": "Who?", "answers": [], "is_impossible": True}]),
+    }
+    data = load_task_data("squad_v2", write(tmp_path, files))
+    assert data["train"]["answers"] == [
+        {"text": ["Catholic"], "answer_start": [CONTEXT.index("Catholic")]},
+        {"text": [], "answer_start": []},
+    ]
+    assert data["validation"]["answers"] == [{"text": [], "answer_start": []}]
+    with pytest.raises(
+        TaskDataError, match=r"train-v2.0.json, article 0, paragraph 0, question 1 \(id t2\).*squad_v2"
+    ):
+        load_task_data("squad", {"train": tmp_path / "train-v2.0.json"})
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_squad_hf_exports(tmp_path, fmt):
+    columns = {
+        "id": ["a", "b"],
+        "title": ["T", "T"],
+        "context": [CONTEXT, CONTEXT],
+        "question": ["Q1?", "Q2?"],
+        "answers": [
+            {"text": ["Catholic"], "answer_start": [CONTEXT.index("Catholic")]},
+            {"text": [], "answer_start": []},
+        ],
+    }
+    write_export(tmp_path, "validation", columns, fmt)
+    assert load_task_data("squad_v2", tmp_path)["validation"].to_dict() == columns
+
+
+def test_answer_alignment_follows_the_reference_word_test():
+    assert answer_is_aligned("the cat sat", "cat", 4)
+    assert answer_is_aligned("the cat sat", "cat", 5)  # start inside the word: the covering words contain it
+    assert not answer_is_aligned("the cat sat", "sat", 4)
+    assert not answer_is_aligned("the cat sat", "cat", 40)
+
+
+# --------------------------------------------------------------------------------------------------------
+# SWAG
+
+SWAG_HEAD = [
+    "",
+    "video-id",
+    "fold-ind",
+    "startphrase",
+    "sent1",
+    "sent2",
+    "gold-source",
+    "ending0",
+    "ending1",
+    "ending2",
+    "ending3",
+    "label",
+]
+SWAG_ROW = [
+    "0",
+    "anetv_jkn6uvmqwh4",
+    "3416",
+    "Members of the procession walk. A drum line",
+    "Members of the procession walk.",
+    "A drum line",
+    "gold",
+    'passes by, "playing" drums.',
+    "has heard approaching them.",
+    "arrives and they're outside dancing.",
+    "turns the lead singer.",
+    "0",
+]
+
+
+def swag_csv(rows, header=SWAG_HEAD):
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows([header] + rows)
+    return buffer.getvalue()
+
+
+SWAG_EXPECTED = {
+    "context": ["Members of the procession walk."],
+    "question": ["A drum line"],
+    "endings": [
+        [
+            'passes by, "playing" drums.',
+            "has heard approaching them.",
+            "arrives and they're outside dancing.",
+            "turns the lead singer.",
+        ]
+    ],
+}
+
+
+def test_swag_original_csv(tmp_path):
+    second = SWAG_ROW[:-1] + ["2"]
+    files = {
+        "train.csv": swag_csv([SWAG_ROW, second]),
+        "val.csv": swag_csv([SWAG_ROW]),
+        "test.csv": swag_csv([SWAG_ROW[:-1]], header=SWAG_HEAD[:-1]),
+    }
+    data = load_task_data("swag", write(tmp_path, files))
+    assert list(data) == ["train", "validation", "test"]
+    assert data["train"].to_dict() == {key: value * 2 for key, value in SWAG_EXPECTED.items()} | {
+        "label": [0, 2]
+    }
+    assert data["validation"].to_dict() == SWAG_EXPECTED | {"label": [0]}
+    assert data["test"].to_dict() == SWAG_EXPECTED | {"label": [-1]}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_swag_hf_exports_canonical_and_hub_columns(tmp_path, fmt):
+    canonical = SWAG_EXPECTED | {"label": [3]}
+    write_export(tmp_path / "canonical", "train", canonical, fmt)
+    assert load_task_data("swag", tmp_path / "canonical")["train"].to_dict() == canonical
+    hub_columns = {name: [value] for name, value in zip(SWAG_HEAD[1:], SWAG_ROW[1:])} | {"label": [3]}
+    write_export(tmp_path / "hub", "validation", hub_columns, fmt)
+    assert load_task_data("swag", tmp_path / "hub")["validation"].to_dict() == canonical
+
+
+# --------------------------------------------------------------------------------------------------------
+# CoNLL-2003
+
+CONLL_TRAIN = """-DOCSTART- -X- O O
+
+EU NNP I-NP I-ORG
+rejects VBZ I-VP O
+German JJ I-NP I-MISC
+call NN I-NP O
+. . O O
+
+Peter NNP I-NP I-PER
+Blackburn NNP I-NP I-PER
+
+-DOCSTART- -X- O O
+
+In IN I-PP O
+Paris NNP I-NP I-LOC
+Lyon NNP I-NP B-LOC
+John NNP I-NP I-PER
+Smith NNP I-NP I-PER
+Corp NNP I-NP I-ORG
+"""
+CONLL_DEV = "-DOCSTART- -X- O O\n\nCRICKET NNP I-NP O\n- : O O\nLEICESTERSHIRE NNP I-NP I-ORG\n"
+CONLL_TEST = "SOCCER NN I-NP O\n- : O O\nJAPAN NNP I-NP I-LOC\n"
+
+
+def tag_ids(*tags):
+    names = get_task("conll2003").label_names
+    return [names.index(tag) for tag in tags]
+
+
+CONLL_EXPECTED = {
+    "train": {
+        "id": ["0", "1", "2"],
+        "tokens": [
+            ["EU", "rejects", "German", "call", "."],
+            ["Peter", "Blackburn"],
+            ["In", "Paris", "Lyon", "John", "Smith", "Corp"],
+        ],
+        "ner_tags": [
+            tag_ids("B-ORG", "O", "B-MISC", "O", "O"),
+            tag_ids("B-PER", "I-PER"),
+            tag_ids("O", "B-LOC", "B-LOC", "B-PER", "I-PER", "B-ORG"),
+        ],
+    },
+    "validation": {
+        "id": ["0"],
+        "tokens": [["CRICKET", "-", "LEICESTERSHIRE"]],
+        "ner_tags": [tag_ids("O", "O", "B-ORG")],
+    },
+    "test": {"id": ["0"], "tokens": [["SOCCER", "-", "JAPAN"]], "ner_tags": [tag_ids("O", "O", "B-LOC")]},
+}
+
+
+@pytest.mark.parametrize(
+    "names", [("eng.train", "eng.testa", "eng.testb"), ("train.txt", "valid.txt", "test.txt")]
+)
+def test_conll_original_files_iob1_to_iob2(tmp_path, names):
+    data = load_task_data(
+        "conll2003", write(tmp_path, dict(zip(names, (CONLL_TRAIN, CONLL_DEV, CONLL_TEST))))
+    )
+    assert_canonical(data, CONLL_EXPECTED, "conll2003")
+    assert data["train"].features["ner_tags"].feature.names == list(get_task("conll2003").label_names)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_conll_hf_exports_with_ids_or_tag_names(tmp_path, fmt):
+    columns = CONLL_EXPECTED["validation"]
+    write_export(tmp_path / "ids", "validation", columns, fmt)
+    assert load_task_data("conll2003", tmp_path / "ids")["validation"].to_dict() == columns
+    names = get_task("conll2003").label_names
+    named = columns | {"ner_tags": [[names[t] for t in tags] for tags in columns["ner_tags"]]}
+    write_export(tmp_path / "names", "dev", named, fmt)
+    assert load_task_data("conll2003", tmp_path / "names")["validation"].to_dict() == columns
+
+
+def test_iob1_to_iob2():
+    assert iob1_to_iob2(["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-ORG", "I-MISC"]) == [
+        "B-PER",
+        "I-PER",
+        "O",
+        "B-LOC",
+        "B-LOC",
+        "B-ORG",
+        "B-MISC",
+    ]
+    assert iob1_to_iob2(["B-PER", "I-PER", "O"]) == ["B-PER", "I-PER", "O"]  # IOB2 unchanged
+
+
+# --------------------------------------------------------------------------------------------------------
+# Bad input: the message names the file, the line or row, and what was expected
+
+
+def expect_error(task, source, *fragments):
+    with pytest.raises(TaskDataError) as caught:
+        load_task_data(task, source)
+    for fragment in fragments:
+        assert fragment in str(caught.value), f"{fragment!r} not in: {caught.value}"
+    return str(caught.value)
+
+
+def test_label_outside_the_label_set(tmp_path):
+    write(tmp_path / "sst2", {"train.tsv": tsv(["sentence", "label"], [["good", 1], ["odd", 2]])})
+    expect_error("sst2", tmp_path / "sst2", "train.tsv, line 3", "'2'", "negative, positive")
+    mnli = tsv(MNLI_HEAD + ["gold_label"], [[0, 1, "1n", "g", "a", "b", "a", "b", "A.", "B.", "-"]])
+    write(tmp_path / "mnli", {"dev_matched.tsv": mnli})
+    expect_error(
+        "mnli", tmp_path / "mnli", "dev_matched.tsv, line 2", "'-'", "entailment, neutral, contradiction"
+    )
+    pq.write_table(
+        pa.table({"sentence1": ["a", "b"], "sentence2": ["c", "d"], "label": [1, 5]}),
+        tmp_path / "validation.parquet",
+    )
+    expect_error("rte", {"validation": tmp_path / "validation.parquet"}, "validation.parquet, row 1", "5")
+
+
+def test_score_out_of_range_and_missing_label(tmp_path):
+    row = [0, "g", "f", "y", "1", "n", "n", "A.", "B."]
+    write(tmp_path / "stsb", {"train.tsv": tsv(STSB_HEAD + ["score"], [row + ["7.5"]])})
+    expect_error("stsb", tmp_path / "stsb", "train.tsv, line 2", "7.5", "0.0..5.0")
+    write(
+        tmp_path / "qnli", {"dev.tsv": tsv(["index", "question", "sentence", "label"], [[0, "Q?", "S.", ""]])}
+    )
+    expect_error("qnli", tmp_path / "qnli", "dev.tsv, line 2", "no label")
+
+
+def test_missing_column_lists_the_columns_present(tmp_path):
+    write_export(tmp_path, "train", {"sentence1": ["a"], "label": [1]}, "csv")
+    expect_error(
+        "mrpc", tmp_path, "train.csv", "'sentence2'", "#2 String", "columns present: sentence1, label"
+    )
+
+
+def test_wrong_number_of_fields_in_a_glue_row(tmp_path):
+    rows = [[1, 1, 2, "a", "b"], [0, 3, 4, "only one sentence"]]
+    write(tmp_path, {"train.tsv": tsv(["Quality"] + MRPC_HEAD, rows, bom=True)})
+    expect_error("mrpc", tmp_path, "train.tsv, line 3", "expected 5 tab-separated fields", "found 4")
+
+
+def test_empty_split(tmp_path):
+    write(
+        tmp_path,
+        {"train.tsv": tsv(["sentence", "label"], [["fine", 1]]), "dev.tsv": tsv(["sentence", "label"], [])},
+    )
+    expect_error("sst2", tmp_path, "dev.tsv", "validation split of sst2 is empty")
+
+
+def test_swag_row_with_three_endings(tmp_path):
+    short = SWAG_ROW[:10] + ["", "1"]
+    write(tmp_path, {"train.csv": swag_csv([SWAG_ROW, short])})
+    expect_error("swag", tmp_path, "train.csv, line 3", "3 endings, expected 4", "ending3")
+    write(tmp_path / "b", {"val.csv": swag_csv([SWAG_ROW[:10] + ["0"]])})
+    expect_error("swag", tmp_path / "b", "val.csv, line 2", "expected 12 comma-separated fields")
+
+
+def test_malformed_conll_line_and_unknown_tag(tmp_path):
+    write(tmp_path / "a", {"eng.train": "-DOCSTART- -X- O O\n\nEU NNP I-ORG\n"})
+    expect_error("conll2003", tmp_path / "a", "eng.train, line 3", "expected 4", "token POS chunk NER")
+    write(tmp_path / "b", {"eng.testa": "EU NNP I-NP I-ORG\nrejects VBZ I-VP B-FOO\n"})
+    expect_error("conll2003", tmp_path / "b", "eng.testa, line 2", "'B-FOO'", "B-MISC")
+
+
+def test_squad_structure_errors(tmp_path):
+    bad = json.dumps({"data": [{"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [{"id": "x"}]}]}]})
+    write(tmp_path, {"dev-v1.1.json": bad})
+    expect_error("squad", tmp_path, "dev-v1.1.json, article 0, paragraph 0, question 0", "'question'")
+
+
+def test_no_data_ambiguity_and_unknown_split(tmp_path):
+    message = expect_error(
+        "mrpc", write(tmp_path / "empty", {"notes.md": "x"}), "no data for mrpc in", "train.tsv"
+    )
+    assert "train.*" in message and "parquet" in message
+    _, expected = GLUE_FIXTURES["sst2"]
+    write(tmp_path / "both", {"train.tsv": tsv(["sentence", "label"], [["a", 1]])})
+    write_export(tmp_path / "both", "train", expected["train"], "parquet")
+    expect_error(
+        "sst2", tmp_path / "both", "several candidates for the train split", "train.tsv", "train.parquet"
+    )
+    expect_error("sst2", {"training": tmp_path / "both" / "train.tsv"}, "unknown split 'training'")
+
+
+# --------------------------------------------------------------------------------------------------------
+# The registry
+
+
+def test_registry_is_complete_and_consistent():
+    assert set(TASKS) == {
+        "mnli",
+        "qqp",
+        "qnli",
+        "sst2",
+        "cola",
+        "stsb",
+        "mrpc",
+        "rte",
+        "wnli",
+        "squad",
+        "squad_v2",
+        "swag",
+        "conll2003",
+    }
+    for name, task in TASKS.items():
+        assert task.name == name and task.kind in KINDS
+        assert task.metrics and set(task.metrics) <= set(METRICS), name
+        assert task.main_metric in task.metrics, name
+        if task.kind in ("classification", "multiple_choice", "token_classification"):
+            assert task.label_names and len(set(task.label_names)) == len(task.label_names), name
+        else:
+            assert task.label_names is None, name
+        assert {"learning_rate", "num_train_epochs", "per_device_train_batch_size", "max_seq_length"} <= set(
+            task.defaults
+        ), name
+        assert task.hub_id and task.original_files and set(task.original_files) <= set(task.splits), name
+        assert task.splits[0] == "train" and task.eval_splits, name
+        for result in task.paper + task.other_reported:
+            assert result.metric in task.metrics and result.split in task.splits, (name, result)
+        if name in GLUE_TASKS:
+            assert task.hub_id == "nyu-mll/glue" and task.hub_config == name
+            assert set(task.glue_submission_names) == set(task.test_splits)
+            assert task.in_glue_average == (name != "wnli")
+            assert (
+                task.defaults["per_device_train_batch_size"] == 32 and task.defaults["num_train_epochs"] == 3
+            )
+            assert task.grid["learning_rate"] == (5e-5, 4e-5, 3e-5, 2e-5)
+        if name != "wnli":
+            assert any(r.metric == task.main_metric or name == "squad_v2" for r in task.paper), name
+        assert describe_sources(task)
+
+
+def test_registry_values_from_the_paper():
+    assert get_task("mnli").label_names == ("entailment", "neutral", "contradiction")
+    assert get_task("mnli").eval_splits == ("validation_matched", "validation_mismatched")
+    assert get_task("mnli").glue_submission_name("test_mismatched") == "MNLI-mm.tsv"
+    assert get_task("MRPC").glue_submission_name() == "MRPC.tsv" and get_task("mrpc").main_metric == "f1"
+    assert (
+        get_task("sts-b").main_metric == "spearman" and get_task("cola").main_metric == "matthews_correlation"
+    )
+    assert get_task("rte").format_submission_value(1) == "not_entailment"
+    assert get_task("wnli").format_submission_value(1) == "1"
+    assert get_task("stsb").format_submission_value(3.14159) == "3.142"
+    assert get_task("conll2003").label_names == (
+        "O",
+        "B-PER",
+        "I-PER",
+        "B-ORG",
+        "I-ORG",
+        "B-LOC",
+        "I-LOC",
+        "B-MISC",
+        "I-MISC",
+    )
+    squad, squad_v2, swag = get_task("squad"), get_task("squad_v2"), get_task("swag")
+    assert (
+        squad.defaults["max_seq_length"],
+        squad.defaults["doc_stride"],
+        squad.defaults["max_query_length"],
+    ) == (384, 128, 64)
+    assert (
+        squad.defaults["learning_rate"],
+        squad.defaults["num_train_epochs"],
+        squad.defaults["per_device_train_batch_size"],
+    ) == (5e-5, 3, 32)
+    assert (squad_v2.defaults["num_train_epochs"], squad_v2.defaults["per_device_train_batch_size"]) == (
+        2,
+        48,
+    )
+    assert (
+        swag.defaults["learning_rate"],
+        swag.defaults["num_train_epochs"],
+        swag.defaults["per_device_train_batch_size"],
+    ) == (2e-5, 3, 16)
+    assert {(r.model, r.split, r.value) for r in get_task("mnli").paper} == {
+        ("base", "test_matched", 84.6),
+        ("large", "test_matched", 86.7),
+        ("base", "test_mismatched", 83.4),
+        ("large", "test_mismatched", 85.9),
+    }
+    with pytest.raises(KeyError, match="Known tasks: mnli, qqp"):
+        get_task("imdb")
