@@ -1,0 +1,22 @@
+"""Fine-tune a BERT checkpoint on one of the paper's tasks, with the paper's hyper-parameters as defaults.
+
+    accelerate launch recipes/finetune.py --task mrpc --model <bert_repro dir, BERT checkpoint or Hub id> \
+        [--data path/to/MRPC] --output_dir runs/mrpc [--learning_rates 2e-5 --seeds 1 2 3 ...]
+
+Tasks: mnli qqp qnli sst2 cola stsb mrpc rte wnli squad squad_v2 swag conll2003. Without --data the task's Hub
+dataset is used; with it, the files in their original layout (GLUE TSVs, SQuAD JSON, SWAG CSV, CoNLL columns) or
+HF exports (parquet, csv, tsv, json). Writes results.json, results.md, the best model and, for GLUE tasks with a
+test split, the leaderboard's prediction files.
+"""
+
+import sys
+
+from bert_repro.cli import ConfigurationError
+from bert_repro.finetuning import run_finetuning
+
+if __name__ == "__main__":
+    try:
+        run_finetuning()
+    except (ConfigurationError, FileExistsError, FileNotFoundError) as err:
+        print(f"finetune.py: error: {err}", file=sys.stderr)
+        sys.exit(2)
