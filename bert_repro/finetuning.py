@@ -80,7 +80,8 @@ class FineTuningArguments:
     task: str = field(default="", metadata={"help": f"One of: {', '.join(TASKS)}."})
     model: str = field(default="", metadata={"help": "A bert_repro or any BERT checkpoint: directory or Hub id."})
     data: list[str] = field(default_factory=list, metadata={
-        "help": "The task's files (a directory in the original or the HF-export layout, or files); else the Hub."})
+        "help": "The task's data: a directory (original or HF-export layout), a file, or split=path pairs; "
+                "else the Hub."})
     tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer; by default the model's."})
     learning_rates: list[float] = field(default_factory=list, metadata={
         "help": "Learning-rate grid; by default the task's (GLUE: 5e-5 4e-5 3e-5 2e-5). One value: no grid."})
@@ -203,7 +204,8 @@ def collator_for(task: Task, tokenizer):
 
 def predict(task: Task, trainer: Trainer, raw: datasets.Dataset, encoded: datasets.Dataset, run):
     """Predictions for a raw split, in its own terms: class ids, scores, answer texts or tag sequences."""
-    model_inputs = encoded.remove_columns([c for c in ("example_id", "offset_mapping") if c in encoded.column_names])
+    drop = ["example_id", "offset_mapping"] + ([] if _labelled(raw, task) else ["labels"])  # hidden test labels: -1
+    model_inputs = encoded.remove_columns([c for c in drop if c in encoded.column_names])
     output = trainer.predict(model_inputs)
     logits = output.predictions
     if task.kind == "span":
@@ -224,30 +226,58 @@ def predict(task: Task, trainer: Trainer, raw: datasets.Dataset, encoded: datase
 
 
 def score(task: Task, raw: datasets.Dataset, predictions) -> dict[str, float]:
-    """The task's metrics of `predictions` against the gold labels of `raw`."""
+    """The task's metrics (named as in `bert_repro.tasks.METRICS`) of `predictions` against the gold labels of `raw`.
+
+    SQuAD scores are in percent, as the official scripts print them; the others are fractions.
+    """
     if task.kind == "span":
         references = {i: a["text"] for i, a in zip(raw["id"], raw["answers"])}
-        if task.allows_no_answer:
-            return metric_functions.squad_v2(predictions["answers"], references, na_probs=predictions["null_diffs"])
-        return metric_functions.squad_v1(predictions["answers"], references)
+        if not task.allows_no_answer:
+            v1 = metric_functions.squad_v1(predictions["answers"], references)
+            return {"squad_exact_match": v1["exact_match"], "squad_f1": v1["f1"]}
+        v2 = metric_functions.squad_v2(predictions["answers"], references, na_probs=predictions["null_diffs"])
+        names = {"exact": "squad_exact_match", "f1": "squad_f1", "best_exact": "squad_best_exact_match",
+                 "best_f1": "squad_best_f1", "best_f1_thresh": "squad_best_f1_threshold",
+                 "HasAns_f1": "squad_has_ans_f1", "NoAns_f1": "squad_no_ans_f1"}
+        return {ours: float(v2[theirs]) for theirs, ours in names.items() if theirs in v2}
     if task.kind == "token_classification":
         gold = [[task.label_names[t] for t in tags] for tags in raw["ner_tags"]]
         # A word cut off by max_seq_length has no prediction: count it as "O", as a pipeline would output nothing.
         padded = [p + ["O"] * (len(g) - len(p)) for p, g in zip(predictions, gold)]
-        return metric_functions.conll_f1(padded, gold)
+        values = metric_functions.conll_f1(padded, gold)
+        return {"entity_f1": values["f1"], "entity_precision": values["precision"],
+                "entity_recall": values["recall"], "accuracy": values["accuracy"]}
     return metric_functions.compute(task.metrics, predictions, np.asarray(raw["label"]))
 
 
 def main_score(task: Task, values: dict[str, float]) -> float:
-    key = task.main_metric
-    if task.kind == "span" and task.allows_no_answer:
-        return values.get("best_f1", values["f1"])  # the paper picks the null threshold on dev
-    return values[key]
+    """The number runs are ranked by: the task's main metric (SQuAD v2.0: F1 at the best null threshold, which the
+    paper tunes on dev)."""
+    if task.kind == "span" and task.allows_no_answer and "squad_best_f1" in values:
+        return values["squad_best_f1"]
+    return values[task.main_metric]
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Runs
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def _rank(result: dict) -> float:
+    """A run's score for choosing the best; an undefined score (NaN: e.g. constant predictions) ranks last."""
+    value = result["score"]
+    return float("-inf") if value != value else value
+
+
+def data_source(data: list[str]):
+    """--data: nothing (the Hub), one directory or file, or `split=path` pairs (`train=a.parquet dev=b.csv`)."""
+    if not data:
+        return None
+    if all("=" in item for item in data):
+        return dict(item.split("=", 1) for item in data)
+    if len(data) == 1:
+        return data[0]
+    raise ConfigurationError(f"--data takes one directory or file, or split=path pairs; got {data}.")
 
 
 def _subset(split: datasets.Dataset, n: int | None) -> datasets.Dataset:
@@ -320,7 +350,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / RUN_CONFIG).write_text(json.dumps(record, indent=2))
 
-    data = load_task_data(task, run.data or None)
+    data = load_task_data(task, data_source(run.data))
     tokenizer = load_tokenizer(run.tokenizer or run.model)
     runs, best, best_trainer = [], None, None
     start = time.time()
@@ -336,7 +366,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
                 done.write_text(json.dumps(result, indent=2))
             runs.append(result)
             logger.info("%s lr=%g seed=%d: %s %.4f", task.name, lr, seed, task.main_metric, result["score"])
-            if best is None or result["score"] > best["score"]:
+            if best is None or _rank(result) > _rank(best):
                 best = result
                 if trainer is not None:
                     best_trainer = trainer

@@ -1,0 +1,118 @@
+"""Every task runs end to end on a tiny model and small fixture files: a few steps, then evaluation producing the
+metric keys the task declares (and GLUE submission files where the task has a test split)."""
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_config
+from test_task_data import (
+    CONLL_DEV,
+    CONLL_TEST,
+    CONLL_TRAIN,
+    CONTEXT,
+    GLUE_FIXTURES,
+    SWAG_ROW,
+    qa,
+    squad_json,
+    swag_csv,
+    write,
+)
+
+from bert_repro import BertReproForPreTraining
+from bert_repro.finetuning import parse_arguments, run_finetuning
+from bert_repro.tasks import TASKS, get_task
+from bert_repro.tokenization import save_tokenizer, train_wordpiece
+
+pytestmark = pytest.mark.slow
+
+
+def squad_files(version):
+    start = CONTEXT.index("Catholic")
+    questions = [qa(f"q{i}", "What character does the school have?", [("Catholic", start)]) for i in range(3)]
+    if version == 2:
+        questions.append({"id": "q9", "question": "What is below the dome?", "answers": [], "is_impossible": True})
+        return {"train-v2.0.json": squad_json(questions), "dev-v2.0.json": squad_json(questions)}
+    return {"train-v1.1.json": squad_json(questions), "dev-v1.1.json": squad_json(questions)}
+
+
+def fixture_files(name):
+    if name in GLUE_FIXTURES:
+        files = dict(GLUE_FIXTURES[name][0])
+        if name == "stsb":  # a correlation needs two rows: repeat the dev row with another score
+            header, row = files["dev.tsv"].rstrip("\n").split("\n")[-2:]
+            files["dev.tsv"] += row.rsplit("\t", 1)[0] + "\t0.5\n"
+        return files
+    if name in ("squad", "squad_v2"):
+        return squad_files(2 if name == "squad_v2" else 1)
+    if name == "swag":
+        second = SWAG_ROW[:-1] + ["2"]
+        return {"train.csv": swag_csv([SWAG_ROW, second]), "val.csv": swag_csv([SWAG_ROW, second])}
+    return {"eng.train": CONLL_TRAIN, "eng.testa": CONLL_DEV, "eng.testb": CONLL_TEST}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A tiny pre-trained-shaped checkpoint with a tokenizer trained on every fixture's text."""
+    texts = [text for name in TASKS for text in fixture_files(name).values()]
+    tokenizer = train_wordpiece(iterator=texts * 3, vocab_size=300, show_progress=False)
+    directory = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    model = BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer), max_position_embeddings=512))
+    model.save_pretrained(directory)
+    save_tokenizer(tokenizer, directory)
+    return directory
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_every_task_end_to_end(tmp_path, tiny_model, name):
+    task = get_task(name)
+    data = write(tmp_path / "data", fixture_files(name))
+    out = tmp_path / "out"
+    argv = ["--task", name, "--model", str(tiny_model), "--data", str(data), "--output_dir", str(out),
+            "--learning_rates", "1e-4", "--max_steps", "2", "--per_device_train_batch_size", "2",
+            "--use_cpu", "true", "--disable_tqdm", "true", "--max_seq_length", "64", "--doc_stride", "16"]
+    summary = run_finetuning(argv)
+    results = json.loads((out / "results.json").read_text())
+    assert results["best"]["learning_rate"] == summary["best"]["learning_rate"] == 1e-4
+    for split in task.eval_splits:
+        assert set(task.metrics) <= set(results["best"][split]), (split, results["best"][split])
+    assert (out / "results.md").read_text().startswith(f"# {name}")
+    assert (out / "model" / "model.safetensors").exists()
+    if task.glue_submission_names and "test" in fixture_files(name).get("test.tsv", "test") and task.test_splits:
+        for split in task.test_splits:
+            path = out / "glue_submission" / task.glue_submission_name(split)
+            if path.exists():
+                lines = path.read_text().splitlines()
+                assert lines[0] == "index\tprediction" and len(lines) > 1
+
+    # Run again: every run is finished, nothing is trained again.
+    again = run_finetuning(argv)
+    assert json.dumps(again["runs"]) == json.dumps(summary["runs"])
+
+
+def test_task_defaults_are_the_papers(tmp_path):
+    run, training = parse_arguments(["--task", "mrpc", "--model", "m", "--output_dir", str(tmp_path)])
+    assert run.learning_rates == [5e-5, 4e-5, 3e-5, 2e-5]  # the GLUE grid
+    assert training.num_train_epochs == 3 and training.per_device_train_batch_size == 32
+    assert run.max_seq_length == 128 and training.warmup_steps == 0.1 and training.adam_epsilon == 1e-6
+    run, training = parse_arguments(["--task", "squad_v2", "--model", "m", "--output_dir", str(tmp_path),
+                                     "--learning_rates", "3e-5"])
+    assert run.learning_rates == [3e-5] and run.max_seq_length == 384
+    assert training.num_train_epochs == 2 and training.per_device_train_batch_size == 48
+
+
+def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
+    data = write(tmp_path / "data", fixture_files("sst2"))
+    out = tmp_path / "out"
+    summary = run_finetuning(["--task", "sst2", "--model", str(tiny_model), "--data", str(data),
+                              "--output_dir", str(out), "--learning_rates", "1e-3", "1e-4", "--seeds", "1", "2",
+                              "--max_steps", "2", "--use_cpu", "true", "--disable_tqdm", "true"])
+    assert [(r["learning_rate"], r["seed"]) for r in summary["runs"]] == [(1e-3, 1), (1e-3, 2), (1e-4, 1), (1e-4, 2)]
+    assert summary["best"]["score"] == max(r["score"] for r in summary["runs"])
+    table = (out / "results.md").read_text()
+    assert table.count("\n| ") == 5 and "*" in table  # header + 4 runs, the best marked
+    # A different setting in the same directory is refused, never mixed into these results.
+    with pytest.raises(FileExistsError, match="different run"):
+        run_finetuning(["--task", "sst2", "--model", str(tiny_model), "--data", str(data), "--output_dir", str(out),
+                        "--learning_rates", "5e-5", "--max_steps", "2", "--use_cpu", "true"])
