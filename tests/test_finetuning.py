@@ -116,3 +116,38 @@ def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
     with pytest.raises(FileExistsError, match="different run"):
         run_finetuning(["--task", "sst2", "--model", str(tiny_model), "--data", str(data), "--output_dir", str(out),
                         "--learning_rates", "5e-5", "--max_steps", "2", "--use_cpu", "true"])
+
+
+def test_reproduce_report_and_resume(tmp_path, tiny_model, monkeypatch):
+    import zipfile
+
+    from bert_repro import reproduce
+
+    root = tmp_path / "glue"
+    write(root / "MRPC", fixture_files("mrpc"))
+    write(root / "SST-2", fixture_files("sst2"))
+    args = reproduce.ReproduceArguments(model=str(tiny_model), output_dir=str(tmp_path / "out"),
+                                        tasks=["mrpc", "sst2"], data_root=str(root))
+    common = ["--learning_rates", "1e-4", "--max_steps", "2", "--use_cpu", "true", "--disable_tqdm", "true"]
+    text = reproduce.run_reproduce(args, common)
+    assert "| mrpc | f1 |" in text and "| sst2 | accuracy |" in text and "88.9" in text and "93.5" in text
+    assert "n/a (not all eight tasks ran)" in text
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [r["task"] for r in report["tasks"]] == ["mrpc", "sst2"]
+    assert (tmp_path / "out" / "report.png").exists()
+    with zipfile.ZipFile(tmp_path / "out" / "glue_submission.zip") as archive:
+        assert sorted(archive.namelist()) == ["MRPC.tsv", "SST-2.tsv"]
+
+    # Resumes: finished tasks are not fine-tuned again.
+    calls = []
+    monkeypatch.setattr(reproduce, "run_finetuning", lambda argv: calls.append(argv))
+    reproduce.run_reproduce(args, common)
+    assert calls == []
+
+
+def test_glue_average_needs_all_eight():
+    from bert_repro.reproduce import glue_average
+
+    rows = [{"task": t, "ours": 80.0} for t in ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")]
+    assert glue_average(rows + [{"task": "wnli", "ours": 0.0}]) == 80.0  # WNLI is left out, as in the paper
+    assert glue_average(rows[:-1]) is None

@@ -1,0 +1,170 @@
+"""The whole benchmark for one checkpoint: every task of the paper, one report beside the paper's numbers.
+
+`recipes/reproduce.py` runs `bert_repro.finetuning` task after task into `<output_dir>/<task>/`, skips the tasks
+that already finished (so an interrupted benchmark resumes where it stopped), and writes:
+- `report.md`: our dev score of each task's main metric beside the paper's (GLUE: the paper's TEST-set numbers of
+  Table 1, the only GLUE numbers it prints; SQuAD, SWAG, CoNLL: dev), the GLUE average over the eight tasks the
+  paper averages (WNLI left out), the hyper-parameters chosen and the time taken;
+- `report.json` with the same, and `report.png`, a bar chart of ours against the paper's;
+- `glue_submission.zip`: the test-set prediction files of the GLUE tasks, ready for the leaderboard.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .cli import ConfigurationError
+from .finetuning import run_finetuning
+from .tasks import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TASKS = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte", "squad", "squad_v2", "swag")
+# The directory names users have for each task (GLUE's download script, SQuAD/SWAG/CoNLL conventions).
+DIRECTORY_NAMES = {"sst2": ("SST-2",), "stsb": ("STS-B",), "cola": ("CoLA",), "squad": ("SQuAD", "squad_v1.1"),
+                   "squad_v2": ("SQuAD2", "squad2"), "conll2003": ("CoNLL-2003", "conll")}
+
+
+@dataclass
+class ReproduceArguments:
+    model: str = field(default="", metadata={"help": "The checkpoint to benchmark (directory or Hub id)."})
+    output_dir: str = field(default="runs/reproduce", metadata={"help": "One sub-directory per task, and the report."})
+    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS), metadata={
+        "help": "Tasks to run (default: the paper's 11; add conll2003 and wnli if wanted)."})
+    data_root: str | None = field(default=None, metadata={
+        "help": "A directory with one sub-directory per task (MRPC/, SST-2/, SQuAD/ ...); tasks without one use "
+                "the Hub."})
+    paper_model: str = field(default="base", metadata={"help": "Which of the paper's models to compare with."})
+
+
+def task_data_dir(task: Task, data_root: str | None) -> Path | None:
+    if not data_root:
+        return None
+    root = Path(data_root)
+    candidates = {task.name.lower(), *(n.lower() for n in DIRECTORY_NAMES.get(task.name, ()))}
+    for child in sorted(root.iterdir()) if root.is_dir() else ():
+        if child.is_dir() and child.name.lower() in candidates:
+            return child
+    return None
+
+
+def percent(metric: str, value: float) -> float:
+    """Our metrics are fractions except SQuAD's (percent, as the official scripts); the paper prints percent."""
+    return value if metric.startswith("squad") else 100 * value
+
+
+def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str, Any]:
+    """One line of the report: our main metric on the first evaluation split beside the paper's number."""
+    best = summary["best"]
+    split = task.eval_splits[0]
+    metric = task.main_metric
+    if task.kind == "span" and task.allows_no_answer:
+        metric = "squad_best_f1"  # the paper's v2.0 numbers use the threshold tuned on dev
+    ours = percent(metric, best[split][metric])
+    papers = [r for r in task.paper if r.model == paper_model and r.metric == metric]
+    paper = next((r for r in papers if r.split in (split, "test", "test_matched")), None)
+    return {
+        "task": task.name, "metric": metric, "split": split, "ours": round(ours, 2),
+        "paper": paper.value if paper else None, "paper_split": paper.split if paper else None,
+        "learning_rate": best["learning_rate"], "seed": best["seed"], "seconds": summary["seconds"],
+        "runs": len(summary["runs"]),
+    }
+
+
+def glue_average(rows: list[dict[str, Any]]) -> float | None:
+    """The paper's GLUE score: the mean of the eight tasks' main metrics (MNLI-m for MNLI), WNLI left out."""
+    values = [r["ours"] for r in rows if get_task(r["task"]).in_glue_average]
+    expected = sum(1 for name in GLUE_TASKS if get_task(name).in_glue_average)
+    return round(sum(values) / len(values), 2) if len(values) == expected else None
+
+
+def write_report(output_dir: Path, rows: list[dict[str, Any]], args: ReproduceArguments, seconds: float) -> str:
+    average = glue_average(rows)
+    paper_average = PAPER_GLUE_AVERAGE.get(args.paper_model)
+    lines = [
+        f"# Benchmark of {args.model}", "",
+        f"Ours: dev set, best of the learning-rate grid x seeds. Paper: BERT-{args.paper_model.upper()}; its GLUE "
+        "numbers are TEST-set scores (Table 1), the only GLUE numbers the paper prints, so expect ours (dev) to "
+        "differ by a point or two even for an exact reproduction.", "",
+        "| task | metric | ours (dev) | paper | paper split | lr | seed | runs | time (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        paper = "" if r["paper"] is None else f"{r['paper']:.1f}"
+        lines.append(f"| {r['task']} | {r['metric']} | {r['ours']:.2f} | {paper} | {r['paper_split'] or ''} | "
+                     f"{r['learning_rate']:g} | {r['seed']} | {r['runs']} | {r['seconds']:.0f} |")
+    lines += ["", f"GLUE average (8 tasks, WNLI left out): ours "
+                  f"{'n/a (not all eight tasks ran)' if average is None else f'{average:.2f}'}, paper "
+                  f"{paper_average}.", "", f"Total time: {seconds / 3600:.2f} h."]
+    text = "\n".join(lines) + "\n"
+    (output_dir / "report.md").write_text(text)
+    (output_dir / "report.json").write_text(json.dumps(
+        {"model": args.model, "paper_model": args.paper_model, "tasks": rows, "glue_average": average,
+         "paper_glue_average": paper_average, "seconds": round(seconds, 1)}, indent=2))
+    plot_report(rows, output_dir / "report.png", args.paper_model)
+    return text
+
+
+def plot_report(rows: list[dict[str, Any]], path: Path, paper_model: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["task"] for r in rows]
+    xs = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 4))
+    ax.bar([x - 0.2 for x in xs], [r["ours"] for r in rows], width=0.4, label="ours (dev)")
+    ax.bar([x + 0.2 for x in xs], [r["paper"] or 0 for r in rows], width=0.4, label=f"paper BERT-{paper_model}")
+    ax.set_xticks(list(xs), names, rotation=30, ha="right")
+    ax.set_ylabel("score (%)")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def zip_submissions(output_dir: Path, tasks: list[Task]) -> Path | None:
+    files = [p for t in tasks for p in sorted((output_dir / t.name / "glue_submission").glob("*.tsv"))]
+    if not files:
+        return None
+    path = output_dir / "glue_submission.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for f in files:
+            archive.write(f, f.name)
+    return path
+
+
+def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
+    """Run every task (skipping finished ones), then write the report. `finetune_args` go to every fine-tuning."""
+    if not args.model:
+        raise ConfigurationError("Pass --model: the checkpoint to benchmark.")
+    unknown = [t for t in args.tasks if t not in TASKS]
+    if unknown:
+        raise ConfigurationError(f"Unknown task(s) {unknown}; choose from {', '.join(TASKS)}.")
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    tasks = [get_task(t) for t in args.tasks]
+    rows, start = [], time.time()
+    for task in tasks:
+        task_dir = output_dir / task.name
+        results = task_dir / "results.json"
+        if results.exists():
+            logger.info("%s: finished earlier, not run again", task.name)
+        else:
+            argv = ["--task", task.name, "--model", args.model, "--output_dir", str(task_dir), *finetune_args]
+            data_dir = task_data_dir(task, args.data_root)
+            if data_dir is not None:
+                argv += ["--data", str(data_dir)]
+            run_finetuning(argv)
+        rows.append(task_row(task, json.loads(results.read_text()), args.paper_model))
+        write_report(output_dir, rows, args, time.time() - start)  # a partial report after every task
+    zip_submissions(output_dir, tasks)
+    return write_report(output_dir, rows, args, sum(r["seconds"] for r in rows))

@@ -1,0 +1,26 @@
+"""Run the paper's benchmark for one checkpoint and write one report beside the paper's numbers.
+
+    python recipes/reproduce.py --model runs/base --data_root path/to/glue_data --output_dir runs/reproduce \
+        [--tasks mrpc rte ...] [-- --seeds 1 2 3 --learning_rates 2e-5 ...]
+
+Arguments after `--` go to every task's fine-tuning (`recipes/finetune.py --help`). Tasks that finished are not run
+again: run the same command to resume an interrupted benchmark.
+"""
+
+import sys
+
+from transformers import HfArgumentParser
+
+from bert_repro.cli import ConfigurationError
+from bert_repro.reproduce import ReproduceArguments, run_reproduce
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    finetune_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    (args,) = HfArgumentParser(ReproduceArguments).parse_args_into_dataclasses(args=own)
+    try:
+        print(run_reproduce(args, finetune_args))
+    except (ConfigurationError, FileExistsError, FileNotFoundError) as err:
+        print(f"reproduce.py: error: {err}", file=sys.stderr)
+        sys.exit(2)
