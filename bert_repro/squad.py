@@ -1,0 +1,536 @@
+"""SQuAD v1.1 / v2.0: input windows and span selection, for ``datasets.map`` and after ``Trainer.predict``.
+
+Usage
+-----
+Examples use the Hugging Face ``squad`` / ``squad_v2`` columns: ``id``, ``title``, ``context``,
+``question``, ``answers`` = ``{"text": [...], "answer_start": [...]}`` (empty lists for an unanswerable
+SQuAD v2.0 question)::
+
+    train = raw["train"].map(prepare_train_features, batched=True, remove_columns=raw["train"].column_names,
+                             fn_kwargs={"tokenizer": tokenizer})
+    dev = raw["validation"].map(prepare_eval_features, batched=True,
+                                remove_columns=raw["validation"].column_names,
+                                fn_kwargs={"tokenizer": tokenizer})
+    output = trainer.predict(dev.remove_columns(["example_id", "offset_mapping", "token_is_max_context"]))
+    start_logits, end_logits = output.predictions
+    predictions, null_score_diffs, nbest = postprocess_predictions(
+        raw["validation"], dev, start_logits, end_logits
+    )
+
+What follows the paper (section 4.2/4.3) and the reference ``run_squad.py`` of google-research/bert
+---------------------------------------------------------------------------------------------------
+- Input ``[CLS] question [SEP] context-window [SEP]``, token type ids 0 for ``[CLS] question [SEP]``, 1 for
+  ``context-window [SEP]``, 0 for padding; padded to ``max_seq_length`` (384) by default, as the reference.
+- The question is cut to its first ``max_query_length`` (64) WordPiece tokens before the windows are built.
+- Windows (``doc_spans``): each window holds up to ``max_tokens_for_doc = max_seq_length - len(question) - 3``
+  context tokens; windows start at 0, ``doc_stride``, ``2 * doc_stride``, ... (the step is
+  ``min(doc_stride, window length)``), and the last window is the first one that reaches the end of the
+  context, exactly the reference's ``while start_offset < len(all_doc_tokens)`` loop.
+- Training labels: the token indices (within the window's full sequence) of the answer's first and last
+  tokens; ``0`` (``[CLS]``) when the answer is not entirely inside the window, and for an unanswerable
+  (v2.0) question. Only the first gold answer is used (the training sets have one).
+- Span selection (paper: "the maximum scoring span where j >= i is used as a prediction"): for every
+  window of an example, the ``n_best_size`` (20) highest start logits x the 20 highest end logits, taken
+  over the whole window as the reference does, keeping pairs with both tokens in the context, start <= end,
+  at most ``max_answer_length`` (30) tokens, and (see below) a start token having maximum context; score
+  ``start_logit + end_logit`` (``S.T_i + E.T_j``); the best pair over all windows wins. The n-best list
+  keeps the best-scoring occurrence of each distinct text, with softmax probabilities over the list.
+- Maximum context (``require_max_context=True``, the reference's ``_check_is_max_context``): a token that
+  lies in several windows is only accepted as a start token in the window where
+  ``min(tokens to its left, tokens to its right) + 0.01 * window length`` is largest (the first such window
+  on ties). ``prepare_eval_features`` stores this flag per token as ``token_is_max_context``.
+- SQuAD v2.0: ``s_null = start_logit[CLS] + end_logit[CLS]``, taking the MINIMUM over the example's windows;
+  the null answer enters the n-best list; the returned diff is ``s_null - best_non_null`` and the
+  prediction is ``""`` when ``diff > null_score_diff_threshold``. The paper writes the rule as "predict a
+  span when ``s_best > s_null + tau``", so ``null_score_diff_threshold = -tau``. The diffs are the
+  ``na_probs`` of the official v2.0 evaluation script, whose best-threshold search then gives the threshold
+  to use. That search scores the predicted texts, so feed it predictions made with
+  ``null_score_diff_threshold=float("inf")`` (always the best span), or re-threshold with
+  ``apply_null_threshold`` without running the model again.
+
+Departures
+----------
+- Character spans map to tokens through the fast tokenizer's offset mapping (the reference maps through
+  whitespace words, then shrinks the span with ``_improve_answer_span``). Start token = first context token
+  ending after the answer's first character; end token = last context token starting before the answer's
+  last character; this is correct under lower-casing, accent stripping and punctuation splitting because
+  offsets point into the ORIGINAL text. The answer text is cut from the original context with the same
+  offsets (the reference re-aligns a de-tokenized string with ``get_final_text``), extended over combining
+  marks that follow it (an uncased tokenizer drops them from its offsets).
+- A training answer whose ``answer_start`` does not point at its text (white space normalised) is skipped
+  with a warning, like the reference's "Could not find answer" (whose check, on whole words, is looser);
+  so is an answer that covers no token.
+- The windows are cut here, not by the tokenizer: the tokenizer's ``stride`` is the OVERLAP between windows,
+  and the overlap that gives the reference's window starts, ``max_tokens_for_doc - doc_stride``
+  (``tokenizer_stride``), depends on each question's length, so one batched tokenizer call cannot express it.
+  (Passing ``stride=doc_stride``, as transformers' ``run_qa.py`` does, starts a window every
+  ``max_tokens_for_doc - 128`` tokens, about 240 for a short question, instead of every 128.)
+- When an example has no valid span (nothing passes the filters), the reference emits the text "empty";
+  here the prediction is ``""`` with a null-score diff of ``+inf`` in v2.0.
+- In v1.1 mode no null score is computed, and the returned diff dictionary is empty.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DocSpan",
+    "apply_null_threshold",
+    "doc_spans",
+    "max_context_flags",
+    "postprocess_predictions",
+    "prepare_eval_features",
+    "prepare_train_features",
+    "tokenizer_stride",
+]
+
+logger = logging.getLogger(__name__)
+
+Offset = tuple[int, int]
+
+#: Special tokens around the question and the context: [CLS] question [SEP] context [SEP].
+NUM_SPECIAL_TOKENS = 3
+
+
+# --------------------------------------------------------------------------------------------------
+# Windows
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DocSpan:
+    """A window over the context tokens: ``length`` tokens from token ``start``."""
+
+    start: int
+    length: int
+
+    @property
+    def end(self) -> int:
+        """Index of the last context token in the window (inclusive)."""
+        return self.start + self.length - 1
+
+
+def doc_spans(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list[DocSpan]:
+    """The reference's sliding windows: starts 0, doc_stride, 2*doc_stride, ... until one reaches the end.
+
+    The step is ``min(doc_stride, window length)``, so a ``doc_stride`` larger than the window gives
+    adjacent windows, never a gap. An empty context gives no window.
+    """
+    if max_tokens_for_doc < 1:
+        raise ValueError(f"max_tokens_for_doc must be >= 1, got {max_tokens_for_doc}")
+    if doc_stride < 1:
+        raise ValueError(f"doc_stride must be >= 1, got {doc_stride}")
+    spans: list[DocSpan] = []
+    start = 0
+    while start < num_tokens:
+        length = min(num_tokens - start, max_tokens_for_doc)
+        spans.append(DocSpan(start, length))
+        if start + length == num_tokens:
+            break
+        start += min(length, doc_stride)
+    return spans
+
+
+def tokenizer_stride(max_tokens_for_doc: int, doc_stride: int) -> int:
+    """The tokenizer's ``stride`` (overlap in tokens) that gives the reference's windows.
+
+    ``tokenizer(question, context, truncation="only_second", max_length=max_seq_length,
+    return_overflowing_tokens=True, stride=s)`` starts a window every ``max_tokens_for_doc - s`` tokens, so
+    ``s = max_tokens_for_doc - doc_stride`` (0 when ``doc_stride`` exceeds the window) starts one every
+    ``doc_stride`` tokens. ``max_tokens_for_doc = max_seq_length - len(question tokens) - 3``.
+    """
+    return max(0, max_tokens_for_doc - doc_stride)
+
+
+def max_context_flags(spans: Sequence[DocSpan], num_tokens: int) -> list[list[bool]]:
+    """For each window, whether each of its tokens has its maximum context there (``_check_is_max_context``).
+
+    Score of token ``p`` in a window: ``min(p - start, end - p) + 0.01 * length``; the first window with
+    the highest score owns the token.
+    """
+    best_score = [-math.inf] * num_tokens
+    owner = [-1] * num_tokens
+    for index, span in enumerate(spans):
+        for position in range(span.start, span.end + 1):
+            score = min(position - span.start, span.end - position) + 0.01 * span.length
+            if score > best_score[position]:
+                best_score[position] = score
+                owner[position] = index
+    return [[owner[p] == index for p in range(span.start, span.end + 1)] for index, span in enumerate(spans)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Features
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Tokenized:
+    """One example's question tokens (already truncated), context tokens and their character offsets."""
+
+    question_ids: list[int]
+    context_ids: list[int]
+    context_offsets: list[Offset]
+
+    @property
+    def context_start(self) -> int:
+        """Index of the first context token in every window: after [CLS] question [SEP]."""
+        return len(self.question_ids) + 2
+
+
+def _tokenize(examples: Mapping[str, Sequence], tokenizer: Any, max_query_length: int) -> list[_Tokenized]:
+    """Tokenize the questions and contexts without special tokens; cut questions to max_query_length."""
+    plain = {"add_special_tokens": False, "return_attention_mask": False, "return_token_type_ids": False}
+    questions = tokenizer(list(examples["question"]), verbose=False, **plain)["input_ids"]
+    contexts = tokenizer(list(examples["context"]), return_offsets_mapping=True, verbose=False, **plain)
+    return [
+        _Tokenized(list(q[:max_query_length]), list(ids), [tuple(o) for o in offsets])
+        for q, ids, offsets in zip(questions, contexts["input_ids"], contexts["offset_mapping"])
+    ]
+
+
+def _spans_for(tokens: _Tokenized, max_seq_length: int, doc_stride: int) -> list[DocSpan]:
+    """The windows of one example (depends on its question length)."""
+    max_tokens_for_doc = max_seq_length - len(tokens.question_ids) - NUM_SPECIAL_TOKENS
+    if max_tokens_for_doc < 1:
+        raise ValueError(
+            f"max_seq_length={max_seq_length} leaves no room for the context after a question of "
+            f"{len(tokens.question_ids)} tokens: raise max_seq_length or lower max_query_length"
+        )
+    return doc_spans(len(tokens.context_ids), max_tokens_for_doc, doc_stride)
+
+
+def _encode_window(
+    tokens: _Tokenized, span: DocSpan, tokenizer: Any, max_seq_length: int, pad_to_max_length: bool
+) -> dict[str, list[int]]:
+    """``[CLS] question [SEP] window [SEP]`` with token type ids and attention mask, padded if asked."""
+    context = tokens.context_ids[span.start : span.end + 1]
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    input_ids = [cls, *tokens.question_ids, sep, *context, sep]
+    token_type_ids = [0] * (len(tokens.question_ids) + 2) + [1] * (len(context) + 1)
+    attention_mask = [1] * len(input_ids)
+    padding = max_seq_length - len(input_ids) if pad_to_max_length else 0
+    return {
+        "input_ids": input_ids + [tokenizer.pad_token_id] * padding,
+        "token_type_ids": token_type_ids + [0] * padding,
+        "attention_mask": attention_mask + [0] * padding,
+    }
+
+
+def _normalise_space(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _answer_token_span(
+    context: str, offsets: Sequence[Offset], text: str, char_start: int
+) -> tuple[int, int] | None:
+    """First and last context token of the answer at ``context[char_start:char_start+len(text)]``.
+
+    None when ``answer_start`` does not point at the text or no token overlaps the answer.
+    """
+    char_end = char_start + len(text)
+    if _normalise_space(context[char_start:char_end]) != _normalise_space(text):
+        return None
+    first = next((i for i, (_, end) in enumerate(offsets) if end > char_start), None)
+    last = next((i for i in reversed(range(len(offsets))) if offsets[i][0] < char_end), None)
+    if first is None or last is None or first > last:
+        return None
+    return first, last
+
+
+def _window_label(answer: tuple[int, int] | None, span: DocSpan, context_start: int) -> tuple[int, int]:
+    """Answer token positions inside the window's sequence, or (0, 0) ([CLS]) when it is not fully inside."""
+    if answer is None or answer[0] < span.start or answer[1] > span.end:
+        return 0, 0
+    return answer[0] - span.start + context_start, answer[1] - span.start + context_start
+
+
+def _check_lengths(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
+    if max_query_length < 0:
+        raise ValueError(f"max_query_length must be >= 0, got {max_query_length}")
+    if doc_stride < 1:
+        raise ValueError(f"doc_stride must be >= 1, got {doc_stride}")
+    if max_seq_length <= NUM_SPECIAL_TOKENS:
+        raise ValueError(f"max_seq_length must exceed {NUM_SPECIAL_TOKENS}, got {max_seq_length}")
+
+
+def prepare_train_features(
+    examples: Mapping[str, Sequence],
+    tokenizer: Any,
+    *,
+    max_seq_length: int = 384,
+    doc_stride: int = 128,
+    max_query_length: int = 64,
+    pad_to_max_length: bool = True,
+) -> dict[str, list]:
+    """Batched ``datasets.map`` function: SQuAD examples -> training windows with span labels.
+
+    Returns ``input_ids``, ``token_type_ids``, ``attention_mask``, ``start_positions``, ``end_positions``
+    (one row per window; an example gives one or more rows, or none when its answer cannot be aligned).
+    """
+    _check_lengths(max_seq_length, doc_stride, max_query_length)
+    features: dict[str, list] = collections.defaultdict(list)
+    skipped = 0
+    for index, tokens in enumerate(_tokenize(examples, tokenizer, max_query_length)):
+        context, answers = examples["context"][index], examples["answers"][index]
+        answer = None
+        if len(answers["text"]) > 0:
+            answer = _answer_token_span(
+                context, tokens.context_offsets, answers["text"][0], int(answers["answer_start"][0])
+            )
+            if answer is None:
+                skipped += 1
+                continue
+        for span in _spans_for(tokens, max_seq_length, doc_stride):
+            encoded = _encode_window(tokens, span, tokenizer, max_seq_length, pad_to_max_length)
+            for key, value in encoded.items():
+                features[key].append(value)
+            start, end = _window_label(answer, span, tokens.context_start)
+            features["start_positions"].append(start)
+            features["end_positions"].append(end)
+    if skipped:
+        logger.warning(
+            "skipped %d training example(s) whose answer_start does not point at the answer text", skipped
+        )
+    keys = ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
+    return {key: features[key] for key in keys}
+
+
+def prepare_eval_features(
+    examples: Mapping[str, Sequence],
+    tokenizer: Any,
+    *,
+    max_seq_length: int = 384,
+    doc_stride: int = 128,
+    max_query_length: int = 64,
+    pad_to_max_length: bool = True,
+) -> dict[str, list]:
+    """Batched ``datasets.map`` function: SQuAD examples -> evaluation windows.
+
+    Returns the model inputs plus, per window, ``example_id``, ``offset_mapping`` (character span in the
+    original context for context tokens, None for [CLS], question, [SEP] and padding) and
+    ``token_is_max_context`` (False outside the context). Drop those three columns before
+    ``Trainer.predict`` and pass the full features to ``postprocess_predictions``.
+    """
+    _check_lengths(max_seq_length, doc_stride, max_query_length)
+    features: dict[str, list] = collections.defaultdict(list)
+    for index, tokens in enumerate(_tokenize(examples, tokenizer, max_query_length)):
+        spans = _spans_for(tokens, max_seq_length, doc_stride)
+        for span, flags in zip(spans, max_context_flags(spans, len(tokens.context_ids))):
+            encoded = _encode_window(tokens, span, tokenizer, max_seq_length, pad_to_max_length)
+            for key, value in encoded.items():
+                features[key].append(value)
+            before = [None] * tokens.context_start
+            after = [None] * (len(encoded["input_ids"]) - tokens.context_start - span.length)
+            features["example_id"].append(examples["id"][index])
+            window_offsets = tokens.context_offsets[span.start : span.end + 1]
+            features["offset_mapping"].append(before + window_offsets + after)
+            features["token_is_max_context"].append(
+                [False] * tokens.context_start + flags + [False] * len(after)
+            )
+    keys = ("input_ids", "token_type_ids", "attention_mask", "example_id", "offset_mapping")
+    keys += ("token_is_max_context",)
+    return {key: features[key] for key in keys}
+
+
+# --------------------------------------------------------------------------------------------------
+# Span selection
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    text: str
+    start_logit: float
+    end_logit: float
+
+    @property
+    def score(self) -> float:
+        return self.start_logit + self.end_logit
+
+
+def _column(table: Any, name: str) -> list:
+    """A column of a ``datasets.Dataset`` or of a dict of lists, as a list."""
+    return list(table[name])
+
+
+def _best_indexes(logits: np.ndarray, n_best_size: int) -> list[int]:
+    """Indices of the n largest logits, largest first (earlier index first on ties)."""
+    return [int(i) for i in np.argsort(-logits, kind="stable")[:n_best_size]]
+
+
+def _cut(context: str, start_char: int, end_char: int) -> str:
+    """``context[start_char:end_char]``, extended over combining marks left out of the offsets."""
+    while end_char < len(context) and unicodedata.combining(context[end_char]):
+        end_char += 1
+    return context[start_char:end_char]
+
+
+def _window_candidates(
+    context: str,
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    offsets: Sequence[Offset | None],
+    max_context: Sequence[bool] | None,
+    n_best_size: int,
+    max_answer_length: int,
+) -> list[_Candidate]:
+    """Valid spans among the n best starts x n best ends of one window."""
+
+    def in_context(index: int) -> bool:
+        return index < len(offsets) and offsets[index] is not None
+
+    ends = _best_indexes(end_logits, n_best_size)
+    candidates = []
+    for start in _best_indexes(start_logits, n_best_size):
+        if not in_context(start) or (max_context is not None and not max_context[start]):
+            continue
+        for end in ends:
+            if not in_context(end) or end < start or end - start + 1 > max_answer_length:
+                continue
+            text = _cut(context, offsets[start][0], offsets[end][1])
+            candidates.append(_Candidate(text, float(start_logits[start]), float(end_logits[end])))
+    return candidates
+
+
+def _min_null(start_logits: np.ndarray, end_logits: np.ndarray, rows: Sequence[int]) -> _Candidate | None:
+    """The null answer with the lowest ``start_logit[CLS] + end_logit[CLS]`` over the windows."""
+    nulls = [_Candidate("", float(start_logits[f][0]), float(end_logits[f][0])) for f in rows]
+    return min(nulls, key=lambda candidate: candidate.score) if nulls else None
+
+
+def _softmax(scores: Sequence[float]) -> list[float]:
+    if not scores:
+        return []
+    top = max(scores)
+    exps = [math.exp(score - top) for score in scores]
+    total = sum(exps)
+    return [value / total for value in exps]
+
+
+def _nbest(candidates: Iterable[_Candidate], n_best_size: int, null: _Candidate | None) -> list[_Candidate]:
+    """Best-first list of distinct texts (null included when given), at most n_best_size long (+ the null)."""
+    pool = list(candidates) + ([null] if null is not None else [])
+    pool.sort(key=lambda candidate: candidate.score, reverse=True)
+    seen: set[str] = set()
+    best: list[_Candidate] = []
+    for candidate in pool:
+        if len(best) >= n_best_size:
+            break
+        if candidate.text not in seen:
+            seen.add(candidate.text)
+            best.append(candidate)
+    if null is not None and "" not in seen:
+        best.append(null)
+    return best
+
+
+def _best_span(best: Sequence[_Candidate]) -> tuple[str, float]:
+    """Text and score of the best non-null entry; ("", -inf) when there is none."""
+    span = next((candidate for candidate in best if candidate.text), None)
+    return (span.text, span.score) if span is not None else ("", -math.inf)
+
+
+def _nbest_entries(best: Sequence[_Candidate]) -> list[dict[str, Any]]:
+    """The n-best list as dicts, with softmax probabilities over the listed scores."""
+    probabilities = _softmax([candidate.score for candidate in best])
+    return [
+        {"text": c.text, "score": c.score, "start_logit": c.start_logit, "end_logit": c.end_logit,
+         "probability": probability}
+        for c, probability in zip(best, probabilities)
+    ]
+
+
+def _group_features(example_ids: Sequence[str]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = collections.defaultdict(list)
+    for index, example_id in enumerate(example_ids):
+        grouped[example_id].append(index)
+    return grouped
+
+
+def postprocess_predictions(
+    examples: Any,
+    features: Any,
+    start_logits: Any,
+    end_logits: Any,
+    *,
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    version_2_with_negative: bool = False,
+    null_score_diff_threshold: float = 0.0,
+    require_max_context: bool = True,
+) -> tuple[dict[str, str], dict[str, float], dict[str, list[dict]]]:
+    """Pick each example's answer from the logits of all its windows.
+
+    Args:
+        examples: the raw examples (``datasets.Dataset`` or dict of lists) with ``id`` and ``context``.
+        features: the output of ``prepare_eval_features`` (``example_id``, ``offset_mapping`` and, with
+            ``require_max_context``, ``token_is_max_context``), in the order the logits were computed.
+        start_logits, end_logits: arrays (num_features, seq_len); longer rows (padding) are fine.
+        n_best_size: starts and ends considered per window, and length of the n-best lists.
+        max_answer_length: longest answer in tokens.
+        version_2_with_negative: SQuAD v2.0: allow the null answer.
+        null_score_diff_threshold: predict "" when ``s_null - best_non_null`` exceeds it (the paper's
+            ``-tau``).
+        require_max_context: accept a start token only in the window where it has maximum context.
+
+    Returns:
+        ``(predictions, null_score_diffs, nbest)``: id -> answer text; id -> ``s_null - best_non_null``
+        (v2.0 only, empty otherwise); id -> list of ``{"text", "score", "start_logit", "end_logit",
+        "probability"}``, best first.
+    """
+    start_logits, end_logits = np.asarray(start_logits), np.asarray(end_logits)
+    example_ids = _column(features, "example_id")
+    if start_logits.shape[0] != len(example_ids) or end_logits.shape[0] != len(example_ids):
+        raise ValueError(
+            f"got {start_logits.shape[0]} start / {end_logits.shape[0]} end logit rows "
+            f"for {len(example_ids)} features"
+        )
+    offsets = _column(features, "offset_mapping")
+    max_context = _column(features, "token_is_max_context") if require_max_context else None
+    grouped = _group_features(example_ids)
+
+    predictions: dict[str, str] = {}
+    diffs: dict[str, float] = {}
+    nbest_json: dict[str, list[dict]] = {}
+    for example_id, context in zip(_column(examples, "id"), _column(examples, "context")):
+        rows = grouped.get(example_id, [])
+        candidates: list[_Candidate] = []
+        for f in rows:
+            window_max_context = max_context[f] if max_context is not None else None
+            candidates += _window_candidates(
+                context, start_logits[f], end_logits[f], offsets[f], window_max_context, n_best_size,
+                max_answer_length,
+            )
+        null = _min_null(start_logits, end_logits, rows) if version_2_with_negative else None
+        best = _nbest(candidates, n_best_size, null)
+        nbest_json[example_id] = _nbest_entries(best)
+        span_text, span_score = _best_span(best)
+        predictions[example_id] = span_text
+        if version_2_with_negative:
+            # No window at all (empty context): the null answer is the only answer, diff +inf.
+            diffs[example_id] = null.score - span_score if null is not None else math.inf
+            if diffs[example_id] > null_score_diff_threshold:
+                predictions[example_id] = ""
+    return predictions, diffs, nbest_json
+
+
+def apply_null_threshold(
+    nbest: Mapping[str, Sequence[Mapping[str, Any]]], null_score_diffs: Mapping[str, float], threshold: float
+) -> dict[str, str]:
+    """v2.0 predictions for another ``null_score_diff_threshold``, from the n-best lists and diffs that
+    ``postprocess_predictions`` returned (no second pass over the logits)."""
+    predictions = {}
+    for example_id, entries in nbest.items():
+        best_span = next((entry["text"] for entry in entries if entry["text"]), "")
+        predictions[example_id] = "" if null_score_diffs[example_id] > threshold else best_span
+    return predictions
