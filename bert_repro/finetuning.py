@@ -96,6 +96,8 @@ class FineTuningArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only so many evaluation rows."})
     num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
     attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
+    predict_test: bool = field(default=True, metadata={
+        "help": "Write GLUE test-set prediction files when the data has a test split."})
     keep_all_runs: bool = field(default=False, metadata={"help": "Keep every run's weights, not only the best."})
     overwrite_output_dir: bool = field(default=False, metadata={
         "help": "Allow writing into an output directory that holds another run."})
@@ -375,7 +377,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
             if trainer is not None and run.keep_all_runs:
                 trainer.save_model(str(run_dir / "model"))
     submissions = []
-    if best_trainer is not None:
+    if best_trainer is not None and run.predict_test:
         submissions = write_test_predictions(task, best_trainer, data, tokenizer, run, output_dir)
     summary = {
         "task": task.name,

