@@ -37,6 +37,8 @@ from . import metrics as metric_functions
 from . import squad
 from .cli import RUN_CONFIG, ConfigurationError, check_output_dir, parse_with_config, read_yaml_config
 from .convert import load_bert
+from .hub import push
+from .pretraining import take_push_request
 from .modeling_bert_repro import (
     BertReproForMultipleChoice,
     BertReproForQuestionAnswering,
@@ -212,9 +214,12 @@ def predict(task: Task, trainer: Trainer, raw: datasets.Dataset, encoded: datase
     logits = output.predictions
     if task.kind == "span":
         start_logits, end_logits = logits
+        # v2.0: the best non-null span of every question (threshold +inf) and its null-score difference, so that
+        # the official best-threshold search can run; the default threshold (0) is applied in `score`.
         answers, null_diffs, _ = squad.postprocess_predictions(
             raw, encoded, start_logits, end_logits, n_best_size=run.n_best_size,
-            max_answer_length=run.max_answer_length, version_2_with_negative=task.allows_no_answer)
+            max_answer_length=run.max_answer_length, version_2_with_negative=task.allows_no_answer,
+            null_score_diff_threshold=float("inf"))
         return {"answers": answers, "null_diffs": null_diffs}
     if task.kind == "regression":
         return np.asarray(logits).reshape(-1)
@@ -237,11 +242,17 @@ def score(task: Task, raw: datasets.Dataset, predictions) -> dict[str, float]:
         if not task.allows_no_answer:
             v1 = metric_functions.squad_v1(predictions["answers"], references)
             return {"squad_exact_match": v1["exact_match"], "squad_f1": v1["f1"]}
-        v2 = metric_functions.squad_v2(predictions["answers"], references, na_probs=predictions["null_diffs"])
-        names = {"exact": "squad_exact_match", "f1": "squad_f1", "best_exact": "squad_best_exact_match",
-                 "best_f1": "squad_best_f1", "best_f1_thresh": "squad_best_f1_threshold",
-                 "HasAns_f1": "squad_has_ans_f1", "NoAns_f1": "squad_no_ans_f1"}
-        return {ours: float(v2[theirs]) for theirs, ours in names.items() if theirs in v2}
+        diffs = predictions["null_diffs"]
+        at_zero = {i: "" if diffs[i] > 0 else text for i, text in predictions["answers"].items()}
+        plain = metric_functions.squad_v2(at_zero, references)  # null answer when s_null > best span
+        best = metric_functions.squad_v2(predictions["answers"], references, na_probs=diffs)
+        values = {"squad_exact_match": plain["exact"], "squad_f1": plain["f1"],
+                  "squad_best_exact_match": best["best_exact"], "squad_best_f1": best["best_f1"],
+                  # the null-score threshold tau chosen on this split (use it when predicting elsewhere)
+                  "squad_best_f1_threshold": best["best_f1_thresh"]}
+        for theirs, ours in (("HasAns_f1", "squad_has_ans_f1"), ("NoAns_f1", "squad_no_ans_f1")):
+            values[ours] = plain.get(theirs, float("nan"))  # absent when the split has no such question
+        return {k: float(v) for k, v in values.items()}
     if task.kind == "token_classification":
         gold = [[task.label_names[t] for t in tags] for tags in raw["ner_tags"]]
         # A word cut off by max_seq_length has no prediction: count it as "O", as a pipeline would output nothing.
@@ -343,7 +354,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     task = get_task(run.task)
     output_dir = Path(training.output_dir)
     record = {"run": asdict(run), "training": {k: v for k, v in training.to_dict().items()
-                                               if not k.startswith(("logging", "output_dir"))}}
+                                               if not k.startswith(("logging", "output_dir", "hub_", "push_"))}}
     record = json.loads(json.dumps(record, default=str))
     for section in record.values():
         for key in ("overwrite_output_dir", "num_proc", "report_to", "disable_tqdm"):
@@ -352,6 +363,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / RUN_CONFIG).write_text(json.dumps(record, indent=2))
 
+    push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))
     tokenizer = load_tokenizer(run.tokenizer or run.model)
     runs, best, best_trainer = [], None, None
@@ -396,6 +408,9 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     (output_dir / "results.json").write_text(json.dumps(summary, indent=2))
     (output_dir / "results.md").write_text(results_markdown(task, summary))
     logger.info("\n%s", results_markdown(task, summary))
+    if push_to is not None:
+        summary["pushed"] = push(output_dir, push_to["repo_id"], revision=push_to["revision"],
+                                 private=push_to["private"])
     return summary
 
 
@@ -403,7 +418,7 @@ def _flat_metrics(result: dict, task: Task) -> dict[str, float]:
     out = {}
     for split_name in task.eval_splits:
         for key, value in result.get(split_name, {}).items():
-            if isinstance(value, float) and not key.endswith(("_total", "thresh")):
+            if isinstance(value, float) and not key.endswith(("_total", "thresh", "_threshold")):
                 out[f"{split_name}/{key}" if len(task.eval_splits) > 1 else key] = value
     return out
 

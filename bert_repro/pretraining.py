@@ -34,6 +34,7 @@ from transformers import IntervalStrategy, Trainer, TrainerCallback, TrainingArg
 from .cli import RUN_CONFIG, ConfigurationError, check_output_dir, parse_with_config
 from .configuration_bert_repro import BertReproConfig
 from .corpus import load_corpus
+from .hub import push_checkpoints
 from .modeling_bert_repro import BertReproForPreTraining
 from .optim import optimizer_cls_and_kwargs
 from .pretraining_data import (
@@ -424,6 +425,19 @@ class StopAfterSteps(TrainerCallback):
         return control
 
 
+def take_push_request(training: TrainingArguments) -> dict[str, Any] | None:
+    """`--push_to_hub --hub_model_id ID` is done by `bert_repro.hub` at the end, not by Trainer, whose own push
+    would upload pickles (training_args.bin) and no model card."""
+    if not training.push_to_hub:
+        return None
+    if not training.hub_model_id:
+        raise ConfigurationError("--push_to_hub needs --hub_model_id (e.g. your-name/bert-base-repro).")
+    request = {"repo_id": training.hub_model_id, "private": bool(training.hub_private_repo),
+               "revision": training.hub_revision}
+    training.push_to_hub = False
+    return request
+
+
 def model_config(run: PreTrainingArguments, **fields) -> BertReproConfig:
     overrides = json.loads(run.model_overrides) if run.model_overrides else {}
     if run.init_from:
@@ -493,6 +507,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
 
     set_seed(training.seed)  # the initial weights must not depend on what data preparation drew before
     model = build_model(run, tokenizer, phase_cfgs)
+    push_to = take_push_request(training)
     steps = phase_steps(training.max_steps, run.phase2_fraction, len(phases))
     if eval_dataset is None:
         training.eval_strategy = IntervalStrategy.NO
@@ -534,6 +549,8 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         if run.plot:
             plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
         log_table("results", summary)
+        if push_to is not None:  # every checkpoint as branch step-N, the final model on main
+            push_checkpoints(output_dir, push_to["repo_id"], private=push_to["private"])
     return summary
 
 

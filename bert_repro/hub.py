@@ -1,0 +1,231 @@
+"""Publishing checkpoints on the Hugging Face Hub: safetensors, code, tokenizer, card, logs, and nothing else.
+
+What a push puts in the repository (one commit, so a failed push changes nothing there):
+- the weights as `model.safetensors` only: pickles (`*.bin`, `*.pt`, `*.pth`, `*.pkl`, Trainer's
+  `training_args.bin`, optimizer and RNG states) are never uploaded;
+- `config.json` with a complete `auto_map` and the configuration / modeling code next to it, so that
+  `AutoModel*.from_pretrained(repo, trust_remote_code=True)` works for someone who never installed bert_repro;
+- the tokenizer with `vocab.txt`; the model card (`README.md`, from `model_cards/`); the run's records
+  (`run_config.json`, `data_statistics.json`, `results.json` / `.md`, `log_history.json`), plots and TensorBoard logs.
+
+The local directory is only read: the card and any repaired files are written to a staging copy. A repository
+that already holds a different model (another run, or not a bert_repro model) is not overwritten without
+`overwrite=True`. Intermediate checkpoints of a pre-training run become revisions: one branch per step
+(`step-1000`), loadable with `from_pretrained(repo, revision="step-1000")`.
+
+The token comes from huggingface_hub's usual places (`HF_TOKEN`, `hf auth login`) or an explicit argument; it is
+never printed, logged or written into a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from .configuration_bert_repro import BertReproConfig
+from .modeling_bert_repro import AUTO_MAP
+
+logger = logging.getLogger(__name__)
+
+MODEL_FILES = ("model.safetensors", "config.json", "configuration_bert_repro.py", "modeling_bert_repro.py")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+RECORD_FILES = ("run_config.json", "data_statistics.json", "results.json", "results.md", "log_history.json",
+                "training_curves.png", "report.md", "report.json", "report.png")
+PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
+CODE_DIR = Path(__file__).resolve().parent
+
+
+class HubPushError(RuntimeError):
+    """A push that did not complete; the message says what happened and what to do."""
+
+
+def model_directory(path: Path) -> Path:
+    """Where the weights of an output directory are: the directory itself (pre-training, a checkpoint) or
+    `model/` (fine-tuning keeps its best run there)."""
+    if (path / "model.safetensors").exists():
+        return path
+    if (path / "model" / "model.safetensors").exists():
+        return path / "model"
+    pickles = [p.name for pattern in PICKLE_PATTERNS for p in path.glob(pattern)]
+    hint = f" (it holds {pickles}: we publish safetensors only; re-save with save_pretrained)" if pickles else ""
+    raise FileNotFoundError(f"{path} holds no model.safetensors{hint}.")
+
+
+def stage(path: str | Path, repo_id: str, staging: Path, *, tokenizer_dir: Path | None = None,
+          with_card: bool = True) -> list[str]:
+    """Copy what is published from `path` into `staging`; returns the relative paths staged."""
+    path = Path(path)
+    weights = model_directory(path)
+    for name in MODEL_FILES:
+        if (weights / name).exists():
+            shutil.copy2(weights / name, staging / name)
+    _complete_remote_code(staging)
+    for source in (tokenizer_dir, weights, path, path / "tokenizer"):
+        if source is not None and (source / "tokenizer.json").exists():
+            for name in TOKENIZER_FILES:
+                if (source / name).exists():
+                    shutil.copy2(source / name, staging / name)
+            break
+    for name in RECORD_FILES:
+        if (path / name).exists():
+            shutil.copy2(path / name, staging / name)
+    if (path / "runs").is_dir():  # TensorBoard event files
+        shutil.copytree(path / "runs", staging / "runs")
+    if with_card:
+        from .model_card import card_for_directory
+
+        card_for_directory(path, repo_id).save(staging / "README.md")
+    staged = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+    pickles = [p for p in staged if any(fnmatch.fnmatch(Path(p).name, pat) for pat in PICKLE_PATTERNS)]
+    if pickles:  # cannot happen through the copies above; a guard for future edits
+        raise HubPushError(f"refusing to publish pickled files: {pickles}")
+    return staged
+
+
+def _complete_remote_code(staging: Path) -> None:
+    """Make the staged config loadable without bert_repro: full auto_map, code files beside it."""
+    config = json.loads((staging / "config.json").read_text())
+    if config.get("model_type") != BertReproConfig.model_type:
+        return  # e.g. an exported transformers-format checkpoint: it needs no remote code
+    if config.get("auto_map") != AUTO_MAP:
+        config["auto_map"] = dict(AUTO_MAP)
+        (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    for name in ("configuration_bert_repro.py", "modeling_bert_repro.py"):
+        if not (staging / name).exists():
+            shutil.copy2(CODE_DIR / name, staging / name)
+
+
+def _run_identity(directory: Path) -> str | None:
+    """What identifies the run a directory came from: its run_config.json (None when there is none)."""
+    record = directory / "run_config.json"
+    return json.dumps(json.loads(record.read_text()), sort_keys=True) if record.exists() else None
+
+
+def check_remote(api, repo_id: str, revision: str | None, local_identity: str | None, overwrite: bool) -> None:
+    """Refuse to push over a different model unless asked: another run's records, or not a bert_repro model."""
+    from huggingface_hub.utils import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        files = set(api.list_repo_files(repo_id, revision=revision))
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        return
+    if not files - {".gitattributes", "README.md"} or overwrite:
+        return
+    reasons = []
+    try:
+        remote_config = json.loads(Path(api.hf_hub_download(repo_id, "config.json", revision=revision)).read_text())
+        if remote_config.get("model_type") != BertReproConfig.model_type:
+            reasons.append(f"it holds a {remote_config.get('model_type')!r} model")
+    except EntryNotFoundError:
+        reasons.append("it holds files but no config.json")
+    if not reasons and "run_config.json" in files:
+        remote = Path(api.hf_hub_download(repo_id, "run_config.json", revision=revision))
+        if json.dumps(json.loads(remote.read_text()), sort_keys=True) != local_identity:
+            reasons.append("it holds another run (its run_config.json differs)")
+    elif not reasons and local_identity is not None:
+        reasons.append("it holds a model without a run record")
+    if reasons:
+        where = f"{repo_id}@{revision}" if revision else repo_id
+        raise HubPushError(f"{where} already holds a different model: {'; '.join(reasons)}. "
+                           "Pass overwrite=True (--overwrite) to replace it.")
+
+
+def push(path: str | Path, repo_id: str, *, revision: str | None = None, private: bool = False,
+         commit_message: str | None = None, token: str | None = None, overwrite: bool = False,
+         tag: str | None = None, tokenizer_dir: str | Path | None = None, api=None) -> str:
+    """Publish one output directory (or checkpoint) to `repo_id` at `revision` (a branch, created from main when
+    missing). Returns the commit URL."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import HfHubHTTPError
+
+    api = api or HfApi(token=token)
+    path = Path(path)
+    where = f"{repo_id}@{revision}" if revision else repo_id
+    with tempfile.TemporaryDirectory(prefix="bert_repro_push_") as tmp:
+        staging = Path(tmp)
+        staged = stage(path, repo_id, staging, tokenizer_dir=Path(tokenizer_dir) if tokenizer_dir else None)
+        try:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            if revision and revision != "main":
+                api.create_branch(repo_id, branch=revision, exist_ok=True)
+            check_remote(api, repo_id, revision, _run_identity(path), overwrite)
+            info = api.upload_folder(
+                repo_id=repo_id, folder_path=staging, revision=revision,
+                commit_message=commit_message or f"Upload {path.name} with bert_repro",
+                delete_patterns="*",  # the revision mirrors this checkpoint: stale files are removed
+            )
+            if tag:
+                api.create_tag(repo_id, tag=tag, revision=revision, exist_ok=overwrite)
+        except HubPushError:
+            raise
+        except (HfHubHTTPError, OSError) as err:
+            raise HubPushError(
+                f"Push of {path} to {where} did not complete ({type(err).__name__}: {err}). Nothing in {path} was "
+                "changed, and the Hub applies a commit whole or not at all: run the same command again to complete it."
+            ) from err
+    logger.info("pushed %d files of %s to %s", len(staged), path, where)
+    return str(info.commit_url)
+
+
+def push_checkpoints(output_dir: str | Path, repo_id: str, *, private: bool = False, token: str | None = None,
+                     overwrite: bool = False, api=None) -> dict[str, str]:
+    """Every `checkpoint-N` of a pre-training run as branch `step-N`, and the final model on main."""
+    from huggingface_hub import HfApi
+
+    api = api or HfApi(token=token)
+    output_dir = Path(output_dir)
+    pushed = {}
+    steps = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    for checkpoint in steps:
+        branch = f"step-{checkpoint.name.split('-')[-1]}"
+        # A checkpoint directory has no run records or tokenizer of its own: take them from the run.
+        with tempfile.TemporaryDirectory() as tmp:
+            view = Path(tmp) / checkpoint.name
+            view.mkdir()
+            for name in MODEL_FILES:
+                if (checkpoint / name).exists():
+                    (view / name).symlink_to((checkpoint / name).resolve())
+            for name in RECORD_FILES[:2]:
+                if (output_dir / name).exists():
+                    (view / name).symlink_to((output_dir / name).resolve())
+            pushed[branch] = push(view, repo_id, revision=branch, private=private, overwrite=overwrite,
+                                  tokenizer_dir=output_dir / "tokenizer", api=api,
+                                  commit_message=f"Checkpoint at step {branch[5:]}")
+    if (output_dir / "model.safetensors").exists():
+        pushed["main"] = push(output_dir, repo_id, private=private, overwrite=overwrite, api=api)
+    return pushed
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bert_repro.hub",
+                                     description="Publish a bert_repro output directory on the Hub.")
+    parser.add_argument("path", help="A pre-training, fine-tuning or benchmark output directory, or a checkpoint.")
+    parser.add_argument("--repo_id", required=True)
+    parser.add_argument("--revision", help="Branch to push to (created from main when missing).")
+    parser.add_argument("--tag", help="Also tag the pushed commit.")
+    parser.add_argument("--private", action="store_true")
+    parser.add_argument("--commit_message")
+    parser.add_argument("--overwrite", action="store_true", help="Replace a repo that holds a different model.")
+    parser.add_argument("--checkpoints", action="store_true",
+                        help="Also publish every checkpoint-N as branch step-N (pre-training runs).")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.checkpoints:
+            for revision, url in push_checkpoints(args.path, args.repo_id, private=args.private,
+                                                  overwrite=args.overwrite).items():
+                print(f"{revision}: {url}")
+        else:
+            print(push(args.path, args.repo_id, revision=args.revision, private=args.private,
+                       commit_message=args.commit_message, overwrite=args.overwrite, tag=args.tag))
+    except (HubPushError, FileNotFoundError) as err:
+        parser.exit(1, f"error: {err}\n")
+
+
+if __name__ == "__main__":
+    main()
