@@ -6,6 +6,7 @@ paper's tasks need, so `AutoModelForPreTraining.from_pretrained(<saved dir>)` re
 
 import transformers
 
+from . import modeling_bert_repro
 from .configuration_bert_repro import PRESETS, BertReproConfig
 from .modeling_bert_repro import (
     AUTO_MAP,
@@ -29,18 +30,4 @@ for _auto_name, _path in AUTO_MAP.items():
     if _auto_name != "AutoConfig":
         getattr(transformers, _auto_name).register(BertReproConfig, globals()[_path.split(".")[1]], exist_ok=True)
 
-__all__ = [
-    "PRESETS",
-    "BertReproConfig",
-    "BertReproModel",
-    "BertReproPreTrainedModel",
-    "BertReproForPreTraining",
-    "BertReproForPreTrainingOutput",
-    "BertReproForMaskedLM",
-    "BertReproForNextSentencePrediction",
-    "BertReproForSequenceClassification",
-    "BertReproForQuestionAnswering",
-    "BertReproForMultipleChoice",
-    "BertReproForTokenClassification",
-    "concat_last_layers",
-]
+__all__ = ["PRESETS", "BertReproConfig", *modeling_bert_repro.__all__]
