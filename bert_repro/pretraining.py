@@ -126,7 +126,8 @@ class PreTrainingArguments:
 
 # Fields that may change between an interrupted run and its resumption.
 RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot",
-                      "logging_steps", "report_to", "disable_tqdm", "dataloader_num_workers"}
+                      "logging_steps", "report_to", "disable_tqdm", "dataloader_num_workers",
+                      "gradient_accumulation_steps"}  # derived from global_batch_size and the processes
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -154,7 +155,8 @@ def run_record(run: PreTrainingArguments, data: PreTrainingDataConfig, training:
     record = {"run": asdict(run), "data": asdict(data), "training": training.to_dict()}
     for section in record.values():
         for key in list(section):
-            if key in RUN_CONTROL_FIELDS or key.startswith(("logging_", "hub_", "push_to_hub")):
+            if key in RUN_CONTROL_FIELDS or key.startswith(("logging_", "push_to_hub")) or (
+                    key.startswith("hub_") and section is record["training"]):
                 section.pop(key)
     return json.loads(json.dumps(record, default=str))
 
@@ -483,11 +485,11 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     resume_arg = training.resume_from_checkpoint
     resume = resume_arg not in (None, "", "false", "False")
     resume_from = (True if resume_arg in ("true", "True") else resume_arg) if resume else None
+    training.gradient_accumulation_steps = gradient_accumulation(
+        run.global_batch_size, training.per_device_train_batch_size, training.world_size)
     record = run_record(run, data, training)
     check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir)
     check_lengths(model_config(run), phase_configs(data, run))  # before any data work
-    training.gradient_accumulation_steps = gradient_accumulation(
-        run.global_batch_size, training.per_device_train_batch_size, training.world_size)
     if training.report_to and "tensorboard" in training.report_to:
         try:
             import tensorboard  # noqa: F401

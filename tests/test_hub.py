@@ -1,0 +1,183 @@
+"""Publishing against a local Hub server that speaks the HTTP API huggingface_hub uses: the real client makes
+real requests (no mock of its functions). Client code runs in subprocesses, since huggingface_hub reads
+HF_ENDPOINT when it is imported."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import padded_batch, tiny_config
+from hub_server import LocalHub
+
+from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
+from bert_repro.tokenization import save_tokenizer, train_wordpiece
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "hf_test_token_never_in_files_0123456789"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def client_env(hub, tmp_path):
+    return {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "0",
+            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HOME": str(tmp_path / "hf_home"),
+            "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": str(ROOT)}
+
+
+def run(cmd, env, check=True):
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    if check:
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result
+
+
+def push_cli(env, *args, check=True):
+    return run([sys.executable, "-m", "bert_repro.hub", *map(str, args)], env, check=check)
+
+
+def digest(directory: Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    texts = ["the cat sat on the mat.", "a dog ran in the park.", "bert reads both directions."] * 20
+    return train_wordpiece(iterator=texts, vocab_size=80, show_progress=False)
+
+
+def pretraining_output(directory: Path, tokenizer) -> BertReproForPreTraining:
+    """What recipes/pretrain.py leaves: final model, a checkpoint with Trainer's pickles, records."""
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=len(tokenizer))
+    model = BertReproForPreTraining(config).eval()
+    model.save_pretrained(directory)
+    save_tokenizer(tokenizer, directory)
+    save_tokenizer(tokenizer, directory / "tokenizer")
+    checkpoint = directory / "checkpoint-2"
+    torch.manual_seed(1)
+    BertReproForPreTraining(config).save_pretrained(checkpoint)
+    for pickle_name in ("optimizer.pt", "rng_state.pth", "training_args.bin"):
+        torch.save({"x": 1}, checkpoint / pickle_name)
+    torch.save({"x": 1}, directory / "training_args.bin")
+    (directory / "run_config.json").write_text(json.dumps(
+        {"run": {"preset": "tiny", "corpus": ["books"]}, "data": {"max_seq_length": 128, "dupe_factor": 5},
+         "training": {"learning_rate": 1e-4, "max_steps": 4}}))
+    (directory / "data_statistics.json").write_text(json.dumps(
+        {"phase1": {"documents": 10, "sentences": 100, "examples": 50, "tokens": 6000, "is_next_share": 0.5,
+                    "masked_share": 0.15}}))
+    (directory / "results.json").write_text(json.dumps(
+        {"global_step": 4, "eval_mlm_accuracy": 0.25, "eval_nsp_accuracy": 0.6, "train_runtime_s": 3.0}))
+    return model
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    sys.modules["bert_repro"] = None  # a user who never installed bert_repro
+    import torch, transformers
+    from huggingface_hub import ModelCard
+    repo, revision, auto_name, batch_file, out = sys.argv[1:6]
+    model = getattr(transformers, auto_name).from_pretrained(
+        repo, revision=None if revision == "-" else revision, trust_remote_code=True).eval()
+    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    batch = torch.load(batch_file, weights_only=True)
+    with torch.no_grad():
+        first = model(**batch)[0]
+    card = ModelCard.load(repo) if revision == "-" else None
+    results = [] if card is None else [(r.metric_type, r.metric_value) for r in (card.data.eval_results or [])]
+    torch.save({"first": first, "eval_results": results}, out)
+""")
+
+
+def load_without_package(env, tmp_path, repo, revision, auto_name, batch):
+    torch.save(batch, tmp_path / "batch.pt")
+    run([sys.executable, "-c", CHILD, repo, revision or "-", auto_name, str(tmp_path / "batch.pt"),
+         str(tmp_path / "out.pt")], env)
+    return torch.load(tmp_path / "out.pt", weights_only=True)
+
+
+def test_pretrained_round_trip_with_revisions(tmp_path, tokenizer):
+    local = tmp_path / "run"
+    model = pretraining_output(local, tokenizer)
+    before = digest(local)
+    batch = padded_batch(len(tokenizer))
+    with LocalHub() as hub:
+        env = client_env(hub, tmp_path)
+        push_cli(env, local, "--repo_id", "someone/tiny-bert", "--checkpoints")
+        assert digest(local) == before  # nothing written into the user's directory
+
+        files = hub.repo_files("someone/tiny-bert")
+        assert {"model.safetensors", "config.json", "modeling_bert_repro.py", "configuration_bert_repro.py",
+                "vocab.txt", "tokenizer.json", "README.md", "run_config.json", "data_statistics.json"} <= set(files)
+        for revision in ("main", "step-2"):
+            names = hub.repo_files("someone/tiny-bert", revision)
+            assert not [n for n in names if n.endswith((".bin", ".pt", ".pth", ".pkl"))], names
+        assert all(TOKEN.encode() not in content for content in files.values())
+        assert any(TOKEN in str(headers) for _, _, headers in hub.requests)  # it was sent, as a header only
+        config = json.loads(files["config.json"])
+        assert len(config["auto_map"]) == 9
+
+        got = load_without_package(env, tmp_path, "someone/tiny-bert", None, "AutoModelForPreTraining", batch)
+        with torch.no_grad():
+            expected = model(**batch).prediction_logits
+        assert torch.equal(got["first"], expected)
+        assert ("accuracy", 25.0) in [(t, round(v, 4)) for t, v in got["eval_results"]]
+
+        checkpoint = BertReproForPreTraining.from_pretrained(local / "checkpoint-2").eval()
+        got = load_without_package(env, tmp_path, "someone/tiny-bert", "step-2", "AutoModelForPreTraining", batch)
+        with torch.no_grad():
+            assert torch.equal(got["first"], checkpoint(**batch).prediction_logits)
+
+
+def test_failed_push_is_clear_and_a_second_push_completes(tmp_path, tokenizer):
+    local = tmp_path / "run"
+    pretraining_output(local, tokenizer)
+    before = digest(local)
+    with LocalHub() as hub:
+        env = client_env(hub, tmp_path)
+        hub.fail_next(kind="commit", mode="500")
+        failed = push_cli(env, local, "--repo_id", "someone/flaky", check=False)
+        assert failed.returncode != 0
+        assert "did not complete" in failed.stderr and "run the same command again" in failed.stderr
+        assert TOKEN not in failed.stderr + failed.stdout
+        assert digest(local) == before
+        assert "model.safetensors" not in hub.repo_files("someone/flaky")
+        push_cli(env, local, "--repo_id", "someone/flaky")
+        assert "model.safetensors" in hub.repo_files("someone/flaky")
+
+
+def test_different_model_needs_overwrite(tmp_path, tokenizer):
+    pretrained = tmp_path / "run"
+    pretraining_output(pretrained, tokenizer)
+    finetuned = tmp_path / "mrpc"
+    torch.manual_seed(0)
+    classifier = BertReproForSequenceClassification(tiny_config(vocab_size=len(tokenizer), num_labels=2)).eval()
+    classifier.save_pretrained(finetuned / "model")
+    save_tokenizer(tokenizer, finetuned / "model")
+    (finetuned / "run_config.json").write_text(json.dumps({"run": {"task": "mrpc"}, "training": {}}))
+    (finetuned / "results.json").write_text(json.dumps({
+        "task": "mrpc", "model": "someone/tiny-bert", "main_metric": "f1", "seconds": 5.0,
+        "best": {"learning_rate": 2e-5, "seed": 42, "train_seconds": 4.0, "score": 0.873,
+                 "validation": {"accuracy": 0.83, "f1": 0.873}},
+        "runs": [], "hyperparameters": {"learning_rates": [2e-5], "seeds": [42]}}))
+    with LocalHub() as hub:
+        env = client_env(hub, tmp_path)
+        push_cli(env, pretrained, "--repo_id", "someone/model")
+        refused = push_cli(env, finetuned, "--repo_id", "someone/model", check=False)
+        assert refused.returncode != 0 and "already holds a different model" in refused.stderr
+        assert "--overwrite" in refused.stderr
+        push_cli(env, finetuned, "--repo_id", "someone/model", "--overwrite", "--private")
+        files = hub.repo_files("someone/model")
+        assert "results.json" in files and "data_statistics.json" not in files  # mirrors the new model only
+        batch = padded_batch(len(tokenizer))
+        got = load_without_package(env, tmp_path, "someone/model", None, "AutoModelForSequenceClassification",
+                                   batch)
+        with torch.no_grad():
+            assert torch.equal(got["first"], classifier(**batch).logits)
+        assert ("f1", 87.3) in [(t, round(v, 4)) for t, v in got["eval_results"]]
