@@ -141,7 +141,6 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, private
     """Publish one output directory (or checkpoint) to `repo_id` at `revision` (a branch, created from main when
     missing). Returns the commit URL."""
     from huggingface_hub import HfApi
-    from huggingface_hub.utils import HfHubHTTPError
 
     api = api or HfApi(token=token)
     path = Path(path)
@@ -163,7 +162,7 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, private
                 api.create_tag(repo_id, tag=tag, revision=revision, exist_ok=overwrite)
         except HubPushError:
             raise
-        except (HfHubHTTPError, OSError) as err:
+        except Exception as err:  # noqa: BLE001 - HTTP errors, dropped connections, timeouts: all end the same way
             raise HubPushError(
                 f"Push of {path} to {where} did not complete ({type(err).__name__}: {err}). Nothing in {path} was "
                 "changed, and the Hub applies a commit whole or not at all: run the same command again to complete it."
@@ -215,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="Also publish every checkpoint-N as branch step-N (pre-training runs).")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpx2", "httpcore"):  # one line per HTTP request otherwise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         if args.checkpoints:
             for revision, url in push_checkpoints(args.path, args.repo_id, private=args.private,

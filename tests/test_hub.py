@@ -141,13 +141,15 @@ def test_failed_push_is_clear_and_a_second_push_completes(tmp_path, tokenizer):
     before = digest(local)
     with LocalHub() as hub:
         env = client_env(hub, tmp_path)
-        hub.fail_next(kind="commit", mode="500")
-        failed = push_cli(env, local, "--repo_id", "someone/flaky", check=False)
-        assert failed.returncode != 0
-        assert "did not complete" in failed.stderr and "run the same command again" in failed.stderr
-        assert TOKEN not in failed.stderr + failed.stdout
-        assert digest(local) == before
-        assert "model.safetensors" not in hub.repo_files("someone/flaky")
+        # Refused (a status the client does not retry), then dropped half-way through the body on every retry.
+        for mode, times in (("403", 1), ("drop", 6)):
+            hub.fail_next(kind="commit", mode=mode, times=times)
+            failed = push_cli(env, local, "--repo_id", "someone/flaky", check=False)
+            assert failed.returncode != 0, mode
+            assert "did not complete" in failed.stderr and "run the same command again" in failed.stderr
+            assert TOKEN not in failed.stderr + failed.stdout
+            assert digest(local) == before
+            assert "model.safetensors" not in hub.repo_files("someone/flaky")
         push_cli(env, local, "--repo_id", "someone/flaky")
         assert "model.safetensors" in hub.repo_files("someone/flaky")
 
