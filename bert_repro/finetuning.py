@@ -47,7 +47,7 @@ from .modeling_bert_repro import (
 )
 from .task_data import load_task_data
 from .tasks import TASKS, Task, get_task
-from .tokenization import load_tokenizer
+from .tokenization import load_tokenizer, save_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -385,7 +385,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
                 if trainer is not None:
                     best_trainer = trainer
                     trainer.save_model(str(output_dir / "model"))
-                    tokenizer.save_pretrained(output_dir / "model")
+                    save_tokenizer(tokenizer, output_dir / "model")  # with vocab.txt
             if trainer is not None and run.keep_all_runs:
                 trainer.save_model(str(run_dir / "model"))
     submissions = []

@@ -137,13 +137,15 @@ def check_remote(api, repo_id: str, revision: str | None, local_identity: str | 
 
 def push(path: str | Path, repo_id: str, *, revision: str | None = None, private: bool = False,
          commit_message: str | None = None, token: str | None = None, overwrite: bool = False,
-         tag: str | None = None, tokenizer_dir: str | Path | None = None, api=None) -> str:
+         tag: str | None = None, tokenizer_dir: str | Path | None = None, api=None,
+         source_name: str | None = None) -> str:
     """Publish one output directory (or checkpoint) to `repo_id` at `revision` (a branch, created from main when
     missing). Returns the commit URL."""
     from huggingface_hub import HfApi
 
     api = api or HfApi(token=token)
     path = Path(path)
+    source_name = source_name or str(path)
     where = f"{repo_id}@{revision}" if revision else repo_id
     with tempfile.TemporaryDirectory(prefix="bert_repro_push_") as tmp:
         staging = Path(tmp)
@@ -164,7 +166,8 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, private
             raise
         except Exception as err:  # noqa: BLE001 - HTTP errors, dropped connections, timeouts: all end the same way
             raise HubPushError(
-                f"Push of {path} to {where} did not complete ({type(err).__name__}: {err}). Nothing in {path} was "
+                f"Push of {source_name} to {where} did not complete ({type(err).__name__}: {err}). Nothing in "
+                f"{source_name} was "
                 "changed, and the Hub applies a commit whole or not at all: run the same command again to complete it."
             ) from err
     logger.info("pushed %d files of %s to %s", len(staged), path, where)
@@ -193,7 +196,7 @@ def push_checkpoints(output_dir: str | Path, repo_id: str, *, private: bool = Fa
                 if (output_dir / name).exists():
                     (view / name).symlink_to((output_dir / name).resolve())
             pushed[branch] = push(view, repo_id, revision=branch, private=private, overwrite=overwrite,
-                                  tokenizer_dir=output_dir / "tokenizer", api=api,
+                                  tokenizer_dir=output_dir / "tokenizer", api=api, source_name=str(checkpoint),
                                   commit_message=f"Checkpoint at step {branch[5:]}")
     if (output_dir / "model.safetensors").exists():
         pushed["main"] = push(output_dir, repo_id, private=private, overwrite=overwrite, api=api)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import padded_batch, tiny_config
-from hub_server import LocalHub
+from hub_server import LocalHub, local_hub  # noqa: F401  (fixture)
+from test_pretraining import corpus_and_tokenizer  # noqa: F401  (fixture)
 
 from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
 from bert_repro.tokenization import save_tokenizer, train_wordpiece
@@ -183,3 +184,41 @@ def test_different_model_needs_overwrite(tmp_path, tokenizer):
         with torch.no_grad():
             assert torch.equal(got["first"], classifier(**batch).logits)
         assert ("f1", 87.3) in [(t, round(v, 4)) for t, v in got["eval_results"]]
+
+
+def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub):
+    """`recipes/finetune.py --push_to_hub --hub_model_id ID`: our publishing, not Trainer's (no pickles)."""
+    from test_finetuning import fixture_files
+    from test_task_data import write
+
+    tokenizer = train_wordpiece(iterator=list(fixture_files("mrpc").values()) * 5, vocab_size=120,
+                                show_progress=False)
+    base = tmp_path / "base"
+    torch.manual_seed(0)
+    BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer))).save_pretrained(base)
+    save_tokenizer(tokenizer, base)
+    data = write(tmp_path / "MRPC", fixture_files("mrpc"))
+    env = client_env(local_hub, tmp_path)
+    run([sys.executable, str(ROOT / "recipes" / "finetune.py"), "--task", "mrpc", "--model", str(base),
+         "--data", str(data), "--output_dir", str(tmp_path / "out"), "--learning_rates", "1e-4", "--max_steps", "2",
+         "--use_cpu", "true", "--push_to_hub", "true", "--hub_model_id", "someone/tiny-mrpc"], env)
+    files = local_hub.repo_files("someone/tiny-mrpc")
+    assert {"model.safetensors", "config.json", "modeling_bert_repro.py", "vocab.txt", "README.md",
+            "results.json"} <= set(files)
+    assert not [n for n in files if n.endswith((".bin", ".pt", ".pth"))]
+    assert b"model-index" in files["README.md"]
+
+
+def test_pretrain_recipe_pushes_checkpoints_as_revisions(tmp_path, local_hub, corpus_and_tokenizer):
+    from test_pretraining import launch, write_config
+
+    corpus, tokenizer_dir = corpus_and_tokenizer
+    config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=8, save_steps=4)
+    launch(config, tmp_path / "run", "--push_to_hub", "true", "--hub_model_id", "someone/tiny-pretrained",
+           env=client_env(local_hub, tmp_path))
+    assert {"main", "step-4", "step-8"} <= set(local_hub.refs("someone/tiny-pretrained")["heads"])
+    for revision in ("main", "step-4"):
+        files = local_hub.repo_files("someone/tiny-pretrained", revision)
+        assert "model.safetensors" in files and "vocab.txt" in files
+        assert not [n for n in files if n.endswith((".bin", ".pt", ".pth"))]
+    assert b"model-index" in local_hub.repo_files("someone/tiny-pretrained")["README.md"]

@@ -180,8 +180,8 @@ def write_config(path, corpus, tokenizer, **overrides):
     return path
 
 
-def launch(config, output_dir, *extra, processes=1, check=True):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+def launch(config, output_dir, *extra, processes=1, check=True, env=None):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     if processes == 2:  # the shipped config that really runs DDP on CPU (gloo)
         launcher = ["--config_file", str(ROOT / "recipes" / "accelerate" / "ddp_cpu.yaml")]
     else:
