@@ -91,6 +91,8 @@ CHILD = textwrap.dedent("""
     with torch.no_grad():
         first = model(**batch)[0]
     card = ModelCard.load(repo) if revision == "-" else None
+    if card is not None:
+        card.validate()  # the Hub's /api/validate-yaml (here: the local server's)
     results = [] if card is None else [(r.metric_type, r.metric_value) for r in (card.data.eval_results or [])]
     torch.save({"first": first, "eval_results": results}, out)
 """)
