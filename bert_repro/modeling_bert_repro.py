@@ -537,6 +537,15 @@ class BertReproForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
+def _mlm_logits(head: nn.Module, hidden_states: torch.Tensor, labels: torch.Tensor | None, sparse: bool):
+    """MLM logits at every position, or (sparse, with labels) only where a token is to be predicted: the decoder
+    over the vocabulary is the largest matrix of the model, and only ~15% of the positions need it."""
+    if not sparse or labels is None:
+        return head(hidden_states), labels
+    masked = labels != -100
+    return head(hidden_states[masked]), labels[masked]
+
+
 def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over the masked positions (labels != -100)."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
@@ -584,14 +593,18 @@ class BertReproForPreTraining(_TiedMLMMixin, BertReproPreTrainedModel):
         labels: torch.Tensor | None = None,
         next_sentence_label: torch.Tensor | None = None,
         return_dict: bool | None = None,
+        sparse_prediction: bool = False,
         **kwargs,
     ) -> BertReproForPreTrainingOutput | tuple:
         """
         labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
         next_sentence_label: (batch,) 0 = IsNext (B follows A), 1 = NotNext (B from another document).
+        sparse_prediction: with labels, run the MLM head only at the masked positions (MosaicBERT); the loss is
+            the same, `prediction_logits` is then (masked positions, vocab) in the order of `labels != -100`.
         """
         outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
-        prediction_logits = self.cls.predictions(outputs.last_hidden_state)
+        prediction_logits, labels = _mlm_logits(self.cls.predictions, outputs.last_hidden_state, labels,
+                                                sparse_prediction)
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
 
         mlm_loss = _mlm_loss(prediction_logits, labels) if labels is not None else None
@@ -623,9 +636,11 @@ class BertReproForMaskedLM(_TiedMLMMixin, BertReproPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> MaskedLMOutput | tuple:
+                inputs_embeds=None, labels=None, return_dict=None, sparse_prediction: bool = False,
+                **kwargs) -> MaskedLMOutput | tuple:
+        """sparse_prediction: as in `BertReproForPreTraining.forward`."""
         outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
-        logits = self.cls.predictions(outputs.last_hidden_state)
+        logits, labels = _mlm_logits(self.cls.predictions, outputs.last_hidden_state, labels, sparse_prediction)
         output = MaskedLMOutput(
             loss=_mlm_loss(logits, labels) if labels is not None else None,
             logits=logits,

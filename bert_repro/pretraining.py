@@ -117,6 +117,8 @@ class PreTrainingArguments:
     phase2_max_seq_length: int = field(default=512, metadata={"help": "Sequence length of phase 2."})
     phase2_max_predictions_per_seq: int = field(default=80, metadata={"help": "Masked positions in phase 2."})
     optimizer: str = field(default="adamw", metadata={"help": "adamw, bert_adam (reference code) or lamb."})
+    sparse_prediction: bool = field(default=True, metadata={
+        "help": "Run the MLM decoder only at the masked positions (same loss and gradients, fewer FLOPs)."})
     overwrite_output_dir: bool = field(default=False, metadata={
         "help": "Allow writing into an output directory that holds another or a finished run."})
     stop_after_steps: int | None = field(default=None, metadata={
@@ -306,9 +308,11 @@ _SUMS = ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp
 
 
 def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_sentence_label) -> torch.Tensor:
-    """Summed losses and counts of a batch: (mlm loss sum, mlm correct, masked tokens, nsp loss sum, nsp correct, n)."""
+    """Summed losses and counts of a batch: (mlm loss sum, mlm correct, masked tokens, nsp loss sum, nsp correct, n).
+
+    `prediction_logits` is (batch, seq, vocab), or (masked positions, vocab) from a sparse prediction."""
     masked = labels != IGNORE_INDEX
-    mlm_logits = prediction_logits[masked].float()
+    mlm_logits = (prediction_logits if prediction_logits.dim() == 2 else prediction_logits[masked]).float()
     mlm_labels = labels[masked]
     nsp_logits = seq_relationship_logits.float()
     return torch.stack([
@@ -336,8 +340,9 @@ class PreTrainingTrainer(Trainer):
     """Trainer for MLM + NSP with global-batch loss normalisation and the four pre-training metrics."""
 
     def __init__(self, *args, phase_sizes: list[int] | None = None, phase_samples: list[int] | None = None,
-                 **kwargs):
+                 sparse_prediction: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
+        self.sparse_prediction = sparse_prediction
         self.phase_sizes, self.phase_samples = phase_sizes, phase_samples
         self.loss_is_scaled_for_ga = True  # compute_loss divides by the global counts itself
         self._train_sums: torch.Tensor | None = None
@@ -361,7 +366,8 @@ class PreTrainingTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels = inputs.pop("labels")
         next_sentence_label = inputs.pop("next_sentence_label")
-        outputs = model(**inputs)
+        # Sparse prediction: the MLM decoder only at the masked positions (same loss, far fewer FLOPs).
+        outputs = model(**inputs, labels=labels, sparse_prediction=self.sparse_prediction)
         sums = pretraining_sums(outputs.prediction_logits, outputs.seq_relationship_logits, labels,
                                 next_sentence_label)
         if num_items_in_batch is None:  # one batch on its own
@@ -397,7 +403,7 @@ class PreTrainingTrainer(Trainer):
                 batch = self._prepare_inputs(batch)
                 labels, nsp = batch.pop("labels"), batch.pop("next_sentence_label")
                 with self.autocast_smart_context_manager():
-                    out = model(**batch)
+                    out = model(**batch, labels=labels, sparse_prediction=self.sparse_prediction)
                 sums += pretraining_sums(out.prediction_logits, out.seq_relationship_logits, labels, nsp)
         if self.accelerator.num_processes > 1:
             sums = self.accelerator.reduce(sums, reduction="sum")
@@ -525,6 +531,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             eps=training.adam_epsilon, weight_decay=training.weight_decay),
         phase_sizes=[len(p) for p in phases],
         phase_samples=[n * run.global_batch_size for n in steps],
+        sparse_prediction=run.sparse_prediction,
         callbacks=[StopAfterSteps(run.stop_after_steps)] if run.stop_after_steps else None,
     )
     start = time.time()

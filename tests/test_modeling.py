@@ -355,3 +355,29 @@ def test_real_checkpoint_with_pretraining_heads_parity():
     report("all-MiniLM-L6-v2 MLM logits", max_diff(a.prediction_logits, b.prediction_logits))
     report("all-MiniLM-L6-v2 NSP logits", max_diff(a.seq_relationship_logits, b.seq_relationship_logits))
     report("all-MiniLM-L6-v2 hidden states", max(max_diff(x, y) for x, y in zip(a.hidden_states, b.hidden_states)))
+
+
+@pytest.mark.parametrize("model_cls", [BertReproForPreTraining, BertReproForMaskedLM])
+def test_sparse_prediction_equals_dense(model_cls):
+    """The MLM head only at the masked positions: the same loss and gradients, logits = the dense ones there."""
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = model_cls(config)
+    batch = padded_batch(config.vocab_size, batch=4, seq=16)
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[:, 2] = batch["input_ids"][:, 2]
+    labels[0, 5] = batch["input_ids"][0, 5]
+    extra = {"next_sentence_label": torch.tensor([0, 1, 1, 0])} if model_cls is BertReproForPreTraining else {}
+    results = {}
+    for sparse in (False, True):
+        model.zero_grad()
+        out = model(**batch, labels=labels, sparse_prediction=sparse, **extra)
+        out.loss.backward()
+        results[sparse] = (out, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None})
+    (dense, dense_grads), (sparse, sparse_grads) = results[False], results[True]
+    dense_logits = dense[1] if model_cls is BertReproForMaskedLM else dense.prediction_logits
+    sparse_logits = sparse[1] if model_cls is BertReproForMaskedLM else sparse.prediction_logits
+    assert sparse_logits.shape == (5, config.vocab_size)
+    assert torch.allclose(sparse_logits, dense_logits[labels != -100], atol=1e-6)
+    assert torch.allclose(sparse.loss, dense.loss, atol=1e-6)
+    assert max((dense_grads[k] - sparse_grads[k]).abs().max().item() for k in dense_grads) < 1e-6
