@@ -102,3 +102,16 @@ def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, over
             f"{out} already holds checkpoints of this run; pass --resume_from_checkpoint true to continue it, or "
             "--overwrite_output_dir true to start again."
         )
+
+
+def take_push_request(training) -> dict[str, Any] | None:
+    """`--push_to_hub --hub_model_id ID` is done by `bert_repro.hub` at the end, not by Trainer, whose own push
+    would upload pickles (training_args.bin) and no model card."""
+    if not training.push_to_hub:
+        return None
+    if not training.hub_model_id:
+        raise ConfigurationError("--push_to_hub needs --hub_model_id (e.g. your-name/bert-base-repro).")
+    request = {"repo_id": training.hub_model_id, "private": bool(training.hub_private_repo),
+               "revision": training.hub_revision}
+    training.push_to_hub = False
+    return request

@@ -35,10 +35,16 @@ from transformers import (
 
 from . import metrics as metric_functions
 from . import squad
-from .cli import RUN_CONFIG, ConfigurationError, check_output_dir, parse_with_config, read_yaml_config
+from .cli import (
+    RUN_CONFIG,
+    ConfigurationError,
+    check_output_dir,
+    parse_with_config,
+    read_yaml_config,
+    take_push_request,
+)
 from .convert import load_bert
 from .hub import push
-from .pretraining import take_push_request
 from .modeling_bert_repro import (
     BertReproForMultipleChoice,
     BertReproForQuestionAnswering,

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.utils.data import Sampler
 from transformers import IntervalStrategy, Trainer, TrainerCallback, TrainingArguments, set_seed
 
-from .cli import RUN_CONFIG, ConfigurationError, check_output_dir, parse_with_config
+from .cli import RUN_CONFIG, ConfigurationError, check_output_dir, parse_with_config, take_push_request
 from .configuration_bert_repro import BertReproConfig
 from .corpus import load_corpus
 from .hub import push_checkpoints
@@ -431,19 +431,6 @@ class StopAfterSteps(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
         return control
-
-
-def take_push_request(training: TrainingArguments) -> dict[str, Any] | None:
-    """`--push_to_hub --hub_model_id ID` is done by `bert_repro.hub` at the end, not by Trainer, whose own push
-    would upload pickles (training_args.bin) and no model card."""
-    if not training.push_to_hub:
-        return None
-    if not training.hub_model_id:
-        raise ConfigurationError("--push_to_hub needs --hub_model_id (e.g. your-name/bert-base-repro).")
-    request = {"repo_id": training.hub_model_id, "private": bool(training.hub_private_repo),
-               "revision": training.hub_revision}
-    training.push_to_hub = False
-    return request
 
 
 def model_config(run: PreTrainingArguments, **fields) -> BertReproConfig:
