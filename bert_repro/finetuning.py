@@ -309,8 +309,15 @@ def _labelled(split: datasets.Dataset, task: Task) -> bool:
     return len(split) > 0 and min(split["label"]) >= 0
 
 
-def one_run(task, data, tokenizer, run: FineTuningArguments, training: TrainingArguments, lr: float, seed: int,
-            run_dir: Path) -> tuple[dict[str, Any], Trainer]:
+def encode_splits(task: Task, data, tokenizer, run: FineTuningArguments) -> dict[str, tuple]:
+    """{split: (raw rows, model inputs)} for training and every evaluation split, encoded once for the whole grid."""
+    raws = {"train": _subset(data["train"], run.max_train_samples)}
+    raws.update({name: _subset(data[name], run.max_eval_samples) for name in task.eval_splits})
+    return {name: (raw, encode(task, raw, tokenizer, run, train=name == "train")) for name, raw in raws.items()}
+
+
+def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments, training: TrainingArguments,
+            lr: float, seed: int, run_dir: Path) -> tuple[dict[str, Any], Trainer]:
     """Fine-tune once (one learning rate, one seed) and evaluate on every evaluation split."""
     set_seed(seed)
     num_labels = 1 if task.kind == "regression" else task.num_labels
@@ -319,16 +326,15 @@ def one_run(task, data, tokenizer, run: FineTuningArguments, training: TrainingA
                       attn_implementation=run.attn_implementation, **label_kwargs)
     args = TrainingArguments(**{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr,
                                 "seed": seed, "data_seed": seed})
-    train = encode(task, _subset(data["train"], run.max_train_samples), tokenizer, run, train=True)
-    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=collator_for(task, tokenizer),
+    trainer = Trainer(model=model, args=args, train_dataset=splits["train"][1],
+                      data_collator=collator_for(task, tokenizer),
                       processing_class=tokenizer)
     start = time.time()
     trainer.train()
     result: dict[str, Any] = {"learning_rate": lr, "seed": seed, "train_seconds": round(time.time() - start, 1)}
     for split_name in task.eval_splits:
-        raw = _subset(data[split_name], run.max_eval_samples)
-        predictions = predict(task, trainer, raw, encode(task, raw, tokenizer, run, train=False), run)
-        result[split_name] = score(task, raw, predictions)
+        raw, encoded = splits[split_name]
+        result[split_name] = score(task, raw, predict(task, trainer, raw, encoded, run))
     result["score"] = main_score(task, result[task.eval_splits[0]])
     return result, trainer
 
@@ -372,7 +378,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))
     tokenizer = load_tokenizer(run.tokenizer or run.model)
-    runs, best, best_trainer = [], None, None
+    runs, best, best_trainer, splits = [], None, None, None
     start = time.time()
     for lr in run.learning_rates:
         for seed in run.seeds:
@@ -381,7 +387,8 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
             if done.exists():  # finished earlier: not run again
                 result, trainer = json.loads(done.read_text()), None
             else:
-                result, trainer = one_run(task, data, tokenizer, run, training, lr, seed, run_dir)
+                splits = splits or encode_splits(task, data, tokenizer, run)  # only when a run is left to do
+                result, trainer = one_run(task, splits, tokenizer, run, training, lr, seed, run_dir)
                 done.parent.mkdir(parents=True, exist_ok=True)
                 done.write_text(json.dumps(result, indent=2))
             runs.append(result)

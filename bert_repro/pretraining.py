@@ -228,12 +228,12 @@ def build_datasets(run, data, training, output_dir: Path):
     tokenizer = get_tokenizer(run, train_docs, output_dir)
     vocab = WordPieceVocab.from_tokenizer(tokenizer)
     tokenized = tokenize_documents(train_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
-    phases = [create_pretraining_instances(tokenized, vocab, cfg, num_proc=run.num_proc)
-              for cfg in phase_configs(data, run)]
+    configs = phase_configs(data, run)
+    phases = [create_pretraining_instances(tokenized, vocab, cfg, num_proc=run.num_proc) for cfg in configs]
     statistics = {
         f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length,
                           **pretraining_statistics(ds, tokenized, mask_token_id=tokenizer.mask_token_id)}
-        for i, (cfg, ds) in enumerate(zip(phase_configs(data, run), phases))
+        for i, (cfg, ds) in enumerate(zip(configs, phases))
     }
     eval_dataset = None
     if eval_docs is not None:
@@ -482,7 +482,8 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         run.global_batch_size, training.per_device_train_batch_size, training.world_size)
     record = run_record(run, data, training)
     check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir)
-    check_lengths(model_config(run), phase_configs(data, run))  # before any data work
+    phase_cfgs = phase_configs(data, run)
+    check_lengths(model_config(run), phase_cfgs)  # before any data work
     if training.report_to and "tensorboard" in training.report_to:
         try:
             import tensorboard  # noqa: F401
@@ -495,7 +496,6 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             output_dir.mkdir(parents=True, exist_ok=True)
             (output_dir / RUN_CONFIG).write_text(json.dumps(record, indent=2))
         tokenizer, phases, eval_dataset, statistics = build_datasets(run, data, training, output_dir)
-    phase_cfgs = phase_configs(data, run)
     if training.process_index == 0:
         (output_dir / "data_statistics.json").write_text(json.dumps(statistics, indent=2))
         log_statistics(statistics)
