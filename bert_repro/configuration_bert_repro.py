@@ -68,6 +68,13 @@ class BertReproConfig(PreTrainedConfig):
         position_embedding_type (`str`, "absolute"): only learned absolute positions, as in the paper.
         tie_word_embeddings (`bool`, True): tie the MLM decoder weight to the token embedding matrix (the paper's
             setup). transformers 5.x no longer declares this on the base class, so it is declared here.
+        unpad_inputs (`bool`, False): a speed switch. Run the encoder on the real tokens only: the rows of padding
+            named by `attention_mask` are removed after the embeddings and the Transformer blocks work on a
+            (tokens, hidden) matrix. Attention uses the variable-length FlashAttention kernel when
+            `attn_implementation` is a flash-attention one, otherwise the chosen kernel on the padded layout
+            (padding put back for attention only). Outputs at real tokens equal the padded model's; outputs at
+            padding positions are zeros (the padded model computes values there that nothing should use).
+            Off by default; ignored when `output_attentions=True` or when no token is padding.
     """
 
     model_type = "bert_repro"
@@ -89,6 +96,7 @@ class BertReproConfig(PreTrainedConfig):
     classifier_dropout: float | int | None = None
     position_embedding_type: str = "absolute"
     tie_word_embeddings: bool = True
+    unpad_inputs: bool = False
 
     def validate_architecture(self):
         """Checked on construction (through `@strict`): a wrong config fails here, not deep inside a forward."""

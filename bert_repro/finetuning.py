@@ -104,6 +104,10 @@ class FineTuningArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only so many evaluation rows."})
     num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
     attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
+    unpad_inputs: bool = field(default=False, metadata={
+        "help": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real tokens)."})
+    compile_layers: bool = field(default=False, metadata={
+        "help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."})
     predict_test: bool = field(default=True, metadata={
         "help": "Write GLUE test-set prediction files when the data has a test split."})
     keep_all_runs: bool = field(default=False, metadata={"help": "Keep every run's weights, not only the best."})
@@ -323,7 +327,9 @@ def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments,
     num_labels = 1 if task.kind == "regression" else task.num_labels
     label_kwargs = {"id2label": task.id2label, "label2id": task.label2id} if task.label_names else {}
     model = load_bert(run.model, HEADS[task.kind], num_labels=num_labels,
-                      attn_implementation=run.attn_implementation, **label_kwargs)
+                      attn_implementation=run.attn_implementation, unpad_inputs=run.unpad_inputs, **label_kwargs)
+    if run.compile_layers:
+        model.compile_layers()
     args = TrainingArguments(**{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr,
                                 "seed": seed, "data_seed": seed})
     trainer = Trainer(model=model, args=args, train_dataset=splits["train"][1],

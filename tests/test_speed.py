@@ -1,0 +1,181 @@
+"""The speed switches: each must leave the results as they are (within float rounding).
+
+- `unpad_inputs`: unpad/pad round trip, unpadded encoder == padded encoder (outputs at real tokens, loss and
+  gradients), the variable-length attention call, gradient checkpointing on top.
+- `compile_layers` (regional torch.compile): compiled == eager, forward and gradients.
+- sparse MLM prediction == dense is in test_modeling.py (test_sparse_prediction_equals_dense).
+Parity with transformers with `unpad_inputs` on is part of test_modeling.py's parity tests.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import padded_batch, tiny_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import AttentionInterface
+
+from bert_repro import (
+    BertReproForMaskedLM,
+    BertReproForPreTraining,
+    BertReproForSequenceClassification,
+    BertReproModel,
+)
+from bert_repro.modeling_bert_repro import Unpadded
+
+
+@st.composite
+def masks(draw):
+    batch = draw(st.integers(1, 5))
+    seq = draw(st.integers(1, 9))
+    rows = draw(st.lists(st.lists(st.booleans(), min_size=seq, max_size=seq), min_size=batch, max_size=batch))
+    return torch.tensor(rows, dtype=torch.long)
+
+
+@settings(max_examples=60, deadline=None)
+@given(masks(), st.integers(1, 4))
+def test_unpad_pad_round_trip(mask, width):
+    """Any mask (right or left padding, holes, empty rows): unpad keeps the real tokens in row-major order and
+    pad puts them back with zeros at the padding; cu_seqlens are the row lengths."""
+    unpadded = Unpadded.from_attention_mask(mask)
+    if bool(mask.all()):
+        assert unpadded is None  # nothing to remove: the padded path runs unchanged
+        return
+    x = torch.randn(*mask.shape, width)
+    tokens = unpadded.unpad(x)
+    assert torch.equal(tokens, x[mask.bool()])  # boolean indexing is row-major too
+    assert torch.equal(unpadded.pad(tokens), x * mask[..., None])
+    assert torch.equal(unpadded.unpad(unpadded.pad(tokens)), tokens)
+    assert unpadded.cu_seqlens.tolist() == [0] + mask.sum(1).cumsum(0).tolist()
+    assert unpadded.max_seqlen == int(mask.sum(1).max())
+
+
+def _train_step(model, batch, **labels):
+    model.zero_grad()
+    out = model(**batch, **labels)
+    out.loss.backward()
+    return out, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+def _left_padded(batch):
+    """The same rows with the padding moved to the left."""
+    lengths = batch["attention_mask"].sum(1)
+    out = {k: torch.zeros_like(v) for k, v in batch.items()}
+    seq = batch["input_ids"].shape[1]
+    for row, n in enumerate(lengths.tolist()):
+        for key in batch:
+            out[key][row, seq - n:] = batch[key][row, :n]
+    return out
+
+
+@pytest.mark.parametrize("layout", ["right", "left"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
+def test_unpadded_training_equals_padded(layout, checkpointing):
+    """Loss and every gradient, with the sparse MLM head, unpadded vs padded (dropout off).
+
+    Left padding with the MLM head only: the pooler reads position 0, which left padding makes a pad token."""
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model_cls = BertReproForPreTraining if layout == "right" else BertReproForMaskedLM
+    torch.manual_seed(0)
+    padded = model_cls(config).train()
+    unpadded = model_cls(tiny_config(
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, unpad_inputs=True)).train()
+    unpadded.load_state_dict(padded.state_dict())
+    if checkpointing:
+        unpadded.activation_checkpointing_enable()
+    batch = padded_batch(config.vocab_size, batch=4, seq=16)
+    if layout == "left":
+        batch = _left_padded(batch)
+    real = batch["attention_mask"].bool()
+    labels = torch.full_like(batch["input_ids"], -100)
+    picks = real & (torch.rand(real.shape, generator=torch.Generator().manual_seed(1)) < 0.3)
+    labels[picks] = batch["input_ids"][picks]
+    extra = {"next_sentence_label": torch.tensor([0, 1, 1, 0])} if layout == "right" else {}
+    a, grads_a = _train_step(padded, batch, labels=labels, sparse_prediction=True, **extra)
+    b, grads_b = _train_step(unpadded, batch, labels=labels, sparse_prediction=True, **extra)
+    assert torch.allclose(a.loss, b.loss, atol=1e-6)
+    logits_a, logits_b = (o.prediction_logits if layout == "right" else o.logits for o in (a, b))
+    assert logits_a.shape[0] == int(picks.sum())  # sparse: the masked positions only
+    assert torch.allclose(logits_a, logits_b, atol=1e-5)
+    assert grads_a.keys() == grads_b.keys()
+    worst = max((grads_a[k] - grads_b[k]).abs().max().item() for k in grads_a)
+    assert worst < 1e-5, worst
+
+
+def test_unpadded_outputs_are_zero_at_padding_and_equal_elsewhere():
+    config = tiny_config()
+    torch.manual_seed(0)
+    model = BertReproModel(config).eval()
+    fast = BertReproModel(tiny_config(unpad_inputs=True)).eval()
+    fast.load_state_dict(model.state_dict())
+    batch = padded_batch(config.vocab_size, batch=3, seq=12)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        a, b = model(**batch, output_hidden_states=True), fast(**batch, output_hidden_states=True)
+    for x, y in zip(a.hidden_states, b.hidden_states):
+        assert (x[real] - y[real]).abs().max() < 1e-5
+        assert y[~real].abs().max() == 0
+    assert torch.allclose(a.pooler_output, b.pooler_output, atol=1e-6)
+    # No padding in the batch, output_attentions: the padded path, bit for bit.
+    full = {k: v[:1, :8] for k, v in batch.items()}
+    with torch.no_grad():
+        assert torch.equal(model(**full).last_hidden_state, fast(**full).last_hidden_state)
+
+
+def _reference_varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                                cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None,
+                                **kwargs):
+    """What a variable-length flash kernel computes, written with one SDPA call per sequence.
+
+    Input (1, heads, tokens, head_size) with the sequences one after another, bounds in cu_seq_lens_*;
+    output (1, tokens, heads, head_size)."""
+    assert attention_mask is None and query.shape[0] == 1
+    assert max_length_q == int(cu_seq_lens_q.diff().max()) and torch.equal(cu_seq_lens_q, cu_seq_lens_k)
+    bounds = cu_seq_lens_q.tolist()
+    parts = [
+        F.scaled_dot_product_attention(query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], scale=scaling)
+        for s, e in zip(bounds[:-1], bounds[1:])
+    ]
+    return torch.cat(parts, dim=2).transpose(1, 2), None
+
+
+def test_variable_length_attention_call():
+    """With a flash-attention implementation the unpadded encoder calls the kernel in its variable-length form
+    (no mask, cu_seqlens, one row of packed sequences); a reference kernel gives the padded model's outputs."""
+    AttentionInterface.register("reference_flash_varlen", _reference_varlen_attention)
+    config = tiny_config(num_labels=3)
+    torch.manual_seed(0)
+    model = BertReproForSequenceClassification(config).eval()
+    varlen = BertReproForSequenceClassification(tiny_config(num_labels=3, unpad_inputs=True)).eval()
+    varlen.load_state_dict(model.state_dict())
+    varlen.config._attn_implementation = "reference_flash_varlen"  # not a real kernel: set it directly
+    batch = padded_batch(config.vocab_size, batch=4, seq=14)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        a = model(**batch, output_hidden_states=True)
+        b = varlen(**batch, output_hidden_states=True)
+    assert (a.hidden_states[-1][real] - b.hidden_states[-1][real]).abs().max() < 1e-5
+    assert (a.logits - b.logits).abs().max() < 1e-5
+
+
+@pytest.mark.slow
+def test_compiled_layers_equal_eager():
+    """Regional torch.compile: forward (eval) and one training step's gradients equal the eager model's."""
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    eager = BertReproForPreTraining(config)
+    compiled = BertReproForPreTraining(config)
+    compiled.load_state_dict(eager.state_dict())
+    compiled.compile_layers()
+    batch = padded_batch(config.vocab_size, batch=4, seq=16)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    labels[:, ::2] = -100
+    with torch.no_grad():
+        a, b = eager.eval()(**batch), compiled.eval()(**batch)
+    assert (a.prediction_logits - b.prediction_logits).abs().max() < 1e-4
+    nsp = torch.tensor([0, 1, 1, 0])
+    out_a, grads_a = _train_step(eager.train(), batch, labels=labels, next_sentence_label=nsp)
+    out_b, grads_b = _train_step(compiled.train(), batch, labels=labels, next_sentence_label=nsp)
+    assert torch.allclose(out_a.loss, out_b.loss, atol=1e-5)
+    worst = max((grads_a[k] - grads_b[k]).abs().max().item() for k in grads_a)
+    assert worst < 1e-4, worst
