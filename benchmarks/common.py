@@ -1,0 +1,36 @@
+"""Shared by the benchmark scripts: the machine's measured matmul peak and a one-line description of the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+import torch
+
+
+def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 2048, reps: int = 10, device: str = "cpu") -> float:
+    """Measured GFLOP/s of an n x n x n matrix product in `dtype` (the machine's practical peak)."""
+    a = torch.randn(n, n, dtype=dtype, device=device)
+    b = torch.randn(n, n, dtype=dtype, device=device)
+    for _ in range(3):
+        a @ b
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    _sync(device)
+    return 2 * n**3 * reps / (time.perf_counter() - start) / 1e9
+
+
+def _sync(device: str) -> None:
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def machine() -> str:
+    if torch.cuda.is_available():
+        where = torch.cuda.get_device_name()
+    else:
+        where = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores"
+    return f"{where}; torch {torch.__version__}, {torch.get_num_threads()} threads"
