@@ -19,6 +19,7 @@ import re  # noqa: E402
 import time  # noqa: E402
 
 import datasets  # noqa: E402
+import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -45,6 +46,7 @@ from bert_repro.pretraining_data import (  # noqa: E402
     tokenize_documents,
     truncate_seq_pair,
 )
+from bert_repro.pretraining_data import _balanced_order  # noqa: E402
 from bert_repro.sentences import looks_like_binary, split_sentences  # noqa: E402
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -733,6 +735,58 @@ def test_pipeline_is_reproducible_and_independent_of_num_proc(pseudo_corpus, tra
         "masked_lm_positions",
         "masked_lm_ids",
     }
+
+
+def shard_loads(weights: np.ndarray, order: np.ndarray, num_shards: int) -> list[int]:
+    """Work of each worker of ``map(num_proc=num_shards)`` over ``select(order)`` (datasets' own sharding)."""
+    reordered = datasets.Dataset.from_dict({"w": weights[order].tolist()})
+    return [sum(reordered.shard(num_shards, k, contiguous=True)["w"]) for k in range(num_shards)]
+
+
+def test_balanced_order_evens_out_the_workers():
+    weights = np.array([900, 700, 650, 400, 380] + [3, 1, 2] * 12 + [0])  # books first, then speeches
+    for num_shards in (2, 3, 4):
+        order = _balanced_order(weights, num_shards)
+        assert sorted(order.tolist()) == list(range(len(weights)))
+        bound = weights.sum() / num_shards + weights.max()  # greedy largest-first guarantee
+        assert max(shard_loads(weights, np.arange(len(weights)), num_shards)) > bound  # contiguous: unequal
+        assert max(shard_loads(weights, order, num_shards)) <= bound
+    assert _balanced_order(weights, None) is None and _balanced_order(weights, 1) is None
+    assert _balanced_order(np.full(10, 5), 2) is None  # already balanced: no reordering
+    assert _balanced_order(np.array([7]), 4) is None
+
+
+def test_balanced_sharding_gives_the_same_data_for_any_num_proc(trained_tokenizer):
+    # Three long documents first, then short ones (and an empty one): the contiguous blocks that map hands
+    # its workers are very unequal, so the rows are reordered for the map and put back after it.
+    texts = (
+        pseudo_text(3, seed=11, min_sentences=150, max_sentences=200)
+        + pseudo_text(25, seed=12, min_sentences=1, max_sentences=4)
+        + ["", "One sentence."]
+    )
+    ds = datasets.Dataset.from_dict({"text": texts})
+    byte_counts = np.array([len(t.encode()) for t in texts])
+    assert _balanced_order(byte_counts, 2) is not None
+    vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
+    config = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=9, dupe_factor=2, random_seed=8)
+
+    docs = {n: tokenize_documents(ds, trained_tokenizer, num_proc=n) for n in (1, 2)}
+    assert docs[1]["sentences"] == docs[2]["sentences"] and docs[1]["skip_reason"][-2:] == ["empty", ""]
+    assert table_digest(docs[1]) == table_digest(docs[2]) and docs[1]._fingerprint == docs[2]._fingerprint
+    assert _balanced_order(np.array(docs[1]["num_tokens"]), 2) is not None
+    for shuffle in (True, False):
+        built = [
+            create_pretraining_instances(docs[n], vocab, config, num_proc=n, shuffle=shuffle) for n in (1, 2)
+        ]
+        assert len(built[0]) > 300 and "document" not in built[1].column_names
+        assert table_digest(built[0]) == table_digest(built[1])
+        assert built[0]._fingerprint == built[1]._fingerprint
+    # An input with an indices mapping (here the rows reversed): sizes are read in its row order.
+    reversed_rows = ds.select(range(len(ds) - 1, -1, -1))
+    assert _balanced_order(byte_counts[::-1], 2) is not None
+    assert table_digest(tokenize_documents(reversed_rows, trained_tokenizer, num_proc=2)) == table_digest(
+        tokenize_documents(reversed_rows, trained_tokenizer, num_proc=1)
+    )
 
 
 def test_pipeline_handles_bad_input(trained_tokenizer, caplog):
