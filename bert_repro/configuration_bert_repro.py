@@ -75,6 +75,11 @@ class BertReproConfig(PreTrainedConfig):
             (padding put back for attention only). Outputs at real tokens equal the padded model's; outputs at
             padding positions are zeros (the padded model computes values there that nothing should use).
             Off by default; ignored when `output_attentions=True` or when no token is padding.
+        fast_dropout (`bool`, False): a speed switch for training on CPU, where drawing dropout's random numbers
+            costs more than the rest of dropout. Masks come from 15-bit random numbers, two per draw, so the drop
+            probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006; the kept values are scaled by exactly
+            1 / (1 - that)); attention then runs the eager kernel on CPU (SDPA's CPU path has no dropout kernel
+            either). No effect in eval mode or on GPUs.
     """
 
     model_type = "bert_repro"
@@ -97,6 +102,7 @@ class BertReproConfig(PreTrainedConfig):
     position_embedding_type: str = "absolute"
     tie_word_embeddings: bool = True
     unpad_inputs: bool = False
+    fast_dropout: bool = False
 
     def validate_architecture(self):
         """Checked on construction (through `@strict`): a wrong config fails here, not deep inside a forward."""

@@ -108,6 +108,8 @@ class FineTuningArguments:
         "help": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real tokens)."})
     compile_layers: bool = field(default=False, metadata={
         "help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."})
+    fast_dropout: bool = field(default=False, metadata={
+        "help": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of 1/32768)."})
     predict_test: bool = field(default=True, metadata={
         "help": "Write GLUE test-set prediction files when the data has a test split."})
     keep_all_runs: bool = field(default=False, metadata={"help": "Keep every run's weights, not only the best."})
@@ -327,7 +329,8 @@ def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments,
     num_labels = 1 if task.kind == "regression" else task.num_labels
     label_kwargs = {"id2label": task.id2label, "label2id": task.label2id} if task.label_names else {}
     model = load_bert(run.model, HEADS[task.kind], num_labels=num_labels,
-                      attn_implementation=run.attn_implementation, unpad_inputs=run.unpad_inputs, **label_kwargs)
+                      attn_implementation=run.attn_implementation, unpad_inputs=run.unpad_inputs,
+                      fast_dropout=run.fast_dropout, **label_kwargs)
     if run.compile_layers:
         model.compile_layers()
     args = TrainingArguments(**{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr,

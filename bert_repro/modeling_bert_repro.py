@@ -73,6 +73,49 @@ def activation(name: str):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+class _FastDropoutFunction(torch.autograd.Function):
+    """Dropout whose keep-mask comes from 15-bit random numbers: two per 32-bit draw of the CPU generator.
+
+    On CPU, drawing the random numbers is most of dropout's cost (`bernoulli_` draws one 32-bit number per element
+    through MT19937); this draws half as many and keeps the mask as bool for the backward. The drop probability is
+    rounded to a multiple of 1/32768 (0.1 -> 0.100006) and the kept values are scaled by exactly 1/(1 - that), so
+    the expectation is unchanged."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:
+        n = x.numel()
+        draws = torch.empty((n + 1) // 2, dtype=torch.int32, device=x.device).random_()  # 31 random bits each
+        threshold = round(p * 32768)
+        keep = (torch.cat((draws & 0x7FFF, draws >> 16))[:n] >= threshold).view(x.shape)
+        ctx.scale = 32768 / (32768 - threshold)
+        ctx.save_for_backward(keep)
+        return torch.mul(x, keep).mul_(ctx.scale)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (keep,) = ctx.saved_tensors
+        return torch.mul(grad, keep).mul_(ctx.scale), None
+
+
+def fast_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """`F.dropout` with the mask drawn as in `_FastDropoutFunction` on CPU (the `fast_dropout` switch); elsewhere,
+    and for p = 0 or 1, plain `F.dropout` (CUDA's generator is fast, and fused attention kernels drop in-kernel)."""
+    if not training or x.device.type != "cpu" or not 0.0 < p < 1.0:
+        return F.dropout(x, p, training)
+    return _FastDropoutFunction.apply(x, p)
+
+
+class BertReproDropout(nn.Dropout):
+    """`nn.Dropout`, or `fast_dropout` when the config's `fast_dropout` switch is on."""
+
+    def __init__(self, p: float, fast: bool = False):
+        super().__init__(p)
+        self.fast = fast
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fast_dropout(x, self.p, self.training) if self.fast else super().forward(x)
+
+
 class BertReproEmbeddings(nn.Module):
     """Token + learned absolute position + segment (A = 0, B = 1) embeddings, then LayerNorm and dropout."""
 
@@ -82,7 +125,7 @@ class BertReproEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = BertReproDropout(config.hidden_dropout_prob, config.fast_dropout)
         self.register_buffer("position_ids", torch.arange(config.max_position_embeddings)[None], persistent=False)
 
     def forward(
@@ -133,7 +176,10 @@ def eager_attention(
         else:
             scores = scores + attention_mask
     probs = F.softmax(scores, dim=-1)
-    probs = F.dropout(probs, p=dropout, training=module.training)
+    if getattr(module.config, "fast_dropout", False):
+        probs = fast_dropout(probs, dropout, module.training)
+    else:
+        probs = F.dropout(probs, p=dropout, training=module.training)
     context = torch.matmul(probs, value).transpose(1, 2).contiguous()
     return context, probs
 
@@ -144,7 +190,8 @@ class Unpadded:
     `unpad` takes (batch, seq, ...) to (tokens, ...) in row-major order, so each sequence's tokens stay together and
     in order; `pad` puts them back, with zeros at the padding. `cu_seqlens` and `max_seqlen` describe the same
     rows for variable-length attention kernels; `mask` is the padded attention mask for the other kernels.
-    Both directions are differentiable (index_select / index_copy).
+    `attention_groups` splits the rows, longest first, into groups of similar length for kernels without a
+    variable-length form. Every step is differentiable (index_select / index_copy).
     """
 
     def __init__(self, attention_mask: torch.Tensor):
@@ -154,12 +201,45 @@ class Unpadded:
         lengths = keep.sum(dim=1, dtype=torch.int32)
         self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
         self.max_seqlen = int(lengths.max())
+        self.lengths = lengths.tolist()
         self.mask: torch.Tensor | None = None
+        self._groups: tuple[list[tuple], torch.Tensor] | None = None
+
+    def attention_groups(self, rows_per_group: int = 8) -> tuple[list[tuple], torch.Tensor]:
+        """([(token_index, grid_index, rows, seq, key_mask)], restore), computed once per forward.
+
+        Group g holds `rows` sequences padded to its longest, `seq`: `token_index` picks its tokens from the
+        (tokens, ...) matrix, `grid_index` places them in the (rows * seq) grid, `key_mask` is the
+        (rows, 1, 1, seq) boolean key mask (None when the group has no padding). Concatenating the groups'
+        outputs and taking `restore` gives the tokens back in order. Attention then covers sum(rows * seq^2)
+        query-key pairs instead of batch * max_seqlen^2 (and draws that many fewer dropout numbers)."""
+        if self._groups is None:
+            device = self.indices.device
+            starts = self.cu_seqlens.tolist()
+            order = sorted((r for r in range(self.batch) if self.lengths[r]), key=lambda r: -self.lengths[r])
+            groups, token_parts = [], []
+            for first in range(0, len(order), rows_per_group):
+                members = order[first:first + rows_per_group]
+                seq = self.lengths[members[0]]
+                token_index = torch.cat([torch.arange(starts[r], starts[r] + self.lengths[r]) for r in members])
+                grid_index = torch.cat([i * seq + torch.arange(self.lengths[r]) for i, r in enumerate(members)])
+                key_mask = None
+                if any(self.lengths[r] < seq for r in members):
+                    key_mask = torch.arange(seq)[None, :] < torch.tensor([self.lengths[r] for r in members])[:, None]
+                    key_mask = key_mask[:, None, None, :].to(device)
+                groups.append((token_index.to(device), grid_index.to(device), len(members), seq, key_mask))
+                token_parts.append(token_index)
+            restore = torch.argsort(torch.cat(token_parts)).to(device)
+            self._groups = (groups, restore)
+        return self._groups
 
     @classmethod
     def from_attention_mask(cls, attention_mask: torch.Tensor | None) -> "Unpadded | None":
-        """None when there is nothing to remove (no mask, or no padding in the batch)."""
-        if attention_mask is None or attention_mask.dim() != 2 or bool(attention_mask.bool().all()):
+        """None when there is nothing to remove (no mask, or no padding in the batch) or nothing to keep."""
+        if attention_mask is None or attention_mask.dim() != 2:
+            return None
+        keep = attention_mask.bool()
+        if bool(keep.all()) or not bool(keep.any()):
             return None
         return cls(attention_mask)
 
@@ -196,6 +276,9 @@ class BertReproSelfAttention(nn.Module):
     ):
         attention_fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention)
         dropout = self.dropout_prob if self.training else 0.0
+        if (dropout and self.config.fast_dropout and hidden_states.device.type == "cpu"
+                and self.config._attn_implementation == "sdpa"):
+            attention_fn = eager_attention  # SDPA on CPU has no dropout kernel either: the same math, faster mask
         if unpadded is not None:
             return self._unpadded_attention(attention_fn, hidden_states, unpadded, dropout, **kwargs)
         batch, seq, _ = hidden_states.shape
@@ -237,8 +320,23 @@ class BertReproSelfAttention(nn.Module):
                 **kwargs,
             )
             return context.reshape(shape[0], -1), probs
-        # Kernels without a variable-length form (eager, sdpa on CPU): padding is put back for attention only, which
-        # is a small part of the FLOPs at BERT's lengths; every projection and feed-forward runs unpadded.
+        if attention_fn in (eager_attention, ALL_ATTENTION_FUNCTIONS.get("sdpa")):
+            # Kernels without a variable-length form: sequences of similar length are padded together for
+            # attention only; every projection and feed-forward runs unpadded.
+            groups, restore = unpadded.attention_groups()
+            outputs = []
+            for token_index, grid_index, rows, seq, key_mask in groups:
+                grid = [
+                    x.new_zeros(rows * seq, *shape[1:])
+                    .index_copy(0, grid_index, x.index_select(0, token_index))
+                    .view(rows, seq, *shape[1:])
+                    .transpose(1, 2)
+                    for x in (query, key, value)
+                ]
+                context, _ = attention_fn(self, *grid, key_mask, scaling=self.scaling, dropout=dropout, **kwargs)
+                outputs.append(context.reshape(rows * seq, -1).index_select(0, grid_index))
+            return torch.cat(outputs).index_select(0, restore), None
+        # Any other kernel: the whole batch padded back for attention, with the model's own mask.
         query, key, value = (unpadded.pad(x).transpose(1, 2) for x in (query, key, value))
         context, probs = attention_fn(
             self, query, key, value, unpadded.mask, scaling=self.scaling, dropout=dropout, **kwargs
@@ -253,7 +351,7 @@ class BertReproSelfOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = BertReproDropout(config.hidden_dropout_prob, config.fast_dropout)
 
     def forward(self, context: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(residual + self.dropout(self.dense(context)))
@@ -289,7 +387,7 @@ class BertReproOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = BertReproDropout(config.hidden_dropout_prob, config.fast_dropout)
 
     def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(residual + self.dropout(self.dense(hidden_states)))
@@ -774,9 +872,9 @@ class BertReproForNextSentencePrediction(BertReproPreTrainedModel):
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
-def _classifier_dropout(config: BertReproConfig) -> nn.Dropout:
+def _classifier_dropout(config: BertReproConfig) -> BertReproDropout:
     p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-    return nn.Dropout(p)
+    return BertReproDropout(p, config.fast_dropout)
 
 
 class BertReproForSequenceClassification(BertReproPreTrainedModel):

@@ -112,6 +112,8 @@ class PreTrainingArguments:
         "help": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real tokens)."})
     compile_layers: bool = field(default=False, metadata={
         "help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."})
+    fast_dropout: bool = field(default=False, metadata={
+        "help": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of 1/32768)."})
     init_from: str | None = field(default=None, metadata={
         "help": "Start from the weights of this checkpoint (continued pre-training) instead of a random init."})
     global_batch_size: int = field(default=256, metadata={
@@ -132,7 +134,7 @@ class PreTrainingArguments:
 
 # Fields that may change between an interrupted run and its resumption.
 RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot",
-                      "unpad_inputs", "compile_layers",  # speed switches: the same training either way
+                      "unpad_inputs", "compile_layers", "fast_dropout",  # speed switches: the same training either way
                       "logging_steps", "report_to", "disable_tqdm", "dataloader_num_workers",
                       "gradient_accumulation_steps"}  # derived from global_batch_size and the processes
 
@@ -461,10 +463,12 @@ def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDa
         raise ConfigurationError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
     if run.init_from:
         model = BertReproForPreTraining.from_pretrained(
-            run.init_from, attn_implementation=run.attn_implementation, unpad_inputs=run.unpad_inputs
+            run.init_from, attn_implementation=run.attn_implementation, unpad_inputs=run.unpad_inputs,
+            fast_dropout=run.fast_dropout,
         )
     else:
         config.unpad_inputs = run.unpad_inputs
+        config.fast_dropout = run.fast_dropout
         model = BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
     return model.compile_layers() if run.compile_layers else model
 

@@ -3,6 +3,7 @@
 - `unpad_inputs`: unpad/pad round trip, unpadded encoder == padded encoder (outputs at real tokens, loss and
   gradients), the variable-length attention call, gradient checkpointing on top.
 - `compile_layers` (regional torch.compile): compiled == eager, forward and gradients.
+- `fast_dropout`: the drop share, the scale, the gradient's mask; the model unchanged in eval mode.
 - sparse MLM prediction == dense is in test_modeling.py (test_sparse_prediction_equals_dense).
 Parity with transformers with `unpad_inputs` on is part of test_modeling.py's parity tests.
 """
@@ -21,7 +22,7 @@ from bert_repro import (
     BertReproForSequenceClassification,
     BertReproModel,
 )
-from bert_repro.modeling_bert_repro import Unpadded
+from bert_repro.modeling_bert_repro import Unpadded, fast_dropout
 
 
 @st.composite
@@ -38,8 +39,8 @@ def test_unpad_pad_round_trip(mask, width):
     """Any mask (right or left padding, holes, empty rows): unpad keeps the real tokens in row-major order and
     pad puts them back with zeros at the padding; cu_seqlens are the row lengths."""
     unpadded = Unpadded.from_attention_mask(mask)
-    if bool(mask.all()):
-        assert unpadded is None  # nothing to remove: the padded path runs unchanged
+    if bool(mask.all()) or not bool(mask.any()):
+        assert unpadded is None  # nothing to remove or nothing to keep: the padded path runs unchanged
         return
     x = torch.randn(*mask.shape, width)
     tokens = unpadded.unpad(x)
@@ -68,9 +69,10 @@ def _left_padded(batch):
     return out
 
 
+@pytest.mark.parametrize("batch_size", [4, 21], ids=["one-group", "three-groups"])
 @pytest.mark.parametrize("layout", ["right", "left"])
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
-def test_unpadded_training_equals_padded(layout, checkpointing):
+def test_unpadded_training_equals_padded(layout, checkpointing, batch_size):
     """Loss and every gradient, with the sparse MLM head, unpadded vs padded (dropout off).
 
     Left padding with the MLM head only: the pooler reads position 0, which left padding makes a pad token."""
@@ -83,14 +85,14 @@ def test_unpadded_training_equals_padded(layout, checkpointing):
     unpadded.load_state_dict(padded.state_dict())
     if checkpointing:
         unpadded.activation_checkpointing_enable()
-    batch = padded_batch(config.vocab_size, batch=4, seq=16)
+    batch = padded_batch(config.vocab_size, batch=batch_size, seq=16)
     if layout == "left":
         batch = _left_padded(batch)
     real = batch["attention_mask"].bool()
     labels = torch.full_like(batch["input_ids"], -100)
     picks = real & (torch.rand(real.shape, generator=torch.Generator().manual_seed(1)) < 0.3)
     labels[picks] = batch["input_ids"][picks]
-    extra = {"next_sentence_label": torch.tensor([0, 1, 1, 0])} if layout == "right" else {}
+    extra = {"next_sentence_label": torch.arange(batch_size) % 2} if layout == "right" else {}
     a, grads_a = _train_step(padded, batch, labels=labels, sparse_prediction=True, **extra)
     b, grads_b = _train_step(unpadded, batch, labels=labels, sparse_prediction=True, **extra)
     assert torch.allclose(a.loss, b.loss, atol=1e-6)
@@ -100,6 +102,30 @@ def test_unpadded_training_equals_padded(layout, checkpointing):
     assert grads_a.keys() == grads_b.keys()
     worst = max((grads_a[k] - grads_b[k]).abs().max().item() for k in grads_a)
     assert worst < 1e-5, worst
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 7), min_size=1, max_size=20), st.integers(1, 5))
+def test_attention_groups_cover_every_token_once(lengths, rows_per_group):
+    """Groups of similar length: every real token in exactly one group, at a distinct grid cell of its row, and
+    `restore` puts the concatenated groups back in token order."""
+    seq = max(max(lengths), 1)
+    mask = torch.tensor([[1] * n + [0] * (seq - n) for n in lengths])
+    unpadded = Unpadded.from_attention_mask(mask)
+    if unpadded is None:
+        return
+    groups, restore = unpadded.attention_groups(rows_per_group)
+    tokens = torch.cat([token_index for token_index, *_ in groups])
+    assert sorted(tokens.tolist()) == list(range(int(mask.sum())))
+    assert torch.equal(tokens[restore], torch.arange(int(mask.sum())))
+    for token_index, grid_index, rows, width, key_mask in groups:
+        assert rows <= rows_per_group and len(set(grid_index.tolist())) == len(grid_index)
+        real_cells = torch.zeros(rows * width, dtype=torch.bool)
+        real_cells[grid_index] = True
+        if key_mask is None:
+            assert bool(real_cells.all())
+        else:  # the key mask marks exactly the cells that hold tokens
+            assert torch.equal(key_mask.reshape(-1), real_cells)
 
 
 def test_unpadded_outputs_are_zero_at_padding_and_equal_elsewhere():
@@ -179,3 +205,46 @@ def test_compiled_layers_equal_eager():
     assert torch.allclose(out_a.loss, out_b.loss, atol=1e-5)
     worst = max((grads_a[k] - grads_b[k]).abs().max().item() for k in grads_a)
     assert worst < 1e-4, worst
+
+
+def test_fast_dropout_draws_the_right_share_and_its_gradient_uses_the_same_mask():
+    torch.manual_seed(0)
+    x = torch.ones(400_000, requires_grad=True)
+    y = fast_dropout(x, 0.1, training=True)
+    dropped = y == 0
+    scale = 32768 / (32768 - round(0.1 * 32768))
+    assert abs(dropped.float().mean().item() - 0.1) < 0.003  # 4 standard deviations at n = 400,000
+    assert torch.allclose(y[~dropped], torch.full_like(y[~dropped], scale))
+    assert abs(y.mean().item() - 1.0) < 0.01
+    grad = torch.randn_like(x)
+    y.backward(grad)
+    assert torch.equal(x.grad, grad * (~dropped) * scale)
+    # Two halves of each 32-bit draw feed two elements: they must not be correlated.
+    halves = dropped[: 400_000 // 2 * 2].view(2, -1).float()
+    assert abs(torch.corrcoef(halves)[0, 1].item()) < 0.01
+    # Eval mode, p = 0: the input unchanged.
+    z = torch.randn(10)
+    assert torch.equal(fast_dropout(z, 0.1, training=False), z)
+    assert torch.equal(fast_dropout(z, 0.0, training=True), z)
+
+
+def test_fast_dropout_switch_changes_only_training_noise():
+    """Eval: bit-identical to the plain model. Training with p = 0: the same outputs (eager attention instead of
+    SDPA's math path). Training with p > 0: different noise, the same scale of outputs."""
+    torch.manual_seed(0)
+    plain = BertReproForPreTraining(tiny_config()).eval()
+    fast = BertReproForPreTraining(tiny_config(fast_dropout=True)).eval()
+    fast.load_state_dict(plain.state_dict())
+    batch = padded_batch(plain.config.vocab_size, batch=4, seq=16)
+    with torch.no_grad():
+        assert torch.equal(plain(**batch).prediction_logits, fast(**batch).prediction_logits)
+    for model in (plain, fast):
+        model.train()
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        model.config.attention_probs_dropout_prob = 0.0
+        for layer in model.bert.encoder.layer:
+            layer.attention.self.dropout_prob = 0.0
+    with torch.no_grad():
+        assert (plain(**batch).prediction_logits - fast(**batch).prediction_logits).abs().max() < 1e-5
