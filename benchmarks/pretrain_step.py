@@ -93,7 +93,8 @@ def main() -> None:
     parser.add_argument("--accumulation", type=int, default=1, help="Micro-batches per optimizer step.")
     parser.add_argument("--steps", type=int, default=5, help="Measured optimizer steps per round.")
     parser.add_argument("--warmup", type=int, default=3, help="Steps before measuring (the compile happens here).")
-    parser.add_argument("--rounds", type=int, default=1, help="Rounds over all variants; the median is kept.")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="Times each measured step is repeated per variant; the median is kept.")
     parser.add_argument("--variants", default="all", help="Comma-separated subset of the variant names.")
     parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared/data/corpus/gutenberg"))
     parser.add_argument("--out", default="runs/bench_pretrain")
@@ -161,18 +162,22 @@ def main() -> None:
         for micro_batches in steps[:args.warmup]:
             steppers[name](micro_batches)
         print(f"{name:28s} warm-up {time.perf_counter() - start:6.1f} s", flush=True)
-    times = {name: [] for name in variants}
-    for _ in range(args.rounds):  # interleaved, so that a slow moment of the machine hits every variant
-        for name, step in steppers.items():
-            times[name].append(time_steps(step, steps[args.warmup:], device))
-            seconds = times[name][-1]
-            print(f"{name:28s} {tokens / seconds:9.1f} tokens/s  {seconds / args.steps:6.2f} s/step", flush=True)
+    # Interleaved step by step (variant A's step k, variant B's step k, ...): this machine's speed drifts with its
+    # neighbours' load, and interleaving makes a slow moment hit every variant alike. Each variant's time is the
+    # sum of its steps' median times.
+    step_times = {name: [[] for _ in steps[args.warmup:]] for name in variants}
+    for _ in range(args.rounds):
+        for k, micro_batches in enumerate(steps[args.warmup:]):
+            for name, step in steppers.items():
+                step_times[name][k].append(time_steps(step, [micro_batches], device))
         for dtype, measured_peaks in peaks.items():
             measured_peaks.append(matmul_peak(dtype, device=device))
+    times = {name: [sum(statistics.median(t) for t in per_step)] for name, per_step in step_times.items()}
     peak32, peak16 = max(peaks[torch.float32]), max(peaks[torch.bfloat16])
 
     useful = training_flops_per_token(config, 128, predicted)
-    results = {name: {"tokens_per_second": tokens / statistics.median(t), "all_seconds": t} for name, t in times.items()}
+    results = {name: {"tokens_per_second": tokens / t[0], "seconds": t[0],
+                      "step_seconds": step_times[name]} for name, t in times.items()}
     base = results["transformers fp32"]["tokens_per_second"] if "transformers fp32" in results else float("nan")
     print(f"\nmatmul peak (2048^3, highest of {len(peaks[torch.float32])} measurements): fp32 {peak32:.1f} GFLOP/s "
           f"(lowest {min(peaks[torch.float32]):.1f}), bf16 {peak16:.1f} GFLOP/s (lowest {min(peaks[torch.bfloat16]):.1f})")
