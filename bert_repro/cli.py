@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,19 @@ RUN_CONFIG = "run_config.json"
 
 class ConfigurationError(ValueError):
     """Settings that cannot work together; the recipes print the message without a traceback."""
+
+
+
+@dataclass
+class SpeedSwitches:
+    """The model's speed switches, shared by the recipes; each default keeps the plain model's outputs."""
+
+    unpad_inputs: bool = field(default=False, metadata={
+        "help": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real tokens)."})
+    compile_layers: bool = field(default=False, metadata={
+        "help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."})
+    fast_dropout: bool = field(default=False, metadata={
+        "help": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of 1/32768)."})
 
 
 def as_cli(values: dict[str, Any]) -> list[str]:

@@ -38,6 +38,7 @@ from . import squad
 from .cli import (
     RUN_CONFIG,
     ConfigurationError,
+    SpeedSwitches,
     check_output_dir,
     parse_with_config,
     read_yaml_config,
@@ -84,7 +85,7 @@ _TRAINING_KEYS = {"learning_rate", "num_train_epochs", "per_device_train_batch_s
 
 
 @dataclass
-class FineTuningArguments:
+class FineTuningArguments(SpeedSwitches):
     task: str = field(default="", metadata={"help": f"One of: {', '.join(TASKS)}."})
     model: str = field(default="", metadata={"help": "A bert_repro or any BERT checkpoint: directory or Hub id."})
     data: list[str] = field(default_factory=list, metadata={
@@ -104,12 +105,6 @@ class FineTuningArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only so many evaluation rows."})
     num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
     attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
-    unpad_inputs: bool = field(default=False, metadata={
-        "help": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real tokens)."})
-    compile_layers: bool = field(default=False, metadata={
-        "help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."})
-    fast_dropout: bool = field(default=False, metadata={
-        "help": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of 1/32768)."})
     predict_test: bool = field(default=True, metadata={
         "help": "Write GLUE test-set prediction files when the data has a test split."})
     keep_all_runs: bool = field(default=False, metadata={"help": "Keep every run's weights, not only the best."})

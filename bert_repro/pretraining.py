@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.utils.data import Sampler
 from transformers import IntervalStrategy, Trainer, TrainerCallback, TrainingArguments, set_seed
 
-from .cli import RUN_CONFIG, ConfigurationError, check_output_dir, parse_with_config, take_push_request
+from .cli import RUN_CONFIG, ConfigurationError, SpeedSwitches, check_output_dir, parse_with_config, take_push_request
 from .configuration_bert_repro import BertReproConfig
 from .corpus import load_corpus
 from .hub import push_checkpoints
@@ -82,7 +82,7 @@ PAPER_TRAINING_DEFAULTS = dict(
 
 
 @dataclass
-class PreTrainingArguments:
+class PreTrainingArguments(SpeedSwitches):
     """The run's own settings (transformers' TrainingArguments and PreTrainingDataConfig hold the rest)."""
 
     corpus: list[str] = field(default_factory=list, metadata={
@@ -108,12 +108,6 @@ class PreTrainingArguments:
     model_overrides: str | None = field(default=None, metadata={
         "help": "JSON object of BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'."})
     attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
-    unpad_inputs: bool = field(default=False, metadata={
-        "help": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real tokens)."})
-    compile_layers: bool = field(default=False, metadata={
-        "help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."})
-    fast_dropout: bool = field(default=False, metadata={
-        "help": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of 1/32768)."})
     init_from: str | None = field(default=None, metadata={
         "help": "Start from the weights of this checkpoint (continued pre-training) instead of a random init."})
     global_batch_size: int = field(default=256, metadata={

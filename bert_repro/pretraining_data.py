@@ -735,35 +735,29 @@ def create_pretraining_instances(
     features = instance_features(config.static_masking)
     size = "num_tokens" if "num_tokens" in documents.column_names else "num_sentences"
     order = _balanced_order(documents.data.column(size).to_numpy(), num_proc)
+    map_kwargs = dict(
+        batched=True,
+        batch_size=batch_size,
+        num_proc=num_proc,
+        with_indices=True,
+        input_columns=["sentences"],
+        remove_columns=documents.column_names,
+        desc="Pre-training instances",
+    )
+    fn_kwargs = {"corpus": corpus, "vocab": vocab, "config": config}
     if order is None:
         instances = documents.map(
-            _instances_batch,
-            batched=True,
-            batch_size=batch_size,
-            num_proc=num_proc,
-            with_indices=True,
-            input_columns=["sentences"],
-            remove_columns=documents.column_names,
-            features=features,
-            fn_kwargs={"corpus": corpus, "vocab": vocab, "config": config},
-            new_fingerprint=fingerprint,
-            desc="Pre-training instances",
+            _instances_batch, features=features, fn_kwargs=fn_kwargs, new_fingerprint=fingerprint, **map_kwargs
         )
     else:
         # Balanced blocks of documents (see _balanced_order); each instance carries its document's row, and
         # a stable sort on it restores the order of the one-process run before the shuffle.
         instances = documents.select(order).map(
             _instances_batch,
-            batched=True,
-            batch_size=batch_size,
-            num_proc=num_proc,
-            with_indices=True,
-            input_columns=["sentences"],
-            remove_columns=documents.column_names,
             features=Features({**features, "document": Value("int64")}),
-            fn_kwargs={"corpus": corpus, "vocab": vocab, "config": config, "rows": order},
+            fn_kwargs={**fn_kwargs, "rows": order},
             new_fingerprint=Hasher.hash([fingerprint, order]),
-            desc="Pre-training instances",
+            **map_kwargs,
         )
         restore = np.argsort(instances.data.column("document").to_numpy(), kind="stable")
         instances = instances.remove_columns("document").select(restore)
