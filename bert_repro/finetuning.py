@@ -127,6 +127,8 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
 
     argv = list(sys.argv[1:] if argv is None else argv)
     name = _peek_task(argv)
+    if not name and any(arg in ("-h", "--help") for arg in argv):
+        name = "mrpc"  # --help alone: any task shows the same options
     if not name:
         raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
     task = get_task(name)
