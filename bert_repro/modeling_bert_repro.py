@@ -184,6 +184,12 @@ def eager_attention(
     return context, probs
 
 
+def _grouped_attention(config) -> bool:
+    """Whether the unpadded encoder pads sequences in length groups for attention (eager and SDPA, the kernels
+    without a variable-length form); other non-flash kernels get the whole batch padded back, with the model's mask."""
+    return config._attn_implementation in ("eager", "sdpa")
+
+
 class Unpadded:
     """Where the real tokens of a padded (batch, seq) batch are (the `unpad_inputs` switch).
 
@@ -194,9 +200,9 @@ class Unpadded:
     variable-length form. Every step is differentiable (index_select / index_copy).
     """
 
-    def __init__(self, attention_mask: torch.Tensor):
-        self.batch, self.seq = attention_mask.shape
-        keep = attention_mask.bool()
+    def __init__(self, keep: torch.Tensor):
+        """keep: (batch, seq) bool, True at real tokens."""
+        self.batch, self.seq = keep.shape
         self.indices = keep.flatten().nonzero().flatten()
         lengths = keep.sum(dim=1, dtype=torch.int32)
         self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
@@ -241,7 +247,7 @@ class Unpadded:
         keep = attention_mask.bool()
         if bool(keep.all()) or not bool(keep.any()):
             return None
-        return cls(attention_mask)
+        return cls(keep)
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(self.batch * self.seq, *x.shape[2:]).index_select(0, self.indices)
@@ -320,7 +326,7 @@ class BertReproSelfAttention(nn.Module):
                 **kwargs,
             )
             return context.reshape(shape[0], -1), probs
-        if attention_fn in (eager_attention, ALL_ATTENTION_FUNCTIONS.get("sdpa")):
+        if _grouped_attention(self.config):
             # Kernels without a variable-length form: sequences of similar length are padded together for
             # attention only; every projection and feed-forward runs unpadded.
             groups, restore = unpadded.attention_groups()
@@ -684,8 +690,8 @@ class BertReproModel(BertReproPreTrainedModel):
         unpadded = None
         if self.config.unpad_inputs and not output_attentions:
             unpadded = Unpadded.from_attention_mask(attention_mask)
-        if unpadded is not None and is_flash_attention_requested(self.config):
-            mask = None  # the variable-length kernel reads cu_seqlens instead
+        if unpadded is not None and (is_flash_attention_requested(self.config) or _grouped_attention(self.config)):
+            mask = None  # the variable-length kernel reads cu_seqlens, the length groups build their own key masks
         else:
             mask = create_bidirectional_mask(
                 config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask

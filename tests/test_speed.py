@@ -248,3 +248,31 @@ def test_fast_dropout_switch_changes_only_training_noise():
             layer.attention.self.dropout_prob = 0.0
     with torch.no_grad():
         assert (plain(**batch).prediction_logits - fast(**batch).prediction_logits).abs().max() < 1e-5
+
+
+def test_other_kernels_get_the_whole_batch_padded_back():
+    """A kernel that is neither flash nor eager/SDPA: the unpadded encoder pads the batch back for attention and
+    passes the model's own mask; outputs at real tokens equal the padded model's."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    calls = []
+
+    def recording_kernel(module, query, key, value, attention_mask, **kwargs):
+        calls.append((tuple(query.shape), attention_mask is not None))
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("reference_padded", recording_kernel)
+    AttentionMaskInterface.register("reference_padded", sdpa_mask)  # a custom kernel declares its mask format
+    config = tiny_config()
+    torch.manual_seed(0)
+    model = BertReproModel(config).eval()
+    other = BertReproModel(tiny_config(unpad_inputs=True)).eval()
+    other.load_state_dict(model.state_dict())
+    other.config._attn_implementation = "reference_padded"
+    batch = padded_batch(config.vocab_size, batch=3, seq=12)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        a, b = model(**batch).last_hidden_state, other(**batch).last_hidden_state
+    assert calls and all(shape[0] == 3 and shape[2] == 12 and masked for shape, masked in calls)
+    assert (a[real] - b[real]).abs().max() < 1e-5
