@@ -169,12 +169,14 @@ def eager_attention(
     query/key/value: (batch, heads, seq, head_size); attention_mask: additive (batch, 1, seq, seq) or None.
     Returns the context as (batch, seq, heads, head_size) and the probabilities (batch, heads, seq, seq).
     """
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    # Scaling and masking in place: the product's backward needs its inputs only, so no new (.., seq, seq) buffer.
+    scores = torch.matmul(query, key.transpose(-1, -2))
+    scores.mul_(scaling)
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+            scores.masked_fill_(~attention_mask, torch.finfo(scores.dtype).min)
         else:
-            scores = scores + attention_mask
+            scores.add_(attention_mask)
     probs = F.softmax(scores, dim=-1)
     if getattr(module.config, "fast_dropout", False):
         probs = fast_dropout(probs, dropout, module.training)
@@ -209,34 +211,13 @@ class Unpadded:
         self.max_seqlen = int(lengths.max())
         self.lengths = lengths.tolist()
         self.mask: torch.Tensor | None = None
-        self._groups: tuple[list[tuple], torch.Tensor] | None = None
+        self._groups: AttentionGroups | None = None
 
-    def attention_groups(self, rows_per_group: int = 8) -> tuple[list[tuple], torch.Tensor]:
-        """([(token_index, grid_index, rows, seq, key_mask)], restore), computed once per forward.
-
-        Group g holds `rows` sequences padded to its longest, `seq`: `token_index` picks its tokens from the
-        (tokens, ...) matrix, `grid_index` places them in the (rows * seq) grid, `key_mask` is the
-        (rows, 1, 1, seq) boolean key mask (None when the group has no padding). Concatenating the groups'
-        outputs and taking `restore` gives the tokens back in order. Attention then covers sum(rows * seq^2)
-        query-key pairs instead of batch * max_seqlen^2 (and draws that many fewer dropout numbers)."""
+    def attention_groups(self, rows_per_group: int = 8) -> AttentionGroups:
+        """The rows split, longest first, into groups of similar length, each padded to its longest for attention
+        (kernels without a variable-length form); computed once per forward and shared by the layers."""
         if self._groups is None:
-            device = self.indices.device
-            starts = self.cu_seqlens.tolist()
-            order = sorted((r for r in range(self.batch) if self.lengths[r]), key=lambda r: -self.lengths[r])
-            groups, token_parts = [], []
-            for first in range(0, len(order), rows_per_group):
-                members = order[first:first + rows_per_group]
-                seq = self.lengths[members[0]]
-                token_index = torch.cat([torch.arange(starts[r], starts[r] + self.lengths[r]) for r in members])
-                grid_index = torch.cat([i * seq + torch.arange(self.lengths[r]) for i, r in enumerate(members)])
-                key_mask = None
-                if any(self.lengths[r] < seq for r in members):
-                    key_mask = torch.arange(seq)[None, :] < torch.tensor([self.lengths[r] for r in members])[:, None]
-                    key_mask = key_mask[:, None, None, :].to(device)
-                groups.append((token_index.to(device), grid_index.to(device), len(members), seq, key_mask))
-                token_parts.append(token_index)
-            restore = torch.argsort(torch.cat(token_parts)).to(device)
-            self._groups = (groups, restore)
+            self._groups = AttentionGroups(self, rows_per_group)
         return self._groups
 
     @classmethod
@@ -255,6 +236,44 @@ class Unpadded:
     def pad(self, x: torch.Tensor) -> torch.Tensor:
         full = x.new_zeros(self.batch * self.seq, *x.shape[1:]).index_copy(0, self.indices, x)
         return full.view(self.batch, self.seq, *x.shape[1:])
+
+
+class AttentionGroups:
+    """Sequences of similar length padded together, for attention kernels that need a rectangle.
+
+    The rows are sorted longest first and cut into groups of `rows_per_group`; group g is a (rows, seq) grid,
+    seq being its longest row. All grids lie one after another in one (cells, ...) matrix: `gather` says, for each
+    cell, which row of the (tokens, ...) matrix fills it, and `scatter` says, for each token, which cell holds it
+    (so `grid.index_select(0, scatter)` gives the tokens back in order). A padding cell repeats a real token of
+    its own row, so no zero-filled buffer is built: `key_mask` hides it as a key (its probability is exactly 0, and
+    so is its gradient), and its output as a query is never read. `groups` lists (rows, seq, key_mask), key_mask
+    being the (rows, 1, 1, seq) boolean mask of real keys, or None when the grid is full; `sizes` the cells of
+    each grid (rows * seq), in order.
+    Attention then covers sum(rows * seq^2) query-key pairs instead of batch * max_seqlen^2."""
+
+    def __init__(self, unpadded: Unpadded, rows_per_group: int = 8):
+        lengths, starts = unpadded.lengths, unpadded.cu_seqlens.tolist()
+        order = sorted((r for r in range(unpadded.batch) if lengths[r]), key=lambda r: -lengths[r])
+        gather, scatter, self.groups = [], torch.empty(starts[-1], dtype=torch.long), []
+        cells = 0
+        for first in range(0, len(order), rows_per_group):
+            members = order[first:first + rows_per_group]
+            seq = lengths[members[0]]
+            key_mask = None
+            if any(lengths[r] < seq for r in members):
+                real = torch.tensor([lengths[r] for r in members])
+                key_mask = (torch.arange(seq)[None, :] < real[:, None])[:, None, None, :]
+                key_mask = key_mask.to(unpadded.indices.device)
+            self.groups.append((len(members), seq, key_mask))
+            for r in members:
+                n = lengths[r]
+                tokens = torch.arange(starts[r], starts[r] + n)
+                gather.append(torch.cat([tokens, tokens.new_full((seq - n,), starts[r])]))
+                scatter[starts[r]:starts[r] + n] = torch.arange(cells, cells + n)
+                cells += seq
+        self.gather = torch.cat(gather).to(unpadded.indices.device)
+        self.sizes = [rows * seq for rows, seq, _ in self.groups]  # cells per grid
+        self.scatter = scatter.to(unpadded.indices.device)
 
 
 class BertReproSelfAttention(nn.Module):
@@ -304,9 +323,31 @@ class BertReproSelfAttention(nn.Module):
         )
         return context.reshape(batch, seq, -1), probs
 
+    def _fused_qkv(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """(tokens, 3 * hidden): the query, key and value projections as one matrix product."""
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        return F.linear(hidden_states, weight, bias)
+
     def _unpadded_attention(self, attention_fn, hidden_states, unpadded: Unpadded, dropout: float, **kwargs):
         """hidden_states: (tokens, hidden), the real tokens of the batch only."""
         shape = (hidden_states.shape[0], self.num_heads, self.head_size)
+        if _grouped_attention(self.config):
+            # Kernels without a variable-length form: sequences of similar length are padded together for
+            # attention only; every projection and feed-forward runs unpadded. One Q/K/V product, one gather
+            # into the grids, one gather back: no zero-filled buffers (see AttentionGroups).
+            groups = unpadded.attention_groups()
+            cells = self._fused_qkv(hidden_states).index_select(0, groups.gather)
+            outputs = []
+            # split, not slicing: its backward is one cat, where each slice's would be a full-size zero buffer
+            for grid, (rows, seq, key_mask) in zip(cells.split(groups.sizes), groups.groups):
+                grid = grid.view(rows, seq, 3, *shape[1:])
+                query, key, value = (x.transpose(1, 2) for x in grid.unbind(2))
+                context, _ = attention_fn(
+                    self, query, key, value, key_mask, scaling=self.scaling, dropout=dropout, **kwargs
+                )
+                outputs.append(context.reshape(rows * seq, -1))
+            return torch.cat(outputs).index_select(0, groups.scatter), None
         query = self.query(hidden_states).view(shape)
         key = self.key(hidden_states).view(shape)
         value = self.value(hidden_states).view(shape)
@@ -326,22 +367,6 @@ class BertReproSelfAttention(nn.Module):
                 **kwargs,
             )
             return context.reshape(shape[0], -1), probs
-        if _grouped_attention(self.config):
-            # Kernels without a variable-length form: sequences of similar length are padded together for
-            # attention only; every projection and feed-forward runs unpadded.
-            groups, restore = unpadded.attention_groups()
-            outputs = []
-            for token_index, grid_index, rows, seq, key_mask in groups:
-                grid = [
-                    x.new_zeros(rows * seq, *shape[1:])
-                    .index_copy(0, grid_index, x.index_select(0, token_index))
-                    .view(rows, seq, *shape[1:])
-                    .transpose(1, 2)
-                    for x in (query, key, value)
-                ]
-                context, _ = attention_fn(self, *grid, key_mask, scaling=self.scaling, dropout=dropout, **kwargs)
-                outputs.append(context.reshape(rows * seq, -1).index_select(0, grid_index))
-            return torch.cat(outputs).index_select(0, restore), None
         # Any other kernel: the whole batch padded back for attention, with the model's own mask.
         query, key, value = (unpadded.pad(x).transpose(1, 2) for x in (query, key, value))
         context, probs = attention_fn(

@@ -107,25 +107,40 @@ def test_unpadded_training_equals_padded(layout, checkpointing, batch_size):
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(0, 7), min_size=1, max_size=20), st.integers(1, 5))
 def test_attention_groups_cover_every_token_once(lengths, rows_per_group):
-    """Groups of similar length: every real token in exactly one group, at a distinct grid cell of its row, and
-    `restore` puts the concatenated groups back in token order."""
+    """Groups of similar length: every real token sits in exactly one grid cell, in its own row's grid row at its
+    own position; padding cells repeat a token of their own row and are exactly the cells the key mask hides;
+    `scatter` brings the tokens back in order."""
     seq = max(max(lengths), 1)
     mask = torch.tensor([[1] * n + [0] * (seq - n) for n in lengths])
     unpadded = Unpadded.from_attention_mask(mask)
     if unpadded is None:
         return
-    groups, restore = unpadded.attention_groups(rows_per_group)
-    tokens = torch.cat([token_index for token_index, *_ in groups])
-    assert sorted(tokens.tolist()) == list(range(int(mask.sum())))
-    assert torch.equal(tokens[restore], torch.arange(int(mask.sum())))
-    for token_index, grid_index, rows, width, key_mask in groups:
-        assert rows <= rows_per_group and len(set(grid_index.tolist())) == len(grid_index)
+    groups = unpadded.attention_groups(rows_per_group)
+    tokens = int(mask.sum())
+    row_of = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))  # token -> its row
+    position_of = torch.cat([torch.arange(n) for n in lengths])  # token -> its position in the row
+    assert torch.equal(groups.gather[groups.scatter], torch.arange(tokens))  # cell of token t holds token t
+    assert len(set(groups.scatter.tolist())) == tokens
+    cells = 0
+    for size, (rows, width, key_mask) in zip(groups.sizes, groups.groups, strict=True):
+        assert size == rows * width and rows <= rows_per_group
+        first, cells = cells, cells + size
+        grid = groups.gather[first:first + rows * width].view(rows, width)
+        assert width == max(lengths[int(row_of[r[0]])] for r in grid)  # padded to the group's longest row
+        for r in grid:  # one source row per grid row, its tokens in order at the front
+            assert len(set(row_of[r].tolist())) == 1
         real_cells = torch.zeros(rows * width, dtype=torch.bool)
-        real_cells[grid_index] = True
+        real_cells[[c - first for c in groups.scatter.tolist() if first <= c < first + rows * width]] = True
+        real_cells = real_cells.view(rows, width)
+        assert torch.equal(position_of[grid][real_cells], torch.arange(width).expand(rows, width)[real_cells])
         if key_mask is None:
             assert bool(real_cells.all())
-        else:  # the key mask marks exactly the cells that hold tokens
-            assert torch.equal(key_mask.reshape(-1), real_cells)
+        else:  # the key mask marks exactly the cells that hold their own token
+            assert torch.equal(key_mask.reshape(rows, width), real_cells)
+    assert cells == len(groups.gather)
+    firsts = torch.tensor([0, *groups.sizes[:-1]]).cumsum(0)
+    group_lengths = [lengths[int(row_of[groups.gather[first]])] for first in firsts]
+    assert group_lengths == sorted(group_lengths, reverse=True)  # longest first
 
 
 def test_unpadded_outputs_are_zero_at_padding_and_equal_elsewhere():
