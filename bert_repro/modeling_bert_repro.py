@@ -118,6 +118,68 @@ class BertReproDropout(nn.Dropout):
         return fast_dropout(x, self.p, self.training) if self.fast else super().forward(x)
 
 
+class TiedGradient:
+    """One gradient buffer for the token embeddings when the MLM decoder shares them (created per forward).
+
+    Autograd would give the shared weight two dense (vocab, H) gradients, the decoder's and the lookup's (a zero
+    matrix with the looked-up rows added), and sum them into a third. Here the decoder's gradient is kept and the
+    lookup adds its rows into it in place: the same sum, without two vocab-sized buffers and two passes over them
+    (about 10% of a BERT-BASE pre-training step on CPU). Correct in any order: if the lookup's backward runs
+    before the decoder's, or in a second backward over the same graph, each returns its own gradient and autograd
+    sums them as usual."""
+
+    def __init__(self):
+        self.pending: torch.Tensor | None = None  # the decoder's gradient, waiting for the lookup's rows
+        self.lookup_done = False
+
+    @staticmethod
+    def for_forward(model, input_ids, inputs_embeds) -> "TiedGradient | None":
+        """A buffer when this forward looks tokens up in the weight its decoder uses and gradients are recorded."""
+        weight = model.bert.embeddings.word_embeddings.weight
+        if input_ids is None or inputs_embeds is not None or not torch.is_grad_enabled() or not weight.requires_grad:
+            return None
+        return TiedGradient() if model.cls.predictions.decoder.weight is weight else None
+
+
+class _DecoderWeight(torch.autograd.Function):
+    """Identity on the decoder's weight; its backward hands the gradient to the lookup (see TiedGradient)."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, tied: TiedGradient) -> torch.Tensor:
+        ctx.tied = tied
+        return weight.view_as(weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        tied = ctx.tied
+        if tied.lookup_done or torch.is_grad_enabled():  # lookup already done, or a double backward: plain autograd
+            return grad, None
+        tied.pending = grad if tied.pending is None else tied.pending + grad
+        return None, None
+
+
+class _TiedLookup(torch.autograd.Function):
+    """`F.embedding` whose backward adds its rows into the decoder's pending gradient (see TiedGradient)."""
+
+    @staticmethod
+    def forward(ctx, input_ids: torch.Tensor, weight: torch.Tensor, tied: TiedGradient) -> torch.Tensor:
+        ctx.save_for_backward(input_ids)
+        ctx.tied, ctx.weight_shape = tied, weight.shape
+        return F.embedding(input_ids, weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (input_ids,) = ctx.saved_tensors
+        tied = ctx.tied
+        rows, index = grad.reshape(-1, grad.shape[-1]), input_ids.reshape(-1)
+        if tied.pending is not None:
+            weight_grad, tied.pending = tied.pending.index_add_(0, index, rows), None
+        else:
+            weight_grad = grad.new_zeros(ctx.weight_shape).index_add_(0, index, rows)
+        tied.lookup_done = True
+        return None, weight_grad, None
+
+
 class BertReproEmbeddings(nn.Module):
     """Token + learned absolute position + segment (A = 0, B = 1) embeddings, then LayerNorm and dropout."""
 
@@ -136,9 +198,12 @@ class BertReproEmbeddings(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        tied_gradient: TiedGradient | None = None,
     ) -> torch.Tensor:
         """(batch, seq) ids -> (batch, seq, hidden) embeddings."""
-        if inputs_embeds is None:
+        if inputs_embeds is None and tied_gradient is not None:
+            inputs_embeds = _TiedLookup.apply(input_ids, self.word_embeddings.weight, tied_gradient)
+        elif inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         seq_length = inputs_embeds.shape[1]
         if seq_length > self.position_embeddings.num_embeddings:
@@ -494,8 +559,11 @@ class BertReproMLMHead(nn.Module):
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.transform(hidden_states)) + self.bias
+    def forward(self, hidden_states: torch.Tensor, tied_gradient: TiedGradient | None = None) -> torch.Tensor:
+        if tied_gradient is None:
+            return self.decoder(self.transform(hidden_states)) + self.bias
+        weight = _DecoderWeight.apply(self.decoder.weight, tied_gradient)
+        return F.linear(self.transform(hidden_states), weight, self.decoder.bias) + self.bias
 
 
 class BertReproPreTrainingHeads(nn.Module):
@@ -691,6 +759,7 @@ class BertReproModel(BertReproPreTrainedModel):
         output_hidden_states: bool | None = None,
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
+        tied_gradient: TiedGradient | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
         """
@@ -700,6 +769,7 @@ class BertReproModel(BertReproPreTrainedModel):
             token_type_ids: (batch, seq) segment ids, 0 for `[CLS] A [SEP]` and 1 for `B [SEP]`.
             output_hidden_states: return the embedding output and every layer's output (L + 1 tensors).
             output_attentions: return every layer's attention probabilities (needs attn_implementation="eager").
+            tied_gradient: set by the models with an MLM head, whose decoder shares the token embeddings.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
@@ -713,7 +783,7 @@ class BertReproModel(BertReproPreTrainedModel):
                 f"{self.config._attn_implementation!r}: load it with attn_implementation='eager'."
             )
 
-        embedding_output = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        embedding_output = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, tied_gradient)
         unpadded = None
         if self.config.unpad_inputs and not output_attentions:
             unpadded = Unpadded.from_attention_mask(attention_mask)
@@ -770,13 +840,14 @@ class BertReproForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-def _mlm_logits(head: nn.Module, hidden_states: torch.Tensor, labels: torch.Tensor | None, sparse: bool):
+def _mlm_logits(head: nn.Module, hidden_states: torch.Tensor, labels: torch.Tensor | None, sparse: bool,
+                tied_gradient: TiedGradient | None = None):
     """MLM logits at every position, or (sparse, with labels) only where a token is to be predicted: the decoder
     over the vocabulary is the largest matrix of the model, and only ~15% of the positions need it."""
     if not sparse or labels is None:
-        return head(hidden_states), labels
+        return head(hidden_states, tied_gradient), labels
     masked = labels != -100
-    return head(hidden_states[masked]), labels[masked]
+    return head(hidden_states[masked], tied_gradient), labels[masked]
 
 
 def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -835,9 +906,11 @@ class BertReproForPreTraining(_TiedMLMMixin, BertReproPreTrainedModel):
         sparse_prediction: with labels, run the MLM head only at the masked positions (MosaicBERT); the loss is
             the same, `prediction_logits` is then (masked positions, vocab) in the order of `labels != -100`.
         """
-        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        tied = TiedGradient.for_forward(self, input_ids, inputs_embeds)
+        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                                 {**kwargs, "tied_gradient": tied})
         prediction_logits, labels = _mlm_logits(self.cls.predictions, outputs.last_hidden_state, labels,
-                                                sparse_prediction)
+                                                sparse_prediction, tied)
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
 
         mlm_loss = _mlm_loss(prediction_logits, labels) if labels is not None else None
@@ -872,8 +945,11 @@ class BertReproForMaskedLM(_TiedMLMMixin, BertReproPreTrainedModel):
                 inputs_embeds=None, labels=None, return_dict=None, sparse_prediction: bool = False,
                 **kwargs) -> MaskedLMOutput | tuple:
         """sparse_prediction: as in `BertReproForPreTraining.forward`."""
-        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
-        logits, labels = _mlm_logits(self.cls.predictions, outputs.last_hidden_state, labels, sparse_prediction)
+        tied = TiedGradient.for_forward(self, input_ids, inputs_embeds)
+        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                                 {**kwargs, "tied_gradient": tied})
+        logits, labels = _mlm_logits(self.cls.predictions, outputs.last_hidden_state, labels, sparse_prediction,
+                                     tied)
         output = MaskedLMOutput(
             loss=_mlm_loss(logits, labels) if labels is not None else None,
             logits=logits,

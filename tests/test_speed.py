@@ -291,3 +291,84 @@ def test_other_kernels_get_the_whole_batch_padded_back():
         a, b = model(**batch).last_hidden_state, other(**batch).last_hidden_state
     assert calls and all(shape[0] == 3 and shape[2] == 12 and masked for shape, masked in calls)
     assert (a[real] - b[real]).abs().max() < 1e-5
+
+
+def _grads(model) -> dict[str, torch.Tensor]:
+    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+@pytest.mark.parametrize("case", ["both-losses", "sparse", "nsp-only", "mlm-only", "two-micro-batches",
+                                  "backward-twice", "checkpointing", "masked-lm"])
+def test_tied_embedding_gradient_equals_autograd_sum(case):
+    """The MLM models add the lookup's rows into the decoder's gradient in place (TiedGradient): the token
+    embeddings' gradient must equal autograd's own sum of the two, taken by passing the same lookup as
+    inputs_embeds (which turns the shared buffer off), in every way a backward can reach the two uses."""
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = (BertReproForMaskedLM if case == "masked-lm" else BertReproForPreTraining)(config).train()
+    if case == "checkpointing":
+        model.activation_checkpointing_enable()
+    batch = padded_batch(config.vocab_size, batch=4, seq=12)
+    labels = torch.where(torch.rand(batch["input_ids"].shape, generator=torch.Generator().manual_seed(1)) < 0.3,
+                         batch["input_ids"], -100)
+    extra = {} if case == "masked-lm" else {"next_sentence_label": torch.tensor([0, 1, 1, 0])}
+
+    def inputs(shared: bool) -> dict:
+        if shared:
+            return dict(batch)
+        embeds = model.bert.embeddings.word_embeddings(batch["input_ids"])
+        return {**{k: v for k, v in batch.items() if k != "input_ids"}, "inputs_embeds": embeds}
+
+    def run(shared: bool):
+        out = model(**inputs(shared), labels=labels, sparse_prediction=case == "sparse", **extra)
+        loss = {"nsp-only": out.get("next_sentence_loss"), "mlm-only": out.get("masked_lm_loss")}.get(case, out.loss)
+        if case == "backward-twice":
+            loss.backward(retain_graph=True)
+        loss.backward()
+        if case == "two-micro-batches":
+            model(**inputs(shared), labels=labels, **extra).loss.backward()
+
+    run(shared=True)
+    shared = _grads(model)
+    run(shared=False)
+    reference = _grads(model)
+    assert shared.keys() == reference.keys()
+    weight = "bert.embeddings.word_embeddings.weight"
+    assert not shared[weight].is_sparse and bool(shared[weight].abs().sum() > 0)
+    worst = max((shared[k] - reference[k]).abs().max().item() for k in shared)
+    assert worst < 1e-6, worst
+
+
+def test_tied_embedding_gradient_needs_no_dense_lookup_gradient():
+    """The mechanism is in effect: no (vocab, H) lookup gradient is built and no two vocab-sized gradients are
+    added; with inputs_embeds (no shared buffer) both happen, so this test can tell."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    config = tiny_config()
+    model = BertReproForPreTraining(config).train()
+    batch = padded_batch(config.vocab_size, batch=4, seq=12)
+    vocab_sized = (config.vocab_size, config.hidden_size)
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+            lookup = "embedding_dense_backward" in str(func) and args[2] == config.vocab_size  # num_weights
+            if lookup or (str(func).startswith("aten.add") and shapes == [vocab_sized, vocab_sized]):
+                self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    for shared in (True, False):
+        inputs = dict(batch)
+        if not shared:
+            inputs["inputs_embeds"] = model.bert.embeddings.word_embeddings(inputs.pop("input_ids"))
+        loss = model(**inputs, labels=inputs.get("input_ids", batch["input_ids"])).loss
+        with Ops() as ops:
+            loss.backward()
+        model.zero_grad()
+        assert (ops.seen == []) == shared, ops.seen
