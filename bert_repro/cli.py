@@ -25,7 +25,6 @@ class ConfigurationError(ValueError):
     """Settings that cannot work together; the recipes print the message without a traceback."""
 
 
-
 @dataclass
 class SpeedSwitches:
     """The model's speed switches, shared by the recipes; each default keeps the plain model's outputs."""

@@ -71,8 +71,8 @@ class BertReproConfig(PreTrainedConfig):
         unpad_inputs (`bool`, False): a speed switch. Run the encoder on the real tokens only: the rows of padding
             named by `attention_mask` are removed after the embeddings and the Transformer blocks work on a
             (tokens, hidden) matrix. Attention uses the variable-length FlashAttention kernel when
-            `attn_implementation` is a flash-attention one, otherwise the chosen kernel on the padded layout
-            (padding put back for attention only). Outputs at real tokens equal the padded model's; outputs at
+            `attn_implementation` is a flash-attention one; with eager or SDPA, sequences of similar length are
+            padded together in groups for attention only; any other kernel gets the whole batch padded back. Outputs at real tokens equal the padded model's; outputs at
             padding positions are zeros (the padded model computes values there that nothing should use).
             Off by default; ignored when `output_attentions=True` or when no token is padding.
         fast_dropout (`bool`, False): a speed switch for training on CPU, where drawing dropout's random numbers

@@ -856,9 +856,20 @@ def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 class _TiedMLMMixin:
-    """Shared by the two models that carry the MLM head: output embeddings and vocabulary resizing."""
+    """Shared by the two models that carry the MLM head: the encoder + MLM logits with the tied gradient, output
+    embeddings and vocabulary resizing."""
 
     _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
+
+    def _encode_and_predict(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, labels,
+                            sparse_prediction: bool, kwargs):
+        """(encoder outputs, MLM logits, their labels); the decoder and the lookup share one gradient buffer."""
+        tied = TiedGradient.for_forward(self, input_ids, inputs_embeds)
+        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                                 {**kwargs, "tied_gradient": tied})
+        logits, labels = _mlm_logits(self.cls.predictions, outputs.last_hidden_state, labels, sparse_prediction,
+                                     tied)
+        return outputs, logits, labels
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.cls.predictions.decoder
@@ -906,11 +917,9 @@ class BertReproForPreTraining(_TiedMLMMixin, BertReproPreTrainedModel):
         sparse_prediction: with labels, run the MLM head only at the masked positions (MosaicBERT); the loss is
             the same, `prediction_logits` is then (masked positions, vocab) in the order of `labels != -100`.
         """
-        tied = TiedGradient.for_forward(self, input_ids, inputs_embeds)
-        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                 {**kwargs, "tied_gradient": tied})
-        prediction_logits, labels = _mlm_logits(self.cls.predictions, outputs.last_hidden_state, labels,
-                                                sparse_prediction, tied)
+        outputs, prediction_logits, labels = self._encode_and_predict(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, labels, sparse_prediction, kwargs
+        )
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
 
         mlm_loss = _mlm_loss(prediction_logits, labels) if labels is not None else None
@@ -945,11 +954,9 @@ class BertReproForMaskedLM(_TiedMLMMixin, BertReproPreTrainedModel):
                 inputs_embeds=None, labels=None, return_dict=None, sparse_prediction: bool = False,
                 **kwargs) -> MaskedLMOutput | tuple:
         """sparse_prediction: as in `BertReproForPreTraining.forward`."""
-        tied = TiedGradient.for_forward(self, input_ids, inputs_embeds)
-        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                 {**kwargs, "tied_gradient": tied})
-        logits, labels = _mlm_logits(self.cls.predictions, outputs.last_hidden_state, labels, sparse_prediction,
-                                     tied)
+        outputs, logits, labels = self._encode_and_predict(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, labels, sparse_prediction, kwargs
+        )
         output = MaskedLMOutput(
             loss=_mlm_loss(logits, labels) if labels is not None else None,
             logits=logits,
