@@ -35,6 +35,9 @@ class SpeedSwitches:
         "help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."})
     fast_dropout: bool = field(default=False, metadata={
         "help": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of 1/32768)."})
+    last_layer_subset: bool = field(default=False, metadata={
+        "help": "Speed: the last Transformer block computes only the positions the heads read ([CLS], masked "
+                "positions); the same losses and logits."})
 
 
 def as_cli(values: dict[str, Any]) -> list[str]:

@@ -80,6 +80,14 @@ class BertReproConfig(PreTrainedConfig):
             probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006; the kept values are scaled by exactly
             1 / (1 - that)); attention then runs the eager kernel on CPU (SDPA's CPU path has no dropout kernel
             either). No effect in eval mode or on GPUs.
+        last_layer_subset (`bool`, False): a speed switch for the task models whose heads read the last layer at a
+            few positions only: [CLS] for sequence classification, multiple choice and NSP, [CLS] and the masked
+            positions for pre-training and MLM with `sparse_prediction`. The last Transformer block then projects
+            its attention context and runs its feed-forward network only at those positions (its attention
+            still reads every token as key and value), which saves about three quarters of that block. Losses
+            and logits are unchanged (to float rounding); the full last layer runs when hidden states or
+            attentions are asked for, or when a position read is padding. The bare `BertReproModel` takes the
+            positions as `last_layer_positions`.
     """
 
     model_type = "bert_repro"
@@ -103,6 +111,7 @@ class BertReproConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
     unpad_inputs: bool = False
     fast_dropout: bool = False
+    last_layer_subset: bool = False
 
     def validate_architecture(self):
         """Checked on construction (through `@strict`): a wrong config fails here, not deep inside a forward."""

@@ -31,6 +31,8 @@ torch, safetensors, transformers and its sibling `configuration_bert_repro`.
 from __future__ import annotations
 
 import os
+import sys
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -180,6 +182,86 @@ class _TiedLookup(torch.autograd.Function):
         return None, weight_grad, None
 
 
+class GradientBuffer:
+    """Keeps the token embeddings' dense (vocab, H) gradient tensor from one training step to the next.
+
+    The lookup's backward builds a (vocab, H) gradient: zeros with the looked-up rows added. Optimizers drop
+    `.grad` after each step (`zero_grad(set_to_none=True)`), so every step asks the allocator for a new
+    vocab-sized block, and on CPU glibc serves blocks that large (over 32 MiB) with fresh pages from the kernel:
+    zero-filling them cost ~8% of a MiniLM fine-tuning step. Here the lookup's backward takes back the previous
+    step's gradient tensor once nothing else holds it, clears it in place (pages already mapped), adds its rows
+    and hands it to autograd, which keeps it as `.grad` without a copy. A gradient still referenced anywhere
+    (`.grad` itself during gradient accumulation, a tensor or view kept by the user, a bucket view of DDP) is
+    never reused: the lookup then allocates as usual. Values are the same either way.
+    """
+
+    def __init__(self):
+        self._buffer: torch.Tensor | None = None
+        self._weight: weakref.ref | None = None
+        self._hook = None
+
+    def watch(self, weight: nn.Parameter) -> None:
+        """Remember the gradients that `weight` accumulates (re-hooked when the weight is replaced)."""
+        if self._weight is None or self._weight() is not weight:
+            if self._hook is not None:
+                self._hook.remove()
+            self._buffer = None
+            self._hook = weight.register_post_accumulate_grad_hook(self._keep)
+            self._weight = weakref.ref(weight)
+
+    def _keep(self, weight: torch.Tensor) -> None:
+        grad = weight.grad
+        if grad is not None and grad.layout == torch.strided and grad._base is None and grad.is_contiguous():
+            self._buffer = grad
+
+    def take(self, shape, like: torch.Tensor) -> torch.Tensor | None:
+        """The kept tensor, zeroed, if it fits and nothing else references it; else None."""
+        buffer, self._buffer = self._buffer, None
+        weight = self._weight() if self._weight is not None else None
+        if buffer is None or weight is None or buffer.shape != shape or buffer.dtype != like.dtype \
+                or buffer.device != like.device or weight.grad is buffer:
+            return None
+        try:  # Python references (this local and getrefcount's argument), C++ references, storage references
+            sole = (sys.getrefcount(buffer) == 2 and buffer._use_count() == 1
+                    and torch._C._storage_Use_Count(buffer.untyped_storage()._cdata) == 2)
+        except (AttributeError, RuntimeError):  # no way to count references in this torch: never reuse
+            sole = False
+        return buffer.zero_() if sole else None
+
+    def __deepcopy__(self, memo):  # a copied model starts without a kept tensor or a hook
+        return GradientBuffer()
+
+    def __getstate__(self):
+        return {"_buffer": None, "_weight": None, "_hook": None}
+
+
+class _BufferedLookup(torch.autograd.Function):
+    """`F.embedding` whose backward builds the weight's gradient in the tensor a GradientBuffer kept."""
+
+    @staticmethod
+    def forward(ctx, input_ids: torch.Tensor, weight: torch.Tensor, buffer: GradientBuffer) -> torch.Tensor:
+        ctx.save_for_backward(input_ids)
+        ctx.buffer, ctx.weight_shape = buffer, weight.shape
+        return F.embedding(input_ids, weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (input_ids,) = ctx.saved_tensors
+        rows, index = grad.reshape(-1, grad.shape[-1]), input_ids.reshape(-1)
+        if torch.is_grad_enabled():  # a differentiable backward (create_graph): the plain form
+            return None, grad.new_zeros(ctx.weight_shape).index_add(0, index, rows), None
+        weight_grad = ctx.buffer.take(ctx.weight_shape, grad)
+        if weight_grad is None:
+            weight_grad = grad.new_zeros(ctx.weight_shape)
+        return None, weight_grad.index_add_(0, index, rows), None
+
+
+def _plain_embedding(embedding: nn.Module) -> bool:
+    """An nn.Embedding without options that change its lookup or its gradient."""
+    return (type(embedding) is nn.Embedding and embedding.padding_idx is None and embedding.max_norm is None
+            and not embedding.scale_grad_by_freq and not embedding.sparse)
+
+
 class BertReproEmbeddings(nn.Module):
     """Token + learned absolute position + segment (A = 0, B = 1) embeddings, then LayerNorm and dropout."""
 
@@ -191,6 +273,7 @@ class BertReproEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = BertReproDropout(config.hidden_dropout_prob, config.fast_dropout)
         self.register_buffer("position_ids", torch.arange(config.max_position_embeddings)[None], persistent=False)
+        self.gradient_buffer = GradientBuffer()
 
     def forward(
         self,
@@ -201,8 +284,13 @@ class BertReproEmbeddings(nn.Module):
         tied_gradient: TiedGradient | None = None,
     ) -> torch.Tensor:
         """(batch, seq) ids -> (batch, seq, hidden) embeddings."""
+        weight = self.word_embeddings.weight
         if inputs_embeds is None and tied_gradient is not None:
-            inputs_embeds = _TiedLookup.apply(input_ids, self.word_embeddings.weight, tied_gradient)
+            inputs_embeds = _TiedLookup.apply(input_ids, weight, tied_gradient)
+        elif (inputs_embeds is None and torch.is_grad_enabled() and weight.requires_grad
+              and _plain_embedding(self.word_embeddings)):
+            self.gradient_buffer.watch(weight)
+            inputs_embeds = _BufferedLookup.apply(input_ids, weight, self.gradient_buffer)
         elif inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         seq_length = inputs_embeds.shape[1]
@@ -272,6 +360,7 @@ class Unpadded:
     def __init__(self, keep: torch.Tensor):
         """keep: (batch, seq) bool, True at real tokens."""
         self.batch, self.seq = keep.shape
+        self.keep = keep
         self.indices = keep.flatten().nonzero().flatten()
         lengths = keep.sum(dim=1, dtype=torch.int32)
         self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
@@ -461,8 +550,13 @@ class BertReproAttention(nn.Module):
         self.self = BertReproSelfAttention(config)
         self.output = BertReproSelfOutput(config)
 
-    def forward(self, hidden_states, attention_mask, **kwargs):
+    def forward(self, hidden_states, attention_mask, keep: torch.Tensor | None = None, **kwargs):
+        """keep: rows of the flattened (.., hidden) states that the rest of the block computes (see
+        `BertReproEncoder`); attention itself still reads every token as key and value."""
         context, probs = self.self(hidden_states, attention_mask, **kwargs)
+        if keep is not None:
+            context = context.reshape(-1, context.shape[-1]).index_select(0, keep)
+            hidden_states = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, keep)
         return self.output(context, hidden_states), probs
 
 
@@ -500,8 +594,9 @@ class BertReproLayer(GradientCheckpointingLayer):
         self.intermediate = BertReproIntermediate(config)
         self.output = BertReproOutput(config)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
-        attention_output, probs = self.attention(hidden_states, attention_mask, **kwargs)
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None, **kwargs):
+        attention_output, probs = self.attention(hidden_states, attention_mask, keep=keep, **kwargs)
         layer_output = self.output(self.intermediate(attention_output), attention_output)
         return layer_output, probs
 
@@ -511,11 +606,17 @@ class BertReproEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList([BertReproLayer(config) for _ in range(config.num_hidden_layers)])
 
-    def forward(self, hidden_states, attention_mask, output_hidden_states=False, output_attentions=False, **kwargs):
+    def forward(self, hidden_states, attention_mask, output_hidden_states=False, output_attentions=False,
+                last_layer_keep: torch.Tensor | None = None, **kwargs):
+        """last_layer_keep: indices into the flattened (.., hidden) states of the rows that anything reads after
+        the encoder. The last block then projects the attention context and runs its feed-forward network only
+        at those rows (its attention still covers every token), and returns them as a (rows, hidden) matrix."""
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_attentions = () if output_attentions else None
-        for layer in self.layer:
-            hidden_states, probs = layer(hidden_states, attention_mask, **kwargs)
+        last = len(self.layer) - 1
+        for i, layer in enumerate(self.layer):
+            keep = last_layer_keep if i == last else None
+            hidden_states, probs = layer(hidden_states, attention_mask, keep=keep, **kwargs)
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
             if output_attentions:
@@ -709,8 +810,30 @@ class BertReproPreTrainedModel(PreTrainedModel):
         self.config.auto_map = dict(AUTO_MAP)
         return super().save_pretrained(save_directory, *args, **kwargs)
 
-    def _run_bert(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs):
-        """Call the encoder of a head model, forwarding the output flags."""
+    def _last_layer_positions(self, shape, attention_mask, kwargs, reads: torch.Tensor | None = None):
+        """The (batch, seq) positions a head reads from the last layer, for the `last_layer_subset` switch:
+        [CLS] when the model has a pooler, and `reads`. None (the whole last layer runs) when the switch is off,
+        when hidden states or attentions are asked for, or when a position read is padding."""
+        config = self.config
+        wanted = [kwargs.get(flag) if kwargs.get(flag) is not None else getattr(config, flag)
+                  for flag in ("output_hidden_states", "output_attentions")]
+        if not config.last_layer_subset or any(wanted):
+            return None
+        device = self.bert.embeddings.position_ids.device
+        positions = torch.zeros(shape, dtype=torch.bool, device=device) if reads is None else reads.clone()
+        if self.bert.pooler is not None:
+            positions[:, 0] = True
+        if attention_mask is not None and attention_mask.dim() == 2 and bool((positions & ~attention_mask.bool()).any()):
+            return None
+        return positions
+
+    def _run_bert(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs,
+                  cls_only: bool = False):
+        """Call the encoder of a head model, forwarding the output flags. cls_only: the head reads the pooled
+        output only (then `last_layer_subset` computes the last layer at [CLS] only)."""
+        if cls_only:
+            shape = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+            kwargs = {**kwargs, "last_layer_positions": self._last_layer_positions(shape, attention_mask, kwargs)}
         return self.bert(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -760,6 +883,7 @@ class BertReproModel(BertReproPreTrainedModel):
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
         tied_gradient: TiedGradient | None = None,
+        last_layer_positions: torch.Tensor | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
         """
@@ -770,6 +894,12 @@ class BertReproModel(BertReproPreTrainedModel):
             output_hidden_states: return the embedding output and every layer's output (L + 1 tensors).
             output_attentions: return every layer's attention probabilities (needs attn_implementation="eager").
             tied_gradient: set by the models with an MLM head, whose decoder shares the token embeddings.
+            last_layer_positions: (batch, seq) bool, the positions whose last hidden state the caller reads (the
+                task models' `last_layer_subset` switch). The last block then projects its attention context
+                and runs its feed-forward network only there, and `last_hidden_state` is a (positions, hidden)
+                matrix in the order of `last_layer_positions.nonzero()` (padding positions left out when
+                `unpad_inputs` is on). With a pooler, position 0 must be among them. Not with
+                `output_hidden_states` or `output_attentions`.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
@@ -793,20 +923,44 @@ class BertReproModel(BertReproPreTrainedModel):
             mask = create_bidirectional_mask(
                 config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
             )
+        keep = kept = None
+        if last_layer_positions is not None:
+            if output_hidden_states or output_attentions:
+                raise ValueError("last_layer_positions cannot be combined with output_hidden_states or "
+                                 "output_attentions: the last layer is then computed at those positions only.")
+            kept = last_layer_positions.bool()
+            if self.pooler is not None and not bool(kept[:, 0].all()):
+                raise ValueError("last_layer_positions must include position 0 ([CLS]), which the pooler reads.")
+            if unpadded is not None:
+                kept = kept & unpadded.keep
+                keep = kept.flatten()[unpadded.indices].nonzero().flatten()
+            else:
+                keep = kept.flatten().nonzero().flatten()
         if unpadded is None:
             sequence_output, hidden_states, attentions = self.encoder(
-                embedding_output, mask, output_hidden_states, output_attentions, **kwargs
+                embedding_output, mask, output_hidden_states, output_attentions, last_layer_keep=keep, **kwargs
             )
         else:
             unpadded.mask = mask
             sequence_output, hidden_states, attentions = self.encoder(
                 unpadded.unpad(embedding_output), None, output_hidden_states, output_attentions,
-                unpadded=unpadded, **kwargs
+                last_layer_keep=keep, unpadded=unpadded, **kwargs
             )
-            sequence_output = unpadded.pad(sequence_output)
+            if keep is None:
+                sequence_output = unpadded.pad(sequence_output)
             if hidden_states is not None:
                 hidden_states = tuple(unpadded.pad(h) for h in hidden_states)
-        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        pooled_output = None
+        if self.pooler is not None and keep is None:
+            pooled_output = self.pooler(sequence_output)
+        elif self.pooler is not None:
+            # The [CLS] rows of the (positions, hidden) output: each sequence's first kept row. A sequence with
+            # no real token has none (unpad_inputs) and reads zeros, as the unpadded model's padding does.
+            counts = kept.sum(dim=1)
+            first = counts.cumsum(0) - counts
+            cls = sequence_output.index_select(0, first.clamp(max=max(sequence_output.shape[0] - 1, 0)))
+            cls = cls * kept[:, :1].to(cls.dtype)
+            pooled_output = self.pooler(cls[:, None])
         output = BaseModelOutputWithPooling(
             last_hidden_state=sequence_output,
             pooler_output=pooled_output,
@@ -865,10 +1019,18 @@ class _TiedMLMMixin:
                             sparse_prediction: bool, kwargs):
         """(encoder outputs, MLM logits, their labels); the decoder and the lookup share one gradient buffer."""
         tied = TiedGradient.for_forward(self, input_ids, inputs_embeds)
+        positions = masked = None
+        if sparse_prediction and labels is not None:
+            masked = labels != -100
+            positions = self._last_layer_positions(masked.shape, attention_mask, kwargs, reads=masked)
         outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                 {**kwargs, "tied_gradient": tied})
-        logits, labels = _mlm_logits(self.cls.predictions, outputs.last_hidden_state, labels, sparse_prediction,
-                                     tied)
+                                 {**kwargs, "tied_gradient": tied, "last_layer_positions": positions})
+        if positions is None:
+            logits, labels = _mlm_logits(self.cls.predictions, outputs.last_hidden_state, labels,
+                                         sparse_prediction, tied)
+        else:  # the encoder returned the rows at `positions` only; the masked ones among them, in order
+            logits = self.cls.predictions(outputs.last_hidden_state[masked[positions]], tied)
+            labels = labels[masked]
         return outputs, logits, labels
 
     def get_output_embeddings(self) -> nn.Linear:
@@ -977,7 +1139,8 @@ class BertReproForNextSentencePrediction(BertReproPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> NextSentencePredictorOutput | tuple:
-        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs,
+                                 cls_only=True)
         logits = self.cls.seq_relationship(outputs.pooler_output)
         output = NextSentencePredictorOutput(
             loss=F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None,
@@ -1006,7 +1169,8 @@ class BertReproForSequenceClassification(BertReproPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> SequenceClassifierOutput | tuple:
-        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs)
+        outputs = self._run_bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, kwargs,
+                                 cls_only=True)
         logits = self.classifier(self.dropout(outputs.pooler_output))
         output = SequenceClassifierOutput(
             loss=self._loss(logits, labels) if labels is not None else None,
@@ -1088,7 +1252,7 @@ class BertReproForMultipleChoice(BertReproPreTrainedModel):
             return None if x is None else x.reshape(-1, *x.shape[2:])
 
         outputs = self._run_bert(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
-                                 flat(inputs_embeds), kwargs)
+                                 flat(inputs_embeds), kwargs, cls_only=True)
         logits = self.classifier(self.dropout(outputs.pooler_output)).reshape(-1, num_choices)
         output = MultipleChoiceModelOutput(
             loss=F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None,

@@ -128,7 +128,7 @@ class PreTrainingArguments(SpeedSwitches):
 
 # Fields that may change between an interrupted run and its resumption.
 RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot",
-                      "unpad_inputs", "compile_layers", "fast_dropout",  # speed switches: the same training either way
+                      "unpad_inputs", "compile_layers", "fast_dropout", "last_layer_subset",  # speed switches: the same training either way
                       "logging_steps", "report_to", "disable_tqdm", "dataloader_num_workers",
                       "gradient_accumulation_steps"}  # derived from global_batch_size and the processes
 
@@ -458,11 +458,12 @@ def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDa
     if run.init_from:
         model = BertReproForPreTraining.from_pretrained(
             run.init_from, attn_implementation=run.attn_implementation, unpad_inputs=run.unpad_inputs,
-            fast_dropout=run.fast_dropout,
+            fast_dropout=run.fast_dropout, last_layer_subset=run.last_layer_subset,
         )
     else:
         config.unpad_inputs = run.unpad_inputs
         config.fast_dropout = run.fast_dropout
+        config.last_layer_subset = run.last_layer_subset
         model = BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
     return model.compile_layers() if run.compile_layers else model
 

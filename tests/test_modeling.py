@@ -409,3 +409,91 @@ def test_sparse_prediction_equals_dense(model_cls):
     assert torch.allclose(sparse_logits, dense_logits[labels != -100], atol=1e-6)
     assert torch.allclose(sparse.loss, dense.loss, atol=1e-6)
     assert max((dense_grads[k] - sparse_grads[k]).abs().max().item() for k in dense_grads) < 1e-6
+
+
+SUBSET_HEADS = [
+    (BertReproForSequenceClassification, transformers.BertForSequenceClassification, "labels_cls"),
+    (BertReproForNextSentencePrediction, transformers.BertForNextSentencePrediction, "labels_nsp"),
+    (BertReproForMultipleChoice, transformers.BertForMultipleChoice, "choices"),
+    (BertReproForMaskedLM, transformers.BertForMaskedLM, "labels_tokens"),
+    (BertReproForPreTraining, transformers.BertForPreTraining, "pretraining"),
+]
+
+
+@UNPAD
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("ours_cls,hf_cls,kind", SUBSET_HEADS, ids=[h[0].__name__ for h in SUBSET_HEADS])
+def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn, unpad):
+    """`last_layer_subset`: the last block runs only at the positions the head reads, and the loss, the logits
+    and every gradient still equal transformers' full model (training mode, dropout off)."""
+    config = tiny_config(num_labels=3, unpad_inputs=unpad, last_layer_subset=True, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0)
+    ours, theirs = twin(ours_cls, hf_cls, config, attn)
+    ours.train(), theirs.train()
+    batch = padded_batch(config.vocab_size, batch=4, seq=12)
+    if kind == "pretraining":
+        inputs, labels = head_inputs("labels_tokens", config, batch)
+        labels["next_sentence_label"] = torch.tensor([0, 1, 0, 1])
+    else:
+        inputs, labels = head_inputs(kind, config, batch)
+    rows = []
+    ours.bert.encoder.layer[-1].intermediate.dense.register_forward_hook(lambda m, i, o: rows.append(i[0].shape))
+    sparse = {"sparse_prediction": True} if kind in ("labels_tokens", "pretraining") else {}
+    a = ours(**inputs, **labels, **sparse)
+    b = theirs(**inputs, **labels)
+    a.loss.backward()
+    b.loss.backward()
+    # The last block's feed-forward saw only the positions read: [CLS] of each sequence, and the masked tokens.
+    read = 4 if kind != "labels_tokens" else 0
+    if sparse:
+        read += int((labels["labels"] != -100).sum()) + (0 if kind == "labels_tokens" else -int(
+            (labels["labels"][:, 0] != -100).sum()))
+    assert rows == [torch.Size([read, config.hidden_size])]
+    tag = f"{ours_cls.__name__}/{attn}{'/unpadded' if unpad else ''} last_layer_subset"
+    report(f"{tag} loss", max_diff(a.loss, b.loss))
+    if sparse:
+        picked = labels["labels"] != -100
+        theirs_logits = b.logits if kind == "labels_tokens" else b.prediction_logits
+        ours_logits = a.logits if kind == "labels_tokens" else a.prediction_logits
+        report(f"{tag} MLM logits", max_diff(ours_logits, theirs_logits[picked]))
+    if kind == "pretraining":
+        report(f"{tag} NSP logits", max_diff(a.seq_relationship_logits, b.seq_relationship_logits))
+    elif not sparse:
+        report(f"{tag} logits", max_diff(a.logits, b.logits))
+    theirs_params = dict(theirs.named_parameters())
+    grads = [max_diff(p.grad, theirs_params[n].grad) for n, p in ours.named_parameters() if p.grad is not None]
+    assert len(grads) == len([p for p in ours.parameters() if p.requires_grad])
+    report(f"{tag} gradients", max(grads))
+
+
+def test_last_layer_subset_falls_back_to_the_whole_layer():
+    """With hidden states asked for, or a position read at padding, the whole last layer runs; the bare model
+    takes explicit positions and returns those rows only."""
+    config = tiny_config(num_labels=2, last_layer_subset=True)
+    torch.manual_seed(0)
+    model = BertReproForSequenceClassification(config).eval()
+    batch = padded_batch(config.vocab_size, batch=3, seq=10)
+    rows = []
+    model.bert.encoder.layer[-1].intermediate.dense.register_forward_hook(lambda m, i, o: rows.append(i[0].shape))
+    with torch.no_grad():
+        subset = model(**batch).logits
+        full = model(**batch, output_hidden_states=True).logits
+        padded_cls = dict(batch, attention_mask=batch["attention_mask"].clone())
+        padded_cls["attention_mask"][1] = 0  # a row of padding only: its [CLS] position is padding
+        model(**padded_cls)
+    assert [r[:-1] for r in rows] == [(3,), (3, 10), (3, 10)]
+    assert max_diff(subset, full) <= TOL
+    bare = model.bert
+    positions = torch.zeros(3, 10, dtype=torch.bool)
+    positions[:, 0] = True
+    positions[0, 4] = positions[2, 1] = True
+    with torch.no_grad():
+        part = bare(**batch, last_layer_positions=positions)
+        whole = bare(**batch)
+    assert part.last_hidden_state.shape == (5, config.hidden_size)
+    report("last_layer_positions rows", max_diff(part.last_hidden_state, whole.last_hidden_state[positions]))
+    report("last_layer_positions pooled", max_diff(part.pooler_output, whole.pooler_output))
+    with pytest.raises(ValueError, match="position 0"):
+        bare(**batch, last_layer_positions=positions[:, 1:].clone().resize_(3, 10).zero_())
+    with pytest.raises(ValueError, match="output_hidden_states"):
+        bare(**batch, last_layer_positions=positions, output_hidden_states=True)

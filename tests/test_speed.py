@@ -372,3 +372,78 @@ def test_tied_embedding_gradient_needs_no_dense_lookup_gradient():
             loss.backward()
         model.zero_grad()
         assert (ops.seen == []) == shared, ops.seen
+
+
+@pytest.mark.parametrize("case", ["steps", "accumulation", "create-graph", "checkpointing"])
+def test_token_embedding_gradient_buffer_gives_autograd_values(case):
+    """The untied lookup builds its (vocab, H) gradient in the tensor kept from the previous step (GradientBuffer):
+    over several optimizer steps the gradients equal plain autograd's (the same lookup passed as inputs_embeds),
+    and in the normal loop the tensor is really reused."""
+    config = tiny_config(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    # eager attention: SDPA's CPU kernel has no double backward (create-graph)
+    model = BertReproForSequenceClassification._from_config(config, attn_implementation="eager").train()
+    if case == "checkpointing":
+        model.activation_checkpointing_enable()
+    reference = BertReproForSequenceClassification._from_config(config, attn_implementation="eager").train()
+    reference.load_state_dict(model.state_dict())
+    weight = model.bert.embeddings.word_embeddings.weight
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, reference)]
+    addresses = []
+    for step in range(3):
+        batch = padded_batch(config.vocab_size, batch=4, seq=12, seed=step)
+        labels = torch.tensor([0, 1, 1, 0])
+        for m in (model, reference):
+            inputs = dict(batch)
+            if m is reference:
+                inputs["inputs_embeds"] = m.bert.embeddings.word_embeddings(inputs.pop("input_ids"))
+            for _ in range(2 if case == "accumulation" else 1):
+                loss = m(**inputs, labels=labels).loss
+                if case == "create-graph":
+                    (grad,) = torch.autograd.grad(loss, m.bert.embeddings.word_embeddings.weight, create_graph=True)
+                    (loss + grad.pow(2).sum()).backward()
+                else:
+                    loss.backward(retain_graph=m is reference and case == "accumulation")
+        addresses.append(weight.grad.data_ptr())
+        worst = max((p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
+        assert worst < 1e-6, (step, worst)
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    if case in ("steps", "checkpointing"):
+        assert len(set(addresses)) == 1  # the same tensor every step: no new vocab-sized block
+
+
+def test_token_embedding_gradient_buffer_never_overwrites_a_gradient_still_held():
+    """A gradient the user kept (the tensor, a view of it, or `.grad` without set_to_none) is never reused."""
+    import copy
+
+    config = tiny_config(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = BertReproForSequenceClassification(config).train()
+    weight = model.bert.embeddings.word_embeddings.weight
+    labels = torch.tensor([0, 1, 1, 0])
+
+    def backward(seed):
+        model(**padded_batch(config.vocab_size, batch=4, seq=12, seed=seed), labels=labels).loss.backward()
+
+    backward(0)
+    kept = weight.grad
+    copy_of_kept = kept.clone()
+    model.zero_grad(set_to_none=True)
+    backward(1)
+    assert torch.equal(kept, copy_of_kept) and weight.grad.data_ptr() != kept.data_ptr()
+    row = weight.grad[5]
+    copy_of_row = row.clone()
+    model.zero_grad(set_to_none=True)
+    backward(2)
+    assert torch.equal(row, copy_of_row)
+    model.zero_grad(set_to_none=False)  # .grad stays, zeroed: autograd adds into it
+    backward(3)
+    once = weight.grad.clone()
+    backward(3)
+    assert torch.allclose(weight.grad, 2 * once)
+    twin = copy.deepcopy(model)  # a copy starts with its own (empty) buffer
+    twin.zero_grad(set_to_none=True)
+    twin(**padded_batch(config.vocab_size, batch=4, seq=12, seed=4), labels=labels).loss.backward()
+    assert twin.bert.embeddings.word_embeddings.weight.grad.data_ptr() != weight.grad.data_ptr()
