@@ -153,3 +153,15 @@ def test_glue_average_needs_all_eight():
     rows = [{"task": t, "ours": 80.0} for t in ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")]
     assert glue_average(rows + [{"task": "wnli", "ours": 0.0}]) == 80.0  # WNLI is left out, as in the paper
     assert glue_average(rows[:-1]) is None
+
+
+def test_speed_switches_reach_the_model(tmp_path, tiny_model):
+    """--unpad_inputs / --fast_dropout / --last_layer_subset are set on the fine-tuned model (and saved with it)."""
+    data = write(tmp_path / "data", fixture_files("mrpc"))
+    out = tmp_path / "out"
+    run_finetuning(["--task", "mrpc", "--model", str(tiny_model), "--data", str(data), "--output_dir", str(out),
+                    "--learning_rates", "1e-4", "--max_steps", "2", "--per_device_train_batch_size", "2",
+                    "--use_cpu", "true", "--disable_tqdm", "true", "--max_seq_length", "64",
+                    "--unpad_inputs", "true", "--fast_dropout", "true", "--last_layer_subset", "true"])
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["unpad_inputs"] and config["fast_dropout"] and config["last_layer_subset"]
