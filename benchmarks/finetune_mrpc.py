@@ -6,8 +6,9 @@ same hyper-parameters and seed (lr 5e-5, 1 epoch by default, batch 32, max lengt
 decay 0.01, eps 1e-6, dynamic padding). Ours runs as the recipe's default (the parity setting) and with the speed
 switches (`--unpad_inputs`, `--fast_dropout`, `--last_layer_subset`, and `--compile_layers` with --compile).
 After an untimed warm-up (a short transformers run: the first training in a process is the slowest), transformers
-runs first and again last, and the ratios use the mean of its two runs (this machine's speed drifts over minutes). Prints dev accuracy and F1, the wall time of each, the ratios to transformers, and the machine's
-matmul peak.
+runs first and again last, and the ratios use the mean of its two runs (this machine's speed drifts over minutes).
+Prints dev accuracy and F1, the wall time of each, the ratios to transformers (also against its faster run), and
+the machine's matmul peak.
 
     python benchmarks/finetune_mrpc.py [--mrpc ../shared/data/glue/MRPC] [--epochs 1] [--compile]
         [--variants "ours default,ours all switches"] [--out runs/bench_mrpc]

