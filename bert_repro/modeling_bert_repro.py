@@ -142,6 +142,12 @@ class TiedGradient:
             return None
         return TiedGradient() if model.cls.predictions.decoder.weight is weight else None
 
+    def take(self, shape, like: torch.Tensor) -> torch.Tensor | None:
+        """For the lookup's backward: the decoder's gradient to add its rows into, if it came first."""
+        pending, self.pending = self.pending, None
+        self.lookup_done = True
+        return pending
+
 
 class _DecoderWeight(torch.autograd.Function):
     """Identity on the decoder's weight; its backward hands the gradient to the lookup (see TiedGradient)."""
@@ -158,28 +164,6 @@ class _DecoderWeight(torch.autograd.Function):
             return grad, None
         tied.pending = grad if tied.pending is None else tied.pending + grad
         return None, None
-
-
-class _TiedLookup(torch.autograd.Function):
-    """`F.embedding` whose backward adds its rows into the decoder's pending gradient (see TiedGradient)."""
-
-    @staticmethod
-    def forward(ctx, input_ids: torch.Tensor, weight: torch.Tensor, tied: TiedGradient) -> torch.Tensor:
-        ctx.save_for_backward(input_ids)
-        ctx.tied, ctx.weight_shape = tied, weight.shape
-        return F.embedding(input_ids, weight)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (input_ids,) = ctx.saved_tensors
-        tied = ctx.tied
-        rows, index = grad.reshape(-1, grad.shape[-1]), input_ids.reshape(-1)
-        if tied.pending is not None:
-            weight_grad, tied.pending = tied.pending.index_add_(0, index, rows), None
-        else:
-            weight_grad = grad.new_zeros(ctx.weight_shape).index_add_(0, index, rows)
-        tied.lookup_done = True
-        return None, weight_grad, None
 
 
 class GradientBuffer:
@@ -236,25 +220,25 @@ class GradientBuffer:
         return {"_buffer": None, "_weight": None, "_hook": None}
 
 
-class _BufferedLookup(torch.autograd.Function):
-    """`F.embedding` whose backward builds the weight's gradient in the tensor a GradientBuffer kept."""
+class _LookupInto(torch.autograd.Function):
+    """`F.embedding` whose backward adds its rows into a dense tensor that `into.take` hands over (the tied
+    decoder's pending gradient, see TiedGradient; the previous step's gradient tensor, see GradientBuffer) instead
+    of a new zero matrix; a new one when `take` has none, and in a differentiable backward (create_graph)."""
 
     @staticmethod
-    def forward(ctx, input_ids: torch.Tensor, weight: torch.Tensor, buffer: GradientBuffer) -> torch.Tensor:
+    def forward(ctx, input_ids: torch.Tensor, weight: torch.Tensor, into: TiedGradient | GradientBuffer):
         ctx.save_for_backward(input_ids)
-        ctx.buffer, ctx.weight_shape = buffer, weight.shape
+        ctx.into, ctx.weight_shape = into, weight.shape
         return F.embedding(input_ids, weight)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (input_ids,) = ctx.saved_tensors
         rows, index = grad.reshape(-1, grad.shape[-1]), input_ids.reshape(-1)
-        if torch.is_grad_enabled():  # a differentiable backward (create_graph): the plain form
+        target = None if torch.is_grad_enabled() else ctx.into.take(ctx.weight_shape, grad)
+        if target is None:
             return None, grad.new_zeros(ctx.weight_shape).index_add(0, index, rows), None
-        weight_grad = ctx.buffer.take(ctx.weight_shape, grad)
-        if weight_grad is None:
-            weight_grad = grad.new_zeros(ctx.weight_shape)
-        return None, weight_grad.index_add_(0, index, rows), None
+        return None, target.index_add_(0, index, rows), None
 
 
 def _plain_embedding(embedding: nn.Module) -> bool:
@@ -285,15 +269,16 @@ class BertReproEmbeddings(nn.Module):
         tied_gradient: TiedGradient | None = None,
     ) -> torch.Tensor:
         """(batch, seq) ids -> (batch, seq, hidden) embeddings."""
-        weight = self.word_embeddings.weight
-        if inputs_embeds is None and tied_gradient is not None:
-            inputs_embeds = _TiedLookup.apply(input_ids, weight, tied_gradient)
-        elif (inputs_embeds is None and torch.is_grad_enabled() and weight.requires_grad
-              and _plain_embedding(self.word_embeddings)):
-            self.gradient_buffer.watch(weight)
-            inputs_embeds = _BufferedLookup.apply(input_ids, weight, self.gradient_buffer)
-        elif inputs_embeds is None:
-            inputs_embeds = self.word_embeddings(input_ids)
+        if inputs_embeds is None:
+            weight, into = self.word_embeddings.weight, tied_gradient
+            if (into is None and torch.is_grad_enabled() and weight.requires_grad
+                    and _plain_embedding(self.word_embeddings)):
+                self.gradient_buffer.watch(weight)
+                into = self.gradient_buffer
+            if into is None:
+                inputs_embeds = self.word_embeddings(input_ids)
+            else:
+                inputs_embeds = _LookupInto.apply(input_ids, weight, into)
         seq_length = inputs_embeds.shape[1]
         if seq_length > self.position_embeddings.num_embeddings:
             raise ValueError(
