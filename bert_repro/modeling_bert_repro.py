@@ -356,6 +356,8 @@ class Unpadded:
         self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
         self.max_seqlen = int(lengths.max())
         self.lengths = lengths.tolist()
+        # each non-empty sequence's first token, as a row of the (tokens, ...) matrix
+        self.first_tokens = self.cu_seqlens[:-1][lengths > 0].long()
         self.mask: torch.Tensor | None = None
         self._groups: AttentionGroups | None = None
 
@@ -425,6 +427,16 @@ class AttentionGroups:
         dest = torch.full((cells,), starts[-1], dtype=torch.long)
         dest[scatter] = torch.arange(starts[-1])
         self.dest = dest.to(unpadded.indices.device)
+        # `first`: for each grid row, its sequence's rank among the non-empty sequences (where its first token's
+        # row lies in `Unpadded.first_tokens`); `row_sizes`: rows per grid.
+        rank = {r: i for i, r in enumerate(sorted(order))}
+        self.first = torch.tensor([rank[r] for r in order], dtype=torch.long, device=unpadded.indices.device)
+        self.row_sizes = [rows for rows, _, _ in self.groups]
+
+    def per_grid(self):
+        """For each grid: (rows, seq, key_mask), and its parts of `gather`, `dest` and `first`."""
+        return zip(self.groups, self.gather.split(self.sizes), self.dest.split(self.sizes),
+                   self.first.split(self.row_sizes))
 
 
 class _GroupedAttention(torch.autograd.Function):
@@ -436,33 +448,42 @@ class _GroupedAttention(torch.autograd.Function):
     (heads * rows, seq, head_size) layout of the batched products (batch order head-major, which needs no
     transpose of a 5-d view), the context rows are copied to their tokens with one `index_copy_`, and the
     backward writes the query, key and value gradients into one (tokens, 3 * hidden) buffer with one
-    `index_copy_` per grid, where autograd would stack, concatenate, zero-fill and `index_add` (about 0.9x the time
-    of the layer's attention with its projections, fused QKV included, on MiniLM MRPC batches). Dropout on the
-    probabilities draws its mask like `fast_dropout` (the `fast` flag) or like `F.dropout`; the scale of the kept
-    values is folded into the products with V. The backward is not itself differentiable (no double backward)."""
+    `index_copy_` per grid, where autograd would stack, concatenate, zero-fill and `index_add` (0.97x the time of
+    a MiniLM MRPC training step). Dropout on the probabilities draws its mask like `fast_dropout` (the `fast`
+    flag) or like `F.dropout`; the scale of the kept values is folded into the products with V. The backward is
+    not itself differentiable (no double backward).
+
+    With `queries` ((sequences, hidden): the query projections at each non-empty sequence's first token, in
+    sequence order) the input is the (tokens, 2 * hidden) key/value projections and the output is the context at
+    those first tokens only: the last layer under `last_layer_subset` when the head reads [CLS] only."""
 
     @staticmethod
     def forward(ctx, qkv: torch.Tensor, groups: "AttentionGroups", heads: int, scaling: float, dropout: float,
-                fast: bool) -> torch.Tensor:
+                fast: bool, queries: torch.Tensor | None = None) -> torch.Tensor:
         tokens, width = qkv.shape
-        head_size = width // (3 * heads)
+        first_only = queries is not None
+        parts = 2 if first_only else 3
+        head_size = width // (parts * heads)
         hidden = heads * head_size
-        ctx.set_materialize_grads(True)
         # Everything runs in qkv's dtype (under autocast, the projection's): autocast would not change it.
         with torch.autocast(qkv.device.type, enabled=False):
-            out = qkv.new_empty(tokens + 1, hidden)  # row `tokens` takes the padding cells' context (dropped)
+            # the padding cells' context goes to row `tokens`, dropped (first tokens are never padding)
+            out = qkv.new_empty(len(queries) if first_only else tokens + 1, hidden)
             saved, layout = [], []
-            for (rows, seq, key_mask), gather, dest in zip(groups.groups, groups.gather.split(groups.sizes),
-                                                           groups.dest.split(groups.sizes)):
+            for (rows, seq, key_mask), gather, dest, first in groups.per_grid():
                 batch = heads * rows
-                cells = qkv.index_select(0, gather).view(rows * seq, 3 * heads, head_size)
-                cells = cells.transpose(0, 1).reshape(3, batch, seq, head_size)  # (q|k|v, head-major batch, ...)
-                query, key, value = cells.unbind(0)
-                scores = torch.baddbmm(_empty_like(qkv, batch, seq, seq), query, key.transpose(1, 2), beta=0,
+                cells = _heads_first(qkv.index_select(0, gather), parts, heads, rows, seq)
+                if first_only:
+                    key, value = cells.unbind(0)
+                    query = _heads_first(queries.index_select(0, first), 1, heads, rows, 1)[0]
+                else:
+                    query, key, value = cells.unbind(0)
+                n = query.shape[1]  # queries per grid row
+                scores = torch.baddbmm(_empty_like(qkv, batch, n, seq), query, key.transpose(1, 2), beta=0,
                                        alpha=scaling)
                 if key_mask is not None:  # (rows, 1, 1, seq) -> (1, rows, 1, seq) for the head-major batch
-                    scores.view(heads, rows, seq, seq).masked_fill_(~key_mask.view(1, rows, 1, seq),
-                                                                   torch.finfo(scores.dtype).min)
+                    scores.view(heads, rows, n, seq).masked_fill_(~key_mask.view(1, rows, 1, seq),
+                                                                 torch.finfo(scores.dtype).min)
                 probs = torch.softmax(scores, dim=-1)
                 del scores
                 mask, scale = None, 1.0
@@ -472,47 +493,72 @@ class _GroupedAttention(torch.autograd.Function):
                     else:  # what F.dropout does on CPU: Bernoulli(1 - p) noise scaled by 1 / (1 - p)
                         mask = torch.empty_like(probs).bernoulli_(1 - dropout).div_(1 - dropout)
                 kept = probs if mask is None else probs * mask
-                context = torch.baddbmm(_empty_like(qkv, batch, seq, head_size), kept, value, beta=0, alpha=scale)
-                out.index_copy_(0, dest, context.view(heads, rows * seq, head_size).transpose(0, 1)
-                                .reshape(rows * seq, hidden))
-                saved += [cells, probs, kept] + ([mask] if mask is not None else [])
+                context = torch.baddbmm(_empty_like(qkv, batch, n, head_size), kept, value, beta=0, alpha=scale)
+                out.index_copy_(0, first if first_only else dest, _tokens_first(context, heads, rows * n))
+                saved += [cells, probs, kept] + ([query] if first_only else []) + ([mask] if mask is not None else [])
                 layout.append((rows, seq, scale, mask is not None))
-        ctx.save_for_backward(*saved, groups.dest)
-        ctx.layout, ctx.sizes, ctx.heads, ctx.scaling = layout, groups.sizes, heads, scaling
-        return out[:tokens]
+        ctx.save_for_backward(*saved, groups.dest, groups.first)
+        ctx.layout, ctx.heads, ctx.scaling, ctx.first_only, ctx.tokens = layout, heads, scaling, first_only, tokens
+        ctx.sizes, ctx.row_sizes = groups.sizes, groups.row_sizes
+        return out if first_only else out[:tokens]
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor):
-        *saved, all_dest = ctx.saved_tensors
-        heads, scaling = ctx.heads, ctx.scaling
-        tokens, hidden = grad.shape
+        *saved, all_dest, all_first = ctx.saved_tensors
+        heads, scaling, first_only, tokens = ctx.heads, ctx.scaling, ctx.first_only, ctx.tokens
+        parts = 2 if first_only else 3
+        hidden = grad.shape[1]
         head_size = hidden // heads
-        # A zero row at `tokens`: the padding cells' queries read it, so they add nothing to K and V's gradients.
-        grad = torch.cat([grad, grad.new_zeros(1, hidden)])
-        grad_qkv = grad.new_empty(tokens + 1, 3 * hidden)  # row `tokens` takes the padding cells' (dropped)
+        grad_queries = grad.new_empty(grad.shape) if first_only else None
+        if not first_only:
+            # A zero row at `tokens`: the padding cells' queries read it, so they add nothing to K and V's gradients.
+            grad = torch.cat([grad, grad.new_zeros(1, hidden)])
+        grad_qkv = grad.new_empty(tokens + 1, parts * hidden)  # row `tokens` takes the padding cells' (dropped)
         i = 0
-        for (rows, seq, scale, has_mask), dest in zip(ctx.layout, all_dest.split(ctx.sizes)):
+        for (rows, seq, scale, has_mask), dest, first in zip(ctx.layout, all_dest.split(ctx.sizes),
+                                                             all_first.split(ctx.row_sizes)):
             cells, probs, kept = saved[i:i + 3]
-            mask = saved[i + 3] if has_mask else None
-            i += 4 if has_mask else 3
-            batch = heads * rows
-            query, key, value = cells.unbind(0)
-            grad_context = grad.index_select(0, dest).view(rows * seq, heads, head_size).transpose(0, 1)
-            grad_context = grad_context.reshape(batch, seq, head_size)
-            grads = grad.new_empty(3, batch, seq, head_size)  # d query | d key | d value, head-major like cells
-            torch.baddbmm(grads[2], kept.transpose(1, 2), grad_context, beta=0, alpha=scale, out=grads[2])
-            grad_probs = torch.baddbmm(_empty_like(grad, batch, seq, seq), grad_context, value.transpose(1, 2),
+            i += 3
+            if first_only:
+                (key, value), query = cells.unbind(0), saved[i]
+                i += 1
+            else:
+                query, key, value = cells.unbind(0)
+            mask = saved[i] if has_mask else None
+            i += has_mask
+            batch, n = heads * rows, query.shape[1]
+            grad_context = _heads_first(grad.index_select(0, first if first_only else dest), 1, heads, rows, n)[0]
+            grads = grad.new_empty(parts, batch, seq, head_size)  # (d query |) d key | d value, head-major
+            torch.baddbmm(grads[-1], kept.transpose(1, 2), grad_context, beta=0, alpha=scale, out=grads[-1])
+            grad_probs = torch.baddbmm(_empty_like(grad, batch, n, seq), grad_context, value.transpose(1, 2),
                                        beta=0, alpha=scale)
             if mask is not None:
                 grad_probs.mul_(mask)
             grad_scores = torch._softmax_backward_data(grad_probs, probs, -1, probs.dtype)
             del grad_probs
-            torch.baddbmm(grads[0], grad_scores, key, beta=0, alpha=scaling, out=grads[0])
-            torch.baddbmm(grads[1], grad_scores.transpose(1, 2), query, beta=0, alpha=scaling, out=grads[1])
-            grad_qkv.index_copy_(0, dest, grads.view(3 * heads, rows * seq, head_size).transpose(0, 1)
-                                 .reshape(rows * seq, 3 * hidden))
-        return grad_qkv[:tokens], None, None, None, None, None
+            torch.baddbmm(grads[-2], grad_scores.transpose(1, 2), query, beta=0, alpha=scaling, out=grads[-2])
+            if first_only:
+                grad_query = torch.baddbmm(_empty_like(grad, batch, n, head_size), grad_scores, key, beta=0,
+                                           alpha=scaling)
+                grad_queries.index_copy_(0, first, _tokens_first(grad_query, heads, rows))
+            else:
+                torch.baddbmm(grads[0], grad_scores, key, beta=0, alpha=scaling, out=grads[0])
+            grad_qkv.index_copy_(0, dest, _tokens_first(grads.view(parts * batch, seq, head_size), parts * heads,
+                                                        rows * seq))
+        return grad_qkv[:tokens], None, None, None, None, None, grad_queries
+
+
+def _heads_first(x: torch.Tensor, parts: int, heads: int, rows: int, n: int) -> torch.Tensor:
+    """(rows * n, parts * heads * head_size) cells, n per grid row, -> (parts, heads * rows, n, head_size): the
+    layout of the batched products, batch index head * rows + row (a copy)."""
+    return x.view(rows * n, parts * heads, -1).transpose(0, 1).reshape(parts, heads * rows, n, -1)
+
+
+def _tokens_first(x: torch.Tensor, heads: int, cells: int) -> torch.Tensor:
+    """The inverse of `_heads_first` for one part: (heads * rows, n, head_size) -> (rows * n, heads * head_size);
+    with parts stacked in x, pass heads = parts * heads (a copy)."""
+    return x.view(heads, cells, -1).transpose(0, 1).reshape(cells, -1)
 
 
 def _empty_like(x: torch.Tensor, *shape: int) -> torch.Tensor:
@@ -541,15 +587,23 @@ class BertReproSelfAttention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None,
         unpadded: Unpadded | None = None,
+        keep: torch.Tensor | None = None,
         **kwargs,
     ):
+        """keep: the rows of the flattened (.., hidden) context to return (see `BertReproEncoder`), all when None;
+        attention still reads every token as key and value."""
         attention_fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention)
         dropout = self.dropout_prob if self.training else 0.0
         if (dropout and self.config.fast_dropout and hidden_states.device.type == "cpu"
                 and self.config._attn_implementation == "sdpa"):
             attention_fn = eager_attention  # SDPA on CPU has no dropout kernel either: the same math, faster mask
         if unpadded is not None:
-            return self._unpadded_attention(attention_fn, hidden_states, unpadded, dropout, **kwargs)
+            if (keep is not None and attention_fn is eager_attention and _grouped_attention(self.config)
+                    and keep.shape == unpadded.first_tokens.shape and torch.equal(keep, unpadded.first_tokens)):
+                # Only each sequence's first token ([CLS]) is read after this layer: queries there only.
+                return self._first_token_attention(hidden_states, unpadded, dropout, keep), None
+            context, probs = self._unpadded_attention(attention_fn, hidden_states, unpadded, dropout, **kwargs)
+            return (context if keep is None else context.index_select(0, keep)), probs
         batch, seq, _ = hidden_states.shape
         shape = (batch, seq, self.num_heads, self.head_size)
         query = self.query(hidden_states).view(shape).transpose(1, 2)
@@ -565,13 +619,23 @@ class BertReproSelfAttention(nn.Module):
             dropout=dropout,
             **kwargs,
         )
+        if keep is not None:
+            return context.reshape(batch * seq, -1).index_select(0, keep), probs
         return context.reshape(batch, seq, -1), probs
 
-    def _fused_qkv(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """(tokens, 3 * hidden): the query, key and value projections as one matrix product."""
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+    def _fused_qkv(self, hidden_states: torch.Tensor, parts: tuple[str, ...] = ("query", "key", "value")):
+        """(tokens, 3 * hidden): the query, key and value projections as one matrix product (or those named)."""
+        weight = torch.cat([getattr(self, part).weight for part in parts])
+        bias = torch.cat([getattr(self, part).bias for part in parts])
         return F.linear(hidden_states, weight, bias)
+
+    def _first_token_attention(self, hidden_states, unpadded: Unpadded, dropout: float, keep: torch.Tensor):
+        """The context at each sequence's first token only (rows `keep` = `unpadded.first_tokens`): keys and values
+        for every token, the query projection and the attention rows at those tokens only."""
+        fast = self.config.fast_dropout and hidden_states.device.type == "cpu"
+        queries = self.query(hidden_states.index_select(0, keep))
+        return _GroupedAttention.apply(self._fused_qkv(hidden_states, ("key", "value")), unpadded.attention_groups(),
+                                       self.num_heads, self.scaling, dropout, fast, queries)
 
     def _unpadded_attention(self, attention_fn, hidden_states, unpadded: Unpadded, dropout: float, **kwargs):
         """hidden_states: (tokens, hidden), the real tokens of the batch only."""
@@ -645,9 +709,8 @@ class BertReproAttention(nn.Module):
     def forward(self, hidden_states, attention_mask, keep: torch.Tensor | None = None, **kwargs):
         """keep: rows of the flattened (.., hidden) states that the rest of the block computes (see
         `BertReproEncoder`); attention itself still reads every token as key and value."""
-        context, probs = self.self(hidden_states, attention_mask, **kwargs)
+        context, probs = self.self(hidden_states, attention_mask, keep=keep, **kwargs)
         if keep is not None:
-            context = context.reshape(-1, context.shape[-1]).index_select(0, keep)
             hidden_states = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, keep)
         return self.output(context, hidden_states), probs
 

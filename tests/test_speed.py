@@ -147,34 +147,43 @@ def test_attention_groups_cover_every_token_once(lengths, rows_per_group):
 GROUP_LENGTHS = [5, 1, 7, 7, 2, 6, 3, 0, 4]  # 3 rows per group below: 3 grids, two with padding cells; one empty row
 
 
-def _grouped_qkv(dtype, heads=2, head_size=3, seed=0):
+def _grouped_inputs(dtype, first_only, heads=2, head_size=3, seed=0):
+    """The mask, its groups, and the inputs of `_GroupedAttention`: (tokens, 3 * hidden) projections, or with
+    first_only (tokens, 2 * hidden) keys/values plus (sequences, hidden) queries at the first tokens."""
     mask = torch.tensor([[1] * n + [0] * (7 - n) for n in GROUP_LENGTHS])
     groups = Unpadded.from_attention_mask(mask).attention_groups(rows_per_group=3)
-    qkv = torch.randn(int(mask.sum()), 3 * heads * head_size, dtype=dtype,
-                      generator=torch.Generator().manual_seed(seed)).requires_grad_()
-    return mask, groups, qkv
+    generator = torch.Generator().manual_seed(seed)
+    hidden = heads * head_size
+    qkv = torch.randn(int(mask.sum()), (2 if first_only else 3) * hidden, dtype=dtype, generator=generator)
+    queries = torch.randn(int((mask.sum(1) > 0).sum()), hidden, dtype=dtype, generator=generator)
+    return mask, groups, qkv.requires_grad_(), (queries.requires_grad_() if first_only else None)
 
 
+@pytest.mark.parametrize("first_only", [False, True], ids=["all-queries", "first-token-queries"])
 @pytest.mark.parametrize("dropout,fast", [(0.0, False), (0.3, False), (0.3, True)],
                          ids=["no-dropout", "bernoulli-dropout", "fast-dropout"])
-def test_grouped_attention_backward_is_the_gradient_of_its_forward(dropout, fast):
+def test_grouped_attention_backward_is_the_gradient_of_its_forward(dropout, fast, first_only):
     """The hand-written backward of `_GroupedAttention` against finite differences (float64), with dropout: the
     generator is reseeded before each call, so every evaluation draws the same mask."""
-    _, groups, qkv = _grouped_qkv(torch.float64)
+    _, groups, qkv, queries = _grouped_inputs(torch.float64, first_only)
 
-    def attention(x):
+    def attention(x, *q):
         torch.manual_seed(7)
-        return _GroupedAttention.apply(x, groups, 2, 0.5, dropout, fast)
+        return _GroupedAttention.apply(x, groups, 2, 0.5, dropout, fast, *q)
 
-    assert torch.autograd.gradcheck(attention, (qkv,), eps=1e-6, atol=1e-6)
+    inputs = (qkv, queries) if first_only else (qkv,)
+    assert torch.autograd.gradcheck(attention, inputs, eps=1e-6, atol=1e-6)
 
 
-def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(monkeypatch):
-    """Forward and gradient of `_GroupedAttention` (fast dropout on) against attention over the whole padded batch
-    written with plain autograd ops, dropping exactly the probabilities the function dropped: the masks it drew
-    are recorded per grid and placed at their rows, heads and positions of the padded batch."""
+@pytest.mark.parametrize("first_only", [False, True], ids=["all-queries", "first-token-queries"])
+def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(monkeypatch, first_only):
+    """Forward and gradients of `_GroupedAttention` (fast dropout on) against attention over the whole padded
+    batch written with plain autograd ops, dropping exactly the probabilities the function dropped: the masks it
+    drew are recorded per grid and placed at their rows, heads and positions of the padded batch. first_only:
+    the queries at each non-empty sequence's first token only, against the padded batch's outputs there."""
     heads, head_size, scaling, p = 2, 3, 0.5, 0.3
-    mask, groups, qkv = _grouped_qkv(torch.float32, heads, head_size)
+    hidden = heads * head_size
+    mask, groups, qkv, queries = _grouped_inputs(torch.float32, first_only, heads, head_size)
     drawn = []
 
     def recording(x, q):
@@ -184,36 +193,43 @@ def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(mo
 
     fast_keep_mask = modeling._fast_keep_mask
     monkeypatch.setattr(modeling, "_fast_keep_mask", recording)
-    out = _GroupedAttention.apply(qkv, groups, heads, scaling, p, True)
+    inputs = (qkv, queries) if first_only else (qkv,)
+    out = _GroupedAttention.apply(qkv, groups, heads, scaling, p, True, *inputs[1:])
     grad = torch.randn_like(out)
-    (grad_qkv,) = torch.autograd.grad(out, qkv, grad)
+    grads = torch.autograd.grad(out, inputs, grad)
     assert len(drawn) == len(groups.groups)
     # The reference: (batch, heads, seq, seq) dropout multipliers from the recorded masks. Grid g's batch index is
     # head * rows + grid row; a grid row's source row is the row of the token in its first cell.
     batch, seq = mask.shape
     unpadded = Unpadded.from_attention_mask(mask)
+    nonempty = mask.sum(1) > 0
     row_of = torch.repeat_interleave(torch.arange(batch), mask.sum(1))
     multiplier = torch.zeros(batch, heads, seq, seq)
     first = 0
     for (rows, width, _), (keep, scale) in zip(groups.groups, drawn):
         grid = groups.gather[first:first + rows * width].view(rows, width)
-        keep = keep.view(heads, rows, width, width)
+        keep = keep.view(heads, rows, -1, width)
         for r in range(rows):
-            multiplier[row_of[grid[r, 0]], :, :width, :width] = keep[:, r].float() * scale
+            multiplier[row_of[grid[r, 0]], :, :keep.shape[2], :width] = keep[:, r].float() * scale
         first += rows * width
-    x = qkv.detach().clone().requires_grad_()
-    q, k, v = (unpadded.pad(t).view(batch, seq, heads, head_size).transpose(1, 2) for t in x.split(heads * head_size, 1))
+    xs = [x.detach().clone().requires_grad_() for x in inputs]
+    parts = [unpadded.pad(t).view(batch, seq, heads, head_size).transpose(1, 2) for t in xs[0].split(hidden, 1)]
+    if first_only:
+        q = torch.zeros(batch, seq, hidden).index_put((nonempty.nonzero()[:, 0], torch.tensor(0)), xs[1])
+        parts.insert(0, q.view(batch, seq, heads, head_size).transpose(1, 2))
+    q, k, v = parts
     scores = (q @ k.transpose(-1, -2)) * scaling
     scores = scores.masked_fill(~mask.bool()[:, None, None, :], torch.finfo(scores.dtype).min)
-    context = (scores.softmax(-1) * multiplier) @ v
-    expected = unpadded.unpad(context.transpose(1, 2).reshape(batch, seq, heads * head_size))
-    (expected_grad,) = torch.autograd.grad(expected, x, grad)
+    context = ((scores.softmax(-1) * multiplier) @ v).transpose(1, 2).reshape(batch, seq, hidden)
+    expected = context[nonempty, 0] if first_only else unpadded.unpad(context)
+    expected_grads = torch.autograd.grad(expected, xs, grad)
     assert (out - expected).abs().max() < 1e-5
-    assert (grad_qkv - expected_grad).abs().max() < 1e-5
+    for a, b in zip(grads, expected_grads, strict=True):
+        assert (a - b).abs().max() < 1e-5
     # the right share dropped, and outputs really differ from no dropout
     dropped = torch.cat([keep.flatten() for keep, _ in drawn]).logical_not().float().mean().item()
     assert 0.15 < dropped < 0.45
-    assert (out - _GroupedAttention.apply(qkv, groups, heads, scaling, 0.0, True)).abs().max() > 1e-2
+    assert (out - _GroupedAttention.apply(qkv, groups, heads, scaling, 0.0, True, *inputs[1:])).abs().max() > 1e-2
 
 
 def test_unpadded_outputs_are_zero_at_padding_and_equal_elsewhere():
