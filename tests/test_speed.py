@@ -105,6 +105,37 @@ def test_unpadded_training_equals_padded(layout, checkpointing, batch_size):
     assert worst < 1e-5, worst
 
 
+def test_batches_without_padding_take_the_grouped_attention_when_it_runs(monkeypatch):
+    """With the written-out grouped attention (eager kernel, or SDPA + fast_dropout in training), a batch with
+    no padding goes through the unpadded path too (one fused Q/K/V product): loss and gradients equal the plain
+    model's. In eval mode with SDPA it keeps the padded path."""
+    calls = []
+    apply = _GroupedAttention.apply
+    monkeypatch.setattr(_GroupedAttention, "apply", lambda *args: calls.append(1) or apply(*args))
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    plain = BertReproForPreTraining._from_config(config, attn_implementation="eager").train()
+    fast = BertReproForPreTraining._from_config(tiny_config(
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, unpad_inputs=True, last_layer_subset=True),
+        attn_implementation="eager").train()
+    fast.load_state_dict(plain.state_dict())
+    batch = padded_batch(config.vocab_size, batch=5, seq=12)
+    batch["attention_mask"] = torch.ones_like(batch["attention_mask"])
+    labels = batch["input_ids"].masked_fill(torch.rand(batch["input_ids"].shape) > 0.3, -100)
+    extra = dict(labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0, 1]), sparse_prediction=True)
+    a, grads_a = _train_step(plain, batch, **extra)
+    assert calls == []
+    b, grads_b = _train_step(fast, batch, **extra)
+    assert len(calls) == config.num_hidden_layers
+    assert torch.allclose(a.loss, b.loss, atol=1e-6)
+    worst = max((grads_a[k] - grads_b[k]).abs().max().item() for k in grads_a)
+    assert worst < 1e-5, worst
+    sdpa = BertReproModel(tiny_config(unpad_inputs=True)).eval()
+    with torch.no_grad():
+        sdpa(**batch)
+    assert len(calls) == config.num_hidden_layers
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(0, 7), min_size=1, max_size=20), st.integers(1, 5))
 def test_attention_groups_cover_every_token_once(lengths, rows_per_group):
