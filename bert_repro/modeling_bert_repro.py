@@ -414,10 +414,16 @@ class AttentionGroups:
         lengths, starts = unpadded.lengths, unpadded.cu_seqlens.tolist()
         order = sorted((r for r in range(unpadded.batch) if lengths[r]), key=lambda r: -lengths[r])
         gather, scatter, self.groups = [], torch.empty(starts[-1], dtype=torch.long), []
+        # `starts`: for a grid whose cells are consecutive tokens (rows of one length, next to each other in the
+        # batch, as in every grid of a batch without padding), its first token, else None: `_GroupedAttention`
+        # then reads and writes the grid's rows as one slice.
+        self.starts = []
         cells = 0
         for first in range(0, len(order), rows_per_group):
             members = order[first:first + rows_per_group]
             seq = lengths[members[0]]
+            consecutive = members == list(range(members[0], members[0] + len(members)))
+            self.starts.append(starts[members[0]] if consecutive and lengths[members[-1]] == seq else None)
             key_mask = None
             if any(lengths[r] < seq for r in members):
                 real = torch.tensor([lengths[r] for r in members])
@@ -445,9 +451,9 @@ class AttentionGroups:
         self.row_sizes = [rows for rows, _, _ in self.groups]
 
     def per_grid(self):
-        """For each grid: (rows, seq, key_mask), and its parts of `gather`, `dest` and `first`."""
+        """For each grid: (rows, seq, key_mask), and its parts of `gather`, `dest` and `first`, and its start."""
         return zip(self.groups, self.gather.split(self.sizes), self.dest.split(self.sizes),
-                   self.first.split(self.row_sizes))
+                   self.first.split(self.row_sizes), self.starts)
 
 
 class _GroupedAttention(torch.autograd.Function):
@@ -481,9 +487,10 @@ class _GroupedAttention(torch.autograd.Function):
             # the padding cells' context goes to row `tokens`, dropped (first tokens are never padding)
             out = qkv.new_empty(len(queries) if first_only else tokens + 1, hidden)
             saved, layout = [], []
-            for (rows, seq, key_mask), gather, dest, first in groups.per_grid():
+            for (rows, seq, key_mask), gather, dest, first, start in groups.per_grid():
                 batch = heads * rows
-                cells = _heads_first(qkv.index_select(0, gather), parts, heads, rows, seq)
+                rows_in = qkv.narrow(0, start, rows * seq) if start is not None else qkv.index_select(0, gather)
+                cells = _heads_first(rows_in, parts, heads, rows, seq)
                 if first_only:
                     key, value = cells.unbind(0)
                     query = _heads_first(queries.index_select(0, first), 1, heads, rows, 1)[0]
@@ -505,12 +512,15 @@ class _GroupedAttention(torch.autograd.Function):
                         mask = torch.empty_like(probs).bernoulli_(1 - dropout).div_(1 - dropout)
                 kept = probs if mask is None else probs * mask
                 context = torch.baddbmm(_empty_like(qkv, batch, n, head_size), kept, value, beta=0, alpha=scale)
-                out.index_copy_(0, first if first_only else dest, _tokens_first(context, heads, rows * n))
+                if start is not None and not first_only:
+                    _tokens_first_into(out.narrow(0, start, rows * n), context, heads)
+                else:
+                    out.index_copy_(0, first if first_only else dest, _tokens_first(context, heads, rows * n))
                 saved += [cells, probs, kept] + ([query] if first_only else []) + ([mask] if mask is not None else [])
                 layout.append((rows, seq, scale, mask is not None))
         ctx.save_for_backward(*saved, groups.dest, groups.first)
         ctx.layout, ctx.heads, ctx.scaling, ctx.first_only, ctx.tokens = layout, heads, scaling, first_only, tokens
-        ctx.sizes, ctx.row_sizes = groups.sizes, groups.row_sizes
+        ctx.sizes, ctx.row_sizes, ctx.starts = groups.sizes, groups.row_sizes, groups.starts
         return out if first_only else out[:tokens]
 
     @staticmethod
@@ -522,13 +532,13 @@ class _GroupedAttention(torch.autograd.Function):
         hidden = grad.shape[1]
         head_size = hidden // heads
         grad_queries = grad.new_empty(grad.shape) if first_only else None
-        if not first_only:
+        if not first_only and None in ctx.starts:
             # A zero row at `tokens`: the padding cells' queries read it, so they add nothing to K and V's gradients.
             grad = torch.cat([grad, grad.new_zeros(1, hidden)])
         grad_qkv = grad.new_empty(tokens + 1, parts * hidden)  # row `tokens` takes the padding cells' (dropped)
         i = 0
-        for (rows, seq, scale, has_mask), dest, first in zip(ctx.layout, all_dest.split(ctx.sizes),
-                                                             all_first.split(ctx.row_sizes)):
+        for (rows, seq, scale, has_mask), dest, first, start in zip(ctx.layout, all_dest.split(ctx.sizes),
+                                                                    all_first.split(ctx.row_sizes), ctx.starts):
             cells, probs, kept = saved[i:i + 3]
             i += 3
             if first_only:
@@ -539,7 +549,11 @@ class _GroupedAttention(torch.autograd.Function):
             mask = saved[i] if has_mask else None
             i += has_mask
             batch, n = heads * rows, query.shape[1]
-            grad_context = _heads_first(grad.index_select(0, first if first_only else dest), 1, heads, rows, n)[0]
+            if first_only:
+                grad_rows = grad.index_select(0, first)
+            else:
+                grad_rows = grad.narrow(0, start, rows * n) if start is not None else grad.index_select(0, dest)
+            grad_context = _heads_first(grad_rows, 1, heads, rows, n)[0]
             grads = grad.new_empty(parts, batch, seq, head_size)  # (d query |) d key | d value, head-major
             torch.baddbmm(grads[-1], kept.transpose(1, 2), grad_context, beta=0, alpha=scale, out=grads[-1])
             grad_probs = torch.baddbmm(_empty_like(grad, batch, n, seq), grad_context, value.transpose(1, 2),
@@ -555,8 +569,11 @@ class _GroupedAttention(torch.autograd.Function):
                 grad_queries.index_copy_(0, first, _tokens_first(grad_query, heads, rows))
             else:
                 torch.baddbmm(grads[0], grad_scores, key, beta=0, alpha=scaling, out=grads[0])
-            grad_qkv.index_copy_(0, dest, _tokens_first(grads.view(parts * batch, seq, head_size), parts * heads,
-                                                        rows * seq))
+            grads = grads.view(parts * batch, seq, head_size)
+            if start is not None:
+                _tokens_first_into(grad_qkv.narrow(0, start, rows * seq), grads, parts * heads)
+            else:
+                grad_qkv.index_copy_(0, dest, _tokens_first(grads, parts * heads, rows * seq))
         return grad_qkv[:tokens], None, None, None, None, None, grad_queries
 
 
@@ -570,6 +587,12 @@ def _tokens_first(x: torch.Tensor, heads: int, cells: int) -> torch.Tensor:
     """The inverse of `_heads_first` for one part: (heads * rows, n, head_size) -> (rows * n, heads * head_size);
     with parts stacked in x, pass heads = parts * heads (a copy)."""
     return x.view(heads, cells, -1).transpose(0, 1).reshape(cells, -1)
+
+
+def _tokens_first_into(target: torch.Tensor, x: torch.Tensor, heads: int) -> None:
+    """`_tokens_first(x, heads, len(target))` copied into target (a (cells, heads * head_size) slice): one pass."""
+    cells = target.shape[0]
+    target.view(cells, heads, -1).transpose(0, 1).copy_(x.view(heads, cells, -1))
 
 
 def _empty_like(x: torch.Tensor, *shape: int) -> torch.Tensor:

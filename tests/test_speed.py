@@ -153,7 +153,7 @@ def test_attention_groups_cover_every_token_once(lengths, rows_per_group):
     position_of = torch.cat([torch.arange(n) for n in lengths])  # token -> its position in the row
     assert torch.equal(groups.gather[groups.scatter], torch.arange(tokens))  # cell of token t holds token t
     assert len(set(groups.scatter.tolist())) == tokens
-    cells = 0
+    cells, firsts_seen = 0, []
     for size, (rows, width, key_mask) in zip(groups.sizes, groups.groups, strict=True):
         assert size == rows * width and rows <= rows_per_group
         first, cells = cells, cells + size
@@ -165,6 +165,10 @@ def test_attention_groups_cover_every_token_once(lengths, rows_per_group):
         real_cells[[c - first for c in groups.scatter.tolist() if first <= c < first + rows * width]] = True
         real_cells = real_cells.view(rows, width)
         assert torch.equal(position_of[grid][real_cells], torch.arange(width).expand(rows, width)[real_cells])
+        if groups.starts[len(firsts_seen)] is not None:  # a grid read as a slice: consecutive tokens
+            start = groups.starts[len(firsts_seen)]
+            assert torch.equal(grid.flatten(), torch.arange(start, start + rows * width))
+        firsts_seen.append(first)
         if key_mask is None:
             assert bool(real_cells.all())
         else:  # the key mask marks exactly the cells that hold their own token
@@ -175,14 +179,17 @@ def test_attention_groups_cover_every_token_once(lengths, rows_per_group):
     assert group_lengths == sorted(group_lengths, reverse=True)  # longest first
 
 
-GROUP_LENGTHS = [5, 1, 7, 7, 2, 6, 3, 0, 4]  # 3 rows per group below: 3 grids, two with padding cells; one empty row
+# 3 rows per group below. "scattered": 3 grids, two with padding cells, one empty row. "slices": the first and last
+# grids are consecutive tokens without padding (read and written as slices), the middle one is not.
+GROUP_LENGTHS = {"scattered": [5, 1, 7, 7, 2, 6, 3, 0, 4], "slices": [7, 7, 7, 5, 5, 0, 3, 3]}
 
 
-def _grouped_inputs(dtype, first_only, heads=2, head_size=3, seed=0):
+def _grouped_inputs(dtype, first_only, lengths="scattered", heads=2, head_size=3, seed=0):
     """The mask, its groups, and the inputs of `_GroupedAttention`: (tokens, 3 * hidden) projections, or with
     first_only (tokens, 2 * hidden) keys/values plus (sequences, hidden) queries at the first tokens."""
-    mask = torch.tensor([[1] * n + [0] * (7 - n) for n in GROUP_LENGTHS])
+    mask = torch.tensor([[1] * n + [0] * (7 - n) for n in GROUP_LENGTHS[lengths]])
     groups = Unpadded.from_attention_mask(mask).attention_groups(rows_per_group=3)
+    assert groups.starts == ([None, None, None] if lengths == "scattered" else [0, None, 34])
     generator = torch.Generator().manual_seed(seed)
     hidden = heads * head_size
     qkv = torch.randn(int(mask.sum()), (2 if first_only else 3) * hidden, dtype=dtype, generator=generator)
@@ -190,13 +197,14 @@ def _grouped_inputs(dtype, first_only, heads=2, head_size=3, seed=0):
     return mask, groups, qkv.requires_grad_(), (queries.requires_grad_() if first_only else None)
 
 
+@pytest.mark.parametrize("lengths", list(GROUP_LENGTHS))
 @pytest.mark.parametrize("first_only", [False, True], ids=["all-queries", "first-token-queries"])
 @pytest.mark.parametrize("dropout,fast", [(0.0, False), (0.3, False), (0.3, True)],
                          ids=["no-dropout", "bernoulli-dropout", "fast-dropout"])
-def test_grouped_attention_backward_is_the_gradient_of_its_forward(dropout, fast, first_only):
+def test_grouped_attention_backward_is_the_gradient_of_its_forward(dropout, fast, first_only, lengths):
     """The hand-written backward of `_GroupedAttention` against finite differences (float64), with dropout: the
     generator is reseeded before each call, so every evaluation draws the same mask."""
-    _, groups, qkv, queries = _grouped_inputs(torch.float64, first_only)
+    _, groups, qkv, queries = _grouped_inputs(torch.float64, first_only, lengths)
 
     def attention(x, *q):
         torch.manual_seed(7)
@@ -206,15 +214,16 @@ def test_grouped_attention_backward_is_the_gradient_of_its_forward(dropout, fast
     assert torch.autograd.gradcheck(attention, inputs, eps=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("lengths", list(GROUP_LENGTHS))
 @pytest.mark.parametrize("first_only", [False, True], ids=["all-queries", "first-token-queries"])
-def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(monkeypatch, first_only):
+def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(monkeypatch, first_only, lengths):
     """Forward and gradients of `_GroupedAttention` (fast dropout on) against attention over the whole padded
     batch written with plain autograd ops, dropping exactly the probabilities the function dropped: the masks it
     drew are recorded per grid and placed at their rows, heads and positions of the padded batch. first_only:
     the queries at each non-empty sequence's first token only, against the padded batch's outputs there."""
     heads, head_size, scaling, p = 2, 3, 0.5, 0.3
     hidden = heads * head_size
-    mask, groups, qkv, queries = _grouped_inputs(torch.float32, first_only, heads, head_size)
+    mask, groups, qkv, queries = _grouped_inputs(torch.float32, first_only, lengths, heads, head_size)
     drawn = []
 
     def recording(x, q):
