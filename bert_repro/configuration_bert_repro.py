@@ -72,9 +72,12 @@ class BertReproConfig(PreTrainedConfig):
             named by `attention_mask` are removed after the embeddings and the Transformer blocks work on a
             (tokens, hidden) matrix. Attention uses the variable-length FlashAttention kernel when
             `attn_implementation` is a flash-attention one; with eager or SDPA, sequences of similar length are
-            padded together in groups for attention only; any other kernel gets the whole batch padded back. Outputs at real tokens equal the padded model's; outputs at
-            padding positions are zeros (the padded model computes values there that nothing should use).
-            Off by default; ignored when `output_attentions=True` or when no token is padding.
+            padded together in groups for attention only; any other kernel gets the whole batch padded back.
+            Outputs at real tokens equal the padded model's; outputs at padding positions are zeros (the padded
+            model computes values there that nothing should use). Off by default; ignored when
+            `output_attentions=True`, and when no token is padding unless attention runs the eager kernel (always
+            with `attn_implementation="eager"`; with SDPA when training with `fast_dropout` on CPU): that kernel's
+            grouped form is faster than the padded path even without padding.
         fast_dropout (`bool`, False): a speed switch for training on CPU, where drawing dropout's random numbers
             costs more than the rest of dropout. Masks come from 15-bit random numbers, two per draw, so the drop
             probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006; the kept values are scaled by exactly
@@ -84,10 +87,11 @@ class BertReproConfig(PreTrainedConfig):
             few positions only: [CLS] for sequence classification, multiple choice and NSP, [CLS] and the masked
             positions for pre-training and MLM with `sparse_prediction`. The last Transformer block then projects
             its attention context and runs its feed-forward network only at those positions (its attention
-            still reads every token as key and value), which saves about three quarters of that block. Losses
-            and logits are unchanged (to float rounding); the full last layer runs when hidden states or
-            attentions are asked for, or when a position read is padding. The bare `BertReproModel` takes the
-            positions as `last_layer_positions`.
+            still reads every token as key and value; with a [CLS]-only head, `unpad_inputs` and the eager
+            kernel, its query projection and attention rows run at [CLS] only too), which saves about three
+            quarters of that block. Losses and logits are unchanged (to float rounding); the full last layer runs
+            when hidden states or attentions are asked for, or when a position read is padding. The bare
+            `BertReproModel` takes the positions as `last_layer_positions`.
     """
 
     model_type = "bert_repro"
