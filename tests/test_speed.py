@@ -1,7 +1,8 @@
 """The speed switches: each must leave the results as they are (within float rounding).
 
 - `unpad_inputs`: unpad/pad round trip, unpadded encoder == padded encoder (outputs at real tokens, loss and
-  gradients), the variable-length attention call, gradient checkpointing on top.
+  gradients), the variable-length attention call, gradient checkpointing on top; the written-out grouped attention
+  (`_GroupedAttention`) against finite differences and against padded attention with the same dropout masks.
 - `compile_layers` (regional torch.compile): compiled == eager, forward and gradients.
 - `fast_dropout`: the drop share, the scale, the gradient's mask; the model unchanged in eval mode.
 - sparse MLM prediction == dense is in test_modeling.py (test_sparse_prediction_equals_dense).
