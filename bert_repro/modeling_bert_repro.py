@@ -629,12 +629,7 @@ class BertReproSelfAttention(nn.Module):
         dropout = self.dropout_prob if self.training else 0.0
         attention_fn = _attention_function(self.config, dropout, hidden_states.device)
         if unpadded is not None:
-            if (keep is not None and attention_fn is eager_attention and _grouped_attention(self.config)
-                    and keep.shape == unpadded.first_tokens.shape and torch.equal(keep, unpadded.first_tokens)):
-                # Only each sequence's first token ([CLS]) is read after this layer: queries there only.
-                return self._first_token_attention(hidden_states, unpadded, dropout, keep), None
-            context, probs = self._unpadded_attention(attention_fn, hidden_states, unpadded, dropout, **kwargs)
-            return (context if keep is None else context.index_select(0, keep)), probs
+            return self._unpadded_attention(attention_fn, hidden_states, unpadded, dropout, keep, **kwargs)
         batch, seq, _ = hidden_states.shape
         shape = (batch, seq, self.num_heads, self.head_size)
         query = self.query(hidden_states).view(shape).transpose(1, 2)
@@ -655,31 +650,34 @@ class BertReproSelfAttention(nn.Module):
         return context.reshape(batch, seq, -1), probs
 
     def _fused_qkv(self, hidden_states: torch.Tensor, parts: tuple[str, ...] = ("query", "key", "value")):
-        """(tokens, 3 * hidden): the query, key and value projections as one matrix product (or those named)."""
+        """(tokens, 3 * hidden): the query, key and value projections as one matrix product (or those in `parts`)."""
         weight = torch.cat([getattr(self, part).weight for part in parts])
         bias = torch.cat([getattr(self, part).bias for part in parts])
         return F.linear(hidden_states, weight, bias)
 
-    def _first_token_attention(self, hidden_states, unpadded: Unpadded, dropout: float, keep: torch.Tensor):
-        """The context at each sequence's first token only (rows `keep` = `unpadded.first_tokens`): keys and values
-        for every token, the query projection and the attention rows at those tokens only."""
-        fast = self.config.fast_dropout and hidden_states.device.type == "cpu"
-        queries = self.query(hidden_states.index_select(0, keep))
-        return _GroupedAttention.apply(self._fused_qkv(hidden_states, ("key", "value")), unpadded.attention_groups(),
-                                       self.num_heads, self.scaling, dropout, fast, queries)
-
-    def _unpadded_attention(self, attention_fn, hidden_states, unpadded: Unpadded, dropout: float, **kwargs):
-        """hidden_states: (tokens, hidden), the real tokens of the batch only."""
+    def _unpadded_attention(self, attention_fn, hidden_states, unpadded: Unpadded, dropout: float,
+                            keep: torch.Tensor | None, **kwargs):
+        """hidden_states: (tokens, hidden), the real tokens of the batch only; returns the context at rows `keep`."""
         shape = (hidden_states.shape[0], self.num_heads, self.head_size)
+
+        def kept(context: torch.Tensor) -> torch.Tensor:
+            return context if keep is None else context.index_select(0, keep)
+
         if _grouped_attention(self.config):
             # Kernels without a variable-length form: sequences of similar length are padded together for
             # attention only; every projection and feed-forward runs unpadded. One Q/K/V product, one gather
             # into the grids, one gather back: no zero-filled buffers (see AttentionGroups).
             groups = unpadded.attention_groups()
-            if attention_fn is eager_attention:
+            if attention_fn is eager_attention:  # written out: see _GroupedAttention
                 fast = self.config.fast_dropout and hidden_states.device.type == "cpu"
-                qkv = self._fused_qkv(hidden_states)
-                return _GroupedAttention.apply(qkv, groups, self.num_heads, self.scaling, dropout, fast), None
+                parts, queries = ("query", "key", "value"), None
+                if keep is not None and keep.shape == unpadded.first_tokens.shape and torch.equal(
+                        keep, unpadded.first_tokens):
+                    # Only each sequence's first token ([CLS]) is read after this layer: queries there only.
+                    parts, queries, keep = ("key", "value"), self.query(hidden_states.index_select(0, keep)), None
+                context = _GroupedAttention.apply(self._fused_qkv(hidden_states, parts), groups, self.num_heads,
+                                                  self.scaling, dropout, fast, queries)
+                return kept(context), None
             cells = self._fused_qkv(hidden_states).index_select(0, groups.gather)
             outputs = []
             # split, not slicing: its backward is one cat, where each slice's would be a full-size zero buffer
@@ -690,7 +688,7 @@ class BertReproSelfAttention(nn.Module):
                     self, query, key, value, key_mask, scaling=self.scaling, dropout=dropout, **kwargs
                 )
                 outputs.append(context.reshape(rows * seq, -1))
-            return torch.cat(outputs).index_select(0, groups.scatter), None
+            return kept(torch.cat(outputs).index_select(0, groups.scatter)), None
         query = self.query(hidden_states).view(shape)
         key = self.key(hidden_states).view(shape)
         value = self.value(hidden_states).view(shape)
@@ -709,13 +707,13 @@ class BertReproSelfAttention(nn.Module):
                 max_length_k=unpadded.max_seqlen,
                 **kwargs,
             )
-            return context.reshape(shape[0], -1), probs
+            return kept(context.reshape(shape[0], -1)), probs
         # Any other kernel: the whole batch padded back for attention, with the model's own mask.
         query, key, value = (unpadded.pad(x).transpose(1, 2) for x in (query, key, value))
         context, probs = attention_fn(
             self, query, key, value, unpadded.mask, scaling=self.scaling, dropout=dropout, **kwargs
         )
-        return unpadded.unpad(context.reshape(unpadded.batch, unpadded.seq, -1)), probs
+        return kept(unpadded.unpad(context.reshape(unpadded.batch, unpadded.seq, -1))), probs
 
 
 class BertReproSelfOutput(nn.Module):
