@@ -19,14 +19,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import datasets  # noqa: E402
 
-from bert_repro.corpus import load_corpus  # noqa: E402
-from bert_repro.pretraining_data import (  # noqa: E402
+from bert_repro.data.corpus import load_corpus  # noqa: E402
+from bert_repro.data.pretraining_examples import (  # noqa: E402
     PreTrainingDataConfig,
     WordPieceVocab,
     create_pretraining_instances,
     tokenize_documents,
 )
-from bert_repro.tokenization import load_tokenizer  # noqa: E402
+from bert_repro.data.wordpiece import load_tokenizer  # noqa: E402
 
 
 def _cpu_seconds() -> tuple[float, float]:

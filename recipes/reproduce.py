@@ -11,8 +11,8 @@ import sys
 
 from transformers import HfArgumentParser
 
-from bert_repro.cli import ConfigurationError
-from bert_repro.reproduce import ReproduceArguments, run_reproduce
+from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.reproduce import ReproduceArguments, run_reproduce
 
 if __name__ == "__main__":
     argv = sys.argv[1:]

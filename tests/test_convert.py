@@ -15,7 +15,7 @@ from bert_repro import (
     BertReproForSequenceClassification,
     BertReproModel,
 )
-from bert_repro.convert import export_to_transformers, load_bert, main
+from bert_repro.model.conversion import export_to_transformers, load_bert, main
 
 
 def hf_checkpoint(tmp_path, hf_cls=transformers.BertForPreTraining, **config_overrides):

@@ -20,9 +20,9 @@ from test_task_data import (
 )
 
 from bert_repro import BertReproForPreTraining
-from bert_repro.finetuning import parse_arguments, run_finetuning
-from bert_repro.tasks import TASKS, get_task
-from bert_repro.tokenization import save_tokenizer, train_wordpiece
+from bert_repro.training.finetune import parse_arguments, run_finetuning
+from bert_repro.tasks.registry import TASKS, get_task
+from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 
 pytestmark = pytest.mark.slow
 
@@ -123,7 +123,7 @@ def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
 def test_reproduce_report_and_resume(tmp_path, tiny_model, monkeypatch):
     import zipfile
 
-    from bert_repro import reproduce
+    from bert_repro.training import reproduce
 
     root = tmp_path / "glue"
     write(root / "MRPC", fixture_files("mrpc"))
@@ -148,7 +148,7 @@ def test_reproduce_report_and_resume(tmp_path, tiny_model, monkeypatch):
 
 
 def test_glue_average_needs_all_eight():
-    from bert_repro.reproduce import glue_average
+    from bert_repro.training.reproduce import glue_average
 
     rows = [{"task": t, "ours": 80.0} for t in ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")]
     assert glue_average(rows + [{"task": "wnli", "ours": 0.0}]) == 80.0  # WNLI is left out, as in the paper

@@ -17,7 +17,7 @@ from hub_server import LocalHub, local_hub  # noqa: F401  (fixture)
 from test_pretraining import corpus_and_tokenizer  # noqa: F401  (fixture)
 
 from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
-from bert_repro.tokenization import save_tokenizer, train_wordpiece
+from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 
 pytestmark = pytest.mark.slow
 

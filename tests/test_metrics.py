@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from bert_repro import metrics
-from bert_repro.metrics import (
+from bert_repro.tasks import metrics
+from bert_repro.tasks.metrics import (
     accuracy,
     compute,
     compute_f1,

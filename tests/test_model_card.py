@@ -1,4 +1,4 @@
-"""Model cards (`bert_repro.model_card`) built from fake but realistic run directories: metadata, the model-index
+"""Model cards (`bert_repro.hub.model_card`) built from fake but realistic run directories: metadata, the model-index
 in percent, the tables beside the paper's numbers, the load snippets, round trips through huggingface_hub's
 parsers, and that nothing private (tokens, local paths) reaches a card. No test talks to the Hub: `validate()`
 would call its /api/validate-yaml."""
@@ -19,8 +19,8 @@ from huggingface_hub import ModelCard  # noqa: E402
 from huggingface_hub.repocard import REGEX_YAML_BLOCK  # noqa: E402
 from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results  # noqa: E402
 
-from bert_repro import model_card  # noqa: E402
-from bert_repro.model_card import (  # noqa: E402
+from bert_repro.hub import model_card  # noqa: E402
+from bert_repro.hub.model_card import (  # noqa: E402
     CardError,
     card_for_directory,
     card_for_finetuning,
@@ -44,7 +44,7 @@ def secret_environment(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Fake run directories, in the formats bert_repro.pretraining / finetuning / reproduce write
+# Fake run directories, in the formats bert_repro.training.pretrain / finetuning / reproduce write
 # ------------------------------------------------------------------------------------------------------------
 
 
@@ -54,7 +54,7 @@ def _write(path: Path, value) -> None:
 
 
 def bert_config(preset: str = "tiny", vocab_size: int = 8192, **extra) -> dict:
-    from bert_repro.configuration_bert_repro import PRESETS
+    from bert_repro.model.configuration_bert_repro import PRESETS
 
     return {"architectures": ["BertReproForPreTraining"], "model_type": "bert_repro", "hidden_act": "gelu",
             "vocab_size": vocab_size, "max_position_embeddings": 512, "type_vocab_size": 2,
@@ -180,18 +180,18 @@ def by_metric(card: ModelCard) -> dict[tuple[str, str], float]:
 
 
 def test_templates_ship_inside_the_package():
-    folder = importlib.resources.files("bert_repro").joinpath(model_card.TEMPLATE_PACKAGE_DIR)
+    folder = importlib.resources.files("bert_repro.hub").joinpath(model_card.TEMPLATE_PACKAGE_DIR)
     names = {p.name for p in folder.iterdir()}
     assert {"pretrained.md", "finetuned.md"} <= names
     for template in ("pretrained.md", "finetuned.md"):
         included = re.findall(r'{%\s*include\s+"([^"]+)"', folder.joinpath(template).read_text())
         assert included and set(included) <= names
     readme = Path(__file__).resolve().parents[1] / "model_cards" / "README.md"
-    assert "bert_repro/model_cards" in readme.read_text()
+    assert "bert_repro/hub/model_cards" in readme.read_text()
 
 
 def test_parameter_counts_match_the_spec():
-    from bert_repro.configuration_bert_repro import PRESETS
+    from bert_repro.model.configuration_bert_repro import PRESETS
 
     def config(preset):
         return {"vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2, **PRESETS[preset]}

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bert_repro.optim import BertAdam, Lamb, optimizer_cls_and_kwargs
+from bert_repro.training.optim import BertAdam, Lamb, optimizer_cls_and_kwargs
 
 
 def two_steps(opt_cls, weight_decay, **kwargs):

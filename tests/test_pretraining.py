@@ -13,8 +13,8 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from bert_repro.cli import check_output_dir
-from bert_repro.pretraining import (
+from bert_repro.training.cli import check_output_dir
+from bert_repro.training.pretrain import (
     PAPER_TRAINING_DEFAULTS,
     PhasedSampler,
     PreTrainingTrainer,
@@ -145,7 +145,7 @@ def test_global_batch_normalisation_with_unequal_mask_counts(tmp_path):
 def corpus_and_tokenizer(tmp_path_factory):
     """A small corpus of documents (one per file) and a tokenizer trained once, so every run shares its vocabulary
     (WordPiece training in the tokenizers library is not deterministic)."""
-    from bert_repro.tokenization import save_tokenizer, train_wordpiece
+    from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 
     root = tmp_path_factory.mktemp("corpus")
     rng = random.Random(0)
@@ -257,7 +257,7 @@ def test_two_ddp_processes_match_one_process(tmp_path, corpus_and_tokenizer):
 @pytest.mark.parametrize("config", sorted((ROOT / "recipes" / "configs").glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_configs_parse(config):
     from bert_repro import PRESETS
-    from bert_repro.pretraining import gradient_accumulation
+    from bert_repro.training.pretrain import gradient_accumulation
 
     # use_cpu: the GPU configs ask for bf16, which TrainingArguments refuses on a machine without a GPU otherwise.
     run, data, training = parse_arguments(["--config", str(config), "--output_dir", "unused", "--use_cpu", "true"])

@@ -1,4 +1,4 @@
-"""Tests of bert_repro.sentences and bert_repro.pretraining_data (paper section 3.1 / appendix A.2, the
+"""Tests of bert_repro.data.sentences and bert_repro.data.pretraining_examples (paper section 3.1 / appendix A.2, the
 reference create_pretraining_data.py): pair building, NSP pairing, coverage, truncation, masking statistics,
 whole-word masking, the datasets pipeline (determinism, num_proc, bad input) and the collator.
 
@@ -28,7 +28,7 @@ from hypothesis import strategies as st  # noqa: E402
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 from transformers import BertTokenizer, HfArgumentParser  # noqa: E402
 
-from bert_repro.pretraining_data import (  # noqa: E402
+from bert_repro.data.pretraining_examples import (  # noqa: E402
     IGNORE_INDEX,
     NOT_NEXT,
     PreTrainingCollator,
@@ -46,8 +46,8 @@ from bert_repro.pretraining_data import (  # noqa: E402
     tokenize_documents,
     truncate_seq_pair,
 )
-from bert_repro.pretraining_data import _balanced_order  # noqa: E402
-from bert_repro.sentences import looks_like_binary, split_sentences  # noqa: E402
+from bert_repro.data.pretraining_examples import _balanced_order  # noqa: E402
+from bert_repro.data.sentences import looks_like_binary, split_sentences  # noqa: E402
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # Integer corpora: ids 0-4 are special (as in a freshly trained vocabulary), corpus tokens start at 1000.

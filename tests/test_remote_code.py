@@ -12,7 +12,7 @@ import torch
 from conftest import padded_batch, tiny_config
 
 import bert_repro
-from bert_repro.modeling_bert_repro import AUTO_MAP
+from bert_repro.model.modeling_bert_repro import AUTO_MAP
 
 pytestmark = pytest.mark.slow
 

@@ -23,8 +23,8 @@ from bert_repro import (
     BertReproForSequenceClassification,
     BertReproModel,
 )
-import bert_repro.modeling_bert_repro as modeling
-from bert_repro.modeling_bert_repro import Unpadded, _GroupedAttention, fast_dropout
+import bert_repro.model.modeling_bert_repro as modeling
+from bert_repro.model.modeling_bert_repro import Unpadded, _GroupedAttention, fast_dropout
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""Tests of bert_repro.squad: SQuAD windows, labels and span selection.
+"""Tests of bert_repro.tasks.squad: SQuAD windows, labels and span selection.
 
 A small uncased WordPiece vocabulary is trained here in which every filler word is one token, so token
 positions are known from word positions without asking the code under test. Logits are built by hand.
@@ -17,7 +17,7 @@ from datasets import Dataset  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from bert_repro.squad import (  # noqa: E402
+from bert_repro.tasks.squad import (  # noqa: E402
     DocSpan,
     apply_null_threshold,
     doc_spans,
@@ -27,7 +27,7 @@ from bert_repro.squad import (  # noqa: E402
     prepare_train_features,
     tokenizer_stride,
 )
-from bert_repro.tokenization import train_wordpiece  # noqa: E402
+from bert_repro.data.wordpiece import train_wordpiece  # noqa: E402
 
 FILLER = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "

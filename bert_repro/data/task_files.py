@@ -62,7 +62,7 @@ from typing import Any
 
 import datasets
 
-from .tasks import Task, get_task
+from ..tasks.registry import Task, get_task
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The whole benchmark for one checkpoint: every task of the paper, one report beside the paper's numbers.
 
-`recipes/reproduce.py` runs `bert_repro.finetuning` task after task into `<output_dir>/<task>/`, skips the tasks
+`recipes/reproduce.py` runs `bert_repro.training.finetune` task after task into `<output_dir>/<task>/`, skips the tasks
 that already finished (so an interrupted benchmark resumes where it stopped), and writes:
 - `report.md`: our dev score of each task's main metric beside the paper's (GLUE: the paper's TEST-set numbers of
   Table 1, the only GLUE numbers it prints; SQuAD, SWAG, CoNLL: dev), the GLUE average over the eight tasks the
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .cli import ConfigurationError
-from .finetuning import run_finetuning
-from .tasks import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
+from .finetune import run_finetuning
+from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
 
 logger = logging.getLogger(__name__)
 

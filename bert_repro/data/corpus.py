@@ -2,7 +2,7 @@
 
 BERT's next-sentence task needs document boundaries (paper section 3.1: "it is critical to use a document-level
 corpus rather than a shuffled sentence-level corpus"), so every source becomes one row per document with a
-`text` column; sentence splitting happens later (`bert_repro.sentences`).
+`text` column; sentence splitting happens later (`bert_repro.data.sentences`).
 
 Sources:
 - plain-text files: a folder (every `*.txt` below it), a glob, a file or a list of them. `document_boundary`

@@ -32,12 +32,12 @@ from torch.utils.data import Sampler
 from transformers import IntervalStrategy, Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from .cli import RUN_CONFIG, ConfigurationError, SpeedSwitches, check_output_dir, parse_with_config, take_push_request
-from .configuration_bert_repro import BertReproConfig
-from .corpus import load_corpus
-from .hub import push_checkpoints
-from .modeling_bert_repro import BertReproForPreTraining
+from ..model.configuration_bert_repro import BertReproConfig
+from ..data.corpus import load_corpus
+from ..hub.push import push_checkpoints
+from ..model.modeling_bert_repro import BertReproForPreTraining
 from .optim import optimizer_cls_and_kwargs
-from .pretraining_data import (
+from ..data.pretraining_examples import (
     IGNORE_INDEX,
     PreTrainingCollator,
     PreTrainingDataConfig,
@@ -46,7 +46,7 @@ from .pretraining_data import (
     pretraining_statistics,
     tokenize_documents,
 )
-from .tokenization import load_tokenizer, save_tokenizer, train_wordpiece
+from ..data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
 
 logger = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ Departures, and why
 - Tokens are ids, not strings; ``[CLS]``/``[SEP]`` are recognised by id. Text that spells a special token
   (a literal "[SEP]") is tokenized as ordinary text (``split_special_tokens=True``), as the reference's
   tokenizer does.
-- Sentence splitting of raw text (``bert_repro.sentences``): the reference expects it done beforehand.
+- Sentence splitting of raw text (``bert_repro.data.sentences``): the reference expects it done beforehand.
   Empty documents, empty sentences and text that looks like binary data are skipped and counted; a
   one-sentence document is kept, as the reference keeps it (its chunks are NotNext pairs).
 - Options beyond the paper, off by default: dynamic masking (RoBERTa: a fresh mask for every batch,
@@ -520,7 +520,7 @@ def tokenize_documents(
 
     Returns one row per input row with the columns of ``DOCUMENT_FEATURES``; a row that is empty, holds
     only white space or looks like binary data keeps no sentences and says why in ``skip_reason``
-    (the counts are logged). ``split_lines``: see ``bert_repro.sentences.split_sentences``.
+    (the counts are logged). ``split_lines``: see ``bert_repro.data.sentences.split_sentences``.
     """
     _check_text_column(dataset, text_column)
     # The fingerprint of the result, whatever num_proc (the balanced order below changes only how the work

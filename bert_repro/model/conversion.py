@@ -12,8 +12,8 @@
 Both directions need no renaming of weights: our parameter names follow the public checkpoints' layout.
 
 Command line:
-    python -m bert_repro.convert import SRC OUTPUT_DIR [--head pretraining]
-    python -m bert_repro.convert export SRC OUTPUT_DIR
+    python -m bert_repro.model.conversion import SRC OUTPUT_DIR [--head pretraining]
+    python -m bert_repro.model.conversion export SRC OUTPUT_DIR
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def export_to_transformers(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bert_repro.convert", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bert_repro.model.conversion", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     imp = sub.add_parser("import", help="a public BERT checkpoint (HF format, Hub id, or TF) -> bert_repro directory")
     imp.add_argument("source")

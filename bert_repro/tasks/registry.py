@@ -5,7 +5,7 @@ SQuAD v1.1 and v2.0, SWAG) and evaluated on CoNLL-2003 NER (section 5.3). WNLI i
 submissions are complete, but flagged ``in_glue_average=False``: the paper leaves it out.
 
 A `Task` says everything the rest of the package needs to know about one of them, so that one code path
-(data loading in `bert_repro.task_data`, features, heads, metrics, submissions, reports) serves all:
+(data loading in `bert_repro.data.task_files`, features, heads, metrics, submissions, reports) serves all:
 
 - ``kind``: "classification", "regression", "span", "multiple_choice" or "token_classification";
 - the canonical columns (``text_columns``) and, in ``source_columns``, the other names those columns have in

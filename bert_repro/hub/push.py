@@ -27,8 +27,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .configuration_bert_repro import BertReproConfig
-from .modeling_bert_repro import AUTO_MAP
+from ..model.configuration_bert_repro import BertReproConfig
+from ..model.modeling_bert_repro import AUTO_MAP
 
 logger = logging.getLogger(__name__)
 

@@ -3,14 +3,14 @@
 The card of a run is built from the files the run left in its output directory, never from memory or the
 environment:
 
-- pre-training (`bert_repro.pretraining`): `run_config.json` (every setting), `data_statistics.json`,
+- pre-training (`bert_repro.training.pretrain`): `run_config.json` (every setting), `data_statistics.json`,
   `results.json`, `config.json`, and `training_curves.png` when present;
-- fine-tuning (`bert_repro.finetuning`): `results.json` (the grid, every run, the best one), `run_config.json`
+- fine-tuning (`bert_repro.training.finetune`): `results.json` (the grid, every run, the best one), `run_config.json`
   and the best model's `model/config.json`;
-- optionally a benchmark directory of `bert_repro.reproduce` (`report.json`) for a pre-trained checkpoint.
+- optionally a benchmark directory of `bert_repro.training.reproduce` (`report.json`) for a pre-trained checkpoint.
 
 Metadata go through huggingface_hub's `ModelCardData` / `EvalResult`, which write the `model-index` block the
-Hub reads. The body is a Jinja template in `bert_repro/model_cards/` (`pretrained.md`, `finetuned.md` and the
+Hub reads. The body is a Jinja template in `bert_repro/hub/model_cards/` (`pretrained.md`, `finetuned.md` and the
 `_*.md` parts they include). Templates are rendered with our own Jinja environment rather than
 `ModelCard.from_template`, for two reasons: the two cards share parts (`{% include %}` needs a loader, which
 `from_template` does not give), and a misspelt variable must fail (`StrictUndefined`) instead of leaving a
@@ -19,14 +19,14 @@ metadata fields, and the result is parsed by `ModelCard`.
 
 Conventions of the cards:
 - every score is in percent (our task metrics are fractions except SQuAD's, which are percent already, as in
-  `bert_repro.reproduce.percent`), the paper's numbers as printed;
+  `bert_repro.training.reproduce.percent`), the paper's numbers as printed;
 - GLUE numbers of the paper are TEST-server scores, ours are dev scores: the cards say so beside the table;
 - a value the run did not record is written "not recorded", never "None";
 - nothing from the environment goes in: settings that name where outputs, logs or trackers went are left out,
   local paths are reduced to their last component, token-like fields are dropped, and a card that still
   contains the value of a secret environment variable is refused.
 
-`python -m bert_repro.model_card RUN_DIR REPO_ID` writes the card as `README.md` beside the weights.
+`python -m bert_repro.hub.model_card RUN_DIR REPO_ID` writes the card as `README.md` beside the weights.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ from typing import Any
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .configuration_bert_repro import PRESETS
-from .tasks import Result, Task, get_task
+from ..model.configuration_bert_repro import PRESETS
+from ..tasks.registry import Result, Task, get_task
 
-TEMPLATE_PACKAGE_DIR = "model_cards"  # inside the bert_repro package, so it ships in the wheel
+TEMPLATE_PACKAGE_DIR = "model_cards"  # inside bert_repro.hub, so it ships in the wheel
 NOT_RECORDED = "not recorded"
 LICENSE = "apache-2.0"
 
@@ -82,7 +82,7 @@ TASK_DISPLAY_NAMES = {
     "stsb": "GLUE STS-B", "mrpc": "GLUE MRPC", "rte": "GLUE RTE", "wnli": "GLUE WNLI", "squad": "SQuAD v1.1",
     "squad_v2": "SQuAD v2.0", "swag": "SWAG", "conll2003": "CoNLL-2003",
 }
-# Our metric names (bert_repro.tasks.METRICS) -> (Hub metric id, readable name).
+# Our metric names (bert_repro.tasks.registry.METRICS) -> (Hub metric id, readable name).
 METRIC_NAMES = {
     "accuracy": ("accuracy", "Accuracy"),
     "f1": ("f1", "F1"),
@@ -188,7 +188,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _percent(metric: str, value: float) -> float:
-    """A score in percent: our metrics are fractions except SQuAD's (as `bert_repro.reproduce.percent`)."""
+    """A score in percent: our metrics are fractions except SQuAD's (as `bert_repro.training.reproduce.percent`)."""
     return round(value if metric.startswith("squad") else 100 * value, 2)
 
 
@@ -380,7 +380,7 @@ def template_environment(template_dir: str | Path | None = None) -> jinja2.Envir
 
 
 def _package_template(name: str) -> str | None:
-    resource = importlib.resources.files("bert_repro").joinpath(TEMPLATE_PACKAGE_DIR, name)
+    resource = importlib.resources.files("bert_repro.hub").joinpath(TEMPLATE_PACKAGE_DIR, name)
     return resource.read_text(encoding="utf-8") if resource.is_file() else None
 
 
@@ -534,7 +534,7 @@ def _pretraining_eval(results: Mapping[str, Any], corpus: dict[str, Any]
 
 
 def _benchmark(benchmark_dir: str | Path | None) -> dict[str, Any] | None:
-    """The rows of a `bert_repro.reproduce` report, for the pre-trained card."""
+    """The rows of a `bert_repro.training.reproduce` report, for the pre-trained card."""
     if benchmark_dir is None:
         return None
     report = _read_json(Path(benchmark_dir) / "report.json")
@@ -786,7 +786,7 @@ def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[st
 
 
 def _task_context(task: Task) -> dict[str, Any]:
-    """What the card says about the task, from its description in `bert_repro.tasks`."""
+    """What the card says about the task, from its description in `bert_repro.tasks.registry`."""
     splits = [SPLIT_NAMES.get(s, s) for s in task.eval_splits]
     labels = task.label_names if task.kind != "multiple_choice" else None
     return {
@@ -899,8 +899,8 @@ def card_path(path: str | Path) -> Path:
 
 
 def main(argv: Iterable[str] | None = None) -> Path:
-    """`python -m bert_repro.model_card RUN_DIR REPO_ID`: write the run's card, return its path."""
-    parser = argparse.ArgumentParser(prog="python -m bert_repro.model_card",
+    """`python -m bert_repro.hub.model_card RUN_DIR REPO_ID`: write the run's card, return its path."""
+    parser = argparse.ArgumentParser(prog="python -m bert_repro.hub.model_card",
                                      description="Write the model card (README.md) of a bert_repro run.")
     parser.add_argument("run_dir", help="a pre-training or fine-tuning output directory")
     parser.add_argument("repo_id", help="the Hub repository the model will be published as (owner/name)")

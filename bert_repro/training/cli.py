@@ -120,7 +120,7 @@ def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, over
 
 
 def take_push_request(training) -> dict[str, Any] | None:
-    """`--push_to_hub --hub_model_id ID` is done by `bert_repro.hub` at the end, not by Trainer, whose own push
+    """`--push_to_hub --hub_model_id ID` is done by `bert_repro.hub.push` at the end, not by Trainer, whose own push
     would upload pickles (training_args.bin) and no model card."""
     if not training.push_to_hub:
         return None

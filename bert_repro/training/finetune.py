@@ -1,12 +1,12 @@
 """Fine-tuning on the paper's tasks (section 4): one code path for every task, driven by its description in
-`bert_repro.tasks`.
+`bert_repro.tasks.registry`.
 
 A task's `kind` picks three things, nothing else is per task:
 - the head: [CLS] classification or regression (GLUE), start/end vectors S and E (SQuAD), a score per choice
   (SWAG), per-token classification on the first sub-token of each word (CoNLL-2003 NER);
-- the input encoding: `[CLS] A [SEP] (B [SEP])`, SQuAD windows (`bert_repro.squad`), four `[CLS] context [SEP]
+- the input encoding: `[CLS] A [SEP] (B [SEP])`, SQuAD windows (`bert_repro.tasks.squad`), four `[CLS] context [SEP]
   ending [SEP]` inputs, or words split into sub-tokens;
-- the evaluation: the task's metrics (`bert_repro.metrics`) after the paper's post-processing.
+- the evaluation: the task's metrics (`bert_repro.tasks.metrics`) after the paper's post-processing.
 
 The paper's protocol (section 4 and appendix A.3): every parameter is fine-tuned; hyper-parameters from the task's
 grid (GLUE: lr in {5e-5, 4e-5, 3e-5, 2e-5}, batch 32, 3 epochs), several seeds ("random restarts"), the best run
@@ -33,8 +33,8 @@ from transformers import (
     set_seed,
 )
 
-from . import metrics as metric_functions
-from . import squad
+from ..tasks import metrics as metric_functions
+from ..tasks import squad
 from .cli import (
     RUN_CONFIG,
     ConfigurationError,
@@ -44,17 +44,17 @@ from .cli import (
     read_yaml_config,
     take_push_request,
 )
-from .convert import load_bert
-from .hub import push
-from .modeling_bert_repro import (
+from ..model.conversion import load_bert
+from ..hub.push import push
+from ..model.modeling_bert_repro import (
     BertReproForMultipleChoice,
     BertReproForQuestionAnswering,
     BertReproForSequenceClassification,
     BertReproForTokenClassification,
 )
-from .task_data import load_task_data
-from .tasks import TASKS, Task, get_task
-from .tokenization import load_tokenizer, save_tokenizer
+from ..data.task_files import load_task_data
+from ..tasks.registry import TASKS, Task, get_task
+from ..data.wordpiece import load_tokenizer, save_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ def predict(task: Task, trainer: Trainer, raw: datasets.Dataset, encoded: datase
 
 
 def score(task: Task, raw: datasets.Dataset, predictions) -> dict[str, float]:
-    """The task's metrics (named as in `bert_repro.tasks.METRICS`) of `predictions` against the gold labels of `raw`.
+    """The task's metrics (named as in `bert_repro.tasks.registry.METRICS`) of `predictions` against the gold labels of `raw`.
 
     SQuAD scores are in percent, as the official scripts print them; the others are fractions.
     """

@@ -1,0 +1,2 @@
+"""Stage 4, training: pre-training (`pretrain`), fine-tuning (`finetune`), the paper's benchmark in one command
+(`reproduce`), optimizers (`optim`) and the recipes' command line (`cli`)."""
