@@ -167,4 +167,15 @@ class BertReproConfig(PreTrainedConfig):
             config_dict = {**config_dict, "model_type": cls.model_type}
         return config_dict, kwargs
 
+    def to_json_file(self, json_file_path, use_diff: bool = True):
+        # config.json says transformers' BERT type where its classes compute this model, so plain transformers
+        # opens the checkpoint without remote code (checkpoint_format explains the format).
+        import json
+
+        from .checkpoint_format import config_file_dict
+
+        with open(json_file_path, "w", encoding="utf-8") as writer:
+            json.dump(config_file_dict(json.loads(self.to_json_string(use_diff))), writer, indent=2, sort_keys=True)
+            writer.write("\n")
+
 __all__ = ["BertReproConfig", "PRESETS"]

@@ -1,0 +1,110 @@
+"""The format of a saved checkpoint: transformers' own BERT, with our code beside it.
+
+A bert_repro model computes what transformers' `Bert*` classes compute (same parameter names, same functions), so
+`config.json` is written as transformers' BERT type, and three readers open the same directory or Hub repo:
+
+- plain transformers, no bert_repro installed, no `trust_remote_code`: `model_type` is "bert" and `architectures`
+  names transformers' classes (`BertForPreTraining`, ...; what `pipeline()` and the Hub read), so every
+  `AutoModel*` gives transformers' own BERT class, with outputs equal to ours;
+- `trust_remote_code=True`: the `auto_map` names our classes in the code files saved beside the weights
+  (`configuration_bert_repro.py`, `modeling_bert_repro.py` and the sibling modules they import), so the same
+  weights open as our classes, speed switches included;
+- bert_repro: `BertRepro*.from_pretrained` reads a "bert" config as ours (`BertReproConfig.get_config_dict`).
+
+Where transformers' BERT cannot compute the model a config describes (`native_obstacles`: an activation that
+transformers does not know, or a field whose value its BERT classes do not implement), `config.json` keeps
+`model_type` "bert_repro" and our class names, saving warns and names the field, and the checkpoint opens only
+with bert_repro or `trust_remote_code=True`. Checkpoints written before this format (model_type "bert_repro"
+whatever the config) load as before.
+
+This file is copied next to the weights, so it imports only the standard library and transformers.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+REPRO_MODEL_TYPE = "bert_repro"
+TRANSFORMERS_MODEL_TYPE = "bert"
+REPRO_CONFIG_CLASS = "configuration_bert_repro.BertReproConfig"  # the auto_map entry that marks our checkpoints
+_REPRO_PREFIX, _TRANSFORMERS_PREFIX = "BertRepro", "Bert"
+
+# Config fields whose value transformers' BERT classes implement only as given here; another value needs our code.
+TRANSFORMERS_BERT_COMPUTES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
+# Our spellings of an activation that transformers knows under another name (the same function).
+TRANSFORMERS_ACTIVATION_NAMES = {"gelu_tanh": "gelu_pytorch_tanh"}
+
+
+class NotTransformersBertWarning(UserWarning):
+    """A checkpoint saved for bert_repro / remote code only: transformers' own BERT cannot compute its model."""
+
+
+def native_obstacles(config: dict) -> list[str]:
+    """Why transformers' own BERT classes cannot open `config` (a config.json dict) as the same model: one
+    sentence per field; empty when they can."""
+    from transformers.activations import ACT2FN
+
+    reasons = []
+    act = config.get("hidden_act", "gelu")
+    if act not in ACT2FN:
+        hint = TRANSFORMERS_ACTIVATION_NAMES.get(act)
+        reasons.append(f"hidden_act={act!r} is not an activation transformers knows (transformers.activations.ACT2FN)"
+                       + (f"; {hint!r} is the same function under transformers' name" if hint else ""))
+    for field, value in TRANSFORMERS_BERT_COMPUTES.items():
+        if config.get(field, value) != value:
+            reasons.append(f"{field}={config[field]!r}: transformers' BERT implements only {value!r}")
+    return reasons
+
+
+def transformers_class_name(name: str) -> str:
+    """BertReproForPreTraining -> BertForPreTraining (transformers' class computing the same model)."""
+    return _TRANSFORMERS_PREFIX + name[len(_REPRO_PREFIX):] if name.startswith(_REPRO_PREFIX) else name
+
+
+def repro_class_name(name: str) -> str:
+    """BertForPreTraining -> BertReproForPreTraining; our own names are returned as they are."""
+    if name.startswith(_REPRO_PREFIX) or not name.startswith(_TRANSFORMERS_PREFIX):
+        return name
+    return _REPRO_PREFIX + name[len(_TRANSFORMERS_PREFIX):]
+
+
+def is_repro_checkpoint(config: dict) -> bool:
+    """Whether a config.json dict was written by bert_repro (either format), not by transformers or another tool."""
+    return config.get("model_type") == REPRO_MODEL_TYPE or (config.get("auto_map") or {}).get("AutoConfig") == REPRO_CONFIG_CLASS
+
+
+def needs_remote_code(config: dict) -> bool:
+    """Whether plain transformers (no bert_repro, no trust_remote_code) cannot open this config.json dict."""
+    return config.get("model_type") != TRANSFORMERS_MODEL_TYPE
+
+
+def config_file_dict(config: dict, *, warn: bool = True) -> dict:
+    """What config.json holds for a bert_repro config dict: transformers' BERT type and class names when its BERT
+    computes the same model, else the dict unchanged (model_type "bert_repro"), with a warning naming the field."""
+    obstacles = native_obstacles(config)
+    if obstacles:
+        if warn:
+            warnings.warn(
+                "This checkpoint is saved for bert_repro and trust_remote_code=True only (config.json model_type "
+                f"{REPRO_MODEL_TYPE!r}): transformers' own BERT classes cannot compute it, because "
+                + "; ".join(obstacles) + ".",
+                NotTransformersBertWarning, stacklevel=3,
+            )
+        return {**config, "model_type": REPRO_MODEL_TYPE,
+                **({"architectures": [repro_class_name(a) for a in config["architectures"]]}
+                   if config.get("architectures") else {})}
+    converted = {**config, "model_type": TRANSFORMERS_MODEL_TYPE}
+    if config.get("architectures"):
+        converted["architectures"] = [transformers_class_name(a) for a in config["architectures"]]
+    return converted
+
+
+__all__ = [
+    "NotTransformersBertWarning",
+    "config_file_dict",
+    "is_repro_checkpoint",
+    "native_obstacles",
+    "needs_remote_code",
+    "repro_class_name",
+    "transformers_class_name",
+]
