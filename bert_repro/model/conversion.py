@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import save_file
 
 from . import modeling_bert_repro as modeling
+from .checkpoint_format import native_obstacles, repro_class_name
 from .configuration_bert_repro import BertReproConfig
 
 HEADS = {
@@ -153,8 +154,11 @@ def export_to_transformers(
     if not isinstance(model_or_dir, modeling.BertReproPreTrainedModel):
         source_dir = Path(model_or_dir)
         architecture = (json.loads((source_dir / "config.json").read_text()).get("architectures") or ["BertReproModel"])[0]
-        model = getattr(modeling, architecture).from_pretrained(source_dir)
+        model = getattr(modeling, repro_class_name(architecture)).from_pretrained(source_dir)
 
+    obstacles = native_obstacles(model.config.to_dict())
+    if obstacles:
+        raise ValueError(f"Cannot export to transformers' BERT format: {'; '.join(obstacles)}.")
     fields = {k: v for k, v in model.config.to_dict().items() if k not in _REPRO_ONLY_FIELDS}
     config = BertConfig(**fields)
     config.architectures = [_transformers_class_name(model)]
