@@ -28,6 +28,7 @@ from bert_repro.data.task_files import (  # noqa: E402
     iob1_to_iob2,
     load_task_data,
 )
+from bert_repro.tasks.kinds import REGRESSION, SPAN  # noqa: E402
 from bert_repro.tasks.registry import GLUE_TASKS, KINDS, METRICS, TASKS, get_task, with_overrides  # noqa: E402
 
 BOM = "\ufeff"
@@ -1038,7 +1039,7 @@ def test_registry_is_complete_and_consistent():
         assert task.name == name and task.kind in KINDS
         assert task.metrics and set(task.metrics) <= set(METRICS), name
         assert task.main_metric in task.metrics, name
-        if task.kind in ("classification", "multiple_choice", "token_classification"):
+        if task.kind not in (REGRESSION, SPAN):
             assert task.label_names and len(set(task.label_names)) == len(task.label_names), name
         else:
             assert task.label_names is None, name

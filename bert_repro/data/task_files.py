@@ -56,12 +56,12 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import datasets
 
+from ..tasks.columns import RawSplit, TaskDataError, answer_is_aligned
 from ..tasks.registry import Task, get_task
 
 logger = logging.getLogger(__name__)
@@ -71,22 +71,7 @@ Source = PathLike | Mapping[str, PathLike | Sequence[PathLike]] | None
 
 EXPORT_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".tsv")
 VALIDATION_ALIASES = ("dev", "val", "valid")  # file names may say these for "validation"
-GLUE_TEST_INDEX_COLUMNS = ("index", "id")  # GLUE's hidden-label test files key rows by these
 _SHARD = "-[0-9]*-of-[0-9]*"  # Hub parquet shards: train-00000-of-00002.parquet
-
-
-class TaskDataError(ValueError):
-    """Task data that cannot be read; the message names the file and row and what was expected."""
-
-
-@dataclass
-class _Raw:
-    """One split as read from one source, column by column, before checking; ``locate(i)`` names row i."""
-
-    columns: dict[str, list]
-    num_rows: int
-    source: str
-    locate: Callable[[int], str]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -140,46 +125,11 @@ def canonical_columns(task: Task) -> tuple[str, ...]:
 
 def canonical_features(task: Task) -> datasets.Features:
     """The `datasets.Features` of the canonical form of ``task`` (the same whatever the source)."""
-    string = datasets.Value("string")
-    if task.kind in ("classification", "regression"):
-        features = {column: string for column in task.text_columns}
-        features["label"] = (
-            datasets.Value("float32")
-            if task.kind == "regression"
-            else datasets.ClassLabel(names=list(task.label_names))
-        )
-        features["idx"] = datasets.Value("int32")
-    elif task.kind == "span":
-        features = {
-            "id": string,
-            "title": string,
-            "context": string,
-            "question": string,
-            "answers": {
-                "text": datasets.List(string),
-                "answer_start": datasets.List(datasets.Value("int32")),
-            },
-        }
-    elif task.kind == "multiple_choice":
-        features = {
-            "context": string,
-            "question": string,
-            "endings": datasets.List(string),
-            "label": datasets.ClassLabel(names=list(task.label_names)),
-        }
-    elif task.kind == "token_classification":
-        features = {
-            "id": string,
-            "tokens": datasets.List(string),
-            "ner_tags": datasets.List(datasets.ClassLabel(names=list(task.label_names))),
-        }
-    else:
-        raise ValueError(f"{task.name}: unknown task kind {task.kind!r}")
-    return datasets.Features(features)
+    return task.kind.features(task)
 
 
 # --------------------------------------------------------------------------------------------------------
-# Readers: one per file format, each returning a _Raw
+# Readers: one per file format, each returning a RawSplit
 
 
 def _read_text(path: Path) -> str:
@@ -198,7 +148,7 @@ def _known_names(task: Task) -> set[str]:
 
 def _columns_from_rows(
     path: Path, header: Sequence[str], rows: list[tuple[int, list[str]]], separator: str
-) -> _Raw:
+) -> RawSplit:
     if len(set(header)) != len(header):
         raise TaskDataError(f"{path}: repeated column names in the header {list(header)}.")
     width = len(header)
@@ -215,7 +165,7 @@ def _columns_from_rows(
         for name, value in zip(header, fields):
             columns[name].append(value)
         lines.append(line)
-    return _Raw(columns, len(lines), str(path), lambda i: f"{path}, line {lines[i]}")
+    return RawSplit(columns, len(lines), str(path), lambda i: f"{path}, line {lines[i]}")
 
 
 def _split_header(task: Task, records: list[tuple[int, list[str]]]) -> tuple[list[str], list]:
@@ -226,7 +176,7 @@ def _split_header(task: Task, records: list[tuple[int, list[str]]]) -> tuple[lis
     return first, records[1:]
 
 
-def _read_tsv(path: Path, task: Task) -> _Raw:
+def _read_tsv(path: Path, task: Task) -> RawSplit:
     """A tab-separated file read literally (GLUE's convention: quotes are ordinary characters)."""
     records = [
         (number, line.rstrip("\r").split("\t"))
@@ -239,7 +189,7 @@ def _read_tsv(path: Path, task: Task) -> _Raw:
     return _columns_from_rows(path, header, rows, "tab")
 
 
-def _read_csv(path: Path, task: Task) -> _Raw:
+def _read_csv(path: Path, task: Task) -> RawSplit:
     """A comma-separated file with standard CSV quoting (SWAG's files, `Dataset.to_csv` exports)."""
     reader = csv.reader(io.StringIO(_read_text(path), newline=""))
     records = []
@@ -257,17 +207,17 @@ def _read_csv(path: Path, task: Task) -> _Raw:
     return _columns_from_rows(path, header, rows, "comma")
 
 
-def _read_parquet(path: Path) -> _Raw:
+def _read_parquet(path: Path) -> RawSplit:
     import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path)
     except Exception as error:  # pyarrow raises several types for a file that is not parquet
         raise TaskDataError(f"{path}: not a readable parquet file ({error}).") from error
-    return _Raw(table.to_pydict(), table.num_rows, str(path), lambda i: f"{path}, row {i}")
+    return RawSplit(table.to_pydict(), table.num_rows, str(path), lambda i: f"{path}, row {i}")
 
 
-def _columns_from_records(path: Path, records: list, where: Callable[[int], str]) -> _Raw:
+def _columns_from_records(path: Path, records: list, where: Callable[[int], str]) -> RawSplit:
     names: dict[str, None] = {}
     for i, record in enumerate(records):
         if not isinstance(record, dict):
@@ -276,10 +226,10 @@ def _columns_from_records(path: Path, records: list, where: Callable[[int], str]
             )
         names.update(dict.fromkeys(record))
     columns = {name: [record.get(name) for record in records] for name in names}
-    return _Raw(columns, len(records), str(path), where)
+    return RawSplit(columns, len(records), str(path), where)
 
 
-def _read_jsonl(path: Path, text: str) -> _Raw:
+def _read_jsonl(path: Path, text: str) -> RawSplit:
     records, lines = [], []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
@@ -292,7 +242,7 @@ def _read_jsonl(path: Path, text: str) -> _Raw:
     return _columns_from_records(path, records, lambda i: f"{path}, line {lines[i]}")
 
 
-def _read_json(path: Path, task: Task) -> _Raw:
+def _read_json(path: Path, task: Task) -> RawSplit:
     """SQuAD's nested JSON, a JSON array of records, or JSON lines (also under a .json name)."""
     text = _read_text(path)
     if path.suffix.lower() == ".jsonl" or not text.lstrip().startswith(("[", "{")):
@@ -304,14 +254,14 @@ def _read_json(path: Path, task: Task) -> _Raw:
             return _read_jsonl(path, text)
         raise TaskDataError(f"{path}, line {error.lineno}: not valid JSON ({error.msg}).") from error
     if isinstance(value, dict) and "data" in value:
-        if task.kind != "span":
-            raise TaskDataError(f"{path}: a SQuAD-format JSON file, but {task.name} is a {task.kind} task.")
+        if task.original_format != "squad_json":
+            raise TaskDataError(f"{path}: a SQuAD-format JSON file, but {task.name} is a {task.kind.name} task.")
         return _read_squad_json(path, value["data"], task)
     records = value if isinstance(value, list) else [value]
     return _columns_from_records(path, records, lambda i: f"{path}, record {i}")
 
 
-def _read_squad_json(path: Path, articles: Any, task: Task) -> _Raw:
+def _read_squad_json(path: Path, articles: Any, task: Task) -> RawSplit:
     """SQuAD's {"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}, one row per question."""
     if not isinstance(articles, list):
         raise TaskDataError(f"{path}: 'data' should be a list of articles, found {type(articles).__name__}.")
@@ -351,7 +301,7 @@ def _read_squad_json(path: Path, articles: Any, task: Task) -> _Raw:
                 ):
                     columns[name].append(value)
                 places.append(place)
-    return _Raw(columns, len(places), str(path), lambda i: places[i])
+    return RawSplit(columns, len(places), str(path), lambda i: places[i])
 
 
 def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
@@ -369,7 +319,7 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
     return converted
 
 
-def _read_conll(path: Path, task: Task) -> _Raw:
+def _read_conll(path: Path, task: Task) -> RawSplit:
     """CoNLL-2003 column files: 'token POS chunk NER' per line, a blank line between sentences."""
     allowed = set(task.label_names)
     ids: list[str] = []
@@ -408,10 +358,10 @@ def _read_conll(path: Path, task: Task) -> _Raw:
         tags.append(fields[3])
     close_sentence()
     columns = {"id": ids, "tokens": sentences, "ner_tags": sentence_tags}
-    return _Raw(columns, len(ids), str(path), lambda i: f"{path}, line {starts[i]}")
+    return RawSplit(columns, len(ids), str(path), lambda i: f"{path}, line {starts[i]}")
 
 
-def _read_file(path: Path, task: Task) -> _Raw:
+def _read_file(path: Path, task: Task) -> RawSplit:
     suffix = path.suffix.lower()
     if task.original_format == "conll" and suffix not in (".parquet", ".json", ".jsonl"):
         return _read_conll(path, task)
@@ -428,8 +378,8 @@ def _read_file(path: Path, task: Task) -> _Raw:
     )
 
 
-def _concat(parts: list[_Raw]) -> _Raw:
-    """Shards of one split as one _Raw; every shard must have the same columns."""
+def _concat(parts: list[RawSplit]) -> RawSplit:
+    """Shards of one split as one RawSplit; every shard must have the same columns."""
     if len(parts) == 1:
         return parts[0]
     for part in parts[1:]:
@@ -447,7 +397,7 @@ def _concat(parts: list[_Raw]) -> _Raw:
         k = bisect.bisect_right(offsets, i) - 1
         return parts[k].locate(i - offsets[k])
 
-    return _Raw(columns, offsets[-1], ", ".join(part.source for part in parts), locate)
+    return RawSplit(columns, offsets[-1], ", ".join(part.source for part in parts), locate)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -528,7 +478,7 @@ def _local_files(task: Task, source: PathLike | Mapping[str, Any]) -> dict[str, 
     )
 
 
-def _read_hub(task: Task, cache_dir: PathLike | None) -> dict[str, _Raw]:
+def _read_hub(task: Task, cache_dir: PathLike | None) -> dict[str, RawSplit]:
     label = task.hub_id + (f" ({task.hub_config})" if task.hub_config else "")
     try:
         loaded = datasets.load_dataset(task.hub_id, task.hub_config, cache_dir=cache_dir)
@@ -537,13 +487,13 @@ def _read_hub(task: Task, cache_dir: PathLike | None) -> dict[str, _Raw]:
             f"could not load {label} from the Hub ({type(error).__name__}: {error}). Offline? Pass local "
             f"files instead: {describe_sources(task)}."
         ) from error
-    raws: dict[str, _Raw] = {}
+    raws: dict[str, RawSplit] = {}
     for name, dataset in loaded.items():
         split = _canonical_split(task, name)
         if split is None:
             logger.info("%s: ignoring split %r of %s", task.name, name, label)
             continue
-        raws[split] = _Raw(
+        raws[split] = RawSplit(
             dataset.to_dict(), len(dataset), f"{label} {name}", _row_locator(f"{label} {name}")
         )
     return raws
@@ -554,312 +504,20 @@ def _row_locator(prefix: str) -> Callable[[int], str]:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Canonicalisation: one function per task kind, from a _Raw to canonical columns
-
-
-def _column(task: Task, raw: _Raw, name: str, required: bool = True) -> list | None:
-    accepted = task.source_columns.get(name, (name,))
-    for candidate in accepted:
-        if candidate in raw.columns:
-            return raw.columns[candidate]
-    if required:
-        raise TaskDataError(
-            f"{raw.source}: no {name!r} column for {task.name} (accepted names: {', '.join(accepted)}); "
-            f"columns present: {', '.join(map(str, raw.columns)) or 'none'}."
-        )
-    return None
-
-
-def _text(raw: _Raw, i: int, value: Any, column: str) -> str:
-    if isinstance(value, str):
-        return value
-    if value is None:
-        raise TaskDataError(f"{raw.locate(i)}: no value in column {column!r}.")
-    raise TaskDataError(
-        f"{raw.locate(i)}: column {column!r} should hold text, found {type(value).__name__} {value!r}."
-    )
-
-
-def _texts(raw: _Raw, values: list, column: str) -> list[str]:
-    return [_text(raw, i, value, column) for i, value in enumerate(values)]
-
-
-def _is_unlabeled(value: Any) -> bool:
-    if value is None:
-        return True
-    if isinstance(value, str):
-        return value.strip() in ("", "-1", "-1.0")
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and value == -1
-
-
-def _class_id(task: Task, raw: _Raw, i: int, value: Any, unlabeled_ok: bool, what: str = "label") -> int:
-    if _is_unlabeled(value):
-        if unlabeled_ok:
-            return -1
-        raise TaskDataError(
-            f"{raw.locate(i)}: no {what} (found {value!r}); only hidden-label test splits may lack one."
-        )
-    number = value
-    if isinstance(value, str):
-        if value.strip() in task.label2id:
-            return task.label2id[value.strip()]
-        number = int(value) if re.fullmatch(r"\s*\d+\s*", value) else value
-    if isinstance(number, float) and number.is_integer():
-        number = int(number)
-    if isinstance(number, int) and not isinstance(number, bool) and 0 <= number < len(task.label_names):
-        return number
-    raise TaskDataError(
-        f"{raw.locate(i)}: {what} {value!r} is not one of {task.name}'s labels "
-        f"({', '.join(task.label_names)}, or their ids 0..{len(task.label_names) - 1})."
-    )
-
-
-def _score(task: Task, raw: _Raw, i: int, value: Any, unlabeled_ok: bool) -> float:
-    if _is_unlabeled(value):
-        if unlabeled_ok:
-            return -1.0
-        raise TaskDataError(
-            f"{raw.locate(i)}: no score (found {value!r}); only hidden-label test splits may lack one."
-        )
-    try:
-        score = float(value)
-    except (TypeError, ValueError):
-        raise TaskDataError(f"{raw.locate(i)}: score {value!r} is not a number.") from None
-    low, high = task.label_range or (float("-inf"), float("inf"))
-    if not low <= score <= high:
-        raise TaskDataError(f"{raw.locate(i)}: score {score} is outside {task.name}'s range {low}..{high}.")
-    return score
-
-
-def _int(raw: _Raw, i: int, value: Any, column: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
-        return int(value)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    raise TaskDataError(f"{raw.locate(i)}: column {column!r} should hold an integer, found {value!r}.")
-
-
-def _glue_idx(task: Task, split: str, raw: _Raw) -> list[int]:
-    values = _column(task, raw, "idx", required=False)
-    if values is None and split in task.test_splits:
-        values = next((raw.columns[c] for c in GLUE_TEST_INDEX_COLUMNS if c in raw.columns), None)
-    if values is None:
-        return list(range(raw.num_rows))
-    return [_int(raw, i, value, "idx") for i, value in enumerate(values)]
-
-
-def _canonical_sentences(task: Task, split: str, raw: _Raw) -> dict[str, list]:
-    """Classification and regression (GLUE)."""
-    columns: dict[str, list] = {c: _texts(raw, _column(task, raw, c), c) for c in task.text_columns}
-    unlabeled_ok = split in task.test_splits
-    labels = _column(task, raw, "label", required=not unlabeled_ok)
-    convert = _score if task.kind == "regression" else _class_id
-    if labels is None:
-        columns["label"] = [convert(task, raw, i, None, True) for i in range(raw.num_rows)]
-    else:
-        columns["label"] = [convert(task, raw, i, value, unlabeled_ok) for i, value in enumerate(labels)]
-    columns["idx"] = _glue_idx(task, split, raw)
-    return columns
-
-
-def _answers(task: Task, raw: _Raw, i: int, value: Any) -> dict[str, list]:
-    """HF's {"text": [...], "answer_start": [...]} from that layout or SQuAD's [{"text", "answer_start"}]."""
-    if isinstance(value, list):
-        if not all(isinstance(a, dict) and "text" in a and "answer_start" in a for a in value):
-            raise TaskDataError(f"{raw.locate(i)}: answers should be objects with 'text' and 'answer_start'.")
-        value = {"text": [a["text"] for a in value], "answer_start": [a["answer_start"] for a in value]}
-    if not (
-        isinstance(value, dict)
-        and isinstance(value.get("text"), list)
-        and isinstance(value.get("answer_start"), list)
-    ):
-        raise TaskDataError(
-            f"{raw.locate(i)}: answers should be {{'text': [...], 'answer_start': [...]}}, found {value!r}."
-        )
-    texts, starts = value["text"], [_int(raw, i, s, "answer_start") for s in value["answer_start"]]
-    if len(texts) != len(starts) or not all(isinstance(t, str) for t in texts) or any(s < 0 for s in starts):
-        raise TaskDataError(
-            f"{raw.locate(i)}: answers need as many texts as non-negative starts, found {value!r}."
-        )
-    if not texts and not task.allows_no_answer:
-        raise TaskDataError(
-            f"{raw.locate(i)}: a question without answers in {task.name} (SQuAD v1.1 questions all have one; "
-            "unanswerable questions belong to squad_v2)."
-        )
-    return {"text": list(texts), "answer_start": starts}
-
-
-def _canonical_span(task: Task, split: str, raw: _Raw) -> dict[str, list]:
-    """SQuAD v1.1 / v2.0."""
-    ids = [
-        str(v) if isinstance(v, int) else _text(raw, i, v, "id")
-        for i, v in enumerate(_column(task, raw, "id"))
-    ]
-    titles = _column(task, raw, "title", required=False)
-    contexts = _texts(raw, _column(task, raw, "context"), "context")
-    return {
-        "id": ids,
-        "title": [""] * raw.num_rows
-        if titles is None
-        else ["" if t is None else _text(raw, i, t, "title") for i, t in enumerate(titles)],
-        "context": contexts,
-        "question": _texts(raw, _column(task, raw, "question"), "question"),
-        "answers": [_answers(task, raw, i, v) for i, v in enumerate(_column(task, raw, "answers"))],
-    }
-
-
-def _endings(task: Task, raw: _Raw) -> list[list[str]]:
-    n = task.num_choices
-    if "endings" in raw.columns:
-        rows = raw.columns["endings"]
-        names = None
-    else:
-        names = [f"ending{k}" for k in range(n)]
-        missing = [name for name in names if name not in raw.columns]
-        if missing:
-            raise TaskDataError(
-                f"{raw.source}: no {', '.join(missing)} column; {task.name} rows need ending0..ending{n - 1} "
-                f"(or an 'endings' list); columns present: {', '.join(map(str, raw.columns))}."
-            )
-        rows = [list(values) for values in zip(*(raw.columns[name] for name in names))]
-    endings = []
-    for i, row in enumerate(rows):
-        present = [e for e in row if isinstance(e, str) and e.strip()] if isinstance(row, list) else []
-        if not isinstance(row, list) or len(row) != n or len(present) != n:
-            empty = (
-                ""
-                if names is None
-                else " (empty: "
-                + ", ".join(name for name, e in zip(names, row) if not (isinstance(e, str) and e.strip()))
-                + ")"
-            )
-            raise TaskDataError(f"{raw.locate(i)}: {len(present)} endings, expected {n}{empty}.")
-        endings.append(present)
-    return endings
-
-
-def _canonical_choices(task: Task, split: str, raw: _Raw) -> dict[str, list]:
-    """SWAG."""
-    unlabeled_ok = split in task.test_splits
-    labels = _column(task, raw, "label", required=not unlabeled_ok)
-    return {
-        "context": _texts(raw, _column(task, raw, "context"), "context"),
-        "question": _texts(raw, _column(task, raw, "question"), "question"),
-        "endings": _endings(task, raw),
-        "label": [-1] * raw.num_rows
-        if labels is None
-        else [_class_id(task, raw, i, v, unlabeled_ok) for i, v in enumerate(labels)],
-    }
-
-
-def _canonical_tokens(task: Task, split: str, raw: _Raw) -> dict[str, list]:
-    """CoNLL-2003."""
-    ids = _column(task, raw, "id", required=False)
-    tokens = _column(task, raw, "tokens")
-    tags = _column(task, raw, "ner_tags")
-    out: dict[str, list] = {"id": [], "tokens": [], "ner_tags": []}
-    for i in range(raw.num_rows):
-        words, labels = tokens[i], tags[i]
-        if not (isinstance(words, list) and all(isinstance(w, str) for w in words)):
-            raise TaskDataError(f"{raw.locate(i)}: 'tokens' should be a list of strings, found {words!r}.")
-        if not isinstance(labels, list) or len(labels) != len(words):
-            raise TaskDataError(
-                f"{raw.locate(i)}: 'ner_tags' should be a list of one tag per token, found {labels!r}."
-            )
-        out["id"].append(str(i) if ids is None or ids[i] is None else str(ids[i]))
-        out["tokens"].append(words)
-        out["ner_tags"].append([_class_id(task, raw, i, tag, False, what="NER tag") for tag in labels])
-    return out
-
-
-_CANONICALISE: dict[str, Callable[[Task, str, _Raw], dict[str, list]]] = {
-    "classification": _canonical_sentences,
-    "regression": _canonical_sentences,
-    "span": _canonical_span,
-    "multiple_choice": _canonical_choices,
-    "token_classification": _canonical_tokens,
-}
-
-
-# --------------------------------------------------------------------------------------------------------
-# SQuAD training answers that are not where they are said to be
-
-
-def _whitespace_words(context: str) -> tuple[list[str], list[int]]:
-    """The reference's paragraph tokenisation: words split on whitespace, and the word index of each char."""
-    words: list[str] = []
-    word_of_char: list[int] = []
-    after_space = True
-    for char in context:
-        if char in " \t\r\n" or ord(char) == 0x202F:
-            after_space = True
-        else:
-            if after_space:
-                words.append(char)
-            else:
-                words[-1] += char
-            after_space = False
-        word_of_char.append(len(words) - 1)
-    return words, word_of_char
-
-
-def answer_is_aligned(context: str, text: str, start: int, _cache: dict | None = None) -> bool:
-    """run_squad.py's test: the words covering ``text``'s characters at ``start`` contain ``text``."""
-    if not text or start < 0 or start + len(text) > len(context):
-        return False
-    if _cache is not None and _cache.get("context") == context:
-        words, word_of_char = _cache["words"]
-    else:
-        words, word_of_char = _whitespace_words(context)
-        if _cache is not None:
-            _cache.update(context=context, words=(words, word_of_char))
-    first, last = word_of_char[start], word_of_char[start + len(text) - 1]
-    return " ".join(text.split()) in " ".join(words[max(first, 0) : last + 1])
-
-
-def _drop_misaligned_answers(task: Task, raw: _Raw, columns: dict[str, list]) -> dict[str, list]:
-    """Training questions whose first answer is not at its answer_start are skipped, and counted."""
-    cache: dict = {}
-    keep = [
-        not answers["text"]
-        or answer_is_aligned(context, answers["text"][0], answers["answer_start"][0], cache)
-        for context, answers in zip(columns["context"], columns["answers"])
-    ]
-    skipped = [i for i, ok in enumerate(keep) if not ok]
-    if not skipped:
-        return columns
-    logger.warning(
-        "%s train: skipped %d of %d questions whose answer text is not found at its answer_start (as the "
-        "reference run_squad.py does); first: %s",
-        task.name,
-        len(skipped),
-        len(keep),
-        raw.locate(skipped[0]),
-    )
-    return {name: [value for value, ok in zip(values, keep) if ok] for name, values in columns.items()}
-
-
-# --------------------------------------------------------------------------------------------------------
 # The entry point
 
 
-def _read_sources(task: Task, source: Source, hub_cache_dir: PathLike | None) -> dict[str, _Raw]:
+def _read_sources(task: Task, source: Source, hub_cache_dir: PathLike | None) -> dict[str, RawSplit]:
     if source is None:
         return _read_hub(task, hub_cache_dir)
     files = _local_files(task, source)
     return {split: _concat([_read_file(path, task) for path in paths]) for split, paths in files.items()}
 
 
-def _canonical_split_dataset(task: Task, split: str, raw: _Raw) -> datasets.Dataset:
+def _canonical_split_dataset(task: Task, split: str, raw: RawSplit) -> datasets.Dataset:
     if raw.num_rows == 0:
         raise TaskDataError(f"{raw.source}: the {split} split of {task.name} is empty (no data rows).")
-    columns = _CANONICALISE[task.kind](task, split, raw)
-    if task.kind == "span" and split == "train":
-        columns = _drop_misaligned_answers(task, raw, columns)
-        if not columns["id"]:
-            raise TaskDataError(f"{raw.source}: no training question of {task.name} has an aligned answer.")
+    columns = task.kind.canonicalise(task, split, raw)
     return datasets.Dataset.from_dict(columns, features=canonical_features(task), split=split)
 
 

@@ -46,37 +46,15 @@ import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..model.configuration_bert_repro import PRESETS
+from ..tasks.kinds import TaskKind, kind_named
 from ..tasks.registry import Result, Task, get_task
 
 TEMPLATE_PACKAGE_DIR = "model_cards"  # inside bert_repro.hub, so it ships in the wheel
 NOT_RECORDED = "not recorded"
 LICENSE = "apache-2.0"
 
-# Hub task ids (pipeline tags) and the Auto class of each task kind.
-PIPELINE_TAGS = {
-    "classification": "text-classification",
-    "regression": "text-classification",
-    "span": "question-answering",
-    "multiple_choice": "multiple-choice",
-    "token_classification": "token-classification",
-}
-AUTO_CLASSES = {
-    "classification": "AutoModelForSequenceClassification",
-    "regression": "AutoModelForSequenceClassification",
-    "span": "AutoModelForQuestionAnswering",
-    "multiple_choice": "AutoModelForMultipleChoice",
-    "token_classification": "AutoModelForTokenClassification",
-}
-
-# The task heads of the paper (section 4), as the card describes them.
-HEAD_DESCRIPTIONS = {
-    "classification": "a linear layer on the pooled [CLS] output, one logit per label",
-    "regression": "a linear layer on the pooled [CLS] output giving one score (regression)",
-    "span": "two vectors S and E scoring each token as the start and the end of the answer span",
-    "multiple_choice": "one score per choice from the pooled [CLS] output of "
-                       "`[CLS] context [SEP] ending [SEP]`, softmax over the choices",
-    "token_classification": "a linear layer on each word's first sub-token, one logit per tag",
-}
+# A task's pipeline tag, Auto class, head description and usage example come from its kind
+# (`bert_repro.tasks.kinds`).
 TASK_DISPLAY_NAMES = {
     "mnli": "GLUE MNLI", "qqp": "GLUE QQP", "qnli": "GLUE QNLI", "sst2": "GLUE SST-2", "cola": "GLUE CoLA",
     "stsb": "GLUE STS-B", "mrpc": "GLUE MRPC", "rte": "GLUE RTE", "wnli": "GLUE WNLI", "squad": "SQuAD v1.1",
@@ -247,23 +225,19 @@ def _encoder_parameters(config: Mapping[str, Any], pooler: bool) -> int:
     return embeddings + config["num_hidden_layers"] * layer + (h * h + h if pooler else 0)
 
 
-def parameter_count(config: Mapping[str, Any], head: str = "pretraining") -> int:
-    """Parameters of a model with ``head`` ("pretraining" or a task kind), as transformers counts them (the
-    MLM decoder weight is tied to the token embeddings and counted once)."""
+def parameter_count(config: Mapping[str, Any], head: str | TaskKind = "pretraining") -> int:
+    """Parameters of a model with ``head`` ("pretraining", or a task kind or its name), as transformers counts
+    them (the MLM decoder weight is tied to the token embeddings and counted once)."""
     h = config["hidden_size"]
     labels = len(config.get("id2label") or {}) or 2
     if head == "pretraining":  # MLM transform + LayerNorm + output bias, NSP
         mlm = (h * h + h) + 2 * h + config["vocab_size"]
         return _encoder_parameters(config, True) + mlm + (2 * h + 2)
-    if head in ("classification", "regression"):
-        return _encoder_parameters(config, True) + (h + 1) * (1 if head == "regression" else labels)
-    if head == "multiple_choice":
-        return _encoder_parameters(config, True) + h + 1
-    if head == "span":
-        return _encoder_parameters(config, False) + 2 * h + 2
-    if head == "token_classification":
-        return _encoder_parameters(config, False) + (h + 1) * labels
-    raise ValueError(f"Unknown head {head!r}.")
+    try:
+        kind = kind_named(head)
+    except KeyError:
+        raise ValueError(f"Unknown head {head!r}.") from None
+    return _encoder_parameters(config, kind.uses_pooler) + kind.head_parameters(h, labels)
 
 
 def safetensors_parameter_count(path: Path) -> int | None:
@@ -413,28 +387,16 @@ def _card_data(*, repo_id: str, pipeline_tag: str, tags: list[str], datasets: li
     )
 
 
-_PAIR_EXAMPLE = ('{"text": "The company posted record profits this quarter.", '
-                 '"text_pair": "Profits at the company reached a record this quarter."}')
-_PIPELINE_EXAMPLES = {
-    "pretraining": ("fill", 'fill("The capital of France is [MASK].")'),
-    "span": ("qa", 'qa(question="Where is the Eiffel Tower?", '
-                   'context="The Eiffel Tower is a landmark in Paris.")'),
-    "token_classification": ("tagger", 'tagger("The European Commission met in Brussels on Monday.")'),
-}
-
-
-def _usage(repo_id: str, kind: str, task: Task | None = None) -> dict[str, Any]:
-    """What the "How to use" section needs: the Auto classes, and a pipeline with an example input."""
-    if kind == "pretraining":
+def _usage(repo_id: str, task: Task | None = None) -> dict[str, Any]:
+    """What the "How to use" section needs: the Auto classes, and a pipeline with an example input
+    (a pre-trained checkpoint when ``task`` is None, else the task's kind says)."""
+    if task is None:
         auto, remote, pipeline_task = "AutoModelForPreTraining", "AutoModelForMaskedLM", "fill-mask"
+        variable, call = "fill", 'fill("The capital of France is [MASK].")'
     else:
-        auto = remote = AUTO_CLASSES[kind]
-        # transformers has no multiple-choice pipeline
-        pipeline_task = None if kind == "multiple_choice" else PIPELINE_TAGS[kind]
-    variable, call = _PIPELINE_EXAMPLES.get(kind, ("classifier", None))
-    if call is None and task is not None:
-        pair = len(task.text_columns) > 1
-        call = f"classifier({_PAIR_EXAMPLE})" if pair else 'classifier("A gripping, well-acted film.")'
+        auto = remote = task.kind.auto_class
+        pipeline_task = task.kind.pipeline_task
+        variable, call = task.kind.pipeline_example(task)
     return {"repo_id": repo_id, "auto_class": auto, "remote_auto_class": remote,
             "pipeline_task": pipeline_task, "pipeline_variable": variable, "pipeline_call": call}
 
@@ -664,7 +626,7 @@ def card_for_pretraining(output_dir: str | Path, repo_id: str, *, base_model: st
         "held_out_documents": _count(held_out.get("documents")),
         "benchmark": _benchmark(benchmark_dir),
         "curves": (out / "training_curves.png").is_file(),
-        "usage": _usage(repo_id, "pretraining"),
+        "usage": _usage(repo_id),
         "base_model": base_model,
         "base_licence": _licence_of(base_model),
         "bibtex": BIBTEX,
@@ -702,7 +664,7 @@ def _finetuning_eval(task: Task, best: Mapping[str, Any]
                      ) -> tuple[list[EvalResult], list[dict[str, str]]]:
     """model-index entries (percent) and table rows beside the paper's BASE and LARGE numbers."""
     eval_results, rows = [], []
-    task_type = PIPELINE_TAGS[task.kind]
+    task_type = task.kind.pipeline_tag
     for split in task.eval_splits:
         scores = best.get(split) or {}
         for metric in _metric_keys(task, scores):
@@ -760,7 +722,7 @@ def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[st
     run = record.get("run") or {}
     training = record.get("training") or {}
     threshold = (best.get(task.eval_splits[0]) or {}).get("squad_best_f1_threshold")
-    ranking = "squad_best_f1" if task.kind == "span" and task.allows_no_answer else task.main_metric
+    ranking = task.kind.ranking_metric(task)
     return {
         "ranking_metric": METRIC_NAMES[ranking][1],
         "schedule": training.get("lr_scheduler_type", NOT_RECORDED),
@@ -788,13 +750,13 @@ def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[st
 def _task_context(task: Task) -> dict[str, Any]:
     """What the card says about the task, from its description in `bert_repro.tasks.registry`."""
     splits = [SPLIT_NAMES.get(s, s) for s in task.eval_splits]
-    labels = task.label_names if task.kind != "multiple_choice" else None
+    labels = task.kind.card_labels(task)
     return {
         "display": TASK_DISPLAY_NAMES.get(task.name, task.name),
         "description": task.description,
         "hub_id": task.hub_id,
         "hub_config": task.hub_config,
-        "head": HEAD_DESCRIPTIONS[task.kind],
+        "head": task.kind.head_description,
         "labels": ", ".join(labels) if labels else None,
         "main_metric": METRIC_NAMES[task.main_metric][1],
         "eval_split": splits[0],
@@ -827,8 +789,8 @@ def card_for_finetuning(output_dir: str | Path, repo_id: str, *, base_model: str
     metrics = [m for m in dict.fromkeys(METRIC_NAMES[m][0] for m in task.metrics if m in METRIC_NAMES)
                if m in HUB_METRICS]
     glue = ["glue"] if task.hub_id == "nyu-mll/glue" else []
-    tags = ["bert", "bert_repro", PIPELINE_TAGS[task.kind], *glue, task.name]
-    card_data = _card_data(repo_id=repo_id, pipeline_tag=PIPELINE_TAGS[task.kind], tags=tags,
+    tags = ["bert", "bert_repro", task.kind.pipeline_tag, *glue, task.name]
+    card_data = _card_data(repo_id=repo_id, pipeline_tag=task.kind.pipeline_tag, tags=tags,
                            datasets=[task.hub_id], eval_results=eval_results, base_model=base["hub_id"],
                            metrics=metrics)
     context = {
@@ -845,7 +807,7 @@ def card_for_finetuning(output_dir: str | Path, repo_id: str, *, base_model: str
                      "training": "Trainer (transformers TrainingArguments)"},
             {"training": {"learning_rate": "each run sets its own, from the grid",
                           "seed": "each run sets its own, from the seeds"}}),
-        "usage": _usage(repo_id, task.kind, task),
+        "usage": _usage(repo_id, task),
         "bibtex": BIBTEX,
     }
     return render_card("finetuned.md", card_data, context, template_dir)

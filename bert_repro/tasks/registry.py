@@ -7,7 +7,9 @@ submissions are complete, but flagged ``in_glue_average=False``: the paper leave
 A `Task` says everything the rest of the package needs to know about one of them, so that one code path
 (data loading in `bert_repro.data.task_files`, features, heads, metrics, submissions, reports) serves all:
 
-- ``kind``: "classification", "regression", "span", "multiple_choice" or "token_classification";
+- ``kind``: a `bert_repro.tasks.kinds.TaskKind` (classification, regression, span, multiple choice or token
+  classification), which owns everything that differs between kinds: head, encoding, collator, decoding,
+  scoring, Hub pipeline tag and model-card text;
 - the canonical columns (``text_columns``) and, in ``source_columns``, the other names those columns have in
   the files people hold (GLUE's original TSVs, SWAG's CSV, ...);
 - ``label_names`` in the Hub dataset's id order (so ids mean the same whatever the source);
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-KINDS = ("classification", "regression", "span", "multiple_choice", "token_classification")
+from .kinds import CLASSIFICATION, KINDS, MULTIPLE_CHOICE, REGRESSION, SPAN, TOKEN_CLASSIFICATION, TaskKind
 
 # Metric names used in `Task.metrics`. Each evaluation returns fractions in [0, 1] (correlations in [-1, 1]).
 METRICS: Mapping[str, str] = MappingProxyType(
@@ -94,7 +96,7 @@ class Task:
     """One fine-tuning task. See the module docstring for what each group of fields is for."""
 
     name: str
-    kind: str
+    kind: TaskKind
     text_columns: tuple[str, ...]
     label_names: tuple[str, ...] | None
     metrics: tuple[str, ...]
@@ -129,10 +131,8 @@ class Task:
 
     @property
     def num_labels(self) -> int:
-        """Output size of the task head: classes, 1 (regression), 2 (span start/end), 1 score per choice."""
-        if self.label_names is not None:
-            return len(self.label_names)
-        return 2 if self.kind == "span" else 1
+        """Output size of the task head: classes, 1 (regression), 2 (span start/end); its kind decides."""
+        return self.kind.num_labels(self)
 
     @property
     def id2label(self) -> dict[int, str] | None:
@@ -209,7 +209,7 @@ def _glue(
 ) -> Task:
     fields: dict[str, Any] = {
         "name": name,
-        "kind": "classification" if label_names else "regression",
+        "kind": CLASSIFICATION if label_names else REGRESSION,
         "text_columns": text_columns,
         "label_names": label_names,
         "metrics": metrics,
@@ -404,7 +404,7 @@ _TASK_LIST: tuple[Task, ...] = (
     ),
     Task(
         name="squad",
-        kind="span",
+        kind=SPAN,
         text_columns=("question", "context"),
         label_names=None,
         metrics=("squad_exact_match", "squad_f1"),
@@ -431,7 +431,7 @@ _TASK_LIST: tuple[Task, ...] = (
     ),
     Task(
         name="squad_v2",
-        kind="span",
+        kind=SPAN,
         text_columns=("question", "context"),
         label_names=None,
         metrics=(
@@ -460,7 +460,7 @@ _TASK_LIST: tuple[Task, ...] = (
     ),
     Task(
         name="swag",
-        kind="multiple_choice",
+        kind=MULTIPLE_CHOICE,
         text_columns=("context",),
         label_names=("0", "1", "2", "3"),
         metrics=("accuracy",),
@@ -490,7 +490,7 @@ _TASK_LIST: tuple[Task, ...] = (
     ),
     Task(
         name="conll2003",
-        kind="token_classification",
+        kind=TOKEN_CLASSIFICATION,
         text_columns=("tokens",),
         label_names=("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"),
         metrics=("entity_f1", "entity_precision", "entity_recall", "accuracy"),

@@ -1,12 +1,13 @@
 """Fine-tuning on the paper's tasks (section 4): one code path for every task, driven by its description in
 `bert_repro.tasks.registry`.
 
-A task's `kind` picks three things, nothing else is per task:
+A task's kind (`bert_repro.tasks.kinds`) is all that is per task, and this module asks it for each piece:
 - the head: [CLS] classification or regression (GLUE), start/end vectors S and E (SQuAD), a score per choice
   (SWAG), per-token classification on the first sub-token of each word (CoNLL-2003 NER);
-- the input encoding: `[CLS] A [SEP] (B [SEP])`, SQuAD windows (`bert_repro.tasks.squad`), four `[CLS] context [SEP]
-  ending [SEP]` inputs, or words split into sub-tokens;
-- the evaluation: the task's metrics (`bert_repro.tasks.metrics`) after the paper's post-processing.
+- the input encoding and batching: `[CLS] A [SEP] (B [SEP])`, SQuAD windows (`bert_repro.tasks.squad`), four
+  `[CLS] context [SEP] ending [SEP]` inputs, or words split into sub-tokens;
+- the evaluation: logits decoded in the task's terms (SQuAD's span search, NER's first sub-tokens), then the
+  task's metrics (`bert_repro.tasks.metrics`).
 
 The paper's protocol (section 4 and appendix A.3): every parameter is fine-tuned; hyper-parameters from the task's
 grid (GLUE: lr in {5e-5, 4e-5, 3e-5, 2e-5}, batch 32, 3 epochs), several seeds ("random restarts"), the best run
@@ -23,18 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-import numpy as np
-from transformers import (
-    DataCollatorForMultipleChoice,
-    DataCollatorForTokenClassification,
-    DataCollatorWithPadding,
-    Trainer,
-    TrainingArguments,
-    set_seed,
-)
+from transformers import Trainer, TrainingArguments, set_seed
 
-from ..tasks import metrics as metric_functions
-from ..tasks import squad
 from .cli import (
     RUN_CONFIG,
     ConfigurationError,
@@ -46,25 +37,11 @@ from .cli import (
 )
 from ..model.conversion import load_bert
 from ..hub.push import push
-from ..model.modeling_bert_repro import (
-    BertReproForMultipleChoice,
-    BertReproForQuestionAnswering,
-    BertReproForSequenceClassification,
-    BertReproForTokenClassification,
-)
 from ..data.task_files import load_task_data
 from ..tasks.registry import TASKS, Task, get_task
 from ..data.wordpiece import load_tokenizer, save_tokenizer
 
 logger = logging.getLogger(__name__)
-
-HEADS = {
-    "classification": BertReproForSequenceClassification,
-    "regression": BertReproForSequenceClassification,
-    "span": BertReproForQuestionAnswering,
-    "multiple_choice": BertReproForMultipleChoice,
-    "token_classification": BertReproForTokenClassification,
-}
 
 # Settings of the reference run_classifier.py / run_squad.py that the paper does not restate.
 FINE_TUNING_DEFAULTS = dict(
@@ -150,64 +127,9 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _encode_pairs(batch, tokenizer, task: Task, max_len: int):
-    texts = [batch[c] for c in task.text_columns]
-    encoded = tokenizer(*texts, truncation=True, max_length=max_len)
-    encoded["labels"] = batch["label"]
-    return encoded
-
-
-def _encode_choices(batch, tokenizer, task: Task, max_len: int):
-    """Each example -> num_choices pairs `[CLS] context [SEP] question + ending [SEP]`, regrouped per example."""
-    n = task.num_choices or len(batch["endings"][0])
-    firsts = [c for c in batch["context"] for _ in range(n)]
-    seconds = [f"{q} {e}".strip() for q, endings in zip(batch["question"], batch["endings"]) for e in endings]
-    flat = tokenizer(firsts, seconds, truncation=True, max_length=max_len)
-    encoded = {k: [v[i : i + n] for i in range(0, len(v), n)] for k, v in flat.items()}
-    encoded["labels"] = batch["label"]
-    return encoded
-
-
-def _encode_words(batch, tokenizer, task: Task, max_len: int):
-    """Words -> sub-tokens; the label sits on the first sub-token of each word, -100 elsewhere (paper 5.3)."""
-    encoded = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=max_len)
-    labels, first_tokens = [], []
-    for i, tags in enumerate(batch["ner_tags"]):
-        word_ids = encoded.word_ids(i)
-        row, firsts, previous = [], [], None
-        for position, word in enumerate(word_ids):
-            if word is not None and word != previous:
-                row.append(tags[word])
-                firsts.append(position)
-            else:
-                row.append(-100)
-            previous = word
-        labels.append(row)
-        first_tokens.append(firsts)
-    encoded["labels"] = labels
-    return encoded
-
-
 def encode(task: Task, split: datasets.Dataset, tokenizer, run: FineTuningArguments, *, train: bool):
-    """A raw split -> model inputs (SQuAD evaluation keeps `example_id` and `offset_mapping` for post-processing)."""
-    kwargs = dict(batched=True, num_proc=run.num_proc, remove_columns=split.column_names)
-    if task.kind == "span":
-        prepare = squad.prepare_train_features if train else squad.prepare_eval_features
-        return split.map(prepare, fn_kwargs=dict(tokenizer=tokenizer, max_seq_length=run.max_seq_length,
-                                                 doc_stride=run.doc_stride, max_query_length=run.max_query_length),
-                         desc=f"{task.name} windows", **kwargs)
-    function = {"multiple_choice": _encode_choices, "token_classification": _encode_words}.get(
-        task.kind, _encode_pairs)
-    return split.map(function, fn_kwargs=dict(tokenizer=tokenizer, task=task, max_len=run.max_seq_length),
-                     desc=f"{task.name} tokens", **kwargs)
-
-
-def collator_for(task: Task, tokenizer):
-    if task.kind == "multiple_choice":
-        return DataCollatorForMultipleChoice(tokenizer)
-    if task.kind == "token_classification":
-        return DataCollatorForTokenClassification(tokenizer)
-    return DataCollatorWithPadding(tokenizer)
+    """A raw split -> model inputs, by the task's kind (evaluation features keep its `decode_columns`)."""
+    return task.kind.encode(task, split, tokenizer, run, train=train)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,67 +139,25 @@ def collator_for(task: Task, tokenizer):
 
 def predict(task: Task, trainer: Trainer, raw: datasets.Dataset, encoded: datasets.Dataset, run):
     """Predictions for a raw split, in its own terms: class ids, scores, answer texts or tag sequences."""
-    drop = ["example_id", "offset_mapping"] + ([] if _labelled(raw, task) else ["labels"])  # hidden test labels: -1
+    labelled = task.kind.labelled(task, raw)
+    drop = list(task.kind.decode_columns) + ([] if labelled else ["labels"])  # hidden test labels: -1
     model_inputs = encoded.remove_columns([c for c in drop if c in encoded.column_names])
     output = trainer.predict(model_inputs)
-    logits = output.predictions
-    if task.kind == "span":
-        start_logits, end_logits = logits
-        # v2.0: the best non-null span of every question (threshold +inf) and its null-score difference, so that
-        # the official best-threshold search can run; the default threshold (0) is applied in `score`.
-        answers, null_diffs, _ = squad.postprocess_predictions(
-            raw, encoded, start_logits, end_logits, n_best_size=run.n_best_size,
-            max_answer_length=run.max_answer_length, version_2_with_negative=task.allows_no_answer,
-            null_score_diff_threshold=float("inf"))
-        return {"answers": answers, "null_diffs": null_diffs}
-    if task.kind == "regression":
-        return np.asarray(logits).reshape(-1)
-    if task.kind == "token_classification":
-        ids = np.asarray(logits).argmax(-1)
-        tags = []
-        for row, labels in zip(ids, encoded["labels"]):
-            tags.append([task.label_names[p] for p, gold in zip(row, labels) if gold != -100])
-        return tags
-    return np.asarray(logits).argmax(-1)
+    return task.kind.decode(task, output.predictions, raw, encoded, run)
 
 
 def score(task: Task, raw: datasets.Dataset, predictions) -> dict[str, float]:
-    """The task's metrics (named as in `bert_repro.tasks.registry.METRICS`) of `predictions` against the gold labels of `raw`.
-
-    SQuAD scores are in percent, as the official scripts print them; the others are fractions.
+    """The task's metrics (named as in `bert_repro.tasks.registry.METRICS`) of `predictions` against the gold
+    labels of `raw`. SQuAD scores are in percent, as the official scripts print them; the others are fractions.
     """
-    if task.kind == "span":
-        references = {i: a["text"] for i, a in zip(raw["id"], raw["answers"])}
-        if not task.allows_no_answer:
-            v1 = metric_functions.squad_v1(predictions["answers"], references)
-            return {"squad_exact_match": v1["exact_match"], "squad_f1": v1["f1"]}
-        diffs = predictions["null_diffs"]
-        at_zero = {i: "" if diffs[i] > 0 else text for i, text in predictions["answers"].items()}
-        plain = metric_functions.squad_v2(at_zero, references)  # null answer when s_null > best span
-        best = metric_functions.squad_v2(predictions["answers"], references, na_probs=diffs)
-        values = {"squad_exact_match": plain["exact"], "squad_f1": plain["f1"],
-                  "squad_best_exact_match": best["best_exact"], "squad_best_f1": best["best_f1"],
-                  # the null-score threshold tau chosen on this split (use it when predicting elsewhere)
-                  "squad_best_f1_threshold": best["best_f1_thresh"]}
-        for theirs, ours in (("HasAns_f1", "squad_has_ans_f1"), ("NoAns_f1", "squad_no_ans_f1")):
-            values[ours] = plain.get(theirs, float("nan"))  # absent when the split has no such question
-        return {k: float(v) for k, v in values.items()}
-    if task.kind == "token_classification":
-        gold = [[task.label_names[t] for t in tags] for tags in raw["ner_tags"]]
-        # A word cut off by max_seq_length has no prediction: count it as "O", as a pipeline would output nothing.
-        padded = [p + ["O"] * (len(g) - len(p)) for p, g in zip(predictions, gold)]
-        values = metric_functions.conll_f1(padded, gold)
-        return {"entity_f1": values["f1"], "entity_precision": values["precision"],
-                "entity_recall": values["recall"], "accuracy": values["accuracy"]}
-    return metric_functions.compute(task.metrics, predictions, np.asarray(raw["label"]))
+    return task.kind.score(task, raw, predictions)
 
 
 def main_score(task: Task, values: dict[str, float]) -> float:
     """The number runs are ranked by: the task's main metric (SQuAD v2.0: F1 at the best null threshold, which the
     paper tunes on dev)."""
-    if task.kind == "span" and task.allows_no_answer and "squad_best_f1" in values:
-        return values["squad_best_f1"]
-    return values[task.main_metric]
+    metric = task.kind.ranking_metric(task)
+    return values[metric] if metric in values else values[task.main_metric]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -306,12 +186,6 @@ def _subset(split: datasets.Dataset, n: int | None) -> datasets.Dataset:
     return split if n is None or len(split) <= n else split.select(range(n))
 
 
-def _labelled(split: datasets.Dataset, task: Task) -> bool:
-    if task.kind in ("span", "token_classification"):
-        return True
-    return len(split) > 0 and min(split["label"]) >= 0
-
-
 def encode_splits(task: Task, data, tokenizer, run: FineTuningArguments) -> dict[str, tuple]:
     """{split: (raw rows, model inputs)} for training and every evaluation split, encoded once for the whole grid."""
     raws = {"train": _subset(data["train"], run.max_train_samples)}
@@ -323,9 +197,8 @@ def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments,
             lr: float, seed: int, run_dir: Path) -> tuple[dict[str, Any], Trainer]:
     """Fine-tune once (one learning rate, one seed) and evaluate on every evaluation split."""
     set_seed(seed)
-    num_labels = 1 if task.kind == "regression" else task.num_labels
     label_kwargs = {"id2label": task.id2label, "label2id": task.label2id} if task.label_names else {}
-    model = load_bert(run.model, HEADS[task.kind], num_labels=num_labels,
+    model = load_bert(run.model, task.kind.head_class, num_labels=task.num_labels,
                       attn_implementation=run.attn_implementation, unpad_inputs=run.unpad_inputs,
                       fast_dropout=run.fast_dropout, last_layer_subset=run.last_layer_subset, **label_kwargs)
     if run.compile_layers:
@@ -333,7 +206,7 @@ def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments,
     args = TrainingArguments(**{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr,
                                 "seed": seed, "data_seed": seed})
     trainer = Trainer(model=model, args=args, train_dataset=splits["train"][1],
-                      data_collator=collator_for(task, tokenizer),
+                      data_collator=task.kind.collator(tokenizer),
                       processing_class=tokenizer)
     start = time.time()
     trainer.train()

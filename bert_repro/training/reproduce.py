@@ -63,9 +63,7 @@ def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str,
     """One line of the report: our main metric on the first evaluation split beside the paper's number."""
     best = summary["best"]
     split = task.eval_splits[0]
-    metric = task.main_metric
-    if task.kind == "span" and task.allows_no_answer:
-        metric = "squad_best_f1"  # the paper's v2.0 numbers use the threshold tuned on dev
+    metric = task.kind.ranking_metric(task)  # SQuAD v2.0: the paper's numbers use the threshold tuned on dev
     ours = percent(metric, best[split][metric])
     papers = [r for r in task.paper if r.model == paper_model and r.metric == metric]
     paper = next((r for r in papers if r.split in (split, "test", "test_matched")), None)
