@@ -3,8 +3,11 @@
 What a push puts in the repository (one commit, so a failed push changes nothing there):
 - the weights as `model.safetensors` only: pickles (`*.bin`, `*.pt`, `*.pth`, `*.pkl`, Trainer's
   `training_args.bin`, optimizer and RNG states) are never uploaded;
-- `config.json` with a complete `auto_map` and the configuration / modeling code next to it, so that
-  `AutoModel*.from_pretrained(repo, trust_remote_code=True)` works for someone who never installed bert_repro;
+- `config.json` in transformers' own BERT format where it can be (`bert_repro.model.checkpoint_format`), so that
+  `AutoModel*.from_pretrained(repo)` works with plain transformers, with a complete `auto_map` and every `*.py` file
+  `save_pretrained` wrote beside it (configuration, modeling and the modules they import), so that
+  `AutoModel*.from_pretrained(repo, trust_remote_code=True)` opens our classes for someone who never installed
+  bert_repro;
 - the tokenizer with `vocab.txt`; the model card (`README.md`, from `model_cards/`); the run's records
   (`run_config.json`, `data_statistics.json`, `results.json` / `.md`, `log_history.json`), plots and TensorBoard logs.
 
@@ -27,17 +30,17 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..model.configuration_bert_repro import BertReproConfig
+from ..model import modeling_bert_repro
+from ..model.checkpoint_format import config_file_dict, is_repro_checkpoint
 from ..model.modeling_bert_repro import AUTO_MAP
 
 logger = logging.getLogger(__name__)
 
-MODEL_FILES = ("model.safetensors", "config.json", "configuration_bert_repro.py", "modeling_bert_repro.py")
+MODEL_FILES = ("model.safetensors", "config.json")  # and the code files: `model_files`
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 RECORD_FILES = ("run_config.json", "data_statistics.json", "results.json", "results.md", "log_history.json",
                 "training_curves.png", "report.md", "report.json", "report.png")
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
-CODE_DIR = Path(__file__).resolve().parent
 
 
 class HubPushError(RuntimeError):
@@ -56,15 +59,28 @@ def model_directory(path: Path) -> Path:
     raise FileNotFoundError(f"{path} holds no model.safetensors{hint}.")
 
 
+def model_files(weights: Path) -> list[str]:
+    """The files of a saved model: weights, config and every `*.py` that `save_pretrained` wrote beside them."""
+    return [name for name in MODEL_FILES if (weights / name).exists()] + sorted(p.name for p in weights.glob("*.py"))
+
+
+def code_files() -> list[Path]:
+    """The code `save_pretrained` copies beside the weights: the modeling file and everything it imports from its
+    package (transformers' own rule for remote code, so the list follows the imports)."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    modeling = Path(modeling_bert_repro.__file__)
+    return [modeling, *map(Path, get_relative_import_files(str(modeling)))]
+
+
 def stage(path: str | Path, repo_id: str, staging: Path, *, tokenizer_dir: Path | None = None,
           with_card: bool = True) -> list[str]:
     """Copy what is published from `path` into `staging`; returns the relative paths staged."""
     path = Path(path)
     weights = model_directory(path)
-    for name in MODEL_FILES:
-        if (weights / name).exists():
-            shutil.copy2(weights / name, staging / name)
-    _complete_remote_code(staging)
+    for name in model_files(weights):
+        shutil.copy2(weights / name, staging / name)
+    _complete_checkpoint(staging)
     for source in (tokenizer_dir, weights, path, path / "tokenizer"):
         if source is not None and (source / "tokenizer.json").exists():
             for name in TOKENIZER_FILES:
@@ -87,17 +103,18 @@ def stage(path: str | Path, repo_id: str, staging: Path, *, tokenizer_dir: Path 
     return staged
 
 
-def _complete_remote_code(staging: Path) -> None:
-    """Make the staged config loadable without bert_repro: full auto_map, code files beside it."""
+def _complete_checkpoint(staging: Path) -> None:
+    """Make a staged bert_repro checkpoint open both ways without bert_repro: transformers' BERT type where it can
+    be (older checkpoints say "bert_repro"), a full auto_map, and the code files beside it when it has none."""
     config = json.loads((staging / "config.json").read_text())
-    if config.get("model_type") != BertReproConfig.model_type:
-        return  # e.g. an exported transformers-format checkpoint: it needs no remote code
-    if config.get("auto_map") != AUTO_MAP:
-        config["auto_map"] = dict(AUTO_MAP)
-        (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    for name in ("configuration_bert_repro.py", "modeling_bert_repro.py"):
-        if not (staging / name).exists():
-            shutil.copy2(CODE_DIR / name, staging / name)
+    if not is_repro_checkpoint(config):
+        return  # e.g. an exported transformers-format checkpoint: it has no code of ours to ship
+    complete = config_file_dict({**config, "auto_map": dict(AUTO_MAP)})
+    if complete != config:
+        (staging / "config.json").write_text(json.dumps(complete, indent=2, sort_keys=True) + "\n")
+    if not (staging / "modeling_bert_repro.py").exists():
+        for source in code_files():
+            shutil.copy2(source, staging / source.name)
 
 
 def _run_identity(directory: Path) -> str | None:
@@ -119,8 +136,8 @@ def check_remote(api, repo_id: str, revision: str | None, local_identity: str | 
     reasons = []
     try:
         remote_config = json.loads(Path(api.hf_hub_download(repo_id, "config.json", revision=revision)).read_text())
-        if remote_config.get("model_type") != BertReproConfig.model_type:
-            reasons.append(f"it holds a {remote_config.get('model_type')!r} model")
+        if not is_repro_checkpoint(remote_config):
+            reasons.append(f"it holds a {remote_config.get('model_type')!r} model not saved by bert_repro")
     except EntryNotFoundError:
         reasons.append("it holds files but no config.json")
     if not reasons and "run_config.json" in files:
@@ -189,9 +206,8 @@ def push_checkpoints(output_dir: str | Path, repo_id: str, *, private: bool = Fa
         with tempfile.TemporaryDirectory() as tmp:
             view = Path(tmp) / checkpoint.name
             view.mkdir()
-            for name in MODEL_FILES:
-                if (checkpoint / name).exists():
-                    (view / name).symlink_to((checkpoint / name).resolve())
+            for name in model_files(checkpoint):
+                (view / name).symlink_to((checkpoint / name).resolve())
             for name in RECORD_FILES[:2]:
                 if (output_dir / name).exists():
                     (view / name).symlink_to((output_dir / name).resolve())
