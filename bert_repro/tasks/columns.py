@@ -40,7 +40,6 @@ class RawSplit:
     locate: Callable[[int], str]
 
 
-
 def find_column(task: Task, raw: RawSplit, name: str, required: bool = True) -> list | None:
     accepted = task.source_columns.get(name, (name,))
     for candidate in accepted:
@@ -258,7 +257,6 @@ def token_columns(task: Task, split: str, raw: RawSplit) -> dict[str, list]:
     return out
 
 
-
 # --------------------------------------------------------------------------------------------------------
 # SQuAD training answers that are not where they are said to be
 
@@ -315,7 +313,6 @@ def drop_misaligned_answers(task: Task, raw: RawSplit, columns: dict[str, list])
         raw.locate(skipped[0]),
     )
     return {name: [value for value, ok in zip(values, keep) if ok] for name, values in columns.items()}
-
 
 
 __all__ = [
