@@ -45,7 +45,9 @@ from typing import Any
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..model.checkpoint_format import native_obstacles
 from ..model.configuration_bert_repro import PRESETS
+from ..model.modeling_bert_repro import AUTO_MAP
 from ..tasks.kinds import TaskKind, kind_named
 from ..tasks.registry import Result, Task, get_task
 
@@ -387,9 +389,11 @@ def _card_data(*, repo_id: str, pipeline_tag: str, tags: list[str], datasets: li
     )
 
 
-def _usage(repo_id: str, task: Task | None = None) -> dict[str, Any]:
+def _usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What the "How to use" section needs: the Auto classes, and a pipeline with an example input
-    (a pre-trained checkpoint when ``task`` is None, else the task's kind says)."""
+    (a pre-trained checkpoint when ``task`` is None, else the task's kind says), our class, and why the checkpoint
+    needs remote code when transformers' own BERT cannot compute it (``config``: its config.json; see
+    `checkpoint_format`)."""
     if task is None:
         auto, remote, pipeline_task = "AutoModelForPreTraining", "AutoModelForMaskedLM", "fill-mask"
         variable, call = "fill", 'fill("The capital of France is [MASK].")'
@@ -398,7 +402,9 @@ def _usage(repo_id: str, task: Task | None = None) -> dict[str, Any]:
         pipeline_task = task.kind.pipeline_task
         variable, call = task.kind.pipeline_example(task)
     return {"repo_id": repo_id, "auto_class": auto, "remote_auto_class": remote,
-            "pipeline_task": pipeline_task, "pipeline_variable": variable, "pipeline_call": call}
+            "pipeline_task": pipeline_task, "pipeline_variable": variable, "pipeline_call": call,
+            "repro_class": AUTO_MAP[auto].split(".")[1],
+            "remote_code_reason": "; ".join(native_obstacles(dict(config or {})))}
 
 
 def _licence_of(source: str | None) -> str | None:
@@ -626,7 +632,7 @@ def card_for_pretraining(output_dir: str | Path, repo_id: str, *, base_model: st
         "held_out_documents": _count(held_out.get("documents")),
         "benchmark": _benchmark(benchmark_dir),
         "curves": (out / "training_curves.png").is_file(),
-        "usage": _usage(repo_id),
+        "usage": _usage(repo_id, config=config),
         "base_model": base_model,
         "base_licence": _licence_of(base_model),
         "bibtex": BIBTEX,
@@ -807,7 +813,7 @@ def card_for_finetuning(output_dir: str | Path, repo_id: str, *, base_model: str
                      "training": "Trainer (transformers TrainingArguments)"},
             {"training": {"learning_rate": "each run sets its own, from the grid",
                           "seed": "each run sets its own, from the seeds"}}),
-        "usage": _usage(repo_id, task),
+        "usage": _usage(repo_id, task, config=config),
         "bibtex": BIBTEX,
     }
     return render_card("finetuned.md", card_data, context, template_dir)

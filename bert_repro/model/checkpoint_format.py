@@ -31,6 +31,8 @@ _REPRO_PREFIX, _TRANSFORMERS_PREFIX = "BertRepro", "Bert"
 
 # Config fields whose value transformers' BERT classes implement only as given here; another value needs our code.
 TRANSFORMERS_BERT_COMPUTES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
+# Heads whose output width transformers reads from num_labels where ours is fixed: question answering (S and E).
+FIXED_HEAD_WIDTHS = {"ForQuestionAnswering": 2}
 # Our spellings of an activation that transformers knows under another name (the same function).
 TRANSFORMERS_ACTIVATION_NAMES = {"gelu_tanh": "gelu_pytorch_tanh"}
 
@@ -53,6 +55,12 @@ def native_obstacles(config: dict) -> list[str]:
     for field, value in TRANSFORMERS_BERT_COMPUTES.items():
         if config.get(field, value) != value:
             reasons.append(f"{field}={config[field]!r}: transformers' BERT implements only {value!r}")
+    num_labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
+    for architecture in config.get("architectures") or []:
+        for head, width in FIXED_HEAD_WIDTHS.items():
+            if architecture.endswith(head) and num_labels != width:
+                reasons.append(f"num_labels={num_labels} with {architecture}: transformers' head has num_labels "
+                               f"outputs, ours always {width}; set num_labels={width}")
     return reasons
 
 
