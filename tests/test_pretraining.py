@@ -273,7 +273,8 @@ def test_no_hub_and_no_local_text_stops_fast_with_advice(tmp_path):
     start = time.time()
     result = subprocess.run(
         [sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--config",
-         str(ROOT / "recipes" / "configs" / "quickstart.yaml"), "--output_dir", str(tmp_path / "out")],
+         str(ROOT / "recipes" / "configs" / "quickstart.yaml"), "--output_dir", str(tmp_path / "out"),
+         "--corpus", "Salesforce/wikitext", "--hub_config", "wikitext-2-raw-v1", "--document_boundary", "wikitext"],
         env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2
