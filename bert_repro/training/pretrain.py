@@ -32,6 +32,7 @@ from torch.utils.data import Sampler
 from transformers import IntervalStrategy, Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from .cli import RUN_CONFIG, ConfigurationError, SpeedSwitches, check_output_dir, parse_with_config, take_push_request
+from .checkpoints import checkpoint_problem, newest_valid_checkpoint
 from ..model.configuration_bert_repro import BertReproConfig
 from ..data.corpus import load_corpus
 from ..hub.push import push_checkpoints
@@ -478,6 +479,26 @@ def gradient_accumulation(global_batch_size: int, per_device: int, world_size: i
     return global_batch_size // per_step
 
 
+def checkpoint_to_resume(output_dir: Path, resume_from: bool | str | None) -> str | None:
+    """`--resume_from_checkpoint true`: the newest complete checkpoint (broken newer ones skipped, with the reason),
+    or None when nothing was saved yet; a named checkpoint is checked the same way."""
+    if resume_from is True:
+        found = newest_valid_checkpoint(output_dir)
+        if found is None:
+            logger.info("no checkpoint in %s yet: starting at step 0", output_dir)
+        return None if found is None else str(found)
+    if resume_from:
+        problem = checkpoint_problem(resume_from)
+        if problem:
+            raise ConfigurationError(f"Cannot resume from {resume_from}: {problem}.")
+    return resume_from or None
+
+
+def _has_accelerator() -> bool:
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; CUDA only before
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
 def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole job: arguments -> data -> model -> Trainer -> saved checkpoint, statistics, curves."""
     run, data, training = parse_arguments(argv)
@@ -491,6 +512,9 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         run.global_batch_size, training.per_device_train_batch_size, training.world_size)
     record = run_record(run, data, training)
     check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir)
+    resume_from = checkpoint_to_resume(output_dir, resume_from)
+    if training.dataloader_pin_memory and (training.use_cpu or not _has_accelerator()):
+        training.dataloader_pin_memory = False  # pinned memory only helps copies to an accelerator (torch warns)
     phase_cfgs = phase_configs(data, run)
     check_lengths(model_config(run), phase_cfgs)  # before any data work
     if training.report_to and "tensorboard" in training.report_to:

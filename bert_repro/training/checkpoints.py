@@ -1,0 +1,100 @@
+"""Which `checkpoint-N` folder a run resumes from: the newest one that Trainer can really load.
+
+Trainer's own choice (`resume_from_checkpoint=True`) is the highest-numbered folder, whatever its state. A job
+killed while saving leaves a truncated `model.safetensors`, a folder without `trainer_state.json`, or an empty
+folder; resuming from it fails deep inside the library with a message that names no checkpoint. Here each
+folder is checked first (cheaply: headers and archive directories, no tensor is read), the broken ones are
+reported and skipped, and the newest complete one is used. Nothing is deleted: the broken folders stay for the
+user to look at, and Trainer overwrites a folder of the same name when it saves that step again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import zipfile
+from pathlib import Path
+
+from .cli import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+
+
+def checkpoint_problem(folder: str | Path) -> str | None:
+    """Why Trainer could not resume from `folder`, or None when it looks complete."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return "not a folder"
+    if not any(folder.iterdir()):
+        return "empty folder"
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        return "trainer_state.json is missing"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # ValueError: invalid JSON or bytes that are not UTF-8
+        return f"trainer_state.json cannot be read ({err})"
+    weights = _weight_files(folder)
+    if not weights:
+        return "model.safetensors is missing"
+    from safetensors import safe_open
+
+    for path in weights:
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass  # the header is checked against the file size: a truncated file fails here
+        except Exception as err:  # noqa: BLE001 (safetensors raises its own error type, or OSError)
+            return f"{path.name} cannot be read ({err})"
+    for path in sorted(folder.glob("*.pt")) + sorted(folder.glob("*.pth")):
+        # optimizer.pt, scheduler.pt, rng_state.pth: torch.save writes a zip archive whose directory sits at the
+        # end of the file, so a truncated one is not a zip file any more.
+        if not zipfile.is_zipfile(path):
+            return f"{path.name} is truncated or not a torch file"
+    return None
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError):
+            return [index]  # reported as unreadable by safe_open
+        return [folder / name for name in shards]
+    single = folder / "model.safetensors"
+    return [single] if single.is_file() else []
+
+
+def checkpoints_newest_first(output_dir: str | Path) -> list[Path]:
+    folders = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and _CHECKPOINT.fullmatch(p.name)]
+    return sorted(folders, key=lambda p: int(_CHECKPOINT.fullmatch(p.name).group(1)), reverse=True)
+
+
+class NoUsableCheckpoint(ConfigurationError):
+    """Checkpoints exist but none can be resumed from; the message lists each one and why."""
+
+
+def newest_valid_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest complete `checkpoint-N` in `output_dir`, logging each newer one skipped and why.
+
+    None when there is no checkpoint at all; `NoUsableCheckpoint` when there are some and none is complete.
+    """
+    skipped = []
+    for folder in checkpoints_newest_first(output_dir):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            if skipped:
+                logger.warning("resuming from %s, the newest complete checkpoint", folder.name)
+            return folder
+        logger.warning("skipped %s: %s", folder.name, problem)
+        skipped.append(f"{folder.name}: {problem}")
+    if skipped:
+        raise NoUsableCheckpoint(
+            f"No checkpoint in {output_dir} can be resumed from ({'; '.join(skipped)}). Pass "
+            "--overwrite_output_dir true to start the run again, or --resume_from_checkpoint PATH for a checkpoint "
+            "kept elsewhere."
+        )
+    return None
