@@ -1,5 +1,6 @@
 """A saved directory opens through every Auto class with trust_remote_code=True in a process where bert_repro
-cannot be imported, and gives the same outputs as the in-process model."""
+cannot be imported, as our classes, and gives the same outputs as the in-process model (without
+trust_remote_code it opens as transformers' own BERT: tests/test_native_loading.py)."""
 
 import json
 import os
@@ -12,6 +13,7 @@ import torch
 from conftest import padded_batch, tiny_config
 
 import bert_repro
+from bert_repro.hub.push import code_files
 from bert_repro.model.modeling_bert_repro import AUTO_MAP
 
 pytestmark = pytest.mark.slow
@@ -71,9 +73,9 @@ def test_every_auto_class_loads_without_the_package(tmp_path):
         model.save_pretrained(tmp_path / auto_name)
         saved = json.loads((tmp_path / auto_name / "config.json").read_text())
         assert saved["auto_map"] == AUTO_MAP  # complete, whatever class was saved
-        assert {"modeling_bert_repro.py", "configuration_bert_repro.py", "model.safetensors"} <= set(
-            os.listdir(tmp_path / auto_name)
-        )
+        assert saved["model_type"] == "bert"  # transformers' own type: the auto_map serves trust_remote_code=True
+        # Every module the modeling code imports is saved beside it, and the Hub push ships the same list.
+        assert {"model.safetensors", *(p.name for p in code_files())} <= set(os.listdir(tmp_path / auto_name))
         batch[auto_name] = inputs_for(auto_name, config)
         with torch.no_grad():
             expected[auto_name] = (class_name, model(**batch[auto_name])[0])
