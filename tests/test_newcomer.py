@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from test_pretraining import corpus_and_tokenizer, write_config  # noqa: F401 (a fixture)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "recipes" / "data" / "quickstart_corpus"
 
@@ -46,3 +48,70 @@ def test_quickstart_config_runs_offline_without_corpus(tmp_path):
     assert results["global_step"] == 2 and "eval_mlm_accuracy" in results
     corpus = json.loads((out / "run_config.json").read_text())["run"]["corpus"]
     assert all("quickstart_corpus" in c for c in corpus)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Corpus input: encodings, nothing to read
+# ---------------------------------------------------------------------------------------------------------------
+
+LATIN1_FEW = "Le café était fermé. Nous sommes partis à la maison.\n".encode("latin-1")
+LATIN1_MOSTLY = ("àéèêëîïôöùûüç ÀÉÈÊ " * 50 + "\n").encode("latin-1")
+
+
+def test_text_that_is_not_utf8_is_decoded_with_a_warning(caplog):
+    from bert_repro.data.corpus import decode_text
+
+    with caplog.at_level("WARNING"):
+        assert decode_text(LATIN1_FEW, "few.txt") == LATIN1_FEW.decode("latin-1")
+        assert decode_text(LATIN1_MOSTLY, "mostly.txt") == LATIN1_MOSTLY.decode("latin-1")  # not "binary"
+        assert decode_text("Smart “quotes” – dash".encode("cp1252"), "win.txt") == "Smart “quotes” – dash"
+        mixed = decode_text(("naïve text. " * 10).encode() + b"\xe9t\xe9", "mixed.txt")  # two stray latin-1 bytes
+        assert mixed == "naïve text. " * 10 + "\ufffdt\ufffd"
+    assert "few.txt is not UTF-8: read as Windows-1252" in caplog.text
+    assert "mostly.txt is not UTF-8" in caplog.text
+    assert "mixed.txt: 2 byte(s) are not UTF-8" in caplog.text
+    assert decode_text("ünïcödé ok".encode()) == "ünïcödé ok"  # plain UTF-8: as is
+    assert decode_text(b"\xef\xbb\xbfbom") == "bom"
+    assert decode_text("utf-16 text".encode("utf-16")) == "utf-16 text"
+    assert decode_text(bytes(range(256)) * 40) is None  # binary
+    assert decode_text(bytes(range(1, 32)) * 40 + b"x" * 100) is None  # control characters: binary too
+
+
+def test_latin1_file_keeps_its_accents_in_the_corpus(tmp_path):
+    from bert_repro.data.corpus import load_corpus
+
+    (tmp_path / "few.txt").write_bytes(LATIN1_FEW)
+    (tmp_path / "mostly.txt").write_bytes(LATIN1_MOSTLY)
+    docs = load_corpus(tmp_path, document_boundary="file", cache_dir=str(tmp_path / "cache"))
+    texts = sorted(docs["text"])
+    assert len(texts) == 2 and "café" in texts[0] and texts[1].startswith("àéèêëîïôöùûüç")
+
+
+def test_corpus_with_no_text_is_one_clear_error(tmp_path):
+    from bert_repro.data.corpus import CorpusError, load_corpus
+
+    (tmp_path / "a.txt").write_text("")
+    (tmp_path / "b.txt").write_text("  \n\n ")
+    (tmp_path / "c.txt").write_bytes(bytes(range(256)) * 40)
+    with pytest.raises(CorpusError, match="the corpus holds no text"):
+        load_corpus(tmp_path, document_boundary="file", cache_dir=str(tmp_path / "cache"))
+
+
+@pytest.mark.slow
+def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "a.txt").write_text("")
+    (empty / "junk.txt").write_bytes(bytes(range(256)) * 40)
+    config = write_config(tmp_path / "c.yaml", corpus, tokenizer, max_steps=2, save_steps=100, eval_fraction=0.0)
+    out = tmp_path / "out"
+    result = pretrain("--config", config, "--output_dir", out, "--corpus", empty)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "the corpus holds no text" in result.stderr and str(empty) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (out / "run_config.json").exists()
+    assert (empty / "junk.txt").read_bytes() == bytes(range(256)) * 40  # the user's files untouched
+    result = pretrain("--config", config, "--output_dir", out)  # a retry with another corpus is the same new run
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "results.json").read_text())["global_step"] == 2

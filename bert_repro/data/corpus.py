@@ -15,11 +15,16 @@ Sources:
   its top-level headings (" = Title = "), and the heading lines themselves are dropped (they are not sentences).
 
 Bad input is skipped with a logged count rather than crashing a worker later: empty documents and files that
-are not text (binary junk: NUL bytes or mostly undecodable bytes).
+are not text (binary junk: NUL bytes or control characters). Text that is not UTF-8 is not silently damaged: a
+file with a UTF-16 byte-order mark is read as UTF-16; one without valid UTF-8 multi-byte sequences is read as
+Windows-1252 (a superset of latin-1 for text), with a warning naming the file; a file that mixes UTF-8 with
+stray bytes keeps its UTF-8 and the warning counts the bytes replaced. A corpus that ends up with no text at all
+stops with one message (`CorpusError`) before any dataset is built.
 """
 
 from __future__ import annotations
 
+import codecs
 import glob
 import logging
 import os
@@ -28,6 +33,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import datasets
+
+from .sentences import looks_like_binary
 
 logger = logging.getLogger(__name__)
 
@@ -73,21 +80,68 @@ def _expand(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Pat
     return files
 
 
-def _looks_binary(raw: bytes) -> bool:
+# A multi-byte UTF-8 sequence (a lead byte and its continuation bytes): text in another 8-bit encoding almost
+# never holds one, so a file with some is UTF-8 with stray bytes rather than latin-1.
+_UTF8_MULTIBYTE = re.compile(rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}")
+
+
+def decode_text(raw: bytes, name: str = "text", *, warn: bool = True) -> str | None:
+    """The text of a file's bytes, or None when they are not text (binary). Never drops a character silently:
+    whatever is not plain UTF-8 is decoded as explained in the module docstring, with a warning naming `name`."""
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            return raw.decode("utf-16")
+        except UnicodeDecodeError:
+            return None
     if b"\x00" in raw[:65536]:
-        return True
-    sample = raw[:65536].decode("utf-8", errors="replace")
-    return sample.count("\ufffd") > 0.05 * max(1, len(sample))
+        return None
+    try:
+        text = raw.decode("utf-8-sig")
+        return None if looks_like_binary(text[:65536]) else text
+    except UnicodeDecodeError:
+        pass
+    if _UTF8_MULTIBYTE.search(raw):
+        text = raw.decode("utf-8", errors="replace")
+        bad = text.count("\ufffd")
+        if looks_like_binary(text):
+            return None
+        if warn:
+            logger.warning("%s: %d byte(s) are not UTF-8 and were replaced by U+FFFD (the rest is UTF-8); convert the "
+                           "file to UTF-8 to keep those characters", name, bad)
+        return text.lstrip("\ufeff")
+    # Windows-1252 leaves five byte values undefined; latin-1 decodes them (as control characters).
+    try:
+        text, encoding = raw.decode("cp1252"), "Windows-1252"
+    except UnicodeDecodeError:
+        text, encoding = raw.decode("latin-1"), "latin-1"
+    if looks_like_binary(text):
+        return None
+    if warn:
+        logger.warning("%s is not UTF-8: read as %s (e.g. %r); convert it to UTF-8 if that is not its encoding",
+                       name, encoding, _first_non_ascii(text))
+    return text
 
 
-def _text_documents(files: list[str], document_boundary: str) -> Iterator[dict[str, str]]:
-    """Rows {"text", "source"} from plain-text files (a `Dataset.from_generator` generator)."""
+def _first_non_ascii(text: str, context: int = 12) -> str:
+    i = next((i for i, ch in enumerate(text) if ord(ch) > 127), 0)
+    return text[max(0, i - context) : i + context]
+
+
+def _file_text(name: str) -> str | None:
+    text = decode_text(Path(name).read_bytes(), name)
+    if text is None:
+        logger.warning("skipped %s: not text (binary content)", name)
+    return text
+
+
+def _text_documents(files: list[str], document_boundary: str, stamps=None) -> Iterator[dict[str, str]]:
+    """Rows {"text", "source"} from plain-text files (a `Dataset.from_generator` generator). `stamps` (each file's
+    size and modification time) is unused here: it is part of datasets' cache key, so that an edited file is
+    read again instead of served from the cache."""
     for name in files:
-        raw = Path(name).read_bytes()
-        if _looks_binary(raw):
-            logger.warning("skipped %s: not text (binary content)", name)
+        text = _file_text(name)
+        if text is None:
             continue
-        text = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
         if document_boundary == "file":
             pieces = [text]
         else:
@@ -137,10 +191,17 @@ def load_corpus(
     if other:
         raise CorpusError(f"Unsupported corpus file type: {other[0]} (expected .txt, .jsonl, .parquet, .csv, .tsv).")
     parts = []
+    if text_files and not any(_holds_text(name) for name in text_files):
+        if not table_files:
+            raise CorpusError(f"{source}: the corpus holds no text (every file is empty or not text: "
+                              f"{_listing(text_files)}). {HOW_TO_PASS_LOCAL_TEXT}")
+        logger.warning("skipped %d text files: every one is empty or not text", len(text_files))
+        text_files = []
     if text_files:
         dataset = datasets.Dataset.from_generator(
             _text_documents,
-            gen_kwargs={"files": text_files, "document_boundary": document_boundary},
+            gen_kwargs={"files": text_files, "document_boundary": document_boundary,
+                        "stamps": [(os.stat(n).st_size, os.stat(n).st_mtime_ns) for n in text_files]},
             features=datasets.Features({"text": datasets.Value("string"), "source": datasets.Value("string")}),
             num_proc=min(num_proc or 1, len(text_files)),
             cache_dir=cache_dir,
@@ -156,6 +217,19 @@ def load_corpus(
         parts.append(_select_text(table, text_column, ", ".join(names)))
     dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     return _drop_empty(dataset, str(source), num_proc)
+
+
+def _holds_text(name: str) -> bool:
+    """Whether a text file gives at least one document (stops at the first: a corpus is checked in one file)."""
+    raw = Path(name).read_bytes()
+    if not raw.strip():
+        return False
+    text = decode_text(raw, name, warn=False)
+    return bool(text and text.strip())
+
+
+def _listing(names: list[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 _WIKITEXT_TITLE = re.compile(r"^ = [^=].* = $")

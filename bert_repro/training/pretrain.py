@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -494,6 +495,14 @@ def checkpoint_to_resume(output_dir: Path, resume_from: bool | str | None) -> st
     return resume_from or None
 
 
+def forget_unstarted_run(output_dir: Path) -> None:
+    """Remove what a run wrote into its (new or empty) output directory before its data preparation failed."""
+    (output_dir / RUN_CONFIG).unlink(missing_ok=True)
+    shutil.rmtree(output_dir / TOKENIZER_DIR, ignore_errors=True)
+    if output_dir.is_dir() and not any(output_dir.iterdir()):
+        output_dir.rmdir()
+
+
 def _has_accelerator() -> bool:
     accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; CUDA only before
     return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
@@ -524,11 +533,17 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             logger.warning("tensorboard is not installed (pip install 'bert-repro[train]'): not writing its logs")
             training.report_to = [r for r in training.report_to if r != "tensorboard"]
 
+    fresh = not output_dir.exists() or not any(output_dir.iterdir())
     with training.main_process_first(desc="preparing pre-training data"):
         if training.process_index == 0:
             output_dir.mkdir(parents=True, exist_ok=True)
             (output_dir / RUN_CONFIG).write_text(json.dumps(record, indent=2))
-        tokenizer, phases, eval_dataset, statistics = build_datasets(run, data, training, output_dir)
+        try:
+            tokenizer, phases, eval_dataset, statistics = build_datasets(run, data, training, output_dir)
+        except BaseException:
+            if fresh and training.process_index == 0:
+                forget_unstarted_run(output_dir)  # so that a retry with other data is not "a different run"
+            raise
     if training.process_index == 0:
         (output_dir / "data_statistics.json").write_text(json.dumps(statistics, indent=2))
         log_statistics(statistics)
