@@ -115,3 +115,52 @@ def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_to
     result = pretrain("--config", config, "--output_dir", out)  # a retry with another corpus is the same new run
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((out / "results.json").read_text())["global_step"] == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Optional dependencies
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def hide_package(tmp_path, name):
+    """An environment in which `import name` fails, as where the extra that installs it is missing."""
+    fake = tmp_path / "hidden" / name
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"raise ImportError('{name} hidden by the test')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path / "hidden"), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.mark.slow
+def test_missing_plotting_and_tensorboard_are_skipped_with_a_warning(tmp_path, corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    config = write_config(tmp_path / "c.yaml", corpus, tokenizer, max_steps=2, save_steps=100, eval_fraction=0.0,
+                          plot=True, report_to="tensorboard")
+    env = hide_package(tmp_path, "matplotlib")
+    (tmp_path / "hidden" / "tensorboard").mkdir()
+    (tmp_path / "hidden" / "tensorboard" / "__init__.py").write_text("raise ImportError('hidden')\n")
+    out = tmp_path / "out"
+    result = pretrain("--config", config, "--output_dir", out, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "matplotlib is not installed (pip install 'bert-repro[train]')" in result.stderr
+    assert "tensorboard is not installed" in result.stderr
+    warned_at = result.stderr.index("matplotlib is not installed")
+    assert warned_at < result.stderr.index("pre-training data")  # at the start, before any work
+    assert (out / "model.safetensors").exists() and not (out / "training_curves.png").exists()
+
+
+def test_reproduce_report_without_matplotlib(tmp_path, monkeypatch, caplog):
+    import builtins
+
+    from bert_repro.training.reproduce import plot_report
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError("hidden")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with caplog.at_level("WARNING"):
+        plot_report([{"task": "mrpc", "ours": 80.0, "paper": 84.0}], tmp_path / "report.png", "base")
+    assert "not writing report.png" in caplog.text and not (tmp_path / "report.png").exists()

@@ -503,6 +503,15 @@ def forget_unstarted_run(output_dir: Path) -> None:
         output_dir.rmdir()
 
 
+def _importable(module: str) -> bool:
+    """Whether an optional package imports: checked before training, so that none is missed after hours of it."""
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
 def _has_accelerator() -> bool:
     accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; CUDA only before
     return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
@@ -526,6 +535,9 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         training.dataloader_pin_memory = False  # pinned memory only helps copies to an accelerator (torch warns)
     phase_cfgs = phase_configs(data, run)
     check_lengths(model_config(run), phase_cfgs)  # before any data work
+    if run.plot and not _importable("matplotlib"):
+        logger.warning("matplotlib is not installed (pip install 'bert-repro[train]'): not writing training_curves.png")
+        run.plot = False
     if training.report_to and "tensorboard" in training.report_to:
         try:
             import tensorboard  # noqa: F401

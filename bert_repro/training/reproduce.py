@@ -110,7 +110,11 @@ def write_report(output_dir: Path, rows: list[dict[str, Any]], args: ReproduceAr
 
 
 def plot_report(rows: list[dict[str, Any]], path: Path, paper_model: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # an optional extra: the report is written without its chart rather than lost
+        logger.warning("matplotlib is not installed (pip install 'bert-repro[train]'): not writing %s", path.name)
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
