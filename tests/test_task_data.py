@@ -923,6 +923,81 @@ def test_iob1_to_iob2():
 
 
 # --------------------------------------------------------------------------------------------------------
+# TSV: GLUE's literal files and datasets/pandas exports with CSV quoting
+
+RTE_QUOTED = {  # texts that a CSV writer must quote: a doubled quote, a tab, a line break, a lone quote
+    "sentence1": [
+        'Valero said it would make "extensive" repairs.',
+        "A tab\tinside.",
+        "Two\nlines.",
+        "Plain text.",
+    ],
+    "sentence2": ['He said "no', "No tab.", 'x "y" z', ""],
+    "label": [0, 1, 1, 0],
+    "idx": [0, 1, 2, 3],
+}
+
+
+def quoted_tsv(columns: dict, quoting=csv.QUOTE_MINIMAL, terminator="\n") -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter="\t", quoting=quoting, lineterminator=terminator)
+    writer.writerow(columns)
+    writer.writerows(zip(*columns.values()))
+    return out.getvalue()
+
+
+def test_csv_quoted_tsv_export_is_unquoted_and_logged(tmp_path, caplog):
+    text = quoted_tsv(RTE_QUOTED)
+    assert '"Valero said it would make ""extensive"" repairs."' in text and '"A tab\tinside."' in text
+    write(tmp_path, {"train.tsv": text})
+    with caplog.at_level(logging.INFO, logger="bert_repro.data.task_files"):
+        data = load_task_data("rte", tmp_path)
+    assert data["train"].to_dict() == RTE_QUOTED
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(str(tmp_path / "train.tsv") in m and "CSV-style quoting" in m for m in logged), logged
+
+
+def test_csv_quoted_tsv_written_by_datasets_all_quoted_and_crlf(tmp_path):
+    import datasets
+
+    datasets.Dataset.from_dict(RTE_QUOTED).to_csv(tmp_path / "train.tsv", sep="\t")
+    write(
+        tmp_path,
+        {"dev.tsv": quoted_tsv(RTE_QUOTED, quoting=csv.QUOTE_ALL)},
+    )
+    (tmp_path / "test.tsv").write_bytes(quoted_tsv(RTE_QUOTED, terminator="\r\n").encode())
+    data = load_task_data("rte", tmp_path)
+    for split in ("train", "validation", "test"):
+        assert data[split].to_dict() == RTE_QUOTED, split
+
+
+def test_original_glue_tsv_with_lone_and_wrapping_quotes_is_read_literally(tmp_path, caplog):
+    # MRPC's own lines: a quotation that opens and never closes, and a field that is one whole quotation
+    # (which no CSV writer would quote, since it holds no tab, quote or line break once unquoted).
+    rows = [
+        [1, 702876, 702977, 'Amrozi called him "the witness".', '"The witness was lying," he said.'],
+        [0, 2044342, 2044457, '"I think you\'ll see a lot of job growth.', '"The result is a package."'],
+    ]
+    write(tmp_path, {"train.tsv": tsv(["Quality"] + MRPC_HEAD, rows, bom=True)})
+    with caplog.at_level(logging.INFO, logger="bert_repro.data.task_files"):
+        data = load_task_data("mrpc", tmp_path)
+    assert data["train"]["sentence1"] == [rows[0][3], rows[1][3]]
+    assert data["train"]["sentence2"] == [rows[0][4], rows[1][4]]
+    assert not [r for r in caplog.records if "CSV" in r.getMessage()]
+
+
+def test_tsv_only_partly_csv_quoted_is_read_literally_with_a_warning(tmp_path, caplog):
+    lines = ["sentence\tlabel", '"She said ""hi"" twice."\t1', 'A lone " quote.\t0']
+    write(tmp_path, {"train.tsv": "\n".join(lines) + "\n"})
+    with caplog.at_level(logging.INFO, logger="bert_repro.data.task_files"):
+        data = load_task_data("sst2", tmp_path)
+    assert data["train"]["sentence"] == ['"She said ""hi"" twice."', 'A lone " quote.']
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(tmp_path / "train.tsv") in warnings[0], warnings
+    assert "read literally" in warnings[0] and "line 2" in warnings[0] and "line 3" in warnings[0]
+
+
+# --------------------------------------------------------------------------------------------------------
 # Bad input: the message names the file, the line or row, and what was expected
 
 
@@ -1009,10 +1084,15 @@ def test_no_data_ambiguity_and_unknown_split(tmp_path):
     _, expected = GLUE_FIXTURES["sst2"]
     write(tmp_path / "both", {"train.tsv": tsv(["sentence", "label"], [["a", 1]])})
     write_export(tmp_path / "both", "train", expected["train"], "parquet")
-    expect_error(
+    message = expect_error(
         "sst2", tmp_path / "both", "several candidates for the train split", "train.tsv", "train.parquet"
     )
+    # The advice is in the recipes' command-line form (FineTuningArguments.data), not a Python dict.
+    assert f"--data train={tmp_path / 'both' / 'train.tsv'}" in message and "{'train'" not in message
     expect_error("sst2", {"training": tmp_path / "both" / "train.tsv"}, "unknown split 'training'")
+    write(tmp_path / "odd", {"sst.tsv": tsv(["sentence", "label"], [["a", 1]])})
+    odd = tmp_path / "odd" / "sst.tsv"
+    expect_error("sst2", odd, "cannot tell which split", f"--data train={odd}")
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -29,7 +29,11 @@ Sources (``source`` argument):
 
 Format rules: TSV files are read literally, as GLUE's are (tab-separated, NO quote processing: MRPC and
 others hold unbalanced double quotes), with an optional UTF-8 byte-order mark; GLUE's CoLA train/dev files
-have no header (source, label, author mark, sentence). CSV files use standard quoting. A ``.json`` file is
+have no header (source, label, author mark, sentence). The exception is a TSV written with CSV quoting (a
+``datasets``/pandas ``to_csv(sep="\\t")`` export: a field holding a tab, a quote or a line break is wrapped in
+quotes, inner quotes doubled): when every record of the file is exactly what such a writer would write, the
+quoting is undone, and the choice is logged naming the file; a file that only partly looks so is read
+literally, with a warning. CSV files use standard quoting. A ``.json`` file is
 either SQuAD's nested format, a JSON array of records, or JSON lines (what ``Dataset.to_json`` writes).
 CoNLL-2003's original files tag entities in IOB1 (``I-`` opens an entity unless it continues one of the
 same type); they are converted to the IOB2 tags of ``Task.label_names`` (the Hub dataset's), and any tag
@@ -102,7 +106,7 @@ def describe_sources(task: Task | str) -> str:
     task = get_task(task)
     original = "/".join(names[0] for names in task.original_files.values())
     kind_of_layout = {
-        "glue_tsv": "GLUE layout, tab-separated, read literally",
+        "glue_tsv": "GLUE layout, tab-separated, read literally unless CSV-quoted throughout",
         "squad_json": 'SQuAD JSON {"data": [{"title", "paragraphs": [{"context", "qas"}]}]}',
         "swag_csv": "SWAG CSV with sent1, sent2, ending0..ending3, label",
         "conll": "CoNLL-2003 'token POS chunk NER' lines, IOB1 or IOB2",
@@ -176,13 +180,92 @@ def _split_header(task: Task, records: list[tuple[int, list[str]]]) -> tuple[lis
     return first, records[1:]
 
 
+class _LastRow:
+    """The file object of a csv.writer that keeps only the last row written (one row's text at a time)."""
+
+    text = ""
+
+    def write(self, text: str) -> None:
+        self.text = text
+
+
+def _csv_quoted_tsv(text: str) -> tuple[list[tuple[int, list[str]]] | None, str | None, str | None]:
+    """A TSV's records if it was written with CSV quoting, else None; and two lines for the log.
+
+    A datasets/pandas export (``to_csv(sep="\\t")``) quotes a field exactly when it holds a tab, a quote mark
+    or a line break, doubling its inner quotes (QUOTE_MINIMAL), or quotes every field (QUOTE_ALL). The file is
+    read that way only when every record, written back by Python's csv writer in one of those two styles,
+    gives the file's own text again: then no quote mark in it is text that a literal reading would keep.
+    GLUE's own TSVs fail this test (MRPC: ``He said "the witness", ...`` unquoted; a field that is all one
+    quotation, ``"The result ... years."``, holds none of those characters, so no writer would quote it).
+    Returns (records or None, the first line read as CSV-quoted text, the first line that does not fit).
+    """
+    pieces = [line + "\n" for line in text.split("\n")]
+    if not text.endswith("\n"):
+        pieces[-1] = pieces[-1][:-1]
+    else:
+        pieces.pop()
+    reader = csv.reader(pieces, delimiter="\t", quotechar='"', doublequote=True, strict=True)
+    row = _LastRow()
+    writers = {
+        style: csv.writer(row, delimiter="\t", quotechar='"', lineterminator="\n", quoting=style)
+        for style in (csv.QUOTE_MINIMAL, csv.QUOTE_ALL)
+    }
+    fits = dict.fromkeys(writers, True)
+    records: list[tuple[int, list[str]]] = []
+    first_quoted = first_misfit = None
+    start = 1
+    try:
+        for fields in reader:
+            end = reader.line_num
+            raw = "".join(pieces[start - 1 : end])  # line ends are "\n" (_read_text: universal newlines)
+            raw += "" if raw.endswith("\n") else "\n"
+            if fields:
+                records.append((start, fields))
+                for style, writer in writers.items():
+                    writer.writerow(fields)
+                    fits_here = row.text == raw
+                    fits[style] = fits[style] and fits_here
+                    if fits_here and (fits[style] or style == csv.QUOTE_MINIMAL) and '"' in raw:
+                        first_quoted = first_quoted or f"line {start}"
+                if first_misfit is None and not any(fits.values()):
+                    first_misfit = f"line {start}"
+            start = end + 1
+    except csv.Error as error:
+        return None, first_quoted, f"line {reader.line_num} ({error})"
+    return (records if any(fits.values()) else None), first_quoted, first_misfit
+
+
 def _read_tsv(path: Path, task: Task) -> RawSplit:
-    """A tab-separated file read literally (GLUE's convention: quotes are ordinary characters)."""
-    records = [
-        (number, line.rstrip("\r").split("\t"))
-        for number, line in enumerate(_read_text(path).split("\n"), start=1)
-        if line.rstrip("\r")
-    ]
+    """A tab-separated file: read literally (GLUE's convention: quotes are ordinary characters) unless it
+    was written with CSV quoting (a datasets/pandas export), which is then undone. The choice is logged
+    when it changes the text, or when a literal file partly looks CSV-quoted."""
+    text = _read_text(path)
+    records = None
+    if '"' in text:
+        records, first_quoted, first_misfit = _csv_quoted_tsv(text)
+        if records is not None:
+            logger.info(
+                "%s: read with CSV-style quoting (a datasets/pandas export: quoted fields, inner quotes "
+                "doubled, first at %s); the quote marks that do this are not part of the text",
+                path,
+                first_quoted,
+            )
+        elif first_quoted is not None:
+            logger.warning(
+                "%s: read literally, as GLUE's own TSVs are (every quote mark kept as text), although %s "
+                "looks like a CSV-quoted field: %s does not follow CSV quoting. If the file is a "
+                "datasets/pandas export, export it again as parquet or csv.",
+                path,
+                first_quoted,
+                first_misfit,
+            )
+    if records is None:
+        records = [
+            (number, line.rstrip("\r").split("\t"))
+            for number, line in enumerate(text.split("\n"), start=1)
+            if line.rstrip("\r")
+        ]
     if not records:
         raise TaskDataError(f"{path}: empty file.")
     header, rows = _split_header(task, records)
@@ -404,8 +487,14 @@ def _concat(parts: list[RawSplit]) -> RawSplit:
 # Finding the files of each split
 
 
+def _command_line_form(files: Mapping[str, Path]) -> str:
+    """The recipes' way to name files per split, for error messages: ``--data train=PATH validation=PATH``."""
+    return "--data " + " ".join(f"{split}={path}" for split, path in files.items())
+
+
 def _files_in_directory(task: Task, directory: Path) -> dict[str, list[Path]]:
     found: dict[str, list[Path]] = {}
+    ambiguous: dict[str, list[tuple[Path, ...]]] = {}
     for split in task.splits:
         candidates: list[tuple[Path, ...]] = []
         for name in task.original_files.get(split, ()):
@@ -421,13 +510,18 @@ def _files_in_directory(task: Task, directory: Path) -> dict[str, list[Path]]:
                         candidates.append(shards)
         candidates = list(dict.fromkeys(candidates))
         if len(candidates) > 1:
-            names = "; ".join(", ".join(p.name for p in c) for c in candidates)
-            raise TaskDataError(
-                f"{directory}: several candidates for the {split} split of {task.name} ({names}); keep one, "
-                f"or pass files explicitly, e.g. {{'{split}': '{candidates[0][0]}'}}."
-            )
+            ambiguous[split] = candidates
         if candidates:
             found[split] = list(candidates[0])
+    if ambiguous:
+        split, candidates = next(iter(ambiguous.items()))
+        names = "; ".join(", ".join(p.name for p in c) for c in candidates)
+        raise TaskDataError(
+            f"{directory}: several candidates for the {split} split of {task.name} ({names}); keep one, "
+            "or name the file of each split: "
+            f"{_command_line_form({s: paths[0] for s, paths in found.items()})} "
+            "(in Python, a mapping {split: path})."
+        )
     return found
 
 
@@ -469,8 +563,8 @@ def _local_files(task: Task, source: PathLike | Mapping[str, Any]) -> dict[str, 
         split = _split_of_file(task, path)
         if split is None:
             raise TaskDataError(
-                f"{path}: cannot tell which split of {task.name} this file holds; name it after the split or "
-                f"pass {{'train': '{path}'}}."
+                f"{path}: cannot tell which split of {task.name} this file holds; name it after the split "
+                f"(train.*, validation.*, ...) or say it: {_command_line_form({'train': path})}."
             )
         return {split: [path]}
     raise TaskDataError(
