@@ -79,6 +79,9 @@ def parse_with_config(dataclass_types: tuple[type, ...], defaults: dict[str, Any
         config_values = read_yaml_config(argv[i + 1], dataclass_types, recipe)
         del argv[i : i + 2]
     parser = HfArgumentParser(dataclass_types)
+    if "-h" in argv or "--help" in argv:
+        # --help shows the values a run will use (the recipe's defaults and the --config file), not the dataclasses'.
+        parser.set_defaults(**{key: value for key, value in {**defaults, **config_values}.items() if value is not None})
     return parser.parse_args_into_dataclasses(args=as_cli(defaults) + as_cli(config_values) + argv)
 
 
