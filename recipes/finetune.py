@@ -11,12 +11,14 @@ test split, the leaderboard's prediction files.
 
 import sys
 
+from bert_repro.tasks.columns import TaskDataError
 from bert_repro.training.cli import ConfigurationError
 from bert_repro.training.finetune import run_finetuning
 
 if __name__ == "__main__":
     try:
         run_finetuning()
-    except (ConfigurationError, FileExistsError, FileNotFoundError) as err:
+    except (ConfigurationError, TaskDataError, FileExistsError, FileNotFoundError) as err:
+        # A problem with what the user passed: say it plainly, without a traceback.
         print(f"finetune.py: error: {err}", file=sys.stderr)
         sys.exit(2)

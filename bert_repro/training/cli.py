@@ -122,6 +122,20 @@ def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, over
         )
 
 
+def write_run_config(output_dir: str | Path, record: dict) -> None:
+    """Create the output directory and record the run in it; a directory that cannot be written (read-only,
+    a file in its path) is a `ConfigurationError` that names it, raised before any work is done."""
+    out = Path(output_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / RUN_CONFIG).write_text(json.dumps(record, indent=2))
+    except OSError as error:
+        raise ConfigurationError(
+            f"cannot write to the output directory {out}: {error.strerror or error} ({error.filename}). "
+            "Choose another --output_dir, one you can write to."
+        ) from None
+
+
 def take_push_request(training) -> dict[str, Any] | None:
     """`--push_to_hub --hub_model_id ID` is done by `bert_repro.hub.push` at the end, not by Trainer, whose own push
     would upload pickles (training_args.bin) and no model card."""

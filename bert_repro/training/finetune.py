@@ -27,13 +27,13 @@ import datasets
 from transformers import Trainer, TrainingArguments, set_seed
 
 from .cli import (
-    RUN_CONFIG,
     ConfigurationError,
     SpeedSwitches,
     check_output_dir,
     parse_with_config,
     read_yaml_config,
     take_push_request,
+    write_run_config,
 )
 from ..model.conversion import load_bert
 from ..hub.push import push
@@ -251,11 +251,9 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
         for key in ("overwrite_output_dir", "num_proc", "report_to", "disable_tqdm"):
             section.pop(key, None)
     check_output_dir(output_dir, record, resume=True, overwrite=run.overwrite_output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / RUN_CONFIG).write_text(json.dumps(record, indent=2))
-
     push_to = take_push_request(training)
-    data = load_task_data(task, data_source(run.data))
+    data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
+    write_run_config(output_dir, record)
     tokenizer = load_tokenizer(run.tokenizer or run.model)
     runs, best, best_trainer, splits = [], None, None, None
     start = time.time()

@@ -1,0 +1,88 @@
+"""Bad input to `recipes/finetune.py` ends in one message and exit code 2, never a traceback.
+
+Each test runs the recipe as a user would, in a subprocess. The failures tested happen before any model is
+loaded (bad task data; an output directory that cannot be written), so ``--model`` names nothing real.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "finetune.py"
+
+
+def finetune(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    command = [sys.executable, str(RECIPE), "--task", "sst2", "--model", "no-model-needed", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+def sst2_data(directory: Path, label: str = "1") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "train.tsv").write_text(f"sentence\tlabel\ngood fun\t{label}\ndull\t0\n", encoding="utf-8")
+    return directory
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "finetune.py: error:" in result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, f"{fragment!r} not in: {result.stderr[-3000:]}"
+
+
+def test_bad_task_data_is_one_message_and_records_no_run(tmp_path):
+    data = sst2_data(tmp_path / "data", label="7")
+    out = tmp_path / "out"
+    result = finetune("--data", str(data), "--output_dir", str(out))
+    assert_user_error(result, str(data / "train.tsv"), "line 2", "'7'", "negative, positive")
+    # Nothing of the failed run is left behind, so a retry with other --data is not refused as "a different run".
+    assert not (out / "run_config.json").exists()
+
+
+def test_output_dir_below_a_file_is_one_message(tmp_path):
+    # A path through a regular file cannot be created, whoever runs the test (root included).
+    (tmp_path / "a_file").write_text("not a directory")
+    out = tmp_path / "a_file" / "run"
+    result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(out))
+    assert_user_error(result, "cannot write to the output directory", str(out), "--output_dir")
+    assert (tmp_path / "a_file").read_text() == "not a directory"
+
+
+def denied(path: Path) -> bool:
+    """Whether writing ``path`` (a directory, made if absent) fails with PermissionError for this user."""
+    try:
+        path.mkdir(exist_ok=True)
+        (path / "probe").write_text("x")
+    except PermissionError:
+        return True
+    (path / "probe").unlink()
+    return False
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path):
+    """A directory this user may not write: a chmod 555 one, or for root (whom chmod does not stop) a path in
+    sysfs, where even root may not create directories."""
+    out = tmp_path / "read_only"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        if denied(out):
+            yield out
+        elif Path("/sys/kernel").is_dir() and denied(Path("/sys/bert_repro_output")):
+            yield Path("/sys/bert_repro_output")
+        else:
+            pytest.skip("this user can write into a read-only directory")
+    finally:
+        out.chmod(0o755)
+
+
+def test_read_only_output_dir_is_one_message(tmp_path, unwritable_dir):
+    result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(unwritable_dir))
+    assert_user_error(result, "cannot write to the output directory", str(unwritable_dir))
+    assert "Permission denied" in result.stderr or "Operation not permitted" in result.stderr
