@@ -40,7 +40,7 @@ def test_bad_task_data_is_one_message_and_records_no_run(tmp_path):
     out = tmp_path / "out"
     result = finetune("--data", str(data), "--output_dir", str(out))
     assert_user_error(result, str(data / "train.tsv"), "line 2", "'7'", "negative, positive")
-    # Nothing of the failed run is left behind, so a retry with other --data is not refused as "a different run".
+    # Nothing of the failed run is left behind: a retry with other --data is not refused as "a different run".
     assert not (out / "run_config.json").exists()
 
 
