@@ -1,6 +1,6 @@
 """Task metrics: hand-checked cases, the official SQuAD scripts' edge cases, and values of the reference
-libraries (scikit-learn 1.9.1, scipy 1.17.1, seqeval 1.2.2) computed once in a separate environment and pasted
-here as constants: none of those libraries is a dependency."""
+libraries (scikit-learn 1.9.1, scipy 1.17.1, seqeval 1.2.2) pasted here as constants, so that these run without
+them; tests/test_metrics_reference.py compares with the libraries themselves (the `test` extra) on random inputs."""
 
 import os
 
