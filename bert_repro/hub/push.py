@@ -70,7 +70,8 @@ def code_files() -> list[Path]:
     from transformers.dynamic_module_utils import get_relative_import_files
 
     modeling = Path(modeling_bert_repro.__file__)
-    return [modeling, *map(Path, get_relative_import_files(str(modeling)))]
+    # dict.fromkeys: a sibling that imports the modeling file back lists it a second time
+    return list(dict.fromkeys([modeling, *map(Path, get_relative_import_files(str(modeling)))]))
 
 
 def stage(path: str | Path, repo_id: str, staging: Path, *, tokenizer_dir: Path | None = None,
