@@ -119,7 +119,7 @@ def test_export_never_overwrites(tmp_path):
 def test_command_line_import_and_export(tmp_path, capsys):
     hf_checkpoint(tmp_path / "hf")
     main(["import", str(tmp_path / "hf"), str(tmp_path / "ours")])
-    assert json.loads((tmp_path / "ours" / "config.json").read_text())["model_type"] == "bert_repro"
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["model_type"] == "bert"  # transformers' own format
     main(["export", str(tmp_path / "ours"), str(tmp_path / "back")])
     assert transformers.BertForPreTraining.from_pretrained(tmp_path / "back") is not None
     with pytest.raises(SystemExit):

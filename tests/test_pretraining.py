@@ -220,8 +220,11 @@ def test_pretrain_end_to_end_and_resume(tmp_path, corpus_and_tokenizer):
     assert stats["phase1"]["max_seq_length"] == 32 and stats["phase2"]["max_seq_length"] == 64
     for name in ("vocab.txt", "tokenizer.json", "run_config.json", "training_curves.png", "config.json"):
         assert (full / name).exists(), name
-    model = AutoModelForPreTraining.from_pretrained(full)
-    assert type(model).__name__ == "BertReproForPreTraining"
+    # transformers' own format: the Auto class gives transformers' BERT, our class reads the same directory
+    assert type(AutoModelForPreTraining.from_pretrained(full)).__name__ == "BertForPreTraining"
+    from bert_repro import BertReproForPreTraining
+
+    assert type(BertReproForPreTraining.from_pretrained(full)).__name__ == "BertReproForPreTraining"
 
     # Stopped after 10 steps (crossing no checkpoint boundary on purpose), then resumed from the last checkpoint.
     resumed = tmp_path / "resumed"
