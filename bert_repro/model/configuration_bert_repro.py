@@ -39,6 +39,8 @@ EXACT_GELU = ("gelu",)
 TANH_GELU = ("gelu_new", "gelu_tanh", "gelu_pytorch_tanh", "gelu_fast")
 ACTIVATIONS = EXACT_GELU + TANH_GELU + ("relu", "silu", "swish")
 INIT_DISTRIBUTIONS = ("truncated_normal", "normal")
+# The config fields that change speed only (see the class docstring); `speed_paths.py` maps each to what it installs.
+SPEED_SWITCHES = ("unpad_inputs", "last_layer_subset", "fast_dropout", "tied_gradients")
 
 
 @strict(accept_kwargs=True)
@@ -68,30 +70,39 @@ class BertReproConfig(PreTrainedConfig):
         position_embedding_type (`str`, "absolute"): only learned absolute positions, as in the paper.
         tie_word_embeddings (`bool`, True): tie the MLM decoder weight to the token embedding matrix (the paper's
             setup). transformers 5.x no longer declares this on the base class, so it is declared here.
-        unpad_inputs (`bool`, False): a speed switch. Run the encoder on the real tokens only: the rows of padding
-            named by `attention_mask` are removed after the embeddings and the Transformer blocks work on a
-            (tokens, hidden) matrix. Attention uses the variable-length FlashAttention kernel when
-            `attn_implementation` is a flash-attention one; with eager or SDPA, sequences of similar length are
-            padded together in groups for attention only; any other kernel gets the whole batch padded back.
-            Outputs at real tokens equal the padded model's; outputs at padding positions are zeros (the padded
-            model computes values there that nothing should use). Off by default; ignored when
-            `output_attentions=True`, and when no token is padding unless attention runs the eager kernel (always
-            with `attn_implementation="eager"`; with SDPA when training with `fast_dropout` on CPU): that kernel's
-            grouped form is faster than the padded path even without padding.
-        fast_dropout (`bool`, False): a speed switch for training on CPU, where drawing dropout's random numbers
-            costs more than the rest of dropout. Masks come from 15-bit random numbers, two per draw, so the drop
-            probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006; the kept values are scaled by exactly
+        sparse_prediction (`bool`, False): with MLM labels, run the MLM decoder (the H x vocab matrix) only where a
+            token is to be predicted (labels != -100; MosaicBERT's trick): the same loss and gradients with ~20% fewer
+            FLOPs at BASE; `prediction_logits` / `logits` are then (masked positions, vocab) in the order of
+            `labels != -100`. Without labels, and when off, logits cover every position. The pre-training recipe
+            turns it on (`--sparse_prediction`, on by default there).
+
+        Speed switches (`SPEED_SWITCHES`): each leaves losses, logits and gradients as they are (to float rounding);
+        `speed_paths.py` installs them once, when the model is built, in modules beside the model's file.
+        unpad_inputs (`bool`, False): run the encoder on the real tokens only: the rows of padding named by
+            `attention_mask` are removed after the embeddings and the Transformer blocks work on a (tokens, hidden)
+            matrix. Attention uses the variable-length FlashAttention kernel when `attn_implementation` is a
+            flash-attention one; with eager or SDPA, sequences of similar length are padded together in groups for
+            attention only; any other kernel gets the whole batch padded back. Outputs at real tokens equal the
+            padded model's; outputs at padding positions are zeros (the padded model computes values there that
+            nothing should use). Ignored with `output_attentions=True`, and when no token is padding unless
+            attention runs the eager kernel (always with `attn_implementation="eager"`; with SDPA when training
+            with `fast_dropout` on CPU): that kernel's grouped form is faster than the padded path even then.
+        last_layer_subset (`bool`, False): for the task models whose heads read the last layer at a few positions
+            only: [CLS] for sequence classification, multiple choice and NSP; [CLS] and the masked positions for
+            pre-training, the masked positions for MLM, both with `sparse_prediction` and labels. The last
+            Transformer block then projects its attention context and runs its feed-forward network only at those
+            positions (its attention still reads every token as key and value; with a [CLS]-only head,
+            `unpad_inputs` and the eager kernel, its queries run at [CLS] only too), which saves about three
+            quarters of that block. `last_hidden_state` is then zero at the positions no head reads. The full last
+            layer runs when hidden states or attentions are asked for, and in the bare `BertReproModel`.
+        fast_dropout (`bool`, False): for training on CPU, where drawing dropout's random numbers costs more than
+            the rest of dropout. Masks come from 15-bit random numbers, two per draw, so the drop probability is
+            rounded to a multiple of 1/32768 (0.1 -> 0.100006; the kept values are scaled by exactly
             1 / (1 - that)); attention then runs the eager kernel on CPU (SDPA's CPU path has no dropout kernel
             either). No effect in eval mode or on GPUs.
-        last_layer_subset (`bool`, False): a speed switch for the task models whose heads read the last layer at a
-            few positions only: [CLS] for sequence classification, multiple choice and NSP, [CLS] and the masked
-            positions for pre-training and MLM with `sparse_prediction`. The last Transformer block then projects
-            its attention context and runs its feed-forward network only at those positions (its attention
-            still reads every token as key and value; with a [CLS]-only head, `unpad_inputs` and the eager
-            kernel, its query projection and attention rows run at [CLS] only too), which saves about three
-            quarters of that block. Losses and logits are unchanged (to float rounding); the full last layer runs
-            when hidden states or attentions are asked for, or when a position read is padding. The bare
-            `BertReproModel` takes the positions as `last_layer_positions`.
+        tied_gradients (`bool`, False): in training, the token embeddings' lookup adds its gradient rows straight
+            into the gradient of the MLM decoder that shares the weight, instead of autograd building two dense
+            (vocab, H) gradients and summing them. The same gradients; for the models with an MLM head.
     """
 
     model_type = "bert_repro"
@@ -116,6 +127,8 @@ class BertReproConfig(PreTrainedConfig):
     unpad_inputs: bool = False
     fast_dropout: bool = False
     last_layer_subset: bool = False
+    tied_gradients: bool = False
+    sparse_prediction: bool = False
 
     def validate_architecture(self):
         """Checked on construction (through `@strict`): a wrong config fails here, not deep inside a forward."""
@@ -178,4 +191,4 @@ class BertReproConfig(PreTrainedConfig):
             json.dump(config_file_dict(json.loads(self.to_json_string(use_diff))), writer, indent=2, sort_keys=True)
             writer.write("\n")
 
-__all__ = ["BertReproConfig", "PRESETS"]
+__all__ = ["BertReproConfig", "PRESETS", "SPEED_SWITCHES"]

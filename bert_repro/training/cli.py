@@ -38,6 +38,14 @@ class SpeedSwitches:
     last_layer_subset: bool = field(default=False, metadata={
         "help": "Speed: the last Transformer block computes only the positions the heads read ([CLS], masked "
                 "positions); the same losses and logits."})
+    tied_gradients: bool = field(default=False, metadata={
+        "help": "Speed: the token lookup adds its gradient rows into the tied MLM decoder's gradient (one "
+                "vocab-sized buffer instead of three); the same gradients."})
+
+    def switches(self) -> dict[str, bool]:
+        """The config fields among these switches (compile_layers is a method of the model instead)."""
+        return {name: getattr(self, name) for name in ("unpad_inputs", "fast_dropout", "last_layer_subset",
+                                                      "tied_gradients")}
 
 
 def as_cli(values: dict[str, Any]) -> list[str]:

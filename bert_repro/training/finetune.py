@@ -199,8 +199,7 @@ def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments,
     set_seed(seed)
     label_kwargs = {"id2label": task.id2label, "label2id": task.label2id} if task.label_names else {}
     model = load_bert(run.model, task.kind.head_class, num_labels=task.num_labels,
-                      attn_implementation=run.attn_implementation, unpad_inputs=run.unpad_inputs,
-                      fast_dropout=run.fast_dropout, last_layer_subset=run.last_layer_subset, **label_kwargs)
+                      attn_implementation=run.attn_implementation, **run.switches(), **label_kwargs)
     if run.compile_layers:
         model.compile_layers()
     args = TrainingArguments(**{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr,

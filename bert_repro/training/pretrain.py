@@ -130,7 +130,7 @@ class PreTrainingArguments(SpeedSwitches):
 
 # Fields that may change between an interrupted run and its resumption.
 RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot",
-                      "unpad_inputs", "compile_layers", "fast_dropout", "last_layer_subset",  # speed switches: the same training either way
+                      "unpad_inputs", "compile_layers", "fast_dropout", "last_layer_subset", "tied_gradients",  # speed switches: the same training either way
                       "logging_steps", "report_to", "disable_tqdm", "dataloader_num_workers",
                       "gradient_accumulation_steps"}  # derived from global_batch_size and the processes
 
@@ -343,9 +343,8 @@ class PreTrainingTrainer(Trainer):
     """Trainer for MLM + NSP with global-batch loss normalisation and the four pre-training metrics."""
 
     def __init__(self, *args, phase_sizes: list[int] | None = None, phase_samples: list[int] | None = None,
-                 sparse_prediction: bool = True, **kwargs):
+                 **kwargs):
         super().__init__(*args, **kwargs)
-        self.sparse_prediction = sparse_prediction
         self.phase_sizes, self.phase_samples = phase_sizes, phase_samples
         self.loss_is_scaled_for_ga = True  # compute_loss divides by the global counts itself
         self._train_sums: torch.Tensor | None = None
@@ -369,8 +368,8 @@ class PreTrainingTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels = inputs.pop("labels")
         next_sentence_label = inputs.pop("next_sentence_label")
-        # Sparse prediction: the MLM decoder only at the masked positions (same loss, far fewer FLOPs).
-        outputs = model(**inputs, labels=labels, sparse_prediction=self.sparse_prediction)
+        # With config.sparse_prediction the MLM decoder runs only at the masked positions (same loss, fewer FLOPs).
+        outputs = model(**inputs, labels=labels)
         sums = pretraining_sums(outputs.prediction_logits, outputs.seq_relationship_logits, labels,
                                 next_sentence_label)
         if num_items_in_batch is None:  # one batch on its own
@@ -406,7 +405,7 @@ class PreTrainingTrainer(Trainer):
                 batch = self._prepare_inputs(batch)
                 labels, nsp = batch.pop("labels"), batch.pop("next_sentence_label")
                 with self.autocast_smart_context_manager():
-                    out = model(**batch, labels=labels, sparse_prediction=self.sparse_prediction)
+                    out = model(**batch, labels=labels)
                 sums += pretraining_sums(out.prediction_logits, out.seq_relationship_logits, labels, nsp)
         if self.accelerator.num_processes > 1:
             sums = self.accelerator.reduce(sums, reduction="sum")
@@ -459,13 +458,12 @@ def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDa
         raise ConfigurationError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
     if run.init_from:
         model = BertReproForPreTraining.from_pretrained(
-            run.init_from, attn_implementation=run.attn_implementation, unpad_inputs=run.unpad_inputs,
-            fast_dropout=run.fast_dropout, last_layer_subset=run.last_layer_subset,
+            run.init_from, attn_implementation=run.attn_implementation, sparse_prediction=run.sparse_prediction,
+            **run.switches(),
         )
     else:
-        config.unpad_inputs = run.unpad_inputs
-        config.fast_dropout = run.fast_dropout
-        config.last_layer_subset = run.last_layer_subset
+        for name, value in {**run.switches(), "sparse_prediction": run.sparse_prediction}.items():
+            setattr(config, name, value)
         model = BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
     return model.compile_layers() if run.compile_layers else model
 
@@ -578,7 +576,6 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             eps=training.adam_epsilon, weight_decay=training.weight_decay),
         phase_sizes=[len(p) for p in phases],
         phase_samples=[n * run.global_batch_size for n in steps],
-        sparse_prediction=run.sparse_prediction,
         callbacks=[StopAfterSteps(run.stop_after_steps)] if run.stop_after_steps else None,
     )
     start = time.time()

@@ -1,0 +1,254 @@
+"""The encoder on the real tokens only, padding removed: the `unpad_inputs` switch (after MosaicBERT's
+`bert_padding.py`).
+
+What it speeds up: batches with padding (fine-tuning and feature extraction with dynamic padding, phase 2 of
+pre-training), on any hardware: after the embeddings the padding rows are removed and every projection and
+feed-forward network works on a (tokens, hidden) matrix. Attention runs
+- with a flash-attention implementation: the variable-length kernel (sequences one after another, bounds in
+  cu_seqlens; no padding is ever materialised);
+- with eager or SDPA: over groups of similar-length sequences padded to their longest (`AttentionGroups`); with the
+  eager kernel (`attn_implementation="eager"`, or SDPA while training with `fast_dropout` on CPU) as one function
+  with its backward written out (`grouped_attention.GroupedAttention`), which batches without padding take too;
+- with any other kernel: over the whole batch padded back, with the model's own mask.
+Measured (benchmarks/README.md, CPU): encoding 1.81x (MiniLM) and 1.53x (BERT-BASE) transformers' inputs/s against
+1.17x / 1.01x padded (2026-11-22, 10:20 UTC); MRPC fine-tuning 0.894x -> 0.657x transformers' training time
+(2026-11-22). The FlashAttention branch is not measured (no GPU yet); its call is tested with a reference kernel.
+
+The decision among those paths is taken once per forward, by the encoder (`attention_path`), and stored on the
+`Unpadded` object that every layer receives as the keyword argument `unpadded` (a seam: the model file passes a
+layer's kwargs on to its attention). Outputs at real tokens equal the padded model's; `last_hidden_state` and
+`hidden_states` are zero at padding positions.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils.generic import is_flash_attention_requested
+
+from .fast_dropout import eager_attention_fast_dropout
+from .grouped_attention import GroupedAttention
+from .last_layer_subset import place_rows, select_rows
+from .modeling_bert_repro import BertReproEncoder, BertReproSelfAttention, eager_attention
+
+# The ways attention runs over unpadded tokens (see the module docstring); `attention_path` picks one per forward.
+VARIABLE_LENGTH, WRITTEN_OUT, GROUPED, PADDED_BACK = "variable-length", "written-out", "grouped", "padded-back"
+
+
+class Unpadded:
+    """Where the real tokens of a padded (batch, seq) batch are.
+
+    `unpad` takes (batch, seq, ...) to (tokens, ...) in row-major order, so each sequence's tokens stay together and
+    in order; `pad` puts them back, with zeros at the padding. `cu_seqlens` and `max_seqlen` describe the same
+    rows for variable-length attention kernels; `first_tokens` are the rows of each non-empty sequence's first
+    token. `attention_groups` splits the rows, longest first, into groups of similar length for kernels without a
+    variable-length form. Every step is differentiable (index_select / index_copy). The encoder also stores here
+    how attention runs in this forward: `path`, `fast_dropout`, and `mask` (the padded mask, for PADDED_BACK).
+    """
+
+    def __init__(self, real: torch.Tensor):
+        """real: (batch, seq) bool, True at real tokens."""
+        self.batch, self.seq = real.shape
+        self.indices = real.flatten().nonzero().flatten()
+        lengths = real.sum(dim=1, dtype=torch.int32)
+        self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+        self.max_seqlen = int(lengths.max())
+        self.lengths = lengths.tolist()
+        self.first_tokens = self.cu_seqlens[:-1][lengths > 0].long()
+        self.path, self.fast_dropout, self.mask = PADDED_BACK, False, None
+        self._groups: AttentionGroups | None = None
+
+    @classmethod
+    def from_attention_mask(cls, attention_mask: torch.Tensor | None, without_padding: bool = False
+                            ) -> "Unpadded | None":
+        """None when there is nothing to remove (no 2-D mask, or no padding in the batch, unless
+        `without_padding`) or nothing to keep."""
+        if attention_mask is None or attention_mask.dim() != 2:
+            return None
+        real = attention_mask.bool()
+        if (bool(real.all()) and not without_padding) or not bool(real.any()):
+            return None
+        return cls(real)
+
+    def attention_groups(self, rows_per_group: int = 8) -> "AttentionGroups":
+        """The rows in groups of similar length (computed once per forward and shared by the layers)."""
+        if self._groups is None:
+            self._groups = AttentionGroups(self, rows_per_group)
+        return self._groups
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(self.batch * self.seq, *x.shape[2:]).index_select(0, self.indices)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        full = x.new_zeros(self.batch * self.seq, *x.shape[1:]).index_copy(0, self.indices, x)
+        return full.view(self.batch, self.seq, *x.shape[1:])
+
+
+class AttentionGroups:
+    """Sequences of similar length padded together, for attention kernels that need a rectangle.
+
+    The rows are sorted longest first and cut into groups of `rows_per_group`; group g is a (rows, seq) grid,
+    seq being its longest row. All grids lie one after another in one (cells, ...) matrix: `gather` says, for each
+    cell, which row of the (tokens, ...) matrix fills it, and `scatter` says, for each token, which cell holds it
+    (so `grid.index_select(0, scatter)` gives the tokens back in order). A padding cell repeats a real token of
+    its own row, so no zero-filled buffer is built: `key_mask` hides it as a key (its probability is exactly 0, and
+    so is its gradient), and its output as a query is never read. `groups` lists (rows, seq, key_mask), key_mask
+    being the (rows, 1, 1, seq) boolean mask of real keys, or None when the grid is full; `sizes` the cells of
+    each grid (rows * seq), in order.
+    Attention then covers sum(rows * seq^2) query-key pairs instead of batch * max_seqlen^2."""
+
+    def __init__(self, unpadded: Unpadded, rows_per_group: int = 8):
+        lengths, starts = unpadded.lengths, unpadded.cu_seqlens.tolist()
+        order = sorted((r for r in range(unpadded.batch) if lengths[r]), key=lambda r: -lengths[r])
+        gather, scatter, self.groups = [], torch.empty(starts[-1], dtype=torch.long), []
+        # `starts`: for a grid whose cells are consecutive tokens (rows of one length, next to each other in the
+        # batch, as in every grid of a batch without padding), its first token, else None: `GroupedAttention`
+        # then reads and writes the grid's rows as one slice.
+        self.starts = []
+        cells = 0
+        for first in range(0, len(order), rows_per_group):
+            members = order[first:first + rows_per_group]
+            seq = lengths[members[0]]
+            consecutive = members == list(range(members[0], members[0] + len(members)))
+            self.starts.append(starts[members[0]] if consecutive and lengths[members[-1]] == seq else None)
+            key_mask = None
+            if any(lengths[r] < seq for r in members):
+                real = torch.tensor([lengths[r] for r in members])
+                key_mask = (torch.arange(seq)[None, :] < real[:, None])[:, None, None, :]
+                key_mask = key_mask.to(unpadded.indices.device)
+            self.groups.append((len(members), seq, key_mask))
+            for r in members:
+                n = lengths[r]
+                tokens = torch.arange(starts[r], starts[r] + n)
+                gather.append(torch.cat([tokens, tokens.new_full((seq - n,), starts[r])]))
+                scatter[starts[r]:starts[r] + n] = torch.arange(cells, cells + n)
+                cells += seq
+        self.gather = torch.cat(gather).to(unpadded.indices.device)
+        self.sizes = [rows * seq for rows, seq, _ in self.groups]  # cells per grid
+        self.scatter = scatter.to(unpadded.indices.device)
+        # `dest`: for each cell, the token it holds; padding cells name row `tokens`, one past the last token
+        # (`GroupedAttention` writes into a buffer with that extra row and drops it).
+        dest = torch.full((cells,), starts[-1], dtype=torch.long)
+        dest[scatter] = torch.arange(starts[-1])
+        self.dest = dest.to(unpadded.indices.device)
+        # `first`: for each grid row, its sequence's rank among the non-empty sequences (where its first token's
+        # row lies in `Unpadded.first_tokens`); `row_sizes`: rows per grid.
+        rank = {r: i for i, r in enumerate(sorted(order))}
+        self.first = torch.tensor([rank[r] for r in order], dtype=torch.long, device=unpadded.indices.device)
+        self.row_sizes = [rows for rows, _, _ in self.groups]
+
+    def per_grid(self):
+        """For each grid: (rows, seq, key_mask), and its parts of `gather`, `dest` and `first`, and its start."""
+        return zip(self.groups, self.gather.split(self.sizes), self.dest.split(self.sizes),
+                   self.first.split(self.row_sizes), self.starts)
+
+
+def attention_path(self_attention: BertReproSelfAttention, hidden_states: torch.Tensor) -> str:
+    """How attention runs over unpadded tokens in this forward (training mode and device count)."""
+    config = self_attention.config
+    if is_flash_attention_requested(config):
+        return VARIABLE_LENGTH
+    if config._attn_implementation not in ("eager", "sdpa"):
+        return PADDED_BACK
+    kernel = self_attention.attention_function(hidden_states)
+    return WRITTEN_OUT if kernel in (eager_attention, eager_attention_fast_dropout) else GROUPED
+
+
+class UnpaddedSelfAttention(BertReproSelfAttention):
+    """Self-attention over a (tokens, hidden) matrix of real tokens, along `unpadded.path`; without `unpadded`,
+    the model file's self-attention. `read_rows`: the rows of the context to return (all when None)."""
+
+    takes_read_rows = True  # read by last_layer_subset.ReadRowsLayer
+
+    def forward(self, hidden_states, attention_mask=None, unpadded: Unpadded | None = None,
+                read_rows: torch.Tensor | None = None, **kwargs):
+        if unpadded is None:
+            context, probs = super().forward(hidden_states, attention_mask, **kwargs)
+            return select_rows(context, read_rows), probs
+        dropout = self.dropout_prob if self.training else 0.0
+        shape = (hidden_states.shape[0], self.num_heads, self.head_size)
+        if unpadded.path == WRITTEN_OUT:
+            parts, queries = ("query", "key", "value"), None
+            if read_rows is not None and read_rows.shape == unpadded.first_tokens.shape and torch.equal(
+                    read_rows, unpadded.first_tokens):
+                # Only each sequence's first token ([CLS]) is read after this layer: queries there only.
+                parts, queries, read_rows = ("key", "value"), self.query(hidden_states.index_select(0, read_rows)), None
+            context = GroupedAttention.apply(self._fused_projection(hidden_states, parts), unpadded.attention_groups(),
+                                             self.num_heads, self.scaling, dropout, unpadded.fast_dropout, queries)
+            return select_rows(context, read_rows), None
+        kernel = self.attention_function(hidden_states)
+        if unpadded.path == GROUPED:
+            # One Q/K/V product, one gather into the grids, one gather back: no zero-filled buffers.
+            groups = unpadded.attention_groups()
+            cells = self._fused_projection(hidden_states).index_select(0, groups.gather)
+            outputs = []
+            # split, not slicing: its backward is one cat, where each slice's would be a full-size zero buffer
+            for grid, (rows, seq, key_mask) in zip(cells.split(groups.sizes), groups.groups):
+                query, key, value = (x.transpose(1, 2) for x in grid.view(rows, seq, 3, *shape[1:]).unbind(2))
+                context, _ = kernel(self, query, key, value, key_mask, scaling=self.scaling, dropout=dropout, **kwargs)
+                outputs.append(context.reshape(rows * seq, -1))
+            return select_rows(torch.cat(outputs).index_select(0, groups.scatter), read_rows), None
+        query, key, value = (getattr(self, part)(hidden_states).view(shape) for part in ("query", "key", "value"))
+        if unpadded.path == VARIABLE_LENGTH:
+            # The sequences lie one after the other in a batch of one, told apart by cu_seqlens.
+            context, probs = kernel(
+                self, *(x.unsqueeze(0).transpose(1, 2) for x in (query, key, value)), None,
+                scaling=self.scaling, dropout=dropout, cu_seq_lens_q=unpadded.cu_seqlens,
+                cu_seq_lens_k=unpadded.cu_seqlens, max_length_q=unpadded.max_seqlen,
+                max_length_k=unpadded.max_seqlen, **kwargs,
+            )
+            return select_rows(context.reshape(shape[0], -1), read_rows), probs
+        query, key, value = (unpadded.pad(x).transpose(1, 2) for x in (query, key, value))
+        context, probs = kernel(self, query, key, value, unpadded.mask, scaling=self.scaling, dropout=dropout, **kwargs)
+        return select_rows(unpadded.unpad(context.reshape(unpadded.batch, unpadded.seq, -1)), read_rows), probs
+
+    def _fused_projection(self, hidden_states: torch.Tensor, parts: tuple[str, ...] = ("query", "key", "value")):
+        """(tokens, len(parts) * hidden): the projections in `parts` as one matrix product."""
+        weight = torch.cat([getattr(self, part).weight for part in parts])
+        bias = torch.cat([getattr(self, part).bias for part in parts])
+        return F.linear(hidden_states, weight, bias)
+
+
+class UnpaddedEncoder(BertReproEncoder):
+    """The encoder on the real tokens (see the module docstring); falls back to the next encoder in its class's
+    MRO (the model file's, or `LastLayerSubsetEncoder`) when there is nothing to remove or attentions are asked
+    for. `read_positions` (from `last_layer_subset`): the (batch, seq) positions a head reads."""
+
+    def forward(self, hidden_states, attention_mask=None, output_hidden_states=False, output_attentions=False,
+                read_positions: torch.Tensor | None = None, **kwargs) -> BaseModelOutput:
+        path = attention_path(self.layer[0].attention.self, hidden_states)
+        unpadded = None
+        if not output_attentions:
+            unpadded = Unpadded.from_attention_mask(attention_mask, without_padding=path == WRITTEN_OUT)
+        if unpadded is None:
+            if read_positions is not None:
+                kwargs["read_positions"] = read_positions
+            return super().forward(hidden_states, attention_mask, output_hidden_states, output_attentions, **kwargs)
+        unpadded.path = path
+        unpadded.fast_dropout = self.layer[0].attention.self.attention_function(hidden_states) is \
+            eager_attention_fast_dropout
+        if path == PADDED_BACK:
+            unpadded.mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+                                                      attention_mask=attention_mask)
+        kwargs.pop("position_ids", None)  # already in the embeddings; the kernels read `unpadded` for the bounds
+        shape = hidden_states.shape
+        tokens = unpadded.unpad(hidden_states)
+        read_rows = None
+        if read_positions is not None and not output_hidden_states:
+            read_rows = read_positions.flatten().index_select(0, unpadded.indices).nonzero().flatten()
+        all_hidden_states = (unpadded.pad(tokens),) if output_hidden_states else None
+        for i, layer in enumerate(self.layer):
+            last_reads = {"read_rows": read_rows} if read_rows is not None and i == len(self.layer) - 1 else {}
+            tokens, _ = layer(tokens, None, unpadded=unpadded, **last_reads, **kwargs)
+            if output_hidden_states:
+                all_hidden_states += (unpadded.pad(tokens),)
+        if read_rows is None:
+            sequence_output = unpadded.pad(tokens)
+        else:
+            sequence_output = place_rows(tokens, unpadded.indices.index_select(0, read_rows), shape)
+        return BaseModelOutput(last_hidden_state=sequence_output, hidden_states=all_hidden_states)
+
+
+__all__ = ["AttentionGroups", "Unpadded", "UnpaddedEncoder", "UnpaddedSelfAttention", "attention_path"]
