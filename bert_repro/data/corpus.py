@@ -29,8 +29,8 @@ import glob
 import logging
 import os
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import datasets
 
@@ -42,7 +42,8 @@ TEXT_SUFFIXES = (".txt", ".text", ".md")
 TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
 HOW_TO_PASS_LOCAL_TEXT = (
     "Pass local text instead: a folder of .txt files (--corpus path/to/folder), text files or a glob, or "
-    ".jsonl / .parquet / .csv files with a text column (--text_column NAME)."
+    ".jsonl / .parquet / .csv files with a text column (--text_column NAME). With make: make quickstart "
+    "CORPUS=path/to/folder."
 )
 
 
