@@ -40,6 +40,9 @@ from bert_repro.model.tied_gradients import TiedGradientEmbeddings
 from bert_repro.model.unpadding import Unpadded, UnpaddedEncoder, UnpaddedSelfAttention
 
 
+ALL_SWITCHES = dict(unpad_inputs=True, last_layer_subset=True, fast_dropout=True, tied_gradients=True)
+
+
 @st.composite
 def masks(draw):
     batch = draw(st.integers(1, 5))
@@ -343,24 +346,32 @@ def test_variable_length_attention_call():
 
 
 @pytest.mark.slow
-def test_compiled_layers_equal_eager():
-    """Regional torch.compile: forward (eval) and one training step's gradients equal the eager model's."""
-    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+@pytest.mark.parametrize("switches", [{}, ALL_SWITCHES], ids=["plain", "all-switches+checkpointing"])
+def test_compiled_layers_equal_eager(switches):
+    """Regional torch.compile: forward (eval) and one training step's gradients equal the plain eager model's;
+    also with every switch on and gradient checkpointing (outputs compared at real tokens: unpad_inputs gives
+    zeros at padding)."""
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
     torch.manual_seed(0)
     eager = BertReproForPreTraining(config)
-    compiled = BertReproForPreTraining(config)
+    compiled = BertReproForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                                   sparse_prediction=True, **switches))
     compiled.load_state_dict(eager.state_dict())
+    if switches:
+        compiled.activation_checkpointing_enable()
     compiled.compile_layers()
     batch = padded_batch(config.vocab_size, batch=4, seq=16)
-    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    real = batch["attention_mask"].bool()
+    labels = batch["input_ids"].masked_fill(~real, -100)
     labels[:, ::2] = -100
     with torch.no_grad():
         a, b = eager.eval()(**batch), compiled.eval()(**batch)
-    assert (a.prediction_logits - b.prediction_logits).abs().max() < 1e-4
+    assert (a.prediction_logits[real] - b.prediction_logits[real]).abs().max() < 1e-4
     nsp = torch.tensor([0, 1, 1, 0])
     out_a, grads_a = _train_step(eager.train(), batch, labels=labels, next_sentence_label=nsp)
     out_b, grads_b = _train_step(compiled.train(), batch, labels=labels, next_sentence_label=nsp)
     assert torch.allclose(out_a.loss, out_b.loss, atol=1e-5)
+    assert grads_a.keys() == grads_b.keys()
     worst = max((grads_a[k] - grads_b[k]).abs().max().item() for k in grads_a)
     assert worst < 1e-4, worst
 
@@ -525,7 +536,6 @@ def test_tied_gradients_need_no_dense_lookup_gradient():
 # ---------------------------------------------------------------------------------------------------------------
 
 MODEL_DIR = Path(modeling.__file__).parent
-ALL_SWITCHES = dict(unpad_inputs=True, last_layer_subset=True, fast_dropout=True, tied_gradients=True)
 
 
 def test_model_file_holds_no_speed_machinery():

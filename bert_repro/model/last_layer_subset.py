@@ -4,9 +4,9 @@ What it speeds up: training and inference of the heads that read the last layer 
 sequence classification, multiple choice and NSP; [CLS] and the masked tokens for pre-training, the masked tokens
 for MLM (both with `config.sparse_prediction` and labels). The last block projects its attention context and runs
 its feed-forward network only there (its attention still reads every token as key and value), about three
-quarters of that block. Measured (benchmarks/README.md, 2026-11-22, CPU): 0.886x the MRPC step time (MiniLM) and
-0.940x the BERT-BASE pre-training step time in interleaved A/Bs; MRPC fine-tuning with all switches 0.67x -> 0.58x
-transformers' training time when it was added.
+quarters of that block. Measured (benchmarks/README.md, 2026-11-22, CPU, interleaved A/Bs): 0.886x and 0.901x
+the MRPC step time (MiniLM), 0.940x the BERT-BASE pre-training step time; MRPC fine-tuning with all switches went
+from 0.67x-0.68x to 0.56x-0.60x transformers' training time when it was added.
 
 How the positions travel, without any argument in the model file's signatures:
 - `install_read_positions_hook` (run once at build, by `speed_paths`) adds a forward pre-hook to the head models in
@@ -29,7 +29,6 @@ import inspect
 from functools import partial
 
 import torch
-from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput
 
 from .modeling_bert_repro import (
@@ -40,6 +39,7 @@ from .modeling_bert_repro import (
     BertReproForPreTraining,
     BertReproForSequenceClassification,
     BertReproLayer,
+    attention_inputs,
 )
 
 # The positions each head model reads from the last layer: ([CLS], the masked tokens).
@@ -88,7 +88,8 @@ class LastLayerSubsetEncoder(BertReproEncoder):
                 read_positions: torch.Tensor | None = None, **kwargs) -> BaseModelOutput:
         if read_positions is None or output_hidden_states or output_attentions:
             return super().forward(hidden_states, attention_mask, output_hidden_states, output_attentions, **kwargs)
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        mask, kernel_kwargs = attention_inputs(self.config, hidden_states, attention_mask, kwargs.pop("packed", None))
+        kwargs.update(kernel_kwargs)
         shape = hidden_states.shape
         for layer in self.layer[:-1]:
             hidden_states, _ = layer(hidden_states, mask, **kwargs)
@@ -114,8 +115,14 @@ def add_read_positions(model, args, kwargs, *, signature: inspect.Signature, cls
         seq = ids.shape[-1] if ids is not None else embeds.shape[-2]
         count = ids.numel() // seq if ids is not None else embeds[..., 0].numel() // seq
         read = torch.zeros(count, seq, dtype=torch.bool, device=(ids if ids is not None else embeds).device)
-    if cls:
-        read[:, 0] = True
+    if cls:  # each sequence's first token; in a packed batch each example's ([CLS]: position 0)
+        position_ids = inputs.get("position_ids")
+        if position_ids is None:
+            read[:, 0] = True
+        else:
+            mask = inputs.get("attention_mask")
+            first = position_ids.reshape(read.shape) == 0
+            read |= first if mask is None else first & mask.reshape(read.shape).bool()
     return args, {**kwargs, "read_positions": read}
 
 

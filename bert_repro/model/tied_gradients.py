@@ -4,8 +4,8 @@ What it speeds up: training of the models with an MLM head (pre-training, MLM) o
 the shared (vocab, H) weight two dense gradients, the decoder's and the lookup's (a zero matrix with the looked-up
 rows added), and sums them into a third. Here the decoder's gradient is kept and the lookup adds its rows into it
 in place: the same sum, without two vocab-sized buffers and two passes over them. Measured (benchmarks/README.md,
-pre-training step, BERT-BASE, CPU, accumulation 4): 1.16x tokens/s in an interleaved A/B (the two dense gradients
-were 4.1% + 5.5% of the step); 1.67x transformers' tokens/s with the switches of that day.
+results of 2026-11-22, pre-training step, BERT-BASE, CPU, accumulation 4): 1.16x tokens/s in an interleaved A/B
+(the two dense gradients were 4.1% + 5.5% of the step); 1.67x transformers' tokens/s with the switches then.
 
 How the two uses meet: `speed_paths` swaps the model's `BertReproEmbeddings` for `TiedGradientEmbeddings` and its
 `BertReproMLMHead` for `TiedGradientMLMHead` (same parameters) and gives both one `TiedGradientLink`. In each
