@@ -1,7 +1,9 @@
 """bert_repro: BERT (Devlin et al., 2018) rebuilt from scratch as a member of the Hugging Face ecosystem.
 
-Importing the package registers model type "bert_repro" with AutoConfig and every AutoModel* class the
-paper's tasks need, so `AutoModelForPreTraining.from_pretrained(<saved dir>)` returns our classes.
+Saved checkpoints are in transformers' own BERT format (`model_type: "bert"`), so plain transformers opens them
+as its BERT classes; `BertReproForX.from_pretrained(dir)` (or `trust_remote_code=True`) opens them as ours, with
+the speed switches. Importing the package also registers model type "bert_repro" with AutoConfig and every
+AutoModel* class the paper's tasks need, for checkpoints that only our code can compute.
 """
 
 import transformers
