@@ -156,3 +156,149 @@ def test_dynamic_masking_packed_as_unpacked(tokenizer):
     assert any(g["labels"].count(IGNORE_INDEX) < len(g["labels"]) for g in got)
     torch.manual_seed(8)
     assert not torch.equal(packing(rows)["labels"], packed["labels"])  # fresh masks for every batch
+
+
+# --------------------------------------------------------------------------------------------------
+# The model on packed batches
+# --------------------------------------------------------------------------------------------------
+
+SWITCHES = {  # speed switches that read the packed examples themselves
+    "plain": {},
+    "unpad_inputs": {"unpad_inputs": True},
+    "last_layer_subset": {"last_layer_subset": True, "sparse_prediction": True},
+    "unpad+subset": {"unpad_inputs": True, "last_layer_subset": True, "sparse_prediction": True},
+}
+
+
+def packed_and_unpacked(tokenizer, count: int = 24):
+    config, rows = build_rows(tokenizer)
+    rows = rows[:count]
+    return rows, PackingCollator.from_config(tokenizer, config)(rows), PreTrainingCollator.from_config(tokenizer,
+                                                                                                        config)(rows)
+
+
+def tiny_model(tokenizer, attn: str, **switches):
+    from bert_repro import BertReproForPreTraining
+    from conftest import tiny_config
+
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=MAX_LEN, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0, **switches)
+    torch.manual_seed(0)
+    return BertReproForPreTraining._from_config(config, attn_implementation=attn)
+
+
+def loss_and_gradients(model, batch):
+    model.zero_grad(set_to_none=True)
+    out = model(**batch)
+    out.loss.backward()
+    return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("switches", SWITCHES, ids=list(SWITCHES))
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_packed_loss_and_gradients_equal_unpacked(tokenizer, attn, switches):
+    rows, packed, unpacked = packed_and_unpacked(tokenizer)
+    assert packed["input_ids"].shape[0] < unpacked["input_ids"].shape[0]
+    model = tiny_model(tokenizer, attn, **SWITCHES[switches]).train()  # dropout 0: training mode, deterministic
+    a, grads_a = loss_and_gradients(model, unpacked)
+    b, grads_b = loss_and_gradients(model, packed)
+    for name in ("loss", "masked_lm_loss", "next_sentence_loss"):
+        assert torch.allclose(getattr(a, name), getattr(b, name), atol=1e-5), name
+    assert grads_a.keys() == grads_b.keys() and len(grads_a) == len(list(model.parameters()))
+    for name, grad in grads_a.items():
+        assert torch.allclose(grad, grads_b[name], atol=1e-5), name
+    # NSP: one prediction per example, from its own [CLS], in the packed order.
+    order = [i for row in pack_rows([len(r["input_ids"]) for r in rows], MAX_LEN)[0] for i in row]
+    assert torch.allclose(b.seq_relationship_logits, a.seq_relationship_logits[order], atol=1e-5)
+
+
+def test_no_attention_across_examples(tokenizer):
+    _, packed, _ = packed_and_unpacked(tokenizer)
+    model = tiny_model(tokenizer, "sdpa").eval()
+    starts = (packed["position_ids"] == 0) & packed["attention_mask"].bool()
+    row = int(starts.sum(1).argmax())  # the row with the most examples
+    example_ids = starts.cumsum(1) * packed["attention_mask"]
+    assert int(example_ids[row].max()) >= 2
+    changed = {k: v.clone() for k, v in packed.items() if k not in ("labels", "next_sentence_label")}
+    victim = example_ids[row] == 1
+    changed["input_ids"][row, victim] = (changed["input_ids"][row, victim] + 1) % len(tokenizer)
+    with torch.no_grad():
+        before = model.bert(**{k: v for k, v in packed.items() if k not in ("labels", "next_sentence_label")})
+        after = model.bert(**changed)
+    others = (example_ids[row] >= 2)
+    assert torch.equal(before.last_hidden_state[row, others], after.last_hidden_state[row, others])
+    assert not torch.allclose(before.last_hidden_state[row, victim], after.last_hidden_state[row, victim])
+    # The pooled [CLS] of each example: only the changed example's moves.
+    assert before.pooler_output.shape[0] == int(starts.sum())
+    first = int(starts[:row].sum())  # the changed example's rank in row-major order
+    moved = (before.pooler_output - after.pooler_output).abs().amax(-1) > 0
+    assert moved.nonzero().flatten().tolist() == [first]
+
+
+def reference_flash_varlen(module, query, key, value, attention_mask, scaling=None, dropout=0.0, cu_seq_lens_q=None,
+                           cu_seq_lens_k=None, max_length_q=None, max_length_k=None, **kwargs):
+    """What transformers' flash-attention path computes when given cu_seq_lens (no mask): the (batch, heads, seq,
+    head_size) inputs flattened to one sequence of batch * seq positions, attention within each [start, end) of
+    cu_seq_lens, one SDPA call per sequence; output (batch, seq, heads, head_size)."""
+    assert attention_mask is None and torch.equal(cu_seq_lens_q, cu_seq_lens_k)
+    assert max_length_q == max_length_k == int(cu_seq_lens_q.diff().max())
+    batch, heads, seq, size = query.shape
+    q, k, v = (x.transpose(1, 2).reshape(batch * seq, heads, size).transpose(0, 1) for x in (query, key, value))
+    bounds = cu_seq_lens_q.tolist()
+    parts = [torch.nn.functional.scaled_dot_product_attention(q[:, s:e], k[:, s:e], v[:, s:e], scale=scaling)
+             for s, e in zip(bounds[:-1], bounds[1:])]
+    return torch.cat(parts, dim=1).transpose(0, 1).reshape(batch, seq, heads, size), None
+
+
+def test_attention_kernel_choice(tokenizer):
+    """sdpa / eager: the block-diagonal mask; a flash-attention name: no mask, cu_seqlens per example (and per row
+    of padding), which a reference variable-length kernel turns into the unpacked model's outputs."""
+    from transformers import AttentionInterface
+
+    from bert_repro.model.modeling_bert_repro import attention_inputs
+    from bert_repro.model.packing import PackedSequences
+
+    rows, packed, unpacked = packed_and_unpacked(tokenizer)
+    sequences = PackedSequences.from_inputs(packed["position_ids"], packed["attention_mask"])
+    model = tiny_model(tokenizer, "sdpa").eval()
+    mask, extra = attention_inputs(model.config, None, packed["attention_mask"], sequences)
+    assert extra == {} and mask.dtype == torch.bool and mask.shape == (len(packed["input_ids"]), 1,
+                                                                       *packed["input_ids"].shape[1:] * 2)
+    ids = sequences.example_ids
+    assert torch.equal(mask[:, 0], ids[:, :, None] == ids[:, None, :])
+    # Not packed: position_ids absent or counting up in every row.
+    assert PackedSequences.from_inputs(None, unpacked["attention_mask"]) is None
+    positions = torch.arange(unpacked["input_ids"].shape[1]).expand_as(unpacked["input_ids"])
+    assert PackedSequences.from_inputs(positions, unpacked["attention_mask"]) is None
+
+    AttentionInterface.register("reference_flash_varlen", reference_flash_varlen)
+    model.config._attn_implementation = "reference_flash_varlen"  # a flash-attention name; not a real kernel
+    mask, extra = attention_inputs(model.config, None, packed["attention_mask"], sequences)
+    assert mask is None
+    cu = extra["cu_seq_lens_q"].tolist()
+    width = packed["input_ids"].shape[1]
+    lengths = [len(r["input_ids"]) for r in rows]
+    expected = []
+    for r, row in enumerate(pack_rows(lengths, MAX_LEN)[0]):
+        start = r * width
+        for i in row:
+            expected.append(start)
+            start += lengths[i]
+        if start < (r + 1) * width:
+            expected.append(start)  # the row's padding
+    assert cu == expected + [len(packed["input_ids"]) * width]
+    with torch.no_grad():
+        flash = model(**packed)
+        model.config._attn_implementation = "sdpa"
+        sdpa = model(**packed)
+    assert torch.allclose(flash.prediction_logits, sdpa.prediction_logits, atol=1e-5)
+    assert torch.allclose(flash.seq_relationship_logits, sdpa.seq_relationship_logits, atol=1e-5)
+    # The unpadding speed path with a flash-attention name: one row of real tokens, cu_seqlens per example.
+    varlen = tiny_model(tokenizer, "sdpa", unpad_inputs=True).eval()
+    varlen.load_state_dict(model.state_dict())
+    varlen.config._attn_implementation = "reference_flash_varlen"
+    with torch.no_grad():
+        unpadded = varlen(**packed)
+    real = packed["attention_mask"].bool()
+    assert torch.allclose(unpadded.prediction_logits[real], sdpa.prediction_logits[real], atol=1e-5)
+    assert torch.allclose(unpadded.seq_relationship_logits, sdpa.seq_relationship_logits, atol=1e-5)

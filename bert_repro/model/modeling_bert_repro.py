@@ -26,8 +26,14 @@ the MLM decoder runs only at the labelled positions (MosaicBERT's trick; the sam
 The speed switches (`SPEED_SWITCHES`) and `compile_layers` live in sibling modules that `speed_paths.py` installs
 once, at `post_init`, giving some submodules a subclass with the same parameters. Their seams here: the encoder
 gets the (batch, seq) padding mask and builds the kernel's mask itself; a forward's `**kwargs` reach the encoder,
-each layer and the attention kernel; `attention_function` picks the kernel. With every switch off, this file and
-`configuration_bert_repro.py` are all it needs (it is copied next to the weights by `save_pretrained`).
+each layer and the attention kernel; `attention_function` picks the kernel. With every switch off, this file,
+`configuration_bert_repro.py` and `packing.py` are all it needs (they are copied next to the weights by
+`save_pretrained`).
+
+Packed batches (several pre-training examples in one row, `bert_repro.data.packing`) are recognised from the
+standard inputs alone (`position_ids` restarting at 0 at each example's [CLS]); `packing.py` gives the kernel what
+keeps each example to itself (`attention_inputs`), and the pooler reads every example's [CLS], so NSP is predicted
+per example.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from transformers.modeling_outputs import (BaseModelOutput, BaseModelOutputWithP
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
+from .packing import PackedSequences
 from .configuration_bert_repro import EXACT_GELU, SPEED_SWITCHES, TANH_GELU, BertReproConfig
 
 logger = logging.get_logger(__name__)
@@ -225,6 +232,15 @@ class BertReproLayer(GradientCheckpointingLayer):
         return self.output(self.intermediate(attention_output), attention_output), probs
 
 
+def attention_inputs(config, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                     packed: PackedSequences | None = None) -> tuple[torch.Tensor | None, dict]:
+    """The attention kernel's mask and any other arguments it needs: from the (batch, seq) padding mask, or, for a
+    packed batch (several examples in a row, `packing.py`), what keeps each example to itself."""
+    if packed is not None:
+        return packed.attention_inputs(config)
+    return create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask), {}
+
+
 class BertReproEncoder(nn.Module):
     def __init__(self, config: BertReproConfig):
         super().__init__()
@@ -232,11 +248,14 @@ class BertReproEncoder(nn.Module):
         self.layer = nn.ModuleList([BertReproLayer(config) for _ in range(config.num_hidden_layers)])
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False, **kwargs) -> BaseModelOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                packed: PackedSequences | None = None, **kwargs) -> BaseModelOutput:
         """hidden_states: the (batch, seq, hidden) embeddings. attention_mask: the model's input, (batch, seq) with
         1 at real tokens, or None; the kernel's own mask is built here, so that an encoder that removes the padding
-        (`unpadding.py`) can read it. kwargs go to every layer and on to the attention kernel."""
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        (`unpadding.py`) can read it. packed: the examples of a packed batch. kwargs go to every layer and on to
+        the attention kernel."""
+        mask, kernel_kwargs = attention_inputs(self.config, hidden_states, attention_mask, packed)
+        kwargs.update(kernel_kwargs)
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_attentions = () if output_attentions else None
         for layer in self.layer:
@@ -462,7 +481,8 @@ class BertReproModel(BertReproPreTrainedModel):
                 **kwargs) -> BaseModelOutputWithPooling | tuple:
         """input_ids: (batch, seq) ids of `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, padded with [PAD];
         attention_mask: (batch, seq), 1 at real tokens, 0 at padding; token_type_ids: 0 for `[CLS] A [SEP]`, 1 for
-        `B [SEP]`; position_ids: 0, 1, 2, ... when not given. output_hidden_states: the embedding output and every
+        `B [SEP]`; position_ids: 0, 1, 2, ... when not given, restarting at 0 at each example's [CLS] in a packed
+        batch (several examples in a row, `packing.py`). output_hidden_states: the embedding output and every
         layer's (L + 1 tensors); output_attentions: every layer's probabilities (attn_implementation="eager").
         kwargs go to the encoder, every layer and the attention kernel."""
         if (input_ids is None) == (inputs_embeds is None):
@@ -479,12 +499,17 @@ class BertReproModel(BertReproPreTrainedModel):
                 f"{self.config._attn_implementation!r}: load it with attn_implementation='eager'."
             )
         embedding_output = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        # A packed batch: each example attends only to itself, and the pooler reads each example's [CLS].
+        packed = PackedSequences.from_inputs(position_ids, attention_mask)
+        if packed is not None:
+            kwargs["packed"] = packed
         encoder_outputs = self.encoder(embedding_output, attention_mask, output_hidden_states=output_hidden_states,
                                        output_attentions=output_attentions, position_ids=position_ids, **kwargs)
         sequence_output = encoder_outputs.last_hidden_state
+        pooled = sequence_output if packed is None else packed.first_tokens_of(sequence_output)
         output = BaseModelOutputWithPooling(
             last_hidden_state=sequence_output,
-            pooler_output=self.pooler(sequence_output) if self.pooler is not None else None,
+            pooler_output=self.pooler(pooled) if self.pooler is not None else None,
             hidden_states=encoder_outputs.hidden_states,
             attentions=encoder_outputs.attentions,
         )

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils.generic import is_flash_attention_requested
 
 from .fast_dropout import eager_attention_fast_dropout
 from .grouped_attention import GroupedAttention
 from .last_layer_subset import place_rows, select_rows
-from .modeling_bert_repro import BertReproEncoder, BertReproSelfAttention, eager_attention
+from .modeling_bert_repro import BertReproEncoder, BertReproSelfAttention, attention_inputs, eager_attention
 
 # The ways attention runs over unpadded tokens (see the module docstring); `attention_path` picks one per forward.
 VARIABLE_LENGTH, WRITTEN_OUT, GROUPED, PADDED_BACK = "variable-length", "written-out", "grouped", "padded-back"
@@ -48,11 +47,13 @@ class Unpadded:
     how attention runs in this forward: `path`, `fast_dropout`, and `mask` (the padded mask, for PADDED_BACK).
     """
 
-    def __init__(self, real: torch.Tensor):
-        """real: (batch, seq) bool, True at real tokens."""
+    def __init__(self, real: torch.Tensor, lengths: torch.Tensor | None = None):
+        """real: (batch, seq) bool, True at real tokens. lengths: the tokens of each sequence when rows hold several
+        (a packed batch, `packing.py`); by default one sequence per row."""
         self.batch, self.seq = real.shape
         self.indices = real.flatten().nonzero().flatten()
-        lengths = real.sum(dim=1, dtype=torch.int32)
+        if lengths is None:
+            lengths = real.sum(dim=1, dtype=torch.int32)
         self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
         self.max_seqlen = int(lengths.max())
         self.lengths = lengths.tolist()
@@ -101,7 +102,7 @@ class AttentionGroups:
 
     def __init__(self, unpadded: Unpadded, rows_per_group: int = 8):
         lengths, starts = unpadded.lengths, unpadded.cu_seqlens.tolist()
-        order = sorted((r for r in range(unpadded.batch) if lengths[r]), key=lambda r: -lengths[r])
+        order = sorted((r for r in range(len(lengths)) if lengths[r]), key=lambda r: -lengths[r])
         gather, scatter, self.groups = [], torch.empty(starts[-1], dtype=torch.long), []
         # `starts`: for a grid whose cells are consecutive tokens (rows of one length, next to each other in the
         # batch, as in every grid of a batch without padding), its first token, else None: `GroupedAttention`
@@ -219,19 +220,22 @@ class UnpaddedEncoder(BertReproEncoder):
     def forward(self, hidden_states, attention_mask=None, output_hidden_states=False, output_attentions=False,
                 read_positions: torch.Tensor | None = None, **kwargs) -> BaseModelOutput:
         path = attention_path(self.layer[0].attention.self, hidden_states)
+        packed = kwargs.pop("packed", None)  # several examples in a row: each one a sequence (packing.py)
         unpadded = None
         if not output_attentions:
-            unpadded = Unpadded.from_attention_mask(attention_mask, without_padding=path == WRITTEN_OUT)
+            unpadded = (Unpadded(packed.real, packed.lengths) if packed is not None else
+                        Unpadded.from_attention_mask(attention_mask, without_padding=path == WRITTEN_OUT))
         if unpadded is None:
             if read_positions is not None:
                 kwargs["read_positions"] = read_positions
+            if packed is not None:
+                kwargs["packed"] = packed
             return super().forward(hidden_states, attention_mask, output_hidden_states, output_attentions, **kwargs)
         unpadded.path = path
         unpadded.fast_dropout = self.layer[0].attention.self.attention_function(hidden_states) is \
             eager_attention_fast_dropout
         if path == PADDED_BACK:
-            unpadded.mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
-                                                      attention_mask=attention_mask)
+            unpadded.mask, _ = attention_inputs(self.config, hidden_states, attention_mask, packed)
         kwargs.pop("position_ids", None)  # already in the embeddings; the kernels read `unpadded` for the bounds
         shape = hidden_states.shape
         tokens = unpadded.unpad(hidden_states)

@@ -1,0 +1,90 @@
+"""Packed batches: several examples in one row, each attending only to itself, each with its own [CLS].
+
+`bert_repro.data.packing` packs pre-training examples into rows; this is what the model needs to run them as if
+they were separate sequences. Nothing beyond the standard inputs is read: an example starts where
+`position_ids == 0` at a real token (`attention_mask == 1`), the convention of transformers' variable-length
+FlashAttention path. Rows whose positions never restart are not packed, and the model runs as the paper's.
+
+- SDPA / eager: a block-diagonal (rows, 1, seq, seq) boolean mask, True where query and key lie in the same
+  example. The padding at the end of a row is one more block (its queries attend to padding only, so no query row
+  is fully masked and nothing turns into NaN; its outputs are never read).
+- A flash-attention implementation: no mask; `cu_seq_lens_q/k` and `max_length_q/k` over the rows laid one after
+  another (each example a sequence, each row's padding one more), the variable-length kernel's bounds.
+- The unpadding speed path (`unpadding.py`): its `Unpadded` takes the examples as its sequences (`cu_seqlens` per
+  example), so its variable-length, grouped and written-out attention keep each example to itself.
+- NSP and the classification heads: the pooler reads every example's [CLS] (`first_tokens_of`), in row-major
+  order: `pooler_output` is (examples, hidden), one row per `next_sentence_label`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers.utils.generic import is_flash_attention_requested
+
+
+class PackedSequences:
+    """Where the examples of a packed (rows, seq) batch lie.
+
+    `starts`: (rows, seq) bool, True at each example's first token ([CLS]). `example_ids`: (rows, seq) long, the
+    example's rank within its row from 1, 0 at padding. `lengths`: tokens per example in row-major order.
+    """
+
+    def __init__(self, starts: torch.Tensor, real: torch.Tensor):
+        self.starts, self.real = starts, real
+        self.example_ids = starts.cumsum(-1) * real
+        # Examples in row-major order of their [CLS]: the examples of a row are consecutive real tokens.
+        first = starts.flatten()[real.flatten()].nonzero().flatten()
+        tokens = int(real.sum())
+        self.lengths = torch.diff(first, append=first.new_tensor([tokens])).to(torch.int32)
+
+    @classmethod
+    def from_inputs(cls, position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None
+                    ) -> "PackedSequences | None":
+        """The examples of a packed batch, or None when no row holds more than one (or no position_ids)."""
+        if position_ids is None or position_ids.dim() != 2:
+            return None
+        real = torch.ones_like(position_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        if attention_mask is not None and attention_mask.dim() != 2:
+            return None
+        starts = (position_ids == 0) & real
+        if not bool(starts[:, 1:].any()):
+            return None
+        if not bool((starts[:, 0] | ~real[:, 0]).all()):
+            raise ValueError("a packed row must begin with an example: position_ids must be 0 at each row's first "
+                             "token")
+        return cls(starts, real)
+
+    @property
+    def num_examples(self) -> int:
+        return self.lengths.numel()
+
+    def first_tokens_of(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """(rows, seq, hidden) -> (examples, 1, hidden): each example's [CLS] as a one-token sequence (what the
+        pooler reads), in row-major order."""
+        return hidden_states[self.starts].unsqueeze(1)
+
+    def block_diagonal_mask(self) -> torch.Tensor:
+        """(rows, 1, seq, seq) bool: query and key in the same example (or both in the row's padding)."""
+        ids = self.example_ids
+        return (ids[:, :, None] == ids[:, None, :]).unsqueeze(1)
+
+    def variable_length_kwargs(self) -> dict:
+        """cu_seq_lens_q/k and max_length_q/k for the rows flattened to one sequence of rows * seq positions:
+        each example, and each row's padding, one sequence."""
+        rows, seq = self.real.shape
+        # A sequence starts at each [CLS] and at each row's first padding position.
+        padding_start = ~self.real & F.pad(self.real, (1, 0), value=True)[:, :-1]
+        begins = (self.starts | padding_start).flatten().nonzero().flatten().to(torch.int32)
+        cu = torch.cat([begins, begins.new_tensor([rows * seq])])
+        longest = int(cu.diff().max())
+        return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
+
+    def attention_inputs(self, config) -> tuple[torch.Tensor | None, dict]:
+        """(the kernel's mask, extra kernel kwargs) for `config._attn_implementation`."""
+        if is_flash_attention_requested(config):
+            return None, self.variable_length_kwargs()
+        return self.block_diagonal_mask(), {}
+
+
+__all__ = ["PackedSequences"]
