@@ -26,14 +26,10 @@ the MLM decoder runs only at the labelled positions (MosaicBERT's trick; the sam
 The speed switches (`SPEED_SWITCHES`) and `compile_layers` live in sibling modules that `speed_paths.py` installs
 once, at `post_init`, giving some submodules a subclass with the same parameters. Their seams here: the encoder
 gets the (batch, seq) padding mask and builds the kernel's mask itself; a forward's `**kwargs` reach the encoder,
-each layer and the attention kernel; `attention_function` picks the kernel. With every switch off, this file,
-`configuration_bert_repro.py` and `packing.py` are all it needs (they are copied next to the weights by
-`save_pretrained`).
-
-Packed batches (several pre-training examples in one row, `bert_repro.data.packing`) are recognised from the
-standard inputs alone (`position_ids` restarting at 0 at each example's [CLS]); `packing.py` gives the kernel what
-keeps each example to itself (`attention_inputs`), and the pooler reads every example's [CLS], so NSP is predicted
-per example.
+each layer and the attention kernel; `attention_function` picks the kernel; `attention_inputs` and the pooler's
+input take a packed batch (several examples per row, `position_ids` restarting at each [CLS]: `packing.py`). With
+every switch off and no packed batch, this file and `configuration_bert_repro.py` are all it needs (it is copied
+next to the weights by `save_pretrained`).
 """
 
 from __future__ import annotations
@@ -56,7 +52,6 @@ from transformers.modeling_outputs import (BaseModelOutput, BaseModelOutputWithP
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
-from .packing import PackedSequences
 from .configuration_bert_repro import EXACT_GELU, SPEED_SWITCHES, TANH_GELU, BertReproConfig
 
 logger = logging.get_logger(__name__)
@@ -233,9 +228,9 @@ class BertReproLayer(GradientCheckpointingLayer):
 
 
 def attention_inputs(config, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                     packed: PackedSequences | None = None) -> tuple[torch.Tensor | None, dict]:
-    """The attention kernel's mask and any other arguments it needs: from the (batch, seq) padding mask, or, for a
-    packed batch (several examples in a row, `packing.py`), what keeps each example to itself."""
+                     packed=None) -> tuple[torch.Tensor | None, dict]:
+    """The attention kernel's mask and other arguments: from the (batch, seq) padding mask, or for a packed batch
+    (`packing.PackedSequences`) what keeps each example to itself."""
     if packed is not None:
         return packed.attention_inputs(config)
     return create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask), {}
@@ -249,7 +244,7 @@ class BertReproEncoder(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
-                packed: PackedSequences | None = None, **kwargs) -> BaseModelOutput:
+                packed=None, **kwargs) -> BaseModelOutput:
         """hidden_states: the (batch, seq, hidden) embeddings. attention_mask: the model's input, (batch, seq) with
         1 at real tokens, or None; the kernel's own mask is built here, so that an encoder that removes the padding
         (`unpadding.py`) can read it. packed: the examples of a packed batch. kwargs go to every layer and on to
@@ -499,13 +494,13 @@ class BertReproModel(BertReproPreTrainedModel):
                 f"{self.config._attn_implementation!r}: load it with attn_implementation='eager'."
             )
         embedding_output = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
-        # A packed batch: each example attends only to itself, and the pooler reads each example's [CLS].
-        packed = PackedSequences.from_inputs(position_ids, attention_mask)
-        if packed is not None:
-            kwargs["packed"] = packed
+        if position_ids is not None:  # a packed batch? Each example then attends to itself; each [CLS] is pooled.
+            from .speed_paths import packed_sequences
+            kwargs["packed"] = packed_sequences(position_ids, attention_mask)
         encoder_outputs = self.encoder(embedding_output, attention_mask, output_hidden_states=output_hidden_states,
                                        output_attentions=output_attentions, position_ids=position_ids, **kwargs)
         sequence_output = encoder_outputs.last_hidden_state
+        packed = kwargs.get("packed")
         pooled = sequence_output if packed is None else packed.first_tokens_of(sequence_output)
         output = BaseModelOutputWithPooling(
             last_hidden_state=sequence_output,

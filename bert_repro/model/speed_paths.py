@@ -41,6 +41,7 @@ from .modeling_bert_repro import (
     BertReproSelfAttention,
 )
 from .tied_gradients import TiedGradientEmbeddings, TiedGradientMLMHead, link_tied_gradients
+from .packing import PackedSequences
 from .unpadding import UnpaddedEncoder, UnpaddedSelfAttention
 
 
@@ -114,6 +115,12 @@ def install_speed_paths(model: nn.Module) -> nn.Module:
     return model
 
 
+def packed_sequences(position_ids, attention_mask) -> PackedSequences | None:
+    """The examples of a packed batch (`packing.py`), or None: the model file's link to packing, taken (lazily)
+    only when a forward is given position_ids."""
+    return PackedSequences.from_inputs(position_ids, attention_mask)
+
+
 def compile_layers(model: nn.Module, **compile_kwargs) -> nn.Module:
     """`torch.compile` every Transformer block in place (regional compilation) and return the model.
 
@@ -129,4 +136,4 @@ def compile_layers(model: nn.Module, **compile_kwargs) -> nn.Module:
     return model
 
 
-__all__ = ["SPEED_PATHS", "SpeedPath", "Swap", "compile_layers", "install_speed_paths"]
+__all__ = ["SPEED_PATHS", "SpeedPath", "Swap", "compile_layers", "install_speed_paths", "packed_sequences"]
