@@ -16,6 +16,7 @@ import torch  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from test_pretraining_data import pseudo_text, wordpiece_tokenizer  # noqa: E402
+from test_pretraining import corpus_and_tokenizer, launch, write_config  # noqa: E402, F401  (fixture)
 
 from bert_repro.data.packing import PackingCollator, first_fit_decreasing, pack_rows, padding_statistics  # noqa: E402
 from bert_repro.data.pretraining_examples import (  # noqa: E402
@@ -302,3 +303,32 @@ def test_attention_kernel_choice(tokenizer):
     real = packed["attention_mask"].bool()
     assert torch.allclose(unpadded.prediction_logits[real], sdpa.prediction_logits[real], atol=1e-5)
     assert torch.allclose(unpadded.seq_relationship_logits, sdpa.seq_relationship_logits, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------------
+# The recipe
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_recipe_with_packing_trains_as_without(tmp_path, corpus_and_tokenizer):
+    """`--packing true`: the same examples per step, so the same logged losses (dropout off); data_statistics.json
+    holds the padding shares with and without packing for each phase."""
+    import json
+
+    corpus, tokenizer = corpus_and_tokenizer
+    config = write_config(tmp_path / "run.yaml", corpus, tokenizer, max_steps=4, save_steps=100, eval_steps=100,
+                          short_seq_prob=0.5)
+    histories = {}
+    for packing in ("false", "true"):
+        out = tmp_path / f"packing_{packing}"
+        launch(config, out, "--packing", packing)
+        histories[packing] = [e for e in json.loads((out / "log_history.json").read_text()) if "mlm_loss" in e]
+        stats = json.loads((out / "data_statistics.json").read_text())
+        for phase in ("phase1", "phase2"):
+            padding = stats[phase]["padding"]
+            assert 0 <= padding["padding_share_packed"] < padding["padding_share_unpacked"] < 1
+    assert len(histories["true"]) == len(histories["false"]) == 4
+    for a, b in zip(histories["false"], histories["true"], strict=True):
+        for key in ("mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"):
+            assert a[key] == pytest.approx(b[key], abs=2e-4), (a["step"], key)

@@ -27,6 +27,7 @@ from typing import Any
 
 import datasets
 import numpy as np
+import pyarrow.compute as pc
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Sampler
@@ -48,6 +49,7 @@ from ..data.pretraining_examples import (
     pretraining_statistics,
     tokenize_documents,
 )
+from ..data.packing import PackingCollator, padding_statistics
 from ..data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
 
 logger = logging.getLogger(__name__)
@@ -121,6 +123,9 @@ class PreTrainingArguments(SpeedSwitches):
     optimizer: str = field(default="adamw", metadata={"help": "adamw, bert_adam (reference code) or lamb."})
     sparse_prediction: bool = field(default=True, metadata={
         "help": "Run the MLM decoder only at the masked positions (same loss and gradients, fewer FLOPs)."})
+    packing: bool = field(default=False, metadata={
+        "help": "Pack each batch's examples into shared rows, attention kept inside each example and NSP read at "
+                "each example's [CLS] (same examples, losses and gradients; less padding)."})
     overwrite_output_dir: bool = field(default=False, metadata={
         "help": "Allow writing into an output directory that holds another or a finished run."})
     stop_after_steps: int | None = field(default=None, metadata={
@@ -131,6 +136,7 @@ class PreTrainingArguments(SpeedSwitches):
 # Fields that may change between an interrupted run and its resumption.
 RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot",
                       "unpad_inputs", "compile_layers", "fast_dropout", "last_layer_subset", "tied_gradients",  # speed switches: the same training either way
+                      "packing",  # the same examples per step and the same losses, packed or not
                       "logging_steps", "report_to", "disable_tqdm", "dataloader_num_workers",
                       "gradient_accumulation_steps"}  # derived from global_batch_size and the processes
 
@@ -235,7 +241,9 @@ def build_datasets(run, data, training, output_dir: Path):
     phases = [create_pretraining_instances(tokenized, vocab, cfg, num_proc=run.num_proc) for cfg in configs]
     statistics = {
         f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length,
-                          **pretraining_statistics(ds, tokenized, mask_token_id=tokenizer.mask_token_id)}
+                          **pretraining_statistics(ds, tokenized, mask_token_id=tokenizer.mask_token_id),
+                          "padding": padding_statistics(example_lengths(ds), training.per_device_train_batch_size,
+                                                        cfg.max_seq_length, seed=training.seed)}
         for i, (cfg, ds) in enumerate(zip(configs, phases))
     }
     eval_dataset = None
@@ -250,22 +258,30 @@ def build_datasets(run, data, training, output_dir: Path):
     return tokenizer, phases, eval_dataset, statistics
 
 
+def example_lengths(instances: datasets.Dataset) -> np.ndarray:
+    """Tokens of each example, in dataset order (read from the Arrow offsets, nothing decoded)."""
+    return np.concatenate([pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False)
+                           for table in instances.with_format("arrow").iter(batch_size=65_536)])
+
+
 class PhaseCollator:
     """Routes each batch to the collator of its phase (dynamic masking uses each phase's prediction budget);
-    rows that carry their masks (the held-out slice) always keep them."""
+    rows that carry their masks (the held-out slice) always keep them. With `packing`, each phase packs its batches
+    into rows of its max_seq_length."""
 
-    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig]):
-        self.collators = [(cfg.max_seq_length, PreTrainingCollator.from_config(tokenizer, cfg)) for cfg in phases]
-        self.static = PreTrainingCollator(tokenizer)
+    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig], packing: bool = False):
+        collator = PackingCollator if packing else PreTrainingCollator
+        self.collators = [(cfg.max_seq_length, collator.from_config(tokenizer, cfg)) for cfg in phases]
+        self.static = [(cfg.max_seq_length, PackingCollator(tokenizer, max_seq_length=cfg.max_seq_length) if packing
+                        else PreTrainingCollator(tokenizer)) for cfg in phases]
 
     def __call__(self, features):
-        if "masked_lm_positions" in features[0]:
-            return self.static(features)
+        collators = self.static if "masked_lm_positions" in features[0] else self.collators
         longest = max(len(f["input_ids"]) for f in features)
-        for max_len, collator in self.collators:
+        for max_len, collator in collators:
             if longest <= max_len:
                 return collator(features)
-        return self.collators[-1][1](features)
+        return collators[-1][1](features)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -569,7 +585,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         args=training,
         train_dataset=datasets.concatenate_datasets(phases) if len(phases) > 1 else phases[0],
         eval_dataset=eval_dataset,
-        data_collator=PhaseCollator(tokenizer, phase_cfgs),
+        data_collator=PhaseCollator(tokenizer, phase_cfgs, packing=run.packing),
         processing_class=tokenizer,
         optimizer_cls_and_kwargs=optimizer_cls_and_kwargs(
             run.optimizer, lr=training.learning_rate, betas=(training.adam_beta1, training.adam_beta2),
