@@ -24,22 +24,22 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import datasets  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from common import machine  # noqa: E402
+import datasets
+import numpy as np
+import torch
+from common import machine
 
-from bert_repro import BertReproConfig, BertReproForPreTraining  # noqa: E402
-from bert_repro.data.corpus import load_corpus  # noqa: E402
-from bert_repro.data.packing import PackingCollator, padding_statistics  # noqa: E402
-from bert_repro.data.pretraining_examples import (  # noqa: E402
+from bert_repro import BertReproConfig, BertReproForPreTraining
+from bert_repro.data.corpus import load_corpus
+from bert_repro.data.packing import PackingCollator, padding_statistics
+from bert_repro.data.pretraining_examples import (
     PreTrainingCollator,
     PreTrainingDataConfig,
     WordPieceVocab,
     create_pretraining_instances,
     tokenize_documents,
 )
-from bert_repro.data.wordpiece import load_tokenizer  # noqa: E402
+from bert_repro.data.wordpiece import load_tokenizer
 
 PREDICTIONS = {128: 20, 512: 80}  # max_seq_length -> max_predictions_per_seq (the reference code's phases)
 

@@ -2,24 +2,29 @@
 
 Data side: the packing invariants (hypothesis), the packed collator against the unpacked one (the same tokens,
 segments, masks and NSP labels, static and dynamic masking), the padding statistics on a hand-checked case.
+Model side: packed loss and every gradient equal the unpacked ones (eager and SDPA, with the speed paths that read
+the examples), no attention across examples, NSP at each example's own [CLS], the kernel's inputs per attention
+implementation (a reference variable-length kernel stands in for FlashAttention on CPU). Recipe: `--packing true`
+logs the same losses.
 """
 
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import math  # noqa: E402
+import math
+from itertools import pairwise
 
-import datasets  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from test_pretraining_data import pseudo_text, wordpiece_tokenizer  # noqa: E402
-from test_pretraining import corpus_and_tokenizer, launch, write_config  # noqa: E402, F401  (fixture)
+import datasets
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_pretraining import corpus_and_tokenizer, launch, write_config  # noqa: F401  (fixture)
+from test_pretraining_data import pseudo_text, wordpiece_tokenizer
 
-from bert_repro.data.packing import PackingCollator, first_fit_decreasing, pack_rows, padding_statistics  # noqa: E402
-from bert_repro.data.pretraining_examples import (  # noqa: E402
+from bert_repro.data.packing import PackingCollator, first_fit_decreasing, pack_rows, padding_statistics
+from bert_repro.data.pretraining_examples import (
     IGNORE_INDEX,
     PreTrainingCollator,
     PreTrainingDataConfig,
@@ -179,8 +184,9 @@ def packed_and_unpacked(tokenizer, count: int = 24):
 
 
 def tiny_model(tokenizer, attn: str, **switches):
-    from bert_repro import BertReproForPreTraining
     from conftest import tiny_config
+
+    from bert_repro import BertReproForPreTraining
 
     config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=MAX_LEN, hidden_dropout_prob=0.0,
                          attention_probs_dropout_prob=0.0, **switches)
@@ -247,7 +253,7 @@ def reference_flash_varlen(module, query, key, value, attention_mask, scaling=No
     q, k, v = (x.transpose(1, 2).reshape(batch * seq, heads, size).transpose(0, 1) for x in (query, key, value))
     bounds = cu_seq_lens_q.tolist()
     parts = [torch.nn.functional.scaled_dot_product_attention(q[:, s:e], k[:, s:e], v[:, s:e], scale=scaling)
-             for s, e in zip(bounds[:-1], bounds[1:])]
+             for s, e in pairwise(bounds)]
     return torch.cat(parts, dim=1).transpose(0, 1).reshape(batch, seq, heads, size), None
 
 
@@ -311,7 +317,7 @@ def test_attention_kernel_choice(tokenizer):
 
 
 @pytest.mark.slow
-def test_recipe_with_packing_trains_as_without(tmp_path, corpus_and_tokenizer):
+def test_recipe_with_packing_trains_as_without(tmp_path, corpus_and_tokenizer):  # noqa: F811
     """`--packing true`: the same examples per step, so the same logged losses (dropout off); data_statistics.json
     holds the padding shares with and without packing for each phase."""
     import json

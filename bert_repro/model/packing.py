@@ -40,7 +40,7 @@ class PackedSequences:
 
     @classmethod
     def from_inputs(cls, position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None
-                    ) -> "PackedSequences | None":
+                    ) -> PackedSequences | None:
         """The examples of a packed batch, or None when no row holds more than one (or no position_ids)."""
         if position_ids is None or position_ids.dim() != 2:
             return None
