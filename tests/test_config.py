@@ -53,6 +53,13 @@ def test_hidden_size_not_divisible_by_heads():
     ("initializer_distribution", "uniform", "initializer_distribution must be one of"),
     ("position_embedding_type", "relative_key", "not supported"),
     ("num_hidden_layers", 0, "num_hidden_layers must be a positive integer"),
+    # checked before anything divides or compares by them: no ZeroDivisionError or TypeError naming no field
+    ("num_attention_heads", 0, "num_attention_heads must be a positive integer, got 0"),
+    ("vocab_size", "abc", "vocab_size must be a positive integer, got 'abc'"),
+    ("hidden_size", -1, "hidden_size must be a positive integer, got -1"),
+    ("hidden_size", True, "hidden_size must be a positive integer"),
+    ("hidden_dropout_prob", 1.5, "hidden_dropout_prob must be a dropout probability"),
+    ("classifier_dropout", -0.1, "classifier_dropout must be a dropout probability"),
 ])
 def test_bad_fields(field, value, message):
     with pytest.raises(CONFIG_ERRORS, match=message):

@@ -86,3 +86,22 @@ def test_read_only_output_dir_is_one_message(tmp_path, unwritable_dir):
     result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(unwritable_dir))
     assert_user_error(result, "cannot write to the output directory", str(unwritable_dir))
     assert "Permission denied" in result.stderr or "Operation not permitted" in result.stderr
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    ('{"num_attention_heads": 0}', "num_attention_heads must be a positive integer, got 0"),
+    ('{"vocab_size": "abc"}', "vocab_size must be a positive integer, got 'abc'"),
+    ("{hidden_size: 3}", "--model_overrides is not valid JSON"),
+])
+def test_pretraining_with_an_invalid_model_config_is_one_message(tmp_path, overrides, fragment):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("One sentence here. Another one there.\n\nA second document. It ends.\n", encoding="utf-8")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    command = [sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--config",
+               str(ROOT / "recipes" / "configs" / "quickstart.yaml"), "--corpus", str(corpus),
+               "--output_dir", str(tmp_path / "out"), "--model_overrides", overrides]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert fragment in result.stderr, result.stderr[-3000:]
+    assert not (tmp_path / "out" / "run_config.json").exists()  # checked before anything is written

@@ -133,6 +133,17 @@ class BertReproConfig(PreTrainedConfig):
     def validate_architecture(self):
         """Checked on construction (through `@strict`): a wrong config fails here, not deep inside a forward."""
         super().validate_architecture()
+        # Sizes and probabilities first: the checks below divide by them and compare them.
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 <= value < 1):
+                raise ValueError(f"{name} must be a dropout probability in [0, 1), got {value!r}.")
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
@@ -149,10 +160,6 @@ class BertReproConfig(PreTrainedConfig):
                 f"position_embedding_type={self.position_embedding_type!r} is not supported: BERT uses learned "
                 "absolute positions ('absolute')."
             )
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                     "max_position_embeddings", "type_vocab_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}.")
 
     @property
     def head_size(self) -> int:

@@ -27,6 +27,7 @@ from typing import Any
 
 import datasets
 import numpy as np
+from huggingface_hub.errors import StrictDataclassError
 import pyarrow.compute as pc
 import torch
 import torch.nn.functional as F
@@ -452,10 +453,21 @@ class StopAfterSteps(TrainerCallback):
 
 
 def model_config(run: PreTrainingArguments, **fields) -> BertReproConfig:
-    overrides = json.loads(run.model_overrides) if run.model_overrides else {}
+    try:
+        overrides = json.loads(run.model_overrides) if run.model_overrides else {}
+    except json.JSONDecodeError as err:
+        raise ConfigurationError(f"--model_overrides is not valid JSON ({err}); write a JSON object of "
+                                 "BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'.") from None
+    if not isinstance(overrides, dict):
+        raise ConfigurationError(f"--model_overrides must be a JSON object of BertReproConfig fields, got {overrides!r}.")
     if run.init_from:
         return BertReproConfig.from_pretrained(run.init_from)
-    return BertReproConfig.from_preset(run.preset, **{**fields, **overrides})
+    try:
+        return BertReproConfig.from_preset(run.preset, **{**fields, **overrides})
+    except (StrictDataclassError, ValueError, TypeError) as err:  # the config's own checks name the field
+        reason = str(err).strip().splitlines()[-1].strip()
+        raise ConfigurationError(f"The model configuration (--preset {run.preset}, --model_overrides) is invalid: "
+                                 f"{reason}") from None
 
 
 def check_lengths(config: BertReproConfig, phases: list[PreTrainingDataConfig]) -> None:
