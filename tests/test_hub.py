@@ -149,7 +149,10 @@ def test_failed_push_is_clear_and_a_second_push_completes(tmp_path, tokenizer):
             hub.fail_next(kind="commit", mode=mode, times=times)
             failed = push_cli(env, local, "--repo_id", "someone/flaky", check=False)
             assert failed.returncode != 0, mode
-            assert "did not complete" in failed.stderr and "run the same command again" in failed.stderr
+            assert "did not complete" in failed.stderr
+            # advice by cause: a refusal is not cured by repeating the command, a dropped connection is
+            advice = "may not write to someone/flaky" if mode == "403" else "run the same command again"
+            assert advice in failed.stderr, failed.stderr[-2000:]
             assert TOKEN not in failed.stderr + failed.stdout
             assert digest(local) == before
             assert "model.safetensors" not in hub.repo_files("someone/flaky")
@@ -224,3 +227,40 @@ def test_pretrain_recipe_pushes_checkpoints_as_revisions(tmp_path, local_hub, co
         assert "model.safetensors" in files and "vocab.txt" in files
         assert not [n for n in files if n.endswith((".bin", ".pt", ".pth"))]
     assert b"model-index" in local_hub.repo_files("someone/tiny-pretrained")["README.md"]
+
+
+def test_push_advice_fits_the_cause(tmp_path, tokenizer):
+    local = tmp_path / "run"
+    pretraining_output(local, tokenizer)
+    with LocalHub(token="the-right-token") as hub:
+        env = client_env(hub, tmp_path)  # its HF_TOKEN is another one: the server answers 401
+        failed = push_cli(env, local, "--repo_id", "someone/model", check=False)
+        assert failed.returncode != 0
+        assert "did not accept your token" in failed.stderr and "hf auth login" in failed.stderr
+        assert "run the same command again" not in failed.stderr
+        assert TOKEN not in failed.stderr + failed.stdout
+
+
+@pytest.mark.parametrize("case", ["refused token", "offline", "invalid id"])
+def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case):
+    """--push_to_hub fails in seconds, before any data or training, with advice that fits the cause."""
+    from test_finetuning import fixture_files
+    from test_task_data import write
+
+    data = write(tmp_path / "MRPC", fixture_files("mrpc"))
+    repo_id = "not a valid id!" if case == "invalid id" else "someone/tiny-mrpc"
+    with LocalHub(token="the-right-token") as hub:
+        env = client_env(hub, tmp_path)
+        if case == "offline":
+            env["HF_HUB_OFFLINE"] = "1"
+        out = tmp_path / "out"
+        result = run([sys.executable, str(ROOT / "recipes" / "finetune.py"), "--task", "mrpc", "--model",
+                      str(tmp_path / "no-model-needed"), "--data", str(data), "--output_dir", str(out),
+                      "--push_to_hub", "true", "--hub_model_id", repo_id], env, check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    expected = {"refused token": "did not accept your token", "offline": "HF_HUB_OFFLINE",
+                "invalid id": "is not a valid repository id"}[case]
+    assert expected in result.stderr, result.stderr[-3000:]
+    assert not (out / "run_config.json").exists()
+    assert TOKEN not in result.stderr + result.stdout

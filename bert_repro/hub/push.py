@@ -26,6 +26,7 @@ import argparse
 import fnmatch
 import json
 import logging
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -153,6 +154,49 @@ def check_remote(api, repo_id: str, revision: str | None, local_identity: str | 
                            "Pass overwrite=True (--overwrite) to replace it.")
 
 
+def hub_error_advice(err: BaseException, repo_id: str) -> str:
+    """What to do about a failed Hub call, by its cause: repeating the command helps only when the network failed."""
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalTokenNotFoundError, OfflineModeIsEnabled
+
+    status = getattr(getattr(err, "response", None), "status_code", None)
+    if isinstance(err, HFValidationError):
+        return f"{repo_id!r} is not a valid repository id: use 'your-name/model-name', then run the command again."
+    if isinstance(err, OfflineModeIsEnabled):
+        return "The Hub is switched off here (HF_HUB_OFFLINE=1): unset it on a machine with network access."
+    if isinstance(err, LocalTokenNotFoundError) or status == 401:
+        return ("The Hub did not accept your token (or found none): log in with `hf auth login` or set HF_TOKEN to "
+                "a token with write access, then run the command again.")
+    if status == 403:
+        return (f"Your token may not write to {repo_id}: use a token with write access to that namespace, or a "
+                "repository id under your own name.")
+    if isinstance(err, HfHubHTTPError) and status is not None and 400 <= status < 500:
+        return f"The Hub refused the request (HTTP {status}): check the repository id and your rights to it."
+    return "The Hub could not be reached or failed: check the network and run the same command again to complete it."
+
+
+def check_hub_access(repo_id: str, *, token: str | None = None, api=None) -> None:
+    """Before hours of training: the repository id is valid, the Hub answers and the token is accepted.
+
+    Raises HubPushError with advice that fits the cause."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+        if "/" not in repo_id:
+            raise ValueError("no namespace")
+        if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+            from huggingface_hub.errors import OfflineModeIsEnabled
+
+            raise OfflineModeIsEnabled("HF_HUB_OFFLINE is set")
+        (api or HfApi(token=token)).whoami()
+    except ValueError as err:  # HFValidationError is a ValueError
+        raise HubPushError(f"--hub_model_id {repo_id!r} is not a valid repository id ({err}): use "
+                           "'your-name/model-name'.") from None
+    except Exception as err:  # noqa: BLE001 - network errors, refused tokens: advice by cause
+        raise HubPushError(f"Cannot push to {repo_id}: {type(err).__name__}. {hub_error_advice(err, repo_id)}") from None
+
+
 def push(path: str | Path, repo_id: str, *, revision: str | None = None, private: bool = False,
          commit_message: str | None = None, token: str | None = None, overwrite: bool = False,
          tag: str | None = None, tokenizer_dir: str | Path | None = None, api=None,
@@ -182,11 +226,11 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, private
                 api.create_tag(repo_id, tag=tag, revision=revision, exist_ok=overwrite)
         except HubPushError:
             raise
-        except Exception as err:  # noqa: BLE001 - HTTP errors, dropped connections, timeouts: all end the same way
+        except Exception as err:  # noqa: BLE001 - HTTP errors, dropped connections, timeouts: advice by cause
             raise HubPushError(
                 f"Push of {source_name} to {where} did not complete ({type(err).__name__}: {err}). Nothing in "
-                f"{source_name} was "
-                "changed, and the Hub applies a commit whole or not at all: run the same command again to complete it."
+                f"{source_name} was changed, and the Hub applies a commit whole or not at all. "
+                f"{hub_error_advice(err, repo_id)}"
             ) from err
     logger.info("pushed %d files of %s to %s", len(staged), path, where)
     return str(info.commit_url)

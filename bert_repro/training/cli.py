@@ -151,6 +151,12 @@ def take_push_request(training) -> dict[str, Any] | None:
         return None
     if not training.hub_model_id:
         raise ConfigurationError("--push_to_hub needs --hub_model_id (e.g. your-name/bert-base-repro).")
+    from ..hub.push import HubPushError, check_hub_access
+
+    try:  # now, not after training: a wrong id, a refused token or no network fail in seconds
+        check_hub_access(training.hub_model_id, token=training.hub_token)
+    except HubPushError as err:
+        raise ConfigurationError(str(err)) from None
     request = {"repo_id": training.hub_model_id, "private": bool(training.hub_private_repo),
                "revision": training.hub_revision}
     training.push_to_hub = False

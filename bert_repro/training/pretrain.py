@@ -561,6 +561,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         training.dataloader_pin_memory = False  # pinned memory only helps copies to an accelerator (torch warns)
     phase_cfgs = phase_configs(data, run)
     check_lengths(model_config(run), phase_cfgs)  # before any data work
+    push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
     if run.plot and not _importable("matplotlib"):
         logger.warning("matplotlib is not installed (pip install 'bert-repro[train]'): not writing training_curves.png")
         run.plot = False
@@ -588,7 +589,6 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
 
     set_seed(training.seed)  # the initial weights must not depend on what data preparation drew before
     model = build_model(run, tokenizer, phase_cfgs)
-    push_to = take_push_request(training)
     steps = phase_steps(training.max_steps, run.phase2_fraction, len(phases))
     if eval_dataset is None:
         training.eval_strategy = IntervalStrategy.NO
