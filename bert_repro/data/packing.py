@@ -116,11 +116,7 @@ class PackingCollator(PreTrainingCollator):
         return super().from_config(tokenizer, config, max_seq_length=config.max_seq_length, **kwargs)
 
     def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-        input_ids = [list(f["input_ids"]) for f in features]
-        if self.dynamic_masking:
-            input_ids, targets = self._mask_dynamically(features, input_ids)
-        else:
-            targets = self._stored_masks(features)
+        input_ids, targets = self._masked(features)
         lengths = [len(ids) for ids in input_ids]
         rows, longest_row = pack_rows(lengths, self.max_seq_length, self.pad_to_multiple_of or 8)
         width = self._padded_width(longest_row)

@@ -1064,12 +1064,16 @@ class PreTrainingCollator:
             **kwargs,
         )
 
-    def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+    def _masked(self, features: list[Mapping[str, Any]]) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
+        """Each row's token ids after masking and its (masked positions, original ids): the stored masks, or fresh
+        ones drawn with the reference rules under dynamic masking."""
         input_ids = [list(f["input_ids"]) for f in features]
         if self.dynamic_masking:
-            input_ids, targets = self._mask_dynamically(features, input_ids)
-        else:
-            targets = self._stored_masks(features)
+            return self._mask_dynamically(features, input_ids)
+        return input_ids, self._stored_masks(features)
+
+    def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        input_ids, targets = self._masked(features)
         width = self._padded_width(max(len(ids) for ids in input_ids))
         batch = {
             "input_ids": _pad(input_ids, width, self.vocab.pad_token),
