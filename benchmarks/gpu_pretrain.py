@@ -77,10 +77,9 @@ def export_examples(out: Path, corpus: str, lengths: list[int]) -> None:
 class Examples:
     rows: list[dict]
     vocab_size: int
-    max_seq_length: int
 
     @classmethod
-    def load(cls, path: Path, max_seq_length: int) -> "Examples":
+    def load(cls, path: Path) -> "Examples":
         with np.load(path) as archive:  # each access of a member decompresses it: read every member once
             data = {name: archive[name] for name in archive.files}
         starts = np.concatenate([[0], np.cumsum(data["lengths"])])
@@ -94,7 +93,7 @@ class Examples:
                 "masked_lm_ids": data["masked_lm_ids"][mstarts[i]:mstarts[i + 1]].astype(np.int64).tolist(),
                 "next_sentence_label": int(data["next_sentence_label"][i]),
             })
-        return cls(rows, int(data["vocab_size"]), max_seq_length)
+        return cls(rows, int(data["vocab_size"]))
 
 
 def collators(tokenizer_dir: Path, width: int):
@@ -288,7 +287,7 @@ def main() -> None:
     report = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "bf16_matmul_peak_tflops": peak, "settings": []}
     for setting in args.settings.split(","):
         preset, length = setting.split(":")
-        examples = Examples.load(Path(args.examples) / f"examples_{length}.npz", int(length))
+        examples = Examples.load(Path(args.examples) / f"examples_{length}.npz")
         report["settings"].append(run_setting(preset, int(length), examples, args, peak))
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))
