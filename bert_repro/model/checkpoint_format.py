@@ -12,17 +12,22 @@ A bert_repro model computes what transformers' `Bert*` classes compute (same par
 - bert_repro: `BertRepro*.from_pretrained` reads a "bert" config as ours (`BertReproConfig.get_config_dict`).
 
 Where transformers' BERT cannot compute the model a config describes (`native_obstacles`: an activation that
-transformers does not know, or a field whose value its BERT classes do not implement), `config.json` keeps
+transformers does not know, a field whose value its BERT classes do not implement, or a causal pre-training
+objective: the paper's left-to-right control attends left-only and pools its last token, where transformers'
+`BertModel` pools the first), `config.json` keeps
 `model_type` "bert_repro" and our class names, saving warns and names the field, and the checkpoint opens only
 with bert_repro or `trust_remote_code=True`. Checkpoints written before this format (model_type "bert_repro"
 whatever the config) load as before.
 
-This file is copied next to the weights, so it imports only the standard library and transformers.
+This file is copied next to the weights, so it imports only the standard library, transformers and the config
+file beside it.
 """
 
 from __future__ import annotations
 
 import warnings
+
+from .configuration_bert_repro import DEFAULT_OBJECTIVE, PRETRAINING_OBJECTIVES
 
 REPRO_MODEL_TYPE = "bert_repro"
 TRANSFORMERS_MODEL_TYPE = "bert"
@@ -55,6 +60,10 @@ def native_obstacles(config: dict) -> list[str]:
     for field, value in TRANSFORMERS_BERT_COMPUTES.items():
         if config.get(field, value) != value:
             reasons.append(f"{field}={config[field]!r}: transformers' BERT implements only {value!r}")
+    objective = PRETRAINING_OBJECTIVES.get(config.get("objective", DEFAULT_OBJECTIVE))
+    if objective is not None and objective.causal:  # a bidirectional objective ("mlm") is plain BERT
+        reasons.append(f"objective={objective.name!r} attends left-to-right and pools the last real token; "
+                       "transformers' BertModel pools the first token ([CLS])")
     num_labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
     for architecture in config.get("architectures") or []:
         for head, width in FIXED_HEAD_WIDTHS.items():

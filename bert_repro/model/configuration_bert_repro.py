@@ -20,6 +20,8 @@ libraries, `transformers` and `huggingface_hub`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
@@ -41,6 +43,82 @@ ACTIVATIONS = EXACT_GELU + TANH_GELU + ("relu", "silu", "swish")
 INIT_DISTRIBUTIONS = ("truncated_normal", "normal")
 # The config fields that change speed only (see the class docstring); `speed_paths.py` maps each to what it installs.
 SPEED_SWITCHES = ("unpad_inputs", "last_layer_subset", "fast_dropout", "tied_gradients")
+
+
+@dataclass(frozen=True)
+class PreTrainingObjective:
+    """What a model is pre-trained to do, and so how it attends: the paper's Table 5 compares three.
+
+    name: the value of `BertReproConfig.objective` and of the pre-training recipe's `--objective`.
+    table5_row: the row of the paper's Table 5 it reproduces.
+    causal: each token attends to itself and the tokens before it only (a left-to-right language model), in
+        pre-training AND in fine-tuning (the paper's "LTR & No NSP" keeps the left-only constraint at fine-tuning).
+        The pooler of a causal model reads the last real token of each sequence, as OpenAI GPT's classifier does
+        (the paper does not say; our choice): [CLS] at position 0 sees only itself there.
+    next_sentence: examples are `[CLS] A [SEP] B [SEP]` pairs with the next sentence prediction task; without it,
+        one segment of contiguous text, `[CLS] text [SEP]`, and no NSP label or loss.
+    masked_lm: the token-level task predicts the masked tokens (15%, 80/10/10); False: the next token at every
+        position (through the same output head, so that the three models differ only in attention and targets).
+    """
+
+    name: str
+    table5_row: str
+    causal: bool
+    next_sentence: bool
+    masked_lm: bool
+
+    @property
+    def token_task(self) -> str:
+        """The prefix of the token-level loss and accuracy in training logs: "mlm" (masked LM) or "lm" (next token)."""
+        return "mlm" if self.masked_lm else "lm"
+
+
+# The one table of objectives; everything else looks them up by name here (`pretraining_objective`).
+PRETRAINING_OBJECTIVES: dict[str, PreTrainingObjective] = {o.name: o for o in (
+    PreTrainingObjective("mlm_nsp", "BERT-BASE", causal=False, next_sentence=True, masked_lm=True),
+    PreTrainingObjective("mlm", "No NSP", causal=False, next_sentence=False, masked_lm=True),
+    PreTrainingObjective("ltr", "LTR & No NSP", causal=True, next_sentence=False, masked_lm=False),
+)}
+DEFAULT_OBJECTIVE = "mlm_nsp"
+# Speed switches that assume bidirectional attention with the pooler on [CLS]; a causal objective refuses them:
+# the unpadded encoder builds its own (bidirectional) attention groups, and the last-layer subset computes the
+# last block at [CLS] only, where a causal model pools its last token.
+BIDIRECTIONAL_ONLY_SWITCHES = ("unpad_inputs", "last_layer_subset")
+
+
+class ObjectiveConflictError(ValueError):
+    """A setting that a pre-training objective rules out (e.g. bidirectional fine-tuning of a causal checkpoint)."""
+
+
+def pretraining_objective(name: str) -> PreTrainingObjective:
+    """The objective called `name`; an unknown name raises a ValueError listing the choices."""
+    if name not in PRETRAINING_OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(PRETRAINING_OBJECTIVES)} (the paper's Table 5: "
+                         + ", ".join(f"{o.name} = {o.table5_row}" for o in PRETRAINING_OBJECTIVES.values())
+                         + f"), got {name!r}.")
+    return PRETRAINING_OBJECTIVES[name]
+
+
+def check_objective_kept(saved: str, asked: str, source) -> None:
+    """Loading a checkpoint pre-trained with objective `saved` as objective `asked`: the attention direction must
+    stay what the weights learned (a left-to-right model fine-tuned bidirectionally is another model)."""
+    was, now = pretraining_objective(saved), pretraining_objective(asked)
+    if was.causal != now.causal:
+        raise ObjectiveConflictError(
+            f"{source} was pre-trained with objective={saved!r} ({'causal, left-to-right' if was.causal else 'bidirectional'} "
+            f"attention); objective={asked!r} would run it with {'causal' if now.causal else 'bidirectional'} attention, "
+            f"which its weights never learned. Keep the checkpoint's objective (do not override it).")
+
+
+def check_objective_switches(config) -> None:
+    """The speed switches `config` turns on must keep its objective's attention (`BIDIRECTIONAL_ONLY_SWITCHES`)."""
+    objective = pretraining_objective(config.objective)
+    refused = [name for name in BIDIRECTIONAL_ONLY_SWITCHES if objective.causal and getattr(config, name, False)]
+    if refused:
+        raise ObjectiveConflictError(
+            f"{', '.join(refused)} cannot be used with objective={objective.name!r}: the speed path assumes "
+            "bidirectional attention pooled at [CLS], and would break the causal model's attention or pooling. "
+            f"Turn {' and '.join(refused)} off.")
 
 
 @strict(accept_kwargs=True)
@@ -103,6 +181,12 @@ class BertReproConfig(PreTrainedConfig):
         tied_gradients (`bool`, False): in training, the token embeddings' lookup adds its gradient rows straight
             into the gradient of the MLM decoder that shares the weight, instead of autograd building two dense
             (vocab, H) gradients and summing them. The same gradients; for the models with an MLM head.
+
+        objective (`str`, "mlm_nsp"): the pre-training objective (`PRETRAINING_OBJECTIVES`, the paper's Table 5):
+            "mlm_nsp" (BERT), "mlm" (No NSP) or "ltr" (a left-to-right language model: causal attention, pooler on
+            the last real token). Saved in config.json, so a fine-tune of the checkpoint attends as it was
+            pre-trained; `from_pretrained(..., objective=...)` refuses to change the attention direction. Code
+            reads `config.pretraining_objective`. A causal objective refuses `BIDIRECTIONAL_ONLY_SWITCHES`.
     """
 
     model_type = "bert_repro"
@@ -129,6 +213,7 @@ class BertReproConfig(PreTrainedConfig):
     last_layer_subset: bool = False
     tied_gradients: bool = False
     sparse_prediction: bool = False
+    objective: str = DEFAULT_OBJECTIVE
 
     def validate_architecture(self):
         """Checked on construction (through `@strict`): a wrong config fails here, not deep inside a forward."""
@@ -160,6 +245,12 @@ class BertReproConfig(PreTrainedConfig):
                 f"position_embedding_type={self.position_embedding_type!r} is not supported: BERT uses learned "
                 "absolute positions ('absolute')."
             )
+        check_objective_switches(self)  # also checks the objective's name
+
+    @property
+    def pretraining_objective(self) -> PreTrainingObjective:
+        """The `PreTrainingObjective` named by `objective`: what code asks (`.causal`, `.next_sentence`, ...)."""
+        return pretraining_objective(self.objective)
 
     @property
     def head_size(self) -> int:
@@ -185,6 +276,9 @@ class BertReproConfig(PreTrainedConfig):
                     "add_cross_attention); bert_repro implements the paper's bidirectional encoder only."
                 )
             config_dict = {**config_dict, "model_type": cls.model_type}
+        if kwargs.get("objective") is not None:  # from_pretrained(..., objective=...): keep the attention learned
+            check_objective_kept(config_dict.get("objective", DEFAULT_OBJECTIVE), kwargs["objective"],
+                                 pretrained_model_name_or_path)
         return config_dict, kwargs
 
     def to_json_file(self, json_file_path, use_diff: bool = True):
@@ -198,4 +292,5 @@ class BertReproConfig(PreTrainedConfig):
             json.dump(config_file_dict(json.loads(self.to_json_string(use_diff))), writer, indent=2, sort_keys=True)
             writer.write("\n")
 
-__all__ = ["BertReproConfig", "PRESETS", "SPEED_SWITCHES"]
+__all__ = ["BertReproConfig", "ObjectiveConflictError", "PRESETS", "PRETRAINING_OBJECTIVES", "PreTrainingObjective",
+           "SPEED_SWITCHES", "pretraining_objective"]

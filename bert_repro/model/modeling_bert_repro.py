@@ -13,6 +13,9 @@ Paper section -> code:
   classification (NER).
 - 5.3 feature-based use: `output_hidden_states=True` returns the embeddings and every layer's output;
   `concat_last_layers` builds the paper's best feature set (the last four layers concatenated).
+- 5.1 / Table 5, pre-training objectives (`config.objective`, `PreTrainingObjective`): "mlm_nsp" (BERT), "mlm" (No
+  NSP: the same model, its NSP head unused) and "ltr", the left-to-right control: causal attention (`attention_inputs`)
+  in pre-training and fine-tuning, the pooler on the last real token, the MLM head predicting the next token.
 
 Parameter names follow the public BERT checkpoints (Google's TensorFlow variable names as the Hugging Face format
 spells them: `bert.encoder.layer.0.attention.self.query.weight`, `cls.predictions.transform.dense.weight`, ...), so
@@ -43,7 +46,7 @@ from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.masking_utils import create_bidirectional_mask
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (BaseModelOutput, BaseModelOutputWithPooling, MaskedLMOutput,
                                            MultipleChoiceModelOutput, NextSentencePredictorOutput,
@@ -81,23 +84,16 @@ class BertReproEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.register_buffer("position_ids", torch.arange(config.max_position_embeddings)[None], persistent=False)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         """(batch, seq) ids -> (batch, seq, hidden) embeddings. position_ids: (batch, seq), 0, 1, 2, ... by default
         (packed sequences restart them at each sequence)."""
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         seq_length = inputs_embeds.shape[1]
         if seq_length > self.position_embeddings.num_embeddings:
-            raise ValueError(
-                f"Input of {seq_length} tokens is longer than the model's {self.position_embeddings.num_embeddings} "
-                "positions (max_position_embeddings); truncate it."
-            )
+            raise ValueError(f"Input of {seq_length} tokens is longer than the model's "
+                             f"{self.position_embeddings.num_embeddings} positions (max_position_embeddings); truncate it.")
         if position_ids is None:
             position_ids = self.position_ids[:, :seq_length]
         if token_type_ids is None:
@@ -132,11 +128,11 @@ def eager_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
 class BertReproSelfAttention(nn.Module):
     """Multi-head self-attention; the kernel is picked by `config._attn_implementation`."""
 
-    is_causal = False  # read by the sdpa / flash-attention interfaces: BERT attends in both directions
-
     def __init__(self, config: BertReproConfig):
         super().__init__()
         self.config = config
+        # Read by the sdpa / flash-attention interfaces: BERT attends in both directions, the LTR control left-only.
+        self.is_causal = config.pretraining_objective.causal
         self.num_heads = config.num_attention_heads
         self.head_size = config.hidden_size // config.num_attention_heads
         self.scaling = self.head_size**-0.5
@@ -230,9 +226,12 @@ class BertReproLayer(GradientCheckpointingLayer):
 def attention_inputs(config, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
                      packed=None) -> tuple[torch.Tensor | None, dict]:
     """The attention kernel's mask and other arguments: from the (batch, seq) padding mask, or for a packed batch
-    (`packing.PackedSequences`) what keeps each example to itself."""
+    (`packing.PackedSequences`) what keeps each example to itself. A causal objective's mask is padding AND the lower
+    triangle, always built (not left to SDPA's is_causal), since the speed paths' eager kernels read only the mask."""
     if packed is not None:
         return packed.attention_inputs(config)
+    if config.pretraining_objective.causal:
+        return create_causal_mask(config, hidden_states, attention_mask, None, allow_is_causal_skip=False), {}
     return create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask), {}
 
 
@@ -263,8 +262,18 @@ class BertReproEncoder(nn.Module):
                                attentions=all_attentions)
 
 
+def last_tokens(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """(batch, seq, hidden) -> (batch, 1, hidden): each sequence's last real token (the last 1 of the mask)."""
+    if attention_mask is None:
+        return hidden_states[:, -1:]
+    last = (attention_mask.bool() * torch.arange(attention_mask.shape[-1], device=attention_mask.device)).argmax(-1)
+    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last].unsqueeze(1)
+
+
 class BertReproPooler(nn.Module):
-    """tanh(W h_[CLS]): the sentence-level representation used by NSP and the classification heads."""
+    """tanh(W h_[CLS]): the sentence-level representation used by NSP and the classification heads. A causal model
+    (`PreTrainingObjective.causal`) is given its last real token instead (`last_tokens`), as GPT reads its last token:
+    its [CLS] sees only itself (the paper does not say what its LTR model pools; our choice)."""
 
     def __init__(self, config: BertReproConfig):
         super().__init__()
@@ -388,9 +397,8 @@ class BertReproPreTrainedModel(PreTrainedModel):
         """
         return_info = kwargs.pop("output_loading_info", False)
         try:
-            model, info = super().from_pretrained(
-                pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
-            )
+            model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True,
+                                                  **kwargs)
         except SafetensorError as err:
             raise OSError(
                 f"Could not read the weights of {pretrained_model_name_or_path}: {_safetensors_files(pretrained_model_name_or_path)} "
@@ -407,9 +415,7 @@ class BertReproPreTrainedModel(PreTrainedModel):
             ) from err
         prefix = f"{cls.base_model_prefix}."
         head_free = isinstance(model, BertReproModel)
-        missing_encoder = sorted(
-            k for k in info["missing_keys"] if head_free or k.startswith(prefix)
-        )
+        missing_encoder = sorted(k for k in info["missing_keys"] if head_free or k.startswith(prefix))
         if missing_encoder and not allow_missing_encoder_weights:
             shown = ", ".join(missing_encoder[:8]) + (" ..." if len(missing_encoder) > 8 else "")
             raise ValueError(
@@ -419,9 +425,8 @@ class BertReproPreTrainedModel(PreTrainedModel):
             )
         missing_heads = sorted(set(info["missing_keys"]) - set(missing_encoder))
         if missing_heads:
-            logger.warning(
-                f"{cls.__name__}: newly initialised (not in {pretrained_model_name_or_path}): {', '.join(missing_heads)}"
-            )
+            logger.warning(f"{cls.__name__}: newly initialised (not in {pretrained_model_name_or_path}): "
+                           f"{', '.join(missing_heads)}")
         return (model, info) if return_info else model
 
     def post_init(self):
@@ -489,19 +494,21 @@ class BertReproModel(BertReproPreTrainedModel):
         if output_attentions is None:
             output_attentions = self.config.output_attentions
         if output_attentions and self.config._attn_implementation != "eager":
-            raise ValueError(
-                f"output_attentions needs the eager attention kernel, but the model uses "
-                f"{self.config._attn_implementation!r}: load it with attn_implementation='eager'."
-            )
+            raise ValueError(f"output_attentions needs the eager attention kernel, but the model uses "
+                             f"{self.config._attn_implementation!r}: load it with attn_implementation='eager'.")
         embedding_output = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         if position_ids is not None:  # a packed batch? Each example then attends to itself; each [CLS] is pooled.
             from .speed_paths import packed_sequences
             kwargs["packed"] = packed_sequences(position_ids, attention_mask)
+            if kwargs["packed"] is not None and self.config.pretraining_objective.causal:
+                raise ValueError(f"Packed batches are not supported with objective={self.config.objective!r}.")
         encoder_outputs = self.encoder(embedding_output, attention_mask, output_hidden_states=output_hidden_states,
                                        output_attentions=output_attentions, position_ids=position_ids, **kwargs)
         sequence_output = encoder_outputs.last_hidden_state
         packed = kwargs.get("packed")
         pooled = sequence_output if packed is None else packed.first_tokens_of(sequence_output)
+        if self.config.pretraining_objective.causal:
+            pooled = last_tokens(sequence_output, attention_mask)
         output = BaseModelOutputWithPooling(
             last_hidden_state=sequence_output,
             pooler_output=self.pooler(pooled) if self.pooler is not None else None,
@@ -784,16 +791,7 @@ for _auto_class, _path in AUTO_MAP.items():
     if _auto_class != "AutoConfig":
         globals()[_path.split(".")[1]].register_for_auto_class(_auto_class)
 
-__all__ = [
-    "BertReproModel",
-    "BertReproPreTrainedModel",
-    "BertReproForPreTraining",
-    "BertReproForPreTrainingOutput",
-    "BertReproForMaskedLM",
-    "BertReproForNextSentencePrediction",
-    "BertReproForSequenceClassification",
-    "BertReproForQuestionAnswering",
-    "BertReproForMultipleChoice",
-    "BertReproForTokenClassification",
-    "concat_last_layers",
-]
+__all__ = ["BertReproModel", "BertReproPreTrainedModel", "BertReproForPreTraining", "BertReproForPreTrainingOutput",
+           "BertReproForMaskedLM", "BertReproForNextSentencePrediction", "BertReproForSequenceClassification",
+           "BertReproForQuestionAnswering", "BertReproForMultipleChoice", "BertReproForTokenClassification",
+           "concat_last_layers", "last_tokens"]

@@ -30,7 +30,7 @@ from typing import Callable
 
 from torch import nn
 
-from .configuration_bert_repro import SPEED_SWITCHES
+from .configuration_bert_repro import SPEED_SWITCHES, check_objective_switches
 from .fast_dropout import FastDropout, FastDropoutSelfAttention
 from .last_layer_subset import LastLayerSubsetEncoder, ReadRowsLayer, install_read_positions_hook, is_last_layer
 from .modeling_bert_repro import (
@@ -100,7 +100,10 @@ def _combined(classes: tuple[type, ...]) -> type:
 
 def install_speed_paths(model: nn.Module) -> nn.Module:
     """Give every module of `model` the classes its config's switches ask for (`SPEED_PATHS`), and run the setup
-    steps. Idempotent; undoes the switches that are off. Returns the model."""
+    steps. Idempotent; undoes the switches that are off. Returns the model. Switches that the config's pre-training
+    objective rules out (a causal model: `BIDIRECTIONAL_ONLY_SWITCHES`) raise `ObjectiveConflictError`, also when
+    set on the config after it was built."""
+    check_objective_switches(model.config)
     on = {name: bool(getattr(model.config, name, False)) for name in SPEED_PATHS}
     swaps = [swap for name, path in SPEED_PATHS.items() if on[name] for swap in path.swaps]
     for module in list(model.modules()):
