@@ -3,12 +3,23 @@
 Saved checkpoints are in transformers' own BERT format (`model_type: "bert"`), so plain transformers opens them
 as its BERT classes; `BertReproForX.from_pretrained(dir)` (or `trust_remote_code=True`) opens them as ours, with
 the speed switches. Importing the package also registers model type "bert_repro" with AutoConfig and every
-AutoModel* class the paper's tasks need, for checkpoints that only our code can compute.
+AutoModel* class the paper's tasks need, for checkpoints that only our code can compute, and model type
+"bert_repro_bilstm" (`bert_repro.model.bilstm_heads`: the feature-based approach and the "+ BiLSTM" heads).
 """
 
 import transformers
 
 from .model import modeling_bert_repro
+from .model.bilstm_heads import (
+    BILSTM_AUTO_MAP,
+    FEATURE_SETS,
+    BertReproBiLSTMConfig,
+    BertReproForQuestionAnsweringWithBiLSTM,
+    BertReproForSequenceClassificationWithBiLSTM,
+    BertReproForTokenClassificationWithBiLSTM,
+    FeatureSet,
+    parse_feature_set,
+)
 from .model.configuration_bert_repro import PRESETS, BertReproConfig
 from .model.modeling_bert_repro import (
     AUTO_MAP,
@@ -31,5 +42,12 @@ transformers.AutoConfig.register(BertReproConfig.model_type, BertReproConfig, ex
 for _auto_name, _path in AUTO_MAP.items():
     if _auto_name != "AutoConfig":
         getattr(transformers, _auto_name).register(BertReproConfig, globals()[_path.split(".")[1]], exist_ok=True)
+transformers.AutoConfig.register(BertReproBiLSTMConfig.model_type, BertReproBiLSTMConfig, exist_ok=True)
+for _auto_name, _path in BILSTM_AUTO_MAP.items():
+    if _auto_name != "AutoConfig":
+        getattr(transformers, _auto_name).register(BertReproBiLSTMConfig, globals()[_path.split(".")[1]],
+                                                   exist_ok=True)
 
-__all__ = ["PRESETS", "BertReproConfig", *modeling_bert_repro.__all__]
+__all__ = ["PRESETS", "BertReproConfig", *modeling_bert_repro.__all__, "BertReproBiLSTMConfig",
+           "BertReproForQuestionAnsweringWithBiLSTM", "BertReproForSequenceClassificationWithBiLSTM",
+           "BertReproForTokenClassificationWithBiLSTM", "FEATURE_SETS", "FeatureSet", "parse_feature_set"]
