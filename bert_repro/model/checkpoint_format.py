@@ -17,7 +17,8 @@ objective: the paper's left-to-right control attends left-only and pools its las
 `BertModel` pools the first), `config.json` keeps
 `model_type` "bert_repro" and our class names, saving warns and names the field, and the checkpoint opens only
 with bert_repro or `trust_remote_code=True`. Checkpoints written before this format (model_type "bert_repro"
-whatever the config) load as before.
+whatever the config) load as before. The BiLSTM heads (`bilstm_heads.py`, model_type "bert_repro_bilstm") are
+never transformers' BERT: their config writes its own model type, and `native_obstacles` names it.
 
 This file is copied next to the weights, so it imports only the standard library, transformers and the config
 file beside it.
@@ -64,6 +65,9 @@ def native_obstacles(config: dict) -> list[str]:
     if objective is not None and objective.causal:  # a bidirectional objective ("mlm") is plain BERT
         reasons.append(f"objective={objective.name!r} attends left-to-right and pools the last real token; "
                        "transformers' BertModel pools the first token ([CLS])")
+    model_type = config.get("model_type", REPRO_MODEL_TYPE)
+    if model_type not in (REPRO_MODEL_TYPE, TRANSFORMERS_MODEL_TYPE):  # e.g. "bert_repro_bilstm" (bilstm_heads.py)
+        reasons.append(f"model_type={model_type!r} has a head that transformers' BERT classes do not have")
     num_labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
     for architecture in config.get("architectures") or []:
         for head, width in FIXED_HEAD_WIDTHS.items():
