@@ -1,0 +1,524 @@
+"""The paper's section-5 experiments as studies: pre-train each variant, fine-tune it, one table beside the paper's.
+
+A study is data (`STUDIES`): its variants (what changes in pre-training or fine-tuning), its columns (a task and
+metric, or a pre-training measure) and the paper's numbers for that table. `run_study` pre-trains every variant at
+the size and budget given (the pre-training recipe's own arguments), fine-tunes each on the columns' tasks with the
+fine-tuning recipe's protocol (its learning-rate grid, best on dev), and after every finished cell writes into the
+output directory:
+- `study.md`: our numbers beside the paper's, the budget of each variant (steps, sequences, time) and the ordering
+  of the variants, ours against the paper's;
+- `study.json`: the same as data; `study.png`: ours against the paper's, one panel per column.
+
+Layout: `<output_dir>/pretrain/<variant>/` (a pre-training run), `<output_dir>/finetune/<variant>/<column>/`
+(a fine-tuning run). Each finished run is kept and not run again, and the recipes resume an interrupted one from
+its last checkpoint: run the same command again to continue a study. Studies:
+
+- `table5`: the pre-training tasks (MLM + NSP, No NSP, LTR & No NSP, + BiLSTM on the LTR model).
+- `table6`: model size (L / H / A); also the held-out MLM perplexity of each pre-trained model.
+- `table7`: the feature-based approach on CoNLL-2003 (frozen encoder, a BiLSTM on six feature sets) against
+  fine-tuning the whole model.
+- `table8`: the masking mixes ([MASK] / same / random) on MNLI and NER, fine-tuned and feature-based.
+- `pretraining`: not in the paper: the same architecture pre-trained by the recipe against randomly initialised,
+  both fine-tuned alike; the evidence that the pre-training helps at the budget given.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shlex
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from .cli import ConfigurationError
+from .finetune import run_finetuning
+from .pretrain import run_pretraining
+from .reproduce import task_data_dir
+from ..tasks.registry import TASKS, get_task
+
+logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a study is
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: a task's dev metric after fine-tuning, or (task None) a measure of pre-training."""
+
+    key: str  # directory name of its fine-tuning runs
+    label: str  # as the paper's table heads it
+    task: str | None
+    metric: str  # a task metric, or "mlm_perplexity" (held-out, from the pre-training run)
+    split: str = "validation"
+    finetune_args: tuple[str, ...] = ()  # e.g. the feature-based approach for one column of Table 8
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row: what its pre-training (or fine-tuning) changes, relative to the arguments the user gives."""
+
+    key: str  # directory name
+    label: str  # as the paper's table names it
+    pretrain_args: tuple[str, ...] = ()
+    finetune_args: tuple[str, ...] = ()
+    weights_of: str | None = None  # fine-tune this variant's pre-trained model instead of pre-training its own
+    random_init: bool = False  # no pre-training: the architecture of `weights_of`, its weights drawn at random
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    title: str
+    source: str  # where the paper prints it
+    variants: tuple[Variant, ...]
+    columns: tuple[Column, ...]
+    paper: Mapping[str, Mapping[str, float]]  # variant key -> column key -> the paper's number (percent)
+    higher_is_better: Mapping[str, bool] = field(default_factory=dict)  # column key -> False where lower wins
+    note: str = ""
+
+    def variant(self, key: str) -> Variant:
+        return next(v for v in self.variants if v.key == key)
+
+
+def _frozen(table: dict[str, dict[str, float]]) -> Mapping[str, Mapping[str, float]]:
+    return MappingProxyType({k: MappingProxyType(v) for k, v in table.items()})
+
+
+def _size(layers: int, hidden: int, heads: int) -> Variant:
+    overrides = {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+                 "intermediate_size": 4 * hidden}
+    return Variant(f"L{layers}_H{hidden}_A{heads}", f"L={layers}, H={hidden}, A={heads}",
+                   pretrain_args=("--model_overrides", json.dumps(overrides)))
+
+
+def _masking(mask: int, same: int, random: int) -> Variant:
+    return Variant(f"mask{mask}_same{same}_rnd{random}", f"{mask}% / {same}% / {random}%",
+                   pretrain_args=("--mask_replace_prob", str(mask / 100), "--random_replace_prob", str(random / 100)))
+
+
+MNLI_M = Column("mnli", "MNLI-m", "mnli", "accuracy", split="validation_matched")
+QNLI = Column("qnli", "QNLI", "qnli", "accuracy")
+MRPC = Column("mrpc", "MRPC", "mrpc", "accuracy")
+SST2 = Column("sst2", "SST-2", "sst2", "accuracy")
+SQUAD = Column("squad", "SQuAD F1", "squad", "squad_f1")
+NER = Column("conll2003", "NER (F1)", "conll2003", "entity_f1")
+# The feature set the paper uses for Table 8's feature-based column: the last four layers concatenated.
+NER_FEATURES = Column("conll2003_features", "NER feature-based (F1)", "conll2003", "entity_f1",
+                      finetune_args=("--features", "concat_last_four"))
+
+# Table 7's feature sets: (our name for `--features`, the paper's row, its dev F1).
+TABLE7_FEATURES = (
+    ("embeddings", "Embeddings", 91.0),
+    ("second_to_last", "Second-to-Last Hidden", 95.6),
+    ("last", "Last Hidden", 94.9),
+    ("weighted_sum_last_four", "Weighted Sum Last Four Hidden", 95.9),
+    ("concat_last_four", "Concat Last Four Hidden", 96.1),
+    ("weighted_sum_all", "Weighted Sum All 12 Layers", 95.5),
+)
+
+STUDIES: Mapping[str, Study] = MappingProxyType({
+    "table5": Study(
+        "table5", "Ablation over the pre-training tasks", "Table 5 (dev, BERT-BASE)",
+        variants=(
+            Variant("mlm_nsp", "BERT (MLM + NSP)"),
+            Variant("mlm", "No NSP", pretrain_args=("--objective", "mlm")),
+            Variant("ltr", "LTR & No NSP", pretrain_args=("--objective", "ltr")),
+            Variant("ltr_bilstm", "+ BiLSTM", finetune_args=("--head", "bilstm"), weights_of="ltr"),
+        ),
+        columns=(MNLI_M, QNLI, MRPC, SST2, SQUAD),
+        paper=_frozen({
+            "mlm_nsp": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst2": 92.7, "squad": 88.5},
+            "mlm": {"mnli": 83.9, "qnli": 84.9, "mrpc": 86.5, "sst2": 92.6, "squad": 87.9},
+            "ltr": {"mnli": 82.1, "qnli": 84.3, "mrpc": 77.5, "sst2": 92.1, "squad": 77.8},
+            "ltr_bilstm": {"mnli": 82.1, "qnli": 84.1, "mrpc": 75.7, "sst2": 91.6, "squad": 84.9},
+        }),
+        note="The paper's ordering: MLM + NSP >= No NSP > LTR & No NSP; the BiLSTM recovers part of LTR's loss on "
+             "SQuAD only.",
+    ),
+    "table6": Study(
+        "table6", "Ablation over model size", "Table 6 (dev, MLM perplexity of held-out training data)",
+        variants=tuple(_size(*s) for s in ((3, 768, 12), (6, 768, 3), (6, 768, 12), (12, 768, 12), (12, 1024, 16),
+                                           (24, 1024, 16))),
+        columns=(Column("mlm_ppl", "LM (ppl)", None, "mlm_perplexity"), MNLI_M, MRPC, SST2),
+        paper=_frozen({
+            "L3_H768_A12": {"mlm_ppl": 5.84, "mnli": 77.9, "mrpc": 79.8, "sst2": 88.4},
+            "L6_H768_A3": {"mlm_ppl": 5.24, "mnli": 80.6, "mrpc": 82.2, "sst2": 90.7},
+            "L6_H768_A12": {"mlm_ppl": 4.68, "mnli": 81.9, "mrpc": 84.8, "sst2": 91.3},
+            "L12_H768_A12": {"mlm_ppl": 3.99, "mnli": 84.4, "mrpc": 86.7, "sst2": 92.9},
+            "L12_H1024_A16": {"mlm_ppl": 3.54, "mnli": 85.7, "mrpc": 86.9, "sst2": 93.3},
+            "L24_H1024_A16": {"mlm_ppl": 3.23, "mnli": 86.6, "mrpc": 87.8, "sst2": 93.7},
+        }),
+        higher_is_better={"mlm_ppl": False},
+        note="The paper: larger models are better on every task, even MRPC's 3,600 training examples. Pass "
+             "--sizes to study other sizes at a smaller budget.",
+    ),
+    "table7": Study(
+        "table7", "Feature-based approach on CoNLL-2003 NER", "Table 7 (dev F1, BERT-BASE)",
+        variants=(Variant("finetune", "Fine-tuning approach"),
+                  *(Variant(name, label, finetune_args=("--features", name), weights_of="finetune")
+                    for name, label, _ in TABLE7_FEATURES)),
+        columns=(NER,),
+        paper=_frozen({"finetune": {"conll2003": 96.4},
+                       **{name: {"conll2003": value} for name, _, value in TABLE7_FEATURES}}),
+        note="One pre-trained model; every feature-based row freezes it and trains a two-layer BiLSTM on the "
+             "features. The paper: concatenating the last four layers is within 0.3 F1 of fine-tuning.",
+    ),
+    "table8": Study(
+        "table8", "Ablation over the masking procedure ([MASK] / same / random)", "Table 8 (dev)",
+        variants=tuple(_masking(*m) for m in ((80, 10, 10), (100, 0, 0), (80, 0, 20), (80, 20, 0), (0, 20, 80),
+                                              (0, 0, 100))),
+        columns=(Column("mnli", "MNLI", "mnli", "accuracy", split="validation_matched"), NER, NER_FEATURES),
+        paper=_frozen({
+            "mask80_same10_rnd10": {"mnli": 84.2, "conll2003": 95.4, "conll2003_features": 94.9},
+            "mask100_same0_rnd0": {"mnli": 84.3, "conll2003": 94.9, "conll2003_features": 94.0},
+            "mask80_same0_rnd20": {"mnli": 84.4, "conll2003": 95.2, "conll2003_features": 94.6},
+            "mask80_same20_rnd0": {"mnli": 84.1, "conll2003": 95.2, "conll2003_features": 94.7},
+            "mask0_same20_rnd80": {"mnli": 83.7, "conll2003": 94.8, "conll2003_features": 94.6},
+            "mask0_same0_rnd100": {"mnli": 83.6, "conll2003": 94.9, "conll2003_features": 94.6},
+        }),
+        note="The paper: fine-tuning is robust to the mix; the feature-based approach suffers most with [MASK] "
+             "only (a mismatch between pre-training and use).",
+    ),
+    "pretraining": Study(
+        "pretraining", "Does our pre-training help? Pre-trained against randomly initialised", "not in the paper",
+        variants=(Variant("pretrained", "pre-trained (MLM + NSP)"),
+                  Variant("random", "random initialisation", weights_of="pretrained", random_init=True)),
+        columns=(SST2, MRPC, Column("mrpc_f1", "MRPC F1", "mrpc", "f1")),
+        paper=_frozen({}),
+        note="The same architecture, vocabulary and fine-tuning protocol; only the initial weights differ.",
+    ),
+})
+
+
+def get_study(name: str) -> Study:
+    if name not in STUDIES:
+        raise ConfigurationError(f"Unknown study {name!r}; choose one of: {', '.join(STUDIES)}.")
+    return STUDIES[name]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StudyArguments:
+    study: str = field(default="", metadata={"help": f"Which study: {', '.join(STUDIES)}."})
+    output_dir: str = field(default="", metadata={"help": "Where the runs and study.md go (default runs/<study>)."})
+    pretrain_config: str = field(default="recipes/configs/quickstart.yaml", metadata={
+        "help": "The pre-training recipe's YAML config every variant starts from (corpus, size, schedule)."})
+    pretrain_args: str = field(default="", metadata={
+        "help": "More pre-training arguments for every variant, one string, e.g. \"--preset mini --max_steps "
+                "2000\" (the recipe's own flags: recipes/pretrain.py --help)."})
+    finetune_args: str = field(default="", metadata={
+        "help": "More fine-tuning arguments for every run, one string, e.g. \"--learning_rates 5e-5 "
+                "--max_train_samples 20000\" (recipes/finetune.py --help)."})
+    data_root: str | None = field(default=None, metadata={
+        "help": "A directory with one sub-directory per task (MRPC/, SST-2/, ...); tasks without one use the Hub."})
+    tasks: list[str] = field(default_factory=list, metadata={
+        "help": "Only these of the study's tasks (default: all of them)."})
+    variants: list[str] = field(default_factory=list, metadata={
+        "help": "Only these of the study's variants (default: all; a variant whose weights another one uses "
+                "is kept)."})
+    reuse: list[str] = field(default_factory=list, metadata={
+        "help": "variant=DIR: use an existing pre-trained model for that variant instead of pre-training it."})
+    sizes: list[str] = field(default_factory=list, metadata={
+        "help": "table6 only: the sizes to study as L/H/A (e.g. 2/128/2 4/256/4) instead of the paper's."})
+
+
+def _split_args(text: str, flag: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as err:
+        raise ConfigurationError(f"{flag}: cannot split {text!r} into arguments ({err}).") from None
+
+
+def _parse_sizes(study: Study, sizes: list[str]) -> Study:
+    if not sizes:
+        return study
+    if study.name != "table6":
+        raise ConfigurationError("--sizes applies to --study table6 only.")
+    variants = []
+    for text in sizes:
+        try:
+            layers, hidden, heads = (int(x) for x in text.split("/"))
+        except ValueError:
+            raise ConfigurationError(f"--sizes: {text!r} is not L/H/A (three integers, e.g. 4/256/4).") from None
+        variants.append(_size(layers, hidden, heads))
+    return Study(**{**study.__dict__, "variants": tuple(variants)})
+
+
+def _parse_reuse(study: Study, reuse: list[str]) -> dict[str, Path]:
+    out = {}
+    for item in reuse:
+        key, sep, path = item.partition("=")
+        if not sep or key not in {v.key for v in study.variants}:
+            raise ConfigurationError(f"--reuse {item!r}: expected VARIANT=DIR with VARIANT one of "
+                                     f"{', '.join(v.key for v in study.variants)}.")
+        if not (Path(path) / "config.json").is_file():
+            raise ConfigurationError(f"--reuse {item!r}: {path} holds no config.json (a pre-trained model "
+                                     "directory was expected).")
+        out[key] = Path(path)
+    return out
+
+
+def select(study: Study, args: StudyArguments) -> Study:
+    """The study restricted to the variants and tasks asked for (and the variants their weights come from)."""
+    study = _parse_sizes(study, args.sizes)
+    columns = study.columns
+    if args.tasks:
+        known = {c.task for c in study.columns if c.task}
+        unknown = [t for t in args.tasks if t not in known]
+        if unknown:
+            raise ConfigurationError(f"--tasks {' '.join(unknown)}: not in study {study.name}; its tasks are "
+                                     f"{', '.join(sorted(known))}.")
+        columns = tuple(c for c in study.columns if c.task is None or c.task in args.tasks)
+    variants = study.variants
+    if args.variants:
+        keys = {v.key for v in study.variants}
+        unknown = [k for k in args.variants if k not in keys]
+        if unknown:
+            raise ConfigurationError(f"--variants {' '.join(unknown)}: not in study {study.name}; its variants are "
+                                     f"{', '.join(v.key for v in study.variants)}.")
+        wanted = set(args.variants) | {study.variant(k).weights_of for k in args.variants} - {None}
+        variants = tuple(v for v in study.variants if v.key in wanted)
+    return Study(**{**study.__dict__, "variants": variants, "columns": columns})
+
+
+def check_task_data(study: Study, data_root: str | None) -> dict[str, Path | None]:
+    """Each task's local directory, found before any work; offline, a task without one is an error now, not after
+    hours of pre-training."""
+    dirs = {}
+    for task_name in dict.fromkeys(c.task for c in study.columns if c.task):
+        dirs[task_name] = task_data_dir(get_task(task_name), data_root)
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    missing = [t for t, d in dirs.items() if d is None]
+    if missing and offline:
+        where = f"under --data_root {data_root}" if data_root else "(no --data_root given)"
+        raise ConfigurationError(
+            f"No local data for task(s) {', '.join(missing)} {where}, and the Hub is off (HF_HUB_OFFLINE=1). Put "
+            f"each task's files in a sub-directory named after it (e.g. MRPC/, SST-2/) or run only the tasks you "
+            f"have with --tasks.")
+    return dirs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _finished(directory: Path) -> bool:
+    return (directory / "results.json").is_file() and (directory / "config.json").is_file()
+
+
+def pretrain_variant(variant: Variant, args: StudyArguments, directory: Path, weights: dict[str, Path]) -> Path:
+    """The variant's pre-trained model directory: reused, finished earlier, drawn at random, or pre-trained now."""
+    if variant.key in weights:
+        return weights[variant.key]
+    if variant.random_init:
+        return random_init_model(weights[variant.weights_of], directory)
+    if _finished(directory):
+        logger.info("pre-training of %s finished earlier, not run again", variant.key)
+        return directory
+    argv = ["--config", args.pretrain_config, *_split_args(args.pretrain_args, "--pretrain_args"),
+            *variant.pretrain_args, "--output_dir", str(directory)]
+    if any(directory.glob("checkpoint-*")):
+        argv += ["--resume_from_checkpoint", "true"]
+    logger.info("pre-training %s: recipes/pretrain.py %s", variant.key, shlex.join(argv))
+    summary = run_pretraining(argv)
+    if "stopped_at_step" in summary:
+        raise ConfigurationError(f"the pre-training of {variant.key} stopped at step {summary['stopped_at_step']} "
+                                 "(--stop_after_steps); run the same study command again to continue it.")
+    return directory
+
+
+def random_init_model(pretrained: Path, directory: Path) -> Path:
+    """`pretrained`'s architecture and vocabulary with freshly initialised weights (the recipe's initialisation)."""
+    if _finished(directory):
+        return directory
+    import torch
+
+    from ..model.modeling_bert_repro import BertReproConfig, BertReproForPreTraining
+
+    torch.manual_seed(0)
+    config = BertReproConfig.from_pretrained(pretrained)
+    model = BertReproForPreTraining(config)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        if (pretrained / name).is_file():
+            shutil.copy(pretrained / name, directory / name)
+    (directory / "results.json").write_text(json.dumps({"random_init": True, "architecture_of": str(pretrained),
+                                                        "global_step": 0, "train_runtime_s": 0.0}, indent=2))
+    return directory
+
+
+def finetune_cell(variant: Variant, column: Column, model_dir: Path, args: StudyArguments, directory: Path,
+                  data_dir: Path | None) -> dict[str, Any]:
+    if not (directory / "results.json").is_file():
+        argv = ["--task", column.task, "--model", str(model_dir), "--output_dir", str(directory),
+                *_split_args(args.finetune_args, "--finetune_args"), *variant.finetune_args, *column.finetune_args]
+        if data_dir is not None:
+            argv += ["--data", str(data_dir)]
+        logger.info("fine-tuning %s on %s: recipes/finetune.py %s", variant.key, column.key, shlex.join(argv))
+        run_finetuning(argv)
+    else:
+        logger.info("fine-tuning of %s on %s finished earlier, not run again", variant.key, column.key)
+    return json.loads((directory / "results.json").read_text())
+
+
+def cell_value(column: Column, pretrain_results: dict[str, Any], finetune_results: dict[str, Any] | None
+               ) -> float | None:
+    """Our number for one cell, in the paper's unit (percent; perplexity as is)."""
+    if column.metric == "mlm_perplexity":
+        loss = pretrain_results.get("eval_mlm_loss")
+        return None if loss is None else round(math.exp(loss), 2)
+    best = finetune_results["best"][column.split][column.metric]
+    return round(best if column.metric.startswith("squad") else 100 * best, 2)
+
+
+def run_study(args: StudyArguments) -> str:
+    """Pre-train and fine-tune every variant (finished runs are kept), then write study.md / .json / .png."""
+    if not args.study:
+        raise ConfigurationError(f"Pass --study: one of {', '.join(STUDIES)}.")
+    study = select(get_study(args.study), args)
+    reused = _parse_reuse(study, args.reuse)
+    data_dirs = check_task_data(study, args.data_root)
+    if not Path(args.pretrain_config).is_file() and not all(v.key in reused or v.random_init
+                                                          for v in study.variants):
+        raise ConfigurationError(f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of "
+                                 "recipes/pretrain.py, e.g. recipes/configs/quickstart.yaml).")
+    output_dir = Path(args.output_dir or f"runs/{study.name}")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    weights: dict[str, Path] = dict(reused)
+    rows: list[dict[str, Any]] = []
+    start = time.time()
+    for variant in study.variants:
+        if variant.weights_of and not variant.random_init:
+            weights[variant.key] = weights[variant.weights_of]
+        weights[variant.key] = pretrain_variant(variant, args, output_dir / "pretrain" / variant.key, weights)
+        pretrain_results = json.loads((weights[variant.key] / "results.json").read_text()) \
+            if (weights[variant.key] / "results.json").is_file() else {}
+        row = {"variant": variant.key, "label": variant.label, "model": str(weights[variant.key]),
+               "pretraining": {k: pretrain_results.get(k) for k in ("global_step", "train_runtime_s",
+                                                                    "tokens_per_second", "eval_mlm_loss",
+                                                                    "eval_mlm_accuracy", "eval_nsp_accuracy")},
+               "cells": {}, "finetune_seconds": 0.0}
+        rows.append(row)
+        for column in study.columns:
+            result = None
+            if column.task is not None:
+                result = finetune_cell(variant, column, weights[variant.key], args,
+                                       output_dir / "finetune" / variant.key / column.key, data_dirs[column.task])
+                row["finetune_seconds"] += result.get("seconds", 0.0)
+            if column.task is None and variant.weights_of and not variant.random_init:
+                value = None  # a fine-tuning variant of another's model: its pre-training is that row's
+            else:
+                value = cell_value(column, pretrain_results, result)
+            row["cells"][column.key] = {"ours": value, "paper": study.paper.get(variant.key, {}).get(column.key)}
+            write_study(output_dir, study, rows, args, time.time() - start)  # a partial table after every cell
+    return write_study(output_dir, study, rows, args, time.time() - start)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def ordering(study: Study, rows: list[dict[str, Any]], which: str) -> list[str]:
+    """Variants from best to worst by the mean of `which` ("ours" or "paper") over the fine-tuning columns that
+    every row has a number for."""
+    def value(row: dict[str, Any], column: str) -> float | None:
+        if which == "paper":
+            return study.paper.get(row["variant"], {}).get(column)
+        return row["cells"].get(column, {}).get("ours")
+
+    columns = [c.key for c in study.columns if c.task is not None and all(value(r, c.key) is not None for r in rows)]
+    if not columns or not rows:
+        return []
+    score = {r["variant"]: sum(value(r, c) for c in columns) / len(columns) for r in rows}
+    return sorted(score, key=lambda k: -score[k])
+
+
+def write_study(output_dir: Path, study: Study, rows: list[dict[str, Any]], args: StudyArguments,
+                seconds: float) -> str:
+    columns = study.columns
+    head = " | ".join(f"{c.label} ours | paper" for c in columns)
+    lines = [f"# {study.title}", "",
+             f"Paper: {study.source}. Ours: dev set, best of the fine-tuning grid; every variant pre-trained from "
+             f"`{args.pretrain_config}` with `{args.pretrain_args or '(no other arguments)'}`"
+             + (f", fine-tuned with `{args.finetune_args}`" if args.finetune_args else "") + ".", "",
+             f"| variant | {head} | steps | pre-training (s) | fine-tuning (s) |",
+             "|---|" + "---|---|" * len(columns) + "---|---|---|"]
+    for r in rows:
+        cells = []
+        for c in columns:
+            cell = r["cells"].get(c.key, {})
+            ours, paper = cell.get("ours"), study.paper.get(r["variant"], {}).get(c.key)
+            cells.append(f"{'' if ours is None else f'{ours:.2f}'} | {'' if paper is None else f'{paper:.1f}'}")
+        p = r["pretraining"]
+        runtime = p.get("train_runtime_s")
+        lines.append(f"| {r['label']} | {' | '.join(cells)} | {p.get('global_step') or ''} | "
+                     f"{'' if runtime is None else f'{runtime:.0f}'} | {r['finetune_seconds']:.0f} |")
+    ours_order, paper_order = ordering(study, rows, "ours"), ordering(study, rows, "paper")
+    labels = {r["variant"]: r["label"] for r in rows}
+    if ours_order:
+        lines += ["", "Ordering by the mean of the fine-tuning columns (best first):",
+                  f"- ours: {' > '.join(labels[k] for k in ours_order)}"]
+        if paper_order:
+            lines.append(f"- paper: {' > '.join(labels[k] for k in paper_order)}")
+    if study.note:
+        lines += ["", study.note]
+    lines += ["", f"Total time: {seconds / 3600:.2f} h. Runs: `{output_dir}/pretrain/<variant>/`, "
+                  f"`{output_dir}/finetune/<variant>/<column>/`."]
+    text = "\n".join(lines) + "\n"
+    (output_dir / "study.md").write_text(text)
+    (output_dir / "study.json").write_text(json.dumps(
+        {"study": study.name, "title": study.title, "paper_source": study.source,
+         "columns": [{"key": c.key, "label": c.label, "task": c.task, "metric": c.metric, "split": c.split}
+                     for c in columns],
+         "rows": rows, "ordering": {"ours": ours_order, "paper": paper_order},
+         "pretrain_config": args.pretrain_config, "pretrain_args": args.pretrain_args,
+         "finetune_args": args.finetune_args, "seconds": round(seconds, 1)}, indent=2))
+    plot_study(study, rows, output_dir / "study.png")
+    return text
+
+
+def plot_study(study: Study, rows: list[dict[str, Any]], path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError:  # an optional extra: the table is written without its chart rather than lost
+        logger.warning("matplotlib is not installed (pip install 'bert-repro[train]'): not writing %s", path.name)
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = study.columns
+    fig, axes = plt.subplots(1, len(columns), figsize=(3.2 * len(columns) + 1, 3.6), squeeze=False)
+    xs = range(len(rows))
+    for ax, column in zip(axes[0], columns):
+        ours = [r["cells"].get(column.key, {}).get("ours") for r in rows]
+        paper = [study.paper.get(r["variant"], {}).get(column.key) for r in rows]
+        ax.bar([x - 0.2 for x in xs], [v or 0 for v in ours], width=0.4, label="ours")
+        ax.bar([x + 0.2 for x in xs], [v or 0 for v in paper], width=0.4, label="paper")
+        ax.set_title(column.label, fontsize=10)
+        ax.set_xticks(list(xs), [r["label"] for r in rows], rotation=35, ha="right", fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{study.title} ({study.source})", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+__all__ = ["Column", "STUDIES", "Study", "StudyArguments", "Variant", "get_study", "run_study"]

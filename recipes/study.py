@@ -1,0 +1,28 @@
+"""Run one of the paper's section-5 experiments: pre-train each variant, fine-tune it, a table beside the paper's.
+
+    python recipes/study.py --study table5 --data_root path/to/glue --tasks mrpc sst2 \
+        --pretrain_config recipes/configs/quickstart.yaml --pretrain_args "--preset mini --max_steps 2000" \
+        --finetune_args "--learning_rates 5e-5" --output_dir runs/table5
+
+Studies: table5 (pre-training tasks: MLM + NSP, No NSP, LTR & No NSP, + BiLSTM), table6 (model size), table7
+(feature-based NER), table8 (masking mixes), pretraining (pre-trained against randomly initialised). Writes
+study.md, study.json and study.png into --output_dir after every finished run; run the same command again to
+continue an interrupted study (finished runs are kept, an interrupted one resumes from its checkpoint).
+"""
+
+import sys
+
+from transformers import HfArgumentParser
+
+from bert_repro.tasks.columns import TaskDataError
+from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.study import StudyArguments, run_study
+
+if __name__ == "__main__":
+    (args,) = HfArgumentParser(StudyArguments).parse_args_into_dataclasses()
+    try:
+        print(run_study(args))
+    except (ConfigurationError, TaskDataError, FileExistsError, FileNotFoundError) as err:
+        # A problem with what the user passed: say it plainly, without a traceback.
+        print(f"study.py: error: {err}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,200 @@
+"""recipes/study.py: the paper's section-5 tables as data, the selection of variants and tasks, bad input, the
+report, and whole studies end to end on a tiny corpus and fixture tasks (each cell kept and not run again)."""
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bert_repro.training import study as study_module
+from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.study import STUDIES, StudyArguments, get_study, ordering, run_study, select, write_study
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = ("the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
+         "mountain old new green tree bird sang loud quiet night day good bad movie film").split()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The tables as data
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_paper_numbers_name_real_variants_columns_and_tasks(name):
+    from bert_repro.tasks.registry import get_task
+
+    study = get_study(name)
+    variants, columns = {v.key for v in study.variants}, {c.key for c in study.columns}
+    assert set(study.paper) <= variants
+    for row in study.paper.values():
+        assert set(row) <= columns
+    for variant in study.variants:
+        assert variant.weights_of is None or variant.weights_of in variants
+    for column in study.columns:
+        if column.task is not None:
+            task = get_task(column.task)
+            assert column.metric in task.metrics and column.split in task.eval_splits
+
+
+def test_paper_tables_hold_the_printed_numbers():
+    # A few numbers read off the paper's tables, so that a typo in the data fails here.
+    assert STUDIES["table5"].paper["ltr"]["mrpc"] == 77.5 and STUDIES["table5"].paper["ltr_bilstm"]["squad"] == 84.9
+    assert STUDIES["table6"].paper["L12_H768_A12"] == {"mlm_ppl": 3.99, "mnli": 84.4, "mrpc": 86.7, "sst2": 92.9}
+    assert STUDIES["table7"].paper["concat_last_four"]["conll2003"] == 96.1
+    assert STUDIES["table8"].paper["mask100_same0_rnd0"]["conll2003_features"] == 94.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Selection and bad input
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_selection_keeps_the_variants_whose_weights_are_used():
+    study = select(get_study("table5"), StudyArguments(study="table5", variants=["ltr_bilstm"], tasks=["mrpc"]))
+    assert [v.key for v in study.variants] == ["ltr", "ltr_bilstm"]
+    assert [c.key for c in study.columns] == ["mrpc"]
+    sized = select(get_study("table6"), StudyArguments(study="table6", sizes=["2/64/2", "4/128/4"], tasks=["sst2"]))
+    assert [v.key for v in sized.variants] == ["L2_H64_A2", "L4_H128_A4"]
+    assert [c.key for c in sized.columns] == ["mlm_ppl", "sst2"]  # the pre-training column stays
+    assert json.loads(sized.variants[1].pretrain_args[1])["intermediate_size"] == 512
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(study="table9"), "Unknown study 'table9'; choose one of: table5, table6"),
+    (dict(study="table5", tasks=["cola"]), "--tasks cola: not in study table5"),
+    (dict(study="table5", variants=["nsp"]), "--variants nsp: not in study table5"),
+    (dict(study="table5", sizes=["2/64/2"]), "--sizes applies to --study table6 only"),
+    (dict(study="table6", sizes=["2x64"]), "'2x64' is not L/H/A"),
+    (dict(study="table5", reuse=["mlm"]), "expected VARIANT=DIR"),
+    (dict(study="table5", reuse=["mlm=/nonexistent"]), "holds no config.json"),
+    (dict(study="table5", tasks=["mrpc"]), "No local data for task(s) mrpc"),
+    (dict(study="pretraining", pretrain_args="--preset 'mini"), "--pretrain_args: cannot split"),
+])
+def test_bad_input_is_one_clear_error(args, message, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if args.get("study") == "pretraining":  # its data is there: the error comes from the arguments
+        root = _glue(tmp_path / "glue")
+        args = {**args, "data_root": str(root)}
+    with pytest.raises(ConfigurationError) as err:
+        run_study(StudyArguments(output_dir=str(tmp_path / "out"), **args))
+    assert message in str(err.value)
+    assert not (tmp_path / "out" / "pretrain").exists()  # nothing ran
+
+
+def test_recipe_reports_bad_input_with_exit_code_2(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "recipes" / "study.py"), "--study", "table9",
+                             "--output_dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "study.py: error: Unknown study 'table9'" in result.stderr and "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_report_table_ordering_and_chart(tmp_path):
+    study = get_study("table5")
+    values = {"mlm_nsp": 80.0, "mlm": 78.0, "ltr": 70.0, "ltr_bilstm": 71.0}
+    rows = [{"variant": k, "label": study.variant(k).label, "model": "m", "finetune_seconds": 12.0,
+             "pretraining": {"global_step": 100, "train_runtime_s": 30.0},
+             "cells": {c.key: {"ours": v + i} for i, c in enumerate(study.columns)}} for k, v in values.items()]
+    text = write_study(tmp_path, study, rows, StudyArguments(study="table5"), 3600.0)
+    assert "| No NSP | 78.00 | 83.9 | 79.00 | 84.9 |" in text
+    assert "- ours: BERT (MLM + NSP) > No NSP > + BiLSTM > LTR & No NSP" in text
+    assert "- paper: BERT (MLM + NSP) > No NSP > + BiLSTM > LTR & No NSP" in text  # the BiLSTM's SQuAD gain
+    assert ordering(study, rows, "ours") == ["mlm_nsp", "mlm", "ltr_bilstm", "ltr"]
+    saved = json.loads((tmp_path / "study.json").read_text())
+    assert saved["ordering"]["ours"][0] == "mlm_nsp" and saved["rows"][2]["cells"]["mrpc"]["ours"] == 72.0
+    assert (tmp_path / "study.png").stat().st_size > 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# End to end
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _glue(root: Path) -> Path:
+    """Tiny MRPC and SST-2 directories in GLUE's layout."""
+    from test_task_data import GLUE_FIXTURES, write
+
+    write(root / "MRPC", GLUE_FIXTURES["mrpc"][0])
+    write(root / "SST-2", GLUE_FIXTURES["sst2"][0])
+    return root
+
+
+@pytest.fixture(scope="module")
+def pretrain_config(tmp_path_factory):
+    """A YAML config of the pre-training recipe: a small corpus, a tokenizer trained on it and the fixture tasks, a
+    very small model and a few steps."""
+    from test_task_data import GLUE_FIXTURES
+
+    from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
+
+    root = tmp_path_factory.mktemp("study")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    rng = random.Random(0)
+    texts = []
+    for d in range(8):
+        text = " ".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
+                        for _ in range(20))
+        (corpus / f"doc{d}.txt").write_text(text)
+        texts.append(text)
+    fixtures = [t for name in ("mrpc", "sst2") for t in GLUE_FIXTURES[name][0].values()]
+    tokenizer = train_wordpiece(iterator=texts + fixtures * 3, vocab_size=200, show_progress=False)
+    save_tokenizer(tokenizer, root / "tokenizer")
+    config = {
+        "corpus": [str(corpus)], "document_boundary": "file", "tokenizer": str(root / "tokenizer"), "preset": "tiny",
+        "model_overrides": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+        "max_seq_length": 32, "max_predictions_per_seq": 5, "dupe_factor": 1, "phase2_fraction": 0.0,
+        "global_batch_size": 8, "per_device_train_batch_size": 8, "max_steps": 3, "warmup_steps": 1,
+        "learning_rate": 0.002, "logging_steps": 1, "save_steps": 100, "eval_steps": 100, "eval_fraction": 0.25,
+        "use_cpu": True, "report_to": "none", "disable_tqdm": True, "num_proc": 1, "plot": False,
+    }
+    path = root / "pretrain.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+FINETUNE = "--learning_rates 1e-4 --max_steps 2 --use_cpu true --disable_tqdm true --report_to none"
+
+
+@pytest.mark.slow
+def test_pretraining_study_end_to_end_and_resume(tmp_path, pretrain_config, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = StudyArguments(study="pretraining", output_dir=str(tmp_path / "out"), pretrain_config=str(pretrain_config),
+                          data_root=str(_glue(tmp_path / "glue")), finetune_args=FINETUNE)
+    text = run_study(args)
+    out = tmp_path / "out"
+    assert "| pre-trained (MLM + NSP) |" in text and "| random initialisation |" in text
+    saved = json.loads((out / "study.json").read_text())
+    assert [r["variant"] for r in saved["rows"]] == ["pretrained", "random"]
+    for row in saved["rows"]:
+        assert set(row["cells"]) == {"sst2", "mrpc", "mrpc_f1"}
+        assert all(0 <= cell["ours"] <= 100 for cell in row["cells"].values())
+    assert saved["rows"][0]["pretraining"]["global_step"] == 3 and saved["rows"][1]["pretraining"]["global_step"] == 0
+    assert (out / "study.png").exists()
+
+    # The random variant: the pre-trained model's architecture and vocabulary, other weights.
+    from safetensors.torch import load_file
+
+    trained, drawn = (load_file(out / "pretrain" / k / "model.safetensors") for k in ("pretrained", "random"))
+    assert trained.keys() == drawn.keys()
+    assert (out / "pretrain" / "random" / "tokenizer.json").read_text() == \
+        (out / "pretrain" / "pretrained" / "tokenizer.json").read_text()
+    name = "bert.encoder.layer.0.attention.self.query.weight"
+    assert not (trained[name] == drawn[name]).all()
+
+    # Run again: every finished run is kept, nothing trains.
+    def refuse(*_):
+        raise AssertionError("a finished run ran again")
+
+    monkeypatch.setattr(study_module, "run_pretraining", refuse)
+    monkeypatch.setattr(study_module, "run_finetuning", refuse)
+    assert run_study(args).splitlines()[4:8] == text.splitlines()[4:8]
