@@ -1,0 +1,572 @@
+"""Pre-training examples from a corpus read as a stream: no Arrow copy of the corpus or of the examples on disk.
+
+What this builds
+----------------
+``StreamingExamples`` reads documents lazily from a ``DocumentSource``, splits each into sentences and WordPiece
+ids when it arrives (the map-style pipeline's own ``_tokenize_batch``), and builds its pre-training examples with
+the SAME instance function as the map-style builder: ``create_instances_from_document`` (steps 1-7 of
+``bert_repro.data.pretraining_examples``), with the same per-document random stream
+``document_rng(seed, document, round)``. Examples pass through a bounded shuffle buffer and come out one at a
+time, for ever (one pass over the stream after the other), as a ``torch.utils.data.IterableDataset``.
+
+Sources (``open_document_source``):
+
+- local ``.txt`` (``document_boundary`` "blank_line" or "file") and ``.jsonl`` files: ``TextFileDocuments``, read
+  line by line; its position is a file and a byte offset, so resuming seeks there and reads nothing twice.
+- a Hub dataset (``streaming=True``) and local ``.parquet`` / ``.csv`` / ``.tsv`` files: ``DatasetDocuments``, a
+  ``datasets.IterableDataset`` and its ``state_dict()``. datasets resumes at the shard granularity: finished
+  shards are not opened again, but the rows of the current shard before the position are read again and
+  dropped by the library (not split, tokenized or turned into examples). WikiText read with
+  ``document_boundary="wikitext"`` is one generator over the whole split: resuming it reads the consumed part
+  again.
+
+The approximation: NotNext segments from a buffer of recent documents
+---------------------------------------------------------------------
+The reference (``create_pretraining_data.py``) draws segment B of a NotNext pair from a uniformly random OTHER
+document of the WHOLE corpus; that needs random access to every document. Here ``create_instances_from_document``
+gets, as its ``all_documents``, a buffer of the ``document_buffer`` + 1 most recent documents of the stream (the
+current one and the K = ``document_buffer`` before it; the first K + 1 documents of a pass wait until the buffer is
+full, so every document, the first ones included, has K others to draw from). Its rule is unchanged: a random
+other document of that buffer, ten tries, then a random start sentence in it. What is the same: the choice of
+B's start sentence and length, the IsNext/NotNext coin, the truncation and the masks are the reference's draws,
+and B never comes from the current document when K >= 1 (up to the reference's own ten-tries rule, whose
+failure has probability (1/(K+1))**10). What differs: B's document is uniform over K recent neighbours, not over
+the corpus, so B tends to come from documents near A in the stream order. When the stream's order is
+unrelated to the content (a corpus shuffled, or built from many unrelated sources, by shards) and K is large, a
+NotNext pair's B is a document as unrelated to A as the reference's; when neighbouring documents are related (a
+Wikipedia dump in title order, chapters of one book in separate files), NotNext pairs become harder (and
+different from the paper's) than the reference's.
+
+The reference also shuffles all instances at the end; here a shuffle buffer of ``shuffle_buffer`` examples does it,
+bounded: an example leaves the buffer at a uniformly random slot, so examples of one document spread over
+about ``shuffle_buffer`` positions of the output instead of over the whole data set.
+
+``dupe_factor``: pass p over the stream builds every document with round ``p % dupe_factor`` (the reference's
+``dupe_factor`` copies, each with its own masks, NotNext draws and A/B cuts). As the buffer holds the same
+documents at the same point of every pass, pass p + ``dupe_factor`` repeats pass p's instances (in another order),
+as training for several epochs over the reference's static data repeats them.
+
+Documents: the id a document gets for ``document_rng`` is its position in this process's pass times the number of
+processes plus the rank, so processes draw from different streams. Empty documents, documents that look like
+binary data and documents held out for evaluation (``exclude``: digests of their text, ``text_digest``) are
+skipped and counted.
+
+Phases and processes
+--------------------
+``phase_examples[p]`` examples are drawn with ``configs[p]`` (e.g. 128 tokens) before moving to ``configs[p + 1]``
+(e.g. 512): at the switch the pending examples and the shuffle buffer (built at the old length) are dropped, the
+document buffer is kept, and reading goes on where it was. Each process reads its own part of the stream
+(``TextFileDocuments``: every world_size-th file, or every world_size-th document when there are fewer files than
+processes; ``DatasetDocuments``: ``datasets.distributed.split_dataset_by_node``).
+
+Resuming
+--------
+``state_dict()`` is a JSON-serialisable dict: the source position, the document buffer (token ids), the pending
+examples, the shuffle buffer, the shuffle generator's state and the counters. ``load_state_dict`` of a fresh
+object built with the same arguments continues with exactly the examples an uninterrupted stream would give,
+without reading the consumed documents again (see the sources above for the shard granularity of datasets).
+``DataStateCallback`` writes it into every Trainer checkpoint (``data_state-rank{R}.json``), ``load_data_state``
+reads it back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+from collections import deque
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+from transformers import TrainerCallback
+
+from .corpus import HOW_TO_PASS_LOCAL_TEXT, TABLE_FORMATS, TEXT_SUFFIXES, CorpusError, _expand, decode_text, load_corpus
+from .pretraining_examples import (
+    IS_NEXT,
+    NOT_NEXT,
+    PreTrainingDataConfig,
+    TrainingInstance,
+    WordPieceVocab,
+    _tokenize_batch,  # the map-style pipeline's own sentence split + WordPiece, so both tokenize alike
+    create_instances_from_document,
+    document_rng,
+)
+
+__all__ = [
+    "DATA_STATE",
+    "DataStateCallback",
+    "DatasetDocuments",
+    "StreamingExamples",
+    "TextFileDocuments",
+    "first_documents",
+    "load_data_state",
+    "open_document_source",
+    "text_digest",
+]
+
+logger = logging.getLogger(__name__)
+
+#: File name of a process's stream state inside a ``checkpoint-N`` folder.
+DATA_STATE = "data_state-rank{rank}.json"
+STATE_VERSION = 1
+
+
+def text_digest(text: str) -> str:
+    """A short digest of a document's text (to recognise held-out documents in the stream)."""
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
+
+
+# --------------------------------------------------------------------------------------------------
+# Document sources: an iterator of texts with a position that can be saved and restored
+# --------------------------------------------------------------------------------------------------
+
+
+class TextFileDocuments:
+    """Documents of local ``.txt`` and ``.jsonl`` files, read line by line; this process's share only.
+
+    ``.txt``: ``document_boundary`` "blank_line" (a blank line between documents, decoded per document with
+    ``corpus.decode_text``) or "file" (one document per file). ``.jsonl``: one document per line, in
+    ``text_column``. Iterating yields texts from the current position on; the position (file, byte offset after
+    the last document yielded) advances before each yield. ``rewind()`` goes back to the start for a new pass.
+    ``documents_read`` counts the documents parsed by this object (kept or not, over all passes).
+    """
+
+    def __init__(
+        self,
+        files: Sequence[str | os.PathLike],
+        *,
+        document_boundary: str = "blank_line",
+        text_column: str = "text",
+        rank: int = 0,
+        world_size: int = 1,
+        max_documents: int | None = None,
+    ) -> None:
+        if document_boundary not in ("blank_line", "file"):
+            raise CorpusError(f"streaming local text needs document_boundary 'blank_line' or 'file', got "
+                              f"{document_boundary!r}")
+        files = [str(f) for f in files]
+        if not files:
+            raise CorpusError(f"no input files to stream. {HOW_TO_PASS_LOCAL_TEXT}")
+        self.document_boundary, self.text_column = document_boundary, text_column
+        # Whole files per process when there are enough of them; else every process reads every file and keeps
+        # every world_size-th document (reading is cheap next to tokenizing and training).
+        if len(files) >= world_size:
+            self.files, self._every, self._keep = files[rank::world_size], 1, 0
+        else:
+            self.files, self._every, self._keep = files, world_size, rank
+        self.max_documents = None if max_documents is None else max(1, -(-max_documents // world_size))
+        self.documents_read = 0
+        self._position = {"file": 0, "offset": 0, "row": 0, "kept": 0}
+        self._warned: set[str] = set()  # files whose encoding was already reported
+
+    def rewind(self) -> None:
+        self._position = {"file": 0, "offset": 0, "row": 0, "kept": 0}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"files": len(self.files), **self._position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("files") != len(self.files):
+            raise ValueError(f"the saved stream position is for {state.get('files')} files of this process, the "
+                             f"corpus now gives it {len(self.files)}: resume with the same corpus and processes")
+        self._position = {k: int(state[k]) for k in ("file", "offset", "row", "kept")}
+
+    def __iter__(self) -> Iterator[str]:
+        position = self._position
+        while position["file"] < len(self.files):
+            name = self.files[position["file"]]
+            for text, end in self._documents(name, position["offset"]):
+                if self.max_documents is not None and position["kept"] >= self.max_documents:
+                    return
+                self.documents_read += 1
+                row = position["row"]
+                position.update(offset=end, row=row + 1)
+                if row % self._every != self._keep:
+                    continue
+                position["kept"] += 1
+                yield text
+            position.update(file=position["file"] + 1, offset=0)
+
+    def _documents(self, name: str, offset: int) -> Iterator[tuple[str, int]]:
+        """(text, byte offset after it) of the documents of one file from ``offset``; empty text for a document
+        that is not text (it still counts as read)."""
+        suffix = Path(name).suffix.lower()
+        if suffix in (".jsonl", ".json"):
+            yield from self._json_lines(name, offset)
+        elif suffix in TEXT_SUFFIXES or suffix == "":
+            if self.document_boundary == "file":
+                if offset == 0:
+                    raw = Path(name).read_bytes()
+                    yield self._decode(raw, name), len(raw)
+            else:
+                yield from self._paragraph_blocks(name, offset)
+        else:
+            raise CorpusError(f"{name}: TextFileDocuments reads .txt and .jsonl files, not {suffix}")
+
+    def _decode(self, raw: bytes, name: str) -> str:
+        text = decode_text(raw, name, warn=name not in self._warned)
+        self._warned.add(name)
+        return text or ""
+
+    def _paragraph_blocks(self, name: str, offset: int) -> Iterator[tuple[str, int]]:
+        with open(name, "rb") as f:
+            if offset == 0 and f.read(2) in (b"\xff\xfe", b"\xfe\xff"):
+                raise CorpusError(f"{name} is UTF-16: streaming reads UTF-8 (or 8-bit) text line by line; convert "
+                                  "the file to UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)")
+            f.seek(offset)
+            lines: list[bytes] = []
+            while True:
+                line = f.readline()
+                if line.strip():
+                    lines.append(line)
+                    continue
+                if lines:  # a blank line or the end of the file ends a document
+                    text = self._decode(b"".join(lines), name)
+                    yield "\n".join(text.splitlines()), f.tell()
+                    lines = []
+                if not line:
+                    return
+
+    def _json_lines(self, name: str, offset: int) -> Iterator[tuple[str, int]]:
+        with open(name, "rb") as f:
+            f.seek(offset)
+            for line in iter(f.readline, b""):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as err:
+                    raise CorpusError(f"{name}: a line at byte {f.tell() - len(line)} is not JSON ({err})") from None
+                if not isinstance(row, dict) or self.text_column not in row:
+                    columns = sorted(row) if isinstance(row, dict) else type(row).__name__
+                    raise CorpusError(f"{name} has no column {self.text_column!r} (a line holds {columns}). Pass the "
+                                      "right one with text_column.")
+                text = row[self.text_column]
+                yield (text if isinstance(text, str) else ""), f.tell()
+
+
+class DatasetDocuments:
+    """Documents of a ``datasets.IterableDataset`` with a ``text`` column (Hub or local tables, ``streaming=True``).
+
+    This process reads ``split_dataset_by_node(dataset, rank, world_size)``; the position is the dataset's own
+    ``state_dict()`` (shard granularity, see the module docstring).
+    """
+
+    def __init__(self, dataset: datasets.IterableDataset, *, rank: int = 0, world_size: int = 1,
+                 max_documents: int | None = None) -> None:
+        if world_size > 1:
+            from datasets.distributed import split_dataset_by_node
+
+            dataset = split_dataset_by_node(dataset, rank=rank, world_size=world_size)
+        self.dataset = dataset
+        self.max_documents = None if max_documents is None else max(1, -(-max_documents // world_size))
+        self._start = dataset.state_dict()
+        self._kept = 0
+        self.documents_read = 0
+
+    def rewind(self) -> None:
+        self.dataset.load_state_dict(self._start)
+        self._kept = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"dataset": self.dataset.state_dict(), "kept": self._kept}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dataset.load_state_dict(state["dataset"])
+        self._kept = int(state["kept"])
+
+    def __iter__(self) -> Iterator[str]:
+        for row in self.dataset:
+            if self.max_documents is not None and self._kept >= self.max_documents:
+                return
+            self.documents_read += 1
+            self._kept += 1
+            text = row.get("text")
+            yield text if isinstance(text, str) else ""
+
+
+DocumentSource = TextFileDocuments | DatasetDocuments
+
+
+def open_document_source(
+    source: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    text_column: str = "text",
+    document_boundary: str = "blank_line",
+    hub_config: str | None = None,
+    split: str = "train",
+    rank: int = 0,
+    world_size: int = 1,
+    max_documents: int | None = None,
+) -> DocumentSource:
+    """This process's share of a corpus, read lazily: local text and JSON lines files, local tables, a Hub dataset."""
+    files = _expand(source)
+    share = dict(rank=rank, world_size=world_size, max_documents=max_documents)
+    if files is None:
+        dataset = load_corpus(source, text_column=text_column, document_boundary=document_boundary,
+                              hub_config=hub_config, split=split, streaming=True)
+        if document_boundary == "wikitext":
+            logger.warning("WikiText articles are joined by one generator: resuming reads the consumed part again")
+        return DatasetDocuments(dataset, **share)
+    suffixes = {f.suffix.lower() for f in files}
+    if suffixes <= {*TEXT_SUFFIXES, "", ".jsonl", ".json"}:
+        return TextFileDocuments(files, document_boundary=document_boundary, text_column=text_column, **share)
+    formats = {TABLE_FORMATS.get(s) for s in suffixes}
+    if len(formats) != 1 or None in formats or formats == {"json"}:
+        raise CorpusError(f"{source}: streaming reads .txt/.jsonl files together, or tables of one format "
+                          f"(.parquet, .csv or .tsv), not a mix ({sorted(suffixes)}).")
+    fmt = formats.pop()
+    names = [str(f) for f in files]
+    kwargs = {"delimiter": "\t"} if fmt == "csv" and all(n.endswith(".tsv") for n in names) else {}
+    dataset = datasets.load_dataset(fmt, data_files=names, split="train", streaming=True, **kwargs)
+    if text_column not in (dataset.column_names or []):
+        raise CorpusError(f"{source} has no column {text_column!r}; its columns are {dataset.column_names}. Pass the "
+                          "right one with text_column.")
+    if text_column != "text":
+        dataset = dataset.rename_column(text_column, "text")
+    return DatasetDocuments(dataset.select_columns(["text"]), **share)
+
+
+def first_documents(source: DocumentSource, n: int) -> list[str]:
+    """The first ``n`` non-blank texts of a source (read from its start; the source is rewound afterwards)."""
+    texts: list[str] = []
+    if n > 0:
+        for text in source:
+            if text.strip():
+                texts.append(text)
+                if len(texts) >= n:
+                    break
+    source.rewind()
+    return texts
+
+
+# --------------------------------------------------------------------------------------------------
+# Examples
+# --------------------------------------------------------------------------------------------------
+
+
+class StreamingExamples(torch.utils.data.IterableDataset):
+    """Pre-training examples of a document stream (see the module docstring), for ever, with a resumable state.
+
+    Rows are those of ``create_pretraining_instances``: ``input_ids``, ``token_type_ids``,
+    ``next_sentence_label`` and, with static masking, ``masked_lm_positions`` / ``masked_lm_ids``.
+    Iterating again continues where the last iterator stopped (one stream, not one per iterator).
+    """
+
+    def __init__(
+        self,
+        source: DocumentSource,
+        tokenizer: Any,
+        configs: PreTrainingDataConfig | Sequence[PreTrainingDataConfig],
+        *,
+        phase_examples: Sequence[int] = (),
+        document_buffer: int = 1000,
+        shuffle_buffer: int = 10_000,
+        split_lines: bool = False,
+        exclude: frozenset[str] | set[str] = frozenset(),
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        super().__init__()
+        self.configs = [configs] if isinstance(configs, PreTrainingDataConfig) else list(configs)
+        if len(phase_examples) != len(self.configs) - 1:
+            raise ValueError(f"phase_examples needs one count per phase but the last ({len(self.configs) - 1}), "
+                             f"got {list(phase_examples)}")
+        if document_buffer < 1:
+            raise ValueError(f"document_buffer must be at least 1 (NotNext segments come from the other documents of "
+                             f"the buffer), got {document_buffer}")
+        if shuffle_buffer < 0:
+            raise ValueError(f"shuffle_buffer must be 0 (no shuffling) or more, got {shuffle_buffer}")
+        self.source, self.tokenizer, self.split_lines = source, tokenizer, split_lines
+        self.vocab = WordPieceVocab.from_tokenizer(tokenizer)
+        self.document_buffer, self.shuffle_buffer = document_buffer, shuffle_buffer
+        self.exclude, self.rank, self.world_size = frozenset(exclude), rank, world_size
+        self._boundaries = [sum(phase_examples[: p + 1]) for p in range(len(phase_examples))]
+        seed = self.configs[0].random_seed
+        self._rng = random.Random(int.from_bytes(hashlib.sha256(f"{seed}/shuffle/{rank}".encode()).digest()[:8],
+                                                 "little"))
+        self._buffer: deque[list[Any]] = deque(maxlen=document_buffer + 1)  # [document id, processed, sentences]
+        self._pending: deque[dict[str, list[int] | int]] = deque()
+        self._shuffle: list[dict[str, list[int] | int]] = []
+        self._phase = self._pass = self._document = self._kept = self._examples = self._tokens = 0
+        self.skipped = {"empty": 0, "binary": 0, "held_out": 0}
+        self._source_iter: Iterator[str] | None = None
+
+    @property
+    def phase(self) -> int:
+        return self._phase
+
+    @property
+    def examples_yielded(self) -> int:
+        return self._examples
+
+    @property
+    def tokens_yielded(self) -> int:
+        return self._tokens
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        while True:
+            while self._phase < len(self._boundaries) and self._examples >= self._boundaries[self._phase]:
+                self._phase += 1  # examples drawn at the old length are dropped; the documents stay
+                self._pending.clear()
+                self._shuffle.clear()
+            if not self._pending:
+                self._read_document()
+                continue
+            example = self._pending.popleft()
+            if self.shuffle_buffer:
+                if len(self._shuffle) < self.shuffle_buffer:
+                    self._shuffle.append(example)
+                    continue
+                slot = self._rng.randrange(self.shuffle_buffer)
+                example, self._shuffle[slot] = self._shuffle[slot], example
+            self._examples += 1
+            self._tokens += len(example["input_ids"])
+            yield example
+
+    def _read_document(self) -> None:
+        if self._source_iter is None:
+            self._source_iter = iter(self.source)
+        text = next(self._source_iter, None)
+        if text is None:
+            self._end_pass()
+            return
+        document_id = self._document
+        self._document += 1
+        if self.exclude and text_digest(text) in self.exclude:
+            self.skipped["held_out"] += 1
+            return
+        tokenized = _tokenize_batch([text], self.tokenizer, self.split_lines)
+        sentences = tokenized["sentences"][0]
+        if not sentences:
+            reason = tokenized["skip_reason"][0] or "empty"
+            self.skipped[reason] = self.skipped.get(reason, 0) + 1
+            return
+        self._kept += 1
+        self._buffer.append([document_id, False, sentences])
+        if len(self._buffer) == self._buffer.maxlen:
+            self._build_waiting()
+
+    def _end_pass(self) -> None:
+        if self._kept == 0:
+            raise CorpusError(f"the stream gave no document with text in pass {self._pass + 1} (skipped: "
+                              f"{self.skipped}). {HOW_TO_PASS_LOCAL_TEXT}")
+        if self._kept == 1 and self._pass == 0:
+            logger.warning("one document only: NotNext segments will come from that same document (reference rule)")
+        self._build_waiting()  # a stream shorter than the buffer: its documents draw from each other
+        self._pass += 1
+        self._document = self._kept = 0
+        self._buffer.clear()
+        self.source.rewind()
+        self._source_iter = None
+
+    def _build_waiting(self) -> None:
+        """Instances of the buffered documents not built yet, each drawing NotNext segments from the buffer."""
+        config = self.configs[self._phase]
+        documents = [entry[2] for entry in self._buffer]
+        for position, entry in enumerate(self._buffer):
+            if entry[1]:
+                continue
+            entry[1] = True
+            rng = document_rng(config.random_seed, entry[0] * self.world_size + self.rank,
+                               self._pass % config.dupe_factor)
+            for instance in create_instances_from_document(documents, position, self.vocab, rng, config):
+                self._pending.append(_example(instance, config))
+
+    # ----------------------------------------------------------------------------------------------
+    # State
+    # ----------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue this stream exactly, as plain JSON types."""
+        version, internal, gauss = self._rng.getstate()
+        return {
+            "version": STATE_VERSION,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "phase": self._phase,
+            "pass": self._pass,
+            "document": self._document,
+            "kept": self._kept,
+            "examples": self._examples,
+            "tokens": self._tokens,
+            "skipped": dict(self.skipped),
+            "source": self.source.state_dict(),
+            "buffer": [list(entry) for entry in self._buffer],
+            "pending": list(self._pending),
+            "shuffle": list(self._shuffle),
+            "rng": [version, list(internal), gauss],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"stream state version {state.get('version')!r}, expected {STATE_VERSION}")
+        if (state["rank"], state["world_size"]) != (self.rank, self.world_size):
+            raise ValueError(f"the stream state is that of process {state['rank']} of {state['world_size']}, this is "
+                             f"process {self.rank} of {self.world_size}: resume with as many processes as before")
+        self.source.load_state_dict(state["source"])
+        self._source_iter = None
+        self._phase, self._pass, self._document = state["phase"], state["pass"], state["document"]
+        self._kept, self._examples, self._tokens = state["kept"], state["examples"], state["tokens"]
+        self.skipped = dict(state["skipped"])
+        self._buffer = deque((list(entry) for entry in state["buffer"]), maxlen=self.document_buffer + 1)
+        self._pending = deque(state["pending"])
+        self._shuffle = list(state["shuffle"])
+        version, internal, gauss = state["rng"]
+        self._rng.setstate((version, tuple(internal), gauss))
+
+
+def _example(instance: TrainingInstance, config: PreTrainingDataConfig) -> dict[str, Any]:
+    """The row ``create_pretraining_instances`` stores for ``instance`` (no NSP label for a one-segment instance)."""
+    example: dict[str, Any] = {"input_ids": instance.tokens, "token_type_ids": instance.segment_ids}
+    if instance.is_random_next is not None:
+        example["next_sentence_label"] = NOT_NEXT if instance.is_random_next else IS_NEXT
+    if getattr(config, "stores_masks", config.static_masking):
+        example["masked_lm_positions"] = instance.masked_lm_positions
+        example["masked_lm_ids"] = instance.masked_lm_labels
+    return example
+
+
+# --------------------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------------------
+
+
+class DataStateCallback(TrainerCallback):
+    """Writes the stream's state into every checkpoint, as ``data_state-rank{R}.json`` (one file per process).
+
+    The state must be that of the examples trained so far: ``examples_per_step`` (this process's examples per
+    optimizer step) times the step. The training data loader reads the stream in the main process without
+    read-ahead, so the two agree; a mismatch stops the run rather than saving a position that would skip or
+    repeat examples.
+    """
+
+    def __init__(self, stream: StreamingExamples, examples_per_step: int) -> None:
+        self.stream, self.examples_per_step = stream, examples_per_step
+
+    def on_save(self, args, state, control, **kwargs):
+        expected = state.global_step * self.examples_per_step
+        if self.stream.examples_yielded != expected:
+            raise RuntimeError(f"the stream gave {self.stream.examples_yielded} examples for {state.global_step} steps "
+                               f"of {self.examples_per_step}: the data loader read ahead, its position cannot be saved")
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / DATA_STATE.format(rank=self.stream.rank)
+        partial = path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(self.stream.state_dict(), separators=(",", ":")))
+        os.replace(partial, path)  # a job killed while writing leaves no truncated state behind
+        return control
+
+
+def load_data_state(stream: StreamingExamples, checkpoint: str | os.PathLike) -> None:
+    """Put ``stream`` where it was when ``checkpoint`` was saved."""
+    path = Path(checkpoint) / DATA_STATE.format(rank=stream.rank)
+    if not path.is_file():
+        raise ValueError(f"{path} is missing: {Path(checkpoint).name} was not saved by a streamed run (or by fewer "
+                         "processes); resume it without --streaming, or start again")
+    stream.load_state_dict(json.loads(path.read_text(encoding="utf-8")))
