@@ -30,11 +30,13 @@ import logging
 import os
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+import pyarrow.compute as pc
 
-from .sentences import looks_like_binary
+from .sentences import MAX_SENTENCE_CHARS, SENTENCE_END_CHARS, SENTENCE_PIECE_CHARS, looks_like_binary
 
 logger = logging.getLogger(__name__)
 
@@ -128,11 +130,153 @@ def _first_non_ascii(text: str, context: int = 12) -> str:
     return text[max(0, i - context) : i + context]
 
 
-def _file_text(name: str) -> str | None:
-    text = decode_text(Path(name).read_bytes(), name)
-    if text is None:
+# Files are read in blocks of this many bytes (encoding detection) or line by line (documents), never whole:
+# the memory a file needs is that of its largest document, whatever the file's size.
+_READ_BLOCK = 1 << 20
+_WRITER_BATCH_ROWS = 100
+# A file is named in a warning when it holds this many characters without sentence punctuation: verse and long
+# enumerations in real books reach a few thousand (and are cut quietly, see sentences.py); ten times the cut
+# bound is a list, a table or text without punctuation.
+_WARN_STRETCH_CHARS = 10 * MAX_SENTENCE_CHARS
+_CP1252_UNDEFINED = b"\x81\x8d\x8f\x90\x9d"
+
+
+@dataclass(frozen=True)
+class _Encoding:
+    """How a text file is decoded: the codec, its error handler, and a warning to give (None: plain text)."""
+
+    codec: str
+    errors: str = "strict"
+    warning: str | None = None
+
+
+def _blocks(name: str) -> Iterator[bytes]:
+    with open(name, "rb") as f:
+        while block := f.read(_READ_BLOCK):
+            yield block
+
+
+def _decodes(name: str, codec: str) -> bool:
+    """Whether the whole file decodes with ``codec`` (read block by block)."""
+    decoder = codecs.getincrementaldecoder(codec)("strict")
+    try:
+        for block in _blocks(name):
+            decoder.decode(block)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _has_utf8_multibyte(name: str) -> bool:
+    tail = b""
+    for block in _blocks(name):
+        if _UTF8_MULTIBYTE.search(tail + block):
+            return True
+        tail = block[-3:]  # a sequence cut by the block boundary
+    return False
+
+
+def detect_encoding(name: str) -> _Encoding | None:
+    """How to decode file ``name`` (the rules of ``decode_text``), or None when it is not text. Reads the
+    file in blocks: the memory needed does not grow with the file. The binary check reads the first 64 KiB
+    of UTF-8 text (as ``decode_text``) and the first MiB of text in other encodings."""
+    with open(name, "rb") as f:
+        head = f.read(_READ_BLOCK)
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return _Encoding("utf-16") if _decodes(name, "utf-16") else None
+    if b"\x00" in head[:65536]:
+        return None
+    if _decodes(name, "utf-8-sig"):
+        text = head.decode("utf-8-sig", errors="ignore")  # the block may end inside a character
+        return None if looks_like_binary(text[:65536]) else _Encoding("utf-8-sig")
+    if _has_utf8_multibyte(name):
+        if looks_like_binary(head.decode("utf-8", errors="replace")):
+            return None
+        return _Encoding("utf-8-sig", "replace", "{name}: {bad} byte(s) are not UTF-8 and were replaced by U+FFFD "
+                         "(the rest is UTF-8); convert the file to UTF-8 to keep those characters")
+    codec, label = "cp1252", "Windows-1252"
+    if any(_CP1252_UNDEFINED[i : i + 1] in block for block in _blocks(name) for i in range(5)):
+        codec, label = "latin-1", "latin-1"  # Windows-1252 leaves five byte values undefined
+    text = head.decode(codec)
+    if looks_like_binary(text):
+        return None
+    return _Encoding(codec, "strict", f"{{name}} is not UTF-8: read as {label} (e.g. {_first_non_ascii(text)!r}); "
+                     "convert it to UTF-8 if that is not its encoding")
+
+
+def _open_text(name: str, encoding: _Encoding):
+    # newline="": lines keep their own ends ("\r\n" stays), so a file read whole is its text unchanged.
+    return open(name, encoding=encoding.codec, errors=encoding.errors, newline="")
+
+
+class _UnpunctuatedStretch:
+    """The longest stretch of a file's text without sentence-ending punctuation or a blank line, fed line by
+    line: where the sentence splitter will find an overlong "sentence" (``MAX_SENTENCE_CHARS``) and cut it."""
+
+    def __init__(self) -> None:
+        self.run = self.longest = self.longest_line = self.line = self._run_start = 0
+
+    def feed(self, line: str) -> None:
+        self.line += 1
+        if not line.strip():
+            self.run = 0
+            return
+        if self.run == 0:
+            self._run_start = self.line
+        ends = [i for i in (line.find(c) for c in SENTENCE_END_CHARS) if i >= 0]
+        if not ends:
+            self._note(self.run + len(line), self._run_start)
+            self.run += len(line)
+            return
+        self._note(self.run + min(ends), self._run_start)
+        if len(line) > MAX_SENTENCE_CHARS:
+            self._note(max(map(len, _SENTENCE_ENDS.split(line))), self.line)
+        self.run = len(line) - 1 - max(line.rfind(c) for c in SENTENCE_END_CHARS)
+        self._run_start = self.line
+
+    def _note(self, length: int, line: int) -> None:
+        if length > self.longest:
+            self.longest, self.longest_line = length, line
+
+
+_SENTENCE_ENDS = re.compile(f"[{re.escape(SENTENCE_END_CHARS)}]")
+
+
+def _file_documents(name: str, document_boundary: str) -> Iterator[str]:
+    """The documents of text file ``name``, read line by line; warnings name the file."""
+    encoding = detect_encoding(name)
+    if encoding is None:
         logger.warning("skipped %s: not text (binary content)", name)
-    return text
+        return
+    stretch = _UnpunctuatedStretch()
+    replaced = 0
+    with _open_text(name, encoding) as f:
+        current: list[str] = []
+        for raw in f:
+            stretch.feed(raw)
+            if encoding.errors == "replace":
+                replaced += raw.count("\ufffd")
+            if document_boundary == "file":
+                current.append(raw)
+                continue
+            for line in raw.splitlines() or [raw]:
+                if line.strip():
+                    current.append(line)
+                elif current:
+                    yield "\n".join(current)
+                    current = []
+        if current:
+            yield ("" if document_boundary == "file" else "\n").join(current)
+    if encoding.warning:
+        logger.warning(encoding.warning.format(name=name, bad=replaced))
+    if stretch.longest > _WARN_STRETCH_CHARS:
+        logger.warning(
+            "%s: %d characters without sentence punctuation (%s) or a blank line, from line %d: text without "
+            "sentences (a list, a table, one long line). Each stretch over %d characters is cut into pieces of at "
+            "most %d characters at spaces, which are used as sentences (bert_repro.data.sentences); check the file "
+            "if that is not what it holds", name, stretch.longest, " ".join(SENTENCE_END_CHARS), stretch.longest_line,
+            MAX_SENTENCE_CHARS, SENTENCE_PIECE_CHARS)
 
 
 def _text_documents(files: list[str], document_boundary: str, stamps=None) -> Iterator[dict[str, str]]:
@@ -140,22 +284,7 @@ def _text_documents(files: list[str], document_boundary: str, stamps=None) -> It
     size and modification time) is unused here: it is part of datasets' cache key, so that an edited file is
     read again instead of served from the cache."""
     for name in files:
-        text = _file_text(name)
-        if text is None:
-            continue
-        if document_boundary == "file":
-            pieces = [text]
-        else:
-            pieces, current = [], []
-            for line in text.splitlines():
-                if line.strip():
-                    current.append(line)
-                elif current:
-                    pieces.append("\n".join(current))
-                    current = []
-            if current:
-                pieces.append("\n".join(current))
-        for piece in pieces:
+        for piece in _file_documents(name, document_boundary):
             if piece.strip():
                 yield {"text": piece, "source": name}
 
@@ -206,8 +335,11 @@ def load_corpus(
             features=datasets.Features({"text": datasets.Value("string"), "source": datasets.Value("string")}),
             num_proc=min(num_proc or 1, len(text_files)),
             cache_dir=cache_dir,
+            # Rows are buffered until a batch is written: 1,000 (the default) books of several MB would be GBs.
+            writer_batch_size=_WRITER_BATCH_ROWS,
         )
-        skipped = len(text_files) - len(set(dataset["source"]))
+        # Counted in Arrow: a column of millions of documents is never turned into Python strings.
+        skipped = len(text_files) - pc.count_distinct(dataset.data.column("source")).as_py()
         if skipped:
             logger.warning("%d of %d text files gave no document (empty or binary)", skipped, len(text_files))
         parts.append(dataset.select_columns(["text"]))
@@ -222,11 +354,13 @@ def load_corpus(
 
 def _holds_text(name: str) -> bool:
     """Whether a text file gives at least one document (stops at the first: a corpus is checked in one file)."""
-    raw = Path(name).read_bytes()
-    if not raw.strip():
+    if not any(block.strip() for block in _blocks(name)):
         return False
-    text = decode_text(raw, name, warn=False)
-    return bool(text and text.strip())
+    encoding = detect_encoding(name)
+    if encoding is None:
+        return False
+    with _open_text(name, encoding) as f:
+        return any(block.strip() for block in iter(lambda: f.read(_READ_BLOCK), ""))
 
 
 def _listing(names: list[str], shown: int = 3) -> str:

@@ -21,6 +21,15 @@ times:
    unchanged (10%). Whole-word masking (an option of the reference code, released after the paper)
    masks the ``##`` pieces of a word together and never splits a word.
 
+Without NSP (the paper's Table 5, ``PreTrainingDataConfig.objective``: "mlm" = No NSP, "ltr" = LTR & No NSP;
+``bert_repro.model.configuration_bert_repro.PRETRAINING_OBJECTIVES`` is the one table of objectives), steps 1-2
+are the same with ``max_num_tokens = max_seq_length - 2``, and each chunk is ONE segment of contiguous text,
+truncated by step 5's rule (with an empty B) and laid out as ``[CLS] text [SEP]``, segment ids all 0; no
+``next_sentence_label`` column is written. The chunking is the reference's so that the models of Table 5 differ
+only in what the ablation removes. "mlm" masks as step 7. "ltr" stores no masks: ``PreTrainingCollator`` gives
+it ``labels`` = the next token at every real position but the last (-100 there and at padding), already shifted,
+so that the model's output head and loss read them as they read MLM labels.
+
 ``create_instances_from_document``, ``truncate_seq_pair`` and ``create_masked_lm_predictions`` make the
 same calls on a ``random.Random`` in the same order as the reference, edge cases included: with one
 document in the corpus (or ten unlucky draws) the "other" document of a NotNext pair is the current one;
@@ -67,6 +76,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import heapq
+import itertools
 import json
 import logging
 import math
@@ -82,7 +92,19 @@ import torch
 from datasets import Dataset, Features, List, Value
 from datasets.fingerprint import Hasher
 
-from .sentences import looks_like_binary, split_sentences
+from ..model.configuration_bert_repro import (
+    DEFAULT_OBJECTIVE,
+    PRETRAINING_OBJECTIVES,
+    PreTrainingObjective,
+    pretraining_objective,
+)
+from .sentences import (
+    MAX_SENTENCE_CHARS,
+    SENTENCE_PIECE_CHARS,
+    bound_sentences,
+    looks_like_binary,
+    split_sentences,
+)
 
 __all__ = [
     "DOCUMENT_FEATURES",
@@ -121,6 +143,8 @@ DOCUMENT_FEATURES = Features(
         "num_tokens": Value("int64"),
         # "" for a kept document, else why it was skipped: "empty" or "binary".
         "skip_reason": Value("string"),
+        # Sentences longer than sentences.MAX_SENTENCE_CHARS, cut into pieces (text without sentence punctuation).
+        "long_sentences": Value("int32"),
     }
 )
 
@@ -151,13 +175,22 @@ class PreTrainingDataConfig:
     )
     mask_replace_prob: float = field(default=0.8, metadata={"help": "Chosen position -> [MASK]."})
     random_replace_prob: float = field(default=0.1, metadata={"help": "Chosen position -> random token."})
+    objective: str = field(default=DEFAULT_OBJECTIVE, metadata={
+        "choices": list(PRETRAINING_OBJECTIVES),
+        "help": "Pre-training objective, the paper's Table 5: " + ", ".join(
+            f"{o.name} ({o.table5_row})" for o in PRETRAINING_OBJECTIVES.values())
+        + ". Without NSP, examples are one segment [CLS] text [SEP]; ltr predicts the next token, unmasked."})
 
     def __post_init__(self) -> None:
-        if self.max_seq_length < 5:
+        objective = self.pretraining_objective  # an unknown name raises, listing the choices
+        if objective.next_sentence and self.max_seq_length < 5:
             raise ValueError(
                 "max_seq_length must be at least 5 ([CLS] A [SEP] B [SEP] with a token in each of A and B), "
                 f"got {self.max_seq_length}"
             )
+        if self.max_seq_length < 4:
+            raise ValueError(f"max_seq_length must be at least 4 ([CLS] text [SEP] with two text tokens) for "
+                             f"objective {objective.name!r}, got {self.max_seq_length}")
         _check_masking(
             self.masked_lm_prob,
             self.max_predictions_per_seq,
@@ -170,9 +203,20 @@ class PreTrainingDataConfig:
             raise ValueError(f"dupe_factor must be at least 1, got {self.dupe_factor}")
 
     @property
+    def pretraining_objective(self) -> PreTrainingObjective:
+        """The ``PreTrainingObjective`` named by ``objective`` (the model config reads the same table)."""
+        return pretraining_objective(self.objective)
+
+    @property
     def max_num_tokens(self) -> int:
-        """Room for segments A and B: ``max_seq_length`` less ``[CLS]`` and two ``[SEP]``."""
-        return self.max_seq_length - 3
+        """Room for the text: ``max_seq_length`` less ``[CLS]`` and two ``[SEP]`` (segments A and B), or one
+        ``[SEP]`` for the one-segment examples of an objective without NSP."""
+        return self.max_seq_length - (3 if self.pretraining_objective.next_sentence else 2)
+
+    @property
+    def stores_masks(self) -> bool:
+        """Whether the built examples carry their masks: static masking of a masked-LM objective."""
+        return self.static_masking and self.pretraining_objective.masked_lm
 
 
 def _check_masking(
@@ -256,11 +300,12 @@ class WordPieceVocab:
 
 @dataclass
 class TrainingInstance:
-    """One sentence pair: ``[CLS] A [SEP] B [SEP]`` with its masked LM targets (reference names)."""
+    """One sentence pair: ``[CLS] A [SEP] B [SEP]`` with its masked LM targets (reference names); without NSP
+    one segment ``[CLS] text [SEP]`` and ``is_random_next`` None."""
 
     tokens: list[Any]
     segment_ids: list[int]
-    is_random_next: bool
+    is_random_next: bool | None
     masked_lm_positions: list[int] = field(default_factory=list)
     masked_lm_labels: list[Any] = field(default_factory=list)
 
@@ -306,7 +351,9 @@ def create_instances_from_document(
 
     ``all_documents`` holds non-empty documents of non-empty sentences; any of them may give segment B of a
     NotNext pair. Masks are drawn right after each pair (as in the reference) when ``config.static_masking``.
+    An objective without NSP makes each chunk one segment (the module docstring) and draws no pair.
     """
+    next_sentence = config.pretraining_objective.next_sentence
     document = all_documents[document_index]
     max_num_tokens = config.max_num_tokens
     target_seq_length = max_num_tokens
@@ -321,10 +368,13 @@ def create_instances_from_document(
         current_chunk.append(document[i])
         current_length += len(document[i])
         if i == len(document) - 1 or current_length >= target_seq_length:
-            tokens_a, tokens_b, is_random_next, num_unused = _segment_pair(
-                all_documents, document_index, current_chunk, target_seq_length, rng
-            )
-            i -= num_unused  # NotNext: put the chunk's unused sentences back.
+            if next_sentence:
+                tokens_a, tokens_b, is_random_next, num_unused = _segment_pair(
+                    all_documents, document_index, current_chunk, target_seq_length, rng
+                )
+                i -= num_unused  # NotNext: put the chunk's unused sentences back.
+            else:  # No NSP: the whole chunk is one segment of contiguous text
+                tokens_a, tokens_b, is_random_next = [t for sentence in current_chunk for t in sentence], [], None
             truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
             instances.append(_instance(tokens_a, tokens_b, is_random_next, vocab, rng, config))
             current_chunk = []
@@ -404,11 +454,15 @@ def _instance(
     rng: random.Random,
     config: PreTrainingDataConfig,
 ) -> TrainingInstance:
-    """Step 6 (and 7 with static masking): ``[CLS] A [SEP] B [SEP]``, segment ids, masks."""
-    tokens = [vocab.cls_token, *tokens_a, vocab.sep_token, *tokens_b, vocab.sep_token]
-    segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
+    """Step 6 (and 7 with static masking): ``[CLS] A [SEP] B [SEP]``, segment ids, masks; without NSP
+    ``[CLS] A [SEP]`` (``tokens_b`` empty), segment ids 0, masks only for a masked-LM objective."""
+    if config.pretraining_objective.next_sentence:
+        tokens = [vocab.cls_token, *tokens_a, vocab.sep_token, *tokens_b, vocab.sep_token]
+        segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
+    else:
+        tokens, segment_ids = [vocab.cls_token, *tokens_a, vocab.sep_token], [0] * (len(tokens_a) + 2)
     instance = TrainingInstance(tokens=tokens, segment_ids=segment_ids, is_random_next=is_random_next)
-    if config.static_masking:
+    if config.stores_masks:
         instance.tokens, instance.masked_lm_positions, instance.masked_lm_labels = (
             create_masked_lm_predictions(
                 tokens,
@@ -520,18 +574,22 @@ def tokenize_documents(
 
     Returns one row per input row with the columns of ``DOCUMENT_FEATURES``; a row that is empty, holds
     only white space or looks like binary data keeps no sentences and says why in ``skip_reason``
-    (the counts are logged). ``split_lines``: see ``bert_repro.data.sentences.split_sentences``.
+    (the counts are logged). ``split_lines``: see ``bert_repro.data.sentences.split_sentences``. A "sentence"
+    longer than ``sentences.MAX_SENTENCE_CHARS`` characters (text without sentence punctuation) is cut into
+    pieces of at most ``sentences.SENTENCE_PIECE_CHARS`` characters, counted in ``long_sentences`` and logged
+    as a warning with the rows concerned: our departure from the reference, which would keep it whole and
+    make one truncated example of it (see the module docstring of ``bert_repro.data.sentences``).
     """
     _check_text_column(dataset, text_column)
     # The fingerprint of the result, whatever num_proc (the balanced order below changes only how the work
     # is split, not the output): the cache of a run with one num_proc serves runs with any other.
     fingerprint = Hasher.hash(
-        [dataset._fingerprint, text_column, split_lines, tokenizer, _tokenize_batch, "documents-1"]
+        [dataset._fingerprint, text_column, split_lines, tokenizer, _tokenize_table, "documents-2"]
     )
     order = _balanced_order(_text_bytes(dataset, text_column), num_proc)
     source = dataset if order is None else dataset.select(order)
     documents = source.map(
-        _tokenize_batch,
+        _tokenize_table,
         batched=True,
         batch_size=batch_size,
         num_proc=num_proc,
@@ -545,6 +603,7 @@ def tokenize_documents(
     if order is not None:  # back to the input's row order
         documents = _flatten(documents.select(np.argsort(order)), fingerprint)
     _log_skipped(documents)
+    _log_long_sentences(documents)
     return documents
 
 
@@ -612,27 +671,58 @@ def _check_text_column(dataset: Dataset, text_column: str) -> None:
         raise TypeError(f"column {text_column!r} must hold text (one document a row), not {feature}")
 
 
+# Sentences per call of the tokenizer: the encodings of one call live until their ids are in Arrow.
+_ENCODE_SLICE = 4096
+
+
 def _tokenize_batch(texts: list[Any], tokenizer: Any, split_lines: bool) -> dict[str, list[Any]]:
+    """``_tokenize_table`` as Python lists (for callers that take a few documents at a time)."""
+    return _tokenize_table(texts, tokenizer, split_lines).to_pydict()
+
+
+def _tokenize_table(texts: list[Any], tokenizer: Any, split_lines: bool) -> pa.Table:
+    """One batch of documents as an Arrow table of ``DOCUMENT_FEATURES``. Sentences are encoded a slice at a time
+    and each slice goes to Arrow at once: a document of 100 MB never exists as Python lists of token ids (the
+    tokenizer's encodings and Python integers take many times the bytes of the ids)."""
     reasons: list[str] = []
     split: list[list[str]] = []
+    long_counts: list[int] = []
     for text in texts:
         text, reason = _as_text(text)
         reasons.append(reason)
-        split.append(split_sentences(text, split_lines=split_lines) if not reason else [])
+        sentences, cut = bound_sentences(split_sentences(text, split_lines=split_lines, max_sentence_chars=None))
+        split.append(sentences if not reason else [])
+        long_counts.append(cut)
     flat = [s for sentences in split for s in sentences]
-    ids = _encode(tokenizer, flat)
-
-    out: dict[str, list[Any]] = {"sentences": [], "num_sentences": [], "num_tokens": [], "skip_reason": []}
-    start = 0
-    for sentences, reason in zip(split, reasons, strict=True):
-        # The reference drops sentences that tokenize to nothing.
-        document = [s for s in ids[start : start + len(sentences)] if s]
-        start += len(sentences)
-        out["sentences"].append(document)
-        out["num_sentences"].append(len(document))
-        out["num_tokens"].append(sum(len(s) for s in document))
-        out["skip_reason"].append(reason or ("" if document else "empty"))
-    return out
+    values, lengths = [], []
+    for k in range(0, len(flat), _ENCODE_SLICE):
+        ids = _encode(tokenizer, flat[k : k + _ENCODE_SLICE])
+        lengths.append(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)))
+        values.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths[-1].sum())))
+    token_values = np.concatenate(values) if values else np.zeros(0, np.int32)
+    sentence_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    # The reference drops sentences that tokenize to nothing.
+    per_document = np.array([len(s) for s in split], dtype=np.int64)
+    document_of = np.repeat(np.arange(len(split)), per_document)
+    kept = sentence_lengths > 0
+    num_sentences = np.bincount(document_of[kept], minlength=len(split)).astype(np.int32)
+    num_tokens = np.bincount(document_of, weights=sentence_lengths, minlength=len(split)).astype(np.int64)
+    sentence_offsets = np.concatenate([[0], np.cumsum(sentence_lengths[kept])]).astype(np.int32)
+    document_offsets = np.concatenate([[0], np.cumsum(num_sentences)]).astype(np.int32)
+    sentences_column = pa.ListArray.from_arrays(
+        pa.array(document_offsets), pa.ListArray.from_arrays(pa.array(sentence_offsets), pa.array(token_values))
+    )
+    skip = [reason or ("" if n else "empty") for reason, n in zip(reasons, num_sentences, strict=True)]
+    return pa.table(
+        {
+            "sentences": sentences_column,
+            "num_sentences": pa.array(num_sentences),
+            "num_tokens": pa.array(num_tokens),
+            "skip_reason": pa.array(skip, pa.string()),
+            "long_sentences": pa.array(long_counts, pa.int32()),
+        },
+        schema=DOCUMENT_FEATURES.arrow_schema,
+    )
 
 
 def _as_text(text: Any) -> tuple[str, str]:
@@ -665,6 +755,18 @@ def _encode(tokenizer: Any, sentences: list[str]) -> list[list[int]]:
     return encoded["input_ids"]
 
 
+def _log_long_sentences(documents: Dataset, shown: int = 5) -> None:
+    counts = documents.data.column("long_sentences").to_numpy()
+    rows = np.flatnonzero(counts)
+    if len(rows):
+        logger.warning(
+            "%d of %d documents hold text without sentence punctuation: %d 'sentences' longer than %d characters "
+            "were cut into pieces of at most %d characters (rows %s%s; the corpus reader names the files)",
+            len(rows), len(documents), int(counts.sum()), MAX_SENTENCE_CHARS, SENTENCE_PIECE_CHARS,
+            ", ".join(map(str, rows[:shown].tolist())), " ..." if len(rows) > shown else "",
+        )
+
+
 def _log_skipped(documents: Dataset) -> None:
     counts = _skip_counts(documents)
     if any(counts.values()):
@@ -688,17 +790,20 @@ def document_rng(seed: int, document_index: int, dupe_round: int) -> random.Rand
     return random.Random(int.from_bytes(digest[:8], "little"))
 
 
-def instance_features(static_masking: bool = True) -> Features:
-    """Columns of ``create_pretraining_instances``."""
-    columns: dict[str, Any] = {
-        "input_ids": List(Value("int32")),
-        "token_type_ids": List(Value("int8")),
-        "next_sentence_label": Value("int8"),
-    }
+def instance_features(static_masking: bool = True, next_sentence: bool = True) -> Features:
+    """Columns of ``create_pretraining_instances`` (``PreTrainingDataConfig.stores_masks`` and its objective's
+    ``next_sentence``: ``_config_features``)."""
+    columns: dict[str, Any] = {"input_ids": List(Value("int32")), "token_type_ids": List(Value("int8"))}
+    if next_sentence:
+        columns["next_sentence_label"] = Value("int8")
     if static_masking:
         columns["masked_lm_positions"] = List(Value("int32"))
         columns["masked_lm_ids"] = List(Value("int32"))
     return Features(columns)
+
+
+def _config_features(config: PreTrainingDataConfig) -> Features:
+    return instance_features(config.stores_masks, config.pretraining_objective.next_sentence)
 
 
 def create_pretraining_instances(
@@ -732,7 +837,7 @@ def create_pretraining_instances(
             "one document only: NotNext segments will come from that same document (reference rule)"
         )
     fingerprint = Hasher.hash([documents._fingerprint, asdict(config), _vocab_key(vocab), "instances-1"])
-    features = instance_features(config.static_masking)
+    features = _config_features(config)
     size = "num_tokens" if "num_tokens" in documents.column_names else "num_sentences"
     order = _balanced_order(documents.data.column(size).to_numpy(), num_proc)
     map_kwargs = dict(
@@ -792,7 +897,7 @@ def _instances_batch(
 ) -> dict[str, list[Any]]:
     """Instances of a batch of documents; ``rows``: the documents' rows when the map runs over a reordered
     selection (``indices`` are then positions in it), and each instance gets its ``document`` row."""
-    out: dict[str, list[Any]] = {name: [] for name in instance_features(config.static_masking)}
+    out: dict[str, list[Any]] = {name: [] for name in _config_features(config)}
     if rows is not None:
         indices, out["document"] = [int(rows[i]) for i in indices], []
     for document, row in zip(batch_sentences, indices, strict=True):
@@ -803,17 +908,19 @@ def _instances_batch(
         for dupe_round in range(config.dupe_factor):
             rng = document_rng(config.random_seed, row, dupe_round)
             for instance in create_instances_from_document(view, position, vocab, rng, config):
-                _append_instance(out, instance, config.static_masking)
+                _append_instance(out, instance)
                 if rows is not None:
                     out["document"].append(row)
     return out
 
 
-def _append_instance(out: dict[str, list[Any]], instance: TrainingInstance, static_masking: bool) -> None:
+def _append_instance(out: dict[str, list[Any]], instance: TrainingInstance) -> None:
+    """One instance into the columns of ``out`` (those of ``_config_features``)."""
     out["input_ids"].append(instance.tokens)
     out["token_type_ids"].append(instance.segment_ids)
-    out["next_sentence_label"].append(NOT_NEXT if instance.is_random_next else IS_NEXT)
-    if static_masking:
+    if "next_sentence_label" in out:
+        out["next_sentence_label"].append(NOT_NEXT if instance.is_random_next else IS_NEXT)
+    if "masked_lm_positions" in out:
         out["masked_lm_positions"].append(instance.masked_lm_positions)
         out["masked_lm_ids"].append(instance.masked_lm_labels)
 
@@ -921,8 +1028,8 @@ def pretraining_statistics(
 ) -> dict[str, Any]:
     """Counts and shares of a built dataset, as a JSON-serialisable dict (read in batches of ``batch_size``).
 
-    ``examples``, ``tokens`` (all positions, special tokens included), ``is_next_share``,
-    ``length_histogram`` (``"lo-hi"`` -> examples, inclusive bounds); with static masks ``masked`` and
+    ``examples``, ``tokens`` (all positions, special tokens included), ``is_next_share`` (only for data with
+    NSP pairs, i.e. a ``next_sentence_label`` column), ``length_histogram`` (``"lo-hi"`` -> examples, inclusive bounds); with static masks ``masked`` and
     ``masked_share`` (of ``tokens``, the base of ``masked_lm_prob``), and with ``mask_token_id`` the split of
     the masked positions into ``[MASK]`` / random / unchanged (a random draw that hits the original token
     counts as unchanged). With ``documents`` (``tokenize_documents``'s output): documents, sentences and
@@ -930,13 +1037,15 @@ def pretraining_statistics(
     """
     stats: dict[str, Any] = {} if documents is None else _document_statistics(documents)
     static = "masked_lm_positions" in instances.column_names
+    pairs = "next_sentence_label" in instances.column_names
     length_counts = np.zeros(0, dtype=np.int64)
     is_next = masked = as_mask = unchanged = 0
     for table in instances.with_format("arrow").iter(batch_size=batch_size):
         input_ids = _combined(table.column("input_ids"))
         lengths = pc.list_value_length(input_ids).to_numpy(zero_copy_only=False).astype(np.int64)
         length_counts = _add_counts(length_counts, np.bincount(lengths))
-        is_next += int(np.sum(table.column("next_sentence_label").to_numpy() == IS_NEXT))
+        if pairs:
+            is_next += int(np.sum(table.column("next_sentence_label").to_numpy() == IS_NEXT))
         if static:
             shown, originals = _masked_tokens(table, input_ids, lengths)
             masked += len(shown)
@@ -945,12 +1054,10 @@ def pretraining_statistics(
                 unchanged += int(np.sum((shown == originals) & (shown != mask_token_id)))
     examples = int(length_counts.sum())
     tokens = int(np.dot(np.arange(len(length_counts)), length_counts))
-    stats.update(
-        examples=examples,
-        tokens=tokens,
-        is_next_share=is_next / examples if examples else None,
-        length_histogram=_histogram(length_counts, num_bins),
-    )
+    stats.update(examples=examples, tokens=tokens)
+    if pairs:
+        stats["is_next_share"] = is_next / examples if examples else None
+    stats["length_histogram"] = _histogram(length_counts, num_bins)
     if static:
         stats.update(masked=masked, masked_share=masked / max(1, tokens))
         if mask_token_id is not None and masked:
@@ -997,6 +1104,9 @@ def _document_statistics(documents: Dataset) -> dict[str, Any]:
         "one_sentence_documents": int(np.sum(counts == 1)),
         "sentences": int(counts.sum()),
         "document_tokens": int(documents.data.column("num_tokens").to_numpy().sum()),
+        # Overlong "sentences" cut into pieces (text without sentence punctuation; see sentences.py).
+        "long_sentences_cut": (int(documents.data.column("long_sentences").to_numpy().sum())
+                               if "long_sentences" in documents.column_names else 0),
     }
 
 
@@ -1027,6 +1137,11 @@ class PreTrainingCollator:
     data built with ``static_masking=False``): every call draws fresh masks with the reference rules
     (``create_masked_lm_predictions``), seeded from torch's random generator, which ``DataLoader`` seeds
     differently in each worker and each epoch (``torch.manual_seed`` makes runs repeatable).
+
+    ``objective`` (a name of ``PRETRAINING_OBJECTIVES``): a masked-LM objective is handled as above; "ltr" (the
+    left-to-right control of Table 5) is not masked, and its ``labels`` are the next token at every real position
+    but the last (-100 at the last real token and at padding), shifted here so that the model reads them as MLM
+    labels: position i is trained to predict token i + 1.
     """
 
     tokenizer: Any
@@ -1037,7 +1152,9 @@ class PreTrainingCollator:
     random_replace_prob: float = 0.1
     do_whole_word_mask: bool = False
     pad_to_multiple_of: int | None = None
+    objective: str = DEFAULT_OBJECTIVE
     vocab: WordPieceVocab = field(init=False, repr=False)
+    pretraining_objective: PreTrainingObjective = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_masking(
@@ -1049,13 +1166,18 @@ class PreTrainingCollator:
         self.vocab = WordPieceVocab.from_tokenizer(self.tokenizer)
         if self.vocab.pad_token is None:
             raise ValueError("the tokenizer has no pad token")
+        self.pretraining_objective = pretraining_objective(self.objective)
+        if self.dynamic_masking and not self.pretraining_objective.masked_lm:
+            raise ValueError(f"objective {self.objective!r} predicts the next token and masks nothing: "
+                             "dynamic_masking must be False")
 
     @classmethod
     def from_config(cls, tokenizer: Any, config: PreTrainingDataConfig, **kwargs: Any) -> PreTrainingCollator:
         """A collator that matches how ``config`` built the data (dynamic masking when it stored no masks)."""
         return cls(
             tokenizer,
-            dynamic_masking=not config.static_masking,
+            objective=config.objective,
+            dynamic_masking=config.pretraining_objective.masked_lm and not config.static_masking,
             masked_lm_prob=config.masked_lm_prob,
             max_predictions_per_seq=config.max_predictions_per_seq,
             mask_replace_prob=config.mask_replace_prob,
@@ -1067,13 +1189,19 @@ class PreTrainingCollator:
     def _masked(self, features: list[Mapping[str, Any]]) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
         """Each row's token ids after masking and its (masked positions, original ids): the stored masks, or fresh
         ones drawn with the reference rules under dynamic masking."""
+        if not self.pretraining_objective.masked_lm:
+            raise ValueError(f"objective {self.objective!r} predicts the next token: its rows have no masks")
         input_ids = [list(f["input_ids"]) for f in features]
         if self.dynamic_masking:
             return self._mask_dynamically(features, input_ids)
         return input_ids, self._stored_masks(features)
 
     def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-        input_ids, targets = self._masked(features)
+        if self.pretraining_objective.masked_lm:
+            input_ids, targets = self._masked(features)
+        else:  # the next token at each position but the last
+            input_ids = [list(f["input_ids"]) for f in features]
+            targets = [(list(range(len(ids) - 1)), ids[1:]) for ids in input_ids]
         width = self._padded_width(max(len(ids) for ids in input_ids))
         batch = {
             "input_ids": _pad(input_ids, width, self.vocab.pad_token),

@@ -33,13 +33,43 @@ Paragraphs
 A blank line always ends a sentence. Single line breaks are hard wrapping (books, e-texts) and are read
 as spaces, unless ``split_lines=True``, for corpora that keep one paragraph or heading per line
 (Wikipedia dumps), where every line break ends a sentence.
+
+Overlong "sentences" (our departure from the reference)
+--------------------------------------------------------
+Text without sentence punctuation (a word list, a table flattened to one line, a whole file on one line
+without periods) would come out as one giant "sentence". The reference keeps such a sentence whole, and its
+pair builder then truncates it to one example: a 10 MB document without a period gives a single example of
+at most ``max_seq_length`` tokens and the rest is silently lost, while the sentence costs memory and time in
+proportion to its length at every later step. Here a sentence longer than ``MAX_SENTENCE_CHARS`` characters
+(longer than any sentence of real prose) is cut into consecutive pieces of at most ``SENTENCE_PIECE_CHARS``
+characters, at a space where there is one within the piece (a hard cut otherwise, e.g. in Chinese), and the
+pieces are treated as sentences: no text is lost, and a piece is about as long as a long real sentence (tens
+of WordPiece tokens in English), so the pair builder packs several into one example as it does sentences.
+``max_sentence_chars=None`` keeps the reference's behaviour.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["ABBREVIATIONS", "looks_like_binary", "split_sentences"]
+__all__ = [
+    "ABBREVIATIONS",
+    "MAX_SENTENCE_CHARS",
+    "SENTENCE_END_CHARS",
+    "SENTENCE_PIECE_CHARS",
+    "bound_sentences",
+    "cut_long_sentence",
+    "looks_like_binary",
+    "split_sentences",
+]
+
+#: A "sentence" longer than this many characters is cut into pieces (see "Overlong sentences" above).
+MAX_SENTENCE_CHARS = 1_000
+#: Longest piece of a cut sentence, in characters.
+SENTENCE_PIECE_CHARS = 250
+#: Punctuation that can end a sentence (Latin script and full-width CJK); text without any of it for more
+#: than ``MAX_SENTENCE_CHARS`` characters holds an overlong sentence.
+SENTENCE_END_CHARS = ".!?\u2026\u3002\uff01\uff1f"
 
 #: Words that are followed by a period without ending a sentence (compared lower-cased, without the period).
 #: Only abbreviations that almost never end a sentence are listed: "etc." or "Inc." often do.
@@ -68,11 +98,15 @@ _OPENERS = "\"'\u201c\u2018([{"
 _JUNK = re.compile("[\x00-\x08\x0e-\x1f\x7f\ufffd\ue000-\uf8ff]")
 
 
-def split_sentences(text: str, *, split_lines: bool = False) -> list[str]:
+def split_sentences(
+    text: str, *, split_lines: bool = False, max_sentence_chars: int | None = MAX_SENTENCE_CHARS
+) -> list[str]:
     """Split one document's text into sentences, in order, with white space runs collapsed to one space.
 
     A blank line ends a sentence; single line breaks count as spaces unless ``split_lines`` is set, in
-    which case every non-empty line is a paragraph. Returns no empty strings.
+    which case every non-empty line is a paragraph. A sentence longer than ``max_sentence_chars`` is cut
+    into pieces of at most ``SENTENCE_PIECE_CHARS`` (``cut_long_sentence``; ``None``: never, as the
+    reference). Returns no empty strings.
     """
     if not text:
         return []
@@ -82,7 +116,47 @@ def split_sentences(text: str, *, split_lines: bool = False) -> list[str]:
         paragraph = _WHITESPACE.sub(" ", paragraph).strip()
         if paragraph:
             sentences.extend(_split_paragraph(paragraph))
-    return sentences
+    return sentences if max_sentence_chars is None else bound_sentences(sentences, max_sentence_chars)[0]
+
+
+def bound_sentences(sentences: list[str], max_sentence_chars: int = MAX_SENTENCE_CHARS) -> tuple[list[str], int]:
+    """``(sentences, cut)``: every sentence longer than ``max_sentence_chars`` replaced by its pieces
+    (``cut_long_sentence``), and how many were cut."""
+    if all(len(s) <= max_sentence_chars for s in sentences):
+        return sentences, 0
+    bounded: list[str] = []
+    cut = 0
+    for sentence in sentences:
+        if len(sentence) > max_sentence_chars:
+            bounded.extend(cut_long_sentence(sentence))
+            cut += 1
+        else:
+            bounded.append(sentence)
+    return bounded, cut
+
+
+def cut_long_sentence(sentence: str, piece_chars: int = SENTENCE_PIECE_CHARS) -> list[str]:
+    """``sentence`` (whitespace-normalised) as consecutive pieces of at most ``piece_chars`` characters, each
+    cut at the last space within its reach (the space is dropped), or after ``piece_chars`` characters when
+    the reach holds no space. Joining the pieces with single spaces gives the sentence back, except where a
+    hard cut fell inside a word. Linear time."""
+    if piece_chars < 1:
+        raise ValueError(f"piece_chars must be at least 1, got {piece_chars}")
+    pieces: list[str] = []
+    start, n = 0, len(sentence)
+    while n - start > piece_chars:
+        cut = sentence.rfind(" ", start + 1, start + piece_chars + 1)
+        if cut == -1:
+            pieces.append(sentence[start : start + piece_chars])
+            start += piece_chars
+        else:
+            pieces.append(sentence[start:cut])
+            start = cut + 1
+        while start < n and sentence[start] == " ":
+            start += 1
+    if start < n:
+        pieces.append(sentence[start:])
+    return pieces
 
 
 def _split_paragraph(paragraph: str) -> list[str]:
