@@ -12,10 +12,11 @@ test split, the leaderboard's prediction files.
 import sys
 
 from bert_repro.tasks.columns import TaskDataError
-from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.training.finetune import run_finetuning
 
 if __name__ == "__main__":
+    quiet_load_reports()
     try:
         run_finetuning()
     except (ConfigurationError, TaskDataError, FileExistsError, FileNotFoundError) as err:

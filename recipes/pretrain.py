@@ -9,11 +9,12 @@ recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`; the script does not change.
 
 import sys
 
-from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.data.corpus import CorpusError
 from bert_repro.training.pretrain import run_pretraining
 
 if __name__ == "__main__":
+    quiet_load_reports()
     try:
         run_pretraining()
     except (ConfigurationError, CorpusError, FileExistsError, FileNotFoundError) as err:

@@ -11,10 +11,11 @@ import sys
 
 from transformers import HfArgumentParser
 
-from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.training.reproduce import ReproduceArguments, run_reproduce
 
 if __name__ == "__main__":
+    quiet_load_reports()
     argv = sys.argv[1:]
     finetune_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv

@@ -15,10 +15,11 @@ import sys
 from transformers import HfArgumentParser
 
 from bert_repro.tasks.columns import TaskDataError
-from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.training.study import StudyArguments, run_study
 
 if __name__ == "__main__":
+    quiet_load_reports()
     (args,) = HfArgumentParser(StudyArguments).parse_args_into_dataclasses()
     try:
         print(run_study(args))

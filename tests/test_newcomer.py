@@ -3,12 +3,14 @@
 no traceback and nothing lost."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import tiny_config
 from test_pretraining import corpus_and_tokenizer, write_config  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,3 +205,35 @@ def test_finetune_help_shows_the_task_defaults(capsys):
     shown = help_defaults(parse_arguments, ["--help"], capsys)
     assert shown["per_device_train_batch_size"] == "32"
     assert shown["weight_decay"] == "0.01" and shown["warmup_steps"] == "0.1"
+
+
+def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, caplog):
+    """A fine-tuning head on a pre-trained checkpoint: one line names the new weights, not transformers' table."""
+    from transformers.utils import logging as hf_logging
+
+    from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
+    from bert_repro.training.cli import quiet_load_reports
+
+    BertReproForPreTraining(tiny_config()).save_pretrained(tmp_path)
+    hf_logging.set_verbosity_warning()
+    root = logging.getLogger("transformers")
+    propagate = root.propagate
+    hf_logging.enable_propagation()  # to pytest's log capture
+    target = logging.getLogger("transformers.modeling_utils")
+    saved = list(target.filters)
+    try:
+        BertReproForSequenceClassification.from_pretrained(tmp_path)
+        assert "LOAD REPORT" in caplog.text  # the library's own behaviour, for library users
+        caplog.clear()
+        quiet_load_reports()
+        quiet_load_reports()  # idempotent
+        BertReproForSequenceClassification.from_pretrained(tmp_path)
+        assert "LOAD REPORT" not in caplog.text
+        assert "newly initialised" in caplog.text and "classifier.weight" in caplog.text
+        caplog.clear()
+        with pytest.raises(ValueError, match="other shapes"):
+            BertReproForPreTraining.from_pretrained(tmp_path, vocab_size=50)
+        assert "LOAD REPORT" in caplog.text  # a mismatch keeps its table: the error points at it
+    finally:
+        target.filters[:] = saved
+        root.propagate = propagate

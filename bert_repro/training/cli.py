@@ -9,6 +9,7 @@ Each recipe parses a tuple of dataclasses (its own arguments, transformers' `Tra
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -19,6 +20,26 @@ from transformers import HfArgumentParser
 
 
 RUN_CONFIG = "run_config.json"
+
+
+class _LoadReportFilter(logging.Filter):
+    """Drops transformers' LOAD REPORT table unless it reports a shape mismatch.
+
+    The table lists the checkpoint's weights a model does not use and the weights it initialises; when a recipe
+    builds a task head on a pre-trained checkpoint both are expected (the MLM/NSP heads unused, the classifier new),
+    and our `from_pretrained` already names the new weights in one line. A mismatch of shapes is an error whose
+    message points at the table, so that table stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "LOAD REPORT" not in message or "MISMATCH" in message
+
+
+def quiet_load_reports() -> None:
+    """Called once by each recipe (library users keep transformers' own report)."""
+    target = logging.getLogger("transformers.modeling_utils")
+    if not any(isinstance(f, _LoadReportFilter) for f in target.filters):
+        target.addFilter(_LoadReportFilter())
 
 
 class ConfigurationError(ValueError):
