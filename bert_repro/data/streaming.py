@@ -85,7 +85,15 @@ import datasets
 import torch
 from transformers import TrainerCallback
 
-from .corpus import HOW_TO_PASS_LOCAL_TEXT, TABLE_FORMATS, TEXT_SUFFIXES, CorpusError, _expand, decode_text, load_corpus
+from .corpus import (
+    HOW_TO_PASS_LOCAL_TEXT,
+    TABLE_FORMATS,
+    TEXT_SUFFIXES,
+    CorpusError,
+    _expand,
+    decode_text,
+    load_corpus,
+)
 from .pretraining_examples import (
     IS_NEXT,
     NOT_NEXT,
@@ -306,7 +314,7 @@ def open_document_source(
 ) -> DocumentSource:
     """This process's share of a corpus, read lazily: local text and JSON lines files, local tables, a Hub dataset."""
     files = _expand(source)
-    share = dict(rank=rank, world_size=world_size, max_documents=max_documents)
+    share = {"rank": rank, "world_size": world_size, "max_documents": max_documents}
     if files is None:
         dataset = load_corpus(source, text_column=text_column, document_boundary=document_boundary,
                               hub_config=hub_config, split=split, streaming=True)

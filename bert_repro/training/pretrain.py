@@ -5,6 +5,11 @@
 - `PreTrainingArguments`: everything a run needs beyond transformers' `TrainingArguments` (corpus, tokenizer,
   preset, the two phases, optimizer), and `parse_arguments` which reads a YAML config with any field
   overridable on the command line. Paper defaults (SPEC section 3) sit under both.
+- The objective (`--objective`, the paper's Table 5: `mlm_nsp` BERT, `mlm` No NSP, `ltr` left-to-right): one name
+  in `PreTrainingDataConfig` (how examples are built) and in the model config (how it attends), both reading
+  `PRETRAINING_OBJECTIVES`. Without NSP the loss has no NSP term, NSP metrics are not logged and the model's
+  pooler and NSP head take no part in training (frozen: no gradient, no weight decay, not reported as unused to
+  DDP); "ltr" logs `lm_loss` / `lm_accuracy` (next token) instead of `mlm_*`.
 - `PreTrainingTrainer`: Trainer that logs the MLM loss, NSP loss, MLM accuracy and NSP accuracy separately,
   evaluates them on a held-out slice of the corpus, and normalises the loss over the GLOBAL batch: the MLM loss
   is the mean over every masked token of the batch of `global_batch_size` sequences, however it is split into
@@ -20,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,12 +37,14 @@ from huggingface_hub.errors import StrictDataclassError
 import pyarrow.compute as pc
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Sampler
+from torch.utils.data import DataLoader, Sampler
 from transformers import IntervalStrategy, Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from .cli import RUN_CONFIG, ConfigurationError, SpeedSwitches, check_output_dir, parse_with_config, take_push_request
 from .checkpoints import checkpoint_problem, newest_valid_checkpoint
-from ..model.configuration_bert_repro import BertReproConfig
+from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
+from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, BertReproConfig, PreTrainingObjective,
+                                              check_objective_switches, pretraining_objective)
 from ..data.corpus import load_corpus
 from ..hub.push import push_checkpoints
 from ..model.modeling_bert_repro import BertReproForPreTraining
@@ -51,6 +59,14 @@ from ..data.pretraining_examples import (
     tokenize_documents,
 )
 from ..data.packing import PackingCollator, padding_statistics
+from ..data.streaming import (
+    DataStateCallback,
+    StreamingExamples,
+    first_documents,
+    load_data_state,
+    open_document_source,
+    text_digest,
+)
 from ..data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
 
 logger = logging.getLogger(__name__)
@@ -95,8 +111,16 @@ class PreTrainingArguments(SpeedSwitches):
     hub_config: str | None = field(default=None, metadata={"help": "Config of a Hub dataset (e.g. 20231101.en)."})
     split: str = field(default="train", metadata={"help": "Split of a Hub dataset."})
     streaming: bool = field(default=False, metadata={
-        "help": "Stream a Hub dataset instead of downloading it whole; takes the first max_documents rows."})
-    max_documents: int | None = field(default=None, metadata={"help": "Use at most this many documents."})
+        "help": "Read the corpus as a stream while training (no copy of it or of the examples on disk); NotNext "
+                "segments come from a buffer of recent documents (bert_repro.data.streaming)."})
+    max_documents: int | None = field(default=None, metadata={
+        "help": "Use at most this many documents (streaming: per pass over the stream, over all processes)."})
+    stream_document_buffer: int = field(default=1000, metadata={
+        "help": "Streaming: NotNext segment B comes from one of this many documents read before A's."})
+    stream_shuffle_buffer: int = field(default=10_000, metadata={
+        "help": "Streaming: examples shuffled in a buffer of this size (0: stream order)."})
+    stream_held_out_documents: int = field(default=200, metadata={
+        "help": "Streaming: the stream's first documents held out for evaluation (never trained on); 0 for none."})
     text_column: str = field(default="text", metadata={"help": "Column holding the text in table files."})
     document_boundary: str = field(default="blank_line", metadata={
         "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file)."})
@@ -184,13 +208,9 @@ def load_documents(run: PreTrainingArguments) -> datasets.Dataset:
     source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
     documents = load_corpus(
         source, text_column=run.text_column, document_boundary=run.document_boundary, hub_config=run.hub_config,
-        split=run.split, streaming=run.streaming, num_proc=run.num_proc,
+        split=run.split, num_proc=run.num_proc,
     )
-    if isinstance(documents, datasets.IterableDataset):
-        limit = run.max_documents or 100_000
-        logger.info("streaming the first %d documents of %s", limit, source)
-        documents = datasets.Dataset.from_list(list(documents.take(limit)))
-    elif run.max_documents is not None and len(documents) > run.max_documents:
+    if run.max_documents is not None and len(documents) > run.max_documents:
         documents = documents.select(range(run.max_documents))
     return documents
 
@@ -241,7 +261,7 @@ def build_datasets(run, data, training, output_dir: Path):
     configs = phase_configs(data, run)
     phases = [create_pretraining_instances(tokenized, vocab, cfg, num_proc=run.num_proc) for cfg in configs]
     statistics = {
-        f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length,
+        f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length, "objective": cfg.objective,
                           **pretraining_statistics(ds, tokenized, mask_token_id=tokenizer.mask_token_id),
                           "padding": padding_statistics(example_lengths(ds), training.per_device_train_batch_size,
                                                         cfg.max_seq_length, seed=training.seed)}
@@ -249,14 +269,61 @@ def build_datasets(run, data, training, output_dir: Path):
     }
     eval_dataset = None
     if eval_docs is not None:
-        # Fixed masks, so that every evaluation scores the same predictions (also with dynamic masking in training).
-        eval_cfg = PreTrainingDataConfig(**{**asdict(data), "dupe_factor": 1, "static_masking": True})
-        eval_tokenized = tokenize_documents(eval_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
-        eval_dataset = create_pretraining_instances(eval_tokenized, vocab, eval_cfg, num_proc=run.num_proc)
-        eval_dataset = eval_dataset.select(range(min(len(eval_dataset), run.eval_max_examples)))
-        statistics["held_out"] = pretraining_statistics(eval_dataset, eval_tokenized,
-                                                        mask_token_id=tokenizer.mask_token_id)
+        eval_dataset, statistics["held_out"] = held_out_examples(eval_docs, tokenizer, data, run)
     return tokenizer, phases, eval_dataset, statistics
+
+
+def held_out_examples(eval_docs: datasets.Dataset, tokenizer, data: PreTrainingDataConfig, run: PreTrainingArguments):
+    """(examples, statistics) of the held-out documents."""
+    # Fixed masks, so that every evaluation scores the same predictions (also with dynamic masking in training).
+    eval_cfg = PreTrainingDataConfig(**{**asdict(data), "dupe_factor": 1, "static_masking": True})
+    eval_tokenized = tokenize_documents(eval_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
+    eval_dataset = create_pretraining_instances(eval_tokenized, WordPieceVocab.from_tokenizer(tokenizer), eval_cfg,
+                                                num_proc=run.num_proc)
+    eval_dataset = eval_dataset.select(range(min(len(eval_dataset), run.eval_max_examples)))
+    return eval_dataset, {"objective": data.objective, **pretraining_statistics(
+        eval_dataset, eval_tokenized, mask_token_id=tokenizer.mask_token_id)}
+
+
+#: Streaming without --tokenizer: a WordPiece vocabulary is trained on this many documents from the stream's start.
+STREAM_TOKENIZER_DOCUMENTS = 10_000
+
+
+def build_streaming_datasets(run, data, training, output_dir: Path, steps: list[int]):
+    """--streaming: the stream's first documents held out (and a sample for a new tokenizer), then this process's
+    stream of examples for `steps` optimizer steps per phase (bert_repro.data.streaming); nothing is copied to disk."""
+    if not run.corpus:
+        raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
+    source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
+    reading = {"text_column": run.text_column, "document_boundary": run.document_boundary,
+               "hub_config": run.hub_config, "split": run.split}
+    held = run.stream_held_out_documents
+    need_sample = not run.tokenizer and not (output_dir / TOKENIZER_DIR / "tokenizer.json").exists()
+    first = first_documents(open_document_source(source, **reading),
+                            held + (STREAM_TOKENIZER_DOCUMENTS if need_sample else 1))
+    if len(first) <= held:
+        raise ConfigurationError(f"The corpus holds {len(first)} documents: --stream_held_out_documents {held} leaves "
+                                 "none to train on; lower it.")
+    tokenizer = get_tokenizer(run, datasets.Dataset.from_dict({"text": first[held:]}), output_dir)
+    configs = phase_configs(data, run)
+    per_step = training.per_device_train_batch_size * training.gradient_accumulation_steps  # this process's
+    stream = StreamingExamples(
+        open_document_source(source, **reading, rank=training.process_index, world_size=training.world_size,
+                             max_documents=run.max_documents),
+        tokenizer, configs, phase_examples=[n * per_step for n in steps[:-1]],
+        document_buffer=run.stream_document_buffer, shuffle_buffer=run.stream_shuffle_buffer,
+        split_lines=run.split_lines, exclude={text_digest(text) for text in first[:held]},
+        rank=training.process_index, world_size=training.world_size,
+    )
+    statistics = {f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length, "objective": cfg.objective,
+                                    "streamed": True, "document_buffer": run.stream_document_buffer,
+                                    "shuffle_buffer": run.stream_shuffle_buffer}
+                  for i, cfg in enumerate(configs)}
+    eval_dataset = None
+    if held:
+        eval_dataset, statistics["held_out"] = held_out_examples(
+            datasets.Dataset.from_dict({"text": first[:held]}), tokenizer, data, run)
+    return tokenizer, stream, eval_dataset, statistics
 
 
 def example_lengths(instances: datasets.Dataset) -> np.ndarray:
@@ -330,33 +397,41 @@ _SUMS = ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp
 def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_sentence_label) -> torch.Tensor:
     """Summed losses and counts of a batch: (mlm loss sum, mlm correct, masked tokens, nsp loss sum, nsp correct, n).
 
-    `prediction_logits` is (batch, seq, vocab), or (masked positions, vocab) from a sparse prediction."""
+    `prediction_logits` is (batch, seq, vocab), or (masked positions, vocab) from a sparse prediction. The "mlm"
+    entries are the token-level task's: masked tokens, or for a left-to-right objective the next tokens (its labels
+    are shifted by the collator). Without `next_sentence_label` (an objective without NSP) the NSP entries are 0,
+    so the loss built from them has no NSP term."""
     masked = labels != IGNORE_INDEX
     mlm_logits = (prediction_logits if prediction_logits.dim() == 2 else prediction_logits[masked]).float()
     mlm_labels = labels[masked]
+    mlm = [F.cross_entropy(mlm_logits, mlm_labels, reduction="sum"), (mlm_logits.argmax(-1) == mlm_labels).sum().float(),
+           masked.sum().float()]
+    if next_sentence_label is None:
+        return torch.stack(mlm + [mlm_logits.new_zeros(())] * 3)
     nsp_logits = seq_relationship_logits.float()
-    return torch.stack([
-        F.cross_entropy(mlm_logits, mlm_labels, reduction="sum"),
-        (mlm_logits.argmax(-1) == mlm_labels).sum().float(),
-        masked.sum().float(),
+    return torch.stack(mlm + [
         F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
         (nsp_logits.argmax(-1) == next_sentence_label).sum().float(),
         torch.tensor(float(next_sentence_label.numel()), device=nsp_logits.device),
     ])
 
 
-def metrics_from_sums(sums: torch.Tensor, prefix: str = "") -> dict[str, float]:
+def metrics_from_sums(sums: torch.Tensor, prefix: str = "", objective: PreTrainingObjective | None = None
+                      ) -> dict[str, float]:
+    """The logged metrics of `objective` (the paper's BERT by default): the token-level task's loss and accuracy
+    (`mlm_*`, or `lm_*` for next-token prediction) and, with NSP, the NSP loss and accuracy."""
+    objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
     s = dict(zip(_SUMS, sums.tolist()))
     mlm_n, nsp_n = max(s["mlm_count"], 1.0), max(s["nsp_count"], 1.0)
-    return {
-        f"{prefix}mlm_loss": s["mlm_loss"] / mlm_n,
-        f"{prefix}nsp_loss": s["nsp_loss"] / nsp_n,
-        f"{prefix}mlm_accuracy": s["mlm_correct"] / mlm_n,
-        f"{prefix}nsp_accuracy": s["nsp_correct"] / nsp_n,
-    }
+    task, nsp = f"{prefix}{objective.token_task}", objective.next_sentence
+    metrics = {f"{task}_loss": s["mlm_loss"] / mlm_n}
+    metrics.update({f"{prefix}nsp_loss": s["nsp_loss"] / nsp_n} if nsp else {})
+    metrics[f"{task}_accuracy"] = s["mlm_correct"] / mlm_n
+    metrics.update({f"{prefix}nsp_accuracy": s["nsp_correct"] / nsp_n} if nsp else {})
+    return metrics
 
 
-class PreTrainingTrainer(Trainer):
+class PreTrainingTrainer(EngineTrainer):
     """Trainer for MLM + NSP with global-batch loss normalisation and the four pre-training metrics."""
 
     def __init__(self, *args, phase_sizes: list[int] | None = None, phase_samples: list[int] | None = None,
@@ -371,11 +446,19 @@ class PreTrainingTrainer(Trainer):
             return super()._get_train_sampler(train_dataset)
         return PhasedSampler(self.phase_sizes, self.phase_samples, self.args.seed)
 
+    def get_train_dataloader(self):
+        if not isinstance(self.train_dataset, StreamingExamples):
+            return super().get_train_dataloader()
+        # This process's own part of the stream, read in this process without read-ahead (no workers): accelerate's
+        # sharding would make every process read everything, and the stream's saved state must be the trained one.
+        return DataLoader(self.train_dataset, batch_size=self._train_batch_size, collate_fn=self.data_collator,
+                          pin_memory=self.args.dataloader_pin_memory)
+
     def _get_num_items_in_batch(self, batch_samples, device):
         """Masked tokens and sequences in the whole global batch (all accumulation steps, all processes)."""
         counts = torch.tensor(
             [sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in batch_samples),
-             sum(int(b["next_sentence_label"].numel()) for b in batch_samples)],
+             sum(int(b["next_sentence_label"].numel()) for b in batch_samples if "next_sentence_label" in b)],
             dtype=torch.float64, device=device,
         )
         if self.accelerator.num_processes > 1:
@@ -384,7 +467,7 @@ class PreTrainingTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels = inputs.pop("labels")
-        next_sentence_label = inputs.pop("next_sentence_label")
+        next_sentence_label = inputs.pop("next_sentence_label", None)  # None: an objective without NSP
         # With config.sparse_prediction the MLM decoder runs only at the masked positions (same loss, fewer FLOPs).
         outputs = model(**inputs, labels=labels)
         sums = pretraining_sums(outputs.prediction_logits, outputs.seq_relationship_logits, labels,
@@ -406,7 +489,8 @@ class PreTrainingTrainer(Trainer):
             sums = self._train_sums
             if self.accelerator.num_processes > 1:
                 sums = self.accelerator.reduce(sums, reduction="sum")
-            logs.update({k: round(v, 4) for k, v in metrics_from_sums(sums).items()})
+            logs.update({k: round(v, 4) for k, v in metrics_from_sums(
+                sums, objective=self.model.config.pretraining_objective).items()})
             self._train_sums = None
         super().log(logs, start_time)
 
@@ -420,16 +504,16 @@ class PreTrainingTrainer(Trainer):
         with torch.no_grad():
             for batch in dataloader:
                 batch = self._prepare_inputs(batch)
-                labels, nsp = batch.pop("labels"), batch.pop("next_sentence_label")
+                labels, nsp = batch.pop("labels"), batch.pop("next_sentence_label", None)
                 with self.autocast_smart_context_manager():
                     out = model(**batch, labels=labels)
                 sums += pretraining_sums(out.prediction_logits, out.seq_relationship_logits, labels, nsp)
         if self.accelerator.num_processes > 1:
             sums = self.accelerator.reduce(sums, reduction="sum")
         model.train(was_training)
-        metrics = metrics_from_sums(sums, prefix=f"{metric_key_prefix}_")
-        metrics[f"{metric_key_prefix}_loss"] = metrics[f"{metric_key_prefix}_mlm_loss"] + metrics[
-            f"{metric_key_prefix}_nsp_loss"]
+        metrics = metrics_from_sums(sums, prefix=f"{metric_key_prefix}_",
+                                    objective=self.model.config.pretraining_objective)
+        metrics[f"{metric_key_prefix}_loss"] = sum(v for k, v in metrics.items() if k.endswith("_loss"))
         metrics[f"{metric_key_prefix}_runtime"] = round(time.time() - start, 3)
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
@@ -452,7 +536,9 @@ class StopAfterSteps(TrainerCallback):
         return control
 
 
-def model_config(run: PreTrainingArguments, **fields) -> BertReproConfig:
+def model_config(run: PreTrainingArguments, objective: str = DEFAULT_OBJECTIVE, **fields) -> BertReproConfig:
+    """The model's config: the preset with `fields` and --model_overrides, or --init_from's config, with the run's
+    `objective` (--objective; the data are built for it too). Settings that cannot work are a ConfigurationError."""
     try:
         overrides = json.loads(run.model_overrides) if run.model_overrides else {}
     except json.JSONDecodeError as err:
@@ -460,13 +546,21 @@ def model_config(run: PreTrainingArguments, **fields) -> BertReproConfig:
                                  "BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'.") from None
     if not isinstance(overrides, dict):
         raise ConfigurationError(f"--model_overrides must be a JSON object of BertReproConfig fields, got {overrides!r}.")
-    if run.init_from:
-        return BertReproConfig.from_pretrained(run.init_from)
+    if "objective" in overrides:
+        raise ConfigurationError("Set the pre-training objective with --objective (it decides how the data are built "
+                                 "too), not in --model_overrides.")
     try:
-        return BertReproConfig.from_preset(run.preset, **{**fields, **overrides})
+        if run.init_from:  # continued pre-training keeps the checkpoint's attention direction (from_pretrained checks)
+            config = BertReproConfig.from_pretrained(run.init_from, objective=objective)
+            for name, value in run.switches().items():
+                setattr(config, name, value)
+            check_objective_switches(config)
+            return config
+        return BertReproConfig.from_preset(run.preset, **{**fields, "objective": objective, **overrides})
     except (StrictDataclassError, ValueError, TypeError) as err:  # the config's own checks name the field
         reason = str(err).strip().splitlines()[-1].strip()
-        raise ConfigurationError(f"The model configuration (--preset {run.preset}, --model_overrides) is invalid: "
+        source = f"--init_from {run.init_from}" if run.init_from else f"--preset {run.preset}, --model_overrides"
+        raise ConfigurationError(f"The model configuration ({source}, --objective {objective}) is invalid: "
                                  f"{reason}") from None
 
 
@@ -480,19 +574,24 @@ def check_lengths(config: BertReproConfig, phases: list[PreTrainingDataConfig]) 
 
 
 def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDataConfig]) -> BertReproForPreTraining:
-    config = model_config(run, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    config = model_config(run, phases[0].objective, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
     check_lengths(config, phases)
     if len(tokenizer) > config.vocab_size:
         raise ConfigurationError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
     if run.init_from:
         model = BertReproForPreTraining.from_pretrained(
             run.init_from, attn_implementation=run.attn_implementation, sparse_prediction=run.sparse_prediction,
-            **run.switches(),
+            objective=config.objective, **run.switches(),
         )
     else:
         for name, value in {**run.switches(), "sparse_prediction": run.sparse_prediction}.items():
             setattr(config, name, value)
         model = BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
+    if not config.pretraining_objective.next_sentence:
+        # No NSP: the pooler and NSP head stay as initialised (a fine-tune starts them afresh, as the paper's No NSP
+        # model must); frozen so that DDP finds no unused parameter and weight decay leaves them alone.
+        model.bert.pooler.requires_grad_(False)
+        model.cls.seq_relationship.requires_grad_(False)
     return model.compile_layers() if run.compile_layers else model
 
 
@@ -545,7 +644,9 @@ def _has_accelerator() -> bool:
 
 def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole job: arguments -> data -> model -> Trainer -> saved checkpoint, statistics, curves."""
+    check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
     run, data, training = parse_arguments(argv)
+    check_engine(training)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
                         datefmt="%H:%M:%S")
     output_dir = Path(training.output_dir)
@@ -560,7 +661,15 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     if training.dataloader_pin_memory and (training.use_cpu or not _has_accelerator()):
         training.dataloader_pin_memory = False  # pinned memory only helps copies to an accelerator (torch warns)
     phase_cfgs = phase_configs(data, run)
-    check_lengths(model_config(run), phase_cfgs)  # before any data work
+    check_lengths(model_config(run, data.objective, **run.switches()), phase_cfgs)  # before any data work
+    if run.packing and data.pretraining_objective.causal:
+        raise ConfigurationError(f"--packing true cannot be used with --objective {data.objective}: packed rows keep "
+                                 "each example to itself in both directions, not left-to-right. Turn packing off.")
+    if run.streaming:
+        if training.dataloader_num_workers:
+            raise ConfigurationError("--streaming true reads the stream in the training process: set "
+                                     "--dataloader_num_workers 0 (its position is saved with each checkpoint).")
+        training.ignore_data_skip = True  # resuming restores the stream's own position instead of re-reading it
     push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
     if run.plot and not _importable("matplotlib"):
         logger.warning("matplotlib is not installed (pip install 'bert-repro[train]'): not writing training_curves.png")
@@ -578,7 +687,12 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             output_dir.mkdir(parents=True, exist_ok=True)
             (output_dir / RUN_CONFIG).write_text(json.dumps(record, indent=2))
         try:
-            tokenizer, phases, eval_dataset, statistics = build_datasets(run, data, training, output_dir)
+            if run.streaming:
+                tokenizer, phases, eval_dataset, statistics = build_streaming_datasets(
+                    run, data, training, output_dir, phase_steps(training.max_steps, run.phase2_fraction,
+                                                                 len(phase_cfgs)))
+            else:
+                tokenizer, phases, eval_dataset, statistics = build_datasets(run, data, training, output_dir)
         except BaseException:
             if fresh and training.process_index == 0:
                 forget_unstarted_run(output_dir)  # so that a retry with other data is not "a different run"
@@ -589,22 +703,33 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
 
     set_seed(training.seed)  # the initial weights must not depend on what data preparation drew before
     model = build_model(run, tokenizer, phase_cfgs)
-    steps = phase_steps(training.max_steps, run.phase2_fraction, len(phases))
+    steps = phase_steps(training.max_steps, run.phase2_fraction, len(phase_cfgs))
+    callbacks = [StopAfterSteps(run.stop_after_steps)] if run.stop_after_steps else []
+    if run.streaming:  # `phases` is this process's stream of examples, all phases in one
+        callbacks.append(DataStateCallback(phases, training.per_device_train_batch_size
+                                           * training.gradient_accumulation_steps))
+        if resume_from:
+            try:
+                load_data_state(phases, resume_from)
+            except ValueError as err:
+                raise ConfigurationError(f"Cannot resume the stream: {err}.") from None
+        tokens_at_start = phases.tokens_yielded
     if eval_dataset is None:
         training.eval_strategy = IntervalStrategy.NO
     trainer = PreTrainingTrainer(
         model=model,
         args=training,
-        train_dataset=datasets.concatenate_datasets(phases) if len(phases) > 1 else phases[0],
+        train_dataset=phases if run.streaming else phases[0] if len(phases) == 1 else datasets.concatenate_datasets(
+            phases),
         eval_dataset=eval_dataset,
         data_collator=PhaseCollator(tokenizer, phase_cfgs, packing=run.packing),
         processing_class=tokenizer,
         optimizer_cls_and_kwargs=optimizer_cls_and_kwargs(
             run.optimizer, lr=training.learning_rate, betas=(training.adam_beta1, training.adam_beta2),
             eps=training.adam_epsilon, weight_decay=training.weight_decay),
-        phase_sizes=[len(p) for p in phases],
+        phase_sizes=None if run.streaming else [len(p) for p in phases],
         phase_samples=[n * run.global_batch_size for n in steps],
-        callbacks=[StopAfterSteps(run.stop_after_steps)] if run.stop_after_steps else None,
+        callbacks=callbacks or None,
     )
     start = time.time()
     result = trainer.train(resume_from_checkpoint=resume_from)
@@ -616,19 +741,23 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
 
     summary = {"train_runtime_s": round(elapsed, 1), "global_step": trainer.state.global_step,
                "train_loss": result.training_loss, "processes": training.world_size,
-               "gradient_accumulation_steps": training.gradient_accumulation_steps}
-    tokens = sum(statistics[f"phase{i + 1}"]["tokens"] / max(statistics[f"phase{i + 1}"]["examples"], 1) * n
-                 * run.global_batch_size for i, n in enumerate(steps))
+               "gradient_accumulation_steps": training.gradient_accumulation_steps, "engine": trainer.engine}
+    if run.streaming:  # the tokens this invocation trained on, summed over the processes
+        tokens = trainer.accelerator.reduce(torch.tensor(float(phases.tokens_yielded - tokens_at_start),
+                                                         device=training.device), reduction="sum").item()
+    else:
+        tokens = sum(statistics[f"phase{i + 1}"]["tokens"] / max(statistics[f"phase{i + 1}"]["examples"], 1) * n
+                     * run.global_batch_size for i, n in enumerate(steps))
     summary["tokens_per_second"] = round(tokens / elapsed, 1)
     if eval_dataset is not None:
         summary.update(trainer.evaluate())
-    trainer.save_model(str(output_dir))
+    trainer.save_full_model(str(output_dir))  # every process: FSDP gathers the shards
     if trainer.is_world_process_zero():
         save_tokenizer(tokenizer, output_dir)
         (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
         (output_dir / "results.json").write_text(json.dumps(summary, indent=2))
         if run.plot:
-            plot_curves(trainer.state.log_history, output_dir / "training_curves.png")
+            plot_curves(trainer.state.log_history, output_dir / "training_curves.png", data.pretraining_objective)
         log_table("results", summary)
         if push_to is not None:  # every checkpoint as branch step-N, the final model on main
             push_checkpoints(output_dir, push_to["repo_id"], private=push_to["private"])
@@ -652,15 +781,18 @@ def log_statistics(statistics: dict[str, dict]) -> None:
                   {k: v for k, v in stats.items() if not isinstance(v, (dict, list))})
 
 
-def plot_curves(log_history: list[dict], path: Path) -> None:
-    """Training and held-out curves of the four pre-training metrics, one panel each."""
+def plot_curves(log_history: list[dict], path: Path, objective: PreTrainingObjective | None = None) -> None:
+    """Training and held-out curves of the pre-training metrics (those of `metrics_from_sums`), one panel each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = ["mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"]
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
+    task = objective.token_task
+    panels = ([f"{task}_loss", "nsp_loss", f"{task}_accuracy", "nsp_accuracy"] if objective.next_sentence
+              else [f"{task}_loss", f"{task}_accuracy"])
+    fig, axes = plt.subplots(len(panels) // 2, 2, figsize=(10, 3.5 * (len(panels) // 2)), squeeze=False)
     for ax, key in zip(axes.flat, panels):
         for prefix, style in (("", "-"), ("eval_", "o-")):
             points = [(e["step"], e[prefix + key]) for e in log_history if prefix + key in e]

@@ -1,0 +1,279 @@
+"""Streamed pre-training examples (bert_repro.data.streaming): the same laws as the map-style builder, NotNext segments
+from other documents of the buffer, a resumed stream that gives the same examples without reading consumed documents
+again, the phase switch, and a streamed pre-training stopped and resumed through the recipe."""
+
+import json
+import math
+import random
+
+import datasets
+import pytest
+from test_pretraining import launch, weights, write_config  # noqa: F401
+
+from bert_repro.data.corpus import CorpusError
+from bert_repro.data.pretraining_examples import (
+    IS_NEXT,
+    NOT_NEXT,
+    PreTrainingDataConfig,
+    create_pretraining_dataset,
+    pretraining_statistics,
+)
+from bert_repro.data.streaming import (
+    DatasetDocuments,
+    StreamingExamples,
+    TextFileDocuments,
+    open_document_source,
+)
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+DOCUMENTS, WORDS_PER_DOCUMENT = 40, 12
+
+
+def word(document, j):
+    return f"d{document}w{j}"
+
+
+@pytest.fixture(scope="module")
+def marked(tmp_path_factory):
+    """A corpus whose every word belongs to one document (so a token id names its document), in 4 files with a
+    blank line between documents, and a tokenizer whose vocabulary is exactly those words."""
+    from bert_repro.data.wordpiece import load_tokenizer
+
+    root = tmp_path_factory.mktemp("marked")
+    rng = random.Random(0)
+    texts = []
+    for d in range(DOCUMENTS):
+        sentences = [" ".join(word(d, rng.randrange(WORDS_PER_DOCUMENT)) for _ in range(rng.randint(3, 9))) + " ."
+                     for _ in range(rng.randint(1, 9))]
+        texts.append("\n".join(sentences))  # one sentence a line, as the reference's input
+    folder = root / "corpus"
+    folder.mkdir()
+    for f in range(4):
+        (folder / f"part{f}.txt").write_text("\n\n".join(texts[f * 10:(f + 1) * 10]) + "\n")
+    vocab = SPECIAL + ["."] + [word(d, j) for d in range(DOCUMENTS) for j in range(WORDS_PER_DOCUMENT)]
+    (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokenizer = load_tokenizer(root / "vocab.txt")
+    owner = {tokenizer.convert_tokens_to_ids(word(d, j)): d for d in range(DOCUMENTS) for j in range(WORDS_PER_DOCUMENT)}
+    return folder, texts, tokenizer, owner
+
+
+CONFIG = PreTrainingDataConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=3, random_seed=7)
+
+
+def examples_of(source, tokenizer, config=CONFIG, **kwargs):
+    """The corpus holds one sentence a line: split_lines."""
+    return StreamingExamples(source, tokenizer, config, split_lines=True, **kwargs)
+
+
+def take(examples, n):
+    it = iter(examples)
+    return [next(it) for _ in range(n)]
+
+
+def originals(example):
+    """The example's tokens before masking."""
+    ids = list(example["input_ids"])
+    for position, original in zip(example["masked_lm_positions"], example["masked_lm_ids"]):
+        ids[position] = original
+    return ids
+
+
+def segments(example, tokenizer):
+    ids, types = originals(example), example["token_type_ids"]
+    special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.convert_tokens_to_ids(".")}
+    a = [t for t, s in zip(ids, types) if s == 0 and t not in special]
+    b = [t for t, s in zip(ids, types) if s == 1 and t not in special]
+    return a, b
+
+
+def test_source_reads_every_document_once_per_pass(marked):
+    folder, texts, _, _ = marked
+    source = open_document_source(str(folder))
+    assert isinstance(source, TextFileDocuments)
+    assert list(source) == texts and list(source) == []  # one pass, then nothing until rewound
+    source.rewind()
+    assert list(source) == texts and source.documents_read == 2 * DOCUMENTS
+    # Two processes: each its own files, together every document once.
+    parts = [list(open_document_source(str(folder), rank=r, world_size=2)) for r in range(2)]
+    assert not set(parts[0]) & set(parts[1]) and sorted(parts[0] + parts[1]) == sorted(texts)
+    # More processes than files: every 5th document each.
+    parts = [list(open_document_source(str(folder), rank=r, world_size=5)) for r in range(5)]
+    assert [len(p) for p in parts] == [8] * 5 and sorted(sum(parts, [])) == sorted(texts)
+
+
+def test_not_next_segments_come_from_other_documents_of_the_buffer(marked):
+    folder, texts, tokenizer, owner = marked
+    buffer = 4
+    examples = take(examples_of(open_document_source(str(folder)), tokenizer, CONFIG, document_buffer=buffer,
+                                      shuffle_buffer=50), 1500)
+    counts = {IS_NEXT: 0, NOT_NEXT: 0}
+    for example in examples:
+        a, b = segments(example, tokenizer)
+        a_docs, b_docs = {owner[t] for t in a}, {owner[t] for t in b}
+        assert len(a_docs) == 1 and len(b_docs) == 1, example  # each segment from one document
+        (a_doc,), (b_doc,) = a_docs, b_docs
+        counts[example["next_sentence_label"]] += 1
+        if example["next_sentence_label"] == IS_NEXT:
+            assert b_doc == a_doc
+        else:
+            assert b_doc != a_doc  # never the same document (the buffer always holds `buffer` others)
+            # From the buffer: one of the `buffer` documents before A's, or, for the first ones of a pass, after it.
+            assert abs(b_doc - a_doc) <= buffer, (a_doc, b_doc)
+    assert counts[IS_NEXT] > 300 and counts[NOT_NEXT] > 300
+
+
+def binomial_bound(p, n1, n2, sigmas=4.0):
+    return sigmas * math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
+
+
+def test_streamed_examples_follow_the_laws_of_the_map_style_builder(marked):
+    folder, texts, tokenizer, _ = marked
+    config = PreTrainingDataConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=30, random_seed=3)
+    reference = create_pretraining_dataset(datasets.Dataset.from_dict({"text": texts}), tokenizer, config,
+                                           split_lines=True)
+    n = len(reference)
+    streamed = take(examples_of(open_document_source(str(folder)), tokenizer, config, document_buffer=8,
+                                      shuffle_buffer=200), n)
+    mask = tokenizer.mask_token_id
+    ours = pretraining_statistics(datasets.Dataset.from_list(streamed), mask_token_id=mask)
+    theirs = pretraining_statistics(reference, mask_token_id=mask)
+    # Both against the paper's laws: NotNext about half (a bit more: one-sentence chunks are always NotNext), masked
+    # ~15% of the tokens up to max_predictions_per_seq, 80/10/10 among the masked.
+    for stats in (ours, theirs):
+        assert 0.35 < stats["is_next_share"] < 0.5
+        expected_masked = sum(min(5, max(1, round(len(e["input_ids"]) * 0.15))) for e in streamed) / ours["tokens"]
+        assert abs(stats["masked_share"] - expected_masked) < 0.02
+    # And with each other, within the binomial standard error of two samples of this size.
+    p = theirs["is_next_share"]
+    assert abs(ours["is_next_share"] - p) < binomial_bound(p, ours["examples"], theirs["examples"])
+    for part, share in (("mask", 0.8), ("random", 0.1 - 0.1 / tokenizer.vocab_size), ("unchanged", 0.1)):
+        for stats in (ours, theirs):
+            assert abs(stats["masked_split"][part] - share) < binomial_bound(share, stats["masked"], stats["masked"]) * 2
+        assert abs(ours["masked_split"][part] - theirs["masked_split"][part]) < binomial_bound(
+            share, ours["masked"], theirs["masked"])
+    p = theirs["masked_share"]
+    assert abs(ours["masked_share"] - p) < binomial_bound(p, ours["tokens"], theirs["tokens"]) + 0.01
+    # Lengths: the same targets (short_seq_prob), so the same mean length within noise.
+    assert abs(ours["tokens"] / ours["examples"] - theirs["tokens"] / theirs["examples"]) < 1.0
+
+
+def test_dupe_rounds_repeat_after_dupe_factor_passes(marked):
+    folder, _, tokenizer, _ = marked
+    config = PreTrainingDataConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2, random_seed=1)
+    examples = examples_of(open_document_source(str(folder)), tokenizer, config, shuffle_buffer=0)
+    passes = []
+    it = iter(examples)
+    while len(passes) < 3:
+        current = examples._pass
+        rows = []
+        while examples._pass == current or not rows:
+            rows.append(json.dumps(next(it), sort_keys=True))
+            if examples._pass != current and len(rows) > 1:
+                break
+        passes.append(rows)
+    first, second, third = (set(p) for p in passes)
+    assert len(first & third) > 0.9 * len(first)  # round 0 again: same instances
+    assert len(first & second) < 0.1 * len(first)  # round 1: other masks and pairs
+
+
+@pytest.mark.parametrize("kind", ["files", "datasets"])
+def test_resumed_stream_gives_the_same_examples_without_rereading(marked, kind):
+    """Local text files: the resumed stream reads exactly the documents the uninterrupted one read after the stop.
+    A datasets IterableDataset (8 shards of 5 documents, a generator that logs what it reads): finished shards are
+    not read again; the library reads the current shard's rows before the position again (and drops them)."""
+    folder, texts, tokenizer, _ = marked
+    logs = []
+
+    def rows(shards, which):
+        for shard in shards:
+            for i in range(shard * 5, shard * 5 + 5):
+                logs[which].append(i)
+                yield {"text": texts[i]}
+
+    def fresh():
+        if kind == "files":
+            src = open_document_source(str(folder))
+        else:
+            logs.append([])
+            src = DatasetDocuments(datasets.IterableDataset.from_generator(
+                rows, gen_kwargs={"shards": list(range(8)), "which": len(logs) - 1}))
+        return src, examples_of(src, tokenizer, CONFIG, document_buffer=5, shuffle_buffer=30)
+
+    stop, total = 437, 700  # in the second pass over the stream (about 350 examples a pass here)
+    full_source, full = fresh()
+    expected = take(full, total)
+    first_source, first = fresh()
+    head = take(first, stop)
+    state = json.loads(json.dumps(first.state_dict()))  # what a checkpoint holds
+    resumed_source, resumed = fresh()
+    resumed.load_state_dict(state)
+    tail = take(resumed, total - stop)
+    assert head + tail == expected and resumed.examples_yielded == total
+    if kind == "files":
+        assert first_source.documents_read + resumed_source.documents_read == full_source.documents_read
+        return
+    full_reads, first_reads, resumed_reads = logs
+    assert first_reads + resumed_reads[-(len(full_reads) - len(first_reads)):] == full_reads
+    again = resumed_reads[: len(resumed_reads) - (len(full_reads) - len(first_reads))]
+    current_shard = first_reads[-1] // 5
+    assert again == list(range(current_shard * 5, first_reads[-1] + 1))  # the current shard's consumed rows only
+
+
+def test_phase_switch_and_state_checks(marked):
+    folder, _, tokenizer, _ = marked
+    long = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3, random_seed=7)
+    examples = examples_of(open_document_source(str(folder)), tokenizer, [CONFIG, long], phase_examples=[40],
+                                 document_buffer=3, shuffle_buffer=20)
+    rows = take(examples, 240)
+    assert all(len(r["input_ids"]) <= 32 for r in rows[:40]) and examples.phase == 1
+    assert max(len(r["input_ids"]) for r in rows[40:]) > 32 and all(len(r["masked_lm_ids"]) <= 10 for r in rows)
+    other = examples_of(open_document_source(str(folder), rank=1, world_size=2), tokenizer, CONFIG,
+                              rank=1, world_size=2)
+    with pytest.raises(ValueError, match="process 0 of 1, this is process 1 of 2"):
+        other.load_state_dict(examples.state_dict())
+    with pytest.raises(ValueError, match="document_buffer must be at least 1"):
+        examples_of(open_document_source(str(folder)), tokenizer, CONFIG, document_buffer=0)
+
+
+def test_bad_streamed_corpus(tmp_path, marked):
+    _, _, tokenizer, _ = marked
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n  \n")
+    with pytest.raises(CorpusError, match="no document with text"):
+        take(examples_of(open_document_source(str(empty)), tokenizer, CONFIG), 1)
+    table = tmp_path / "docs.jsonl"
+    table.write_text('{"body": "d0w1 d0w2 ."}\n')
+    with pytest.raises(CorpusError, match="has no column 'text'"):
+        list(open_document_source(str(table)))
+    utf16 = tmp_path / "u.txt"
+    utf16.write_text("d0w1 d0w2 .", encoding="utf-16")
+    with pytest.raises(CorpusError, match="UTF-16"):
+        list(open_document_source(str(utf16)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Through the recipe
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path, marked):
+    folder, _, tokenizer, _ = marked
+    config = write_config(tmp_path / "stream.yaml", folder, folder.parent / "vocab.txt", streaming=True,
+                          stream_document_buffer=4, stream_shuffle_buffer=16, stream_held_out_documents=4,
+                          document_boundary="blank_line", split_lines=True, max_steps=12, save_steps=5, eval_steps=6,
+                          phase2_fraction=0.25, eval_fraction=0.0)
+    full = tmp_path / "full"
+    launch(config, full)
+    stats = json.loads((full / "data_statistics.json").read_text())
+    assert stats["phase1"]["streamed"] and stats["held_out"]["examples"] > 0
+    stopped = tmp_path / "stopped"
+    launch(config, stopped, "--stop_after_steps", "7")  # checkpoint-5 (save_steps) and checkpoint-7 (the stop)
+    state = json.loads((stopped / "checkpoint-7" / "data_state-rank0.json").read_text())
+    assert state["examples"] == 7 * 8 and state["phase"] == 0
+    launch(config, stopped, "--resume_from_checkpoint", "true")
+    a, b = weights(full), weights(stopped)
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-6, worst
+    history = [e for e in json.loads((stopped / "log_history.json").read_text()) if "mlm_loss" in e]
+    assert len(history) == 12
