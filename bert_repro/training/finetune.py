@@ -21,6 +21,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import datasets
@@ -35,6 +36,8 @@ from .cli import (
     take_push_request,
     write_run_config,
 )
+from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, PRETRAINING_OBJECTIVES, BertReproConfig,
+                                              check_objective_kept, check_objective_switches)
 from ..model.conversion import load_bert
 from ..hub.push import push
 from ..data.task_files import load_task_data
@@ -82,6 +85,11 @@ class FineTuningArguments(SpeedSwitches):
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only so many evaluation rows."})
     num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
     attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
+    objective: str | None = field(default=None, metadata={
+        "choices": list(PRETRAINING_OBJECTIVES),
+        "help": "The model attends as it was pre-trained (its config's objective, the paper's Table 5; a "
+                "left-to-right model stays left-to-right). Naming an objective here only checks that: one with "
+                "another attention direction is refused."})
     predict_test: bool = field(default=True, metadata={
         "help": "Write GLUE test-set prediction files when the data has a test split."})
     keep_all_runs: bool = field(default=False, metadata={"help": "Keep every run's weights, not only the best."})
@@ -120,6 +128,21 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
     if not run.learning_rates:
         run.learning_rates = list(task.grid.get("learning_rate", ())) or [training.learning_rate]
     return run, training
+
+
+def check_objective(run: FineTuningArguments) -> None:
+    """The checkpoint's pre-training objective against --objective and the speed switches, before any data is read:
+    a left-to-right checkpoint is never fine-tuned with bidirectional attention (`check_objective_kept`)."""
+    try:
+        saved = BertReproConfig.get_config_dict(run.model)[0].get("objective", DEFAULT_OBJECTIVE)
+    except (OSError, ValueError):
+        return  # no config.json to read (e.g. a TensorFlow checkpoint): a BERT, checked when the model is built
+    try:
+        if run.objective is not None:
+            check_objective_kept(saved, run.objective, run.model)
+        check_objective_switches(SimpleNamespace(objective=saved, **run.switches()))
+    except ValueError as err:  # ObjectiveConflictError, or an objective name this version does not know
+        raise ConfigurationError(f"--model {run.model}: {err}") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -239,6 +262,7 @@ def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, o
 def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole protocol for one task: the grid of learning rates x seeds, the best on dev kept, results written."""
     run, training = parse_arguments(argv)
+    check_objective(run)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
                         datefmt="%H:%M:%S")
     task = get_task(run.task)
