@@ -122,6 +122,20 @@ def test_not_next_segments_come_from_other_documents_of_the_buffer(marked):
     assert counts[IS_NEXT] > 300 and counts[NOT_NEXT] > 300
 
 
+def test_shuffle_buffer_mixes_documents(marked):
+    """Without a shuffle buffer the examples come in document order; with one, a uniformly random slot leaves: about
+    half of the neighbouring examples are in decreasing document order, as in a shuffled list."""
+    folder, _, tokenizer, owner = marked
+
+    def decreasing_share(shuffle_buffer):
+        rows = take(examples_of(open_document_source(str(folder)), tokenizer, shuffle_buffer=shuffle_buffer), 300)
+        docs = [owner[segments(r, tokenizer)[0][0]] for r in rows]
+        return sum(b < a for a, b in zip(docs, docs[1:])) / (len(docs) - 1)
+
+    assert decreasing_share(0) < 0.02  # only where a pass starts again
+    assert 0.35 < decreasing_share(100) < 0.65
+
+
 def binomial_bound(p, n1, n2, sigmas=4.0):
     return sigmas * math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
 
@@ -249,6 +263,26 @@ def test_bad_streamed_corpus(tmp_path, marked):
     utf16.write_text("d0w1 d0w2 .", encoding="utf-16")
     with pytest.raises(CorpusError, match="UTF-16"):
         list(open_document_source(str(utf16)))
+
+
+def test_checkpoint_with_a_truncated_stream_state_is_skipped(tmp_path, marked):
+    from test_resume import fake_checkpoint
+
+    from bert_repro.training.checkpoints import checkpoint_problem
+
+    folder, _, tokenizer, _ = marked
+    examples = examples_of(open_document_source(str(folder)), tokenizer)
+    take(examples, 3)
+    checkpoint = fake_checkpoint(tmp_path / "checkpoint-3", 3)
+    (checkpoint / "data_state-rank0.json").write_text(json.dumps(examples.state_dict()))
+    assert checkpoint_problem(checkpoint) is None and checkpoint_problem(checkpoint, streamed=True) is None
+    state = (checkpoint / "data_state-rank0.json").rename(tmp_path / "state.json")
+    assert checkpoint_problem(checkpoint) is None  # a run that does not stream needs none
+    assert "data_state-rank0.json is missing" in checkpoint_problem(checkpoint, streamed=True)
+    state.rename(checkpoint / "data_state-rank0.json")
+    text = (checkpoint / "data_state-rank0.json").read_text()
+    (checkpoint / "data_state-rank0.json").write_text(text[: len(text) // 2])  # killed while writing
+    assert "data_state-rank0.json cannot be read" in checkpoint_problem(checkpoint)
 
 
 # ---------------------------------------------------------------------------------------------------------------

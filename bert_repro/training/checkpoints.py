@@ -23,8 +23,9 @@ logger = logging.getLogger(__name__)
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 
-def checkpoint_problem(folder: str | Path) -> str | None:
-    """Why Trainer could not resume from `folder`, or None when it looks complete."""
+def checkpoint_problem(folder: str | Path, *, streamed: bool = False) -> str | None:
+    """Why Trainer could not resume from `folder`, or None when it looks complete. `streamed`: the run reads its
+    corpus as a stream, whose position (`data_state-rank0.json`, written after Trainer's files) must be there too."""
     folder = Path(folder)
     if not folder.is_dir():
         return "not a folder"
@@ -53,6 +54,13 @@ def checkpoint_problem(folder: str | Path) -> str | None:
         # end of the file, so a truncated one is not a zip file any more.
         if not zipfile.is_zipfile(path):
             return f"{path.name} is truncated or not a torch file"
+    if streamed and not (folder / "data_state-rank0.json").is_file():
+        return "data_state-rank0.json is missing (the stream's position)"
+    for path in sorted(folder.glob("data_state-rank*.json")):  # a streamed run's position in its stream
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            return f"{path.name} cannot be read ({err})"
     return None
 
 
@@ -77,14 +85,14 @@ class NoUsableCheckpoint(ConfigurationError):
     """Checkpoints exist but none can be resumed from; the message lists each one and why."""
 
 
-def newest_valid_checkpoint(output_dir: str | Path) -> Path | None:
+def newest_valid_checkpoint(output_dir: str | Path, *, streamed: bool = False) -> Path | None:
     """The newest complete `checkpoint-N` in `output_dir`, logging each newer one skipped and why.
 
     None when there is no checkpoint at all; `NoUsableCheckpoint` when there are some and none is complete.
     """
     skipped = []
     for folder in checkpoints_newest_first(output_dir):
-        problem = checkpoint_problem(folder)
+        problem = checkpoint_problem(folder, streamed=streamed)
         if problem is None:
             if skipped:
                 logger.warning("resuming from %s, the newest complete checkpoint", folder.name)

@@ -605,16 +605,16 @@ def gradient_accumulation(global_batch_size: int, per_device: int, world_size: i
     return global_batch_size // per_step
 
 
-def checkpoint_to_resume(output_dir: Path, resume_from: bool | str | None) -> str | None:
+def checkpoint_to_resume(output_dir: Path, resume_from: bool | str | None, streamed: bool = False) -> str | None:
     """`--resume_from_checkpoint true`: the newest complete checkpoint (broken newer ones skipped, with the reason),
     or None when nothing was saved yet; a named checkpoint is checked the same way."""
     if resume_from is True:
-        found = newest_valid_checkpoint(output_dir)
+        found = newest_valid_checkpoint(output_dir, streamed=streamed)
         if found is None:
             logger.info("no checkpoint in %s yet: starting at step 0", output_dir)
         return None if found is None else str(found)
     if resume_from:
-        problem = checkpoint_problem(resume_from)
+        problem = checkpoint_problem(resume_from, streamed=streamed)
         if problem:
             raise ConfigurationError(f"Cannot resume from {resume_from}: {problem}.")
     return resume_from or None
@@ -657,7 +657,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         run.global_batch_size, training.per_device_train_batch_size, training.world_size)
     record = run_record(run, data, training)
     check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir)
-    resume_from = checkpoint_to_resume(output_dir, resume_from)
+    resume_from = checkpoint_to_resume(output_dir, resume_from, streamed=run.streaming)
     if training.dataloader_pin_memory and (training.use_cpu or not _has_accelerator()):
         training.dataloader_pin_memory = False  # pinned memory only helps copies to an accelerator (torch warns)
     phase_cfgs = phase_configs(data, run)
