@@ -58,21 +58,23 @@ def ltr_config(**overrides):
     return tiny_config(objective="ltr", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **overrides)
 
 
-def batch_with_changed_tail(vocab_size=99, seq=12, cut=6, seed=0):
-    """Two batches equal up to position `cut` (exclusive) and different after it; row 1 is padded from 9."""
+def batch_with_changed_tail(vocab_size=99, seq=12, cut=6, seed=0, padded=True):
+    """Two batches equal up to position `cut` (exclusive) and different after it; row 1 is padded from 9 (or no
+    padding at all: SDPA could then be left a causal flag instead of a mask)."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, vocab_size, (2, seq), generator=g)
     changed = ids.clone()
     changed[:, cut:] = torch.randint(5, vocab_size, (2, seq - cut), generator=g)
     mask = torch.ones(2, seq, dtype=torch.long)
-    mask[1, 9:] = 0
+    if padded:
+        mask[1, 9:] = 0
     return ids, changed, mask
 
 
-def assert_causal(encode, cut=6):
+def assert_causal(encode, cut=6, padded=True):
     """`encode(ids, mask)` -> (batch, seq, hidden): outputs before `cut` unchanged when the tokens from `cut` on
     change, and outputs from `cut` on changed (so that the model does read its input)."""
-    ids, changed, mask = batch_with_changed_tail(cut=cut)
+    ids, changed, mask = batch_with_changed_tail(cut=cut, padded=padded)
     before, after = encode(ids, mask), encode(changed, mask)
     assert (before[:, :cut] - after[:, :cut]).abs().max().item() < 1e-6
     assert (before[0, cut:] - after[0, cut:]).abs().max().item() > 1e-3
@@ -116,8 +118,10 @@ def test_ltr_model_is_causal_and_bidirectional_model_is_not(implementation):
     torch.manual_seed(0)
     model = BertReproForPreTraining._from_config(ltr_config(), attn_implementation=implementation).eval()
     with torch.no_grad():
-        assert_causal(lambda ids, mask: model.bert(ids, mask).last_hidden_state)
-        assert_causal(lambda ids, mask: model(ids, mask).prediction_logits)
+        for padded in (True, False):
+            assert_causal(lambda ids, mask: model.bert(ids, mask).last_hidden_state, padded=padded)
+            assert_causal(lambda ids, mask: model(ids, mask).prediction_logits, padded=padded)
+        assert_causal(lambda ids, mask: model.bert(ids).last_hidden_state)  # no mask given
     bidirectional = BertReproModel._from_config(tiny_config(), attn_implementation=implementation).eval()
     with torch.no_grad(), pytest.raises(AssertionError):
         assert_causal(lambda ids, mask: bidirectional(ids, mask).last_hidden_state)
@@ -195,16 +199,19 @@ def test_mlm_checkpoint_is_plain_transformers_bert(tmp_path):
 
 
 @pytest.mark.parametrize("switch", ["fast_dropout", "tied_gradients"])
-def test_speed_switches_a_causal_model_allows_keep_it_causal(switch):
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_speed_switches_a_causal_model_allows_keep_it_causal(switch, implementation):
     """In training mode (where these switches act): the same seed draws the same dropout masks for both inputs."""
     torch.manual_seed(0)
-    model = BertReproForPreTraining(tiny_config(objective="ltr", **{switch: True})).train()
+    model = BertReproForPreTraining._from_config(tiny_config(objective="ltr", **{switch: True}),
+                                                 attn_implementation=implementation).train()
 
     def encode(ids, mask):
         torch.manual_seed(1)
         return model(ids, mask).prediction_logits.detach()
 
-    assert_causal(encode)
+    for padded in (True, False):
+        assert_causal(encode, padded=padded)
 
 
 @pytest.mark.parametrize("switch", ["unpad_inputs", "last_layer_subset"])
@@ -380,6 +387,20 @@ def corpus(tmp_path_factory, tokenizer):
         (root / "text" / f"doc{d}.txt").write_text(" ".join(sentences))
     save_tokenizer(tokenizer[0], root / "tokenizer")
     return root / "text", root / "tokenizer"
+
+
+@pytest.mark.parametrize("objective", ["mlm_nsp", "mlm", "ltr"])
+def test_pretraining_model_trains_the_nsp_head_only_with_nsp(tmp_path, corpus, objective):
+    """Without NSP the pooler and NSP head are frozen: no gradient, no weight decay, no unused parameter for DDP."""
+    from bert_repro.data.wordpiece import load_tokenizer
+    from bert_repro.training.pretrain import build_model, parse_arguments
+
+    run, data, _ = parse_arguments(pretraining_argv(*corpus, tmp_path / "out", objective))
+    model = build_model(run, load_tokenizer(corpus[1]), [data])
+    assert model.config.objective == objective
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    heads = {name for name, _ in model.named_parameters() if name.startswith(("bert.pooler.", "cls.seq_relationship."))}
+    assert len(heads) == 4 and frozen == (set() if objective == "mlm_nsp" else heads)
 
 
 @pytest.mark.parametrize("argv, message", [
