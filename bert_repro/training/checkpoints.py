@@ -39,7 +39,7 @@ def checkpoint_problem(folder: str | Path, *, streamed: bool = False) -> str | N
     except (OSError, ValueError) as err:  # ValueError: invalid JSON or bytes that are not UTF-8
         return f"trainer_state.json cannot be read ({err})"
     weights = _weight_files(folder)
-    if not weights:
+    if not weights and not _sharded_fsdp_weights(folder):
         return "model.safetensors is missing"
     from safetensors import safe_open
 
@@ -49,9 +49,9 @@ def checkpoint_problem(folder: str | Path, *, streamed: bool = False) -> str | N
                 pass  # the header is checked against the file size: a truncated file fails here
         except Exception as err:  # noqa: BLE001 (safetensors raises its own error type, or OSError)
             return f"{path.name} cannot be read ({err})"
-    for path in sorted(folder.glob("*.pt")) + sorted(folder.glob("*.pth")):
-        # optimizer.pt, scheduler.pt, rng_state.pth: torch.save writes a zip archive whose directory sits at the
-        # end of the file, so a truncated one is not a zip file any more.
+    for path in sorted(folder.glob("*.pt")) + sorted(folder.glob("*.pth")) + sorted(folder.glob("*.bin")):
+        # optimizer.pt, scheduler.pt, rng_state.pth (FSDP: optimizer.bin, pytorch_model_fsdp.bin): torch.save
+        # writes a zip archive whose directory sits at the end of the file, so a truncated one is not a zip file.
         if not zipfile.is_zipfile(path):
             return f"{path.name} is truncated or not a torch file"
     if streamed and not (folder / "data_state-rank0.json").is_file():
@@ -74,6 +74,12 @@ def _weight_files(folder: Path) -> list[Path]:
         return [folder / name for name in shards]
     single = folder / "model.safetensors"
     return [single] if single.is_file() else []
+
+
+def _sharded_fsdp_weights(folder: Path) -> bool:
+    """FSDP with SHARDED_STATE_DICT keeps the weights as a torch.distributed.checkpoint folder (its `.metadata` is
+    written last) instead of model.safetensors."""
+    return any((shards / ".metadata").is_file() for shards in folder.glob("pytorch_model_fsdp_*") if shards.is_dir())
 
 
 def checkpoints_newest_first(output_dir: str | Path) -> list[Path]:

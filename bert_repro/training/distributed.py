@@ -1,0 +1,194 @@
+"""The training engines behind `accelerate launch --config_file recipes/accelerate/<engine>.yaml`: DDP, FSDP2 and
+DeepSpeed ZeRO-2, for the pre-training and fine-tuning recipes alike.
+
+The recipes do not choose an engine: `accelerate launch` exports it (ACCELERATE_USE_FSDP, ACCELERATE_USE_DEEPSPEED
+and their settings) and the Trainer's Accelerator reads it. What this module adds:
+
+- `check_engine`: an engine the machine cannot run is one message before any work (DeepSpeed not installed, FSDP1
+  or a GPU-only FSDP setting on CPU processes), instead of a traceback from inside the libraries.
+- `EngineTrainer`: Trainer that really shards with FSDP2 on CPU processes (gloo). accelerate 1.15 applies its FSDP
+  plugin only to GPU-like process types: with CPU processes (`use_cpu`) its state stays MULTI_CPU, the plugin is
+  dropped without a word and the model is wrapped in DDP. torch's FSDP2 (`fully_shard`) itself runs on CPU with gloo,
+  so the Trainer puts the plugin back and the state to FSDP, and accelerate's own FSDP2 code path runs unchanged.
+  FSDP1 is refused on CPU: torch raises "Inconsistent compute device and `device_id` on rank 0: cpu vs cpu:0".
+- `EngineTrainer.save_full_model`: the final model is always one `model.safetensors` + `config.json` that
+  `from_pretrained` reads, also when the checkpoints are sharded (SHARDED_STATE_DICT): the full state dict is
+  gathered once for that save.
+- `engine_name`: what really ran ("FSDP2", "DDP", "DeepSpeed ZeRO-2", ...), recorded in results.json so that a
+  silent fall-back to another engine is visible (and tested).
+"""
+
+from __future__ import annotations
+
+import os
+
+from transformers import Trainer
+
+from .cli import ConfigurationError
+
+DEEPSPEED_EXTRA = "pip install 'bert-repro[deepspeed]'"
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "false").strip().lower() in ("1", "true", "yes")
+
+
+def requested_engine() -> str:
+    """The engine `accelerate launch` asked for: 'fsdp', 'deepspeed' or 'ddp' (one or several plain processes)."""
+    if _flag("ACCELERATE_USE_DEEPSPEED"):
+        return "deepspeed"
+    if _flag("ACCELERATE_USE_FSDP"):
+        return "fsdp"
+    return "ddp"
+
+
+def _gpu_available() -> bool:
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def _deepspeed_in_arguments(argv: list[str]) -> bool:
+    """`--deepspeed CONFIG` on the command line or `deepspeed:` in the recipe's `--config` YAML."""
+    if "--deepspeed" in argv or any(arg.startswith("--deepspeed=") for arg in argv):
+        return True
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        import yaml
+
+        try:
+            with open(argv[argv.index("--config") + 1]) as file:
+                values = yaml.safe_load(file)
+        except (OSError, yaml.YAMLError):
+            return False  # the recipe's own parsing names the file and the problem
+        return isinstance(values, dict) and bool(values.get("deepspeed"))
+    return False
+
+
+def check_deepspeed_installed(argv: list[str]) -> None:
+    """DeepSpeed asked for (by `accelerate launch` or `--deepspeed`) but not installed: one message, before the
+    arguments are parsed (transformers' TrainingArguments fails on it with an unrelated TypeError)."""
+    if requested_engine() != "deepspeed" and not _deepspeed_in_arguments(argv):
+        return
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError:
+        raise ConfigurationError(
+            "The DeepSpeed engine was asked for (accelerate config distributed_type: DEEPSPEED, or --deepspeed) but "
+            f"the deepspeed package is not installed: {DEEPSPEED_EXTRA}."
+        ) from None
+
+
+def check_engine(training) -> None:
+    """Refuse, with one message, an engine setting these processes cannot run; call before any work."""
+    if (_launched_processes() > 1 and not training.use_cpu and not _gpu_available()
+            and requested_engine() != "deepspeed"):
+        raise ConfigurationError(
+            f"{_launched_processes()} processes were launched on a machine without a GPU, but --use_cpu is false: "
+            "each process would train alone. Pass --use_cpu true (or use_cpu: true in the recipe's YAML config)."
+        )
+    if requested_engine() == "fsdp" and (training.use_cpu or not _gpu_available()):
+        if os.environ.get("FSDP_VERSION", "1").strip() != "2":
+            raise ConfigurationError(
+                "FSDP1 cannot run on CPU processes (torch: \"Inconsistent compute device and `device_id` on rank 0: "
+                "cpu vs cpu:0\"). Set fsdp_version: 2 in the accelerate config (as recipes/accelerate/fsdp_cpu.yaml)."
+            )
+
+
+def _launched_processes() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def engine_name(accelerator) -> str:
+    """What really runs: 'FSDP2', 'FSDP1', 'DeepSpeed ZeRO-<stage>', 'DDP' or 'single process'."""
+    from accelerate.utils import DistributedType
+
+    state = accelerator.state
+    if state.distributed_type == DistributedType.FSDP:
+        return f"FSDP{state.fsdp_plugin.fsdp_version}"
+    if state.distributed_type == DistributedType.DEEPSPEED:
+        return f"DeepSpeed ZeRO-{state.deepspeed_plugin.zero_stage}"
+    if state.num_processes > 1:
+        return "DDP"
+    return "single process"
+
+
+def sharded_base() -> type:
+    from torch.distributed.fsdp import FSDPModule
+
+    return FSDPModule
+
+
+def _fsdp2_module(model):
+    """`model` when FSDP2 has sharded it (its class is then a subclass of FSDPModule), else None."""
+    try:
+        return model if isinstance(model, sharded_base()) else None
+    except ImportError:  # a torch without FSDP2
+        return None
+
+
+def enable_fsdp_on_cpu(accelerator) -> bool:
+    """Give CPU processes the FSDP plugin that accelerate dropped (see the module docstring); True when it did."""
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    state = accelerator.state
+    if requested_engine() != "fsdp" or state.distributed_type != DistributedType.MULTI_CPU:
+        return False
+    plugin = FullyShardedDataParallelPlugin()  # from the launcher's FSDP_* variables, as accelerate builds it
+    if state.mixed_precision != "no":
+        plugin.set_mixed_precision(state.mixed_precision)
+    state.fsdp_plugin = plugin
+    state.distributed_type = DistributedType.FSDP
+    # As AcceleratorState.__init__ ends: every later AcceleratorState() copies the process state's type back.
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    return True
+
+
+class EngineTrainer(Trainer):
+    """Trainer for every engine the accelerate configs name; both recipes train with it (see the module docstring)."""
+
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        if enable_fsdp_on_cpu(self.accelerator):
+            self.is_fsdp_enabled = True
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Under FSDP2 the model's class is torch's `FSDP<Name>`, defined in torch's FSDP module: `save_pretrained`
+        would copy torch's files as the model's remote code (and not ours), and it reads the sharded parameters on
+        the saving process alone. So the gathered `state_dict` is saved through a plain model of the original class
+        whose tensors are those of `state_dict` (no copy), with the model's tied weights tied again."""
+        sharded = _fsdp2_module(self.model)
+        if sharded is None or state_dict is None or not self.args.should_save:
+            return super()._save(output_dir, state_dict=state_dict)
+        import torch
+
+        original_class = next(c for c in type(sharded).__mro__[1:] if not issubclass(c, sharded_base()))
+        with torch.device("meta"):
+            plain = original_class(sharded.config)
+        plain.load_state_dict(state_dict, assign=True)
+        plain.tie_weights()  # the gathered copies of tied weights are separate tensors: one of each pair is kept
+        self.model = plain
+        try:
+            super()._save(output_dir)  # the plain model's own state dict, with its ties
+        finally:
+            self.model = sharded
+
+    @property
+    def engine(self) -> str:
+        return engine_name(self.accelerator)
+
+    def save_full_model(self, output_dir: str) -> None:
+        """`save_model` that always writes the whole model (`model.safetensors` + `config.json`). Every process must
+        call it: under FSDP the parameters are gathered from all of them."""
+        plugin = getattr(self.accelerator.state, "fsdp_plugin", None) if self.is_fsdp_enabled else None
+        sharded = plugin is not None and "FULL_STATE_DICT" not in str(plugin.state_dict_type)
+        if sharded:  # Trainer.save_model writes no weights for sharded checkpoints
+            kept = plugin.state_dict_type
+            plugin.set_state_dict_type("FULL_STATE_DICT")
+        try:
+            self.save_model(output_dir)
+        finally:
+            if sharded:
+                plugin.set_state_dict_type(kept)
+        self.accelerator.wait_for_everyone()
