@@ -133,6 +133,8 @@ def _first_non_ascii(text: str, context: int = 12) -> str:
 # Files are read in blocks of this many bytes (encoding detection) or line by line (documents), never whole:
 # the memory a file needs is that of its largest document, whatever the file's size.
 _READ_BLOCK = 1 << 20
+# The start of a file, which decides whether it is text at all (binary check, UTF-16 byte-order mark).
+_HEAD_BYTES = 1 << 20
 _WRITER_BATCH_ROWS = 100
 # A file is named in a warning when it holds this many characters without sentence punctuation: verse and long
 # enumerations in real books reach a few thousand (and are cut quietly, see sentences.py); ten times the cut
@@ -182,7 +184,7 @@ def detect_encoding(name: str) -> _Encoding | None:
     file in blocks: the memory needed does not grow with the file. The binary check reads the first 64 KiB
     of UTF-8 text (as ``decode_text``) and the first MiB of text in other encodings."""
     with open(name, "rb") as f:
-        head = f.read(_READ_BLOCK)
+        head = f.read(_HEAD_BYTES)
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return _Encoding("utf-16") if _decodes(name, "utf-16") else None
     if b"\x00" in head[:65536]:
