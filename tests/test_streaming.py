@@ -2,13 +2,14 @@
 from other documents of the buffer, a resumed stream that gives the same examples without reading consumed documents
 again, the phase switch, and a streamed pre-training stopped and resumed through the recipe."""
 
+import itertools
 import json
 import math
 import random
 
 import datasets
 import pytest
-from test_pretraining import launch, weights, write_config  # noqa: F401
+from test_pretraining import launch, weights, write_config
 
 from bert_repro.data.corpus import CorpusError
 from bert_repro.data.pretraining_examples import (
@@ -98,11 +99,11 @@ def test_source_reads_every_document_once_per_pass(marked):
     assert not set(parts[0]) & set(parts[1]) and sorted(parts[0] + parts[1]) == sorted(texts)
     # More processes than files: every 5th document each.
     parts = [list(open_document_source(str(folder), rank=r, world_size=5)) for r in range(5)]
-    assert [len(p) for p in parts] == [8] * 5 and sorted(sum(parts, [])) == sorted(texts)
+    assert [len(p) for p in parts] == [8] * 5 and sorted(t for p in parts for t in p) == sorted(texts)
 
 
 def test_not_next_segments_come_from_other_documents_of_the_buffer(marked):
-    folder, texts, tokenizer, owner = marked
+    folder, _, tokenizer, owner = marked
     buffer = 4
     examples = take(examples_of(open_document_source(str(folder)), tokenizer, CONFIG, document_buffer=buffer,
                                       shuffle_buffer=50), 1500)
@@ -130,7 +131,7 @@ def test_shuffle_buffer_mixes_documents(marked):
     def decreasing_share(shuffle_buffer):
         rows = take(examples_of(open_document_source(str(folder)), tokenizer, shuffle_buffer=shuffle_buffer), 300)
         docs = [owner[segments(r, tokenizer)[0][0]] for r in rows]
-        return sum(b < a for a, b in zip(docs, docs[1:])) / (len(docs) - 1)
+        return sum(b < a for a, b in itertools.pairwise(docs)) / (len(docs) - 1)
 
     assert decreasing_share(0) < 0.02  # only where a pass starts again
     assert 0.35 < decreasing_share(100) < 0.65
@@ -292,7 +293,7 @@ def test_checkpoint_with_a_truncated_stream_state_is_skipped(tmp_path, marked):
 
 @pytest.mark.slow
 def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path, marked):
-    folder, _, tokenizer, _ = marked
+    folder = marked[0]
     config = write_config(tmp_path / "stream.yaml", folder, folder.parent / "vocab.txt", streaming=True,
                           stream_document_buffer=4, stream_shuffle_buffer=16, stream_held_out_documents=4,
                           document_boundary="blank_line", split_lines=True, max_steps=12, save_steps=5, eval_steps=6,
@@ -311,3 +312,22 @@ def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path
     assert worst < 1e-6, worst
     history = [e for e in json.loads((stopped / "log_history.json").read_text()) if "mlm_loss" in e]
     assert len(history) == 12
+
+
+@pytest.mark.slow
+def test_streamed_pretraining_with_two_processes_reads_different_files(tmp_path, marked):
+    folder, _, _, _ = marked
+    config = write_config(tmp_path / "ddp.yaml", folder, folder.parent / "vocab.txt", streaming=True,
+                          stream_document_buffer=4, stream_shuffle_buffer=16, stream_held_out_documents=4,
+                          document_boundary="blank_line", split_lines=True, per_device_train_batch_size=4,
+                          max_steps=6, save_steps=3, eval_steps=3, phase2_fraction=0.0, eval_fraction=0.0)
+    out = tmp_path / "two"
+    launch(config, out, "--stop_after_steps", "5", processes=2)
+    states = [json.loads((out / "checkpoint-3" / f"data_state-rank{r}.json").read_text()) for r in range(2)]
+    assert [(s["rank"], s["world_size"], s["examples"]) for s in states] == [(0, 2, 12), (1, 2, 12)]
+    assert [s["source"]["files"] for s in states] == [2, 2]  # each process its own 2 of the 4 files
+    buffered = [{tuple(map(tuple, entry[2])) for entry in s["buffer"]} for s in states]
+    assert not buffered[0] & buffered[1]
+    launch(config, out, "--resume_from_checkpoint", "true", processes=2)
+    results = json.loads((out / "results.json").read_text())
+    assert results["processes"] == 2 and results["global_step"] == 6 and results["tokens_per_second"] > 0

@@ -120,7 +120,8 @@ class PreTrainingArguments(SpeedSwitches):
     stream_shuffle_buffer: int = field(default=10_000, metadata={
         "help": "Streaming: examples shuffled in a buffer of this size (0: stream order)."})
     stream_held_out_documents: int = field(default=200, metadata={
-        "help": "Streaming: the stream's first documents held out for evaluation (never trained on); 0 for none."})
+        "help": "Streaming: the stream's first documents held out for evaluation (never trained on; eval_fraction "
+                "applies without streaming); 0 for none."})
     text_column: str = field(default="text", metadata={"help": "Column holding the text in table files."})
     document_boundary: str = field(default="blank_line", metadata={
         "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file)."})
