@@ -120,11 +120,12 @@ def test_report_table_ordering_and_chart(tmp_path):
 
 
 def _glue(root: Path) -> Path:
-    """Tiny MRPC and SST-2 directories in GLUE's layout."""
-    from test_task_data import GLUE_FIXTURES, write
+    """Tiny MRPC, SST-2 and CoNLL-2003 directories in their original layouts."""
+    from test_task_data import CONLL_DEV, CONLL_TEST, CONLL_TRAIN, GLUE_FIXTURES, write
 
     write(root / "MRPC", GLUE_FIXTURES["mrpc"][0])
     write(root / "SST-2", GLUE_FIXTURES["sst2"][0])
+    write(root / "CoNLL-2003", {"eng.train": CONLL_TRAIN, "eng.testa": CONLL_DEV, "eng.testb": CONLL_TEST})
     return root
 
 
@@ -132,7 +133,7 @@ def _glue(root: Path) -> Path:
 def pretrain_config(tmp_path_factory):
     """A YAML config of the pre-training recipe: a small corpus, a tokenizer trained on it and the fixture tasks, a
     very small model and a few steps."""
-    from test_task_data import GLUE_FIXTURES
+    from test_task_data import CONLL_TRAIN, GLUE_FIXTURES
 
     from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 
@@ -146,12 +147,13 @@ def pretrain_config(tmp_path_factory):
                         for _ in range(20))
         (corpus / f"doc{d}.txt").write_text(text)
         texts.append(text)
-    fixtures = [t for name in ("mrpc", "sst2") for t in GLUE_FIXTURES[name][0].values()]
+    fixtures = [t for name in ("mrpc", "sst2") for t in GLUE_FIXTURES[name][0].values()] + [CONLL_TRAIN]
     tokenizer = train_wordpiece(iterator=texts + fixtures * 3, vocab_size=200, show_progress=False)
     save_tokenizer(tokenizer, root / "tokenizer")
     config = {
         "corpus": [str(corpus)], "document_boundary": "file", "tokenizer": str(root / "tokenizer"), "preset": "tiny",
-        "model_overrides": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+        "model_overrides": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
+                            "num_hidden_layers": 4},  # Table 7 and 8 read the last four layers
         "max_seq_length": 32, "max_predictions_per_seq": 5, "dupe_factor": 1, "phase2_fraction": 0.0,
         "global_batch_size": 8, "per_device_train_batch_size": 8, "max_steps": 3, "warmup_steps": 1,
         "learning_rate": 0.002, "logging_steps": 1, "save_steps": 100, "eval_steps": 100, "eval_fraction": 0.25,
@@ -198,3 +200,42 @@ def test_pretraining_study_end_to_end_and_resume(tmp_path, pretrain_config, monk
     monkeypatch.setattr(study_module, "run_pretraining", refuse)
     monkeypatch.setattr(study_module, "run_finetuning", refuse)
     assert run_study(args).splitlines()[4:8] == text.splitlines()[4:8]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, selection, rows", [
+    # every variant of Table 5: three pre-training objectives, and the BiLSTM head on the left-to-right model
+    ("table5", dict(tasks=["mrpc"]), ["mlm_nsp", "mlm", "ltr", "ltr_bilstm"]),
+    ("table6", dict(tasks=["sst2"], sizes=["1/32/2", "2/32/2"]), ["L1_H32_A2", "L2_H32_A2"]),
+    ("table7", dict(variants=["concat_last_four"]), ["finetune", "concat_last_four"]),
+    ("table8", dict(tasks=["conll2003"], variants=["mask100_same0_rnd0"]), ["mask100_same0_rnd0"]),
+])
+def test_each_study_runs_end_to_end_and_writes_its_table(name, selection, rows, tmp_path, pretrain_config,
+                                                         monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "out"
+    args = StudyArguments(study=name, output_dir=str(out), pretrain_config=str(pretrain_config),
+                          data_root=str(_glue(tmp_path / "data")), finetune_args=FINETUNE, **selection)
+    text = run_study(args)
+    saved = json.loads((out / "study.json").read_text())
+    assert [r["variant"] for r in saved["rows"]] == rows
+    chosen = select(get_study(name), args)
+    for row in saved["rows"]:
+        assert all(cell["ours"] is not None for key, cell in row["cells"].items() if key != "mlm_ppl"
+                   or not chosen.variant(row["variant"]).weights_of)
+    assert (out / "study.png").exists() and text.startswith(f"# {get_study(name).title}")
+    if name == "table5":  # the checkpoints carry their objective, and the fine-tunes kept it
+        for variant, objective in (("mlm", "mlm"), ("ltr", "ltr")):
+            config = json.loads((out / "pretrain" / variant / "config.json").read_text())
+            assert config["objective"] == objective
+        tuned = json.loads((out / "finetune" / "ltr_bilstm" / "mrpc" / "model" / "config.json").read_text())
+        assert tuned["objective"] == "ltr"
+    if name == "table6":  # perplexity of each size's held-out MLM loss
+        assert all(r["cells"]["mlm_ppl"]["ours"] > 1 for r in saved["rows"])
+        config = json.loads((out / "pretrain" / "L1_H32_A2" / "config.json").read_text())
+        assert config["num_hidden_layers"] == 1 and config["intermediate_size"] == 128
+    if name == "table7":  # the feature-based row froze the pre-trained encoder: one pre-training only
+        assert not (out / "pretrain" / "concat_last_four").exists()
+    if name == "table8":
+        config = json.loads((out / "pretrain" / "mask100_same0_rnd0" / "run_config.json").read_text())
+        assert "mask_replace_prob" in json.dumps(config) and '"random_replace_prob": 0.0' in json.dumps(config)
