@@ -3,8 +3,9 @@
 BERT's fine-tuning (section 4, figure 4) changes only the output layer and the input encoding from one task
 to the next, and the tasks fall into a few kinds. A `TaskKind` owns, for its kind:
 
-- the head: the model class (``head_class``), its Auto class on the Hub (``auto_class``), the head's output
-  size (``num_labels``) and parameter count (``uses_pooler``, ``head_parameters``);
+- the head: the model class (``head_class``, the paper's output layer; ``bilstm_head_class``, the same with a
+  BiLSTM before it; ``model_class`` picks one of `HEADS`), its Auto class on the Hub (``auto_class``), the head's
+  output size (``num_labels``) and parameter count (``uses_pooler``, ``head_parameters``);
 - the data: the canonical columns (``features``) and how they are built, checked, from the columns of a file
   (``canonicalise``, with `bert_repro.tasks.columns`), and whether a split carries gold labels (``labelled``);
 - the model inputs: ``encode`` (raw rows -> features for the model) and ``collator`` (features -> batches);
@@ -24,6 +25,8 @@ no other module compares kinds.
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import datasets
@@ -34,6 +37,11 @@ from transformers import (
     DataCollatorWithPadding,
 )
 
+from ..model.bilstm_heads import (
+    BertReproForQuestionAnsweringWithBiLSTM,
+    BertReproForSequenceClassificationWithBiLSTM,
+    BertReproForTokenClassificationWithBiLSTM,
+)
 from ..model.modeling_bert_repro import (
     BertReproForMultipleChoice,
     BertReproForQuestionAnswering,
@@ -49,6 +57,13 @@ if TYPE_CHECKING:
     from .registry import Task
 
 _STRING = datasets.Value("string")
+
+# The heads a kind can put on the encoder (the fine-tuning recipe's --head), with what each is.
+HEADS: Mapping[str, str] = MappingProxyType({
+    "linear": "the paper's output layer on the encoder (section 4, figure 4)",
+    "bilstm": "a randomly initialised two-layer BiLSTM before the output layer (paper Table 5, '+ BiLSTM'; the "
+              "feature-based approach of Table 7 feeds its features to it)",
+})
 
 
 class EncodingSettings(Protocol):
@@ -66,7 +81,8 @@ class TaskKind(abc.ABC):
     """What every task of one kind shares. Subclasses set the class attributes and implement each method."""
 
     name: str  # the kind's name, for messages and listings
-    head_class: type  # a bert_repro model class
+    head_class: type  # a bert_repro model class: the paper's output layer
+    bilstm_head_class: type | None = None  # the same output with a BiLSTM before it (None: no such head)
     auto_class: str  # the transformers Auto class that loads that head
     pipeline_tag: str  # the Hub's task id
     pipeline_task: str | None  # the transformers pipeline, None where there is none
@@ -79,6 +95,23 @@ class TaskKind(abc.ABC):
         return f"<task kind {self.name}>"
 
     # The head ------------------------------------------------------------------------------------------
+
+    def model_class(self, head: str | None = None, *, feature_based: bool = False) -> type:
+        """The model class of ``head`` (a key of `HEADS`). None: the paper's choice, "bilstm" for the feature-based
+        approach (section 5.3: the features feed a BiLSTM), else "linear". A ValueError says what is possible."""
+        head = head or ("bilstm" if feature_based else "linear")
+        if head not in HEADS:
+            raise ValueError(f"Unknown head {head!r}; choose one of: {', '.join(HEADS)}.")
+        if head == "linear":
+            if feature_based:
+                raise ValueError("The feature-based approach feeds the frozen encoder's features to a BiLSTM (paper "
+                                 "section 5.3): leave out --head linear, or drop --features to fine-tune.")
+            return self.head_class
+        if self.bilstm_head_class is None:
+            kinds = ", ".join(k.name for k in KINDS if k.bilstm_head_class is not None)
+            raise ValueError(f"{self.name} tasks have no BiLSTM head (there is one for {kinds}); "
+                             "use the linear head, without --features.")
+        return self.bilstm_head_class
 
     def num_labels(self, task: Task) -> int:
         """Output size of the head: one logit per label."""
@@ -173,6 +206,7 @@ class SentenceClassification(TaskKind):
 
     name = "classification"
     head_class = BertReproForSequenceClassification
+    bilstm_head_class = BertReproForSequenceClassificationWithBiLSTM
     auto_class = "AutoModelForSequenceClassification"
     pipeline_tag = pipeline_task = "text-classification"
     head_description = "a linear layer on the pooled [CLS] output, one logit per label"
@@ -238,6 +272,7 @@ class SpanExtraction(TaskKind):
 
     name = "span"
     head_class = BertReproForQuestionAnswering
+    bilstm_head_class = BertReproForQuestionAnsweringWithBiLSTM
     auto_class = "AutoModelForQuestionAnswering"
     pipeline_tag = pipeline_task = "question-answering"
     head_description = "two vectors S and E scoring each token as the start and the end of the answer span"
@@ -399,6 +434,7 @@ class TokenClassification(TaskKind):
 
     name = "token_classification"
     head_class = BertReproForTokenClassification
+    bilstm_head_class = BertReproForTokenClassificationWithBiLSTM
     auto_class = "AutoModelForTokenClassification"
     pipeline_tag = pipeline_task = "token-classification"
     head_description = "a linear layer on each word's first sub-token, one logit per tag"
@@ -463,6 +499,7 @@ def kind_named(name: str | TaskKind) -> TaskKind:
 
 __all__ = [
     "CLASSIFICATION",
+    "HEADS",
     "KINDS",
     "MULTIPLE_CHOICE",
     "REGRESSION",

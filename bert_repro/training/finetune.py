@@ -12,12 +12,17 @@ A task's kind (`bert_repro.tasks.kinds`) is all that is per task, and this modul
 The paper's protocol (section 4 and appendix A.3): every parameter is fine-tuned; hyper-parameters from the task's
 grid (GLUE: lr in {5e-5, 4e-5, 3e-5, 2e-5}, batch 32, 3 epochs), several seeds ("random restarts"), the best run
 on the first evaluation split is kept. Runs that finished are not run again.
+
+The same path runs the paper's other heads (`bert_repro.model.bilstm_heads`): `--head bilstm` puts a randomly
+initialised BiLSTM before the output layer (Table 5, "+ BiLSTM"), and `--features SET` is the feature-based approach
+(section 5.3, Table 7): the encoder frozen, the feature set's hidden states into that BiLSTM.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +32,7 @@ from typing import Any
 import datasets
 from transformers import Trainer, TrainingArguments, set_seed
 
+from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
 from .cli import (
     ConfigurationError,
     SpeedSwitches,
@@ -36,12 +42,14 @@ from .cli import (
     take_push_request,
     write_run_config,
 )
+from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
 from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, PRETRAINING_OBJECTIVES, BertReproConfig,
                                               check_objective_kept, check_objective_switches)
 from ..model.conversion import load_bert
 from ..hub.push import push
 from ..data.task_files import load_task_data
-from ..tasks.registry import TASKS, Task, get_task
+from ..tasks.kinds import HEADS
+from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
 from ..data.wordpiece import load_tokenizer, save_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -76,6 +84,16 @@ class FineTuningArguments(SpeedSwitches):
         "help": "Learning-rate grid; by default the task's (GLUE: 5e-5 4e-5 3e-5 2e-5). One value: no grid."})
     seeds: list[int] = field(default_factory=lambda: [42], metadata={
         "help": "Random restarts: one run per seed and learning rate; the best on dev is kept."})
+    features: str | None = field(default=None, metadata={
+        "help": "The feature-based approach (paper section 5.3, Table 7) instead of fine-tuning: the encoder frozen, "
+                f"these token features into a two-layer BiLSTM: {FEATURE_SET_HELP}. Learning rates: "
+                f"{list(FEATURE_BASED_GRID['learning_rate'])} unless --learning_rates."})
+    head: str | None = field(default=None, metadata={
+        "choices": list(HEADS),
+        "help": "; ".join(f"{name}: {what}" for name, what in HEADS.items())
+                + ". Default: linear when fine-tuning, bilstm with --features."})
+    bilstm_hidden_size: int | None = field(default=None, metadata={
+        "help": "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."})
     max_seq_length: int | None = field(default=None, metadata={"help": "Tokens per input (task default)."})
     doc_stride: int = field(default=128, metadata={"help": "SQuAD: a new window every doc_stride tokens."})
     max_query_length: int = field(default=64, metadata={"help": "SQuAD: question tokens kept."})
@@ -125,9 +143,32 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
         raise ConfigurationError("Pass --model: a bert_repro directory, a BERT checkpoint directory or a Hub id.")
     if run.max_seq_length is None:
         run.max_seq_length = task.defaults.get("max_seq_length", 128)
+    head_settings(task, run)  # an impossible --head / --features / --bilstm_hidden_size fails here
     if not run.learning_rates:
-        run.learning_rates = list(task.grid.get("learning_rate", ())) or [training.learning_rate]
+        grid = FEATURE_BASED_GRID if run.features is not None else task.grid
+        run.learning_rates = list(grid.get("learning_rate", ())) or [training.learning_rate]
     return run, training
+
+
+def head_settings(task: Task, run: FineTuningArguments) -> tuple[type, dict[str, Any]]:
+    """The model class (the task kind's linear or BiLSTM head, `bert_repro.tasks.kinds.HEADS`) and the config fields
+    of the BiLSTM head: with --features, the feature-based approach (frozen encoder, that feature set)."""
+    try:
+        model_class = task.kind.model_class(run.head, feature_based=run.features is not None)
+        fields: dict[str, Any] = {}
+        if run.features is not None:
+            fields.update(feature_set=parse_feature_set(run.features).name, freeze_encoder=True)
+    except ValueError as err:  # FeatureSetError included
+        given = " ".join(f"--{name} {value}" for name, value in (("head", run.head), ("features", run.features))
+                         if value is not None)
+        raise ConfigurationError(f"{given}: {err}") from None
+    if run.bilstm_hidden_size is not None:
+        if model_class is task.kind.head_class:
+            raise ConfigurationError("--bilstm_hidden_size is a setting of the BiLSTM head: add --head bilstm.")
+        if run.bilstm_hidden_size <= 0:
+            raise ConfigurationError(f"--bilstm_hidden_size must be a positive integer, got {run.bilstm_hidden_size}.")
+        fields["bilstm_hidden_size"] = run.bilstm_hidden_size
+    return model_class, fields
 
 
 def check_objective(run: FineTuningArguments) -> None:
@@ -143,6 +184,20 @@ def check_objective(run: FineTuningArguments) -> None:
         check_objective_switches(SimpleNamespace(objective=saved, **run.switches()))
     except ValueError as err:  # ObjectiveConflictError, or an objective name this version does not know
         raise ConfigurationError(f"--model {run.model}: {err}") from None
+
+
+def check_feature_layers(run: FineTuningArguments) -> None:
+    """--features against the depth of the model's config, before any data is read or encoded."""
+    if run.features is None:
+        return
+    try:
+        layers = BertReproConfig.get_config_dict(run.model)[0]["num_hidden_layers"]
+    except (OSError, KeyError, ValueError):
+        return  # no config.json to read (e.g. a TensorFlow checkpoint): checked when the model is built
+    try:
+        parse_feature_set(run.features).indices(layers)
+    except FeatureSetError as err:
+        raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -221,18 +276,23 @@ def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments,
     """Fine-tune once (one learning rate, one seed) and evaluate on every evaluation split."""
     set_seed(seed)
     label_kwargs = {"id2label": task.id2label, "label2id": task.label2id} if task.label_names else {}
-    model = load_bert(run.model, task.kind.head_class, num_labels=task.num_labels,
-                      attn_implementation=run.attn_implementation, **run.switches(), **label_kwargs)
+    model_class, head_fields = head_settings(task, run)
+    try:
+        model = load_bert(run.model, model_class, num_labels=task.num_labels,
+                          attn_implementation=run.attn_implementation, **run.switches(), **label_kwargs, **head_fields)
+    except FeatureSetError as err:
+        raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None
     if run.compile_layers:
         model.compile_layers()
     args = TrainingArguments(**{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr,
                                 "seed": seed, "data_seed": seed})
-    trainer = Trainer(model=model, args=args, train_dataset=splits["train"][1],
-                      data_collator=task.kind.collator(tokenizer),
-                      processing_class=tokenizer)
+    trainer = EngineTrainer(model=model, args=args, train_dataset=splits["train"][1],
+                            data_collator=task.kind.collator(tokenizer),
+                            processing_class=tokenizer)
     start = time.time()
     trainer.train()
-    result: dict[str, Any] = {"learning_rate": lr, "seed": seed, "train_seconds": round(time.time() - start, 1)}
+    result: dict[str, Any] = {"learning_rate": lr, "seed": seed, "train_seconds": round(time.time() - start, 1),
+                              "engine": trainer.engine}
     for split_name in task.eval_splits:
         raw, encoded = splits[split_name]
         result[split_name] = score(task, raw, predict(task, trainer, raw, encoded, run))
@@ -261,7 +321,10 @@ def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, o
 
 def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole protocol for one task: the grid of learning rates x seeds, the best on dev kept, results written."""
+    check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
     run, training = parse_arguments(argv)
+    check_engine(training)
+    check_feature_layers(run)
     check_objective(run)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
                         datefmt="%H:%M:%S")
@@ -297,10 +360,10 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
                 best = result
                 if trainer is not None:
                     best_trainer = trainer
-                    trainer.save_model(str(output_dir / "model"))
+                    trainer.save_full_model(str(output_dir / "model"))  # every process: FSDP gathers the shards
                     save_tokenizer(tokenizer, output_dir / "model")  # with vocab.txt
             if trainer is not None and run.keep_all_runs:
-                trainer.save_model(str(run_dir / "model"))
+                trainer.save_full_model(str(run_dir / "model"))
     submissions = []
     if best_trainer is not None and run.predict_test:
         submissions = write_test_predictions(task, best_trainer, data, tokenizer, run, output_dir)
@@ -308,6 +371,8 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
         "task": task.name,
         "model": run.model,
         "main_metric": task.main_metric,
+        "model_class": head_settings(task, run)[0].__name__,
+        "features": run.features,
         "best": best,
         "runs": runs,
         "hyperparameters": {"learning_rates": run.learning_rates, "seeds": run.seeds,
@@ -340,7 +405,8 @@ def results_markdown(task: Task, summary: dict) -> str:
     """The runs of a task as a Markdown table, the best marked."""
     rows = summary["runs"]
     keys = list(_flat_metrics(rows[0], task)) if rows else []
-    lines = [f"# {task.name}: fine-tuning {summary['model']}", "",
+    approach = f"feature-based ({summary['features']})" if summary.get("features") else "fine-tuning"
+    lines = [f"# {task.name}: {approach} {summary['model']}", "",
              f"Main metric: {task.main_metric} on {task.eval_splits[0]}; best run marked with *.", "",
              "| lr | seed | " + " | ".join(keys) + " | train s |",
              "|---|---|" + "---|" * len(keys) + "---|"]
