@@ -237,3 +237,16 @@ def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, 
     finally:
         target.filters[:] = saved
         root.propagate = propagate
+
+
+@pytest.mark.slow
+def test_accelerate_launch_quiet_shows_the_recipes_error_alone(tmp_path):
+    """The README's advice for one process: `accelerate launch -q` keeps our one-line error free of a traceback."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "-q", "--num_processes", "1", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "recipes" / "pretrain.py"),
+           "--corpus", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "out")]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 1  # accelerate's own code for a failed process in quiet mode
+    assert f"pretrain.py: error: {tmp_path / 'missing'}: no such file or directory" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
