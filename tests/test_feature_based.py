@@ -183,6 +183,27 @@ def test_bilstm_fine_tuning_trains_the_encoder_too():
     assert model.bert.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
 
 
+def test_bilstm_on_a_left_to_right_encoder_adds_the_right_context(tmp_path):
+    """Table 5's "+ BiLSTM": on the LTR model's encoder (kept causal), the span logits at a position depend on the
+    tokens after it only through the BiLSTM."""
+    import warnings
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():  # a causal checkpoint is saved for remote code only, with a warning
+        warnings.simplefilter("ignore")
+        BertReproForPreTraining(tiny_config(objective="ltr", **SIZES)).save_pretrained(tmp_path)
+    model = BertReproForQuestionAnsweringWithBiLSTM.from_pretrained(tmp_path, bilstm_hidden_size=8).eval()
+    assert model.config.objective == "ltr"
+    batch = padded_batch(model.config.vocab_size, batch=2, seq=10)
+    changed = {k: v.clone() for k, v in batch.items()}
+    changed["input_ids"][:, 5] = 7  # a token after the positions compared
+    with torch.no_grad():
+        encoder = [model.bert(**b).last_hidden_state[:, :5] for b in (batch, changed)]
+        start = [model(**b).start_logits[:, :5] for b in (batch, changed)]
+    torch.testing.assert_close(encoder[0], encoder[1], rtol=0, atol=1e-6)
+    assert (start[0] - start[1]).abs().max() > 1e-4
+
+
 @pytest.mark.parametrize("model_class", BILSTM_CLASSES)
 def test_bilstm_reads_the_real_tokens_only(model_class):
     """A row's outputs at its real tokens do not depend on the padding after it (the backward direction starts at
