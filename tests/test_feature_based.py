@@ -35,7 +35,7 @@ from bert_repro.training.cli import ConfigurationError
 from bert_repro.training.finetune import parse_arguments
 
 LAYERS = 5  # so that "the last four" and "all" differ
-SIZES = dict(num_hidden_layers=LAYERS, hidden_size=16, num_attention_heads=2, intermediate_size=24)
+SIZES = {"num_hidden_layers": LAYERS, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 24}
 BILSTM_CLASSES = (BertReproForTokenClassificationWithBiLSTM, BertReproForQuestionAnsweringWithBiLSTM,
                   BertReproForSequenceClassificationWithBiLSTM)
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,7 +31,7 @@ The checkpoints are never transformers' own BERT (transformers has no BiLSTM hea
 ``model_type`` "bert_repro_bilstm" and an `auto_map` naming the classes here: they open with bert_repro installed
 (`AutoModelFor*` once `bert_repro` is imported, or the classes' `from_pretrained`) or with
 `trust_remote_code=True`, for which `save_pretrained` copies this file and the modules it imports next to the
-weights. This file imports only torch, transformers and its sibling modules.
+weights. This file imports only torch, transformers, huggingface_hub and its sibling modules.
 """
 
 from __future__ import annotations
@@ -42,11 +42,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from huggingface_hub.dataclasses import strict
 from torch import nn
 from transformers import initialization as init
-from transformers.modeling_outputs import (QuestionAnsweringModelOutput, SequenceClassifierOutput,
-                                           TokenClassifierOutput)
-from huggingface_hub.dataclasses import strict
+from transformers.modeling_outputs import (
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 
 from .configuration_bert_repro import BertReproConfig
 from .modeling_bert_repro import (
@@ -182,7 +185,7 @@ class BiLSTM(nn.Module):
     def forward(self, features: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(batch, seq, in) -> outputs (batch, seq, 2 x hidden), zero at padding, and the last layer's final
         states (batch, 2 x hidden): forward direction at each sequence's last real token, backward at its first."""
-        batch, seq = features.shape[:2]
+        seq = features.shape[1]
         if attention_mask is None:
             outputs, (final, _) = self.lstm(features)
         else:
