@@ -79,24 +79,39 @@ def check_deepspeed_installed(argv: list[str]) -> None:
         ) from None
 
 
-def check_engine(training) -> None:
-    """Refuse, with one message, an engine setting these processes cannot run; call before any work."""
-    if (_launched_processes() > 1 and not training.use_cpu and not _gpu_available()
-            and requested_engine() != "deepspeed"):
-        raise ConfigurationError(
-            f"{_launched_processes()} processes were launched on a machine without a GPU, but --use_cpu is false: "
-            "each process would train alone. Pass --use_cpu true (or use_cpu: true in the recipe's YAML config)."
-        )
-    if requested_engine() == "fsdp" and (training.use_cpu or not _gpu_available()):
-        if os.environ.get("FSDP_VERSION", "1").strip() != "2":
-            raise ConfigurationError(
-                "FSDP1 cannot run on CPU processes (torch: \"Inconsistent compute device and `device_id` on rank 0: "
-                "cpu vs cpu:0\"). Set fsdp_version: 2 in the accelerate config (as recipes/accelerate/fsdp_cpu.yaml)."
-            )
-
-
 def _launched_processes() -> int:
     return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+# Optimizers whose update reads whole tensors (LAMB's trust ratio ||w|| / ||update|| per tensor): DeepSpeed ZeRO
+# hands the optimizer flat partitions that cut across tensors, so the ratio would be computed over the wrong numbers.
+# FSDP2 keeps tensors as DTensors, whose norms are global, and runs them unchanged.
+PER_TENSOR_OPTIMIZERS = ("lamb",)
+
+
+def check_engine(training, *, optimizer: str | None = None) -> None:
+    """Refuse, with one message, an engine setting these processes cannot run; call before any work.
+
+    `training` is the run's TrainingArguments, `optimizer` the recipe's --optimizer (pre-training)."""
+    on_cpu = training.use_cpu or _flag("ACCELERATE_USE_CPU")  # TrainingArguments reads both
+    if _launched_processes() > 1 and not on_cpu and not _gpu_available():
+        raise ConfigurationError(
+            f"{_launched_processes()} processes were launched on a machine without a GPU, but --use_cpu is false: "
+            "they would not train as one job (accelerate gives each its own world, DeepSpeed sees a batch size that "
+            "does not add up). Pass --use_cpu true (or use_cpu: true in the recipe's YAML config)."
+        )
+    if requested_engine() == "deepspeed" and optimizer in PER_TENSOR_OPTIMIZERS:
+        raise ConfigurationError(
+            f"--optimizer {optimizer} cannot run under DeepSpeed ZeRO: its trust ratio needs whole tensors and ZeRO "
+            "gives the optimizer flat partitions across tensors. Use FSDP (recipes/accelerate/fsdp.yaml) or DDP for "
+            f"{optimizer}, or --optimizer adamw / bert_adam with DeepSpeed."
+        )
+    fsdp1 = os.environ.get("FSDP_VERSION", "1").strip() != "2"  # accelerate's default is FSDP1
+    if requested_engine() == "fsdp" and fsdp1 and (on_cpu or not _gpu_available()):
+        raise ConfigurationError(
+            "FSDP1 cannot run on CPU processes (torch: \"Inconsistent compute device and `device_id` on rank 0: "
+            "cpu vs cpu:0\"). Set fsdp_version: 2 in the accelerate config (as recipes/accelerate/fsdp_cpu.yaml)."
+        )
 
 
 def engine_name(accelerator) -> str:
@@ -158,6 +173,11 @@ class EngineTrainer(Trainer):
         would copy torch's files as the model's remote code (and not ours), and it reads the sharded parameters on
         the saving process alone. So the gathered `state_dict` is saved through a plain model of the original class
         whose tensors are those of `state_dict` (no copy), with the model's tied weights tied again."""
+        if state_dict is not None and self.args.should_save and self.is_deepspeed_enabled and (
+                self.accelerator.state.deepspeed_plugin.zero_stage < 3):
+            # ZeRO-1/2 keep every parameter whole in the model; the state dict DeepSpeed hands over is a clone in
+            # which tied weights became separate tensors (saved twice): the model's own state dict keeps the ties.
+            return super()._save(output_dir)
         sharded = _fsdp2_module(self.model)
         if sharded is None or state_dict is None or not self.args.should_save:
             return super()._save(output_dir, state_dict=state_dict)

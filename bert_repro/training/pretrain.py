@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Sampler
-from transformers import IntervalStrategy, Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers import IntervalStrategy, TrainerCallback, TrainingArguments, set_seed
 
 from .cli import RUN_CONFIG, ConfigurationError, SpeedSwitches, check_output_dir, parse_with_config, take_push_request
 from .checkpoints import checkpoint_problem, newest_valid_checkpoint
@@ -647,7 +647,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole job: arguments -> data -> model -> Trainer -> saved checkpoint, statistics, curves."""
     check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
     run, data, training = parse_arguments(argv)
-    check_engine(training)
+    check_engine(training, optimizer=run.optimizer)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
                         datefmt="%H:%M:%S")
     output_dir = Path(training.output_dir)
