@@ -454,3 +454,11 @@ def test_recipe_bad_features_exit_2(tmp_path, tiny_checkpoint, monkeypatch, caps
     assert "Traceback" not in stderr and stderr.startswith("finetune.py: error: ")
     assert "feature layer index 7" in stderr and "the model has 5 layers" in stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bilstm_checkpoint_counts_as_ours_for_the_hub_push():
+    """A re-push of a BiLSTM checkpoint to its own repository is not refused as "not saved by bert_repro"."""
+    from bert_repro.model.checkpoint_format import is_repro_checkpoint
+
+    assert is_repro_checkpoint({"model_type": "bert_repro_bilstm"}) and is_repro_checkpoint({"model_type": "bert_repro"})
+    assert not is_repro_checkpoint({"model_type": "bert"}) and not is_repro_checkpoint({"model_type": "roberta"})

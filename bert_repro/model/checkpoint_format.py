@@ -91,7 +91,9 @@ def repro_class_name(name: str) -> str:
 
 def is_repro_checkpoint(config: dict) -> bool:
     """Whether a config.json dict was written by bert_repro (either format), not by transformers or another tool."""
-    return config.get("model_type") == REPRO_MODEL_TYPE or (config.get("auto_map") or {}).get("AutoConfig") == REPRO_CONFIG_CLASS
+    # Our model types all start with ours: "bert_repro", and "bert_repro_bilstm" for the BiLSTM heads.
+    return (str(config.get("model_type") or "").startswith(REPRO_MODEL_TYPE)
+            or (config.get("auto_map") or {}).get("AutoConfig") == REPRO_CONFIG_CLASS)
 
 
 def needs_remote_code(config: dict) -> bool:

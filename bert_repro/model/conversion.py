@@ -29,7 +29,6 @@ from safetensors.torch import save_file
 
 from . import modeling_bert_repro as modeling
 from .checkpoint_format import native_obstacles, repro_class_name
-from .configuration_bert_repro import BertReproConfig
 
 HEADS = {
     "base": modeling.BertReproModel,
@@ -81,7 +80,8 @@ def load_tf_bert(
     from .tf_checkpoint import load_tf_checkpoint, read_google_bert_config, resolve_checkpoint_prefix
 
     prefix = resolve_checkpoint_prefix(path)
-    config = BertReproConfig(**{**read_google_bert_config(prefix.parent), **config_overrides})
+    # The head's own config class: the BiLSTM heads add their fields to BertReproConfig's.
+    config = model_class.config_class(**{**read_google_bert_config(prefix.parent), **config_overrides})
     state_dict, _skipped = load_tf_checkpoint(prefix)
     model = model_class(config)
     load_state_dict_checked(model, state_dict, source=str(prefix))
