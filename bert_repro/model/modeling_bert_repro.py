@@ -501,7 +501,8 @@ class BertReproModel(BertReproPreTrainedModel):
             from .speed_paths import packed_sequences
             kwargs["packed"] = packed_sequences(position_ids, attention_mask)
             if kwargs["packed"] is not None and self.config.pretraining_objective.causal:
-                raise ValueError(f"Packed batches are not supported with objective={self.config.objective!r}.")
+                raise ValueError(f"Packed batches are not supported with objective={self.config.objective!r} (they "
+                                 "attend in both directions inside each example): pass one example per row.")
         encoder_outputs = self.encoder(embedding_output, attention_mask, output_hidden_states=output_hidden_states,
                                        output_attentions=output_attentions, position_ids=position_ids, **kwargs)
         sequence_output = encoder_outputs.last_hidden_state

@@ -408,7 +408,7 @@ def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_se
     mlm = [F.cross_entropy(mlm_logits, mlm_labels, reduction="sum"), (mlm_logits.argmax(-1) == mlm_labels).sum().float(),
            masked.sum().float()]
     if next_sentence_label is None:
-        next_sentence_label = torch.zeros(seq_relationship_logits.shape[0], dtype=torch.long)
+        return torch.stack(mlm + [mlm_logits.new_zeros(())] * 3)
     nsp_logits = seq_relationship_logits.float()
     return torch.stack(mlm + [
         F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
