@@ -248,6 +248,25 @@ def test_fsdp_resumes_from_its_checkpoint(runs, fsdp_run):
 
 
 @pytest.mark.slow
+def test_fsdp_sharded_checkpoints_still_end_in_one_model(runs, fsdp_run):
+    """SHARDED_STATE_DICT: checkpoints are torch.distributed.checkpoint folders (and count as complete for
+    resuming); the final output is still the whole model, gathered for that save."""
+    from bert_repro.training.checkpoints import checkpoint_problem
+
+    root, double = runs
+    sharded_config = root / "fsdp_sharded.yaml"
+    sharded_config.write_text((ACCELERATE / "fsdp_cpu.yaml").read_text().replace(
+        "fsdp_state_dict_type: FULL_STATE_DICT", "fsdp_state_dict_type: SHARDED_STATE_DICT"))
+    out = root / "fsdp_sharded"
+    launch(["--config_file", sharded_config, "--main_process_port", "0"], "pretrain.py", "--config", double,
+           "--output_dir", out, "--save_steps", "4")
+    checkpoint = out / "checkpoint-4"
+    assert (checkpoint / "pytorch_model_fsdp_0" / ".metadata").exists()
+    assert not (checkpoint / "model.safetensors").exists() and checkpoint_problem(checkpoint) is None
+    assert worst_difference(load_file(fsdp_run / "model.safetensors"), load_file(out / "model.safetensors")) < 1e-6
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not has_deepspeed(), reason="deepspeed is not installed (pip install 'bert-repro[deepspeed]')")
 def test_deepspeed_zero2_two_processes_match_one_process(runs):
     """DeepSpeed's CPU accelerator over gloo; its shared-memory collective is compiled the first time (minutes)."""
