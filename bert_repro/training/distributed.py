@@ -4,8 +4,9 @@ DeepSpeed ZeRO-2, for the pre-training and fine-tuning recipes alike.
 The recipes do not choose an engine: `accelerate launch` exports it (ACCELERATE_USE_FSDP, ACCELERATE_USE_DEEPSPEED
 and their settings) and the Trainer's Accelerator reads it. What this module adds:
 
-- `check_engine`: an engine the machine cannot run is one message before any work (DeepSpeed not installed, FSDP1
-  or a GPU-only FSDP setting on CPU processes), instead of a traceback from inside the libraries.
+- `check_deepspeed_installed`, `check_engine`: a setting the processes cannot run is one message before any work
+  (DeepSpeed asked for but not installed, FSDP1 on CPU processes, LAMB under ZeRO, several processes on a machine
+  without a GPU but without --use_cpu), instead of a traceback from inside the libraries or a silent wrong run.
 - `EngineTrainer`: Trainer that really shards with FSDP2 on CPU processes (gloo). accelerate 1.15 applies its FSDP
   plugin only to GPU-like process types: with CPU processes (`use_cpu`) its state stays MULTI_CPU, the plugin is
   dropped without a word and the model is wrapped in DDP. torch's FSDP2 (`fully_shard`) itself runs on CPU with gloo,
@@ -128,7 +129,7 @@ def engine_name(accelerator) -> str:
     return "single process"
 
 
-def sharded_base() -> type:
+def _fsdp_module_class() -> type:
     from torch.distributed.fsdp import FSDPModule
 
     return FSDPModule
@@ -137,7 +138,7 @@ def sharded_base() -> type:
 def _fsdp2_module(model):
     """`model` when FSDP2 has sharded it (its class is then a subclass of FSDPModule), else None."""
     try:
-        return model if isinstance(model, sharded_base()) else None
+        return model if isinstance(model, _fsdp_module_class()) else None
     except ImportError:  # a torch without FSDP2
         return None
 
@@ -183,7 +184,7 @@ class EngineTrainer(Trainer):
             return super()._save(output_dir, state_dict=state_dict)
         import torch
 
-        original_class = next(c for c in type(sharded).__mro__[1:] if not issubclass(c, sharded_base()))
+        original_class = next(c for c in type(sharded).__mro__[1:] if not issubclass(c, _fsdp_module_class()))
         with torch.device("meta"):
             plain = original_class(sharded.config)
         plain.load_state_dict(state_dict, assign=True)
