@@ -331,3 +331,20 @@ def test_streamed_pretraining_with_two_processes_reads_different_files(tmp_path,
     launch(config, out, "--resume_from_checkpoint", "true", processes=2)
     results = json.loads((out / "results.json").read_text())
     assert results["processes"] == 2 and results["global_step"] == 6 and results["tokens_per_second"] > 0
+
+
+@pytest.mark.parametrize("objective", ["mlm", "ltr"])
+def test_streamed_examples_follow_the_objective(marked, objective):
+    """Table 5's objectives stream like the map-style builder writes them: one segment, no NSP label; masks for
+    "mlm" only."""
+    folder, _, tokenizer, owner = marked
+    config = PreTrainingDataConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1, random_seed=7,
+                                   objective=objective)
+    examples = take(examples_of(open_document_source([str(folder)]), tokenizer, config, document_buffer=4), 30)
+    for example in examples:
+        assert "next_sentence_label" not in example and set(example["token_type_ids"]) == {0}
+        assert example["input_ids"].count(tokenizer.sep_token_id) == 1
+        assert ("masked_lm_positions" in example) == (objective == "mlm")
+        words = {owner[t] for t in originals(example) if t in owner} if objective == "mlm" else \
+            {owner[t] for t in example["input_ids"] if t in owner}
+        assert len(words) == 1  # contiguous text of one document: no segment B from another
