@@ -182,3 +182,13 @@ def take_push_request(training) -> dict[str, Any] | None:
                "revision": training.hub_revision}
     training.push_to_hub = False
     return request
+
+
+def pin_memory_only_with_an_accelerator(training) -> None:
+    """Pinned memory only speeds copies to an accelerator; without one torch warns on every data loader."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; CUDA only before
+    available = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+    if training.dataloader_pin_memory and (training.use_cpu or not available):
+        training.dataloader_pin_memory = False

@@ -35,6 +35,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
 from .cli import (
     ConfigurationError,
+    pin_memory_only_with_an_accelerator,
     SpeedSwitches,
     check_output_dir,
     parse_with_config,
@@ -323,6 +324,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole protocol for one task: the grid of learning rates x seeds, the best on dev kept, results written."""
     check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
     run, training = parse_arguments(argv)
+    pin_memory_only_with_an_accelerator(training)
     check_engine(training)
     check_feature_layers(run)
     check_objective(run)

@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Sampler
 from transformers import IntervalStrategy, TrainerCallback, TrainingArguments, set_seed
 
-from .cli import RUN_CONFIG, ConfigurationError, SpeedSwitches, check_output_dir, parse_with_config, take_push_request
+from .cli import (RUN_CONFIG, ConfigurationError, SpeedSwitches, check_output_dir, parse_with_config,
+                  pin_memory_only_with_an_accelerator, take_push_request)
 from .checkpoints import checkpoint_problem, newest_valid_checkpoint
 from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
 from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, BertReproConfig, PreTrainingObjective,
@@ -638,11 +639,6 @@ def _importable(module: str) -> bool:
     return True
 
 
-def _has_accelerator() -> bool:
-    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; CUDA only before
-    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
-
-
 def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole job: arguments -> data -> model -> Trainer -> saved checkpoint, statistics, curves."""
     check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
@@ -659,8 +655,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     record = run_record(run, data, training)
     check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir)
     resume_from = checkpoint_to_resume(output_dir, resume_from, streamed=run.streaming)
-    if training.dataloader_pin_memory and (training.use_cpu or not _has_accelerator()):
-        training.dataloader_pin_memory = False  # pinned memory only helps copies to an accelerator (torch warns)
+    pin_memory_only_with_an_accelerator(training)
     phase_cfgs = phase_configs(data, run)
     check_lengths(model_config(run, data.objective, **run.switches()), phase_cfgs)  # before any data work
     if run.packing and data.pretraining_objective.causal:

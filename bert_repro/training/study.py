@@ -9,8 +9,8 @@ output directory:
   of the variants, ours against the paper's;
 - `study.json`: the same as data; `study.png`: ours against the paper's, one panel per column.
 
-Layout: `<output_dir>/pretrain/<variant>/` (a pre-training run), `<output_dir>/finetune/<variant>/<column>/`
-(a fine-tuning run). Each finished run is kept and not run again, and the recipes resume an interrupted one from
+Layout: `<output_dir>/pretrain/<variant>/` (a pre-training run), `<output_dir>/finetune/<variant>/<task>/` (a
+fine-tuning run; a column that fine-tunes differently, e.g. feature-based, has its own). Each finished run is kept and not run again, and the recipes resume an interrupted one from
 its last checkpoint: run the same command again to continue a study. Studies:
 
 - `table5`: the pre-training tasks (MLM + NSP, No NSP, LTR & No NSP, + BiLSTM on the LTR model).
@@ -62,6 +62,12 @@ class Column:
     metric: str  # a task metric, or "mlm_perplexity" (held-out, from the pre-training run)
     split: str = "validation"
     finetune_args: tuple[str, ...] = ()  # e.g. the feature-based approach for one column of Table 8
+
+    @property
+    def run(self) -> str:
+        """The directory of the fine-tuning run this column reads: columns of one task read one run (MRPC's accuracy
+        and F1), unless the column fine-tunes differently."""
+        return self.key if self.finetune_args else str(self.task)
 
 
 @dataclass(frozen=True)
@@ -399,6 +405,7 @@ def run_study(args: StudyArguments) -> str:
     output_dir.mkdir(parents=True, exist_ok=True)
     weights: dict[str, Path] = dict(reused)
     rows: list[dict[str, Any]] = []
+    seen: set[Path] = set()  # fine-tuning runs already counted in a row's time
     start = time.time()
     for variant in study.variants:
         if variant.weights_of and not variant.random_init:
@@ -415,9 +422,11 @@ def run_study(args: StudyArguments) -> str:
         for column in study.columns:
             result = None
             if column.task is not None:
-                result = finetune_cell(variant, column, weights[variant.key], args,
-                                       output_dir / "finetune" / variant.key / column.key, data_dirs[column.task])
-                row["finetune_seconds"] += result.get("seconds", 0.0)
+                run_dir = output_dir / "finetune" / variant.key / column.run
+                result = finetune_cell(variant, column, weights[variant.key], args, run_dir, data_dirs[column.task])
+                if run_dir not in seen:
+                    row["finetune_seconds"] += result.get("seconds", 0.0)
+                    seen.add(run_dir)
             if column.task is None and variant.weights_of and not variant.random_init:
                 value = None  # a fine-tuning variant of another's model: its pre-training is that row's
             else:
@@ -477,7 +486,7 @@ def write_study(output_dir: Path, study: Study, rows: list[dict[str, Any]], args
     if study.note:
         lines += ["", study.note]
     lines += ["", f"Total time: {seconds / 3600:.2f} h. Runs: `{output_dir}/pretrain/<variant>/`, "
-                  f"`{output_dir}/finetune/<variant>/<column>/`."]
+                  f"`{output_dir}/finetune/<variant>/<task>/`."]
     text = "\n".join(lines) + "\n"
     (output_dir / "study.md").write_text(text)
     (output_dir / "study.json").write_text(json.dumps(
