@@ -9,6 +9,7 @@ recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`; the script does not change.
 
 import sys
 
+from bert_repro.training.distributed import end_processes
 from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.data.corpus import CorpusError
 from bert_repro.training.pretrain import run_pretraining
@@ -17,6 +18,7 @@ if __name__ == "__main__":
     quiet_load_reports()
     try:
         run_pretraining()
+        end_processes()  # all processes leave together (a distributed launch)
     except (ConfigurationError, CorpusError, FileExistsError, FileNotFoundError) as err:
         # A problem with what the user passed: say it plainly, without a traceback.
         print(f"pretrain.py: error: {err}", file=sys.stderr)

@@ -11,6 +11,7 @@ import sys
 
 from transformers import HfArgumentParser
 
+from bert_repro.training.distributed import end_processes
 from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.training.reproduce import ReproduceArguments, run_reproduce
 
@@ -22,6 +23,7 @@ if __name__ == "__main__":
     (args,) = HfArgumentParser(ReproduceArguments).parse_args_into_dataclasses(args=own)
     try:
         print(run_reproduce(args, finetune_args))
+        end_processes()  # all processes leave together (a distributed launch)
     except (ConfigurationError, FileExistsError, FileNotFoundError) as err:
         print(f"reproduce.py: error: {err}", file=sys.stderr)
         sys.exit(2)

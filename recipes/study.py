@@ -15,6 +15,7 @@ import sys
 from transformers import HfArgumentParser
 
 from bert_repro.tasks.columns import TaskDataError
+from bert_repro.training.distributed import end_processes
 from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.training.study import StudyArguments, run_study
 
@@ -23,6 +24,7 @@ if __name__ == "__main__":
     (args,) = HfArgumentParser(StudyArguments).parse_args_into_dataclasses()
     try:
         print(run_study(args))
+        end_processes()  # all processes leave together (a distributed launch)
     except (ConfigurationError, TaskDataError, FileExistsError, FileNotFoundError) as err:
         # A problem with what the user passed: say it plainly, without a traceback.
         print(f"study.py: error: {err}", file=sys.stderr)

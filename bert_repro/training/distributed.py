@@ -213,3 +213,14 @@ class EngineTrainer(Trainer):
             if sharded:
                 plugin.set_state_dict_type(kept)
         self.accelerator.wait_for_everyone()
+
+
+def end_processes() -> None:
+    """The recipe's processes leave together: a barrier, then the process group destroyed. Without it a process
+    that reaches the interpreter's exit while another still talks over gloo can abort ("terminate called without
+    an active exception", exit -6), failing a run whose model was already saved."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
