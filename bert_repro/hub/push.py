@@ -33,12 +33,12 @@ from pathlib import Path
 
 from ..model import modeling_bert_repro
 from ..model.checkpoint_format import config_file_dict, is_repro_checkpoint
+from ..model.conversion import TOKENIZER_FILES
 from ..model.modeling_bert_repro import AUTO_MAP
 
 logger = logging.getLogger(__name__)
 
 MODEL_FILES = ("model.safetensors", "config.json")  # and the code files: `model_files`
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 RECORD_FILES = ("run_config.json", "data_statistics.json", "results.json", "results.md", "log_history.json",
                 "training_curves.png", "report.md", "report.json", "report.png")
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")

@@ -58,6 +58,7 @@ from .modeling_bert_repro import (
     BertReproPreTrainedModel,
     _as_tuple_if_asked,
     _classifier_dropout,
+    span_loss,
 )
 
 # --- Token features (paper Table 7) ------------------------------------------------------------------------------
@@ -380,14 +381,7 @@ class BertReproForQuestionAnsweringWithBiLSTM(BertReproBiLSTMPreTrainedModel):
         tokens, _, carried = self._bilstm(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                           output_hidden_states, kwargs)
         start_logits, end_logits = self.qa_outputs(tokens).unbind(dim=-1)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            # As the linear head: positions outside this window (clamped to seq) are ignored.
-            seq = start_logits.shape[1]
-            start = start_positions.reshape(-1).clamp(0, seq)
-            end = end_positions.reshape(-1).clamp(0, seq)
-            loss = (F.cross_entropy(start_logits.float(), start, ignore_index=seq)
-                    + F.cross_entropy(end_logits.float(), end, ignore_index=seq)) / 2
+        loss = span_loss(start_logits, end_logits, start_positions, end_positions)
         output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits.contiguous(),
                                               end_logits=end_logits.contiguous(), **carried)
         return _as_tuple_if_asked(output, return_dict, self.config)

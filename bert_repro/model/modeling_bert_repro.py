@@ -702,6 +702,16 @@ class BertReproForSequenceClassification(BertReproPreTrainedModel):
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
+def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch.Tensor | None:
+    """Mean of the start and end cross-entropies; positions outside the window (clamped to seq) are ignored."""
+    if start_positions is None or end_positions is None:
+        return None
+    seq = start_logits.shape[1]
+    start, end = start_positions.reshape(-1).clamp(0, seq), end_positions.reshape(-1).clamp(0, seq)
+    return (F.cross_entropy(start_logits.float(), start, ignore_index=seq)
+            + F.cross_entropy(end_logits.float(), end, ignore_index=seq)) / 2
+
+
 class BertReproForQuestionAnswering(BertReproPreTrainedModel):
     """SQuAD span prediction: start logit S.T_i and end logit E.T_j for every token (`qa_outputs` holds S and E)."""
 
@@ -718,16 +728,7 @@ class BertReproForQuestionAnswering(BertReproPreTrainedModel):
         outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
                             **kwargs)
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            # Positions outside this window (clamped to seq) are ignored, as in transformers.
-            seq = start_logits.shape[1]
-            start = start_positions.reshape(-1).clamp(0, seq)
-            end = end_positions.reshape(-1).clamp(0, seq)
-            loss = (
-                F.cross_entropy(start_logits.float(), start, ignore_index=seq)
-                + F.cross_entropy(end_logits.float(), end, ignore_index=seq)
-            ) / 2
+        loss = span_loss(start_logits, end_logits, start_positions, end_positions)
         output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits.contiguous(),
                                               end_logits=end_logits.contiguous(), hidden_states=outputs.hidden_states,
                                               attentions=outputs.attentions)

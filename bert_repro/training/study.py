@@ -37,12 +37,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..model.bilstm_heads import FEATURE_SETS
+from ..model.conversion import TOKENIZER_FILES
+from ..tasks.registry import get_task
 from .cli import ConfigurationError
 from .finetune import run_finetuning
 from .pretrain import run_pretraining
 from .reproduce import task_data_dir
-from ..model.bilstm_heads import FEATURE_SETS
-from ..tasks.registry import get_task
 
 logger = logging.getLogger(__name__)
 
@@ -358,7 +359,7 @@ def random_init_model(pretrained: Path, directory: Path) -> Path:
     model = BertReproForPreTraining(config)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+    for name in TOKENIZER_FILES:
         if (pretrained / name).is_file():
             shutil.copy(pretrained / name, directory / name)
     (directory / "results.json").write_text(json.dumps({"random_init": True, "architecture_of": str(pretrained),
