@@ -16,8 +16,10 @@ PARTS=${PARTS:-tests bench train}
 EXAMPLES=${EXAMPLES:-.gpu}
 MRPC=${MRPC:-}
 TRAIN_STEPS=${TRAIN_STEPS:-3000}
+SETTINGS=${SETTINGS:-base:128,base:512,large:128}
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 mkdir -p "$RESULTS"
+RESULTS=$(cd "$RESULTS" && pwd) EXAMPLES=$(cd "$EXAMPLES" && pwd)  # absolute: the benchmark runs in benchmarks/
 python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(), torch.__version__)" \
     || { echo "error: no CUDA device visible to torch" >&2; exit 2; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$RESULTS/device.txt"
@@ -28,7 +30,7 @@ if [[ " $PARTS " == *" tests "* ]]; then
 fi
 
 if [[ " $PARTS " == *" bench "* ]]; then
-    (cd benchmarks && python gpu_pretrain.py --examples "../$EXAMPLES" --out "../$RESULTS/gpu_pretrain.json") \
+    (cd benchmarks && python gpu_pretrain.py --examples "$EXAMPLES" --out "$RESULTS/gpu_pretrain.json" --settings "$SETTINGS") \
         2>&1 | tee "$RESULTS/gpu_pretrain.log" || status=1
 fi
 
