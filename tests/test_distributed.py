@@ -279,6 +279,30 @@ def test_deepspeed_zero2_two_processes_match_one_process(runs):
     assert "cls.predictions.decoder.weight" not in load_file(root / "ds" / "model.safetensors")
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not has_deepspeed(), reason="deepspeed is not installed (pip install 'bert-repro[deepspeed]')")
+def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
+    """Stopped after 3 of 8 steps and resumed from DeepSpeed's own checkpoint (read by DeepSpeed, which unpickles:
+    this run wrote it): the same steps and weights as the uninterrupted one-process run."""
+    root, double = runs
+    resumed = root / "ds_resumed"
+    launch(engine("deepspeed_zero2_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed,
+           "--stop_after_steps", "3")
+    checkpoint = resumed / "checkpoint-3"
+    # DeepSpeed's checkpoint: its global_step folder (model and the partitioned optimizer states of both
+    # processes), each process's RNG state, and our whole model beside it.
+    assert list(checkpoint.glob("global_step3/*optim_states.pt")), sorted(p.name for p in checkpoint.rglob("*"))
+    for name in ("rng_state_0.pth", "rng_state_1.pth", "model.safetensors"):
+        assert (checkpoint / name).exists(), name
+    assert not (resumed / "model.safetensors").exists()
+    launch(engine("deepspeed_zero2_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed,
+           "--resume_from_checkpoint", "true")
+    assert [e["step"] for e in training_log(resumed)] == list(range(1, 9))
+    assert results(resumed)["engine"] == "DeepSpeed ZeRO-2"
+    worst = worst_difference(load_file(root / "one" / "model.safetensors"), load_file(resumed / "model.safetensors"))
+    assert worst < TOLERANCE, worst
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Fine-tuning under FSDP2
 # ---------------------------------------------------------------------------------------------------------------
