@@ -295,8 +295,10 @@ def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
     for name in ("rng_state_0.pth", "rng_state_1.pth", "model.safetensors"):
         assert (checkpoint / name).exists(), name
     assert not (resumed / "model.safetensors").exists()
-    launch(engine("deepspeed_zero2_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed,
-           "--resume_from_checkpoint", "true")
+    result = launch(engine("deepspeed_zero2_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed,
+                    "--resume_from_checkpoint", "true", "--log_level", "info")
+    # Trainer continued at step 3 (a fresh start would end in the same weights too).
+    assert "Resuming training from checkpoint with epoch 0 and global step 3" in result.stdout + result.stderr
     assert [e["step"] for e in training_log(resumed)] == list(range(1, 9))
     assert results(resumed)["engine"] == "DeepSpeed ZeRO-2"
     worst = worst_difference(load_file(root / "one" / "model.safetensors"), load_file(resumed / "model.safetensors"))

@@ -164,7 +164,8 @@ class PreTrainingArguments(SpeedSwitches):
 RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot",
                       "unpad_inputs", "compile_layers", "fast_dropout", "last_layer_subset", "tied_gradients",  # speed switches: the same training either way
                       "packing",  # the same examples per step and the same losses, packed or not
-                      "logging_steps", "report_to", "disable_tqdm", "dataloader_num_workers",
+                      "logging_steps", "report_to", "disable_tqdm", "log_level", "log_level_replica",
+                      "dataloader_num_workers",
                       "gradient_accumulation_steps"}  # derived from global_batch_size and the processes
 
 
