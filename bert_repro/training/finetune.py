@@ -35,10 +35,10 @@ from transformers import Trainer, TrainingArguments, set_seed
 from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
 from .cli import (
     ConfigurationError,
-    pin_memory_only_with_an_accelerator,
     SpeedSwitches,
     check_output_dir,
     parse_with_config,
+    pin_memory_only_with_an_accelerator,
     read_yaml_config,
     take_push_request,
     write_run_config,

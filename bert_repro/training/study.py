@@ -10,8 +10,9 @@ output directory:
 - `study.json`: the same as data; `study.png`: ours against the paper's, one panel per column.
 
 Layout: `<output_dir>/pretrain/<variant>/` (a pre-training run), `<output_dir>/finetune/<variant>/<task>/` (a
-fine-tuning run; a column that fine-tunes differently, e.g. feature-based, has its own). Each finished run is kept and not run again, and the recipes resume an interrupted one from
-its last checkpoint: run the same command again to continue a study. Studies:
+fine-tuning run; a column that fine-tunes differently, e.g. feature-based, has its own). Each finished run is
+kept and not run again, and the recipes resume an interrupted one from its last checkpoint: run the same command
+again to continue a study. Studies:
 
 - `table5`: the pre-training tasks (MLM + NSP, No NSP, LTR & No NSP, + BiLSTM on the LTR model).
 - `table6`: model size (L / H / A); also the held-out MLM perplexity of each pre-trained model.
