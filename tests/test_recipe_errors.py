@@ -53,6 +53,14 @@ def test_output_dir_below_a_file_is_one_message(tmp_path):
     assert (tmp_path / "a_file").read_text() == "not a directory"
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="bf16 is allowed where CUDA is")
+def test_bf16_without_a_gpu_is_one_message(tmp_path):
+    # TrainingArguments' own check (raised while the command line is parsed) reaches the user as our one line.
+    result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(tmp_path / "out"),
+                      "--bf16", "true")
+    assert_user_error(result, "bf16")
+
+
 def denied(path: Path) -> bool:
     """Whether writing ``path`` (a directory, made if absent) fails with PermissionError for this user."""
     try:

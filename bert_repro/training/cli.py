@@ -111,7 +111,10 @@ def parse_with_config(dataclass_types: tuple[type, ...], defaults: dict[str, Any
     if "-h" in argv or "--help" in argv:
         # --help shows the values a run will use (the recipe's defaults and the --config file), not the dataclasses'.
         parser.set_defaults(**{key: value for key, value in {**defaults, **config_values}.items() if value is not None})
-    return parser.parse_args_into_dataclasses(args=as_cli(defaults) + as_cli(config_values) + argv)
+    try:
+        return parser.parse_args_into_dataclasses(args=as_cli(defaults) + as_cli(config_values) + argv)
+    except ValueError as err:  # the dataclasses' own checks, e.g. TrainingArguments' `--bf16 true` on a CPU
+        raise ConfigurationError(" ".join(str(err).split())) from None
 
 
 def _differences(old: dict, new: dict) -> list[str]:
