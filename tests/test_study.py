@@ -114,6 +114,19 @@ def test_report_table_ordering_and_chart(tmp_path):
     assert (tmp_path / "study.png").stat().st_size > 0
 
 
+def test_equal_means_are_reported_as_a_tie(tmp_path):
+    # Every variant at the majority class (a budget too small to learn anything) is a tie, not a ranking.
+    study = get_study("pretraining")
+    rows = [{"variant": k, "label": study.variant(k).label, "model": "m", "finetune_seconds": 1.0,
+             "pretraining": {}, "cells": {c.key: {"ours": 68.38} for c in study.columns}}
+            for k in ("pretrained", "random")]
+    text = write_study(tmp_path, study, rows, StudyArguments(study="pretraining"), 60.0)
+    assert "- ours: pre-trained (MLM + NSP) = random initialisation" in text
+    rows[1]["cells"]["sst2"]["ours"] = 67.0
+    assert "- ours: pre-trained (MLM + NSP) > random initialisation" in write_study(
+        tmp_path, study, rows, StudyArguments(study="pretraining"), 60.0)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # End to end
 # ---------------------------------------------------------------------------------------------------------------

@@ -446,6 +446,21 @@ def run_study(args: StudyArguments) -> str:
 def ordering(study: Study, rows: list[dict[str, Any]], which: str) -> list[str]:
     """Variants from best to worst by the mean of `which` ("ours" or "paper") over the fine-tuning columns that
     every row has a number for."""
+    score = mean_scores(study, rows, which)
+    return sorted(score, key=lambda k: -score[k])
+
+
+def ordering_text(study: Study, rows: list[dict[str, Any]], which: str, labels: dict[str, str]) -> str:
+    """The ordering as "A > B = C": variants whose means agree to the two decimals printed are tied, not ranked."""
+    score = mean_scores(study, rows, which)
+    order = ordering(study, rows, which)
+    text = labels[order[0]] if order else ""
+    for before, key in zip(order, order[1:]):
+        text += f" {'=' if round(score[before], 2) == round(score[key], 2) else '>'} {labels[key]}"
+    return text
+
+
+def mean_scores(study: Study, rows: list[dict[str, Any]], which: str) -> dict[str, float]:
     def value(row: dict[str, Any], column: str) -> float | None:
         if which == "paper":
             return study.paper.get(row["variant"], {}).get(column)
@@ -453,9 +468,8 @@ def ordering(study: Study, rows: list[dict[str, Any]], which: str) -> list[str]:
 
     columns = [c.key for c in study.columns if c.task is not None and all(value(r, c.key) is not None for r in rows)]
     if not columns or not rows:
-        return []
-    score = {r["variant"]: sum(value(r, c) for c in columns) / len(columns) for r in rows}
-    return sorted(score, key=lambda k: -score[k])
+        return {}
+    return {r["variant"]: sum(value(r, c) for c in columns) / len(columns) for r in rows}
 
 
 def write_study(output_dir: Path, study: Study, rows: list[dict[str, Any]], args: StudyArguments,
@@ -481,10 +495,10 @@ def write_study(output_dir: Path, study: Study, rows: list[dict[str, Any]], args
     ours_order, paper_order = ordering(study, rows, "ours"), ordering(study, rows, "paper")
     labels = {r["variant"]: r["label"] for r in rows}
     if ours_order:
-        lines += ["", "Ordering by the mean of the fine-tuning columns (best first):",
-                  f"- ours: {' > '.join(labels[k] for k in ours_order)}"]
+        lines += ["", "Ordering by the mean of the fine-tuning columns (best first; = where the means are equal):",
+                  f"- ours: {ordering_text(study, rows, 'ours', labels)}"]
         if paper_order:
-            lines.append(f"- paper: {' > '.join(labels[k] for k in paper_order)}")
+            lines.append(f"- paper: {ordering_text(study, rows, 'paper', labels)}")
     if study.note:
         lines += ["", study.note]
     lines += ["", f"Total time: {seconds / 3600:.2f} h. Runs: `{output_dir}/pretrain/<variant>/`, "
