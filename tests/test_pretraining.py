@@ -86,6 +86,24 @@ def test_output_dir_protection(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+def test_a_run_recorded_with_fields_that_may_now_change_still_resumes(tmp_path):
+    # An earlier version recorded log_level with the run; it may now change on resumption, so a run it saved
+    # must resume under a command that no longer records it, while a setting that matters is still compared.
+    from bert_repro.training.pretrain import run_identity
+
+    saved = {"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "passive"}}
+    (tmp_path / "run_config.json").write_text(json.dumps(saved))
+    (tmp_path / "checkpoint-10").mkdir()
+    now = run_identity({"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "info"}})
+    assert now == {"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3}}
+    check_output_dir(tmp_path, now, resume=True, overwrite=False, identity=run_identity)
+    with pytest.raises(FileExistsError, match="log_level"):  # without the identity, the old field differs
+        check_output_dir(tmp_path, now, resume=True, overwrite=False)
+    changed = run_identity({"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-4}})
+    with pytest.raises(FileExistsError, match="learning_rate: 0.001 -> 0.0001"):
+        check_output_dir(tmp_path, changed, resume=True, overwrite=False, identity=run_identity)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Global-batch normalisation inside Trainer
 # ---------------------------------------------------------------------------------------------------------------

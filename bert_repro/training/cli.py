@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -127,8 +128,13 @@ def _differences(old: dict, new: dict) -> list[str]:
     return out
 
 
-def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, overwrite: bool) -> None:
-    """Refuse to write into a directory that holds something else, with a message that says what to do."""
+def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, overwrite: bool,
+                     identity: Callable[[dict], dict] | None = None) -> None:
+    """Refuse to write into a directory that holds something else, with a message that says what to do.
+
+    `identity` (the function that made `record`) is applied to the saved record too, so that a field that no
+    longer identifies a run (one a later version lets change on resumption) does not make an old run "different".
+    """
     out = Path(output_dir)
     if overwrite or not out.exists() or not any(out.iterdir()):
         return
@@ -138,7 +144,8 @@ def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, over
             f"{out} is not empty and holds no bert_repro run ({RUN_CONFIG} missing). Choose another output_dir, "
             "or pass --overwrite_output_dir true to write into it anyway."
         )
-    differences = _differences(json.loads(saved.read_text()), record)
+    old = json.loads(saved.read_text())
+    differences = _differences(identity(old) if identity else old, record)
     if differences:
         shown = "; ".join(differences[:6]) + (" ..." if len(differences) > 6 else "")
         raise FileExistsError(

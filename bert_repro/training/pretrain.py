@@ -191,11 +191,17 @@ def parse_arguments(argv: list[str] | None = None):
 
 def run_record(run: PreTrainingArguments, data: PreTrainingDataConfig, training: TrainingArguments) -> dict:
     """What identifies a run: every setting except the ones that may change on resumption."""
-    record = {"run": asdict(run), "data": asdict(data), "training": training.to_dict()}
-    for section in record.values():
+    return run_identity({"run": asdict(run), "data": asdict(data), "training": training.to_dict()})
+
+
+def run_identity(record: dict) -> dict:
+    """`record` without the fields that may change on resumption (also applied to a saved record, which an
+    earlier version may have written with more fields)."""
+    record = {name: dict(section) for name, section in record.items()}
+    for name, section in record.items():
         for key in list(section):
             if key in RUN_CONTROL_FIELDS or key.startswith(("logging_", "push_to_hub")) or (
-                    key.startswith("hub_") and section is record["training"]):
+                    key.startswith("hub_") and name == "training"):
                 section.pop(key)
     return json.loads(json.dumps(record, default=str))
 
@@ -654,7 +660,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     training.gradient_accumulation_steps = gradient_accumulation(
         run.global_batch_size, training.per_device_train_batch_size, training.world_size)
     record = run_record(run, data, training)
-    check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir)
+    check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir, identity=run_identity)
     resume_from = checkpoint_to_resume(output_dir, resume_from, streamed=run.streaming)
     pin_memory_only_with_an_accelerator(training)
     phase_cfgs = phase_configs(data, run)
