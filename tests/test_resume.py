@@ -72,6 +72,11 @@ def test_resume_from_truncated_newest_checkpoint_matches_uninterrupted_run(tmp_p
     broken = tmp_path / "broken"
     launch(config, broken, "--stop_after_steps", "9")  # checkpoint-6 (save_steps) and checkpoint-9 (the stop)
     assert (broken / "checkpoint-6").is_dir() and (broken / "checkpoint-9").is_dir()
+    # Each checkpoint carries the training time up to it; the resumed run's time starts there (checkpoint-6:
+    # checkpoint-9 is broken below), so its results are the whole run's, not the last invocation's.
+    trained = json.loads((broken / "checkpoint-6" / "training_time.json").read_text())
+    assert trained["global_step"] == 6 and trained["train_seconds"] > 0
+    (broken / "checkpoint-6" / "training_time.json").write_text(json.dumps({"train_seconds": 1000.0, "global_step": 6}))
     truncate(broken / "checkpoint-9" / "model.safetensors")  # killed while saving
     (broken / "checkpoint-12").mkdir()  # killed before writing anything
     result = launch(config, broken, "--resume_from_checkpoint", "true")
@@ -81,6 +86,9 @@ def test_resume_from_truncated_newest_checkpoint_matches_uninterrupted_run(tmp_p
     a, b = weights(full), weights(broken)
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst < 1e-6, worst
+    results = json.loads((broken / "results.json").read_text())
+    assert 1000.0 < results["train_runtime_s"] < 1000.0 + json.loads((full / "results.json").read_text())[
+        "train_runtime_s"] * 5, results["train_runtime_s"]
 
     # No usable checkpoint at all: one message, exit code 2, nothing deleted.
     nothing = tmp_path / "nothing"

@@ -545,6 +545,33 @@ class StopAfterSteps(TrainerCallback):
         return control
 
 
+TRAINING_TIME = "training_time.json"
+
+
+class TrainingClock(TrainerCallback):
+    """Keeps the training time of all invocations of a run: each checkpoint records the seconds trained up to it
+    (`training_time.json`), and a resumed run starts its clock there, so that its `train_runtime_s` and
+    `tokens_per_second` are the whole run's, not the last invocation's."""
+
+    def __init__(self, resume_from: str | Path | None):
+        self.before = 0.0
+        if resume_from and (Path(resume_from) / TRAINING_TIME).is_file():
+            self.before = float(json.loads((Path(resume_from) / TRAINING_TIME).read_text())["train_seconds"])
+        self.start = time.time()
+
+    def seconds(self) -> float:
+        return self.before + time.time() - self.start
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.time()
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and checkpoint.is_dir():
+            (checkpoint / TRAINING_TIME).write_text(json.dumps(
+                {"train_seconds": round(self.seconds(), 1), "global_step": state.global_step}))
+
+
 def model_config(run: PreTrainingArguments, objective: str = DEFAULT_OBJECTIVE, **fields) -> BertReproConfig:
     """The model's config: the preset with `fields` and --model_overrides, or --init_from's config, with the run's
     `objective` (--objective; the data are built for it too). Settings that cannot work are a ConfigurationError."""
@@ -707,7 +734,8 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     set_seed(training.seed)  # the initial weights must not depend on what data preparation drew before
     model = build_model(run, tokenizer, phase_cfgs)
     steps = phase_steps(training.max_steps, run.phase2_fraction, len(phase_cfgs))
-    callbacks = [StopAfterSteps(run.stop_after_steps)] if run.stop_after_steps else []
+    clock = TrainingClock(resume_from)
+    callbacks = [clock] + ([StopAfterSteps(run.stop_after_steps)] if run.stop_after_steps else [])
     if run.streaming:  # `phases` is this process's stream of examples, all phases in one
         callbacks.append(DataStateCallback(phases, training.per_device_train_batch_size
                                            * training.gradient_accumulation_steps))
@@ -736,22 +764,23 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     )
     start = time.time()
     result = trainer.train(resume_from_checkpoint=resume_from)
-    elapsed = time.time() - start
+    elapsed = time.time() - start  # this invocation's
     if trainer.state.global_step < training.max_steps:
         logger.info("stopped after step %d of %d; continue with --resume_from_checkpoint true",
                     trainer.state.global_step, training.max_steps)
         return {"stopped_at_step": trainer.state.global_step}
 
-    summary = {"train_runtime_s": round(elapsed, 1), "global_step": trainer.state.global_step,
+    summary = {"train_runtime_s": round(clock.seconds(), 1), "global_step": trainer.state.global_step,
                "train_loss": result.training_loss, "processes": training.world_size,
                "gradient_accumulation_steps": training.gradient_accumulation_steps, "engine": trainer.engine}
-    if run.streaming:  # the tokens this invocation trained on, summed over the processes
+    if run.streaming:  # the tokens this invocation trained on, summed over the processes, over its time
         tokens = trainer.accelerator.reduce(torch.tensor(float(phases.tokens_yielded - tokens_at_start),
                                                          device=training.device), reduction="sum").item()
-    else:
+        summary["tokens_per_second"] = round(tokens / elapsed, 1)
+    else:  # every step's tokens, over the time of every invocation
         tokens = sum(statistics[f"phase{i + 1}"]["tokens"] / max(statistics[f"phase{i + 1}"]["examples"], 1) * n
                      * run.global_batch_size for i, n in enumerate(steps))
-    summary["tokens_per_second"] = round(tokens / elapsed, 1)
+        summary["tokens_per_second"] = round(tokens / clock.seconds(), 1)
     if eval_dataset is not None:
         summary.update(trainer.evaluate())
     trainer.save_full_model(str(output_dir))  # every process: FSDP gathers the shards
