@@ -244,6 +244,7 @@ def test_pretraining_body(tmp_path):
     assert "| phase 2 | 512 |" in text and "| held-out |" in text
     assert "1,000 optimizer steps of 32 sequences" in text
     assert "then the last 10% of the steps at 512 tokens" in text
+    assert "0.20 h\n  of training at 5,350.1 tokens/s" in text  # the whole run timed
     assert "| MLM accuracy | 9.76 |" in text and "| NSP accuracy | 51.13 | 97–98" in text
     assert "![Training and held-out curves" in text and "(training_curves.png)" in text
     # every recorded setting, in its section
@@ -252,6 +253,16 @@ def test_pretraining_body(tmp_path):
         assert setting in text
     assert "CC BY-SA 3.0 and GFDL" in text  # the corpus's licence, in the licence section
     assert "Wikipedia text" in text  # the corpus-specific limitation
+
+
+def test_a_run_timed_from_a_step_says_so(tmp_path):
+    # Resumed from a checkpoint that did not record its training time: the card must not call part of a run the
+    # whole run's time.
+    out = make_pretraining_run(tmp_path)
+    results = json.loads((out / "results.json").read_text())
+    _write(out / "results.json", {**results, "train_runtime_from_step": 800})
+    text = body(card_for_pretraining(out, REPO))
+    assert "0.20 h\n  of training from step 800 (the time before it was\n  not recorded) at 5,350.1 tokens/s" in text
 
 
 def test_pretraining_without_phase2_warns_about_untrained_positions(tmp_path):

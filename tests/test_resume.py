@@ -61,6 +61,35 @@ def test_newest_valid_checkpoint_falls_back_and_reports(tmp_path, caplog):
     assert (tmp_path / "checkpoint-10" / "trainer_state.json").exists()  # nothing deleted
 
 
+def test_the_clock_starts_where_the_checkpoint_says(tmp_path, caplog):
+    from bert_repro.training.pretrain import TrainingClock
+
+    assert (TrainingClock(None).before, TrainingClock(None).from_step) == (0.0, 0)
+    timed = tmp_path / "checkpoint-6"
+    timed.mkdir()
+    (timed / "training_time.json").write_text(json.dumps({"train_seconds": 1000.0, "global_step": 6}))
+    (timed / "trainer_state.json").write_text(json.dumps({"global_step": 6}))
+    clock = TrainingClock(timed)
+    assert (clock.before, clock.from_step) == (1000.0, 0) and 1000.0 <= clock.seconds() < 1010.0
+    # A checkpoint of an older version, without the record: the time before it is unknown, and said to be.
+    old = tmp_path / "checkpoint-8"
+    old.mkdir()
+    (old / "trainer_state.json").write_text(json.dumps({"global_step": 8}))
+    with caplog.at_level("WARNING"):
+        clock = TrainingClock(old)
+    assert (clock.before, clock.from_step) == (0.0, 8) and clock.seconds() < 10.0
+    assert "time trained before step 8 is unknown" in caplog.text
+
+
+def test_tokens_per_second_counts_the_steps_the_clock_timed():
+    from bert_repro.training.pretrain import tokens_trained
+
+    statistics = {"phase1": {"tokens": 1000, "examples": 10}, "phase2": {"tokens": 4000, "examples": 10}}
+    assert tokens_trained(statistics, [90, 10], 2) == 90 * 2 * 100 + 10 * 2 * 400
+    assert tokens_trained(statistics, [90, 10], 2, after_step=80) == 10 * 2 * 100 + 10 * 2 * 400
+    assert tokens_trained(statistics, [90, 10], 2, after_step=95) == 5 * 2 * 400
+
+
 @pytest.mark.slow
 def test_resume_from_truncated_newest_checkpoint_matches_uninterrupted_run(tmp_path, corpus_and_tokenizer):  # noqa: F811
     corpus, tokenizer = corpus_and_tokenizer

@@ -106,12 +106,17 @@ def test_report_table_ordering_and_chart(tmp_path):
              "cells": {c.key: {"ours": v + i} for i, c in enumerate(study.columns)}} for k, v in values.items()]
     text = write_study(tmp_path, study, rows, StudyArguments(study="table5"), 3600.0)
     assert "| No NSP | 78.00 | 83.9 | 79.00 | 84.9 |" in text
+    assert "| 100 | 30 | 12 |" in text  # steps, pre-training and fine-tuning seconds
     assert "- ours: BERT (MLM + NSP) > No NSP > + BiLSTM > LTR & No NSP" in text
     assert "- paper: BERT (MLM + NSP) > No NSP > + BiLSTM > LTR & No NSP" in text  # the BiLSTM's SQuAD gain
     assert ordering(study, rows, "ours") == ["mlm_nsp", "mlm", "ltr_bilstm", "ltr"]
     saved = json.loads((tmp_path / "study.json").read_text())
     assert saved["ordering"]["ours"][0] == "mlm_nsp" and saved["rows"][2]["cells"]["mrpc"]["ours"] == 72.0
     assert (tmp_path / "study.png").stat().st_size > 0
+    # A variant resumed from a checkpoint that did not record its training time: the time is only from that step.
+    rows[1]["pretraining"]["train_runtime_from_step"] = 80
+    text = write_study(tmp_path, study, rows, StudyArguments(study="table5"), 3600.0)
+    assert "| 100 | 30 (from step 80) | 12 |" in text and text.count("(from step") == 1
 
 
 def test_equal_means_are_reported_as_a_tie(tmp_path):

@@ -548,15 +548,42 @@ class StopAfterSteps(TrainerCallback):
 TRAINING_TIME = "training_time.json"
 
 
+def checkpoint_step(checkpoint: Path) -> int:
+    """The step a Trainer checkpoint was saved at: its trainer_state.json, else its name (checkpoint-N)."""
+    state = checkpoint / "trainer_state.json"
+    if state.is_file():
+        return int(json.loads(state.read_text())["global_step"])
+    return int(checkpoint.name.rsplit("-", 1)[-1])
+
+
+def tokens_trained(statistics: dict, steps: list[int], global_batch_size: int, after_step: int = 0) -> float:
+    """The tokens of the optimizer steps after `after_step`: each phase's steps (`steps`, in order) times the batch
+    times that phase's mean tokens per example (data_statistics.json)."""
+    tokens, first = 0.0, 0
+    for i, n in enumerate(steps):
+        phase = statistics[f"phase{i + 1}"]
+        tokens += phase["tokens"] / max(phase["examples"], 1) * max(0, first + n - max(first, after_step)) \
+            * global_batch_size
+        first += n
+    return tokens
+
+
 class TrainingClock(TrainerCallback):
     """Keeps the training time of all invocations of a run: each checkpoint records the seconds trained up to it
     (`training_time.json`), and a resumed run starts its clock there, so that its `train_runtime_s` and
-    `tokens_per_second` are the whole run's, not the last invocation's."""
+    `tokens_per_second` are the whole run's, not the last invocation's. A checkpoint without the record (written by
+    an older version) leaves the time before it unknown: the clock then counts from that checkpoint's step
+    (`from_step`), and the results say so rather than pass part of a run's time off as the whole."""
 
     def __init__(self, resume_from: str | Path | None):
-        self.before = 0.0
+        self.before, self.from_step = 0.0, 0
         if resume_from and (Path(resume_from) / TRAINING_TIME).is_file():
             self.before = float(json.loads((Path(resume_from) / TRAINING_TIME).read_text())["train_seconds"])
+        elif resume_from:
+            self.from_step = checkpoint_step(Path(resume_from))
+            logger.warning("%s has no %s (written by an older version): the time trained before step %d is unknown, "
+                           "so train_runtime_s counts from there (results.json: train_runtime_from_step)",
+                           resume_from, TRAINING_TIME, self.from_step)
         self.start = time.time()
 
     def seconds(self) -> float:
@@ -777,10 +804,11 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         tokens = trainer.accelerator.reduce(torch.tensor(float(phases.tokens_yielded - tokens_at_start),
                                                          device=training.device), reduction="sum").item()
         summary["tokens_per_second"] = round(tokens / elapsed, 1)
-    else:  # every step's tokens, over the time of every invocation
-        tokens = sum(statistics[f"phase{i + 1}"]["tokens"] / max(statistics[f"phase{i + 1}"]["examples"], 1) * n
-                     * run.global_batch_size for i, n in enumerate(steps))
+    else:  # the tokens of every step the clock timed (all of them, unless it starts at from_step), over its time
+        tokens = tokens_trained(statistics, steps, run.global_batch_size, after_step=clock.from_step)
         summary["tokens_per_second"] = round(tokens / clock.seconds(), 1)
+    if clock.from_step:
+        summary["train_runtime_from_step"] = clock.from_step
     if eval_dataset is not None:
         summary.update(trainer.evaluate())
     trainer.save_full_model(str(output_dir))  # every process: FSDP gathers the shards

@@ -417,7 +417,7 @@ def run_study(args: StudyArguments) -> str:
             if (weights[variant.key] / "results.json").is_file() else {}
         row = {"variant": variant.key, "label": variant.label, "model": str(weights[variant.key]),
                "pretraining": {k: pretrain_results.get(k) for k in ("global_step", "train_runtime_s",
-                                                                    "tokens_per_second", "eval_mlm_loss",
+                                                                    "train_runtime_from_step", "tokens_per_second", "eval_mlm_loss",
                                                                     "eval_mlm_accuracy", "eval_nsp_accuracy")},
                "cells": {}, "finetune_seconds": 0.0}
         rows.append(row)
@@ -489,9 +489,10 @@ def write_study(output_dir: Path, study: Study, rows: list[dict[str, Any]], args
             ours, paper = cell.get("ours"), study.paper.get(r["variant"], {}).get(c.key)
             cells.append(f"{'' if ours is None else f'{ours:.2f}'} | {'' if paper is None else f'{paper:.1f}'}")
         p = r["pretraining"]
-        runtime = p.get("train_runtime_s")
-        lines.append(f"| {r['label']} | {' | '.join(cells)} | {p.get('global_step') or ''} | "
-                     f"{'' if runtime is None else f'{runtime:.0f}'} | {r['finetune_seconds']:.0f} |")
+        runtime, since = p.get("train_runtime_s"), p.get("train_runtime_from_step")
+        runtime = "" if runtime is None else f"{runtime:.0f}" + (f" (from step {since})" if since else "")
+        lines.append(f"| {r['label']} | {' | '.join(cells)} | {p.get('global_step') or ''} | {runtime} | "
+                     f"{r['finetune_seconds']:.0f} |")
     ours_order, paper_order = ordering(study, rows, "ours"), ordering(study, rows, "paper")
     labels = {r["variant"]: r["label"] for r in rows}
     if ours_order:
