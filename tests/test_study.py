@@ -107,6 +107,13 @@ def test_report_table_ordering_and_chart(tmp_path):
     text = write_study(tmp_path, study, rows, StudyArguments(study="table5"), 3600.0)
     assert "| No NSP | 78.00 | 83.9 | 79.00 | 84.9 |" in text
     assert "| 100 | 30 | 12 |" in text  # steps, pre-training and fine-tuning seconds
+    # the runs' time, each model's pre-training once (the BiLSTM row fine-tunes the LTR model), and the invocation's
+    for r in rows:
+        r["model"], r["pretraining"]["train_runtime_s"] = r["variant"], 360.0
+    rows[3]["model"] = "ltr"
+    text = write_study(tmp_path, study, rows, StudyArguments(study="table5"), 3600.0)
+    assert ("Time of the runs: 0.31 h (pre-training 0.30 h, fine-tuning 0.01 h; each model counted once, kept runs "
+            "included); this invocation 1.00 h.") in text
     assert "- ours: BERT (MLM + NSP) > No NSP > + BiLSTM > LTR & No NSP" in text
     assert "- paper: BERT (MLM + NSP) > No NSP > + BiLSTM > LTR & No NSP" in text  # the BiLSTM's SQuAD gain
     assert ordering(study, rows, "ours") == ["mlm_nsp", "mlm", "ltr_bilstm", "ltr"]
@@ -116,7 +123,8 @@ def test_report_table_ordering_and_chart(tmp_path):
     # A variant resumed from a checkpoint that did not record its training time: the time is only from that step.
     rows[1]["pretraining"]["train_runtime_from_step"] = 80
     text = write_study(tmp_path, study, rows, StudyArguments(study="table5"), 3600.0)
-    assert "| 100 | 30 (from step 80) | 12 |" in text and text.count("(from step") == 1
+    assert "| 100 | 360 (from step 80) | 12 |" in text and text.count("(from step") == 1
+    assert "pre-training 0.30 h, part of it timed only from a step," in text
 
 
 def test_equal_means_are_reported_as_a_tie(tmp_path):

@@ -472,6 +472,18 @@ def mean_scores(study: Study, rows: list[dict[str, Any]], which: str) -> dict[st
     return {r["variant"]: sum(value(r, c) for c in columns) / len(columns) for r in rows}
 
 
+def runs_time(rows: list[dict[str, Any]]) -> tuple[float, float, bool]:
+    """The recorded training time behind a table, whichever invocation ran it: the pre-training of each distinct
+    model once (a fine-tuning variant shares another's), the fine-tuning of every row, and whether a pre-training
+    was timed only from a step (resumed from a checkpoint that did not record the time before it)."""
+    models: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        models.setdefault(r["model"], r["pretraining"])
+    pretraining = sum(p.get("train_runtime_s") or 0.0 for p in models.values())
+    partly = any(p.get("train_runtime_from_step") for p in models.values())
+    return pretraining, sum(r["finetune_seconds"] for r in rows), partly
+
+
 def write_study(output_dir: Path, study: Study, rows: list[dict[str, Any]], args: StudyArguments,
                 seconds: float) -> str:
     columns = study.columns
@@ -502,7 +514,11 @@ def write_study(output_dir: Path, study: Study, rows: list[dict[str, Any]], args
             lines.append(f"- paper: {ordering_text(study, rows, 'paper', labels)}")
     if study.note:
         lines += ["", study.note]
-    lines += ["", f"Total time: {seconds / 3600:.2f} h. Runs: `{output_dir}/pretrain/<variant>/`, "
+    pretraining, finetuning, partly_timed = runs_time(rows)
+    lines += ["", f"Time of the runs: {(pretraining + finetuning) / 3600:.2f} h (pre-training "
+                  f"{pretraining / 3600:.2f} h{', part of it timed only from a step' if partly_timed else ''}, "
+                  f"fine-tuning {finetuning / 3600:.2f} h; each model counted once, kept runs included); this "
+                  f"invocation {seconds / 3600:.2f} h. Runs: `{output_dir}/pretrain/<variant>/`, "
                   f"`{output_dir}/finetune/<variant>/<task>/`."]
     text = "\n".join(lines) + "\n"
     (output_dir / "study.md").write_text(text)
@@ -512,7 +528,8 @@ def write_study(output_dir: Path, study: Study, rows: list[dict[str, Any]], args
                      for c in columns],
          "rows": rows, "ordering": {"ours": ours_order, "paper": paper_order},
          "pretrain_config": args.pretrain_config, "pretrain_args": args.pretrain_args,
-         "finetune_args": args.finetune_args, "seconds": round(seconds, 1)}, indent=2))
+         "finetune_args": args.finetune_args, "seconds": round(seconds, 1),
+         "run_seconds": {"pretraining": round(pretraining, 1), "finetuning": round(finetuning, 1)}}, indent=2))
     plot_study(study, rows, output_dir / "study.png")
     return text
 
