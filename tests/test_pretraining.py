@@ -218,6 +218,42 @@ def weights(directory):
 
 
 @pytest.mark.slow
+def test_repeating_the_data_more_than_the_paper_is_warned_about():
+    from bert_repro.data.pretraining_examples import PreTrainingDataConfig
+    from bert_repro.training.pretrain import repetition_warnings
+
+    static = PreTrainingDataConfig(max_seq_length=64, dupe_factor=3)
+    stats = {"phase1": {"examples": 77_422}}
+    # the paper's 4 showings of each masked example: no warning; budget 2's 12,000 x 32 (4.96): one
+    assert repetition_warnings(stats, [9_000], 32, [static]) == []
+    (warning,) = repetition_warnings(stats, [12_000], 32, [static])
+    assert warning.startswith("phase1: 12,000 steps of 32 show each of its 77,422 examples 5.0 times with the same "
+                              "masks") and "--static_masking false" in warning
+    # fresh masks per batch: only passes over the text count (3 maskings' worth of text per showing; paper 40)
+    dynamic = PreTrainingDataConfig(max_seq_length=64, dupe_factor=3, static_masking=False)
+    assert repetition_warnings(stats, [12_000], 32, [dynamic]) == []
+    (warning,) = repetition_warnings(stats, [40_000], 32, [dynamic])
+    assert "pass over its text about 50 times (the paper: 40)" in warning
+    # each phase on its own; a phase without examples (streaming statistics) is not judged
+    assert len(repetition_warnings({"phase1": {"examples": 77_422}, "phase2": {"examples": 10}}, [100, 10], 32,
+                                   [static, static])) == 1
+    assert repetition_warnings({}, [12_000], 32, [static]) == []
+
+
+@pytest.mark.slow
+def test_the_recipe_says_when_it_repeats_a_small_corpus(tmp_path, corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    small = tmp_path / "small"
+    small.mkdir()
+    for path in sorted(corpus.glob("*.txt"))[:2]:
+        (small / path.name).write_text(path.read_text())
+    config = write_config(tmp_path / "small.yaml", small, tokenizer, max_steps=40, save_steps=100, eval_fraction=0.0)
+    result = launch(config, tmp_path / "out")
+    examples = json.loads((tmp_path / "out" / "data_statistics.json").read_text())["phase1"]["examples"]
+    assert 30 * 8 / examples > 4  # phase 1's 30 steps of 8 show each example more than the paper's 4 times
+    assert "phase1: 30 steps of 8 show each of its" in result.stderr and "--static_masking false" in result.stderr
+
+
 def test_pretrain_end_to_end_and_resume(tmp_path, corpus_and_tokenizer):
     from transformers import AutoModelForPreTraining
 

@@ -761,6 +761,9 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     set_seed(training.seed)  # the initial weights must not depend on what data preparation drew before
     model = build_model(run, tokenizer, phase_cfgs)
     steps = phase_steps(training.max_steps, run.phase2_fraction, len(phase_cfgs))
+    if training.process_index == 0 and not run.streaming:
+        for warning in repetition_warnings(statistics, steps, run.global_batch_size, phase_cfgs):
+            logger.warning(warning)
     clock = TrainingClock(resume_from)
     callbacks = [clock] + ([StopAfterSteps(run.stop_after_steps)] if run.stop_after_steps else [])
     if run.streaming:  # `phases` is this process's stream of examples, all phases in one
@@ -833,6 +836,37 @@ def log_table(title: str, values: dict[str, Any]) -> None:
     width = max(len(k) for k in values)
     lines = [f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}" for k, v in values.items()]
     logger.info("%s\n%s", title, "\n".join(lines))
+
+
+# The paper's repetition: 40 epochs over its text, built with dupe_factor 10 (the reference code's default), so each
+# statically masked example is seen about 4 times (section A.2, create_pretraining_data.py).
+PAPER_TEXT_PASSES, PAPER_EXAMPLE_REPEATS = 40, 4
+
+
+def repetition_warnings(statistics: dict[str, dict], steps: list[int], global_batch_size: int,
+                        phase_cfgs: list[PreTrainingDataConfig]) -> list[str]:
+    """What a run repeats more than the paper does, per phase: the same masked examples (static masks), or its text.
+    A small corpus trained for many steps is memorised, its training loss parting from the held-out one (measured
+    in README, "Where this size spends its budget"), so the user hears it before the steps are spent."""
+    warnings = []
+    for i, (n, cfg) in enumerate(zip(steps, phase_cfgs)):
+        examples = statistics.get(f"phase{i + 1}", {}).get("examples")
+        if not examples or not n:
+            continue
+        showings = n * global_batch_size / examples  # how often each built example is drawn
+        text_passes = showings * cfg.dupe_factor
+        if cfg.stores_masks and showings > PAPER_EXAMPLE_REPEATS:
+            warnings.append(
+                f"phase{i + 1}: {n:,} steps of {global_batch_size} show each of its {examples:,} examples "
+                f"{showings:.1f} times with the same masks (the paper: about {PAPER_EXAMPLE_REPEATS}); the model will "
+                "learn them by heart. Give it more text (--corpus), more maskings (--dupe_factor) or fresh masks per "
+                "batch (--static_masking false).")
+        elif text_passes > PAPER_TEXT_PASSES:
+            warnings.append(
+                f"phase{i + 1}: {n:,} steps of {global_batch_size} pass over its text about {text_passes:.0f} times "
+                f"(the paper: {PAPER_TEXT_PASSES}); on this little text the model will learn it by heart. Give it "
+                "more text (--corpus) or fewer steps.")
+    return warnings
 
 
 def log_statistics(statistics: dict[str, dict]) -> None:
