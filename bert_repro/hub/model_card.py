@@ -562,7 +562,8 @@ def _pretraining_facts(run: Mapping[str, Any], data: Mapping[str, Any], training
                       else "number of processes not recorded"),
         "accumulation": _count(results.get("gradient_accumulation_steps")),
         "runtime_hours": f"{runtime / 3600:.2f}" if _is_number(runtime) else NOT_RECORDED,
-        "timed_from_step": _count(results["train_runtime_from_step"]) if results.get("train_runtime_from_step") else None,
+        "timed_from_step": (_count(results["train_runtime_from_step"]) if results.get("train_runtime_from_step")
+                            else None),
         "tokens_per_second": _count(results.get("tokens_per_second")),
         "train_loss": f"{loss:.4f}" if _is_number(loss) else NOT_RECORDED,
         "recipe": _masking_recipe(data),

@@ -416,9 +416,9 @@ def run_study(args: StudyArguments) -> str:
         pretrain_results = json.loads((weights[variant.key] / "results.json").read_text()) \
             if (weights[variant.key] / "results.json").is_file() else {}
         row = {"variant": variant.key, "label": variant.label, "model": str(weights[variant.key]),
-               "pretraining": {k: pretrain_results.get(k) for k in ("global_step", "train_runtime_s",
-                                                                    "train_runtime_from_step", "tokens_per_second", "eval_mlm_loss",
-                                                                    "eval_mlm_accuracy", "eval_nsp_accuracy")},
+               "pretraining": {k: pretrain_results.get(k) for k in (
+                   "global_step", "train_runtime_s", "train_runtime_from_step", "tokens_per_second", "eval_mlm_loss",
+                   "eval_mlm_accuracy", "eval_nsp_accuracy")},
                "cells": {}, "finetune_seconds": 0.0}
         rows.append(row)
         for column in study.columns:
