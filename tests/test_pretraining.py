@@ -198,6 +198,14 @@ def write_config(path, corpus, tokenizer, **overrides):
     return path
 
 
+def first_documents(corpus: Path, folder: Path, n: int) -> Path:
+    """A corpus folder holding copies of the fixture corpus's first `n` documents."""
+    folder.mkdir()
+    for path in sorted(corpus.glob("*.txt"))[:n]:
+        (folder / path.name).write_text(path.read_text())
+    return folder
+
+
 def launch(config, output_dir, *extra, processes=1, check=True, env=None):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     if processes == 2:  # the shipped config that really runs DDP on CPU (gloo)
@@ -243,10 +251,7 @@ def test_repeating_the_data_more_than_the_paper_is_warned_about():
 @pytest.mark.slow
 def test_the_recipe_says_when_it_repeats_a_small_corpus(tmp_path, corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
-    small = tmp_path / "small"
-    small.mkdir()
-    for path in sorted(corpus.glob("*.txt"))[:2]:
-        (small / path.name).write_text(path.read_text())
+    small = first_documents(corpus, tmp_path / "small", 2)
     config = write_config(tmp_path / "small.yaml", small, tokenizer, max_steps=40, save_steps=100, eval_fraction=0.0)
     result = launch(config, tmp_path / "out")
     examples = json.loads((tmp_path / "out" / "data_statistics.json").read_text())["phase1"]["examples"]
@@ -344,10 +349,7 @@ def test_no_hub_and_no_local_text_stops_fast_with_advice(tmp_path):
 def test_bad_corpus_inputs(tmp_path, corpus_and_tokenizer):
     """Empty file, binary junk, a 100,000-character line and a one-sentence document: skipped or handled, not a crash."""
     corpus, tokenizer = corpus_and_tokenizer
-    messy = tmp_path / "messy"
-    messy.mkdir()
-    for path in sorted(corpus.glob("*.txt"))[:6]:
-        (messy / path.name).write_text(path.read_text())
+    messy = first_documents(corpus, tmp_path / "messy", 6)
     (messy / "empty.txt").write_text("")
     (messy / "junk.txt").write_bytes(bytes(range(256)) * 40)
     (messy / "long.txt").write_text(("the cat sat on the mat " * 5000).strip() + ".")

@@ -82,9 +82,14 @@ def _sharded_fsdp_weights(folder: Path) -> bool:
     return any((shards / ".metadata").is_file() for shards in folder.glob("pytorch_model_fsdp_*") if shards.is_dir())
 
 
+def checkpoint_step(folder: str | Path) -> int:
+    """The optimizer step a `checkpoint-N` folder was saved at (Trainer names it by its global step)."""
+    return int(_CHECKPOINT.fullmatch(Path(folder).name).group(1))
+
+
 def checkpoints_newest_first(output_dir: str | Path) -> list[Path]:
     folders = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and _CHECKPOINT.fullmatch(p.name)]
-    return sorted(folders, key=lambda p: int(_CHECKPOINT.fullmatch(p.name).group(1)), reverse=True)
+    return sorted(folders, key=checkpoint_step, reverse=True)
 
 
 class NoUsableCheckpoint(ConfigurationError):

@@ -42,7 +42,7 @@ from transformers import IntervalStrategy, TrainerCallback, TrainingArguments, s
 
 from .cli import (RUN_CONFIG, ConfigurationError, SpeedSwitches, check_output_dir, parse_with_config,
                   pin_memory_only_with_an_accelerator, take_push_request)
-from .checkpoints import checkpoint_problem, newest_valid_checkpoint
+from .checkpoints import checkpoint_problem, checkpoint_step, newest_valid_checkpoint
 from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
 from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, BertReproConfig, PreTrainingObjective,
                                               check_objective_switches, pretraining_objective)
@@ -548,14 +548,6 @@ class StopAfterSteps(TrainerCallback):
 TRAINING_TIME = "training_time.json"
 
 
-def checkpoint_step(checkpoint: Path) -> int:
-    """The step a Trainer checkpoint was saved at: its trainer_state.json, else its name (checkpoint-N)."""
-    state = checkpoint / "trainer_state.json"
-    if state.is_file():
-        return int(json.loads(state.read_text())["global_step"])
-    return int(checkpoint.name.rsplit("-", 1)[-1])
-
-
 def tokens_trained(statistics: dict, steps: list[int], global_batch_size: int, after_step: int = 0) -> float:
     """The tokens of the optimizer steps after `after_step`: each phase's steps (`steps`, in order) times the batch
     times that phase's mean tokens per example (data_statistics.json)."""
@@ -580,7 +572,7 @@ class TrainingClock(TrainerCallback):
         if resume_from and (Path(resume_from) / TRAINING_TIME).is_file():
             self.before = float(json.loads((Path(resume_from) / TRAINING_TIME).read_text())["train_seconds"])
         elif resume_from:
-            self.from_step = checkpoint_step(Path(resume_from))
+            self.from_step = checkpoint_step(resume_from)
             logger.warning("%s has no %s (written by an older version): the time trained before step %d is unknown, "
                            "so train_runtime_s counts from there (results.json: train_runtime_from_step)",
                            resume_from, TRAINING_TIME, self.from_step)
