@@ -498,8 +498,7 @@ class PreTrainingTrainer(EngineTrainer):
             sums = self._train_sums
             if self.accelerator.num_processes > 1:
                 sums = self.accelerator.reduce(sums, reduction="sum")
-            logs.update({k: round(v, 4) for k, v in metrics_from_sums(
-                sums, objective=self.model.config.pretraining_objective).items()})
+            logs.update(metrics_from_sums(sums, objective=self.model.config.pretraining_objective))
             self._train_sums = None
         super().log(logs, start_time)
 
