@@ -9,7 +9,7 @@ mean MLM and NSP losses over windows of steps for both loops, the recipe minus t
 seed minus seed for each loop (the noise those differences are judged against). The equality step by step,
 dropout off, is tests/test_trajectory.py.
 
-    python benchmarks/trajectory.py [--steps 2000] [--seeds 1 2] [--corpus ../shared/data/corpus/gutenberg]
+    python benchmarks/trajectory.py [--steps 1600] [--seeds 1 2] [--corpus ../shared/data/corpus/gutenberg]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ BOOKS = ["austen-persuasion.txt", "chesterton-brown.txt", "chesterton-thursday.t
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=1600)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--corpus",
                         default=str(Path(__file__).resolve().parents[2] / "shared/data/corpus/gutenberg"))
