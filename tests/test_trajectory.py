@@ -11,7 +11,7 @@ one schedule and one optimizer across both phases: phase 2 is only longer exampl
 
 The reference takes each batch in one forward pass. transformers' `Trainer` with `BertForPreTraining` and
 gradient accumulation adds up the micro-batches' MEAN losses, unscaled (the model's forward takes
-`num_items_in_batch` but ignores it, transformers issue #47688): with 2 micro-batches it logs twice the loss
+`num_items_in_batch` but ignores it; measured with transformers 5.x): with 2 micro-batches it logs twice the loss
 and clips twice the gradient. The recipe's accumulated batch must train as one batch, as the paper's batch of
 256 was one.
 
