@@ -280,7 +280,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--variants", default="", help="Comma-separated variant names (or substrings of names) to run, in this order.")
+    parser.add_argument("--variants", default="",
+                        help="Comma-separated variant names (or substrings of names) to run, in this order.")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test of this script.")
     parser.add_argument("--out", default="runs/gpu_pretrain.json")
     args = parser.parse_args()
@@ -295,7 +296,7 @@ def main() -> None:
     report = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "bf16_matmul_peak_tflops": peak, "settings": []}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
 
-    def save(setting: dict) -> None:  # after every variant: a run stopped at its time limit keeps what it measured
+    def save(setting: dict) -> None:  # after every variant: a run stopped at its limit keeps what it measured
         if not any(s is setting for s in report["settings"]):
             report["settings"].append(setting)
         Path(args.out).write_text(json.dumps(report, indent=2))

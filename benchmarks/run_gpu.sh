@@ -1,41 +1,40 @@
 #!/usr/bin/env bash
-# Everything the project checks on a CUDA GPU, in one command that cannot hang, from any directory:
-#     bash benchmarks/run_gpu.sh
+# Everything the project checks on a CUDA GPU, in one command that cannot hang: `bash benchmarks/run_gpu.sh`.
 # Made for a GPU machine lent for minutes, without network (where a connection does not fail but hangs):
-# `bash benchmarks/prepare_gpu.sh` on a machine with PyPI first puts what it needs into .gpu/ (see there).
-# Parts (PARTS, in this order):
-#   probe  nvidia-smi, the Python that imports torch (`python` may be a symlink that loses its venv), the wheels
-#          of .gpu/wheels when that Python lacks `datasets`, then versions, imports and a first CUDA matrix
-#          product (benchmarks/gpu_session.py probe); without CUDA the other parts are skipped ("no CUDA");
-#   tests  the CUDA tests (`pytest -m cuda`: bf16/fp16, SDPA/FlashAttention, whole-model compile, fused AdamW,
-#          packing);
-#   bench  the pre-training throughput benchmark (benchmarks/gpu_pretrain.py), one process per setting (BASE at
-#          128 and 512, LARGE at 128): ours against transformers' best (SDPA, bf16, compiled);
-#   train  a short real pre-training of the `small` preset on the shipped corpus in bf16 with the benchmark's
-#          WordPiece vocabulary, then an MRPC fine-tune of it (with .gpu/MRPC or MRPC=path);
-#   study  (not by default; GLUE=path with MRPC/ and SST-2/) what a CPU cannot afford: our pre-training against
-#          random initialisation at a GPU budget (`--study pretraining`), then Table 5 at that budget, its MLM + NSP
-#          model reused (`--study table5`). Both resume: run the part again to continue. STUDY_CORPUS: the
-#          pre-training text's flags (default: the shipped corpus, which 10,000 steps of 256 repeat far more than
-#          the paper repeats its own; the recipe warns), e.g. "--corpus path/to/books --document_boundary file".
-# Nothing reaches a network: the Hub, datasets, pip (no index) and telemetry are offline. Every step, nvidia-smi
-# and the first imports included, runs in its own session under `timeout -s KILL`, and what it leaves running is
-# killed with it. The whole keeps to BUDGET seconds: each step's limit is its share (weight) of what is left, so
-# the time a step does not use goes to the later ones; a step whose share is under a minimum is skipped.
-# Results: everything in RESULTS (default runs/gpu: logs, checkpoints); in OUT (the device tool's returned folder;
-# default RESULTS), written as the run goes: progress.log (a line per step's start and end), current.log (the
-# running step's output), results.json (all figures, machine-readable, rewritten after every step), logs.tgz
-# (the logs and small outputs), summary.txt (at the end). Afterwards, here:
-#     python benchmarks/gpu_session.py record path/to/results.json   # benchmarks/results/ + benchmarks/README.md
-# Exit: 0 all ran, 1 a step failed or was killed, 2 no Python that imports torch, 3 no CUDA (CUDA parts skipped).
+# `bash benchmarks/prepare_gpu.sh`, on a machine with PyPI, first puts what it needs into .gpu/.
+# Parts (PARTS, run in this order):
+#   probe  nvidia-smi, the Python that imports torch (`python` may be a symlink that loses its venv), the
+#          wheels of .gpu/wheels when that Python lacks `datasets`, then versions, imports and a first CUDA
+#          matrix product (benchmarks/gpu_session.py probe). Without CUDA the parts below are skipped.
+#   tests  the CUDA tests (`pytest -m cuda`: bf16/fp16, SDPA/FlashAttention, compile, fused AdamW, packing).
+#   bench  the pre-training throughput benchmark (benchmarks/gpu_pretrain.py), one process per setting (BASE
+#          at 128 and 512, LARGE at 128): ours against transformers' best (SDPA, bf16, compiled).
+#   train  a short real pre-training of the `small` preset on the shipped corpus in bf16, with BERT's
+#          vocabulary, then an MRPC fine-tune of it (.gpu/MRPC or MRPC=path).
+#   study  (not by default; GLUE=path with MRPC/ and SST-2/) what a CPU cannot afford: our pre-training
+#          against random initialisation at a GPU budget (`--study pretraining`), then Table 5 at that
+#          budget, its MLM + NSP model reused (`--study table5`). Both resume: run the part again.
+#          STUDY_CORPUS: the pre-training text's flags (default: the shipped corpus, which 10,000 steps of
+#          256 repeat far more than the paper repeats its own), e.g. "--corpus path --document_boundary file".
+# Nothing reaches a network: the Hub, datasets, pip (no index) and telemetry are offline. Every step,
+# nvidia-smi and the first imports included, runs in its own session under `timeout -s KILL`; what it leaves
+# running is killed with it. The whole keeps to BUDGET seconds: each step's limit is its weight's share of
+# what is left (the time one step does not use goes to the later ones); a step whose share is too small is
+# skipped.
+# Results: everything in RESULTS (default runs/gpu: logs, checkpoints). In OUT (the folder a device call
+# returns; default RESULTS), written as the run goes: progress.log (a line per step's start and end),
+# current.log (the running step's output), results.json (every figure, rewritten after each step), logs.tgz
+# (logs and small outputs), summary.txt (at the end). Afterwards, on any machine:
+#     python benchmarks/gpu_session.py record path/to/results.json  # -> benchmarks/results/, README
+# Exit: 0 all ran, 1 a step failed or was killed, 2 no Python imports torch, 3 no CUDA (CUDA parts skipped).
 # Environment (all optional):
-#   PARTS="probe tests bench train" BUDGET=540 RESULTS=runs/gpu OUT=$RESULTS KIT=.gpu EXAMPLES=$KIT MRPC=$KIT/MRPC
-#   PYTHON (tried before python3, /opt/torch/.venv/bin/python3, python) SITE=/tmp/bert_repro_site (the wheels)
-#   SETTINGS=base:128,base:512,large:128 VARIANTS="transformers sdpa bf16 compile,ours sparse bf16 compile,..."
-#   TRAIN_STEPS=1000 BF16=true GLUE= STUDY_PRESET=mini STUDY_STEPS=10000 STUDY_SAMPLES=2000 STUDY_CORPUS=
-#   PROBE_LIMIT=90 TESTS_LIMIT BENCH_LIMIT TRAIN_LIMIT STUDY_LIMIT: caps on one step's limit (seconds)
-#   DRY_RUN=1: without CUDA, run the parts anyway at tiny sizes on the CPU (checks the kit on any machine)
-# A machine with time to spare: e.g. BUDGET=7200 PARTS=study GLUE=path/to/glue bash benchmarks/run_gpu.sh
+#   PARTS="probe tests bench train" BUDGET=540 RESULTS=runs/gpu OUT=$RESULTS KIT=.gpu EXAMPLES=$KIT
+#   MRPC=$KIT/MRPC SITE=/tmp/bert_repro_site (the wheels) PYTHON (tried before python3,
+#   /opt/torch/.venv/bin/python3 and python) SETTINGS=base:128,base:512,large:128 VARIANTS (the benchmark's,
+#   in order) TRAIN_STEPS=1000 BF16=true GLUE= STUDY_PRESET=mini STUDY_STEPS=10000 STUDY_SAMPLES=2000
+#   STUDY_CORPUS= PROBE_LIMIT=90 and TESTS_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, STUDY_LIMIT: caps on a step's
+#   limit (seconds). DRY_RUN=1: without CUDA, every part at tiny sizes on the CPU (checks the kit anywhere).
+# With time to spare, e.g.: BUDGET=7200 PARTS=study GLUE=path/to/glue bash benchmarks/run_gpu.sh
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 ROOT=$PWD
@@ -47,8 +46,9 @@ RESULTS=${RESULTS:-runs/gpu}
 KIT=${KIT:-.gpu}
 EXAMPLES=${EXAMPLES:-$KIT} MRPC=${MRPC:-$KIT/MRPC}
 SETTINGS=${SETTINGS:-base:128,base:512,large:128}
-# transformers' best first (the ratio's denominator), then ours, then the rest if time is left
-VARIANTS=${VARIANTS:-transformers sdpa bf16 compile,ours sparse bf16 compile,transformers sdpa bf16,ours packed sparse bf16 compile,ours}
+# transformers' best first (the ratio's denominator), ours compiled, then the others while time is left
+VARIANTS=${VARIANTS:-transformers sdpa bf16 compile,ours sparse bf16 compile,transformers sdpa bf16,\
+ours packed sparse bf16 compile,ours}
 TRAIN_STEPS=${TRAIN_STEPS:-1000} BF16=${BF16:-true} GLUE=${GLUE:-} STUDY_PRESET=${STUDY_PRESET:-mini}
 STUDY_STEPS=${STUDY_STEPS:-10000} STUDY_SAMPLES=${STUDY_SAMPLES:-2000} STUDY_CORPUS=${STUDY_CORPUS:-}
 PROBE_LIMIT=${PROBE_LIMIT:-90} TESTS_LIMIT=${TESTS_LIMIT:-3600} BENCH_LIMIT=${BENCH_LIMIT:-3600}
@@ -56,19 +56,21 @@ TRAIN_LIMIT=${TRAIN_LIMIT:-3600} STUDY_LIMIT=${STUDY_LIMIT:-36000} DRY_RUN=${DRY
 SITE=${SITE:-/tmp/bert_repro_site}
 mkdir -p "$RESULTS" "${OUT:=$RESULTS}" || exit 2
 RESULTS=$(cd "$RESULTS" && pwd) OUT=$(cd "$OUT" && pwd)
-EXAMPLES=$(cd "$EXAMPLES" 2>/dev/null && pwd || echo "$EXAMPLES") MRPC=$(cd "$MRPC" 2>/dev/null && pwd || echo "$MRPC")
+EXAMPLES=$(cd "$EXAMPLES" 2>/dev/null && pwd || echo "$EXAMPLES")
+MRPC=$(cd "$MRPC" 2>/dev/null && pwd || echo "$MRPC")
 rm -f "$RESULTS"/*.log "$RESULTS"/probe.json "$RESULTS"/bench_*.json
 [[ -f $KIT/commit.txt ]] && cp "$KIT/commit.txt" "$RESULTS/"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 \
     HF_HUB_DISABLE_IMPLICIT_TOKEN=1 DO_NOT_TRACK=1 WANDB_MODE=disabled \
     PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_RETRIES=0 PIP_DEFAULT_TIMEOUT=5 \
     PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false MPLBACKEND=Agg
-COMMAND="bash benchmarks/run_gpu.sh (PARTS=\"${PARTS:1:-1}\" BUDGET=$BUDGET SETTINGS=$SETTINGS TRAIN_STEPS=$TRAIN_STEPS)"
+COMMAND="PARTS=\"${PARTS:1:-1}\" BUDGET=$BUDGET SETTINGS=$SETTINGS TRAIN_STEPS=$TRAIN_STEPS \
+bash benchmarks/run_gpu.sh"
 status=0
 
 log() { echo "$(date -u +%T) +$(($(date +%s) - T0)) s $*" | tee -a "$RESULTS/progress.log"; }
 has() { [[ $PARTS == *" $1 "* ]]; }
-kill_session() {  # every process still in session $1 (field 6 of /proc/PID/stat; builtins only: it must be quick)
+kill_session() {  # every process still in session $1 (field 6 of /proc/PID/stat; builtins only: quick)
     local p stat
     for p in /proc/[0-9]*; do
         read -r stat 2>/dev/null <"$p/stat" || continue
@@ -76,17 +78,17 @@ kill_session() {  # every process still in session $1 (field 6 of /proc/PID/stat
         [[ ${stat[3]} == "$1" ]] && kill -KILL "${p#/proc/}" 2>/dev/null
     done
 }
-report() {  # results.json and logs.tgz in OUT, after every step: a run cut short still returns what it measured
+report() {  # results.json and logs.tgz into OUT after every step: a run cut short returns what it measured
     [[ -n ${PY:-} ]] && timeout -s KILL 30 "$PY" benchmarks/gpu_session.py collect --results "$RESULTS" \
         --out "$OUT/results.json" --command "$COMMAND" >/dev/null 2>>"$RESULTS/collect.log"
     [[ $OUT == "$RESULTS" ]] && return
     cp -f "$RESULTS/progress.log" "$OUT/progress.log"
-    (cd "$RESULTS" && find . -maxdepth 3 -type f -size -2M \( -name '*.log' -o -name '*.json' -o -name '*.md' \
-        -o -name '*.png' -o -name '*.txt' \) -not -path './bin/*' -print0 | tar czf "$OUT/logs.tgz.tmp" --null -T -) \
-        && mv -f "$OUT/logs.tgz.tmp" "$OUT/logs.tgz"
+    (cd "$RESULTS" && find . -maxdepth 3 -type f -size -2M \( -name '*.log' -o -name '*.json' \
+        -o -name '*.md' -o -name '*.png' -o -name '*.txt' \) -not -name 'tokenizer*' -not -name vocab.txt \
+        -print0 | tar czf "$OUT/logs.tgz.tmp" --null -T -) && mv -f "$OUT/logs.tgz.tmp" "$OUT/logs.tgz"
 }
-# step NAME LIMIT CMD...: CMD in its own session, killed after LIMIT seconds (cut to what is left of BUDGET), its
-# output live in OUT/current.log, then in RESULTS/NAME.log; a line in progress.log at its start and end.
+# step NAME LIMIT CMD...: CMD in its own session, killed after LIMIT seconds (cut to what is left of BUDGET),
+# its output live in OUT/current.log, then in RESULTS/NAME.log; a line in progress.log at its start and end.
 step() {
     local name=$1 limit=$2 left start rc sid
     shift 2
@@ -111,8 +113,8 @@ step() {
     report
     return $rc
 }
-# The CUDA steps share what is left of the budget by weight: WEIGHTS holds the weights of the steps still to run,
-# in their order, and each step takes the first.
+# The CUDA steps share what is left of the budget by weight: WEIGHTS holds the weights of the steps still to
+# run, in their order, and each step takes the first.
 WEIGHTS=()
 share() {  # share MIN CAP: sets L to this step's limit, or to 0 (skip) when its share is under MIN seconds
     local total=0 x left
@@ -126,7 +128,7 @@ share() {  # share MIN CAP: sets L to this step's limit, or to 0 (skip) when its
 
 log "run_gpu.sh: parts [${PARTS:1:-1}], budget $BUDGET s, OUT $OUT, RESULTS $RESULTS"
 
-# --- probe ---------------------------------------------------------------------------------------------------
+# --- probe --------------------------------------------------------------------------------------------------
 CUDA=0
 nvsmi=$(command -v nvidia-smi)
 if [[ -n $nvsmi ]]; then
@@ -154,9 +156,12 @@ log "python: $PY"
 status=0  # a Python without torch, or nvidia-smi, failing before is no failure of the run
 # `python` and `python3` for the steps below (a symlink to a venv's python loses the venv)
 mkdir -p "$RESULTS/bin"
-for n in python python3; do printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RESULTS/bin/$n"; chmod +x "$RESULTS/bin/$n"; done
+for n in python python3; do
+    printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RESULTS/bin/$n" && chmod +x "$RESULTS/bin/$n"
+done
 export PATH=$RESULTS/bin:$PATH PYTHONPATH=$ROOT
-if ! timeout -s KILL 30 "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('datasets') is None)"; then
+if ! timeout -s KILL 30 "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('datasets') is None)"
+then
     if compgen -G "$KIT/wheels/*.whl" >/dev/null; then
         step wheels "$PROBE_LIMIT" "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
             --upgrade --target "$SITE" "$KIT"/wheels/*.whl && export PYTHONPATH=$SITE:$ROOT
@@ -173,18 +178,18 @@ if ((CUDA)); then
     DEVICE=(--device cuda) PRESET=small BATCH=256 PRE=(--bf16 true) FINE=(--bf16 true) BENCH=()
 elif ((DRY_RUN)); then
     log "no CUDA: DRY_RUN=1, every part at tiny sizes on the CPU"
-    SETTINGS=tiny:128,tiny:512 TRAIN_STEPS=4
-    DEVICE=(--device cpu) PRESET=tiny BATCH=8 PRE=(--use_cpu true --eval_steps 2 --num_proc 2) BF16=false
+    SETTINGS=tiny:128 TRAIN_STEPS=4 VARIANTS="transformers sdpa bf16,ours sdpa bf16" PRESET=tiny BATCH=8
+    DEVICE=(--device cpu) BENCH=(--batch_128 1 --steps 1 --warmup 1 --rounds 1) BF16=false
+    PRE=(--use_cpu true --corpus recipes/data/quickstart_corpus/state_union --num_proc 2 --logging_steps 1
+        --eval_steps 2 --eval_max_examples 32)
     FINE=(--use_cpu true --max_train_samples 64 --max_eval_samples 64 --num_train_epochs 1)
-    BENCH=(--batch_128 4 --batch_512 2 --steps 1 --warmup 1 --rounds 1) VARIANTS="transformers sdpa bf16,ours sdpa bf16"
-    PRE+=(--corpus recipes/data/quickstart_corpus/state_union)
 else
     log "no CUDA: the parts tests, bench, train and study are skipped (DRY_RUN=1 runs them on the CPU)"
     PARTS=" "
 fi
 
-# --- the CUDA parts ---------------------------------------------------------------------------------------------
-# weights: the CUDA tests 3; BASE at 128 (the headline figure) 6, another setting 4; pre-training 5, MRPC 2
+# --- the CUDA parts -----------------------------------------------------------------------------------------
+# Weights: the CUDA tests 3; BASE at 128 (the headline figure) 6, another setting 4; pre-training 5, MRPC 2.
 has tests && WEIGHTS+=(3)
 has bench && for s in ${SETTINGS//,/ }; do [[ $s == base:128 ]] && WEIGHTS+=(6) || WEIGHTS+=(4); done
 has train && WEIGHTS+=(5 2)
@@ -199,32 +204,34 @@ if has bench; then
     for s in ${SETTINGS//,/ }; do
         share 30 "$BENCH_LIMIT"
         ((L)) || { log "skip bench_${s/:/_}: budget spent"; continue; }
-        # one process per setting, its JSON rewritten after every variant: a setting cut short keeps what it measured
-        step "bench_${s/:/_}" "$L" "$PY" benchmarks/gpu_pretrain.py --examples "$EXAMPLES" \
-            --out "$RESULTS/bench_${s/:/_}.json" --settings "$s" --variants "$VARIANTS" "${DEVICE[@]}" "${BENCH[@]}"
+        # one process per setting, its JSON rewritten after each variant: one cut short keeps what it measured
+        step "bench_${s/:/_}" "$L" "$PY" benchmarks/gpu_pretrain.py --examples "$EXAMPLES" --settings "$s" \
+            --out "$RESULTS/bench_${s/:/_}.json" --variants "$VARIANTS" "${DEVICE[@]}" "${BENCH[@]}"
     done
 fi
 if has train; then
     rm -rf "$RESULTS/pretrain_small" "$RESULTS/mrpc"
     share 60 "$TRAIN_LIMIT"
-    # The quick start's corpus and schedule shape at the `small` size, the paper's batch of 256, BERT's uncased
-    # vocabulary (exported with the benchmark's examples): no WordPiece training on the clock. A checkpoint every
-    # quarter, so that a run stopped at its limit still leaves a model to fine-tune.
+    # The quick start's corpus and schedule shape at the `small` size, the paper's batch of 256, BERT's
+    # uncased vocabulary (exported with the benchmark's examples): no WordPiece training on the clock. A
+    # checkpoint every quarter, so that a run stopped at its limit still leaves a model to fine-tune.
     ((L)) && step pretrain_small "$L" "$PY" recipes/pretrain.py --config recipes/configs/quickstart.yaml \
         --preset "$PRESET" --tokenizer "$EXAMPLES/tokenizer" --output_dir "$RESULTS/pretrain_small" \
         --overwrite_output_dir true --global_batch_size "$BATCH" --per_device_train_batch_size "$BATCH" \
-        --learning_rate 5e-4 --warmup_steps $((TRAIN_STEPS / 10)) --max_steps "$TRAIN_STEPS" --logging_steps 25 \
-        --eval_steps $((TRAIN_STEPS / 2)) --save_steps $((TRAIN_STEPS / 4)) --dataloader_num_workers 4 \
-        --disable_tqdm true "${PRE[@]}"
+        --learning_rate 5e-4 --warmup_steps $((TRAIN_STEPS / 10)) --max_steps "$TRAIN_STEPS" \
+        --logging_steps 25 --eval_steps $((TRAIN_STEPS / 2)) --save_steps $((TRAIN_STEPS / 4)) \
+        --dataloader_num_workers 4 --disable_tqdm true "${PRE[@]}"
     ((L)) || log "skip pretrain_small: budget spent"
     model=$RESULTS/pretrain_small
-    [[ -f $model/model.safetensors ]] || model=$(ls -d "$RESULTS"/pretrain_small/checkpoint-* 2>/dev/null | sort -t- -k2 -n | tail -1)
+    [[ -f $model/model.safetensors ]] ||
+        model=$(ls -d "$RESULTS"/pretrain_small/checkpoint-* 2>/dev/null | sort -t- -k2 -n | tail -1)
     share 30 "$TRAIN_LIMIT"
     if [[ -z $model || ! -f $model/model.safetensors ]]; then log "skip mrpc: no pre-trained model"
     elif [[ ! -f $MRPC/train.tsv ]]; then log "skip mrpc: no $MRPC/train.tsv (MRPC=path to GLUE's MRPC)"
     elif ((L)); then
         step mrpc "$L" "$PY" recipes/finetune.py --task mrpc --model "$model" --data "$MRPC" \
-            --output_dir "$RESULTS/mrpc" --learning_rates 1e-4 --no_predict_test --disable_tqdm true "${FINE[@]}"
+            --output_dir "$RESULTS/mrpc" --learning_rates 1e-4 --no_predict_test --disable_tqdm true \
+            "${FINE[@]}"
     else log "skip mrpc: budget spent"; fi
 fi
 if has study; then
@@ -233,8 +240,8 @@ if has study; then
         status=1
     else
         # The paper's batch of 256 x 128 tokens on the shipped corpus; fine-tuning on STUDY_SAMPLES training
-        # examples of each task with the grid that suits both small pre-trained and random weights (measured on
-        # the CPU).
+        # examples of each task with the grid that suits both small pre-trained and random weights (measured
+        # on the CPU).
         pre="--preset $STUDY_PRESET --bf16 $BF16 --global_batch_size 256 --per_device_train_batch_size 256 \
 --max_steps $STUDY_STEPS --warmup_steps $((STUDY_STEPS / 20)) --learning_rate 1e-3 --logging_steps 100 \
 --eval_steps 1000 --save_steps 2000 --dataloader_num_workers 4 --disable_tqdm true${STUDY_CORPUS:+ $STUDY_CORPUS}"
@@ -254,14 +261,16 @@ if has study; then
     fi
 fi
 
-# --- summary --------------------------------------------------------------------------------------------------
+# --- summary ------------------------------------------------------------------------------------------------
 ((CUDA || DRY_RUN)) || log "no CUDA: nothing was measured on a GPU"
 log "done: $(($(date +%s) - T0)) s of $BUDGET s"
 report
 {
     cat "$RESULTS/progress.log"
     for f in nvidia_smi probe cuda_tests bench_base_128 bench_base_512 bench_large_128 pretrain_small mrpc; do
-        [[ -f $RESULTS/$f.log ]] && { echo "----- $f.log (end)"; grep -v '^W[0-9]' "$RESULTS/$f.log" | tail -n 15; }
+        [[ -f $RESULTS/$f.log ]] || continue
+        echo "----- $f.log (end)"
+        grep -v "^W[0-9]" "$RESULTS/$f.log" | tail -n 15
     done
 } >"$OUT/summary.txt" 2>&1
 cat "$OUT/summary.txt"
