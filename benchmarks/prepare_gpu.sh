@@ -43,7 +43,7 @@ if [[ -f $GLUE/MRPC/train.tsv && -f $GLUE/MRPC/dev.tsv ]]; then
 else
     echo "note: no MRPC under GLUE=$GLUE: the device's train part will pre-train only"
 fi
-changed=$(git status --porcelain --untracked-files=no | grep -q . && echo " + uncommitted changes")
+changed=$(git status --porcelain --untracked-files=no | grep -q . && echo " + uncommitted changes" || true)
 echo "$(git rev-parse HEAD)$changed" >"$KIT/commit.txt"
 
 git check-ignore -q "$KIT" || { echo "error: $KIT is not ignored by git (.gitignore)" >&2; exit 1; }
@@ -54,9 +54,9 @@ echo "travels: tree $((tree / 1024)) KiB + $KIT $((kit / 1024)) KiB = $(((tree +
 ((tree + kit < 63 * 1048576)) || { echo "error: more than the device's 64 MiB" >&2; exit 1; }
 cat <<EOF
 
-Ready. The device call (run_gpu.sh keeps to BUDGET=540 s, writing results.json, progress.log, logs.tgz and
-summary.txt into \$OUT as it goes):
-  run(command="bash benchmarks/run_gpu.sh", carry=["$KIT"], timeout_s=600)
-Then, here, with the folder the call returned:
+Ready. On the GPU machine, from the repository root, with $KIT/ carried (it keeps to BUDGET=540 s, inside
+a call of 600 s, and writes results.json, progress.log, logs.tgz and summary.txt into \$OUT as it goes):
+  bash benchmarks/run_gpu.sh
+Then, here, with the folder that came back:
   python benchmarks/gpu_session.py record FOLDER/results.json
 EOF
