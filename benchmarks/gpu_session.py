@@ -15,6 +15,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -170,11 +171,13 @@ def collect(results: Path, out: Path, command: str) -> dict:
 def markdown(report: dict, name: str) -> str:
     v = report.get("versions", {})
     device = report.get("device") or "no CUDA device"
+    peak = report.get("bf16_matmul_peak_tflops")
     lines = [f"### {report['date']}, {device} (`benchmarks/results/{name}`)", "",
-             f"Driver {report.get('driver')}, torch {v.get('torch')}, transformers {v.get('transformers')}, "
-             f"datasets {v.get('datasets')}, Python {report.get('python')}; commit {report.get('commit')}; "
-             f"measured bf16 matmul peak {report.get('bf16_matmul_peak_tflops')} TFLOP/s; "
-             f"command `{report.get('command')}`.", ""]
+             textwrap.fill(f"Driver {report.get('driver')}, torch {v.get('torch')}, transformers "
+                           f"{v.get('transformers')}, datasets {v.get('datasets')}, Python {report.get('python')}; "
+                           f"commit {report.get('commit')}; measured bf16 matmul peak "
+                           f"{peak if peak is None else round(peak, 1)} TFLOP/s; command "
+                           f"`{report.get('command')}`.", 110), ""]
     if report.get("benchmark"):
         lines += ["| setting | variant | tokens/s | MFU | x transformers' best |", "|---|---|---|---|---|"]
         for r in report["benchmark"]:
@@ -186,13 +189,18 @@ def markdown(report: dict, name: str) -> str:
         lines.append("")
     tests = report.get("cuda_tests")
     pre, mrpc = report.get("pretraining"), report.get("mrpc")
-    lines.append(f"CUDA tests: {tests['summary'] if tests else 'not run'}. "
-                 + (f"Pre-training: {pre['steps']} steps, final loss {pre['final_loss']}. " if pre else "")
-                 + (f"MRPC: {json.dumps(mrpc['best'])}. " if mrpc else ""))
-    failed = [s["name"] for s in report.get("steps", []) if s.get("exit") not in (0, None)]
+    text = f"CUDA tests: {tests['summary'] if tests else 'not run'}."
+    if pre:
+        text += f" Pre-training: {pre['steps']} steps, final loss {pre['final_loss']}."
+    if mrpc and mrpc.get("best"):
+        scores = ", ".join(f"{k} {100 * v:.2f}" for k, v in mrpc["best"]["validation"].items())
+        text += f" MRPC dev: {scores} (learning rate {mrpc['best']['learning_rate']})."
+    no_cuda = {"probe", "import_torch_1", "import_torch_2", "import_torch_3"}  # exit 3: "no CUDA", said above
+    failed = [s["name"] for s in report.get("steps", [])
+              if s.get("exit") not in (0, None) and not (s["exit"] == 3 and s["name"] in no_cuda)]
     if failed:
-        lines.append(f"Steps that failed or were killed: {', '.join(failed)}.")
-    return "\n".join(lines) + "\n"
+        text += f" Steps that failed or were killed: {', '.join(failed)}."
+    return "\n".join(lines + [textwrap.fill(text, 110)]) + "\n"
 
 
 def record(path: Path) -> None:
