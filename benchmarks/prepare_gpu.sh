@@ -32,8 +32,9 @@ for spec in "${WHEELS[@]}"; do
         -d "$KIT/wheels" "$spec"
 done
 n=$(ls "$KIT"/wheels/*.whl | wc -l)
-# two versions of a package there would stop the install on the device
+# run_gpu.sh unpacks them into one folder: one version of each, pure Python only
 ((n == ${#WHEELS[@]})) || { echo "error: $KIT/wheels holds $n wheels, expected ${WHEELS[*]}" >&2; exit 1; }
+ls "$KIT"/wheels/*.whl | grep -qv -- '-none-any\.whl$' && { echo "error: a wheel that is not pure Python" >&2; exit 1; }
 
 if [[ ! -f $KIT/examples_128.npz || ! -f $KIT/examples_512.npz || ! -f $KIT/tokenizer/tokenizer.json ]]; then
     "$PY" benchmarks/gpu_pretrain.py --export "$KIT" ${CORPUS:+--corpus "$CORPUS"}

@@ -100,9 +100,9 @@ step() {
     fi
     log "start $name (limit $limit s)"
     start=$(date +%s)
-    # in a subshell: bash would print "Killed" for the timeout process that KILL ends
+    # in a subshell that does not exec it: bash would print "Killed" for the timeout process that KILL ends
     (timeout -s KILL "$limit" setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RESULTS/$name.sid" "$@" \
-        >"$OUT/current.log" 2>&1 </dev/null) 2>/dev/null
+        >"$OUT/current.log" 2>&1 </dev/null; exit $?) 2>/dev/null
     rc=$?
     ((rc == 137)) && echo "KILLED: still running after $limit s" >>"$OUT/current.log"
     sid=$(cat "$RESULTS/$name.sid" 2>/dev/null) && [[ -n $sid ]] && kill_session "$sid"
@@ -163,8 +163,10 @@ export PATH=$RESULTS/bin:$PATH PYTHONPATH=$ROOT
 if ! timeout -s KILL 30 "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('datasets') is None)"
 then
     if compgen -G "$KIT/wheels/*.whl" >/dev/null; then
-        step wheels "$PROBE_LIMIT" "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-            --upgrade --target "$SITE" "$KIT"/wheels/*.whl && export PYTHONPATH=$SITE:$ROOT
+        # pure-Python wheels, unpacked: no pip needed (a venv may lack it), nothing resolved, no index
+        rm -rf "$SITE"
+        step wheels "$PROBE_LIMIT" "$PY" -c "import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) \
+for w in sys.argv[2:]]" "$SITE" "$KIT"/wheels/*.whl && export PYTHONPATH=$SITE:$ROOT
     else
         log "no datasets and no $KIT/wheels: run benchmarks/prepare_gpu.sh first and carry $KIT"
     fi

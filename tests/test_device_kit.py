@@ -58,6 +58,7 @@ def test_device_script_ends_cleanly_without_cuda_and_network(tmp_path):
     seconds = time.monotonic() - start
     assert run.returncode == 3, run.stdout + run.stderr  # 3: no CUDA, the CUDA parts skipped
     assert seconds < 60, run.stdout
+    assert "Killed" not in run.stderr, run.stderr  # no job-control noise on the call's output
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "no CUDA" in summary
     assert "KILLED" in (tmp_path / "results" / "nvidia_smi.log").read_text()
