@@ -176,7 +176,7 @@ def max_memory_gib(device: str) -> float:
     return torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else float("nan")
 
 
-def run_setting(preset: str, length: int, examples: Examples, args, peak: float) -> dict:
+def run_setting(preset: str, length: int, examples: Examples, args, peak: float, save) -> dict:
     batch_size = args.batch_128 if length <= 128 else args.batch_512
     need = batch_size * (args.warmup + args.steps)
     rows = (examples.rows * (1 + need // len(examples.rows)))[:need]
@@ -206,12 +206,17 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float)
                                                packed)
         variants["ours packed sparse bf16 compile"] = (
             lambda: ours(preset, vocab, initial, sparse_prediction=True), True, packed)
-    if args.variants:
-        variants = {k: v for k, v in variants.items() if any(s in k for s in args.variants.split(","))}
+    if args.variants:  # in the order asked for: a run cut short has measured the first ones
+        wanted = [s.strip() for s in args.variants.split(",")]
+        chosen = [k for s in wanted for k in ([s] if s in variants else [k for k in variants if s in k])]
+        variants = {k: variants[k] for k in dict.fromkeys(chosen)}
     packed_grid = sum(b["input_ids"].numel() for b in packed[args.warmup:])
     print(f"\n== {preset} at {length} tokens: batch {batch_size}, {len(lengths)} measured examples, {tokens} real "
           f"tokens; padding {1 - tokens / grid:.1%} padded, {1 - tokens / packed_grid:.1%} packed", flush=True)
     results = {}
+    setting = {"preset": preset, "max_seq_length": length, "batch_size": batch_size,
+               "padding_share": 1 - tokens / grid, "packed_padding_share": 1 - tokens / packed_grid,
+               "useful_flops_per_real_token": useful / tokens, "results": results}
     for name, (factory, compiled, steps) in variants.items():
         try:
             step = make_step(factory(), compiled, args.device)
@@ -246,18 +251,21 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float)
         if args.device == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-    best = max((r["tokens_per_second"] for k, r in results.items() if k.startswith("transformers") and "error" not in r),
-               default=float("nan"))
-    for name, r in results.items():
-        if "error" not in r:
-            r["ratio_to_transformers_best"] = r["tokens_per_second"] / best
+        ratios(results)
+        save(setting)
     print(f"{'variant':34s} {'tokens/s':>12s} {'x transformers best':>19s} {'MFU':>7s}")
     for name, r in results.items():
         if "error" not in r:
             print(f"{name:34s} {r['tokens_per_second']:12,.0f} {r['ratio_to_transformers_best']:19.2f} {r['mfu']:7.1%}")
-    return {"preset": preset, "max_seq_length": length, "batch_size": batch_size, "padding_share": 1 - tokens / grid,
-            "packed_padding_share": 1 - tokens / packed_grid,
-            "useful_flops_per_real_token": useful / tokens, "results": results}
+    return setting
+
+
+def ratios(results: dict) -> None:
+    best = max((r["tokens_per_second"] for k, r in results.items() if k.startswith("transformers") and "error" not in r),
+               default=float("nan"))
+    for r in results.values():
+        if "error" not in r:
+            r["ratio_to_transformers_best"] = r["tokens_per_second"] / best
 
 
 def main() -> None:
@@ -272,7 +280,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--variants", default="", help="Comma-separated substrings of the variant names to run.")
+    parser.add_argument("--variants", default="",
+                        help="Comma-separated variant names (or substrings of names) to run, in this order.")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test of this script.")
     parser.add_argument("--out", default="runs/gpu_pretrain.json")
     args = parser.parse_args()
@@ -285,12 +294,17 @@ def main() -> None:
     peak = matmul_peak(torch.bfloat16, n=8192 if args.device == "cuda" else 1024, device=args.device) / 1e3  # TFLOP/s
     print(f"{machine()}; measured bf16 matmul peak {peak:.1f} TFLOP/s", flush=True)
     report = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "bf16_matmul_peak_tflops": peak, "settings": []}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+
+    def save(setting: dict) -> None:  # after every variant: a run stopped at its limit keeps what it measured
+        if not any(s is setting for s in report["settings"]):
+            report["settings"].append(setting)
+        Path(args.out).write_text(json.dumps(report, indent=2))
+
     for setting in args.settings.split(","):
         preset, length = setting.split(":")
         examples = Examples.load(Path(args.examples) / f"examples_{length}.npz")
-        report["settings"].append(run_setting(preset, int(length), examples, args, peak))
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2))
+        run_setting(preset, int(length), examples, args, peak, save)
 
 
 if __name__ == "__main__":

@@ -1,122 +1,280 @@
 #!/usr/bin/env bash
-# Everything the project checks on a CUDA GPU, in one command, from the repository root:
-#   0. probe: how long nvidia-smi, `import torch`, a first CUDA matmul and the imports of transformers / datasets
-#      take on this machine (each under its own time limit: a machine where one of them hangs is found in minutes,
-#      not after the whole budget);
-#   1. the CUDA tests (`pytest -m cuda`: bf16/fp16, SDPA/FlashAttention, whole-model compile, fused AdamW, packing);
-#   2. the pre-training throughput benchmark, ours vs transformers' best, BASE at 128 and 512, LARGE at 128;
-#   3. a short real pre-training of the `small` preset on the shipped corpus in bf16, then a fine-tune of the
-#      result on MRPC: proof that the GPU path trains, not only that it runs;
-#   4. the studies that a CPU cannot afford (part `study`, needs GLUE=path with MRPC/ and SST-2/): does our
-#      pre-training beat random initialisation at a GPU budget (`--study pretraining`), then Table 5 at that
-#      budget, its MLM + NSP model reused (`--study table5`). Both resume: run the part again to continue.
-#      STUDY_CORPUS: the pre-training text's flags (default: the shipped corpus, 3.9 MB, which 10,000 steps of 256
-#      repeat far more than the paper repeats its own; the recipe warns): e.g. "--corpus path/to/books
-#      --document_boundary file", or a Hub dataset already in the local cache (the script runs offline).
-# Results go to $RESULTS (default runs/gpu): progress.log (one line per step: start, seconds, exit code), each
-# step's log, gpu_pretrain.json, the pre-training run with its training_curves.png, the fine-tune's results.md.
-# Every step runs under a time limit (seconds, killed when it runs over; the next step still runs), and each part
-# can be skipped:
-#   PARTS="probe tests bench train study" RESULTS=runs/gpu MRPC=path/to/glue/MRPC TRAIN_STEPS=3000 \
-#   GLUE=path/to/glue BF16=true STUDY_PRESET=mini STUDY_STEPS=10000 STUDY_SAMPLES=2000 STUDY_CORPUS= \
-#   PROBE_LIMIT=300 TESTS_LIMIT=600 BENCH_LIMIT=1800 TRAIN_LIMIT=1800 STUDY_LIMIT=1500 bash benchmarks/run_gpu.sh
-# The benchmark reads real examples exported beforehand on any machine (the GPU machine needs no corpus):
-#   (cd benchmarks && python gpu_pretrain.py --export ../.gpu)
+# Everything the project checks on a CUDA GPU, in one command that cannot hang: `bash benchmarks/run_gpu.sh`.
+# Made for a GPU machine lent for minutes, without network (where a connection does not fail but hangs):
+# `bash benchmarks/prepare_gpu.sh`, on a machine with PyPI, first puts what it needs into .gpu/.
+# Parts (PARTS, run in this order):
+#   probe  nvidia-smi, the Python that imports torch (`python` may be a symlink that loses its venv), the
+#          wheels of .gpu/wheels when that Python lacks `datasets`, then versions, imports and a first CUDA
+#          matrix product (benchmarks/gpu_session.py probe). Without CUDA the parts below are skipped.
+#   tests  the CUDA tests (`pytest -m cuda`: bf16/fp16, SDPA/FlashAttention, compile, fused AdamW, packing).
+#   bench  the pre-training throughput benchmark (benchmarks/gpu_pretrain.py), one process per setting (BASE
+#          at 128 and 512, LARGE at 128): ours against transformers' best (SDPA, bf16, compiled).
+#   train  a short real pre-training of the `small` preset on the shipped corpus in bf16, with BERT's
+#          vocabulary, then an MRPC fine-tune of it (.gpu/MRPC or MRPC=path).
+#   study  (not by default; GLUE=path with MRPC/ and SST-2/) what a CPU cannot afford: our pre-training
+#          against random initialisation at a GPU budget (`--study pretraining`), then Table 5 at that
+#          budget, its MLM + NSP model reused (`--study table5`). Both resume: run the part again.
+#          STUDY_CORPUS: the pre-training text's flags (default: the shipped corpus, which 10,000 steps of
+#          256 repeat far more than the paper repeats its own), e.g. "--corpus path --document_boundary file".
+# Nothing reaches a network: the Hub, datasets, pip (no index) and telemetry are offline. Every step,
+# nvidia-smi and the first imports included, runs in its own session under `timeout -s KILL`; what it leaves
+# running is killed with it. The whole keeps to BUDGET seconds: each step's limit is its weight's share of
+# what is left (the time one step does not use goes to the later ones); a step whose share is too small is
+# skipped.
+# Results: everything in RESULTS (default runs/gpu: logs, checkpoints). In OUT (the folder a device call
+# returns; default RESULTS), written as the run goes: progress.log (a line per step's start and end),
+# current.log (the running step's output), results.json (every figure, rewritten after each step), logs.tgz
+# (logs and small outputs), summary.txt (at the end). Afterwards, on any machine:
+#     python benchmarks/gpu_session.py record path/to/results.json  # -> benchmarks/results/, README
+# Exit: 0 all ran, 1 a step failed or was killed, 2 no Python imports torch, 3 no CUDA (CUDA parts skipped).
+# Environment (all optional):
+#   PARTS="probe tests bench train" BUDGET=540 RESULTS=runs/gpu OUT=$RESULTS KIT=.gpu EXAMPLES=$KIT
+#   MRPC=$KIT/MRPC SITE=/tmp/bert_repro_site (the wheels) PYTHON (tried before python3,
+#   /opt/torch/.venv/bin/python3 and python) SETTINGS=base:128,base:512,large:128 VARIANTS (the benchmark's,
+#   in order) TRAIN_STEPS=1000 BF16=true GLUE= STUDY_PRESET=mini STUDY_STEPS=10000 STUDY_SAMPLES=2000
+#   STUDY_CORPUS= PROBE_LIMIT=90 and TESTS_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, STUDY_LIMIT: caps on a step's
+#   limit (seconds). DRY_RUN=1: without CUDA, every part at tiny sizes on the CPU (checks the kit anywhere).
+# With time to spare, e.g.: BUDGET=7200 PARTS=study GLUE=path/to/glue bash benchmarks/run_gpu.sh
 set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+ROOT=$PWD
+T0=$(date +%s)
+BUDGET=${BUDGET:-540}
+DEADLINE=$((T0 + BUDGET))
+PARTS=" ${PARTS:-probe tests bench train} "
 RESULTS=${RESULTS:-runs/gpu}
-PARTS=${PARTS:-probe tests bench train}
-EXAMPLES=${EXAMPLES:-.gpu}
-MRPC=${MRPC:-}
-TRAIN_STEPS=${TRAIN_STEPS:-3000}
+KIT=${KIT:-.gpu}
+EXAMPLES=${EXAMPLES:-$KIT} MRPC=${MRPC:-$KIT/MRPC}
 SETTINGS=${SETTINGS:-base:128,base:512,large:128}
-PROBE_LIMIT=${PROBE_LIMIT:-300} TESTS_LIMIT=${TESTS_LIMIT:-600} BENCH_LIMIT=${BENCH_LIMIT:-1800}
-TRAIN_LIMIT=${TRAIN_LIMIT:-1800} STUDY_LIMIT=${STUDY_LIMIT:-1500}
-BF16=${BF16:-true} GLUE=${GLUE:-} STUDY_PRESET=${STUDY_PRESET:-mini} STUDY_STEPS=${STUDY_STEPS:-10000} STUDY_SAMPLES=${STUDY_SAMPLES:-2000}
-STUDY_CORPUS=${STUDY_CORPUS:-}
-export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-mkdir -p "$RESULTS"
-RESULTS=$(cd "$RESULTS" && pwd) EXAMPLES=$(cd "$EXAMPLES" && pwd)  # absolute: the benchmark runs in benchmarks/
+# transformers' best first (the ratio's denominator), ours compiled, then the others while time is left
+VARIANTS=${VARIANTS:-transformers sdpa bf16 compile,ours sparse bf16 compile,transformers sdpa bf16,\
+ours packed sparse bf16 compile,ours}
+TRAIN_STEPS=${TRAIN_STEPS:-1000} BF16=${BF16:-true} GLUE=${GLUE:-} STUDY_PRESET=${STUDY_PRESET:-mini}
+STUDY_STEPS=${STUDY_STEPS:-10000} STUDY_SAMPLES=${STUDY_SAMPLES:-2000} STUDY_CORPUS=${STUDY_CORPUS:-}
+PROBE_LIMIT=${PROBE_LIMIT:-90} TESTS_LIMIT=${TESTS_LIMIT:-3600} BENCH_LIMIT=${BENCH_LIMIT:-3600}
+TRAIN_LIMIT=${TRAIN_LIMIT:-3600} STUDY_LIMIT=${STUDY_LIMIT:-36000} DRY_RUN=${DRY_RUN:-0}
+SITE=${SITE:-/tmp/bert_repro_site}
+mkdir -p "$RESULTS" "${OUT:=$RESULTS}" || exit 2
+RESULTS=$(cd "$RESULTS" && pwd) OUT=$(cd "$OUT" && pwd)
+EXAMPLES=$(cd "$EXAMPLES" 2>/dev/null && pwd || echo "$EXAMPLES")
+MRPC=$(cd "$MRPC" 2>/dev/null && pwd || echo "$MRPC")
+rm -f "$RESULTS"/*.log "$RESULTS"/probe.json "$RESULTS"/bench_*.json
+[[ -f $KIT/commit.txt ]] && cp "$KIT/commit.txt" "$RESULTS/"
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 \
+    HF_HUB_DISABLE_IMPLICIT_TOKEN=1 DO_NOT_TRACK=1 WANDB_MODE=disabled \
+    PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_RETRIES=0 PIP_DEFAULT_TIMEOUT=5 \
+    PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false MPLBACKEND=Agg
+COMMAND="PARTS=\"${PARTS:1:-1}\" BUDGET=$BUDGET SETTINGS=$SETTINGS TRAIN_STEPS=$TRAIN_STEPS \
+DRY_RUN=$DRY_RUN bash benchmarks/run_gpu.sh"
 status=0
 
-# step NAME LIMIT COMMAND...: run COMMAND with its output in $RESULTS/NAME.log, killed after LIMIT seconds;
-# one line in progress.log when it starts and one when it ends, so a run cut short still says where it was.
+log() { echo "$(date -u +%T) +$(($(date +%s) - T0)) s $*" | tee -a "$RESULTS/progress.log"; }
+has() { [[ $PARTS == *" $1 "* ]]; }
+kill_session() {  # every process still in session $1 (field 6 of /proc/PID/stat; builtins only: quick)
+    local p stat
+    for p in /proc/[0-9]*; do
+        read -r stat 2>/dev/null <"$p/stat" || continue
+        stat=(${stat##*) })  # after the name in parentheses: state, parent, group, session
+        [[ ${stat[3]} == "$1" ]] && kill -KILL "${p#/proc/}" 2>/dev/null
+    done
+}
+report() {  # results.json and logs.tgz into OUT after every step: a run cut short returns what it measured
+    [[ -n ${PY:-} ]] && timeout -s KILL 30 "$PY" benchmarks/gpu_session.py collect --results "$RESULTS" \
+        --out "$OUT/results.json" --command "$COMMAND" >/dev/null 2>>"$RESULTS/collect.log"
+    [[ $OUT == "$RESULTS" ]] && return
+    cp -f "$RESULTS/progress.log" "$OUT/progress.log"
+    (cd "$RESULTS" && find . -maxdepth 3 -type f -size -2M \( -name '*.log' -o -name '*.json' \
+        -o -name '*.md' -o -name '*.png' -o -name '*.txt' \) -not -name 'tokenizer*' -not -name vocab.txt \
+        -print0 | tar czf "$OUT/logs.tgz.tmp" --null -T -) && mv -f "$OUT/logs.tgz.tmp" "$OUT/logs.tgz"
+}
+# step NAME LIMIT CMD...: CMD in its own session, killed after LIMIT seconds (cut to what is left of BUDGET),
+# its output live in OUT/current.log, then in RESULTS/NAME.log; a line in progress.log at its start and end.
 step() {
-    local name=$1 limit=$2 start rc
+    local name=$1 limit=$2 left start rc sid
     shift 2
+    left=$((DEADLINE - $(date +%s) - 10))
+    ((limit > left)) && limit=$left
+    if ((limit < 5)); then
+        log "skip $name: budget spent (BUDGET=$BUDGET s)"
+        return 124
+    fi
+    log "start $name (limit $limit s)"
     start=$(date +%s)
-    echo "$(date -u +%FT%TZ) start $name (limit ${limit}s)" | tee -a "$RESULTS/progress.log"
-    timeout -s KILL "$limit" "$@" >"$RESULTS/$name.log" 2>&1
+    # in a subshell that does not exec it: bash would print "Killed" for the timeout process that KILL ends
+    (timeout -s KILL "$limit" setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RESULTS/$name.sid" "$@" \
+        >"$OUT/current.log" 2>&1 </dev/null; exit $?) 2>/dev/null
     rc=$?
-    [[ $rc -eq 137 ]] && echo "killed after ${limit}s" >>"$RESULTS/$name.log"
-    echo "$(date -u +%FT%TZ) end   $name: exit $rc after $(($(date +%s) - start)) s" | tee -a "$RESULTS/progress.log"
-    [[ $rc -eq 0 ]] || status=1
+    ((rc == 137)) && echo "KILLED: still running after $limit s" >>"$OUT/current.log"
+    sid=$(cat "$RESULTS/$name.sid" 2>/dev/null) && [[ -n $sid ]] && kill_session "$sid"
+    rm -f "$RESULTS/$name.sid"
+    mv -f "$OUT/current.log" "$RESULTS/$name.log"
+    log "end $name: exit $rc after $(($(date +%s) - start)) s"
+    ((rc == 0)) || status=1
+    report
     return $rc
 }
+# The CUDA steps share what is left of the budget by weight: WEIGHTS holds the weights of the steps still to
+# run, in their order, and each step takes the first.
+WEIGHTS=()
+share() {  # share MIN CAP: sets L to this step's limit, or to 0 (skip) when its share is under MIN seconds
+    local total=0 x left
+    for x in "${WEIGHTS[@]}"; do total=$((total + x)); done
+    left=$((DEADLINE - $(date +%s) - 25))  # 25 s: the summary and the last results.json
+    L=$((total > 0 ? left * WEIGHTS[0] / total : 0))
+    WEIGHTS=("${WEIGHTS[@]:1}")
+    ((L > $2)) && L=$2
+    ((L >= $1)) || L=0
+}
 
-if [[ " $PARTS " == *" probe "* ]]; then
-    step nvidia_smi 60 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-    cat "$RESULTS/nvidia_smi.log"
-    step import_torch "$PROBE_LIMIT" python -c "import torch; print(torch.__version__)" || exit 2
-    step cuda_matmul "$PROBE_LIMIT" python -c "
-import torch, time
-assert torch.cuda.is_available(), 'no CUDA device'
-x = torch.randn(4096, 4096, device='cuda', dtype=torch.bfloat16); torch.cuda.synchronize(); t = time.perf_counter()
-for _ in range(20): y = x @ x
-torch.cuda.synchronize(); print(torch.cuda.get_device_name(), f'{20 * 2 * 4096**3 / (time.perf_counter() - t) / 1e12:.0f} TFLOP/s')" \
-        || { echo "error: no working CUDA device (see $RESULTS/cuda_matmul.log)" >&2; exit 2; }
-    cat "$RESULTS/cuda_matmul.log"
-    step import_libraries "$PROBE_LIMIT" python -c "
-import transformers, datasets, accelerate, bert_repro
-print('transformers', transformers.__version__, 'datasets', datasets.__version__, 'accelerate', accelerate.__version__)"
-    cat "$RESULTS/import_libraries.log"
+log "run_gpu.sh: parts [${PARTS:1:-1}], budget $BUDGET s, OUT $OUT, RESULTS $RESULTS"
+
+# --- probe --------------------------------------------------------------------------------------------------
+CUDA=0
+nvsmi=$(command -v nvidia-smi)
+if [[ -n $nvsmi ]]; then
+    step nvidia_smi $((PROBE_LIMIT / 3)) "$nvsmi" \
+        --query-gpu=name,driver_version,memory.total --format=csv,noheader
+else
+    log "no nvidia-smi on PATH"
 fi
-
-if [[ " $PARTS " == *" tests "* ]]; then
-    step cuda_tests "$TESTS_LIMIT" python -m pytest -m cuda -q -rs -p no:cacheprovider tests/test_cuda.py
-    tail -5 "$RESULTS/cuda_tests.log"
+# The Python that imports torch (`python` may be a symlink that loses its venv), and whether it sees CUDA
+PY=
+n=0
+for cand in ${PYTHON:-} python3 /opt/torch/.venv/bin/python3 python; do
+    cand=$(command -v "$cand") || continue
+    log "trying $cand"
+    step import_torch_$((++n)) "$PROBE_LIMIT" "$cand" -c "import sys, torch; print(sys.executable, 'torch', \
+torch.__version__, flush=True); sys.exit(0 if torch.cuda.is_available() else 3)"
+    case $? in 0) PY=$cand CUDA=1 && break ;; 3) PY=$cand && break ;; esac
+done
+if [[ -z $PY ]]; then
+    log "FATAL: no Python here imports torch (PYTHON=path to choose one)"
+    cp "$RESULTS/progress.log" "$OUT/summary.txt"
+    exit 2
 fi
-
-if [[ " $PARTS " == *" bench "* ]]; then
-    pushd benchmarks >/dev/null  # gpu_pretrain.py imports its neighbour common.py
-    step gpu_pretrain "$BENCH_LIMIT" python gpu_pretrain.py --examples "$EXAMPLES" --out "$RESULTS/gpu_pretrain.json" \
-        --settings "$SETTINGS"
-    popd >/dev/null
-    grep -v '^W[0-9]' "$RESULTS/gpu_pretrain.log" | tail -30
-fi
-
-if [[ " $PARTS " == *" train "* ]]; then
-    # The quick start's corpus and schedule shape, at the `small` size and the paper's batch of 256.
-    step pretrain_small "$TRAIN_LIMIT" python recipes/pretrain.py --config recipes/configs/quickstart.yaml \
-        --preset small --vocab_size 30522 --output_dir "$RESULTS/pretrain_small" --overwrite_output_dir true \
-        --bf16 true --global_batch_size 256 --per_device_train_batch_size 256 --learning_rate 5e-4 \
-        --warmup_steps 300 --max_steps "$TRAIN_STEPS" --logging_steps 50 --eval_steps 500 --save_steps 1000 \
-        --dataloader_num_workers 4 --disable_tqdm true
-    tail -15 "$RESULTS/pretrain_small.log"
-    if [[ -n "$MRPC" && -f "$RESULTS/pretrain_small/model.safetensors" ]]; then
-        step mrpc "$TRAIN_LIMIT" python recipes/finetune.py --task mrpc --model "$RESULTS/pretrain_small" \
-            --data "$MRPC" --output_dir "$RESULTS/mrpc" --bf16 true --learning_rates 5e-5 3e-5 --disable_tqdm true
-        tail -15 "$RESULTS/mrpc.log"
+log "python: $PY"
+status=0  # a Python without torch, or nvidia-smi, failing before is no failure of the run
+# `python` and `python3` for the steps below (a symlink to a venv's python loses the venv)
+mkdir -p "$RESULTS/bin"
+for n in python python3; do
+    printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RESULTS/bin/$n" && chmod +x "$RESULTS/bin/$n"
+done
+export PATH=$RESULTS/bin:$PATH PYTHONPATH=$ROOT
+if ! timeout -s KILL 30 "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('datasets') is None)"
+then
+    if compgen -G "$KIT/wheels/*.whl" >/dev/null; then
+        # pure-Python wheels, unpacked: no pip needed (a venv may lack it), nothing resolved, no index
+        rm -rf "$SITE"
+        step wheels "$PROBE_LIMIT" "$PY" -c "import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) \
+for w in sys.argv[2:]]" "$SITE" "$KIT"/wheels/*.whl && export PYTHONPATH=$SITE:$ROOT
+    else
+        log "no datasets and no $KIT/wheels: run benchmarks/prepare_gpu.sh first and carry $KIT"
     fi
 fi
-if [[ " $PARTS " == *" study "* ]]; then
-    [[ -d "$GLUE/MRPC" && -d "$GLUE/SST-2" ]] || { echo "error: part study needs GLUE=dir with MRPC/ and SST-2/" >&2; exit 2; }
-    # The paper's batch of 256 x 128 tokens on the shipped corpus; fine-tuning on STUDY_SAMPLES training examples
-    # of each task with the grid that suits both small pre-trained and random weights (measured on the CPU).
-    pre="--preset $STUDY_PRESET --bf16 $BF16 --global_batch_size 256 --per_device_train_batch_size 256 \
+if has probe; then
+    step probe "$PROBE_LIMIT" "$PY" benchmarks/gpu_session.py probe --out "$RESULTS/probe.json"
+    case $? in 0) ;; 3) status=0 ;; *) log "the probe failed or hung: see probe.log; going on" ;; esac
+fi
+# Sizes: the real ones on CUDA; tiny ones on the CPU under DRY_RUN=1, which checks every step's command
+if ((CUDA)); then
+    DEVICE=(--device cuda) PRESET=small BATCH=256 PRE=(--bf16 true) FINE=(--bf16 true) BENCH=()
+elif ((DRY_RUN)); then
+    log "no CUDA: DRY_RUN=1, every part at tiny sizes on the CPU"
+    SETTINGS=tiny:128 TRAIN_STEPS=4 VARIANTS="transformers sdpa bf16,ours sdpa bf16" PRESET=tiny BATCH=8
+    DEVICE=(--device cpu) BENCH=(--batch_128 1 --steps 1 --warmup 1 --rounds 1) BF16=false
+    PRE=(--use_cpu true --corpus recipes/data/quickstart_corpus/state_union --num_proc 2 --logging_steps 1
+        --eval_steps 2 --eval_max_examples 32)
+    FINE=(--use_cpu true --max_train_samples 64 --max_eval_samples 64 --num_train_epochs 1)
+else
+    log "no CUDA: the parts tests, bench, train and study are skipped (DRY_RUN=1 runs them on the CPU)"
+    PARTS=" "
+fi
+
+# --- the CUDA parts -----------------------------------------------------------------------------------------
+# Weights: the CUDA tests 3; BASE at 128 (the headline figure) 6, another setting 4; pre-training 5, MRPC 2.
+has tests && WEIGHTS+=(3)
+has bench && for s in ${SETTINGS//,/ }; do [[ $s == base:128 ]] && WEIGHTS+=(6) || WEIGHTS+=(4); done
+has train && WEIGHTS+=(5 2)
+has study && WEIGHTS+=(10 10)
+
+if has tests; then
+    share 20 "$TESTS_LIMIT"
+    if ((L)); then step cuda_tests "$L" "$PY" -m pytest -m cuda -v -rs -p no:cacheprovider tests/test_cuda.py
+    else log "skip cuda_tests: budget spent"; fi
+fi
+if has bench; then
+    for s in ${SETTINGS//,/ }; do
+        share 30 "$BENCH_LIMIT"
+        ((L)) || { log "skip bench_${s/:/_}: budget spent"; continue; }
+        # one process per setting, its JSON rewritten after each variant: one cut short keeps what it measured
+        step "bench_${s/:/_}" "$L" "$PY" benchmarks/gpu_pretrain.py --examples "$EXAMPLES" --settings "$s" \
+            --out "$RESULTS/bench_${s/:/_}.json" --variants "$VARIANTS" "${DEVICE[@]}" "${BENCH[@]}"
+    done
+fi
+if has train; then
+    rm -rf "$RESULTS/pretrain_small" "$RESULTS/mrpc"
+    share 60 "$TRAIN_LIMIT"
+    # The quick start's corpus and schedule shape at the `small` size, the paper's batch of 256, BERT's
+    # uncased vocabulary (exported with the benchmark's examples): no WordPiece training on the clock. A
+    # checkpoint every quarter, so that a run stopped at its limit still leaves a model to fine-tune.
+    ((L)) && step pretrain_small "$L" "$PY" recipes/pretrain.py --config recipes/configs/quickstart.yaml \
+        --preset "$PRESET" --tokenizer "$EXAMPLES/tokenizer" --output_dir "$RESULTS/pretrain_small" \
+        --overwrite_output_dir true --global_batch_size "$BATCH" --per_device_train_batch_size "$BATCH" \
+        --learning_rate 5e-4 --warmup_steps $((TRAIN_STEPS / 10)) --max_steps "$TRAIN_STEPS" \
+        --logging_steps 25 --eval_steps $((TRAIN_STEPS / 2)) --save_steps $((TRAIN_STEPS / 4)) \
+        --dataloader_num_workers 4 --disable_tqdm true "${PRE[@]}"
+    ((L)) || log "skip pretrain_small: budget spent"
+    model=$RESULTS/pretrain_small
+    [[ -f $model/model.safetensors ]] ||
+        model=$(ls -d "$RESULTS"/pretrain_small/checkpoint-* 2>/dev/null | sort -t- -k2 -n | tail -1)
+    share 30 "$TRAIN_LIMIT"
+    if [[ -z $model || ! -f $model/model.safetensors ]]; then log "skip mrpc: no pre-trained model"
+    elif [[ ! -f $MRPC/train.tsv ]]; then log "skip mrpc: no $MRPC/train.tsv (MRPC=path to GLUE's MRPC)"
+    elif ((L)); then
+        step mrpc "$L" "$PY" recipes/finetune.py --task mrpc --model "$model" --data "$MRPC" \
+            --output_dir "$RESULTS/mrpc" --learning_rates 1e-4 --no_predict_test --disable_tqdm true \
+            "${FINE[@]}"
+    else log "skip mrpc: budget spent"; fi
+fi
+if has study; then
+    if [[ ! -d $GLUE/MRPC || ! -d $GLUE/SST-2 ]]; then
+        log "skip study: needs GLUE=dir with MRPC/ and SST-2/"
+        status=1
+    else
+        # The paper's batch of 256 x 128 tokens on the shipped corpus; fine-tuning on STUDY_SAMPLES training
+        # examples of each task with the grid that suits both small pre-trained and random weights (measured
+        # on the CPU).
+        pre="--preset $STUDY_PRESET --bf16 $BF16 --global_batch_size 256 --per_device_train_batch_size 256 \
 --max_steps $STUDY_STEPS --warmup_steps $((STUDY_STEPS / 20)) --learning_rate 1e-3 --logging_steps 100 \
 --eval_steps 1000 --save_steps 2000 --dataloader_num_workers 4 --disable_tqdm true${STUDY_CORPUS:+ $STUDY_CORPUS}"
-    fine="--bf16 $BF16 --learning_rates 1e-4 3e-4 1e-3 --max_train_samples $STUDY_SAMPLES --no_predict_test \
+        fine="--bf16 $BF16 --learning_rates 1e-4 3e-4 1e-3 --max_train_samples $STUDY_SAMPLES --no_predict_test \
 --disable_tqdm true"
-    step study_pretraining "$STUDY_LIMIT" python recipes/study.py --study pretraining --data_root "$GLUE" \
-        --output_dir "$RESULTS/study_pretraining" --pretrain_config recipes/configs/quickstart.yaml \
-        --pretrain_args "$pre" --finetune_args "$fine"
-    cat "$RESULTS/study_pretraining/study.md" 2>/dev/null
-    if [[ -f "$RESULTS/study_pretraining/pretrain/pretrained/model.safetensors" ]]; then
-        step study_table5 "$STUDY_LIMIT" python recipes/study.py --study table5 --data_root "$GLUE" \
-            --tasks mrpc sst2 --output_dir "$RESULTS/study_table5" \
-            --reuse "mlm_nsp=$RESULTS/study_pretraining/pretrain/pretrained" \
-            --pretrain_config recipes/configs/quickstart.yaml --pretrain_args "$pre" --finetune_args "$fine"
-        cat "$RESULTS/study_table5/study.md" 2>/dev/null
+        share 60 "$STUDY_LIMIT"
+        ((L)) && step study_pretraining "$L" "$PY" recipes/study.py --study pretraining --data_root "$GLUE" \
+            --output_dir "$RESULTS/study_pretraining" --pretrain_config recipes/configs/quickstart.yaml \
+            --pretrain_args "$pre" --finetune_args "$fine"
+        share 60 "$STUDY_LIMIT"
+        if [[ -f $RESULTS/study_pretraining/pretrain/pretrained/model.safetensors ]] && ((L)); then
+            step study_table5 "$L" "$PY" recipes/study.py --study table5 --data_root "$GLUE" \
+                --tasks mrpc sst2 --output_dir "$RESULTS/study_table5" \
+                --reuse "mlm_nsp=$RESULTS/study_pretraining/pretrain/pretrained" \
+                --pretrain_config recipes/configs/quickstart.yaml --pretrain_args "$pre" --finetune_args "$fine"
+        fi
     fi
 fi
+
+# --- summary ------------------------------------------------------------------------------------------------
+((CUDA || DRY_RUN)) || log "no CUDA: nothing was measured on a GPU"
+log "done: $(($(date +%s) - T0)) s of $BUDGET s"
+report
+{
+    cat "$RESULTS/progress.log"
+    for f in nvidia_smi probe cuda_tests bench_base_128 bench_base_512 bench_large_128 pretrain_small mrpc; do
+        [[ -f $RESULTS/$f.log ]] || continue
+        echo "----- $f.log (end)"
+        grep -v "^W[0-9]" "$RESULTS/$f.log" | tail -n 15
+    done
+} >"$OUT/summary.txt" 2>&1
+cat "$OUT/summary.txt"
+((CUDA || DRY_RUN)) || exit 3
 exit $status

