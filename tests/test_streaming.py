@@ -2,6 +2,7 @@
 from other documents of the buffer, a resumed stream that gives the same examples without reading consumed documents
 again, the phase switch, and a streamed pre-training stopped and resumed through the recipe."""
 
+import functools
 import itertools
 import json
 import math
@@ -10,6 +11,7 @@ import random
 import datasets
 import pytest
 from test_pretraining import launch, weights, write_config
+from torch.utils.data import DataLoader
 
 from bert_repro.data.corpus import CorpusError
 from bert_repro.data.pretraining_examples import (
@@ -23,7 +25,9 @@ from bert_repro.data.streaming import (
     DatasetDocuments,
     StreamingExamples,
     TextFileDocuments,
+    WorkerStreams,
     open_document_source,
+    open_stream,
 )
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -284,6 +288,74 @@ def test_checkpoint_with_a_truncated_stream_state_is_skipped(tmp_path, marked):
     text = (checkpoint / "data_state-rank0.json").read_text()
     (checkpoint / "data_state-rank0.json").write_text(text[: len(text) // 2])  # killed while writing
     assert "data_state-rank0.json cannot be read" in checkpoint_problem(checkpoint)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DataLoader workers
+# ---------------------------------------------------------------------------------------------------------------
+
+LONG = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3, random_seed=7)
+
+
+def corpus_of(kind, marked, tmp_path):
+    """The marked corpus as 4 text files, or as 4 Parquet files (read through a datasets IterableDataset)."""
+    folder, texts = marked[0], marked[1]
+    if kind == "files":
+        return str(folder)
+    for f in range(4):
+        datasets.Dataset.from_dict({"text": texts[f * 10:(f + 1) * 10]}).to_parquet(tmp_path / f"part{f}.parquet")
+    return str(tmp_path)
+
+
+def worker_streams(source, tokenizer, streams, phase_batches=(7,)):
+    make = functools.partial(open_stream, source, tokenizer, [CONFIG, LONG], reading={}, split_lines=True,
+                             document_buffer=5, shuffle_buffer=30)
+    return WorkerStreams(make, streams=streams, batch_size=4, phase_batches=phase_batches)
+
+
+def batches_of(streams, workers, n):
+    """The first n batches (lists of examples) a DataLoader with `workers` workers gives."""
+    loader = DataLoader(streams, batch_size=4, num_workers=workers, collate_fn=list)
+    return list(itertools.islice(loader, n))
+
+
+@pytest.mark.parametrize("kind", ["files", "datasets"])
+def test_workers_give_their_streams_batches_in_turn(marked, tmp_path, kind):
+    """Two workers: batch i is the next batch of stream i % 2, each stream its own half of the corpus read as one
+    process of two would (a datasets IterableDataset is not split again among the workers), whatever the workers'
+    speeds; each stream switches phase at its own share of the switching batch."""
+    source, tokenizer = corpus_of(kind, marked, tmp_path), marked[2]
+    streams = worker_streams(source, tokenizer, 2)
+    got = batches_of(streams, 2, 24)
+    alone = [take(worker_streams(source, tokenizer, 2).stream(v), 48) for v in range(2)]
+    assert [e for b in got for e in b] == [e for i in range(24) for e in alone[i % 2][i // 2 * 4:i // 2 * 4 + 4]]
+    owner = marked[3]
+    documents = [{owner[t] for e in rows for t in originals(e) if t in owner} for rows in alone]
+    assert not documents[0] & documents[1]  # each stream its own documents
+    assert all(len(e["input_ids"]) <= 32 for b in got[:7] for e in b)  # phase 1 for the first 7 batches
+    assert max(len(e["input_ids"]) for b in got[7:] for e in b) > 32  # phase 2 after them, in both streams
+    assert max(len(e["input_ids"]) for b in got[8:] for e in b if e in alone[1]) > 32
+
+
+@pytest.mark.parametrize("kind", ["files", "datasets"])
+def test_resumed_workers_give_the_uninterrupted_batches(marked, tmp_path, kind):
+    """Stopped after an odd number of batches (the next one from the second stream), the positions the workers
+    wrote give, to a new DataLoader, exactly the batches of the run that was never stopped."""
+    source, tokenizer = corpus_of(kind, marked, tmp_path), marked[2]
+    stop, total = 23, 40
+    expected = batches_of(worker_streams(source, tokenizer, 2), 2, total)
+    first = worker_streams(source, tokenizer, 2)
+    first.plan_saves(every=10, at=[stop])
+    head = batches_of(first, 2, stop)
+    state = json.loads(first.state_text(stop))  # what the checkpoint holds
+    assert [s["examples"] for s in state["streams"]] == [12 * 4, 11 * 4]
+    resumed = worker_streams(source, tokenizer, 2)
+    resumed.load_states(state)
+    assert head + batches_of(resumed, 2, total - stop) == expected
+    with pytest.raises(ValueError, match="--dataloader_num_workers 2, this run has 1 with 3"):
+        worker_streams(source, tokenizer, 3).load_states(state)
+    with pytest.raises(ValueError, match="--dataloader_num_workers 2, this run has 1 with 0"):
+        worker_streams(source, tokenizer, 1).load_states(state)
 
 
 # ---------------------------------------------------------------------------------------------------------------
