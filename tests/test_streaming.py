@@ -6,11 +6,14 @@ import functools
 import itertools
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 
 import datasets
 import pytest
-from test_pretraining import launch, weights, write_config
+from test_pretraining import ROOT, launch, weights, write_config
 from torch.utils.data import DataLoader
 
 from bert_repro.data.corpus import CorpusError
@@ -364,12 +367,13 @@ def test_resumed_workers_give_the_uninterrupted_batches(marked, tmp_path, kind):
 
 
 @pytest.mark.slow
-def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path, marked):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path, marked, workers):
     folder = marked[0]
     config = write_config(tmp_path / "stream.yaml", folder, folder.parent / "vocab.txt", streaming=True,
                           stream_document_buffer=4, stream_shuffle_buffer=16, stream_held_out_documents=4,
                           document_boundary="blank_line", split_lines=True, max_steps=12, save_steps=5, eval_steps=6,
-                          phase2_fraction=0.25, eval_fraction=0.0)
+                          phase2_fraction=0.25, eval_fraction=0.0, dataloader_num_workers=workers)
     full = tmp_path / "full"
     launch(config, full)
     stats = json.loads((full / "data_statistics.json").read_text())
@@ -377,7 +381,15 @@ def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path
     stopped = tmp_path / "stopped"
     launch(config, stopped, "--stop_after_steps", "7")  # checkpoint-5 (save_steps) and checkpoint-7 (the stop)
     state = json.loads((stopped / "checkpoint-7" / "data_state-rank0.json").read_text())
-    assert state["examples"] == 7 * 8 and state["phase"] == 0
+    examples = [4 * 8, 3 * 8] if workers else [7 * 8]  # batch i from stream i % 2
+    assert [s["examples"] for s in state["streams"]] == examples and state["streams"][0]["phase"] == 0
+    if workers:
+        wrong = subprocess.run([sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--config", str(config),
+                                "--output_dir", str(stopped), "--resume_from_checkpoint", "true",
+                                "--dataloader_num_workers", "3"], capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr[-3000:]
+        assert "--dataloader_num_workers 2, this run has 1 with 3: resume with as many" in wrong.stderr
     launch(config, stopped, "--resume_from_checkpoint", "true")
     a, b = weights(full), weights(stopped)
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
@@ -395,7 +407,8 @@ def test_streamed_pretraining_with_two_processes_reads_different_files(tmp_path,
                           max_steps=6, save_steps=3, eval_steps=3, phase2_fraction=0.0, eval_fraction=0.0)
     out = tmp_path / "two"
     launch(config, out, "--stop_after_steps", "5", processes=2)
-    states = [json.loads((out / "checkpoint-3" / f"data_state-rank{r}.json").read_text()) for r in range(2)]
+    states = [json.loads((out / "checkpoint-3" / f"data_state-rank{r}.json").read_text())["streams"][0]
+              for r in range(2)]
     assert [(s["rank"], s["world_size"], s["examples"]) for s in states] == [(0, 2, 12), (1, 2, 12)]
     assert [s["source"]["files"] for s in states] == [2, 2]  # each process its own 2 of the 4 files
     buffered = [{tuple(map(tuple, entry[2])) for entry in s["buffer"]} for s in states]

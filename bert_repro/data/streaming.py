@@ -59,14 +59,18 @@ document buffer is kept, and reading goes on where it was. Each process reads it
 (``TextFileDocuments``: every world_size-th file, or every world_size-th document when there are fewer files than
 processes; ``DatasetDocuments``: ``datasets.distributed.split_dataset_by_node``).
 
+DataLoader workers (``WorkerStreams``): each of a process's N workers reads a stream of its own, as if it were one
+more process (share R * N + w of P * N), and the DataLoader returns their batches in turn; without workers the
+process reads its one stream itself.
+
 Resuming
 --------
 ``state_dict()`` is a JSON-serialisable dict: the source position, the document buffer (token ids), the pending
 examples, the shuffle buffer, the shuffle generator's state and the counters. ``load_state_dict`` of a fresh
 object built with the same arguments continues with exactly the examples an uninterrupted stream would give,
 without reading the consumed documents again (see the sources above for the shard granularity of datasets).
-``DataStateCallback`` writes it into every Trainer checkpoint (``data_state-rank{R}.json``), ``load_data_state``
-reads it back.
+``DataStateCallback`` writes the states of a process's streams into every Trainer checkpoint
+(``data_state-rank{R}.json``), ``load_data_state`` reads them back.
 """
 
 from __future__ import annotations
