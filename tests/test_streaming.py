@@ -340,6 +340,17 @@ def test_workers_give_their_streams_batches_in_turn(marked, tmp_path, kind):
     assert max(len(e["input_ids"]) for b in got[8:] for e in b if e in alone[1]) > 32
 
 
+def test_one_worker_reads_what_the_process_would(marked):
+    source, tokenizer = str(marked[0]), marked[2]
+    expected = batches_of(worker_streams(source, tokenizer, 1), 0, 12)
+    first = worker_streams(source, tokenizer, 1)
+    first.plan_saves(every=5)
+    assert batches_of(first, 1, 5) == expected[:5]
+    resumed = worker_streams(source, tokenizer, 1)
+    resumed.load_states(json.loads(first.state_text(5)))
+    assert batches_of(resumed, 1, 7) == expected[5:]
+
+
 @pytest.mark.parametrize("kind", ["files", "datasets"])
 def test_resumed_workers_give_the_uninterrupted_batches(marked, tmp_path, kind):
     """Stopped after an odd number of batches (the next one from the second stream), the positions the workers

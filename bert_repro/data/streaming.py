@@ -600,10 +600,9 @@ class WorkerStreams(torch.utils.data.IterableDataset):
         self.first_batch = 0  # the batch this process reads next (after resuming: the first one not trained yet)
         self.states: list[dict[str, Any] | None] = [None] * streams
         self.save_every, self.save_at = 0, frozenset()
-        self._staging = None
-        if streams > 1:  # removed by this process at exit (its workers leave with os._exit, without atexit)
-            self._staging = tempfile.mkdtemp(prefix="bert_repro-stream-")
-            atexit.register(shutil.rmtree, self._staging, ignore_errors=True)
+        # Where workers leave positions; removed by this process at exit (workers leave with os._exit, no atexit)
+        self._staging = tempfile.mkdtemp(prefix="bert_repro-stream-")
+        atexit.register(shutil.rmtree, self._staging, ignore_errors=True)
         self.in_process: StreamingExamples | None = None  # the stream read without workers
 
     def plan_saves(self, every: int = 0, at: Sequence[int] = ()) -> None:
@@ -662,8 +661,8 @@ class WorkerStreams(torch.utils.data.IterableDataset):
     def state_text(self, batches: int) -> str:
         """The JSON of every stream's position after this process's first ``batches`` batches."""
         expected = [stream_batches(v, self.streams, batches) * self.batch_size for v in range(self.streams)]
-        if self._staging is None:
-            states = [self.in_process.state_dict() if self.in_process else self.stream(0).state_dict()]
+        if self.in_process is not None:
+            states = [self.in_process.state_dict()]
         else:
             states = []
             for v in range(self.streams):
