@@ -668,8 +668,8 @@ class WorkerStreams(torch.utils.data.IterableDataset):
             for v in range(self.streams):
                 path = Path(self._staging) / f"batch{batches + (v - batches) % self.streams}.json"
                 if not path.exists():
-                    raise RuntimeError(f"the worker of stream {v} kept no position for a save after batch {batches}: "
-                                       "with workers, checkpoints are saved at the planned steps only")
+                    raise RuntimeError(f"the worker of stream {v} kept no position for a save after batch "
+                                       f"{batches}: with workers, checkpoints are saved at the planned steps only")
                 states.append(json.loads(path.read_text(encoding="utf-8")))
                 path.unlink()
         given = [state["examples"] for state in states]
@@ -681,7 +681,7 @@ class WorkerStreams(torch.utils.data.IterableDataset):
 
     def load_states(self, state: dict[str, Any]) -> None:
         """Continue from the positions of ``state_text``: the same processes and streams only."""
-        states = state["streams"] if "streams" in state else [state]  # one stream's state: a checkpoint before workers
+        states = state["streams"] if "streams" in state else [state]  # a checkpoint from before workers
         saved = (states[0]["world_size"] // len(states), len(states))
         if saved != (self.world_size, self.streams) or any(s["rank"] != self.rank * self.streams + v
                                                            for v, s in enumerate(states)):

@@ -723,9 +723,9 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
                                  "each example to itself in both directions, not left-to-right. Turn packing off.")
     if run.streaming:
         if training.dataloader_num_workers and training.save_strategy not in ("steps", "no"):
-            raise ConfigurationError(f"--streaming true with --dataloader_num_workers saves the stream's position at "
-                                     f"planned steps: use --save_strategy steps (not {training.save_strategy.value}), or "
-                                     "no workers.")
+            raise ConfigurationError(
+                "--streaming true with --dataloader_num_workers keeps the stream's position at planned steps: use "
+                f"--save_strategy steps (not {training.save_strategy.value}), or no workers.")
         training.ignore_data_skip = True  # resuming restores the stream's own position instead of re-reading it
     push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
     if run.plot and not _importable("matplotlib"):
@@ -775,10 +775,11 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             except ValueError as err:
                 raise ConfigurationError(f"Cannot resume the stream: {err}.") from None
         # Where Trainer will save (its own rule, DefaultFlowCallback): the workers keep their positions there.
-        every = training.save_steps if training.save_steps >= 1 else math.ceil(training.max_steps * training.save_steps)
+        every = training.save_steps
+        every = int(every) if every >= 1 else math.ceil(training.max_steps * every)
         start = checkpoint_step(resume_from) if resume_from else 0
         stop = start + run.stop_after_steps if run.stop_after_steps else training.max_steps
-        phases.plan_saves(every=int(every) * per_step if training.save_strategy == "steps" else 0,
+        phases.plan_saves(every=every * per_step if training.save_strategy == "steps" else 0,
                           at=[stop * per_step, training.max_steps * per_step])
     if eval_dataset is None:
         training.eval_strategy = IntervalStrategy.NO
