@@ -6,7 +6,8 @@ document per file; the 30,522-entry uncased vocabulary of the all-MiniLM-L6-v2 w
 - map-style: examples built beforehand (`create_pretraining_dataset`, dupe_factor 1, not timed); timed is what
   the recipe's DataLoader does per batch: read a shuffled batch of rows from Arrow and collate it (`PhaseCollator`).
 - streamed: the recipe's `WorkerStreams` (`open_stream`: read, split, WordPiece, build, shuffle buffer 10,000)
-  and the same collation; steady state (the first `--skip` examples, the buffers' filling, are not timed). The
+  and the same collation; steady state (the shuffle buffer's filling and a first pass are not timed), over
+  `--passes` whole passes (the examples of a book are built at once: a shorter window can miss one). The
   document buffer is 16 here, not the recipe's 1,000: with 77 documents a buffer of 1,000 builds a whole pass at
   its end, in bursts too long to time; what an example costs does not depend on it.
 
@@ -38,7 +39,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import psutil  # noqa: E402
 from common import machine  # noqa: E402
 from pretrain_step import training_flops_per_token  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+from torch.utils.data import DataLoader, RandomSampler  # noqa: E402
 
 from bert_repro import BertReproConfig  # noqa: E402
 from bert_repro.data.corpus import load_corpus  # noqa: E402
@@ -76,8 +77,8 @@ def main() -> None:
     parser.add_argument("--lengths", default="128,512")
     parser.add_argument("--workers", default="0,1,2")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--skip", type=int, default=12_000, help="streamed examples not timed (buffers filling)")
-    parser.add_argument("--seconds", type=float, default=15.0, help="about this long per measurement")
+    parser.add_argument("--seconds", type=float, default=15.0, help="about this long per map-style measurement")
+    parser.add_argument("--passes", type=int, default=2, help="passes over the corpus per streamed measurement")
     parser.add_argument("--mfu", type=float, default=0.55)
     parser.add_argument("--peak_tflops", type=float, default=989.4, help="H100 SXM dense bf16 (data sheet)")
     parser.add_argument("--out", default=None)
@@ -114,13 +115,14 @@ def main() -> None:
             best = per_cpu = 0.0
             for _ in range(args.repeats):
                 if kind == "map-style":
-                    loader = DataLoader(built, batch_size=BATCH, shuffle=True, collate_fn=collator, num_workers=w)
-                    skip = BATCH * 4 * max(1, w)
+                    sampler = RandomSampler(built, replacement=True, num_samples=10**8)
+                    loader = DataLoader(built, batch_size=BATCH, sampler=sampler, collate_fn=collator, num_workers=w)
+                    skip, count = BATCH * 4 * max(1, w), int(max(best, 500 * 128 / length) * args.seconds)
                 else:
                     loader = DataLoader(WorkerStreams(make, streams=max(1, w), batch_size=BATCH), batch_size=BATCH,
                                         collate_fn=collator, num_workers=w)
-                    skip = args.skip * max(1, w)
-                count = int(max(best, 500 * 128 / length) * args.seconds)
+                    # Whole passes over the corpus: a book is built at once, so a shorter window can miss it.
+                    skip, count = 10_000 * max(1, w) + len(built), args.passes * len(built)
                 wall, cpu = rate(loader, w, skip, count)
                 best, per_cpu = max(best, wall), max(per_cpu, cpu)
                 del loader
