@@ -2,14 +2,19 @@
 from other documents of the buffer, a resumed stream that gives the same examples without reading consumed documents
 again, the phase switch, and a streamed pre-training stopped and resumed through the recipe."""
 
+import functools
 import itertools
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 
 import datasets
 import pytest
-from test_pretraining import launch, weights, write_config
+from test_pretraining import ROOT, launch, weights, write_config
+from torch.utils.data import DataLoader
 
 from bert_repro.data.corpus import CorpusError
 from bert_repro.data.pretraining_examples import (
@@ -23,7 +28,9 @@ from bert_repro.data.streaming import (
     DatasetDocuments,
     StreamingExamples,
     TextFileDocuments,
+    WorkerStreams,
     open_document_source,
+    open_stream,
 )
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -287,17 +294,97 @@ def test_checkpoint_with_a_truncated_stream_state_is_skipped(tmp_path, marked):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# DataLoader workers
+# ---------------------------------------------------------------------------------------------------------------
+
+LONG = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3, random_seed=7)
+
+
+def corpus_of(kind, marked, tmp_path):
+    """The marked corpus as 4 text files, or as 4 Parquet files (read through a datasets IterableDataset)."""
+    folder, texts = marked[0], marked[1]
+    if kind == "files":
+        return str(folder)
+    for f in range(4):
+        datasets.Dataset.from_dict({"text": texts[f * 10:(f + 1) * 10]}).to_parquet(tmp_path / f"part{f}.parquet")
+    return str(tmp_path)
+
+
+def worker_streams(source, tokenizer, streams, phase_batches=(7,)):
+    make = functools.partial(open_stream, source, tokenizer, [CONFIG, LONG], reading={}, split_lines=True,
+                             document_buffer=5, shuffle_buffer=30)
+    return WorkerStreams(make, streams=streams, batch_size=4, phase_batches=phase_batches)
+
+
+def batches_of(streams, workers, n):
+    """The first n batches (lists of examples) a DataLoader with `workers` workers gives."""
+    loader = DataLoader(streams, batch_size=4, num_workers=workers, collate_fn=list)
+    return list(itertools.islice(loader, n))
+
+
+@pytest.mark.parametrize("kind", ["files", "datasets"])
+def test_workers_give_their_streams_batches_in_turn(marked, tmp_path, kind):
+    """Two workers: batch i is the next batch of stream i % 2, each stream its own half of the corpus read as one
+    process of two would (a datasets IterableDataset is not split again among the workers), whatever the workers'
+    speeds; each stream switches phase at its own share of the switching batch."""
+    source, tokenizer = corpus_of(kind, marked, tmp_path), marked[2]
+    streams = worker_streams(source, tokenizer, 2)
+    got = batches_of(streams, 2, 24)
+    alone = [take(worker_streams(source, tokenizer, 2).stream(v), 48) for v in range(2)]
+    assert [e for b in got for e in b] == [e for i in range(24) for e in alone[i % 2][i // 2 * 4:i // 2 * 4 + 4]]
+    owner = marked[3]
+    documents = [{owner[t] for e in rows for t in originals(e) if t in owner} for rows in alone]
+    assert not documents[0] & documents[1]  # each stream its own documents
+    assert all(len(e["input_ids"]) <= 32 for b in got[:7] for e in b)  # phase 1 for the first 7 batches
+    assert max(len(e["input_ids"]) for b in got[7:] for e in b) > 32  # phase 2 after them, in both streams
+    assert max(len(e["input_ids"]) for b in got[8:] for e in b if e in alone[1]) > 32
+
+
+def test_one_worker_reads_what_the_process_would(marked):
+    source, tokenizer = str(marked[0]), marked[2]
+    expected = batches_of(worker_streams(source, tokenizer, 1), 0, 12)
+    first = worker_streams(source, tokenizer, 1)
+    first.plan_saves(every=5)
+    assert batches_of(first, 1, 5) == expected[:5]
+    resumed = worker_streams(source, tokenizer, 1)
+    resumed.load_states(json.loads(first.state_text(5)))
+    assert batches_of(resumed, 1, 7) == expected[5:]
+
+
+@pytest.mark.parametrize("kind", ["files", "datasets"])
+def test_resumed_workers_give_the_uninterrupted_batches(marked, tmp_path, kind):
+    """Stopped after an odd number of batches (the next one from the second stream), the positions the workers
+    wrote give, to a new DataLoader, exactly the batches of the run that was never stopped."""
+    source, tokenizer = corpus_of(kind, marked, tmp_path), marked[2]
+    stop, total = 23, 40
+    expected = batches_of(worker_streams(source, tokenizer, 2), 2, total)
+    first = worker_streams(source, tokenizer, 2)
+    first.plan_saves(every=10, at=[stop])
+    head = batches_of(first, 2, stop)
+    state = json.loads(first.state_text(stop))  # what the checkpoint holds
+    assert [s["examples"] for s in state["streams"]] == [12 * 4, 11 * 4]
+    resumed = worker_streams(source, tokenizer, 2)
+    resumed.load_states(state)
+    assert head + batches_of(resumed, 2, total - stop) == expected
+    with pytest.raises(ValueError, match="--dataloader_num_workers 2, this run has 1 with 3"):
+        worker_streams(source, tokenizer, 3).load_states(state)
+    with pytest.raises(ValueError, match="--dataloader_num_workers 2, this run has 1 with 0"):
+        worker_streams(source, tokenizer, 1).load_states(state)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Through the recipe
 # ---------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path, marked):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path, marked, workers):
     folder = marked[0]
     config = write_config(tmp_path / "stream.yaml", folder, folder.parent / "vocab.txt", streaming=True,
                           stream_document_buffer=4, stream_shuffle_buffer=16, stream_held_out_documents=4,
                           document_boundary="blank_line", split_lines=True, max_steps=12, save_steps=5, eval_steps=6,
-                          phase2_fraction=0.25, eval_fraction=0.0)
+                          phase2_fraction=0.25, eval_fraction=0.0, dataloader_num_workers=workers)
     full = tmp_path / "full"
     launch(config, full)
     stats = json.loads((full / "data_statistics.json").read_text())
@@ -305,7 +392,15 @@ def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path
     stopped = tmp_path / "stopped"
     launch(config, stopped, "--stop_after_steps", "7")  # checkpoint-5 (save_steps) and checkpoint-7 (the stop)
     state = json.loads((stopped / "checkpoint-7" / "data_state-rank0.json").read_text())
-    assert state["examples"] == 7 * 8 and state["phase"] == 0
+    examples = [4 * 8, 3 * 8] if workers else [7 * 8]  # batch i from stream i % 2
+    assert [s["examples"] for s in state["streams"]] == examples and state["streams"][0]["phase"] == 0
+    if workers:
+        wrong = subprocess.run([sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--config", str(config),
+                                "--output_dir", str(stopped), "--resume_from_checkpoint", "true",
+                                "--dataloader_num_workers", "3"], capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr[-3000:]
+        assert "--dataloader_num_workers 2, this run has 1 with 3: resume with as many" in wrong.stderr
     launch(config, stopped, "--resume_from_checkpoint", "true")
     a, b = weights(full), weights(stopped)
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
@@ -323,7 +418,8 @@ def test_streamed_pretraining_with_two_processes_reads_different_files(tmp_path,
                           max_steps=6, save_steps=3, eval_steps=3, phase2_fraction=0.0, eval_fraction=0.0)
     out = tmp_path / "two"
     launch(config, out, "--stop_after_steps", "5", processes=2)
-    states = [json.loads((out / "checkpoint-3" / f"data_state-rank{r}.json").read_text()) for r in range(2)]
+    states = [json.loads((out / "checkpoint-3" / f"data_state-rank{r}.json").read_text())["streams"][0]
+              for r in range(2)]
     assert [(s["rank"], s["world_size"], s["examples"]) for s in states] == [(0, 2, 12), (1, 2, 12)]
     assert [s["source"]["files"] for s in states] == [2, 2]  # each process its own 2 of the 4 files
     buffered = [{tuple(map(tuple, entry[2])) for entry in s["buffer"]} for s in states]

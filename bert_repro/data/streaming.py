@@ -59,25 +59,32 @@ document buffer is kept, and reading goes on where it was. Each process reads it
 (``TextFileDocuments``: every world_size-th file, or every world_size-th document when there are fewer files than
 processes; ``DatasetDocuments``: ``datasets.distributed.split_dataset_by_node``).
 
+DataLoader workers (``WorkerStreams``): each of a process's N workers reads a stream of its own, as if it were one
+more process (share R * N + w of P * N), and the DataLoader returns their batches in turn; without workers the
+process reads its one stream itself.
+
 Resuming
 --------
 ``state_dict()`` is a JSON-serialisable dict: the source position, the document buffer (token ids), the pending
 examples, the shuffle buffer, the shuffle generator's state and the counters. ``load_state_dict`` of a fresh
 object built with the same arguments continues with exactly the examples an uninterrupted stream would give,
 without reading the consumed documents again (see the sources above for the shard granularity of datasets).
-``DataStateCallback`` writes it into every Trainer checkpoint (``data_state-rank{R}.json``), ``load_data_state``
-reads it back.
+``DataStateCallback`` writes the states of a process's streams into every Trainer checkpoint
+(``data_state-rank{R}.json``), ``load_data_state`` reads them back.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
 import os
 import random
+import shutil
+import tempfile
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,9 +118,11 @@ __all__ = [
     "DatasetDocuments",
     "StreamingExamples",
     "TextFileDocuments",
+    "WorkerStreams",
     "first_documents",
     "load_data_state",
     "open_document_source",
+    "open_stream",
     "text_digest",
 ]
 
@@ -289,7 +298,9 @@ class DatasetDocuments:
         self._kept = int(state["kept"])
 
     def __iter__(self) -> Iterator[str]:
-        for row in self.dataset:
+        # iter(): iterating the dataset itself inside a DataLoader worker would split it again among the workers
+        for batch in self.dataset.iter(batch_size=1):
+            row = {name: values[0] for name, values in batch.items()}
             if self.max_documents is not None and self._kept >= self.max_documents:
                 return
             self.documents_read += 1
@@ -541,40 +552,178 @@ def _example(instance: TrainingInstance, config: PreTrainingDataConfig) -> dict[
 
 
 # --------------------------------------------------------------------------------------------------
+# DataLoader workers
+# --------------------------------------------------------------------------------------------------
+
+
+def open_stream(source: str | os.PathLike | Sequence[str | os.PathLike], tokenizer: Any,
+                configs: PreTrainingDataConfig | Sequence[PreTrainingDataConfig], *, reading: dict[str, Any],
+                max_documents: int | None = None, rank: int = 0, world_size: int = 1,
+                **kwargs: Any) -> StreamingExamples:
+    """``StreamingExamples`` of the share ``rank`` of ``world_size`` of a corpus (``reading``: the arguments of
+    ``open_document_source``; ``kwargs``: those of ``StreamingExamples``)."""
+    documents = open_document_source(source, **reading, rank=rank, world_size=world_size,
+                                     max_documents=max_documents)
+    return StreamingExamples(documents, tokenizer, configs, rank=rank, world_size=world_size, **kwargs)
+
+
+def stream_batches(stream: int, streams: int, batches: int) -> int:
+    """How many of a process's first ``batches`` batches come from ``stream`` (batch i comes from i % streams)."""
+    return max(0, (batches - stream + streams - 1) // streams)
+
+
+class WorkerStreams(torch.utils.data.IterableDataset):
+    """This process's batches of examples from ``streams`` streams, one per DataLoader worker, in a fixed order.
+
+    Stream v of a process of rank R among P is the ``StreamingExamples`` of the share R * streams + v of
+    P * streams (``make_stream(rank=..., world_size=..., phase_examples=...)``, e.g. a ``functools.partial`` of
+    ``open_stream``): its own files or documents and random streams, as if it were a process of its own. Batch i of
+    the process is the next ``batch_size`` examples of stream i % streams, whatever the workers' speeds: torch's
+    DataLoader asks its workers for batches in turn and returns them in that order, and the worker in slot w runs
+    stream (first batch + w) % streams. So the examples are those of P * streams processes without workers, taken
+    in turn; they depend on the number of streams (``--dataloader_num_workers``, at least 1), and a run resumes
+    with the same number. Read without workers (``streams`` 1), the process reads its one stream itself.
+
+    Positions: a stream's state at a checkpoint is the one before its first batch not trained yet. Workers run
+    ahead of training, so a worker writes its stream's state into a folder of this process when it finishes a
+    batch after which a checkpoint may be saved (``plan_saves``), before the batch leaves the worker; at the save,
+    ``state_text`` gathers those files.
+    """
+
+    def __init__(self, make_stream: Callable[..., StreamingExamples], *, streams: int, batch_size: int,
+                 phase_batches: Sequence[int] = (), rank: int = 0, world_size: int = 1) -> None:
+        super().__init__()
+        if streams < 1:
+            raise ValueError(f"streams must be at least 1, got {streams}")
+        self.make_stream, self.streams, self.batch_size = make_stream, streams, batch_size
+        self.phase_batches, self.rank, self.world_size = list(phase_batches), rank, world_size
+        self.first_batch = 0  # the batch this process reads next (after resuming: the first one not trained yet)
+        self.states: list[dict[str, Any] | None] = [None] * streams
+        self.save_every, self.save_at = 0, frozenset()
+        # Where workers leave positions; removed by this process at exit (workers leave with os._exit, no atexit)
+        self._staging = tempfile.mkdtemp(prefix="bert_repro-stream-")
+        atexit.register(shutil.rmtree, self._staging, ignore_errors=True)
+        self.in_process: StreamingExamples | None = None  # the stream read without workers
+
+    def plan_saves(self, every: int = 0, at: Sequence[int] = ()) -> None:
+        """Checkpoints may be saved after every ``every`` batches of this process and after ``at`` batches."""
+        self.save_every, self.save_at = every, frozenset(at)
+
+    def stream(self, index: int) -> StreamingExamples:
+        """Stream ``index`` where this object's states put it."""
+        passed, examples = 0, []
+        for batches in self.phase_batches:  # each stream switches phase at its share of the switching batch
+            passed += batches
+            examples.append(stream_batches(index, self.streams, passed) * self.batch_size - sum(examples))
+        stream = self.make_stream(rank=self.rank * self.streams + index, world_size=self.world_size * self.streams,
+                                  phase_examples=examples)
+        if self.states[index] is not None:
+            stream.load_state_dict(self.states[index])
+        return stream
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        worker = torch.utils.data.get_worker_info()
+        slots = worker.num_workers if worker else 1
+        if slots != self.streams:
+            raise ValueError(f"{self.streams} streams are read by as many DataLoader workers (0 or 1 for one "
+                             f"stream), not by {slots}")
+        batch = self.first_batch + (worker.id if worker else 0)  # the next batch this slot gives
+        stream = self.stream(batch % self.streams)
+        if worker is None:
+            self.in_process = stream
+            yield from stream
+            return
+        if self._may_save_before(batch):
+            self._write_state(stream, batch)
+        examples = iter(stream)
+        while True:
+            for i in range(self.batch_size):
+                example = next(examples)  # the stream's state counts it already
+                if i == self.batch_size - 1 and self._may_save_before(batch + self.streams):
+                    # written before this batch reaches the training process, so there when a save needs it
+                    self._write_state(stream, batch + self.streams)
+                yield example
+            batch += self.streams
+
+    def _may_save_before(self, batch: int) -> bool:
+        """Whether a checkpoint may be saved after N batches with batch - streams < N <= batch: then this stream's
+        state before ``batch`` is its position in that checkpoint."""
+        earlier = batch - self.streams
+        return bool(self.save_every and batch // self.save_every > earlier // self.save_every) or any(
+            earlier < n <= batch for n in self.save_at)
+
+    def _write_state(self, stream: StreamingExamples, batch: int) -> None:
+        path = Path(self._staging) / f"batch{batch}.json"
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(stream.state_dict(), separators=(",", ":")))
+        os.replace(partial, path)  # whole or not there: the training process waits for it
+
+    def state_text(self, batches: int) -> str:
+        """The JSON of every stream's position after this process's first ``batches`` batches."""
+        expected = [stream_batches(v, self.streams, batches) * self.batch_size for v in range(self.streams)]
+        if self.in_process is not None:
+            states = [self.in_process.state_dict()]
+        else:
+            states = []
+            for v in range(self.streams):
+                path = Path(self._staging) / f"batch{batches + (v - batches) % self.streams}.json"
+                if not path.exists():
+                    raise RuntimeError(f"the worker of stream {v} kept no position for a save after batch "
+                                       f"{batches}: with workers, checkpoints are saved at the planned steps only")
+                states.append(json.loads(path.read_text(encoding="utf-8")))
+                path.unlink()
+        given = [state["examples"] for state in states]
+        if given != expected:
+            raise RuntimeError(f"the streams gave {given} examples after {batches} batches of {self.batch_size}, "
+                               f"not {expected}: the data loader read ahead, its position cannot be saved")
+        return json.dumps({"version": STATE_VERSION, "batches": batches, "streams": states},
+                          separators=(",", ":"))
+
+    def load_states(self, state: dict[str, Any]) -> None:
+        """Continue from the positions of ``state_text``: the same processes and streams only."""
+        states = state["streams"] if "streams" in state else [state]  # a checkpoint from before workers
+        saved = (states[0]["world_size"] // len(states), len(states))
+        if saved != (self.world_size, self.streams) or any(s["rank"] != self.rank * self.streams + v
+                                                           for v, s in enumerate(states)):
+            workers = lambda n: n if n > 1 else 0  # noqa: E731
+            raise ValueError(f"the stream state was saved by {saved[0]} process(es) with --dataloader_num_workers "
+                             f"{workers(saved[1])}, this run has {self.world_size} with {workers(self.streams)}: "
+                             "resume with as many processes and workers as before")
+        self.states = list(states)
+        self.first_batch = state.get("batches", states[0]["examples"] // self.batch_size)
+
+
+# --------------------------------------------------------------------------------------------------
 # Checkpoints
 # --------------------------------------------------------------------------------------------------
 
 
 class DataStateCallback(TrainerCallback):
-    """Writes the stream's state into every checkpoint, as ``data_state-rank{R}.json`` (one file per process).
+    """Writes the streams' positions into every checkpoint, as ``data_state-rank{R}.json`` (one file per process).
 
-    The state must be that of the examples trained so far: ``examples_per_step`` (this process's examples per
-    optimizer step) times the step. The training data loader reads the stream in the main process without
-    read-ahead, so the two agree; a mismatch stops the run rather than saving a position that would skip or
-    repeat examples.
+    The positions must be those of the examples trained so far: ``batches_per_step`` (this process's batches per
+    optimizer step) times the step (``WorkerStreams.state_text``, which stops the run rather than save a position
+    that would skip or repeat examples).
     """
 
-    def __init__(self, stream: StreamingExamples, examples_per_step: int) -> None:
-        self.stream, self.examples_per_step = stream, examples_per_step
+    def __init__(self, streams: WorkerStreams, batches_per_step: int) -> None:
+        self.streams, self.batches_per_step = streams, batches_per_step
 
     def on_save(self, args, state, control, **kwargs):
-        expected = state.global_step * self.examples_per_step
-        if self.stream.examples_yielded != expected:
-            raise RuntimeError(f"the stream gave {self.stream.examples_yielded} examples for {state.global_step} steps "
-                               f"of {self.examples_per_step}: the data loader read ahead, its position cannot be saved")
+        text = self.streams.state_text(state.global_step * self.batches_per_step)
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / DATA_STATE.format(rank=self.stream.rank)
+        path = folder / DATA_STATE.format(rank=self.streams.rank)
         partial = path.with_suffix(".json.partial")
-        partial.write_text(json.dumps(self.stream.state_dict(), separators=(",", ":")))
+        partial.write_text(text)
         os.replace(partial, path)  # a job killed while writing leaves no truncated state behind
         return control
 
 
-def load_data_state(stream: StreamingExamples, checkpoint: str | os.PathLike) -> None:
-    """Put ``stream`` where it was when ``checkpoint`` was saved."""
-    path = Path(checkpoint) / DATA_STATE.format(rank=stream.rank)
+def load_data_state(streams: WorkerStreams, checkpoint: str | os.PathLike) -> None:
+    """Put ``streams`` where they were when ``checkpoint`` was saved."""
+    path = Path(checkpoint) / DATA_STATE.format(rank=streams.rank)
     if not path.is_file():
         raise ValueError(f"{path} is missing: {Path(checkpoint).name} was not saved by a streamed run (or by fewer "
                          "processes); resume it without --streaming, or start again")
-    stream.load_state_dict(json.loads(path.read_text(encoding="utf-8")))
+    streams.load_states(json.loads(path.read_text(encoding="utf-8")))

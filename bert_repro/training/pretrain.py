@@ -22,8 +22,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import math
 import shutil
 import sys
 import time
@@ -62,10 +64,11 @@ from ..data.pretraining_examples import (
 from ..data.packing import PackingCollator, padding_statistics
 from ..data.streaming import (
     DataStateCallback,
-    StreamingExamples,
+    WorkerStreams,
     first_documents,
     load_data_state,
     open_document_source,
+    open_stream,
     text_digest,
 )
 from ..data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
@@ -315,15 +318,15 @@ def build_streaming_datasets(run, data, training, output_dir: Path, steps: list[
                                  "none to train on; lower it.")
     tokenizer = get_tokenizer(run, datasets.Dataset.from_dict({"text": first[held:]}), output_dir)
     configs = phase_configs(data, run)
-    per_step = training.per_device_train_batch_size * training.gradient_accumulation_steps  # this process's
-    stream = StreamingExamples(
-        open_document_source(source, **reading, rank=training.process_index, world_size=training.world_size,
-                             max_documents=run.max_documents),
-        tokenizer, configs, phase_examples=[n * per_step for n in steps[:-1]],
+    make_stream = functools.partial(
+        open_stream, source, tokenizer, configs, reading=reading, max_documents=run.max_documents,
         document_buffer=run.stream_document_buffer, shuffle_buffer=run.stream_shuffle_buffer,
-        split_lines=run.split_lines, exclude={text_digest(text) for text in first[:held]},
-        rank=training.process_index, world_size=training.world_size,
-    )
+        split_lines=run.split_lines, exclude={text_digest(text) for text in first[:held]})
+    # One stream per DataLoader worker (each its own share of the corpus), or one read by this process.
+    stream = WorkerStreams(make_stream, streams=max(1, training.dataloader_num_workers),
+                           batch_size=training.per_device_train_batch_size,
+                           phase_batches=[n * training.gradient_accumulation_steps for n in steps[:-1]],
+                           rank=training.process_index, world_size=training.world_size)
     statistics = {f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length, "objective": cfg.objective,
                                     "streamed": True, "document_buffer": run.stream_document_buffer,
                                     "shuffle_buffer": run.stream_shuffle_buffer}
@@ -449,6 +452,7 @@ class PreTrainingTrainer(EngineTrainer):
         self.phase_sizes, self.phase_samples = phase_sizes, phase_samples
         self.loss_is_scaled_for_ga = True  # compute_loss divides by the global counts itself
         self._train_sums: torch.Tensor | None = None
+        self.tokens_seen = 0  # this invocation's real training tokens in this process
 
     def _get_train_sampler(self, train_dataset=None):
         if self.phase_sizes is None:
@@ -456,15 +460,18 @@ class PreTrainingTrainer(EngineTrainer):
         return PhasedSampler(self.phase_sizes, self.phase_samples, self.args.seed)
 
     def get_train_dataloader(self):
-        if not isinstance(self.train_dataset, StreamingExamples):
+        if not isinstance(self.train_dataset, WorkerStreams):
             return super().get_train_dataloader()
-        # This process's own part of the stream, read in this process without read-ahead (no workers): accelerate's
-        # sharding would make every process read everything, and the stream's saved state must be the trained one.
+        # This process's own part of the stream (accelerate's sharding would make every process read everything),
+        # one stream per worker, whose batches the DataLoader returns in turn (WorkerStreams).
+        workers = self.args.dataloader_num_workers
         return DataLoader(self.train_dataset, batch_size=self._train_batch_size, collate_fn=self.data_collator,
-                          pin_memory=self.args.dataloader_pin_memory)
+                          pin_memory=self.args.dataloader_pin_memory, num_workers=workers,
+                          prefetch_factor=self.args.dataloader_prefetch_factor if workers else None)
 
     def _get_num_items_in_batch(self, batch_samples, device):
         """Masked tokens and sequences in the whole global batch (all accumulation steps, all processes)."""
+        self.tokens_seen += sum(int(b["attention_mask"].sum()) for b in batch_samples)  # on the CPU: no sync
         counts = torch.tensor(
             [sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in batch_samples),
              sum(int(b["next_sentence_label"].numel()) for b in batch_samples if "next_sentence_label" in b)],
@@ -714,9 +721,10 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         raise ConfigurationError(f"--packing true cannot be used with --objective {data.objective}: packed rows keep "
                                  "each example to itself in both directions, not left-to-right. Turn packing off.")
     if run.streaming:
-        if training.dataloader_num_workers:
-            raise ConfigurationError("--streaming true reads the stream in the training process: set "
-                                     "--dataloader_num_workers 0 (its position is saved with each checkpoint).")
+        if training.dataloader_num_workers and training.save_strategy not in ("steps", "no"):
+            raise ConfigurationError(
+                "--streaming true with --dataloader_num_workers keeps the stream's position at planned steps: use "
+                f"--save_strategy steps (not {training.save_strategy.value}), or no workers.")
         training.ignore_data_skip = True  # resuming restores the stream's own position instead of re-reading it
     push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
     if run.plot and not _importable("matplotlib"):
@@ -758,14 +766,20 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     clock = TrainingClock(resume_from)
     callbacks = [clock] + ([StopAfterSteps(run.stop_after_steps)] if run.stop_after_steps else [])
     if run.streaming:  # `phases` is this process's stream of examples, all phases in one
-        callbacks.append(DataStateCallback(phases, training.per_device_train_batch_size
-                                           * training.gradient_accumulation_steps))
+        per_step = training.gradient_accumulation_steps  # batches
+        callbacks.append(DataStateCallback(phases, per_step))
         if resume_from:
             try:
                 load_data_state(phases, resume_from)
             except ValueError as err:
                 raise ConfigurationError(f"Cannot resume the stream: {err}.") from None
-        tokens_at_start = phases.tokens_yielded
+        # Where Trainer will save (its own rule, DefaultFlowCallback): the workers keep their positions there.
+        every = training.save_steps
+        every = int(every) if every >= 1 else math.ceil(training.max_steps * every)
+        start = checkpoint_step(resume_from) if resume_from else 0
+        stop = start + run.stop_after_steps if run.stop_after_steps else training.max_steps
+        phases.plan_saves(every=every * per_step if training.save_strategy == "steps" else 0,
+                          at=[stop * per_step, training.max_steps * per_step])
     if eval_dataset is None:
         training.eval_strategy = IntervalStrategy.NO
     trainer = PreTrainingTrainer(
@@ -795,8 +809,8 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
                "train_loss": result.training_loss, "processes": training.world_size,
                "gradient_accumulation_steps": training.gradient_accumulation_steps, "engine": trainer.engine}
     if run.streaming:  # the tokens this invocation trained on, summed over the processes, over its time
-        tokens = trainer.accelerator.reduce(torch.tensor(float(phases.tokens_yielded - tokens_at_start),
-                                                         device=training.device), reduction="sum").item()
+        tokens = trainer.accelerator.reduce(torch.tensor(float(trainer.tokens_seen), device=training.device),
+                                            reduction="sum").item()
         summary["tokens_per_second"] = round(tokens / elapsed, 1)
     else:  # the tokens of every step the clock timed (all of them, unless it starts at from_step), over its time
         tokens = tokens_trained(statistics, steps, run.global_batch_size, after_step=clock.from_step)
