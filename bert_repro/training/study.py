@@ -39,7 +39,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..model.bilstm_heads import FEATURE_SETS
-from ..model.conversion import TOKENIZER_FILES
+from ..model.conversion import TOKENIZER_FILES, CheckpointError, check_model_dir
 from ..tasks.registry import get_task
 from .cli import ConfigurationError
 from .finetune import run_finetuning
@@ -270,9 +270,13 @@ def _parse_reuse(study: Study, reuse: list[str]) -> dict[str, Path]:
         if not sep or key not in {v.key for v in study.variants}:
             raise ConfigurationError(f"--reuse {item!r}: expected VARIANT=DIR with VARIANT one of "
                                      f"{', '.join(v.key for v in study.variants)}.")
-        if not (Path(path) / "config.json").is_file():
-            raise ConfigurationError(f"--reuse {item!r}: {path} holds no config.json (a pre-trained model "
-                                     "directory was expected).")
+        if not Path(path).is_dir():
+            raise ConfigurationError(f"--reuse {item!r}: {path} is not a directory (a pre-trained model directory "
+                                     "was expected).")
+        try:
+            check_model_dir(path)
+        except CheckpointError as err:
+            raise ConfigurationError(f"--reuse {item!r}: {err}") from None
         out[key] = Path(path)
     return out
 
