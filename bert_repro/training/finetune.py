@@ -155,7 +155,8 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
     name = _peek_task(argv)
     if not name and any(arg in ("-h", "--help") for arg in argv):
         name = "mrpc"  # --help alone: any task shows the same options
-    if not name:
+    if not name:  # a wrong flag (--task_nme) is said first
+        parse_with_config((FineTuningArguments, TrainingArguments), FINE_TUNING_DEFAULTS, argv, "recipes/finetune.py")
         raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
     task = find_task(name)
     defaults = {**FINE_TUNING_DEFAULTS, **{k: v for k, v in task.defaults.items() if k in _TRAINING_KEYS}}

@@ -42,7 +42,7 @@ from ..model.bilstm_heads import FEATURE_SETS
 from ..model.conversion import TOKENIZER_FILES, CheckpointError, check_model_dir
 from ..tasks.registry import get_task
 from .cli import ConfigurationError
-from .finetune import run_finetuning
+from .finetune import parse_arguments as finetuning_arguments, run_finetuning
 from .pretrain import run_pretraining
 from .reproduce import task_data_dir
 
@@ -403,6 +403,10 @@ def run_study(args: StudyArguments) -> str:
     study = select(get_study(args.study), args)
     reused = _parse_reuse(study, args.reuse)
     data_dirs = check_task_data(study, args.data_root)
+    for variant in study.variants:  # a wrong flag in --finetune_args fails now, not after the pre-training
+        for column in (c for c in study.columns if c.task):
+            finetuning_arguments(["--task", column.task, "--model", "(pre-trained)", *_split_args(
+                args.finetune_args, "--finetune_args"), *variant.finetune_args, *column.finetune_args])
     if not Path(args.pretrain_config).is_file() and not all(v.key in reused or v.random_init
                                                           for v in study.variants):
         raise ConfigurationError(f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of "
