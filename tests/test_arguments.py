@@ -1,6 +1,6 @@
-"""What the recipes take from the command line: transformers' example scripts' names for our settings, a single
-value for a searched grid, unknown flags answered with the closest names, and one check of a model directory
-before anything opens it. In-process and quick; `test_recipe_errors.py` runs the recipes themselves."""
+"""What the recipes take from the command line: transformers' example scripts' names for our settings, a
+single value for a searched grid, unknown flags answered with the closest names, and one check of a model
+directory before anything opens it. In-process and quick; `test_recipe_errors.py` runs the recipes."""
 
 import json
 
@@ -11,9 +11,9 @@ from conftest import tiny_config
 from bert_repro import BertReproForPreTraining
 from bert_repro.training.cli import ConfigurationError
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # transformers' names
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def finetuning(*argv):
@@ -31,10 +31,11 @@ def pretraining(*argv):
 @pytest.mark.parametrize("theirs, ours", [
     (["--task_name", "mrpc", "--model_name_or_path", "m"], ["--task", "mrpc", "--model", "m"]),
     (["--task", "mrpc", "--model", "m", "--train_file", "a.csv", "--validation_file", "b.csv", "--test_file",
-      "c.csv"], ["--task", "mrpc", "--model", "m", "--data", "train=a.csv", "validation=b.csv", "test=c.csv"]),
+      "c.csv"],
+     ["--task", "mrpc", "--model", "m", "--data", "train=a.csv", "validation=b.csv", "test=c.csv"]),
     (["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "--train_file", "a.csv"],  # pairs add up
      ["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "train=a.csv"]),
-    (["--dataset_name", "rajpurkar/squad", "--model", "m"], ["--task", "squad", "--model", "m"]),  # run_qa.py's
+    (["--dataset_name", "rajpurkar/squad", "--model", "m"], ["--task", "squad", "--model", "m"]),  # run_qa.py
     (["--dataset_name", "squad_v2", "--model", "m"], ["--task", "squad_v2", "--model", "m"]),
     (["--task", "sst2", "--model", "m", "--tokenizer_name", "t", "--preprocessing_num_workers", "3",
       "--max_seq_length", "64"],
@@ -51,7 +52,8 @@ def test_finetuning_takes_transformers_names(theirs, ours):
 @pytest.mark.parametrize("theirs, ours", [
     # run_mlm.py: continue from the model, with its tokenizer unless --tokenizer_name says otherwise.
     (["--model_name_or_path", "bert-x"], ["--init_from", "bert-x", "--tokenizer", "bert-x"]),
-    (["--tokenizer_name", "t", "--model_name_or_path", "bert-x"], ["--init_from", "bert-x", "--tokenizer", "t"]),
+    (["--tokenizer_name", "t", "--model_name_or_path", "bert-x"],
+     ["--init_from", "bert-x", "--tokenizer", "t"]),
     (["--train_file", "a.txt", "--mlm_probability", "0.2", "--preprocessing_num_workers", "2"],
      ["--corpus", "a.txt", "--masked_lm_prob", "0.2", "--num_proc", "2"]),
     (["--dataset_name", "wikitext", "--dataset_config_name", "wikitext-2-raw-v1"],
@@ -65,7 +67,8 @@ def test_reproduce_takes_model_name_or_path():
     from bert_repro.training.cli import parse_with_config
     from bert_repro.training.reproduce import ReproduceArguments
 
-    (args,) = parse_with_config((ReproduceArguments,), {}, ["--model_name_or_path", "m"], "recipes/reproduce.py")
+    argv = ["--model_name_or_path", "m"]
+    (args,) = parse_with_config((ReproduceArguments,), {}, argv, "recipes/reproduce.py")
     assert args.model == "m"
 
 
@@ -74,27 +77,29 @@ def test_reproduce_takes_model_name_or_path():
      "--data and --train_file both set --data; give one of them."),
     (finetuning, ["--task", "mrpc", "--model", "m", "--model_name_or_path", "n"],
      "--model and --model_name_or_path both set --model"),
-    (pretraining, ["--corpus", "a.txt", "--dataset_name", "wikitext"], "--corpus and --dataset_name both set --corpus"),
+    (pretraining, ["--corpus", "a.txt", "--dataset_name", "wikitext"],
+     "--corpus and --dataset_name both set --corpus"),
 ])
 def test_two_names_for_one_setting_are_refused(parse, argv, message):
     with pytest.raises(ConfigurationError, match=message):
         parse(*argv)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # A single value for a grid
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_learning_rate_and_seed_are_a_grid_of_one():
     run, training = finetuning("--task", "mrpc", "--model", "m", "--learning_rate", "2e-5", "--seed", "7")
     assert run.learning_rates == [2e-5] and run.seeds == [7]  # not the task's four rates, not seed 42
-    run, _ = finetuning("--task", "mrpc", "--model", "m", "--learning-rate=3e-5")  # argparse's other spellings
+    run, _ = finetuning("--task", "mrpc", "--model", "m", "--learning-rate=3e-5")  # argparse's other spelling
     assert run.learning_rates == [3e-5]
-    run, _ = finetuning("--task", "mrpc", "--model", "m", "--features", "concat_last_four", "--learning_rate", "1e-4")
+    run, _ = finetuning("--task", "mrpc", "--model", "m", "--features", "concat_last_four",
+                        "--learning_rate", "1e-4")
     assert run.learning_rates == [1e-4]  # the feature-based grid too
     run, _ = finetuning("--task", "mrpc", "--model", "m")
-    assert run.learning_rates == [5e-5, 4e-5, 3e-5, 2e-5] and run.seeds == [42]  # nothing given: the paper's grid
+    assert run.learning_rates == [5e-5, 4e-5, 3e-5, 2e-5] and run.seeds == [42]  # none given: the paper's
 
 
 @pytest.mark.parametrize("single, grid", [("learning_rate", "learning_rates"), ("seed", "seeds")])
@@ -112,17 +117,19 @@ def test_the_command_line_overrides_the_config_file_for_grids(tmp_path):
     config.write_text("task: mrpc\nlearning_rates: [1e-5, 2e-5]\nseed: 3\n")
     run, _ = finetuning("--config", str(config), "--model", "m")
     assert run.learning_rates == [1e-5, 2e-5] and run.seeds == [3]
-    run, _ = finetuning("--config", str(config), "--model", "m", "--learning_rate", "4e-5", "--seeds", "1", "2")
+    run, _ = finetuning("--config", str(config), "--model", "m", "--learning_rate", "4e-5",
+                        "--seeds", "1", "2")
     assert run.learning_rates == [4e-5] and run.seeds == [1, 2]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Unknown names
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("parse, argv, message", [
-    (finetuning, ["--learning_rat", "1e-5"], "--learning_rat (did you mean --learning_rate or --learning_rates?)"),
+    (finetuning, ["--learning_rat", "1e-5"],
+     "--learning_rat (did you mean --learning_rate or --learning_rates?)"),
     (finetuning, ["--epochs", "2"], "--epochs (did you mean --num_train_epochs?)"),
     (finetuning, ["--dataset_config_name", "x"], "--dataset_config_name (transformers' name, which "
                                                  "recipes/finetune.py has no setting for)"),
@@ -135,7 +142,8 @@ def test_unknown_flags_get_the_closest_names(parse, argv, message):
     with pytest.raises(ConfigurationError, match="unknown argument") as error:
         parse(*common, *argv)
     assert message in str(error.value)
-    assert f"See python recipes/{'finetune' if parse is finetuning else 'pretrain'}.py --help" in str(error.value)
+    recipe = "finetune" if parse is finetuning else "pretrain"
+    assert f"See python recipes/{recipe}.py --help" in str(error.value)
 
 
 def test_unknown_task_and_config_field_get_the_closest_names(tmp_path):
@@ -143,7 +151,8 @@ def test_unknown_task_and_config_field_get_the_closest_names(tmp_path):
         finetuning("--task", "sts", "--model", "m")
     config = tmp_path / "run.yaml"
     config.write_text("task: mrpc\nlearning_rate_grid: [1e-5]\n")
-    with pytest.raises(ConfigurationError, match="unknown field\\(s\\) learning_rate_grid \\(did you mean --learning_rate"):
+    with pytest.raises(ConfigurationError,
+                       match="unknown field\\(s\\) learning_rate_grid \\(did you mean --learning_rate"):
         finetuning("--config", str(config), "--model", "m")
 
 
@@ -158,9 +167,9 @@ def test_study_checks_its_fine_tuning_flags_before_pre_training(tmp_path, monkey
         study.run_study(args)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Model directories: one check for every opener
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 class RunsCode:
@@ -174,7 +183,8 @@ class RunsCode:
 
 
 def bad_model_dir(directory, problem):
-    """A tiny model directory with one problem: its weights only as a pickle, truncated weights, a broken config."""
+    """A tiny model directory with one problem: its weights only as a pickle, truncated weights, a broken
+    config.json."""
     BertReproForPreTraining(tiny_config()).save_pretrained(directory)
     weights = directory / "model.safetensors"
     if problem == "pickle":
@@ -184,7 +194,7 @@ def bad_model_dir(directory, problem):
         return f"{directory} holds its weights only as a pickle (pytorch_model.bin), which is not opened"
     if problem == "truncated":
         weights.write_bytes(weights.read_bytes()[:-100])
-        return f"{weights} cannot be read as safetensors (Error while deserializing header: incomplete metadata"
+        return f"{weights} cannot be read as safetensors (Error while deserializing header: incomplete"
     (directory / "config.json").write_text('{"hidden_size": 32,\n')
     return f"{directory / 'config.json'} is not a valid config.json (Expecting property name"
 
@@ -237,7 +247,7 @@ def test_every_opener_checks_the_model_directory(opener, problem, tmp_path, caps
         message = str(error.value)
     assert expected in message
     if problem == "pickle":
-        command = f"python -m bert_repro.model.conversion import {directory} {directory}-safetensors --trust_pickle"
+        command = f"bert_repro.model.conversion import {directory} {directory}-safetensors --trust_pickle"
         assert command in message
     assert not (directory / "ran").exists()
     assert not (tmp_path / "exported").exists() and not (tmp_path / "out").exists()
@@ -255,4 +265,4 @@ def test_the_named_command_converts_a_trusted_pickle(tmp_path):
     check_model_dir(f"{directory}-safetensors")
     converted = load_bert(f"{directory}-safetensors", "pretraining").state_dict()
     assert all(torch.equal(converted[k], v) for k, v in state.items())
-    assert json.loads((directory.parent / "model-safetensors" / "config.json").read_text())["hidden_size"] == 32
+    assert json.loads((tmp_path / "model-safetensors" / "config.json").read_text())["hidden_size"] == 32

@@ -60,8 +60,8 @@ def test_checkpoint_without_prefix_and_heads(tmp_path, caplog):
 
 
 def test_legacy_pickle_with_gamma_beta_names(tmp_path, capsys):
-    """Old checkpoints: pytorch_model.bin, LayerNorm.gamma/beta, decoder.bias. The pickle is read only when the user
-    says it is trusted (then with weights_only=True), by the one command the refusal names."""
+    """Old checkpoints: pytorch_model.bin, LayerNorm.gamma/beta, decoder.bias. The pickle is read only when
+    the user says it is trusted (then with weights_only=True), by the one command the refusal names."""
     theirs = hf_checkpoint(tmp_path / "src")
     state = {}
     for key, value in theirs.state_dict().items():
@@ -173,7 +173,7 @@ def test_corrupt_safetensors_names_the_file(tmp_path):
     weights.write_bytes(b"\x00\x01 not a safetensors file" * 10)
     with pytest.raises(CheckpointError, match=f"{weights} cannot be read as safetensors"):
         load_bert(tmp_path, "pretraining")
-    with pytest.raises(OSError, match=f"{weights} is not a valid safetensors file"):  # our classes without the check
+    with pytest.raises(OSError, match=f"{weights} is not a valid safetensors file"):  # our classes, unchecked
         BertReproForPreTraining.from_pretrained(tmp_path)
 
 

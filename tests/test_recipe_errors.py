@@ -32,7 +32,8 @@ def sst2_data(directory: Path, label: str = "1") -> Path:
     return directory
 
 
-def assert_user_error(result: subprocess.CompletedProcess, *fragments: str, recipe: str = "finetune.py") -> None:
+def assert_user_error(result: subprocess.CompletedProcess, *fragments: str, recipe: str = "finetune.py"
+                      ) -> None:
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert f"{recipe}: error:" in result.stderr
@@ -120,9 +121,9 @@ def test_pretraining_with_an_invalid_model_config_is_one_message(tmp_path, overr
     assert not (tmp_path / "out" / "run_config.json").exists()  # checked before anything is written
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Model directories that cannot be opened
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def tiny_model(directory: Path) -> Path:
@@ -157,7 +158,7 @@ def test_pickle_only_model_is_refused_before_anything_runs(tmp_path):
     out = tmp_path / "out"
     result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(out), model=str(model))
     assert_user_error(result, f"{model} holds its weights only as a pickle (pytorch_model.bin)",
-                      f"python -m bert_repro.model.conversion import {model} {model}-safetensors --trust_pickle")
+                      f"bert_repro.model.conversion import {model} {model}-safetensors --trust_pickle")
     assert not (tmp_path / "ran").exists()  # nothing unpickled
     assert not out.exists()  # nothing ran: no data read, no run recorded
 
@@ -178,13 +179,14 @@ def test_damaged_model_directory_names_the_file(tmp_path, problem):
     assert not out.exists()
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Flags
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_transformers_names_and_one_learning_rate_run_one_fine_tuning(tmp_path):
-    """run_glue.py's flags, and --learning_rate / --seed: one run with that rate and seed, not the task's grid."""
+    """run_glue.py's flags, and --learning_rate / --seed: one run with that rate and seed, not the task's
+    grid."""
     model = tiny_model(tmp_path / "model")
     data = sst2_data(tmp_path / "data")
     (data / "train.tsv").rename(data / "rows.tsv")
@@ -192,7 +194,8 @@ def test_transformers_names_and_one_learning_rate_run_one_fine_tuning(tmp_path):
     result = recipe("finetune.py", "--task_name", "sst2", "--model_name_or_path", model,
                     "--train_file", data / "rows.tsv", "--validation_file", data / "rows.tsv",
                     "--max_seq_length", 16, "--learning_rate", "3e-4", "--seed", 7, "--max_steps", 1,
-                    "--output_dir", out, "--use_cpu", "true", "--disable_tqdm", "true", "--predict_test", "false")
+                    "--output_dir", out, "--use_cpu", "true", "--disable_tqdm", "true",
+                    "--predict_test", "false")
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert [(r["learning_rate"], r["seed"]) for r in runs] == [(3e-4, 7)]
@@ -201,7 +204,8 @@ def test_transformers_names_and_one_learning_rate_run_one_fine_tuning(tmp_path):
     assert recorded["max_seq_length"] == 16 and recorded["model"] == str(model)
 
 
-@pytest.mark.parametrize("name, flag, suggestion", [  # recipes/pretrain.py: as finetune.py (test_arguments.py)
+# recipes/pretrain.py parses as finetune.py does: its unknown flags are in test_arguments.py.
+@pytest.mark.parametrize("name, flag, suggestion", [
     ("finetune.py", "--task_nme", "--task"),
     ("study.py", "--finetune_arg", "--finetune_args"),
     ("reproduce.py", "--data_rot", "--data_root"),

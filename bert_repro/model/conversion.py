@@ -3,10 +3,12 @@
 - `load_bert(path_or_id, model_class)`: any public BERT checkpoint -> a bert_repro model, in one call:
   a Hub id or directory in the Hugging Face format (`BertModel` / `BertForPreTraining` / task-head state dicts,
   keys with or without the `bert.` prefix, with or without `cls.*` heads, in safetensors), a bert_repro
-  directory, or Google's original TensorFlow checkpoint (`bert_model.ckpt.*` + `bert_config.json`; needs the `tf`
-  extra). Pickled weights (`pytorch_model.bin`) are read only with `trust_pickle=True` (`import --trust_pickle`).
-- `check_model_dir(path)`: what every opener of a local model directory checks first (fine-tuning, pre-training's
-  --init_from, studies, conversion, Hub push), each problem one message naming the file and the fix.
+  directory, or Google's original TensorFlow checkpoint (`bert_model.ckpt.*` + `bert_config.json`; needs the
+  `tf` extra). Pickled weights (`pytorch_model.bin`) are read only with `trust_pickle=True` (the command
+  line's `import --trust_pickle`).
+- `check_model_dir(path)`: what every opener of a local model directory checks first (fine-tuning, the
+  pre-training's --init_from, studies, conversion, Hub push): each problem one message naming the file and
+  the fix.
 - `export_to_transformers(model_or_dir, output_dir)`: a bert_repro checkpoint -> the transformers format
   (`BertForPreTraining` for a pre-trained model, the matching `BertFor*` class for a fine-tuned one), loadable with
   `transformers.AutoModel*` and no bert_repro installed.
@@ -72,19 +74,20 @@ def _weight_files(directory: Path) -> list[Path]:
     if not index.is_file():
         return [directory / "model.safetensors"] if (directory / "model.safetensors").is_file() else []
     try:
-        return [directory / name for name in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+        shards = json.loads(index.read_text())["weight_map"].values()
+        return [directory / name for name in sorted(set(shards))]
     except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise CheckpointError(f"{index} is not a valid shard index ({type(err).__name__}: {err}); download or save "
-                              "the model again.") from None
+        raise CheckpointError(f"{index} is not a valid shard index ({type(err).__name__}: {err}); download "
+                              "or save the model again.") from None
 
 
 def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> None:
-    """Raise `CheckpointError` unless the local model directory `path` can be opened: `config.json` a JSON object,
-    the weights in safetensors and complete (only their headers are read). A Hub id, a file or a TensorFlow
-    checkpoint is left to its loader; a path that is none of them is an error.
+    """Raise `CheckpointError` unless the local model directory `path` can be opened: `config.json` a JSON
+    object, the weights in safetensors and complete (only their headers are read). A Hub id, a file or a
+    TensorFlow checkpoint is left to its loader; a path that is none of them is an error.
 
-    Pickled weights are not opened here: unpickling runs whatever code the file holds, so a directory with only
-    pickles is refused with the one command that converts it, unless `trust_pickle` (that command's own call)."""
+    Pickled weights are not opened: unpickling runs whatever code the file holds, so a directory with only
+    pickles is refused, naming the one command that converts it (whose own call passes `trust_pickle`)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     directory = Path(path)
@@ -97,35 +100,36 @@ def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> N
         return
     config = directory / "config.json"
     if not config.is_file():
-        inner = " (its model/ sub-directory holds one: pass that)" if (directory / "model" / "config.json").is_file() else ""
-        raise CheckpointError(f"{config}: no such file; a model directory holds config.json and model.safetensors"
-                              f"{inner}.")
+        inner = (directory / "model" / "config.json").is_file()
+        raise CheckpointError(f"{config}: no such file; a model directory holds config.json and "
+                              "model.safetensors" + (" (its model/ sub-directory is one: pass that)." if inner
+                                                     else "."))
     try:
         if not isinstance(json.loads(config.read_text(encoding="utf-8")), dict):
             raise ValueError("not a JSON object of config fields")
     except (ValueError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{config} is not a valid config.json ({err}); restore it from the model's source or "
-                              "save the model again with save_pretrained.") from None
+        raise CheckpointError(f"{config} is not a valid config.json ({err}); restore it from the model's "
+                              "source or save the model again with save_pretrained.") from None
     weights = _weight_files(directory)
-    if not weights:
-        pickles = sorted(p.name for pattern in PICKLE_PATTERNS for p in directory.glob(pattern))
-        if pickles and trust_pickle:
-            return
-        if pickles:
-            raise CheckpointError(
-                f"{directory} holds its weights only as a pickle ({', '.join(pickles)}), which is not opened: "
-                "unpickling can run any code in the file. If you trust its source, convert it to safetensors once: "
-                f"python -m bert_repro.model.conversion import {directory} {directory}-safetensors --trust_pickle "
-                f"(then pass {directory}-safetensors).")
-        raise CheckpointError(f"{directory} holds no weights (model.safetensors); pass a directory written by "
-                              "save_pretrained or a bert_repro recipe.")
+    pickles = sorted(p.name for pattern in PICKLE_PATTERNS for p in directory.glob(pattern))
+    if not weights and pickles and not trust_pickle:
+        converted = f"{directory}-safetensors"
+        raise CheckpointError(
+            f"{directory} holds its weights only as a pickle ({', '.join(pickles)}), which is not opened: "
+            "unpickling can run any code in the file. If you trust its source, convert it to safetensors "
+            f"once: python -m bert_repro.model.conversion import {directory} {converted} --trust_pickle "
+            f"(then pass {converted}).")
+    if not weights and not pickles:
+        raise CheckpointError(f"{directory} holds no weights (model.safetensors); pass a directory written "
+                              "by save_pretrained or a bert_repro recipe.")
     for file in weights:
         try:
             with safe_open(file, framework="pt"):
                 pass
         except (SafetensorError, OSError) as err:
-            raise CheckpointError(f"{file} cannot be read as safetensors ({err}): it is damaged or incomplete (an "
-                                  "interrupted download or copy?). Download or copy it again.") from None
+            raise CheckpointError(f"{file} cannot be read as safetensors ({err}): it is damaged or "
+                                  "incomplete (an interrupted download or copy?). Download or copy it again."
+                                  ) from None
 
 
 def load_bert(
@@ -138,8 +142,8 @@ def load_bert(
     """Load a BERT checkpoint of any public format into `model_class` (a class or a key of `HEADS`).
 
     kwargs go to `from_pretrained` (e.g. `num_labels=3`, `revision=...`, `attn_implementation="eager"`).
-    Missing encoder weights raise; missing head weights are initialised and listed in a warning. Pickled weights
-    (`pytorch_model.bin`) are read only with `trust_pickle=True`, and then by `torch.load(weights_only=True)`.
+    Missing encoder weights raise; missing head weights are initialised and listed in a warning. Pickled
+    weights (`pytorch_model.bin`) are read only with `trust_pickle=True`, and then with weights_only=True.
     """
     if isinstance(model_class, str):
         if model_class not in HEADS:
@@ -153,9 +157,10 @@ def load_bert(
     try:
         return model_class.from_pretrained(path_or_id, use_safetensors=False, **kwargs)
     except pickle.UnpicklingError as err:  # torch's weights_only loader refused something other than tensors
-        reason = next((line.strip() for line in str(err).splitlines() if "WeightsUnpickler" in line), str(err))
-        raise CheckpointError(f"{path_or_id}: the pickle holds more than tensors, so it was not read ({reason})."
-                              ) from None
+        lines = [line.strip() for line in str(err).splitlines() if "WeightsUnpickler" in line]
+        reason = lines[0] if lines else str(err)
+        raise CheckpointError(f"{path_or_id}: the pickle holds more than tensors, so it was not read "
+                              f"({reason}).") from None
 
 
 def load_tf_bert(
@@ -269,8 +274,8 @@ def main(argv: list[str] | None = None) -> None:
     imp.add_argument("output_dir")
     imp.add_argument("--head", default="pretraining", choices=sorted(HEADS))
     imp.add_argument("--overwrite", action="store_true")
-    imp.add_argument("--trust_pickle", action="store_true", help="read pickled weights (pytorch_model.bin) with "
-                     "torch.load(weights_only=True): only for a file from a source you trust")
+    imp.add_argument("--trust_pickle", action="store_true", help="read pickled weights (pytorch_model.bin), "
+                     "with torch.load(weights_only=True): only for a file from a source you trust")
     exp = sub.add_parser("export", help="a bert_repro directory -> transformers' BERT format")
     exp.add_argument("source")
     exp.add_argument("output_dir")

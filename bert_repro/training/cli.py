@@ -3,10 +3,10 @@ rule that an output directory holding another run is never overwritten.
 
 Each recipe parses a tuple of dataclasses (its own arguments, transformers' `TrainingArguments`, ...) with
 `HfArgumentParser`. Precedence: the recipe's defaults (the paper's hyper-parameters) < a YAML file given with
-`--config` < the command line. Nothing given is dropped without a word: the names transformers' example scripts
-give our settings are taken (`TRANSFORMERS_NAMES`), any other unknown name is refused with the closest of ours, and
-one value for a searched setting (`--learning_rate X` where the recipe searches `--learning_rates`) is the grid of
-that value.
+`--config` < the command line. Nothing given is dropped without a word: the names transformers' example
+scripts give our settings are taken (`TRANSFORMERS_NAMES`), any other unknown name is refused with the closest
+of ours, and one value for a searched setting (`--learning_rate X` where the recipe searches
+`--learning_rates`) is the grid of that value.
 """
 
 from __future__ import annotations
@@ -89,14 +89,14 @@ def as_cli(values: dict[str, Any]) -> list[str]:
     return argv
 
 
-# transformers' example scripts (run_glue.py, run_qa.py, run_ner.py, run_swag.py, run_mlm.py) name some of our
-# settings otherwise; a recipe takes their names where the meaning is the same. Each name -> the first entry whose
-# first field the recipe has. "data:train" makes each value a split=path pair of --data (--train_file F -> --data
-# train=F: the task's training split read from F, with or without --task_name, where run_glue.py reads the Hub's
-# GLUE data whenever a task is named). Further fields of an entry are defaults that a setting of theirs overrides:
-# run_mlm.py's --model_name_or_path is the model pre-training continues from and, unless --tokenizer_name is given,
-# its tokenizer. --dataset_name names the corpus to pre-train on or, in fine-tuning, the task whose Hub dataset it
-# is (run_qa.py --dataset_name squad).
+# transformers' example scripts (run_glue.py, run_qa.py, run_ner.py, run_swag.py, run_mlm.py) name some of
+# our settings otherwise; a recipe takes their names where the meaning is the same. A name -> the first entry
+# whose first field the recipe has. "data:train" makes each value a split=path pair of --data: --train_file F
+# is --data train=F, the task's training split read from F, with or without --task_name (where run_glue.py
+# reads the Hub's GLUE data whenever a task is named). Further fields of an entry are defaults that a setting
+# of theirs overrides: run_mlm.py's --model_name_or_path is the model pre-training continues from and, unless
+# --tokenizer_name is given, its tokenizer. --dataset_name names the corpus to pre-train on or, in
+# fine-tuning, the task whose Hub dataset it is (run_qa.py --dataset_name squad).
 TRANSFORMERS_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
     "model_name_or_path": (("model",), ("init_from", "tokenizer")),
     "task_name": (("task",),),
@@ -112,46 +112,48 @@ TRANSFORMERS_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
 
 
 def _flag(token: str) -> str | None:
-    """The field a command-line token names ("--seed", "--seed=3", "--learning-rate" -> "learning_rate"); None for a
-    value (as for argparse, a token with a space is a value: --finetune_args "--seeds 1 2")."""
+    """The field a command-line token names ("--seed", "--seed=3", "--learning-rate" -> "learning_rate"); None
+    for a value (as for argparse, a token with a space is a value: --finetune_args "--seeds 1 2")."""
     if token.startswith("--") and len(token) > 2 and " " not in token:
         return token[2:].split("=", 1)[0].replace("-", "_")
     return None
 
 
 def closest(name: str, names: set[str], prefix: str = "--") -> str:
-    """' (did you mean --a or --b?)' with the names closest to `name`, or ''."""
+    """' (did you mean --a or --b?)' with the names closest to `name` (or containing it), or ''."""
     close = difflib.get_close_matches(name, sorted(names), n=3) or [
-        other for other in sorted(names) if len(name) > 3 and name in other][:3]  # --epochs: --num_train_epochs
+        other for other in sorted(names) if len(name) > 3 and name in other][:3]  # --epochs
     return f" (did you mean {' or '.join(prefix + c for c in close)}?)" if close else ""
 
 
-def use_our_names(argv: list[str], known: set[str], also_given: set[str] = frozenset()) -> tuple[list[str], set[str]]:
+def use_our_names(argv: list[str], known: set[str], also_given: set[str] = frozenset()
+                  ) -> tuple[list[str], set[str]]:
     """`argv` with transformers' names (`TRANSFORMERS_NAMES`) replaced by ours, and the fields it sets.
 
-    Two flags that set one field (--corpus and --dataset_name, --data DIR and --train_file) are refused, except
-    split=path pairs of --data, which add up. A default of an entry yields to a field set on the command line or
-    in `also_given` (a --config file's fields)."""
-    groups: list[tuple[str | None, list[str]]] = []  # (name, the flag and its values, as given)
+    Two flags that set one field (--corpus and --dataset_name, --data DIR and --train_file) are refused,
+    except split=path pairs of --data, which add up. The default part of an entry yields to a field set on the
+    command line or in `also_given` (a --config file's fields)."""
+    groups: list[tuple[str | None, list[str]]] = []  # (name, the flag and its values as given)
     for token in argv:
         if _flag(token) is None and groups:
             groups[-1][1].append(token)
         else:
             groups.append((_flag(token), [token]))
-    settings = []  # (our field or None, the flag as given, the tokens as ours, the values)
+    settings = []  # (our field or None, the flag as given, the tokens in our names, the values)
     implied: dict[str, list[str]] = {}
     for name, tokens in groups:
-        flag, values = tokens[0].split("=", 1)[0], tokens[0].split("=", 1)[1:] + tokens[1:]
+        flag, *values = tokens[0].split("=", 1)
+        values += tokens[1:]
         entry = None if name in known else next(
             (e for e in TRANSFORMERS_NAMES.get(name, ()) if e[0].partition(":")[0] in known), None)
-        if entry is None:
+        if entry is None:  # ours as given, or unknown (refused by `check_names`)
             settings.append((name if name in known else None, flag, tokens, values))
             continue
         field, _, split = entry[0].partition(":")
         values = [f"{split}={v}" for v in values] if split else values
         settings.append((field, flag, [f"--{field}", *values], values))
         implied.update({other: values for other in entry[1:]})
-    flags_of: dict[str, dict[str, None]] = {}  # field -> its flags given, in order
+    flags_of: dict[str, dict[str, None]] = {}  # field -> its flags as given, in order
     for field, flag, _, _ in settings:
         if field is not None:
             flags_of.setdefault(field, {})[flag] = None
@@ -159,12 +161,14 @@ def use_our_names(argv: list[str], known: set[str], also_given: set[str] = froze
     for field, flag, tokens, _ in settings:
         if field is None or len(flags_of[field]) == 1:
             out += tokens
-        elif flag == next(iter(flags_of[field])) and f"--{field}" not in out:
+        elif f"--{field}" not in out:  # one field, several flags: split=path pairs only, together
             merged = [v for other, _, _, values in settings if other == field for v in values]
             if not all("=" in v for v in merged):
-                raise ConfigurationError(f"{' and '.join(flags_of[field])} both set --{field}; give one of them.")
+                both = " and ".join(flags_of[field])
+                raise ConfigurationError(f"{both} both set --{field}; give one of them.")
             out += [f"--{field}", *merged]
-    defaults = [t for f, vs in implied.items() if f not in flags_of and f not in also_given for t in (f"--{f}", *vs)]
+    kept = set(flags_of) | set(also_given)
+    defaults = [t for f, values in implied.items() if f not in kept for t in (f"--{f}", *values)]
     return defaults + out, set(flags_of)
 
 
@@ -173,11 +177,11 @@ def check_names(parser: HfArgumentParser, args: list[str], known: set[str], reci
     _, unknown = parser.parse_known_args(args=args)
     if not unknown:
         return
-    names = [_flag(token) for token in unknown]
-    said = [f"--{n}" + (f" (transformers' name, which {recipe} has no setting for)" if n in TRANSFORMERS_NAMES
-                        else closest(n, known)) for n in names if n]
-    raise ConfigurationError(f"unknown argument(s): {'; '.join(said) or ' '.join(unknown)}. See python {recipe} "
-                             "--help.")
+    said = [f"--{name}" + (f" (transformers' name, which {recipe} has no setting for)"
+                           if name in TRANSFORMERS_NAMES else closest(name, known))
+            for name in map(_flag, unknown) if name]
+    raise ConfigurationError(f"unknown argument(s): {'; '.join(said) or ' '.join(unknown)}. See python "
+                             f"{recipe} --help.")
 
 
 def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe: str) -> dict[str, Any]:
@@ -198,14 +202,14 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
 def grids_from_single_values(parsed: tuple, grids: Mapping[str, str], given: set[str], in_config: set[str],
                              config: str | None) -> None:
     """A single value given for a searched setting (--learning_rate X, --seed S where the recipe searches
-    --learning_rates, --seeds) is the grid of that value, not a setting the grid silently replaces; both given in
-    one place is refused. The command line overrides the --config file, as for any field."""
+    --learning_rates, --seeds) is the grid of that value, not a setting the grid silently replaces; both given
+    in one place is refused. The command line overrides the --config file, as for any field."""
     holder = {f.name: obj for obj in parsed for f in fields(obj)}
     for single, grid in grids.items():
         for names, where in ((given, "on the command line"), (in_config, f"in {config}")):
             if single in names and grid in names:
-                raise ConfigurationError(f"--{single} and --{grid} both given {where}: --{single} X runs the grid "
-                                         f"{{X}}, --{grid} the values listed; give one of them.")
+                raise ConfigurationError(f"--{single} and --{grid} both given {where}: --{single} X runs the "
+                                         f"grid {{X}}, --{grid} the values listed; give one of them.")
         chosen = given if single in given or grid in given else in_config
         if single in chosen:
             setattr(holder[grid], grid, [getattr(holder[single], single)])

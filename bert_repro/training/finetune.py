@@ -87,8 +87,8 @@ class FineTuningArguments(SpeedSwitches):
         "help": "Learning-rate grid; by default the task's (GLUE: 5e-5 4e-5 3e-5 2e-5). One value (or "
                 "--learning_rate X): no grid."})
     seeds: list[int] = field(default_factory=lambda: [42], metadata={
-        "help": "Random restarts: one run per seed and learning rate; the best on dev is kept. --seed S: the seeds "
-                "{S}."})
+        "help": "Random restarts: one run per seed and learning rate; the best on dev is kept. --seed S: the "
+                "seeds {S}."})
     features: str | None = field(default=None, metadata={
         "help": "The feature-based approach (paper section 5.3, Table 7) instead of fine-tuning: the encoder frozen, "
                 f"these token features into a two-layer BiLSTM: {FEATURE_SET_HELP}. Learning rates: "
@@ -120,31 +120,32 @@ class FineTuningArguments(SpeedSwitches):
         "help": "Allow writing into an output directory that holds another run."})
 
 
-# Settings searched as a grid, and the single-value flag that names a grid of one (--learning_rate 2e-5 runs the
-# grid {2e-5}; --seed 7 the seeds {7}).
+ARGUMENTS = (FineTuningArguments, TrainingArguments)
+RECIPE = "recipes/finetune.py"
+# Settings searched as a grid, and the single-value flag that names a grid of one (--learning_rate 2e-5 runs
+# the grid {2e-5}; --seed 7 the seeds {7}).
 GRIDS = {"learning_rate": "learning_rates", "seed": "seeds"}
 
 
 def _peek_task(argv: list[str]) -> str | None:
-    known = {f.name for cls in (FineTuningArguments, TrainingArguments) for f in fields(cls)}
-    argv, _ = use_our_names(argv, known)  # --task_name, --dataset_name
+    argv, _ = use_our_names(argv, {f.name for cls in ARGUMENTS for f in fields(cls)})  # --task_name
     task = next((token.split("=", 1)[1] for token in argv if token.startswith("--task=")), None)
     if task is None and "--task" in argv[:-1]:
         task = argv[argv.index("--task") + 1]
     if task is None and "--config" in argv[:-1]:
-        task = read_yaml_config(argv[argv.index("--config") + 1], (FineTuningArguments, TrainingArguments),
-                                "recipes/finetune.py").get("task")
+        task = read_yaml_config(argv[argv.index("--config") + 1], ARGUMENTS, RECIPE).get("task")
     return task
 
 
 def find_task(name: str) -> Task:
-    """--task by its name or its Hub dataset (--dataset_name rajpurkar/squad); an unknown one with the closest."""
+    """--task by its name or its Hub dataset (--dataset_name rajpurkar/squad); an unknown one with the
+    closest."""
     by_dataset = [t.name for t in TASKS.values() if t.hub_id == name]  # GLUE's one id names several tasks
     try:
         return get_task(by_dataset[0] if len(by_dataset) == 1 else name)
     except KeyError:
-        raise ConfigurationError(f"unknown task {name!r}{closest(name.lower(), set(TASKS), prefix='')}; the tasks "
-                                 f"are: {', '.join(TASKS)}.") from None
+        close = closest(name.lower(), set(TASKS), prefix="")
+        raise ConfigurationError(f"unknown task {name!r}{close}; tasks: {', '.join(TASKS)}.") from None
 
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments, TrainingArguments]:
@@ -156,14 +157,13 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
     if not name and any(arg in ("-h", "--help") for arg in argv):
         name = "mrpc"  # --help alone: any task shows the same options
     if not name:  # a wrong flag (--task_nme) is said first
-        parse_with_config((FineTuningArguments, TrainingArguments), FINE_TUNING_DEFAULTS, argv, "recipes/finetune.py")
+        parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE)
         raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
     task = find_task(name)
     defaults = {**FINE_TUNING_DEFAULTS, **{k: v for k, v in task.defaults.items() if k in _TRAINING_KEYS}}
     if "warmup_proportion" in task.defaults:
         defaults["warmup_steps"] = task.defaults["warmup_proportion"]
-    run, training = parse_with_config((FineTuningArguments, TrainingArguments), defaults, argv, "recipes/finetune.py",
-                                      grids=GRIDS)
+    run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS)
     if not run.model:
         raise ConfigurationError("Pass --model: a bert_repro directory, a BERT checkpoint directory or a Hub id.")
     if run.max_seq_length is None:
@@ -309,8 +309,9 @@ def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments,
         raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None
     if run.compile_layers:
         model.compile_layers()
+    data_seed = seed if training.data_seed is None else training.data_seed  # --data_seed: the same order
     args = TrainingArguments(**{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr,
-                                "seed": seed, "data_seed": seed if training.data_seed is None else training.data_seed})
+                                "seed": seed, "data_seed": data_seed})
     trainer = EngineTrainer(model=model, args=args, train_dataset=splits["train"][1],
                             data_collator=task.kind.collator(tokenizer),
                             processing_class=tokenizer)

@@ -271,8 +271,8 @@ def _parse_reuse(study: Study, reuse: list[str]) -> dict[str, Path]:
             raise ConfigurationError(f"--reuse {item!r}: expected VARIANT=DIR with VARIANT one of "
                                      f"{', '.join(v.key for v in study.variants)}.")
         if not Path(path).is_dir():
-            raise ConfigurationError(f"--reuse {item!r}: {path} is not a directory (a pre-trained model directory "
-                                     "was expected).")
+            raise ConfigurationError(f"--reuse {item!r}: {path} is not a directory (a pre-trained model "
+                                     "directory was expected).")
         try:
             check_model_dir(path)
         except CheckpointError as err:
