@@ -152,7 +152,7 @@ def test_unknown_task_and_config_field_get_the_closest_names(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("task: mrpc\nlearning_rate_grid: [1e-5]\n")
     with pytest.raises(ConfigurationError,
-                       match="unknown field\\(s\\) learning_rate_grid \\(did you mean --learning_rate"):
+                       match="unknown field\\(s\\) learning_rate_grid \\(did you mean learning_rate"):
         finetuning("--config", str(config), "--model", "m")
 
 

@@ -194,7 +194,7 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
     known = {f.name for cls in dataclass_types for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
-        said = "; ".join(f"{name}{closest(name, known)}" for name in unknown)
+        said = "; ".join(f"{name}{closest(name, known, prefix='')}" for name in unknown)
         raise ConfigurationError(f"{path}: unknown field(s) {said}; see `python {recipe} --help`.")
     return values
 
