@@ -12,6 +12,7 @@ test split, the leaderboard's prediction files.
 import sys
 
 from bert_repro.tasks.columns import TaskDataError
+from bert_repro.model.conversion import CheckpointError
 from bert_repro.training.distributed import end_processes
 from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.training.finetune import run_finetuning
@@ -21,7 +22,7 @@ if __name__ == "__main__":
     try:
         run_finetuning()
         end_processes()  # all processes leave together (a distributed launch)
-    except (ConfigurationError, TaskDataError, FileExistsError, FileNotFoundError) as err:
+    except (ConfigurationError, CheckpointError, TaskDataError, FileExistsError, FileNotFoundError) as err:
         # A problem with what the user passed: say it plainly, without a traceback.
         print(f"finetune.py: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -9,6 +9,7 @@ recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`; the script does not change.
 
 import sys
 
+from bert_repro.model.conversion import CheckpointError
 from bert_repro.training.distributed import end_processes
 from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.data.corpus import CorpusError
@@ -19,7 +20,7 @@ if __name__ == "__main__":
     try:
         run_pretraining()
         end_processes()  # all processes leave together (a distributed launch)
-    except (ConfigurationError, CorpusError, FileExistsError, FileNotFoundError) as err:
+    except (ConfigurationError, CheckpointError, CorpusError, FileExistsError, FileNotFoundError) as err:
         # A problem with what the user passed: say it plainly, without a traceback.
         print(f"pretrain.py: error: {err}", file=sys.stderr)
         sys.exit(2)

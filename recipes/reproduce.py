@@ -9,10 +9,9 @@ again: run the same command to resume an interrupted benchmark.
 
 import sys
 
-from transformers import HfArgumentParser
-
+from bert_repro.model.conversion import CheckpointError
 from bert_repro.training.distributed import end_processes
-from bert_repro.training.cli import ConfigurationError, quiet_load_reports
+from bert_repro.training.cli import ConfigurationError, parse_with_config, quiet_load_reports
 from bert_repro.training.reproduce import ReproduceArguments, run_reproduce
 
 if __name__ == "__main__":
@@ -20,10 +19,10 @@ if __name__ == "__main__":
     argv = sys.argv[1:]
     finetune_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
-    (args,) = HfArgumentParser(ReproduceArguments).parse_args_into_dataclasses(args=own)
     try:
+        (args,) = parse_with_config((ReproduceArguments,), {}, own, "recipes/reproduce.py")
         print(run_reproduce(args, finetune_args))
         end_processes()  # all processes leave together (a distributed launch)
-    except (ConfigurationError, FileExistsError, FileNotFoundError) as err:
+    except (ConfigurationError, CheckpointError, FileExistsError, FileNotFoundError) as err:
         print(f"reproduce.py: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -12,20 +12,19 @@ continue an interrupted study (finished runs are kept, an interrupted one resume
 
 import sys
 
-from transformers import HfArgumentParser
-
 from bert_repro.tasks.columns import TaskDataError
+from bert_repro.model.conversion import CheckpointError
 from bert_repro.training.distributed import end_processes
-from bert_repro.training.cli import ConfigurationError, quiet_load_reports
+from bert_repro.training.cli import ConfigurationError, parse_with_config, quiet_load_reports
 from bert_repro.training.study import StudyArguments, run_study
 
 if __name__ == "__main__":
     quiet_load_reports()
-    (args,) = HfArgumentParser(StudyArguments).parse_args_into_dataclasses()
     try:
+        (args,) = parse_with_config((StudyArguments,), {}, None, "recipes/study.py")
         print(run_study(args))
         end_processes()  # all processes leave together (a distributed launch)
-    except (ConfigurationError, TaskDataError, FileExistsError, FileNotFoundError) as err:
+    except (ConfigurationError, CheckpointError, TaskDataError, FileExistsError, FileNotFoundError) as err:
         # A problem with what the user passed: say it plainly, without a traceback.
         print(f"study.py: error: {err}", file=sys.stderr)
         sys.exit(2)

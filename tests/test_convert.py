@@ -15,7 +15,7 @@ from bert_repro import (
     BertReproForSequenceClassification,
     BertReproModel,
 )
-from bert_repro.model.conversion import export_to_transformers, load_bert, main
+from bert_repro.model.conversion import CheckpointError, export_to_transformers, load_bert, main
 
 
 def hf_checkpoint(tmp_path, hf_cls=transformers.BertForPreTraining, **config_overrides):
@@ -59,8 +59,9 @@ def test_checkpoint_without_prefix_and_heads(tmp_path, caplog):
         assert torch.allclose(ours.bert(**batch).last_hidden_state, theirs(**batch).last_hidden_state, atol=1e-5)
 
 
-def test_legacy_pickle_with_gamma_beta_names(tmp_path):
-    """Old checkpoints: pytorch_model.bin (read with weights_only=True), LayerNorm.gamma/beta, decoder.bias."""
+def test_legacy_pickle_with_gamma_beta_names(tmp_path, capsys):
+    """Old checkpoints: pytorch_model.bin, LayerNorm.gamma/beta, decoder.bias. The pickle is read only when
+    the user says it is trusted (then with weights_only=True), by the one command the refusal names."""
     theirs = hf_checkpoint(tmp_path / "src")
     state = {}
     for key, value in theirs.state_dict().items():
@@ -73,9 +74,34 @@ def test_legacy_pickle_with_gamma_beta_names(tmp_path):
     legacy.mkdir()
     torch.save(state, legacy / "pytorch_model.bin")
     (legacy / "config.json").write_text((tmp_path / "src" / "config.json").read_text())
-    ours = load_bert(legacy, "pretraining")
+    command = f"python -m bert_repro.model.conversion import {legacy} {legacy}-safetensors --trust_pickle"
+    with pytest.raises(CheckpointError, match=f"only as a pickle \\(pytorch_model.bin\\).*{command}"):
+        load_bert(legacy, "pretraining")
+    main(command.split()[3:])
+    ours = load_bert(f"{legacy}-safetensors", "pretraining")
     assert torch.all(ours.bert.embeddings.LayerNorm.weight == 1.5)
     assert torch.equal(ours.bert.encoder.layer[1].output.LayerNorm.bias, theirs.bert.encoder.layer[1].output.LayerNorm.bias)
+
+
+class _RunsCode:
+    """Unpickled, it would create the file `path`: what a malicious pickle does."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+def test_trusted_pickle_that_holds_code_is_still_not_run(tmp_path, capsys):
+    hf_checkpoint(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    torch.save({"weights": _RunsCode(tmp_path / "ran")}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(SystemExit) as exit_:
+        main(["import", str(tmp_path), str(tmp_path / "out"), "--trust_pickle"])
+    assert exit_.value.code == 2
+    assert "the pickle holds more than tensors, so it was not read" in capsys.readouterr().err
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "out").exists()
 
 
 def test_export_round_trip_to_transformers(tmp_path):
@@ -145,22 +171,26 @@ def test_corrupt_safetensors_names_the_file(tmp_path):
     hf_checkpoint(tmp_path)
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(b"\x00\x01 not a safetensors file" * 10)
-    with pytest.raises(OSError, match=f"{weights} is not a valid safetensors file"):
+    with pytest.raises(CheckpointError, match=f"{weights} cannot be read as safetensors"):
         load_bert(tmp_path, "pretraining")
+    with pytest.raises(OSError, match=f"{weights} is not a valid safetensors file"):  # our classes, unchecked
+        BertReproForPreTraining.from_pretrained(tmp_path)
 
 
 def test_truncated_safetensors_names_the_file(tmp_path):
     hf_checkpoint(tmp_path)
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1000])
-    with pytest.raises(OSError, match="not a valid safetensors file"):
+    with pytest.raises(CheckpointError, match=f"{weights} cannot be read as safetensors.*incomplete"):
         load_bert(tmp_path, "pretraining")
 
 
 def test_directory_without_weights(tmp_path):
     tiny_config().save_pretrained(tmp_path)
-    with pytest.raises(OSError, match=f"no file named model.safetensors.*{tmp_path}"):
+    with pytest.raises(CheckpointError, match=f"{tmp_path} holds no weights \\(model.safetensors\\)"):
         load_bert(tmp_path, "base")
+    with pytest.raises(OSError, match=f"no file named model.safetensors.*{tmp_path}"):
+        BertReproModel.from_pretrained(tmp_path)
 
 
 def test_missing_encoder_weights_are_an_error_not_a_random_init(tmp_path):

@@ -49,7 +49,8 @@ def test_defaults_yaml_and_command_line_precedence(tmp_path):
 def test_unknown_yaml_field_names_the_file(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("learning_rat: 0.1\n")
-    with pytest.raises(ValueError, match=r"c.yaml: unknown field\(s\) \['learning_rat'\]"):
+    expected = r"c.yaml: unknown field\(s\) learning_rat \(did you mean learning_rate\?\)"
+    with pytest.raises(ValueError, match=expected):
         parse_arguments(["--config", str(config), "--output_dir", "o"])
 
 

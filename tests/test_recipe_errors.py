@@ -1,9 +1,11 @@
-"""Bad input to `recipes/finetune.py` ends in one message and exit code 2, never a traceback.
+"""Bad input to the recipes ends in one message and exit code 2, never a traceback.
 
-Each test runs the recipe as a user would, in a subprocess. The failures tested happen before any model is
-loaded (bad task data; an output directory that cannot be written), so ``--model`` names nothing real.
+Each test runs a recipe as a user would, in a subprocess. Most failures tested happen before any model is
+loaded (bad task data; an output directory that cannot be written; a wrong flag), so ``--model`` names nothing
+real; the model-directory tests give one that cannot be opened.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -12,13 +14,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPE = ROOT / "recipes" / "finetune.py"
 
 
-def finetune(*args: str) -> subprocess.CompletedProcess:
+def recipe(name: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    command = [sys.executable, str(RECIPE), "--task", "sst2", "--model", "no-model-needed", *args]
+    command = [sys.executable, str(ROOT / "recipes" / name), *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+def finetune(*args: str, model: str = "no-model-needed") -> subprocess.CompletedProcess:
+    return recipe("finetune.py", "--task", "sst2", "--model", model, *args)
 
 
 def sst2_data(directory: Path, label: str = "1") -> Path:
@@ -27,10 +32,11 @@ def sst2_data(directory: Path, label: str = "1") -> Path:
     return directory
 
 
-def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+def assert_user_error(result: subprocess.CompletedProcess, *fragments: str, recipe: str = "finetune.py"
+                      ) -> None:
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert "finetune.py: error:" in result.stderr
+    assert f"{recipe}: error:" in result.stderr
     for fragment in fragments:
         assert fragment in result.stderr, f"{fragment!r} not in: {result.stderr[-3000:]}"
 
@@ -113,3 +119,98 @@ def test_pretraining_with_an_invalid_model_config_is_one_message(tmp_path, overr
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert fragment in result.stderr, result.stderr[-3000:]
     assert not (tmp_path / "out" / "run_config.json").exists()  # checked before anything is written
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Model directories that cannot be opened
+# ------------------------------------------------------------------------------------------------------------
+
+
+def tiny_model(directory: Path) -> Path:
+    """A tiny checkpoint as save_pretrained writes it, with a vocabulary for the SST-2 rows of `sst2_data`."""
+    from conftest import tiny_config
+
+    from bert_repro import BertReproForPreTraining
+
+    BertReproForPreTraining(tiny_config(max_position_embeddings=128)).save_pretrained(directory)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "fun", "dull"]
+    (directory / "vocab.txt").write_text("\n".join(words) + "\n")
+    return directory
+
+
+class RunsCode:
+    """Unpickled, it would create the file `path`: what a malicious pickle does."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+def test_pickle_only_model_is_refused_before_anything_runs(tmp_path):
+    import torch
+
+    model = tiny_model(tmp_path / "model")
+    (model / "model.safetensors").unlink()
+    torch.save({"bert.pooler.dense.bias": torch.zeros(32), "code": RunsCode(tmp_path / "ran")},
+               model / "pytorch_model.bin")
+    out = tmp_path / "out"
+    result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(out), model=str(model))
+    assert_user_error(result, f"{model} holds its weights only as a pickle (pytorch_model.bin)",
+                      f"bert_repro.model.conversion import {model} {model}-safetensors --trust_pickle")
+    assert not (tmp_path / "ran").exists()  # nothing unpickled
+    assert not out.exists()  # nothing ran: no data read, no run recorded
+
+
+@pytest.mark.parametrize("problem", ["truncated", "config"])
+def test_damaged_model_directory_names_the_file(tmp_path, problem):
+    model = tiny_model(tmp_path / "model")
+    if problem == "truncated":
+        weights = model / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+        expected = f"{weights} cannot be read as safetensors"
+    else:
+        (model / "config.json").write_text('{"hidden_size": 32,\n')
+        expected = f"{model / 'config.json'} is not a valid config.json"
+    out = tmp_path / "out"
+    result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(out), model=str(model))
+    assert_user_error(result, expected)
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Flags
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_transformers_names_and_one_learning_rate_run_one_fine_tuning(tmp_path):
+    """run_glue.py's flags, and --learning_rate / --seed: one run with that rate and seed, not the task's
+    grid."""
+    model = tiny_model(tmp_path / "model")
+    data = sst2_data(tmp_path / "data")
+    (data / "train.tsv").rename(data / "rows.tsv")
+    out = tmp_path / "out"
+    result = recipe("finetune.py", "--task_name", "sst2", "--model_name_or_path", model,
+                    "--train_file", data / "rows.tsv", "--validation_file", data / "rows.tsv",
+                    "--max_seq_length", 16, "--learning_rate", "3e-4", "--seed", 7, "--max_steps", 1,
+                    "--output_dir", out, "--use_cpu", "true", "--disable_tqdm", "true",
+                    "--predict_test", "false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert [(r["learning_rate"], r["seed"]) for r in runs] == [(3e-4, 7)]
+    recorded = json.loads((out / "run_config.json").read_text())["run"]
+    assert recorded["data"] == [f"train={data / 'rows.tsv'}", f"validation={data / 'rows.tsv'}"]
+    assert recorded["max_seq_length"] == 16 and recorded["model"] == str(model)
+
+
+# recipes/pretrain.py parses as finetune.py does: its unknown flags are in test_arguments.py.
+@pytest.mark.parametrize("name, flag, suggestion", [
+    ("finetune.py", "--task_nme", "--task"),
+    ("study.py", "--finetune_arg", "--finetune_args"),
+    ("reproduce.py", "--data_rot", "--data_root"),
+])
+def test_unknown_flag_names_the_closest_in_every_recipe(name, flag, suggestion):
+    result = recipe(name, flag, "1")
+    assert_user_error(result, f"unknown argument(s): {flag} (did you mean {suggestion}?)",
+                      f"See python recipes/{name} --help", recipe=name)

@@ -71,7 +71,7 @@ def test_selection_keeps_the_variants_whose_weights_are_used():
     (dict(study="table5", sizes=["2/64/2"]), "--sizes applies to --study table6 only"),
     (dict(study="table6", sizes=["2x64"]), "'2x64' is not L/H/A"),
     (dict(study="table5", reuse=["mlm"]), "expected VARIANT=DIR"),
-    (dict(study="table5", reuse=["mlm=/nonexistent"]), "holds no config.json"),
+    (dict(study="table5", reuse=["mlm=/nonexistent"]), "/nonexistent is not a directory"),
     (dict(study="table5", tasks=["mrpc"]), "No local data for task(s) mrpc"),
     (dict(study="pretraining", pretrain_args="--preset 'mini"), "--pretrain_args: cannot split"),
 ])

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ..model import modeling_bert_repro
 from ..model.checkpoint_format import config_file_dict, is_repro_checkpoint
-from ..model.conversion import TOKENIZER_FILES
+from ..model.conversion import PICKLE_PATTERNS, TOKENIZER_FILES, CheckpointError, check_model_dir
 from ..model.modeling_bert_repro import AUTO_MAP
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,6 @@ logger = logging.getLogger(__name__)
 MODEL_FILES = ("model.safetensors", "config.json")  # and the code files: `model_files`
 RECORD_FILES = ("run_config.json", "data_statistics.json", "results.json", "results.md", "log_history.json",
                 "training_curves.png", "report.md", "report.json", "report.png")
-PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
 
 
 class HubPushError(RuntimeError):
@@ -50,14 +49,12 @@ class HubPushError(RuntimeError):
 
 def model_directory(path: Path) -> Path:
     """Where the weights of an output directory are: the directory itself (pre-training, a checkpoint) or
-    `model/` (fine-tuning keeps its best run there)."""
-    if (path / "model.safetensors").exists():
-        return path
-    if (path / "model" / "model.safetensors").exists():
-        return path / "model"
-    pickles = [p.name for pattern in PICKLE_PATTERNS for p in path.glob(pattern)]
-    hint = f" (it holds {pickles}: we publish safetensors only; re-save with save_pretrained)" if pickles else ""
-    raise FileNotFoundError(f"{path} holds no model.safetensors{hint}.")
+    `model/` (fine-tuning keeps its best run there); checked by `check_model_dir`."""
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such directory.")
+    weights = path / "model" if (path / "model").is_dir() and not (path / "config.json").exists() else path
+    check_model_dir(weights)
+    return weights
 
 
 def model_files(weights: Path) -> list[str]:
@@ -288,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             print(push(args.path, args.repo_id, revision=args.revision, private=args.private,
                        commit_message=args.commit_message, overwrite=args.overwrite, tag=args.tag))
+    except CheckpointError as err:  # the directory, not the Hub: the user's input
+        parser.exit(2, f"error: {err}\n")
     except (HubPushError, FileNotFoundError) as err:
         parser.exit(1, f"error: {err}\n")
 

@@ -2,9 +2,13 @@
 
 - `load_bert(path_or_id, model_class)`: any public BERT checkpoint -> a bert_repro model, in one call:
   a Hub id or directory in the Hugging Face format (`BertModel` / `BertForPreTraining` / task-head state dicts,
-  keys with or without the `bert.` prefix, with or without `cls.*` heads, safetensors or a pickle that is read
-  with `weights_only=True`), a bert_repro directory, or Google's original TensorFlow checkpoint
-  (`bert_model.ckpt.*` + `bert_config.json`; needs the `tf` extra).
+  keys with or without the `bert.` prefix, with or without `cls.*` heads, in safetensors), a bert_repro
+  directory, or Google's original TensorFlow checkpoint (`bert_model.ckpt.*` + `bert_config.json`; needs the
+  `tf` extra). Pickled weights (`pytorch_model.bin`) are read only with `trust_pickle=True` (the command
+  line's `import --trust_pickle`).
+- `check_model_dir(path)`: what every opener of a local model directory checks first (fine-tuning, the
+  pre-training's --init_from, studies, conversion, Hub push): each problem one message naming the file and
+  the fix.
 - `export_to_transformers(model_or_dir, output_dir)`: a bert_repro checkpoint -> the transformers format
   (`BertForPreTraining` for a pre-trained model, the matching `BertFor*` class for a fine-tuned one), loadable with
   `transformers.AutoModel*` and no bert_repro installed.
@@ -12,7 +16,7 @@
 Both directions need no renaming of weights: our parameter names follow the public checkpoints' layout.
 
 Command line:
-    python -m bert_repro.model.conversion import SRC OUTPUT_DIR [--head pretraining]
+    python -m bert_repro.model.conversion import SRC OUTPUT_DIR [--head pretraining] [--trust_pickle]
     python -m bert_repro.model.conversion export SRC OUTPUT_DIR
 """
 
@@ -21,10 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from . import modeling_bert_repro as modeling
@@ -47,6 +53,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 _REPRO_ONLY_FIELDS = ("initializer_distribution", "auto_map", "model_type", "architectures", "transformers_version")
 
 
+# Files that hold pickles: never opened unless the user says the file is trusted.
+PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
+
+
+class CheckpointError(ValueError):
+    """A model directory that cannot be opened as it is; the message names the file and the fix."""
+
+
 def _is_tf_checkpoint(path: str | os.PathLike) -> bool:
     p = Path(path)
     if p.is_dir():
@@ -54,15 +68,82 @@ def _is_tf_checkpoint(path: str | os.PathLike) -> bool:
     return Path(f"{p}.index").exists()
 
 
+def _weight_files(directory: Path) -> list[Path]:
+    """The safetensors files of a model directory: model.safetensors, or the shards its index names."""
+    index = directory / "model.safetensors.index.json"
+    if not index.is_file():
+        return [directory / "model.safetensors"] if (directory / "model.safetensors").is_file() else []
+    try:
+        shards = json.loads(index.read_text())["weight_map"].values()
+        return [directory / name for name in sorted(set(shards))]
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{index} is not a valid shard index ({type(err).__name__}: {err}); download "
+                              "or save the model again.") from None
+
+
+def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> None:
+    """Raise `CheckpointError` unless the local model directory `path` can be opened: `config.json` a JSON
+    object, the weights in safetensors and complete (only their headers are read). A Hub id, a file or a
+    TensorFlow checkpoint is left to its loader; a path that is none of them is an error.
+
+    Pickled weights are not opened: unpickling runs whatever code the file holds, so a directory with only
+    pickles is refused, naming the one command that converts it (whose own call passes `trust_pickle`)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    directory = Path(path)
+    if not directory.exists() and not _is_tf_checkpoint(directory):
+        try:
+            validate_repo_id(str(path))
+        except HFValidationError:
+            raise CheckpointError(f"{path}: no such directory, and not a Hub id either.") from None
+    if not directory.is_dir() or _is_tf_checkpoint(directory):
+        return
+    config = directory / "config.json"
+    if not config.is_file():
+        inner = (directory / "model" / "config.json").is_file()
+        raise CheckpointError(f"{config}: no such file; a model directory holds config.json and "
+                              "model.safetensors" + (" (its model/ sub-directory is one: pass that)." if inner
+                                                     else "."))
+    try:
+        if not isinstance(json.loads(config.read_text(encoding="utf-8")), dict):
+            raise ValueError("not a JSON object of config fields")
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{config} is not a valid config.json ({err}); restore it from the model's "
+                              "source or save the model again with save_pretrained.") from None
+    weights = _weight_files(directory)
+    pickles = sorted(p.name for pattern in PICKLE_PATTERNS for p in directory.glob(pattern))
+    if not weights and pickles and not trust_pickle:
+        converted = f"{directory}-safetensors"
+        raise CheckpointError(
+            f"{directory} holds its weights only as a pickle ({', '.join(pickles)}), which is not opened: "
+            "unpickling can run any code in the file. If you trust its source, convert it to safetensors "
+            f"once: python -m bert_repro.model.conversion import {directory} {converted} --trust_pickle "
+            f"(then pass {converted}).")
+    if not weights and not pickles:
+        raise CheckpointError(f"{directory} holds no weights (model.safetensors); pass a directory written "
+                              "by save_pretrained or a bert_repro recipe.")
+    for file in weights:
+        try:
+            with safe_open(file, framework="pt"):
+                pass
+        except (SafetensorError, OSError) as err:
+            raise CheckpointError(f"{file} cannot be read as safetensors ({err}): it is damaged or "
+                                  "incomplete (an interrupted download or copy?). Download or copy it again."
+                                  ) from None
+
+
 def load_bert(
     path_or_id: str | os.PathLike,
     model_class: type[modeling.BertReproPreTrainedModel] | str = modeling.BertReproForPreTraining,
+    *,
+    trust_pickle: bool = False,
     **kwargs,
 ) -> modeling.BertReproPreTrainedModel:
     """Load a BERT checkpoint of any public format into `model_class` (a class or a key of `HEADS`).
 
     kwargs go to `from_pretrained` (e.g. `num_labels=3`, `revision=...`, `attn_implementation="eager"`).
-    Missing encoder weights raise; missing head weights are initialised and listed in a warning.
+    Missing encoder weights raise; missing head weights are initialised and listed in a warning. Pickled
+    weights (`pytorch_model.bin`) are read only with `trust_pickle=True`, and then with weights_only=True.
     """
     if isinstance(model_class, str):
         if model_class not in HEADS:
@@ -70,7 +151,16 @@ def load_bert(
         model_class = HEADS[model_class]
     if _is_tf_checkpoint(path_or_id):
         return load_tf_bert(path_or_id, model_class, **kwargs)
-    return model_class.from_pretrained(path_or_id, **kwargs)
+    check_model_dir(path_or_id, trust_pickle=trust_pickle)
+    if not trust_pickle:
+        return model_class.from_pretrained(path_or_id, **kwargs)
+    try:
+        return model_class.from_pretrained(path_or_id, use_safetensors=False, **kwargs)
+    except pickle.UnpicklingError as err:  # torch's weights_only loader refused something other than tensors
+        lines = [line.strip() for line in str(err).splitlines() if "WeightsUnpickler" in line]
+        reason = lines[0] if lines else str(err)
+        raise CheckpointError(f"{path_or_id}: the pickle holds more than tensors, so it was not read "
+                              f"({reason}).") from None
 
 
 def load_tf_bert(
@@ -153,6 +243,7 @@ def export_to_transformers(
     model = model_or_dir
     if not isinstance(model_or_dir, modeling.BertReproPreTrainedModel):
         source_dir = Path(model_or_dir)
+        check_model_dir(source_dir)
         architecture = (json.loads((source_dir / "config.json").read_text()).get("architectures") or ["BertReproModel"])[0]
         model = getattr(modeling, repro_class_name(architecture)).from_pretrained(source_dir)
 
@@ -183,6 +274,8 @@ def main(argv: list[str] | None = None) -> None:
     imp.add_argument("output_dir")
     imp.add_argument("--head", default="pretraining", choices=sorted(HEADS))
     imp.add_argument("--overwrite", action="store_true")
+    imp.add_argument("--trust_pickle", action="store_true", help="read pickled weights (pytorch_model.bin), "
+                     "with torch.load(weights_only=True): only for a file from a source you trust")
     exp = sub.add_parser("export", help="a bert_repro directory -> transformers' BERT format")
     exp.add_argument("source")
     exp.add_argument("output_dir")
@@ -190,17 +283,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     out = Path(args.output_dir)
-    if args.command == "export":
-        export_to_transformers(args.source, out, overwrite=args.overwrite)
-    else:
-        if out.exists() and any(out.iterdir()) and not args.overwrite:
-            parser.error(f"{out} is not empty; pass --overwrite to write into it anyway.")
-        model = load_bert(args.source, args.head)
-        model.save_pretrained(out)
-        src = Path(args.source)
-        for name in TOKENIZER_FILES:
-            if src.is_dir() and (src / name).exists():
-                shutil.copy2(src / name, out / name)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        parser.error(f"{out} is not empty; pass --overwrite to write into it anyway.")
+    try:
+        if args.command == "export":
+            export_to_transformers(args.source, out, overwrite=args.overwrite)
+        else:
+            load_bert(args.source, args.head, trust_pickle=args.trust_pickle).save_pretrained(out)
+            src = Path(args.source)
+            for name in TOKENIZER_FILES:
+                if src.is_dir() and (src / name).exists():
+                    shutil.copy2(src / name, out / name)
+    except CheckpointError as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     print(f"wrote {out}")
 
 

@@ -393,9 +393,11 @@ class BertReproPreTrainedModel(PreTrainedModel):
         A task head that the checkpoint does not have (a classifier on a pre-trained encoder, the MLM head on a
         sentence-embedding model) is initialised and listed in a warning, as transformers does. A missing
         embedding, encoder or pooler weight means the checkpoint is not the model you think it is, so it raises
-        unless `allow_missing_encoder_weights=True`.
+        unless `allow_missing_encoder_weights=True`. Weights are read from safetensors only, unless
+        `use_safetensors=False` is passed (pickles run code when unpickled; `bert_repro.model.conversion`).
         """
         return_info = kwargs.pop("output_loading_info", False)
+        kwargs.setdefault("use_safetensors", True)
         try:
             model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True,
                                                   **kwargs)

@@ -3,15 +3,19 @@ rule that an output directory holding another run is never overwritten.
 
 Each recipe parses a tuple of dataclasses (its own arguments, transformers' `TrainingArguments`, ...) with
 `HfArgumentParser`. Precedence: the recipe's defaults (the paper's hyper-parameters) < a YAML file given with
-`--config` < the command line.
+`--config` < the command line. Nothing given is dropped without a word: the names transformers' example
+scripts give our settings are taken (`TRANSFORMERS_NAMES`), any other unknown name is refused with the closest
+of ours, and one value for a searched setting (`--learning_rate X` where the recipe searches
+`--learning_rates`) is the grid of that value.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -85,6 +89,101 @@ def as_cli(values: dict[str, Any]) -> list[str]:
     return argv
 
 
+# transformers' example scripts (run_glue.py, run_qa.py, run_ner.py, run_swag.py, run_mlm.py) name some of
+# our settings otherwise; a recipe takes their names where the meaning is the same. A name -> the first entry
+# whose first field the recipe has. "data:train" makes each value a split=path pair of --data: --train_file F
+# is --data train=F, the task's training split read from F, with or without --task_name (where run_glue.py
+# reads the Hub's GLUE data whenever a task is named). Further fields of an entry are defaults that a setting
+# of theirs overrides: run_mlm.py's --model_name_or_path is the model pre-training continues from and, unless
+# --tokenizer_name is given, its tokenizer. --dataset_name names the corpus to pre-train on or, in
+# fine-tuning, the task whose Hub dataset it is (run_qa.py --dataset_name squad).
+TRANSFORMERS_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "model_name_or_path": (("model",), ("init_from", "tokenizer")),
+    "task_name": (("task",),),
+    "tokenizer_name": (("tokenizer",),),
+    "train_file": (("data:train",), ("corpus",)),
+    "validation_file": (("data:validation",),),
+    "test_file": (("data:test",),),
+    "dataset_name": (("corpus",), ("task",)),
+    "dataset_config_name": (("hub_config",),),
+    "preprocessing_num_workers": (("num_proc",),),
+    "mlm_probability": (("masked_lm_prob",),),
+}
+
+
+def _flag(token: str) -> str | None:
+    """The field a command-line token names ("--seed", "--seed=3", "--learning-rate" -> "learning_rate"); None
+    for a value (as for argparse, a token with a space is a value: --finetune_args "--seeds 1 2")."""
+    if token.startswith("--") and len(token) > 2 and " " not in token:
+        return token[2:].split("=", 1)[0].replace("-", "_")
+    return None
+
+
+def closest(name: str, names: set[str], prefix: str = "--") -> str:
+    """' (did you mean --a or --b?)' with the names closest to `name` (or containing it), or ''."""
+    close = difflib.get_close_matches(name, sorted(names), n=3) or [
+        other for other in sorted(names) if len(name) > 3 and name in other][:3]  # --epochs
+    return f" (did you mean {' or '.join(prefix + c for c in close)}?)" if close else ""
+
+
+def use_our_names(argv: list[str], known: set[str], also_given: set[str] = frozenset()
+                  ) -> tuple[list[str], set[str]]:
+    """`argv` with transformers' names (`TRANSFORMERS_NAMES`) replaced by ours, and the fields it sets.
+
+    Two flags that set one field (--corpus and --dataset_name, --data DIR and --train_file) are refused,
+    except split=path pairs of --data, which add up. The default part of an entry yields to a field set on the
+    command line or in `also_given` (a --config file's fields)."""
+    groups: list[tuple[str | None, list[str]]] = []  # (name, the flag and its values as given)
+    for token in argv:
+        if _flag(token) is None and groups:
+            groups[-1][1].append(token)
+        else:
+            groups.append((_flag(token), [token]))
+    settings = []  # (our field or None, the flag as given, the tokens in our names, the values)
+    implied: dict[str, list[str]] = {}
+    for name, tokens in groups:
+        flag, *values = tokens[0].split("=", 1)
+        values += tokens[1:]
+        entry = None if name in known else next(
+            (e for e in TRANSFORMERS_NAMES.get(name, ()) if e[0].partition(":")[0] in known), None)
+        if entry is None:  # ours as given, or unknown (refused by `check_names`)
+            settings.append((name if name in known else None, flag, tokens, values))
+            continue
+        field, _, split = entry[0].partition(":")
+        values = [f"{split}={v}" for v in values] if split else values
+        settings.append((field, flag, [f"--{field}", *values], values))
+        implied.update({other: values for other in entry[1:]})
+    flags_of: dict[str, dict[str, None]] = {}  # field -> its flags as given, in order
+    for field, flag, _, _ in settings:
+        if field is not None:
+            flags_of.setdefault(field, {})[flag] = None
+    out: list[str] = []
+    for field, flag, tokens, _ in settings:
+        if field is None or len(flags_of[field]) == 1:
+            out += tokens
+        elif f"--{field}" not in out:  # one field, several flags: split=path pairs only, together
+            merged = [v for other, _, _, values in settings if other == field for v in values]
+            if not all("=" in v for v in merged):
+                both = " and ".join(flags_of[field])
+                raise ConfigurationError(f"{both} both set --{field}; give one of them.")
+            out += [f"--{field}", *merged]
+    kept = set(flags_of) | set(also_given)
+    defaults = [t for f, values in implied.items() if f not in kept for t in (f"--{f}", *values)]
+    return defaults + out, set(flags_of)
+
+
+def check_names(parser: HfArgumentParser, args: list[str], known: set[str], recipe: str) -> None:
+    """Refuse what the recipe does not know, each unknown flag with the closest of our names."""
+    _, unknown = parser.parse_known_args(args=args)
+    if not unknown:
+        return
+    said = [f"--{name}" + (f" (transformers' name, which {recipe} has no setting for)"
+                           if name in TRANSFORMERS_NAMES else closest(name, known))
+            for name in map(_flag, unknown) if name]
+    raise ConfigurationError(f"unknown argument(s): {'; '.join(said) or ' '.join(unknown)}. See python "
+                             f"{recipe} --help.")
+
+
 def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe: str) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
@@ -95,27 +194,56 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
     known = {f.name for cls in dataclass_types for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ConfigurationError(f"{path}: unknown field(s) {unknown}; see `python {recipe} --help`.")
+        said = "; ".join(f"{name}{closest(name, known, prefix='')}" for name in unknown)
+        raise ConfigurationError(f"{path}: unknown field(s) {said}; see `python {recipe} --help`.")
     return values
 
 
+def grids_from_single_values(parsed: tuple, grids: Mapping[str, str], given: set[str], in_config: set[str],
+                             config: str | None) -> None:
+    """A single value given for a searched setting (--learning_rate X, --seed S where the recipe searches
+    --learning_rates, --seeds) is the grid of that value, not a setting the grid silently replaces; both given
+    in one place is refused. The command line overrides the --config file, as for any field."""
+    holder = {f.name: obj for obj in parsed for f in fields(obj)}
+    for single, grid in grids.items():
+        for names, where in ((given, "on the command line"), (in_config, f"in {config}")):
+            if single in names and grid in names:
+                raise ConfigurationError(f"--{single} and --{grid} both given {where}: --{single} X runs the "
+                                         f"grid {{X}}, --{grid} the values listed; give one of them.")
+        chosen = given if single in given or grid in given else in_config
+        if single in chosen:
+            setattr(holder[grid], grid, [getattr(holder[single], single)])
+
+
 def parse_with_config(dataclass_types: tuple[type, ...], defaults: dict[str, Any], argv: list[str] | None,
-                      recipe: str) -> tuple:
-    """Parse `dataclass_types` from defaults < `--config FILE.yaml` < the command line."""
+                      recipe: str, grids: Mapping[str, str] | None = None) -> tuple:
+    """Parse `dataclass_types` from defaults < `--config FILE.yaml` < the command line; `grids`: {single-value
+    field: grid field} (`grids_from_single_values`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     config_values: dict[str, Any] = {}
+    config = None
     if "--config" in argv:
         i = argv.index("--config")
-        config_values = read_yaml_config(argv[i + 1], dataclass_types, recipe)
+        if i + 1 == len(argv):
+            raise ConfigurationError("--config needs a YAML file.")
+        config = argv[i + 1]
+        config_values = read_yaml_config(config, dataclass_types, recipe)
         del argv[i : i + 2]
-    parser = HfArgumentParser(dataclass_types)
+    known = {f.name for cls in dataclass_types for f in fields(cls)}
+    argv, given = use_our_names(argv, known, set(config_values))
+    # No abbreviations: --learning_rat is not taken for --learning_rate (nor refused only when ambiguous).
+    parser = HfArgumentParser(dataclass_types, allow_abbrev=False)
     if "-h" in argv or "--help" in argv:
         # --help shows the values a run will use (the recipe's defaults and the --config file), not the dataclasses'.
         parser.set_defaults(**{key: value for key, value in {**defaults, **config_values}.items() if value is not None})
+    args = as_cli(defaults) + as_cli(config_values) + argv
+    check_names(parser, args, known, recipe)
     try:
-        return parser.parse_args_into_dataclasses(args=as_cli(defaults) + as_cli(config_values) + argv)
+        parsed = parser.parse_args_into_dataclasses(args=args)
     except ValueError as err:  # the dataclasses' own checks, e.g. TrainingArguments' `--bf16 true` on a CPU
         raise ConfigurationError(" ".join(str(err).split())) from None
+    grids_from_single_values(parsed, grids or {}, given, set(config_values), config)
+    return parsed
 
 
 def _differences(old: dict, new: dict) -> list[str]:

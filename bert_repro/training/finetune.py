@@ -24,7 +24,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -37,16 +37,18 @@ from .cli import (
     ConfigurationError,
     SpeedSwitches,
     check_output_dir,
+    closest,
     parse_with_config,
     pin_memory_only_with_an_accelerator,
     read_yaml_config,
     take_push_request,
+    use_our_names,
     write_run_config,
 )
 from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
 from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, PRETRAINING_OBJECTIVES, BertReproConfig,
                                               check_objective_kept, check_objective_switches)
-from ..model.conversion import load_bert
+from ..model.conversion import check_model_dir, load_bert
 from ..hub.push import push
 from ..data.task_files import load_task_data
 from ..tasks.kinds import HEADS
@@ -82,9 +84,11 @@ class FineTuningArguments(SpeedSwitches):
                 "else the Hub."})
     tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer; by default the model's."})
     learning_rates: list[float] = field(default_factory=list, metadata={
-        "help": "Learning-rate grid; by default the task's (GLUE: 5e-5 4e-5 3e-5 2e-5). One value: no grid."})
+        "help": "Learning-rate grid; by default the task's (GLUE: 5e-5 4e-5 3e-5 2e-5). One value (or "
+                "--learning_rate X): no grid."})
     seeds: list[int] = field(default_factory=lambda: [42], metadata={
-        "help": "Random restarts: one run per seed and learning rate; the best on dev is kept."})
+        "help": "Random restarts: one run per seed and learning rate; the best on dev is kept. --seed S: the "
+                "seeds {S}."})
     features: str | None = field(default=None, metadata={
         "help": "The feature-based approach (paper section 5.3, Table 7) instead of fine-tuning: the encoder frozen, "
                 f"these token features into a two-layer BiLSTM: {FEATURE_SET_HELP}. Learning rates: "
@@ -116,13 +120,32 @@ class FineTuningArguments(SpeedSwitches):
         "help": "Allow writing into an output directory that holds another run."})
 
 
+ARGUMENTS = (FineTuningArguments, TrainingArguments)
+RECIPE = "recipes/finetune.py"
+# Settings searched as a grid, and the single-value flag that names a grid of one (--learning_rate 2e-5 runs
+# the grid {2e-5}; --seed 7 the seeds {7}).
+GRIDS = {"learning_rate": "learning_rates", "seed": "seeds"}
+
+
 def _peek_task(argv: list[str]) -> str | None:
-    if "--task" in argv:
-        return argv[argv.index("--task") + 1]
-    if "--config" in argv:
-        return read_yaml_config(argv[argv.index("--config") + 1], (FineTuningArguments, TrainingArguments),
-                                "recipes/finetune.py").get("task")
-    return None
+    argv, _ = use_our_names(argv, {f.name for cls in ARGUMENTS for f in fields(cls)})  # --task_name
+    task = next((token.split("=", 1)[1] for token in argv if token.startswith("--task=")), None)
+    if task is None and "--task" in argv[:-1]:
+        task = argv[argv.index("--task") + 1]
+    if task is None and "--config" in argv[:-1]:
+        task = read_yaml_config(argv[argv.index("--config") + 1], ARGUMENTS, RECIPE).get("task")
+    return task
+
+
+def find_task(name: str) -> Task:
+    """--task by its name or its Hub dataset (--dataset_name rajpurkar/squad); an unknown one with the
+    closest."""
+    by_dataset = [t.name for t in TASKS.values() if t.hub_id == name]  # GLUE's one id names several tasks
+    try:
+        return get_task(by_dataset[0] if len(by_dataset) == 1 else name)
+    except KeyError:
+        close = closest(name.lower(), set(TASKS), prefix="")
+        raise ConfigurationError(f"unknown task {name!r}{close}; tasks: {', '.join(TASKS)}.") from None
 
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments, TrainingArguments]:
@@ -133,13 +156,14 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
     name = _peek_task(argv)
     if not name and any(arg in ("-h", "--help") for arg in argv):
         name = "mrpc"  # --help alone: any task shows the same options
-    if not name:
+    if not name:  # a wrong flag (--task_nme) is said first
+        parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE)
         raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
-    task = get_task(name)
+    task = find_task(name)
     defaults = {**FINE_TUNING_DEFAULTS, **{k: v for k, v in task.defaults.items() if k in _TRAINING_KEYS}}
     if "warmup_proportion" in task.defaults:
         defaults["warmup_steps"] = task.defaults["warmup_proportion"]
-    run, training = parse_with_config((FineTuningArguments, TrainingArguments), defaults, argv, "recipes/finetune.py")
+    run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS)
     if not run.model:
         raise ConfigurationError("Pass --model: a bert_repro directory, a BERT checkpoint directory or a Hub id.")
     if run.max_seq_length is None:
@@ -285,8 +309,9 @@ def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments,
         raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None
     if run.compile_layers:
         model.compile_layers()
+    data_seed = seed if training.data_seed is None else training.data_seed  # --data_seed: the same order
     args = TrainingArguments(**{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr,
-                                "seed": seed, "data_seed": seed})
+                                "seed": seed, "data_seed": data_seed})
     trainer = EngineTrainer(model=model, args=args, train_dataset=splits["train"][1],
                             data_collator=task.kind.collator(tokenizer),
                             processing_class=tokenizer)
@@ -326,11 +351,12 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     run, training = parse_arguments(argv)
     pin_memory_only_with_an_accelerator(training)
     check_engine(training)
+    check_model_dir(run.model)  # before any data is read: a pickle, damaged weights or config.json
     check_feature_layers(run)
     check_objective(run)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
                         datefmt="%H:%M:%S")
-    task = get_task(run.task)
+    task = find_task(run.task)
     output_dir = Path(training.output_dir)
     record = {"run": asdict(run), "training": {k: v for k, v in training.to_dict().items()
                                                if not k.startswith(("logging", "output_dir", "hub_", "push_"))}}

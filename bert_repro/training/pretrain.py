@@ -48,6 +48,7 @@ from .checkpoints import checkpoint_problem, checkpoint_step, newest_valid_check
 from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
 from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, BertReproConfig, PreTrainingObjective,
                                               check_objective_switches, pretraining_objective)
+from ..model.conversion import check_model_dir
 from ..data.corpus import load_corpus
 from ..hub.push import push_checkpoints
 from ..model.modeling_bert_repro import BertReproForPreTraining
@@ -610,6 +611,8 @@ def model_config(run: PreTrainingArguments, objective: str = DEFAULT_OBJECTIVE, 
     if "objective" in overrides:
         raise ConfigurationError("Set the pre-training objective with --objective (it decides how the data are built "
                                  "too), not in --model_overrides.")
+    if run.init_from:
+        check_model_dir(run.init_from)
     try:
         if run.init_from:  # continued pre-training keeps the checkpoint's attention direction (from_pretrained checks)
             config = BertReproConfig.from_pretrained(run.init_from, objective=objective)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .cli import ConfigurationError
-from .finetune import run_finetuning
+from ..model.conversion import check_model_dir
+from .finetune import parse_arguments as finetuning_arguments, run_finetuning
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
 
 logger = logging.getLogger(__name__)
@@ -151,9 +152,12 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
     unknown = [t for t in args.tasks if t not in TASKS]
     if unknown:
         raise ConfigurationError(f"Unknown task(s) {unknown}; choose from {', '.join(TASKS)}.")
+    tasks = [get_task(t) for t in args.tasks]
+    check_model_dir(args.model)
+    for task in tasks:  # a wrong flag after `--` fails now, not when the task that reads it comes
+        finetuning_arguments(["--task", task.name, "--model", args.model, *finetune_args])
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    tasks = [get_task(t) for t in args.tasks]
     rows, start = [], time.time()
     for task in tasks:
         task_dir = output_dir / task.name

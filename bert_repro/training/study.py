@@ -39,10 +39,10 @@ from types import MappingProxyType
 from typing import Any
 
 from ..model.bilstm_heads import FEATURE_SETS
-from ..model.conversion import TOKENIZER_FILES
+from ..model.conversion import TOKENIZER_FILES, CheckpointError, check_model_dir
 from ..tasks.registry import get_task
 from .cli import ConfigurationError
-from .finetune import run_finetuning
+from .finetune import parse_arguments as finetuning_arguments, run_finetuning
 from .pretrain import run_pretraining
 from .reproduce import task_data_dir
 
@@ -270,9 +270,13 @@ def _parse_reuse(study: Study, reuse: list[str]) -> dict[str, Path]:
         if not sep or key not in {v.key for v in study.variants}:
             raise ConfigurationError(f"--reuse {item!r}: expected VARIANT=DIR with VARIANT one of "
                                      f"{', '.join(v.key for v in study.variants)}.")
-        if not (Path(path) / "config.json").is_file():
-            raise ConfigurationError(f"--reuse {item!r}: {path} holds no config.json (a pre-trained model "
+        if not Path(path).is_dir():
+            raise ConfigurationError(f"--reuse {item!r}: {path} is not a directory (a pre-trained model "
                                      "directory was expected).")
+        try:
+            check_model_dir(path)
+        except CheckpointError as err:
+            raise ConfigurationError(f"--reuse {item!r}: {err}") from None
         out[key] = Path(path)
     return out
 
@@ -399,6 +403,10 @@ def run_study(args: StudyArguments) -> str:
     study = select(get_study(args.study), args)
     reused = _parse_reuse(study, args.reuse)
     data_dirs = check_task_data(study, args.data_root)
+    for variant in study.variants:  # a wrong flag in --finetune_args fails now, not after the pre-training
+        for column in (c for c in study.columns if c.task):
+            finetuning_arguments(["--task", column.task, "--model", "(pre-trained)", *_split_args(
+                args.finetune_args, "--finetune_args"), *variant.finetune_args, *column.finetune_args])
     if not Path(args.pretrain_config).is_file() and not all(v.key in reused or v.random_init
                                                           for v in study.variants):
         raise ConfigurationError(f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of "

@@ -1,0 +1,268 @@
+"""What the recipes take from the command line: transformers' example scripts' names for our settings, a
+single value for a searched grid, unknown flags answered with the closest names, and one check of a model
+directory before anything opens it. In-process and quick; `test_recipe_errors.py` runs the recipes."""
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from bert_repro import BertReproForPreTraining
+from bert_repro.training.cli import ConfigurationError
+
+# ------------------------------------------------------------------------------------------------------------
+# transformers' names
+# ------------------------------------------------------------------------------------------------------------
+
+
+def finetuning(*argv):
+    from bert_repro.training.finetune import parse_arguments
+
+    return parse_arguments(list(argv))
+
+
+def pretraining(*argv):
+    from bert_repro.training.pretrain import parse_arguments
+
+    return parse_arguments(list(argv))
+
+
+@pytest.mark.parametrize("theirs, ours", [
+    (["--task_name", "mrpc", "--model_name_or_path", "m"], ["--task", "mrpc", "--model", "m"]),
+    (["--task", "mrpc", "--model", "m", "--train_file", "a.csv", "--validation_file", "b.csv", "--test_file",
+      "c.csv"],
+     ["--task", "mrpc", "--model", "m", "--data", "train=a.csv", "validation=b.csv", "test=c.csv"]),
+    (["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "--train_file", "a.csv"],  # pairs add up
+     ["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "train=a.csv"]),
+    (["--dataset_name", "rajpurkar/squad", "--model", "m"], ["--task", "squad", "--model", "m"]),  # run_qa.py
+    (["--dataset_name", "squad_v2", "--model", "m"], ["--task", "squad_v2", "--model", "m"]),
+    (["--task", "sst2", "--model", "m", "--tokenizer_name", "t", "--preprocessing_num_workers", "3",
+      "--max_seq_length", "64"],
+     ["--task", "sst2", "--model", "m", "--tokenizer", "t", "--num_proc", "3", "--max_seq_length", "64"]),
+])
+def test_finetuning_takes_transformers_names(theirs, ours):
+    (run, training), (expected, expected_training) = finetuning(*theirs), finetuning(*ours)
+    if run.task != expected.task:  # a task named by its Hub dataset
+        assert run.task == "rajpurkar/squad" and expected.task == "squad"
+        run.task = expected.task
+    assert run == expected and training.to_dict() == expected_training.to_dict()
+
+
+@pytest.mark.parametrize("theirs, ours", [
+    # run_mlm.py: continue from the model, with its tokenizer unless --tokenizer_name says otherwise.
+    (["--model_name_or_path", "bert-x"], ["--init_from", "bert-x", "--tokenizer", "bert-x"]),
+    (["--tokenizer_name", "t", "--model_name_or_path", "bert-x"],
+     ["--init_from", "bert-x", "--tokenizer", "t"]),
+    (["--train_file", "a.txt", "--mlm_probability", "0.2", "--preprocessing_num_workers", "2"],
+     ["--corpus", "a.txt", "--masked_lm_prob", "0.2", "--num_proc", "2"]),
+    (["--dataset_name", "wikitext", "--dataset_config_name", "wikitext-2-raw-v1"],
+     ["--corpus", "wikitext", "--hub_config", "wikitext-2-raw-v1"]),
+])
+def test_pretraining_takes_transformers_names(theirs, ours):
+    assert pretraining(*theirs, "--output_dir", "o") == pretraining(*ours, "--output_dir", "o")
+
+
+def test_reproduce_takes_model_name_or_path():
+    from bert_repro.training.cli import parse_with_config
+    from bert_repro.training.reproduce import ReproduceArguments
+
+    argv = ["--model_name_or_path", "m"]
+    (args,) = parse_with_config((ReproduceArguments,), {}, argv, "recipes/reproduce.py")
+    assert args.model == "m"
+
+
+@pytest.mark.parametrize("parse, argv, message", [
+    (finetuning, ["--task", "mrpc", "--model", "m", "--data", "dir", "--train_file", "a.csv"],
+     "--data and --train_file both set --data; give one of them."),
+    (finetuning, ["--task", "mrpc", "--model", "m", "--model_name_or_path", "n"],
+     "--model and --model_name_or_path both set --model"),
+    (pretraining, ["--corpus", "a.txt", "--dataset_name", "wikitext"],
+     "--corpus and --dataset_name both set --corpus"),
+])
+def test_two_names_for_one_setting_are_refused(parse, argv, message):
+    with pytest.raises(ConfigurationError, match=message):
+        parse(*argv)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A single value for a grid
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_learning_rate_and_seed_are_a_grid_of_one():
+    run, training = finetuning("--task", "mrpc", "--model", "m", "--learning_rate", "2e-5", "--seed", "7")
+    assert run.learning_rates == [2e-5] and run.seeds == [7]  # not the task's four rates, not seed 42
+    run, _ = finetuning("--task", "mrpc", "--model", "m", "--learning-rate=3e-5")  # argparse's other spelling
+    assert run.learning_rates == [3e-5]
+    run, _ = finetuning("--task", "mrpc", "--model", "m", "--features", "concat_last_four",
+                        "--learning_rate", "1e-4")
+    assert run.learning_rates == [1e-4]  # the feature-based grid too
+    run, _ = finetuning("--task", "mrpc", "--model", "m")
+    assert run.learning_rates == [5e-5, 4e-5, 3e-5, 2e-5] and run.seeds == [42]  # none given: the paper's
+
+
+@pytest.mark.parametrize("single, grid", [("learning_rate", "learning_rates"), ("seed", "seeds")])
+def test_a_single_value_and_its_grid_together_are_refused(single, grid, tmp_path):
+    with pytest.raises(ConfigurationError, match=f"--{single} and --{grid} both given on the command line"):
+        finetuning("--task", "mrpc", "--model", "m", f"--{single}", "1", f"--{grid}", "2", "3")
+    config = tmp_path / "run.yaml"
+    config.write_text(f"task: mrpc\n{single}: 1\n{grid}: [2, 3]\n")
+    with pytest.raises(ConfigurationError, match=f"--{single} and --{grid} both given in {config}"):
+        finetuning("--config", str(config), "--model", "m")
+
+
+def test_the_command_line_overrides_the_config_file_for_grids(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("task: mrpc\nlearning_rates: [1e-5, 2e-5]\nseed: 3\n")
+    run, _ = finetuning("--config", str(config), "--model", "m")
+    assert run.learning_rates == [1e-5, 2e-5] and run.seeds == [3]
+    run, _ = finetuning("--config", str(config), "--model", "m", "--learning_rate", "4e-5",
+                        "--seeds", "1", "2")
+    assert run.learning_rates == [4e-5] and run.seeds == [1, 2]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Unknown names
+# ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parse, argv, message", [
+    (finetuning, ["--learning_rat", "1e-5"],
+     "--learning_rat (did you mean --learning_rate or --learning_rates?)"),
+    (finetuning, ["--epochs", "2"], "--epochs (did you mean --num_train_epochs?)"),
+    (finetuning, ["--dataset_config_name", "x"], "--dataset_config_name (transformers' name, which "
+                                                 "recipes/finetune.py has no setting for)"),
+    (finetuning, ["extra"], "unknown argument(s): extra."),
+    (pretraining, ["--seeds", "1"], "--seeds (did you mean --seed?)"),
+    (pretraining, ["--validation_file", "v.txt"], "--validation_file (transformers' name"),
+])
+def test_unknown_flags_get_the_closest_names(parse, argv, message):
+    common = ["--task", "sst2", "--model", "m"] if parse is finetuning else []
+    with pytest.raises(ConfigurationError, match="unknown argument") as error:
+        parse(*common, *argv)
+    assert message in str(error.value)
+    recipe = "finetune" if parse is finetuning else "pretrain"
+    assert f"See python recipes/{recipe}.py --help" in str(error.value)
+
+
+def test_unknown_task_and_config_field_get_the_closest_names(tmp_path):
+    with pytest.raises(ConfigurationError, match="unknown task 'sts' \\(did you mean stsb\\?\\)"):
+        finetuning("--task", "sts", "--model", "m")
+    config = tmp_path / "run.yaml"
+    config.write_text("task: mrpc\nlearning_rate_grid: [1e-5]\n")
+    with pytest.raises(ConfigurationError,
+                       match="unknown field\\(s\\) learning_rate_grid \\(did you mean learning_rate"):
+        finetuning("--config", str(config), "--model", "m")
+
+
+def test_study_checks_its_fine_tuning_flags_before_pre_training(tmp_path, monkeypatch):
+    from bert_repro.training import study
+
+    monkeypatch.setattr(study, "run_pretraining", lambda argv: pytest.fail("pre-training started"))
+    (tmp_path / "MRPC").mkdir()
+    args = study.StudyArguments(study="pretraining", tasks=["mrpc"], data_root=str(tmp_path),
+                                output_dir=str(tmp_path / "out"), finetune_args="--learning_rat 1e-4")
+    with pytest.raises(ConfigurationError, match="did you mean --learning_rate or --learning_rates"):
+        study.run_study(args)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Model directories: one check for every opener
+# ------------------------------------------------------------------------------------------------------------
+
+
+class RunsCode:
+    """Unpickled, it would create the file `path`: what a malicious pickle does."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+def bad_model_dir(directory, problem):
+    """A tiny model directory with one problem: its weights only as a pickle, truncated weights, a broken
+    config.json."""
+    BertReproForPreTraining(tiny_config()).save_pretrained(directory)
+    weights = directory / "model.safetensors"
+    if problem == "pickle":
+        weights.unlink()
+        torch.save({"bert.pooler.dense.bias": torch.zeros(32), "code": RunsCode(directory / "ran")},
+                   directory / "pytorch_model.bin")
+        return f"{directory} holds its weights only as a pickle (pytorch_model.bin), which is not opened"
+    if problem == "truncated":
+        weights.write_bytes(weights.read_bytes()[:-100])
+        return f"{weights} cannot be read as safetensors (Error while deserializing header: incomplete"
+    (directory / "config.json").write_text('{"hidden_size": 32,\n')
+    return f"{directory / 'config.json'} is not a valid config.json (Expecting property name"
+
+
+def open_with_load_bert(directory, tmp_path):
+    from bert_repro.model.conversion import load_bert
+
+    load_bert(directory, "base")
+
+
+def open_with_conversion_command(directory, tmp_path):
+    from bert_repro.model.conversion import main
+
+    main(["export", str(directory), str(tmp_path / "exported")])
+
+
+def open_with_hub_push(directory, tmp_path):
+    from bert_repro.hub.push import main
+
+    main([str(directory), "--repo_id", "someone/model"])
+
+
+def open_with_study_reuse(directory, tmp_path):
+    from bert_repro.training.study import StudyArguments, run_study
+
+    run_study(StudyArguments(study="table5", reuse=[f"mlm={directory}"], output_dir=str(tmp_path / "out")))
+
+
+def open_with_init_from(directory, tmp_path):
+    from bert_repro.training.pretrain import model_config
+
+    run, _, _ = pretraining("--init_from", str(directory), "--output_dir", str(tmp_path / "out"))
+    model_config(run)
+
+
+@pytest.mark.parametrize("problem", ["pickle", "truncated", "config"])
+@pytest.mark.parametrize("opener", [open_with_load_bert, open_with_conversion_command, open_with_hub_push,
+                                    open_with_study_reuse, open_with_init_from])
+def test_every_opener_checks_the_model_directory(opener, problem, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    directory = tmp_path / "model"
+    expected = bad_model_dir(directory, problem)
+    with pytest.raises((ValueError, SystemExit)) as error:
+        opener(directory, tmp_path)
+    if error.type is SystemExit:  # a command: one line, exit code 2
+        assert error.value.code == 2
+        message = capsys.readouterr().err
+        assert "Traceback" not in message
+    else:
+        message = str(error.value)
+    assert expected in message
+    if problem == "pickle":
+        command = f"bert_repro.model.conversion import {directory} {directory}-safetensors --trust_pickle"
+        assert command in message
+    assert not (directory / "ran").exists()
+    assert not (tmp_path / "exported").exists() and not (tmp_path / "out").exists()
+
+
+def test_the_named_command_converts_a_trusted_pickle(tmp_path):
+    from bert_repro.model.conversion import check_model_dir, load_bert, main
+
+    directory = tmp_path / "model"
+    BertReproForPreTraining(tiny_config()).save_pretrained(directory)
+    state = load_bert(directory, "pretraining").state_dict()
+    (directory / "model.safetensors").unlink()
+    torch.save(state, directory / "pytorch_model.bin")
+    main(["import", str(directory), f"{directory}-safetensors", "--trust_pickle"])
+    check_model_dir(f"{directory}-safetensors")
+    converted = load_bert(f"{directory}-safetensors", "pretraining").state_dict()
+    assert all(torch.equal(converted[k], v) for k, v in state.items())
+    assert json.loads((tmp_path / "model-safetensors" / "config.json").read_text())["hidden_size"] == 32
