@@ -532,7 +532,7 @@ class BertReproForPreTrainingOutput(ModelOutput):
 
     loss: masked_lm_loss + next_sentence_loss (each present when its labels were given).
     prediction_logits: (batch, seq, vocab) MLM scores, or (masked positions, vocab) with `config.sparse_prediction`
-    and labels.  seq_relationship_logits: (batch, 2) NSP scores, index 0 IsNext.
+    and labels ((slots, vocab) with `masked_positions`).  seq_relationship_logits: (batch, 2) NSP scores, index 0 IsNext.
     """
 
     loss: torch.Tensor | None = None
@@ -549,17 +549,30 @@ def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
 
 
+def masked_slot_labels(labels: torch.Tensor, masked_positions: torch.Tensor) -> torch.Tensor:
+    """The labels at `masked_positions` (indices into the flattened labels; -1, an unused slot, gives -100)."""
+    flat = masked_positions.reshape(-1)
+    return torch.where(flat >= 0, labels.reshape(-1)[flat.clamp(min=0)], -100)
+
+
 class _MLMHeadMixin:
     """Shared by the two models that carry the MLM head: logits (sparse or not), output embeddings tied to the
     input embeddings, vocabulary resizing."""
 
     _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
 
-    def _mlm_logits(self, sequence_output: torch.Tensor, labels: torch.Tensor | None):
+    def _mlm_logits(self, sequence_output: torch.Tensor, labels: torch.Tensor | None,
+                    masked_positions: torch.Tensor | None = None):
         """(MLM logits, their labels). With `config.sparse_prediction` and labels, only where a token is to be
-        predicted (labels != -100), in that order: the decoder over the vocabulary is the largest matrix of the
-        model and only ~15% of the positions need it; the loss is the same."""
+        predicted: the decoder over the vocabulary is the largest matrix of the model and only ~15% of the
+        positions need it; the loss is the same. Those positions are `masked_positions` when given (as Google's
+        reference gathers them: a fixed number of slots, so no shape depends on the data and the step compiles
+        to one graph; unused slots get label -100), else where labels != -100, in that order."""
         if self.config.sparse_prediction and labels is not None:
+            if masked_positions is not None:
+                rows = masked_positions.reshape(-1).clamp(min=0)
+                hidden = sequence_output.reshape(-1, sequence_output.shape[-1]).index_select(0, rows)
+                return self.cls.predictions(hidden), masked_slot_labels(labels, masked_positions)
             masked = labels != -100
             return self.cls.predictions(sequence_output[masked]), labels[masked]
         return self.cls.predictions(sequence_output), labels
@@ -592,15 +605,18 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, next_sentence_label=None, return_dict=None,
+                labels=None, next_sentence_label=None, masked_positions=None, return_dict=None,
                 **kwargs) -> BertReproForPreTrainingOutput | tuple:
         """
         labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
         next_sentence_label: (batch,) 0 = IsNext (B follows A), 1 = NotNext (B from another document).
+        masked_positions: optional, read with `config.sparse_prediction`: (slots,) indices into the flattened
+        (batch * seq) positions that cover every one with a label, -1 at unused slots (`PreTrainingCollator` gives
+        them, a fixed number per example); `prediction_logits` is then (slots, vocab).
         """
         outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
                             **kwargs)
-        prediction_logits, labels = self._mlm_logits(outputs.last_hidden_state, labels)
+        prediction_logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
 
         mlm_loss = _mlm_loss(prediction_logits, labels) if labels is not None else None
@@ -630,10 +646,12 @@ class BertReproForMaskedLM(_MLMHeadMixin, BertReproPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> MaskedLMOutput | tuple:
+                inputs_embeds=None, labels=None, masked_positions=None, return_dict=None,
+                **kwargs) -> MaskedLMOutput | tuple:
+        """masked_positions: as for `BertReproForPreTraining`."""
         outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
                             **kwargs)
-        logits, labels = self._mlm_logits(outputs.last_hidden_state, labels)
+        logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
         output = MaskedLMOutput(loss=_mlm_loss(logits, labels) if labels is not None else None, logits=logits,
                                 hidden_states=outputs.hidden_states, attentions=outputs.attentions)
         return _as_tuple_if_asked(output, return_dict, self.config)
@@ -796,4 +814,4 @@ for _auto_class, _path in AUTO_MAP.items():
 __all__ = ["BertReproModel", "BertReproPreTrainedModel", "BertReproForPreTraining", "BertReproForPreTrainingOutput",
            "BertReproForMaskedLM", "BertReproForNextSentencePrediction", "BertReproForSequenceClassification",
            "BertReproForQuestionAnswering", "BertReproForMultipleChoice", "BertReproForTokenClassification",
-           "concat_last_layers", "last_tokens"]
+           "concat_last_layers", "last_tokens", "masked_slot_labels"]

@@ -48,7 +48,7 @@ from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, BertReproConfig
                                               check_objective_switches, pretraining_objective)
 from ..data.corpus import load_corpus
 from ..hub.push import push_checkpoints
-from ..model.modeling_bert_repro import BertReproForPreTraining
+from ..model.modeling_bert_repro import BertReproForPreTraining, masked_slot_labels
 from .optim import optimizer_cls_and_kwargs
 from ..data.pretraining_examples import (
     IGNORE_INDEX,
@@ -349,8 +349,9 @@ class PhaseCollator:
     def __init__(self, tokenizer, phases: list[PreTrainingDataConfig], packing: bool = False):
         collator = PackingCollator if packing else PreTrainingCollator
         self.collators = [(cfg.max_seq_length, collator.from_config(tokenizer, cfg)) for cfg in phases]
-        self.static = [(cfg.max_seq_length, PackingCollator(tokenizer, max_seq_length=cfg.max_seq_length) if packing
-                        else PreTrainingCollator(tokenizer)) for cfg in phases]
+        slots = {"max_predictions_per_seq": phases[0].max_predictions_per_seq}  # the held-out rows' budget
+        self.static = [(cfg.max_seq_length, PackingCollator(tokenizer, max_seq_length=cfg.max_seq_length, **slots)
+                        if packing else PreTrainingCollator(tokenizer, **slots)) for cfg in phases]
 
     def __call__(self, features):
         collators = self.static if "masked_lm_positions" in features[0] else self.collators
@@ -403,18 +404,24 @@ def phase_steps(max_steps: int, phase2_fraction: float, num_phases: int) -> list
 _SUMS = ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp_count")
 
 
-def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_sentence_label) -> torch.Tensor:
+def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_sentence_label,
+                     masked_positions=None) -> torch.Tensor:
     """Summed losses and counts of a batch: (mlm loss sum, mlm correct, masked tokens, nsp loss sum, nsp correct, n).
 
-    `prediction_logits` is (batch, seq, vocab), or (masked positions, vocab) from a sparse prediction. The "mlm"
-    entries are the token-level task's: masked tokens, or for a left-to-right objective the next tokens (its labels
-    are shifted by the collator). Without `next_sentence_label` (an objective without NSP) the NSP entries are 0,
-    so the loss built from them has no NSP term."""
-    masked = labels != IGNORE_INDEX
-    mlm_logits = (prediction_logits if prediction_logits.dim() == 2 else prediction_logits[masked]).float()
-    mlm_labels = labels[masked]
-    mlm = [F.cross_entropy(mlm_logits, mlm_labels, reduction="sum"), (mlm_logits.argmax(-1) == mlm_labels).sum().float(),
-           masked.sum().float()]
+    `prediction_logits` is (batch, seq, vocab), or from a sparse prediction (masked positions, vocab), or
+    (slots, vocab) when the model was given `masked_positions` (pass them here too). The "mlm" entries are the
+    token-level task's: masked tokens, or for a left-to-right objective the next tokens (its labels are shifted by
+    the collator). Without `next_sentence_label` (an objective without NSP) the NSP entries are 0, so the loss
+    built from them has no NSP term."""
+    if prediction_logits.dim() == 2 and masked_positions is not None:
+        mlm_logits, mlm_labels = prediction_logits.float(), masked_slot_labels(labels, masked_positions)
+    else:
+        masked = labels != IGNORE_INDEX
+        mlm_logits = (prediction_logits if prediction_logits.dim() == 2 else prediction_logits[masked]).float()
+        mlm_labels = labels[masked]
+    predicted = mlm_labels != IGNORE_INDEX
+    mlm = [F.cross_entropy(mlm_logits, mlm_labels, reduction="sum", ignore_index=IGNORE_INDEX),
+           ((mlm_logits.argmax(-1) == mlm_labels) & predicted).sum().float(), predicted.sum().float()]
     if next_sentence_label is None:
         return torch.stack(mlm + [mlm_logits.new_zeros(())] * 3)
     nsp_logits = seq_relationship_logits.float()
@@ -480,7 +487,7 @@ class PreTrainingTrainer(EngineTrainer):
         # With config.sparse_prediction the MLM decoder runs only at the masked positions (same loss, fewer FLOPs).
         outputs = model(**inputs, labels=labels)
         sums = pretraining_sums(outputs.prediction_logits, outputs.seq_relationship_logits, labels,
-                                next_sentence_label)
+                                next_sentence_label, inputs.get("masked_positions"))
         if num_items_in_batch is None:  # one batch on its own
             mlm_n, nsp_n = sums[2].clamp(min=1), sums[5].clamp(min=1)
             loss = sums[0] / mlm_n + sums[3] / nsp_n
@@ -516,7 +523,8 @@ class PreTrainingTrainer(EngineTrainer):
                 labels, nsp = batch.pop("labels"), batch.pop("next_sentence_label", None)
                 with self.autocast_smart_context_manager():
                     out = model(**batch, labels=labels)
-                sums += pretraining_sums(out.prediction_logits, out.seq_relationship_logits, labels, nsp)
+                sums += pretraining_sums(out.prediction_logits, out.seq_relationship_logits, labels, nsp,
+                                         batch.get("masked_positions"))
         if self.accelerator.num_processes > 1:
             sums = self.accelerator.reduce(sums, reduction="sum")
         model.train(was_training)
