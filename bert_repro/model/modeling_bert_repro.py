@@ -532,7 +532,8 @@ class BertReproForPreTrainingOutput(ModelOutput):
 
     loss: masked_lm_loss + next_sentence_loss (each present when its labels were given).
     prediction_logits: (batch, seq, vocab) MLM scores, or (masked positions, vocab) with `config.sparse_prediction`
-    and labels ((slots, vocab) with `masked_positions`).  seq_relationship_logits: (batch, 2) NSP scores, index 0 IsNext.
+    and labels, (slots, vocab) given `masked_positions`.
+    seq_relationship_logits: (batch, 2) NSP scores, index 0 IsNext.
     """
 
     loss: torch.Tensor | None = None
@@ -550,7 +551,7 @@ def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def masked_slot_labels(labels: torch.Tensor, masked_positions: torch.Tensor) -> torch.Tensor:
-    """The labels at `masked_positions` (indices into the flattened labels; -1, an unused slot, gives -100)."""
+    """The labels at `masked_positions` (indices into the flattened labels; -1, unused, gives -100)."""
     flat = masked_positions.reshape(-1)
     return torch.where(flat >= 0, labels.reshape(-1)[flat.clamp(min=0)], -100)
 
@@ -565,9 +566,9 @@ class _MLMHeadMixin:
                     masked_positions: torch.Tensor | None = None):
         """(MLM logits, their labels). With `config.sparse_prediction` and labels, only where a token is to be
         predicted: the decoder over the vocabulary is the largest matrix of the model and only ~15% of the
-        positions need it; the loss is the same. Those positions are `masked_positions` when given (as Google's
-        reference gathers them: a fixed number of slots, so no shape depends on the data and the step compiles
-        to one graph; unused slots get label -100), else where labels != -100, in that order."""
+        positions need it; the loss is the same. Those positions are `masked_positions` when given (as
+        Google's reference gathers them: a fixed number of slots, so no shape depends on the data and the
+        step compiles to one graph; unused slots get label -100), else where labels != -100, in that order."""
         if self.config.sparse_prediction and labels is not None:
             if masked_positions is not None:
                 rows = masked_positions.reshape(-1).clamp(min=0)
@@ -610,9 +611,9 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
         """
         labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
         next_sentence_label: (batch,) 0 = IsNext (B follows A), 1 = NotNext (B from another document).
-        masked_positions: optional, read with `config.sparse_prediction`: (slots,) indices into the flattened
-        (batch * seq) positions that cover every one with a label, -1 at unused slots (`PreTrainingCollator` gives
-        them, a fixed number per example); `prediction_logits` is then (slots, vocab).
+        masked_positions: optional, read with `config.sparse_prediction`: indices into the flattened
+        (batch * seq) positions, naming every one that has a label, -1 at unused slots (`PreTrainingCollator`
+        gives them, a fixed number per example); `prediction_logits` is then (slots, vocab).
         """
         outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
                             **kwargs)

@@ -343,15 +343,26 @@ def example_lengths(instances: datasets.Dataset) -> np.ndarray:
 
 class PhaseCollator:
     """Routes each batch to the collator of its phase (dynamic masking uses each phase's prediction budget);
-    rows that carry their masks (the held-out slice) always keep them. With `packing`, each phase packs its batches
-    into rows of its max_seq_length."""
+    rows that carry their masks (the held-out slice) always keep them, with their phase's prediction budget.
+    With `packing`, each phase packs its batches into rows of its max_seq_length; `compiled` (torch.compile)
+    then makes every row that long, so that only the number of rows changes between batches (one
+    recompilation, not two)."""
 
-    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig], packing: bool = False):
+    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig], packing: bool = False,
+                 compiled: bool = False):
+        def fixed(cfg):
+            return {"pad_to_multiple_of": cfg.max_seq_length} if packing and compiled else {}
+
+        def static(cfg):
+            slots = {"max_predictions_per_seq": cfg.max_predictions_per_seq}
+            if packing:
+                return PackingCollator(tokenizer, max_seq_length=cfg.max_seq_length, **slots, **fixed(cfg))
+            return PreTrainingCollator(tokenizer, **slots)
+
         collator = PackingCollator if packing else PreTrainingCollator
-        self.collators = [(cfg.max_seq_length, collator.from_config(tokenizer, cfg)) for cfg in phases]
-        slots = {"max_predictions_per_seq": phases[0].max_predictions_per_seq}  # the held-out rows' budget
-        self.static = [(cfg.max_seq_length, PackingCollator(tokenizer, max_seq_length=cfg.max_seq_length, **slots)
-                        if packing else PreTrainingCollator(tokenizer, **slots)) for cfg in phases]
+        self.collators = [(cfg.max_seq_length, collator.from_config(tokenizer, cfg, **fixed(cfg)))
+                          for cfg in phases]
+        self.static = [(cfg.max_seq_length, static(cfg)) for cfg in phases]
 
     def __call__(self, features):
         collators = self.static if "masked_lm_positions" in features[0] else self.collators
@@ -394,6 +405,13 @@ class PhasedSampler(Sampler[int]):
             offset += size
 
 
+def allow_data_dependent_shapes() -> None:
+    """Let torch.compile trace a packed batch whole: how many examples its rows hold (the pooler's and the NSP
+    head's rows) is known from the data only, which dynamo otherwise leaves to eager code between graphs."""
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    torch._dynamo.config.capture_scalar_outputs = True
+
+
 def phase_steps(max_steps: int, phase2_fraction: float, num_phases: int) -> list[int]:
     if num_phases == 1:
         return [max_steps]
@@ -410,15 +428,15 @@ def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_se
 
     `prediction_logits` is (batch, seq, vocab), or from a sparse prediction (masked positions, vocab), or
     (slots, vocab) when the model was given `masked_positions` (pass them here too). The "mlm" entries are the
-    token-level task's: masked tokens, or for a left-to-right objective the next tokens (its labels are shifted by
-    the collator). Without `next_sentence_label` (an objective without NSP) the NSP entries are 0, so the loss
-    built from them has no NSP term."""
+    token-level task's: masked tokens, or for a left-to-right objective the next tokens (its labels are
+    shifted by the collator). Without `next_sentence_label` (an objective without NSP) the NSP entries are 0, so
+    the loss built from them has no NSP term."""
     if prediction_logits.dim() == 2 and masked_positions is not None:
         mlm_logits, mlm_labels = prediction_logits.float(), masked_slot_labels(labels, masked_positions)
     else:
         masked = labels != IGNORE_INDEX
-        mlm_logits = (prediction_logits if prediction_logits.dim() == 2 else prediction_logits[masked]).float()
-        mlm_labels = labels[masked]
+        mlm_logits = prediction_logits if prediction_logits.dim() == 2 else prediction_logits[masked]
+        mlm_logits, mlm_labels = mlm_logits.float(), labels[masked]
     predicted = mlm_labels != IGNORE_INDEX
     mlm = [F.cross_entropy(mlm_logits, mlm_labels, reduction="sum", ignore_index=IGNORE_INDEX),
            ((mlm_logits.argmax(-1) == mlm_labels) & predicted).sum().float(), predicted.sum().float()]
@@ -719,6 +737,10 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     pin_memory_only_with_an_accelerator(training)
     phase_cfgs = phase_configs(data, run)
     check_lengths(model_config(run, data.objective, **run.switches()), phase_cfgs)  # before any data work
+    if warning := run.torch_compile_warning(training.torch_compile):
+        logger.warning(warning)
+    if training.torch_compile and run.packing:
+        allow_data_dependent_shapes()
     if run.packing and data.pretraining_objective.causal:
         raise ConfigurationError(f"--packing true cannot be used with --objective {data.objective}: packed rows keep "
                                  "each example to itself in both directions, not left-to-right. Turn packing off.")
@@ -783,7 +805,8 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         train_dataset=phases if run.streaming else phases[0] if len(phases) == 1 else datasets.concatenate_datasets(
             phases),
         eval_dataset=eval_dataset,
-        data_collator=PhaseCollator(tokenizer, phase_cfgs, packing=run.packing),
+        data_collator=PhaseCollator(tokenizer, phase_cfgs, packing=run.packing,
+                                    compiled=training.torch_compile),
         processing_class=tokenizer,
         optimizer_cls_and_kwargs=optimizer_cls_and_kwargs(
             run.optimizer, lr=training.learning_rate, betas=(training.adam_beta1, training.adam_beta2),
