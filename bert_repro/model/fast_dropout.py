@@ -13,9 +13,9 @@ exactly 1 / (1 - that), so the expectation is unchanged. Installed by `speed_pat
 `FastDropout` and every self-attention a `FastDropoutSelfAttention` (attention in the eager kernel with these masks
 when training on CPU; SDPA's CPU path has no dropout kernel either). Neither holds parameters.
 
-Under whole-model `torch.compile` it does not make one graph (its masks are drawn by in-place random ops and it
-runs its own attention per call: benchmarks/README.md, "torch.compile"); it is a CPU switch, and compiled code
-fuses dropout anyway. The recipes warn when both are asked for.
+Under whole-model `torch.compile` it does not make one graph: dynamo does not trace the in-place `random_()` that
+draws the masks, so every dropout breaks the graph (benchmarks/README.md, "torch.compile"). It is a CPU switch for
+eager training; the recipes warn when both are asked for.
 """
 
 from __future__ import annotations
