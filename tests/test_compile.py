@@ -172,9 +172,11 @@ def test_masked_positions_name_every_label_once(tokenizer, phases, packing):
     for batch in phase_batches(tokenizer, phases, packing, count=6)[1]:
         positions = batch["masked_positions"]
         assert positions.shape == (BATCH, PHASES[1][1])  # a fixed number of slots: examples x the budget
-        used = positions[positions >= 0]
+        labels = batch["labels"].flatten()[positions]
+        used = positions[labels != IGNORE_INDEX]
         assert used.tolist() == sorted(used.tolist())  # the examples in order, each example's positions sorted
         assert used.tolist() == (batch["labels"].flatten() != IGNORE_INDEX).nonzero().flatten().tolist()
+        assert (batch["attention_mask"].flatten()[positions] == 1).all()  # unused slots: unlabelled tokens
 
 
 def test_recipes_name_the_switches_that_do_not_compile_to_one_graph():

@@ -532,8 +532,7 @@ class BertReproForPreTrainingOutput(ModelOutput):
 
     loss: masked_lm_loss + next_sentence_loss (each present when its labels were given).
     prediction_logits: (batch, seq, vocab) MLM scores, or (masked positions, vocab) with `config.sparse_prediction`
-    and labels, (slots, vocab) given `masked_positions`.
-    seq_relationship_logits: (batch, 2) NSP scores, index 0 IsNext.
+    and labels.  seq_relationship_logits: (batch, 2) NSP scores, index 0 IsNext.
     """
 
     loss: torch.Tensor | None = None
@@ -550,32 +549,20 @@ def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
 
 
-def masked_slot_labels(labels: torch.Tensor, masked_positions: torch.Tensor) -> torch.Tensor:
-    """The labels at `masked_positions` (indices into the flattened labels; -1, unused, gives -100)."""
-    flat = masked_positions.reshape(-1)
-    return torch.where(flat >= 0, labels.reshape(-1)[flat.clamp(min=0)], -100)
-
-
 class _MLMHeadMixin:
     """Shared by the two models that carry the MLM head: logits (sparse or not), output embeddings tied to the
     input embeddings, vocabulary resizing."""
 
     _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
 
-    def _mlm_logits(self, sequence_output: torch.Tensor, labels: torch.Tensor | None,
-                    masked_positions: torch.Tensor | None = None):
-        """(MLM logits, their labels). With `config.sparse_prediction` and labels, only where a token is to be
-        predicted: the decoder over the vocabulary is the largest matrix of the model and only ~15% of the
-        positions need it; the loss is the same. Those positions are `masked_positions` when given (as
-        Google's reference gathers them: a fixed number of slots, so no shape depends on the data and the
-        step compiles to one graph; unused slots get label -100), else where labels != -100, in that order."""
+    def _mlm_logits(self, sequence_output: torch.Tensor, labels: torch.Tensor | None, masked_positions=None):
+        """(MLM logits, their labels). With `config.sparse_prediction` and labels, only at `masked_positions`
+        (as Google's reference gathers them: a fixed number per batch, so the step compiles to one graph) or
+        where labels != -100: the decoder is the model's largest matrix and ~15% of the positions need it."""
         if self.config.sparse_prediction and labels is not None:
-            if masked_positions is not None:
-                rows = masked_positions.reshape(-1).clamp(min=0)
-                hidden = sequence_output.reshape(-1, sequence_output.shape[-1]).index_select(0, rows)
-                return self.cls.predictions(hidden), masked_slot_labels(labels, masked_positions)
-            masked = labels != -100
-            return self.cls.predictions(sequence_output[masked]), labels[masked]
+            flat = labels.reshape(-1)
+            rows = flat.ne(-100).nonzero()[:, 0] if masked_positions is None else masked_positions.reshape(-1)
+            return self.cls.predictions(sequence_output.flatten(0, -2)[rows]), flat[rows]
         return self.cls.predictions(sequence_output), labels
 
     def get_output_embeddings(self) -> nn.Linear:
@@ -608,13 +595,9 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
                 labels=None, next_sentence_label=None, masked_positions=None, return_dict=None,
                 **kwargs) -> BertReproForPreTrainingOutput | tuple:
-        """
-        labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
+        """labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
         next_sentence_label: (batch,) 0 = IsNext (B follows A), 1 = NotNext (B from another document).
-        masked_positions: optional, read with `config.sparse_prediction`: indices into the flattened
-        (batch * seq) positions, naming every one that has a label, -1 at unused slots (`PreTrainingCollator`
-        gives them, a fixed number per example); `prediction_logits` is then (slots, vocab).
-        """
+        masked_positions: (sparse prediction) flat indices of each labelled position, then unlabelled ones."""
         outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
                             **kwargs)
         prediction_logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
@@ -649,7 +632,6 @@ class BertReproForMaskedLM(_MLMHeadMixin, BertReproPreTrainedModel):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, masked_positions=None, return_dict=None,
                 **kwargs) -> MaskedLMOutput | tuple:
-        """masked_positions: as for `BertReproForPreTraining`."""
         outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
                             **kwargs)
         logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
@@ -815,4 +797,4 @@ for _auto_class, _path in AUTO_MAP.items():
 __all__ = ["BertReproModel", "BertReproPreTrainedModel", "BertReproForPreTraining", "BertReproForPreTrainingOutput",
            "BertReproForMaskedLM", "BertReproForNextSentencePrediction", "BertReproForSequenceClassification",
            "BertReproForQuestionAnswering", "BertReproForMultipleChoice", "BertReproForTokenClassification",
-           "concat_last_layers", "last_tokens", "masked_slot_labels"]
+           "concat_last_layers", "last_tokens"]

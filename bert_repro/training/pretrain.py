@@ -48,7 +48,7 @@ from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, BertReproConfig
                                               check_objective_switches, pretraining_objective)
 from ..data.corpus import load_corpus
 from ..hub.push import push_checkpoints
-from ..model.modeling_bert_repro import BertReproForPreTraining, masked_slot_labels
+from ..model.modeling_bert_repro import BertReproForPreTraining
 from .optim import optimizer_cls_and_kwargs
 from ..data.pretraining_examples import (
     IGNORE_INDEX,
@@ -432,7 +432,7 @@ def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_se
     shifted by the collator). Without `next_sentence_label` (an objective without NSP) the NSP entries are 0, so
     the loss built from them has no NSP term."""
     if prediction_logits.dim() == 2 and masked_positions is not None:
-        mlm_logits, mlm_labels = prediction_logits.float(), masked_slot_labels(labels, masked_positions)
+        mlm_logits, mlm_labels = prediction_logits.float(), labels.reshape(-1)[masked_positions.reshape(-1)]
     else:
         masked = labels != IGNORE_INDEX
         mlm_logits = prediction_logits if prediction_logits.dim() == 2 else prediction_logits[masked]
