@@ -352,7 +352,8 @@ def test_ltr_loss_is_next_token_cross_entropy(tokenizer):
             predicting = real[:, :-1] & real[:, 1:]  # positions i whose token i + 1 is real
             by_hand = F.cross_entropy(dense[:, :-1][predicting], batch["input_ids"][:, 1:][predicting])
         assert torch.allclose(out.loss, by_hand, atol=1e-5), sparse
-    sums = pretraining_sums(out.prediction_logits, out.seq_relationship_logits, batch["labels"], None)
+    sums = pretraining_sums(out.prediction_logits, out.seq_relationship_logits, batch["labels"], None,
+                            batch["masked_positions"])
     assert set(metrics_from_sums(sums, "", model.config.pretraining_objective)) == {"lm_loss", "lm_accuracy"}
 
 

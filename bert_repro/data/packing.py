@@ -21,7 +21,8 @@ What this implements
   ``input_ids``, ``token_type_ids``, ``labels`` (rows, width) -- the examples side by side, padding at the end;
   ``position_ids`` (rows, width) -- 0 at each example's [CLS], counting up within the example, 0 at padding;
   ``attention_mask`` (rows, width) -- 1 at real tokens, 0 at padding;
-  ``next_sentence_label`` (examples,) -- in row-major order of the examples' [CLS].
+  ``next_sentence_label`` (examples,) -- in row-major order of the examples' [CLS];
+  ``masked_positions`` (examples, slots) -- as ``PreTrainingCollator``'s, the examples in that order.
 
   Nothing else is needed to keep attention inside an example: an example starts where ``position_ids == 0`` at a
   real token (the convention transformers' variable-length FlashAttention path reads from ``position_ids``); the
@@ -128,9 +129,11 @@ class PackingCollator(PreTrainingCollator):
             "attention_mask": torch.zeros(shape, dtype=torch.long),
             "labels": torch.full(shape, IGNORE_INDEX, dtype=torch.long),
         }
+        starts = [0] * len(features)  # each example's first position in the flattened batch
         for r, row in enumerate(rows):
             start = 0
             for i in row:
+                starts[i] = r * width + start
                 end = start + lengths[i]
                 batch["input_ids"][r, start:end] = torch.as_tensor(input_ids[i], dtype=torch.long)
                 batch["token_type_ids"][r, start:end] = torch.as_tensor(list(features[i]["token_type_ids"]))
@@ -141,8 +144,10 @@ class PackingCollator(PreTrainingCollator):
                     ids, dtype=torch.long
                 )
                 start = end
+        order = [i for row in rows for i in row]
+        batch["masked_positions"] = self._masked_positions(
+            [targets[i] for i in order], [starts[i] for i in order], [lengths[i] for i in order])
         if "next_sentence_label" in features[0]:
-            order = [i for row in rows for i in row]
             batch["next_sentence_label"] = torch.tensor([int(features[i]["next_sentence_label"]) for i in order])
         return batch
 

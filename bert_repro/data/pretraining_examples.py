@@ -1130,7 +1130,13 @@ class PreTrainingCollator:
 
     Output: ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (the original token at each
     masked position, -100 elsewhere) and, when the rows have it, ``next_sentence_label`` (0 = IsNext,
-    1 = NotNext), all ``torch.long``, padded to the longest row (or to ``pad_to_multiple_of``).
+    1 = NotNext), all ``torch.long``, padded to the longest row (or to ``pad_to_multiple_of``); and
+    ``masked_positions`` (examples, max_predictions_per_seq): where each example's labels lie, as indices
+    into the flattened (batch * width) labels, the unused slots naming a position without a label (the
+    example's last token): Google's ``masked_lm_positions`` made batch-wide. The model's sparse MLM
+    prediction gathers there, a number of positions that depends on the batch size only, so its shapes do not
+    change with the masks (``torch.compile``: one graph, no recompilation). An example with more labels (the
+    "ltr" objective, stored masks of a larger budget) widens the slots to its count.
 
     Static masking (default, the paper): the masks stored by ``create_pretraining_instances``
     (``masked_lm_positions`` / ``masked_lm_ids``). Dynamic masking (RoBERTa, ``dynamic_masking=True``, for
@@ -1213,9 +1219,23 @@ class PreTrainingCollator:
             batch["labels"][row, torch.as_tensor(positions, dtype=torch.long)] = torch.as_tensor(
                 ids, dtype=torch.long
             )
+        batch["masked_positions"] = self._masked_positions(targets, [r * width for r in range(len(targets))],
+                                                           [len(ids) for ids in input_ids])
         if "next_sentence_label" in features[0]:
             batch["next_sentence_label"] = torch.tensor([int(f["next_sentence_label"]) for f in features])
         return batch
+
+    def _masked_positions(self, targets: list[tuple[list[int], list[int]]], starts: list[int],
+                          lengths: list[int]) -> torch.Tensor:
+        """(examples, slots): each example's label positions, sorted, then its last position without a
+        label (its [SEP]; the last token for "ltr"), all offset by `starts` (where the example begins in the
+        flattened batch); slots: max_predictions_per_seq, or an example's most labels."""
+        slots = max([self.max_predictions_per_seq] + [len(positions) for positions, _ in targets])
+        out = torch.empty((len(targets), slots), dtype=torch.long)
+        for i, ((positions, _), start, length) in enumerate(zip(targets, starts, lengths)):
+            free = max(set(range(length)) - set(positions))
+            out[i] = start + torch.as_tensor(sorted(positions) + [free] * (slots - len(positions)))
+        return out
 
     def _padded_width(self, longest: int) -> int:
         multiple = self.pad_to_multiple_of

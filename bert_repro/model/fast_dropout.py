@@ -12,6 +12,10 @@ The drop probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006) and t
 exactly 1 / (1 - that), so the expectation is unchanged. Installed by `speed_paths`: every `nn.Dropout` becomes a
 `FastDropout` and every self-attention a `FastDropoutSelfAttention` (attention in the eager kernel with these masks
 when training on CPU; SDPA's CPU path has no dropout kernel either). Neither holds parameters.
+
+Under whole-model `torch.compile` it does not make one graph: dynamo does not trace the in-place `random_()` that
+draws the masks, so every dropout breaks the graph (benchmarks/README.md, "torch.compile"). It is a CPU switch for
+eager training; the recipes warn when both are asked for.
 """
 
 from __future__ import annotations

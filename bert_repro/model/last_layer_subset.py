@@ -21,6 +21,9 @@ How the positions travel, without any argument in the model file's signatures:
   bare `BertReproModel`, question answering, token classification, MLM without labels or without
   `sparse_prediction`). Works under gradient checkpointing (the rows are a keyword argument of the layer call) and
   `compile_layers` (`ReadRowsLayer` is a `BertReproLayer`).
+
+Under whole-model `torch.compile` it does not make one graph: the rows the last layer reads are found with
+`nonzero` on the data (benchmarks/README.md, "torch.compile"); the recipes warn when both are asked for.
 """
 
 from __future__ import annotations

@@ -557,13 +557,14 @@ class _MLMHeadMixin:
 
     _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
 
-    def _mlm_logits(self, sequence_output: torch.Tensor, labels: torch.Tensor | None):
-        """(MLM logits, their labels). With `config.sparse_prediction` and labels, only where a token is to be
-        predicted (labels != -100), in that order: the decoder over the vocabulary is the largest matrix of the
-        model and only ~15% of the positions need it; the loss is the same."""
+    def _mlm_logits(self, sequence_output: torch.Tensor, labels: torch.Tensor | None, masked_positions=None):
+        """(MLM logits, their labels). With `config.sparse_prediction` and labels, only at `masked_positions`
+        (as Google's reference gathers them: a fixed number per batch, so the step compiles to one graph) or
+        where labels != -100: the decoder is the model's largest matrix and ~15% of the positions need it."""
         if self.config.sparse_prediction and labels is not None:
-            masked = labels != -100
-            return self.cls.predictions(sequence_output[masked]), labels[masked]
+            flat = labels.reshape(-1)
+            rows = flat.ne(-100).nonzero()[:, 0] if masked_positions is None else masked_positions.reshape(-1)
+            return self.cls.predictions(sequence_output.flatten(0, -2)[rows]), flat[rows]
         return self.cls.predictions(sequence_output), labels
 
     def get_output_embeddings(self) -> nn.Linear:
@@ -594,15 +595,14 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, next_sentence_label=None, return_dict=None,
+                labels=None, next_sentence_label=None, masked_positions=None, return_dict=None,
                 **kwargs) -> BertReproForPreTrainingOutput | tuple:
-        """
-        labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
+        """labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
         next_sentence_label: (batch,) 0 = IsNext (B follows A), 1 = NotNext (B from another document).
-        """
+        masked_positions: (sparse prediction) flat indices of each labelled position, then unlabelled ones."""
         outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
                             **kwargs)
-        prediction_logits, labels = self._mlm_logits(outputs.last_hidden_state, labels)
+        prediction_logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
 
         mlm_loss = _mlm_loss(prediction_logits, labels) if labels is not None else None
@@ -632,10 +632,11 @@ class BertReproForMaskedLM(_MLMHeadMixin, BertReproPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> MaskedLMOutput | tuple:
+                inputs_embeds=None, labels=None, masked_positions=None, return_dict=None,
+                **kwargs) -> MaskedLMOutput | tuple:
         outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
                             **kwargs)
-        logits, labels = self._mlm_logits(outputs.last_hidden_state, labels)
+        logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
         output = MaskedLMOutput(loss=_mlm_loss(logits, labels) if labels is not None else None, logits=logits,
                                 hidden_states=outputs.hidden_states, attentions=outputs.attentions)
         return _as_tuple_if_asked(output, return_dict, self.config)

@@ -33,10 +33,17 @@ class PackedSequences:
     def __init__(self, starts: torch.Tensor, real: torch.Tensor):
         self.starts, self.real = starts, real
         self.example_ids = starts.cumsum(-1) * real
-        # Examples in row-major order of their [CLS]: the examples of a row are consecutive real tokens.
-        first = starts.flatten()[real.flatten()].nonzero().flatten()
-        tokens = int(real.sum())
-        self.lengths = torch.diff(first, append=first.new_tensor([tokens])).to(torch.int32)
+        self._lengths: torch.Tensor | None = None
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """Computed when first read (by the unpadding and variable-length paths: its shape is the data's)."""
+        if self._lengths is None:
+            # Examples in row-major order of their [CLS]: the examples of a row are consecutive real tokens.
+            first = self.starts.flatten()[self.real.flatten()].nonzero().flatten()
+            tokens = int(self.real.sum())
+            self._lengths = torch.diff(first, append=first.new_tensor([tokens])).to(torch.int32)
+        return self._lengths
 
     @classmethod
     def from_inputs(cls, position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None
@@ -48,6 +55,10 @@ class PackedSequences:
         if attention_mask is not None and attention_mask.dim() != 2:
             return None
         starts = (position_ids == 0) & real
+        if torch.compiler.is_compiling():
+            # Checking the data would split the compiled graph: every row is taken as packed (one example per
+            # row is a packed row too, with the same results when it starts at position 0, as collated).
+            return cls(starts, real)
         if not bool(starts[:, 1:].any()):
             return None
         if not bool((starts[:, 0] | ~real[:, 0]).all()):

@@ -15,6 +15,10 @@ and leave the `TiedGradient` on the link; the MLM head takes it from there and r
 over the same graph, or without the decoder (a loss without the MLM part), each returns its own gradient and
 autograd sums them as usual. Plain autograd whenever the decoder does not share the weight, with `inputs_embeds`,
 and in a differentiable backward (create_graph).
+
+Under whole-model `torch.compile` it does not make one graph: its custom autograd functions and the link that
+carries a `TiedGradient` from the lookup to the decoder split it (benchmarks/README.md, "torch.compile"); the
+recipes warn when both are asked for.
 """
 
 from __future__ import annotations

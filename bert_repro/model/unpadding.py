@@ -18,6 +18,11 @@ The decision among those paths is taken once per forward, by the encoder (`atten
 `Unpadded` object that every layer receives as the keyword argument `unpadded` (a seam: the model file passes a
 layer's kwargs on to its attention). Outputs at real tokens equal the padded model's; `last_hidden_state` and
 `hidden_states` are zero at padding positions.
+
+Under whole-model `torch.compile` it does not make one graph: the real tokens' count and the attention groups are
+read from the data (`nonzero`, `.tolist()`), so dynamo breaks the step into many graphs (benchmarks/README.md,
+"torch.compile"); the recipes warn when both are asked for. On a GPU, `--packing true` is the compilable way to drop
+the padding.
 """
 
 from __future__ import annotations

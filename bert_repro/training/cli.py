@@ -73,6 +73,18 @@ class SpeedSwitches:
         return {name: getattr(self, name) for name in ("unpad_inputs", "fast_dropout", "last_layer_subset",
                                                       "tied_gradients")}
 
+    def torch_compile_warning(self, torch_compile: bool) -> str | None:
+        """One line for the log when `--torch_compile true` meets switches that split its graph: their paths
+        take shapes from the data (which tokens are real, which positions are read) or run custom autograd
+        functions, so dynamo breaks the step into several graphs (benchmarks/README.md, "torch.compile")."""
+        split = [name for name, on in self.switches().items() if on]
+        if not torch_compile or not split:
+            return None
+        does = "this switch does" if len(split) == 1 else "these switches do"
+        names = ", ".join("--" + name for name in split)
+        return (f"--torch_compile true with {names}: {does} not compile to one graph (graph breaks each "
+                "step, no CUDA graph); the defaults do. See benchmarks/README.md, \"torch.compile\".")
+
 
 def as_cli(values: dict[str, Any]) -> list[str]:
     """{field: value} -> ["--field", "value", ...] (lists as several values, mappings as JSON)."""

@@ -356,6 +356,8 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     check_objective(run)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
                         datefmt="%H:%M:%S")
+    if warning := run.torch_compile_warning(training.torch_compile):
+        logger.warning(warning)
     task = find_task(run.task)
     output_dir = Path(training.output_dir)
     record = {"run": asdict(run), "training": {k: v for k, v in training.to_dict().items()

@@ -347,14 +347,26 @@ def example_lengths(instances: datasets.Dataset) -> np.ndarray:
 
 class PhaseCollator:
     """Routes each batch to the collator of its phase (dynamic masking uses each phase's prediction budget);
-    rows that carry their masks (the held-out slice) always keep them. With `packing`, each phase packs its batches
-    into rows of its max_seq_length."""
+    rows that carry their masks (the held-out slice) always keep them, with their phase's prediction budget.
+    With `packing`, each phase packs its batches into rows of its max_seq_length; `compiled` (torch.compile)
+    then makes every row that long, so that only the number of rows changes between batches (one
+    recompilation, not two)."""
 
-    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig], packing: bool = False):
+    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig], packing: bool = False,
+                 compiled: bool = False):
+        def fixed(cfg):
+            return {"pad_to_multiple_of": cfg.max_seq_length} if packing and compiled else {}
+
+        def static(cfg):
+            slots = {"max_predictions_per_seq": cfg.max_predictions_per_seq}
+            if packing:
+                return PackingCollator(tokenizer, max_seq_length=cfg.max_seq_length, **slots, **fixed(cfg))
+            return PreTrainingCollator(tokenizer, **slots)
+
         collator = PackingCollator if packing else PreTrainingCollator
-        self.collators = [(cfg.max_seq_length, collator.from_config(tokenizer, cfg)) for cfg in phases]
-        self.static = [(cfg.max_seq_length, PackingCollator(tokenizer, max_seq_length=cfg.max_seq_length) if packing
-                        else PreTrainingCollator(tokenizer)) for cfg in phases]
+        self.collators = [(cfg.max_seq_length, collator.from_config(tokenizer, cfg, **fixed(cfg)))
+                          for cfg in phases]
+        self.static = [(cfg.max_seq_length, static(cfg)) for cfg in phases]
 
     def __call__(self, features):
         collators = self.static if "masked_lm_positions" in features[0] else self.collators
@@ -397,6 +409,13 @@ class PhasedSampler(Sampler[int]):
             offset += size
 
 
+def allow_data_dependent_shapes() -> None:
+    """Let torch.compile trace a packed batch whole: how many examples its rows hold (the pooler's and the NSP
+    head's rows) is known from the data only, which dynamo otherwise leaves to eager code between graphs."""
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    torch._dynamo.config.capture_scalar_outputs = True
+
+
 def phase_steps(max_steps: int, phase2_fraction: float, num_phases: int) -> list[int]:
     if num_phases == 1:
         return [max_steps]
@@ -407,18 +426,24 @@ def phase_steps(max_steps: int, phase2_fraction: float, num_phases: int) -> list
 _SUMS = ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp_count")
 
 
-def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_sentence_label) -> torch.Tensor:
+def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_sentence_label,
+                     masked_positions=None) -> torch.Tensor:
     """Summed losses and counts of a batch: (mlm loss sum, mlm correct, masked tokens, nsp loss sum, nsp correct, n).
 
-    `prediction_logits` is (batch, seq, vocab), or (masked positions, vocab) from a sparse prediction. The "mlm"
-    entries are the token-level task's: masked tokens, or for a left-to-right objective the next tokens (its labels
-    are shifted by the collator). Without `next_sentence_label` (an objective without NSP) the NSP entries are 0,
-    so the loss built from them has no NSP term."""
-    masked = labels != IGNORE_INDEX
-    mlm_logits = (prediction_logits if prediction_logits.dim() == 2 else prediction_logits[masked]).float()
-    mlm_labels = labels[masked]
-    mlm = [F.cross_entropy(mlm_logits, mlm_labels, reduction="sum"), (mlm_logits.argmax(-1) == mlm_labels).sum().float(),
-           masked.sum().float()]
+    `prediction_logits` is (batch, seq, vocab), or from a sparse prediction (masked positions, vocab), or
+    (slots, vocab) when the model was given `masked_positions` (pass them here too). The "mlm" entries are the
+    token-level task's: masked tokens, or for a left-to-right objective the next tokens (its labels are
+    shifted by the collator). Without `next_sentence_label` (an objective without NSP) the NSP entries are 0, so
+    the loss built from them has no NSP term."""
+    if prediction_logits.dim() == 2 and masked_positions is not None:
+        mlm_logits, mlm_labels = prediction_logits.float(), labels.reshape(-1)[masked_positions.reshape(-1)]
+    else:
+        masked = labels != IGNORE_INDEX
+        mlm_logits = prediction_logits if prediction_logits.dim() == 2 else prediction_logits[masked]
+        mlm_logits, mlm_labels = mlm_logits.float(), labels[masked]
+    predicted = mlm_labels != IGNORE_INDEX
+    mlm = [F.cross_entropy(mlm_logits, mlm_labels, reduction="sum", ignore_index=IGNORE_INDEX),
+           ((mlm_logits.argmax(-1) == mlm_labels) & predicted).sum().float(), predicted.sum().float()]
     if next_sentence_label is None:
         return torch.stack(mlm + [mlm_logits.new_zeros(())] * 3)
     nsp_logits = seq_relationship_logits.float()
@@ -488,7 +513,7 @@ class PreTrainingTrainer(EngineTrainer):
         # With config.sparse_prediction the MLM decoder runs only at the masked positions (same loss, fewer FLOPs).
         outputs = model(**inputs, labels=labels)
         sums = pretraining_sums(outputs.prediction_logits, outputs.seq_relationship_logits, labels,
-                                next_sentence_label)
+                                next_sentence_label, inputs.get("masked_positions"))
         if num_items_in_batch is None:  # one batch on its own
             mlm_n, nsp_n = sums[2].clamp(min=1), sums[5].clamp(min=1)
             loss = sums[0] / mlm_n + sums[3] / nsp_n
@@ -523,7 +548,8 @@ class PreTrainingTrainer(EngineTrainer):
                 labels, nsp = batch.pop("labels"), batch.pop("next_sentence_label", None)
                 with self.autocast_smart_context_manager():
                     out = model(**batch, labels=labels)
-                sums += pretraining_sums(out.prediction_logits, out.seq_relationship_logits, labels, nsp)
+                sums += pretraining_sums(out.prediction_logits, out.seq_relationship_logits, labels, nsp,
+                                         batch.get("masked_positions"))
         if self.accelerator.num_processes > 1:
             sums = self.accelerator.reduce(sums, reduction="sum")
         model.train(was_training)
@@ -720,6 +746,10 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     pin_memory_only_with_an_accelerator(training)
     phase_cfgs = phase_configs(data, run)
     check_lengths(model_config(run, data.objective, **run.switches()), phase_cfgs)  # before any data work
+    if warning := run.torch_compile_warning(training.torch_compile):
+        logger.warning(warning)
+    if training.torch_compile and run.packing:
+        allow_data_dependent_shapes()
     if run.packing and data.pretraining_objective.causal:
         raise ConfigurationError(f"--packing true cannot be used with --objective {data.objective}: packed rows keep "
                                  "each example to itself in both directions, not left-to-right. Turn packing off.")
@@ -791,7 +821,8 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         train_dataset=phases if run.streaming else phases[0] if len(phases) == 1 else datasets.concatenate_datasets(
             phases),
         eval_dataset=eval_dataset,
-        data_collator=PhaseCollator(tokenizer, phase_cfgs, packing=run.packing),
+        data_collator=PhaseCollator(tokenizer, phase_cfgs, packing=run.packing,
+                                    compiled=training.torch_compile),
         processing_class=tokenizer,
         optimizer_cls_and_kwargs=optimizer_cls_and_kwargs(
             run.optimizer, lr=training.learning_rate, betas=(training.adam_beta1, training.adam_beta2),
