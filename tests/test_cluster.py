@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_finetuning import tiny_model  # noqa: F401 (a fixture)
 from test_pretraining import ROOT, corpus_and_tokenizer, launch, weights, write_config  # noqa: F401 (a fixture)
 
 from bert_repro.training.checkpoints import checkpoint_problem, newest_valid_checkpoint
@@ -76,7 +77,7 @@ def reference(tmp_path_factory, corpus_and_tokenizer):  # noqa: F811
 def assert_resumes_to(reference_dir: Path, cmd: list[str], directory: Path, tolerance: float) -> None:
     result = subprocess.run([*cmd, "--resume_from_checkpoint", "true"], env=ENV, capture_output=True, text=True,
                             timeout=600, cwd=ROOT, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     a, b = weights(reference_dir), weights(directory)
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst <= tolerance, worst
@@ -103,7 +104,8 @@ def test_a_signal_to_one_of_two_processes_stops_both_at_the_same_step(reference,
     root, _, double = reference
     out = root / engine
     cmd = [*LAUNCH, "--config_file", str(ROOT / "recipes" / "accelerate" / f"{engine}.yaml"),
-           "--main_process_port", "0", RECIPE, "--config", str(double), "--output_dir", str(out)]
+           "--main_process_port", "0", RECIPE, "--config", str(double), "--output_dir", str(out),
+           "--ddp_timeout", "60"]  # processes that disagreed on the step to stop at would wait for each other
     code, output = run_until_first_step(cmd, signal_pid=lambda pid: rank_process(pid, 1))
     assert code != 0, output[-3000:]  # the launcher reports the workers' exit code 75 as its own failure
     assert f"exitcode  : {STOPPED_EXIT_CODE}" in output or f"exit status {STOPPED_EXIT_CODE}" in output, output[-3000:]
@@ -212,3 +214,35 @@ def test_staged_saves_are_not_checkpoints_until_published(tmp_path):
     finally:
         os.replace = real_replace
     assert moved[-1] == "model.safetensors" and sorted(p.name for p in model.iterdir()) == sorted(moved)
+
+
+@pytest.mark.slow
+def test_fine_tuning_stopped_by_sigterm_goes_on_with_the_same_command(tmp_path, tiny_model):  # noqa: F811
+    """A fine-tuning run (no periodic checkpoints: save_strategy "no") stopped by SIGTERM saves checkpoint-N in its
+    grid run's folder; the same command resumes it there and ends with the uninterrupted run's model."""
+    from test_finetuning import fixture_files
+    from test_task_data import write
+
+    data = write(tmp_path / "data", fixture_files("mrpc"))
+    finetune = [sys.executable, str(ROOT / "recipes" / "finetune.py"), "--task", "mrpc", "--model", str(tiny_model),
+                "--data", str(data), "--learning_rates", "1e-3", "--max_steps", "12", "--logging_steps", "1",
+                "--per_device_train_batch_size", "1", "--use_cpu", "true", "--disable_tqdm", "true",
+                "--max_seq_length", "64", "--predict_test", "false"]
+    full = subprocess.run([*finetune, "--output_dir", str(tmp_path / "full")], env=ENV, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert full.returncode == 0, full.stderr[-3000:]
+    out = tmp_path / "stopped"
+    cmd = [*finetune, "--output_dir", str(out)]
+    code, output = run_until_first_step(cmd)
+    assert code == STOPPED_EXIT_CODE and "Traceback" not in output, output[-3000:]
+    line = next(line for line in output.splitlines() if "stopped by SIGTERM at step" in line)
+    step = int(line.split("at step ")[1].split()[0])
+    assert line.endswith(f"resume with: python {' '.join(cmd[1:])}"), line
+    run_dir = out / "runs" / "lr0.001_seed42"
+    assert [p.name for p in run_dir.glob("checkpoint-*")] == [f"checkpoint-{step}"] and step < 12
+    assert not (run_dir / "result.json").exists() and not (out / "results.json").exists()
+    resumed = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stdout.count("'loss'") == 12 - step  # the steps after the checkpoint, not all again
+    a, b = (weights(directory / "model") for directory in (tmp_path / "full", out))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6

@@ -40,9 +40,9 @@ logger = logging.getLogger(__name__)
 # saving a checkpoint and continues with --resume_from_checkpoint true (0: finished, 1: failed, 2: a user error).
 STOPPED_EXIT_CODE = 75
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-# The time many schedulers give between the signal and the kill (Slurm's KillWait is 30 s by default, Kubernetes'
-# terminationGracePeriodSeconds 30 s); a stop whose save takes longer says so.
-GRACE_SECONDS = 60
+# The time between the signal and the kill by default: Slurm's KillWait and Kubernetes'
+# terminationGracePeriodSeconds. A stop whose save takes longer says so.
+GRACE_SECONDS = 30
 STAGING = ".saving"
 
 
@@ -219,18 +219,20 @@ def lock_output_dir(output_dir: str | Path) -> None:
     _HELD[str(out.resolve())] = fd
 
 
-def lock_output_dir_once(output_dir: str | Path, training) -> None:
-    """`lock_output_dir` by the main process of a (possibly distributed) run; every process raises its error, so
-    that all of them stop with the same message instead of waiting for the one that stopped."""
+def lock_output_dir_once(output_dir: str | Path, training, check) -> None:
+    """`lock_output_dir`, then `check()` (the output-directory check, again: a run may have ended since it was
+    made), by the main process of a (possibly distributed) run; every process raises its error, so that all of them
+    stop with the same message instead of waiting for the one that stopped."""
     error = None
     if training.process_index == 0:
         try:
             lock_output_dir(output_dir)
-        except (OutputDirBusy, ConfigurationError) as err:
+            check()
+        except (ConfigurationError, FileExistsError) as err:
             error = str(err)
     if training.world_size > 1:
         from accelerate.utils import broadcast_object_list
 
         error = broadcast_object_list([error], from_process=0)[0]
     if error is not None:
-        raise OutputDirBusy(error)
+        raise ConfigurationError(error)

@@ -347,8 +347,8 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     check_output_dir(output_dir, record, resume=True, overwrite=run.overwrite_output_dir)
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
-    lock_output_dir_once(output_dir, training)  # one run per directory, until this process ends
-    check_output_dir(output_dir, record, resume=True, overwrite=run.overwrite_output_dir)  # a run may have ended since
+    lock_output_dir_once(output_dir, training, lambda: check_output_dir(  # one run per directory from here on
+        output_dir, record, resume=True, overwrite=run.overwrite_output_dir))
     write_run_config(output_dir, record)
     tokenizer = load_tokenizer(run.tokenizer or run.model)
     runs, best, best_trainer, splits = [], None, None, None

@@ -731,9 +731,9 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             logger.warning("tensorboard is not installed (pip install 'bert-repro[train]'): not writing its logs")
             training.report_to = [r for r in training.report_to if r != "tensorboard"]
 
-    lock_output_dir_once(output_dir, training)  # one run per directory, until this process ends
-    check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir, identity=run_identity)
-    fresh = not any(p.name != RUN_LOCK for p in output_dir.iterdir())  # checked again: a run may have ended since
+    lock_output_dir_once(output_dir, training, lambda: check_output_dir(  # one run per directory from here on
+        output_dir, record, resume=resume, overwrite=run.overwrite_output_dir, identity=run_identity))
+    fresh = not any(p.name != RUN_LOCK for p in output_dir.iterdir())
     with training.main_process_first(desc="preparing pre-training data"):
         if training.process_index == 0:
             output_dir.mkdir(parents=True, exist_ok=True)
