@@ -39,14 +39,19 @@ def rank_process(launcher_pid: int, rank: int) -> int:
 def run_until_first_step(cmd: list[str], signal_pid=None) -> tuple[int, str]:
     """Start `cmd`, send SIGTERM when the first training step is logged (to `signal_pid(process pid)`, else to the
     process itself), and return its exit code and output."""
-    process = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    process = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                               start_new_session=True)
     lines = []
-    for line in process.stdout:
-        lines.append(line)
-        if "'loss'" in line:
-            os.kill(signal_pid(process.pid) if signal_pid else process.pid, signal.SIGTERM)
-            break
-    output = "".join(lines) + process.communicate(timeout=600)[0]
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if "'loss'" in line:
+                os.kill(signal_pid(process.pid) if signal_pid else process.pid, signal.SIGTERM)
+                break
+        output = "".join(lines) + process.communicate(timeout=300)[0]
+    finally:  # processes that wait for each other for ever (they disagreed on the step to stop at) end here
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
     return process.returncode, output
 
 
@@ -104,8 +109,7 @@ def test_a_signal_to_one_of_two_processes_stops_both_at_the_same_step(reference,
     root, _, double = reference
     out = root / engine
     cmd = [*LAUNCH, "--config_file", str(ROOT / "recipes" / "accelerate" / f"{engine}.yaml"),
-           "--main_process_port", "0", RECIPE, "--config", str(double), "--output_dir", str(out),
-           "--ddp_timeout", "60"]  # processes that disagreed on the step to stop at would wait for each other
+           "--main_process_port", "0", RECIPE, "--config", str(double), "--output_dir", str(out)]
     code, output = run_until_first_step(cmd, signal_pid=lambda pid: rank_process(pid, 1))
     assert code != 0, output[-3000:]  # the launcher reports the workers' exit code 75 as its own failure
     assert f"exitcode  : {STOPPED_EXIT_CODE}" in output or f"exit status {STOPPED_EXIT_CODE}" in output, output[-3000:]
