@@ -16,8 +16,8 @@ and their settings) and the Trainer's Accelerator reads it. What this module add
   `from_pretrained` reads, also when the checkpoints are sharded (SHARDED_STATE_DICT): the full state dict is
   gathered once for that save.
 - `EngineTrainer` also stops on SIGTERM / SIGUSR1 with a checkpoint (`cluster.StopOnSignal`), and stages every
-  checkpoint and final model under `.saving/` until it is complete (`cluster.publish`); a save that fails for want
-  of space is one `DiskFullError`.
+  checkpoint and final model under `.saving/` until it is complete (`cluster.publish`); a save that fails for
+  want of space is one `DiskFullError`.
 - `engine_name`: what really ran ("FSDP2", "DDP", "DeepSpeed ZeRO-2", ...), recorded in results.json so that a
   silent fall-back to another engine is visible (and tested).
 """
@@ -178,17 +178,21 @@ class EngineTrainer(Trainer):
         self.add_callback(self.stop_on_signal)
         self._staged = None  # (run directory, output_dir) while a checkpoint is being written under .saving/
 
+    def train(self, *args, **kwargs):
+        with self.stop_on_signal.handling():
+            return super().train(*args, **kwargs)
+
     def _save_checkpoint(self, model, trial) -> None:
-        """Trainer's checkpoint, written under `.saving/` of the run directory: Trainer and the callbacks' `on_save`
-        (which add their files to `args.output_dir/checkpoint-N`) write there while `args.output_dir` points to it;
-        `_maybe_log_save_evaluate` then gives the complete folder its name."""
+        """Trainer's checkpoint, written under `.saving/` of the run directory: Trainer and the callbacks'
+        `on_save` (which add their files to `args.output_dir/checkpoint-N`) write there while
+        `args.output_dir` points to it; `_maybe_log_save_evaluate` then gives the complete folder its name."""
         run_dir = Path(self._get_output_dir(trial))
         if self.args.should_save:
             shutil.rmtree(run_dir / STAGING, ignore_errors=True)  # what a killed save left
         self.accelerator.wait_for_everyone()
         self._staged = (run_dir, self.args.output_dir)
         self.args.output_dir = str(run_dir / STAGING)
-        super()._save_checkpoint(model, trial)  # its rotation sees the one staged checkpoint and deletes nothing
+        super()._save_checkpoint(model, trial)  # its rotation sees one staged checkpoint: deletes nothing
 
     def _maybe_log_save_evaluate(self, *args, **kwargs) -> None:
         try:
@@ -200,7 +204,8 @@ class EngineTrainer(Trainer):
             if self.args.should_save:
                 shutil.rmtree(run_dir / STAGING, ignore_errors=True)
             newest = checkpoints_newest_first(run_dir)
-            needed = folder_bytes(newest[0]) if newest else 3 * self._model_bytes()  # weights, Adam's 2 moments
+            # The last checkpoint's size, or the weights and Adam's two moments.
+            needed = folder_bytes(newest[0]) if newest else 3 * self._model_bytes()
             full = disk_full(err, run_dir, needed, f"checkpoint-{self.state.global_step}")
             if full is None:
                 raise
@@ -260,8 +265,8 @@ class EngineTrainer(Trainer):
 
     def save_full_model(self, output_dir: str) -> None:
         """`save_model` that always writes the whole model (`model.safetensors` + `config.json`). Every process must
-        call it: under FSDP the parameters are gathered from all of them. Written under `output_dir/.saving/` and
-        moved into `output_dir` when complete, the weights last."""
+        call it: under FSDP the parameters are gathered from all of them. Written under `output_dir/.saving/`
+        and moved into `output_dir` when complete, the weights last."""
         target = Path(output_dir)
         staging = target / STAGING
         if self.args.should_save:

@@ -40,8 +40,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Sampler
 from transformers import IntervalStrategy, TrainerCallback, TrainingArguments, set_seed
 
-from .cli import (RUN_CONFIG, RUN_LOCK, ConfigurationError, SpeedSwitches, check_output_dir, parse_with_config,
-                  pin_memory_only_with_an_accelerator, take_push_request)
+from .cli import (RUN_CONFIG, RUN_LOCK, ConfigurationError, SpeedSwitches, check_output_dir,
+                  parse_with_config, pin_memory_only_with_an_accelerator, take_push_request)
 from .checkpoints import checkpoint_problem, checkpoint_step, newest_valid_checkpoint
 from .cluster import lock_output_dir_once, stop_message
 from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
