@@ -15,13 +15,16 @@ from bert_repro.tasks.columns import TaskDataError
 from bert_repro.model.conversion import CheckpointError
 from bert_repro.training.distributed import end_processes
 from bert_repro.training.cli import ConfigurationError, quiet_load_reports
+from bert_repro.training.cluster import STOPPED_EXIT_CODE
 from bert_repro.training.finetune import run_finetuning
 
 if __name__ == "__main__":
     quiet_load_reports()
     try:
-        run_finetuning()
+        result = run_finetuning()
         end_processes()  # all processes leave together (a distributed launch)
+        if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the same command goes on
+            sys.exit(STOPPED_EXIT_CODE)
     except (ConfigurationError, CheckpointError, TaskDataError, FileExistsError, FileNotFoundError) as err:
         # A problem with what the user passed: say it plainly, without a traceback.
         print(f"finetune.py: error: {err}", file=sys.stderr)

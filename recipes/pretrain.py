@@ -12,14 +12,17 @@ import sys
 from bert_repro.model.conversion import CheckpointError
 from bert_repro.training.distributed import end_processes
 from bert_repro.training.cli import ConfigurationError, quiet_load_reports
+from bert_repro.training.cluster import STOPPED_EXIT_CODE
 from bert_repro.data.corpus import CorpusError
 from bert_repro.training.pretrain import run_pretraining
 
 if __name__ == "__main__":
     quiet_load_reports()
     try:
-        run_pretraining()
+        result = run_pretraining()
         end_processes()  # all processes leave together (a distributed launch)
+        if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the run goes on when resumed
+            sys.exit(STOPPED_EXIT_CODE)
     except (ConfigurationError, CheckpointError, CorpusError, FileExistsError, FileNotFoundError) as err:
         # A problem with what the user passed: say it plainly, without a traceback.
         print(f"pretrain.py: error: {err}", file=sys.stderr)

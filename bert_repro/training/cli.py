@@ -25,6 +25,7 @@ from transformers import HfArgumentParser
 
 
 RUN_CONFIG = "run_config.json"
+RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.training.cluster)
 
 
 class _LoadReportFilter(logging.Filter):
@@ -276,7 +277,7 @@ def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, over
     longer identifies a run (one a later version lets change on resumption) does not make an old run "different".
     """
     out = Path(output_dir)
-    if overwrite or not out.exists() or not any(out.iterdir()):
+    if overwrite or not out.exists() or not any(p.name != RUN_LOCK for p in out.iterdir()):
         return
     saved = out / RUN_CONFIG
     if not saved.exists():

@@ -15,6 +15,9 @@ and their settings) and the Trainer's Accelerator reads it. What this module add
 - `EngineTrainer.save_full_model`: the final model is always one `model.safetensors` + `config.json` that
   `from_pretrained` reads, also when the checkpoints are sharded (SHARDED_STATE_DICT): the full state dict is
   gathered once for that save.
+- `EngineTrainer` also stops on SIGTERM / SIGUSR1 with a checkpoint (`cluster.StopOnSignal`), and stages every
+  checkpoint and final model under `.saving/` until it is complete (`cluster.publish`); a save that fails for
+  want of space is one `DiskFullError`.
 - `engine_name`: what really ran ("FSDP2", "DDP", "DeepSpeed ZeRO-2", ...), recorded in results.json so that a
   silent fall-back to another engine is visible (and tested).
 """
@@ -22,10 +25,15 @@ and their settings) and the Trainer's Accelerator reads it. What this module add
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 from transformers import Trainer
+from transformers.trainer_utils import rotate_checkpoints
 
+from .checkpoints import checkpoints_newest_first
 from .cli import ConfigurationError
+from .cluster import STAGING, StopOnSignal, disk_full, folder_bytes, publish
 
 DEEPSPEED_EXTRA = "pip install 'bert-repro[deepspeed]'"
 
@@ -164,6 +172,62 @@ def enable_fsdp_on_cpu(accelerator) -> bool:
 class EngineTrainer(Trainer):
     """Trainer for every engine the accelerate configs name; both recipes train with it (see the module docstring)."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stop_on_signal = StopOnSignal(self.accelerator)
+        self.add_callback(self.stop_on_signal)
+        self._staged = None  # (run directory, output_dir) while a checkpoint is being written under .saving/
+
+    def train(self, *args, **kwargs):
+        with self.stop_on_signal.handling():
+            return super().train(*args, **kwargs)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """Trainer's checkpoint, written under `.saving/` of the run directory: Trainer and the callbacks'
+        `on_save` (which add their files to `args.output_dir/checkpoint-N`) write there while
+        `args.output_dir` points to it; `_maybe_log_save_evaluate` then gives the complete folder its name."""
+        run_dir = Path(self._get_output_dir(trial))
+        if self.args.should_save:
+            shutil.rmtree(run_dir / STAGING, ignore_errors=True)  # what a killed save left
+        self.accelerator.wait_for_everyone()
+        self._staged = (run_dir, self.args.output_dir)
+        self.args.output_dir = str(run_dir / STAGING)
+        super()._save_checkpoint(model, trial)  # its rotation sees one staged checkpoint: deletes nothing
+
+    def _maybe_log_save_evaluate(self, *args, **kwargs) -> None:
+        try:
+            super()._maybe_log_save_evaluate(*args, **kwargs)
+        except Exception as err:
+            if self._staged is None:
+                raise
+            run_dir = self._unstage()
+            if self.args.should_save:
+                shutil.rmtree(run_dir / STAGING, ignore_errors=True)
+            newest = checkpoints_newest_first(run_dir)
+            # The last checkpoint's size, or the weights and Adam's two moments.
+            needed = folder_bytes(newest[0]) if newest else 3 * self._model_bytes()
+            full = disk_full(err, run_dir, needed, f"checkpoint-{self.state.global_step}")
+            if full is None:
+                raise
+            raise full from None
+        if self._staged is not None:
+            run_dir = self._unstage()
+            self.accelerator.wait_for_everyone()  # every process's files are in
+            if self.args.should_save:
+                name = f"checkpoint-{self.state.global_step}"
+                publish(run_dir / STAGING / name, run_dir / name)
+                (run_dir / STAGING).rmdir()
+                # Only now that the new checkpoint is complete may the oldest go.
+                rotate_checkpoints(str(run_dir), self.args.save_total_limit, self.state.best_model_checkpoint)
+
+    def _unstage(self) -> Path:
+        run_dir, self.args.output_dir = self._staged
+        self._staged = None
+        return run_dir
+
+    def _model_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
         if enable_fsdp_on_cpu(self.accelerator):
@@ -201,17 +265,33 @@ class EngineTrainer(Trainer):
 
     def save_full_model(self, output_dir: str) -> None:
         """`save_model` that always writes the whole model (`model.safetensors` + `config.json`). Every process must
-        call it: under FSDP the parameters are gathered from all of them."""
+        call it: under FSDP the parameters are gathered from all of them. Written under `output_dir/.saving/`
+        and moved into `output_dir` when complete, the weights last."""
+        target = Path(output_dir)
+        staging = target / STAGING
+        if self.args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)  # what a killed save left
+        self.accelerator.wait_for_everyone()
         plugin = getattr(self.accelerator.state, "fsdp_plugin", None) if self.is_fsdp_enabled else None
         sharded = plugin is not None and "FULL_STATE_DICT" not in str(plugin.state_dict_type)
         if sharded:  # Trainer.save_model writes no weights for sharded checkpoints
             kept = plugin.state_dict_type
             plugin.set_state_dict_type("FULL_STATE_DICT")
         try:
-            self.save_model(output_dir)
+            self.save_model(str(staging))
+        except Exception as err:
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+            full = disk_full(err, target, self._model_bytes(), "the model")
+            if full is None:
+                raise
+            raise full from None
         finally:
             if sharded:
                 plugin.set_state_dict_type(kept)
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            publish(staging, target)
         self.accelerator.wait_for_everyone()
 
 

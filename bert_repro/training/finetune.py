@@ -32,6 +32,8 @@ from typing import Any
 import datasets
 from transformers import Trainer, TrainingArguments, set_seed
 
+from .checkpoints import newest_valid_checkpoint
+from .cluster import lock_output_dir_once, stop_message
 from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
 from .cli import (
     ConfigurationError,
@@ -316,7 +318,11 @@ def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments,
                             data_collator=task.kind.collator(tokenizer),
                             processing_class=tokenizer)
     start = time.time()
-    trainer.train()
+    # A run stopped by a signal left a checkpoint in its folder: it goes on from there.
+    checkpoint = newest_valid_checkpoint(run_dir)
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if trainer.stop_on_signal.stopped:
+        return {"stopped_by": trainer.stop_on_signal.stopped[0]}, trainer
     result: dict[str, Any] = {"learning_rate": lr, "seed": seed, "train_seconds": round(time.time() - start, 1),
                               "engine": trainer.engine}
     for split_name in task.eval_splits:
@@ -369,6 +375,8 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     check_output_dir(output_dir, record, resume=True, overwrite=run.overwrite_output_dir)
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
+    lock_output_dir_once(output_dir, training, lambda: check_output_dir(  # one run per directory from here on
+        output_dir, record, resume=True, overwrite=run.overwrite_output_dir))
     write_run_config(output_dir, record)
     tokenizer = load_tokenizer(run.tokenizer or run.model)
     runs, best, best_trainer, splits = [], None, None, None
@@ -382,6 +390,10 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
             else:
                 splits = splits or encode_splits(task, data, tokenizer, run)  # only when a run is left to do
                 result, trainer = one_run(task, splits, tokenizer, run, training, lr, seed, run_dir)
+                if "stopped_by" in result:  # SIGTERM / SIGUSR1: the same command continues this run
+                    if trainer.is_world_process_zero():
+                        logger.warning(stop_message(trainer.stop_on_signal, None))
+                    return result
                 done.parent.mkdir(parents=True, exist_ok=True)
                 done.write_text(json.dumps(result, indent=2))
             runs.append(result)

@@ -42,9 +42,10 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Sampler
 from transformers import IntervalStrategy, TrainerCallback, TrainingArguments, set_seed
 
-from .cli import (RUN_CONFIG, ConfigurationError, SpeedSwitches, check_output_dir, parse_with_config,
-                  pin_memory_only_with_an_accelerator, take_push_request)
+from .cli import (RUN_CONFIG, RUN_LOCK, ConfigurationError, SpeedSwitches, check_output_dir,
+                  parse_with_config, pin_memory_only_with_an_accelerator, take_push_request)
 from .checkpoints import checkpoint_problem, checkpoint_step, newest_valid_checkpoint
+from .cluster import lock_output_dir_once, stop_message
 from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
 from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, BertReproConfig, PreTrainingObjective,
                                               check_objective_switches, pretraining_objective)
@@ -770,7 +771,9 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             logger.warning("tensorboard is not installed (pip install 'bert-repro[train]'): not writing its logs")
             training.report_to = [r for r in training.report_to if r != "tensorboard"]
 
-    fresh = not output_dir.exists() or not any(output_dir.iterdir())
+    lock_output_dir_once(output_dir, training, lambda: check_output_dir(  # one run per directory from here on
+        output_dir, record, resume=resume, overwrite=run.overwrite_output_dir, identity=run_identity))
+    fresh = not any(p.name != RUN_LOCK for p in output_dir.iterdir())
     with training.main_process_first(desc="preparing pre-training data"):
         if training.process_index == 0:
             output_dir.mkdir(parents=True, exist_ok=True)
@@ -834,6 +837,11 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     start = time.time()
     result = trainer.train(resume_from_checkpoint=resume_from)
     elapsed = time.time() - start  # this invocation's
+    if trainer.stop_on_signal.stopped:
+        name, step = trainer.stop_on_signal.stopped
+        if trainer.is_world_process_zero():
+            logger.warning(stop_message(trainer.stop_on_signal, ["--resume_from_checkpoint", "true"]))
+        return {"stopped_at_step": step, "stopped_by": name}
     if trainer.state.global_step < training.max_steps:
         logger.info("stopped after step %d of %d; continue with --resume_from_checkpoint true",
                     trainer.state.global_step, training.max_steps)

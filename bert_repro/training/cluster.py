@@ -1,0 +1,247 @@
+"""What a run needs on a shared cluster: it stops cleanly when the scheduler asks, its saves are all or
+nothing, a full disk is one message, and one output directory holds one run at a time.
+
+- `StopOnSignal`: SIGTERM (what Slurm and Kubernetes send before killing a job) or SIGUSR1 (Slurm's
+  `--signal`) lets the optimizer step in progress finish, then the Trainer saves a checkpoint at that step and
+  stops. With several processes the flag is gathered from all of them at every step end, so that every rank
+  saves the same step, also when only one of them received the signal. The recipes then exit with
+  `STOPPED_EXIT_CODE`.
+- `publish`: checkpoints and final models are written under `.saving/` in their directory and moved to their
+  name only when complete (`EngineTrainer`), so a crash, a kill or a full disk leaves nothing that looks
+  complete, and rotation (`save_total_limit`) runs only after the new checkpoint has its name.
+- `disk_full`: a save that failed for want of space becomes `DiskFullError` (exit code 2) naming the
+  directory, the space the save needed and the space free. torch reports a full disk as "basic_ios::clear:
+  iostream error" or "file write failed", safetensors as its own error: so the free space is checked too.
+- `lock_output_dir`: an exclusive `flock` on `run.lock` in the output directory, held until the process ends
+  (the kernel releases it when the process dies: a killed run does not block the next), with the holder's pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import shlex
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from .cli import RUN_LOCK, ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+# sysexits.h's EX_TEMPFAIL, "a temporary failure; the user is invited to retry": the run stopped on a signal
+# after saving a checkpoint and continues with --resume_from_checkpoint true (0: finished, 1: failed, 2: a
+# user error).
+STOPPED_EXIT_CODE = 75
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# The time between the signal and the kill by default: Slurm's KillWait and Kubernetes'
+# terminationGracePeriodSeconds. A stop whose save takes longer says so.
+GRACE_SECONDS = 30
+STAGING = ".saving"
+
+
+class StopOnSignal(TrainerCallback):
+    """Turns SIGTERM / SIGUSR1 into a checkpoint at the end of the current optimizer step and a stop.
+
+    The handlers are installed while `Trainer.train` runs (`handling`): before it nothing is trained, after it
+    the run ends. `stopped` is (signal name, step) once the run stopped; `noticed` the monotonic time of the
+    signal."""
+
+    def __init__(self, accelerator):
+        self.accelerator = accelerator
+        self.received, self.noticed, self.stopped = 0, None, None
+
+    def _handle(self, signum, frame):
+        if not self.received:
+            self.received, self.noticed = signum, time.monotonic()
+
+    @contextlib.contextmanager
+    def handling(self):
+        """The handlers installed, and the previous ones back afterwards, also when training fails."""
+        if threading.current_thread() is not threading.main_thread():  # Python delivers signals there only
+            yield
+            return
+        previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        signum = self._agreed()
+        if signum and self.stopped is None:
+            self.noticed = self.noticed or time.monotonic()
+            self.stopped = (signal.Signals(signum).name, state.global_step)
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def _agreed(self) -> int:
+        """The signal any process received (the highest number), the same on every process: a collective at
+        every step end, which every process reaches at the same step."""
+        if self.accelerator.num_processes == 1:
+            return self.received
+        import torch
+
+        flags = self.accelerator.gather(torch.tensor([self.received], device=self.accelerator.device))
+        return int(flags.max().item())
+
+
+def stop_message(stop: StopOnSignal, resume: list[str] | None) -> str:
+    """The one line a stopped run logs: which signal, which step, how long the save took and how to go on.
+    `resume`: the arguments to add to this command (None: the same command continues the run)."""
+    name, step = stop.stopped
+    seconds = time.monotonic() - stop.noticed
+    line = (f"stopped by {name} at step {step} (checkpoint-{step} saved {seconds:.1f} s after the signal); "
+            f"resume with: {resume_command(resume or [])}")
+    if seconds > GRACE_SECONDS:
+        line += (f". The save took longer than the {GRACE_SECONDS} s many schedulers give before killing a "
+                 "job: ask for a longer grace period (Slurm --signal=B:TERM@SECONDS, Kubernetes "
+                 "terminationGracePeriodSeconds, TORCH_ELASTIC_SHUTDOWN_TIMEOUT under a launcher)")
+    return line
+
+
+def resume_command(extra: list[str]) -> str:
+    """This process's command with `extra` in place of the same options (their values dropped)."""
+    argv, i = [], 0
+    args = sys.argv[1:]
+    while i < len(args):
+        if args[i] in extra[::2]:
+            i += 2
+            continue
+        argv.append(args[i])
+        i += 1
+    launched = "LOCAL_RANK" in os.environ or any(k.startswith("ACCELERATE_") for k in os.environ)
+    launcher = "accelerate launch [the same launcher options] " if launched else "python "
+    return launcher + shlex.join([sys.argv[0], *argv, *extra])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Saves that are all or nothing
+# ------------------------------------------------------------------------------------------------------------
+
+
+def publish(staging: Path, target: Path) -> None:
+    """Move what `staging` holds to `target`: a staged checkpoint folder to its name (a folder of that name
+    left by an earlier, broken save is replaced), or a staged model's files into `target`, weights last so
+    that a folder with weights has the rest too."""
+    if staging.name != STAGING:  # a checkpoint folder: one rename
+        if target.exists():
+            old = target.with_name(f"{STAGING}-{target.name}-replaced")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(staging, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, target)
+        return
+    weights = ("model.safetensors", "model.safetensors.index.json")
+    for path in sorted(staging.iterdir(), key=lambda p: p.name in weights):
+        os.replace(path, target / path.name)
+    staging.rmdir()
+
+
+class DiskFullError(ConfigurationError):
+    """A save failed for want of space; the recipes print the message and exit with code 2."""
+
+
+def _says_no_space(err: BaseException | None) -> bool:
+    while err is not None:
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            return True
+        if any(text in str(err) for text in ("No space left", "StorageFull", "os error 28")):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def disk_full(err: BaseException, folder: Path, needed: int, what: str) -> DiskFullError | None:
+    """`DiskFullError` when `err` (raised while saving `what` into `folder`, its partial files already
+    removed) came from a full disk: ENOSPC, or less free space than the save needs; None for any other
+    failure."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if not _says_no_space(err) and free >= needed:
+        return None
+    return DiskFullError(
+        f"the disk holding {folder} is full: saving {what} needs about {_size(needed)} and {_size(free)} is "
+        "free. Nothing incomplete was left behind; free some space (or choose another --output_dir) and run "
+        "again (--resume_from_checkpoint true continues from the last complete checkpoint).")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# One run per output directory
+# ------------------------------------------------------------------------------------------------------------
+
+
+class OutputDirBusy(ConfigurationError):
+    """Another process holds the output directory's lock."""
+
+
+_HELD: dict[str, int] = {}  # output directory -> the lock's file descriptor, open until the process ends
+
+
+def lock_output_dir(output_dir: str | Path) -> None:
+    """Take `output_dir`'s lock for the rest of this process (creating the directory), or raise
+    `OutputDirBusy` naming the process that holds it."""
+    out = Path(output_dir)
+    if str(out.resolve()) in _HELD:
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise ConfigurationError(
+            f"cannot write to the output directory {out}: {error.strerror or error} ({error.filename}). "
+            "Choose another --output_dir, one you can write to.") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "a process that is starting"
+        os.close(fd)
+        raise OutputDirBusy(f"{out} is in use by another run ({holder}); wait for it to end, or choose "
+                            "another --output_dir.") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+              .encode(), 0)
+    _HELD[str(out.resolve())] = fd
+
+
+def lock_output_dir_once(output_dir: str | Path, training, check) -> None:
+    """`lock_output_dir`, then `check()` (the output-directory check, again: a run may have ended since it was
+    made), by the main process of a (possibly distributed) run; every process raises its error, so that all of
+    them stop with the same message instead of waiting for the one that stopped."""
+    error = None
+    if training.process_index == 0:
+        try:
+            lock_output_dir(output_dir)
+            check()
+        except (ConfigurationError, FileExistsError) as err:
+            error = str(err)
+    if training.world_size > 1:
+        from accelerate.utils import broadcast_object_list
+
+        error = broadcast_object_list([error], from_process=0)[0]
+    if error is not None:
+        raise ConfigurationError(error)
