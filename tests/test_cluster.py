@@ -119,6 +119,31 @@ def test_a_signal_to_one_of_two_processes_stops_both_at_the_same_step(reference,
     assert_resumes_to(root / "full", cmd, out, tolerance=1e-5)
 
 
+@pytest.mark.slow
+def test_a_streamed_run_with_workers_stops_where_its_workers_kept_the_position(tmp_path,
+                                                                              corpus_and_tokenizer):  # noqa: F811
+    """DataLoader workers read ahead and keep their streams' positions only at steps planned ahead: a signal
+    stops the run at the next multiple of STREAM_STOP_EVERY, with the stream's position in the checkpoint, and the
+    resumed run ends where the uninterrupted one does."""
+    from bert_repro.training.pretrain import STREAM_STOP_EVERY
+
+    corpus, tokenizer = corpus_and_tokenizer
+    steps = STREAM_STOP_EVERY + 4
+    config = write_config(tmp_path / "stream.yaml", corpus, tokenizer, streaming=True, stream_document_buffer=4,
+                          stream_shuffle_buffer=16, stream_held_out_documents=2, eval_fraction=0.0,
+                          max_steps=steps, save_steps=steps - 1, phase2_fraction=0.0, dataloader_num_workers=2)
+    launch(config, tmp_path / "full")
+    out = tmp_path / "stopped"
+    cmd = [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)]
+    code, output = run_until_first_step(cmd)
+    assert code == STOPPED_EXIT_CODE and "Traceback" not in output, output[-3000:]
+    assert f"SIGTERM received: the run stops at step {STREAM_STOP_EVERY}" in output, output[-3000:]
+    assert f"stopped by SIGTERM at step {STREAM_STOP_EVERY} " in output, output[-3000:]
+    assert [p.name for p in out.glob("checkpoint-*")] == [f"checkpoint-{STREAM_STOP_EVERY}"]
+    assert (out / f"checkpoint-{STREAM_STOP_EVERY}" / "data_state-rank0.json").exists()
+    assert_resumes_to(tmp_path / "full", cmd, out, tolerance=1e-6)
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 1 MiB tmpfs (room for the run's first checkpoint, not for a second one beside it), or None where this

@@ -344,7 +344,7 @@ def test_one_worker_reads_what_the_process_would(marked):
     source, tokenizer = str(marked[0]), marked[2]
     expected = batches_of(worker_streams(source, tokenizer, 1), 0, 12)
     first = worker_streams(source, tokenizer, 1)
-    first.plan_saves(every=5)
+    first.plan_saves(every=[5])
     assert batches_of(first, 1, 5) == expected[:5]
     resumed = worker_streams(source, tokenizer, 1)
     resumed.load_states(json.loads(first.state_text(5)))
@@ -359,7 +359,7 @@ def test_resumed_workers_give_the_uninterrupted_batches(marked, tmp_path, kind):
     stop, total = 23, 40
     expected = batches_of(worker_streams(source, tokenizer, 2), 2, total)
     first = worker_streams(source, tokenizer, 2)
-    first.plan_saves(every=10, at=[stop])
+    first.plan_saves(every=[10], at=[stop])
     head = batches_of(first, 2, stop)
     state = json.loads(first.state_text(stop))  # what the checkpoint holds
     assert [s["examples"] for s in state["streams"]] == [12 * 4, 11 * 4]

@@ -599,15 +599,16 @@ class WorkerStreams(torch.utils.data.IterableDataset):
         self.phase_batches, self.rank, self.world_size = list(phase_batches), rank, world_size
         self.first_batch = 0  # the batch this process reads next (after resuming: the first one not trained yet)
         self.states: list[dict[str, Any] | None] = [None] * streams
-        self.save_every, self.save_at = 0, frozenset()
+        self.save_every, self.save_at = (), frozenset()
         # Where workers leave positions; removed by this process at exit (workers leave with os._exit, no atexit)
         self._staging = tempfile.mkdtemp(prefix="bert_repro-stream-")
         atexit.register(shutil.rmtree, self._staging, ignore_errors=True)
         self.in_process: StreamingExamples | None = None  # the stream read without workers
 
-    def plan_saves(self, every: int = 0, at: Sequence[int] = ()) -> None:
-        """Checkpoints may be saved after every ``every`` batches of this process and after ``at`` batches."""
-        self.save_every, self.save_at = every, frozenset(at)
+    def plan_saves(self, every: Sequence[int] = (), at: Sequence[int] = ()) -> None:
+        """Checkpoints may be saved after every ``n`` batches of this process for each ``n`` in ``every`` (0: none)
+        and after ``at`` batches."""
+        self.save_every, self.save_at = tuple(n for n in every if n), frozenset(at)
 
     def stream(self, index: int) -> StreamingExamples:
         """Stream ``index`` where this object's states put it."""
@@ -649,7 +650,7 @@ class WorkerStreams(torch.utils.data.IterableDataset):
         """Whether a checkpoint may be saved after N batches with batch - streams < N <= batch: then this stream's
         state before ``batch`` is its position in that checkpoint."""
         earlier = batch - self.streams
-        return bool(self.save_every and batch // self.save_every > earlier // self.save_every) or any(
+        return any(batch // n > earlier // n for n in self.save_every) or any(
             earlier < n <= batch for n in self.save_at)
 
     def _write_state(self, stream: StreamingExamples, batch: int) -> None:
@@ -671,7 +672,11 @@ class WorkerStreams(torch.utils.data.IterableDataset):
                     raise RuntimeError(f"the worker of stream {v} kept no position for a save after batch "
                                        f"{batches}: with workers, checkpoints are saved at the planned steps only")
                 states.append(json.loads(path.read_text(encoding="utf-8")))
-                path.unlink()
+            # Positions before this save are needed no more; those just read may be by a save within `streams`
+            # batches (a periodic save and the last step's), so they stay until then.
+            for path in Path(self._staging).glob("batch*.json"):
+                if int(path.stem[len("batch"):]) < batches:
+                    path.unlink()
         given = [state["examples"] for state in states]
         if given != expected:
             raise RuntimeError(f"the streams gave {given} examples after {batches} batches of {self.batch_size}, "

@@ -59,6 +59,9 @@ class StopOnSignal(TrainerCallback):
     def __init__(self, accelerator):
         self.accelerator = accelerator
         self.received, self.noticed, self.stopped = 0, None, None
+        # The steps at which a stop may save: multiples of `stop_every` (a streamed run with DataLoader workers
+        # can save its data position only at steps planned ahead, `WorkerStreams.plan_saves`).
+        self.stop_every, self._announced = 1, False
 
     def _handle(self, signum, frame):
         if not self.received:
@@ -78,6 +81,13 @@ class StopOnSignal(TrainerCallback):
                 signal.signal(sig, handler)
 
     def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.stop_every:  # every process skips the same steps: the collective stays matched
+            if self.received and not self._announced:
+                self._announced = True
+                step = -(-state.global_step // self.stop_every) * self.stop_every
+                logger.warning("%s received: the run stops at step %d, the next step at which the stream's DataLoader "
+                               "workers keep their position", signal.Signals(self.received).name, step)
+            return control
         signum = self._agreed()
         if signum and self.stopped is None:
             self.noticed = self.noticed or time.monotonic()

@@ -301,6 +301,9 @@ def held_out_examples(eval_docs: datasets.Dataset, tokenizer, data: PreTrainingD
 
 #: Streaming without --tokenizer: a WordPiece vocabulary is trained on this many documents from the stream's start.
 STREAM_TOKENIZER_DOCUMENTS = 10_000
+# With DataLoader workers a stream's position exists only at steps planned ahead, and each costs the workers a
+# write of their state (buffers included): a stop on a signal waits for the next multiple of this many steps.
+STREAM_STOP_EVERY = 20
 
 
 def build_streaming_datasets(run, data, training, output_dir: Path, steps: list[int]):
@@ -814,7 +817,10 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         every = int(every) if every >= 1 else math.ceil(training.max_steps * every)
         start = checkpoint_step(resume_from) if resume_from else 0
         stop = start + run.stop_after_steps if run.stop_after_steps else training.max_steps
-        phases.plan_saves(every=every * per_step if training.save_strategy == "steps" else 0,
+        # A stop on a signal saves too: with workers, at the next multiple of STREAM_STOP_EVERY steps.
+        stop_every = STREAM_STOP_EVERY if training.dataloader_num_workers else 0
+        periodic = every if training.save_strategy == "steps" else 0
+        phases.plan_saves(every=[periodic * per_step, stop_every * per_step],
                           at=[stop * per_step, training.max_steps * per_step])
     if eval_dataset is None:
         training.eval_strategy = IntervalStrategy.NO
@@ -834,6 +840,8 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         phase_samples=[n * run.global_batch_size for n in steps],
         callbacks=callbacks or None,
     )
+    if run.streaming and training.dataloader_num_workers:
+        trainer.stop_on_signal.stop_every = STREAM_STOP_EVERY
     start = time.time()
     result = trainer.train(resume_from_checkpoint=resume_from)
     elapsed = time.time() - start  # this invocation's
