@@ -7,18 +7,16 @@
 #   2. the pre-training throughput benchmark, ours vs transformers' best, BASE at 128 and 512, LARGE at 128;
 #   3. a short real pre-training of the `small` preset on the shipped corpus in bf16, then a fine-tune of the
 #      result on MRPC: proof that the GPU path trains, not only that it runs;
-#   4. the studies that a CPU cannot afford (part `study`, needs GLUE=path with MRPC/ and SST-2/): does our
+#   4. the studies that a CPU cannot afford (part `study`, `benchmarks/study_gpu.sh`, reads .travel/ made by
+#      `bash benchmarks/corpus/travel.sh`: 152 MB of public-domain books and GLUE's MRPC and SST-2): does our
 #      pre-training beat random initialisation at a GPU budget (`--study pretraining`), then Table 5 at that
 #      budget, its MLM + NSP model reused (`--study table5`). Both resume: run the part again to continue.
-#      STUDY_CORPUS: the pre-training text's flags (default: the shipped corpus, 3.9 MB, which 10,000 steps of 256
-#      repeat far more than the paper repeats its own; the recipe warns): e.g. "--corpus path/to/books
-#      --document_boundary file", or a Hub dataset already in the local cache (the script runs offline).
 # Results go to $RESULTS (default runs/gpu): progress.log (one line per step: start, seconds, exit code), each
 # step's log, gpu_pretrain.json, the pre-training run with its training_curves.png, the fine-tune's results.md.
 # Every step runs under a time limit (seconds, killed when it runs over; the next step still runs), and each part
 # can be skipped:
 #   PARTS="probe tests bench train study" RESULTS=runs/gpu MRPC=path/to/glue/MRPC TRAIN_STEPS=3000 \
-#   GLUE=path/to/glue BF16=true STUDY_PRESET=mini STUDY_STEPS=10000 STUDY_SAMPLES=2000 STUDY_CORPUS= \
+#   BF16=true STUDY_PRESET=mini STUDY_STEPS=10000 \
 #   PROBE_LIMIT=300 TESTS_LIMIT=600 BENCH_LIMIT=1800 TRAIN_LIMIT=1800 STUDY_LIMIT=1500 bash benchmarks/run_gpu.sh
 # The benchmark reads real examples exported beforehand on any machine (the GPU machine needs no corpus):
 #   (cd benchmarks && python gpu_pretrain.py --export ../.gpu)
@@ -31,8 +29,7 @@ TRAIN_STEPS=${TRAIN_STEPS:-3000}
 SETTINGS=${SETTINGS:-base:128,base:512,large:128}
 PROBE_LIMIT=${PROBE_LIMIT:-300} TESTS_LIMIT=${TESTS_LIMIT:-600} BENCH_LIMIT=${BENCH_LIMIT:-1800}
 TRAIN_LIMIT=${TRAIN_LIMIT:-1800} STUDY_LIMIT=${STUDY_LIMIT:-1500}
-BF16=${BF16:-true} GLUE=${GLUE:-} STUDY_PRESET=${STUDY_PRESET:-mini} STUDY_STEPS=${STUDY_STEPS:-10000} STUDY_SAMPLES=${STUDY_SAMPLES:-2000}
-STUDY_CORPUS=${STUDY_CORPUS:-}
+BF16=${BF16:-true} STUDY_PRESET=${STUDY_PRESET:-mini} STUDY_STEPS=${STUDY_STEPS:-10000}
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 mkdir -p "$RESULTS"
 RESULTS=$(cd "$RESULTS" && pwd) EXAMPLES=$(cd "$EXAMPLES" && pwd)  # absolute: the benchmark runs in benchmarks/
@@ -99,24 +96,10 @@ if [[ " $PARTS " == *" train "* ]]; then
     fi
 fi
 if [[ " $PARTS " == *" study "* ]]; then
-    [[ -d "$GLUE/MRPC" && -d "$GLUE/SST-2" ]] || { echo "error: part study needs GLUE=dir with MRPC/ and SST-2/" >&2; exit 2; }
-    # The paper's batch of 256 x 128 tokens on the shipped corpus; fine-tuning on STUDY_SAMPLES training examples
-    # of each task with the grid that suits both small pre-trained and random weights (measured on the CPU).
-    pre="--preset $STUDY_PRESET --bf16 $BF16 --global_batch_size 256 --per_device_train_batch_size 256 \
---max_steps $STUDY_STEPS --warmup_steps $((STUDY_STEPS / 20)) --learning_rate 1e-3 --logging_steps 100 \
---eval_steps 1000 --save_steps 2000 --dataloader_num_workers 4 --disable_tqdm true${STUDY_CORPUS:+ $STUDY_CORPUS}"
-    fine="--bf16 $BF16 --learning_rates 1e-4 3e-4 1e-3 --max_train_samples $STUDY_SAMPLES --no_predict_test \
---disable_tqdm true"
-    step study_pretraining "$STUDY_LIMIT" python recipes/study.py --study pretraining --data_root "$GLUE" \
-        --output_dir "$RESULTS/study_pretraining" --pretrain_config recipes/configs/quickstart.yaml \
-        --pretrain_args "$pre" --finetune_args "$fine"
-    cat "$RESULTS/study_pretraining/study.md" 2>/dev/null
-    if [[ -f "$RESULTS/study_pretraining/pretrain/pretrained/model.safetensors" ]]; then
-        step study_table5 "$STUDY_LIMIT" python recipes/study.py --study table5 --data_root "$GLUE" \
-            --tasks mrpc sst2 --output_dir "$RESULTS/study_table5" \
-            --reuse "mlm_nsp=$RESULTS/study_pretraining/pretrain/pretrained" \
-            --pretrain_config recipes/configs/quickstart.yaml --pretrain_args "$pre" --finetune_args "$fine"
-        cat "$RESULTS/study_table5/study.md" 2>/dev/null
-    fi
+    for study in pretraining table5; do
+        step "study_$study" "$STUDY_LIMIT" env STUDY=$study RESULTS="$RESULTS" PRESET="$STUDY_PRESET" \
+            STEPS="$STUDY_STEPS" BF16="$BF16" bash benchmarks/study_gpu.sh
+        cat "$RESULTS/study_$study/study.md" 2>/dev/null
+    done
 fi
 exit $status

@@ -6,12 +6,13 @@
 # pre-training text, verified first, and glue/MRPC, glue/SST-2, fine-tuned on their full training sets. Writes
 # $RESULTS/study_$STUDY/study.md, study.json and study.png. A command cut by a time limit resumes when run again:
 # finished runs are kept, an interrupted pre-training continues from its last checkpoint (every SAVE_STEPS steps).
-# The budget, GPU defaults: PRESET=mini STEPS=10000 of BATCH=256 sequences of 128 tokens (MICRO per device), bf16.
-# tests/test_study.py runs this same script on the CPU at a tiny budget and fixture text (a dry run).
+# The budget, GPU defaults: PRESET=mini STEPS=10000 of BATCH=256 sequences of 128 tokens (MICRO per device), bf16;
+# fine-tuning grid LEARNING_RATES="1e-4 3e-4 1e-3" (fewer rates: less time, benchmarks/README.md "GPU").
+# tests/test_travel.py runs this same script on the CPU at a tiny budget and fixture text (a dry run).
 set -euo pipefail
 STUDY=${STUDY:-pretraining} TRAVEL=${TRAVEL:-.travel} RESULTS=${RESULTS:-runs/gpu} PYTHON=${PYTHON:-python}
 PRESET=${PRESET:-mini} STEPS=${STEPS:-10000} BATCH=${BATCH:-256} MICRO=${MICRO:-256} BF16=${BF16:-true}
-SAVE_STEPS=${SAVE_STEPS:-1000} WORKERS=${WORKERS:-4}
+SAVE_STEPS=${SAVE_STEPS:-1000} WORKERS=${WORKERS:-4} LEARNING_RATES=${LEARNING_RATES:-1e-4 3e-4 1e-3}
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 "$PYTHON" -m bert_repro.data.travel_corpus --check "$TRAVEL/books"
 # The paper's masking passes (dupe_factor 10): 10,000 steps of 256 then show each example about once. The learning
@@ -20,7 +21,7 @@ pre="--preset $PRESET --corpus $TRAVEL/books/corpus.parquet --tokenizer $TRAVEL/
 --bf16 $BF16 --global_batch_size $BATCH --per_device_train_batch_size $MICRO --max_steps $STEPS \
 --warmup_steps $((STEPS / 20)) --learning_rate 1e-3 --logging_steps 100 --eval_steps 1000 --save_steps $SAVE_STEPS \
 --dataloader_num_workers $WORKERS --disable_tqdm true"
-fine="--bf16 $BF16 --learning_rates 1e-4 3e-4 1e-3 --no_predict_test --disable_tqdm true"
+fine="--bf16 $BF16 --learning_rates $LEARNING_RATES --no_predict_test --disable_tqdm true"
 case $STUDY in
     pretraining) more=() ;;
     table5)
