@@ -90,15 +90,15 @@ def test_gutenberg_books_keep_only_the_text_between_the_start_and_end_lines(tmp_
 
 @pytest.mark.slow
 def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
-    """benchmarks/study_gpu.sh as the GPU machine runs it (both studies, the travel folder, bf16, dupe factor 10,
-    the fine-tuning grid on the full training sets), only the model size and the steps tiny."""
+    """benchmarks/study_gpu.sh as the GPU machine runs it (both studies, the travel folder, the pre-training
+    flags, the fine-tuning on the full training sets), only the model, the steps and the grid tiny, and bf16 off:
+    it needs CUDA (or --use_cpu), the one thing the GPU alone checks."""
     root, _, _ = travelled
     env = {**os.environ, "PYTHON": sys.executable, "TRAVEL": str(root / ".travel"), "RESULTS": str(root / "runs"),
-           "PRESET": "tiny", "STEPS": "2", "BATCH": "8", "MICRO": "8",
-           "BF16": "false"}  # bf16 needs CUDA (or --use_cpu): the one flag the GPU alone checks
+           "PRESET": "tiny", "STEPS": "2", "BATCH": "8", "MICRO": "8", "BF16": "false", "LEARNING_RATES": "1e-3"}
     for study, rows in (("pretraining", ["pretrained", "random"]), ("table5", ["mlm_nsp", "mlm", "ltr", "ltr_bilstm"])):
         done = subprocess.run(["bash", "benchmarks/study_gpu.sh"], cwd=ROOT, env={**env, "STUDY": study},
-                              capture_output=True, text=True, timeout=900)
+                              capture_output=True, text=True, timeout=1800)
         assert done.returncode == 0, done.stderr[-3000:]
         out = root / "runs" / f"study_{study}"
         saved = json.loads((out / "study.json").read_text())
