@@ -24,8 +24,9 @@ def _books(folder: Path, n: int = 8, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     texts = []
     for d in range(n):
-        text = "\n\n".join(" ".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
-                                    for _ in range(6)) for _ in range(4)) + "\n"
+        sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
+                     for _ in range(24)]
+        text = "\n\n".join(" ".join(sentences[i : i + 6]) for i in range(0, 24, 6)) + "\n"
         (folder / f"book{d}.txt").write_text(text)
         texts.append(text)
     (folder / "SOURCES.tsv").write_text("file\tlicence\nbook0.txt\tpublic domain\n")  # not text to train on
@@ -34,8 +35,8 @@ def _books(folder: Path, n: int = 8, seed: int = 0) -> list[str]:
 
 @pytest.fixture(scope="module")
 def travelled(tmp_path_factory):
-    """A travel folder as benchmarks/corpus/travel.sh lays it out: books/ built from fixture text, glue/ with the
-    training and dev files of MRPC and SST-2 only."""
+    """A travel folder as benchmarks/corpus/travel.sh lays it out: books/ built from fixture text, glue/ with
+    the training and dev files of MRPC and SST-2 only."""
     from test_task_data import GLUE_FIXTURES, write
 
     root = tmp_path_factory.mktemp("travel")
@@ -82,8 +83,9 @@ def test_gutenberg_books_keep_only_the_text_between_the_start_and_end_lines(tmp_
         from gutenberg_books import book_text
     finally:
         sys.path.pop(0)
-    raw = ("The Project Gutenberg EBook of Emma\n\nRelease Date: 1994\n\n*** START OF THIS PROJECT GUTENBERG EBOOK "
-           "EMMA ***\n\n\nEMMA\n\nBy Jane Austen\n\n*** END OF THIS PROJECT GUTENBERG EBOOK EMMA ***\n\nLicence.\n")
+    raw = ("The Project Gutenberg EBook of Emma\n\nRelease Date: 1994\n\n"
+           "*** START OF THIS PROJECT GUTENBERG EBOOK EMMA ***\n\n\nEMMA\n\nBy Jane Austen\n\n"
+           "*** END OF THIS PROJECT GUTENBERG EBOOK EMMA ***\n\nLicence.\n")
     assert book_text(raw) == "EMMA\n\nBy Jane Austen\n"
     assert book_text("A file without the lines.\n") is None
 
@@ -91,12 +93,14 @@ def test_gutenberg_books_keep_only_the_text_between_the_start_and_end_lines(tmp_
 @pytest.mark.slow
 def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
     """benchmarks/study_gpu.sh as the GPU machine runs it (both studies, the travel folder, the pre-training
-    flags, the fine-tuning on the full training sets), only the model, the steps and the grid tiny, and bf16 off:
-    it needs CUDA (or --use_cpu), the one thing the GPU alone checks."""
+    flags, the fine-tuning on the full training sets), only the model, the steps and the grid tiny, and bf16
+    off: it needs CUDA (or --use_cpu), the one thing the GPU alone checks."""
     root, _, _ = travelled
-    env = {**os.environ, "PYTHON": sys.executable, "TRAVEL": str(root / ".travel"), "RESULTS": str(root / "runs"),
-           "PRESET": "tiny", "STEPS": "2", "BATCH": "8", "MICRO": "8", "BF16": "false", "LEARNING_RATES": "1e-3"}
-    for study, rows in (("pretraining", ["pretrained", "random"]), ("table5", ["mlm_nsp", "mlm", "ltr", "ltr_bilstm"])):
+    env = {**os.environ, "PYTHON": sys.executable, "TRAVEL": str(root / ".travel"),
+           "RESULTS": str(root / "runs"), "PRESET": "tiny", "STEPS": "2", "BATCH": "8", "MICRO": "8",
+           "BF16": "false", "LEARNING_RATES": "1e-3"}
+    studies = (("pretraining", ["pretrained", "random"]), ("table5", ["mlm_nsp", "mlm", "ltr", "ltr_bilstm"]))
+    for study, rows in studies:
         done = subprocess.run(["bash", "benchmarks/study_gpu.sh"], cwd=ROOT, env={**env, "STUDY": study},
                               capture_output=True, text=True, timeout=1800)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -105,8 +109,8 @@ def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
         assert [r["variant"] for r in saved["rows"]] == rows
         assert all(c["ours"] is not None for r in saved["rows"] for c in r["cells"].values())
         assert (out / "study.md").is_file() and (out / "study.png").is_file()
-    pretrained = json.loads((root / "runs" / "study_pretraining" / "pretrain" / "pretrained" / "run_config.json")
-                            .read_text())
+    run = root / "runs" / "study_pretraining" / "pretrain" / "pretrained"
+    pretrained = json.loads((run / "run_config.json").read_text())
     assert "corpus.parquet" in json.dumps(pretrained) and '"dupe_factor": 10' in json.dumps(pretrained)
     # table5 reused the pre-trained model of the first study instead of training its own
     assert not (root / "runs" / "study_table5" / "pretrain" / "mlm_nsp").exists()

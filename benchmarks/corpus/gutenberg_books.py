@@ -1,6 +1,6 @@
 """Pick public-domain English books from a checkout of a Project Gutenberg collection, boilerplate removed.
 
-    python benchmarks/corpus/gutenberg_books.py path/to/Gutenberg_Text path/to/books --author_mb 3.5
+    python benchmarks/corpus/gutenberg_books.py path/to/Gutenberg_Text path/to/books --author_mb 3.0
 
 The collection read is one folder per author ("Austen, Jane/Emma.txt"), as in the GitHub repository
 rcdm-uga/Gutenberg_Text (Project Gutenberg's 100 most read authors of one day, English texts only; README.md
@@ -9,9 +9,9 @@ of this project, "A corpus that travels", names the commit). Only works written 
 Gutenberg's own test) and wherever copyright lasts the author's life + 70 years or less; translations are left
 out (a translator's copyright is a second one to check). Each author gives books in the order of their names
 until `--author_mb` of text, so that no author dominates. From each book the Project Gutenberg header, licence
-and footer are removed (only the text between its START and END lines is kept; a file without them is skipped),
-and a book already taken (the same text) is not taken twice. Writes one .txt per book and SOURCES.tsv (author,
-died, file, source path, bytes, sha256 of the text kept).
+and footer are removed (only the text between its START and END lines is kept; a file without them is
+skipped), and a book already taken (the same text) is not taken twice. Writes one .txt per book and
+SOURCES.tsv (author, died, file, source path, bytes, sha256 of the text kept).
 """
 
 import argparse
@@ -22,19 +22,20 @@ from pathlib import Path
 
 # Folder name in the collection -> year of death. English-language authors only.
 AUTHORS = {
-    "Alcott, Louisa May": 1888, "Alger, Horatio, Jr.": 1899, "Austen, Jane": 1817, "Barrie, J. M. (James Matthew)": 1937,
-    "Baum, L. Frank (Lyman Frank)": 1919, "Blackwood, Algernon": 1951, "Brontë, Charlotte": 1855,
-    "Burnett, Frances Hodgson": 1924, "Burroughs, Edgar Rice": 1950, "Burton, Richard Francis, Sir": 1890,
-    "Carroll, Lewis": 1898, "Chesterton, G. K. (Gilbert Keith)": 1936, "Collins, Wilkie": 1889, "Conrad, Joseph": 1924,
-    "Darwin, Charles": 1882, "Defoe, Daniel": 1731, "Dickens, Charles": 1870, "Doyle, Arthur Conan": 1930,
-    "Franklin, Benjamin": 1790, "Gibbon, Edward": 1794, "Hardy, Thomas": 1928, "Hawthorne, Nathaniel": 1864,
-    "Henty, G. A. (George Alfred)": 1902, "Irving, Washington": 1859, "James, Henry": 1916, "Joyce, James": 1941,
-    "Kipling, Rudyard": 1936, "Lang, Andrew": 1912, "London, Jack": 1916, "Melville, Herman": 1891,
-    "Milton, John": 1674, "Montgomery, L. M. (Lucy Maud)": 1942, "Nesbit, E. (Edith)": 1924, "Poe, Edgar Allan": 1849,
-    "Pope, Alexander": 1744, "Scott, Walter": 1832, "Shakespeare, William": 1616, "Shelley, Mary Wollstonecraft": 1851,
-    "Stevenson, Robert Louis": 1894, "Stoker, Bram": 1912, "Swift, Jonathan": 1745, "Thoreau, Henry David": 1862,
-    "Trollope, Anthony": 1882, "Twain, Mark": 1910, "Wells, H. G. (Herbert George)": 1946, "Wharton, Edith": 1937,
-    "Wilde, Oscar": 1900,
+    "Alcott, Louisa May": 1888, "Alger, Horatio, Jr.": 1899, "Austen, Jane": 1817,
+    "Barrie, J. M. (James Matthew)": 1937, "Baum, L. Frank (Lyman Frank)": 1919, "Blackwood, Algernon": 1951,
+    "Brontë, Charlotte": 1855, "Burnett, Frances Hodgson": 1924, "Burroughs, Edgar Rice": 1950,
+    "Burton, Richard Francis, Sir": 1890, "Carroll, Lewis": 1898, "Chesterton, G. K. (Gilbert Keith)": 1936,
+    "Collins, Wilkie": 1889, "Conrad, Joseph": 1924, "Darwin, Charles": 1882, "Defoe, Daniel": 1731,
+    "Dickens, Charles": 1870, "Doyle, Arthur Conan": 1930, "Franklin, Benjamin": 1790, "Gibbon, Edward": 1794,
+    "Hardy, Thomas": 1928, "Hawthorne, Nathaniel": 1864, "Henty, G. A. (George Alfred)": 1902,
+    "Irving, Washington": 1859, "James, Henry": 1916, "Joyce, James": 1941, "Kipling, Rudyard": 1936,
+    "Lang, Andrew": 1912, "London, Jack": 1916, "Melville, Herman": 1891, "Milton, John": 1674,
+    "Montgomery, L. M. (Lucy Maud)": 1942, "Nesbit, E. (Edith)": 1924, "Poe, Edgar Allan": 1849,
+    "Pope, Alexander": 1744, "Scott, Walter": 1832, "Shakespeare, William": 1616,
+    "Shelley, Mary Wollstonecraft": 1851, "Stevenson, Robert Louis": 1894, "Stoker, Bram": 1912,
+    "Swift, Jonathan": 1745, "Thoreau, Henry David": 1862, "Trollope, Anthony": 1882, "Twain, Mark": 1910,
+    "Wells, H. G. (Herbert George)": 1946, "Wharton, Edith": 1937, "Wilde, Oscar": 1900,
 }
 START = re.compile(r"^\*\*\* ?START OF (THIS|THE) PROJECT GUTENBERG", re.IGNORECASE | re.MULTILINE)
 END = re.compile(r"^\*\*\* ?END OF (THIS|THE) PROJECT GUTENBERG|^End of (the )?Project Gutenberg",
@@ -54,7 +55,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("collection", type=Path, help="a checkout of the collection (one folder per author)")
     parser.add_argument("output", type=Path, help="where the books go (a new or empty folder)")
-    parser.add_argument("--author_mb", type=float, default=3.5, help="text taken from each author, in MB")
+    parser.add_argument("--author_mb", type=float, default=3.0, help="text taken from each author, in MB")
     args = parser.parse_args()
     missing = [a for a in AUTHORS if not (args.collection / a).is_dir()]
     if missing:
@@ -80,8 +81,10 @@ def main() -> int:
             name = f"{len(rows):04d}-{re.sub(r'[^A-Za-z0-9]+', '-', path.stem)[:60].strip('-')}.txt"
             (args.output / name).write_text(text, encoding="utf-8")
             taken += len(text.encode())
-            rows.append(f"{author}\t{died}\t{name}\t{path.relative_to(args.collection)}\t{len(text.encode())}\t{digest}")
-    (args.output / "SOURCES.tsv").write_text("author\tdied\tfile\tsource\tbytes\tsha256\n" + "\n".join(rows) + "\n")
+            source = path.relative_to(args.collection)
+            rows.append(f"{author}\t{died}\t{name}\t{source}\t{len(text.encode())}\t{digest}")
+    header = "author\tdied\tfile\tsource\tbytes\tsha256\n"
+    (args.output / "SOURCES.tsv").write_text(header + "\n".join(rows) + "\n")
     total = sum(int(r.split("\t")[4]) for r in rows)
     print(f"{len(rows)} books from {len(AUTHORS)} authors, {total / 1e6:.1f} MB, in {args.output} "
           f"({skipped} files skipped: no Project Gutenberg START/END lines, or a text already taken)")

@@ -8,16 +8,17 @@ vocabulary and a manifest, small enough to go with the code to a machine without
 
 Writes into the output folder (new or empty):
 - `corpus.parquet`: one row per document (`text`), Zstandard level 19. Documents are whole (document
-  boundaries as `load_corpus` reads them) and their text unchanged, so the pre-training recipe splits sentences
-  and builds its examples there as it does from the text files: `--corpus` reads the file like any Parquet corpus.
-  Compressed text rather than token ids: on English books it is as small (3.5x against about 1.5x for 16-bit ids,
-  benchmarks/README.md) and leaves sentence splitting, NSP and masking to the recipe's own options.
-- `tokenizer/`: a WordPiece vocabulary trained on the whole text (`--tokenizer`), so that the machine it travels to
-  trains none, and `tokens` below is exact.
-- `manifest.json`: the command, the provenance given, each source file's size and sha256, the documents, bytes and
-  WordPiece tokens of the text, and the sha256 of `corpus.parquet`, which `--check` verifies (a copy cut short
-  stops the run with one message instead of a Parquet error later). A `SOURCES.tsv` in the input folder (a list of
-  the sources and their licences) is copied beside it.
+  boundaries as `load_corpus` reads them) and their text unchanged, so the pre-training recipe splits
+  sentences and builds its examples there as it does from the text files: `--corpus` reads the file like any
+  Parquet corpus. Compressed text rather than token ids: it leaves sentence splitting, NSP and masking to the
+  recipe's own options, and it is small: 3.5 times smaller than the text (benchmarks/README.md), where 16-bit
+  ids (2 bytes per 4.45 bytes of text) start 2.2 times smaller, before any compression.
+- `tokenizer/`: a WordPiece vocabulary trained on the whole text (`--tokenizer`), so that the machine it
+  travels to trains none, and `tokens` below is exact.
+- `manifest.json`: the command, the provenance given, each source file's size and sha256, the documents, bytes
+  and WordPiece tokens of the text, and the sha256 of `corpus.parquet`, which `--check` verifies (a copy cut
+  short stops the run with one message instead of a Parquet error later). A `SOURCES.tsv` in the input folder
+  (a list of the sources and their licences) is copied beside it.
 
 Only `*.txt` files below the folder are read (a `SOURCES.tsv` or README beside them is not text to train on).
 """
@@ -61,16 +62,19 @@ def count_tokens(tokenizer, texts, batch: int = 16) -> int:
 
 def build(source: Path, output: Path, *, document_boundary: str = "file", vocab_size: int = 30522,
           lowercase: bool = True, provenance: str = "", command: list[str] | None = None) -> dict:
-    """Write corpus.parquet, tokenizer/ and manifest.json into `output` from the *.txt files below `source`."""
+    """Write corpus.parquet, tokenizer/ and manifest.json into `output` from the *.txt files below
+    `source`."""
     files = sorted(p for p in source.rglob("*.txt") if p.is_file()) if source.is_dir() else []
     if not files:
         raise CorpusError(f"{source}: no .txt files below it (pass the folder that holds the text files).")
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise CorpusError(f"{output} exists and is not an empty folder: pass a new one (nothing is overwritten).")
+        raise CorpusError(f"{output} exists and is not an empty folder: pass a new one (nothing is "
+                          "overwritten).")
     documents = load_corpus([str(f) for f in files], document_boundary=document_boundary).flatten_indices()
     texts = documents["text"]
     output.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_wordpiece(iterator=texts, vocab_size=vocab_size, lowercase=lowercase, show_progress=False)
+    tokenizer = train_wordpiece(iterator=texts, vocab_size=vocab_size, lowercase=lowercase,
+                                show_progress=False)
     save_tokenizer(tokenizer, output / TOKENIZER_DIR)
     pq.write_table(pa.table({"text": texts}), output / CORPUS_FILE, compression="zstd",
                    compression_level=COMPRESSION_LEVEL, use_dictionary=False)
@@ -95,7 +99,8 @@ def build(source: Path, output: Path, *, document_boundary: str = "file", vocab_
 
 
 def check(folder: Path) -> dict:
-    """The manifest of a travelled corpus whose files arrived whole; CorpusError naming what is wrong otherwise."""
+    """The manifest of a travelled corpus whose files arrived whole; CorpusError naming what is wrong
+    otherwise."""
     manifest_path = folder / MANIFEST_FILE
     if not manifest_path.is_file():
         raise CorpusError(f"{folder} holds no {MANIFEST_FILE}: not a corpus built by python -m "
@@ -104,8 +109,9 @@ def check(folder: Path) -> dict:
     corpus = folder / manifest["corpus"]["file"]
     if not corpus.is_file() or sha256(corpus) != manifest["corpus"]["sha256"]:
         size = corpus.stat().st_size if corpus.is_file() else 0
-        raise CorpusError(f"{corpus}: missing or not the file built ({size} bytes, {manifest['corpus']['bytes']} "
-                          "expected, sha256 differs): copy it again.")
+        expected = manifest["corpus"]["bytes"]
+        raise CorpusError(f"{corpus}: missing or not the file built ({size} bytes, {expected} expected, "
+                          "sha256 differs): copy it again.")
     if not (folder / TOKENIZER_DIR / "tokenizer.json").is_file():
         raise CorpusError(f"{folder / TOKENIZER_DIR} holds no tokenizer.json: copy the folder again.")
     return manifest
@@ -116,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("source", type=Path, nargs="?", help="a folder of .txt files")
     parser.add_argument("output", type=Path, nargs="?", help="the folder to write (new or empty)")
-    parser.add_argument("--check", type=Path, metavar="FOLDER", help="verify a built folder instead of building")
+    parser.add_argument("--check", type=Path, metavar="FOLDER",
+                        help="verify a built folder instead of building")
     parser.add_argument("--document_boundary", default="file", choices=["file", "blank_line"],
                         help="one document per file (books), or a blank line between documents")
     parser.add_argument("--vocab_size", type=int, default=30522, help="WordPiece vocabulary size")
