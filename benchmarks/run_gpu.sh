@@ -11,11 +11,10 @@
 #          at 128 and 512, LARGE at 128): ours against transformers' best (SDPA, bf16, compiled).
 #   train  a short real pre-training of the `small` preset on the shipped corpus in bf16, with BERT's
 #          vocabulary, then an MRPC fine-tune of it (.gpu/MRPC or MRPC=path).
-#   study  (not by default; GLUE=path with MRPC/ and SST-2/) what a CPU cannot afford: our pre-training
-#          against random initialisation at a GPU budget (`--study pretraining`), then Table 5 at that
-#          budget, its MLM + NSP model reused (`--study table5`). Both resume: run the part again.
-#          STUDY_CORPUS: the pre-training text's flags (default: the shipped corpus, which 10,000 steps of
-#          256 repeat far more than the paper repeats its own), e.g. "--corpus path --document_boundary file".
+#   study  (not by default; .travel/ from `bash benchmarks/corpus/travel.sh`, carried along) what a CPU
+#          cannot afford: our pre-training against random initialisation at a GPU budget on 152 MB of
+#          public-domain books (`--study pretraining`), then Table 5 at that budget, its MLM + NSP model
+#          reused (`--study table5`), by benchmarks/study_gpu.sh. Both resume: run the part again.
 # Nothing reaches a network: the Hub, datasets, pip (no index) and telemetry are offline. Every step,
 # nvidia-smi and the first imports included, runs in its own session under `timeout -s KILL`; what it leaves
 # running is killed with it. The whole keeps to BUDGET seconds: each step's limit is its weight's share of
@@ -31,10 +30,10 @@
 #   PARTS="probe tests bench train" BUDGET=540 RESULTS=runs/gpu OUT=$RESULTS KIT=.gpu EXAMPLES=$KIT
 #   MRPC=$KIT/MRPC SITE=/tmp/bert_repro_site (the wheels) PYTHON (tried before python3,
 #   /opt/torch/.venv/bin/python3 and python) SETTINGS=base:128,base:512,large:128 VARIANTS (the benchmark's,
-#   in order) TRAIN_STEPS=1000 BF16=true GLUE= STUDY_PRESET=mini STUDY_STEPS=10000 STUDY_SAMPLES=2000
-#   STUDY_CORPUS= PROBE_LIMIT=90 and TESTS_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, STUDY_LIMIT: caps on a step's
+#   in order) TRAIN_STEPS=1000 BF16=true TRAVEL=.travel STUDY_PRESET=mini STUDY_STEPS=10000
+#   PROBE_LIMIT=90 and TESTS_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, STUDY_LIMIT: caps on a step's
 #   limit (seconds). DRY_RUN=1: without CUDA, every part at tiny sizes on the CPU (checks the kit anywhere).
-# With time to spare, e.g.: BUDGET=7200 PARTS=study GLUE=path/to/glue bash benchmarks/run_gpu.sh
+# With time to spare, e.g.: BUDGET=7200 PARTS=study bash benchmarks/run_gpu.sh
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 ROOT=$PWD
@@ -49,8 +48,8 @@ SETTINGS=${SETTINGS:-base:128,base:512,large:128}
 # transformers' best first (the ratio's denominator), ours compiled, then the others while time is left
 VARIANTS=${VARIANTS:-transformers sdpa bf16 compile,ours sparse bf16 compile,transformers sdpa bf16,\
 ours packed sparse bf16 compile,ours}
-TRAIN_STEPS=${TRAIN_STEPS:-1000} BF16=${BF16:-true} GLUE=${GLUE:-} STUDY_PRESET=${STUDY_PRESET:-mini}
-STUDY_STEPS=${STUDY_STEPS:-10000} STUDY_SAMPLES=${STUDY_SAMPLES:-2000} STUDY_CORPUS=${STUDY_CORPUS:-}
+TRAIN_STEPS=${TRAIN_STEPS:-1000} BF16=${BF16:-true} TRAVEL=${TRAVEL:-.travel} STUDY_PRESET=${STUDY_PRESET:-mini}
+STUDY_STEPS=${STUDY_STEPS:-10000} STUDY_BATCH=${STUDY_BATCH:-256}
 PROBE_LIMIT=${PROBE_LIMIT:-90} TESTS_LIMIT=${TESTS_LIMIT:-3600} BENCH_LIMIT=${BENCH_LIMIT:-3600}
 TRAIN_LIMIT=${TRAIN_LIMIT:-3600} STUDY_LIMIT=${STUDY_LIMIT:-36000} DRY_RUN=${DRY_RUN:-0}
 SITE=${SITE:-/tmp/bert_repro_site}
@@ -182,6 +181,7 @@ elif ((DRY_RUN)); then
     log "no CUDA: DRY_RUN=1, every part at tiny sizes on the CPU"
     SETTINGS=tiny:128 TRAIN_STEPS=4 VARIANTS="transformers sdpa bf16,ours sdpa bf16" PRESET=tiny BATCH=8
     DEVICE=(--device cpu) BENCH=(--batch_128 1 --steps 1 --warmup 1 --rounds 1) BF16=false
+    STUDY_PRESET=tiny STUDY_STEPS=2 STUDY_BATCH=8
     PRE=(--use_cpu true --corpus recipes/data/quickstart_corpus/state_union --num_proc 2 --logging_steps 1
         --eval_steps 2 --eval_max_examples 32)
     FINE=(--use_cpu true --max_train_samples 64 --max_eval_samples 64 --num_train_epochs 1)
@@ -237,28 +237,20 @@ if has train; then
     else log "skip mrpc: budget spent"; fi
 fi
 if has study; then
-    if [[ ! -d $GLUE/MRPC || ! -d $GLUE/SST-2 ]]; then
-        log "skip study: needs GLUE=dir with MRPC/ and SST-2/"
+    if [[ ! -f $TRAVEL/books/manifest.json ]]; then
+        log "skip study: needs $TRAVEL/books and $TRAVEL/glue (bash benchmarks/corpus/travel.sh, carried along)"
         status=1
     else
-        # The paper's batch of 256 x 128 tokens on the shipped corpus; fine-tuning on STUDY_SAMPLES training
-        # examples of each task with the grid that suits both small pre-trained and random weights (measured
-        # on the CPU).
-        pre="--preset $STUDY_PRESET --bf16 $BF16 --global_batch_size 256 --per_device_train_batch_size 256 \
---max_steps $STUDY_STEPS --warmup_steps $((STUDY_STEPS / 20)) --learning_rate 1e-3 --logging_steps 100 \
---eval_steps 1000 --save_steps 2000 --dataloader_num_workers 4 --disable_tqdm true${STUDY_CORPUS:+ $STUDY_CORPUS}"
-        fine="--bf16 $BF16 --learning_rates 1e-4 3e-4 1e-3 --max_train_samples $STUDY_SAMPLES --no_predict_test \
---disable_tqdm true"
+        # benchmarks/study_gpu.sh: the travelling books, the full SST-2 and MRPC training sets; it resumes.
         share 60 "$STUDY_LIMIT"
-        ((L)) && step study_pretraining "$L" "$PY" recipes/study.py --study pretraining --data_root "$GLUE" \
-            --output_dir "$RESULTS/study_pretraining" --pretrain_config recipes/configs/quickstart.yaml \
-            --pretrain_args "$pre" --finetune_args "$fine"
+        ((L)) && step study_pretraining "$L" env STUDY=pretraining TRAVEL="$TRAVEL" RESULTS="$RESULTS" PYTHON="$PY" \
+            PRESET="$STUDY_PRESET" STEPS="$STUDY_STEPS" BATCH="$STUDY_BATCH" MICRO="$STUDY_BATCH" BF16="$BF16" \
+            bash benchmarks/study_gpu.sh
         share 60 "$STUDY_LIMIT"
         if [[ -f $RESULTS/study_pretraining/pretrain/pretrained/model.safetensors ]] && ((L)); then
-            step study_table5 "$L" "$PY" recipes/study.py --study table5 --data_root "$GLUE" \
-                --tasks mrpc sst2 --output_dir "$RESULTS/study_table5" \
-                --reuse "mlm_nsp=$RESULTS/study_pretraining/pretrain/pretrained" \
-                --pretrain_config recipes/configs/quickstart.yaml --pretrain_args "$pre" --finetune_args "$fine"
+            step study_table5 "$L" env STUDY=table5 TRAVEL="$TRAVEL" RESULTS="$RESULTS" PYTHON="$PY" \
+                PRESET="$STUDY_PRESET" STEPS="$STUDY_STEPS" BATCH="$STUDY_BATCH" MICRO="$STUDY_BATCH" BF16="$BF16" \
+            bash benchmarks/study_gpu.sh
         fi
     fi
 fi
