@@ -14,6 +14,7 @@ import pytest
 import torch
 from conftest import padded_batch, tiny_config
 from hub_server import LocalHub, local_hub  # noqa: F401  (fixture)
+from test_finetuning import tiny_model  # noqa: F401  (fixture)
 from test_pretraining import corpus_and_tokenizer  # noqa: F401  (fixture)
 
 from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
@@ -242,7 +243,7 @@ def test_push_advice_fits_the_cause(tmp_path, tokenizer):
 
 
 @pytest.mark.parametrize("case", ["refused token", "offline", "invalid id"])
-def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case):
+def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case, tiny_model):  # noqa: F811
     """--push_to_hub fails in seconds, before any data or training, with advice that fits the cause."""
     from test_finetuning import fixture_files
     from test_task_data import write
@@ -255,7 +256,7 @@ def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case):
             env["HF_HUB_OFFLINE"] = "1"
         out = tmp_path / "out"
         result = run([sys.executable, str(ROOT / "recipes" / "finetune.py"), "--task", "mrpc", "--model",
-                      str(tmp_path / "no-model-needed"), "--data", str(data), "--output_dir", str(out),
+                      str(tiny_model), "--data", str(data), "--output_dir", str(out),
                       "--push_to_hub", "true", "--hub_model_id", repo_id], env, check=False)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
