@@ -539,10 +539,10 @@ MODEL_DIR = Path(modeling.__file__).parent
 
 
 def test_model_file_holds_no_speed_machinery():
-    """No autograd.Function, no private torch API, at most 800 lines, and no sibling imported but the config
-    (at the top) and `speed_paths` (lazily, inside the methods that install or compile)."""
+    """No autograd.Function, no private torch API, and no sibling imported but the config (at the top) and
+    `speed_paths` (lazily, inside the methods that install or compile). No line budget: the file is as long as
+    plain code needs."""
     source = (MODEL_DIR / "modeling_bert_repro.py").read_text()
-    assert len(source.splitlines()) <= 800
     assert "autograd.Function" not in source
     tree = ast.parse(source)
     private = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)
