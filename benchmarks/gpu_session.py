@@ -21,6 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "<!-- gpu_session.py record adds each run's table below this line -->"
+# Dense bf16 peaks from the cards' data sheets (TFLOP/s, without sparsity), by a part of the device's name: the
+# issue's MFU target is against these; the benchmark's own MFU is against the matmul peak measured in the run.
+SPEC_BF16_PEAK = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
 PACKAGES = ["torch", "transformers", "datasets", "accelerate", "huggingface_hub", "tokenizers", "safetensors",
             "numpy", "pyarrow", "triton", "flash_attn"]
 
@@ -168,24 +171,31 @@ def collect(results: Path, out: Path, command: str) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 
 
+def spec_peak(device: str | None) -> float | None:
+    return next((v for k, v in SPEC_BF16_PEAK.items() if device and k in device), None)
+
+
 def markdown(report: dict, name: str) -> str:
     v = report.get("versions", {})
     device = report.get("device") or "no CUDA device"
-    peak = report.get("bf16_matmul_peak_tflops")
+    peak, spec = report.get("bf16_matmul_peak_tflops"), spec_peak(report.get("device"))
     lines = [f"### {report['date']}, {device} (`benchmarks/results/{name}`)", "",
              textwrap.fill(f"Driver {report.get('driver')}, torch {v.get('torch')}, transformers "
                            f"{v.get('transformers')}, datasets {v.get('datasets')}, Python {report.get('python')}; "
                            f"commit {report.get('commit')}; measured bf16 matmul peak "
-                           f"{peak if peak is None else round(peak, 1)} TFLOP/s; command "
+                           f"{peak if peak is None else round(peak, 1)} TFLOP/s (the card's data sheet: "
+                           f"{spec} TFLOP/s dense bf16); command "
                            f"`{report.get('command')}`.", 110), ""]
     if report.get("benchmark"):
-        lines += ["| setting | variant | tokens/s | MFU | x transformers' best |", "|---|---|---|---|---|"]
+        lines += ["| setting | variant | tokens/s | MFU (measured peak) | MFU (data sheet) | x transformers' best |",
+                  "|---|---|---|---|---|---|"]
         for r in report["benchmark"]:
             if "error" in r:
-                lines.append(f"| {r['setting']} | {r['variant']} | failed: {r['error'][:80]} | | |")
+                lines.append(f"| {r['setting']} | {r['variant']} | failed: {r['error'][:80]} | | | |")
             else:
+                sheet = f"{r['mfu'] * peak / spec:.1%}" if peak and spec else "?"
                 lines.append(f"| {r['setting']} | {r['variant']} | {r['tokens_per_second']:,.0f} "
-                             f"| {r['mfu']:.1%} | {r['ratio_to_transformers_best']:.2f} |")
+                             f"| {r['mfu']:.1%} | {sheet} | {r['ratio_to_transformers_best']:.2f} |")
         lines.append("")
     tests = report.get("cuda_tests")
     pre, mrpc = report.get("pretraining"), report.get("mrpc")
@@ -208,10 +218,14 @@ def record(path: Path) -> None:
     if not isinstance(report, dict) or "steps" not in report:
         sys.exit(f"error: {path} is not a results.json written by `gpu_session.py collect`")
     device = re.sub(r"[^a-z0-9]+", "-", (report.get("device") or "no-cuda").lower()).strip("-")
-    name = f"{report['date']}-{device}.json"
-    target = ROOT / "benchmarks" / "results" / name
-    if target.exists():
-        sys.exit(f"error: {target} exists already; move it away first (nothing was written)")
+    results = ROOT / "benchmarks" / "results"
+    if any(json.loads(f.read_text()) == report for f in results.glob("*.json")):
+        sys.exit(f"error: {path} is recorded already (nothing was written)")
+    name, n = f"{report['date']}-{device}.json", 1
+    while (results / name).exists():  # several calls a day on one card: -2, -3, ...
+        n += 1
+        name = f"{report['date']}-{device}-{n}.json"
+    target = results / name
     target.parent.mkdir(exist_ok=True)
     target.write_text(json.dumps(report, indent=1) + "\n")
     readme = ROOT / "benchmarks" / "README.md"

@@ -118,8 +118,15 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
     name = f"{report['date']}-nvidia-h100-80gb-hbm3.json"
     assert json.loads((tmp_path / "benchmarks" / "results" / name).read_text()) == report
     readme = readme.read_text()
-    assert "| base:128 | ours sparse bf16 compile | 600,000 | 60.0% | 1.50 |" in readme
+    # MFU against the measured peak (700) and against the H100's data sheet (989.4 TFLOP/s)
+    assert "| base:128 | ours sparse bf16 compile | 600,000 | 60.0% | 42.4% | 1.50 |" in readme
     assert readme.index(name) < readme.index("older runs")
     assert "Steps that failed or were killed: bench_base_128." in " ".join(readme.split())
-    with pytest.raises(SystemExit, match="exists already"):  # never overwrites a recorded run
+    with pytest.raises(SystemExit, match="recorded already"):  # the same run is recorded once
         gpu_session.record(tmp_path / "results.json")
+    report["command"] += " # a second call"  # another call that day: its own file, the first kept
+    (tmp_path / "second.json").write_text(json.dumps(report))
+    gpu_session.record(tmp_path / "second.json")
+    second = tmp_path / "benchmarks" / "results" / name.replace(".json", "-2.json")
+    assert json.loads(second.read_text()) == report
+    assert json.loads((tmp_path / "benchmarks" / "results" / name).read_text())["command"] != report["command"]
