@@ -167,6 +167,19 @@ def make_step(model, compiled: bool, device: str):
     return step
 
 
+def profile(step, batches: list, device: str, out: Path) -> None:
+    """Where a step's time goes: kernels and operators by total device time, after the timed rounds (warm)."""
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        for b in batches:
+            step(b)
+        sync(device)
+    sort = "cuda_time_total" if device == "cuda" else "cpu_time_total"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"{len(batches)} steps\n" + prof.key_averages().table(sort_by=sort, row_limit=60, max_name_column_width=70))
+    print(f"profile: {out}", flush=True)
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -244,6 +257,8 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
                              "max_memory_gib": max_memory_gib(args.device)}
             print(f"{name:34s} {tps:12,.0f} tokens/s  MFU {results[name]['mfu']:6.1%}  (warm-up {warmup_s:5.1f} s, "
                   f"loss {float(loss):.3f}, peak mem {results[name]['max_memory_gib']:.1f} GiB)", flush=True)
+            if args.profile:
+                profile(step, timed[:3], args.device, Path(args.profile) / f"{preset}_{length}_{name.replace(' ', '_')}.txt")
             del step, gpu
         except Exception as err:  # a variant that fails is reported, the others still run
             results[name] = {"error": f"{type(err).__name__}: {err}"[:500]}
@@ -284,6 +299,7 @@ def main() -> None:
                         help="Comma-separated variant names (or substrings of names) to run, in this order.")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test of this script.")
     parser.add_argument("--out", default="runs/gpu_pretrain.json")
+    parser.add_argument("--profile", help="Also write each variant's profile of 3 warm steps into this folder.")
     args = parser.parse_args()
     if args.export:
         export_examples(Path(args.export), args.corpus, [128, 512])

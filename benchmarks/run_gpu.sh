@@ -9,6 +9,8 @@
 #   tests  the CUDA tests (`pytest -m cuda`: bf16/fp16, SDPA/FlashAttention, compile, fused AdamW, packing).
 #   bench  the pre-training throughput benchmark (benchmarks/gpu_pretrain.py), one process per setting (BASE
 #          at 128 and 512, LARGE at 128): ours against transformers' best (SDPA, bf16, compiled).
+#   profile (not by default) where a step's time goes: BASE at 128, ours and transformers' compiled variants
+#          (PROFILE_VARIANTS), torch.profiler's operator and kernel table of 3 warm steps each, in RESULTS/profile/.
 #   train  a short real pre-training of the `small` preset on the shipped corpus in bf16, with BERT's
 #          vocabulary, then an MRPC fine-tune of it (.gpu/MRPC or MRPC=path).
 #   study  (not by default; .travel/ from `bash benchmarks/corpus/travel.sh`, carried along) what a CPU
@@ -48,6 +50,8 @@ SETTINGS=${SETTINGS:-base:128,base:512,large:128}
 # transformers' best first (the ratio's denominator), ours compiled, then the others while time is left
 VARIANTS=${VARIANTS:-transformers sdpa bf16 compile,ours sparse bf16 compile,transformers sdpa bf16,\
 ours packed sparse bf16 compile,ours}
+PROFILE_VARIANTS=${PROFILE_VARIANTS:-ours sparse bf16 compile,transformers sdpa bf16 compile,ours sdpa bf16 compile,\
+ours packed sparse bf16 compile} PROFILE_SETTING=base:128
 TRAIN_STEPS=${TRAIN_STEPS:-1000} BF16=${BF16:-true} TRAVEL=${TRAVEL:-.travel} STUDY_PRESET=${STUDY_PRESET:-mini}
 STUDY_STEPS=${STUDY_STEPS:-10000} STUDY_BATCH=${STUDY_BATCH:-256}
 PROBE_LIMIT=${PROBE_LIMIT:-90} TESTS_LIMIT=${TESTS_LIMIT:-3600} BENCH_LIMIT=${BENCH_LIMIT:-3600}
@@ -58,7 +62,8 @@ RESULTS=$(cd "$RESULTS" && pwd) OUT=$(cd "$OUT" && pwd)
 EXAMPLES=$(cd "$EXAMPLES" 2>/dev/null && pwd || echo "$EXAMPLES")
 MRPC=$(cd "$MRPC" 2>/dev/null && pwd || echo "$MRPC")
 # what an earlier call on a warm machine left must not pass for this call's (the study resumes: kept)
-rm -rf "$RESULTS"/*.log "$RESULTS"/probe.json "$RESULTS"/bench_*.json "$RESULTS"/pretrain_small "$RESULTS"/mrpc
+rm -rf "$RESULTS"/*.log "$RESULTS"/probe.json "$RESULTS"/bench_*.json "$RESULTS"/profile* "$RESULTS"/pretrain_small \
+    "$RESULTS"/mrpc
 [[ -f $KIT/commit.txt ]] && cp "$KIT/commit.txt" "$RESULTS/"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 \
     HF_HUB_DISABLE_IMPLICIT_TOKEN=1 DO_NOT_TRACK=1 WANDB_MODE=disabled \
@@ -180,7 +185,7 @@ if ((CUDA)); then
     DEVICE=(--device cuda) PRESET=small BATCH=256 PRE=(--bf16 true) FINE=(--bf16 true) BENCH=()
 elif ((DRY_RUN)); then
     log "no CUDA: DRY_RUN=1, every part at tiny sizes on the CPU"
-    SETTINGS=tiny:128 TRAIN_STEPS=4 VARIANTS="transformers sdpa bf16,ours sdpa bf16" PRESET=tiny BATCH=8
+    SETTINGS=tiny:128 PROFILE_SETTING=tiny:128 TRAIN_STEPS=4 VARIANTS="transformers sdpa bf16,ours sdpa bf16" PRESET=tiny BATCH=8
     DEVICE=(--device cpu) BENCH=(--batch_128 1 --steps 1 --warmup 1 --rounds 1) BF16=false
     STUDY_PRESET=tiny STUDY_STEPS=2 STUDY_BATCH=8
     PRE=(--use_cpu true --corpus recipes/data/quickstart_corpus/state_union --num_proc 2 --logging_steps 1
@@ -195,6 +200,7 @@ fi
 # Weights: the CUDA tests 3; BASE at 128 (the headline figure) 6, another setting 4; pre-training 5, MRPC 2.
 has tests && WEIGHTS+=(3)
 has bench && for s in ${SETTINGS//,/ }; do [[ $s == base:128 ]] && WEIGHTS+=(6) || WEIGHTS+=(4); done
+has profile && WEIGHTS+=(5)
 has train && WEIGHTS+=(5 2)
 has study && WEIGHTS+=(10 10)
 
@@ -211,6 +217,13 @@ if has bench; then
         step "bench_${s/:/_}" "$L" "$PY" benchmarks/gpu_pretrain.py --examples "$EXAMPLES" --settings "$s" \
             --out "$RESULTS/bench_${s/:/_}.json" --variants "$VARIANTS" "${DEVICE[@]}" "${BENCH[@]}"
     done
+fi
+if has profile; then
+    share 30 "$BENCH_LIMIT"
+    if ((L)); then step profile_base_128 "$L" "$PY" benchmarks/gpu_pretrain.py --examples "$EXAMPLES" \
+        --settings "$PROFILE_SETTING" --variants "$PROFILE_VARIANTS" --steps 6 --rounds 1 --profile "$RESULTS/profile" \
+        --out "$RESULTS/profile_base_128.json" "${DEVICE[@]}" "${BENCH[@]}"
+    else log "skip profile_base_128: budget spent"; fi
 fi
 if has train; then
     share 60 "$TRAIN_LIMIT"
@@ -261,7 +274,8 @@ log "done: $(($(date +%s) - T0)) s of $BUDGET s"
 report
 {
     cat "$RESULTS/progress.log"
-    for f in nvidia_smi probe cuda_tests bench_base_128 bench_base_512 bench_large_128 pretrain_small mrpc; do
+    for f in nvidia_smi probe cuda_tests bench_base_128 bench_base_512 bench_large_128 profile_base_128 pretrain_small \
+        mrpc; do
         [[ -f $RESULTS/$f.log ]] || continue
         echo "----- $f.log (end)"
         grep -v "^W[0-9]" "$RESULTS/$f.log" | tail -n 15
