@@ -19,8 +19,10 @@ from torch._dynamo.utils import counters
 from transformers import DataCollatorWithPadding
 
 from bert_repro import BertReproForMaskedLM, BertReproForPreTraining, BertReproForSequenceClassification
+from bert_repro.data.wordpiece import save_tokenizer
 from bert_repro.data.pretraining_examples import IGNORE_INDEX, PreTrainingDataConfig, create_pretraining_dataset
 from bert_repro.training.cli import SpeedSwitches
+from bert_repro.training.finetune import run_finetuning
 from bert_repro.training.pretrain import PhaseCollator, allow_data_dependent_shapes, pretraining_sums
 
 # (max_seq_length, max_predictions_per_seq, short_seq_prob) of phase 1 and phase 2, scaled down; phase 1's short
@@ -184,3 +186,28 @@ def test_recipes_name_the_switches_that_do_not_compile_to_one_graph():
     assert SpeedSwitches(unpad_inputs=True).torch_compile_warning(False) is None
     warning = SpeedSwitches(unpad_inputs=True, tied_gradients=True).torch_compile_warning(True)
     assert "--unpad_inputs, --tied_gradients" in warning and "benchmarks/README.md" in warning
+
+
+@pytest.mark.slow  # compiles (about 30 s of CPU)
+def test_compiled_finetuning_recipe_trains_one_graph(tmp_path, tokenizer):
+    """The fine-tuning recipe with --torch_compile true: batches of many widths and an epoch's last, smaller batch
+    train through one graph (dynamic shapes from the start)."""
+    model_dir = tmp_path / "model"
+    torch.manual_seed(0)
+    BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer))).save_pretrained(model_dir)
+    save_tokenizer(tokenizer, model_dir)
+    texts = [" ".join(t.split()) for t in pseudo_text(38, seed=5, max_sentences=3)]
+    pairs = zip(texts[::2], texts[1::2])
+    rows = ["Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"] + [
+        f"{i % 2}\t{i}\t{i + 100}\t{a[:40 + 4 * i]}\t{b[:30]}" for i, (a, b) in enumerate(pairs)]  # many widths
+    data = tmp_path / "mrpc"
+    data.mkdir()
+    for split in ("train.tsv", "dev.tsv"):
+        (data / split).write_text("\n".join(rows) + "\n")  # 19 pairs: batches of 4, then 3
+    run_finetuning(["--task", "mrpc", "--model", str(model_dir), "--data", str(data), "--output_dir",
+                    str(tmp_path / "out"), "--learning_rates", "1e-4", "--num_train_epochs", "1",
+                    "--per_device_train_batch_size", "4", "--use_cpu", "true", "--disable_tqdm", "true",
+                    "--max_seq_length", "64", "--torch_compile", "true", "--torch_compile_backend", "eager",
+                    "--no_predict_test"])
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 1  # dynamo's default: 3 (the first width, another, the last batch)

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from unittest.mock import patch
 
 import datasets
 from transformers import Trainer, TrainingArguments, set_seed
@@ -314,9 +316,14 @@ def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments,
     data_seed = seed if training.data_seed is None else training.data_seed  # --data_seed: the same order
     args = TrainingArguments(**{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr,
                                 "seed": seed, "data_seed": data_seed})
-    trainer = EngineTrainer(model=model, args=args, train_dataset=splits["train"][1],
-                            data_collator=task.kind.collator(tokenizer),
-                            processing_class=tokenizer)
+    # Compiled, a fine-tuning step sees batches of many widths (padded to their longest) and, at an epoch's end,
+    # a smaller one: with dynamic shapes from the start that is one graph and no recompilation, where dynamo's
+    # default specialises and recompiles twice (tests/test_compile.py). accelerate's own setting, which the
+    # Trainer's dynamo plugin reads; a value the user exported wins.
+    dynamic = {"ACCELERATE_DYNAMO_USE_DYNAMIC": os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")}
+    with patch.dict(os.environ, dynamic if training.torch_compile else {}):
+        trainer = EngineTrainer(model=model, args=args, train_dataset=splits["train"][1],
+                                data_collator=task.kind.collator(tokenizer), processing_class=tokenizer)
     start = time.time()
     # A run stopped by a signal left a checkpoint in its folder: it goes on from there.
     checkpoint = newest_valid_checkpoint(run_dir)
