@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_finetuning import tiny_model  # noqa: F401 (a fixture)
@@ -278,3 +279,26 @@ def test_fine_tuning_stopped_by_sigterm_goes_on_with_the_same_command(tmp_path, 
     assert resumed.stdout.count("'loss'") == 12 - step  # the steps after the checkpoint, not all again
     a, b = (weights(directory / "model") for directory in (tmp_path / "full", out))
     assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
+
+
+@pytest.mark.parametrize("device, processes, stops_at", [("cuda", 2, 10), ("cpu", 2, 3), ("cuda", 1, 3)])
+def test_several_gpu_processes_agree_on_a_stop_every_few_steps(device, processes, stops_at):
+    """On several GPUs the ranks agree on a stop every AGREE_EVERY_ON_GPUS steps (reading the gathered flag waits
+    for the device: at every step the host could not queue ahead); on CPUs and one GPU at the step itself."""
+    import torch
+    from transformers import TrainerControl, TrainerState
+
+    from bert_repro.training.cluster import AGREE_EVERY_ON_GPUS, StopOnSignal
+
+    accelerator = SimpleNamespace(num_processes=processes, device=torch.device(device))
+    stop = StopOnSignal(accelerator)
+    stop._agreed = lambda: stop.received  # the collective itself is tested with two processes above
+    state, control = TrainerState(), TrainerControl()
+    for step in range(1, 2 * AGREE_EVERY_ON_GPUS + 1):
+        state.global_step = step
+        if step == 3:
+            stop._handle(signal.SIGTERM, None)
+        stop.on_step_end(None, state, control)
+        if control.should_training_stop:
+            break
+    assert stop.stopped == ("SIGTERM", stops_at) and control.should_save

@@ -3,8 +3,9 @@ nothing, a full disk is one message, and one output directory holds one run at a
 
 - `StopOnSignal`: SIGTERM (what Slurm and Kubernetes send before killing a job) or SIGUSR1 (Slurm's
   `--signal`) lets the optimizer step in progress finish, then the Trainer saves a checkpoint at that step and
-  stops. With several processes the flag is gathered from all of them at every step end, so that every rank
-  saves the same step, also when only one of them received the signal. The recipes then exit with
+  stops. With several processes the flag is gathered from all of them at a step end (every step on CPUs,
+  every `AGREE_EVERY_ON_GPUS` on GPUs), so that every rank saves the same step, also when only one of them
+  received the signal. The recipes then exit with
   `STOPPED_EXIT_CODE`.
 - `publish`: checkpoints and final models are written under `.saving/` in their directory and moved to their
   name only when complete (`EngineTrainer`), so a crash, a kill or a full disk leaves nothing that looks
@@ -46,6 +47,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 # The time between the signal and the kill by default: Slurm's KillWait and Kubernetes'
 # terminationGracePeriodSeconds. A stop whose save takes longer says so.
 GRACE_SECONDS = 30
+AGREE_EVERY_ON_GPUS = 10
 STAGING = ".saving"
 
 
@@ -59,9 +61,12 @@ class StopOnSignal(TrainerCallback):
     def __init__(self, accelerator):
         self.accelerator = accelerator
         self.received, self.noticed, self.stopped = 0, None, None
-        # The steps at which a stop may save: multiples of `stop_every` (a streamed run with DataLoader workers
-        # can save its data position only at steps planned ahead, `WorkerStreams.plan_saves`).
-        self.stop_every, self._announced = 1, False
+        # The steps at which a stop may save: multiples of `stop_every`. Several GPU processes agree every
+        # AGREE_EVERY_ON_GPUS steps: reading the gathered flag waits for the step to finish on the device, and at
+        # every step that would keep the host from queueing the next one ahead. A streamed run with DataLoader
+        # workers can save its data position only at steps planned ahead (`WorkerStreams.plan_saves`).
+        several_gpus = accelerator.num_processes > 1 and accelerator.device.type == "cuda"
+        self.stop_every, self._announced = AGREE_EVERY_ON_GPUS if several_gpus else 1, False
 
     def _handle(self, signum, frame):
         if not self.received:
@@ -85,8 +90,10 @@ class StopOnSignal(TrainerCallback):
             if self.received and not self._announced:
                 self._announced = True
                 step = -(-state.global_step // self.stop_every) * self.stop_every
-                logger.warning("%s received: the run stops at step %d, the next step at which the stream's DataLoader "
-                               "workers keep their position", signal.Signals(self.received).name, step)
+                logger.warning("%s received: the run stops at step %d, the next step at which a stop can save (every "
+                               "%d steps: %s)", signal.Signals(self.received).name, step, self.stop_every,
+                               "the processes agree on it then" if self.stop_every == AGREE_EVERY_ON_GPUS else
+                               "the stream's DataLoader workers keep their position then")
             return control
         signum = self._agreed()
         if signum and self.stopped is None:
