@@ -5,7 +5,7 @@ SQuAD v1.1 and v2.0, SWAG) and evaluated on CoNLL-2003 NER (section 5.3). WNLI i
 submissions are complete, but flagged ``in_glue_average=False``: the paper leaves it out.
 
 A `Task` says everything the rest of the package needs to know about one of them, so that one code path
-(data loading in `bert_repro.data.task_files`, features, heads, metrics, submissions, reports) serves all:
+(data loading in `bert_repro.tasks.files`, features, heads, metrics, submissions, reports) serves all:
 
 - ``kind``: a `bert_repro.tasks.kinds.TaskKind` (classification, regression, span, multiple choice or token
   classification), which owns everything that differs between kinds: head, encoding, collator, decoding,
