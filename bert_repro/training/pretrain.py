@@ -63,7 +63,7 @@ from ..data.pretraining_examples import (
     pretraining_statistics,
     tokenize_documents,
 )
-from ..data.packing import PackingCollator, padding_statistics
+from ..data.pack_examples import PackingCollator, padding_statistics
 from ..data.streaming import (
     DataStateCallback,
     WorkerStreams,
