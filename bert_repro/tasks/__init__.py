@@ -3,4 +3,4 @@ head, encoding, decoding, scoring, Hub text), their metrics (`metrics`), the SQu
 reading of the tasks' files (`files`) and the check of their values into canonical columns (`columns`)."""
 
 from .kinds import TaskKind  # noqa: F401
-from .registry import GLUE_TASKS, KINDS, METRICS, TASKS, Task, get_task  # noqa: F401
+from .registry import GLUE_TASKS, KINDS, METRICS, TASKS, Metric, Task, get_task  # noqa: F401
