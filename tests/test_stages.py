@@ -67,3 +67,12 @@ def test_imports_are_found():
     assert "bert_repro.hub.push" in found  # a function-level relative import
     found = {m for _, m in imported_modules(PACKAGE / "training" / "finetune.py")}
     assert {"bert_repro.tasks.files", "bert_repro.model.conversion", "transformers"} <= found
+
+
+def test_every_public_name_imports_from_the_package():
+    """`from bert_repro import *` gives every name of `bert_repro.__all__` (modules moved inside stay hidden)."""
+    namespace = {}
+    exec("from bert_repro import *", namespace)  # noqa: S102
+    import bert_repro
+
+    assert [name for name in bert_repro.__all__ if name not in namespace] == []
