@@ -8,9 +8,9 @@ from types import MappingProxyType
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bert_repro.hub import model_card  # noqa: E402
-from bert_repro.tasks import registry  # noqa: E402
-from bert_repro.tasks.registry import METRICS, TASKS, Metric, get_task, with_overrides  # noqa: E402
+from bert_repro.hub import model_card
+from bert_repro.tasks import registry
+from bert_repro.tasks.registry import METRICS, TASKS, Metric, get_task, with_overrides
 
 
 def test_every_task_and_metric_has_words_for_readers():

@@ -15,8 +15,8 @@ import datasets
 import numpy as np
 import pyarrow.compute as pc
 
-from .cli import ConfigurationError
 from ..data.corpus import load_corpus
+from ..data.pack_examples import padding_statistics
 from ..data.pretraining_examples import (
     PreTrainingDataConfig,
     WordPieceVocab,
@@ -24,9 +24,9 @@ from ..data.pretraining_examples import (
     pretraining_statistics,
     tokenize_documents,
 )
-from ..data.pack_examples import padding_statistics
 from ..data.streaming import WorkerStreams, first_documents, open_document_source, open_stream, text_digest
 from ..data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
+from .cli import ConfigurationError
 from .pretrain_phases import phase_configs
 
 if TYPE_CHECKING:

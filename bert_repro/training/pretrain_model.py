@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from .cli import ConfigurationError
 from ..model.configuration_bert_repro import DEFAULT_OBJECTIVE, BertReproConfig, check_objective_switches
 from ..model.conversion import check_model_dir
 from ..model.modeling_bert_repro import BertReproForPreTraining
+from .cli import ConfigurationError
 
 if TYPE_CHECKING:
     from ..data.pretraining_examples import PreTrainingDataConfig

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from torch.utils.data import Sampler
 
-from ..data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig
 from ..data.pack_examples import PackingCollator
+from ..data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig
 
 if TYPE_CHECKING:
     from .pretrain import PreTrainingArguments

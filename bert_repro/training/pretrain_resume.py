@@ -12,8 +12,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from .cli import RUN_CONFIG, ConfigurationError
 from .checkpoints import checkpoint_problem, checkpoint_step, newest_valid_checkpoint
+from .cli import RUN_CONFIG, ConfigurationError
 from .pretrain_data import TOKENIZER_DIR
 
 logger = logging.getLogger(__name__)
