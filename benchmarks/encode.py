@@ -27,7 +27,7 @@ from common import machine, matmul_peak  # noqa: E402
 from transformers import AutoTokenizer, BertConfig, BertModel  # noqa: E402
 
 from bert_repro import BertReproConfig, BertReproModel  # noqa: E402
-from bert_repro.data.task_files import load_task_data  # noqa: E402
+from bert_repro.tasks.files import load_task_data  # noqa: E402
 
 GLUE = Path(__file__).resolve().parents[2] / "shared/data/glue"
 

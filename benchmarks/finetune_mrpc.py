@@ -44,7 +44,7 @@ from common import machine, matmul_peak  # noqa: E402
 from bert_repro.tasks import metrics  # noqa: E402
 from bert_repro.model.conversion import main as convert_main  # noqa: E402
 from bert_repro.training.finetune import run_finetuning  # noqa: E402
-from bert_repro.data.task_files import load_task_data  # noqa: E402
+from bert_repro.tasks.files import load_task_data  # noqa: E402
 
 HYPER = dict(learning_rate=2e-5, per_device_train_batch_size=32, per_device_eval_batch_size=64, warmup_steps=0.1,
              weight_decay=0.01, adam_epsilon=1e-6, max_grad_norm=1.0, lr_scheduler_type="linear", seed=42)

@@ -98,7 +98,7 @@ class Examples:
 
 def collators(tokenizer_dir: Path, width: int):
     """The recipe's own collators: padded to `width` (fixed shapes, what a compiled model wants), and packed."""
-    from bert_repro.data.packing import PackingCollator
+    from bert_repro.data.pack_examples import PackingCollator
     from bert_repro.data.pretraining_examples import PreTrainingCollator
     from bert_repro.data.wordpiece import load_tokenizer
 

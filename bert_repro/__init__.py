@@ -34,6 +34,7 @@ from .model.modeling_bert_repro import (
     BertReproModel,
     BertReproPreTrainedModel,
     concat_last_layers,
+    last_tokens,
 )
 
 __version__ = "0.1.0"

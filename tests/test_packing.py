@@ -1,4 +1,5 @@
-"""Tests of sequence packing for pre-training with MLM and NSP (bert_repro.data.packing and the model's packed path).
+"""Tests of sequence packing for pre-training with MLM and NSP (`bert_repro.data.pack_examples` and the model's
+packed path, `bert_repro.model.packed_sequences`).
 
 Data side: the packing invariants (hypothesis), the packed collator against the unpacked one (the same tokens,
 segments, masks and NSP labels, static and dynamic masking), the padding statistics on a hand-checked case.
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from test_pretraining import corpus_and_tokenizer, launch, write_config  # noqa: F401  (fixture)
 from test_pretraining_data import pseudo_text, wordpiece_tokenizer
 
-from bert_repro.data.packing import PackingCollator, first_fit_decreasing, pack_rows, padding_statistics
+from bert_repro.data.pack_examples import PackingCollator, first_fit_decreasing, pack_rows, padding_statistics
 from bert_repro.data.pretraining_examples import (
     IGNORE_INDEX,
     PreTrainingCollator,
@@ -263,7 +264,7 @@ def test_attention_kernel_choice(tokenizer):
     from transformers import AttentionInterface
 
     from bert_repro.model.modeling_bert_repro import attention_inputs
-    from bert_repro.model.packing import PackedSequences
+    from bert_repro.model.packed_sequences import PackedSequences
 
     rows, packed, unpacked = packed_and_unpacked(tokenizer)
     sequences = PackedSequences.from_inputs(packed["position_ids"], packed["attention_mask"])

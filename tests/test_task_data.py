@@ -20,7 +20,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 
-from bert_repro.data.task_files import (  # noqa: E402
+from bert_repro.tasks.files import (  # noqa: E402
     TaskDataError,
     answer_is_aligned,
     canonical_columns,
@@ -683,7 +683,7 @@ def test_squad_v1_json_with_misaligned_training_answer_skipped_and_counted(tmp_p
             ]
         ),
     }
-    with caplog.at_level(logging.WARNING, logger="bert_repro.data.task_files"):
+    with caplog.at_level(logging.WARNING, logger="bert_repro.tasks.files"):
         data = load_task_data("squad", write(tmp_path, files))
     assert list(data) == ["train", "validation"]
     assert data["train"]["id"] == ["q1", "q3"]
@@ -950,7 +950,7 @@ def test_csv_quoted_tsv_export_is_unquoted_and_logged(tmp_path, caplog):
     text = quoted_tsv(RTE_QUOTED)
     assert '"Valero said it would make ""extensive"" repairs."' in text and '"A tab\tinside."' in text
     write(tmp_path, {"train.tsv": text})
-    with caplog.at_level(logging.INFO, logger="bert_repro.data.task_files"):
+    with caplog.at_level(logging.INFO, logger="bert_repro.tasks.files"):
         data = load_task_data("rte", tmp_path)
     assert data["train"].to_dict() == RTE_QUOTED
     logged = [r.getMessage() for r in caplog.records]
@@ -979,7 +979,7 @@ def test_original_glue_tsv_with_lone_and_wrapping_quotes_is_read_literally(tmp_p
         [0, 2044342, 2044457, '"I think you\'ll see a lot of job growth.', '"The result is a package."'],
     ]
     write(tmp_path, {"train.tsv": tsv(["Quality"] + MRPC_HEAD, rows, bom=True)})
-    with caplog.at_level(logging.INFO, logger="bert_repro.data.task_files"):
+    with caplog.at_level(logging.INFO, logger="bert_repro.tasks.files"):
         data = load_task_data("mrpc", tmp_path)
     assert data["train"]["sentence1"] == [rows[0][3], rows[1][3]]
     assert data["train"]["sentence2"] == [rows[0][4], rows[1][4]]
@@ -989,7 +989,7 @@ def test_original_glue_tsv_with_lone_and_wrapping_quotes_is_read_literally(tmp_p
 def test_tsv_only_partly_csv_quoted_is_read_literally_with_a_warning(tmp_path, caplog):
     lines = ["sentence\tlabel", '"She said ""hi"" twice."\t1', 'A lone " quote.\t0']
     write(tmp_path, {"train.tsv": "\n".join(lines) + "\n"})
-    with caplog.at_level(logging.INFO, logger="bert_repro.data.task_files"):
+    with caplog.at_level(logging.INFO, logger="bert_repro.tasks.files"):
         data = load_task_data("sst2", tmp_path)
     assert data["train"]["sentence"] == ['"She said ""hi"" twice."', 'A lone " quote.']
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -20,7 +20,7 @@ from transformers import DataCollatorWithPadding, TrainingArguments
 
 import bert_repro
 from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
-from bert_repro.data.task_files import load_task_data
+from bert_repro.tasks.files import load_task_data
 from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 from bert_repro.hub.model_card import TASK_TYPE_NAMES, parameter_count
 from bert_repro.tasks import metrics

@@ -49,36 +49,15 @@ from ..model.checkpoint_format import native_obstacles
 from ..model.configuration_bert_repro import PRESETS
 from ..model.modeling_bert_repro import AUTO_MAP
 from ..tasks.kinds import TaskKind, kind_named
-from ..tasks.registry import Result, Task, get_task
+from ..tasks.registry import METRICS, TASKS, Result, Task, get_task
 
 TEMPLATE_PACKAGE_DIR = "model_cards"  # inside bert_repro.hub, so it ships in the wheel
 NOT_RECORDED = "not recorded"
 LICENSE = "apache-2.0"
 
-# A task's pipeline tag, Auto class, head description and usage example come from its kind
+# A task's display name and its metrics' labels and Hub ids come from the registry (`Task.display_name`,
+# `METRICS`); its pipeline tag, Auto class, head description and usage example from its kind
 # (`bert_repro.tasks.kinds`).
-TASK_DISPLAY_NAMES = {
-    "mnli": "GLUE MNLI", "qqp": "GLUE QQP", "qnli": "GLUE QNLI", "sst2": "GLUE SST-2", "cola": "GLUE CoLA",
-    "stsb": "GLUE STS-B", "mrpc": "GLUE MRPC", "rte": "GLUE RTE", "wnli": "GLUE WNLI", "squad": "SQuAD v1.1",
-    "squad_v2": "SQuAD v2.0", "swag": "SWAG", "conll2003": "CoNLL-2003",
-}
-# Our metric names (bert_repro.tasks.registry.METRICS) -> (Hub metric id, readable name).
-METRIC_NAMES = {
-    "accuracy": ("accuracy", "Accuracy"),
-    "f1": ("f1", "F1"),
-    "matthews_correlation": ("matthews_correlation", "Matthews correlation"),
-    "pearson": ("pearsonr", "Pearson correlation"),
-    "spearman": ("spearmanr", "Spearman correlation"),
-    "squad_exact_match": ("exact_match", "Exact match"),
-    "squad_f1": ("f1", "F1"),
-    "squad_best_exact_match": ("best_exact", "Exact match, null threshold tuned on this split"),
-    "squad_best_f1": ("best_f1", "F1, null threshold tuned on this split"),
-    "squad_has_ans_f1": ("HasAns_f1", "F1 on answerable questions"),
-    "squad_no_ans_f1": ("NoAns_f1", "F1 on unanswerable questions"),
-    "entity_f1": ("f1", "Entity F1"),
-    "entity_precision": ("precision", "Entity precision"),
-    "entity_recall": ("recall", "Entity recall"),
-}
 # Metric ids the Hub knows (hf.co/metrics), for the `metrics` field.
 HUB_METRICS = {"accuracy", "f1", "exact_match", "matthews_correlation", "pearsonr", "spearmanr", "precision",
                "recall"}
@@ -508,9 +487,9 @@ def _benchmark(benchmark_dir: str | Path | None) -> dict[str, Any] | None:
     report = _read_json(Path(benchmark_dir) / "report.json")
     if report is None:
         raise CardError(f"{benchmark_dir} holds no report.json (written by recipes/reproduce.py).")
-    rows = [{
-        "task": TASK_DISPLAY_NAMES.get(r["task"], r["task"]),
-        "metric": METRIC_NAMES.get(r["metric"], (r["metric"], r["metric"]))[1],
+    rows = [{  # a name the registry does not know (a report of another version) is shown as written
+        "task": TASKS[r["task"]].display_name if r["task"] in TASKS else r["task"],
+        "metric": METRICS[r["metric"]].label if r["metric"] in METRICS else r["metric"],
         "ours": _score(r.get("ours")),
         "paper": f"{r['paper']:.1f}" if _is_number(r.get("paper")) else "not reported",
         "paper_split": SPLIT_NAMES.get(r.get("paper_split") or "", "–"),
@@ -649,7 +628,7 @@ def card_for_pretraining(output_dir: str | Path, repo_id: str, *, base_model: st
 
 def _metric_keys(task: Task, scores: Mapping[str, Any]) -> list[str]:
     """The metrics of a split's scores, the task's declared ones first; thresholds and counts left out."""
-    extra = [k for k in scores if k not in task.metrics and k in METRIC_NAMES]
+    extra = [k for k in scores if k not in task.metrics and k in METRICS]
     return [k for k in (*task.metrics, *extra) if k in scores]
 
 
@@ -677,12 +656,12 @@ def _finetuning_eval(task: Task, best: Mapping[str, Any]
         scores = best.get(split) or {}
         for metric in _metric_keys(task, scores):
             value = scores[metric]
-            hub_metric, label = METRIC_NAMES[metric]
+            hub_metric, label = METRICS[metric].hub_id, METRICS[metric].label
             ours = _percent(metric, value) if _is_number(value) else None
             if ours is not None:
                 eval_results.append(EvalResult(
                     task_type=task_type, task_name=TASK_TYPE_NAMES[task_type], dataset_type=task.hub_id,
-                    dataset_name=TASK_DISPLAY_NAMES.get(task.name, task.name), dataset_config=task.hub_config,
+                    dataset_name=task.display_name, dataset_config=task.hub_config,
                     dataset_split=split, metric_type=hub_metric, metric_value=ours,
                     metric_name=f"{label} (%)"))
             rows.append({"split": SPLIT_NAMES.get(split, split), "metric": label,
@@ -694,8 +673,8 @@ def _finetuning_eval(task: Task, best: Mapping[str, Any]
 
 
 def _other_reported(task: Task) -> list[str]:
-    return [f"{METRIC_NAMES[r.metric][1]} {r.value:g} on {SPLIT_NAMES.get(r.split, r.split)} "
-            f"({r.model}; {r.source})" for r in task.other_reported if r.metric in METRIC_NAMES]
+    return [f"{METRICS[r.metric].label} {r.value:g} on {SPLIT_NAMES.get(r.split, r.split)} "
+            f"({r.model}; {r.source})" for r in task.other_reported if r.metric in METRICS]
 
 
 def _run_rows(task: Task, summary: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -732,7 +711,7 @@ def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[st
     threshold = (best.get(task.eval_splits[0]) or {}).get("squad_best_f1_threshold")
     ranking = task.kind.ranking_metric(task)
     return {
-        "ranking_metric": METRIC_NAMES[ranking][1],
+        "ranking_metric": METRICS[ranking].label,
         "schedule": training.get("lr_scheduler_type", NOT_RECORDED),
         "optim": training.get("optim", NOT_RECORDED),
         "adam_epsilon": _plain(training.get("adam_epsilon")),
@@ -760,13 +739,13 @@ def _task_context(task: Task) -> dict[str, Any]:
     splits = [SPLIT_NAMES.get(s, s) for s in task.eval_splits]
     labels = task.kind.card_labels(task)
     return {
-        "display": TASK_DISPLAY_NAMES.get(task.name, task.name),
+        "display": task.display_name,
         "description": task.description,
         "hub_id": task.hub_id,
         "hub_config": task.hub_config,
         "head": task.kind.head_description,
         "labels": ", ".join(labels) if labels else None,
-        "main_metric": METRIC_NAMES[task.main_metric][1],
+        "main_metric": METRICS[task.main_metric].label,
         "eval_split": splits[0],
         "eval_splits": "the " + " and ".join(splits) + (" splits" if len(splits) > 1 else " split"),
         "data_licence": _licence_of(task.hub_id),
@@ -794,8 +773,7 @@ def card_for_finetuning(output_dir: str | Path, repo_id: str, *, base_model: str
     parameters = safetensors_parameter_count(out / "model" / "model.safetensors")
     if parameters is None and config.get("hidden_size"):
         parameters = parameter_count(config, task.kind)
-    metrics = [m for m in dict.fromkeys(METRIC_NAMES[m][0] for m in task.metrics if m in METRIC_NAMES)
-               if m in HUB_METRICS]
+    metrics = [m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS]
     glue = ["glue"] if task.hub_id == "nyu-mll/glue" else []
     tags = ["bert", "bert_repro", task.kind.pipeline_tag, *glue, task.name]
     card_data = _card_data(repo_id=repo_id, pipeline_tag=task.kind.pipeline_tag, tags=tags,

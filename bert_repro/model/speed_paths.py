@@ -41,7 +41,7 @@ from .modeling_bert_repro import (
     BertReproSelfAttention,
 )
 from .tied_gradients import TiedGradientEmbeddings, TiedGradientMLMHead, link_tied_gradients
-from .packing import PackedSequences
+from .packed_sequences import PackedSequences
 from .unpadding import UnpaddedEncoder, UnpaddedSelfAttention
 
 

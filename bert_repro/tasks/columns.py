@@ -1,6 +1,6 @@
 """From the columns a task's files hold to its canonical columns, every value checked.
 
-The readers of `bert_repro.data.task_files` turn each file into a `RawSplit` (columns as found, and where each
+The readers of `bert_repro.tasks.files` turn each file into a `RawSplit` (columns as found, and where each
 row came from); a task's kind (`bert_repro.tasks.kinds`) then builds its canonical columns from it with the
 functions here: ``sentence_columns`` (GLUE), ``span_columns`` (SQuAD), ``choice_columns`` (SWAG),
 ``token_columns`` (CoNLL-2003), from the checked readers ``find_column``, ``texts`` and ``class_id``.

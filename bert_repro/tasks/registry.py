@@ -5,7 +5,7 @@ SQuAD v1.1 and v2.0, SWAG) and evaluated on CoNLL-2003 NER (section 5.3). WNLI i
 submissions are complete, but flagged ``in_glue_average=False``: the paper leaves it out.
 
 A `Task` says everything the rest of the package needs to know about one of them, so that one code path
-(data loading in `bert_repro.data.task_files`, features, heads, metrics, submissions, reports) serves all:
+(data loading in `bert_repro.tasks.files`, features, heads, metrics, submissions, reports) serves all:
 
 - ``kind``: a `bert_repro.tasks.kinds.TaskKind` (classification, regression, span, multiple choice or token
   classification), which owns everything that differs between kinds: head, encoding, collator, decoding,
@@ -13,7 +13,9 @@ A `Task` says everything the rest of the package needs to know about one of them
 - the canonical columns (``text_columns``) and, in ``source_columns``, the other names those columns have in
   the files people hold (GLUE's original TSVs, SWAG's CSV, ...);
 - ``label_names`` in the Hub dataset's id order (so ids mean the same whatever the source);
-- ``metrics`` (names in `METRICS`) and the paper's ``main_metric``;
+- ``metrics`` (names in `METRICS`, each a `Metric`: its description, its label for readers, its Hub id) and
+  the paper's ``main_metric``;
+- ``display_name``, the task as people write it ("GLUE MRPC"), and ``description``, for model cards;
 - the Hub dataset (``hub_id``, ``hub_config``), the canonical split names and the original file names;
 - the paper's fine-tuning hyper-parameters (``defaults``, and the grid searched in ``grid``);
 - the numbers to compare with (``paper``; ``other_reported`` for later reference runs; ``paper_feature_based``
@@ -51,23 +53,46 @@ from typing import Any
 from ..model.bilstm_heads import FEATURE_SETS
 from .kinds import CLASSIFICATION, KINDS, MULTIPLE_CHOICE, REGRESSION, SPAN, TOKEN_CLASSIFICATION, TaskKind
 
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric a task is scored with: what it measures, its name for readers (model cards, tables) and the
+    id of the Hub's metric it reports as (a card's model-index)."""
+
+    description: str
+    label: str
+    hub_id: str
+
+
 # Metric names used in `Task.metrics`. Each evaluation returns fractions in [0, 1] (correlations in [-1, 1]).
-METRICS: Mapping[str, str] = MappingProxyType(
+METRICS: Mapping[str, Metric] = MappingProxyType(
     {
-        "accuracy": "fraction of examples whose predicted label is the gold label",
-        "f1": "F1 of the positive class (label id 1), as GLUE scores MRPC and QQP",
-        "matthews_correlation": "Matthews correlation coefficient (CoLA)",
-        "pearson": "Pearson correlation of predicted and gold scores (STS-B)",
-        "spearman": "Spearman rank correlation of predicted and gold scores (STS-B)",
-        "squad_exact_match": "official SQuAD exact match after normalisation, max over gold answers",
-        "squad_f1": "official SQuAD bag-of-tokens F1 after normalisation, max over gold answers",
-        "squad_best_exact_match": "SQuAD v2.0 exact match at the null-score threshold best on the set",
-        "squad_best_f1": "SQuAD v2.0 F1 at the null-score threshold that maximises it on the set",
-        "squad_has_ans_f1": "SQuAD v2.0 F1 on the answerable questions only",
-        "squad_no_ans_f1": "SQuAD v2.0 F1 on the unanswerable questions only",
-        "entity_f1": "CoNLL entity-level F1 (an entity counts when its type and exact span match; IOB2 tags)",
-        "entity_precision": "CoNLL entity-level precision",
-        "entity_recall": "CoNLL entity-level recall",
+        "accuracy": Metric("fraction of examples whose predicted label is the gold label", "Accuracy",
+                           "accuracy"),
+        "f1": Metric("F1 of the positive class (label id 1), as GLUE scores MRPC and QQP", "F1", "f1"),
+        "matthews_correlation": Metric("Matthews correlation coefficient (CoLA)", "Matthews correlation",
+                                       "matthews_correlation"),
+        "pearson": Metric("Pearson correlation of predicted and gold scores (STS-B)", "Pearson correlation",
+                          "pearsonr"),
+        "spearman": Metric("Spearman rank correlation of predicted and gold scores (STS-B)",
+                           "Spearman correlation", "spearmanr"),
+        "squad_exact_match": Metric("official SQuAD exact match after normalisation, max over gold answers",
+                                    "Exact match", "exact_match"),
+        "squad_f1": Metric("official SQuAD bag-of-tokens F1 after normalisation, max over gold answers", "F1",
+                           "f1"),
+        "squad_best_exact_match": Metric("SQuAD v2.0 exact match at the null-score threshold best on the set",
+                                         "Exact match, null threshold tuned on this split", "best_exact"),
+        "squad_best_f1": Metric("SQuAD v2.0 F1 at the null-score threshold that maximises it on the set",
+                                "F1, null threshold tuned on this split", "best_f1"),
+        "squad_has_ans_f1": Metric("SQuAD v2.0 F1 on the answerable questions only",
+                                   "F1 on answerable questions", "HasAns_f1"),
+        "squad_no_ans_f1": Metric("SQuAD v2.0 F1 on the unanswerable questions only",
+                                  "F1 on unanswerable questions", "NoAns_f1"),
+        "entity_f1": Metric(
+            "CoNLL entity-level F1 (an entity counts when its type and exact span match; IOB2 tags)",
+            "Entity F1", "f1"),
+        "entity_precision": Metric("CoNLL entity-level precision", "Entity precision", "precision"),
+        "entity_recall": Metric("CoNLL entity-level recall", "Entity recall", "recall"),
     }
 )
 
@@ -133,6 +158,7 @@ class Task:
     glue_submission_names: Mapping[str, str] | None = field(default=None, hash=False)
     submission_labels: str | None = None  # a key of SUBMISSION_LABELS
     in_glue_average: bool = False
+    display_name: str = ""  # the task as people write it ("GLUE MRPC", "SQuAD v1.1"): model cards, tables
     description: str = ""
 
     @property
@@ -299,6 +325,7 @@ _TASK_LIST: tuple[Task, ...] = (
             _hf_dev("accuracy", 83.91, "validation_matched"),
             _hf_dev("accuracy", 84.10, "validation_mismatched"),
         ),
+        display_name="GLUE MNLI",
         description="Multi-Genre NLI: does the premise entail, contradict or neither the hypothesis?",
     ),
     _glue(
@@ -312,6 +339,7 @@ _TASK_LIST: tuple[Task, ...] = (
         "ids",
         paper=_glue_test("f1", 71.2, 72.1),
         other_reported=(_hf_dev("f1", 87.49),),
+        display_name="GLUE QQP",
         description="Quora Question Pairs: are the two questions duplicates?",
     ),
     _glue(
@@ -325,6 +353,7 @@ _TASK_LIST: tuple[Task, ...] = (
         "names",
         paper=_glue_test("accuracy", 90.5, 92.7),
         other_reported=(_hf_dev("accuracy", 90.66),),
+        display_name="GLUE QNLI",
         description="Question NLI (from SQuAD): does the sentence contain the answer to the question?",
     ),
     _glue(
@@ -338,6 +367,7 @@ _TASK_LIST: tuple[Task, ...] = (
         "ids",
         paper=_glue_test("accuracy", 93.5, 94.9),
         other_reported=(_hf_dev("accuracy", 92.32),),
+        display_name="GLUE SST-2",
         description="Stanford Sentiment Treebank, binary sentence sentiment.",
     ),
     _glue(
@@ -352,6 +382,7 @@ _TASK_LIST: tuple[Task, ...] = (
         headerless_columns=("source", "label", "author_mark", "sentence"),
         paper=_glue_test("matthews_correlation", 52.1, 60.5),
         other_reported=(_hf_dev("matthews_correlation", 56.53),),
+        display_name="GLUE CoLA",
         description="Corpus of Linguistic Acceptability: is the sentence grammatical?",
     ),
     _glue(
@@ -366,6 +397,7 @@ _TASK_LIST: tuple[Task, ...] = (
         label_range=(0.0, 5.0),
         paper=_glue_test("spearman", 85.8, 86.5),
         other_reported=(_hf_dev("pearson", 88.64),),
+        display_name="GLUE STS-B",
         description="Semantic Textual Similarity Benchmark: a similarity score from 0 to 5 (regression).",
     ),
     _glue(
@@ -386,6 +418,7 @@ _TASK_LIST: tuple[Task, ...] = (
             _hf_dev("f1", 88.85),
             Result("base", "validation", "accuracy", 84.55, "reference-code README (84-88 across reruns)"),
         ),
+        display_name="GLUE MRPC",
         description="Microsoft Research Paraphrase Corpus: are the two sentences paraphrases?",
     ),
     _glue(
@@ -399,6 +432,7 @@ _TASK_LIST: tuple[Task, ...] = (
         "names",
         paper=_glue_test("accuracy", 66.4, 70.1),
         other_reported=(_hf_dev("accuracy", 65.70),),
+        display_name="GLUE RTE",
         description="Recognizing Textual Entailment (RTE1-3, RTE5), two classes.",
     ),
     _glue(
@@ -411,6 +445,7 @@ _TASK_LIST: tuple[Task, ...] = (
         "WNLI.tsv",
         "ids",
         in_glue_average=False,
+        display_name="GLUE WNLI",
         description="Winograd NLI; not in the paper's GLUE average (GLUE's baseline predicts the majority).",
     ),
     Task(
@@ -438,6 +473,7 @@ _TASK_LIST: tuple[Task, ...] = (
             Result("base", "validation", "squad_exact_match", 81.25, "reference-code README"),
             Result("base", "validation", "squad_f1", 88.41, "reference-code README"),
         ),
+        display_name="SQuAD v1.1",
         description="SQuAD v1.1: the answer is a span of the paragraph.",
     ),
     Task(
@@ -467,6 +503,7 @@ _TASK_LIST: tuple[Task, ...] = (
             Result("large", "validation", "squad_best_exact_match", 78.7, "paper Table 3 (tau tuned on dev)"),
             Result("large", "validation", "squad_best_f1", 81.9, "paper Table 3 (tau tuned on dev)"),
         ),
+        display_name="SQuAD v2.0",
         description="SQuAD v2.0: a span of the paragraph, or no answer.",
     ),
     Task(
@@ -497,6 +534,7 @@ _TASK_LIST: tuple[Task, ...] = (
             Result("base", "validation", "accuracy", 81.6, "paper Table 4"),
             Result("large", "validation", "accuracy", 86.6, "paper Table 4"),
         ),
+        display_name="SWAG",
         description="SWAG: which of four endings follows? Each input is `context [SEP] question + ending`.",
     ),
     Task(
@@ -550,6 +588,7 @@ _TASK_LIST: tuple[Task, ...] = (
                 ("weighted_sum_all", 95.5),
             )
         }),
+        display_name="CoNLL-2003",
         description="CoNLL-2003 English NER, IOB2 tags; the paper tags each word's first sub-token (cased).",
     ),
 )
@@ -588,6 +627,7 @@ __all__ = [
     "GLUE_TASKS",
     "KINDS",
     "METRICS",
+    "Metric",
     "PAPER_GLUE_AVERAGE",
     "SUBMISSION_LABELS",
     "TASKS",

@@ -1,2 +1,2 @@
-"""Stage 4, training: pre-training (`pretrain`), fine-tuning (`finetune`), the paper's benchmark in one command
-(`reproduce`), optimizers (`optim`) and the recipes' command line (`cli`)."""
+"""Stage 4, training: pre-training (`pretrain` and its parts `pretrain_*`), fine-tuning (`finetune`), the paper's
+benchmark in one command (`reproduce`), optimizers (`optim`) and the recipes' command line (`cli`)."""

@@ -54,7 +54,7 @@ from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, PRETRAINING_OBJ
                                               check_objective_kept, check_objective_switches)
 from ..model.conversion import check_model_dir, load_bert
 from ..hub.push import push
-from ..data.task_files import load_task_data
+from ..tasks.files import load_task_data
 from ..tasks.kinds import HEADS
 from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
 from ..data.wordpiece import load_tokenizer, save_tokenizer

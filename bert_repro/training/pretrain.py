@@ -1,6 +1,6 @@
 """Pre-training BERT with Trainer: the paper's procedure (section 3.1, appendix A.2) as library code.
 
-`recipes/pretrain.py` is a thin command line over `run_pretraining`. What lives here:
+`recipes/pretrain.py` is a thin command line over `run_pretraining`, the whole job. What lives here:
 
 - `PreTrainingArguments`: everything a run needs beyond transformers' `TrainingArguments` (corpus, tokenizer,
   preset, the two phases, optimizer), and `parse_arguments` which reads a YAML config with any field
@@ -10,23 +10,19 @@
   `PRETRAINING_OBJECTIVES`. Without NSP the loss has no NSP term, NSP metrics are not logged and the model's
   pooler and NSP head take no part in training (frozen: no gradient, no weight decay, not reported as unused to
   DDP); "ltr" logs `lm_loss` / `lm_accuracy` (next token) instead of `mlm_*`.
-- `PreTrainingTrainer`: Trainer that logs the MLM loss, NSP loss, MLM accuracy and NSP accuracy separately,
-  evaluates them on a held-out slice of the corpus, and normalises the loss over the GLOBAL batch: the MLM loss
-  is the mean over every masked token of the batch of `global_batch_size` sequences, however it is split into
-  accumulation steps and processes; the NSP loss is the mean over its sequences. So one batch of 16, two
-  accumulated batches of 8 and two DDP ranks of 8 give the same update (tested).
-- `PhasedSampler`: the paper's two-phase schedule (90% of steps at 128 tokens, then 512) inside ONE Trainer run,
-  so there is one learning-rate schedule across both phases and resuming works anywhere.
-- Output-directory checks: a directory holding a different run is never overwritten.
+- Output-directory checks: a directory holding a different run is never overwritten (`run_record`).
+
+The job's parts, one module each: `pretrain_data` (corpus, tokenizer, examples), `pretrain_phases` (the two
+phases in one run: data configs, steps, sampler, collator), `pretrain_model` (the model and its config),
+`pretrain_trainer` (`PreTrainingTrainer`: the losses over the global batch, the four metrics), `pretrain_resume`
+(stopping, resuming, the run's clock) and `pretrain_records` (the log's tables, warnings, curves).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,53 +30,28 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-import numpy as np
-from huggingface_hub.errors import StrictDataclassError
-import pyarrow.compute as pc
 import torch
-import torch.nn.functional as F
-from torch.utils.data import DataLoader, Sampler
-from transformers import IntervalStrategy, TrainerCallback, TrainingArguments, set_seed
+from transformers import IntervalStrategy, TrainingArguments, set_seed
 
 from .cli import (RUN_CONFIG, RUN_LOCK, ConfigurationError, SpeedSwitches, check_output_dir,
                   parse_with_config, pin_memory_only_with_an_accelerator, take_push_request)
-from .checkpoints import checkpoint_problem, checkpoint_step, newest_valid_checkpoint
+from .checkpoints import checkpoint_step
 from .cluster import lock_output_dir_once, stop_message
-from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
-from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, BertReproConfig, PreTrainingObjective,
-                                              check_objective_switches, pretraining_objective)
-from ..model.conversion import check_model_dir
-from ..data.corpus import load_corpus
+from .distributed import check_deepspeed_installed, check_engine
 from ..hub.push import push_checkpoints
-from ..model.modeling_bert_repro import BertReproForPreTraining
 from .optim import optimizer_cls_and_kwargs
-from ..data.pretraining_examples import (
-    IGNORE_INDEX,
-    PreTrainingCollator,
-    PreTrainingDataConfig,
-    WordPieceVocab,
-    create_pretraining_instances,
-    pretraining_statistics,
-    tokenize_documents,
-)
-from ..data.packing import PackingCollator, padding_statistics
-from ..data.streaming import (
-    DataStateCallback,
-    WorkerStreams,
-    first_documents,
-    load_data_state,
-    open_document_source,
-    open_stream,
-    text_digest,
-)
-from ..data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
+from ..data.pretraining_examples import PreTrainingDataConfig
+from ..data.streaming import DataStateCallback, load_data_state
+from ..data.wordpiece import save_tokenizer
+from .pretrain_data import STREAM_STOP_EVERY, build_datasets, build_streaming_datasets
+from .pretrain_model import allow_data_dependent_shapes, build_model, check_lengths, model_config
+from .pretrain_phases import PhaseCollator, PhasedSampler, phase_configs, phase_steps  # noqa: F401
+from .pretrain_records import log_statistics, log_table, plot_curves, repetition_warnings
+from .pretrain_resume import StopAfterSteps, TrainingClock, checkpoint_to_resume, forget_unstarted_run, tokens_trained
+from .pretrain_trainer import PreTrainingTrainer, metrics_from_sums, pretraining_sums  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-
-
-
-TOKENIZER_DIR = "tokenizer"
 
 # SPEC section 3: Adam lr 1e-4, betas 0.9/0.999, eps 1e-6, weight decay 0.01, 10,000 warm-up steps then linear
 # decay, clipping at 1.0, 1,000,000 steps. Lowest precedence: a YAML config and the command line override them.
@@ -211,484 +182,6 @@ def run_identity(record: dict) -> dict:
     return json.loads(json.dumps(record, default=str))
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Data
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def load_documents(run: PreTrainingArguments) -> datasets.Dataset:
-    if not run.corpus:
-        raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
-    source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
-    documents = load_corpus(
-        source, text_column=run.text_column, document_boundary=run.document_boundary, hub_config=run.hub_config,
-        split=run.split, num_proc=run.num_proc,
-    )
-    if run.max_documents is not None and len(documents) > run.max_documents:
-        documents = documents.select(range(run.max_documents))
-    return documents
-
-
-def split_documents(documents: datasets.Dataset, run: PreTrainingArguments, seed: int):
-    """(train, held-out) documents; the held-out slice is whole documents, so no text leaks into training."""
-    if run.eval_fraction <= 0 or len(documents) < 2:
-        return documents, None
-    held_out = max(1, round(len(documents) * run.eval_fraction))
-    parts = documents.train_test_split(test_size=held_out, seed=seed, shuffle=True)
-    return parts["train"], parts["test"]
-
-
-def get_tokenizer(run: PreTrainingArguments, train_documents: datasets.Dataset, output_dir: Path):
-    """The run's tokenizer: given, already trained by this run (resumption, other ranks), or trained now."""
-    cached = output_dir / TOKENIZER_DIR
-    if (cached / "tokenizer.json").exists():
-        return load_tokenizer(cached)
-    if run.tokenizer:
-        tokenizer = load_tokenizer(run.tokenizer)
-    else:
-        logger.info("training a WordPiece vocabulary of %d entries on %d documents", run.vocab_size,
-                    len(train_documents))
-        tokenizer = train_wordpiece(iterator=train_documents["text"], vocab_size=run.vocab_size,
-                                    lowercase=run.lowercase)
-    save_tokenizer(tokenizer, cached)  # WordPiece training is not deterministic: keep what this run uses
-    return tokenizer
-
-
-def phase_configs(data: PreTrainingDataConfig, run: PreTrainingArguments) -> list[PreTrainingDataConfig]:
-    phases = [data]
-    if run.phase2_fraction > 0:
-        phases.append(PreTrainingDataConfig(**{
-            **asdict(data),
-            "max_seq_length": run.phase2_max_seq_length,
-            "max_predictions_per_seq": run.phase2_max_predictions_per_seq,
-        }))
-    return phases
-
-
-def build_datasets(run, data, training, output_dir: Path):
-    """Documents -> tokenizer -> pre-training examples of each phase and of the held-out slice, with statistics."""
-    documents = load_documents(run)
-    train_docs, eval_docs = split_documents(documents, run, training.seed)
-    tokenizer = get_tokenizer(run, train_docs, output_dir)
-    vocab = WordPieceVocab.from_tokenizer(tokenizer)
-    tokenized = tokenize_documents(train_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
-    configs = phase_configs(data, run)
-    phases = [create_pretraining_instances(tokenized, vocab, cfg, num_proc=run.num_proc) for cfg in configs]
-    statistics = {
-        f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length, "objective": cfg.objective,
-                          **pretraining_statistics(ds, tokenized, mask_token_id=tokenizer.mask_token_id),
-                          "padding": padding_statistics(example_lengths(ds), training.per_device_train_batch_size,
-                                                        cfg.max_seq_length, seed=training.seed)}
-        for i, (cfg, ds) in enumerate(zip(configs, phases))
-    }
-    eval_dataset = None
-    if eval_docs is not None:
-        eval_dataset, statistics["held_out"] = held_out_examples(eval_docs, tokenizer, data, run)
-    return tokenizer, phases, eval_dataset, statistics
-
-
-def held_out_examples(eval_docs: datasets.Dataset, tokenizer, data: PreTrainingDataConfig, run: PreTrainingArguments):
-    """(examples, statistics) of the held-out documents."""
-    # Fixed masks, so that every evaluation scores the same predictions (also with dynamic masking in training).
-    eval_cfg = PreTrainingDataConfig(**{**asdict(data), "dupe_factor": 1, "static_masking": True})
-    eval_tokenized = tokenize_documents(eval_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
-    eval_dataset = create_pretraining_instances(eval_tokenized, WordPieceVocab.from_tokenizer(tokenizer), eval_cfg,
-                                                num_proc=run.num_proc)
-    eval_dataset = eval_dataset.select(range(min(len(eval_dataset), run.eval_max_examples)))
-    return eval_dataset, {"objective": data.objective, **pretraining_statistics(
-        eval_dataset, eval_tokenized, mask_token_id=tokenizer.mask_token_id)}
-
-
-#: Streaming without --tokenizer: a WordPiece vocabulary is trained on this many documents from the stream's start.
-STREAM_TOKENIZER_DOCUMENTS = 10_000
-# With DataLoader workers a stream's position exists only at steps planned ahead, and each costs the workers a
-# write of their state (buffers included): a stop on a signal waits for the next multiple of this many steps.
-STREAM_STOP_EVERY = 20
-
-
-def build_streaming_datasets(run, data, training, output_dir: Path, steps: list[int]):
-    """--streaming: the stream's first documents held out (and a sample for a new tokenizer), then this process's
-    stream of examples for `steps` optimizer steps per phase (bert_repro.data.streaming); nothing is copied to disk."""
-    if not run.corpus:
-        raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
-    source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
-    reading = {"text_column": run.text_column, "document_boundary": run.document_boundary,
-               "hub_config": run.hub_config, "split": run.split}
-    held = run.stream_held_out_documents
-    need_sample = not run.tokenizer and not (output_dir / TOKENIZER_DIR / "tokenizer.json").exists()
-    first = first_documents(open_document_source(source, **reading),
-                            held + (STREAM_TOKENIZER_DOCUMENTS if need_sample else 1))
-    if len(first) <= held:
-        raise ConfigurationError(f"The corpus holds {len(first)} documents: --stream_held_out_documents {held} leaves "
-                                 "none to train on; lower it.")
-    tokenizer = get_tokenizer(run, datasets.Dataset.from_dict({"text": first[held:]}), output_dir)
-    configs = phase_configs(data, run)
-    make_stream = functools.partial(
-        open_stream, source, tokenizer, configs, reading=reading, max_documents=run.max_documents,
-        document_buffer=run.stream_document_buffer, shuffle_buffer=run.stream_shuffle_buffer,
-        split_lines=run.split_lines, exclude={text_digest(text) for text in first[:held]})
-    # One stream per DataLoader worker (each its own share of the corpus), or one read by this process.
-    stream = WorkerStreams(make_stream, streams=max(1, training.dataloader_num_workers),
-                           batch_size=training.per_device_train_batch_size,
-                           phase_batches=[n * training.gradient_accumulation_steps for n in steps[:-1]],
-                           rank=training.process_index, world_size=training.world_size)
-    statistics = {f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length, "objective": cfg.objective,
-                                    "streamed": True, "document_buffer": run.stream_document_buffer,
-                                    "shuffle_buffer": run.stream_shuffle_buffer}
-                  for i, cfg in enumerate(configs)}
-    eval_dataset = None
-    if held:
-        eval_dataset, statistics["held_out"] = held_out_examples(
-            datasets.Dataset.from_dict({"text": first[:held]}), tokenizer, data, run)
-    return tokenizer, stream, eval_dataset, statistics
-
-
-def example_lengths(instances: datasets.Dataset) -> np.ndarray:
-    """Tokens of each example, in dataset order (read from the Arrow offsets, nothing decoded)."""
-    return np.concatenate([pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False)
-                           for table in instances.with_format("arrow").iter(batch_size=65_536)])
-
-
-class PhaseCollator:
-    """Routes each batch to the collator of its phase (dynamic masking uses each phase's prediction budget);
-    rows that carry their masks (the held-out slice) always keep them, with their phase's prediction budget.
-    With `packing`, each phase packs its batches into rows of its max_seq_length; `compiled` (torch.compile)
-    then makes every row that long, so that only the number of rows changes between batches (one
-    recompilation, not two)."""
-
-    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig], packing: bool = False,
-                 compiled: bool = False):
-        def fixed(cfg):
-            return {"pad_to_multiple_of": cfg.max_seq_length} if packing and compiled else {}
-
-        def static(cfg):
-            slots = {"max_predictions_per_seq": cfg.max_predictions_per_seq}
-            if packing:
-                return PackingCollator(tokenizer, max_seq_length=cfg.max_seq_length, **slots, **fixed(cfg))
-            return PreTrainingCollator(tokenizer, **slots)
-
-        collator = PackingCollator if packing else PreTrainingCollator
-        self.collators = [(cfg.max_seq_length, collator.from_config(tokenizer, cfg, **fixed(cfg)))
-                          for cfg in phases]
-        self.static = [(cfg.max_seq_length, static(cfg)) for cfg in phases]
-
-    def __call__(self, features):
-        collators = self.static if "masked_lm_positions" in features[0] else self.collators
-        longest = max(len(f["input_ids"]) for f in features)
-        for max_len, collator in collators:
-            if longest <= max_len:
-                return collator(features)
-        return collators[-1][1](features)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Training
-# ---------------------------------------------------------------------------------------------------------------
-
-
-class PhasedSampler(Sampler[int]):
-    """Indices into the concatenated phase datasets: `samples[p]` draws from phase p, in phase order.
-
-    Each phase is drawn in passes over its examples, reshuffled every pass, with a seeded generator: the same
-    order on every process and after resumption (Trainer skips the batches already seen).
-    """
-
-    def __init__(self, sizes: list[int], samples: list[int], seed: int):
-        if any(n > 0 and size == 0 for size, n in zip(sizes, samples)):
-            raise ValueError(f"A phase has no examples to draw from (sizes {sizes}).")
-        self.sizes, self.samples, self.seed = sizes, samples, seed
-
-    def __len__(self) -> int:
-        return sum(self.samples)
-
-    def __iter__(self):
-        rng = np.random.default_rng(self.seed)
-        offset = 0
-        for size, n in zip(self.sizes, self.samples):
-            drawn = 0
-            while drawn < n:
-                order = rng.permutation(size)[: n - drawn]
-                yield from (offset + order).tolist()
-                drawn += len(order)
-            offset += size
-
-
-def allow_data_dependent_shapes() -> None:
-    """Let torch.compile trace a packed batch whole: how many examples its rows hold (the pooler's and the NSP
-    head's rows) is known from the data only, which dynamo otherwise leaves to eager code between graphs."""
-    torch._dynamo.config.capture_dynamic_output_shape_ops = True
-    torch._dynamo.config.capture_scalar_outputs = True
-
-
-def phase_steps(max_steps: int, phase2_fraction: float, num_phases: int) -> list[int]:
-    if num_phases == 1:
-        return [max_steps]
-    second = max(1, round(max_steps * phase2_fraction))
-    return [max_steps - second, second]
-
-
-_SUMS = ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp_count")
-
-
-def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_sentence_label,
-                     masked_positions=None) -> torch.Tensor:
-    """Summed losses and counts of a batch: (mlm loss sum, mlm correct, masked tokens, nsp loss sum, nsp correct, n).
-
-    `prediction_logits` is (batch, seq, vocab), or from a sparse prediction (masked positions, vocab), or
-    (slots, vocab) when the model was given `masked_positions` (pass them here too). The "mlm" entries are the
-    token-level task's: masked tokens, or for a left-to-right objective the next tokens (its labels are
-    shifted by the collator). Without `next_sentence_label` (an objective without NSP) the NSP entries are 0, so
-    the loss built from them has no NSP term."""
-    if prediction_logits.dim() == 2 and masked_positions is not None:
-        mlm_logits, mlm_labels = prediction_logits.float(), labels.reshape(-1)[masked_positions.reshape(-1)]
-    else:
-        masked = labels != IGNORE_INDEX
-        mlm_logits = prediction_logits if prediction_logits.dim() == 2 else prediction_logits[masked]
-        mlm_logits, mlm_labels = mlm_logits.float(), labels[masked]
-    predicted = mlm_labels != IGNORE_INDEX
-    mlm = [F.cross_entropy(mlm_logits, mlm_labels, reduction="sum", ignore_index=IGNORE_INDEX),
-           ((mlm_logits.argmax(-1) == mlm_labels) & predicted).sum().float(), predicted.sum().float()]
-    if next_sentence_label is None:
-        return torch.stack(mlm + [mlm_logits.new_zeros(())] * 3)
-    nsp_logits = seq_relationship_logits.float()
-    return torch.stack(mlm + [
-        F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
-        (nsp_logits.argmax(-1) == next_sentence_label).sum().float(),
-        torch.tensor(float(next_sentence_label.numel()), device=nsp_logits.device),
-    ])
-
-
-def metrics_from_sums(sums: torch.Tensor, prefix: str = "", objective: PreTrainingObjective | None = None
-                      ) -> dict[str, float]:
-    """The logged metrics of `objective` (the paper's BERT by default): the token-level task's loss and accuracy
-    (`mlm_*`, or `lm_*` for next-token prediction) and, with NSP, the NSP loss and accuracy."""
-    objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
-    s = dict(zip(_SUMS, sums.tolist()))
-    mlm_n, nsp_n = max(s["mlm_count"], 1.0), max(s["nsp_count"], 1.0)
-    task, nsp = f"{prefix}{objective.token_task}", objective.next_sentence
-    metrics = {f"{task}_loss": s["mlm_loss"] / mlm_n}
-    metrics.update({f"{prefix}nsp_loss": s["nsp_loss"] / nsp_n} if nsp else {})
-    metrics[f"{task}_accuracy"] = s["mlm_correct"] / mlm_n
-    metrics.update({f"{prefix}nsp_accuracy": s["nsp_correct"] / nsp_n} if nsp else {})
-    return metrics
-
-
-class PreTrainingTrainer(EngineTrainer):
-    """Trainer for MLM + NSP with global-batch loss normalisation and the four pre-training metrics."""
-
-    def __init__(self, *args, phase_sizes: list[int] | None = None, phase_samples: list[int] | None = None,
-                 **kwargs):
-        super().__init__(*args, **kwargs)
-        self.phase_sizes, self.phase_samples = phase_sizes, phase_samples
-        self.loss_is_scaled_for_ga = True  # compute_loss divides by the global counts itself
-        self._train_sums: torch.Tensor | None = None
-        self.tokens_seen = 0  # this invocation's real training tokens in this process
-
-    def _get_train_sampler(self, train_dataset=None):
-        if self.phase_sizes is None:
-            return super()._get_train_sampler(train_dataset)
-        return PhasedSampler(self.phase_sizes, self.phase_samples, self.args.seed)
-
-    def get_train_dataloader(self):
-        if not isinstance(self.train_dataset, WorkerStreams):
-            return super().get_train_dataloader()
-        # This process's own part of the stream (accelerate's sharding would make every process read everything),
-        # one stream per worker, whose batches the DataLoader returns in turn (WorkerStreams).
-        workers = self.args.dataloader_num_workers
-        return DataLoader(self.train_dataset, batch_size=self._train_batch_size, collate_fn=self.data_collator,
-                          pin_memory=self.args.dataloader_pin_memory, num_workers=workers,
-                          prefetch_factor=self.args.dataloader_prefetch_factor if workers else None)
-
-    def _get_num_items_in_batch(self, batch_samples, device):
-        """Masked tokens and sequences in the whole global batch (all accumulation steps, all processes)."""
-        self.tokens_seen += sum(int(b["attention_mask"].sum()) for b in batch_samples)  # on the CPU: no sync
-        counts = torch.tensor(
-            [sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in batch_samples),
-             sum(int(b["next_sentence_label"].numel()) for b in batch_samples if "next_sentence_label" in b)],
-            dtype=torch.float64, device=device,
-        )
-        if self.accelerator.num_processes > 1:
-            counts = self.accelerator.reduce(counts, reduction="sum")
-        return counts
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        labels = inputs.pop("labels")
-        next_sentence_label = inputs.pop("next_sentence_label", None)  # None: an objective without NSP
-        # With config.sparse_prediction the MLM decoder runs only at the masked positions (same loss, fewer FLOPs).
-        outputs = model(**inputs, labels=labels)
-        sums = pretraining_sums(outputs.prediction_logits, outputs.seq_relationship_logits, labels,
-                                next_sentence_label, inputs.get("masked_positions"))
-        if num_items_in_batch is None:  # one batch on its own
-            mlm_n, nsp_n = sums[2].clamp(min=1), sums[5].clamp(min=1)
-            loss = sums[0] / mlm_n + sums[3] / nsp_n
-        else:
-            mlm_n, nsp_n = num_items_in_batch.to(sums.dtype).clamp(min=1)
-            # DDP averages gradients over processes: scale back up so the sum over the global batch is kept.
-            loss = (sums[0] / mlm_n + sums[3] / nsp_n) * self.accelerator.num_processes
-        if model.training:
-            detached = sums.detach()
-            self._train_sums = detached if self._train_sums is None else self._train_sums + detached
-        return (loss, outputs) if return_outputs else loss
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._train_sums is not None:
-            sums = self._train_sums
-            if self.accelerator.num_processes > 1:
-                sums = self.accelerator.reduce(sums, reduction="sum")
-            logs.update(metrics_from_sums(sums, objective=self.model.config.pretraining_objective))
-            self._train_sums = None
-        super().log(logs, start_time)
-
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        dataloader = self.get_eval_dataloader(eval_dataset)
-        model = self.model
-        was_training = model.training
-        model.eval()
-        sums = torch.zeros(len(_SUMS), device=self.args.device)
-        start = time.time()
-        with torch.no_grad():
-            for batch in dataloader:
-                batch = self._prepare_inputs(batch)
-                labels, nsp = batch.pop("labels"), batch.pop("next_sentence_label", None)
-                with self.autocast_smart_context_manager():
-                    out = model(**batch, labels=labels)
-                sums += pretraining_sums(out.prediction_logits, out.seq_relationship_logits, labels, nsp,
-                                         batch.get("masked_positions"))
-        if self.accelerator.num_processes > 1:
-            sums = self.accelerator.reduce(sums, reduction="sum")
-        model.train(was_training)
-        metrics = metrics_from_sums(sums, prefix=f"{metric_key_prefix}_",
-                                    objective=self.model.config.pretraining_objective)
-        metrics[f"{metric_key_prefix}_loss"] = sum(v for k, v in metrics.items() if k.endswith("_loss"))
-        metrics[f"{metric_key_prefix}_runtime"] = round(time.time() - start, 3)
-        self.log(metrics)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-        return metrics
-
-
-class StopAfterSteps(TrainerCallback):
-    """Ends this invocation after `steps` optimizer steps with a checkpoint, for time-limited jobs."""
-
-    def __init__(self, steps: int):
-        self.steps, self.first_step = steps, None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.first_step = state.global_step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step - self.first_step >= self.steps and state.global_step < state.max_steps:
-            control.should_save = True
-            control.should_training_stop = True
-        return control
-
-
-TRAINING_TIME = "training_time.json"
-
-
-def tokens_trained(statistics: dict, steps: list[int], global_batch_size: int, after_step: int = 0) -> float:
-    """The tokens of the optimizer steps after `after_step`: each phase's steps (`steps`, in order) times the batch
-    times that phase's mean tokens per example (data_statistics.json)."""
-    tokens, first = 0.0, 0
-    for i, n in enumerate(steps):
-        phase = statistics[f"phase{i + 1}"]
-        tokens += phase["tokens"] / max(phase["examples"], 1) * max(0, first + n - max(first, after_step)) \
-            * global_batch_size
-        first += n
-    return tokens
-
-
-class TrainingClock(TrainerCallback):
-    """Keeps the training time of all invocations of a run: each checkpoint records the seconds trained up to it
-    (`training_time.json`), and a resumed run starts its clock there, so that its `train_runtime_s` and
-    `tokens_per_second` are the whole run's, not the last invocation's. A checkpoint without the record (written by
-    an older version) leaves the time before it unknown: the clock then counts from that checkpoint's step
-    (`from_step`), and the results say so rather than pass part of a run's time off as the whole."""
-
-    def __init__(self, resume_from: str | Path | None):
-        self.before, self.from_step = 0.0, 0
-        if resume_from and (Path(resume_from) / TRAINING_TIME).is_file():
-            self.before = float(json.loads((Path(resume_from) / TRAINING_TIME).read_text())["train_seconds"])
-        elif resume_from:
-            self.from_step = checkpoint_step(resume_from)
-            logger.warning("%s has no %s (written by an older version): the time trained before step %d is unknown, "
-                           "so train_runtime_s counts from there (results.json: train_runtime_from_step)",
-                           resume_from, TRAINING_TIME, self.from_step)
-        self.start = time.time()
-
-    def seconds(self) -> float:
-        return self.before + time.time() - self.start
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = time.time()
-
-    def on_save(self, args, state, control, **kwargs):
-        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if state.is_world_process_zero and checkpoint.is_dir():
-            (checkpoint / TRAINING_TIME).write_text(json.dumps(
-                {"train_seconds": round(self.seconds(), 1), "global_step": state.global_step}))
-
-
-def model_config(run: PreTrainingArguments, objective: str = DEFAULT_OBJECTIVE, **fields) -> BertReproConfig:
-    """The model's config: the preset with `fields` and --model_overrides, or --init_from's config, with the run's
-    `objective` (--objective; the data are built for it too). Settings that cannot work are a ConfigurationError."""
-    try:
-        overrides = json.loads(run.model_overrides) if run.model_overrides else {}
-    except json.JSONDecodeError as err:
-        raise ConfigurationError(f"--model_overrides is not valid JSON ({err}); write a JSON object of "
-                                 "BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'.") from None
-    if not isinstance(overrides, dict):
-        raise ConfigurationError(f"--model_overrides must be a JSON object of BertReproConfig fields, got {overrides!r}.")
-    if "objective" in overrides:
-        raise ConfigurationError("Set the pre-training objective with --objective (it decides how the data are built "
-                                 "too), not in --model_overrides.")
-    if run.init_from:
-        check_model_dir(run.init_from)
-    try:
-        if run.init_from:  # continued pre-training keeps the checkpoint's attention direction (from_pretrained checks)
-            config = BertReproConfig.from_pretrained(run.init_from, objective=objective)
-            for name, value in run.switches().items():
-                setattr(config, name, value)
-            check_objective_switches(config)
-            return config
-        return BertReproConfig.from_preset(run.preset, **{**fields, "objective": objective, **overrides})
-    except (StrictDataclassError, ValueError, TypeError) as err:  # the config's own checks name the field
-        reason = str(err).strip().splitlines()[-1].strip()
-        source = f"--init_from {run.init_from}" if run.init_from else f"--preset {run.preset}, --model_overrides"
-        raise ConfigurationError(f"The model configuration ({source}, --objective {objective}) is invalid: "
-                                 f"{reason}") from None
-
-
-def check_lengths(config: BertReproConfig, phases: list[PreTrainingDataConfig]) -> None:
-    longest = max(cfg.max_seq_length for cfg in phases)
-    if longest > config.max_position_embeddings:
-        raise ConfigurationError(
-            f"max_seq_length {longest} is longer than the model's max_position_embeddings "
-            f"({config.max_position_embeddings}); lower max_seq_length / phase2_max_seq_length."
-        )
-
-
-def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDataConfig]) -> BertReproForPreTraining:
-    config = model_config(run, phases[0].objective, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    check_lengths(config, phases)
-    if len(tokenizer) > config.vocab_size:
-        raise ConfigurationError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
-    if run.init_from:
-        model = BertReproForPreTraining.from_pretrained(
-            run.init_from, attn_implementation=run.attn_implementation, sparse_prediction=run.sparse_prediction,
-            objective=config.objective, **run.switches(),
-        )
-    else:
-        for name, value in {**run.switches(), "sparse_prediction": run.sparse_prediction}.items():
-            setattr(config, name, value)
-        model = BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
-    if not config.pretraining_objective.next_sentence:
-        # No NSP: the pooler and NSP head stay as initialised (a fine-tune starts them afresh, as the paper's No NSP
-        # model must); frozen so that DDP finds no unused parameter and weight decay leaves them alone.
-        model.bert.pooler.requires_grad_(False)
-        model.cls.seq_relationship.requires_grad_(False)
-    return model.compile_layers() if run.compile_layers else model
-
-
 def gradient_accumulation(global_batch_size: int, per_device: int, world_size: int) -> int:
     per_step = per_device * world_size
     if global_batch_size % per_step:
@@ -697,29 +190,6 @@ def gradient_accumulation(global_batch_size: int, per_device: int, world_size: i
             f"x {world_size} processes."
         )
     return global_batch_size // per_step
-
-
-def checkpoint_to_resume(output_dir: Path, resume_from: bool | str | None, streamed: bool = False) -> str | None:
-    """`--resume_from_checkpoint true`: the newest complete checkpoint (broken newer ones skipped, with the reason),
-    or None when nothing was saved yet; a named checkpoint is checked the same way."""
-    if resume_from is True:
-        found = newest_valid_checkpoint(output_dir, streamed=streamed)
-        if found is None:
-            logger.info("no checkpoint in %s yet: starting at step 0", output_dir)
-        return None if found is None else str(found)
-    if resume_from:
-        problem = checkpoint_problem(resume_from, streamed=streamed)
-        if problem:
-            raise ConfigurationError(f"Cannot resume from {resume_from}: {problem}.")
-    return resume_from or None
-
-
-def forget_unstarted_run(output_dir: Path) -> None:
-    """Remove what a run wrote into its (new or empty) output directory before its data preparation failed."""
-    (output_dir / RUN_CONFIG).unlink(missing_ok=True)
-    shutil.rmtree(output_dir / TOKENIZER_DIR, ignore_errors=True)
-    if output_dir.is_dir() and not any(output_dir.iterdir()):
-        output_dir.rmdir()
 
 
 def _importable(module: str) -> bool:
@@ -882,76 +352,3 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     return summary
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Reporting
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def log_table(title: str, values: dict[str, Any]) -> None:
-    width = max(len(k) for k in values)
-    lines = [f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}" for k, v in values.items()]
-    logger.info("%s\n%s", title, "\n".join(lines))
-
-
-# The paper's repetition: 40 epochs over its text, built with dupe_factor 10 (the reference code's default), so each
-# statically masked example is seen about 4 times (section A.2, create_pretraining_data.py).
-PAPER_TEXT_PASSES, PAPER_EXAMPLE_REPEATS = 40, 4
-
-
-def repetition_warnings(statistics: dict[str, dict], steps: list[int], global_batch_size: int,
-                        phase_cfgs: list[PreTrainingDataConfig]) -> list[str]:
-    """What a run repeats more than the paper does, per phase: the same masked examples (static masks), or its text.
-    A small corpus trained for many steps is memorised, its training loss parting from the held-out one (measured
-    in README, "Where this size spends its budget"), so the user hears it before the steps are spent."""
-    warnings = []
-    for i, (n, cfg) in enumerate(zip(steps, phase_cfgs)):
-        examples = statistics.get(f"phase{i + 1}", {}).get("examples")
-        if not examples or not n:
-            continue
-        showings = n * global_batch_size / examples  # how often each built example is drawn
-        text_passes = showings * cfg.dupe_factor
-        if cfg.stores_masks and showings > PAPER_EXAMPLE_REPEATS:
-            warnings.append(
-                f"phase{i + 1}: {n:,} steps of {global_batch_size} show each of its {examples:,} examples "
-                f"{showings:.1f} times with the same masks (the paper: about {PAPER_EXAMPLE_REPEATS}); the model will "
-                "learn them by heart. Give it more text (--corpus), more maskings (--dupe_factor) or fresh masks per "
-                "batch (--static_masking false).")
-        elif text_passes > PAPER_TEXT_PASSES:
-            warnings.append(
-                f"phase{i + 1}: {n:,} steps of {global_batch_size} pass over its text about {text_passes:.0f} times "
-                f"(the paper: {PAPER_TEXT_PASSES}); on this little text the model will learn it by heart. Give it "
-                "more text (--corpus) or fewer steps.")
-    return warnings
-
-
-def log_statistics(statistics: dict[str, dict]) -> None:
-    for name, stats in statistics.items():
-        log_table(f"pre-training data, {name}",
-                  {k: v for k, v in stats.items() if not isinstance(v, (dict, list))})
-
-
-def plot_curves(log_history: list[dict], path: Path, objective: PreTrainingObjective | None = None) -> None:
-    """Training and held-out curves of the pre-training metrics (those of `metrics_from_sums`), one panel each."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
-    task = objective.token_task
-    panels = ([f"{task}_loss", "nsp_loss", f"{task}_accuracy", "nsp_accuracy"] if objective.next_sentence
-              else [f"{task}_loss", f"{task}_accuracy"])
-    fig, axes = plt.subplots(len(panels) // 2, 2, figsize=(10, 3.5 * (len(panels) // 2)), squeeze=False)
-    for ax, key in zip(axes.flat, panels):
-        for prefix, style in (("", "-"), ("eval_", "o-")):
-            points = [(e["step"], e[prefix + key]) for e in log_history if prefix + key in e]
-            if points:
-                xs, ys = zip(*points)
-                ax.plot(xs, ys, style, label="held-out" if prefix else "training", markersize=3)
-        ax.set_title(key.replace("_", " "))
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

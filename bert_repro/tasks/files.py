@@ -65,8 +65,8 @@ from typing import Any
 
 import datasets
 
-from ..tasks.columns import RawSplit, TaskDataError, answer_is_aligned
-from ..tasks.registry import Task, get_task
+from .columns import RawSplit, TaskDataError, answer_is_aligned
+from .registry import Task, get_task
 
 logger = logging.getLogger(__name__)
 

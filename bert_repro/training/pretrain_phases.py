@@ -1,0 +1,95 @@
+"""The paper's two-phase schedule (90% of the steps at 128 tokens, then 512) inside ONE Trainer run, so there is
+one learning-rate schedule across both phases and resuming works anywhere: each phase's data config and steps,
+`PhasedSampler` (the examples drawn phase after phase) and `PhaseCollator` (each batch to its phase's collator,
+packed or not)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+import numpy as np
+from torch.utils.data import Sampler
+
+from ..data.pack_examples import PackingCollator
+from ..data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig
+
+if TYPE_CHECKING:
+    from .pretrain import PreTrainingArguments
+
+
+def phase_configs(data: PreTrainingDataConfig, run: PreTrainingArguments) -> list[PreTrainingDataConfig]:
+    phases = [data]
+    if run.phase2_fraction > 0:
+        phases.append(PreTrainingDataConfig(**{
+            **asdict(data),
+            "max_seq_length": run.phase2_max_seq_length,
+            "max_predictions_per_seq": run.phase2_max_predictions_per_seq,
+        }))
+    return phases
+
+
+def phase_steps(max_steps: int, phase2_fraction: float, num_phases: int) -> list[int]:
+    if num_phases == 1:
+        return [max_steps]
+    second = max(1, round(max_steps * phase2_fraction))
+    return [max_steps - second, second]
+
+
+class PhasedSampler(Sampler[int]):
+    """Indices into the concatenated phase datasets: `samples[p]` draws from phase p, in phase order.
+
+    Each phase is drawn in passes over its examples, reshuffled every pass, with a seeded generator: the same
+    order on every process and after resumption (Trainer skips the batches already seen).
+    """
+
+    def __init__(self, sizes: list[int], samples: list[int], seed: int):
+        if any(n > 0 and size == 0 for size, n in zip(sizes, samples)):
+            raise ValueError(f"A phase has no examples to draw from (sizes {sizes}).")
+        self.sizes, self.samples, self.seed = sizes, samples, seed
+
+    def __len__(self) -> int:
+        return sum(self.samples)
+
+    def __iter__(self):
+        rng = np.random.default_rng(self.seed)
+        offset = 0
+        for size, n in zip(self.sizes, self.samples):
+            drawn = 0
+            while drawn < n:
+                order = rng.permutation(size)[: n - drawn]
+                yield from (offset + order).tolist()
+                drawn += len(order)
+            offset += size
+
+
+class PhaseCollator:
+    """Routes each batch to the collator of its phase (dynamic masking uses each phase's prediction budget);
+    rows that carry their masks (the held-out slice) always keep them, with their phase's prediction budget.
+    With `packing`, each phase packs its batches into rows of its max_seq_length; `compiled` (torch.compile)
+    then makes every row that long, so that only the number of rows changes between batches (one
+    recompilation, not two)."""
+
+    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig], packing: bool = False,
+                 compiled: bool = False):
+        def fixed(cfg):
+            return {"pad_to_multiple_of": cfg.max_seq_length} if packing and compiled else {}
+
+        def static(cfg):
+            slots = {"max_predictions_per_seq": cfg.max_predictions_per_seq}
+            if packing:
+                return PackingCollator(tokenizer, max_seq_length=cfg.max_seq_length, **slots, **fixed(cfg))
+            return PreTrainingCollator(tokenizer, **slots)
+
+        collator = PackingCollator if packing else PreTrainingCollator
+        self.collators = [(cfg.max_seq_length, collator.from_config(tokenizer, cfg, **fixed(cfg)))
+                          for cfg in phases]
+        self.static = [(cfg.max_seq_length, static(cfg)) for cfg in phases]
+
+    def __call__(self, features):
+        collators = self.static if "masked_lm_positions" in features[0] else self.collators
+        longest = max(len(f["input_ids"]) for f in features)
+        for max_len, collator in collators:
+            if longest <= max_len:
+                return collator(features)
+        return collators[-1][1](features)

@@ -1,0 +1,85 @@
+"""What a pre-training run reports: tables in the log, warnings when it repeats its data more than the paper
+did, and the training and held-out curves (`training_curves.png`)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..model.configuration_bert_repro import DEFAULT_OBJECTIVE, PreTrainingObjective, pretraining_objective
+
+if TYPE_CHECKING:
+    from ..data.pretraining_examples import PreTrainingDataConfig
+
+logger = logging.getLogger(__name__)
+
+
+def log_table(title: str, values: dict[str, Any]) -> None:
+    width = max(len(k) for k in values)
+    lines = [f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}" for k, v in values.items()]
+    logger.info("%s\n%s", title, "\n".join(lines))
+
+
+# The paper's repetition: 40 epochs over its text, built with dupe_factor 10 (the reference code's default), so each
+# statically masked example is seen about 4 times (section A.2, create_pretraining_data.py).
+PAPER_TEXT_PASSES, PAPER_EXAMPLE_REPEATS = 40, 4
+
+
+def repetition_warnings(statistics: dict[str, dict], steps: list[int], global_batch_size: int,
+                        phase_cfgs: list[PreTrainingDataConfig]) -> list[str]:
+    """What a run repeats more than the paper does, per phase: the same masked examples (static masks), or its text.
+    A small corpus trained for many steps is memorised, its training loss parting from the held-out one (measured
+    in README, "Where this size spends its budget"), so the user hears it before the steps are spent."""
+    warnings = []
+    for i, (n, cfg) in enumerate(zip(steps, phase_cfgs)):
+        examples = statistics.get(f"phase{i + 1}", {}).get("examples")
+        if not examples or not n:
+            continue
+        showings = n * global_batch_size / examples  # how often each built example is drawn
+        text_passes = showings * cfg.dupe_factor
+        if cfg.stores_masks and showings > PAPER_EXAMPLE_REPEATS:
+            warnings.append(
+                f"phase{i + 1}: {n:,} steps of {global_batch_size} show each of its {examples:,} examples "
+                f"{showings:.1f} times with the same masks (the paper: about {PAPER_EXAMPLE_REPEATS}); the model will "
+                "learn them by heart. Give it more text (--corpus), more maskings (--dupe_factor) or fresh masks per "
+                "batch (--static_masking false).")
+        elif text_passes > PAPER_TEXT_PASSES:
+            warnings.append(
+                f"phase{i + 1}: {n:,} steps of {global_batch_size} pass over its text about {text_passes:.0f} times "
+                f"(the paper: {PAPER_TEXT_PASSES}); on this little text the model will learn it by heart. Give it "
+                "more text (--corpus) or fewer steps.")
+    return warnings
+
+
+def log_statistics(statistics: dict[str, dict]) -> None:
+    for name, stats in statistics.items():
+        log_table(f"pre-training data, {name}",
+                  {k: v for k, v in stats.items() if not isinstance(v, (dict, list))})
+
+
+def plot_curves(log_history: list[dict], path: Path, objective: PreTrainingObjective | None = None) -> None:
+    """Training and held-out curves of the pre-training metrics (those of `metrics_from_sums`), one panel each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
+    task = objective.token_task
+    panels = ([f"{task}_loss", "nsp_loss", f"{task}_accuracy", "nsp_accuracy"] if objective.next_sentence
+              else [f"{task}_loss", f"{task}_accuracy"])
+    fig, axes = plt.subplots(len(panels) // 2, 2, figsize=(10, 3.5 * (len(panels) // 2)), squeeze=False)
+    for ax, key in zip(axes.flat, panels):
+        for prefix, style in (("", "-"), ("eval_", "o-")):
+            points = [(e["step"], e[prefix + key]) for e in log_history if prefix + key in e]
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, style, label="held-out" if prefix else "training", markersize=3)
+        ax.set_title(key.replace("_", " "))
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,104 @@
+"""Stopping and resuming a pre-training run: which checkpoint to resume, a stop after so many steps (time-limited
+jobs), the training time kept across invocations (`training_time.json`) and the tokens it covered, and the
+cleaning up of a run whose data preparation failed before it started."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from .checkpoints import checkpoint_problem, checkpoint_step, newest_valid_checkpoint
+from .cli import RUN_CONFIG, ConfigurationError
+from .pretrain_data import TOKENIZER_DIR
+
+logger = logging.getLogger(__name__)
+
+
+class StopAfterSteps(TrainerCallback):
+    """Ends this invocation after `steps` optimizer steps with a checkpoint, for time-limited jobs."""
+
+    def __init__(self, steps: int):
+        self.steps, self.first_step = steps, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.first_step = state.global_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step - self.first_step >= self.steps and state.global_step < state.max_steps:
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+
+TRAINING_TIME = "training_time.json"
+
+
+def tokens_trained(statistics: dict, steps: list[int], global_batch_size: int, after_step: int = 0) -> float:
+    """The tokens of the optimizer steps after `after_step`: each phase's steps (`steps`, in order) times the batch
+    times that phase's mean tokens per example (data_statistics.json)."""
+    tokens, first = 0.0, 0
+    for i, n in enumerate(steps):
+        phase = statistics[f"phase{i + 1}"]
+        tokens += phase["tokens"] / max(phase["examples"], 1) * max(0, first + n - max(first, after_step)) \
+            * global_batch_size
+        first += n
+    return tokens
+
+
+class TrainingClock(TrainerCallback):
+    """Keeps the training time of all invocations of a run: each checkpoint records the seconds trained up to it
+    (`training_time.json`), and a resumed run starts its clock there, so that its `train_runtime_s` and
+    `tokens_per_second` are the whole run's, not the last invocation's. A checkpoint without the record (written by
+    an older version) leaves the time before it unknown: the clock then counts from that checkpoint's step
+    (`from_step`), and the results say so rather than pass part of a run's time off as the whole."""
+
+    def __init__(self, resume_from: str | Path | None):
+        self.before, self.from_step = 0.0, 0
+        if resume_from and (Path(resume_from) / TRAINING_TIME).is_file():
+            self.before = float(json.loads((Path(resume_from) / TRAINING_TIME).read_text())["train_seconds"])
+        elif resume_from:
+            self.from_step = checkpoint_step(resume_from)
+            logger.warning("%s has no %s (written by an older version): the time trained before step %d is unknown, "
+                           "so train_runtime_s counts from there (results.json: train_runtime_from_step)",
+                           resume_from, TRAINING_TIME, self.from_step)
+        self.start = time.time()
+
+    def seconds(self) -> float:
+        return self.before + time.time() - self.start
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.time()
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and checkpoint.is_dir():
+            (checkpoint / TRAINING_TIME).write_text(json.dumps(
+                {"train_seconds": round(self.seconds(), 1), "global_step": state.global_step}))
+
+
+def checkpoint_to_resume(output_dir: Path, resume_from: bool | str | None, streamed: bool = False) -> str | None:
+    """`--resume_from_checkpoint true`: the newest complete checkpoint (broken newer ones skipped, with the reason),
+    or None when nothing was saved yet; a named checkpoint is checked the same way."""
+    if resume_from is True:
+        found = newest_valid_checkpoint(output_dir, streamed=streamed)
+        if found is None:
+            logger.info("no checkpoint in %s yet: starting at step 0", output_dir)
+        return None if found is None else str(found)
+    if resume_from:
+        problem = checkpoint_problem(resume_from, streamed=streamed)
+        if problem:
+            raise ConfigurationError(f"Cannot resume from {resume_from}: {problem}.")
+    return resume_from or None
+
+
+def forget_unstarted_run(output_dir: Path) -> None:
+    """Remove what a run wrote into its (new or empty) output directory before its data preparation failed."""
+    (output_dir / RUN_CONFIG).unlink(missing_ok=True)
+    shutil.rmtree(output_dir / TOKENIZER_DIR, ignore_errors=True)
+    if output_dir.is_dir() and not any(output_dir.iterdir()):
+        output_dir.rmdir()

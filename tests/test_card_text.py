@@ -1,0 +1,54 @@
+"""A model card names tasks and metrics as the task registry does (`Task.display_name`, `METRICS`' `Metric`
+records), so a task or metric added to the registry comes with its own words on the card, never its raw name."""
+
+import json
+import os
+from pathlib import Path
+from types import MappingProxyType
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bert_repro.hub import model_card
+from bert_repro.tasks import registry
+from bert_repro.tasks.registry import METRICS, TASKS, Metric, get_task, with_overrides
+
+
+def test_every_task_and_metric_has_words_for_readers():
+    for name, task in TASKS.items():
+        assert task.display_name and task.display_name != name, name
+    for name, metric in METRICS.items():
+        assert metric.label and metric.hub_id and metric.description, name
+
+
+def fake_finetuning_run(root: Path, task: str, scores: dict[str, float], main: str) -> Path:
+    """The files `recipes/finetune.py` leaves for a card: results.json, run_config.json, model/config.json."""
+    run = {"learning_rate": 2e-05, "seed": 42, "train_seconds": 60.0, "validation": scores, "score": scores[main]}
+    (root / "model").mkdir(parents=True)
+    (root / "results.json").write_text(json.dumps({
+        "task": task, "model": "runs/base", "main_metric": main, "best": run, "runs": [run], "seconds": 60.0,
+        "hyperparameters": {"learning_rates": [2e-05], "seeds": [42], "num_train_epochs": 3.0,
+                            "per_device_train_batch_size": 32, "max_seq_length": 128, "warmup": 0.1,
+                            "weight_decay": 0.01}}))
+    (root / "run_config.json").write_text(json.dumps({"run": {"task": task}, "training": {"seed": 42}}))
+    (root / "model" / "config.json").write_text("{}")
+    return root
+
+
+def test_a_task_added_to_the_registry_is_named_on_its_card(tmp_path, monkeypatch):
+    metrics = {**METRICS, "macro_f1": Metric("mean of the classes' F1", "Macro-averaged F1", "f1")}
+    paws = with_overrides(get_task("mrpc"), name="paws", display_name="PAWS-X paraphrases", metrics=(
+        "accuracy", "macro_f1"), main_metric="macro_f1", hub_id="google-research-datasets/paws-x",
+        hub_config="en", paper=(), other_reported=())
+    monkeypatch.setattr(registry, "TASKS", MappingProxyType({**TASKS, "paws": paws}))
+    monkeypatch.setattr(registry, "METRICS", MappingProxyType(metrics))
+    monkeypatch.setattr(model_card, "METRICS", MappingProxyType(metrics))
+
+    out = fake_finetuning_run(tmp_path / "paws", "paws", {"accuracy": 0.9, "macro_f1": 0.88}, "macro_f1")
+    card = model_card.card_for_finetuning(out, "someone/bert-paws")
+
+    assert "fine-tuned on PAWS-X paraphrases with bert_repro" in card.text
+    assert "the main metric is Macro-averaged F1" in card.text
+    assert "| dev | Macro-averaged F1 (main) | 88.00 |" in card.text
+    results = card.data.eval_results
+    assert {r.dataset_name for r in results} == {"PAWS-X paraphrases"}
+    assert {r.metric_name for r in results} == {"Accuracy (%)", "Macro-averaged F1 (%)"}
