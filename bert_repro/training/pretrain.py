@@ -52,7 +52,7 @@ from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, BertReproConfig
 from ..model.conversion import check_model_dir
 from ..data.corpus import load_corpus
 from ..hub.push import push_checkpoints
-from ..model.modeling_bert_repro import BertReproForPreTraining
+from ..model.speed_paths import BertReproForPreTraining
 from .optim import optimizer_cls_and_kwargs
 from ..data.pretraining_examples import (
     IGNORE_INDEX,
