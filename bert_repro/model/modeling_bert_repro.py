@@ -47,6 +47,7 @@ from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.dynamic_module_utils import custom_object_save
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (BaseModelOutput, BaseModelOutputWithPooling, MaskedLMOutput,
@@ -54,7 +55,6 @@ from transformers.modeling_outputs import (BaseModelOutput, BaseModelOutputWithP
                                            QuestionAnsweringModelOutput, SequenceClassifierOutput,
                                            TokenClassifierOutput)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.dynamic_module_utils import custom_object_save
 from transformers.utils import ModelOutput, logging
 
 from .configuration_bert_repro import EXACT_GELU, TANH_GELU, BertReproConfig

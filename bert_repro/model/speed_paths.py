@@ -45,7 +45,7 @@ SPEED_PATHS: dict[str, dict[str, type[nn.Module]]] = {
     "fast_dropout": {"dropout": FastDropout, "self_attention": SpeedSelfAttention},
     "tied_gradients": {"embeddings": TiedGradientEmbeddings, "mlm_head": TiedGradientMLMHead},
 }
-assert tuple(SPEED_PATHS) == SPEED_SWITCHES, "one entry per config switch, in the config's order"
+assert tuple(SPEED_PATHS) == tuple(SPEED_SWITCHES), "one entry per config switch, in the config's order"
 
 
 def speed_parts(config) -> BertReproParts:

@@ -48,7 +48,7 @@ from .checkpoints import checkpoint_problem, checkpoint_step, newest_valid_check
 from .cluster import lock_output_dir_once, stop_message
 from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
 from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, BertReproConfig, PreTrainingObjective,
-                                              check_objective_switches, pretraining_objective)
+                                              SPEED_SWITCHES, check_objective_switches, pretraining_objective)
 from ..model.conversion import check_model_dir
 from ..data.corpus import load_corpus
 from ..hub.push import push_checkpoints
@@ -167,7 +167,7 @@ class PreTrainingArguments(SpeedSwitches):
 
 # Fields that may change between an interrupted run and its resumption.
 RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot",
-                      "unpad_inputs", "compile_layers", "fast_dropout", "last_layer_subset", "tied_gradients",  # speed switches: the same training either way
+                      *SPEED_SWITCHES, "compile_layers",  # speed switches: the same training either way
                       "packing",  # the same examples per step and the same losses, packed or not
                       "logging_steps", "report_to", "disable_tqdm", "log_level", "log_level_replica",
                       "dataloader_num_workers",
