@@ -31,7 +31,7 @@ from .model.modeling_bert_repro import (
     last_tokens,
 )
 
-# The model classes: the paper's (model/modeling_bert_repro.py), built with the speed switches of their config.
+# The model classes: the paper's (model/modeling_bert_repro.py), built with their config's speed switches.
 from .model.speed_paths import (
     BertReproForMaskedLM,
     BertReproForMultipleChoice,

@@ -10,8 +10,8 @@ and fused kernels drop in-kernel) or in eval mode.
 
 The drop probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006) and the kept values are scaled by
 exactly 1 / (1 - that), so the expectation is unchanged. Built by `speed_paths`: every dropout module of the
-model is a `FastDropout`, and its self-attention (`unpadding.SpeedSelfAttention`, option `fast_dropout`) runs the
-named kernel `eager_attention_fast_dropout` when training on CPU (`takes_fast_dropout_kernel`; SDPA's CPU path
+model is a `FastDropout`, and its self-attention (`unpadding.SpeedSelfAttention`, option `fast_dropout`) runs
+the named kernel `eager_attention_fast_dropout` when training on CPU (`takes_fast_dropout_kernel`; SDPA's CPU path
 has no dropout kernel either).
 
 Under whole-model `torch.compile` it does not make one graph: dynamo does not trace the in-place `random_()` that
