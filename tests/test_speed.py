@@ -688,6 +688,20 @@ def test_switches_build_the_speed_classes_at_construction(model_cls):
     assert _module_types(fast) == before
 
 
+@pytest.mark.parametrize("name", [n for n in modeling.__all__ if n.startswith("BertReproFor") and "Output" not in n]
+                         + ["BertReproModel"])
+def test_exported_classes_are_the_paper_classes_with_their_forward_signatures(name):
+    """`bert_repro.X` is the model file's X built with the speed classes, and its forward takes the same arguments
+    (Trainer reads the signature to pick a dataset's columns)."""
+    import inspect
+
+    import bert_repro
+
+    exported, paper = getattr(bert_repro, name), getattr(modeling, name)
+    assert exported.__name__ == name and issubclass(exported, paper) and exported is not paper
+    assert inspect.signature(exported.forward) == inspect.signature(paper.forward)
+
+
 def test_saved_code_is_the_paper_model(tmp_path, monkeypatch):
     """save_pretrained copies the model file and the modules it imports (the config and packing), none of the speed
     modules, also from a model with every switch on: the saved code alone (what trust_remote_code loads) builds the

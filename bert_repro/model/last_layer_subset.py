@@ -9,7 +9,7 @@ the MRPC step time (MiniLM), 0.940x the BERT-BASE pre-training step time; MRPC f
 from 0.67x-0.68x to 0.56x-0.60x transformers' training time when it was added.
 
 How the positions travel, as arguments:
-- The head models in `READS` (their `speed_paths.py` classes, through `ReadsFewPositions`) compute
+- The head models in `READS` (their `speed_paths.py` classes, `passing_read_positions`) compute
   `read_positions`, a (batch, seq) bool mask of the positions the head reads, from their inputs ([CLS]: position
   0, or each example's first token in a packed batch; masked tokens: `labels != -100`), and pass it to their
   `BertReproModel`, whose forward passes its keyword arguments to the encoder (the model file's convention).

@@ -12,7 +12,7 @@ The table, switch -> part: class (module):
 - unpad_inputs (padded batches): encoder: `SpeedEncoder`, layer: `SpeedLayer`, self-attention:
   `SpeedSelfAttention` (unpadding.py).
 - last_layer_subset (heads that read few positions): the same three; the head models in `READS` pass the
-  positions their head reads to the encoder (`ReadsFewPositions`, last_layer_subset.py).
+  positions their head reads to the encoder (their `forward`: `passing_read_positions`, last_layer_subset.py).
 - fast_dropout (training on CPU): dropout: `FastDropout` (fast_dropout.py); self-attention: `SpeedSelfAttention`,
   whose kernel is then `eager_attention_fast_dropout`.
 - tied_gradients (training with an MLM head): embeddings: `TiedGradientEmbeddings`, MLM head:
@@ -25,7 +25,9 @@ it speeds up, as measured in benchmarks/README.md. Regional `torch.compile` is n
 
 from __future__ import annotations
 
+import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import replace
 
 from torch import nn
@@ -60,18 +62,23 @@ def speed_parts(config) -> BertReproParts:
     return replace(PAPER_PARTS, **picked)
 
 
-class ReadsFewPositions:
-    """For the head models in `READS`: with `last_layer_subset`, the forward passes the (batch, seq) positions its
-    head reads to the encoder as `read_positions` (`last_layer_subset.read_positions`)."""
+def passing_read_positions(paper_class: type) -> Callable:
+    """The forward of `paper_class`, a head model in `READS`, that with `last_layer_subset` passes the (batch, seq)
+    positions its head reads to the encoder as `read_positions` (`last_layer_subset.read_positions`). It keeps
+    the forward's signature (Trainer reads it to pick the dataset's columns)."""
+    forward, (cls, masked) = paper_class.forward, READS[paper_class]
+    signature = inspect.signature(forward)
 
-    def forward(self, *args, **kwargs):
+    @functools.wraps(forward)
+    def forward_passing_read_positions(self, *args, **kwargs):
         if self.config.last_layer_subset:
-            inputs = inspect.signature(super().forward).bind(*args, **kwargs).arguments
-            cls, masked = next(reads for model_class, reads in READS.items() if isinstance(self, model_class))
+            inputs = signature.bind(self, *args, **kwargs).arguments
             positions = read_positions(inputs, cls, masked, self.config.sparse_prediction)
             if positions is not None:
                 kwargs["read_positions"] = positions
-        return super().forward(*args, **kwargs)
+        return forward(self, *args, **kwargs)
+
+    return forward_passing_read_positions
 
 
 def _link_tied_gradients(model) -> None:
@@ -84,26 +91,34 @@ class BertReproModel(modeling.BertReproModel):
         super().__init__(config, add_pooling_layer, parts=speed_parts(config))
 
 
-class BertReproForPreTraining(ReadsFewPositions, modeling.BertReproForPreTraining):
+class BertReproForPreTraining(modeling.BertReproForPreTraining):
     def __init__(self, config):
         super().__init__(config, speed_parts(config))
         _link_tied_gradients(self)
 
+    forward = passing_read_positions(modeling.BertReproForPreTraining)
 
-class BertReproForMaskedLM(ReadsFewPositions, modeling.BertReproForMaskedLM):
+
+class BertReproForMaskedLM(modeling.BertReproForMaskedLM):
     def __init__(self, config):
         super().__init__(config, speed_parts(config))
         _link_tied_gradients(self)
 
+    forward = passing_read_positions(modeling.BertReproForMaskedLM)
 
-class BertReproForNextSentencePrediction(ReadsFewPositions, modeling.BertReproForNextSentencePrediction):
+
+class BertReproForNextSentencePrediction(modeling.BertReproForNextSentencePrediction):
     def __init__(self, config):
         super().__init__(config, speed_parts(config))
 
+    forward = passing_read_positions(modeling.BertReproForNextSentencePrediction)
 
-class BertReproForSequenceClassification(ReadsFewPositions, modeling.BertReproForSequenceClassification):
+
+class BertReproForSequenceClassification(modeling.BertReproForSequenceClassification):
     def __init__(self, config):
         super().__init__(config, speed_parts(config))
+
+    forward = passing_read_positions(modeling.BertReproForSequenceClassification)
 
 
 class BertReproForQuestionAnswering(modeling.BertReproForQuestionAnswering):
@@ -111,9 +126,11 @@ class BertReproForQuestionAnswering(modeling.BertReproForQuestionAnswering):
         super().__init__(config, speed_parts(config))
 
 
-class BertReproForMultipleChoice(ReadsFewPositions, modeling.BertReproForMultipleChoice):
+class BertReproForMultipleChoice(modeling.BertReproForMultipleChoice):
     def __init__(self, config):
         super().__init__(config, speed_parts(config))
+
+    forward = passing_read_positions(modeling.BertReproForMultipleChoice)
 
 
 class BertReproForTokenClassification(modeling.BertReproForTokenClassification):
@@ -123,4 +140,4 @@ class BertReproForTokenClassification(modeling.BertReproForTokenClassification):
 
 __all__ = ["SPEED_PATHS", "BertReproForMaskedLM", "BertReproForMultipleChoice", "BertReproForNextSentencePrediction",
            "BertReproForPreTraining", "BertReproForQuestionAnswering", "BertReproForSequenceClassification",
-           "BertReproForTokenClassification", "BertReproModel", "ReadsFewPositions", "speed_parts"]
+           "BertReproForTokenClassification", "BertReproModel", "passing_read_positions", "speed_parts"]
