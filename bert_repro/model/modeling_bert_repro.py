@@ -32,8 +32,8 @@ constructors: `PAPER_PARTS` here. This file knows nothing of the speed switches 
 table there). Their seams here: the encoder gets the (batch, seq) padding mask and builds the kernel's mask
 itself; a forward's `**kwargs` reach the encoder, each layer and the attention kernel; `attention_function` picks
 the kernel. A packed batch (several examples per row, `position_ids` restarting at each [CLS]) is read with
-`packing.py`. This file, `configuration_bert_repro.py` and `packing.py` are the code `save_pretrained` copies next
-to the weights (what `trust_remote_code=True` runs: the paper's model, switches ignored as transformers ignores them).
+`packing.py`. This file and the modules it imports are the code `save_pretrained` copies next to the weights
+(what `trust_remote_code=True` runs: the paper's model, which ignores the switches as transformers' BERT does).
 """
 
 from __future__ import annotations

@@ -1,25 +1,25 @@
 """The models with the speed switches: the classes `bert_repro` exports.
 
-Each class here is the model file's class of the same name (`modeling_bert_repro.py`, the paper's model), built
-from the parts its config's switches pick: `speed_parts(config)` reads the one table, `SPEED_PATHS` (switch ->
-the parts it builds otherwise), and passes the result down the model file's constructors (`BertReproParts`).
-Nothing is changed after construction: every module is an instance of its class from the start, and the same
-parameters as the model file's (so state_dict keys, tied weights and checkpoints are unchanged). The model file
-does not import this module: saved code (`save_pretrained`, `trust_remote_code=True`) is the paper's model,
-which ignores the switches as transformers' BERT does.
+Each class here is the model file's class of the same name (`modeling_bert_repro.py`, the paper's model),
+built from the parts its config's switches pick: `speed_parts(config)` reads the one table, `SPEED_PATHS`
+(switch -> the parts it builds otherwise), and passes the result down the model file's constructors
+(`BertReproParts`). Nothing is changed after construction: every module is an instance of its class from the
+start, and the same parameters as the model file's (so state_dict keys, tied weights and checkpoints are
+unchanged). The model file does not import this module: saved code (`save_pretrained`,
+`trust_remote_code=True`) is the paper's model, which ignores the switches as transformers' BERT does.
 
 The table, switch -> part: class (module):
 - unpad_inputs (padded batches): encoder: `SpeedEncoder`, layer: `SpeedLayer`, self-attention:
   `SpeedSelfAttention` (unpadding.py).
 - last_layer_subset (heads that read few positions): the same three; the head models in `READS` pass the
   positions their head reads to the encoder (their `forward`: `passing_read_positions`, last_layer_subset.py).
-- fast_dropout (training on CPU): dropout: `FastDropout` (fast_dropout.py); self-attention: `SpeedSelfAttention`,
-  whose kernel is then `eager_attention_fast_dropout`.
+- fast_dropout (training on CPU): dropout: `FastDropout` (fast_dropout.py); self-attention:
+  `SpeedSelfAttention`, whose kernel is then `eager_attention_fast_dropout`.
 - tied_gradients (training with an MLM head): embeddings: `TiedGradientEmbeddings`, MLM head:
   `TiedGradientMLMHead` (tied_gradients.py), given one link by the models with an MLM head.
-Two switches that build the same part build it with the same class, whose options (`SpeedEncoder.unpad_inputs`,
-`.last_layer_subset`, `SpeedSelfAttention.fast_dropout`) are the config's. Each module's docstring says how much
-it speeds up, as measured in benchmarks/README.md. Regional `torch.compile` is not a config switch:
+Two switches that build the same part build it with the same class, whose options
+(`SpeedEncoder.unpad_inputs`, `.last_layer_subset`, `SpeedSelfAttention.fast_dropout`) are the config's. Each
+module's docstring says how much it speeds up, as measured in benchmarks/README.md. Regional `torch.compile` is not a config switch:
 `model.compile_layers()`.
 """
 
@@ -51,9 +51,10 @@ assert tuple(SPEED_PATHS) == tuple(SPEED_SWITCHES), "one entry per config switch
 
 
 def speed_parts(config) -> BertReproParts:
-    """The classes a model with `config`'s switches is built from: the paper's, but for the parts `SPEED_PATHS`
-    names for each switch that is on. Switches the config's objective rules out (a causal model:
-    `BIDIRECTIONAL_ONLY_SWITCHES`) raise `ObjectiveConflictError`, also when set after the config was built."""
+    """The classes a model with `config`'s switches is built from: the paper's, but for the parts
+    `SPEED_PATHS` names for each switch that is on. Switches the config's objective rules out (a causal model:
+    `BIDIRECTIONAL_ONLY_SWITCHES`) raise `ObjectiveConflictError`, also when set after the config was
+    built."""
     check_objective_switches(config)
     picked: dict[str, type[nn.Module]] = {}
     for switch, parts in SPEED_PATHS.items():
@@ -63,9 +64,10 @@ def speed_parts(config) -> BertReproParts:
 
 
 def passing_read_positions(paper_class: type) -> Callable:
-    """The forward of `paper_class`, a head model in `READS`, that with `last_layer_subset` passes the (batch, seq)
-    positions its head reads to the encoder as `read_positions` (`last_layer_subset.read_positions`). It keeps
-    the forward's signature (Trainer reads it to pick the dataset's columns)."""
+    """The forward of `paper_class`, a head model in `READS`, that with `last_layer_subset` passes the
+    (batch, seq) positions its head reads to the encoder as `read_positions`
+    (`last_layer_subset.read_positions`). It keeps the forward's signature (Trainer reads it to pick the
+    dataset's columns)."""
     forward, (cls, masked) = paper_class.forward, READS[paper_class]
     signature = inspect.signature(forward)
 
@@ -138,6 +140,7 @@ class BertReproForTokenClassification(modeling.BertReproForTokenClassification):
         super().__init__(config, speed_parts(config))
 
 
-__all__ = ["SPEED_PATHS", "BertReproForMaskedLM", "BertReproForMultipleChoice", "BertReproForNextSentencePrediction",
-           "BertReproForPreTraining", "BertReproForQuestionAnswering", "BertReproForSequenceClassification",
-           "BertReproForTokenClassification", "BertReproModel", "passing_read_positions", "speed_parts"]
+__all__ = ["SPEED_PATHS", "BertReproForMaskedLM", "BertReproForMultipleChoice",
+           "BertReproForNextSentencePrediction", "BertReproForPreTraining", "BertReproForQuestionAnswering",
+           "BertReproForSequenceClassification", "BertReproForTokenClassification", "BertReproModel",
+           "passing_read_positions", "speed_parts"]
