@@ -19,8 +19,8 @@ The table, switch -> part: class (module):
   `TiedGradientMLMHead` (tied_gradients.py), given one link by the models with an MLM head.
 Two switches that build the same part build it with the same class, whose options
 (`SpeedEncoder.unpad_inputs`, `.last_layer_subset`, `SpeedSelfAttention.fast_dropout`) are the config's. Each
-module's docstring says how much it speeds up, as measured in benchmarks/README.md. Regional `torch.compile` is
-not a config switch: `model.compile_layers()`.
+module's docstring says how much it speeds up, as measured in benchmarks/README.md. Regional `torch.compile`
+is not a config switch: `model.compile_layers()`.
 """
 
 from __future__ import annotations
