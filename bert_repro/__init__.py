@@ -23,18 +23,24 @@ from .model.bilstm_heads import (
 from .model.configuration_bert_repro import PRESETS, BertReproConfig
 from .model.modeling_bert_repro import (
     AUTO_MAP,
+    PAPER_PARTS,
+    BertReproForPreTrainingOutput,
+    BertReproParts,
+    BertReproPreTrainedModel,
+    concat_last_layers,
+    last_tokens,
+)
+
+# The model classes: the paper's (model/modeling_bert_repro.py), built with their config's speed switches.
+from .model.speed_paths import (
     BertReproForMaskedLM,
     BertReproForMultipleChoice,
     BertReproForNextSentencePrediction,
     BertReproForPreTraining,
-    BertReproForPreTrainingOutput,
     BertReproForQuestionAnswering,
     BertReproForSequenceClassification,
     BertReproForTokenClassification,
     BertReproModel,
-    BertReproPreTrainedModel,
-    concat_last_layers,
-    last_tokens,
 )
 
 __version__ = "0.1.0"

@@ -18,6 +18,7 @@ from bert_repro import (
     BertReproForPreTraining,
     BertReproForSequenceClassification,
 )
+from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
 
 pytestmark = [
     pytest.mark.cuda,
@@ -150,8 +151,7 @@ def test_sparse_prediction_and_the_cpu_switches_leave_cuda_results_unchanged():
     ref = reference()
     inputs = batch()
     ref_loss, ref_grads = loss_and_grads(ref, inputs)
-    switches = dict(sparse_prediction=True, unpad_inputs=True, fast_dropout=True, last_layer_subset=True,
-                    tied_gradients=True)
+    switches = dict(sparse_prediction=True, **dict.fromkeys(SPEED_SWITCHES, True))
     torch.manual_seed(0)
     model = BertReproForPreTraining._from_config(config(**switches), attn_implementation="eager").cuda().train()
     model.load_state_dict(ref.state_dict())

@@ -22,6 +22,7 @@ from bert_repro import (
     BertReproModel,
     concat_last_layers,
 )
+from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
 
 TOL = 1e-5
 
@@ -48,7 +49,7 @@ def real_diff(a, b, attention_mask=None) -> float:
 
 
 # Every speed switch of the config on, or none: the parity tests must pass either way.
-ALL_SWITCHES = dict(unpad_inputs=True, last_layer_subset=True, fast_dropout=True, tied_gradients=True)
+ALL_SWITCHES = dict.fromkeys(SPEED_SWITCHES, True)
 SWITCHES = pytest.mark.parametrize("switches", [{}, ALL_SWITCHES], ids=["plain", "all-switches"])
 
 

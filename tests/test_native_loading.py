@@ -20,6 +20,7 @@ from conftest import padded_batch, tiny_config
 import bert_repro
 from bert_repro.data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
 from bert_repro.model.checkpoint_format import NotTransformersBertWarning, transformers_class_name
+from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
 from bert_repro.model.modeling_bert_repro import AUTO_MAP
 from test_pretraining import corpus_and_tokenizer  # noqa: F401  (a fixture: a small corpus and its tokenizer)
 
@@ -203,7 +204,7 @@ def test_speed_switches_and_every_activation_load_natively(tmp_path, tokenizer):
 
     from bert_repro.model.configuration_bert_repro import ACTIVATIONS
 
-    variants = [dict(unpad_inputs=True, last_layer_subset=True, fast_dropout=True)]
+    variants = [dict.fromkeys(SPEED_SWITCHES, True)]
     variants += [dict(hidden_act=act) for act in ACTIVATIONS if act in ACT2FN]
     batch = padded_batch(len(tokenizer), batch=4, seq=12)
     for i, overrides in enumerate(variants):

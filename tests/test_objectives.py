@@ -38,13 +38,13 @@ from bert_repro.data.pretraining_examples import (
     pretraining_statistics,
 )
 from bert_repro.model.checkpoint_format import NotTransformersBertWarning
-from bert_repro.model.configuration_bert_repro import PRETRAINING_OBJECTIVES, ObjectiveConflictError
-from bert_repro.model.modeling_bert_repro import (
-    BertReproForPreTraining,
-    BertReproForSequenceClassification,
-    BertReproModel,
+from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification, BertReproModel
+from bert_repro.model.configuration_bert_repro import (
+    BIDIRECTIONAL_ONLY_SWITCHES,
+    PRETRAINING_OBJECTIVES,
+    SPEED_SWITCHES,
+    ObjectiveConflictError,
 )
-from bert_repro.model.speed_paths import install_speed_paths
 from bert_repro.training.cli import ConfigurationError
 from bert_repro.training.pretrain import PreTrainingTrainer, metrics_from_sums, pretraining_sums
 
@@ -198,7 +198,7 @@ def test_mlm_checkpoint_is_plain_transformers_bert(tmp_path):
     assert BertReproForPreTraining.from_pretrained(tmp_path).config.objective == "mlm"
 
 
-@pytest.mark.parametrize("switch", ["fast_dropout", "tied_gradients"])
+@pytest.mark.parametrize("switch", [s for s in SPEED_SWITCHES if s not in BIDIRECTIONAL_ONLY_SWITCHES])
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_speed_switches_a_causal_model_allows_keep_it_causal(switch, implementation):
     """In training mode (where these switches act): the same seed draws the same dropout masks for both inputs."""
@@ -214,14 +214,14 @@ def test_speed_switches_a_causal_model_allows_keep_it_causal(switch, implementat
         assert_causal(encode, padded=padded)
 
 
-@pytest.mark.parametrize("switch", ["unpad_inputs", "last_layer_subset"])
+@pytest.mark.parametrize("switch", BIDIRECTIONAL_ONLY_SWITCHES)
 def test_causal_model_refuses_bidirectional_only_switches(switch):
     with pytest.raises(Exception, match=f"{switch} cannot be used with objective='ltr'"):
         tiny_config(objective="ltr", **{switch: True})
-    model = BertReproForPreTraining(ltr_config())
-    setattr(model.config, switch, True)  # set after the config was checked: the speed paths refuse it
+    config = ltr_config()
+    setattr(config, switch, True)  # set after the config was checked: building the speed paths refuses it
     with pytest.raises(ObjectiveConflictError, match=switch):
-        install_speed_paths(model)
+        BertReproForPreTraining(config)
     tiny_config(objective="mlm", **{switch: True})  # bidirectional objectives keep them
 
 

@@ -32,15 +32,15 @@ from bert_repro import (
 )
 import bert_repro.model.grouped_attention as grouped_attention
 import bert_repro.model.modeling_bert_repro as modeling
-from bert_repro.model.fast_dropout import FastDropout, FastDropoutSelfAttention, fast_dropout
+from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
+from bert_repro.model.fast_dropout import FastDropout, fast_dropout
 from bert_repro.model.grouped_attention import GroupedAttention
-from bert_repro.model.last_layer_subset import READS, LastLayerSubsetEncoder, ReadRowsLayer
-from bert_repro.model.speed_paths import install_speed_paths
-from bert_repro.model.tied_gradients import TiedGradientEmbeddings
-from bert_repro.model.unpadding import Unpadded, UnpaddedEncoder, UnpaddedSelfAttention
+from bert_repro.model.speed_paths import SPEED_PATHS
+from bert_repro.model.tied_gradients import TiedGradientEmbeddings, TiedGradientMLMHead
+from bert_repro.model.unpadding import SpeedEncoder, SpeedLayer, SpeedSelfAttention, Unpadded
 
 
-ALL_SWITCHES = dict(unpad_inputs=True, last_layer_subset=True, fast_dropout=True, tied_gradients=True)
+ALL_SWITCHES = dict.fromkeys(SPEED_SWITCHES, True)
 
 
 @st.composite
@@ -532,16 +532,24 @@ def test_tied_gradients_need_no_dense_lookup_gradient():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The split: the model file is the paper's model; the speed paths are installed once, at build
+# The split: the model file is the paper's model; the speed classes are picked once, at construction
 # ---------------------------------------------------------------------------------------------------------------
 
 MODEL_DIR = Path(modeling.__file__).parent
 
 
+def _relative_imports(path: Path) -> set[str]:
+    """The sibling modules a file of bert_repro/model imports (`from .x import`, `from . import x`), anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module} if node.module else {alias.name for alias in node.names}
+    return found
+
+
 def test_model_file_holds_no_speed_machinery():
-    """No autograd.Function, no private torch API, and no sibling imported but the config (at the top) and
-    `speed_paths` (lazily, inside the methods that install or compile). No line budget: the file is as long as
-    plain code needs."""
+    """No autograd.Function, no private torch API, and no sibling imported but the config and packing. No line
+    budget: the file is as long as plain code needs."""
     source = (MODEL_DIR / "modeling_bert_repro.py").read_text()
     assert "autograd.Function" not in source
     tree = ast.parse(source)
@@ -550,19 +558,41 @@ def test_model_file_holds_no_speed_machinery():
                and (ast.unparse(node.value).startswith("torch") or node.attr in ("_base", "_use_count", "_cdata"))]
     assert private == []
     top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.level}
-    anywhere = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
-    assert top_level == {"configuration_bert_repro"}
-    assert anywhere == {"configuration_bert_repro", "speed_paths"}
+    assert top_level == _relative_imports(MODEL_DIR / "modeling_bert_repro.py") == {"configuration_bert_repro",
+                                                                                     "packed_sequences"}
+
+
+SPEED_MODULES = {"speed_paths", "unpadding", "grouped_attention", "last_layer_subset", "fast_dropout", "tied_gradients"}
+
+
+def test_no_import_cycle_through_the_model_file_or_a_speed_module():
+    """The speed modules import the model file, never the other way round: no module that the model file or a
+    speed module imports (directly or not) imports it back."""
+    graph = {path.stem: _relative_imports(path) for path in MODEL_DIR.glob("*.py")}
+    assert SPEED_MODULES <= set(graph) and "modeling_bert_repro" in graph["speed_paths"]
+
+    def reachable(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for imported in graph.get(todo.pop(), ()):
+                if imported not in seen:
+                    seen.add(imported)
+                    todo.append(imported)
+        return seen
+
+    for name in sorted(SPEED_MODULES | {"modeling_bert_repro"}):
+        assert name not in reachable(name), f"{name} imports itself back through {sorted(reachable(name))}"
+    assert reachable("modeling_bert_repro").isdisjoint(SPEED_MODULES)
 
 
 def test_model_file_runs_without_the_speed_modules(tmp_path, monkeypatch):
-    """A directory holding only configuration_bert_repro.py and modeling_bert_repro.py, imported as a package:
-    with every switch off the models build and compute what the installed package computes; with a switch on
-    they need the speed modules."""
+    """A directory holding only configuration_bert_repro.py, modeling_bert_repro.py and packed_sequences.py, imported as a
+    package: the models build and compute what the installed package computes; with the switches on too (the
+    paper's model ignores them, as transformers' BERT does)."""
     package = tmp_path / "bare_bert_repro"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    for name in ("configuration_bert_repro.py", "modeling_bert_repro.py"):
+    for name in ("configuration_bert_repro.py", "modeling_bert_repro.py", "packed_sequences.py"):
         shutil.copy(MODEL_DIR / name, package / name)
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
@@ -588,9 +618,9 @@ def test_model_file_runs_without_the_speed_modules(tmp_path, monkeypatch):
         b = theirs(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0]))
         assert (a.loss - b.loss).abs() < 1e-5 and (a.prediction_logits - b.prediction_logits).abs().max() < 1e-5
         assert not any(name.startswith("bare_bert_repro.") and name.split(".")[1] not in (
-            "configuration_bert_repro", "modeling_bert_repro") for name in sys.modules)
-        with pytest.raises(ModuleNotFoundError, match="speed_paths"):
-            bare.BertReproModel(bare.BertReproConfig(**fields, unpad_inputs=True))
+            "configuration_bert_repro", "modeling_bert_repro", "packed_sequences") for name in sys.modules)
+        switched = bare.BertReproModel(bare.BertReproConfig(**fields, **ALL_SWITCHES))
+        assert all(type(m).__module__.split(".")[0] in ("bare_bert_repro", "torch") for m in switched.modules())
     finally:
         for name in [n for n in sys.modules if n.split(".")[0] == "bare_bert_repro"]:
             del sys.modules[name]
@@ -600,68 +630,103 @@ def _module_types(model) -> list[tuple[str, type]]:
     return [(name, type(module)) for name, module in model.named_modules()]
 
 
+def _parts(model) -> dict[str, set[type]]:
+    """The class of each part (`BertReproParts`) a model holds."""
+    bert = model if isinstance(model, modeling.BertReproModel) else model.bert
+    return {
+        "embeddings": {type(bert.embeddings)},
+        "encoder": {type(bert.encoder)},
+        "layer": {type(layer) for layer in bert.encoder.layer},
+        "self_attention": {type(layer.attention.self) for layer in bert.encoder.layer},
+        "dropout": {type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)},
+        "mlm_head": {type(m) for m in model.modules() if isinstance(m, modeling.BertReproMLMHead)},
+    }
+
+
+@pytest.mark.parametrize("switch", SPEED_SWITCHES)
+def test_each_switch_builds_the_classes_of_its_table_entry(switch):
+    """One switch on: the parts its `SPEED_PATHS` entry names are built with those classes, every other part with
+    the model file's; the state_dict is the plain model's."""
+    plain = BertReproForPreTraining(tiny_config())
+    fast = BertReproForPreTraining(tiny_config(**{switch: True}))
+    assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in fast.state_dict().items()}
+    expected = _parts(plain)
+    expected.update({part: {cls} for part, cls in SPEED_PATHS[switch].items()})
+    assert _parts(fast) == expected
+
+
 @pytest.mark.parametrize("model_cls", [BertReproForPreTraining, BertReproForMaskedLM,
                                        BertReproForSequenceClassification, BertReproModel],
                          ids=lambda c: c.__name__)
-def test_switches_install_speed_classes_once_at_build(model_cls):
-    """Every switch on: the speed subclasses are in place right after construction (in the inner model too), the
-    state_dict keys and shapes equal the plain model's, and forwards change nothing; installing again is a no-op
-    (the same classes, one pre-hook, one tied-gradient link); turning the switches off and installing restores the
-    model file's classes."""
+def test_switches_build_the_speed_classes_at_construction(model_cls):
+    """Every switch on: the speed classes are in place right after construction (in the inner model too), with the
+    config's options; the state_dict keys and shapes equal the plain model's; no hook is added and a forward changes
+    no class; the models with an MLM head link their embeddings and head (tied_gradients)."""
     plain = model_cls(tiny_config(num_labels=2))
     fast = model_cls(tiny_config(num_labels=2, **ALL_SWITCHES))
     assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in fast.state_dict().items()}
-    assert all(t.__module__ in (modeling.__name__,) or t.__module__.startswith("torch") for _, t in _module_types(plain))
+    # the model itself: the paper's class built with the parts its switches pick; every module inside, the paper's
+    assert issubclass(model_cls, getattr(modeling, model_cls.__name__))
+    assert all(t.__module__ in (modeling.__name__,) or t.__module__.startswith("torch")
+               for _, t in _module_types(plain)[1:])
     bert = fast if model_cls is BertReproModel else fast.bert
-    assert isinstance(bert.encoder, UnpaddedEncoder) and isinstance(bert.encoder, LastLayerSubsetEncoder)
-    assert [type(layer) is ReadRowsLayer for layer in bert.encoder.layer] == [False, True]
-    assert all(isinstance(layer.attention.self, UnpaddedSelfAttention)
-               and isinstance(layer.attention.self, FastDropoutSelfAttention) for layer in bert.encoder.layer)
+    assert type(bert.encoder) is SpeedEncoder and bert.encoder.unpad_inputs and bert.encoder.last_layer_subset
+    assert all(type(layer) is SpeedLayer for layer in bert.encoder.layer)
+    assert all(type(layer.attention.self) is SpeedSelfAttention and layer.attention.self.fast_dropout
+               for layer in bert.encoder.layer)
     dropouts = [m for m in fast.modules() if isinstance(m, torch.nn.Dropout)]
     assert dropouts and all(type(m) is FastDropout for m in dropouts)
-    assert isinstance(bert.embeddings, TiedGradientEmbeddings)
-    hooks = len(fast._forward_pre_hooks)
-    assert hooks == (model_cls in READS)
+    assert type(bert.embeddings) is TiedGradientEmbeddings
+    assert not any(module._forward_pre_hooks or module._forward_hooks for module in fast.modules())
     if model_cls in (BertReproForPreTraining, BertReproForMaskedLM):
+        assert type(fast.cls.predictions) is TiedGradientMLMHead
         link = fast.bert.embeddings.tied_link
         assert link is not None and link is fast.cls.predictions.tied_link and link.head is fast.cls.predictions
     before = _module_types(fast)
     batch = padded_batch(99, batch=2, seq=8)
     fast.train()(**batch, labels=torch.tensor([0, 1]) if model_cls is BertReproForSequenceClassification else None)
-    install_speed_paths(fast)
-    install_speed_paths(fast)
-    assert _module_types(fast) == before and len(fast._forward_pre_hooks) == hooks
-    if model_cls in (BertReproForPreTraining, BertReproForMaskedLM):
-        assert fast.bert.embeddings.tied_link is link
-    for name in ALL_SWITCHES:
-        setattr(fast.config, name, False)
-    install_speed_paths(fast)
-    assert [t for _, t in _module_types(fast)] == [t for _, t in _module_types(plain)]
-    assert len(fast._forward_pre_hooks) == 0
+    assert _module_types(fast) == before
 
 
-def test_saved_code_holds_the_speed_modules(tmp_path, monkeypatch):
-    """save_pretrained copies the model file and the sibling modules it imports (transformers follows
-    `from .x import` lines, the lazy one in post_init included): the saved code alone builds a model with every
-    switch on (what trust_remote_code loads), with the speed classes installed."""
+@pytest.mark.parametrize("name", [n for n in modeling.__all__ if n.startswith("BertReproFor") and "Output" not in n]
+                         + ["BertReproModel"])
+def test_exported_classes_are_the_paper_classes_with_their_forward_signatures(name):
+    """`bert_repro.X` is the model file's X built with the speed classes, and its forward takes the same arguments
+    (Trainer reads the signature to pick a dataset's columns)."""
+    import inspect
+
+    import bert_repro
+
+    exported, paper = getattr(bert_repro, name), getattr(modeling, name)
+    assert exported.__name__ == name and issubclass(exported, paper) and exported is not paper
+    assert inspect.signature(exported.forward) == inspect.signature(paper.forward)
+
+
+def test_saved_code_is_the_paper_model(tmp_path, monkeypatch):
+    """save_pretrained copies the model file and the modules it imports (the config and packing), none of the speed
+    modules, also from a model with every switch on: the saved code alone (what trust_remote_code loads) builds the
+    paper's classes from that config and computes the same outputs at real tokens."""
     model = BertReproForPreTraining(tiny_config(**ALL_SWITCHES))
     saved = tmp_path / "bert_with_switches"
     model.save_pretrained(saved)
-    speed_modules = {"speed_paths", "unpadding", "grouped_attention", "last_layer_subset", "fast_dropout",
-                     "tied_gradients"}
-    assert speed_modules | {"configuration_bert_repro", "modeling_bert_repro"} <= {p.stem for p in saved.glob("*.py")}
+    saved_code = {p.stem for p in saved.glob("*.py")}
+    assert {"configuration_bert_repro", "modeling_bert_repro", "packed_sequences"} <= saved_code
+    assert saved_code.isdisjoint(SPEED_MODULES)
     (saved / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         remote = importlib.import_module("bert_with_switches.modeling_bert_repro")
         config = remote.BertReproConfig.from_pretrained(saved)
+        assert all(config.to_dict()[switch] for switch in SPEED_SWITCHES)
         copy = remote.BertReproForPreTraining(config)
-        installed = {c.__module__.split(".")[-1] for m in copy.modules() for c in type(m).__mro__}
-        assert installed >= {"unpadding", "last_layer_subset", "fast_dropout", "tied_gradients"}
+        assert {type(m).__module__.split(".")[0] for m in copy.modules()} <= {"bert_with_switches", "torch"}
         copy.load_state_dict(model.state_dict())
         batch = padded_batch(99, batch=2, seq=8)
+        real = batch["attention_mask"].bool()
         with torch.no_grad():
-            assert torch.equal(copy.eval()(**batch).prediction_logits, model.eval()(**batch).prediction_logits)
+            a, b = copy.eval()(**batch), model.eval()(**batch)
+        assert (a.prediction_logits[real] - b.prediction_logits[real]).abs().max() < 1e-5
+        assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() < 1e-5
     finally:
         for name in [n for n in sys.modules if n.split(".")[0] == "bert_with_switches"]:
             del sys.modules[name]

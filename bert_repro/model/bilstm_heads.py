@@ -54,12 +54,12 @@ from transformers.modeling_outputs import (
 from .configuration_bert_repro import BertReproConfig
 from .modeling_bert_repro import (
     BertReproForSequenceClassification,
-    BertReproModel,
     BertReproPreTrainedModel,
     _as_tuple_if_asked,
     _classifier_dropout,
     span_loss,
 )
+from .speed_paths import BertReproModel, speed_parts
 
 # --- Token features (paper Table 7) ------------------------------------------------------------------------------
 
@@ -283,7 +283,7 @@ class BertReproBiLSTMPreTrainedModel(BertReproPreTrainedModel):
         self.token_features = TokenFeatures(config.features, config.num_hidden_layers)
         self.bilstm = BiLSTM(config.features.width(config.hidden_size, config.num_hidden_layers), config.lstm_size,
                              config.bilstm_num_layers)
-        self.dropout = _classifier_dropout(config)
+        self.dropout = _classifier_dropout(config, speed_parts(config))
         self._freeze_encoder()
 
     def _freeze_encoder(self) -> None:

@@ -41,8 +41,18 @@ EXACT_GELU = ("gelu",)
 TANH_GELU = ("gelu_new", "gelu_tanh", "gelu_pytorch_tanh", "gelu_fast")
 ACTIVATIONS = EXACT_GELU + TANH_GELU + ("relu", "silu", "swish")
 INIT_DISTRIBUTIONS = ("truncated_normal", "normal")
-# The config fields that change speed only (see the class docstring); `speed_paths.py` maps each to what it installs.
-SPEED_SWITCHES = ("unpad_inputs", "last_layer_subset", "fast_dropout", "tied_gradients")
+# The config fields that change speed only (see the class docstring), each with its one-line help: the
+# recipes' flags and the tests are made from this list; `speed_paths.py` maps each to the classes it builds.
+SPEED_SWITCHES = {
+    "unpad_inputs": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real "
+                    "tokens).",
+    "last_layer_subset": "Speed: the last Transformer block computes only the positions the heads read "
+                         "([CLS], masked positions); the same losses and logits.",
+    "fast_dropout": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of "
+                    "1/32768).",
+    "tied_gradients": "Speed: the token lookup adds its gradient rows into the tied MLM decoder's gradient "
+                      "(one vocab-sized buffer instead of three); the same gradients.",
+}
 
 
 @dataclass(frozen=True)
@@ -155,7 +165,8 @@ class BertReproConfig(PreTrainedConfig):
             turns it on (`--sparse_prediction`, on by default there).
 
         Speed switches (`SPEED_SWITCHES`): each leaves losses, logits and gradients as they are (to float rounding);
-        `speed_paths.py` installs them once, when the model is built, in modules beside the model's file.
+        the classes `bert_repro` exports build the modules they ask for (`speed_paths.py`); the model file
+        ignores them.
         unpad_inputs (`bool`, False): run the encoder on the real tokens only: the rows of padding named by
             `attention_mask` are removed after the embeddings and the Transformer blocks work on a (tokens, hidden)
             matrix. Attention uses the variable-length FlashAttention kernel when `attn_implementation` is a

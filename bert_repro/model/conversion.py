@@ -34,17 +34,18 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from . import modeling_bert_repro as modeling
+from . import speed_paths as speed
 from .checkpoint_format import native_obstacles, repro_class_name
 
 HEADS = {
-    "base": modeling.BertReproModel,
-    "pretraining": modeling.BertReproForPreTraining,
-    "masked_lm": modeling.BertReproForMaskedLM,
-    "next_sentence": modeling.BertReproForNextSentencePrediction,
-    "sequence_classification": modeling.BertReproForSequenceClassification,
-    "question_answering": modeling.BertReproForQuestionAnswering,
-    "multiple_choice": modeling.BertReproForMultipleChoice,
-    "token_classification": modeling.BertReproForTokenClassification,
+    "base": speed.BertReproModel,
+    "pretraining": speed.BertReproForPreTraining,
+    "masked_lm": speed.BertReproForMaskedLM,
+    "next_sentence": speed.BertReproForNextSentencePrediction,
+    "sequence_classification": speed.BertReproForSequenceClassification,
+    "question_answering": speed.BertReproForQuestionAnswering,
+    "multiple_choice": speed.BertReproForMultipleChoice,
+    "token_classification": speed.BertReproForTokenClassification,
 }
 
 # Files copied along with the weights when exporting a directory.
@@ -134,7 +135,7 @@ def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> N
 
 def load_bert(
     path_or_id: str | os.PathLike,
-    model_class: type[modeling.BertReproPreTrainedModel] | str = modeling.BertReproForPreTraining,
+    model_class: type[modeling.BertReproPreTrainedModel] | str = speed.BertReproForPreTraining,
     *,
     trust_pickle: bool = False,
     **kwargs,

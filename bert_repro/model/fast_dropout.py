@@ -9,9 +9,10 @@ and the mask is kept as bool for the backward. Measured (benchmarks/README.md, p
 and fused kernels drop in-kernel) or in eval mode.
 
 The drop probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006) and the kept values are scaled by
-exactly 1 / (1 - that), so the expectation is unchanged. Installed by `speed_paths`: every `nn.Dropout` becomes a
-`FastDropout` and every self-attention a `FastDropoutSelfAttention` (attention in the eager kernel with these masks
-when training on CPU; SDPA's CPU path has no dropout kernel either). Neither holds parameters.
+exactly 1 / (1 - that), so the expectation is unchanged. Built by `speed_paths`: every dropout module of the
+model is a `FastDropout`, and its self-attention (`unpadding.SpeedSelfAttention`, option `fast_dropout`) runs
+the named kernel `eager_attention_fast_dropout` when training on CPU (`takes_fast_dropout_kernel`; SDPA's CPU path
+has no dropout kernel either).
 
 Under whole-model `torch.compile` it does not make one graph: dynamo does not trace the in-place `random_()` that
 draws the masks, so every dropout breaks the graph (benchmarks/README.md, "torch.compile"). It is a CPU switch for
@@ -23,8 +24,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from .modeling_bert_repro import BertReproSelfAttention
 
 
 def fast_keep_mask(x: torch.Tensor, p: float) -> tuple[torch.Tensor, float]:
@@ -80,15 +79,11 @@ def eager_attention_fast_dropout(module, query, key, value, attention_mask, scal
     return torch.matmul(probs, value).transpose(1, 2).contiguous(), probs
 
 
-class FastDropoutSelfAttention(BertReproSelfAttention):
-    """Self-attention whose kernel, when training on CPU with the eager or SDPA implementation, is
-    `eager_attention_fast_dropout` (the same mathematics as both, with the faster mask)."""
-
-    def attention_function(self, hidden_states: torch.Tensor):
-        if (self.training and self.dropout_prob and hidden_states.device.type == "cpu"
-                and self.config._attn_implementation in ("eager", "sdpa")):
-            return eager_attention_fast_dropout
-        return super().attention_function(hidden_states)
+def takes_fast_dropout_kernel(self_attention: nn.Module, hidden_states: torch.Tensor) -> bool:
+    """Whether a self-attention runs `eager_attention_fast_dropout` (the same mathematics as the eager and SDPA
+    kernels, with the faster mask): in training with dropout, on CPU, with the eager or SDPA implementation."""
+    return bool(self_attention.training and self_attention.dropout_prob and hidden_states.device.type == "cpu"
+                and self_attention.config._attn_implementation in ("eager", "sdpa"))
 
 
-__all__ = ["FastDropout", "FastDropoutSelfAttention", "eager_attention_fast_dropout", "fast_dropout", "fast_keep_mask"]
+__all__ = ["FastDropout", "eager_attention_fast_dropout", "fast_dropout", "fast_keep_mask", "takes_fast_dropout_kernel"]

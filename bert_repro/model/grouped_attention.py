@@ -22,7 +22,8 @@ from .fast_dropout import fast_keep_mask
 
 
 class GroupedAttention(torch.autograd.Function):
-    """Eager attention over the length groups of `AttentionGroups`, forward and backward written out.
+    """Eager attention over the length groups `groups` (an `unpadding.AttentionGroups`), forward and backward
+    written out.
 
     Input: the fused (tokens, 3 * hidden) query/key/value projections of the real tokens; output: the (tokens,
     hidden) context. The same mathematics as gathering the cells, running `eager_attention` on each grid and
@@ -39,7 +40,7 @@ class GroupedAttention(torch.autograd.Function):
     those first tokens only: the last layer under `last_layer_subset` when the head reads [CLS] only."""
 
     @staticmethod
-    def forward(ctx, qkv: torch.Tensor, groups: "AttentionGroups", heads: int, scaling: float, dropout: float,
+    def forward(ctx, qkv: torch.Tensor, groups, heads: int, scaling: float, dropout: float,
                 fast: bool, queries: torch.Tensor | None = None) -> torch.Tensor:
         tokens, width = qkv.shape
         first_only = queries is not None

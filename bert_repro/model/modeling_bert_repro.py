@@ -26,13 +26,14 @@ Each loss is the mean over its own labelled items (as the reference code does pe
 `accepts_loss_kwargs = False`: Trainer divides by the gradient-accumulation steps. With `config.sparse_prediction`
 the MLM decoder runs only at the labelled positions (MosaicBERT's trick; the same loss).
 
-The speed switches (`SPEED_SWITCHES`) and `compile_layers` live in sibling modules that `speed_paths.py` installs
-once, at `post_init`, giving some submodules a subclass with the same parameters. Their seams here: the encoder
-gets the (batch, seq) padding mask and builds the kernel's mask itself; a forward's `**kwargs` reach the encoder,
-each layer and the attention kernel; `attention_function` picks the kernel; `attention_inputs` and the pooler's
-input take a packed batch (several examples per row, `position_ids` restarting at each [CLS]: `packing.py`). With
-every switch off and no packed batch, this file and `configuration_bert_repro.py` are all it needs (it is copied
-next to the weights by `save_pretrained`).
+Every module is built from `BertReproParts`, the classes of the replaceable modules, passed down the
+constructors: `PAPER_PARTS` here. This file knows nothing of the speed switches (`SPEED_SWITCHES`): the classes
+`bert_repro` exports are subclasses in `speed_paths.py` that pass the parts their config's switches pick (one
+table there). Their seams here: the encoder gets the (batch, seq) padding mask and builds the kernel's mask
+itself; a forward's `**kwargs` reach the encoder, each layer and the attention kernel; `attention_function` picks
+the kernel. A packed batch (several examples per row, `position_ids` restarting at each [CLS]) is read with
+`packed_sequences.py`. This file and the modules it imports are the code `save_pretrained` copies next to the weights
+(what `trust_remote_code=True` runs: the paper's model, which ignores the switches as transformers' BERT does).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.dynamic_module_utils import custom_object_save
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (BaseModelOutput, BaseModelOutputWithPooling, MaskedLMOutput,
@@ -55,7 +57,8 @@ from transformers.modeling_outputs import (BaseModelOutput, BaseModelOutputWithP
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
-from .configuration_bert_repro import EXACT_GELU, SPEED_SWITCHES, TANH_GELU, BertReproConfig
+from .configuration_bert_repro import EXACT_GELU, TANH_GELU, BertReproConfig
+from .packed_sequences import PackedSequences
 
 logger = logging.get_logger(__name__)
 
@@ -69,19 +72,33 @@ def activation(name: str):
     return {"relu": F.relu, "silu": F.silu, "swish": F.silu}[name]
 
 
+@dataclass(frozen=True)
+class BertReproParts:
+    """The classes of the modules a model may build otherwise, passed down the constructors (`parts`): the paper's
+    (`PAPER_PARTS`, the default) or those the speed switches pick (`speed_paths.py`)."""
+
+    embeddings: type[nn.Module]
+    encoder: type[nn.Module]
+    layer: type[nn.Module]
+    self_attention: type[nn.Module]
+    dropout: type[nn.Module]
+    mlm_head: type[nn.Module]
+
+
 # --- Embeddings and encoder ------------------------------------------------------------------------------------
 
 
 class BertReproEmbeddings(nn.Module):
     """Token + learned absolute position + segment (A = 0, B = 1) embeddings, then LayerNorm and dropout."""
 
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
         super().__init__()
+        parts = parts or PAPER_PARTS
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = parts.dropout(config.hidden_dropout_prob)
         self.register_buffer("position_ids", torch.arange(config.max_position_embeddings)[None], persistent=False)
 
     def forward(self, input_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
@@ -143,7 +160,7 @@ class BertReproSelfAttention(nn.Module):
 
     def attention_function(self, hidden_states: torch.Tensor):
         """The kernel: transformers' attention interface for `config._attn_implementation`, `eager_attention`
-        for "eager". (A seam: `fast_dropout.py` overrides it for training on CPU.)"""
+        for "eager". (A seam: the speed paths' self-attention overrides it, `fast_dropout.py`.)"""
         return ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
@@ -163,21 +180,21 @@ class BertReproSelfAttention(nn.Module):
 class BertReproSelfOutput(nn.Module):
     """Projection of the attention context, dropout, residual, LayerNorm (post-LN)."""
 
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = parts.dropout(config.hidden_dropout_prob)
 
     def forward(self, context: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(residual + self.dropout(self.dense(context)))
 
 
 class BertReproAttention(nn.Module):
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts):
         super().__init__()
-        self.self = BertReproSelfAttention(config)
-        self.output = BertReproSelfOutput(config)
+        self.self = parts.self_attention(config)
+        self.output = BertReproSelfOutput(config, parts)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
         context, probs = self.self(hidden_states, attention_mask, **kwargs)
@@ -199,11 +216,11 @@ class BertReproIntermediate(nn.Module):
 class BertReproOutput(nn.Module):
     """W2 of the feed-forward network, dropout, residual, LayerNorm (post-LN)."""
 
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts):
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = parts.dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(residual + self.dropout(self.dense(hidden_states)))
@@ -212,11 +229,12 @@ class BertReproOutput(nn.Module):
 class BertReproLayer(GradientCheckpointingLayer):
     """One Transformer encoder block: x = LN(x + Drop(SelfAttn(x))); x = LN(x + Drop(W2 gelu(W1 x)))."""
 
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
         super().__init__()
-        self.attention = BertReproAttention(config)
+        parts = parts or PAPER_PARTS
+        self.attention = BertReproAttention(config, parts)
         self.intermediate = BertReproIntermediate(config)
-        self.output = BertReproOutput(config)
+        self.output = BertReproOutput(config, parts)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
         attention_output, probs = self.attention(hidden_states, attention_mask, **kwargs)
@@ -224,9 +242,9 @@ class BertReproLayer(GradientCheckpointingLayer):
 
 
 def attention_inputs(config, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                     packed=None) -> tuple[torch.Tensor | None, dict]:
+                     packed: PackedSequences | None = None) -> tuple[torch.Tensor | None, dict]:
     """The attention kernel's mask and other arguments: from the (batch, seq) padding mask, or for a packed batch
-    (`packing.PackedSequences`) what keeps each example to itself. A causal objective's mask is padding AND the lower
+    what keeps each example to itself. A causal objective's mask is padding AND the lower
     triangle, always built (not left to SDPA's is_causal), since the speed paths' eager kernels read only the mask."""
     if packed is not None:
         return packed.attention_inputs(config)
@@ -236,14 +254,15 @@ def attention_inputs(config, hidden_states: torch.Tensor, attention_mask: torch.
 
 
 class BertReproEncoder(nn.Module):
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
         super().__init__()
+        parts = parts or PAPER_PARTS
         self.config = config
-        self.layer = nn.ModuleList([BertReproLayer(config) for _ in range(config.num_hidden_layers)])
+        self.layer = nn.ModuleList([parts.layer(config, parts) for _ in range(config.num_hidden_layers)])
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
-                packed=None, **kwargs) -> BaseModelOutput:
+                packed: PackedSequences | None = None, **kwargs) -> BaseModelOutput:
         """hidden_states: the (batch, seq, hidden) embeddings. attention_mask: the model's input, (batch, seq) with
         1 at real tokens, or None; the kernel's own mask is built here, so that an encoder that removes the padding
         (`unpadding.py`) can read it. packed: the examples of a packed batch. kwargs go to every layer and on to
@@ -311,22 +330,26 @@ class BertReproMLMHead(nn.Module):
 
 
 class BertReproPreTrainingHeads(nn.Module):
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts):
         super().__init__()
-        self.predictions = BertReproMLMHead(config)
+        self.predictions = parts.mlm_head(config)
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
 class BertReproOnlyMLMHead(nn.Module):
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts):
         super().__init__()
-        self.predictions = BertReproMLMHead(config)
+        self.predictions = parts.mlm_head(config)
 
 
 class BertReproOnlyNSPHead(nn.Module):
     def __init__(self, config: BertReproConfig):
         super().__init__()
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+PAPER_PARTS = BertReproParts(embeddings=BertReproEmbeddings, encoder=BertReproEncoder, layer=BertReproLayer,
+                             self_attention=BertReproSelfAttention, dropout=nn.Dropout, mlm_head=BertReproMLMHead)
 
 
 # --- Base class: initialisation, flags, loading checks, saving with remote code -------------------------------
@@ -431,26 +454,28 @@ class BertReproPreTrainedModel(PreTrainedModel):
                            f"{', '.join(missing_heads)}")
         return (model, info) if return_info else model
 
-    def post_init(self):
-        """transformers' post_init, then the speed paths the config switches on (`speed_paths.py`), installed once
-        here: the inner `BertReproModel` and the head model around it both run this, and installing is idempotent."""
-        super().post_init()
-        if any(getattr(self.config, switch, False) for switch in SPEED_SWITCHES):
-            from .speed_paths import install_speed_paths  # the link to the speed modules, taken only when used
+    def compile_layers(self, **compile_kwargs) -> BertReproPreTrainedModel:
+        """`torch.compile` every Transformer block in place (regional compilation) and return the model.
 
-            install_speed_paths(self)
-
-    def compile_layers(self, **compile_kwargs) -> "BertReproPreTrainedModel":
-        """`torch.compile` every Transformer block in place (regional compilation) and return the model; see
-        `speed_paths.compile_layers`. kwargs go to `torch.compile`."""
-        from .speed_paths import compile_layers
-
-        return compile_layers(self, **compile_kwargs)
+        The L blocks share one compiled graph (their weights are graph inputs), so compiling takes seconds rather
+        than the minutes a whole-model `torch.compile` needs, and the data-dependent parts outside the blocks (the
+        speed paths' unpadding, the sparse MLM selection) stay eager. The outputs equal the eager model's to float
+        rounding (dropout draws its random numbers differently when compiled). Measured in benchmarks/README.md
+        ("torch.compile"): meant for GPUs. kwargs go to `torch.compile`."""
+        for module in self.modules():
+            if isinstance(module, BertReproLayer):
+                module.compile(**compile_kwargs)
+        return self
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Save weights (safetensors), config and this model's code with an `auto_map` for every Auto class."""
+        """Save weights (safetensors), config and the code of this file (with the modules it imports) and an
+        `auto_map` for every Auto class, so that `trust_remote_code=True` opens the directory as the paper's
+        classes. The code is this file's also for the speed subclasses (`speed_paths.py`)."""
         self.config.auto_map = dict(AUTO_MAP)
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            custom_object_save(BertReproPreTrainedModel, save_directory)
+        return result
 
 
 # --- The encoder and the task models ---------------------------------------------------------------------------
@@ -465,10 +490,11 @@ def _as_tuple_if_asked(output: ModelOutput, return_dict: bool | None, config) ->
 class BertReproModel(BertReproPreTrainedModel):
     """The bare BERT encoder: embeddings, L Transformer blocks, and (optionally) the pooler."""
 
-    def __init__(self, config: BertReproConfig, add_pooling_layer: bool = True):
+    def __init__(self, config: BertReproConfig, add_pooling_layer: bool = True, parts: BertReproParts | None = None):
         super().__init__(config)
-        self.embeddings = BertReproEmbeddings(config)
-        self.encoder = BertReproEncoder(config)
+        parts = parts or PAPER_PARTS
+        self.embeddings = parts.embeddings(config, parts)
+        self.encoder = parts.encoder(config, parts)
         self.pooler = BertReproPooler(config) if add_pooling_layer else None
         self.post_init()
 
@@ -484,7 +510,7 @@ class BertReproModel(BertReproPreTrainedModel):
         """input_ids: (batch, seq) ids of `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, padded with [PAD];
         attention_mask: (batch, seq), 1 at real tokens, 0 at padding; token_type_ids: 0 for `[CLS] A [SEP]`, 1 for
         `B [SEP]`; position_ids: 0, 1, 2, ... when not given, restarting at 0 at each example's [CLS] in a packed
-        batch (several examples in a row, `packing.py`). output_hidden_states: the embedding output and every
+        batch (several examples in a row, `packed_sequences.py`). output_hidden_states: the embedding output and every
         layer's (L + 1 tensors); output_attentions: every layer's probabilities (attn_implementation="eager").
         kwargs go to the encoder, every layer and the attention kernel."""
         if (input_ids is None) == (inputs_embeds is None):
@@ -499,16 +525,15 @@ class BertReproModel(BertReproPreTrainedModel):
             raise ValueError(f"output_attentions needs the eager attention kernel, but the model uses "
                              f"{self.config._attn_implementation!r}: load it with attn_implementation='eager'.")
         embedding_output = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
-        if position_ids is not None:  # a packed batch? Each example then attends to itself; each [CLS] is pooled.
-            from .speed_paths import packed_sequences
-            kwargs["packed"] = packed_sequences(position_ids, attention_mask)
-            if kwargs["packed"] is not None and self.config.pretraining_objective.causal:
-                raise ValueError(f"Packed batches are not supported with objective={self.config.objective!r} (they "
-                                 "attend in both directions inside each example): pass one example per row.")
+        # A packed batch? Each example then attends to itself; each [CLS] is pooled.
+        packed = PackedSequences.from_inputs(position_ids, attention_mask)
+        if packed is not None and self.config.pretraining_objective.causal:
+            raise ValueError(f"Packed batches are not supported with objective={self.config.objective!r} (they "
+                             "attend in both directions inside each example): pass one example per row.")
         encoder_outputs = self.encoder(embedding_output, attention_mask, output_hidden_states=output_hidden_states,
-                                       output_attentions=output_attentions, position_ids=position_ids, **kwargs)
+                                       output_attentions=output_attentions, packed=packed, position_ids=position_ids,
+                                       **kwargs)
         sequence_output = encoder_outputs.last_hidden_state
-        packed = kwargs.get("packed")
         pooled = sequence_output if packed is None else packed.first_tokens_of(sequence_output)
         if self.config.pretraining_objective.causal:
             pooled = last_tokens(sequence_output, attention_mask)
@@ -588,10 +613,11 @@ class _MLMHeadMixin:
 class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
     """BERT with the two pre-training heads: masked LM and next sentence prediction (paper section 3.1)."""
 
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
         super().__init__(config)
-        self.bert = BertReproModel(config)
-        self.cls = BertReproPreTrainingHeads(config)
+        parts = parts or PAPER_PARTS
+        self.bert = BertReproModel(config, parts=parts)
+        self.cls = BertReproPreTrainingHeads(config, parts)
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
@@ -609,9 +635,9 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
         nsp_loss = None
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.reshape(-1))
-        parts = [x for x in (mlm_loss, nsp_loss) if x is not None]
+        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
         output = BertReproForPreTrainingOutput(
-            loss=sum(parts) if parts else None,
+            loss=sum(losses) if losses else None,
             masked_lm_loss=mlm_loss,
             next_sentence_loss=nsp_loss,
             prediction_logits=prediction_logits,
@@ -625,10 +651,11 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
 class BertReproForMaskedLM(_MLMHeadMixin, BertReproPreTrainedModel):
     """BERT with the masked-LM head only (no pooler), e.g. for fill-mask or MLM-only pre-training."""
 
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
         super().__init__(config)
-        self.bert = BertReproModel(config, add_pooling_layer=False)
-        self.cls = BertReproOnlyMLMHead(config)
+        parts = parts or PAPER_PARTS
+        self.bert = BertReproModel(config, add_pooling_layer=False, parts=parts)
+        self.cls = BertReproOnlyMLMHead(config, parts)
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
@@ -645,9 +672,10 @@ class BertReproForMaskedLM(_MLMHeadMixin, BertReproPreTrainedModel):
 class BertReproForNextSentencePrediction(BertReproPreTrainedModel):
     """BERT with the NSP head only: does segment B follow segment A? (index 0 = IsNext)."""
 
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
         super().__init__(config)
-        self.bert = BertReproModel(config)
+        parts = parts or PAPER_PARTS
+        self.bert = BertReproModel(config, parts=parts)
         self.cls = BertReproOnlyNSPHead(config)
         self.post_init()
 
@@ -662,19 +690,20 @@ class BertReproForNextSentencePrediction(BertReproPreTrainedModel):
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
-def _classifier_dropout(config: BertReproConfig) -> nn.Dropout:
+def _classifier_dropout(config: BertReproConfig, parts: BertReproParts | None = None) -> nn.Module:
     p = config.classifier_dropout
-    return nn.Dropout(p if p is not None else config.hidden_dropout_prob)
+    return (parts or PAPER_PARTS).dropout(p if p is not None else config.hidden_dropout_prob)
 
 
 class BertReproForSequenceClassification(BertReproPreTrainedModel):
     """A linear layer on the pooled [CLS] output: classification (GLUE) or, with num_labels == 1, regression (STS-B)."""
 
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
         super().__init__(config)
+        parts = parts or PAPER_PARTS
         self.num_labels = config.num_labels
-        self.bert = BertReproModel(config)
-        self.dropout = _classifier_dropout(config)
+        self.bert = BertReproModel(config, parts=parts)
+        self.dropout = _classifier_dropout(config, parts)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -718,9 +747,10 @@ def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch
 class BertReproForQuestionAnswering(BertReproPreTrainedModel):
     """SQuAD span prediction: start logit S.T_i and end logit E.T_j for every token (`qa_outputs` holds S and E)."""
 
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
         super().__init__(config)
-        self.bert = BertReproModel(config, add_pooling_layer=False)
+        parts = parts or PAPER_PARTS
+        self.bert = BertReproModel(config, add_pooling_layer=False, parts=parts)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
@@ -742,10 +772,11 @@ class BertReproForMultipleChoice(BertReproPreTrainedModel):
     """SWAG: each choice `[CLS] context [SEP] ending [SEP]` is scored by a vector dotted with its pooled [CLS] output;
     softmax over the choices."""
 
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
         super().__init__(config)
-        self.bert = BertReproModel(config)
-        self.dropout = _classifier_dropout(config)
+        parts = parts or PAPER_PARTS
+        self.bert = BertReproModel(config, parts=parts)
+        self.dropout = _classifier_dropout(config, parts)
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.post_init()
 
@@ -769,11 +800,12 @@ class BertReproForMultipleChoice(BertReproPreTrainedModel):
 class BertReproForTokenClassification(BertReproPreTrainedModel):
     """NER: a linear layer on every token; the paper labels the first sub-token of each word (others get -100)."""
 
-    def __init__(self, config: BertReproConfig):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
         super().__init__(config)
+        parts = parts or PAPER_PARTS
         self.num_labels = config.num_labels
-        self.bert = BertReproModel(config, add_pooling_layer=False)
-        self.dropout = _classifier_dropout(config)
+        self.bert = BertReproModel(config, add_pooling_layer=False, parts=parts)
+        self.dropout = _classifier_dropout(config, parts)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -790,13 +822,10 @@ class BertReproForTokenClassification(BertReproPreTrainedModel):
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
-# So that `save_pretrained` copies this file and its config next to the weights (trust_remote_code loading).
+# So that saving a config copies its file (`save_pretrained` above copies this file and the others it imports).
 BertReproConfig.register_for_auto_class()
-for _auto_class, _path in AUTO_MAP.items():
-    if _auto_class != "AutoConfig":
-        globals()[_path.split(".")[1]].register_for_auto_class(_auto_class)
 
-__all__ = ["BertReproModel", "BertReproPreTrainedModel", "BertReproForPreTraining", "BertReproForPreTrainingOutput",
+__all__ = ["PAPER_PARTS", "BertReproParts", "BertReproModel", "BertReproPreTrainedModel", "BertReproForPreTraining", "BertReproForPreTrainingOutput",
            "BertReproForMaskedLM", "BertReproForNextSentencePrediction", "BertReproForSequenceClassification",
            "BertReproForQuestionAnswering", "BertReproForMultipleChoice", "BertReproForTokenClassification",
            "concat_last_layers", "last_tokens"]

@@ -7,8 +7,9 @@ in place: the same sum, without two vocab-sized buffers and two passes over them
 results of 2026-11-22, pre-training step, BERT-BASE, CPU, accumulation 4): 1.16x tokens/s in an interleaved A/B
 (the two dense gradients were 4.1% + 5.5% of the step); 1.67x transformers' tokens/s with the switches then.
 
-How the two uses meet: `speed_paths` swaps the model's `BertReproEmbeddings` for `TiedGradientEmbeddings` and its
-`BertReproMLMHead` for `TiedGradientMLMHead` (same parameters) and gives both one `TiedGradientLink`. In each
+How the two uses meet: `speed_paths` builds the model's embeddings as `TiedGradientEmbeddings` and its MLM head
+as `TiedGradientMLMHead` (the same parameters as the model file's), and its two models with an MLM head give both
+one `TiedGradientLink` when built (`link_tied_gradients`). In each
 forward that records gradients, the embeddings create a `TiedGradient`, look the tokens up through `LookupInto`
 and leave the `TiedGradient` on the link; the MLM head takes it from there and reads its weight through
 `DecoderWeight`. Correct in any order: if the lookup's backward runs before the decoder's, or in a second backward
@@ -123,14 +124,9 @@ class TiedGradientMLMHead(BertReproMLMHead):
         return F.linear(self.transform(hidden_states), weight, self.decoder.bias) + self.bias
 
 
-def link_tied_gradients(model: nn.Module, on: bool) -> None:
-    """Give a head model's embeddings and MLM head one `TiedGradientLink` (once; nothing for other models)."""
-    embeddings = getattr(getattr(model, "bert", None), "embeddings", None)
-    head = getattr(getattr(model, "cls", None), "predictions", None)
-    if not on or not isinstance(embeddings, TiedGradientEmbeddings) or not isinstance(head, TiedGradientMLMHead):
-        return
-    if embeddings.tied_link is None or embeddings.tied_link.head is not head:
-        embeddings.tied_link = head.tied_link = TiedGradientLink(head)
+def link_tied_gradients(embeddings: TiedGradientEmbeddings, head: TiedGradientMLMHead) -> None:
+    """Give a model's embeddings and MLM head one `TiedGradientLink`."""
+    embeddings.tied_link = head.tied_link = TiedGradientLink(head)
 
 
 __all__ = ["TiedGradient", "TiedGradientEmbeddings", "TiedGradientLink", "TiedGradientMLMHead", "link_tied_gradients"]

@@ -14,10 +14,13 @@ Measured (benchmarks/README.md, CPU): encoding 1.81x (MiniLM) and 1.53x (BERT-BA
 1.17x / 1.01x padded (2026-11-22, 10:20 UTC); MRPC fine-tuning 0.894x -> 0.657x transformers' training time
 (2026-11-22). The FlashAttention branch is not measured (no GPU yet); its call is tested with a reference kernel.
 
-The decision among those paths is taken once per forward, by the encoder (`attention_path`), and stored on the
-`Unpadded` object that every layer receives as the keyword argument `unpadded` (a seam: the model file passes a
-layer's kwargs on to its attention). Outputs at real tokens equal the padded model's; `last_hidden_state` and
-`hidden_states` are zero at padding positions.
+The classes here are the encoder of the speed paths, which `speed_paths.py` builds when `unpad_inputs`,
+`last_layer_subset` or `fast_dropout` is on: `SpeedEncoder` (options `unpad_inputs` and `last_layer_subset`),
+its `SpeedLayer`s and their `SpeedSelfAttention` (option `fast_dropout`). The decision among the attention paths
+is taken once per forward, by the encoder (`attention_path`), and stored on the `Unpadded` object that the
+encoder passes to every layer, and each layer to its self-attention, as the argument `unpadded`; the rows the
+last layer computes (`last_layer_subset.py`) go the same way as `read_rows`. Outputs at real tokens equal the
+padded model's; `last_hidden_state` and `hidden_states` are zero at padding positions.
 
 Under whole-model `torch.compile` it does not make one graph: the real tokens' count and the attention groups are
 read from the data (`nonzero`, `.tolist()`), so dynamo breaks the step into many graphs (benchmarks/README.md,
@@ -32,10 +35,18 @@ import torch.nn.functional as F
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils.generic import is_flash_attention_requested
 
-from .fast_dropout import eager_attention_fast_dropout
+from .fast_dropout import eager_attention_fast_dropout, takes_fast_dropout_kernel
 from .grouped_attention import GroupedAttention
 from .last_layer_subset import place_rows, select_rows
-from .modeling_bert_repro import BertReproEncoder, BertReproSelfAttention, attention_inputs, eager_attention
+from .modeling_bert_repro import (
+    BertReproEncoder,
+    BertReproLayer,
+    BertReproParts,
+    BertReproSelfAttention,
+    attention_inputs,
+    eager_attention,
+)
+from .packed_sequences import PackedSequences
 
 # The ways attention runs over unpadded tokens (see the module docstring); `attention_path` picks one per forward.
 VARIABLE_LENGTH, WRITTEN_OUT, GROUPED, PADDED_BACK = "variable-length", "written-out", "grouped", "padded-back"
@@ -54,7 +65,7 @@ class Unpadded:
 
     def __init__(self, real: torch.Tensor, lengths: torch.Tensor | None = None):
         """real: (batch, seq) bool, True at real tokens. lengths: the tokens of each sequence when rows hold several
-        (a packed batch, `packing.py`); by default one sequence per row."""
+        (a packed batch, `packed_sequences.py`); by default one sequence per row."""
         self.batch, self.seq = real.shape
         self.indices = real.flatten().nonzero().flatten()
         if lengths is None:
@@ -68,7 +79,7 @@ class Unpadded:
 
     @classmethod
     def from_attention_mask(cls, attention_mask: torch.Tensor | None, without_padding: bool = False
-                            ) -> "Unpadded | None":
+                            ) -> Unpadded | None:
         """None when there is nothing to remove (no 2-D mask, or no padding in the batch, unless
         `without_padding`) or nothing to keep."""
         if attention_mask is None or attention_mask.dim() != 2:
@@ -78,7 +89,7 @@ class Unpadded:
             return None
         return cls(real)
 
-    def attention_groups(self, rows_per_group: int = 8) -> "AttentionGroups":
+    def attention_groups(self, rows_per_group: int = 8) -> AttentionGroups:
         """The rows in groups of similar length (computed once per forward and shared by the layers)."""
         if self._groups is None:
             self._groups = AttentionGroups(self, rows_per_group)
@@ -162,11 +173,20 @@ def attention_path(self_attention: BertReproSelfAttention, hidden_states: torch.
     return WRITTEN_OUT if kernel in (eager_attention, eager_attention_fast_dropout) else GROUPED
 
 
-class UnpaddedSelfAttention(BertReproSelfAttention):
-    """Self-attention over a (tokens, hidden) matrix of real tokens, along `unpadded.path`; without `unpadded`,
-    the model file's self-attention. `read_rows`: the rows of the context to return (all when None)."""
+class SpeedSelfAttention(BertReproSelfAttention):
+    """The self-attention of the speed paths: over a (tokens, hidden) matrix of real tokens along `unpadded.path`,
+    or, without `unpadded`, the model file's self-attention. `read_rows`: the rows of the context to return (all
+    when None). Option `fast_dropout` (the config's): the kernel is `eager_attention_fast_dropout` when training
+    on CPU with the eager or SDPA implementation."""
 
-    takes_read_rows = True  # read by last_layer_subset.ReadRowsLayer
+    def __init__(self, config):
+        super().__init__(config)
+        self.fast_dropout = config.fast_dropout
+
+    def attention_function(self, hidden_states: torch.Tensor):
+        if self.fast_dropout and takes_fast_dropout_kernel(self, hidden_states):
+            return eager_attention_fast_dropout
+        return super().attention_function(hidden_states)
 
     def forward(self, hidden_states, attention_mask=None, unpadded: Unpadded | None = None,
                 read_rows: torch.Tensor | None = None, **kwargs):
@@ -217,47 +237,68 @@ class UnpaddedSelfAttention(BertReproSelfAttention):
         return F.linear(hidden_states, weight, bias)
 
 
-class UnpaddedEncoder(BertReproEncoder):
-    """The encoder on the real tokens (see the module docstring); falls back to the next encoder in its class's
-    MRO (the model file's, or `LastLayerSubsetEncoder`) when there is nothing to remove or attentions are asked
-    for. `read_positions` (from `last_layer_subset`): the (batch, seq) positions a head reads."""
+class SpeedLayer(BertReproLayer):
+    """A Transformer block taking the speed paths' arguments: `unpadded` (for its `SpeedSelfAttention`) and
+    `read_rows`, the rows of its output to compute (all when None: see `last_layer_subset.py`)."""
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                unpadded: Unpadded | None = None, read_rows: torch.Tensor | None = None, **kwargs):
+        context, probs = self.attention.self(hidden_states, attention_mask, unpadded=unpadded, read_rows=read_rows,
+                                             **kwargs)
+        attention_output = self.attention.output(context, select_rows(hidden_states, read_rows))
+        return self.output(self.intermediate(attention_output), attention_output), probs
+
+
+class SpeedEncoder(BertReproEncoder):
+    """The encoder of the speed paths, with the config's options `unpad_inputs` (the blocks run on the real tokens
+    only, see the module docstring) and `last_layer_subset` (given `read_positions`, the (batch, seq) positions the
+    head reads, the last block computes those rows only and `last_hidden_state` is zero elsewhere). The model
+    file's encoder runs when attentions are asked for, or when neither option applies to the batch."""
+
+    def __init__(self, config, parts: BertReproParts):
+        super().__init__(config, parts)
+        self.unpad_inputs = config.unpad_inputs
+        self.last_layer_subset = config.last_layer_subset
 
     def forward(self, hidden_states, attention_mask=None, output_hidden_states=False, output_attentions=False,
-                read_positions: torch.Tensor | None = None, **kwargs) -> BaseModelOutput:
-        path = attention_path(self.layer[0].attention.self, hidden_states)
-        packed = kwargs.pop("packed", None)  # several examples in a row: each one a sequence (packing.py)
+                packed: PackedSequences | None = None, read_positions: torch.Tensor | None = None,
+                **kwargs) -> BaseModelOutput:
+        if not self.last_layer_subset or output_hidden_states:
+            read_positions = None
         unpadded = None
-        if not output_attentions:
+        if self.unpad_inputs and not output_attentions:
+            path = attention_path(self.layer[0].attention.self, hidden_states)
             unpadded = (Unpadded(packed.real, packed.lengths) if packed is not None else
                         Unpadded.from_attention_mask(attention_mask, without_padding=path == WRITTEN_OUT))
-        if unpadded is None:
-            if read_positions is not None:
-                kwargs["read_positions"] = read_positions
-            if packed is not None:
-                kwargs["packed"] = packed
-            return super().forward(hidden_states, attention_mask, output_hidden_states, output_attentions, **kwargs)
-        unpadded.path = path
-        unpadded.fast_dropout = self.layer[0].attention.self.attention_function(hidden_states) is \
-            eager_attention_fast_dropout
-        if path == PADDED_BACK:
-            unpadded.mask, _ = attention_inputs(self.config, hidden_states, attention_mask, packed)
-        kwargs.pop("position_ids", None)  # already in the embeddings; the kernels read `unpadded` for the bounds
+        if output_attentions or (unpadded is None and read_positions is None):
+            return super().forward(hidden_states, attention_mask, output_hidden_states, output_attentions,
+                                   packed=packed, **kwargs)
         shape = hidden_states.shape
-        tokens = unpadded.unpad(hidden_states)
-        read_rows = None
-        if read_positions is not None and not output_hidden_states:
-            read_rows = read_positions.flatten().index_select(0, unpadded.indices).nonzero().flatten()
-        all_hidden_states = (unpadded.pad(tokens),) if output_hidden_states else None
-        for i, layer in enumerate(self.layer):
-            last_reads = {"read_rows": read_rows} if read_rows is not None and i == len(self.layer) - 1 else {}
-            tokens, _ = layer(tokens, None, unpadded=unpadded, **last_reads, **kwargs)
-            if output_hidden_states:
-                all_hidden_states += (unpadded.pad(tokens),)
-        if read_rows is None:
-            sequence_output = unpadded.pad(tokens)
+        if unpadded is None:  # padded, the last block at `read_positions` only
+            mask, kernel_kwargs = attention_inputs(self.config, hidden_states, attention_mask, packed)
+            kwargs.update(kernel_kwargs)
+            rows, full, positions = hidden_states, (lambda x: x), read_positions.flatten()
         else:
-            sequence_output = place_rows(tokens, unpadded.indices.index_select(0, read_rows), shape)
-        return BaseModelOutput(last_hidden_state=sequence_output, hidden_states=all_hidden_states)
+            unpadded.path = path
+            unpadded.fast_dropout = self.layer[0].attention.self.attention_function(hidden_states) is \
+                eager_attention_fast_dropout
+            mask = None
+            if path == PADDED_BACK:
+                unpadded.mask, _ = attention_inputs(self.config, hidden_states, attention_mask, packed)
+            kwargs.pop("position_ids", None)  # already in the embeddings; the kernels read `unpadded` for the bounds
+            rows, full = unpadded.unpad(hidden_states), unpadded.pad
+            positions = None if read_positions is None else read_positions.flatten().index_select(0, unpadded.indices)
+        read_rows = None if positions is None else positions.nonzero().flatten()
+        all_hidden_states = (full(rows),) if output_hidden_states else None
+        for i, layer in enumerate(self.layer):
+            last = i == len(self.layer) - 1
+            rows, _ = layer(rows, mask, unpadded=unpadded, read_rows=read_rows if last else None, **kwargs)
+            if output_hidden_states:
+                all_hidden_states += (full(rows),)
+        if read_rows is None:
+            return BaseModelOutput(last_hidden_state=full(rows), hidden_states=all_hidden_states)
+        where = read_rows if unpadded is None else unpadded.indices.index_select(0, read_rows)
+        return BaseModelOutput(last_hidden_state=place_rows(rows, where, shape))
 
 
-__all__ = ["AttentionGroups", "Unpadded", "UnpaddedEncoder", "UnpaddedSelfAttention", "attention_path"]
+__all__ = ["AttentionGroups", "SpeedEncoder", "SpeedLayer", "SpeedSelfAttention", "Unpadded", "attention_path"]

@@ -42,7 +42,7 @@ from ..model.bilstm_heads import (
     BertReproForSequenceClassificationWithBiLSTM,
     BertReproForTokenClassificationWithBiLSTM,
 )
-from ..model.modeling_bert_repro import (
+from ..model.speed_paths import (
     BertReproForMultipleChoice,
     BertReproForQuestionAnswering,
     BertReproForSequenceClassification,

@@ -16,13 +16,14 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from transformers import HfArgumentParser
 
+from ..model.configuration_bert_repro import SPEED_SWITCHES
 
 RUN_CONFIG = "run_config.json"
 RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.training.cluster)
@@ -53,26 +54,13 @@ class ConfigurationError(ValueError):
 
 
 @dataclass
-class SpeedSwitches:
-    """The model's speed switches, shared by the recipes; each default keeps the plain model's outputs."""
-
-    unpad_inputs: bool = field(default=False, metadata={
-        "help": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real tokens)."})
+class _SpeedSwitchesBase:
     compile_layers: bool = field(default=False, metadata={
         "help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."})
-    fast_dropout: bool = field(default=False, metadata={
-        "help": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of 1/32768)."})
-    last_layer_subset: bool = field(default=False, metadata={
-        "help": "Speed: the last Transformer block computes only the positions the heads read ([CLS], masked "
-                "positions); the same losses and logits."})
-    tied_gradients: bool = field(default=False, metadata={
-        "help": "Speed: the token lookup adds its gradient rows into the tied MLM decoder's gradient (one "
-                "vocab-sized buffer instead of three); the same gradients."})
 
     def switches(self) -> dict[str, bool]:
         """The config fields among these switches (compile_layers is a method of the model instead)."""
-        return {name: getattr(self, name) for name in ("unpad_inputs", "fast_dropout", "last_layer_subset",
-                                                      "tied_gradients")}
+        return {name: getattr(self, name) for name in SPEED_SWITCHES}
 
     def torch_compile_warning(self, torch_compile: bool) -> str | None:
         """One line for the log when `--torch_compile true` meets switches that split its graph: their paths
@@ -85,6 +73,14 @@ class SpeedSwitches:
         names = ", ".join("--" + name for name in split)
         return (f"--torch_compile true with {names}: {does} not compile to one graph (graph breaks each "
                 "step, no CUDA graph); the defaults do. See benchmarks/README.md, \"torch.compile\".")
+
+
+# The model's speed switches, shared by the recipes: a flag per config switch (`SPEED_SWITCHES`, whose help they
+# show) and --compile_layers; each default keeps the plain model's outputs.
+SpeedSwitches = make_dataclass(
+    "SpeedSwitches", [(name, bool, field(default=False, metadata={"help": help}))
+                      for name, help in SPEED_SWITCHES.items()], bases=(_SpeedSwitchesBase,))
+SpeedSwitches.__module__ = __name__
 
 
 def as_cli(values: dict[str, Any]) -> list[str]:

@@ -39,6 +39,7 @@ from .checkpoints import checkpoint_step
 from .cluster import lock_output_dir_once, stop_message
 from .distributed import check_deepspeed_installed, check_engine
 from ..hub.push import push_checkpoints
+from ..model.configuration_bert_repro import SPEED_SWITCHES
 from .optim import optimizer_cls_and_kwargs
 from ..data.pretraining_examples import PreTrainingDataConfig
 from ..data.streaming import DataStateCallback, load_data_state
@@ -138,7 +139,7 @@ class PreTrainingArguments(SpeedSwitches):
 
 # Fields that may change between an interrupted run and its resumption.
 RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot",
-                      "unpad_inputs", "compile_layers", "fast_dropout", "last_layer_subset", "tied_gradients",  # speed switches: the same training either way
+                      *SPEED_SWITCHES, "compile_layers",  # speed switches: the same training either way
                       "packing",  # the same examples per step and the same losses, packed or not
                       "logging_steps", "report_to", "disable_tqdm", "log_level", "log_level_replica",
                       "dataloader_num_workers",

@@ -357,7 +357,8 @@ def random_init_model(pretrained: Path, directory: Path) -> Path:
         return directory
     import torch
 
-    from ..model.modeling_bert_repro import BertReproConfig, BertReproForPreTraining
+    from ..model.configuration_bert_repro import BertReproConfig
+    from ..model.speed_paths import BertReproForPreTraining
 
     torch.manual_seed(0)
     config = BertReproConfig.from_pretrained(pretrained)
