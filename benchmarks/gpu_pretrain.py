@@ -27,12 +27,12 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from common import machine, matmul_peak  # noqa: E402
-from transformers import BertConfig, BertForPreTraining  # noqa: E402
+import numpy as np
+import torch
+from common import machine, matmul_peak
+from transformers import BertConfig, BertForPreTraining
 
-from bert_repro import BertReproConfig, BertReproForPreTraining  # noqa: E402
+from bert_repro import BertReproConfig, BertReproForPreTraining
 
 # The reference code's setting per phase: max_seq_length -> max_predictions_per_seq.
 PREDICTIONS = {128: 20, 512: 80}
@@ -55,8 +55,9 @@ def export_examples(out: Path, corpus: str, lengths: list[int]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     save_tokenizer(tokenizer, out / "tokenizer")  # the collators need its special tokens on the GPU machine
     for length in lengths:
-        config = PreTrainingDataConfig(max_seq_length=length, max_predictions_per_seq=PREDICTIONS[length],
-                                       dupe_factor=1, random_seed=1)
+        config = PreTrainingDataConfig(
+            max_seq_length=length, max_predictions_per_seq=PREDICTIONS[length], dupe_factor=1, random_seed=1
+        )
         rows = create_pretraining_dataset(documents, tokenizer, config)
         ids = rows["input_ids"]
         arrays = {
@@ -79,20 +80,24 @@ class Examples:
     vocab_size: int
 
     @classmethod
-    def load(cls, path: Path) -> "Examples":
+    def load(cls, path: Path) -> Examples:
         with np.load(path) as archive:  # each access of a member decompresses it: read every member once
             data = {name: archive[name] for name in archive.files}
         starts = np.concatenate([[0], np.cumsum(data["lengths"])])
         mstarts = np.concatenate([[0], np.cumsum(data["masked_counts"])])
         rows = []
         for i in range(len(data["lengths"])):
-            rows.append({
-                "input_ids": data["input_ids"][starts[i]:starts[i + 1]].astype(np.int64).tolist(),
-                "token_type_ids": data["token_type_ids"][starts[i]:starts[i + 1]].astype(np.int64).tolist(),
-                "masked_lm_positions": data["masked_lm_positions"][mstarts[i]:mstarts[i + 1]].astype(np.int64).tolist(),
-                "masked_lm_ids": data["masked_lm_ids"][mstarts[i]:mstarts[i + 1]].astype(np.int64).tolist(),
-                "next_sentence_label": int(data["next_sentence_label"][i]),
-            })
+            rows.append(
+                {
+                    "input_ids": data["input_ids"][starts[i] : starts[i + 1]].astype(np.int64).tolist(),
+                    "token_type_ids": data["token_type_ids"][starts[i] : starts[i + 1]].astype(np.int64).tolist(),
+                    "masked_lm_positions": data["masked_lm_positions"][mstarts[i] : mstarts[i + 1]]
+                    .astype(np.int64)
+                    .tolist(),
+                    "masked_lm_ids": data["masked_lm_ids"][mstarts[i] : mstarts[i + 1]].astype(np.int64).tolist(),
+                    "next_sentence_label": int(data["next_sentence_label"][i]),
+                }
+            )
         return cls(rows, int(data["vocab_size"]))
 
 
@@ -169,14 +174,18 @@ def make_step(model, compiled: bool, device: str):
 
 def profile(step, batches: list, device: str, out: Path) -> None:
     """Where a step's time goes: kernels and operators by total device time, after the timed rounds (warm)."""
-    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
+    activities = [torch.profiler.ProfilerActivity.CPU] + (
+        [torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else []
+    )
     with torch.profiler.profile(activities=activities) as prof:
         for b in batches:
             step(b)
         sync(device)
     sort = "cuda_time_total" if device == "cuda" else "cpu_time_total"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"{len(batches)} steps\n" + prof.key_averages().table(sort_by=sort, row_limit=60, max_name_column_width=70))
+    out.write_text(
+        f"{len(batches)} steps\n" + prof.key_averages().table(sort_by=sort, row_limit=60, max_name_column_width=70)
+    )
     print(f"profile: {out}", flush=True)
 
 
@@ -194,18 +203,18 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
     need = batch_size * (args.warmup + args.steps)
     rows = (examples.rows * (1 + need // len(examples.rows)))[:need]
     pad, pack = collators(Path(args.examples) / "tokenizer", length)
-    batches = [rows[k * batch_size:(k + 1) * batch_size] for k in range(args.warmup + args.steps)]
+    batches = [rows[k * batch_size : (k + 1) * batch_size] for k in range(args.warmup + args.steps)]
     padded = [pad(b) for b in batches]
     # The same examples per step, packed into fewer rows (their number varies from step to step).
     packed = [pack(b) for b in batches]
-    lengths = [len(r["input_ids"]) for r in rows[args.warmup * batch_size:]]
+    lengths = [len(r["input_ids"]) for r in rows[args.warmup * batch_size :]]
     vocab = examples.vocab_size
     torch.manual_seed(0)
     initial = BertReproForPreTraining(BertReproConfig.from_preset(preset, vocab_size=vocab)).state_dict()
     tokens = sum(lengths)
     grid = len(lengths) * length
     config = BertReproConfig.from_preset(preset, vocab_size=vocab)
-    useful = useful_training_flops(config, padded[args.warmup:], lengths)
+    useful = useful_training_flops(config, padded[args.warmup :], lengths)
 
     variants = {
         "transformers sdpa bf16": (lambda: theirs(preset, vocab, initial), False, padded),
@@ -215,26 +224,41 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
         "ours sparse bf16 compile": (lambda: ours(preset, vocab, initial, sparse_prediction=True), True, padded),
     }
     if args.packing:
-        variants["ours packed sparse bf16"] = (lambda: ours(preset, vocab, initial, sparse_prediction=True), False,
-                                               packed)
+        variants["ours packed sparse bf16"] = (
+            lambda: ours(preset, vocab, initial, sparse_prediction=True),
+            False,
+            packed,
+        )
         variants["ours packed sparse bf16 compile"] = (
-            lambda: ours(preset, vocab, initial, sparse_prediction=True), True, packed)
+            lambda: ours(preset, vocab, initial, sparse_prediction=True),
+            True,
+            packed,
+        )
     if args.variants:  # in the order asked for: a run cut short has measured the first ones
         wanted = [s.strip() for s in args.variants.split(",")]
         chosen = [k for s in wanted for k in ([s] if s in variants else [k for k in variants if s in k])]
         variants = {k: variants[k] for k in dict.fromkeys(chosen)}
-    packed_grid = sum(b["input_ids"].numel() for b in packed[args.warmup:])
-    print(f"\n== {preset} at {length} tokens: batch {batch_size}, {len(lengths)} measured examples, {tokens} real "
-          f"tokens; padding {1 - tokens / grid:.1%} padded, {1 - tokens / packed_grid:.1%} packed", flush=True)
+    packed_grid = sum(b["input_ids"].numel() for b in packed[args.warmup :])
+    print(
+        f"\n== {preset} at {length} tokens: batch {batch_size}, {len(lengths)} measured examples, {tokens} real "
+        f"tokens; padding {1 - tokens / grid:.1%} padded, {1 - tokens / packed_grid:.1%} packed",
+        flush=True,
+    )
     results = {}
-    setting = {"preset": preset, "max_seq_length": length, "batch_size": batch_size,
-               "padding_share": 1 - tokens / grid, "packed_padding_share": 1 - tokens / packed_grid,
-               "useful_flops_per_real_token": useful / tokens, "results": results}
+    setting = {
+        "preset": preset,
+        "max_seq_length": length,
+        "batch_size": batch_size,
+        "padding_share": 1 - tokens / grid,
+        "packed_padding_share": 1 - tokens / packed_grid,
+        "useful_flops_per_real_token": useful / tokens,
+        "results": results,
+    }
     for name, (factory, compiled, steps) in variants.items():
         try:
             step = make_step(factory(), compiled, args.device)
             gpu = [{k: v.to(args.device, non_blocking=True) for k, v in b.items()} for b in steps]
-            warm, timed = gpu[:args.warmup], gpu[args.warmup:]
+            warm, timed = gpu[: args.warmup], gpu[args.warmup :]
             start = time.perf_counter()
             for b in warm:
                 step(b)
@@ -249,16 +273,26 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
                 sync(args.device)
                 times.append(time.perf_counter() - start)
             seconds = statistics.median(times)
-            real = sum(int(b["attention_mask"].sum()) for b in steps[args.warmup:])
+            real = sum(int(b["attention_mask"].sum()) for b in steps[args.warmup :])
             tps = real / seconds
-            results[name] = {"tokens_per_second": tps, "seconds": seconds, "warmup_seconds": warmup_s,
-                             "real_tokens": real, "final_loss": float(loss),
-                             "mfu": (useful / tokens) * tps / (peak * 1e12),
-                             "max_memory_gib": max_memory_gib(args.device)}
-            print(f"{name:34s} {tps:12,.0f} tokens/s  MFU {results[name]['mfu']:6.1%}  (warm-up {warmup_s:5.1f} s, "
-                  f"loss {float(loss):.3f}, peak mem {results[name]['max_memory_gib']:.1f} GiB)", flush=True)
+            results[name] = {
+                "tokens_per_second": tps,
+                "seconds": seconds,
+                "warmup_seconds": warmup_s,
+                "real_tokens": real,
+                "final_loss": float(loss),
+                "mfu": (useful / tokens) * tps / (peak * 1e12),
+                "max_memory_gib": max_memory_gib(args.device),
+            }
+            print(
+                f"{name:34s} {tps:12,.0f} tokens/s  MFU {results[name]['mfu']:6.1%}  (warm-up {warmup_s:5.1f} s, "
+                f"loss {float(loss):.3f}, peak mem {results[name]['max_memory_gib']:.1f} GiB)",
+                flush=True,
+            )
             if args.profile:
-                profile(step, timed[:3], args.device, Path(args.profile) / f"{preset}_{length}_{name.replace(' ', '_')}.txt")
+                profile(
+                    step, timed[:3], args.device, Path(args.profile) / f"{preset}_{length}_{name.replace(' ', '_')}.txt"
+                )
             del step, gpu
         except Exception as err:  # a variant that fails is reported, the others still run
             results[name] = {"error": f"{type(err).__name__}: {err}"[:500]}
@@ -276,8 +310,10 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
 
 
 def ratios(results: dict) -> None:
-    best = max((r["tokens_per_second"] for k, r in results.items() if k.startswith("transformers") and "error" not in r),
-               default=float("nan"))
+    best = max(
+        (r["tokens_per_second"] for k, r in results.items() if k.startswith("transformers") and "error" not in r),
+        default=float("nan"),
+    )
     for r in results.values():
         if "error" not in r:
             r["ratio_to_transformers_best"] = r["tokens_per_second"] / best
@@ -289,14 +325,17 @@ def main() -> None:
     parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared/data/corpus"))
     parser.add_argument("--examples", default=".gpu", help="Folder of examples_128.npz / examples_512.npz.")
     parser.add_argument("--settings", default="base:128,base:512,large:128")
-    parser.add_argument("--batch_128", type=int, default=256, help="Sequences per step at 128 tokens (the paper's 256).")
+    parser.add_argument(
+        "--batch_128", type=int, default=256, help="Sequences per step at 128 tokens (the paper's 256)."
+    )
     parser.add_argument("--batch_512", type=int, default=64)
     parser.add_argument("--packing", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--variants", default="",
-                        help="Comma-separated variant names (or substrings of names) to run, in this order.")
+    parser.add_argument(
+        "--variants", default="", help="Comma-separated variant names (or substrings of names) to run, in this order."
+    )
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test of this script.")
     parser.add_argument("--out", default="runs/gpu_pretrain.json")
     parser.add_argument("--profile", help="Also write each variant's profile of 3 warm steps into this folder.")
@@ -305,8 +344,11 @@ def main() -> None:
         export_examples(Path(args.export), args.corpus, [128, 512])
         return
     if args.device == "cuda" and not torch.cuda.is_available():
-        parser.exit(2, "error: no CUDA device; this benchmark measures GPU throughput (--export runs anywhere; "
-                       "--device cpu runs a smoke test of the script).\n")
+        parser.exit(
+            2,
+            "error: no CUDA device; this benchmark measures GPU throughput (--export runs anywhere; "
+            "--device cpu runs a smoke test of the script).\n",
+        )
     peak = matmul_peak(torch.bfloat16, n=8192 if args.device == "cuda" else 1024, device=args.device) / 1e3  # TFLOP/s
     print(f"{machine()}; measured bf16 matmul peak {peak:.1f} TFLOP/s", flush=True)
     report = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "bf16_matmul_peak_tflops": peak, "settings": []}

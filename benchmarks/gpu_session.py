@@ -24,8 +24,19 @@ MARKER = "<!-- gpu_session.py record adds each run's table below this line -->"
 # Dense bf16 peaks from the cards' data sheets (TFLOP/s, without sparsity), by a part of the device's name: the
 # issue's MFU target is against these; the benchmark's own MFU is against the matmul peak measured in the run.
 SPEC_BF16_PEAK = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
-PACKAGES = ["torch", "transformers", "datasets", "accelerate", "huggingface_hub", "tokenizers", "safetensors",
-            "numpy", "pyarrow", "triton", "flash_attn"]
+PACKAGES = [
+    "torch",
+    "transformers",
+    "datasets",
+    "accelerate",
+    "huggingface_hub",
+    "tokenizers",
+    "safetensors",
+    "numpy",
+    "pyarrow",
+    "triton",
+    "flash_attn",
+]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -99,10 +110,19 @@ def benchmark_rows(results: Path) -> tuple[list[dict], float | None]:
         peak = report.get("bf16_matmul_peak_tflops", peak)
         for setting in report.get("settings", []):
             for variant, r in setting["results"].items():
-                row = {"setting": f"{setting['preset']}:{setting['max_seq_length']}",
-                       "batch_size": setting["batch_size"], "variant": variant}
-                keys = ("tokens_per_second", "mfu", "ratio_to_transformers_best", "max_memory_gib",
-                        "warmup_seconds", "error")
+                row = {
+                    "setting": f"{setting['preset']}:{setting['max_seq_length']}",
+                    "batch_size": setting["batch_size"],
+                    "variant": variant,
+                }
+                keys = (
+                    "tokens_per_second",
+                    "mfu",
+                    "ratio_to_transformers_best",
+                    "max_memory_gib",
+                    "warmup_seconds",
+                    "error",
+                )
                 row.update({k: r[k] for k in keys if k in r})
                 rows.append(row)
     return rows, peak
@@ -122,17 +142,21 @@ def test_counts(log: Path) -> dict | None:
 def pretraining(run: Path) -> dict | None:
     history = read_json(run / "log_history.json")
     if history is None:  # killed before the end: the latest checkpoint's state
-        states = sorted(run.glob("checkpoint-*/trainer_state.json"),
-                        key=lambda p: int(p.parent.name.split("-")[1]))
+        states = sorted(run.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
         history = (read_json(states[-1]) or {}).get("log_history") if states else None
     if not history:
         return None
     losses = [[h["step"], round(h["loss"], 4)] for h in history if "loss" in h]
     evals = {k: v for h in history for k, v in h.items() if k.startswith("eval_")}
     end = next((h for h in reversed(history) if "train_runtime" in h), {})
-    return {"steps": max((h.get("step", 0) for h in history), default=0), "loss_curve": losses,
-            "final_loss": losses[-1][1] if losses else None, "last_eval": evals,
-            "train_runtime_s": end.get("train_runtime"), "finished": (run / "model.safetensors").is_file()}
+    return {
+        "steps": max((h.get("step", 0) for h in history), default=0),
+        "loss_curve": losses,
+        "final_loss": losses[-1][1] if losses else None,
+        "last_eval": evals,
+        "train_runtime_s": end.get("train_runtime"),
+        "finished": (run / "model.safetensors").is_file(),
+    }
 
 
 def collect(results: Path, out: Path, command: str) -> dict:
@@ -179,23 +203,34 @@ def markdown(report: dict, name: str) -> str:
     v = report.get("versions", {})
     device = report.get("device") or "no CUDA device"
     peak, spec = report.get("bf16_matmul_peak_tflops"), spec_peak(report.get("device"))
-    lines = [f"### {report['date']}, {device} (`benchmarks/results/{name}`)", "",
-             textwrap.fill(f"Driver {report.get('driver')}, torch {v.get('torch')}, transformers "
-                           f"{v.get('transformers')}, datasets {v.get('datasets')}, Python {report.get('python')}; "
-                           f"commit {report.get('commit')}; measured bf16 matmul peak "
-                           f"{peak if peak is None else round(peak, 1)} TFLOP/s (the card's data sheet: "
-                           f"{spec} TFLOP/s dense bf16); command "
-                           f"`{report.get('command')}`.", 110), ""]
+    lines = [
+        f"### {report['date']}, {device} (`benchmarks/results/{name}`)",
+        "",
+        textwrap.fill(
+            f"Driver {report.get('driver')}, torch {v.get('torch')}, transformers "
+            f"{v.get('transformers')}, datasets {v.get('datasets')}, Python {report.get('python')}; "
+            f"commit {report.get('commit')}; measured bf16 matmul peak "
+            f"{peak if peak is None else round(peak, 1)} TFLOP/s (the card's data sheet: "
+            f"{spec} TFLOP/s dense bf16); command "
+            f"`{report.get('command')}`.",
+            110,
+        ),
+        "",
+    ]
     if report.get("benchmark"):
-        lines += ["| setting | variant | tokens/s | MFU (measured peak) | MFU (data sheet) | x transformers' best |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "| setting | variant | tokens/s | MFU (measured peak) | MFU (data sheet) | x transformers' best |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in report["benchmark"]:
             if "error" in r:
                 lines.append(f"| {r['setting']} | {r['variant']} | failed: {r['error'][:80]} | | | |")
             else:
                 sheet = f"{r['mfu'] * peak / spec:.1%}" if peak and spec else "?"
-                lines.append(f"| {r['setting']} | {r['variant']} | {r['tokens_per_second']:,.0f} "
-                             f"| {r['mfu']:.1%} | {sheet} | {r['ratio_to_transformers_best']:.2f} |")
+                lines.append(
+                    f"| {r['setting']} | {r['variant']} | {r['tokens_per_second']:,.0f} "
+                    f"| {r['mfu']:.1%} | {sheet} | {r['ratio_to_transformers_best']:.2f} |"
+                )
         lines.append("")
     tests = report.get("cuda_tests")
     pre, mrpc = report.get("pretraining"), report.get("mrpc")
@@ -206,8 +241,11 @@ def markdown(report: dict, name: str) -> str:
         scores = ", ".join(f"{k} {100 * v:.2f}" for k, v in mrpc["best"]["validation"].items())
         text += f" MRPC dev: {scores} (learning rate {mrpc['best']['learning_rate']})."
     no_cuda = {"probe", "import_torch_1", "import_torch_2", "import_torch_3"}  # exit 3: "no CUDA", said above
-    failed = [s["name"] for s in report.get("steps", [])
-              if s.get("exit") not in (0, None) and not (s["exit"] == 3 and s["name"] in no_cuda)]
+    failed = [
+        s["name"]
+        for s in report.get("steps", [])
+        if s.get("exit") not in (0, None) and not (s["exit"] == 3 and s["name"] in no_cuda)
+    ]
     if failed:
         text += f" Steps that failed or were killed: {', '.join(failed)}."
     return "\n".join(lines + [textwrap.fill(text, 110)]) + "\n"

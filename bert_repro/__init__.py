@@ -52,9 +52,17 @@ for _auto_name, _path in AUTO_MAP.items():
 transformers.AutoConfig.register(BertReproBiLSTMConfig.model_type, BertReproBiLSTMConfig, exist_ok=True)
 for _auto_name, _path in BILSTM_AUTO_MAP.items():
     if _auto_name != "AutoConfig":
-        getattr(transformers, _auto_name).register(BertReproBiLSTMConfig, globals()[_path.split(".")[1]],
-                                                   exist_ok=True)
+        getattr(transformers, _auto_name).register(BertReproBiLSTMConfig, globals()[_path.split(".")[1]], exist_ok=True)
 
-__all__ = ["PRESETS", "BertReproConfig", *modeling_bert_repro.__all__, "BertReproBiLSTMConfig",
-           "BertReproForQuestionAnsweringWithBiLSTM", "BertReproForSequenceClassificationWithBiLSTM",
-           "BertReproForTokenClassificationWithBiLSTM", "FEATURE_SETS", "FeatureSet", "parse_feature_set"]
+__all__ = [
+    "PRESETS",
+    "BertReproConfig",
+    *modeling_bert_repro.__all__,
+    "BertReproBiLSTMConfig",
+    "BertReproForQuestionAnsweringWithBiLSTM",
+    "BertReproForSequenceClassificationWithBiLSTM",
+    "BertReproForTokenClassificationWithBiLSTM",
+    "FEATURE_SETS",
+    "FeatureSet",
+    "parse_feature_set",
+]

@@ -11,11 +11,11 @@ test split, the leaderboard's prediction files.
 
 import sys
 
-from bert_repro.tasks.columns import TaskDataError
 from bert_repro.model.conversion import CheckpointError
-from bert_repro.training.distributed import end_processes
+from bert_repro.tasks.columns import TaskDataError
 from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
+from bert_repro.training.distributed import end_processes
 from bert_repro.training.finetune import run_finetuning
 
 if __name__ == "__main__":

@@ -9,11 +9,11 @@ recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`; the script does not change.
 
 import sys
 
+from bert_repro.data.corpus import CorpusError
 from bert_repro.model.conversion import CheckpointError
-from bert_repro.training.distributed import end_processes
 from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
-from bert_repro.data.corpus import CorpusError
+from bert_repro.training.distributed import end_processes
 from bert_repro.training.pretrain import run_pretraining
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ again: run the same command to resume an interrupted benchmark.
 import sys
 
 from bert_repro.model.conversion import CheckpointError
-from bert_repro.training.distributed import end_processes
 from bert_repro.training.cli import ConfigurationError, parse_with_config, quiet_load_reports
+from bert_repro.training.distributed import end_processes
 from bert_repro.training.reproduce import ReproduceArguments, run_reproduce
 
 if __name__ == "__main__":

@@ -12,10 +12,10 @@ continue an interrupted study (finished runs are kept, an interrupted one resume
 
 import sys
 
-from bert_repro.tasks.columns import TaskDataError
 from bert_repro.model.conversion import CheckpointError
-from bert_repro.training.distributed import end_processes
+from bert_repro.tasks.columns import TaskDataError
 from bert_repro.training.cli import ConfigurationError, parse_with_config, quiet_load_reports
+from bert_repro.training.distributed import end_processes
 from bert_repro.training.study import StudyArguments, run_study
 
 if __name__ == "__main__":

@@ -22,24 +22,58 @@ from pathlib import Path
 
 # Folder name in the collection -> year of death. English-language authors only.
 AUTHORS = {
-    "Alcott, Louisa May": 1888, "Alger, Horatio, Jr.": 1899, "Austen, Jane": 1817,
-    "Barrie, J. M. (James Matthew)": 1937, "Baum, L. Frank (Lyman Frank)": 1919, "Blackwood, Algernon": 1951,
-    "Brontë, Charlotte": 1855, "Burnett, Frances Hodgson": 1924, "Burroughs, Edgar Rice": 1950,
-    "Burton, Richard Francis, Sir": 1890, "Carroll, Lewis": 1898, "Chesterton, G. K. (Gilbert Keith)": 1936,
-    "Collins, Wilkie": 1889, "Conrad, Joseph": 1924, "Darwin, Charles": 1882, "Defoe, Daniel": 1731,
-    "Dickens, Charles": 1870, "Doyle, Arthur Conan": 1930, "Franklin, Benjamin": 1790, "Gibbon, Edward": 1794,
-    "Hardy, Thomas": 1928, "Hawthorne, Nathaniel": 1864, "Henty, G. A. (George Alfred)": 1902,
-    "Irving, Washington": 1859, "James, Henry": 1916, "Joyce, James": 1941, "Kipling, Rudyard": 1936,
-    "Lang, Andrew": 1912, "London, Jack": 1916, "Melville, Herman": 1891, "Milton, John": 1674,
-    "Montgomery, L. M. (Lucy Maud)": 1942, "Nesbit, E. (Edith)": 1924, "Poe, Edgar Allan": 1849,
-    "Pope, Alexander": 1744, "Scott, Walter": 1832, "Shakespeare, William": 1616,
-    "Shelley, Mary Wollstonecraft": 1851, "Stevenson, Robert Louis": 1894, "Stoker, Bram": 1912,
-    "Swift, Jonathan": 1745, "Thoreau, Henry David": 1862, "Trollope, Anthony": 1882, "Twain, Mark": 1910,
-    "Wells, H. G. (Herbert George)": 1946, "Wharton, Edith": 1937, "Wilde, Oscar": 1900,
+    "Alcott, Louisa May": 1888,
+    "Alger, Horatio, Jr.": 1899,
+    "Austen, Jane": 1817,
+    "Barrie, J. M. (James Matthew)": 1937,
+    "Baum, L. Frank (Lyman Frank)": 1919,
+    "Blackwood, Algernon": 1951,
+    "Brontë, Charlotte": 1855,
+    "Burnett, Frances Hodgson": 1924,
+    "Burroughs, Edgar Rice": 1950,
+    "Burton, Richard Francis, Sir": 1890,
+    "Carroll, Lewis": 1898,
+    "Chesterton, G. K. (Gilbert Keith)": 1936,
+    "Collins, Wilkie": 1889,
+    "Conrad, Joseph": 1924,
+    "Darwin, Charles": 1882,
+    "Defoe, Daniel": 1731,
+    "Dickens, Charles": 1870,
+    "Doyle, Arthur Conan": 1930,
+    "Franklin, Benjamin": 1790,
+    "Gibbon, Edward": 1794,
+    "Hardy, Thomas": 1928,
+    "Hawthorne, Nathaniel": 1864,
+    "Henty, G. A. (George Alfred)": 1902,
+    "Irving, Washington": 1859,
+    "James, Henry": 1916,
+    "Joyce, James": 1941,
+    "Kipling, Rudyard": 1936,
+    "Lang, Andrew": 1912,
+    "London, Jack": 1916,
+    "Melville, Herman": 1891,
+    "Milton, John": 1674,
+    "Montgomery, L. M. (Lucy Maud)": 1942,
+    "Nesbit, E. (Edith)": 1924,
+    "Poe, Edgar Allan": 1849,
+    "Pope, Alexander": 1744,
+    "Scott, Walter": 1832,
+    "Shakespeare, William": 1616,
+    "Shelley, Mary Wollstonecraft": 1851,
+    "Stevenson, Robert Louis": 1894,
+    "Stoker, Bram": 1912,
+    "Swift, Jonathan": 1745,
+    "Thoreau, Henry David": 1862,
+    "Trollope, Anthony": 1882,
+    "Twain, Mark": 1910,
+    "Wells, H. G. (Herbert George)": 1946,
+    "Wharton, Edith": 1937,
+    "Wilde, Oscar": 1900,
 }
 START = re.compile(r"^\*\*\* ?START OF (THIS|THE) PROJECT GUTENBERG", re.IGNORECASE | re.MULTILINE)
-END = re.compile(r"^\*\*\* ?END OF (THIS|THE) PROJECT GUTENBERG|^End of (the )?Project Gutenberg",
-                 re.IGNORECASE | re.MULTILINE)
+END = re.compile(
+    r"^\*\*\* ?END OF (THIS|THE) PROJECT GUTENBERG|^End of (the )?Project Gutenberg", re.IGNORECASE | re.MULTILINE
+)
 
 
 def book_text(raw: str) -> str | None:
@@ -59,8 +93,11 @@ def main() -> int:
     args = parser.parse_args()
     missing = [a for a in AUTHORS if not (args.collection / a).is_dir()]
     if missing:
-        print(f"error: {args.collection} has no folder {missing[0]!r} (and {len(missing) - 1} more missing): "
-              "pass a checkout of the collection", file=sys.stderr)
+        print(
+            f"error: {args.collection} has no folder {missing[0]!r} (and {len(missing) - 1} more missing): "
+            "pass a checkout of the collection",
+            file=sys.stderr,
+        )
         return 2
     if args.output.exists() and any(args.output.iterdir()):
         print(f"error: {args.output} is not empty: pass a new folder", file=sys.stderr)
@@ -86,8 +123,10 @@ def main() -> int:
     header = "author\tdied\tfile\tsource\tbytes\tsha256\n"
     (args.output / "SOURCES.tsv").write_text(header + "\n".join(rows) + "\n")
     total = sum(int(r.split("\t")[4]) for r in rows)
-    print(f"{len(rows)} books from {len(AUTHORS)} authors, {total / 1e6:.1f} MB, in {args.output} "
-          f"({skipped} files skipped: no Project Gutenberg START/END lines, or a text already taken)")
+    print(
+        f"{len(rows)} books from {len(AUTHORS)} authors, {total / 1e6:.1f} MB, in {args.output} "
+        f"({skipped} files skipped: no Project Gutenberg START/END lines, or a text already taken)"
+    )
     return 0
 
 

@@ -109,8 +109,12 @@ def decode_text(raw: bytes, name: str = "text", *, warn: bool = True) -> str | N
         if looks_like_binary(text):
             return None
         if warn:
-            logger.warning("%s: %d byte(s) are not UTF-8 and were replaced by U+FFFD (the rest is UTF-8); convert the "
-                           "file to UTF-8 to keep those characters", name, bad)
+            logger.warning(
+                "%s: %d byte(s) are not UTF-8 and were replaced by U+FFFD (the rest is UTF-8); convert the "
+                "file to UTF-8 to keep those characters",
+                name,
+                bad,
+            )
         return text.lstrip("\ufeff")
     # Windows-1252 leaves five byte values undefined; latin-1 decodes them (as control characters).
     try:
@@ -120,8 +124,12 @@ def decode_text(raw: bytes, name: str = "text", *, warn: bool = True) -> str | N
     if looks_like_binary(text):
         return None
     if warn:
-        logger.warning("%s is not UTF-8: read as %s (e.g. %r); convert it to UTF-8 if that is not its encoding",
-                       name, encoding, _first_non_ascii(text))
+        logger.warning(
+            "%s is not UTF-8: read as %s (e.g. %r); convert it to UTF-8 if that is not its encoding",
+            name,
+            encoding,
+            _first_non_ascii(text),
+        )
     return text
 
 
@@ -195,16 +203,24 @@ def detect_encoding(name: str) -> _Encoding | None:
     if _has_utf8_multibyte(name):
         if looks_like_binary(head.decode("utf-8", errors="replace")):
             return None
-        return _Encoding("utf-8-sig", "replace", "{name}: {bad} byte(s) are not UTF-8 and were replaced by U+FFFD "
-                         "(the rest is UTF-8); convert the file to UTF-8 to keep those characters")
+        return _Encoding(
+            "utf-8-sig",
+            "replace",
+            "{name}: {bad} byte(s) are not UTF-8 and were replaced by U+FFFD "
+            "(the rest is UTF-8); convert the file to UTF-8 to keep those characters",
+        )
     codec, label = "cp1252", "Windows-1252"
     if any(_CP1252_UNDEFINED[i : i + 1] in block for block in _blocks(name) for i in range(5)):
         codec, label = "latin-1", "latin-1"  # Windows-1252 leaves five byte values undefined
     text = head.decode(codec)
     if looks_like_binary(text):
         return None
-    return _Encoding(codec, "strict", f"{{name}} is not UTF-8: read as {label} (e.g. {_first_non_ascii(text)!r}); "
-                     "convert it to UTF-8 if that is not its encoding")
+    return _Encoding(
+        codec,
+        "strict",
+        f"{{name}} is not UTF-8: read as {label} (e.g. {_first_non_ascii(text)!r}); "
+        "convert it to UTF-8 if that is not its encoding",
+    )
 
 
 def _open_text(name: str, encoding: _Encoding):
@@ -277,8 +293,14 @@ def _file_documents(name: str, document_boundary: str) -> Iterator[str]:
             "%s: %d characters without sentence punctuation (%s) or a blank line, from line %d: text without "
             "sentences (a list, a table, one long line). Each stretch over %d characters is cut into pieces of at "
             "most %d characters at spaces, which are used as sentences (bert_repro.data.sentences); check the file "
-            "if that is not what it holds", name, stretch.longest, " ".join(SENTENCE_END_CHARS), stretch.longest_line,
-            MAX_SENTENCE_CHARS, SENTENCE_PIECE_CHARS)
+            "if that is not what it holds",
+            name,
+            stretch.longest,
+            " ".join(SENTENCE_END_CHARS),
+            stretch.longest_line,
+            MAX_SENTENCE_CHARS,
+            SENTENCE_PIECE_CHARS,
+        )
 
 
 def _text_documents(files: list[str], document_boundary: str, stamps=None) -> Iterator[dict[str, str]]:
@@ -304,13 +326,12 @@ def load_corpus(
 ) -> datasets.Dataset | datasets.IterableDataset:
     """A dataset of documents with a `text` column (one row per document), from any supported source."""
     if document_boundary not in ("file", "blank_line", "wikitext"):
-        raise CorpusError(
-            f"document_boundary must be 'file', 'blank_line' or 'wikitext', got {document_boundary!r}."
-        )
+        raise CorpusError(f"document_boundary must be 'file', 'blank_line' or 'wikitext', got {document_boundary!r}.")
     files = _expand(source)
     if files is None:
-        dataset = _select_text(_load_hub(str(source), hub_config, split, streaming, cache_dir), text_column,
-                               str(source))
+        dataset = _select_text(
+            _load_hub(str(source), hub_config, split, streaming, cache_dir), text_column, str(source)
+        )
         if document_boundary == "wikitext":
             dataset = _wikitext_articles(dataset, streaming)
         return dataset
@@ -325,15 +346,20 @@ def load_corpus(
     parts = []
     if text_files and not any(_holds_text(name) for name in text_files):
         if not table_files:
-            raise CorpusError(f"{source}: the corpus holds no text (every file is empty or not text: "
-                              f"{_listing(text_files)}). {HOW_TO_PASS_LOCAL_TEXT}")
+            raise CorpusError(
+                f"{source}: the corpus holds no text (every file is empty or not text: "
+                f"{_listing(text_files)}). {HOW_TO_PASS_LOCAL_TEXT}"
+            )
         logger.warning("skipped %d text files: every one is empty or not text", len(text_files))
         text_files = []
     if text_files:
         dataset = datasets.Dataset.from_generator(
             _text_documents,
-            gen_kwargs={"files": text_files, "document_boundary": document_boundary,
-                        "stamps": [(os.stat(n).st_size, os.stat(n).st_mtime_ns) for n in text_files]},
+            gen_kwargs={
+                "files": text_files,
+                "document_boundary": document_boundary,
+                "stamps": [(os.stat(n).st_size, os.stat(n).st_mtime_ns) for n in text_files],
+            },
             features=datasets.Features({"text": datasets.Value("string"), "source": datasets.Value("string")}),
             num_proc=min(num_proc or 1, len(text_files)),
             cache_dir=cache_dir,
@@ -390,8 +416,7 @@ def wikitext_articles(lines) -> Iterator[dict[str, str]]:
 
 def _wikitext_articles(dataset, streaming: bool):
     if streaming:
-        return datasets.IterableDataset.from_generator(
-            lambda: wikitext_articles(row["text"] for row in dataset))
+        return datasets.IterableDataset.from_generator(lambda: wikitext_articles(row["text"] for row in dataset))
     return datasets.Dataset.from_generator(wikitext_articles, gen_kwargs={"lines": dataset["text"]})
 
 

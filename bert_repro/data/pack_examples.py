@@ -146,7 +146,8 @@ class PackingCollator(PreTrainingCollator):
                 start = end
         order = [i for row in rows for i in row]
         batch["masked_positions"] = self._masked_positions(
-            [targets[i] for i in order], [starts[i] for i in order], [lengths[i] for i in order])
+            [targets[i] for i in order], [starts[i] for i in order], [lengths[i] for i in order]
+        )
         if "next_sentence_label" in features[0]:
             batch["next_sentence_label"] = torch.tensor([int(features[i]["next_sentence_label"]) for i in order])
         return batch

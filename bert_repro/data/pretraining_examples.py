@@ -167,19 +167,21 @@ class PreTrainingDataConfig:
     short_seq_prob: float = field(default=0.1, metadata={"help": "Chance of a shorter target length."})
     dupe_factor: int = field(default=10, metadata={"help": "Passes over the corpus, each with fresh masks."})
     random_seed: int = field(default=12345, metadata={"help": "Seed of all random choices."})
-    do_whole_word_mask: bool = field(
-        default=False, metadata={"help": "Mask the ## pieces of a word together."}
-    )
+    do_whole_word_mask: bool = field(default=False, metadata={"help": "Mask the ## pieces of a word together."})
     static_masking: bool = field(
         default=True, metadata={"help": "Store masks in the data (paper); False leaves it to the collator."}
     )
     mask_replace_prob: float = field(default=0.8, metadata={"help": "Chosen position -> [MASK]."})
     random_replace_prob: float = field(default=0.1, metadata={"help": "Chosen position -> random token."})
-    objective: str = field(default=DEFAULT_OBJECTIVE, metadata={
-        "choices": list(PRETRAINING_OBJECTIVES),
-        "help": "Pre-training objective, the paper's Table 5: " + ", ".join(
-            f"{o.name} ({o.table5_row})" for o in PRETRAINING_OBJECTIVES.values())
-        + ". Without NSP, examples are one segment [CLS] text [SEP]; ltr predicts the next token, unmasked."})
+    objective: str = field(
+        default=DEFAULT_OBJECTIVE,
+        metadata={
+            "choices": list(PRETRAINING_OBJECTIVES),
+            "help": "Pre-training objective, the paper's Table 5: "
+            + ", ".join(f"{o.name} ({o.table5_row})" for o in PRETRAINING_OBJECTIVES.values())
+            + ". Without NSP, examples are one segment [CLS] text [SEP]; ltr predicts the next token, unmasked.",
+        },
+    )
 
     def __post_init__(self) -> None:
         objective = self.pretraining_objective  # an unknown name raises, listing the choices
@@ -189,8 +191,10 @@ class PreTrainingDataConfig:
                 f"got {self.max_seq_length}"
             )
         if self.max_seq_length < 4:
-            raise ValueError(f"max_seq_length must be at least 4 ([CLS] text [SEP] with two text tokens) for "
-                             f"objective {objective.name!r}, got {self.max_seq_length}")
+            raise ValueError(
+                f"max_seq_length must be at least 4 ([CLS] text [SEP] with two text tokens) for "
+                f"objective {objective.name!r}, got {self.max_seq_length}"
+            )
         _check_masking(
             self.masked_lm_prob,
             self.max_predictions_per_seq,
@@ -253,13 +257,9 @@ class WordPieceVocab:
     def from_tokenizer(cls, tokenizer: Any, *, as_ids: bool = True) -> WordPieceVocab:
         """From a (fast) BERT tokenizer; ``as_ids=False`` gives the string tokens of the reference code."""
         vocab: dict[str, int] = tokenizer.get_vocab()
-        missing = [
-            name for name in ("cls_token", "sep_token", "mask_token") if getattr(tokenizer, name) is None
-        ]
+        missing = [name for name in ("cls_token", "sep_token", "mask_token") if getattr(tokenizer, name) is None]
         if missing:
-            raise ValueError(
-                f"the tokenizer has no {', '.join(missing)}: BERT pre-training data needs all three"
-            )
+            raise ValueError(f"the tokenizer has no {', '.join(missing)}: BERT pre-training data needs all three")
         if as_ids:
             return cls(
                 cls_token=tokenizer.cls_token_id,
@@ -333,9 +333,7 @@ def create_training_instances(
     instances: list[TrainingInstance] = []
     for _ in range(config.dupe_factor):
         for document_index in range(len(all_documents)):
-            instances.extend(
-                create_instances_from_document(all_documents, document_index, vocab, rng, config)
-            )
+            instances.extend(create_instances_from_document(all_documents, document_index, vocab, rng, config))
     rng.shuffle(instances)
     return instances
 
@@ -428,9 +426,7 @@ def _random_segment_b(
     return tokens_b
 
 
-def truncate_seq_pair(
-    tokens_a: list[Any], tokens_b: list[Any], max_num_tokens: int, rng: random.Random
-) -> None:
+def truncate_seq_pair(tokens_a: list[Any], tokens_b: list[Any], max_num_tokens: int, rng: random.Random) -> None:
     """Step 5, in place: drop a token from the front or back (p 0.5) of the longer segment until they fit.
 
     The same random draws as the reference's loop, but the lists are cut once at the end, so a segment of
@@ -463,17 +459,15 @@ def _instance(
         tokens, segment_ids = [vocab.cls_token, *tokens_a, vocab.sep_token], [0] * (len(tokens_a) + 2)
     instance = TrainingInstance(tokens=tokens, segment_ids=segment_ids, is_random_next=is_random_next)
     if config.stores_masks:
-        instance.tokens, instance.masked_lm_positions, instance.masked_lm_labels = (
-            create_masked_lm_predictions(
-                tokens,
-                config.masked_lm_prob,
-                config.max_predictions_per_seq,
-                vocab,
-                rng,
-                do_whole_word_mask=config.do_whole_word_mask,
-                mask_replace_prob=config.mask_replace_prob,
-                random_replace_prob=config.random_replace_prob,
-            )
+        instance.tokens, instance.masked_lm_positions, instance.masked_lm_labels = create_masked_lm_predictions(
+            tokens,
+            config.masked_lm_prob,
+            config.max_predictions_per_seq,
+            vocab,
+            rng,
+            do_whole_word_mask=config.do_whole_word_mask,
+            mask_replace_prob=config.mask_replace_prob,
+            random_replace_prob=config.random_replace_prob,
         )
     return instance
 
@@ -518,15 +512,11 @@ def create_masked_lm_predictions(
     return output_tokens, [m[0] for m in masked], [m[1] for m in masked]
 
 
-def _candidate_groups(
-    tokens: Sequence[Any], vocab: WordPieceVocab, do_whole_word_mask: bool
-) -> list[list[int]]:
+def _candidate_groups(tokens: Sequence[Any], vocab: WordPieceVocab, do_whole_word_mask: bool) -> list[list[int]]:
     """Positions that may be masked, grouped by word with whole-word masking (as the reference groups them:
     a ``##`` piece joins the group before it, even across a ``[SEP]``)."""
     if not do_whole_word_mask:
-        return [
-            [i] for i, token in enumerate(tokens) if token != vocab.cls_token and token != vocab.sep_token
-        ]
+        return [[i] for i, token in enumerate(tokens) if token != vocab.cls_token and token != vocab.sep_token]
     groups: list[list[int]] = []
     for i, token in enumerate(tokens):
         if token == vocab.cls_token or token == vocab.sep_token:
@@ -665,9 +655,7 @@ def _check_text_column(dataset: Dataset, text_column: str) -> None:
             "pass text_column= to name the column that holds each document's text"
         )
     feature = dataset.features[text_column]
-    if not (
-        isinstance(feature, Value) and feature.dtype in ("string", "large_string", "binary", "large_binary")
-    ):
+    if not (isinstance(feature, Value) and feature.dtype in ("string", "large_string", "binary", "large_binary")):
         raise TypeError(f"column {text_column!r} must hold text (one document a row), not {feature}")
 
 
@@ -762,8 +750,13 @@ def _log_long_sentences(documents: Dataset, shown: int = 5) -> None:
         logger.warning(
             "%d of %d documents hold text without sentence punctuation: %d 'sentences' longer than %d characters "
             "were cut into pieces of at most %d characters (rows %s%s; the corpus reader names the files)",
-            len(rows), len(documents), int(counts.sum()), MAX_SENTENCE_CHARS, SENTENCE_PIECE_CHARS,
-            ", ".join(map(str, rows[:shown].tolist())), " ..." if len(rows) > shown else "",
+            len(rows),
+            len(documents),
+            int(counts.sum()),
+            MAX_SENTENCE_CHARS,
+            SENTENCE_PIECE_CHARS,
+            ", ".join(map(str, rows[:shown].tolist())),
+            " ..." if len(rows) > shown else "",
         )
 
 
@@ -833,9 +826,7 @@ def create_pretraining_instances(
     if len(corpus) == 0:
         raise ValueError("no document with at least one sentence: nothing to build examples from")
     if len(corpus) == 1:
-        logger.warning(
-            "one document only: NotNext segments will come from that same document (reference rule)"
-        )
+        logger.warning("one document only: NotNext segments will come from that same document (reference rule)")
     fingerprint = Hasher.hash([documents._fingerprint, asdict(config), _vocab_key(vocab), "instances-1"])
     features = _config_features(config)
     size = "num_tokens" if "num_tokens" in documents.column_names else "num_sentences"
@@ -1029,7 +1020,8 @@ def pretraining_statistics(
     """Counts and shares of a built dataset, as a JSON-serialisable dict (read in batches of ``batch_size``).
 
     ``examples``, ``tokens`` (all positions, special tokens included), ``is_next_share`` (only for data with
-    NSP pairs, i.e. a ``next_sentence_label`` column), ``length_histogram`` (``"lo-hi"`` -> examples, inclusive bounds); with static masks ``masked`` and
+    NSP pairs, i.e. a ``next_sentence_label`` column), ``length_histogram`` (``"lo-hi"`` -> examples, inclusive
+    bounds); with static masks ``masked`` and
     ``masked_share`` (of ``tokens``, the base of ``masked_lm_prob``), and with ``mask_token_id`` the split of
     the masked positions into ``[MASK]`` / random / unchanged (a random draw that hits the original token
     counts as unchanged). With ``documents`` (``tokenize_documents``'s output): documents, sentences and
@@ -1078,9 +1070,7 @@ def _add_counts(total: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.pad(total, (0, size - len(total))) + np.pad(counts, (0, size - len(counts)))
 
 
-def _masked_tokens(
-    table: pa.Table, input_ids: pa.Array, lengths: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _masked_tokens(table: pa.Table, input_ids: pa.Array, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """What the model is shown at each stored masked position, and the original token there."""
     positions = _combined(table.column("masked_lm_positions"))
     originals = _combined(table.column("masked_lm_ids")).flatten().to_numpy()
@@ -1105,8 +1095,11 @@ def _document_statistics(documents: Dataset) -> dict[str, Any]:
         "sentences": int(counts.sum()),
         "document_tokens": int(documents.data.column("num_tokens").to_numpy().sum()),
         # Overlong "sentences" cut into pieces (text without sentence punctuation; see sentences.py).
-        "long_sentences_cut": (int(documents.data.column("long_sentences").to_numpy().sum())
-                               if "long_sentences" in documents.column_names else 0),
+        "long_sentences_cut": (
+            int(documents.data.column("long_sentences").to_numpy().sum())
+            if "long_sentences" in documents.column_names
+            else 0
+        ),
     }
 
 
@@ -1174,8 +1167,9 @@ class PreTrainingCollator:
             raise ValueError("the tokenizer has no pad token")
         self.pretraining_objective = pretraining_objective(self.objective)
         if self.dynamic_masking and not self.pretraining_objective.masked_lm:
-            raise ValueError(f"objective {self.objective!r} predicts the next token and masks nothing: "
-                             "dynamic_masking must be False")
+            raise ValueError(
+                f"objective {self.objective!r} predicts the next token and masks nothing: dynamic_masking must be False"
+            )
 
     @classmethod
     def from_config(cls, tokenizer: Any, config: PreTrainingDataConfig, **kwargs: Any) -> PreTrainingCollator:
@@ -1216,17 +1210,17 @@ class PreTrainingCollator:
             "labels": torch.full((len(features), width), IGNORE_INDEX, dtype=torch.long),
         }
         for row, (positions, ids) in enumerate(targets):
-            batch["labels"][row, torch.as_tensor(positions, dtype=torch.long)] = torch.as_tensor(
-                ids, dtype=torch.long
-            )
-        batch["masked_positions"] = self._masked_positions(targets, [r * width for r in range(len(targets))],
-                                                           [len(ids) for ids in input_ids])
+            batch["labels"][row, torch.as_tensor(positions, dtype=torch.long)] = torch.as_tensor(ids, dtype=torch.long)
+        batch["masked_positions"] = self._masked_positions(
+            targets, [r * width for r in range(len(targets))], [len(ids) for ids in input_ids]
+        )
         if "next_sentence_label" in features[0]:
             batch["next_sentence_label"] = torch.tensor([int(f["next_sentence_label"]) for f in features])
         return batch
 
-    def _masked_positions(self, targets: list[tuple[list[int], list[int]]], starts: list[int],
-                          lengths: list[int]) -> torch.Tensor:
+    def _masked_positions(
+        self, targets: list[tuple[list[int], list[int]]], starts: list[int], lengths: list[int]
+    ) -> torch.Tensor:
         """(examples, slots): each example's label positions, sorted, then its last position without a
         label (its [SEP]; the last token for "ltr"), all offset by `starts` (where the example begins in the
         flattened batch); slots: max_predictions_per_seq, or an example's most labels."""

@@ -78,7 +78,7 @@ ABBREVIATIONS: frozenset[str] = frozenset(
     mr mrs ms mssrs messrs dr prof rev revd fr sr jr st mt ft gen col capt cpt lt sgt maj adm cmdr gov sen
     rep hon pres supt insp det cf vs viz approx fig figs eq eqs no nos vol vols ch chap sec pp p op art ed
     eds esq dept univ assn bros corp ltd co jan feb mar apr jun jul aug sep sept oct nov dec
-    """.split()  # noqa: SIM905 (a word list reads better as text)
+    """.split()
 )
 
 # Blank line (possibly holding spaces): a paragraph break.

@@ -164,8 +164,9 @@ class TextFileDocuments:
         max_documents: int | None = None,
     ) -> None:
         if document_boundary not in ("blank_line", "file"):
-            raise CorpusError(f"streaming local text needs document_boundary 'blank_line' or 'file', got "
-                              f"{document_boundary!r}")
+            raise CorpusError(
+                f"streaming local text needs document_boundary 'blank_line' or 'file', got {document_boundary!r}"
+            )
         files = [str(f) for f in files]
         if not files:
             raise CorpusError(f"no input files to stream. {HOW_TO_PASS_LOCAL_TEXT}")
@@ -189,8 +190,10 @@ class TextFileDocuments:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("files") != len(self.files):
-            raise ValueError(f"the saved stream position is for {state.get('files')} files of this process, the "
-                             f"corpus now gives it {len(self.files)}: resume with the same corpus and processes")
+            raise ValueError(
+                f"the saved stream position is for {state.get('files')} files of this process, the "
+                f"corpus now gives it {len(self.files)}: resume with the same corpus and processes"
+            )
         self._position = {k: int(state[k]) for k in ("file", "offset", "row", "kept")}
 
     def __iter__(self) -> Iterator[str]:
@@ -233,8 +236,10 @@ class TextFileDocuments:
     def _paragraph_blocks(self, name: str, offset: int) -> Iterator[tuple[str, int]]:
         with open(name, "rb") as f:
             if offset == 0 and f.read(2) in (b"\xff\xfe", b"\xfe\xff"):
-                raise CorpusError(f"{name} is UTF-16: streaming reads UTF-8 (or 8-bit) text line by line; convert "
-                                  "the file to UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)")
+                raise CorpusError(
+                    f"{name} is UTF-16: streaming reads UTF-8 (or 8-bit) text line by line; convert "
+                    "the file to UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)"
+                )
             f.seek(offset)
             lines: list[bytes] = []
             while True:
@@ -261,8 +266,10 @@ class TextFileDocuments:
                     raise CorpusError(f"{name}: a line at byte {f.tell() - len(line)} is not JSON ({err})") from None
                 if not isinstance(row, dict) or self.text_column not in row:
                     columns = sorted(row) if isinstance(row, dict) else type(row).__name__
-                    raise CorpusError(f"{name} has no column {self.text_column!r} (a line holds {columns}). Pass the "
-                                      "right one with text_column.")
+                    raise CorpusError(
+                        f"{name} has no column {self.text_column!r} (a line holds {columns}). Pass the "
+                        "right one with text_column."
+                    )
                 text = row[self.text_column]
                 yield (text if isinstance(text, str) else ""), f.tell()
 
@@ -274,8 +281,9 @@ class DatasetDocuments:
     ``state_dict()`` (shard granularity, see the module docstring).
     """
 
-    def __init__(self, dataset: datasets.IterableDataset, *, rank: int = 0, world_size: int = 1,
-                 max_documents: int | None = None) -> None:
+    def __init__(
+        self, dataset: datasets.IterableDataset, *, rank: int = 0, world_size: int = 1, max_documents: int | None = None
+    ) -> None:
         if world_size > 1:
             from datasets.distributed import split_dataset_by_node
 
@@ -327,8 +335,14 @@ def open_document_source(
     files = _expand(source)
     share = {"rank": rank, "world_size": world_size, "max_documents": max_documents}
     if files is None:
-        dataset = load_corpus(source, text_column=text_column, document_boundary=document_boundary,
-                              hub_config=hub_config, split=split, streaming=True)
+        dataset = load_corpus(
+            source,
+            text_column=text_column,
+            document_boundary=document_boundary,
+            hub_config=hub_config,
+            split=split,
+            streaming=True,
+        )
         if document_boundary == "wikitext":
             logger.warning("WikiText articles are joined by one generator: resuming reads the consumed part again")
         return DatasetDocuments(dataset, **share)
@@ -337,15 +351,19 @@ def open_document_source(
         return TextFileDocuments(files, document_boundary=document_boundary, text_column=text_column, **share)
     formats = {TABLE_FORMATS.get(s) for s in suffixes}
     if len(formats) != 1 or None in formats or formats == {"json"}:
-        raise CorpusError(f"{source}: streaming reads .txt/.jsonl files together, or tables of one format "
-                          f"(.parquet, .csv or .tsv), not a mix ({sorted(suffixes)}).")
+        raise CorpusError(
+            f"{source}: streaming reads .txt/.jsonl files together, or tables of one format "
+            f"(.parquet, .csv or .tsv), not a mix ({sorted(suffixes)})."
+        )
     fmt = formats.pop()
     names = [str(f) for f in files]
     kwargs = {"delimiter": "\t"} if fmt == "csv" and all(n.endswith(".tsv") for n in names) else {}
     dataset = datasets.load_dataset(fmt, data_files=names, split="train", streaming=True, **kwargs)
     if text_column not in (dataset.column_names or []):
-        raise CorpusError(f"{source} has no column {text_column!r}; its columns are {dataset.column_names}. Pass the "
-                          "right one with text_column.")
+        raise CorpusError(
+            f"{source} has no column {text_column!r}; its columns are {dataset.column_names}. Pass the "
+            "right one with text_column."
+        )
     if text_column != "text":
         dataset = dataset.rename_column(text_column, "text")
     return DatasetDocuments(dataset.select_columns(["text"]), **share)
@@ -394,11 +412,15 @@ class StreamingExamples(torch.utils.data.IterableDataset):
         super().__init__()
         self.configs = [configs] if isinstance(configs, PreTrainingDataConfig) else list(configs)
         if len(phase_examples) != len(self.configs) - 1:
-            raise ValueError(f"phase_examples needs one count per phase but the last ({len(self.configs) - 1}), "
-                             f"got {list(phase_examples)}")
+            raise ValueError(
+                f"phase_examples needs one count per phase but the last ({len(self.configs) - 1}), "
+                f"got {list(phase_examples)}"
+            )
         if document_buffer < 1:
-            raise ValueError(f"document_buffer must be at least 1 (NotNext segments come from the other documents of "
-                             f"the buffer), got {document_buffer}")
+            raise ValueError(
+                f"document_buffer must be at least 1 (NotNext segments come from the other documents of "
+                f"the buffer), got {document_buffer}"
+            )
         if shuffle_buffer < 0:
             raise ValueError(f"shuffle_buffer must be 0 (no shuffling) or more, got {shuffle_buffer}")
         self.source, self.tokenizer, self.split_lines = source, tokenizer, split_lines
@@ -407,8 +429,9 @@ class StreamingExamples(torch.utils.data.IterableDataset):
         self.exclude, self.rank, self.world_size = frozenset(exclude), rank, world_size
         self._boundaries = [sum(phase_examples[: p + 1]) for p in range(len(phase_examples))]
         seed = self.configs[0].random_seed
-        self._rng = random.Random(int.from_bytes(hashlib.sha256(f"{seed}/shuffle/{rank}".encode()).digest()[:8],
-                                                 "little"))
+        self._rng = random.Random(
+            int.from_bytes(hashlib.sha256(f"{seed}/shuffle/{rank}".encode()).digest()[:8], "little")
+        )
         self._buffer: deque[list[Any]] = deque(maxlen=document_buffer + 1)  # [document id, processed, sentences]
         self._pending: deque[dict[str, list[int] | int]] = deque()
         self._shuffle: list[dict[str, list[int] | int]] = []
@@ -473,8 +496,10 @@ class StreamingExamples(torch.utils.data.IterableDataset):
 
     def _end_pass(self) -> None:
         if self._kept == 0:
-            raise CorpusError(f"the stream gave no document with text in pass {self._pass + 1} (skipped: "
-                              f"{self.skipped}). {HOW_TO_PASS_LOCAL_TEXT}")
+            raise CorpusError(
+                f"the stream gave no document with text in pass {self._pass + 1} (skipped: "
+                f"{self.skipped}). {HOW_TO_PASS_LOCAL_TEXT}"
+            )
         if self._kept == 1 and self._pass == 0:
             logger.warning("one document only: NotNext segments will come from that same document (reference rule)")
         self._build_waiting()  # a stream shorter than the buffer: its documents draw from each other
@@ -492,8 +517,9 @@ class StreamingExamples(torch.utils.data.IterableDataset):
             if entry[1]:
                 continue
             entry[1] = True
-            rng = document_rng(config.random_seed, entry[0] * self.world_size + self.rank,
-                               self._pass % config.dupe_factor)
+            rng = document_rng(
+                config.random_seed, entry[0] * self.world_size + self.rank, self._pass % config.dupe_factor
+            )
             for instance in create_instances_from_document(documents, position, self.vocab, rng, config):
                 self._pending.append(_example(instance, config))
 
@@ -526,8 +552,10 @@ class StreamingExamples(torch.utils.data.IterableDataset):
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"stream state version {state.get('version')!r}, expected {STATE_VERSION}")
         if (state["rank"], state["world_size"]) != (self.rank, self.world_size):
-            raise ValueError(f"the stream state is that of process {state['rank']} of {state['world_size']}, this is "
-                             f"process {self.rank} of {self.world_size}: resume with as many processes as before")
+            raise ValueError(
+                f"the stream state is that of process {state['rank']} of {state['world_size']}, this is "
+                f"process {self.rank} of {self.world_size}: resume with as many processes as before"
+            )
         self.source.load_state_dict(state["source"])
         self._source_iter = None
         self._phase, self._pass, self._document = state["phase"], state["pass"], state["document"]
@@ -556,14 +584,20 @@ def _example(instance: TrainingInstance, config: PreTrainingDataConfig) -> dict[
 # --------------------------------------------------------------------------------------------------
 
 
-def open_stream(source: str | os.PathLike | Sequence[str | os.PathLike], tokenizer: Any,
-                configs: PreTrainingDataConfig | Sequence[PreTrainingDataConfig], *, reading: dict[str, Any],
-                max_documents: int | None = None, rank: int = 0, world_size: int = 1,
-                **kwargs: Any) -> StreamingExamples:
+def open_stream(
+    source: str | os.PathLike | Sequence[str | os.PathLike],
+    tokenizer: Any,
+    configs: PreTrainingDataConfig | Sequence[PreTrainingDataConfig],
+    *,
+    reading: dict[str, Any],
+    max_documents: int | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    **kwargs: Any,
+) -> StreamingExamples:
     """``StreamingExamples`` of the share ``rank`` of ``world_size`` of a corpus (``reading``: the arguments of
     ``open_document_source``; ``kwargs``: those of ``StreamingExamples``)."""
-    documents = open_document_source(source, **reading, rank=rank, world_size=world_size,
-                                     max_documents=max_documents)
+    documents = open_document_source(source, **reading, rank=rank, world_size=world_size, max_documents=max_documents)
     return StreamingExamples(documents, tokenizer, configs, rank=rank, world_size=world_size, **kwargs)
 
 
@@ -590,8 +624,16 @@ class WorkerStreams(torch.utils.data.IterableDataset):
     ``state_text`` gathers those files.
     """
 
-    def __init__(self, make_stream: Callable[..., StreamingExamples], *, streams: int, batch_size: int,
-                 phase_batches: Sequence[int] = (), rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        make_stream: Callable[..., StreamingExamples],
+        *,
+        streams: int,
+        batch_size: int,
+        phase_batches: Sequence[int] = (),
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         super().__init__()
         if streams < 1:
             raise ValueError(f"streams must be at least 1, got {streams}")
@@ -616,8 +658,9 @@ class WorkerStreams(torch.utils.data.IterableDataset):
         for batches in self.phase_batches:  # each stream switches phase at its share of the switching batch
             passed += batches
             examples.append(stream_batches(index, self.streams, passed) * self.batch_size - sum(examples))
-        stream = self.make_stream(rank=self.rank * self.streams + index, world_size=self.world_size * self.streams,
-                                  phase_examples=examples)
+        stream = self.make_stream(
+            rank=self.rank * self.streams + index, world_size=self.world_size * self.streams, phase_examples=examples
+        )
         if self.states[index] is not None:
             stream.load_state_dict(self.states[index])
         return stream
@@ -626,8 +669,9 @@ class WorkerStreams(torch.utils.data.IterableDataset):
         worker = torch.utils.data.get_worker_info()
         slots = worker.num_workers if worker else 1
         if slots != self.streams:
-            raise ValueError(f"{self.streams} streams are read by as many DataLoader workers (0 or 1 for one "
-                             f"stream), not by {slots}")
+            raise ValueError(
+                f"{self.streams} streams are read by as many DataLoader workers (0 or 1 for one stream), not by {slots}"
+            )
         batch = self.first_batch + (worker.id if worker else 0)  # the next batch this slot gives
         stream = self.stream(batch % self.streams)
         if worker is None:
@@ -651,7 +695,8 @@ class WorkerStreams(torch.utils.data.IterableDataset):
         state before ``batch`` is its position in that checkpoint."""
         earlier = batch - self.streams
         return any(batch // n > earlier // n for n in self.save_every) or any(
-            earlier < n <= batch for n in self.save_at)
+            earlier < n <= batch for n in self.save_at
+        )
 
     def _write_state(self, stream: StreamingExamples, batch: int) -> None:
         path = Path(self._staging) / f"batch{batch}.json"
@@ -669,31 +714,37 @@ class WorkerStreams(torch.utils.data.IterableDataset):
             for v in range(self.streams):
                 path = Path(self._staging) / f"batch{batches + (v - batches) % self.streams}.json"
                 if not path.exists():
-                    raise RuntimeError(f"the worker of stream {v} kept no position for a save after batch "
-                                       f"{batches}: with workers, checkpoints are saved at the planned steps only")
+                    raise RuntimeError(
+                        f"the worker of stream {v} kept no position for a save after batch "
+                        f"{batches}: with workers, checkpoints are saved at the planned steps only"
+                    )
                 states.append(json.loads(path.read_text(encoding="utf-8")))
             # Positions before this save are needed no more; those just read may be by a save within `streams`
             # batches (a periodic save and the last step's), so they stay until then.
             for path in Path(self._staging).glob("batch*.json"):
-                if int(path.stem[len("batch"):]) < batches:
+                if int(path.stem[len("batch") :]) < batches:
                     path.unlink()
         given = [state["examples"] for state in states]
         if given != expected:
-            raise RuntimeError(f"the streams gave {given} examples after {batches} batches of {self.batch_size}, "
-                               f"not {expected}: the data loader read ahead, its position cannot be saved")
-        return json.dumps({"version": STATE_VERSION, "batches": batches, "streams": states},
-                          separators=(",", ":"))
+            raise RuntimeError(
+                f"the streams gave {given} examples after {batches} batches of {self.batch_size}, "
+                f"not {expected}: the data loader read ahead, its position cannot be saved"
+            )
+        return json.dumps({"version": STATE_VERSION, "batches": batches, "streams": states}, separators=(",", ":"))
 
     def load_states(self, state: dict[str, Any]) -> None:
         """Continue from the positions of ``state_text``: the same processes and streams only."""
         states = state["streams"] if "streams" in state else [state]  # a checkpoint from before workers
         saved = (states[0]["world_size"] // len(states), len(states))
-        if saved != (self.world_size, self.streams) or any(s["rank"] != self.rank * self.streams + v
-                                                           for v, s in enumerate(states)):
+        if saved != (self.world_size, self.streams) or any(
+            s["rank"] != self.rank * self.streams + v for v, s in enumerate(states)
+        ):
             workers = lambda n: n if n > 1 else 0  # noqa: E731
-            raise ValueError(f"the stream state was saved by {saved[0]} process(es) with --dataloader_num_workers "
-                             f"{workers(saved[1])}, this run has {self.world_size} with {workers(self.streams)}: "
-                             "resume with as many processes and workers as before")
+            raise ValueError(
+                f"the stream state was saved by {saved[0]} process(es) with --dataloader_num_workers "
+                f"{workers(saved[1])}, this run has {self.world_size} with {workers(self.streams)}: "
+                "resume with as many processes and workers as before"
+            )
         self.states = list(states)
         self.first_batch = state.get("batches", states[0]["examples"] // self.batch_size)
 
@@ -729,6 +780,8 @@ def load_data_state(streams: WorkerStreams, checkpoint: str | os.PathLike) -> No
     """Put ``streams`` where they were when ``checkpoint`` was saved."""
     path = Path(checkpoint) / DATA_STATE.format(rank=streams.rank)
     if not path.is_file():
-        raise ValueError(f"{path} is missing: {Path(checkpoint).name} was not saved by a streamed run (or by fewer "
-                         "processes); resume it without --streaming, or start again")
+        raise ValueError(
+            f"{path} is missing: {Path(checkpoint).name} was not saved by a streamed run (or by fewer "
+            "processes); resume it without --streaming, or start again"
+        )
     streams.load_states(json.loads(path.read_text(encoding="utf-8")))

@@ -56,28 +56,42 @@ def sha256(path: Path) -> str:
 def count_tokens(tokenizer, texts, batch: int = 16) -> int:
     """WordPiece tokens of `texts`, special tokens not counted."""
     backend = tokenizer.backend_tokenizer
-    return sum(len(encoding.ids) for start in range(0, len(texts), batch)
-               for encoding in backend.encode_batch(texts[start : start + batch], add_special_tokens=False))
+    return sum(
+        len(encoding.ids)
+        for start in range(0, len(texts), batch)
+        for encoding in backend.encode_batch(texts[start : start + batch], add_special_tokens=False)
+    )
 
 
-def build(source: Path, output: Path, *, document_boundary: str = "file", vocab_size: int = 30522,
-          lowercase: bool = True, provenance: str = "", command: list[str] | None = None) -> dict:
+def build(
+    source: Path,
+    output: Path,
+    *,
+    document_boundary: str = "file",
+    vocab_size: int = 30522,
+    lowercase: bool = True,
+    provenance: str = "",
+    command: list[str] | None = None,
+) -> dict:
     """Write corpus.parquet, tokenizer/ and manifest.json into `output` from the *.txt files below
     `source`."""
     files = sorted(p for p in source.rglob("*.txt") if p.is_file()) if source.is_dir() else []
     if not files:
         raise CorpusError(f"{source}: no .txt files below it (pass the folder that holds the text files).")
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise CorpusError(f"{output} exists and is not an empty folder: pass a new one (nothing is "
-                          "overwritten).")
+        raise CorpusError(f"{output} exists and is not an empty folder: pass a new one (nothing is overwritten).")
     documents = load_corpus([str(f) for f in files], document_boundary=document_boundary).flatten_indices()
     texts = documents["text"]
     output.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_wordpiece(iterator=texts, vocab_size=vocab_size, lowercase=lowercase,
-                                show_progress=False)
+    tokenizer = train_wordpiece(iterator=texts, vocab_size=vocab_size, lowercase=lowercase, show_progress=False)
     save_tokenizer(tokenizer, output / TOKENIZER_DIR)
-    pq.write_table(pa.table({"text": texts}), output / CORPUS_FILE, compression="zstd",
-                   compression_level=COMPRESSION_LEVEL, use_dictionary=False)
+    pq.write_table(
+        pa.table({"text": texts}),
+        output / CORPUS_FILE,
+        compression="zstd",
+        compression_level=COMPRESSION_LEVEL,
+        use_dictionary=False,
+    )
     if (source / SOURCES_FILE).is_file():
         shutil.copyfile(source / SOURCES_FILE, output / SOURCES_FILE)
     manifest = {
@@ -89,10 +103,14 @@ def build(source: Path, output: Path, *, document_boundary: str = "file", vocab_
         "tokens": count_tokens(tokenizer, texts),
         "vocab_size": len(tokenizer),
         "lowercase": lowercase,
-        "corpus": {"file": CORPUS_FILE, "bytes": (output / CORPUS_FILE).stat().st_size,
-                   "sha256": sha256(output / CORPUS_FILE)},
-        "sources": [{"file": str(f.relative_to(source)), "bytes": f.stat().st_size, "sha256": sha256(f)}
-                    for f in files],
+        "corpus": {
+            "file": CORPUS_FILE,
+            "bytes": (output / CORPUS_FILE).stat().st_size,
+            "sha256": sha256(output / CORPUS_FILE),
+        },
+        "sources": [
+            {"file": str(f.relative_to(source)), "bytes": f.stat().st_size, "sha256": sha256(f)} for f in files
+        ],
     }
     (output / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     return manifest
@@ -103,29 +121,37 @@ def check(folder: Path) -> dict:
     otherwise."""
     manifest_path = folder / MANIFEST_FILE
     if not manifest_path.is_file():
-        raise CorpusError(f"{folder} holds no {MANIFEST_FILE}: not a corpus built by python -m "
-                          "bert_repro.data.travel_corpus (or the copy is incomplete).")
+        raise CorpusError(
+            f"{folder} holds no {MANIFEST_FILE}: not a corpus built by python -m "
+            "bert_repro.data.travel_corpus (or the copy is incomplete)."
+        )
     manifest = json.loads(manifest_path.read_text())
     corpus = folder / manifest["corpus"]["file"]
     if not corpus.is_file() or sha256(corpus) != manifest["corpus"]["sha256"]:
         size = corpus.stat().st_size if corpus.is_file() else 0
         expected = manifest["corpus"]["bytes"]
-        raise CorpusError(f"{corpus}: missing or not the file built ({size} bytes, {expected} expected, "
-                          "sha256 differs): copy it again.")
+        raise CorpusError(
+            f"{corpus}: missing or not the file built ({size} bytes, {expected} expected, "
+            "sha256 differs): copy it again."
+        )
     if not (folder / TOKENIZER_DIR / "tokenizer.json").is_file():
         raise CorpusError(f"{folder / TOKENIZER_DIR} holds no tokenizer.json: copy the folder again.")
     return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bert_repro.data.travel_corpus",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bert_repro.data.travel_corpus", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("source", type=Path, nargs="?", help="a folder of .txt files")
     parser.add_argument("output", type=Path, nargs="?", help="the folder to write (new or empty)")
-    parser.add_argument("--check", type=Path, metavar="FOLDER",
-                        help="verify a built folder instead of building")
-    parser.add_argument("--document_boundary", default="file", choices=["file", "blank_line"],
-                        help="one document per file (books), or a blank line between documents")
+    parser.add_argument("--check", type=Path, metavar="FOLDER", help="verify a built folder instead of building")
+    parser.add_argument(
+        "--document_boundary",
+        default="file",
+        choices=["file", "blank_line"],
+        help="one document per file (books), or a blank line between documents",
+    )
     parser.add_argument("--vocab_size", type=int, default=30522, help="WordPiece vocabulary size")
     parser.add_argument("--cased", action="store_true", help="a cased vocabulary (default: uncased)")
     parser.add_argument("--provenance", default="", help="where the text comes from and its licence")
@@ -133,19 +159,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.check:
             manifest = check(args.check)
-            print(f"{args.check}: {manifest['documents']} documents, {manifest['tokens']:,} tokens, "
-                  f"{manifest['corpus']['bytes'] / 1e6:.1f} MB, sha256 verified")
+            print(
+                f"{args.check}: {manifest['documents']} documents, {manifest['tokens']:,} tokens, "
+                f"{manifest['corpus']['bytes'] / 1e6:.1f} MB, sha256 verified"
+            )
             return 0
         if args.source is None or args.output is None:
             parser.error("pass SOURCE and OUTPUT folders, or --check FOLDER")
-        manifest = build(args.source, args.output, document_boundary=args.document_boundary,
-                         vocab_size=args.vocab_size, lowercase=not args.cased, provenance=args.provenance,
-                         command=["python", "-m", "bert_repro.data.travel_corpus", *(argv or sys.argv[1:])])
+        manifest = build(
+            args.source,
+            args.output,
+            document_boundary=args.document_boundary,
+            vocab_size=args.vocab_size,
+            lowercase=not args.cased,
+            provenance=args.provenance,
+            command=["python", "-m", "bert_repro.data.travel_corpus", *(argv or sys.argv[1:])],
+        )
     except CorpusError as err:
         print(f"travel_corpus: error: {err}", file=sys.stderr)
         return 2
-    print(f"{args.output}: {manifest['documents']} documents, {manifest['text_bytes'] / 1e6:.1f} MB of text, "
-          f"{manifest['tokens']:,} tokens, {CORPUS_FILE} {manifest['corpus']['bytes'] / 1e6:.1f} MB")
+    print(
+        f"{args.output}: {manifest['documents']} documents, {manifest['text_bytes'] / 1e6:.1f} MB of text, "
+        f"{manifest['tokens']:,} tokens, {CORPUS_FILE} {manifest['corpus']['bytes'] / 1e6:.1f} MB"
+    )
     return 0
 
 

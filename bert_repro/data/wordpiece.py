@@ -135,9 +135,7 @@ def train_wordpiece(
         FileNotFoundError: one of ``files`` does not exist (the message names it).
     """
     if vocab_size <= len(BERT_SPECIAL_TOKENS):
-        raise ValueError(
-            f"vocab_size must exceed the {len(BERT_SPECIAL_TOKENS)} special tokens, got {vocab_size}"
-        )
+        raise ValueError(f"vocab_size must exceed the {len(BERT_SPECIAL_TOKENS)} special tokens, got {vocab_size}")
     tokenizer = _new_wordpiece_tokenizer(lowercase=lowercase, strip_accents=strip_accents)
     trainer = WordPieceTrainer(
         vocab_size=vocab_size,
@@ -183,9 +181,7 @@ def _check_training_files(files: str | os.PathLike | Sequence[str | os.PathLike]
 
 def _new_wordpiece_tokenizer(*, lowercase: bool, strip_accents: bool | None) -> Tokenizer:
     """An untrained ``tokenizers.Tokenizer`` with BERT's normalizer, pre-tokenizer and decoder."""
-    tokenizer = Tokenizer(
-        WordPiece(unk_token=UNK_TOKEN, continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX)
-    )
+    tokenizer = Tokenizer(WordPiece(unk_token=UNK_TOKEN, continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
     tokenizer.normalizer = _bert_normalizer(lowercase=lowercase, strip_accents=strip_accents)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)
@@ -370,9 +366,7 @@ def _load_vocab_txt(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
     if missing:
         raise ValueError(f"vocabulary file {os.fspath(path)!r} lacks the special tokens {missing}")
     lowercase = True if do_lower_case is None else do_lower_case
-    tokenizer = Tokenizer(
-        WordPiece(vocab, unk_token=UNK_TOKEN, continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX)
-    )
+    tokenizer = Tokenizer(WordPiece(vocab, unk_token=UNK_TOKEN, continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
     tokenizer.normalizer = _bert_normalizer(lowercase=lowercase, strip_accents=None)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)

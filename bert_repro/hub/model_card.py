@@ -59,16 +59,30 @@ LICENSE = "apache-2.0"
 # `METRICS`); its pipeline tag, Auto class, head description and usage example from its kind
 # (`bert_repro.tasks.kinds`).
 # Metric ids the Hub knows (hf.co/metrics), for the `metrics` field.
-HUB_METRICS = {"accuracy", "f1", "exact_match", "matthews_correlation", "pearsonr", "spearmanr", "precision",
-               "recall"}
-TASK_TYPE_NAMES = {"fill-mask": "Fill-Mask", "text-classification": "Text Classification",
-                   "question-answering": "Question Answering", "multiple-choice": "Multiple Choice",
-                   "token-classification": "Token Classification"}
-SPLIT_NAMES = {"validation": "dev", "validation_matched": "dev matched",
-               "validation_mismatched": "dev mismatched", "test": "test", "test_matched": "test matched",
-               "test_mismatched": "test mismatched"}
-PRESET_NAMES = {"tiny": "BERT-Tiny", "mini": "BERT-Mini", "small": "BERT-Small", "medium": "BERT-Medium",
-                "base": "BERT-BASE", "large": "BERT-LARGE"}
+HUB_METRICS = {"accuracy", "f1", "exact_match", "matthews_correlation", "pearsonr", "spearmanr", "precision", "recall"}
+TASK_TYPE_NAMES = {
+    "fill-mask": "Fill-Mask",
+    "text-classification": "Text Classification",
+    "question-answering": "Question Answering",
+    "multiple-choice": "Multiple Choice",
+    "token-classification": "Token Classification",
+}
+SPLIT_NAMES = {
+    "validation": "dev",
+    "validation_matched": "dev matched",
+    "validation_mismatched": "dev mismatched",
+    "test": "test",
+    "test_matched": "test matched",
+    "test_mismatched": "test mismatched",
+}
+PRESET_NAMES = {
+    "tiny": "BERT-Tiny",
+    "mini": "BERT-Mini",
+    "small": "BERT-Small",
+    "medium": "BERT-Medium",
+    "base": "BERT-BASE",
+    "large": "BERT-LARGE",
+}
 # Licences of data sets and checkpoints the recipes commonly use, as their Hub pages state them.
 KNOWN_LICENCES = {
     "wikimedia/wikipedia": "CC BY-SA 3.0 and GFDL",
@@ -88,8 +102,17 @@ _DROPPED_PREFIXES = ("hub_", "push_to_hub", "trackio_", "logging_")
 _DROPPED_SUFFIXES = ("_token", "_api_key", "_secret", "_password")
 # Settings that name files or directories (local paths are reduced to their last component).
 _PATH_KEYS = {"corpus", "tokenizer", "init_from", "model", "data", "deepspeed", "fsdp_config"}
-SECRET_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "WANDB_API_KEY", "COMET_API_KEY",
-                   "NEPTUNE_API_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN")
+SECRET_ENV_VARS = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_API_TOKEN",
+    "WANDB_API_KEY",
+    "COMET_API_KEY",
+    "NEPTUNE_API_TOKEN",
+    "OPENAI_API_KEY",
+    "AWS_SECRET_ACCESS_KEY",
+    "GITHUB_TOKEN",
+)
 _TOKEN_PATTERN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 _FILE_SUFFIXES = (".txt", ".text", ".md", ".json", ".jsonl", ".parquet", ".csv", ".tsv", ".yaml", ".yml")
@@ -279,8 +302,7 @@ def format_setting(value: Any) -> str:
     return str(value)
 
 
-def setting_rows(section: Mapping[str, Any], notes: Mapping[str, str] | None = None
-                 ) -> list[tuple[str, str]]:
+def setting_rows(section: Mapping[str, Any], notes: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """(name, value) of every setting of a run_config.json section, private ones left out."""
     notes = notes or {}
     rows = []
@@ -327,9 +349,15 @@ def template_environment(template_dir: str | Path | None = None) -> jinja2.Envir
         loader: jinja2.BaseLoader = jinja2.FunctionLoader(_package_template)
     else:
         loader = jinja2.FileSystemLoader(str(template_dir))
-    env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
-                             finalize=_finalize)
+    env = jinja2.Environment(
+        loader=loader,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+        finalize=_finalize,
+    )
     env.filters["cell"] = _cell
     return env
 
@@ -339,8 +367,9 @@ def _package_template(name: str) -> str | None:
     return resource.read_text(encoding="utf-8") if resource.is_file() else None
 
 
-def render_card(template: str, card_data: ModelCardData, context: Mapping[str, Any],
-                template_dir: str | Path | None = None) -> ModelCard:
+def render_card(
+    template: str, card_data: ModelCardData, context: Mapping[str, Any], template_dir: str | Path | None = None
+) -> ModelCard:
     """``template`` rendered with the metadata block and ``context``, parsed as a `ModelCard`."""
     env = template_environment(template_dir)
     # The variables ModelCard.from_template gives a template, plus ours.
@@ -351,9 +380,16 @@ def render_card(template: str, card_data: ModelCardData, context: Mapping[str, A
     return ModelCard(content)
 
 
-def _card_data(*, repo_id: str, pipeline_tag: str, tags: list[str], datasets: list[str],
-               eval_results: list[EvalResult], base_model: str | None, metrics: list[str] | None = None
-               ) -> ModelCardData:
+def _card_data(
+    *,
+    repo_id: str,
+    pipeline_tag: str,
+    tags: list[str],
+    datasets: list[str],
+    eval_results: list[EvalResult],
+    base_model: str | None,
+    metrics: list[str] | None = None,
+) -> ModelCardData:
     return ModelCardData(
         language="en",
         license=LICENSE,
@@ -380,10 +416,16 @@ def _usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] 
         auto = remote = task.kind.auto_class
         pipeline_task = task.kind.pipeline_task
         variable, call = task.kind.pipeline_example(task)
-    return {"repo_id": repo_id, "auto_class": auto, "remote_auto_class": remote,
-            "pipeline_task": pipeline_task, "pipeline_variable": variable, "pipeline_call": call,
-            "repro_class": AUTO_MAP[auto].split(".")[1],
-            "remote_code_reason": "; ".join(native_obstacles(dict(config or {})))}
+    return {
+        "repo_id": repo_id,
+        "auto_class": auto,
+        "remote_auto_class": remote,
+        "pipeline_task": pipeline_task,
+        "pipeline_variable": variable,
+        "pipeline_call": call,
+        "repro_class": AUTO_MAP[auto].split(".")[1],
+        "remote_code_reason": "; ".join(native_obstacles(dict(config or {}))),
+    }
 
 
 def _licence_of(source: str | None) -> str | None:
@@ -420,24 +462,24 @@ def _data_rows(statistics: Mapping[str, Any]) -> list[dict[str, str]]:
         if not stats:
             continue
         split = stats.get("masked_split") or {}
-        masking = (" / ".join(_share(split.get(k)) for k in ("mask", "random", "unchanged"))
-                   if split else NOT_RECORDED)
-        rows.append({
-            "name": label,
-            "max_seq_length": _count(stats.get("max_seq_length")) if key != "held_out" else "as phase 1",
-            "documents": _count(stats.get("documents")),
-            "sentences": _count(stats.get("sentences")),
-            "examples": _count(stats.get("examples")),
-            "tokens": _count(stats.get("tokens")),
-            "is_next": _share(stats.get("is_next_share")),
-            "masked": _share(stats.get("masked_share")),
-            "masking": masking,
-        })
+        masking = " / ".join(_share(split.get(k)) for k in ("mask", "random", "unchanged")) if split else NOT_RECORDED
+        rows.append(
+            {
+                "name": label,
+                "max_seq_length": _count(stats.get("max_seq_length")) if key != "held_out" else "as phase 1",
+                "documents": _count(stats.get("documents")),
+                "sentences": _count(stats.get("sentences")),
+                "examples": _count(stats.get("examples")),
+                "tokens": _count(stats.get("tokens")),
+                "is_next": _share(stats.get("is_next_share")),
+                "masked": _share(stats.get("masked_share")),
+                "masking": masking,
+            }
+        )
     return rows
 
 
-def _tokens_seen(statistics: Mapping[str, Any], run: Mapping[str, Any], results: Mapping[str, Any]
-                 ) -> int | None:
+def _tokens_seen(statistics: Mapping[str, Any], run: Mapping[str, Any], results: Mapping[str, Any]) -> int | None:
     """Tokens the run trained on: each phase's steps x global batch x its mean example length."""
     steps, batch = results.get("global_step"), run.get("global_batch_size")
     if not _is_number(steps) or not _is_number(batch):
@@ -454,29 +496,51 @@ def _tokens_seen(statistics: Mapping[str, Any], run: Mapping[str, Any], results:
     return int(total)
 
 
-def _pretraining_eval(results: Mapping[str, Any], corpus: dict[str, Any]
-                      ) -> tuple[list[EvalResult], list[dict[str, str]]]:
+def _pretraining_eval(
+    results: Mapping[str, Any], corpus: dict[str, Any]
+) -> tuple[list[EvalResult], list[dict[str, str]]]:
     """model-index entries and table rows for MLM and NSP accuracy on the held-out documents."""
     dataset_type = corpus["hub_id"] or corpus["slug"]
     held_out = f"{corpus['name']}, held-out documents"
-    entries = [("mlm_accuracy", "fill-mask", "Masked language modelling", "MLM accuracy",
-                "not reported in the paper"),
-               ("nsp_accuracy", "text-classification", "Next sentence prediction", "NSP accuracy",
-                f"{PAPER_NSP_ACCURACY} (final models, paper section 3.1)")]
+    entries = [
+        ("mlm_accuracy", "fill-mask", "Masked language modelling", "MLM accuracy", "not reported in the paper"),
+        (
+            "nsp_accuracy",
+            "text-classification",
+            "Next sentence prediction",
+            "NSP accuracy",
+            f"{PAPER_NSP_ACCURACY} (final models, paper section 3.1)",
+        ),
+    ]
     eval_results, rows = [], []
     for key, task_type, task_name, label, paper in entries:
         value = results.get(f"eval_{key}")
         if _is_number(value):
-            eval_results.append(EvalResult(
-                task_type=task_type, task_name=task_name, dataset_type=dataset_type, dataset_name=held_out,
-                dataset_config=corpus["config"], dataset_split="held-out", metric_type="accuracy",
-                metric_value=_percent(key, value), metric_name=f"{label} (%)"))
-        rows.append({"metric": label, "ours": _score(_percent(key, value) if _is_number(value) else None),
-                     "paper": paper})
+            eval_results.append(
+                EvalResult(
+                    task_type=task_type,
+                    task_name=task_name,
+                    dataset_type=dataset_type,
+                    dataset_name=held_out,
+                    dataset_config=corpus["config"],
+                    dataset_split="held-out",
+                    metric_type="accuracy",
+                    metric_value=_percent(key, value),
+                    metric_name=f"{label} (%)",
+                )
+            )
+        rows.append(
+            {"metric": label, "ours": _score(_percent(key, value) if _is_number(value) else None), "paper": paper}
+        )
     for key, label in (("mlm_loss", "MLM loss"), ("nsp_loss", "NSP loss")):
         value = results.get(f"eval_{key}")
-        rows.append({"metric": label, "ours": f"{value:.4f}" if _is_number(value) else NOT_RECORDED,
-                     "paper": "not reported in the paper"})
+        rows.append(
+            {
+                "metric": label,
+                "ours": f"{value:.4f}" if _is_number(value) else NOT_RECORDED,
+                "paper": "not reported in the paper",
+            }
+        )
     return eval_results, rows
 
 
@@ -487,16 +551,22 @@ def _benchmark(benchmark_dir: str | Path | None) -> dict[str, Any] | None:
     report = _read_json(Path(benchmark_dir) / "report.json")
     if report is None:
         raise CardError(f"{benchmark_dir} holds no report.json (written by recipes/reproduce.py).")
-    rows = [{  # a name the registry does not know (a report of another version) is shown as written
-        "task": TASKS[r["task"]].display_name if r["task"] in TASKS else r["task"],
-        "metric": METRICS[r["metric"]].label if r["metric"] in METRICS else r["metric"],
-        "ours": _score(r.get("ours")),
-        "paper": f"{r['paper']:.1f}" if _is_number(r.get("paper")) else "not reported",
-        "paper_split": SPLIT_NAMES.get(r.get("paper_split") or "", "–"),
-    } for r in report.get("tasks", [])]
-    return {"rows": rows, "paper_model": str(report.get("paper_model", "base")).upper(),
-            "glue_average": _score(report.get("glue_average")),
-            "paper_glue_average": _score(report.get("paper_glue_average"))}
+    rows = [
+        {  # a name the registry does not know (a report of another version) is shown as written
+            "task": TASKS[r["task"]].display_name if r["task"] in TASKS else r["task"],
+            "metric": METRICS[r["metric"]].label if r["metric"] in METRICS else r["metric"],
+            "ours": _score(r.get("ours")),
+            "paper": f"{r['paper']:.1f}" if _is_number(r.get("paper")) else "not reported",
+            "paper_split": SPLIT_NAMES.get(r.get("paper_split") or "", "–"),
+        }
+        for r in report.get("tasks", [])
+    ]
+    return {
+        "rows": rows,
+        "paper_model": str(report.get("paper_model", "base")).upper(),
+        "glue_average": _score(report.get("glue_average")),
+        "paper_glue_average": _score(report.get("paper_glue_average")),
+    }
 
 
 def _masking_recipe(data: Mapping[str, Any]) -> str:
@@ -506,13 +576,20 @@ def _masking_recipe(data: Mapping[str, Any]) -> str:
     if not all(_is_number(v) for v in (prob, mask, rand)):
         return "masking settings not recorded"
     kept = max(0.0, 1 - mask - rand)
-    return (f"{100 * prob:g}% of the tokens chosen for prediction (at most "
-            f"{_plain(data.get('max_predictions_per_seq'))} per example), of which {100 * mask:g}% become "
-            f"[MASK], {100 * rand:g}% a random token and {100 * kept:.3g}% stay")
+    return (
+        f"{100 * prob:g}% of the tokens chosen for prediction (at most "
+        f"{_plain(data.get('max_predictions_per_seq'))} per example), of which {100 * mask:g}% become "
+        f"[MASK], {100 * rand:g}% a random token and {100 * kept:.3g}% stay"
+    )
 
 
-def _pretraining_facts(run: Mapping[str, Any], data: Mapping[str, Any], training: Mapping[str, Any],
-                       results: Mapping[str, Any], statistics: Mapping[str, Any]) -> dict[str, Any]:
+def _pretraining_facts(
+    run: Mapping[str, Any],
+    data: Mapping[str, Any],
+    training: Mapping[str, Any],
+    results: Mapping[str, Any],
+    statistics: Mapping[str, Any],
+) -> dict[str, Any]:
     """What the training-procedure section says, each value ready to print."""
     steps = results.get("global_step")
     batch = run.get("global_batch_size")
@@ -526,10 +603,12 @@ def _pretraining_facts(run: Mapping[str, Any], data: Mapping[str, Any], training
         "global_batch_size": _count(batch),
         "sequences": _count(sequences),
         "tokens_seen": _count(_tokens_seen(statistics, run, results)),
-        "paper_share": (f"{100 * sequences / (PAPER_STEPS * PAPER_BATCH):.3g}%" if sequences
-                        else NOT_RECORDED),
-        "phase2": (f"the last {100 * phase2:g}% of the steps at {run.get('phase2_max_seq_length')} tokens"
-                   if phase2 > 0 else None),
+        "paper_share": (f"{100 * sequences / (PAPER_STEPS * PAPER_BATCH):.3g}%" if sequences else NOT_RECORDED),
+        "phase2": (
+            f"the last {100 * phase2:g}% of the steps at {run.get('phase2_max_seq_length')} tokens"
+            if phase2 > 0
+            else None
+        ),
         "max_seq_length": data.get("max_seq_length"),
         "optimizer": run.get("optimizer", NOT_RECORDED),
         "learning_rate": _plain(training.get("learning_rate")),
@@ -537,16 +616,21 @@ def _pretraining_facts(run: Mapping[str, Any], data: Mapping[str, Any], training
         "schedule": training.get("lr_scheduler_type", NOT_RECORDED),
         "weight_decay": _plain(training.get("weight_decay")),
         "precision": "bf16" if training.get("bf16") else "fp16" if training.get("fp16") else "fp32",
-        "processes": (f"{processes:,} process" + ("" if processes == 1 else "es") if _is_number(processes)
-                      else "number of processes not recorded"),
+        "processes": (
+            f"{processes:,} process" + ("" if processes == 1 else "es")
+            if _is_number(processes)
+            else "number of processes not recorded"
+        ),
         "accumulation": _count(results.get("gradient_accumulation_steps")),
         "runtime_hours": f"{runtime / 3600:.2f}" if _is_number(runtime) else NOT_RECORDED,
-        "timed_from_step": (_count(results["train_runtime_from_step"]) if results.get("train_runtime_from_step")
-                            else None),
+        "timed_from_step": (
+            _count(results["train_runtime_from_step"]) if results.get("train_runtime_from_step") else None
+        ),
         "tokens_per_second": _count(results.get("tokens_per_second")),
         "train_loss": f"{loss:.4f}" if _is_number(loss) else NOT_RECORDED,
         "recipe": _masking_recipe(data),
-        "masking": "static (masks stored in the data, as the paper)" if data.get("static_masking", True)
+        "masking": "static (masks stored in the data, as the paper)"
+        if data.get("static_masking", True)
         else "dynamic (fresh masks per batch, as RoBERTa)",
         "whole_word_mask": bool(data.get("do_whole_word_mask")),
         "casing": casing or "casing not recorded",
@@ -557,16 +641,25 @@ def _pretraining_facts(run: Mapping[str, Any], data: Mapping[str, Any], training
     }
 
 
-def _hyperparameter_sections(record: Mapping[str, Any], titles: Mapping[str, str],
-                             notes: Mapping[str, Mapping[str, str]]) -> list[dict[str, Any]]:
+def _hyperparameter_sections(
+    record: Mapping[str, Any], titles: Mapping[str, str], notes: Mapping[str, Mapping[str, str]]
+) -> list[dict[str, Any]]:
     """One collapsible table per section of run_config.json."""
-    return [{"title": title, "rows": setting_rows(record.get(key) or {}, notes.get(key))}
-            for key, title in titles.items() if record.get(key)]
+    return [
+        {"title": title, "rows": setting_rows(record.get(key) or {}, notes.get(key))}
+        for key, title in titles.items()
+        if record.get(key)
+    ]
 
 
-def card_for_pretraining(output_dir: str | Path, repo_id: str, *, base_model: str | None = None,
-                         benchmark_dir: str | Path | None = None, template_dir: str | Path | None = None
-                         ) -> ModelCard:
+def card_for_pretraining(
+    output_dir: str | Path,
+    repo_id: str,
+    *,
+    base_model: str | None = None,
+    benchmark_dir: str | Path | None = None,
+    template_dir: str | Path | None = None,
+) -> ModelCard:
     """The card of a pre-training run's output directory (`recipes/pretrain.py`), to publish as ``repo_id``.
 
     ``base_model``: the checkpoint the run continued from (its `init_from`) when that is a Hub id; by default
@@ -586,16 +679,21 @@ def card_for_pretraining(output_dir: str | Path, repo_id: str, *, base_model: st
     corpus = _corpus(run)
     eval_results, eval_rows = _pretraining_eval(results, corpus)
     parameters = safetensors_parameter_count(out / "model.safetensors") or parameter_count(config)
-    card_data = _card_data(repo_id=repo_id, pipeline_tag="fill-mask",
-                           tags=["bert", "bert_repro", "fill-mask"],
-                           datasets=[corpus["hub_id"]] if corpus["hub_id"] else [], eval_results=eval_results,
-                           base_model=base_model)
+    card_data = _card_data(
+        repo_id=repo_id,
+        pipeline_tag="fill-mask",
+        tags=["bert", "bert_repro", "fill-mask"],
+        datasets=[corpus["hub_id"]] if corpus["hub_id"] else [],
+        eval_results=eval_results,
+        base_model=base_model,
+    )
     # run_config.json is written before the run derives the accumulation from global_batch_size.
     accumulation = results.get("gradient_accumulation_steps")
     notes = {}
     if _is_number(accumulation) and accumulation != training.get("gradient_accumulation_steps"):
-        notes["training"] = {"gradient_accumulation_steps": f"the run used {accumulation}, derived from "
-                                                            "global_batch_size"}
+        notes["training"] = {
+            "gradient_accumulation_steps": f"the run used {accumulation}, derived from global_batch_size"
+        }
     held_out = statistics.get("held_out") or {}
     context = {
         "title": repo_name(repo_id),
@@ -605,9 +703,14 @@ def card_for_pretraining(output_dir: str | Path, repo_id: str, *, base_model: st
         "length_histogram": (statistics.get("phase1") or {}).get("length_histogram") or {},
         "facts": _pretraining_facts(run, data, training, results, statistics),
         "hyperparameters": _hyperparameter_sections(
-            record, {"run": "Run (corpus, vocabulary, model, schedule)",
-                     "data": "Pre-training examples (the reference create_pretraining_data.py flags)",
-                     "training": "Trainer (transformers TrainingArguments)"}, notes),
+            record,
+            {
+                "run": "Run (corpus, vocabulary, model, schedule)",
+                "data": "Pre-training examples (the reference create_pretraining_data.py flags)",
+                "training": "Trainer (transformers TrainingArguments)",
+            },
+            notes,
+        ),
         "eval_rows": eval_rows,
         "held_out_examples": _count(held_out.get("examples")),
         "held_out_documents": _count(held_out.get("documents")),
@@ -647,8 +750,7 @@ def _paper_cell(result: Result | None) -> str:
     return "–" if result is None else f"{result.value:.1f} ({SPLIT_NAMES.get(result.split, result.split)})"
 
 
-def _finetuning_eval(task: Task, best: Mapping[str, Any]
-                     ) -> tuple[list[EvalResult], list[dict[str, str]]]:
+def _finetuning_eval(task: Task, best: Mapping[str, Any]) -> tuple[list[EvalResult], list[dict[str, str]]]:
     """model-index entries (percent) and table rows beside the paper's BASE and LARGE numbers."""
     eval_results, rows = [], []
     task_type = task.kind.pipeline_tag
@@ -659,22 +761,38 @@ def _finetuning_eval(task: Task, best: Mapping[str, Any]
             hub_metric, label = METRICS[metric].hub_id, METRICS[metric].label
             ours = _percent(metric, value) if _is_number(value) else None
             if ours is not None:
-                eval_results.append(EvalResult(
-                    task_type=task_type, task_name=TASK_TYPE_NAMES[task_type], dataset_type=task.hub_id,
-                    dataset_name=task.display_name, dataset_config=task.hub_config,
-                    dataset_split=split, metric_type=hub_metric, metric_value=ours,
-                    metric_name=f"{label} (%)"))
-            rows.append({"split": SPLIT_NAMES.get(split, split), "metric": label,
-                         "ours": _score(ours) if ours is not None else "undefined",
-                         "base": _paper_cell(_paper_value(task, metric, "base", split)),
-                         "large": _paper_cell(_paper_value(task, metric, "large", split)),
-                         "main": "yes" if metric == task.main_metric else ""})
+                eval_results.append(
+                    EvalResult(
+                        task_type=task_type,
+                        task_name=TASK_TYPE_NAMES[task_type],
+                        dataset_type=task.hub_id,
+                        dataset_name=task.display_name,
+                        dataset_config=task.hub_config,
+                        dataset_split=split,
+                        metric_type=hub_metric,
+                        metric_value=ours,
+                        metric_name=f"{label} (%)",
+                    )
+                )
+            rows.append(
+                {
+                    "split": SPLIT_NAMES.get(split, split),
+                    "metric": label,
+                    "ours": _score(ours) if ours is not None else "undefined",
+                    "base": _paper_cell(_paper_value(task, metric, "base", split)),
+                    "large": _paper_cell(_paper_value(task, metric, "large", split)),
+                    "main": "yes" if metric == task.main_metric else "",
+                }
+            )
     return eval_results, rows
 
 
 def _other_reported(task: Task) -> list[str]:
-    return [f"{METRICS[r.metric].label} {r.value:g} on {SPLIT_NAMES.get(r.split, r.split)} "
-            f"({r.model}; {r.source})" for r in task.other_reported if r.metric in METRICS]
+    return [
+        f"{METRICS[r.metric].label} {r.value:g} on {SPLIT_NAMES.get(r.split, r.split)} ({r.model}; {r.source})"
+        for r in task.other_reported
+        if r.metric in METRICS
+    ]
 
 
 def _run_rows(task: Task, summary: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -684,22 +802,27 @@ def _run_rows(task: Task, summary: Mapping[str, Any]) -> list[dict[str, str]]:
     rows = []
     for r in summary.get("runs") or []:
         score = r.get("score")  # the main metric (SQuAD v2.0: F1 at the tuned threshold), in its own scale
-        rows.append({"learning_rate": format_setting(r.get("learning_rate")),
-                     "seed": format_setting(r.get("seed")),
-                     "score": (_score(_percent(task.main_metric, score)) if _is_number(score)
-                               else NOT_RECORDED),
-                     "seconds": _count(r.get("train_seconds")),
-                     "best": "yes" if (r.get("learning_rate"), r.get("seed")) == kept else ""})
+        rows.append(
+            {
+                "learning_rate": format_setting(r.get("learning_rate")),
+                "seed": format_setting(r.get("seed")),
+                "score": (_score(_percent(task.main_metric, score)) if _is_number(score) else NOT_RECORDED),
+                "seconds": _count(r.get("train_seconds")),
+                "best": "yes" if (r.get("learning_rate"), r.get("seed")) == kept else "",
+            }
+        )
     return rows
 
 
-def _finetuning_base(summary: Mapping[str, Any], record: Mapping[str, Any], base_model: str | None
-                     ) -> dict[str, Any]:
+def _finetuning_base(summary: Mapping[str, Any], record: Mapping[str, Any], base_model: str | None) -> dict[str, Any]:
     """The pre-trained checkpoint: a Hub id goes in the metadata, a local path only by its last component."""
     source = base_model or summary.get("model") or (record.get("run") or {}).get("model")
     hub = base_model if base_model else (source if is_hub_id(source) else None)
-    return {"hub_id": hub, "name": hub or (public_name(source) if source else NOT_RECORDED),
-            "licence": _licence_of(hub)}
+    return {
+        "hub_id": hub,
+        "name": hub or (public_name(source) if source else NOT_RECORDED),
+        "licence": _licence_of(hub),
+    }
 
 
 def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
@@ -754,8 +877,9 @@ def _task_context(task: Task) -> dict[str, Any]:
     }
 
 
-def card_for_finetuning(output_dir: str | Path, repo_id: str, *, base_model: str | None = None,
-                        template_dir: str | Path | None = None) -> ModelCard:
+def card_for_finetuning(
+    output_dir: str | Path, repo_id: str, *, base_model: str | None = None, template_dir: str | Path | None = None
+) -> ModelCard:
     """The card of a fine-tuning output directory (`recipes/finetune.py`): its best model, to publish as
     ``repo_id``. ``base_model``: the Hub id of the pre-trained checkpoint (by default the run's `--model` when
     that is a Hub id; a local path is not, and stays out of the metadata). ``template_dir``: other
@@ -776,9 +900,15 @@ def card_for_finetuning(output_dir: str | Path, repo_id: str, *, base_model: str
     metrics = [m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS]
     glue = ["glue"] if task.hub_id == "nyu-mll/glue" else []
     tags = ["bert", "bert_repro", task.kind.pipeline_tag, *glue, task.name]
-    card_data = _card_data(repo_id=repo_id, pipeline_tag=task.kind.pipeline_tag, tags=tags,
-                           datasets=[task.hub_id], eval_results=eval_results, base_model=base["hub_id"],
-                           metrics=metrics)
+    card_data = _card_data(
+        repo_id=repo_id,
+        pipeline_tag=task.kind.pipeline_tag,
+        tags=tags,
+        datasets=[task.hub_id],
+        eval_results=eval_results,
+        base_model=base["hub_id"],
+        metrics=metrics,
+    )
     context = {
         "title": repo_name(repo_id),
         "task": _task_context(task),
@@ -789,10 +919,15 @@ def card_for_finetuning(output_dir: str | Path, repo_id: str, *, base_model: str
         "other_reported": _other_reported(task),
         "run_rows": _run_rows(task, summary),
         "hyperparameters": _hyperparameter_sections(
-            record, {"run": "Fine-tuning run (bert_repro)",
-                     "training": "Trainer (transformers TrainingArguments)"},
-            {"training": {"learning_rate": "each run sets its own, from the grid",
-                          "seed": "each run sets its own, from the seeds"}}),
+            record,
+            {"run": "Fine-tuning run (bert_repro)", "training": "Trainer (transformers TrainingArguments)"},
+            {
+                "training": {
+                    "learning_rate": "each run sets its own, from the grid",
+                    "seed": "each run sets its own, from the seeds",
+                }
+            },
+        ),
         "usage": _usage(repo_id, task, config=config),
         "bibtex": BIBTEX,
     }
@@ -814,7 +949,7 @@ def _finetuning_dir(path: Path) -> Path | None:
 
 
 def run_kind(path: str | Path) -> str:
-    """"pretraining" or "finetuning", from the files in ``path`` (a fine-tuning directory or its `model/`)."""
+    """ "pretraining" or "finetuning", from the files in ``path`` (a fine-tuning directory or its `model/`)."""
     path = Path(path)
     if _finetuning_dir(path) is not None:
         return "finetuning"
@@ -848,15 +983,18 @@ def card_path(path: str | Path) -> Path:
 
 def main(argv: Iterable[str] | None = None) -> Path:
     """`python -m bert_repro.hub.model_card RUN_DIR REPO_ID`: write the run's card, return its path."""
-    parser = argparse.ArgumentParser(prog="python -m bert_repro.hub.model_card",
-                                     description="Write the model card (README.md) of a bert_repro run.")
+    parser = argparse.ArgumentParser(
+        prog="python -m bert_repro.hub.model_card", description="Write the model card (README.md) of a bert_repro run."
+    )
     parser.add_argument("run_dir", help="a pre-training or fine-tuning output directory")
     parser.add_argument("repo_id", help="the Hub repository the model will be published as (owner/name)")
     parser.add_argument("--base_model", default=None, help="Hub id of the checkpoint this one started from")
-    parser.add_argument("--benchmark", default=None,
-                        help="pre-training: a recipes/reproduce.py output directory for this checkpoint")
-    parser.add_argument("--output", default=None,
-                        help="where to write the card (default: README.md beside the weights)")
+    parser.add_argument(
+        "--benchmark", default=None, help="pre-training: a recipes/reproduce.py output directory for this checkpoint"
+    )
+    parser.add_argument(
+        "--output", default=None, help="where to write the card (default: README.md beside the weights)"
+    )
     args = parser.parse_args(None if argv is None else list(argv))
     kwargs: dict[str, Any] = {"base_model": args.base_model}
     if args.benchmark:

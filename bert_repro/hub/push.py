@@ -39,8 +39,17 @@ from ..model.modeling_bert_repro import AUTO_MAP
 logger = logging.getLogger(__name__)
 
 MODEL_FILES = ("model.safetensors", "config.json")  # and the code files: `model_files`
-RECORD_FILES = ("run_config.json", "data_statistics.json", "results.json", "results.md", "log_history.json",
-                "training_curves.png", "report.md", "report.json", "report.png")
+RECORD_FILES = (
+    "run_config.json",
+    "data_statistics.json",
+    "results.json",
+    "results.md",
+    "log_history.json",
+    "training_curves.png",
+    "report.md",
+    "report.json",
+    "report.png",
+)
 
 
 class HubPushError(RuntimeError):
@@ -72,8 +81,9 @@ def code_files() -> list[Path]:
     return list(dict.fromkeys([modeling, *map(Path, get_relative_import_files(str(modeling)))]))
 
 
-def stage(path: str | Path, repo_id: str, staging: Path, *, tokenizer_dir: Path | None = None,
-          with_card: bool = True) -> list[str]:
+def stage(
+    path: str | Path, repo_id: str, staging: Path, *, tokenizer_dir: Path | None = None, with_card: bool = True
+) -> list[str]:
     """Copy what is published from `path` into `staging`; returns the relative paths staged."""
     path = Path(path)
     weights = model_directory(path)
@@ -147,8 +157,10 @@ def check_remote(api, repo_id: str, revision: str | None, local_identity: str | 
         reasons.append("it holds a model without a run record")
     if reasons:
         where = f"{repo_id}@{revision}" if revision else repo_id
-        raise HubPushError(f"{where} already holds a different model: {'; '.join(reasons)}. "
-                           "Pass overwrite=True (--overwrite) to replace it.")
+        raise HubPushError(
+            f"{where} already holds a different model: {'; '.join(reasons)}. "
+            "Pass overwrite=True (--overwrite) to replace it."
+        )
 
 
 def hub_error_advice(err: BaseException, repo_id: str) -> str:
@@ -161,11 +173,15 @@ def hub_error_advice(err: BaseException, repo_id: str) -> str:
     if isinstance(err, OfflineModeIsEnabled):
         return "The Hub is switched off here (HF_HUB_OFFLINE=1): unset it on a machine with network access."
     if isinstance(err, LocalTokenNotFoundError) or status == 401:
-        return ("The Hub did not accept your token (or found none): log in with `hf auth login` or set HF_TOKEN to "
-                "a token with write access, then run the command again.")
+        return (
+            "The Hub did not accept your token (or found none): log in with `hf auth login` or set HF_TOKEN to "
+            "a token with write access, then run the command again."
+        )
     if status == 403:
-        return (f"Your token may not write to {repo_id}: use a token with write access to that namespace, or a "
-                "repository id under your own name.")
+        return (
+            f"Your token may not write to {repo_id}: use a token with write access to that namespace, or a "
+            "repository id under your own name."
+        )
     if isinstance(err, HfHubHTTPError) and status is not None and 400 <= status < 500:
         return f"The Hub refused the request (HTTP {status}): check the repository id and your rights to it."
     return "The Hub could not be reached or failed: check the network and run the same command again to complete it."
@@ -188,16 +204,29 @@ def check_hub_access(repo_id: str, *, token: str | None = None, api=None) -> Non
             raise OfflineModeIsEnabled("HF_HUB_OFFLINE is set")
         (api or HfApi(token=token)).whoami()
     except ValueError as err:  # HFValidationError is a ValueError
-        raise HubPushError(f"--hub_model_id {repo_id!r} is not a valid repository id ({err}): use "
-                           "'your-name/model-name'.") from None
-    except Exception as err:  # noqa: BLE001 - network errors, refused tokens: advice by cause
-        raise HubPushError(f"Cannot push to {repo_id}: {type(err).__name__}. {hub_error_advice(err, repo_id)}") from None
+        raise HubPushError(
+            f"--hub_model_id {repo_id!r} is not a valid repository id ({err}): use 'your-name/model-name'."
+        ) from None
+    except Exception as err:
+        raise HubPushError(
+            f"Cannot push to {repo_id}: {type(err).__name__}. {hub_error_advice(err, repo_id)}"
+        ) from None
 
 
-def push(path: str | Path, repo_id: str, *, revision: str | None = None, private: bool = False,
-         commit_message: str | None = None, token: str | None = None, overwrite: bool = False,
-         tag: str | None = None, tokenizer_dir: str | Path | None = None, api=None,
-         source_name: str | None = None) -> str:
+def push(
+    path: str | Path,
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    private: bool = False,
+    commit_message: str | None = None,
+    token: str | None = None,
+    overwrite: bool = False,
+    tag: str | None = None,
+    tokenizer_dir: str | Path | None = None,
+    api=None,
+    source_name: str | None = None,
+) -> str:
     """Publish one output directory (or checkpoint) to `repo_id` at `revision` (a branch, created from main when
     missing). Returns the commit URL."""
     from huggingface_hub import HfApi
@@ -215,7 +244,9 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, private
                 api.create_branch(repo_id, branch=revision, exist_ok=True)
             check_remote(api, repo_id, revision, _run_identity(path), overwrite)
             info = api.upload_folder(
-                repo_id=repo_id, folder_path=staging, revision=revision,
+                repo_id=repo_id,
+                folder_path=staging,
+                revision=revision,
                 commit_message=commit_message or f"Upload {path.name} with bert_repro",
                 delete_patterns="*",  # the revision mirrors this checkpoint: stale files are removed
             )
@@ -223,7 +254,7 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, private
                 api.create_tag(repo_id, tag=tag, revision=revision, exist_ok=overwrite)
         except HubPushError:
             raise
-        except Exception as err:  # noqa: BLE001 - HTTP errors, dropped connections, timeouts: advice by cause
+        except Exception as err:
             raise HubPushError(
                 f"Push of {source_name} to {where} did not complete ({type(err).__name__}: {err}). Nothing in "
                 f"{source_name} was changed, and the Hub applies a commit whole or not at all. "
@@ -233,8 +264,15 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, private
     return str(info.commit_url)
 
 
-def push_checkpoints(output_dir: str | Path, repo_id: str, *, private: bool = False, token: str | None = None,
-                     overwrite: bool = False, api=None) -> dict[str, str]:
+def push_checkpoints(
+    output_dir: str | Path,
+    repo_id: str,
+    *,
+    private: bool = False,
+    token: str | None = None,
+    overwrite: bool = False,
+    api=None,
+) -> dict[str, str]:
     """Every `checkpoint-N` of a pre-training run as branch `step-N`, and the final model on main."""
     from huggingface_hub import HfApi
 
@@ -253,17 +291,26 @@ def push_checkpoints(output_dir: str | Path, repo_id: str, *, private: bool = Fa
             for name in RECORD_FILES[:2]:
                 if (output_dir / name).exists():
                     (view / name).symlink_to((output_dir / name).resolve())
-            pushed[branch] = push(view, repo_id, revision=branch, private=private, overwrite=overwrite,
-                                  tokenizer_dir=output_dir / "tokenizer", api=api, source_name=str(checkpoint),
-                                  commit_message=f"Checkpoint at step {branch[5:]}")
+            pushed[branch] = push(
+                view,
+                repo_id,
+                revision=branch,
+                private=private,
+                overwrite=overwrite,
+                tokenizer_dir=output_dir / "tokenizer",
+                api=api,
+                source_name=str(checkpoint),
+                commit_message=f"Checkpoint at step {branch[5:]}",
+            )
     if (output_dir / "model.safetensors").exists():
         pushed["main"] = push(output_dir, repo_id, private=private, overwrite=overwrite, api=api)
     return pushed
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bert_repro.hub",
-                                     description="Publish a bert_repro output directory on the Hub.")
+    parser = argparse.ArgumentParser(
+        prog="python -m bert_repro.hub", description="Publish a bert_repro output directory on the Hub."
+    )
     parser.add_argument("path", help="A pre-training, fine-tuning or benchmark output directory, or a checkpoint.")
     parser.add_argument("--repo_id", required=True)
     parser.add_argument("--revision", help="Branch to push to (created from main when missing).")
@@ -271,20 +318,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--private", action="store_true")
     parser.add_argument("--commit_message")
     parser.add_argument("--overwrite", action="store_true", help="Replace a repo that holds a different model.")
-    parser.add_argument("--checkpoints", action="store_true",
-                        help="Also publish every checkpoint-N as branch step-N (pre-training runs).")
+    parser.add_argument(
+        "--checkpoints",
+        action="store_true",
+        help="Also publish every checkpoint-N as branch step-N (pre-training runs).",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpx2", "httpcore"):  # one line per HTTP request otherwise
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         if args.checkpoints:
-            for revision, url in push_checkpoints(args.path, args.repo_id, private=args.private,
-                                                  overwrite=args.overwrite).items():
+            for revision, url in push_checkpoints(
+                args.path, args.repo_id, private=args.private, overwrite=args.overwrite
+            ).items():
                 print(f"{revision}: {url}")
         else:
-            print(push(args.path, args.repo_id, revision=args.revision, private=args.private,
-                       commit_message=args.commit_message, overwrite=args.overwrite, tag=args.tag))
+            print(
+                push(
+                    args.path,
+                    args.repo_id,
+                    revision=args.revision,
+                    private=args.private,
+                    commit_message=args.commit_message,
+                    overwrite=args.overwrite,
+                    tag=args.tag,
+                )
+            )
     except CheckpointError as err:  # the directory, not the Hub: the user's input
         parser.exit(2, f"error: {err}\n")
     except (HubPushError, FileNotFoundError) as err:

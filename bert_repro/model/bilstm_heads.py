@@ -93,7 +93,8 @@ class FeatureSet:
                 raise FeatureSetError(
                     f"feature layer index {index} of feature set {self.name!r} is out of range: the model has "
                     f"{num_hidden_layers} layers, so a layer index is 0..{num_hidden_layers} (0 = the embeddings, "
-                    f"{num_hidden_layers} = the last layer) or -{states}..-1 from the end.")
+                    f"{num_hidden_layers} = the last layer) or -{states}..-1 from the end."
+                )
         return tuple(index % states for index in self.layers)
 
     def width(self, hidden_size: int, num_hidden_layers: int) -> int:
@@ -107,18 +108,23 @@ class FeatureSet:
 
 _LAST_FOUR = (-4, -3, -2, -1)
 # Table 7's feature sets, in the paper's order; `parse_feature_set` also takes an explicit list of layers.
-FEATURE_SETS: dict[str, FeatureSet] = {f.name: f for f in (
-    FeatureSet("embeddings", (0,), table7_row="Embeddings"),
-    FeatureSet("second_to_last_hidden", (-2,), table7_row="Second-to-Last Hidden"),
-    FeatureSet("last_hidden", (-1,), table7_row="Last Hidden"),
-    FeatureSet("weighted_sum_last_four", _LAST_FOUR, weighted=True, table7_row="Weighted Sum Last Four Hidden"),
-    FeatureSet("concat_last_four", _LAST_FOUR, table7_row="Concat Last Four Hidden"),
-    FeatureSet("weighted_sum_all", None, weighted=True, table7_row="Weighted Sum All 12 Layers"),
-)}
+FEATURE_SETS: dict[str, FeatureSet] = {
+    f.name: f
+    for f in (
+        FeatureSet("embeddings", (0,), table7_row="Embeddings"),
+        FeatureSet("second_to_last_hidden", (-2,), table7_row="Second-to-Last Hidden"),
+        FeatureSet("last_hidden", (-1,), table7_row="Last Hidden"),
+        FeatureSet("weighted_sum_last_four", _LAST_FOUR, weighted=True, table7_row="Weighted Sum Last Four Hidden"),
+        FeatureSet("concat_last_four", _LAST_FOUR, table7_row="Concat Last Four Hidden"),
+        FeatureSet("weighted_sum_all", None, weighted=True, table7_row="Weighted Sum All 12 Layers"),
+    )
+}
 # The explicit forms: the listed hidden states concatenated, or their weighted sum.
 EXPLICIT_FORMS = {"layers": False, "weighted_layers": True}
-FEATURE_SET_HELP = (", ".join(FEATURE_SETS) + "; or layers=I[,J...] (those hidden states concatenated: 0 = the "
-                    "embeddings, -1 = the last layer) or weighted_layers=I[,J...] (their learned weighted sum)")
+FEATURE_SET_HELP = (
+    ", ".join(FEATURE_SETS) + "; or layers=I[,J...] (those hidden states concatenated: 0 = the "
+    "embeddings, -1 = the last layer) or weighted_layers=I[,J...] (their learned weighted sum)"
+)
 
 
 def parse_feature_set(spec: str | FeatureSet) -> FeatureSet:
@@ -138,8 +144,10 @@ def parse_feature_set(spec: str | FeatureSet) -> FeatureSet:
         if layers:
             name = f"{form.strip()}={','.join(map(str, layers))}"
             return FeatureSet(name, layers, weighted=EXPLICIT_FORMS[form.strip()])
-        raise FeatureSetError(f"feature set {spec!r}: after {form.strip()}= give layer indices as integers "
-                              "separated by commas, e.g. layers=-2 or layers=-4,-3,-2,-1.")
+        raise FeatureSetError(
+            f"feature set {spec!r}: after {form.strip()}= give layer indices as integers "
+            "separated by commas, e.g. layers=-2 or layers=-4,-3,-2,-1."
+        )
     raise FeatureSetError(f"unknown feature set {spec!r}; choose one of: {FEATURE_SET_HELP}.")
 
 
@@ -193,10 +201,13 @@ class BiLSTM(nn.Module):
             mask = attention_mask.bool()
             lengths = mask.sum(dim=1)
             if not torch.equal(mask, torch.arange(seq, device=mask.device)[None] < lengths[:, None]):
-                raise ValueError("The BiLSTM head needs right-padded batches (attention_mask 1...1 0...0 in every "
-                                 "row); pad on the right (tokenizer.padding_side = 'right').")
-            packed = nn.utils.rnn.pack_padded_sequence(features, lengths.clamp(min=1).cpu(), batch_first=True,
-                                                       enforce_sorted=False)
+                raise ValueError(
+                    "The BiLSTM head needs right-padded batches (attention_mask 1...1 0...0 in every "
+                    "row); pad on the right (tokenizer.padding_side = 'right')."
+                )
+            packed = nn.utils.rnn.pack_padded_sequence(
+                features, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
+            )
             packed_outputs, (final, _) = self.lstm(packed)
             outputs, _ = nn.utils.rnn.pad_packed_sequence(packed_outputs, batch_first=True, total_length=seq)
         return outputs, torch.cat([final[-2], final[-1]], dim=-1)
@@ -281,8 +292,11 @@ class BertReproBiLSTMPreTrainedModel(BertReproPreTrainedModel):
     def _build_encoder_and_bilstm(self, config: BertReproBiLSTMConfig) -> None:
         self.bert = BertReproModel(config, add_pooling_layer=False)
         self.token_features = TokenFeatures(config.features, config.num_hidden_layers)
-        self.bilstm = BiLSTM(config.features.width(config.hidden_size, config.num_hidden_layers), config.lstm_size,
-                             config.bilstm_num_layers)
+        self.bilstm = BiLSTM(
+            config.features.width(config.hidden_size, config.num_hidden_layers),
+            config.lstm_size,
+            config.bilstm_num_layers,
+        )
         self.dropout = _classifier_dropout(config, speed_parts(config))
         self._freeze_encoder()
 
@@ -301,7 +315,7 @@ class BertReproBiLSTMPreTrainedModel(BertReproPreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, nn.LSTM):  # PyTorch's own LSTM initialisation, through transformers' init functions
-            bound = module.hidden_size ** -0.5
+            bound = module.hidden_size**-0.5
             for parameter in module.parameters():
                 init.uniform_(parameter, -bound, bound)
         elif isinstance(module, ScalarMix):
@@ -321,23 +335,33 @@ class BertReproBiLSTMPreTrainedModel(BertReproPreTrainedModel):
         self.config.auto_map = dict(BILSTM_AUTO_MAP)
         return super(BertReproPreTrainedModel, self).save_pretrained(save_directory, *args, **kwargs)
 
-    def _bilstm(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_hidden_states,
-                kwargs) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    def _bilstm(
+        self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_hidden_states, kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """The BiLSTM's outputs at every token and its final states, and what the task output carries of the
         encoder's outputs (hidden states when asked for, attentions)."""
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         needs_states = self.token_features.needs_hidden_states
         with torch.no_grad() if self.config.freeze_encoder else contextlib.nullcontext():
-            outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                output_hidden_states=bool(output_hidden_states) or needs_states, return_dict=True,
-                                **kwargs)
+            outputs = self.bert(
+                input_ids,
+                attention_mask,
+                token_type_ids,
+                position_ids,
+                inputs_embeds,
+                output_hidden_states=bool(output_hidden_states) or needs_states,
+                return_dict=True,
+                **kwargs,
+            )
         features = self.token_features(outputs.hidden_states) if needs_states else outputs.last_hidden_state
         if attention_mask is None and input_ids is not None:
             attention_mask = torch.ones_like(input_ids)
         tokens, final = self.bilstm(features, attention_mask)
-        carried = {"hidden_states": outputs.hidden_states if output_hidden_states else None,
-                   "attentions": outputs.attentions}
+        carried = {
+            "hidden_states": outputs.hidden_states if output_hidden_states else None,
+            "attentions": outputs.attentions,
+        }
         return tokens, final, carried
 
 
@@ -352,11 +376,21 @@ class BertReproForTokenClassificationWithBiLSTM(BertReproBiLSTMPreTrainedModel):
         self.classifier = nn.Linear(2 * config.lstm_size, config.num_labels)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_hidden_states=None, return_dict=None,
-                **kwargs) -> TokenClassifierOutput | tuple:
-        tokens, _, carried = self._bilstm(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                          output_hidden_states, kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple:
+        tokens, _, carried = self._bilstm(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_hidden_states, kwargs
+        )
         logits = self.classifier(self.dropout(tokens))
         loss = None
         if labels is not None:
@@ -374,16 +408,28 @@ class BertReproForQuestionAnsweringWithBiLSTM(BertReproBiLSTMPreTrainedModel):
         self.qa_outputs = nn.Linear(2 * config.lstm_size, 2)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, start_positions=None, end_positions=None, output_hidden_states=None,
-                return_dict=None, **kwargs) -> QuestionAnsweringModelOutput | tuple:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput | tuple:
         """start_positions / end_positions: (batch,) token indices of the answer span ([CLS] = 0 for no answer)."""
-        tokens, _, carried = self._bilstm(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                          output_hidden_states, kwargs)
+        tokens, _, carried = self._bilstm(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_hidden_states, kwargs
+        )
         start_logits, end_logits = self.qa_outputs(tokens).unbind(dim=-1)
         loss = span_loss(start_logits, end_logits, start_positions, end_positions)
-        output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits.contiguous(),
-                                              end_logits=end_logits.contiguous(), **carried)
+        output = QuestionAnsweringModelOutput(
+            loss=loss, start_logits=start_logits.contiguous(), end_logits=end_logits.contiguous(), **carried
+        )
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
@@ -397,11 +443,21 @@ class BertReproForSequenceClassificationWithBiLSTM(BertReproBiLSTMPreTrainedMode
         self.classifier = nn.Linear(2 * config.lstm_size, config.num_labels)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_hidden_states=None, return_dict=None,
-                **kwargs) -> SequenceClassifierOutput | tuple:
-        _, final, carried = self._bilstm(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                         output_hidden_states, kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple:
+        _, final, carried = self._bilstm(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_hidden_states, kwargs
+        )
         logits = self.classifier(self.dropout(final))
         loss = BertReproForSequenceClassification._loss(self, logits, labels) if labels is not None else None
         output = SequenceClassifierOutput(loss=loss, logits=logits, **carried)

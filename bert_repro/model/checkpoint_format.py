@@ -56,15 +56,19 @@ def native_obstacles(config: dict) -> list[str]:
     act = config.get("hidden_act", "gelu")
     if act not in ACT2FN:
         hint = TRANSFORMERS_ACTIVATION_NAMES.get(act)
-        reasons.append(f"hidden_act={act!r} is not an activation transformers knows (transformers.activations.ACT2FN)"
-                       + (f"; {hint!r} is the same function under transformers' name" if hint else ""))
+        reasons.append(
+            f"hidden_act={act!r} is not an activation transformers knows (transformers.activations.ACT2FN)"
+            + (f"; {hint!r} is the same function under transformers' name" if hint else "")
+        )
     for field, value in TRANSFORMERS_BERT_COMPUTES.items():
         if config.get(field, value) != value:
             reasons.append(f"{field}={config[field]!r}: transformers' BERT implements only {value!r}")
     objective = PRETRAINING_OBJECTIVES.get(config.get("objective", DEFAULT_OBJECTIVE))
     if objective is not None and objective.causal:  # a bidirectional objective ("mlm") is plain BERT
-        reasons.append(f"objective={objective.name!r} attends left-to-right and pools the last real token; "
-                       "transformers' BertModel pools the first token ([CLS])")
+        reasons.append(
+            f"objective={objective.name!r} attends left-to-right and pools the last real token; "
+            "transformers' BertModel pools the first token ([CLS])"
+        )
     model_type = config.get("model_type", REPRO_MODEL_TYPE)
     if model_type not in (REPRO_MODEL_TYPE, TRANSFORMERS_MODEL_TYPE):  # e.g. "bert_repro_bilstm" (bilstm_heads.py)
         reasons.append(f"model_type={model_type!r} has a head that transformers' BERT classes do not have")
@@ -72,28 +76,32 @@ def native_obstacles(config: dict) -> list[str]:
     for architecture in config.get("architectures") or []:
         for head, width in FIXED_HEAD_WIDTHS.items():
             if architecture.endswith(head) and num_labels != width:
-                reasons.append(f"num_labels={num_labels} with {architecture}: transformers' head has num_labels "
-                               f"outputs, ours always {width}; set num_labels={width}")
+                reasons.append(
+                    f"num_labels={num_labels} with {architecture}: transformers' head has num_labels "
+                    f"outputs, ours always {width}; set num_labels={width}"
+                )
     return reasons
 
 
 def transformers_class_name(name: str) -> str:
     """BertReproForPreTraining -> BertForPreTraining (transformers' class computing the same model)."""
-    return _TRANSFORMERS_PREFIX + name[len(_REPRO_PREFIX):] if name.startswith(_REPRO_PREFIX) else name
+    return _TRANSFORMERS_PREFIX + name[len(_REPRO_PREFIX) :] if name.startswith(_REPRO_PREFIX) else name
 
 
 def repro_class_name(name: str) -> str:
     """BertForPreTraining -> BertReproForPreTraining; our own names are returned as they are."""
     if name.startswith(_REPRO_PREFIX) or not name.startswith(_TRANSFORMERS_PREFIX):
         return name
-    return _REPRO_PREFIX + name[len(_TRANSFORMERS_PREFIX):]
+    return _REPRO_PREFIX + name[len(_TRANSFORMERS_PREFIX) :]
 
 
 def is_repro_checkpoint(config: dict) -> bool:
     """Whether a config.json dict was written by bert_repro (either format), not by transformers or another tool."""
     # Our model types all start with ours: "bert_repro", and "bert_repro_bilstm" for the BiLSTM heads.
-    return (str(config.get("model_type") or "").startswith(REPRO_MODEL_TYPE)
-            or (config.get("auto_map") or {}).get("AutoConfig") == REPRO_CONFIG_CLASS)
+    return (
+        str(config.get("model_type") or "").startswith(REPRO_MODEL_TYPE)
+        or (config.get("auto_map") or {}).get("AutoConfig") == REPRO_CONFIG_CLASS
+    )
 
 
 def needs_remote_code(config: dict) -> bool:
@@ -110,12 +118,20 @@ def config_file_dict(config: dict, *, warn: bool = True) -> dict:
             warnings.warn(
                 "This checkpoint is saved for bert_repro and trust_remote_code=True only (config.json model_type "
                 f"{REPRO_MODEL_TYPE!r}): transformers' own BERT classes cannot compute it, because "
-                + "; ".join(obstacles) + ".",
-                NotTransformersBertWarning, stacklevel=3,
+                + "; ".join(obstacles)
+                + ".",
+                NotTransformersBertWarning,
+                stacklevel=3,
             )
-        return {**config, "model_type": REPRO_MODEL_TYPE,
-                **({"architectures": [repro_class_name(a) for a in config["architectures"]]}
-                   if config.get("architectures") else {})}
+        return {
+            **config,
+            "model_type": REPRO_MODEL_TYPE,
+            **(
+                {"architectures": [repro_class_name(a) for a in config["architectures"]]}
+                if config.get("architectures")
+                else {}
+            ),
+        }
     converted = {**config, "model_type": TRANSFORMERS_MODEL_TYPE}
     if config.get("architectures"):
         converted["architectures"] = [transformers_class_name(a) for a in config["architectures"]]

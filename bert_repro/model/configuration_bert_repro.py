@@ -44,14 +44,12 @@ INIT_DISTRIBUTIONS = ("truncated_normal", "normal")
 # The config fields that change speed only (see the class docstring), each with its one-line help: the
 # recipes' flags and the tests are made from this list; `speed_paths.py` maps each to the classes it builds.
 SPEED_SWITCHES = {
-    "unpad_inputs": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real "
-                    "tokens).",
+    "unpad_inputs": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real tokens).",
     "last_layer_subset": "Speed: the last Transformer block computes only the positions the heads read "
-                         "([CLS], masked positions); the same losses and logits.",
-    "fast_dropout": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of "
-                    "1/32768).",
+    "([CLS], masked positions); the same losses and logits.",
+    "fast_dropout": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of 1/32768).",
     "tied_gradients": "Speed: the token lookup adds its gradient rows into the tied MLM decoder's gradient "
-                      "(one vocab-sized buffer instead of three); the same gradients.",
+    "(one vocab-sized buffer instead of three); the same gradients.",
 }
 
 
@@ -84,11 +82,14 @@ class PreTrainingObjective:
 
 
 # The one table of objectives; everything else looks them up by name here (`pretraining_objective`).
-PRETRAINING_OBJECTIVES: dict[str, PreTrainingObjective] = {o.name: o for o in (
-    PreTrainingObjective("mlm_nsp", "BERT-BASE", causal=False, next_sentence=True, masked_lm=True),
-    PreTrainingObjective("mlm", "No NSP", causal=False, next_sentence=False, masked_lm=True),
-    PreTrainingObjective("ltr", "LTR & No NSP", causal=True, next_sentence=False, masked_lm=False),
-)}
+PRETRAINING_OBJECTIVES: dict[str, PreTrainingObjective] = {
+    o.name: o
+    for o in (
+        PreTrainingObjective("mlm_nsp", "BERT-BASE", causal=False, next_sentence=True, masked_lm=True),
+        PreTrainingObjective("mlm", "No NSP", causal=False, next_sentence=False, masked_lm=True),
+        PreTrainingObjective("ltr", "LTR & No NSP", causal=True, next_sentence=False, masked_lm=False),
+    )
+}
 DEFAULT_OBJECTIVE = "mlm_nsp"
 # Speed switches that assume bidirectional attention with the pooler on [CLS]; a causal objective refuses them:
 # the unpadded encoder builds its own (bidirectional) attention groups, and the last-layer subset computes the
@@ -103,9 +104,11 @@ class ObjectiveConflictError(ValueError):
 def pretraining_objective(name: str) -> PreTrainingObjective:
     """The objective called `name`; an unknown name raises a ValueError listing the choices."""
     if name not in PRETRAINING_OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(PRETRAINING_OBJECTIVES)} (the paper's Table 5: "
-                         + ", ".join(f"{o.name} = {o.table5_row}" for o in PRETRAINING_OBJECTIVES.values())
-                         + f"), got {name!r}.")
+        raise ValueError(
+            f"objective must be one of {', '.join(PRETRAINING_OBJECTIVES)} (the paper's Table 5: "
+            + ", ".join(f"{o.name} = {o.table5_row}" for o in PRETRAINING_OBJECTIVES.values())
+            + f"), got {name!r}."
+        )
     return PRETRAINING_OBJECTIVES[name]
 
 
@@ -115,9 +118,11 @@ def check_objective_kept(saved: str, asked: str, source) -> None:
     was, now = pretraining_objective(saved), pretraining_objective(asked)
     if was.causal != now.causal:
         raise ObjectiveConflictError(
-            f"{source} was pre-trained with objective={saved!r} ({'causal, left-to-right' if was.causal else 'bidirectional'} "
-            f"attention); objective={asked!r} would run it with {'causal' if now.causal else 'bidirectional'} attention, "
-            f"which its weights never learned. Keep the checkpoint's objective (do not override it).")
+            f"{source} was pre-trained with objective={saved!r} "
+            f"({'causal, left-to-right' if was.causal else 'bidirectional'} attention); objective={asked!r} would "
+            f"run it with {'causal' if now.causal else 'bidirectional'} attention, "
+            f"which its weights never learned. Keep the checkpoint's objective (do not override it)."
+        )
 
 
 def check_objective_switches(config) -> None:
@@ -128,7 +133,8 @@ def check_objective_switches(config) -> None:
         raise ObjectiveConflictError(
             f"{', '.join(refused)} cannot be used with objective={objective.name!r}: the speed path assumes "
             "bidirectional attention pooled at [CLS], and would break the causal model's attention or pooling. "
-            f"Turn {' and '.join(refused)} off.")
+            f"Turn {' and '.join(refused)} off."
+        )
 
 
 @strict(accept_kwargs=True)
@@ -230,15 +236,23 @@ class BertReproConfig(PreTrainedConfig):
         """Checked on construction (through `@strict`): a wrong config fails here, not deep inside a forward."""
         super().validate_architecture()
         # Sizes and probabilities first: the checks below divide by them and compare them.
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                     "max_position_embeddings", "type_vocab_size"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0 <= value < 1):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1
+            ):
                 raise ValueError(f"{name} must be a dropout probability in [0, 1), got {value!r}.")
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
@@ -268,8 +282,9 @@ class BertReproConfig(PreTrainedConfig):
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def from_preset(cls, name: str, **overrides) -> "BertReproConfig":
-        """A config of a named size ("tiny", "mini", "small", "medium", "base", "large"); any field can be overridden."""
+    def from_preset(cls, name: str, **overrides) -> BertReproConfig:
+        """A config of a named size ("tiny", "mini", "small", "medium", "base", "large"); any field can be
+        overridden."""
         key = name.lower().removeprefix("bert-").removeprefix("bert_")
         if key not in PRESETS:
             raise ValueError(f"Unknown BERT preset {name!r}; choose one of: {', '.join(PRESETS)}.")
@@ -288,8 +303,9 @@ class BertReproConfig(PreTrainedConfig):
                 )
             config_dict = {**config_dict, "model_type": cls.model_type}
         if kwargs.get("objective") is not None:  # from_pretrained(..., objective=...): keep the attention learned
-            check_objective_kept(config_dict.get("objective", DEFAULT_OBJECTIVE), kwargs["objective"],
-                                 pretrained_model_name_or_path)
+            check_objective_kept(
+                config_dict.get("objective", DEFAULT_OBJECTIVE), kwargs["objective"], pretrained_model_name_or_path
+            )
         return config_dict, kwargs
 
     def to_json_file(self, json_file_path, use_diff: bool = True):
@@ -303,5 +319,13 @@ class BertReproConfig(PreTrainedConfig):
             json.dump(config_file_dict(json.loads(self.to_json_string(use_diff))), writer, indent=2, sort_keys=True)
             writer.write("\n")
 
-__all__ = ["BertReproConfig", "ObjectiveConflictError", "PRESETS", "PRETRAINING_OBJECTIVES", "PreTrainingObjective",
-           "SPEED_SWITCHES", "pretraining_objective"]
+
+__all__ = [
+    "BertReproConfig",
+    "ObjectiveConflictError",
+    "PRESETS",
+    "PRETRAINING_OBJECTIVES",
+    "PreTrainingObjective",
+    "SPEED_SWITCHES",
+    "pretraining_objective",
+]

@@ -65,7 +65,9 @@ class CheckpointError(ValueError):
 def _is_tf_checkpoint(path: str | os.PathLike) -> bool:
     p = Path(path)
     if p.is_dir():
-        return any(p.glob("*.ckpt*.index")) and not any(p.glob("*.safetensors")) and not (p / "pytorch_model.bin").exists()
+        return (
+            any(p.glob("*.ckpt*.index")) and not any(p.glob("*.safetensors")) and not (p / "pytorch_model.bin").exists()
+        )
     return Path(f"{p}.index").exists()
 
 
@@ -78,8 +80,9 @@ def _weight_files(directory: Path) -> list[Path]:
         shards = json.loads(index.read_text())["weight_map"].values()
         return [directory / name for name in sorted(set(shards))]
     except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise CheckpointError(f"{index} is not a valid shard index ({type(err).__name__}: {err}); download "
-                              "or save the model again.") from None
+        raise CheckpointError(
+            f"{index} is not a valid shard index ({type(err).__name__}: {err}); download or save the model again."
+        ) from None
 
 
 def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> None:
@@ -102,15 +105,18 @@ def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> N
     config = directory / "config.json"
     if not config.is_file():
         inner = (directory / "model" / "config.json").is_file()
-        raise CheckpointError(f"{config}: no such file; a model directory holds config.json and "
-                              "model.safetensors" + (" (its model/ sub-directory is one: pass that)." if inner
-                                                     else "."))
+        raise CheckpointError(
+            f"{config}: no such file; a model directory holds config.json and "
+            "model.safetensors" + (" (its model/ sub-directory is one: pass that)." if inner else ".")
+        )
     try:
         if not isinstance(json.loads(config.read_text(encoding="utf-8")), dict):
             raise ValueError("not a JSON object of config fields")
     except (ValueError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{config} is not a valid config.json ({err}); restore it from the model's "
-                              "source or save the model again with save_pretrained.") from None
+        raise CheckpointError(
+            f"{config} is not a valid config.json ({err}); restore it from the model's "
+            "source or save the model again with save_pretrained."
+        ) from None
     weights = _weight_files(directory)
     pickles = sorted(p.name for pattern in PICKLE_PATTERNS for p in directory.glob(pattern))
     if not weights and pickles and not trust_pickle:
@@ -119,18 +125,22 @@ def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> N
             f"{directory} holds its weights only as a pickle ({', '.join(pickles)}), which is not opened: "
             "unpickling can run any code in the file. If you trust its source, convert it to safetensors "
             f"once: python -m bert_repro.model.conversion import {directory} {converted} --trust_pickle "
-            f"(then pass {converted}).")
+            f"(then pass {converted})."
+        )
     if not weights and not pickles:
-        raise CheckpointError(f"{directory} holds no weights (model.safetensors); pass a directory written "
-                              "by save_pretrained or a bert_repro recipe.")
+        raise CheckpointError(
+            f"{directory} holds no weights (model.safetensors); pass a directory written "
+            "by save_pretrained or a bert_repro recipe."
+        )
     for file in weights:
         try:
             with safe_open(file, framework="pt"):
                 pass
         except (SafetensorError, OSError) as err:
-            raise CheckpointError(f"{file} cannot be read as safetensors ({err}): it is damaged or "
-                                  "incomplete (an interrupted download or copy?). Download or copy it again."
-                                  ) from None
+            raise CheckpointError(
+                f"{file} cannot be read as safetensors ({err}): it is damaged or "
+                "incomplete (an interrupted download or copy?). Download or copy it again."
+            ) from None
 
 
 def load_bert(
@@ -160,8 +170,9 @@ def load_bert(
     except pickle.UnpicklingError as err:  # torch's weights_only loader refused something other than tensors
         lines = [line.strip() for line in str(err).splitlines() if "WeightsUnpickler" in line]
         reason = lines[0] if lines else str(err)
-        raise CheckpointError(f"{path_or_id}: the pickle holds more than tensors, so it was not read "
-                              f"({reason}).") from None
+        raise CheckpointError(
+            f"{path_or_id}: the pickle holds more than tensors, so it was not read ({reason})."
+        ) from None
 
 
 def load_tf_bert(
@@ -195,13 +206,14 @@ def load_state_dict_checked(
         if is_base:
             if not key.startswith(prefix):
                 continue  # a pre-training head the bare encoder does not have
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
         adapted[key] = tensor
     own = model.state_dict()
     tied = set(getattr(model, "_tied_weights_keys", None) or {})
     mismatched = [
         f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
-        for k, v in adapted.items() if k in own and own[k].shape != v.shape
+        for k, v in adapted.items()
+        if k in own and own[k].shape != v.shape
     ]
     if mismatched:
         raise ValueError(f"{source}: weights of another shape than the config describes: " + "; ".join(mismatched))
@@ -245,7 +257,9 @@ def export_to_transformers(
     if not isinstance(model_or_dir, modeling.BertReproPreTrainedModel):
         source_dir = Path(model_or_dir)
         check_model_dir(source_dir)
-        architecture = (json.loads((source_dir / "config.json").read_text()).get("architectures") or ["BertReproModel"])[0]
+        architecture = (
+            json.loads((source_dir / "config.json").read_text()).get("architectures") or ["BertReproModel"]
+        )[0]
         model = getattr(modeling, repro_class_name(architecture)).from_pretrained(source_dir)
 
     obstacles = native_obstacles(model.config.to_dict())
@@ -275,8 +289,12 @@ def main(argv: list[str] | None = None) -> None:
     imp.add_argument("output_dir")
     imp.add_argument("--head", default="pretraining", choices=sorted(HEADS))
     imp.add_argument("--overwrite", action="store_true")
-    imp.add_argument("--trust_pickle", action="store_true", help="read pickled weights (pytorch_model.bin), "
-                     "with torch.load(weights_only=True): only for a file from a source you trust")
+    imp.add_argument(
+        "--trust_pickle",
+        action="store_true",
+        help="read pickled weights (pytorch_model.bin), "
+        "with torch.load(weights_only=True): only for a file from a source you trust",
+    )
     exp = sub.add_parser("export", help="a bert_repro directory -> transformers' BERT format")
     exp.add_argument("source")
     exp.add_argument("output_dir")

@@ -65,8 +65,9 @@ class FastDropout(nn.Dropout):
         return fast_dropout(x, self.p, self.training)
 
 
-def eager_attention_fast_dropout(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
-                                 **kwargs):
+def eager_attention_fast_dropout(
+    module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs
+):
     """`eager_attention` of the model file with the probabilities dropped by `fast_dropout`."""
     scores = torch.matmul(query, key.transpose(-1, -2))
     scores.mul_(scaling)
@@ -82,8 +83,12 @@ def eager_attention_fast_dropout(module, query, key, value, attention_mask, scal
 def takes_fast_dropout_kernel(self_attention: nn.Module, hidden_states: torch.Tensor) -> bool:
     """Whether a self-attention runs `eager_attention_fast_dropout` (the same mathematics as the eager and SDPA
     kernels, with the faster mask): in training with dropout, on CPU, with the eager or SDPA implementation."""
-    return bool(self_attention.training and self_attention.dropout_prob and hidden_states.device.type == "cpu"
-                and self_attention.config._attn_implementation in ("eager", "sdpa"))
+    return bool(
+        self_attention.training
+        and self_attention.dropout_prob
+        and hidden_states.device.type == "cpu"
+        and self_attention.config._attn_implementation in ("eager", "sdpa")
+    )
 
 
 __all__ = ["FastDropout", "eager_attention_fast_dropout", "fast_dropout", "fast_keep_mask", "takes_fast_dropout_kernel"]

@@ -40,8 +40,16 @@ class GroupedAttention(torch.autograd.Function):
     those first tokens only: the last layer under `last_layer_subset` when the head reads [CLS] only."""
 
     @staticmethod
-    def forward(ctx, qkv: torch.Tensor, groups, heads: int, scaling: float, dropout: float,
-                fast: bool, queries: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        ctx,
+        qkv: torch.Tensor,
+        groups,
+        heads: int,
+        scaling: float,
+        dropout: float,
+        fast: bool,
+        queries: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         tokens, width = qkv.shape
         first_only = queries is not None
         parts = 2 if first_only else 3
@@ -62,11 +70,13 @@ class GroupedAttention(torch.autograd.Function):
                 else:
                     query, key, value = cells.unbind(0)
                 n = query.shape[1]  # queries per grid row
-                scores = torch.baddbmm(_empty_like(qkv, batch, n, seq), query, key.transpose(1, 2), beta=0,
-                                       alpha=scaling)
+                scores = torch.baddbmm(
+                    _empty_like(qkv, batch, n, seq), query, key.transpose(1, 2), beta=0, alpha=scaling
+                )
                 if key_mask is not None:  # (rows, 1, 1, seq) -> (1, rows, 1, seq) for the head-major batch
-                    scores.view(heads, rows, n, seq).masked_fill_(~key_mask.view(1, rows, 1, seq),
-                                                                 torch.finfo(scores.dtype).min)
+                    scores.view(heads, rows, n, seq).masked_fill_(
+                        ~key_mask.view(1, rows, 1, seq), torch.finfo(scores.dtype).min
+                    )
                 probs = torch.softmax(scores, dim=-1)
                 del scores
                 mask, scale = None, 1.0
@@ -102,9 +112,10 @@ class GroupedAttention(torch.autograd.Function):
             grad = torch.cat([grad, grad.new_zeros(1, hidden)])
         grad_qkv = grad.new_empty(tokens + 1, parts * hidden)  # row `tokens` takes the padding cells' (dropped)
         i = 0
-        for (rows, seq, scale, has_mask), dest, first, start in zip(ctx.layout, all_dest.split(ctx.sizes),
-                                                                    all_first.split(ctx.row_sizes), ctx.starts):
-            cells, probs, kept = saved[i:i + 3]
+        for (rows, seq, scale, has_mask), dest, first, start in zip(
+            ctx.layout, all_dest.split(ctx.sizes), all_first.split(ctx.row_sizes), ctx.starts
+        ):
+            cells, probs, kept = saved[i : i + 3]
             i += 3
             if first_only:
                 (key, value), query = cells.unbind(0), saved[i]
@@ -121,8 +132,9 @@ class GroupedAttention(torch.autograd.Function):
             grad_context = _heads_first(grad_rows, 1, heads, rows, n)[0]
             grads = grad.new_empty(parts, batch, seq, head_size)  # (d query |) d key | d value, head-major
             torch.baddbmm(grads[-1], kept.transpose(1, 2), grad_context, beta=0, alpha=scale, out=grads[-1])
-            grad_probs = torch.baddbmm(_empty_like(grad, batch, n, seq), grad_context, value.transpose(1, 2),
-                                       beta=0, alpha=scale)
+            grad_probs = torch.baddbmm(
+                _empty_like(grad, batch, n, seq), grad_context, value.transpose(1, 2), beta=0, alpha=scale
+            )
             if mask is not None:
                 grad_probs.mul_(mask)
             # softmax's backward: probs * (grad_probs - sum(grad_probs * probs)), in place in grad_probs
@@ -130,8 +142,9 @@ class GroupedAttention(torch.autograd.Function):
             grad_scores.addcmul_(probs, grad_scores.sum(-1, keepdim=True), value=-1)
             torch.baddbmm(grads[-2], grad_scores.transpose(1, 2), query, beta=0, alpha=scaling, out=grads[-2])
             if first_only:
-                grad_query = torch.baddbmm(_empty_like(grad, batch, n, head_size), grad_scores, key, beta=0,
-                                           alpha=scaling)
+                grad_query = torch.baddbmm(
+                    _empty_like(grad, batch, n, head_size), grad_scores, key, beta=0, alpha=scaling
+                )
                 grad_queries.index_copy_(0, first, _tokens_first(grad_query, heads, rows))
             else:
                 torch.baddbmm(grads[0], grad_scores, key, beta=0, alpha=scaling, out=grads[0])

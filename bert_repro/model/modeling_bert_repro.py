@@ -50,10 +50,16 @@ from transformers import initialization as init
 from transformers.dynamic_module_utils import custom_object_save
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import (BaseModelOutput, BaseModelOutputWithPooling, MaskedLMOutput,
-                                           MultipleChoiceModelOutput, NextSentencePredictorOutput,
-                                           QuestionAnsweringModelOutput, SequenceClassifierOutput,
-                                           TokenClassifierOutput)
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    NextSentencePredictorOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
@@ -101,16 +107,23 @@ class BertReproEmbeddings(nn.Module):
         self.dropout = parts.dropout(config.hidden_dropout_prob)
         self.register_buffer("position_ids", torch.arange(config.max_position_embeddings)[None], persistent=False)
 
-    def forward(self, input_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """(batch, seq) ids -> (batch, seq, hidden) embeddings. position_ids: (batch, seq), 0, 1, 2, ... by default
         (packed sequences restart them at each sequence)."""
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         seq_length = inputs_embeds.shape[1]
         if seq_length > self.position_embeddings.num_embeddings:
-            raise ValueError(f"Input of {seq_length} tokens is longer than the model's "
-                             f"{self.position_embeddings.num_embeddings} positions (max_position_embeddings); truncate it.")
+            raise ValueError(
+                f"Input of {seq_length} tokens is longer than the model's "
+                f"{self.position_embeddings.num_embeddings} positions (max_position_embeddings); truncate it."
+            )
         if position_ids is None:
             position_ids = self.position_ids[:, :seq_length]
         if token_type_ids is None:
@@ -121,8 +134,16 @@ class BertReproEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(embeddings))
 
 
-def eager_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0, **kwargs):
+def eager_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+):
     """softmax(Q K^T * scaling + mask) V, written out.
 
     query/key/value: (batch, heads, seq, head_size); attention_mask: additive (batch, 1, seq, seq), boolean
@@ -172,8 +193,15 @@ class BertReproSelfAttention(nn.Module):
         key = self.key(hidden_states).view(shape).transpose(1, 2)
         value = self.value(hidden_states).view(shape).transpose(1, 2)
         context, probs = self.attention_function(hidden_states)(
-            self, query, key, value, attention_mask, scaling=self.scaling,
-            dropout=self.dropout_prob if self.training else 0.0, **kwargs)
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            scaling=self.scaling,
+            dropout=self.dropout_prob if self.training else 0.0,
+            **kwargs,
+        )
         return context.reshape(*input_shape, -1), probs
 
 
@@ -241,8 +269,9 @@ class BertReproLayer(GradientCheckpointingLayer):
         return self.output(self.intermediate(attention_output), attention_output), probs
 
 
-def attention_inputs(config, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                     packed: PackedSequences | None = None) -> tuple[torch.Tensor | None, dict]:
+def attention_inputs(
+    config, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, packed: PackedSequences | None = None
+) -> tuple[torch.Tensor | None, dict]:
     """The attention kernel's mask and other arguments: from the (batch, seq) padding mask, or for a packed batch
     what keeps each example to itself. A causal objective's mask is padding AND the lower
     triangle, always built (not left to SDPA's is_causal), since the speed paths' eager kernels read only the mask."""
@@ -260,9 +289,15 @@ class BertReproEncoder(nn.Module):
         self.config = config
         self.layer = nn.ModuleList([parts.layer(config, parts) for _ in range(config.num_hidden_layers)])
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False,
-                packed: PackedSequences | None = None, **kwargs) -> BaseModelOutput:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        packed: PackedSequences | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
         """hidden_states: the (batch, seq, hidden) embeddings. attention_mask: the model's input, (batch, seq) with
         1 at real tokens, or None; the kernel's own mask is built here, so that an encoder that removes the padding
         (`unpadding.py`) can read it. packed: the examples of a packed batch. kwargs go to every layer and on to
@@ -277,8 +312,9 @@ class BertReproEncoder(nn.Module):
                 all_hidden_states += (hidden_states,)
             if output_attentions:
                 all_attentions += (probs,)
-        return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states,
-                               attentions=all_attentions)
+        return BaseModelOutput(
+            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+        )
 
 
 def last_tokens(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -348,8 +384,14 @@ class BertReproOnlyNSPHead(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
-PAPER_PARTS = BertReproParts(embeddings=BertReproEmbeddings, encoder=BertReproEncoder, layer=BertReproLayer,
-                             self_attention=BertReproSelfAttention, dropout=nn.Dropout, mlm_head=BertReproMLMHead)
+PAPER_PARTS = BertReproParts(
+    embeddings=BertReproEmbeddings,
+    encoder=BertReproEncoder,
+    layer=BertReproLayer,
+    self_attention=BertReproSelfAttention,
+    dropout=nn.Dropout,
+    mlm_head=BertReproMLMHead,
+)
 
 
 # --- Base class: initialisation, flags, loading checks, saving with remote code -------------------------------
@@ -422,11 +464,13 @@ class BertReproPreTrainedModel(PreTrainedModel):
         return_info = kwargs.pop("output_loading_info", False)
         kwargs.setdefault("use_safetensors", True)
         try:
-            model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True,
-                                                  **kwargs)
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
+            )
         except SafetensorError as err:
             raise OSError(
-                f"Could not read the weights of {pretrained_model_name_or_path}: {_safetensors_files(pretrained_model_name_or_path)} "
+                f"Could not read the weights of {pretrained_model_name_or_path}: "
+                f"{_safetensors_files(pretrained_model_name_or_path)} "
                 f"is not a valid safetensors file ({err}). It is damaged or incomplete: download or save it again."
             ) from err
         except RuntimeError as err:
@@ -450,8 +494,10 @@ class BertReproPreTrainedModel(PreTrainedModel):
             )
         missing_heads = sorted(set(info["missing_keys"]) - set(missing_encoder))
         if missing_heads:
-            logger.warning(f"{cls.__name__}: newly initialised (not in {pretrained_model_name_or_path}): "
-                           f"{', '.join(missing_heads)}")
+            logger.warning(
+                f"{cls.__name__}: newly initialised (not in {pretrained_model_name_or_path}): "
+                f"{', '.join(missing_heads)}"
+            )
         return (model, info) if return_info else model
 
     def compile_layers(self, **compile_kwargs) -> BertReproPreTrainedModel:
@@ -504,9 +550,18 @@ class BertReproModel(BertReproPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                output_hidden_states=None, output_attentions=None, return_dict=None,
-                **kwargs) -> BaseModelOutputWithPooling | tuple:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        output_hidden_states=None,
+        output_attentions=None,
+        return_dict=None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
         """input_ids: (batch, seq) ids of `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, padded with [PAD];
         attention_mask: (batch, seq), 1 at real tokens, 0 at padding; token_type_ids: 0 for `[CLS] A [SEP]`, 1 for
         `B [SEP]`; position_ids: 0, 1, 2, ... when not given, restarting at 0 at each example's [CLS] in a packed
@@ -522,17 +577,27 @@ class BertReproModel(BertReproPreTrainedModel):
         if output_attentions is None:
             output_attentions = self.config.output_attentions
         if output_attentions and self.config._attn_implementation != "eager":
-            raise ValueError(f"output_attentions needs the eager attention kernel, but the model uses "
-                             f"{self.config._attn_implementation!r}: load it with attn_implementation='eager'.")
+            raise ValueError(
+                f"output_attentions needs the eager attention kernel, but the model uses "
+                f"{self.config._attn_implementation!r}: load it with attn_implementation='eager'."
+            )
         embedding_output = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         # A packed batch? Each example then attends to itself; each [CLS] is pooled.
         packed = PackedSequences.from_inputs(position_ids, attention_mask)
         if packed is not None and self.config.pretraining_objective.causal:
-            raise ValueError(f"Packed batches are not supported with objective={self.config.objective!r} (they "
-                             "attend in both directions inside each example): pass one example per row.")
-        encoder_outputs = self.encoder(embedding_output, attention_mask, output_hidden_states=output_hidden_states,
-                                       output_attentions=output_attentions, packed=packed, position_ids=position_ids,
-                                       **kwargs)
+            raise ValueError(
+                f"Packed batches are not supported with objective={self.config.objective!r} (they "
+                "attend in both directions inside each example): pass one example per row."
+            )
+        encoder_outputs = self.encoder(
+            embedding_output,
+            attention_mask,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+            packed=packed,
+            position_ids=position_ids,
+            **kwargs,
+        )
         sequence_output = encoder_outputs.last_hidden_state
         pooled = sequence_output if packed is None else packed.first_tokens_of(sequence_output)
         if self.config.pretraining_objective.causal:
@@ -620,14 +685,25 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
         self.cls = BertReproPreTrainingHeads(config, parts)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, next_sentence_label=None, masked_positions=None, return_dict=None,
-                **kwargs) -> BertReproForPreTrainingOutput | tuple:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        next_sentence_label=None,
+        masked_positions=None,
+        return_dict=None,
+        **kwargs,
+    ) -> BertReproForPreTrainingOutput | tuple:
         """labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
         next_sentence_label: (batch,) 0 = IsNext (B follows A), 1 = NotNext (B from another document).
         masked_positions: (sparse prediction) flat indices of each labelled position, then unlabelled ones."""
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         prediction_logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
 
@@ -658,14 +734,28 @@ class BertReproForMaskedLM(_MLMHeadMixin, BertReproPreTrainedModel):
         self.cls = BertReproOnlyMLMHead(config, parts)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, masked_positions=None, return_dict=None,
-                **kwargs) -> MaskedLMOutput | tuple:
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        masked_positions=None,
+        return_dict=None,
+        **kwargs,
+    ) -> MaskedLMOutput | tuple:
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
-        output = MaskedLMOutput(loss=_mlm_loss(logits, labels) if labels is not None else None, logits=logits,
-                                hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        output = MaskedLMOutput(
+            loss=_mlm_loss(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
@@ -679,14 +769,25 @@ class BertReproForNextSentencePrediction(BertReproPreTrainedModel):
         self.cls = BertReproOnlyNSPHead(config)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> NextSentencePredictorOutput | tuple:
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        return_dict=None,
+        **kwargs,
+    ) -> NextSentencePredictorOutput | tuple:
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         logits = self.cls.seq_relationship(outputs.pooler_output)
         loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
-        output = NextSentencePredictorOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                             attentions=outputs.attentions)
+        output = NextSentencePredictorOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
@@ -707,14 +808,27 @@ class BertReproForSequenceClassification(BertReproPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> SequenceClassifierOutput | tuple:
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        return_dict=None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple:
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         logits = self.classifier(self.dropout(outputs.pooler_output))
-        output = SequenceClassifierOutput(loss=self._loss(logits, labels) if labels is not None else None,
-                                          logits=logits, hidden_states=outputs.hidden_states,
-                                          attentions=outputs.attentions)
+        output = SequenceClassifierOutput(
+            loss=self._loss(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
         return _as_tuple_if_asked(output, return_dict, self.config)
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -727,8 +841,11 @@ class BertReproForSequenceClassification(BertReproPreTrainedModel):
             else:
                 problem_type = "multi_label_classification"
         if problem_type == "regression":
-            return F.mse_loss(logits.squeeze(-1).float(), labels.reshape(logits.shape[:-1]).float()) \
-                if self.num_labels == 1 else F.mse_loss(logits.float(), labels.float())
+            return (
+                F.mse_loss(logits.squeeze(-1).float(), labels.reshape(logits.shape[:-1]).float())
+                if self.num_labels == 1
+                else F.mse_loss(logits.float(), labels.float())
+            )
         if problem_type == "single_label_classification":
             return F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1))
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
@@ -740,8 +857,10 @@ def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch
         return None
     seq = start_logits.shape[1]
     start, end = start_positions.reshape(-1).clamp(0, seq), end_positions.reshape(-1).clamp(0, seq)
-    return (F.cross_entropy(start_logits.float(), start, ignore_index=seq)
-            + F.cross_entropy(end_logits.float(), end, ignore_index=seq)) / 2
+    return (
+        F.cross_entropy(start_logits.float(), start, ignore_index=seq)
+        + F.cross_entropy(end_logits.float(), end, ignore_index=seq)
+    ) / 2
 
 
 class BertReproForQuestionAnswering(BertReproPreTrainedModel):
@@ -754,17 +873,31 @@ class BertReproForQuestionAnswering(BertReproPreTrainedModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, start_positions=None, end_positions=None, return_dict=None,
-                **kwargs) -> QuestionAnsweringModelOutput | tuple:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        return_dict=None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput | tuple:
         """start_positions / end_positions: (batch,) token indices of the answer span ([CLS] = 0 for no answer)."""
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
         loss = span_loss(start_logits, end_logits, start_positions, end_positions)
-        output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits.contiguous(),
-                                              end_logits=end_logits.contiguous(), hidden_states=outputs.hidden_states,
-                                              attentions=outputs.attentions)
+        output = QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits.contiguous(),
+            end_logits=end_logits.contiguous(),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
@@ -780,20 +913,37 @@ class BertReproForMultipleChoice(BertReproPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> MultipleChoiceModelOutput | tuple:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        return_dict=None,
+        **kwargs,
+    ) -> MultipleChoiceModelOutput | tuple:
         """Inputs are (batch, num_choices, seq); labels (batch,) the index of the right choice."""
         num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
 
         def flat(x):
             return None if x is None else x.reshape(-1, *x.shape[2:])
 
-        outputs = self.bert(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
-                            flat(inputs_embeds), return_dict=True, **kwargs)
+        outputs = self.bert(
+            flat(input_ids),
+            flat(attention_mask),
+            flat(token_type_ids),
+            flat(position_ids),
+            flat(inputs_embeds),
+            return_dict=True,
+            **kwargs,
+        )
         logits = self.classifier(self.dropout(outputs.pooler_output)).reshape(-1, num_choices)
         loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
-        output = MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                           attentions=outputs.attentions)
+        output = MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
@@ -809,23 +959,46 @@ class BertReproForTokenClassification(BertReproPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, return_dict=None, **kwargs) -> TokenClassifierOutput | tuple:
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
-                            **kwargs)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        return_dict=None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple:
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+        )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1), ignore_index=-100)
-        output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                       attentions=outputs.attentions)
+        output = TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
 # So that saving a config copies its file (`save_pretrained` above copies this file and the others it imports).
 BertReproConfig.register_for_auto_class()
 
-__all__ = ["PAPER_PARTS", "BertReproParts", "BertReproModel", "BertReproPreTrainedModel", "BertReproForPreTraining", "BertReproForPreTrainingOutput",
-           "BertReproForMaskedLM", "BertReproForNextSentencePrediction", "BertReproForSequenceClassification",
-           "BertReproForQuestionAnswering", "BertReproForMultipleChoice", "BertReproForTokenClassification",
-           "concat_last_layers", "last_tokens"]
+__all__ = [
+    "PAPER_PARTS",
+    "BertReproParts",
+    "BertReproModel",
+    "BertReproPreTrainedModel",
+    "BertReproForPreTraining",
+    "BertReproForPreTrainingOutput",
+    "BertReproForMaskedLM",
+    "BertReproForNextSentencePrediction",
+    "BertReproForSequenceClassification",
+    "BertReproForQuestionAnswering",
+    "BertReproForMultipleChoice",
+    "BertReproForTokenClassification",
+    "concat_last_layers",
+    "last_tokens",
+]

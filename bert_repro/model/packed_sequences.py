@@ -46,8 +46,9 @@ class PackedSequences:
         return self._lengths
 
     @classmethod
-    def from_inputs(cls, position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None
-                    ) -> PackedSequences | None:
+    def from_inputs(
+        cls, position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None
+    ) -> PackedSequences | None:
         """The examples of a packed batch, or None when no row holds more than one (or no position_ids)."""
         if position_ids is None or position_ids.dim() != 2:
             return None
@@ -62,8 +63,9 @@ class PackedSequences:
         if not bool(starts[:, 1:].any()):
             return None
         if not bool((starts[:, 0] | ~real[:, 0]).all()):
-            raise ValueError("a packed row must begin with an example: position_ids must be 0 at each row's first "
-                             "token")
+            raise ValueError(
+                "a packed row must begin with an example: position_ids must be 0 at each row's first token"
+            )
         return cls(starts, real)
 
     @property

@@ -140,7 +140,16 @@ class BertReproForTokenClassification(modeling.BertReproForTokenClassification):
         super().__init__(config, speed_parts(config))
 
 
-__all__ = ["SPEED_PATHS", "BertReproForMaskedLM", "BertReproForMultipleChoice",
-           "BertReproForNextSentencePrediction", "BertReproForPreTraining", "BertReproForQuestionAnswering",
-           "BertReproForSequenceClassification", "BertReproForTokenClassification", "BertReproModel",
-           "passing_read_positions", "speed_parts"]
+__all__ = [
+    "SPEED_PATHS",
+    "BertReproForMaskedLM",
+    "BertReproForMultipleChoice",
+    "BertReproForNextSentencePrediction",
+    "BertReproForPreTraining",
+    "BertReproForQuestionAnswering",
+    "BertReproForSequenceClassification",
+    "BertReproForTokenClassification",
+    "BertReproModel",
+    "passing_read_positions",
+    "speed_parts",
+]

@@ -223,8 +223,7 @@ def _to_torch(value: np.ndarray, tf_name: str, target: _Target) -> torch.Tensor:
         raise ValueError(f"Variable {tf_name!r} has dtype {array.dtype}, expected a floating-point weight")
     if array.ndim != target.rank:
         raise ValueError(
-            f"Variable {tf_name!r} has shape {list(array.shape)}, expected rank {target.rank} "
-            f"for {target.key!r}"
+            f"Variable {tf_name!r} has shape {list(array.shape)}, expected rank {target.rank} for {target.key!r}"
         )
     tensor = torch.from_numpy(np.array(array, dtype=np.float32, copy=True))
     if target.transpose:
@@ -256,9 +255,7 @@ def load_tf_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], list[
 
     skipped = [name for name in names if is_skipped_variable(name)]
     targets = {name: tf_name_to_hf(name) for name in names if not is_skipped_variable(name)}
-    state_dict = {
-        target.key: _to_torch(reader.get_tensor(name), name, target) for name, target in targets.items()
-    }
+    state_dict = {target.key: _to_torch(reader.get_tensor(name), name, target) for name, target in targets.items()}
     return state_dict, skipped
 
 
@@ -305,9 +302,7 @@ def _read_json_object(config_file: Path) -> dict[str, Any]:
         raise ValueError(f"{str(config_file)!r} is not valid JSON: {err}") from err
     if not isinstance(data, dict):
         # A malformed file is a bad value, not a caller's type error: ValueError like the other checks.
-        raise ValueError(  # noqa: TRY004
-            f"{str(config_file)!r} must hold a JSON object, got {type(data).__name__}"
-        )
+        raise ValueError(f"{str(config_file)!r} must hold a JSON object, got {type(data).__name__}")
     return data
 
 
@@ -319,9 +314,7 @@ def _positive_int(value: Any, field: str, config_file: Path) -> int:
 
 def _number(value: Any, field: str, config_file: Path) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(
-            f"{str(config_file)!r}: field {field!r} must be a non-negative number, got {value!r}"
-        )
+        raise ValueError(f"{str(config_file)!r}: field {field!r} must be a non-negative number, got {value!r}")
     return float(value)
 
 

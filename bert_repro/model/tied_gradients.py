@@ -92,8 +92,13 @@ class TiedGradientLink:
 
 def _plain_embedding(embedding: nn.Module) -> bool:
     """An nn.Embedding without options that change its lookup or its gradient."""
-    return (type(embedding) is nn.Embedding and embedding.padding_idx is None and embedding.max_norm is None
-            and not embedding.scale_grad_by_freq and not embedding.sparse)
+    return (
+        type(embedding) is nn.Embedding
+        and embedding.padding_idx is None
+        and embedding.max_norm is None
+        and not embedding.scale_grad_by_freq
+        and not embedding.sparse
+    )
 
 
 class TiedGradientEmbeddings(BertReproEmbeddings):
@@ -103,8 +108,13 @@ class TiedGradientEmbeddings(BertReproEmbeddings):
         link = self.tied_link
         if link is not None:
             weight, tied = self.word_embeddings.weight, None
-            if (inputs_embeds is None and torch.is_grad_enabled() and weight.requires_grad
-                    and link.head.decoder.weight is weight and _plain_embedding(self.word_embeddings)):
+            if (
+                inputs_embeds is None
+                and torch.is_grad_enabled()
+                and weight.requires_grad
+                and link.head.decoder.weight is weight
+                and _plain_embedding(self.word_embeddings)
+            ):
                 tied = TiedGradient()
                 inputs_embeds, input_ids = LookupInto.apply(input_ids, weight, tied), None
             link.current = tied

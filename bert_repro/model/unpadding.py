@@ -78,8 +78,7 @@ class Unpadded:
         self._groups: AttentionGroups | None = None
 
     @classmethod
-    def from_attention_mask(cls, attention_mask: torch.Tensor | None, without_padding: bool = False
-                            ) -> Unpadded | None:
+    def from_attention_mask(cls, attention_mask: torch.Tensor | None, without_padding: bool = False) -> Unpadded | None:
         """None when there is nothing to remove (no 2-D mask, or no padding in the batch, unless
         `without_padding`) or nothing to keep."""
         if attention_mask is None or attention_mask.dim() != 2:
@@ -126,7 +125,7 @@ class AttentionGroups:
         self.starts = []
         cells = 0
         for first in range(0, len(order), rows_per_group):
-            members = order[first:first + rows_per_group]
+            members = order[first : first + rows_per_group]
             seq = lengths[members[0]]
             consecutive = members == list(range(members[0], members[0] + len(members)))
             self.starts.append(starts[members[0]] if consecutive and lengths[members[-1]] == seq else None)
@@ -140,7 +139,7 @@ class AttentionGroups:
                 n = lengths[r]
                 tokens = torch.arange(starts[r], starts[r] + n)
                 gather.append(torch.cat([tokens, tokens.new_full((seq - n,), starts[r])]))
-                scatter[starts[r]:starts[r] + n] = torch.arange(cells, cells + n)
+                scatter[starts[r] : starts[r] + n] = torch.arange(cells, cells + n)
                 cells += seq
         self.gather = torch.cat(gather).to(unpadded.indices.device)
         self.sizes = [rows * seq for rows, seq, _ in self.groups]  # cells per grid
@@ -158,8 +157,13 @@ class AttentionGroups:
 
     def per_grid(self):
         """For each grid: (rows, seq, key_mask), and its parts of `gather`, `dest` and `first`, and its start."""
-        return zip(self.groups, self.gather.split(self.sizes), self.dest.split(self.sizes),
-                   self.first.split(self.row_sizes), self.starts)
+        return zip(
+            self.groups,
+            self.gather.split(self.sizes),
+            self.dest.split(self.sizes),
+            self.first.split(self.row_sizes),
+            self.starts,
+        )
 
 
 def attention_path(self_attention: BertReproSelfAttention, hidden_states: torch.Tensor) -> str:
@@ -188,8 +192,14 @@ class SpeedSelfAttention(BertReproSelfAttention):
             return eager_attention_fast_dropout
         return super().attention_function(hidden_states)
 
-    def forward(self, hidden_states, attention_mask=None, unpadded: Unpadded | None = None,
-                read_rows: torch.Tensor | None = None, **kwargs):
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        unpadded: Unpadded | None = None,
+        read_rows: torch.Tensor | None = None,
+        **kwargs,
+    ):
         if unpadded is None:
             context, probs = super().forward(hidden_states, attention_mask, **kwargs)
             return select_rows(context, read_rows), probs
@@ -197,12 +207,22 @@ class SpeedSelfAttention(BertReproSelfAttention):
         shape = (hidden_states.shape[0], self.num_heads, self.head_size)
         if unpadded.path == WRITTEN_OUT:
             parts, queries = ("query", "key", "value"), None
-            if read_rows is not None and read_rows.shape == unpadded.first_tokens.shape and torch.equal(
-                    read_rows, unpadded.first_tokens):
+            if (
+                read_rows is not None
+                and read_rows.shape == unpadded.first_tokens.shape
+                and torch.equal(read_rows, unpadded.first_tokens)
+            ):
                 # Only each sequence's first token ([CLS]) is read after this layer: queries there only.
                 parts, queries, read_rows = ("key", "value"), self.query(hidden_states.index_select(0, read_rows)), None
-            context = GroupedAttention.apply(self._fused_projection(hidden_states, parts), unpadded.attention_groups(),
-                                             self.num_heads, self.scaling, dropout, unpadded.fast_dropout, queries)
+            context = GroupedAttention.apply(
+                self._fused_projection(hidden_states, parts),
+                unpadded.attention_groups(),
+                self.num_heads,
+                self.scaling,
+                dropout,
+                unpadded.fast_dropout,
+                queries,
+            )
             return select_rows(context, read_rows), None
         kernel = self.attention_function(hidden_states)
         if unpadded.path == GROUPED:
@@ -220,10 +240,16 @@ class SpeedSelfAttention(BertReproSelfAttention):
         if unpadded.path == VARIABLE_LENGTH:
             # The sequences lie one after the other in a batch of one, told apart by cu_seqlens.
             context, probs = kernel(
-                self, *(x.unsqueeze(0).transpose(1, 2) for x in (query, key, value)), None,
-                scaling=self.scaling, dropout=dropout, cu_seq_lens_q=unpadded.cu_seqlens,
-                cu_seq_lens_k=unpadded.cu_seqlens, max_length_q=unpadded.max_seqlen,
-                max_length_k=unpadded.max_seqlen, **kwargs,
+                self,
+                *(x.unsqueeze(0).transpose(1, 2) for x in (query, key, value)),
+                None,
+                scaling=self.scaling,
+                dropout=dropout,
+                cu_seq_lens_q=unpadded.cu_seqlens,
+                cu_seq_lens_k=unpadded.cu_seqlens,
+                max_length_q=unpadded.max_seqlen,
+                max_length_k=unpadded.max_seqlen,
+                **kwargs,
             )
             return select_rows(context.reshape(shape[0], -1), read_rows), probs
         query, key, value = (unpadded.pad(x).transpose(1, 2) for x in (query, key, value))
@@ -241,10 +267,17 @@ class SpeedLayer(BertReproLayer):
     """A Transformer block taking the speed paths' arguments: `unpadded` (for its `SpeedSelfAttention`) and
     `read_rows`, the rows of its output to compute (all when None: see `last_layer_subset.py`)."""
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                unpadded: Unpadded | None = None, read_rows: torch.Tensor | None = None, **kwargs):
-        context, probs = self.attention.self(hidden_states, attention_mask, unpadded=unpadded, read_rows=read_rows,
-                                             **kwargs)
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        unpadded: Unpadded | None = None,
+        read_rows: torch.Tensor | None = None,
+        **kwargs,
+    ):
+        context, probs = self.attention.self(
+            hidden_states, attention_mask, unpadded=unpadded, read_rows=read_rows, **kwargs
+        )
         attention_output = self.attention.output(context, select_rows(hidden_states, read_rows))
         return self.output(self.intermediate(attention_output), attention_output), probs
 
@@ -260,19 +293,30 @@ class SpeedEncoder(BertReproEncoder):
         self.unpad_inputs = config.unpad_inputs
         self.last_layer_subset = config.last_layer_subset
 
-    def forward(self, hidden_states, attention_mask=None, output_hidden_states=False, output_attentions=False,
-                packed: PackedSequences | None = None, read_positions: torch.Tensor | None = None,
-                **kwargs) -> BaseModelOutput:
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        output_hidden_states=False,
+        output_attentions=False,
+        packed: PackedSequences | None = None,
+        read_positions: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
         if not self.last_layer_subset or output_hidden_states:
             read_positions = None
         unpadded = None
         if self.unpad_inputs and not output_attentions:
             path = attention_path(self.layer[0].attention.self, hidden_states)
-            unpadded = (Unpadded(packed.real, packed.lengths) if packed is not None else
-                        Unpadded.from_attention_mask(attention_mask, without_padding=path == WRITTEN_OUT))
+            unpadded = (
+                Unpadded(packed.real, packed.lengths)
+                if packed is not None
+                else Unpadded.from_attention_mask(attention_mask, without_padding=path == WRITTEN_OUT)
+            )
         if output_attentions or (unpadded is None and read_positions is None):
-            return super().forward(hidden_states, attention_mask, output_hidden_states, output_attentions,
-                                   packed=packed, **kwargs)
+            return super().forward(
+                hidden_states, attention_mask, output_hidden_states, output_attentions, packed=packed, **kwargs
+            )
         shape = hidden_states.shape
         if unpadded is None:  # padded, the last block at `read_positions` only
             mask, kernel_kwargs = attention_inputs(self.config, hidden_states, attention_mask, packed)
@@ -280,8 +324,9 @@ class SpeedEncoder(BertReproEncoder):
             rows, full, positions = hidden_states, (lambda x: x), read_positions.flatten()
         else:
             unpadded.path = path
-            unpadded.fast_dropout = self.layer[0].attention.self.attention_function(hidden_states) is \
-                eager_attention_fast_dropout
+            unpadded.fast_dropout = (
+                self.layer[0].attention.self.attention_function(hidden_states) is eager_attention_fast_dropout
+            )
             mask = None
             if path == PADDED_BACK:
                 unpadded.mask, _ = attention_inputs(self.config, hidden_states, attention_mask, packed)

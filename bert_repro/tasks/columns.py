@@ -58,9 +58,7 @@ def _text(raw: RawSplit, i: int, value: Any, column: str) -> str:
         return value
     if value is None:
         raise TaskDataError(f"{raw.locate(i)}: no value in column {column!r}.")
-    raise TaskDataError(
-        f"{raw.locate(i)}: column {column!r} should hold text, found {type(value).__name__} {value!r}."
-    )
+    raise TaskDataError(f"{raw.locate(i)}: column {column!r} should hold text, found {type(value).__name__} {value!r}.")
 
 
 def texts(raw: RawSplit, values: list, column: str) -> list[str]:
@@ -101,9 +99,7 @@ def _score(task: Task, raw: RawSplit, i: int, value: Any, unlabeled_ok: bool) ->
     if _is_unlabeled(value):
         if unlabeled_ok:
             return -1.0
-        raise TaskDataError(
-            f"{raw.locate(i)}: no score (found {value!r}); only hidden-label test splits may lack one."
-        )
+        raise TaskDataError(f"{raw.locate(i)}: no score (found {value!r}); only hidden-label test splits may lack one.")
     try:
         score = float(value)
     except (TypeError, ValueError):
@@ -154,18 +150,14 @@ def _answers(task: Task, raw: RawSplit, i: int, value: Any) -> dict[str, list]:
             raise TaskDataError(f"{raw.locate(i)}: answers should be objects with 'text' and 'answer_start'.")
         value = {"text": [a["text"] for a in value], "answer_start": [a["answer_start"] for a in value]}
     if not (
-        isinstance(value, dict)
-        and isinstance(value.get("text"), list)
-        and isinstance(value.get("answer_start"), list)
+        isinstance(value, dict) and isinstance(value.get("text"), list) and isinstance(value.get("answer_start"), list)
     ):
         raise TaskDataError(
             f"{raw.locate(i)}: answers should be {{'text': [...], 'answer_start': [...]}}, found {value!r}."
         )
     texts, starts = value["text"], [_int(raw, i, s, "answer_start") for s in value["answer_start"]]
     if len(texts) != len(starts) or not all(isinstance(t, str) for t in texts) or any(s < 0 for s in starts):
-        raise TaskDataError(
-            f"{raw.locate(i)}: answers need as many texts as non-negative starts, found {value!r}."
-        )
+        raise TaskDataError(f"{raw.locate(i)}: answers need as many texts as non-negative starts, found {value!r}.")
     if not texts and not task.allows_no_answer:
         raise TaskDataError(
             f"{raw.locate(i)}: a question without answers in {task.name} (SQuAD v1.1 questions all have one; "
@@ -176,10 +168,7 @@ def _answers(task: Task, raw: RawSplit, i: int, value: Any) -> dict[str, list]:
 
 def span_columns(task: Task, split: str, raw: RawSplit) -> dict[str, list]:
     """SQuAD v1.1 / v2.0."""
-    ids = [
-        str(v) if isinstance(v, int) else _text(raw, i, v, "id")
-        for i, v in enumerate(find_column(task, raw, "id"))
-    ]
+    ids = [str(v) if isinstance(v, int) else _text(raw, i, v, "id") for i, v in enumerate(find_column(task, raw, "id"))]
     titles = find_column(task, raw, "title", required=False)
     contexts = texts(raw, find_column(task, raw, "context"), "context")
     return {
@@ -248,9 +237,7 @@ def token_columns(task: Task, split: str, raw: RawSplit) -> dict[str, list]:
         if not (isinstance(words, list) and all(isinstance(w, str) for w in words)):
             raise TaskDataError(f"{raw.locate(i)}: 'tokens' should be a list of strings, found {words!r}.")
         if not isinstance(labels, list) or len(labels) != len(words):
-            raise TaskDataError(
-                f"{raw.locate(i)}: 'ner_tags' should be a list of one tag per token, found {labels!r}."
-            )
+            raise TaskDataError(f"{raw.locate(i)}: 'ner_tags' should be a list of one tag per token, found {labels!r}.")
         out["id"].append(str(i) if ids is None or ids[i] is None else str(ids[i]))
         out["tokens"].append(words)
         out["ner_tags"].append([class_id(task, raw, i, tag, False, what="NER tag") for tag in labels])
@@ -297,8 +284,7 @@ def drop_misaligned_answers(task: Task, raw: RawSplit, columns: dict[str, list])
     """Training questions whose first answer is not at its answer_start are skipped, and counted."""
     cache: dict = {}
     keep = [
-        not answers["text"]
-        or answer_is_aligned(context, answers["text"][0], answers["answer_start"][0], cache)
+        not answers["text"] or answer_is_aligned(context, answers["text"][0], answers["answer_start"][0], cache)
         for context, answers in zip(columns["context"], columns["answers"])
     ]
     skipped = [i for i, ok in enumerate(keep) if not ok]

@@ -304,9 +304,7 @@ def _columns_from_records(path: Path, records: list, where: Callable[[int], str]
     names: dict[str, None] = {}
     for i, record in enumerate(records):
         if not isinstance(record, dict):
-            raise TaskDataError(
-                f"{where(i)}: expected a JSON object (one row), found {type(record).__name__}."
-            )
+            raise TaskDataError(f"{where(i)}: expected a JSON object (one row), found {type(record).__name__}.")
         names.update(dict.fromkeys(record))
     columns = {name: [record.get(name) for record in records] for name in names}
     return RawSplit(columns, len(records), str(path), where)
@@ -432,8 +430,7 @@ def _read_conll(path: Path, task: Task) -> RawSplit:
             )
         if fields[3] not in allowed:
             raise TaskDataError(
-                f"{path}, line {number}: unknown NER tag {fields[3]!r}; expected one of "
-                f"{', '.join(task.label_names)}."
+                f"{path}, line {number}: unknown NER tag {fields[3]!r}; expected one of {', '.join(task.label_names)}."
             )
         if not tokens:
             starts.append(number)
@@ -456,9 +453,7 @@ def _read_file(path: Path, task: Task) -> RawSplit:
         return _read_csv(path, task)
     if suffix in (".json", ".jsonl"):
         return _read_json(path, task)
-    raise TaskDataError(
-        f"{path}: cannot read this kind of file for {task.name}. Expected: {describe_sources(task)}."
-    )
+    raise TaskDataError(f"{path}: cannot read this kind of file for {task.name}. Expected: {describe_sources(task)}.")
 
 
 def _concat(parts: list[RawSplit]) -> RawSplit:
@@ -567,9 +562,7 @@ def _local_files(task: Task, source: PathLike | Mapping[str, Any]) -> dict[str, 
                 f"(train.*, validation.*, ...) or say it: {_command_line_form({'train': path})}."
             )
         return {split: [path]}
-    raise TaskDataError(
-        f"{path}: no such file or directory. Pass a directory or files ({describe_sources(task)})."
-    )
+    raise TaskDataError(f"{path}: no such file or directory. Pass a directory or files ({describe_sources(task)}).")
 
 
 def _read_hub(task: Task, cache_dir: PathLike | None) -> dict[str, RawSplit]:
@@ -587,9 +580,7 @@ def _read_hub(task: Task, cache_dir: PathLike | None) -> dict[str, RawSplit]:
         if split is None:
             logger.info("%s: ignoring split %r of %s", task.name, name, label)
             continue
-        raws[split] = RawSplit(
-            dataset.to_dict(), len(dataset), f"{label} {name}", _row_locator(f"{label} {name}")
-        )
+        raws[split] = RawSplit(dataset.to_dict(), len(dataset), f"{label} {name}", _row_locator(f"{label} {name}"))
     return raws
 
 
@@ -632,9 +623,7 @@ def load_task_data(
     if not raws:
         raise TaskDataError(f"no split of {task.name} found; expected {describe_sources(task)}.")
     ordered = [split for split in task.splits if split in raws]
-    return datasets.DatasetDict(
-        {split: _canonical_split_dataset(task, split, raws[split]) for split in ordered}
-    )
+    return datasets.DatasetDict({split: _canonical_split_dataset(task, split, raws[split]) for split in ordered})
 
 
 __all__ = [

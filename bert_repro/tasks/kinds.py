@@ -59,11 +59,13 @@ if TYPE_CHECKING:
 _STRING = datasets.Value("string")
 
 # The heads a kind can put on the encoder (the fine-tuning recipe's --head), with what each is.
-HEADS: Mapping[str, str] = MappingProxyType({
-    "linear": "the paper's output layer on the encoder (section 4, figure 4)",
-    "bilstm": "a randomly initialised two-layer BiLSTM before the output layer (paper Table 5, '+ BiLSTM'; the "
-              "feature-based approach of Table 7 feeds its features to it)",
-})
+HEADS: Mapping[str, str] = MappingProxyType(
+    {
+        "linear": "the paper's output layer on the encoder (section 4, figure 4)",
+        "bilstm": "a randomly initialised two-layer BiLSTM before the output layer (paper Table 5, '+ BiLSTM'; the "
+        "feature-based approach of Table 7 feeds its features to it)",
+    }
+)
 
 
 class EncodingSettings(Protocol):
@@ -104,13 +106,17 @@ class TaskKind(abc.ABC):
             raise ValueError(f"Unknown head {head!r}; choose one of: {', '.join(HEADS)}.")
         if head == "linear":
             if feature_based:
-                raise ValueError("The feature-based approach feeds the frozen encoder's features to a BiLSTM (paper "
-                                 "section 5.3): leave out --head linear, or drop --features to fine-tune.")
+                raise ValueError(
+                    "The feature-based approach feeds the frozen encoder's features to a BiLSTM (paper "
+                    "section 5.3): leave out --head linear, or drop --features to fine-tune."
+                )
             return self.head_class
         if self.bilstm_head_class is None:
             kinds = ", ".join(k.name for k in KINDS if k.bilstm_head_class is not None)
-            raise ValueError(f"{self.name} tasks have no BiLSTM head (there is one for {kinds}); "
-                             "use the linear head, without --features.")
+            raise ValueError(
+                f"{self.name} tasks have no BiLSTM head (there is one for {kinds}); "
+                "use the linear head, without --features."
+            )
         return self.bilstm_head_class
 
     def num_labels(self, task: Task) -> int:
@@ -138,8 +144,9 @@ class TaskKind(abc.ABC):
     # The model inputs ----------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def encode(self, task: Task, split: datasets.Dataset, tokenizer: Any, settings: EncodingSettings, *,
-               train: bool) -> datasets.Dataset:
+    def encode(
+        self, task: Task, split: datasets.Dataset, tokenizer: Any, settings: EncodingSettings, *, train: bool
+    ) -> datasets.Dataset:
         """Canonical rows -> the model's inputs (and ``labels``; ``decode_columns`` for evaluation)."""
 
     @abc.abstractmethod
@@ -149,8 +156,9 @@ class TaskKind(abc.ABC):
     # The evaluation ------------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def decode(self, task: Task, logits: Any, raw: datasets.Dataset, encoded: datasets.Dataset,
-               settings: EncodingSettings) -> Any:
+    def decode(
+        self, task: Task, logits: Any, raw: datasets.Dataset, encoded: datasets.Dataset, settings: EncodingSettings
+    ) -> Any:
         """The model's outputs on ``encoded`` -> predictions for the rows of ``raw``, in the task's own terms."""
 
     @abc.abstractmethod
@@ -174,10 +182,17 @@ class TaskKind(abc.ABC):
     # Shared by the kinds -------------------------------------------------------------------------------
 
     @staticmethod
-    def _map(split: datasets.Dataset, function: Any, settings: EncodingSettings, desc: str,
-             **fn_kwargs: Any) -> datasets.Dataset:
-        return split.map(function, fn_kwargs=fn_kwargs, batched=True, num_proc=settings.num_proc,
-                         remove_columns=split.column_names, desc=desc)
+    def _map(
+        split: datasets.Dataset, function: Any, settings: EncodingSettings, desc: str, **fn_kwargs: Any
+    ) -> datasets.Dataset:
+        return split.map(
+            function,
+            fn_kwargs=fn_kwargs,
+            batched=True,
+            num_proc=settings.num_proc,
+            remove_columns=split.column_names,
+            desc=desc,
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -192,8 +207,10 @@ def _encode_sentences(batch, tokenizer, task: Task, max_len: int):
     return encoded
 
 
-_PAIR_EXAMPLE = ('{"text": "The company posted record profits this quarter.", '
-                 '"text_pair": "Profits at the company reached a record this quarter."}')
+_PAIR_EXAMPLE = (
+    '{"text": "The company posted record profits this quarter.", '
+    '"text_pair": "Profits at the company reached a record this quarter."}'
+)
 
 
 def _classifier_example(task: Task) -> tuple[str, str]:
@@ -225,8 +242,15 @@ class SentenceClassification(TaskKind):
         return checked.sentence_columns(task, split, raw)
 
     def encode(self, task, split, tokenizer, settings, *, train):
-        return self._map(split, _encode_sentences, settings, f"{task.name} tokens", tokenizer=tokenizer, task=task,
-                         max_len=settings.max_seq_length)
+        return self._map(
+            split,
+            _encode_sentences,
+            settings,
+            f"{task.name} tokens",
+            tokenizer=tokenizer,
+            task=task,
+            max_len=settings.max_seq_length,
+        )
 
     def collator(self, tokenizer):
         return DataCollatorWithPadding(tokenizer)
@@ -283,13 +307,15 @@ class SpanExtraction(TaskKind):
         return 2  # a start and an end logit per token
 
     def features(self, task):
-        return datasets.Features({
-            "id": _STRING,
-            "title": _STRING,
-            "context": _STRING,
-            "question": _STRING,
-            "answers": {"text": datasets.List(_STRING), "answer_start": datasets.List(datasets.Value("int32"))},
-        })
+        return datasets.Features(
+            {
+                "id": _STRING,
+                "title": _STRING,
+                "context": _STRING,
+                "question": _STRING,
+                "answers": {"text": datasets.List(_STRING), "answer_start": datasets.List(datasets.Value("int32"))},
+            }
+        )
 
     def canonicalise(self, task, split, raw):
         columns = checked.span_columns(task, split, raw)
@@ -304,9 +330,16 @@ class SpanExtraction(TaskKind):
 
     def encode(self, task, split, tokenizer, settings, *, train):
         prepare = squad.prepare_train_features if train else squad.prepare_eval_features
-        return self._map(split, prepare, settings, f"{task.name} windows", tokenizer=tokenizer,
-                         max_seq_length=settings.max_seq_length, doc_stride=settings.doc_stride,
-                         max_query_length=settings.max_query_length)
+        return self._map(
+            split,
+            prepare,
+            settings,
+            f"{task.name} windows",
+            tokenizer=tokenizer,
+            max_seq_length=settings.max_seq_length,
+            doc_stride=settings.doc_stride,
+            max_query_length=settings.max_query_length,
+        )
 
     def collator(self, tokenizer):
         return DataCollatorWithPadding(tokenizer)
@@ -316,9 +349,15 @@ class SpanExtraction(TaskKind):
         # v2.0: the best non-null span of every question (threshold +inf) and its null-score difference, so that
         # the official best-threshold search can run; the default threshold (0) is applied in `score`.
         answers, null_diffs, _ = squad.postprocess_predictions(
-            raw, encoded, start_logits, end_logits, n_best_size=settings.n_best_size,
-            max_answer_length=settings.max_answer_length, version_2_with_negative=task.allows_no_answer,
-            null_score_diff_threshold=float("inf"))
+            raw,
+            encoded,
+            start_logits,
+            end_logits,
+            n_best_size=settings.n_best_size,
+            max_answer_length=settings.max_answer_length,
+            version_2_with_negative=task.allows_no_answer,
+            null_score_diff_threshold=float("inf"),
+        )
         return {"answers": answers, "null_diffs": null_diffs}
 
     def score(self, task, raw, predictions):
@@ -331,10 +370,14 @@ class SpanExtraction(TaskKind):
         at_zero = {i: "" if diffs[i] > 0 else text for i, text in predictions["answers"].items()}
         plain = metric_functions.squad_v2(at_zero, references)  # null answer when s_null > best span
         best = metric_functions.squad_v2(predictions["answers"], references, na_probs=diffs)
-        values = {"squad_exact_match": plain["exact"], "squad_f1": plain["f1"],
-                  "squad_best_exact_match": best["best_exact"], "squad_best_f1": best["best_f1"],
-                  # the null-score threshold tau chosen on this split (use it when predicting elsewhere)
-                  "squad_best_f1_threshold": best["best_f1_thresh"]}
+        values = {
+            "squad_exact_match": plain["exact"],
+            "squad_f1": plain["f1"],
+            "squad_best_exact_match": best["best_exact"],
+            "squad_best_f1": best["best_f1"],
+            # the null-score threshold tau chosen on this split (use it when predicting elsewhere)
+            "squad_best_f1_threshold": best["best_f1_thresh"],
+        }
         for theirs, ours in (("HasAns_f1", "squad_has_ans_f1"), ("NoAns_f1", "squad_no_ans_f1")):
             values[ours] = plain.get(theirs, float("nan"))  # absent when the split has no such question
         return {k: float(v) for k, v in values.items()}
@@ -373,24 +416,35 @@ class MultipleChoice(TaskKind):
     auto_class = "AutoModelForMultipleChoice"
     pipeline_tag = "multiple-choice"
     pipeline_task = None  # transformers has no multiple-choice pipeline
-    head_description = ("one score per choice from the pooled [CLS] output of "
-                        "`[CLS] context [SEP] ending [SEP]`, softmax over the choices")
+    head_description = (
+        "one score per choice from the pooled [CLS] output of "
+        "`[CLS] context [SEP] ending [SEP]`, softmax over the choices"
+    )
     uses_pooler = True
 
     def features(self, task):
-        return datasets.Features({
-            "context": _STRING,
-            "question": _STRING,
-            "endings": datasets.List(_STRING),
-            "label": datasets.ClassLabel(names=list(task.label_names)),
-        })
+        return datasets.Features(
+            {
+                "context": _STRING,
+                "question": _STRING,
+                "endings": datasets.List(_STRING),
+                "label": datasets.ClassLabel(names=list(task.label_names)),
+            }
+        )
 
     def canonicalise(self, task, split, raw):
         return checked.choice_columns(task, split, raw)
 
     def encode(self, task, split, tokenizer, settings, *, train):
-        return self._map(split, _encode_choices, settings, f"{task.name} tokens", tokenizer=tokenizer, task=task,
-                         max_len=settings.max_seq_length)
+        return self._map(
+            split,
+            _encode_choices,
+            settings,
+            f"{task.name} tokens",
+            tokenizer=tokenizer,
+            task=task,
+            max_len=settings.max_seq_length,
+        )
 
     def collator(self, tokenizer):
         return DataCollatorForMultipleChoice(tokenizer)
@@ -441,11 +495,13 @@ class TokenClassification(TaskKind):
     uses_pooler = False
 
     def features(self, task):
-        return datasets.Features({
-            "id": _STRING,
-            "tokens": datasets.List(_STRING),
-            "ner_tags": datasets.List(datasets.ClassLabel(names=list(task.label_names))),
-        })
+        return datasets.Features(
+            {
+                "id": _STRING,
+                "tokens": datasets.List(_STRING),
+                "ner_tags": datasets.List(datasets.ClassLabel(names=list(task.label_names))),
+            }
+        )
 
     def canonicalise(self, task, split, raw):
         return checked.token_columns(task, split, raw)
@@ -454,8 +510,15 @@ class TokenClassification(TaskKind):
         return True
 
     def encode(self, task, split, tokenizer, settings, *, train):
-        return self._map(split, _encode_words, settings, f"{task.name} tokens", tokenizer=tokenizer, task=task,
-                         max_len=settings.max_seq_length)
+        return self._map(
+            split,
+            _encode_words,
+            settings,
+            f"{task.name} tokens",
+            tokenizer=tokenizer,
+            task=task,
+            max_len=settings.max_seq_length,
+        )
 
     def collator(self, tokenizer):
         return DataCollatorForTokenClassification(tokenizer)
@@ -463,16 +526,22 @@ class TokenClassification(TaskKind):
     def decode(self, task, logits, raw, encoded, settings):
         """The tag at each word's first sub-token (the positions whose label is not -100)."""
         ids = np.asarray(logits).argmax(-1)
-        return [[task.label_names[p] for p, gold in zip(row, labels) if gold != -100]
-                for row, labels in zip(ids, encoded["labels"])]
+        return [
+            [task.label_names[p] for p, gold in zip(row, labels) if gold != -100]
+            for row, labels in zip(ids, encoded["labels"])
+        ]
 
     def score(self, task, raw, predictions):
         gold = [[task.label_names[t] for t in tags] for tags in raw["ner_tags"]]
         # A word cut off by max_seq_length has no prediction: count it as "O", as a pipeline would output nothing.
         padded = [p + ["O"] * (len(g) - len(p)) for p, g in zip(predictions, gold)]
         values = metric_functions.conll_f1(padded, gold)
-        return {"entity_f1": values["f1"], "entity_precision": values["precision"],
-                "entity_recall": values["recall"], "accuracy": values["accuracy"]}
+        return {
+            "entity_f1": values["f1"],
+            "entity_precision": values["precision"],
+            "entity_recall": values["recall"],
+            "accuracy": values["accuracy"],
+        }
 
     def pipeline_example(self, task):
         return "tagger", 'tagger("The European Commission met in Brussels on Monday.")'

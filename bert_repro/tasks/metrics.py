@@ -121,16 +121,12 @@ def f1(
     tp = int(np.sum(pred_pos & true_pos))
     denominator = int(np.sum(pred_pos)) + int(np.sum(true_pos))  # = 2 TP + FP + FN
     if denominator == 0:
-        warnings.warn(
-            "F1 is undefined with no true nor predicted positives; set to 0.0", RuntimeWarning, stacklevel=2
-        )
+        warnings.warn("F1 is undefined with no true nor predicted positives; set to 0.0", RuntimeWarning, stacklevel=2)
         return 0.0
     return 2.0 * tp / denominator
 
 
-def matthews_corrcoef(
-    predictions: Sequence[Any] | np.ndarray, references: Sequence[Any] | np.ndarray
-) -> float:
+def matthews_corrcoef(predictions: Sequence[Any] | np.ndarray, references: Sequence[Any] | np.ndarray) -> float:
     """Matthews correlation coefficient in sklearn's multi-class form (the usual MCC for two classes).
 
     From the confusion matrix C (rows: references, columns: predictions) with t = row sums, p = column sums,
@@ -167,9 +163,7 @@ def _pearson_r(x: np.ndarray, y: np.ndarray) -> float:
     if len(x) < 2:
         raise ValueError("correlation needs at least two values")
     if _constant(x) or _constant(y):
-        warnings.warn(
-            "an input is constant: the correlation is not defined (NaN)", RuntimeWarning, stacklevel=3
-        )
+        warnings.warn("an input is constant: the correlation is not defined (NaN)", RuntimeWarning, stacklevel=3)
         return float("nan")
     xm = x - x.mean()
     ym = y - y.mean()
@@ -316,9 +310,7 @@ def _apply_no_ans_threshold(
     return {qid: float(not has_ans[qid]) if na_probs[qid] > thresh else s for qid, s in scores.items()}
 
 
-def _eval_dict(
-    exact: Mapping[str, float], f1_scores: Mapping[str, float], qids: Sequence[str]
-) -> dict[str, float]:
+def _eval_dict(exact: Mapping[str, float], f1_scores: Mapping[str, float], qids: Sequence[str]) -> dict[str, float]:
     total = len(qids)
     return {
         "exact": 100.0 * sum(exact[q] for q in qids) / total,
@@ -381,9 +373,7 @@ def squad_v2(
     probs = dict(na_probs) if na_probs is not None else {qid: 0.0 for qid in predictions}
     missing_probs = [qid for qid in exact_raw if qid not in probs]
     if missing_probs:
-        raise ValueError(
-            f"na_probs lacks {len(missing_probs)} predicted questions, e.g. {missing_probs[0]!r}"
-        )
+        raise ValueError(f"na_probs lacks {len(missing_probs)} predicted questions, e.g. {missing_probs[0]!r}")
 
     exact_thresh = _apply_no_ans_threshold(exact_raw, probs, has_ans, na_prob_thresh)
     f1_thresh = _apply_no_ans_threshold(f1_raw, probs, has_ans, na_prob_thresh)
@@ -395,9 +385,7 @@ def squad_v2(
                 {f"{prefix}_{key}": value for key, value in _eval_dict(exact_thresh, f1_thresh, qids).items()}
             )
     if na_probs is not None:
-        result["best_exact"], result["best_exact_thresh"] = _find_best_thresh(
-            predictions, exact_raw, probs, has_ans
-        )
+        result["best_exact"], result["best_exact_thresh"] = _find_best_thresh(predictions, exact_raw, probs, has_ans)
         result["best_f1"], result["best_f1_thresh"] = _find_best_thresh(predictions, f1_raw, probs, has_ans)
     return result
 
@@ -461,9 +449,7 @@ def conll_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence
     n_correct = n_pred = n_true = tokens = right_tokens = 0
     for i, (pred_tags, true_tags) in enumerate(zip(predictions, references)):
         if len(pred_tags) != len(true_tags):
-            raise ValueError(
-                f"sentence {i}: {len(pred_tags)} predicted tags for {len(true_tags)} reference tags"
-            )
+            raise ValueError(f"sentence {i}: {len(pred_tags)} predicted tags for {len(true_tags)} reference tags")
         pred_chunks, true_chunks = set(get_chunks(pred_tags)), set(get_chunks(true_tags))
         n_correct += len(pred_chunks & true_chunks)
         n_pred += len(pred_chunks)

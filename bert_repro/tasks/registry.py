@@ -67,30 +67,40 @@ class Metric:
 # Metric names used in `Task.metrics`. Each evaluation returns fractions in [0, 1] (correlations in [-1, 1]).
 METRICS: Mapping[str, Metric] = MappingProxyType(
     {
-        "accuracy": Metric("fraction of examples whose predicted label is the gold label", "Accuracy",
-                           "accuracy"),
+        "accuracy": Metric("fraction of examples whose predicted label is the gold label", "Accuracy", "accuracy"),
         "f1": Metric("F1 of the positive class (label id 1), as GLUE scores MRPC and QQP", "F1", "f1"),
-        "matthews_correlation": Metric("Matthews correlation coefficient (CoLA)", "Matthews correlation",
-                                       "matthews_correlation"),
-        "pearson": Metric("Pearson correlation of predicted and gold scores (STS-B)", "Pearson correlation",
-                          "pearsonr"),
-        "spearman": Metric("Spearman rank correlation of predicted and gold scores (STS-B)",
-                           "Spearman correlation", "spearmanr"),
-        "squad_exact_match": Metric("official SQuAD exact match after normalisation, max over gold answers",
-                                    "Exact match", "exact_match"),
-        "squad_f1": Metric("official SQuAD bag-of-tokens F1 after normalisation, max over gold answers", "F1",
-                           "f1"),
-        "squad_best_exact_match": Metric("SQuAD v2.0 exact match at the null-score threshold best on the set",
-                                         "Exact match, null threshold tuned on this split", "best_exact"),
-        "squad_best_f1": Metric("SQuAD v2.0 F1 at the null-score threshold that maximises it on the set",
-                                "F1, null threshold tuned on this split", "best_f1"),
-        "squad_has_ans_f1": Metric("SQuAD v2.0 F1 on the answerable questions only",
-                                   "F1 on answerable questions", "HasAns_f1"),
-        "squad_no_ans_f1": Metric("SQuAD v2.0 F1 on the unanswerable questions only",
-                                  "F1 on unanswerable questions", "NoAns_f1"),
+        "matthews_correlation": Metric(
+            "Matthews correlation coefficient (CoLA)", "Matthews correlation", "matthews_correlation"
+        ),
+        "pearson": Metric(
+            "Pearson correlation of predicted and gold scores (STS-B)", "Pearson correlation", "pearsonr"
+        ),
+        "spearman": Metric(
+            "Spearman rank correlation of predicted and gold scores (STS-B)", "Spearman correlation", "spearmanr"
+        ),
+        "squad_exact_match": Metric(
+            "official SQuAD exact match after normalisation, max over gold answers", "Exact match", "exact_match"
+        ),
+        "squad_f1": Metric("official SQuAD bag-of-tokens F1 after normalisation, max over gold answers", "F1", "f1"),
+        "squad_best_exact_match": Metric(
+            "SQuAD v2.0 exact match at the null-score threshold best on the set",
+            "Exact match, null threshold tuned on this split",
+            "best_exact",
+        ),
+        "squad_best_f1": Metric(
+            "SQuAD v2.0 F1 at the null-score threshold that maximises it on the set",
+            "F1, null threshold tuned on this split",
+            "best_f1",
+        ),
+        "squad_has_ans_f1": Metric(
+            "SQuAD v2.0 F1 on the answerable questions only", "F1 on answerable questions", "HasAns_f1"
+        ),
+        "squad_no_ans_f1": Metric(
+            "SQuAD v2.0 F1 on the unanswerable questions only", "F1 on unanswerable questions", "NoAns_f1"
+        ),
         "entity_f1": Metric(
-            "CoNLL entity-level F1 (an entity counts when its type and exact span match; IOB2 tags)",
-            "Entity F1", "f1"),
+            "CoNLL entity-level F1 (an entity counts when its type and exact span match; IOB2 tags)", "Entity F1", "f1"
+        ),
         "entity_precision": Metric("CoNLL entity-level precision", "Entity precision", "precision"),
         "entity_recall": Metric("CoNLL entity-level recall", "Entity recall", "recall"),
     }
@@ -183,9 +193,7 @@ class Task:
         """The file name GLUE's server expects for the predictions on ``split`` ("MRPC.tsv", "MNLI-m.tsv")."""
         names = self.glue_submission_names or {}
         if split not in names:
-            raise KeyError(
-                f"{self.name} has no GLUE submission file for split {split!r}; known: {dict(names)}"
-            )
+            raise KeyError(f"{self.name} has no GLUE submission file for split {split!r}; known: {dict(names)}")
         return names[split]
 
     def format_submission_value(self, prediction: float) -> str:
@@ -574,20 +582,27 @@ _TASK_LIST: tuple[Task, ...] = (
             Result("large", "validation", "entity_f1", 96.6, "paper Table 7"),
             Result("large", "test", "entity_f1", 92.8, "paper Table 7"),
         ),
-        paper_feature_based=_frozen({
-            # Table 7, "Feature-based approach (BERT-BASE)": dev F1, the frozen encoder's features into a
-            # two-layer BiLSTM; the fine-tuning approach's dev F1 (96.4 for BASE) is in `paper` above.
-            name: Result("base", "validation", "entity_f1", value,
-                         f"paper Table 7 (feature-based: {FEATURE_SETS[name].table7_row})")
-            for name, value in (
-                ("embeddings", 91.0),
-                ("second_to_last_hidden", 95.6),
-                ("last_hidden", 94.9),
-                ("weighted_sum_last_four", 95.9),
-                ("concat_last_four", 96.1),
-                ("weighted_sum_all", 95.5),
-            )
-        }),
+        paper_feature_based=_frozen(
+            {
+                # Table 7, "Feature-based approach (BERT-BASE)": dev F1, the frozen encoder's features into a
+                # two-layer BiLSTM; the fine-tuning approach's dev F1 (96.4 for BASE) is in `paper` above.
+                name: Result(
+                    "base",
+                    "validation",
+                    "entity_f1",
+                    value,
+                    f"paper Table 7 (feature-based: {FEATURE_SETS[name].table7_row})",
+                )
+                for name, value in (
+                    ("embeddings", 91.0),
+                    ("second_to_last_hidden", 95.6),
+                    ("last_hidden", 94.9),
+                    ("weighted_sum_last_four", 95.9),
+                    ("concat_last_four", 96.1),
+                    ("weighted_sum_all", 95.5),
+                )
+            }
+        ),
         display_name="CoNLL-2003",
         description="CoNLL-2003 English NER, IOB2 tags; the paper tags each word's first sub-token (cased).",
     ),

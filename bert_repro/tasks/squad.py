@@ -230,9 +230,7 @@ def _normalise_space(text: str) -> str:
     return " ".join(text.split())
 
 
-def _answer_token_span(
-    context: str, offsets: Sequence[Offset], text: str, char_start: int
-) -> tuple[int, int] | None:
+def _answer_token_span(context: str, offsets: Sequence[Offset], text: str, char_start: int) -> tuple[int, int] | None:
     """First and last context token of the answer at ``context[char_start:char_start+len(text)]``.
 
     None when ``answer_start`` does not point at the text or no token overlaps the answer.
@@ -298,9 +296,7 @@ def prepare_train_features(
             features["start_positions"].append(start)
             features["end_positions"].append(end)
     if skipped:
-        logger.warning(
-            "skipped %d training example(s) whose answer_start does not point at the answer text", skipped
-        )
+        logger.warning("skipped %d training example(s) whose answer_start does not point at the answer text", skipped)
     keys = ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
     return {key: features[key] for key in keys}
 
@@ -334,9 +330,7 @@ def prepare_eval_features(
             features["example_id"].append(examples["id"][index])
             window_offsets = tokens.context_offsets[span.start : span.end + 1]
             features["offset_mapping"].append(before + window_offsets + after)
-            features["token_is_max_context"].append(
-                [False] * tokens.context_start + flags + [False] * len(after)
-            )
+            features["token_is_max_context"].append([False] * tokens.context_start + flags + [False] * len(after))
     keys = ("input_ids", "token_type_ids", "attention_mask", "example_id", "offset_mapping")
     keys += ("token_is_max_context",)
     return {key: features[key] for key in keys}
@@ -444,8 +438,13 @@ def _nbest_entries(best: Sequence[_Candidate]) -> list[dict[str, Any]]:
     """The n-best list as dicts, with softmax probabilities over the listed scores."""
     probabilities = _softmax([candidate.score for candidate in best])
     return [
-        {"text": c.text, "score": c.score, "start_logit": c.start_logit, "end_logit": c.end_logit,
-         "probability": probability}
+        {
+            "text": c.text,
+            "score": c.score,
+            "start_logit": c.start_logit,
+            "end_logit": c.end_logit,
+            "probability": probability,
+        }
         for c, probability in zip(best, probabilities)
     ]
 
@@ -492,8 +491,7 @@ def postprocess_predictions(
     example_ids = _column(features, "example_id")
     if start_logits.shape[0] != len(example_ids) or end_logits.shape[0] != len(example_ids):
         raise ValueError(
-            f"got {start_logits.shape[0]} start / {end_logits.shape[0]} end logit rows "
-            f"for {len(example_ids)} features"
+            f"got {start_logits.shape[0]} start / {end_logits.shape[0]} end logit rows for {len(example_ids)} features"
         )
     offsets = _column(features, "offset_mapping")
     max_context = _column(features, "token_is_max_context") if require_max_context else None
@@ -508,7 +506,12 @@ def postprocess_predictions(
         for f in rows:
             window_max_context = max_context[f] if max_context is not None else None
             candidates += _window_candidates(
-                context, start_logits[f], end_logits[f], offsets[f], window_max_context, n_best_size,
+                context,
+                start_logits[f],
+                end_logits[f],
+                offsets[f],
+                window_max_context,
+                n_best_size,
                 max_answer_length,
             )
         null = _min_null(start_logits, end_logits, rows) if version_2_with_negative else None

@@ -49,7 +49,7 @@ def checkpoint_problem(folder: str | Path, *, streamed: bool = False) -> str | N
         try:
             with safe_open(str(path), framework="pt"):
                 pass  # the header is checked against the file size: a truncated file fails here
-        except Exception as err:  # noqa: BLE001 (safetensors raises its own error type, or OSError)
+        except Exception as err:
             return f"{path.name} cannot be read ({err})"
     for path in sorted(folder.glob("*.pt")) + sorted(folder.glob("*.pth")) + sorted(folder.glob("*.bin")):
         # optimizer.pt, scheduler.pt, rng_state.pth (FSDP: optimizer.bin, pytorch_model_fsdp.bin): torch.save

@@ -55,8 +55,10 @@ class ConfigurationError(ValueError):
 
 @dataclass
 class _SpeedSwitchesBase:
-    compile_layers: bool = field(default=False, metadata={
-        "help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."})
+    compile_layers: bool = field(
+        default=False,
+        metadata={"help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."},
+    )
 
     def switches(self) -> dict[str, bool]:
         """The config fields among these switches (compile_layers is a method of the model instead)."""
@@ -71,15 +73,19 @@ class _SpeedSwitchesBase:
             return None
         does = "this switch does" if len(split) == 1 else "these switches do"
         names = ", ".join("--" + name for name in split)
-        return (f"--torch_compile true with {names}: {does} not compile to one graph (graph breaks each "
-                "step, no CUDA graph); the defaults do. See benchmarks/README.md, \"torch.compile\".")
+        return (
+            f"--torch_compile true with {names}: {does} not compile to one graph (graph breaks each "
+            'step, no CUDA graph); the defaults do. See benchmarks/README.md, "torch.compile".'
+        )
 
 
 # The model's speed switches, shared by the recipes: a flag per config switch (`SPEED_SWITCHES`, whose help they
 # show) and --compile_layers; each default keeps the plain model's outputs.
 SpeedSwitches = make_dataclass(
-    "SpeedSwitches", [(name, bool, field(default=False, metadata={"help": help}))
-                      for name, help in SPEED_SWITCHES.items()], bases=(_SpeedSwitchesBase,))
+    "SpeedSwitches",
+    [(name, bool, field(default=False, metadata={"help": help})) for name, help in SPEED_SWITCHES.items()],
+    bases=(_SpeedSwitchesBase,),
+)
 SpeedSwitches.__module__ = __name__
 
 
@@ -130,13 +136,14 @@ def _flag(token: str) -> str | None:
 
 def closest(name: str, names: set[str], prefix: str = "--") -> str:
     """' (did you mean --a or --b?)' with the names closest to `name` (or containing it), or ''."""
-    close = difflib.get_close_matches(name, sorted(names), n=3) or [
-        other for other in sorted(names) if len(name) > 3 and name in other][:3]  # --epochs
+    close = (
+        difflib.get_close_matches(name, sorted(names), n=3)
+        or [other for other in sorted(names) if len(name) > 3 and name in other][:3]
+    )  # --epochs
     return f" (did you mean {' or '.join(prefix + c for c in close)}?)" if close else ""
 
 
-def use_our_names(argv: list[str], known: set[str], also_given: set[str] = frozenset()
-                  ) -> tuple[list[str], set[str]]:
+def use_our_names(argv: list[str], known: set[str], also_given: set[str] = frozenset()) -> tuple[list[str], set[str]]:
     """`argv` with transformers' names (`TRANSFORMERS_NAMES`) replaced by ours, and the fields it sets.
 
     Two flags that set one field (--corpus and --dataset_name, --data DIR and --train_file) are refused,
@@ -153,8 +160,11 @@ def use_our_names(argv: list[str], known: set[str], also_given: set[str] = froze
     for name, tokens in groups:
         flag, *values = tokens[0].split("=", 1)
         values += tokens[1:]
-        entry = None if name in known else next(
-            (e for e in TRANSFORMERS_NAMES.get(name, ()) if e[0].partition(":")[0] in known), None)
+        entry = (
+            None
+            if name in known
+            else next((e for e in TRANSFORMERS_NAMES.get(name, ()) if e[0].partition(":")[0] in known), None)
+        )
         if entry is None:  # ours as given, or unknown (refused by `check_names`)
             settings.append((name if name in known else None, flag, tokens, values))
             continue
@@ -186,11 +196,19 @@ def check_names(parser: HfArgumentParser, args: list[str], known: set[str], reci
     _, unknown = parser.parse_known_args(args=args)
     if not unknown:
         return
-    said = [f"--{name}" + (f" (transformers' name, which {recipe} has no setting for)"
-                           if name in TRANSFORMERS_NAMES else closest(name, known))
-            for name in map(_flag, unknown) if name]
-    raise ConfigurationError(f"unknown argument(s): {'; '.join(said) or ' '.join(unknown)}. See python "
-                             f"{recipe} --help.")
+    said = [
+        f"--{name}"
+        + (
+            f" (transformers' name, which {recipe} has no setting for)"
+            if name in TRANSFORMERS_NAMES
+            else closest(name, known)
+        )
+        for name in map(_flag, unknown)
+        if name
+    ]
+    raise ConfigurationError(
+        f"unknown argument(s): {'; '.join(said) or ' '.join(unknown)}. See python {recipe} --help."
+    )
 
 
 def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe: str) -> dict[str, Any]:
@@ -208,8 +226,9 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
     return values
 
 
-def grids_from_single_values(parsed: tuple, grids: Mapping[str, str], given: set[str], in_config: set[str],
-                             config: str | None) -> None:
+def grids_from_single_values(
+    parsed: tuple, grids: Mapping[str, str], given: set[str], in_config: set[str], config: str | None
+) -> None:
     """A single value given for a searched setting (--learning_rate X, --seed S where the recipe searches
     --learning_rates, --seeds) is the grid of that value, not a setting the grid silently replaces; both given
     in one place is refused. The command line overrides the --config file, as for any field."""
@@ -217,15 +236,22 @@ def grids_from_single_values(parsed: tuple, grids: Mapping[str, str], given: set
     for single, grid in grids.items():
         for names, where in ((given, "on the command line"), (in_config, f"in {config}")):
             if single in names and grid in names:
-                raise ConfigurationError(f"--{single} and --{grid} both given {where}: --{single} X runs the "
-                                         f"grid {{X}}, --{grid} the values listed; give one of them.")
+                raise ConfigurationError(
+                    f"--{single} and --{grid} both given {where}: --{single} X runs the "
+                    f"grid {{X}}, --{grid} the values listed; give one of them."
+                )
         chosen = given if single in given or grid in given else in_config
         if single in chosen:
             setattr(holder[grid], grid, [getattr(holder[single], single)])
 
 
-def parse_with_config(dataclass_types: tuple[type, ...], defaults: dict[str, Any], argv: list[str] | None,
-                      recipe: str, grids: Mapping[str, str] | None = None) -> tuple:
+def parse_with_config(
+    dataclass_types: tuple[type, ...],
+    defaults: dict[str, Any],
+    argv: list[str] | None,
+    recipe: str,
+    grids: Mapping[str, str] | None = None,
+) -> tuple:
     """Parse `dataclass_types` from defaults < `--config FILE.yaml` < the command line; `grids`: {single-value
     field: grid field} (`grids_from_single_values`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -265,8 +291,14 @@ def _differences(old: dict, new: dict) -> list[str]:
     return out
 
 
-def check_output_dir(output_dir: str | Path, record: dict, *, resume: bool, overwrite: bool,
-                     identity: Callable[[dict], dict] | None = None) -> None:
+def check_output_dir(
+    output_dir: str | Path,
+    record: dict,
+    *,
+    resume: bool,
+    overwrite: bool,
+    identity: Callable[[dict], dict] | None = None,
+) -> None:
     """Refuse to write into a directory that holds something else, with a message that says what to do.
 
     `identity` (the function that made `record`) is applied to the saved record too, so that a field that no
@@ -325,8 +357,11 @@ def take_push_request(training) -> dict[str, Any] | None:
         check_hub_access(training.hub_model_id, token=training.hub_token)
     except HubPushError as err:
         raise ConfigurationError(str(err)) from None
-    request = {"repo_id": training.hub_model_id, "private": bool(training.hub_private_repo),
-               "revision": training.hub_revision}
+    request = {
+        "repo_id": training.hub_model_id,
+        "private": bool(training.hub_private_repo),
+        "revision": training.hub_revision,
+    }
     training.push_to_hub = False
     return request
 

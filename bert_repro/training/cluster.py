@@ -90,10 +90,16 @@ class StopOnSignal(TrainerCallback):
             if self.received and not self._announced:
                 self._announced = True
                 step = -(-state.global_step // self.stop_every) * self.stop_every
-                logger.warning("%s received: the run stops at step %d, the next step at which a stop can save (every "
-                               "%d steps: %s)", signal.Signals(self.received).name, step, self.stop_every,
-                               "the processes agree on it then" if self.stop_every == AGREE_EVERY_ON_GPUS else
-                               "the stream's DataLoader workers keep their position then")
+                logger.warning(
+                    "%s received: the run stops at step %d, the next step at which a stop can save (every "
+                    "%d steps: %s)",
+                    signal.Signals(self.received).name,
+                    step,
+                    self.stop_every,
+                    "the processes agree on it then"
+                    if self.stop_every == AGREE_EVERY_ON_GPUS
+                    else "the stream's DataLoader workers keep their position then",
+                )
             return control
         signum = self._agreed()
         if signum and self.stopped is None:
@@ -119,12 +125,16 @@ def stop_message(stop: StopOnSignal, resume: list[str] | None) -> str:
     `resume`: the arguments to add to this command (None: the same command continues the run)."""
     name, step = stop.stopped
     seconds = time.monotonic() - stop.noticed
-    line = (f"stopped by {name} at step {step} (checkpoint-{step} saved {seconds:.1f} s after the signal); "
-            f"resume with: {resume_command(resume or [])}")
+    line = (
+        f"stopped by {name} at step {step} (checkpoint-{step} saved {seconds:.1f} s after the signal); "
+        f"resume with: {resume_command(resume or [])}"
+    )
     if seconds > GRACE_SECONDS:
-        line += (f". The save took longer than the {GRACE_SECONDS} s many schedulers give before killing a "
-                 "job: ask for a longer grace period (Slurm --signal=B:TERM@SECONDS, Kubernetes "
-                 "terminationGracePeriodSeconds, TORCH_ELASTIC_SHUTDOWN_TIMEOUT under a launcher)")
+        line += (
+            f". The save took longer than the {GRACE_SECONDS} s many schedulers give before killing a "
+            "job: ask for a longer grace period (Slurm --signal=B:TERM@SECONDS, Kubernetes "
+            "terminationGracePeriodSeconds, TORCH_ELASTIC_SHUTDOWN_TIMEOUT under a launcher)"
+        )
     return line
 
 
@@ -204,7 +214,8 @@ def disk_full(err: BaseException, folder: Path, needed: int, what: str) -> DiskF
     return DiskFullError(
         f"the disk holding {folder} is full: saving {what} needs about {_size(needed)} and {_size(free)} is "
         "free. Nothing incomplete was left behind; free some space (or choose another --output_dir) and run "
-        "again (--resume_from_checkpoint true continues from the last complete checkpoint).")
+        "again (--resume_from_checkpoint true continues from the last complete checkpoint)."
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -231,17 +242,20 @@ def lock_output_dir(output_dir: str | Path) -> None:
     except OSError as error:
         raise ConfigurationError(
             f"cannot write to the output directory {out}: {error.strerror or error} ({error.filename}). "
-            "Choose another --output_dir, one you can write to.") from None
+            "Choose another --output_dir, one you can write to."
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "a process that is starting"
         os.close(fd)
-        raise OutputDirBusy(f"{out} is in use by another run ({holder}); wait for it to end, or choose "
-                            "another --output_dir.") from None
+        raise OutputDirBusy(
+            f"{out} is in use by another run ({holder}); wait for it to end, or choose another --output_dir."
+        ) from None
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
-              .encode(), 0)
+    os.pwrite(
+        fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0
+    )
     _HELD[str(out.resolve())] = fd
 
 

@@ -118,8 +118,8 @@ def check_engine(training, *, optimizer: str | None = None) -> None:
     fsdp1 = os.environ.get("FSDP_VERSION", "1").strip() != "2"  # accelerate's default is FSDP1
     if requested_engine() == "fsdp" and fsdp1 and (on_cpu or not _gpu_available()):
         raise ConfigurationError(
-            "FSDP1 cannot run on CPU processes (torch: \"Inconsistent compute device and `device_id` on rank 0: "
-            "cpu vs cpu:0\"). Set fsdp_version: 2 in the accelerate config (as recipes/accelerate/fsdp_cpu.yaml)."
+            'FSDP1 cannot run on CPU processes (torch: "Inconsistent compute device and `device_id` on rank 0: '
+            'cpu vs cpu:0"). Set fsdp_version: 2 in the accelerate config (as recipes/accelerate/fsdp_cpu.yaml).'
         )
 
 
@@ -238,8 +238,12 @@ class EngineTrainer(Trainer):
         would copy torch's files as the model's remote code (and not ours), and it reads the sharded parameters on
         the saving process alone. So the gathered `state_dict` is saved through a plain model of the original class
         whose tensors are those of `state_dict` (no copy), with the model's tied weights tied again."""
-        if state_dict is not None and self.args.should_save and self.is_deepspeed_enabled and (
-                self.accelerator.state.deepspeed_plugin.zero_stage < 3):
+        if (
+            state_dict is not None
+            and self.args.should_save
+            and self.is_deepspeed_enabled
+            and (self.accelerator.state.deepspeed_plugin.zero_stage < 3)
+        ):
             # ZeRO-1/2 keep every parameter whole in the model; the state dict DeepSpeed hands over is a clone in
             # which tied weights became separate tensors (saved twice): the model's own state dict keeps the ties.
             return super()._save(output_dir)

@@ -34,9 +34,21 @@ from unittest.mock import patch
 import datasets
 from transformers import Trainer, TrainingArguments, set_seed
 
+from ..data.wordpiece import load_tokenizer, save_tokenizer
+from ..hub.push import push
+from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
+from ..model.configuration_bert_repro import (
+    DEFAULT_OBJECTIVE,
+    PRETRAINING_OBJECTIVES,
+    BertReproConfig,
+    check_objective_kept,
+    check_objective_switches,
+)
+from ..model.conversion import check_model_dir, load_bert
+from ..tasks.files import load_task_data
+from ..tasks.kinds import HEADS
+from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
 from .checkpoints import newest_valid_checkpoint
-from .cluster import lock_output_dir_once, stop_message
-from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
 from .cli import (
     ConfigurationError,
     SpeedSwitches,
@@ -49,15 +61,8 @@ from .cli import (
     use_our_names,
     write_run_config,
 )
-from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
-from ..model.configuration_bert_repro import (DEFAULT_OBJECTIVE, PRETRAINING_OBJECTIVES, BertReproConfig,
-                                              check_objective_kept, check_objective_switches)
-from ..model.conversion import check_model_dir, load_bert
-from ..hub.push import push
-from ..tasks.files import load_task_data
-from ..tasks.kinds import HEADS
-from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
-from ..data.wordpiece import load_tokenizer, save_tokenizer
+from .cluster import lock_output_dir_once, stop_message
+from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
 
 logger = logging.getLogger(__name__)
 
@@ -83,26 +88,50 @@ _TRAINING_KEYS = {"learning_rate", "num_train_epochs", "per_device_train_batch_s
 class FineTuningArguments(SpeedSwitches):
     task: str = field(default="", metadata={"help": f"One of: {', '.join(TASKS)}."})
     model: str = field(default="", metadata={"help": "A bert_repro or any BERT checkpoint: directory or Hub id."})
-    data: list[str] = field(default_factory=list, metadata={
-        "help": "The task's data: a directory (original or HF-export layout), a file, or split=path pairs; "
-                "else the Hub."})
+    data: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "The task's data: a directory (original or HF-export layout), a file, or split=path pairs; "
+            "else the Hub."
+        },
+    )
     tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer; by default the model's."})
-    learning_rates: list[float] = field(default_factory=list, metadata={
-        "help": "Learning-rate grid; by default the task's (GLUE: 5e-5 4e-5 3e-5 2e-5). One value (or "
-                "--learning_rate X): no grid."})
-    seeds: list[int] = field(default_factory=lambda: [42], metadata={
-        "help": "Random restarts: one run per seed and learning rate; the best on dev is kept. --seed S: the "
-                "seeds {S}."})
-    features: str | None = field(default=None, metadata={
-        "help": "The feature-based approach (paper section 5.3, Table 7) instead of fine-tuning: the encoder frozen, "
-                f"these token features into a two-layer BiLSTM: {FEATURE_SET_HELP}. Learning rates: "
-                f"{list(FEATURE_BASED_GRID['learning_rate'])} unless --learning_rates."})
-    head: str | None = field(default=None, metadata={
-        "choices": list(HEADS),
-        "help": "; ".join(f"{name}: {what}" for name, what in HEADS.items())
-                + ". Default: linear when fine-tuning, bilstm with --features."})
-    bilstm_hidden_size: int | None = field(default=None, metadata={
-        "help": "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."})
+    learning_rates: list[float] = field(
+        default_factory=list,
+        metadata={
+            "help": "Learning-rate grid; by default the task's (GLUE: 5e-5 4e-5 3e-5 2e-5). One value (or "
+            "--learning_rate X): no grid."
+        },
+    )
+    seeds: list[int] = field(
+        default_factory=lambda: [42],
+        metadata={
+            "help": "Random restarts: one run per seed and learning rate; the best on dev is kept. --seed S: the "
+            "seeds {S}."
+        },
+    )
+    features: str | None = field(
+        default=None,
+        metadata={
+            "help": "The feature-based approach (paper section 5.3, Table 7) instead of fine-tuning: the "
+            f"encoder frozen, these token features into a two-layer BiLSTM: {FEATURE_SET_HELP}. Learning rates: "
+            f"{list(FEATURE_BASED_GRID['learning_rate'])} unless --learning_rates."
+        },
+    )
+    head: str | None = field(
+        default=None,
+        metadata={
+            "choices": list(HEADS),
+            "help": "; ".join(f"{name}: {what}" for name, what in HEADS.items())
+            + ". Default: linear when fine-tuning, bilstm with --features.",
+        },
+    )
+    bilstm_hidden_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."
+        },
+    )
     max_seq_length: int | None = field(default=None, metadata={"help": "Tokens per input (task default)."})
     doc_stride: int = field(default=128, metadata={"help": "SQuAD: a new window every doc_stride tokens."})
     max_query_length: int = field(default=64, metadata={"help": "SQuAD: question tokens kept."})
@@ -112,16 +141,22 @@ class FineTuningArguments(SpeedSwitches):
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only so many evaluation rows."})
     num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
     attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
-    objective: str | None = field(default=None, metadata={
-        "choices": list(PRETRAINING_OBJECTIVES),
-        "help": "The model attends as it was pre-trained (its config's objective, the paper's Table 5; a "
-                "left-to-right model stays left-to-right). Naming an objective here only checks that: one with "
-                "another attention direction is refused."})
-    predict_test: bool = field(default=True, metadata={
-        "help": "Write GLUE test-set prediction files when the data has a test split."})
+    objective: str | None = field(
+        default=None,
+        metadata={
+            "choices": list(PRETRAINING_OBJECTIVES),
+            "help": "The model attends as it was pre-trained (its config's objective, the paper's Table 5; a "
+            "left-to-right model stays left-to-right). Naming an objective here only checks that: one with "
+            "another attention direction is refused.",
+        },
+    )
+    predict_test: bool = field(
+        default=True, metadata={"help": "Write GLUE test-set prediction files when the data has a test split."}
+    )
     keep_all_runs: bool = field(default=False, metadata={"help": "Keep every run's weights, not only the best."})
-    overwrite_output_dir: bool = field(default=False, metadata={
-        "help": "Allow writing into an output directory that holds another run."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Allow writing into an output directory that holds another run."}
+    )
 
 
 ARGUMENTS = (FineTuningArguments, TrainingArguments)
@@ -188,8 +223,9 @@ def head_settings(task: Task, run: FineTuningArguments) -> tuple[type, dict[str,
         if run.features is not None:
             fields.update(feature_set=parse_feature_set(run.features).name, freeze_encoder=True)
     except ValueError as err:  # FeatureSetError included
-        given = " ".join(f"--{name} {value}" for name, value in (("head", run.head), ("features", run.features))
-                         if value is not None)
+        given = " ".join(
+            f"--{name} {value}" for name, value in (("head", run.head), ("features", run.features)) if value is not None
+        )
         raise ConfigurationError(f"{given}: {err}") from None
     if run.bilstm_hidden_size is not None:
         if model_class is task.kind.head_class:
@@ -300,38 +336,63 @@ def encode_splits(task: Task, data, tokenizer, run: FineTuningArguments) -> dict
     return {name: (raw, encode(task, raw, tokenizer, run, train=name == "train")) for name, raw in raws.items()}
 
 
-def one_run(task, splits: dict[str, tuple], tokenizer, run: FineTuningArguments, training: TrainingArguments,
-            lr: float, seed: int, run_dir: Path) -> tuple[dict[str, Any], Trainer]:
+def one_run(
+    task,
+    splits: dict[str, tuple],
+    tokenizer,
+    run: FineTuningArguments,
+    training: TrainingArguments,
+    lr: float,
+    seed: int,
+    run_dir: Path,
+) -> tuple[dict[str, Any], Trainer]:
     """Fine-tune once (one learning rate, one seed) and evaluate on every evaluation split."""
     set_seed(seed)
     label_kwargs = {"id2label": task.id2label, "label2id": task.label2id} if task.label_names else {}
     model_class, head_fields = head_settings(task, run)
     try:
-        model = load_bert(run.model, model_class, num_labels=task.num_labels,
-                          attn_implementation=run.attn_implementation, **run.switches(), **label_kwargs, **head_fields)
+        model = load_bert(
+            run.model,
+            model_class,
+            num_labels=task.num_labels,
+            attn_implementation=run.attn_implementation,
+            **run.switches(),
+            **label_kwargs,
+            **head_fields,
+        )
     except FeatureSetError as err:
         raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None
     if run.compile_layers:
         model.compile_layers()
     data_seed = seed if training.data_seed is None else training.data_seed  # --data_seed: the same order
-    args = TrainingArguments(**{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr,
-                                "seed": seed, "data_seed": data_seed})
+    args = TrainingArguments(
+        **{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr, "seed": seed, "data_seed": data_seed}
+    )
     # Compiled, a fine-tuning step sees batches of many widths (padded to their longest) and, at an epoch's end,
     # a smaller one: with dynamic shapes from the start that is one graph and no recompilation, where dynamo's
     # default specialises and recompiles twice (tests/test_compile.py). accelerate's own setting, which the
     # Trainer's dynamo plugin reads; a value the user exported wins.
     dynamic = {"ACCELERATE_DYNAMO_USE_DYNAMIC": os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")}
     with patch.dict(os.environ, dynamic if training.torch_compile else {}):
-        trainer = EngineTrainer(model=model, args=args, train_dataset=splits["train"][1],
-                                data_collator=task.kind.collator(tokenizer), processing_class=tokenizer)
+        trainer = EngineTrainer(
+            model=model,
+            args=args,
+            train_dataset=splits["train"][1],
+            data_collator=task.kind.collator(tokenizer),
+            processing_class=tokenizer,
+        )
     start = time.time()
     # A run stopped by a signal left a checkpoint in its folder: it goes on from there.
     checkpoint = newest_valid_checkpoint(run_dir)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if trainer.stop_on_signal.stopped:
         return {"stopped_by": trainer.stop_on_signal.stopped[0]}, trainer
-    result: dict[str, Any] = {"learning_rate": lr, "seed": seed, "train_seconds": round(time.time() - start, 1),
-                              "engine": trainer.engine}
+    result: dict[str, Any] = {
+        "learning_rate": lr,
+        "seed": seed,
+        "train_seconds": round(time.time() - start, 1),
+        "engine": trainer.engine,
+    }
     for split_name in task.eval_splits:
         raw, encoded = splits[split_name]
         result[split_name] = score(task, raw, predict(task, trainer, raw, encoded, run))
@@ -351,8 +412,9 @@ def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, o
         predictions = predict(task, trainer, raw, encode(task, raw, tokenizer, run, train=False), run)
         path = output_dir / "glue_submission" / task.glue_submission_name(split_name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        lines = ["index\tprediction"] + [f"{i}\t{task.format_submission_value(p)}"
-                                         for i, p in zip(raw["idx"], predictions)]
+        lines = ["index\tprediction"] + [
+            f"{i}\t{task.format_submission_value(p)}" for i, p in zip(raw["idx"], predictions)
+        ]
         path.write_text("\n".join(lines) + "\n")
         written.append(path)
     return written
@@ -367,14 +429,19 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     check_model_dir(run.model)  # before any data is read: a pickle, damaged weights or config.json
     check_feature_layers(run)
     check_objective(run)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
-                        datefmt="%H:%M:%S")
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
+    )
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
     task = find_task(run.task)
     output_dir = Path(training.output_dir)
-    record = {"run": asdict(run), "training": {k: v for k, v in training.to_dict().items()
-                                               if not k.startswith(("logging", "output_dir", "hub_", "push_"))}}
+    record = {
+        "run": asdict(run),
+        "training": {
+            k: v for k, v in training.to_dict().items() if not k.startswith(("logging", "output_dir", "hub_", "push_"))
+        },
+    }
     record = json.loads(json.dumps(record, default=str))
     for section in record.values():
         for key in ("overwrite_output_dir", "num_proc", "report_to", "disable_tqdm"):
@@ -382,8 +449,13 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     check_output_dir(output_dir, record, resume=True, overwrite=run.overwrite_output_dir)
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
-    lock_output_dir_once(output_dir, training, lambda: check_output_dir(  # one run per directory from here on
-        output_dir, record, resume=True, overwrite=run.overwrite_output_dir))
+    lock_output_dir_once(
+        output_dir,
+        training,
+        lambda: check_output_dir(  # one run per directory from here on
+            output_dir, record, resume=True, overwrite=run.overwrite_output_dir
+        ),
+    )
     write_run_config(output_dir, record)
     tokenizer = load_tokenizer(run.tokenizer or run.model)
     runs, best, best_trainer, splits = [], None, None, None
@@ -424,11 +496,15 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
         "features": run.features,
         "best": best,
         "runs": runs,
-        "hyperparameters": {"learning_rates": run.learning_rates, "seeds": run.seeds,
-                            "num_train_epochs": training.num_train_epochs,
-                            "per_device_train_batch_size": training.per_device_train_batch_size,
-                            "max_seq_length": run.max_seq_length, "warmup": training.warmup_steps,
-                            "weight_decay": training.weight_decay},
+        "hyperparameters": {
+            "learning_rates": run.learning_rates,
+            "seeds": run.seeds,
+            "num_train_epochs": training.num_train_epochs,
+            "per_device_train_batch_size": training.per_device_train_batch_size,
+            "max_seq_length": run.max_seq_length,
+            "warmup": training.warmup_steps,
+            "weight_decay": training.weight_decay,
+        },
         "seconds": round(time.time() - start, 1),
         "test_predictions": [str(p) for p in submissions],
     }
@@ -436,8 +512,9 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     (output_dir / "results.md").write_text(results_markdown(task, summary))
     logger.info("\n%s", results_markdown(task, summary))
     if push_to is not None:
-        summary["pushed"] = push(output_dir, push_to["repo_id"], revision=push_to["revision"],
-                                 private=push_to["private"])
+        summary["pushed"] = push(
+            output_dir, push_to["repo_id"], revision=push_to["revision"], private=push_to["private"]
+        )
     return summary
 
 
@@ -455,14 +532,20 @@ def results_markdown(task: Task, summary: dict) -> str:
     rows = summary["runs"]
     keys = list(_flat_metrics(rows[0], task)) if rows else []
     approach = f"feature-based ({summary['features']})" if summary.get("features") else "fine-tuning"
-    lines = [f"# {task.name}: {approach} {summary['model']}", "",
-             f"Main metric: {task.main_metric} on {task.eval_splits[0]}; best run marked with *.", "",
-             "| lr | seed | " + " | ".join(keys) + " | train s |",
-             "|---|---|" + "---|" * len(keys) + "---|"]
+    lines = [
+        f"# {task.name}: {approach} {summary['model']}",
+        "",
+        f"Main metric: {task.main_metric} on {task.eval_splits[0]}; best run marked with *.",
+        "",
+        "| lr | seed | " + " | ".join(keys) + " | train s |",
+        "|---|---|" + "---|" * len(keys) + "---|",
+    ]
     for r in rows:
         values = _flat_metrics(r, task)
         mark = "*" if r is summary["best"] or r == summary["best"] else ""
-        lines.append(f"| {r['learning_rate']:g}{mark} | {r['seed']} | "
-                     + " | ".join(f"{values.get(k, float('nan')):.4f}" for k in keys)
-                     + f" | {r['train_seconds']} |")
+        lines.append(
+            f"| {r['learning_rate']:g}{mark} | {r['seed']} | "
+            + " | ".join(f"{values.get(k, float('nan')):.4f}" for k in keys)
+            + f" | {r['train_seconds']} |"
+        )
     return "\n".join(lines) + "\n"

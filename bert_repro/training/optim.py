@@ -22,7 +22,9 @@ from torch.optim import Optimizer
 class _AdamFamily(Optimizer):
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
         if lr < 0 or eps < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1) or weight_decay < 0:
-            raise ValueError(f"Invalid optimizer settings: lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
+            raise ValueError(
+                f"Invalid optimizer settings: lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}"
+            )
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()

@@ -33,17 +33,25 @@ import datasets
 import torch
 from transformers import IntervalStrategy, TrainingArguments, set_seed
 
-from .cli import (RUN_CONFIG, RUN_LOCK, ConfigurationError, SpeedSwitches, check_output_dir,
-                  parse_with_config, pin_memory_only_with_an_accelerator, take_push_request)
-from .checkpoints import checkpoint_step
-from .cluster import lock_output_dir_once, stop_message
-from .distributed import check_deepspeed_installed, check_engine
-from ..hub.push import push_checkpoints
-from ..model.configuration_bert_repro import SPEED_SWITCHES
-from .optim import optimizer_cls_and_kwargs
 from ..data.pretraining_examples import PreTrainingDataConfig
 from ..data.streaming import DataStateCallback, load_data_state
 from ..data.wordpiece import save_tokenizer
+from ..hub.push import push_checkpoints
+from ..model.configuration_bert_repro import SPEED_SWITCHES
+from .checkpoints import checkpoint_step
+from .cli import (
+    RUN_CONFIG,
+    RUN_LOCK,
+    ConfigurationError,
+    SpeedSwitches,
+    check_output_dir,
+    parse_with_config,
+    pin_memory_only_with_an_accelerator,
+    take_push_request,
+)
+from .cluster import lock_output_dir_once, stop_message
+from .distributed import check_deepspeed_installed, check_engine
+from .optim import optimizer_cls_and_kwargs
 from .pretrain_data import STREAM_STOP_EVERY, build_datasets, build_streaming_datasets
 from .pretrain_model import allow_data_dependent_shapes, build_model, check_lengths, model_config
 from .pretrain_phases import PhaseCollator, PhasedSampler, phase_configs, phase_steps  # noqa: F401
@@ -84,66 +92,118 @@ PAPER_TRAINING_DEFAULTS = dict(
 class PreTrainingArguments(SpeedSwitches):
     """The run's own settings (transformers' TrainingArguments and PreTrainingDataConfig hold the rest)."""
 
-    corpus: list[str] = field(default_factory=list, metadata={
-        "help": "Text: a folder, files or globs (.txt, .jsonl, .parquet, .csv), or a Hub dataset id."})
+    corpus: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Text: a folder, files or globs (.txt, .jsonl, .parquet, .csv), or a Hub dataset id."},
+    )
     hub_config: str | None = field(default=None, metadata={"help": "Config of a Hub dataset (e.g. 20231101.en)."})
     split: str = field(default="train", metadata={"help": "Split of a Hub dataset."})
-    streaming: bool = field(default=False, metadata={
-        "help": "Read the corpus as a stream while training (no copy of it or of the examples on disk); NotNext "
-                "segments come from a buffer of recent documents (bert_repro.data.streaming)."})
-    max_documents: int | None = field(default=None, metadata={
-        "help": "Use at most this many documents (streaming: per pass over the stream, over all processes)."})
-    stream_document_buffer: int = field(default=1000, metadata={
-        "help": "Streaming: NotNext segment B comes from one of this many documents read before A's."})
-    stream_shuffle_buffer: int = field(default=10_000, metadata={
-        "help": "Streaming: examples shuffled in a buffer of this size (0: stream order)."})
-    stream_held_out_documents: int = field(default=200, metadata={
-        "help": "Streaming: the stream's first documents held out for evaluation (never trained on; eval_fraction "
-                "applies without streaming); 0 for none."})
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read the corpus as a stream while training (no copy of it or of the examples on disk); NotNext "
+            "segments come from a buffer of recent documents (bert_repro.data.streaming)."
+        },
+    )
+    max_documents: int | None = field(
+        default=None,
+        metadata={"help": "Use at most this many documents (streaming: per pass over the stream, over all processes)."},
+    )
+    stream_document_buffer: int = field(
+        default=1000,
+        metadata={"help": "Streaming: NotNext segment B comes from one of this many documents read before A's."},
+    )
+    stream_shuffle_buffer: int = field(
+        default=10_000, metadata={"help": "Streaming: examples shuffled in a buffer of this size (0: stream order)."}
+    )
+    stream_held_out_documents: int = field(
+        default=200,
+        metadata={
+            "help": "Streaming: the stream's first documents held out for evaluation (never trained on; eval_fraction "
+            "applies without streaming); 0 for none."
+        },
+    )
     text_column: str = field(default="text", metadata={"help": "Column holding the text in table files."})
-    document_boundary: str = field(default="blank_line", metadata={
-        "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file)."})
-    split_lines: bool = field(default=False, metadata={
-        "help": "Every line break ends a sentence (one paragraph per line), instead of hard-wrapped text."})
-    tokenizer: str | None = field(default=None, metadata={
-        "help": "An existing tokenizer (directory, vocab.txt, tokenizer.json or Hub id); else one is trained."})
+    document_boundary: str = field(
+        default="blank_line",
+        metadata={
+            "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file)."
+        },
+    )
+    split_lines: bool = field(
+        default=False,
+        metadata={"help": "Every line break ends a sentence (one paragraph per line), instead of hard-wrapped text."},
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={
+            "help": "An existing tokenizer (directory, vocab.txt, tokenizer.json or Hub id); else one is trained."
+        },
+    )
     vocab_size: int = field(default=30522, metadata={"help": "Size of a newly trained WordPiece vocabulary."})
     lowercase: bool = field(default=True, metadata={"help": "Uncased (lower-case, strip accents) or cased."})
     eval_fraction: float = field(default=0.01, metadata={"help": "Share of documents held out for evaluation."})
     eval_max_examples: int = field(default=2000, metadata={"help": "At most this many held-out examples."})
     num_proc: int | None = field(default=None, metadata={"help": "Processes for data preparation (all cores)."})
     preset: str = field(default="base", metadata={"help": "tiny, mini, small, medium, base or large."})
-    model_overrides: str | None = field(default=None, metadata={
-        "help": "JSON object of BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'."})
+    model_overrides: str | None = field(
+        default=None, metadata={"help": "JSON object of BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'."}
+    )
     attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
-    init_from: str | None = field(default=None, metadata={
-        "help": "Start from the weights of this checkpoint (continued pre-training) instead of a random init."})
-    global_batch_size: int = field(default=256, metadata={
-        "help": "Sequences per optimizer step; gradient accumulation is derived from it."})
-    phase2_fraction: float = field(default=0.1, metadata={
-        "help": "Share of the steps in phase 2 (long sequences); 0 for one phase."})
+    init_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "Start from the weights of this checkpoint (continued pre-training) instead of a random init."
+        },
+    )
+    global_batch_size: int = field(
+        default=256, metadata={"help": "Sequences per optimizer step; gradient accumulation is derived from it."}
+    )
+    phase2_fraction: float = field(
+        default=0.1, metadata={"help": "Share of the steps in phase 2 (long sequences); 0 for one phase."}
+    )
     phase2_max_seq_length: int = field(default=512, metadata={"help": "Sequence length of phase 2."})
     phase2_max_predictions_per_seq: int = field(default=80, metadata={"help": "Masked positions in phase 2."})
     optimizer: str = field(default="adamw", metadata={"help": "adamw, bert_adam (reference code) or lamb."})
-    sparse_prediction: bool = field(default=True, metadata={
-        "help": "Run the MLM decoder only at the masked positions (same loss and gradients, fewer FLOPs)."})
-    packing: bool = field(default=False, metadata={
-        "help": "Pack each batch's examples into shared rows, attention kept inside each example and NSP read at "
-                "each example's [CLS] (same examples, losses and gradients; less padding)."})
-    overwrite_output_dir: bool = field(default=False, metadata={
-        "help": "Allow writing into an output directory that holds another or a finished run."})
-    stop_after_steps: int | None = field(default=None, metadata={
-        "help": "Stop this invocation after so many optimizer steps, with a checkpoint (resume it later)."})
+    sparse_prediction: bool = field(
+        default=True,
+        metadata={"help": "Run the MLM decoder only at the masked positions (same loss and gradients, fewer FLOPs)."},
+    )
+    packing: bool = field(
+        default=False,
+        metadata={
+            "help": "Pack each batch's examples into shared rows, attention kept inside each example and NSP read at "
+            "each example's [CLS] (same examples, losses and gradients; less padding)."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Allow writing into an output directory that holds another or a finished run."}
+    )
+    stop_after_steps: int | None = field(
+        default=None,
+        metadata={"help": "Stop this invocation after so many optimizer steps, with a checkpoint (resume it later)."},
+    )
     plot: bool = field(default=True, metadata={"help": "Write training_curves.png at the end."})
 
 
 # Fields that may change between an interrupted run and its resumption.
-RUN_CONTROL_FIELDS = {"overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot",
-                      *SPEED_SWITCHES, "compile_layers",  # speed switches: the same training either way
-                      "packing",  # the same examples per step and the same losses, packed or not
-                      "logging_steps", "report_to", "disable_tqdm", "log_level", "log_level_replica",
-                      "dataloader_num_workers",
-                      "gradient_accumulation_steps"}  # derived from global_batch_size and the processes
+RUN_CONTROL_FIELDS = {
+    "overwrite_output_dir",
+    "stop_after_steps",
+    "resume_from_checkpoint",
+    "num_proc",
+    "plot",
+    *SPEED_SWITCHES,
+    "compile_layers",  # speed switches: the same training either way
+    "packing",  # the same examples per step and the same losses, packed or not
+    "logging_steps",
+    "report_to",
+    "disable_tqdm",
+    "log_level",
+    "log_level_replica",
+    "dataloader_num_workers",
+    "gradient_accumulation_steps",
+}  # derived from global_batch_size and the processes
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -157,8 +217,12 @@ def parse_arguments(argv: list[str] | None = None):
     Precedence: the paper's defaults < the YAML file < the command line. Unknown YAML keys are an error that names
     the file and the key.
     """
-    return parse_with_config((PreTrainingArguments, PreTrainingDataConfig, TrainingArguments),
-                             PAPER_TRAINING_DEFAULTS, argv, "recipes/pretrain.py")
+    return parse_with_config(
+        (PreTrainingArguments, PreTrainingDataConfig, TrainingArguments),
+        PAPER_TRAINING_DEFAULTS,
+        argv,
+        "recipes/pretrain.py",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -177,8 +241,11 @@ def run_identity(record: dict) -> dict:
     record = {name: dict(section) for name, section in record.items()}
     for name, section in record.items():
         for key in list(section):
-            if key in RUN_CONTROL_FIELDS or key.startswith(("logging_", "push_to_hub")) or (
-                    key.startswith("hub_") and name == "training"):
+            if (
+                key in RUN_CONTROL_FIELDS
+                or key.startswith(("logging_", "push_to_hub"))
+                or (key.startswith("hub_") and name == "training")
+            ):
                 section.pop(key)
     return json.loads(json.dumps(record, default=str))
 
@@ -207,14 +274,16 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
     run, data, training = parse_arguments(argv)
     check_engine(training, optimizer=run.optimizer)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
-                        datefmt="%H:%M:%S")
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
+    )
     output_dir = Path(training.output_dir)
     resume_arg = training.resume_from_checkpoint
     resume = resume_arg not in (None, "", "false", "False")
     resume_from = (True if resume_arg in ("true", "True") else resume_arg) if resume else None
     training.gradient_accumulation_steps = gradient_accumulation(
-        run.global_batch_size, training.per_device_train_batch_size, training.world_size)
+        run.global_batch_size, training.per_device_train_batch_size, training.world_size
+    )
     record = run_record(run, data, training)
     check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir, identity=run_identity)
     resume_from = checkpoint_to_resume(output_dir, resume_from, streamed=run.streaming)
@@ -226,13 +295,16 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     if training.torch_compile and run.packing:
         allow_data_dependent_shapes()
     if run.packing and data.pretraining_objective.causal:
-        raise ConfigurationError(f"--packing true cannot be used with --objective {data.objective}: packed rows keep "
-                                 "each example to itself in both directions, not left-to-right. Turn packing off.")
+        raise ConfigurationError(
+            f"--packing true cannot be used with --objective {data.objective}: packed rows keep "
+            "each example to itself in both directions, not left-to-right. Turn packing off."
+        )
     if run.streaming:
         if training.dataloader_num_workers and training.save_strategy not in ("steps", "no"):
             raise ConfigurationError(
                 "--streaming true with --dataloader_num_workers keeps the stream's position at planned steps: use "
-                f"--save_strategy steps (not {training.save_strategy.value}), or no workers.")
+                f"--save_strategy steps (not {training.save_strategy.value}), or no workers."
+            )
         training.ignore_data_skip = True  # resuming restores the stream's own position instead of re-reading it
     push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
     if run.plot and not _importable("matplotlib"):
@@ -245,8 +317,13 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             logger.warning("tensorboard is not installed (pip install 'bert-repro[train]'): not writing its logs")
             training.report_to = [r for r in training.report_to if r != "tensorboard"]
 
-    lock_output_dir_once(output_dir, training, lambda: check_output_dir(  # one run per directory from here on
-        output_dir, record, resume=resume, overwrite=run.overwrite_output_dir, identity=run_identity))
+    lock_output_dir_once(
+        output_dir,
+        training,
+        lambda: check_output_dir(  # one run per directory from here on
+            output_dir, record, resume=resume, overwrite=run.overwrite_output_dir, identity=run_identity
+        ),
+    )
     fresh = not any(p.name != RUN_LOCK for p in output_dir.iterdir())
     with training.main_process_first(desc="preparing pre-training data"):
         if training.process_index == 0:
@@ -255,8 +332,12 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         try:
             if run.streaming:
                 tokenizer, phases, eval_dataset, statistics = build_streaming_datasets(
-                    run, data, training, output_dir, phase_steps(training.max_steps, run.phase2_fraction,
-                                                                 len(phase_cfgs)))
+                    run,
+                    data,
+                    training,
+                    output_dir,
+                    phase_steps(training.max_steps, run.phase2_fraction, len(phase_cfgs)),
+                )
             else:
                 tokenizer, phases, eval_dataset, statistics = build_datasets(run, data, training, output_dir)
         except BaseException:
@@ -291,22 +372,29 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         # A stop on a signal saves too: with workers, at the next multiple of STREAM_STOP_EVERY steps.
         stop_every = STREAM_STOP_EVERY if training.dataloader_num_workers else 0
         periodic = every if training.save_strategy == "steps" else 0
-        phases.plan_saves(every=[periodic * per_step, stop_every * per_step],
-                          at=[stop * per_step, training.max_steps * per_step])
+        phases.plan_saves(
+            every=[periodic * per_step, stop_every * per_step], at=[stop * per_step, training.max_steps * per_step]
+        )
     if eval_dataset is None:
         training.eval_strategy = IntervalStrategy.NO
     trainer = PreTrainingTrainer(
         model=model,
         args=training,
-        train_dataset=phases if run.streaming else phases[0] if len(phases) == 1 else datasets.concatenate_datasets(
-            phases),
+        train_dataset=phases
+        if run.streaming
+        else phases[0]
+        if len(phases) == 1
+        else datasets.concatenate_datasets(phases),
         eval_dataset=eval_dataset,
-        data_collator=PhaseCollator(tokenizer, phase_cfgs, packing=run.packing,
-                                    compiled=training.torch_compile),
+        data_collator=PhaseCollator(tokenizer, phase_cfgs, packing=run.packing, compiled=training.torch_compile),
         processing_class=tokenizer,
         optimizer_cls_and_kwargs=optimizer_cls_and_kwargs(
-            run.optimizer, lr=training.learning_rate, betas=(training.adam_beta1, training.adam_beta2),
-            eps=training.adam_epsilon, weight_decay=training.weight_decay),
+            run.optimizer,
+            lr=training.learning_rate,
+            betas=(training.adam_beta1, training.adam_beta2),
+            eps=training.adam_epsilon,
+            weight_decay=training.weight_decay,
+        ),
         phase_sizes=None if run.streaming else [len(p) for p in phases],
         phase_samples=[n * run.global_batch_size for n in steps],
         callbacks=callbacks or None,
@@ -322,16 +410,25 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             logger.warning(stop_message(trainer.stop_on_signal, ["--resume_from_checkpoint", "true"]))
         return {"stopped_at_step": step, "stopped_by": name}
     if trainer.state.global_step < training.max_steps:
-        logger.info("stopped after step %d of %d; continue with --resume_from_checkpoint true",
-                    trainer.state.global_step, training.max_steps)
+        logger.info(
+            "stopped after step %d of %d; continue with --resume_from_checkpoint true",
+            trainer.state.global_step,
+            training.max_steps,
+        )
         return {"stopped_at_step": trainer.state.global_step}
 
-    summary = {"train_runtime_s": round(clock.seconds(), 1), "global_step": trainer.state.global_step,
-               "train_loss": result.training_loss, "processes": training.world_size,
-               "gradient_accumulation_steps": training.gradient_accumulation_steps, "engine": trainer.engine}
+    summary = {
+        "train_runtime_s": round(clock.seconds(), 1),
+        "global_step": trainer.state.global_step,
+        "train_loss": result.training_loss,
+        "processes": training.world_size,
+        "gradient_accumulation_steps": training.gradient_accumulation_steps,
+        "engine": trainer.engine,
+    }
     if run.streaming:  # the tokens this invocation trained on, summed over the processes, over its time
-        tokens = trainer.accelerator.reduce(torch.tensor(float(trainer.tokens_seen), device=training.device),
-                                            reduction="sum").item()
+        tokens = trainer.accelerator.reduce(
+            torch.tensor(float(trainer.tokens_seen), device=training.device), reduction="sum"
+        ).item()
         summary["tokens_per_second"] = round(tokens / elapsed, 1)
     else:  # the tokens of every step the clock timed (all of them, unless it starts at from_step), over its time
         tokens = tokens_trained(statistics, steps, run.global_batch_size, after_step=clock.from_step)
@@ -351,5 +448,3 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         if push_to is not None:  # every checkpoint as branch step-N, the final model on main
             push_checkpoints(output_dir, push_to["repo_id"], private=push_to["private"])
     return summary
-
-

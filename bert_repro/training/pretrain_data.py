@@ -40,8 +40,12 @@ def load_documents(run: PreTrainingArguments) -> datasets.Dataset:
         raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
     source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
     documents = load_corpus(
-        source, text_column=run.text_column, document_boundary=run.document_boundary, hub_config=run.hub_config,
-        split=run.split, num_proc=run.num_proc,
+        source,
+        text_column=run.text_column,
+        document_boundary=run.document_boundary,
+        hub_config=run.hub_config,
+        split=run.split,
+        num_proc=run.num_proc,
     )
     if run.max_documents is not None and len(documents) > run.max_documents:
         documents = documents.select(range(run.max_documents))
@@ -68,10 +72,12 @@ def get_tokenizer(run: PreTrainingArguments, train_documents: datasets.Dataset, 
     if run.tokenizer:
         tokenizer = load_tokenizer(run.tokenizer)
     else:
-        logger.info("training a WordPiece vocabulary of %d entries on %d documents", run.vocab_size,
-                    len(train_documents))
-        tokenizer = train_wordpiece(iterator=train_documents["text"], vocab_size=run.vocab_size,
-                                    lowercase=run.lowercase)
+        logger.info(
+            "training a WordPiece vocabulary of %d entries on %d documents", run.vocab_size, len(train_documents)
+        )
+        tokenizer = train_wordpiece(
+            iterator=train_documents["text"], vocab_size=run.vocab_size, lowercase=run.lowercase
+        )
     save_tokenizer(tokenizer, cached)  # WordPiece training is not deterministic: keep what this run uses
     return tokenizer
 
@@ -86,10 +92,14 @@ def build_datasets(run, data, training, output_dir: Path):
     configs = phase_configs(data, run)
     phases = [create_pretraining_instances(tokenized, vocab, cfg, num_proc=run.num_proc) for cfg in configs]
     statistics = {
-        f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length, "objective": cfg.objective,
-                          **pretraining_statistics(ds, tokenized, mask_token_id=tokenizer.mask_token_id),
-                          "padding": padding_statistics(example_lengths(ds), training.per_device_train_batch_size,
-                                                        cfg.max_seq_length, seed=training.seed)}
+        f"phase{i + 1}": {
+            "max_seq_length": cfg.max_seq_length,
+            "objective": cfg.objective,
+            **pretraining_statistics(ds, tokenized, mask_token_id=tokenizer.mask_token_id),
+            "padding": padding_statistics(
+                example_lengths(ds), training.per_device_train_batch_size, cfg.max_seq_length, seed=training.seed
+            ),
+        }
         for i, (cfg, ds) in enumerate(zip(configs, phases))
     }
     eval_dataset = None
@@ -103,11 +113,14 @@ def held_out_examples(eval_docs: datasets.Dataset, tokenizer, data: PreTrainingD
     # Fixed masks, so that every evaluation scores the same predictions (also with dynamic masking in training).
     eval_cfg = PreTrainingDataConfig(**{**asdict(data), "dupe_factor": 1, "static_masking": True})
     eval_tokenized = tokenize_documents(eval_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
-    eval_dataset = create_pretraining_instances(eval_tokenized, WordPieceVocab.from_tokenizer(tokenizer), eval_cfg,
-                                                num_proc=run.num_proc)
+    eval_dataset = create_pretraining_instances(
+        eval_tokenized, WordPieceVocab.from_tokenizer(tokenizer), eval_cfg, num_proc=run.num_proc
+    )
     eval_dataset = eval_dataset.select(range(min(len(eval_dataset), run.eval_max_examples)))
-    return eval_dataset, {"objective": data.objective, **pretraining_statistics(
-        eval_dataset, eval_tokenized, mask_token_id=tokenizer.mask_token_id)}
+    return eval_dataset, {
+        "objective": data.objective,
+        **pretraining_statistics(eval_dataset, eval_tokenized, mask_token_id=tokenizer.mask_token_id),
+    }
 
 
 #: Streaming without --tokenizer: a WordPiece vocabulary is trained on this many documents from the stream's start.
@@ -123,38 +136,68 @@ def build_streaming_datasets(run, data, training, output_dir: Path, steps: list[
     if not run.corpus:
         raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
     source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
-    reading = {"text_column": run.text_column, "document_boundary": run.document_boundary,
-               "hub_config": run.hub_config, "split": run.split}
+    reading = {
+        "text_column": run.text_column,
+        "document_boundary": run.document_boundary,
+        "hub_config": run.hub_config,
+        "split": run.split,
+    }
     held = run.stream_held_out_documents
     need_sample = not run.tokenizer and not (output_dir / TOKENIZER_DIR / "tokenizer.json").exists()
-    first = first_documents(open_document_source(source, **reading),
-                            held + (STREAM_TOKENIZER_DOCUMENTS if need_sample else 1))
+    first = first_documents(
+        open_document_source(source, **reading), held + (STREAM_TOKENIZER_DOCUMENTS if need_sample else 1)
+    )
     if len(first) <= held:
-        raise ConfigurationError(f"The corpus holds {len(first)} documents: --stream_held_out_documents {held} leaves "
-                                 "none to train on; lower it.")
+        raise ConfigurationError(
+            f"The corpus holds {len(first)} documents: --stream_held_out_documents {held} leaves "
+            "none to train on; lower it."
+        )
     tokenizer = get_tokenizer(run, datasets.Dataset.from_dict({"text": first[held:]}), output_dir)
     configs = phase_configs(data, run)
     make_stream = functools.partial(
-        open_stream, source, tokenizer, configs, reading=reading, max_documents=run.max_documents,
-        document_buffer=run.stream_document_buffer, shuffle_buffer=run.stream_shuffle_buffer,
-        split_lines=run.split_lines, exclude={text_digest(text) for text in first[:held]})
+        open_stream,
+        source,
+        tokenizer,
+        configs,
+        reading=reading,
+        max_documents=run.max_documents,
+        document_buffer=run.stream_document_buffer,
+        shuffle_buffer=run.stream_shuffle_buffer,
+        split_lines=run.split_lines,
+        exclude={text_digest(text) for text in first[:held]},
+    )
     # One stream per DataLoader worker (each its own share of the corpus), or one read by this process.
-    stream = WorkerStreams(make_stream, streams=max(1, training.dataloader_num_workers),
-                           batch_size=training.per_device_train_batch_size,
-                           phase_batches=[n * training.gradient_accumulation_steps for n in steps[:-1]],
-                           rank=training.process_index, world_size=training.world_size)
-    statistics = {f"phase{i + 1}": {"max_seq_length": cfg.max_seq_length, "objective": cfg.objective,
-                                    "streamed": True, "document_buffer": run.stream_document_buffer,
-                                    "shuffle_buffer": run.stream_shuffle_buffer}
-                  for i, cfg in enumerate(configs)}
+    stream = WorkerStreams(
+        make_stream,
+        streams=max(1, training.dataloader_num_workers),
+        batch_size=training.per_device_train_batch_size,
+        phase_batches=[n * training.gradient_accumulation_steps for n in steps[:-1]],
+        rank=training.process_index,
+        world_size=training.world_size,
+    )
+    statistics = {
+        f"phase{i + 1}": {
+            "max_seq_length": cfg.max_seq_length,
+            "objective": cfg.objective,
+            "streamed": True,
+            "document_buffer": run.stream_document_buffer,
+            "shuffle_buffer": run.stream_shuffle_buffer,
+        }
+        for i, cfg in enumerate(configs)
+    }
     eval_dataset = None
     if held:
         eval_dataset, statistics["held_out"] = held_out_examples(
-            datasets.Dataset.from_dict({"text": first[:held]}), tokenizer, data, run)
+            datasets.Dataset.from_dict({"text": first[:held]}), tokenizer, data, run
+        )
     return tokenizer, stream, eval_dataset, statistics
 
 
 def example_lengths(instances: datasets.Dataset) -> np.ndarray:
     """Tokens of each example, in dataset order (read from the Arrow offsets, nothing decoded)."""
-    return np.concatenate([pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False)
-                           for table in instances.with_format("arrow").iter(batch_size=65_536)])
+    return np.concatenate(
+        [
+            pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False)
+            for table in instances.with_format("arrow").iter(batch_size=65_536)
+        ]
+    )

@@ -25,13 +25,19 @@ def model_config(run: PreTrainingArguments, objective: str = DEFAULT_OBJECTIVE, 
     try:
         overrides = json.loads(run.model_overrides) if run.model_overrides else {}
     except json.JSONDecodeError as err:
-        raise ConfigurationError(f"--model_overrides is not valid JSON ({err}); write a JSON object of "
-                                 "BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'.") from None
+        raise ConfigurationError(
+            f"--model_overrides is not valid JSON ({err}); write a JSON object of "
+            "BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'."
+        ) from None
     if not isinstance(overrides, dict):
-        raise ConfigurationError(f"--model_overrides must be a JSON object of BertReproConfig fields, got {overrides!r}.")
+        raise ConfigurationError(
+            f"--model_overrides must be a JSON object of BertReproConfig fields, got {overrides!r}."
+        )
     if "objective" in overrides:
-        raise ConfigurationError("Set the pre-training objective with --objective (it decides how the data are built "
-                                 "too), not in --model_overrides.")
+        raise ConfigurationError(
+            "Set the pre-training objective with --objective (it decides how the data are built "
+            "too), not in --model_overrides."
+        )
     if run.init_from:
         check_model_dir(run.init_from)
     try:
@@ -45,8 +51,9 @@ def model_config(run: PreTrainingArguments, objective: str = DEFAULT_OBJECTIVE, 
     except (StrictDataclassError, ValueError, TypeError) as err:  # the config's own checks name the field
         reason = str(err).strip().splitlines()[-1].strip()
         source = f"--init_from {run.init_from}" if run.init_from else f"--preset {run.preset}, --model_overrides"
-        raise ConfigurationError(f"The model configuration ({source}, --objective {objective}) is invalid: "
-                                 f"{reason}") from None
+        raise ConfigurationError(
+            f"The model configuration ({source}, --objective {objective}) is invalid: {reason}"
+        ) from None
 
 
 def check_lengths(config: BertReproConfig, phases: list[PreTrainingDataConfig]) -> None:
@@ -65,8 +72,11 @@ def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDa
         raise ConfigurationError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
     if run.init_from:
         model = BertReproForPreTraining.from_pretrained(
-            run.init_from, attn_implementation=run.attn_implementation, sparse_prediction=run.sparse_prediction,
-            objective=config.objective, **run.switches(),
+            run.init_from,
+            attn_implementation=run.attn_implementation,
+            sparse_prediction=run.sparse_prediction,
+            objective=config.objective,
+            **run.switches(),
         )
     else:
         for name, value in {**run.switches(), "sparse_prediction": run.sparse_prediction}.items():

@@ -21,11 +21,15 @@ if TYPE_CHECKING:
 def phase_configs(data: PreTrainingDataConfig, run: PreTrainingArguments) -> list[PreTrainingDataConfig]:
     phases = [data]
     if run.phase2_fraction > 0:
-        phases.append(PreTrainingDataConfig(**{
-            **asdict(data),
-            "max_seq_length": run.phase2_max_seq_length,
-            "max_predictions_per_seq": run.phase2_max_predictions_per_seq,
-        }))
+        phases.append(
+            PreTrainingDataConfig(
+                **{
+                    **asdict(data),
+                    "max_seq_length": run.phase2_max_seq_length,
+                    "max_predictions_per_seq": run.phase2_max_predictions_per_seq,
+                }
+            )
+        )
     return phases
 
 
@@ -70,8 +74,7 @@ class PhaseCollator:
     then makes every row that long, so that only the number of rows changes between batches (one
     recompilation, not two)."""
 
-    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig], packing: bool = False,
-                 compiled: bool = False):
+    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig], packing: bool = False, compiled: bool = False):
         def fixed(cfg):
             return {"pad_to_multiple_of": cfg.max_seq_length} if packing and compiled else {}
 
@@ -82,8 +85,7 @@ class PhaseCollator:
             return PreTrainingCollator(tokenizer, **slots)
 
         collator = PackingCollator if packing else PreTrainingCollator
-        self.collators = [(cfg.max_seq_length, collator.from_config(tokenizer, cfg, **fixed(cfg)))
-                          for cfg in phases]
+        self.collators = [(cfg.max_seq_length, collator.from_config(tokenizer, cfg, **fixed(cfg))) for cfg in phases]
         self.static = [(cfg.max_seq_length, static(cfg)) for cfg in phases]
 
     def __call__(self, features):

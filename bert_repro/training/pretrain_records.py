@@ -26,8 +26,9 @@ def log_table(title: str, values: dict[str, Any]) -> None:
 PAPER_TEXT_PASSES, PAPER_EXAMPLE_REPEATS = 40, 4
 
 
-def repetition_warnings(statistics: dict[str, dict], steps: list[int], global_batch_size: int,
-                        phase_cfgs: list[PreTrainingDataConfig]) -> list[str]:
+def repetition_warnings(
+    statistics: dict[str, dict], steps: list[int], global_batch_size: int, phase_cfgs: list[PreTrainingDataConfig]
+) -> list[str]:
     """What a run repeats more than the paper does, per phase: the same masked examples (static masks), or its text.
     A small corpus trained for many steps is memorised, its training loss parting from the held-out one (measured
     in README, "Where this size spends its budget"), so the user hears it before the steps are spent."""
@@ -43,19 +44,20 @@ def repetition_warnings(statistics: dict[str, dict], steps: list[int], global_ba
                 f"phase{i + 1}: {n:,} steps of {global_batch_size} show each of its {examples:,} examples "
                 f"{showings:.1f} times with the same masks (the paper: about {PAPER_EXAMPLE_REPEATS}); the model will "
                 "learn them by heart. Give it more text (--corpus), more maskings (--dupe_factor) or fresh masks per "
-                "batch (--static_masking false).")
+                "batch (--static_masking false)."
+            )
         elif text_passes > PAPER_TEXT_PASSES:
             warnings.append(
                 f"phase{i + 1}: {n:,} steps of {global_batch_size} pass over its text about {text_passes:.0f} times "
                 f"(the paper: {PAPER_TEXT_PASSES}); on this little text the model will learn it by heart. Give it "
-                "more text (--corpus) or fewer steps.")
+                "more text (--corpus) or fewer steps."
+            )
     return warnings
 
 
 def log_statistics(statistics: dict[str, dict]) -> None:
     for name, stats in statistics.items():
-        log_table(f"pre-training data, {name}",
-                  {k: v for k, v in stats.items() if not isinstance(v, (dict, list))})
+        log_table(f"pre-training data, {name}", {k: v for k, v in stats.items() if not isinstance(v, (dict, list))})
 
 
 def plot_curves(log_history: list[dict], path: Path, objective: PreTrainingObjective | None = None) -> None:
@@ -67,8 +69,11 @@ def plot_curves(log_history: list[dict], path: Path, objective: PreTrainingObjec
 
     objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
     task = objective.token_task
-    panels = ([f"{task}_loss", "nsp_loss", f"{task}_accuracy", "nsp_accuracy"] if objective.next_sentence
-              else [f"{task}_loss", f"{task}_accuracy"])
+    panels = (
+        [f"{task}_loss", "nsp_loss", f"{task}_accuracy", "nsp_accuracy"]
+        if objective.next_sentence
+        else [f"{task}_loss", f"{task}_accuracy"]
+    )
     fig, axes = plt.subplots(len(panels) // 2, 2, figsize=(10, 3.5 * (len(panels) // 2)), squeeze=False)
     for ax, key in zip(axes.flat, panels):
         for prefix, style in (("", "-"), ("eval_", "o-")):

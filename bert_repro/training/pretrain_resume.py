@@ -44,8 +44,9 @@ def tokens_trained(statistics: dict, steps: list[int], global_batch_size: int, a
     tokens, first = 0.0, 0
     for i, n in enumerate(steps):
         phase = statistics[f"phase{i + 1}"]
-        tokens += phase["tokens"] / max(phase["examples"], 1) * max(0, first + n - max(first, after_step)) \
-            * global_batch_size
+        tokens += (
+            phase["tokens"] / max(phase["examples"], 1) * max(0, first + n - max(first, after_step)) * global_batch_size
+        )
         first += n
     return tokens
 
@@ -63,9 +64,13 @@ class TrainingClock(TrainerCallback):
             self.before = float(json.loads((Path(resume_from) / TRAINING_TIME).read_text())["train_seconds"])
         elif resume_from:
             self.from_step = checkpoint_step(resume_from)
-            logger.warning("%s has no %s (written by an older version): the time trained before step %d is unknown, "
-                           "so train_runtime_s counts from there (results.json: train_runtime_from_step)",
-                           resume_from, TRAINING_TIME, self.from_step)
+            logger.warning(
+                "%s has no %s (written by an older version): the time trained before step %d is unknown, "
+                "so train_runtime_s counts from there (results.json: train_runtime_from_step)",
+                resume_from,
+                TRAINING_TIME,
+                self.from_step,
+            )
         self.start = time.time()
 
     def seconds(self) -> float:
@@ -77,8 +82,9 @@ class TrainingClock(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and checkpoint.is_dir():
-            (checkpoint / TRAINING_TIME).write_text(json.dumps(
-                {"train_seconds": round(self.seconds(), 1), "global_step": state.global_step}))
+            (checkpoint / TRAINING_TIME).write_text(
+                json.dumps({"train_seconds": round(self.seconds(), 1), "global_step": state.global_step})
+            )
 
 
 def checkpoint_to_resume(output_dir: Path, resume_from: bool | str | None, streamed: bool = False) -> str | None:

@@ -24,8 +24,9 @@ from .pretrain_phases import PhasedSampler
 _SUMS = ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp_count")
 
 
-def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_sentence_label,
-                     masked_positions=None) -> torch.Tensor:
+def pretraining_sums(
+    prediction_logits, seq_relationship_logits, labels, next_sentence_label, masked_positions=None
+) -> torch.Tensor:
     """Summed losses and counts of a batch: (mlm loss sum, mlm correct, masked tokens, nsp loss sum, nsp correct, n).
 
     `prediction_logits` is (batch, seq, vocab), or from a sparse prediction (masked positions, vocab), or
@@ -40,20 +41,27 @@ def pretraining_sums(prediction_logits, seq_relationship_logits, labels, next_se
         mlm_logits = prediction_logits if prediction_logits.dim() == 2 else prediction_logits[masked]
         mlm_logits, mlm_labels = mlm_logits.float(), labels[masked]
     predicted = mlm_labels != IGNORE_INDEX
-    mlm = [F.cross_entropy(mlm_logits, mlm_labels, reduction="sum", ignore_index=IGNORE_INDEX),
-           ((mlm_logits.argmax(-1) == mlm_labels) & predicted).sum().float(), predicted.sum().float()]
+    mlm = [
+        F.cross_entropy(mlm_logits, mlm_labels, reduction="sum", ignore_index=IGNORE_INDEX),
+        ((mlm_logits.argmax(-1) == mlm_labels) & predicted).sum().float(),
+        predicted.sum().float(),
+    ]
     if next_sentence_label is None:
         return torch.stack(mlm + [mlm_logits.new_zeros(())] * 3)
     nsp_logits = seq_relationship_logits.float()
-    return torch.stack(mlm + [
-        F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
-        (nsp_logits.argmax(-1) == next_sentence_label).sum().float(),
-        torch.tensor(float(next_sentence_label.numel()), device=nsp_logits.device),
-    ])
+    return torch.stack(
+        mlm
+        + [
+            F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
+            (nsp_logits.argmax(-1) == next_sentence_label).sum().float(),
+            torch.tensor(float(next_sentence_label.numel()), device=nsp_logits.device),
+        ]
+    )
 
 
-def metrics_from_sums(sums: torch.Tensor, prefix: str = "", objective: PreTrainingObjective | None = None
-                      ) -> dict[str, float]:
+def metrics_from_sums(
+    sums: torch.Tensor, prefix: str = "", objective: PreTrainingObjective | None = None
+) -> dict[str, float]:
     """The logged metrics of `objective` (the paper's BERT by default): the token-level task's loss and accuracy
     (`mlm_*`, or `lm_*` for next-token prediction) and, with NSP, the NSP loss and accuracy."""
     objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
@@ -70,8 +78,7 @@ def metrics_from_sums(sums: torch.Tensor, prefix: str = "", objective: PreTraini
 class PreTrainingTrainer(EngineTrainer):
     """Trainer for MLM + NSP with global-batch loss normalisation and the four pre-training metrics."""
 
-    def __init__(self, *args, phase_sizes: list[int] | None = None, phase_samples: list[int] | None = None,
-                 **kwargs):
+    def __init__(self, *args, phase_sizes: list[int] | None = None, phase_samples: list[int] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.phase_sizes, self.phase_samples = phase_sizes, phase_samples
         self.loss_is_scaled_for_ga = True  # compute_loss divides by the global counts itself
@@ -89,17 +96,25 @@ class PreTrainingTrainer(EngineTrainer):
         # This process's own part of the stream (accelerate's sharding would make every process read everything),
         # one stream per worker, whose batches the DataLoader returns in turn (WorkerStreams).
         workers = self.args.dataloader_num_workers
-        return DataLoader(self.train_dataset, batch_size=self._train_batch_size, collate_fn=self.data_collator,
-                          pin_memory=self.args.dataloader_pin_memory, num_workers=workers,
-                          prefetch_factor=self.args.dataloader_prefetch_factor if workers else None)
+        return DataLoader(
+            self.train_dataset,
+            batch_size=self._train_batch_size,
+            collate_fn=self.data_collator,
+            pin_memory=self.args.dataloader_pin_memory,
+            num_workers=workers,
+            prefetch_factor=self.args.dataloader_prefetch_factor if workers else None,
+        )
 
     def _get_num_items_in_batch(self, batch_samples, device):
         """Masked tokens and sequences in the whole global batch (all accumulation steps, all processes)."""
         self.tokens_seen += sum(int(b["attention_mask"].sum()) for b in batch_samples)  # on the CPU: no sync
         counts = torch.tensor(
-            [sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in batch_samples),
-             sum(int(b["next_sentence_label"].numel()) for b in batch_samples if "next_sentence_label" in b)],
-            dtype=torch.float64, device=device,
+            [
+                sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in batch_samples),
+                sum(int(b["next_sentence_label"].numel()) for b in batch_samples if "next_sentence_label" in b),
+            ],
+            dtype=torch.float64,
+            device=device,
         )
         if self.accelerator.num_processes > 1:
             counts = self.accelerator.reduce(counts, reduction="sum")
@@ -110,8 +125,13 @@ class PreTrainingTrainer(EngineTrainer):
         next_sentence_label = inputs.pop("next_sentence_label", None)  # None: an objective without NSP
         # With config.sparse_prediction the MLM decoder runs only at the masked positions (same loss, fewer FLOPs).
         outputs = model(**inputs, labels=labels)
-        sums = pretraining_sums(outputs.prediction_logits, outputs.seq_relationship_logits, labels,
-                                next_sentence_label, inputs.get("masked_positions"))
+        sums = pretraining_sums(
+            outputs.prediction_logits,
+            outputs.seq_relationship_logits,
+            labels,
+            next_sentence_label,
+            inputs.get("masked_positions"),
+        )
         if num_items_in_batch is None:  # one batch on its own
             mlm_n, nsp_n = sums[2].clamp(min=1), sums[5].clamp(min=1)
             loss = sums[0] / mlm_n + sums[3] / nsp_n
@@ -146,13 +166,15 @@ class PreTrainingTrainer(EngineTrainer):
                 labels, nsp = batch.pop("labels"), batch.pop("next_sentence_label", None)
                 with self.autocast_smart_context_manager():
                     out = model(**batch, labels=labels)
-                sums += pretraining_sums(out.prediction_logits, out.seq_relationship_logits, labels, nsp,
-                                         batch.get("masked_positions"))
+                sums += pretraining_sums(
+                    out.prediction_logits, out.seq_relationship_logits, labels, nsp, batch.get("masked_positions")
+                )
         if self.accelerator.num_processes > 1:
             sums = self.accelerator.reduce(sums, reduction="sum")
         model.train(was_training)
-        metrics = metrics_from_sums(sums, prefix=f"{metric_key_prefix}_",
-                                    objective=self.model.config.pretraining_objective)
+        metrics = metrics_from_sums(
+            sums, prefix=f"{metric_key_prefix}_", objective=self.model.config.pretraining_objective
+        )
         metrics[f"{metric_key_prefix}_loss"] = sum(v for k, v in metrics.items() if k.endswith("_loss"))
         metrics[f"{metric_key_prefix}_runtime"] = round(time.time() - start, 3)
         self.log(metrics)

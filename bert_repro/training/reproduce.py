@@ -19,28 +19,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cli import ConfigurationError
 from ..model.conversion import check_model_dir
-from .finetune import parse_arguments as finetuning_arguments, run_finetuning
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
+from .cli import ConfigurationError
+from .finetune import parse_arguments as finetuning_arguments
+from .finetune import run_finetuning
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TASKS = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte", "squad", "squad_v2", "swag")
 # The directory names users have for each task (GLUE's download script, SQuAD/SWAG/CoNLL conventions).
-DIRECTORY_NAMES = {"sst2": ("SST-2",), "stsb": ("STS-B",), "cola": ("CoLA",), "squad": ("SQuAD", "squad_v1.1"),
-                   "squad_v2": ("SQuAD2", "squad2"), "conll2003": ("CoNLL-2003", "conll")}
+DIRECTORY_NAMES = {
+    "sst2": ("SST-2",),
+    "stsb": ("STS-B",),
+    "cola": ("CoLA",),
+    "squad": ("SQuAD", "squad_v1.1"),
+    "squad_v2": ("SQuAD2", "squad2"),
+    "conll2003": ("CoNLL-2003", "conll"),
+}
 
 
 @dataclass
 class ReproduceArguments:
     model: str = field(default="", metadata={"help": "The checkpoint to benchmark (directory or Hub id)."})
     output_dir: str = field(default="runs/reproduce", metadata={"help": "One sub-directory per task, and the report."})
-    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS), metadata={
-        "help": "Tasks to run (default: the paper's 11; add conll2003 and wnli if wanted)."})
-    data_root: str | None = field(default=None, metadata={
-        "help": "A directory with one sub-directory per task (MRPC/, SST-2/, SQuAD/ ...); tasks without one use "
-                "the Hub."})
+    tasks: list[str] = field(
+        default_factory=lambda: list(DEFAULT_TASKS),
+        metadata={"help": "Tasks to run (default: the paper's 11; add conll2003 and wnli if wanted)."},
+    )
+    data_root: str | None = field(
+        default=None,
+        metadata={
+            "help": "A directory with one sub-directory per task (MRPC/, SST-2/, SQuAD/ ...); tasks without one use "
+            "the Hub."
+        },
+    )
     paper_model: str = field(default="base", metadata={"help": "Which of the paper's models to compare with."})
 
 
@@ -69,9 +82,15 @@ def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str,
     papers = [r for r in task.paper if r.model == paper_model and r.metric == metric]
     paper = next((r for r in papers if r.split in (split, "test", "test_matched")), None)
     return {
-        "task": task.name, "metric": metric, "split": split, "ours": round(ours, 2),
-        "paper": paper.value if paper else None, "paper_split": paper.split if paper else None,
-        "learning_rate": best["learning_rate"], "seed": best["seed"], "seconds": summary["seconds"],
+        "task": task.name,
+        "metric": metric,
+        "split": split,
+        "ours": round(ours, 2),
+        "paper": paper.value if paper else None,
+        "paper_split": paper.split if paper else None,
+        "learning_rate": best["learning_rate"],
+        "seed": best["seed"],
+        "seconds": summary["seconds"],
         "runs": len(summary["runs"]),
     }
 
@@ -87,25 +106,44 @@ def write_report(output_dir: Path, rows: list[dict[str, Any]], args: ReproduceAr
     average = glue_average(rows)
     paper_average = PAPER_GLUE_AVERAGE.get(args.paper_model)
     lines = [
-        f"# Benchmark of {args.model}", "",
+        f"# Benchmark of {args.model}",
+        "",
         f"Ours: dev set, best of the learning-rate grid x seeds. Paper: BERT-{args.paper_model.upper()}; its GLUE "
         "numbers are TEST-set scores (Table 1), the only GLUE numbers the paper prints, so expect ours (dev) to "
-        "differ by a point or two even for an exact reproduction.", "",
+        "differ by a point or two even for an exact reproduction.",
+        "",
         "| task | metric | ours (dev) | paper | paper split | lr | seed | runs | time (s) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         paper = "" if r["paper"] is None else f"{r['paper']:.1f}"
-        lines.append(f"| {r['task']} | {r['metric']} | {r['ours']:.2f} | {paper} | {r['paper_split'] or ''} | "
-                     f"{r['learning_rate']:g} | {r['seed']} | {r['runs']} | {r['seconds']:.0f} |")
-    lines += ["", f"GLUE average (8 tasks, WNLI left out): ours "
-                  f"{'n/a (not all eight tasks ran)' if average is None else f'{average:.2f}'}, paper "
-                  f"{paper_average}.", "", f"Total time: {seconds / 3600:.2f} h."]
+        lines.append(
+            f"| {r['task']} | {r['metric']} | {r['ours']:.2f} | {paper} | {r['paper_split'] or ''} | "
+            f"{r['learning_rate']:g} | {r['seed']} | {r['runs']} | {r['seconds']:.0f} |"
+        )
+    lines += [
+        "",
+        f"GLUE average (8 tasks, WNLI left out): ours "
+        f"{'n/a (not all eight tasks ran)' if average is None else f'{average:.2f}'}, paper "
+        f"{paper_average}.",
+        "",
+        f"Total time: {seconds / 3600:.2f} h.",
+    ]
     text = "\n".join(lines) + "\n"
     (output_dir / "report.md").write_text(text)
-    (output_dir / "report.json").write_text(json.dumps(
-        {"model": args.model, "paper_model": args.paper_model, "tasks": rows, "glue_average": average,
-         "paper_glue_average": paper_average, "seconds": round(seconds, 1)}, indent=2))
+    (output_dir / "report.json").write_text(
+        json.dumps(
+            {
+                "model": args.model,
+                "paper_model": args.paper_model,
+                "tasks": rows,
+                "glue_average": average,
+                "paper_glue_average": paper_average,
+                "seconds": round(seconds, 1),
+            },
+            indent=2,
+        )
+    )
     plot_report(rows, output_dir / "report.png", args.paper_model)
     return text
 

@@ -42,7 +42,8 @@ from ..model.bilstm_heads import FEATURE_SETS
 from ..model.conversion import TOKENIZER_FILES, CheckpointError, check_model_dir
 from ..tasks.registry import get_task
 from .cli import ConfigurationError
-from .finetune import parse_arguments as finetuning_arguments, run_finetuning
+from .finetune import parse_arguments as finetuning_arguments
+from .finetune import run_finetuning
 from .pretrain import run_pretraining
 from .reproduce import task_data_dir
 
@@ -104,15 +105,25 @@ def _frozen(table: dict[str, dict[str, float]]) -> Mapping[str, Mapping[str, flo
 
 
 def _size(layers: int, hidden: int, heads: int) -> Variant:
-    overrides = {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
-                 "intermediate_size": 4 * hidden}
-    return Variant(f"L{layers}_H{hidden}_A{heads}", f"L={layers}, H={hidden}, A={heads}",
-                   pretrain_args=("--model_overrides", json.dumps(overrides)))
+    overrides = {
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "intermediate_size": 4 * hidden,
+    }
+    return Variant(
+        f"L{layers}_H{hidden}_A{heads}",
+        f"L={layers}, H={hidden}, A={heads}",
+        pretrain_args=("--model_overrides", json.dumps(overrides)),
+    )
 
 
 def _masking(mask: int, same: int, random: int) -> Variant:
-    return Variant(f"mask{mask}_same{same}_rnd{random}", f"{mask}% / {same}% / {random}%",
-                   pretrain_args=("--mask_replace_prob", str(mask / 100), "--random_replace_prob", str(random / 100)))
+    return Variant(
+        f"mask{mask}_same{same}_rnd{random}",
+        f"{mask}% / {same}% / {random}%",
+        pretrain_args=("--mask_replace_prob", str(mask / 100), "--random_replace_prob", str(random / 100)),
+    )
 
 
 MNLI_M = Column("mnli", "MNLI-m", "mnli", "accuracy", split="validation_matched")
@@ -122,87 +133,124 @@ SST2 = Column("sst2", "SST-2", "sst2", "accuracy")
 SQUAD = Column("squad", "SQuAD F1", "squad", "squad_f1")
 NER = Column("conll2003", "NER (F1)", "conll2003", "entity_f1")
 # The feature set the paper uses for Table 8's feature-based column: the last four layers concatenated.
-NER_FEATURES = Column("conll2003_features", "NER feature-based (F1)", "conll2003", "entity_f1",
-                      finetune_args=("--features", "concat_last_four"))
+NER_FEATURES = Column(
+    "conll2003_features",
+    "NER feature-based (F1)",
+    "conll2003",
+    "entity_f1",
+    finetune_args=("--features", "concat_last_four"),
+)
 
 # Table 7: the feature sets and the paper's dev F1 of each, as the task registry keeps them.
 _CONLL = get_task("conll2003")
-TABLE7_FEATURES = tuple((name, FEATURE_SETS[name].table7_row, result.value)
-                        for name, result in _CONLL.paper_feature_based.items())
+TABLE7_FEATURES = tuple(
+    (name, FEATURE_SETS[name].table7_row, result.value) for name, result in _CONLL.paper_feature_based.items()
+)
 TABLE7_FINETUNING = next(r.value for r in _CONLL.paper if r.model == "base" and r.split == "validation")
 
-STUDIES: Mapping[str, Study] = MappingProxyType({
-    "table5": Study(
-        "table5", "Ablation over the pre-training tasks", "Table 5 (dev, BERT-BASE)",
-        variants=(
-            Variant("mlm_nsp", "BERT (MLM + NSP)"),
-            Variant("mlm", "No NSP", pretrain_args=("--objective", "mlm")),
-            Variant("ltr", "LTR & No NSP", pretrain_args=("--objective", "ltr")),
-            Variant("ltr_bilstm", "+ BiLSTM", finetune_args=("--head", "bilstm"), weights_of="ltr"),
+STUDIES: Mapping[str, Study] = MappingProxyType(
+    {
+        "table5": Study(
+            "table5",
+            "Ablation over the pre-training tasks",
+            "Table 5 (dev, BERT-BASE)",
+            variants=(
+                Variant("mlm_nsp", "BERT (MLM + NSP)"),
+                Variant("mlm", "No NSP", pretrain_args=("--objective", "mlm")),
+                Variant("ltr", "LTR & No NSP", pretrain_args=("--objective", "ltr")),
+                Variant("ltr_bilstm", "+ BiLSTM", finetune_args=("--head", "bilstm"), weights_of="ltr"),
+            ),
+            columns=(MNLI_M, QNLI, MRPC, SST2, SQUAD),
+            paper=_frozen(
+                {
+                    "mlm_nsp": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst2": 92.7, "squad": 88.5},
+                    "mlm": {"mnli": 83.9, "qnli": 84.9, "mrpc": 86.5, "sst2": 92.6, "squad": 87.9},
+                    "ltr": {"mnli": 82.1, "qnli": 84.3, "mrpc": 77.5, "sst2": 92.1, "squad": 77.8},
+                    "ltr_bilstm": {"mnli": 82.1, "qnli": 84.1, "mrpc": 75.7, "sst2": 91.6, "squad": 84.9},
+                }
+            ),
+            note="The paper's ordering: MLM + NSP >= No NSP > LTR & No NSP; the BiLSTM recovers part of LTR's loss on "
+            "SQuAD only.",
         ),
-        columns=(MNLI_M, QNLI, MRPC, SST2, SQUAD),
-        paper=_frozen({
-            "mlm_nsp": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst2": 92.7, "squad": 88.5},
-            "mlm": {"mnli": 83.9, "qnli": 84.9, "mrpc": 86.5, "sst2": 92.6, "squad": 87.9},
-            "ltr": {"mnli": 82.1, "qnli": 84.3, "mrpc": 77.5, "sst2": 92.1, "squad": 77.8},
-            "ltr_bilstm": {"mnli": 82.1, "qnli": 84.1, "mrpc": 75.7, "sst2": 91.6, "squad": 84.9},
-        }),
-        note="The paper's ordering: MLM + NSP >= No NSP > LTR & No NSP; the BiLSTM recovers part of LTR's loss on "
-             "SQuAD only.",
-    ),
-    "table6": Study(
-        "table6", "Ablation over model size", "Table 6 (dev, MLM perplexity of held-out training data)",
-        variants=tuple(_size(*s) for s in ((3, 768, 12), (6, 768, 3), (6, 768, 12), (12, 768, 12), (12, 1024, 16),
-                                           (24, 1024, 16))),
-        columns=(Column("mlm_ppl", "LM (ppl)", None, "mlm_perplexity"), MNLI_M, MRPC, SST2),
-        paper=_frozen({
-            "L3_H768_A12": {"mlm_ppl": 5.84, "mnli": 77.9, "mrpc": 79.8, "sst2": 88.4},
-            "L6_H768_A3": {"mlm_ppl": 5.24, "mnli": 80.6, "mrpc": 82.2, "sst2": 90.7},
-            "L6_H768_A12": {"mlm_ppl": 4.68, "mnli": 81.9, "mrpc": 84.8, "sst2": 91.3},
-            "L12_H768_A12": {"mlm_ppl": 3.99, "mnli": 84.4, "mrpc": 86.7, "sst2": 92.9},
-            "L12_H1024_A16": {"mlm_ppl": 3.54, "mnli": 85.7, "mrpc": 86.9, "sst2": 93.3},
-            "L24_H1024_A16": {"mlm_ppl": 3.23, "mnli": 86.6, "mrpc": 87.8, "sst2": 93.7},
-        }),
-        higher_is_better={"mlm_ppl": False},
-        note="The paper: larger models are better on every task, even MRPC's 3,600 training examples. Pass "
-             "--sizes to study other sizes at a smaller budget.",
-    ),
-    "table7": Study(
-        "table7", "Feature-based approach on CoNLL-2003 NER", "Table 7 (dev F1, BERT-BASE)",
-        variants=(Variant("finetune", "Fine-tuning approach"),
-                  *(Variant(name, label, finetune_args=("--features", name), weights_of="finetune")
-                    for name, label, _ in TABLE7_FEATURES)),
-        columns=(NER,),
-        paper=_frozen({"finetune": {"conll2003": TABLE7_FINETUNING},
-                       **{name: {"conll2003": value} for name, _, value in TABLE7_FEATURES}}),
-        note="One pre-trained model; every feature-based row freezes it and trains a two-layer BiLSTM on the "
-             "features. The paper: concatenating the last four layers is within 0.3 F1 of fine-tuning.",
-    ),
-    "table8": Study(
-        "table8", "Ablation over the masking procedure ([MASK] / same / random)", "Table 8 (dev)",
-        variants=tuple(_masking(*m) for m in ((80, 10, 10), (100, 0, 0), (80, 0, 20), (80, 20, 0), (0, 20, 80),
-                                              (0, 0, 100))),
-        columns=(Column("mnli", "MNLI", "mnli", "accuracy", split="validation_matched"), NER, NER_FEATURES),
-        paper=_frozen({
-            "mask80_same10_rnd10": {"mnli": 84.2, "conll2003": 95.4, "conll2003_features": 94.9},
-            "mask100_same0_rnd0": {"mnli": 84.3, "conll2003": 94.9, "conll2003_features": 94.0},
-            "mask80_same0_rnd20": {"mnli": 84.4, "conll2003": 95.2, "conll2003_features": 94.6},
-            "mask80_same20_rnd0": {"mnli": 84.1, "conll2003": 95.2, "conll2003_features": 94.7},
-            "mask0_same20_rnd80": {"mnli": 83.7, "conll2003": 94.8, "conll2003_features": 94.6},
-            "mask0_same0_rnd100": {"mnli": 83.6, "conll2003": 94.9, "conll2003_features": 94.6},
-        }),
-        note="The paper: fine-tuning is robust to the mix; the feature-based approach suffers most with [MASK] "
-             "only (a mismatch between pre-training and use).",
-    ),
-    "pretraining": Study(
-        "pretraining", "Does our pre-training help? Pre-trained against randomly initialised", "not in the paper",
-        variants=(Variant("pretrained", "pre-trained (MLM + NSP)"),
-                  Variant("random", "random initialisation", weights_of="pretrained", random_init=True)),
-        columns=(SST2, MRPC, Column("mrpc_f1", "MRPC F1", "mrpc", "f1")),
-        paper=_frozen({}),
-        note="The same architecture, vocabulary and fine-tuning protocol; only the initial weights differ.",
-    ),
-})
+        "table6": Study(
+            "table6",
+            "Ablation over model size",
+            "Table 6 (dev, MLM perplexity of held-out training data)",
+            variants=tuple(
+                _size(*s)
+                for s in ((3, 768, 12), (6, 768, 3), (6, 768, 12), (12, 768, 12), (12, 1024, 16), (24, 1024, 16))
+            ),
+            columns=(Column("mlm_ppl", "LM (ppl)", None, "mlm_perplexity"), MNLI_M, MRPC, SST2),
+            paper=_frozen(
+                {
+                    "L3_H768_A12": {"mlm_ppl": 5.84, "mnli": 77.9, "mrpc": 79.8, "sst2": 88.4},
+                    "L6_H768_A3": {"mlm_ppl": 5.24, "mnli": 80.6, "mrpc": 82.2, "sst2": 90.7},
+                    "L6_H768_A12": {"mlm_ppl": 4.68, "mnli": 81.9, "mrpc": 84.8, "sst2": 91.3},
+                    "L12_H768_A12": {"mlm_ppl": 3.99, "mnli": 84.4, "mrpc": 86.7, "sst2": 92.9},
+                    "L12_H1024_A16": {"mlm_ppl": 3.54, "mnli": 85.7, "mrpc": 86.9, "sst2": 93.3},
+                    "L24_H1024_A16": {"mlm_ppl": 3.23, "mnli": 86.6, "mrpc": 87.8, "sst2": 93.7},
+                }
+            ),
+            higher_is_better={"mlm_ppl": False},
+            note="The paper: larger models are better on every task, even MRPC's 3,600 training examples. Pass "
+            "--sizes to study other sizes at a smaller budget.",
+        ),
+        "table7": Study(
+            "table7",
+            "Feature-based approach on CoNLL-2003 NER",
+            "Table 7 (dev F1, BERT-BASE)",
+            variants=(
+                Variant("finetune", "Fine-tuning approach"),
+                *(
+                    Variant(name, label, finetune_args=("--features", name), weights_of="finetune")
+                    for name, label, _ in TABLE7_FEATURES
+                ),
+            ),
+            columns=(NER,),
+            paper=_frozen(
+                {
+                    "finetune": {"conll2003": TABLE7_FINETUNING},
+                    **{name: {"conll2003": value} for name, _, value in TABLE7_FEATURES},
+                }
+            ),
+            note="One pre-trained model; every feature-based row freezes it and trains a two-layer BiLSTM on the "
+            "features. The paper: concatenating the last four layers is within 0.3 F1 of fine-tuning.",
+        ),
+        "table8": Study(
+            "table8",
+            "Ablation over the masking procedure ([MASK] / same / random)",
+            "Table 8 (dev)",
+            variants=tuple(
+                _masking(*m) for m in ((80, 10, 10), (100, 0, 0), (80, 0, 20), (80, 20, 0), (0, 20, 80), (0, 0, 100))
+            ),
+            columns=(Column("mnli", "MNLI", "mnli", "accuracy", split="validation_matched"), NER, NER_FEATURES),
+            paper=_frozen(
+                {
+                    "mask80_same10_rnd10": {"mnli": 84.2, "conll2003": 95.4, "conll2003_features": 94.9},
+                    "mask100_same0_rnd0": {"mnli": 84.3, "conll2003": 94.9, "conll2003_features": 94.0},
+                    "mask80_same0_rnd20": {"mnli": 84.4, "conll2003": 95.2, "conll2003_features": 94.6},
+                    "mask80_same20_rnd0": {"mnli": 84.1, "conll2003": 95.2, "conll2003_features": 94.7},
+                    "mask0_same20_rnd80": {"mnli": 83.7, "conll2003": 94.8, "conll2003_features": 94.6},
+                    "mask0_same0_rnd100": {"mnli": 83.6, "conll2003": 94.9, "conll2003_features": 94.6},
+                }
+            ),
+            note="The paper: fine-tuning is robust to the mix; the feature-based approach suffers most with [MASK] "
+            "only (a mismatch between pre-training and use).",
+        ),
+        "pretraining": Study(
+            "pretraining",
+            "Does our pre-training help? Pre-trained against randomly initialised",
+            "not in the paper",
+            variants=(
+                Variant("pretrained", "pre-trained (MLM + NSP)"),
+                Variant("random", "random initialisation", weights_of="pretrained", random_init=True),
+            ),
+            columns=(SST2, MRPC, Column("mrpc_f1", "MRPC F1", "mrpc", "f1")),
+            paper=_frozen({}),
+            note="The same architecture, vocabulary and fine-tuning protocol; only the initial weights differ.",
+        ),
+    }
+)
 
 
 def get_study(name: str) -> Study:
@@ -220,25 +268,50 @@ def get_study(name: str) -> Study:
 class StudyArguments:
     study: str = field(default="", metadata={"help": f"Which study: {', '.join(STUDIES)}."})
     output_dir: str = field(default="", metadata={"help": "Where the runs and study.md go (default runs/<study>)."})
-    pretrain_config: str = field(default="recipes/configs/quickstart.yaml", metadata={
-        "help": "The pre-training recipe's YAML config every variant starts from (corpus, size, schedule)."})
-    pretrain_args: str = field(default="", metadata={
-        "help": "More pre-training arguments for every variant, one string, e.g. \"--preset mini --max_steps "
-                "2000\" (the recipe's own flags: recipes/pretrain.py --help)."})
-    finetune_args: str = field(default="", metadata={
-        "help": "More fine-tuning arguments for every run, one string, e.g. \"--learning_rates 5e-5 "
-                "--max_train_samples 20000\" (recipes/finetune.py --help)."})
-    data_root: str | None = field(default=None, metadata={
-        "help": "A directory with one sub-directory per task (MRPC/, SST-2/, ...); tasks without one use the Hub."})
-    tasks: list[str] = field(default_factory=list, metadata={
-        "help": "Only these of the study's tasks (default: all of them)."})
-    variants: list[str] = field(default_factory=list, metadata={
-        "help": "Only these of the study's variants (default: all; a variant whose weights another one uses "
-                "is kept)."})
-    reuse: list[str] = field(default_factory=list, metadata={
-        "help": "variant=DIR: use an existing pre-trained model for that variant instead of pre-training it."})
-    sizes: list[str] = field(default_factory=list, metadata={
-        "help": "table6 only: the sizes to study as L/H/A (e.g. 2/128/2 4/256/4) instead of the paper's."})
+    pretrain_config: str = field(
+        default="recipes/configs/quickstart.yaml",
+        metadata={"help": "The pre-training recipe's YAML config every variant starts from (corpus, size, schedule)."},
+    )
+    pretrain_args: str = field(
+        default="",
+        metadata={
+            "help": 'More pre-training arguments for every variant, one string, e.g. "--preset mini --max_steps '
+            "2000\" (the recipe's own flags: recipes/pretrain.py --help)."
+        },
+    )
+    finetune_args: str = field(
+        default="",
+        metadata={
+            "help": 'More fine-tuning arguments for every run, one string, e.g. "--learning_rates 5e-5 '
+            '--max_train_samples 20000" (recipes/finetune.py --help).'
+        },
+    )
+    data_root: str | None = field(
+        default=None,
+        metadata={
+            "help": "A directory with one sub-directory per task (MRPC/, SST-2/, ...); tasks without one use the Hub."
+        },
+    )
+    tasks: list[str] = field(
+        default_factory=list, metadata={"help": "Only these of the study's tasks (default: all of them)."}
+    )
+    variants: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Only these of the study's variants (default: all; a variant whose weights another one uses "
+            "is kept)."
+        },
+    )
+    reuse: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "variant=DIR: use an existing pre-trained model for that variant instead of pre-training it."
+        },
+    )
+    sizes: list[str] = field(
+        default_factory=list,
+        metadata={"help": "table6 only: the sizes to study as L/H/A (e.g. 2/128/2 4/256/4) instead of the paper's."},
+    )
 
 
 def _split_args(text: str, flag: str) -> list[str]:
@@ -268,11 +341,14 @@ def _parse_reuse(study: Study, reuse: list[str]) -> dict[str, Path]:
     for item in reuse:
         key, sep, path = item.partition("=")
         if not sep or key not in {v.key for v in study.variants}:
-            raise ConfigurationError(f"--reuse {item!r}: expected VARIANT=DIR with VARIANT one of "
-                                     f"{', '.join(v.key for v in study.variants)}.")
+            raise ConfigurationError(
+                f"--reuse {item!r}: expected VARIANT=DIR with VARIANT one of "
+                f"{', '.join(v.key for v in study.variants)}."
+            )
         if not Path(path).is_dir():
-            raise ConfigurationError(f"--reuse {item!r}: {path} is not a directory (a pre-trained model "
-                                     "directory was expected).")
+            raise ConfigurationError(
+                f"--reuse {item!r}: {path} is not a directory (a pre-trained model directory was expected)."
+            )
         try:
             check_model_dir(path)
         except CheckpointError as err:
@@ -289,16 +365,19 @@ def select(study: Study, args: StudyArguments) -> Study:
         known = {c.task for c in study.columns if c.task}
         unknown = [t for t in args.tasks if t not in known]
         if unknown:
-            raise ConfigurationError(f"--tasks {' '.join(unknown)}: not in study {study.name}; its tasks are "
-                                     f"{', '.join(sorted(known))}.")
+            raise ConfigurationError(
+                f"--tasks {' '.join(unknown)}: not in study {study.name}; its tasks are {', '.join(sorted(known))}."
+            )
         columns = tuple(c for c in study.columns if c.task is None or c.task in args.tasks)
     variants = study.variants
     if args.variants:
         keys = {v.key for v in study.variants}
         unknown = [k for k in args.variants if k not in keys]
         if unknown:
-            raise ConfigurationError(f"--variants {' '.join(unknown)}: not in study {study.name}; its variants are "
-                                     f"{', '.join(v.key for v in study.variants)}.")
+            raise ConfigurationError(
+                f"--variants {' '.join(unknown)}: not in study {study.name}; its variants are "
+                f"{', '.join(v.key for v in study.variants)}."
+            )
         wanted = set(args.variants) | {study.variant(k).weights_of for k in args.variants} - {None}
         variants = tuple(v for v in study.variants if v.key in wanted)
     return Study(**{**study.__dict__, "variants": variants, "columns": columns})
@@ -317,7 +396,8 @@ def check_task_data(study: Study, data_root: str | None) -> dict[str, Path | Non
         raise ConfigurationError(
             f"No local data for task(s) {', '.join(missing)} {where}, and the Hub is off (HF_HUB_OFFLINE=1). Put "
             f"each task's files in a sub-directory named after it (e.g. MRPC/, SST-2/) or run only the tasks you "
-            f"have with --tasks.")
+            f"have with --tasks."
+        )
     return dirs
 
 
@@ -339,15 +419,23 @@ def pretrain_variant(variant: Variant, args: StudyArguments, directory: Path, we
     if _finished(directory):
         logger.info("pre-training of %s finished earlier, not run again", variant.key)
         return directory
-    argv = ["--config", args.pretrain_config, *_split_args(args.pretrain_args, "--pretrain_args"),
-            *variant.pretrain_args, "--output_dir", str(directory)]
+    argv = [
+        "--config",
+        args.pretrain_config,
+        *_split_args(args.pretrain_args, "--pretrain_args"),
+        *variant.pretrain_args,
+        "--output_dir",
+        str(directory),
+    ]
     if any(directory.glob("checkpoint-*")):
         argv += ["--resume_from_checkpoint", "true"]
     logger.info("pre-training %s: recipes/pretrain.py %s", variant.key, shlex.join(argv))
     summary = run_pretraining(argv)
     if "stopped_at_step" in summary:
-        raise ConfigurationError(f"the pre-training of {variant.key} stopped at step {summary['stopped_at_step']} "
-                                 "(--stop_after_steps); run the same study command again to continue it.")
+        raise ConfigurationError(
+            f"the pre-training of {variant.key} stopped at step {summary['stopped_at_step']} "
+            "(--stop_after_steps); run the same study command again to continue it."
+        )
     return directory
 
 
@@ -368,16 +456,30 @@ def random_init_model(pretrained: Path, directory: Path) -> Path:
     for name in TOKENIZER_FILES:
         if (pretrained / name).is_file():
             shutil.copy(pretrained / name, directory / name)
-    (directory / "results.json").write_text(json.dumps({"random_init": True, "architecture_of": str(pretrained),
-                                                        "global_step": 0, "train_runtime_s": 0.0}, indent=2))
+    (directory / "results.json").write_text(
+        json.dumps(
+            {"random_init": True, "architecture_of": str(pretrained), "global_step": 0, "train_runtime_s": 0.0},
+            indent=2,
+        )
+    )
     return directory
 
 
-def finetune_cell(variant: Variant, column: Column, model_dir: Path, args: StudyArguments, directory: Path,
-                  data_dir: Path | None) -> dict[str, Any]:
+def finetune_cell(
+    variant: Variant, column: Column, model_dir: Path, args: StudyArguments, directory: Path, data_dir: Path | None
+) -> dict[str, Any]:
     if not (directory / "results.json").is_file():
-        argv = ["--task", column.task, "--model", str(model_dir), "--output_dir", str(directory),
-                *_split_args(args.finetune_args, "--finetune_args"), *variant.finetune_args, *column.finetune_args]
+        argv = [
+            "--task",
+            column.task,
+            "--model",
+            str(model_dir),
+            "--output_dir",
+            str(directory),
+            *_split_args(args.finetune_args, "--finetune_args"),
+            *variant.finetune_args,
+            *column.finetune_args,
+        ]
         if data_dir is not None:
             argv += ["--data", str(data_dir)]
         logger.info("fine-tuning %s on %s: recipes/finetune.py %s", variant.key, column.key, shlex.join(argv))
@@ -387,8 +489,9 @@ def finetune_cell(variant: Variant, column: Column, model_dir: Path, args: Study
     return json.loads((directory / "results.json").read_text())
 
 
-def cell_value(column: Column, pretrain_results: dict[str, Any], finetune_results: dict[str, Any] | None
-               ) -> float | None:
+def cell_value(
+    column: Column, pretrain_results: dict[str, Any], finetune_results: dict[str, Any] | None
+) -> float | None:
     """Our number for one cell, in the paper's unit (percent; perplexity as is)."""
     if column.metric == "mlm_perplexity":
         loss = pretrain_results.get("eval_mlm_loss")
@@ -406,12 +509,22 @@ def run_study(args: StudyArguments) -> str:
     data_dirs = check_task_data(study, args.data_root)
     for variant in study.variants:  # a wrong flag in --finetune_args fails now, not after the pre-training
         for column in (c for c in study.columns if c.task):
-            finetuning_arguments(["--task", column.task, "--model", "(pre-trained)", *_split_args(
-                args.finetune_args, "--finetune_args"), *variant.finetune_args, *column.finetune_args])
-    if not Path(args.pretrain_config).is_file() and not all(v.key in reused or v.random_init
-                                                          for v in study.variants):
-        raise ConfigurationError(f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of "
-                                 "recipes/pretrain.py, e.g. recipes/configs/quickstart.yaml).")
+            finetuning_arguments(
+                [
+                    "--task",
+                    column.task,
+                    "--model",
+                    "(pre-trained)",
+                    *_split_args(args.finetune_args, "--finetune_args"),
+                    *variant.finetune_args,
+                    *column.finetune_args,
+                ]
+            )
+    if not Path(args.pretrain_config).is_file() and not all(v.key in reused or v.random_init for v in study.variants):
+        raise ConfigurationError(
+            f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of "
+            "recipes/pretrain.py, e.g. recipes/configs/quickstart.yaml)."
+        )
     output_dir = Path(args.output_dir or f"runs/{study.name}")
     output_dir.mkdir(parents=True, exist_ok=True)
     weights: dict[str, Path] = dict(reused)
@@ -422,13 +535,30 @@ def run_study(args: StudyArguments) -> str:
         if variant.weights_of and not variant.random_init:
             weights[variant.key] = weights[variant.weights_of]
         weights[variant.key] = pretrain_variant(variant, args, output_dir / "pretrain" / variant.key, weights)
-        pretrain_results = json.loads((weights[variant.key] / "results.json").read_text()) \
-            if (weights[variant.key] / "results.json").is_file() else {}
-        row = {"variant": variant.key, "label": variant.label, "model": str(weights[variant.key]),
-               "pretraining": {k: pretrain_results.get(k) for k in (
-                   "global_step", "train_runtime_s", "train_runtime_from_step", "tokens_per_second", "eval_mlm_loss",
-                   "eval_mlm_accuracy", "eval_nsp_accuracy")},
-               "cells": {}, "finetune_seconds": 0.0}
+        pretrain_results = (
+            json.loads((weights[variant.key] / "results.json").read_text())
+            if (weights[variant.key] / "results.json").is_file()
+            else {}
+        )
+        row = {
+            "variant": variant.key,
+            "label": variant.label,
+            "model": str(weights[variant.key]),
+            "pretraining": {
+                k: pretrain_results.get(k)
+                for k in (
+                    "global_step",
+                    "train_runtime_s",
+                    "train_runtime_from_step",
+                    "tokens_per_second",
+                    "eval_mlm_loss",
+                    "eval_mlm_accuracy",
+                    "eval_nsp_accuracy",
+                )
+            },
+            "cells": {},
+            "finetune_seconds": 0.0,
+        }
         rows.append(row)
         for column in study.columns:
             result = None
@@ -493,16 +623,22 @@ def runs_time(rows: list[dict[str, Any]]) -> tuple[float, float, bool]:
     return pretraining, sum(r["finetune_seconds"] for r in rows), partly
 
 
-def write_study(output_dir: Path, study: Study, rows: list[dict[str, Any]], args: StudyArguments,
-                seconds: float) -> str:
+def write_study(
+    output_dir: Path, study: Study, rows: list[dict[str, Any]], args: StudyArguments, seconds: float
+) -> str:
     columns = study.columns
     head = " | ".join(f"{c.label} ours | paper" for c in columns)
-    lines = [f"# {study.title}", "",
-             f"Paper: {study.source}. Ours: dev set, best of the fine-tuning grid; every variant pre-trained from "
-             f"`{args.pretrain_config}` with `{args.pretrain_args or '(no other arguments)'}`"
-             + (f", fine-tuned with `{args.finetune_args}`" if args.finetune_args else "") + ".", "",
-             f"| variant | {head} | steps | pre-training (s) | fine-tuning (s) |",
-             "|---|" + "---|---|" * len(columns) + "---|---|---|"]
+    lines = [
+        f"# {study.title}",
+        "",
+        f"Paper: {study.source}. Ours: dev set, best of the fine-tuning grid; every variant pre-trained from "
+        f"`{args.pretrain_config}` with `{args.pretrain_args or '(no other arguments)'}`"
+        + (f", fine-tuned with `{args.finetune_args}`" if args.finetune_args else "")
+        + ".",
+        "",
+        f"| variant | {head} | steps | pre-training (s) | fine-tuning (s) |",
+        "|---|" + "---|---|" * len(columns) + "---|---|---|",
+    ]
     for r in rows:
         cells = []
         for c in columns:
@@ -512,33 +648,54 @@ def write_study(output_dir: Path, study: Study, rows: list[dict[str, Any]], args
         p = r["pretraining"]
         runtime, since = p.get("train_runtime_s"), p.get("train_runtime_from_step")
         runtime = "" if runtime is None else f"{runtime:.0f}" + (f" (from step {since})" if since else "")
-        lines.append(f"| {r['label']} | {' | '.join(cells)} | {p.get('global_step') or ''} | {runtime} | "
-                     f"{r['finetune_seconds']:.0f} |")
+        lines.append(
+            f"| {r['label']} | {' | '.join(cells)} | {p.get('global_step') or ''} | {runtime} | "
+            f"{r['finetune_seconds']:.0f} |"
+        )
     ours_order, paper_order = ordering(study, rows, "ours"), ordering(study, rows, "paper")
     labels = {r["variant"]: r["label"] for r in rows}
     if ours_order:
-        lines += ["", "Ordering by the mean of the fine-tuning columns (best first; = where the means are equal):",
-                  f"- ours: {ordering_text(study, rows, 'ours', labels)}"]
+        lines += [
+            "",
+            "Ordering by the mean of the fine-tuning columns (best first; = where the means are equal):",
+            f"- ours: {ordering_text(study, rows, 'ours', labels)}",
+        ]
         if paper_order:
             lines.append(f"- paper: {ordering_text(study, rows, 'paper', labels)}")
     if study.note:
         lines += ["", study.note]
     pretraining, finetuning, partly_timed = runs_time(rows)
-    lines += ["", f"Time of the runs: {(pretraining + finetuning) / 3600:.2f} h (pre-training "
-                  f"{pretraining / 3600:.2f} h{', part of it timed only from a step' if partly_timed else ''}, "
-                  f"fine-tuning {finetuning / 3600:.2f} h; each model counted once, kept runs included); this "
-                  f"invocation {seconds / 3600:.2f} h. Runs: `{output_dir}/pretrain/<variant>/`, "
-                  f"`{output_dir}/finetune/<variant>/<task>/`."]
+    lines += [
+        "",
+        f"Time of the runs: {(pretraining + finetuning) / 3600:.2f} h (pre-training "
+        f"{pretraining / 3600:.2f} h{', part of it timed only from a step' if partly_timed else ''}, "
+        f"fine-tuning {finetuning / 3600:.2f} h; each model counted once, kept runs included); this "
+        f"invocation {seconds / 3600:.2f} h. Runs: `{output_dir}/pretrain/<variant>/`, "
+        f"`{output_dir}/finetune/<variant>/<task>/`.",
+    ]
     text = "\n".join(lines) + "\n"
     (output_dir / "study.md").write_text(text)
-    (output_dir / "study.json").write_text(json.dumps(
-        {"study": study.name, "title": study.title, "paper_source": study.source,
-         "columns": [{"key": c.key, "label": c.label, "task": c.task, "metric": c.metric, "split": c.split}
-                     for c in columns],
-         "rows": rows, "ordering": {"ours": ours_order, "paper": paper_order},
-         "pretrain_config": args.pretrain_config, "pretrain_args": args.pretrain_args,
-         "finetune_args": args.finetune_args, "seconds": round(seconds, 1),
-         "run_seconds": {"pretraining": round(pretraining, 1), "finetuning": round(finetuning, 1)}}, indent=2))
+    (output_dir / "study.json").write_text(
+        json.dumps(
+            {
+                "study": study.name,
+                "title": study.title,
+                "paper_source": study.source,
+                "columns": [
+                    {"key": c.key, "label": c.label, "task": c.task, "metric": c.metric, "split": c.split}
+                    for c in columns
+                ],
+                "rows": rows,
+                "ordering": {"ours": ours_order, "paper": paper_order},
+                "pretrain_config": args.pretrain_config,
+                "pretrain_args": args.pretrain_args,
+                "finetune_args": args.finetune_args,
+                "seconds": round(seconds, 1),
+                "run_seconds": {"pretraining": round(pretraining, 1), "finetuning": round(finetuning, 1)},
+            },
+            indent=2,
+        )
+    )
     plot_study(study, rows, output_dir / "study.png")
     return text
 
