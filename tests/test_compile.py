@@ -12,14 +12,17 @@ import datasets
 import pytest
 import torch
 import torch._dynamo
-from conftest import tiny_config
-from test_pretraining_data import pseudo_text, wordpiece_tokenizer
+from helpers import pseudo_text, tiny_config, wordpiece_tokenizer
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 from transformers import DataCollatorWithPadding
 
 from bert_repro import BertReproForMaskedLM, BertReproForPreTraining, BertReproForSequenceClassification
-from bert_repro.data.pretraining_examples import IGNORE_INDEX, PreTrainingDataConfig, create_pretraining_dataset
+from bert_repro.data.pretraining_examples import (
+    IGNORE_INDEX,
+    PreTrainingDataConfig,
+    create_pretraining_dataset,
+)
 from bert_repro.training.cli import SpeedSwitches
 from bert_repro.training.pretrain import PhaseCollator, allow_data_dependent_shapes, pretraining_sums
 

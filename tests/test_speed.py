@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import padded_batch, tiny_config
+from helpers import padded_batch, tiny_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AttentionInterface
 
+import bert_repro.model.grouped_attention as grouped_attention
+import bert_repro.model.modeling_bert_repro as modeling
 from bert_repro import (
     BertReproConfig,
     BertReproForMaskedLM,
@@ -30,15 +32,12 @@ from bert_repro import (
     BertReproForSequenceClassification,
     BertReproModel,
 )
-import bert_repro.model.grouped_attention as grouped_attention
-import bert_repro.model.modeling_bert_repro as modeling
 from bert_repro.model.fast_dropout import FastDropout, FastDropoutSelfAttention, fast_dropout
 from bert_repro.model.grouped_attention import GroupedAttention
 from bert_repro.model.last_layer_subset import READS, LastLayerSubsetEncoder, ReadRowsLayer
 from bert_repro.model.speed_paths import install_speed_paths
 from bert_repro.model.tied_gradients import TiedGradientEmbeddings
 from bert_repro.model.unpadding import Unpadded, UnpaddedEncoder, UnpaddedSelfAttention
-
 
 ALL_SWITCHES = dict(unpad_inputs=True, last_layer_subset=True, fast_dropout=True, tied_gradients=True)
 
