@@ -250,7 +250,6 @@ def test_staged_saves_are_not_checkpoints_until_published(tmp_path):
 def test_fine_tuning_stopped_by_sigterm_goes_on_with_the_same_command(tmp_path, tiny_model):
     """A fine-tuning run (no periodic checkpoints: save_strategy "no") stopped by SIGTERM saves checkpoint-N
     in its grid run's folder; the same command resumes it there and ends with the uninterrupted model."""
-
     data = write(tmp_path / "data", fixture_files("mrpc"))
     finetune = [sys.executable, str(ROOT / "recipes" / "finetune.py"), "--task", "mrpc", "--model",
                 str(tiny_model), "--data", str(data), "--learning_rates", "1e-3", "--max_steps", "12",

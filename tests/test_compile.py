@@ -18,11 +18,7 @@ from torch._dynamo.utils import counters
 from transformers import DataCollatorWithPadding
 
 from bert_repro import BertReproForMaskedLM, BertReproForPreTraining, BertReproForSequenceClassification
-from bert_repro.data.pretraining_examples import (
-    IGNORE_INDEX,
-    PreTrainingDataConfig,
-    create_pretraining_dataset,
-)
+from bert_repro.data.pretraining_examples import IGNORE_INDEX, PreTrainingDataConfig, create_pretraining_dataset
 from bert_repro.training.cli import SpeedSwitches
 from bert_repro.training.pretrain import PhaseCollator, allow_data_dependent_shapes, pretraining_sums
 

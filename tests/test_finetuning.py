@@ -6,14 +6,10 @@ import json
 import pytest
 from helpers import fixture_files, fixture_rows, write
 
-from bert_repro.tasks.registry import TASKS, get_task
 from bert_repro.training.finetune import parse_arguments, run_finetuning
+from bert_repro.tasks.registry import TASKS, get_task
 
 pytestmark = pytest.mark.slow
-
-
-
-
 
 
 @pytest.mark.parametrize("name", list(TASKS))

@@ -192,7 +192,6 @@ def test_different_model_needs_overwrite(tmp_path, tokenizer):
 
 def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub):
     """`recipes/finetune.py --push_to_hub --hub_model_id ID`: our publishing, not Trainer's (no pickles)."""
-
     tokenizer = train_wordpiece(iterator=list(fixture_files("mrpc").values()) * 5, vocab_size=120,
                                 show_progress=False)
     base = tmp_path / "base"
@@ -212,7 +211,6 @@ def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub):
 
 
 def test_pretrain_recipe_pushes_checkpoints_as_revisions(tmp_path, local_hub, corpus_and_tokenizer):
-
     corpus, tokenizer_dir = corpus_and_tokenizer
     config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=8, save_steps=4)
     launch(config, tmp_path / "run", "--push_to_hub", "true", "--hub_model_id", "someone/tiny-pretrained",
@@ -240,7 +238,6 @@ def test_push_advice_fits_the_cause(tmp_path, tokenizer):
 @pytest.mark.parametrize("case", ["refused token", "offline", "invalid id"])
 def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case, tiny_model):
     """--push_to_hub fails in seconds, before any data or training, with advice that fits the cause."""
-
     data = write(tmp_path / "MRPC", fixture_files("mrpc"))
     repo_id = "not a valid id!" if case == "invalid id" else "someone/tiny-mrpc"
     with LocalHub(token="the-right-token") as hub:

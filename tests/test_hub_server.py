@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from hub_server import LocalHub
 
 TOKEN = "hf_local_test_token_0123456789"

@@ -266,7 +266,6 @@ def test_config_transformers_cannot_compute_falls_back_to_remote_code(tmp_path, 
 
 @pytest.mark.slow
 def test_pretraining_recipe_output_opens_natively(tmp_path, corpus_and_tokenizer):
-
     corpus, tokenizer_dir = corpus_and_tokenizer
     out = tmp_path / "run"
     launch(write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=4, save_steps=2, eval_steps=4), out)
@@ -288,7 +287,6 @@ def test_pretraining_recipe_output_opens_natively(tmp_path, corpus_and_tokenizer
 
 @pytest.mark.slow
 def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_named(tmp_path, tokenizer):
-
     from bert_repro.training.finetune import run_finetuning
 
     torch.manual_seed(0)

@@ -183,7 +183,6 @@ def packed_and_unpacked(tokenizer, count: int = 24):
 
 
 def tiny_model(tokenizer, attn: str, **switches):
-
     from bert_repro import BertReproForPreTraining
 
     config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=MAX_LEN, hidden_dropout_prob=0.0,

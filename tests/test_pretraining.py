@@ -152,9 +152,6 @@ def test_global_batch_normalisation_with_unequal_mask_counts(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-
-
-
 @pytest.mark.slow
 def test_repeating_the_data_more_than_the_paper_is_warned_about():
     from bert_repro.data.pretraining_examples import PreTrainingDataConfig

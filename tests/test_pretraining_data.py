@@ -36,7 +36,6 @@ from bert_repro.data.pretraining_examples import (  # noqa: E402
     PreTrainingDataConfig,
     TrainingInstance,
     WordPieceVocab,
-    _balanced_order,  # noqa: E402
     create_instances_from_document,
     create_masked_lm_predictions,
     create_pretraining_dataset,
@@ -48,6 +47,7 @@ from bert_repro.data.pretraining_examples import (  # noqa: E402
     tokenize_documents,
     truncate_seq_pair,
 )
+from bert_repro.data.pretraining_examples import _balanced_order  # noqa: E402
 from bert_repro.data.sentences import looks_like_binary, split_sentences  # noqa: E402
 
 # Integer corpora: ids 0-4 are special (as in a freshly trained vocabulary), corpus tokens start at 1000.
@@ -155,8 +155,6 @@ def table_digest(ds: datasets.Dataset) -> str:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
-
-
 
 
 @pytest.fixture(scope="module")

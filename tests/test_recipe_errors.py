@@ -129,7 +129,6 @@ def test_pretraining_with_an_invalid_model_config_is_one_message(tmp_path, overr
 
 def tiny_model(directory: Path) -> Path:
     """A tiny checkpoint as save_pretrained writes it, with a vocabulary for the SST-2 rows of `sst2_data`."""
-
     from bert_repro import BertReproForPreTraining
 
     BertReproForPreTraining(tiny_config(max_position_embeddings=128)).save_pretrained(directory)

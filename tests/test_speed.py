@@ -23,8 +23,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AttentionInterface
 
-import bert_repro.model.grouped_attention as grouped_attention
-import bert_repro.model.modeling_bert_repro as modeling
 from bert_repro import (
     BertReproConfig,
     BertReproForMaskedLM,
@@ -32,6 +30,8 @@ from bert_repro import (
     BertReproForSequenceClassification,
     BertReproModel,
 )
+import bert_repro.model.grouped_attention as grouped_attention
+import bert_repro.model.modeling_bert_repro as modeling
 from bert_repro.model.fast_dropout import FastDropout, FastDropoutSelfAttention, fast_dropout
 from bert_repro.model.grouped_attention import GroupedAttention
 from bert_repro.model.last_layer_subset import READS, LastLayerSubsetEncoder, ReadRowsLayer

@@ -17,7 +17,6 @@ from datasets import Dataset  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from bert_repro.data.wordpiece import train_wordpiece  # noqa: E402
 from bert_repro.tasks.squad import (  # noqa: E402
     DocSpan,
     apply_null_threshold,
@@ -28,6 +27,7 @@ from bert_repro.tasks.squad import (  # noqa: E402
     prepare_train_features,
     tokenizer_stride,
 )
+from bert_repro.data.wordpiece import train_wordpiece  # noqa: E402
 
 FILLER = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "

@@ -274,7 +274,6 @@ def test_bad_streamed_corpus(tmp_path, marked):
 
 
 def test_checkpoint_with_a_truncated_stream_state_is_skipped(tmp_path, marked):
-
     from bert_repro.training.checkpoints import checkpoint_problem
 
     folder, _, tokenizer, _ = marked

@@ -13,15 +13,7 @@ from helpers import CONLL_DEV, CONLL_TEST, CONLL_TRAIN, GLUE_FIXTURES, write
 
 from bert_repro.training import study as study_module
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.study import (
-    STUDIES,
-    StudyArguments,
-    get_study,
-    ordering,
-    run_study,
-    select,
-    write_study,
-)
+from bert_repro.training.study import STUDIES, StudyArguments, get_study, ordering, run_study, select, write_study
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ("the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
@@ -156,7 +148,6 @@ def test_equal_means_are_reported_as_a_tie(tmp_path):
 
 def _glue(root: Path) -> Path:
     """Tiny MRPC, SST-2 and CoNLL-2003 directories in their original layouts."""
-
     write(root / "MRPC", GLUE_FIXTURES["mrpc"][0])
     write(root / "SST-2", GLUE_FIXTURES["sst2"][0])
     write(root / "CoNLL-2003", {"eng.train": CONLL_TRAIN, "eng.testa": CONLL_DEV, "eng.testb": CONLL_TEST})
@@ -167,7 +158,6 @@ def _glue(root: Path) -> Path:
 def pretrain_config(tmp_path_factory):
     """A YAML config of the pre-training recipe: a small corpus, a tokenizer trained on it and the fixture tasks, a
     very small model and a few steps."""
-
     from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 
     root = tmp_path_factory.mktemp("study")

@@ -52,7 +52,6 @@ from bert_repro.tasks.registry import GLUE_TASKS, KINDS, METRICS, TASKS, get_tas
 # GLUE in its original layout, and the canonical rows each file must give
 
 
-
 def assert_canonical(data, expected: dict, task_name: str):
     assert list(data) == list(expected), f"splits {list(data)} != {list(expected)}"
     for split, columns in expected.items():
@@ -167,7 +166,6 @@ def test_hub_failure_says_what_to_pass_instead(tmp_path):
 # SQuAD
 
 
-
 def test_squad_v1_json_with_misaligned_training_answer_skipped_and_counted(tmp_path, caplog):
     catholic = CONTEXT.index("Catholic")
     files = {
@@ -260,7 +258,6 @@ def test_answer_alignment_follows_the_reference_word_test():
 # SWAG
 
 
-
 SWAG_EXPECTED = {
     "context": ["Members of the procession walk."],
     "question": ["A drum line"],
@@ -303,7 +300,6 @@ def test_swag_hf_exports_canonical_and_hub_columns(tmp_path, fmt):
 
 # --------------------------------------------------------------------------------------------------------
 # CoNLL-2003
-
 
 
 def tag_ids(*tags):

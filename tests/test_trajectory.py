@@ -31,13 +31,8 @@ from transformers import BertForPreTraining, Trainer, TrainingArguments
 from bert_repro import BertReproConfig, BertReproForPreTraining
 from bert_repro.data.pretraining_examples import IGNORE_INDEX
 from bert_repro.data.wordpiece import load_tokenizer
-from bert_repro.training.pretrain import (
-    PhasedSampler,
-    build_datasets,
-    parse_arguments,
-    phase_steps,
-    run_pretraining,
-)
+from bert_repro.training.pretrain import (PhasedSampler, build_datasets, parse_arguments, phase_steps,
+                                          run_pretraining)
 
 STEPS, TOLERANCE = 120, 1e-5
 LOGGED = ("loss", "mlm_loss", "nsp_loss", "grad_norm", "learning_rate")

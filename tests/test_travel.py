@@ -38,7 +38,6 @@ def _books(folder: Path, n: int = 8, seed: int = 0) -> list[str]:
 def travelled(tmp_path_factory):
     """A travel folder as benchmarks/corpus/travel.sh lays it out: books/ built from fixture text, glue/ with
     the training and dev files of MRPC and SST-2 only."""
-
     root = tmp_path_factory.mktemp("travel")
     texts = _books(root / "text")
     manifest = build(root / "text", root / ".travel" / "books", vocab_size=200, provenance="fixture text")
