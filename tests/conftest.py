@@ -1,50 +1,30 @@
-"""Shared fixtures. No test reaches the network: the Hub client is put in offline mode before any import."""
+"""Shared fixtures (plain helpers are in helpers.py). No test reaches the network: the Hub client is put in
+offline mode before any import."""
 
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread in this process and in every recipe it starts (they inherit the environment): the tests'
+# tiny models gain nothing from a second thread, and OpenMP threads that wait for a core another process holds
+# (two DDP ranks, DataLoader workers, anything else on the machine) made a training step tens of times slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import json  # noqa: E402
+import random  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
-# The architecture fields shared by BertConfig and BertReproConfig.
-ARCH_FIELDS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-    "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-    "layer_norm_eps", "initializer_range", "num_labels",
+from helpers import (  # noqa: E402
+    PARITY_REPORT,
+    WORDS,
+    fixture_files,
+    google_config,
+    google_weights,
+    optimizer_state,
+    tiny_config,
+    write_google_checkpoint,
 )
-
-
-def tiny_config(**overrides):
-    from bert_repro import BertReproConfig
-
-    fields = dict(
-        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-        max_position_embeddings=64,
-    )
-    return BertReproConfig(**{**fields, **overrides})
-
-
-def hf_config_like(config, **overrides):
-    """transformers' BertConfig with the same architecture as a BertReproConfig."""
-    from transformers import BertConfig
-
-    return BertConfig(**{**{k: getattr(config, k) for k in ARCH_FIELDS}, **overrides})
-
-
-def padded_batch(vocab_size: int, batch: int = 3, seq: int = 16, seed: int = 0):
-    """Random ids with a pair structure and padding of different lengths in the batch."""
-    g = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(5, vocab_size, (batch, seq), generator=g)
-    attention_mask = torch.ones(batch, seq, dtype=torch.long)
-    token_type_ids = torch.zeros(batch, seq, dtype=torch.long)
-    for row in range(batch):
-        length = seq - (row * seq) // (batch + 1)
-        attention_mask[row, length:] = 0
-        input_ids[row, length:] = 0
-        token_type_ids[row, length // 2 : length] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
 
 
 @pytest.fixture
@@ -52,11 +32,73 @@ def tiny():
     return tiny_config()
 
 
-# Worst differences measured by the parity tests, printed at the end of every run (not only with -s).
-PARITY_REPORT: list[tuple[str, float]] = []
+@pytest.fixture(scope="session")
+def corpus_and_tokenizer(tmp_path_factory):
+    """A small corpus of documents (one per file) and a tokenizer trained once, so every run shares its vocabulary
+    (WordPiece training in the tokenizers library is not deterministic). Tests read it, never write into it."""
+    from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
+
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    texts = []
+    for d in range(12):
+        paragraphs = []
+        for _ in range(6):
+            sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
+                         for _ in range(5)]
+            paragraphs.append(" ".join(sentences))
+        text = "\n\n".join(paragraphs)
+        (root / f"doc{d:02d}.txt").write_text(text)
+        texts.append(text)
+    tokenizer = train_wordpiece(iterator=texts, vocab_size=120, show_progress=False)
+    directory = tmp_path_factory.mktemp("tokenizer")
+    save_tokenizer(tokenizer, directory)
+    return root, directory
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny pre-trained-shaped checkpoint with a tokenizer trained on every task fixture's text."""
+    from bert_repro import BertReproForPreTraining
+    from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
+    from bert_repro.tasks.registry import TASKS
+
+    texts = [text for name in TASKS for text in fixture_files(name).values()]
+    tokenizer = train_wordpiece(iterator=texts * 3, vocab_size=300, show_progress=False)
+    directory = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    model = BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer), max_position_embeddings=512))
+    model.save_pretrained(directory)
+    save_tokenizer(tokenizer, directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tf():
+    return pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(scope="session")
+def google_checkpoint(tf, tmp_path_factory):
+    """A Google-layout checkpoint (bert_model.ckpt.{index,data-*} plus optimizer state) and its weights."""
+    directory = tmp_path_factory.mktemp("uncased_L-2_H-8_A-2")
+    weights = google_weights()
+    write_google_checkpoint(tf, directory / "bert_model.ckpt", {**weights, **optimizer_state(weights)})
+    (directory / "bert_config.json").write_text(json.dumps(google_config()))
+    return directory, weights
+
+
+@pytest.fixture
+def local_hub(tmp_path):
+    """A started LocalHub (hub_server.py) storing its repos under ``tmp_path / "hub"``."""
+    from hub_server import LocalHub
+
+    with LocalHub(root=tmp_path / "hub") as hub:
+        yield hub
 
 
 def pytest_terminal_summary(terminalreporter):
+    """The worst differences of the parity tests, printed at the end of every run (not only with -s)."""
     if not PARITY_REPORT:
         return
     terminalreporter.section("parity with transformers (max absolute difference, fp32, eval mode)")

@@ -101,8 +101,8 @@ offline mode), so run client code in a subprocess::
 ``client_env`` returns ``os.environ`` plus ``HF_ENDPOINT=hub.endpoint``, ``HF_TOKEN``, ``HF_HUB_OFFLINE=0``,
 ``TRANSFORMERS_OFFLINE=0``, ``HF_HUB_DISABLE_TELEMETRY=1``, ``HF_HUB_DISABLE_PROGRESS_BARS=1`` and
 ``HF_HOME`` (a fresh cache: nothing from the real cache leaks in), without any other HF token variable.
-The pytest fixture ``local_hub`` yields a started ``LocalHub`` storing under ``tmp_path / "hub"``; import
-it into the test module to use it (``from hub_server import local_hub  # noqa: F401``).
+The pytest fixture ``local_hub`` (tests/conftest.py) yields a started ``LocalHub`` storing under
+``tmp_path / "hub"``.
 
 Inspection: ``hub.repo_files(repo_id, revision="main")`` -> ``{path: bytes}`` (``.gitattributes`` included),
 ``hub.history(repo_id, revision)`` -> commit ids newest first, ``hub.refs(repo_id)``,
@@ -139,8 +139,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
-
-import pytest
 
 DEFAULT_USER = "local-user"
 REPO_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
@@ -1212,10 +1210,3 @@ def reset_transformers_api() -> None:
     hub_module = sys.modules.get("transformers.utils.hub")
     if hub_module is not None and hasattr(hub_module, "_hf_api"):
         hub_module._hf_api = None
-
-
-@pytest.fixture
-def local_hub(tmp_path: Path) -> Iterator[LocalHub]:
-    """A started LocalHub storing its repos under ``tmp_path / "hub"``."""
-    with LocalHub(root=tmp_path / "hub") as hub:
-        yield hub

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_config
+from helpers import damage_model_dir, tiny_config
 
 from bert_repro import BertReproForPreTraining
 from bert_repro.training.cli import ConfigurationError
@@ -172,31 +172,10 @@ def test_study_checks_its_fine_tuning_flags_before_pre_training(tmp_path, monkey
 # ------------------------------------------------------------------------------------------------------------
 
 
-class RunsCode:
-    """Unpickled, it would create the file `path`: what a malicious pickle does."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (str(self.path), "w"))
-
-
 def bad_model_dir(directory, problem):
-    """A tiny model directory with one problem: its weights only as a pickle, truncated weights, a broken
-    config.json."""
+    """A tiny model directory with one problem (helpers.damage_model_dir); the message expected."""
     BertReproForPreTraining(tiny_config()).save_pretrained(directory)
-    weights = directory / "model.safetensors"
-    if problem == "pickle":
-        weights.unlink()
-        torch.save({"bert.pooler.dense.bias": torch.zeros(32), "code": RunsCode(directory / "ran")},
-                   directory / "pytorch_model.bin")
-        return f"{directory} holds its weights only as a pickle (pytorch_model.bin), which is not opened"
-    if problem == "truncated":
-        weights.write_bytes(weights.read_bytes()[:-100])
-        return f"{weights} cannot be read as safetensors (Error while deserializing header: incomplete"
-    (directory / "config.json").write_text('{"hidden_size": 32,\n')
-    return f"{directory / 'config.json'} is not a valid config.json (Expecting property name"
+    return damage_model_dir(directory, problem)
 
 
 def open_with_load_bert(directory, tmp_path):

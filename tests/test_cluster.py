@@ -12,8 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_finetuning import tiny_model  # noqa: F401 (a fixture)
-from test_pretraining import ROOT, corpus_and_tokenizer, launch, weights, write_config  # noqa: F401
+from helpers import ROOT, fixture_files, launch, weights, write, write_config
 
 from bert_repro.training.checkpoints import checkpoint_problem, newest_valid_checkpoint
 from bert_repro.training.cluster import STAGING, STOPPED_EXIT_CODE, publish
@@ -70,7 +69,7 @@ def stopped_step(output: str, directory: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, corpus_and_tokenizer):  # noqa: F811
+def reference(tmp_path_factory, corpus_and_tokenizer):
     """An uninterrupted one-process run, and the configs of one process (batch 8) and two (batch 4 each)."""
     corpus, tokenizer = corpus_and_tokenizer
     root = tmp_path_factory.mktemp("cluster")
@@ -122,7 +121,7 @@ def test_a_signal_to_one_of_two_processes_stops_both_at_the_same_step(reference,
 
 @pytest.mark.slow
 def test_a_streamed_run_with_workers_stops_where_its_workers_kept_the_position(tmp_path,
-                                                                              corpus_and_tokenizer):  # noqa: F811
+                                                                              corpus_and_tokenizer):
     """DataLoader workers read ahead and keep their streams' positions only at steps planned ahead: a signal
     stops the run at the next multiple of STREAM_STOP_EVERY, with the stream's position in the checkpoint, and the
     resumed run ends where the uninterrupted one does."""
@@ -160,7 +159,7 @@ def small_disk(tmp_path):
 
 @pytest.mark.slow
 def test_a_full_disk_is_one_message_and_keeps_the_last_good_checkpoint(tmp_path, small_disk,
-                                                                       corpus_and_tokenizer):  # noqa: F811
+                                                                       corpus_and_tokenizer):
     """checkpoint-4 fits, checkpoint-8 does not: exit code 2, one message naming the directory, the space
     needed and the space free, no traceback, no checkpoint-8 in any state, and checkpoint-4 kept although
     save_total_limit is 1 (rotation waits for the new checkpoint). Where no tmpfs can be mounted, the save of
@@ -195,7 +194,7 @@ def test_a_full_disk_is_one_message_and_keeps_the_last_good_checkpoint(tmp_path,
 
 @pytest.mark.slow
 def test_a_second_run_on_the_same_directory_is_refused_until_the_first_ends(
-        tmp_path, corpus_and_tokenizer):  # noqa: F811
+        tmp_path, corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
     out = tmp_path / "out"
     hold = ("import sys, time; from bert_repro.training.cluster import lock_output_dir; "
@@ -249,12 +248,9 @@ def test_staged_saves_are_not_checkpoints_until_published(tmp_path):
 
 
 @pytest.mark.slow
-def test_fine_tuning_stopped_by_sigterm_goes_on_with_the_same_command(tmp_path, tiny_model):  # noqa: F811
+def test_fine_tuning_stopped_by_sigterm_goes_on_with_the_same_command(tmp_path, tiny_model):
     """A fine-tuning run (no periodic checkpoints: save_strategy "no") stopped by SIGTERM saves checkpoint-N
     in its grid run's folder; the same command resumes it there and ends with the uninterrupted model."""
-    from test_finetuning import fixture_files
-    from test_task_data import write
-
     data = write(tmp_path / "data", fixture_files("mrpc"))
     finetune = [sys.executable, str(ROOT / "recipes" / "finetune.py"), "--task", "mrpc", "--model",
                 str(tiny_model), "--data", str(data), "--learning_rates", "1e-3", "--max_steps", "12",

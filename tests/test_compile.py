@@ -12,8 +12,7 @@ import datasets
 import pytest
 import torch
 import torch._dynamo
-from conftest import tiny_config
-from test_pretraining_data import pseudo_text, wordpiece_tokenizer
+from helpers import pseudo_text, tiny_config, wordpiece_tokenizer
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 from transformers import DataCollatorWithPadding

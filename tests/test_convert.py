@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import hf_config_like, padded_batch, tiny_config
-from test_tf_checkpoint import expected_hf, google_checkpoint, tf  # noqa: F401  (fixtures)
+from helpers import damage_model_dir, expected_hf, hf_config_like, padded_batch, tiny_config
 
 from bert_repro import (
     BertReproForPreTraining,
@@ -83,20 +82,9 @@ def test_legacy_pickle_with_gamma_beta_names(tmp_path, capsys):
     assert torch.equal(ours.bert.encoder.layer[1].output.LayerNorm.bias, theirs.bert.encoder.layer[1].output.LayerNorm.bias)
 
 
-class _RunsCode:
-    """Unpickled, it would create the file `path`: what a malicious pickle does."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (str(self.path), "w"))
-
-
 def test_trusted_pickle_that_holds_code_is_still_not_run(tmp_path, capsys):
     hf_checkpoint(tmp_path)
-    (tmp_path / "model.safetensors").unlink()
-    torch.save({"weights": _RunsCode(tmp_path / "ran")}, tmp_path / "pytorch_model.bin")
+    damage_model_dir(tmp_path, "pickle")  # a pytorch_model.bin that would create tmp_path / "ran"
     with pytest.raises(SystemExit) as exit_:
         main(["import", str(tmp_path), str(tmp_path / "out"), "--trust_pickle"])
     assert exit_.value.code == 2
@@ -179,8 +167,8 @@ def test_corrupt_safetensors_names_the_file(tmp_path):
 
 def test_truncated_safetensors_names_the_file(tmp_path):
     hf_checkpoint(tmp_path)
+    damage_model_dir(tmp_path, "truncated")
     weights = tmp_path / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:-1000])
     with pytest.raises(CheckpointError, match=f"{weights} cannot be read as safetensors.*incomplete"):
         load_bert(tmp_path, "pretraining")
 
@@ -216,7 +204,7 @@ def test_unknown_head():
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def test_google_tf_checkpoint_through_load_bert(google_checkpoint):  # noqa: F811
+def test_google_tf_checkpoint_through_load_bert(google_checkpoint):
     directory, weights = google_checkpoint
     model = load_bert(directory, "pretraining")
     assert model.config.hidden_act == "gelu_new"  # Google's code computes the tanh approximation

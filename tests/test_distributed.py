@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import fixture_files, tiny_config, write, write_config
 from safetensors.torch import load_file
-from test_pretraining import corpus_and_tokenizer, write_config  # noqa: F401 (corpus_and_tokenizer: a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCELERATE = ROOT / "recipes" / "accelerate"
@@ -148,7 +148,7 @@ def test_engine_checks_name_the_fix(monkeypatch):
 
 
 @pytest.mark.slow
-def test_deepspeed_missing_stops_the_recipe_with_exit_code_2(tmp_path, corpus_and_tokenizer):  # noqa: F811
+def test_deepspeed_missing_stops_the_recipe_with_exit_code_2(tmp_path, corpus_and_tokenizer):
     """A `deepspeed` that cannot be imported, under the DeepSpeed engine: one message naming the extra."""
     corpus, tokenizer = corpus_and_tokenizer
     hidden = tmp_path / "hidden" / "deepspeed"
@@ -172,7 +172,7 @@ def test_deepspeed_missing_stops_the_recipe_with_exit_code_2(tmp_path, corpus_an
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, corpus_and_tokenizer):  # noqa: F811
+def runs(tmp_path_factory, corpus_and_tokenizer):
     """Configs of the same run (global batch 8, seed, data): one process with batches of 8, and two processes with
     batches of 2 and 2 accumulation steps; and the one-process run itself, the reference."""
     corpus, tokenizer = corpus_and_tokenizer
@@ -312,9 +312,6 @@ def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
 
 @pytest.mark.slow
 def test_finetuning_under_fsdp_matches_one_process(tmp_path):
-    from conftest import tiny_config
-    from test_finetuning import fixture_files
-    from test_task_data import write
     from transformers import AutoModelForSequenceClassification
 
     from bert_repro import BertReproForPreTraining

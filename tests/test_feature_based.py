@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import padded_batch, tiny_config
+from helpers import (
+    assert_same_outputs,
+    fixture_files,
+    inputs_for,
+    our_outputs,
+    padded_batch,
+    run_without_package,
+    tiny_config,
+    write,
+)
 from safetensors.torch import load_file
 
 import bert_repro
@@ -306,8 +315,6 @@ def test_save_and_load_give_the_same_weights_and_logits(tmp_path, model_class, s
 def test_remote_code_without_the_package(tmp_path):
     """With trust_remote_code=True, a process where bert_repro cannot be imported opens the saved BiLSTM model from
     the code saved beside it, with the same outputs; without it, the load is refused (no prompt)."""
-    from test_native_loading import assert_same_outputs, inputs_for, our_outputs, run_without_package
-
     model = bilstm_model(feature_set="concat_last_four", freeze_encoder=True).eval()
     model.save_pretrained(tmp_path / "ner")
     inputs = inputs_for("AutoModelForTokenClassification", model.config.vocab_size, tmp_path / "inputs.pt")
@@ -374,8 +381,6 @@ def test_recipe_arguments(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
-    from test_finetuning import fixture_files
-
     from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 
     texts = [t for name in ("conll2003", "squad") for t in fixture_files(name).values()]
@@ -389,9 +394,6 @@ def tiny_checkpoint(tmp_path_factory):
 
 
 def finetune_argv(name, checkpoint, tmp_path, *extra):
-    from test_finetuning import fixture_files
-    from test_task_data import write
-
     data = write(tmp_path / "data", fixture_files(name))
     return ["--task", name, "--model", str(checkpoint), "--data", str(data), "--output_dir", str(tmp_path / "out"),
             "--max_steps", "3", "--per_device_train_batch_size", "2", "--use_cpu", "true", "--disable_tqdm", "true",

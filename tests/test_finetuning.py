@@ -4,68 +4,12 @@ metric keys the task declares (and GLUE submission files where the task has a te
 import json
 
 import pytest
-import torch
-from conftest import tiny_config
-from test_task_data import (
-    CONLL_DEV,
-    CONLL_TEST,
-    CONLL_TRAIN,
-    CONTEXT,
-    GLUE_FIXTURES,
-    SWAG_ROW,
-    qa,
-    squad_json,
-    swag_csv,
-    write,
-)
+from helpers import fixture_files, fixture_rows, write
 
-from bert_repro import BertReproForPreTraining
 from bert_repro.training.finetune import parse_arguments, run_finetuning
 from bert_repro.tasks.registry import TASKS, get_task
-from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 
 pytestmark = pytest.mark.slow
-
-
-def squad_files(version):
-    start = CONTEXT.index("Catholic")
-    questions = [qa(f"q{i}", "What character does the school have?", [("Catholic", start)]) for i in range(3)]
-    if version == 2:
-        questions.append({"id": "q9", "question": "What is below the dome?", "answers": [], "is_impossible": True})
-        return {"train-v2.0.json": squad_json(questions), "dev-v2.0.json": squad_json(questions)}
-    return {"train-v1.1.json": squad_json(questions), "dev-v1.1.json": squad_json(questions)}
-
-
-def fixture_files(name):
-    if name in GLUE_FIXTURES:
-        files = dict(GLUE_FIXTURES[name][0])
-        if name == "stsb":  # a correlation needs two rows: repeat the dev row with another score
-            header, row = files["dev.tsv"].rstrip("\n").split("\n")[-2:]
-            files["dev.tsv"] += row.rsplit("\t", 1)[0] + "\t0.5\n"
-        return files
-    if name in ("squad", "squad_v2"):
-        return squad_files(2 if name == "squad_v2" else 1)
-    if name == "swag":
-        second = SWAG_ROW[:-1] + ["2"]
-        return {"train.csv": swag_csv([SWAG_ROW, second]), "val.csv": swag_csv([SWAG_ROW, second])}
-    return {"eng.train": CONLL_TRAIN, "eng.testa": CONLL_DEV, "eng.testb": CONLL_TEST}
-
-
-def fixture_rows(name, split):
-    return GLUE_FIXTURES[name][1][split]["idx"]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    """A tiny pre-trained-shaped checkpoint with a tokenizer trained on every fixture's text."""
-    texts = [text for name in TASKS for text in fixture_files(name).values()]
-    tokenizer = train_wordpiece(iterator=texts * 3, vocab_size=300, show_progress=False)
-    directory = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    model = BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer), max_position_embeddings=512))
-    model.save_pretrained(directory)
-    save_tokenizer(tokenizer, directory)
-    return directory
 
 
 @pytest.mark.parametrize("name", list(TASKS))

@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import padded_batch, tiny_config
-from hub_server import LocalHub, local_hub  # noqa: F401  (fixture)
-from test_finetuning import tiny_model  # noqa: F401  (fixture)
-from test_pretraining import corpus_and_tokenizer  # noqa: F401  (fixture)
+from helpers import fixture_files, launch, padded_batch, tiny_config, write, write_config
+from hub_server import LocalHub
 
 from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
 from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
@@ -194,9 +192,6 @@ def test_different_model_needs_overwrite(tmp_path, tokenizer):
 
 def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub):
     """`recipes/finetune.py --push_to_hub --hub_model_id ID`: our publishing, not Trainer's (no pickles)."""
-    from test_finetuning import fixture_files
-    from test_task_data import write
-
     tokenizer = train_wordpiece(iterator=list(fixture_files("mrpc").values()) * 5, vocab_size=120,
                                 show_progress=False)
     base = tmp_path / "base"
@@ -216,8 +211,6 @@ def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub):
 
 
 def test_pretrain_recipe_pushes_checkpoints_as_revisions(tmp_path, local_hub, corpus_and_tokenizer):
-    from test_pretraining import launch, write_config
-
     corpus, tokenizer_dir = corpus_and_tokenizer
     config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=8, save_steps=4)
     launch(config, tmp_path / "run", "--push_to_hub", "true", "--hub_model_id", "someone/tiny-pretrained",
@@ -243,11 +236,8 @@ def test_push_advice_fits_the_cause(tmp_path, tokenizer):
 
 
 @pytest.mark.parametrize("case", ["refused token", "offline", "invalid id"])
-def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case, tiny_model):  # noqa: F811
+def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case, tiny_model):
     """--push_to_hub fails in seconds, before any data or training, with advice that fits the cause."""
-    from test_finetuning import fixture_files
-    from test_task_data import write
-
     data = write(tmp_path / "MRPC", fixture_files("mrpc"))
     repo_id = "not a valid id!" if case == "invalid id" else "someone/tiny-mrpc"
     with LocalHub(token="the-right-token") as hub:

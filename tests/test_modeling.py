@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 import transformers
-from conftest import PARITY_REPORT, hf_config_like, padded_batch, tiny_config
+from helpers import PARITY_REPORT, hf_config_like, padded_batch, tiny_config
 
 import bert_repro
 from bert_repro import (

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import tiny_config
-from test_pretraining import corpus_and_tokenizer, write_config  # noqa: F401 (a fixture)
+from helpers import tiny_config, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "recipes" / "data" / "quickstart_corpus"
@@ -99,7 +98,7 @@ def test_corpus_with_no_text_is_one_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_tokenizer):  # noqa: F811
+def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -132,7 +131,7 @@ def hide_package(tmp_path, name):
 
 
 @pytest.mark.slow
-def test_missing_plotting_and_tensorboard_are_skipped_with_a_warning(tmp_path, corpus_and_tokenizer):  # noqa: F811
+def test_missing_plotting_and_tensorboard_are_skipped_with_a_warning(tmp_path, corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
     config = write_config(tmp_path / "c.yaml", corpus, tokenizer, max_steps=2, save_steps=100, eval_fraction=0.0,
                           plot=True, report_to="tensorboard")

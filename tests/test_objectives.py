@@ -25,7 +25,7 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config
+from helpers import tiny_config
 
 from bert_repro import BertReproConfig
 from bert_repro.data.pretraining_examples import (

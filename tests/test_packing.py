@@ -19,10 +19,9 @@ from itertools import pairwise
 import datasets
 import pytest
 import torch
+from helpers import launch, pseudo_text, tiny_config, wordpiece_tokenizer, write_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pretraining import corpus_and_tokenizer, launch, write_config  # noqa: F401  (fixture)
-from test_pretraining_data import pseudo_text, wordpiece_tokenizer
 
 from bert_repro.data.pack_examples import PackingCollator, first_fit_decreasing, pack_rows, padding_statistics
 from bert_repro.data.pretraining_examples import (
@@ -185,8 +184,6 @@ def packed_and_unpacked(tokenizer, count: int = 24):
 
 
 def tiny_model(tokenizer, attn: str, **switches):
-    from conftest import tiny_config
-
     from bert_repro import BertReproForPreTraining
 
     config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=MAX_LEN, hidden_dropout_prob=0.0,
@@ -318,7 +315,7 @@ def test_attention_kernel_choice(tokenizer):
 
 
 @pytest.mark.slow
-def test_recipe_with_packing_trains_as_without(tmp_path, corpus_and_tokenizer):  # noqa: F811
+def test_recipe_with_packing_trains_as_without(tmp_path, corpus_and_tokenizer):
     """`--packing true`: the same examples per step, so the same logged losses (dropout off); data_statistics.json
     holds the padding shares with and without packing for each phase."""
     import json

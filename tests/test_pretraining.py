@@ -3,15 +3,13 @@ loss normalisation, and end-to-end runs through the real launcher (resume and DD
 
 import json
 import os
-import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from safetensors.torch import load_file
+from helpers import ROOT, first_documents, launch, tiny_config, weights, write_config
 
 from bert_repro.training.cli import check_output_dir
 from bert_repro.training.pretrain import (
@@ -21,11 +19,6 @@ from bert_repro.training.pretrain import (
     parse_arguments,
     phase_steps,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-WORDS = ("the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
-         "mountain old new green tree bird sang loud quiet night day").split()
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # Arguments and sampler
@@ -128,7 +121,6 @@ def pretraining_rows(n=16, seq=16, vocab=99):
 
 
 def one_update(tmp_path, per_device, accumulation):
-    from conftest import tiny_config
     from transformers import TrainingArguments
 
     from bert_repro import BertReproForPreTraining
@@ -158,72 +150,6 @@ def test_global_batch_normalisation_with_unequal_mask_counts(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # End to end, through the real launcher
 # ---------------------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def corpus_and_tokenizer(tmp_path_factory):
-    """A small corpus of documents (one per file) and a tokenizer trained once, so every run shares its vocabulary
-    (WordPiece training in the tokenizers library is not deterministic)."""
-    from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
-
-    root = tmp_path_factory.mktemp("corpus")
-    rng = random.Random(0)
-    texts = []
-    for d in range(12):
-        paragraphs = []
-        for _ in range(6):
-            sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
-                         for _ in range(5)]
-            paragraphs.append(" ".join(sentences))
-        text = "\n\n".join(paragraphs)
-        (root / f"doc{d:02d}.txt").write_text(text)
-        texts.append(text)
-    tokenizer = train_wordpiece(iterator=texts, vocab_size=120, show_progress=False)
-    save_tokenizer(tokenizer, root.parent / "tokenizer")
-    return root, root.parent / "tokenizer"
-
-
-def write_config(path, corpus, tokenizer, **overrides):
-    config = {
-        "corpus": [str(corpus)], "document_boundary": "file", "tokenizer": str(tokenizer), "preset": "tiny",
-        "model_overrides": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
-                            "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
-        "max_seq_length": 32, "max_predictions_per_seq": 5, "dupe_factor": 2, "phase2_fraction": 0.25,
-        "phase2_max_seq_length": 64, "phase2_max_predictions_per_seq": 10, "global_batch_size": 8,
-        "per_device_train_batch_size": 8, "max_steps": 8, "warmup_steps": 2, "learning_rate": 0.002,
-        "logging_steps": 1, "save_steps": 4, "eval_steps": 4, "eval_fraction": 0.2, "use_cpu": True,
-        "report_to": "none", "disable_tqdm": True, "num_proc": 1, "plot": False,
-        **overrides,
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def first_documents(corpus: Path, folder: Path, n: int) -> Path:
-    """A corpus folder holding copies of the fixture corpus's first `n` documents."""
-    folder.mkdir()
-    for path in sorted(corpus.glob("*.txt"))[:n]:
-        (folder / path.name).write_text(path.read_text())
-    return folder
-
-
-def launch(config, output_dir, *extra, processes=1, check=True, env=None):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    if processes == 2:  # the shipped config that really runs DDP on CPU (gloo)
-        launcher = ["--config_file", str(ROOT / "recipes" / "accelerate" / "ddp_cpu.yaml")]
-    else:
-        launcher = ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend",
-                    "no"]
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launcher, str(ROOT / "recipes" / "pretrain.py"),
-           "--config", str(config), "--output_dir", str(output_dir), *extra]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    if check:
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return result
-
-
-def weights(directory):
-    return load_file(Path(directory) / "model.safetensors")
 
 
 @pytest.mark.slow

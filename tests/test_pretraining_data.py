@@ -23,9 +23,10 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from helpers import SPECIALS, pseudo_text, wordpiece_tokenizer
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers  # noqa: E402
 from transformers import BertTokenizer, HfArgumentParser  # noqa: E402
 
 from bert_repro.data.pretraining_examples import (  # noqa: E402
@@ -49,7 +50,6 @@ from bert_repro.data.pretraining_examples import (  # noqa: E402
 from bert_repro.data.pretraining_examples import _balanced_order  # noqa: E402
 from bert_repro.data.sentences import looks_like_binary, split_sentences  # noqa: E402
 
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # Integer corpora: ids 0-4 are special (as in a freshly trained vocabulary), corpus tokens start at 1000.
 INT_VOCAB = WordPieceVocab(cls_token=2, sep_token=3, mask_token=4, vocab_words=range(50_000), pad_token=0)
 FIVE_SIGMA = 5.0
@@ -155,48 +155,6 @@ def table_digest(ds: datasets.Dataset) -> str:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
-
-
-SYLLABLES = [
-    "ka",
-    "lo",
-    "mi",
-    "ren",
-    "tor",
-    "vel",
-    "sha",
-    "qui",
-    "bra",
-    "don",
-    "ex",
-    "pu",
-    "nor",
-    "ti",
-    "gan",
-]
-
-
-def pseudo_text(num_docs: int, seed: int = 0, min_sentences: int = 2, max_sentences: int = 14) -> list[str]:
-    """Documents of paragraphs of sentences of pseudo-words (which a small WordPiece vocabulary splits)."""
-    rng = random.Random(seed)
-    words = ["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 4))) for _ in range(400)]
-    docs = []
-    for _ in range(num_docs):
-        sentences = []
-        for _ in range(rng.randint(min_sentences, max_sentences)):
-            sentence = " ".join(rng.choice(words) for _ in range(rng.randint(3, 18)))
-            sentences.append(sentence.capitalize() + rng.choice([".", ".", "!", "?"]))
-        cut = len(sentences) // 2
-        docs.append(" ".join(sentences[:cut]) + "\n\n" + "\n".join(sentences[cut:]))
-    return docs
-
-
-def wordpiece_tokenizer(texts: list[str], vocab_size: int) -> BertTokenizer:
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS))
-    return BertTokenizer(tokenizer_object=tok)
 
 
 @pytest.fixture(scope="module")

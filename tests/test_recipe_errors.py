@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import damage_model_dir, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,8 +129,6 @@ def test_pretraining_with_an_invalid_model_config_is_one_message(tmp_path, overr
 
 def tiny_model(directory: Path) -> Path:
     """A tiny checkpoint as save_pretrained writes it, with a vocabulary for the SST-2 rows of `sst2_data`."""
-    from conftest import tiny_config
-
     from bert_repro import BertReproForPreTraining
 
     BertReproForPreTraining(tiny_config(max_position_embeddings=128)).save_pretrained(directory)
@@ -138,41 +137,21 @@ def tiny_model(directory: Path) -> Path:
     return directory
 
 
-class RunsCode:
-    """Unpickled, it would create the file `path`: what a malicious pickle does."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (str(self.path), "w"))
-
-
 def test_pickle_only_model_is_refused_before_anything_runs(tmp_path):
-    import torch
-
     model = tiny_model(tmp_path / "model")
-    (model / "model.safetensors").unlink()
-    torch.save({"bert.pooler.dense.bias": torch.zeros(32), "code": RunsCode(tmp_path / "ran")},
-               model / "pytorch_model.bin")
+    damage_model_dir(model, "pickle")
     out = tmp_path / "out"
     result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(out), model=str(model))
     assert_user_error(result, f"{model} holds its weights only as a pickle (pytorch_model.bin)",
                       f"bert_repro.model.conversion import {model} {model}-safetensors --trust_pickle")
-    assert not (tmp_path / "ran").exists()  # nothing unpickled
+    assert not (model / "ran").exists()  # nothing unpickled
     assert not out.exists()  # nothing ran: no data read, no run recorded
 
 
 @pytest.mark.parametrize("problem", ["truncated", "config"])
 def test_damaged_model_directory_names_the_file(tmp_path, problem):
     model = tiny_model(tmp_path / "model")
-    if problem == "truncated":
-        weights = model / "model.safetensors"
-        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-        expected = f"{weights} cannot be read as safetensors"
-    else:
-        (model / "config.json").write_text('{"hidden_size": 32,\n')
-        expected = f"{model / 'config.json'} is not a valid config.json"
+    expected = damage_model_dir(model, problem)
     out = tmp_path / "out"
     result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(out), model=str(model))
     assert_user_error(result, expected)

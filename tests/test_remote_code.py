@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import padded_batch, tiny_config
+from helpers import padded_batch, tiny_config
 
 import bert_repro
 from bert_repro.hub.push import code_files

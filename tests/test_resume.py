@@ -7,24 +7,9 @@ import subprocess
 import sys
 
 import pytest
-import torch
-from safetensors.torch import save_file
-from test_pretraining import ROOT, corpus_and_tokenizer, launch, weights, write_config  # noqa: F401 (a fixture)
+from helpers import ROOT, fake_checkpoint, launch, truncate, weights, write_config
 
 from bert_repro.training.checkpoints import NoUsableCheckpoint, checkpoint_problem, newest_valid_checkpoint
-
-
-def fake_checkpoint(folder, step):
-    folder.mkdir(parents=True)
-    save_file({"w": torch.zeros(64, 64)}, str(folder / "model.safetensors"))
-    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    torch.save({"state": {}}, folder / "optimizer.pt")
-    return folder
-
-
-def truncate(path):
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
 
 
 def test_each_kind_of_broken_checkpoint_is_named(tmp_path):
@@ -91,7 +76,7 @@ def test_tokens_per_second_counts_the_steps_the_clock_timed():
 
 
 @pytest.mark.slow
-def test_resume_from_truncated_newest_checkpoint_matches_uninterrupted_run(tmp_path, corpus_and_tokenizer):  # noqa: F811
+def test_resume_from_truncated_newest_checkpoint_matches_uninterrupted_run(tmp_path, corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
     config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer, max_steps=16, save_steps=6, eval_steps=100,
                           eval_fraction=0.0, phase2_fraction=0.0)

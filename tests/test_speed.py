@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import padded_batch, tiny_config
+from helpers import padded_batch, tiny_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AttentionInterface

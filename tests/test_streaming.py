@@ -13,7 +13,7 @@ import sys
 
 import datasets
 import pytest
-from test_pretraining import ROOT, launch, weights, write_config
+from helpers import ROOT, fake_checkpoint, launch, weights, write_config
 from torch.utils.data import DataLoader
 
 from bert_repro.data.corpus import CorpusError
@@ -274,8 +274,6 @@ def test_bad_streamed_corpus(tmp_path, marked):
 
 
 def test_checkpoint_with_a_truncated_stream_state_is_skipped(tmp_path, marked):
-    from test_resume import fake_checkpoint
-
     from bert_repro.training.checkpoints import checkpoint_problem
 
     folder, _, tokenizer, _ = marked

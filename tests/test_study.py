@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import CONLL_DEV, CONLL_TEST, CONLL_TRAIN, GLUE_FIXTURES, write
 
 from bert_repro.training import study as study_module
 from bert_repro.training.cli import ConfigurationError
@@ -147,8 +148,6 @@ def test_equal_means_are_reported_as_a_tie(tmp_path):
 
 def _glue(root: Path) -> Path:
     """Tiny MRPC, SST-2 and CoNLL-2003 directories in their original layouts."""
-    from test_task_data import CONLL_DEV, CONLL_TEST, CONLL_TRAIN, GLUE_FIXTURES, write
-
     write(root / "MRPC", GLUE_FIXTURES["mrpc"][0])
     write(root / "SST-2", GLUE_FIXTURES["sst2"][0])
     write(root / "CoNLL-2003", {"eng.train": CONLL_TRAIN, "eng.testa": CONLL_DEV, "eng.testb": CONLL_TEST})
@@ -159,8 +158,6 @@ def _glue(root: Path) -> Path:
 def pretrain_config(tmp_path_factory):
     """A YAML config of the pre-training recipe: a small corpus, a tokenizer trained on it and the fixture tasks, a
     very small model and a few steps."""
-    from test_task_data import CONLL_TRAIN, GLUE_FIXTURES
-
     from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 
     root = tmp_path_factory.mktemp("study")

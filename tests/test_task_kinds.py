@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import tiny_config
+from helpers import tiny_config
 from transformers import DataCollatorWithPadding, TrainingArguments
 
 import bert_repro

@@ -9,7 +9,7 @@ paper's fixed-length pre-training data; each micro-batch's mean then weighs the 
 
 import pytest
 import torch
-from conftest import tiny_config
+from helpers import tiny_config
 from transformers import Trainer, TrainingArguments
 
 from bert_repro import BertReproForPreTraining

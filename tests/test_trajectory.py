@@ -25,6 +25,7 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import write_config
 from transformers import BertForPreTraining, Trainer, TrainingArguments
 
 from bert_repro import BertReproConfig, BertReproForPreTraining
@@ -32,7 +33,6 @@ from bert_repro.data.pretraining_examples import IGNORE_INDEX
 from bert_repro.data.wordpiece import load_tokenizer
 from bert_repro.training.pretrain import (PhasedSampler, build_datasets, parse_arguments, phase_steps,
                                           run_pretraining)
-from test_pretraining import corpus_and_tokenizer, write_config  # noqa: F401  (a fixture: corpus, tokenizer)
 
 STEPS, TOLERANCE = 120, 1e-5
 LOGGED = ("loss", "mlm_loss", "nsp_loss", "grad_norm", "learning_rate")
@@ -120,7 +120,7 @@ def one_thread():
 
 
 @pytest.mark.slow
-def test_recipe_trains_as_transformers(tmp_path, corpus_and_tokenizer, one_thread):  # noqa: F811
+def test_recipe_trains_as_transformers(tmp_path, corpus_and_tokenizer, one_thread):
     corpus, tokenizer = corpus_and_tokenizer
     torch.manual_seed(0)
     config = BertReproConfig.from_preset(

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import GLUE_FIXTURES, write
 
 from bert_repro.data.corpus import load_corpus
 from bert_repro.data.travel_corpus import build, main
@@ -37,8 +38,6 @@ def _books(folder: Path, n: int = 8, seed: int = 0) -> list[str]:
 def travelled(tmp_path_factory):
     """A travel folder as benchmarks/corpus/travel.sh lays it out: books/ built from fixture text, glue/ with
     the training and dev files of MRPC and SST-2 only."""
-    from test_task_data import GLUE_FIXTURES, write
-
     root = tmp_path_factory.mktemp("travel")
     texts = _books(root / "text")
     manifest = build(root / "text", root / ".travel" / "books", vocab_size=200, provenance="fixture text")
