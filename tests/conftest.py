@@ -10,12 +10,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # (two DDP ranks, DataLoader workers, anything else on the machine) made a training step tens of times slower.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import json  # noqa: E402
-import random  # noqa: E402
+import json
+import random
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from helpers import (  # noqa: E402
+import pytest
+import torch
+from helpers import (
     PARITY_REPORT,
     WORDS,
     fixture_files,
@@ -44,8 +44,9 @@ def corpus_and_tokenizer(tmp_path_factory):
     for d in range(12):
         paragraphs = []
         for _ in range(6):
-            sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
-                         for _ in range(5)]
+            sentences = [
+                " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "." for _ in range(5)
+            ]
             paragraphs.append(" ".join(sentences))
         text = "\n\n".join(paragraphs)
         (root / f"doc{d:02d}.txt").write_text(text)

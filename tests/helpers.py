@@ -27,9 +27,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The architecture fields shared by BertConfig and BertReproConfig.
 ARCH_FIELDS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-    "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-    "layer_norm_eps", "initializer_range", "num_labels",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "layer_norm_eps",
+    "initializer_range",
+    "num_labels",
 )
 
 
@@ -37,7 +47,11 @@ def tiny_config(**overrides):
     from bert_repro import BertReproConfig
 
     fields = dict(
-        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
         max_position_embeddings=64,
     )
     return BertReproConfig(**{**fields, **overrides})
@@ -72,6 +86,7 @@ PARITY_REPORT: list[tuple[str, float]] = []
 # Damaged model directories and checkpoints
 # ----------------------------------------------------------------------------------------------------------
 
+
 class RunsCode:
     """Unpickled, it would create the file `path`: what a malicious pickle does."""
 
@@ -89,8 +104,10 @@ def damage_model_dir(directory: Path, problem: str) -> str:
     weights = directory / "model.safetensors"
     if problem == "pickle":
         weights.unlink()
-        torch.save({"bert.pooler.dense.bias": torch.zeros(32), "code": RunsCode(directory / "ran")},
-                   directory / "pytorch_model.bin")
+        torch.save(
+            {"bert.pooler.dense.bias": torch.zeros(32), "code": RunsCode(directory / "ran")},
+            directory / "pytorch_model.bin",
+        )
         return f"{directory} holds its weights only as a pickle (pytorch_model.bin), which is not opened"
     if problem == "truncated":
         weights.write_bytes(weights.read_bytes()[:-100])
@@ -117,20 +134,45 @@ def truncate(path):
 # Pre-training runs through the real launcher
 # ----------------------------------------------------------------------------------------------------------
 
-WORDS = ("the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
-         "mountain old new green tree bird sang loud quiet night day").split()
+WORDS = (
+    "the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
+    "mountain old new green tree bird sang loud quiet night day"
+).split()
 
 
 def write_config(path, corpus, tokenizer, **overrides):
     config = {
-        "corpus": [str(corpus)], "document_boundary": "file", "tokenizer": str(tokenizer), "preset": "tiny",
-        "model_overrides": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
-                            "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
-        "max_seq_length": 32, "max_predictions_per_seq": 5, "dupe_factor": 2, "phase2_fraction": 0.25,
-        "phase2_max_seq_length": 64, "phase2_max_predictions_per_seq": 10, "global_batch_size": 8,
-        "per_device_train_batch_size": 8, "max_steps": 8, "warmup_steps": 2, "learning_rate": 0.002,
-        "logging_steps": 1, "save_steps": 4, "eval_steps": 4, "eval_fraction": 0.2, "use_cpu": True,
-        "report_to": "none", "disable_tqdm": True, "num_proc": 1, "plot": False,
+        "corpus": [str(corpus)],
+        "document_boundary": "file",
+        "tokenizer": str(tokenizer),
+        "preset": "tiny",
+        "model_overrides": {
+            "hidden_size": 32,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "hidden_dropout_prob": 0.0,
+            "attention_probs_dropout_prob": 0.0,
+        },
+        "max_seq_length": 32,
+        "max_predictions_per_seq": 5,
+        "dupe_factor": 2,
+        "phase2_fraction": 0.25,
+        "phase2_max_seq_length": 64,
+        "phase2_max_predictions_per_seq": 10,
+        "global_batch_size": 8,
+        "per_device_train_batch_size": 8,
+        "max_steps": 8,
+        "warmup_steps": 2,
+        "learning_rate": 0.002,
+        "logging_steps": 1,
+        "save_steps": 4,
+        "eval_steps": 4,
+        "eval_fraction": 0.2,
+        "use_cpu": True,
+        "report_to": "none",
+        "disable_tqdm": True,
+        "num_proc": 1,
+        "plot": False,
         **overrides,
     }
     path.write_text(yaml.safe_dump(config))
@@ -150,10 +192,19 @@ def launch(config, output_dir, *extra, processes=1, check=True, env=None):
     if processes == 2:  # the shipped config that really runs DDP on CPU (gloo)
         launcher = ["--config_file", str(ROOT / "recipes" / "accelerate" / "ddp_cpu.yaml")]
     else:
-        launcher = ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend",
-                    "no"]
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launcher, str(ROOT / "recipes" / "pretrain.py"),
-           "--config", str(config), "--output_dir", str(output_dir), *extra]
+        launcher = ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *launcher,
+        str(ROOT / "recipes" / "pretrain.py"),
+        "--config",
+        str(config),
+        "--output_dir",
+        str(output_dir),
+        *extra,
+    ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if check:
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
@@ -437,9 +488,7 @@ GLUE_FIXTURES = {
                 STSB_HEAD + ["score"],
                 [[0, "main-forums", "f", "2014", "1", "none", "none", "A man.", "A dog.", "0.500"]],
             ),
-            "test.tsv": tsv(
-                STSB_HEAD, [[0, "main-news", "f", "2016", "1", "none", "none", "A girl.", "A boy."]]
-            ),
+            "test.tsv": tsv(STSB_HEAD, [[0, "main-news", "f", "2016", "1", "none", "none", "A girl.", "A boy."]]),
         },
         {
             "train": {
@@ -620,9 +669,7 @@ GLUE_FIXTURES = {
                     ],
                 ],
             ),
-            "dev.tsv": tsv(
-                ["index", "question", "sentence", "label"], [[0, "What is X?", "X is Y.", "entailment"]]
-            ),
+            "dev.tsv": tsv(["index", "question", "sentence", "label"], [[0, "What is X?", "X is Y.", "entailment"]]),
             "test.tsv": tsv(["index", "question", "sentence"], [[0, "What is Z?", "Nothing."]]),
         },
         {
@@ -652,9 +699,7 @@ GLUE_FIXTURES = {
                 ["index", "sentence1", "sentence2", "label"],
                 [[0, "Dana Reeve died.", "Reeve died.", "entailment"]],
             ),
-            "test.tsv": tsv(
-                ["index", "sentence1", "sentence2"], [[0, "Mangla was built.", "Mangla is a dam."]]
-            ),
+            "test.tsv": tsv(["index", "sentence1", "sentence2"], [[0, "Mangla was built.", "Mangla is a dam."]]),
         },
         {
             "train": {
@@ -718,9 +763,7 @@ GLUE_FIXTURES = {
 }
 
 
-CONTEXT = (
-    "Architecturally, the school has a Catholic character. Atop the Main Building's gold dome is a statue."
-)
+CONTEXT = "Architecturally, the school has a Catholic character. Atop the Main Building's gold dome is a statue."
 
 
 def squad_json(questions, title="University_of_Notre_Dame"):
@@ -1030,10 +1073,21 @@ def run_without_package(tmp_path: Path, plan: dict, *, refusals: bool = False) -
     work = tmp_path / f"child-{len(list(tmp_path.glob('child-*')))}"
     work.mkdir()
     (work / "plan.json").write_text(json.dumps({"sentences": SENTENCES, "masked": MASKED, **plan}))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(work / "modules"),
-           "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run([sys.executable, "-c", CHILD, str(work / "plan.json"), str(work / "out.pt")],
-                            cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(work / "modules"),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(work / "plan.json"), str(work / "out.pt")],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     if not refusals:
         assert "Do you wish to run the custom code" not in result.stdout + result.stderr

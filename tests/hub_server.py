@@ -148,9 +148,25 @@ REF_NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._/-]{0,199}$")
 SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
 PR_REF_RE = re.compile(r"^refs/pr/(\d+)$")
 FAILURE_KINDS = {
-    "commit", "preupload", "create_repo", "delete_repo", "repo_info", "tree", "paths_info", "refs",
-    "commits", "branch", "tag", "discussion", "validate_yaml", "whoami", "resolve", "resolve_head",
-    "resolve_get", "agent_harnesses", "any",
+    "commit",
+    "preupload",
+    "create_repo",
+    "delete_repo",
+    "repo_info",
+    "tree",
+    "paths_info",
+    "refs",
+    "commits",
+    "branch",
+    "tag",
+    "discussion",
+    "validate_yaml",
+    "whoami",
+    "resolve",
+    "resolve_head",
+    "resolve_get",
+    "agent_harnesses",
+    "any",
 }
 # The start of the file the Hub puts in every new repo.
 GITATTRIBUTES = (
@@ -275,10 +291,14 @@ class Repo:
     def resolve(self, revision: str | None) -> str:
         """Branch, tag, ``refs/heads|tags/x``, ``refs/pr/N`` or (abbreviated) commit id -> commit id."""
         rev = revision or self.meta["default_branch"]
-        for prefix, refs in (("", self.branches()), ("", self.tags()),
-                             ("refs/heads/", self.branches()), ("refs/tags/", self.tags())):
-            if rev.startswith(prefix) and rev[len(prefix):] in refs:
-                return refs[rev[len(prefix):]]
+        for prefix, refs in (
+            ("", self.branches()),
+            ("", self.tags()),
+            ("refs/heads/", self.branches()),
+            ("refs/tags/", self.tags()),
+        ):
+            if rev.startswith(prefix) and rev[len(prefix) :] in refs:
+                return refs[rev[len(prefix) :]]
         match = PR_REF_RE.match(rev)
         if match and match.group(1) in self.pulls():
             return self.pulls()[match.group(1)]
@@ -288,8 +308,9 @@ class Repo:
                 return found[0]
         raise HubError(404, f"Invalid rev id: {rev}", "RevisionNotFound")
 
-    def write_commit(self, parent: str | None, files: dict[str, bytes | None], title: str, message: str,
-                     authors: list[str]) -> str:
+    def write_commit(
+        self, parent: str | None, files: dict[str, bytes | None], title: str, message: str, authors: list[str]
+    ) -> str:
         """A snapshot of the parent's files with ``files`` applied (bytes: add/replace, None: delete)."""
         base = self.commit(parent).files if parent else {}
         manifest = {path: info for path, info in base.items() if path not in files or files[path] is not None}
@@ -365,8 +386,13 @@ class Store:
         (directory / "commits").mkdir(parents=True, exist_ok=True)
         repo = Repo(directory, repo_id, repo_type)
         repo.meta = {
-            "id": repo_id, "type": repo_type, "private": private, "createdAt": now_iso(),
-            "default_branch": "main", "refs": {"heads": {}, "tags": {}, "pulls": {}}, "discussions": {},
+            "id": repo_id,
+            "type": repo_type,
+            "private": private,
+            "createdAt": now_iso(),
+            "default_branch": "main",
+            "refs": {"heads": {}, "tags": {}, "pulls": {}},
+            "discussions": {},
         }
         initial = {".gitattributes": GITATTRIBUTES.encode()}
         sha = repo.write_commit(None, initial, "initial commit", "", ["system"])
@@ -465,12 +491,22 @@ def repo_url(hub: LocalHub, repo: Repo) -> str:
 @route("GET", r"/api/whoami-v2", "whoami")
 def h_whoami(hub: LocalHub, req: Request) -> Response:
     hub.require_token(req)
-    return Response.of_json({
-        "type": "user", "id": hashlib.md5(hub.user.encode()).hexdigest()[:24], "name": hub.user,
-        "fullname": "Local Test User", "email": f"{hub.user}@localhost", "emailVerified": True,
-        "canPay": False, "isPro": False, "periodEnd": None, "avatarUrl": "", "orgs": [],
-        "auth": {"type": "access_token", "accessToken": {"displayName": "local", "role": "write"}},
-    })
+    return Response.of_json(
+        {
+            "type": "user",
+            "id": hashlib.md5(hub.user.encode()).hexdigest()[:24],
+            "name": hub.user,
+            "fullname": "Local Test User",
+            "email": f"{hub.user}@localhost",
+            "emailVerified": True,
+            "canPay": False,
+            "isPro": False,
+            "periodEnd": None,
+            "avatarUrl": "",
+            "orgs": [],
+            "auth": {"type": "access_token", "accessToken": {"displayName": "local", "role": "write"}},
+        }
+    )
 
 
 @route("GET", r"/api/agent-harnesses", "agent_harnesses")
@@ -568,13 +604,29 @@ def h_repo_info(hub: LocalHub, req: Request) -> Response:
         if tag and tag not in tags:
             tags.append(tag)
     namespace = repo.repo_id.split("/")[0]
-    return Response.of_json({
-        "_id": hashlib.md5(repo.repo_id.encode()).hexdigest()[:24], "id": repo.repo_id, "author": namespace,
-        "sha": sha, "lastModified": commit.date, "createdAt": repo.meta["createdAt"], "private": repo.private,
-        "gated": False, "disabled": False, "downloads": 0, "likes": 0, "tags": tags, "library_name": library,
-        "pipeline_tag": card.get("pipeline_tag"), "cardData": card or None, "config": config or None,
-        "siblings": siblings, "spaces": [], "usedStorage": sum(i["size"] for i in commit.files.values()),
-    })
+    return Response.of_json(
+        {
+            "_id": hashlib.md5(repo.repo_id.encode()).hexdigest()[:24],
+            "id": repo.repo_id,
+            "author": namespace,
+            "sha": sha,
+            "lastModified": commit.date,
+            "createdAt": repo.meta["createdAt"],
+            "private": repo.private,
+            "gated": False,
+            "disabled": False,
+            "downloads": 0,
+            "likes": 0,
+            "tags": tags,
+            "library_name": library,
+            "pipeline_tag": card.get("pipeline_tag"),
+            "cardData": card or None,
+            "config": config or None,
+            "siblings": siblings,
+            "spaces": [],
+            "usedStorage": sum(i["size"] for i in commit.files.values()),
+        }
+    )
 
 
 def card_and_config(repo: Repo, commit: Commit) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -599,7 +651,7 @@ def tree_entries(repo: Repo, sha: str, prefix: str, recursive: bool, expand: boo
     for path, info in sorted(files.items()):
         if not path.startswith(base):
             continue
-        parts = path[len(base):].split("/")
+        parts = path[len(base) :].split("/")
         for depth in range(1, len(parts)):
             folder = base + "/".join(parts[:depth])
             if folder not in entries and (recursive or depth == 1):
@@ -661,16 +713,22 @@ def h_refs(hub: LocalHub, req: Request) -> Response:
     repo = repo_of(hub, req)
 
     def refs(kind: str, items: dict[str, str], name_prefix: str = "") -> list[dict[str, str]]:
-        return [{"name": name_prefix + n, "ref": f"refs/{kind}/{n}", "targetCommit": sha}
-                for n, sha in sorted(items.items())]
+        return [
+            {"name": name_prefix + n, "ref": f"refs/{kind}/{n}", "targetCommit": sha}
+            for n, sha in sorted(items.items())
+        ]
 
     pulls = refs("pr", repo.pulls())
     for item in pulls:  # the Hub names a PR ref by its number
         item["name"] = item["ref"].rsplit("/", 1)[1]
-    return Response.of_json({
-        "branches": refs("heads", repo.branches()), "tags": refs("tags", repo.tags()), "converts": [],
-        "pullRequests": pulls,
-    })
+    return Response.of_json(
+        {
+            "branches": refs("heads", repo.branches()),
+            "tags": refs("tags", repo.tags()),
+            "converts": [],
+            "pullRequests": pulls,
+        }
+    )
 
 
 @route("GET", rf"/api/{REPO_RE}/commits/(?P<rev>[^/]+)", "commits")
@@ -680,7 +738,10 @@ def h_commits(hub: LocalHub, req: Request) -> Response:
     out = []
     for commit in repo.history(repo.resolve(req.params["rev"])):
         item: dict[str, Any] = {
-            "id": commit.id, "title": commit.title, "message": commit.message, "date": commit.date,
+            "id": commit.id,
+            "title": commit.title,
+            "message": commit.message,
+            "date": commit.date,
             "authors": [{"user": a} for a in commit.authors],
         }
         if formatted:
@@ -699,8 +760,9 @@ def h_preupload(hub: LocalHub, req: Request) -> Response:
     out = []
     for item in req.json().get("files") or []:
         path = safe_repo_path(item["path"])
-        out.append({"path": path, "uploadMode": "regular", "shouldIgnore": False,
-                    "oid": files.get(path, {}).get("oid")})
+        out.append(
+            {"path": path, "uploadMode": "regular", "shouldIgnore": False, "oid": files.get(path, {}).get("oid")}
+        )
     return Response.of_json({"files": out, "commitOid": repo.resolve(req.params["rev"])})
 
 
@@ -715,8 +777,7 @@ def parse_commit_body(body: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]
     return lines[0].get("value") or {}, lines[1:]
 
 
-def apply_operations(files: dict[str, dict[str, Any]], operations: list[dict[str, Any]]
-                     ) -> dict[str, bytes | None]:
+def apply_operations(files: dict[str, dict[str, Any]], operations: list[dict[str, Any]]) -> dict[str, bytes | None]:
     """Operations -> {path: new content, or None for a deletion}; checks deletions against ``files``."""
     changes: dict[str, bytes | None] = {}
     for op in operations:
@@ -765,10 +826,15 @@ def h_commit(hub: LocalHub, req: Request) -> Response:
     else:
         repo.branches()[target] = sha
     repo.save()
-    return Response.of_json({
-        "success": True, "commitOid": sha, "commitUrl": f"{repo_url(hub, repo)}/commit/{sha}",
-        "hookOutput": "", "pullRequestUrl": pr_url,
-    })
+    return Response.of_json(
+        {
+            "success": True,
+            "commitOid": sha,
+            "commitUrl": f"{repo_url(hub, repo)}/commit/{sha}",
+            "hookOutput": "",
+            "pullRequestUrl": pr_url,
+        }
+    )
 
 
 def commit_target(repo: Repo, revision: str, create_pr: bool) -> str | None:
@@ -776,7 +842,7 @@ def commit_target(repo: Repo, revision: str, create_pr: bool) -> str | None:
     repo.resolve(revision)  # 404 RevisionNotFound first, as on the Hub
     if create_pr:
         return None
-    name = revision[len("refs/heads/"):] if revision.startswith("refs/heads/") else revision
+    name = revision[len("refs/heads/") :] if revision.startswith("refs/heads/") else revision
     if name in repo.branches():
         return name
     match = PR_REF_RE.match(revision)
@@ -789,8 +855,13 @@ def new_discussion(repo: Repo, title: str, description: str, author: str, pull_r
     discussions = repo.meta.setdefault("discussions", {})
     num = len(discussions) + 1
     discussions[str(num)] = {
-        "num": num, "title": title, "description": description, "author": author,
-        "isPullRequest": pull_request, "status": "draft" if pull_request else "open", "createdAt": now_iso(),
+        "num": num,
+        "title": title,
+        "description": description,
+        "author": author,
+        "isPullRequest": pull_request,
+        "status": "draft" if pull_request else "open",
+        "createdAt": now_iso(),
     }
     return num
 
@@ -813,11 +884,18 @@ def h_discussion(hub: LocalHub, req: Request) -> Response:
     item = repo.meta.get("discussions", {}).get(req.params["num"])
     if item is None:
         raise HubError(404, "Discussion not found")
-    return Response.of_json({
-        **item, "author": {"name": item["author"]}, "repo": {"name": repo.repo_id, "type": repo.repo_type},
-        "events": [], "pinned": False, "changes": {"base": f"refs/heads/{repo.meta['default_branch']}"},
-        "filesWithConflicts": [], "diff": "",
-    })
+    return Response.of_json(
+        {
+            **item,
+            "author": {"name": item["author"]},
+            "repo": {"name": repo.repo_id, "type": repo.repo_type},
+            "events": [],
+            "pinned": False,
+            "changes": {"base": f"refs/heads/{repo.meta['default_branch']}"},
+            "filesWithConflicts": [],
+            "diff": "",
+        }
+    )
 
 
 # -- branches and tags
@@ -880,9 +958,7 @@ def h_delete_tag(hub: LocalHub, req: Request) -> Response:
 # -- file download
 
 
-RESOLVE_RE = (
-    r"/(?:(?P<type>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)"
-)
+RESOLVE_RE = r"/(?:(?P<type>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)"
 
 
 @route("HEAD", RESOLVE_RE, "resolve", "resolve_head")
@@ -896,7 +972,9 @@ def h_resolve(hub: LocalHub, req: Request) -> Response:
         raise HubError(404, "Entry not found", "EntryNotFound", {"X-Repo-Commit": sha})
     data = repo.read_file(sha, path)
     headers = {
-        "Content-Type": "application/octet-stream", "ETag": f'"{info["oid"]}"', "X-Repo-Commit": sha,
+        "Content-Type": "application/octet-stream",
+        "ETag": f'"{info["oid"]}"',
+        "X-Repo-Commit": sha,
         "Accept-Ranges": "bytes",
         "Content-Disposition": f'inline; filename="{quote(path.rsplit("/", 1)[-1])}"',
     }
@@ -905,7 +983,7 @@ def h_resolve(hub: LocalHub, req: Request) -> Response:
         return Response(200, data, headers)
     start, end = byte_range
     headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
-    return Response(206, data[start:end + 1], headers)
+    return Response(206, data[start : end + 1], headers)
 
 
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -930,22 +1008,22 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: HubHTTPServer
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.dispatch("GET")
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self.dispatch("HEAD")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.dispatch("POST")
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self.dispatch("PUT")
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         self.dispatch("DELETE")
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         """No logging at all: request lines and headers (tokens) never reach stderr."""
 
     def dispatch(self, method: str) -> None:
@@ -1157,19 +1235,35 @@ class LocalHub:
             return [headers.get("authorization", "") for _, _, headers in self.requests]
 
     # -- clients
-    def client_env(self, hf_home: str | Path, token: str | None = "hf_local_test_token",
-                   base: dict[str, str] | None = None) -> dict[str, str]:
+    def client_env(
+        self, hf_home: str | Path, token: str | None = "hf_local_test_token", base: dict[str, str] | None = None
+    ) -> dict[str, str]:
         """Environment for a subprocess whose huggingface_hub / transformers should talk to this hub."""
         env = dict(os.environ if base is None else base)
-        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
-                     "TRANSFORMERS_CACHE", "HF_DATASETS_CACHE", "HF_TOKEN_PATH", "HUGGINGFACE_CO_STAGING"):
+        for name in (
+            "HF_TOKEN",
+            "HUGGING_FACE_HUB_TOKEN",
+            "HF_HUB_CACHE",
+            "HUGGINGFACE_HUB_CACHE",
+            "TRANSFORMERS_CACHE",
+            "HF_DATASETS_CACHE",
+            "HF_TOKEN_PATH",
+            "HUGGINGFACE_CO_STAGING",
+        ):
             env.pop(name, None)
-        env.update({
-            "HF_ENDPOINT": self.endpoint, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
-            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-            "HF_HUB_DISABLE_IMPLICIT_TOKEN": "0", "HF_HOME": str(hf_home), "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost",
-        })
+        env.update(
+            {
+                "HF_ENDPOINT": self.endpoint,
+                "HF_HUB_OFFLINE": "0",
+                "TRANSFORMERS_OFFLINE": "0",
+                "HF_HUB_DISABLE_TELEMETRY": "1",
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                "HF_HUB_DISABLE_IMPLICIT_TOKEN": "0",
+                "HF_HOME": str(hf_home),
+                "NO_PROXY": "127.0.0.1,localhost",
+                "no_proxy": "127.0.0.1,localhost",
+            }
+        )
         if token is not None:
             env["HF_TOKEN"] = token
         return env

@@ -28,19 +28,48 @@ def pretraining(*argv):
     return parse_arguments(list(argv))
 
 
-@pytest.mark.parametrize("theirs, ours", [
-    (["--task_name", "mrpc", "--model_name_or_path", "m"], ["--task", "mrpc", "--model", "m"]),
-    (["--task", "mrpc", "--model", "m", "--train_file", "a.csv", "--validation_file", "b.csv", "--test_file",
-      "c.csv"],
-     ["--task", "mrpc", "--model", "m", "--data", "train=a.csv", "validation=b.csv", "test=c.csv"]),
-    (["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "--train_file", "a.csv"],  # pairs add up
-     ["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "train=a.csv"]),
-    (["--dataset_name", "rajpurkar/squad", "--model", "m"], ["--task", "squad", "--model", "m"]),  # run_qa.py
-    (["--dataset_name", "squad_v2", "--model", "m"], ["--task", "squad_v2", "--model", "m"]),
-    (["--task", "sst2", "--model", "m", "--tokenizer_name", "t", "--preprocessing_num_workers", "3",
-      "--max_seq_length", "64"],
-     ["--task", "sst2", "--model", "m", "--tokenizer", "t", "--num_proc", "3", "--max_seq_length", "64"]),
-])
+@pytest.mark.parametrize(
+    "theirs, ours",
+    [
+        (["--task_name", "mrpc", "--model_name_or_path", "m"], ["--task", "mrpc", "--model", "m"]),
+        (
+            [
+                "--task",
+                "mrpc",
+                "--model",
+                "m",
+                "--train_file",
+                "a.csv",
+                "--validation_file",
+                "b.csv",
+                "--test_file",
+                "c.csv",
+            ],
+            ["--task", "mrpc", "--model", "m", "--data", "train=a.csv", "validation=b.csv", "test=c.csv"],
+        ),
+        (
+            ["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "--train_file", "a.csv"],  # pairs add up
+            ["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "train=a.csv"],
+        ),
+        (["--dataset_name", "rajpurkar/squad", "--model", "m"], ["--task", "squad", "--model", "m"]),  # run_qa.py
+        (["--dataset_name", "squad_v2", "--model", "m"], ["--task", "squad_v2", "--model", "m"]),
+        (
+            [
+                "--task",
+                "sst2",
+                "--model",
+                "m",
+                "--tokenizer_name",
+                "t",
+                "--preprocessing_num_workers",
+                "3",
+                "--max_seq_length",
+                "64",
+            ],
+            ["--task", "sst2", "--model", "m", "--tokenizer", "t", "--num_proc", "3", "--max_seq_length", "64"],
+        ),
+    ],
+)
 def test_finetuning_takes_transformers_names(theirs, ours):
     (run, training), (expected, expected_training) = finetuning(*theirs), finetuning(*ours)
     if run.task != expected.task:  # a task named by its Hub dataset
@@ -49,16 +78,22 @@ def test_finetuning_takes_transformers_names(theirs, ours):
     assert run == expected and training.to_dict() == expected_training.to_dict()
 
 
-@pytest.mark.parametrize("theirs, ours", [
-    # run_mlm.py: continue from the model, with its tokenizer unless --tokenizer_name says otherwise.
-    (["--model_name_or_path", "bert-x"], ["--init_from", "bert-x", "--tokenizer", "bert-x"]),
-    (["--tokenizer_name", "t", "--model_name_or_path", "bert-x"],
-     ["--init_from", "bert-x", "--tokenizer", "t"]),
-    (["--train_file", "a.txt", "--mlm_probability", "0.2", "--preprocessing_num_workers", "2"],
-     ["--corpus", "a.txt", "--masked_lm_prob", "0.2", "--num_proc", "2"]),
-    (["--dataset_name", "wikitext", "--dataset_config_name", "wikitext-2-raw-v1"],
-     ["--corpus", "wikitext", "--hub_config", "wikitext-2-raw-v1"]),
-])
+@pytest.mark.parametrize(
+    "theirs, ours",
+    [
+        # run_mlm.py: continue from the model, with its tokenizer unless --tokenizer_name says otherwise.
+        (["--model_name_or_path", "bert-x"], ["--init_from", "bert-x", "--tokenizer", "bert-x"]),
+        (["--tokenizer_name", "t", "--model_name_or_path", "bert-x"], ["--init_from", "bert-x", "--tokenizer", "t"]),
+        (
+            ["--train_file", "a.txt", "--mlm_probability", "0.2", "--preprocessing_num_workers", "2"],
+            ["--corpus", "a.txt", "--masked_lm_prob", "0.2", "--num_proc", "2"],
+        ),
+        (
+            ["--dataset_name", "wikitext", "--dataset_config_name", "wikitext-2-raw-v1"],
+            ["--corpus", "wikitext", "--hub_config", "wikitext-2-raw-v1"],
+        ),
+    ],
+)
 def test_pretraining_takes_transformers_names(theirs, ours):
     assert pretraining(*theirs, "--output_dir", "o") == pretraining(*ours, "--output_dir", "o")
 
@@ -72,14 +107,26 @@ def test_reproduce_takes_model_name_or_path():
     assert args.model == "m"
 
 
-@pytest.mark.parametrize("parse, argv, message", [
-    (finetuning, ["--task", "mrpc", "--model", "m", "--data", "dir", "--train_file", "a.csv"],
-     "--data and --train_file both set --data; give one of them."),
-    (finetuning, ["--task", "mrpc", "--model", "m", "--model_name_or_path", "n"],
-     "--model and --model_name_or_path both set --model"),
-    (pretraining, ["--corpus", "a.txt", "--dataset_name", "wikitext"],
-     "--corpus and --dataset_name both set --corpus"),
-])
+@pytest.mark.parametrize(
+    "parse, argv, message",
+    [
+        (
+            finetuning,
+            ["--task", "mrpc", "--model", "m", "--data", "dir", "--train_file", "a.csv"],
+            "--data and --train_file both set --data; give one of them.",
+        ),
+        (
+            finetuning,
+            ["--task", "mrpc", "--model", "m", "--model_name_or_path", "n"],
+            "--model and --model_name_or_path both set --model",
+        ),
+        (
+            pretraining,
+            ["--corpus", "a.txt", "--dataset_name", "wikitext"],
+            "--corpus and --dataset_name both set --corpus",
+        ),
+    ],
+)
 def test_two_names_for_one_setting_are_refused(parse, argv, message):
     with pytest.raises(ConfigurationError, match=message):
         parse(*argv)
@@ -95,8 +142,7 @@ def test_learning_rate_and_seed_are_a_grid_of_one():
     assert run.learning_rates == [2e-5] and run.seeds == [7]  # not the task's four rates, not seed 42
     run, _ = finetuning("--task", "mrpc", "--model", "m", "--learning-rate=3e-5")  # argparse's other spelling
     assert run.learning_rates == [3e-5]
-    run, _ = finetuning("--task", "mrpc", "--model", "m", "--features", "concat_last_four",
-                        "--learning_rate", "1e-4")
+    run, _ = finetuning("--task", "mrpc", "--model", "m", "--features", "concat_last_four", "--learning_rate", "1e-4")
     assert run.learning_rates == [1e-4]  # the feature-based grid too
     run, _ = finetuning("--task", "mrpc", "--model", "m")
     assert run.learning_rates == [5e-5, 4e-5, 3e-5, 2e-5] and run.seeds == [42]  # none given: the paper's
@@ -117,8 +163,7 @@ def test_the_command_line_overrides_the_config_file_for_grids(tmp_path):
     config.write_text("task: mrpc\nlearning_rates: [1e-5, 2e-5]\nseed: 3\n")
     run, _ = finetuning("--config", str(config), "--model", "m")
     assert run.learning_rates == [1e-5, 2e-5] and run.seeds == [3]
-    run, _ = finetuning("--config", str(config), "--model", "m", "--learning_rate", "4e-5",
-                        "--seeds", "1", "2")
+    run, _ = finetuning("--config", str(config), "--model", "m", "--learning_rate", "4e-5", "--seeds", "1", "2")
     assert run.learning_rates == [4e-5] and run.seeds == [1, 2]
 
 
@@ -127,16 +172,21 @@ def test_the_command_line_overrides_the_config_file_for_grids(tmp_path):
 # ------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("parse, argv, message", [
-    (finetuning, ["--learning_rat", "1e-5"],
-     "--learning_rat (did you mean --learning_rate or --learning_rates?)"),
-    (finetuning, ["--epochs", "2"], "--epochs (did you mean --num_train_epochs?)"),
-    (finetuning, ["--dataset_config_name", "x"], "--dataset_config_name (transformers' name, which "
-                                                 "recipes/finetune.py has no setting for)"),
-    (finetuning, ["extra"], "unknown argument(s): extra."),
-    (pretraining, ["--seeds", "1"], "--seeds (did you mean --seed?)"),
-    (pretraining, ["--validation_file", "v.txt"], "--validation_file (transformers' name"),
-])
+@pytest.mark.parametrize(
+    "parse, argv, message",
+    [
+        (finetuning, ["--learning_rat", "1e-5"], "--learning_rat (did you mean --learning_rate or --learning_rates?)"),
+        (finetuning, ["--epochs", "2"], "--epochs (did you mean --num_train_epochs?)"),
+        (
+            finetuning,
+            ["--dataset_config_name", "x"],
+            "--dataset_config_name (transformers' name, which recipes/finetune.py has no setting for)",
+        ),
+        (finetuning, ["extra"], "unknown argument(s): extra."),
+        (pretraining, ["--seeds", "1"], "--seeds (did you mean --seed?)"),
+        (pretraining, ["--validation_file", "v.txt"], "--validation_file (transformers' name"),
+    ],
+)
 def test_unknown_flags_get_the_closest_names(parse, argv, message):
     common = ["--task", "sst2", "--model", "m"] if parse is finetuning else []
     with pytest.raises(ConfigurationError, match="unknown argument") as error:
@@ -151,8 +201,9 @@ def test_unknown_task_and_config_field_get_the_closest_names(tmp_path):
         finetuning("--task", "sts", "--model", "m")
     config = tmp_path / "run.yaml"
     config.write_text("task: mrpc\nlearning_rate_grid: [1e-5]\n")
-    with pytest.raises(ConfigurationError,
-                       match="unknown field\\(s\\) learning_rate_grid \\(did you mean learning_rate"):
+    with pytest.raises(
+        ConfigurationError, match="unknown field\\(s\\) learning_rate_grid \\(did you mean learning_rate"
+    ):
         finetuning("--config", str(config), "--model", "m")
 
 
@@ -161,8 +212,13 @@ def test_study_checks_its_fine_tuning_flags_before_pre_training(tmp_path, monkey
 
     monkeypatch.setattr(study, "run_pretraining", lambda argv: pytest.fail("pre-training started"))
     (tmp_path / "MRPC").mkdir()
-    args = study.StudyArguments(study="pretraining", tasks=["mrpc"], data_root=str(tmp_path),
-                                output_dir=str(tmp_path / "out"), finetune_args="--learning_rat 1e-4")
+    args = study.StudyArguments(
+        study="pretraining",
+        tasks=["mrpc"],
+        data_root=str(tmp_path),
+        output_dir=str(tmp_path / "out"),
+        finetune_args="--learning_rat 1e-4",
+    )
     with pytest.raises(ConfigurationError, match="did you mean --learning_rate or --learning_rates"):
         study.run_study(args)
 
@@ -210,8 +266,10 @@ def open_with_init_from(directory, tmp_path):
 
 
 @pytest.mark.parametrize("problem", ["pickle", "truncated", "config"])
-@pytest.mark.parametrize("opener", [open_with_load_bert, open_with_conversion_command, open_with_hub_push,
-                                    open_with_study_reuse, open_with_init_from])
+@pytest.mark.parametrize(
+    "opener",
+    [open_with_load_bert, open_with_conversion_command, open_with_hub_push, open_with_study_reuse, open_with_init_from],
+)
 def test_every_opener_checks_the_model_directory(opener, problem, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     directory = tmp_path / "model"

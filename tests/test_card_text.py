@@ -24,11 +24,27 @@ def fake_finetuning_run(root: Path, task: str, scores: dict[str, float], main: s
     """The files `recipes/finetune.py` leaves for a card: results.json, run_config.json, model/config.json."""
     run = {"learning_rate": 2e-05, "seed": 42, "train_seconds": 60.0, "validation": scores, "score": scores[main]}
     (root / "model").mkdir(parents=True)
-    (root / "results.json").write_text(json.dumps({
-        "task": task, "model": "runs/base", "main_metric": main, "best": run, "runs": [run], "seconds": 60.0,
-        "hyperparameters": {"learning_rates": [2e-05], "seeds": [42], "num_train_epochs": 3.0,
-                            "per_device_train_batch_size": 32, "max_seq_length": 128, "warmup": 0.1,
-                            "weight_decay": 0.01}}))
+    (root / "results.json").write_text(
+        json.dumps(
+            {
+                "task": task,
+                "model": "runs/base",
+                "main_metric": main,
+                "best": run,
+                "runs": [run],
+                "seconds": 60.0,
+                "hyperparameters": {
+                    "learning_rates": [2e-05],
+                    "seeds": [42],
+                    "num_train_epochs": 3.0,
+                    "per_device_train_batch_size": 32,
+                    "max_seq_length": 128,
+                    "warmup": 0.1,
+                    "weight_decay": 0.01,
+                },
+            }
+        )
+    )
     (root / "run_config.json").write_text(json.dumps({"run": {"task": task}, "training": {"seed": 42}}))
     (root / "model" / "config.json").write_text("{}")
     return root
@@ -36,9 +52,17 @@ def fake_finetuning_run(root: Path, task: str, scores: dict[str, float], main: s
 
 def test_a_task_added_to_the_registry_is_named_on_its_card(tmp_path, monkeypatch):
     metrics = {**METRICS, "macro_f1": Metric("mean of the classes' F1", "Macro-averaged F1", "f1")}
-    paws = with_overrides(get_task("mrpc"), name="paws", display_name="PAWS-X paraphrases", metrics=(
-        "accuracy", "macro_f1"), main_metric="macro_f1", hub_id="google-research-datasets/paws-x",
-        hub_config="en", paper=(), other_reported=())
+    paws = with_overrides(
+        get_task("mrpc"),
+        name="paws",
+        display_name="PAWS-X paraphrases",
+        metrics=("accuracy", "macro_f1"),
+        main_metric="macro_f1",
+        hub_id="google-research-datasets/paws-x",
+        hub_config="en",
+        paper=(),
+        other_reported=(),
+    )
     monkeypatch.setattr(registry, "TASKS", MappingProxyType({**TASKS, "paws": paws}))
     monkeypatch.setattr(registry, "METRICS", MappingProxyType(metrics))
     monkeypatch.setattr(model_card, "METRICS", MappingProxyType(metrics))

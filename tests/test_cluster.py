@@ -39,8 +39,9 @@ def rank_process(launcher_pid: int, rank: int) -> int:
 def run_until_first_step(cmd: list[str], signal_pid=None) -> tuple[int, str]:
     """Start `cmd`, send SIGTERM when the first training step is logged (to `signal_pid(process pid)`, else to
     the process itself), and return its exit code and output."""
-    process = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               cwd=ROOT, start_new_session=True)
+    process = subprocess.Popen(
+        cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True
+    )
     lines = []
     try:
         for line in process.stdout:
@@ -80,8 +81,15 @@ def reference(tmp_path_factory, corpus_and_tokenizer):
 
 
 def assert_resumes_to(reference_dir: Path, cmd: list[str], directory: Path, tolerance: float) -> None:
-    result = subprocess.run([*cmd, "--resume_from_checkpoint", "true"], env=ENV, capture_output=True,
-                            text=True, timeout=600, cwd=ROOT, check=False)
+    result = subprocess.run(
+        [*cmd, "--resume_from_checkpoint", "true"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     a, b = weights(reference_dir), weights(directory)
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
@@ -108,8 +116,18 @@ def test_a_signal_to_one_of_two_processes_stops_both_at_the_same_step(reference,
     add the same gradients in another order: float32 rounding, as in test_distributed.py)."""
     root, _, double = reference
     out = root / engine
-    cmd = [*LAUNCH, "--config_file", str(ROOT / "recipes" / "accelerate" / f"{engine}.yaml"),
-           "--main_process_port", "0", RECIPE, "--config", str(double), "--output_dir", str(out)]
+    cmd = [
+        *LAUNCH,
+        "--config_file",
+        str(ROOT / "recipes" / "accelerate" / f"{engine}.yaml"),
+        "--main_process_port",
+        "0",
+        RECIPE,
+        "--config",
+        str(double),
+        "--output_dir",
+        str(out),
+    ]
     code, output = run_until_first_step(cmd, signal_pid=lambda pid: rank_process(pid, 1))
     assert code != 0, output[-3000:]  # the launcher reports the workers' exit code 75 as its own failure
     assert f"exitcode  : {STOPPED_EXIT_CODE}" in output, output[-3000:]
@@ -120,8 +138,7 @@ def test_a_signal_to_one_of_two_processes_stops_both_at_the_same_step(reference,
 
 
 @pytest.mark.slow
-def test_a_streamed_run_with_workers_stops_where_its_workers_kept_the_position(tmp_path,
-                                                                              corpus_and_tokenizer):
+def test_a_streamed_run_with_workers_stops_where_its_workers_kept_the_position(tmp_path, corpus_and_tokenizer):
     """DataLoader workers read ahead and keep their streams' positions only at steps planned ahead: a signal
     stops the run at the next multiple of STREAM_STOP_EVERY, with the stream's position in the checkpoint, and the
     resumed run ends where the uninterrupted one does."""
@@ -129,9 +146,20 @@ def test_a_streamed_run_with_workers_stops_where_its_workers_kept_the_position(t
 
     corpus, tokenizer = corpus_and_tokenizer
     steps = STREAM_STOP_EVERY + 4
-    config = write_config(tmp_path / "stream.yaml", corpus, tokenizer, streaming=True, stream_document_buffer=4,
-                          stream_shuffle_buffer=16, stream_held_out_documents=2, eval_fraction=0.0,
-                          max_steps=steps, save_steps=steps - 1, phase2_fraction=0.0, dataloader_num_workers=2)
+    config = write_config(
+        tmp_path / "stream.yaml",
+        corpus,
+        tokenizer,
+        streaming=True,
+        stream_document_buffer=4,
+        stream_shuffle_buffer=16,
+        stream_held_out_documents=2,
+        eval_fraction=0.0,
+        max_steps=steps,
+        save_steps=steps - 1,
+        phase2_fraction=0.0,
+        dataloader_num_workers=2,
+    )
     launch(config, tmp_path / "full")
     out = tmp_path / "stopped"
     cmd = [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)]
@@ -150,16 +178,19 @@ def small_disk(tmp_path):
     process may not mount one."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
-                             capture_output=True, check=False).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
     yield disk if mounted else None
     if mounted:
         subprocess.run(["umount", str(disk)], check=False)
 
 
 @pytest.mark.slow
-def test_a_full_disk_is_one_message_and_keeps_the_last_good_checkpoint(tmp_path, small_disk,
-                                                                       corpus_and_tokenizer):
+def test_a_full_disk_is_one_message_and_keeps_the_last_good_checkpoint(tmp_path, small_disk, corpus_and_tokenizer):
     """checkpoint-4 fits, checkpoint-8 does not: exit code 2, one message naming the directory, the space
     needed and the space free, no traceback, no checkpoint-8 in any state, and checkpoint-4 kept although
     save_total_limit is 1 (rotation waits for the new checkpoint). Where no tmpfs can be mounted, the save of
@@ -176,11 +207,18 @@ def test_a_full_disk_is_one_message_and_keeps_the_last_good_checkpoint(tmp_path,
             "    if 'checkpoint-8' in str(f):\n"
             "        raise OSError(errno.ENOSPC, 'No space left on device', str(f))\n"
             "    return save(obj, f, *a, **k)\n"
-            "torch.save = full\n")
+            "torch.save = full\n"
+        )
         env["PYTHONPATH"] = os.pathsep.join([str(inject), env.get("PYTHONPATH", "")])
     out = (small_disk or tmp_path) / "out"
-    result = subprocess.run([sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)],
-                            env=env, capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run(
+        [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     message = [line for line in result.stderr.splitlines() if "pretrain.py: error:" in line]
@@ -193,27 +231,39 @@ def test_a_full_disk_is_one_message_and_keeps_the_last_good_checkpoint(tmp_path,
 
 
 @pytest.mark.slow
-def test_a_second_run_on_the_same_directory_is_refused_until_the_first_ends(
-        tmp_path, corpus_and_tokenizer):
+def test_a_second_run_on_the_same_directory_is_refused_until_the_first_ends(tmp_path, corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
     out = tmp_path / "out"
-    hold = ("import sys, time; from bert_repro.training.cluster import lock_output_dir; "
-            "lock_output_dir(sys.argv[1]); print('held', flush=True); time.sleep(600)")
-    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], env=ENV, stdout=subprocess.PIPE,
-                              text=True)
+    hold = (
+        "import sys, time; from bert_repro.training.cluster import lock_output_dir; "
+        "lock_output_dir(sys.argv[1]); print('held', flush=True); time.sleep(600)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], env=ENV, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         config = write_config(tmp_path / "c.yaml", corpus, tokenizer, eval_fraction=0.0)
-        result = subprocess.run([sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)],
-                                env=ENV, capture_output=True, text=True, timeout=600, check=False)
+        result = subprocess.run(
+            [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert result.returncode == 2, result.stderr[-3000:]
         assert f"is in use by another run (pid {holder.pid} on " in result.stderr, result.stderr[-3000:]
         assert "Traceback" not in result.stderr and not (out / "run_config.json").exists()
     finally:
         holder.kill()  # as a scheduler kills a job: the kernel releases the lock with the process
         holder.wait()
-    check = subprocess.run([sys.executable, "-c", hold.replace("time.sleep(600)", "pass"), str(out)], env=ENV,
-                           capture_output=True, text=True, timeout=300, check=False)
+    check = subprocess.run(
+        [sys.executable, "-c", hold.replace("time.sleep(600)", "pass"), str(out)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert check.stdout.strip() == "held", check.stderr[-3000:]
 
 
@@ -252,13 +302,40 @@ def test_fine_tuning_stopped_by_sigterm_goes_on_with_the_same_command(tmp_path, 
     """A fine-tuning run (no periodic checkpoints: save_strategy "no") stopped by SIGTERM saves checkpoint-N
     in its grid run's folder; the same command resumes it there and ends with the uninterrupted model."""
     data = write(tmp_path / "data", fixture_files("mrpc"))
-    finetune = [sys.executable, str(ROOT / "recipes" / "finetune.py"), "--task", "mrpc", "--model",
-                str(tiny_model), "--data", str(data), "--learning_rates", "1e-3", "--max_steps", "12",
-                "--logging_steps", "1",
-                "--per_device_train_batch_size", "1", "--use_cpu", "true", "--disable_tqdm", "true",
-                "--max_seq_length", "64", "--predict_test", "false"]
-    full = subprocess.run([*finetune, "--output_dir", str(tmp_path / "full")], env=ENV, capture_output=True,
-                          text=True, timeout=600, check=False)
+    finetune = [
+        sys.executable,
+        str(ROOT / "recipes" / "finetune.py"),
+        "--task",
+        "mrpc",
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(data),
+        "--learning_rates",
+        "1e-3",
+        "--max_steps",
+        "12",
+        "--logging_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "1",
+        "--use_cpu",
+        "true",
+        "--disable_tqdm",
+        "true",
+        "--max_seq_length",
+        "64",
+        "--predict_test",
+        "false",
+    ]
+    full = subprocess.run(
+        [*finetune, "--output_dir", str(tmp_path / "full")],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert full.returncode == 0, full.stderr[-3000:]
     out = tmp_path / "stopped"
     cmd = [*finetune, "--output_dir", str(out)]

@@ -18,8 +18,8 @@ from torch._dynamo.utils import counters
 from transformers import DataCollatorWithPadding
 
 from bert_repro import BertReproForMaskedLM, BertReproForPreTraining, BertReproForSequenceClassification
-from bert_repro.data.wordpiece import save_tokenizer
 from bert_repro.data.pretraining_examples import IGNORE_INDEX, PreTrainingDataConfig, create_pretraining_dataset
+from bert_repro.data.wordpiece import save_tokenizer
 from bert_repro.training.cli import SpeedSwitches
 from bert_repro.training.finetune import run_finetuning
 from bert_repro.training.pretrain import PhaseCollator, allow_data_dependent_shapes, pretraining_sums
@@ -41,8 +41,9 @@ def phases(tokenizer):
     documents = datasets.Dataset.from_dict({"text": pseudo_text(30)})
     out = []
     for length, predictions, short in PHASES:
-        config = PreTrainingDataConfig(max_seq_length=length, max_predictions_per_seq=predictions, dupe_factor=2,
-                                       short_seq_prob=short)
+        config = PreTrainingDataConfig(
+            max_seq_length=length, max_predictions_per_seq=predictions, dupe_factor=2, short_seq_prob=short
+        )
         out.append((config, create_pretraining_dataset(documents, tokenizer, config).to_list()))
     return out
 
@@ -60,12 +61,13 @@ def fresh_dynamo():
 def phase_batches(tokenizer, phases, packing: bool, count: int = 22) -> list[list[dict]]:
     """`count` batches of each phase from the recipe's collator (`PhaseCollator`, set as the recipe sets it)."""
     collator = PhaseCollator(tokenizer, [cfg for cfg, _ in phases], packing=packing, compiled=True)
-    return [[collator(rows[i * BATCH:(i + 1) * BATCH]) for i in range(count)] for _, rows in phases]
+    return [[collator(rows[i * BATCH : (i + 1) * BATCH]) for i in range(count)] for _, rows in phases]
 
 
 def pretraining_model(tokenizer, **fields):
-    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=128, **{"sparse_prediction": True,
-                                                                                    **fields})
+    config = tiny_config(
+        vocab_size=len(tokenizer), max_position_embeddings=128, **{"sparse_prediction": True, **fields}
+    )
     torch.manual_seed(0)
     return BertReproForPreTraining(config).train()
 
@@ -113,8 +115,10 @@ def test_finetuning_step_is_one_graph_with_one_recompilation(tokenizer):
     collator = DataCollatorWithPadding(tokenizer)
     batches = []
     for i in range(22):
-        encoded = [dict(tokenizer(t[:200], truncation=True, max_length=64), labels=j % 3)
-                   for j, t in enumerate(texts[i * 2:i * 2 + BATCH])]
+        encoded = [
+            dict(tokenizer(t[:200], truncation=True, max_length=64), labels=j % 3)
+            for j, t in enumerate(texts[i * 2 : i * 2 + BATCH])
+        ]
         batches.append(collator(encoded))
     batches.append(collator(encoded[:3]))  # an epoch's last, smaller batch
     assert len({b["input_ids"].shape for b in batches}) > 2
@@ -135,18 +139,31 @@ def test_masked_positions_keep_the_loss_and_gradients(tokenizer, phases, packing
         allow_data_dependent_shapes()
     batch = phase_batches(tokenizer, phases, packing, count=1)[0][0]
     results = {}
-    for name, sparse, positions, compiled in [("dense", False, False, False), ("selected", True, False, False),
-                                              ("slots", True, True, False), ("slots compiled", True, True, True)]:
-        model = pretraining_model(tokenizer, sparse_prediction=sparse, hidden_dropout_prob=0.0,
-                                  attention_probs_dropout_prob=0.0)
+    for name, sparse, positions, compiled in [
+        ("dense", False, False, False),
+        ("selected", True, False, False),
+        ("slots", True, True, False),
+        ("slots compiled", True, True, True),
+    ]:
+        model = pretraining_model(
+            tokenizer, sparse_prediction=sparse, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        )
         inputs = {k: v for k, v in batch.items() if positions or k != "masked_positions"}
         run = torch.compile(model, backend="aot_eager") if compiled else model
         out = run(**inputs)
         out.loss.backward()
-        sums = pretraining_sums(out.prediction_logits, out.seq_relationship_logits, batch["labels"],
-                                batch["next_sentence_label"], inputs.get("masked_positions"))
-        results[name] = (out.masked_lm_loss.detach(), sums,
-                         {k: p.grad for k, p in model.named_parameters() if p.grad is not None})
+        sums = pretraining_sums(
+            out.prediction_logits,
+            out.seq_relationship_logits,
+            batch["labels"],
+            batch["next_sentence_label"],
+            inputs.get("masked_positions"),
+        )
+        results[name] = (
+            out.masked_lm_loss.detach(),
+            sums,
+            {k: p.grad for k, p in model.named_parameters() if p.grad is not None},
+        )
     slots = batch["masked_positions"].numel()
     assert slots == BATCH * PHASES[0][1] > int((batch["labels"] != IGNORE_INDEX).sum())
     dense_loss, dense_sums, dense_grads = results["dense"]
@@ -198,15 +215,40 @@ def test_compiled_finetuning_recipe_trains_one_graph(tmp_path, tokenizer):
     texts = [" ".join(t.split()) for t in pseudo_text(38, seed=5, max_sentences=3)]
     pairs = zip(texts[::2], texts[1::2])
     rows = ["Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"] + [
-        f"{i % 2}\t{i}\t{i + 100}\t{a[:40 + 4 * i]}\t{b[:30]}" for i, (a, b) in enumerate(pairs)]  # many widths
+        f"{i % 2}\t{i}\t{i + 100}\t{a[: 40 + 4 * i]}\t{b[:30]}" for i, (a, b) in enumerate(pairs)
+    ]  # many widths
     data = tmp_path / "mrpc"
     data.mkdir()
     for split in ("train.tsv", "dev.tsv"):
         (data / split).write_text("\n".join(rows) + "\n")  # 19 pairs: batches of 4, then 3
-    run_finetuning(["--task", "mrpc", "--model", str(model_dir), "--data", str(data), "--output_dir",
-                    str(tmp_path / "out"), "--learning_rates", "1e-4", "--num_train_epochs", "1",
-                    "--per_device_train_batch_size", "4", "--use_cpu", "true", "--disable_tqdm", "true",
-                    "--max_seq_length", "64", "--torch_compile", "true", "--torch_compile_backend", "eager",
-                    "--no_predict_test"])
+    run_finetuning(
+        [
+            "--task",
+            "mrpc",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(data),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--learning_rates",
+            "1e-4",
+            "--num_train_epochs",
+            "1",
+            "--per_device_train_batch_size",
+            "4",
+            "--use_cpu",
+            "true",
+            "--disable_tqdm",
+            "true",
+            "--max_seq_length",
+            "64",
+            "--torch_compile",
+            "true",
+            "--torch_compile_backend",
+            "eager",
+            "--no_predict_test",
+        ]
+    )
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1  # dynamo's default: 3 (the first width, another, the last batch)

@@ -33,8 +33,12 @@ def test_preset_parameter_counts(name):
 
 
 def test_presets_match_the_paper():
-    assert PRESETS["base"] == dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072)
-    assert PRESETS["large"] == dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096)
+    assert PRESETS["base"] == dict(
+        num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072
+    )
+    assert PRESETS["large"] == dict(
+        num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096
+    )
     assert BertReproConfig.from_preset("BERT-Base", vocab_size=1000).vocab_size == 1000
 
 
@@ -48,19 +52,22 @@ def test_hidden_size_not_divisible_by_heads():
         BertReproConfig(hidden_size=100, num_attention_heads=12)
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("hidden_act", "tanh", "hidden_act must be one of"),
-    ("initializer_distribution", "uniform", "initializer_distribution must be one of"),
-    ("position_embedding_type", "relative_key", "not supported"),
-    ("num_hidden_layers", 0, "num_hidden_layers must be a positive integer"),
-    # checked before anything divides or compares by them: no ZeroDivisionError or TypeError naming no field
-    ("num_attention_heads", 0, "num_attention_heads must be a positive integer, got 0"),
-    ("vocab_size", "abc", "vocab_size must be a positive integer, got 'abc'"),
-    ("hidden_size", -1, "hidden_size must be a positive integer, got -1"),
-    ("hidden_size", True, "hidden_size must be a positive integer"),
-    ("hidden_dropout_prob", 1.5, "hidden_dropout_prob must be a dropout probability"),
-    ("classifier_dropout", -0.1, "classifier_dropout must be a dropout probability"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("hidden_act", "tanh", "hidden_act must be one of"),
+        ("initializer_distribution", "uniform", "initializer_distribution must be one of"),
+        ("position_embedding_type", "relative_key", "not supported"),
+        ("num_hidden_layers", 0, "num_hidden_layers must be a positive integer"),
+        # checked before anything divides or compares by them: no ZeroDivisionError or TypeError naming no field
+        ("num_attention_heads", 0, "num_attention_heads must be a positive integer, got 0"),
+        ("vocab_size", "abc", "vocab_size must be a positive integer, got 'abc'"),
+        ("hidden_size", -1, "hidden_size must be a positive integer, got -1"),
+        ("hidden_size", True, "hidden_size must be a positive integer"),
+        ("hidden_dropout_prob", 1.5, "hidden_dropout_prob must be a dropout probability"),
+        ("classifier_dropout", -0.1, "classifier_dropout must be a dropout probability"),
+    ],
+)
 def test_bad_fields(field, value, message):
     with pytest.raises(CONFIG_ERRORS, match=message):
         BertReproConfig(**{field: value})
@@ -69,19 +76,41 @@ def test_bad_fields(field, value, message):
 def test_reads_a_bert_config_json_as_it_is(tmp_path, caplog):
     # The config.json of google-bert/bert-base-uncased, as transformers 4.x wrote it.
     bert_config = {
-        "architectures": ["BertForMaskedLM"], "attention_probs_dropout_prob": 0.1, "gradient_checkpointing": False,
-        "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": 768, "initializer_range": 0.02,
-        "intermediate_size": 3072, "layer_norm_eps": 1e-12, "max_position_embeddings": 512, "model_type": "bert",
-        "num_attention_heads": 12, "num_hidden_layers": 12, "pad_token_id": 0,
-        "position_embedding_type": "absolute", "transformers_version": "4.6.0.dev0", "type_vocab_size": 2,
-        "use_cache": True, "vocab_size": 30522,
+        "architectures": ["BertForMaskedLM"],
+        "attention_probs_dropout_prob": 0.1,
+        "gradient_checkpointing": False,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "hidden_size": 768,
+        "initializer_range": 0.02,
+        "intermediate_size": 3072,
+        "layer_norm_eps": 1e-12,
+        "max_position_embeddings": 512,
+        "model_type": "bert",
+        "num_attention_heads": 12,
+        "num_hidden_layers": 12,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "transformers_version": "4.6.0.dev0",
+        "type_vocab_size": 2,
+        "use_cache": True,
+        "vocab_size": 30522,
     }
     (tmp_path / "config.json").write_text(json.dumps(bert_config))
     with caplog.at_level(logging.WARNING):
         config = BertReproConfig.from_pretrained(tmp_path)
     assert "model of type" not in caplog.text
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
-                "hidden_act", "layer_norm_eps", "type_vocab_size", "max_position_embeddings"):
+    for key in (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "vocab_size",
+        "hidden_act",
+        "layer_norm_eps",
+        "type_vocab_size",
+        "max_position_embeddings",
+    ):
         assert getattr(config, key) == bert_config[key]
     assert config.model_type == "bert_repro"
 

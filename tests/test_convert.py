@@ -35,16 +35,21 @@ def test_hf_pretraining_checkpoint_into_every_head(tmp_path):
         expected = theirs(**batch)
         ours = load_bert(tmp_path, BertReproForPreTraining).eval()
         got = ours(**batch)
-        assert outputs_equal(
-            (got.prediction_logits, got.seq_relationship_logits),
-            (expected.prediction_logits, expected.seq_relationship_logits),
-        ) < 1e-5
+        assert (
+            outputs_equal(
+                (got.prediction_logits, got.seq_relationship_logits),
+                (expected.prediction_logits, expected.seq_relationship_logits),
+            )
+            < 1e-5
+        )
         # The `bert.` prefix is dropped for the bare encoder; heads it lacks are not an error.
         base = load_bert(tmp_path, "base").eval()
         assert torch.allclose(base(**batch).pooler_output, theirs.bert(**batch).pooler_output, atol=1e-5)
         classifier = load_bert(tmp_path, "sequence_classification", num_labels=3)
         assert classifier.classifier.out_features == 3
-        assert torch.equal(classifier.bert.embeddings.word_embeddings.weight, theirs.bert.embeddings.word_embeddings.weight)
+        assert torch.equal(
+            classifier.bert.embeddings.word_embeddings.weight, theirs.bert.embeddings.word_embeddings.weight
+        )
 
 
 def test_checkpoint_without_prefix_and_heads(tmp_path, caplog):
@@ -79,7 +84,9 @@ def test_legacy_pickle_with_gamma_beta_names(tmp_path, capsys):
     main(command.split()[3:])
     ours = load_bert(f"{legacy}-safetensors", "pretraining")
     assert torch.all(ours.bert.embeddings.LayerNorm.weight == 1.5)
-    assert torch.equal(ours.bert.encoder.layer[1].output.LayerNorm.bias, theirs.bert.encoder.layer[1].output.LayerNorm.bias)
+    assert torch.equal(
+        ours.bert.encoder.layer[1].output.LayerNorm.bias, theirs.bert.encoder.layer[1].output.LayerNorm.bias
+    )
 
 
 def test_trusted_pickle_that_holds_code_is_still_not_run(tmp_path, capsys):
@@ -107,9 +114,12 @@ def test_export_round_trip_to_transformers(tmp_path):
     batch = padded_batch(99)
     with torch.no_grad():
         a, b = ours(**batch), theirs(**batch)
-    assert outputs_equal(
-        (a.prediction_logits, a.seq_relationship_logits), (b.prediction_logits, b.seq_relationship_logits)
-    ) < 1e-5
+    assert (
+        outputs_equal(
+            (a.prediction_logits, a.seq_relationship_logits), (b.prediction_logits, b.seq_relationship_logits)
+        )
+        < 1e-5
+    )
 
 
 def test_export_fine_tuned_head(tmp_path):
@@ -133,7 +143,9 @@ def test_export_never_overwrites(tmp_path):
 def test_command_line_import_and_export(tmp_path, capsys):
     hf_checkpoint(tmp_path / "hf")
     main(["import", str(tmp_path / "hf"), str(tmp_path / "ours")])
-    assert json.loads((tmp_path / "ours" / "config.json").read_text())["model_type"] == "bert"  # transformers' own format
+    assert (
+        json.loads((tmp_path / "ours" / "config.json").read_text())["model_type"] == "bert"
+    )  # transformers' own format
     main(["export", str(tmp_path / "ours"), str(tmp_path / "back")])
     assert transformers.BertForPreTraining.from_pretrained(tmp_path / "back") is not None
     with pytest.raises(SystemExit):

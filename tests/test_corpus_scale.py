@@ -159,8 +159,9 @@ def whole_file_documents(raw: bytes, name: str, document_boundary: str) -> list[
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.sampled_from(["ab", "é", "\r\n", "\n", "\r", "\n\n", " ", ".", "\x0c", "\u2028", "\xe9", "Ω"]),
-             max_size=80),
+    st.lists(
+        st.sampled_from(["ab", "é", "\r\n", "\n", "\r", "\n\n", " ", ".", "\x0c", "\u2028", "\xe9", "Ω"]), max_size=80
+    ),
     st.sampled_from(["utf-8", "utf-8-sig", "cp1252", "utf-16", "mixed"]),
     st.sampled_from(["file", "blank_line"]),
     st.integers(1, 9),
@@ -207,8 +208,10 @@ def unique_documents(num_docs: int, seed: int = 0) -> tuple[list[str], list[list
     texts, vocabularies = [], []
     for d in range(num_docs):
         words = words_of(30, prefix=f"d{d}x", seed=d)
-        sentences = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))).capitalize() + "."
-                     for _ in range(rng.randint(2, 12))]
+        sentences = [
+            " ".join(rng.choice(words) for _ in range(rng.randint(3, 12))).capitalize() + "."
+            for _ in range(rng.randint(2, 12))
+        ]
         texts.append(" ".join(sentences))
         vocabularies.append(words)
     return texts, vocabularies

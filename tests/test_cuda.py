@@ -29,8 +29,16 @@ HAS_FLASH = importlib.util.find_spec("flash_attn") is not None
 
 
 def config(**overrides) -> BertReproConfig:
-    fields = dict(vocab_size=512, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
-                  max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    fields = dict(
+        vocab_size=512,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=256,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     return BertReproConfig(**{**fields, **overrides})
 
 
@@ -44,8 +52,13 @@ def batch(device="cuda", rows=4, seq=64, vocab=512, seed=0) -> dict[str, torch.T
     masked[:, 1] = True
     labels[masked] = input_ids[masked]
     token_type_ids = ((torch.arange(seq)[None] >= (lengths[:, None] // 2)) & attention_mask.bool()).long()
-    out = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, labels=labels,
-               next_sentence_label=torch.tensor([0, 1, 0, 1])[:rows])
+    out = dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        token_type_ids=token_type_ids,
+        labels=labels,
+        next_sentence_label=torch.tensor([0, 1, 0, 1])[:rows],
+    )
     return {k: v.to(device) for k, v in out.items()}
 
 
@@ -137,8 +150,9 @@ def test_fused_adamw_equals_the_loop_implementation():
     model = copy.deepcopy(ref)
     inputs = batch()
     for m, fused in ((ref, False), (model, True)):
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-3, eps=1e-6, weight_decay=0.01, fused=fused, foreach=False
-                                if fused else None)
+        opt = torch.optim.AdamW(
+            m.parameters(), lr=1e-3, eps=1e-6, weight_decay=0.01, fused=fused, foreach=False if fused else None
+        )
         for _ in range(2):
             loss_and_grads(m, inputs)
             opt.step()
@@ -164,21 +178,27 @@ def test_sparse_prediction_and_the_cpu_switches_leave_cuda_results_unchanged():
 def test_flash_attention_varlen_on_unpadded_tokens_equals_sdpa():
     torch.manual_seed(0)
     ref = BertReproForSequenceClassification._from_config(config(), attn_implementation="sdpa").cuda().eval()
-    model = BertReproForSequenceClassification._from_config(
-        config(unpad_inputs=True), attn_implementation="flash_attention_2").cuda().eval()
+    model = (
+        BertReproForSequenceClassification._from_config(
+            config(unpad_inputs=True), attn_implementation="flash_attention_2"
+        )
+        .cuda()
+        .eval()
+    )
     model.load_state_dict(ref.state_dict())
     inputs = {k: v for k, v in batch().items() if k in ("input_ids", "attention_mask", "token_type_ids")}
     with torch.autocast("cuda", dtype=torch.bfloat16), torch.no_grad():
-        torch.testing.assert_close(model(**inputs).logits.float(), ref(**inputs).logits.float(), rtol=3e-2,
-                                   atol=3e-2)
+        torch.testing.assert_close(model(**inputs).logits.float(), ref(**inputs).logits.float(), rtol=3e-2, atol=3e-2)
 
 
 def pack(inputs: dict[str, torch.Tensor], rows: list[list[int]], width: int) -> dict[str, torch.Tensor]:
     """The examples of a padded batch laid into `rows` (lists of example indices) of `width` tokens, positions
     restarting at each example's [CLS]; NSP labels in row-major order of the examples."""
     lengths = inputs["attention_mask"].sum(1).tolist()
-    out = {k: torch.zeros(len(rows), width, dtype=torch.long) for k in ("input_ids", "token_type_ids",
-                                                                        "attention_mask", "position_ids")}
+    out = {
+        k: torch.zeros(len(rows), width, dtype=torch.long)
+        for k in ("input_ids", "token_type_ids", "attention_mask", "position_ids")
+    }
     out["labels"] = torch.full((len(rows), width), -100)
     order = []
     for r, members in enumerate(rows):
@@ -186,8 +206,8 @@ def pack(inputs: dict[str, torch.Tensor], rows: list[list[int]], width: int) -> 
         for i in members:
             n = lengths[i]
             for key in ("input_ids", "token_type_ids", "attention_mask", "labels"):
-                out[key][r, at:at + n] = inputs[key][i, :n].cpu()
-            out["position_ids"][r, at:at + n] = torch.arange(n)
+                out[key][r, at : at + n] = inputs[key][i, :n].cpu()
+            out["position_ids"][r, at : at + n] = torch.arange(n)
             at += n
             order.append(i)
     out["next_sentence_label"] = inputs["next_sentence_label"].cpu()[order]

@@ -45,14 +45,27 @@ def test_device_script_ends_cleanly_without_cuda_and_network(tmp_path):
     for name in ("nvidia-smi", "python"):
         (bin_dir / name).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PIP_", "TRANSFORMERS_"))}
-    env.update(PATH=f"{bin_dir}:{Path(sys.executable).parent}:{env['PATH']}", CUDA_VISIBLE_DEVICES="",
-               HTTP_PROXY=url, HTTPS_PROXY=url, http_proxy=url, https_proxy=url, HF_ENDPOINT=url,
-               PIP_INDEX_URL=f"{url}/simple", OUT=str(tmp_path / "out"), RESULTS=str(tmp_path / "results"),
-               KIT=str(tmp_path / "no-kit"), PARTS="tests bench train", BUDGET="50", PROBE_LIMIT="30")
+    env.update(
+        PATH=f"{bin_dir}:{Path(sys.executable).parent}:{env['PATH']}",
+        CUDA_VISIBLE_DEVICES="",
+        HTTP_PROXY=url,
+        HTTPS_PROXY=url,
+        http_proxy=url,
+        https_proxy=url,
+        HF_ENDPOINT=url,
+        PIP_INDEX_URL=f"{url}/simple",
+        OUT=str(tmp_path / "out"),
+        RESULTS=str(tmp_path / "results"),
+        KIT=str(tmp_path / "no-kit"),
+        PARTS="tests bench train",
+        BUDGET="50",
+        PROBE_LIMIT="30",
+    )
     start = time.monotonic()
     try:
-        run = subprocess.run(["bash", str(ROOT / "benchmarks/run_gpu.sh")], env=env, capture_output=True,
-                             text=True, timeout=120)
+        run = subprocess.run(
+            ["bash", str(ROOT / "benchmarks/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=120
+        )
     finally:
         hole.close()
     seconds = time.monotonic() - start
@@ -81,21 +94,46 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
         "08:00:00 +0 s start nvidia_smi (limit 30 s)\n08:00:01 +1 s end nvidia_smi: exit 0 after 1 s\n"
         "08:00:01 +1 s start bench_base_128 (limit 120 s)\n"
         "08:02:01 +121 s end bench_base_128: exit 137 after 120 s\n"
-        "08:02:01 +121 s skip mrpc: no pre-trained model\n")
+        "08:02:01 +121 s skip mrpc: no pre-trained model\n"
+    )
     (results / "nvidia_smi.log").write_text("NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB\n")
-    (results / "cuda_tests.log").write_text("tests/test_cuda.py::test_x PASSED\n"
-                                            "===== 9 passed, 1 skipped in 41.2s =====\n")
-    bench = {"bf16_matmul_peak_tflops": 700.0, "settings": [{"preset": "base", "max_seq_length": 128,
-             "batch_size": 256, "results": {
-                 "transformers sdpa bf16 compile": {"tokens_per_second": 4.0e5, "mfu": 0.40,
-                                                    "ratio_to_transformers_best": 1.0},
-                 "ours sparse bf16 compile": {"tokens_per_second": 6.0e5, "mfu": 0.60,
-                                              "ratio_to_transformers_best": 1.5},
-                 "ours packed sparse bf16 compile": {"error": "RuntimeError: out of memory"}}}]}
+    (results / "cuda_tests.log").write_text(
+        "tests/test_cuda.py::test_x PASSED\n===== 9 passed, 1 skipped in 41.2s =====\n"
+    )
+    bench = {
+        "bf16_matmul_peak_tflops": 700.0,
+        "settings": [
+            {
+                "preset": "base",
+                "max_seq_length": 128,
+                "batch_size": 256,
+                "results": {
+                    "transformers sdpa bf16 compile": {
+                        "tokens_per_second": 4.0e5,
+                        "mfu": 0.40,
+                        "ratio_to_transformers_best": 1.0,
+                    },
+                    "ours sparse bf16 compile": {
+                        "tokens_per_second": 6.0e5,
+                        "mfu": 0.60,
+                        "ratio_to_transformers_best": 1.5,
+                    },
+                    "ours packed sparse bf16 compile": {"error": "RuntimeError: out of memory"},
+                },
+            }
+        ],
+    }
     (results / "bench_base_128.json").write_text(json.dumps(bench))
-    (results / "pretrain_small" / "log_history.json").write_text(json.dumps(
-        [{"step": 25, "loss": 9.5}, {"step": 50, "loss": 7.25}, {"step": 50, "eval_loss": 7.0},
-         {"step": 50, "train_runtime": 30.0}]))
+    (results / "pretrain_small" / "log_history.json").write_text(
+        json.dumps(
+            [
+                {"step": 25, "loss": 9.5},
+                {"step": 50, "loss": 7.25},
+                {"step": 50, "eval_loss": 7.0},
+                {"step": 50, "train_runtime": 30.0},
+            ]
+        )
+    )
     (results / "pretrain_small" / "model.safetensors").write_bytes(b"")
     report = gpu_session.collect(results, tmp_path / "results.json", "bash benchmarks/run_gpu.sh")
     assert json.loads((tmp_path / "results.json").read_text()) == report
@@ -106,7 +144,11 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
     assert steps["mrpc"]["skipped"] == "no pre-trained model"
     ours = next(r for r in report["benchmark"] if r["variant"] == "ours sparse bf16 compile")
     assert (ours["setting"], ours["tokens_per_second"], ours["mfu"], ours["ratio_to_transformers_best"]) == (
-        "base:128", 6.0e5, 0.60, 1.5)
+        "base:128",
+        6.0e5,
+        0.60,
+        1.5,
+    )
     assert report["pretraining"]["loss_curve"] == [[25, 9.5], [50, 7.25]]
     assert report["pretraining"]["finished"] and report["bf16_matmul_peak_tflops"] == 700.0
 

@@ -38,8 +38,14 @@ def has_deepspeed() -> bool:
 def launch(launcher: list[str], recipe: str, *args, check=True, env=None):
     """`accelerate launch` of a recipe, from the repository root (the DeepSpeed configs name their JSON from it)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launcher, str(ROOT / "recipes" / recipe),
-           *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *launcher,
+        str(ROOT / "recipes" / recipe),
+        *map(str, args),
+    ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
     if check:
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
@@ -94,11 +100,13 @@ def test_shipped_accelerate_config_parses(path):
         assert fsdp["fsdp_state_dict_type"] == "FULL_STATE_DICT"
         assert config.mixed_precision == ("no" if on_cpu else "bf16")
         plugin = FullyShardedDataParallelPlugin(
-            fsdp_version=2, auto_wrap_policy=fsdp["fsdp_auto_wrap_policy"],
+            fsdp_version=2,
+            auto_wrap_policy=fsdp["fsdp_auto_wrap_policy"],
             transformer_cls_names_to_wrap=fsdp["fsdp_transformer_layer_cls_to_wrap"],
             state_dict_type=fsdp["fsdp_state_dict_type"],
             cpu_ram_efficient_loading=fsdp["fsdp_cpu_ram_efficient_loading"],
-            reshard_after_forward=fsdp["fsdp_reshard_after_forward"])
+            reshard_after_forward=fsdp["fsdp_reshard_after_forward"],
+        )
         assert plugin.transformer_cls_names_to_wrap == ["BertReproLayer"]
     elif config.distributed_type == DistributedType.DEEPSPEED:
         ds_file = ROOT / config.deepspeed_config["deepspeed_config_file"]
@@ -106,8 +114,12 @@ def test_shipped_accelerate_config_parses(path):
         assert config.mixed_precision is None  # accelerate refuses it next to a DeepSpeed config file
         assert ds["zero_optimization"]["stage"] == 2
         # Trainer fills these from the recipe's arguments; the recipe's optimizer and schedule are used.
-        for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                    "gradient_clipping"):
+        for key in (
+            "train_batch_size",
+            "train_micro_batch_size_per_gpu",
+            "gradient_accumulation_steps",
+            "gradient_clipping",
+        ):
             assert ds[key] == "auto", key
         assert ds["bf16"]["enabled"] == "auto"
         assert "optimizer" not in ds and "scheduler" not in ds
@@ -156,11 +168,25 @@ def test_deepspeed_missing_stops_the_recipe_with_exit_code_2(tmp_path, corpus_an
     (hidden / "__init__.py").write_text("raise ImportError('deepspeed hidden by the test')\n")
     config = write_config(tmp_path / "c.yaml", corpus, tokenizer)
     result = subprocess.run(
-        [sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--config", str(config), "--output_dir",
-         str(tmp_path / "out")],
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "ACCELERATE_USE_DEEPSPEED": "true",
-             "PYTHONPATH": os.pathsep.join([str(hidden.parent), os.environ.get("PYTHONPATH", "")])},
-        capture_output=True, text=True, timeout=300, check=False)
+        [
+            sys.executable,
+            str(ROOT / "recipes" / "pretrain.py"),
+            "--config",
+            str(config),
+            "--output_dir",
+            str(tmp_path / "out"),
+        ],
+        env={
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "ACCELERATE_USE_DEEPSPEED": "true",
+            "PYTHONPATH": os.pathsep.join([str(hidden.parent), os.environ.get("PYTHONPATH", "")]),
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "pip install 'bert-repro[deepspeed]'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
@@ -222,8 +248,9 @@ def test_fsdp_final_model_is_one_loadable_safetensors(runs, fsdp_run):
     assert ours.cls.predictions.decoder.weight is ours.bert.embeddings.word_embeddings.weight
     native = AutoModelForPreTraining.from_pretrained(fsdp_run)
     assert type(native).__name__ == "BertForPreTraining"
-    assert torch.equal(native.bert.encoder.layer[1].output.dense.weight,
-                       saved["bert.encoder.layer.1.output.dense.weight"])
+    assert torch.equal(
+        native.bert.encoder.layer[1].output.dense.weight, saved["bert.encoder.layer.1.output.dense.weight"]
+    )
     assert type(AutoModel.from_pretrained(fsdp_run)).__name__ == "BertModel"
 
 
@@ -231,16 +258,24 @@ def test_fsdp_final_model_is_one_loadable_safetensors(runs, fsdp_run):
 def test_fsdp_resumes_from_its_checkpoint(runs, fsdp_run):
     root, double = runs
     resumed = root / "fsdp_resumed"
-    launch(engine("fsdp_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed,
-           "--stop_after_steps", "3")
+    launch(
+        engine("fsdp_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed, "--stop_after_steps", "3"
+    )
     checkpoint = resumed / "checkpoint-3"
     # FSDP's own checkpoint: the gathered model, the optimizer state of both processes, each process's RNG state.
-    for name in ("pytorch_model_fsdp.bin", "optimizer.bin", "rng_state_0.pth", "rng_state_1.pth",
-                 "model.safetensors"):
+    for name in ("pytorch_model_fsdp.bin", "optimizer.bin", "rng_state_0.pth", "rng_state_1.pth", "model.safetensors"):
         assert (checkpoint / name).exists(), name
     assert not (resumed / "model.safetensors").exists()
-    result = launch(engine("fsdp_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed,
-                    "--resume_from_checkpoint", "true")
+    result = launch(
+        engine("fsdp_cpu.yaml"),
+        "pretrain.py",
+        "--config",
+        double,
+        "--output_dir",
+        resumed,
+        "--resume_from_checkpoint",
+        "true",
+    )
     assert "Loading Optimizer state from" in result.stderr + result.stdout  # FSDP's loader, not a fresh start
     assert [e["step"] for e in training_log(resumed)] == list(range(1, 9))
     worst = worst_difference(load_file(fsdp_run / "model.safetensors"), load_file(resumed / "model.safetensors"))
@@ -255,11 +290,22 @@ def test_fsdp_sharded_checkpoints_still_end_in_one_model(runs, fsdp_run):
 
     root, double = runs
     sharded_config = root / "fsdp_sharded.yaml"
-    sharded_config.write_text((ACCELERATE / "fsdp_cpu.yaml").read_text().replace(
-        "fsdp_state_dict_type: FULL_STATE_DICT", "fsdp_state_dict_type: SHARDED_STATE_DICT"))
+    sharded_config.write_text(
+        (ACCELERATE / "fsdp_cpu.yaml")
+        .read_text()
+        .replace("fsdp_state_dict_type: FULL_STATE_DICT", "fsdp_state_dict_type: SHARDED_STATE_DICT")
+    )
     out = root / "fsdp_sharded"
-    launch(["--config_file", sharded_config, "--main_process_port", "0"], "pretrain.py", "--config", double,
-           "--output_dir", out, "--save_steps", "4")
+    launch(
+        ["--config_file", sharded_config, "--main_process_port", "0"],
+        "pretrain.py",
+        "--config",
+        double,
+        "--output_dir",
+        out,
+        "--save_steps",
+        "4",
+    )
     checkpoint = out / "checkpoint-4"
     assert (checkpoint / "pytorch_model_fsdp_0" / ".metadata").exists()
     assert not (checkpoint / "model.safetensors").exists() and checkpoint_problem(checkpoint) is None
@@ -286,8 +332,16 @@ def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
     this run wrote it): the same steps and weights as the uninterrupted one-process run."""
     root, double = runs
     resumed = root / "ds_resumed"
-    launch(engine("deepspeed_zero2_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed,
-           "--stop_after_steps", "3")
+    launch(
+        engine("deepspeed_zero2_cpu.yaml"),
+        "pretrain.py",
+        "--config",
+        double,
+        "--output_dir",
+        resumed,
+        "--stop_after_steps",
+        "3",
+    )
     checkpoint = resumed / "checkpoint-3"
     # DeepSpeed's checkpoint: its global_step folder (model and the partitioned optimizer states of both
     # processes), each process's RNG state, and our whole model beside it.
@@ -295,8 +349,18 @@ def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
     for name in ("rng_state_0.pth", "rng_state_1.pth", "model.safetensors"):
         assert (checkpoint / name).exists(), name
     assert not (resumed / "model.safetensors").exists()
-    result = launch(engine("deepspeed_zero2_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed,
-                    "--resume_from_checkpoint", "true", "--log_level", "info")
+    result = launch(
+        engine("deepspeed_zero2_cpu.yaml"),
+        "pretrain.py",
+        "--config",
+        double,
+        "--output_dir",
+        resumed,
+        "--resume_from_checkpoint",
+        "true",
+        "--log_level",
+        "info",
+    )
     # Trainer continued at step 3 (a fresh start would end in the same weights too).
     assert "Resuming training from checkpoint with epoch 0 and global step 3" in result.stdout + result.stderr
     assert [e["step"] for e in training_log(resumed)] == list(range(1, 9))
@@ -321,16 +385,44 @@ def test_finetuning_under_fsdp_matches_one_process(tmp_path):
     tokenizer = train_wordpiece(iterator=list(files.values()) * 3, vocab_size=300, show_progress=False)
     model_dir = tmp_path / "tiny-bert"
     torch.manual_seed(0)
-    BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer), max_position_embeddings=512,
-                                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-                            ).save_pretrained(model_dir)
+    BertReproForPreTraining(
+        tiny_config(
+            vocab_size=len(tokenizer),
+            max_position_embeddings=512,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+    ).save_pretrained(model_dir)
     save_tokenizer(tokenizer, model_dir)
     data = write(tmp_path / "data", files)
-    args = ["--task", "mrpc", "--model", model_dir, "--data", data, "--learning_rates", "1e-3", "--max_steps", "3",
-            "--use_cpu", "true", "--disable_tqdm", "true", "--max_seq_length", "64"]
+    args = [
+        "--task",
+        "mrpc",
+        "--model",
+        model_dir,
+        "--data",
+        data,
+        "--learning_rates",
+        "1e-3",
+        "--max_steps",
+        "3",
+        "--use_cpu",
+        "true",
+        "--disable_tqdm",
+        "true",
+        "--max_seq_length",
+        "64",
+    ]
     launch(ONE_PROCESS, "finetune.py", *args, "--output_dir", tmp_path / "one", "--per_device_train_batch_size", "2")
-    launch(engine("fsdp_cpu.yaml"), "finetune.py", *args, "--output_dir", tmp_path / "fsdp",
-           "--per_device_train_batch_size", "1")
+    launch(
+        engine("fsdp_cpu.yaml"),
+        "finetune.py",
+        *args,
+        "--output_dir",
+        tmp_path / "fsdp",
+        "--per_device_train_batch_size",
+        "1",
+    )
     assert json.loads((tmp_path / "fsdp" / "results.json").read_text())["best"]["engine"] == "FSDP2"
     fine_tuned, reference = (load_file(tmp_path / d / "model" / "model.safetensors") for d in ("fsdp", "one"))
     assert worst_difference(fine_tuned, reference) < TOLERANCE

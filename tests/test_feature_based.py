@@ -45,8 +45,11 @@ from bert_repro.training.finetune import parse_arguments
 
 LAYERS = 5  # so that "the last four" and "all" differ
 SIZES = {"num_hidden_layers": LAYERS, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 24}
-BILSTM_CLASSES = (BertReproForTokenClassificationWithBiLSTM, BertReproForQuestionAnsweringWithBiLSTM,
-                  BertReproForSequenceClassificationWithBiLSTM)
+BILSTM_CLASSES = (
+    BertReproForTokenClassificationWithBiLSTM,
+    BertReproForQuestionAnsweringWithBiLSTM,
+    BertReproForSequenceClassificationWithBiLSTM,
+)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -122,11 +125,14 @@ def test_feature_set_equals_hidden_states_by_hand(spec):
         torch.testing.assert_close(seen[0], concat_last_layers(states, 4), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("layers=6", "feature layer index 6"),
-    ("layers=-7", "feature layer index -7"),
-    ("weighted_layers=1,9", "feature layer index 9"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("layers=6", "feature layer index 6"),
+        ("layers=-7", "feature layer index -7"),
+        ("weighted_layers=1,9", "feature layer index 9"),
+    ],
+)
 def test_layer_index_out_of_range_names_the_layer_count(spec, message):
     with pytest.raises(Exception, match=message) as caught:
         bilstm_config(feature_set=spec)
@@ -140,8 +146,11 @@ def test_layer_index_out_of_range_names_the_layer_count(spec, message):
 def test_last_four_on_a_two_layer_model_and_bad_specs():
     with pytest.raises(FeatureSetError, match="'concat_last_four' is out of range: the model has 2 layers"):
         FEATURE_SETS["concat_last_four"].indices(2)
-    for bad, message in (("bogus", "unknown feature set 'bogus'"), ("layers=", "layer indices as integers"),
-                         ("layers=a,b", "layer indices as integers")):
+    for bad, message in (
+        ("bogus", "unknown feature set 'bogus'"),
+        ("layers=", "layer indices as integers"),
+        ("layers=a,b", "layer indices as integers"),
+    ):
         with pytest.raises(FeatureSetError, match=message):
             parse_feature_set(bad)
     with pytest.raises(Exception, match="bilstm_num_layers must be a positive integer"):
@@ -155,15 +164,18 @@ def test_last_four_on_a_two_layer_model_and_bad_specs():
 
 @pytest.mark.parametrize("spec", ["concat_last_four", "weighted_sum_all"])
 def test_frozen_encoder_gets_no_gradient_and_keeps_its_weights(spec):
-    model = bilstm_model(feature_set=spec, freeze_encoder=True, hidden_dropout_prob=0.5,
-                         attention_probs_dropout_prob=0.5)
+    model = bilstm_model(
+        feature_set=spec, freeze_encoder=True, hidden_dropout_prob=0.5, attention_probs_dropout_prob=0.5
+    )
     model.train()
     assert not model.bert.training and model.bilstm.training  # the encoder's dropout stays off
     before = {k: v.clone() for k, v in model.state_dict().items()}
     batch = padded_batch(model.config.vocab_size, batch=3, seq=10)
     labels = torch.randint(0, 3, (3, 10))
     seen = []  # the encoder's hidden states in each forward
-    handle = model.bert.register_forward_hook(lambda module, args, output: seen.append(torch.stack(output.hidden_states)))
+    handle = model.bert.register_forward_hook(
+        lambda module, args, output: seen.append(torch.stack(output.hidden_states))
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
     loss = model(**batch, labels=labels).loss
     loss.backward()
@@ -259,8 +271,9 @@ def test_new_head_starts_as_documented(tmp_path):
     torch.manual_seed(0)
     BertReproForPreTraining(tiny_config(**SIZES)).save_pretrained(tmp_path)
     model = BertReproForTokenClassificationWithBiLSTM.from_pretrained(
-        tmp_path, num_labels=3, feature_set="weighted_sum_all", freeze_encoder=True, bilstm_hidden_size=8)
-    bound = 8 ** -0.5
+        tmp_path, num_labels=3, feature_set="weighted_sum_all", freeze_encoder=True, bilstm_hidden_size=8
+    )
+    bound = 8**-0.5
     for name, parameter in model.bilstm.named_parameters():
         assert parameter.abs().max() <= bound and parameter.std() > bound / 3, name
     assert torch.equal(model.token_features.mix.weights, torch.zeros(LAYERS))
@@ -274,11 +287,14 @@ def test_new_head_starts_as_documented(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_class, spec, frozen", [
-    (BertReproForTokenClassificationWithBiLSTM, "weighted_sum_last_four", True),
-    (BertReproForQuestionAnsweringWithBiLSTM, "last_hidden", False),
-    (BertReproForSequenceClassificationWithBiLSTM, "layers=-2,-1", False),
-])
+@pytest.mark.parametrize(
+    "model_class, spec, frozen",
+    [
+        (BertReproForTokenClassificationWithBiLSTM, "weighted_sum_last_four", True),
+        (BertReproForQuestionAnsweringWithBiLSTM, "last_hidden", False),
+        (BertReproForSequenceClassificationWithBiLSTM, "layers=-2,-1", False),
+    ],
+)
 def test_save_and_load_give_the_same_weights_and_logits(tmp_path, model_class, spec, frozen):
     import transformers
 
@@ -292,10 +308,12 @@ def test_save_and_load_give_the_same_weights_and_logits(tmp_path, model_class, s
     assert config["feature_set"] == spec and config["freeze_encoder"] is frozen and config["bilstm_hidden_size"] == 8
     assert config["auto_map"] == bert_repro.BILSTM_AUTO_MAP
     assert {"bilstm_heads.py", "modeling_bert_repro.py", "configuration_bert_repro.py"} <= {
-        p.name for p in tmp_path.glob("*.py")}
+        p.name for p in tmp_path.glob("*.py")
+    }
     assert (tmp_path / "model.safetensors").exists() and not list(tmp_path.glob("*.bin"))
-    auto = getattr(transformers, next(a for a, p in bert_repro.BILSTM_AUTO_MAP.items()
-                                      if p.endswith("." + model_class.__name__)))
+    auto = getattr(
+        transformers, next(a for a, p in bert_repro.BILSTM_AUTO_MAP.items() if p.endswith("." + model_class.__name__))
+    )
     saved = model.state_dict()
     for loaded in (model_class.from_pretrained(tmp_path), auto.from_pretrained(tmp_path)):
         assert type(loaded) is model_class
@@ -318,10 +336,15 @@ def test_remote_code_without_the_package(tmp_path):
     model = bilstm_model(feature_set="concat_last_four", freeze_encoder=True).eval()
     model.save_pretrained(tmp_path / "ner")
     inputs = inputs_for("AutoModelForTokenClassification", model.config.vocab_size, tmp_path / "inputs.pt")
-    job = {"auto": "AutoModelForTokenClassification", "dir": str(tmp_path / "ner"), "inputs": inputs,
-           "encoder_inputs": inputs}
-    got = run_without_package(tmp_path, {"models": {"remote": {**job, "kwargs": {"trust_remote_code": True}},
-                                                    "plain": job}}, refusals=True)["models"]
+    job = {
+        "auto": "AutoModelForTokenClassification",
+        "dir": str(tmp_path / "ner"),
+        "inputs": inputs,
+        "encoder_inputs": inputs,
+    }
+    got = run_without_package(
+        tmp_path, {"models": {"remote": {**job, "kwargs": {"trust_remote_code": True}}, "plain": job}}, refusals=True
+    )["models"]
     assert got["remote"]["class"] == "BertReproForTokenClassificationWithBiLSTM"
     assert_same_outputs(got["remote"]["outputs"], our_outputs(model, inputs), "BiLSTM head, remote code")
     assert "trust_remote_code=True" in got["plain"]["error"]
@@ -349,11 +372,17 @@ def test_kinds_pick_the_head():
 def test_table7_numbers_are_the_papers():
     task = get_task("conll2003")
     assert {name: r.value for name, r in task.paper_feature_based.items()} == {
-        "embeddings": 91.0, "second_to_last_hidden": 95.6, "last_hidden": 94.9, "weighted_sum_last_four": 95.9,
-        "concat_last_four": 96.1, "weighted_sum_all": 95.5}
+        "embeddings": 91.0,
+        "second_to_last_hidden": 95.6,
+        "last_hidden": 94.9,
+        "weighted_sum_last_four": 95.9,
+        "concat_last_four": 96.1,
+        "weighted_sum_all": 95.5,
+    }
     assert list(task.paper_feature_based) == list(FEATURE_SETS)  # the paper's order
-    assert all((r.model, r.split, r.metric) == ("base", "validation", "entity_f1")
-               for r in task.paper_feature_based.values())
+    assert all(
+        (r.model, r.split, r.metric) == ("base", "validation", "entity_f1") for r in task.paper_feature_based.values()
+    )
     assert [r.value for r in task.results("base") if r.split == "validation"] == [96.4]  # the fine-tuning approach
     assert "Concat Last Four Hidden" in task.paper_feature_based["concat_last_four"].source
 
@@ -364,10 +393,12 @@ def test_recipe_arguments(tmp_path):
     assert run.features == "concat_last_four" and run.learning_rates == list(FEATURE_BASED_GRID["learning_rate"])
     run, _ = parse_arguments(common + ["--head", "bilstm"])
     assert run.learning_rates == list(get_task("conll2003").grid["learning_rate"])  # fine-tuning: the task's grid
-    for extra, message in ((["--features", "bogus"], "unknown feature set 'bogus'"),
-                           (["--features", "last_hidden", "--head", "linear"], "leave out --head linear"),
-                           (["--bilstm_hidden_size", "8"], "add --head bilstm"),
-                           (["--head", "bilstm", "--bilstm_hidden_size", "0"], "positive integer")):
+    for extra, message in (
+        (["--features", "bogus"], "unknown feature set 'bogus'"),
+        (["--features", "last_hidden", "--head", "linear"], "leave out --head linear"),
+        (["--bilstm_hidden_size", "8"], "add --head bilstm"),
+        (["--head", "bilstm", "--bilstm_hidden_size", "0"], "positive integer"),
+    ):
         with pytest.raises(ConfigurationError, match=message):
             parse_arguments(common + extra)
     with pytest.raises(ConfigurationError, match="swag: .*no BiLSTM head|multiple_choice tasks have no BiLSTM"):
@@ -387,17 +418,40 @@ def tiny_checkpoint(tmp_path_factory):
     tokenizer = train_wordpiece(iterator=texts * 3, vocab_size=200, show_progress=False)
     directory = tmp_path_factory.mktemp("tiny-bert-5-layers")
     torch.manual_seed(0)
-    BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer), max_position_embeddings=128, **SIZES)
-                            ).save_pretrained(directory)
+    BertReproForPreTraining(
+        tiny_config(vocab_size=len(tokenizer), max_position_embeddings=128, **SIZES)
+    ).save_pretrained(directory)
     save_tokenizer(tokenizer, directory)
     return directory
 
 
 def finetune_argv(name, checkpoint, tmp_path, *extra):
     data = write(tmp_path / "data", fixture_files(name))
-    return ["--task", name, "--model", str(checkpoint), "--data", str(data), "--output_dir", str(tmp_path / "out"),
-            "--max_steps", "3", "--per_device_train_batch_size", "2", "--use_cpu", "true", "--disable_tqdm", "true",
-            "--max_seq_length", "64", "--doc_stride", "16", "--bilstm_hidden_size", "8", *extra]
+    return [
+        "--task",
+        name,
+        "--model",
+        str(checkpoint),
+        "--data",
+        str(data),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--max_steps",
+        "3",
+        "--per_device_train_batch_size",
+        "2",
+        "--use_cpu",
+        "true",
+        "--disable_tqdm",
+        "true",
+        "--max_seq_length",
+        "64",
+        "--doc_stride",
+        "16",
+        "--bilstm_hidden_size",
+        "8",
+        *extra,
+    ]
 
 
 def encoder_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -431,8 +485,9 @@ def test_bilstm_head_recipe_end_to_end(tmp_path, tiny_checkpoint, name):
     from bert_repro.training.finetune import run_finetuning
 
     task = get_task(name)
-    summary = run_finetuning(finetune_argv(name, tiny_checkpoint, tmp_path, "--head", "bilstm",
-                                           "--learning_rates", "1e-3"))
+    summary = run_finetuning(
+        finetune_argv(name, tiny_checkpoint, tmp_path, "--head", "bilstm", "--learning_rates", "1e-3")
+    )
     out = tmp_path / "out"
     assert summary["model_class"] == task.kind.bilstm_head_class.__name__ and summary["features"] is None
     assert set(task.metrics) <= set(summary["best"][task.eval_splits[0]])
@@ -446,8 +501,19 @@ def test_bilstm_head_recipe_end_to_end(tmp_path, tiny_checkpoint, name):
 def test_recipe_bad_features_exit_2(tmp_path, tiny_checkpoint, monkeypatch, capsys):
     """The recipe script as a user runs it (in this process, for speed): a layer the model does not have is named
     with the model's depth before any data is read; one message, exit code 2, no traceback."""
-    argv = ["finetune.py", "--task", "conll2003", "--model", str(tiny_checkpoint), "--data", str(tmp_path / "none"),
-            "--output_dir", str(tmp_path / "out"), "--features", "layers=-1,7"]
+    argv = [
+        "finetune.py",
+        "--task",
+        "conll2003",
+        "--model",
+        str(tiny_checkpoint),
+        "--data",
+        str(tmp_path / "none"),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--features",
+        "layers=-1,7",
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(ROOT / "recipes" / "finetune.py"), run_name="__main__")
@@ -462,5 +528,7 @@ def test_a_bilstm_checkpoint_counts_as_ours_for_the_hub_push():
     """A re-push of a BiLSTM checkpoint to its own repository is not refused as "not saved by bert_repro"."""
     from bert_repro.model.checkpoint_format import is_repro_checkpoint
 
-    assert is_repro_checkpoint({"model_type": "bert_repro_bilstm"}) and is_repro_checkpoint({"model_type": "bert_repro"})
+    assert is_repro_checkpoint({"model_type": "bert_repro_bilstm"}) and is_repro_checkpoint(
+        {"model_type": "bert_repro"}
+    )
     assert not is_repro_checkpoint({"model_type": "bert"}) and not is_repro_checkpoint({"model_type": "roberta"})

@@ -6,8 +6,8 @@ import json
 import pytest
 from helpers import fixture_files, fixture_rows, write
 
-from bert_repro.training.finetune import parse_arguments, run_finetuning
 from bert_repro.tasks.registry import TASKS, get_task
+from bert_repro.training.finetune import parse_arguments, run_finetuning
 
 pytestmark = pytest.mark.slow
 
@@ -17,9 +17,30 @@ def test_every_task_end_to_end(tmp_path, tiny_model, name):
     task = get_task(name)
     data = write(tmp_path / "data", fixture_files(name))
     out = tmp_path / "out"
-    argv = ["--task", name, "--model", str(tiny_model), "--data", str(data), "--output_dir", str(out),
-            "--learning_rates", "1e-4", "--max_steps", "2", "--per_device_train_batch_size", "2",
-            "--use_cpu", "true", "--disable_tqdm", "true", "--max_seq_length", "64", "--doc_stride", "16"]
+    argv = [
+        "--task",
+        name,
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--learning_rates",
+        "1e-4",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "2",
+        "--use_cpu",
+        "true",
+        "--disable_tqdm",
+        "true",
+        "--max_seq_length",
+        "64",
+        "--doc_stride",
+        "16",
+    ]
     summary = run_finetuning(argv)
     results = json.loads((out / "results.json").read_text())
     assert results["best"]["learning_rate"] == summary["best"]["learning_rate"] == 1e-4
@@ -42,8 +63,9 @@ def test_task_defaults_are_the_papers(tmp_path):
     assert run.learning_rates == [5e-5, 4e-5, 3e-5, 2e-5]  # the GLUE grid
     assert training.num_train_epochs == 3 and training.per_device_train_batch_size == 32
     assert run.max_seq_length == 128 and training.warmup_steps == 0.1 and training.adam_epsilon == 1e-6
-    run, training = parse_arguments(["--task", "squad_v2", "--model", "m", "--output_dir", str(tmp_path),
-                                     "--learning_rates", "3e-5"])
+    run, training = parse_arguments(
+        ["--task", "squad_v2", "--model", "m", "--output_dir", str(tmp_path), "--learning_rates", "3e-5"]
+    )
     assert run.learning_rates == [3e-5] and run.max_seq_length == 384
     assert training.num_train_epochs == 2 and training.per_device_train_batch_size == 48
 
@@ -51,17 +73,54 @@ def test_task_defaults_are_the_papers(tmp_path):
 def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
     data = write(tmp_path / "data", fixture_files("sst2"))
     out = tmp_path / "out"
-    summary = run_finetuning(["--task", "sst2", "--model", str(tiny_model), "--data", str(data),
-                              "--output_dir", str(out), "--learning_rates", "1e-3", "1e-4", "--seeds", "1", "2",
-                              "--max_steps", "2", "--use_cpu", "true", "--disable_tqdm", "true"])
+    summary = run_finetuning(
+        [
+            "--task",
+            "sst2",
+            "--model",
+            str(tiny_model),
+            "--data",
+            str(data),
+            "--output_dir",
+            str(out),
+            "--learning_rates",
+            "1e-3",
+            "1e-4",
+            "--seeds",
+            "1",
+            "2",
+            "--max_steps",
+            "2",
+            "--use_cpu",
+            "true",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
     assert [(r["learning_rate"], r["seed"]) for r in summary["runs"]] == [(1e-3, 1), (1e-3, 2), (1e-4, 1), (1e-4, 2)]
     assert summary["best"]["score"] == max(r["score"] for r in summary["runs"])
     table = (out / "results.md").read_text()
     assert table.count("\n| ") == 5 and "*" in table  # header + 4 runs, the best marked
     # A different setting in the same directory is refused, never mixed into these results.
     with pytest.raises(FileExistsError, match="different run"):
-        run_finetuning(["--task", "sst2", "--model", str(tiny_model), "--data", str(data), "--output_dir", str(out),
-                        "--learning_rates", "5e-5", "--max_steps", "2", "--use_cpu", "true"])
+        run_finetuning(
+            [
+                "--task",
+                "sst2",
+                "--model",
+                str(tiny_model),
+                "--data",
+                str(data),
+                "--output_dir",
+                str(out),
+                "--learning_rates",
+                "5e-5",
+                "--max_steps",
+                "2",
+                "--use_cpu",
+                "true",
+            ]
+        )
 
 
 def test_reproduce_report_and_resume(tmp_path, tiny_model, monkeypatch):
@@ -72,8 +131,9 @@ def test_reproduce_report_and_resume(tmp_path, tiny_model, monkeypatch):
     root = tmp_path / "glue"
     write(root / "MRPC", fixture_files("mrpc"))
     write(root / "SST-2", fixture_files("sst2"))
-    args = reproduce.ReproduceArguments(model=str(tiny_model), output_dir=str(tmp_path / "out"),
-                                        tasks=["mrpc", "sst2"], data_root=str(root))
+    args = reproduce.ReproduceArguments(
+        model=str(tiny_model), output_dir=str(tmp_path / "out"), tasks=["mrpc", "sst2"], data_root=str(root)
+    )
     common = ["--learning_rates", "1e-4", "--max_steps", "2", "--use_cpu", "true", "--disable_tqdm", "true"]
     text = reproduce.run_reproduce(args, common)
     assert "| mrpc | f1 |" in text and "| sst2 | accuracy |" in text and "88.9" in text and "93.5" in text
@@ -103,9 +163,35 @@ def test_speed_switches_reach_the_model(tmp_path, tiny_model):
     """--unpad_inputs / --fast_dropout / --last_layer_subset are set on the fine-tuned model (and saved with it)."""
     data = write(tmp_path / "data", fixture_files("mrpc"))
     out = tmp_path / "out"
-    run_finetuning(["--task", "mrpc", "--model", str(tiny_model), "--data", str(data), "--output_dir", str(out),
-                    "--learning_rates", "1e-4", "--max_steps", "2", "--per_device_train_batch_size", "2",
-                    "--use_cpu", "true", "--disable_tqdm", "true", "--max_seq_length", "64",
-                    "--unpad_inputs", "true", "--fast_dropout", "true", "--last_layer_subset", "true"])
+    run_finetuning(
+        [
+            "--task",
+            "mrpc",
+            "--model",
+            str(tiny_model),
+            "--data",
+            str(data),
+            "--output_dir",
+            str(out),
+            "--learning_rates",
+            "1e-4",
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "2",
+            "--use_cpu",
+            "true",
+            "--disable_tqdm",
+            "true",
+            "--max_seq_length",
+            "64",
+            "--unpad_inputs",
+            "true",
+            "--fast_dropout",
+            "true",
+            "--last_layer_subset",
+            "true",
+        ]
+    )
     config = json.loads((out / "model" / "config.json").read_text())
     assert config["unpad_inputs"] and config["fast_dropout"] and config["last_layer_subset"]

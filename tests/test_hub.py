@@ -25,9 +25,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def client_env(hub, tmp_path):
-    return {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "0",
-            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HOME": str(tmp_path / "hf_home"),
-            "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": str(ROOT)}
+    return {
+        **os.environ,
+        "HF_ENDPOINT": hub.endpoint,
+        "HF_TOKEN": TOKEN,
+        "HF_HUB_OFFLINE": "0",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HOME": str(tmp_path / "hf_home"),
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "PYTHONPATH": str(ROOT),
+    }
 
 
 def run(cmd, env, check=True):
@@ -42,8 +49,11 @@ def push_cli(env, *args, check=True):
 
 
 def digest(directory: Path) -> dict[str, str]:
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +76,32 @@ def pretraining_output(directory: Path, tokenizer) -> BertReproForPreTraining:
     for pickle_name in ("optimizer.pt", "rng_state.pth", "training_args.bin"):
         torch.save({"x": 1}, checkpoint / pickle_name)
     torch.save({"x": 1}, directory / "training_args.bin")
-    (directory / "run_config.json").write_text(json.dumps(
-        {"run": {"preset": "tiny", "corpus": ["books"]}, "data": {"max_seq_length": 128, "dupe_factor": 5},
-         "training": {"learning_rate": 1e-4, "max_steps": 4}}))
-    (directory / "data_statistics.json").write_text(json.dumps(
-        {"phase1": {"documents": 10, "sentences": 100, "examples": 50, "tokens": 6000, "is_next_share": 0.5,
-                    "masked_share": 0.15}}))
-    (directory / "results.json").write_text(json.dumps(
-        {"global_step": 4, "eval_mlm_accuracy": 0.25, "eval_nsp_accuracy": 0.6, "train_runtime_s": 3.0}))
+    (directory / "run_config.json").write_text(
+        json.dumps(
+            {
+                "run": {"preset": "tiny", "corpus": ["books"]},
+                "data": {"max_seq_length": 128, "dupe_factor": 5},
+                "training": {"learning_rate": 1e-4, "max_steps": 4},
+            }
+        )
+    )
+    (directory / "data_statistics.json").write_text(
+        json.dumps(
+            {
+                "phase1": {
+                    "documents": 10,
+                    "sentences": 100,
+                    "examples": 50,
+                    "tokens": 6000,
+                    "is_next_share": 0.5,
+                    "masked_share": 0.15,
+                }
+            }
+        )
+    )
+    (directory / "results.json").write_text(
+        json.dumps({"global_step": 4, "eval_mlm_accuracy": 0.25, "eval_nsp_accuracy": 0.6, "train_runtime_s": 3.0})
+    )
     return model
 
 
@@ -99,8 +127,19 @@ CHILD = textwrap.dedent("""
 
 def load_without_package(env, tmp_path, repo, revision, auto_name, batch):
     torch.save(batch, tmp_path / "batch.pt")
-    run([sys.executable, "-c", CHILD, repo, revision or "-", auto_name, str(tmp_path / "batch.pt"),
-         str(tmp_path / "out.pt")], env)
+    run(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            repo,
+            revision or "-",
+            auto_name,
+            str(tmp_path / "batch.pt"),
+            str(tmp_path / "out.pt"),
+        ],
+        env,
+    )
     return torch.load(tmp_path / "out.pt", weights_only=True)
 
 
@@ -115,8 +154,17 @@ def test_pretrained_round_trip_with_revisions(tmp_path, tokenizer):
         assert digest(local) == before  # nothing written into the user's directory
 
         files = hub.repo_files("someone/tiny-bert")
-        assert {"model.safetensors", "config.json", "modeling_bert_repro.py", "configuration_bert_repro.py",
-                "vocab.txt", "tokenizer.json", "README.md", "run_config.json", "data_statistics.json"} <= set(files)
+        assert {
+            "model.safetensors",
+            "config.json",
+            "modeling_bert_repro.py",
+            "configuration_bert_repro.py",
+            "vocab.txt",
+            "tokenizer.json",
+            "README.md",
+            "run_config.json",
+            "data_statistics.json",
+        } <= set(files)
         for revision in ("main", "step-2"):
             names = hub.repo_files("someone/tiny-bert", revision)
             assert not [n for n in names if n.endswith((".bin", ".pt", ".pth", ".pkl"))], names
@@ -168,11 +216,25 @@ def test_different_model_needs_overwrite(tmp_path, tokenizer):
     classifier.save_pretrained(finetuned / "model")
     save_tokenizer(tokenizer, finetuned / "model")
     (finetuned / "run_config.json").write_text(json.dumps({"run": {"task": "mrpc"}, "training": {}}))
-    (finetuned / "results.json").write_text(json.dumps({
-        "task": "mrpc", "model": "someone/tiny-bert", "main_metric": "f1", "seconds": 5.0,
-        "best": {"learning_rate": 2e-5, "seed": 42, "train_seconds": 4.0, "score": 0.873,
-                 "validation": {"accuracy": 0.83, "f1": 0.873}},
-        "runs": [], "hyperparameters": {"learning_rates": [2e-5], "seeds": [42]}}))
+    (finetuned / "results.json").write_text(
+        json.dumps(
+            {
+                "task": "mrpc",
+                "model": "someone/tiny-bert",
+                "main_metric": "f1",
+                "seconds": 5.0,
+                "best": {
+                    "learning_rate": 2e-5,
+                    "seed": 42,
+                    "train_seconds": 4.0,
+                    "score": 0.873,
+                    "validation": {"accuracy": 0.83, "f1": 0.873},
+                },
+                "runs": [],
+                "hyperparameters": {"learning_rates": [2e-5], "seeds": [42]},
+            }
+        )
+    )
     with LocalHub() as hub:
         env = client_env(hub, tmp_path)
         push_cli(env, pretrained, "--repo_id", "someone/model")
@@ -183,8 +245,7 @@ def test_different_model_needs_overwrite(tmp_path, tokenizer):
         files = hub.repo_files("someone/model")
         assert "results.json" in files and "data_statistics.json" not in files  # mirrors the new model only
         batch = padded_batch(len(tokenizer))
-        got = load_without_package(env, tmp_path, "someone/model", None, "AutoModelForSequenceClassification",
-                                   batch)
+        got = load_without_package(env, tmp_path, "someone/model", None, "AutoModelForSequenceClassification", batch)
         with torch.no_grad():
             assert torch.equal(got["first"], classifier(**batch).logits)
         assert ("f1", 87.3) in [(t, round(v, 4)) for t, v in got["eval_results"]]
@@ -192,20 +253,47 @@ def test_different_model_needs_overwrite(tmp_path, tokenizer):
 
 def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub):
     """`recipes/finetune.py --push_to_hub --hub_model_id ID`: our publishing, not Trainer's (no pickles)."""
-    tokenizer = train_wordpiece(iterator=list(fixture_files("mrpc").values()) * 5, vocab_size=120,
-                                show_progress=False)
+    tokenizer = train_wordpiece(iterator=list(fixture_files("mrpc").values()) * 5, vocab_size=120, show_progress=False)
     base = tmp_path / "base"
     torch.manual_seed(0)
     BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer))).save_pretrained(base)
     save_tokenizer(tokenizer, base)
     data = write(tmp_path / "MRPC", fixture_files("mrpc"))
     env = client_env(local_hub, tmp_path)
-    run([sys.executable, str(ROOT / "recipes" / "finetune.py"), "--task", "mrpc", "--model", str(base),
-         "--data", str(data), "--output_dir", str(tmp_path / "out"), "--learning_rates", "1e-4", "--max_steps", "2",
-         "--use_cpu", "true", "--push_to_hub", "true", "--hub_model_id", "someone/tiny-mrpc"], env)
+    run(
+        [
+            sys.executable,
+            str(ROOT / "recipes" / "finetune.py"),
+            "--task",
+            "mrpc",
+            "--model",
+            str(base),
+            "--data",
+            str(data),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--learning_rates",
+            "1e-4",
+            "--max_steps",
+            "2",
+            "--use_cpu",
+            "true",
+            "--push_to_hub",
+            "true",
+            "--hub_model_id",
+            "someone/tiny-mrpc",
+        ],
+        env,
+    )
     files = local_hub.repo_files("someone/tiny-mrpc")
-    assert {"model.safetensors", "config.json", "modeling_bert_repro.py", "vocab.txt", "README.md",
-            "results.json"} <= set(files)
+    assert {
+        "model.safetensors",
+        "config.json",
+        "modeling_bert_repro.py",
+        "vocab.txt",
+        "README.md",
+        "results.json",
+    } <= set(files)
     assert not [n for n in files if n.endswith((".bin", ".pt", ".pth"))]
     assert b"model-index" in files["README.md"]
 
@@ -213,8 +301,15 @@ def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub):
 def test_pretrain_recipe_pushes_checkpoints_as_revisions(tmp_path, local_hub, corpus_and_tokenizer):
     corpus, tokenizer_dir = corpus_and_tokenizer
     config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=8, save_steps=4)
-    launch(config, tmp_path / "run", "--push_to_hub", "true", "--hub_model_id", "someone/tiny-pretrained",
-           env=client_env(local_hub, tmp_path))
+    launch(
+        config,
+        tmp_path / "run",
+        "--push_to_hub",
+        "true",
+        "--hub_model_id",
+        "someone/tiny-pretrained",
+        env=client_env(local_hub, tmp_path),
+    )
     assert {"main", "step-4", "step-8"} <= set(local_hub.refs("someone/tiny-pretrained")["heads"])
     for revision in ("main", "step-4"):
         files = local_hub.repo_files("someone/tiny-pretrained", revision)
@@ -245,13 +340,33 @@ def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case, tin
         if case == "offline":
             env["HF_HUB_OFFLINE"] = "1"
         out = tmp_path / "out"
-        result = run([sys.executable, str(ROOT / "recipes" / "finetune.py"), "--task", "mrpc", "--model",
-                      str(tiny_model), "--data", str(data), "--output_dir", str(out),
-                      "--push_to_hub", "true", "--hub_model_id", repo_id], env, check=False)
+        result = run(
+            [
+                sys.executable,
+                str(ROOT / "recipes" / "finetune.py"),
+                "--task",
+                "mrpc",
+                "--model",
+                str(tiny_model),
+                "--data",
+                str(data),
+                "--output_dir",
+                str(out),
+                "--push_to_hub",
+                "true",
+                "--hub_model_id",
+                repo_id,
+            ],
+            env,
+            check=False,
+        )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
-    expected = {"refused token": "did not accept your token", "offline": "HF_HUB_OFFLINE",
-                "invalid id": "is not a valid repository id"}[case]
+    expected = {
+        "refused token": "did not accept your token",
+        "offline": "HF_HUB_OFFLINE",
+        "invalid id": "is not a valid repository id",
+    }[case]
     assert expected in result.stderr, result.stderr[-3000:]
     assert not (out / "run_config.json").exists()
     assert TOKEN not in result.stderr + result.stdout

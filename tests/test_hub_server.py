@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 import torch
-
 from hub_server import LocalHub
 
 TOKEN = "hf_local_test_token_0123456789"
@@ -49,15 +48,22 @@ PRELUDE = textwrap.dedent(
 )
 
 
-def run_client(hub: LocalHub, work: Path, script: str, extra_env: dict[str, str] | None = None,
-               token: str | None = TOKEN, timeout: float = 120) -> dict[str, Any]:
+def run_client(
+    hub: LocalHub,
+    work: Path,
+    script: str,
+    extra_env: dict[str, str] | None = None,
+    token: str | None = TOKEN,
+    timeout: float = 120,
+) -> dict[str, Any]:
     """Run PRELUDE + script in a fresh interpreter pointed at ``hub``; return the JSON it printed last."""
     work.mkdir(parents=True, exist_ok=True)
     env = hub.client_env(hf_home=work / "hf_home", token=token)
     env.update(extra_env or {}, CLIENT_WORK=str(work))
     code = PRELUDE + textwrap.dedent(script) + "\nprint(json.dumps(out))\n"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=work, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=work, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, f"client failed:\n{proc.stderr[-4000:]}\nserver errors: {hub.server_errors}"
     assert token is None or token not in proc.stdout + proc.stderr, "the token was printed by the client"
     assert not hub.server_errors, hub.server_errors
@@ -261,8 +267,7 @@ PUSH_TWICE = """
 
 
 @pytest.mark.parametrize("mode", ["500", "drop"])
-def test_failed_commit_changes_nothing_and_a_second_push_completes(hub: LocalHub, tmp_path: Path,
-                                                                   mode: str) -> None:
+def test_failed_commit_changes_nothing_and_a_second_push_completes(hub: LocalHub, tmp_path: Path, mode: str) -> None:
     repo = new_repo(hub, f"local-user/fail-{mode}")
     before = hub.history(repo)
     hub.fail_next("commit", mode)
@@ -273,7 +278,9 @@ def test_failed_commit_changes_nothing_and_a_second_push_completes(hub: LocalHub
     assert hub.history(repo)[1:] == before  # exactly one new commit: the failed push left no trace
     files = hub.repo_files(repo)
     assert {k: v for k, v in files.items() if k != ".gitattributes"} == {
-        "part-0.txt": b"0", "part-1.txt": b"1", "part-2.txt": b"2",
+        "part-0.txt": b"0",
+        "part-1.txt": b"1",
+        "part-2.txt": b"2",
     }
     assert hub.pending_failures() == 0
 
@@ -303,13 +310,17 @@ def test_fail_next_other_request_kinds(hub: LocalHub, tmp_path: Path) -> None:
     hub.fail_next("resolve_get", "500")
     hub.fail_next("resolve_get", "drop")
     first = len(hub.requests)
-    out = run_client(hub, tmp_path, """
+    out = run_client(
+        hub,
+        tmp_path,
+        """
         out["create_1"] = error_name(lambda: api.create_repo("local-user/flaky"))
         out["create_2"] = error_name(lambda: api.create_repo("local-user/flaky"))
         api.upload_file(path_or_fileobj=b"data", path_in_repo="d.txt", repo_id="local-user/flaky")
         out["download_1"] = error_name(lambda: hf_hub_download("local-user/flaky", "d.txt"))
         out["download_2"] = Path(hf_hub_download("local-user/flaky", "d.txt")).read_text()
-    """)
+    """,
+    )
     assert out["create_1"].startswith("HfHubHTTPError 503")
     assert out["create_2"] is None
     assert out["download_1"].startswith("HfHubHTTPError 500")  # a file GET is not retried on a 5xx...
@@ -363,15 +374,26 @@ def test_transformers_round_trip(hub: LocalHub, tmp_path: Path) -> None:
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=24, max_position_embeddings=32)
+    config = BertConfig(
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=32,
+    )
     model = BertModel(config)
     model.save_pretrained(tmp_path / "saved")
     env = {"REPO": "local-user/tiny-bert", "SAVED": str(tmp_path / "saved")}
-    run_client(hub, tmp_path / "upload", """
+    run_client(
+        hub,
+        tmp_path / "upload",
+        """
         api.create_repo(os.environ["REPO"])
         api.upload_folder(repo_id=os.environ["REPO"], folder_path=os.environ["SAVED"])
-    """, env)
+    """,
+        env,
+    )
     first = len(hub.requests)
     out = run_client(hub, tmp_path / "load", LOAD_MODEL, env)
     assert out["class"] == "BertModel"

@@ -134,9 +134,7 @@ def test_correlations_undefined_are_nan_like_scipy():
 
 def test_compute_dispatches_by_name():
     result = compute(["accuracy", "f1", "matthews_correlation"], PREDS_2X2, REFS_2X2)
-    assert result == pytest.approx(
-        {"accuracy": 0.7, "f1": 2 / 3, "matthews_correlation": 10 / math.sqrt(600)}
-    )
+    assert result == pytest.approx({"accuracy": 0.7, "f1": 2 / 3, "matthews_correlation": 10 / math.sqrt(600)})
     assert compute(["pearson", "spearman"], [1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(
         {"pearson": 0.8, "spearman": 0.8}
     )
@@ -339,9 +337,7 @@ def test_conll_matches_seqeval_over_several_sentences():
     # 9 of 12 tags right.
     # seqeval: precision 0.5, recall 0.4, f1 0.4444444444444445, accuracy 0.75
     result = conll_f1(predictions, references)
-    assert result == pytest.approx(
-        {"precision": 0.5, "recall": 0.4, "f1": 0.4444444444444445, "accuracy": 0.75}
-    )
+    assert result == pytest.approx({"precision": 0.5, "recall": 0.4, "f1": 0.4444444444444445, "accuracy": 0.75})
     # Chunks do not run across sentence ends.
     assert conll_f1([["B-PER"], ["I-PER"]], [["B-PER"], ["B-PER"]])["f1"] == 1.0
 

@@ -53,8 +53,11 @@ def close(a, b, tol=1e-9):
 
 def label_pairs(labels, min_size=1):
     return st.integers(min_size, 40).flatmap(
-        lambda n: st.tuples(st.lists(st.sampled_from(labels), min_size=n, max_size=n),
-                            st.lists(st.sampled_from(labels), min_size=n, max_size=n)))
+        lambda n: st.tuples(
+            st.lists(st.sampled_from(labels), min_size=n, max_size=n),
+            st.lists(st.sampled_from(labels), min_size=n, max_size=n),
+        )
+    )
 
 
 @SETTINGS
@@ -79,8 +82,15 @@ def test_multiclass_accuracy_and_matthews_match_sklearn(pair):
 
 
 def test_classification_edge_cases_match_sklearn():
-    cases = [([1], [1]), ([0], [0]), ([0], [1]), ([1, 1, 1], [1, 1, 1]), ([0, 0, 0], [1, 1, 1]),
-             ([1, 0] * 5, [0, 1] * 5), ([1] * 9 + [0], [1] * 10)]
+    cases = [
+        ([1], [1]),
+        ([0], [0]),
+        ([0], [1]),
+        ([1, 1, 1], [1, 1, 1]),
+        ([0, 0, 0], [1, 1, 1]),
+        ([1, 0] * 5, [0, 1] * 5),
+        ([1] * 9 + [0], [1] * 10),
+    ]
     for preds, refs in cases:
         assert close(matthews_corrcoef(preds, refs), sk(sklearn_metrics.matthews_corrcoef, refs, preds)), (preds, refs)
         with warnings.catch_warnings():
@@ -99,7 +109,8 @@ few_values = st.sampled_from([0.0, 1.0, 2.5, 2.5, 4.0, 5.0])  # ties, as in STS-
 
 def float_pairs(values):
     return st.integers(2, 30).flatmap(
-        lambda n: st.tuples(st.lists(values, min_size=n, max_size=n), st.lists(values, min_size=n, max_size=n)))
+        lambda n: st.tuples(st.lists(values, min_size=n, max_size=n), st.lists(values, min_size=n, max_size=n))
+    )
 
 
 def scipy_correlation(function, x, y):
@@ -122,8 +133,13 @@ def test_correlations_match_scipy(pair):
 
 
 def test_correlation_edge_cases_match_scipy():
-    cases = [([1.0, 2.0], [2.0, 1.0]), ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]), ([1e-300, 2e-300, 3e-300], [3.0, 1.0, 2.0]),
-             ([1e300, -1e300, 0.0], [1.0, 2.0, 3.0]), ([5.0, 5.0, 5.0, 6.0], [1.0, 1.0, 2.0, 2.0])]
+    cases = [
+        ([1.0, 2.0], [2.0, 1.0]),
+        ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]),
+        ([1e-300, 2e-300, 3e-300], [3.0, 1.0, 2.0]),
+        ([1e300, -1e300, 0.0], [1.0, 2.0, 3.0]),
+        ([5.0, 5.0, 5.0, 6.0], [1.0, 1.0, 2.0, 2.0]),
+    ]
     for x, y in cases:
         assert close(pearson(x, y), scipy_correlation(scipy_stats.pearsonr, x, y), tol=1e-7), (x, y)
         assert close(spearman(x, y), scipy_correlation(scipy_stats.spearmanr, x, y), tol=1e-7), (x, y)
@@ -139,9 +155,12 @@ TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
 
 def sentences_pair():
     lengths = st.lists(st.integers(1, 12), min_size=1, max_size=6)
-    return lengths.flatmap(lambda ns: st.tuples(
-        st.tuples(*[st.lists(st.sampled_from(TAGS), min_size=n, max_size=n) for n in ns]),
-        st.tuples(*[st.lists(st.sampled_from(TAGS), min_size=n, max_size=n) for n in ns])))
+    return lengths.flatmap(
+        lambda ns: st.tuples(
+            st.tuples(*[st.lists(st.sampled_from(TAGS), min_size=n, max_size=n) for n in ns]),
+            st.tuples(*[st.lists(st.sampled_from(TAGS), min_size=n, max_size=n) for n in ns]),
+        )
+    )
 
 
 @SETTINGS
@@ -152,10 +171,12 @@ def test_conll_f1_matches_seqeval(pair):
     ours = conll_f1(preds, refs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # UndefinedMetricWarning: no predicted or no true chunk
-        theirs = {"precision": seqeval_metrics.precision_score(refs, preds),
-                  "recall": seqeval_metrics.recall_score(refs, preds),
-                  "f1": seqeval_metrics.f1_score(refs, preds),
-                  "accuracy": seqeval_metrics.accuracy_score(refs, preds)}
+        theirs = {
+            "precision": seqeval_metrics.precision_score(refs, preds),
+            "recall": seqeval_metrics.recall_score(refs, preds),
+            "f1": seqeval_metrics.f1_score(refs, preds),
+            "accuracy": seqeval_metrics.accuracy_score(refs, preds),
+        }
     for key, value in theirs.items():
         assert close(ours[key], float(value)), (key, ours, theirs)
 
@@ -215,8 +236,35 @@ def v1_evaluate(references, predictions):
 
 # Words that exercise the normalisation: articles (whole words only), case, punctuation inside and around words,
 # accents, digits with separators, empty strings and white space.
-WORDS = ["the", "The", "a", "An", "an", "theory", "cat", "Cat.", "cats", "dog", "(dog)", "dog's", "1,000", "1000",
-         "é", "naïve", "Naïve!", "-", "...", "", " ", "\t", "U.S.", "us", "banana", "Nathan", "sedan"]
+WORDS = [
+    "the",
+    "The",
+    "a",
+    "An",
+    "an",
+    "theory",
+    "cat",
+    "Cat.",
+    "cats",
+    "dog",
+    "(dog)",
+    "dog's",
+    "1,000",
+    "1000",
+    "é",
+    "naïve",
+    "Naïve!",
+    "-",
+    "...",
+    "",
+    " ",
+    "\t",
+    "U.S.",
+    "us",
+    "banana",
+    "Nathan",
+    "sedan",
+]
 answers = st.lists(st.sampled_from(WORDS), max_size=5).map(" ".join)
 
 
@@ -227,8 +275,7 @@ def test_answer_normalisation_matches_the_official_scripts(text):
 
 
 @SETTINGS
-@given(st.lists(st.tuples(st.lists(answers, min_size=1, max_size=3), answers, st.booleans()), min_size=1,
-                max_size=8))
+@given(st.lists(st.tuples(st.lists(answers, min_size=1, max_size=3), answers, st.booleans()), min_size=1, max_size=8))
 def test_squad_v1_matches_the_official_script(rows):
     references = {f"q{i}": gold for i, (gold, _, _) in enumerate(rows)}
     predictions = {f"q{i}": pred for i, (_, pred, present) in enumerate(rows) if present or i == 0}
@@ -308,11 +355,21 @@ def v2_apply_no_ans_threshold(scores, na_probs, qid_to_has_ans, na_prob_thresh):
 def v2_make_eval_dict(exact_scores, f1_scores, qid_list=None):
     if not qid_list:
         total = len(exact_scores)
-        return collections.OrderedDict([("exact", 100.0 * sum(exact_scores.values()) / total),
-                                        ("f1", 100.0 * sum(f1_scores.values()) / total), ("total", total)])
+        return collections.OrderedDict(
+            [
+                ("exact", 100.0 * sum(exact_scores.values()) / total),
+                ("f1", 100.0 * sum(f1_scores.values()) / total),
+                ("total", total),
+            ]
+        )
     total = len(qid_list)
-    return collections.OrderedDict([("exact", 100.0 * sum(exact_scores[k] for k in qid_list) / total),
-                                    ("f1", 100.0 * sum(f1_scores[k] for k in qid_list) / total), ("total", total)])
+    return collections.OrderedDict(
+        [
+            ("exact", 100.0 * sum(exact_scores[k] for k in qid_list) / total),
+            ("f1", 100.0 * sum(f1_scores[k] for k in qid_list) / total),
+            ("total", total),
+        ]
+    )
 
 
 def v2_merge_eval(main_eval, new_eval, prefix):
@@ -356,10 +413,10 @@ def v2_evaluate(references, preds, na_probs=None, na_prob_thresh=1.0):
     if no_ans_qids:
         v2_merge_eval(out_eval, v2_make_eval_dict(exact_thresh, f1_thresh, qid_list=no_ans_qids), "NoAns")
     if has_na_prob_file:
-        out_eval["best_exact"], out_eval["best_exact_thresh"] = v2_find_best_thresh(preds, exact_raw, na_probs,
-                                                                                    qid_to_has_ans)
-        out_eval["best_f1"], out_eval["best_f1_thresh"] = v2_find_best_thresh(preds, f1_raw, na_probs,
-                                                                              qid_to_has_ans)
+        out_eval["best_exact"], out_eval["best_exact_thresh"] = v2_find_best_thresh(
+            preds, exact_raw, na_probs, qid_to_has_ans
+        )
+        out_eval["best_f1"], out_eval["best_f1_thresh"] = v2_find_best_thresh(preds, f1_raw, na_probs, qid_to_has_ans)
     return dict(out_eval)
 
 
@@ -367,7 +424,9 @@ def v2_evaluate(references, preds, na_probs=None, na_prob_thresh=1.0):
 # question has a prediction here ("" = no answer).
 v2_rows = st.lists(
     st.tuples(st.lists(answers, max_size=3), st.one_of(st.just(""), answers), st.sampled_from([0.0, 0.1, 0.5, 0.9])),
-    min_size=1, max_size=8)
+    min_size=1,
+    max_size=8,
+)
 
 
 @SETTINGS

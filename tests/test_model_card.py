@@ -7,20 +7,20 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import importlib.resources  # noqa: E402
-import json  # noqa: E402
-import re  # noqa: E402
-from pathlib import Path  # noqa: E402
+import importlib.resources
+import json
+import re
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import yaml  # noqa: E402
-from huggingface_hub import ModelCard  # noqa: E402
-from huggingface_hub.repocard import REGEX_YAML_BLOCK  # noqa: E402
-from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results  # noqa: E402
+import numpy as np
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+from huggingface_hub.repocard import REGEX_YAML_BLOCK
+from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results
 
-from bert_repro.hub import model_card  # noqa: E402
-from bert_repro.hub.model_card import (  # noqa: E402
+from bert_repro.hub import model_card
+from bert_repro.hub.model_card import (
     CardError,
     card_for_directory,
     card_for_finetuning,
@@ -33,8 +33,17 @@ from bert_repro.hub.model_card import (  # noqa: E402
 
 FAKE_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 REPO = "someone/bert-tiny-wikitext"
-SECTIONS = ("## Model", "## Training data", "## Training procedure", "### All hyper-parameters", "## Evaluation",
-            "## How to use", "## Limitations and biases", "## Licence", "## Citation")
+SECTIONS = (
+    "## Model",
+    "## Training data",
+    "## Training procedure",
+    "### All hyper-parameters",
+    "## Evaluation",
+    "## How to use",
+    "## Limitations and biases",
+    "## Licence",
+    "## Citation",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -56,80 +65,205 @@ def _write(path: Path, value) -> None:
 def bert_config(preset: str = "tiny", vocab_size: int = 8192, **extra) -> dict:
     from bert_repro.model.configuration_bert_repro import PRESETS
 
-    return {"architectures": ["BertReproForPreTraining"], "model_type": "bert_repro", "hidden_act": "gelu",
-            "vocab_size": vocab_size, "max_position_embeddings": 512, "type_vocab_size": 2,
-            "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "layer_norm_eps": 1e-12,
-            "initializer_range": 0.02, "tie_word_embeddings": True, **PRESETS[preset], **extra}
+    return {
+        "architectures": ["BertReproForPreTraining"],
+        "model_type": "bert_repro",
+        "hidden_act": "gelu",
+        "vocab_size": vocab_size,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "layer_norm_eps": 1e-12,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": True,
+        **PRESETS[preset],
+        **extra,
+    }
 
 
 def training_arguments(**overrides) -> dict:
     """A realistic slice of `TrainingArguments.to_dict()`, with the fields that must not reach a card."""
     return {
-        "output_dir": "/home/someone/private/runs/out", "per_device_train_batch_size": 32, "num_train_epochs": 3.0,
-        "max_steps": 1000, "learning_rate": 0.001, "lr_scheduler_type": "linear", "warmup_steps": 100.0,
-        "optim": "adamw_torch_fused", "weight_decay": 0.01, "adam_beta1": 0.9, "adam_beta2": 0.999,
-        "adam_epsilon": 1e-06, "gradient_accumulation_steps": 1, "max_grad_norm": 1.0, "bf16": False, "fp16": False,
-        "tf32": None, "eval_strategy": "steps", "eval_steps": 250, "save_steps": 500, "seed": 12345,
-        "data_seed": None, "run_name": "private-run-name", "project": "huggingface", "deepspeed": None,
+        "output_dir": "/home/someone/private/runs/out",
+        "per_device_train_batch_size": 32,
+        "num_train_epochs": 3.0,
+        "max_steps": 1000,
+        "learning_rate": 0.001,
+        "lr_scheduler_type": "linear",
+        "warmup_steps": 100.0,
+        "optim": "adamw_torch_fused",
+        "weight_decay": 0.01,
+        "adam_beta1": 0.9,
+        "adam_beta2": 0.999,
+        "adam_epsilon": 1e-06,
+        "gradient_accumulation_steps": 1,
+        "max_grad_norm": 1.0,
+        "bf16": False,
+        "fp16": False,
+        "tf32": None,
+        "eval_strategy": "steps",
+        "eval_steps": 250,
+        "save_steps": 500,
+        "seed": 12345,
+        "data_seed": None,
+        "run_name": "private-run-name",
+        "project": "huggingface",
+        "deepspeed": None,
         "accelerator_config": {"split_batches": False, "even_batches": True, "use_seedable_sampler": True},
-        "debug": [], "hub_token": FAKE_TOKEN, "hub_model_id": "someone/private-repo", "push_to_hub": False,
-        "trackio_space_id": "someone/private-space", "local_rank": -1, **overrides,
+        "debug": [],
+        "hub_token": FAKE_TOKEN,
+        "hub_model_id": "someone/private-repo",
+        "push_to_hub": False,
+        "trackio_space_id": "someone/private-space",
+        "local_rank": -1,
+        **overrides,
     }
 
 
 def _stats(documents, sentences, examples, tokens, masked, is_next=0.4709, max_seq_length=None) -> dict:
-    stats = {"documents": documents, "documents_skipped": {"empty": 0, "binary": 0}, "one_sentence_documents": 0,
-             "sentences": sentences, "document_tokens": tokens // 3, "examples": examples, "tokens": tokens,
-             "is_next_share": is_next, "length_histogram": {"0-8": 2, "27-35": 304, "117-125": 609,
-                                                            "126-134": examples - 915},
-             "masked": masked, "masked_share": masked / tokens,
-             "masked_split": {"mask": 0.7999, "random": 0.0997, "unchanged": 0.1004}}
+    stats = {
+        "documents": documents,
+        "documents_skipped": {"empty": 0, "binary": 0},
+        "one_sentence_documents": 0,
+        "sentences": sentences,
+        "document_tokens": tokens // 3,
+        "examples": examples,
+        "tokens": tokens,
+        "is_next_share": is_next,
+        "length_histogram": {"0-8": 2, "27-35": 304, "117-125": 609, "126-134": examples - 915},
+        "masked": masked,
+        "masked_share": masked / tokens,
+        "masked_split": {"mask": 0.7999, "random": 0.0997, "unchanged": 0.1004},
+    }
     return stats if max_seq_length is None else {"max_seq_length": max_seq_length, **stats}
 
 
-def make_pretraining_run(root: Path, *, corpus=("Salesforce/wikitext",), phase2: bool = True,
-                         with_results: bool = True, **run_overrides) -> Path:
+def make_pretraining_run(
+    root: Path, *, corpus=("Salesforce/wikitext",), phase2: bool = True, with_results: bool = True, **run_overrides
+) -> Path:
     out = root / "pretrain"
-    run = {"corpus": list(corpus), "split": "train", "streaming": False, "max_documents": None,
-           "text_column": "text", "document_boundary": "wikitext", "split_lines": False, "tokenizer": None,
-           "vocab_size": 8192, "lowercase": True, "eval_fraction": 0.02, "eval_max_examples": 1000,
-           "preset": "tiny", "model_overrides": None, "attn_implementation": "sdpa", "init_from": None,
-           "global_batch_size": 32, "phase2_fraction": 0.1 if phase2 else 0.0, "phase2_max_seq_length": 512,
-           "phase2_max_predictions_per_seq": 80, "optimizer": "adamw", **run_overrides}
-    data = {"max_seq_length": 128, "max_predictions_per_seq": 20, "masked_lm_prob": 0.15, "short_seq_prob": 0.1,
-            "dupe_factor": 3, "random_seed": 12345, "do_whole_word_mask": False, "static_masking": True,
-            "mask_replace_prob": 0.8, "random_replace_prob": 0.1}
+    run = {
+        "corpus": list(corpus),
+        "split": "train",
+        "streaming": False,
+        "max_documents": None,
+        "text_column": "text",
+        "document_boundary": "wikitext",
+        "split_lines": False,
+        "tokenizer": None,
+        "vocab_size": 8192,
+        "lowercase": True,
+        "eval_fraction": 0.02,
+        "eval_max_examples": 1000,
+        "preset": "tiny",
+        "model_overrides": None,
+        "attn_implementation": "sdpa",
+        "init_from": None,
+        "global_batch_size": 32,
+        "phase2_fraction": 0.1 if phase2 else 0.0,
+        "phase2_max_seq_length": 512,
+        "phase2_max_predictions_per_seq": 80,
+        "optimizer": "adamw",
+        **run_overrides,
+    }
+    data = {
+        "max_seq_length": 128,
+        "max_predictions_per_seq": 20,
+        "masked_lm_prob": 0.15,
+        "short_seq_prob": 0.1,
+        "dupe_factor": 3,
+        "random_seed": 12345,
+        "do_whole_word_mask": False,
+        "static_masking": True,
+        "mask_replace_prob": 0.8,
+        "random_replace_prob": 0.1,
+    }
     _write(out / "run_config.json", {"run": run, "data": data, "training": training_arguments()})
-    statistics = {"phase1": _stats(600, 85_211, 46_441, 5_674_364, 842_939, max_seq_length=128),
-                  "held_out": _stats(12, 1_730, 1_000, 119_448, 17_760, is_next=0.4796)}
+    statistics = {
+        "phase1": _stats(600, 85_211, 46_441, 5_674_364, 842_939, max_seq_length=128),
+        "held_out": _stats(12, 1_730, 1_000, 119_448, 17_760, is_next=0.4796),
+    }
     if phase2:
         statistics["phase2"] = _stats(600, 85_211, 11_024, 5_401_210, 803_770, max_seq_length=512)
     _write(out / "data_statistics.json", statistics)
     _write(out / "config.json", bert_config())
     if with_results:
-        _write(out / "results.json", {
-            "train_runtime_s": 730.8, "global_step": 1000, "train_loss": 7.078088714599609, "processes": 1,
-            "gradient_accumulation_steps": 1, "tokens_per_second": 5350.1, "eval_mlm_loss": 6.125084593949045,
-            "eval_nsp_loss": 0.7306662166819853, "eval_mlm_accuracy": 0.09757961783439491,
-            "eval_nsp_accuracy": 0.5113122171945701, "eval_loss": 6.85575081063103, "eval_runtime": 2.573,
-            "epoch": 1.0})
+        _write(
+            out / "results.json",
+            {
+                "train_runtime_s": 730.8,
+                "global_step": 1000,
+                "train_loss": 7.078088714599609,
+                "processes": 1,
+                "gradient_accumulation_steps": 1,
+                "tokens_per_second": 5350.1,
+                "eval_mlm_loss": 6.125084593949045,
+                "eval_nsp_loss": 0.7306662166819853,
+                "eval_mlm_accuracy": 0.09757961783439491,
+                "eval_nsp_accuracy": 0.5113122171945701,
+                "eval_loss": 6.85575081063103,
+                "eval_runtime": 2.573,
+                "epoch": 1.0,
+            },
+        )
         (out / "training_curves.png").write_bytes(b"\x89PNG\r\n\x1a\n")
         _write(out / "log_history.json", [{"loss": 9.25, "mlm_loss": 8.56, "nsp_loss": 0.69, "step": 50}])
     return out
 
 
-def _finetuning_run(root: Path, name: str, task: str, model: str, best: dict, runs: list[dict], hp: dict,
-                    run_fields: dict, num_labels: int, head: str) -> Path:
+def _finetuning_run(
+    root: Path,
+    name: str,
+    task: str,
+    model: str,
+    best: dict,
+    runs: list[dict],
+    hp: dict,
+    run_fields: dict,
+    num_labels: int,
+    head: str,
+) -> Path:
     out = root / name
-    summary = {"task": task, "model": model, "main_metric": best.pop("_main"), "best": best, "runs": runs,
-               "hyperparameters": hp, "seconds": 1290.4, "test_predictions": []}
+    summary = {
+        "task": task,
+        "model": model,
+        "main_metric": best.pop("_main"),
+        "best": best,
+        "runs": runs,
+        "hyperparameters": hp,
+        "seconds": 1290.4,
+        "test_predictions": [],
+    }
     _write(out / "results.json", summary)
-    run = {"task": task, "model": model, "data": [], "tokenizer": None, "learning_rates": hp["learning_rates"],
-           "seeds": hp["seeds"], "max_seq_length": hp["max_seq_length"], "doc_stride": 128, "max_query_length": 64,
-           "n_best_size": 20, "max_answer_length": 30, "max_train_samples": None, "max_eval_samples": None,
-           "attn_implementation": "sdpa", "predict_test": True, "keep_all_runs": False, **run_fields}
-    _write(out / "run_config.json", {"run": run, "training": training_arguments(
-        learning_rate=2e-05, warmup_steps=0.1, max_steps=-1, seed=42, adam_epsilon=1e-06, eval_strategy="no")})
+    run = {
+        "task": task,
+        "model": model,
+        "data": [],
+        "tokenizer": None,
+        "learning_rates": hp["learning_rates"],
+        "seeds": hp["seeds"],
+        "max_seq_length": hp["max_seq_length"],
+        "doc_stride": 128,
+        "max_query_length": 64,
+        "n_best_size": 20,
+        "max_answer_length": 30,
+        "max_train_samples": None,
+        "max_eval_samples": None,
+        "attn_implementation": "sdpa",
+        "predict_test": True,
+        "keep_all_runs": False,
+        **run_fields,
+    }
+    _write(
+        out / "run_config.json",
+        {
+            "run": run,
+            "training": training_arguments(
+                learning_rate=2e-05, warmup_steps=0.1, max_steps=-1, seed=42, adam_epsilon=1e-06, eval_strategy="no"
+            ),
+        },
+    )
     labels = {str(i): f"LABEL_{i}" for i in range(num_labels)}
     _write(out / "model" / "config.json", bert_config("base", 30522, architectures=[head], id2label=labels))
     return out
@@ -138,24 +272,63 @@ def _finetuning_run(root: Path, name: str, task: str, model: str, best: dict, ru
 def make_mrpc_run(root: Path, model: str = "runs/base") -> Path:
     grid = [5e-05, 4e-05, 3e-05, 2e-05]
     scores = [0.8512, 0.8601, 0.8689, 0.873]
-    runs = [{"learning_rate": lr, "seed": 42, "train_seconds": 311.2,
-             "validation": {"accuracy": s - 0.06, "f1": s}, "score": s} for lr, s in zip(grid, scores, strict=True)]
+    runs = [
+        {
+            "learning_rate": lr,
+            "seed": 42,
+            "train_seconds": 311.2,
+            "validation": {"accuracy": s - 0.06, "f1": s},
+            "score": s,
+        }
+        for lr, s in zip(grid, scores, strict=True)
+    ]
     best = {"_main": "f1", **runs[-1]}
     best["validation"] = {"accuracy": 0.8137254901960784, "f1": 0.873}
-    hp = {"learning_rates": grid, "seeds": [42], "num_train_epochs": 3.0, "per_device_train_batch_size": 32,
-          "max_seq_length": 128, "warmup": 0.1, "weight_decay": 0.01}
+    hp = {
+        "learning_rates": grid,
+        "seeds": [42],
+        "num_train_epochs": 3.0,
+        "per_device_train_batch_size": 32,
+        "max_seq_length": 128,
+        "warmup": 0.1,
+        "weight_decay": 0.01,
+    }
     return _finetuning_run(root, "mrpc", "mrpc", model, best, runs, hp, {}, 2, "BertReproForSequenceClassification")
 
 
 def make_squad_v2_run(root: Path) -> Path:
-    scores = {"squad_exact_match": 71.2, "squad_f1": 74.6, "squad_best_exact_match": 72.9, "squad_best_f1": 75.8,
-              "squad_best_f1_threshold": -1.73, "squad_has_ans_f1": 78.1, "squad_no_ans_f1": 71.0}
+    scores = {
+        "squad_exact_match": 71.2,
+        "squad_f1": 74.6,
+        "squad_best_exact_match": 72.9,
+        "squad_best_f1": 75.8,
+        "squad_best_f1_threshold": -1.73,
+        "squad_has_ans_f1": 78.1,
+        "squad_no_ans_f1": 71.0,
+    }
     runs = [{"learning_rate": 5e-05, "seed": 42, "train_seconds": 5400.0, "validation": scores, "score": 75.8}]
     best = {"_main": "squad_f1", **runs[0]}
-    hp = {"learning_rates": [5e-05], "seeds": [42], "num_train_epochs": 2.0, "per_device_train_batch_size": 48,
-          "max_seq_length": 384, "warmup": 0.1, "weight_decay": 0.01}
-    return _finetuning_run(root, "squad_v2", "squad_v2", "google-bert/bert-base-uncased", best, runs, hp,
-                           {"data": ["/home/someone/private/data/SQuAD2"]}, 2, "BertReproForQuestionAnswering")
+    hp = {
+        "learning_rates": [5e-05],
+        "seeds": [42],
+        "num_train_epochs": 2.0,
+        "per_device_train_batch_size": 48,
+        "max_seq_length": 384,
+        "warmup": 0.1,
+        "weight_decay": 0.01,
+    }
+    return _finetuning_run(
+        root,
+        "squad_v2",
+        "squad_v2",
+        "google-bert/bert-base-uncased",
+        best,
+        runs,
+        hp,
+        {"data": ["/home/someone/private/data/SQuAD2"]},
+        2,
+        "BertReproForQuestionAnswering",
+    )
 
 
 def all_cards(root: Path) -> dict[str, ModelCard]:
@@ -235,8 +408,12 @@ def test_pretraining_metadata(tmp_path):
 def test_pretraining_body(tmp_path):
     text = body(card_for_pretraining(make_pretraining_run(tmp_path), REPO))
     assert "| Preset | `tiny` (BERT-Tiny size) |" in text
-    for row in ("| Layers (L) | 2 |", "| Hidden size (H) | 128 |", "| Attention heads (A) | 2 |",
-                "| Feed-forward size | 512 |"):
+    for row in (
+        "| Layers (L) | 2 |",
+        "| Hidden size (H) | 128 |",
+        "| Attention heads (A) | 2 |",
+        "| Feed-forward size | 512 |",
+    ):
         assert row in text
     assert "| Parameters | 1,552,898 |" in text  # tiny sizes with an 8,192-entry vocabulary
     assert "[Salesforce/wikitext](https://huggingface.co/datasets/Salesforce/wikitext)" in text
@@ -248,8 +425,14 @@ def test_pretraining_body(tmp_path):
     assert "| MLM accuracy | 9.76 |" in text and "| NSP accuracy | 51.13 | 97–98" in text
     assert "![Training and held-out curves" in text and "(training_curves.png)" in text
     # every recorded setting, in its section
-    for setting in ("`dupe_factor` | 3", "`masked_lm_prob` | 0.15", "`global_batch_size` | 32",
-                    "`adam_epsilon` | 1e-06", "`optim` | adamw_torch_fused", "`max_grad_norm` | 1.0"):
+    for setting in (
+        "`dupe_factor` | 3",
+        "`masked_lm_prob` | 0.15",
+        "`global_batch_size` | 32",
+        "`adam_epsilon` | 1e-06",
+        "`optim` | adamw_torch_fused",
+        "`max_grad_norm` | 1.0",
+    ):
         assert setting in text
     assert "CC BY-SA 3.0 and GFDL" in text  # the corpus's licence, in the licence section
     assert "Wikipedia text" in text  # the corpus-specific limitation
@@ -273,13 +456,42 @@ def test_pretraining_without_phase2_warns_about_untrained_positions(tmp_path):
 
 def test_pretraining_with_benchmark(tmp_path):
     bench = tmp_path / "reproduce"
-    _write(bench / "report.json", {
-        "model": "runs/base", "paper_model": "base", "glue_average": 78.91, "paper_glue_average": 79.6,
-        "seconds": 4000.0, "tasks": [
-            {"task": "mrpc", "metric": "f1", "split": "validation", "ours": 87.3, "paper": 88.9,
-             "paper_split": "test", "learning_rate": 2e-05, "seed": 42, "seconds": 1290.4, "runs": 4},
-            {"task": "squad", "metric": "squad_f1", "split": "validation", "ours": 88.1, "paper": 88.5,
-             "paper_split": "validation", "learning_rate": 5e-05, "seed": 42, "seconds": 9000.0, "runs": 1}]})
+    _write(
+        bench / "report.json",
+        {
+            "model": "runs/base",
+            "paper_model": "base",
+            "glue_average": 78.91,
+            "paper_glue_average": 79.6,
+            "seconds": 4000.0,
+            "tasks": [
+                {
+                    "task": "mrpc",
+                    "metric": "f1",
+                    "split": "validation",
+                    "ours": 87.3,
+                    "paper": 88.9,
+                    "paper_split": "test",
+                    "learning_rate": 2e-05,
+                    "seed": 42,
+                    "seconds": 1290.4,
+                    "runs": 4,
+                },
+                {
+                    "task": "squad",
+                    "metric": "squad_f1",
+                    "split": "validation",
+                    "ours": 88.1,
+                    "paper": 88.5,
+                    "paper_split": "validation",
+                    "learning_rate": 5e-05,
+                    "seed": 42,
+                    "seconds": 9000.0,
+                    "runs": 1,
+                },
+            ],
+        },
+    )
     text = body(card_for_pretraining(make_pretraining_run(tmp_path), REPO, benchmark_dir=bench))
     assert "| GLUE MRPC | F1 | 87.30 | 88.9 | test |" in text
     assert "| SQuAD v1.1 | F1 | 88.10 | 88.5 | dev |" in text
@@ -289,8 +501,9 @@ def test_pretraining_with_benchmark(tmp_path):
 
 
 def test_pretraining_with_missing_values(tmp_path):
-    out = make_pretraining_run(tmp_path, with_results=False, corpus=[str(tmp_path / "private" / "books")],
-                               eval_fraction=0.0)
+    out = make_pretraining_run(
+        tmp_path, with_results=False, corpus=[str(tmp_path / "private" / "books")], eval_fraction=0.0
+    )
     statistics = json.loads((out / "data_statistics.json").read_text())
     del statistics["held_out"]
     _write(out / "data_statistics.json", statistics)
@@ -326,7 +539,11 @@ def test_mrpc_metadata_and_table(tmp_path):
     assert values[("validation", "Accuracy (%)")] == 81.37
     for r in data.eval_results:
         assert (r.task_type, r.dataset_type, r.dataset_config, r.dataset_split) == (
-            "text-classification", "nyu-mll/glue", "mrpc", "validation")
+            "text-classification",
+            "nyu-mll/glue",
+            "mrpc",
+            "validation",
+        )
     text = card.text
     assert "| dev | F1 (main) | 87.30 | 88.9 (test) | 89.3 (test) |" in text  # beside the paper's Table 1
     assert "| dev | Accuracy | 81.37 | – | – |" in text
@@ -354,8 +571,14 @@ def test_squad_v2_card(tmp_path):
     assert data.base_model == "google-bert/bert-base-uncased"
     types = {r.metric_type: r.metric_value for r in data.eval_results}
     # SQuAD metrics are percent already: not multiplied again
-    assert types == {"exact_match": 71.2, "f1": 74.6, "best_exact": 72.9, "best_f1": 75.8, "HasAns_f1": 78.1,
-                     "NoAns_f1": 71.0}
+    assert types == {
+        "exact_match": 71.2,
+        "f1": 74.6,
+        "best_exact": 72.9,
+        "best_f1": 75.8,
+        "HasAns_f1": 78.1,
+        "NoAns_f1": 71.0,
+    }
     assert all(r.dataset_config is None and r.dataset_split == "validation" for r in data.eval_results)
     text = card.text
     assert "| dev | F1, null threshold tuned on this split | 75.80 | – | 81.9 (dev) |" in text
@@ -422,8 +645,14 @@ def test_cards_keep_secrets_and_local_paths_out(cards):
     for name, card in cards.items():
         text = str(card)
         assert FAKE_TOKEN not in text and "<HUB_TOKEN>" not in text, name
-        for private in ("/home/someone", "private-run-name", "someone/private-repo", "someone/private-space",
-                        "hub_token", "output_dir"):
+        for private in (
+            "/home/someone",
+            "private-run-name",
+            "someone/private-repo",
+            "someone/private-space",
+            "hub_token",
+            "output_dir",
+        ):
             assert private not in text, (name, private)
 
 
@@ -461,22 +690,51 @@ def test_command_line_writes_the_card_beside_the_weights(tmp_path, capsys):
 def test_each_dev_split_sits_beside_its_paper_number(tmp_path):
     """MNLI: dev matched / mismatched beside the paper's test matched / mismatched; CoNLL: dev and test each."""
     mnli = {"validation_matched": {"accuracy": 0.8412}, "validation_mismatched": {"accuracy": 0.8455}}
-    hp = {"learning_rates": [2e-05], "seeds": [42], "num_train_epochs": 3.0, "per_device_train_batch_size": 32,
-          "max_seq_length": 128, "warmup": 0.1, "weight_decay": 0.01}
+    hp = {
+        "learning_rates": [2e-05],
+        "seeds": [42],
+        "num_train_epochs": 3.0,
+        "per_device_train_batch_size": 32,
+        "max_seq_length": 128,
+        "warmup": 0.1,
+        "weight_decay": 0.01,
+    }
     run = {"learning_rate": 2e-05, "seed": 42, "train_seconds": 9000.0, **mnli, "score": 0.8412}
-    out = _finetuning_run(tmp_path, "mnli", "mnli", "runs/base", {"_main": "accuracy", **run}, [run], hp, {}, 3,
-                          "BertReproForSequenceClassification")
+    out = _finetuning_run(
+        tmp_path,
+        "mnli",
+        "mnli",
+        "runs/base",
+        {"_main": "accuracy", **run},
+        [run],
+        hp,
+        {},
+        3,
+        "BertReproForSequenceClassification",
+    )
     card = card_for_finetuning(out, "someone/bert-mnli")
     assert "| dev matched | Accuracy (main) | 84.12 | 84.6 (test matched) | 86.7 (test matched) |" in card.text
     mismatched = "| dev mismatched | Accuracy (main) | 84.55 | 83.4 (test mismatched) | 85.9 (test mismatched) |"
     assert mismatched in card.text
     assert {r.dataset_split for r in card.data.eval_results} == {"validation_matched", "validation_mismatched"}
 
-    conll = {"validation": {"entity_f1": 0.951, "entity_precision": 0.948, "entity_recall": 0.954, "accuracy": 0.99},
-             "test": {"entity_f1": 0.912, "entity_precision": 0.905, "entity_recall": 0.919, "accuracy": 0.98}}
+    conll = {
+        "validation": {"entity_f1": 0.951, "entity_precision": 0.948, "entity_recall": 0.954, "accuracy": 0.99},
+        "test": {"entity_f1": 0.912, "entity_precision": 0.905, "entity_recall": 0.919, "accuracy": 0.98},
+    }
     run = {"learning_rate": 3e-05, "seed": 42, "train_seconds": 900.0, **conll, "score": 0.951}
-    out = _finetuning_run(tmp_path, "conll", "conll2003", "runs/base", {"_main": "entity_f1", **run}, [run], hp, {},
-                          9, "BertReproForTokenClassification")
+    out = _finetuning_run(
+        tmp_path,
+        "conll",
+        "conll2003",
+        "runs/base",
+        {"_main": "entity_f1", **run},
+        [run],
+        hp,
+        {},
+        9,
+        "BertReproForTokenClassification",
+    )
     card = card_for_finetuning(out, "someone/bert-conll")
     assert card.data.pipeline_tag == "token-classification"
     assert "| dev | Entity F1 (main) | 95.10 | 96.4 (dev) | 96.6 (dev) |" in card.text

@@ -253,7 +253,7 @@ def test_feature_based_last_four_layers():
     out = model(**padded_batch(config.vocab_size), output_hidden_states=True)
     features = concat_last_layers(out.hidden_states, 4)
     assert features.shape[-1] == 4 * config.hidden_size
-    assert torch.equal(features[..., -config.hidden_size:], out.last_hidden_state)
+    assert torch.equal(features[..., -config.hidden_size :], out.last_hidden_state)
     with pytest.raises(ValueError, match="last 6 layers"):
         concat_last_layers(out.hidden_states, 6)
 
@@ -291,8 +291,9 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 @pytest.mark.parametrize("distribution", ["truncated_normal", "normal"])
 def test_initialisation(distribution):
-    config = tiny_config(hidden_size=256, num_attention_heads=4, intermediate_size=512,
-                         initializer_distribution=distribution)
+    config = tiny_config(
+        hidden_size=256, num_attention_heads=4, intermediate_size=512, initializer_distribution=distribution
+    )
     torch.manual_seed(0)
     model = BertReproForPreTraining(config)
     w = model.bert.encoder.layer[0].intermediate.dense.weight
@@ -360,7 +361,8 @@ def test_real_checkpoint_parity(attn, switches):
     batch = tokenizer(
         ["The cat sat on the mat.", "BERT is pre-trained on BooksCorpus and English Wikipedia."],
         ["A short second segment.", "It uses masked language modelling and next sentence prediction."],
-        padding=True, return_tensors="pt",
+        padding=True,
+        return_tensors="pt",
     )
     assert batch["attention_mask"].min() == 0  # the batch really has padding
     with torch.no_grad():
@@ -426,7 +428,8 @@ SUBSET_HEADS = [
 
 
 SUBSET_SWITCHES = pytest.mark.parametrize(
-    "switches", [dict(last_layer_subset=True), ALL_SWITCHES], ids=["last_layer_subset", "all-switches"])
+    "switches", [dict(last_layer_subset=True), ALL_SWITCHES], ids=["last_layer_subset", "all-switches"]
+)
 
 
 @SUBSET_SWITCHES
@@ -436,8 +439,9 @@ def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn
     """`last_layer_subset`: the last block runs only at the positions the head reads, and the loss, the logits
     and every gradient still equal transformers' full model (training mode, dropout off)."""
     sparse = kind in ("labels_tokens", "pretraining")
-    config = tiny_config(num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                         sparse_prediction=sparse, **switches)
+    config = tiny_config(
+        num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=sparse, **switches
+    )
     ours, theirs = twin(ours_cls, hf_cls, config, attn)
     ours.train(), theirs.train()
     batch = padded_batch(config.vocab_size, batch=4, seq=12)
@@ -455,8 +459,9 @@ def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn
     # The last block's feed-forward saw only the positions read: [CLS] of each sequence, and the masked tokens.
     read = 4 if kind != "labels_tokens" else 0
     if sparse:
-        read += int((labels["labels"] != -100).sum()) + (0 if kind == "labels_tokens" else -int(
-            (labels["labels"][:, 0] != -100).sum()))
+        read += int((labels["labels"] != -100).sum()) + (
+            0 if kind == "labels_tokens" else -int((labels["labels"][:, 0] != -100).sum())
+        )
     assert rows == [torch.Size([read, config.hidden_size])]
     tag = f"{ours_cls.__name__}/{attn}/{'all switches' if len(switches) > 1 else 'last_layer_subset'}"
     report(f"{tag} loss", max_diff(a.loss, b.loss))

@@ -78,21 +78,29 @@ def test_every_head_opens_as_transformers_bert_and_as_ours_with_remote_code(tmp_
         assert config["model_type"] == "bert" and config["auto_map"] == AUTO_MAP
         assert config["architectures"] == [transformers_class_name(type(model).__name__)]
         assert {"configuration_bert_repro.py", "modeling_bert_repro.py", "checkpoint_format.py"} <= set(
-            os.listdir(directory))
+            os.listdir(directory)
+        )
         tokenizer_config = json.loads((directory / "tokenizer_config.json").read_text())
         assert tokenizer_config["tokenizer_class"] == "BertTokenizer" and "auto_map" not in tokenizer_config
         inputs = inputs_for(auto_name, vocab, tmp_path / f"{auto_name}.pt")
         expected[auto_name] = (type(model).__name__, our_outputs(model, inputs))
         for remote in (False, True):
             plan["models"][f"{auto_name}/{remote}"] = {
-                "auto": auto_name, "dir": str(directory), "inputs": inputs, "encoder_inputs": encoder_inputs,
-                "kwargs": {"trust_remote_code": True} if remote else {}}
+                "auto": auto_name,
+                "dir": str(directory),
+                "inputs": inputs,
+                "encoder_inputs": encoder_inputs,
+                "kwargs": {"trust_remote_code": True} if remote else {},
+            }
     # One pre-trained directory through every Auto class: the encoder is the same, heads are added where needed.
     pretrained, pretrained_model = saved["AutoModelForPreTraining"]
     for auto_name in OUR_CLASSES:
         plan["models"][f"pretrained/{auto_name}"] = {
-            "auto": auto_name, "dir": str(pretrained), "encoder_inputs": encoder_inputs,
-            "inputs": inputs_for(auto_name, vocab, tmp_path / f"{auto_name}.pt")}
+            "auto": auto_name,
+            "dir": str(pretrained),
+            "encoder_inputs": encoder_inputs,
+            "inputs": inputs_for(auto_name, vocab, tmp_path / f"{auto_name}.pt"),
+        }
     plan["tokenizers"] = {auto_name: str(directory) for auto_name, (directory, _) in saved.items()}
 
     got = run_without_package(tmp_path, plan)
@@ -149,8 +157,9 @@ def test_fill_mask_pipeline_and_sentence_transformers(tmp_path, tokenizer):
     model.save_pretrained(directory)
     save_tokenizer(tokenizer, directory)
 
-    got = run_without_package(tmp_path, {"fill_mask": {"pretrained": str(directory)},
-                                         "sentence_transformers": {"pretrained": str(directory)}})
+    got = run_without_package(
+        tmp_path, {"fill_mask": {"pretrained": str(directory)}, "sentence_transformers": {"pretrained": str(directory)}}
+    )
 
     ours = load_tokenizer(directory)
     encoded = ours(MASKED, return_tensors="pt")
@@ -186,7 +195,7 @@ def write_old_format(directory: Path) -> None:
 
 
 def bert_repro_name(name: str) -> str:
-    return name if name.startswith("BertRepro") else "BertRepro" + name[len("Bert"):]
+    return name if name.startswith("BertRepro") else "BertRepro" + name[len("Bert") :]
 
 
 def test_old_format_still_loads_and_a_push_stages_it_natively(tmp_path, tokenizer):
@@ -204,7 +213,10 @@ def test_old_format_still_loads_and_a_push_stages_it_natively(tmp_path, tokenize
     expected = our_outputs(model, inputs)
 
     # With bert_repro imported: the registered model type, and our classes directly.
-    for loaded in (AutoModelForPreTraining.from_pretrained(old), bert_repro.BertReproForPreTraining.from_pretrained(old)):
+    for loaded in (
+        AutoModelForPreTraining.from_pretrained(old),
+        bert_repro.BertReproForPreTraining.from_pretrained(old),
+    ):
         assert type(loaded) is bert_repro.BertReproForPreTraining
         assert_same_outputs(our_outputs(loaded, inputs), expected, "old format, bert_repro imported")
 
@@ -216,13 +228,22 @@ def test_old_format_still_loads_and_a_push_stages_it_natively(tmp_path, tokenize
     assert config["auto_map"] == AUTO_MAP
     assert {p.name for p in old.glob("*.py")} <= {p.name for p in staged.glob("*.py")}
 
-    job = {"auto": "AutoModelForPreTraining", "inputs": inputs, "encoder_inputs": inputs_for(
-        "AutoModel", len(tokenizer), tmp_path / "encoder.pt")}
-    got = run_without_package(tmp_path, {"models": {
-        "old/remote": {**job, "dir": str(old), "kwargs": {"trust_remote_code": True}},
-        "old/plain": {**job, "dir": str(old)},
-        "staged/plain": {**job, "dir": str(staged)},
-    }}, refusals=True)["models"]
+    job = {
+        "auto": "AutoModelForPreTraining",
+        "inputs": inputs,
+        "encoder_inputs": inputs_for("AutoModel", len(tokenizer), tmp_path / "encoder.pt"),
+    }
+    got = run_without_package(
+        tmp_path,
+        {
+            "models": {
+                "old/remote": {**job, "dir": str(old), "kwargs": {"trust_remote_code": True}},
+                "old/plain": {**job, "dir": str(old)},
+                "staged/plain": {**job, "dir": str(staged)},
+            }
+        },
+        refusals=True,
+    )["models"]
     assert got["old/remote"]["class"] == "BertReproForPreTraining"
     assert_same_outputs(got["old/remote"]["outputs"], expected, "old format with remote code")
     assert "trust_remote_code=True" in got["old/plain"]["error"]
@@ -244,8 +265,9 @@ def test_config_transformers_cannot_compute_falls_back_to_remote_code(tmp_path, 
     assert config["auto_map"] == AUTO_MAP
     inputs = inputs_for("AutoModelForMaskedLM", len(tokenizer), tmp_path / "inputs.pt")
     job = {"auto": "AutoModelForMaskedLM", "dir": str(directory), "inputs": inputs, "encoder_inputs": inputs}
-    got = run_without_package(tmp_path, {"models": {
-        "remote": {**job, "kwargs": {"trust_remote_code": True}}, "plain": job}}, refusals=True)["models"]
+    got = run_without_package(
+        tmp_path, {"models": {"remote": {**job, "kwargs": {"trust_remote_code": True}}, "plain": job}}, refusals=True
+    )["models"]
     assert got["remote"]["class"] == "BertReproForMaskedLM"
     assert_same_outputs(got["remote"]["outputs"], our_outputs(model, inputs), "remote code only")
     assert "trust_remote_code=True" in got["plain"]["error"]
@@ -273,9 +295,14 @@ def test_pretraining_recipe_output_opens_natively(tmp_path, corpus_and_tokenizer
     directories = {"final": out, "checkpoint": out / "checkpoint-2"}
     vocab = len(load_tokenizer(out))
     inputs = inputs_for("AutoModelForPreTraining", vocab, tmp_path / "inputs.pt")
-    plan = {"models": {name: {"auto": "AutoModelForPreTraining", "dir": str(d), "inputs": inputs,
-                              "encoder_inputs": inputs} for name, d in directories.items()},
-            "tokenizers": {"final": str(out)}, "fill_mask": {"final": str(out)}}
+    plan = {
+        "models": {
+            name: {"auto": "AutoModelForPreTraining", "dir": str(d), "inputs": inputs, "encoder_inputs": inputs}
+            for name, d in directories.items()
+        },
+        "tokenizers": {"final": str(out)},
+        "fill_mask": {"final": str(out)},
+    }
     got = run_without_package(tmp_path, plan)
     for name, directory in directories.items():
         loaded = got["models"][name]
@@ -295,32 +322,73 @@ def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_name
     tok = train_wordpiece(iterator=texts * 3, vocab_size=200, show_progress=False)
     start = tmp_path / "start"
     bert_repro.BertReproForPreTraining(tiny_config(vocab_size=len(tok), max_position_embeddings=512)).save_pretrained(
-        start)
+        start
+    )
     data = write(tmp_path / "data", fixture_files("mrpc"))
-    args = ["--task", "mrpc", "--data", str(data), "--learning_rates", "1e-4", "--max_steps", "2",
-            "--per_device_train_batch_size", "2", "--use_cpu", "true", "--disable_tqdm", "true",
-            "--max_seq_length", "64"]
+    args = [
+        "--task",
+        "mrpc",
+        "--data",
+        str(data),
+        "--learning_rates",
+        "1e-4",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "2",
+        "--use_cpu",
+        "true",
+        "--disable_tqdm",
+        "true",
+        "--max_seq_length",
+        "64",
+    ]
 
     # No tokenizer beside the weights and no --tokenizer: a message naming the directory, exit code 2, no traceback.
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "finetune.py"
-    refused = subprocess.run([sys.executable, str(recipe), "--model", str(start), "--output_dir",
-                              str(tmp_path / "refused"), *args], capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    refused = subprocess.run(
+        [sys.executable, str(recipe), "--model", str(start), "--output_dir", str(tmp_path / "refused"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert str(start) in refused.stderr and "tokenizer" in refused.stderr and "Traceback" not in refused.stderr
 
     save_tokenizer(tok, start)
     out = tmp_path / "out"
-    run_finetuning(["--model", str(start), "--output_dir", str(out), *args, "--unpad_inputs", "true",
-                    "--last_layer_subset", "true"])
+    run_finetuning(
+        [
+            "--model",
+            str(start),
+            "--output_dir",
+            str(out),
+            *args,
+            "--unpad_inputs",
+            "true",
+            "--last_layer_subset",
+            "true",
+        ]
+    )
     model_dir = out / "model"
     config = json.loads((model_dir / "config.json").read_text())
     assert config["model_type"] == "bert" and config["architectures"] == ["BertForSequenceClassification"]
     inputs = inputs_for("AutoModelForSequenceClassification", len(tok), tmp_path / "inputs.pt")
-    got = run_without_package(tmp_path, {
-        "models": {"model": {"auto": "AutoModelForSequenceClassification", "dir": str(model_dir), "inputs": inputs,
-                             "encoder_inputs": inputs}},
-        "tokenizers": {"model": str(model_dir)}})
+    got = run_without_package(
+        tmp_path,
+        {
+            "models": {
+                "model": {
+                    "auto": "AutoModelForSequenceClassification",
+                    "dir": str(model_dir),
+                    "inputs": inputs,
+                    "encoder_inputs": inputs,
+                }
+            },
+            "tokenizers": {"model": str(model_dir)},
+        },
+    )
     assert got["models"]["model"]["class"] == "BertForSequenceClassification"
     ours = bert_repro.BertReproForSequenceClassification.from_pretrained(model_dir)
     assert_same_outputs(got["models"]["model"]["outputs"], our_outputs(ours, inputs), "fine-tuned model")

@@ -18,8 +18,15 @@ SHIPPED = ROOT / "recipes" / "data" / "quickstart_corpus"
 
 def pretrain(*args, cwd=ROOT, env=None, timeout=600):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([sys.executable, str(ROOT / "recipes" / "pretrain.py"), *map(str, args)], cwd=cwd, env=env,
-                          check=False, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "recipes" / "pretrain.py"), *map(str, args)],
+        cwd=cwd,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_shipped_corpus_is_documented_and_text():
@@ -38,10 +45,32 @@ def test_shipped_corpus_is_documented_and_text():
 def test_quickstart_config_runs_offline_without_corpus(tmp_path):
     """The README's first command with no Hub access and no --corpus (a few steps on part of the corpus)."""
     out = tmp_path / "quickstart"
-    result = pretrain("--config", "recipes/configs/quickstart.yaml", "--output_dir", out, "--max_documents", 8,
-                      "--dupe_factor", 1, "--max_steps", 2, "--warmup_steps", 1, "--eval_steps", 2,
-                      "--save_steps", 2, "--eval_max_examples", 16, "--report_to", "none", "--plot", "false",
-                      "--disable_tqdm", "true")
+    result = pretrain(
+        "--config",
+        "recipes/configs/quickstart.yaml",
+        "--output_dir",
+        out,
+        "--max_documents",
+        8,
+        "--dupe_factor",
+        1,
+        "--max_steps",
+        2,
+        "--warmup_steps",
+        1,
+        "--eval_steps",
+        2,
+        "--save_steps",
+        2,
+        "--eval_max_examples",
+        16,
+        "--report_to",
+        "none",
+        "--plot",
+        "false",
+        "--disable_tqdm",
+        "true",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "pin_memory" not in result.stderr
     results = json.loads((out / "results.json").read_text())
@@ -133,8 +162,16 @@ def hide_package(tmp_path, name):
 @pytest.mark.slow
 def test_missing_plotting_and_tensorboard_are_skipped_with_a_warning(tmp_path, corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
-    config = write_config(tmp_path / "c.yaml", corpus, tokenizer, max_steps=2, save_steps=100, eval_fraction=0.0,
-                          plot=True, report_to="tensorboard")
+    config = write_config(
+        tmp_path / "c.yaml",
+        corpus,
+        tokenizer,
+        max_steps=2,
+        save_steps=100,
+        eval_fraction=0.0,
+        plot=True,
+        report_to="tensorboard",
+    )
     env = hide_package(tmp_path, "matplotlib")
     (tmp_path / "hidden" / "tensorboard").mkdir()
     (tmp_path / "hidden" / "tensorboard" / "__init__.py").write_text("raise ImportError('hidden')\n")
@@ -190,8 +227,9 @@ def help_defaults(parse, argv, capsys) -> dict[str, str]:
 def test_pretrain_help_shows_the_config_values(capsys):
     from bert_repro.training.pretrain import parse_arguments
 
-    shown = help_defaults(parse_arguments, ["--config", str(ROOT / "recipes/configs/quickstart.yaml"), "--help"],
-                          capsys)
+    shown = help_defaults(
+        parse_arguments, ["--config", str(ROOT / "recipes/configs/quickstart.yaml"), "--help"], capsys
+    )
     assert shown["max_steps"] == "2000" and shown["learning_rate"] == "0.001" and shown["vocab_size"] == "8192"
     assert shown["adam_epsilon"] == "1e-06"  # the paper's, under the config
     plain = help_defaults(parse_arguments, ["--help"], capsys)
@@ -242,11 +280,26 @@ def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, 
 @pytest.mark.slow
 def test_accelerate_launch_quiet_shows_the_recipes_error_alone(tmp_path):
     """The README's advice for one process: `accelerate launch -q` keeps our one-line error free of a traceback."""
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "-q", "--num_processes", "1", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "recipes" / "pretrain.py"),
-           "--corpus", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "out")]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "-q",
+        "--num_processes",
+        "1",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(ROOT / "recipes" / "pretrain.py"),
+        "--corpus",
+        str(tmp_path / "missing"),
+        "--output_dir",
+        str(tmp_path / "out"),
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 1  # accelerate's own code for a failed process in quiet mode
     assert f"pretrain.py: error: {tmp_path / 'missing'}: no such file or directory" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from helpers import tiny_config
 
-from bert_repro import BertReproConfig
+from bert_repro import BertReproConfig, BertReproForPreTraining, BertReproForSequenceClassification, BertReproModel
 from bert_repro.data.pretraining_examples import (
     IGNORE_INDEX,
     PreTrainingCollator,
@@ -38,7 +38,6 @@ from bert_repro.data.pretraining_examples import (
     pretraining_statistics,
 )
 from bert_repro.model.checkpoint_format import NotTransformersBertWarning
-from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification, BertReproModel
 from bert_repro.model.configuration_bert_repro import (
     BIDIRECTIONAL_ONLY_SWITCHES,
     PRETRAINING_OBJECTIVES,
@@ -49,8 +48,10 @@ from bert_repro.training.cli import ConfigurationError
 from bert_repro.training.pretrain import PreTrainingTrainer, metrics_from_sums, pretraining_sums
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = ("the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
-         "mountain old new green tree bird sang loud quiet night day").split()
+WORDS = (
+    "the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
+    "mountain old new green tree bird sang loud quiet night day"
+).split()
 IMPLEMENTATIONS = ("eager", "sdpa")
 
 
@@ -160,7 +161,8 @@ def test_ltr_checkpoint_stays_causal_in_a_fine_tuning_head(tmp_path, implementat
     assert saved["model_type"] == "bert_repro" and saved["objective"] == "ltr"
 
     classifier = BertReproForSequenceClassification.from_pretrained(
-        tmp_path, num_labels=2, attn_implementation=implementation).eval()
+        tmp_path, num_labels=2, attn_implementation=implementation
+    ).eval()
     assert classifier.config.pretraining_objective.causal
     with torch.no_grad():
         assert_causal(lambda ids, mask: classifier.bert(ids, mask).last_hidden_state)
@@ -173,7 +175,8 @@ def test_ltr_checkpoint_stays_causal_in_a_fine_tuning_head(tmp_path, implementat
     from transformers import AutoModelForSequenceClassification
 
     remote = AutoModelForSequenceClassification.from_pretrained(
-        tmp_path, num_labels=2, trust_remote_code=True, attn_implementation=implementation).eval()
+        tmp_path, num_labels=2, trust_remote_code=True, attn_implementation=implementation
+    ).eval()
     remote.load_state_dict(classifier.state_dict())
     with torch.no_grad():
         assert_causal(lambda ids, mask: remote.bert(ids, mask).last_hidden_state)
@@ -193,8 +196,9 @@ def test_mlm_checkpoint_is_plain_transformers_bert(tmp_path):
     assert type(theirs).__name__ == "BertForPreTraining"
     ids, _, mask = batch_with_changed_tail()
     with torch.no_grad():
-        assert (theirs(ids, attention_mask=mask).prediction_logits
-                - model(ids, mask).prediction_logits).abs().max() < 1e-5
+        assert (
+            theirs(ids, attention_mask=mask).prediction_logits - model(ids, mask).prediction_logits
+        ).abs().max() < 1e-5
     assert BertReproForPreTraining.from_pretrained(tmp_path).config.objective == "mlm"
 
 
@@ -203,8 +207,9 @@ def test_mlm_checkpoint_is_plain_transformers_bert(tmp_path):
 def test_speed_switches_a_causal_model_allows_keep_it_causal(switch, implementation):
     """In training mode (where these switches act): the same seed draws the same dropout masks for both inputs."""
     torch.manual_seed(0)
-    model = BertReproForPreTraining._from_config(tiny_config(objective="ltr", **{switch: True}),
-                                                 attn_implementation=implementation).train()
+    model = BertReproForPreTraining._from_config(
+        tiny_config(objective="ltr", **{switch: True}), attn_implementation=implementation
+    ).train()
 
     def encode(ids, mask):
         torch.manual_seed(1)
@@ -269,8 +274,9 @@ def test_no_nsp_examples_are_one_contiguous_segment(objective):
 def test_bert_examples_are_unchanged_pairs():
     config = PreTrainingDataConfig(max_seq_length=16, short_seq_prob=0.0)
     instances = create_instances_from_document(DOCUMENTS, 0, VOCAB, random.Random(3), config)
-    assert all(i.tokens.count("[SEP]") == 2 and 1 in i.segment_ids and i.is_random_next in (True, False)
-               for i in instances)
+    assert all(
+        i.tokens.count("[SEP]") == 2 and 1 in i.segment_ids and i.is_random_next in (True, False) for i in instances
+    )
 
 
 @pytest.fixture(scope="module")
@@ -278,8 +284,9 @@ def tokenizer():
     from bert_repro.data.wordpiece import train_wordpiece
 
     rng = random.Random(0)
-    texts = [" ".join(" ".join(rng.choice(WORDS) for _ in range(8)).capitalize() + "." for _ in range(12))
-             for _ in range(6)]
+    texts = [
+        " ".join(" ".join(rng.choice(WORDS) for _ in range(8)).capitalize() + "." for _ in range(12)) for _ in range(6)
+    ]
     return train_wordpiece(iterator=texts, vocab_size=120, show_progress=False), texts
 
 
@@ -343,7 +350,8 @@ def test_ltr_loss_is_next_token_cross_entropy(tokenizer):
     weights = BertReproForPreTraining(tiny_config(objective="ltr", vocab_size=len(tokenizer[0]))).state_dict()
     for sparse in (False, True):  # the MLM decoder at every position, or only where a label is
         model = BertReproForPreTraining(
-            tiny_config(objective="ltr", vocab_size=len(tokenizer[0]), sparse_prediction=sparse)).eval()
+            tiny_config(objective="ltr", vocab_size=len(tokenizer[0]), sparse_prediction=sparse)
+        ).eval()
         model.load_state_dict(weights)
         with torch.no_grad():
             out = model(**batch)
@@ -352,8 +360,9 @@ def test_ltr_loss_is_next_token_cross_entropy(tokenizer):
             predicting = real[:, :-1] & real[:, 1:]  # positions i whose token i + 1 is real
             by_hand = F.cross_entropy(dense[:, :-1][predicting], batch["input_ids"][:, 1:][predicting])
         assert torch.allclose(out.loss, by_hand, atol=1e-5), sparse
-    sums = pretraining_sums(out.prediction_logits, out.seq_relationship_logits, batch["labels"], None,
-                            batch["masked_positions"])
+    sums = pretraining_sums(
+        out.prediction_logits, out.seq_relationship_logits, batch["labels"], None, batch["masked_positions"]
+    )
     assert set(metrics_from_sums(sums, "", model.config.pretraining_objective)) == {"lm_loss", "lm_accuracy"}
 
 
@@ -364,13 +373,32 @@ def test_ltr_loss_is_next_token_cross_entropy(tokenizer):
 
 def pretraining_argv(corpus, tokenizer_dir, output_dir, objective, **overrides):
     values = {
-        "corpus": str(corpus), "document_boundary": "file", "tokenizer": str(tokenizer_dir), "preset": "tiny",
+        "corpus": str(corpus),
+        "document_boundary": "file",
+        "tokenizer": str(tokenizer_dir),
+        "preset": "tiny",
         "model_overrides": json.dumps({"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}),
-        "objective": objective, "max_seq_length": 32, "max_predictions_per_seq": 5, "dupe_factor": 1,
-        "phase2_fraction": 0, "global_batch_size": 8, "per_device_train_batch_size": 8, "max_steps": 6,
-        "warmup_steps": 1, "learning_rate": 0.002, "logging_steps": 1, "save_steps": 100, "eval_steps": 3,
-        "eval_fraction": 0.2, "use_cpu": True, "report_to": "none", "disable_tqdm": True, "num_proc": 1,
-        "plot": False, "output_dir": str(output_dir), **overrides,
+        "objective": objective,
+        "max_seq_length": 32,
+        "max_predictions_per_seq": 5,
+        "dupe_factor": 1,
+        "phase2_fraction": 0,
+        "global_batch_size": 8,
+        "per_device_train_batch_size": 8,
+        "max_steps": 6,
+        "warmup_steps": 1,
+        "learning_rate": 0.002,
+        "logging_steps": 1,
+        "save_steps": 100,
+        "eval_steps": 3,
+        "eval_fraction": 0.2,
+        "use_cpu": True,
+        "report_to": "none",
+        "disable_tqdm": True,
+        "num_proc": 1,
+        "plot": False,
+        "output_dir": str(output_dir),
+        **overrides,
     }
     return [arg for key, value in values.items() for arg in (f"--{key}", str(value))]
 
@@ -383,8 +411,9 @@ def corpus(tmp_path_factory, tokenizer):
     (root / "text").mkdir()
     rng = random.Random(1)
     for d in range(8):
-        sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 10))).capitalize() + "."
-                     for _ in range(30)]
+        sentences = [
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 10))).capitalize() + "." for _ in range(30)
+        ]
         (root / "text" / f"doc{d}.txt").write_text(" ".join(sentences))
     save_tokenizer(tokenizer[0], root / "tokenizer")
     return root / "text", root / "tokenizer"
@@ -404,11 +433,14 @@ def test_pretraining_model_trains_the_nsp_head_only_with_nsp(tmp_path, corpus, o
     assert len(heads) == 4 and frozen == (set() if objective == "mlm_nsp" else heads)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--packing", "true"], "--packing true cannot be used with --objective ltr"),
-    (["--unpad_inputs", "true"], "unpad_inputs cannot be used with objective='ltr'"),
-    (["--model_overrides", '{"objective": "mlm"}'], "with --objective"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--packing", "true"], "--packing true cannot be used with --objective ltr"),
+        (["--unpad_inputs", "true"], "unpad_inputs cannot be used with objective='ltr'"),
+        (["--model_overrides", '{"objective": "mlm"}'], "with --objective"),
+    ],
+)
 def test_pretraining_recipe_refuses_settings_the_objective_rules_out(tmp_path, corpus, argv, message):
     from bert_repro.training.pretrain import run_pretraining
 
@@ -419,8 +451,12 @@ def test_pretraining_recipe_refuses_settings_the_objective_rules_out(tmp_path, c
 
 
 def test_pretraining_recipe_rejects_an_unknown_objective(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--objective", "gpt",
-                             "--output_dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--objective", "gpt", "--output_dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "invalid choice: 'gpt'" in result.stderr and "mlm_nsp" in result.stderr
 
@@ -455,9 +491,23 @@ def test_pretraining_end_to_end_with_each_objective(tmp_path, corpus, objective)
         with torch.no_grad():
             assert_causal(lambda ids, mask: classifier.bert(ids, mask).last_hidden_state)
         result = subprocess.run(
-            [sys.executable, str(ROOT / "recipes" / "finetune.py"), "--task", "sst2", "--model", str(out),
-             "--objective", "mlm_nsp", "--output_dir", str(tmp_path / "ft")],
-            capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            [
+                sys.executable,
+                str(ROOT / "recipes" / "finetune.py"),
+                "--task",
+                "sst2",
+                "--model",
+                str(out),
+                "--objective",
+                "mlm_nsp",
+                "--output_dir",
+                str(tmp_path / "ft"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
         assert "objective='ltr'" in result.stderr and "bidirectional" in result.stderr
         assert not (tmp_path / "ft").exists()

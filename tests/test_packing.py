@@ -42,8 +42,13 @@ def tokenizer():
 def build_rows(tokenizer, **config_fields):
     """Pre-training examples of the pseudo corpus, as the recipe builds them (short_seq_prob raised for variety)."""
     config = PreTrainingDataConfig(
-        **{"max_seq_length": MAX_LEN, "max_predictions_per_seq": 20, "dupe_factor": 2, "short_seq_prob": 0.5,
-           **config_fields}
+        **{
+            "max_seq_length": MAX_LEN,
+            "max_predictions_per_seq": 20,
+            "dupe_factor": 2,
+            "short_seq_prob": 0.5,
+            **config_fields,
+        }
     )
     ds = create_pretraining_dataset(datasets.Dataset.from_dict({"text": pseudo_text(30)}), tokenizer, config)
     return config, ds.to_list()
@@ -57,8 +62,9 @@ def examples_of(batch: dict[str, torch.Tensor]) -> list[dict[str, list[int]]]:
         starts = ((batch["position_ids"][r] == 0) & real).nonzero().flatten().tolist()
         ends = starts[1:] + [int(real.sum())]
         for s, e in zip(starts, ends, strict=True):
-            out.append({k: batch[k][r, s:e].tolist() for k in ("input_ids", "token_type_ids", "labels",
-                                                                "position_ids")})
+            out.append(
+                {k: batch[k][r, s:e].tolist() for k in ("input_ids", "token_type_ids", "labels", "position_ids")}
+            )
     return out
 
 
@@ -179,15 +185,23 @@ SWITCHES = {  # speed switches that read the packed examples themselves
 def packed_and_unpacked(tokenizer, count: int = 24):
     config, rows = build_rows(tokenizer)
     rows = rows[:count]
-    return rows, PackingCollator.from_config(tokenizer, config)(rows), PreTrainingCollator.from_config(tokenizer,
-                                                                                                        config)(rows)
+    return (
+        rows,
+        PackingCollator.from_config(tokenizer, config)(rows),
+        PreTrainingCollator.from_config(tokenizer, config)(rows),
+    )
 
 
 def tiny_model(tokenizer, attn: str, **switches):
     from bert_repro import BertReproForPreTraining
 
-    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=MAX_LEN, hidden_dropout_prob=0.0,
-                         attention_probs_dropout_prob=0.0, **switches)
+    config = tiny_config(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=MAX_LEN,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        **switches,
+    )
     torch.manual_seed(0)
     return BertReproForPreTraining._from_config(config, attn_implementation=attn)
 
@@ -230,7 +244,7 @@ def test_no_attention_across_examples(tokenizer):
     with torch.no_grad():
         before = model.bert(**{k: v for k, v in packed.items() if k not in ("labels", "next_sentence_label")})
         after = model.bert(**changed)
-    others = (example_ids[row] >= 2)
+    others = example_ids[row] >= 2
     assert torch.equal(before.last_hidden_state[row, others], after.last_hidden_state[row, others])
     assert not torch.allclose(before.last_hidden_state[row, victim], after.last_hidden_state[row, victim])
     # The pooled [CLS] of each example: only the changed example's moves.
@@ -240,8 +254,20 @@ def test_no_attention_across_examples(tokenizer):
     assert moved.nonzero().flatten().tolist() == [first]
 
 
-def reference_flash_varlen(module, query, key, value, attention_mask, scaling=None, dropout=0.0, cu_seq_lens_q=None,
-                           cu_seq_lens_k=None, max_length_q=None, max_length_k=None, **kwargs):
+def reference_flash_varlen(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    cu_seq_lens_q=None,
+    cu_seq_lens_k=None,
+    max_length_q=None,
+    max_length_k=None,
+    **kwargs,
+):
     """What transformers' flash-attention path computes when given cu_seq_lens (no mask): the (batch, heads, seq,
     head_size) inputs flattened to one sequence of batch * seq positions, attention within each [start, end) of
     cu_seq_lens, one SDPA call per sequence; output (batch, seq, heads, head_size)."""
@@ -250,8 +276,10 @@ def reference_flash_varlen(module, query, key, value, attention_mask, scaling=No
     batch, heads, seq, size = query.shape
     q, k, v = (x.transpose(1, 2).reshape(batch * seq, heads, size).transpose(0, 1) for x in (query, key, value))
     bounds = cu_seq_lens_q.tolist()
-    parts = [torch.nn.functional.scaled_dot_product_attention(q[:, s:e], k[:, s:e], v[:, s:e], scale=scaling)
-             for s, e in pairwise(bounds)]
+    parts = [
+        torch.nn.functional.scaled_dot_product_attention(q[:, s:e], k[:, s:e], v[:, s:e], scale=scaling)
+        for s, e in pairwise(bounds)
+    ]
     return torch.cat(parts, dim=1).transpose(0, 1).reshape(batch, seq, heads, size), None
 
 
@@ -267,8 +295,11 @@ def test_attention_kernel_choice(tokenizer):
     sequences = PackedSequences.from_inputs(packed["position_ids"], packed["attention_mask"])
     model = tiny_model(tokenizer, "sdpa").eval()
     mask, extra = attention_inputs(model.config, None, packed["attention_mask"], sequences)
-    assert extra == {} and mask.dtype == torch.bool and mask.shape == (len(packed["input_ids"]), 1,
-                                                                       *packed["input_ids"].shape[1:] * 2)
+    assert (
+        extra == {}
+        and mask.dtype == torch.bool
+        and mask.shape == (len(packed["input_ids"]), 1, *packed["input_ids"].shape[1:] * 2)
+    )
     ids = sequences.example_ids
     assert torch.equal(mask[:, 0], ids[:, :, None] == ids[:, None, :])
     # Not packed: position_ids absent or counting up in every row.
@@ -321,8 +352,9 @@ def test_recipe_with_packing_trains_as_without(tmp_path, corpus_and_tokenizer):
     import json
 
     corpus, tokenizer = corpus_and_tokenizer
-    config = write_config(tmp_path / "run.yaml", corpus, tokenizer, max_steps=4, save_steps=100, eval_steps=100,
-                          short_seq_prob=0.5)
+    config = write_config(
+        tmp_path / "run.yaml", corpus, tokenizer, max_steps=4, save_steps=100, eval_steps=100, short_seq_prob=0.5
+    )
     histories = {}
     for packing in ("false", "true"):
         out = tmp_path / f"packing_{packing}"

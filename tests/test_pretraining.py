@@ -27,8 +27,17 @@ from bert_repro.training.pretrain import (
 
 def test_defaults_yaml_and_command_line_precedence(tmp_path):
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"corpus": ["x"], "learning_rate": 5e-4, "max_steps": 50, "preset": "tiny",
-                                      "model_overrides": {"hidden_dropout_prob": 0.0}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "corpus": ["x"],
+                "learning_rate": 5e-4,
+                "max_steps": 50,
+                "preset": "tiny",
+                "model_overrides": {"hidden_dropout_prob": 0.0},
+            }
+        )
+    )
     run, data, training = parse_arguments(["--config", str(config), "--max_steps", "70", "--output_dir", "o"])
     assert training.learning_rate == 5e-4  # YAML over the paper default
     assert training.max_steps == 70  # command line over YAML
@@ -53,7 +62,7 @@ def test_phased_sampler_order_and_reproducibility():
     assert len(order) == 31 == len(PhasedSampler(sizes, samples, seed=3))
     assert all(i < 10 for i in order[:25]) and all(10 <= i < 14 for i in order[25:])
     for start in (0, 10):  # every full pass over phase 1 is a permutation
-        assert sorted(order[start:start + 10]) == list(range(10))
+        assert sorted(order[start : start + 10]) == list(range(10))
     assert order == list(PhasedSampler(sizes, samples, seed=3))
     assert order != list(PhasedSampler(sizes, samples, seed=4))
     assert phase_steps(1000, 0.1, 2) == [900, 100] and phase_steps(1000, 0.1, 1) == [1000]
@@ -114,9 +123,15 @@ def pretraining_rows(n=16, seq=16, vocab=99):
         labels = torch.full((seq,), -100)
         positions = torch.randperm(length - 2, generator=g)[: 1 + i % 5] + 1
         labels[positions] = input_ids[positions]
-        rows.append({"input_ids": input_ids, "attention_mask": (torch.arange(seq) < length).long(),
-                     "token_type_ids": torch.zeros(seq, dtype=torch.long), "labels": labels,
-                     "next_sentence_label": torch.tensor(i % 2)})
+        rows.append(
+            {
+                "input_ids": input_ids,
+                "attention_mask": (torch.arange(seq) < length).long(),
+                "token_type_ids": torch.zeros(seq, dtype=torch.long),
+                "labels": labels,
+                "next_sentence_label": torch.tensor(i % 2),
+            }
+        )
     return rows
 
 
@@ -129,10 +144,22 @@ def one_update(tmp_path, per_device, accumulation):
     model = BertReproForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
     args = TrainingArguments(
-        output_dir=str(tmp_path / f"r{per_device}x{accumulation}"), per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=accumulation, max_steps=1, learning_rate=1.0, optim="sgd",
-        lr_scheduler_type="constant", max_grad_norm=0.0, weight_decay=0.0, use_cpu=True, report_to="none",
-        save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, remove_unused_columns=False,
+        output_dir=str(tmp_path / f"r{per_device}x{accumulation}"),
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation,
+        max_steps=1,
+        learning_rate=1.0,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,
+        weight_decay=0.0,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        remove_unused_columns=False,
     )
     PreTrainingTrainer(model=model, args=args, train_dataset=pretraining_rows()).train()
     return {k: before[k] - v.detach() for k, v in model.named_parameters()}
@@ -162,16 +189,24 @@ def test_repeating_the_data_more_than_the_paper_is_warned_about():
     # the paper's 4 showings of each masked example: no warning; budget 2's 12,000 x 32 (4.96): one
     assert repetition_warnings(stats, [9_000], 32, [static]) == []
     (warning,) = repetition_warnings(stats, [12_000], 32, [static])
-    assert warning.startswith("phase1: 12,000 steps of 32 show each of its 77,422 examples 5.0 times with the same "
-                              "masks") and "--static_masking false" in warning
+    assert (
+        warning.startswith("phase1: 12,000 steps of 32 show each of its 77,422 examples 5.0 times with the same masks")
+        and "--static_masking false" in warning
+    )
     # fresh masks per batch: only passes over the text count (3 maskings' worth of text per showing; paper 40)
     dynamic = PreTrainingDataConfig(max_seq_length=64, dupe_factor=3, static_masking=False)
     assert repetition_warnings(stats, [12_000], 32, [dynamic]) == []
     (warning,) = repetition_warnings(stats, [40_000], 32, [dynamic])
     assert "pass over its text about 50 times (the paper: 40)" in warning
     # each phase on its own; a phase without examples (streaming statistics) is not judged
-    assert len(repetition_warnings({"phase1": {"examples": 77_422}, "phase2": {"examples": 10}}, [100, 10], 32,
-                                   [static, static])) == 1
+    assert (
+        len(
+            repetition_warnings(
+                {"phase1": {"examples": 77_422}, "phase2": {"examples": 10}}, [100, 10], 32, [static, static]
+            )
+        )
+        == 1
+    )
     assert repetition_warnings({}, [12_000], 32, [static]) == []
 
 
@@ -190,8 +225,9 @@ def test_pretrain_end_to_end_and_resume(tmp_path, corpus_and_tokenizer):
     from transformers import AutoModelForPreTraining
 
     corpus, tokenizer = corpus_and_tokenizer
-    config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer, max_steps=24, save_steps=12, eval_steps=12,
-                          plot=True)
+    config = write_config(
+        tmp_path / "tiny.yaml", corpus, tokenizer, max_steps=24, save_steps=12, eval_steps=12, plot=True
+    )
     full = tmp_path / "full"
     launch(config, full)
 
@@ -227,10 +263,12 @@ def test_pretrain_end_to_end_and_resume(tmp_path, corpus_and_tokenizer):
 @pytest.mark.slow
 def test_two_ddp_processes_match_one_process(tmp_path, corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
-    single = write_config(tmp_path / "single.yaml", corpus, tokenizer, per_device_train_batch_size=8,
-                          eval_fraction=0.0, save_steps=100)
-    double = write_config(tmp_path / "double.yaml", corpus, tokenizer, per_device_train_batch_size=4,
-                          eval_fraction=0.0, save_steps=100)
+    single = write_config(
+        tmp_path / "single.yaml", corpus, tokenizer, per_device_train_batch_size=8, eval_fraction=0.0, save_steps=100
+    )
+    double = write_config(
+        tmp_path / "double.yaml", corpus, tokenizer, per_device_train_batch_size=4, eval_fraction=0.0, save_steps=100
+    )
     launch(single, tmp_path / "one")
     launch(double, tmp_path / "two", processes=2)
     one = json.loads((tmp_path / "one" / "results.json").read_text())
@@ -261,10 +299,24 @@ def test_no_hub_and_no_local_text_stops_fast_with_advice(tmp_path):
 
     start = time.time()
     result = subprocess.run(
-        [sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--config",
-         str(ROOT / "recipes" / "configs" / "quickstart.yaml"), "--output_dir", str(tmp_path / "out"),
-         "--corpus", "Salesforce/wikitext", "--hub_config", "wikitext-2-raw-v1", "--document_boundary", "wikitext"],
-        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(ROOT / "recipes" / "pretrain.py"),
+            "--config",
+            str(ROOT / "recipes" / "configs" / "quickstart.yaml"),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--corpus",
+            "Salesforce/wikitext",
+            "--hub_config",
+            "wikitext-2-raw-v1",
+            "--document_boundary",
+            "wikitext",
+        ],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert "Salesforce/wikitext" in result.stderr and "Pass local text instead" in result.stderr
@@ -274,7 +326,8 @@ def test_no_hub_and_no_local_text_stops_fast_with_advice(tmp_path):
 
 @pytest.mark.slow
 def test_bad_corpus_inputs(tmp_path, corpus_and_tokenizer):
-    """Empty file, binary junk, a 100,000-character line and a one-sentence document: skipped or handled, not a crash."""
+    """Empty file, binary junk, a 100,000-character line and a one-sentence document: skipped or handled, not a
+    crash."""
     corpus, tokenizer = corpus_and_tokenizer
     messy = first_documents(corpus, tmp_path / "messy", 6)
     (messy / "empty.txt").write_text("")
@@ -302,10 +355,18 @@ def test_bad_corpus_inputs(tmp_path, corpus_and_tokenizer):
 def test_dynamic_whole_word_masking_with_lamb(tmp_path, corpus_and_tokenizer):
     """The options: RoBERTa's dynamic masking, whole-word masking, NVIDIA's LAMB, a 30% mask rate."""
     corpus, tokenizer = corpus_and_tokenizer
-    config = write_config(tmp_path / "options.yaml", corpus, tokenizer, static_masking=False,
-                          do_whole_word_mask=True, optimizer="lamb", masked_lm_prob=0.3, max_predictions_per_seq=10,
-                          max_steps=4,
-                          save_steps=100)
+    config = write_config(
+        tmp_path / "options.yaml",
+        corpus,
+        tokenizer,
+        static_masking=False,
+        do_whole_word_mask=True,
+        optimizer="lamb",
+        masked_lm_prob=0.3,
+        max_predictions_per_seq=10,
+        max_steps=4,
+        save_steps=100,
+    )
     launch(config, tmp_path / "out")
     stats = json.loads((tmp_path / "out" / "data_statistics.json").read_text())
     assert "masked" not in stats["phase1"]  # nothing stored: masks are drawn per batch

@@ -11,31 +11,32 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import time  # noqa: E402
+import hashlib
+import json
+import math
+import random
+import re
+import time
 
-import datasets  # noqa: E402
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import datasets
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
 from helpers import SPECIALS, pseudo_text, wordpiece_tokenizer
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers  # noqa: E402
-from transformers import BertTokenizer, HfArgumentParser  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+from transformers import BertTokenizer, HfArgumentParser
 
-from bert_repro.data.pretraining_examples import (  # noqa: E402
+from bert_repro.data.pretraining_examples import (
     IGNORE_INDEX,
     NOT_NEXT,
     PreTrainingCollator,
     PreTrainingDataConfig,
     TrainingInstance,
     WordPieceVocab,
+    _balanced_order,
     create_instances_from_document,
     create_masked_lm_predictions,
     create_pretraining_dataset,
@@ -47,8 +48,7 @@ from bert_repro.data.pretraining_examples import (  # noqa: E402
     tokenize_documents,
     truncate_seq_pair,
 )
-from bert_repro.data.pretraining_examples import _balanced_order  # noqa: E402
-from bert_repro.data.sentences import looks_like_binary, split_sentences  # noqa: E402
+from bert_repro.data.sentences import looks_like_binary, split_sentences
 
 # Integer corpora: ids 0-4 are special (as in a freshly trained vocabulary), corpus tokens start at 1000.
 INT_VOCAB = WordPieceVocab(cls_token=2, sep_token=3, mask_token=4, vocab_words=range(50_000), pad_token=0)
@@ -119,9 +119,7 @@ def num_to_predict(length: int, masked_lm_prob: float, max_predictions_per_seq: 
 def assert_share(count: int, total: int, p: float, what: str) -> None:
     """``count`` out of ``total`` is within five binomial standard deviations of ``p``."""
     sigma = math.sqrt(p * (1 - p) / total)
-    assert abs(count / total - p) <= FIVE_SIGMA * sigma, (
-        f"{what}: {count}/{total} = {count / total:.4f}, want {p}"
-    )
+    assert abs(count / total - p) <= FIVE_SIGMA * sigma, f"{what}: {count}/{total} = {count / total:.4f}, want {p}"
 
 
 class ScriptedRandom:
@@ -364,9 +362,7 @@ def test_whole_word_groups_and_budget_follow_the_reference():
     tokens = ["[CLS]", "un", "##believ", "##able", "story", "[SEP]", "##s", "end", "[SEP]"]
     vocab = WordPieceVocab.from_vocab_words(SPECIALS + ["un", "##believ", "##able", "story", "##s", "end"])
     rng = ScriptedRandom([0.1] * 4)
-    out, positions, labels = create_masked_lm_predictions(
-        tokens, 0.5, 20, vocab, rng, do_whole_word_mask=True
-    )
+    out, positions, labels = create_masked_lm_predictions(tokens, 0.5, 20, vocab, rng, do_whole_word_mask=True)
     # Groups [1, 2, 3], [4, 6] (a ## piece after [SEP] joins the word before it, as in the reference), [7];
     # budget round(9 * 0.5) = 4: the first group (3) is taken, the second (2 more) skipped, the third taken.
     assert rng.calls == [("shuffle", 3)] + [("random",)] * 4
@@ -512,9 +508,7 @@ def test_same_seed_same_instances_and_one_sentence_documents_kept():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "masked_lm_prob,max_pred,p_mask,p_random", [(0.15, 20, 0.8, 0.1), (0.3, 40, 0.5, 0.3)]
-)
+@pytest.mark.parametrize("masked_lm_prob,max_pred,p_mask,p_random", [(0.15, 20, 0.8, 0.1), (0.3, 40, 0.5, 0.3)])
 def test_masked_share_and_replacement_split(masked_lm_prob, max_pred, p_mask, p_random):
     rng = random.Random(11)
     corpus = int_corpus([[rng.randint(3, 30) for _ in range(rng.randint(2, 25))] for _ in range(150)])
@@ -527,9 +521,7 @@ def test_masked_share_and_replacement_split(masked_lm_prob, max_pred, p_mask, p_
         random_replace_prob=p_random,
     )
     instances = create_training_instances(corpus, INT_VOCAB, config, random.Random(5))
-    check_instances(
-        instances, corpus, config
-    )  # exact count per instance: min(max_pred, max(1, round(len * p)))
+    check_instances(instances, corpus, config)  # exact count per instance: min(max_pred, max(1, round(len * p)))
     shown = [
         (inst.tokens[p], label)
         for inst in instances
@@ -579,9 +571,7 @@ def test_whole_word_masking_never_splits_a_word(pseudo_corpus, trained_tokenizer
     vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
     docs = tokenize_documents(datasets.Dataset.from_dict({"text": pseudo_corpus}), trained_tokenizer)
     corpus = [d for d in docs["sentences"] if d]
-    wwm = PreTrainingDataConfig(
-        max_seq_length=64, max_predictions_per_seq=10, dupe_factor=4, do_whole_word_mask=True
-    )
+    wwm = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=4, do_whole_word_mask=True)
     instances = create_training_instances(corpus, vocab, wwm)
     partly, wholly = split_words(instances, vocab)
     assert partly == 0 and wholly > 200
@@ -635,10 +625,7 @@ def test_pipeline_pairs_trace_back_to_the_text(unique_words):
 
 def test_document_streams_are_distinct_and_pinned():
     draws = {
-        (seed, doc, r): document_rng(seed, doc, r).random()
-        for seed in (0, 1)
-        for doc in range(20)
-        for r in range(3)
+        (seed, doc, r): document_rng(seed, doc, r).random() for seed in (0, 1) for doc in range(20) for r in range(3)
     }
     assert len(set(draws.values())) == len(draws)
     # The derivation is part of the data format: the same seed must give the same bytes in later versions.
@@ -733,9 +720,7 @@ def test_balanced_sharding_gives_the_same_data_for_any_num_proc(trained_tokenize
     assert table_digest(docs[1]) == table_digest(docs[2]) and docs[1]._fingerprint == docs[2]._fingerprint
     assert _balanced_order(np.array(docs[1]["num_tokens"]), 2) is not None
     for shuffle in (True, False):
-        built = [
-            create_pretraining_instances(docs[n], vocab, config, num_proc=n, shuffle=shuffle) for n in (1, 2)
-        ]
+        built = [create_pretraining_instances(docs[n], vocab, config, num_proc=n, shuffle=shuffle) for n in (1, 2)]
         assert len(built[0]) > 300 and "document" not in built[1].column_names
         assert table_digest(built[0]) == table_digest(built[1])
         assert built[0]._fingerprint == built[1]._fingerprint
@@ -803,17 +788,13 @@ def test_statistics(pseudo_corpus, trained_tokenizer):
     ds = create_pretraining_instances(docs, WordPieceVocab.from_tokenizer(trained_tokenizer), config)
     stats = pretraining_statistics(ds, docs, mask_token_id=trained_tokenizer.mask_token_id)
     json.dumps(stats)
-    assert (
-        pretraining_statistics(ds, docs, mask_token_id=trained_tokenizer.mask_token_id, batch_size=7) == stats
-    )
+    assert pretraining_statistics(ds, docs, mask_token_id=trained_tokenizer.mask_token_id, batch_size=7) == stats
     rows = ds.to_list()
     assert stats["examples"] == len(rows)
     assert stats["tokens"] == sum(len(r["input_ids"]) for r in rows)
     assert stats["masked"] == sum(len(r["masked_lm_positions"]) for r in rows)
     assert stats["masked_share"] == pytest.approx(stats["masked"] / stats["tokens"])
-    assert stats["is_next_share"] == pytest.approx(
-        sum(r["next_sentence_label"] == 0 for r in rows) / len(rows)
-    )
+    assert stats["is_next_share"] == pytest.approx(sum(r["next_sentence_label"] == 0 for r in rows) / len(rows))
     assert sum(stats["length_histogram"].values()) == len(rows)
     assert sum(stats["masked_split"].values()) == pytest.approx(1.0)
     assert stats["masked_split"]["mask"] == pytest.approx(0.8, abs=0.05)
@@ -834,9 +815,7 @@ def test_statistics(pseudo_corpus, trained_tokenizer):
 
 def test_collator_static_masks(pseudo_corpus, trained_tokenizer):
     config = PreTrainingDataConfig(max_seq_length=48, max_predictions_per_seq=8, dupe_factor=1)
-    ds = create_pretraining_dataset(
-        datasets.Dataset.from_dict({"text": pseudo_corpus}), trained_tokenizer, config
-    )
+    ds = create_pretraining_dataset(datasets.Dataset.from_dict({"text": pseudo_corpus}), trained_tokenizer, config)
     rows = ds.select(range(16)).to_list()
     batch = PreTrainingCollator.from_config(trained_tokenizer, config, pad_to_multiple_of=8)(rows)
     width = batch["input_ids"].shape[1]
@@ -875,9 +854,7 @@ def test_mask_batch_on_padded_tensors():
     assert [len(r) for r in masked] == [8, 5]
     for row, (positions, labels) in zip(ids.tolist(), targets, strict=True):
         assert len(positions) == num_to_predict(len([t for t in row if t]), 0.15, 20)
-        assert all(
-            row[p] == label and label not in (0, 2, 3) for p, label in zip(positions, labels, strict=True)
-        )
+        assert all(row[p] == label and label not in (0, 2, 3) for p, label in zip(positions, labels, strict=True))
     again = mask_batch(ids, INT_VOCAB, random.Random(0), attention_mask=attention_mask)
     assert again == (masked, targets)
 
@@ -886,9 +863,7 @@ def test_collator_dynamic_masks(pseudo_corpus, trained_tokenizer):
     config = PreTrainingDataConfig(
         max_seq_length=64, dupe_factor=2, static_masking=False, masked_lm_prob=0.3, max_predictions_per_seq=40
     )
-    ds = create_pretraining_dataset(
-        datasets.Dataset.from_dict({"text": pseudo_corpus}), trained_tokenizer, config
-    )
+    ds = create_pretraining_dataset(datasets.Dataset.from_dict({"text": pseudo_corpus}), trained_tokenizer, config)
     assert "masked_lm_positions" not in ds.column_names
     rows = ds.to_list()
     collator = PreTrainingCollator.from_config(trained_tokenizer, config)

@@ -33,8 +33,7 @@ def sst2_data(directory: Path, label: str = "1") -> Path:
     return directory
 
 
-def assert_user_error(result: subprocess.CompletedProcess, *fragments: str, recipe: str = "finetune.py"
-                      ) -> None:
+def assert_user_error(result: subprocess.CompletedProcess, *fragments: str, recipe: str = "finetune.py") -> None:
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert f"{recipe}: error:" in result.stderr
@@ -63,8 +62,9 @@ def test_output_dir_below_a_file_is_one_message(tmp_path):
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="bf16 is allowed where CUDA is")
 def test_bf16_without_a_gpu_is_one_message(tmp_path):
     # TrainingArguments' own check (raised while the command line is parsed) reaches the user as our one line.
-    result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(tmp_path / "out"),
-                      "--bf16", "true")
+    result = finetune(
+        "--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(tmp_path / "out"), "--bf16", "true"
+    )
     assert_user_error(result, "bf16")
 
 
@@ -103,18 +103,30 @@ def test_read_only_output_dir_is_one_message(tmp_path, unwritable_dir):
     assert "Permission denied" in result.stderr or "Operation not permitted" in result.stderr
 
 
-@pytest.mark.parametrize("overrides,fragment", [
-    ('{"num_attention_heads": 0}', "num_attention_heads must be a positive integer, got 0"),
-    ('{"vocab_size": "abc"}', "vocab_size must be a positive integer, got 'abc'"),
-    ("{hidden_size: 3}", "--model_overrides is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "overrides,fragment",
+    [
+        ('{"num_attention_heads": 0}', "num_attention_heads must be a positive integer, got 0"),
+        ('{"vocab_size": "abc"}', "vocab_size must be a positive integer, got 'abc'"),
+        ("{hidden_size: 3}", "--model_overrides is not valid JSON"),
+    ],
+)
 def test_pretraining_with_an_invalid_model_config_is_one_message(tmp_path, overrides, fragment):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("One sentence here. Another one there.\n\nA second document. It ends.\n", encoding="utf-8")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    command = [sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--config",
-               str(ROOT / "recipes" / "configs" / "quickstart.yaml"), "--corpus", str(corpus),
-               "--output_dir", str(tmp_path / "out"), "--model_overrides", overrides]
+    command = [
+        sys.executable,
+        str(ROOT / "recipes" / "pretrain.py"),
+        "--config",
+        str(ROOT / "recipes" / "configs" / "quickstart.yaml"),
+        "--corpus",
+        str(corpus),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--model_overrides",
+        overrides,
+    ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -142,8 +154,11 @@ def test_pickle_only_model_is_refused_before_anything_runs(tmp_path):
     damage_model_dir(model, "pickle")
     out = tmp_path / "out"
     result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(out), model=str(model))
-    assert_user_error(result, f"{model} holds its weights only as a pickle (pytorch_model.bin)",
-                      f"bert_repro.model.conversion import {model} {model}-safetensors --trust_pickle")
+    assert_user_error(
+        result,
+        f"{model} holds its weights only as a pickle (pytorch_model.bin)",
+        f"bert_repro.model.conversion import {model} {model}-safetensors --trust_pickle",
+    )
     assert not (model / "ran").exists()  # nothing unpickled
     assert not out.exists()  # nothing ran: no data read, no run recorded
 
@@ -170,11 +185,33 @@ def test_transformers_names_and_one_learning_rate_run_one_fine_tuning(tmp_path):
     data = sst2_data(tmp_path / "data")
     (data / "train.tsv").rename(data / "rows.tsv")
     out = tmp_path / "out"
-    result = recipe("finetune.py", "--task_name", "sst2", "--model_name_or_path", model,
-                    "--train_file", data / "rows.tsv", "--validation_file", data / "rows.tsv",
-                    "--max_seq_length", 16, "--learning_rate", "3e-4", "--seed", 7, "--max_steps", 1,
-                    "--output_dir", out, "--use_cpu", "true", "--disable_tqdm", "true",
-                    "--predict_test", "false")
+    result = recipe(
+        "finetune.py",
+        "--task_name",
+        "sst2",
+        "--model_name_or_path",
+        model,
+        "--train_file",
+        data / "rows.tsv",
+        "--validation_file",
+        data / "rows.tsv",
+        "--max_seq_length",
+        16,
+        "--learning_rate",
+        "3e-4",
+        "--seed",
+        7,
+        "--max_steps",
+        1,
+        "--output_dir",
+        out,
+        "--use_cpu",
+        "true",
+        "--disable_tqdm",
+        "true",
+        "--predict_test",
+        "false",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert [(r["learning_rate"], r["seed"]) for r in runs] == [(3e-4, 7)]
@@ -184,12 +221,19 @@ def test_transformers_names_and_one_learning_rate_run_one_fine_tuning(tmp_path):
 
 
 # recipes/pretrain.py parses as finetune.py does: its unknown flags are in test_arguments.py.
-@pytest.mark.parametrize("name, flag, suggestion", [
-    ("finetune.py", "--task_nme", "--task"),
-    ("study.py", "--finetune_arg", "--finetune_args"),
-    ("reproduce.py", "--data_rot", "--data_root"),
-])
+@pytest.mark.parametrize(
+    "name, flag, suggestion",
+    [
+        ("finetune.py", "--task_nme", "--task"),
+        ("study.py", "--finetune_arg", "--finetune_args"),
+        ("reproduce.py", "--data_rot", "--data_root"),
+    ],
+)
 def test_unknown_flag_names_the_closest_in_every_recipe(name, flag, suggestion):
     result = recipe(name, flag, "1")
-    assert_user_error(result, f"unknown argument(s): {flag} (did you mean {suggestion}?)",
-                      f"See python recipes/{name} --help", recipe=name)
+    assert_user_error(
+        result,
+        f"unknown argument(s): {flag} (did you mean {suggestion}?)",
+        f"See python recipes/{name} --help",
+        recipe=name,
+    )

@@ -93,7 +93,11 @@ def test_every_auto_class_loads_without_the_package(tmp_path):
     # Run from a directory where the source tree is not on sys.path either.
     result = subprocess.run(
         [sys.executable, "-c", CHILD, str(tmp_path), str(tmp_path / "out.pt")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     got = torch.load(tmp_path / "out.pt", weights_only=True)

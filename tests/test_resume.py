@@ -41,7 +41,9 @@ def test_newest_valid_checkpoint_falls_back_and_reports(tmp_path, caplog):
     assert "skipped checkpoint-20: empty folder" in caplog.text
     assert "skipped checkpoint-10: model.safetensors cannot be read" in caplog.text
     truncate(tmp_path / "checkpoint-5" / "model.safetensors")
-    with pytest.raises(NoUsableCheckpoint, match="checkpoint-20: empty folder; checkpoint-10: .*--overwrite_output_dir"):
+    with pytest.raises(
+        NoUsableCheckpoint, match="checkpoint-20: empty folder; checkpoint-10: .*--overwrite_output_dir"
+    ):
         newest_valid_checkpoint(tmp_path)
     assert (tmp_path / "checkpoint-10" / "trainer_state.json").exists()  # nothing deleted
 
@@ -78,8 +80,16 @@ def test_tokens_per_second_counts_the_steps_the_clock_timed():
 @pytest.mark.slow
 def test_resume_from_truncated_newest_checkpoint_matches_uninterrupted_run(tmp_path, corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
-    config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer, max_steps=16, save_steps=6, eval_steps=100,
-                          eval_fraction=0.0, phase2_fraction=0.0)
+    config = write_config(
+        tmp_path / "tiny.yaml",
+        corpus,
+        tokenizer,
+        max_steps=16,
+        save_steps=6,
+        eval_steps=100,
+        eval_fraction=0.0,
+        phase2_fraction=0.0,
+    )
     full = tmp_path / "full"
     launch(config, full)
 
@@ -101,18 +111,34 @@ def test_resume_from_truncated_newest_checkpoint_matches_uninterrupted_run(tmp_p
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst < 1e-6, worst
     results = json.loads((broken / "results.json").read_text())
-    assert 1000.0 < results["train_runtime_s"] < 1000.0 + json.loads((full / "results.json").read_text())[
-        "train_runtime_s"] * 5, results["train_runtime_s"]
+    assert (
+        1000.0
+        < results["train_runtime_s"]
+        < 1000.0 + json.loads((full / "results.json").read_text())["train_runtime_s"] * 5
+    ), results["train_runtime_s"]
 
     # No usable checkpoint at all: one message, exit code 2, nothing deleted.
     nothing = tmp_path / "nothing"
     launch(config, nothing, "--stop_after_steps", "3")
     truncate(nothing / "checkpoint-3" / "model.safetensors")
     # Without accelerate's launcher, which wraps a failed script in a traceback of its own.
-    result = subprocess.run([sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--config", str(config),
-                             "--output_dir", str(nothing), "--resume_from_checkpoint", "true"],
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600,
-                            check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "recipes" / "pretrain.py"),
+            "--config",
+            str(config),
+            "--output_dir",
+            str(nothing),
+            "--resume_from_checkpoint",
+            "true",
+        ],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "No checkpoint in" in result.stderr and "checkpoint-3: model.safetensors cannot be read" in result.stderr
     assert "Traceback" not in result.stderr and (nothing / "checkpoint-3" / "trainer_state.json").exists()

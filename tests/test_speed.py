@@ -23,6 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AttentionInterface
 
+import bert_repro.model.grouped_attention as grouped_attention
+import bert_repro.model.modeling_bert_repro as modeling
 from bert_repro import (
     BertReproConfig,
     BertReproForMaskedLM,
@@ -30,15 +32,12 @@ from bert_repro import (
     BertReproForSequenceClassification,
     BertReproModel,
 )
-import bert_repro.model.grouped_attention as grouped_attention
-import bert_repro.model.modeling_bert_repro as modeling
 from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
 from bert_repro.model.fast_dropout import FastDropout, fast_dropout
 from bert_repro.model.grouped_attention import GroupedAttention
 from bert_repro.model.speed_paths import SPEED_PATHS
 from bert_repro.model.tied_gradients import TiedGradientEmbeddings, TiedGradientMLMHead
 from bert_repro.model.unpadding import SpeedEncoder, SpeedLayer, SpeedSelfAttention, Unpadded
-
 
 ALL_SWITCHES = dict.fromkeys(SPEED_SWITCHES, True)
 
@@ -83,7 +82,7 @@ def _left_padded(batch):
     seq = batch["input_ids"].shape[1]
     for row, n in enumerate(lengths.tolist()):
         for key in batch:
-            out[key][row, seq - n:] = batch[key][row, :n]
+            out[key][row, seq - n :] = batch[key][row, :n]
     return out
 
 
@@ -98,8 +97,11 @@ def test_unpadded_training_equals_padded(layout, checkpointing, batch_size):
     model_cls = BertReproForPreTraining if layout == "right" else BertReproForMaskedLM
     torch.manual_seed(0)
     padded = model_cls(config).train()
-    unpadded = model_cls(tiny_config(
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, unpad_inputs=True, sparse_prediction=True)).train()
+    unpadded = model_cls(
+        tiny_config(
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, unpad_inputs=True, sparse_prediction=True
+        )
+    ).train()
     unpadded.load_state_dict(padded.state_dict())
     if checkpointing:
         unpadded.activation_checkpointing_enable()
@@ -132,9 +134,16 @@ def test_batches_without_padding_take_the_grouped_attention_when_it_runs(monkeyp
     config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
     torch.manual_seed(0)
     plain = BertReproForPreTraining._from_config(config, attn_implementation="eager").train()
-    fast = BertReproForPreTraining._from_config(tiny_config(
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, unpad_inputs=True, last_layer_subset=True,
-        sparse_prediction=True), attn_implementation="eager").train()
+    fast = BertReproForPreTraining._from_config(
+        tiny_config(
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            unpad_inputs=True,
+            last_layer_subset=True,
+            sparse_prediction=True,
+        ),
+        attn_implementation="eager",
+    ).train()
     fast.load_state_dict(plain.state_dict())
     batch = padded_batch(config.vocab_size, batch=5, seq=12)
     batch["attention_mask"] = torch.ones_like(batch["attention_mask"])
@@ -174,7 +183,7 @@ def test_attention_groups_cover_every_token_once(lengths, rows_per_group):
     for size, (rows, width, key_mask) in zip(groups.sizes, groups.groups, strict=True):
         assert size == rows * width and rows <= rows_per_group
         first, cells = cells, cells + size
-        grid = groups.gather[first:first + rows * width].view(rows, width)
+        grid = groups.gather[first : first + rows * width].view(rows, width)
         assert width == max(lengths[int(row_of[r[0]])] for r in grid)  # padded to the group's longest row
         for r in grid:  # one source row per grid row, its tokens in order at the front
             assert len(set(row_of[r].tolist())) == 1
@@ -216,8 +225,9 @@ def _grouped_inputs(dtype, first_only, lengths="scattered", heads=2, head_size=3
 
 @pytest.mark.parametrize("lengths", list(GROUP_LENGTHS))
 @pytest.mark.parametrize("first_only", [False, True], ids=["all-queries", "first-token-queries"])
-@pytest.mark.parametrize("dropout,fast", [(0.0, False), (0.3, False), (0.3, True)],
-                         ids=["no-dropout", "bernoulli-dropout", "fast-dropout"])
+@pytest.mark.parametrize(
+    "dropout,fast", [(0.0, False), (0.3, False), (0.3, True)], ids=["no-dropout", "bernoulli-dropout", "fast-dropout"]
+)
 def test_grouped_attention_backward_is_the_gradient_of_its_forward(dropout, fast, first_only, lengths):
     """The hand-written backward of `GroupedAttention` against finite differences (float64), with dropout: the
     generator is reseeded before each call, so every evaluation draws the same mask."""
@@ -264,10 +274,10 @@ def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(mo
     multiplier = torch.zeros(batch, heads, seq, seq)
     first = 0
     for (rows, width, _), (keep, scale) in zip(groups.groups, drawn):
-        grid = groups.gather[first:first + rows * width].view(rows, width)
+        grid = groups.gather[first : first + rows * width].view(rows, width)
         keep = keep.view(heads, rows, -1, width)
         for r in range(rows):
-            multiplier[row_of[grid[r, 0]], :, :keep.shape[2], :width] = keep[:, r].float() * scale
+            multiplier[row_of[grid[r, 0]], :, : keep.shape[2], :width] = keep[:, r].float() * scale
         first += rows * width
     xs = [x.detach().clone().requires_grad_() for x in inputs]
     parts = [unpadded.pad(t).view(batch, seq, heads, head_size).transpose(1, 2) for t in xs[0].split(hidden, 1)]
@@ -309,9 +319,20 @@ def test_unpadded_outputs_are_zero_at_padding_and_equal_elsewhere():
         assert torch.equal(model(**full).last_hidden_state, fast(**full).last_hidden_state)
 
 
-def _reference_varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                                cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None,
-                                **kwargs):
+def _reference_varlen_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    cu_seq_lens_q=None,
+    cu_seq_lens_k=None,
+    max_length_q=None,
+    max_length_k=None,
+    **kwargs,
+):
     """What a variable-length flash kernel computes, written with one SDPA call per sequence.
 
     Input (1, heads, tokens, head_size) with the sequences one after another, bounds in cu_seq_lens_*;
@@ -354,8 +375,9 @@ def test_compiled_layers_equal_eager(switches):
     config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
     torch.manual_seed(0)
     eager = BertReproForPreTraining(config)
-    compiled = BertReproForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                                                   sparse_prediction=True, **switches))
+    compiled = BertReproForPreTraining(
+        tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True, **switches)
+    )
     compiled.load_state_dict(eager.state_dict())
     if switches:
         compiled.activation_checkpointing_enable()
@@ -465,8 +487,19 @@ def test_tied_gradients_are_off_by_default():
     assert type(model.cls.predictions) is modeling.BertReproMLMHead
 
 
-@pytest.mark.parametrize("case", ["both-losses", "sparse", "nsp-only", "mlm-only", "two-micro-batches",
-                                  "backward-twice", "checkpointing", "masked-lm"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "both-losses",
+        "sparse",
+        "nsp-only",
+        "mlm-only",
+        "two-micro-batches",
+        "backward-twice",
+        "checkpointing",
+        "masked-lm",
+    ],
+)
 def test_tied_gradients_equal_plain_autograd(case):
     """With `tied_gradients` the lookup adds its rows into the decoder's gradient in place: every gradient must
     equal plain autograd's (the same weights with the switch off), in every way a backward can reach the two uses
@@ -478,8 +511,9 @@ def test_tied_gradients_equal_plain_autograd(case):
     tied = model_cls(tiny_config(**fields, tied_gradients=True)).train()
     tied.load_state_dict(plain.state_dict())
     batch = padded_batch(plain.config.vocab_size, batch=4, seq=12)
-    labels = torch.where(torch.rand(batch["input_ids"].shape, generator=torch.Generator().manual_seed(1)) < 0.3,
-                         batch["input_ids"], -100)
+    labels = torch.where(
+        torch.rand(batch["input_ids"].shape, generator=torch.Generator().manual_seed(1)) < 0.3, batch["input_ids"], -100
+    )
     extra = {} if case == "masked-lm" else {"next_sentence_label": torch.tensor([0, 1, 1, 0])}
 
     def run(model):
@@ -553,13 +587,21 @@ def test_model_file_holds_no_speed_machinery():
     source = (MODEL_DIR / "modeling_bert_repro.py").read_text()
     assert "autograd.Function" not in source
     tree = ast.parse(source)
-    private = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)
-               and node.attr.startswith("_") and not node.attr.startswith("__")
-               and (ast.unparse(node.value).startswith("torch") or node.attr in ("_base", "_use_count", "_cdata"))]
+    private = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and (ast.unparse(node.value).startswith("torch") or node.attr in ("_base", "_use_count", "_cdata"))
+    ]
     assert private == []
     top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.level}
-    assert top_level == _relative_imports(MODEL_DIR / "modeling_bert_repro.py") == {"configuration_bert_repro",
-                                                                                     "packed_sequences"}
+    assert (
+        top_level
+        == _relative_imports(MODEL_DIR / "modeling_bert_repro.py")
+        == {"configuration_bert_repro", "packed_sequences"}
+    )
 
 
 SPEED_MODULES = {"speed_paths", "unpadding", "grouped_attention", "last_layer_subset", "fast_dropout", "tied_gradients"}
@@ -586,8 +628,8 @@ def test_no_import_cycle_through_the_model_file_or_a_speed_module():
 
 
 def test_model_file_runs_without_the_speed_modules(tmp_path, monkeypatch):
-    """A directory holding only configuration_bert_repro.py, modeling_bert_repro.py and packed_sequences.py, imported as a
-    package: the models build and compute what the installed package computes; with the switches on too (the
+    """A directory holding only configuration_bert_repro.py, modeling_bert_repro.py and packed_sequences.py, imported
+    as a package: the models build and compute what the installed package computes; with the switches on too (the
     paper's model ignores them, as transformers' BERT does)."""
     package = tmp_path / "bare_bert_repro"
     package.mkdir()
@@ -597,8 +639,15 @@ def test_model_file_runs_without_the_speed_modules(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         bare = importlib.import_module("bare_bert_repro.modeling_bert_repro")
-        fields = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-                      max_position_embeddings=64, sparse_prediction=True)
+        fields = dict(
+            vocab_size=99,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            sparse_prediction=True,
+        )
         torch.manual_seed(0)
         ours = BertReproForPreTraining(tiny_config(**fields, **ALL_SWITCHES)).train()
         theirs = bare.BertReproForPreTraining(bare.BertReproConfig(**fields)).train()
@@ -617,8 +666,11 @@ def test_model_file_runs_without_the_speed_modules(tmp_path, monkeypatch):
         a = ours(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0]))
         b = theirs(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0]))
         assert (a.loss - b.loss).abs() < 1e-5 and (a.prediction_logits - b.prediction_logits).abs().max() < 1e-5
-        assert not any(name.startswith("bare_bert_repro.") and name.split(".")[1] not in (
-            "configuration_bert_repro", "modeling_bert_repro", "packed_sequences") for name in sys.modules)
+        assert not any(
+            name.startswith("bare_bert_repro.")
+            and name.split(".")[1] not in ("configuration_bert_repro", "modeling_bert_repro", "packed_sequences")
+            for name in sys.modules
+        )
         switched = bare.BertReproModel(bare.BertReproConfig(**fields, **ALL_SWITCHES))
         assert all(type(m).__module__.split(".")[0] in ("bare_bert_repro", "torch") for m in switched.modules())
     finally:
@@ -655,9 +707,11 @@ def test_each_switch_builds_the_classes_of_its_table_entry(switch):
     assert _parts(fast) == expected
 
 
-@pytest.mark.parametrize("model_cls", [BertReproForPreTraining, BertReproForMaskedLM,
-                                       BertReproForSequenceClassification, BertReproModel],
-                         ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "model_cls",
+    [BertReproForPreTraining, BertReproForMaskedLM, BertReproForSequenceClassification, BertReproModel],
+    ids=lambda c: c.__name__,
+)
 def test_switches_build_the_speed_classes_at_construction(model_cls):
     """Every switch on: the speed classes are in place right after construction (in the inner model too), with the
     config's options; the state_dict keys and shapes equal the plain model's; no hook is added and a forward changes
@@ -667,13 +721,16 @@ def test_switches_build_the_speed_classes_at_construction(model_cls):
     assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in fast.state_dict().items()}
     # the model itself: the paper's class built with the parts its switches pick; every module inside, the paper's
     assert issubclass(model_cls, getattr(modeling, model_cls.__name__))
-    assert all(t.__module__ in (modeling.__name__,) or t.__module__.startswith("torch")
-               for _, t in _module_types(plain)[1:])
+    assert all(
+        t.__module__ in (modeling.__name__,) or t.__module__.startswith("torch") for _, t in _module_types(plain)[1:]
+    )
     bert = fast if model_cls is BertReproModel else fast.bert
     assert type(bert.encoder) is SpeedEncoder and bert.encoder.unpad_inputs and bert.encoder.last_layer_subset
     assert all(type(layer) is SpeedLayer for layer in bert.encoder.layer)
-    assert all(type(layer.attention.self) is SpeedSelfAttention and layer.attention.self.fast_dropout
-               for layer in bert.encoder.layer)
+    assert all(
+        type(layer.attention.self) is SpeedSelfAttention and layer.attention.self.fast_dropout
+        for layer in bert.encoder.layer
+    )
     dropouts = [m for m in fast.modules() if isinstance(m, torch.nn.Dropout)]
     assert dropouts and all(type(m) is FastDropout for m in dropouts)
     assert type(bert.embeddings) is TiedGradientEmbeddings
@@ -688,8 +745,9 @@ def test_switches_build_the_speed_classes_at_construction(model_cls):
     assert _module_types(fast) == before
 
 
-@pytest.mark.parametrize("name", [n for n in modeling.__all__ if n.startswith("BertReproFor") and "Output" not in n]
-                         + ["BertReproModel"])
+@pytest.mark.parametrize(
+    "name", [n for n in modeling.__all__ if n.startswith("BertReproFor") and "Output" not in n] + ["BertReproModel"]
+)
 def test_exported_classes_are_the_paper_classes_with_their_forward_signatures(name):
     """`bert_repro.X` is the model file's X built with the speed classes, and its forward takes the same arguments
     (Trainer reads the signature to pick a dataset's columns)."""

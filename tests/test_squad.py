@@ -10,14 +10,15 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bert_repro.tasks.squad import (  # noqa: E402
+from bert_repro.data.wordpiece import train_wordpiece
+from bert_repro.tasks.squad import (
     DocSpan,
     apply_null_threshold,
     doc_spans,
@@ -27,7 +28,6 @@ from bert_repro.tasks.squad import (  # noqa: E402
     prepare_train_features,
     tokenizer_stride,
 )
-from bert_repro.data.wordpiece import train_wordpiece  # noqa: E402
 
 FILLER = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
@@ -140,8 +140,11 @@ def test_doc_spans_match_reference_and_cover(num_tokens, max_tokens_for_doc, doc
 def test_windows_follow_doc_stride_with_correct_segments(tok):
     context = words(0, 21)  # 21 tokens: starts 0 3 6 9 12 15, the last window 6 tokens long
     features = prepare_train_features(
-        examples(answered("a", QUESTION, context, "alpha")), tok,
-        max_seq_length=MAX_SEQ, doc_stride=STRIDE, max_query_length=64,
+        examples(answered("a", QUESTION, context, "alpha")),
+        tok,
+        max_seq_length=MAX_SEQ,
+        doc_stride=STRIDE,
+        max_query_length=64,
     )
     context_ids = tok(context, add_special_tokens=False)["input_ids"]
     question_ids = tok(QUESTION, add_special_tokens=False)["input_ids"]
@@ -152,8 +155,13 @@ def test_windows_follow_doc_stride_with_correct_segments(tok):
         features["input_ids"], features["token_type_ids"], features["attention_mask"], starts
     ):
         length = min(8, 21 - start)
-        expected = [tok.cls_token_id, *question_ids, tok.sep_token_id, *context_ids[start : start + length],
-                    tok.sep_token_id]
+        expected = [
+            tok.cls_token_id,
+            *question_ids,
+            tok.sep_token_id,
+            *context_ids[start : start + length],
+            tok.sep_token_id,
+        ]
         padding = MAX_SEQ - len(expected)
         assert ids == expected + [tok.pad_token_id] * padding
         assert types == [0] * CONTEXT_START + [1] * (length + 1) + [0] * padding
@@ -167,13 +175,20 @@ def test_tokenizer_stride_gives_the_same_windows(tok, num_words, max_seq_length,
     """The tokenizer's stride is an overlap: max_tokens_for_doc - doc_stride reproduces our windows."""
     context = " ".join(FILLER[i % len(FILLER)] for i in range(num_words))
     features = prepare_train_features(
-        examples(answered("a", QUESTION, context, "alpha")), tok,
-        max_seq_length=max_seq_length, doc_stride=doc_stride, pad_to_max_length=False,
+        examples(answered("a", QUESTION, context, "alpha")),
+        tok,
+        max_seq_length=max_seq_length,
+        doc_stride=doc_stride,
+        pad_to_max_length=False,
     )
     max_tokens_for_doc = max_seq_length - 3 - 3
     encoded = tok(
-        QUESTION, context, truncation="only_second", max_length=max_seq_length,
-        return_overflowing_tokens=True, stride=tokenizer_stride(max_tokens_for_doc, doc_stride),
+        QUESTION,
+        context,
+        truncation="only_second",
+        max_length=max_seq_length,
+        return_overflowing_tokens=True,
+        stride=tokenizer_stride(max_tokens_for_doc, doc_stride),
     )
     assert encoded["input_ids"] == features["input_ids"]
     assert encoded["token_type_ids"] == features["token_type_ids"]
@@ -210,9 +225,7 @@ def boundary_example() -> tuple:
 
 
 def test_answer_across_a_window_boundary_is_labelled_only_where_it_fits(tok):
-    features = prepare_train_features(
-        examples(boundary_example()), tok, max_seq_length=MAX_SEQ, doc_stride=STRIDE
-    )
+    features = prepare_train_features(examples(boundary_example()), tok, max_seq_length=MAX_SEQ, doc_stride=STRIDE)
     # Windows [0-7] (cuts the answer), [3-10] and [6-13] (hold it), [9-16], [12-19] (miss it).
     assert features["start_positions"] == [0, 6 - 3 + CONTEXT_START, 6 - 6 + CONTEXT_START, 0, 0]
     assert features["end_positions"] == [0, 8 - 3 + CONTEXT_START, 8 - 6 + CONTEXT_START, 0, 0]
@@ -322,9 +335,7 @@ def test_max_answer_length_is_inclusive_of_30_tokens(tok):
     start_logits[0, CONTEXT_START + 2] = end_logits[0, CONTEXT_START + 31] = 9.0  # exactly 30 tokens
     predictions, _, _ = postprocess_predictions(example, features, start_logits, end_logits)
     assert predictions["s"] == words(2, 32)
-    predictions, _, _ = postprocess_predictions(
-        example, features, start_logits, end_logits, max_answer_length=29
-    )
+    predictions, _, _ = postprocess_predictions(example, features, start_logits, end_logits, max_answer_length=29)
     assert predictions["s"] != words(2, 32)
 
 
@@ -428,8 +439,7 @@ def test_max_context_flags_match_reference(num_tokens, max_tokens_for_doc, doc_s
         expected = [reference_is_max_context(pairs, index, p) for p in range(span.start, span.end + 1)]
         assert flags[index] == expected
     owners = [
-        sum(flags[i][p - s.start] for i, s in enumerate(spans) if s.start <= p <= s.end)
-        for p in range(num_tokens)
+        sum(flags[i][p - s.start] for i, s in enumerate(spans) if s.start <= p <= s.end) for p in range(num_tokens)
     ]
     assert owners == [1] * num_tokens  # every token has exactly one owning window
 
@@ -446,9 +456,7 @@ def test_max_context_rule_takes_the_start_from_the_most_central_window(tok):
     start_logits[1, CONTEXT_START + 3] = end_logits[1, CONTEXT_START + 3] = 4.0  # token 6 in window [3-10]
     predictions, _, nbest = postprocess_predictions(example, features, start_logits, end_logits)
     assert predictions["b"] == FILLER[6] and nbest["b"][0]["score"] == pytest.approx(8.0)
-    predictions, _, _ = postprocess_predictions(
-        example, features, start_logits, end_logits, require_max_context=False
-    )
+    predictions, _, _ = postprocess_predictions(example, features, start_logits, end_logits, require_max_context=False)
     assert predictions["b"] == words(6, 8)
 
 
@@ -460,26 +468,29 @@ def test_max_context_rule_takes_the_start_from_the_most_central_window(tok):
 def test_datasets_map_round_trip_and_model_inputs(tok):
     from bert_repro import BertReproConfig, BertReproForQuestionAnswering
 
-    raw = Dataset.from_dict(
-        examples(boundary_example(), answered("n", "where", NORMALISED_CONTEXT, "U.S.-based"))
-    )
+    raw = Dataset.from_dict(examples(boundary_example(), answered("n", "where", NORMALISED_CONTEXT, "U.S.-based")))
     kwargs = {"tokenizer": tok, "max_seq_length": MAX_SEQ + 4, "doc_stride": STRIDE}
-    train = raw.map(prepare_train_features, batched=True, batch_size=1, remove_columns=raw.column_names,
-                    fn_kwargs=kwargs)
+    train = raw.map(
+        prepare_train_features, batched=True, batch_size=1, remove_columns=raw.column_names, fn_kwargs=kwargs
+    )
     dev = raw.map(prepare_eval_features, batched=True, remove_columns=raw.column_names, fn_kwargs=kwargs)
     assert len(train) == len(dev)
 
-    config = BertReproConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                             intermediate_size=37, max_position_embeddings=64)
+    config = BertReproConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=64,
+    )
     model = BertReproForQuestionAnswering(config).eval()
     batch = {key: torch.tensor(train[key]) for key in train.column_names}
     assert torch.isfinite(model(**batch).loss)
     inputs = {key: torch.tensor(dev[key]) for key in ("input_ids", "token_type_ids", "attention_mask")}
     with torch.no_grad():
         output = model(**inputs)
-    predictions, _, nbest = postprocess_predictions(
-        raw, dev, output.start_logits.numpy(), output.end_logits.numpy()
-    )
+    predictions, _, nbest = postprocess_predictions(raw, dev, output.start_logits.numpy(), output.end_logits.numpy())
     for example_id, context in zip(raw["id"], raw["context"]):
         assert predictions[example_id] and predictions[example_id] in context
         assert len(nbest[example_id]) <= 20

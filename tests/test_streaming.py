@@ -51,17 +51,21 @@ def marked(tmp_path_factory):
     rng = random.Random(0)
     texts = []
     for d in range(DOCUMENTS):
-        sentences = [" ".join(word(d, rng.randrange(WORDS_PER_DOCUMENT)) for _ in range(rng.randint(3, 9))) + " ."
-                     for _ in range(rng.randint(1, 9))]
+        sentences = [
+            " ".join(word(d, rng.randrange(WORDS_PER_DOCUMENT)) for _ in range(rng.randint(3, 9))) + " ."
+            for _ in range(rng.randint(1, 9))
+        ]
         texts.append("\n".join(sentences))  # one sentence a line, as the reference's input
     folder = root / "corpus"
     folder.mkdir()
     for f in range(4):
-        (folder / f"part{f}.txt").write_text("\n\n".join(texts[f * 10:(f + 1) * 10]) + "\n")
+        (folder / f"part{f}.txt").write_text("\n\n".join(texts[f * 10 : (f + 1) * 10]) + "\n")
     vocab = SPECIAL + ["."] + [word(d, j) for d in range(DOCUMENTS) for j in range(WORDS_PER_DOCUMENT)]
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tokenizer = load_tokenizer(root / "vocab.txt")
-    owner = {tokenizer.convert_tokens_to_ids(word(d, j)): d for d in range(DOCUMENTS) for j in range(WORDS_PER_DOCUMENT)}
+    owner = {
+        tokenizer.convert_tokens_to_ids(word(d, j)): d for d in range(DOCUMENTS) for j in range(WORDS_PER_DOCUMENT)
+    }
     return folder, texts, tokenizer, owner
 
 
@@ -112,8 +116,10 @@ def test_source_reads_every_document_once_per_pass(marked):
 def test_not_next_segments_come_from_other_documents_of_the_buffer(marked):
     folder, _, tokenizer, owner = marked
     buffer = 4
-    examples = take(examples_of(open_document_source(str(folder)), tokenizer, CONFIG, document_buffer=buffer,
-                                      shuffle_buffer=50), 1500)
+    examples = take(
+        examples_of(open_document_source(str(folder)), tokenizer, CONFIG, document_buffer=buffer, shuffle_buffer=50),
+        1500,
+    )
     counts = {IS_NEXT: 0, NOT_NEXT: 0}
     for example in examples:
         a, b = segments(example, tokenizer)
@@ -151,11 +157,13 @@ def binomial_bound(p, n1, n2, sigmas=4.0):
 def test_streamed_examples_follow_the_laws_of_the_map_style_builder(marked):
     folder, texts, tokenizer, _ = marked
     config = PreTrainingDataConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=30, random_seed=3)
-    reference = create_pretraining_dataset(datasets.Dataset.from_dict({"text": texts}), tokenizer, config,
-                                           split_lines=True)
+    reference = create_pretraining_dataset(
+        datasets.Dataset.from_dict({"text": texts}), tokenizer, config, split_lines=True
+    )
     n = len(reference)
-    streamed = take(examples_of(open_document_source(str(folder)), tokenizer, config, document_buffer=8,
-                                      shuffle_buffer=200), n)
+    streamed = take(
+        examples_of(open_document_source(str(folder)), tokenizer, config, document_buffer=8, shuffle_buffer=200), n
+    )
     mask = tokenizer.mask_token_id
     ours = pretraining_statistics(datasets.Dataset.from_list(streamed), mask_token_id=mask)
     theirs = pretraining_statistics(reference, mask_token_id=mask)
@@ -170,9 +178,12 @@ def test_streamed_examples_follow_the_laws_of_the_map_style_builder(marked):
     assert abs(ours["is_next_share"] - p) < binomial_bound(p, ours["examples"], theirs["examples"])
     for part, share in (("mask", 0.8), ("random", 0.1 - 0.1 / tokenizer.vocab_size), ("unchanged", 0.1)):
         for stats in (ours, theirs):
-            assert abs(stats["masked_split"][part] - share) < binomial_bound(share, stats["masked"], stats["masked"]) * 2
+            assert (
+                abs(stats["masked_split"][part] - share) < binomial_bound(share, stats["masked"], stats["masked"]) * 2
+            )
         assert abs(ours["masked_split"][part] - theirs["masked_split"][part]) < binomial_bound(
-            share, ours["masked"], theirs["masked"])
+            share, ours["masked"], theirs["masked"]
+        )
     p = theirs["masked_share"]
     assert abs(ours["masked_share"] - p) < binomial_bound(p, ours["tokens"], theirs["tokens"]) + 0.01
     # Lengths: the same targets (short_seq_prob), so the same mean length within noise.
@@ -217,8 +228,11 @@ def test_resumed_stream_gives_the_same_examples_without_rereading(marked, kind):
             src = open_document_source(str(folder))
         else:
             logs.append([])
-            src = DatasetDocuments(datasets.IterableDataset.from_generator(
-                rows, gen_kwargs={"shards": list(range(8)), "which": len(logs) - 1}))
+            src = DatasetDocuments(
+                datasets.IterableDataset.from_generator(
+                    rows, gen_kwargs={"shards": list(range(8)), "which": len(logs) - 1}
+                )
+            )
         return src, examples_of(src, tokenizer, CONFIG, document_buffer=5, shuffle_buffer=30)
 
     stop, total = 437, 700  # in the second pass over the stream (about 350 examples a pass here)
@@ -235,7 +249,7 @@ def test_resumed_stream_gives_the_same_examples_without_rereading(marked, kind):
         assert first_source.documents_read + resumed_source.documents_read == full_source.documents_read
         return
     full_reads, first_reads, resumed_reads = logs
-    assert first_reads + resumed_reads[-(len(full_reads) - len(first_reads)):] == full_reads
+    assert first_reads + resumed_reads[-(len(full_reads) - len(first_reads)) :] == full_reads
     again = resumed_reads[: len(resumed_reads) - (len(full_reads) - len(first_reads))]
     current_shard = first_reads[-1] // 5
     assert again == list(range(current_shard * 5, first_reads[-1] + 1))  # the current shard's consumed rows only
@@ -244,13 +258,20 @@ def test_resumed_stream_gives_the_same_examples_without_rereading(marked, kind):
 def test_phase_switch_and_state_checks(marked):
     folder, _, tokenizer, _ = marked
     long = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3, random_seed=7)
-    examples = examples_of(open_document_source(str(folder)), tokenizer, [CONFIG, long], phase_examples=[40],
-                                 document_buffer=3, shuffle_buffer=20)
+    examples = examples_of(
+        open_document_source(str(folder)),
+        tokenizer,
+        [CONFIG, long],
+        phase_examples=[40],
+        document_buffer=3,
+        shuffle_buffer=20,
+    )
     rows = take(examples, 240)
     assert all(len(r["input_ids"]) <= 32 for r in rows[:40]) and examples.phase == 1
     assert max(len(r["input_ids"]) for r in rows[40:]) > 32 and all(len(r["masked_lm_ids"]) <= 10 for r in rows)
-    other = examples_of(open_document_source(str(folder), rank=1, world_size=2), tokenizer, CONFIG,
-                              rank=1, world_size=2)
+    other = examples_of(
+        open_document_source(str(folder), rank=1, world_size=2), tokenizer, CONFIG, rank=1, world_size=2
+    )
     with pytest.raises(ValueError, match="process 0 of 1, this is process 1 of 2"):
         other.load_state_dict(examples.state_dict())
     with pytest.raises(ValueError, match="document_buffer must be at least 1"):
@@ -304,13 +325,21 @@ def corpus_of(kind, marked, tmp_path):
     if kind == "files":
         return str(folder)
     for f in range(4):
-        datasets.Dataset.from_dict({"text": texts[f * 10:(f + 1) * 10]}).to_parquet(tmp_path / f"part{f}.parquet")
+        datasets.Dataset.from_dict({"text": texts[f * 10 : (f + 1) * 10]}).to_parquet(tmp_path / f"part{f}.parquet")
     return str(tmp_path)
 
 
 def worker_streams(source, tokenizer, streams, phase_batches=(7,)):
-    make = functools.partial(open_stream, source, tokenizer, [CONFIG, LONG], reading={}, split_lines=True,
-                             document_buffer=5, shuffle_buffer=30)
+    make = functools.partial(
+        open_stream,
+        source,
+        tokenizer,
+        [CONFIG, LONG],
+        reading={},
+        split_lines=True,
+        document_buffer=5,
+        shuffle_buffer=30,
+    )
     return WorkerStreams(make, streams=streams, batch_size=4, phase_batches=phase_batches)
 
 
@@ -329,7 +358,7 @@ def test_workers_give_their_streams_batches_in_turn(marked, tmp_path, kind):
     streams = worker_streams(source, tokenizer, 2)
     got = batches_of(streams, 2, 24)
     alone = [take(worker_streams(source, tokenizer, 2).stream(v), 48) for v in range(2)]
-    assert [e for b in got for e in b] == [e for i in range(24) for e in alone[i % 2][i // 2 * 4:i // 2 * 4 + 4]]
+    assert [e for b in got for e in b] == [e for i in range(24) for e in alone[i % 2][i // 2 * 4 : i // 2 * 4 + 4]]
     owner = marked[3]
     documents = [{owner[t] for e in rows for t in originals(e) if t in owner} for rows in alone]
     assert not documents[0] & documents[1]  # each stream its own documents
@@ -379,10 +408,23 @@ def test_resumed_workers_give_the_uninterrupted_batches(marked, tmp_path, kind):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path, marked, workers):
     folder = marked[0]
-    config = write_config(tmp_path / "stream.yaml", folder, folder.parent / "vocab.txt", streaming=True,
-                          stream_document_buffer=4, stream_shuffle_buffer=16, stream_held_out_documents=4,
-                          document_boundary="blank_line", split_lines=True, max_steps=12, save_steps=5, eval_steps=6,
-                          phase2_fraction=0.25, eval_fraction=0.0, dataloader_num_workers=workers)
+    config = write_config(
+        tmp_path / "stream.yaml",
+        folder,
+        folder.parent / "vocab.txt",
+        streaming=True,
+        stream_document_buffer=4,
+        stream_shuffle_buffer=16,
+        stream_held_out_documents=4,
+        document_boundary="blank_line",
+        split_lines=True,
+        max_steps=12,
+        save_steps=5,
+        eval_steps=6,
+        phase2_fraction=0.25,
+        eval_fraction=0.0,
+        dataloader_num_workers=workers,
+    )
     full = tmp_path / "full"
     launch(config, full)
     stats = json.loads((full / "data_statistics.json").read_text())
@@ -393,10 +435,24 @@ def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path
     examples = [4 * 8, 3 * 8] if workers else [7 * 8]  # batch i from stream i % 2
     assert [s["examples"] for s in state["streams"]] == examples and state["streams"][0]["phase"] == 0
     if workers:
-        wrong = subprocess.run([sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--config", str(config),
-                                "--output_dir", str(stopped), "--resume_from_checkpoint", "true",
-                                "--dataloader_num_workers", "3"], capture_output=True, text=True, timeout=600,
-                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        wrong = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "recipes" / "pretrain.py"),
+                "--config",
+                str(config),
+                "--output_dir",
+                str(stopped),
+                "--resume_from_checkpoint",
+                "true",
+                "--dataloader_num_workers",
+                "3",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
         assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr[-3000:]
         assert "--dataloader_num_workers 2, this run has 1 with 3: resume with as many" in wrong.stderr
     launch(config, stopped, "--resume_from_checkpoint", "true")
@@ -410,14 +466,28 @@ def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path
 @pytest.mark.slow
 def test_streamed_pretraining_with_two_processes_reads_different_files(tmp_path, marked):
     folder, _, _, _ = marked
-    config = write_config(tmp_path / "ddp.yaml", folder, folder.parent / "vocab.txt", streaming=True,
-                          stream_document_buffer=4, stream_shuffle_buffer=16, stream_held_out_documents=4,
-                          document_boundary="blank_line", split_lines=True, per_device_train_batch_size=4,
-                          max_steps=6, save_steps=3, eval_steps=3, phase2_fraction=0.0, eval_fraction=0.0)
+    config = write_config(
+        tmp_path / "ddp.yaml",
+        folder,
+        folder.parent / "vocab.txt",
+        streaming=True,
+        stream_document_buffer=4,
+        stream_shuffle_buffer=16,
+        stream_held_out_documents=4,
+        document_boundary="blank_line",
+        split_lines=True,
+        per_device_train_batch_size=4,
+        max_steps=6,
+        save_steps=3,
+        eval_steps=3,
+        phase2_fraction=0.0,
+        eval_fraction=0.0,
+    )
     out = tmp_path / "two"
     launch(config, out, "--stop_after_steps", "5", processes=2)
-    states = [json.loads((out / "checkpoint-3" / f"data_state-rank{r}.json").read_text())["streams"][0]
-              for r in range(2)]
+    states = [
+        json.loads((out / "checkpoint-3" / f"data_state-rank{r}.json").read_text())["streams"][0] for r in range(2)
+    ]
     assert [(s["rank"], s["world_size"], s["examples"]) for s in states] == [(0, 2, 12), (1, 2, 12)]
     assert [s["source"]["files"] for s in states] == [2, 2]  # each process its own 2 of the 4 files
     buffered = [{tuple(map(tuple, entry[2])) for entry in s["buffer"]} for s in states]
@@ -432,13 +502,17 @@ def test_streamed_examples_follow_the_objective(marked, objective):
     """Table 5's objectives stream like the map-style builder writes them: one segment, no NSP label; masks for
     "mlm" only."""
     folder, _, tokenizer, owner = marked
-    config = PreTrainingDataConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1, random_seed=7,
-                                   objective=objective)
+    config = PreTrainingDataConfig(
+        max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1, random_seed=7, objective=objective
+    )
     examples = take(examples_of(open_document_source([str(folder)]), tokenizer, config, document_buffer=4), 30)
     for example in examples:
         assert "next_sentence_label" not in example and set(example["token_type_ids"]) == {0}
         assert example["input_ids"].count(tokenizer.sep_token_id) == 1
         assert ("masked_lm_positions" in example) == (objective == "mlm")
-        words = {owner[t] for t in originals(example) if t in owner} if objective == "mlm" else \
-            {owner[t] for t in example["input_ids"] if t in owner}
+        words = (
+            {owner[t] for t in originals(example) if t in owner}
+            if objective == "mlm"
+            else {owner[t] for t in example["input_ids"] if t in owner}
+        )
         assert len(words) == 1  # contiguous text of one document: no segment B from another

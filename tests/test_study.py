@@ -16,8 +16,10 @@ from bert_repro.training.cli import ConfigurationError
 from bert_repro.training.study import STUDIES, StudyArguments, get_study, ordering, run_study, select, write_study
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = ("the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
-         "mountain old new green tree bird sang loud quiet night day good bad movie film").split()
+WORDS = (
+    "the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
+    "mountain old new green tree bird sang loud quiet night day good bad movie film"
+).split()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -65,17 +67,20 @@ def test_selection_keeps_the_variants_whose_weights_are_used():
     assert json.loads(sized.variants[1].pretrain_args[1])["intermediate_size"] == 512
 
 
-@pytest.mark.parametrize("args, message", [
-    (dict(study="table9"), "Unknown study 'table9'; choose one of: table5, table6"),
-    (dict(study="table5", tasks=["cola"]), "--tasks cola: not in study table5"),
-    (dict(study="table5", variants=["nsp"]), "--variants nsp: not in study table5"),
-    (dict(study="table5", sizes=["2/64/2"]), "--sizes applies to --study table6 only"),
-    (dict(study="table6", sizes=["2x64"]), "'2x64' is not L/H/A"),
-    (dict(study="table5", reuse=["mlm"]), "expected VARIANT=DIR"),
-    (dict(study="table5", reuse=["mlm=/nonexistent"]), "/nonexistent is not a directory"),
-    (dict(study="table5", tasks=["mrpc"]), "No local data for task(s) mrpc"),
-    (dict(study="pretraining", pretrain_args="--preset 'mini"), "--pretrain_args: cannot split"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (dict(study="table9"), "Unknown study 'table9'; choose one of: table5, table6"),
+        (dict(study="table5", tasks=["cola"]), "--tasks cola: not in study table5"),
+        (dict(study="table5", variants=["nsp"]), "--variants nsp: not in study table5"),
+        (dict(study="table5", sizes=["2/64/2"]), "--sizes applies to --study table6 only"),
+        (dict(study="table6", sizes=["2x64"]), "'2x64' is not L/H/A"),
+        (dict(study="table5", reuse=["mlm"]), "expected VARIANT=DIR"),
+        (dict(study="table5", reuse=["mlm=/nonexistent"]), "/nonexistent is not a directory"),
+        (dict(study="table5", tasks=["mrpc"]), "No local data for task(s) mrpc"),
+        (dict(study="pretraining", pretrain_args="--preset 'mini"), "--pretrain_args: cannot split"),
+    ],
+)
 def test_bad_input_is_one_clear_error(args, message, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     if args.get("study") == "pretraining":  # its data is there: the error comes from the arguments
@@ -88,8 +93,12 @@ def test_bad_input_is_one_clear_error(args, message, tmp_path, monkeypatch):
 
 
 def test_recipe_reports_bad_input_with_exit_code_2(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "recipes" / "study.py"), "--study", "table9",
-                             "--output_dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "recipes" / "study.py"), "--study", "table9", "--output_dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert "study.py: error: Unknown study 'table9'" in result.stderr and "Traceback" not in result.stderr
 
@@ -102,9 +111,17 @@ def test_recipe_reports_bad_input_with_exit_code_2(tmp_path):
 def test_report_table_ordering_and_chart(tmp_path):
     study = get_study("table5")
     values = {"mlm_nsp": 80.0, "mlm": 78.0, "ltr": 70.0, "ltr_bilstm": 71.0}
-    rows = [{"variant": k, "label": study.variant(k).label, "model": "m", "finetune_seconds": 12.0,
-             "pretraining": {"global_step": 100, "train_runtime_s": 30.0},
-             "cells": {c.key: {"ours": v + i} for i, c in enumerate(study.columns)}} for k, v in values.items()]
+    rows = [
+        {
+            "variant": k,
+            "label": study.variant(k).label,
+            "model": "m",
+            "finetune_seconds": 12.0,
+            "pretraining": {"global_step": 100, "train_runtime_s": 30.0},
+            "cells": {c.key: {"ours": v + i} for i, c in enumerate(study.columns)},
+        }
+        for k, v in values.items()
+    ]
     text = write_study(tmp_path, study, rows, StudyArguments(study="table5"), 3600.0)
     assert "| No NSP | 78.00 | 83.9 | 79.00 | 84.9 |" in text
     assert "| 100 | 30 | 12 |" in text  # steps, pre-training and fine-tuning seconds
@@ -113,8 +130,10 @@ def test_report_table_ordering_and_chart(tmp_path):
         r["model"], r["pretraining"]["train_runtime_s"] = r["variant"], 360.0
     rows[3]["model"] = "ltr"
     text = write_study(tmp_path, study, rows, StudyArguments(study="table5"), 3600.0)
-    assert ("Time of the runs: 0.31 h (pre-training 0.30 h, fine-tuning 0.01 h; each model counted once, kept runs "
-            "included); this invocation 1.00 h.") in text
+    assert (
+        "Time of the runs: 0.31 h (pre-training 0.30 h, fine-tuning 0.01 h; each model counted once, kept runs "
+        "included); this invocation 1.00 h."
+    ) in text
     assert "- ours: BERT (MLM + NSP) > No NSP > + BiLSTM > LTR & No NSP" in text
     assert "- paper: BERT (MLM + NSP) > No NSP > + BiLSTM > LTR & No NSP" in text  # the BiLSTM's SQuAD gain
     assert ordering(study, rows, "ours") == ["mlm_nsp", "mlm", "ltr_bilstm", "ltr"]
@@ -131,14 +150,23 @@ def test_report_table_ordering_and_chart(tmp_path):
 def test_equal_means_are_reported_as_a_tie(tmp_path):
     # Every variant at the majority class (a budget too small to learn anything) is a tie, not a ranking.
     study = get_study("pretraining")
-    rows = [{"variant": k, "label": study.variant(k).label, "model": "m", "finetune_seconds": 1.0,
-             "pretraining": {}, "cells": {c.key: {"ours": 68.38} for c in study.columns}}
-            for k in ("pretrained", "random")]
+    rows = [
+        {
+            "variant": k,
+            "label": study.variant(k).label,
+            "model": "m",
+            "finetune_seconds": 1.0,
+            "pretraining": {},
+            "cells": {c.key: {"ours": 68.38} for c in study.columns},
+        }
+        for k in ("pretrained", "random")
+    ]
     text = write_study(tmp_path, study, rows, StudyArguments(study="pretraining"), 60.0)
     assert "- ours: pre-trained (MLM + NSP) = random initialisation" in text
     rows[1]["cells"]["sst2"]["ours"] = 67.0
     assert "- ours: pre-trained (MLM + NSP) > random initialisation" in write_study(
-        tmp_path, study, rows, StudyArguments(study="pretraining"), 60.0)
+        tmp_path, study, rows, StudyArguments(study="pretraining"), 60.0
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -166,21 +194,43 @@ def pretrain_config(tmp_path_factory):
     rng = random.Random(0)
     texts = []
     for d in range(8):
-        text = " ".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
-                        for _ in range(20))
+        text = " ".join(
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "." for _ in range(20)
+        )
         (corpus / f"doc{d}.txt").write_text(text)
         texts.append(text)
     fixtures = [t for name in ("mrpc", "sst2") for t in GLUE_FIXTURES[name][0].values()] + [CONLL_TRAIN]
     tokenizer = train_wordpiece(iterator=texts + fixtures * 3, vocab_size=200, show_progress=False)
     save_tokenizer(tokenizer, root / "tokenizer")
     config = {
-        "corpus": [str(corpus)], "document_boundary": "file", "tokenizer": str(root / "tokenizer"), "preset": "tiny",
-        "model_overrides": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
-                            "num_hidden_layers": 4},  # Table 7 and 8 read the last four layers
-        "max_seq_length": 32, "max_predictions_per_seq": 5, "dupe_factor": 1, "phase2_fraction": 0.0,
-        "global_batch_size": 8, "per_device_train_batch_size": 8, "max_steps": 3, "warmup_steps": 1,
-        "learning_rate": 0.002, "logging_steps": 1, "save_steps": 100, "eval_steps": 100, "eval_fraction": 0.25,
-        "use_cpu": True, "report_to": "none", "disable_tqdm": True, "num_proc": 1, "plot": False,
+        "corpus": [str(corpus)],
+        "document_boundary": "file",
+        "tokenizer": str(root / "tokenizer"),
+        "preset": "tiny",
+        "model_overrides": {
+            "hidden_size": 32,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "num_hidden_layers": 4,
+        },  # Table 7 and 8 read the last four layers
+        "max_seq_length": 32,
+        "max_predictions_per_seq": 5,
+        "dupe_factor": 1,
+        "phase2_fraction": 0.0,
+        "global_batch_size": 8,
+        "per_device_train_batch_size": 8,
+        "max_steps": 3,
+        "warmup_steps": 1,
+        "learning_rate": 0.002,
+        "logging_steps": 1,
+        "save_steps": 100,
+        "eval_steps": 100,
+        "eval_fraction": 0.25,
+        "use_cpu": True,
+        "report_to": "none",
+        "disable_tqdm": True,
+        "num_proc": 1,
+        "plot": False,
     }
     path = root / "pretrain.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -193,8 +243,13 @@ FINETUNE = "--learning_rates 1e-4 --max_steps 2 --use_cpu true --disable_tqdm tr
 @pytest.mark.slow
 def test_pretraining_study_end_to_end_and_resume(tmp_path, pretrain_config, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    args = StudyArguments(study="pretraining", output_dir=str(tmp_path / "out"), pretrain_config=str(pretrain_config),
-                          data_root=str(_glue(tmp_path / "glue")), finetune_args=FINETUNE)
+    args = StudyArguments(
+        study="pretraining",
+        output_dir=str(tmp_path / "out"),
+        pretrain_config=str(pretrain_config),
+        data_root=str(_glue(tmp_path / "glue")),
+        finetune_args=FINETUNE,
+    )
     text = run_study(args)
     out = tmp_path / "out"
     assert "| pre-trained (MLM + NSP) |" in text and "| random initialisation |" in text
@@ -211,8 +266,9 @@ def test_pretraining_study_end_to_end_and_resume(tmp_path, pretrain_config, monk
 
     trained, drawn = (load_file(out / "pretrain" / k / "model.safetensors") for k in ("pretrained", "random"))
     assert trained.keys() == drawn.keys()
-    assert (out / "pretrain" / "random" / "tokenizer.json").read_text() == \
-        (out / "pretrain" / "pretrained" / "tokenizer.json").read_text()
+    assert (out / "pretrain" / "random" / "tokenizer.json").read_text() == (
+        out / "pretrain" / "pretrained" / "tokenizer.json"
+    ).read_text()
     name = "bert.encoder.layer.0.attention.self.query.weight"
     assert not (trained[name] == drawn[name]).all()
 
@@ -228,26 +284,37 @@ def test_pretraining_study_end_to_end_and_resume(tmp_path, pretrain_config, monk
 @pytest.mark.slow
 # An "ltr" checkpoint is saved for bert_repro / remote code only, with its warning (tests/test_objectives.py).
 @pytest.mark.filterwarnings("ignore::bert_repro.model.checkpoint_format.NotTransformersBertWarning")
-@pytest.mark.parametrize("name, selection, rows", [
-    # every variant of Table 5: three pre-training objectives, and the BiLSTM head on the left-to-right model
-    ("table5", dict(tasks=["mrpc"]), ["mlm_nsp", "mlm", "ltr", "ltr_bilstm"]),
-    ("table6", dict(tasks=["sst2"], sizes=["1/32/2", "2/32/2"]), ["L1_H32_A2", "L2_H32_A2"]),
-    ("table7", dict(variants=["concat_last_four"]), ["finetune", "concat_last_four"]),
-    ("table8", dict(tasks=["conll2003"], variants=["mask100_same0_rnd0"]), ["mask100_same0_rnd0"]),
-])
-def test_each_study_runs_end_to_end_and_writes_its_table(name, selection, rows, tmp_path, pretrain_config,
-                                                         monkeypatch):
+@pytest.mark.parametrize(
+    "name, selection, rows",
+    [
+        # every variant of Table 5: three pre-training objectives, and the BiLSTM head on the left-to-right model
+        ("table5", dict(tasks=["mrpc"]), ["mlm_nsp", "mlm", "ltr", "ltr_bilstm"]),
+        ("table6", dict(tasks=["sst2"], sizes=["1/32/2", "2/32/2"]), ["L1_H32_A2", "L2_H32_A2"]),
+        ("table7", dict(variants=["concat_last_four"]), ["finetune", "concat_last_four"]),
+        ("table8", dict(tasks=["conll2003"], variants=["mask100_same0_rnd0"]), ["mask100_same0_rnd0"]),
+    ],
+)
+def test_each_study_runs_end_to_end_and_writes_its_table(name, selection, rows, tmp_path, pretrain_config, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     out = tmp_path / "out"
-    args = StudyArguments(study=name, output_dir=str(out), pretrain_config=str(pretrain_config),
-                          data_root=str(_glue(tmp_path / "data")), finetune_args=FINETUNE, **selection)
+    args = StudyArguments(
+        study=name,
+        output_dir=str(out),
+        pretrain_config=str(pretrain_config),
+        data_root=str(_glue(tmp_path / "data")),
+        finetune_args=FINETUNE,
+        **selection,
+    )
     text = run_study(args)
     saved = json.loads((out / "study.json").read_text())
     assert [r["variant"] for r in saved["rows"]] == rows
     chosen = select(get_study(name), args)
     for row in saved["rows"]:
-        assert all(cell["ours"] is not None for key, cell in row["cells"].items() if key != "mlm_ppl"
-                   or not chosen.variant(row["variant"]).weights_of)
+        assert all(
+            cell["ours"] is not None
+            for key, cell in row["cells"].items()
+            if key != "mlm_ppl" or not chosen.variant(row["variant"]).weights_of
+        )
     assert (out / "study.png").exists() and text.startswith(f"# {get_study(name).title}")
     if name == "table5":  # the checkpoints carry their objective, and the fine-tunes kept it
         for variant, objective in (("mlm", "mlm"), ("ltr", "ltr")):

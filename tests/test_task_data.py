@@ -10,15 +10,15 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import csv  # noqa: E402
-import io  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-from pathlib import Path  # noqa: E402
+import csv
+import io
+import json
+import logging
+from pathlib import Path
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-import pytest  # noqa: E402
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 from helpers import (
     CONLL_DEV,
     CONLL_TEST,
@@ -37,7 +37,7 @@ from helpers import (
     write,
 )
 
-from bert_repro.tasks.files import (  # noqa: E402
+from bert_repro.tasks.files import (
     TaskDataError,
     answer_is_aligned,
     canonical_columns,
@@ -45,8 +45,8 @@ from bert_repro.tasks.files import (  # noqa: E402
     iob1_to_iob2,
     load_task_data,
 )
-from bert_repro.tasks.kinds import REGRESSION, SPAN  # noqa: E402
-from bert_repro.tasks.registry import GLUE_TASKS, KINDS, METRICS, TASKS, get_task, with_overrides  # noqa: E402
+from bert_repro.tasks.kinds import REGRESSION, SPAN
+from bert_repro.tasks.registry import GLUE_TASKS, KINDS, METRICS, TASKS, get_task, with_overrides
 
 # --------------------------------------------------------------------------------------------------------
 # GLUE in its original layout, and the canonical rows each file must give
@@ -112,9 +112,7 @@ def test_exports_by_explicit_files_label_names_and_original_column_names(tmp_pat
     names = get_task("mnli").label_names
     files = {
         "train": write_export(tmp_path / "a", "train", train, "csv", label_as_name=names),
-        "dev_matched": write_export(
-            tmp_path / "b", "x", expected["validation_matched"], "jsonl", label_as_name=names
-        ),
+        "dev_matched": write_export(tmp_path / "b", "x", expected["validation_matched"], "jsonl", label_as_name=names),
     }
     data = load_task_data("mnli", files)
     assert list(data) == ["train", "validation_matched"]
@@ -173,9 +171,7 @@ def test_squad_v1_json_with_misaligned_training_answer_skipped_and_counted(tmp_p
             [
                 qa("q1", "What character does the school have?", [("Catholic", catholic)]),
                 qa("q2", "What is atop the dome?", [("a statue", catholic)]),  # misaligned: skipped in train
-                qa(
-                    "q3", "Whose dome?", [("Main Building's", CONTEXT.index("Main") + 2)]
-                ),  # off inside the word: kept
+                qa("q3", "Whose dome?", [("Main Building's", CONTEXT.index("Main") + 2)]),  # off inside the word: kept
             ]
         ),
         "dev-v1.1.json": squad_json(
@@ -225,9 +221,7 @@ def test_squad_v2_json_unanswerable_questions(tmp_path):
         {"text": [], "answer_start": []},
     ]
     assert data["validation"]["answers"] == [{"text": [], "answer_start": []}]
-    with pytest.raises(
-        TaskDataError, match=r"train-v2.0.json, article 0, paragraph 0, question 1 \(id t2\).*squad_v2"
-    ):
+    with pytest.raises(TaskDataError, match=r"train-v2.0.json, article 0, paragraph 0, question 1 \(id t2\).*squad_v2"):
         load_task_data("squad", {"train": tmp_path / "train-v2.0.json"})
 
 
@@ -281,9 +275,7 @@ def test_swag_original_csv(tmp_path):
     }
     data = load_task_data("swag", write(tmp_path, files))
     assert list(data) == ["train", "validation", "test"]
-    assert data["train"].to_dict() == {key: value * 2 for key, value in SWAG_EXPECTED.items()} | {
-        "label": [0, 2]
-    }
+    assert data["train"].to_dict() == {key: value * 2 for key, value in SWAG_EXPECTED.items()} | {"label": [0, 2]}
     assert data["validation"].to_dict() == SWAG_EXPECTED | {"label": [0]}
     assert data["test"].to_dict() == SWAG_EXPECTED | {"label": [-1]}
 
@@ -330,13 +322,9 @@ CONLL_EXPECTED = {
 }
 
 
-@pytest.mark.parametrize(
-    "names", [("eng.train", "eng.testa", "eng.testb"), ("train.txt", "valid.txt", "test.txt")]
-)
+@pytest.mark.parametrize("names", [("eng.train", "eng.testa", "eng.testb"), ("train.txt", "valid.txt", "test.txt")])
 def test_conll_original_files_iob1_to_iob2(tmp_path, names):
-    data = load_task_data(
-        "conll2003", write(tmp_path, dict(zip(names, (CONLL_TRAIN, CONLL_DEV, CONLL_TEST))))
-    )
+    data = load_task_data("conll2003", write(tmp_path, dict(zip(names, (CONLL_TRAIN, CONLL_DEV, CONLL_TEST)))))
     assert_canonical(data, CONLL_EXPECTED, "conll2003")
     assert data["train"].features["ner_tags"].feature.names == list(get_task("conll2003").label_names)
 
@@ -419,7 +407,7 @@ def test_original_glue_tsv_with_lone_and_wrapping_quotes_is_read_literally(tmp_p
     # (which no CSV writer would quote, since it holds no tab, quote or line break once unquoted).
     rows = [
         [1, 702876, 702977, 'Amrozi called him "the witness".', '"The witness was lying," he said.'],
-        [0, 2044342, 2044457, '"I think you\'ll see a lot of job growth.', '"The result is a package."'],
+        [0, 2044342, 2044457, "\"I think you'll see a lot of job growth.", '"The result is a package."'],
     ]
     write(tmp_path, {"train.tsv": tsv(["Quality"] + MRPC_HEAD, rows, bom=True)})
     with caplog.at_level(logging.INFO, logger="bert_repro.tasks.files"):
@@ -457,9 +445,7 @@ def test_label_outside_the_label_set(tmp_path):
     expect_error("sst2", tmp_path / "sst2", "train.tsv, line 3", "'2'", "negative, positive")
     mnli = tsv(MNLI_HEAD + ["gold_label"], [[0, 1, "1n", "g", "a", "b", "a", "b", "A.", "B.", "-"]])
     write(tmp_path / "mnli", {"dev_matched.tsv": mnli})
-    expect_error(
-        "mnli", tmp_path / "mnli", "dev_matched.tsv, line 2", "'-'", "entailment, neutral, contradiction"
-    )
+    expect_error("mnli", tmp_path / "mnli", "dev_matched.tsv, line 2", "'-'", "entailment, neutral, contradiction")
     pq.write_table(
         pa.table({"sentence1": ["a", "b"], "sentence2": ["c", "d"], "label": [1, 5]}),
         tmp_path / "validation.parquet",
@@ -471,17 +457,13 @@ def test_score_out_of_range_and_missing_label(tmp_path):
     row = [0, "g", "f", "y", "1", "n", "n", "A.", "B."]
     write(tmp_path / "stsb", {"train.tsv": tsv(STSB_HEAD + ["score"], [row + ["7.5"]])})
     expect_error("stsb", tmp_path / "stsb", "train.tsv, line 2", "7.5", "0.0..5.0")
-    write(
-        tmp_path / "qnli", {"dev.tsv": tsv(["index", "question", "sentence", "label"], [[0, "Q?", "S.", ""]])}
-    )
+    write(tmp_path / "qnli", {"dev.tsv": tsv(["index", "question", "sentence", "label"], [[0, "Q?", "S.", ""]])})
     expect_error("qnli", tmp_path / "qnli", "dev.tsv, line 2", "no label")
 
 
 def test_missing_column_lists_the_columns_present(tmp_path):
     write_export(tmp_path, "train", {"sentence1": ["a"], "label": [1]}, "csv")
-    expect_error(
-        "mrpc", tmp_path, "train.csv", "'sentence2'", "#2 String", "columns present: sentence1, label"
-    )
+    expect_error("mrpc", tmp_path, "train.csv", "'sentence2'", "#2 String", "columns present: sentence1, label")
 
 
 def test_wrong_number_of_fields_in_a_glue_row(tmp_path):
@@ -520,9 +502,7 @@ def test_squad_structure_errors(tmp_path):
 
 
 def test_no_data_ambiguity_and_unknown_split(tmp_path):
-    message = expect_error(
-        "mrpc", write(tmp_path / "empty", {"notes.md": "x"}), "no data for mrpc in", "train.tsv"
-    )
+    message = expect_error("mrpc", write(tmp_path / "empty", {"notes.md": "x"}), "no data for mrpc in", "train.tsv")
     assert "train.*" in message and "parquet" in message
     _, expected = GLUE_FIXTURES["sst2"]
     write(tmp_path / "both", {"train.tsv": tsv(["sentence", "label"], [["a", 1]])})
@@ -577,9 +557,7 @@ def test_registry_is_complete_and_consistent():
             assert task.hub_id == "nyu-mll/glue" and task.hub_config == name
             assert set(task.glue_submission_names) == set(task.test_splits)
             assert task.in_glue_average == (name != "wnli")
-            assert (
-                task.defaults["per_device_train_batch_size"] == 32 and task.defaults["num_train_epochs"] == 3
-            )
+            assert task.defaults["per_device_train_batch_size"] == 32 and task.defaults["num_train_epochs"] == 3
             assert task.grid["learning_rate"] == (5e-5, 4e-5, 3e-5, 2e-5)
         if name != "wnli":
             assert any(r.metric == task.main_metric or name == "squad_v2" for r in task.paper), name
@@ -591,9 +569,7 @@ def test_registry_values_from_the_paper():
     assert get_task("mnli").eval_splits == ("validation_matched", "validation_mismatched")
     assert get_task("mnli").glue_submission_name("test_mismatched") == "MNLI-mm.tsv"
     assert get_task("MRPC").glue_submission_name() == "MRPC.tsv" and get_task("mrpc").main_metric == "f1"
-    assert (
-        get_task("sts-b").main_metric == "spearman" and get_task("cola").main_metric == "matthews_correlation"
-    )
+    assert get_task("sts-b").main_metric == "spearman" and get_task("cola").main_metric == "matthews_correlation"
     assert get_task("rte").format_submission_value(1) == "not_entailment"
     assert get_task("wnli").format_submission_value(1) == "1"
     assert get_task("stsb").format_submission_value(3.14159) == "3.142"

@@ -20,19 +20,39 @@ from transformers import DataCollatorWithPadding, TrainingArguments
 
 import bert_repro
 from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
-from bert_repro.tasks.files import load_task_data
 from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 from bert_repro.hub.model_card import TASK_TYPE_NAMES, parameter_count
 from bert_repro.tasks import metrics
 from bert_repro.tasks.columns import class_id, find_column, texts
+from bert_repro.tasks.files import load_task_data
 from bert_repro.tasks.kinds import KINDS, TaskKind, kind_named
 from bert_repro.tasks.registry import TASKS, Task
 from bert_repro.training.finetune import FineTuningArguments, encode_splits, one_run
 
-ATTRIBUTES = ("name", "head_class", "auto_class", "pipeline_tag", "pipeline_task", "head_description",
-              "uses_pooler", "decode_columns")
-METHODS = ("num_labels", "head_parameters", "features", "canonicalise", "labelled", "encode", "collator", "decode",
-           "score", "ranking_metric", "card_labels", "pipeline_example")
+ATTRIBUTES = (
+    "name",
+    "head_class",
+    "auto_class",
+    "pipeline_tag",
+    "pipeline_task",
+    "head_description",
+    "uses_pooler",
+    "decode_columns",
+)
+METHODS = (
+    "num_labels",
+    "head_parameters",
+    "features",
+    "canonicalise",
+    "labelled",
+    "encode",
+    "collator",
+    "decode",
+    "score",
+    "ranking_metric",
+    "card_labels",
+    "pipeline_example",
+)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +113,11 @@ class PairAgreement(TaskKind):
 
     def canonicalise(self, task, split, raw):
         self.calls.append(("canonicalise", split))
-        return {"a": texts(raw, find_column(task, raw, "a"), "a"), "b": texts(raw, find_column(task, raw, "b"), "b"),
-                "same": [class_id(task, raw, i, v, False) for i, v in enumerate(find_column(task, raw, "same"))]}
+        return {
+            "a": texts(raw, find_column(task, raw, "a"), "a"),
+            "b": texts(raw, find_column(task, raw, "b"), "b"),
+            "same": [class_id(task, raw, i, v, False) for i, v in enumerate(find_column(task, raw, "same"))],
+        }
 
     def labelled(self, task, split):
         return True
@@ -126,11 +149,23 @@ class PairAgreement(TaskKind):
 
 def test_a_new_kind_runs_through_finetuning_in_one_place(tmp_path: Path):
     kind = PairAgreement()
-    task = Task(name="toy_pairs", kind=kind, text_columns=("a", "b"), label_names=("different", "same"),
-                metrics=("accuracy", "f1"), main_metric="f1", hub_id="local/toy_pairs", hub_config=None,
-                test_splits=())
-    rows = [{"a": "the cat sat", "b": "the cat sat", "same": "same"}, {"a": "a dog ran", "b": "the mat", "same": 0},
-            {"a": "the mat", "b": "the mat", "same": 1}, {"a": "a cat", "b": "a dog ran", "same": "different"}]
+    task = Task(
+        name="toy_pairs",
+        kind=kind,
+        text_columns=("a", "b"),
+        label_names=("different", "same"),
+        metrics=("accuracy", "f1"),
+        main_metric="f1",
+        hub_id="local/toy_pairs",
+        hub_config=None,
+        test_splits=(),
+    )
+    rows = [
+        {"a": "the cat sat", "b": "the cat sat", "same": "same"},
+        {"a": "a dog ran", "b": "the mat", "same": 0},
+        {"a": "the mat", "b": "the mat", "same": 1},
+        {"a": "a cat", "b": "a dog ran", "same": "different"},
+    ]
     files = {}
     for split in ("train", "validation"):
         files[split] = tmp_path / f"{split}.jsonl"
@@ -138,23 +173,35 @@ def test_a_new_kind_runs_through_finetuning_in_one_place(tmp_path: Path):
     data = load_task_data(task, files)
     assert data["validation"]["same"] == [1, 0, 1, 0] and data["train"].features == kind.features(task)
 
-    tokenizer = train_wordpiece(iterator=[r["a"] + " " + r["b"] for r in rows] * 3, vocab_size=60,
-                                show_progress=False)
+    tokenizer = train_wordpiece(iterator=[r["a"] + " " + r["b"] for r in rows] * 3, vocab_size=60, show_progress=False)
     model_dir = tmp_path / "tiny"
     torch.manual_seed(0)
     BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer))).save_pretrained(model_dir)
     save_tokenizer(tokenizer, model_dir)
     run = FineTuningArguments(task=task.name, model=str(model_dir), max_seq_length=32)
-    training = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2,
-                                 use_cpu=True, report_to="none", disable_tqdm=True, save_strategy="no")
+    training = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        use_cpu=True,
+        report_to="none",
+        disable_tqdm=True,
+        save_strategy="no",
+    )
     splits = encode_splits(task, data, tokenizer, run)
     result, trainer = one_run(task, splits, tokenizer, run, training, 1e-4, 0, tmp_path / "out" / "run")
 
     assert isinstance(trainer.model, BertReproForSequenceClassification) and trainer.model.num_labels == 2
     assert set(result["validation"]) == {"accuracy", "f1"}
     assert result["score"] == result["validation"]["f1"]
-    assert kind.calls == [("canonicalise", "train"), ("canonicalise", "validation"), ("encode", True),
-                          ("encode", False), ("decode", 4), ("score", 4)]
+    assert kind.calls == [
+        ("canonicalise", "train"),
+        ("canonicalise", "validation"),
+        ("encode", True),
+        ("encode", False),
+        ("decode", 4),
+        ("score", 4),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -165,7 +212,11 @@ _KIND_TEST = re.compile(r"\bkind(?:\.name)?\s*(?:==|!=|(?:not\s+)?in\b)|\[[^\]\n
 
 def test_no_module_outside_the_kinds_compares_kinds():
     package = Path(bert_repro.__file__).parent
-    found = [f"{path.relative_to(package)}:{number}: {line.strip()}"
-             for path in sorted(package.rglob("*.py")) if path.name != "kinds.py"
-             for number, line in enumerate(path.read_text().splitlines(), start=1) if _KIND_TEST.search(line)]
+    found = [
+        f"{path.relative_to(package)}:{number}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "kinds.py"
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if _KIND_TEST.search(line)
+    ]
     assert not found, "\n".join(found)

@@ -10,12 +10,12 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import json  # noqa: E402
-import sys  # noqa: E402
+import json
+import sys
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import pytest
+import torch
 from helpers import (
     HIDDEN,
     INTERMEDIATE,
@@ -28,7 +28,7 @@ from helpers import (
     write_google_checkpoint,
 )
 
-from bert_repro.model.tf_checkpoint import (  # noqa: E402
+from bert_repro.model.tf_checkpoint import (
     load_tf_checkpoint,
     read_google_bert_config,
     resolve_checkpoint_prefix,
@@ -219,9 +219,7 @@ def test_state_dict_loads_into_bert_for_pretraining(google_checkpoint):
     # Only the decoder, tied to the word embeddings and cls.predictions.bias, is not in the checkpoint.
     assert set(result.missing_keys) <= {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
     model.tie_weights()
-    assert torch.equal(
-        model.cls.predictions.decoder.weight, state_dict["bert.embeddings.word_embeddings.weight"]
-    )
+    assert torch.equal(model.cls.predictions.decoder.weight, state_dict["bert.embeddings.word_embeddings.weight"])
 
 
 def test_unexpected_variable_raises(tf, tmp_path):

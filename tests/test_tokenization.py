@@ -11,16 +11,16 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import json  # noqa: E402
-import random  # noqa: E402
-import shutil  # noqa: E402
-from pathlib import Path  # noqa: E402
+import json
+import random
+import shutil
+from pathlib import Path
 
-import pytest  # noqa: E402
-from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
-from transformers import AutoTokenizer, BertTokenizer, BertTokenizerLegacy  # noqa: E402
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import AutoTokenizer, BertTokenizer, BertTokenizerLegacy
 
-from bert_repro.data.wordpiece import (  # noqa: E402
+from bert_repro.data.wordpiece import (
     BERT_SPECIAL_TOKENS,
     load_tokenizer,
     save_tokenizer,
@@ -50,7 +50,7 @@ PUNCTUATION = [".", ".", ".", "!", "?", ";"]
 SENTENCES = [
     "The quick brown fox, Élan, jumped over the lazy dog!",
     "Montréal's café served a jalapeño-flavoured résumé (naïvely).",
-    "Teachers were reporting: \"the students' workers played happily\" -- in Zürich?",
+    'Teachers were reporting: "the students\' workers played happily" -- in Zürich?',
     "PARIS and paris, London & Berlin; NASA's 12 starters.",
 ]
 
@@ -221,9 +221,7 @@ def test_iterator_training_matches_file_training(corpus_lines: list[str], uncase
 
 
 def test_strip_accents_can_be_set_independently(corpus_files: list[Path]) -> None:
-    tokenizer = train_wordpiece(
-        corpus_files, vocab_size=200, lowercase=False, strip_accents=True, show_progress=False
-    )
+    tokenizer = train_wordpiece(corpus_files, vocab_size=200, lowercase=False, strip_accents=True, show_progress=False)
     assert tokenizer.backend_tokenizer.normalizer.normalize_str("Élan") == "Elan"
     assert tokenizer.strip_accents is True and tokenizer.do_lower_case is False
 
@@ -292,9 +290,7 @@ def test_autotokenizer_loads_saved_tokenizer(which: str, request: pytest.Fixture
 # ------------------------------------------------------------------------------------------------
 
 
-def test_load_tokenizer_from_every_uncased_source(
-    uncased: BertTokenizer, uncased_dir: Path, tmp_path: Path
-) -> None:
+def test_load_tokenizer_from_every_uncased_source(uncased: BertTokenizer, uncased_dir: Path, tmp_path: Path) -> None:
     only_vocab = tmp_path / "only_vocab"
     only_vocab.mkdir()
     shutil.copy(uncased_dir / "vocab.txt", only_vocab)

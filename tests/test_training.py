@@ -28,13 +28,15 @@ def pretraining_rows(n=16, seq=16, vocab=99):
         labels = torch.full((seq,), -100)
         positions = torch.randperm(length - 2, generator=g)[:MASKED_PER_SEQUENCE] + 1
         labels[positions] = input_ids[positions]
-        rows.append({
-            "input_ids": input_ids,
-            "attention_mask": (torch.arange(seq) < length).long(),
-            "token_type_ids": (torch.arange(seq) >= length // 2).long() * (torch.arange(seq) < length).long(),
-            "labels": labels,
-            "next_sentence_label": torch.tensor(i % 2),
-        })
+        rows.append(
+            {
+                "input_ids": input_ids,
+                "attention_mask": (torch.arange(seq) < length).long(),
+                "token_type_ids": (torch.arange(seq) >= length // 2).long() * (torch.arange(seq) < length).long(),
+                "labels": labels,
+                "next_sentence_label": torch.tensor(i % 2),
+            }
+        )
     return rows
 
 

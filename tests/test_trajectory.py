@@ -31,8 +31,7 @@ from transformers import BertForPreTraining, Trainer, TrainingArguments
 from bert_repro import BertReproConfig, BertReproForPreTraining
 from bert_repro.data.pretraining_examples import IGNORE_INDEX
 from bert_repro.data.wordpiece import load_tokenizer
-from bert_repro.training.pretrain import (PhasedSampler, build_datasets, parse_arguments, phase_steps,
-                                          run_pretraining)
+from bert_repro.training.pretrain import PhasedSampler, build_datasets, parse_arguments, phase_steps, run_pretraining
 
 STEPS, TOLERANCE = 120, 1e-5
 LOGGED = ("loss", "mlm_loss", "nsp_loss", "grad_norm", "learning_rate")
@@ -43,11 +42,13 @@ def straightforward_collator(pad_id):
 
     def collate(rows):
         shape = (len(rows), max(len(r["input_ids"]) for r in rows))
-        batch = {"input_ids": torch.full(shape, pad_id),
-                 "token_type_ids": torch.zeros(shape, dtype=torch.long),
-                 "attention_mask": torch.zeros(shape, dtype=torch.long),
-                 "labels": torch.full(shape, IGNORE_INDEX),
-                 "next_sentence_label": torch.tensor([r["next_sentence_label"] for r in rows])}
+        batch = {
+            "input_ids": torch.full(shape, pad_id),
+            "token_type_ids": torch.zeros(shape, dtype=torch.long),
+            "attention_mask": torch.zeros(shape, dtype=torch.long),
+            "labels": torch.full(shape, IGNORE_INDEX),
+            "next_sentence_label": torch.tensor([r["next_sentence_label"] for r in rows]),
+        }
         for i, r in enumerate(rows):
             n = len(r["input_ids"])
             batch["input_ids"][i, :n] = torch.tensor(r["input_ids"])
@@ -89,17 +90,36 @@ def transformers_trajectory(argv, init, output_dir):
             losses.append((mlm.item(), nsp.item(), kwargs["labels"].shape[1]))
 
     model.register_forward_hook(record, with_kwargs=True)
-    args = TrainingArguments(**{**training.to_dict(), "output_dir": str(output_dir / "reference"),
-                                "per_device_train_batch_size": run.global_batch_size,
-                                "gradient_accumulation_steps": 1, "save_strategy": "no", "eval_strategy": "no"})
-    trainer = Trainer(model=model, args=args, train_dataset=InOrder(examples),
-                      data_collator=straightforward_collator(load_tokenizer(run.tokenizer).pad_token_id))
+    args = TrainingArguments(
+        **{
+            **training.to_dict(),
+            "output_dir": str(output_dir / "reference"),
+            "per_device_train_batch_size": run.global_batch_size,
+            "gradient_accumulation_steps": 1,
+            "save_strategy": "no",
+            "eval_strategy": "no",
+        }
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=InOrder(examples),
+        data_collator=straightforward_collator(load_tokenizer(run.tokenizer).pad_token_id),
+    )
     trainer.train()
     logged = [e for e in trainer.state.log_history if "loss" in e and "train_runtime" not in e]
     assert len(logged) == len(losses) == training.max_steps
-    return [{"loss": e["loss"], "mlm_loss": mlm, "nsp_loss": nsp, "grad_norm": e["grad_norm"],
-             "learning_rate": e["learning_rate"], "width": width}
-            for e, (mlm, nsp, width) in zip(logged, losses)]
+    return [
+        {
+            "loss": e["loss"],
+            "mlm_loss": mlm,
+            "nsp_loss": nsp,
+            "grad_norm": e["grad_norm"],
+            "learning_rate": e["learning_rate"],
+            "width": width,
+        }
+        for e, (mlm, nsp, width) in zip(logged, losses)
+    ]
 
 
 def recipe_trajectory(argv):
@@ -124,15 +144,31 @@ def test_recipe_trains_as_transformers(tmp_path, corpus_and_tokenizer, one_threa
     corpus, tokenizer = corpus_and_tokenizer
     torch.manual_seed(0)
     config = BertReproConfig.from_preset(
-        "tiny", vocab_size=len(load_tokenizer(tokenizer)), hidden_size=32, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0)
+        "tiny",
+        vocab_size=len(load_tokenizer(tokenizer)),
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     BertReproForPreTraining(config).save_pretrained(tmp_path / "init")  # safetensors, read by both
     # 90 steps at 32 tokens, then 30 at 64; the recipe takes each batch of 8 as 2 micro-batches of 4.
-    run_config = write_config(tmp_path / "run.yaml", corpus, tokenizer, model_overrides=None,
-                              init_from=str(tmp_path / "init"), max_steps=STEPS,
-                              per_device_train_batch_size=4, warmup_steps=10, learning_rate=1e-3,
-                              weight_decay=0.01, save_steps=10_000, eval_fraction=0.0)
+    run_config = write_config(
+        tmp_path / "run.yaml",
+        corpus,
+        tokenizer,
+        model_overrides=None,
+        init_from=str(tmp_path / "init"),
+        max_steps=STEPS,
+        per_device_train_batch_size=4,
+        warmup_steps=10,
+        learning_rate=1e-3,
+        weight_decay=0.01,
+        save_steps=10_000,
+        eval_fraction=0.0,
+    )
     argv = ["--config", str(run_config), "--output_dir", str(tmp_path / "recipe")]
     ours = recipe_trajectory(argv)
     reference = transformers_trajectory(argv, tmp_path / "init", tmp_path)
@@ -142,5 +178,6 @@ def test_recipe_trains_as_transformers(tmp_path, corpus_and_tokenizer, one_threa
     for key in LOGGED:
         diffs = [abs(a[key] - b[key]) for a, b in zip(ours, reference)]
         step = max(range(STEPS), key=diffs.__getitem__)
-        assert diffs[step] < TOLERANCE, (f"{key} differs by {diffs[step]:.2e} at step {step + 1}: "
-                                         f"{ours[step]} vs {reference[step]}")
+        assert diffs[step] < TOLERANCE, (
+            f"{key} differs by {diffs[step]:.2e} at step {step + 1}: {ours[step]} vs {reference[step]}"
+        )

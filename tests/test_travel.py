@@ -16,8 +16,10 @@ from bert_repro.data.travel_corpus import build, main
 from bert_repro.data.wordpiece import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = ("the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
-         "mountain old new green tree bird sang loud quiet night day good bad movie film").split()
+WORDS = (
+    "the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
+    "mountain old new green tree bird sang loud quiet night day good bad movie film"
+).split()
 
 
 def _books(folder: Path, n: int = 8, seed: int = 0) -> list[str]:
@@ -25,8 +27,9 @@ def _books(folder: Path, n: int = 8, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     texts = []
     for d in range(n):
-        sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
-                     for _ in range(24)]
+        sentences = [
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "." for _ in range(24)
+        ]
         text = "\n\n".join(" ".join(sentences[i : i + 6]) for i in range(0, 24, 6)) + "\n"
         (folder / f"book{d}.txt").write_text(text)
         texts.append(text)
@@ -82,9 +85,11 @@ def test_gutenberg_books_keep_only_the_text_between_the_start_and_end_lines(tmp_
         from gutenberg_books import book_text
     finally:
         sys.path.pop(0)
-    raw = ("The Project Gutenberg EBook of Emma\n\nRelease Date: 1994\n\n"
-           "*** START OF THIS PROJECT GUTENBERG EBOOK EMMA ***\n\n\nEMMA\n\nBy Jane Austen\n\n"
-           "*** END OF THIS PROJECT GUTENBERG EBOOK EMMA ***\n\nLicence.\n")
+    raw = (
+        "The Project Gutenberg EBook of Emma\n\nRelease Date: 1994\n\n"
+        "*** START OF THIS PROJECT GUTENBERG EBOOK EMMA ***\n\n\nEMMA\n\nBy Jane Austen\n\n"
+        "*** END OF THIS PROJECT GUTENBERG EBOOK EMMA ***\n\nLicence.\n"
+    )
     assert book_text(raw) == "EMMA\n\nBy Jane Austen\n"
     assert book_text("A file without the lines.\n") is None
 
@@ -95,13 +100,28 @@ def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
     flags, the fine-tuning on the full training sets), only the model, the steps and the grid tiny, and bf16
     off: it needs CUDA (or --use_cpu), the one thing the GPU alone checks."""
     root, _, _ = travelled
-    env = {**os.environ, "PYTHON": sys.executable, "TRAVEL": str(root / ".travel"),
-           "RESULTS": str(root / "runs"), "PRESET": "tiny", "STEPS": "2", "BATCH": "8", "MICRO": "8",
-           "BF16": "false", "LEARNING_RATES": "1e-3"}
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "TRAVEL": str(root / ".travel"),
+        "RESULTS": str(root / "runs"),
+        "PRESET": "tiny",
+        "STEPS": "2",
+        "BATCH": "8",
+        "MICRO": "8",
+        "BF16": "false",
+        "LEARNING_RATES": "1e-3",
+    }
     studies = (("pretraining", ["pretrained", "random"]), ("table5", ["mlm_nsp", "mlm", "ltr", "ltr_bilstm"]))
     for study, rows in studies:
-        done = subprocess.run(["bash", "benchmarks/study_gpu.sh"], cwd=ROOT, env={**env, "STUDY": study},
-                              capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(
+            ["bash", "benchmarks/study_gpu.sh"],
+            cwd=ROOT,
+            env={**env, "STUDY": study},
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         out = root / "runs" / f"study_{study}"
         saved = json.loads((out / "study.json").read_text())
