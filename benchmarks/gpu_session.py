@@ -3,10 +3,14 @@
     python benchmarks/gpu_session.py probe --out runs/gpu/probe.json   # versions, imports, CUDA (3: none)
     python benchmarks/gpu_session.py collect --results runs/gpu --out runs/gpu/results.json
     python benchmarks/gpu_session.py record path/to/results.json       # on any machine, after the run
+    python benchmarks/gpu_session.py pack MODEL_DIR OUT/prefix         # a model as bf16 parts under 16 MiB
+
+`pack` writes a model directory as a tar of bf16 safetensors shards cut into parts that a device call can
+return (`cat prefix.tar.* | tar x` puts it together again).
 
 `probe` and `collect` run on the GPU machine (run_gpu.sh calls them); `collect` imports nothing heavy, so that
 it can run after every step and a run cut short still returns what it measured. `record` writes
-`benchmarks/results/<date>-<device>.json` and adds the run's table to `benchmarks/README.md` (section "GPU").
+`benchmarks/results/<date>-<device>[-study].json` and adds the run's table to `benchmarks/README.md` (section "GPU").
 """
 
 from __future__ import annotations
@@ -181,6 +185,13 @@ def collect(results: Path, out: Path, command: str) -> dict:
         "benchmark": rows,
         "pretraining": pretraining(results / "pretrain_small"),
         "mrpc": read_json(results / "mrpc" / "results.json"),
+        # benchmarks/study_gpu.sh: each study's table, and the pre-training behind the first
+        "study": {
+            name: {**read_json(d / "study.json"), "markdown": (d / "study.md").read_text()}
+            for name in ("pretraining", "table5")
+            if (d := results / f"study_{name}").joinpath("study.json").is_file() and (d / "study.md").is_file()
+        },
+        "study_pretraining": pretraining(results / "study_pretraining" / "pretrain" / "pretrained"),
     }
     if report["mrpc"]:
         report["mrpc"] = {k: report["mrpc"].get(k) for k in ("best", "runs", "hyperparameters", "seconds")}
@@ -248,7 +259,10 @@ def markdown(report: dict, name: str) -> str:
     ]
     if failed:
         text += f" Steps that failed or were killed: {', '.join(failed)}."
-    return "\n".join(lines + [textwrap.fill(text, 110)]) + "\n"
+    lines.append(textwrap.fill(text, 110))
+    for name, study in (report.get("study") or {}).items():  # its own table, as study.py wrote it
+        lines += ["", f"Study `{name}` (`benchmarks/study_gpu.sh`):", "", *study["markdown"].splitlines()[2:]]
+    return "\n".join(lines) + "\n"
 
 
 def record(path: Path) -> None:
@@ -259,10 +273,11 @@ def record(path: Path) -> None:
     results = ROOT / "benchmarks" / "results"
     if any(json.loads(f.read_text()) == report for f in results.glob("*.json")):
         sys.exit(f"error: {path} is recorded already (nothing was written)")
-    name, n = f"{report['date']}-{device}.json", 1
+    kind = "-study" if report.get("study") else ""
+    name, n = f"{report['date']}-{device}{kind}.json", 1
     while (results / name).exists():  # several calls a day on one card: -2, -3, ...
         n += 1
-        name = f"{report['date']}-{device}-{n}.json"
+        name = f"{report['date']}-{device}{kind}-{n}.json"
     target = results / name
     target.parent.mkdir(exist_ok=True)
     target.write_text(json.dumps(report, indent=1) + "\n")
@@ -272,6 +287,36 @@ def record(path: Path) -> None:
         sys.exit(f"error: {readme} lacks the line {MARKER!r}; wrote {target} only")
     readme.write_text(text.replace(MARKER, MARKER + "\n\n" + markdown(report, name).rstrip("\n"), 1))
     print(f"wrote {target} and its table in {readme}")
+
+
+def pack(model: Path, prefix: Path, part_mib: int = 15) -> list[Path]:
+    """`model` (a saved bert_repro model) in bf16, as a tar of safetensors shards and the model's other files, cut
+    into parts of `part_mib` MiB: `prefix.tar.0`, `.1`, ..."""
+    import io
+    import tarfile
+    import tempfile
+
+    import torch
+
+    from bert_repro.model.conversion import TOKENIZER_FILES
+    from bert_repro.model.speed_paths import BertReproForPreTraining
+
+    weights = BertReproForPreTraining.from_pretrained(model, dtype=torch.bfloat16)
+    buffer = io.BytesIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        weights.save_pretrained(tmp, max_shard_size=f"{part_mib}MB")
+        for name in TOKENIZER_FILES + ("results.json", "log_history.json", "training_curves.png", "run_config.json"):
+            if (model / name).is_file():
+                Path(tmp, name).write_bytes((model / name).read_bytes())
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            tar.add(tmp, arcname=model.name)
+    data, parts = buffer.getvalue(), []
+    size = part_mib * 1024 * 1024
+    for i in range(0, len(data), size):
+        parts.append(prefix.with_name(f"{prefix.name}.tar.{i // size}"))
+        parts[-1].write_bytes(data[i : i + size])
+    print(f"{model}: {len(data) / 2**20:.1f} MiB in {len(parts)} part(s) {prefix}.tar.*")
+    return parts
 
 
 def main() -> None:
@@ -285,11 +330,16 @@ def main() -> None:
     c.add_argument("--command", default="bash benchmarks/run_gpu.sh")
     r = sub.add_parser("record")
     r.add_argument("results_json", type=Path)
+    k = sub.add_parser("pack")
+    k.add_argument("model", type=Path)
+    k.add_argument("prefix", type=Path)
     args = parser.parse_args()
     if args.action == "probe":
         sys.exit(probe(args.out))
     if args.action == "collect":
         collect(args.results, args.out, args.command)
+    elif args.action == "pack":
+        pack(args.model, args.prefix)
     else:
         record(args.results_json)
 

@@ -14,9 +14,11 @@
 #   train  a short real pre-training of the `small` preset on the shipped corpus in bf16, with BERT's
 #          vocabulary, then an MRPC fine-tune of it (.gpu/MRPC or MRPC=path).
 #   study  (not by default; .travel/ from `bash benchmarks/corpus/travel.sh`, carried along) what a CPU
-#          cannot afford: our pre-training against random initialisation at a GPU budget on 152 MB of
-#          public-domain books (`--study pretraining`), then Table 5 at that budget, its MLM + NSP model
-#          reused (`--study table5`), by benchmarks/study_gpu.sh. Both resume: run the part again.
+#          cannot afford: our pre-training against random initialisation on 152 MB of public-domain books
+#          (`--study pretraining` by benchmarks/study_gpu.sh, sized for one call: `PARTS="probe study"`), then
+#          the pre-trained model into OUT as bf16 parts (`gpu_session.py pack`: pretrained.tar.0, .1, ...).
+#   table5 (not by default) Table 5 at the study's budget, its MLM + NSP model reused (`--study table5`).
+#          Both studies resume: run the part again.
 # Nothing reaches a network: the Hub, datasets, pip (no index) and telemetry are offline. Every step,
 # nvidia-smi and the first imports included, runs in its own session under `timeout -s KILL`; what it leaves
 # running is killed with it. The whole keeps to BUDGET seconds: each step's limit is its weight's share of
@@ -32,7 +34,7 @@
 #   PARTS="probe tests bench train" BUDGET=540 RESULTS=runs/gpu OUT=$RESULTS KIT=.gpu EXAMPLES=$KIT
 #   MRPC=$KIT/MRPC SITE=/tmp/bert_repro_site (the wheels) PYTHON (tried before python3,
 #   /opt/torch/.venv/bin/python3 and python) SETTINGS=base:128,base:512,large:128 VARIANTS (the benchmark's,
-#   in order) TRAIN_STEPS=1000 BF16=true TRAVEL=.travel STUDY_PRESET=mini STUDY_STEPS=10000
+#   in order) TRAIN_STEPS=1000 BF16=true TRAVEL=.travel STUDY_ENV (more VAR=value for study_gpu.sh)
 #   PROBE_LIMIT=90 and TESTS_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, STUDY_LIMIT: caps on a step's
 #   limit (seconds). DRY_RUN=1: without CUDA, every part at tiny sizes on the CPU (checks the kit anywhere).
 # With time to spare, e.g.: BUDGET=7200 PARTS=study bash benchmarks/run_gpu.sh
@@ -52,8 +54,7 @@ VARIANTS=${VARIANTS:-transformers sdpa bf16 compile,ours sparse bf16 compile,tra
 ours packed sparse bf16 compile,ours}
 PROFILE_VARIANTS=${PROFILE_VARIANTS:-ours sparse bf16 compile,transformers sdpa bf16 compile,ours sdpa bf16 compile,\
 ours packed sparse bf16 compile} PROFILE_SETTING=base:128
-TRAIN_STEPS=${TRAIN_STEPS:-1000} BF16=${BF16:-true} TRAVEL=${TRAVEL:-.travel} STUDY_PRESET=${STUDY_PRESET:-mini}
-STUDY_STEPS=${STUDY_STEPS:-10000} STUDY_BATCH=${STUDY_BATCH:-256}
+TRAIN_STEPS=${TRAIN_STEPS:-1000} BF16=${BF16:-true} TRAVEL=${TRAVEL:-.travel} STUDY_ENV=${STUDY_ENV:-}
 PROBE_LIMIT=${PROBE_LIMIT:-90} TESTS_LIMIT=${TESTS_LIMIT:-3600} BENCH_LIMIT=${BENCH_LIMIT:-3600}
 TRAIN_LIMIT=${TRAIN_LIMIT:-3600} STUDY_LIMIT=${STUDY_LIMIT:-36000} DRY_RUN=${DRY_RUN:-0}
 SITE=${SITE:-/tmp/bert_repro_site}
@@ -187,7 +188,8 @@ elif ((DRY_RUN)); then
     log "no CUDA: DRY_RUN=1, every part at tiny sizes on the CPU"
     SETTINGS=tiny:128 PROFILE_SETTING=tiny:128 TRAIN_STEPS=4 VARIANTS="transformers sdpa bf16,ours sdpa bf16" PRESET=tiny BATCH=8
     DEVICE=(--device cpu) BENCH=(--batch_128 1 --steps 1 --warmup 1 --rounds 1) BF16=false
-    STUDY_PRESET=tiny STUDY_STEPS=2 STUDY_BATCH=8
+    STUDY_ENV="PRESET=tiny STEPS=4 BATCH=8 MICRO=8 CPU=1 WORKERS=1 NUM_PROC=2 SEEDS='1 2' JOBS=2 \
+FINETUNE_MORE='--max_train_samples 64 --max_eval_samples 64' $STUDY_ENV"
     PRE=(--use_cpu true --corpus recipes/data/quickstart_corpus/state_union --num_proc 2 --logging_steps 1
         --eval_steps 2 --eval_max_examples 32)
     FINE=(--use_cpu true --max_train_samples 64 --max_eval_samples 64 --num_train_epochs 1)
@@ -202,7 +204,8 @@ has tests && WEIGHTS+=(3)
 has bench && for s in ${SETTINGS//,/ }; do [[ $s == base:128 ]] && WEIGHTS+=(6) || WEIGHTS+=(4); done
 has profile && WEIGHTS+=(5)
 has train && WEIGHTS+=(5 2)
-has study && WEIGHTS+=(10 10)
+has study && WEIGHTS+=(20 1)
+has table5 && WEIGHTS+=(10)
 
 if has tests; then
     share 20 "$TESTS_LIMIT"
@@ -249,23 +252,30 @@ if has train; then
             "${FINE[@]}"
     else log "skip mrpc: budget spent"; fi
 fi
+if (has study || has table5) && [[ ! -f $TRAVEL/books/manifest.json ]]; then
+    log "skip study: needs $TRAVEL/books and $TRAVEL/glue (bash benchmarks/corpus/travel.sh, carried along)"
+    status=1
+    PARTS=${PARTS/ study / } PARTS=${PARTS/ table5 / }
+fi
+# benchmarks/study_gpu.sh: the travelling books, the full SST-2 and MRPC training sets; it resumes.
+study() {  # study NAME: one study_gpu.sh run as a step
+    share 60 "$STUDY_LIMIT"
+    if ((L)); then
+        eval "step study_$1 $L env STUDY=$1 TRAVEL=$TRAVEL RESULTS=$RESULTS PYTHON=$PY BF16=$BF16 $STUDY_ENV \
+            bash benchmarks/study_gpu.sh"
+    else log "skip study_$1: budget spent"; fi
+}
 if has study; then
-    if [[ ! -f $TRAVEL/books/manifest.json ]]; then
-        log "skip study: needs $TRAVEL/books and $TRAVEL/glue (bash benchmarks/corpus/travel.sh, carried along)"
-        status=1
-    else
-        # benchmarks/study_gpu.sh: the travelling books, the full SST-2 and MRPC training sets; it resumes.
-        share 60 "$STUDY_LIMIT"
-        ((L)) && step study_pretraining "$L" env STUDY=pretraining TRAVEL="$TRAVEL" RESULTS="$RESULTS" PYTHON="$PY" \
-            PRESET="$STUDY_PRESET" STEPS="$STUDY_STEPS" BATCH="$STUDY_BATCH" MICRO="$STUDY_BATCH" BF16="$BF16" \
-            bash benchmarks/study_gpu.sh
-        share 60 "$STUDY_LIMIT"
-        if [[ -f $RESULTS/study_pretraining/pretrain/pretrained/model.safetensors ]] && ((L)); then
-            step study_table5 "$L" env STUDY=table5 TRAVEL="$TRAVEL" RESULTS="$RESULTS" PYTHON="$PY" \
-                PRESET="$STUDY_PRESET" STEPS="$STUDY_STEPS" BATCH="$STUDY_BATCH" MICRO="$STUDY_BATCH" BF16="$BF16" \
-            bash benchmarks/study_gpu.sh
-        fi
-    fi
+    study pretraining
+    model=$RESULTS/study_pretraining/pretrain/pretrained
+    share 10 120
+    if [[ -f $model/model.safetensors ]] && ((L)); then
+        step pack_pretrained "$L" "$PY" benchmarks/gpu_session.py pack "$model" "$OUT/pretrained"
+    else log "skip pack_pretrained: no pre-trained model or budget spent"; fi
+fi
+if has table5; then
+    if [[ -f $RESULTS/study_pretraining/pretrain/pretrained/model.safetensors ]]; then study table5
+    else log "skip study_table5: no model of the pretraining study"; fi
 fi
 
 # --- summary ------------------------------------------------------------------------------------------------
@@ -275,7 +285,7 @@ report
 {
     cat "$RESULTS/progress.log"
     for f in nvidia_smi probe cuda_tests bench_base_128 bench_base_512 bench_large_128 profile_base_128 pretrain_small \
-        mrpc; do
+        mrpc study_pretraining pack_pretrained study_table5; do
         [[ -f $RESULTS/$f.log ]] || continue
         echo "----- $f.log (end)"
         grep -v "^W[0-9]" "$RESULTS/$f.log" | tail -n 15

@@ -16,7 +16,7 @@ from bert_repro.model.conversion import CheckpointError
 from bert_repro.tasks.columns import TaskDataError
 from bert_repro.training.cli import ConfigurationError, parse_with_config, quiet_load_reports
 from bert_repro.training.distributed import end_processes
-from bert_repro.training.study import StudyArguments, run_study
+from bert_repro.training.study import StudyArguments, StudyError, run_study
 
 if __name__ == "__main__":
     quiet_load_reports()
@@ -28,3 +28,6 @@ if __name__ == "__main__":
         # A problem with what the user passed: say it plainly, without a traceback.
         print(f"study.py: error: {err}", file=sys.stderr)
         sys.exit(2)
+    except StudyError as err:  # runs that failed on their own (their logs say why); the table has the others
+        print(f"study.py: {err}", file=sys.stderr)
+        sys.exit(1)

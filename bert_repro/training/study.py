@@ -31,12 +31,16 @@ import math
 import os
 import shlex
 import shutil
+import statistics
 import time
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+import numpy as np
 
 from ..model.bilstm_heads import FEATURE_SETS
 from ..model.conversion import TOKENIZER_FILES, CheckpointError, check_model_dir
@@ -312,6 +316,28 @@ class StudyArguments:
         default_factory=list,
         metadata={"help": "table6 only: the sizes to study as L/H/A (e.g. 2/128/2 4/256/4) instead of the paper's."},
     )
+    finetune_args_for: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": 'KEY="ARGS": more fine-tuning arguments for one variant or one task, after --finetune_args '
+            '(a task\'s, then a variant\'s), e.g. random="--learning_rates 3e-4" sst2="--num_train_epochs 1".'
+        },
+    )
+    seeds: list[int] = field(
+        default_factory=list,
+        metadata={
+            "help": "Fine-tune every cell once per seed, each seed its own run (<task>/seed<S>/): the table gives "
+            "the mean and standard error over the seeds. Default: one run per cell, the fine-tuning recipe's "
+            "--seeds (best of them on dev)."
+        },
+    )
+    jobs: int = field(
+        default=1,
+        metadata={
+            "help": "Fine-tuning runs at once, each in its own process (small models leave most of a GPU idle; "
+            "each process uses its share of the CPU cores)."
+        },
+    )
 
 
 def _split_args(text: str, flag: str) -> list[str]:
@@ -465,28 +491,125 @@ def random_init_model(pretrained: Path, directory: Path) -> Path:
     return directory
 
 
-def finetune_cell(
-    variant: Variant, column: Column, model_dir: Path, args: StudyArguments, directory: Path, data_dir: Path | None
-) -> dict[str, Any]:
-    if not (directory / "results.json").is_file():
-        argv = [
-            "--task",
-            column.task,
-            "--model",
-            str(model_dir),
-            "--output_dir",
-            str(directory),
-            *_split_args(args.finetune_args, "--finetune_args"),
-            *variant.finetune_args,
-            *column.finetune_args,
-        ]
-        if data_dir is not None:
-            argv += ["--data", str(data_dir)]
-        logger.info("fine-tuning %s on %s: recipes/finetune.py %s", variant.key, column.key, shlex.join(argv))
+@dataclass(frozen=True)
+class FineTuningRun:
+    """One fine-tuning run of a study: a variant's model on one column's task (one seed of it, with --seeds)."""
+
+    variant: str
+    run: str  # the column's run (Column.run)
+    seed: int | None
+    directory: Path
+    argv: tuple[str, ...]
+
+    @property
+    def results(self) -> dict[str, Any] | None:
+        path = self.directory / "results.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _finetune_args_for(study: Study, args: StudyArguments) -> dict[str, list[str]]:
+    keys = [v.key for v in study.variants] + list(dict.fromkeys(c.task for c in study.columns if c.task))
+    out: dict[str, list[str]] = {}
+    for item in args.finetune_args_for:
+        key, sep, text = item.partition("=")
+        if not sep or key not in keys:
+            raise ConfigurationError(
+                f'--finetune_args_for {item!r}: expected KEY="ARGS" with KEY a variant or task of the study: '
+                f"{', '.join(keys)}."
+            )
+        out.setdefault(key, []).extend(_split_args(text, "--finetune_args_for"))
+    return out
+
+
+def planned_runs(
+    study: Study, args: StudyArguments, output_dir: Path, models: Mapping[str, str], data_dirs: dict[str, Path | None]
+) -> list[FineTuningRun]:
+    """Every fine-tuning run of the study, in the order they start: seed by seed, each seed's runs of every variant
+    side by side (a study cut short has the same seeds of every variant)."""
+    common = _split_args(args.finetune_args, "--finetune_args")
+    per_key = _finetune_args_for(study, args)
+    if args.seeds and any(a.split("=")[0] in ("--seed", "--seeds") for a in common + sum(per_key.values(), [])):
+        raise ConfigurationError(
+            "--seeds of the study gives each run its seed: leave --seed(s) out of the fine-tuning arguments."
+        )
+    runs: dict[Path, FineTuningRun] = {}
+    for seed in args.seeds or [None]:
+        for column in (c for c in study.columns if c.task):
+            for variant in study.variants:
+                directory = output_dir / "finetune" / variant.key / column.run
+                directory = directory if seed is None else directory / f"seed{seed}"
+                if directory in runs:
+                    continue
+                argv = [
+                    "--task",
+                    column.task,
+                    "--model",
+                    models[variant.key],
+                    "--output_dir",
+                    str(directory),
+                    *common,
+                    *per_key.get(column.task, []),
+                    *per_key.get(variant.key, []),
+                    *variant.finetune_args,
+                    *column.finetune_args,
+                    *(() if seed is None else ("--seeds", str(seed))),
+                    *(() if data_dirs[column.task] is None else ("--data", str(data_dirs[column.task]))),
+                ]
+                runs[directory] = FineTuningRun(variant.key, column.run, seed, directory, tuple(argv))
+    return list(runs.values())
+
+
+def _finetune_in_process(argv: list[str], log: str, threads: int) -> None:
+    """One fine-tuning run in a process of its own (--jobs), its output in `log`."""
+    os.environ["RAYON_NUM_THREADS"] = str(threads)  # the tokenizers' thread pool, before its first use
+    import torch
+
+    torch.set_num_threads(threads)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
         run_finetuning(argv)
-    else:
-        logger.info("fine-tuning of %s on %s finished earlier, not run again", variant.key, column.key)
-    return json.loads((directory / "results.json").read_text())
+
+
+def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, after_each) -> list[str]:
+    """Run what is not finished yet, `jobs` at a time; `after_each()` after every run. Returns the failed runs (one
+    process each: a failure is reported and the others go on) as messages."""
+    todo = []
+    for run in runs:
+        if run.results is None:
+            todo.append(run)
+        else:
+            logger.info("fine-tuning %s finished earlier, not run again", run.directory)
+    if jobs <= 1:
+        for run in todo:
+            logger.info("fine-tuning %s: recipes/finetune.py %s", run.variant, shlex.join(run.argv))
+            run_finetuning(list(run.argv))
+            after_each()
+        return []
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    failed = []
+    # spawn: a fresh interpreter each (CUDA cannot be forked); one run per process, so each starts clean
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as pool:
+        futures = {}
+        for run in todo:
+            log = output_dir / "logs" / f"{run.directory.relative_to(output_dir / 'finetune')}".replace("/", "-")
+            log = log.with_name(log.name + ".log")
+            logger.info("fine-tuning %s (log %s): recipes/finetune.py %s", run.variant, log, shlex.join(run.argv))
+            futures[pool.submit(_finetune_in_process, list(run.argv), str(log), threads)] = (run, log)
+        for future in as_completed(futures):
+            run, log = futures[future]
+            try:
+                future.result()
+                logger.info("fine-tuning %s finished", run.directory)
+            except Exception as err:  # reported with its log; the other runs go on
+                failed.append(f"{run.directory}: {type(err).__name__}: {err} (log: {log})")
+                logger.error("fine-tuning %s failed: %s", run.directory, failed[-1])
+            after_each()
+    return failed
 
 
 def cell_value(
@@ -500,81 +623,119 @@ def cell_value(
     return round(best if column.metric.startswith("squad") else 100 * best, 2)
 
 
+def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]:
+    """A fine-tuning cell from its finished runs: the one run's number, or with seeds their mean, standard error
+    (sample standard deviation / sqrt(n)) and each seed's number."""
+    values = {r.seed: cell_value(column, {}, r.results) for r in runs if r.results is not None}
+    if not values:
+        return {"ours": None}
+    if list(values) == [None]:
+        return {"ours": values[None]}
+    numbers = list(values.values())
+    mean = sum(numbers) / len(numbers)
+    se = statistics.stdev(numbers) / math.sqrt(len(numbers)) if len(numbers) > 1 else None
+    return {"ours": round(mean, 2), "se": None if se is None else round(se, 2), "seeds": values}
+
+
+def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[str, float]:
+    """Each classification column's score of always predicting the most frequent label of the training set: the
+    number a model must beat to have learnt anything."""
+    from ..tasks.files import load_task_data
+    from .finetune import data_source, score
+
+    out, data = {}, {}
+    for column in study.columns:
+        task = get_task(column.task) if column.task else None
+        if task is None or task.kind.name != "classification":
+            continue
+        if task.name not in data:
+            where = data_dirs[task.name]
+            data[task.name] = load_task_data(task, data_source([str(where)] if where else []))
+        splits = data[task.name]
+        majority = Counter(splits["train"]["label"]).most_common(1)[0][0]
+        dev = splits[column.split]
+        out[column.key] = round(100 * score(task, dev, np.full(len(dev), majority))[column.metric], 2)
+    return out
+
+
 def run_study(args: StudyArguments) -> str:
-    """Pre-train and fine-tune every variant (finished runs are kept), then write study.md / .json / .png."""
+    """Pre-train every variant, then fine-tune them (finished runs are kept), writing study.md / .json / .png after
+    every finished run."""
     if not args.study:
         raise ConfigurationError(f"Pass --study: one of {', '.join(STUDIES)}.")
+    if args.jobs < 1:
+        raise ConfigurationError(f"--jobs {args.jobs}: at least 1.")
     study = select(get_study(args.study), args)
     reused = _parse_reuse(study, args.reuse)
     data_dirs = check_task_data(study, args.data_root)
-    for variant in study.variants:  # a wrong flag in --finetune_args fails now, not after the pre-training
-        for column in (c for c in study.columns if c.task):
-            finetuning_arguments(
-                [
-                    "--task",
-                    column.task,
-                    "--model",
-                    "(pre-trained)",
-                    *_split_args(args.finetune_args, "--finetune_args"),
-                    *variant.finetune_args,
-                    *column.finetune_args,
-                ]
-            )
+    # a wrong flag in the fine-tuning arguments fails now, not after the pre-training
+    for run in planned_runs(study, args, Path("(output)"), defaultdict(lambda: "(pre-trained)"), data_dirs):
+        finetuning_arguments(list(run.argv))
     if not Path(args.pretrain_config).is_file() and not all(v.key in reused or v.random_init for v in study.variants):
         raise ConfigurationError(
             f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of "
             "recipes/pretrain.py, e.g. recipes/configs/quickstart.yaml)."
         )
+    baseline = majority_baseline(study, data_dirs)
     output_dir = Path(args.output_dir or f"runs/{study.name}")
     output_dir.mkdir(parents=True, exist_ok=True)
     weights: dict[str, Path] = dict(reused)
-    rows: list[dict[str, Any]] = []
-    seen: set[Path] = set()  # fine-tuning runs already counted in a row's time
     start = time.time()
     for variant in study.variants:
         if variant.weights_of and not variant.random_init:
             weights[variant.key] = weights[variant.weights_of]
         weights[variant.key] = pretrain_variant(variant, args, output_dir / "pretrain" / variant.key, weights)
-        pretrain_results = (
-            json.loads((weights[variant.key] / "results.json").read_text())
-            if (weights[variant.key] / "results.json").is_file()
-            else {}
-        )
-        row = {
-            "variant": variant.key,
-            "label": variant.label,
-            "model": str(weights[variant.key]),
-            "pretraining": {
-                k: pretrain_results.get(k)
-                for k in (
-                    "global_step",
-                    "train_runtime_s",
-                    "train_runtime_from_step",
-                    "tokens_per_second",
-                    "eval_mlm_loss",
-                    "eval_mlm_accuracy",
-                    "eval_nsp_accuracy",
-                )
-            },
-            "cells": {},
-            "finetune_seconds": 0.0,
-        }
-        rows.append(row)
-        for column in study.columns:
-            result = None
-            if column.task is not None:
-                run_dir = output_dir / "finetune" / variant.key / column.run
-                result = finetune_cell(variant, column, weights[variant.key], args, run_dir, data_dirs[column.task])
-                if run_dir not in seen:
-                    row["finetune_seconds"] += result.get("seconds", 0.0)
-                    seen.add(run_dir)
-            if column.task is None and variant.weights_of and not variant.random_init:
-                value = None  # a fine-tuning variant of another's model: its pre-training is that row's
-            else:
-                value = cell_value(column, pretrain_results, result)
-            row["cells"][column.key] = {"ours": value, "paper": study.paper.get(variant.key, {}).get(column.key)}
-            write_study(output_dir, study, rows, args, time.time() - start)  # a partial table after every cell
-    return write_study(output_dir, study, rows, args, time.time() - start)
+    runs = planned_runs(study, args, output_dir, {k: str(v) for k, v in weights.items()}, data_dirs)
+
+    def report() -> str:
+        rows = [table_row(study, variant, weights[variant.key], runs) for variant in study.variants]
+        return write_study(output_dir, study, rows, args, time.time() - start, baseline, failed)
+
+    failed: list[str] = []
+    report()  # the pre-training's numbers, before any fine-tuning
+    failed += run_finetuning_jobs(runs, args.jobs, output_dir, report)
+    text = report()
+    if failed:
+        raise StudyError(f"{len(failed)} fine-tuning run(s) failed; the table has the others:\n" + "\n".join(failed))
+    return text
+
+
+class StudyError(RuntimeError):
+    """Runs of a study failed (their logs say why); the table of the finished ones is written."""
+
+
+def table_row(study: Study, variant: Variant, model: Path, runs: list[FineTuningRun]) -> dict[str, Any]:
+    """One variant's row: its pre-training's numbers and a cell per column from the runs finished so far."""
+    pretrain_results = json.loads((model / "results.json").read_text()) if (model / "results.json").is_file() else {}
+    own = [r for r in runs if r.variant == variant.key]
+    row = {
+        "variant": variant.key,
+        "label": variant.label,
+        "model": str(model),
+        "pretraining": {
+            k: pretrain_results.get(k)
+            for k in (
+                "global_step",
+                "train_runtime_s",
+                "train_runtime_from_step",
+                "tokens_per_second",
+                "eval_mlm_loss",
+                "eval_mlm_accuracy",
+                "eval_nsp_accuracy",
+            )
+        },
+        "cells": {},
+        "finetune_seconds": sum(r.results.get("seconds", 0.0) for r in own if r.results is not None),
+    }
+    for column in study.columns:
+        if column.task is not None:
+            cell = fine_tuned_cell(column, [r for r in own if r.run == column.run])
+        elif variant.weights_of and not variant.random_init:
+            cell = {"ours": None}  # a fine-tuning variant of another's model: its pre-training is that row's
+        else:
+            cell = {"ours": cell_value(column, pretrain_results, None)}
+        row["cells"][column.key] = {**cell, "paper": study.paper.get(variant.key, {}).get(column.key)}
+    return row
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -623,17 +784,43 @@ def runs_time(rows: list[dict[str, Any]]) -> tuple[float, float, bool]:
     return pretraining, sum(r["finetune_seconds"] for r in rows), partly
 
 
+def _number(cell: dict[str, Any]) -> str:
+    ours, se = cell.get("ours"), cell.get("se")
+    if ours is None:
+        return ""
+    return (
+        f"{ours:.2f}"
+        + (f" ± {se:.2f}" if se is not None else "")
+        + (f" ({len(cell['seeds'])})" if "seeds" in cell else "")
+    )
+
+
 def write_study(
-    output_dir: Path, study: Study, rows: list[dict[str, Any]], args: StudyArguments, seconds: float
+    output_dir: Path,
+    study: Study,
+    rows: list[dict[str, Any]],
+    args: StudyArguments,
+    seconds: float,
+    baseline: Mapping[str, float] | None = None,
+    failed: list[str] | None = None,
 ) -> str:
     columns = study.columns
+    baseline = baseline or {}
     head = " | ".join(f"{c.label} ours | paper" for c in columns)
+    per_key = "".join(f", {item.partition('=')[0]} also `{item.partition('=')[2]}`" for item in args.finetune_args_for)
     lines = [
         f"# {study.title}",
         "",
-        f"Paper: {study.source}. Ours: dev set, best of the fine-tuning grid; every variant pre-trained from "
-        f"`{args.pretrain_config}` with `{args.pretrain_args or '(no other arguments)'}`"
+        f"Paper: {study.source}. Ours: dev set, "
+        + (
+            f"mean ± standard error over {len(args.seeds)} fine-tuning seeds (seeds finished in brackets)"
+            if args.seeds
+            else "best of the fine-tuning grid"
+        )
+        + f"; every variant pre-trained from `{args.pretrain_config}` with "
+        f"`{args.pretrain_args or '(no other arguments)'}`"
         + (f", fine-tuned with `{args.finetune_args}`" if args.finetune_args else "")
+        + per_key
         + ".",
         "",
         f"| variant | {head} | steps | pre-training (s) | fine-tuning (s) |",
@@ -643,8 +830,8 @@ def write_study(
         cells = []
         for c in columns:
             cell = r["cells"].get(c.key, {})
-            ours, paper = cell.get("ours"), study.paper.get(r["variant"], {}).get(c.key)
-            cells.append(f"{'' if ours is None else f'{ours:.2f}'} | {'' if paper is None else f'{paper:.1f}'}")
+            paper = study.paper.get(r["variant"], {}).get(c.key)
+            cells.append(f"{_number(cell)} | {'' if paper is None else f'{paper:.1f}'}")
         p = r["pretraining"]
         runtime, since = p.get("train_runtime_s"), p.get("train_runtime_from_step")
         runtime = "" if runtime is None else f"{runtime:.0f}" + (f" (from step {since})" if since else "")
@@ -652,6 +839,9 @@ def write_study(
             f"| {r['label']} | {' | '.join(cells)} | {p.get('global_step') or ''} | {runtime} | "
             f"{r['finetune_seconds']:.0f} |"
         )
+    if baseline:
+        cells = " | ".join(f"{baseline[c.key]:.2f} | " if c.key in baseline else " | " for c in columns)
+        lines.append(f"| majority class (the training set's most frequent label) | {cells} | | | |")
     ours_order, paper_order = ordering(study, rows, "ours"), ordering(study, rows, "paper")
     labels = {r["variant"]: r["label"] for r in rows}
     if ours_order:
@@ -669,10 +859,14 @@ def write_study(
         "",
         f"Time of the runs: {(pretraining + finetuning) / 3600:.2f} h (pre-training "
         f"{pretraining / 3600:.2f} h{', part of it timed only from a step' if partly_timed else ''}, "
-        f"fine-tuning {finetuning / 3600:.2f} h; each model counted once, kept runs included); this "
-        f"invocation {seconds / 3600:.2f} h. Runs: `{output_dir}/pretrain/<variant>/`, "
-        f"`{output_dir}/finetune/<variant>/<task>/`.",
+        f"fine-tuning {finetuning / 3600:.2f} h; each model counted once, kept runs included"
+        + (f"; the fine-tuning ran {args.jobs} at a time" if args.jobs > 1 else "")
+        + f"); this invocation {seconds / 3600:.2f} h. Runs: `{output_dir}/pretrain/<variant>/`, "
+        f"`{output_dir}/finetune/<variant>/<task>/{'seed<S>/' if args.seeds else ''}`.",
     ]
+    if failed:
+        lines += ["", f"Failed runs ({len(failed)}; their cells are missing or have fewer seeds):"]
+        lines += [f"- {f}" for f in failed]
     text = "\n".join(lines) + "\n"
     (output_dir / "study.md").write_text(text)
     (output_dir / "study.json").write_text(
@@ -690,17 +884,23 @@ def write_study(
                 "pretrain_config": args.pretrain_config,
                 "pretrain_args": args.pretrain_args,
                 "finetune_args": args.finetune_args,
+                "finetune_args_for": args.finetune_args_for,
+                "seeds": args.seeds,
+                "majority_baseline": dict(baseline),
+                "failed": failed or [],
                 "seconds": round(seconds, 1),
                 "run_seconds": {"pretraining": round(pretraining, 1), "finetuning": round(finetuning, 1)},
             },
             indent=2,
         )
     )
-    plot_study(study, rows, output_dir / "study.png")
+    plot_study(study, rows, output_dir / "study.png", baseline)
     return text
 
 
-def plot_study(study: Study, rows: list[dict[str, Any]], path: Path) -> None:
+def plot_study(
+    study: Study, rows: list[dict[str, Any]], path: Path, baseline: Mapping[str, float] | None = None
+) -> None:
     try:
         import matplotlib
     except ImportError:  # an optional extra: the table is written without its chart rather than lost
@@ -714,8 +914,11 @@ def plot_study(study: Study, rows: list[dict[str, Any]], path: Path) -> None:
     xs = range(len(rows))
     for ax, column in zip(axes[0], columns):
         ours = [r["cells"].get(column.key, {}).get("ours") for r in rows]
+        errors = [r["cells"].get(column.key, {}).get("se") or 0 for r in rows]
         paper = [study.paper.get(r["variant"], {}).get(column.key) for r in rows]
-        ax.bar([x - 0.2 for x in xs], [v or 0 for v in ours], width=0.4, label="ours")
+        ax.bar([x - 0.2 for x in xs], [v or 0 for v in ours], width=0.4, yerr=errors, capsize=3, label="ours")
+        if baseline and column.key in baseline:
+            ax.axhline(baseline[column.key], color="grey", linestyle="--", linewidth=1, label="majority class")
         ax.bar([x + 0.2 for x in xs], [v or 0 for v in paper], width=0.4, label="paper")
         ax.set_title(column.label, fontsize=10)
         ax.set_xticks(list(xs), [r["label"] for r in rows], rotation=35, ha="right", fontsize=8)
@@ -727,4 +930,4 @@ def plot_study(study: Study, rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["Column", "STUDIES", "Study", "StudyArguments", "Variant", "get_study", "run_study"]
+__all__ = ["Column", "STUDIES", "Study", "StudyArguments", "StudyError", "Variant", "get_study", "run_study"]
