@@ -305,7 +305,13 @@ def pack(model: Path, prefix: Path, part_mib: int = 15) -> list[Path]:
     buffer = io.BytesIO()
     with tempfile.TemporaryDirectory() as tmp:
         weights.save_pretrained(tmp, max_shard_size=f"{part_mib}MB")
-        for name in TOKENIZER_FILES + ("results.json", "log_history.json", "training_curves.png", "run_config.json"):
+        for name in TOKENIZER_FILES + (
+            "results.json",
+            "log_history.json",
+            "training_curves.png",
+            "run_config.json",
+            "data_statistics.json",
+        ):
             if (model / name).is_file():
                 Path(tmp, name).write_bytes((model / name).read_bytes())
         with tarfile.open(fileobj=buffer, mode="w") as tar:

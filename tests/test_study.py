@@ -3,6 +3,7 @@ report, and whole studies end to end on a tiny corpus and fixture tasks (each ce
 
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,20 @@ from helpers import CONLL_DEV, CONLL_TEST, CONLL_TRAIN, GLUE_FIXTURES, write
 
 from bert_repro.training import study as study_module
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.study import STUDIES, StudyArguments, get_study, ordering, run_study, select, write_study
+from bert_repro.training.study import (
+    STUDIES,
+    FineTuningRun,
+    StudyArguments,
+    check_same_study,
+    fine_tuned_cell,
+    get_study,
+    majority_baseline,
+    ordering,
+    planned_runs,
+    run_study,
+    select,
+    write_study,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = (
@@ -90,6 +104,133 @@ def test_bad_input_is_one_clear_error(args, message, tmp_path, monkeypatch):
         run_study(StudyArguments(output_dir=str(tmp_path / "out"), **args))
     assert message in str(err.value)
     assert not (tmp_path / "out" / "pretrain").exists()  # nothing ran
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (dict(finetune_args_for=["nsp=--learning_rates 1e-4"]), "KEY a variant or task of the study"),
+        (dict(finetune_args_for=["random"]), 'expected KEY="ARGS"'),
+        (dict(seeds=[1, 2], finetune_args="--seeds 7"), "leave --seed(s) out"),
+        (dict(seeds=[1], finetune_args_for=["random=--seed 3"]), "leave --seed(s) out"),
+        (dict(jobs=0), "--jobs 0: at least 1"),
+    ],
+)
+def test_bad_seeds_jobs_and_per_key_arguments_are_one_clear_error(args, message, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    study_args = StudyArguments(
+        study="pretraining", output_dir=str(tmp_path / "out"), data_root=str(_glue(tmp_path / "glue")), **args
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        run_study(study_args)
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing written
+
+
+def test_planned_runs_one_per_seed_each_with_its_task_and_variant_arguments(tmp_path):
+    study = get_study("pretraining")
+    args = StudyArguments(
+        study="pretraining",
+        finetune_args="--bf16 true --learning_rates 3e-4",
+        finetune_args_for=["random=--learning_rates 1e-3", "sst2=--num_train_epochs 1"],
+        seeds=[5, 6],
+    )
+    models = {"pretrained": "P", "random": "R"}
+    runs = planned_runs(study, args, tmp_path, models, {"sst2": Path("glue/SST-2"), "mrpc": None})
+    # seed by seed, each seed's runs of both variants side by side; MRPC's accuracy and F1 read one run
+    assert [(r.seed, r.run, r.variant) for r in runs] == [
+        (seed, task, variant) for seed in (5, 6) for task in ("sst2", "mrpc") for variant in ("pretrained", "random")
+    ]
+    assert runs[0].directory == tmp_path / "finetune" / "pretrained" / "sst2" / "seed5"
+    random_sst2 = runs[1].argv
+    assert random_sst2[:6] == ("--task", "sst2", "--model", "R", "--output_dir", str(runs[1].directory))
+    # the common arguments, then the task's, then the variant's (argparse keeps the last: the variant's rate)
+    assert random_sst2[6:] == (
+        "--bf16",
+        "true",
+        "--learning_rates",
+        "3e-4",
+        "--num_train_epochs",
+        "1",
+        "--learning_rates",
+        "1e-3",
+        "--seeds",
+        "5",
+        "--data",
+        "glue/SST-2",
+    )
+    assert "--data" not in runs[2].argv and "--num_train_epochs" not in runs[2].argv  # MRPC: the Hub, no task args
+    # without --seeds: one run per cell, in the cell's own directory, the recipe's seeds
+    plain = planned_runs(study, StudyArguments(study="pretraining"), tmp_path, models, {"sst2": None, "mrpc": None})
+    assert [r.directory.name for r in plain] == ["sst2", "sst2", "mrpc", "mrpc"] and "--seeds" not in plain[0].argv
+
+
+def _finished(directory: Path, seed: int, accuracy: float, f1: float) -> FineTuningRun:
+    directory.mkdir(parents=True)
+    best = {"validation": {"accuracy": accuracy, "f1": f1}}
+    (directory / "results.json").write_text(json.dumps({"best": best, "seconds": 1.0}))
+    return FineTuningRun("pretrained", "mrpc", seed, directory, ())
+
+
+def test_a_cell_over_seeds_is_the_mean_and_its_standard_error(tmp_path):
+    from scipy.stats import sem
+
+    column = get_study("pretraining").columns[2]  # MRPC F1
+    f1s = [0.7776, 0.7671, 0.7884]
+    runs = [_finished(tmp_path / str(s), s, 0.5, f) for s, f in zip((1, 2, 3), f1s)]
+    runs.append(FineTuningRun("pretrained", "mrpc", 4, tmp_path / "4", ()))  # not finished: not counted
+    cell = fine_tuned_cell(column, runs)
+    percent = [100 * f for f in f1s]
+    assert cell["ours"] == pytest.approx(sum(percent) / 3, abs=0.005)
+    assert cell["se"] == pytest.approx(sem(percent), abs=0.005)
+    assert cell["seeds"] == {1: 77.76, 2: 76.71, 3: 78.84}
+    assert fine_tuned_cell(column, runs[:1]) == {"ours": 77.76, "se": None, "seeds": {1: 77.76}}
+    assert fine_tuned_cell(column, runs[3:]) == {"ours": None}
+    single = _finished(tmp_path / "single", None, 0.5, 0.8)  # no --seeds: the run's own number
+    assert fine_tuned_cell(column, [single]) == {"ours": 80.0}
+
+
+def test_the_majority_baseline_scores_the_most_frequent_training_label(tmp_path):
+    from sklearn.metrics import accuracy_score, f1_score
+
+    header = "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+
+    def mrpc(labels):
+        return header + "".join(f"{y}\t{i}\t{i + 1}\tSentence {i}.\tSentence {i + 1}.\n" for i, y in enumerate(labels))
+
+    def sst2(labels):
+        return "sentence\tlabel\n" + "".join(f"words {i} \t{y}\n" for i, y in enumerate(labels))
+
+    # training sets whose majority is 1 (MRPC) and 0 (SST-2); dev sets with both labels
+    train = {"mrpc": [1, 1, 0, 1, 0], "sst2": [0, 1, 0, 0, 1]}
+    dev = {"mrpc": [0, 1, 1, 0, 1, 1, 0], "sst2": [1, 0, 1, 1, 0, 1]}
+    write(tmp_path / "MRPC", {"train.tsv": mrpc(train["mrpc"]), "dev.tsv": mrpc(dev["mrpc"])})
+    write(tmp_path / "SST-2", {"train.tsv": sst2(train["sst2"]), "dev.tsv": sst2(dev["sst2"])})
+    baseline = majority_baseline(get_study("pretraining"), {"sst2": tmp_path / "SST-2", "mrpc": tmp_path / "MRPC"})
+    assert baseline == {
+        "sst2": round(100 * accuracy_score(dev["sst2"], [0] * 6), 2),  # 33.33
+        "mrpc": round(100 * accuracy_score(dev["mrpc"], [1] * 7), 2),  # 57.14
+        "mrpc_f1": round(100 * f1_score(dev["mrpc"], [1] * 7), 2),  # 72.73
+    }
+    # a tie in the training set: the smaller label id
+    write(tmp_path / "tie" / "SST-2", {"train.tsv": sst2([1, 0]), "dev.tsv": sst2(dev["sst2"])})
+    tied = majority_baseline(
+        select(get_study("pretraining"), StudyArguments(tasks=["sst2"])), {"sst2": tmp_path / "tie" / "SST-2"}
+    )
+    assert tied == {"sst2": 33.33}
+
+
+def test_a_study_directory_refuses_runs_with_other_arguments(tmp_path):
+    out = tmp_path / "out"
+    first = StudyArguments(study="pretraining", pretrain_args="--max_steps 5000 --learning_rate 1e-3")
+    check_same_study(out, first)
+    assert json.loads((out / "study_args.json").read_text())["pretrain_args"] == first.pretrain_args
+    # the same arguments, more seeds, other jobs: the kept runs are this study's
+    check_same_study(out, StudyArguments(**{**first.__dict__, "seeds": [1, 2, 3], "jobs": 12}))
+    changed = StudyArguments(**{**first.__dict__, "pretrain_args": "--max_steps 6000 --learning_rate 5e-4"})
+    with pytest.raises(ConfigurationError) as err:
+        check_same_study(out, changed)
+    assert "--pretrain_args '--max_steps 5000 --learning_rate 1e-3' then, '--max_steps 6000" in str(err.value)
+    assert "Pass another --output_dir" in str(err.value)
 
 
 def test_recipe_reports_bad_input_with_exit_code_2(tmp_path):
@@ -249,15 +390,19 @@ def test_pretraining_study_end_to_end_and_resume(tmp_path, pretrain_config, monk
         pretrain_config=str(pretrain_config),
         data_root=str(_glue(tmp_path / "glue")),
         finetune_args=FINETUNE,
+        seeds=[1, 2],
+        jobs=2,  # each fine-tuning run in a process of its own, two at a time
     )
     text = run_study(args)
     out = tmp_path / "out"
     assert "| pre-trained (MLM + NSP) |" in text and "| random initialisation |" in text
+    assert "| majority class (the training set's most frequent label) |" in text
     saved = json.loads((out / "study.json").read_text())
     assert [r["variant"] for r in saved["rows"]] == ["pretrained", "random"]
     for row in saved["rows"]:
         assert set(row["cells"]) == {"sst2", "mrpc", "mrpc_f1"}
-        assert all(0 <= cell["ours"] <= 100 for cell in row["cells"].values())
+        assert all(0 <= cell["ours"] <= 100 and list(cell["seeds"]) == ["1", "2"] for cell in row["cells"].values())
+    assert sorted(p.name for p in (out / "logs").iterdir())[0] == "pretrained-mrpc-seed1.log"  # a log per process
     assert saved["rows"][0]["pretraining"]["global_step"] == 3 and saved["rows"][1]["pretraining"]["global_step"] == 0
     assert (out / "study.png").exists()
 

@@ -97,8 +97,9 @@ def test_gutenberg_books_keep_only_the_text_between_the_start_and_end_lines(tmp_
 @pytest.mark.slow
 def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
     """benchmarks/study_gpu.sh as the GPU machine runs it (both studies, the travel folder, the pre-training
-    flags, the fine-tuning on the full training sets), only the model, the steps and the grid tiny, and bf16
-    off: it needs CUDA (or --use_cpu), the one thing the GPU alone checks."""
+    flags, the fine-tuning on the full training sets, seeds, runs in parallel processes), only the model, the
+    steps and the number of seeds and processes small, and bf16 off: it needs CUDA (or --use_cpu), the one thing
+    the GPU alone checks."""
     root, _, _ = travelled
     env = {
         **os.environ,
@@ -110,7 +111,11 @@ def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
         "BATCH": "8",
         "MICRO": "8",
         "BF16": "false",
-        "LEARNING_RATES": "1e-3",
+        "CPU": "1",
+        "WORKERS": "0",
+        "NUM_PROC": "1",
+        "SEEDS": "1 2",
+        "JOBS": "2",
     }
     studies = (("pretraining", ["pretrained", "random"]), ("table5", ["mlm_nsp", "mlm", "ltr", "ltr_bilstm"]))
     for study, rows in studies:
@@ -130,6 +135,7 @@ def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
         assert (out / "study.md").is_file() and (out / "study.png").is_file()
     run = root / "runs" / "study_pretraining" / "pretrain" / "pretrained"
     pretrained = json.loads((run / "run_config.json").read_text())
-    assert "corpus.parquet" in json.dumps(pretrained) and '"dupe_factor": 10' in json.dumps(pretrained)
+    assert "corpus.parquet" in json.dumps(pretrained) and '"dupe_factor": 2' in json.dumps(pretrained)
+    assert '"static_masking": false' in json.dumps(pretrained)  # dynamic masking: no masks to build
     # table5 reused the pre-trained model of the first study instead of training its own
     assert not (root / "runs" / "study_table5" / "pretrain" / "mlm_nsp").exists()

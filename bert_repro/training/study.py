@@ -436,6 +436,39 @@ def _finished(directory: Path) -> bool:
     return (directory / "results.json").is_file() and (directory / "config.json").is_file()
 
 
+# What a study's runs depend on: a directory holds the runs of one set of them (seeds, jobs, tasks and variants may
+# change between invocations: they add or pick runs, and change none).
+RECORDED_ARGUMENTS = (
+    "study",
+    "pretrain_config",
+    "pretrain_args",
+    "finetune_args",
+    "finetune_args_for",
+    "reuse",
+    "sizes",
+)
+
+
+def check_same_study(output_dir: Path, args: StudyArguments) -> None:
+    """Create `output_dir` for this study, or check that the study it holds ran with the same arguments: its finished
+    runs are kept and not run again, so runs made with other arguments would pass for this study's."""
+    record = {k: getattr(args, k) for k in RECORDED_ARGUMENTS}
+    path = output_dir / "study_args.json"
+    if path.is_file():
+        before = json.loads(path.read_text())
+        changed = [k for k in RECORDED_ARGUMENTS if before.get(k) != record[k]]
+        if changed:
+            raise ConfigurationError(
+                f"{output_dir} holds a study run with other arguments ("
+                + "; ".join(f"--{k} {before.get(k)!r} then, {record[k]!r} now" for k in changed)
+                + f"), whose finished runs would be kept as this one's. Pass another --output_dir, or remove "
+                f"{output_dir} to start again."
+            )
+        return
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2))
+
+
 def pretrain_variant(variant: Variant, args: StudyArguments, directory: Path, weights: dict[str, Path]) -> Path:
     """The variant's pre-trained model directory: reused, finished earlier, drawn at random, or pre-trained now."""
     if variant.key in weights:
@@ -638,8 +671,8 @@ def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]
 
 
 def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[str, float]:
-    """Each classification column's score of always predicting the most frequent label of the training set: the
-    number a model must beat to have learnt anything."""
+    """Each classification column's score of always predicting the most frequent label of the training set (of a
+    tie, the smaller label id): the number a model must beat to have learnt anything."""
     from ..tasks.files import load_task_data
     from .finetune import data_source, score
 
@@ -652,7 +685,8 @@ def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[s
             where = data_dirs[task.name]
             data[task.name] = load_task_data(task, data_source([str(where)] if where else []))
         splits = data[task.name]
-        majority = Counter(splits["train"]["label"]).most_common(1)[0][0]
+        counts = Counter(splits["train"]["label"])
+        majority = max(counts, key=lambda label: (counts[label], -label))  # a tie: the smaller label id
         dev = splits[column.split]
         out[column.key] = round(100 * score(task, dev, np.full(len(dev), majority))[column.metric], 2)
     return out
@@ -678,7 +712,7 @@ def run_study(args: StudyArguments) -> str:
         )
     baseline = majority_baseline(study, data_dirs)
     output_dir = Path(args.output_dir or f"runs/{study.name}")
-    output_dir.mkdir(parents=True, exist_ok=True)
+    check_same_study(output_dir, args)
     weights: dict[str, Path] = dict(reused)
     start = time.time()
     for variant in study.variants:
