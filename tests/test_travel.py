@@ -139,3 +139,68 @@ def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
     assert '"static_masking": false' in json.dumps(pretrained)  # dynamic masking: no masks to build
     # table5 reused the pre-trained model of the first study instead of training its own
     assert not (root / "runs" / "study_table5" / "pretrain" / "mlm_nsp").exists()
+
+
+@pytest.mark.slow
+def test_the_gpu_study_part_runs_on_an_emulated_device_machine(travelled, tmp_path):
+    """`PARTS="probe study" bash benchmarks/run_gpu.sh` as on the device machine, only without CUDA (DRY_RUN=1:
+    tiny sizes on the CPU): a network that accepts connections and never answers (Hub, index, proxy), a `python`
+    that is not the one with torch, the carried travel folder; the study's table, the log and the packed model come
+    back in OUT within the device's file limits (at most 8 files of 16 MiB)."""
+    import socket
+
+    root, _, _ = travelled
+    hole = socket.socket()  # connections are accepted into the backlog, no byte ever comes back
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)
+    url = f"http://127.0.0.1:{hole.getsockname()[1]}"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text("#!/bin/sh\necho 'No module named torch' >&2\nexit 1\n")  # lost its venv
+    (bin_dir / "python").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PIP_", "TRANSFORMERS_"))}
+    env.update(
+        PATH=f"{bin_dir}:{Path(sys.executable).parent}:{env['PATH']}",
+        HTTP_PROXY=url,
+        HTTPS_PROXY=url,
+        http_proxy=url,
+        https_proxy=url,
+        HF_ENDPOINT=url,
+        PIP_INDEX_URL=f"{url}/simple",
+        OUT=str(tmp_path / "out"),
+        RESULTS=str(tmp_path / "results"),
+        KIT=str(tmp_path / "no-kit"),
+        TRAVEL=str(root / ".travel"),
+        PARTS="probe study",
+        DRY_RUN="1",
+        BUDGET="900",
+    )
+    try:
+        run = subprocess.run(
+            ["bash", str(ROOT / "benchmarks/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=1200
+        )
+    finally:
+        hole.close()
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = tmp_path / "out"
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and all(p.stat().st_size < 16 * 2**20 for p in out.iterdir()), files
+    assert {"results.json", "summary.txt", "progress.log", "logs.tgz", "pretrained.tar.0"} <= set(files)
+    results = json.loads((out / "results.json").read_text())
+    study = results["study"]["pretraining"]
+    assert [r["variant"] for r in study["rows"]] == ["pretrained", "random"]
+    assert all(len(c["seeds"]) == 2 for r in study["rows"] for c in r["cells"].values())
+    assert "| majority class" in study["markdown"] and results["study_pretraining"]["steps"] == 4
+    # the packed model unpacks into a directory that plain transformers loads
+    import tarfile
+
+    from transformers import AutoModelForPreTraining
+
+    with open(tmp_path / "model.tar", "wb") as joined:
+        for part in sorted(out.glob("pretrained.tar.*"), key=lambda p: int(p.suffix[1:])):
+            joined.write(part.read_bytes())
+    with tarfile.open(tmp_path / "model.tar") as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    model = AutoModelForPreTraining.from_pretrained(tmp_path / "unpacked" / "pretrained")
+    assert next(model.parameters()).dtype.is_floating_point
+    assert (tmp_path / "unpacked" / "pretrained" / "data_statistics.json").is_file()
