@@ -4,7 +4,7 @@ metric keys the task declares (and GLUE submission files where the task has a te
 import json
 
 import pytest
-from helpers import fixture_files, fixture_rows, write
+from helpers import CONLL_DEV, CONLL_TRAIN, fixture_files, fixture_rows, write
 
 from bert_repro.tasks.registry import TASKS, get_task
 from bert_repro.training.finetune import parse_arguments, run_finetuning
@@ -195,3 +195,23 @@ def test_speed_switches_reach_the_model(tmp_path, tiny_model):
     )
     config = json.loads((out / "model" / "config.json").read_text())
     assert config["unpad_inputs"] and config["fast_dropout"] and config["last_layer_subset"]
+
+
+def test_a_missing_later_evaluation_split_is_said_and_recorded_a_missing_first_one_is_an_error(tmp_path, tiny_model):
+    # CoNLL-2003 as many copies lay it out: train.txt and valid.txt, no test.txt. Its test set is an evaluation
+    # split of the task (the paper's number); without it the run evaluates on dev and says so.
+    from bert_repro.tasks.columns import TaskDataError
+
+    data = write(tmp_path / "data", {"train.txt": CONLL_TRAIN, "valid.txt": CONLL_DEV})
+    argv = ["--task", "conll2003", "--model", str(tiny_model), "--data", str(data), "--learning_rates", "1e-4"]
+    argv += ["--max_steps", "1", "--use_cpu", "true", "--disable_tqdm", "true", "--max_seq_length", "32"]
+    summary = run_finetuning([*argv, "--output_dir", str(tmp_path / "out")])
+    assert summary["missing_splits"] == ["test"] and set(summary["best"]) >= {"validation"}
+    assert "test" not in summary["best"]
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["missing_splits"] == ["test"]
+    # without the split that ranks the runs: one line before anything is loaded or written
+    write(tmp_path / "no_dev", {"train.txt": CONLL_TRAIN})
+    argv[argv.index(str(data))] = str(tmp_path / "no_dev")
+    with pytest.raises(TaskDataError, match=r"no validation split of conll2003 \(found: train\)"):
+        run_finetuning([*argv, "--output_dir", str(tmp_path / "out2")])
+    assert not (tmp_path / "out2").exists()

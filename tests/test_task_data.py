@@ -199,6 +199,38 @@ def test_squad_v1_json_with_misaligned_training_answer_skipped_and_counted(tmp_p
     }
 
 
+def test_squad_duplicate_question_ids_are_refused_naming_both_places(tmp_path):
+    # Scored by id, two questions with one id would count as one (the official evaluation counts every question).
+    dev = [qa("d1", "Whose dome?", [("Main", 0)]), qa("d2", "Which?", [("a", 0)]), qa("d1", "What?", [("b", 0)])]
+    write(tmp_path, {"dev-v1.1.json": squad_json(dev)})
+    with pytest.raises(TaskDataError) as err:
+        load_task_data("squad", tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path / 'dev-v1.1.json'}, article 0, paragraph 0, question 2 (id d1): the question id 'd1' again, "
+        f"first at {tmp_path / 'dev-v1.1.json'}, article 0, paragraph 0, question 0 (id d1); every question needs "
+        "an id of its own."
+    )
+    # across the files of one split too
+    write(
+        tmp_path / "two",
+        {
+            "a.jsonl": json.dumps(
+                {
+                    "id": "x",
+                    "title": "",
+                    "context": CONTEXT,
+                    "question": "Q?",
+                    "answers": {"text": ["a"], "answer_start": [0]},
+                }
+            )
+            + "\n"
+        },
+    )
+    (tmp_path / "two" / "b.jsonl").write_text((tmp_path / "two" / "a.jsonl").read_text())
+    with pytest.raises(TaskDataError, match="the question id 'x' again"):
+        load_task_data("squad", {"validation": [tmp_path / "two" / "a.jsonl", tmp_path / "two" / "b.jsonl"]})
+
+
 def test_squad_v2_json_unanswerable_questions(tmp_path):
     files = {
         "train-v2.0.json": squad_json(

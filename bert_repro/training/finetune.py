@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -45,7 +45,8 @@ from ..model.configuration_bert_repro import (
     check_objective_switches,
 )
 from ..model.conversion import check_model_dir, load_bert
-from ..tasks.files import load_task_data
+from ..tasks.columns import TaskDataError
+from ..tasks.files import describe_sources, load_task_data
 from ..tasks.kinds import HEADS
 from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
 from .checkpoints import newest_valid_checkpoint
@@ -420,6 +421,28 @@ def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, o
     return written
 
 
+def splits_at_hand(task: Task, data: datasets.DatasetDict, where: list[str]) -> tuple[Task, list[str]]:
+    """The task narrowed to the evaluation splits the data has, and those it lacks. Training and the first evaluation
+    split (it ranks the runs) are needed; a later one missing (CoNLL-2003's test set) is said once, here."""
+    source = " ".join(where) or "the Hub"
+    for needed in ("train", task.eval_splits[0]):
+        if needed not in data:
+            raise TaskDataError(
+                f"{source}: no {needed} split of {task.name} (found: {', '.join(data) or 'none'}); expected "
+                f"{describe_sources(task)}."
+            )
+    missing = [name for name in task.eval_splits if name not in data]
+    if missing:
+        logger.warning(
+            "%s: no %s split of %s: evaluating on %s only.",
+            source,
+            " or ".join(missing),
+            task.name,
+            ", ".join(n for n in task.eval_splits if n in data),
+        )
+    return replace(task, eval_splits=tuple(n for n in task.eval_splits if n in data)), missing
+
+
 def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole protocol for one task: the grid of learning rates x seeds, the best on dev kept, results written."""
     check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
@@ -449,6 +472,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     check_output_dir(output_dir, record, resume=True, overwrite=run.overwrite_output_dir)
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
+    task, missing_splits = splits_at_hand(task, data, run.data)
     lock_output_dir_once(
         output_dir,
         training,
@@ -507,6 +531,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "seconds": round(time.time() - start, 1),
         "test_predictions": [str(p) for p in submissions],
+        "missing_splits": missing_splits,
     }
     (output_dir / "results.json").write_text(json.dumps(summary, indent=2))
     (output_dir / "results.md").write_text(results_markdown(task, summary))
