@@ -207,6 +207,23 @@ def test_unknown_task_and_config_field_get_the_closest_names(tmp_path):
         finetuning("--config", str(config), "--model", "m")
 
 
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (b"preset: tiny\nmax_steps: [2\n", "run.yaml, line 3, column 1: not valid YAML (expected ',' or ']'"),
+        (b"task: mrpc\n\tmodel: m\n", "run.yaml, line 2, column 1: not valid YAML (found character '\\t'"),
+        (b"\xff\xfetask: mrpc\n", "run.yaml: not UTF-8 text (invalid start byte at byte 0)"),
+        (b"- mrpc\n", "run.yaml: expected a mapping of field: value, got list"),
+    ],
+)
+def test_a_config_file_that_is_not_yaml_is_one_line_naming_file_and_line(text, message, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_bytes(text)
+    with pytest.raises(ConfigurationError) as error:
+        finetuning("--config", str(config), "--model", "m")
+    assert str(error.value).startswith(str(config)) and message in str(error.value)
+
+
 def test_study_checks_its_fine_tuning_flags_before_pre_training(tmp_path, monkeypatch):
     from bert_repro.training import study
 

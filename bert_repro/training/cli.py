@@ -215,7 +215,15 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Config file {path} does not exist.")
-    values = yaml.safe_load(path.read_text()) or {}
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigurationError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}).") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigurationError(f"{path}{where}: not valid YAML ({problem}).") from None
     if not isinstance(values, dict):
         raise ConfigurationError(f"{path}: expected a mapping of field: value, got {type(values).__name__}.")
     known = {f.name for cls in dataclass_types for f in fields(cls)}
