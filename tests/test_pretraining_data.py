@@ -6,6 +6,7 @@ Corpora are made here. Two kinds of tokens are used: integer documents whose eve
 each segment can be traced back to its document and offset, and small WordPiece tokenizers built in the test.
 """
 
+import logging
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -904,3 +905,24 @@ def test_collator_dynamic_masks(pseudo_corpus, trained_tokenizer):
     ).to_list()
     with pytest.raises(ValueError, match="static_masking=False"):
         collator(static_rows[:2])
+
+
+def test_one_document_means_no_held_out_evaluation_and_says_so(caplog):
+    import datasets
+
+    from bert_repro.training.pretrain import PreTrainingArguments
+    from bert_repro.training.pretrain_data import split_documents
+
+    run = PreTrainingArguments(eval_fraction=0.1)
+    one = datasets.Dataset.from_dict({"text": ["One long book."]})
+    with caplog.at_level(logging.WARNING, logger="bert_repro.training.pretrain_data"):
+        assert split_documents(one, run, seed=0) == (one, None)
+    assert "The corpus holds 1 document: no held-out evaluation" in caplog.text
+    two = datasets.Dataset.from_dict({"text": ["One book.", "Another."]})
+    train, held_out = split_documents(two, run, seed=0)
+    assert len(train) == 1 and len(held_out) == 1  # whole documents, at least one held out
+    caplog.clear()
+    run.eval_fraction = 0.0  # asked for: nothing to say
+    with caplog.at_level(logging.WARNING, logger="bert_repro.training.pretrain_data"):
+        assert split_documents(one, run, seed=0) == (one, None)
+    assert not caplog.text

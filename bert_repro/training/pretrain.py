@@ -437,6 +437,8 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         summary["train_runtime_from_step"] = clock.from_step
     if eval_dataset is not None:
         summary.update(trainer.evaluate())
+    else:  # said at the start when it was not asked for (bert_repro.training.pretrain_data)
+        summary["held_out_evaluation"] = "none"
     trainer.save_full_model(str(output_dir))  # every process: FSDP gathers the shards
     if trainer.is_world_process_zero():
         save_tokenizer(tokenizer, output_dir)

@@ -54,7 +54,15 @@ def load_documents(run: PreTrainingArguments) -> datasets.Dataset:
 
 def split_documents(documents: datasets.Dataset, run: PreTrainingArguments, seed: int):
     """(train, held-out) documents; the held-out slice is whole documents, so no text leaks into training."""
-    if run.eval_fraction <= 0 or len(documents) < 2:
+    if run.eval_fraction <= 0:
+        return documents, None
+    if len(documents) < 2:
+        logger.warning(
+            "The corpus holds %d document: no held-out evaluation (--eval_fraction holds out whole documents, so it "
+            "needs at least 2; results.json records held_out_evaluation: none). Split the text into documents "
+            "(--document_boundary) to evaluate.",
+            len(documents),
+        )
         return documents, None
     held_out = max(1, round(len(documents) * run.eval_fraction))
     parts = documents.train_test_split(test_size=held_out, seed=seed, shuffle=True)
