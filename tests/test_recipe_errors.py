@@ -104,16 +104,20 @@ def test_read_only_output_dir_is_one_message(tmp_path, unwritable_dir):
 
 
 @pytest.mark.parametrize(
-    "overrides,fragment",
+    "args,fragment",
     [
-        ('{"num_attention_heads": 0}', "num_attention_heads must be a positive integer, got 0"),
-        ('{"vocab_size": "abc"}', "vocab_size must be a positive integer, got 'abc'"),
-        ("{hidden_size: 3}", "--model_overrides is not valid JSON"),
+        (("--model_overrides", '{"num_attention_heads": 0}'), "num_attention_heads must be a positive integer, got 0"),
+        (("--model_overrides", '{"vocab_size": "abc"}'), "vocab_size must be a positive integer, got 'abc'"),
+        (("--model_overrides", "{hidden_size: 3}"), "--model_overrides is not valid JSON"),
+        (("--vocab_size", "5"), "--vocab_size 5: a WordPiece vocabulary needs more than its 5 special tokens"),
+        (("--tokenizer", "BAD"), "tokenizer.json' as a tokenizers tokenizer.json"),
     ],
 )
-def test_pretraining_with_an_invalid_model_config_is_one_message(tmp_path, overrides, fragment):
+def test_pretraining_with_an_invalid_model_config_is_one_message(tmp_path, args, fragment):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("One sentence here. Another one there.\n\nA second document. It ends.\n", encoding="utf-8")
+    (tmp_path / "BAD").mkdir()
+    (tmp_path / "BAD" / "tokenizer.json").write_text("{not json")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     command = [
         sys.executable,
@@ -124,8 +128,7 @@ def test_pretraining_with_an_invalid_model_config_is_one_message(tmp_path, overr
         str(corpus),
         "--output_dir",
         str(tmp_path / "out"),
-        "--model_overrides",
-        overrides,
+        *(str(tmp_path / a) if a == "BAD" else a for a in args),
     ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]

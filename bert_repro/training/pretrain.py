@@ -35,7 +35,7 @@ from transformers import IntervalStrategy, TrainingArguments, set_seed
 
 from ..data.pretraining_examples import PreTrainingDataConfig
 from ..data.streaming import DataStateCallback, load_data_state
-from ..data.wordpiece import save_tokenizer
+from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_tokenizer, save_tokenizer
 from ..hub.push import push_checkpoints
 from ..model.configuration_bert_repro import SPEED_SWITCHES
 from .checkpoints import checkpoint_step
@@ -269,6 +269,21 @@ def _importable(module: str) -> bool:
     return True
 
 
+def check_vocabulary(run: PreTrainingArguments) -> None:
+    """The tokenizer given is readable, or the vocabulary to train has room beyond the special tokens: said now,
+    not after the corpus is read."""
+    if run.tokenizer:
+        try:
+            load_tokenizer(run.tokenizer)
+        except ValueError as err:
+            raise ConfigurationError(f"--tokenizer {run.tokenizer}: {err}") from None
+    elif run.vocab_size <= len(BERT_SPECIAL_TOKENS):
+        raise ConfigurationError(
+            f"--vocab_size {run.vocab_size}: a WordPiece vocabulary needs more than its {len(BERT_SPECIAL_TOKENS)} "
+            "special tokens (BERT's: 30522)."
+        )
+
+
 def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole job: arguments -> data -> model -> Trainer -> saved checkpoint, statistics, curves."""
     check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
@@ -290,6 +305,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     pin_memory_only_with_an_accelerator(training)
     phase_cfgs = phase_configs(data, run)
     check_lengths(model_config(run, data.objective, **run.switches()), phase_cfgs)  # before any data work
+    check_vocabulary(run)
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
     if training.torch_compile and run.packing:
