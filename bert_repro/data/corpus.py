@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
 import pyarrow.compute as pc
+from datasets.exceptions import DatasetGenerationError
 
 from .sentences import MAX_SENTENCE_CHARS, SENTENCE_END_CHARS, SENTENCE_PIECE_CHARS, looks_like_binary
 
@@ -344,6 +346,11 @@ def load_corpus(
     if other:
         raise CorpusError(f"Unsupported corpus file type: {other[0]} (expected .txt, .jsonl, .parquet, .csv, .tsv).")
     parts = []
+    if empty := [str(f) for f in table_files if f.stat().st_size == 0]:
+        logger.warning("skipped %d empty files: %s", len(empty), _listing(empty))
+        table_files = [f for f in table_files if str(f) not in empty]
+        if not table_files and not text_files:
+            raise CorpusError(f"{source}: the corpus holds no text (every file is empty). {HOW_TO_PASS_LOCAL_TEXT}")
     if text_files and not any(_holds_text(name) for name in text_files):
         if not table_files:
             raise CorpusError(
@@ -374,10 +381,25 @@ def load_corpus(
     for fmt in sorted({TABLE_FORMATS[f.suffix.lower()] for f in table_files}):
         names = [str(f) for f in table_files if TABLE_FORMATS[f.suffix.lower()] == fmt]
         kwargs = {"delimiter": "\t"} if fmt == "csv" and all(n.endswith(".tsv") for n in names) else {}
-        table = datasets.load_dataset(fmt, data_files=names, split="train", cache_dir=cache_dir, **kwargs)
-        parts.append(_select_text(table, text_column, ", ".join(names)))
+        parts.append(_select_text(_load_table(fmt, names, cache_dir, kwargs), text_column, ", ".join(names)))
     dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     return _drop_empty(dataset, str(source), num_proc)
+
+
+def _load_table(fmt: str, names: list[str], cache_dir: str | None, kwargs: dict) -> datasets.Dataset:
+    """Local JSON lines, Parquet or CSV / TSV files as one table; a file its reader cannot parse is a CorpusError
+    naming it and the parser's reason (datasets wraps that reason in a generic error)."""
+    try:
+        table = datasets.load_dataset(fmt, data_files=names, split="train", cache_dir=cache_dir, **kwargs)
+        table.data.table.validate(full=True)  # Arrow's JSON parser lets a string hold bytes that are not UTF-8
+        return table
+    except (DatasetGenerationError, ValueError, OSError, pa.ArrowException) as err:
+        if len(names) > 1:  # find the file at fault: each alone
+            for name in names:
+                _load_table(fmt, [name], cache_dir, kwargs)
+        cause = err.__cause__ or err
+        reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        raise CorpusError(f"{_listing(names)}: not readable as {fmt} ({reason}).") from None
 
 
 def _holds_text(name: str) -> bool:

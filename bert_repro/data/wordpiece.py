@@ -361,7 +361,10 @@ def _load_file(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
 
 def _load_vocab_txt(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
     """Build a BERT tokenizer from a ``vocab.txt`` file (uncased unless ``do_lower_case=False``)."""
-    vocab = WordPiece.read_file(os.fspath(path))
+    try:
+        vocab = WordPiece.read_file(os.fspath(path))
+    except Exception as error:  # the Rust side raises a bare Exception (e.g. bytes that are not UTF-8)
+        raise ValueError(f"cannot read {os.fspath(path)!r} as a vocab.txt (one token per line): {error}") from error
     missing = [token for token in BERT_SPECIAL_TOKENS if token not in vocab]
     if missing:
         raise ValueError(f"vocabulary file {os.fspath(path)!r} lacks the special tokens {missing}")
