@@ -4,6 +4,7 @@
     python benchmarks/gpu_session.py collect --results runs/gpu --out runs/gpu/results.json
     python benchmarks/gpu_session.py record path/to/results.json       # on any machine, after the run
     python benchmarks/gpu_session.py pack MODEL_DIR OUT/prefix         # a model as bf16 parts under 16 MiB
+    python benchmarks/gpu_session.py travels .gpu .travel              # what a device call carries (1: too much)
 
 `pack` writes a model directory as a tar of bf16 safetensors shards cut into parts that a device call can
 return (`cat prefix.tar.* | tar x` puts it together again).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import textwrap
@@ -289,6 +291,37 @@ def record(path: Path) -> None:
     print(f"wrote {target} and its table in {readme}")
 
 
+DEVICE_LIMIT = 64 * 2**20  # what one device call carries: the tree git does not ignore, and the carried paths
+MARGIN = 2**20  # the transfer's own files
+
+
+def travelling_bytes(root: Path, carried: list[Path]) -> tuple[int, int]:
+    """(bytes of the tree git does not ignore, bytes of the carried paths) as a device call sends them."""
+    import subprocess
+
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    tree = sum((root / os.fsdecode(n)).stat().st_size for n in listed if n and (root / os.fsdecode(n)).is_file())
+    extra = 0
+    for path in carried:
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        extra += sum(f.stat().st_size for f in files)
+    return tree, extra
+
+
+def travels(root: Path, carried: list[Path]) -> int:
+    """Print what a device call would carry; 1 when it passes the limit (less a margin), else 0."""
+    tree, extra = travelling_bytes(root, carried)
+    total = tree + extra
+    names = " ".join(str(p) for p in carried)
+    print(f"travels: tree {tree // 1024} KiB + {names} {extra // 1024} KiB = {total / 2**20:.1f} MiB (limit 64 MiB)")
+    if total >= DEVICE_LIMIT - MARGIN:
+        print(f"error: more than the device's {DEVICE_LIMIT // 2**20} MiB: carry less", file=sys.stderr)
+        return 1
+    return 0
+
+
 def pack(model: Path, prefix: Path, part_mib: int = 15) -> list[Path]:
     """`model` (a saved bert_repro model) in bf16, as a tar of safetensors shards and the model's other files, cut
     into parts of `part_mib` MiB: `prefix.tar.0`, `.1`, ..."""
@@ -336,6 +369,8 @@ def main() -> None:
     c.add_argument("--command", default="bash benchmarks/run_gpu.sh")
     r = sub.add_parser("record")
     r.add_argument("results_json", type=Path)
+    t = sub.add_parser("travels")
+    t.add_argument("carried", type=Path, nargs="*")
     k = sub.add_parser("pack")
     k.add_argument("model", type=Path)
     k.add_argument("prefix", type=Path)
@@ -344,6 +379,8 @@ def main() -> None:
         sys.exit(probe(args.out))
     if args.action == "collect":
         collect(args.results, args.out, args.command)
+    elif args.action == "travels":
+        sys.exit(travels(ROOT, args.carried))
     elif args.action == "pack":
         pack(args.model, args.prefix)
     else:

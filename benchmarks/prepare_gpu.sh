@@ -66,11 +66,7 @@ changed=$(git status --porcelain --untracked-files=no | grep -q . && echo " + un
 echo "$(git rev-parse HEAD)$changed" >"$KIT/commit.txt"
 
 git check-ignore -q "$KIT" || { echo "error: $KIT is not ignored by git (.gitignore)" >&2; exit 1; }
-tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
-kit=$(du -scb "${CARRY[@]}" | tail -1 | cut -f1)
-echo "travels: tree $((tree / 1024)) KiB + ${CARRY[*]} $((kit / 1024)) KiB = $(((tree + kit) / 1048576)) MiB" \
-    "(limit 64 MiB)"
-((tree + kit < 63 * 1048576)) || { echo "error: more than the device's 64 MiB" >&2; exit 1; }
+"$PY" benchmarks/gpu_session.py travels "${CARRY[@]}" || exit 1
 command='bash benchmarks/run_gpu.sh'
 ((STUDY)) && command='PARTS="probe study" bash benchmarks/run_gpu.sh'
 cat <<EOF

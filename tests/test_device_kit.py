@@ -172,3 +172,45 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
     second = tmp_path / "benchmarks" / "results" / name.replace(".json", "-2.json")
     assert json.loads(second.read_text()) == report
     assert json.loads((tmp_path / "benchmarks" / "results" / name).read_text())["command"] != report["command"]
+
+    # A study's run: its table in results.json and README.md, the file named -study
+    study = results / "study_pretraining"
+    study.mkdir()
+    (study / "study.json").write_text(json.dumps({"study": "pretraining", "rows": []}))
+    (study / "study.md").write_text(
+        "# Does our pre-training help?\n\n| variant | SST-2 |\n|---|---|\n| ours | 83.49 |\n"
+    )
+    report = gpu_session.collect(results, tmp_path / "study.json", "PARTS=study bash benchmarks/run_gpu.sh")
+    assert (
+        report["study"]["pretraining"]["rows"] == []
+        and "| ours | 83.49 |" in report["study"]["pretraining"]["markdown"]
+    )
+    gpu_session.record(tmp_path / "study.json")
+    assert (tmp_path / "benchmarks" / "results" / name.replace(".json", "-study.json")).is_file()
+    assert "Study `pretraining`" in readme_text(tmp_path) and "| ours | 83.49 |" in readme_text(tmp_path)
+
+
+def readme_text(root):
+    return (root / "benchmarks" / "README.md").read_text()
+
+
+def test_what_a_device_call_carries_is_measured_and_too_much_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import gpu_session
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("/.travel/\n/.gpu/\n")
+    (tmp_path / "code.py").write_bytes(b"x" * 1000)
+    (tmp_path / ".travel" / "books").mkdir(parents=True)
+    (tmp_path / ".gpu").mkdir()
+    (tmp_path / ".gpu" / "wheel.whl").write_bytes(b"w" * 3000)
+    corpus = tmp_path / ".travel" / "books" / "corpus.parquet"
+    corpus.write_bytes(b"c" * 5000)
+    carried = [tmp_path / ".gpu", tmp_path / ".travel"]
+    # the ignored folders count only when carried; .gitignore and code.py are the tree
+    assert gpu_session.travelling_bytes(tmp_path, carried) == (1000 + len("/.travel/\n/.gpu/\n"), 8000)
+    assert gpu_session.travels(tmp_path, carried) == 0
+    with open(corpus, "r+b") as f:  # 63.5 MiB: within the limit, not within its margin
+        f.truncate(63 * 2**20 + 2**19)
+    assert gpu_session.travels(tmp_path, carried) == 1
+    assert "error: more than the device's 64 MiB" in capsys.readouterr().err
