@@ -185,6 +185,30 @@ def test_pretrained_round_trip_with_revisions(tmp_path, tokenizer):
             assert torch.equal(got["first"], checkpoint(**batch).prediction_logits)
 
 
+def test_shards_and_the_written_card_are_staged(tmp_path, tokenizer):
+    """A model saved in shards stages every shard and the index; the card `python -m bert_repro.hub.model_card`
+    wrote for this repository goes up as written (it may hold a study the push knows nothing of), while a card
+    written for another repository is replaced by a fresh one."""
+    from bert_repro.hub import model_card
+    from bert_repro.hub.push import stage
+
+    local = tmp_path / "run"
+    model = pretraining_output(local, tokenizer)
+    (local / "model.safetensors").unlink()
+    model.save_pretrained(local, max_shard_size="20KB")
+    shards = {p.name for p in local.glob("model-*-of-*.safetensors")}
+    assert len(shards) > 1
+    written = model_card.main([str(local), "someone/tiny-bert"])
+    written.write_text(written.read_text() + "\nA line only the written card has.\n")
+    for repo_id, kept in (("someone/tiny-bert", True), ("someone/another", False)):
+        staging = tmp_path / repo_id
+        staging.mkdir(parents=True)
+        staged = stage(local, repo_id, staging)
+        assert shards | {"model.safetensors.index.json", "config.json", "README.md"} <= set(staged)
+        card = (staging / "README.md").read_text()
+        assert ("A line only the written card has." in card) is kept and f'"{repo_id}"' in card
+
+
 def test_failed_push_is_clear_and_a_second_push_completes(tmp_path, tokenizer):
     local = tmp_path / "run"
     pretraining_output(local, tokenizer)

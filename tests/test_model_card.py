@@ -334,6 +334,9 @@ def make_squad_v2_run(root: Path) -> Path:
 def all_cards(root: Path) -> dict[str, ModelCard]:
     return {
         "pretraining": card_for_pretraining(make_pretraining_run(root), REPO),
+        "pretraining_study": card_for_pretraining(
+            make_pretraining_run(root), REPO, study_dir=make_study(root / "study", "/home/someone/private/pretrained")
+        ),
         "mrpc": card_for_finetuning(make_mrpc_run(root), "someone/bert-mrpc", base_model="someone/bert-base-repro"),
         "squad_v2": card_for_finetuning(make_squad_v2_run(root), "someone/bert-squad2"),
     }
@@ -345,6 +348,12 @@ def body(card: ModelCard) -> str:
 
 def by_metric(card: ModelCard) -> dict[tuple[str, str], float]:
     return {(r.dataset_split, r.metric_name): r.metric_value for r in card.data.eval_results}
+
+
+def glue_scores(card: ModelCard) -> dict[tuple[str, str], float]:
+    return {
+        (r.dataset_config, r.metric_type): r.metric_value for r in card.data.eval_results if "glue" in r.dataset_type
+    }
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -523,6 +532,117 @@ def test_continued_pretraining_names_its_base(tmp_path):
     assert "Pre-training continued from [google-bert/bert-base-uncased]" in card.text
 
 
+def make_study(root: Path, pretrained_model: str, steps: int = 1000) -> Path:
+    """What `recipes/study.py --study pretraining --seeds 1 2 3` writes: a pre-trained row and a random-init row."""
+
+    def cell(mean, se, *seeds):
+        return {"ours": mean, "se": se, "seeds": dict(zip(("1", "2", "3"), seeds, strict=False)), "paper": None}
+
+    def row(variant, model, global_step, sst2, mrpc, mrpc_f1):
+        return {
+            "variant": variant,
+            "label": variant,
+            "model": model,
+            "pretraining": {"global_step": global_step, "train_runtime_s": 0.0},
+            "cells": {"sst2": sst2, "mrpc": mrpc, "mrpc_f1": mrpc_f1},
+            "finetune_seconds": 230.0,
+        }
+
+    study = {
+        "study": "pretraining",
+        "columns": [
+            {"key": "sst2", "label": "SST-2", "task": "sst2", "metric": "accuracy", "split": "validation"},
+            {"key": "mrpc", "label": "MRPC", "task": "mrpc", "metric": "accuracy", "split": "validation"},
+            {"key": "mrpc_f1", "label": "MRPC F1", "task": "mrpc", "metric": "f1", "split": "validation"},
+        ],
+        "rows": [
+            row(
+                "pretrained",
+                pretrained_model,
+                steps,
+                cell(83.49, 0.4, 84.29, 83.03, 83.14),
+                cell(71.41, 1.14, 69.12, 72.55, 72.55),
+                cell(79.93, 0.84, 78.28, 80.49, 81.02),
+            ),
+            row(
+                "random",
+                "/home/someone/private/study/pretrain/random",
+                0,
+                cell(81.69, 0.27, 81.54, 81.31, 82.22),
+                cell(69.5, 0.16, 69.4, 69.8, 69.3),
+                cell(75.59, 0.13, 75.63, 75.36, 75.79),
+            ),
+        ],
+        "finetune_args": "--learning_rates 3e-4 --data_root /home/someone/private/glue",
+        "finetune_args_for": ["sst2=--num_train_epochs 1"],
+        "seeds": [1, 2, 3],
+        "majority_baseline": {"sst2": 50.92, "mrpc": 68.38, "mrpc_f1": 81.22},
+    }
+    _write(root / "study.json", study)
+    return root
+
+
+def test_pretraining_with_study(tmp_path):
+    out = make_pretraining_run(tmp_path)
+    study = make_study(tmp_path / "study", "/home/someone/private/study/pretrain/pretrained")
+    card = card_for_pretraining(out, REPO, study_dir=study)
+    assert glue_scores(card) == {("sst2", "accuracy"): 83.49, ("mrpc", "accuracy"): 71.41, ("mrpc", "f1"): 79.93}
+    for r in card.data.eval_results[2:]:  # after the held-out MLM and NSP accuracies
+        assert (r.task_type, r.dataset_type, r.dataset_split) == ("text-classification", "nyu-mll/glue", "validation")
+        assert r.metric_name.endswith("fine-tuned, mean of 3 seeds")
+    assert ModelCard(str(card)).data.eval_results == card.data.eval_results  # the model-index parses back
+    text = card.text
+    assert "| GLUE SST-2 | Accuracy (dev) | 83.49 ± 0.40 | 81.69 ± 0.27 | +1.80 ± 0.48 | 50.92 |" in text
+    assert "| GLUE MRPC | F1 (dev) | 79.93 ± 0.84 | 75.59 ± 0.13 | +4.34 ± 0.85 | 81.22 |" in text
+    assert "mean ± standard error over the 3 fine-tuning seeds" in text and "seeds 1, 2, 3" in text
+    # MRPC accuracy: +1.91 ± 1.15, more than one standard error but within two
+    assert "on GLUE SST-2 Accuracy, GLUE MRPC F1 only" in text
+    assert "majority class still scores higher on GLUE MRPC F1 (81.22 against 79.93)" in text
+    assert "GLUE SST-2 also `--num_train_epochs 1`" in text
+    assert "/home/someone" not in str(card) and "glue (local)" in text  # the study's local paths stay out
+
+
+def test_a_study_without_seeds_shows_the_best_runs(tmp_path):
+    study = make_study(tmp_path / "study", "/elsewhere/pretrained")
+    data = json.loads((study / "study.json").read_text())
+    for row in data["rows"]:
+        row["cells"] = {k: {"ours": c["ours"], "paper": None} for k, c in row["cells"].items()}
+    _write(study / "study.json", {**data, "seeds": []})
+    card = card_for_pretraining(make_pretraining_run(tmp_path), REPO, study_dir=study)
+    assert {r.metric_name for r in card.data.eval_results[2:]} == {
+        "Accuracy (%), fine-tuned, best of the learning-rate grid",
+        "F1 (%), fine-tuned, best of the learning-rate grid",
+    }
+    assert "| GLUE SST-2 | Accuracy (dev) | 83.49 | 81.69 | +1.80 | 50.92 |" in card.text
+    assert "best run of its learning-rate grid (one seed)" in card.text and "standard error" not in card.text
+
+
+def test_study_row_of_this_checkpoint(tmp_path):
+    out = make_pretraining_run(tmp_path)
+    study = make_study(tmp_path / "study", "/elsewhere/pretrained")
+    rows = json.loads((study / "study.json").read_text())["rows"]
+    other = {**rows[0], "variant": "other", "cells": {k: {**c, "ours": 11.0} for k, c in rows[0]["cells"].items()}}
+    _write(study / "study.json", {**json.loads((study / "study.json").read_text()), "rows": [other, *rows]})
+    first = card_for_pretraining(out, REPO, study_dir=study)  # no path matches: the first pre-trained row
+    assert glue_scores(first)[("sst2", "accuracy")] == 11.0
+    rows[0]["model"] = str(out)
+    _write(study / "study.json", {**json.loads((study / "study.json").read_text()), "rows": [other, *rows]})
+    assert glue_scores(card_for_pretraining(out, REPO, study_dir=study))[("sst2", "accuracy")] == 83.49
+
+
+def test_a_study_that_is_not_of_this_checkpoint_is_refused(tmp_path):
+    out = make_pretraining_run(tmp_path)
+    with pytest.raises(CardError, match="nowhere/study.json: no such file"):
+        card_for_pretraining(out, REPO, study_dir=tmp_path / "nowhere")
+    study = make_study(tmp_path / "study", "/elsewhere/pretrained", steps=6000)
+    with pytest.raises(CardError, match="pre-trained for 6,000 steps, this checkpoint for 1,000"):
+        card_for_pretraining(out, REPO, study_dir=study)
+    data = json.loads((study / "study.json").read_text())
+    _write(study / "study.json", {**data, "rows": data["rows"][1:]})
+    with pytest.raises(CardError, match="only randomly initialised"):
+        card_for_pretraining(out, REPO, study_dir=study)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Fine-tuned cards
 # ------------------------------------------------------------------------------------------------------------
@@ -624,7 +744,12 @@ def test_cards_round_trip(cards):
 
 
 def test_cards_are_readable(cards):
-    repos = {"pretraining": REPO, "mrpc": "someone/bert-mrpc", "squad_v2": "someone/bert-squad2"}
+    repos = {
+        "pretraining": REPO,
+        "pretraining_study": REPO,
+        "mrpc": "someone/bert-mrpc",
+        "squad_v2": "someone/bert-squad2",
+    }
     for name, card in cards.items():
         text = card.text
         positions = [text.find(section) for section in SECTIONS]
@@ -685,6 +810,12 @@ def test_command_line_writes_the_card_beside_the_weights(tmp_path, capsys):
     assert written == mrpc / "model" / "README.md"
     card = ModelCard.load(written)
     assert card.data.base_model == "someone/bert-base-repro" and card.data.eval_results
+    pre, study = make_pretraining_run(tmp_path), make_study(tmp_path / "study", "/elsewhere/pretrained")
+    written = model_card.main([str(pre), REPO, "--study", str(study)])
+    assert written == pre / "README.md"
+    assert glue_scores(ModelCard.load(written))[("mrpc", "f1")] == 79.93
+    with pytest.raises(SystemExit):
+        model_card.main([str(mrpc), "someone/bert-mrpc", "--study", str(study)])
 
 
 def test_each_dev_split_sits_beside_its_paper_number(tmp_path):

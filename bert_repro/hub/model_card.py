@@ -7,7 +7,9 @@ environment:
   `results.json`, `config.json`, and `training_curves.png` when present;
 - fine-tuning (`bert_repro.training.finetune`): `results.json` (the grid, every run, the best one), `run_config.json`
   and the best model's `model/config.json`;
-- optionally a benchmark directory of `bert_repro.training.reproduce` (`report.json`) for a pre-trained checkpoint.
+- optionally, for a pre-trained checkpoint, a benchmark directory of `bert_repro.training.reproduce` (`report.json`)
+  and a study directory of `bert_repro.training.study` (`study.json`: the checkpoint fine-tuned against the same
+  architecture randomly initialised).
 
 Metadata go through huggingface_hub's `ModelCardData` / `EvalResult`, which write the `model-index` block the
 Hub reads. The body is a Jinja template in `bert_repro/hub/model_cards/` (`pretrained.md`, `finetuned.md` and the
@@ -26,7 +28,8 @@ Conventions of the cards:
   local paths are reduced to their last component, token-like fields are dropped, and a card that still
   contains the value of a secret environment variable is refused.
 
-`python -m bert_repro.hub.model_card RUN_DIR REPO_ID` writes the card as `README.md` beside the weights.
+`python -m bert_repro.hub.model_card RUN_DIR REPO_ID` writes the card as `README.md` beside the weights, where
+`python -m bert_repro.hub` publishes it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..model.checkpoint_format import native_obstacles
 from ..model.configuration_bert_repro import PRESETS
+from ..model.conversion import weight_files
 from ..model.modeling_bert_repro import AUTO_MAP
 from ..tasks.kinds import TaskKind, kind_named
 from ..tasks.registry import METRICS, TASKS, Result, Task, get_task
@@ -254,6 +258,12 @@ def safetensors_parameter_count(path: Path) -> int | None:
     return sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
 
 
+def stored_parameter_count(directory: Path) -> int | None:
+    """Parameters of the model saved in ``directory``: `model.safetensors` or all the shards its index names."""
+    files = weight_files(directory) if directory.is_dir() else []
+    return sum(safetensors_parameter_count(f) or 0 for f in files) or None
+
+
 def architecture_rows(config: Mapping[str, Any], parameters: int | None) -> list[tuple[str, str]]:
     preset = preset_of(config)
     preset_text = f"`{preset}` ({PRESET_NAMES[preset]} size)" if preset else "custom size (no preset)"
@@ -428,6 +438,22 @@ def _usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] 
     }
 
 
+def _task_result(task: Task, split: str, metric: str, value: float, name: str) -> EvalResult:
+    """A model-index entry for a score (percent) of ``task`` on ``split``, named as the registry names it."""
+    task_type = task.kind.pipeline_tag
+    return EvalResult(
+        task_type=task_type,
+        task_name=TASK_TYPE_NAMES[task_type],
+        dataset_type=task.hub_id,
+        dataset_name=task.display_name,
+        dataset_config=task.hub_config,
+        dataset_split=split,
+        metric_type=METRICS[metric].hub_id,
+        metric_value=value,
+        metric_name=name,
+    )
+
+
 def _licence_of(source: str | None) -> str | None:
     return KNOWN_LICENCES.get(source) if source else None
 
@@ -569,6 +595,112 @@ def _benchmark(benchmark_dir: str | Path | None) -> dict[str, Any] | None:
     }
 
 
+def _is_random_init(row: Mapping[str, Any]) -> bool:
+    """A study row of weights drawn at random: `bert_repro.training.study` records their pre-training as 0 steps."""
+    return (row.get("pretraining") or {}).get("global_step") == 0
+
+
+def _study_row(rows: list[dict[str, Any]], out: Path, path: Path, steps: Any) -> dict[str, Any]:
+    """This checkpoint's row of a study: the row whose model is ``out``, else the first row that was pre-trained
+    (a study run elsewhere names its own paths); refused when its pre-training steps are not the checkpoint's."""
+    row = next((r for r in rows if r.get("model") and Path(r["model"]).resolve() == out.resolve()), None)
+    row = row or next((r for r in rows if not _is_random_init(r)), None)
+    if row is None:
+        raise CardError(f"{path} has no row of a pre-trained model, only randomly initialised ones.")
+    theirs = (row.get("pretraining") or {}).get("global_step")
+    if _is_number(steps) and _is_number(theirs) and theirs != steps:
+        raise CardError(
+            f"{path}: its row {row.get('variant')!r} was pre-trained for {theirs:,} steps, this checkpoint for "
+            f"{steps:,}: not the same model."
+        )
+    return row
+
+
+def _mean_cell(cell: Mapping[str, Any], seeds: int) -> str:
+    """Mean ± standard error; a cell with fewer seeds than the study (failed runs) says how many it has."""
+    ours, se, finished = cell.get("ours"), cell.get("se"), len(cell.get("seeds") or {})
+    if not _is_number(ours):
+        return "–"
+    spread = f" ± {se:.2f}" if _is_number(se) else ""
+    return f"{ours:.2f}{spread}" + (f" ({_plural(finished, 'seed')})" if finished and finished != seeds else "")
+
+
+def _public_args(text: str) -> str:
+    return " ".join(format_setting(_public_value("", a)) for a in str(text).split())
+
+
+def _study_verdict(rows: list[dict[str, Any]]) -> str:
+    """What the table shows, in one sentence: where pre-training beats random initialisation by more than twice the
+    standard error of the difference, and where the majority class still does better."""
+    better = [r["name"] for r in rows if r["clear"] and r["gain"] > 0]
+    where = "every score" if len(better) == len(rows) else ", ".join(better) + " only" if better else "no score"
+    sentence = (
+        f"Pre-training beats random initialisation by more than twice the standard error of the difference on {where}"
+    )
+    below = [f"{r['name']} ({r['below_majority']})" for r in rows if r["below_majority"]]
+    return sentence + (f", yet the majority class still scores higher on {', '.join(below)}" if below else "") + "."
+
+
+def _study(study_dir: str | Path | None, out: Path, steps: Any) -> tuple[list[EvalResult], dict[str, Any] | None]:
+    """model-index entries (each fine-tuning column's mean over seeds) and table rows of a `bert_repro.training.study`
+    run that fine-tuned this checkpoint beside the same architecture randomly initialised."""
+    if study_dir is None:
+        return [], None
+    path = Path(study_dir) / "study.json"
+    study = _read_json(path)
+    if study is None:
+        raise CardError(f"{path}: no such file; --study takes the output directory of recipes/study.py.")
+    rows = study.get("rows") or []
+    row = _study_row(rows, out, path, steps)
+    random = next((r for r in rows if _is_random_init(r)), {})
+    baseline, seeds = study.get("majority_baseline") or {}, len(study.get("seeds") or []) or 1
+    eval_results, table = [], []
+    for column in study.get("columns") or []:
+        if column.get("task") not in TASKS or column.get("metric") not in METRICS:
+            continue  # a pre-training column (no fine-tuning) or a task this version does not know
+        task, metric, split = TASKS[column["task"]], column["metric"], column.get("split") or "validation"
+        cell, other = row["cells"].get(column["key"]) or {}, (random.get("cells") or {}).get(column["key"]) or {}
+        ours, theirs, majority = cell.get("ours"), other.get("ours"), baseline.get(column["key"])
+        if _is_number(ours):
+            finished = len(cell.get("seeds") or {})
+            how = f"mean of {_plural(finished, 'seed')}" if finished else "best of the learning-rate grid"
+            eval_results.append(
+                _task_result(task, split, metric, ours, f"{METRICS[metric].label} (%), fine-tuned, {how}")
+            )
+        both = _is_number(ours) and _is_number(theirs)
+        errors = [e for e in (cell.get("se"), other.get("se")) if _is_number(e)]
+        se = math.sqrt(sum(e * e for e in errors)) if both and len(errors) == 2 else None
+        gain = ours - theirs if both else None
+        table.append(
+            {
+                "name": f"{task.display_name} {METRICS[metric].label}",
+                "task": task.display_name,
+                "metric": METRICS[metric].label,
+                "split": SPLIT_NAMES.get(split, split),
+                "ours": _mean_cell(cell, seeds),
+                "random": _mean_cell(other, seeds),
+                "gain": gain,
+                "difference": "–" if gain is None else f"{gain:+.2f}" + (f" ± {se:.2f}" if se is not None else ""),
+                "clear": gain is not None and se is not None and abs(gain) > 2 * se,
+                "majority": _score(majority),
+                "below_majority": f"{majority:.2f} against {ours:.2f}"
+                if _is_number(ours) and _is_number(majority) and ours <= majority
+                else None,
+            }
+        )
+    return eval_results, {
+        "rows": table,
+        "seeds": ", ".join(str(s) for s in study.get("seeds") or []) or None,  # None: the best run of each grid
+        "n_seeds": _plural(seeds, "fine-tuning seed"),
+        "finetune_args": _public_args(study.get("finetune_args") or "") or "the defaults",
+        "finetune_args_for": [
+            (TASKS[key].display_name if key in TASKS else key, _public_args(args))
+            for key, _, args in (k.partition("=") for k in study.get("finetune_args_for") or [])
+        ],
+        "verdict": _study_verdict(table) if random and study.get("seeds") else None,  # it needs standard errors
+    }
+
+
 def _masking_recipe(data: Mapping[str, Any]) -> str:
     """How examples were masked, from the recorded flags (paper: 15%; 80% [MASK], 10% random, 10% kept)."""
     prob, mask = data.get("masked_lm_prob"), data.get("mask_replace_prob")
@@ -658,13 +790,17 @@ def card_for_pretraining(
     *,
     base_model: str | None = None,
     benchmark_dir: str | Path | None = None,
+    study_dir: str | Path | None = None,
     template_dir: str | Path | None = None,
 ) -> ModelCard:
     """The card of a pre-training run's output directory (`recipes/pretrain.py`), to publish as ``repo_id``.
 
     ``base_model``: the checkpoint the run continued from (its `init_from`) when that is a Hub id; by default
     `init_from` itself if it is one. ``benchmark_dir``: a `recipes/reproduce.py` output directory for this
-    checkpoint, whose report is added to the card. ``template_dir``: other templates than the package's.
+    checkpoint, whose report is added to the card. ``study_dir``: a `recipes/study.py` output directory
+    (`study.json`) that fine-tuned this checkpoint against the same architecture randomly initialised; its row
+    for this checkpoint (see `_study_row`) goes in the model-index and its table in the card. ``template_dir``:
+    other templates than the package's.
     """
     out = Path(output_dir)
     record = _read_json(out / "run_config.json")
@@ -678,13 +814,14 @@ def card_for_pretraining(
         base_model = run["init_from"]
     corpus = _corpus(run)
     eval_results, eval_rows = _pretraining_eval(results, corpus)
-    parameters = safetensors_parameter_count(out / "model.safetensors") or parameter_count(config)
+    study_results, study = _study(study_dir, out, results.get("global_step"))
+    parameters = stored_parameter_count(out) or parameter_count(config)
     card_data = _card_data(
         repo_id=repo_id,
         pipeline_tag="fill-mask",
         tags=["bert", "bert_repro", "fill-mask"],
         datasets=[corpus["hub_id"]] if corpus["hub_id"] else [],
-        eval_results=eval_results,
+        eval_results=eval_results + study_results,
         base_model=base_model,
     )
     # run_config.json is written before the run derives the accumulation from global_batch_size.
@@ -715,6 +852,7 @@ def card_for_pretraining(
         "held_out_examples": _count(held_out.get("examples")),
         "held_out_documents": _count(held_out.get("documents")),
         "benchmark": _benchmark(benchmark_dir),
+        "study": study,
         "curves": (out / "training_curves.png").is_file(),
         "usage": _usage(repo_id, config=config),
         "base_model": base_model,
@@ -753,27 +891,14 @@ def _paper_cell(result: Result | None) -> str:
 def _finetuning_eval(task: Task, best: Mapping[str, Any]) -> tuple[list[EvalResult], list[dict[str, str]]]:
     """model-index entries (percent) and table rows beside the paper's BASE and LARGE numbers."""
     eval_results, rows = [], []
-    task_type = task.kind.pipeline_tag
     for split in task.eval_splits:
         scores = best.get(split) or {}
         for metric in _metric_keys(task, scores):
             value = scores[metric]
-            hub_metric, label = METRICS[metric].hub_id, METRICS[metric].label
+            label = METRICS[metric].label
             ours = _percent(metric, value) if _is_number(value) else None
             if ours is not None:
-                eval_results.append(
-                    EvalResult(
-                        task_type=task_type,
-                        task_name=TASK_TYPE_NAMES[task_type],
-                        dataset_type=task.hub_id,
-                        dataset_name=task.display_name,
-                        dataset_config=task.hub_config,
-                        dataset_split=split,
-                        metric_type=hub_metric,
-                        metric_value=ours,
-                        metric_name=f"{label} (%)",
-                    )
-                )
+                eval_results.append(_task_result(task, split, metric, ours, f"{label} (%)"))
             rows.append(
                 {
                     "split": SPLIT_NAMES.get(split, split),
@@ -894,7 +1019,7 @@ def card_for_finetuning(
     best = summary["best"] or {}
     eval_results, eval_rows = _finetuning_eval(task, best)
     base = _finetuning_base(summary, record, base_model)
-    parameters = safetensors_parameter_count(out / "model" / "model.safetensors")
+    parameters = stored_parameter_count(out / "model")
     if parameters is None and config.get("hidden_size"):
         parameters = parameter_count(config, task.kind)
     metrics = [m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS]
@@ -995,12 +1120,18 @@ def main(argv: Iterable[str] | None = None) -> Path:
     parser.add_argument(
         "--output", default=None, help="where to write the card (default: README.md beside the weights)"
     )
+    parser.add_argument(
+        "--study",
+        default=None,
+        help="pre-training: a recipes/study.py output directory (study.json) of this checkpoint",
+    )
     args = parser.parse_args(None if argv is None else list(argv))
     kwargs: dict[str, Any] = {"base_model": args.base_model}
-    if args.benchmark:
-        if run_kind(args.run_dir) != "pretraining":
-            parser.error("--benchmark goes with a pre-training directory")
-        kwargs["benchmark_dir"] = args.benchmark
+    for flag, key in (("benchmark", "benchmark_dir"), ("study", "study_dir")):
+        if getattr(args, flag):
+            if run_kind(args.run_dir) != "pretraining":
+                parser.error(f"--{flag} goes with a pre-training directory")
+            kwargs[key] = getattr(args, flag)
     card = card_for_directory(args.run_dir, args.repo_id, **kwargs)
     output = Path(args.output) if args.output else card_path(args.run_dir)
     card.save(output)

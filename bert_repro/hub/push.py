@@ -1,14 +1,15 @@
 """Publishing checkpoints on the Hugging Face Hub: safetensors, code, tokenizer, card, logs, and nothing else.
 
 What a push puts in the repository (one commit, so a failed push changes nothing there):
-- the weights as `model.safetensors` only: pickles (`*.bin`, `*.pt`, `*.pth`, `*.pkl`, Trainer's
-  `training_args.bin`, optimizer and RNG states) are never uploaded;
+- the weights in safetensors only (`model.safetensors`, or the shards its index names with the index): pickles
+  (`*.bin`, `*.pt`, `*.pth`, `*.pkl`, Trainer's `training_args.bin`, optimizer and RNG states) are never uploaded;
 - `config.json` in transformers' own BERT format where it can be (`bert_repro.model.checkpoint_format`), so that
   `AutoModel*.from_pretrained(repo)` works with plain transformers, with a complete `auto_map` and every `*.py` file
   `save_pretrained` wrote beside it (configuration, modeling and the modules they import), so that
   `AutoModel*.from_pretrained(repo, trust_remote_code=True)` opens our classes for someone who never installed
   bert_repro;
-- the tokenizer with `vocab.txt`; the model card (`README.md`, from `model_cards/`); the run's records
+- the tokenizer with `vocab.txt`; the model card (`README.md`: the one `python -m bert_repro.hub.model_card` wrote
+  for this repository, which may hold a benchmark or a study, else a fresh one from `model_cards/`); the run's records
   (`run_config.json`, `data_statistics.json`, `results.json` / `.md`, `log_history.json`), plots and TensorBoard logs.
 
 The local directory is only read: the card and any repaired files are written to a staging copy. A repository
@@ -33,12 +34,11 @@ from pathlib import Path
 
 from ..model import modeling_bert_repro
 from ..model.checkpoint_format import config_file_dict, is_repro_checkpoint
-from ..model.conversion import PICKLE_PATTERNS, TOKENIZER_FILES, CheckpointError, check_model_dir
+from ..model.conversion import PICKLE_PATTERNS, TOKENIZER_FILES, CheckpointError, check_model_dir, weight_files
 from ..model.modeling_bert_repro import AUTO_MAP
 
 logger = logging.getLogger(__name__)
 
-MODEL_FILES = ("model.safetensors", "config.json")  # and the code files: `model_files`
 RECORD_FILES = (
     "run_config.json",
     "data_statistics.json",
@@ -67,8 +67,10 @@ def model_directory(path: Path) -> Path:
 
 
 def model_files(weights: Path) -> list[str]:
-    """The files of a saved model: weights, config and every `*.py` that `save_pretrained` wrote beside them."""
-    return [name for name in MODEL_FILES if (weights / name).exists()] + sorted(p.name for p in weights.glob("*.py"))
+    """The files of a saved model: its weights (one file, or the shards and their index), config and every `*.py`
+    that `save_pretrained` wrote beside them."""
+    names = [p.name for p in weight_files(weights)] + ["model.safetensors.index.json", "config.json"]
+    return [name for name in names if (weights / name).exists()] + sorted(p.name for p in weights.glob("*.py"))
 
 
 def code_files() -> list[Path]:
@@ -102,14 +104,30 @@ def stage(
     if (path / "runs").is_dir():  # TensorBoard event files
         shutil.copytree(path / "runs", staging / "runs")
     if with_card:
-        from .model_card import card_for_directory
-
-        card_for_directory(path, repo_id).save(staging / "README.md")
+        _card(path, repo_id).save(staging / "README.md")
     staged = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
     pickles = [p for p in staged if any(fnmatch.fnmatch(Path(p).name, pat) for pat in PICKLE_PATTERNS)]
     if pickles:  # cannot happen through the copies above; a guard for future edits
         raise HubPushError(f"refusing to publish pickled files: {pickles}")
     return staged
+
+
+def _card(path: Path, repo_id: str):
+    """The card to publish: the README.md `python -m bert_repro.hub.model_card` wrote beside the weights when it is
+    for this repository (its usage snippets quote the id), since it may hold what the push cannot know (--benchmark,
+    --study); otherwise a fresh card, so a card written for another repository is never published under this one."""
+    from huggingface_hub import ModelCard
+
+    from .model_card import card_for_directory, card_path, check_no_secrets
+
+    written = card_path(path)
+    if written.is_file():
+        text = written.read_text(encoding="utf-8")
+        if f'"{repo_id}"' in text:
+            check_no_secrets(text)
+            return ModelCard(text)
+        logger.info("%s is for another repository than %s: publishing a fresh card instead", written, repo_id)
+    return card_for_directory(path, repo_id)
 
 
 def _complete_checkpoint(staging: Path) -> None:
@@ -302,7 +320,7 @@ def push_checkpoints(
                 source_name=str(checkpoint),
                 commit_message=f"Checkpoint at step {branch[5:]}",
             )
-    if (output_dir / "model.safetensors").exists():
+    if weight_files(output_dir):
         pushed["main"] = push(output_dir, repo_id, private=private, overwrite=overwrite, api=api)
     return pushed
 

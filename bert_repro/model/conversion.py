@@ -71,7 +71,7 @@ def _is_tf_checkpoint(path: str | os.PathLike) -> bool:
     return Path(f"{p}.index").exists()
 
 
-def _weight_files(directory: Path) -> list[Path]:
+def weight_files(directory: Path) -> list[Path]:
     """The safetensors files of a model directory: model.safetensors, or the shards its index names."""
     index = directory / "model.safetensors.index.json"
     if not index.is_file():
@@ -117,7 +117,7 @@ def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> N
             f"{config} is not a valid config.json ({err}); restore it from the model's "
             "source or save the model again with save_pretrained."
         ) from None
-    weights = _weight_files(directory)
+    weights = weight_files(directory)
     pickles = sorted(p.name for pattern in PICKLE_PATTERNS for p in directory.glob(pattern))
     if not weights and pickles and not trust_pickle:
         converted = f"{directory}-safetensors"
