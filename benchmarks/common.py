@@ -9,12 +9,23 @@ import time
 import torch
 
 
-def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 2048, reps: int = 10, device: str = "cpu") -> float:
-    """Measured GFLOP/s of an n x n x n matrix product in `dtype` (the machine's practical peak)."""
-    a = torch.randn(n, n, dtype=dtype, device=device)
-    b = torch.randn(n, n, dtype=dtype, device=device)
-    for _ in range(3):
+def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 2048, device: str = "cpu", seconds: float = 1.0) -> float:
+    """Measured GFLOP/s of an n x n x n matrix product in `dtype` (the machine's practical peak), in about `seconds`:
+    where one product would take longer (bf16 on a CPU without bf16 units runs at a fraction of a GFLOP/s), a
+    smaller n."""
+    while True:
+        a = torch.randn(n, n, dtype=dtype, device=device)
+        b = torch.randn(n, n, dtype=dtype, device=device)
+        a @ b  # first call: allocation and kernel choice
+        _sync(device)
+        start = time.perf_counter()
         a @ b
+        _sync(device)
+        one = time.perf_counter() - start
+        if one * 4 <= seconds or n <= 128:
+            break
+        n //= 2
+    reps = max(3, int(seconds / max(one, 1e-6)))
     _sync(device)
     start = time.perf_counter()
     for _ in range(reps):

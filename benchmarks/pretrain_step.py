@@ -71,6 +71,11 @@ def time_steps(step, steps: list[list[dict]], device: str) -> float:
     return time.perf_counter() - start
 
 
+def share(value: float | None) -> str:
+    """A share as a percentage, or "-" where its peak was not measured (a precision no variant uses)."""
+    return "-" if value is None else f"{value:.1%}"
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -122,13 +127,6 @@ def main() -> None:
     read = (
         sum(int(((b["labels"] != -100) | (torch.arange(b["labels"].shape[1]) == 0)).sum()) for b in measured) / tokens
     )  # what the heads read: the masked positions and [CLS]
-    # The peak is measured before and after every round; the MFU uses the highest figure (the conservative choice
-    # on a machine whose speed drifts with its neighbours' load).
-    peaks = {
-        torch.float32: [matmul_peak(torch.float32, device=device)],
-        torch.bfloat16: [matmul_peak(torch.bfloat16, device=device)],
-    }
-
     config = BertReproConfig.from_preset(args.preset, vocab_size=len(tokenizer))
     torch.manual_seed(0)
     initial = BertReproForPreTraining(config).state_dict()
@@ -167,6 +165,10 @@ def main() -> None:
         variants["transformers bf16"] = (lambda: theirs, "theirs", True)
     if args.variants != "all":
         variants = {k: v for k, v in variants.items() if k in args.variants.split(",")}
+    # The peak of each precision the variants use, measured before and after every round; the MFU uses the highest
+    # figure (the conservative choice on a machine whose speed drifts with its neighbours' load).
+    used = {torch.bfloat16 if bf16 else torch.float32 for _, _, bf16 in variants.values()}
+    peaks = {dtype: [matmul_peak(dtype, device=device)] for dtype in sorted(used, key=str)}
     print(
         f"{machine()}; {device}; {len(measured)} measured micro-batches of {args.batch_size} x 128 "
         f"({tokens} real tokens, {1 - tokens / grid:.1%} padding), accumulation {args.accumulation}",
@@ -192,7 +194,7 @@ def main() -> None:
         for dtype, measured_peaks in peaks.items():
             measured_peaks.append(matmul_peak(dtype, device=device))
     times = {name: [sum(statistics.median(t) for t in per_step)] for name, per_step in step_times.items()}
-    peak32, peak16 = max(peaks[torch.float32]), max(peaks[torch.bfloat16])
+    peak32, peak16 = (max(peaks[d]) if d in peaks else None for d in (torch.float32, torch.bfloat16))
 
     useful = training_flops_per_token(config, 128, predicted)
     results = {
@@ -201,8 +203,10 @@ def main() -> None:
     }
     base = results["transformers fp32"]["tokens_per_second"] if "transformers fp32" in results else float("nan")
     print(
-        f"\nmatmul peak (2048^3, highest of {len(peaks[torch.float32])} measurements): fp32 {peak32:.1f} GFLOP/s "
-        f"(lowest {min(peaks[torch.float32]):.1f}), bf16 {peak16:.1f} GFLOP/s (lowest {min(peaks[torch.bfloat16]):.1f})"
+        "\nmatmul peak of the precisions used (highest and lowest measurement): "
+        + ", ".join(
+            f"{'bf16' if d == torch.bfloat16 else 'fp32'} {max(v):.1f} GFLOP/s ({min(v):.1f})" for d, v in peaks.items()
+        )
     )
     print(
         f"useful training FLOPs per token ({args.preset}, 128 tokens, {predicted:.1%} predicted): "
@@ -221,13 +225,13 @@ def main() -> None:
         executed = r["tokens_per_second"] * (executed_subset if "switches" in name else useful) / 1e9
         r.update(
             ratio=r["tokens_per_second"] / base,
-            mfu_fp32_peak=achieved / peak32,
-            mfu_bf16_peak=achieved / peak16,
-            mfu_fp32_peak_executed=executed / peak32,
+            mfu_fp32_peak=peak32 and achieved / peak32,
+            mfu_bf16_peak=peak16 and achieved / peak16,
+            mfu_fp32_peak_executed=peak32 and executed / peak32,
         )
         print(
-            f"{name:28s} {r['tokens_per_second']:9.1f} {r['ratio']:20.2f} {r['mfu_fp32_peak']:14.1%} "
-            f"{r['mfu_bf16_peak']:14.1%} {r['mfu_fp32_peak_executed']:25.1%}"
+            f"{name:28s} {r['tokens_per_second']:9.1f} {r['ratio']:20.2f} {share(r['mfu_fp32_peak']):>14s} "
+            f"{share(r['mfu_bf16_peak']):>14s} {share(r['mfu_fp32_peak_executed']):>25s}"
         )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -244,7 +248,10 @@ def main() -> None:
                 "tokens_measured": tokens,
                 "predicted_share": predicted,
                 "matmul_peak_gflops": {"fp32": peak32, "bf16": peak16},
-                "matmul_peak_measurements": {"fp32": peaks[torch.float32], "bf16": peaks[torch.bfloat16]},
+                "matmul_peak_measurements": {
+                    "fp32": peaks.get(torch.float32),
+                    "bf16": peaks.get(torch.bfloat16),
+                },
                 "useful_flops_per_token": useful,
                 "executed_flops_per_token_with_subset": executed_subset,
                 "results": results,
