@@ -30,6 +30,7 @@ def finetune(*args: str, model: str = "no-model-needed") -> subprocess.Completed
 def sst2_data(directory: Path, label: str = "1") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "train.tsv").write_text(f"sentence\tlabel\ngood fun\t{label}\ndull\t0\n", encoding="utf-8")
+    (directory / "dev.tsv").write_text("sentence\tlabel\nfun\t1\n", encoding="utf-8")
     return directory
 
 
@@ -228,7 +229,7 @@ def test_transformers_names_and_one_learning_rate_run_one_fine_tuning(tmp_path):
     "name, flag, suggestion",
     [
         ("finetune.py", "--task_nme", "--task"),
-        ("study.py", "--finetune_arg", "--finetune_args"),
+        ("study.py", "--finetune_arg", "--finetune_args or --finetune_args_for"),
         ("reproduce.py", "--data_rot", "--data_root"),
     ],
 )

@@ -25,6 +25,7 @@ no other module compares kinds.
 from __future__ import annotations
 
 import abc
+from collections import Counter
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -137,6 +138,11 @@ class TaskKind(abc.ABC):
     def canonicalise(self, task: Task, split: str, raw: RawSplit) -> dict[str, list]:
         """The canonical columns of one split, from the columns a file holds; `TaskDataError` on bad input."""
 
+    def majority_predictions(self, task: Task, train: datasets.Dataset, split: datasets.Dataset) -> Any:
+        """Predictions for ``split`` that always give the most frequent label of ``train`` (of a tie, the smaller
+        label id), to score as the baseline a model must beat; None where the kind has no such baseline."""
+        return None
+
     def labelled(self, task: Task, split: datasets.Dataset) -> bool:
         """Whether ``split`` carries gold labels (hidden-label test rows have label -1)."""
         return len(split) > 0 and min(split["label"]) >= 0
@@ -241,6 +247,10 @@ class SentenceClassification(TaskKind):
     def canonicalise(self, task: Task, split: str, raw: RawSplit) -> dict[str, list]:
         return checked.sentence_columns(task, split, raw)
 
+    def majority_predictions(self, task, train, split):
+        counts = Counter(train["label"])
+        return np.full(len(split), max(counts, key=lambda label: (counts[label], -label)))
+
     def encode(self, task, split, tokenizer, settings, *, train):
         return self._map(
             split,
@@ -282,6 +292,9 @@ class SentenceRegression(SentenceClassification):
 
     def canonicalise(self, task, split, raw):
         return checked.sentence_columns(task, split, raw, scores=True)
+
+    def majority_predictions(self, task, train, split):
+        return None  # scores, not classes
 
     def decode(self, task, logits, raw, encoded, settings):
         return np.asarray(logits).reshape(-1)

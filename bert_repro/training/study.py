@@ -33,14 +33,12 @@ import shlex
 import shutil
 import statistics
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import numpy as np
 
 from ..model.bilstm_heads import FEATURE_SETS
 from ..model.conversion import TOKENIZER_FILES, CheckpointError, check_model_dir
@@ -671,24 +669,21 @@ def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]
 
 
 def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[str, float]:
-    """Each classification column's score of always predicting the most frequent label of the training set (of a
-    tie, the smaller label id): the number a model must beat to have learnt anything."""
+    """Each column's score of always predicting the most frequent label of the training set, where the task's kind
+    has such a baseline (classification): the number a model must beat to have learnt anything."""
     from ..tasks.files import load_task_data
     from .finetune import data_source, score
 
     out, data = {}, {}
-    for column in study.columns:
-        task = get_task(column.task) if column.task else None
-        if task is None or task.kind.name != "classification":
-            continue
+    for column in (c for c in study.columns if c.task):
+        task = get_task(column.task)
         if task.name not in data:
             where = data_dirs[task.name]
             data[task.name] = load_task_data(task, data_source([str(where)] if where else []))
         splits = data[task.name]
-        counts = Counter(splits["train"]["label"])
-        majority = max(counts, key=lambda label: (counts[label], -label))  # a tie: the smaller label id
-        dev = splits[column.split]
-        out[column.key] = round(100 * score(task, dev, np.full(len(dev), majority))[column.metric], 2)
+        predictions = task.kind.majority_predictions(task, splits["train"], splits[column.split])
+        if predictions is not None:
+            out[column.key] = round(100 * score(task, splits[column.split], predictions)[column.metric], 2)
     return out
 
 
