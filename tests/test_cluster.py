@@ -1,8 +1,10 @@
 """Runs on a shared cluster (bert_repro.training.cluster): a signal stops a run with a checkpoint that resumes
 to the uninterrupted run's weights (one process, DDP and FSDP2 with two CPU processes, where only one of them
-is signalled), a full disk is one message with exit code 2 and leaves no complete-looking checkpoint, and a
-second run on the same output directory is refused while the first holds it."""
+is signalled), a full disk is one message with exit code 2 and leaves no complete-looking checkpoint, a second
+run on the same output directory is refused while the first holds it, and a run killed with -9 while datasets'
+workers build its examples does not block the next (the orphaned workers do not hold the lock)."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -265,6 +267,44 @@ def test_a_second_run_on_the_same_directory_is_refused_until_the_first_ends(tmp_
         check=False,
     )
     assert check.stdout.strip() == "held", check.stderr[-3000:]
+
+
+def processes_naming(directory: Path) -> list[int]:
+    """The live processes whose command line names `directory`: a run's, and the workers it left behind."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):  # a process that ended while being looked at
+            if proc.name.isdigit() and str(directory).encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_its_workers_build_examples_does_not_block_the_next(tmp_path, corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    texts = [p.read_text() for p in sorted(corpus.glob("*.txt"))]
+    big = write(tmp_path / "corpus", {f"doc{i:04d}.txt": texts[i % len(texts)] for i in range(1000)})  # ~1 s a map
+    config = write_config(tmp_path / "c.yaml", big, tokenizer, eval_fraction=0.0, num_proc=2, max_steps=2)
+    out = tmp_path / "out"
+    cmd = [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)]
+    env = {**ENV, "HF_DATASETS_CACHE": str(tmp_path / "cache")}  # nothing cached: the run builds its examples
+    log = tmp_path / "first.log"
+    try:
+        with log.open("w") as sink:  # a file, not a pipe: the orphaned workers would keep a pipe open for ever
+            first = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        while len(processes_naming(out)) < 4 and first.poll() is None:  # the run, two workers, their queue's manager
+            time.sleep(0.01)
+        assert first.poll() is None, log.read_text()[-3000:]
+        os.kill(first.pid, signal.SIGKILL)  # the run only, as the OOM killer does: its workers wait for work for ever
+        first.wait()
+        time.sleep(0.5)
+        assert processes_naming(out), "the workers ended with the run: nothing to test"
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert second.returncode == 0, second.stderr[-3000:]
+    finally:
+        for pid in processes_naming(out):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_staged_saves_are_not_checkpoints_until_published(tmp_path):

@@ -14,7 +14,8 @@ nothing, a full disk is one message, and one output directory holds one run at a
   directory, the space the save needed and the space free. torch reports a full disk as "basic_ios::clear:
   iostream error" or "file write failed", safetensors as its own error: so the free space is checked too.
 - `lock_output_dir`: an exclusive `flock` on `run.lock` in the output directory, held until the process ends
-  (the kernel releases it when the process dies: a killed run does not block the next), with the holder's pid.
+  (the kernel releases it when the process dies, and forked workers never hold it: a killed run does not block
+  the next), with the holder's pid.
 """
 
 from __future__ import annotations
@@ -228,6 +229,20 @@ class OutputDirBusy(ConfigurationError):
 
 
 _HELD: dict[str, int] = {}  # output directory -> the lock's file descriptor, open until the process ends
+
+
+def _drop_locks_in_child() -> None:
+    # Forked children (datasets' num_proc workers, DataLoader workers) share the lock's open file description, and
+    # flock holds while any descriptor of it is open: the orphans of a run killed with -9 (datasets' wait for work
+    # for ever) would keep its directory locked. Closing the child's copy keeps the parent's lock (LOCK_UN would
+    # release it for both); a child that execs never has it (close on exec). A check that the recorded pid is
+    # alive could not take a lock that the kernel still holds.
+    for fd in _HELD.values():
+        os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_child)
 
 
 def lock_output_dir(output_dir: str | Path) -> None:
