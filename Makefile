@@ -1,4 +1,5 @@
-# Two commands from a fresh clone:  `make quickstart` (pre-train a tiny BERT) and `make test`.
+# Two commands from a fresh clone:  `make quickstart` (pre-train a tiny BERT) and `make test` (the fast tier of the
+# tests, minutes); `make test-all` adds the long end-to-end runs (tests marked `slow`), as CI does.
 # Both create .venv and install what they need on first use; no Hub access is needed.
 #   TORCH    how to install torch. Default on a machine without an NVIDIA GPU: `cpu`, the newest CPU build that
 #            pip can find (PyTorch's CPU index, or a local wheel), else the plain package with a note on how to
@@ -6,12 +7,14 @@
 #            requirement works, e.g. TORCH="torch==2.13.0". A TORCH other than the one the environment was set
 #            up with reinstalls torch there.
 #   EXTRAS   the package extras to install
+#   PYTEST_ARGS  more pytest arguments, e.g. "--durations=25" or "-x"
 #   CORPUS   the quick start's text: empty for the corpus shipped in recipes/data/quickstart_corpus, `wikitext`
 #            for WikiText-2 from the Hub, or a folder of .txt files (one document per file)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH ?= $(if $(HAS_GPU),torch,cpu)
+PYTEST_ARGS ?=
 EXTRAS ?= test,train
 OUT ?= runs/quickstart
 CORPUS ?=
@@ -24,7 +27,7 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 QUICKSTART_CORPUS := $(if $(filter wikitext,$(CORPUS)),--corpus Salesforce/wikitext --hub_config wikitext-2-raw-v1 \
 	--document_boundary wikitext,$(if $(CORPUS),--corpus $(CORPUS) --document_boundary file))
 
-.PHONY: install quickstart test lint format
+.PHONY: install quickstart test test-slow test-all lint format
 
 $(TORCH_STAMP):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -63,8 +66,16 @@ install: $(STAMP)
 quickstart: install
 	$(PY) recipes/pretrain.py --config recipes/configs/quickstart.yaml --output_dir $(OUT) $(QUICKSTART_CORPUS)
 
+# The fast tier: every module, in-process recipe runs at tiny sizes, one pre-training and one fine-tuning through
+# the real scripts. The slow tier: signals under DDP/FSDP, full disk, streamed resume, the GPU study's dry run,
+# compile counters, the trajectory against transformers, every task end to end.
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+test-all: test test-slow
 
 # ruff's lint and formatter as configured in pyproject.toml, at one version (another may format differently);
 # `make format` applies the fixes and the formatter.

@@ -41,9 +41,9 @@ def test_shipped_corpus_is_documented_and_text():
     assert "public domain" in readme and "17 U.S.C." in readme
 
 
-@pytest.mark.slow
 def test_quickstart_config_runs_offline_without_corpus(tmp_path):
-    """The README's first command with no Hub access and no --corpus (a few steps on part of the corpus)."""
+    """The README's first command with no Hub access and no --corpus (a few steps on part of the corpus): the fast
+    tier's one pre-training through the real script."""
     out = tmp_path / "quickstart"
     result = pretrain(
         "--config",
