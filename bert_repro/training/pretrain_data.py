@@ -30,7 +30,7 @@ from .cli import ConfigurationError
 from .pretrain_phases import phase_configs
 
 if TYPE_CHECKING:
-    from .pretrain import PreTrainingArguments
+    from .pretrain_arguments import PreTrainingArguments
 
 logger = logging.getLogger(__name__)
 

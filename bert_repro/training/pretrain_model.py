@@ -16,7 +16,7 @@ from .cli import ConfigurationError
 
 if TYPE_CHECKING:
     from ..data.pretraining_examples import PreTrainingDataConfig
-    from .pretrain import PreTrainingArguments
+    from .pretrain_arguments import PreTrainingArguments
 
 
 def model_config(run: PreTrainingArguments, objective: str = DEFAULT_OBJECTIVE, **fields) -> BertReproConfig:

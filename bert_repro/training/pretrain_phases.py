@@ -15,7 +15,7 @@ from ..data.pack_examples import PackingCollator
 from ..data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig
 
 if TYPE_CHECKING:
-    from .pretrain import PreTrainingArguments
+    from .pretrain_arguments import PreTrainingArguments
 
 
 def phase_configs(data: PreTrainingDataConfig, run: PreTrainingArguments) -> list[PreTrainingDataConfig]:
