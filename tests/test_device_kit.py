@@ -6,15 +6,14 @@ results' way back: gpu_session.py's collect and record."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import device_machine_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,42 +31,18 @@ def processes_running(marker: str) -> list[str]:
 
 @pytest.mark.slow
 def test_device_script_ends_cleanly_without_cuda_and_network(tmp_path):
-    hole = socket.socket()  # a black hole: connections are accepted into the backlog, no byte ever comes back
-    hole.bind(("127.0.0.1", 0))
-    hole.listen(64)
-    url = f"http://127.0.0.1:{hole.getsockname()[1]}"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    hang = bin_dir / "hang-in-nvidia-smi"
-    shutil.copy(shutil.which("sleep"), hang)
-    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\n{hang} 600 &\nwait\n")  # a child outlives a plain kill
-    (bin_dir / "python").write_text("#!/bin/sh\necho 'No module named torch' >&2\nexit 1\n")  # lost its venv
-    for name in ("nvidia-smi", "python"):
-        (bin_dir / name).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PIP_", "TRANSFORMERS_"))}
-    env.update(
-        PATH=f"{bin_dir}:{Path(sys.executable).parent}:{env['PATH']}",
-        CUDA_VISIBLE_DEVICES="",
-        HTTP_PROXY=url,
-        HTTPS_PROXY=url,
-        http_proxy=url,
-        https_proxy=url,
-        HF_ENDPOINT=url,
-        PIP_INDEX_URL=f"{url}/simple",
-        OUT=str(tmp_path / "out"),
-        RESULTS=str(tmp_path / "results"),
-        KIT=str(tmp_path / "no-kit"),
-        PARTS="tests bench train",
-        BUDGET="50",
-        PROBE_LIMIT="30",
-    )
-    start = time.monotonic()
-    try:
+    with device_machine_env(
+        tmp_path, CUDA_VISIBLE_DEVICES="", PARTS="tests bench train", BUDGET="50", PROBE_LIMIT="30"
+    ) as env:
+        bin_dir = tmp_path / "bin"
+        hang = bin_dir / "hang-in-nvidia-smi"
+        shutil.copy(shutil.which("sleep"), hang)
+        (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\n{hang} 600 &\nwait\n")  # a child outlives a plain kill
+        (bin_dir / "nvidia-smi").chmod(0o755)
+        start = time.monotonic()
         run = subprocess.run(
             ["bash", str(ROOT / "benchmarks/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=120
         )
-    finally:
-        hole.close()
     seconds = time.monotonic() - start
     assert run.returncode == 3, run.stdout + run.stderr  # 3: no CUDA, the CUDA parts skipped
     assert seconds < 60, run.stdout

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import GLUE_FIXTURES, write
+from helpers import GLUE_FIXTURES, device_machine_env, write
 
 from bert_repro.data.corpus import load_corpus
 from bert_repro.data.travel_corpus import build, main
@@ -146,40 +146,12 @@ def test_the_gpu_study_part_runs_on_an_emulated_device_machine(travelled, tmp_pa
     tiny sizes on the CPU): a network that accepts connections and never answers (Hub, index, proxy), a `python`
     that is not the one with torch, the carried travel folder; the study's table, the log and the packed model come
     back in OUT within the device's file limits (at most 8 files of 16 MiB)."""
-    import socket
-
     root, _, _ = travelled
-    hole = socket.socket()  # connections are accepted into the backlog, no byte ever comes back
-    hole.bind(("127.0.0.1", 0))
-    hole.listen(64)
-    url = f"http://127.0.0.1:{hole.getsockname()[1]}"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python").write_text("#!/bin/sh\necho 'No module named torch' >&2\nexit 1\n")  # lost its venv
-    (bin_dir / "python").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PIP_", "TRANSFORMERS_"))}
-    env.update(
-        PATH=f"{bin_dir}:{Path(sys.executable).parent}:{env['PATH']}",
-        HTTP_PROXY=url,
-        HTTPS_PROXY=url,
-        http_proxy=url,
-        https_proxy=url,
-        HF_ENDPOINT=url,
-        PIP_INDEX_URL=f"{url}/simple",
-        OUT=str(tmp_path / "out"),
-        RESULTS=str(tmp_path / "results"),
-        KIT=str(tmp_path / "no-kit"),
-        TRAVEL=str(root / ".travel"),
-        PARTS="probe study",
-        DRY_RUN="1",
-        BUDGET="900",
-    )
-    try:
+    settings = dict(TRAVEL=str(root / ".travel"), PARTS="probe study", DRY_RUN="1", BUDGET="900")
+    with device_machine_env(tmp_path, **settings) as env:
         run = subprocess.run(
             ["bash", str(ROOT / "benchmarks/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=1200
         )
-    finally:
-        hole.close()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     out = tmp_path / "out"
     files = sorted(p.name for p in out.iterdir())
