@@ -455,6 +455,14 @@ def test_a_run_timed_from_a_step_says_so(tmp_path):
     _write(out / "results.json", {**results, "train_runtime_from_step": 800})
     text = body(card_for_pretraining(out, REPO))
     assert "0.20 h\n  of training from step 800 (the time before it was\n  not recorded) at 5,350.1 tokens/s" in text
+    assert "tokens/s. Hardware: not recorded." in " ".join(text.split())  # a run from before the field
+
+
+def test_the_card_names_the_hardware_the_run_recorded(tmp_path):
+    out = make_pretraining_run(tmp_path)
+    results = json.loads((out / "results.json").read_text())
+    _write(out / "results.json", {**results, "hardware": "NVIDIA H200"})
+    assert "tokens/s. Hardware: NVIDIA H200." in " ".join(body(card_for_pretraining(out, REPO)).split())
 
 
 def test_pretraining_without_phase2_warns_about_untrained_positions(tmp_path):

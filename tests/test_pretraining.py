@@ -238,6 +238,7 @@ def test_pretrain_end_to_end_and_resume(tmp_path, corpus_and_tokenizer):
     assert last < first - 0.1, (first, last)
     results = json.loads((full / "results.json").read_text())
     assert {"eval_mlm_loss", "eval_nsp_loss", "eval_mlm_accuracy", "eval_nsp_accuracy"} <= set(results)
+    assert results["hardware"].startswith("CPU (") and "cores" in results["hardware"]  # the model card names it
     stats = json.loads((full / "data_statistics.json").read_text())
     assert stats["phase1"]["max_seq_length"] == 32 and stats["phase2"]["max_seq_length"] == 64
     for name in ("vocab.txt", "tokenizer.json", "run_config.json", "training_curves.png", "config.json"):

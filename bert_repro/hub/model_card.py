@@ -759,6 +759,7 @@ def _pretraining_facts(
             _count(results["train_runtime_from_step"]) if results.get("train_runtime_from_step") else None
         ),
         "tokens_per_second": _count(results.get("tokens_per_second")),
+        "hardware": results.get("hardware") or NOT_RECORDED,
         "train_loss": f"{loss:.4f}" if _is_number(loss) else NOT_RECORDED,
         "recipe": _masking_recipe(data),
         "masking": "static (masks stored in the data, as the paper)"
@@ -974,6 +975,7 @@ def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[st
         "warmup": _warmup(hp.get("warmup")),
         "weight_decay": _plain(hp.get("weight_decay")),
         "hours": f"{summary['seconds'] / 3600:.2f}" if _is_number(summary.get("seconds")) else NOT_RECORDED,
+        "hardware": summary.get("hardware") or NOT_RECORDED,
         # --data: a directory, a file, or split=path pairs; shown by their last components
         "data_source": ", ".join(_last_component(d.split("=")[-1]) for d in run.get("data") or []) or None,
         "max_train_samples": run.get("max_train_samples"),

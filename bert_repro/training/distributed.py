@@ -299,6 +299,17 @@ class EngineTrainer(Trainer):
         self.accelerator.wait_for_everyone()
 
 
+def hardware(device) -> str:
+    """What a run trained on, for results.json and the model card: the accelerator's name, or the CPU's cores."""
+    import platform
+
+    import torch
+
+    if getattr(device, "type", str(device)) == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads)"
+
+
 def end_processes() -> None:
     """The recipe's processes leave together: a barrier, then the process group destroyed. Without it a process
     that reaches the interpreter's exit while another still talks over gloo can abort ("terminate called without

@@ -63,7 +63,7 @@ from .cli import (
     write_run_config,
 )
 from .cluster import lock_output_dir_once, stop_message
-from .distributed import EngineTrainer, check_deepspeed_installed, check_engine
+from .distributed import EngineTrainer, check_deepspeed_installed, check_engine, hardware
 
 logger = logging.getLogger(__name__)
 
@@ -530,6 +530,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
             "weight_decay": training.weight_decay,
         },
         "seconds": round(time.time() - start, 1),
+        "hardware": hardware(training.device),
         "test_predictions": [str(p) for p in submissions],
         "missing_splits": missing_splits,
     }

@@ -49,7 +49,7 @@ from .cli import (
     take_push_request,
 )
 from .cluster import lock_output_dir_once, stop_message
-from .distributed import check_deepspeed_installed, check_engine
+from .distributed import check_deepspeed_installed, check_engine, hardware
 from .optim import optimizer_cls_and_kwargs
 from .pretrain_arguments import PAPER_TRAINING_DEFAULTS, PreTrainingArguments
 from .pretrain_data import STREAM_STOP_EVERY, build_datasets, build_streaming_datasets
@@ -316,6 +316,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         "processes": training.world_size,
         "gradient_accumulation_steps": training.gradient_accumulation_steps,
         "engine": trainer.engine,
+        "hardware": hardware(training.device),
     }
     if run.streaming:  # the tokens this invocation trained on, summed over the processes, over its time
         tokens = trainer.accelerator.reduce(
