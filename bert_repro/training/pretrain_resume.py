@@ -83,7 +83,7 @@ class TrainingClock(TrainerCallback):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and checkpoint.is_dir():
             (checkpoint / TRAINING_TIME).write_text(
-                json.dumps({"train_seconds": round(self.seconds(), 1), "global_step": state.global_step})
+                json.dumps({"train_seconds": round(self.seconds(), 3), "global_step": state.global_step})
             )
 
 
