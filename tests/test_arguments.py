@@ -320,3 +320,35 @@ def test_the_named_command_converts_a_trusted_pickle(tmp_path):
     converted = load_bert(f"{directory}-safetensors", "pretraining").state_dict()
     assert all(torch.equal(converted[k], v) for k, v in state.items())
     assert json.loads((tmp_path / "model-safetensors" / "config.json").read_text())["hidden_size"] == 32
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (("--learning_rates", "-1", "2e-5"), "--learning_rates -1"),
+        (("--learning_rate", "0"), "--learning_rates 0"),
+        (("--max_seq_length", "0"), "--max_seq_length 0"),
+        (("--per_device_train_batch_size", "0"), "--per_device_train_batch_size 0"),
+        (("--per_device_eval_batch_size", "0"), "--per_device_eval_batch_size 0"),
+        (("--max_train_samples", "0"), "--max_train_samples 0"),
+        (("--max_eval_samples", "-5"), "--max_eval_samples -5"),
+    ],
+)
+def test_fine_tuning_values_no_run_can_use_are_refused_while_parsing(flags, named):
+    # Each of these ran on (0 positions read as the task's default) or ended in a traceback after the run was recorded.
+    with pytest.raises(ConfigurationError) as error:
+        finetuning("--task", "mrpc", "--model", "m", *flags)
+    assert str(error.value).startswith(f"{named}:")
+
+
+def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(tmp_path):
+    from bert_repro.training.finetune import check_positions, parse_arguments
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 128}))
+    run, _ = parse_arguments(["--task", "mrpc", "--model", str(tmp_path), "--max_seq_length", "128"])
+    check_positions(run)  # as many as the model has: fine
+    run.max_seq_length = 129
+    with pytest.raises(
+        ConfigurationError, match="--max_seq_length 129 is longer than .* \\(max_position_embeddings 128"
+    ):
+        check_positions(run)

@@ -212,7 +212,43 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
     if not run.learning_rates:
         grid = FEATURE_BASED_GRID if run.features is not None else task.grid
         run.learning_rates = list(grid.get("learning_rate", ())) or [training.learning_rate]
+    check_values(run, training)
     return run, training
+
+
+def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
+    """Values no run can use, refused while the arguments are read: before any data is read or the run recorded
+    (the study checks its fine-tuning arguments here too, before its pre-training)."""
+    wrong = [f"--learning_rates {lr:g}" for lr in run.learning_rates if not lr > 0]
+    wrong += [
+        f"--{name} {value}"
+        for name, value, least in (
+            ("max_seq_length", run.max_seq_length, 8),  # [CLS] a [SEP] b [SEP] and a few tokens of each
+            ("per_device_train_batch_size", training.per_device_train_batch_size, 1),
+            ("per_device_eval_batch_size", training.per_device_eval_batch_size, 1),
+            ("max_train_samples", run.max_train_samples, 1),
+            ("max_eval_samples", run.max_eval_samples, 1),
+        )
+        if value is not None and value < least
+    ]
+    if wrong:
+        raise ConfigurationError(
+            f"{', '.join(wrong)}: learning rates must be positive, --max_seq_length at least 8, batch sizes and "
+            "sample counts at least 1."
+        )
+
+
+def check_positions(run: FineTuningArguments) -> None:
+    """--max_seq_length within the positions a local model has (a Hub model's config is read when it loads)."""
+    config = Path(run.model) / "config.json"
+    if not config.is_file():
+        return
+    positions = json.loads(config.read_text()).get("max_position_embeddings")
+    if isinstance(positions, int) and run.max_seq_length > positions:
+        raise ConfigurationError(
+            f"--max_seq_length {run.max_seq_length} is longer than {run.model} can read "
+            f"(max_position_embeddings {positions}); lower --max_seq_length."
+        )
 
 
 def head_settings(task: Task, run: FineTuningArguments) -> tuple[type, dict[str, Any]]:
@@ -450,6 +486,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     pin_memory_only_with_an_accelerator(training)
     check_engine(training)
     check_model_dir(run.model)  # before any data is read: a pickle, damaged weights or config.json
+    check_positions(run)
     check_feature_layers(run)
     check_objective(run)
     logging.basicConfig(
