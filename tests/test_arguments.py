@@ -3,6 +3,7 @@ single value for a searched grid, unknown flags answered with the closest names,
 directory before anything opens it. In-process and quick; `test_recipe_errors.py` runs the recipes."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -352,3 +353,26 @@ def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(
         ConfigurationError, match="--max_seq_length 129 is longer than .* \\(max_position_embeddings 128"
     ):
         check_positions(run)
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (("--learning_rate", "-1"), "--learning_rate -1.0"),
+        (("--max_steps", "0"), "--max_steps 0"),
+        (("--global_batch_size", "0"), "--global_batch_size 0"),
+        (("--eval_fraction", "1.5"), "--eval_fraction 1.5"),
+        (("--phase2_fraction", "2"), "--phase2_fraction 2.0"),
+        (("--eval_max_examples", "0"), "--eval_max_examples 0"),
+        (("--num_proc", "0"), "--num_proc 0"),
+    ],
+)
+def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, named, tmp_path):
+    # Each of these ended in a traceback after the corpus was read (or ran on: a phase-2 share of 2).
+    from bert_repro.training.pretrain import run_pretraining
+
+    out = tmp_path / "out"
+    with pytest.raises(ConfigurationError) as error:
+        config = Path(__file__).resolve().parents[1] / "recipes" / "configs" / "quickstart.yaml"
+        run_pretraining(["--config", str(config), "--output_dir", str(out), *flags])
+    assert str(error.value).startswith(f"{named}:") and not out.exists()

@@ -51,7 +51,7 @@ from .cli import (
 from .cluster import lock_output_dir_once, stop_message
 from .distributed import check_deepspeed_installed, check_engine, hardware
 from .optim import optimizer_cls_and_kwargs
-from .pretrain_arguments import PAPER_TRAINING_DEFAULTS, PreTrainingArguments
+from .pretrain_arguments import PAPER_TRAINING_DEFAULTS, PreTrainingArguments, check_values
 from .pretrain_data import STREAM_STOP_EVERY, build_datasets, build_streaming_datasets
 from .pretrain_model import allow_data_dependent_shapes, build_model, check_lengths, model_config
 from .pretrain_phases import PhaseCollator, PhasedSampler, phase_configs, phase_steps  # noqa: F401
@@ -164,6 +164,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole job: arguments -> data -> model -> Trainer -> saved checkpoint, statistics, curves."""
     check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
     run, data, training = parse_arguments(argv)
+    check_values(run, training)
     check_engine(training, optimizer=run.optimizer)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"

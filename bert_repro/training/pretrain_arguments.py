@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .cli import SpeedSwitches
+from .cli import ConfigurationError, SpeedSwitches
 
 # SPEC section 3: Adam lr 1e-4, betas 0.9/0.999, eps 1e-6, weight decay 0.01, 10,000 warm-up steps then linear
 # decay, clipping at 1.0, 1,000,000 steps. Lowest precedence: a YAML config and the command line override them.
@@ -130,3 +130,31 @@ class PreTrainingArguments(SpeedSwitches):
         metadata={"help": "Stop this invocation after so many optimizer steps, with a checkpoint (resume it later)."},
     )
     plot: bool = field(default=True, metadata={"help": "Write training_curves.png at the end."})
+
+
+def check_values(run: PreTrainingArguments, training) -> None:
+    """Values no run can use, refused before any data is read or the run recorded (each of these used to end in a
+    traceback after the corpus was read, or ran on with a meaning nobody asked for)."""
+    wrong = [
+        f"--{name} {value}"
+        for name, value, ok in (
+            ("learning_rate", training.learning_rate, training.learning_rate > 0),
+            ("max_steps", training.max_steps, training.max_steps >= 1),
+            ("global_batch_size", run.global_batch_size, run.global_batch_size >= 1),
+            (
+                "per_device_train_batch_size",
+                training.per_device_train_batch_size,
+                training.per_device_train_batch_size >= 1,
+            ),
+            ("eval_fraction", run.eval_fraction, 0 <= run.eval_fraction < 1),
+            ("phase2_fraction", run.phase2_fraction, 0 <= run.phase2_fraction < 1),
+            ("eval_max_examples", run.eval_max_examples, run.eval_max_examples >= 1),
+            ("num_proc", run.num_proc, run.num_proc is None or run.num_proc >= 1),
+        )
+        if not ok
+    ]
+    if wrong:
+        raise ConfigurationError(
+            f"{', '.join(wrong)}: the learning rate must be positive; max_steps, the batch sizes, "
+            "eval_max_examples and num_proc at least 1; eval_fraction and phase2_fraction in [0, 1)."
+        )
