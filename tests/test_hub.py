@@ -298,6 +298,8 @@ def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub):
             str(tmp_path / "out"),
             "--learning_rates",
             "1e-4",
+            "--max_seq_length",
+            "64",  # the tiny model's positions (MRPC's default is 128)
             "--max_steps",
             "2",
             "--use_cpu",
