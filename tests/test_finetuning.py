@@ -215,3 +215,21 @@ def test_a_missing_later_evaluation_split_is_said_and_recorded_a_missing_first_o
     with pytest.raises(TaskDataError, match=r"no validation split of conll2003 \(found: train\)"):
         run_finetuning([*argv, "--output_dir", str(tmp_path / "out2")])
     assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.parametrize("initializer, cut", [("reference", True), ("transformers", False)])
+def test_the_new_heads_initializer_is_a_choice(tmp_path, tiny_model, initializer, cut):
+    # The reference code draws new heads from a normal cut at 2 standard deviations, transformers from a plain
+    # normal; only the head differs (the checkpoint's weights are loaded either way).
+    from safetensors.torch import load_file
+
+    data = write(tmp_path / "data", fixture_files("sst2"))
+    argv = ["--task", "sst2", "--model", str(tiny_model), "--data", str(data), "--output_dir", str(tmp_path / "o")]
+    argv += ["--learning_rates", "1e-30", "--max_steps", "1", "--use_cpu", "true", "--disable_tqdm", "true"]
+    run_finetuning([*argv, "--head_initializer", initializer, "--max_seq_length", "32", "--seeds", "3"])
+    weights = load_file(tmp_path / "o" / "model" / "model.safetensors")
+    head = next(w for name, w in weights.items() if "classifier" in name and name.endswith("weight"))
+    assert (head.abs().max().item() <= 2 * 0.02 + 1e-6) == cut, head.abs().max().item()
+    trained = load_file(tiny_model / "model.safetensors")
+    name = "bert.embeddings.word_embeddings.weight"
+    assert (weights[name] - trained[name]).abs().max() < 1e-6  # the encoder as loaded

@@ -127,6 +127,15 @@ class FineTuningArguments(SpeedSwitches):
             + ". Default: linear when fine-tuning, bilstm with --features.",
         },
     )
+    head_initializer: str = field(
+        default="reference",
+        metadata={
+            "choices": ["reference", "transformers"],
+            "help": "How the new head's weights are drawn: reference (Google's code: normal(0, 0.02) cut at 2 "
+            "standard deviations) or transformers (its plain normal(0, 0.02)). The checkpoint's weights are loaded "
+            "either way.",
+        },
+    )
     bilstm_hidden_size: int | None = field(
         default=None,
         metadata={
@@ -186,6 +195,10 @@ def find_task(name: str) -> Task:
     except KeyError:
         close = closest(name.lower(), set(TASKS), prefix="")
         raise ConfigurationError(f"unknown task {name!r}{close}; tasks: {', '.join(TASKS)}.") from None
+
+
+# --head_initializer -> the config's initializer_distribution (it draws only what the checkpoint does not hold)
+HEAD_INITIALIZERS = {"reference": "truncated_normal", "transformers": "normal"}
 
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments, TrainingArguments]:
@@ -393,6 +406,7 @@ def one_run(
             model_class,
             num_labels=task.num_labels,
             attn_implementation=run.attn_implementation,
+            initializer_distribution=HEAD_INITIALIZERS[run.head_initializer],
             **run.switches(),
             **label_kwargs,
             **head_fields,
