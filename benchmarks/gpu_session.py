@@ -6,7 +6,7 @@
     python benchmarks/gpu_session.py pack MODEL_DIR OUT/prefix         # a model as bf16 parts under 16 MiB
     python benchmarks/gpu_session.py travels .gpu .travel              # what a device call carries (1: too much)
 
-`pack` writes a model directory as a tar of bf16 safetensors shards cut into parts that a device call can
+`pack` writes a model directory as a tar (bf16 safetensors) cut into parts that a device call can
 return (`cat prefix.tar.* | tar x` puts it together again).
 
 `probe` and `collect` run on the GPU machine (run_gpu.sh calls them); `collect` imports nothing heavy, so that
@@ -323,7 +323,7 @@ def travels(root: Path, carried: list[Path]) -> int:
 
 
 def pack(model: Path, prefix: Path, part_mib: int = 15) -> list[Path]:
-    """`model` (a saved bert_repro model) in bf16, as a tar of safetensors shards and the model's other files, cut
+    """`model` (a saved bert_repro model) in bf16, as a tar of its safetensors and other files, cut
     into parts of `part_mib` MiB: `prefix.tar.0`, `.1`, ..."""
     import io
     import tarfile
@@ -337,7 +337,7 @@ def pack(model: Path, prefix: Path, part_mib: int = 15) -> list[Path]:
     weights = BertReproForPreTraining.from_pretrained(model, dtype=torch.bfloat16)
     buffer = io.BytesIO()
     with tempfile.TemporaryDirectory() as tmp:
-        weights.save_pretrained(tmp, max_shard_size=f"{part_mib}MB")
+        weights.save_pretrained(tmp)  # one file: the tar is cut into parts anyway
         for name in TOKENIZER_FILES + (
             "results.json",
             "log_history.json",

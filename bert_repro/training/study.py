@@ -657,7 +657,7 @@ def cell_value(
 def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]:
     """A fine-tuning cell from its finished runs: the one run's number, or with seeds their mean, standard error
     (sample standard deviation / sqrt(n)) and each seed's number."""
-    values = {r.seed: cell_value(column, {}, r.results) for r in runs if r.results is not None}
+    values = {r.seed: cell_value(column, {}, results) for r in runs if (results := r.results) is not None}
     if not values:
         return {"ours": None}
     if list(values) == [None]:
@@ -754,7 +754,7 @@ def table_row(study: Study, variant: Variant, model: Path, runs: list[FineTuning
             )
         },
         "cells": {},
-        "finetune_seconds": sum(r.results.get("seconds", 0.0) for r in own if r.results is not None),
+        "finetune_seconds": sum(results.get("seconds", 0.0) for r in own if (results := r.results) is not None),
     }
     for column in study.columns:
         if column.task is not None:
