@@ -231,18 +231,38 @@ class OutputDirBusy(ConfigurationError):
 _HELD: dict[str, int] = {}  # output directory -> the lock's file descriptor, open until the process ends
 
 
+_FORKED_BY: list[int] = [0]  # the pid of the process about to fork, for its child
+
+
 def _drop_locks_in_child() -> None:
     # Forked children (datasets' num_proc workers, DataLoader workers) share the lock's open file description, and
     # flock holds while any descriptor of it is open: the orphans of a run killed with -9 (datasets' wait for work
     # for ever) would keep its directory locked. Closing the child's copy keeps the parent's lock (LOCK_UN would
     # release it for both); a child that execs never has it (close on exec). A check that the recorded pid is
     # alive could not take a lock that the kernel still holds.
+    if not _HELD:
+        return
     for fd in _HELD.values():
         os.close(fd)
     _HELD.clear()
+    _end_with_parent()
 
 
-os.register_at_fork(after_in_child=_drop_locks_in_child)
+def _end_with_parent() -> None:
+    """A worker forked by a run is killed with it (Linux): datasets' pool and its manager would otherwise wait for
+    work for ever after the run is killed with -9. SIGKILL, not SIGTERM: a forked child inherits the run's SIGTERM
+    handler, which saves instead of ending, and a worker has nothing of its own to save."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != _FORKED_BY[0]:  # the run ended before the signal was armed
+            os._exit(1)
+
+
+os.register_at_fork(before=lambda: _FORKED_BY.__setitem__(0, os.getpid()), after_in_child=_drop_locks_in_child)
 
 
 def lock_output_dir(output_dir: str | Path) -> None:
