@@ -18,9 +18,11 @@ from bert_repro.training.cli import ConfigurationError
 
 
 def finetuning(*argv):
-    from bert_repro.training.finetune import parse_arguments
+    from bert_repro.training.finetune import check_inputs, parse_arguments
 
-    return parse_arguments(list(argv))
+    run, training = parse_arguments(list(argv))
+    check_inputs(run, training, model_at_hand=False)
+    return run, training
 
 
 def pretraining(*argv):

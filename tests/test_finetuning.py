@@ -151,6 +151,30 @@ def test_reproduce_report_and_resume(tmp_path, tiny_model, monkeypatch):
     assert calls == []
 
 
+def test_reproduce_checks_every_task_before_the_first_runs(tmp_path, tiny_model, monkeypatch, caplog):
+    # A task whose data is missing offline, or whose length the model cannot hold, used to fail only when its turn
+    # came, after the tasks before it had run.
+    from bert_repro.training import reproduce
+    from bert_repro.training.cli import ConfigurationError
+
+    root = tmp_path / "glue"
+    write(root / "MRPC", fixture_files("mrpc"))
+    calls = []
+    monkeypatch.setattr(reproduce, "run_finetuning", lambda argv: calls.append(argv))
+    args = reproduce.ReproduceArguments(
+        model=str(tiny_model), output_dir=str(tmp_path / "out"), tasks=["mrpc", "sst2"], data_root=str(root)
+    )
+    with pytest.raises(ConfigurationError, match=r"No local data for task\(s\) sst2 under --data_root"):
+        reproduce.run_reproduce(args, ["--use_cpu", "true"])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # online: said once, then from the Hub
+    assert reproduce.check_task_data([reproduce.get_task("sst2")], str(root)) == {"sst2": None}
+    assert "No directory for sst2 under --data_root" in caplog.text
+    args.tasks = ["mrpc", "squad"]  # SQuAD's 384 tokens against the tiny model's 512 positions: fine; 600 is not
+    with pytest.raises(ConfigurationError, match=r"--max_seq_length 600 is longer than"):
+        reproduce.run_reproduce(args, ["--max_seq_length", "600"])
+    assert calls == [] and not (tmp_path / "out").exists()
+
+
 def test_glue_average_needs_all_eight():
     from bert_repro.training.reproduce import glue_average
 

@@ -225,13 +225,27 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
     if not run.learning_rates:
         grid = FEATURE_BASED_GRID if run.features is not None else task.grid
         run.learning_rates = list(grid.get("learning_rate", ())) or [training.learning_rate]
-    check_values(run, training)
     return run, training
 
 
+def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:
+    """The one place where a fine-tuning run's arguments are checked, before any data is read, weights loaded or
+    anything written; a new flag gets its check here. The values (`check_values`), the engine, and with the model
+    at hand (a study checks its runs before it has pre-trained their model) the checkpoint's files, its positions
+    against --max_seq_length, its depth against --features and its pre-training objective. Next, before the model
+    loads: the output directory (`check_output_dir`), the Hub request, and the task's data as it is read
+    (`load_task_data`, `splits_at_hand`)."""
+    check_values(run, training)
+    check_engine(training)
+    if model_at_hand:
+        check_model_dir(run.model)  # a pickle, damaged weights or config.json
+        check_positions(run)
+        check_feature_layers(run)
+        check_objective(run)
+
+
 def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
-    """Values no run can use, refused while the arguments are read: before any data is read or the run recorded
-    (the study checks its fine-tuning arguments here too, before its pre-training)."""
+    """Values no run can use (part of `check_inputs`)."""
     wrong = [f"--learning_rates {lr:g}" for lr in run.learning_rates if not lr > 0]
     wrong += [
         f"--{name} {value}"
@@ -497,12 +511,8 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole protocol for one task: the grid of learning rates x seeds, the best on dev kept, results written."""
     check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
     run, training = parse_arguments(argv)
+    check_inputs(run, training)
     pin_memory_only_with_an_accelerator(training)
-    check_engine(training)
-    check_model_dir(run.model)  # before any data is read: a pickle, damaged weights or config.json
-    check_positions(run)
-    check_feature_layers(run)
-    check_objective(run)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
     )

@@ -160,12 +160,33 @@ def check_vocabulary(run: PreTrainingArguments) -> None:
         )
 
 
+def check_inputs(run: PreTrainingArguments, data: PreTrainingDataConfig, training: TrainingArguments) -> None:
+    """The one place where a pre-training run's arguments are checked, before the corpus is read or anything
+    written; a new flag gets its check here. The values (`check_values`), the engine and optimizer, every phase's
+    lengths against the model's positions, the tokenizer file or vocabulary size, and the combinations no run can
+    use. Next, still before any data work: the output directory (`check_output_dir`) and the Hub request; the
+    corpus files are checked as they are read."""
+    check_values(run, training)
+    check_engine(training, optimizer=run.optimizer)
+    check_lengths(model_config(run, data.objective, **run.switches()), phase_configs(data, run))
+    check_vocabulary(run)
+    if run.packing and data.pretraining_objective.causal:
+        raise ConfigurationError(
+            f"--packing true cannot be used with --objective {data.objective}: packed rows keep "
+            "each example to itself in both directions, not left-to-right. Turn packing off."
+        )
+    if run.streaming and training.dataloader_num_workers and training.save_strategy not in ("steps", "no"):
+        raise ConfigurationError(
+            "--streaming true with --dataloader_num_workers keeps the stream's position at planned steps: use "
+            f"--save_strategy steps (not {training.save_strategy.value}), or no workers."
+        )
+
+
 def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     """The whole job: arguments -> data -> model -> Trainer -> saved checkpoint, statistics, curves."""
     check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
     run, data, training = parse_arguments(argv)
-    check_values(run, training)
-    check_engine(training, optimizer=run.optimizer)
+    check_inputs(run, data, training)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
     )
@@ -181,23 +202,11 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     resume_from = checkpoint_to_resume(output_dir, resume_from, streamed=run.streaming)
     pin_memory_only_with_an_accelerator(training)
     phase_cfgs = phase_configs(data, run)
-    check_lengths(model_config(run, data.objective, **run.switches()), phase_cfgs)  # before any data work
-    check_vocabulary(run)
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
     if training.torch_compile and run.packing:
         allow_data_dependent_shapes()
-    if run.packing and data.pretraining_objective.causal:
-        raise ConfigurationError(
-            f"--packing true cannot be used with --objective {data.objective}: packed rows keep "
-            "each example to itself in both directions, not left-to-right. Turn packing off."
-        )
     if run.streaming:
-        if training.dataloader_num_workers and training.save_strategy not in ("steps", "no"):
-            raise ConfigurationError(
-                "--streaming true with --dataloader_num_workers keeps the stream's position at planned steps: use "
-                f"--save_strategy steps (not {training.save_strategy.value}), or no workers."
-            )
         training.ignore_data_skip = True  # resuming restores the stream's own position instead of re-reading it
     push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
     if run.plot and not _importable("matplotlib"):

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..model.conversion import check_model_dir
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
 from .cli import ConfigurationError
+from .finetune import check_inputs as check_finetuning_inputs
 from .finetune import parse_arguments as finetuning_arguments
 from .finetune import run_finetuning
 
@@ -66,6 +67,24 @@ def task_data_dir(task: Task, data_root: str | None) -> Path | None:
         if child.is_dir() and child.name.lower() in candidates:
             return child
     return None
+
+
+def check_task_data(tasks: list[Task], data_root: str | None) -> dict[str, Path | None]:
+    """Each task's local directory under --data_root, found before any work: offline, a task without one is an
+    error now, not after hours of other tasks or of pre-training; online, the tasks that will come from the Hub
+    are said once, here."""
+    dirs = {task.name: task_data_dir(task, data_root) for task in tasks}
+    missing = [name for name, directory in dirs.items() if directory is None]
+    if missing and os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        where = f"under --data_root {data_root}" if data_root else "(no --data_root given)"
+        raise ConfigurationError(
+            f"No local data for task(s) {', '.join(missing)} {where}, and the Hub is off (HF_HUB_OFFLINE=1). Put "
+            f"each task's files in a sub-directory named after it (e.g. MRPC/, SST-2/) or run only the tasks you "
+            f"have with --tasks."
+        )
+    if missing and data_root:
+        logger.warning("No directory for %s under --data_root %s: from the Hub.", ", ".join(missing), data_root)
+    return dirs
 
 
 def percent(metric: str, value: float) -> float:
@@ -191,9 +210,10 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
     if unknown:
         raise ConfigurationError(f"Unknown task(s) {unknown}; choose from {', '.join(TASKS)}.")
     tasks = [get_task(t) for t in args.tasks]
-    check_model_dir(args.model)
-    for task in tasks:  # a wrong flag after `--` fails now, not when the task that reads it comes
-        finetuning_arguments(["--task", task.name, "--model", args.model, *finetune_args])
+    for task in tasks:  # a wrong flag after `--` (or a task longer than the model's positions) fails now, not
+        # when the task that reads it comes
+        check_finetuning_inputs(*finetuning_arguments(["--task", task.name, "--model", args.model, *finetune_args]))
+    data_dirs = check_task_data(tasks, args.data_root)
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     rows, start = [], time.time()
@@ -204,9 +224,8 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
             logger.info("%s: finished earlier, not run again", task.name)
         else:
             argv = ["--task", task.name, "--model", args.model, "--output_dir", str(task_dir), *finetune_args]
-            data_dir = task_data_dir(task, args.data_root)
-            if data_dir is not None:
-                argv += ["--data", str(data_dir)]
+            if data_dirs[task.name] is not None:
+                argv += ["--data", str(data_dirs[task.name])]
             run_finetuning(argv)
         rows.append(task_row(task, json.loads(results.read_text()), args.paper_model))
         write_report(output_dir, rows, args, time.time() - start)  # a partial report after every task

@@ -44,10 +44,11 @@ from ..model.bilstm_heads import FEATURE_SETS
 from ..model.conversion import TOKENIZER_FILES, CheckpointError, check_model_dir
 from ..tasks.registry import get_task
 from .cli import ConfigurationError
+from .finetune import check_inputs as check_finetuning_inputs
 from .finetune import parse_arguments as finetuning_arguments
 from .finetune import run_finetuning
 from .pretrain import run_pretraining
-from .reproduce import task_data_dir
+from .reproduce import check_task_data
 
 logger = logging.getLogger(__name__)
 
@@ -407,24 +408,6 @@ def select(study: Study, args: StudyArguments) -> Study:
     return Study(**{**study.__dict__, "variants": variants, "columns": columns})
 
 
-def check_task_data(study: Study, data_root: str | None) -> dict[str, Path | None]:
-    """Each task's local directory, found before any work; offline, a task without one is an error now, not after
-    hours of pre-training."""
-    dirs = {}
-    for task_name in dict.fromkeys(c.task for c in study.columns if c.task):
-        dirs[task_name] = task_data_dir(get_task(task_name), data_root)
-    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
-    missing = [t for t, d in dirs.items() if d is None]
-    if missing and offline:
-        where = f"under --data_root {data_root}" if data_root else "(no --data_root given)"
-        raise ConfigurationError(
-            f"No local data for task(s) {', '.join(missing)} {where}, and the Hub is off (HF_HUB_OFFLINE=1). Put "
-            f"each task's files in a sub-directory named after it (e.g. MRPC/, SST-2/) or run only the tasks you "
-            f"have with --tasks."
-        )
-    return dirs
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------------------------------------------
@@ -696,10 +679,12 @@ def run_study(args: StudyArguments) -> str:
         raise ConfigurationError(f"--jobs {args.jobs}: at least 1.")
     study = select(get_study(args.study), args)
     reused = _parse_reuse(study, args.reuse)
-    data_dirs = check_task_data(study, args.data_root)
+    data_dirs = check_task_data(
+        [get_task(t) for t in dict.fromkeys(c.task for c in study.columns if c.task)], args.data_root
+    )
     # a wrong flag in the fine-tuning arguments fails now, not after the pre-training
     for run in planned_runs(study, args, Path("(output)"), defaultdict(lambda: "(pre-trained)"), data_dirs):
-        finetuning_arguments(list(run.argv))
+        check_finetuning_inputs(*finetuning_arguments(list(run.argv)), model_at_hand=False)
     if not Path(args.pretrain_config).is_file() and not all(v.key in reused or v.random_init for v in study.variants):
         raise ConfigurationError(
             f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of "
