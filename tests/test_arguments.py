@@ -335,6 +335,16 @@ def test_the_named_command_converts_a_trusted_pickle(tmp_path):
         (("--per_device_eval_batch_size", "0"), "--per_device_eval_batch_size 0"),
         (("--max_train_samples", "0"), "--max_train_samples 0"),
         (("--max_eval_samples", "-5"), "--max_eval_samples -5"),
+        (("--seeds", "-1"), "--seeds -1"),
+        (("--num_train_epochs", "0"), "--num_train_epochs 0"),
+        (("--weight_decay", "-1"), "--weight_decay -1.0"),
+        (("--gradient_accumulation_steps", "0"), "--gradient_accumulation_steps 0"),
+        (("--doc_stride", "0"), "--doc_stride 0"),
+        (("--max_query_length", "0"), "--max_query_length 0"),
+        (("--n_best_size", "0"), "--n_best_size 0"),
+        (("--max_answer_length", "0"), "--max_answer_length 0"),
+        (("--num_proc", "0"), "--num_proc 0"),
+        (("--attn_implementation", "flash"), "--attn_implementation flash"),
     ],
 )
 def test_fine_tuning_values_no_run_can_use_are_refused_while_parsing(flags, named):
@@ -367,6 +377,17 @@ def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(
         (("--phase2_fraction", "2"), "--phase2_fraction 2.0"),
         (("--eval_max_examples", "0"), "--eval_max_examples 0"),
         (("--num_proc", "0"), "--num_proc 0"),
+        (("--max_documents", "0"), "--max_documents 0"),
+        (("--stop_after_steps", "0"), "--stop_after_steps 0"),
+        (("--stream_document_buffer", "0"), "--stream_document_buffer 0"),
+        (("--stream_shuffle_buffer", "-1"), "--stream_shuffle_buffer -1"),
+        (("--stream_held_out_documents", "-1"), "--stream_held_out_documents -1"),
+        (("--weight_decay", "-0.1"), "--weight_decay -0.1"),
+        (("--seed", "-1"), "--seed -1"),
+        (("--save_steps", "0"), "--save_steps 0.0"),
+        (("--attn_implementation", "sdap"), "--attn_implementation sdap"),
+        # the recipe derives it from the batch sizes: a value it would override is refused, with the flag to use
+        (("--gradient_accumulation_steps", "3"), "--gradient_accumulation_steps 3"),
     ],
 )
 def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, named, tmp_path):
@@ -378,3 +399,16 @@ def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, na
         config = Path(__file__).resolve().parents[1] / "recipes" / "configs" / "quickstart.yaml"
         run_pretraining(["--config", str(config), "--output_dir", str(out), *flags])
     assert str(error.value).startswith(f"{named}:") and not out.exists()
+
+
+def test_a_tokenizer_that_cannot_load_is_refused_before_the_data_is_read(tmp_path, tiny_model):
+    # It used to be loaded after the task's data was read and the run recorded.
+    from bert_repro.training.finetune import run_finetuning
+
+    damaged = tmp_path / "tok"
+    damaged.mkdir()
+    (damaged / "tokenizer.json").write_text("{not json")
+    argv = ["--task", "mrpc", "--model", str(tiny_model), "--data", str(tmp_path / "no-data")]
+    with pytest.raises(ConfigurationError, match=r"^--tokenizer .*tok: "):
+        run_finetuning([*argv, "--tokenizer", str(damaged), "--output_dir", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()

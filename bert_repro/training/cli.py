@@ -374,6 +374,18 @@ def take_push_request(training) -> dict[str, Any] | None:
     return request
 
 
+def check_attention(name: str) -> str | None:
+    """What is wrong with --attn_implementation `name`, or None: eager, or a kernel transformers has registered
+    (sdpa, flash_attention_2 ...), or a Hub kernel (`org/repo`), which transformers fetches when the model loads."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    known = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
+    if name in known or "/" in name:
+        return None
+    close = closest(name, set(known), prefix="")
+    return f"--attn_implementation {name}: not a kernel transformers knows{close}; one of {', '.join(known)}."
+
+
 def pin_memory_only_with_an_accelerator(training) -> None:
     """Pinned memory only speeds copies to an accelerator; without one torch warns on every data loader."""
     import torch

@@ -53,6 +53,7 @@ from .checkpoints import newest_valid_checkpoint
 from .cli import (
     ConfigurationError,
     SpeedSwitches,
+    check_attention,
     check_output_dir,
     closest,
     parse_with_config,
@@ -231,13 +232,18 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
 def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:
     """The one place where a fine-tuning run's arguments are checked, before any data is read, weights loaded or
     anything written; a new flag gets its check here. The values (`check_values`), the engine, and with the model
-    at hand (a study checks its runs before it has pre-trained their model) the checkpoint's files, its positions
-    against --max_seq_length, its depth against --features and its pre-training objective. Next, before the model
+    at hand (a study checks its runs before it has pre-trained their model) the tokenizer, the checkpoint's files,
+    its positions against --max_seq_length, its depth against --features and its pre-training objective. Next, before the model
     loads: the output directory (`check_output_dir`), the Hub request, and the task's data as it is read
     (`load_task_data`, `splits_at_hand`)."""
     check_values(run, training)
     check_engine(training)
     if model_at_hand:
+        if run.tokenizer:
+            try:
+                load_tokenizer(run.tokenizer)
+            except (OSError, ValueError) as err:
+                raise ConfigurationError(f"--tokenizer {run.tokenizer}: {' '.join(str(err).split())}") from None
         check_model_dir(run.model)  # a pickle, damaged weights or config.json
         check_positions(run)
         check_feature_layers(run)
@@ -247,22 +253,35 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
 def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
     """Values no run can use (part of `check_inputs`)."""
     wrong = [f"--learning_rates {lr:g}" for lr in run.learning_rates if not lr > 0]
+    wrong += [f"--seeds {seed}" for seed in run.seeds if not 0 <= seed < 2**32]
     wrong += [
         f"--{name} {value}"
         for name, value, least in (
             ("max_seq_length", run.max_seq_length, 8),  # [CLS] a [SEP] b [SEP] and a few tokens of each
             ("per_device_train_batch_size", training.per_device_train_batch_size, 1),
             ("per_device_eval_batch_size", training.per_device_eval_batch_size, 1),
+            ("gradient_accumulation_steps", training.gradient_accumulation_steps, 1),
             ("max_train_samples", run.max_train_samples, 1),
             ("max_eval_samples", run.max_eval_samples, 1),
+            ("num_proc", run.num_proc, 1),
+            ("doc_stride", run.doc_stride, 1),
+            ("max_query_length", run.max_query_length, 1),
+            ("n_best_size", run.n_best_size, 1),
+            ("max_answer_length", run.max_answer_length, 1),
+            ("weight_decay", training.weight_decay, 0),
         )
         if value is not None and value < least
     ]
+    if training.max_steps <= 0 and not training.num_train_epochs > 0:
+        wrong.append(f"--num_train_epochs {training.num_train_epochs:g}")
     if wrong:
         raise ConfigurationError(
-            f"{', '.join(wrong)}: learning rates must be positive, --max_seq_length at least 8, batch sizes and "
-            "sample counts at least 1."
+            f"{', '.join(wrong)}: learning rates and epochs must be positive, seeds in [0, 2**32), --max_seq_length "
+            "at least 8, the weight decay at least 0, batch sizes, sample counts, processes and the SQuAD settings "
+            "at least 1."
         )
+    if problem := check_attention(run.attn_implementation):
+        raise ConfigurationError(problem)
 
 
 def check_positions(run: FineTuningArguments) -> None:

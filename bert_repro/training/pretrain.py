@@ -168,6 +168,15 @@ def check_inputs(run: PreTrainingArguments, data: PreTrainingDataConfig, trainin
     corpus files are checked as they are read."""
     check_values(run, training)
     check_engine(training, optimizer=run.optimizer)
+    derived = gradient_accumulation(run.global_batch_size, training.per_device_train_batch_size, training.world_size)
+    if training.gradient_accumulation_steps not in (1, derived):  # given, and not what the batch sizes make
+        steps = training.gradient_accumulation_steps
+        raise ConfigurationError(
+            f"--gradient_accumulation_steps {steps}: pre-training derives it from --global_batch_size "
+            f"{run.global_batch_size} / (--per_device_train_batch_size {training.per_device_train_batch_size} x "
+            f"{training.world_size} processes) = {derived}. For {steps} steps, pass --global_batch_size "
+            f"{steps * training.per_device_train_batch_size * training.world_size}."
+        )
     check_lengths(model_config(run, data.objective, **run.switches()), phase_configs(data, run))
     check_vocabulary(run)
     if run.packing and data.pretraining_objective.causal:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .cli import ConfigurationError, SpeedSwitches
+from .cli import ConfigurationError, SpeedSwitches, check_attention
 
 # SPEC section 3: Adam lr 1e-4, betas 0.9/0.999, eps 1e-6, weight decay 0.01, 10,000 warm-up steps then linear
 # decay, clipping at 1.0, 1,000,000 steps. Lowest precedence: a YAML config and the command line override them.
@@ -73,7 +73,8 @@ class PreTrainingArguments(SpeedSwitches):
     document_boundary: str = field(
         default="blank_line",
         metadata={
-            "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file)."
+            "choices": ["blank_line", "file"],
+            "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file).",
         },
     )
     split_lines: bool = field(
@@ -110,7 +111,10 @@ class PreTrainingArguments(SpeedSwitches):
     )
     phase2_max_seq_length: int = field(default=512, metadata={"help": "Sequence length of phase 2."})
     phase2_max_predictions_per_seq: int = field(default=80, metadata={"help": "Masked positions in phase 2."})
-    optimizer: str = field(default="adamw", metadata={"help": "adamw, bert_adam (reference code) or lamb."})
+    optimizer: str = field(
+        default="adamw",
+        metadata={"choices": ["adamw", "bert_adam", "lamb"], "help": "adamw, bert_adam (reference code) or lamb."},
+    )
     sparse_prediction: bool = field(
         default=True,
         metadata={"help": "Run the MLM decoder only at the masked positions (same loss and gradients, fewer FLOPs)."},
@@ -150,11 +154,23 @@ def check_values(run: PreTrainingArguments, training) -> None:
             ("phase2_fraction", run.phase2_fraction, 0 <= run.phase2_fraction < 1),
             ("eval_max_examples", run.eval_max_examples, run.eval_max_examples >= 1),
             ("num_proc", run.num_proc, run.num_proc is None or run.num_proc >= 1),
+            ("max_documents", run.max_documents, run.max_documents is None or run.max_documents >= 1),
+            ("stop_after_steps", run.stop_after_steps, run.stop_after_steps is None or run.stop_after_steps >= 1),
+            ("stream_document_buffer", run.stream_document_buffer, run.stream_document_buffer >= 1),
+            ("stream_shuffle_buffer", run.stream_shuffle_buffer, run.stream_shuffle_buffer >= 0),
+            ("stream_held_out_documents", run.stream_held_out_documents, run.stream_held_out_documents >= 0),
+            ("weight_decay", training.weight_decay, training.weight_decay >= 0),
+            ("seed", training.seed, 0 <= training.seed < 2**32),
+            ("save_steps", training.save_steps, training.save_strategy != "steps" or training.save_steps > 0),
         )
         if not ok
     ]
     if wrong:
         raise ConfigurationError(
-            f"{', '.join(wrong)}: the learning rate must be positive; max_steps, the batch sizes, "
-            "eval_max_examples and num_proc at least 1; eval_fraction and phase2_fraction in [0, 1)."
+            f"{', '.join(wrong)}: the learning rate and save_steps must be positive; max_steps, the batch sizes, "
+            "eval_max_examples, num_proc, max_documents, stop_after_steps and stream_document_buffer at least 1; "
+            "the weight decay, stream_shuffle_buffer and stream_held_out_documents at least 0; the seed in "
+            "[0, 2**32); eval_fraction and phase2_fraction in [0, 1)."
         )
+    if problem := check_attention(run.attn_implementation):
+        raise ConfigurationError(problem)
