@@ -16,7 +16,8 @@ initialisers see the same batches and dropout masks, so the paired difference is
 Parts: conll-3k (the first 3,000 training sentences), conll-full (all 14,041), mrpc, sst2-3k (the first 3,000
 training sentences), sst2-full; each evaluated on its whole dev set. A finished run is not run again (its
 result.json stays in --out), so the command can be stopped and repeated. Prints one table per part and writes
-them with every run's score to --out/head_init.json.
+them with every run's score to --out/head_init.json (a part's entry is replaced when a later invocation measures it
+with both initialisers and the script).
 """
 
 from __future__ import annotations
@@ -209,7 +210,11 @@ def main() -> None:
     parser.add_argument("--glue", default=str(Path(__file__).resolve().parents[2] / "shared/data/glue"))
     parser.add_argument("--parts", default="conll-3k,mrpc,sst2-3k", help=f"Comma-separated, of: {', '.join(PARTS)}.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
-    parser.add_argument("--initializers", default=",".join(INITIALIZERS), help="Which of the recipe's to run.")
+    parser.add_argument(
+        "--initializers",
+        default=",".join(INITIALIZERS),
+        help="The recipe's to run (empty: none, e.g. to run only the script for some seeds in parallel).",
+    )
     parser.add_argument("--transformers", action="store_true", help="Also run the plain transformers script.")
     parser.add_argument("--out", type=Path, default=Path("runs/head_init"))
     args = parser.parse_args()
@@ -224,21 +229,25 @@ def main() -> None:
     if not (model / "model.safetensors").is_file():
         convert_main(["import", source, str(model), "--head", "base"])
     print(f"{machine()}; all-MiniLM-L6-v2; seeds {args.seeds}", flush=True)
-    report = {"machine": machine(), "seeds": args.seeds, "learning_rate": LEARNING_RATE, "hyper": HYPER, "parts": {}}
-    tables = []
+    summary = args.out / "head_init.json"  # every part measured so far, whichever invocation measured it
+    report = json.loads(summary.read_text()) if summary.is_file() else {}
+    if not isinstance(report.get("tables"), dict):  # none yet, or a partial invocation's
+        report.update(parts={}, tables={})
+    report.update(machine=machine(), learning_rate=LEARNING_RATE, hyper=HYPER)
     for part in parts:
         scores: dict[str, dict[int, dict[str, float]]] = {}
-        for initializer in args.initializers.split(","):
+        for initializer in filter(None, args.initializers.split(",")):
             scores[initializer] = recipe_runs(part, initializer, str(model), args)
         if args.transformers:
             where = args.out / part / "transformers_script"
             scores["transformers script"] = {
                 seed: transformers_run(part, source, seed, where / f"seed{seed}", args) for seed in args.seeds
             }
-        report["parts"][part] = {side: {str(k): v for k, v in runs.items()} for side, runs in scores.items()}
-        tables.append(part_table(part, scores, args.seeds))
-        print(tables[-1], flush=True)
-        (args.out / "head_init.json").write_text(json.dumps({**report, "tables": tables}, indent=2))
+        if set(scores) >= {*INITIALIZERS, "transformers script"} or part not in report["parts"]:
+            report["parts"][part] = {side: {str(k): v for k, v in runs.items()} for side, runs in scores.items()}
+            report["tables"][part] = part_table(part, scores, args.seeds)
+        print(part_table(part, scores, args.seeds), flush=True)
+        summary.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
