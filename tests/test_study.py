@@ -93,6 +93,7 @@ def test_selection_keeps_the_variants_whose_weights_are_used():
         (dict(study="table5", reuse=["mlm=/nonexistent"]), "/nonexistent is not a directory"),
         (dict(study="table5", tasks=["mrpc"]), "No local data for task(s) mrpc"),
         (dict(study="pretraining", pretrain_args="--preset 'mini"), "--pretrain_args: cannot split"),
+        (dict(study="pretraining", pretrain_args="--learning_rate -1"), "--learning_rate -1.0: the learning rate"),
     ],
 )
 def test_bad_input_is_one_clear_error(args, message, tmp_path, monkeypatch):
@@ -103,7 +104,7 @@ def test_bad_input_is_one_clear_error(args, message, tmp_path, monkeypatch):
     with pytest.raises(ConfigurationError) as err:
         run_study(StudyArguments(output_dir=str(tmp_path / "out"), **args))
     assert message in str(err.value)
-    assert not (tmp_path / "out" / "pretrain").exists()  # nothing ran
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing written
 
 
 @pytest.mark.parametrize(

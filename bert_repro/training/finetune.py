@@ -233,9 +233,9 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
     """The one place where a fine-tuning run's arguments are checked, before any data is read, weights loaded or
     anything written; a new flag gets its check here. The values (`check_values`), the engine, and with the model
     at hand (a study checks its runs before it has pre-trained their model) the tokenizer, the checkpoint's files,
-    its positions against --max_seq_length, its depth against --features and its pre-training objective. Next, before the model
-    loads: the output directory (`check_output_dir`), the Hub request, and the task's data as it is read
-    (`load_task_data`, `splits_at_hand`)."""
+    its positions against --max_seq_length, its depth against --features and its pre-training objective. Next,
+    before the model loads: the output directory (`check_output_dir`), the Hub request, and the task's data as it
+    is read (`load_task_data`, `splits_at_hand`)."""
     check_values(run, training)
     check_engine(training)
     if model_at_hand:

@@ -47,6 +47,8 @@ from .cli import ConfigurationError
 from .finetune import check_inputs as check_finetuning_inputs
 from .finetune import parse_arguments as finetuning_arguments
 from .finetune import run_finetuning
+from .pretrain import check_inputs as check_pretraining_inputs
+from .pretrain import parse_arguments as pretraining_arguments
 from .pretrain import run_pretraining
 from .reproduce import check_task_data
 
@@ -450,6 +452,12 @@ def check_same_study(output_dir: Path, args: StudyArguments) -> None:
     path.write_text(json.dumps(record, indent=2))
 
 
+def pretraining_argv(variant: Variant, args: StudyArguments, directory: Path) -> list[str]:
+    """recipes/pretrain.py's arguments for `variant`: the study's config and arguments, then the variant's own."""
+    own = [*_split_args(args.pretrain_args, "--pretrain_args"), *variant.pretrain_args]
+    return ["--config", args.pretrain_config, *own, "--output_dir", str(directory)]
+
+
 def pretrain_variant(variant: Variant, args: StudyArguments, directory: Path, weights: dict[str, Path]) -> Path:
     """The variant's pre-trained model directory: reused, finished earlier, drawn at random, or pre-trained now."""
     if variant.key in weights:
@@ -459,14 +467,7 @@ def pretrain_variant(variant: Variant, args: StudyArguments, directory: Path, we
     if _finished(directory):
         logger.info("pre-training of %s finished earlier, not run again", variant.key)
         return directory
-    argv = [
-        "--config",
-        args.pretrain_config,
-        *_split_args(args.pretrain_args, "--pretrain_args"),
-        *variant.pretrain_args,
-        "--output_dir",
-        str(directory),
-    ]
+    argv = pretraining_argv(variant, args, directory)
     if any(directory.glob("checkpoint-*")):
         argv += ["--resume_from_checkpoint", "true"]
     logger.info("pre-training %s: recipes/pretrain.py %s", variant.key, shlex.join(argv))
@@ -690,6 +691,9 @@ def run_study(args: StudyArguments) -> str:
             f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of "
             "recipes/pretrain.py, e.g. recipes/configs/quickstart.yaml)."
         )
+    for variant in study.variants:  # every pre-training's arguments too, before the first one starts
+        if variant.key not in reused and not variant.random_init:
+            check_pretraining_inputs(*pretraining_arguments(pretraining_argv(variant, args, Path("(output)"))))
     baseline = majority_baseline(study, data_dirs)
     output_dir = Path(args.output_dir or f"runs/{study.name}")
     check_same_study(output_dir, args)
