@@ -73,8 +73,9 @@ class PreTrainingArguments(SpeedSwitches):
     document_boundary: str = field(
         default="blank_line",
         metadata={
-            "choices": ["blank_line", "file"],
-            "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file).",
+            "choices": ["blank_line", "file", "wikitext"],
+            "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file); "
+            "'wikitext': WikiText's rows joined into articles at their ' = Title = ' lines.",
         },
     )
     split_lines: bool = field(
