@@ -107,3 +107,12 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{diff:10.3e}  {name}")
     worst_name, worst = max(PARITY_REPORT, key=lambda item: item[1])
     terminalreporter.write_line(f"worst: {worst:.3e} ({worst_name}); tolerance 1e-5")
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models train faster on one thread, many times faster when other processes share the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -257,14 +257,6 @@ def recipe_trajectory(task: str, data_dir, checkpoint, output_dir, monkeypatch, 
     return [e for e in history if "loss" in e and "train_runtime" not in e]
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("task", ["mrpc", "stsb", "squad", "swag", "conll2003"])
 def test_fine_tuning_trains_as_transformers(tmp_path, checkpoint, monkeypatch, one_thread, task):
     data = tmp_path / "data"

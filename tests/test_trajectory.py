@@ -130,15 +130,6 @@ def recipe_trajectory(argv):
     return [{key: e[key] for key in LOGGED} for e in history if "mlm_loss" in e]
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models train faster on one thread, many times faster when other processes share the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
 def test_recipe_trains_as_transformers(tmp_path, corpus_and_tokenizer, one_thread):
     corpus, tokenizer = corpus_and_tokenizer
