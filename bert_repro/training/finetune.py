@@ -129,11 +129,12 @@ class FineTuningArguments(SpeedSwitches):
         },
     )
     head_initializer: str = field(
-        default="reference",
+        default="transformers",
         metadata={
             "choices": ["reference", "transformers"],
-            "help": "How the new head's weights are drawn: reference (Google's code: normal(0, 0.02) cut at 2 "
-            "standard deviations) or transformers (its plain normal(0, 0.02)). The checkpoint's weights are loaded "
+            "help": "How the new head's weights are drawn: transformers (its plain normal(0, 0.02); the default, "
+            "measured better on CoNLL-2003 and the same on MRPC and SST-2: benchmarks/README.md) or reference "
+            "(Google's code: normal(0, 0.02) cut at 2 standard deviations). The checkpoint's weights are loaded "
             "either way.",
         },
     )
