@@ -16,8 +16,8 @@ initialisers see the same batches and dropout masks, so the paired difference is
 Parts: conll-3k (the first 3,000 training sentences), conll-full (all 14,041), mrpc, sst2-3k (the first 3,000
 training sentences), sst2-full; each evaluated on its whole dev set. A finished run is not run again (its
 result.json stays in --out), so the command can be stopped and repeated. Prints one table per part and writes
-them with every run's score to --out/head_init.json (a part's entry is replaced when a later invocation measures it
-with both initialisers and the script).
+them with every run's score to --out/head_init.json (a part's entry is replaced when a later invocation measures
+it with both initialisers and the script), and a plot of every seed's scores to --out/head_init.png.
 """
 
 from __future__ import annotations
@@ -204,6 +204,30 @@ def part_table(part: str, scores: dict[str, dict[int, dict[str, float]]], seeds:
     return "\n".join(lines)
 
 
+def plot(report: dict, path: Path) -> None:
+    """One panel per part: each seed's dev score under each side, a line joining the seed's runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = list(report["parts"])
+    figure, axes = plt.subplots(1, len(parts), figsize=(3.2 * len(parts), 3.2), squeeze=False)
+    for ax, part in zip(axes[0], parts):
+        key, label = PARTS[part][2][0]
+        sides = [side for side in ("reference", "transformers", "transformers script") if side in report["parts"][part]]
+        seeds = sorted({seed for side in sides for seed in report["parts"][part][side]})
+        for seed in seeds:
+            points = [(i, report["parts"][part][side].get(seed, {}).get(key)) for i, side in enumerate(sides)]
+            points = [(i, v) for i, v in points if v is not None]
+            ax.plot(*zip(*points), marker="o", label=f"seed {seed}")
+        ax.set_xticks(range(len(sides)), [s.replace(" ", "\n") for s in sides])
+        ax.set_title(f"{part}: dev {label}", fontsize=9)
+        ax.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conll", help="CoNLL-2003 English: eng.train / eng.testa, or train.txt / valid.txt.")
@@ -248,6 +272,7 @@ def main() -> None:
             report["tables"][part] = part_table(part, scores, args.seeds)
         print(part_table(part, scores, args.seeds), flush=True)
         summary.write_text(json.dumps(report, indent=2))
+    plot(report, args.out / "head_init.png")
 
 
 if __name__ == "__main__":
