@@ -152,11 +152,12 @@ def transformers_run(part: str, source: str, seed: int, out: Path, args) -> dict
     trainer.train()
     output = trainer.predict(dev_inputs)
     ids = output.predictions.argmax(-1)
-    if task == "conll2003":
-        gold = [[names[t] for t in tags] for tags in dev["ner_tags"]]
-        predicted = [
-            [names[p] for p, label in zip(row, labels) if label != -100] for row, labels in zip(ids, output.label_ids)
+    if task == "conll2003":  # as run_ner.py scores: the words within max_seq_length (the recipe counts "O" beyond)
+        pairs = [
+            [(names[p], names[label]) for p, label in zip(row, labels) if label != -100]
+            for row, labels in zip(ids, output.label_ids)
         ]
+        predicted, gold = [[p for p, _ in row] for row in pairs], [[g for _, g in row] for row in pairs]
         result = {"entity_f1": 100 * entity_f1(gold, predicted)}
     else:
         labels = np.asarray(dev["label"])
