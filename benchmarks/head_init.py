@@ -47,17 +47,15 @@ from transformers import (
 
 from bert_repro.model.conversion import main as convert_main
 from bert_repro.tasks.files import load_task_data
-from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.finetune import FINE_TUNING_DEFAULTS, run_finetuning
 
 LEARNING_RATE = 3e-5
+# The recipe's own settings (the reference code's), given to both sides explicitly.
+SHARED = ("per_device_eval_batch_size", "warmup_steps", "weight_decay", "adam_epsilon", "max_grad_norm")
 HYPER = dict(
     num_train_epochs=3,
     per_device_train_batch_size=32,
-    per_device_eval_batch_size=64,
-    warmup_steps=0.1,
-    weight_decay=0.01,
-    adam_epsilon=1e-6,
-    max_grad_norm=1.0,
+    **{key: FINE_TUNING_DEFAULTS[key] for key in SHARED},
     lr_scheduler_type="linear",
 )
 # part -> (task, training rows or None for all, the dev metrics reported: (key in our results, label))
