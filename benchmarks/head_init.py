@@ -47,7 +47,7 @@ from transformers import (
 
 from bert_repro.model.conversion import main as convert_main
 from bert_repro.tasks.files import load_task_data
-from bert_repro.training.finetune import FINE_TUNING_DEFAULTS, run_finetuning
+from bert_repro.training.finetune import FINE_TUNING_DEFAULTS, data_source, run_finetuning
 
 LEARNING_RATE = 3e-5
 # The recipe's own settings (the reference code's), given to both sides explicitly.
@@ -105,8 +105,7 @@ def transformers_run(part: str, source: str, seed: int, out: Path, args) -> dict
     from sklearn.metrics import accuracy_score, f1_score
 
     task, rows, _ = PARTS[part]
-    data = load_task_data(task, dict(a.split("=", 1) for a in data_argument(task, args)) if task == "conll2003"
-                          else data_argument(task, args)[0])  # fmt: skip  # the same rows as the recipe's
+    data = load_task_data(task, data_source(data_argument(task, args)))  # the same rows as the recipe's
     train = data["train"] if rows is None else data["train"].select(range(min(rows, len(data["train"]))))
     dev = data["validation"]
     tokenizer = AutoTokenizer.from_pretrained(source)

@@ -229,9 +229,7 @@ class OutputDirBusy(ConfigurationError):
 
 
 _HELD: dict[str, int] = {}  # output directory -> the lock's file descriptor, open until the process ends
-
-
-_FORKED_BY: list[int] = [0]  # the pid of the process about to fork, for its child
+_HOLDER: dict[str, int] = {}  # "pid": the process holding them, the parent of any child that inherits them
 
 
 def _drop_locks_in_child() -> None:
@@ -258,11 +256,11 @@ def _end_with_parent() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != _FORKED_BY[0]:  # the run ended before the signal was armed
+        if os.getppid() != _HOLDER["pid"]:  # the run ended before the signal was armed
             os._exit(1)
 
 
-os.register_at_fork(before=lambda: _FORKED_BY.__setitem__(0, os.getpid()), after_in_child=_drop_locks_in_child)
+os.register_at_fork(after_in_child=_drop_locks_in_child)
 
 
 def lock_output_dir(output_dir: str | Path) -> None:
@@ -292,6 +290,7 @@ def lock_output_dir(output_dir: str | Path) -> None:
         fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0
     )
     _HELD[str(out.resolve())] = fd
+    _HOLDER["pid"] = os.getpid()
 
 
 def lock_output_dir_once(output_dir: str | Path, training, check) -> None:

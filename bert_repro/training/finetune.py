@@ -86,6 +86,10 @@ FINE_TUNING_DEFAULTS = dict(
 _TRAINING_KEYS = {"learning_rate", "num_train_epochs", "per_device_train_batch_size", "weight_decay"}
 
 
+# --head_initializer -> the config's initializer_distribution (it draws only what the checkpoint does not hold)
+HEAD_INITIALIZERS = {"reference": "truncated_normal", "transformers": "normal"}
+
+
 @dataclass
 class FineTuningArguments(SpeedSwitches):
     task: str = field(default="", metadata={"help": f"One of: {', '.join(TASKS)}."})
@@ -131,7 +135,7 @@ class FineTuningArguments(SpeedSwitches):
     head_initializer: str = field(
         default="transformers",
         metadata={
-            "choices": ["reference", "transformers"],
+            "choices": list(HEAD_INITIALIZERS),
             "help": "How the new head's weights are drawn: transformers (its plain normal(0, 0.02); the default, "
             "measured better on CoNLL-2003 and the same on MRPC and SST-2: benchmarks/README.md) or reference "
             "(Google's code: normal(0, 0.02) cut at 2 standard deviations). The checkpoint's weights are loaded "
@@ -197,10 +201,6 @@ def find_task(name: str) -> Task:
     except KeyError:
         close = closest(name.lower(), set(TASKS), prefix="")
         raise ConfigurationError(f"unknown task {name!r}{close}; tasks: {', '.join(TASKS)}.") from None
-
-
-# --head_initializer -> the config's initializer_distribution (it draws only what the checkpoint does not hold)
-HEAD_INITIALIZERS = {"reference": "truncated_normal", "transformers": "normal"}
 
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments, TrainingArguments]:
