@@ -183,9 +183,21 @@ def profile(step, batches: list, device: str, out: Path) -> None:
         sync(device)
     sort = "cuda_time_total" if device == "cuda" else "cpu_time_total"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        f"{len(batches)} steps\n" + prof.key_averages().table(sort_by=sort, row_limit=60, max_name_column_width=70)
-    )
+    events = prof.key_averages()
+    out.write_text(f"{len(batches)} steps\n" + events.table(sort_by=sort, row_limit=60, max_name_column_width=70))
+    # every operator and kernel (the table shows 60), for splitting the step's time by kind afterwards
+    rows = [
+        {
+            "name": e.key,
+            "count": e.count,
+            "device_type": str(e.device_type).rsplit(".", 1)[-1],
+            "self_device_us": getattr(e, "self_device_time_total", 0.0),
+            "device_us": getattr(e, "device_time_total", 0.0),
+            "self_cpu_us": e.self_cpu_time_total,
+        }
+        for e in events
+    ]
+    out.with_suffix(".json").write_text(json.dumps({"steps": len(batches), "events": rows}))
     print(f"profile: {out}", flush=True)
 
 

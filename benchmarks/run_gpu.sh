@@ -19,6 +19,10 @@
 #          the pre-trained model into OUT as bf16 parts (`gpu_session.py pack`: pretrained.tar.0, .1, ...).
 #   table5 (not by default) Table 5 at the study's budget, its MLM + NSP model reused (`--study table5`).
 #          Both studies resume: run the part again.
+#   head_init (not by default; `HEAD_INIT=1 CONLL=dir bash benchmarks/prepare_gpu.sh` puts all-MiniLM-L6-v2 in
+#          float16, CoNLL-2003 and SST-2 into the kit) how a new head is drawn, at full size
+#          (benchmarks/head_init.py: HEAD_INIT_PARTS, both initialisers and the transformers script, 3 seeds,
+#          HEAD_INIT_JOBS runs at once): head_init.json and head_init.png into OUT.
 # Nothing reaches a network: the Hub, datasets, pip (no index) and telemetry are offline. Every step,
 # nvidia-smi and the first imports included, runs in its own session under `timeout -s KILL`; what it leaves
 # running is killed with it. The whole keeps to BUDGET seconds: each step's limit is its weight's share of
@@ -35,7 +39,8 @@
 #   MRPC=$KIT/MRPC SITE=/tmp/bert_repro_site (the wheels) PYTHON (tried before python3,
 #   /opt/torch/.venv/bin/python3 and python) SETTINGS=base:128,base:512,large:128 VARIANTS (the benchmark's,
 #   in order) TRAIN_STEPS=1000 BF16=true TRAVEL=.travel STUDY_ENV (more VAR=value for study_gpu.sh)
-#   PROBE_LIMIT=90 and TESTS_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, STUDY_LIMIT: caps on a step's
+#   HEAD_INIT_PARTS=conll-full,sst2-full,conll-3k HEAD_INIT_JOBS=14
+#   PROBE_LIMIT=90 and TESTS_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, STUDY_LIMIT, HEAD_INIT_LIMIT: caps on a step's
 #   limit (seconds). DRY_RUN=1: without CUDA, every part at tiny sizes on the CPU (checks the kit anywhere).
 # With time to spare, e.g.: BUDGET=7200 PARTS=study bash benchmarks/run_gpu.sh
 set -uo pipefail
@@ -57,6 +62,8 @@ ours packed sparse bf16 compile} PROFILE_SETTING=base:128
 TRAIN_STEPS=${TRAIN_STEPS:-1000} BF16=${BF16:-true} TRAVEL=${TRAVEL:-.travel} STUDY_ENV=${STUDY_ENV:-}
 PROBE_LIMIT=${PROBE_LIMIT:-90} TESTS_LIMIT=${TESTS_LIMIT:-3600} BENCH_LIMIT=${BENCH_LIMIT:-3600}
 TRAIN_LIMIT=${TRAIN_LIMIT:-3600} STUDY_LIMIT=${STUDY_LIMIT:-36000} DRY_RUN=${DRY_RUN:-0}
+HEAD_INIT_PARTS=${HEAD_INIT_PARTS:-conll-full,sst2-full,conll-3k} HEAD_INIT_JOBS=${HEAD_INIT_JOBS:-14}
+HEAD_INIT_LIMIT=${HEAD_INIT_LIMIT:-3600}
 SITE=${SITE:-/tmp/bert_repro_site}
 mkdir -p "$RESULTS" "${OUT:=$RESULTS}" || exit 2
 RESULTS=$(cd "$RESULTS" && pwd) OUT=$(cd "$OUT" && pwd)
@@ -64,7 +71,7 @@ EXAMPLES=$(cd "$EXAMPLES" 2>/dev/null && pwd || echo "$EXAMPLES")
 MRPC=$(cd "$MRPC" 2>/dev/null && pwd || echo "$MRPC")
 # what an earlier call on a warm machine left must not pass for this call's (the study resumes: kept)
 rm -rf "$RESULTS"/*.log "$RESULTS"/probe.json "$RESULTS"/bench_*.json "$RESULTS"/profile* "$RESULTS"/pretrain_small \
-    "$RESULTS"/mrpc
+    "$RESULTS"/mrpc "$RESULTS"/head_init
 [[ -f $KIT/commit.txt ]] && cp "$KIT/commit.txt" "$RESULTS/"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 \
     HF_HUB_DISABLE_IMPLICIT_TOKEN=1 DO_NOT_TRACK=1 WANDB_MODE=disabled \
@@ -183,7 +190,7 @@ if has probe; then
 fi
 # Sizes: the real ones on CUDA; tiny ones on the CPU under DRY_RUN=1, which checks every step's command
 if ((CUDA)); then
-    DEVICE=(--device cuda) PRESET=small BATCH=256 PRE=(--bf16 true) FINE=(--bf16 true) BENCH=()
+    DEVICE=(--device cuda) PRESET=small BATCH=256 PRE=(--bf16 true) FINE=(--bf16 true) BENCH=() HEAD_INIT_MORE=()
 elif ((DRY_RUN)); then
     log "no CUDA: DRY_RUN=1, every part at tiny sizes on the CPU"
     SETTINGS=tiny:128 PROFILE_SETTING=tiny:128 TRAIN_STEPS=4 VARIANTS="transformers sdpa bf16,ours sdpa bf16" PRESET=tiny BATCH=8
@@ -193,6 +200,7 @@ FINETUNE_MORE='--max_train_samples 64 --max_eval_samples 64' $STUDY_ENV"
     PRE=(--use_cpu true --corpus recipes/data/quickstart_corpus/state_union --num_proc 2 --logging_steps 1
         --eval_steps 2 --eval_max_examples 32)
     FINE=(--use_cpu true --max_train_samples 64 --max_eval_samples 64 --num_train_epochs 1)
+    HEAD_INIT_MORE=(--max_rows 48 --seeds 1 2) HEAD_INIT_JOBS=2
 else
     log "no CUDA: the parts tests, bench, train and study are skipped (DRY_RUN=1 runs them on the CPU)"
     PARTS=" "
@@ -200,6 +208,7 @@ fi
 
 # --- the CUDA parts -----------------------------------------------------------------------------------------
 # Weights: the CUDA tests 3; BASE at 128 (the headline figure) 6, another setting 4; pre-training 5, MRPC 2.
+has head_init && WEIGHTS+=(7)
 has tests && WEIGHTS+=(3)
 has bench && for s in ${SETTINGS//,/ }; do [[ $s == base:128 ]] && WEIGHTS+=(6) || WEIGHTS+=(4); done
 has profile && WEIGHTS+=(5)
@@ -207,6 +216,22 @@ has train && WEIGHTS+=(5 2)
 has study && WEIGHTS+=(20 1)
 has table5 && WEIGHTS+=(10)
 
+if has head_init; then
+    share 60 "$HEAD_INIT_LIMIT"
+    if [[ ! -f $KIT/minilm/model.safetensors || ! -f $KIT/head_init_data.tgz ]]; then
+        log "skip head_init: no $KIT/minilm or $KIT/head_init_data.tgz (HEAD_INIT=1 CONLL=dir bash benchmarks/prepare_gpu.sh)"
+        status=1
+    elif ((L)); then
+        mkdir -p "$RESULTS/head_init/data" && tar xzf "$KIT/head_init_data.tgz" -C "$RESULTS/head_init/data"
+        hi=("$PY" benchmarks/head_init.py --source "$KIT/minilm" --conll "$RESULTS/head_init/data/conll"
+            --glue "$RESULTS/head_init/data/glue" --parts "$HEAD_INIT_PARTS" --transformers --out "$RESULTS/head_init"
+            "${HEAD_INIT_MORE[@]}")
+        step head_init "$L" "${hi[@]}" --jobs "$HEAD_INIT_JOBS"
+        # cut at its limit: the tables of the runs that finished
+        (($? == 0)) || step head_init_report 60 "${hi[@]}" --report_only
+        cp -f "$RESULTS"/head_init/head_init.{json,png} "$OUT/" 2>/dev/null
+    else log "skip head_init: budget spent"; fi
+fi
 if has tests; then
     share 20 "$TESTS_LIMIT"
     if ((L)); then step cuda_tests "$L" "$PY" -m pytest -m cuda -v -rs -p no:cacheprovider tests/test_cuda.py
@@ -284,7 +309,7 @@ log "done: $(($(date +%s) - T0)) s of $BUDGET s"
 report
 {
     cat "$RESULTS/progress.log"
-    for f in nvidia_smi probe cuda_tests bench_base_128 bench_base_512 bench_large_128 profile_base_128 pretrain_small \
+    for f in nvidia_smi probe head_init head_init_report cuda_tests bench_base_128 bench_base_512 bench_large_128 profile_base_128 pretrain_small \
         mrpc study_pretraining pack_pretrained study_table5; do
         [[ -f $RESULTS/$f.log ]] || continue
         echo "----- $f.log (end)"
