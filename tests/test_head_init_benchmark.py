@@ -31,8 +31,10 @@ def test_head_init_runs_in_parallel_from_a_float16_source_and_reports_what_finis
     save_file({k: w.half() for k, w in weights.items()}, str(half / "model.safetensors"), metadata={"format": "pt"})
     conll = write(tmp_path / "conll", fixture_files("conll2003"))
     out = tmp_path / "out"
-    argv = [sys.executable, str(ROOT / "benchmarks/head_init.py"), "--source", str(half), "--conll", str(conll),
-            "--parts", "conll-3k", "--transformers", "--seeds", "1", "2", "--max_rows", "8", "--out", str(out)]  # fmt: skip
+    argv = [
+        sys.executable, str(ROOT / "benchmarks/head_init.py"), "--source", str(half), "--conll", str(conll),
+        "--parts", "conll-3k", "--transformers", "--seeds", "1", "2", "--max_rows", "8", "--out", str(out),
+    ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "THREADS": "1", "MPLBACKEND": "Agg"}
     run = subprocess.run([*argv, "--jobs", "2"], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
