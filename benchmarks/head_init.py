@@ -11,7 +11,7 @@ initialisers see the same batches and dropout masks, so the paired difference is
 `run_glue.py`: AutoModelFor..., its tokenizer, `Trainer`, seqeval / scikit-learn) on the same rows and seeds.
 
     python benchmarks/head_init.py --conll DIR [--glue ../shared/data/glue] [--parts conll-3k,mrpc,sst2-3k]
-        [--seeds 42 43 44] [--transformers] [--jobs 1] [--source DIR] [--out runs/head_init]
+        [--seeds 42 43 44] [--transformers] [--jobs 1] [--source DIR] [--merge FILE ...] [--out runs/head_init]
 
 Parts: conll-3k (the first 3,000 training sentences), conll-full (all 14,041), mrpc, sst2-3k (the first 3,000
 training sentences), sst2-full; each evaluated on its whole dev set. Every (part, side, seed) is a run of its own
@@ -313,6 +313,14 @@ def main() -> None:
     parser.add_argument(
         "--report_only", action="store_true", help="Run nothing: the tables of the runs finished so far."
     )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="head_init.json files of other invocations (e.g. other seeds on another machine): their runs join the "
+        "tables; this invocation's win where both have a run.",
+    )
     parser.add_argument("--max_rows", type=int, help="At most this many training and dev rows a part (a dry run).")
     parser.add_argument("--out", type=Path, default=Path("runs/head_init"))
     args = parser.parse_args()
@@ -339,15 +347,22 @@ def main() -> None:
     units = [(part, side, seed) for part in sorted(parts, key=lambda p: "full" not in p) for side in sides
              for seed in args.seeds]  # fmt: skip
     results = run_all(units, str(model), source, args)
+    for other in args.merge:
+        for part, runs_of in json.loads(other.read_text())["parts"].items():
+            for side, runs in runs_of.items():
+                for seed, result in runs.items():
+                    results.setdefault((part, side, int(seed)), result)
+            parts += [part] if part not in parts else []
     for part in parts:
         scores: dict[str, dict[int, dict[str, float]]] = {}
-        for (p, side, seed), result in results.items():
+        for (p, side, seed), result in sorted(results.items()):
             if p == part:
                 scores.setdefault(side, {})[seed] = result
+        seeds = sorted({seed for runs in scores.values() for seed in runs}) or args.seeds
         if set(scores) >= {*INITIALIZERS, SCRIPT} or part not in report["parts"]:
             report["parts"][part] = {side: {str(k): v for k, v in runs.items()} for side, runs in scores.items()}
-            report["tables"][part] = part_table(part, scores, args.seeds)
-        print(part_table(part, scores, args.seeds), flush=True)
+            report["tables"][part] = part_table(part, scores, seeds)
+        print(part_table(part, scores, seeds), flush=True)
         summary.write_text(json.dumps(report, indent=2))
     plot(report, args.out / "head_init.png")
 

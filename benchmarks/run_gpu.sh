@@ -39,7 +39,7 @@
 #   MRPC=$KIT/MRPC SITE=/tmp/bert_repro_site (the wheels) PYTHON (tried before python3,
 #   /opt/torch/.venv/bin/python3 and python) SETTINGS=base:128,base:512,large:128 VARIANTS (the benchmark's,
 #   in order) TRAIN_STEPS=1000 BF16=true TRAVEL=.travel STUDY_ENV (more VAR=value for study_gpu.sh)
-#   HEAD_INIT_PARTS=conll-full,sst2-full,conll-3k HEAD_INIT_JOBS=14
+#   HEAD_INIT_PARTS=conll-full,sst2-full,conll-3k HEAD_INIT_SEEDS="42 43 44" HEAD_INIT_JOBS=14
 #   PROBE_LIMIT=90 and TESTS_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, STUDY_LIMIT, HEAD_INIT_LIMIT: caps on a step's
 #   limit (seconds). DRY_RUN=1: without CUDA, every part at tiny sizes on the CPU (checks the kit anywhere).
 # With time to spare, e.g.: BUDGET=7200 PARTS=study bash benchmarks/run_gpu.sh
@@ -63,6 +63,7 @@ TRAIN_STEPS=${TRAIN_STEPS:-1000} BF16=${BF16:-true} TRAVEL=${TRAVEL:-.travel} ST
 PROBE_LIMIT=${PROBE_LIMIT:-90} TESTS_LIMIT=${TESTS_LIMIT:-3600} BENCH_LIMIT=${BENCH_LIMIT:-3600}
 TRAIN_LIMIT=${TRAIN_LIMIT:-3600} STUDY_LIMIT=${STUDY_LIMIT:-36000} DRY_RUN=${DRY_RUN:-0}
 HEAD_INIT_PARTS=${HEAD_INIT_PARTS:-conll-full,sst2-full,conll-3k} HEAD_INIT_JOBS=${HEAD_INIT_JOBS:-14}
+HEAD_INIT_SEEDS=${HEAD_INIT_SEEDS:-42 43 44}
 HEAD_INIT_LIMIT=${HEAD_INIT_LIMIT:-3600}
 SITE=${SITE:-/tmp/bert_repro_site}
 mkdir -p "$RESULTS" "${OUT:=$RESULTS}" || exit 2
@@ -190,7 +191,7 @@ if has probe; then
 fi
 # Sizes: the real ones on CUDA; tiny ones on the CPU under DRY_RUN=1, which checks every step's command
 if ((CUDA)); then
-    DEVICE=(--device cuda) PRESET=small BATCH=256 PRE=(--bf16 true) FINE=(--bf16 true) BENCH=() HEAD_INIT_MORE=()
+    DEVICE=(--device cuda) PRESET=small BATCH=256 PRE=(--bf16 true) FINE=(--bf16 true) BENCH=() HEAD_INIT_MORE=(--seeds $HEAD_INIT_SEEDS)
 elif ((DRY_RUN)); then
     log "no CUDA: DRY_RUN=1, every part at tiny sizes on the CPU"
     SETTINGS=tiny:128 PROFILE_SETTING=tiny:128 TRAIN_STEPS=4 VARIANTS="transformers sdpa bf16,ours sdpa bf16" PRESET=tiny BATCH=8

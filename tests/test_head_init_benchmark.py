@@ -56,8 +56,17 @@ def test_head_init_runs_in_parallel_from_a_float16_source_and_reports_what_finis
     # after a cut: the tables of the runs that finished, nothing run again
     finished = out / "conll-3k" / "reference" / "seed2" / "runs" / "lr3e-05_seed2" / "result.json"
     finished.unlink()
-    report = subprocess.run([*argv, "--report_only"], env=env, capture_output=True, text=True, timeout=300)
+    # and another machine's seed joins the tables (--merge)
+    other = tmp_path / "other.json"
+    sides = ("reference", "transformers", "transformers script")
+    other.write_text(
+        json.dumps({"parts": {"conll-3k": {side: {"9": {"entity_f1": 50.0 + i}} for i, side in enumerate(sides)}}})
+    )
+    report = subprocess.run(
+        [*argv, "--report_only", "--merge", str(other)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert report.returncode == 0, report.stderr[-3000:]
     assert not finished.exists()
     assert "| 2 | - |" in report.stdout
     assert f"| 1 | {scores['reference']['1']['entity_f1']:.2f} |" in report.stdout
+    assert "| 9 | 50.00 | 51.00 | 52.00 | +1.00 |" in report.stdout
