@@ -17,11 +17,12 @@ Parts: conll-3k (the first 3,000 training sentences), conll-full (all 14,041), m
 training sentences), sst2-full; each evaluated on its whole dev set. Every (part, side, seed) is a run of its own
 directory; `--jobs N` runs N of them at once, each in a fresh process (on one GPU the small model leaves the card
 mostly idle, so runs in parallel share it well). A finished run is not run again (its result.json stays in
---out), so the command can be stopped and repeated. `--source` takes another copy of the checkpoint (the GPU kit
-carries it in float16 to travel: a half-precision source is fine-tuned from its float32 values, the same for
-every side). Prints one table per part and writes
-them with every run's score to --out/head_init.json (a part's entry is replaced when a later invocation measures
-it with both initialisers and the script), and a plot of every seed's scores to --out/head_init.png.
+--out), so the command can be stopped and repeated; `--report_only` runs nothing and reports what finished (after
+a cut), `--merge` adds the runs of other invocations' head_init.json (other seeds, another machine). `--source`
+takes another copy of the checkpoint (the GPU kit carries it in float16 to travel: a half-precision source is
+fine-tuned from its float32 values, the same for every side). Prints one table per part and writes them with every
+run's score to --out/head_init.json (a part's entry is replaced when a later invocation measures it with both
+initialisers and the script), and a plot of every seed's scores to --out/head_init.png.
 """
 
 from __future__ import annotations
