@@ -43,7 +43,7 @@ for spec in "${BUILT[@]}"; do
     [[ $have == *"${spec/==/-}-"* ]] && continue
     timeout 300 "$PY" -m pip wheel -q --no-deps -w "$KIT/wheels" "$spec"
 done
-((HEAD_INIT)) || rm -f "$KIT"/wheels/seqeval-*.whl
+((HEAD_INIT)) || rm -rf "$KIT"/wheels/seqeval-*.whl "$KIT/minilm" "$KIT/head_init_data.tgz"  # what a head_init kit added (48 MB)
 n=$(ls "$KIT"/wheels/*.whl | wc -l)
 # run_gpu.sh unpacks them into one folder: one version of each, pure Python only
 ((n == ${#WHEELS[@]} + ${#BUILT[@]})) || { echo "error: $KIT/wheels holds $n wheels, expected ${WHEELS[*]} ${BUILT[*]}" >&2; exit 1; }
