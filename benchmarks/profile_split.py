@@ -10,9 +10,9 @@ dropout), GELU, MLM + NSP loss (log-softmax and NLL), optimizer (fused AdamW), o
 Idle = wall time - every kernel's time: launch gaps and host synchronisation.
 Floors: GEMM and attention FLOPs (the useful FLOPs of gpu_pretrain.py: encoder at real tokens, MLM decoder at
 the masked positions only) at the matmul peak measured in the same run and at the data sheet's; the elementwise
-bytes at the data sheet's memory bandwidth, counting for each layer and token the fewest bf16 tensors of width
-hidden a fused kernel must read or write: two LayerNorm blocks (forward reads 2 and writes 1, backward reads 2
-and writes 2) and GELU at 4 x hidden (forward 1 + 1, backward 2 + 1): 14 + 20 = 34.
+bytes at the data sheet's memory bandwidth, counting for each layer and token the fewest bf16 vectors a fused
+kernel must read or write: two LayerNorm blocks of width hidden (forward reads 2 and writes 1, backward reads 2
+and writes 2: 14) and GELU at the intermediate width (forward 1 + 1, backward 2 + 1: 5).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from pathlib import Path
 
 from gpu_session import SPEC_BF16_PEAK
 
+from bert_repro import PRESETS
+
 # Memory bandwidth from the cards' data sheets (TB/s), by a part of the device's name (the most specific first)
 SPEC_BANDWIDTH = {"H100 PCIe": 2.0, "H100 NVL": 3.9, "H200": 4.8, "H100": 3.35, "A100": 2.0}
-PRESETS = {"base": (12, 768), "large": (24, 1024), "small": (4, 512), "mini": (4, 256), "tiny": (2, 128)}
 KINDS = [  # (kind, pattern on the kernel's name): the first that matches
     ("attention", r"sdpa|flash|fmha|attention|cudnn|philox"),
     ("GEMM", r"nvjet|gemm|cutlass|cublas|splitKreduce|xmma"),
@@ -55,7 +56,8 @@ def split(profile: dict) -> dict[str, float]:
 
 def floors(setting: dict, device: str, measured_tflops: float) -> dict[str, str]:
     """The least time a step's GEMMs, attention and elementwise bytes can take on this card."""
-    layers, hidden = PRESETS[setting["preset"]]
+    sizes = PRESETS[setting["preset"]]
+    layers, hidden, ffn = sizes["num_hidden_layers"], sizes["hidden_size"], sizes["intermediate_size"]
     batch, length = setting["batch_size"], setting["max_seq_length"]
     result = next(iter(setting["results"].values()))
     steps = result["real_tokens"] / (batch * length * (1 - setting["padding_share"]))
@@ -64,7 +66,7 @@ def floors(setting: dict, device: str, measured_tflops: float) -> dict[str, str]
     gemm = setting["useful_flops_per_real_token"] * tokens - attention
     sheet = next((v for k, v in SPEC_BF16_PEAK.items() if k in device), None)
     bandwidth = next((v for k, v in SPEC_BANDWIDTH.items() if k in device), None)
-    elementwise = layers * 34 * batch * length * hidden * 2  # bytes
+    elementwise = layers * (14 * hidden + 5 * ffn) * batch * length * 2  # bytes
 
     def at(flops: float) -> str:
         ms = [f"{1000 * flops / (t * 1e12):.1f}" for t in (measured_tflops, sheet) if t]

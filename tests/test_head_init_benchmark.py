@@ -54,7 +54,7 @@ def test_head_init_runs_in_parallel_from_a_float16_source_and_reports_what_finis
     assert (out / "head_init.png").stat().st_size > 0
 
     # after a cut: the tables of the runs that finished, nothing run again
-    finished = out / "conll-3k" / "reference" / "seed2" / "runs" / "lr3e-05_seed2" / "result.json"
+    finished = out / "conll-3k" / "reference" / "seed2" / "results.json"
     finished.unlink()
     # and another machine's seed joins the tables (--merge)
     other = tmp_path / "other.json"
