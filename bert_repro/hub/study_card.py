@@ -1,0 +1,257 @@
+"""The card of a model published from a study, written from the study's recorded results file alone.
+
+`benchmarks/gpu_session.py record` keeps what a GPU call measured in `benchmarks/results/<date>-<device>-study*.json`:
+the study's table (`study.<name>`: every seed of every cell, the majority-class baseline, the arguments) and the
+pre-training run of its model (`study_<name>`: steps, time, held-out losses). The run's own directory does not come
+back from the GPU machine, so the card says only what that file says, and every number in it can be checked
+against the file: `--check` rewrites nothing and fails (exit 1) where the card differs, which tests/test_study_card.py
+runs on every checked-in card.
+
+    python -m bert_repro.hub.study_card benchmarks/results/2026-11-26-nvidia-h200-study-2.json \\
+        bert-repro/bert-small-books-6k --output model_cards/bert-small-books-6k/README.md [--check]
+
+Each score names its split and its number of seeds; the same architecture randomly initialised and the majority
+class stand beside it; the budget (steps, sequences, tokens, GPU minutes) and what the model is not (a budget model,
+not a substitute for BERT-Small) are stated. The template is `model_cards/study.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard
+
+from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
+from ..tasks.registry import METRICS, TASKS
+from .model_card import (
+    BIBTEX,
+    PAPER_BATCH,
+    PAPER_STEPS,
+    PRESET_NAMES,
+    SPLIT_NAMES,
+    CardError,
+    _card_data,
+    _is_random_init,
+    _mean_cell,
+    _plural,
+    _read_json,
+    _study_verdict,
+    _task_result,
+    _usage,
+    render_card,
+    repo_name,
+)
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    """The value of ``--name`` in an argument list (the last one wins, as the recipes parse it)."""
+    value = None
+    for i, arg in enumerate(args[:-1]):
+        if arg == f"--{name}":
+            value = args[i + 1]
+    return value
+
+
+def _minutes(seconds: Any) -> str:
+    return f"{seconds / 60:.1f}" if isinstance(seconds, (int, float)) else "not recorded"
+
+
+def _study_of(results: Mapping[str, Any], path: Path) -> tuple[str, dict[str, Any]]:
+    studies = results.get("study") or {}
+    name = next((n for n, s in studies.items() if any(not _is_random_init(r) for r in s.get("rows") or [])), None)
+    if name is None:
+        raise CardError(f"{path}: no study with a pre-trained row (the file of `gpu_session.py record` is expected).")
+    return name, studies[name]
+
+
+def _budget(results: Mapping[str, Any], study: Mapping[str, Any], name: str, row: Mapping[str, Any]) -> dict:
+    """Steps, sequences, tokens and minutes, each from the file."""
+    args = shlex.split(study.get("pretrain_args") or "")
+    pretraining = row.get("pretraining") or {}
+    run = results.get(f"study_{name}") or {}
+    steps = pretraining.get("global_step")
+    batch = _flag(args, "global_batch_size")
+    sequences = steps * int(batch) if steps and batch else None
+    seconds = run.get("train_runtime_s") or pretraining.get("train_runtime_s")
+    rate = pretraining.get("tokens_per_second")
+    tokens = rate * seconds if rate and seconds else None
+    step_seconds = next(
+        (s.get("seconds") for s in results.get("steps") or [] if s.get("name") == f"study_{name}"), None
+    )
+    return {
+        "steps": f"{steps:,}",
+        "batch": batch,
+        "sequences": f"{sequences:,}" if sequences else "not recorded",
+        "paper_share": f"{100 * sequences / (PAPER_STEPS * PAPER_BATCH):.2g}%" if sequences else "not recorded",
+        "tokens_millions": f"{tokens / 1e6:.0f}" if tokens else "not recorded",
+        "tokens_per_second": f"{rate:,.0f}" if rate else "not recorded",
+        "pretraining_seconds": f"{seconds:.1f}" if seconds else "not recorded",
+        "pretraining_minutes": _minutes(seconds),
+        "finetuning_minutes": _minutes((study.get("run_seconds") or {}).get("finetuning")),
+        "step_minutes": _minutes(step_seconds),
+        "learning_rate": _flag(args, "learning_rate"),
+        "warmup": _flag(args, "warmup_steps"),
+    }
+
+
+def _held_out(run: Mapping[str, Any]) -> list[dict[str, str]]:
+    last = run.get("last_eval") or {}
+    rows = []
+    for key, label, scale, digits in (
+        ("eval_mlm_accuracy", "MLM accuracy (%)", 100, 2),
+        ("eval_nsp_accuracy", "NSP accuracy (%)", 100, 2),
+        ("eval_mlm_loss", "MLM loss", 1, 4),
+        ("eval_nsp_loss", "NSP loss", 1, 4),
+    ):
+        if isinstance(last.get(key), (int, float)):
+            rows.append({"metric": label, "value": f"{scale * last[key]:.{digits}f}"})
+    return rows
+
+
+def _finetuning(study: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[list[EvalResult], list[dict[str, Any]]]:
+    """model-index entries and the table: this model, random initialisation, their difference, the majority class."""
+    rows = study.get("rows") or []
+    random = next((r for r in rows if _is_random_init(r)), {})
+    baseline, seeds = study.get("majority_baseline") or {}, len(study.get("seeds") or []) or 1
+    eval_results, table = [], []
+    for column in study.get("columns") or []:
+        if column.get("task") not in TASKS or column.get("metric") not in METRICS:
+            continue  # a pre-training column, or a task this version does not know
+        task, metric, split = TASKS[column["task"]], column["metric"], column.get("split") or "validation"
+        cell, other = row["cells"].get(column["key"]) or {}, (random.get("cells") or {}).get(column["key"]) or {}
+        ours, theirs, majority = cell.get("ours"), other.get("ours"), baseline.get(column["key"])
+        finished = len(cell.get("seeds") or {})
+        split_name = SPLIT_NAMES.get(split, split)
+        if isinstance(ours, (int, float)):
+            name = f"{METRICS[metric].label} (%), fine-tuned, {split_name}, mean of {_plural(finished, 'seed')}"
+            eval_results.append(_task_result(task, split, metric, ours, name))
+        both = isinstance(ours, (int, float)) and isinstance(theirs, (int, float))
+        errors = [e for e in (cell.get("se"), other.get("se")) if isinstance(e, (int, float))]
+        se = math.sqrt(sum(e * e for e in errors)) if both and len(errors) == 2 else None
+        gain = ours - theirs if both else None
+        table.append(
+            {
+                "name": f"{task.display_name} {METRICS[metric].label}",
+                "task": task.display_name,
+                "metric": METRICS[metric].label,
+                "split": split_name,
+                "ours": _mean_cell(cell, seeds),
+                "random": _mean_cell(other, seeds),
+                "gain": gain,
+                "difference": "–" if gain is None else f"{gain:+.2f}" + (f" ± {se:.2f}" if se is not None else ""),
+                "clear": gain is not None and se is not None and abs(gain) > 2 * se,
+                "majority": f"{majority:.2f}" if isinstance(majority, (int, float)) else "–",
+                "below_majority": f"{majority:.2f} against {ours:.2f}"
+                if isinstance(ours, (int, float)) and isinstance(majority, (int, float)) and ours <= majority
+                else None,
+            }
+        )
+    return eval_results, table
+
+
+def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Path | None = None) -> ModelCard:
+    """The card of the pre-trained model of the study recorded in ``path`` (a `gpu_session.py record` file)."""
+    path = Path(path)
+    results = _read_json(path)
+    if results is None:
+        raise CardError(f"{path}: no such file.")
+    name, study = _study_of(results, path)
+    row = next(r for r in study["rows"] if not _is_random_init(r))
+    args = shlex.split(study.get("pretrain_args") or "")
+    preset = _flag(args, "preset") or "base"
+    objective = PRETRAINING_OBJECTIVES[_flag(args, "objective") or "mlm_nsp"]
+    size = PRESETS[preset]
+    eval_results, table = _finetuning(study, row)
+    held_out = _held_out(results.get(f"study_{name}") or {})
+    pretraining = row.get("pretraining") or {}
+    held_out_results = [
+        EvalResult(
+            task_type="fill-mask" if key == "eval_mlm_accuracy" else "text-classification",
+            task_name="Masked language modelling" if key == "eval_mlm_accuracy" else "Next sentence prediction",
+            dataset_type="corpus.parquet",
+            dataset_name="corpus.parquet, held-out documents",
+            dataset_split="held-out",
+            metric_type="accuracy",
+            metric_value=round(100 * pretraining[key], 2),
+            metric_name=f"{label} (%), held-out, one evaluation",
+        )
+        for key, label in (("eval_mlm_accuracy", "MLM accuracy"), ("eval_nsp_accuracy", "NSP accuracy"))
+        if isinstance(pretraining.get(key), (int, float))
+    ]
+    card_data = _card_data(
+        repo_id=repo_id,
+        pipeline_tag="fill-mask",
+        tags=["bert", "bert_repro", "fill-mask"],
+        datasets=[],
+        eval_results=held_out_results + eval_results,
+        base_model=None,
+    )
+    context = {
+        "title": repo_name(repo_id),
+        "source_file": path.as_posix(),
+        "device": results.get("device") or "not recorded",
+        "date": results.get("date") or "not recorded",
+        "commit": (results.get("commit") or "not recorded")[:12],
+        "preset": preset,
+        "preset_name": PRESET_NAMES.get(preset, preset),
+        "size": size,
+        "objective": ("masked language modelling" if objective.masked_lm else "left-to-right language modelling")
+        + (" + next sentence prediction" if objective.next_sentence else ""),
+        "corpus": Path(_flag(args, "corpus") or "not recorded").name,
+        "pretrain_config": study.get("pretrain_config"),
+        "pretrain_args": " ".join(args),
+        "finetune_args": " ".join(shlex.split(study.get("finetune_args") or "")) or "the defaults",
+        "finetune_args_for": [
+            (TASKS[key].display_name if key in TASKS else key, args)
+            for key, _, args in (k.partition("=") for k in study.get("finetune_args_for") or [])
+        ],
+        "seeds": ", ".join(str(s) for s in study.get("seeds") or []),
+        "n_seeds": _plural(len(study.get("seeds") or []) or 1, "fine-tuning seed"),
+        "budget": _budget(results, study, name, row),
+        "held_out": held_out,
+        "rows": table,
+        "verdict": _study_verdict(table) if study.get("seeds") else None,
+        "usage": _usage(repo_id),
+        "bibtex": BIBTEX,
+    }
+    return render_card("study.md", card_data, context, template_dir)
+
+
+def differences(card: str, expected: str) -> list[str]:
+    """The lines of ``card`` that are not those ``expected`` has at the same place (a number changed by hand, or a
+    card older than its study file)."""
+    have, want = card.splitlines(), expected.splitlines()
+    out = [f"line {i + 1}: {a!r} (the study file gives {b!r})" for i, (a, b) in enumerate(zip(have, want)) if a != b]
+    if len(have) != len(want):
+        out.append(f"{len(have)} lines, the study file gives {len(want)}")
+    return out
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bert_repro.hub.study_card", description=__doc__.split("\n")[0])
+    parser.add_argument("results", help="a study's results file (benchmarks/results/<date>-<device>-study*.json)")
+    parser.add_argument("repo_id", help="the Hub repository the model is published as (owner/name)")
+    parser.add_argument("--output", required=True, help="the card (README.md)")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 where the card differs")
+    args = parser.parse_args(None if argv is None else list(argv))
+    text = str(card_from_study_file(args.results, args.repo_id))
+    output = Path(args.output)
+    if args.check:
+        found = differences(output.read_text(encoding="utf-8") if output.is_file() else "", text)
+        for line in found:
+            print(f"{output}: {line}", file=sys.stderr)
+        return 1 if found else 0
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    print(f"wrote {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
