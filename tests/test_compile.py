@@ -2,8 +2,10 @@
 
 Counted with dynamo's own counters (`torch._dynamo.utils.counters`, and a counting backend over the "eager" or
 "aot_eager" backend, which compiles in seconds on CPU): no graph break, and at most one recompilation per phase
-over 20+ real batches of the project's own collators (padding, masked-token counts, packed row counts change from
-batch to batch), pre-training with and without packing, phase 1 then phase 2, and fine-tuning. The gathered
+over 20+ real batches of the project's own collators (padding and masked-token counts change from batch to batch),
+pre-training with and without packing (fixed-shape batches: one row count per phase, the [CLS] gathered at the
+collator's positions, so dynamo's default settings and no data-dependent size), phase 1 then phase 2, and
+fine-tuning. The gathered
 masked positions (`masked_positions`) give the same loss and gradients as the dense labels did, eager and
 compiled. The speed switches that do not compile to one graph are named by the recipes (one warning).
 """
@@ -18,11 +20,12 @@ from torch._dynamo.utils import counters
 from transformers import DataCollatorWithPadding
 
 from bert_repro import BertReproForMaskedLM, BertReproForPreTraining, BertReproForSequenceClassification
+from bert_repro.data.pack_examples import PackingCollator, packed_rows_per_example, padding_statistics
 from bert_repro.data.pretraining_examples import IGNORE_INDEX, PreTrainingDataConfig, create_pretraining_dataset
 from bert_repro.data.wordpiece import save_tokenizer
 from bert_repro.training.cli import SpeedSwitches
 from bert_repro.training.finetune import run_finetuning
-from bert_repro.training.pretrain import PhaseCollator, allow_data_dependent_shapes, pretraining_sums
+from bert_repro.training.pretrain import PhaseCollator, pretraining_sums
 
 # (max_seq_length, max_predictions_per_seq, short_seq_prob) of phase 1 and phase 2, scaled down; phase 1's short
 # examples raised for batches of many widths.
@@ -59,8 +62,15 @@ def fresh_dynamo():
 
 
 def phase_batches(tokenizer, phases, packing: bool, count: int = 22) -> list[list[dict]]:
-    """`count` batches of each phase from the recipe's collator (`PhaseCollator`, set as the recipe sets it)."""
-    collator = PhaseCollator(tokenizer, [cfg for cfg, _ in phases], packing=packing, compiled=True)
+    """`count` batches of each phase from the recipe's collator (`PhaseCollator`, set as the recipe sets it: packed
+    rows per example from each phase's padding statistics)."""
+    shares = [
+        packed_rows_per_example(padding_statistics([len(r["input_ids"]) for r in rows], BATCH, cfg.max_seq_length))
+        for cfg, rows in phases
+    ]
+    collator = PhaseCollator(
+        tokenizer, [cfg for cfg, _ in phases], packing=packing, compiled=True, rows_per_example=shares
+    )
     return [[collator(rows[i * BATCH : (i + 1) * BATCH]) for i in range(count)] for _, rows in phases]
 
 
@@ -97,15 +107,33 @@ def test_pretraining_step_is_one_graph_with_one_recompilation_per_phase(tokenize
     assert compiles_per_phase(pretraining_model(tokenizer), batches) in ([2, 1], [2, 0], [1, 1])
 
 
-@pytest.mark.slow  # compiles (about 30 s of CPU each)
+@pytest.mark.slow  # compiles (about 10 s of CPU)
 def test_packed_pretraining_step_is_one_graph_with_one_recompilation_per_phase(tokenizer, phases):
-    allow_data_dependent_shapes()  # as the recipe does with --torch_compile true --packing true
+    """Fixed-shape packed batches, dynamo's default settings (no data-dependent output shapes captured): one graph
+    per phase (phase 2's rows are wider)."""
     batches = phase_batches(tokenizer, phases, packing=True)
-    assert len({b["input_ids"].shape[0] for b in batches[0]}) > 1, "the packed row counts must differ"
-    assert {b["input_ids"].shape[1] for b in batches[0]} == {PHASES[0][0]}  # rows of max_seq_length
-    assert all(b["next_sentence_label"].numel() == BATCH for b in batches[0])
-    per_phase = compiles_per_phase(pretraining_model(tokenizer), batches)
-    assert per_phase[0] <= 2 and per_phase[1] <= 1
+    for (cfg, _), phase in zip(phases, batches, strict=True):
+        assert len({tuple(b["input_ids"].shape) for b in phase}) == 1  # one row count, rows of max_seq_length
+        assert {b["input_ids"].shape[1] for b in phase} == {cfg.max_seq_length}
+        assert all(b["next_sentence_label"].numel() == b["cls_positions"].numel() == BATCH for b in phase)
+        assert any(not b["attention_mask"][-1].any() for b in phase), "some batch must have an empty row"
+    assert compiles_per_phase(pretraining_model(tokenizer), batches) == [1, 1]
+
+
+@pytest.mark.slow  # compiles (about 10 s of CPU)
+def test_packed_step_recompiles_once_for_more_rows_and_not_for_fewer_examples(tokenizer, phases):
+    """Too few fixed rows for some batches: those get one row per example, the one other row count (one
+    recompilation, whose graph takes both); an epoch's last, smaller batch keeps the shapes."""
+    config, rows = phases[0]
+    collator = PackingCollator.from_config(
+        tokenizer, config, fixed_shape=True, examples=BATCH, rows_per_example=3 / BATCH
+    )
+    batches = [collator(rows[i * BATCH : (i + 1) * BATCH]) for i in range(22)] + [collator(rows[:3])]
+    shapes = [tuple(b["input_ids"].shape) for b in batches]
+    assert set(shapes) == {(3, config.max_seq_length), (BATCH, config.max_seq_length)}
+    assert shapes[-1] == (3, config.max_seq_length)
+    assert batches[-1]["next_sentence_label"].tolist()[-1] == IGNORE_INDEX
+    assert compiles_per_phase(pretraining_model(tokenizer), [batches]) == [2]
 
 
 @pytest.mark.slow  # compiles (about 30 s of CPU each)
@@ -135,8 +163,6 @@ def test_masked_positions_keep_the_loss_and_gradients(tokenizer, phases, packing
     """Gathered at `masked_positions` (the collators' fixed slots) the MLM loss, the Trainer's summed metrics and
     every gradient equal those of the dense labels (sparse prediction by boolean selection, and no sparse
     prediction at all), eager and compiled (aot_eager: the backward traced too)."""
-    if packing:
-        allow_data_dependent_shapes()
     batch = phase_batches(tokenizer, phases, packing, count=1)[0][0]
     results = {}
     for name, sparse, positions, compiled in [

@@ -2,11 +2,13 @@
 packed path, `bert_repro.model.packed_sequences`).
 
 Data side: the packing invariants (hypothesis), the packed collator against the unpacked one (the same tokens,
-segments, masks and NSP labels, static and dynamic masking), the padding statistics on a hand-checked case.
+segments, masks and NSP labels, static and dynamic masking), the fixed-shape batches of a compiled step (a fixed
+row count, empty rows and missing examples as padding), the padding statistics on a hand-checked case.
 Model side: packed loss and every gradient equal the unpacked ones (eager and SDPA, with the speed paths that read
-the examples), no attention across examples, NSP at each example's own [CLS], the kernel's inputs per attention
-implementation (a reference variable-length kernel stands in for FlashAttention on CPU). Recipe: `--packing true`
-logs the same losses.
+the examples; fixed-shape batches eager and compiled to one graph), no attention across examples, NSP at each
+example's own [CLS] (found, or at the collator's `cls_positions`), the kernel's inputs per attention implementation
+(a reference variable-length kernel stands in for FlashAttention on CPU). Recipe: `--packing true` logs the same
+losses.
 """
 
 import os
@@ -23,7 +25,13 @@ from helpers import launch, pseudo_text, tiny_config, wordpiece_tokenizer, write
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bert_repro.data.pack_examples import PackingCollator, first_fit_decreasing, pack_rows, padding_statistics
+from bert_repro.data.pack_examples import (
+    PackingCollator,
+    first_fit_decreasing,
+    pack_rows,
+    packed_rows_per_example,
+    padding_statistics,
+)
 from bert_repro.data.pretraining_examples import (
     IGNORE_INDEX,
     PreTrainingCollator,
@@ -60,7 +68,7 @@ def examples_of(batch: dict[str, torch.Tensor]) -> list[dict[str, list[int]]]:
     for r in range(batch["input_ids"].shape[0]):
         real = batch["attention_mask"][r].bool()
         starts = ((batch["position_ids"][r] == 0) & real).nonzero().flatten().tolist()
-        ends = starts[1:] + [int(real.sum())]
+        ends = starts[1:] + [int(real.sum())] if starts else []  # an empty row (fixed-shape padding): none
         for s, e in zip(starts, ends, strict=True):
             out.append(
                 {k: batch[k][r, s:e].tolist() for k in ("input_ids", "token_type_ids", "labels", "position_ids")}
@@ -116,6 +124,7 @@ def test_padding_statistics_hand_checked():
     assert stats["padding_share_unpacked"] == pytest.approx(1 - 18 / 32)
     assert stats["padding_share_packed"] == pytest.approx(1 - 18 / 24)
     assert stats["rows_per_batch"] == 3
+    assert stats["most_rows_at_full_width"] == 3 and packed_rows_per_example(stats) == 3 / 4
 
 
 # --------------------------------------------------------------------------------------------------
@@ -170,6 +179,45 @@ def test_dynamic_masking_packed_as_unpacked(tokenizer):
     assert not torch.equal(packing(rows)["labels"], packed["labels"])  # fresh masks for every batch
 
 
+def fixed_shape_collator(tokenizer, config, examples: int, rows: int) -> PackingCollator:
+    """Batches of `examples` example slots in `rows` rows of MAX_LEN (`rows_per_example` set to give that)."""
+    return PackingCollator.from_config(
+        tokenizer, config, fixed_shape=True, examples=examples, rows_per_example=rows / examples
+    )
+
+
+def test_fixed_shape_batches(tokenizer):
+    """A compiled step's batches: the same shapes whatever the examples, padded with empty rows and ignored
+    examples; more rows (one per slot) only when the examples do not fit."""
+    config, rows = build_rows(tokenizer)
+    needed = [len(first_fit_decreasing([len(r["input_ids"]) for r in rows[i : i + 24]], MAX_LEN)) for i in (0, 24)]
+    collator = fixed_shape_collator(tokenizer, config, examples=28, rows=max(needed) + 2)
+    first, second = collator(rows[:24]), collator(rows[24:48])
+    for batch, n in ((first, needed[0]), (second, needed[1])):
+        assert {k: tuple(v.shape) for k, v in batch.items()} == {
+            **{
+                k: (max(needed) + 2, MAX_LEN)
+                for k in ("input_ids", "token_type_ids", "position_ids", "attention_mask", "labels")
+            },
+            "masked_positions": (28, config.max_predictions_per_seq),
+            "cls_positions": (28,),
+            "next_sentence_label": (28,),
+        }
+        assert not batch["attention_mask"][n:].any()  # the rows beyond the packing are empty
+        starts = ((batch["position_ids"] == 0) & batch["attention_mask"].bool()).flatten().nonzero().flatten()
+        assert batch["cls_positions"].tolist() == starts.tolist() + [0] * 4  # missing examples read position 0
+        assert batch["next_sentence_label"][24:].tolist() == [IGNORE_INDEX] * 4
+        assert (batch["masked_positions"][24:] == 0).all() and batch["labels"].flatten()[0] == IGNORE_INDEX
+    unpacked = PackingCollator.from_config(tokenizer, config)(rows[:24])
+    assert examples_of(first) == examples_of(unpacked)  # the same packing, at the full width
+    assert first["next_sentence_label"][:24].tolist() == unpacked["next_sentence_label"].tolist()
+    # Too few rows for a batch: one row per slot, the count that always suffices.
+    short = fixed_shape_collator(tokenizer, config, examples=28, rows=needed[0] - 1)(rows[:24])
+    assert short["input_ids"].shape == (28, MAX_LEN) and examples_of(short) == examples_of(unpacked)
+    with pytest.raises(ValueError, match="more than the fixed 28"):
+        collator(rows[:29])
+
+
 # --------------------------------------------------------------------------------------------------
 # The model on packed batches
 # --------------------------------------------------------------------------------------------------
@@ -182,14 +230,16 @@ SWITCHES = {  # speed switches that read the packed examples themselves
 }
 
 
-def packed_and_unpacked(tokenizer, count: int = 24):
+def packed_and_unpacked(tokenizer, count: int = 24, fixed_shape: bool = False):
+    """(rows, packed batch, unpacked batch). `fixed_shape`: as a compiled step's, with 4 missing examples and 2
+    empty rows."""
     config, rows = build_rows(tokenizer)
     rows = rows[:count]
-    return (
-        rows,
-        PackingCollator.from_config(tokenizer, config)(rows),
-        PreTrainingCollator.from_config(tokenizer, config)(rows),
-    )
+    packing = PackingCollator.from_config(tokenizer, config)
+    if fixed_shape:
+        needed = len(first_fit_decreasing([len(r["input_ids"]) for r in rows], MAX_LEN))
+        packing = fixed_shape_collator(tokenizer, config, examples=count + 4, rows=needed + 2)
+    return rows, packing(rows), PreTrainingCollator.from_config(tokenizer, config)(rows)
 
 
 def tiny_model(tokenizer, attn: str, **switches):
@@ -213,10 +263,11 @@ def loss_and_gradients(model, batch):
     return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.parametrize("layout", ["packed", "fixed shape"])
 @pytest.mark.parametrize("switches", SWITCHES, ids=list(SWITCHES))
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_packed_loss_and_gradients_equal_unpacked(tokenizer, attn, switches):
-    rows, packed, unpacked = packed_and_unpacked(tokenizer)
+def test_packed_loss_and_gradients_equal_unpacked(tokenizer, attn, switches, layout):
+    rows, packed, unpacked = packed_and_unpacked(tokenizer, fixed_shape=layout == "fixed shape")
     assert packed["input_ids"].shape[0] < unpacked["input_ids"].shape[0]
     model = tiny_model(tokenizer, attn, **SWITCHES[switches]).train()  # dropout 0: training mode, deterministic
     a, grads_a = loss_and_gradients(model, unpacked)
@@ -228,7 +279,56 @@ def test_packed_loss_and_gradients_equal_unpacked(tokenizer, attn, switches):
         assert torch.allclose(grad, grads_b[name], atol=1e-5), name
     # NSP: one prediction per example, from its own [CLS], in the packed order.
     order = [i for row in pack_rows([len(r["input_ids"]) for r in rows], MAX_LEN)[0] for i in row]
-    assert torch.allclose(b.seq_relationship_logits, a.seq_relationship_logits[order], atol=1e-5)
+    if layout == "fixed shape":
+        order = [i for row in first_fit_decreasing([len(r["input_ids"]) for r in rows], MAX_LEN) for i in row]
+    assert torch.allclose(b.seq_relationship_logits[: len(rows)], a.seq_relationship_logits[order], atol=1e-5)
+
+
+def test_fixed_shape_batch_compiles_to_one_graph_with_the_unpacked_results(tokenizer):
+    """The compiled step on a fixed-shape batch (missing examples, empty rows): one graph (fullgraph: no `nonzero`
+    left in it), and the losses, the trainer's sums and every gradient of the unpacked batch in eager mode."""
+    import torch._dynamo
+
+    from bert_repro.training.pretrain_trainer import pretraining_sums
+
+    rows, packed, unpacked = packed_and_unpacked(tokenizer, fixed_shape=True)
+    model = tiny_model(tokenizer, "sdpa", sparse_prediction=True).train()
+    a, grads_a = loss_and_gradients(model, unpacked)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=False, capture_scalar_outputs=False):
+        model.zero_grad(set_to_none=True)
+        b = torch.compile(model, backend="eager", fullgraph=True)(**packed)
+        b.loss.backward()
+    torch._dynamo.reset()
+    grads_b = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert grads_a.keys() == grads_b.keys()
+    for name in ("loss", "masked_lm_loss", "next_sentence_loss"):
+        assert torch.allclose(getattr(a, name), getattr(b, name), atol=1e-5), name
+    for name, grad in grads_a.items():
+        assert torch.allclose(grad, grads_b[name], atol=1e-5), name
+    sums = [
+        pretraining_sums(
+            out.prediction_logits,
+            out.seq_relationship_logits,
+            batch["labels"],
+            batch["next_sentence_label"],
+            batch["masked_positions"],
+        )
+        for out, batch in ((a, unpacked), (b, packed))
+    ]
+    assert sums[0][5] == len(rows) and torch.allclose(sums[0], sums[1], atol=1e-4)  # missing examples count for 0
+
+
+def test_cls_positions_are_checked(tokenizer):
+    _, packed, _ = packed_and_unpacked(tokenizer)
+    model = tiny_model(tokenizer, "sdpa").eval()
+    inputs = {k: v for k, v in packed.items() if k not in ("labels", "next_sentence_label", "masked_positions")}
+    with torch.no_grad():
+        found = model.bert(**{k: v for k, v in inputs.items() if k != "cls_positions"}).pooler_output
+        assert torch.equal(model.bert(**inputs).pooler_output, found)
+        for wrong in (inputs["cls_positions"] + 1, inputs["cls_positions"].flip(0), inputs["cls_positions"][1:]):
+            with pytest.raises(ValueError, match="cls_positions must name each example"):
+                model.bert(**{**inputs, "cls_positions": wrong})
 
 
 def test_no_attention_across_examples(tokenizer):

@@ -22,18 +22,24 @@ What this implements
   ``position_ids`` (rows, width) -- 0 at each example's [CLS], counting up within the example, 0 at padding;
   ``attention_mask`` (rows, width) -- 1 at real tokens, 0 at padding;
   ``next_sentence_label`` (examples,) -- in row-major order of the examples' [CLS];
-  ``masked_positions`` (examples, slots) -- as ``PreTrainingCollator``'s, the examples in that order.
+  ``masked_positions`` (examples, slots) -- as ``PreTrainingCollator``'s, the examples in that order;
+  ``cls_positions`` (examples,) -- each example's [CLS] in the flattened batch, in that order: the pooler's gather,
+  of the batch's own size (without it the model finds the [CLS] from ``position_ids``, a size only the data knows).
 
   Nothing else is needed to keep attention inside an example: an example starts where ``position_ids == 0`` at a
   real token (the convention transformers' variable-length FlashAttention path reads from ``position_ids``); the
   model builds a block-diagonal mask from that for SDPA / eager, or ``cu_seqlens`` for a variable-length kernel,
   and reads the NSP head at every example's [CLS].
+- ``fixed_shape`` (``torch.compile``): rows of ``max_seq_length``, a fixed row count and a fixed number of example
+  slots per batch size, empty rows and ignored examples as padding, so that a compiled step neither recompiles nor
+  waits on the host for a size (``PackingCollator``'s docstring).
 - ``padding_statistics``: the share of padding in the batches of a dataset with and without packing, written to
   the recipe's ``data_statistics.json``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +49,7 @@ import torch
 
 from .pretraining_examples import IGNORE_INDEX, PreTrainingCollator, PreTrainingDataConfig
 
-__all__ = ["PackingCollator", "first_fit_decreasing", "pack_rows", "padding_statistics"]
+__all__ = ["PackingCollator", "first_fit_decreasing", "pack_rows", "packed_rows_per_example", "padding_statistics"]
 
 
 def first_fit_decreasing(lengths: Sequence[int], max_seq_length: int) -> list[list[int]]:
@@ -107,21 +113,43 @@ class PackingCollator(PreTrainingCollator):
     Each example is masked (stored masks, or fresh dynamic ones drawn in the input order, as the unpacked collator
     draws them) before packing, so the packed batch holds exactly the tokens and labels of the unpacked one.
     Rows are padded to the longest row (or to ``pad_to_multiple_of``).
+
+    ``fixed_shape`` (for ``torch.compile``): every batch of the same size has the same shapes, so the compiled step
+    is one graph that never waits on the host. Rows are ``max_seq_length`` wide; a batch has ``examples`` example
+    slots (``None``: as many as it has examples), the missing ones padded (``cls_positions`` 0, NSP label -100,
+    masked slots at position 0, all ignored by the losses); and ``ceil(rows_per_example * slots)`` rows, empty
+    ones as padding. A batch whose examples need more rows than that gets one row per slot, the count that
+    always suffices: a phase then sees at most two row counts. How often depends on ``rows_per_example``, which
+    ``packed_rows_per_example`` measures on the data.
     """
 
     max_seq_length: int = 128
+    fixed_shape: bool = False
+    examples: int | None = None
+    rows_per_example: float = 1.0
 
     @classmethod
     def from_config(cls, tokenizer: Any, config: PreTrainingDataConfig, **kwargs: Any) -> PackingCollator:
         """A packing collator for data built with ``config``: its masking, rows of its ``max_seq_length``."""
         return super().from_config(tokenizer, config, max_seq_length=config.max_seq_length, **kwargs)
 
+    def _layout(self, lengths: list[int]) -> tuple[list[list[int]], int, int, int]:
+        """(rows of example indices, width, row count, example slots) of a batch of ``lengths``."""
+        if not self.fixed_shape:
+            rows, longest_row = pack_rows(lengths, self.max_seq_length, self.pad_to_multiple_of or 8)
+            return rows, self._padded_width(longest_row), len(rows), len(lengths)
+        rows = first_fit_decreasing(lengths, self.max_seq_length)  # the width is fixed: the fewest rows
+        slots = len(lengths) if self.examples is None else self.examples
+        if len(lengths) > slots:
+            raise ValueError(f"a batch of {len(lengths)} examples, more than the fixed {slots} (examples)")
+        fixed_rows = min(slots, math.ceil(self.rows_per_example * slots - 1e-9))  # a ratio of counts, rounded
+        return rows, self.max_seq_length, fixed_rows if len(rows) <= fixed_rows else slots, slots
+
     def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         input_ids, targets = self._masked(features)
         lengths = [len(ids) for ids in input_ids]
-        rows, longest_row = pack_rows(lengths, self.max_seq_length, self.pad_to_multiple_of or 8)
-        width = self._padded_width(longest_row)
-        shape = (len(rows), width)
+        rows, width, row_count, slots = self._layout(lengths)
+        shape = (row_count, width)
         batch = {
             "input_ids": torch.full(shape, self.vocab.pad_token, dtype=torch.long),
             "token_type_ids": torch.zeros(shape, dtype=torch.long),
@@ -145,12 +173,26 @@ class PackingCollator(PreTrainingCollator):
                 )
                 start = end
         order = [i for row in rows for i in row]
-        batch["masked_positions"] = self._masked_positions(
+        missing = slots - len(order)
+        # A missing example reads the first [CLS] (position 0): unlabelled, and its NSP label is ignored.
+        masked_positions = self._masked_positions(
             [targets[i] for i in order], [starts[i] for i in order], [lengths[i] for i in order]
         )
+        batch["masked_positions"] = torch.cat(
+            [masked_positions, masked_positions.new_zeros(missing, *masked_positions.shape[1:])]
+        )
+        batch["cls_positions"] = torch.tensor([starts[i] for i in order] + [0] * missing)
         if "next_sentence_label" in features[0]:
-            batch["next_sentence_label"] = torch.tensor([int(features[i]["next_sentence_label"]) for i in order])
+            labels = [int(features[i]["next_sentence_label"]) for i in order]
+            batch["next_sentence_label"] = torch.tensor(labels + [IGNORE_INDEX] * missing)
         return batch
+
+
+def packed_rows_per_example(statistics: Mapping[str, Any]) -> float:
+    """``PackingCollator.rows_per_example`` from ``padding_statistics``: the most rows any of its batches needed, per
+    example. A batch drawn later needs more only if it packs worse than every one of those batches (about one in
+    ``batches + 1`` when they were drawn alike); it then gets one row per example."""
+    return statistics["most_rows_at_full_width"] / statistics["batch_size"] if statistics.get("batches") else 1.0
 
 
 def padding_statistics(
@@ -166,7 +208,9 @@ def padding_statistics(
     Batches of ``batch_size`` examples drawn as the training sampler draws them (a seeded permutation; the last,
     incomplete batch dropped unless it is the only one), at most ``max_batches`` of them (``None``: all). Without
     packing a batch is padded to its longest example; with packing it is ``first_fit_decreasing`` rows padded to the
-    longest row. Shares are of all positions of the batches; ``rows_per_batch`` is the mean number of packed rows.
+    longest row. Shares are of all positions of the batches; ``rows_per_batch`` is the mean number of packed rows;
+    ``most_rows_at_full_width`` the most rows of ``max_seq_length`` any batch needed (a fixed-shape collator's row
+    count: ``packed_rows_per_example``).
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if batch_size < 1:
@@ -177,7 +221,7 @@ def padding_statistics(
     count = max(1, len(lengths) // batch_size)
     if max_batches is not None:
         count = min(count, max_batches)
-    real = unpacked = packed = rows = 0
+    real = unpacked = packed = rows = most_rows = 0
     for b in range(count):
         batch = lengths[order[b * batch_size : (b + 1) * batch_size]]
         real += int(batch.sum())
@@ -185,10 +229,12 @@ def padding_statistics(
         packed_rows, width = pack_rows(batch.tolist(), max_seq_length)
         rows += len(packed_rows)
         packed += len(packed_rows) * width
+        most_rows = max(most_rows, len(first_fit_decreasing(batch.tolist(), max_seq_length)))
     return {
         "batch_size": batch_size,
         "batches": count,
         "padding_share_unpacked": 1 - real / unpacked,
         "padding_share_packed": 1 - real / packed,
         "rows_per_batch": rows / count,
+        "most_rows_at_full_width": most_rows,
     }

@@ -560,6 +560,7 @@ class BertReproModel(BertReproPreTrainedModel):
         output_hidden_states=None,
         output_attentions=None,
         return_dict=None,
+        cls_positions=None,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
         """input_ids: (batch, seq) ids of `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, padded with [PAD];
@@ -567,6 +568,8 @@ class BertReproModel(BertReproPreTrainedModel):
         `B [SEP]`; position_ids: 0, 1, 2, ... when not given, restarting at 0 at each example's [CLS] in a packed
         batch (several examples in a row, `packed_sequences.py`). output_hidden_states: the embedding output and every
         layer's (L + 1 tensors); output_attentions: every layer's probabilities (attn_implementation="eager").
+        cls_positions: (examples,) optional, for a packed batch: each example's [CLS] in the flattened batch (a
+        packing collator's; the pooler then gathers a fixed number of rows, so a compiled step stays one graph).
         kwargs go to the encoder, every layer and the attention kernel."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
@@ -583,7 +586,7 @@ class BertReproModel(BertReproPreTrainedModel):
             )
         embedding_output = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         # A packed batch? Each example then attends to itself; each [CLS] is pooled.
-        packed = PackedSequences.from_inputs(position_ids, attention_mask)
+        packed = PackedSequences.from_inputs(position_ids, attention_mask, cls_positions)
         if packed is not None and self.config.pretraining_objective.causal:
             raise ValueError(
                 f"Packed batches are not supported with objective={self.config.objective!r} (they "
@@ -695,14 +698,23 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
         labels=None,
         next_sentence_label=None,
         masked_positions=None,
+        cls_positions=None,
         return_dict=None,
         **kwargs,
     ) -> BertReproForPreTrainingOutput | tuple:
         """labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
-        next_sentence_label: (batch,) 0 = IsNext (B follows A), 1 = NotNext (B from another document).
-        masked_positions: (sparse prediction) flat indices of each labelled position, then unlabelled ones."""
+        next_sentence_label: (batch,) 0 = IsNext (B follows A), 1 = NotNext (B from another document), -100 ignored.
+        masked_positions: (sparse prediction) flat indices of each labelled position, then unlabelled ones.
+        cls_positions: (packed batches) flat index of each example's [CLS] (`BertReproModel.forward`)."""
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            inputs_embeds,
+            return_dict=True,
+            cls_positions=cls_positions,
+            **kwargs,
         )
         prediction_logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)

@@ -13,7 +13,12 @@ FlashAttention path. Rows whose positions never restart are not packed, and the 
 - The unpadding speed path (`unpadding.py`): its `Unpadded` takes the examples as its sequences (`cu_seqlens` per
   example), so its variable-length, grouped and written-out attention keep each example to itself.
 - NSP and the classification heads: the pooler reads every example's [CLS] (`first_tokens_of`), in row-major
-  order: `pooler_output` is (examples, hidden), one row per `next_sentence_label`.
+  order: `pooler_output` is (examples, hidden), one row per `next_sentence_label`. Found from `starts` its size is
+  the data's (a `nonzero`: torch.compile splits the graph there, and a GPU waits for the host); a packing
+  collator's `cls_positions` (one flat index per example, of the batch's own length) make it a gather of fixed
+  size, the one input this file reads beyond the standard ones, and optional. The SDPA / eager path reads nothing
+  else of a data-dependent size; `lengths` and `variable_length_kwargs` (the unpadding and flash-attention paths)
+  stay data-dependent.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ class PackedSequences:
 
     `starts`: (rows, seq) bool, True at each example's first token ([CLS]). `example_ids`: (rows, seq) long, the
     example's rank within its row from 1, 0 at padding. `lengths`: tokens per example in row-major order.
+    `cls_positions`: (examples,) long or None, each example's [CLS] in the flattened batch, row-major (a fixed-shape
+    batch repeats position 0 for its missing examples, whose labels are ignored).
     """
 
-    def __init__(self, starts: torch.Tensor, real: torch.Tensor):
-        self.starts, self.real = starts, real
+    def __init__(self, starts: torch.Tensor, real: torch.Tensor, cls_positions: torch.Tensor | None = None):
+        self.starts, self.real, self.cls_positions = starts, real, cls_positions
         self.example_ids = starts.cumsum(-1) * real
         self._lengths: torch.Tensor | None = None
 
@@ -47,9 +54,13 @@ class PackedSequences:
 
     @classmethod
     def from_inputs(
-        cls, position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None
+        cls,
+        position_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        cls_positions: torch.Tensor | None = None,
     ) -> PackedSequences | None:
-        """The examples of a packed batch, or None when no row holds more than one (or no position_ids)."""
+        """The examples of a packed batch, or None when no row holds more than one (or no position_ids). A batch
+        with `cls_positions` is read as packed even then: its pooler output is one row per position."""
         if position_ids is None or position_ids.dim() != 2:
             return None
         real = torch.ones_like(position_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
@@ -59,14 +70,28 @@ class PackedSequences:
         if torch.compiler.is_compiling():
             # Checking the data would split the compiled graph: every row is taken as packed (one example per
             # row is a packed row too, with the same results when it starts at position 0, as collated).
-            return cls(starts, real)
-        if not bool(starts[:, 1:].any()):
+            return cls(starts, real, cls_positions)
+        if cls_positions is not None:
+            cls._check_cls_positions(starts, cls_positions)
+        elif not bool(starts[:, 1:].any()):
             return None
         if not bool((starts[:, 0] | ~real[:, 0]).all()):
             raise ValueError(
                 "a packed row must begin with an example: position_ids must be 0 at each row's first token"
             )
-        return cls(starts, real)
+        return cls(starts, real, cls_positions)
+
+    @staticmethod
+    def _check_cls_positions(starts: torch.Tensor, cls_positions: torch.Tensor) -> None:
+        """Every example's [CLS] in row-major order, then (missing examples) any [CLS] again."""
+        flat = starts.flatten()
+        first = flat.nonzero().flatten()
+        listed = cls_positions[: first.numel()]
+        if not torch.equal(listed, first) or not bool(flat[cls_positions].all()):
+            raise ValueError(
+                "cls_positions must name each example's [CLS] (position_ids == 0 at a real token) in row-major "
+                "order, then only [CLS] positions"
+            )
 
     @property
     def num_examples(self) -> int:
@@ -74,7 +99,9 @@ class PackedSequences:
 
     def first_tokens_of(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """(rows, seq, hidden) -> (examples, 1, hidden): each example's [CLS] as a one-token sequence (what the
-        pooler reads), in row-major order."""
+        pooler reads), in row-major order; at `cls_positions` when given (a gather of their fixed size)."""
+        if self.cls_positions is not None:
+            return hidden_states.flatten(0, 1)[self.cls_positions].unsqueeze(1)
         return hidden_states[self.starts].unsqueeze(1)
 
     def block_diagonal_mask(self) -> torch.Tensor:

@@ -71,22 +71,35 @@ class PhaseCollator:
     """Routes each batch to the collator of its phase (dynamic masking uses each phase's prediction budget);
     rows that carry their masks (the held-out slice) always keep them, with their phase's prediction budget.
     With `packing`, each phase packs its batches into rows of its max_seq_length; `compiled` (torch.compile)
-    then makes every row that long, so that only the number of rows changes between batches (one
-    recompilation, not two)."""
+    then gives each phase's batches one shape (`PackingCollator.fixed_shape`): rows of max_seq_length,
+    `rows_per_example[phase]` rows per example (`packed_rows_per_example` of the phase's padding statistics; one
+    row per example without them, enough for any batch), one NSP label and [CLS] position per example."""
 
-    def __init__(self, tokenizer, phases: list[PreTrainingDataConfig], packing: bool = False, compiled: bool = False):
-        def fixed(cfg):
-            return {"pad_to_multiple_of": cfg.max_seq_length} if packing and compiled else {}
+    def __init__(
+        self,
+        tokenizer,
+        phases: list[PreTrainingDataConfig],
+        packing: bool = False,
+        compiled: bool = False,
+        rows_per_example: list[float] | None = None,
+    ):
+        shares = rows_per_example or [1.0] * len(phases)
 
-        def static(cfg):
+        def fixed(share):
+            return {"fixed_shape": True, "rows_per_example": share} if packing and compiled else {}
+
+        def static(cfg, share):
             slots = {"max_predictions_per_seq": cfg.max_predictions_per_seq}
             if packing:
-                return PackingCollator(tokenizer, max_seq_length=cfg.max_seq_length, **slots, **fixed(cfg))
+                return PackingCollator(tokenizer, max_seq_length=cfg.max_seq_length, **slots, **fixed(share))
             return PreTrainingCollator(tokenizer, **slots)
 
         collator = PackingCollator if packing else PreTrainingCollator
-        self.collators = [(cfg.max_seq_length, collator.from_config(tokenizer, cfg, **fixed(cfg))) for cfg in phases]
-        self.static = [(cfg.max_seq_length, static(cfg)) for cfg in phases]
+        self.collators = [
+            (cfg.max_seq_length, collator.from_config(tokenizer, cfg, **fixed(share)))
+            for cfg, share in zip(phases, shares, strict=True)
+        ]
+        self.static = [(cfg.max_seq_length, static(cfg, share)) for cfg, share in zip(phases, shares, strict=True)]
 
     def __call__(self, features):
         collators = self.static if "masked_lm_positions" in features[0] else self.collators

@@ -33,7 +33,8 @@ def pretraining_sums(
     (slots, vocab) when the model was given `masked_positions` (pass them here too). The "mlm" entries are the
     token-level task's: masked tokens, or for a left-to-right objective the next tokens (its labels are
     shifted by the collator). Without `next_sentence_label` (an objective without NSP) the NSP entries are 0, so
-    the loss built from them has no NSP term."""
+    the loss built from them has no NSP term; NSP labels -100 (a fixed-shape batch's missing examples) count for
+    nothing."""
     if prediction_logits.dim() == 2 and masked_positions is not None:
         mlm_logits, mlm_labels = prediction_logits.float(), labels.reshape(-1)[masked_positions.reshape(-1)]
     else:
@@ -54,7 +55,7 @@ def pretraining_sums(
         + [
             F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
             (nsp_logits.argmax(-1) == next_sentence_label).sum().float(),
-            torch.tensor(float(next_sentence_label.numel()), device=nsp_logits.device),
+            next_sentence_label.ne(IGNORE_INDEX).sum().float(),  # a fixed-shape packed batch pads with -100
         ]
     )
 
@@ -111,7 +112,11 @@ class PreTrainingTrainer(EngineTrainer):
         counts = torch.tensor(
             [
                 sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in batch_samples),
-                sum(int(b["next_sentence_label"].numel()) for b in batch_samples if "next_sentence_label" in b),
+                sum(
+                    int(b["next_sentence_label"].ne(IGNORE_INDEX).sum())
+                    for b in batch_samples
+                    if "next_sentence_label" in b
+                ),
             ],
             dtype=torch.float64,
             device=device,
