@@ -50,6 +50,10 @@ SPEED_SWITCHES = {
     "fast_dropout": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of 1/32768).",
     "tied_gradients": "Speed: the token lookup adds its gradient rows into the tied MLM decoder's gradient "
     "(one vocab-sized buffer instead of three); the same gradients.",
+    "fused_qkv": "Speed: the query, key and value projections as one (hidden -> 3 x hidden) matrix product "
+    "(the same parameters and checkpoints).",
+    "measured_sdpa": "Speed on CUDA: SDPA runs under the backend measured fastest at the shape (cuDNN, "
+    "memory-efficient; never one that drops the padding mask or dropout).",
 }
 
 
@@ -198,6 +202,13 @@ class BertReproConfig(PreTrainedConfig):
         tied_gradients (`bool`, False): in training, the token embeddings' lookup adds its gradient rows straight
             into the gradient of the MLM decoder that shares the weight, instead of autograd building two dense
             (vocab, H) gradients and summing them. The same gradients; for the models with an MLM head.
+        fused_qkv (`bool`, False): the query, key and value projections run as one matrix product (hidden ->
+            3 x hidden), its weight and bias concatenated from the three `nn.Linear`s in every forward (cheap next to
+            the product, and differentiable), so the parameters, state_dict keys and checkpoints are unchanged.
+        measured_sdpa (`bool`, False): with `attn_implementation="sdpa"` on CUDA, SDPA runs under the backend
+            order measured fastest for the call's shape (`attention_backend.py`, filled from
+            benchmarks/gpu_micro.py), among the backends that keep the padding mask and dropout; on CPU, transformers'
+            SDPA call unchanged.
 
         objective (`str`, "mlm_nsp"): the pre-training objective (`PRETRAINING_OBJECTIVES`, the paper's Table 5):
             "mlm_nsp" (BERT), "mlm" (No NSP) or "ltr" (a left-to-right language model: causal attention, pooler on
@@ -229,6 +240,8 @@ class BertReproConfig(PreTrainedConfig):
     fast_dropout: bool = False
     last_layer_subset: bool = False
     tied_gradients: bool = False
+    fused_qkv: bool = False
+    measured_sdpa: bool = False
     sparse_prediction: bool = False
     objective: str = DEFAULT_OBJECTIVE
 

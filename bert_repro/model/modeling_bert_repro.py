@@ -31,7 +31,7 @@ constructors: `PAPER_PARTS` here. This file knows nothing of the speed switches 
 `bert_repro` exports are subclasses in `speed_paths.py` that pass the parts their config's switches pick (one
 table there). Their seams here: the encoder gets the (batch, seq) padding mask and builds the kernel's mask
 itself; a forward's `**kwargs` reach the encoder, each layer and the attention kernel; `attention_function` picks
-the kernel. A packed batch (several examples per row, `position_ids` restarting at each [CLS]) is read with
+the kernel and `query_key_value` computes the projections. A packed batch (several examples per row, `position_ids` restarting at each [CLS]) is read with
 `packed_sequences.py`. This file and the modules it imports are the code `save_pretrained` copies next to the weights
 (what `trust_remote_code=True` runs: the paper's model, which ignores the switches as transformers' BERT does).
 """
@@ -184,14 +184,17 @@ class BertReproSelfAttention(nn.Module):
         for "eager". (A seam: the speed paths' self-attention overrides it, `fast_dropout.py`.)"""
         return ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention)
 
+    def query_key_value(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The three projections, each (..., hidden). (A seam: the speed paths' self-attention computes them as one
+        product, `fused_qkv`.)"""
+        return self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
+
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
         """(batch, seq, hidden) -> context (batch, seq, hidden) and the probabilities (eager kernel) or None.
         kwargs go to the kernel (e.g. position_ids, or cu_seq_lens_* for packed sequences with flash attention)."""
         input_shape = hidden_states.shape[:-1]
         shape = (*input_shape, self.num_heads, self.head_size)
-        query = self.query(hidden_states).view(shape).transpose(1, 2)
-        key = self.key(hidden_states).view(shape).transpose(1, 2)
-        value = self.value(hidden_states).view(shape).transpose(1, 2)
+        query, key, value = (x.view(shape).transpose(1, 2) for x in self.query_key_value(hidden_states))
         context, probs = self.attention_function(hidden_states)(
             self,
             query,

@@ -17,10 +17,13 @@ The table, switch -> part: class (module):
   `SpeedSelfAttention`, whose kernel is then `eager_attention_fast_dropout`.
 - tied_gradients (training with an MLM head): embeddings: `TiedGradientEmbeddings`, MLM head:
   `TiedGradientMLMHead` (tied_gradients.py), given one link by the models with an MLM head.
+- fused_qkv (any device): self-attention: `SpeedSelfAttention`, its Q/K/V projections one matrix product.
+- measured_sdpa (SDPA on CUDA): self-attention: `SpeedSelfAttention`, whose kernel is then
+  `measured_sdpa_attention` (attention_backend.py).
 Two switches that build the same part build it with the same class, whose options
-(`SpeedEncoder.unpad_inputs`, `.last_layer_subset`, `SpeedSelfAttention.fast_dropout`) are the config's. Each
-module's docstring says how much it speeds up, as measured in benchmarks/README.md. Regional `torch.compile`
-is not a config switch: `model.compile_layers()`.
+(`SpeedEncoder.unpad_inputs`, `.last_layer_subset`, `SpeedSelfAttention.fast_dropout`, `.fused_qkv`,
+`.measured_sdpa`) are the config's. Each module's docstring says how much it speeds up, as measured in
+benchmarks/README.md. Regional `torch.compile` is not a config switch: `model.compile_layers()`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ SPEED_PATHS: dict[str, dict[str, type[nn.Module]]] = {
     "last_layer_subset": _ROWS,
     "fast_dropout": {"dropout": FastDropout, "self_attention": SpeedSelfAttention},
     "tied_gradients": {"embeddings": TiedGradientEmbeddings, "mlm_head": TiedGradientMLMHead},
+    "fused_qkv": {"self_attention": SpeedSelfAttention},
+    "measured_sdpa": {"self_attention": SpeedSelfAttention},
 }
 assert tuple(SPEED_PATHS) == tuple(SPEED_SWITCHES), "one entry per config switch, in the config's order"
 

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils.generic import is_flash_attention_requested
 
+from .attention_backend import measured_sdpa_attention
 from .fast_dropout import eager_attention_fast_dropout, takes_fast_dropout_kernel
 from .grouped_attention import GroupedAttention
 from .last_layer_subset import place_rows, select_rows
@@ -180,17 +181,28 @@ def attention_path(self_attention: BertReproSelfAttention, hidden_states: torch.
 class SpeedSelfAttention(BertReproSelfAttention):
     """The self-attention of the speed paths: over a (tokens, hidden) matrix of real tokens along `unpadded.path`,
     or, without `unpadded`, the model file's self-attention. `read_rows`: the rows of the context to return (all
-    when None). Option `fast_dropout` (the config's): the kernel is `eager_attention_fast_dropout` when training
-    on CPU with the eager or SDPA implementation."""
+    when None). Options (the config's): `fast_dropout`: the kernel is `eager_attention_fast_dropout` when training
+    on CPU with the eager or SDPA implementation; `fused_qkv`: the Q/K/V projections are one matrix product on
+    every path; `measured_sdpa`: the SDPA kernel is `measured_sdpa_attention` (the backend measured fastest on
+    CUDA; transformers' SDPA call elsewhere)."""
 
     def __init__(self, config):
         super().__init__(config)
         self.fast_dropout = config.fast_dropout
+        self.fused_qkv = config.fused_qkv
+        self.measured_sdpa = config.measured_sdpa
 
     def attention_function(self, hidden_states: torch.Tensor):
         if self.fast_dropout and takes_fast_dropout_kernel(self, hidden_states):
             return eager_attention_fast_dropout
+        if self.measured_sdpa and self.config._attn_implementation == "sdpa":
+            return measured_sdpa_attention
         return super().attention_function(hidden_states)
+
+    def query_key_value(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if not self.fused_qkv:
+            return super().query_key_value(hidden_states)
+        return self._fused_projection(hidden_states).chunk(3, dim=-1)
 
     def forward(
         self,
@@ -236,7 +248,7 @@ class SpeedSelfAttention(BertReproSelfAttention):
                 context, _ = kernel(self, query, key, value, key_mask, scaling=self.scaling, dropout=dropout, **kwargs)
                 outputs.append(context.reshape(rows * seq, -1))
             return select_rows(torch.cat(outputs).index_select(0, groups.scatter), read_rows), None
-        query, key, value = (getattr(self, part)(hidden_states).view(shape) for part in ("query", "key", "value"))
+        query, key, value = (x.view(shape) for x in self.query_key_value(hidden_states))
         if unpadded.path == VARIABLE_LENGTH:
             # The sequences lie one after the other in a batch of one, told apart by cu_seqlens.
             context, probs = kernel(

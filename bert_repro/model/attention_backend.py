@@ -1,0 +1,133 @@
+"""Which of SDPA's CUDA backends runs attention: the `measured_sdpa` switch (issue 41, item 2).
+
+torch's `scaled_dot_product_attention` takes the first backend of a fixed priority order that accepts the call. With
+the key-padding mask BERT needs, the flash backend never accepts it (it takes no mask), so the choice is among cuDNN,
+memory-efficient and math, and which of them is fastest depends on the card and the shape. Here the order comes from
+a measurement: `MEASURED_ORDER` holds, per shape class, the backends fastest first as the stage `attention` of
+benchmarks/gpu_micro.py timed them (forward + backward, bf16, dropout 0.1, with and without the mask), and
+`backend_order` reads it for each call. Only backends that compute what the paper's attention computes are ever
+named: every masked key gets exactly zero weight and dropout is applied to the probabilities. So for a masked call
+the flash backend is dropped from any order (it cannot take the mask), math always ends the order (it accepts every
+call, so a call never fails for want of a backend), and the microbenchmark keeps a backend in the table only if its
+masked output equalled math's (`table_from_micro`).
+
+On CPU, and in eval or training alike, `measured_sdpa_attention` is transformers' `sdpa_attention_forward` itself:
+the switch changes nothing there. On CUDA it is the same call under `torch.nn.attention.sdpa_kernel(order,
+set_priority=True)`, which dynamo traces without a graph break. Until the GPU fills the table, every shape class gets
+`DEFAULT_ORDER` (cuDNN, then memory-efficient, then math: all three keep the mask and dropout).
+
+FlashAttention through a fixed-shape variable-length call (each row two segments, its tokens and its padding) is
+measured by the microbenchmark (`flash_varlen_attention`), not chosen here: it needs each row's real tokens to come
+first, which a 4-D mask does not promise.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+# The backends by the names the microbenchmark's rows and the table use.
+BACKENDS: dict[str, SDPBackend] = {
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+# Backends that cannot take an attention mask: never chosen for a masked call.
+MASKLESS = frozenset({"flash"})
+DEFAULT_ORDER: tuple[str, ...] = ("cudnn", "efficient", "math")
+# Sequence lengths are grouped into classes by the smallest of these that holds them (longer: the last).
+SEQ_CLASSES = (128, 256, 512)
+
+# (head_size, sequence class, masked) -> backend names, fastest first, as benchmarks/gpu_micro.py's stage
+# `attention` measured them (`python benchmarks/gpu_micro.py --table RESULTS.json` prints the entries to put here).
+# Empty until a GPU session measures it: every shape then takes DEFAULT_ORDER.
+MEASURED_ORDER: dict[tuple[int, int, bool], tuple[str, ...]] = {}
+
+
+def shape_class(seq_len: int, head_size: int, masked: bool) -> tuple[int, int, bool]:
+    """The key of `MEASURED_ORDER` for a call: (head_size, the smallest of `SEQ_CLASSES` >= seq_len, masked)."""
+    seq_class = next((s for s in SEQ_CLASSES if seq_len <= s), SEQ_CLASSES[-1])
+    return head_size, seq_class, masked
+
+
+def backend_order(seq_len: int, head_size: int, masked: bool, table=None) -> tuple[str, ...]:
+    """The backends to try, in order, for a call of this shape: the measured order (`table`, by default
+    `MEASURED_ORDER`) or `DEFAULT_ORDER`, less the backends that cannot take a mask when `masked`, ending with math."""
+    table = MEASURED_ORDER if table is None else table
+    order = table.get(shape_class(seq_len, head_size, masked), DEFAULT_ORDER)
+    kept = [name for name in order if name in BACKENDS and not (masked and name in MASKLESS) and name != "math"]
+    return (*kept, "math")
+
+
+def measured_sdpa_attention(
+    module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs
+) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA kernel, on CUDA under the backend order `backend_order` gives for the call's shape.
+    query/key/value: (batch, heads, seq, head_size); attention_mask: as the SDPA interface takes it."""
+    if not query.is_cuda:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+    order = backend_order(key.shape[-2], query.shape[-1], attention_mask is not None)
+    return sdpa_under(order, module, query, key, value, attention_mask, scaling, dropout, **kwargs)
+
+
+def sdpa_under(
+    order: tuple[str, ...], module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs
+) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA kernel with SDPA taking the first backend of `order` (names of `BACKENDS`) that accepts
+    the call."""
+    with sdpa_kernel([BACKENDS[name] for name in order], set_priority=True):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+
+
+def flash_varlen_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths: torch.Tensor, dropout: float, scaling: float
+) -> torch.Tensor:
+    """FlashAttention over a padded batch as one variable-length call of fixed shape: row i is two segments, its
+    `lengths[i]` real tokens (first) and its padding, so `cu_seqlens = [i*L, i*L + len_i, (i+1)*L]` and no token of
+    one segment sees the other's. query/key/value: (batch, seq, heads, head_size), CUDA, fp16/bf16; returns the
+    context in that layout (values at padding positions are padding attending to padding: never to be read).
+    Differentiable: aten's `_flash_attention_forward` has its backward registered."""
+    batch, seq = query.shape[:2]
+    starts = torch.arange(batch, device=query.device, dtype=torch.int32) * seq
+    bounds = torch.stack([starts, starts + lengths.to(torch.int32)], dim=1).flatten()
+    cu_seqlens = torch.cat([bounds, bounds.new_full((1,), batch * seq)])
+    flat = [x.reshape(batch * seq, *x.shape[2:]) for x in (query, key, value)]
+    output = torch.ops.aten._flash_attention_forward(
+        *flat, cu_seqlens, cu_seqlens, seq, seq, dropout, False, False, scale=scaling
+    )[0]
+    return output.view(query.shape)
+
+
+def table_from_micro(report: dict, tolerance: float = 2e-2) -> dict[tuple[int, int, bool], tuple[str, ...]]:
+    """`MEASURED_ORDER` entries from gpu_micro.py's JSON: for each shape and mask setting of the stage `attention`,
+    the SDPA backends that ran and whose output without dropout equalled math's within `tolerance` (bf16), fastest
+    first. A backend that failed, or that gave other values (a mask ignored), is left out."""
+    table: dict[tuple[int, int, bool], list[tuple[float, str]]] = {}
+    for row in report.get("stages", {}).get("attention", {}).get("rows", []):
+        name = row.get("backend")
+        if name not in BACKENDS or row.get("error") or row.get("max_abs_diff_vs_math") is None:
+            continue
+        if row["max_abs_diff_vs_math"] > tolerance or (row["masked"] and name in MASKLESS):
+            continue
+        key = shape_class(row["seq"], row["head_size"], row["masked"])
+        table.setdefault(key, []).append((row["fwd_bwd_ms"], name))
+    return {key: tuple(name for _, name in sorted(rows)) for key, rows in table.items()}
+
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_ORDER",
+    "MEASURED_ORDER",
+    "backend_order",
+    "flash_varlen_attention",
+    "measured_sdpa_attention",
+    "sdpa_under",
+    "shape_class",
+    "table_from_micro",
+]
