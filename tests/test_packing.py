@@ -17,6 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import math
 from itertools import pairwise
+from types import SimpleNamespace
 
 import datasets
 import pytest
@@ -289,7 +290,7 @@ def test_fixed_shape_batch_compiles_to_one_graph_with_the_unpacked_results(token
     left in it), and the losses, the trainer's sums and every gradient of the unpacked batch in eager mode."""
     import torch._dynamo
 
-    from bert_repro.training.pretrain_trainer import pretraining_sums
+    from bert_repro.training.pretrain_trainer import PreTrainingTrainer, pretraining_sums
 
     rows, packed, unpacked = packed_and_unpacked(tokenizer, fixed_shape=True)
     model = tiny_model(tokenizer, "sdpa", sparse_prediction=True).train()
@@ -317,6 +318,9 @@ def test_fixed_shape_batch_compiles_to_one_graph_with_the_unpacked_results(token
         for out, batch in ((a, unpacked), (b, packed))
     ]
     assert sums[0][5] == len(rows) and torch.allclose(sums[0], sums[1], atol=1e-4)  # missing examples count for 0
+    trainer = SimpleNamespace(tokens_seen=0, accelerator=SimpleNamespace(num_processes=1))
+    counts = [PreTrainingTrainer._get_num_items_in_batch(trainer, [batch], "cpu") for batch in (unpacked, packed)]
+    assert counts[0].tolist() == counts[1].tolist() == [sums[0][2].item(), len(rows)]  # the global batch's counts
 
 
 def test_cls_positions_are_checked(tokenizer):
