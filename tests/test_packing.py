@@ -126,6 +126,10 @@ def test_padding_statistics_hand_checked():
     assert stats["padding_share_packed"] == pytest.approx(1 - 18 / 24)
     assert stats["rows_per_batch"] == 3
     assert stats["most_rows_at_full_width"] == 3 and packed_rows_per_example(stats) == 3 / 4
+    # The recipe's collator: each phase's share from its statistics, one row per example without them (streamed).
+    from bert_repro.training.pretrain_phases import packed_rows
+
+    assert packed_rows({"phase1": {"padding": stats}, "phase2": {"examples": 10}}, 2) == [3 / 4, 1.0]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from .optim import optimizer_cls_and_kwargs
 from .pretrain_arguments import PAPER_TRAINING_DEFAULTS, PreTrainingArguments, check_values
 from .pretrain_data import STREAM_STOP_EVERY, build_datasets, build_streaming_datasets
 from .pretrain_model import allow_data_dependent_shapes, build_model, check_lengths, model_config
-from .pretrain_phases import PhaseCollator, PhasedSampler, phase_configs, phase_steps  # noqa: F401
+from .pretrain_phases import PhaseCollator, PhasedSampler, packed_rows, phase_configs, phase_steps  # noqa: F401
 from .pretrain_records import log_statistics, log_table, plot_curves, repetition_warnings
 from .pretrain_resume import StopAfterSteps, TrainingClock, checkpoint_to_resume, forget_unstarted_run, tokens_trained
 from .pretrain_trainer import PreTrainingTrainer, metrics_from_sums, pretraining_sums  # noqa: F401
@@ -297,7 +297,13 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         if len(phases) == 1
         else datasets.concatenate_datasets(phases),
         eval_dataset=eval_dataset,
-        data_collator=PhaseCollator(tokenizer, phase_cfgs, packing=run.packing, compiled=training.torch_compile),
+        data_collator=PhaseCollator(
+            tokenizer,
+            phase_cfgs,
+            packing=run.packing,
+            compiled=training.torch_compile,
+            rows_per_example=packed_rows(statistics, len(phase_cfgs)),
+        ),
         processing_class=tokenizer,
         optimizer_cls_and_kwargs=optimizer_cls_and_kwargs(
             run.optimizer,

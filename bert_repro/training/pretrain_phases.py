@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from torch.utils.data import Sampler
 
-from ..data.pack_examples import PackingCollator
+from ..data.pack_examples import PackingCollator, packed_rows_per_example
 from ..data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig
 
 if TYPE_CHECKING:
@@ -67,13 +67,19 @@ class PhasedSampler(Sampler[int]):
             offset += size
 
 
+def packed_rows(statistics: dict, num_phases: int) -> list[float]:
+    """Each phase's packed rows per example for `PhaseCollator` from the recipe's data statistics (its padding
+    statistics, drawn with the training batch size); one row per example where a phase has none (streamed data)."""
+    return [packed_rows_per_example(statistics.get(f"phase{i + 1}", {}).get("padding", {})) for i in range(num_phases)]
+
+
 class PhaseCollator:
     """Routes each batch to the collator of its phase (dynamic masking uses each phase's prediction budget);
     rows that carry their masks (the held-out slice) always keep them, with their phase's prediction budget.
     With `packing`, each phase packs its batches into rows of its max_seq_length; `compiled` (torch.compile)
     then gives each phase's batches one shape (`PackingCollator.fixed_shape`): rows of max_seq_length,
-    `rows_per_example[phase]` rows per example (`packed_rows_per_example` of the phase's padding statistics; one
-    row per example without them, enough for any batch), one NSP label and [CLS] position per example."""
+    `rows_per_example[phase]` rows per example (`packed_rows`: from the phase's padding statistics; one row per
+    example without them, enough for any batch), one NSP label and [CLS] position per example."""
 
     def __init__(
         self,
