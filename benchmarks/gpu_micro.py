@@ -12,7 +12,7 @@ Stages (`STAGES`, name -> function; `--stages` picks them, in the order given):
 - `fp8`: forward + backward of BERT-BASE's four linear shapes at 32,768 tokens (768 -> 2304 fused Q/K/V or 768 -> 768
   each, 768 -> 768, 768 -> 3072, 3072 -> 768): bf16 autocast (fp32 weights, as the training step) against torchao's
   float8 training (`convert_to_float8_training`, dynamic tensorwise scaling), both `torch.compile`d on CUDA. Without
-  torchao each row says so.
+  torchao (the GPU image has none: carry its wheel) the stage says so.
 
 `--device cpu` runs every stage at tiny sizes as a smoke test (torchao's float8 emulated): no figure from it means
 anything, it proves the code and the JSON. Figures go to benchmarks/README.md, not here.

@@ -33,6 +33,7 @@ from common import machine, matmul_peak
 from transformers import BertConfig, BertForPreTraining
 
 from bert_repro import BertReproConfig, BertReproForPreTraining
+from bert_repro.training.fp8 import convert_to_fp8
 
 # The reference code's setting per phase: max_seq_length -> max_predictions_per_seq.
 PREDICTIONS = {128: 20, 512: 80}
@@ -234,6 +235,18 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
         "ours sdpa bf16": (lambda: ours(preset, vocab, initial), False, padded),
         "ours sdpa bf16 compile": (lambda: ours(preset, vocab, initial), True, padded),
         "ours sparse bf16 compile": (lambda: ours(preset, vocab, initial, sparse_prediction=True), True, padded),
+        # one Q/K/V product, SDPA under the backend measured fastest (attention_backend.MEASURED_ORDER)
+        "ours sparse qkv msdpa bf16 compile": (
+            lambda: ours(preset, vocab, initial, sparse_prediction=True, fused_qkv=True, measured_sdpa=True),
+            True,
+            padded,
+        ),
+        # opt-in FP8 (torchao float8 training of the blocks' linears; emulated off CUDA, for the dry run)
+        "ours sparse fp8 compile": (
+            lambda: convert_to_fp8(ours(preset, vocab, initial, sparse_prediction=True), emulate=args.device != "cuda"),
+            True,
+            padded,
+        ),
     }
     if args.packing:
         variants["ours packed sparse bf16"] = (

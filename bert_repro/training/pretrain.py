@@ -72,6 +72,7 @@ RUN_CONTROL_FIELDS = {
     *SPEED_SWITCHES,
     "compile_layers",  # speed switches: the same training either way
     "packing",  # the same examples per step and the same losses, packed or not
+    "fp8",  # opt-in precision of the blocks' products (runs recorded before it existed have no such field)
     "logging_steps",
     "report_to",
     "disable_tqdm",

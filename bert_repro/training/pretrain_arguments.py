@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .cli import ConfigurationError, SpeedSwitches, check_attention
+from .fp8 import fp8_problem
 
 # SPEC section 3: Adam lr 1e-4, betas 0.9/0.999, eps 1e-6, weight decay 0.01, 10,000 warm-up steps then linear
 # decay, clipping at 1.0, 1,000,000 steps. Lowest precedence: a YAML config and the command line override them.
@@ -120,6 +121,14 @@ class PreTrainingArguments(SpeedSwitches):
         default=True,
         metadata={"help": "Run the MLM decoder only at the masked positions (same loss and gradients, fewer FLOPs)."},
     )
+    fp8: bool = field(
+        default=False,
+        metadata={
+            "help": "Opt-in, not the paper's: the Transformer blocks' linear layers in float8 (torchao's float8 "
+            "training, dynamic scaling; bert_repro/training/fp8.py). Needs torchao, --bf16 and a CUDA card of compute "
+            "capability 8.9+ (refused elsewhere); gains under --torch_compile."
+        },
+    )
     packing: bool = field(
         default=False,
         metadata={
@@ -174,4 +183,6 @@ def check_values(run: PreTrainingArguments, training) -> None:
             "[0, 2**32); eval_fraction and phase2_fraction in [0, 1)."
         )
     if problem := check_attention(run.attn_implementation):
+        raise ConfigurationError(problem)
+    if run.fp8 and (problem := fp8_problem(training.bf16)):
         raise ConfigurationError(problem)

@@ -13,6 +13,7 @@ from ..model.configuration_bert_repro import DEFAULT_OBJECTIVE, BertReproConfig,
 from ..model.conversion import check_model_dir
 from ..model.speed_paths import BertReproForPreTraining
 from .cli import ConfigurationError
+from .fp8 import convert_to_fp8
 
 if TYPE_CHECKING:
     from ..data.pretraining_examples import PreTrainingDataConfig
@@ -87,6 +88,8 @@ def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDa
         # model must); frozen so that DDP finds no unused parameter and weight decay leaves them alone.
         model.bert.pooler.requires_grad_(False)
         model.cls.seq_relationship.requires_grad_(False)
+    if run.fp8:  # opt-in; `check_values` refused it where it cannot run
+        convert_to_fp8(model)
     return model.compile_layers() if run.compile_layers else model
 
 

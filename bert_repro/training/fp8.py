@@ -1,0 +1,75 @@
+"""FP8 training of the encoder's linear layers, opt-in (`--fp8`, issue 41 item 4): torchao's float8 training.
+
+Not the paper's setup and never a default: the matrix products of the Transformer blocks (Q/K/V, the attention
+output, the feed-forward network's two) run with float8 inputs and weights (e4m3 forward, e5m2 gradients, dynamic
+per-tensor scales), while the master weights, the optimizer and every other operation stay as `--bf16` makes them.
+The conversion is torchao's `convert_to_float8_training`, the one Accelerate's `mixed_precision="fp8"` with the AO
+backend calls in `prepare` (`accelerate.utils.ao.convert_model_to_fp8_ao`). Trainer cannot ask Accelerate for it:
+it passes only "fp16"/"bf16" (or the ACCELERATE_MIXED_PRECISION environment variable, which `--bf16` overrides) and
+no recipe handler, so the emulation that tests on a CPU need, or our choice of layers, cannot reach it. The recipe
+therefore converts the model itself when it builds it, with `fp8_layer_filter`: the blocks' linears only, as torchao
+advises (the first and last layers, here the MLM head's transform and decoder, and the small pooler and NSP head,
+stay in bf16: too small to gain, and the decoder's logits are the most sensitive). Parameter names are unchanged
+(`Float8Linear` keeps `weight` and `bias`), so checkpoints are the plain model's.
+
+torchao runs the float8 products on CUDA cards of compute capability 8.9 or more (Ada, Hopper) and gains only under
+`torch.compile`; elsewhere `--fp8` is refused (`fp8_problem`). Tests run it on CPU with torchao's emulation
+(`convert_to_fp8(model, emulate=True)`). Paths that read the linears' weights instead of calling the modules
+(`fused_qkv`, and `unpad_inputs`' grouped attention, which concatenate Q/K/V) run those products in bf16.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+
+# The linears of the Transformer blocks: bert.encoder.layer.<i>.(attention.self.query|key|value,
+# attention.output.dense, intermediate.dense, output.dense).
+BLOCK_LINEAR = re.compile(r"(^|\.)encoder\.layer\.\d+\.")
+# torch._scaled_mm wants both sides of the product in multiples of 16.
+FP8_MULTIPLE = 16
+# torchao's float8 products need compute capability 8.9 (Ada) or more.
+MIN_CAPABILITY = (8, 9)
+
+
+def fp8_layer_filter(module: nn.Module, fqn: str) -> bool:
+    """Whether `convert_to_float8_training` converts the module at `fqn`: an nn.Linear inside a Transformer block,
+    both sizes multiples of 16."""
+    return (
+        isinstance(module, nn.Linear)
+        and BLOCK_LINEAR.search(fqn) is not None
+        and module.in_features % FP8_MULTIPLE == 0
+        and module.out_features % FP8_MULTIPLE == 0
+    )
+
+
+def fp8_problem(bf16: bool) -> str | None:
+    """Why `--fp8` cannot run here (None when it can): torchao missing, no CUDA card of compute capability 8.9+, or
+    no `--bf16` (the float8 products run inside bf16 autocast)."""
+    try:
+        import torchao.float8  # noqa: F401
+    except ImportError:
+        return "--fp8 needs torchao (pip install torchao), which is not installed."
+    if not torch.cuda.is_available():
+        return "--fp8 needs a CUDA GPU of compute capability 8.9 or more (Ada, Hopper); none is visible."
+    if torch.cuda.get_device_capability() < MIN_CAPABILITY:
+        name, capability = torch.cuda.get_device_name(), torch.cuda.get_device_capability()
+        return f"--fp8 needs compute capability 8.9 or more; {name} has {capability[0]}.{capability[1]}."
+    if not bf16:
+        return "--fp8 runs inside bf16 mixed precision: add --bf16 true."
+    return None
+
+
+def convert_to_fp8(model: nn.Module, emulate: bool = False) -> nn.Module:
+    """The model with its blocks' linears replaced by torchao's `Float8Linear` (in place; the same parameters).
+    emulate: torchao computes the float8 products in higher precision with float8 rounding (any device; tests)."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    return convert_to_float8_training(
+        model, module_filter_fn=fp8_layer_filter, config=Float8LinearConfig(emulate=emulate)
+    )
+
+
+__all__ = ["convert_to_fp8", "fp8_layer_filter", "fp8_problem"]
