@@ -102,14 +102,21 @@ class Examples:
         return cls(rows, int(data["vocab_size"]))
 
 
-def collators(tokenizer_dir: Path, width: int):
-    """The recipe's own collators: padded to `width` (fixed shapes, what a compiled model wants), and packed."""
-    from bert_repro.data.pack_examples import PackingCollator
+def collators(tokenizer_dir: Path, width: int, batches: list[list[dict]]):
+    """The recipe's own collators: padded to `width` (fixed shapes, what a compiled model wants), and packed as the
+    recipe packs for a compiled step (`fixed_shape`): rows of `width`, as many in every batch as the one of `batches`
+    that needs the most (the recipe takes that count from its data statistics), one [CLS] position per example."""
+    from bert_repro.data.pack_examples import PackingCollator, first_fit_decreasing
     from bert_repro.data.pretraining_examples import PreTrainingCollator
     from bert_repro.data.wordpiece import load_tokenizer
 
     tokenizer = load_tokenizer(str(tokenizer_dir))
-    return PreTrainingCollator(tokenizer, pad_to_multiple_of=width), PackingCollator(tokenizer, max_seq_length=width)
+    size = len(batches[0])
+    rows = max(len(first_fit_decreasing([len(r["input_ids"]) for r in b], width)) for b in batches)
+    packing = PackingCollator(
+        tokenizer, max_seq_length=width, fixed_shape=True, examples=size, rows_per_example=rows / size
+    )
+    return PreTrainingCollator(tokenizer, pad_to_multiple_of=width), packing
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -215,10 +222,10 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
     batch_size = args.batch_128 if length <= 128 else args.batch_512
     need = batch_size * (args.warmup + args.steps)
     rows = (examples.rows * (1 + need // len(examples.rows)))[:need]
-    pad, pack = collators(Path(args.examples) / "tokenizer", length)
     batches = [rows[k * batch_size : (k + 1) * batch_size] for k in range(args.warmup + args.steps)]
+    pad, pack = collators(Path(args.examples) / "tokenizer", length, batches)
     padded = [pad(b) for b in batches]
-    # The same examples per step, packed into fewer rows (their number varies from step to step).
+    # The same examples per step, packed into fewer rows: the same number in every step (one compiled graph).
     packed = [pack(b) for b in batches]
     lengths = [len(r["input_ids"]) for r in rows[args.warmup * batch_size :]]
     vocab = examples.vocab_size
