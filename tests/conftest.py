@@ -9,6 +9,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # tiny models gain nothing from a second thread, and OpenMP threads that wait for a core another process holds
 # (two DDP ranks, DataLoader workers, anything else on the machine) made a training step tens of times slower.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Our Triton kernels (the fused_dropout_add_norm switch) run on the CPU under Triton's interpreter, so every test
+# that turns the switch on checks the kernels themselves. Set before anything imports triton: triton decides at
+# import whether its own library functions (tl.sum, tl.randint4x) are interpreted.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import json
 import random

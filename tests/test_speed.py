@@ -604,7 +604,16 @@ def test_model_file_holds_no_speed_machinery():
     )
 
 
-SPEED_MODULES = {"speed_paths", "unpadding", "grouped_attention", "last_layer_subset", "fast_dropout", "tied_gradients"}
+SPEED_MODULES = {
+    "speed_paths",
+    "unpadding",
+    "grouped_attention",
+    "last_layer_subset",
+    "fast_dropout",
+    "tied_gradients",
+    "dropout_add_layer_norm",
+    "dropout_add_layer_norm_kernels",
+}
 
 
 def test_no_import_cycle_through_the_model_file_or_a_speed_module():
@@ -690,6 +699,8 @@ def _parts(model) -> dict[str, set[type]]:
         "encoder": {type(bert.encoder)},
         "layer": {type(layer) for layer in bert.encoder.layer},
         "self_attention": {type(layer.attention.self) for layer in bert.encoder.layer},
+        "self_output": {type(layer.attention.output) for layer in bert.encoder.layer},
+        "output": {type(layer.output) for layer in bert.encoder.layer},
         "dropout": {type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)},
         "mlm_head": {type(m) for m in model.modules() if isinstance(m, modeling.BertReproMLMHead)},
     }

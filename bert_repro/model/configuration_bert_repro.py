@@ -50,11 +50,18 @@ SPEED_SWITCHES = {
     "fast_dropout": "Speed on CPU: dropout masks from 15-bit random numbers (p rounded to a multiple of 1/32768).",
     "tied_gradients": "Speed: the token lookup adds its gradient rows into the tied MLM decoder's gradient "
     "(one vocab-sized buffer instead of three); the same gradients.",
+    "fused_dropout_add_norm": "Speed on CUDA: dropout + residual add + LayerNorm of every block in one Triton kernel, "
+    "forward and backward (the mask regenerated, not stored; p rounded to a multiple of 1/65536).",
     "fused_qkv": "Speed: the query, key and value projections as one (hidden -> 3 x hidden) matrix product "
     "(the same parameters and checkpoints).",
     "measured_sdpa": "Speed on CUDA: SDPA runs under the backend measured fastest at the shape (cuDNN, "
     "memory-efficient; never one that drops the padding mask or dropout).",
 }
+# The switches whose modules compile into the one graph of a `torch.compile`d step (no data-dependent shapes, no
+# Python-side randomness); the others split it (`SpeedSwitches.torch_compile_warning`).
+ONE_GRAPH_SWITCHES = ("fused_dropout_add_norm", "fused_qkv", "measured_sdpa")
+# The residual stream's dtype with `fused_dropout_add_norm` (config.residual_dtype).
+RESIDUAL_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -202,6 +209,14 @@ class BertReproConfig(PreTrainedConfig):
         tied_gradients (`bool`, False): in training, the token embeddings' lookup adds its gradient rows straight
             into the gradient of the MLM decoder that shares the weight, instead of autograd building two dense
             (vocab, H) gradients and summing them. The same gradients; for the models with an MLM head.
+        fused_dropout_add_norm (`bool`, False): for training on CUDA: `LayerNorm(residual + dropout(x))` at the end
+            of both halves of every block runs as one Triton kernel, forward and backward
+            (`dropout_add_layer_norm.py`); the dropout mask is regenerated in the backward from its Philox seed,
+            the drop probability rounded to a multiple of 1/65536 (kept values scaled to keep the expectation).
+            The same arithmetic in float32 otherwise; on devices without the kernel, the paper's modules' ops.
+        residual_dtype (`str`, "float32"): with `fused_dropout_add_norm`, the dtype of the residual stream (the
+            blocks' outputs): "float32" computes what autocast computes; "bfloat16" (opt-in) halves its bytes and
+            changes the numerics (the stream rounded to bf16 at every block).
         fused_qkv (`bool`, False): the query, key and value projections run as one matrix product (hidden ->
             3 x hidden), its weight and bias concatenated from the three `nn.Linear`s in every forward (cheap next to
             the product, and differentiable), so the parameters, state_dict keys and checkpoints are unchanged.
@@ -240,6 +255,8 @@ class BertReproConfig(PreTrainedConfig):
     fast_dropout: bool = False
     last_layer_subset: bool = False
     tied_gradients: bool = False
+    fused_dropout_add_norm: bool = False
+    residual_dtype: str = "float32"
     fused_qkv: bool = False
     measured_sdpa: bool = False
     sparse_prediction: bool = False
@@ -278,6 +295,8 @@ class BertReproConfig(PreTrainedConfig):
             raise ValueError(
                 f"initializer_distribution must be one of {INIT_DISTRIBUTIONS}, got {self.initializer_distribution!r}."
             )
+        if self.residual_dtype not in RESIDUAL_DTYPES:
+            raise ValueError(f"residual_dtype must be one of {RESIDUAL_DTYPES}, got {self.residual_dtype!r}.")
         if self.position_embedding_type != "absolute":
             raise ValueError(
                 f"position_embedding_type={self.position_embedding_type!r} is not supported: BERT uses learned "
@@ -339,6 +358,7 @@ __all__ = [
     "PRESETS",
     "PRETRAINING_OBJECTIVES",
     "PreTrainingObjective",
+    "ONE_GRAPH_SWITCHES",
     "SPEED_SWITCHES",
     "pretraining_objective",
 ]

@@ -87,6 +87,8 @@ class BertReproParts:
     encoder: type[nn.Module]
     layer: type[nn.Module]
     self_attention: type[nn.Module]
+    self_output: type[nn.Module]
+    output: type[nn.Module]
     dropout: type[nn.Module]
     mlm_head: type[nn.Module]
 
@@ -225,7 +227,7 @@ class BertReproAttention(nn.Module):
     def __init__(self, config: BertReproConfig, parts: BertReproParts):
         super().__init__()
         self.self = parts.self_attention(config)
-        self.output = BertReproSelfOutput(config, parts)
+        self.output = parts.self_output(config, parts)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
         context, probs = self.self(hidden_states, attention_mask, **kwargs)
@@ -265,7 +267,7 @@ class BertReproLayer(GradientCheckpointingLayer):
         parts = parts or PAPER_PARTS
         self.attention = BertReproAttention(config, parts)
         self.intermediate = BertReproIntermediate(config)
-        self.output = BertReproOutput(config, parts)
+        self.output = parts.output(config, parts)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
         attention_output, probs = self.attention(hidden_states, attention_mask, **kwargs)
@@ -392,6 +394,8 @@ PAPER_PARTS = BertReproParts(
     encoder=BertReproEncoder,
     layer=BertReproLayer,
     self_attention=BertReproSelfAttention,
+    self_output=BertReproSelfOutput,
+    output=BertReproOutput,
     dropout=nn.Dropout,
     mlm_head=BertReproMLMHead,
 )

@@ -17,6 +17,8 @@ The table, switch -> part: class (module):
   `SpeedSelfAttention`, whose kernel is then `eager_attention_fast_dropout`.
 - tied_gradients (training with an MLM head): embeddings: `TiedGradientEmbeddings`, MLM head:
   `TiedGradientMLMHead` (tied_gradients.py), given one link by the models with an MLM head.
+- fused_dropout_add_norm (training on CUDA): attention output: `FusedSelfOutput`, feed-forward output:
+  `FusedOutput` (dropout_add_layer_norm.py).
 - fused_qkv (any device): self-attention: `SpeedSelfAttention`, its Q/K/V projections one matrix product.
 - measured_sdpa (SDPA on CUDA): self-attention: `SpeedSelfAttention`, whose kernel is then
   `measured_sdpa_attention` (attention_backend.py).
@@ -37,6 +39,7 @@ from torch import nn
 
 from . import modeling_bert_repro as modeling
 from .configuration_bert_repro import SPEED_SWITCHES, check_objective_switches
+from .dropout_add_layer_norm import FusedOutput, FusedSelfOutput
 from .fast_dropout import FastDropout
 from .last_layer_subset import READS, read_positions
 from .modeling_bert_repro import PAPER_PARTS, BertReproParts
@@ -49,6 +52,7 @@ SPEED_PATHS: dict[str, dict[str, type[nn.Module]]] = {
     "last_layer_subset": _ROWS,
     "fast_dropout": {"dropout": FastDropout, "self_attention": SpeedSelfAttention},
     "tied_gradients": {"embeddings": TiedGradientEmbeddings, "mlm_head": TiedGradientMLMHead},
+    "fused_dropout_add_norm": {"self_output": FusedSelfOutput, "output": FusedOutput},
     "fused_qkv": {"self_attention": SpeedSelfAttention},
     "measured_sdpa": {"self_attention": SpeedSelfAttention},
 }

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from transformers import HfArgumentParser
 
-from ..model.configuration_bert_repro import SPEED_SWITCHES
+from ..model.configuration_bert_repro import ONE_GRAPH_SWITCHES, SPEED_SWITCHES
 
 RUN_CONFIG = "run_config.json"
 RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.training.cluster)
@@ -68,7 +68,7 @@ class _SpeedSwitchesBase:
         """One line for the log when `--torch_compile true` meets switches that split its graph: their paths
         take shapes from the data (which tokens are real, which positions are read) or run custom autograd
         functions, so dynamo breaks the step into several graphs (benchmarks/README.md, "torch.compile")."""
-        split = [name for name, on in self.switches().items() if on]
+        split = [name for name, on in self.switches().items() if on and name not in ONE_GRAPH_SWITCHES]
         if not torch_compile or not split:
             return None
         does = "this switch does" if len(split) == 1 else "these switches do"

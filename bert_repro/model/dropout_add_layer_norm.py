@@ -1,0 +1,290 @@
+"""Dropout + residual add + LayerNorm in one Triton kernel, forward and backward: the `fused_dropout_add_norm`
+switch.
+
+What it speeds up: the post-LN step that ends both halves of every Transformer block,
+`LayerNorm(residual + dropout(dense(x)))` (`BertReproSelfOutput`, `BertReproOutput`), in training on CUDA. Compiled
+by inductor it is several kernels that draw a random number per element, store a mask, and read the sum again for
+the norm; the profile of the compiled step puts LayerNorm + dropout + residual at well over twice their byte floor
+(benchmarks/README.md, "Where the step's time goes", which also has what this switch measured). Here the forward
+reads x and the residual once and writes the output, the sum (what autograd's layer_norm keeps for the backward)
+and two numbers per row; the backward regenerates the dropout mask from the same Philox seed instead of reading a
+stored one, and accumulates the weight and bias gradients in the same pass (`dropout_add_layer_norm_kernels.py`).
+
+Arithmetic: the sum and the norm in float32, the output in the residual's dtype. Under bf16 autocast the
+residual stream is float32 (autocast runs LayerNorm in float32), so the output is what the compiled paper's model
+computes, to float rounding, with another dropout stream: the drop probability is rounded to a multiple of 1/65536
+and kept values are scaled to keep the expectation exact. `config.residual_dtype = "bfloat16"` (opt-in) writes
+the output and the saved sum in bfloat16: fewer bytes, other numerics (the residual stream rounded to bf16 at every
+block); it must earn its place by the loss curve (benchmarks/README.md).
+
+Registered as custom ops (`bert_repro::dropout_add_layer_norm` and its backward) with their autograd and shapes, so
+`torch.compile` keeps the whole step in one graph (the ops run as opaque calls in it). The kernels run on CUDA,
+and on the CPU under Triton's interpreter (`TRITON_INTERPRET=1`, for the tests); elsewhere, or without Triton, the
+module computes the paper's arithmetic with torch's own dropout (`paper_dropout_add_layer_norm`). Built by
+`speed_paths`: the attention output and the feed-forward output of every layer (`FusedSelfOutput`,
+`FusedOutput`); their parameters are the paper modules' (`dense`, `LayerNorm`), so state_dict keys and checkpoints
+are unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .modeling_bert_repro import BertReproOutput, BertReproSelfOutput
+
+# Drop decisions compare a 16-bit random number with round(p * RANDOM_RANGE).
+RANDOM_RANGE = 65536
+# config.residual_dtype -> the output's dtype (None: the residual's own, float32 under autocast).
+OUT_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
+
+
+@functools.cache
+def _kernels():
+    from . import dropout_add_layer_norm_kernels
+
+    return dropout_add_layer_norm_kernels
+
+
+def runs_kernel(x: Tensor) -> bool:
+    """Whether the Triton kernels run for a tensor on x's device: CUDA with Triton, or the CPU under Triton's
+    interpreter."""
+    if x.is_cuda:
+        return _has_triton()
+    return x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1" and _has_triton()
+
+
+@functools.cache
+def _has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def threshold_and_scale(p: float) -> tuple[int, float]:
+    """The kernel's keep threshold for drop probability p, and the scale of kept values."""
+    threshold = round(p * RANDOM_RANGE)
+    return threshold, RANDOM_RANGE / (RANDOM_RANGE - threshold)
+
+
+def _tile(n: int) -> int:
+    """M: a row of n columns is an (8, M) tile."""
+    import triton
+
+    return max(triton.next_power_of_2(n) // 8, 1)
+
+
+def _rows_per_program(n: int, device: torch.device) -> int:
+    """R, the rows a program holds at once: about 2048 values on CUDA (a row of BERT-BASE or LARGE is 1024 with
+    its padding to a power of two), 16384 in the interpreter, whose cost is per operation, not per value."""
+    per_program = 2048 if device.type == "cuda" else 16384
+    return max(per_program // (8 * _tile(n)), 1)
+
+
+def _launch(rows: int, n: int, device: torch.device) -> dict:
+    """The grid and block arguments shared by the kernels: R rows per program, M."""
+    r = _rows_per_program(n, device)
+    options = {"num_warps": 8} if device.type == "cuda" else {}
+    return {"blocks": -(-rows // r), "R": r, "M": _tile(n), **options}
+
+
+def _programs(blocks: int, device: torch.device) -> int:
+    """Programs of the backward: a few per multiprocessor on CUDA, so each accumulates many rows' dW and dB."""
+    if device.type == "cuda":
+        return min(blocks, 4 * torch.cuda.get_device_properties(device).multi_processor_count)
+    return min(blocks, 2)
+
+
+@torch.library.custom_op("bert_repro::dropout_add_layer_norm", mutates_args=(), device_types=("cuda", "cpu"))
+def _forward(
+    x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, seed: Tensor, p: float, eps: float, out_dtype: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(rows, N) x and residual -> y = LayerNorm(residual + dropout(x)), z = residual + dropout(x), and each row's
+    mean and 1/std (float32). out_dtype: the output's and z's dtype, as an index of `_DTYPES`."""
+    rows, n = x.shape
+    dtype = _DTYPES[out_dtype]
+    y, z = torch.empty(rows, n, dtype=dtype, device=x.device), torch.empty(rows, n, dtype=dtype, device=x.device)
+    mean, rstd = (torch.empty(rows, dtype=torch.float32, device=x.device) for _ in range(2))
+    threshold, scale = threshold_and_scale(p)
+    launch = _launch(rows, n, x.device)
+    _kernels().forward_kernel[(launch.pop("blocks"),)](
+        x, residual, weight, bias, y, z, mean, rstd, seed, rows, n, eps, threshold, scale, HAS_DROPOUT=p > 0, **launch
+    )
+    return y, z, mean, rstd
+
+
+@_forward.register_fake
+def _(x, residual, weight, bias, seed, p, eps, out_dtype):
+    rows, n = x.shape
+    dtype = _DTYPES[out_dtype]
+    return (
+        x.new_empty(rows, n, dtype=dtype),
+        x.new_empty(rows, n, dtype=dtype),
+        x.new_empty(rows, dtype=torch.float32),
+        x.new_empty(rows, dtype=torch.float32),
+    )
+
+
+@torch.library.custom_op("bert_repro::dropout_add_layer_norm_backward", mutates_args=(), device_types=("cuda", "cpu"))
+def _backward(
+    dy: Tensor, z: Tensor, weight: Tensor, mean: Tensor, rstd: Tensor, seed: Tensor, p: float, x_dtype: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The gradients of x, the residual, the weight and the bias."""
+    rows, n = z.shape
+    dx = torch.empty(rows, n, dtype=_DTYPES[x_dtype], device=z.device)
+    dr = torch.empty(rows, n, dtype=z.dtype, device=z.device)
+    launch = _launch(rows, n, z.device)
+    blocks = launch.pop("blocks")
+    programs = _programs(blocks, z.device)
+    dw, db = (torch.empty(programs, n, dtype=torch.float32, device=z.device) for _ in range(2))
+    threshold, scale = threshold_and_scale(p)
+    _kernels().backward_kernel[(programs,)](
+        dy.contiguous(),
+        z,
+        weight,
+        mean,
+        rstd,
+        seed,
+        dx,
+        dr,
+        dw,
+        db,
+        rows,
+        n,
+        threshold,
+        scale,
+        BLOCKS_PER_PROGRAM=-(-blocks // programs),
+        HAS_DROPOUT=p > 0,
+        **launch,
+    )
+    return dx, dr, dw.sum(0).to(weight.dtype), db.sum(0).to(weight.dtype)
+
+
+@_backward.register_fake
+def _(dy, z, weight, mean, rstd, seed, p, x_dtype):
+    return (
+        z.new_empty(z.shape, dtype=_DTYPES[x_dtype]),
+        z.new_empty(z.shape),
+        weight.new_empty(weight.shape),
+        (weight.new_empty(weight.shape)),
+    )
+
+
+# Dtypes travel through the ops' schemas as indices (a custom op's schema has no dtype type).
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _setup_context(ctx, inputs, output):
+    x, _, weight, _, seed, p, _, _ = inputs
+    _, z, mean, rstd = output
+    ctx.save_for_backward(z, weight, mean, rstd, seed)
+    ctx.p, ctx.x_dtype = p, _DTYPES.index(x.dtype)
+
+
+def _autograd_backward(ctx, dy, _dz, _dmean, _drstd):
+    z, weight, mean, rstd, seed = ctx.saved_tensors
+    dx, dr, dw, db = _backward(dy, z, weight, mean, rstd, seed, ctx.p, ctx.x_dtype)
+    return dx, dr, dw, db, None, None, None, None
+
+
+_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+def dropout_add_layer_norm(
+    x: Tensor,
+    residual: Tensor,
+    norm: nn.LayerNorm,
+    p: float,
+    training: bool,
+    out_dtype: torch.dtype | None = None,
+    seed: Tensor | None = None,
+) -> Tensor:
+    """norm(residual + dropout(x, p)) for (..., N) x and residual, by the kernels where they run
+    (`runs_kernel`), else by torch's own ops. out_dtype: the output's dtype, the residual's by default. seed:
+    the Philox seed (a 1-element int64 tensor on x's device), drawn from torch's generator by default."""
+    p = p if training else 0.0
+    if not runs_kernel(x):
+        return paper_dropout_add_layer_norm(x, residual, norm, p, out_dtype)
+    dtype = out_dtype or residual.dtype
+    if seed is None:
+        # A tensor, not a Python number: drawn inside the compiled graph, so each step has its own mask.
+        seed = torch.randint(0, 2**31 - 1, (1,), device=x.device) if p > 0 else torch.zeros(1, device=x.device)
+    shape = x.shape
+    y, _, _, _ = _forward(
+        x.reshape(-1, shape[-1]).contiguous(),
+        residual.reshape(-1, shape[-1]).contiguous(),
+        norm.weight,
+        norm.bias,
+        seed.to(torch.int64),
+        float(p),
+        float(norm.eps),
+        _DTYPES.index(dtype),
+    )
+    return y.view(shape)
+
+
+def paper_dropout_add_layer_norm(
+    x: Tensor, residual: Tensor, norm: nn.LayerNorm, p: float, out_dtype: torch.dtype | None = None
+) -> Tensor:
+    """The model file's arithmetic, `norm(residual + dropout(x))`, with torch's dropout."""
+    y = norm(residual + F.dropout(x, p, training=p > 0))
+    return y if out_dtype is None else y.to(out_dtype)
+
+
+def keep_mask(seed: Tensor, rows: int, n: int, p: float) -> Tensor:
+    """(rows, n) bool: the columns the kernels keep for this seed (what the tests compare an eager reference
+    with)."""
+    keep = torch.empty(rows, n, dtype=torch.int8, device=seed.device)
+    launch = _launch(rows, n, seed.device)
+    _kernels().keep_mask_kernel[(launch.pop("blocks"),)](
+        keep, seed.to(torch.int64), rows, n, threshold_and_scale(p)[0], **launch
+    )
+    return keep.bool()
+
+
+def random_numbers(seed: Tensor, rows: int, n: int) -> Tensor:
+    """(rows, n) int32 in [0, 65536): the numbers the kernels compare with the keep threshold."""
+    numbers = torch.empty(rows, n, dtype=torch.int32, device=seed.device)
+    launch = _launch(rows, n, seed.device)
+    _kernels().random_numbers_kernel[(launch.pop("blocks"),)](numbers, seed.to(torch.int64), rows, n, **launch)
+    return numbers
+
+
+class FusedDropoutAddNorm:
+    """The forward of the post-LN output modules through `dropout_add_layer_norm` (a mixin: the parameters are the
+    paper module's)."""
+
+    def __init__(self, config, parts):
+        super().__init__(config, parts)
+        self.out_dtype = OUT_DTYPES[config.residual_dtype]
+
+    def forward(self, hidden_states: Tensor, residual: Tensor) -> Tensor:
+        return dropout_add_layer_norm(
+            self.dense(hidden_states), residual, self.LayerNorm, self.dropout.p, self.training, self.out_dtype
+        )
+
+
+class FusedSelfOutput(FusedDropoutAddNorm, BertReproSelfOutput):
+    """`BertReproSelfOutput` (attention output) with the fused dropout + residual + LayerNorm."""
+
+
+class FusedOutput(FusedDropoutAddNorm, BertReproOutput):
+    """`BertReproOutput` (feed-forward output) with the fused dropout + residual + LayerNorm."""
+
+
+__all__ = [
+    "FusedOutput",
+    "FusedSelfOutput",
+    "dropout_add_layer_norm",
+    "keep_mask",
+    "paper_dropout_add_layer_norm",
+    "random_numbers",
+    "runs_kernel",
+    "threshold_and_scale",
+]

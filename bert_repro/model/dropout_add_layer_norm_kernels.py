@@ -1,0 +1,155 @@
+"""The Triton kernels of `dropout_add_layer_norm.py`: y = LayerNorm(residual + dropout(x)), forward and backward.
+
+A row of the hidden size N is held as an (8, M) tile, M = next_power_of_2(N) / 8, column `k * M + j` at [k, j];
+a program takes R rows at once, an (R, 8, M) tile. Each row draws M Philox counters (`row * M + j`, one seed per
+call); one draw gives four 32-bit words, each word two 16-bit numbers, so one draw decides eight columns
+([0..7, j]). A column is kept when its number is at least `threshold = round(p * 65536)` and scaled by
+65536 / (65536 - threshold): the drop probability is p rounded to a multiple of 1/65536 and the expectation is
+exact. The numbers depend on (seed, row, column) only, not on R. The backward draws them again from the same seed
+and counters: no mask is stored.
+
+The forward writes y, the sum z = residual + dropout(x) (what the backward reads, as autograd's layer_norm saves its
+input), and each row's mean and 1/std. The backward's programs each walk a contiguous share of the rows, R at a
+time, accumulating the weight and bias gradients of their rows in registers and writing one partial sum per
+program (summed by the caller): one pass over the rows. flash-attn's `ops/triton/layer_norm.py` and Liger's
+`ops/layer_norm.py` do the same things at more generality; this is written for BERT's post-LN block only.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tile(first_row, rows, N, R: tl.constexpr, M: tl.constexpr):
+    """The (R, 1, 1) row indices from first_row, the (1, 8, M) column indices, and which (R, 8, M) cells lie in the
+    tensor."""
+    row = first_row + tl.arange(0, R)[:, None, None]
+    cols = tl.arange(0, 8)[None, :, None] * M + tl.arange(0, M)[None, None, :]
+    return row, cols, (row < rows) & (cols < N)
+
+
+@triton.jit
+def _random_16(seed, row, M: tl.constexpr):
+    """(R, 8, M) int32 in [0, 65536): the 16-bit numbers of R rows ((R, 1, 1) indices), eight per Philox draw."""
+    r0, r1, r2, r3 = tl.randint4x(seed, row * M + tl.arange(0, M)[None, None, :])
+    k = tl.arange(0, 8)[None, :, None]
+    words = tl.where(
+        k < 4,
+        tl.where(k < 2, tl.where(k == 0, r0, r0 >> 16), tl.where(k == 2, r1, r1 >> 16)),
+        tl.where(k < 6, tl.where(k == 4, r2, r2 >> 16), tl.where(k == 6, r3, r3 >> 16)),
+    )
+    return (words & 0xFFFF).to(tl.int32)
+
+
+@triton.jit
+def _keep(seed, row, threshold, M: tl.constexpr):
+    """(R, 8, M) bool: the columns that dropout keeps."""
+    return _random_16(seed, row, M) >= threshold
+
+
+@triton.jit
+def _row_sum(t):
+    """(R, 8, M) -> (R, 1, 1)."""
+    return tl.sum(tl.sum(t, axis=2), axis=1)[:, None, None]
+
+
+@triton.jit
+def random_numbers_kernel(OUT, SEED, rows, N, R: tl.constexpr, M: tl.constexpr):
+    """The 16-bit numbers (int32, rows x N) behind the keep mask: for tests."""
+    row, cols, inside = _tile(tl.program_id(0) * R, rows, N, R, M)
+    tl.store(OUT + row * N + cols, _random_16(tl.load(SEED), row, M), mask=inside)
+
+
+@triton.jit
+def keep_mask_kernel(KEEP, SEED, rows, N, threshold, R: tl.constexpr, M: tl.constexpr):
+    """The keep mask (int8, rows x N) the forward and backward apply: for tests and the eager reference."""
+    row, cols, inside = _tile(tl.program_id(0) * R, rows, N, R, M)
+    tl.store(KEEP + row * N + cols, _keep(tl.load(SEED), row, threshold, M).to(tl.int8), mask=inside)
+
+
+@triton.jit
+def forward_kernel(
+    X,
+    RES,
+    W,
+    B,
+    Y,
+    Z,
+    MEAN,
+    RSTD,
+    SEED,
+    rows,
+    N,
+    eps,
+    threshold,
+    scale,
+    R: tl.constexpr,
+    M: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
+    row, cols, inside = _tile(tl.program_id(0) * R, rows, N, R, M)
+    offsets = row.to(tl.int64) * N + cols
+    x = tl.load(X + offsets, mask=inside, other=0.0).to(tl.float32)
+    if HAS_DROPOUT:
+        x = tl.where(_keep(tl.load(SEED), row, threshold, M), x * scale, 0.0)
+    z = x + tl.load(RES + offsets, mask=inside, other=0.0).to(tl.float32)
+    mean = _row_sum(z) / N
+    centred = tl.where(inside, z - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(_row_sum(centred * centred) / N + eps)
+    w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=cols < N, other=0.0).to(tl.float32)
+    tl.store(Y + offsets, (centred * rstd * w + b).to(Y.dtype.element_ty), mask=inside)
+    tl.store(Z + offsets, z.to(Z.dtype.element_ty), mask=inside)
+    tl.store(MEAN + row, mean, mask=row < rows)
+    tl.store(RSTD + row, rstd, mask=row < rows)
+
+
+@triton.jit
+def backward_kernel(
+    DY,
+    Z,
+    W,
+    MEAN,
+    RSTD,
+    SEED,
+    DX,
+    DRES,
+    DW,
+    DB,
+    rows,
+    N,
+    threshold,
+    scale,
+    R: tl.constexpr,
+    M: tl.constexpr,
+    BLOCKS_PER_PROGRAM: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
+    program = tl.program_id(0)
+    cols = tl.arange(0, 8)[None, :, None] * M + tl.arange(0, M)[None, None, :]
+    w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)
+    dw = tl.zeros((R, 8, M), dtype=tl.float32)
+    db = tl.zeros((R, 8, M), dtype=tl.float32)
+    seed = tl.load(SEED)
+    for block in range(0, BLOCKS_PER_PROGRAM):
+        # Rows past the end read zeros and write nothing (no branch: one code path).
+        row, cols, inside = _tile((program * BLOCKS_PER_PROGRAM + block) * R, rows, N, R, M)
+        offsets = row.to(tl.int64) * N + cols
+        dy = tl.load(DY + offsets, mask=inside, other=0.0).to(tl.float32)
+        z = tl.load(Z + offsets, mask=inside, other=0.0).to(tl.float32)
+        mean = tl.load(MEAN + row, mask=row < rows, other=0.0)
+        rstd = tl.load(RSTD + row, mask=row < rows, other=0.0)
+        xhat = tl.where(inside, (z - mean) * rstd, 0.0)
+        g = dy * w
+        dz = (g - xhat * (_row_sum(xhat * g) / N) - _row_sum(g) / N) * rstd
+        dw += dy * xhat
+        db += dy
+        tl.store(DRES + offsets, dz.to(DRES.dtype.element_ty), mask=inside)
+        if HAS_DROPOUT:
+            dz = tl.where(_keep(seed, row, threshold, M), dz * scale, 0.0)
+        tl.store(DX + offsets, dz.to(DX.dtype.element_ty), mask=inside)
+    cols = tl.arange(0, 8)[:, None] * M + tl.arange(0, M)[None, :]
+    tl.store(DW + program * N + cols, tl.sum(dw, axis=0), mask=cols < N)
+    tl.store(DB + program * N + cols, tl.sum(db, axis=0), mask=cols < N)
