@@ -6,7 +6,7 @@
 #            get a CPU build; with a GPU: `torch`, the plain PyPI package (a CUDA build on Linux). Any pip
 #            requirement works, e.g. TORCH="torch==2.13.0". A TORCH other than the one the environment was set
 #            up with reinstalls torch there.
-#   EXTRAS   the package extras to install
+#   EXTRAS   the package extras to install (kernels: Triton for the CPU, added where there is no GPU)
 #   PYTEST_ARGS  more pytest arguments, e.g. "--durations=25" or "-x"
 #   CORPUS   the quick start's text: empty for the corpus shipped in recipes/data/quickstart_corpus, `wikitext`
 #            for WikiText-2 from the Hub, or a folder of .txt files (one document per file)
@@ -15,12 +15,13 @@ PY := $(VENV)/bin/python
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH ?= $(if $(HAS_GPU),torch,cpu)
 PYTEST_ARGS ?=
-EXTRAS ?= test,train
+comma := ,
+# kernels: Triton for the CPU, so the tests run our Triton kernels under its interpreter (pyproject.toml).
+EXTRAS ?= test,train$(if $(HAS_GPU),,$(comma)kernels)
 OUT ?= runs/quickstart
 CORPUS ?=
 CPU_INDEX := https://download.pytorch.org/whl/cpu
 RUFF := ruff==0.17.6
-comma := ,
 # One stamp per TORCH value: another value is another stamp, so torch is installed again.
 TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH)' | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
