@@ -183,3 +183,21 @@ def test_compiles_without_graph_breaks():
     torch.compile(attend, backend=backend)(q, k, v, mask).sum().backward()
     assert dict(counters["graph_break"]) == {} and backend.frame_count == 1
     torch._dynamo.reset()
+
+
+def test_the_switch_picks_the_kernel_for_sdpa_only():
+    """With `measured_sdpa`, a model's SDPA self-attention calls `measured_sdpa_attention`; eager stays eager, and
+    without the switch SDPA is transformers' own function."""
+    from helpers import tiny_config
+
+    from bert_repro import BertReproModel
+
+    hidden = torch.zeros(1, 4, 32)
+    for attn, switch, expected in [
+        ("sdpa", True, measured_sdpa_attention),
+        ("sdpa", False, sdpa_attention_forward),
+        ("eager", True, None),
+    ]:
+        model = BertReproModel._from_config(tiny_config(measured_sdpa=switch), attn_implementation=attn)
+        kernel = model.encoder.layer[0].attention.self.attention_function(hidden)
+        assert kernel is expected if expected else kernel.__name__ == "eager_attention"
