@@ -1,9 +1,10 @@
 """Packed batches: several examples in one row, each attending only to itself, each with its own [CLS].
 
 `bert_repro.data.pack_examples` packs pre-training examples into rows; this is what the model needs to run them as if
-they were separate sequences. Nothing beyond the standard inputs is read: an example starts where
+they were separate sequences. Nothing beyond the standard inputs is needed: an example starts where
 `position_ids == 0` at a real token (`attention_mask == 1`), the convention of transformers' variable-length
-FlashAttention path. Rows whose positions never restart are not packed, and the model runs as the paper's.
+FlashAttention path (`cls_positions`, below, is optional). Rows whose positions never restart are not packed, and
+the model runs as the paper's.
 
 - SDPA / eager: a block-diagonal (rows, 1, seq, seq) boolean mask, True where query and key lie in the same
   example. The padding at the end of a row is one more block (its queries attend to padding only, so no query row
