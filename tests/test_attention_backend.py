@@ -12,6 +12,7 @@ by benchmarks/gpu_micro.py on the GPU (`max_abs_diff_vs_math`, `dropout_applied`
 import pytest
 import torch
 import torch._dynamo
+import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
@@ -22,7 +23,10 @@ from bert_repro.model.attention_backend import (
     BACKENDS,
     DEFAULT_ORDER,
     MASKLESS,
+    VARLEN,
     backend_order,
+    flash_varlen_attention,
+    key_padding_lengths,
     measured_sdpa_attention,
     sdpa_under,
     shape_class,
@@ -47,7 +51,8 @@ def inputs(batch=3, heads=2, seq=10, head_size=8, seed=0):
 TABLES = [
     {},
     {(64, 128, True): ("flash", "efficient", "cudnn"), (64, 128, False): ("flash", "cudnn")},
-    {(64, 128, True): ("math",), (64, 512, True): ("flash",), (64, 512, False): ("bogus", "flash")},
+    {(64, 128, True): ("math",), (64, 512, True): ("flash",), (64, 512, False): ("bogus", "flash", "flash_varlen")},
+    {(64, 128, True): ("flash_varlen", "cudnn"), (64, 128, False): ("flash_varlen", "flash")},
 ]
 
 
@@ -57,9 +62,11 @@ def test_a_masked_call_never_gets_a_backend_that_cannot_take_the_mask(table, seq
     for masked in (False, True):
         order = backend_order(seq, 64, masked, table)
         assert order[-1] == "math" and order.count("math") == 1
-        assert set(order) <= set(BACKENDS)
         if masked:
             assert not set(order) & MASKLESS
+        else:  # the variable-length call reads the rows' lengths from the mask
+            assert VARLEN not in order
+        assert set(order) <= {*BACKENDS, VARLEN}
     assert backend_order(128, 64, True, {}) == DEFAULT_ORDER == ("cudnn", "efficient", "math")
     assert backend_order(100, 64, False, TABLES[1]) == ("flash", "cudnn", "math")  # measured, and no mask to keep
     assert backend_order(100, 64, True, TABLES[1]) == ("efficient", "cudnn", "math")
@@ -91,7 +98,10 @@ def test_table_keeps_only_backends_that_ran_and_equalled_math():
             }
         }
     }
-    assert table_from_micro(report) == {(64, 128, True): ("efficient", "math"), (64, 128, False): ("flash",)}
+    assert table_from_micro(report) == {
+        (64, 128, True): ("flash_varlen", "efficient", "math"),
+        (64, 128, False): ("flash",),
+    }
 
 
 def test_on_cpu_the_kernel_is_transformers_sdpa_call():
@@ -201,3 +211,73 @@ def test_the_switch_picks_the_kernel_for_sdpa_only():
         model = BertReproModel._from_config(tiny_config(measured_sdpa=switch), attn_implementation=attn)
         kernel = model.encoder.layer[0].attention.self.attention_function(hidden)
         assert kernel is expected if expected else kernel.__name__ == "eager_attention"
+
+
+def reference_flash(query, key, value, cu_seqlens, max_seqlen, dropout, scaling):
+    """What aten's variable-length FlashAttention computes (without dropout): each segment attends to itself."""
+    out = torch.zeros_like(query)
+    bounds = cu_seqlens.tolist()
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        if end > start:
+            segment = [x[start:end].transpose(0, 1) for x in (query, key, value)]
+            out[start:end] = F.scaled_dot_product_attention(*segment, scale=scaling).transpose(0, 1)
+    return out
+
+
+def test_varlen_call_is_masked_attention_at_the_real_tokens(monkeypatch):
+    """Each row two segments (its tokens, its padding): at real queries, exactly the key-padding-masked attention."""
+    monkeypatch.setattr(attention_backend, "_flash_forward", reference_flash)
+    q, k, v, real, mask = inputs(seq=12)
+    lengths = real.sum(-1)
+    ours = flash_varlen_attention(*(x.transpose(1, 2) for x in (q, k, v)), lengths, 0.0, 0.3)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3).transpose(1, 2)
+    assert torch.allclose(ours[real], expected[real], atol=1e-6)
+
+
+def test_the_cuda_branch_takes_the_varlen_call_only_where_it_keeps_the_mask(monkeypatch):
+    calls = []
+
+    def recording_flash(*args):
+        calls.append(args[3].tolist())
+        return reference_flash(*args)
+
+    monkeypatch.setattr(attention_backend, "_flash_forward", recording_flash)
+    monkeypatch.setattr(attention_backend, "MEASURED_ORDER", {(8, 128, True): ("flash_varlen", "efficient")})
+    q, k, v, real, mask = inputs(seq=12)
+    module = Attention().eval()
+    pretend = [torch.Tensor._make_subclass(PretendCuda, x.bfloat16()) for x in (q, k, v)]
+    ours, _ = measured_sdpa_attention(module, *pretend, mask, 0.3)
+    assert calls == [[0, 12, 12, 21, 24, 26, 36]]  # rows of 12, 9 and 2 real tokens
+    expected = F.scaled_dot_product_attention(*pretend, attn_mask=mask, scale=0.3).transpose(1, 2)
+    assert torch.allclose(ours[real].float(), expected[real].float(), atol=1e-2)
+    # fp32 (FlashAttention takes no fp32) and a causal module: the SDPA backends of the order, never the varlen call
+    for dtype, causal in ((torch.float32, False), (torch.bfloat16, True)):
+        module.is_causal = causal
+        measured_sdpa_attention(
+            module, *[torch.Tensor._make_subclass(PretendCuda, x.to(dtype)) for x in (q, k, v)], mask, 0.3
+        )
+    assert len(calls) == 1
+
+
+def test_a_mask_that_is_not_key_padding_stops_the_varlen_call():
+    """A packed row (two examples, each attending to itself) or padding first: the assertion fails, no attention
+    across the segments is computed."""
+    _, _, _, real, mask = inputs(seq=12)
+    assert key_padding_lengths(mask).tolist() == [12, 9, 2]
+    packed = mask.clone()
+    packed[0, 0, :6, 6:] = False
+    packed[0, 0, 6:, :6] = False
+    with pytest.raises(RuntimeError, match="key-padding"):
+        key_padding_lengths(packed)
+    with pytest.raises(RuntimeError, match="key-padding"):
+        key_padding_lengths(mask.flip(-1))  # padding first
+
+
+def test_the_lengths_compile_without_graph_breaks():
+    torch._dynamo.reset()
+    counters.clear()
+    backend = CompileCounterWithBackend("aot_eager")
+    _, _, _, _, mask = inputs(seq=12)
+    assert torch.compile(key_padding_lengths, backend=backend)(mask).tolist() == [12, 9, 2]
+    assert dict(counters["graph_break"]) == {} and backend.frame_count == 1
+    torch._dynamo.reset()

@@ -16,9 +16,12 @@ the switch changes nothing there. On CUDA it is the same call under `torch.nn.at
 set_priority=True)`, which dynamo traces without a graph break. Until the GPU fills the table, every shape class gets
 `DEFAULT_ORDER` (cuDNN, then memory-efficient, then math: all three keep the mask and dropout).
 
-FlashAttention through a fixed-shape variable-length call (each row two segments, its tokens and its padding) is
-measured by the microbenchmark (`flash_varlen_attention`), not chosen here: it needs each row's real tokens to come
-first, which a 4-D mask does not promise.
+FlashAttention takes no mask, but a padded batch can reach it as one variable-length call of fixed shape
+(`flash_varlen_attention`: each row two segments, its tokens then its padding), the candidate "flash_varlen" of the
+table. It is taken only for a masked, bidirectional call in bf16/fp16 whose boolean mask is a key-padding mask with
+each row's real tokens first (the row lengths are read from the mask, and a device-side assertion stops a step whose
+mask is anything else, a packed batch's say, rather than let it attend across segments); otherwise the call goes to
+the SDPA backends of the order.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ BACKENDS: dict[str, SDPBackend] = {
 }
 # Backends that cannot take an attention mask: never chosen for a masked call.
 MASKLESS = frozenset({"flash"})
+# FlashAttention as one fixed-shape variable-length call; for masked calls only (it reads the rows' lengths there).
+VARLEN = "flash_varlen"
 DEFAULT_ORDER: tuple[str, ...] = ("cudnn", "efficient", "math")
 # Sequence lengths are grouped into classes by the smallest of these that holds them (longer: the last).
 SEQ_CLASSES = (128, 256, 512)
@@ -57,7 +62,8 @@ def backend_order(seq_len: int, head_size: int, masked: bool, table=None) -> tup
     `MEASURED_ORDER`) or `DEFAULT_ORDER`, less the backends that cannot take a mask when `masked`, ending with math."""
     table = MEASURED_ORDER if table is None else table
     order = table.get(shape_class(seq_len, head_size, masked), DEFAULT_ORDER)
-    kept = [name for name in order if name in BACKENDS and not (masked and name in MASKLESS) and name != "math"]
+    known = [name for name in order if name in BACKENDS or (name == VARLEN and masked)]
+    kept = [name for name in known if not (masked and name in MASKLESS) and name != "math"]
     return (*kept, "math")
 
 
@@ -71,7 +77,35 @@ def measured_sdpa_attention(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
     order = backend_order(key.shape[-2], query.shape[-1], attention_mask is not None)
+    if order[0] == VARLEN and takes_varlen(module, query, attention_mask):
+        lengths = key_padding_lengths(attention_mask)
+        context = flash_varlen_attention(*(x.transpose(1, 2) for x in (query, key, value)), lengths, dropout, scaling)
+        return context, None
+    order = tuple(name for name in order if name != VARLEN)
     return sdpa_under(order, module, query, key, value, attention_mask, scaling, dropout, **kwargs)
+
+
+def takes_varlen(module, query: torch.Tensor, attention_mask: torch.Tensor | None) -> bool:
+    """Whether a call can go to `flash_varlen_attention`: a boolean (batch, 1, queries, keys) mask, attention in both
+    directions, and what FlashAttention takes (bf16 or fp16, head size a multiple of 8 up to 256)."""
+    return (
+        attention_mask is not None
+        and attention_mask.dtype == torch.bool
+        and attention_mask.dim() == 4
+        and not getattr(module, "is_causal", False)
+        and query.dtype in (torch.bfloat16, torch.float16)
+        and query.shape[-1] % 8 == 0
+        and query.shape[-1] <= 256
+    )
+
+
+def key_padding_lengths(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(batch,) int32: each row's real tokens, from a boolean (batch, 1, queries, keys) mask that must be a key-padding
+    mask with the real tokens first (every query row alike); any other mask fails a device-side assertion."""
+    lengths = attention_mask[:, 0, 0, :].sum(-1, dtype=torch.int32)
+    first = torch.arange(attention_mask.shape[-1], device=attention_mask.device) < lengths[:, None]
+    torch._assert_async((attention_mask == first[:, None, None, :]).all(), "flash_varlen: not a key-padding mask")
+    return lengths
 
 
 def sdpa_under(
@@ -98,22 +132,29 @@ def flash_varlen_attention(
     bounds = torch.stack([starts, starts + lengths.to(torch.int32)], dim=1).flatten()
     cu_seqlens = torch.cat([bounds, bounds.new_full((1,), batch * seq)])
     flat = [x.reshape(batch * seq, *x.shape[2:]) for x in (query, key, value)]
-    output = torch.ops.aten._flash_attention_forward(
-        *flat, cu_seqlens, cu_seqlens, seq, seq, dropout, False, False, scale=scaling
+    return _flash_forward(*flat, cu_seqlens, seq, dropout, scaling).view(query.shape)
+
+
+def _flash_forward(query, key, value, cu_seqlens, max_seqlen: int, dropout: float, scaling: float) -> torch.Tensor:
+    """aten's variable-length FlashAttention (CUDA only): (tokens, heads, head_size) in and out."""
+    return torch.ops.aten._flash_attention_forward(
+        query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout, False, False, scale=scaling
     )[0]
-    return output.view(query.shape)
 
 
 def table_from_micro(report: dict, tolerance: float = 2e-2) -> dict[tuple[int, int, bool], tuple[str, ...]]:
     """`MEASURED_ORDER` entries from gpu_micro.py's JSON: for each shape and mask setting of the stage `attention`,
-    the SDPA backends that ran and whose output without dropout equalled math's within `tolerance` (bf16), fastest
-    first. A backend that failed, or that gave other values (a mask ignored), is left out."""
+    the backends (SDPA's, and `VARLEN` for masked calls) that ran and whose output without dropout equalled math's
+    within `tolerance` (bf16), fastest first. A backend that failed, or that gave other values (a mask ignored), is
+    left out."""
     table: dict[tuple[int, int, bool], list[tuple[float, str]]] = {}
     for row in report.get("stages", {}).get("attention", {}).get("rows", []):
         name = row.get("backend")
-        if name not in BACKENDS or row.get("error") or row.get("max_abs_diff_vs_math") is None:
+        if name not in (*BACKENDS, VARLEN) or row.get("error") or row.get("max_abs_diff_vs_math") is None:
             continue
-        if row["max_abs_diff_vs_math"] > tolerance or (row["masked"] and name in MASKLESS):
+        if row["max_abs_diff_vs_math"] > tolerance:
+            continue
+        if (row["masked"] and name in MASKLESS) or (name == VARLEN and not row["masked"]):
             continue
         key = shape_class(row["seq"], row["head_size"], row["masked"])
         table.setdefault(key, []).append((row["fwd_bwd_ms"], name))
@@ -124,10 +165,13 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_ORDER",
     "MEASURED_ORDER",
+    "VARLEN",
     "backend_order",
     "flash_varlen_attention",
+    "key_padding_lengths",
     "measured_sdpa_attention",
     "sdpa_under",
     "shape_class",
     "table_from_micro",
+    "takes_varlen",
 ]
