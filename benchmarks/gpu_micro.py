@@ -4,11 +4,11 @@ Stages (`STAGES`, name -> function; `--stages` picks them, in the order given):
 - `attention`: forward + backward of BERT-BASE's attention (256 x 12 heads x 128 tokens x 64, bf16, dropout 0.1) for
   each SDPA backend (cuDNN, flash, memory-efficient, math) forced with `sdpa_kernel`, with and without the key-padding
   mask, torch's own pick (`default`), and FlashAttention through a fixed-shape variable-length call
-  (`attention_backend.flash_varlen_attention`). Each row also says whether the backend computes the paper's
-  attention: its output without dropout against math's in fp32 at the real tokens (`max_abs_diff_vs_math`: a
-  backend that ignored the mask would differ), and whether dropout changed the output (`dropout_applied`). A
-  backend that cannot run the call is a row with its `error`. `--table` turns these rows into
-  `attention_backend.MEASURED_ORDER` entries.
+  (`attention_backend.flash_varlen_attention`, the table's `flash_varlen`). Each row also says whether the backend
+  computes the paper's attention: its output without dropout against math's in fp32 at the real tokens
+  (`max_abs_diff_vs_math`: a backend that ignored the mask would differ), and whether dropout changed the output
+  (`dropout_applied`). A backend that cannot run the call is a row with its `error`. `--table` turns these rows
+  into `attention_backend.MEASURED_ORDER` entries.
 - `fp8`: forward + backward of BERT-BASE's four linear shapes at 32,768 tokens (768 -> 2304 fused Q/K/V or 768 -> 768
   each, 768 -> 768, 768 -> 3072, 3072 -> 768): bf16 autocast (fp32 weights, as the training step) against torchao's
   float8 training (`convert_to_float8_training`, dynamic tensorwise scaling), both `torch.compile`d on CUDA. Without
