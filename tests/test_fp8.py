@@ -102,3 +102,16 @@ def test_the_recipe_converts_the_model_it_builds(monkeypatch):
     assert sum(isinstance(m, Float8Linear) for m in model.modules()) == 6 * model.config.num_hidden_layers
     plain = pretrain_model.build_model(PreTrainingArguments(preset="tiny"), Tokenizer(), phases)
     assert not any(isinstance(m, Float8Linear) for m in plain.modules())
+
+
+def test_fused_qkv_keeps_the_float8_projections():
+    """With `fused_qkv`, converted projections are still called (a concatenated weight would bypass float8)."""
+    torch.manual_seed(0)
+    config = tiny_config(hidden_size=32, intermediate_size=64, fused_qkv=True)
+    model = convert_to_fp8(BertReproForPreTraining(config), emulate=True)
+    attention = model.bert.encoder.layer[0].attention.self
+    hidden = torch.randn(2, 5, 32)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = attention.query_key_value(hidden)
+        expected = (attention.query(hidden), attention.key(hidden), attention.value(hidden))
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils.generic import is_flash_attention_requested
 
@@ -200,7 +201,10 @@ class SpeedSelfAttention(BertReproSelfAttention):
         return super().attention_function(hidden_states)
 
     def query_key_value(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if not self.fused_qkv:
+        # Linears converted to another kind (torchao's Float8Linear for --fp8) keep their own products: the
+        # concatenated weight would bypass them.
+        plain = all(type(getattr(self, part)) is nn.Linear for part in ("query", "key", "value"))
+        if not (self.fused_qkv and plain):
             return super().query_key_value(hidden_states)
         return self._fused_projection(hidden_states).chunk(3, dim=-1)
 

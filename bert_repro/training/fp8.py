@@ -14,8 +14,9 @@ stay in bf16: too small to gain, and the decoder's logits are the most sensitive
 
 torchao runs the float8 products on CUDA cards of compute capability 8.9 or more (Ada, Hopper) and gains only under
 `torch.compile`; elsewhere `--fp8` is refused (`fp8_problem`). Tests run it on CPU with torchao's emulation
-(`convert_to_fp8(model, emulate=True)`). Paths that read the linears' weights instead of calling the modules
-(`fused_qkv`, and `unpad_inputs`' grouped attention, which concatenate Q/K/V) run those products in bf16.
+(`convert_to_fp8(model, emulate=True)`). With `fused_qkv` the three converted projections keep their own float8
+products (the switch fuses plain linears only); `unpad_inputs`' grouped attention reads the weights directly and
+runs its Q/K/V product in bf16.
 """
 
 from __future__ import annotations
