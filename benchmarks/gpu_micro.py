@@ -9,6 +9,9 @@ Stages (`STAGES`, name -> function; `--stages` picks them, in the order given):
   (`max_abs_diff_vs_math`: a backend that ignored the mask would differ), and whether dropout changed the output
   (`dropout_applied`). A backend that cannot run the call is a row with its `error`. `--table` turns these rows
   into `attention_backend.MEASURED_ORDER` entries.
+- `layer_norm`: dropout + residual add + LayerNorm, forward + backward, at BERT-BASE's 32,768 x 768: the compiled
+  reference against our Triton kernels (`dropout_add_layer_norm`, the `fused_dropout_add_norm` switch), float32 and
+  bf16 residual, dropout 0.1 and 0, with the bandwidth each reaches on the fused kernels' bytes.
 - `fp8`: forward + backward of BERT-BASE's four linear shapes at 32,768 tokens (768 -> 2304 fused Q/K/V or 768 -> 768
   each, 768 -> 768, 768 -> 3072, 3072 -> 768): bf16 autocast (fp32 weights, as the training step) against torchao's
   float8 training (`convert_to_float8_training`, dynamic tensorwise scaling), both `torch.compile`d on CUDA. Without
@@ -215,10 +218,55 @@ def fp8_stage(args) -> dict:
     return {"rows": rows, "emulated": config.emulate}
 
 
+# --- layer_norm --------------------------------------------------------------------------------------------------
+
+
+def layer_norm_stage(args) -> dict:
+    """LayerNorm(residual + dropout(x)) forward + backward at BERT-BASE's 32,768 x 768 (x bf16 as the dense layer
+    gives it, the residual float32 as autocast keeps it): the compiled reference (what inductor makes of the paper's
+    ops) against our kernels (`dropout_add_layer_norm`), float32 and bf16 residual, dropout 0.1 and 0; the byte
+    floor is what the fused forward and backward must read and write at the card's bandwidth."""
+    from bert_repro.model.dropout_add_layer_norm import dropout_add_layer_norm, paper_dropout_add_layer_norm
+
+    tokens, width = LINEAR_TOKENS[args.device], LINEAR_SHAPES[args.device][1][1]
+    torch.manual_seed(0)
+    norm = torch.nn.LayerNorm(width, eps=1e-12).to(args.device)
+    reference = torch.compile(paper_dropout_add_layer_norm) if args.device == "cuda" else paper_dropout_add_layer_norm
+    rows = []
+    for residual_dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(tokens, width, device=args.device, dtype=torch.bfloat16, requires_grad=True)
+        residual = torch.randn(tokens, width, device=args.device, dtype=residual_dtype, requires_grad=True)
+        grad = torch.randn(tokens, width, device=args.device, dtype=residual_dtype)
+        # bytes: forward reads x and the residual, writes y and the saved sum; backward reads dy and the sum,
+        # writes dx and the residual's gradient (the weight's few bytes left out)
+        r, b = residual.element_size(), x.element_size()
+        floor_bytes = tokens * width * (b + r + 2 * r + 2 * r + b + r)
+        for p in (0.1, 0.0):
+            for name, fn in (
+                ("compiled reference", lambda: reference(x, residual, norm, p)),
+                ("ours", lambda: dropout_add_layer_norm(x, residual, norm, p, True, out_dtype=residual_dtype)),
+            ):
+                row = dict(kernel=name, residual=str(residual_dtype).removeprefix("torch."), p=p, tokens=tokens)
+                row["floor_bytes"] = floor_bytes
+                try:
+                    ms = time_ms(lambda: fn().backward(grad), args.device, args.warmup, args.iters)
+                    row.update(fwd_bwd_ms=ms, gb_per_s=floor_bytes / (ms * 1e-3) / 1e9)
+                except Exception as error:
+                    row["error"] = error_text(error)
+                rows.append(row)
+                print(
+                    f"layer_norm {name:18s} residual {row['residual']:8s} p={p}: "
+                    + (f"{row['fwd_bwd_ms']:.3f} ms" if "fwd_bwd_ms" in row else row["error"]),
+                    flush=True,
+                )
+    return {"rows": rows}
+
+
 # The stages, in their default order: name -> function(args) -> a JSON-able dict (rows, and anything else to keep).
-# Add a stage here (e.g. the LayerNorm block, compiled reference against our op); the runner writes the JSON after it.
+# The runner writes the JSON after each.
 STAGES: dict[str, Callable[[argparse.Namespace], dict]] = {
     "attention": attention_stage,
+    "layer_norm": layer_norm_stage,
     "fp8": fp8_stage,
 }
 

@@ -23,6 +23,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -163,21 +164,113 @@ def theirs(preset: str, vocab_size: int, initial: dict, attn: str = "sdpa"):
     return model
 
 
-def make_step(model, compiled: bool, device: str):
+@dataclasses.dataclass
+class Variant:
+    """A measured variant: how its model is built, whether its forward is `torch.compile`d, the batches it runs
+    (padded or packed), the whole step captured as one CUDA graph, inductor settings for its compilation."""
+
+    model: Callable[[], torch.nn.Module]
+    compiled: bool
+    batches: list
+    cuda_graphs: bool = False
+    inductor: dict = dataclasses.field(default_factory=dict)
+
+
+def make_step(model, compiled: bool, device: str, cuda_graphs: bool = False, inductor: dict | None = None):
+    """One training step (forward, backward, clipping, fused AdamW) as a function of the batch. With
+    `cuda_graphs`, the whole step (the optimizer's update and the clipping included: AdamW `capturable`) is captured
+    once as a CUDA graph after warm-up steps, and each call copies the batch into the graph's inputs and replays it:
+    no Python or kernel launches on the host per step. `inductor`: `torch._inductor.config` values in force while
+    the step runs (it compiles at its first call)."""
     model = model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01, fused=True)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01, fused=True, capturable=cuda_graphs
+    )
     forward = torch.compile(model) if compiled else model
 
-    def step(batch):
-        with torch.autocast(device, dtype=torch.bfloat16):
+    def body(batch):
+        # autocast's weight cache would keep tensors of the capture: off under CUDA graphs, as torch documents
+        with torch.autocast(device, dtype=torch.bfloat16, cache_enabled=not cuda_graphs):
             loss = forward(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
+    def step(batch):
+        loss = body(batch)
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    if cuda_graphs:
+        step = graphed(body, optimizer)
+    if inductor:
+        step = with_inductor_config(step, inductor)
     return step
+
+
+def graphed(body, optimizer, warmup: int = 3):
+    """`body` (a step that leaves its gradients) captured as a CUDA graph at the first call, after `warmup` steps
+    on a side stream (compilation, cuBLAS workspaces, the optimizer's state); gradients are set to None before
+    the capture so that the graph's backward writes them afresh at every replay (torch's whole-network recipe)."""
+    state = {}
+
+    def step(batch):
+        if not state:
+            static = {k: v.clone() for k, v in batch.items()}
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(warmup):
+                    body(static)
+                    optimizer.zero_grad(set_to_none=True)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                loss = body(static)
+            state.update(static=static, graph=graph, loss=loss)
+        for k, v in batch.items():
+            state["static"][k].copy_(v)
+        state["graph"].replay()
+        return state["loss"]
+
+    return step
+
+
+def with_inductor_config(step, values: dict):
+    def configured(batch):
+        with torch._inductor.config.patch(values):
+            return step(batch)
+
+    return configured
+
+
+def first_step(model, batch: dict, device: str) -> dict:
+    """Loss and gradient norm of one eager forward + backward with every dropout off (bf16 autocast), then the
+    gradients dropped: what a speed change must leave as it is (`check_first_step`)."""
+    model = model.to(device).train()
+    probabilities = {}
+    for module in model.modules():
+        for name in ("p", "dropout_prob"):
+            if isinstance(getattr(module, name, None), float) and (isinstance(module, torch.nn.Dropout) or name != "p"):
+                probabilities[module, name] = getattr(module, name)
+                setattr(module, name, 0.0)
+    try:
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = model(**batch).loss
+        loss.backward()
+        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    finally:
+        for (module, name), value in probabilities.items():
+            setattr(module, name, value)
+        model.zero_grad(set_to_none=True)
+    return {"loss": float(loss), "grad_norm": float(norm)}
+
+
+def check_first_step(check: dict, baseline: dict, tolerance: float = 0.02) -> dict:
+    """`check` with its relative differences to the baseline's and whether both are within bf16's tolerance."""
+    diffs = {k: abs(check[k] - baseline[k]) / max(abs(baseline[k]), 1e-12) for k in ("loss", "grad_norm")}
+    return {**check, **{f"{k}_rel_diff": v for k, v in diffs.items()}, "same_math": max(diffs.values()) <= tolerance}
 
 
 def profile(step, batches: list, device: str, out: Path) -> None:
@@ -236,36 +329,47 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
     config = BertReproConfig.from_preset(preset, vocab_size=vocab)
     useful = useful_training_flops(config, padded[args.warmup :], lengths)
 
+    def our(**fields):
+        return lambda: ours(preset, vocab, initial, sparse_prediction=True, **fields)
+
+    def fp8(**fields):  # torchao float8 training of the blocks' linears; emulated off CUDA, for the dry run
+        return lambda: convert_to_fp8(our(**fields)(), emulate=args.device != "cuda")
+
+    # Every exact speed change at once; bf16 residual and FP8 are opt-in numerics, judged by the loss curve.
+    fused = dict(fused_dropout_add_norm=True, fused_qkv=True, measured_sdpa=True)
+    graphs = dict(cuda_graphs=args.device == "cuda")
     variants = {
-        "transformers sdpa bf16": (lambda: theirs(preset, vocab, initial), False, padded),
-        "transformers sdpa bf16 compile": (lambda: theirs(preset, vocab, initial), True, padded),
-        "ours sdpa bf16": (lambda: ours(preset, vocab, initial), False, padded),
-        "ours sdpa bf16 compile": (lambda: ours(preset, vocab, initial), True, padded),
-        "ours sparse bf16 compile": (lambda: ours(preset, vocab, initial, sparse_prediction=True), True, padded),
-        # one Q/K/V product, SDPA under the backend measured fastest (attention_backend.MEASURED_ORDER)
-        "ours sparse qkv msdpa bf16 compile": (
-            lambda: ours(preset, vocab, initial, sparse_prediction=True, fused_qkv=True, measured_sdpa=True),
-            True,
-            padded,
+        "transformers sdpa bf16": Variant(lambda: theirs(preset, vocab, initial), False, padded),
+        "transformers sdpa bf16 compile": Variant(lambda: theirs(preset, vocab, initial), True, padded),
+        "ours sdpa bf16": Variant(lambda: ours(preset, vocab, initial), False, padded),
+        "ours sdpa bf16 compile": Variant(lambda: ours(preset, vocab, initial), True, padded),
+        # today's best: the baseline of every first-step check
+        "ours sparse bf16 compile": Variant(our(), True, padded),
+        # each change alone
+        "ours sparse fused-ln bf16 compile": Variant(our(fused_dropout_add_norm=True), True, padded),
+        "ours sparse qkv msdpa bf16 compile": Variant(our(fused_qkv=True, measured_sdpa=True), True, padded),
+        "ours sparse bf16 compile graphs": Variant(our(), True, padded, **graphs),
+        "ours sparse bf16 compile cdt": Variant(our(), True, padded, inductor={"coordinate_descent_tuning": True}),
+        "ours sparse bf16 compile fallback-random": Variant(our(), True, padded, inductor={"fallback_random": True}),
+        "ours packed sparse bf16 compile": Variant(our(), True, packed),
+        # all together
+        "ours all bf16 compile": Variant(our(**fused), True, padded),
+        "ours all bf16 compile graphs": Variant(our(**fused), True, padded, **graphs),
+        "ours packed all bf16 compile graphs": Variant(our(**fused), True, packed, **graphs),
+        "ours all bf16-residual compile graphs": Variant(
+            our(**fused, residual_dtype="bfloat16"), True, padded, **graphs
         ),
-        # opt-in FP8 (torchao float8 training of the blocks' linears; emulated off CUDA, for the dry run)
-        "ours sparse fp8 compile": (
-            lambda: convert_to_fp8(ours(preset, vocab, initial, sparse_prediction=True), emulate=args.device != "cuda"),
-            True,
-            padded,
+        "ours all fp8 compile": Variant(fp8(**fused), True, padded),
+        "ours all fp8 compile graphs": Variant(fp8(**fused), True, padded, **graphs),
+        # diagnostic: what the random numbers cost (not the paper's training)
+        "ours sparse bf16 compile no-dropout": Variant(
+            our(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0), True, padded
         ),
+        "ours sparse fp8 compile": Variant(fp8(), True, padded),
+        "ours packed sparse bf16": Variant(our(), False, packed),
     }
-    if args.packing:
-        variants["ours packed sparse bf16"] = (
-            lambda: ours(preset, vocab, initial, sparse_prediction=True),
-            False,
-            packed,
-        )
-        variants["ours packed sparse bf16 compile"] = (
-            lambda: ours(preset, vocab, initial, sparse_prediction=True),
-            True,
-            packed,
-        )
+    if not args.packing:
+        variants = {k: v for k, v in variants.items() if v.batches is not packed}
     if args.variants:  # in the order asked for: a run cut short has measured the first ones
         wanted = [s.strip() for s in args.variants.split(",")]
         chosen = [k for s in wanted for k in ([s] if s in variants else [k for k in variants if s in k])]
@@ -286,10 +390,16 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
         "useful_flops_per_real_token": useful / tokens,
         "results": results,
     }
-    for name, (factory, compiled, steps) in variants.items():
+    # Today's best model's first step with dropout off: every variant's must equal it (same weights and examples).
+    baseline = first_step(our()(), {k: v.to(args.device) for k, v in padded[0].items()}, args.device)
+    setting["first_step_baseline"] = baseline
+    for name, variant in variants.items():
+        steps = variant.batches
         try:
-            step = make_step(factory(), compiled, args.device)
             gpu = [{k: v.to(args.device, non_blocking=True) for k, v in b.items()} for b in steps]
+            model = variant.model()
+            check = check_first_step(first_step(model, gpu[0], args.device), baseline)
+            step = make_step(model, variant.compiled, args.device, variant.cuda_graphs, variant.inductor)
             warm, timed = gpu[: args.warmup], gpu[args.warmup :]
             start = time.perf_counter()
             for b in warm:
@@ -315,29 +425,32 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
                 "final_loss": float(loss),
                 "mfu": (useful / tokens) * tps / (peak * 1e12),
                 "max_memory_gib": max_memory_gib(args.device),
+                "first_step": check,
             }
+            same = "same math" if check["same_math"] else "MATH DIFFERS"
             print(
-                f"{name:34s} {tps:12,.0f} tokens/s  MFU {results[name]['mfu']:6.1%}  (warm-up {warmup_s:5.1f} s, "
-                f"loss {float(loss):.3f}, peak mem {results[name]['max_memory_gib']:.1f} GiB)",
+                f"{name:40s} {tps:12,.0f} tokens/s  MFU {results[name]['mfu']:6.1%}  (warm-up {warmup_s:5.1f} s, "
+                f"loss {float(loss):.3f}, peak mem {results[name]['max_memory_gib']:.1f} GiB; first step "
+                f"{check['loss']:.4f} / {check['grad_norm']:.4f}: {same})",
                 flush=True,
             )
             if args.profile:
                 profile(
                     step, timed[:3], args.device, Path(args.profile) / f"{preset}_{length}_{name.replace(' ', '_')}.txt"
                 )
-            del step, gpu
+            del step, gpu, model
         except Exception as err:  # a variant that fails is reported, the others still run
             results[name] = {"error": f"{type(err).__name__}: {err}"[:500]}
-            print(f"{name:34s} FAILED: {results[name]['error']}", flush=True)
+            print(f"{name:40s} FAILED: {results[name]['error']}", flush=True)
         if args.device == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
         ratios(results)
         save(setting)
-    print(f"{'variant':34s} {'tokens/s':>12s} {'x transformers best':>19s} {'MFU':>7s}")
+    print(f"{'variant':40s} {'tokens/s':>12s} {'x transformers best':>19s} {'MFU':>7s}")
     for name, r in results.items():
         if "error" not in r:
-            print(f"{name:34s} {r['tokens_per_second']:12,.0f} {r['ratio_to_transformers_best']:19.2f} {r['mfu']:7.1%}")
+            print(f"{name:40s} {r['tokens_per_second']:12,.0f} {r['ratio_to_transformers_best']:19.2f} {r['mfu']:7.1%}")
     return setting
 
 
