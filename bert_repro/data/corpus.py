@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasets.exceptions import DatasetGenerationError
 
+from .hub_datasets import HubUnreachable, load_hub_dataset
 from .sentences import MAX_SENTENCE_CHARS, SENTENCE_END_CHARS, SENTENCE_PIECE_CHARS, looks_like_binary
 
 logger = logging.getLogger(__name__)
@@ -463,34 +464,16 @@ def _drop_empty(dataset: datasets.Dataset, where: str, num_proc: int | None) -> 
 
 
 def _load_hub(repo_id: str, config: str | None, split: str, streaming: bool, cache_dir: str | None):
-    """A Hub dataset; fails within seconds, with a message on how to pass local text, when the Hub is out of reach."""
-    from huggingface_hub import constants
-
-    if not constants.HF_HUB_OFFLINE:
-        _check_hub_reachable(repo_id)
+    """A Hub dataset; fails within seconds, with a message on how to pass local text, when the Hub is out of reach
+    and the local cache has no copy (`bert_repro.data.hub_datasets`)."""
     try:
-        return datasets.load_dataset(repo_id, config, split=split, streaming=streaming, cache_dir=cache_dir)
+        return load_hub_dataset(repo_id, config, split=split, streaming=streaming, cache_dir=cache_dir)
+    except HubUnreachable as err:
+        raise CorpusError(
+            f"{repo_id!r} is neither a local path nor reachable on the Hub ({err}). {HOW_TO_PASS_LOCAL_TEXT}"
+        ) from None
     except (ConnectionError, OSError, FileNotFoundError, ValueError) as err:
         raise CorpusError(
             f"Could not load the Hub dataset {repo_id!r} (config {config!r}, split {split!r}): {err}. "
             f"{HOW_TO_PASS_LOCAL_TEXT}"
-        ) from err
-
-
-def _check_hub_reachable(repo_id: str, timeout: float = 5.0) -> None:
-    """One short request instead of datasets' retries (which take ~25 s to fail without a network)."""
-    import urllib.error
-    import urllib.request
-
-    from huggingface_hub import constants
-
-    url = f"{constants.ENDPOINT}/api/datasets/{repo_id}"
-    try:
-        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout)
-    except urllib.error.HTTPError:
-        return  # the Hub answered (e.g. 401 for a gated repo): datasets will say more
-    except (urllib.error.URLError, OSError) as err:
-        raise CorpusError(
-            f"{repo_id!r} is neither a local path nor reachable on the Hub ({constants.ENDPOINT} did not answer: "
-            f"{err}). {HOW_TO_PASS_LOCAL_TEXT}"
         ) from err

@@ -65,6 +65,7 @@ from typing import Any
 
 import datasets
 
+from ..data.hub_datasets import HubUnreachable, load_hub_dataset
 from .columns import RawSplit, TaskDataError, answer_is_aligned
 from .registry import Task, get_task
 
@@ -568,11 +569,12 @@ def _local_files(task: Task, source: PathLike | Mapping[str, Any]) -> dict[str, 
 def _read_hub(task: Task, cache_dir: PathLike | None) -> dict[str, RawSplit]:
     label = task.hub_id + (f" ({task.hub_config})" if task.hub_config else "")
     try:
-        loaded = datasets.load_dataset(task.hub_id, task.hub_config, cache_dir=cache_dir)
+        loaded = load_hub_dataset(task.hub_id, task.hub_config, cache_dir=cache_dir)
     except Exception as error:  # offline, unknown id, ...: say what to do instead
+        cause = str(error) if isinstance(error, HubUnreachable) else f"{type(error).__name__}: {error}"
         raise TaskDataError(
-            f"could not load {label} from the Hub ({type(error).__name__}: {error}). Offline? Pass local "
-            f"files instead: {describe_sources(task)}."
+            f"could not load {label} from the Hub ({cause}). Offline? Pass local files instead with "
+            f"--data: {describe_sources(task)}."
         ) from error
     raws: dict[str, RawSplit] = {}
     for name, dataset in loaded.items():

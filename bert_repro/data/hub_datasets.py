@@ -1,0 +1,70 @@
+"""Loading a dataset from the Hub (a pre-training corpus, a task's data) without the wait of an unreachable Hub.
+
+With no network and `HF_HUB_OFFLINE` unset, `datasets.load_dataset(hub_id)` retries for ~23 s, printing a
+dozen warnings (twice: once by huggingface_hub's logger, once by datasets'), before its error. Here one short
+request asks the Hub first (`hub_answers`); when it does not answer, the dataset is read from the local cache as
+`HF_HUB_OFFLINE=1` would (a copy downloaded earlier serves, with one warning), and when the cache has none the
+caller's error names what to pass instead (`--corpus`, `--data`) in one line, within seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import urllib.error
+import urllib.request
+from unittest.mock import patch
+
+import datasets
+
+logger = logging.getLogger(__name__)
+
+PROBE_SECONDS = 3.0
+
+
+class HubUnreachable(ConnectionError):
+    """The Hub did not answer and the local cache has no copy; the message says which endpoint and why."""
+
+
+def hub_answers(repo_id: str, timeout: float = PROBE_SECONDS) -> str | None:
+    """None when the Hub answers a request about dataset `repo_id` (any HTTP status: a gated repository answers
+    401, and datasets says more), else why it did not."""
+    from huggingface_hub import constants
+
+    url = f"{constants.ENDPOINT}/api/datasets/{repo_id}"
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout)
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        return f"{constants.ENDPOINT} did not answer within {timeout:g} s: {reason}"
+    return None
+
+
+@contextlib.contextmanager
+def offline():
+    """`HF_HUB_OFFLINE=1` for the calls inside (datasets and huggingface_hub read the flag at import time)."""
+    from huggingface_hub import constants
+
+    with patch.object(datasets.config, "HF_HUB_OFFLINE", True), patch.object(constants, "HF_HUB_OFFLINE", True):
+        yield
+
+
+def load_hub_dataset(repo_id: str, *args, **kwargs):
+    """`datasets.load_dataset(repo_id, *args, **kwargs)`, asking the Hub once first. Raises `HubUnreachable` when
+    the Hub does not answer and the cache holds no copy; any other failure is datasets' own."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE:
+        return datasets.load_dataset(repo_id, *args, **kwargs)
+    problem = hub_answers(repo_id)
+    if problem is None:
+        return datasets.load_dataset(repo_id, *args, **kwargs)
+    try:
+        with offline():
+            loaded = datasets.load_dataset(repo_id, *args, **kwargs)
+    except Exception as err:  # not in the cache (datasets raises ConnectionError, FileNotFoundError, ...)
+        raise HubUnreachable(f"{problem}, and the local cache holds no copy of {repo_id}") from err
+    logger.warning("%s: read %s from the local cache", problem, repo_id)
+    return loaded
