@@ -49,12 +49,11 @@ ATTENTION_SHAPE = {
     "cuda": dict(batch=256, heads=12, seq=128, head_size=64),
     "cpu": dict(batch=4, heads=2, seq=16, head_size=8),
 }
-# (name, in_features, out_features) of BERT-BASE's linears, and the tokens of a 256 x 128 batch.
+# (name, in_features, out_features) of BERT-BASE's linears ("square": query, key and value unfused, and the attention
+# output), and the tokens of a 256 x 128 batch.
 LINEAR_SHAPES = {
-    "cuda": [("qkv", 768, 2304), ("query", 768, 768), ("attention_output", 768, 768), ("ffn_in", 768, 3072)]
-    + [("ffn_out", 3072, 768)],
-    "cpu": [("qkv", 64, 192), ("query", 64, 64), ("attention_output", 64, 64), ("ffn_in", 64, 256)]
-    + [("ffn_out", 256, 64)],
+    "cuda": [("qkv", 768, 2304), ("square", 768, 768), ("ffn_in", 768, 3072), ("ffn_out", 3072, 768)],
+    "cpu": [("qkv", 64, 192), ("square", 64, 64), ("ffn_in", 64, 256), ("ffn_out", 256, 64)],
 }
 LINEAR_TOKENS = {"cuda": 32768, "cpu": 128}
 DROPOUT = 0.1
