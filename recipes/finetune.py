@@ -11,6 +11,7 @@ test split, the leaderboard's prediction files.
 
 import sys
 
+from bert_repro.hub.push import HubPushError
 from bert_repro.model.conversion import CheckpointError
 from bert_repro.tasks.columns import TaskDataError
 from bert_repro.training.cli import ConfigurationError, quiet_load_reports
@@ -25,7 +26,14 @@ if __name__ == "__main__":
         end_processes()  # all processes leave together (a distributed launch)
         if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the same command goes on
             sys.exit(STOPPED_EXIT_CODE)
-    except (ConfigurationError, CheckpointError, TaskDataError, FileExistsError, FileNotFoundError) as err:
-        # A problem with what the user passed: say it plainly, without a traceback.
+    except (
+        ConfigurationError,
+        CheckpointError,
+        TaskDataError,
+        HubPushError,
+        FileExistsError,
+        FileNotFoundError,
+    ) as err:
+        # A problem the user can fix (what they passed, a token, the network): say it plainly, without a traceback.
         print(f"finetune.py: error: {err}", file=sys.stderr)
         sys.exit(2)

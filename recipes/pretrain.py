@@ -10,6 +10,7 @@ recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`; the script does not change.
 import sys
 
 from bert_repro.data.corpus import CorpusError
+from bert_repro.hub.push import HubPushError
 from bert_repro.model.conversion import CheckpointError
 from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
@@ -23,7 +24,7 @@ if __name__ == "__main__":
         end_processes()  # all processes leave together (a distributed launch)
         if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the run goes on when resumed
             sys.exit(STOPPED_EXIT_CODE)
-    except (ConfigurationError, CheckpointError, CorpusError, FileExistsError, FileNotFoundError) as err:
-        # A problem with what the user passed: say it plainly, without a traceback.
+    except (ConfigurationError, CheckpointError, CorpusError, HubPushError, FileExistsError, FileNotFoundError) as err:
+        # A problem the user can fix (what they passed, a token, the network): say it plainly, without a traceback.
         print(f"pretrain.py: error: {err}", file=sys.stderr)
         sys.exit(2)

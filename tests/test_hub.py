@@ -396,3 +396,62 @@ def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case, tin
     assert expected in result.stderr, result.stderr[-3000:]
     assert not (out / "run_config.json").exists()
     assert TOKEN not in result.stderr + result.stdout
+
+
+def every_byte_without(folder: Path, secret: str) -> list[str]:
+    """The files under `folder` (pickles, logs, cards, checkpoints: all of them) whose bytes hold `secret`."""
+    return [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+def test_hub_token_reaches_every_push_and_no_file(tmp_path, corpus_and_tokenizer, tiny_model):
+    """--hub_token (command line, or a config's hub_token) with a Hub that requires it and no other token around:
+    every checkpoint's branch and the final model on --hub_revision are pushed with it, and no byte of the run's
+    folder (training_args.bin, run_config.json, checkpoints, logs) holds it."""
+    secret = "hf_only_on_the_command_line_5678"
+    with LocalHub(token=secret) as hub:
+        env = {k: v for k, v in client_env(hub, tmp_path).items() if k != "HF_TOKEN"}
+        corpus, tokenizer_dir = corpus_and_tokenizer
+        config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=4, save_steps=2)
+        out = tmp_path / "run"
+        result = launch(
+            config,
+            out,
+            *("--push_to_hub", "true", "--hub_model_id", "someone/tiny", "--hub_revision", "v1"),
+            *("--hub_token", secret),
+            env=env,
+        )
+        assert {"v1", "step-2", "step-4"} <= set(hub.refs("someone/tiny")["heads"])
+        assert "model.safetensors" in hub.repo_files("someone/tiny", "v1")
+        assert every_byte_without(out, secret) == []
+        assert secret not in result.stdout + result.stderr
+
+        data = write(tmp_path / "MRPC", fixture_files("mrpc"))
+        finetune_config = tmp_path / "finetune.yaml"
+        finetune_config.write_text(f"hub_token: {secret}\nhub_model_id: someone/tiny-mrpc\nhub_revision: v2\n")
+        out = tmp_path / "mrpc"
+        cmd = [sys.executable, str(ROOT / "recipes" / "finetune.py"), "--config", str(finetune_config)]
+        cmd += ["--task", "mrpc", "--model", str(tiny_model), "--data", str(data), "--output_dir", str(out)]
+        cmd += ["--learning_rates", "1e-4", "--max_steps", "2", "--use_cpu", "true", "--push_to_hub", "true"]
+        result = run(cmd, env)
+        assert "model.safetensors" in hub.repo_files("someone/tiny-mrpc", "v2")
+        assert every_byte_without(out, secret) == []
+        assert secret not in result.stdout + result.stderr
+
+
+def test_a_failed_final_push_is_one_line_exit_2(tmp_path, corpus_and_tokenizer):
+    """A push that fails after training (the Hub refuses the commits: a token revoked during the run) is exit code 2
+    with the command that publishes the finished run, not a traceback; that command exits 2 for the same cause."""
+    corpus, tokenizer_dir = corpus_and_tokenizer
+    config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=2, save_steps=2)
+    out = tmp_path / "run"
+    with LocalHub() as hub:
+        env = client_env(hub, tmp_path)
+        hub.fail_next(kind="commit", mode="401", times=100)  # whoami, before training, still answers
+        recipe = [sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--config", str(config), "--output_dir"]
+        result = run([*recipe, str(out), "--push_to_hub", "true", "--hub_model_id", "someone/tiny"], env, check=False)
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+        assert "did not accept your token" in result.stderr
+        assert f"python -m bert_repro.hub {out} --repo_id someone/tiny --checkpoints" in result.stderr
+        again = push_cli(env, out, "--repo_id", "someone/tiny", "--checkpoints", check=False)
+        assert again.returncode == 2 and "did not accept your token" in again.stderr

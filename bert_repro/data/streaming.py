@@ -92,6 +92,7 @@ import datasets
 import torch
 from transformers import TrainerCallback
 
+from ..atomic import write_text
 from .corpus import (
     HOW_TO_PASS_LOCAL_TEXT,
     TABLE_FORMATS,
@@ -699,10 +700,8 @@ class WorkerStreams(torch.utils.data.IterableDataset):
         )
 
     def _write_state(self, stream: StreamingExamples, batch: int) -> None:
-        path = Path(self._staging) / f"batch{batch}.json"
-        partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps(stream.state_dict(), separators=(",", ":")))
-        os.replace(partial, path)  # whole or not there: the training process waits for it
+        # Whole or not there: the training process waits for it.
+        write_text(Path(self._staging) / f"batch{batch}.json", json.dumps(stream.state_dict(), separators=(",", ":")))
 
     def state_text(self, batches: int) -> str:
         """The JSON of every stream's position after this process's first ``batches`` batches."""
@@ -769,10 +768,7 @@ class DataStateCallback(TrainerCallback):
         text = self.streams.state_text(state.global_step * self.batches_per_step)
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / DATA_STATE.format(rank=self.streams.rank)
-        partial = path.with_suffix(".json.partial")
-        partial.write_text(text)
-        os.replace(partial, path)  # a job killed while writing leaves no truncated state behind
+        write_text(folder / DATA_STATE.format(rank=self.streams.rank), text)  # a kill leaves no truncated state
         return control
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..atomic import write_text
 from .corpus import CorpusError, load_corpus
 from .wordpiece import save_tokenizer, train_wordpiece
 
@@ -112,7 +113,7 @@ def build(
             {"file": str(f.relative_to(source)), "bytes": f.stat().st_size, "sha256": sha256(f)} for f in files
         ],
     }
-    (output / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+    write_text(output / MANIFEST_FILE, json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     return manifest
 
 

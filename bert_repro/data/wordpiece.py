@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, process
 from tokenizers.models import WordPiece
 from tokenizers.trainers import WordPieceTrainer
 from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase
+
+from ..atomic import STAGING, move_into, write_text
 
 __all__ = [
     "BERT_SPECIAL_TOKENS",
@@ -254,17 +257,25 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, output_dir: str | os.Path
     """Save ``tokenizer`` with ``save_pretrained`` and add a ``vocab.txt``.
 
     ``AutoTokenizer.from_pretrained(output_dir)`` loads the result; ``vocab.txt`` (one token per line, in
-    id order) is what original-BERT tools read, and transformers 5.x does not write it.
+    id order) is what original-BERT tools read, and transformers 5.x does not write it. The files are written
+    into a staging folder beside them and each moved into ``output_dir`` whole, ``tokenizer.json`` last: a kill
+    while saving leaves no truncated file, and a folder with ``tokenizer.json`` has the rest too.
 
     Returns:
         The paths of the written files.
     """
-    os.makedirs(output_dir, exist_ok=True)
-    written = [os.fspath(path) for path in tokenizer.save_pretrained(output_dir)]
-    vocab_path = write_vocab_txt(tokenizer, os.path.join(output_dir, VOCAB_FILE))
-    if vocab_path not in written:
-        written.append(vocab_path)
-    return written
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    staging = output_dir / f"{STAGING}-tokenizer"
+    shutil.rmtree(staging, ignore_errors=True)  # what a killed save left
+    staging.mkdir()
+    try:
+        tokenizer.save_pretrained(staging)
+        write_vocab_txt(tokenizer, staging / VOCAB_FILE)
+        moved = move_into(staging, output_dir, last=("tokenizer.json",))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [os.fspath(path) for path in moved]
 
 
 def write_vocab_txt(tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike) -> str:
@@ -282,8 +293,7 @@ def write_vocab_txt(tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike)
     bad = [token for token in tokens if "\n" in token or "\r" in token]
     if bad:
         raise ValueError(f"tokens containing line breaks cannot be written to vocab.txt: {bad[:5]!r}")
-    with open(path, "w", encoding="utf-8", newline="\n") as handle:
-        handle.writelines(f"{token}\n" for token in tokens)
+    write_text(path, "".join(f"{token}\n" for token in tokens))
     return os.fspath(path)
 
 

@@ -48,6 +48,7 @@ from typing import Any
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..atomic import write_text
 from ..model.checkpoint_format import native_obstacles
 from ..model.configuration_bert_repro import PRESETS
 from ..model.conversion import weight_files
@@ -1136,7 +1137,7 @@ def main(argv: Iterable[str] | None = None) -> Path:
             kwargs[key] = getattr(args, flag)
     card = card_for_directory(args.run_dir, args.repo_id, **kwargs)
     output = Path(args.output) if args.output else card_path(args.run_dir)
-    card.save(output)
+    write_text(output, str(card))  # what ModelCard.save writes, whole or not at all
     print(f"wrote {output}")
     return output
 

@@ -12,9 +12,10 @@ What a push puts in the repository (one commit, so a failed push changes nothing
   for this repository, which may hold a benchmark or a study, else a fresh one from `model_cards/`); the run's records
   (`run_config.json`, `data_statistics.json`, `results.json` / `.md`, `log_history.json`), plots and TensorBoard logs.
 
-The local directory is only read: the card and any repaired files are written to a staging copy. A repository
-that already holds a different model (another run, or not a bert_repro model) is not overwritten without
-`overwrite=True`. Intermediate checkpoints of a pre-training run become revisions: one branch per step
+The local directory is only read: the card and any repaired files are written to a staging copy, in the system's
+temporary folder under a name that says which process made it, so that the next push removes one a kill left.
+A repository that already holds a different model (another run, or not a bert_repro model) is not overwritten
+without `overwrite=True`. Intermediate checkpoints of a pre-training run become revisions: one branch per step
 (`step-1000`), loadable with `from_pretrained(repo, revision="step-1000")`.
 
 The token comes from huggingface_hub's usual places (`HF_TOKEN`, `hf auth login`) or an explicit argument; it is
@@ -54,6 +55,37 @@ RECORD_FILES = (
 
 class HubPushError(RuntimeError):
     """A push that did not complete; the message says what happened and what to do."""
+
+
+STAGING_PREFIX = "bert_repro_push-"  # + the pushing process's id: a folder whose process is gone was stranded
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stranded_staging() -> list[Path]:
+    """Remove the staging folders of pushes that were killed: a kill skips the cleanup of a `with` block, and each
+    folder holds a copy of the weights (88 MB for BERT-base). Returns what was removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(STAGING_PREFIX + "*"):
+        pid = folder.name[len(STAGING_PREFIX) :].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)) and folder.is_dir() and os.access(folder, os.W_OK):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def staging_folder() -> tempfile.TemporaryDirectory:
+    """A temporary folder for what a push stages, named after this process (see `remove_stranded_staging`)."""
+    remove_stranded_staging()
+    return tempfile.TemporaryDirectory(prefix=f"{STAGING_PREFIX}{os.getpid()}-")
 
 
 def model_directory(path: Path) -> Path:
@@ -253,7 +285,7 @@ def push(
     path = Path(path)
     source_name = source_name or str(path)
     where = f"{repo_id}@{revision}" if revision else repo_id
-    with tempfile.TemporaryDirectory(prefix="bert_repro_push_") as tmp:
+    with staging_folder() as tmp:
         staging = Path(tmp)
         staged = stage(path, repo_id, staging, tokenizer_dir=Path(tokenizer_dir) if tokenizer_dir else None)
         try:
@@ -290,8 +322,9 @@ def push_checkpoints(
     token: str | None = None,
     overwrite: bool = False,
     api=None,
+    revision: str | None = None,
 ) -> dict[str, str]:
-    """Every `checkpoint-N` of a pre-training run as branch `step-N`, and the final model on main."""
+    """Every `checkpoint-N` of a pre-training run as branch `step-N`, and the final model on `revision` (main)."""
     from huggingface_hub import HfApi
 
     api = api or HfApi(token=token)
@@ -301,7 +334,7 @@ def push_checkpoints(
     for checkpoint in steps:
         branch = f"step-{checkpoint.name.split('-')[-1]}"
         # A checkpoint directory has no run records or tokenizer of its own: take them from the run.
-        with tempfile.TemporaryDirectory() as tmp:
+        with staging_folder() as tmp:
             view = Path(tmp) / checkpoint.name
             view.mkdir()
             for name in model_files(checkpoint):
@@ -321,7 +354,9 @@ def push_checkpoints(
                 commit_message=f"Checkpoint at step {branch[5:]}",
             )
     if weight_files(output_dir):
-        pushed["main"] = push(output_dir, repo_id, private=private, overwrite=overwrite, api=api)
+        pushed[revision or "main"] = push(
+            output_dir, repo_id, revision=revision, private=private, overwrite=overwrite, api=api
+        )
     return pushed
 
 
@@ -331,7 +366,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("path", help="A pre-training, fine-tuning or benchmark output directory, or a checkpoint.")
     parser.add_argument("--repo_id", required=True)
-    parser.add_argument("--revision", help="Branch to push to (created from main when missing).")
+    parser.add_argument(
+        "--revision", help="Branch to push to (created from main when missing); with --checkpoints, the final model's."
+    )
     parser.add_argument("--tag", help="Also tag the pushed commit.")
     parser.add_argument("--private", action="store_true")
     parser.add_argument("--commit_message")
@@ -348,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.checkpoints:
             for revision, url in push_checkpoints(
-                args.path, args.repo_id, private=args.private, overwrite=args.overwrite
+                args.path, args.repo_id, private=args.private, overwrite=args.overwrite, revision=args.revision
             ).items():
                 print(f"{revision}: {url}")
         else:
@@ -363,10 +400,10 @@ def main(argv: list[str] | None = None) -> None:
                     tag=args.tag,
                 )
             )
-    except CheckpointError as err:  # the directory, not the Hub: the user's input
+    except (CheckpointError, HubPushError, FileNotFoundError) as err:
+        # The recipes' code for the same causes (a directory, a token, the network: what the user can fix), so
+        # that a script that runs both reads one convention.
         parser.exit(2, f"error: {err}\n")
-    except (HubPushError, FileNotFoundError) as err:
-        parser.exit(1, f"error: {err}\n")
 
 
 if __name__ == "__main__":

@@ -23,9 +23,11 @@ from typing import Any
 import yaml
 from transformers import HfArgumentParser
 
+from ..atomic import is_leftover, write_json
 from ..model.configuration_bert_repro import ONE_GRAPH_SWITCHES, SPEED_SWITCHES
 
 RUN_CONFIG = "run_config.json"
+RESULTS = "results.json"  # written last: a folder that holds it holds a finished run
 RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.training.cluster)
 
 
@@ -313,7 +315,7 @@ def check_output_dir(
     longer identifies a run (one a later version lets change on resumption) does not make an old run "different".
     """
     out = Path(output_dir)
-    if overwrite or not out.exists() or not any(p.name != RUN_LOCK for p in out.iterdir()):
+    if overwrite or holds_nothing(out):
         return
     saved = out / RUN_CONFIG
     if not saved.exists():
@@ -321,21 +323,38 @@ def check_output_dir(
             f"{out} is not empty and holds no bert_repro run ({RUN_CONFIG} missing). Choose another output_dir, "
             "or pass --overwrite_output_dir true to write into it anyway."
         )
-    old = json.loads(saved.read_text())
+    try:
+        old = json.loads(saved.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # written in place by an earlier version, and cut short
+        raise FileExistsError(
+            f"{saved} cannot be read ({err}), so this run cannot be told from another. If {out} holds this run, "
+            f"delete {saved} (it is written again) and run the same command; else choose another output_dir."
+        ) from None
     differences = _differences(identity(old) if identity else old, record)
     if differences:
         shown = "; ".join(differences[:6]) + (" ..." if len(differences) > 6 else "")
         raise FileExistsError(
-            f"{out} holds a different run ({shown}). Choose another output_dir, or pass --overwrite_output_dir true."
+            f"{out} holds a different run ({shown}). To continue that run, keep its settings (the left-hand values); "
+            "for this one choose another --output_dir, or pass --overwrite_output_dir true to start again in this "
+            "folder (its checkpoints are replaced)."
         )
     has_checkpoints = any(out.glob("checkpoint-*"))
-    if (out / "model.safetensors").exists() and not resume:
-        raise FileExistsError(f"{out} already holds this finished run; pass --overwrite_output_dir true to redo it.")
+    if (out / RESULTS).exists() and not resume:  # written last: the final model may be there without it
+        raise FileExistsError(
+            f"{out} already holds this finished run ({RESULTS}); to publish it: python -m bert_repro.hub {out} "
+            "--repo_id ID; to train it again, pass --overwrite_output_dir true."
+        )
     if has_checkpoints and not resume:
         raise FileExistsError(
             f"{out} already holds checkpoints of this run; pass --resume_from_checkpoint true to continue it, or "
             "--overwrite_output_dir true to start again."
         )
+
+
+def holds_nothing(output_dir: Path) -> bool:
+    """Whether `output_dir` is missing or holds nothing but the run's lock and what an interrupted write of ours
+    left (`bert_repro.atomic.is_leftover`): a run killed in its first second does not block the next."""
+    return not output_dir.exists() or all(p.name == RUN_LOCK or is_leftover(p.name) for p in output_dir.iterdir())
 
 
 def write_run_config(output_dir: str | Path, record: dict) -> None:
@@ -344,7 +363,7 @@ def write_run_config(output_dir: str | Path, record: dict) -> None:
     out = Path(output_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / RUN_CONFIG).write_text(json.dumps(record, indent=2))
+        write_json(out / RUN_CONFIG, record)
     except OSError as error:
         raise ConfigurationError(
             f"cannot write to the output directory {out}: {error.strerror or error} ({error.filename}). "
@@ -352,9 +371,32 @@ def write_run_config(output_dir: str | Path, record: dict) -> None:
         ) from None
 
 
-def take_push_request(training) -> dict[str, Any] | None:
+@dataclass
+class PushRequest:
+    """What `--push_to_hub` asks for, kept in memory for the push at the end of the run. The token is here and
+    nowhere else: `take_push_request` clears `--hub_token` from the training arguments, which Trainer pickles into
+    `training_args.bin` in the output directory and in every checkpoint (files that users copy and share)."""
+
+    repo_id: str
+    private: bool = False
+    revision: str | None = None
+    token: str | None = field(default=None, repr=False)
+
+    def push_command(self, output_dir: str | Path, *extra: str) -> str:
+        """The command that publishes the run again without training (the token from HF_TOKEN or `hf auth login`,
+        never written out)."""
+        revision = ("--revision", self.revision) if self.revision else ()
+        private = ("--private",) if self.private else ()
+        return " ".join(
+            ["python -m bert_repro.hub", str(output_dir), "--repo_id", self.repo_id, *revision, *private, *extra]
+        )
+
+
+def take_push_request(training) -> PushRequest | None:
     """`--push_to_hub --hub_model_id ID` is done by `bert_repro.hub.push` at the end, not by Trainer, whose own push
-    would upload pickles (training_args.bin) and no model card."""
+    would upload pickles (training_args.bin) and no model card. The token (`--hub_token`, or a config's
+    `hub_token`) moves from `training` into the request: it reaches the pushes, and no file the run writes."""
+    token, training.hub_token = training.hub_token, None
     if not training.push_to_hub:
         return None
     if not training.hub_model_id:
@@ -362,16 +404,11 @@ def take_push_request(training) -> dict[str, Any] | None:
     from ..hub.push import HubPushError, check_hub_access
 
     try:  # now, not after training: a wrong id, a refused token or no network fail in seconds
-        check_hub_access(training.hub_model_id, token=training.hub_token)
+        check_hub_access(training.hub_model_id, token=token)
     except HubPushError as err:
         raise ConfigurationError(str(err)) from None
-    request = {
-        "repo_id": training.hub_model_id,
-        "private": bool(training.hub_private_repo),
-        "revision": training.hub_revision,
-    }
     training.push_to_hub = False
-    return request
+    return PushRequest(training.hub_model_id, bool(training.hub_private_repo), training.hub_revision, token)
 
 
 def check_attention(name: str) -> str | None:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from ..atomic import STAGING, fsync_dir, move_into, settle
 from .cli import RUN_LOCK, ConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 # terminationGracePeriodSeconds. A stop whose save takes longer says so.
 GRACE_SECONDS = 30
 AGREE_EVERY_ON_GPUS = 10
-STAGING = ".saving"
 
 
 class StopOnSignal(TrainerCallback):
@@ -164,6 +164,7 @@ def publish(staging: Path, target: Path) -> None:
     left by an earlier, broken save is replaced), or a staged model's files into `target`, weights last so
     that a folder with weights has the rest too."""
     if staging.name != STAGING:  # a checkpoint folder: one rename
+        settle(staging)  # durable, and the modes of the run's other files
         if target.exists():
             old = target.with_name(f"{STAGING}-{target.name}-replaced")
             shutil.rmtree(old, ignore_errors=True)
@@ -172,11 +173,9 @@ def publish(staging: Path, target: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(staging, target)
+        fsync_dir(target.parent)
         return
-    weights = ("model.safetensors", "model.safetensors.index.json")
-    for path in sorted(staging.iterdir(), key=lambda p: p.name in weights):
-        os.replace(path, target / path.name)
-    staging.rmdir()
+    move_into(staging, target, last=("model.safetensors", "model.safetensors.index.json"))
 
 
 class DiskFullError(ConfigurationError):

@@ -195,6 +195,10 @@ class EngineTrainer(Trainer):
         super()._save_checkpoint(model, trial)  # its rotation sees one staged checkpoint: deletes nothing
 
     def _maybe_log_save_evaluate(self, *args, **kwargs) -> None:
+        if self.control.should_save or self.control.should_training_stop:
+            # The loss is logged at every checkpoint and at the end, so that the log history a checkpoint keeps
+            # covers every step before it: a resumed run's whole-run loss is computed from it (`whole_run_loss`).
+            self.control.should_log = True
         try:
             super()._maybe_log_save_evaluate(*args, **kwargs)
         except Exception as err:

@@ -34,8 +34,9 @@ from unittest.mock import patch
 import datasets
 from transformers import Trainer, TrainingArguments, set_seed
 
+from ..atomic import write_json, write_text
 from ..data.wordpiece import load_tokenizer, save_tokenizer
-from ..hub.push import push
+from ..hub.push import HubPushError, push
 from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
 from ..model.configuration_bert_repro import (
     DEFAULT_OBJECTIVE,
@@ -51,6 +52,7 @@ from ..tasks.kinds import HEADS
 from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
 from .checkpoints import newest_valid_checkpoint
 from .cli import (
+    RESULTS,
     ConfigurationError,
     SpeedSwitches,
     check_attention,
@@ -485,22 +487,25 @@ def one_run(
     return result, trainer
 
 
+def test_prediction_files(task: Task, data, output_dir: Path) -> dict[str, Path]:
+    """{test split: the file of its predictions} for a GLUE task whose data has test splits."""
+    if not task.glue_submission_names:
+        return {}
+    folder = output_dir / "glue_submission"
+    return {name: folder / task.glue_submission_name(name) for name in task.test_splits if name in data}
+
+
 def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, output_dir: Path) -> list[Path]:
     """GLUE test-set predictions in the leaderboard's format: `index<TAB>prediction`, one file per test split."""
     written = []
-    if not task.glue_submission_names:
-        return written
-    for split_name in task.test_splits:
-        if split_name not in data:
-            continue
+    for split_name, path in test_prediction_files(task, data, output_dir).items():
         raw = data[split_name]
         predictions = predict(task, trainer, raw, encode(task, raw, tokenizer, run, train=False), run)
-        path = output_dir / "glue_submission" / task.glue_submission_name(split_name)
         path.parent.mkdir(parents=True, exist_ok=True)
         lines = ["index\tprediction"] + [
             f"{i}\t{task.format_submission_value(p)}" for i, p in zip(raw["idx"], predictions)
         ]
-        path.write_text("\n".join(lines) + "\n")
+        write_text(path, "\n".join(lines) + "\n")
         written.append(path)
     return written
 
@@ -563,7 +568,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     )
     write_run_config(output_dir, record)
     tokenizer = load_tokenizer(run.tokenizer or run.model)
-    runs, best, best_trainer, splits = [], None, None, None
+    runs, best, splits = [], None, None
     start = time.time()
     for lr in run.learning_rates:
         for seed in run.seeds:
@@ -578,21 +583,22 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
                     if trainer.is_world_process_zero():
                         logger.warning(stop_message(trainer.stop_on_signal, None))
                     return result
-                done.parent.mkdir(parents=True, exist_ok=True)
-                done.write_text(json.dumps(result, indent=2))
             runs.append(result)
             logger.info("%s lr=%g seed=%d: %s %.4f", task.name, lr, seed, task.main_metric, result["score"])
             if best is None or _rank(result) > _rank(best):
                 best = result
                 if trainer is not None:
-                    best_trainer = trainer
                     trainer.save_full_model(str(output_dir / "model"))  # every process: FSDP gathers the shards
                     save_tokenizer(tokenizer, output_dir / "model")  # with vocab.txt
+                    if run.predict_test:  # now, with the best model at hand: a rerun may not train it again
+                        write_test_predictions(task, trainer, data, tokenizer, run, output_dir)
             if trainer is not None and run.keep_all_runs:
                 trainer.save_full_model(str(run_dir / "model"))
-    submissions = []
-    if best_trainer is not None and run.predict_test:
-        submissions = write_test_predictions(task, best_trainer, data, tokenizer, run, output_dir)
+            if trainer is not None:
+                # Last: a run with result.json is not run again, so its model (when best) must be saved already.
+                done.parent.mkdir(parents=True, exist_ok=True)
+                write_json(done, result)
+    submissions = [p for p in test_prediction_files(task, data, output_dir).values() if p.exists() and run.predict_test]
     summary = {
         "task": task.name,
         "model": run.model,
@@ -615,13 +621,19 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
         "test_predictions": [str(p) for p in submissions],
         "missing_splits": missing_splits,
     }
-    (output_dir / "results.json").write_text(json.dumps(summary, indent=2))
-    (output_dir / "results.md").write_text(results_markdown(task, summary))
+    write_text(output_dir / "results.md", results_markdown(task, summary))
+    write_json(output_dir / RESULTS, summary)  # last: the runs' summary, once every file it names is there
     logger.info("\n%s", results_markdown(task, summary))
     if push_to is not None:
-        summary["pushed"] = push(
-            output_dir, push_to["repo_id"], revision=push_to["revision"], private=push_to["private"]
-        )
+        try:
+            summary["pushed"] = push(
+                output_dir, push_to.repo_id, revision=push_to.revision, private=push_to.private, token=push_to.token
+            )
+        except HubPushError as err:
+            raise HubPushError(
+                f"{err} The runs themselves are complete in {output_dir}; to publish them without training again: "
+                f"{push_to.push_command(output_dir)}"
+            ) from None
     return summary
 
 

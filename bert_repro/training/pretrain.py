@@ -33,17 +33,19 @@ import datasets
 import torch
 from transformers import IntervalStrategy, TrainingArguments, set_seed
 
+from ..atomic import write_json
 from ..data.pretraining_examples import PreTrainingDataConfig
 from ..data.streaming import DataStateCallback, load_data_state
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_tokenizer, save_tokenizer
-from ..hub.push import push_checkpoints
+from ..hub.push import HubPushError, push_checkpoints
 from ..model.configuration_bert_repro import SPEED_SWITCHES
 from .checkpoints import checkpoint_step
 from .cli import (
+    RESULTS,
     RUN_CONFIG,
-    RUN_LOCK,
     ConfigurationError,
     check_output_dir,
+    holds_nothing,
     parse_with_config,
     pin_memory_only_with_an_accelerator,
     take_push_request,
@@ -56,7 +58,14 @@ from .pretrain_data import STREAM_STOP_EVERY, build_datasets, build_streaming_da
 from .pretrain_model import allow_data_dependent_shapes, build_model, check_lengths, model_config
 from .pretrain_phases import PhaseCollator, PhasedSampler, packed_rows, phase_configs, phase_steps  # noqa: F401
 from .pretrain_records import log_statistics, log_table, plot_curves, repetition_warnings
-from .pretrain_resume import StopAfterSteps, TrainingClock, checkpoint_to_resume, forget_unstarted_run, tokens_trained
+from .pretrain_resume import (
+    StopAfterSteps,
+    TrainingClock,
+    checkpoint_to_resume,
+    forget_unstarted_run,
+    tokens_trained,
+    whole_run_loss,
+)
 from .pretrain_trainer import PreTrainingTrainer, metrics_from_sums, pretraining_sums  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -81,6 +90,8 @@ RUN_CONTROL_FIELDS = {
     "dataloader_num_workers",
     "gradient_accumulation_steps",
 }  # derived from global_batch_size and the processes
+# Where a run lives is not what it trains: a run folder moved or copied (scratch -> project space) resumes.
+LOCATION_FIELDS = {"output_dir"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -108,7 +119,7 @@ def parse_arguments(argv: list[str] | None = None):
 
 
 def run_record(run: PreTrainingArguments, data: PreTrainingDataConfig, training: TrainingArguments) -> dict:
-    """What identifies a run: every setting except the ones that may change on resumption."""
+    """What identifies a run: every setting except the ones that may change on resumption and where it lives."""
     return run_identity({"run": asdict(run), "data": asdict(data), "training": training.to_dict()})
 
 
@@ -120,6 +131,7 @@ def run_identity(record: dict) -> dict:
         for key in list(section):
             if (
                 key in RUN_CONTROL_FIELDS
+                or key in LOCATION_FIELDS
                 or key.startswith(("logging_", "push_to_hub"))
                 or (key.startswith("hub_") and name == "training")
             ):
@@ -236,11 +248,11 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             output_dir, record, resume=resume, overwrite=run.overwrite_output_dir, identity=run_identity
         ),
     )
-    fresh = not any(p.name != RUN_LOCK for p in output_dir.iterdir())
+    fresh = holds_nothing(output_dir)
     with training.main_process_first(desc="preparing pre-training data"):
         if training.process_index == 0:
             output_dir.mkdir(parents=True, exist_ok=True)
-            (output_dir / RUN_CONFIG).write_text(json.dumps(record, indent=2))
+            write_json(output_dir / RUN_CONFIG, record)
         try:
             if run.streaming:
                 tokenizer, phases, eval_dataset, statistics = build_streaming_datasets(
@@ -257,7 +269,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
                 forget_unstarted_run(output_dir)  # so that a retry with other data is not "a different run"
             raise
     if training.process_index == 0:
-        (output_dir / "data_statistics.json").write_text(json.dumps(statistics, indent=2))
+        write_json(output_dir / "data_statistics.json", statistics)
         log_statistics(statistics)
 
     set_seed(training.seed)  # the initial weights must not depend on what data preparation drew before
@@ -320,7 +332,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     if run.streaming and training.dataloader_num_workers:
         trainer.stop_on_signal.stop_every = STREAM_STOP_EVERY
     start = time.time()
-    result = trainer.train(resume_from_checkpoint=resume_from)
+    trainer.train(resume_from_checkpoint=resume_from)
     elapsed = time.time() - start  # this invocation's
     if trainer.stop_on_signal.stopped:
         name, step = trainer.stop_on_signal.stopped
@@ -338,7 +350,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     summary = {
         "train_runtime_s": round(clock.seconds(), 1),
         "global_step": trainer.state.global_step,
-        "train_loss": result.training_loss,
+        "train_loss": whole_run_loss(trainer.state.log_history),
         "processes": training.world_size,
         "gradient_accumulation_steps": training.gradient_accumulation_steps,
         "engine": trainer.engine,
@@ -361,11 +373,19 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     trainer.save_full_model(str(output_dir))  # every process: FSDP gathers the shards
     if trainer.is_world_process_zero():
         save_tokenizer(tokenizer, output_dir)
-        (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
-        (output_dir / "results.json").write_text(json.dumps(summary, indent=2))
+        write_json(output_dir / "log_history.json", trainer.state.log_history, indent=1)
         if run.plot:
             plot_curves(trainer.state.log_history, output_dir / "training_curves.png", data.pretraining_objective)
+        write_json(output_dir / RESULTS, summary)  # last: a run with results.json is finished (`check_output_dir`)
         log_table("results", summary)
-        if push_to is not None:  # every checkpoint as branch step-N, the final model on main
-            push_checkpoints(output_dir, push_to["repo_id"], private=push_to["private"])
+        if push_to is not None:  # every checkpoint as branch step-N, the final model on --hub_revision (main)
+            try:
+                push_checkpoints(
+                    output_dir, push_to.repo_id, private=push_to.private, token=push_to.token, revision=push_to.revision
+                )
+            except HubPushError as err:
+                raise HubPushError(
+                    f"{err} The run itself is complete in {output_dir}; to publish it without training again: "
+                    f"{push_to.push_command(output_dir, '--checkpoints')}"
+                ) from None
     return summary

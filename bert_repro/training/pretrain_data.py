@@ -76,7 +76,17 @@ def get_tokenizer(run: PreTrainingArguments, train_documents: datasets.Dataset, 
     """The run's tokenizer: given, already trained by this run (resumption, other ranks), or trained now."""
     cached = output_dir / TOKENIZER_DIR
     if (cached / "tokenizer.json").exists():
-        return load_tokenizer(cached)
+        try:
+            return load_tokenizer(cached)
+        except (OSError, ValueError) as err:  # cut short by a kill under an earlier version, or damaged since
+            problem = f"{cached} cannot be read ({type(err).__name__}: {err})"
+        trained = any(output_dir.glob("checkpoint-*")) or (output_dir / "model.safetensors").exists()
+        if trained and not run.tokenizer:  # a new WordPiece vocabulary would not be the one the model learnt
+            raise ConfigurationError(
+                f"{problem}; the run's checkpoints were trained with it and a vocabulary trained again would "
+                "differ. Pass --overwrite_output_dir true to start the run again, or --tokenizer with a copy of it."
+            )
+        logger.warning("%s: made again from %s", problem, run.tokenizer or "the corpus")
     if run.tokenizer:
         tokenizer = load_tokenizer(run.tokenizer)
     else:

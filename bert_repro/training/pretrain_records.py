@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..atomic import atomic_path
 from ..model.configuration_bert_repro import DEFAULT_OBJECTIVE, PreTrainingObjective, pretraining_objective
 
 if TYPE_CHECKING:
@@ -86,5 +87,6 @@ def plot_curves(log_history: list[dict], path: Path, objective: PreTrainingObjec
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, dpi=110, format=Path(path).suffix[1:] or None)
     plt.close(fig)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from ..atomic import write_json
 from .checkpoints import checkpoint_problem, checkpoint_step, newest_valid_checkpoint
 from .cli import RUN_CONFIG, ConfigurationError
 from .pretrain_data import TOKENIZER_DIR
@@ -82,9 +83,23 @@ class TrainingClock(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and checkpoint.is_dir():
-            (checkpoint / TRAINING_TIME).write_text(
-                json.dumps({"train_seconds": round(self.seconds(), 3), "global_step": state.global_step})
+            write_json(
+                checkpoint / TRAINING_TIME,
+                {"train_seconds": round(self.seconds(), 3), "global_step": state.global_step},
+                indent=None,
             )
+
+
+def whole_run_loss(log_history: list[dict]) -> float | None:
+    """The mean training loss over every step of the run, from the losses logged (each the mean since the previous
+    log; one at every checkpoint and at the end, `EngineTrainer`): Trainer's own `training_loss` covers only the
+    steps of the last invocation (0.0 for a run resumed at its last checkpoint)."""
+    total, last = 0.0, 0
+    for entry in log_history:
+        if "loss" in entry and entry.get("step", 0) > last:
+            total += entry["loss"] * (entry["step"] - last)
+            last = entry["step"]
+    return total / last if last else None
 
 
 def checkpoint_to_resume(output_dir: Path, resume_from: bool | str | None, streamed: bool = False) -> str | None:

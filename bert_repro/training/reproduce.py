@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomic import atomic_path, write_text
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
 from .cli import ConfigurationError
 from .finetune import check_inputs as check_finetuning_inputs
@@ -149,8 +150,9 @@ def write_report(output_dir: Path, rows: list[dict[str, Any]], args: ReproduceAr
         f"Total time: {seconds / 3600:.2f} h.",
     ]
     text = "\n".join(lines) + "\n"
-    (output_dir / "report.md").write_text(text)
-    (output_dir / "report.json").write_text(
+    write_text(output_dir / "report.md", text)
+    write_text(
+        output_dir / "report.json",
         json.dumps(
             {
                 "model": args.model,
@@ -161,7 +163,7 @@ def write_report(output_dir: Path, rows: list[dict[str, Any]], args: ReproduceAr
                 "seconds": round(seconds, 1),
             },
             indent=2,
-        )
+        ),
     )
     plot_report(rows, output_dir / "report.png", args.paper_model)
     return text
@@ -187,7 +189,8 @@ def plot_report(rows: list[dict[str, Any]], path: Path, paper_model: str) -> Non
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, dpi=110, format=Path(path).suffix[1:] or None)
     plt.close(fig)
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..atomic import atomic_path, write_json, write_text
 from ..model.bilstm_heads import FEATURE_SETS
 from ..model.conversion import TOKENIZER_FILES, CheckpointError, check_model_dir
 from ..tasks.registry import get_task
@@ -449,7 +450,7 @@ def check_same_study(output_dir: Path, args: StudyArguments) -> None:
             )
         return
     output_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2))
+    write_json(path, record)
 
 
 def pretraining_argv(variant: Variant, args: StudyArguments, directory: Path) -> list[str]:
@@ -497,11 +498,12 @@ def random_init_model(pretrained: Path, directory: Path) -> Path:
     for name in TOKENIZER_FILES:
         if (pretrained / name).is_file():
             shutil.copy(pretrained / name, directory / name)
-    (directory / "results.json").write_text(
+    write_text(
+        directory / "results.json",
         json.dumps(
             {"random_init": True, "architecture_of": str(pretrained), "global_step": 0, "train_runtime_s": 0.0},
             indent=2,
-        )
+        ),
     )
     return directory
 
@@ -886,8 +888,9 @@ def write_study(
         lines += ["", f"Failed runs ({len(failed)}; their cells are missing or have fewer seeds):"]
         lines += [f"- {f}" for f in failed]
     text = "\n".join(lines) + "\n"
-    (output_dir / "study.md").write_text(text)
-    (output_dir / "study.json").write_text(
+    write_text(output_dir / "study.md", text)
+    write_text(
+        output_dir / "study.json",
         json.dumps(
             {
                 "study": study.name,
@@ -910,7 +913,7 @@ def write_study(
                 "run_seconds": {"pretraining": round(pretraining, 1), "finetuning": round(finetuning, 1)},
             },
             indent=2,
-        )
+        ),
     )
     plot_study(study, rows, output_dir / "study.png", baseline)
     return text
@@ -944,7 +947,8 @@ def plot_study(
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"{study.title} ({study.source})", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, dpi=110, format=Path(path).suffix[1:] or None)
     plt.close(fig)
 
 

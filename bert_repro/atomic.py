@@ -1,0 +1,124 @@
+"""Every file a run writes is whole or not there: the one helper for writing files (and the rules for the files
+that libraries write for us).
+
+A kill, a preemption or a full disk in the middle of `Path.write_text` leaves a truncated file under its final
+name (a 0-byte `tokenizer.json` that every later run tried to read). Here a file is written under a temporary
+name beside it (`.NAME.partial-PID`, same folder, so same file system), flushed to disk (fsync), given the mode
+the user's umask asks for, and renamed over the target: a reader sees the old file or the new one, never a part.
+Folders written by libraries (`save_pretrained`, Trainer's checkpoints) are staged in a folder beside their
+target and moved into place when complete (`move_into`, `bert_repro.training.cluster.publish`), their files
+flushed and given the same modes (`settle`: safetensors creates its files with mode 600 whatever the umask).
+
+What a kill leaves (a `.partial-` file, a staging folder) is ours to clean: `is_leftover` names it, so that a
+folder holding only leftovers counts as empty, and the next write of the same file removes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+PARTIAL = ".partial-"
+STAGING = ".saving"  # a folder written by a library, moved to its name when complete
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # reading the umask means setting it: set it straight back
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()
+DIR_MODE = 0o777 & ~_umask()
+
+
+def is_leftover(name: str) -> bool:
+    """Whether `name` is what an interrupted write of ours leaves: a temporary file or a staging folder."""
+    return PARTIAL in name or name == STAGING or name.startswith(STAGING + "-")
+
+
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Make a rename in `folder` durable (the directory entry, not only the file's data)."""
+    with contextlib.suppress(OSError):  # some file systems (and Windows) cannot open a folder
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def settle(path: str | os.PathLike) -> None:
+    """Make a file (or every file of a folder) written by a library durable (fsync) and give it the mode of the
+    run's other files (umask 022: 644; safetensors writes 600)."""
+    path = Path(path)
+    for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if item.is_symlink():
+            continue
+        if item.is_dir():
+            os.chmod(item, DIR_MODE)
+            continue
+        fd = os.open(item, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(item, FILE_MODE)
+
+
+def move_into(staging: Path, target: Path, *, last: tuple[str, ...] = ()) -> list[Path]:
+    """Move what `staging` (a folder a library wrote into) holds into `target`, each file settled and renamed
+    whole, the names in `last` after the others (the file a reader checks for, so that it means the rest is
+    there), then remove `staging`. Returns the moved paths."""
+    moved = []
+    for path in sorted(staging.iterdir(), key=lambda p: (p.name in last, p.name)):
+        settle(path)
+        os.replace(path, target / path.name)
+        moved.append(target / path.name)
+    fsync_dir(target)
+    staging.rmdir()
+    return moved
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside `path` to write to (with any writer: `torch.save`, `savefig` ...); when the block
+    ends without an error the file is flushed to disk and renamed to `path`, otherwise it is removed."""
+    path = Path(path)
+    for stale in path.parent.glob(f".{path.name}{PARTIAL}*"):  # what a killed write of this file left
+        stale.unlink(missing_ok=True)
+    temporary = path.with_name(f".{path.name}{PARTIAL}{os.getpid()}")
+    try:
+        yield temporary
+        fd = os.open(temporary, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(temporary, FILE_MODE)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path`, whole or not at all."""
+    with atomic_path(path) as temporary:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+    return Path(path)
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8, lines as given) to `path`, whole or not at all."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | os.PathLike, value: Any, *, indent: int | None = 2, **dumps: Any) -> Path:
+    """`json.dumps(value)` written to `path`, whole or not at all."""
+    return write_text(path, json.dumps(value, indent=indent, **dumps))
