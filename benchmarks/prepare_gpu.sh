@@ -24,8 +24,10 @@ KIT=.gpu
 PY=${PY:-.venv/bin/python}
 PY_VERSION=${PY_VERSION:-3.12}
 GLUE=${GLUE:-../shared/data/glue}
-# datasets as tested with the project; dill and multiprocess at the newest versions its requirements allow
-WHEELS=(datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19)
+# datasets as tested with the project; dill and multiprocess at the newest versions its requirements allow;
+# torchao for the FP8 variants (its float8 training is Python over torch._scaled_mm: its compiled extensions, built
+# for another torch, are not needed and fail to load with a warning)
+WHEELS=(datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 torchao==0.18.0)
 HEAD_INIT=${HEAD_INIT:-0}
 ((HEAD_INIT)) && BUILT=(seqeval==1.2.2) || BUILT=()  # published as source only: built here, pure Python
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -47,7 +49,8 @@ done
 n=$(ls "$KIT"/wheels/*.whl | wc -l)
 # run_gpu.sh unpacks them into one folder: one version of each, pure Python only
 ((n == ${#WHEELS[@]} + ${#BUILT[@]})) || { echo "error: $KIT/wheels holds $n wheels, expected ${WHEELS[*]} ${BUILT[*]}" >&2; exit 1; }
-ls "$KIT"/wheels/*.whl | grep -qv -- '-none-any\.whl$' && { echo "error: a wheel that is not pure Python" >&2; exit 1; }
+ls "$KIT"/wheels/*.whl | grep -v -- '^.*/torchao-' | grep -qv -- '-none-any\.whl$' &&
+    { echo "error: a wheel that is not pure Python" >&2; exit 1; }
 
 STUDY=${STUDY:-0}
 CARRY=("$KIT")

@@ -6,9 +6,15 @@
 #   probe  nvidia-smi, the Python that imports torch (`python` may be a symlink that loses its venv), the
 #          wheels of .gpu/wheels when that Python lacks `datasets`, then versions, imports and a first CUDA
 #          matrix product (benchmarks/gpu_session.py probe). Without CUDA the parts below are skipped.
+#   micro  (not by default) the step's parts alone (benchmarks/gpu_micro.py: SDPA backends with and without the mask
+#          and FlashAttention varlen, dropout + residual + LayerNorm compiled against our kernels, FP8 linears at
+#          BERT-BASE's shapes): micro.json into OUT after every stage.
 #   tests  the CUDA tests (`pytest -m cuda`: bf16/fp16, SDPA/FlashAttention, compile, fused AdamW, packing).
 #   bench  the pre-training throughput benchmark (benchmarks/gpu_pretrain.py), one process per setting (BASE
-#          at 128 and 512, LARGE at 128): ours against transformers' best (SDPA, bf16, compiled).
+#          at 128 and 512, LARGE at 128): ours against transformers' best (SDPA, bf16, compiled). BASE at 128
+#          runs VARIANTS_128 (the speed round: today's best, each change alone, all together, CUDA graphs, FP8,
+#          dropout off), the others VARIANTS; every variant's first step is checked against today's best's.
+#          The speed round in one call: PARTS="probe micro bench profile" (benchmarks/README.md, "GPU").
 #   profile (not by default) where a step's time goes: BASE at 128, ours and transformers' compiled variants
 #          (PROFILE_VARIANTS), torch.profiler's operator and kernel table of 3 warm steps each, in RESULTS/profile/.
 #   train  a short real pre-training of the `small` preset on the shipped corpus in bf16, with BERT's
@@ -55,10 +61,17 @@ KIT=${KIT:-.gpu}
 EXAMPLES=${EXAMPLES:-$KIT} MRPC=${MRPC:-$KIT/MRPC}
 SETTINGS=${SETTINGS:-base:128,base:512,large:128}
 # transformers' best first (the ratio's denominator), ours compiled, then the others while time is left
-VARIANTS=${VARIANTS:-transformers sdpa bf16 compile,ours sparse bf16 compile,transformers sdpa bf16,\
-ours packed sparse bf16 compile,ours}
-PROFILE_VARIANTS=${PROFILE_VARIANTS:-ours sparse bf16 compile,transformers sdpa bf16 compile,ours sdpa bf16 compile,\
-ours packed sparse bf16 compile} PROFILE_SETTING=base:128
+VARIANTS=${VARIANTS:-transformers sdpa bf16 compile,ours sparse bf16 compile,ours all bf16 compile graphs,\
+ours all bf16 compile,transformers sdpa bf16}
+# BASE at 128, the headline: the same first, then each change alone, then the rest while time is left (the
+# compiled graphs are shared through inductor's cache: a variant that only adds CUDA graphs compiles in seconds)
+VARIANTS_128=${VARIANTS_128:-transformers sdpa bf16 compile,ours sparse bf16 compile,ours all bf16 compile graphs,\
+ours sparse fused-ln bf16 compile,ours sparse qkv msdpa bf16 compile,ours sparse bf16 compile graphs,\
+ours all bf16 compile,ours all fp8 compile graphs,ours packed all bf16 compile graphs,\
+ours sparse bf16 compile no-dropout,ours all bf16-residual compile graphs,ours sparse bf16 compile fallback-random,\
+ours sparse bf16 compile cdt,transformers sdpa bf16}
+PROFILE_VARIANTS=${PROFILE_VARIANTS:-ours all bf16 compile,ours sparse bf16 compile,transformers sdpa bf16 compile} \
+    PROFILE_SETTING=base:128
 TRAIN_STEPS=${TRAIN_STEPS:-1000} BF16=${BF16:-true} TRAVEL=${TRAVEL:-.travel} STUDY_ENV=${STUDY_ENV:-}
 PROBE_LIMIT=${PROBE_LIMIT:-90} TESTS_LIMIT=${TESTS_LIMIT:-3600} BENCH_LIMIT=${BENCH_LIMIT:-3600}
 TRAIN_LIMIT=${TRAIN_LIMIT:-3600} STUDY_LIMIT=${STUDY_LIMIT:-36000} DRY_RUN=${DRY_RUN:-0}
@@ -195,6 +208,9 @@ if ((CUDA)); then
 elif ((DRY_RUN)); then
     log "no CUDA: DRY_RUN=1, every part at tiny sizes on the CPU"
     SETTINGS=tiny:128 PROFILE_SETTING=tiny:128 TRAIN_STEPS=4 VARIANTS="transformers sdpa bf16,ours sdpa bf16" PRESET=tiny BATCH=8
+    VARIANTS_128="transformers sdpa bf16,ours sparse bf16 compile graphs,ours all fp8 compile graphs"
+    PROFILE_VARIANTS="ours all bf16 compile"
+    export TRITON_INTERPRET=1  # our Triton kernels on the CPU
     DEVICE=(--device cpu) BENCH=(--batch_128 1 --steps 1 --warmup 1 --rounds 1) BF16=false
     STUDY_ENV="PRESET=tiny STEPS=4 BATCH=8 MICRO=8 CPU=1 WORKERS=1 NUM_PROC=2 SEEDS='1 2' JOBS=2 \
 FINETUNE_MORE='--max_train_samples 64 --max_eval_samples 64' $STUDY_ENV"
@@ -210,8 +226,9 @@ fi
 # --- the CUDA parts -----------------------------------------------------------------------------------------
 # Weights: the CUDA tests 3; BASE at 128 (the headline figure) 6, another setting 4; pre-training 5, MRPC 2.
 has head_init && WEIGHTS+=(7)
+has micro && WEIGHTS+=(2)
 has tests && WEIGHTS+=(3)
-has bench && for s in ${SETTINGS//,/ }; do [[ $s == base:128 ]] && WEIGHTS+=(6) || WEIGHTS+=(4); done
+has bench && for s in ${SETTINGS//,/ }; do [[ $s == base:128 || $s == tiny:128 ]] && WEIGHTS+=(8) || WEIGHTS+=(3); done
 has profile && WEIGHTS+=(5)
 has train && WEIGHTS+=(5 2)
 has study && WEIGHTS+=(20 1)
@@ -233,6 +250,11 @@ if has head_init; then
         cp -f "$RESULTS"/head_init/head_init.{json,png} "$OUT/" 2>/dev/null
     else log "skip head_init: budget spent"; fi
 fi
+if has micro; then
+    share 30 "$BENCH_LIMIT"
+    if ((L)); then step micro "$L" "$PY" benchmarks/gpu_micro.py --out "$OUT/micro.json" "${DEVICE[@]}"
+    else log "skip micro: budget spent"; fi
+fi
 if has tests; then
     share 20 "$TESTS_LIMIT"
     if ((L)); then step cuda_tests "$L" "$PY" -m pytest -m cuda -v -rs -p no:cacheprovider tests/test_cuda.py
@@ -243,8 +265,9 @@ if has bench; then
         share 30 "$BENCH_LIMIT"
         ((L)) || { log "skip bench_${s/:/_}: budget spent"; continue; }
         # one process per setting, its JSON rewritten after each variant: one cut short keeps what it measured
+        [[ $s == *:128 && $s != large:* ]] && variants=$VARIANTS_128 || variants=$VARIANTS
         step "bench_${s/:/_}" "$L" "$PY" benchmarks/gpu_pretrain.py --examples "$EXAMPLES" --settings "$s" \
-            --out "$RESULTS/bench_${s/:/_}.json" --variants "$VARIANTS" "${DEVICE[@]}" "${BENCH[@]}"
+            --out "$RESULTS/bench_${s/:/_}.json" --variants "$variants" "${DEVICE[@]}" "${BENCH[@]}"
     done
 fi
 if has profile; then

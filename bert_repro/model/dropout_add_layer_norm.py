@@ -29,6 +29,7 @@ are unchanged.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 
 import torch
@@ -50,21 +51,16 @@ def _kernels():
     return dropout_add_layer_norm_kernels
 
 
+# Looked up once, without importing triton (seconds): CUDA builds of torch on Linux bring it, CPU builds do not.
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
 def runs_kernel(x: Tensor) -> bool:
     """Whether the Triton kernels run for a tensor on x's device: CUDA with Triton, or the CPU under Triton's
-    interpreter."""
+    interpreter (`TRITON_INTERPRET=1`)."""
     if x.is_cuda:
-        return _has_triton()
-    return x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1" and _has_triton()
-
-
-@functools.cache
-def _has_triton() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        return HAS_TRITON
+    return HAS_TRITON and x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def threshold_and_scale(p: float) -> tuple[int, float]:
