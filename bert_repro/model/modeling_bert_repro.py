@@ -31,7 +31,8 @@ constructors: `PAPER_PARTS` here. This file knows nothing of the speed switches 
 `bert_repro` exports are subclasses in `speed_paths.py` that pass the parts their config's switches pick (one
 table there). Their seams here: the encoder gets the (batch, seq) padding mask and builds the kernel's mask
 itself; a forward's `**kwargs` reach the encoder, each layer and the attention kernel; `attention_function` picks
-the kernel and `query_key_value` computes the projections. A packed batch (several examples per row, `position_ids` restarting at each [CLS]) is read with
+the kernel and `query_key_value` computes the projections; `parts.self_output` and `parts.output` end each half of a
+block. A packed batch (several examples per row, `position_ids` restarting at each [CLS]) is read with
 `packed_sequences.py`. This file and the modules it imports are the code `save_pretrained` copies next to the weights
 (what `trust_remote_code=True` runs: the paper's model, which ignores the switches as transformers' BERT does).
 """
