@@ -79,6 +79,19 @@ def time_ms(fn: Callable[[], object], device: str, warmup: int, iters: int) -> f
     return sorted(rounds)[len(rounds) // 2]
 
 
+def timed(row: dict, step: Callable[[], object], args, label: str, rates: Callable[[float], dict]) -> dict:
+    """`row` with `step`'s forward + backward milliseconds and the `rates` of that time, or the error that stopped it
+    (a row that already holds an error is not run); one line printed."""
+    if "error" not in row:
+        try:
+            ms = time_ms(step, args.device, args.warmup, args.iters)
+            row.update(fwd_bwd_ms=ms, **rates(ms))
+        except Exception as error:
+            row["error"] = error_text(error)
+    print(f"{label}: " + (f"{row['fwd_bwd_ms']:.3f} ms" if "fwd_bwd_ms" in row else row["error"]), flush=True)
+    return row
+
+
 def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:500]
 
@@ -204,16 +217,11 @@ def fp8_stage(args) -> dict:
                         out = forward(x)
                     out.backward(grad)
 
-                ms = time_ms(step, args.device, args.warmup, args.iters)
-                row.update(fwd_bwd_ms=ms, tflops=6 * tokens * n_in * n_out / (ms * 1e-3) / 1e12, compiled=compiled)
-            except Exception as error:
-                row["error"] = error_text(error)
-            rows.append(row)
-            print(
-                f"fp8 {name:17s} {precision}: "
-                + (f"{row['fwd_bwd_ms']:.3f} ms" if "fwd_bwd_ms" in row else row["error"]),
-                flush=True,
-            )
+                row["compiled"] = compiled
+            except Exception as error:  # the conversion or compilation failed: the row says why, nothing is timed
+                row["error"], step = error_text(error), None
+            flops = 6 * tokens * n_in * n_out
+            rows.append(timed(row, step, args, f"fp8 {name:17s} {precision}", lambda ms: {"tflops": flops / ms / 1e9}))
     return {"rows": rows, "emulated": config.emulate}
 
 
@@ -247,16 +255,15 @@ def layer_norm_stage(args) -> dict:
             ):
                 row = dict(kernel=name, residual=str(residual_dtype).removeprefix("torch."), p=p, tokens=tokens)
                 row["floor_bytes"] = floor_bytes
-                try:
-                    ms = time_ms(lambda: fn().backward(grad), args.device, args.warmup, args.iters)
-                    row.update(fwd_bwd_ms=ms, gb_per_s=floor_bytes / (ms * 1e-3) / 1e9)
-                except Exception as error:
-                    row["error"] = error_text(error)
-                rows.append(row)
-                print(
-                    f"layer_norm {name:18s} residual {row['residual']:8s} p={p}: "
-                    + (f"{row['fwd_bwd_ms']:.3f} ms" if "fwd_bwd_ms" in row else row["error"]),
-                    flush=True,
+                label = f"layer_norm {name:18s} residual {row['residual']:8s} p={p}"
+                rows.append(
+                    timed(
+                        row,
+                        lambda fn=fn: fn().backward(grad),
+                        args,
+                        label,
+                        lambda ms: {"gb_per_s": floor_bytes / ms / 1e6},
+                    )
                 )
     return {"rows": rows}
 
