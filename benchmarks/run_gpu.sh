@@ -23,7 +23,9 @@
 #          cannot afford: our pre-training against random initialisation on 152 MB of public-domain books
 #          (`--study pretraining` by benchmarks/study_gpu.sh, sized for one call: `PARTS="probe study"`), then
 #          the pre-trained model into OUT as bf16 parts (`gpu_session.py pack`: pretrained.tar.0, .1, ...).
-#   table5 (not by default) Table 5 at the study's budget, its MLM + NSP model reused (`--study table5`).
+#   table5 (not by default) Table 5 at the study's budget (`--study table5` by benchmarks/study_gpu.sh): MLM + NSP,
+#          No NSP and LTR & No NSP pre-trained alike, fine-tuned on MRPC, SST-2 and the QNLI and SQuAD subsets that
+#          travel (benchmarks/corpus/task_data.py), 3 seeds; on a bare machine: `PARTS="probe table5"`.
 #          Both studies resume: run the part again.
 #   head_init (not by default; `HEAD_INIT=1 CONLL=dir bash benchmarks/prepare_gpu.sh` puts all-MiniLM-L6-v2 in
 #          float16, CoNLL-2003 and SST-2 into the kit) how a new head is drawn, at full size
@@ -213,7 +215,7 @@ elif ((DRY_RUN)); then
     export TRITON_INTERPRET=1  # our Triton kernels on the CPU
     DEVICE=(--device cpu) BENCH=(--batch_128 1 --steps 1 --warmup 1 --rounds 1) BF16=false
     STUDY_ENV="PRESET=tiny STEPS=4 BATCH=8 MICRO=8 CPU=1 WORKERS=1 NUM_PROC=2 SEEDS='1 2' JOBS=2 \
-FINETUNE_MORE='--max_train_samples 64 --max_eval_samples 64' $STUDY_ENV"
+FINETUNE_MORE='--max_train_samples 64 --max_eval_samples 64' PRETRAIN_MORE='--max_documents 8' $STUDY_ENV"
     PRE=(--use_cpu true --corpus recipes/data/quickstart_corpus/state_union --num_proc 2 --logging_steps 1
         --eval_steps 2 --eval_max_examples 32)
     FINE=(--use_cpu true --max_train_samples 64 --max_eval_samples 64 --num_train_epochs 1)
@@ -322,10 +324,7 @@ if has study; then
         step pack_pretrained "$L" "$PY" benchmarks/gpu_session.py pack "$model" "$OUT/pretrained"
     else log "skip pack_pretrained: no pre-trained model or budget spent"; fi
 fi
-if has table5; then
-    if [[ -f $RESULTS/study_pretraining/pretrain/pretrained/model.safetensors ]]; then study table5
-    else log "skip study_table5: no model of the pretraining study"; fi
-fi
+has table5 && study table5
 
 # --- summary ------------------------------------------------------------------------------------------------
 ((CUDA || DRY_RUN)) || log "no CUDA: nothing was measured on a GPU"
