@@ -7,6 +7,9 @@
 #   (benchmarks/corpus/gutenberg_books.py says which books are taken and why);
 # - glue/MRPC, glue/SST-2: the training and dev files of the two tasks (path/to/glue holds MRPC/ and SST-2/ in
 #   GLUE's layout; their test files are not needed: the study predicts no test set).
+# - glue/QNLI, glue/SQuAD (Table 5), when TASK_MIRRORS holds the snapshots that benchmarks/corpus/task_data.json
+#   pins: fixed subsets built by benchmarks/corpus/task_data.py, each file's SHA-256 checked (STUDY=1
+#   benchmarks/prepare_gpu.sh builds them into .travel/glue when they are not there).
 # The folder is ignored by git (never committed); it travels with the code (a device call's `carry`, rsync).
 set -euo pipefail
 collection=$1 glue=$2 out=${3:-.travel}
@@ -28,4 +31,7 @@ for task in MRPC SST-2; do
     mkdir -p "$out/glue/$task"
     cp "$glue/$task/train.tsv" "$glue/$task/dev.tsv" "$out/glue/$task/"
 done
+if [[ -n ${TASK_MIRRORS:-} ]]; then
+    "$python" benchmarks/corpus/task_data.py build "$TASK_MIRRORS" "$out/glue"
+fi
 du -sh "$out"/* "$out"
