@@ -22,6 +22,8 @@ import torch
 from helpers import fixture_files, write, write_config
 from safetensors.torch import load_file
 
+from bert_repro.atomic import FILE_MODE
+
 ROOT = Path(__file__).resolve().parents[1]
 RESUME = ["--resume_from_checkpoint", "true"]
 # What may differ between two runs of the same training: times, speeds, the machine.
@@ -151,6 +153,9 @@ def test_pretraining_survives_a_kill_at_sampled_write_points(tmp_path, corpus_an
     chosen = sample(points, f"tokenizer.save {out / 'tokenizer'}") + [len(points)]
     plan = [scenario(tmp_path / f"kill{n}", command, n, RESUME) for n in chosen]
     check_all(harness.run(plan), reference, ".", len(points))
+    # Every file with the mode the umask asks for, the weights too (safetensors creates them with mode 600).
+    modes = {str(p.relative_to(reference)): oct(p.stat().st_mode & 0o777) for p in reference.rglob("*") if p.is_file()}
+    assert set(modes.values()) == {oct(FILE_MODE)}, modes
 
 
 @pytest.mark.slow
