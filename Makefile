@@ -28,7 +28,7 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 QUICKSTART_CORPUS := $(if $(filter wikitext,$(CORPUS)),--corpus Salesforce/wikitext --hub_config wikitext-2-raw-v1 \
 	--document_boundary wikitext,$(if $(CORPUS),--corpus $(CORPUS) --document_boundary file))
 
-.PHONY: install quickstart test test-slow test-all lint format
+.PHONY: install quickstart test test-slow test-all lint format mutation
 
 $(TORCH_STAMP):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -89,3 +89,34 @@ format: $(TORCH_STAMP)
 	$(PY) -m pip install -q "$(RUFF)"
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+
+# Mutation testing (mutmut 3, configured in pyproject.toml's [tool.mutmut]; scores and survivors in tests/MUTATION.md):
+# one slice after another, each its module(s) and the fast-tier test files that check them (the other test files are
+# hidden from pytest, so the stats run and each mutant's run stay within the slice). One worker: 2 cores are shared.
+#   MODULES  the slices to run, e.g. `make mutation MODULES="metrics optim"`; results accumulate in mutants/
+MUTMUT := mutmut>=3,<4
+MODULES ?= metrics optim masking wordpiece squad kinds checkpoints push
+mutation_mutants_metrics := bert_repro.tasks.metrics.*
+mutation_tests_metrics := tests/test_metrics.py tests/test_metrics_reference.py
+mutation_mutants_optim := bert_repro.training.optim.*
+mutation_tests_optim := tests/test_optim.py
+mutation_mutants_masking := bert_repro.data.pretraining_examples.*
+mutation_tests_masking := tests/test_pretraining_data.py
+mutation_mutants_wordpiece := bert_repro.data.wordpiece.*
+mutation_tests_wordpiece := tests/test_tokenization.py
+mutation_mutants_squad := bert_repro.tasks.squad.*
+mutation_tests_squad := tests/test_squad.py tests/test_metrics.py
+mutation_mutants_kinds := bert_repro.tasks.kinds.*
+mutation_tests_kinds := tests/test_task_kinds.py
+mutation_mutants_checkpoints := bert_repro.training.checkpoints.* bert_repro.training.pretrain_resume.* \
+	bert_repro.training.pretrain_phases.*
+mutation_tests_checkpoints := tests/test_resume.py tests/test_packing.py
+mutation_mutants_push := bert_repro.hub.push.*
+mutation_tests_push := tests/test_hub.py
+mutation_ignore = $(foreach f,$(filter-out $(mutation_tests_$(1)),$(wildcard tests/test_*.py)),--ignore=$(f))
+
+mutation: install
+	$(PY) -m pip install -q "$(MUTMUT)"
+	$(foreach m,$(MODULES),PYTEST_ADDOPTS="$(call mutation_ignore,$(m))" \
+	  $(VENV)/bin/mutmut run --max-children 1 $(mutation_mutants_$(m)) && ) true
+	$(PY) tests/mutation_score.py
