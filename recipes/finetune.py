@@ -14,7 +14,7 @@ import sys
 from bert_repro.hub.push import HubPushError
 from bert_repro.model.conversion import CheckpointError
 from bert_repro.tasks.columns import TaskDataError
-from bert_repro.training.cli import ConfigurationError, quiet_load_reports
+from bert_repro.training.cli import ConfigurationError, RunFinished, quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
 from bert_repro.training.distributed import end_processes
 from bert_repro.training.finetune import run_finetuning
@@ -26,6 +26,9 @@ if __name__ == "__main__":
         end_processes()  # all processes leave together (a distributed launch)
         if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the same command goes on
             sys.exit(STOPPED_EXIT_CODE)
+    except RunFinished as done:  # a requeued job: the run is complete, and nothing in it is touched
+        print(f"finetune.py: {done}", file=sys.stderr)
+        sys.exit(0)
     except (
         ConfigurationError,
         CheckpointError,

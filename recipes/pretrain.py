@@ -12,7 +12,7 @@ import sys
 from bert_repro.data.corpus import CorpusError
 from bert_repro.hub.push import HubPushError
 from bert_repro.model.conversion import CheckpointError
-from bert_repro.training.cli import ConfigurationError, quiet_load_reports
+from bert_repro.training.cli import ConfigurationError, RunFinished, quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
 from bert_repro.training.distributed import end_processes
 from bert_repro.training.pretrain import run_pretraining
@@ -24,6 +24,9 @@ if __name__ == "__main__":
         end_processes()  # all processes leave together (a distributed launch)
         if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the run goes on when resumed
             sys.exit(STOPPED_EXIT_CODE)
+    except RunFinished as done:  # a requeued job: the run is complete, and nothing in it is touched
+        print(f"pretrain.py: {done}", file=sys.stderr)
+        sys.exit(0)
     except (ConfigurationError, CheckpointError, CorpusError, HubPushError, FileExistsError, FileNotFoundError) as err:
         # A problem the user can fix (what they passed, a token, the network): say it plainly, without a traceback.
         print(f"pretrain.py: error: {err}", file=sys.stderr)

@@ -7,6 +7,7 @@ import pytest
 from helpers import CONLL_DEV, CONLL_TRAIN, fixture_files, fixture_rows, write
 
 from bert_repro.tasks.registry import TASKS, get_task
+from bert_repro.training.cli import RunFinished
 from bert_repro.training.finetune import parse_arguments, run_finetuning
 
 pytestmark = pytest.mark.slow
@@ -53,9 +54,11 @@ def test_every_task_end_to_end(tmp_path, tiny_model, name):
             lines = (out / "glue_submission" / task.glue_submission_name(split)).read_text().splitlines()
             assert lines[0] == "index\tprediction" and len(lines) == 1 + len(fixture_rows(name, split))
 
-    # Run again: every run is finished, nothing is trained again.
-    again = run_finetuning(argv)
-    assert json.dumps(again["runs"]) == json.dumps(summary["runs"])
+    # Run again (a requeued job): the run is finished, nothing is trained or written again.
+    written = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(RunFinished, match="already holds this run, finished"):
+        run_finetuning(argv)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == written
 
 
 def test_task_defaults_are_the_papers(tmp_path):

@@ -15,7 +15,7 @@ import difflib
 import json
 import logging
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
@@ -291,14 +291,25 @@ def parse_with_config(
     return parsed
 
 
-def _differences(old: dict, new: dict) -> list[str]:
-    out = []
+class RunFinished(Exception):
+    """The output directory holds this very run, finished, and the command asks for nothing more (a requeued job's
+    `--resume_from_checkpoint true`): the recipes say so in one line and exit 0, having written nothing."""
+
+
+def _changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
+    """{"section.key": (saved value, this command's value)} for every setting that differs."""
+    out = {}
     for section in sorted(set(old) | set(new)):
         a, b = old.get(section, {}), new.get(section, {})
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
-                out.append(f"{section}.{key}: {a.get(key)!r} -> {b.get(key)!r}")
+                out[f"{section}.{key}"] = (a.get(key), b.get(key))
     return out
+
+
+def _raised(values: tuple[Any, Any]) -> bool:
+    old, new = values
+    return isinstance(old, int) and isinstance(new, int) and new > old
 
 
 def check_output_dir(
@@ -308,15 +319,18 @@ def check_output_dir(
     resume: bool,
     overwrite: bool,
     identity: Callable[[dict], dict] | None = None,
-) -> None:
+    may_grow: Collection[str] = (),
+) -> dict[str, tuple[Any, Any]]:
     """Refuse to write into a directory that holds something else, with a message that says what to do.
 
     `identity` (the function that made `record`) is applied to the saved record too, so that a field that no
     longer identifies a run (one a later version lets change on resumption) does not make an old run "different".
+    `may_grow`: the settings ("training.max_steps") that a resumption may raise, extending the run (a finished
+    one too); returned as {name: (saved, new)} when raised. The same finished run resumed is `RunFinished`.
     """
     out = Path(output_dir)
     if overwrite or holds_nothing(out):
-        return
+        return {}
     saved = out / RUN_CONFIG
     if not saved.exists():
         raise FileExistsError(
@@ -330,13 +344,21 @@ def check_output_dir(
             f"{saved} cannot be read ({err}), so this run cannot be told from another. If {out} holds this run, "
             f"delete {saved} (it is written again) and run the same command; else choose another output_dir."
         ) from None
-    differences = _differences(identity(old) if identity else old, record)
+    changes = _changes(identity(old) if identity else old, record)
+    grown = {name: values for name, values in changes.items() if name in may_grow and _raised(values)}
+    differences = [f"{name}: {a!r} -> {b!r}" for name, (a, b) in changes.items() if name not in grown or not resume]
     if differences:
         shown = "; ".join(differences[:6]) + (" ..." if len(differences) > 6 else "")
+        if set(changes) <= set(may_grow) and all(map(_raised, changes.values())):  # only raised, without a resume
+            flags = " ".join(f"--{name.split('.')[-1]} {new}" for name, (_, new) in changes.items())
+            advice = f"To train that run further, pass {flags} with --resume_from_checkpoint true"
+        elif set(changes) <= set(may_grow):
+            advice = f"A resumption may only raise {', '.join('--' + n.split('.')[-1] for n in sorted(changes))}"
+        else:
+            advice = "To continue that run, keep its settings (the left-hand values)"
         raise FileExistsError(
-            f"{out} holds a different run ({shown}). To continue that run, keep its settings (the left-hand values); "
-            "for this one choose another --output_dir, or pass --overwrite_output_dir true to start again in this "
-            "folder (its checkpoints are replaced)."
+            f"{out} holds a different run ({shown}). {advice}; for this one choose another --output_dir, or pass "
+            "--overwrite_output_dir true to start again in this folder (its checkpoints are replaced)."
         )
     has_checkpoints = any(out.glob("checkpoint-*"))
     if (out / RESULTS).exists() and not resume:  # written last: the final model may be there without it
@@ -344,11 +366,19 @@ def check_output_dir(
             f"{out} already holds this finished run ({RESULTS}); to publish it: python -m bert_repro.hub {out} "
             "--repo_id ID; to train it again, pass --overwrite_output_dir true."
         )
+    if (out / RESULTS).exists() and not grown:
+        further = (
+            f" To train it further, raise {' or '.join('--' + n.split('.')[-1] for n in may_grow)}." if may_grow else ""
+        )
+        raise RunFinished(
+            f"{out} already holds this run, finished ({RESULTS}): nothing to do, nothing written.{further}"
+        )
     if has_checkpoints and not resume:
         raise FileExistsError(
             f"{out} already holds checkpoints of this run; pass --resume_from_checkpoint true to continue it, or "
             "--overwrite_output_dir true to start again."
         )
+    return grown
 
 
 def holds_nothing(output_dir: Path) -> bool:

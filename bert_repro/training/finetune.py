@@ -553,7 +553,8 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     }
     record = json.loads(json.dumps(record, default=str))
     for section in record.values():
-        for key in ("overwrite_output_dir", "num_proc", "report_to", "disable_tqdm"):
+        # resume_from_checkpoint: the same command always continues the grid, with the flag or without it
+        for key in ("overwrite_output_dir", "num_proc", "report_to", "disable_tqdm", "resume_from_checkpoint"):
             section.pop(key, None)
     check_output_dir(output_dir, record, resume=True, overwrite=run.overwrite_output_dir)
     push_to = take_push_request(training)

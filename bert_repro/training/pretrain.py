@@ -59,6 +59,7 @@ from .pretrain_model import allow_data_dependent_shapes, build_model, check_leng
 from .pretrain_phases import PhaseCollator, PhasedSampler, packed_rows, phase_configs, phase_steps  # noqa: F401
 from .pretrain_records import log_statistics, log_table, plot_curves, repetition_warnings
 from .pretrain_resume import (
+    LongerSchedule,
     StopAfterSteps,
     TrainingClock,
     checkpoint_to_resume,
@@ -90,6 +91,9 @@ RUN_CONTROL_FIELDS = {
     "dataloader_num_workers",
     "gradient_accumulation_steps",
 }  # derived from global_batch_size and the processes
+# What a resumption may raise, extending the run (a finished one too): Trainer continues from the checkpoint with
+# the schedule stretched to the new end. Nothing else about the steps already taken changes (`check_extension`).
+MAY_GROW = ("training.max_steps",)
 # Where a run lives is not what it trains: a run folder moved or copied (scratch -> project space) resumes.
 LOCATION_FIELDS = {"output_dir"}
 
@@ -137,6 +141,21 @@ def run_identity(record: dict) -> dict:
             ):
                 section.pop(key)
     return json.loads(json.dumps(record, default=str))
+
+
+def check_extension(grown: dict, run: PreTrainingArguments, phases: int) -> None:
+    """A run extended to more steps trains the steps it has taken on the same examples: true of one phase read from
+    an index, whose sampler's order for more steps begins with its order for fewer (`PhasedSampler`). Two phases
+    split max_steps between them (`--phase2_fraction`), so more steps move the boundary; a stream plans its
+    checkpoints' positions for max_steps."""
+    old, new = grown["training.max_steps"]
+    why = "its two phases split --max_steps (--phase2_fraction)" if phases > 1 else ""
+    why = why or ("it reads its corpus as a stream (--streaming)" if run.streaming else "")
+    if why:
+        raise ConfigurationError(
+            f"--max_steps {new}: a run of {old} steps can be extended only when its steps keep their examples, and "
+            f"{why}. Keep --max_steps {old}, or train the longer run in another --output_dir."
+        )
 
 
 def gradient_accumulation(global_batch_size: int, per_device: int, world_size: int) -> int:
@@ -220,10 +239,14 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         run.global_batch_size, training.per_device_train_batch_size, training.world_size
     )
     record = run_record(run, data, training)
-    check_output_dir(output_dir, record, resume=resume, overwrite=run.overwrite_output_dir, identity=run_identity)
+    grown = check_output_dir(
+        output_dir, record, resume=resume, overwrite=run.overwrite_output_dir, identity=run_identity, may_grow=MAY_GROW
+    )
+    phase_cfgs = phase_configs(data, run)
+    if grown:
+        check_extension(grown, run, len(phase_cfgs))
     resume_from = checkpoint_to_resume(output_dir, resume_from, streamed=run.streaming)
     pin_memory_only_with_an_accelerator(training)
-    phase_cfgs = phase_configs(data, run)
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
     if training.torch_compile and run.packing:
@@ -245,9 +268,28 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         output_dir,
         training,
         lambda: check_output_dir(  # one run per directory from here on
-            output_dir, record, resume=resume, overwrite=run.overwrite_output_dir, identity=run_identity
+            output_dir,
+            record,
+            resume=resume,
+            overwrite=run.overwrite_output_dir,
+            identity=run_identity,
+            may_grow=MAY_GROW,
         ),
     )
+    if grown and training.process_index == 0:
+        # Before the record changes: a directory with results.json is finished, and the longer run is not yet.
+        (output_dir / RESULTS).unlink(missing_ok=True)
+        (old_steps, new_steps) = grown["training.max_steps"]
+        logger.info(
+            "extending the run from max_steps %d to %d: the learning-rate schedule (%s, %s warm-up steps) now ends "
+            "at step %d, so the rate after the checkpoint is that of a %d-step schedule",
+            old_steps,
+            new_steps,
+            str(getattr(training.lr_scheduler_type, "value", training.lr_scheduler_type)),
+            training.warmup_steps,
+            new_steps,
+            new_steps,
+        )
     fresh = holds_nothing(output_dir)
     with training.main_process_first(desc="preparing pre-training data"):
         if training.process_index == 0:
@@ -280,6 +322,8 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
             logger.warning(warning)
     clock = TrainingClock(resume_from)
     callbacks = [clock] + ([StopAfterSteps(run.stop_after_steps)] if run.stop_after_steps else [])
+    if grown and resume_from:
+        callbacks.append(LongerSchedule())
     if run.streaming:  # `phases` is this process's stream of examples, all phases in one
         per_step = training.gradient_accumulation_steps  # batches
         callbacks.append(DataStateCallback(phases, per_step))

@@ -36,6 +36,22 @@ class StopAfterSteps(TrainerCallback):
         return control
 
 
+class LongerSchedule(TrainerCallback):
+    """A run extended to more steps (`--max_steps` raised on resumption) continues on the longer schedule from its
+    first step. Trainer builds the scheduler for the new max_steps and restores its step count, but the optimizer's
+    rate comes back as the shorter schedule left it (0 after a linear decay), so without this the first step after
+    the checkpoint would train at that rate; the rate is set to the longer schedule's at the checkpoint's step."""
+
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate's wrapper holds torch's scheduler
+        if not hasattr(scheduler, "lr_lambdas"):  # not a LambdaLR (Trainer's schedules are): nothing to mend
+            return
+        groups = scheduler.optimizer.param_groups
+        for group, base, factor in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas):
+            group["lr"] = base * factor(scheduler.last_epoch)
+        scheduler._last_lr = [group["lr"] for group in groups]  # what Trainer logs as learning_rate
+
+
 TRAINING_TIME = "training_time.json"
 
 
@@ -109,11 +125,14 @@ def checkpoint_to_resume(output_dir: Path, resume_from: bool | str | None, strea
         found = newest_valid_checkpoint(output_dir, streamed=streamed)
         if found is None:
             logger.info("no checkpoint in %s yet: starting at step 0", output_dir)
-        return None if found is None else str(found)
+            return None
+        logger.info("resuming from %s (the newest complete checkpoint)", found)
+        return str(found)
     if resume_from:
         problem = checkpoint_problem(resume_from, streamed=streamed)
         if problem:
             raise ConfigurationError(f"Cannot resume from {resume_from}: {problem}.")
+        logger.info("resuming from %s", resume_from)
     return resume_from or None
 
 
