@@ -11,6 +11,7 @@ of ours, and one value for a searched setting (`--learning_rate X` where the rec
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import logging
@@ -255,15 +256,84 @@ def grids_from_single_values(
             setattr(holder[grid], grid, [getattr(holder[single], single)])
 
 
+@dataclass(frozen=True)
+class HelpLayout:
+    """How a recipe's `--help` reads: its flags by stage, the few Trainer flags a user sets most among them, then
+    the rest of Trainer's. `groups`: title -> field names in the order shown (every field of the recipe's own
+    dataclasses in one of them); `set_by_recipe`: Trainer field -> what the recipe sets it from (the value given is
+    not the one used); `helps`: field -> help text that replaces transformers'; `shown_defaults`: field -> the
+    default a run really uses where the parser's is not it (a grid searched instead of one value)."""
+
+    groups: dict[str, tuple[str, ...]]
+    set_by_recipe: dict[str, str] = field(default_factory=dict)
+    helps: dict[str, str] = field(default_factory=dict)
+    shown_defaults: dict[str, str] = field(default_factory=dict)
+    metavars: dict[str, str] = field(default_factory=dict)
+
+
+CONFIG_HELP = (
+    "A YAML file of field: value pairs, any flag below (recipes/configs/). Precedence: the recipe's defaults "
+    "(shown below) < this file < the command line."
+)
+
+
+def arrange_help(parser: HfArgumentParser, layout: HelpLayout, recipe: str, in_config: Collection[str] = ()) -> None:
+    """Regroup `parser`'s flags for `--help` (parsing is untouched: argparse parses from the parser's own list of
+    actions, the groups only decide where help prints them): --config first, the stages, then Trainer's."""
+    by_field: dict[str, list[argparse.Action]] = {}
+    for action in parser._actions:
+        by_field.setdefault(action.dest, []).append(action)
+    parser.usage = f"python {recipe} [--config FILE.yaml] [--field value ...]"
+    parser._optionals.add_argument("--config", metavar="FILE.yaml", help=CONFIG_HELP, default=argparse.SUPPRESS)
+    stages = []
+    for title, names in layout.groups.items():
+        group = parser.add_argument_group(title)
+        for name in names:
+            for action in by_field[name]:  # a bool's --no_x flag too
+                for holder in parser._action_groups:
+                    if action in holder._group_actions:
+                        holder._group_actions.remove(action)
+                group._group_actions.append(action)
+        stages.append(group)
+    rest = parser.add_argument_group(
+        "transformers' TrainingArguments (Trainer's own flags; those marked [set by the recipe] are overridden)"
+    )
+    for action in list(parser._optionals._group_actions):
+        if action.dest not in ("help", "config"):
+            parser._optionals._group_actions.remove(action)
+            rest._group_actions.append(action)
+    for action in parser._actions:  # one name a flag, a short value name: --vocab_size N, not the name twice
+        if action.dest == "help":
+            continue
+        if action.option_strings and action.option_strings[0].startswith("--no_"):
+            action.help = argparse.SUPPRESS  # a bool's --no_x: --x false says the same
+        action.option_strings = [o for o in action.option_strings if "-" not in o[2:]] or action.option_strings
+        if action.nargs == "?" and action.const is True:
+            action.metavar = "BOOL"
+        elif action.type in (int, float) and not action.choices:
+            action.metavar = {int: "N", float: "X"}[action.type]
+        action.metavar = layout.metavars.get(action.dest, action.metavar)
+    for name, text in layout.helps.items():
+        for action in by_field[name]:
+            action.help = text
+    for name, why in layout.set_by_recipe.items():
+        for action in by_field[name]:
+            action.help = f"[set by the recipe: {why}] {action.help or ''}"
+    for name, shown in layout.shown_defaults.items():
+        for action in by_field[name] if name not in in_config else ():  # a --config file's value is the one used
+            action.default = shown
+
+
 def parse_with_config(
     dataclass_types: tuple[type, ...],
     defaults: dict[str, Any],
     argv: list[str] | None,
     recipe: str,
     grids: Mapping[str, str] | None = None,
+    help_layout: HelpLayout | None = None,
 ) -> tuple:
     """Parse `dataclass_types` from defaults < `--config FILE.yaml` < the command line; `grids`: {single-value
-    field: grid field} (`grids_from_single_values`)."""
+    field: grid field} (`grids_from_single_values`); `help_layout`: how `--help` groups the flags."""
     argv = list(sys.argv[1:] if argv is None else argv)
     config_values: dict[str, Any] = {}
     config = None
@@ -281,6 +351,8 @@ def parse_with_config(
     if "-h" in argv or "--help" in argv:
         # --help shows the values a run will use (the recipe's defaults and the --config file), not the dataclasses'.
         parser.set_defaults(**{key: value for key, value in {**defaults, **config_values}.items() if value is not None})
+        if help_layout is not None:
+            arrange_help(parser, help_layout, recipe, set(config_values))
     args = as_cli(defaults) + as_cli(config_values) + argv
     check_names(parser, args, known, recipe)
     try:

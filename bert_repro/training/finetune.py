@@ -41,6 +41,7 @@ from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_featur
 from ..model.configuration_bert_repro import (
     DEFAULT_OBJECTIVE,
     PRETRAINING_OBJECTIVES,
+    SPEED_SWITCHES,
     BertReproConfig,
     check_objective_kept,
     check_objective_switches,
@@ -54,6 +55,7 @@ from .checkpoints import newest_valid_checkpoint
 from .cli import (
     RESULTS,
     ConfigurationError,
+    HelpLayout,
     SpeedSwitches,
     check_attention,
     check_output_dir,
@@ -184,6 +186,46 @@ RECIPE = "recipes/finetune.py"
 GRIDS = {"learning_rate": "learning_rates", "seed": "seeds"}
 
 
+# `--help`: the recipe's flags by stage, with the Trainer flags a fine-tuning run sets most, then Trainer's others.
+HELP_GROUPS = {
+    "data": ("task", "data", "tokenizer", "max_seq_length", "doc_stride", "max_query_length", "num_proc"),
+    "model": (
+        *("model", "head", "head_initializer", "features", "bilstm_hidden_size", "attn_implementation", "objective"),
+        *SPEED_SWITCHES,
+        "compile_layers",
+    ),
+    "training: the grid of learning rates x seeds, the best on dev kept": (
+        *("learning_rates", "seeds", "learning_rate", "seed", "num_train_epochs", "max_steps"),
+        *("per_device_train_batch_size", "warmup_steps", "weight_decay", "max_train_samples"),
+    ),
+    "evaluation": ("max_eval_samples", "n_best_size", "max_answer_length", "predict_test"),
+    "output and Hub": (
+        *("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "keep_all_runs"),
+        *("push_to_hub", "hub_model_id"),
+    ),
+}
+
+
+def help_layout(task: Task) -> HelpLayout:
+    grid = " ".join(f"{lr:g}" for lr in task.grid.get("learning_rate", ()))
+    return HelpLayout(
+        groups=HELP_GROUPS,
+        helps={
+            "output_dir": "Where the grid's runs (runs/lr<LR>_seed<SEED>/), the best model (model/), results.json "
+            "and results.md go.",
+            "resume_from_checkpoint": "Not needed: the same command continues an interrupted grid (each run from "
+            "its newest checkpoint) and leaves a finished one as it is; true is taken and changes nothing.",
+            "learning_rate": "One learning rate: the grid {X} (--learning_rates X).",
+            "seed": "One seed: the seeds {S} (--seeds S).",
+        },
+        shown_defaults={
+            "learning_rates": f"{task.name}'s grid: {grid}" if grid else "--learning_rate's value",
+            "learning_rate": "none: each of --learning_rates",
+        },
+        metavars={"resume_from_checkpoint": "true|PATH", "optim": "NAME"},
+    )
+
+
 def _peek_task(argv: list[str]) -> str | None:
     argv, _ = use_our_names(argv, {f.name for cls in ARGUMENTS for f in fields(cls)})  # --task_name
     task = next((token.split("=", 1)[1] for token in argv if token.startswith("--task=")), None)
@@ -220,7 +262,7 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
     defaults = {**FINE_TUNING_DEFAULTS, **{k: v for k, v in task.defaults.items() if k in _TRAINING_KEYS}}
     if "warmup_proportion" in task.defaults:
         defaults["warmup_steps"] = task.defaults["warmup_proportion"]
-    run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS)
+    run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS, help_layout=help_layout(task))
     if not run.model:
         raise ConfigurationError("Pass --model: a bert_repro directory, a BERT checkpoint directory or a Hub id.")
     if run.max_seq_length is None:

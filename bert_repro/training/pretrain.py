@@ -44,6 +44,7 @@ from .cli import (
     RESULTS,
     RUN_CONFIG,
     ConfigurationError,
+    HelpLayout,
     check_output_dir,
     holds_nothing,
     parse_with_config,
@@ -103,6 +104,44 @@ LOCATION_FIELDS = {"output_dir"}
 # ---------------------------------------------------------------------------------------------------------------
 
 
+SPEED_FIELDS = (*SPEED_SWITCHES, "compile_layers")
+# `--help`: the recipe's flags by stage, with the Trainer flags a pre-training run sets most, then Trainer's others.
+HELP = HelpLayout(
+    groups={
+        "data: corpus, vocabulary, pre-training examples": (
+            *("corpus", "hub_config", "split", "text_column", "document_boundary", "split_lines", "max_documents"),
+            *("streaming", "stream_document_buffer", "stream_shuffle_buffer", "stream_held_out_documents"),
+            *("tokenizer", "vocab_size", "lowercase", "num_proc", "objective", "max_seq_length"),
+            *("max_predictions_per_seq", "masked_lm_prob", "mask_replace_prob", "random_replace_prob"),
+            *("short_seq_prob", "dupe_factor", "random_seed", "do_whole_word_mask", "static_masking"),
+            *("phase2_max_seq_length", "phase2_max_predictions_per_seq", "packing"),
+        ),
+        "model": ("preset", "model_overrides", "init_from", "attn_implementation", "sparse_prediction", "fp8"),
+        "model speed switches (the same training, faster)": SPEED_FIELDS,
+        "training": (
+            *("max_steps", "global_batch_size", "per_device_train_batch_size", "phase2_fraction", "optimizer"),
+            *("learning_rate", "warmup_steps", "lr_scheduler_type", "weight_decay", "seed", "stop_after_steps"),
+        ),
+        "evaluation": ("eval_fraction", "eval_max_examples", "eval_steps"),
+        "output and Hub": (
+            *("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "save_steps", "logging_steps"),
+            *("plot", "push_to_hub", "hub_model_id"),
+        ),
+    },
+    set_by_recipe={
+        "optim": "--optimizer chooses the optimizer, --learning_rate, --adam_* and --weight_decay its settings",
+        "gradient_accumulation_steps": "--global_batch_size / (--per_device_train_batch_size x processes)",
+        "ignore_data_skip": "true with --streaming, which restores the stream's own position",
+    },
+    helps={
+        "resume_from_checkpoint": "true: continue from the newest complete checkpoint in --output_dir (a finished "
+        "run is left as it is, so a requeued job can always pass it); or the path of a checkpoint folder. With a "
+        "larger --max_steps it extends the run.",
+    },
+    metavars={"resume_from_checkpoint": "true|PATH", "optim": "NAME", "corpus": "PATH|HUB_ID"},
+)
+
+
 def parse_arguments(argv: list[str] | None = None):
     """(PreTrainingArguments, PreTrainingDataConfig, TrainingArguments) from `--config x.yaml` and the command line.
 
@@ -114,6 +153,7 @@ def parse_arguments(argv: list[str] | None = None):
         PAPER_TRAINING_DEFAULTS,
         argv,
         "recipes/pretrain.py",
+        help_layout=HELP,
     )
 
 

@@ -1,0 +1,73 @@
+"""`--help` a person can read: the config file first, the recipe's flags by stage (data, model, training,
+evaluation, output and Hub) before Trainer's, the defaults a run really uses, and the Trainer flags the recipe
+sets itself marked as such."""
+
+import re
+from dataclasses import fields
+
+import pytest
+
+from bert_repro.data.pretraining_examples import PreTrainingDataConfig
+from bert_repro.training import finetune, pretrain
+from bert_repro.training.pretrain_arguments import PreTrainingArguments
+
+TRAINER = "transformers' TrainingArguments"
+
+
+def help_text(parse, argv, capsys) -> str:
+    with pytest.raises(SystemExit) as stop:
+        parse(argv)
+    assert stop.value.code == 0
+    return capsys.readouterr().out
+
+
+def sections(text: str) -> dict[str, list[str]]:
+    """Group title -> the flags it lists, in order."""
+    out: dict[str, list[str]] = {}
+    title = None
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":"):
+            title = line[:-1]
+            out[title] = []
+        elif title and (flag := re.match(r"  (--?[\w-]+)", line)):
+            out[title].append(flag.group(1))
+    return out
+
+
+def check_layout(text: str, recipe_fields: set[str]) -> dict[str, list[str]]:
+    assert text.startswith("usage: python recipes/")
+    found = sections(text)
+    titles = list(found)
+    assert found["options"] == ["-h", "--config"]  # the config file first
+    stages = [t.split(":")[0].split(" ")[0] for t in titles[1:-1]]
+    assert [s for i, s in enumerate(stages) if s not in stages[:i]] == [
+        "data",
+        "model",
+        "training",
+        "evaluation",
+        "output",
+    ]
+    assert titles[-1].startswith(TRAINER)
+    ours = {flag[2:] for title in titles[1:-1] for flag in found[title]}
+    assert recipe_fields <= ours, recipe_fields - ours  # not one of the recipe's flags among Trainer's
+    assert not ours & {flag[2:] for flag in found[titles[-1]]}  # each flag shown once
+    return found
+
+
+def test_pretraining_help_is_grouped_by_stage(capsys):
+    text = help_text(pretrain.parse_arguments, ["--help"], capsys)
+    recipe = {f.name for cls in (PreTrainingArguments, PreTrainingDataConfig) for f in fields(cls)}
+    check_layout(text, recipe)
+    assert "--max-steps" not in text and "--no_lowercase" not in text  # one name a flag
+    optim = text[text.index("  --optim ") :].split("\n  --")[0]
+    assert "[set by the recipe: --optimizer" in optim
+    resume = text[text.index("  --resume_from_checkpoint ") :].split("\n  --")[0]
+    assert "true|PATH" in resume and "a finished run is left as it is" in " ".join(resume.split())
+
+
+def test_finetuning_help_shows_the_grid_as_the_default(capsys):
+    text = help_text(finetune.parse_arguments, ["--task", "rte", "--help"], capsys)
+    check_layout(text, {f.name for f in fields(finetune.FineTuningArguments)})
+    flat = " ".join(text.split())
+    assert "(default: rte's grid: 5e-05 4e-05 3e-05 2e-05)" in flat
+    assert "--learning_rate X One learning rate: the grid {X} (--learning_rates X). (default: none" in flat
