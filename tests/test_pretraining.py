@@ -70,6 +70,17 @@ def test_phased_sampler_order_and_reproducibility():
         PhasedSampler([0, 4], [8, 4], seed=0)
 
 
+def test_the_logged_epoch_is_passes_over_the_examples():
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(per_device_train_batch_size=4, gradient_accumulation_steps=2, world_size=2)  # 16 a step
+    one_phase = SimpleNamespace(args=args, phase_sizes=[917 * 16], phase_samples=[20 * 16])
+    assert PreTrainingTrainer.passes(one_phase, 20) == pytest.approx(20 / 917)  # Trainer logged 1.0
+    two = SimpleNamespace(args=args, phase_sizes=[100, 40], phase_samples=[9 * 16, 1 * 16])
+    assert PreTrainingTrainer.passes(two, 5) == pytest.approx(80 / 100)
+    assert PreTrainingTrainer.passes(two, 10) == pytest.approx(144 / 100 + 16 / 40)
+
+
 def test_output_dir_protection(tmp_path):
     record = {"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-4}}
     check_output_dir(tmp_path / "new", record, resume=False, overwrite=False)  # absent: fine

@@ -94,6 +94,12 @@ def test_a_requeued_pretraining_run_is_left_byte_for_byte_and_can_be_extended(tm
         assert rates[step] == pytest.approx(0.002 * (21 - step) / 18), (step, rates)
     for step in range(21, 31):
         assert rates[step] == pytest.approx(0.002 * (31 - step) / 28), (step, rates)
+    # The logged epoch is the passes over the examples (Trainer's, over its sampler of max_steps x batch, was 1.0
+    # at step 20 and again at step 30).
+    examples = json.loads((out / "data_statistics.json").read_text())["phase1"]["examples"]
+    for entry in history:
+        if "loss" in entry:
+            assert entry["epoch"] == pytest.approx(entry["step"] * 8 / examples, abs=1e-4), entry
     # The longer run is finished in its turn: requeued, it is left alone.
     before = every_file(out)
     launch(config, out, "--max_steps", "30", "--resume_from_checkpoint", "true")

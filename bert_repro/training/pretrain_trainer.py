@@ -149,6 +149,19 @@ class PreTrainingTrainer(EngineTrainer):
             self._train_sums = detached if self._train_sums is None else self._train_sums + detached
         return (loss, outputs) if return_outputs else loss
 
+    def passes(self, step: int) -> float:
+        """The passes over the training examples that `step` optimizer steps make: each phase's examples drawn
+        over the examples it has, summed over the phases. Trainer's epoch counts passes over the sampler instead,
+        whose length is the run's steps x the batch (`PhasedSampler`): 1.0 at the end of any run."""
+        args = self.args
+        drawn = step * args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        total = 0.0
+        for size, samples in zip(self.phase_sizes, self.phase_samples):
+            here = min(drawn, samples)
+            total += here / size
+            drawn -= here
+        return total
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self._train_sums is not None:
             sums = self._train_sums
@@ -156,7 +169,13 @@ class PreTrainingTrainer(EngineTrainer):
                 sums = self.accelerator.reduce(sums, reduction="sum")
             logs.update(metrics_from_sums(sums, objective=self.model.config.pretraining_objective))
             self._train_sums = None
-        super().log(logs, start_time)
+        epoch = self.state.epoch
+        if self.phase_sizes is not None and epoch is not None:  # a stream's size is unknown: Trainer's count stays
+            self.state.epoch = round(self.passes(self.state.global_step), 4)  # only for the record Trainer logs
+        try:
+            super().log(logs, start_time)
+        finally:
+            self.state.epoch = epoch
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         dataloader = self.get_eval_dataloader(eval_dataset)
