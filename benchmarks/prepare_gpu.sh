@@ -116,7 +116,7 @@ echo "$(git rev-parse HEAD)$changed" >"$KIT/commit.txt"
 
 git check-ignore -q "$KIT" || { echo "error: $KIT is not ignored by git (.gitignore)" >&2; exit 1; }
 "$PY" benchmarks/gpu_session.py travels "${CARRY[@]}" || exit 1
-command='bash benchmarks/run_gpu.sh'
+command='PARTS="probe micro bench profile" bash benchmarks/run_gpu.sh   # the speed round; plain: probe tests bench train'
 ((STUDY)) && command='PARTS="probe study" bash benchmarks/run_gpu.sh   # or PARTS="probe table5": Table 5'
 ((HEAD_INIT)) && command='PARTS="probe head_init profile" bash benchmarks/run_gpu.sh'
 cat <<EOF
