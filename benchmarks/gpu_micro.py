@@ -271,8 +271,8 @@ def layer_norm_stage(args) -> dict:
 # The stages, in their default order: name -> function(args) -> a JSON-able dict (rows, and anything else to keep).
 # The runner writes the JSON after each.
 STAGES: dict[str, Callable[[argparse.Namespace], dict]] = {
-    "attention": attention_stage,
     "layer_norm": layer_norm_stage,
+    "attention": attention_stage,
     "fp8": fp8_stage,
 }
 

@@ -228,7 +228,7 @@ fi
 # --- the CUDA parts -----------------------------------------------------------------------------------------
 # Weights: the CUDA tests 3; BASE at 128 (the headline figure) 6, another setting 4; pre-training 5, MRPC 2.
 has head_init && WEIGHTS+=(7)
-has micro && WEIGHTS+=(2)
+has micro && WEIGHTS+=(3)
 has tests && WEIGHTS+=(3)
 has bench && for s in ${SETTINGS//,/ }; do [[ $s == base:128 || $s == tiny:128 ]] && WEIGHTS+=(8) || WEIGHTS+=(3); done
 has profile && WEIGHTS+=(5)
