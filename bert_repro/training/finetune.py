@@ -32,6 +32,7 @@ from typing import Any
 from unittest.mock import patch
 
 import datasets
+import numpy as np
 from transformers import Trainer, TrainingArguments, set_seed
 
 from ..atomic import write_json, write_text
@@ -524,9 +525,32 @@ def one_run(
     }
     for split_name in task.eval_splits:
         raw, encoded = splits[split_name]
-        result[split_name] = score(task, raw, predict(task, trainer, raw, encoded, run))
+        predictions = predict(task, trainer, raw, encoded, run)
+        result[split_name] = score(task, raw, predictions)
+        if (label := one_label(task, predictions)) is not None:
+            result.setdefault("one_label", {})[split_name] = label
     result["score"] = main_score(task, result[task.eval_splits[0]])
     return result, trainer
+
+
+def one_label(task: Task, predictions) -> str | None:
+    """The label a classifier predicted for every example (a run that learned nothing beyond the majority), or
+    None: several labels, or a kind without classes (spans, scores, tags)."""
+    if not task.label_names or not isinstance(predictions, np.ndarray) or predictions.ndim != 1:
+        return None
+    labels = np.unique(predictions)
+    return task.label_names[int(labels[0])] if len(labels) == 1 else None
+
+
+def majority_baseline(task: Task, data) -> dict[str, dict[str, float]]:
+    """Each evaluation split's metrics for always predicting the training set's most frequent label, where the
+    task's kind has classes: the score a run must beat to have learned anything."""
+    out = {}
+    for name in task.eval_splits:
+        predictions = task.kind.majority_predictions(task, data["train"], data[name])
+        if predictions is not None and task.kind.labelled(task, data[name]):
+            out[name] = score(task, data[name], predictions)
+    return out
 
 
 def test_prediction_files(task: Task, data, output_dir: Path) -> dict[str, Path]:
@@ -663,6 +687,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
         "hardware": hardware(training.device),
         "test_predictions": [str(p) for p in submissions],
         "missing_splits": missing_splits,
+        "majority_baseline": majority_baseline(task, data),
     }
     write_text(output_dir / "results.md", results_markdown(task, summary))
     write_json(output_dir / RESULTS, summary)  # last: the runs' summary, once every file it names is there
@@ -710,4 +735,17 @@ def results_markdown(task: Task, summary: dict) -> str:
             + " | ".join(f"{values.get(k, float('nan')):.4f}" for k in keys)
             + f" | {r['train_seconds']} |"
         )
+    baseline = summary.get("majority_baseline") or {}  # absent from the results of earlier versions
+    if baseline:
+        values = _flat_metrics(baseline, task)
+        cells = " | ".join(f"{values[k]:.4f}" if k in values else "" for k in keys)
+        lines.append(f"| majority class | | {cells} | |")
+        lines += ["", "majority class: the training set's most frequent label for every example, the score to beat."]
+    degenerate = [
+        f"lr {r['learning_rate']:g} seed {r['seed']} predicts {label!r} for every example of {split}"
+        for r in rows
+        for split, label in (r.get("one_label") or {}).items()
+    ]
+    if degenerate:
+        lines += ["", "**Learned nothing beyond one label:** " + "; ".join(degenerate) + "."]
     return "\n".join(lines) + "\n"
