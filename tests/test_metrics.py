@@ -89,6 +89,11 @@ def test_inputs_as_arrays_and_bad_inputs():
         accuracy([1, 2], [1, 2, 3])
     with pytest.raises(ValueError):
         accuracy([], [])
+    # The message names the side at fault.
+    with pytest.raises(ValueError, match=r"^predictions must be one-dimensional, got shape \(2, 2\)"):
+        accuracy([[1, 2], [3, 4]], [1, 2])
+    with pytest.raises(ValueError, match=r"^references must be one-dimensional, got shape \(2, 2\)"):
+        accuracy([1, 2], [[1, 2], [3, 4]])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -130,6 +135,28 @@ def test_correlations_undefined_are_nan_like_scipy():
     with pytest.warns(RuntimeWarning):
         assert math.isnan(spearman([1, 2, 3], [2, 2, 2]))
     assert math.isnan(pearson([1, float("nan"), 3], [1, 2, 3]))
+
+
+def test_correlation_edges_the_random_cases_miss():
+    import warnings
+
+    nan = float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a NaN input is NaN at once: not ranked, not checked for being constant
+        assert math.isnan(pearson([1.0, nan, 3.0], [2, 2, 2]))
+        assert math.isnan(pearson([2, 2, 2], [1.0, nan, 3.0]))
+        assert math.isnan(spearman([1.0, nan, 3.0], [1, 2, 3]))
+        assert math.isnan(spearman([1, 2, 3], [1.0, nan, 3.0]))
+    # Rounding takes the raw r of these to 1 + 2e-16 and -1 - 2e-16: clamped to [-1, 1], as scipy does.
+    x = [1.3, 0.95, -0.7]
+    assert pearson(x, x) == 1.0 and pearson(x, [-v for v in x]) == -1.0
+    # Deviations whose squares overflow float64: each input is scaled by its largest deviation first.
+    assert pearson([1.0, 2.0, 4.0], [1e200, 2e200, 4e200]) == pytest.approx(1.0, abs=1e-15)
+    assert pearson([1e200, 2e200, 4e200], [1.0, 2.0, 4.0]) == pytest.approx(1.0, abs=1e-15)
+    # float32 scores (a model's logits) are correlated in float64, not in float32 (5e-9 off here).
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=50).astype(np.float32), rng.normal(size=50).astype(np.float32)
+    assert pearson(a, b) == pearson(a.astype(np.float64), b.astype(np.float64))
 
 
 def test_compute_dispatches_by_name():
@@ -191,7 +218,7 @@ def test_squad_v1_max_over_gold_answers_and_missing(caplog):
         result = squad_v1(predictions, references)
     # q3 has no prediction: it scores 0 and stays in the total of 3.
     assert result == pytest.approx({"exact_match": 100 / 3, "f1": 100 * (1 + 0.8) / 3})
-    assert "1 of 3 questions have no prediction" in caplog.text
+    assert "1 of 3 questions have no prediction; they score 0" in caplog.text
 
 
 def test_squad_v1_rejects_a_question_without_gold_answer():
@@ -272,6 +299,16 @@ def test_squad_v2_best_threshold_when_answering_nothing_is_best():
     assert result["best_exact_thresh"] == 0.0
 
 
+def test_squad_v2_default_threshold_and_questions_without_prediction():
+    # The official default --na-prob-thresh is 1.0: an na_prob of 1.5 (a score, not a probability) turns the answer
+    # into "no answer", wrong on an answerable question.
+    assert squad_v2({"q1": "Paris"}, {"q1": ["Paris"]}, na_probs={"q1": 1.5})["exact"] == 0.0
+    assert squad_v2({"q1": "Paris"}, {"q1": ["Paris"]}, na_probs={"q1": 1.0})["exact"] == 100.0
+    # The threshold walk passes over a question without a prediction (the lowest na_prob here) and goes on.
+    result = squad_v2({"q2": "b"}, {"q1": ["a"], "q2": ["b"]}, na_probs={"q1": 0.0, "q2": 0.5})
+    assert result["best_exact"] == 100.0 and result["best_exact_thresh"] == 0.5
+
+
 def test_squad_v2_gold_answers_that_normalise_to_nothing():
     # A non-empty answer list makes the question answerable (HasAns), even if every gold answer normalises to
     # "": the gold answers are then [""], and only an empty prediction is right.
@@ -286,7 +323,7 @@ def test_squad_v2_missing_predictions_are_left_out(caplog):
         result = squad_v2({"q1": "Paris", "q3": ""}, V2_REFERENCES)
     assert result["total"] == 2 and result["exact"] == 100.0
     assert result["HasAns_total"] == 1 and result["NoAns_total"] == 1
-    assert "3 of 5 questions have no prediction" in caplog.text
+    assert "3 of 5 questions have no prediction; they are left out of the totals" in caplog.text
     with pytest.raises(ValueError, match="na_probs"):
         squad_v2(V2_PREDICTIONS, V2_REFERENCES, na_probs={"q1": 0.5})
 
@@ -353,3 +390,19 @@ def test_conll_no_chunks_and_bad_input():
         conll_f1([["O"]], [["O", "O"]])
     with pytest.raises(ValueError):
         conll_f1([["PER"]], [["O"]])
+    with pytest.raises(ValueError, match="neither 'O' nor"):
+        get_chunks(["X-PER"])  # a dash, a type, but no known prefix
+
+
+def test_iobes_chunks_as_conlleval_reads_them():
+    # E and S close a chunk; I or E after E, S or O opens one; B and S always open one (seqeval.get_entities gives
+    # the same lists). Same-type neighbours, so that only these rules, not a change of type, split the chunks.
+    assert get_chunks(["S-PER", "S-PER"]) == [("PER", 0, 0), ("PER", 1, 1)]
+    assert get_chunks(["B-PER", "E-PER", "B-PER", "E-PER"]) == [("PER", 0, 1), ("PER", 2, 3)]
+    assert get_chunks(["B-PER", "E-PER", "E-PER"]) == [("PER", 0, 1), ("PER", 2, 2)]
+    assert get_chunks(["S-PER", "I-PER", "E-PER"]) == [("PER", 0, 0), ("PER", 1, 2)]
+    assert get_chunks(["S-PER", "E-PER"]) == [("PER", 0, 0), ("PER", 1, 1)]
+    assert get_chunks(["B-PER", "S-PER"]) == [("PER", 0, 0), ("PER", 1, 1)]
+    assert get_chunks(["I-PER", "S-PER"]) == [("PER", 0, 0), ("PER", 1, 1)]
+    # A type may hold dashes: only the first one ends the prefix.
+    assert get_chunks(["B-SUB-TYPE", "I-SUB-TYPE"]) == [("SUB-TYPE", 0, 1)]
