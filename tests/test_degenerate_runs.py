@@ -48,3 +48,32 @@ def test_results_md_shows_the_majority_baseline_and_flags_a_one_label_run(tmp_pa
     assert "majority" not in results_markdown(task, summary) and "Learned nothing" not in results_markdown(
         task, summary
     )
+
+
+def test_the_reproduce_report_shows_the_baseline_the_flag_the_subsampling_and_the_arguments(tmp_path):
+    from bert_repro.training.reproduce import ReproduceArguments, task_row, write_report
+
+    best = {
+        "learning_rate": 2e-5,
+        "seed": 1,
+        "validation": {"accuracy": 0.5092},
+        "one_label": {"validation": "positive"},
+    }
+    summary = {
+        "best": best,
+        "runs": [best],
+        "seconds": 10.0,
+        "majority_baseline": {"validation": {"accuracy": 0.5092}},
+        "hyperparameters": {"max_train_samples": 1000, "max_eval_samples": None},
+    }
+    row = task_row(get_task("sst2"), summary, "base")
+    assert (row["majority"], row["one_label"], row["subsampled"]) == (50.92, "positive", {"max_train_samples": 1000})
+    args = ReproduceArguments(model="m", output_dir=str(tmp_path), tasks=["sst2"])
+    text = write_report(tmp_path, [row], args, 10.0, ["--max_train_samples", "1000", "--seeds", "1 2"])
+    assert "| sst2 | accuracy | 50.92 (every prediction 'positive') | 50.92 | 93.5 |" in text
+    assert "**Learned nothing beyond one label:** the best run of sst2 ('positive')" in text
+    assert "Subsampled, so not comparable with the paper: sst2 (max_train_samples 1000)." in text
+    assert "Fine-tuning arguments (after --): `--max_train_samples 1000 --seeds '1 2'`" in text
+    # A task's results from an earlier version: no baseline, no flag, nothing subsampled.
+    old = task_row(get_task("sst2"), {"best": {**best, "one_label": None}, "runs": [best], "seconds": 1.0}, "base")
+    assert (old["majority"], old["one_label"], old["subsampled"]) == (None, None, {})

@@ -682,6 +682,8 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
             "max_seq_length": run.max_seq_length,
             "warmup": training.warmup_steps,
             "weight_decay": training.weight_decay,
+            "max_train_samples": run.max_train_samples,
+            "max_eval_samples": run.max_eval_samples,
         },
         "seconds": round(time.time() - start, 1),
         "hardware": hardware(training.device),

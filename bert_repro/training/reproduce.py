@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -101,6 +102,7 @@ def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str,
     ours = percent(metric, best[split][metric])
     papers = [r for r in task.paper if r.model == paper_model and r.metric == metric]
     paper = next((r for r in papers if r.split in (split, "test", "test_matched")), None)
+    majority = _majority(summary, split, metric)
     return {
         "task": task.name,
         "metric": metric,
@@ -112,7 +114,20 @@ def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str,
         "seed": best["seed"],
         "seconds": summary["seconds"],
         "runs": len(summary["runs"]),
+        # The number to beat (always the training set's most frequent label), and the label of a best run that
+        # predicted nothing else: absent from the results of earlier versions.
+        "majority": None if majority is None else round(percent(metric, majority), 2),
+        "one_label": (best.get("one_label") or {}).get(split),
+        "subsampled": {
+            key: value
+            for key, value in (summary.get("hyperparameters") or {}).items()
+            if key in ("max_train_samples", "max_eval_samples") and value
+        },
     }
+
+
+def _majority(summary: dict[str, Any], split: str, metric: str) -> float | None:
+    return ((summary.get("majority_baseline") or {}).get(split) or {}).get(metric)
 
 
 def glue_average(rows: list[dict[str, Any]]) -> float | None:
@@ -122,7 +137,9 @@ def glue_average(rows: list[dict[str, Any]]) -> float | None:
     return round(sum(values) / len(values), 2) if len(values) == expected else None
 
 
-def write_report(output_dir: Path, rows: list[dict[str, Any]], args: ReproduceArguments, seconds: float) -> str:
+def write_report(
+    output_dir: Path, rows: list[dict[str, Any]], args: ReproduceArguments, seconds: float, finetune_args=()
+) -> str:
     average = glue_average(rows)
     paper_average = PAPER_GLUE_AVERAGE.get(args.paper_model)
     lines = [
@@ -132,16 +149,34 @@ def write_report(output_dir: Path, rows: list[dict[str, Any]], args: ReproduceAr
         "numbers are TEST-set scores (Table 1), the only GLUE numbers the paper prints, so expect ours (dev) to "
         "differ by a point or two even for an exact reproduction.",
         "",
-        "| task | metric | ours (dev) | paper | paper split | lr | seed | runs | time (s) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| task | metric | ours (dev) | majority class | paper | paper split | lr | seed | runs | time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         paper = "" if r["paper"] is None else f"{r['paper']:.1f}"
+        majority = "" if r.get("majority") is None else f"{r['majority']:.2f}"
+        flag = f" (every prediction {r['one_label']!r})" if r.get("one_label") else ""
         lines.append(
-            f"| {r['task']} | {r['metric']} | {r['ours']:.2f} | {paper} | {r['paper_split'] or ''} | "
-            f"{r['learning_rate']:g} | {r['seed']} | {r['runs']} | {r['seconds']:.0f} |"
+            f"| {r['task']} | {r['metric']} | {r['ours']:.2f}{flag} | {majority} | {paper} | {r['paper_split'] or ''} "
+            f"| {r['learning_rate']:g} | {r['seed']} | {r['runs']} | {r['seconds']:.0f} |"
         )
+    lines += ["", "Majority class: the score of always predicting the training set's most frequent label."]
+    one_label = [f"{r['task']} ({r['one_label']!r})" for r in rows if r.get("one_label")]
+    if one_label:
+        lines.append(
+            f"**Learned nothing beyond one label:** the best run of {', '.join(one_label)} predicts that label "
+            "for every dev example; its score is the majority class's, not a reproduction."
+        )
+    subsampled = [
+        f"{r['task']} ({', '.join(f'{k} {v}' for k, v in r['subsampled'].items())})"
+        for r in rows
+        if r.get("subsampled")
+    ]
+    if subsampled:
+        lines.append(f"Subsampled, so not comparable with the paper: {'; '.join(subsampled)}.")
     lines += [
+        "",
+        "Fine-tuning arguments (after --): " + (f"`{shlex.join(finetune_args)}`" if finetune_args else "none."),
         "",
         f"GLUE average (8 tasks, WNLI left out): ours "
         f"{'n/a (not all eight tasks ran)' if average is None else f'{average:.2f}'}, paper "
@@ -161,6 +196,7 @@ def write_report(output_dir: Path, rows: list[dict[str, Any]], args: ReproduceAr
                 "glue_average": average,
                 "paper_glue_average": paper_average,
                 "seconds": round(seconds, 1),
+                "finetune_args": list(finetune_args),
             },
             indent=2,
         ),
@@ -231,6 +267,6 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
                 argv += ["--data", str(data_dirs[task.name])]
             run_finetuning(argv)
         rows.append(task_row(task, json.loads(results.read_text()), args.paper_model))
-        write_report(output_dir, rows, args, time.time() - start)  # a partial report after every task
+        write_report(output_dir, rows, args, time.time() - start, finetune_args)  # a partial report after each task
     zip_submissions(output_dir, tasks)
-    return write_report(output_dir, rows, args, sum(r["seconds"] for r in rows))
+    return write_report(output_dir, rows, args, sum(r["seconds"] for r in rows), finetune_args)
