@@ -431,6 +431,10 @@ def test_pretraining_body(tmp_path):
     assert "1,000 optimizer steps of 32 sequences" in text
     assert "then the last 10% of the steps at 512 tokens" in text
     assert "0.20 h\n  of training at 5,350.1 tokens/s" in text  # the whole run timed
+    # train_loss is the mean over the run (it read as the final loss), the last logged loss beside it (issue 45)
+    assert (
+        "the mean over all the run's steps (Trainer's train_loss): 7.0781; the last logged: 9.2500 at step 50" in text
+    )
     assert "| MLM accuracy | 9.76 |" in text and "| NSP accuracy | 51.13 | 97–98" in text
     assert "![Training and held-out curves" in text and "(training_curves.png)" in text
     # every recorded setting, in its section
@@ -493,6 +497,8 @@ def test_pretraining_with_benchmark(tmp_path):
                     "seed": 42,
                     "seconds": 1290.4,
                     "runs": 4,
+                    "majority": 81.22,
+                    "one_label": "equivalent",
                 },
                 {
                     "task": "squad",
@@ -510,8 +516,9 @@ def test_pretraining_with_benchmark(tmp_path):
         },
     )
     text = body(card_for_pretraining(make_pretraining_run(tmp_path), REPO, benchmark_dir=bench))
-    assert "| GLUE MRPC | F1 | 87.30 | 88.9 | test |" in text
-    assert "| SQuAD v1.1 | F1 | 88.10 | 88.5 | dev |" in text
+    # the majority class beside each score, and a run that predicted one label marked (issue 45)
+    assert '| GLUE MRPC | F1 | 87.30 (every prediction "equivalent") | 81.22 | 88.9 | test |' in text
+    assert "| SQuAD v1.1 | F1 | 88.10 | – | 88.5 | dev |" in text  # not a classification task
     assert "GLUE average (eight tasks, WNLI left out): 78.91; paper 79.60" in text
     with pytest.raises(CardError, match="report.json"):
         card_for_pretraining(make_pretraining_run(tmp_path), REPO, benchmark_dir=tmp_path / "nowhere")
@@ -673,8 +680,9 @@ def test_mrpc_metadata_and_table(tmp_path):
             "validation",
         )
     text = card.text
-    assert "| dev | F1 (main) | 87.30 | 88.9 (test) | 89.3 (test) |" in text  # beside the paper's Table 1
-    assert "| dev | Accuracy | 81.37 | – | – |" in text
+    assert "| dev | F1 (main) | 87.30 | – | 88.9 (test) | 89.3 (test) |" in text  # beside the paper's Table 1
+    assert "| dev | Accuracy | 81.37 | – | – | – |" in text
+    assert "Majority class: not recorded by the run" in text  # results.json of an earlier version
     assert "GLUE test-server scores" in text and "ours are dev scores" in text
     assert "| 2e-05 | 42 | 87.30 | 311.2 | yes |" in text and "| 5e-05 | 42 | 85.12 | 311.2 |  |" in text
     assert "Learning rates 5e-05, 4e-05, 3e-05, 2e-05 x seeds 42: 4 runs" in text
@@ -682,6 +690,21 @@ def test_mrpc_metadata_and_table(tmp_path):
     assert "| Parameters | 109,483,778 |" in text
     assert "F1 88.85 on dev (bert-base-cased; transformers run_glue README" in text
     assert 'classifier({"text": ' in text and "AutoModelForSequenceClassification" in text
+
+
+def test_a_run_that_predicts_one_label_is_flagged_beside_the_majority_class(tmp_path):
+    # MRPC at 81.22 F1 with every prediction "equivalent" (paraphrase) is the majority class's score, not a model's.
+    out = make_mrpc_run(tmp_path)
+    summary = json.loads((out / "results.json").read_text())
+    summary["best"]["validation"] = {"accuracy": 0.6838, "f1": 0.8122}
+    summary["best"]["one_label"] = {"validation": "equivalent"}
+    summary["majority_baseline"] = {"validation": {"accuracy": 0.6838, "f1": 0.8122}}
+    _write(out / "results.json", summary)
+    text = card_for_finetuning(out, "someone/bert-mrpc").text
+    assert "| dev | F1 (main) | 81.22 | 81.22 | 88.9 (test) | 89.3 (test) |" in text
+    assert "| dev | Accuracy | 68.38 | 68.38 | – | – |" in text
+    assert "the score a model must\nbeat to have learned anything" in text
+    assert '**This model predicts "equivalent" for every example of the dev split: it learned nothing' in text
 
 
 def test_mrpc_base_model_from_the_run(tmp_path):
@@ -709,8 +732,8 @@ def test_squad_v2_card(tmp_path):
     }
     assert all(r.dataset_config is None and r.dataset_split == "validation" for r in data.eval_results)
     text = card.text
-    assert "| dev | F1, null threshold tuned on this split | 75.80 | – | 81.9 (dev) |" in text
-    assert "| dev | Exact match, null threshold tuned on this split | 72.90 | – | 78.7 (dev) |" in text
+    assert "| dev | F1, null threshold tuned on this split | 75.80 | – | – | 81.9 (dev) |" in text
+    assert "| dev | Exact match, null threshold tuned on this split | 72.90 | – | – | 78.7 (dev) |" in text
     assert "threshold chosen: -1.73" in text and "like ours" in text
     assert "SQuAD2 (local)" in text and "/home/someone" not in text
     assert "CC BY-SA 4.0" in text
@@ -852,8 +875,8 @@ def test_each_dev_split_sits_beside_its_paper_number(tmp_path):
         "BertReproForSequenceClassification",
     )
     card = card_for_finetuning(out, "someone/bert-mnli")
-    assert "| dev matched | Accuracy (main) | 84.12 | 84.6 (test matched) | 86.7 (test matched) |" in card.text
-    mismatched = "| dev mismatched | Accuracy (main) | 84.55 | 83.4 (test mismatched) | 85.9 (test mismatched) |"
+    assert "| dev matched | Accuracy (main) | 84.12 | – | 84.6 (test matched) | 86.7 (test matched) |" in card.text
+    mismatched = "| dev mismatched | Accuracy (main) | 84.55 | – | 83.4 (test mismatched) | 85.9 (test mismatched) |"
     assert mismatched in card.text
     assert {r.dataset_split for r in card.data.eval_results} == {"validation_matched", "validation_mismatched"}
 
@@ -876,6 +899,6 @@ def test_each_dev_split_sits_beside_its_paper_number(tmp_path):
     )
     card = card_for_finetuning(out, "someone/bert-conll")
     assert card.data.pipeline_tag == "token-classification"
-    assert "| dev | Entity F1 (main) | 95.10 | 96.4 (dev) | 96.6 (dev) |" in card.text
-    assert "| test | Entity F1 (main) | 91.20 | 92.4 (test) | 92.8 (test) |" in card.text
+    assert "| dev | Entity F1 (main) | 95.10 | – | 96.4 (dev) | 96.6 (dev) |" in card.text
+    assert "| test | Entity F1 (main) | 91.20 | – | 92.4 (test) | 92.8 (test) |" in card.text
     assert "Evaluated on the dev and test splits" in card.text and 'tagger("' in card.text

@@ -571,6 +571,15 @@ def _pretraining_eval(
     return eval_results, rows
 
 
+def _last_loss(out: Path) -> str | None:
+    """The training loss logged last (log_history.json), beside results.json's mean over the whole run."""
+    history = _read_json(out / "log_history.json")
+    losses = (
+        [e for e in history if isinstance(e, dict) and _is_number(e.get("loss"))] if isinstance(history, list) else []
+    )
+    return f"{losses[-1]['loss']:.4f} at step {_count(losses[-1].get('step'))}" if losses else None
+
+
 def _benchmark(benchmark_dir: str | Path | None) -> dict[str, Any] | None:
     """The rows of a `bert_repro.training.reproduce` report, for the pre-trained card."""
     if benchmark_dir is None:
@@ -585,6 +594,8 @@ def _benchmark(benchmark_dir: str | Path | None) -> dict[str, Any] | None:
             "ours": _score(r.get("ours")),
             "paper": f"{r['paper']:.1f}" if _is_number(r.get("paper")) else "not reported",
             "paper_split": SPLIT_NAMES.get(r.get("paper_split") or "", "–"),
+            "majority": _score(r["majority"]) if _is_number(r.get("majority")) else "–",
+            "one_label": r.get("one_label"),
         }
         for r in report.get("tasks", [])
     ]
@@ -840,7 +851,7 @@ def card_for_pretraining(
         "corpus": corpus,
         "data_rows": _data_rows(statistics),
         "length_histogram": (statistics.get("phase1") or {}).get("length_histogram") or {},
-        "facts": _pretraining_facts(run, data, training, results, statistics),
+        "facts": {**_pretraining_facts(run, data, training, results, statistics), "last_loss": _last_loss(out)},
         "hyperparameters": _hyperparameter_sections(
             record,
             {
@@ -890,11 +901,15 @@ def _paper_cell(result: Result | None) -> str:
     return "–" if result is None else f"{result.value:.1f} ({SPLIT_NAMES.get(result.split, result.split)})"
 
 
-def _finetuning_eval(task: Task, best: Mapping[str, Any]) -> tuple[list[EvalResult], list[dict[str, str]]]:
-    """model-index entries (percent) and table rows beside the paper's BASE and LARGE numbers."""
+def _finetuning_eval(
+    task: Task, best: Mapping[str, Any], baseline: Mapping[str, Any] | None = None
+) -> tuple[list[EvalResult], list[dict[str, str]]]:
+    """model-index entries (percent) and table rows beside the majority class (`baseline`: results.json's
+    majority_baseline, where the task has classes and the run recorded it) and the paper's BASE and LARGE numbers."""
     eval_results, rows = [], []
     for split in task.eval_splits:
         scores = best.get(split) or {}
+        majority = (baseline or {}).get(split) or {}
         for metric in _metric_keys(task, scores):
             value = scores[metric]
             label = METRICS[metric].label
@@ -906,6 +921,7 @@ def _finetuning_eval(task: Task, best: Mapping[str, Any]) -> tuple[list[EvalResu
                     "split": SPLIT_NAMES.get(split, split),
                     "metric": label,
                     "ours": _score(ours) if ours is not None else "undefined",
+                    "majority": _score(_percent(metric, majority[metric])) if _is_number(majority.get(metric)) else "–",
                     "base": _paper_cell(_paper_value(task, metric, "base", split)),
                     "large": _paper_cell(_paper_value(task, metric, "large", split)),
                     "main": "yes" if metric == task.main_metric else "",
@@ -1020,7 +1036,7 @@ def card_for_finetuning(
     record = _read_json(out / "run_config.json") or {}
     config = _read_json(out / "model" / "config.json") or {}
     best = summary["best"] or {}
-    eval_results, eval_rows = _finetuning_eval(task, best)
+    eval_results, eval_rows = _finetuning_eval(task, best, summary.get("majority_baseline"))
     base = _finetuning_base(summary, record, base_model)
     parameters = stored_parameter_count(out / "model")
     if parameters is None and config.get("hidden_size"):
@@ -1044,6 +1060,9 @@ def card_for_finetuning(
         "base": base,
         "facts": _finetuning_facts(task, summary, record),
         "eval_rows": eval_rows,
+        "majority_recorded": bool(summary.get("majority_baseline")),
+        # the split -> the one label the kept run predicted for all its examples: it learned nothing else
+        "one_label": {SPLIT_NAMES.get(k, k): v for k, v in (best.get("one_label") or {}).items()},
         "other_reported": _other_reported(task),
         "run_rows": _run_rows(task, summary),
         "hyperparameters": _hyperparameter_sections(
