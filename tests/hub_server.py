@@ -86,6 +86,16 @@ after a dropped connection but not after a 5xx. So one injected 500 on an ``uplo
 absorbed after a second; to make that push fail fast, inject a status the client does not retry
 (``"400"``, ``"403"``), or ``times=6`` of ``"500"`` (about 23 s of client back-off).
 
+By hand
+-------
+To try a push offline, start it in one shell (it stays up until Ctrl-C)::
+
+    python -m tests.hub_server [--root DIR] [--port N]
+
+and set the environment it prints in another (``HF_ENDPOINT``, ``HF_HUB_OFFLINE=0``, a token), then push as
+against the Hub: ``python -m bert_repro.hub runs/mrpc --repo_id local-user/bert-mrpc``. Without ``--root`` the
+repos live in a temporary directory, deleted when the server stops.
+
 How to use it
 -------------
 huggingface_hub reads ``HF_ENDPOINT`` when it is imported (and tests/conftest.py puts this process in
@@ -1127,8 +1137,8 @@ class LocalHub:
         self.endpoint = ""
 
     # -- lifecycle
-    def start(self) -> LocalHub:
-        server = HubHTTPServer(("127.0.0.1", 0), Handler)
+    def start(self, port: int = 0) -> LocalHub:
+        server = HubHTTPServer(("127.0.0.1", port), Handler)
         server.hub = self
         self._server = server
         self.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
@@ -1304,3 +1314,34 @@ def reset_transformers_api() -> None:
     hub_module = sys.modules.get("transformers.utils.hub")
     if hub_module is not None and hasattr(hub_module, "_hf_api"):
         hub_module._hf_api = None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m tests.hub_server`: serve until interrupted, after one paragraph saying how to point a client at it."""
+    import argparse
+    import shlex
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m tests.hub_server", description="A local Hub for offline pushes.")
+    parser.add_argument("--root", help="Where the repos are stored (default: a temporary directory, deleted at exit).")
+    parser.add_argument("--port", type=int, default=0, help="Port on 127.0.0.1 (default: a free one).")
+    args = parser.parse_args(argv)
+    try:
+        hub = LocalHub(root=args.root).start(port=args.port)
+    except OSError as err:
+        print(f"hub_server: error: cannot serve on 127.0.0.1:{args.port}: {err.strerror or err}", file=sys.stderr)
+        sys.exit(2)
+    settings = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_TOKEN": "hf_local_test_token"}
+    print(f"local Hub at {hub.endpoint}, repos in {hub.root}; in another shell:", flush=True)
+    print("    export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.items()), flush=True)
+    print(f"    python -m bert_repro.hub <run directory> --repo_id {hub.user}/<name>", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        hub.stop()
+
+
+if __name__ == "__main__":
+    main()

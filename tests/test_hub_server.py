@@ -403,3 +403,31 @@ def test_transformers_round_trip(hub: LocalHub, tmp_path: Path) -> None:
     assert torch.equal(loaded["weight"], model.embeddings.word_embeddings.weight.detach())
     downloads = [path for method, path, _ in hub.requests[first:] if method == "GET" and "/resolve/" in path]
     assert any(path.endswith("/model.safetensors") for path in downloads)
+
+
+def test_the_server_runs_by_hand_with_python_m(tmp_path):
+    # `python -m tests.hub_server`: a user tries a push offline (its first lines say how), Ctrl-C stops it.
+    import signal
+
+    root = Path(__file__).resolve().parents[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.hub_server", "--root", str(tmp_path / "repos")],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = server.stdout.readline()
+        assert first.startswith("local Hub at http://127.0.0.1:"), first + server.stderr.read()
+        endpoint = first.split()[3].rstrip(",")
+        assert f"export HF_ENDPOINT={endpoint} HF_HUB_OFFLINE=0 HF_TOKEN=" in server.stdout.readline()
+        request = urllib.request.Request(
+            f"{endpoint}/api/whoami-v2", headers={"Authorization": "Bearer hf_local_test_token"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert json.loads(answer.read())["name"] == "local-user"
+    finally:
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=10) == 0, server.stderr.read()
+    assert (tmp_path / "repos").is_dir()  # kept: the user's --root
