@@ -3,6 +3,7 @@ label for every example), and a run whose predictions are all one label flagged 
 prediction "positive" was reported as a score beside the paper's, with no word)."""
 
 import numpy as np
+from datasets import Dataset
 from helpers import fixture_files, write
 
 from bert_repro.tasks.files import load_task_data
@@ -26,6 +27,9 @@ def test_results_md_shows_the_majority_baseline_and_flags_a_one_label_run(tmp_pa
     majority = max(set(labels), key=lambda label: (labels.count(label), -label))
     expected = float(np.mean(np.asarray(data["validation"]["label"]) == majority))
     assert baseline == {"validation": {"accuracy": expected}}
+    # the training set's majority, not the evaluation split's: here they differ
+    skewed = {"train": Dataset.from_dict({"label": [1, 1, 0]}), "validation": Dataset.from_dict({"label": [0, 0, 1]})}
+    assert majority_baseline(task, skewed) == {"validation": {"accuracy": 1 / 3}}
     runs = [
         {
             "learning_rate": 2e-5,

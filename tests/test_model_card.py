@@ -415,7 +415,10 @@ def test_pretraining_metadata(tmp_path):
 
 
 def test_pretraining_body(tmp_path):
-    text = body(card_for_pretraining(make_pretraining_run(tmp_path), REPO))
+    out = make_pretraining_run(tmp_path)
+    history = [{"loss": 9.25, "step": 50}, {"loss": 7.5, "step": 100}, {"eval_loss": 6.9, "step": 100}]
+    _write(out / "log_history.json", history)
+    text = body(card_for_pretraining(out, REPO))
     assert "| Preset | `tiny` (BERT-Tiny size) |" in text
     for row in (
         "| Layers (L) | 2 |",
@@ -433,7 +436,7 @@ def test_pretraining_body(tmp_path):
     assert "0.20 h\n  of training at 5,350.1 tokens/s" in text  # the whole run timed
     # train_loss is the mean over the run (it read as the final loss), the last logged loss beside it (issue 45)
     assert (
-        "the mean over all the run's steps (Trainer's train_loss): 7.0781; the last logged: 9.2500 at step 50" in text
+        "the mean over all the run's steps (Trainer's train_loss): 7.0781; the last logged: 7.5000 at step 100" in text
     )
     assert "| MLM accuracy | 9.76 |" in text and "| NSP accuracy | 51.13 | 97–98" in text
     assert "![Training and held-out curves" in text and "(training_curves.png)" in text
