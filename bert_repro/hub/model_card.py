@@ -41,7 +41,7 @@ import math
 import os
 import re
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -653,17 +653,13 @@ def _study_verdict(rows: list[dict[str, Any]]) -> str:
     return sentence + (f", yet the majority class still scores higher on {', '.join(below)}" if below else "") + "."
 
 
-def _study(study_dir: str | Path | None, out: Path, steps: Any) -> tuple[list[EvalResult], dict[str, Any] | None]:
-    """model-index entries (each fine-tuning column's mean over seeds) and table rows of a `bert_repro.training.study`
-    run that fine-tuned this checkpoint beside the same architecture randomly initialised."""
-    if study_dir is None:
-        return [], None
-    path = Path(study_dir) / "study.json"
-    study = _read_json(path)
-    if study is None:
-        raise CardError(f"{path}: no such file; --study takes the output directory of recipes/study.py.")
+def fine_tuning_comparison(
+    study: Mapping[str, Any], row: Mapping[str, Any], result_name: Callable[[str, str, int], str]
+) -> tuple[list[EvalResult], list[dict[str, Any]]]:
+    """A study's fine-tuning columns for its `row` (a pre-trained model): model-index entries of its scores (named
+    by `result_name(metric label, split name, seeds finished)`) and the table's rows beside the randomly
+    initialised model's and the majority class's, with their difference and its standard error."""
     rows = study.get("rows") or []
-    row = _study_row(rows, out, path, steps)
     random = next((r for r in rows if _is_random_init(r)), {})
     baseline, seeds = study.get("majority_baseline") or {}, len(study.get("seeds") or []) or 1
     eval_results, table = [], []
@@ -673,12 +669,10 @@ def _study(study_dir: str | Path | None, out: Path, steps: Any) -> tuple[list[Ev
         task, metric, split = TASKS[column["task"]], column["metric"], column.get("split") or "validation"
         cell, other = row["cells"].get(column["key"]) or {}, (random.get("cells") or {}).get(column["key"]) or {}
         ours, theirs, majority = cell.get("ours"), other.get("ours"), baseline.get(column["key"])
+        split_name = SPLIT_NAMES.get(split, split)
         if _is_number(ours):
-            finished = len(cell.get("seeds") or {})
-            how = f"mean of {_plural(finished, 'seed')}" if finished else "best of the learning-rate grid"
-            eval_results.append(
-                _task_result(task, split, metric, ours, f"{METRICS[metric].label} (%), fine-tuned, {how}")
-            )
+            name = result_name(METRICS[metric].label, split_name, len(cell.get("seeds") or {}))
+            eval_results.append(_task_result(task, split, metric, ours, name))
         both = _is_number(ours) and _is_number(theirs)
         errors = [e for e in (cell.get("se"), other.get("se")) if _is_number(e)]
         se = math.sqrt(sum(e * e for e in errors)) if both and len(errors) == 2 else None
@@ -688,7 +682,7 @@ def _study(study_dir: str | Path | None, out: Path, steps: Any) -> tuple[list[Ev
                 "name": f"{task.display_name} {METRICS[metric].label}",
                 "task": task.display_name,
                 "metric": METRICS[metric].label,
-                "split": SPLIT_NAMES.get(split, split),
+                "split": split_name,
                 "ours": _mean_cell(cell, seeds),
                 "random": _mean_cell(other, seeds),
                 "gain": gain,
@@ -700,6 +694,28 @@ def _study(study_dir: str | Path | None, out: Path, steps: Any) -> tuple[list[Ev
                 else None,
             }
         )
+    return eval_results, table
+
+
+def _study(study_dir: str | Path | None, out: Path, steps: Any) -> tuple[list[EvalResult], dict[str, Any] | None]:
+    """model-index entries (each fine-tuning column's mean over seeds) and table rows of a `bert_repro.training.study`
+    run that fine-tuned this checkpoint beside the same architecture randomly initialised."""
+    if study_dir is None:
+        return [], None
+    path = Path(study_dir) / "study.json"
+    study = _read_json(path)
+    if study is None:
+        raise CardError(f"{path}: no such file; --study takes the output directory of recipes/study.py.")
+    rows = study.get("rows") or []
+    row = _study_row(rows, out, path, steps)
+    seeds = len(study.get("seeds") or []) or 1
+    random = next((r for r in rows if _is_random_init(r)), {})
+
+    def result_name(label: str, split: str, finished: int) -> str:
+        how = f"mean of {_plural(finished, 'seed')}" if finished else "best of the learning-rate grid"
+        return f"{label} (%), fine-tuned, {how}"
+
+    eval_results, table = fine_tuning_comparison(study, row, result_name)
     return eval_results, {
         "rows": table,
         "seeds": ", ".join(str(s) for s in study.get("seeds") or []) or None,  # None: the best run of each grid

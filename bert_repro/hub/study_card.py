@@ -18,7 +18,6 @@ not a substitute for BERT-Small) are stated. The template is `model_cards/study.
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import sys
 from collections.abc import Iterable, Mapping
@@ -28,22 +27,20 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard
 
 from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
-from ..tasks.registry import METRICS, TASKS
+from ..tasks.registry import TASKS
 from .model_card import (
     BIBTEX,
     PAPER_BATCH,
     PAPER_STEPS,
     PRESET_NAMES,
-    SPLIT_NAMES,
     CardError,
     _card_data,
     _is_random_init,
-    _mean_cell,
     _plural,
     _read_json,
     _study_verdict,
-    _task_result,
     _usage,
+    fine_tuning_comparison,
     render_card,
     repo_name,
 )
@@ -114,45 +111,8 @@ def _held_out(run: Mapping[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def _finetuning(study: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[list[EvalResult], list[dict[str, Any]]]:
-    """model-index entries and the table: this model, random initialisation, their difference, the majority class."""
-    rows = study.get("rows") or []
-    random = next((r for r in rows if _is_random_init(r)), {})
-    baseline, seeds = study.get("majority_baseline") or {}, len(study.get("seeds") or []) or 1
-    eval_results, table = [], []
-    for column in study.get("columns") or []:
-        if column.get("task") not in TASKS or column.get("metric") not in METRICS:
-            continue  # a pre-training column, or a task this version does not know
-        task, metric, split = TASKS[column["task"]], column["metric"], column.get("split") or "validation"
-        cell, other = row["cells"].get(column["key"]) or {}, (random.get("cells") or {}).get(column["key"]) or {}
-        ours, theirs, majority = cell.get("ours"), other.get("ours"), baseline.get(column["key"])
-        finished = len(cell.get("seeds") or {})
-        split_name = SPLIT_NAMES.get(split, split)
-        if isinstance(ours, (int, float)):
-            name = f"{METRICS[metric].label} (%), fine-tuned, {split_name}, mean of {_plural(finished, 'seed')}"
-            eval_results.append(_task_result(task, split, metric, ours, name))
-        both = isinstance(ours, (int, float)) and isinstance(theirs, (int, float))
-        errors = [e for e in (cell.get("se"), other.get("se")) if isinstance(e, (int, float))]
-        se = math.sqrt(sum(e * e for e in errors)) if both and len(errors) == 2 else None
-        gain = ours - theirs if both else None
-        table.append(
-            {
-                "name": f"{task.display_name} {METRICS[metric].label}",
-                "task": task.display_name,
-                "metric": METRICS[metric].label,
-                "split": split_name,
-                "ours": _mean_cell(cell, seeds),
-                "random": _mean_cell(other, seeds),
-                "gain": gain,
-                "difference": "–" if gain is None else f"{gain:+.2f}" + (f" ± {se:.2f}" if se is not None else ""),
-                "clear": gain is not None and se is not None and abs(gain) > 2 * se,
-                "majority": f"{majority:.2f}" if isinstance(majority, (int, float)) else "–",
-                "below_majority": f"{majority:.2f} against {ours:.2f}"
-                if isinstance(ours, (int, float)) and isinstance(majority, (int, float)) and ours <= majority
-                else None,
-            }
-        )
-    return eval_results, table
+def _result_name(label: str, split: str, finished: int) -> str:
+    return f"{label} (%), fine-tuned, {split}, mean of {_plural(finished, 'seed')}"
 
 
 def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Path | None = None) -> ModelCard:
@@ -167,7 +127,7 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
     preset = _flag(args, "preset") or "base"
     objective = PRETRAINING_OBJECTIVES[_flag(args, "objective") or "mlm_nsp"]
     size = PRESETS[preset]
-    eval_results, table = _finetuning(study, row)
+    eval_results, table = fine_tuning_comparison(study, row, _result_name)
     held_out = _held_out(results.get(f"study_{name}") or {})
     pretraining = row.get("pretraining") or {}
     held_out_results = [
