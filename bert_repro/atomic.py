@@ -51,6 +51,16 @@ def fsync_dir(folder: str | os.PathLike) -> None:
             os.close(fd)
 
 
+def _flush(path: Path) -> None:
+    """A written file's data on disk (fsync) and its mode the umask's."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.chmod(path, FILE_MODE)
+
+
 def settle(path: str | os.PathLike) -> None:
     """Make a file (or every file of a folder) written by a library durable (fsync) and give it the mode of the
     run's other files (umask 022: 644; safetensors writes 600)."""
@@ -61,12 +71,7 @@ def settle(path: str | os.PathLike) -> None:
         if item.is_dir():
             os.chmod(item, DIR_MODE)
             continue
-        fd = os.open(item, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.chmod(item, FILE_MODE)
+        _flush(item)
 
 
 def move_into(staging: Path, target: Path, *, last: tuple[str, ...] = ()) -> list[Path]:
@@ -93,12 +98,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     temporary = path.with_name(f".{path.name}{PARTIAL}{os.getpid()}")
     try:
         yield temporary
-        fd = os.open(temporary, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.chmod(temporary, FILE_MODE)
+        _flush(temporary)
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
