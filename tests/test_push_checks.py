@@ -26,13 +26,15 @@ def hub_error(cls):
 class FakeApi:
     """A repository as `check_remote` sees it: its file names, and the text of the ones it downloads."""
 
+    repo_id = "someone/model"
+
     def __init__(self, tmp_path: Path, files: dict[str, str] | None, missing_revision: bool = False):
         self.tmp_path, self.files, self.missing_revision = tmp_path, files, missing_revision
         self.calls = []
 
     def list_repo_files(self, repo_id, revision=None):
         self.calls.append(("list", repo_id, revision))
-        if self.files is None:
+        if self.files is None or repo_id != self.repo_id:
             raise hub_error(RepositoryNotFoundError)
         if self.missing_revision:
             raise hub_error(RevisionNotFoundError)
@@ -40,6 +42,8 @@ class FakeApi:
 
     def hf_hub_download(self, repo_id, filename, revision=None):
         self.calls.append(("download", repo_id, filename, revision))
+        if repo_id != self.repo_id:
+            raise hub_error(RepositoryNotFoundError)
         if filename not in self.files:
             raise hub_error(EntryNotFoundError)
         path = self.tmp_path / "downloads" / filename
@@ -92,8 +96,16 @@ def test_the_same_run_is_pushed_again(tmp_path):
             None,
             "it holds another run (its run_config.json differs)",
         ),
-        ({"config.json": json.dumps(OURS), "model.safetensors": "w"}, identity(RUN), "without a run record"),
-        ({"config.json": json.dumps({"model_type": "gpt2"})}, identity(RUN), "a 'gpt2' model not saved by bert_repro"),
+        (
+            {"config.json": json.dumps(OURS), "model.safetensors": "w"},
+            identity(RUN),
+            "it holds a model without a run record",
+        ),
+        (
+            {"config.json": json.dumps({"model_type": "gpt2"})},
+            identity(RUN),
+            "it holds a 'gpt2' model not saved by bert_repro",
+        ),
         ({"model.safetensors": "w"}, identity(RUN), "it holds files but no config.json"),
     ],
     ids=["another-run", "a-run-record-we-lack", "no-run-record", "not-ours", "no-config"],
@@ -101,10 +113,10 @@ def test_the_same_run_is_pushed_again(tmp_path):
 def test_a_different_model_is_refused_unless_overwrite(tmp_path, files, local, reason):
     with pytest.raises(HubPushError) as refused:
         check(tmp_path, files, local=local)
-    message = str(refused.value)
-    assert message.startswith("someone/model already holds a different model: ") and reason in message
-    assert message.endswith("Pass overwrite=True (--overwrite) to replace it.")
-    assert message.count("; ") == 0  # one reason: a foreign config is not also asked for a run record
+    # One reason: a foreign config is not also asked for a run record.
+    assert str(refused.value) == (
+        f"someone/model already holds a different model: {reason}. Pass overwrite=True (--overwrite) to replace it."
+    )
     check(tmp_path, files, local=local, overwrite=True)
 
 
