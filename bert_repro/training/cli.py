@@ -493,6 +493,21 @@ class PushRequest:
             ["python -m bert_repro.hub", str(output_dir), "--repo_id", self.repo_id, *revision, *private, *extra]
         )
 
+    def push(self, output_dir: str | Path, push, *extra: str, **kwargs):
+        """`push(output_dir, repo_id, revision=, private=, token=, **kwargs)` (a function of `bert_repro.hub.push`);
+        a failure says that the run is complete and gives the command that publishes it (`extra`: its flags)."""
+        from ..hub.push import HubPushError
+
+        try:
+            return push(
+                output_dir, self.repo_id, revision=self.revision, private=self.private, token=self.token, **kwargs
+            )
+        except HubPushError as err:
+            raise HubPushError(
+                f"{err} The run is complete in {output_dir}; to publish it without training again: "
+                f"{self.push_command(output_dir, *extra)}"
+            ) from None
+
 
 def take_push_request(training) -> PushRequest | None:
     """`--push_to_hub --hub_model_id ID` is done by `bert_repro.hub.push` at the end, not by Trainer, whose own push

@@ -37,7 +37,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 
 from ..atomic import write_json, write_text
 from ..data.wordpiece import load_tokenizer, save_tokenizer
-from ..hub.push import HubPushError, push
+from ..hub.push import push
 from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
 from ..model.configuration_bert_repro import (
     DEFAULT_OBJECTIVE,
@@ -695,15 +695,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     write_json(output_dir / RESULTS, summary)  # last: the runs' summary, once every file it names is there
     logger.info("\n%s", results_markdown(task, summary))
     if push_to is not None:
-        try:
-            summary["pushed"] = push(
-                output_dir, push_to.repo_id, revision=push_to.revision, private=push_to.private, token=push_to.token
-            )
-        except HubPushError as err:
-            raise HubPushError(
-                f"{err} The runs themselves are complete in {output_dir}; to publish them without training again: "
-                f"{push_to.push_command(output_dir)}"
-            ) from None
+        summary["pushed"] = push_to.push(output_dir, push)
     return summary
 
 

@@ -37,7 +37,7 @@ from ..atomic import write_json
 from ..data.pretraining_examples import PreTrainingDataConfig
 from ..data.streaming import DataStateCallback, load_data_state
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_tokenizer, save_tokenizer
-from ..hub.push import HubPushError, push_checkpoints
+from ..hub.push import push_checkpoints
 from ..model.configuration_bert_repro import SPEED_SWITCHES
 from .checkpoints import checkpoint_step
 from .cli import (
@@ -463,13 +463,5 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         write_json(output_dir / RESULTS, summary)  # last: a run with results.json is finished (`check_output_dir`)
         log_table("results", summary)
         if push_to is not None:  # every checkpoint as branch step-N, the final model on --hub_revision (main)
-            try:
-                push_checkpoints(
-                    output_dir, push_to.repo_id, private=push_to.private, token=push_to.token, revision=push_to.revision
-                )
-            except HubPushError as err:
-                raise HubPushError(
-                    f"{err} The run itself is complete in {output_dir}; to publish it without training again: "
-                    f"{push_to.push_command(output_dir, '--checkpoints')}"
-                ) from None
+            push_to.push(output_dir, push_checkpoints, "--checkpoints")
     return summary
