@@ -36,6 +36,17 @@ FILE_MODE = 0o666 & ~_umask()
 DIR_MODE = 0o777 & ~_umask()
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` is running on this machine (its temporary files are not leftovers)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def is_leftover(name: str) -> bool:
     """Whether `name` is what an interrupted write of ours leaves: a temporary file or a staging folder."""
     return PARTIAL in name or name == STAGING or name.startswith(STAGING + "-")
@@ -93,8 +104,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path beside `path` to write to (with any writer: `torch.save`, `savefig` ...); when the block
     ends without an error the file is flushed to disk and renamed to `path`, otherwise it is removed."""
     path = Path(path)
-    for stale in path.parent.glob(f".{path.name}{PARTIAL}*"):  # what a killed write of this file left
-        stale.unlink(missing_ok=True)
+    for stale in path.parent.glob(f".{path.name}{PARTIAL}*"):
+        # what a killed write of this file left; not another live process's write in progress (ranks of a
+        # multi-process run write the same record)
+        writer = stale.name.rsplit(PARTIAL, 1)[1]
+        if not (writer.isdigit() and process_alive(int(writer))):
+            stale.unlink(missing_ok=True)
     temporary = path.with_name(f".{path.name}{PARTIAL}{os.getpid()}")
     try:
         yield temporary

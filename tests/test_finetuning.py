@@ -103,7 +103,7 @@ def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
     assert [(r["learning_rate"], r["seed"]) for r in summary["runs"]] == [(1e-3, 1), (1e-3, 2), (1e-4, 1), (1e-4, 2)]
     assert summary["best"]["score"] == max(r["score"] for r in summary["runs"])
     table = (out / "results.md").read_text()
-    assert table.count("\n| ") == 5 and "*" in table  # header + 4 runs, the best marked
+    assert table.count("\n| ") == 6 and "*" in table  # header + 4 runs (the best marked) + the majority class
     # A different setting in the same directory is refused, never mixed into these results.
     with pytest.raises(FileExistsError, match="different run"):
         run_finetuning(

@@ -59,7 +59,7 @@ from tokenizers.models import WordPiece
 from tokenizers.trainers import WordPieceTrainer
 from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase
 
-from ..atomic import STAGING, move_into, write_text
+from ..atomic import STAGING, move_into, process_alive, write_text
 
 __all__ = [
     "BERT_SPECIAL_TOKENS",
@@ -266,8 +266,13 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, output_dir: str | os.Path
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    staging = output_dir / f"{STAGING}-tokenizer"
-    shutil.rmtree(staging, ignore_errors=True)  # what a killed save left
+    # One staging folder per process: the ranks of a multi-process run may save the same tokenizer at once.
+    for stale in output_dir.glob(f"{STAGING}-tokenizer-*"):  # what a killed save left
+        writer = stale.name.rsplit("-", 1)[1]
+        if not (writer.isdigit() and process_alive(int(writer))):
+            shutil.rmtree(stale, ignore_errors=True)
+    staging = output_dir / f"{STAGING}-tokenizer-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
         tokenizer.save_pretrained(staging)

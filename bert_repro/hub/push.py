@@ -33,6 +33,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..atomic import process_alive
 from ..model import modeling_bert_repro
 from ..model.checkpoint_format import config_file_dict, is_repro_checkpoint
 from ..model.conversion import PICKLE_PATTERNS, TOKENIZER_FILES, CheckpointError, check_model_dir, weight_files
@@ -60,23 +61,13 @@ class HubPushError(RuntimeError):
 STAGING_PREFIX = "bert_repro_push-"  # + the pushing process's id: a folder whose process is gone was stranded
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def remove_stranded_staging() -> list[Path]:
     """Remove the staging folders of pushes that were killed: a kill skips the cleanup of a `with` block, and each
     folder holds a copy of the weights (88 MB for BERT-base). Returns what was removed."""
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(STAGING_PREFIX + "*"):
         pid = folder.name[len(STAGING_PREFIX) :].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)) and folder.is_dir() and os.access(folder, os.W_OK):
+        if pid.isdigit() and not process_alive(int(pid)) and folder.is_dir() and os.access(folder, os.W_OK):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
