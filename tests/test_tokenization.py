@@ -215,9 +215,11 @@ def test_iterator_training_matches_file_training(corpus_lines: list[str], uncase
     assert tokens[:5] == BERT_SPECIAL_TOKENS and len(tokens) == VOCAB_SIZE
     # The alphabet depends only on character counts, so it is identical. The merges are not compared
     # one for one: the tokenizers trainer breaks count ties in hash-map order, so even two trainings on
-    # the same files can differ in a few pieces (huggingface/tokenizers issue 1794).
+    # the same files can differ in a few pieces (huggingface/tokenizers issue 1794): 446 to 492 of the 500
+    # pieces shared across repeated trainings on this corpus, about 400 with a corpus of other lines, so
+    # the bound sits between the two.
     assert alphabet(tokens) == alphabet(reference)
-    assert len(set(tokens) & set(reference)) >= 0.9 * VOCAB_SIZE
+    assert len(set(tokens) & set(reference)) >= 0.85 * VOCAB_SIZE
 
 
 def test_strip_accents_can_be_set_independently(corpus_files: list[Path]) -> None:
