@@ -550,6 +550,17 @@ def test_continued_pretraining_names_its_base(tmp_path):
     assert "Pre-training continued from [google-bert/bert-base-uncased]" in card.text
 
 
+def test_the_settings_show_the_vocabulary_the_model_has(tmp_path):
+    # --tokenizer overrides the YAML's vocab_size: the table shows the model's 30,522 entries, not the 8192 it
+    # would have trained (issue 45)
+    out = make_pretraining_run(tmp_path, tokenizer="google-bert/bert-base-uncased")
+    _write(out / "config.json", bert_config(vocab_size=30522))
+    text = body(card_for_pretraining(out, REPO))
+    assert "| Vocabulary | 30,522 |" in text
+    assert "`vocab_size` | 30522 (the model's, from config.json; the run's setting was 8192)" in text
+    assert "8192 |" not in text
+
+
 def make_study(root: Path, pretrained_model: str, steps: int = 1000) -> Path:
     """What `recipes/study.py --study pretraining --seeds 1 2 3` writes: a pre-trained row and a random-init row."""
 

@@ -855,11 +855,15 @@ def card_for_pretraining(
     )
     # run_config.json is written before the run derives the accumulation from global_batch_size.
     accumulation = results.get("gradient_accumulation_steps")
-    notes = {}
+    notes: dict[str, dict[str, str]] = {}
     if _is_number(accumulation) and accumulation != training.get("gradient_accumulation_steps"):
         notes["training"] = {
             "gradient_accumulation_steps": f"the run used {accumulation}, derived from global_batch_size"
         }
+    # --tokenizer overrides vocab_size, and a trained vocabulary can come out smaller: show the model's own size.
+    if _is_number(config.get("vocab_size")) and run.get("vocab_size") != config["vocab_size"]:
+        record = {**record, "run": {**run, "vocab_size": config["vocab_size"]}}
+        notes["run"] = {"vocab_size": f"the model's, from config.json; the run's setting was {run.get('vocab_size')}"}
     held_out = statistics.get("held_out") or {}
     context = {
         "title": repo_name(repo_id),
