@@ -87,6 +87,9 @@ CONTINUING_SUBWORD_PREFIX = "##"
 VOCAB_FILE = "vocab.txt"
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+#: What ``from_pretrained`` records about the load itself (offline, from a folder): it goes into every
+#: ``tokenizer_config.json`` saved afterwards, where it would describe this machine, not the tokenizer.
+LOAD_TIME_KEYS = ("local_files_only", "is_local")
 
 # transformers' stand-in for "no limit" (int(1e30)); anything this large means "not configured".
 _UNSET_MAX_LENGTH_THRESHOLD = int(1e29)
@@ -350,6 +353,8 @@ def load_tokenizer(
         )
     else:
         tokenizer = _load_from_hub(os.fspath(path_or_id), do_lower_case=do_lower_case, **hub_kwargs)
+    for key in LOAD_TIME_KEYS:
+        tokenizer.init_kwargs.pop(key, None)
     return _check_bert_like(_default_max_length(tokenizer), source=os.fspath(path_or_id))
 
 

@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 from ..atomic import process_alive
+from ..data.wordpiece import LOAD_TIME_KEYS, TOKENIZER_CONFIG_FILE
 from ..model import modeling_bert_repro
 from ..model.checkpoint_format import config_file_dict, is_repro_checkpoint
 from ..model.conversion import PICKLE_PATTERNS, TOKENIZER_FILES, CheckpointError, check_model_dir, weight_files
@@ -120,6 +121,10 @@ def stage(
             for name in TOKENIZER_FILES:
                 if (source / name).exists():
                     shutil.copy2(source / name, staging / name)
+            config = staging / TOKENIZER_CONFIG_FILE  # a run saved before load_tokenizer dropped the keys has them
+            if config.exists():
+                fields = json.loads(config.read_text(encoding="utf-8"))
+                config.write_text(json.dumps({k: v for k, v in fields.items() if k not in LOAD_TIME_KEYS}, indent=2))
             break
     for name in RECORD_FILES:
         if (path / name).exists():
