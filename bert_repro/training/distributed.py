@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 from transformers import Trainer
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import rotate_checkpoints
+
+from ..atomic import write_json
 
 from .checkpoints import checkpoints_newest_first
 from .cli import ConfigurationError
@@ -219,6 +223,11 @@ class EngineTrainer(Trainer):
             self.accelerator.wait_for_everyone()  # every process's files are in
             if self.args.should_save:
                 name = f"checkpoint-{self.state.global_step}"
+                if self.state.best_model_checkpoint == str(run_dir / STAGING / name):
+                    # Trainer named the best checkpoint where it was written: name it where it stays, in the
+                    # state and in the checkpoint's own copy (a resumed run reads that one), before it is published.
+                    self.state.best_model_checkpoint = str(run_dir / name)
+                    write_json(run_dir / STAGING / name / TRAINER_STATE_NAME, asdict(self.state), sort_keys=True)
                 publish(run_dir / STAGING / name, run_dir / name)
                 (run_dir / STAGING).rmdir()
                 # Only now that the new checkpoint is complete may the oldest go.

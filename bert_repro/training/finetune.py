@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -50,9 +51,9 @@ from ..model.configuration_bert_repro import (
 from ..model.conversion import check_model_dir, load_bert
 from ..tasks.columns import TaskDataError
 from ..tasks.files import describe_sources, load_task_data
-from ..tasks.kinds import HEADS
+from ..tasks.kinds import HEADS, SpanExtraction
 from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
-from .checkpoints import newest_valid_checkpoint
+from .checkpoints import checkpoints_newest_first, newest_valid_checkpoint
 from .cli import (
     RESULTS,
     ConfigurationError,
@@ -80,12 +81,21 @@ FINE_TUNING_DEFAULTS = dict(
     warmup_steps=0.1,  # a float below 1 is a share of the steps (transformers 5.x)
     lr_scheduler_type="linear",
     max_grad_norm=1.0,
-    eval_strategy="no",
-    save_strategy="no",
+    # A run of the grid is a Trainer run as transformers' example scripts leave it: evaluated each epoch (with the
+    # task's own metrics, `TaskTrainer`), a checkpoint each epoch (the newest kept: a preempted run resumes from
+    # it), TensorBoard events.
+    eval_strategy="epoch",
+    save_strategy="epoch",
+    save_total_limit=1,
     logging_steps=50,
-    report_to="none",
+    report_to="tensorboard",
     per_device_eval_batch_size=64,
     seed=42,
+)
+# Settings that do not change what a run trains (when it evaluates, saves or logs): a resumed grid may change them.
+NOT_IDENTITY = (
+    *("overwrite_output_dir", "num_proc", "report_to", "disable_tqdm", "resume_from_checkpoint", "eval_strategy"),
+    *("eval_steps", "eval_delay", "eval_on_start", "save_strategy", "save_steps", "save_total_limit"),
 )
 # Keys of a task's `defaults` that belong to TrainingArguments (the rest are ours).
 _TRAINING_KEYS = {"learning_rate", "num_train_epochs", "per_device_train_batch_size", "weight_decay"}
@@ -174,7 +184,10 @@ class FineTuningArguments(SpeedSwitches):
     predict_test: bool = field(
         default=True, metadata={"help": "Write GLUE test-set prediction files when the data has a test split."}
     )
-    keep_all_runs: bool = field(default=False, metadata={"help": "Keep every run's weights, not only the best."})
+    keep_all_runs: bool = field(
+        default=False,
+        metadata={"help": "Keep every run's weights (runs/<run>/model) and checkpoints, not only the best model."},
+    )
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Allow writing into an output directory that holds another run."}
     )
@@ -199,10 +212,13 @@ HELP_GROUPS = {
         *("learning_rates", "seeds", "learning_rate", "seed", "num_train_epochs", "max_steps"),
         *("per_device_train_batch_size", "warmup_steps", "weight_decay", "max_train_samples"),
     ),
-    "evaluation": ("max_eval_samples", "n_best_size", "max_answer_length", "predict_test"),
+    "evaluation": (
+        *("eval_strategy", "eval_steps", "metric_for_best_model", "load_best_model_at_end"),
+        *("max_eval_samples", "n_best_size", "max_answer_length", "predict_test"),
+    ),
     "output and Hub": (
-        *("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "keep_all_runs"),
-        *("push_to_hub", "hub_model_id"),
+        *("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "keep_all_runs", "save_strategy"),
+        *("save_steps", "save_total_limit", "report_to", "logging_steps", "push_to_hub", "hub_model_id"),
     ),
 }
 
@@ -218,6 +234,13 @@ def help_layout(task: Task) -> HelpLayout:
             "its newest checkpoint) and leaves a finished one as it is; true is taken and changes nothing.",
             "learning_rate": "One learning rate: the grid {X} (--learning_rates X).",
             "seed": "One seed: the seeds {S} (--seeds S).",
+            "eval_strategy": "When each run of the grid is evaluated on the task's evaluation splits with the task's "
+            "own metrics (logged as eval_<metric>: TensorBoard, trainer_state.json): epoch, steps (every --eval_steps) "
+            "or no. The runs are ranked by the evaluation after training either way.",
+            "metric_for_best_model": "With --load_best_model_at_end or --save_strategy best: one of the task's metrics "
+            "(default: the metric the grid ranks by, e.g. accuracy).",
+            "save_strategy": "When a run saves a checkpoint (the newest --save_total_limit kept): a preempted run "
+            "resumes from it. A finished run's checkpoints are removed unless --keep_all_runs.",
         },
         shown_defaults={
             "learning_rates": f"{task.name}'s grid: {grid}" if grid else "--learning_rate's value",
@@ -269,6 +292,9 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
     if run.max_seq_length is None:
         run.max_seq_length = task.defaults.get("max_seq_length", 128)
     head_settings(task, run)  # an impossible --head / --features / --bilstm_hidden_size fails here
+    if training.save_strategy == "best" and training.metric_for_best_model is None:
+        # Trainer would stop with "must be provided"; the metric the grid ranks runs by is the one to keep
+        training.metric_for_best_model, training.greater_is_better = task.kind.ranking_metric(task), True
     if not run.learning_rates:
         grid = FEATURE_BASED_GRID if run.features is not None else task.grid
         run.learning_rates = list(grid.get("learning_rate", ())) or [training.learning_rate]
@@ -283,6 +309,7 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
     before the model loads: the output directory (`check_output_dir`), the Hub request, and the task's data as it
     is read (`load_task_data`, `splits_at_hand`)."""
     check_values(run, training)
+    check_evaluation(find_task(run.task), training)
     check_engine(training)
     if model_at_hand:
         if run.tokenizer:
@@ -328,6 +355,28 @@ def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
         )
     if problem := check_attention(run.attn_implementation):
         raise ConfigurationError(problem)
+
+
+def check_evaluation(task: Task, training: TrainingArguments) -> None:
+    """Trainer's evaluation settings against what the task's evaluation logs (`evaluation_metrics`), before work:
+    Trainer itself would find a missing metric at the first evaluation, after an epoch of training."""
+    needs = {
+        "--load_best_model_at_end true": training.load_best_model_at_end,
+        "--save_strategy best": training.save_strategy == "best",
+        "--lr_scheduler_type reduce_lr_on_plateau": training.lr_scheduler_type == "reduce_lr_on_plateau",
+    }
+    needs_one = [flag for flag, given in needs.items() if given]
+    if needs_one and training.eval_strategy == "no":
+        raise ConfigurationError(f"{needs_one[0]} needs evaluations: pass --eval_strategy epoch (or steps).")
+    if training.prediction_loss_only:
+        raise ConfigurationError("--prediction_loss_only true: the task's metrics need the predictions; leave it out.")
+    metric = (training.metric_for_best_model or "").removeprefix("eval_")
+    if metric and metric not in (known := evaluation_metrics(task)):
+        default = " (Trainer's default with --load_best_model_at_end)" if metric == "loss" else ""
+        raise ConfigurationError(
+            f"--metric_for_best_model {training.metric_for_best_model}{default}: {task.name}'s evaluation logs "
+            f"{', '.join(known)}; pass one of them."
+        )
 
 
 def check_positions(run: FineTuningArguments) -> None:
@@ -409,13 +458,43 @@ def encode(task: Task, split: datasets.Dataset, tokenizer, run: FineTuningArgume
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def predict(task: Task, trainer: Trainer, raw: datasets.Dataset, encoded: datasets.Dataset, run):
-    """Predictions for a raw split, in its own terms: class ids, scores, answer texts or tag sequences."""
-    labelled = task.kind.labelled(task, raw)
-    drop = list(task.kind.decode_columns) + ([] if labelled else ["labels"])  # hidden test labels: -1
-    model_inputs = encoded.remove_columns([c for c in drop if c in encoded.column_names])
-    output = trainer.predict(model_inputs)
+def model_inputs(task: Task, raw: datasets.Dataset, encoded: datasets.Dataset) -> datasets.Dataset:
+    """What the model reads of an encoded split: without the columns decoding needs, nor hidden test labels (-1)."""
+    drop = list(task.kind.decode_columns) + ([] if task.kind.labelled(task, raw) else ["labels"])
+    return encoded.remove_columns([c for c in drop if c in encoded.column_names])
+
+
+def predict(task: Task, trainer: Trainer, raw: datasets.Dataset, encoded: datasets.Dataset, run, losses=None):
+    """Predictions for a raw split, in its own terms: class ids, scores, answer texts or tag sequences. The mean
+    loss goes into `losses` (a list) where the split has labels the model reads (SQuAD's evaluation has none)."""
+    output = trainer.predict(model_inputs(task, raw, encoded))
+    if losses is not None and "test_loss" in output.metrics:
+        losses.append(output.metrics["test_loss"])
     return task.kind.decode(task, output.predictions, raw, encoded, run)
+
+
+def evaluate_splits(task: Task, trainer: Trainer, splits: dict[str, tuple], run) -> tuple[dict[str, Any], dict]:
+    """Every evaluation split scored in the task's terms: ({split: metrics, "one_label": {split: label} where a
+    classifier gave every example one label}, {split: mean loss} where there is one)."""
+    result: dict[str, Any] = {}
+    losses: dict[str, float] = {}
+    for split_name in task.eval_splits:
+        raw, encoded = splits[split_name]
+        loss: list[float] = []
+        predictions = predict(task, trainer, raw, encoded, run, loss)
+        result[split_name] = score(task, raw, predictions)
+        losses.update({split_name: loss[0]} if loss else {})
+        if (label := one_label(task, predictions)) is not None:
+            result.setdefault("one_label", {})[split_name] = label
+    return result, losses
+
+
+def evaluation_metrics(task: Task) -> list[str]:
+    """The names `TaskTrainer.evaluate` logs (without Trainer's "eval_"): the first evaluation split's metrics as
+    they are, a later split's prefixed with its name (MNLI's "dev_mismatched_accuracy")."""
+    names = [*dict.fromkeys([*task.metrics, task.kind.ranking_metric(task)])]
+    names += ["loss"] if not isinstance(task.kind, SpanExtraction) else []  # SQuAD's evaluation reads no answers
+    return names + [f"{split}_{name}" for split in task.eval_splits[1:] for name in names]
 
 
 def score(task: Task, raw: datasets.Dataset, predictions) -> dict[str, float]:
@@ -435,6 +514,11 @@ def main_score(task: Task, values: dict[str, float]) -> float:
 # ---------------------------------------------------------------------------------------------------------------
 # Runs
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def run_name(lr: float, seed: int) -> str:
+    """A run's folder under runs/."""
+    return f"lr{lr:g}_seed{seed}"
 
 
 def _rank(result: dict) -> float:
@@ -465,6 +549,30 @@ def encode_splits(task: Task, data, tokenizer, run: FineTuningArguments) -> dict
     return {name: (raw, encode(task, raw, tokenizer, run, train=name == "train")) for name, raw in raws.items()}
 
 
+class TaskTrainer(EngineTrainer):
+    """Trainer whose evaluation is the task's own (`evaluate_splits`: SQuAD's span search, NER's first sub-tokens,
+    the task's metrics on every evaluation split), so that Trainer's `eval_strategy`, `metric_for_best_model`,
+    `load_best_model_at_end` and its logs (TensorBoard, trainer_state.json) carry the task's numbers."""
+
+    def __init__(self, *args, task: Task, splits: dict[str, tuple], settings: FineTuningArguments, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.task, self.splits, self.settings = task, splits, settings
+        self.evaluated: tuple[int, dict, dict] | None = None  # (step, evaluate_splits' result, metrics) of the last
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        result, losses = evaluate_splits(self.task, self, self.splits, self.settings)
+        metrics = {}
+        for i, split_name in enumerate(self.task.eval_splits):
+            prefix = metric_key_prefix if i == 0 else f"{metric_key_prefix}_{split_name}"
+            values = {"loss": losses[split_name]} if split_name in losses else {}
+            values.update({k: v for k, v in result[split_name].items() if isinstance(v, (int, float))})
+            metrics.update({f"{prefix}_{name}": value for name, value in values.items()})
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        self.evaluated = (self.state.global_step, result, metrics)
+        return metrics
+
+
 def one_run(
     task,
     splits: dict[str, tuple],
@@ -475,7 +583,8 @@ def one_run(
     seed: int,
     run_dir: Path,
 ) -> tuple[dict[str, Any], Trainer]:
-    """Fine-tune once (one learning rate, one seed) and evaluate on every evaluation split."""
+    """Fine-tune once (one learning rate, one seed), evaluate on every evaluation split, and leave in `run_dir`
+    what Trainer's example scripts leave (`write_trainer_files`)."""
     set_seed(seed)
     label_kwargs = {"id2label": task.id2label, "label2id": task.label2id} if task.label_names else {}
     model_class, head_fields = head_settings(task, run)
@@ -503,34 +612,54 @@ def one_run(
     # default specialises and recompiles twice (tests/test_compile.py). accelerate's own setting, which the
     # Trainer's dynamo plugin reads; a value the user exported wins.
     dynamic = {"ACCELERATE_DYNAMO_USE_DYNAMIC": os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")}
+    first = task.eval_splits[0]
     with patch.dict(os.environ, dynamic if training.torch_compile else {}):
-        trainer = EngineTrainer(
+        trainer = TaskTrainer(
             model=model,
             args=args,
             train_dataset=splits["train"][1],
+            eval_dataset=model_inputs(task, *splits[first]),  # Trainer's check; `evaluate` scores the raw splits
             data_collator=task.kind.collator(tokenizer),
             processing_class=tokenizer,
+            task=task,
+            splits=splits,
+            settings=run,
         )
     start = time.time()
     # A run stopped by a signal left a checkpoint in its folder: it goes on from there.
     checkpoint = newest_valid_checkpoint(run_dir)
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if checkpoint:
+        logger.info("%s: resuming from %s", run_dir, checkpoint)
+    trained = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if trainer.stop_on_signal.stopped:
         return {"stopped_by": trainer.stop_on_signal.stopped[0]}, trainer
+    seconds = round(time.time() - start, 1)
+    step = trainer.state.global_step
+    if trainer.evaluated is None or trainer.evaluated[0] != step or training.load_best_model_at_end:
+        trainer.evaluate()  # the model as it ends (with --load_best_model_at_end, the best checkpoint's)
+    _, scores, eval_metrics = trainer.evaluated
     result: dict[str, Any] = {
         "learning_rate": lr,
         "seed": seed,
-        "train_seconds": round(time.time() - start, 1),
+        "train_seconds": seconds,
         "engine": trainer.engine,
+        **scores,
     }
-    for split_name in task.eval_splits:
-        raw, encoded = splits[split_name]
-        predictions = predict(task, trainer, raw, encoded, run)
-        result[split_name] = score(task, raw, predictions)
-        if (label := one_label(task, predictions)) is not None:
-            result.setdefault("one_label", {})[split_name] = label
-    result["score"] = main_score(task, result[task.eval_splits[0]])
+    result["score"] = main_score(task, result[first])
+    write_trainer_files(trainer, run_dir, trained.metrics, eval_metrics)
     return result, trainer
+
+
+def write_trainer_files(trainer: Trainer, run_dir: Path, train_metrics: dict, eval_metrics: dict) -> None:
+    """What `Trainer.save_metrics` and `save_state` leave in transformers' example scripts' output directory:
+    train_results.json, eval_results.json, all_results.json and trainer_state.json. Written whole
+    (`bert_repro.atomic`), as every file of a run: a torn all_results.json would stop `save_metrics`' merge."""
+    if not trainer.is_world_process_zero():
+        return
+    write_json(run_dir / "train_results.json", train_metrics, sort_keys=True)
+    write_json(run_dir / "eval_results.json", eval_metrics, sort_keys=True)
+    write_json(run_dir / "all_results.json", {**train_metrics, **eval_metrics}, sort_keys=True)
+    write_json(run_dir / "trainer_state.json", asdict(trainer.state), sort_keys=True)
 
 
 def one_label(task: Task, predictions) -> str | None:
@@ -609,6 +738,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     )
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
+    drop_tensorboard_if_missing(training)
     task = find_task(run.task)
     output_dir = Path(training.output_dir)
     record = {
@@ -617,12 +747,8 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
             k: v for k, v in training.to_dict().items() if not k.startswith(("logging", "output_dir", "hub_", "push_"))
         },
     }
-    record = json.loads(json.dumps(record, default=str))
-    for section in record.values():
-        # resume_from_checkpoint: the same command always continues the grid, with the flag or without it
-        for key in ("overwrite_output_dir", "num_proc", "report_to", "disable_tqdm", "resume_from_checkpoint"):
-            section.pop(key, None)
-    check_output_dir(output_dir, record, resume=True, overwrite=run.overwrite_output_dir)
+    record = run_identity(json.loads(json.dumps(record, default=str)))
+    check_output_dir(output_dir, record, resume=True, overwrite=run.overwrite_output_dir, identity=run_identity)
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
     task, missing_splits = splits_at_hand(task, data, run.data)
@@ -630,7 +756,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
         output_dir,
         training,
         lambda: check_output_dir(  # one run per directory from here on
-            output_dir, record, resume=True, overwrite=run.overwrite_output_dir
+            output_dir, record, resume=True, overwrite=run.overwrite_output_dir, identity=run_identity
         ),
     )
     write_run_config(output_dir, record)
@@ -639,7 +765,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     start = time.time()
     for lr in run.learning_rates:
         for seed in run.seeds:
-            run_dir = output_dir / "runs" / f"lr{lr:g}_seed{seed}"
+            run_dir = output_dir / "runs" / run_name(lr, seed)
             done = run_dir / "result.json"
             if done.exists():  # finished earlier: not run again
                 result, trainer = json.loads(done.read_text()), None
@@ -665,6 +791,10 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
                 # Last: a run with result.json is not run again, so its model (when best) must be saved already.
                 done.parent.mkdir(parents=True, exist_ok=True)
                 write_json(done, result)
+                if not run.keep_all_runs and trainer.is_world_process_zero():
+                    # A finished run is never resumed: its checkpoints only filled the disk (a grid is many runs).
+                    for folder in checkpoints_newest_first(run_dir):
+                        shutil.rmtree(folder)
     submissions = [p for p in test_prediction_files(task, data, output_dir).values() if p.exists() and run.predict_test]
     summary = {
         "task": task.name,
@@ -694,9 +824,29 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     write_text(output_dir / "results.md", results_markdown(task, summary))
     write_json(output_dir / RESULTS, summary)  # last: the runs' summary, once every file it names is there
     logger.info("\n%s", results_markdown(task, summary))
+    logger.info("The best run's model (%s): %s", run_name(best["learning_rate"], best["seed"]), output_dir / "model")
     if push_to is not None:
         summary["pushed"] = push_to.push(output_dir, push)
     return summary
+
+
+def drop_tensorboard_if_missing(training: TrainingArguments) -> None:
+    """--report_to tensorboard (the default) without tensorboard installed: said once, and the run goes on."""
+    if training.report_to and "tensorboard" in training.report_to and not _importable("tensorboard"):
+        logger.warning("tensorboard is not installed (pip install 'bert-repro[train]'): not writing its logs")
+        training.report_to = [r for r in training.report_to if r != "tensorboard"]
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def run_identity(record: dict) -> dict:
+    """A run's record without the settings a resumed grid may change (`NOT_IDENTITY`; resume_from_checkpoint among
+    them: the same command always continues the grid, with the flag or without it)."""
+    return {section: {k: v for k, v in values.items() if k not in NOT_IDENTITY} for section, values in record.items()}
 
 
 def _flat_metrics(result: dict, task: Task) -> dict[str, float]:
