@@ -34,7 +34,6 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import rotate_checkpoints
 
 from ..atomic import write_json
-
 from .checkpoints import checkpoints_newest_first
 from .cli import ConfigurationError
 from .cluster import STAGING, StopOnSignal, disk_full, folder_bytes, publish
