@@ -27,7 +27,7 @@ if __name__ == "__main__":
         if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the same command goes on
             sys.exit(STOPPED_EXIT_CODE)
     except RunFinished as done:  # a requeued job: the run is complete, and nothing in it is touched
-        print(f"finetune.py: {done}", file=sys.stderr)
+        done.say("finetune.py")
         sys.exit(0)
     except (
         ConfigurationError,

@@ -25,7 +25,7 @@ if __name__ == "__main__":
         if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the run goes on when resumed
             sys.exit(STOPPED_EXIT_CODE)
     except RunFinished as done:  # a requeued job: the run is complete, and nothing in it is touched
-        print(f"pretrain.py: {done}", file=sys.stderr)
+        done.say("pretrain.py")
         sys.exit(0)
     except (ConfigurationError, CheckpointError, CorpusError, HubPushError, FileExistsError, FileNotFoundError) as err:
         # A problem the user can fix (what they passed, a token, the network): say it plainly, without a traceback.

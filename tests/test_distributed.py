@@ -283,6 +283,24 @@ def test_fsdp_resumes_from_its_checkpoint(runs, fsdp_run):
 
 
 @pytest.mark.slow
+def test_a_requeued_finished_run_says_so_once(runs, fsdp_run):
+    """Both processes find the run finished; one line says it, and the exit status stays 0."""
+    _, double = runs
+    again = launch(
+        engine("fsdp_cpu.yaml"),
+        "pretrain.py",
+        "--config",
+        double,
+        "--output_dir",
+        fsdp_run,
+        "--resume_from_checkpoint",
+        "true",
+    )
+    said = [line for line in again.stderr.splitlines() if "already holds this run, finished" in line]
+    assert len(said) == 1, again.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_fsdp_sharded_checkpoints_still_end_in_one_model(runs, fsdp_run):
     """SHARDED_STATE_DICT: checkpoints are torch.distributed.checkpoint folders (and count as complete for
     resuming); the final output is still the whole model, gathered for that save."""

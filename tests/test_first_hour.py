@@ -10,6 +10,7 @@ from transformers import AutoTokenizer
 from bert_repro import BertReproForPreTraining
 from bert_repro.data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
 from bert_repro.hub.push import stage
+from bert_repro.training.cli import RunFinished
 
 LOAD_TIME_KEYS = {"local_files_only", "is_local"}  # what an offline from_pretrained adds to init_kwargs
 
@@ -39,3 +40,12 @@ def test_a_push_cleans_a_tokenizer_config_saved_before(tmp_path, tokenizer_dir):
     stage(run, "someone/model", tmp_path / "staged", with_card=False)
     assert not LOAD_TIME_KEYS & set(json.loads((tmp_path / "staged" / "tokenizer_config.json").read_text()))
     assert AutoTokenizer.from_pretrained(tmp_path / "staged").tokenize("the cat") == ["the", "cat"]
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_finished_run_is_announced_by_the_first_process_only(rank, monkeypatch, capsys):
+    # every process of a launch finds the run finished; the line is the run's, not each process's
+    monkeypatch.setenv("RANK", rank)
+    RunFinished("runs/x already holds this run, finished").say("pretrain.py")
+    said = capsys.readouterr().err.splitlines()
+    assert said == (["pretrain.py: runs/x already holds this run, finished"] if rank == "0" else [])

@@ -15,6 +15,7 @@ import argparse
 import difflib
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
@@ -366,6 +367,12 @@ def parse_with_config(
 class RunFinished(Exception):
     """The output directory holds this very run, finished, and the command asks for nothing more (a requeued job's
     `--resume_from_checkpoint true`): the recipes say so in one line and exit 0, having written nothing."""
+
+    def say(self, recipe: str) -> None:
+        """The one line, from the first process: every process of a launch (RANK, as torchrun sets it) finds the
+        run finished, and the line is about the run."""
+        if os.environ.get("RANK", "0") == "0":
+            print(f"{recipe}: {self}", file=sys.stderr)
 
 
 def _changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
