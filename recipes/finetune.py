@@ -1,12 +1,13 @@
 """Fine-tune a BERT checkpoint on one of the paper's tasks, with the paper's hyper-parameters as defaults.
 
-    accelerate launch recipes/finetune.py --task mrpc --model <bert_repro dir, BERT checkpoint or Hub id> \
+    python recipes/finetune.py --task mrpc --model <bert_repro dir, BERT checkpoint or Hub id> \
         [--data path/to/MRPC] --output_dir runs/mrpc [--learning_rates 2e-5 --seeds 1 2 3 ...]
 
 Tasks: mnli qqp qnli sst2 cola stsb mrpc rte wnli squad squad_v2 swag conll2003. Without --data the task's Hub
 dataset is used; with it, the files in their original layout (GLUE TSVs, SQuAD JSON, SWAG CSV, CoNLL columns) or
 HF exports (parquet, csv, tsv, json). Writes results.json, results.md, the best model and, for GLUE tasks with a
-test split, the leaderboard's prediction files.
+test split, the leaderboard's prediction files. Several processes or machines: the same script under `accelerate
+launch --config_file recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`.
 """
 
 import sys

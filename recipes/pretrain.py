@@ -1,6 +1,6 @@
 """Pre-train BERT from raw text: corpus -> WordPiece vocabulary -> NSP/MLM examples -> Trainer -> checkpoint.
 
-    accelerate launch recipes/pretrain.py --config recipes/configs/quickstart.yaml [--field value ...]
+    python recipes/pretrain.py --config recipes/configs/quickstart.yaml [--field value ...]
 
 Every field of the YAML file can be overridden on the command line (`--max_steps 500`); `--help` lists them all.
 One CPU, several GPUs or several nodes: choose with `accelerate config` or `accelerate launch --config_file

@@ -2,6 +2,8 @@
 state, warnings about our own shipped files, messages printed once per process."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from helpers import tiny_config
@@ -12,6 +14,7 @@ from bert_repro.data.wordpiece import load_tokenizer, save_tokenizer, train_word
 from bert_repro.hub.push import stage
 from bert_repro.training.cli import RunFinished
 
+ROOT = Path(__file__).resolve().parents[1]
 LOAD_TIME_KEYS = {"local_files_only", "is_local"}  # what an offline from_pretrained adds to init_kwargs
 
 
@@ -49,3 +52,32 @@ def test_a_finished_run_is_announced_by_the_first_process_only(rank, monkeypatch
     RunFinished("runs/x already holds this run, finished").say("pretrain.py")
     said = capsys.readouterr().err.splitlines()
     assert said == (["pretrain.py: runs/x already holds this run, finished"] if rank == "0" else [])
+
+
+def launch_commands() -> list[tuple[str, list[str]]]:
+    """(file, the arguments before the script) of every `accelerate launch ... script.py` the README and the
+    recipes show (`$VARIABLES` as 0: the node rank and address of a multi-node command)."""
+    found = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "recipes").rglob("*.py")), *sorted(ROOT.glob("recipes/*/*.yaml"))]:
+        text = path.read_text().replace("\\\n", " ")
+        for match in re.finditer(r"accelerate launch((?:\s+[^\s`]+)*?)\s+\S+\.py\b", text):
+            found.append((path.name, ["0" if a.startswith("$") else a for a in match.group(1).split()]))
+    return found
+
+
+def test_our_launch_commands_pass_what_accelerate_asks_for(monkeypatch, caplog):
+    """accelerate fills what a launch leaves out and says so in five lines ("The following values were not passed
+    ..."); every command we show gives them, through a shipped config or flags. Checked with accelerate's own
+    validation, without `accelerate config` (none on a fresh machine) and with OMP_NUM_THREADS set (a many-core
+    CPU machine otherwise gets a line on the threads accelerate chose for each process)."""
+    from accelerate.commands import launch
+
+    monkeypatch.chdir(ROOT)  # the configs and their DeepSpeed JSON are named from the repository root
+    monkeypatch.setattr(launch, "default_config_file", str(ROOT / "no-accelerate-config.yaml"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    commands = launch_commands()
+    assert len(commands) > 5
+    for where, arguments in commands:
+        caplog.clear()
+        launch._validate_launch_command(launch.launch_command_parser().parse_args([*arguments, "x.py"]))
+        assert "were not passed" not in caplog.text, (where, arguments)
