@@ -81,3 +81,20 @@ def test_our_launch_commands_pass_what_accelerate_asks_for(monkeypatch, caplog):
         caplog.clear()
         launch._validate_launch_command(launch.launch_command_parser().parse_args([*arguments, "x.py"]))
         assert "were not passed" not in caplog.text, (where, arguments)
+
+
+def test_the_first_screen_says_which_class_auto_model_gives(tmp_path):
+    """`import bert_repro` registers our classes, yet AutoModel opens our checkpoints as transformers' BertModel (they
+    are saved in its format on purpose): the README's first screen says so, with the one line that gives ours."""
+    from transformers import AutoModel
+
+    import bert_repro
+
+    first_screen = "\n".join((ROOT / "README.md").read_text().splitlines()[:40])
+    ours = re.search(r"`(model = \w+\.from_pretrained\(path\))`", first_screen)
+    assert "`AutoModel.from_pretrained(path)`" in first_screen and "`BertModel`" in first_screen and ours
+    bert_repro.BertReproForPreTraining(tiny_config()).save_pretrained(tmp_path)
+    assert type(AutoModel.from_pretrained(tmp_path)).__name__ == "BertModel"
+    scope = {**vars(bert_repro), "path": tmp_path}
+    exec(ours.group(1), scope)
+    assert type(scope["model"]) is bert_repro.BertReproModel
