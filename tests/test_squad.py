@@ -501,3 +501,203 @@ def test_datasets_map_round_trip_and_model_inputs(tok):
     row = next(i for i, example_id in enumerate(dev["example_id"]) if example_id == "n")
     start_logits[row, train["start_positions"][row]] = end_logits[row, train["end_positions"][row]] = 5.0
     assert postprocess_predictions(raw, dev, start_logits, end_logits)[0]["n"] == "U.S.-based"
+
+
+# --------------------------------------------------------------------------------------------------
+# Boundaries, defaults and edge cases (each pins one rule a mutation of the code would change)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_smallest_settings_are_accepted_and_the_one_below_refused(tok):
+    """No question token kept (max_query_length 0), a stride of 1 and windows of ONE context token (max_seq_length
+    = 3 special tokens + 1) are valid settings; 3 positions leave none for the context."""
+    context = words(0, 3)
+    batch = examples(answered("a", QUESTION, context, "bravo"))
+    features = prepare_eval_features(batch, tok, max_seq_length=4, doc_stride=1, max_query_length=0)
+    cls, sep = tok.cls_token_id, tok.sep_token_id
+    assert features["input_ids"] == [[cls, sep, i, sep] for i in tok.convert_tokens_to_ids(FILLER[:3])]
+    assert features["token_is_max_context"] == [[False, False, True, False]] * 3
+    train = prepare_train_features(batch, tok, max_seq_length=4, doc_stride=1, max_query_length=0)
+    assert (train["start_positions"], train["end_positions"]) == ([0, 2, 0], [0, 2, 0])
+    with pytest.raises(ValueError, match="max_seq_length must exceed 3"):
+        prepare_eval_features(batch, tok, max_seq_length=3, max_query_length=0)
+    with pytest.raises(ValueError, match="doc_stride must be >= 1"):
+        prepare_eval_features(batch, tok, doc_stride=0)
+    with pytest.raises(ValueError, match="max_query_length must be >= 0"):
+        prepare_eval_features(batch, tok, max_query_length=-1)
+    with pytest.raises(ValueError, match="max_tokens_for_doc must be >= 1"):
+        doc_spans(3, 0, 1)
+    with pytest.raises(ValueError, match="doc_stride must be >= 1"):
+        doc_spans(3, 1, 0)
+
+
+def test_the_reference_defaults_384_128_64_and_no_length_warning():
+    """Defaults: windows of 384 positions, a new one every 128 context tokens, questions cut to 64 tokens (in
+    training too). Inputs longer than the model's 512 positions are cut here, so the tokenizer's "sequence length
+    is longer than the specified maximum" warning would be noise (a fresh tokenizer: it warns once)."""
+    tokenizer = train_wordpiece(iterator=CORPUS * 3, vocab_size=1000, min_frequency=1, show_progress=False)
+    question = " ".join(FILLER[i % len(FILLER)] for i in range(520))
+    context_words = [FILLER[i % len(FILLER)] for i in range(600)]
+    batch = examples(("d", question, " ".join(context_words), [FILLER[0]], [0]))
+    context_ids = tokenizer.convert_tokens_to_ids(context_words)
+    # max_tokens_for_doc = 384 - 64 - 3 = 317: windows start at 0, 128, 256 and 384 (which reaches the end).
+    for features in (prepare_train_features(batch, tokenizer), prepare_eval_features(batch, tokenizer)):
+        assert [len(ids) for ids in features["input_ids"]] == [384] * 4
+        for window, start in enumerate([0, 128, 256, 384]):
+            ids = features["input_ids"][window]
+            assert ids.index(tokenizer.sep_token_id) == 64 + 1
+            assert window_context_ids(ids, tokenizer) == context_ids[start : start + 317]
+    assert "sequence-length-is-longer-than-the-specified-maximum" not in tokenizer.deprecation_warnings
+
+
+def test_eval_feature_columns_line_up_with_the_input_ids(tok):
+    """offset_mapping and token_is_max_context have one entry per position: None / False outside the window's
+    context ([CLS], question, [SEP]s, padding), the window's own offsets inside it."""
+    context = words(0, 16)  # max_tokens_for_doc 14, stride 3: windows [0-13] and [3-15] (13 tokens)
+    example = examples(answered("a", QUESTION, context, "alpha"))
+    offsets_all = [
+        tuple(o) for o in tok(context, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    ]
+    for pad, tails in ((True, [1, 2]), (False, [1, 1])):  # the [SEP] after the context, then padding
+        features = prepare_eval_features(example, tok, max_seq_length=20, doc_stride=STRIDE, pad_to_max_length=pad)
+        for window, (start, length) in enumerate([(0, 14), (3, 13)]):
+            ids = features["input_ids"][window]
+            assert len(ids) == CONTEXT_START + length + tails[window]
+            window_offsets = offsets_all[start : start + length]
+            after = [None] * tails[window]
+            assert features["offset_mapping"][window] == [None] * CONTEXT_START + window_offsets + after
+            flags = features["token_is_max_context"][window]
+            assert len(flags) == len(ids)
+            assert not any(flags[:CONTEXT_START]) and not any(flags[CONTEXT_START + length :])
+
+
+def test_max_context_scores_only_the_windows_that_hold_the_token():
+    """A token's score counts only windows that contain it: a long window starting just after the token must not
+    claim it (p - start < 0 plus 0.01 * length would exceed a one-token window's 0.01)."""
+    assert max_context_flags([DocSpan(0, 1), DocSpan(1, 300)], 301) == [[True], [True] * 300]
+
+
+def test_an_answer_that_starts_before_the_window_is_not_labelled_there(tok):
+    context = words(0, 20)
+    batch = examples(("c", QUESTION, context, [words(2, 5)], [char_start(context, 2)]))  # tokens 2..4
+    features = prepare_train_features(batch, tok, max_seq_length=MAX_SEQ, doc_stride=STRIDE)
+    # Window [0-7] holds it; [3-10] holds its end only.
+    assert features["start_positions"] == [2 + CONTEXT_START, 0, 0, 0, 0]
+    assert features["end_positions"] == [4 + CONTEXT_START, 0, 0, 0, 0]
+
+
+def test_whitespace_answers_cover_no_token_and_are_skipped_and_counted(tok, caplog):
+    context = " alpha  bravo charlie "
+    rows = [
+        ("lead", QUESTION, context, [" "], [0]),  # before every token
+        ("gap", QUESTION, context, [" "], [7]),  # between alpha and bravo
+        ("tail", QUESTION, context, [" "], [len(context) - 1]),  # after every token
+        answered("ok", QUESTION, context, "bravo"),
+    ]
+    with caplog.at_level("WARNING", logger="bert_repro.tasks.squad"):
+        features = prepare_train_features(examples(*rows), tok, max_seq_length=32)
+    assert (features["start_positions"], features["end_positions"]) == ([1 + CONTEXT_START], [1 + CONTEXT_START])
+    assert [r.getMessage() for r in caplog.records] == [
+        "skipped 3 training example(s) whose answer_start does not point at the answer text"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bert_repro.tasks.squad"):
+        prepare_train_features(examples(rows[-1]), tok, max_seq_length=32)
+    assert not caplog.records  # nothing skipped: no warning
+
+
+def test_start_ties_go_to_the_earlier_token(tok):
+    """Equal logits: the n best are taken in position order (a stable sort), so with n_best_size 1 the answer is
+    the first of the tied context tokens, whatever the row's length."""
+    context = words(0, 40)
+    example = examples(answered("t", QUESTION, context, "alpha"))
+    features = prepare_eval_features(example, tok, max_seq_length=64)
+    start_logits, end_logits = logits_like(features)
+    start_logits[0, CONTEXT_START + 10 : CONTEXT_START + 40] = 1.0
+    end_logits[0, CONTEXT_START + 12 : CONTEXT_START + 40] = 1.0
+    predictions, _, _ = postprocess_predictions(example, features, start_logits, end_logits, n_best_size=1)
+    assert predictions["t"] == words(10, 13)
+
+
+def test_logits_wider_than_the_offsets_are_fine(tok):
+    """Unpadded features with logits padded to a longer row: a top logit just past the last offset is no token."""
+    context = words(0, 5)
+    example = examples(answered("w", QUESTION, context, "alpha"))
+    features = prepare_eval_features(example, tok, max_seq_length=32, pad_to_max_length=False)
+    width = len(features["offset_mapping"][0])
+    start_logits, end_logits = np.full((1, width + 4), -5.0), np.full((1, width + 4), -5.0)
+    start_logits[0, width] = end_logits[0, width] = 9.0
+    start_logits[0, CONTEXT_START + 1] = end_logits[0, CONTEXT_START + 2] = 1.0
+    assert postprocess_predictions(example, features, start_logits, end_logits)[0] == {"w": words(1, 3)}
+    with pytest.raises(ValueError, match="got 2 start / 1 end logit rows for 1 features"):
+        postprocess_predictions(example, features, np.vstack([start_logits] * 2), end_logits)
+    with pytest.raises(ValueError, match="got 1 start / 2 end logit rows for 1 features"):
+        postprocess_predictions(example, features, start_logits, np.vstack([end_logits] * 2))
+
+
+def test_an_example_without_windows_or_without_a_valid_span(tok):
+    """An empty context has no window: "" in v1.1 and v2.0, diff +inf, an empty n-best list. A context whose
+    best logits all sit outside it: no span, "" (v1.1) and, in v2.0, the null answer alone with diff +inf."""
+    batch = examples(("empty", QUESTION, "", [], []), ("q", QUESTION, words(0, 5), [], []))
+    features = prepare_eval_features(batch, tok, max_seq_length=32)
+    assert features["example_id"] == ["q"]
+    start_logits, end_logits = logits_like(features)
+    start_logits[0, 1] = end_logits[0, 1] = 5.0  # a question token
+    for v2 in (False, True):
+        predictions, diffs, nbest = postprocess_predictions(
+            batch, features, start_logits, end_logits, n_best_size=1, version_2_with_negative=v2
+        )
+        assert predictions == {"empty": "", "q": ""}
+        assert diffs == ({"empty": float("inf"), "q": float("inf")} if v2 else {})
+        assert nbest["empty"] == []
+        assert [entry["text"] for entry in nbest["q"]] == ([""] if v2 else [])
+        assert apply_null_threshold(nbest, diffs, 0.0) == predictions if v2 else True
+
+
+def test_nbest_list_length_and_where_the_null_answer_stands(tok):
+    """The n-best list holds n_best_size texts; v2.0's null answer is ranked by its score among them and added
+    after them when the cut left it out."""
+    example = examples(answered("n", QUESTION, words(0, 10), "alpha"))
+    features = prepare_eval_features(example, tok, max_seq_length=32)
+    start_logits, end_logits = logits_like(features)
+    start_logits[0, CONTEXT_START] = 4.0  # spans from token 0 to tokens 0, 1, 2: scores 8, 6, 4
+    end_logits[0, CONTEXT_START : CONTEXT_START + 3] = [4.0, 2.0, 0.0]
+    start_logits[0, 0] = end_logits[0, 0] = 2.5  # s_null = 5
+    v2 = {"version_2_with_negative": True}
+    _, _, nbest = postprocess_predictions(example, features, start_logits, end_logits, n_best_size=3, **v2)
+    assert [entry["text"] for entry in nbest["n"]] == [words(0, 1), words(0, 2), ""]  # 8, 6, null 5; not 4
+    _, _, nbest = postprocess_predictions(example, features, start_logits, end_logits, n_best_size=1, **v2)
+    assert [entry["text"] for entry in nbest["n"]] == [words(0, 1), ""]
+    start_logits[0, 0] = end_logits[0, 0] = 9.0  # s_null = 18: first
+    _, _, nbest = postprocess_predictions(example, features, start_logits, end_logits, n_best_size=2, **v2)
+    assert [entry["text"] for entry in nbest["n"]] == ["", words(0, 1)]
+
+
+def test_nbest_probabilities_do_not_overflow_at_large_logits(tok):
+    example = examples(answered("p", QUESTION, words(0, 10), "alpha"))
+    features = prepare_eval_features(example, tok, max_seq_length=32)
+    start_logits, end_logits = logits_like(features)
+    # Spans 0-1 and 1-1, scores 800 and 800 - log 3: probabilities 3/4 and 1/4.
+    start_logits[0, CONTEXT_START : CONTEXT_START + 2] = [400.0, 400.0 - np.log(3)]
+    end_logits[0, CONTEXT_START + 1] = 400.0
+    _, _, nbest = postprocess_predictions(example, features, start_logits, end_logits, n_best_size=2)
+    assert [entry["probability"] for entry in nbest["p"]] == pytest.approx([0.75, 0.25])
+
+
+def test_v2_default_threshold_is_zero_and_a_tie_keeps_the_span(tok):
+    """The reference's rule: "" only when s_null - best_non_null EXCEEDS the threshold (default 0)."""
+    example = examples(boundary_example())
+    features = prepare_eval_features(example, tok, max_seq_length=MAX_SEQ, doc_stride=STRIDE)
+    for s_null, expected in [(4.5, ""), (4.0, words(6, 8)), (3.5, words(6, 8))]:  # the span scores 4
+        predictions, diffs, nbest = postprocess_predictions(
+            example, features, *v2_logits(features, [s_null] * 5), version_2_with_negative=True
+        )
+        assert diffs["b"] == s_null - 4.0 and predictions["b"] == expected
+        assert apply_null_threshold(nbest, diffs, 0.0) == predictions
+
+
+def test_apply_null_threshold_without_a_span():
+    nbest = {"null": [{"text": "", "score": 1.0}], "none": [], "span": [{"text": "x"}, {"text": ""}]}
+    diffs = {"null": -1.0, "none": -1.0, "span": 0.5}
+    assert apply_null_threshold(nbest, diffs, 0.5) == {"null": "", "none": "", "span": "x"}
+    assert apply_null_threshold(nbest, diffs, 0.0) == {"null": "", "none": "", "span": ""}

@@ -7,6 +7,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -220,3 +221,258 @@ def test_no_module_outside_the_kinds_compares_kinds():
         if _KIND_TEST.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Each kind's hooks on hand-checked rows: encode (label alignment included), decode, score, the head's choice.
+# A vocabulary written out here, so that "cats" is two pieces (cat ##s) and "brussels" three.
+
+VOCAB = (
+    "[PAD] [UNK] [CLS] [SEP] [MASK] the cat ##s sat on mat a dog ran is in paris france where ? . red car blue sky "
+    "london bru ##ss ##els met what"
+).split()
+
+
+@pytest.fixture(scope="module")
+def pieces(tmp_path_factory):
+    from bert_repro.data.wordpiece import load_tokenizer
+
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("".join(f"{token}\n" for token in VOCAB))
+    tok = load_tokenizer(path)
+    assert tok.tokenize("The cats met in Brussels") == ["the", "cat", "##s", "met", "in", "bru", "##ss", "##els"]
+    return tok
+
+
+def settings(**changes):
+    from types import SimpleNamespace
+
+    values = {"max_seq_length": 32, "doc_stride": 128, "max_query_length": 64, "n_best_size": 20}
+    return SimpleNamespace(**{**values, "max_answer_length": 30, "num_proc": None, **changes})
+
+
+def test_token_labels_sit_on_each_words_first_piece(pieces):
+    """Paper 5.3: a word's tag on its first sub-token, -100 on the others and on [CLS]/[SEP]; a word cut off by
+    max_seq_length has no label, and scores as "O"."""
+    task = TASKS["conll2003"]
+    kind = task.kind
+    split = datasets.Dataset.from_dict(
+        {
+            "id": ["0", "1"],
+            "tokens": [["The", "cats", "met"], ["cats", "cats", "Brussels"]],
+            "ner_tags": [[0, 3, 0], [1, 2, 5]],
+        }
+    )
+    encoded = kind.encode(task, split, pieces, settings(), train=True)
+    assert encoded.column_names == ["input_ids", "token_type_ids", "attention_mask", "labels"]
+    assert encoded["labels"] == [
+        [-100, 0, 3, -100, 0, -100],  # [CLS] the cat ##s met [SEP]
+        [-100, 1, -100, 2, -100, 5, -100, -100, -100],  # [CLS] cat ##s cat ##s bru ##ss ##els [SEP]
+    ]
+    assert encoded["input_ids"][1] == pieces("cats cats Brussels")["input_ids"]
+    short = kind.encode(task, split, pieces, settings(max_seq_length=4), train=False)
+    assert short["labels"] == [[-100, 0, 3, -100], [-100, 1, -100, -100]]  # words cut off: no label
+    assert kind.labelled(task, split) and kind.labelled(task, split.select([]))
+
+    # decode: the argmax tag at the labelled positions only; score: the cut words count as "O".
+    logits = np.zeros((2, 4, len(task.label_names)))
+    for row, tags in enumerate([[7, 0, 3, 8], [8, 1, 6, 6]]):
+        logits[row, range(4), tags] = 1.0
+    predictions = kind.decode(task, logits, split, short, settings())
+    assert predictions == [["O", "B-ORG"], ["B-PER"]]
+    scores = kind.score(task, split, predictions)
+    # Gold: O B-ORG O | B-PER I-PER B-LOC; predicted, padded: O B-ORG O | B-PER O O. Chunks: ORG right, PER cut
+    # short, LOC missed: precision 1/2, recall 1/3; 4 of 6 tags right.
+    assert scores == pytest.approx(
+        {
+            "entity_f1": 2 * 0.5 * (1 / 3) / (0.5 + 1 / 3),
+            "entity_precision": 0.5,
+            "entity_recall": 1 / 3,
+            "accuracy": 4 / 6,
+        }
+    )
+    assert list(scores) == ["entity_f1", "entity_precision", "entity_recall", "accuracy"]
+
+
+def test_sentence_kinds_encode_decode_and_score(pieces):
+    pair, single, regression = TASKS["mrpc"], TASKS["sst2"], TASKS["stsb"]
+    split = datasets.Dataset.from_dict(
+        {"sentence1": ["the cat sat on the mat", "a dog"], "sentence2": ["a cat ran", "the dog ran"], "label": [1, 0]}
+    )
+    encoded = pair.kind.encode(pair, split, pieces, settings(max_seq_length=8), train=True)
+    assert encoded.column_names == ["input_ids", "token_type_ids", "attention_mask", "labels"]
+    expected = pieces(list(split["sentence1"]), list(split["sentence2"]), truncation=True, max_length=8)
+    assert encoded["input_ids"] == expected["input_ids"] and max(map(len, encoded["input_ids"])) == 8
+    assert encoded["token_type_ids"] == expected["token_type_ids"] and encoded["labels"] == [1, 0]
+    sentences = datasets.Dataset.from_dict({"sentence": ["the cat sat", "a dog ran on the mat"], "label": [0, 1]})
+    encoded = single.kind.encode(single, sentences, pieces, settings(max_seq_length=5), train=False)
+    assert encoded["input_ids"] == pieces(list(sentences["sentence"]), truncation=True, max_length=5)["input_ids"]
+
+    logits = np.array([[0.1, 0.9], [2.0, -1.0], [0.0, 0.5]])
+    assert pair.kind.decode(pair, logits, split, encoded, settings()).tolist() == [1, 0, 1]
+    assert regression.kind.decode(regression, np.array([[0.5], [4.0]]), split, encoded, settings()).tolist() == [
+        0.5,
+        4.0,
+    ]
+    assert pair.kind.score(pair, split, np.array([1, 1])) == pytest.approx({"accuracy": 0.5, "f1": 2 / 3})
+
+    # The majority baseline: the most frequent training label; of a tie, the smaller id.
+    for labels, majority in (([1, 1, 0, 2], 1), ([2, 1, 1, 2, 0], 1), ([2, 2, 0], 2)):
+        train = datasets.Dataset.from_dict({"label": labels})
+        assert pair.kind.majority_predictions(pair, train, split).tolist() == [majority] * 2
+    assert regression.kind.majority_predictions(regression, train, split) is None
+
+
+def test_labelled_means_every_row_has_a_gold_label():
+    task = TASKS["sst2"]
+    for labels, expected in (([0, 1], True), ([0, -1], False), ([-1, -1], False), ([], False)):
+        split = datasets.Dataset.from_dict(
+            {"label": labels}, features=datasets.Features({"label": datasets.Value("int64")})
+        )
+        assert task.kind.labelled(task, split) is expected, labels
+
+
+def test_multiple_choice_encodes_each_ending_after_the_question(pieces):
+    task = TASKS["swag"]
+    endings = [["sat", "ran", "met", "is"], ["on the mat", "in paris", "a car", "the sky"]]
+    split = datasets.Dataset.from_dict(
+        {"context": ["the cat", "a dog ran"], "question": ["a dog", ""], "endings": endings, "label": [2, 0]}
+    )
+    encoded = task.kind.encode(task, split, pieces, settings(max_seq_length=7), train=True)
+    assert encoded.column_names == ["input_ids", "token_type_ids", "attention_mask", "labels"]
+    assert encoded["labels"] == [2, 0]
+    for i, (context, question) in enumerate(zip(split["context"], split["question"])):
+        seconds = [f"{question} {ending}".strip() for ending in endings[i]]
+        expected = pieces([context] * 4, seconds, truncation=True, max_length=7)
+        assert encoded["input_ids"][i] == expected["input_ids"]
+        assert encoded["token_type_ids"][i] == expected["token_type_ids"]
+    logits = np.array([[0.0, 1.0, 3.0, 2.0], [5.0, 1.0, 0.0, 0.0]])
+    predictions = task.kind.decode(task, logits, split, encoded, settings())
+    assert predictions.tolist() == [2, 0]
+    assert task.kind.score(task, split, np.array([2, 1])) == {"accuracy": 0.5}
+    batch = task.kind.collator(pieces)([{k: encoded[k][i] for k in encoded.column_names} for i in range(2)])
+    assert tuple(batch["input_ids"].shape) == (2, 4, 7)
+
+
+def squad_split(ids_answers: list[tuple[str, str, list[str]]]) -> datasets.Dataset:
+    context = "the red car is in paris . a blue sky in london ."
+    return datasets.Dataset.from_dict(
+        {
+            "id": [row[0] for row in ids_answers],
+            "title": [""] * len(ids_answers),
+            "context": [context] * len(ids_answers),
+            "question": [row[1] for row in ids_answers],
+            "answers": [{"text": row[2], "answer_start": [context.index(a) for a in row[2]]} for row in ids_answers],
+        }
+    )
+
+
+def test_span_kind_encode_and_decode_pass_the_settings_on(pieces):
+    from bert_repro.tasks import squad
+
+    task = TASKS["squad_v2"]
+    raw = squad_split([("q1", "where is the red car ?", ["paris"]), ("q2", "what is blue ?", [])])
+    run = settings(max_seq_length=16, doc_stride=2, max_query_length=3)
+    columns = raw.remove_columns([]).to_dict()
+    kwargs = {"max_seq_length": 16, "doc_stride": 2, "max_query_length": 3}
+    train = task.kind.encode(task, raw, pieces, run, train=True)
+    assert train.to_dict() == squad.prepare_train_features(columns, pieces, **kwargs)
+    encoded = task.kind.encode(task, raw, pieces, run, train=False)
+    expected = squad.prepare_eval_features(columns, pieces, **kwargs)  # offsets as tuples; Arrow gives lists
+    assert encoded.to_dict() == json.loads(json.dumps(expected))
+    assert task.kind.labelled(task, raw)
+
+    # q1's first window holds "the red car" from its first context position a; [CLS] scores 6 + 6 everywhere.
+    rows = len(encoded)
+    start, end = np.full((rows, 16), -9.0), np.full((rows, 16), -9.0)
+    start[:, 0] = end[:, 0] = 6.0
+    first = encoded["example_id"].index("q1")
+    a = next(p for p, o in enumerate(encoded["offset_mapping"][first]) if o is not None)
+    start[first, a], end[first, a + 1], end[first, a + 2] = 5.0, 4.0, 15.0
+    # "the red car" (20) is 3 tokens, over max_answer_length 2: "the red" (9) wins; s_null 12 beats it by 3, and
+    # the answer is still the span (threshold +inf: the threshold is applied when scoring).
+    predictions = task.kind.decode(task, (start, end), raw, encoded, settings(max_answer_length=2))
+    assert predictions["answers"]["q1"] == "the red" and predictions["null_diffs"]["q1"] == pytest.approx(3.0)
+    assert task.kind.decode(task, (start, end), raw, encoded, settings())["answers"]["q1"] == "the red car"
+    # n_best_size 1: the best start ("red", 7) and the best end ("the", 15) make no span; 20 would give "the".
+    start[first, a + 1], end[first, a], end[first, a + 2] = 7.0, 15.0, 4.0
+    predictions = task.kind.decode(task, (start, end), raw, encoded, settings(n_best_size=1))
+    assert predictions["answers"]["q1"] == "" and predictions["null_diffs"]["q1"] == math.inf
+    assert task.kind.decode(task, (start, end), raw, encoded, settings())["answers"]["q1"] == "the"
+    v1 = TASKS["squad"]
+    assert task.kind.decode(v1, (start, end), raw, encoded, settings())["null_diffs"] == {}
+
+
+def test_span_scores_v1_and_v2_hand_checked():
+    """v2.0 at the threshold 0 (a span where the diff is <= 0), and the official best-threshold search."""
+    v2, v1 = TASKS["squad_v2"], TASKS["squad"]
+    raw = squad_split([("q1", "", ["paris"]), ("q4", "", ["blue sky"]), ("q3", "", ["the red car"]), ("q2", "", [])])
+    answers = {"q1": "paris", "q4": "sky", "q3": "red car", "q2": "london"}
+    diffs = {"q1": -1.0, "q4": -2.0, "q3": 0.5, "q2": 2.0}
+    scores = v2.kind.score(v2, raw, {"answers": answers, "null_diffs": diffs})
+    # At 0: q1 right, q4 F1 2/3, q3 and q2 "" (q2 right). Best threshold 0.5 keeps q3 (exact after "the" goes).
+    assert scores == pytest.approx(
+        {
+            "squad_exact_match": 50.0,
+            "squad_f1": 100 * (1 + 2 / 3 + 0 + 1) / 4,
+            "squad_best_exact_match": 75.0,
+            "squad_best_f1": 100 * (1 + 2 / 3 + 1 + 1) / 4,
+            "squad_best_f1_threshold": 0.5,
+            "squad_has_ans_f1": 100 * (1 + 2 / 3) / 3,
+            "squad_no_ans_f1": 100.0,
+        }
+    )
+    assert all(type(value) is float for value in scores.values())
+    answerable = raw.select(range(3))
+    scores = v2.kind.score(v2, answerable, {"answers": answers, "null_diffs": diffs})
+    assert math.isnan(scores["squad_no_ans_f1"]) and scores["squad_has_ans_f1"] == pytest.approx(100 * (5 / 3) / 3)
+    scores = v1.kind.score(v1, answerable, {"answers": answers, "null_diffs": {}})
+    assert scores == pytest.approx({"squad_exact_match": 200 / 3, "squad_f1": 100 * (1 + 2 / 3 + 1) / 3})
+    assert (v1.kind.ranking_metric(v1), v2.kind.ranking_metric(v2)) == ("squad_f1", "squad_best_f1")
+    assert v1.kind.num_labels(v1) == 2
+
+
+def test_the_head_each_choice_gives():
+    from bert_repro.model.bilstm_heads import BertReproForSequenceClassificationWithBiLSTM
+
+    kind = TASKS["mrpc"].kind
+    assert kind.model_class() is BertReproForSequenceClassification
+    assert kind.model_class("linear") is BertReproForSequenceClassification
+    assert kind.model_class(feature_based=True) is BertReproForSequenceClassificationWithBiLSTM
+    assert kind.model_class("bilstm") is BertReproForSequenceClassificationWithBiLSTM
+    with pytest.raises(
+        ValueError,
+        match=r"^multiple_choice tasks have no BiLSTM head \(there is one for "
+        r"classification, regression, span, token_classification\)",
+    ):
+        TASKS["swag"].kind.model_class("bilstm")
+    with pytest.raises(ValueError, match="Unknown head 'lstm'"):
+        kind.model_class("lstm")
+    with pytest.raises(ValueError, match="feature-based approach"):
+        kind.model_class("linear", feature_based=True)
+
+
+def test_pipeline_examples_and_collators(pieces):
+    assert TASKS["sst2"].kind.pipeline_example(TASKS["sst2"]) == (
+        "classifier",
+        'classifier("A gripping, well-acted film.")',
+    )
+    variable, call = TASKS["mrpc"].kind.pipeline_example(TASKS["mrpc"])
+    assert variable == "classifier" and json.loads(call[len("classifier(") : -1]) == {
+        "text": "The company posted record profits this quarter.",
+        "text_pair": "Profits at the company reached a record this quarter.",
+    }
+    assert TASKS["squad"].kind.pipeline_example(TASKS["squad"]) == (
+        "qa",
+        'qa(question="Where is the Eiffel Tower?", context="The Eiffel Tower is a landmark in Paris.")',
+    )
+    assert TASKS["conll2003"].kind.pipeline_example(TASKS["conll2003"]) == (
+        "tagger",
+        'tagger("The European Commission met in Brussels on Monday.")',  # cased: names are what NER finds
+    )
+    rows = [{"input_ids": [2, 5, 3]}, {"input_ids": [2, 5, 6, 7, 3]}]
+    for name in ("mrpc", "squad"):
+        batch = TASKS[name].kind.collator(pieces)([dict(r) for r in rows])
+        assert batch["input_ids"].tolist() == [[2, 5, 3, 0, 0], [2, 5, 6, 7, 3]]
+    batch = TASKS["conll2003"].kind.collator(pieces)([{**r, "labels": [-100] * len(r["input_ids"])} for r in rows])
+    assert batch["labels"].tolist()[0] == [-100] * 5
