@@ -75,7 +75,9 @@ def test_every_evaluation_and_saving_strategy_runs(tmp_path, tiny_model, flags):
         ("sst2", ("--eval_strategy", "no", "--load_best_model_at_end", "true"), "match"),
         ("sst2", ("--metric_for_best_model", "f1", "--save_strategy", "best"), "sst2's evaluation logs accuracy, loss"),
         ("squad", ("--load_best_model_at_end", "true"), "loss (Trainer's default with --load_best_model_at_end)"),
-        ("sst2", ("--prediction_loss_only", "true"), "the task's metrics need the predictions"),
+        ("sst2", ("--prediction_loss_only", "true"), "need every evaluation example's prediction"),
+        ("sst2", ("--eval_do_concat_batches", "false"), "need every evaluation example's prediction"),
+        ("sst2", ("--dataloader_drop_last", "true"), "need every evaluation example's prediction"),
     ],
 )
 def test_an_impossible_evaluation_setting_is_refused_before_work(tmp_path, tiny_model, task, flags, message):

@@ -368,8 +368,15 @@ def check_evaluation(task: Task, training: TrainingArguments) -> None:
     needs_one = [flag for flag, given in needs.items() if given]
     if needs_one and training.eval_strategy == "no":
         raise ConfigurationError(f"{needs_one[0]} needs evaluations: pass --eval_strategy epoch (or steps).")
-    if training.prediction_loss_only:
-        raise ConfigurationError("--prediction_loss_only true: the task's metrics need the predictions; leave it out.")
+    wrong = {
+        "--prediction_loss_only true": training.prediction_loss_only,
+        "--eval_do_concat_batches false": not training.eval_do_concat_batches,
+        "--dataloader_drop_last true": training.dataloader_drop_last,  # Trainer drops evaluation rows too
+    }
+    if given := [flag for flag, on in wrong.items() if on]:
+        raise ConfigurationError(
+            f"{', '.join(given)}: the task's metrics need every evaluation example's prediction; leave it out."
+        )
     metric = (training.metric_for_best_model or "").removeprefix("eval_")
     if metric and metric not in (known := evaluation_metrics(task)):
         default = " (Trainer's default with --load_best_model_at_end)" if metric == "loss" else ""
