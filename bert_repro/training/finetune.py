@@ -34,6 +34,7 @@ from unittest.mock import patch
 
 import datasets
 import numpy as np
+import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
 from ..atomic import write_json, write_text
@@ -567,7 +568,11 @@ class TaskTrainer(EngineTrainer):
         self.evaluated: tuple[int, dict, dict] | None = None  # (step, evaluate_splits' result, metrics) of the last
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        result, losses = evaluate_splits(self.task, self, self.splits, self.settings)
+        # Each DataLoader draws its base seed from torch's generator: evaluating would change the dropout masks of
+        # every later step. With the generators restored, a run trains the same whenever it is evaluated.
+        devices = [self.args.device] if self.args.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            result, losses = evaluate_splits(self.task, self, self.splits, self.settings)
         metrics = {}
         for i, split_name in enumerate(self.task.eval_splits):
             prefix = metric_key_prefix if i == 0 else f"{metric_key_prefix}_{split_name}"
