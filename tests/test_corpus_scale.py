@@ -106,11 +106,11 @@ def test_a_2mb_document_without_punctuation_gives_examples_covering_most_of_it(c
     rng = random.Random(1)
     text = " ".join(rng.choice(words) for _ in range(2_000_000 // 6))[:2_000_000]
     tokenizer = word_tokenizer(words)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO, logger="bert_repro"):
         docs = tokenize_documents(datasets.Dataset.from_dict({"text": [text]}), tokenizer)
     tokens = docs["num_tokens"][0]
     assert docs["long_sentences"][0] == 1 and docs["num_sentences"][0] >= 2_000_000 // SENTENCE_PIECE_CHARS
-    assert "1 of 1 documents hold text without sentence punctuation" in caplog.text
+    assert "1 'sentences' longer than 1000 characters in 1 of 1 documents" in caplog.text
     config = PreTrainingDataConfig(max_seq_length=128, dupe_factor=1)
     instances = create_pretraining_instances(docs, WordPieceVocab.from_tokenizer(tokenizer), config, shuffle=False)
     # The reference keeps one sentence of ~330,000 tokens: one example of at most 125 of them.

@@ -73,6 +73,10 @@ def test_quickstart_config_runs_offline_without_corpus(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "pin_memory" not in result.stderr
+    # The project's own corpus is not warned about: its few sentences of prose over 1,000 characters are said once
+    warned = [line for line in result.stderr.splitlines() if " WARNING " in line]
+    assert not [line for line in warned if "sentence" in line], warned
+    assert "'sentences' longer than 1000 characters in " in result.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["global_step"] == 2 and "eval_mlm_accuracy" in results
     corpus = json.loads((out / "run_config.json").read_text())["run"]["corpus"]

@@ -734,6 +734,7 @@ def test_balanced_sharding_gives_the_same_data_for_any_num_proc(trained_tokenize
 
 
 def test_pipeline_handles_bad_input(trained_tokenizer, caplog):
+    caplog.set_level(logging.INFO, logger="bert_repro")
     long_line = " ".join(["kalo", "mitor", "velsha"] * 7000)[:100_000]
     texts = [
         "First sentence here. And a second one! A third?",
@@ -752,7 +753,7 @@ def test_pipeline_handles_bad_input(trained_tokenizer, caplog):
     # The 100,000-character line without punctuation is cut into pieces of at most 250 characters (a departure
     # from the reference, which keeps it as one sentence: bert_repro.data.sentences, "Overlong sentences").
     assert docs["num_sentences"][5] == 1 and docs["num_sentences"][6] >= 100_000 // 250
-    assert docs["long_sentences"][6] == 1 and "1 of 9 documents hold text without sentence punctuation" in caplog.text
+    assert docs["long_sentences"][6] == 1 and "longer than 1000 characters in 1 of 9 documents" in caplog.text
     assert "skipped 3 empty and 1 binary" in caplog.text
     specials = {trained_tokenizer.convert_tokens_to_ids(t) for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]")}
     assert not specials & {t for d in docs["sentences"] for s in d for t in s}

@@ -747,13 +747,15 @@ def _log_long_sentences(documents: Dataset, shown: int = 5) -> None:
     counts = documents.data.column("long_sentences").to_numpy()
     rows = np.flatnonzero(counts)
     if len(rows):
-        logger.warning(
-            "%d of %d documents hold text without sentence punctuation: %d 'sentences' longer than %d characters "
-            "were cut into pieces of at most %d characters (rows %s%s; the corpus reader names the files)",
-            len(rows),
-            len(documents),
+        # Said, not warned: real prose has such sentences (a few in Austen's novels), and the text is kept, in
+        # pieces. Text without sentence punctuation is warned about by the corpus reader, which names the file.
+        logger.info(
+            "%d 'sentences' longer than %d characters in %d of %d documents (long sentences, or text without "
+            "sentence punctuation) were cut into pieces of at most %d characters (rows %s%s)",
             int(counts.sum()),
             MAX_SENTENCE_CHARS,
+            len(rows),
+            len(documents),
             SENTENCE_PIECE_CHARS,
             ", ".join(map(str, rows[:shown].tolist())),
             " ..." if len(rows) > shown else "",
