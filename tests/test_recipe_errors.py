@@ -112,6 +112,7 @@ def test_read_only_output_dir_is_one_message(tmp_path, unwritable_dir):
         (("--model_overrides", "{hidden_size: 3}"), "--model_overrides is not valid JSON"),
         (("--vocab_size", "5"), "--vocab_size 5: a WordPiece vocabulary needs more than its 5 special tokens"),
         (("--tokenizer", "BAD"), "tokenizer.json' as a tokenizers tokenizer.json"),
+        (("--dataloader_persistent_workers", "true"), "add --dataloader_num_workers N (N > 0)"),
     ],
 )
 def test_pretraining_with_an_invalid_model_config_is_one_message(tmp_path, args, fragment):

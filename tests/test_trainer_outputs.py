@@ -78,6 +78,7 @@ def test_every_evaluation_and_saving_strategy_runs(tmp_path, tiny_model, flags):
         ("sst2", ("--prediction_loss_only", "true"), "need every evaluation example's prediction"),
         ("sst2", ("--eval_do_concat_batches", "false"), "need every evaluation example's prediction"),
         ("sst2", ("--dataloader_drop_last", "true"), "need every evaluation example's prediction"),
+        ("sst2", ("--dataloader_multiprocessing_context", "spawn"), "add --dataloader_num_workers N"),
     ],
 )
 def test_an_impossible_evaluation_setting_is_refused_before_work(tmp_path, tiny_model, task, flags, message):

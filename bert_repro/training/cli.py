@@ -28,6 +28,8 @@ from transformers import HfArgumentParser
 from ..atomic import is_leftover, write_json
 from ..model.configuration_bert_repro import ONE_GRAPH_SWITCHES, SPEED_SWITCHES
 
+logger = logging.getLogger(__name__)
+
 RUN_CONFIG = "run_config.json"
 RESULTS = "results.json"  # written last: a folder that holds it holds a finished run
 RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.training.cluster)
@@ -545,6 +547,36 @@ def check_attention(name: str) -> str | None:
         return None
     close = closest(name, set(known), prefix="")
     return f"--attn_implementation {name}: not a kernel transformers knows{close}; one of {', '.join(known)}."
+
+
+def importable(module: str) -> bool:
+    """Whether an optional package imports: checked before training, so that none is missed after hours of it."""
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+def drop_tensorboard_if_missing(training) -> None:
+    """--report_to tensorboard (the recipes' default) without tensorboard installed: said once; the run goes on."""
+    if training.report_to and "tensorboard" in training.report_to and not importable("tensorboard"):
+        logger.warning("tensorboard is not installed (pip install 'bert-repro[train]'): not writing its logs")
+        training.report_to = [r for r in training.report_to if r != "tensorboard"]
+
+
+def check_data_loading(training) -> None:
+    """Trainer's data-loader flags that need worker processes, refused before work (torch refuses them only when
+    the first batch is drawn, after the data is prepared)."""
+    if training.dataloader_num_workers > 0:
+        return
+    context = training.dataloader_multiprocessing_context
+    given = [f"--dataloader_multiprocessing_context {context}"] if context is not None else []
+    given += ["--dataloader_persistent_workers true"] if training.dataloader_persistent_workers else []
+    if given:
+        raise ConfigurationError(
+            f"{' and '.join(given)}: a setting of data-loading processes; add --dataloader_num_workers N (N > 0)."
+        )
 
 
 def pin_memory_only_with_an_accelerator(training) -> None:

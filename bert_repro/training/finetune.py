@@ -61,8 +61,10 @@ from .cli import (
     HelpLayout,
     SpeedSwitches,
     check_attention,
+    check_data_loading,
     check_output_dir,
     closest,
+    drop_tensorboard_if_missing,
     parse_with_config,
     pin_memory_only_with_an_accelerator,
     read_yaml_config,
@@ -312,6 +314,7 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
     check_values(run, training)
     check_evaluation(find_task(run.task), training)
     check_engine(training)
+    check_data_loading(training)
     if model_at_hand:
         if run.tokenizer:
             try:
@@ -840,19 +843,6 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
     if push_to is not None:
         summary["pushed"] = push_to.push(output_dir, push)
     return summary
-
-
-def drop_tensorboard_if_missing(training: TrainingArguments) -> None:
-    """--report_to tensorboard (the default) without tensorboard installed: said once, and the run goes on."""
-    if training.report_to and "tensorboard" in training.report_to and not _importable("tensorboard"):
-        logger.warning("tensorboard is not installed (pip install 'bert-repro[train]'): not writing its logs")
-        training.report_to = [r for r in training.report_to if r != "tensorboard"]
-
-
-def _importable(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
 
 
 def run_identity(record: dict) -> dict:

@@ -45,8 +45,11 @@ from .cli import (
     RUN_CONFIG,
     ConfigurationError,
     HelpLayout,
+    check_data_loading,
     check_output_dir,
+    drop_tensorboard_if_missing,
     holds_nothing,
+    importable,
     parse_with_config,
     pin_memory_only_with_an_accelerator,
     take_push_request,
@@ -208,15 +211,6 @@ def gradient_accumulation(global_batch_size: int, per_device: int, world_size: i
     return global_batch_size // per_step
 
 
-def _importable(module: str) -> bool:
-    """Whether an optional package imports: checked before training, so that none is missed after hours of it."""
-    try:
-        __import__(module)
-    except ImportError:
-        return False
-    return True
-
-
 def check_vocabulary(run: PreTrainingArguments) -> None:
     """The tokenizer given is readable, or the vocabulary to train has room beyond the special tokens: said now,
     not after the corpus is read."""
@@ -240,6 +234,7 @@ def check_inputs(run: PreTrainingArguments, data: PreTrainingDataConfig, trainin
     corpus files are checked as they are read."""
     check_values(run, training)
     check_engine(training, optimizer=run.optimizer)
+    check_data_loading(training)
     derived = gradient_accumulation(run.global_batch_size, training.per_device_train_batch_size, training.world_size)
     if training.gradient_accumulation_steps not in (1, derived):  # given, and not what the batch sizes make
         steps = training.gradient_accumulation_steps
@@ -294,15 +289,10 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
     if run.streaming:
         training.ignore_data_skip = True  # resuming restores the stream's own position instead of re-reading it
     push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
-    if run.plot and not _importable("matplotlib"):
+    if run.plot and not importable("matplotlib"):
         logger.warning("matplotlib is not installed (pip install 'bert-repro[train]'): not writing training_curves.png")
         run.plot = False
-    if training.report_to and "tensorboard" in training.report_to:
-        try:
-            import tensorboard  # noqa: F401
-        except ImportError:
-            logger.warning("tensorboard is not installed (pip install 'bert-repro[train]'): not writing its logs")
-            training.report_to = [r for r in training.report_to if r != "tensorboard"]
+    drop_tensorboard_if_missing(training)
 
     lock_output_dir_once(
         output_dir,
