@@ -12,7 +12,7 @@ import sys
 from bert_repro.model.conversion import CheckpointError
 from bert_repro.training.cli import ConfigurationError, parse_with_config, quiet_load_reports
 from bert_repro.training.distributed import end_processes
-from bert_repro.training.reproduce import ReproduceArguments, run_reproduce
+from bert_repro.training.reproduce import HELP_LAYOUT, ReproduceArguments, run_reproduce
 
 if __name__ == "__main__":
     quiet_load_reports()
@@ -20,7 +20,7 @@ if __name__ == "__main__":
     finetune_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
     try:
-        (args,) = parse_with_config((ReproduceArguments,), {}, own, "recipes/reproduce.py")
+        (args,) = parse_with_config((ReproduceArguments,), {}, own, "recipes/reproduce.py", help_layout=HELP_LAYOUT)
         print(run_reproduce(args, finetune_args))
         end_processes()  # all processes leave together (a distributed launch)
     except (ConfigurationError, CheckpointError, FileExistsError, FileNotFoundError) as err:

@@ -71,3 +71,21 @@ def test_finetuning_help_shows_the_grid_as_the_default(capsys):
     flat = " ".join(text.split())
     assert "(default: rte's grid: 5e-05 4e-05 3e-05 2e-05)" in flat
     assert "--learning_rate X One learning rate: the grid {X} (--learning_rates X). (default: none" in flat
+    # The Trainer flags a fine-tuning run sets most are among its stages, with the recipe's defaults.
+    found = sections(text)
+    assert "--eval_strategy" in found["evaluation"] and "--save_strategy" in found["output and Hub"]
+    assert "--eval_strategy {no,steps,epoch} When each run of the grid is evaluated" in flat
+    entry = text[text.index("  --eval_strategy ") :].split("\n  --")[0]
+    assert "(default: epoch)" in " ".join(entry.split())
+
+
+def test_reproduce_help_says_what_goes_after_the_double_dash(capsys):
+    from bert_repro.training.cli import parse_with_config
+    from bert_repro.training.reproduce import HELP_LAYOUT, ReproduceArguments
+
+    def parse(argv):
+        return parse_with_config((ReproduceArguments,), {}, argv, "recipes/reproduce.py", help_layout=HELP_LAYOUT)
+
+    text = help_text(parse, ["--help"], capsys)
+    assert text.startswith("usage: python recipes/reproduce.py --model M") and "[-- FINE-TUNING FLAGS ...]" in text
+    assert "Arguments after -- go to every task's fine-tuning" in " ".join(text.split())

@@ -272,6 +272,8 @@ class HelpLayout:
     helps: dict[str, str] = field(default_factory=dict)
     shown_defaults: dict[str, str] = field(default_factory=dict)
     metavars: dict[str, str] = field(default_factory=dict)
+    usage: str = "[--config FILE.yaml] [--field value ...]"
+    epilog: str | None = None  # printed after the flags
 
 
 CONFIG_HELP = (
@@ -286,7 +288,8 @@ def arrange_help(parser: HfArgumentParser, layout: HelpLayout, recipe: str, in_c
     by_field: dict[str, list[argparse.Action]] = {}
     for action in parser._actions:
         by_field.setdefault(action.dest, []).append(action)
-    parser.usage = f"python {recipe} [--config FILE.yaml] [--field value ...]"
+    parser.usage = f"python {recipe} {layout.usage}"
+    parser.epilog = layout.epilog
     parser._optionals.add_argument("--config", metavar="FILE.yaml", help=CONFIG_HELP, default=argparse.SUPPRESS)
     stages = []
     for title, names in layout.groups.items():

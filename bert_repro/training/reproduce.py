@@ -23,7 +23,7 @@ from typing import Any
 
 from ..atomic import atomic_path, write_text
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
-from .cli import ConfigurationError
+from .cli import ConfigurationError, HelpLayout
 from .finetune import check_inputs as check_finetuning_inputs
 from .finetune import parse_arguments as finetuning_arguments
 from .finetune import run_finetuning
@@ -40,6 +40,16 @@ DIRECTORY_NAMES = {
     "squad_v2": ("SQuAD2", "squad2"),
     "conll2003": ("CoNLL-2003", "conll"),
 }
+
+
+# `--help`: its own flags, then what goes after `--`.
+HELP_LAYOUT = HelpLayout(
+    groups={"the benchmark": ("model", "tasks", "data_root", "paper_model", "output_dir")},
+    usage="--model M [--tasks T ...] [--data_root DIR] [--output_dir DIR] [-- FINE-TUNING FLAGS ...]",
+    epilog="Arguments after -- go to every task's fine-tuning (python recipes/finetune.py --task mrpc --help lists "
+    "them), e.g. -- --seeds 1 2 3 --max_train_samples 2000; report.md records them and any subsampling. Tasks that "
+    "finished are not run again: the same command resumes an interrupted benchmark.",
+)
 
 
 @dataclass
