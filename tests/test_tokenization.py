@@ -487,3 +487,202 @@ def test_load_errors_name_the_path(tmp_path: Path) -> None:
     word_level.save(str(tmp_path / "wordlevel.json"))
     with pytest.raises(ValueError, match="wordlevel.json.*WordPiece"):
         load_tokenizer(tmp_path / "wordlevel.json")
+
+
+# ------------------------------------------------------------------------------------------------
+# Settings and edges that the tests above leave open (each would let a wrong value pass)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_min_frequency_default_and_the_size_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A pair seen twice is merged by default (min_frequency 2), a pair seen once is not; a vocabulary smaller
+    than asked is reported with its size, one of the requested size is not."""
+    with caplog.at_level("WARNING", logger="bert_repro.data.wordpiece"):
+        tokenizer = train_wordpiece(iterator=["xy xy zw"], vocab_size=100, show_progress=False)
+    vocab = tokenizer.get_vocab()
+    assert "xy" in vocab and "zw" not in vocab and len(vocab) == 12
+    assert [r.getMessage() for r in caplog.records] == [
+        "trained vocabulary has 12 entries, not the requested 100 (the corpus has too few distinct pieces with "
+        "frequency >= 2)"
+    ]
+    assert tokenizer.model_max_length == 512
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bert_repro.data.wordpiece"):
+        train_wordpiece(iterator=["xy xy zw"], vocab_size=12, show_progress=False)
+    assert not caplog.records
+
+
+def test_limit_alphabet_default_keeps_the_1000_most_frequent_characters() -> None:
+    chars = [chr(0x4E00 + i) for i in range(1001)]  # CJK ideographs: each its own word, no case, no accent
+    text = " ".join(c + " " + c for c in chars[:1000]) + " " + chars[1000]  # the last one is the rarest
+    tokenizer = train_wordpiece(iterator=[text], vocab_size=3000, show_progress=False)
+    assert tokenizer.tokenize(chars[0] + chars[999]) == [chars[0], chars[999]]
+    assert tokenizer.tokenize(chars[1000]) == ["[UNK]"]
+
+
+def test_text_cleaning_and_cjk_characters(uncased: BertTokenizer, uncased_dir: Path) -> None:
+    """BasicTokenizer's cleaning (control characters dropped) and CJK characters split one by one, in the trained
+    tokenizer and in the one reloaded from its saved configuration."""
+    for tokenizer in (uncased, AutoTokenizer.from_pretrained(uncased_dir), load_tokenizer(uncased_dir)):
+        assert tokenizer.tokenize("the\x07 river\x00") == tokenizer.tokenize("the river")
+        assert tokenizer.tokenize("中文") == ["[UNK]", "[UNK]"]  # two words, both unknown; not one
+
+
+def test_saved_tokenizer_json_decodes_pieces_without_transformers(
+    uncased: BertTokenizer, uncased_dir: Path, tmp_path: Path
+) -> None:
+    """tokenizer.json alone (the tokenizers library, as other tools read it) joins '##' pieces when decoding."""
+    word = "reteachmentation"
+    ids = uncased(word, add_special_tokens=False)["input_ids"]
+    assert len(ids) > 1
+    assert Tokenizer.from_file(str(uncased_dir / "tokenizer.json")).decode(ids) == word
+    from_vocab = tmp_path / "from_vocab"
+    save_tokenizer(load_tokenizer(uncased_dir / "vocab.txt"), from_vocab)
+    assert Tokenizer.from_file(str(from_vocab / "tokenizer.json")).decode(ids) == word
+
+
+def bert_json(uncased: BertTokenizer, path: Path, normalizer, post_processor: bool = True) -> Path:
+    backend = Tokenizer.from_str(uncased.backend_tokenizer.to_str())
+    backend.normalizer = normalizer
+    if not post_processor:
+        backend.post_processor = None
+    backend.save(str(path))
+    return path
+
+
+def test_tokenizer_json_casing_is_kept_through_save_and_reload(
+    uncased: BertTokenizer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The casing flags a tokenizer.json's normalizer implements go to the configuration, so a reload by
+    from_pretrained (which rebuilds the normalizer from it) normalises the same way; a normalizer that is not
+    BERT's is recorded as uncased, with a warning; a file without a post-processor still frames [CLS] A [SEP]."""
+    from tokenizers import normalizers
+
+    cases = {
+        "cased_stripped": (
+            normalizers.BertNormalizer(lowercase=False, strip_accents=True, handle_chinese_chars=False),
+            "Cafe 中文",
+        ),
+        "not_bert": (normalizers.Lowercase(), "cafe  中  文 "),
+    }
+    for name, (normalizer, expected) in cases.items():
+        path = bert_json(uncased, tmp_path / f"{name}.json", normalizer, post_processor=False)
+        with caplog.at_level("WARNING", logger="bert_repro.data.wordpiece"):
+            loaded = load_tokenizer(path)
+        assert ("no BertNormalizer" in caplog.text) is (name == "not_bert")
+        ids = loaded("the river")["input_ids"]
+        assert (ids[0], ids[-1]) == (loaded.cls_token_id, loaded.sep_token_id)
+        save_tokenizer(loaded, tmp_path / name)
+        reloaded = AutoTokenizer.from_pretrained(tmp_path / name)
+        assert reloaded.backend_tokenizer.normalizer.normalize_str("Café 中文") == expected, name
+    # do_lower_case overrides the file's casing (lower-casing and accent stripping) and keeps its CJK setting.
+    loaded = load_tokenizer(tmp_path / "cased_stripped.json", do_lower_case=True)
+    assert loaded.backend_tokenizer.normalizer.normalize_str("Café 中文") == "cafe 中文"
+
+
+def test_do_lower_case_false_reaches_every_source(corpus_files: list[Path], tmp_path: Path) -> None:
+    """do_lower_case=False means neither lower-casing nor accent stripping, whatever the saved configuration
+    says (here an uncased tokenizer that also stripped accents explicitly), from every kind of source."""
+    stripped = train_wordpiece(corpus_files, vocab_size=200, strip_accents=True, show_progress=False)
+    saved = tmp_path / "saved"
+    save_tokenizer(stripped, saved)
+    only_json, only_vocab = tmp_path / "only_json", tmp_path / "only_vocab"
+    for folder, name in ((only_json, "tokenizer.json"), (only_vocab, "vocab.txt")):
+        folder.mkdir()
+        shutil.copy(saved / name, folder)
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--example-org--stripped"
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    for name in ["tokenizer.json", "tokenizer_config.json", "vocab.txt"]:
+        shutil.copy(saved / name, repo / "snapshots" / commit)
+    (repo / "snapshots" / commit / "config.json").write_text('{"model_type": "bert"}')
+    hub = {"cache_dir": tmp_path / "hub", "local_files_only": True}
+    sources = [(saved, {}), (only_json, {}), (only_vocab, {}), ("example-org/stripped", hub)]
+    for source, kwargs in sources:
+        loaded = load_tokenizer(source, do_lower_case=False, **kwargs)
+        assert loaded.backend_tokenizer.normalizer.normalize_str("Café") == "Café", source
+    loaded = load_tokenizer("example-org/stripped", **hub)
+    assert loaded.backend_tokenizer.normalizer.normalize_str("Café") == "cafe"
+    assert "local_files_only" not in loaded.init_kwargs  # a load-time setting, not the tokenizer's
+
+
+def test_which_missing_names_are_local_paths() -> None:
+    from bert_repro.data.wordpiece import _looks_like_local_path
+
+    local = ["/abs/tok", "./tok", "~/tok", "a/b/c", "tok.txt", "TOK.TXT", "tok.json", "Tok.JSON"]
+    hub = ["bert-base-uncased", "google/bert_uncased_L-2_H-128_A-2", "org/name.v2"]
+    assert [_looks_like_local_path(name) for name in local] == [True] * len(local)
+    assert [_looks_like_local_path(name) for name in hub] == [False] * len(hub)
+
+
+def test_model_max_length_is_unset_only_above_1e29() -> None:
+    from types import SimpleNamespace
+
+    from bert_repro.data.wordpiece import _default_max_length
+
+    lengths = [None, int(1e30), int(1e29) + 1, int(1e29), 128]
+    results = [_default_max_length(SimpleNamespace(model_max_length=n)).model_max_length for n in lengths]
+    assert results == [512, 512, 512, int(1e29), 128]
+
+
+def test_save_tokenizer_staging_and_order(uncased: BertTokenizer, tmp_path: Path) -> None:
+    """save_tokenizer creates missing parent folders, writes tokenizer.json last, removes the staging folders a
+    dead writer (or a name that is no process id) left, keeps a live writer's, and leaves none of its own behind,
+    even when saving fails."""
+    import subprocess
+    import sys
+
+    from bert_repro.atomic import process_alive
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    assert not process_alive(dead_pid)
+    out = tmp_path / "a" / "b" / "tokenizer"
+    out.mkdir(parents=True)
+    for writer in (dead_pid, "abc", os.getppid(), os.getpid()):
+        (out / f".saving-tokenizer-{writer}").mkdir()
+        (out / f".saving-tokenizer-{writer}" / "partial").write_text("x")
+    written = save_tokenizer(uncased, out)
+    assert Path(written[-1]).name == "tokenizer.json"
+    assert {Path(p).name for p in written} >= {"tokenizer.json", "tokenizer_config.json", "vocab.txt"}
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".saving")) == [
+        f".saving-tokenizer-{os.getppid()}"
+    ]
+    fresh = tmp_path / "c" / "d"
+    assert Path(save_tokenizer(uncased, fresh)[-1]) == fresh / "tokenizer.json"
+
+    class Failing:
+        def save_pretrained(self, folder):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        save_tokenizer(Failing(), fresh)
+    assert not [p for p in fresh.iterdir() if p.name.startswith(".saving")]
+
+
+def test_vocab_txt_refuses_any_line_break() -> None:
+    from bert_repro.data.wordpiece import write_vocab_txt
+
+    class Vocab:
+        def __init__(self, vocab):
+            self.vocab = vocab
+
+        def get_vocab(self):
+            return self.vocab
+
+    for token in ("a\nb", "a\rb"):
+        with pytest.raises(ValueError, match="line breaks"):
+            write_vocab_txt(Vocab({"[PAD]": 0, token: 1}), "unused.txt")
+
+
+def test_load_errors_say_what_the_file_is(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=r"cannot read '.*bad.json' as a tokenizers tokenizer.json"):
+        load_tokenizer(bad)
+    word_level = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    word_level.save(str(tmp_path / "wordlevel.json"))
+    with pytest.raises(ValueError, match="holds a WordLevel model, expected a WordPiece"):
+        load_tokenizer(tmp_path / "wordlevel.json")
