@@ -429,6 +429,7 @@ def test_pretraining_body(tmp_path):
         assert row in text
     assert "| Parameters | 1,552,898 |" in text  # tiny sizes with an 8,192-entry vocabulary
     assert "[Salesforce/wikitext](https://huggingface.co/datasets/Salesforce/wikitext)" in text
+    assert "split train; 612 documents." in text  # 600 trained on, 12 held out
     assert "| phase 1 | 128 | 600 | 85,211 | 46,441 | 5,674,364 | 47.1% | 14.9% | 80.0% / 10.0% / 10.0% |" in text
     assert "| phase 2 | 512 |" in text and "| held-out |" in text
     assert "1,000 optimizer steps of 32 sequences" in text
@@ -540,8 +541,42 @@ def test_pretraining_with_missing_values(tmp_path):
     assert card.data.datasets is None  # a local corpus is no Hub dataset
     assert "| MLM accuracy | not recorded |" in text
     assert "optimizer steps" in text and "not recorded" in text
-    assert "local text files (books)" in text
+    assert "Corpus: the local files given as `--corpus`: `books`; 600 documents." in text  # an absolute path: its name
     assert str(tmp_path) not in text  # no local path from this machine
+    (out / "data_statistics.json").unlink()
+    assert "`books`; number of documents not recorded." in card_for_pretraining(out, REPO).text
+
+
+def test_a_local_corpus_is_named_as_the_run_was_given_it(tmp_path, monkeypatch):
+    # Cards named a local corpus by its last component ("local text files (corpus.parquet)"): they show the paths
+    # of --corpus as run_config.json records them, the documents, and the corpus's README or manifest (issue 45)
+    monkeypatch.chdir(tmp_path)
+    shipped = Path("recipes/data/quickstart_corpus")
+    (shipped / "gutenberg").mkdir(parents=True)
+    (shipped / "state_union").mkdir()
+    (shipped / "README.md").write_text("where each text comes from")
+    Path("README.md").write_text("the working directory's own README: not the corpus's")
+    out = make_pretraining_run(tmp_path, corpus=[str(shipped / "gutenberg"), str(shipped / "state_union")])
+    text = " ".join(body(card_for_pretraining(out, REPO)).split())
+    assert (
+        "Corpus: the local files given as `--corpus`: `recipes/data/quickstart_corpus/gutenberg` and "
+        "`recipes/data/quickstart_corpus/state_union`; 612 documents. Where its texts come from: "
+        "`recipes/data/quickstart_corpus/README.md`, beside the corpus's files." in text
+    )
+    # a corpus built by bert_repro.data.travel_corpus: its manifest, and the folder's name rather than the file's
+    travel = Path(".travel/books")
+    travel.mkdir(parents=True)
+    (travel / "manifest.json").write_text("{}")
+    out = make_pretraining_run(tmp_path / "gpu", corpus=[".travel/books/corpus.parquet"])
+    card = card_for_pretraining(out, REPO)
+    assert (
+        "`.travel/books/corpus.parquet`; 612 documents. Where its texts come from: `.travel/books/manifest.json`"
+        in (" ".join(card.text.split()))
+    )
+    assert {r.dataset_name for r in card.data.eval_results} == {"books, held-out documents"}
+    # a single folder at the top of the working directory: the README beside it is the project's, not named
+    out = make_pretraining_run(tmp_path / "top", corpus=["recipes"])
+    assert "Where its texts come from" not in card_for_pretraining(out, REPO).text
 
 
 def test_continued_pretraining_names_its_base(tmp_path):

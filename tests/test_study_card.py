@@ -85,3 +85,14 @@ def test_each_score_names_its_split_and_seeds_beside_the_baselines_budget_and_li
         assert cells[3].startswith(f"{study['rows'][1]['cells'][key]['ours']:.2f} ± ")
     assert "6,000 optimizer steps of 256 sequences" in text and "about 179 million tokens" in text
     assert "pre-training 2.9 min" in text and "A budget model: not a substitute for BERT-Small" in text
+
+
+def test_the_corpus_is_named_as_the_study_gave_it_with_its_manifest():
+    # The card said "Corpus: `corpus.parquet`", an internal file, and named the held-out data after it (issue 45)
+    card, study_file, repo_id = CARDS[0]
+    text = " ".join(card.read_text(encoding="utf-8").split())
+    assert "Corpus: `.travel/books/corpus.parquet`, built by benchmarks/corpus/travel.sh" in text
+    assert "`.travel/books/manifest.json` lists its source files" in text
+    assert "number of documents: not recorded in the study file" in text
+    assert "corpus.parquet," not in text and "type: corpus.parquet" not in text
+    assert "name: books, held-out documents" in card.read_text(encoding="utf-8")

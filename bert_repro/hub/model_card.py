@@ -25,8 +25,10 @@ Conventions of the cards:
 - GLUE numbers of the paper are TEST-server scores, ours are dev scores: the cards say so beside the table;
 - a value the run did not record is written "not recorded", never "None";
 - nothing from the environment goes in: settings that name where outputs, logs or trackers went are left out,
-  local paths are reduced to their last component, token-like fields are dropped, and a card that still
-  contains the value of a secret environment variable is refused.
+  local paths are reduced to their last component (the corpus's relative paths excepted: they name it as the run
+  was given it), token-like fields are dropped, and a card that still contains the value of a secret environment
+  variable is refused. The one look outside the run's files: whether the corpus's folder holds a README.md or
+  a manifest, which the card then names.
 
 `python -m bert_repro.hub.model_card RUN_DIR REPO_ID` writes the card as `README.md` beside the weights, where
 `python -m bert_repro.hub` publishes it.
@@ -49,6 +51,7 @@ import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..atomic import write_text
+from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..model.checkpoint_format import native_obstacles
 from ..model.configuration_bert_repro import PRESETS
 from ..model.conversion import weight_files
@@ -464,14 +467,48 @@ def _licence_of(source: str | None) -> str | None:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _corpus(run: Mapping[str, Any]) -> dict[str, Any]:
-    """The pre-training corpus as the card describes it: Hub id (and config / split) or local files."""
+def _shown_path(path: str) -> str:
+    """A local corpus path as the card shows it: as recorded when relative to the run's working directory (it names
+    the corpus as the run was given it), by its last component when absolute or outside that directory."""
+    parts = Path(path).parts
+    return _last_component(path) if Path(path).is_absolute() or path.startswith("~") or ".." in parts else path
+
+
+def _corpus_documentation(sources: list[str]) -> list[str]:
+    """The README.md or manifest (`bert_repro.data.travel_corpus`) in a local source's folder or the one above it,
+    as the card shows them; only their presence is checked. The working directory and those above it are skipped:
+    their README is the project's, not the corpus's."""
+    found = []
+    for source in sources:
+        folder = Path(source) if Path(source).is_dir() else Path(source).parent
+        for directory in (folder, folder.parent):
+            if Path.cwd().is_relative_to(directory.resolve()):
+                continue
+            found += [
+                f"{_shown_path(str(directory))}/{n}" for n in ("README.md", MANIFEST_FILE) if (directory / n).is_file()
+            ]
+    return list(dict.fromkeys(found))
+
+
+def _corpus_name(source: str) -> str:
+    """A local source by its last component; a corpus file of `bert_repro.data.travel_corpus` by its folder's."""
+    return _last_component(str(Path(source).parent) if Path(source).name == CORPUS_FILE else source)
+
+
+def _corpus(run: Mapping[str, Any], statistics: Mapping[str, Any]) -> dict[str, Any]:
+    """The pre-training corpus as the card describes it: Hub id (and config / split) or the local paths as given,
+    with its documents (trained on and held out) and the files that describe its sources."""
     sources = run.get("corpus") or []
     hub_id = sources[0] if len(sources) == 1 and is_hub_id(sources[0]) else None
-    name = hub_id or ", ".join(_last_component(s) for s in sources) or NOT_RECORDED
+    name = hub_id or ", ".join(map(_corpus_name, sources)) or NOT_RECORDED
+    counts = [(statistics.get(k) or {}).get("documents") for k in ("phase1", "held_out")]
+    documents = sum(n for n in counts if _is_number(n)) if _is_number(counts[0]) else None
     return {
         "hub_id": hub_id,
         "name": name,
+        "given": " and ".join(f"`{_shown_path(s)}`" for s in sources) or NOT_RECORDED,
+        "documents": _plural(documents, "document") if documents is not None else "number of documents not recorded",
+        "documentation": " and ".join(f"`{d}`" for d in _corpus_documentation(sources)) if not hub_id else "",
         "slug": re.sub(r"[^\w.-]+", "-", name).strip("-") or "corpus",
         "config": run.get("hub_config") if hub_id else None,
         "split": run.get("split") if hub_id else None,
@@ -841,7 +878,7 @@ def card_for_pretraining(
     run, data, training = record.get("run") or {}, record.get("data") or {}, record.get("training") or {}
     if base_model is None and is_hub_id(run.get("init_from")):
         base_model = run["init_from"]
-    corpus = _corpus(run)
+    corpus = _corpus(run, statistics)
     eval_results, eval_rows = _pretraining_eval(results, corpus)
     study_results, study = _study(study_dir, out, results.get("global_step"))
     parameters = stored_parameter_count(out) or parameter_count(config)

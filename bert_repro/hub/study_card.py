@@ -26,6 +26,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard
 
+from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
 from ..tasks.registry import TASKS
 from .model_card import (
@@ -35,9 +36,11 @@ from .model_card import (
     PRESET_NAMES,
     CardError,
     _card_data,
+    _corpus_name,
     _is_random_init,
     _plural,
     _read_json,
+    _shown_path,
     _study_verdict,
     _usage,
     fine_tuning_comparison,
@@ -129,13 +132,15 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
     size = PRESETS[preset]
     eval_results, table = fine_tuning_comparison(study, row, _result_name)
     held_out = _held_out(results.get(f"study_{name}") or {})
+    corpus = _flag(args, "corpus")
+    corpus_name = _corpus_name(corpus) if corpus else "corpus"
     pretraining = row.get("pretraining") or {}
     held_out_results = [
         EvalResult(
             task_type="fill-mask" if key == "eval_mlm_accuracy" else "text-classification",
             task_name="Masked language modelling" if key == "eval_mlm_accuracy" else "Next sentence prediction",
-            dataset_type="corpus.parquet",
-            dataset_name="corpus.parquet, held-out documents",
+            dataset_type=corpus_name,
+            dataset_name=f"{corpus_name}, held-out documents",
             dataset_split="held-out",
             metric_type="accuracy",
             metric_value=round(100 * pretraining[key], 2),
@@ -163,7 +168,11 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         "size": size,
         "objective": ("masked language modelling" if objective.masked_lm else "left-to-right language modelling")
         + (" + next sentence prediction" if objective.next_sentence else ""),
-        "corpus": Path(_flag(args, "corpus") or "not recorded").name,
+        "corpus": _shown_path(corpus) if corpus else "not recorded",
+        # a corpus file of bert_repro.data.travel_corpus has its manifest beside it (the file is all the card reads)
+        "corpus_manifest": f"{_shown_path(str(Path(corpus).parent))}/{MANIFEST_FILE}"
+        if corpus and Path(corpus).name == CORPUS_FILE
+        else None,
         "pretrain_config": study.get("pretrain_config"),
         "pretrain_args": " ".join(args),
         "finetune_args": " ".join(shlex.split(study.get("finetune_args") or "")) or "the defaults",
