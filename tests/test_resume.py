@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from helpers import ROOT, fake_checkpoint, launch, truncate, weights, write_config
 
 from bert_repro.training.checkpoints import NoUsableCheckpoint, checkpoint_problem, newest_valid_checkpoint
@@ -142,3 +143,197 @@ def test_resume_from_truncated_newest_checkpoint_matches_uninterrupted_run(tmp_p
     assert result.returncode == 2, result.stderr[-2000:]
     assert "No checkpoint in" in result.stderr and "checkpoint-3: model.safetensors cannot be read" in result.stderr
     assert "Traceback" not in result.stderr and (nothing / "checkpoint-3" / "trainer_state.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Each check of a checkpoint folder, and the callbacks and helpers of a resumed run, on hand-made inputs.
+
+
+def test_each_problem_is_said_in_its_own_words(tmp_path):
+    assert checkpoint_problem(tmp_path / "nothing") == "not a folder"
+    folder = fake_checkpoint(tmp_path / "checkpoint-3", 3)
+    (folder / "trainer_state.json").unlink()
+    assert checkpoint_problem(folder) == "trainer_state.json is missing"
+    folder = fake_checkpoint(tmp_path / "checkpoint-4", 4)
+    (folder / "model.safetensors").unlink()
+    assert checkpoint_problem(folder) == "model.safetensors is missing"
+    for name in ("rng_state.pth", "optimizer.bin"):
+        folder = fake_checkpoint(tmp_path / name / "checkpoint-5", 5)
+        torch.save({"state": {}}, folder / name)
+        assert checkpoint_problem(folder) is None
+        truncate(folder / name)
+        assert checkpoint_problem(folder) == f"{name} is truncated or not a torch file"
+
+
+def test_a_streamed_runs_position_must_be_there_and_readable(tmp_path):
+    folder = fake_checkpoint(tmp_path / "checkpoint-6", 6)
+    assert checkpoint_problem(folder) is None  # not streamed: no position needed
+    assert checkpoint_problem(folder, streamed=True) == "data_state-rank0.json is missing (the stream's position)"
+    with pytest.raises(NoUsableCheckpoint, match="checkpoint-6: data_state-rank0.json is missing"):
+        newest_valid_checkpoint(tmp_path, streamed=True)
+    (folder / "data_state-rank0.json").write_text(json.dumps({"position": 12}), encoding="utf-8")
+    (folder / "data_state-rank1.json").write_text(json.dumps({"note": "é"}), encoding="utf-8")
+    assert checkpoint_problem(folder, streamed=True) is None
+    assert newest_valid_checkpoint(tmp_path, streamed=True) == folder
+    (folder / "data_state-rank1.json").write_text('{"position": 1')
+    assert checkpoint_problem(folder, streamed=True).startswith("data_state-rank1.json cannot be read (")
+    assert checkpoint_problem(folder).startswith("data_state-rank1.json cannot be read (")
+
+
+def test_sharded_weights_index_and_fsdp_folders(tmp_path):
+    from safetensors.torch import save_file
+
+    folder = fake_checkpoint(tmp_path / "checkpoint-7", 7)
+    (folder / "model.safetensors").unlink()
+    shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    for i, name in enumerate(shards):
+        save_file({f"w{i}": torch.zeros(32, 32)}, str(folder / name))
+    weight_map = {"w0": shards[0], "w1": shards[1], "w2": shards[1]}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}), encoding="utf-8")
+    assert checkpoint_problem(folder) is None
+    truncate(folder / shards[1])
+    assert checkpoint_problem(folder).startswith(f"{shards[1]} cannot be read (")
+    (folder / "model.safetensors.index.json").write_text('{"weight_m')
+    assert checkpoint_problem(folder).startswith("model.safetensors.index.json cannot be read (")
+
+    fsdp = fake_checkpoint(tmp_path / "checkpoint-8", 8)
+    (fsdp / "model.safetensors").unlink()
+    (fsdp / "pytorch_model_fsdp_0").mkdir()
+    assert checkpoint_problem(fsdp) == "model.safetensors is missing"  # no .metadata: not written to the end
+    (fsdp / "pytorch_model_fsdp_0" / ".metadata").write_bytes(b"x")
+    assert checkpoint_problem(fsdp) is None
+
+
+def test_checkpoint_to_resume_checks_what_it_is_given(tmp_path):
+    from bert_repro.training.cli import ConfigurationError
+    from bert_repro.training.pretrain_resume import checkpoint_to_resume
+
+    assert checkpoint_to_resume(tmp_path, True) is None  # nothing saved yet
+    for nothing in (None, False, ""):
+        assert checkpoint_to_resume(tmp_path, nothing) is None
+    good = fake_checkpoint(tmp_path / "checkpoint-5", 5)
+    assert checkpoint_to_resume(tmp_path, True) == str(good)
+    assert checkpoint_to_resume(tmp_path, str(good)) == str(good)
+    with pytest.raises(NoUsableCheckpoint, match="data_state-rank0.json is missing"):
+        checkpoint_to_resume(tmp_path, True, streamed=True)
+    with pytest.raises(
+        ConfigurationError, match=r"^Cannot resume from .*checkpoint-5: data_state-rank0.json is missing"
+    ):
+        checkpoint_to_resume(tmp_path, str(good), streamed=True)
+    (good / "model.safetensors").unlink()
+    with pytest.raises(
+        ConfigurationError, match=r"^Cannot resume from .*checkpoint-5: model.safetensors is missing\.$"
+    ):
+        checkpoint_to_resume(tmp_path, str(good))
+
+
+def test_forget_unstarted_run_removes_only_what_the_run_wrote(tmp_path):
+    from bert_repro.training.cli import RUN_CONFIG
+    from bert_repro.training.pretrain_data import TOKENIZER_DIR
+    from bert_repro.training.pretrain_resume import forget_unstarted_run
+
+    for keep in (False, True):
+        out = tmp_path / f"run-{keep}"
+        (out / TOKENIZER_DIR).mkdir(parents=True)
+        (out / TOKENIZER_DIR / "vocab.txt").write_text("[PAD]\n")
+        (out / RUN_CONFIG).write_text("{}")
+        if keep:
+            (out / "notes.txt").write_text("mine")
+        forget_unstarted_run(out)
+        assert (sorted(p.name for p in out.iterdir()) == ["notes.txt"]) if keep else not out.exists()
+    forget_unstarted_run(tmp_path / "never-made")  # nothing there: nothing to do
+
+
+def test_tokens_trained_per_phase_with_few_examples():
+    from bert_repro.training.pretrain_resume import tokens_trained
+
+    statistics = {f"phase{i}": {"tokens": 6 * i, "examples": 1} for i in (1, 2, 3)}
+    statistics["phase2"]["examples"] = 0  # no examples counted: a tokens-per-example of tokens / 1
+    # Phases of 2, 3 and 4 steps, batch 10: 2*10*6 + 3*10*12 + 4*10*18.
+    assert tokens_trained(statistics, [2, 3, 4], 10) == 120 + 360 + 720
+    assert tokens_trained(statistics, [2, 3, 4], 10, after_step=6) == 3 * 10 * 18
+
+
+def test_stop_after_steps_counts_from_the_resumed_step():
+    from types import SimpleNamespace
+
+    from bert_repro.training.pretrain_resume import StopAfterSteps
+
+    callback = StopAfterSteps(3)
+    state = SimpleNamespace(global_step=10, max_steps=20)
+    callback.on_train_begin(None, state, None)
+    stops = []
+    for step in (11, 12, 13, 19, 20):
+        state.global_step = step
+        control = SimpleNamespace(should_save=False, should_training_stop=False)
+        assert callback.on_step_end(None, state, control) is control
+        stops.append((control.should_save, control.should_training_stop))
+    # Stop at step 13 (3 steps after 10), and on every later step but the last (Trainer saves and stops there).
+    assert stops == [(False, False), (False, False), (True, True), (True, True), (False, False)]
+
+
+def test_a_longer_schedule_sets_the_rate_of_the_checkpoints_step():
+    from types import SimpleNamespace
+
+    from bert_repro.training.pretrain_resume import LongerSchedule
+
+    def scheduler(lr):
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+        optimizer.add_param_group({"params": [torch.nn.Parameter(torch.zeros(1))], "lr": lr * 10})
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, [lambda s: 1 - s / 100, lambda s: 0.5])
+
+    plain = scheduler(1.0)
+    for _ in range(40):
+        plain.optimizer.step()
+        plain.step()
+    for group in plain.optimizer.param_groups:
+        group["lr"] = 0.0  # as the shorter schedule left it
+    LongerSchedule().on_train_begin(None, None, None, lr_scheduler=plain)
+    assert [g["lr"] for g in plain.optimizer.param_groups] == pytest.approx([0.6, 5.0])
+    assert plain.get_last_lr() == pytest.approx([0.6, 5.0])
+    wrapped = scheduler(2.0)
+    wrapped.last_epoch = 50
+    LongerSchedule().on_train_begin(None, None, None, lr_scheduler=SimpleNamespace(scheduler=wrapped))
+    assert [g["lr"] for g in wrapped.optimizer.param_groups] == pytest.approx([1.0, 10.0])
+    other = torch.optim.lr_scheduler.StepLR(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.3), 5)
+    other.optimizer.param_groups[0]["lr"] = 0.0
+    LongerSchedule().on_train_begin(None, None, None, lr_scheduler=other)  # not a LambdaLR: left alone
+    assert other.optimizer.param_groups[0]["lr"] == 0.0
+
+
+def test_the_clock_writes_its_record_into_rank_zeros_checkpoint(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import bert_repro.training.pretrain_resume as resume
+
+    now = [1000.0]
+    monkeypatch.setattr(resume.time, "time", lambda: now[0])
+    clock = resume.TrainingClock(None)
+    now[0] = 1100.0
+    clock.on_train_begin(None, None, None)  # the clock starts when training does
+    now[0] = 1112.34567
+    (tmp_path / "checkpoint-7").mkdir()
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    clock.on_save(args, SimpleNamespace(global_step=7, is_world_process_zero=False), None)
+    assert not (tmp_path / "checkpoint-7" / "training_time.json").exists()
+    clock.on_save(args, SimpleNamespace(global_step=7, is_world_process_zero=True), None)
+    record = json.loads((tmp_path / "checkpoint-7" / "training_time.json").read_text())
+    assert record == {"train_seconds": 12.346, "global_step": 7}
+    clock.on_save(args, SimpleNamespace(global_step=9, is_world_process_zero=True), None)  # no such folder
+    assert not (tmp_path / "checkpoint-9").exists()
+
+
+def test_whole_run_loss_weights_each_logged_mean_by_its_steps():
+    from bert_repro.training.pretrain_resume import whole_run_loss
+
+    history = [
+        {"loss": 2.0, "step": 10},
+        {"eval_loss": 7.0, "step": 10},
+        {"loss": 9.0},  # no step: not a training log
+        {"loss": 1.0, "step": 30},
+        {"loss": 5.0, "step": 30},  # the same step again (the end of a resumed run): counted once
+        {"loss": 9.0, "step": 20},
+    ]
+    assert whole_run_loss(history) == pytest.approx((2.0 * 10 + 1.0 * 20) / 30)
+    assert whole_run_loss([{"eval_loss": 1.0, "step": 5}]) is None
+    assert whole_run_loss([]) is None
