@@ -337,3 +337,134 @@ def test_whole_run_loss_weights_each_logged_mean_by_its_steps():
     assert whole_run_loss(history) == pytest.approx((2.0 * 10 + 1.0 * 20) / 30)
     assert whole_run_loss([{"eval_loss": 1.0, "step": 5}]) is None
     assert whole_run_loss([]) is None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The two phases in one run (bert_repro.training.pretrain_phases): configurations, steps, sampler, collators.
+
+
+def test_phase_configs_and_steps():
+    from types import SimpleNamespace
+
+    from bert_repro.data.pretraining_examples import PreTrainingDataConfig
+    from bert_repro.training.pretrain_phases import phase_configs, phase_steps
+
+    data = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=9, dupe_factor=3, random_seed=7)
+    run = SimpleNamespace(phase2_fraction=0.0, phase2_max_seq_length=256, phase2_max_predictions_per_seq=40)
+    assert phase_configs(data, run) == [data]
+    run.phase2_fraction = 0.1
+    first, second = phase_configs(data, run)
+    assert first is data
+    assert second == PreTrainingDataConfig(max_seq_length=256, max_predictions_per_seq=40, dupe_factor=3, random_seed=7)
+    assert phase_steps(1000, 0.1, 2) == [900, 100] and phase_steps(7, 0.5, 1) == [7]
+    assert phase_steps(10, 0.25, 2) == [8, 2]  # round(2.5) = 2
+    assert phase_steps(10, 0.35, 2) == [6, 4]  # round(3.5) = 4
+    assert phase_steps(5, 0.01, 2) == [4, 1]  # at least one step in phase 2
+
+
+def test_phased_sampler_draws_each_phase_in_reshuffled_passes():
+    import numpy as np
+
+    from bert_repro.training.pretrain_phases import PhasedSampler
+
+    sizes, samples = [3, 0, 4], [7, 0, 2]
+    sampler = PhasedSampler(sizes, samples, seed=5)
+    rng = np.random.default_rng(5)
+    expected = []
+    for offset, size, n in ((0, 3, 7), (3, 4, 2)):  # passes of 3, 3 and 1 over phase 1; 2 of phase 3's 4
+        drawn = 0
+        while drawn < n:
+            order = rng.permutation(size)[: n - drawn]
+            expected += (offset + order).tolist()
+            drawn += len(order)
+    assert list(sampler) == expected and len(sampler) == 9
+    assert sorted(expected[:3]) == sorted(expected[3:6]) == [0, 1, 2] and set(expected[7:]) <= {3, 4, 5, 6}
+    with pytest.raises(ValueError, match=r"A phase has no examples to draw from \(sizes \[4, 0\]\)"):
+        PhasedSampler([4, 0], [2, 1], seed=0)
+
+
+def test_packed_rows_default_to_one_row_per_example():
+    from bert_repro.training.pretrain_phases import packed_rows
+
+    assert packed_rows({}, 2) == [1.0, 1.0]
+    assert packed_rows({"phase1": {"examples": 3}}, 2) == [1.0, 1.0]
+
+
+@pytest.fixture(scope="module")
+def small_tokenizer():
+    from bert_repro.data.wordpiece import train_wordpiece
+
+    return train_wordpiece(iterator=["the cat sat on the mat", "a dog ran"] * 3, vocab_size=60, show_progress=False)
+
+
+def test_phase_collator_builds_each_phases_collators(small_tokenizer):
+    from bert_repro.data.pack_examples import PackingCollator
+    from bert_repro.data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig
+    from bert_repro.training.pretrain_phases import PhaseCollator
+
+    phases = [
+        PreTrainingDataConfig(max_seq_length=16, max_predictions_per_seq=3, static_masking=False, masked_lm_prob=0.2),
+        PreTrainingDataConfig(max_seq_length=32, max_predictions_per_seq=5),
+    ]
+
+    def described(pairs):
+        return [
+            (
+                length,
+                type(c).__name__,
+                c.dynamic_masking,
+                c.max_predictions_per_seq,
+                c.masked_lm_prob,
+                getattr(c, "max_seq_length", None),
+                getattr(c, "fixed_shape", None),
+                getattr(c, "rows_per_example", None),
+            )
+            for length, c in pairs
+        ]
+
+    plain = PhaseCollator(small_tokenizer, phases)
+    assert described(plain.collators) == [
+        (16, "PreTrainingCollator", True, 3, 0.2, None, None, None),
+        (32, "PreTrainingCollator", False, 5, 0.15, None, None, None),
+    ]
+    assert described(plain.static) == [
+        (16, "PreTrainingCollator", False, 3, 0.15, None, None, None),
+        (32, "PreTrainingCollator", False, 5, 0.15, None, None, None),
+    ]
+    packed = PhaseCollator(small_tokenizer, phases, packing=True)
+    assert described(packed.collators) == [
+        (16, "PackingCollator", True, 3, 0.2, 16, False, 1.0),
+        (32, "PackingCollator", False, 5, 0.15, 32, False, 1.0),
+    ]
+    assert described(packed.static) == [
+        (16, "PackingCollator", False, 3, 0.15, 16, False, 1.0),
+        (32, "PackingCollator", False, 5, 0.15, 32, False, 1.0),
+    ]
+    compiled = PhaseCollator(small_tokenizer, phases, packing=True, compiled=True, rows_per_example=[0.5, 0.75])
+    assert [row[5:] for row in described(compiled.collators)] == [(16, True, 0.5), (32, True, 0.75)]
+    assert [row[5:] for row in described(compiled.static)] == [(16, True, 0.5), (32, True, 0.75)]
+    compiled = PhaseCollator(small_tokenizer, phases, packing=True, compiled=True)
+    assert [row[5:] for row in described(compiled.static)] == [(16, True, 1.0), (32, True, 1.0)]
+    unpacked = PhaseCollator(small_tokenizer, phases, compiled=True, rows_per_example=[0.5, 0.75])
+    assert all(isinstance(c, PreTrainingCollator) and not isinstance(c, PackingCollator) for _, c in unpacked.static)
+    with pytest.raises(ValueError):
+        PhaseCollator(small_tokenizer, phases, rows_per_example=[0.5])  # one share per phase
+
+
+def test_phase_collator_routes_a_batch_by_its_longest_row(small_tokenizer):
+    from bert_repro.data.pretraining_examples import PreTrainingDataConfig
+    from bert_repro.training.pretrain_phases import PhaseCollator
+
+    phases = [PreTrainingDataConfig(max_seq_length=16), PreTrainingDataConfig(max_seq_length=32)]
+    collator = PhaseCollator(small_tokenizer, phases)
+    collator.collators = [(16, lambda f: "phase 1"), (32, lambda f: "phase 2")]
+    collator.static = [(16, lambda f: "phase 1, stored masks"), (32, lambda f: "phase 2, stored masks")]
+
+    def batch(*lengths, stored=False):
+        return [{"input_ids": [5] * n, **({"masked_lm_positions": [1]} if stored else {})} for n in lengths]
+
+    assert collator(batch(4, 16)) == "phase 1"
+    assert collator(batch(17, 3)) == "phase 2"
+    assert collator(batch(40)) == "phase 2"  # longer than every phase: the last
+    assert collator(batch(16, stored=True)) == "phase 1, stored masks"
+    assert collator(batch(30, stored=True)) == "phase 2, stored masks"
