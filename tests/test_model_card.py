@@ -40,7 +40,7 @@ SECTIONS = (
     "### All hyper-parameters",
     "## Evaluation",
     "## How to use",
-    "## Limitations and biases",
+    "## Intended uses & limitations",
     "## Licence",
     "## Citation",
 )
@@ -844,6 +844,35 @@ def test_cards_are_readable(cards):
         assert "@inproceedings{devlin-etal-2019-bert" in text and "N19-1423" in text, name
         for table_row in (line for line in text.splitlines() if line.startswith("|")):
             assert table_row.endswith("|"), (name, table_row)
+
+
+def test_cards_say_what_the_model_is_for_and_not(cards):
+    # transformers' Trainer cards have "## Intended uses & limitations"; ours had limitations only (issue 45)
+    def section(name):
+        text = " ".join(cards[name].text.split())
+        return text[text.index("## Intended uses & limitations") :]
+
+    pretrained = section("pretraining")
+    assert "Intended use: a pre-trained encoder to fine-tune on a downstream task" in pretrained
+    assert "it does not generate text" in pretrained
+    assert (
+        "This checkpoint saw 0.0125% of the paper's pre-training sequences, from 612 documents (1,931,270 tokens); the "
+        "paper's came from BooksCorpus and English Wikipedia (3,300 million words)" in pretrained
+    )
+    mrpc = section("mrpc")
+    assert "Intended use: text classification of inputs like those of GLUE MRPC (`sentence1`, `sentence2`)" in mrpc
+    assert "the paper's scores are those of BERT-BASE and BERT-LARGE" in mrpc and "does not generate text" in mrpc
+    squad = section("squad_v2")
+    assert "Intended use: question answering of inputs like those of SQuAD v2.0 (`question`, `context`)" in squad
+
+
+def test_a_subsampled_fine_tune_says_so_in_its_limitations(tmp_path):
+    out = make_mrpc_run(tmp_path)
+    record = json.loads((out / "run_config.json").read_text())
+    record["run"]["max_train_samples"] = 500
+    _write(out / "run_config.json", record)
+    text = " ".join(card_for_finetuning(out, "someone/bert-mrpc").text.split())
+    assert "Fine-tuned on the first 500 rows of the train split only, the paper on the whole split." in text
 
 
 def test_cards_keep_secrets_and_local_paths_out(cards):

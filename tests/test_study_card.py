@@ -87,6 +87,14 @@ def test_each_score_names_its_split_and_seeds_beside_the_baselines_budget_and_li
     assert "pre-training 2.9 min" in text and "A budget model: not a substitute for BERT-Small" in text
 
 
+def test_the_card_says_what_the_model_is_for():
+    card, study_file, repo_id = CARDS[0]
+    text = " ".join(card.read_text(encoding="utf-8").split())
+    section = text[text.index("## Intended uses & limitations") :]
+    assert "Intended use: a small pre-trained encoder to fine-tune" in section and "does not generate text" in section
+    assert "It saw 0.6% of the paper's pre-training sequences" in section
+
+
 def test_the_corpus_is_named_as_the_study_gave_it_with_its_manifest():
     # The card said "Corpus: `corpus.parquet`", an internal file, and named the held-out data after it (issue 45)
     card, study_file, repo_id = CARDS[0]

@@ -495,19 +495,25 @@ def _corpus_name(source: str) -> str:
     return _last_component(str(Path(source).parent) if Path(source).name == CORPUS_FILE else source)
 
 
+def _corpus_total(statistics: Mapping[str, Any], key: str) -> int | None:
+    """A count of the whole corpus: the training documents' plus the held-out ones' (None: not recorded)."""
+    counts = [(statistics.get(k) or {}).get(key) for k in ("phase1", "held_out")]
+    return sum(n for n in counts if _is_number(n)) if _is_number(counts[0]) else None
+
+
 def _corpus(run: Mapping[str, Any], statistics: Mapping[str, Any]) -> dict[str, Any]:
     """The pre-training corpus as the card describes it: Hub id (and config / split) or the local paths as given,
     with its documents (trained on and held out) and the files that describe its sources."""
     sources = run.get("corpus") or []
     hub_id = sources[0] if len(sources) == 1 and is_hub_id(sources[0]) else None
     name = hub_id or ", ".join(map(_corpus_name, sources)) or NOT_RECORDED
-    counts = [(statistics.get(k) or {}).get("documents") for k in ("phase1", "held_out")]
-    documents = sum(n for n in counts if _is_number(n)) if _is_number(counts[0]) else None
+    documents, tokens = (_corpus_total(statistics, key) for key in ("documents", "document_tokens"))
     return {
         "hub_id": hub_id,
         "name": name,
         "given": " and ".join(f"`{_shown_path(s)}`" for s in sources) or NOT_RECORDED,
         "documents": _plural(documents, "document") if documents is not None else "number of documents not recorded",
+        "tokens": _count(tokens),
         "documentation": " and ".join(f"`{d}`" for d in _corpus_documentation(sources)) if not hub_id else "",
         "slug": re.sub(r"[^\w.-]+", "-", name).strip("-") or "corpus",
         "config": run.get("hub_config") if hub_id else None,
@@ -1064,6 +1070,8 @@ def _task_context(task: Task) -> dict[str, Any]:
     labels = task.kind.card_labels(task)
     return {
         "display": task.display_name,
+        "type": TASK_TYPE_NAMES[task.kind.pipeline_tag].lower(),
+        "inputs": ", ".join(f"`{c}`" for c in task.text_columns),
         "description": task.description,
         "hub_id": task.hub_id,
         "hub_config": task.hub_config,
