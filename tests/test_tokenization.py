@@ -686,3 +686,12 @@ def test_load_errors_say_what_the_file_is(tmp_path: Path) -> None:
     word_level.save(str(tmp_path / "wordlevel.json"))
     with pytest.raises(ValueError, match="holds a WordLevel model, expected a WordPiece"):
         load_tokenizer(tmp_path / "wordlevel.json")
+
+
+def test_a_tokenizer_without_segment_ids_is_refused_by_name(uncased: BertTokenizer, tmp_path: Path) -> None:
+    folder = tmp_path / "generic_tokenizer"
+    folder.mkdir()
+    uncased.backend_tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    with pytest.raises(ValueError, match=r"^'.*generic_tokenizer' gave a \w+ that does not return token_type_ids"):
+        load_tokenizer(folder)
