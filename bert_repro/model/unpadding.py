@@ -12,7 +12,8 @@ feed-forward network works on a (tokens, hidden) matrix. Attention runs
 - with any other kernel: over the whole batch padded back, with the model's own mask.
 Measured (benchmarks/README.md, CPU): encoding 1.81x (MiniLM) and 1.53x (BERT-BASE) transformers' inputs/s against
 1.17x / 1.01x padded (2026-11-22, 10:20 UTC); MRPC fine-tuning 0.894x -> 0.657x transformers' training time
-(2026-11-22). The FlashAttention branch is not measured (no GPU yet); its call is tested with a reference kernel.
+(2026-11-22). The FlashAttention branch is not measured (flash-attn was not installed on the GPUs measured so far);
+its call is tested with a reference kernel.
 
 The classes here are the encoder of the speed paths, which `speed_paths.py` builds when `unpad_inputs`,
 `last_layer_subset` or `fast_dropout` is on: `SpeedEncoder` (options `unpad_inputs` and `last_layer_subset`),
