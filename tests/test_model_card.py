@@ -19,6 +19,7 @@ from huggingface_hub import ModelCard
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results
 
+import bert_repro
 from bert_repro.hub import model_card
 from bert_repro.hub.model_card import (
     CardError,
@@ -38,6 +39,7 @@ SECTIONS = (
     "## Training data",
     "## Training procedure",
     "### All hyper-parameters",
+    "### Framework versions",
     "## Evaluation",
     "## How to use",
     "## Intended uses & limitations",
@@ -864,6 +866,31 @@ def test_cards_say_what_the_model_is_for_and_not(cards):
     assert "the paper's scores are those of BERT-BASE and BERT-LARGE" in mrpc and "does not generate text" in mrpc
     squad = section("squad_v2")
     assert "Intended use: question answering of inputs like those of SQuAD v2.0 (`question`, `context`)" in squad
+
+
+def test_cards_list_the_framework_versions_the_run_recorded_else_say_whose(tmp_path):
+    # Trainer's cards list Transformers, Pytorch, Datasets and Tokenizers; ours listed none (issue 45)
+    import torch
+    import transformers
+
+    out = make_pretraining_run(tmp_path)
+    text = body(card_for_pretraining(out, REPO))
+    now = "(installed when this card was made; the run did not record it)"
+    assert f"- Transformers {transformers.__version__} {now}" in text and f"- Pytorch {torch.__version__} {now}" in text
+    assert f"- bert_repro {bert_repro.__version__} {now}" in text
+    _write(out / "config.json", bert_config(transformers_version="5.17.0"))
+    assert "- Transformers 5.17.0 (config.json: the version that saved the model)" in body(
+        card_for_pretraining(out, REPO)
+    )
+    versions = model_card.framework_versions()
+    assert set(versions) == {"transformers", "torch", "datasets", "tokenizers", "bert_repro"}
+    results = json.loads((out / "results.json").read_text())
+    _write(out / "results.json", {**results, "versions": {**versions, "torch": "2.11.0"}})
+    text = body(card_for_pretraining(out, REPO))
+    assert "- Pytorch 2.11.0\n" in text and "installed when this card was made" not in text
+    mrpc = make_mrpc_run(tmp_path)
+    _write(mrpc / "model" / "config.json", bert_config("base", 30522, transformers_version="5.17.0"))
+    assert "- Transformers 5.17.0 (config.json" in body(card_for_finetuning(mrpc, "someone/bert-mrpc"))
 
 
 def test_a_subsampled_fine_tune_says_so_in_its_limitations(tmp_path):

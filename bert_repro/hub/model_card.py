@@ -27,8 +27,9 @@ Conventions of the cards:
 - nothing from the environment goes in: settings that name where outputs, logs or trackers went are left out,
   local paths are reduced to their last component (the corpus's relative paths excepted: they name it as the run
   was given it), token-like fields are dropped, and a card that still contains the value of a secret environment
-  variable is refused. The one look outside the run's files: whether the corpus's folder holds a README.md or
-  a manifest, which the card then names.
+  variable is refused. Two looks outside the run's files: whether the corpus's folder holds a README.md or
+  a manifest, which the card then names, and the framework versions installed now, for those the run did not
+  record (labelled so).
 
 `python -m bert_repro.hub.model_card RUN_DIR REPO_ID` writes the card as `README.md` beside the weights, where
 `python -m bert_repro.hub` publishes it.
@@ -37,6 +38,7 @@ Conventions of the cards:
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.resources
 import json
 import math
@@ -97,6 +99,14 @@ KNOWN_LICENCES = {
     "Salesforce/wikitext": "CC BY-SA 3.0 and GFDL",
     "rajpurkar/squad": "CC BY-SA 4.0",
     "rajpurkar/squad_v2": "CC BY-SA 4.0",
+}
+# What transformers' Trainer cards list under "Framework versions" (transformers.modelcard), then ours: {name: package}.
+FRAMEWORKS = {
+    "Transformers": "transformers",
+    "Pytorch": "torch",
+    "Datasets": "datasets",
+    "Tokenizers": "tokenizers",
+    "bert_repro": "bert_repro",
 }
 # The paper's pre-training scale (section 3.1 and appendix A.2), to put a run's in perspective.
 PAPER_STEPS, PAPER_BATCH = 1_000_000, 256
@@ -222,6 +232,35 @@ def preset_of(config: Mapping[str, Any]) -> str | None:
         if all(config.get(key) == value for key, value in sizes.items()):
             return name
     return None
+
+
+def framework_versions() -> dict[str, str | None]:
+    """The installed versions of the packages a card lists ({package: version}), for a run to record in results.json
+    so that its card shows the versions it trained with."""
+    return {package: _installed(package) for package in FRAMEWORKS.values()}
+
+
+def _installed(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def framework_lines(recorded: Mapping[str, Any] | None, saved_with: str | None = None) -> list[str]:
+    """The "Framework versions" lines of a card: those the run recorded (results.json's `versions`), else
+    transformers' from config.json (``saved_with``, written when the model was saved) and the others installed now,
+    labelled as such: the card may be made long after the run, elsewhere."""
+    lines = []
+    for name, package in FRAMEWORKS.items():
+        if recorded:
+            lines.append(f"{name} {recorded.get(package) or NOT_RECORDED}")
+        elif package == "transformers" and saved_with:
+            lines.append(f"{name} {saved_with} (config.json: the version that saved the model)")
+        else:
+            now = _installed(package) or "not installed"
+            lines.append(f"{name} {now} (installed when this card was made; the run did not record it)")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -930,6 +969,7 @@ def card_for_pretraining(
         "benchmark": _benchmark(benchmark_dir),
         "study": study,
         "curves": (out / "training_curves.png").is_file(),
+        "versions": framework_lines(results.get("versions"), config.get("transformers_version")),
         "usage": _usage(repo_id, config=config),
         "base_model": base_model,
         "base_licence": _licence_of(base_model),
@@ -1140,6 +1180,7 @@ def card_for_finetuning(
                 }
             },
         ),
+        "versions": framework_lines(summary.get("versions"), config.get("transformers_version")),
         "usage": _usage(repo_id, task, config=config),
         "bibtex": BIBTEX,
     }
@@ -1233,6 +1274,7 @@ __all__ = [
     "card_for_pretraining",
     "card_path",
     "check_no_secrets",
+    "framework_versions",
     "is_hub_id",
     "parameter_count",
     "run_kind",

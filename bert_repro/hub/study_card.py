@@ -31,6 +31,7 @@ from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
 from ..tasks.registry import TASKS
 from .model_card import (
     BIBTEX,
+    FRAMEWORKS,
     PAPER_BATCH,
     PAPER_STEPS,
     PRESET_NAMES,
@@ -133,6 +134,8 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
     eval_results, table = fine_tuning_comparison(study, row, _result_name)
     held_out = _held_out(results.get(f"study_{name}") or {})
     corpus = _flag(args, "corpus")
+    commit = (results.get("commit") or "")[:12]
+    recorded = {**(results.get("versions") or {}), "bert_repro": f"commit {commit}" if commit else None}
     corpus_name = _corpus_name(corpus) if corpus else "corpus"
     pretraining = row.get("pretraining") or {}
     held_out_results = [
@@ -162,7 +165,7 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         "source_file": path.as_posix(),
         "device": results.get("device") or "not recorded",
         "date": results.get("date") or "not recorded",
-        "commit": (results.get("commit") or "not recorded")[:12],
+        "commit": commit or "not recorded",
         "preset": preset,
         "preset_name": PRESET_NAMES.get(preset, preset),
         "size": size,
@@ -184,6 +187,8 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         "n_seeds": _plural(len(study.get("seeds") or []) or 1, "fine-tuning seed"),
         "budget": _budget(results, study, name, row),
         "held_out": held_out,
+        # as the GPU call recorded them; bert_repro by the commit it ran
+        "versions": [f"{name} {recorded.get(package) or 'not recorded'}" for name, package in FRAMEWORKS.items()],
         "rows": table,
         "verdict": _study_verdict(table) if study.get("seeds") else None,
         "usage": _usage(repo_id),
