@@ -846,6 +846,8 @@ def test_cards_are_readable(cards):
         assert "@inproceedings{devlin-etal-2019-bert" in text and "N19-1423" in text, name
         for table_row in (line for line in text.splitlines() if line.startswith("|")):
             assert table_row.endswith("|"), (name, table_row)
+        for line in (line for line in text.splitlines() if "training loss" in line.lower()):  # issue 45
+            assert "mean over" in line or "last logged" in line, (name, line)
 
 
 def test_cards_say_what_the_model_is_for_and_not(cards):
