@@ -325,7 +325,7 @@ def test_sentence_kinds_encode_decode_and_score(pieces):
 
 def test_labelled_means_every_row_has_a_gold_label():
     task = TASKS["sst2"]
-    for labels, expected in (([0, 1], True), ([0, -1], False), ([-1, -1], False), ([], False)):
+    for labels, expected in (([0, 1], True), ([1], True), ([0, -1], False), ([-1, -1], False), ([], False)):
         split = datasets.Dataset.from_dict(
             {"label": labels}, features=datasets.Features({"label": datasets.Value("int64")})
         )
@@ -423,6 +423,8 @@ def test_span_scores_v1_and_v2_hand_checked():
         }
     )
     assert all(type(value) is float for value in scores.values())
+    tie = v2.kind.score(v2, raw.select([0]), {"answers": {"q1": "paris"}, "null_diffs": {"q1": 0.0}})
+    assert tie["squad_exact_match"] == 100.0  # s_null - best span = 0 does not exceed the threshold 0: the span
     answerable = raw.select(range(3))
     scores = v2.kind.score(v2, answerable, {"answers": answers, "null_diffs": diffs})
     assert math.isnan(scores["squad_no_ans_f1"]) and scores["squad_has_ans_f1"] == pytest.approx(100 * (5 / 3) / 3)
