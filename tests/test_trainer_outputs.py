@@ -42,6 +42,9 @@ def test_a_run_is_a_trainer_run(tmp_path, tiny_model, caplog):
     assert (out / "model" / "model.safetensors").exists()
     assert f"The best run's model (lr0.0001_seed42): {out / 'model'}" in caplog.text
     assert summary["best"]["score"] == result["score"]
+    import transformers  # the versions a card lists, recorded by the run
+
+    assert json.loads((out / "results.json").read_text())["versions"]["transformers"] == transformers.__version__
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 
 from ..atomic import write_json, write_text
 from ..data.wordpiece import load_tokenizer, save_tokenizer
+from ..hub.model_card import framework_versions
 from ..hub.push import push
 from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
 from ..model.configuration_bert_repro import (
@@ -832,6 +833,7 @@ def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "seconds": round(time.time() - start, 1),
         "hardware": hardware(training.device),
+        "versions": framework_versions(),  # the card lists them as transformers' cards do
         "test_predictions": [str(p) for p in submissions],
         "missing_splits": missing_splits,
         "majority_baseline": majority_baseline(task, data),

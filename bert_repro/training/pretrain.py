@@ -37,6 +37,7 @@ from ..atomic import write_json
 from ..data.pretraining_examples import PreTrainingDataConfig
 from ..data.streaming import DataStateCallback, load_data_state
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_tokenizer, save_tokenizer
+from ..hub.model_card import framework_versions
 from ..hub.push import push_checkpoints
 from ..model.configuration_bert_repro import SPEED_SWITCHES
 from .checkpoints import checkpoint_step
@@ -429,6 +430,7 @@ def run_pretraining(argv: list[str] | None = None) -> dict[str, Any]:
         "gradient_accumulation_steps": training.gradient_accumulation_steps,
         "engine": trainer.engine,
         "hardware": hardware(training.device),
+        "versions": framework_versions(),  # the card lists them as transformers' cards do
     }
     if run.streaming:  # the tokens this invocation trained on, summed over the processes, over its time
         tokens = trainer.accelerator.reduce(
