@@ -5,6 +5,7 @@ evaluation and saving strategy runs or is refused in one line before any work.""
 import json
 
 import pytest
+import transformers
 from helpers import fixture_files, write
 
 from bert_repro.training.cli import ConfigurationError
@@ -42,8 +43,7 @@ def test_a_run_is_a_trainer_run(tmp_path, tiny_model, caplog):
     assert (out / "model" / "model.safetensors").exists()
     assert f"The best run's model (lr0.0001_seed42): {out / 'model'}" in caplog.text
     assert summary["best"]["score"] == result["score"]
-    import transformers  # the versions a card lists, recorded by the run
-
+    # the versions a card lists, recorded by the run
     assert json.loads((out / "results.json").read_text())["versions"]["transformers"] == transformers.__version__
 
 
