@@ -520,25 +520,26 @@ def test_limit_alphabet_default_keeps_the_1000_most_frequent_characters() -> Non
     assert tokenizer.tokenize(chars[1000]) == ["[UNK]"]
 
 
-def test_text_cleaning_and_cjk_characters(uncased: BertTokenizer, uncased_dir: Path) -> None:
-    """BasicTokenizer's cleaning (control characters dropped) and CJK characters split one by one, in the trained
-    tokenizer and in the one reloaded from its saved configuration."""
-    for tokenizer in (uncased, AutoTokenizer.from_pretrained(uncased_dir), load_tokenizer(uncased_dir)):
+def test_text_cleaning_and_cjk_characters(corpus_files: list[Path], tmp_path: Path) -> None:
+    """BasicTokenizer's cleaning (control characters dropped) and CJK characters split one by one, in a tokenizer
+    trained here (not a shared fixture: the test itself must run the training) and in its reloads."""
+    trained = train_wordpiece(corpus_files, vocab_size=200, show_progress=False)
+    save_tokenizer(trained, tmp_path)
+    for tokenizer in (trained, AutoTokenizer.from_pretrained(tmp_path), load_tokenizer(tmp_path)):
         assert tokenizer.tokenize("the\x07 river\x00") == tokenizer.tokenize("the river")
         assert tokenizer.tokenize("中文") == ["[UNK]", "[UNK]"]  # two words, both unknown; not one
 
 
-def test_saved_tokenizer_json_decodes_pieces_without_transformers(
-    uncased: BertTokenizer, uncased_dir: Path, tmp_path: Path
-) -> None:
-    """tokenizer.json alone (the tokenizers library, as other tools read it) joins '##' pieces when decoding."""
+def test_saved_tokenizer_json_decodes_pieces_without_transformers(corpus_files: list[Path], tmp_path: Path) -> None:
+    """tokenizer.json alone (the tokenizers library, as other tools read it) joins '##' pieces when decoding, for a
+    tokenizer trained here and for one built from a vocab.txt."""
     word = "reteachmentation"
-    ids = uncased(word, add_special_tokens=False)["input_ids"]
-    assert len(ids) > 1
-    assert Tokenizer.from_file(str(uncased_dir / "tokenizer.json")).decode(ids) == word
-    from_vocab = tmp_path / "from_vocab"
-    save_tokenizer(load_tokenizer(uncased_dir / "vocab.txt"), from_vocab)
-    assert Tokenizer.from_file(str(from_vocab / "tokenizer.json")).decode(ids) == word
+    save_tokenizer(train_wordpiece(corpus_files, vocab_size=VOCAB_SIZE, show_progress=False), tmp_path / "trained")
+    save_tokenizer(load_tokenizer(tmp_path / "trained" / "vocab.txt"), tmp_path / "from_vocab")
+    for folder in ("trained", "from_vocab"):
+        backend = Tokenizer.from_file(str(tmp_path / folder / "tokenizer.json"))
+        ids = backend.encode(word, add_special_tokens=False).ids
+        assert len(ids) > 1 and backend.decode(ids) == word, folder
 
 
 def bert_json(uncased: BertTokenizer, path: Path, normalizer, post_processor: bool = True) -> Path:
