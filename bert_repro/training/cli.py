@@ -568,18 +568,35 @@ def drop_tensorboard_if_missing(training) -> None:
         training.report_to = [r for r in training.report_to if r != "tensorboard"]
 
 
-def check_data_loading(training) -> None:
-    """Trainer's data-loader flags that need worker processes, refused before work (torch refuses them only when
-    the first batch is drawn, after the data is prepared)."""
-    if training.dataloader_num_workers > 0:
-        return
+def check_trainer_settings(training) -> None:
+    """Trainer's flags that Trainer or torch refuse only once training starts, after the data is prepared: here,
+    before work. Data-loader settings that need worker processes; scheduler arguments the schedule does not take
+    (tried on a stand-in optimizer with transformers' own `get_scheduler`)."""
+    import torch
+    from transformers import get_scheduler
+
     context = training.dataloader_multiprocessing_context
     given = [f"--dataloader_multiprocessing_context {context}"] if context is not None else []
     given += ["--dataloader_persistent_workers true"] if training.dataloader_persistent_workers else []
-    if given:
+    if given and training.dataloader_num_workers == 0:
         raise ConfigurationError(
             f"{' and '.join(given)}: a setting of data-loading processes; add --dataloader_num_workers N (N > 0)."
         )
+    if training.lr_scheduler_kwargs:
+        stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+        try:
+            get_scheduler(
+                training.lr_scheduler_type,
+                stand_in,
+                num_warmup_steps=0,
+                num_training_steps=10,
+                scheduler_specific_kwargs=training.lr_scheduler_kwargs,
+            )
+        except (TypeError, ValueError) as err:
+            raise ConfigurationError(
+                f"--lr_scheduler_kwargs {json.dumps(training.lr_scheduler_kwargs)} with --lr_scheduler_type "
+                f"{getattr(training.lr_scheduler_type, 'value', training.lr_scheduler_type)}: {err}"
+            ) from None
 
 
 def pin_memory_only_with_an_accelerator(training) -> None:

@@ -62,8 +62,8 @@ from .cli import (
     HelpLayout,
     SpeedSwitches,
     check_attention,
-    check_data_loading,
     check_output_dir,
+    check_trainer_settings,
     closest,
     drop_tensorboard_if_missing,
     parse_with_config,
@@ -315,7 +315,7 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
     check_values(run, training)
     check_evaluation(find_task(run.task), training)
     check_engine(training)
-    check_data_loading(training)
+    check_trainer_settings(training)
     if model_at_hand:
         if run.tokenizer:
             try:

@@ -46,8 +46,8 @@ from .cli import (
     RUN_CONFIG,
     ConfigurationError,
     HelpLayout,
-    check_data_loading,
     check_output_dir,
+    check_trainer_settings,
     drop_tensorboard_if_missing,
     holds_nothing,
     importable,
@@ -235,7 +235,7 @@ def check_inputs(run: PreTrainingArguments, data: PreTrainingDataConfig, trainin
     corpus files are checked as they are read."""
     check_values(run, training)
     check_engine(training, optimizer=run.optimizer)
-    check_data_loading(training)
+    check_trainer_settings(training)
     derived = gradient_accumulation(run.global_batch_size, training.per_device_train_batch_size, training.world_size)
     if training.gradient_accumulation_steps not in (1, derived):  # given, and not what the batch sizes make
         steps = training.gradient_accumulation_steps
