@@ -317,8 +317,8 @@ def test_the_clock_writes_its_record_into_rank_zeros_checkpoint(tmp_path, monkey
     clock.on_save(args, SimpleNamespace(global_step=7, is_world_process_zero=False), None)
     assert not (tmp_path / "checkpoint-7" / "training_time.json").exists()
     clock.on_save(args, SimpleNamespace(global_step=7, is_world_process_zero=True), None)
-    record = json.loads((tmp_path / "checkpoint-7" / "training_time.json").read_text())
-    assert record == {"train_seconds": 12.346, "global_step": 7}
+    record = (tmp_path / "checkpoint-7" / "training_time.json").read_text()
+    assert record == '{"train_seconds": 12.346, "global_step": 7}'  # one line
     clock.on_save(args, SimpleNamespace(global_step=9, is_world_process_zero=True), None)  # no such folder
     assert not (tmp_path / "checkpoint-9").exists()
 
@@ -327,11 +327,11 @@ def test_whole_run_loss_weights_each_logged_mean_by_its_steps():
     from bert_repro.training.pretrain_resume import whole_run_loss
 
     history = [
+        {"loss": 9.0},  # no step: not a training log
         {"loss": 2.0, "step": 10},
         {"eval_loss": 7.0, "step": 10},
-        {"loss": 9.0},  # no step: not a training log
         {"loss": 1.0, "step": 30},
-        {"loss": 5.0, "step": 30},  # the same step again (the end of a resumed run): counted once
+        {"loss": float("inf"), "step": 30},  # the same step again (the end of a resumed run): counted once
         {"loss": 9.0, "step": 20},
     ]
     assert whole_run_loss(history) == pytest.approx((2.0 * 10 + 1.0 * 20) / 30)
@@ -455,16 +455,27 @@ def test_phase_collator_routes_a_batch_by_its_longest_row(small_tokenizer):
     from bert_repro.data.pretraining_examples import PreTrainingDataConfig
     from bert_repro.training.pretrain_phases import PhaseCollator
 
-    phases = [PreTrainingDataConfig(max_seq_length=16), PreTrainingDataConfig(max_seq_length=32)]
+    phases = [PreTrainingDataConfig(max_seq_length=n) for n in (16, 32, 64)]
     collator = PhaseCollator(small_tokenizer, phases)
-    collator.collators = [(16, lambda f: "phase 1"), (32, lambda f: "phase 2")]
-    collator.static = [(16, lambda f: "phase 1, stored masks"), (32, lambda f: "phase 2, stored masks")]
+
+    def named(name):
+        return lambda features: (name, features)
+
+    collator.collators = [(n, named(f"phase {i}")) for i, n in enumerate((16, 32, 64), start=1)]
+    collator.static = [(n, named(f"phase {i}, stored masks")) for i, n in enumerate((16, 32, 64), start=1)]
 
     def batch(*lengths, stored=False):
         return [{"input_ids": [5] * n, **({"masked_lm_positions": [1]} if stored else {})} for n in lengths]
 
-    assert collator(batch(4, 16)) == "phase 1"
-    assert collator(batch(17, 3)) == "phase 2"
-    assert collator(batch(40)) == "phase 2"  # longer than every phase: the last
-    assert collator(batch(16, stored=True)) == "phase 1, stored masks"
-    assert collator(batch(30, stored=True)) == "phase 2, stored masks"
+    for lengths, stored, expected in [
+        ((4, 16), False, "phase 1"),
+        ((17, 3), False, "phase 2"),
+        ((33,), False, "phase 3"),
+        ((90,), False, "phase 3"),  # longer than every phase: the last
+        ((16,), True, "phase 1, stored masks"),
+        ((30,), True, "phase 2, stored masks"),
+        ((99,), True, "phase 3, stored masks"),
+    ]:
+        features = batch(*lengths, stored=stored)
+        name, passed = collator(features)
+        assert name == expected and passed is features, (lengths, stored)
