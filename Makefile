@@ -102,6 +102,10 @@ mutation_mutants_optim := bert_repro.training.optim.*
 mutation_tests_optim := tests/test_optim.py
 mutation_mutants_masking := bert_repro.data.pretraining_examples.*
 mutation_tests_masking := tests/test_pretraining_data.py
+# The masking rules alone (the 80/10/10 choice, the candidates, the budget, the checks): 166 of the 1,757 mutants.
+mutation_mutants_masking_core := $(foreach f,create_masked_lm_predictions _candidate_groups _masked_tokens \
+	_replacement _check_masking mask_batch,bert_repro.data.pretraining_examples.x_$(f)__*)
+mutation_tests_masking_core := tests/test_pretraining_data.py
 mutation_mutants_wordpiece := bert_repro.data.wordpiece.*
 mutation_tests_wordpiece := tests/test_tokenization.py
 mutation_mutants_squad := bert_repro.tasks.squad.*

@@ -927,3 +927,90 @@ def test_one_document_means_no_held_out_evaluation_and_says_so(caplog):
     with caplog.at_level(logging.WARNING, logger="bert_repro.training.pretrain_data"):
         assert split_documents(one, run, seed=0) == (one, None)
     assert not caplog.text
+
+
+# --------------------------------------------------------------------------------------------------
+# The masking rules at their edges (each pins a bound or a default that a statistical test cannot see)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_masking_settings_at_their_bounds():
+    from bert_repro.data.pretraining_examples import _check_masking
+
+    for ok in [
+        (1.0, 1, 0.8, 0.1),
+        (0.15, 20, 0.0, 0.1),
+        (0.15, 20, 0.8, 0.0),
+        (0.15, 20, 0.8, 0.2),
+        (0.15, 20, 1.0, 0.0),
+    ]:
+        _check_masking(*ok)  # masked_lm_prob 1, a budget of 1, either share 0, shares summing to exactly 1
+    for bad in [
+        (1.5, 20, 0.8, 0.1),
+        (0.0, 20, 0.8, 0.1),
+        (0.15, 0, 0.8, 0.1),
+        (0.15, 20, -0.1, 0.1),
+        (0.15, 20, 0.8, -0.1),
+    ]:
+        with pytest.raises(ValueError):
+            _check_masking(*bad)
+
+
+class Draws:
+    """A stand-in random generator whose draws are given."""
+
+    def __init__(self, *values):
+        self.values = list(values)
+
+    def random(self):
+        return self.values.pop(0)
+
+    def randint(self, low, high):
+        return low
+
+
+def test_a_draw_equal_to_the_share_is_not_in_it():
+    """rng.random() is in [0, 1): "[MASK] with probability p" is a draw below p, not at it."""
+    from bert_repro.data.pretraining_examples import _replacement
+
+    vocab = WordPieceVocab(cls_token=2, sep_token=3, mask_token=4, vocab_words=[7, 8, 9])
+    assert _replacement(50, vocab, Draws(0.8, 0.5), 0.8, 0.5) == 7  # neither [MASK] nor kept: a random entry
+    assert _replacement(50, vocab, Draws(0.7999), 0.8, 0.5) == 4
+    assert _replacement(50, vocab, Draws(0.9, 0.4999), 0.8, 0.5) == 50
+
+
+def test_masking_defaults_are_the_references_and_mask_batch_passes_its_settings_on():
+    words = [2] + [100 + i if i % 3 == 0 else 20_000 + i for i in range(200)] + [3]
+    vocab = WordPieceVocab(
+        cls_token=2,
+        sep_token=3,
+        mask_token=4,
+        vocab_words=range(50_000),
+        subword_tokens=frozenset(range(20_000, 21_000)),
+    )
+    reference = {"do_whole_word_mask": False, "mask_replace_prob": 0.8, "random_replace_prob": 0.1}
+    assert create_masked_lm_predictions(words, 0.5, 100, vocab, random.Random(1)) == create_masked_lm_predictions(
+        words, 0.5, 100, vocab, random.Random(1), **reference
+    )
+    rows = [words, words[:50]]
+    defaults = mask_batch(rows, vocab, random.Random(2))
+    assert defaults == mask_batch(
+        rows, vocab, random.Random(2), masked_lm_prob=0.15, max_predictions_per_seq=20, **reference
+    )
+    assert [len(positions) for positions, _ in defaults[1]] == [20, 8]  # the cap of 20 binds on 202 tokens
+    settings = {"do_whole_word_mask": True, "mask_replace_prob": 0.5, "random_replace_prob": 0.3}
+    rng, expected = random.Random(3), []
+    for row in rows:
+        out, positions, labels = create_masked_lm_predictions(row, 0.3, 40, vocab, rng, **settings)
+        expected.append((out, (positions, labels)))
+    got = mask_batch(rows, vocab, random.Random(3), masked_lm_prob=0.3, max_predictions_per_seq=40, **settings)
+    assert got == ([e[0] for e in expected], [e[1] for e in expected])
+
+
+def test_mask_batch_returns_plain_ints_and_needs_a_mask_row_per_row():
+    ids = torch.tensor([[2, 10, 11, 12, 3], [2, 20, 21, 3, 0]])
+    masked, targets = mask_batch(ids, INT_VOCAB, random.Random(0))
+    assert all(type(token) is int for row in masked for token in row)
+    assert all(type(label) is int for _, labels in targets for label in labels)
+    with pytest.raises(ValueError):
+        mask_batch(ids, INT_VOCAB, random.Random(0), attention_mask=[[1] * 5] * 3)
