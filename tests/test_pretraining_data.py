@@ -800,6 +800,13 @@ def test_statistics(pseudo_corpus, trained_tokenizer):
     assert sum(stats["length_histogram"].values()) == len(rows)
     assert sum(stats["masked_split"].values()) == pytest.approx(1.0)
     assert stats["masked_split"]["mask"] == pytest.approx(0.8, abs=0.05)
+    mask_id = trained_tokenizer.mask_token_id
+    shown = [(r["input_ids"][p], o) for r in rows for p, o in zip(r["masked_lm_positions"], r["masked_lm_ids"])]
+    assert stats["masked_split"]["mask"] == pytest.approx(sum(s == mask_id for s, _ in shown) / len(shown))
+    assert stats["masked_split"]["unchanged"] == pytest.approx(
+        sum(s == o and s != mask_id for s, o in shown) / len(shown)
+    )
+    assert stats["masked_split"]["unchanged"] > 0
     assert stats["documents"] == len(pseudo_corpus)
     assert stats["sentences"] == sum(len(split_sentences(t)) for t in pseudo_corpus)
     dynamic = create_pretraining_instances(
