@@ -82,6 +82,7 @@ def test_every_evaluation_and_saving_strategy_runs(tmp_path, tiny_model, flags):
         ("sst2", ("--eval_do_concat_batches", "false"), "need every evaluation example's prediction"),
         ("sst2", ("--dataloader_drop_last", "true"), "need every evaluation example's prediction"),
         ("sst2", ("--dataloader_multiprocessing_context", "spawn"), "add --dataloader_num_workers N"),
+        ("sst2", ("--batch_eval_metrics", "true"), "a setting of Trainer's compute_metrics"),
         ("sst2", ("--lr_scheduler_kwargs", '{"power": 2.0}'), "with --lr_scheduler_type linear: .*power"),
     ],
 )

@@ -382,6 +382,15 @@ def check_evaluation(task: Task, training: TrainingArguments) -> None:
         raise ConfigurationError(
             f"{', '.join(given)}: the task's metrics need every evaluation example's prediction; leave it out."
         )
+    unused = {
+        "--batch_eval_metrics true": training.batch_eval_metrics,
+        "--include_for_metrics": training.include_for_metrics,
+    }
+    if given := [flag for flag, on in unused.items() if on]:
+        raise ConfigurationError(
+            f"{', '.join(given)}: a setting of Trainer's compute_metrics, which the recipe does not use (each task's "
+            "metrics are computed from all its predictions, bert_repro.tasks.metrics); leave it out."
+        )
     metric = (training.metric_for_best_model or "").removeprefix("eval_")
     if metric and metric not in (known := evaluation_metrics(task)):
         default = " (Trainer's default with --load_best_model_at_end)" if metric == "loss" else ""
