@@ -60,6 +60,7 @@ from ..model.conversion import weight_files
 from ..model.modeling_bert_repro import AUTO_MAP
 from ..tasks.kinds import TaskKind, kind_named
 from ..tasks.registry import METRICS, TASKS, Result, Task, get_task
+from ..versions import FRAMEWORKS, installed_version
 
 TEMPLATE_PACKAGE_DIR = "model_cards"  # inside bert_repro.hub, so it ships in the wheel
 NOT_RECORDED = "not recorded"
@@ -99,14 +100,6 @@ KNOWN_LICENCES = {
     "Salesforce/wikitext": "CC BY-SA 3.0 and GFDL",
     "rajpurkar/squad": "CC BY-SA 4.0",
     "rajpurkar/squad_v2": "CC BY-SA 4.0",
-}
-# What transformers' Trainer cards list under "Framework versions" (transformers.modelcard), then ours: {name: package}.
-FRAMEWORKS = {
-    "Transformers": "transformers",
-    "Pytorch": "torch",
-    "Datasets": "datasets",
-    "Tokenizers": "tokenizers",
-    "bert_repro": "bert_repro",
 }
 # The paper's pre-training scale (section 3.1 and appendix A.2), to put a run's in perspective.
 PAPER_STEPS, PAPER_BATCH = 1_000_000, 256
@@ -234,19 +227,6 @@ def preset_of(config: Mapping[str, Any]) -> str | None:
     return None
 
 
-def framework_versions() -> dict[str, str | None]:
-    """The installed versions of the packages a card lists ({package: version}), for a run to record in results.json
-    so that its card shows the versions it trained with."""
-    return {package: _installed(package) for package in FRAMEWORKS.values()}
-
-
-def _installed(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def framework_lines(recorded: Mapping[str, Any] | None, saved_with: str | None = None) -> list[str]:
     """The "Framework versions" lines of a card: those the run recorded (results.json's `versions`), else
     transformers' from config.json (``saved_with``, written when the model was saved) and the others installed now,
@@ -258,7 +238,7 @@ def framework_lines(recorded: Mapping[str, Any] | None, saved_with: str | None =
         elif package == "transformers" and saved_with:
             lines.append(f"{name} {saved_with} (config.json: the version that saved the model)")
         else:
-            now = _installed(package) or "not installed"
+            now = installed_version(package) or "not installed"
             lines.append(f"{name} {now} (installed when this card was made; the run did not record it)")
     return lines
 
@@ -1274,7 +1254,6 @@ __all__ = [
     "card_for_pretraining",
     "card_path",
     "check_no_secrets",
-    "framework_versions",
     "is_hub_id",
     "parameter_count",
     "run_kind",

@@ -39,7 +39,6 @@ from transformers import Trainer, TrainingArguments, set_seed
 
 from ..atomic import write_json, write_text
 from ..data.wordpiece import load_tokenizer, save_tokenizer
-from ..hub.model_card import framework_versions
 from ..hub.push import push
 from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
 from ..model.configuration_bert_repro import (
@@ -55,6 +54,7 @@ from ..tasks.columns import TaskDataError
 from ..tasks.files import describe_sources, load_task_data
 from ..tasks.kinds import HEADS, SpanExtraction
 from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
+from ..versions import framework_versions
 from .checkpoints import checkpoints_newest_first, newest_valid_checkpoint
 from .cli import (
     RESULTS,

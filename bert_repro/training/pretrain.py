@@ -37,9 +37,9 @@ from ..atomic import write_json
 from ..data.pretraining_examples import PreTrainingDataConfig
 from ..data.streaming import DataStateCallback, load_data_state
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_tokenizer, save_tokenizer
-from ..hub.model_card import framework_versions
 from ..hub.push import push_checkpoints
 from ..model.configuration_bert_repro import SPEED_SWITCHES
+from ..versions import framework_versions
 from .checkpoints import checkpoint_step
 from .cli import (
     RESULTS,

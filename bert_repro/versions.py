@@ -1,0 +1,28 @@
+"""The software a run trained with, as its results record it and its model card lists it: the packages transformers'
+Trainer cards list under "Framework versions" (transformers.modelcard), then ours. Outside the stages: training
+records the versions and hub shows them."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+# {name a card shows: package}
+FRAMEWORKS = {
+    "Transformers": "transformers",
+    "Pytorch": "torch",
+    "Datasets": "datasets",
+    "Tokenizers": "tokenizers",
+    "bert_repro": "bert_repro",
+}
+
+
+def framework_versions() -> dict[str, str | None]:
+    """{package: installed version} of `FRAMEWORKS` (None where one is not installed)."""
+    return {package: installed_version(package) for package in FRAMEWORKS.values()}
+
+
+def installed_version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
