@@ -1320,12 +1320,15 @@ def main(argv: list[str] | None = None) -> None:
     """`python -m tests.hub_server`: serve until interrupted, after one paragraph saying how to point a client at it."""
     import argparse
     import shlex
+    import signal
     import sys
 
     parser = argparse.ArgumentParser(prog="python -m tests.hub_server", description="A local Hub for offline pushes.")
     parser.add_argument("--root", help="Where the repos are stored (default: a temporary directory, deleted at exit).")
     parser.add_argument("--port", type=int, default=0, help="Port on 127.0.0.1 (default: a free one).")
     args = parser.parse_args(argv)
+    # Ctrl-C stops it even when started where SIGINT is ignored (a shell's background job passes that on)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         hub = LocalHub(root=args.root).start(port=args.port)
     except OSError as err:
