@@ -226,7 +226,7 @@ class EngineTrainer(Trainer):
                     # Trainer named the best checkpoint where it was written: name it where it stays, in the
                     # state and in the checkpoint's own copy (a resumed run reads that one), before it is published.
                     self.state.best_model_checkpoint = str(run_dir / name)
-                    write_json(run_dir / STAGING / name / TRAINER_STATE_NAME, asdict(self.state), sort_keys=True)
+                    write_trainer_state(self.state, run_dir / STAGING / name / TRAINER_STATE_NAME)
                 publish(run_dir / STAGING / name, run_dir / name)
                 (run_dir / STAGING).rmdir()
                 # Only now that the new checkpoint is complete may the oldest go.
@@ -309,6 +309,11 @@ class EngineTrainer(Trainer):
         if self.args.should_save:
             publish(staging, target)
         self.accelerator.wait_for_everyone()
+
+
+def write_trainer_state(state, path: Path) -> None:
+    """`TrainerState.save_to_json`, written whole (`bert_repro.atomic`)."""
+    write_json(path, asdict(state), sort_keys=True)
 
 
 def hardware(device) -> str:

@@ -74,7 +74,14 @@ from .cli import (
     write_run_config,
 )
 from .cluster import lock_output_dir_once, stop_message
-from .distributed import EngineTrainer, check_deepspeed_installed, check_engine, hardware
+from .distributed import (
+    TRAINER_STATE_NAME,
+    EngineTrainer,
+    check_deepspeed_installed,
+    check_engine,
+    hardware,
+    write_trainer_state,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -485,13 +492,11 @@ def model_inputs(task: Task, raw: datasets.Dataset, encoded: datasets.Dataset) -
     return encoded.remove_columns([c for c in drop if c in encoded.column_names])
 
 
-def predict(task: Task, trainer: Trainer, raw: datasets.Dataset, encoded: datasets.Dataset, run, losses=None):
-    """Predictions for a raw split, in its own terms: class ids, scores, answer texts or tag sequences. The mean
-    loss goes into `losses` (a list) where the split has labels the model reads (SQuAD's evaluation has none)."""
+def predict(task: Task, trainer: Trainer, raw: datasets.Dataset, encoded: datasets.Dataset, run) -> tuple[Any, Any]:
+    """Predictions for a raw split, in its own terms (class ids, scores, answer texts or tag sequences), and the
+    mean loss where the split has labels the model reads (None for SQuAD's evaluation, which has none)."""
     output = trainer.predict(model_inputs(task, raw, encoded))
-    if losses is not None and "test_loss" in output.metrics:
-        losses.append(output.metrics["test_loss"])
-    return task.kind.decode(task, output.predictions, raw, encoded, run)
+    return task.kind.decode(task, output.predictions, raw, encoded, run), output.metrics.get("test_loss")
 
 
 def evaluate_splits(task: Task, trainer: Trainer, splits: dict[str, tuple], run) -> tuple[dict[str, Any], dict]:
@@ -501,10 +506,10 @@ def evaluate_splits(task: Task, trainer: Trainer, splits: dict[str, tuple], run)
     losses: dict[str, float] = {}
     for split_name in task.eval_splits:
         raw, encoded = splits[split_name]
-        loss: list[float] = []
-        predictions = predict(task, trainer, raw, encoded, run, loss)
+        predictions, loss = predict(task, trainer, raw, encoded, run)
         result[split_name] = score(task, raw, predictions)
-        losses.update({split_name: loss[0]} if loss else {})
+        if loss is not None:
+            losses[split_name] = loss
         if (label := one_label(task, predictions)) is not None:
             result.setdefault("one_label", {})[split_name] = label
     return result, losses
@@ -684,7 +689,7 @@ def write_trainer_files(trainer: Trainer, run_dir: Path, train_metrics: dict, ev
     write_json(run_dir / "train_results.json", train_metrics, sort_keys=True)
     write_json(run_dir / "eval_results.json", eval_metrics, sort_keys=True)
     write_json(run_dir / "all_results.json", {**train_metrics, **eval_metrics}, sort_keys=True)
-    write_json(run_dir / "trainer_state.json", asdict(trainer.state), sort_keys=True)
+    write_trainer_state(trainer.state, run_dir / TRAINER_STATE_NAME)
 
 
 def one_label(task: Task, predictions) -> str | None:
@@ -720,7 +725,7 @@ def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, o
     written = []
     for split_name, path in test_prediction_files(task, data, output_dir).items():
         raw = data[split_name]
-        predictions = predict(task, trainer, raw, encode(task, raw, tokenizer, run, train=False), run)
+        predictions, _ = predict(task, trainer, raw, encode(task, raw, tokenizer, run, train=False), run)
         path.parent.mkdir(parents=True, exist_ok=True)
         lines = ["index\tprediction"] + [
             f"{i}\t{task.format_submission_value(p)}" for i, p in zip(raw["idx"], predictions)
