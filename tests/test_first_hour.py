@@ -55,10 +55,11 @@ def test_a_finished_run_is_announced_by_the_first_process_only(rank, monkeypatch
 
 
 def launch_commands() -> list[tuple[str, list[str]]]:
-    """(file, the arguments before the script) of every `accelerate launch ... script.py` the README and the
-    recipes show (`$VARIABLES` as 0: the node rank and address of a multi-node command)."""
+    """(file, the arguments before the script) of every `accelerate launch ... script.py` the README, the guides in
+    docs/ and the recipes show (`$VARIABLES` as 0: the node rank and address of a multi-node command)."""
     found = []
-    for path in [ROOT / "README.md", *sorted((ROOT / "recipes").rglob("*.py")), *sorted(ROOT.glob("recipes/*/*.yaml"))]:
+    shown = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for path in [*shown, *sorted((ROOT / "recipes").rglob("*.py")), *sorted(ROOT.glob("recipes/*/*.yaml"))]:
         text = path.read_text().replace("\\\n", " ")
         for match in re.finditer(r"accelerate launch((?:\s+[^\s`]+)*?)\s+\S+\.py\b", text):
             found.append((path.name, ["0" if a.startswith("$") else a for a in match.group(1).split()]))
@@ -76,7 +77,7 @@ def test_our_launch_commands_pass_what_accelerate_asks_for(monkeypatch, caplog):
     monkeypatch.setattr(launch, "default_config_file", str(ROOT / "no-accelerate-config.yaml"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     commands = launch_commands()
-    assert len(commands) > 5
+    assert len(commands) > 5 and {"pretraining.md", "clusters.md"} <= {where for where, _ in commands}
     for where, arguments in commands:
         caplog.clear()
         launch._validate_launch_command(launch.launch_command_parser().parse_args([*arguments, "x.py"]))
