@@ -104,11 +104,13 @@ mutation_mutants_metrics := bert_repro.tasks.metrics.*
 mutation_tests_metrics := tests/test_metrics.py tests/test_metrics_reference.py
 mutation_mutants_optim := bert_repro.training.optim.*
 mutation_tests_optim := tests/test_optim.py
-mutation_mutants_masking := bert_repro.data.pretraining_examples.*
+# The pre-training examples: pretraining_examples.py and the modules it puts together.
+mutation_mutants_masking := $(foreach m,pretraining_examples pretraining_config training_instances masking \
+	tokenized_documents balanced_map example_statistics,bert_repro.data.$(m).*)
 mutation_tests_masking := tests/test_pretraining_data.py
 # The masking rules alone (the 80/10/10 choice, the candidates, the budget, the checks): 166 of the 1,757 mutants.
-mutation_mutants_masking_core := $(foreach f,create_masked_lm_predictions _candidate_groups _masked_tokens \
-	_replacement _check_masking mask_batch,bert_repro.data.pretraining_examples.x_$(f)__*)
+mutation_mutants_masking_core := $(foreach f,create_masked_lm_predictions _candidate_groups _replacement \
+	_check_masking mask_batch,bert_repro.data.masking.x_$(f)__*) bert_repro.data.example_statistics.x__masked_tokens__*
 mutation_tests_masking_core := tests/test_pretraining_data.py
 mutation_mutants_wordpiece := bert_repro.data.wordpiece.*
 mutation_tests_wordpiece := tests/test_tokenization.py

@@ -21,22 +21,19 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import BertTokenizerFast
 
 from bert_repro.data import corpus as corpus_module
-from bert_repro.data import pretraining_examples as pe
+from bert_repro.data import tokenized_documents as pe
 from bert_repro.data.corpus import decode_text, load_corpus
-from bert_repro.data.pretraining_examples import (
-    IS_NEXT,
-    NOT_NEXT,
-    PreTrainingDataConfig,
-    WordPieceVocab,
-    create_pretraining_instances,
-    tokenize_documents,
-)
+from bert_repro.data.masking import WordPieceVocab
+from bert_repro.data.pretraining_config import PreTrainingDataConfig
+from bert_repro.data.pretraining_examples import create_pretraining_instances
 from bert_repro.data.sentences import (
     MAX_SENTENCE_CHARS,
     SENTENCE_PIECE_CHARS,
     cut_long_sentence,
     split_sentences,
 )
+from bert_repro.data.tokenized_documents import tokenize_documents
+from bert_repro.data.training_instances import IS_NEXT, NOT_NEXT
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

@@ -28,15 +28,11 @@ import torch.nn.functional as F
 from helpers import tiny_config
 
 from bert_repro import BertReproConfig, BertReproForPreTraining, BertReproForSequenceClassification, BertReproModel
-from bert_repro.data.pretraining_examples import (
-    IGNORE_INDEX,
-    PreTrainingCollator,
-    PreTrainingDataConfig,
-    WordPieceVocab,
-    create_instances_from_document,
-    create_pretraining_dataset,
-    pretraining_statistics,
-)
+from bert_repro.data.example_statistics import pretraining_statistics
+from bert_repro.data.masking import WordPieceVocab
+from bert_repro.data.pretraining_config import PreTrainingDataConfig
+from bert_repro.data.pretraining_examples import IGNORE_INDEX, PreTrainingCollator, create_pretraining_dataset
+from bert_repro.data.training_instances import create_instances_from_document
 from bert_repro.model.checkpoint_format import NotTransformersBertWarning
 from bert_repro.model.configuration_bert_repro import (
     BIDIRECTIONAL_ONLY_SWITCHES,

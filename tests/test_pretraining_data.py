@@ -30,26 +30,26 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import BertTokenizer, HfArgumentParser
 
+from bert_repro.data.balanced_map import _balanced_order
+from bert_repro.data.example_statistics import pretraining_statistics
+from bert_repro.data.masking import WordPieceVocab, create_masked_lm_predictions, mask_batch
+from bert_repro.data.pretraining_config import PreTrainingDataConfig
 from bert_repro.data.pretraining_examples import (
     IGNORE_INDEX,
-    NOT_NEXT,
     PreTrainingCollator,
-    PreTrainingDataConfig,
-    TrainingInstance,
-    WordPieceVocab,
-    _balanced_order,
-    create_instances_from_document,
-    create_masked_lm_predictions,
     create_pretraining_dataset,
     create_pretraining_instances,
-    create_training_instances,
-    document_rng,
-    mask_batch,
-    pretraining_statistics,
-    tokenize_documents,
-    truncate_seq_pair,
 )
 from bert_repro.data.sentences import looks_like_binary, split_sentences
+from bert_repro.data.tokenized_documents import tokenize_documents
+from bert_repro.data.training_instances import (
+    NOT_NEXT,
+    TrainingInstance,
+    create_instances_from_document,
+    create_training_instances,
+    document_rng,
+    truncate_seq_pair,
+)
 
 # Integer corpora: ids 0-4 are special (as in a freshly trained vocabulary), corpus tokens start at 1000.
 INT_VOCAB = WordPieceVocab(cls_token=2, sep_token=3, mask_token=4, vocab_words=range(50_000), pad_token=0)
@@ -942,7 +942,7 @@ def test_one_document_means_no_held_out_evaluation_and_says_so(caplog):
 
 
 def test_masking_settings_at_their_bounds():
-    from bert_repro.data.pretraining_examples import _check_masking
+    from bert_repro.data.masking import _check_masking
 
     for ok in [
         (1.0, 1, 0.8, 0.1),
@@ -978,7 +978,7 @@ class Draws:
 
 def test_a_draw_equal_to_the_share_is_not_in_it():
     """rng.random() is in [0, 1): "[MASK] with probability p" is a draw below p, not at it."""
-    from bert_repro.data.pretraining_examples import _replacement
+    from bert_repro.data.masking import _replacement
 
     vocab = WordPieceVocab(cls_token=2, sep_token=3, mask_token=4, vocab_words=[7, 8, 9])
     assert _replacement(50, vocab, Draws(0.8, 0.5), 0.8, 0.5) == 7  # neither [MASK] nor kept: a random entry

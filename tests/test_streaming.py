@@ -17,13 +17,9 @@ from helpers import ROOT, fake_checkpoint, launch, weights, write_config
 from torch.utils.data import DataLoader
 
 from bert_repro.data.corpus import CorpusError
-from bert_repro.data.pretraining_examples import (
-    IS_NEXT,
-    NOT_NEXT,
-    PreTrainingDataConfig,
-    create_pretraining_dataset,
-    pretraining_statistics,
-)
+from bert_repro.data.example_statistics import pretraining_statistics
+from bert_repro.data.pretraining_config import PreTrainingDataConfig
+from bert_repro.data.pretraining_examples import create_pretraining_dataset
 from bert_repro.data.streaming import (
     DatasetDocuments,
     StreamingExamples,
@@ -32,6 +28,7 @@ from bert_repro.data.streaming import (
     open_document_source,
     open_stream,
 )
+from bert_repro.data.training_instances import IS_NEXT, NOT_NEXT
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 DOCUMENTS, WORDS_PER_DOCUMENT = 40, 12

@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .pretraining_examples import IGNORE_INDEX, PreTrainingCollator, PreTrainingDataConfig
+from .pretraining_config import PreTrainingDataConfig
+from .pretraining_examples import IGNORE_INDEX, PreTrainingCollator
 
 __all__ = ["PackingCollator", "first_fit_decreasing", "pack_rows", "packed_rows_per_example", "padding_statistics"]
 

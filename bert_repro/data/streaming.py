@@ -102,16 +102,12 @@ from .corpus import (
     decode_text,
     load_corpus,
 )
-from .pretraining_examples import (
-    IS_NEXT,
-    NOT_NEXT,
-    PreTrainingDataConfig,
-    TrainingInstance,
-    WordPieceVocab,
+from .masking import WordPieceVocab
+from .pretraining_config import PreTrainingDataConfig
+from .tokenized_documents import (
     _tokenize_batch,  # the map-style pipeline's own sentence split + WordPiece, so both tokenize alike
-    create_instances_from_document,
-    document_rng,
 )
+from .training_instances import IS_NEXT, NOT_NEXT, TrainingInstance, create_instances_from_document, document_rng
 
 __all__ = [
     "DATA_STATE",
