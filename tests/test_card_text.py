@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bert_repro.hub import model_card
+from bert_repro.hub import finetuned_card as model_card
 from bert_repro.tasks import registry
 from bert_repro.tasks.registry import METRICS, TASKS, Metric, get_task, with_overrides
 

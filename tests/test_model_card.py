@@ -21,6 +21,7 @@ from huggingface_hub.repocard_data import eval_results_to_model_index, model_ind
 
 import bert_repro
 from bert_repro.hub import model_card
+from bert_repro.hub.card_common import safetensors_parameter_count
 from bert_repro.hub.model_card import (
     CardError,
     card_for_directory,
@@ -29,7 +30,6 @@ from bert_repro.hub.model_card import (
     card_path,
     parameter_count,
     run_kind,
-    safetensors_parameter_count,
 )
 from bert_repro.versions import framework_versions
 

@@ -29,25 +29,20 @@ from huggingface_hub import EvalResult, ModelCard
 from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
 from ..tasks.registry import TASKS
-from .model_card import (
+from ..versions import FRAMEWORKS
+from .card_common import (
     BIBTEX,
-    FRAMEWORKS,
-    PAPER_BATCH,
-    PAPER_STEPS,
     PRESET_NAMES,
     CardError,
     _card_data,
-    _corpus_name,
-    _is_random_init,
     _plural,
     _read_json,
-    _shown_path,
-    _study_verdict,
     _usage,
-    fine_tuning_comparison,
     render_card,
     repo_name,
 )
+from .pretrained_card import PAPER_BATCH, PAPER_STEPS, _corpus_name, _shown_path
+from .study_comparison import _is_random_init, _study_verdict, fine_tuning_comparison
 
 
 def _flag(args: list[str], name: str) -> str | None:

@@ -35,6 +35,9 @@ the kernel and `query_key_value` computes the projections; `parts.self_output` a
 block. A packed batch (several examples per row, `position_ids` restarting at each [CLS]) is read with
 `packed_sequences.py`. This file and the modules it imports are the code `save_pretrained` copies next to the weights
 (what `trust_remote_code=True` runs: the paper's model, which ignores the switches as transformers' BERT does).
+
+Over 800 lines on purpose: the paper's model reads in one file, from the embeddings to every head, as transformers'
+`modeling_bert.py` does.
 """
 
 from __future__ import annotations

@@ -1,0 +1,281 @@
+"""The card of a fine-tuned checkpoint (`recipes/finetune.py`'s output directory): `card_for_finetuning`.
+
+Built from `results.json` (the grid, every run, the best one), `run_config.json` and the best model's
+`model/config.json`: the task, the scores beside the majority class and the paper's BASE and LARGE numbers, every
+run of the grid, the hyper-parameters; rendered with `finetuned.md`. `_task_result`, the model-index entry of a
+fine-tuned score on a task, also gives those of a study's fine-tuning runs (`bert_repro.hub.study_comparison`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard
+
+from ..tasks.registry import METRICS, Result, Task, get_task
+from .card_common import (
+    BIBTEX,
+    NOT_RECORDED,
+    SPLIT_NAMES,
+    CardError,
+    _card_data,
+    _count,
+    _hyperparameter_sections,
+    _is_number,
+    _last_component,
+    _licence_of,
+    _percent,
+    _plain,
+    _plural,
+    _read_json,
+    _score,
+    _usage,
+    _warmup,
+    architecture_rows,
+    format_setting,
+    framework_lines,
+    is_hub_id,
+    parameter_count,
+    public_name,
+    render_card,
+    repo_name,
+    stored_parameter_count,
+)
+
+__all__ = ["card_for_finetuning"]
+
+
+# A task's display name and its metrics' labels and Hub ids come from the registry (`Task.display_name`,
+# `METRICS`); its pipeline tag, Auto class, head description and usage example from its kind
+# (`bert_repro.tasks.kinds`).
+# Metric ids the Hub knows (hf.co/metrics), for the `metrics` field.
+HUB_METRICS = {"accuracy", "f1", "exact_match", "matthews_correlation", "pearsonr", "spearmanr", "precision", "recall"}
+TASK_TYPE_NAMES = {
+    "fill-mask": "Fill-Mask",
+    "text-classification": "Text Classification",
+    "question-answering": "Question Answering",
+    "multiple-choice": "Multiple Choice",
+    "token-classification": "Token Classification",
+}
+
+
+def _task_result(task: Task, split: str, metric: str, value: float, name: str) -> EvalResult:
+    """A model-index entry for a score (percent) of ``task`` on ``split``, named as the registry names it."""
+    task_type = task.kind.pipeline_tag
+    return EvalResult(
+        task_type=task_type,
+        task_name=TASK_TYPE_NAMES[task_type],
+        dataset_type=task.hub_id,
+        dataset_name=task.display_name,
+        dataset_config=task.hub_config,
+        dataset_split=split,
+        metric_type=METRICS[metric].hub_id,
+        metric_value=value,
+        metric_name=name,
+    )
+
+
+def _metric_keys(task: Task, scores: Mapping[str, Any]) -> list[str]:
+    """The metrics of a split's scores, the task's declared ones first; thresholds and counts left out."""
+    extra = [k for k in scores if k not in task.metrics and k in METRICS]
+    return [k for k in (*task.metrics, *extra) if k in scores]
+
+
+def _paper_value(task: Task, metric: str, model: str, split: str) -> Result | None:
+    """The paper's number for our (metric, split): the same split, else its test counterpart (GLUE's numbers
+    are test-server scores), else the paper's only number for the metric."""
+    found = [r for r in task.paper if r.model == model and r.metric == metric]
+    for wanted in (split, split.replace("validation", "test")):
+        for result in found:
+            if result.split == wanted:
+                return result
+    return found[0] if len(found) == 1 else None
+
+
+def _paper_cell(result: Result | None) -> str:
+    return "–" if result is None else f"{result.value:.1f} ({SPLIT_NAMES.get(result.split, result.split)})"
+
+
+def _finetuning_eval(
+    task: Task, best: Mapping[str, Any], baseline: Mapping[str, Any] | None = None
+) -> tuple[list[EvalResult], list[dict[str, str]]]:
+    """model-index entries (percent) and table rows beside the majority class (`baseline`: results.json's
+    majority_baseline, where the task has classes and the run recorded it) and the paper's BASE and LARGE numbers."""
+    eval_results, rows = [], []
+    for split in task.eval_splits:
+        scores = best.get(split) or {}
+        majority = (baseline or {}).get(split) or {}
+        for metric in _metric_keys(task, scores):
+            value = scores[metric]
+            label = METRICS[metric].label
+            ours = _percent(metric, value) if _is_number(value) else None
+            if ours is not None:
+                eval_results.append(_task_result(task, split, metric, ours, f"{label} (%)"))
+            rows.append(
+                {
+                    "split": SPLIT_NAMES.get(split, split),
+                    "metric": label,
+                    "ours": _score(ours) if ours is not None else "undefined",
+                    "majority": _score(_percent(metric, majority[metric])) if _is_number(majority.get(metric)) else "–",
+                    "base": _paper_cell(_paper_value(task, metric, "base", split)),
+                    "large": _paper_cell(_paper_value(task, metric, "large", split)),
+                    "main": "yes" if metric == task.main_metric else "",
+                }
+            )
+    return eval_results, rows
+
+
+def _other_reported(task: Task) -> list[str]:
+    return [
+        f"{METRICS[r.metric].label} {r.value:g} on {SPLIT_NAMES.get(r.split, r.split)} ({r.model}; {r.source})"
+        for r in task.other_reported
+        if r.metric in METRICS
+    ]
+
+
+def _run_rows(task: Task, summary: Mapping[str, Any]) -> list[dict[str, str]]:
+    """One row per run of the grid: its ranking score (percent) and whether it is the model kept."""
+    best = summary.get("best") or {}
+    kept = (best.get("learning_rate"), best.get("seed"))
+    rows = []
+    for r in summary.get("runs") or []:
+        score = r.get("score")  # the main metric (SQuAD v2.0: F1 at the tuned threshold), in its own scale
+        rows.append(
+            {
+                "learning_rate": format_setting(r.get("learning_rate")),
+                "seed": format_setting(r.get("seed")),
+                "score": (_score(_percent(task.main_metric, score)) if _is_number(score) else NOT_RECORDED),
+                "seconds": _count(r.get("train_seconds")),
+                "best": "yes" if (r.get("learning_rate"), r.get("seed")) == kept else "",
+            }
+        )
+    return rows
+
+
+def _finetuning_base(summary: Mapping[str, Any], record: Mapping[str, Any], base_model: str | None) -> dict[str, Any]:
+    """The pre-trained checkpoint: a Hub id goes in the metadata, a local path only by its last component."""
+    source = base_model or summary.get("model") or (record.get("run") or {}).get("model")
+    hub = base_model if base_model else (source if is_hub_id(source) else None)
+    return {
+        "hub_id": hub,
+        "name": hub or (public_name(source) if source else NOT_RECORDED),
+        "licence": _licence_of(hub),
+    }
+
+
+def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
+    """What the training-procedure section says, each value ready to print."""
+    hp = summary.get("hyperparameters") or {}
+    best = summary.get("best") or {}
+    run = record.get("run") or {}
+    training = record.get("training") or {}
+    threshold = (best.get(task.eval_splits[0]) or {}).get("squad_best_f1_threshold")
+    ranking = task.kind.ranking_metric(task)
+    return {
+        "ranking_metric": METRICS[ranking].label,
+        "schedule": training.get("lr_scheduler_type", NOT_RECORDED),
+        "optim": training.get("optim", NOT_RECORDED),
+        "adam_epsilon": _plain(training.get("adam_epsilon")),
+        "learning_rates": ", ".join(map(format_setting, hp.get("learning_rates") or [])) or NOT_RECORDED,
+        "seeds": ", ".join(str(v) for v in hp.get("seeds") or []) or NOT_RECORDED,
+        "runs": _plural(len(summary.get("runs") or []), "run"),
+        "best_learning_rate": format_setting(best.get("learning_rate")),
+        "best_seed": format_setting(best.get("seed")),
+        "epochs": _plain(hp.get("num_train_epochs")),
+        "batch_size": _plain(hp.get("per_device_train_batch_size")),
+        "max_seq_length": _plain(hp.get("max_seq_length")),
+        "warmup": _warmup(hp.get("warmup")),
+        "weight_decay": _plain(hp.get("weight_decay")),
+        "hours": f"{summary['seconds'] / 3600:.2f}" if _is_number(summary.get("seconds")) else NOT_RECORDED,
+        "hardware": summary.get("hardware") or NOT_RECORDED,
+        # --data: a directory, a file, or split=path pairs; shown by their last components
+        "data_source": ", ".join(_last_component(d.split("=")[-1]) for d in run.get("data") or []) or None,
+        "max_train_samples": run.get("max_train_samples"),
+        "max_eval_samples": run.get("max_eval_samples"),
+        "null_threshold": f"{threshold:.4g}" if _is_number(threshold) else None,
+    }
+
+
+def _task_context(task: Task) -> dict[str, Any]:
+    """What the card says about the task, from its description in `bert_repro.tasks.registry`."""
+    splits = [SPLIT_NAMES.get(s, s) for s in task.eval_splits]
+    labels = task.kind.card_labels(task)
+    return {
+        "display": task.display_name,
+        "type": TASK_TYPE_NAMES[task.kind.pipeline_tag].lower(),
+        "inputs": ", ".join(f"`{c}`" for c in task.text_columns),
+        "description": task.description,
+        "hub_id": task.hub_id,
+        "hub_config": task.hub_config,
+        "head": task.kind.head_description,
+        "labels": ", ".join(labels) if labels else None,
+        "main_metric": METRICS[task.main_metric].label,
+        "eval_split": splits[0],
+        "eval_splits": "the " + " and ".join(splits) + (" splits" if len(splits) > 1 else " split"),
+        "data_licence": _licence_of(task.hub_id),
+        "paper_glue_test": any(r.split.startswith("test") for r in task.paper),
+        "v2": task.allows_no_answer,
+    }
+
+
+def card_for_finetuning(
+    output_dir: str | Path, repo_id: str, *, base_model: str | None = None, template_dir: str | Path | None = None
+) -> ModelCard:
+    """The card of a fine-tuning output directory (`recipes/finetune.py`): its best model, to publish as
+    ``repo_id``. ``base_model``: the Hub id of the pre-trained checkpoint (by default the run's `--model` when
+    that is a Hub id; a local path is not, and stays out of the metadata). ``template_dir``: other
+    templates than the package's."""
+    out = Path(output_dir)
+    summary = _read_json(out / "results.json")
+    if summary is None or "task" not in summary or "best" not in summary:
+        raise CardError(f"{out} is not a fine-tuning output directory (needs results.json with task, best).")
+    task = get_task(summary["task"])
+    record = _read_json(out / "run_config.json") or {}
+    config = _read_json(out / "model" / "config.json") or {}
+    best = summary["best"] or {}
+    eval_results, eval_rows = _finetuning_eval(task, best, summary.get("majority_baseline"))
+    base = _finetuning_base(summary, record, base_model)
+    parameters = stored_parameter_count(out / "model")
+    if parameters is None and config.get("hidden_size"):
+        parameters = parameter_count(config, task.kind)
+    metrics = [m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS]
+    glue = ["glue"] if task.hub_id == "nyu-mll/glue" else []
+    tags = ["bert", "bert_repro", task.kind.pipeline_tag, *glue, task.name]
+    card_data = _card_data(
+        repo_id=repo_id,
+        pipeline_tag=task.kind.pipeline_tag,
+        tags=tags,
+        datasets=[task.hub_id],
+        eval_results=eval_results,
+        base_model=base["hub_id"],
+        metrics=metrics,
+    )
+    context = {
+        "title": repo_name(repo_id),
+        "task": _task_context(task),
+        "architecture": architecture_rows(config, parameters) if config else [],
+        "base": base,
+        "facts": _finetuning_facts(task, summary, record),
+        "eval_rows": eval_rows,
+        "majority_recorded": bool(summary.get("majority_baseline")),
+        # the split -> the one label the kept run predicted for all its examples: it learned nothing else
+        "one_label": {SPLIT_NAMES.get(k, k): v for k, v in (best.get("one_label") or {}).items()},
+        "other_reported": _other_reported(task),
+        "run_rows": _run_rows(task, summary),
+        "hyperparameters": _hyperparameter_sections(
+            record,
+            {"run": "Fine-tuning run (bert_repro)", "training": "Trainer (transformers TrainingArguments)"},
+            {
+                "training": {
+                    "learning_rate": "each run sets its own, from the grid",
+                    "seed": "each run sets its own, from the seeds",
+                }
+            },
+        ),
+        "versions": framework_lines(summary.get("versions"), config.get("transformers_version")),
+        "usage": _usage(repo_id, task, config=config),
+        "bibtex": BIBTEX,
+    }
+    return render_card("finetuned.md", card_data, context, template_dir)

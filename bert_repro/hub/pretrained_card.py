@@ -1,0 +1,405 @@
+"""The card of a pre-trained checkpoint (`recipes/pretrain.py`'s output directory): `card_for_pretraining`.
+
+Built from `run_config.json` (every setting), `data_statistics.json`, `results.json`, `config.json` and
+`training_curves.png` when present: the corpus, the examples of each phase, the training procedure beside the
+paper's scale, MLM and NSP accuracy on the held-out documents, the hyper-parameters; optionally a benchmark report
+(`bert_repro.training.reproduce`) and a study (`bert_repro.hub.study_comparison`). Rendered with `pretrained.md`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard
+
+from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
+from ..tasks.registry import METRICS, TASKS
+from .card_common import (
+    BIBTEX,
+    NOT_RECORDED,
+    SPLIT_NAMES,
+    CardError,
+    _card_data,
+    _count,
+    _hyperparameter_sections,
+    _is_number,
+    _last_component,
+    _licence_of,
+    _percent,
+    _plain,
+    _plural,
+    _read_json,
+    _score,
+    _share,
+    _usage,
+    _warmup,
+    architecture_rows,
+    framework_lines,
+    is_hub_id,
+    parameter_count,
+    public_name,
+    render_card,
+    repo_name,
+    stored_parameter_count,
+)
+from .study_comparison import _study
+
+__all__ = ["card_for_pretraining"]
+
+
+# The paper's pre-training scale (section 3.1 and appendix A.2), to put a run's in perspective.
+PAPER_STEPS, PAPER_BATCH = 1_000_000, 256
+# Paper, footnote to section 3.1: "The final model achieves 97%-98% accuracy on NSP."
+PAPER_NSP_ACCURACY = "97–98"
+
+
+def _shown_path(path: str) -> str:
+    """A local corpus path as the card shows it: as recorded when relative to the run's working directory (it names
+    the corpus as the run was given it), by its last component when absolute or outside that directory."""
+    parts = Path(path).parts
+    return _last_component(path) if Path(path).is_absolute() or path.startswith("~") or ".." in parts else path
+
+
+def _corpus_documentation(sources: list[str]) -> list[str]:
+    """The README.md or manifest (`bert_repro.data.travel_corpus`) in a local source's folder or the one above it,
+    as the card shows them; only their presence is checked. The working directory and those above it are skipped:
+    their README is the project's, not the corpus's."""
+    found = []
+    for source in sources:
+        folder = Path(source) if Path(source).is_dir() else Path(source).parent
+        for directory in (folder, folder.parent):
+            if Path.cwd().is_relative_to(directory.resolve()):
+                continue
+            found += [
+                f"{_shown_path(str(directory))}/{n}" for n in ("README.md", MANIFEST_FILE) if (directory / n).is_file()
+            ]
+    return list(dict.fromkeys(found))
+
+
+def _corpus_name(source: str) -> str:
+    """A local source by its last component; a corpus file of `bert_repro.data.travel_corpus` by its folder's."""
+    return _last_component(str(Path(source).parent) if Path(source).name == CORPUS_FILE else source)
+
+
+def _corpus_total(statistics: Mapping[str, Any], key: str) -> int | None:
+    """A count of the whole corpus: the training documents' plus the held-out ones' (None: not recorded)."""
+    counts = [(statistics.get(k) or {}).get(key) for k in ("phase1", "held_out")]
+    return sum(n for n in counts if _is_number(n)) if _is_number(counts[0]) else None
+
+
+def _corpus(run: Mapping[str, Any], statistics: Mapping[str, Any]) -> dict[str, Any]:
+    """The pre-training corpus as the card describes it: Hub id (and config / split) or the local paths as given,
+    with its documents (trained on and held out) and the files that describe its sources."""
+    sources = run.get("corpus") or []
+    hub_id = sources[0] if len(sources) == 1 and is_hub_id(sources[0]) else None
+    name = hub_id or ", ".join(map(_corpus_name, sources)) or NOT_RECORDED
+    documents, tokens = (_corpus_total(statistics, key) for key in ("documents", "document_tokens"))
+    return {
+        "hub_id": hub_id,
+        "name": name,
+        "given": " and ".join(f"`{_shown_path(s)}`" for s in sources) or NOT_RECORDED,
+        "documents": _plural(documents, "document") if documents is not None else "number of documents not recorded",
+        "tokens": _count(tokens),
+        "documentation": " and ".join(f"`{d}`" for d in _corpus_documentation(sources)) if not hub_id else "",
+        "slug": re.sub(r"[^\w.-]+", "-", name).strip("-") or "corpus",
+        "config": run.get("hub_config") if hub_id else None,
+        "split": run.get("split") if hub_id else None,
+        "document_boundary": run.get("document_boundary"),
+        "licence": _licence_of(hub_id),
+        "wiki": "wiki" in name.lower(),
+    }
+
+
+def _data_rows(statistics: Mapping[str, Any]) -> list[dict[str, str]]:
+    """One row per phase and for the held-out slice."""
+    rows = []
+    for key, label in (("phase1", "phase 1"), ("phase2", "phase 2"), ("held_out", "held-out")):
+        stats = statistics.get(key)
+        if not stats:
+            continue
+        split = stats.get("masked_split") or {}
+        masking = " / ".join(_share(split.get(k)) for k in ("mask", "random", "unchanged")) if split else NOT_RECORDED
+        rows.append(
+            {
+                "name": label,
+                "max_seq_length": _count(stats.get("max_seq_length")) if key != "held_out" else "as phase 1",
+                "documents": _count(stats.get("documents")),
+                "sentences": _count(stats.get("sentences")),
+                "examples": _count(stats.get("examples")),
+                "tokens": _count(stats.get("tokens")),
+                "is_next": _share(stats.get("is_next_share")),
+                "masked": _share(stats.get("masked_share")),
+                "masking": masking,
+            }
+        )
+    return rows
+
+
+def _tokens_seen(statistics: Mapping[str, Any], run: Mapping[str, Any], results: Mapping[str, Any]) -> int | None:
+    """Tokens the run trained on: each phase's steps x global batch x its mean example length."""
+    steps, batch = results.get("global_step"), run.get("global_batch_size")
+    if not _is_number(steps) or not _is_number(batch):
+        return None
+    fraction = run.get("phase2_fraction") or 0.0
+    second = max(1, round(steps * fraction)) if "phase2" in statistics and fraction > 0 else 0
+    total = 0.0
+    for key, n in (("phase1", steps - second), ("phase2", second)):
+        stats = statistics.get(key) or {}
+        if n and not stats.get("examples"):
+            return None
+        if n:
+            total += stats["tokens"] / stats["examples"] * n * batch
+    return int(total)
+
+
+def _pretraining_eval(
+    results: Mapping[str, Any], corpus: dict[str, Any]
+) -> tuple[list[EvalResult], list[dict[str, str]]]:
+    """model-index entries and table rows for MLM and NSP accuracy on the held-out documents."""
+    dataset_type = corpus["hub_id"] or corpus["slug"]
+    held_out = f"{corpus['name']}, held-out documents"
+    entries = [
+        ("mlm_accuracy", "fill-mask", "Masked language modelling", "MLM accuracy", "not reported in the paper"),
+        (
+            "nsp_accuracy",
+            "text-classification",
+            "Next sentence prediction",
+            "NSP accuracy",
+            f"{PAPER_NSP_ACCURACY} (final models, paper section 3.1)",
+        ),
+    ]
+    eval_results, rows = [], []
+    for key, task_type, task_name, label, paper in entries:
+        value = results.get(f"eval_{key}")
+        if _is_number(value):
+            eval_results.append(
+                EvalResult(
+                    task_type=task_type,
+                    task_name=task_name,
+                    dataset_type=dataset_type,
+                    dataset_name=held_out,
+                    dataset_config=corpus["config"],
+                    dataset_split="held-out",
+                    metric_type="accuracy",
+                    metric_value=_percent(key, value),
+                    metric_name=f"{label} (%)",
+                )
+            )
+        rows.append(
+            {"metric": label, "ours": _score(_percent(key, value) if _is_number(value) else None), "paper": paper}
+        )
+    for key, label in (("mlm_loss", "MLM loss"), ("nsp_loss", "NSP loss")):
+        value = results.get(f"eval_{key}")
+        rows.append(
+            {
+                "metric": label,
+                "ours": f"{value:.4f}" if _is_number(value) else NOT_RECORDED,
+                "paper": "not reported in the paper",
+            }
+        )
+    return eval_results, rows
+
+
+def _last_loss(out: Path) -> str | None:
+    """The training loss logged last (log_history.json), beside results.json's mean over the whole run."""
+    history = _read_json(out / "log_history.json")
+    losses = (
+        [e for e in history if isinstance(e, dict) and _is_number(e.get("loss"))] if isinstance(history, list) else []
+    )
+    return f"{losses[-1]['loss']:.4f} at step {_count(losses[-1].get('step'))}" if losses else None
+
+
+def _benchmark(benchmark_dir: str | Path | None) -> dict[str, Any] | None:
+    """The rows of a `bert_repro.training.reproduce` report, for the pre-trained card."""
+    if benchmark_dir is None:
+        return None
+    report = _read_json(Path(benchmark_dir) / "report.json")
+    if report is None:
+        raise CardError(f"{benchmark_dir} holds no report.json (written by recipes/reproduce.py).")
+    rows = [
+        {  # a name the registry does not know (a report of another version) is shown as written
+            "task": TASKS[r["task"]].display_name if r["task"] in TASKS else r["task"],
+            "metric": METRICS[r["metric"]].label if r["metric"] in METRICS else r["metric"],
+            "ours": _score(r.get("ours")),
+            "paper": f"{r['paper']:.1f}" if _is_number(r.get("paper")) else "not reported",
+            "paper_split": SPLIT_NAMES.get(r.get("paper_split") or "", "–"),
+            "majority": _score(r["majority"]) if _is_number(r.get("majority")) else "–",
+            "one_label": r.get("one_label"),
+        }
+        for r in report.get("tasks", [])
+    ]
+    return {
+        "rows": rows,
+        "paper_model": str(report.get("paper_model", "base")).upper(),
+        "glue_average": _score(report.get("glue_average")),
+        "paper_glue_average": _score(report.get("paper_glue_average")),
+    }
+
+
+def _masking_recipe(data: Mapping[str, Any]) -> str:
+    """How examples were masked, from the recorded flags (paper: 15%; 80% [MASK], 10% random, 10% kept)."""
+    prob, mask = data.get("masked_lm_prob"), data.get("mask_replace_prob")
+    rand = data.get("random_replace_prob")
+    if not all(_is_number(v) for v in (prob, mask, rand)):
+        return "masking settings not recorded"
+    kept = max(0.0, 1 - mask - rand)
+    return (
+        f"{100 * prob:g}% of the tokens chosen for prediction (at most "
+        f"{_plain(data.get('max_predictions_per_seq'))} per example), of which {100 * mask:g}% become "
+        f"[MASK], {100 * rand:g}% a random token and {100 * kept:.3g}% stay"
+    )
+
+
+def _pretraining_facts(
+    run: Mapping[str, Any],
+    data: Mapping[str, Any],
+    training: Mapping[str, Any],
+    results: Mapping[str, Any],
+    statistics: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What the training-procedure section says, each value ready to print."""
+    steps = results.get("global_step")
+    batch = run.get("global_batch_size")
+    sequences = steps * batch if _is_number(steps) and _is_number(batch) else None
+    phase2 = run.get("phase2_fraction") or 0.0
+    runtime, loss = results.get("train_runtime_s"), results.get("train_loss")
+    processes = results.get("processes")
+    casing = {True: "uncased (lower-cased, accents stripped)", False: "cased"}.get(run.get("lowercase"))
+    return {
+        "steps": _count(steps),
+        "global_batch_size": _count(batch),
+        "sequences": _count(sequences),
+        "tokens_seen": _count(_tokens_seen(statistics, run, results)),
+        "paper_share": (f"{100 * sequences / (PAPER_STEPS * PAPER_BATCH):.3g}%" if sequences else NOT_RECORDED),
+        "phase2": (
+            f"the last {100 * phase2:g}% of the steps at {run.get('phase2_max_seq_length')} tokens"
+            if phase2 > 0
+            else None
+        ),
+        "max_seq_length": data.get("max_seq_length"),
+        "optimizer": run.get("optimizer", NOT_RECORDED),
+        "learning_rate": _plain(training.get("learning_rate")),
+        "warmup": _warmup(training.get("warmup_steps")),
+        "schedule": training.get("lr_scheduler_type", NOT_RECORDED),
+        "weight_decay": _plain(training.get("weight_decay")),
+        "precision": "bf16" if training.get("bf16") else "fp16" if training.get("fp16") else "fp32",
+        "processes": (
+            f"{processes:,} process" + ("" if processes == 1 else "es")
+            if _is_number(processes)
+            else "number of processes not recorded"
+        ),
+        "accumulation": _count(results.get("gradient_accumulation_steps")),
+        "runtime_hours": f"{runtime / 3600:.2f}" if _is_number(runtime) else NOT_RECORDED,
+        "timed_from_step": (
+            _count(results["train_runtime_from_step"]) if results.get("train_runtime_from_step") else None
+        ),
+        "tokens_per_second": _count(results.get("tokens_per_second")),
+        "hardware": results.get("hardware") or NOT_RECORDED,
+        "train_loss": f"{loss:.4f}" if _is_number(loss) else NOT_RECORDED,
+        "recipe": _masking_recipe(data),
+        "masking": "static (masks stored in the data, as the paper)"
+        if data.get("static_masking", True)
+        else "dynamic (fresh masks per batch, as RoBERTa)",
+        "whole_word_mask": bool(data.get("do_whole_word_mask")),
+        "casing": casing or "casing not recorded",
+        "uncased": run.get("lowercase") is True,
+        "vocab_trained": not run.get("tokenizer"),
+        "tokenizer": public_name(run["tokenizer"]) if run.get("tokenizer") else None,
+        "eval_fraction": _share(run.get("eval_fraction")) if run.get("eval_fraction") else None,
+    }
+
+
+def _setting_notes(
+    record: Mapping[str, Any], config: Mapping[str, Any], results: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], dict[str, dict[str, str]]]:
+    """run_config.json as the hyper-parameter tables show it, and a note on each setting the run did not use as
+    recorded (its gradient accumulation, its vocabulary size)."""
+    run, training = record.get("run") or {}, record.get("training") or {}
+    # run_config.json is written before the run derives the accumulation from global_batch_size.
+    accumulation = results.get("gradient_accumulation_steps")
+    notes: dict[str, dict[str, str]] = {}
+    if _is_number(accumulation) and accumulation != training.get("gradient_accumulation_steps"):
+        notes["training"] = {
+            "gradient_accumulation_steps": f"the run used {accumulation}, derived from global_batch_size"
+        }
+    # --tokenizer overrides vocab_size, and a trained vocabulary can come out smaller: show the model's own size.
+    if _is_number(config.get("vocab_size")) and run.get("vocab_size") != config["vocab_size"]:
+        record = {**record, "run": {**run, "vocab_size": config["vocab_size"]}}
+        notes["run"] = {"vocab_size": f"the model's, from config.json; the run's setting was {run.get('vocab_size')}"}
+    return record, notes
+
+
+def card_for_pretraining(
+    output_dir: str | Path,
+    repo_id: str,
+    *,
+    base_model: str | None = None,
+    benchmark_dir: str | Path | None = None,
+    study_dir: str | Path | None = None,
+    template_dir: str | Path | None = None,
+) -> ModelCard:
+    """The card of a pre-training run's output directory (`recipes/pretrain.py`), to publish as ``repo_id``.
+
+    ``base_model``: the checkpoint the run continued from (its `init_from`) when that is a Hub id; by default
+    `init_from` itself if it is one. ``benchmark_dir``: a `recipes/reproduce.py` output directory for this
+    checkpoint, whose report is added to the card. ``study_dir``: a `recipes/study.py` output directory
+    (`study.json`) that fine-tuned this checkpoint against the same architecture randomly initialised; its row
+    for this checkpoint (see `_study_row`) goes in the model-index and its table in the card. ``template_dir``:
+    other templates than the package's.
+    """
+    out = Path(output_dir)
+    record = _read_json(out / "run_config.json")
+    config = _read_json(out / "config.json")
+    if record is None or config is None:
+        raise CardError(f"{out} is not a pre-training output directory (needs run_config.json, config.json).")
+    statistics = _read_json(out / "data_statistics.json") or {}
+    results = _read_json(out / "results.json") or {}
+    run, data, training = record.get("run") or {}, record.get("data") or {}, record.get("training") or {}
+    if base_model is None and is_hub_id(run.get("init_from")):
+        base_model = run["init_from"]
+    corpus = _corpus(run, statistics)
+    eval_results, eval_rows = _pretraining_eval(results, corpus)
+    study_results, study = _study(study_dir, out, results.get("global_step"))
+    parameters = stored_parameter_count(out) or parameter_count(config)
+    card_data = _card_data(
+        repo_id=repo_id,
+        pipeline_tag="fill-mask",
+        tags=["bert", "bert_repro", "fill-mask"],
+        datasets=[corpus["hub_id"]] if corpus["hub_id"] else [],
+        eval_results=eval_results + study_results,
+        base_model=base_model,
+    )
+    record, notes = _setting_notes(record, config, results)
+    held_out = statistics.get("held_out") or {}
+    context = {
+        "title": repo_name(repo_id),
+        "architecture": architecture_rows(config, parameters),
+        "corpus": corpus,
+        "data_rows": _data_rows(statistics),
+        "length_histogram": (statistics.get("phase1") or {}).get("length_histogram") or {},
+        "facts": {**_pretraining_facts(run, data, training, results, statistics), "last_loss": _last_loss(out)},
+        "hyperparameters": _hyperparameter_sections(
+            record,
+            {
+                "run": "Run (corpus, vocabulary, model, schedule)",
+                "data": "Pre-training examples (the reference create_pretraining_data.py flags)",
+                "training": "Trainer (transformers TrainingArguments)",
+            },
+            notes,
+        ),
+        "eval_rows": eval_rows,
+        "held_out_examples": _count(held_out.get("examples")),
+        "held_out_documents": _count(held_out.get("documents")),
+        "benchmark": _benchmark(benchmark_dir),
+        "study": study,
+        "curves": (out / "training_curves.png").is_file(),
+        "versions": framework_lines(results.get("versions"), config.get("transformers_version")),
+        "usage": _usage(repo_id, config=config),
+        "base_model": base_model,
+        "base_licence": _licence_of(base_model),
+        "bibtex": BIBTEX,
+    }
+    return render_card("pretrained.md", card_data, context, template_dir)
