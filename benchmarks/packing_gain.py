@@ -30,16 +30,15 @@ import torch
 from common import machine
 
 from bert_repro import BertReproConfig, BertReproForPreTraining
-from bert_repro.data.corpus import load_corpus
-from bert_repro.data.pack_examples import PackingCollator, padding_statistics
-from bert_repro.data.pretraining_examples import (
+from bert_repro.data import (
+    PackingCollator,
     PreTrainingCollator,
     PreTrainingDataConfig,
-    WordPieceVocab,
-    create_pretraining_instances,
-    tokenize_documents,
+    load_corpus,
+    load_tokenizer,
+    padding_statistics,
 )
-from bert_repro.data.wordpiece import load_tokenizer
+from bert_repro.data.pretraining_examples import WordPieceVocab, create_pretraining_instances, tokenize_documents
 
 PREDICTIONS = {128: 20, 512: 80}  # max_seq_length -> max_predictions_per_seq (the reference code's phases)
 

@@ -30,10 +30,14 @@ from common import machine, matmul_peak
 from transformers import BertConfig, BertForPreTraining
 
 from bert_repro import BertReproConfig, BertReproForPreTraining
-from bert_repro.data.corpus import load_corpus
-from bert_repro.data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig, create_pretraining_dataset
-from bert_repro.data.wordpiece import load_tokenizer
-from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
+from bert_repro.data import (
+    PreTrainingCollator,
+    PreTrainingDataConfig,
+    create_pretraining_dataset,
+    load_corpus,
+    load_tokenizer,
+)
+from bert_repro.model import SPEED_SWITCHES
 
 
 def training_flops_per_token(config, seq: int, predicted_share: float) -> float:

@@ -33,8 +33,7 @@ from common import machine
 from test_trajectory import recipe_trajectory, transformers_trajectory
 
 from bert_repro import BertReproConfig, BertReproForPreTraining
-from bert_repro.data.corpus import load_corpus
-from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
+from bert_repro.data import load_corpus, save_tokenizer, train_wordpiece
 
 BOOKS = [
     "austen-persuasion.txt",

@@ -1119,13 +1119,13 @@ def assert_same_outputs(got: dict, ours: dict, what: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# An emulated device machine (benchmarks/run_gpu.sh's conditions, without CUDA)
+# An emulated device machine (benchmarks/gpu/run_gpu.sh's conditions, without CUDA)
 # ----------------------------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
 def device_machine_env(tmp_path: Path, **settings: str):
-    """The environment of benchmarks/run_gpu.sh on a lent GPU machine, CUDA aside: a network that accepts
+    """The environment of benchmarks/gpu/run_gpu.sh on a lent GPU machine, CUDA aside: a network that accepts
     connections and never answers (Hub, package index, proxies), a `python` first on PATH that is not the one with
     torch (a symlink that lost its venv), OUT and RESULTS in `tmp_path`, no kit; `settings` added. Its bin folder
     (`tmp_path / "bin"`) takes more stand-ins."""

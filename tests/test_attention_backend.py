@@ -6,7 +6,7 @@ never enter the table. On CPU the kernel is transformers' SDPA call itself (the 
 numbers); the CUDA branch's call is run here on CPU tensors that say they are CUDA (SDPA then takes math, the last
 backend of every order). What the math path computes is checked numerically: masked keys get exactly zero weight
 (and zero gradient), and dropout drops probabilities and rescales the rest. The CUDA backends themselves are checked
-by benchmarks/gpu_micro.py on the GPU (`max_abs_diff_vs_math`, `dropout_applied`).
+by benchmarks/gpu/gpu_micro.py on the GPU (`max_abs_diff_vs_math`, `dropout_applied`).
 """
 
 import pytest

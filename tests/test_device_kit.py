@@ -1,4 +1,4 @@
-"""benchmarks/run_gpu.sh on an emulated GPU machine gone wrong: no CUDA, an nvidia-smi that never returns, a
+"""benchmarks/gpu/run_gpu.sh on an emulated GPU machine gone wrong: no CUDA, an nvidia-smi that never returns, a
 network that accepts connections and never answers (index, proxy, Hub), and a `python` that is not the one
 with torch. The script must end by itself within a minute, say "no CUDA", and leave nothing running. And the
 results' way back: gpu_session.py's collect and record."""
@@ -41,7 +41,7 @@ def test_device_script_ends_cleanly_without_cuda_and_network(tmp_path):
         (bin_dir / "nvidia-smi").chmod(0o755)
         start = time.monotonic()
         run = subprocess.run(
-            ["bash", str(ROOT / "benchmarks/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=120
+            ["bash", str(ROOT / "benchmarks/gpu/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=120
         )
     seconds = time.monotonic() - start
     assert run.returncode == 3, run.stdout + run.stderr  # 3: no CUDA, the CUDA parts skipped
@@ -60,7 +60,7 @@ def test_device_script_ends_cleanly_without_cuda_and_network(tmp_path):
 
 
 def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
     import gpu_session
 
     results = tmp_path / "results"
@@ -110,7 +110,7 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
         )
     )
     (results / "pretrain_small" / "model.safetensors").write_bytes(b"")
-    report = gpu_session.collect(results, tmp_path / "results.json", "bash benchmarks/run_gpu.sh")
+    report = gpu_session.collect(results, tmp_path / "results.json", "bash benchmarks/gpu/run_gpu.sh")
     assert json.loads((tmp_path / "results.json").read_text()) == report
     assert (report["device"], report["driver"]) == ("NVIDIA H100 80GB HBM3", "580.65.06")
     assert report["cuda_tests"]["passed"] == 9 and report["cuda_tests"]["skipped"] == 1
@@ -129,16 +129,19 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
 
     monkeypatch.setattr(gpu_session, "ROOT", tmp_path)
     (tmp_path / "benchmarks").mkdir()
-    readme = tmp_path / "benchmarks" / "README.md"
-    readme.write_text(f"# Benchmarks\n\n{gpu_session.MARKER}\n\nolder runs\n")
+    log = tmp_path / "benchmarks" / "LOG.md"
+    log.write_text(f"# Benchmarks: the log\n\n{gpu_session.MARKER}\n\nolder runs\n")
     gpu_session.record(tmp_path / "results.json")
     name = f"{report['date']}-nvidia-h100-80gb-hbm3.json"
     assert json.loads((tmp_path / "benchmarks" / "results" / name).read_text()) == report
-    readme = readme.read_text()
+    text = log.read_text()
     # MFU against the measured peak (700) and against the H100's data sheet (989.4 TFLOP/s)
-    assert "| base:128 | ours sparse bf16 compile | 600,000 | 60.0% | 42.4% | 1.50 |" in readme
-    assert readme.index(name) < readme.index("older runs")
-    assert "Steps that failed or were killed: bench_base_128." in " ".join(readme.split())
+    assert "| base:128 | ours sparse bf16 compile | 600,000 | 60.0% | 42.4% | 1.50 |" in text
+    assert text.index(name) < text.index("older runs")
+    assert "Steps that failed or were killed: bench_base_128." in " ".join(text.split())
+    # the one-screen table follows the new file at once
+    table = (tmp_path / "benchmarks" / "RESULTS.md").read_text()
+    assert f"| 1.50x (600,000 tokens/s) | >= 1.5x | yes | NVIDIA H100 80GB HBM3 | {report['date']} | [{name}]" in table
     with pytest.raises(SystemExit, match="recorded already"):  # the same run is recorded once
         gpu_session.record(tmp_path / "results.json")
     report["command"] += " # a second call"  # another call that day: its own file, the first kept
@@ -148,29 +151,26 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
     assert json.loads(second.read_text()) == report
     assert json.loads((tmp_path / "benchmarks" / "results" / name).read_text())["command"] != report["command"]
 
-    # A study's run: its table in results.json and README.md, the file named -study
+    # A study's run: its table in results.json and LOG.md, the file named -study
     study = results / "study_pretraining"
     study.mkdir()
     (study / "study.json").write_text(json.dumps({"study": "pretraining", "rows": []}))
     (study / "study.md").write_text(
         "# Does our pre-training help?\n\n| variant | SST-2 |\n|---|---|\n| ours | 83.49 |\n"
     )
-    report = gpu_session.collect(results, tmp_path / "study.json", "PARTS=study bash benchmarks/run_gpu.sh")
+    report = gpu_session.collect(results, tmp_path / "study.json", "PARTS=study bash benchmarks/gpu/run_gpu.sh")
     assert (
         report["study"]["pretraining"]["rows"] == []
         and "| ours | 83.49 |" in report["study"]["pretraining"]["markdown"]
     )
     gpu_session.record(tmp_path / "study.json")
     assert (tmp_path / "benchmarks" / "results" / name.replace(".json", "-study.json")).is_file()
-    assert "Study `pretraining`" in readme_text(tmp_path) and "| ours | 83.49 |" in readme_text(tmp_path)
-
-
-def readme_text(root):
-    return (root / "benchmarks" / "README.md").read_text()
+    log = log.read_text()
+    assert "Study `pretraining`" in log and "| ours | 83.49 |" in log
 
 
 def test_what_a_device_call_carries_is_measured_and_too_much_refused(tmp_path, capsys, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
     import gpu_session
 
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)

@@ -1,6 +1,6 @@
-"""benchmarks/gpu_micro.py on the CPU: every stage's rows, a backend that cannot run is a row with its error, the JSON
-is written after every stage (a stage that fails, or a run cut short, keeps what finished), and `--table` turns the
-attention rows into `MEASURED_ORDER` entries."""
+"""benchmarks/gpu/gpu_micro.py on the CPU: every stage's rows, a backend that cannot run is a row with its error, the
+JSON is written after every stage (a stage that fails, or a run cut short, keeps what finished), and `--table` turns
+the attention rows into `MEASURED_ORDER` entries."""
 
 import importlib
 import json
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def micro(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
     return importlib.import_module("gpu_micro")
 
 

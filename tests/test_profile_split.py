@@ -1,4 +1,4 @@
-"""benchmarks/profile_split.py: a profiled step's kernels sorted into kinds, in ms a step, with the idle time
+"""benchmarks/gpu/profile_split.py: a profiled step's kernels sorted into kinds, in ms a step, with the idle time
 left over and the floors beside them."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def kernel(name: str, us: float, device_type: str = "CUDA") -> dict:
 
 
 def test_kernels_are_split_by_kind_and_the_rest_of_the_wall_time_is_idle(tmp_path, monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
     import profile_split
 
     events = [

@@ -3,8 +3,8 @@
     python benchmarks/corpus/task_data.py build MIRRORS OUT    # OUT/QNLI/{train,dev}.tsv, OUT/SQuAD/{train,dev}.json
     python benchmarks/corpus/task_data.py check OUT            # every built file against task_data.json (exit 2)
 
-(In the study kit, OUT is `.travel/glue`, beside MRPC/ and SST-2/: `bash benchmarks/prepare_gpu.sh` with STUDY=1
-builds it when it is not there; `benchmarks/study_gpu.sh` checks it before Table 5.)
+(In the study kit, OUT is `.travel/glue`, beside MRPC/ and SST-2/: `bash benchmarks/gpu/prepare_gpu.sh` with STUDY=1
+builds it when it is not there; `benchmarks/gpu/study_gpu.sh` checks it before Table 5.)
 
 MIRRORS holds git snapshots of the repositories named in `task_data.json` (`<owner>+<name>/repo`, as a GitHub
 fetch lays them out); every file is read at its pinned commit, its SHA-256 checked before use, and every file built

@@ -9,7 +9,7 @@
 #   GLUE's layout; their test files are not needed: the study predicts no test set).
 # - glue/QNLI, glue/SQuAD (Table 5), when TASK_MIRRORS holds the snapshots that benchmarks/corpus/task_data.json
 #   pins: fixed subsets built by benchmarks/corpus/task_data.py, each file's SHA-256 checked (STUDY=1
-#   benchmarks/prepare_gpu.sh builds them into .travel/glue when they are not there).
+#   benchmarks/gpu/prepare_gpu.sh builds them into .travel/glue when they are not there).
 # The folder is ignored by git (never committed); it travels with the code (a device call's `carry`, rsync).
 set -euo pipefail
 collection=$1 glue=$2 out=${3:-.travel}

@@ -1,3 +1,31 @@
 """Stage 2, the data: corpora (`corpus`, `sentences`), WordPiece vocabularies (`wordpiece`), the pre-training
 examples of Google's reference builder (`pretraining_examples`), the same examples streamed (`streaming`), several
 examples packed into one row (`pack_examples`) and a corpus packed to go with the code (`travel_corpus`)."""
+
+# What the package's users reach (the benchmarks among them), read on first use (PEP 562): importing one module
+# of this package does not import datasets' whole pipeline.
+_PUBLIC = {
+    "decode_text": "corpus",
+    "load_corpus": "corpus",
+    "load_tokenizer": "wordpiece",
+    "save_tokenizer": "wordpiece",
+    "train_wordpiece": "wordpiece",
+    "WorkerStreams": "streaming",
+    "open_stream": "streaming",
+    "PackingCollator": "pack_examples",
+    "first_fit_decreasing": "pack_examples",
+    "padding_statistics": "pack_examples",
+    "IGNORE_INDEX": "pretraining_examples",
+    "PreTrainingCollator": "pretraining_examples",
+    "PreTrainingDataConfig": "pretraining_examples",
+    "create_pretraining_dataset": "pretraining_examples",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{_PUBLIC[name]}", __name__), name)

@@ -1,2 +1,29 @@
 """Stage 1, the model: the paper's BERT (`modeling_bert_repro`), its config, the speed paths chosen from that
 config, and conversion from and to other BERT checkpoint formats (transformers, Google's TensorFlow)."""
+
+# What the package's users reach beyond `bert_repro`'s own names (the benchmarks among them), read on first use
+# (PEP 562): importing one module of this package does not import every other.
+_PUBLIC = {
+    "SPEED_SWITCHES": "configuration_bert_repro",
+    "CheckpointError": "conversion",
+    "TOKENIZER_FILES": "conversion",
+    "export_to_transformers": "conversion",
+    "load_bert": "conversion",
+    "BACKENDS": "attention_backend",
+    "flash_varlen_attention": "attention_backend",
+    "table_from_micro": "attention_backend",
+    "paper_dropout_add_layer_norm": "dropout_add_layer_norm",
+}
+# Exported under another name than their module's: a package attribute named as a submodule is replaced by the
+# submodule once that is imported.
+_RENAMED = {"fused_dropout_add_layer_norm": ("dropout_add_layer_norm", "dropout_add_layer_norm")}
+__all__ = sorted([*_PUBLIC, *_RENAMED])
+
+
+def __getattr__(name: str):
+    module, attribute = _RENAMED.get(name) or (_PUBLIC.get(name), name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{module}", __name__), attribute)

@@ -4,7 +4,7 @@ torch's `scaled_dot_product_attention` takes the first backend of a fixed priori
 the key-padding mask BERT needs, the flash backend never accepts it (it takes no mask), so the choice is among cuDNN,
 memory-efficient and math, and which of them is fastest depends on the card and the shape. Here the order comes from
 a measurement: `MEASURED_ORDER` holds, per shape class, the backends fastest first as the stage `attention` of
-benchmarks/gpu_micro.py timed them (forward + backward, bf16, dropout 0.1, with and without the mask), and
+benchmarks/gpu/gpu_micro.py timed them (forward + backward, bf16, dropout 0.1, with and without the mask), and
 `backend_order` reads it for each call. Only backends that compute what the paper's attention computes are ever
 named: every masked key gets exactly zero weight and dropout is applied to the probabilities. So for a masked call
 the flash backend is dropped from any order (it cannot take the mask), math always ends the order (it accepts every
@@ -45,8 +45,8 @@ DEFAULT_ORDER: tuple[str, ...] = ("cudnn", "efficient", "math")
 # Sequence lengths are grouped into classes by the smallest of these that holds them (longer: the last).
 SEQ_CLASSES = (128, 256, 512)
 
-# (head_size, sequence class, masked) -> backend names, fastest first, as benchmarks/gpu_micro.py's stage
-# `attention` measured them (`python benchmarks/gpu_micro.py --table RESULTS.json` prints the entries to put here).
+# (head_size, sequence class, masked) -> backend names, fastest first, as benchmarks/gpu/gpu_micro.py's stage
+# `attention` measured them (`python benchmarks/gpu/gpu_micro.py --table RESULTS.json` prints the entries to put here).
 # Empty until a GPU session measures it: every shape then takes DEFAULT_ORDER.
 MEASURED_ORDER: dict[tuple[int, int, bool], tuple[str, ...]] = {}
 

@@ -222,8 +222,8 @@ class BertReproConfig(PreTrainedConfig):
             the product, and differentiable), so the parameters, state_dict keys and checkpoints are unchanged.
         measured_sdpa (`bool`, False): with `attn_implementation="sdpa"` on CUDA, SDPA runs under the backend
             order measured fastest for the call's shape (`attention_backend.py`, filled from
-            benchmarks/gpu_micro.py), among the backends that keep the padding mask and dropout; on CPU, transformers'
-            SDPA call unchanged.
+            benchmarks/gpu/gpu_micro.py), among the backends that keep the padding mask and dropout; on CPU,
+            transformers' SDPA call unchanged.
 
         objective (`str`, "mlm_nsp"): the pre-training objective (`PRETRAINING_OBJECTIVES`, the paper's Table 5):
             "mlm_nsp" (BERT), "mlm" (No NSP) or "ltr" (a left-to-right language model: causal attention, pooler on

@@ -18,11 +18,11 @@ Stages (`STAGES`, name -> function; `--stages` picks them, in the order given):
   torchao (the GPU image has none: carry its wheel) the stage says so.
 
 `--device cpu` runs every stage at tiny sizes as a smoke test (torchao's float8 emulated): no figure from it means
-anything, it proves the code and the JSON. Figures go to benchmarks/README.md, not here.
+anything, it proves the code and the JSON. Figures go to benchmarks/results/ and benchmarks/LOG.md, not here.
 
-    python benchmarks/gpu_micro.py --out $OUT/micro.json                         # on the GPU, every stage
-    python benchmarks/gpu_micro.py --device cpu --out /tmp/micro.json            # here: the smoke test
-    python benchmarks/gpu_micro.py --table $OUT/micro.json                       # MEASURED_ORDER's entries
+    python benchmarks/gpu/gpu_micro.py --out $OUT/micro.json                         # on the GPU, every stage
+    python benchmarks/gpu/gpu_micro.py --device cpu --out /tmp/micro.json            # here: the smoke test
+    python benchmarks/gpu/gpu_micro.py --table $OUT/micro.json                       # MEASURED_ORDER's entries
 """
 
 from __future__ import annotations
@@ -30,19 +30,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # common.py, shared with the CPU benchmarks
 
 import torch
 import torch.nn.functional as F
 from common import machine
 from torch.nn.attention import sdpa_kernel
 
-from bert_repro.model.attention_backend import BACKENDS, flash_varlen_attention, table_from_micro
+from bert_repro.model import BACKENDS, flash_varlen_attention, table_from_micro
 
 # Sizes per device: BERT-BASE's on CUDA; tiny on CPU (a smoke test of the code, seconds).
 ATTENTION_SHAPE = {
@@ -233,7 +235,8 @@ def layer_norm_stage(args) -> dict:
     gives it, the residual float32 as autocast keeps it): the compiled reference (what inductor makes of the paper's
     ops) against our kernels (`dropout_add_layer_norm`), float32 and bf16 residual, dropout 0.1 and 0; the byte
     floor is what the fused forward and backward must read and write at the card's bandwidth."""
-    from bert_repro.model.dropout_add_layer_norm import dropout_add_layer_norm, paper_dropout_add_layer_norm
+    from bert_repro.model import fused_dropout_add_layer_norm as dropout_add_layer_norm
+    from bert_repro.model import paper_dropout_add_layer_norm
 
     tokens, width = LINEAR_TOKENS[args.device], LINEAR_SHAPES[args.device][1][1]
     torch.manual_seed(0)

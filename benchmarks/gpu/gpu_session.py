@@ -1,17 +1,18 @@
-"""The machine-readable side of `benchmarks/run_gpu.sh`: probe the machine, gather a run's results, record.
+"""The machine-readable side of `benchmarks/gpu/run_gpu.sh`: probe the machine, gather a run's results, record.
 
-    python benchmarks/gpu_session.py probe --out runs/gpu/probe.json   # versions, imports, CUDA (3: none)
-    python benchmarks/gpu_session.py collect --results runs/gpu --out runs/gpu/results.json
-    python benchmarks/gpu_session.py record path/to/results.json       # on any machine, after the run
-    python benchmarks/gpu_session.py pack MODEL_DIR OUT/prefix         # a model as bf16 parts under 16 MiB
-    python benchmarks/gpu_session.py travels .gpu .travel              # what a device call carries (1: too much)
+    python benchmarks/gpu/gpu_session.py probe --out runs/gpu/probe.json   # versions, imports, CUDA (3: none)
+    python benchmarks/gpu/gpu_session.py collect --results runs/gpu --out runs/gpu/results.json
+    python benchmarks/gpu/gpu_session.py record path/to/results.json       # on any machine, after the run
+    python benchmarks/gpu/gpu_session.py pack MODEL_DIR OUT/prefix         # a model as bf16 parts under 16 MiB
+    python benchmarks/gpu/gpu_session.py travels .gpu .travel              # what a device call carries (1: too much)
 
 `pack` writes a model directory as a tar (bf16 safetensors) cut into parts that a device call can
 return (`cat prefix.tar.* | tar x` puts it together again).
 
 `probe` and `collect` run on the GPU machine (run_gpu.sh calls them); `collect` imports nothing heavy, so that
 it can run after every step and a run cut short still returns what it measured. `record` writes
-`benchmarks/results/<date>-<device>[-study].json` and adds the run's table to `benchmarks/README.md` (section "GPU").
+`benchmarks/results/<date>-<device>[-study].json`, adds the run's table to `benchmarks/LOG.md` (section "GPU runs as
+recorded") and rewrites `benchmarks/RESULTS.md` (benchmarks/results_table.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import textwrap
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- gpu_session.py record adds each run's table below this line -->"
 # Dense bf16 peaks from the cards' data sheets (TFLOP/s, without sparsity), by a part of the device's name: the
 # issue's MFU target is against these; the benchmark's own MFU is against the matmul peak measured in the run.
@@ -73,6 +74,7 @@ def probe(out: Path) -> int:
     report["cuda"] = torch.cuda.is_available()
     if report["cuda"]:
         print("CUDA: first matrix product ...", flush=True)
+        sys.path.insert(0, str(ROOT / "benchmarks"))  # common.py, shared with the CPU benchmarks
         from common import matmul_peak
 
         report["device"] = torch.cuda.get_device_name()
@@ -187,7 +189,7 @@ def collect(results: Path, out: Path, command: str) -> dict:
         "benchmark": rows,
         "pretraining": pretraining(results / "pretrain_small"),
         "mrpc": read_json(results / "mrpc" / "results.json"),
-        # benchmarks/study_gpu.sh: each study's table, and the pre-training behind the first
+        # benchmarks/gpu/study_gpu.sh: each study's table, and the pre-training behind the first
         "study": {
             name: {**read_json(d / "study.json"), "markdown": (d / "study.md").read_text()}
             for name in ("pretraining", "table5")
@@ -204,7 +206,7 @@ def collect(results: Path, out: Path, command: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# record: a returned results.json -> benchmarks/results/<date>-<device>.json + a table in benchmarks/README.md
+# record: a returned results.json -> benchmarks/results/<date>-<device>.json + a table in benchmarks/LOG.md
 # ------------------------------------------------------------------------------------------------------------
 
 
@@ -263,7 +265,7 @@ def markdown(report: dict, name: str) -> str:
         text += f" Steps that failed or were killed: {', '.join(failed)}."
     lines.append(textwrap.fill(text, 110))
     for name, study in (report.get("study") or {}).items():  # its own table, as study.py wrote it
-        lines += ["", f"Study `{name}` (`benchmarks/study_gpu.sh`):", "", *study["markdown"].splitlines()[2:]]
+        lines += ["", f"Study `{name}` (`benchmarks/gpu/study_gpu.sh`):", "", *study["markdown"].splitlines()[2:]]
     return "\n".join(lines) + "\n"
 
 
@@ -283,12 +285,17 @@ def record(path: Path) -> None:
     target = results / name
     target.parent.mkdir(exist_ok=True)
     target.write_text(json.dumps(report, indent=1) + "\n")
-    readme = ROOT / "benchmarks" / "README.md"
-    text = readme.read_text()
+    log = ROOT / "benchmarks" / "LOG.md"
+    text = log.read_text()
     if MARKER not in text:
-        sys.exit(f"error: {readme} lacks the line {MARKER!r}; wrote {target} only")
-    readme.write_text(text.replace(MARKER, MARKER + "\n\n" + markdown(report, name).rstrip("\n"), 1))
-    print(f"wrote {target} and its table in {readme}")
+        sys.exit(f"error: {log} lacks the line {MARKER!r}; wrote {target} only")
+    log.write_text(text.replace(MARKER, MARKER + "\n\n" + markdown(report, name).rstrip("\n"), 1))
+    # the one-screen table follows the files at once, so that CI never finds it behind them
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import results_table
+
+    results_table.main(["--results", str(results), "--out", str(ROOT / "benchmarks" / "RESULTS.md")])
+    print(f"wrote {target} and its table in {log}")
 
 
 DEVICE_LIMIT = 64 * 2**20  # what one device call carries: the tree git does not ignore, and the carried paths
@@ -331,8 +338,8 @@ def pack(model: Path, prefix: Path, part_mib: int = 15) -> list[Path]:
 
     import torch
 
-    from bert_repro.model.conversion import TOKENIZER_FILES
-    from bert_repro.model.speed_paths import BertReproForPreTraining
+    from bert_repro import BertReproForPreTraining
+    from bert_repro.model import TOKENIZER_FILES
 
     weights = BertReproForPreTraining.from_pretrained(model, dtype=torch.bfloat16)
     buffer = io.BytesIO()
@@ -366,7 +373,7 @@ def main() -> None:
     c = sub.add_parser("collect")
     c.add_argument("--results", type=Path, required=True)
     c.add_argument("--out", type=Path, required=True)
-    c.add_argument("--command", default="bash benchmarks/run_gpu.sh")
+    c.add_argument("--command", default="bash benchmarks/gpu/run_gpu.sh")
     r = sub.add_parser("record")
     r.add_argument("results_json", type=Path)
     t = sub.add_parser("travels")

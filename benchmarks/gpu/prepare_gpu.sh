@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything benchmarks/run_gpu.sh needs on a GPU machine without network, made here (PyPI reachable), in
+# Everything benchmarks/gpu/run_gpu.sh needs on a GPU machine without network, made here (PyPI reachable), in
 # .gpu/ (ignored by git; the device call carries it):
 #   wheels/     what the GPU image lacks, for its Python (PY_VERSION, default 3.12): datasets and the two of
 #               its dependencies the image does not have (the image: torch 2.11, transformers 5.17,
@@ -21,7 +21,7 @@
 # .venv/bin/python), CORPUS (the examples' text; default gpu_pretrain.py's), GLUE, PY_VERSION, FORCE=1, STUDY=1,
 # TRAVEL_FROM, TASK_MIRRORS.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 KIT=.gpu
 PY=${PY:-.venv/bin/python}
 PY_VERSION=${PY_VERSION:-3.12}
@@ -77,7 +77,7 @@ if ((STUDY)); then
     fi
     CARRY+=(.travel)
 elif [[ ! -f $KIT/examples_128.npz || ! -f $KIT/examples_512.npz || ! -f $KIT/tokenizer/tokenizer.json ]]; then
-    "$PY" benchmarks/gpu_pretrain.py --export "$KIT" ${CORPUS:+--corpus "$CORPUS"}
+    "$PY" benchmarks/gpu/gpu_pretrain.py --export "$KIT" ${CORPUS:+--corpus "$CORPUS"}
 fi
 if ((HEAD_INIT)); then
     conll=${CONLL:?HEAD_INIT=1 needs CONLL=dir with CoNLL-2003 English eng.train and eng.testa}
@@ -115,15 +115,15 @@ changed=$(git status --porcelain --untracked-files=no | grep -q . && echo " + un
 echo "$(git rev-parse HEAD)$changed" >"$KIT/commit.txt"
 
 git check-ignore -q "$KIT" || { echo "error: $KIT is not ignored by git (.gitignore)" >&2; exit 1; }
-"$PY" benchmarks/gpu_session.py travels "${CARRY[@]}" || exit 1
-command='PARTS="probe micro bench profile" bash benchmarks/run_gpu.sh   # the speed round; plain: probe tests bench train'
-((STUDY)) && command='PARTS="probe study" bash benchmarks/run_gpu.sh   # or PARTS="probe table5": Table 5'
-((HEAD_INIT)) && command='PARTS="probe head_init profile" bash benchmarks/run_gpu.sh'
+"$PY" benchmarks/gpu/gpu_session.py travels "${CARRY[@]}" || exit 1
+command='PARTS="probe micro bench profile" bash benchmarks/gpu/run_gpu.sh   # the speed round; plain: probe tests bench train'
+((STUDY)) && command='PARTS="probe study" bash benchmarks/gpu/run_gpu.sh   # or PARTS="probe table5": Table 5'
+((HEAD_INIT)) && command='PARTS="probe head_init profile" bash benchmarks/gpu/run_gpu.sh'
 cat <<EOF
 
 Ready. On the GPU machine, from the repository root, with ${CARRY[*]} carried (it keeps to BUDGET=540 s, inside
 a call of 600 s, and writes results.json, progress.log, logs.tgz and summary.txt into \$OUT as it goes):
   $command
 Then, here, with the folder that came back:
-  python benchmarks/gpu_session.py record FOLDER/results.json
+  python benchmarks/gpu/gpu_session.py record FOLDER/results.json
 EOF

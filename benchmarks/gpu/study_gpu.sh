@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # One study on a GPU machine without a network, in one command, from the repository root:
-#   STUDY=pretraining bash benchmarks/study_gpu.sh   # our pre-training against random initialisation
-#   STUDY=table5 bash benchmarks/study_gpu.sh        # Table 5: MLM + NSP, No NSP, LTR & No NSP, pre-trained alike
+#   STUDY=pretraining bash benchmarks/gpu/study_gpu.sh   # our pre-training against random initialisation
+#   STUDY=table5 bash benchmarks/gpu/study_gpu.sh        # Table 5: MLM + NSP, No NSP, LTR & No NSP, pre-trained alike
 # Reads $TRAVEL (default .travel, made by `bash benchmarks/corpus/travel.sh`, carried with the code): books/,
 # the pre-training text, verified first, and glue/MRPC, glue/SST-2 (full training sets), glue/QNLI, glue/SQuAD
 # (the subsets of benchmarks/corpus/task_data.py, verified against task_data.json; table5 only).
 # Writes $RESULTS/study_$STUDY/study.md, study.json and study.png after every finished run. A command cut by a
 # time limit resumes when run again: finished runs are kept, an interrupted pre-training continues from its
 # last checkpoint (every SAVE_STEPS steps).
-# The budget (sized for one 9-minute call on one H100 or H200; benchmarks/README.md "The study in one GPU
+# The budget (sized for one 9-minute call on one H100 or H200; benchmarks/LOG.md "The study in one GPU
 # call" says how it was chosen and what it measured): PRESET=small, STEPS=6000 of BATCH=256 sequences of 128
 # tokens (MICRO per device), LEARNING_RATE=5e-4 (at 1e-3 the unigram plateau took twice as long), bf16,
 # RoBERTa's dynamic masking (fresh masks every batch) over DUPE=2 passes of sentence pairs

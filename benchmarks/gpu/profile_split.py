@@ -1,8 +1,8 @@
 """Where a compiled pre-training step's time goes on the GPU, from the GPU kit's `profile` part: every kernel of
-torch.profiler's table (benchmarks/gpu_pretrain.py --profile writes them as JSON) sorted into kinds, in ms a
+torch.profiler's table (benchmarks/gpu/gpu_pretrain.py --profile writes them as JSON) sorted into kinds, in ms a
 step, beside the step's wall time and the floors its work allows.
 
-    python benchmarks/profile_split.py RESULTS   # RESULTS: profile_base_128.json and profile/*.json of a run
+    python benchmarks/gpu/profile_split.py RESULTS   # RESULTS: profile_base_128.json and profile/*.json of a run
 
 Kinds, by kernel name: GEMM (cuBLAS/cuBLASLt/CUTLASS matrix products and their split-K reductions), attention
 (cuDNN / flash SDPA kernels), LayerNorm + dropout + residual (inductor's fused kernels that hold a layer norm or a

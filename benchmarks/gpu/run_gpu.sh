@@ -1,33 +1,33 @@
 #!/usr/bin/env bash
-# Everything the project checks on a CUDA GPU, in one command that cannot hang: `bash benchmarks/run_gpu.sh`.
+# Everything the project checks on a CUDA GPU, in one command that cannot hang: `bash benchmarks/gpu/run_gpu.sh`.
 # Made for a GPU machine lent for minutes, without network (where a connection does not fail but hangs):
-# `bash benchmarks/prepare_gpu.sh`, on a machine with PyPI, first puts what it needs into .gpu/.
+# `bash benchmarks/gpu/prepare_gpu.sh`, on a machine with PyPI, first puts what it needs into .gpu/.
 # Parts (PARTS, run in this order):
 #   probe  nvidia-smi, the Python that imports torch (`python` may be a symlink that loses its venv), the
 #          wheels of .gpu/wheels when that Python lacks `datasets`, then versions, imports and a first CUDA
-#          matrix product (benchmarks/gpu_session.py probe). Without CUDA the parts below are skipped.
-#   micro  (not by default) the step's parts alone (benchmarks/gpu_micro.py: SDPA backends with and without the mask
+#          matrix product (benchmarks/gpu/gpu_session.py probe). Without CUDA the parts below are skipped.
+#   micro  (not by default) the step's parts alone (benchmarks/gpu/gpu_micro.py: SDPA backends with and without the mask
 #          and FlashAttention varlen, dropout + residual + LayerNorm compiled against our kernels, FP8 linears at
 #          BERT-BASE's shapes): micro.json into OUT after every stage.
 #   tests  the CUDA tests (`pytest -m cuda`: bf16/fp16, SDPA/FlashAttention, compile, fused AdamW, packing).
-#   bench  the pre-training throughput benchmark (benchmarks/gpu_pretrain.py), one process per setting (BASE
+#   bench  the pre-training throughput benchmark (benchmarks/gpu/gpu_pretrain.py), one process per setting (BASE
 #          at 128 and 512, LARGE at 128): ours against transformers' best (SDPA, bf16, compiled). BASE at 128
 #          runs VARIANTS_128 (the speed round: today's best, each change alone, all together, CUDA graphs, FP8,
 #          dropout off), the others VARIANTS; every variant's first step is checked against today's best's.
-#          The speed round in one call: PARTS="probe micro bench profile" (benchmarks/README.md, "GPU").
+#          The speed round in one call: PARTS="probe micro bench profile" (benchmarks/gpu/README.md).
 #   profile (not by default) where a step's time goes: BASE at 128, ours and transformers' compiled variants
 #          (PROFILE_VARIANTS), torch.profiler's operator and kernel table of 3 warm steps each, in RESULTS/profile/.
 #   train  a short real pre-training of the `small` preset on the shipped corpus in bf16, with BERT's
 #          vocabulary, then an MRPC fine-tune of it (.gpu/MRPC or MRPC=path).
 #   study  (not by default; .travel/ from `bash benchmarks/corpus/travel.sh`, carried along) what a CPU
 #          cannot afford: our pre-training against random initialisation on 152 MB of public-domain books
-#          (`--study pretraining` by benchmarks/study_gpu.sh, sized for one call: `PARTS="probe study"`), then
+#          (`--study pretraining` by benchmarks/gpu/study_gpu.sh, sized for one call: `PARTS="probe study"`), then
 #          the pre-trained model into OUT as bf16 parts (`gpu_session.py pack`: pretrained.tar.0, .1, ...).
-#   table5 (not by default) Table 5 at the study's budget (`--study table5` by benchmarks/study_gpu.sh): MLM + NSP,
+#   table5 (not by default) Table 5 at the study's budget (`--study table5` by benchmarks/gpu/study_gpu.sh): MLM + NSP,
 #          No NSP and LTR & No NSP pre-trained alike, fine-tuned on MRPC, SST-2 and the QNLI and SQuAD subsets that
 #          travel (benchmarks/corpus/task_data.py), 3 seeds; on a bare machine: `PARTS="probe table5"`.
 #          Both studies resume: run the part again.
-#   head_init (not by default; `HEAD_INIT=1 CONLL=dir bash benchmarks/prepare_gpu.sh` puts all-MiniLM-L6-v2 in
+#   head_init (not by default; `HEAD_INIT=1 CONLL=dir bash benchmarks/gpu/prepare_gpu.sh` puts all-MiniLM-L6-v2 in
 #          float16, CoNLL-2003 and SST-2 into the kit) how a new head is drawn, at full size
 #          (benchmarks/head_init.py: HEAD_INIT_PARTS, both initialisers and the transformers script, 3 seeds,
 #          HEAD_INIT_JOBS runs at once): head_init.json and head_init.png into OUT.
@@ -40,7 +40,7 @@
 # returns; default RESULTS), written as the run goes: progress.log (a line per step's start and end),
 # current.log (the running step's output), results.json (every figure, rewritten after each step), logs.tgz
 # (logs and small outputs), summary.txt (at the end). Afterwards, on any machine:
-#     python benchmarks/gpu_session.py record path/to/results.json  # -> benchmarks/results/, README
+#     python benchmarks/gpu/gpu_session.py record path/to/results.json  # -> benchmarks/results/, LOG.md, RESULTS.md
 # Exit: 0 all ran, 1 a step failed or was killed, 2 no Python imports torch, 3 no CUDA (CUDA parts skipped).
 # Environment (all optional):
 #   PARTS="probe tests bench train" BUDGET=540 RESULTS=runs/gpu OUT=$RESULTS KIT=.gpu EXAMPLES=$KIT
@@ -50,9 +50,9 @@
 #   HEAD_INIT_PARTS=conll-full,sst2-full,conll-3k HEAD_INIT_SEEDS="42 43 44" HEAD_INIT_JOBS=14
 #   PROBE_LIMIT=90 and TESTS_LIMIT, BENCH_LIMIT, TRAIN_LIMIT, STUDY_LIMIT, HEAD_INIT_LIMIT: caps on a step's
 #   limit (seconds). DRY_RUN=1: without CUDA, every part at tiny sizes on the CPU (checks the kit anywhere).
-# With time to spare, e.g.: BUDGET=7200 PARTS=study bash benchmarks/run_gpu.sh
+# With time to spare, e.g.: BUDGET=7200 PARTS=study bash benchmarks/gpu/run_gpu.sh
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 ROOT=$PWD
 T0=$(date +%s)
 BUDGET=${BUDGET:-540}
@@ -94,7 +94,7 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISA
     PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_RETRIES=0 PIP_DEFAULT_TIMEOUT=5 \
     PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false MPLBACKEND=Agg
 COMMAND="PARTS=\"${PARTS:1:-1}\" BUDGET=$BUDGET SETTINGS=$SETTINGS TRAIN_STEPS=$TRAIN_STEPS \
-DRY_RUN=$DRY_RUN${STUDY_ENV:+ STUDY_ENV=\"$STUDY_ENV\"} bash benchmarks/run_gpu.sh"
+DRY_RUN=$DRY_RUN${STUDY_ENV:+ STUDY_ENV=\"$STUDY_ENV\"} bash benchmarks/gpu/run_gpu.sh"
 status=0
 
 log() { echo "$(date -u +%T) +$(($(date +%s) - T0)) s $*" | tee -a "$RESULTS/progress.log"; }
@@ -108,7 +108,7 @@ kill_session() {  # every process still in session $1 (field 6 of /proc/PID/stat
     done
 }
 report() {  # results.json and logs.tgz into OUT after every step: a run cut short returns what it measured
-    [[ -n ${PY:-} ]] && timeout -s KILL 30 "$PY" benchmarks/gpu_session.py collect --results "$RESULTS" \
+    [[ -n ${PY:-} ]] && timeout -s KILL 30 "$PY" benchmarks/gpu/gpu_session.py collect --results "$RESULTS" \
         --out "$OUT/results.json" --command "$COMMAND" >/dev/null 2>>"$RESULTS/collect.log"
     [[ $OUT == "$RESULTS" ]] && return
     cp -f "$RESULTS/progress.log" "$OUT/progress.log"
@@ -197,11 +197,11 @@ then
         step wheels "$PROBE_LIMIT" "$PY" -c "import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) \
 for w in sys.argv[2:]]" "$SITE" "$KIT"/wheels/*.whl && export PYTHONPATH=$SITE:$ROOT
     else
-        log "no datasets and no $KIT/wheels: run benchmarks/prepare_gpu.sh first and carry $KIT"
+        log "no datasets and no $KIT/wheels: run benchmarks/gpu/prepare_gpu.sh first and carry $KIT"
     fi
 fi
 if has probe; then
-    step probe "$PROBE_LIMIT" "$PY" benchmarks/gpu_session.py probe --out "$RESULTS/probe.json"
+    step probe "$PROBE_LIMIT" "$PY" benchmarks/gpu/gpu_session.py probe --out "$RESULTS/probe.json"
     case $? in 0) ;; 3) status=0 ;; *) log "the probe failed or hung: see probe.log; going on" ;; esac
 fi
 # Sizes: the real ones on CUDA; tiny ones on the CPU under DRY_RUN=1, which checks every step's command
@@ -239,7 +239,7 @@ has table5 && WEIGHTS+=(10)
 if has head_init; then
     share 60 "$HEAD_INIT_LIMIT"
     if [[ ! -f $KIT/minilm/model.safetensors || ! -f $KIT/head_init_data.tgz ]]; then
-        log "skip head_init: no $KIT/minilm or $KIT/head_init_data.tgz (HEAD_INIT=1 CONLL=dir bash benchmarks/prepare_gpu.sh)"
+        log "skip head_init: no $KIT/minilm or $KIT/head_init_data.tgz (HEAD_INIT=1 CONLL=dir bash benchmarks/gpu/prepare_gpu.sh)"
         status=1
     elif ((L)); then
         mkdir -p "$RESULTS/head_init/data" && tar xzf "$KIT/head_init_data.tgz" -C "$RESULTS/head_init/data"
@@ -254,7 +254,7 @@ if has head_init; then
 fi
 if has micro; then
     share 30 "$BENCH_LIMIT"
-    if ((L)); then step micro "$L" "$PY" benchmarks/gpu_micro.py --out "$OUT/micro.json" "${DEVICE[@]}"
+    if ((L)); then step micro "$L" "$PY" benchmarks/gpu/gpu_micro.py --out "$OUT/micro.json" "${DEVICE[@]}"
     else log "skip micro: budget spent"; fi
 fi
 if has tests; then
@@ -268,13 +268,13 @@ if has bench; then
         ((L)) || { log "skip bench_${s/:/_}: budget spent"; continue; }
         # one process per setting, its JSON rewritten after each variant: one cut short keeps what it measured
         [[ $s == *:128 && $s != large:* ]] && variants=$VARIANTS_128 || variants=$VARIANTS
-        step "bench_${s/:/_}" "$L" "$PY" benchmarks/gpu_pretrain.py --examples "$EXAMPLES" --settings "$s" \
+        step "bench_${s/:/_}" "$L" "$PY" benchmarks/gpu/gpu_pretrain.py --examples "$EXAMPLES" --settings "$s" \
             --out "$RESULTS/bench_${s/:/_}.json" --variants "$variants" "${DEVICE[@]}" "${BENCH[@]}"
     done
 fi
 if has profile; then
     share 30 "$BENCH_LIMIT"
-    if ((L)); then step profile_base_128 "$L" "$PY" benchmarks/gpu_pretrain.py --examples "$EXAMPLES" \
+    if ((L)); then step profile_base_128 "$L" "$PY" benchmarks/gpu/gpu_pretrain.py --examples "$EXAMPLES" \
         --settings "$PROFILE_SETTING" --variants "$PROFILE_VARIANTS" --steps 6 --rounds 1 --profile "$RESULTS/profile" \
         --out "$RESULTS/profile_base_128.json" "${DEVICE[@]}" "${BENCH[@]}"
     else log "skip profile_base_128: budget spent"; fi
@@ -308,12 +308,12 @@ if (has study || has table5) && [[ ! -f $TRAVEL/books/manifest.json ]]; then
     status=1
     PARTS=${PARTS/ study / } PARTS=${PARTS/ table5 / }
 fi
-# benchmarks/study_gpu.sh: the travelling books, the full SST-2 and MRPC training sets; it resumes.
+# benchmarks/gpu/study_gpu.sh: the travelling books, the full SST-2 and MRPC training sets; it resumes.
 study() {  # study NAME: one study_gpu.sh run as a step
     share 60 "$STUDY_LIMIT"
     if ((L)); then
         eval "step study_$1 $L env STUDY=$1 TRAVEL=$TRAVEL RESULTS=$RESULTS PYTHON=$PY BF16=$BF16 $STUDY_ENV \
-            bash benchmarks/study_gpu.sh"
+            bash benchmarks/gpu/study_gpu.sh"
     else log "skip study_$1: budget spent"; fi
 }
 if has study; then
@@ -321,7 +321,7 @@ if has study; then
     model=$RESULTS/study_pretraining/pretrain/pretrained
     share 10 120
     if [[ -f $model/model.safetensors ]] && ((L)); then
-        step pack_pretrained "$L" "$PY" benchmarks/gpu_session.py pack "$model" "$OUT/pretrained"
+        step pack_pretrained "$L" "$PY" benchmarks/gpu/gpu_session.py pack "$model" "$OUT/pretrained"
     else log "skip pack_pretrained: no pre-trained model or budget spent"; fi
 fi
 has table5 && study table5

@@ -1,0 +1,302 @@
+"""benchmarks/RESULTS.md, the one-screen table of where the project stands: one row per target, its latest figure,
+the goal, whether it is met, the machine, the date and the results file the figure comes from.
+
+    python benchmarks/results_table.py            # rewrites benchmarks/RESULTS.md from benchmarks/results/*.json
+    python benchmarks/results_table.py --check    # exit 1 when RESULTS.md is not what the files give
+
+The goals are data here (`GOALS`); every figure is read from a results file, never written here, so a new file in
+benchmarks/results/ (`gpu/gpu_session.py record` writes them, and reruns this) moves the table. A target takes the
+latest file that holds its figure (files sort by their date prefix). tests/test_results_table.py checks in CI that
+the checked-in table is current.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))  # the cards' data-sheet peaks live with the GPU kit
+
+from gpu_session import SPEC_BF16_PEAK
+
+HERE = Path(__file__).resolve().parent
+
+# target -> (what is measured, the goal in words, test of the figure's value: met or not)
+GOALS: dict[str, tuple[str, str, Callable[[float], bool] | None]] = {
+    "gpu_step": ("pre-training step, BASE/128, x transformers' best (bf16, compiled)", ">= 1.5x", lambda v: v >= 1.5),
+    "gpu_mfu": ("same, MFU of the card's data-sheet peak, useful FLOPs", ">= 50%", lambda v: v >= 0.50),
+    "gpu_step_512": ("pre-training step, BASE/512, x transformers' best", ">= 1.3x", lambda v: v >= 1.3),
+    "gpu_large": ("pre-training step, LARGE/128, x transformers' best", "none set", None),
+    "gpu_split": (
+        "where the BASE/128 step's time goes (profile)",
+        "<= transformers' step / 1.5",
+        lambda v: v <= 1 / 1.5,
+    ),
+    "real_tokens": ("real tokens in a BASE/128 batch", ">= 97%", lambda v: v >= 0.97),
+    "cuda_tests": ("CUDA tests (`pytest -m cuda`)", "none fails", lambda v: v == 0),
+    "study_sst2": ("pre-trained - random init, SST-2 accuracy (3 seeds)", ">= +3 points, > 2 SE", lambda v: v >= 3),
+    "study_mrpc": ("pre-trained - random init, MRPC F1 (3 seeds)", ">= +2 points, > 2 SE", lambda v: v >= 2),
+    "finetune_fidelity": ("fine-tuning recipe - transformers script, dev score", "within 1 point", lambda v: v <= 1),
+    "head_init": ("new heads: transformers' init - reference's, dev score", ">= -1 point", lambda v: v >= -1),
+    "cpu_step": ("CPU pre-training step, BASE fp32, x transformers", ">= 1.3x", lambda v: v >= 1.3),
+    "cpu_mfu": ("same, MFU of the measured fp32 peak", ">= 70%", lambda v: v >= 0.70),
+    "cpu_bf16": ("CPU step, bf16 autocast, x transformers fp32", ">= 2x", lambda v: v >= 2),
+    "cpu_mrpc": ("CPU MRPC fine-tuning, train time / transformers'", "<= 0.6x", lambda v: v <= 0.6),
+    "cpu_encode": ("CPU encoding throughput, x transformers", ">= 1.3x", lambda v: v >= 1.3),
+    "cpu_build": ("building examples, 2 processes / 1", ">= 1.7x", lambda v: v >= 1.7),
+}
+
+# A figure: (the value the goal tests, its text); None where a file does not hold it.
+Figure = tuple[float, str] | None
+
+
+def _spec(device: str | None) -> float | None:
+    return next((v for k, v in SPEC_BF16_PEAK.items() if device and k in device), None)
+
+
+def _bench_rows(report: dict) -> list[dict]:
+    """The benchmark's rows of a GPU run, from `record`'s files and from the profile's (one setting)."""
+    rows = [r for r in report.get("benchmark") or [] if "error" not in r]
+    setting = report.get("setting")
+    if isinstance(setting, dict):
+        name = f"{setting['preset']}:{setting['max_seq_length']}"
+        for variant, r in setting.get("results", {}).items():
+            if "error" not in r:
+                flops = setting.get("useful_flops_per_real_token")
+                rows.append({"setting": name, "variant": variant, **r, "useful_flops": flops})
+    return rows
+
+
+def _ours(report: dict, setting: str) -> dict | None:
+    return next((r for r in _bench_rows(report) if r["setting"] == setting and r["variant"] == OURS), None)
+
+
+OURS = "ours sparse bf16 compile"  # the recipe's GPU default, measured against transformers' best
+
+
+def _ratio(setting: str) -> Callable[[dict], Figure]:
+    def figure(report: dict) -> Figure:
+        r = _ours(report, setting)
+        if r is None:
+            return None
+        v = r["ratio_to_transformers_best"]
+        return v, f"{v:.2f}x ({r['tokens_per_second']:,.0f} tokens/s)"
+
+    return figure
+
+
+def gpu_mfu(report: dict) -> Figure:
+    r, spec = _ours(report, "base:128"), _spec(report.get("device"))
+    if r is None or spec is None:
+        return None
+    if r.get("useful_flops"):
+        v = r["tokens_per_second"] * r["useful_flops"] / (spec * 1e12)
+    elif report.get("bf16_matmul_peak_tflops"):
+        v = r["mfu"] * report["bf16_matmul_peak_tflops"] / spec
+    else:
+        return None
+    return v, f"{v:.1%} (of {spec} TFLOP/s)"
+
+
+def gpu_split(report: dict) -> Figure:
+    split = report.get("split_ms")
+    if not split or OURS not in split:
+        return None
+    ours, best = split[OURS]["wall time"], split.get("transformers sdpa bf16 compile", {}).get("wall time")
+    if not best:
+        return None
+    elementwise = split[OURS]["LayerNorm + dropout + residual"] + split[OURS]["GELU"]
+    floors = report.get("floors_ms", {})
+    return ours / best, (
+        f"{ours:.1f} ms a step against {best:.1f} (1.5x: {best / 1.5:.1f}); GEMM {split[OURS]['GEMM']:.1f} (floor "
+        f"{floors.get('GEMM', '?').split(' / ')[0]}), elementwise {elementwise:.1f} (floor "
+        f"{floors.get('elementwise', '?')}), idle {split[OURS]['idle (launch gaps, host waits)']:.1f}"
+    )
+
+
+def real_tokens(report: dict) -> Figure:
+    setting = report.get("setting")
+    if not isinstance(setting, dict) or "padding_share" not in setting:
+        return None
+    v = 1 - setting["padding_share"]
+    return v, f"{v:.1%} unpacked, {1 - setting['packed_padding_share']:.1%} packed"
+
+
+def cuda_tests(report: dict) -> Figure:
+    tests = report.get("cuda_tests")
+    if not tests:
+        return None
+    return tests.get("failed", 0) + tests.get("errors", 0), tests["summary"].split(" in ")[0]
+
+
+def _study(cell: str) -> Callable[[dict], Figure]:
+    def figure(report: dict) -> Figure:
+        study = (report.get("study") or {}).get("pretraining")
+        if not study:
+            return None
+        rows = {r["variant"]: r["cells"].get(cell) for r in study["rows"]}
+        pre, rnd = rows.get("pretrained"), rows.get("random")
+        if not pre or not rnd or pre.get("se") is None or rnd.get("se") is None:
+            return None  # a study cut short: not both sides finished
+        diff, se = pre["ours"] - rnd["ours"], math.hypot(pre["se"], rnd["se"])
+        steps = next(r["pretraining"]["global_step"] for r in study["rows"] if r["variant"] == "pretrained")
+        # the goal holds only beyond noise: a difference within 2 standard errors counts as none
+        return (
+            diff if diff > 2 * se else 0.0
+        ), f"{diff:+.2f} (SE {se:.2f}; {pre['ours']} against {rnd['ours']}, {steps:,} steps)"
+
+    return figure
+
+
+def _parts(report: dict) -> dict:
+    parts = report.get("parts")
+    return parts if isinstance(parts, dict) and all(isinstance(p, dict) for p in parts.values()) else {}
+
+
+def _scores(a: dict, b: dict) -> tuple[float, float]:
+    """The two runs' headline dev metric, the first that both report (the script reports more than the recipe)."""
+    key = next(k for k in ("entity_f1", "f1", "accuracy") if k in a and k in b)
+    return a[key], b[key]
+
+
+def finetune_fidelity(report: dict) -> Figure:
+    gaps = [
+        abs(ours - theirs)
+        for runs in _parts(report).values()
+        for seed in runs.get("transformers", {})
+        if seed in runs.get("transformers script", {})
+        for ours, theirs in [_scores(runs["transformers"][seed], runs["transformers script"][seed])]
+    ]
+    if not gaps:
+        return None
+    return max(gaps), f"at most {max(gaps):.2f} points ({len(gaps)} runs, {', '.join(_parts(report))})"
+
+
+def head_init(report: dict) -> Figure:
+    means = {}
+    for part, runs in _parts(report).items():
+        seeds = [s for s in runs.get("reference", {}) if s in runs.get("transformers", {})]
+        if seeds:
+            diffs = [a - b for s in seeds for a, b in [_scores(runs["transformers"][s], runs["reference"][s])]]
+            means[part] = sum(diffs) / len(diffs)
+    if not means:
+        return None
+    text = ", ".join(f"{part} {v:+.2f}" for part, v in means.items())
+    return min(means.values()), f"{text} (mean over seeds)"
+
+
+def _cpu(section: str, value: Callable[[dict], Figure]) -> Callable[[dict], Figure]:
+    return lambda report: value(report[section]) if section in report else None
+
+
+def _cpu_step(key: str, trusted_only: bool = False) -> Callable[[dict], Figure]:
+    def figure(step: dict) -> Figure:
+        runs = [r for r in step["runs"] if r.get("peak_trusted") or not trusted_only]
+        if key == "mfu":
+            values = [r["ours_switches_mfu"] for r in runs]
+            return min(values), ", ".join(f"{v:.1%}" for v in values) + " (runs with a trusted peak)"
+        values = [r[key] / r["transformers_fp32_tokens_per_s"] for r in runs]
+        return min(values), ", ".join(f"{v:.2f}x" for v in values) + f" ({len(values)} runs)"
+
+    return figure
+
+
+def cpu_mrpc(mrpc: dict) -> Figure:
+    values = [r["ratio_to_mean"] for r in mrpc["runs"]]
+    dev = mrpc["dev"]
+    return max(values), (
+        f"{min(values):.3f}x-{max(values):.3f}x ({len(values)} runs); F1 {dev['ours']['f1']} against "
+        f"{dev['transformers']['f1']}"
+    )
+
+
+def cpu_encode(encode: dict) -> Figure:
+    ratios = {m: r["ours_unpad"] / r["transformers"] for m, r in encode["inputs_per_s"].items()}
+    return min(ratios.values()), ", ".join(f"{v:.2f}x {m}" for m, v in ratios.items())
+
+
+def cpu_build(build: dict) -> Figure:
+    values = [r["ratio"] for r in build["runs"]]
+    return min(values), " and ".join(f"{v:.2f}x" for v in values)
+
+
+FIGURES: dict[str, Callable[[dict], Figure]] = {
+    "gpu_step": _ratio("base:128"),
+    "gpu_mfu": gpu_mfu,
+    "gpu_step_512": _ratio("base:512"),
+    "gpu_large": _ratio("large:128"),
+    "gpu_split": gpu_split,
+    "real_tokens": real_tokens,
+    "cuda_tests": cuda_tests,
+    "study_sst2": _study("sst2"),
+    "study_mrpc": _study("mrpc_f1"),
+    "finetune_fidelity": finetune_fidelity,
+    "head_init": head_init,
+    "cpu_step": _cpu("pretrain_step", _cpu_step("ours_switches_tokens_per_s")),
+    "cpu_mfu": _cpu("pretrain_step", _cpu_step("mfu", trusted_only=True)),
+    "cpu_bf16": _cpu("pretrain_step", _cpu_step("ours_bf16_tokens_per_s")),
+    "cpu_mrpc": _cpu("finetune_mrpc", cpu_mrpc),
+    "cpu_encode": _cpu("encode", cpu_encode),
+    "cpu_build": _cpu("build_examples", cpu_build),
+}
+
+
+def card(report: dict) -> str:
+    return report.get("device") or report.get("card") or "CPU (2 cores)"
+
+
+def _order(path: Path) -> tuple[str, int]:
+    """Files by name, a day's later calls (`-2`, `-3`, as `record` numbers them) after its first."""
+    base, _, n = path.stem.rpartition("-")
+    return (base, int(n)) if n.isdigit() and len(n) < 3 else (path.stem, 1)
+
+
+def render(results: Path) -> str:
+    files = sorted(results.glob("*.json"), key=_order)  # the last file holding a figure is the latest
+    reports = [(f, json.loads(f.read_text())) for f in files]
+    lines = [
+        "# Results",
+        "",
+        "Where the project stands: one row per target, its latest figure. Generated by `python",
+        "benchmarks/results_table.py` from [results/](results/) (do not edit; CI checks it is current). How each",
+        "figure was measured: [README.md](README.md) and the dated [LOG.md](LOG.md).",
+        "",
+        "| target | figure | goal | met | card | date | file |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, (what, goal, test) in GOALS.items():
+        found = [(f, report, fig) for f, report in reports if (fig := FIGURES[key](report)) is not None]
+        if not found:
+            lines.append(f"| {what} | not measured | {goal} | | | | |")
+            continue
+        f, report, (value, text) = found[-1]
+        met = "-" if test is None else ("yes" if test(value) else "no")
+        lines.append(
+            f"| {what} | {text} | {goal} | {met} | {card(report)} | {f.name[:10]} | [{f.name}](results/{f.name}) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--check", action="store_true", help="exit 1 when --out differs from what --results give")
+    args = parser.parse_args(argv)
+    text = render(args.results)
+    if args.check:
+        if not args.out.is_file() or args.out.read_text() != text:
+            print(f"{args.out} is not current: run `python benchmarks/results_table.py`", file=sys.stderr)
+            return 1
+        return 0
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
