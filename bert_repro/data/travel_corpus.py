@@ -11,8 +11,8 @@ Writes into the output folder (new or empty):
   boundaries as `load_corpus` reads them) and their text unchanged, so the pre-training recipe splits
   sentences and builds its examples there as it does from the text files: `--corpus` reads the file like any
   Parquet corpus. Compressed text rather than token ids: it leaves sentence splitting, NSP and masking to the
-  recipe's own options, and it is small: 3.5 times smaller than the text (benchmarks/README.md), where 16-bit
-  ids (2 bytes per 4.45 bytes of text) start 2.2 times smaller, before any compression.
+  recipe's own options, and it is small: compressed text came out smaller than 16-bit ids start before any
+  compression (benchmarks/LOG.md, "The travelling corpus and the GPU study's budget").
 - `tokenizer/`: a WordPiece vocabulary trained on the whole text (`--tokenizer`), so that the machine it
   travels to trains none, and `tokens` below is exact.
 - `manifest.json`: the command, the provenance given, each source file's size and sha256, the documents, bytes
@@ -43,7 +43,7 @@ CORPUS_FILE = "corpus.parquet"
 TOKENIZER_DIR = "tokenizer"
 MANIFEST_FILE = "manifest.json"
 SOURCES_FILE = "SOURCES.tsv"
-COMPRESSION_LEVEL = 19  # zstd: 3.54x on English books against 3.09x at level 9 (benchmarks/README.md)
+COMPRESSION_LEVEL = 19  # zstd: on English books near xz and far ahead of level 9 (benchmarks/LOG.md, travelling corpus)
 
 
 def sha256(path: Path) -> str:

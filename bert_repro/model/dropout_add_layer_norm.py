@@ -5,7 +5,7 @@ What it speeds up: the post-LN step that ends both halves of every Transformer b
 `LayerNorm(residual + dropout(dense(x)))` (`BertReproSelfOutput`, `BertReproOutput`), in training on CUDA. Compiled
 by inductor it is several kernels that draw a random number per element, store a mask, and read the sum again for
 the norm; the profile of the compiled step puts LayerNorm + dropout + residual at well over twice their byte floor
-(benchmarks/README.md, "Where the step's time goes", which also has what this switch measured). Here the forward
+(benchmarks/LOG.md, "Where the step's time goes"; what this switch measured: benchmarks/RESULTS.md). Here the forward
 reads x and the residual once and writes the output, the sum (what autograd's layer_norm keeps for the backward)
 and two numbers per row; the backward regenerates the dropout mask from the same Philox seed instead of reading a
 stored one, and accumulates the weight and bias gradients in the same pass (`dropout_add_layer_norm_kernels.py`).
@@ -15,7 +15,7 @@ residual stream is float32 (autocast runs LayerNorm in float32), so the output i
 computes, to float rounding, with another dropout stream: the drop probability is rounded to a multiple of 1/65536
 and kept values are scaled to keep the expectation exact. `config.residual_dtype = "bfloat16"` (opt-in) writes
 the output and the saved sum in bfloat16: fewer bytes, other numerics (the residual stream rounded to bf16 at every
-block); it must earn its place by the loss curve (benchmarks/README.md).
+block); it must earn its place by the loss curve (benchmarks/LOG.md).
 
 Registered as custom ops (`bert_repro::dropout_add_layer_norm` and its backward) with their autograd and shapes, so
 `torch.compile` keeps the whole step in one graph (the ops run as opaque calls in it). The kernels run on CUDA,

@@ -2,11 +2,10 @@
 
 What it speeds up: dropout in training on CPU, where drawing the random numbers is most of dropout's cost
 (`bernoulli_` draws one 32-bit number per element through MT19937). Here each 32-bit draw gives two 15-bit numbers
-and the mask is kept as bool for the backward. Measured (benchmarks/README.md, pre-training step, BERT-BASE,
-2026-11-22 runs): dropout forward + backward of a 32 x 12 x 100 x 100 attention tensor 51.6 -> 30.0 ms, and +9%
-(accumulation 1) / +19% (accumulation 4) tokens/s in interleaved A/Bs of the whole step; MRPC fine-tuning with
-`unpad_inputs`: 0.657x -> 0.575x transformers' training time with it. No effect on GPUs (CUDA's generator is fast,
-and fused kernels drop in-kernel) or in eval mode.
+and the mask is kept as bool for the backward. What it measured (CPU: dropout alone, the BERT-BASE pre-training
+step in interleaved A/Bs, MRPC fine-tuning with `unpad_inputs`): benchmarks/LOG.md, "Pre-training step" and "MRPC
+fine-tuning"; the current figures: benchmarks/RESULTS.md. No effect on GPUs (CUDA's generator is fast, and fused
+kernels drop in-kernel) or in eval mode.
 
 The drop probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006) and the kept values are scaled by
 exactly 1 / (1 - that), so the expectation is unchanged. Built by `speed_paths`: every dropout module of the
@@ -15,7 +14,7 @@ the named kernel `eager_attention_fast_dropout` when training on CPU (`takes_fas
 has no dropout kernel either).
 
 Under whole-model `torch.compile` it does not make one graph: dynamo does not trace the in-place `random_()` that
-draws the masks, so every dropout breaks the graph (benchmarks/README.md, "torch.compile"). It is a CPU switch for
+draws the masks, so every dropout breaks the graph (benchmarks/LOG.md, "torch.compile"). It is a CPU switch for
 eager training; the recipes warn when both are asked for.
 """
 

@@ -4,10 +4,9 @@ What it speeds up: attention of the unpadded encoder (`unpad_inputs`) when the k
 `attn_implementation="eager"`, or SDPA while training with `fast_dropout` on CPU (which selects the eager kernel).
 It replaces gathering each group's cells, running `eager_attention` per group and gathering the tokens back with
 autograd (which stacks, concatenates, zero-fills and `index_add`s in the backward) by one function with fewer passes
-over memory. Measured (benchmarks/README.md, 2026-11-22, CPU): 0.971x and 0.967x the step time of a MiniLM MRPC
-training step in interleaved A/Bs, 0.955x more with [CLS]-only queries in the last layer (MRPC fine-tuning with all
-switches 0.481x-0.568x transformers' training time, four runs); batches without padding through it instead of the
-padded eager path 0.959x the BERT-BASE pre-training step (pre-training with all switches 1.79x-2.08x transformers).
+over memory. What it measured (CPU, interleaved A/Bs of the MiniLM MRPC step and of the BERT-BASE pre-training step,
+batches without padding included): benchmarks/LOG.md, "MRPC fine-tuning" and "Pre-training step"; where fine-tuning
+and pre-training with all switches stand against transformers: benchmarks/RESULTS.md.
 
 The groups (`AttentionGroups`) are built by `unpadding.py`; this module only reads their index tensors. The
 backward is not itself differentiable (no double backward). softmax's backward is written with public ops:

@@ -4,9 +4,9 @@ What it speeds up: training and inference of the heads that read the last layer 
 sequence classification, multiple choice and NSP; [CLS] and the masked tokens for pre-training, the masked tokens
 for MLM (both with `config.sparse_prediction` and labels). The last block projects its attention context and runs
 its feed-forward network only there (its attention still reads every token as key and value), about three
-quarters of that block. Measured (benchmarks/README.md, 2026-11-22, CPU, interleaved A/Bs): 0.886x and 0.901x
-the MRPC step time (MiniLM), 0.940x the BERT-BASE pre-training step time; MRPC fine-tuning with all switches went
-from 0.67x-0.68x to 0.56x-0.60x transformers' training time when it was added.
+quarters of that block. What it measured (CPU, interleaved A/Bs of the MRPC and BERT-BASE pre-training steps, and
+MRPC fine-tuning end to end): benchmarks/LOG.md, "MRPC fine-tuning" and "Pre-training step"; the current figures:
+benchmarks/RESULTS.md.
 
 How the positions travel, as arguments:
 - The head models in `READS` (their `speed_paths.py` classes, `passing_read_positions`) compute
@@ -23,7 +23,7 @@ How the positions travel, as arguments:
   `compile_layers` (`SpeedLayer` is a `BertReproLayer`).
 
 Under whole-model `torch.compile` it does not make one graph: the rows the last layer reads are found with
-`nonzero` on the data (benchmarks/README.md, "torch.compile"); the recipes warn when both are asked for.
+`nonzero` on the data (benchmarks/LOG.md, "torch.compile"); the recipes warn when both are asked for.
 """
 
 from __future__ import annotations

@@ -517,8 +517,8 @@ class BertReproPreTrainedModel(PreTrainedModel):
         The L blocks share one compiled graph (their weights are graph inputs), so compiling takes seconds rather
         than the minutes a whole-model `torch.compile` needs, and the data-dependent parts outside the blocks (the
         speed paths' unpadding, the sparse MLM selection) stay eager. The outputs equal the eager model's to float
-        rounding (dropout draws its random numbers differently when compiled). Measured in benchmarks/README.md
-        ("torch.compile"): meant for GPUs. kwargs go to `torch.compile`."""
+        rounding (dropout draws its random numbers differently when compiled). Meant for GPUs: on the CPU it did not
+        reliably beat the eager kernels (benchmarks/LOG.md, "Pre-training step"). kwargs go to `torch.compile`."""
         for module in self.modules():
             if isinstance(module, BertReproLayer):
                 module.compile(**compile_kwargs)

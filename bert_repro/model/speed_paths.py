@@ -24,8 +24,9 @@ The table, switch -> part: class (module):
   `measured_sdpa_attention` (attention_backend.py).
 Two switches that build the same part build it with the same class, whose options
 (`SpeedEncoder.unpad_inputs`, `.last_layer_subset`, `SpeedSelfAttention.fast_dropout`, `.fused_qkv`,
-`.measured_sdpa`) are the config's. Each module's docstring says how much it speeds up, as measured in
-benchmarks/README.md. Regional `torch.compile` is not a config switch: `model.compile_layers()`.
+`.measured_sdpa`) are the config's. Each module's docstring says what it speeds up; what it measured is in
+benchmarks/LOG.md, the current figures in benchmarks/RESULTS.md. Regional `torch.compile` is not a config switch:
+`model.compile_layers()`.
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@
 What it speeds up: training of the models with an MLM head (pre-training, MLM) on any hardware. Autograd gives
 the shared (vocab, H) weight two dense gradients, the decoder's and the lookup's (a zero matrix with the looked-up
 rows added), and sums them into a third. Here the decoder's gradient is kept and the lookup adds its rows into it
-in place: the same sum, without two vocab-sized buffers and two passes over them. Measured (benchmarks/README.md,
-results of 2026-11-22, pre-training step, BERT-BASE, CPU, accumulation 4): 1.16x tokens/s in an interleaved A/B
-(the two dense gradients were 4.1% + 5.5% of the step); 1.67x transformers' tokens/s with the switches then.
+in place: the same sum, without two vocab-sized buffers and two passes over them. What it measured: benchmarks/LOG.md
+("Pre-training step, BERT-BASE", CPU, interleaved A/Bs); where the pre-training step stands: benchmarks/RESULTS.md.
 
 How the two uses meet: `speed_paths` builds the model's embeddings as `TiedGradientEmbeddings` and its MLM head
 as `TiedGradientMLMHead` (the same parameters as the model file's), and its two models with an MLM head give both
@@ -18,7 +17,7 @@ autograd sums them as usual. Plain autograd whenever the decoder does not share 
 and in a differentiable backward (create_graph).
 
 Under whole-model `torch.compile` it does not make one graph: its custom autograd functions and the link that
-carries a `TiedGradient` from the lookup to the decoder split it (benchmarks/README.md, "torch.compile"); the
+carries a `TiedGradient` from the lookup to the decoder split it (benchmarks/LOG.md, "torch.compile"); the
 recipes warn when both are asked for.
 """
 

@@ -10,10 +10,10 @@ feed-forward network works on a (tokens, hidden) matrix. Attention runs
   eager kernel (`attn_implementation="eager"`, or SDPA while training with `fast_dropout` on CPU) as one function
   with its backward written out (`grouped_attention.GroupedAttention`), which batches without padding take too;
 - with any other kernel: over the whole batch padded back, with the model's own mask.
-Measured (benchmarks/README.md, CPU): encoding 1.81x (MiniLM) and 1.53x (BERT-BASE) transformers' inputs/s against
-1.17x / 1.01x padded (2026-11-22, 10:20 UTC); MRPC fine-tuning 0.894x -> 0.657x transformers' training time
-(2026-11-22). The FlashAttention branch is not measured (flash-attn was not installed on the GPUs measured so far);
-its call is tested with a reference kernel.
+What it measured (CPU: encoding, MRPC fine-tuning): benchmarks/LOG.md, "Encoding throughput" and "MRPC
+fine-tuning"; the current figures: benchmarks/RESULTS.md. The FlashAttention branch has no figure: no GPU run so far
+had flash-attn installed (`versions.flash_attn` in benchmarks/results/*.json); its call is tested with a reference
+kernel.
 
 The classes here are the encoder of the speed paths, which `speed_paths.py` builds when `unpad_inputs`,
 `last_layer_subset` or `fast_dropout` is on: `SpeedEncoder` (options `unpad_inputs` and `last_layer_subset`),
@@ -24,7 +24,7 @@ last layer computes (`last_layer_subset.py`) go the same way as `read_rows`. Out
 padded model's; `last_hidden_state` and `hidden_states` are zero at padding positions.
 
 Under whole-model `torch.compile` it does not make one graph: the real tokens' count and the attention groups are
-read from the data (`nonzero`, `.tolist()`), so dynamo breaks the step into many graphs (benchmarks/README.md,
+read from the data (`nonzero`, `.tolist()`), so dynamo breaks the step into many graphs (benchmarks/LOG.md,
 "torch.compile"); the recipes warn when both are asked for. On a GPU, `--packing true` is the compilable way to drop
 the padding.
 """
