@@ -118,8 +118,8 @@ mutation_mutants_squad := bert_repro.tasks.squad.*
 mutation_tests_squad := tests/test_squad.py tests/test_metrics.py
 mutation_mutants_kinds := bert_repro.tasks.kinds.*
 mutation_tests_kinds := tests/test_task_kinds.py tests/test_task_data.py
-mutation_mutants_checkpoints := bert_repro.training.checkpoints.* bert_repro.training.pretrain_resume.* \
-	bert_repro.training.pretrain_phases.*
+mutation_mutants_checkpoints := bert_repro.training.checkpoints.* bert_repro.training.pretraining.resume.* \
+	bert_repro.training.pretraining.phases.* bert_repro.training.pretraining.examples.x_tokens_trained*
 mutation_tests_checkpoints := tests/test_resume.py tests/test_cluster.py tests/test_packing.py
 mutation_mutants_push := bert_repro.hub.push.x_check_remote* bert_repro.hub.push.x__run_identity*
 mutation_tests_push := tests/test_push_checks.py

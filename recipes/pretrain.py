@@ -15,12 +15,12 @@ from bert_repro.model.conversion import CheckpointError
 from bert_repro.training.cli import ConfigurationError, RunFinished, quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
 from bert_repro.training.distributed import end_processes
-from bert_repro.training.pretrain import run_pretraining
+from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
 
 if __name__ == "__main__":
     quiet_load_reports()
     try:
-        result = run_pretraining()
+        result = run_pretraining(PreTrainingRecipe.from_args())
         end_processes()  # all processes leave together (a distributed launch)
         if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the run goes on when resumed
             sys.exit(STOPPED_EXIT_CODE)

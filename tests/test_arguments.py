@@ -26,9 +26,9 @@ def finetuning(*argv):
 
 
 def pretraining(*argv):
-    from bert_repro.training.pretrain import parse_arguments
+    from bert_repro.training.pretraining.recipe import PreTrainingRecipe
 
-    return parse_arguments(list(argv))
+    return PreTrainingRecipe.from_args(list(argv))
 
 
 @pytest.mark.parametrize(
@@ -279,10 +279,10 @@ def open_with_study_reuse(directory, tmp_path):
 
 
 def open_with_init_from(directory, tmp_path):
-    from bert_repro.training.pretrain import model_config
+    from bert_repro.training.pretraining.model import model_config
 
-    run, _, _ = pretraining("--init_from", str(directory), "--output_dir", str(tmp_path / "out"))
-    model_config(run)
+    recipe = pretraining("--init_from", str(directory), "--output_dir", str(tmp_path / "out"))
+    model_config(recipe.model)
 
 
 @pytest.mark.parametrize("problem", ["pickle", "truncated", "config"])
@@ -392,12 +392,12 @@ def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(
 )
 def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, named, tmp_path):
     # Each of these ended in a traceback after the corpus was read (or ran on: a phase-2 share of 2).
-    from bert_repro.training.pretrain import run_pretraining
+    from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
 
     out = tmp_path / "out"
     with pytest.raises(ConfigurationError) as error:
         config = Path(__file__).resolve().parents[1] / "recipes" / "configs" / "quickstart.yaml"
-        run_pretraining(["--config", str(config), "--output_dir", str(out), *flags])
+        run_pretraining(PreTrainingRecipe.from_args(["--config", str(config), "--output_dir", str(out), *flags]))
     assert str(error.value).startswith(f"{named}:") and not out.exists()
 
 

@@ -16,7 +16,7 @@ from bert_repro.atomic import FILE_MODE, atomic_path, write_json, write_text
 from bert_repro.data.wordpiece import load_tokenizer, save_tokenizer
 from bert_repro.hub.push import STAGING_PREFIX, remove_stranded_staging
 from bert_repro.training.cli import ConfigurationError, check_output_dir
-from bert_repro.training.pretrain_data import TOKENIZER_DIR, get_tokenizer
+from bert_repro.training.pretraining.examples import TOKENIZER_DIR, get_tokenizer
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_nothing(tmp_path):

@@ -144,7 +144,7 @@ def test_a_streamed_run_with_workers_stops_where_its_workers_kept_the_position(t
     """DataLoader workers read ahead and keep their streams' positions only at steps planned ahead: a signal
     stops the run at the next multiple of STREAM_STOP_EVERY, with the stream's position in the checkpoint, and the
     resumed run ends where the uninterrupted one does."""
-    from bert_repro.training.pretrain import STREAM_STOP_EVERY
+    from bert_repro.training.pretraining.examples import STREAM_STOP_EVERY
 
     corpus, tokenizer = corpus_and_tokenizer
     steps = STREAM_STOP_EVERY + 4

@@ -25,7 +25,8 @@ from bert_repro.data.pretraining_examples import IGNORE_INDEX, PreTrainingDataCo
 from bert_repro.data.wordpiece import save_tokenizer
 from bert_repro.training.cli import SpeedSwitches
 from bert_repro.training.finetune import run_finetuning
-from bert_repro.training.pretrain import PhaseCollator, pretraining_sums
+from bert_repro.training.pretraining.phases import PhaseCollator
+from bert_repro.training.pretraining.trainer import pretraining_sums
 
 # (max_seq_length, max_predictions_per_seq, short_seq_prob) of phase 1 and phase 2, scaled down; phase 1's short
 # examples raised for batches of many widths.
@@ -227,7 +228,7 @@ def test_recipes_name_the_switches_that_do_not_compile_to_one_graph():
     assert SpeedSwitches().torch_compile_warning(True) is None
     assert SpeedSwitches(unpad_inputs=True).torch_compile_warning(False) is None
     warning = SpeedSwitches(unpad_inputs=True, tied_gradients=True).torch_compile_warning(True)
-    assert "--unpad_inputs, --tied_gradients" in warning and "benchmarks/README.md" in warning
+    assert "--unpad_inputs, --tied_gradients" in warning and "benchmarks/LOG.md" in warning
 
 
 @pytest.mark.slow  # compiles (about 30 s of CPU)

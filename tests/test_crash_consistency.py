@@ -176,7 +176,7 @@ def test_finetuning_survives_a_kill_at_every_write_point(tmp_path, tiny_model, h
 
 def test_where_a_run_lives_is_not_what_identifies_it(tmp_path):
     from bert_repro.training.cli import check_output_dir
-    from bert_repro.training.pretrain import run_identity
+    from bert_repro.training.pretraining.recipe import run_identity
 
     saved = {"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "output_dir": "/scratch/me/run"}}
     (tmp_path / "run_config.json").write_text(json.dumps(saved))

@@ -222,7 +222,7 @@ def reference_trajectory(task: str, data_dir, checkpoint, output_dir) -> list[di
     if task == "squad":
         # The one difference by design: transformers' embedding table has a padding index, whose row never learns;
         # Google's has none. Only SQuAD sends it a gradient (its windows are padded to max_seq_length and the
-        # span softmax covers the padding), and the recipe trains that row as the reference code does (README).
+        # span softmax covers the padding), and the recipe trains that row as the reference code does (docs/model.md).
         model.get_input_embeddings().padding_idx = None
     args = TrainingArguments(
         output_dir=str(output_dir),

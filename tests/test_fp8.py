@@ -11,12 +11,11 @@ import sys
 import pytest
 import torch
 from helpers import padded_batch, tiny_config
-from transformers import TrainingArguments
 
 from bert_repro import BertReproForPreTraining
 from bert_repro.training.cli import ConfigurationError
 from bert_repro.training.fp8 import convert_to_fp8, fp8_problem
-from bert_repro.training.pretrain_arguments import PreTrainingArguments, check_values
+from bert_repro.training.pretraining.recipe import ModelSettings, PreTrainingRecipe, check_values
 
 pytest.importorskip("torchao.float8")
 from torchao.float8.float8_linear import Float8Linear
@@ -75,12 +74,13 @@ def test_trains_and_starts_at_the_bf16_loss():
 
 
 def test_refused_where_it_cannot_run(tmp_path, monkeypatch):
-    assert PreTrainingArguments().fp8 is False
-    training = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, bf16=True, max_steps=10)
+    assert ModelSettings().fp8 is False
+    recipe = PreTrainingRecipe.from_args(["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "true"])
+    recipe = recipe.replace(max_steps=10)
     if not torch.cuda.is_available():
         with pytest.raises(ConfigurationError, match="CUDA"):
-            check_values(PreTrainingArguments(fp8=True), training)
-    check_values(PreTrainingArguments(), training)  # the default asks nothing of the machine
+            check_values(recipe.replace(fp8=True))
+    check_values(recipe)  # the default asks nothing of the machine
     monkeypatch.setitem(sys.modules, "torchao.float8", None)  # as if torchao were not installed
     assert "torchao" in fp8_problem(bf16=True)
 
@@ -88,7 +88,7 @@ def test_refused_where_it_cannot_run(tmp_path, monkeypatch):
 def test_the_recipe_converts_the_model_it_builds(monkeypatch):
     """`build_model` with --fp8 (where `check_values` let it through): the blocks' linears are float8 ones."""
     from bert_repro.data.pretraining_examples import PreTrainingDataConfig
-    from bert_repro.training import pretrain_model
+    from bert_repro.training.pretraining import model as pretrain_model
 
     class Tokenizer:
         pad_token_id = 0
@@ -98,9 +98,9 @@ def test_the_recipe_converts_the_model_it_builds(monkeypatch):
 
     monkeypatch.setattr(pretrain_model, "convert_to_fp8", lambda model: convert_to_fp8(model, emulate=True))
     phases = [PreTrainingDataConfig(max_seq_length=32)]
-    model = pretrain_model.build_model(PreTrainingArguments(preset="tiny", fp8=True), Tokenizer(), phases)
+    model = pretrain_model.build_model(ModelSettings(preset="tiny", fp8=True), Tokenizer(), phases)
     assert sum(isinstance(m, Float8Linear) for m in model.modules()) == 6 * model.config.num_hidden_layers
-    plain = pretrain_model.build_model(PreTrainingArguments(preset="tiny"), Tokenizer(), phases)
+    plain = pretrain_model.build_model(ModelSettings(preset="tiny"), Tokenizer(), phases)
     assert not any(isinstance(m, Float8Linear) for m in plain.modules())
 
 

@@ -7,9 +7,8 @@ from dataclasses import fields
 
 import pytest
 
-from bert_repro.data.pretraining_examples import PreTrainingDataConfig
-from bert_repro.training import finetune, pretrain
-from bert_repro.training.pretrain_arguments import PreTrainingArguments
+from bert_repro.training import finetune
+from bert_repro.training.pretraining.recipe import PARSED, PreTrainingRecipe
 
 TRAINER = "transformers' TrainingArguments"
 
@@ -55,8 +54,8 @@ def check_layout(text: str, recipe_fields: set[str]) -> dict[str, list[str]]:
 
 
 def test_pretraining_help_is_grouped_by_stage(capsys):
-    text = help_text(pretrain.parse_arguments, ["--help"], capsys)
-    recipe = {f.name for cls in (PreTrainingArguments, PreTrainingDataConfig) for f in fields(cls)}
+    text = help_text(PreTrainingRecipe.from_args, ["--help"], capsys)
+    recipe = {f.name for cls in PARSED for f in fields(cls)}
     check_layout(text, recipe)
     assert "--max-steps" not in text and "--no_lowercase" not in text  # one name a flag
     optim = text[text.index("  --optim ") :].split("\n  --")[0]

@@ -79,7 +79,7 @@ def test_quickstart_config_runs_offline_without_corpus(tmp_path):
     assert "'sentences' longer than 1000 characters in " in result.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["global_step"] == 2 and "eval_mlm_accuracy" in results
-    corpus = json.loads((out / "run_config.json").read_text())["run"]["corpus"]
+    corpus = json.loads((out / "run_config.json").read_text())["data"]["corpus"]
     assert all("quickstart_corpus" in c for c in corpus)
 
 
@@ -229,14 +229,14 @@ def help_defaults(parse, argv, capsys) -> dict[str, str]:
 
 
 def test_pretrain_help_shows_the_config_values(capsys):
-    from bert_repro.training.pretrain import parse_arguments
+    from bert_repro.training.pretraining.recipe import PreTrainingRecipe
 
     shown = help_defaults(
-        parse_arguments, ["--config", str(ROOT / "recipes/configs/quickstart.yaml"), "--help"], capsys
+        PreTrainingRecipe.from_args, ["--config", str(ROOT / "recipes/configs/quickstart.yaml"), "--help"], capsys
     )
     assert shown["max_steps"] == "2000" and shown["learning_rate"] == "0.001" and shown["vocab_size"] == "8192"
     assert shown["adam_epsilon"] == "1e-06"  # the paper's, under the config
-    plain = help_defaults(parse_arguments, ["--help"], capsys)
+    plain = help_defaults(PreTrainingRecipe.from_args, ["--help"], capsys)
     assert plain["max_steps"] == "1000000" and plain["warmup_steps"] == "10000" and plain["learning_rate"] == "0.0001"
 
 
@@ -283,7 +283,8 @@ def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, 
 
 @pytest.mark.slow
 def test_accelerate_launch_quiet_shows_the_recipes_error_alone(tmp_path):
-    """The README's advice for one process: `accelerate launch -q` keeps our one-line error free of a traceback."""
+    """docs/pretraining.md's advice for one process: `accelerate launch -q` keeps our one-line error free of a
+    traceback."""
     cmd = [
         sys.executable,
         "-m",

@@ -41,7 +41,7 @@ from bert_repro.model.configuration_bert_repro import (
     ObjectiveConflictError,
 )
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.pretrain import PreTrainingTrainer, metrics_from_sums, pretraining_sums
+from bert_repro.training.pretraining.trainer import PreTrainingTrainer, metrics_from_sums, pretraining_sums
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = (
@@ -419,10 +419,11 @@ def corpus(tmp_path_factory, tokenizer):
 def test_pretraining_model_trains_the_nsp_head_only_with_nsp(tmp_path, corpus, objective):
     """Without NSP the pooler and NSP head are frozen: no gradient, no weight decay, no unused parameter for DDP."""
     from bert_repro.data.wordpiece import load_tokenizer
-    from bert_repro.training.pretrain import build_model, parse_arguments
+    from bert_repro.training.pretraining.model import build_model
+    from bert_repro.training.pretraining.recipe import PreTrainingRecipe
 
-    run, data, _ = parse_arguments(pretraining_argv(*corpus, tmp_path / "out", objective))
-    model = build_model(run, load_tokenizer(corpus[1]), [data])
+    recipe = PreTrainingRecipe.from_args(pretraining_argv(*corpus, tmp_path / "out", objective))
+    model = build_model(recipe.model, load_tokenizer(corpus[1]), [recipe.examples])
     assert model.config.objective == objective
     frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
     heads = {name for name, _ in model.named_parameters() if name.startswith(("bert.pooler.", "cls.seq_relationship."))}
@@ -438,11 +439,11 @@ def test_pretraining_model_trains_the_nsp_head_only_with_nsp(tmp_path, corpus, o
     ],
 )
 def test_pretraining_recipe_refuses_settings_the_objective_rules_out(tmp_path, corpus, argv, message):
-    from bert_repro.training.pretrain import run_pretraining
+    from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
 
     base = pretraining_argv(*corpus, tmp_path / "out", "ltr")
     with pytest.raises(ConfigurationError, match=message.replace("(", r"\(")):
-        run_pretraining(base + argv)
+        run_pretraining(PreTrainingRecipe.from_args(base + argv))
     assert not (tmp_path / "out").exists()  # refused before any data work
 
 
@@ -460,12 +461,12 @@ def test_pretraining_recipe_rejects_an_unknown_objective(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["mlm_nsp", "mlm", "ltr"])
 def test_pretraining_end_to_end_with_each_objective(tmp_path, corpus, objective):
-    from bert_repro.training.pretrain import run_pretraining
+    from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
 
     out = tmp_path / objective
     saving = pytest.warns(NotTransformersBertWarning) if objective == "ltr" else contextlib.nullcontext()
     with saving:  # a left-to-right checkpoint is saved in the remote-code-only format, with its warning
-        results = run_pretraining(pretraining_argv(*corpus, out, objective))
+        results = run_pretraining(PreTrainingRecipe.from_args(pretraining_argv(*corpus, out, objective)))
     task = PRETRAINING_OBJECTIVES[objective].token_task
     nsp = {"eval_nsp_loss", "eval_nsp_accuracy"}
     assert {f"eval_{task}_loss", f"eval_{task}_accuracy"} <= set(results)

@@ -127,7 +127,7 @@ def test_padding_statistics_hand_checked():
     assert stats["rows_per_batch"] == 3
     assert stats["most_rows_at_full_width"] == 3 and packed_rows_per_example(stats) == 3 / 4
     # The recipe's collator: each phase's share from its statistics, one row per example without them (streamed).
-    from bert_repro.training.pretrain_phases import packed_rows
+    from bert_repro.training.pretraining.phases import packed_rows
 
     assert packed_rows({"phase1": {"padding": stats}, "phase2": {"examples": 10}}, 2) == [3 / 4, 1.0]
 
@@ -294,7 +294,7 @@ def test_fixed_shape_batch_compiles_to_one_graph_with_the_unpacked_results(token
     left in it), and the losses, the trainer's sums and every gradient of the unpacked batch in eager mode."""
     import torch._dynamo
 
-    from bert_repro.training.pretrain_trainer import PreTrainingTrainer, pretraining_sums
+    from bert_repro.training.pretraining.trainer import PreTrainingTrainer, pretraining_sums
 
     rows, packed, unpacked = packed_and_unpacked(tokenizer, fixed_shape=True)
     model = tiny_model(tokenizer, "sdpa", sparse_prediction=True).train()

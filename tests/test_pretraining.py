@@ -12,13 +12,9 @@ import yaml
 from helpers import ROOT, first_documents, launch, tiny_config, weights, write_config
 
 from bert_repro.training.cli import check_output_dir
-from bert_repro.training.pretrain import (
-    PAPER_TRAINING_DEFAULTS,
-    PhasedSampler,
-    PreTrainingTrainer,
-    parse_arguments,
-    phase_steps,
-)
+from bert_repro.training.pretraining.phases import PhasedSampler, phase_steps
+from bert_repro.training.pretraining.recipe import PAPER_TRAINING_DEFAULTS, Phase, PreTrainingRecipe
+from bert_repro.training.pretraining.trainer import PreTrainingTrainer
 
 # ---------------------------------------------------------------------------------------------------------------
 # Arguments and sampler
@@ -38,14 +34,15 @@ def test_defaults_yaml_and_command_line_precedence(tmp_path):
             }
         )
     )
-    run, data, training = parse_arguments(["--config", str(config), "--max_steps", "70", "--output_dir", "o"])
+    recipe = PreTrainingRecipe.from_args(["--config", str(config), "--max_steps", "70", "--output_dir", "o"])
+    run, data, training = recipe.model, recipe.examples, recipe.training
     assert training.learning_rate == 5e-4  # YAML over the paper default
     assert training.max_steps == 70  # command line over YAML
     assert training.adam_epsilon == PAPER_TRAINING_DEFAULTS["adam_epsilon"] == 1e-6  # paper default kept
     assert training.warmup_steps == 10_000 and training.weight_decay == 0.01 and training.max_grad_norm == 1.0
     assert data.max_seq_length == 128 and data.max_predictions_per_seq == 20 and data.dupe_factor == 10
     assert run.preset == "tiny" and json.loads(run.model_overrides) == {"hidden_dropout_prob": 0.0}
-    assert run.global_batch_size == 256 and run.phase2_fraction == 0.1 and run.phase2_max_seq_length == 512
+    assert recipe.optimization.global_batch_size == 256 and recipe.phases[1] == Phase(512, 80, 0.1)
 
 
 def test_unknown_yaml_field_names_the_file(tmp_path):
@@ -53,7 +50,7 @@ def test_unknown_yaml_field_names_the_file(tmp_path):
     config.write_text("learning_rat: 0.1\n")
     expected = r"c.yaml: unknown field\(s\) learning_rat \(did you mean learning_rate\?\)"
     with pytest.raises(ValueError, match=expected):
-        parse_arguments(["--config", str(config), "--output_dir", "o"])
+        PreTrainingRecipe.from_args(["--config", str(config), "--output_dir", "o"])
 
 
 def test_phased_sampler_order_and_reproducibility():
@@ -103,13 +100,13 @@ def test_output_dir_protection(tmp_path):
 def test_a_run_recorded_with_fields_that_may_now_change_still_resumes(tmp_path):
     # An earlier version recorded log_level with the run; it may now change on resumption, so a run it saved
     # must resume under a command that no longer records it, while a setting that matters is still compared.
-    from bert_repro.training.pretrain import run_identity
+    from bert_repro.training.pretraining.recipe import run_identity
 
     saved = {"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "passive"}}
     (tmp_path / "run_config.json").write_text(json.dumps(saved))
     (tmp_path / "checkpoint-10").mkdir()
     now = run_identity({"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "info"}})
-    assert now == {"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3}}
+    assert now["model"] == {"preset": "tiny"} and now["training"] == {"learning_rate": 1e-3}
     check_output_dir(tmp_path, now, resume=True, overwrite=False, identity=run_identity)
     with pytest.raises(FileExistsError, match="log_level"):  # without the identity, the old field differs
         check_output_dir(tmp_path, now, resume=True, overwrite=False)
@@ -193,7 +190,7 @@ def test_global_batch_normalisation_with_unequal_mask_counts(tmp_path):
 @pytest.mark.slow
 def test_repeating_the_data_more_than_the_paper_is_warned_about():
     from bert_repro.data.pretraining_examples import PreTrainingDataConfig
-    from bert_repro.training.pretrain import repetition_warnings
+    from bert_repro.training.pretraining.records import repetition_warnings
 
     static = PreTrainingDataConfig(max_seq_length=64, dupe_factor=3)
     stats = {"phase1": {"examples": 77_422}}
@@ -296,13 +293,13 @@ def test_two_ddp_processes_match_one_process(tmp_path, corpus_and_tokenizer):
 @pytest.mark.parametrize("config", sorted((ROOT / "recipes" / "configs").glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_configs_parse(config):
     from bert_repro import PRESETS
-    from bert_repro.training.pretrain import gradient_accumulation
+    from bert_repro.training.pretraining.recipe import gradient_accumulation
 
     # use_cpu: the GPU configs ask for bf16, which TrainingArguments refuses on a machine without a GPU otherwise.
-    run, data, training = parse_arguments(["--config", str(config), "--output_dir", "unused", "--use_cpu", "true"])
-    assert run.preset in PRESETS and run.corpus
-    assert data.max_seq_length <= 512 and run.phase2_max_seq_length <= 512
-    assert gradient_accumulation(run.global_batch_size, training.per_device_train_batch_size, 1) >= 1
+    recipe = PreTrainingRecipe.from_args(["--config", str(config), "--output_dir", "unused", "--use_cpu", "true"])
+    assert recipe.model.preset in PRESETS and recipe.data.corpus
+    assert all(phase.max_seq_length <= 512 for phase in recipe.phases)
+    assert gradient_accumulation(recipe) >= 1
 
 
 @pytest.mark.slow

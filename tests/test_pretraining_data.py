@@ -918,12 +918,12 @@ def test_collator_dynamic_masks(pseudo_corpus, trained_tokenizer):
 def test_one_document_means_no_held_out_evaluation_and_says_so(caplog):
     import datasets
 
-    from bert_repro.training.pretrain import PreTrainingArguments
-    from bert_repro.training.pretrain_data import split_documents
+    from bert_repro.training.pretraining.examples import split_documents
+    from bert_repro.training.pretraining.recipe import DataSettings
 
-    run = PreTrainingArguments(eval_fraction=0.1)
+    run = DataSettings(eval_fraction=0.1)
     one = datasets.Dataset.from_dict({"text": ["One long book."]})
-    with caplog.at_level(logging.WARNING, logger="bert_repro.training.pretrain_data"):
+    with caplog.at_level(logging.WARNING, logger="bert_repro.training.pretraining.examples"):
         assert split_documents(one, run, seed=0) == (one, None)
     assert "The corpus holds 1 document: no held-out evaluation" in caplog.text
     two = datasets.Dataset.from_dict({"text": ["One book.", "Another."]})
@@ -931,7 +931,7 @@ def test_one_document_means_no_held_out_evaluation_and_says_so(caplog):
     assert len(train) == 1 and len(held_out) == 1  # whole documents, at least one held out
     caplog.clear()
     run.eval_fraction = 0.0  # asked for: nothing to say
-    with caplog.at_level(logging.WARNING, logger="bert_repro.training.pretrain_data"):
+    with caplog.at_level(logging.WARNING, logger="bert_repro.training.pretraining.examples"):
         assert split_documents(one, run, seed=0) == (one, None)
     assert not caplog.text
 

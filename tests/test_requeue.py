@@ -13,7 +13,7 @@ import pytest
 from helpers import ROOT, fixture_files, launch, write, write_config
 
 from bert_repro.training.cli import RunFinished, check_output_dir
-from bert_repro.training.pretrain import MAY_GROW, run_identity
+from bert_repro.training.pretraining.recipe import MAY_GROW, run_identity
 
 
 def every_file(directory: Path) -> dict[str, str]:

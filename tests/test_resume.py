@@ -50,7 +50,7 @@ def test_newest_valid_checkpoint_falls_back_and_reports(tmp_path, caplog):
 
 
 def test_the_clock_starts_where_the_checkpoint_says(tmp_path, caplog):
-    from bert_repro.training.pretrain import TrainingClock
+    from bert_repro.training.pretraining.resume import TrainingClock
 
     assert (TrainingClock(None).before, TrainingClock(None).from_step) == (0.0, 0)
     timed = tmp_path / "checkpoint-6"
@@ -70,7 +70,7 @@ def test_the_clock_starts_where_the_checkpoint_says(tmp_path, caplog):
 
 
 def test_tokens_per_second_counts_the_steps_the_clock_timed():
-    from bert_repro.training.pretrain import tokens_trained
+    from bert_repro.training.pretraining.examples import tokens_trained
 
     statistics = {"phase1": {"tokens": 1000, "examples": 10}, "phase2": {"tokens": 4000, "examples": 10}}
     assert tokens_trained(statistics, [90, 10], 2) == 90 * 2 * 100 + 10 * 2 * 400
@@ -206,7 +206,7 @@ def test_sharded_weights_index_and_fsdp_folders(tmp_path):
 
 def test_checkpoint_to_resume_checks_what_it_is_given(tmp_path):
     from bert_repro.training.cli import ConfigurationError
-    from bert_repro.training.pretrain_resume import checkpoint_to_resume
+    from bert_repro.training.pretraining.resume import checkpoint_to_resume
 
     assert checkpoint_to_resume(tmp_path, True) is None  # nothing saved yet
     for nothing in (None, False, ""):
@@ -229,8 +229,8 @@ def test_checkpoint_to_resume_checks_what_it_is_given(tmp_path):
 
 def test_forget_unstarted_run_removes_only_what_the_run_wrote(tmp_path):
     from bert_repro.training.cli import RUN_CONFIG
-    from bert_repro.training.pretrain_data import TOKENIZER_DIR
-    from bert_repro.training.pretrain_resume import forget_unstarted_run
+    from bert_repro.training.pretraining.examples import TOKENIZER_DIR
+    from bert_repro.training.pretraining.resume import forget_unstarted_run
 
     for keep in (False, True):
         out = tmp_path / f"run-{keep}"
@@ -245,7 +245,7 @@ def test_forget_unstarted_run_removes_only_what_the_run_wrote(tmp_path):
 
 
 def test_tokens_trained_per_phase_with_few_examples():
-    from bert_repro.training.pretrain_resume import tokens_trained
+    from bert_repro.training.pretraining.examples import tokens_trained
 
     statistics = {f"phase{i}": {"tokens": 6 * i, "examples": 1} for i in (1, 2, 3)}
     statistics["phase2"]["examples"] = 0  # no examples counted: a tokens-per-example of tokens / 1
@@ -257,7 +257,7 @@ def test_tokens_trained_per_phase_with_few_examples():
 def test_stop_after_steps_counts_from_the_resumed_step():
     from types import SimpleNamespace
 
-    from bert_repro.training.pretrain_resume import StopAfterSteps
+    from bert_repro.training.pretraining.resume import StopAfterSteps
 
     callback = StopAfterSteps(3)
     state = SimpleNamespace(global_step=10, max_steps=20)
@@ -275,7 +275,7 @@ def test_stop_after_steps_counts_from_the_resumed_step():
 def test_a_longer_schedule_sets_the_rate_of_the_checkpoints_step():
     from types import SimpleNamespace
 
-    from bert_repro.training.pretrain_resume import LongerSchedule
+    from bert_repro.training.pretraining.resume import LongerSchedule
 
     def scheduler(lr):
         optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
@@ -304,7 +304,7 @@ def test_a_longer_schedule_sets_the_rate_of_the_checkpoints_step():
 def test_the_clock_writes_its_record_into_rank_zeros_checkpoint(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    import bert_repro.training.pretrain_resume as resume
+    import bert_repro.training.pretraining.resume as resume
 
     now = [1000.0]
     monkeypatch.setattr(resume.time, "time", lambda: now[0])
@@ -324,7 +324,7 @@ def test_the_clock_writes_its_record_into_rank_zeros_checkpoint(tmp_path, monkey
 
 
 def test_whole_run_loss_weights_each_logged_mean_by_its_steps():
-    from bert_repro.training.pretrain_resume import whole_run_loss
+    from bert_repro.training.pretraining.resume import whole_run_loss
 
     history = [
         {"loss": 9.0},  # no step: not a training log
@@ -340,21 +340,22 @@ def test_whole_run_loss_weights_each_logged_mean_by_its_steps():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The two phases in one run (bert_repro.training.pretrain_phases): configurations, steps, sampler, collators.
+# The two phases in one run (bert_repro.training.pretraining.phases): configurations, steps, sampler, collators.
 
 
 def test_phase_configs_and_steps():
-    from types import SimpleNamespace
-
     from bert_repro.data.pretraining_examples import PreTrainingDataConfig
-    from bert_repro.training.pretrain_phases import phase_configs, phase_steps
+    from bert_repro.training.pretraining import PreTrainingRecipe
+    from bert_repro.training.pretraining.phases import phase_configs, phase_steps
 
     data = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=9, dupe_factor=3, random_seed=7)
-    run = SimpleNamespace(phase2_fraction=0.0, phase2_max_seq_length=256, phase2_max_predictions_per_seq=40)
-    assert phase_configs(data, run) == [data]
-    run.phase2_fraction = 0.1
-    first, second = phase_configs(data, run)
-    assert first is data
+    recipe = PreTrainingRecipe.from_args(["--output_dir", "unused", "--phase2_fraction", "0"]).replace(
+        max_seq_length=64, max_predictions_per_seq=9, dupe_factor=3, random_seed=7
+    )
+    assert phase_configs(recipe) == [data]
+    recipe = recipe.replace(phase2_fraction=0.1, phase2_max_seq_length=256, phase2_max_predictions_per_seq=40)
+    first, second = phase_configs(recipe)
+    assert first == data
     assert second == PreTrainingDataConfig(max_seq_length=256, max_predictions_per_seq=40, dupe_factor=3, random_seed=7)
     assert phase_steps(1000, 0.1, 2) == [900, 100] and phase_steps(7, 0.5, 1) == [7]
     assert phase_steps(10, 0.25, 2) == [8, 2]  # round(2.5) = 2
@@ -365,7 +366,7 @@ def test_phase_configs_and_steps():
 def test_phased_sampler_draws_each_phase_in_reshuffled_passes():
     import numpy as np
 
-    from bert_repro.training.pretrain_phases import PhasedSampler
+    from bert_repro.training.pretraining.phases import PhasedSampler
 
     sizes, samples = [3, 0, 4], [7, 0, 2]
     sampler = PhasedSampler(sizes, samples, seed=5)
@@ -384,7 +385,7 @@ def test_phased_sampler_draws_each_phase_in_reshuffled_passes():
 
 
 def test_packed_rows_default_to_one_row_per_example():
-    from bert_repro.training.pretrain_phases import packed_rows
+    from bert_repro.training.pretraining.phases import packed_rows
 
     assert packed_rows({}, 2) == [1.0, 1.0]
     assert packed_rows({"phase1": {"examples": 3}}, 2) == [1.0, 1.0]
@@ -400,7 +401,7 @@ def small_tokenizer():
 def test_phase_collator_builds_each_phases_collators(small_tokenizer):
     from bert_repro.data.pack_examples import PackingCollator
     from bert_repro.data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig
-    from bert_repro.training.pretrain_phases import PhaseCollator
+    from bert_repro.training.pretraining.phases import PhaseCollator
 
     phases = [
         PreTrainingDataConfig(max_seq_length=16, max_predictions_per_seq=3, static_masking=False, masked_lm_prob=0.2),
@@ -453,7 +454,7 @@ def test_phase_collator_builds_each_phases_collators(small_tokenizer):
 
 def test_phase_collator_routes_a_batch_by_its_longest_row(small_tokenizer):
     from bert_repro.data.pretraining_examples import PreTrainingDataConfig
-    from bert_repro.training.pretrain_phases import PhaseCollator
+    from bert_repro.training.pretraining.phases import PhaseCollator
 
     phases = [PreTrainingDataConfig(max_seq_length=n) for n in (16, 32, 64)]
     collator = PhaseCollator(small_tokenizer, phases)

@@ -78,7 +78,7 @@ def test_selection_keeps_the_variants_whose_weights_are_used():
     sized = select(get_study("table6"), StudyArguments(study="table6", sizes=["2/64/2", "4/128/4"], tasks=["sst2"]))
     assert [v.key for v in sized.variants] == ["L2_H64_A2", "L4_H128_A4"]
     assert [c.key for c in sized.columns] == ["mlm_ppl", "sst2"]  # the pre-training column stays
-    assert json.loads(sized.variants[1].pretrain_args[1])["intermediate_size"] == 512
+    assert json.loads(sized.variants[1].pretraining["model_overrides"])["intermediate_size"] == 512
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,8 @@ gradient accumulation adds up the micro-batches' MEAN losses, unscaled (the mode
 and clips twice the gradient. The recipe's accumulated batch must train as one batch, as the paper's batch of
 256 was one.
 
-`benchmarks/trajectory.py` compares the two loops with dropout on (README, "Training as transformers trains").
+`benchmarks/trajectory.py` compares the two loops with dropout on (docs/pretraining.md, "Training as transformers
+trains").
 """
 
 import json
@@ -31,7 +32,10 @@ from transformers import BertForPreTraining, Trainer, TrainingArguments
 from bert_repro import BertReproConfig, BertReproForPreTraining
 from bert_repro.data.pretraining_examples import IGNORE_INDEX
 from bert_repro.data.wordpiece import load_tokenizer
-from bert_repro.training.pretrain import PhasedSampler, build_datasets, parse_arguments, phase_steps, run_pretraining
+from bert_repro.training.pretraining.examples import build_datasets
+from bert_repro.training.pretraining.phases import PhasedSampler, phase_configs, phase_steps
+from bert_repro.training.pretraining.recipe import PreTrainingRecipe
+from bert_repro.training.pretraining.run import run_pretraining
 
 STEPS, TOLERANCE = 120, 1e-5
 LOGGED = ("loss", "mlm_loss", "nsp_loss", "grad_norm", "learning_rate")
@@ -73,10 +77,11 @@ class InOrder(torch.utils.data.IterableDataset):
 def transformers_trajectory(argv, init, output_dir):
     """Per step: the loss, MLM loss, NSP loss, gradient norm, learning rate and width of plain transformers'
     training on the recipe's examples (`argv` is the recipe's command line)."""
-    run, data, training = parse_arguments(argv)
-    _, phases, _, _ = build_datasets(run, data, training, output_dir / "data")
-    steps = phase_steps(training.max_steps, run.phase2_fraction, len(phases))
-    order = PhasedSampler([len(p) for p in phases], [n * run.global_batch_size for n in steps], training.seed)
+    recipe = PreTrainingRecipe.from_args(argv)
+    training, batch = recipe.training, recipe.optimization.global_batch_size
+    _, phases, _, _ = build_datasets(recipe.data, phase_configs(recipe), training, output_dir / "data")
+    steps = phase_steps(training.max_steps, recipe.phase_flags().phase2_fraction, len(phases))
+    order = PhasedSampler([len(p) for p in phases], [n * batch for n in steps], training.seed)
     everything = datasets.concatenate_datasets(phases)
     examples = [everything[i] for i in order]
 
@@ -94,7 +99,7 @@ def transformers_trajectory(argv, init, output_dir):
         **{
             **training.to_dict(),
             "output_dir": str(output_dir / "reference"),
-            "per_device_train_batch_size": run.global_batch_size,
+            "per_device_train_batch_size": batch,
             "gradient_accumulation_steps": 1,
             "save_strategy": "no",
             "eval_strategy": "no",
@@ -104,7 +109,7 @@ def transformers_trajectory(argv, init, output_dir):
         model=model,
         args=args,
         train_dataset=InOrder(examples),
-        data_collator=straightforward_collator(load_tokenizer(run.tokenizer).pad_token_id),
+        data_collator=straightforward_collator(load_tokenizer(recipe.data.tokenizer).pad_token_id),
     )
     trainer.train()
     logged = [e for e in trainer.state.log_history if "loss" in e and "train_runtime" not in e]
@@ -124,8 +129,9 @@ def transformers_trajectory(argv, init, output_dir):
 
 def recipe_trajectory(argv):
     """The same quantities from the recipe's own log (`log_history.json`, one entry per step)."""
-    run_pretraining(argv)
-    _, _, training = parse_arguments(argv)
+    recipe = PreTrainingRecipe.from_args(argv)
+    run_pretraining(recipe)
+    training = recipe.training
     history = json.loads((Path(training.output_dir) / "log_history.json").read_text())
     return [{key: e[key] for key in LOGGED} for e in history if "mlm_loss" in e]
 

@@ -1,5 +1,5 @@
 """The corpus that travels (bert_repro.data.travel_corpus, benchmarks/corpus/), Table 5's QNLI and SQuAD subsets
-(benchmarks/corpus/task_data.py) and the GPU study command (benchmarks/study_gpu.sh) dry-run on the CPU at a tiny
+(benchmarks/corpus/task_data.py) and the GPU study command (benchmarks/gpu/study_gpu.sh) dry-run on the CPU at a tiny
 budget: the same script and flags as on the GPU."""
 
 import json
@@ -97,7 +97,7 @@ def test_gutenberg_books_keep_only_the_text_between_the_start_and_end_lines(tmp_
 
 @pytest.mark.slow
 def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
-    """benchmarks/study_gpu.sh as the GPU machine runs it (both studies, the travel folder, the pre-training
+    """benchmarks/gpu/study_gpu.sh as the GPU machine runs it (both studies, the travel folder, the pre-training
     flags, the fine-tuning on the full training sets), only the model, the steps and the number of seeds and
     processes small, and bf16 off: it needs CUDA (or --use_cpu), the one thing the GPU alone checks."""
     root, _, _ = travelled
@@ -123,7 +123,7 @@ def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
     more = {"TABLE5_REUSE": "1", "TABLE5_TASKS": "mrpc sst2", "TABLE5_VARIANTS": "mlm_nsp mlm ltr ltr_bilstm"}
     for study, rows in studies:
         done = subprocess.run(
-            ["bash", "benchmarks/study_gpu.sh"],
+            ["bash", "benchmarks/gpu/study_gpu.sh"],
             cwd=ROOT,
             env={**env, **more, "STUDY": study},
             capture_output=True,
@@ -146,7 +146,7 @@ def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
 
 @pytest.mark.slow
 def test_the_gpu_study_part_runs_on_an_emulated_device_machine(travelled, tmp_path):
-    """`PARTS="probe study" bash benchmarks/run_gpu.sh` as on the device machine, only without CUDA (DRY_RUN=1:
+    """`PARTS="probe study" bash benchmarks/gpu/run_gpu.sh` as on the device machine, only without CUDA (DRY_RUN=1:
     tiny sizes on the CPU): a network that accepts connections and never answers (Hub, index, proxy), a `python`
     that is not the one with torch, the carried travel folder; the study's table, the log and the packed model come
     back in OUT within the device's file limits (at most 8 files of 16 MiB)."""
@@ -154,7 +154,7 @@ def test_the_gpu_study_part_runs_on_an_emulated_device_machine(travelled, tmp_pa
     settings = dict(TRAVEL=str(root / ".travel"), PARTS="probe study", DRY_RUN="1", BUDGET="900")
     with device_machine_env(tmp_path, **settings) as env:
         run = subprocess.run(
-            ["bash", str(ROOT / "benchmarks/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=1200
+            ["bash", str(ROOT / "benchmarks/gpu/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=1200
         )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     out = tmp_path / "out"
@@ -284,8 +284,8 @@ def test_task_data_check_finds_a_missing_or_changed_file(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_table5_runs_on_a_bare_emulated_device_machine(travelled, tmp_path):
-    """`PARTS="probe table5" bash benchmarks/run_gpu.sh` on a machine with no earlier study (DRY_RUN=1: tiny sizes on
-    the CPU): the three pre-training tasks each pre-trained with the same flags, every one fine-tuned on MRPC, SST-2,
+    """`PARTS="probe table5" bash benchmarks/gpu/run_gpu.sh` on a machine with no earlier study (DRY_RUN=1: tiny sizes
+    on the CPU): the three pre-training tasks each pre-trained with the same flags, every one fine-tuned on MRPC, SST-2,
     QNLI and SQuAD from the carried folder (fixture rows, checked against their own manifest as the real subsets are
     against task_data.json) with 2 seeds; the table comes back in results.json."""
     root, _, _ = travelled
@@ -313,7 +313,7 @@ def test_table5_runs_on_a_bare_emulated_device_machine(travelled, tmp_path):
     )
     with device_machine_env(tmp_path, **settings) as env:
         run = subprocess.run(
-            ["bash", str(ROOT / "benchmarks/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=1800
+            ["bash", str(ROOT / "benchmarks/gpu/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=1800
         )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
@@ -328,8 +328,9 @@ def test_table5_runs_on_a_bare_emulated_device_machine(travelled, tmp_path):
             (tmp_path / "results" / "study_table5" / "pretrain" / variant / "run_config.json").read_text()
         )
         configs[variant] = record
-        assert record["data"]["objective"] == variant
+        assert record["examples"]["objective"] == variant
     for variant in ("mlm_nsp", "ltr"):
-        assert configs[variant]["run"] == configs["mlm"]["run"]
-        assert {**configs[variant]["data"], "objective": "mlm"} == configs["mlm"]["data"]
+        for section in ("data", "model", "phases", "optimization", "output"):
+            assert configs[variant][section] == configs["mlm"][section]
+        assert {**configs[variant]["examples"], "objective": "mlm"} == configs["mlm"]["examples"]
         assert {**configs[variant]["training"], "output_dir": ""} == {**configs["mlm"]["training"], "output_dir": ""}

@@ -209,7 +209,7 @@ def run_plan(plan: list[dict]) -> list[list[dict]]:
 if __name__ == "__main__":
     # The recipes' imports, once (the children inherit them).
     import bert_repro.training.finetune
-    import bert_repro.training.pretrain  # noqa: F401
+    import bert_repro.training.pretraining  # noqa: F401
 
     reports = sys.stdout
     sys.stdout = sys.stderr  # anything else printed stays out of the reports

@@ -1,6 +1,8 @@
 """Stage 2, the data: corpora (`corpus`, `sentences`), WordPiece vocabularies (`wordpiece`), the pre-training
-examples of Google's reference builder (`pretraining_examples`), the same examples streamed (`streaming`), several
-examples packed into one row (`pack_examples`) and a corpus packed to go with the code (`travel_corpus`)."""
+examples of Google's reference builder (`pretraining_examples`, in the builder's steps: `pretraining_config`,
+`tokenized_documents`, `training_instances`, `masking`, `example_statistics`, `balanced_map`), the same examples
+streamed (`streaming`), several examples packed into one row (`pack_examples`) and a corpus packed to go with the
+code (`travel_corpus`)."""
 
 # What the package's users reach (the benchmarks among them), read on first use (PEP 562): importing one module
 # of this package does not import datasets' whole pipeline.

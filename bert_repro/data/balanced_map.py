@@ -48,7 +48,8 @@ def _balanced_order(weights: np.ndarray, num_proc: int | None) -> np.ndarray | N
 
 def _flatten(dataset: Dataset, fingerprint: str) -> Dataset:
     """``flatten_indices`` (a cached map) with Arrow batches: the rows are written as whole tables, not cast
-    one row at a time as ``flatten_indices`` does with Python batches after a shuffle (about 6x faster)."""
+    one row at a time as ``flatten_indices`` does with Python batches after a shuffle (faster: benchmarks/LOG.md,
+    "Building pre-training examples")."""
     fmt = dataset.format
     flat = dataset.with_format("arrow").flatten_indices(new_fingerprint=fingerprint)
     flat = flat.with_format(fmt["type"], fmt["columns"], fmt["output_all_columns"], **fmt["format_kwargs"])

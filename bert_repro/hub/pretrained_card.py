@@ -15,8 +15,10 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard
 
+from ..data.pretraining_config import PreTrainingDataConfig
 from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..tasks.registry import METRICS, TASKS
+from ..training.pretraining.recipe import DataSettings, PreTrainingRecipe, upgrade
 from .card_common import (
     BIBTEX,
     NOT_RECORDED,
@@ -90,10 +92,10 @@ def _corpus_total(statistics: Mapping[str, Any], key: str) -> int | None:
     return sum(n for n in counts if _is_number(n)) if _is_number(counts[0]) else None
 
 
-def _corpus(run: Mapping[str, Any], statistics: Mapping[str, Any]) -> dict[str, Any]:
+def _corpus(run: DataSettings, statistics: Mapping[str, Any]) -> dict[str, Any]:
     """The pre-training corpus as the card describes it: Hub id (and config / split) or the local paths as given,
     with its documents (trained on and held out) and the files that describe its sources."""
-    sources = run.get("corpus") or []
+    sources = run.corpus
     hub_id = sources[0] if len(sources) == 1 and is_hub_id(sources[0]) else None
     name = hub_id or ", ".join(map(_corpus_name, sources)) or NOT_RECORDED
     documents, tokens = (_corpus_total(statistics, key) for key in ("documents", "document_tokens"))
@@ -105,9 +107,9 @@ def _corpus(run: Mapping[str, Any], statistics: Mapping[str, Any]) -> dict[str, 
         "tokens": _count(tokens),
         "documentation": " and ".join(f"`{d}`" for d in _corpus_documentation(sources)) if not hub_id else "",
         "slug": re.sub(r"[^\w.-]+", "-", name).strip("-") or "corpus",
-        "config": run.get("hub_config") if hub_id else None,
-        "split": run.get("split") if hub_id else None,
-        "document_boundary": run.get("document_boundary"),
+        "config": run.hub_config if hub_id else None,
+        "split": run.split if hub_id else None,
+        "document_boundary": run.document_boundary,
         "licence": _licence_of(hub_id),
         "wiki": "wiki" in name.lower(),
     }
@@ -138,12 +140,12 @@ def _data_rows(statistics: Mapping[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def _tokens_seen(statistics: Mapping[str, Any], run: Mapping[str, Any], results: Mapping[str, Any]) -> int | None:
+def _tokens_seen(statistics: Mapping[str, Any], recipe: PreTrainingRecipe, results: Mapping[str, Any]) -> int | None:
     """Tokens the run trained on: each phase's steps x global batch x its mean example length."""
-    steps, batch = results.get("global_step"), run.get("global_batch_size")
-    if not _is_number(steps) or not _is_number(batch):
+    steps, batch = results.get("global_step"), recipe.optimization.global_batch_size
+    if not _is_number(steps):
         return None
-    fraction = run.get("phase2_fraction") or 0.0
+    fraction = recipe.phase_flags().phase2_fraction
     second = max(1, round(steps * fraction)) if "phase2" in statistics and fraction > 0 else 0
     total = 0.0
     for key, n in (("phase1", steps - second), ("phase2", second)):
@@ -239,53 +241,45 @@ def _benchmark(benchmark_dir: str | Path | None) -> dict[str, Any] | None:
     }
 
 
-def _masking_recipe(data: Mapping[str, Any]) -> str:
+def _masking_recipe(data: PreTrainingDataConfig) -> str:
     """How examples were masked, from the recorded flags (paper: 15%; 80% [MASK], 10% random, 10% kept)."""
-    prob, mask = data.get("masked_lm_prob"), data.get("mask_replace_prob")
-    rand = data.get("random_replace_prob")
-    if not all(_is_number(v) for v in (prob, mask, rand)):
-        return "masking settings not recorded"
+    prob, mask, rand = data.masked_lm_prob, data.mask_replace_prob, data.random_replace_prob
     kept = max(0.0, 1 - mask - rand)
     return (
         f"{100 * prob:g}% of the tokens chosen for prediction (at most "
-        f"{_plain(data.get('max_predictions_per_seq'))} per example), of which {100 * mask:g}% become "
+        f"{_plain(data.max_predictions_per_seq)} per example), of which {100 * mask:g}% become "
         f"[MASK], {100 * rand:g}% a random token and {100 * kept:.3g}% stay"
     )
 
 
 def _pretraining_facts(
-    run: Mapping[str, Any],
-    data: Mapping[str, Any],
-    training: Mapping[str, Any],
-    results: Mapping[str, Any],
-    statistics: Mapping[str, Any],
+    recipe: PreTrainingRecipe, results: Mapping[str, Any], statistics: Mapping[str, Any]
 ) -> dict[str, Any]:
     """What the training-procedure section says, each value ready to print."""
+    run, data, training = recipe.data, recipe.examples, recipe.training
     steps = results.get("global_step")
-    batch = run.get("global_batch_size")
-    sequences = steps * batch if _is_number(steps) and _is_number(batch) else None
-    phase2 = run.get("phase2_fraction") or 0.0
+    batch = recipe.optimization.global_batch_size
+    sequences = steps * batch if _is_number(steps) else None
+    phase2 = recipe.phases[1] if len(recipe.phases) > 1 else None
     runtime, loss = results.get("train_runtime_s"), results.get("train_loss")
     processes = results.get("processes")
-    casing = {True: "uncased (lower-cased, accents stripped)", False: "cased"}.get(run.get("lowercase"))
+    casing = "uncased (lower-cased, accents stripped)" if run.lowercase else "cased"
     return {
         "steps": _count(steps),
         "global_batch_size": _count(batch),
         "sequences": _count(sequences),
-        "tokens_seen": _count(_tokens_seen(statistics, run, results)),
+        "tokens_seen": _count(_tokens_seen(statistics, recipe, results)),
         "paper_share": (f"{100 * sequences / (PAPER_STEPS * PAPER_BATCH):.3g}%" if sequences else NOT_RECORDED),
         "phase2": (
-            f"the last {100 * phase2:g}% of the steps at {run.get('phase2_max_seq_length')} tokens"
-            if phase2 > 0
-            else None
+            f"the last {100 * phase2.fraction:g}% of the steps at {phase2.max_seq_length} tokens" if phase2 else None
         ),
-        "max_seq_length": data.get("max_seq_length"),
-        "optimizer": run.get("optimizer", NOT_RECORDED),
-        "learning_rate": _plain(training.get("learning_rate")),
-        "warmup": _warmup(training.get("warmup_steps")),
-        "schedule": training.get("lr_scheduler_type", NOT_RECORDED),
-        "weight_decay": _plain(training.get("weight_decay")),
-        "precision": "bf16" if training.get("bf16") else "fp16" if training.get("fp16") else "fp32",
+        "max_seq_length": data.max_seq_length,
+        "optimizer": recipe.optimization.optimizer,
+        "learning_rate": _plain(training.learning_rate),
+        "warmup": _warmup(training.warmup_steps),
+        "schedule": str(getattr(training.lr_scheduler_type, "value", training.lr_scheduler_type)),
+        "weight_decay": _plain(training.weight_decay),
+        "precision": "bf16" if training.bf16 else "fp16" if training.fp16 else "fp32",
         "processes": (
             f"{processes:,} process" + ("" if processes == 1 else "es")
             if _is_number(processes)
@@ -301,14 +295,22 @@ def _pretraining_facts(
         "train_loss": f"{loss:.4f}" if _is_number(loss) else NOT_RECORDED,
         "recipe": _masking_recipe(data),
         "masking": "static (masks stored in the data, as the paper)"
-        if data.get("static_masking", True)
+        if data.static_masking
         else "dynamic (fresh masks per batch, as RoBERTa)",
-        "whole_word_mask": bool(data.get("do_whole_word_mask")),
-        "casing": casing or "casing not recorded",
-        "uncased": run.get("lowercase") is True,
-        "vocab_trained": not run.get("tokenizer"),
-        "tokenizer": public_name(run["tokenizer"]) if run.get("tokenizer") else None,
-        "eval_fraction": _share(run.get("eval_fraction")) if run.get("eval_fraction") else None,
+        "whole_word_mask": data.do_whole_word_mask,
+        "casing": casing,
+        "uncased": run.lowercase,
+        "vocab_trained": not run.tokenizer,
+        "tokenizer": public_name(run.tokenizer) if run.tokenizer else None,
+        "eval_fraction": _share(run.eval_fraction) if run.eval_fraction else None,
+    }
+
+
+def _phase_rows(recipe: PreTrainingRecipe) -> dict[str, str]:
+    return {
+        f"phase {i + 1}": f"{p.max_seq_length} tokens, at most {p.max_predictions_per_seq} masked positions, "
+        f"{100 * p.fraction:g}% of the steps"
+        for i, p in enumerate(recipe.phases)
     }
 
 
@@ -317,7 +319,7 @@ def _setting_notes(
 ) -> tuple[Mapping[str, Any], dict[str, dict[str, str]]]:
     """run_config.json as the hyper-parameter tables show it, and a note on each setting the run did not use as
     recorded (its gradient accumulation, its vocabulary size)."""
-    run, training = record.get("run") or {}, record.get("training") or {}
+    run, training = record.get("data") or {}, record.get("training") or {}
     # run_config.json is written before the run derives the accumulation from global_batch_size.
     accumulation = results.get("gradient_accumulation_steps")
     notes: dict[str, dict[str, str]] = {}
@@ -327,8 +329,8 @@ def _setting_notes(
         }
     # --tokenizer overrides vocab_size, and a trained vocabulary can come out smaller: show the model's own size.
     if _is_number(config.get("vocab_size")) and run.get("vocab_size") != config["vocab_size"]:
-        record = {**record, "run": {**run, "vocab_size": config["vocab_size"]}}
-        notes["run"] = {"vocab_size": f"the model's, from config.json; the run's setting was {run.get('vocab_size')}"}
+        record = {**record, "data": {**run, "vocab_size": config["vocab_size"]}}
+        notes["data"] = {"vocab_size": f"the model's, from config.json; the run's setting was {run.get('vocab_size')}"}
     return record, notes
 
 
@@ -357,10 +359,11 @@ def card_for_pretraining(
         raise CardError(f"{out} is not a pre-training output directory (needs run_config.json, config.json).")
     statistics = _read_json(out / "data_statistics.json") or {}
     results = _read_json(out / "results.json") or {}
-    run, data, training = record.get("run") or {}, record.get("data") or {}, record.get("training") or {}
-    if base_model is None and is_hub_id(run.get("init_from")):
-        base_model = run["init_from"]
-    corpus = _corpus(run, statistics)
+    record = upgrade(record)  # run_config.json of any schema this code wrote
+    recipe = PreTrainingRecipe.from_dict(record)
+    if base_model is None and is_hub_id(recipe.model.init_from):
+        base_model = recipe.model.init_from
+    corpus = _corpus(recipe.data, statistics)
     eval_results, eval_rows = _pretraining_eval(results, corpus)
     study_results, study = _study(study_dir, out, results.get("global_step"))
     parameters = stored_parameter_count(out) or parameter_count(config)
@@ -380,12 +383,15 @@ def card_for_pretraining(
         "corpus": corpus,
         "data_rows": _data_rows(statistics),
         "length_histogram": (statistics.get("phase1") or {}).get("length_histogram") or {},
-        "facts": {**_pretraining_facts(run, data, training, results, statistics), "last_loss": _last_loss(out)},
+        "facts": {**_pretraining_facts(recipe, results, statistics), "last_loss": _last_loss(out)},
         "hyperparameters": _hyperparameter_sections(
-            record,
+            {**record, "phases": _phase_rows(recipe)},
             {
-                "run": "Run (corpus, vocabulary, model, schedule)",
-                "data": "Pre-training examples (the reference create_pretraining_data.py flags)",
+                "data": "Corpus, vocabulary and held-out split",
+                "examples": "Pre-training examples (the reference create_pretraining_data.py flags)",
+                "phases": "Phases",
+                "model": "Model",
+                "optimization": "Batch and optimizer",
                 "training": "Trainer (transformers TrainingArguments)",
             },
             notes,

@@ -1,6 +1,7 @@
 """The card of a model published from a study, written from the study's recorded results file alone.
 
-`benchmarks/gpu_session.py record` keeps what a GPU call measured in `benchmarks/results/<date>-<device>-study*.json`:
+`benchmarks/gpu/gpu_session.py record` keeps what a GPU call measured in
+`benchmarks/results/<date>-<device>-study*.json`:
 the study's table (`study.<name>`: every seed of every cell, the majority-class baseline, the arguments) and the
 pre-training run of its model (`study_<name>`: steps, time, held-out losses). The run's own directory does not come
 back from the GPU machine, so the card says only what that file says, and every number in it can be checked
@@ -62,7 +63,9 @@ def _study_of(results: Mapping[str, Any], path: Path) -> tuple[str, dict[str, An
     studies = results.get("study") or {}
     name = next((n for n, s in studies.items() if any(not _is_random_init(r) for r in s.get("rows") or [])), None)
     if name is None:
-        raise CardError(f"{path}: no study with a pre-trained row (the file of `gpu_session.py record` is expected).")
+        raise CardError(
+            f"{path}: no study with a pre-trained row (the file of `benchmarks/gpu/gpu_session.py record` is expected)."
+        )
     return name, studies[name]
 
 
@@ -115,7 +118,8 @@ def _result_name(label: str, split: str, finished: int) -> str:
 
 
 def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Path | None = None) -> ModelCard:
-    """The card of the pre-trained model of the study recorded in ``path`` (a `gpu_session.py record` file)."""
+    """The card of the pre-trained model of the study recorded in ``path`` (a `benchmarks/gpu/gpu_session.py record`
+    file)."""
     path = Path(path)
     results = _read_json(path)
     if results is None:

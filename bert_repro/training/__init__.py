@@ -1,2 +1,28 @@
-"""Stage 4, training: pre-training (`pretrain` and its parts `pretrain_*`), fine-tuning (`finetune`), the paper's
-benchmark in one command (`reproduce`), optimizers (`optim`) and the recipes' command line (`cli`)."""
+"""Stage 4, training: pre-training (`pretraining`: recipe, plan and stages), fine-tuning (`finetune`), the paper's
+benchmark in one command (`reproduce`), the paper's studies (`study`), optimizers (`optim`) and the recipes' command
+line (`cli`).
+
+From Python, a run is a recipe and one call:
+
+    from bert_repro.training import PreTrainingRecipe, run_pretraining
+    run_pretraining(PreTrainingRecipe.from_yaml("recipes/configs/quickstart.yaml").replace(max_steps=500))
+"""
+
+# Read on first use (PEP 562): importing one module of this package (the command line's `cli`) does not build
+# the whole training stack.
+_PUBLIC = {
+    "Phase": "pretraining",
+    "PreTrainingRecipe": "pretraining",
+    "run_pretraining": "pretraining",
+    "FineTuningRecipe": "finetune",
+    "run_finetuning": "finetune",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{_PUBLIC[name]}", __name__), name)

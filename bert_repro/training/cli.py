@@ -73,7 +73,7 @@ class _SpeedSwitchesBase:
     def torch_compile_warning(self, torch_compile: bool) -> str | None:
         """One line for the log when `--torch_compile true` meets switches that split its graph: their paths
         take shapes from the data (which tokens are real, which positions are read) or run custom autograd
-        functions, so dynamo breaks the step into several graphs (benchmarks/README.md, "torch.compile")."""
+        functions, so dynamo breaks the step into several graphs (benchmarks/LOG.md, "torch.compile")."""
         split = [name for name, on in self.switches().items() if on and name not in ONE_GRAPH_SWITCHES]
         if not torch_compile or not split:
             return None
@@ -81,7 +81,7 @@ class _SpeedSwitchesBase:
         names = ", ".join("--" + name for name in split)
         return (
             f"--torch_compile true with {names}: {does} not compile to one graph (graph breaks each "
-            'step, no CUDA graph); the defaults do. See benchmarks/README.md, "torch.compile".'
+            'step, no CUDA graph); the defaults do. See benchmarks/LOG.md, "torch.compile".'
         )
 
 
@@ -385,6 +385,10 @@ def _changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
     out = {}
     for section in sorted(set(old) | set(new)):
         a, b = old.get(section, {}), new.get(section, {})
+        if not (isinstance(a, dict) and isinstance(b, dict)):  # a value of its own (a schema version)
+            if a != b:
+                out[section] = (a, b)
+            continue
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
                 out[f"{section}.{key}"] = (a.get(key), b.get(key))
@@ -483,61 +487,6 @@ def write_run_config(output_dir: str | Path, record: dict) -> None:
             f"cannot write to the output directory {out}: {error.strerror or error} ({error.filename}). "
             "Choose another --output_dir, one you can write to."
         ) from None
-
-
-@dataclass
-class PushRequest:
-    """What `--push_to_hub` asks for, kept in memory for the push at the end of the run. The token is here and
-    nowhere else: `take_push_request` clears `--hub_token` from the training arguments, which Trainer pickles into
-    `training_args.bin` in the output directory and in every checkpoint (files that users copy and share)."""
-
-    repo_id: str
-    private: bool = False
-    revision: str | None = None
-    token: str | None = field(default=None, repr=False)
-
-    def push_command(self, output_dir: str | Path, *extra: str) -> str:
-        """The command that publishes the run again without training (the token from HF_TOKEN or `hf auth login`,
-        never written out)."""
-        revision = ("--revision", self.revision) if self.revision else ()
-        private = ("--private",) if self.private else ()
-        return " ".join(
-            ["python -m bert_repro.hub", str(output_dir), "--repo_id", self.repo_id, *revision, *private, *extra]
-        )
-
-    def push(self, output_dir: str | Path, push, *extra: str, **kwargs):
-        """`push(output_dir, repo_id, revision=, private=, token=, **kwargs)` (a function of `bert_repro.hub.push`);
-        a failure says that the run is complete and gives the command that publishes it (`extra`: its flags)."""
-        from ..hub.push import HubPushError
-
-        try:
-            return push(
-                output_dir, self.repo_id, revision=self.revision, private=self.private, token=self.token, **kwargs
-            )
-        except HubPushError as err:
-            raise HubPushError(
-                f"{err} The run is complete in {output_dir}; to publish it without training again: "
-                f"{self.push_command(output_dir, *extra)}"
-            ) from None
-
-
-def take_push_request(training) -> PushRequest | None:
-    """`--push_to_hub --hub_model_id ID` is done by `bert_repro.hub.push` at the end, not by Trainer, whose own push
-    would upload pickles (training_args.bin) and no model card. The token (`--hub_token`, or a config's
-    `hub_token`) moves from `training` into the request: it reaches the pushes, and no file the run writes."""
-    token, training.hub_token = training.hub_token, None
-    if not training.push_to_hub:
-        return None
-    if not training.hub_model_id:
-        raise ConfigurationError("--push_to_hub needs --hub_model_id (e.g. your-name/bert-base-repro).")
-    from ..hub.push import HubPushError, check_hub_access
-
-    try:  # now, not after training: a wrong id, a refused token or no network fail in seconds
-        check_hub_access(training.hub_model_id, token=token)
-    except HubPushError as err:
-        raise ConfigurationError(str(err)) from None
-    training.push_to_hub = False
-    return PushRequest(training.hub_model_id, bool(training.hub_private_repo), training.hub_revision, token)
 
 
 def check_attention(name: str) -> str | None:

@@ -69,7 +69,6 @@ from .cli import (
     parse_with_config,
     pin_memory_only_with_an_accelerator,
     read_yaml_config,
-    take_push_request,
     use_our_names,
     write_run_config,
 )
@@ -82,6 +81,7 @@ from .distributed import (
     hardware,
     write_trainer_state,
 )
+from .publishing import take_push_request
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,8 @@ class FineTuningArguments(SpeedSwitches):
         metadata={
             "choices": list(HEAD_INITIALIZERS),
             "help": "How the new head's weights are drawn: transformers (its plain normal(0, 0.02); the default, "
-            "measured better on CoNLL-2003 and the same on MRPC and SST-2: benchmarks/README.md) or reference "
+            "measured better on CoNLL-2003 and the same on MRPC and SST-2: benchmarks/RESULTS.md, row 'new heads') or "
+            "reference "
             "(Google's code: normal(0, 0.02) cut at 2 standard deviations). The checkpoint's weights are loaded "
             "either way.",
         },

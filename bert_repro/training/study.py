@@ -48,9 +48,8 @@ from .cli import ConfigurationError
 from .finetune import check_inputs as check_finetuning_inputs
 from .finetune import parse_arguments as finetuning_arguments
 from .finetune import run_finetuning
-from .pretrain import check_inputs as check_pretraining_inputs
-from .pretrain import parse_arguments as pretraining_arguments
-from .pretrain import run_pretraining
+from .pretraining import PreTrainingRecipe, run_pretraining
+from .pretraining.plan import check as check_pretraining
 from .reproduce import check_task_data
 
 logger = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ class Variant:
 
     key: str  # directory name
     label: str  # as the paper's table names it
-    pretrain_args: tuple[str, ...] = ()
+    pretraining: Mapping[str, Any] = field(default_factory=dict)  # PreTrainingRecipe.replace's changes
     finetune_args: tuple[str, ...] = ()
     weights_of: str | None = None  # fine-tune this variant's pre-trained model instead of pre-training its own
     random_init: bool = False  # no pre-training: the architecture of `weights_of`, its weights drawn at random
@@ -120,7 +119,7 @@ def _size(layers: int, hidden: int, heads: int) -> Variant:
     return Variant(
         f"L{layers}_H{hidden}_A{heads}",
         f"L={layers}, H={hidden}, A={heads}",
-        pretrain_args=("--model_overrides", json.dumps(overrides)),
+        pretraining=MappingProxyType({"model_overrides": json.dumps(overrides)}),
     )
 
 
@@ -128,7 +127,7 @@ def _masking(mask: int, same: int, random: int) -> Variant:
     return Variant(
         f"mask{mask}_same{same}_rnd{random}",
         f"{mask}% / {same}% / {random}%",
-        pretrain_args=("--mask_replace_prob", str(mask / 100), "--random_replace_prob", str(random / 100)),
+        pretraining=MappingProxyType({"mask_replace_prob": mask / 100, "random_replace_prob": random / 100}),
     )
 
 
@@ -162,8 +161,8 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
             "Table 5 (dev, BERT-BASE)",
             variants=(
                 Variant("mlm_nsp", "BERT (MLM + NSP)"),
-                Variant("mlm", "No NSP", pretrain_args=("--objective", "mlm")),
-                Variant("ltr", "LTR & No NSP", pretrain_args=("--objective", "ltr")),
+                Variant("mlm", "No NSP", pretraining=MappingProxyType({"objective": "mlm"})),
+                Variant("ltr", "LTR & No NSP", pretraining=MappingProxyType({"objective": "ltr"})),
                 Variant("ltr_bilstm", "+ BiLSTM", finetune_args=("--head", "bilstm"), weights_of="ltr"),
             ),
             columns=(MNLI_M, QNLI, MRPC, SST2, SQUAD),
@@ -453,13 +452,19 @@ def check_same_study(output_dir: Path, args: StudyArguments) -> None:
     write_json(path, record)
 
 
-def pretraining_argv(variant: Variant, args: StudyArguments, directory: Path) -> list[str]:
-    """recipes/pretrain.py's arguments for `variant`: the study's config and arguments, then the variant's own."""
-    own = [*_split_args(args.pretrain_args, "--pretrain_args"), *variant.pretrain_args]
-    return ["--config", args.pretrain_config, *own, "--output_dir", str(directory)]
+def study_pretraining(args: StudyArguments) -> PreTrainingRecipe:
+    """The recipe every variant starts from: --pretrain_config with --pretrain_args (the recipe's own flags)."""
+    return PreTrainingRecipe.from_args(
+        ["--config", args.pretrain_config, *_split_args(args.pretrain_args, "--pretrain_args")]
+    )
 
 
-def pretrain_variant(variant: Variant, args: StudyArguments, directory: Path, weights: dict[str, Path]) -> Path:
+def variant_recipe(variant: Variant, base: PreTrainingRecipe, directory: Path) -> PreTrainingRecipe:
+    """`variant`'s pre-training: the study's recipe with the variant's changes, in its own directory."""
+    return base.replace(**variant.pretraining, output_dir=str(directory))
+
+
+def pretrain_variant(variant: Variant, base: PreTrainingRecipe, directory: Path, weights: dict[str, Path]) -> Path:
     """The variant's pre-trained model directory: reused, finished earlier, drawn at random, or pre-trained now."""
     if variant.key in weights:
         return weights[variant.key]
@@ -468,11 +473,11 @@ def pretrain_variant(variant: Variant, args: StudyArguments, directory: Path, we
     if _finished(directory):
         logger.info("pre-training of %s finished earlier, not run again", variant.key)
         return directory
-    argv = pretraining_argv(variant, args, directory)
+    recipe = variant_recipe(variant, base, directory)
     if any(directory.glob("checkpoint-*")):
-        argv += ["--resume_from_checkpoint", "true"]
-    logger.info("pre-training %s: recipes/pretrain.py %s", variant.key, shlex.join(argv))
-    summary = run_pretraining(argv)
+        recipe = recipe.replace(resume_from_checkpoint="true")
+    logger.info("pre-training %s in %s, the study's recipe with %s", variant.key, directory, dict(variant.pretraining))
+    summary = run_pretraining(recipe)
     if "stopped_at_step" in summary:
         raise ConfigurationError(
             f"the pre-training of {variant.key} stopped at step {summary['stopped_at_step']} "
@@ -693,9 +698,10 @@ def run_study(args: StudyArguments) -> str:
             f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of "
             "recipes/pretrain.py, e.g. recipes/configs/quickstart.yaml)."
         )
-    for variant in study.variants:  # every pre-training's arguments too, before the first one starts
-        if variant.key not in reused and not variant.random_init:
-            check_pretraining_inputs(*pretraining_arguments(pretraining_argv(variant, args, Path("(output)"))))
+    pretrained = [v for v in study.variants if v.key not in reused and not v.random_init]
+    base = study_pretraining(args) if pretrained else None
+    for variant in pretrained:  # every pre-training's recipe too, before the first one starts
+        check_pretraining(variant_recipe(variant, base, Path("(output)")))
     baseline = majority_baseline(study, data_dirs)
     output_dir = Path(args.output_dir or f"runs/{study.name}")
     check_same_study(output_dir, args)
@@ -704,7 +710,7 @@ def run_study(args: StudyArguments) -> str:
     for variant in study.variants:
         if variant.weights_of and not variant.random_init:
             weights[variant.key] = weights[variant.weights_of]
-        weights[variant.key] = pretrain_variant(variant, args, output_dir / "pretrain" / variant.key, weights)
+        weights[variant.key] = pretrain_variant(variant, base, output_dir / "pretrain" / variant.key, weights)
     runs = planned_runs(study, args, output_dir, {k: str(v) for k, v in weights.items()}, data_dirs)
 
     def report() -> str:

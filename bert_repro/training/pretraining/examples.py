@@ -1,41 +1,58 @@
-"""A pre-training run's corpus, tokenizer and examples: documents read and split into training and held-out
-ones, the WordPiece vocabulary given or trained (and kept in the output directory), the examples of each phase and
-of the held-out slice with their statistics (`data_statistics.json`), or with --streaming a stream of examples
-read while training (`bert_repro.data.streaming`)."""
+"""Stage 1 of a pre-training run: its corpus, tokenizer and examples. Documents read and split into training and
+held-out ones, the WordPiece vocabulary given or trained (and kept in the output directory), then the examples,
+from one of two example sources:
+
+- `BuiltExamples`: every phase's examples built before training into Arrow datasets (with their statistics,
+  `data_statistics.json`), drawn phase after phase by `PhasedSampler`;
+- `StreamedExamples` (--streaming): a stream of examples read while training (`bert_repro.data.streaming`),
+  nothing copied to disk; its position is part of every checkpoint.
+
+Both answer the same questions (`ExampleSource`), so the run asks them instead of branching on --streaming."""
 
 from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import asdict
+import math
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import datasets
 import numpy as np
 import pyarrow.compute as pc
+import torch
 
-from ..data.corpus import load_corpus
-from ..data.pack_examples import padding_statistics
-from ..data.pretraining_examples import (
+from ...data.corpus import load_corpus
+from ...data.pack_examples import padding_statistics
+from ...data.pretraining_examples import (
     PreTrainingDataConfig,
     WordPieceVocab,
     create_pretraining_instances,
     pretraining_statistics,
     tokenize_documents,
 )
-from ..data.streaming import WorkerStreams, first_documents, open_document_source, open_stream, text_digest
-from ..data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
-from .cli import ConfigurationError
-from .pretrain_phases import phase_configs
+from ...data.streaming import (
+    DataStateCallback,
+    WorkerStreams,
+    first_documents,
+    load_data_state,
+    open_document_source,
+    open_stream,
+    text_digest,
+)
+from ...data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
+from ..checkpoints import checkpoint_step
+from ..cli import ConfigurationError
+from .records import repetition_warnings
 
 if TYPE_CHECKING:
-    from .pretrain_arguments import PreTrainingArguments
+    from .recipe import DataSettings
 
 logger = logging.getLogger(__name__)
 
 
-def load_documents(run: PreTrainingArguments) -> datasets.Dataset:
+def load_documents(run: DataSettings) -> datasets.Dataset:
     if not run.corpus:
         raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
     source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
@@ -52,7 +69,7 @@ def load_documents(run: PreTrainingArguments) -> datasets.Dataset:
     return documents
 
 
-def split_documents(documents: datasets.Dataset, run: PreTrainingArguments, seed: int):
+def split_documents(documents: datasets.Dataset, run: DataSettings, seed: int):
     """(train, held-out) documents; the held-out slice is whole documents, so no text leaks into training."""
     if run.eval_fraction <= 0:
         return documents, None
@@ -72,7 +89,7 @@ def split_documents(documents: datasets.Dataset, run: PreTrainingArguments, seed
 TOKENIZER_DIR = "tokenizer"
 
 
-def get_tokenizer(run: PreTrainingArguments, train_documents: datasets.Dataset, output_dir: Path):
+def get_tokenizer(run: DataSettings, train_documents: datasets.Dataset, output_dir: Path):
     """The run's tokenizer: given, already trained by this run (resumption, other ranks), or trained now."""
     cached = output_dir / TOKENIZER_DIR
     if (cached / "tokenizer.json").exists():
@@ -100,14 +117,14 @@ def get_tokenizer(run: PreTrainingArguments, train_documents: datasets.Dataset, 
     return tokenizer
 
 
-def build_datasets(run, data, training, output_dir: Path):
-    """Documents -> tokenizer -> pre-training examples of each phase and of the held-out slice, with statistics."""
+def build_datasets(run: DataSettings, configs: list[PreTrainingDataConfig], training, output_dir: Path):
+    """Documents -> tokenizer -> pre-training examples of each phase (`configs`) and of the held-out slice, with
+    statistics."""
     documents = load_documents(run)
     train_docs, eval_docs = split_documents(documents, run, training.seed)
     tokenizer = get_tokenizer(run, train_docs, output_dir)
     vocab = WordPieceVocab.from_tokenizer(tokenizer)
     tokenized = tokenize_documents(train_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
-    configs = phase_configs(data, run)
     phases = [create_pretraining_instances(tokenized, vocab, cfg, num_proc=run.num_proc) for cfg in configs]
     statistics = {
         f"phase{i + 1}": {
@@ -122,11 +139,11 @@ def build_datasets(run, data, training, output_dir: Path):
     }
     eval_dataset = None
     if eval_docs is not None:
-        eval_dataset, statistics["held_out"] = held_out_examples(eval_docs, tokenizer, data, run)
+        eval_dataset, statistics["held_out"] = held_out_examples(eval_docs, tokenizer, configs[0], run)
     return tokenizer, phases, eval_dataset, statistics
 
 
-def held_out_examples(eval_docs: datasets.Dataset, tokenizer, data: PreTrainingDataConfig, run: PreTrainingArguments):
+def held_out_examples(eval_docs: datasets.Dataset, tokenizer, data: PreTrainingDataConfig, run: DataSettings):
     """(examples, statistics) of the held-out documents."""
     # Fixed masks, so that every evaluation scores the same predictions (also with dynamic masking in training).
     eval_cfg = PreTrainingDataConfig(**{**asdict(data), "dupe_factor": 1, "static_masking": True})
@@ -148,7 +165,9 @@ STREAM_TOKENIZER_DOCUMENTS = 10_000
 STREAM_STOP_EVERY = 20
 
 
-def build_streaming_datasets(run, data, training, output_dir: Path, steps: list[int]):
+def build_streaming_datasets(
+    run: DataSettings, configs: list[PreTrainingDataConfig], training, output_dir: Path, steps: list[int]
+):
     """--streaming: the stream's first documents held out (and a sample for a new tokenizer), then this process's
     stream of examples for `steps` optimizer steps per phase (bert_repro.data.streaming); nothing is copied to disk."""
     if not run.corpus:
@@ -171,7 +190,6 @@ def build_streaming_datasets(run, data, training, output_dir: Path, steps: list[
             "none to train on; lower it."
         )
     tokenizer = get_tokenizer(run, datasets.Dataset.from_dict({"text": first[held:]}), output_dir)
-    configs = phase_configs(data, run)
     make_stream = functools.partial(
         open_stream,
         source,
@@ -206,7 +224,7 @@ def build_streaming_datasets(run, data, training, output_dir: Path, steps: list[
     eval_dataset = None
     if held:
         eval_dataset, statistics["held_out"] = held_out_examples(
-            datasets.Dataset.from_dict({"text": first[:held]}), tokenizer, data, run
+            datasets.Dataset.from_dict({"text": first[:held]}), tokenizer, configs[0], run
         )
     return tokenizer, stream, eval_dataset, statistics
 
@@ -219,3 +237,139 @@ def example_lengths(instances: datasets.Dataset) -> np.ndarray:
             for table in instances.with_format("arrow").iter(batch_size=65_536)
         ]
     )
+
+
+def tokens_trained(statistics: dict, steps: list[int], global_batch_size: int, after_step: int = 0) -> float:
+    """The tokens of the optimizer steps after `after_step`: each phase's steps (`steps`, in order) times the batch
+    times that phase's mean tokens per example (data_statistics.json)."""
+    tokens, first = 0.0, 0
+    for i, n in enumerate(steps):
+        phase = statistics[f"phase{i + 1}"]
+        tokens += (
+            phase["tokens"] / max(phase["examples"], 1) * max(0, first + n - max(first, after_step)) * global_batch_size
+        )
+        first += n
+    return tokens
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The two example sources
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PreparedData:
+    """What stage 1 hands on: the tokenizer, the training examples (per-phase datasets, or this process's stream),
+    the held-out examples (None: no held-out evaluation) and the statistics of both."""
+
+    tokenizer: Any
+    train: Any
+    eval_dataset: datasets.Dataset | None
+    statistics: dict[str, Any]
+
+
+class ExampleSource(Protocol):
+    """Where a run's examples come from, and all that depends on it (`plan`: the run's `PreTrainingPlan`)."""
+
+    streamed: bool  # whether its checkpoints hold a stream's position (`newest_valid_checkpoint`)
+    stop_every: int  # with DataLoader workers, a stop on a signal waits for a multiple of this many steps
+
+    def prepare(self, plan) -> PreparedData: ...
+
+    def train_dataset(self, prepared: PreparedData): ...
+
+    def phase_sizes(self, prepared: PreparedData) -> list[int] | None: ...
+
+    def warnings(self, prepared: PreparedData, plan) -> list[str]: ...
+
+    def callbacks(self, prepared: PreparedData, plan, resume_from: str | None) -> list: ...
+
+    def tokens_per_second(self, trainer, prepared: PreparedData, plan, clock, elapsed: float): ...
+
+
+class BuiltExamples:
+    """Every phase's examples built before training (Arrow datasets, cached by `datasets`)."""
+
+    streamed, stop_every = False, 0
+
+    def prepare(self, plan) -> PreparedData:
+        recipe = plan.recipe
+        return PreparedData(*build_datasets(recipe.data, list(plan.phase_configs), plan.training, plan.output_dir))
+
+    def train_dataset(self, prepared: PreparedData):
+        phases = prepared.train
+        return phases[0] if len(phases) == 1 else datasets.concatenate_datasets(phases)
+
+    def phase_sizes(self, prepared: PreparedData) -> list[int]:
+        return [len(p) for p in prepared.train]
+
+    def warnings(self, prepared: PreparedData, plan) -> list[str]:
+        batch = plan.recipe.optimization.global_batch_size
+        return repetition_warnings(prepared.statistics, list(plan.phase_steps), batch, list(plan.phase_configs))
+
+    def callbacks(self, prepared: PreparedData, plan, resume_from: str | None) -> list:
+        return []
+
+    def tokens_per_second(self, trainer, prepared: PreparedData, plan, clock, elapsed: float):
+        """The tokens of every step the clock timed (all of them, unless it starts at from_step), over its time."""
+        batch = plan.recipe.optimization.global_batch_size
+        tokens = tokens_trained(prepared.statistics, list(plan.phase_steps), batch, after_step=clock.from_step)
+        return round(tokens / clock.seconds(), 1)
+
+
+class StreamedExamples:
+    """--streaming: this process's stream of examples, all phases in one, read while training."""
+
+    streamed = True
+
+    def __init__(self, workers: int):
+        # A stream's position exists only at steps planned ahead when DataLoader workers read it.
+        self.stop_every = STREAM_STOP_EVERY if workers else 0
+
+    def prepare(self, plan) -> PreparedData:
+        recipe = plan.recipe
+        return PreparedData(
+            *build_streaming_datasets(
+                recipe.data, list(plan.phase_configs), plan.training, plan.output_dir, list(plan.phase_steps)
+            )
+        )
+
+    def train_dataset(self, prepared: PreparedData):
+        return prepared.train
+
+    def phase_sizes(self, prepared: PreparedData) -> None:
+        return None
+
+    def warnings(self, prepared: PreparedData, plan) -> list[str]:
+        return []  # a stream's repetition is the corpus's passes, not known before it is read
+
+    def callbacks(self, prepared: PreparedData, plan, resume_from: str | None) -> list:
+        """The stream's position saved with every checkpoint (and restored from `resume_from`), at the steps
+        where Trainer will save (its own rule, DefaultFlowCallback) or a stop may."""
+        training, stream = plan.training, prepared.train
+        per_step = training.gradient_accumulation_steps  # batches
+        if resume_from:
+            try:
+                load_data_state(stream, resume_from)
+            except ValueError as err:
+                raise ConfigurationError(f"Cannot resume the stream: {err}.") from None
+        every = training.save_steps
+        every = int(every) if every >= 1 else math.ceil(training.max_steps * every)
+        start = checkpoint_step(resume_from) if resume_from else 0
+        stop_after = plan.recipe.output.stop_after_steps
+        stop = start + stop_after if stop_after else training.max_steps
+        periodic = every if training.save_strategy == "steps" else 0
+        stream.plan_saves(
+            every=[periodic * per_step, self.stop_every * per_step],
+            at=[stop * per_step, training.max_steps * per_step],
+        )
+        return [DataStateCallback(stream, per_step)]
+
+    def tokens_per_second(self, trainer, prepared: PreparedData, plan, clock, elapsed: float):
+        """The tokens this invocation trained on, summed over the processes, over its time."""
+        seen = torch.tensor(float(trainer.tokens_seen), device=plan.training.device)
+        return round(trainer.accelerator.reduce(seen, reduction="sum").item() / elapsed, 1)
+
+
+def example_source(recipe) -> ExampleSource:
+    return StreamedExamples(recipe.training.dataloader_num_workers) if recipe.data.streaming else BuiltExamples()

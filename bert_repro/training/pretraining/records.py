@@ -7,11 +7,11 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..atomic import atomic_path
-from ..model.configuration_bert_repro import DEFAULT_OBJECTIVE, PreTrainingObjective, pretraining_objective
+from ...atomic import atomic_path
+from ...model.configuration_bert_repro import DEFAULT_OBJECTIVE, PreTrainingObjective, pretraining_objective
 
 if TYPE_CHECKING:
-    from ..data.pretraining_examples import PreTrainingDataConfig
+    from ...data.pretraining_examples import PreTrainingDataConfig
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def repetition_warnings(
 ) -> list[str]:
     """What a run repeats more than the paper does, per phase: the same masked examples (static masks), or its text.
     A small corpus trained for many steps is memorised, its training loss parting from the held-out one (measured
-    in README, "Where this size spends its budget"), so the user hears it before the steps are spent."""
+    in docs/studies.md, "Where this size spends its budget"), so the user hears it before the steps are spent."""
     warnings = []
     for i, (n, cfg) in enumerate(zip(steps, phase_cfgs)):
         examples = statistics.get(f"phase{i + 1}", {}).get("examples")

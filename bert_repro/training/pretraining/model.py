@@ -9,22 +9,22 @@ from typing import TYPE_CHECKING
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from ..model.configuration_bert_repro import DEFAULT_OBJECTIVE, BertReproConfig, check_objective_switches
-from ..model.conversion import check_model_dir
-from ..model.speed_paths import BertReproForPreTraining
-from .cli import ConfigurationError
-from .fp8 import convert_to_fp8
+from ...model.configuration_bert_repro import DEFAULT_OBJECTIVE, BertReproConfig, check_objective_switches
+from ...model.conversion import check_model_dir
+from ...model.speed_paths import BertReproForPreTraining
+from ..cli import ConfigurationError
+from ..fp8 import convert_to_fp8
 
 if TYPE_CHECKING:
-    from ..data.pretraining_examples import PreTrainingDataConfig
-    from .pretrain_arguments import PreTrainingArguments
+    from ...data.pretraining_examples import PreTrainingDataConfig
+    from .recipe import ModelSettings
 
 
-def model_config(run: PreTrainingArguments, objective: str = DEFAULT_OBJECTIVE, **fields) -> BertReproConfig:
+def model_config(model_settings: ModelSettings, objective: str = DEFAULT_OBJECTIVE, **fields) -> BertReproConfig:
     """The model's config: the preset with `fields` and --model_overrides, or --init_from's config, with the run's
     `objective` (--objective; the data are built for it too). Settings that cannot work are a ConfigurationError."""
     try:
-        overrides = json.loads(run.model_overrides) if run.model_overrides else {}
+        overrides = json.loads(model_settings.model_overrides) if model_settings.model_overrides else {}
     except json.JSONDecodeError as err:
         raise ConfigurationError(
             f"--model_overrides is not valid JSON ({err}); write a JSON object of "
@@ -39,19 +39,25 @@ def model_config(run: PreTrainingArguments, objective: str = DEFAULT_OBJECTIVE, 
             "Set the pre-training objective with --objective (it decides how the data are built "
             "too), not in --model_overrides."
         )
-    if run.init_from:
-        check_model_dir(run.init_from)
+    if model_settings.init_from:
+        check_model_dir(model_settings.init_from)
     try:
-        if run.init_from:  # continued pre-training keeps the checkpoint's attention direction (from_pretrained checks)
-            config = BertReproConfig.from_pretrained(run.init_from, objective=objective)
-            for name, value in run.switches().items():
+        if (
+            model_settings.init_from
+        ):  # continued pre-training keeps the checkpoint's attention direction (from_pretrained checks)
+            config = BertReproConfig.from_pretrained(model_settings.init_from, objective=objective)
+            for name, value in model_settings.switches().items():
                 setattr(config, name, value)
             check_objective_switches(config)
             return config
-        return BertReproConfig.from_preset(run.preset, **{**fields, "objective": objective, **overrides})
+        return BertReproConfig.from_preset(model_settings.preset, **{**fields, "objective": objective, **overrides})
     except (StrictDataclassError, ValueError, TypeError) as err:  # the config's own checks name the field
         reason = str(err).strip().splitlines()[-1].strip()
-        source = f"--init_from {run.init_from}" if run.init_from else f"--preset {run.preset}, --model_overrides"
+        source = (
+            f"--init_from {model_settings.init_from}"
+            if model_settings.init_from
+            else f"--preset {model_settings.preset}, --model_overrides"
+        )
         raise ConfigurationError(
             f"The model configuration ({source}, --objective {objective}) is invalid: {reason}"
         ) from None
@@ -66,31 +72,35 @@ def check_lengths(config: BertReproConfig, phases: list[PreTrainingDataConfig]) 
         )
 
 
-def build_model(run: PreTrainingArguments, tokenizer, phases: list[PreTrainingDataConfig]) -> BertReproForPreTraining:
-    config = model_config(run, phases[0].objective, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+def build_model(
+    model_settings: ModelSettings, tokenizer, phases: list[PreTrainingDataConfig]
+) -> BertReproForPreTraining:
+    config = model_config(
+        model_settings, phases[0].objective, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id
+    )
     check_lengths(config, phases)
     if len(tokenizer) > config.vocab_size:
         raise ConfigurationError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
-    if run.init_from:
+    if model_settings.init_from:
         model = BertReproForPreTraining.from_pretrained(
-            run.init_from,
-            attn_implementation=run.attn_implementation,
-            sparse_prediction=run.sparse_prediction,
+            model_settings.init_from,
+            attn_implementation=model_settings.attn_implementation,
+            sparse_prediction=model_settings.sparse_prediction,
             objective=config.objective,
-            **run.switches(),
+            **model_settings.switches(),
         )
     else:
-        for name, value in {**run.switches(), "sparse_prediction": run.sparse_prediction}.items():
+        for name, value in {**model_settings.switches(), "sparse_prediction": model_settings.sparse_prediction}.items():
             setattr(config, name, value)
-        model = BertReproForPreTraining._from_config(config, attn_implementation=run.attn_implementation)
+        model = BertReproForPreTraining._from_config(config, attn_implementation=model_settings.attn_implementation)
     if not config.pretraining_objective.next_sentence:
         # No NSP: the pooler and NSP head stay as initialised (a fine-tune starts them afresh, as the paper's No NSP
         # model must); frozen so that DDP finds no unused parameter and weight decay leaves them alone.
         model.bert.pooler.requires_grad_(False)
         model.cls.seq_relationship.requires_grad_(False)
-    if run.fp8:  # opt-in; `check_values` refused it where it cannot run
+    if model_settings.fp8:  # opt-in; `check_values` refused it where it cannot run
         convert_to_fp8(model)
-    return model.compile_layers() if run.compile_layers else model
+    return model.compile_layers() if model_settings.compile_layers else model
 
 
 def allow_data_dependent_shapes() -> None:

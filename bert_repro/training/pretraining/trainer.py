@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from ..data.pretraining_examples import IGNORE_INDEX
-from ..data.streaming import WorkerStreams
-from ..model.configuration_bert_repro import DEFAULT_OBJECTIVE, PreTrainingObjective, pretraining_objective
-from .distributed import EngineTrainer
-from .pretrain_phases import PhasedSampler
+from ...data.pretraining_examples import IGNORE_INDEX
+from ...data.streaming import WorkerStreams
+from ...model.configuration_bert_repro import DEFAULT_OBJECTIVE, PreTrainingObjective, pretraining_objective
+from ..distributed import EngineTrainer
+from .phases import PhasedSampler
 
 _SUMS = ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp_count")
 

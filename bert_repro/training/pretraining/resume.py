@@ -12,10 +12,10 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ..atomic import write_json
-from .checkpoints import checkpoint_problem, checkpoint_step, newest_valid_checkpoint
-from .cli import RUN_CONFIG, ConfigurationError
-from .pretrain_data import TOKENIZER_DIR
+from ...atomic import write_json
+from ..checkpoints import checkpoint_problem, checkpoint_step, newest_valid_checkpoint
+from ..cli import RUN_CONFIG, ConfigurationError
+from .examples import TOKENIZER_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -53,19 +53,6 @@ class LongerSchedule(TrainerCallback):
 
 
 TRAINING_TIME = "training_time.json"
-
-
-def tokens_trained(statistics: dict, steps: list[int], global_batch_size: int, after_step: int = 0) -> float:
-    """The tokens of the optimizer steps after `after_step`: each phase's steps (`steps`, in order) times the batch
-    times that phase's mean tokens per example (data_statistics.json)."""
-    tokens, first = 0.0, 0
-    for i, n in enumerate(steps):
-        phase = statistics[f"phase{i + 1}"]
-        tokens += (
-            phase["tokens"] / max(phase["examples"], 1) * max(0, first + n - max(first, after_step)) * global_batch_size
-        )
-        first += n
-    return tokens
 
 
 class TrainingClock(TrainerCallback):

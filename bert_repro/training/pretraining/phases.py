@@ -5,32 +5,25 @@ packed or not)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 from torch.utils.data import Sampler
 
-from ..data.pack_examples import PackingCollator, packed_rows_per_example
-from ..data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig
+from ...data.pack_examples import PackingCollator, packed_rows_per_example
+from ...data.pretraining_examples import PreTrainingCollator, PreTrainingDataConfig
 
 if TYPE_CHECKING:
-    from .pretrain_arguments import PreTrainingArguments
+    from .recipe import PreTrainingRecipe
 
 
-def phase_configs(data: PreTrainingDataConfig, run: PreTrainingArguments) -> list[PreTrainingDataConfig]:
-    phases = [data]
-    if run.phase2_fraction > 0:
-        phases.append(
-            PreTrainingDataConfig(
-                **{
-                    **asdict(data),
-                    "max_seq_length": run.phase2_max_seq_length,
-                    "max_predictions_per_seq": run.phase2_max_predictions_per_seq,
-                }
-            )
-        )
-    return phases
+def phase_configs(recipe: PreTrainingRecipe) -> list[PreTrainingDataConfig]:
+    """How each phase's examples are built: the recipe's `examples` with the phase's lengths."""
+    return [
+        replace(recipe.examples, max_seq_length=p.max_seq_length, max_predictions_per_seq=p.max_predictions_per_seq)
+        for p in recipe.phases
+    ]
 
 
 def phase_steps(max_steps: int, phase2_fraction: float, num_phases: int) -> list[int]:

@@ -1,0 +1,129 @@
+"""What a pre-training recipe means, resolved once before any work: `plan(recipe) -> PreTrainingPlan`.
+
+The recipe is what the user asked for and stays as given; the plan is what the run does with it: the Trainer's
+arguments (gradient accumulation derived from the global batch, the stream's position instead of Trainer's data
+skip, evaluation off where nothing is held out, optional reports dropped where their package is missing), each
+phase's example config and steps, the example source, the checkpoint asked to resume from, and the record the
+output directory keeps. Nothing here reads the corpus or writes a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import replace as replace_fields
+from pathlib import Path
+from typing import Any
+
+from transformers import IntervalStrategy, TrainingArguments
+
+from ...data.pretraining_examples import PreTrainingDataConfig
+from ..cli import (
+    ConfigurationError,
+    check_trainer_settings,
+    drop_tensorboard_if_missing,
+    importable,
+    pin_memory_only_with_an_accelerator,
+)
+from ..distributed import check_engine
+from .examples import ExampleSource, example_source
+from .model import check_lengths, model_config
+from .phases import phase_configs, phase_steps
+from .recipe import PreTrainingRecipe, check_values, check_vocabulary, gradient_accumulation, run_identity
+
+
+@dataclass(frozen=True)
+class PreTrainingPlan:
+    recipe: PreTrainingRecipe
+    training: TrainingArguments  # what Trainer runs with: the recipe's, with what the plan derives
+    output_dir: Path
+    phase_configs: tuple[PreTrainingDataConfig, ...]
+    phase_steps: tuple[int, ...]  # optimizer steps of each phase
+    source: ExampleSource
+    resume: bool | str | None  # --resume_from_checkpoint: True (the newest checkpoint), a path, or None
+    held_out: bool  # whether examples are held out for evaluation (a one-document corpus may still have none)
+    plot: bool  # training_curves.png at the end
+    record: dict[str, Any]  # run_config.json: the recipe, whole
+    warnings: tuple[str, ...]  # said once the log is set up
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What a resumption in the output directory must share with the run there (`run_identity`)."""
+        return run_identity(self.record)
+
+
+def check(recipe: PreTrainingRecipe) -> None:
+    """The one place where a pre-training recipe is checked; a new setting gets its check here. The values
+    (`check_values`), the engine and optimizer, every phase's lengths against the model's positions, the tokenizer
+    file or vocabulary size, and the combinations no run can use. The output directory and the Hub request are
+    checked next by the run, still before any data work; the corpus files as they are read."""
+    data, training = recipe.data, recipe.training
+    check_values(recipe)
+    check_engine(training, optimizer=recipe.optimization.optimizer)
+    check_trainer_settings(training)
+    derived = gradient_accumulation(recipe)
+    if training.gradient_accumulation_steps not in (1, derived):  # given, and not what the batch sizes make
+        steps, batch = training.gradient_accumulation_steps, recipe.optimization.global_batch_size
+        raise ConfigurationError(
+            f"--gradient_accumulation_steps {steps}: pre-training derives it from --global_batch_size "
+            f"{batch} / (--per_device_train_batch_size {training.per_device_train_batch_size} x "
+            f"{training.world_size} processes) = {derived}. For {steps} steps, pass --global_batch_size "
+            f"{steps * training.per_device_train_batch_size * training.world_size}."
+        )
+    check_lengths(
+        model_config(recipe.model, recipe.examples.objective, **recipe.model.switches()), phase_configs(recipe)
+    )
+    check_vocabulary(data)
+    if data.packing and recipe.examples.pretraining_objective.causal:
+        raise ConfigurationError(
+            f"--packing true cannot be used with --objective {recipe.examples.objective}: packed rows keep "
+            "each example to itself in both directions, not left-to-right. Turn packing off."
+        )
+    if data.streaming and training.dataloader_num_workers and training.save_strategy not in ("steps", "no"):
+        raise ConfigurationError(
+            "--streaming true with --dataloader_num_workers keeps the stream's position at planned steps: use "
+            f"--save_strategy steps (not {training.save_strategy.value}), or no workers."
+        )
+
+
+def plan(recipe: PreTrainingRecipe) -> PreTrainingPlan:
+    """Check `recipe` (`check`) and resolve what the run does with it."""
+    check(recipe)
+    data, training = recipe.data, recipe.training
+    warnings = []
+    if warning := recipe.model.torch_compile_warning(training.torch_compile):
+        warnings.append(warning)
+    plot = recipe.output.plot and importable("matplotlib")
+    if recipe.output.plot and not plot:
+        warnings.append(
+            "matplotlib is not installed (pip install 'bert-repro[train]'): not writing training_curves.png"
+        )
+    held_out = data.stream_held_out_documents > 0 if data.streaming else data.eval_fraction > 0
+    given = training.resume_from_checkpoint
+    resume = None if given in (None, "", "false", "False") else True if given in ("true", "True") else given
+    return PreTrainingPlan(
+        recipe=recipe,
+        training=trainer_arguments(recipe, held_out),
+        output_dir=Path(training.output_dir),
+        phase_configs=tuple(phase_configs(recipe)),
+        phase_steps=tuple(phase_steps(training.max_steps, recipe.phase_flags().phase2_fraction, len(recipe.phases))),
+        source=example_source(recipe),
+        resume=resume,
+        held_out=held_out,
+        plot=plot,
+        record=recipe.to_dict(),
+        warnings=tuple(warnings),
+    )
+
+
+def trainer_arguments(recipe: PreTrainingRecipe, held_out: bool) -> TrainingArguments:
+    """The run's own copy of the recipe's TrainingArguments, with what the recipe derives: Trainer pickles this copy
+    into every checkpoint (`take_push_request` takes the Hub token out of it before that)."""
+    training = replace_fields(recipe.training)
+    training.gradient_accumulation_steps = gradient_accumulation(recipe)
+    if recipe.data.streaming:
+        training.ignore_data_skip = True  # resuming restores the stream's own position instead of re-reading it
+    if not held_out:
+        training.eval_strategy = IntervalStrategy.NO
+    drop_tensorboard_if_missing(training)
+    pin_memory_only_with_an_accelerator(training)
+    return training

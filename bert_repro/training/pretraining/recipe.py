@@ -1,0 +1,576 @@
+"""A pre-training run as one typed object: `PreTrainingRecipe`, read at the edge (a YAML file, the command line,
+transformers' example names: `from_args`, `from_yaml`) and from a run's record (`from_dict`, any schema this code
+wrote), checked in one place (`check`), changed with `replace` under the command line's names. The library's
+functions take it (`run_pretraining(recipe)`); the studies build theirs with `replace`, never a command line.
+
+Its sections say where a setting acts: `data` (corpus, vocabulary, held-out split, batching), `examples` (how
+pre-training examples are built: `PreTrainingDataConfig`), `model`, `phases` (the paper's two: 90% of the steps at
+128 tokens, 10% at 512, each a `Phase`), `optimization` (global batch, optimizer), `training` (transformers'
+`TrainingArguments`, as given: the run's own copy is the plan's) and `output` (what this invocation does with the
+output directory). `run_config.json` is `to_dict()`, with its schema version.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import replace as replace_fields
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainingArguments
+
+from ...data.pretraining_examples import PreTrainingDataConfig
+from ...data.wordpiece import BERT_SPECIAL_TOKENS, load_tokenizer
+from ...model.configuration_bert_repro import SPEED_SWITCHES
+from ..cli import (
+    ConfigurationError,
+    HelpLayout,
+    SpeedSwitches,
+    check_attention,
+    closest,
+    parse_with_config,
+)
+from ..distributed import check_deepspeed_installed
+from ..fp8 import fp8_problem
+
+RECIPE = "recipes/pretrain.py"
+# The record's layout: 2 is `PreTrainingRecipe.to_dict()`; 1 (no "schema_version") held three sections, "run"
+# (this module's flags), "data" (PreTrainingDataConfig) and "training" (TrainingArguments), read by `upgrade`.
+SCHEMA_VERSION = 2
+
+# SPEC section 3: Adam lr 1e-4, betas 0.9/0.999, eps 1e-6, weight decay 0.01, 10,000 warm-up steps then linear
+# decay, clipping at 1.0, 1,000,000 steps. Lowest precedence: a YAML config and the command line override them.
+PAPER_TRAINING_DEFAULTS = dict(
+    learning_rate=1e-4,
+    adam_beta1=0.9,
+    adam_beta2=0.999,
+    adam_epsilon=1e-6,
+    weight_decay=0.01,
+    warmup_steps=10_000,
+    lr_scheduler_type="linear",
+    max_grad_norm=1.0,
+    max_steps=1_000_000,
+    per_device_train_batch_size=32,
+    per_device_eval_batch_size=64,
+    logging_steps=100,
+    save_steps=10_000,
+    eval_steps=10_000,
+    eval_strategy="steps",
+    save_total_limit=3,
+    report_to="tensorboard",
+    seed=12345,
+    remove_unused_columns=False,
+    ddp_find_unused_parameters=False,
+)
+
+
+@dataclass
+class DataSettings:
+    """The corpus, the vocabulary, the held-out split and how batches are made of the examples."""
+
+    corpus: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Text: a folder, files or globs (.txt, .jsonl, .parquet, .csv), or a Hub dataset id."},
+    )
+    hub_config: str | None = field(default=None, metadata={"help": "Config of a Hub dataset (e.g. 20231101.en)."})
+    split: str = field(default="train", metadata={"help": "Split of a Hub dataset."})
+    text_column: str = field(default="text", metadata={"help": "Column holding the text in table files."})
+    document_boundary: str = field(
+        default="blank_line",
+        metadata={
+            "choices": ["blank_line", "file", "wikitext"],
+            "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file); "
+            "'wikitext': WikiText's rows joined into articles at their ' = Title = ' lines.",
+        },
+    )
+    split_lines: bool = field(
+        default=False,
+        metadata={"help": "Every line break ends a sentence (one paragraph per line), instead of hard-wrapped text."},
+    )
+    max_documents: int | None = field(
+        default=None,
+        metadata={"help": "Use at most this many documents (streaming: per pass over the stream, over all processes)."},
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read the corpus as a stream while training (no copy of it or of the examples on disk); NotNext "
+            "segments come from a buffer of recent documents (bert_repro.data.streaming)."
+        },
+    )
+    stream_document_buffer: int = field(
+        default=1000,
+        metadata={"help": "Streaming: NotNext segment B comes from one of this many documents read before A's."},
+    )
+    stream_shuffle_buffer: int = field(
+        default=10_000, metadata={"help": "Streaming: examples shuffled in a buffer of this size (0: stream order)."}
+    )
+    stream_held_out_documents: int = field(
+        default=200,
+        metadata={
+            "help": "Streaming: the stream's first documents held out for evaluation (never trained on; eval_fraction "
+            "applies without streaming); 0 for none."
+        },
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={
+            "help": "An existing tokenizer (directory, vocab.txt, tokenizer.json or Hub id); else one is trained."
+        },
+    )
+    vocab_size: int = field(default=30522, metadata={"help": "Size of a newly trained WordPiece vocabulary."})
+    lowercase: bool = field(default=True, metadata={"help": "Uncased (lower-case, strip accents) or cased."})
+    num_proc: int | None = field(default=None, metadata={"help": "Processes for data preparation (all cores)."})
+    eval_fraction: float = field(default=0.01, metadata={"help": "Share of documents held out for evaluation."})
+    eval_max_examples: int = field(default=2000, metadata={"help": "At most this many held-out examples."})
+    packing: bool = field(
+        default=False,
+        metadata={
+            "help": "Pack each batch's examples into shared rows, attention kept inside each example and NSP read at "
+            "each example's [CLS] (same examples, losses and gradients; less padding)."
+        },
+    )
+
+
+@dataclass
+class ModelSettings(SpeedSwitches):
+    """The model trained: its size, where its weights start, how it computes (the speed switches)."""
+
+    preset: str = field(default="base", metadata={"help": "tiny, mini, small, medium, base or large."})
+    model_overrides: str | None = field(
+        default=None, metadata={"help": "JSON object of BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'."}
+    )
+    init_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "Start from the weights of this checkpoint (continued pre-training) instead of a random init."
+        },
+    )
+    attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
+    sparse_prediction: bool = field(
+        default=True,
+        metadata={"help": "Run the MLM decoder only at the masked positions (same loss and gradients, fewer FLOPs)."},
+    )
+    fp8: bool = field(
+        default=False,
+        metadata={
+            "help": "Opt-in, not the paper's: the Transformer blocks' linear layers in float8 (torchao's float8 "
+            "training, dynamic scaling; bert_repro/training/fp8.py). Needs torchao, --bf16 and a CUDA card of compute "
+            "capability 8.9+ (refused elsewhere); gains under --torch_compile."
+        },
+    )
+
+
+@dataclass
+class PhaseFlags:
+    """The command line's names for the second phase (the recipe holds `phases`); read at the edge only."""
+
+    phase2_fraction: float = field(
+        default=0.1, metadata={"help": "Share of the steps in phase 2 (long sequences); 0 for one phase."}
+    )
+    phase2_max_seq_length: int = field(default=512, metadata={"help": "Sequence length of phase 2."})
+    phase2_max_predictions_per_seq: int = field(default=80, metadata={"help": "Masked positions in phase 2."})
+
+
+@dataclass
+class OptimizationSettings:
+    """What transformers' TrainingArguments does not hold: the global batch and the optimizer."""
+
+    global_batch_size: int = field(
+        default=256, metadata={"help": "Sequences per optimizer step; gradient accumulation is derived from it."}
+    )
+    optimizer: str = field(
+        default="adamw",
+        metadata={"choices": ["adamw", "bert_adam", "lamb"], "help": "adamw, bert_adam (reference code) or lamb."},
+    )
+
+
+@dataclass
+class OutputSettings:
+    """What this invocation does with the output directory (none of it identifies the run)."""
+
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Allow writing into an output directory that holds another or a finished run."}
+    )
+    stop_after_steps: int | None = field(
+        default=None,
+        metadata={"help": "Stop this invocation after so many optimizer steps, with a checkpoint (resume it later)."},
+    )
+    plot: bool = field(default=True, metadata={"help": "Write training_curves.png at the end."})
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One stretch of the run: its examples' length, their masked positions, and its share of the steps."""
+
+    max_seq_length: int
+    max_predictions_per_seq: int
+    fraction: float
+
+
+PHASE_FIELDS = ("max_seq_length", "max_predictions_per_seq")  # phase 1's, given as the examples' flags
+
+
+def phases_from_flags(examples: PreTrainingDataConfig, flags: PhaseFlags) -> tuple[Phase, ...]:
+    """The command line's phases: phase 1 with the examples' lengths, phase 2 when --phase2_fraction > 0."""
+    first = Phase(examples.max_seq_length, examples.max_predictions_per_seq, 1 - flags.phase2_fraction)
+    if flags.phase2_fraction <= 0:
+        return (replace_fields(first, fraction=1.0),)
+    return first, Phase(flags.phase2_max_seq_length, flags.phase2_max_predictions_per_seq, flags.phase2_fraction)
+
+
+# The classes the command line fills, in this order (`PreTrainingRecipe.from_parsed`).
+PARSED = (DataSettings, PreTrainingDataConfig, ModelSettings, PhaseFlags, OptimizationSettings, OutputSettings)
+# The recipe's sections of one class each (`phases` is a tuple of `Phase`).
+SECTION_CLASSES = {
+    "data": DataSettings,
+    "examples": PreTrainingDataConfig,
+    "model": ModelSettings,
+    "optimization": OptimizationSettings,
+    "training": TrainingArguments,
+    "output": OutputSettings,
+}
+
+
+def _names(cls) -> list[str]:
+    return [f.name for f in fields(cls) if f.init]
+
+
+# Flag name -> the section holding it; the phase flags and phase 1's lengths act on `phases`.
+SECTION_OF = {name: section for section, cls in SECTION_CLASSES.items() for name in _names(cls)}
+SECTION_OF.update({name: "phases" for name in _names(PhaseFlags)})
+
+
+@dataclass(frozen=True)
+class PreTrainingRecipe:
+    """Every setting of a pre-training run, by section (see the module's docstring)."""
+
+    data: DataSettings
+    examples: PreTrainingDataConfig
+    model: ModelSettings
+    phases: tuple[Phase, ...]
+    optimization: OptimizationSettings
+    training: TrainingArguments
+    output: OutputSettings
+
+    def __post_init__(self):
+        first = self.phases[0] if self.phases else None
+        if first is None or (first.max_seq_length, first.max_predictions_per_seq) != (
+            self.examples.max_seq_length,
+            self.examples.max_predictions_per_seq,
+        ):
+            raise ConfigurationError(
+                "The recipe's first phase must have the examples' max_seq_length and max_predictions_per_seq "
+                "(build it with from_args, from_yaml or replace)."
+            )
+
+    # -- the edge ----------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_args(cls, argv: list[str] | None = None) -> PreTrainingRecipe:
+        """From the command line (`sys.argv[1:]` when None): the paper's defaults < `--config FILE.yaml` < flags.
+        Unknown YAML keys and flags are an error that names the file and the key."""
+        argv = list(sys.argv[1:] if argv is None else argv)
+        check_deepspeed_installed(argv)  # before TrainingArguments, which fails on it with an unrelated error
+        parsed = parse_with_config(
+            (*PARSED, TrainingArguments), PAPER_TRAINING_DEFAULTS, argv, RECIPE, help_layout=HELP
+        )
+        return cls.from_parsed(*parsed)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **changes: Any) -> PreTrainingRecipe:
+        """A YAML config (as `--config`), with `changes` as `replace` takes them."""
+        recipe = cls.from_args(["--config", str(path)])
+        return recipe.replace(**changes) if changes else recipe
+
+    @classmethod
+    def from_parsed(cls, data, examples, model, flags, optimization, output, training) -> PreTrainingRecipe:
+        return cls(data, examples, model, phases_from_flags(examples, flags), optimization, training, output)
+
+    def phase_flags(self) -> PhaseFlags:
+        """The phases under the command line's names (one phase: --phase2_fraction 0, the lengths' defaults)."""
+        if len(self.phases) == 1:
+            return PhaseFlags(phase2_fraction=0.0)
+        second = self.phases[1]
+        return PhaseFlags(second.fraction, second.max_seq_length, second.max_predictions_per_seq)
+
+    def replace(self, **changes: Any) -> PreTrainingRecipe:
+        """A copy with `changes`, each named as its flag (`max_steps=500`, `corpus=["books/"]`,
+        `phase2_fraction=0`); an unknown name is a ConfigurationError naming the closest."""
+        by_section: dict[str, dict[str, Any]] = {}
+        for name, value in changes.items():
+            if name not in SECTION_OF:
+                raise ConfigurationError(
+                    f"PreTrainingRecipe has no setting {name!r}{closest(name, set(SECTION_OF), '')}."
+                )
+            by_section.setdefault(SECTION_OF[name], {})[name] = value
+        flags = replace_fields(self.phase_flags(), **by_section.pop("phases", {}))
+        sections = {name: getattr(self, name) for name in SECTION_CLASSES}
+        for name, values in by_section.items():
+            sections[name] = replace_fields(sections[name], **values)
+        try:
+            return PreTrainingRecipe(**sections, phases=phases_from_flags(sections["examples"], flags))
+        except ValueError as err:  # TrainingArguments' own checks
+            raise ConfigurationError(" ".join(str(err).split())) from None
+
+    # -- the record ------------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """`run_config.json`: every setting by section, JSON types, the Hub token left out."""
+        record = {
+            "schema_version": SCHEMA_VERSION,
+            "data": asdict(self.data),
+            "examples": {k: v for k, v in asdict(self.examples).items() if k not in PHASE_FIELDS},
+            "model": asdict(self.model),
+            "phases": [asdict(phase) for phase in self.phases],
+            "optimization": asdict(self.optimization),
+            "training": {k: v for k, v in self.training.to_dict().items() if k != "hub_token"},
+            "output": asdict(self.output),
+        }
+        return json.loads(json.dumps(record, default=str))
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> PreTrainingRecipe:
+        """A recipe from a run's record (`to_dict`, or an earlier schema), to read, not to run: a setting the record
+        lacks takes its default, and `training` is not checked against this machine (a GPU run's bf16 on a CPU)."""
+        record = upgrade(record)
+        sections = {
+            name: _filled(cls_, record.get(name) or {})
+            for name, cls_ in SECTION_CLASSES.items()
+            if name not in ("examples", "training")
+        }
+        phases = tuple(Phase(**phase) for phase in record.get("phases") or [])
+        first = phases[0] if phases else Phase(128, 20, 1.0)
+        examples = _filled(PreTrainingDataConfig, {**(record.get("examples") or {}), **_lengths(first)})
+        training = _unchecked(TrainingArguments, record.get("training") or {})
+        return cls(**sections, examples=examples, phases=phases or (first,), training=training)
+
+
+def _lengths(phase: Phase) -> dict[str, int]:
+    return {"max_seq_length": phase.max_seq_length, "max_predictions_per_seq": phase.max_predictions_per_seq}
+
+
+def _filled(cls, values: dict[str, Any]):
+    known = set(_names(cls))
+    return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def _unchecked(cls, values: dict[str, Any]):
+    """`cls` with `values` over its defaults, without its `__post_init__` (which checks this machine)."""
+    obj = object.__new__(cls)
+    for f in fields(cls):
+        default = (
+            f.default_factory() if f.default_factory is not MISSING else (None if f.default is MISSING else f.default)
+        )
+        object.__setattr__(obj, f.name, values.get(f.name, default))
+    return obj
+
+
+def upgrade(record: dict[str, Any]) -> dict[str, Any]:
+    """A record of any schema this code wrote, in `SCHEMA_VERSION`'s layout."""
+    if record.get("schema_version") == SCHEMA_VERSION:
+        return record
+    run, data = record.get("run") or {}, record.get("data") or {}
+    sections = {
+        name: {k: run[k] for k in _names(cls_) if k in run}
+        for name, cls_ in SECTION_CLASSES.items()
+        if name not in ("examples", "training")
+    }
+    flags = PhaseFlags(**{k: run[k] for k in _names(PhaseFlags) if k in run})
+    examples = PreTrainingDataConfig(**{k: v for k, v in data.items() if k in _names(PreTrainingDataConfig)})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        **sections,
+        "examples": {k: v for k, v in data.items() if k not in PHASE_FIELDS},
+        "phases": [asdict(phase) for phase in phases_from_flags(examples, flags)],
+        "training": record.get("training") or {},
+    }
+
+
+# `--help`: the recipe's flags by stage, with the Trainer flags a pre-training run sets most, then Trainer's others.
+HELP = HelpLayout(
+    groups={
+        "data: corpus, vocabulary, pre-training examples": (
+            *("corpus", "hub_config", "split", "text_column", "document_boundary", "split_lines", "max_documents"),
+            *("streaming", "stream_document_buffer", "stream_shuffle_buffer", "stream_held_out_documents"),
+            *("tokenizer", "vocab_size", "lowercase", "num_proc", "objective", "max_seq_length"),
+            *("max_predictions_per_seq", "masked_lm_prob", "mask_replace_prob", "random_replace_prob"),
+            *("short_seq_prob", "dupe_factor", "random_seed", "do_whole_word_mask", "static_masking"),
+            *("phase2_max_seq_length", "phase2_max_predictions_per_seq", "packing"),
+        ),
+        "model": ("preset", "model_overrides", "init_from", "attn_implementation", "sparse_prediction", "fp8"),
+        "model speed switches (the same training, faster)": (*SPEED_SWITCHES, "compile_layers"),
+        "training": (
+            *("max_steps", "global_batch_size", "per_device_train_batch_size", "phase2_fraction", "optimizer"),
+            *("learning_rate", "warmup_steps", "lr_scheduler_type", "weight_decay", "seed", "stop_after_steps"),
+        ),
+        "evaluation": ("eval_fraction", "eval_max_examples", "eval_steps"),
+        "output and Hub": (
+            *("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "save_steps", "logging_steps"),
+            *("plot", "push_to_hub", "hub_model_id"),
+        ),
+    },
+    set_by_recipe={
+        "optim": "--optimizer chooses the optimizer, --learning_rate, --adam_* and --weight_decay its settings",
+        "gradient_accumulation_steps": "--global_batch_size / (--per_device_train_batch_size x processes)",
+        "ignore_data_skip": "true with --streaming, which restores the stream's own position",
+    },
+    helps={
+        "resume_from_checkpoint": "true: continue from the newest complete checkpoint in --output_dir (a finished "
+        "run is left as it is, so a requeued job can always pass it); or the path of a checkpoint folder. With a "
+        "larger --max_steps it extends the run.",
+    },
+    metavars={"resume_from_checkpoint": "true|PATH", "optim": "NAME", "corpus": "PATH|HUB_ID"},
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The checks: every one a recipe gets, in one place, before the corpus is read or anything written
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def check_values(recipe: PreTrainingRecipe) -> None:
+    """Values no run can use, refused before any data is read or the run recorded (each of these used to end in a
+    traceback after the corpus was read, or ran on with a meaning nobody asked for)."""
+    data, training, output = recipe.data, recipe.training, recipe.output
+    batch, phase2 = recipe.optimization.global_batch_size, recipe.phase_flags().phase2_fraction
+    wrong = [
+        f"--{name} {value}"
+        for name, value, ok in (
+            ("learning_rate", training.learning_rate, training.learning_rate > 0),
+            ("max_steps", training.max_steps, training.max_steps >= 1),
+            ("global_batch_size", batch, batch >= 1),
+            (
+                "per_device_train_batch_size",
+                training.per_device_train_batch_size,
+                training.per_device_train_batch_size >= 1,
+            ),
+            ("eval_fraction", data.eval_fraction, 0 <= data.eval_fraction < 1),
+            ("phase2_fraction", phase2, 0 <= phase2 < 1),
+            ("eval_max_examples", data.eval_max_examples, data.eval_max_examples >= 1),
+            ("num_proc", data.num_proc, data.num_proc is None or data.num_proc >= 1),
+            ("max_documents", data.max_documents, data.max_documents is None or data.max_documents >= 1),
+            (
+                "stop_after_steps",
+                output.stop_after_steps,
+                output.stop_after_steps is None or output.stop_after_steps >= 1,
+            ),
+            ("stream_document_buffer", data.stream_document_buffer, data.stream_document_buffer >= 1),
+            ("stream_shuffle_buffer", data.stream_shuffle_buffer, data.stream_shuffle_buffer >= 0),
+            ("stream_held_out_documents", data.stream_held_out_documents, data.stream_held_out_documents >= 0),
+            ("weight_decay", training.weight_decay, training.weight_decay >= 0),
+            ("seed", training.seed, 0 <= training.seed < 2**32),
+            ("save_steps", training.save_steps, training.save_strategy != "steps" or training.save_steps > 0),
+        )
+        if not ok
+    ]
+    if wrong:
+        raise ConfigurationError(
+            f"{', '.join(wrong)}: the learning rate and save_steps must be positive; max_steps, the batch sizes, "
+            "eval_max_examples, num_proc, max_documents, stop_after_steps and stream_document_buffer at least 1; "
+            "the weight decay, stream_shuffle_buffer and stream_held_out_documents at least 0; the seed in "
+            "[0, 2**32); eval_fraction and phase2_fraction in [0, 1)."
+        )
+    if problem := check_attention(recipe.model.attn_implementation):
+        raise ConfigurationError(problem)
+    if recipe.model.fp8 and (problem := fp8_problem(training.bf16)):
+        raise ConfigurationError(problem)
+
+
+def gradient_accumulation(recipe: PreTrainingRecipe) -> int:
+    """Batches per optimizer step: the global batch over (the batch per device x the processes)."""
+    training, global_batch_size = recipe.training, recipe.optimization.global_batch_size
+    per_step = training.per_device_train_batch_size * training.world_size
+    if global_batch_size % per_step:
+        raise ConfigurationError(
+            f"global_batch_size {global_batch_size} is not a multiple of per_device_train_batch_size "
+            f"{training.per_device_train_batch_size} x {training.world_size} processes."
+        )
+    return global_batch_size // per_step
+
+
+def check_vocabulary(data: DataSettings) -> None:
+    """The tokenizer given is readable, or the vocabulary to train has room beyond the special tokens: said now,
+    not after the corpus is read."""
+    if data.tokenizer:
+        try:
+            load_tokenizer(data.tokenizer)
+        except ValueError as err:
+            raise ConfigurationError(f"--tokenizer {data.tokenizer}: {err}") from None
+    elif data.vocab_size <= len(BERT_SPECIAL_TOKENS):
+        raise ConfigurationError(
+            f"--vocab_size {data.vocab_size}: a WordPiece vocabulary needs more than its {len(BERT_SPECIAL_TOKENS)} "
+            "special tokens (BERT's: 30522)."
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What identifies a run: the output directory holds one run, resumed only with the same settings
+# ---------------------------------------------------------------------------------------------------------------
+
+
+# Settings that may change between an interrupted run and its resumption.
+RUN_CONTROL_FIELDS = {
+    "overwrite_output_dir",
+    "stop_after_steps",
+    "resume_from_checkpoint",
+    "num_proc",
+    "plot",
+    *SPEED_SWITCHES,
+    "compile_layers",  # speed switches: the same training either way
+    "packing",  # the same examples per step and the same losses, packed or not
+    "fp8",  # opt-in precision of the blocks' products (runs recorded before it existed have no such field)
+    "logging_steps",
+    "report_to",
+    "disable_tqdm",
+    "log_level",
+    "log_level_replica",
+    "dataloader_num_workers",
+    "gradient_accumulation_steps",  # derived from global_batch_size and the processes
+}
+# What a resumption may raise, extending the run (a finished one too): Trainer continues from the checkpoint with
+# the schedule stretched to the new end. Nothing else about the steps already taken changes (`check_extension`).
+MAY_GROW = ("training.max_steps",)
+# Where a run lives is not what it trains: a run folder moved or copied (scratch -> project space) resumes.
+LOCATION_FIELDS = {"output_dir"}
+
+
+def run_identity(record: dict) -> dict:
+    """A record (`to_dict()`, or one of an earlier schema) without what may change on resumption, its phases by
+    number: what two invocations of one run share (an identity is its own identity)."""
+    record = upgrade(record)
+    phases = record.get("phases") or []
+    identity: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "phases": phases if isinstance(phases, dict) else {f"phase{i + 1}": p for i, p in enumerate(phases)},
+    }
+    for name, section in record.items():
+        if isinstance(section, dict) and name != "phases":
+            identity[name] = {
+                key: value
+                for key, value in section.items()
+                if not (
+                    key in RUN_CONTROL_FIELDS
+                    or key in LOCATION_FIELDS
+                    or key.startswith(("logging_", "push_to_hub"))
+                    or (key.startswith("hub_") and name == "training")
+                )
+            }
+    return json.loads(json.dumps(identity, default=str))
+
+
+def check_extension(grown: dict, recipe: PreTrainingRecipe) -> None:
+    """A run extended to more steps trains the steps it has taken on the same examples: true of one phase read from
+    an index, whose sampler's order for more steps begins with its order for fewer (`PhasedSampler`). Two phases
+    split max_steps between them (`--phase2_fraction`), so more steps move the boundary; a stream plans its
+    checkpoints' positions for max_steps."""
+    old, new = grown["training.max_steps"]
+    why = "its two phases split --max_steps (--phase2_fraction)" if len(recipe.phases) > 1 else ""
+    why = why or ("it reads its corpus as a stream (--streaming)" if recipe.data.streaming else "")
+    if why:
+        raise ConfigurationError(
+            f"--max_steps {new}: a run of {old} steps can be extended only when its steps keep their examples, and "
+            f"{why}. Keep --max_steps {old}, or train the longer run in another --output_dir."
+        )

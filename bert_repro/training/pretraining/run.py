@@ -1,0 +1,238 @@
+"""`run_pretraining(recipe)`: the paper's pre-training (section 3.1, appendix A.2) as one call, in four stages
+after the plan: open the output directory, prepare the data, build the model, train, publish.
+
+    from bert_repro.training import PreTrainingRecipe, run_pretraining
+    run_pretraining(PreTrainingRecipe.from_yaml("recipes/configs/quickstart.yaml").replace(max_steps=500))
+
+A directory holding a different run is never overwritten; the same run resumes (`--resume_from_checkpoint true`)
+or, finished, is left as it is (`RunFinished`). Without NSP (`--objective mlm`, `ltr`: the paper's Table 5) the
+loss has no NSP term and the pooler and NSP head are frozen (`model.build_model`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from dataclasses import replace as replace_fields
+from typing import Any
+
+from transformers import IntervalStrategy, set_seed
+
+from ...atomic import write_json
+from ...data.wordpiece import save_tokenizer
+from ...hub.push import push_checkpoints
+from ...versions import framework_versions
+from ..cli import RESULTS, RUN_CONFIG, check_output_dir, holds_nothing
+from ..cluster import lock_output_dir_once, stop_message
+from ..distributed import hardware
+from ..optim import optimizer_cls_and_kwargs
+from ..publishing import PushRequest, take_push_request
+from .examples import PreparedData
+from .model import allow_data_dependent_shapes, build_model
+from .phases import PhaseCollator, packed_rows
+from .plan import PreTrainingPlan, plan
+from .recipe import MAY_GROW, PreTrainingRecipe, check_extension, run_identity
+from .records import log_statistics, log_table, plot_curves
+from .resume import (
+    LongerSchedule,
+    StopAfterSteps,
+    TrainingClock,
+    checkpoint_to_resume,
+    forget_unstarted_run,
+    whole_run_loss,
+)
+from .trainer import PreTrainingTrainer
+
+logger = logging.getLogger(__name__)
+
+
+def run_pretraining(recipe: PreTrainingRecipe) -> dict[str, Any]:
+    """The whole job: corpus -> vocabulary -> examples -> model -> Trainer -> saved model, statistics, curves.
+    Returns results.json's summary, or {"stopped_at_step": N, ...} when this invocation stopped before the end."""
+    the_plan = plan(recipe)
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
+    )
+    for warning in the_plan.warnings:
+        logger.warning(warning)
+    opened = open_output_dir(the_plan)
+    prepared = prepare_data(the_plan, opened)
+    model = build(the_plan, prepared)
+    trainer, clock, elapsed = train(the_plan, opened, prepared, model)
+    return stopped_early(the_plan, trainer) or publish(the_plan, opened, prepared, trainer, clock, elapsed)
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """The output directory, taken: what it held decides these."""
+
+    grown: dict[str, tuple[Any, Any]]  # {"training.max_steps": (saved, new)} when the run is extended
+    resume_from: str | None  # the checkpoint Trainer resumes from
+    push_to: PushRequest | None  # --push_to_hub, checked with the Hub
+    fresh: bool  # the directory held nothing of this run
+
+
+def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
+    """The output directory holds nothing or this run (extended only where its steps keep their examples), the
+    checkpoint to resume is complete, the Hub takes the push: all said before any data work; then the directory
+    is locked for this run."""
+    recipe, training, output_dir = plan.recipe, plan.training, plan.output_dir
+
+    def check_dir() -> dict:
+        return check_output_dir(
+            output_dir,
+            plan.identity,
+            resume=plan.resume is not None,
+            overwrite=recipe.output.overwrite_output_dir,
+            identity=run_identity,
+            may_grow=MAY_GROW,
+        )
+
+    grown = check_dir()
+    if grown:
+        check_extension(grown, recipe)
+    resume_from = checkpoint_to_resume(output_dir, plan.resume, streamed=plan.source.streamed)
+    push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
+    lock_output_dir_once(output_dir, training, check_dir)  # one run per directory from here on
+    if grown and training.process_index == 0:
+        # Before the record changes: a directory with results.json is finished, and the longer run is not yet.
+        (output_dir / RESULTS).unlink(missing_ok=True)
+        old_steps, new_steps = grown["training.max_steps"]
+        logger.info(
+            "extending the run from max_steps %d to %d: the learning-rate schedule (%s, %s warm-up steps) now ends "
+            "at step %d, so the rate after the checkpoint is that of a %d-step schedule",
+            old_steps,
+            new_steps,
+            str(getattr(training.lr_scheduler_type, "value", training.lr_scheduler_type)),
+            training.warmup_steps,
+            new_steps,
+            new_steps,
+        )
+    return OpenedRun(grown, resume_from, push_to, fresh=holds_nothing(output_dir))
+
+
+def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
+    """Stage 1: the run recorded (`run_config.json`), then its tokenizer and examples from the example source, by
+    the main process first (the others then read what it cached)."""
+    training, output_dir = plan.training, plan.output_dir
+    with training.main_process_first(desc="preparing pre-training data"):
+        if training.process_index == 0:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            write_json(output_dir / RUN_CONFIG, plan.record)
+        try:
+            prepared = plan.source.prepare(plan)
+        except BaseException:
+            if opened.fresh and training.process_index == 0:
+                forget_unstarted_run(output_dir)  # so that a retry with other data is not "a different run"
+            raise
+    if training.process_index == 0:
+        write_json(output_dir / "data_statistics.json", prepared.statistics)
+        log_statistics(prepared.statistics)
+        for warning in plan.source.warnings(prepared, plan):
+            logger.warning(warning)
+    return prepared
+
+
+def build(plan: PreTrainingPlan, prepared: PreparedData):
+    """Stage 2: the model, from the same seed whatever data preparation drew before."""
+    set_seed(plan.training.seed)
+    if plan.training.torch_compile and plan.recipe.data.packing:
+        allow_data_dependent_shapes()
+    return build_model(plan.recipe.model, prepared.tokenizer, list(plan.phase_configs))
+
+
+def train(plan: PreTrainingPlan, opened: OpenedRun, prepared: PreparedData, model):
+    """Stage 3: Trainer over the phases' examples, resumed where the run stopped. (trainer, clock, seconds)"""
+    recipe, training, optimization = plan.recipe, plan.training, plan.recipe.optimization
+    if prepared.eval_dataset is None and training.eval_strategy != IntervalStrategy.NO:  # nothing was held out
+        training = replace_fields(training)
+        training.eval_strategy = IntervalStrategy.NO
+    clock = TrainingClock(opened.resume_from)
+    callbacks = [clock] + ([StopAfterSteps(recipe.output.stop_after_steps)] if recipe.output.stop_after_steps else [])
+    if opened.grown and opened.resume_from:
+        callbacks.append(LongerSchedule())
+    callbacks += plan.source.callbacks(prepared, plan, opened.resume_from)
+    trainer = PreTrainingTrainer(
+        model=model,
+        args=training,
+        train_dataset=plan.source.train_dataset(prepared),
+        eval_dataset=prepared.eval_dataset,
+        data_collator=PhaseCollator(
+            prepared.tokenizer,
+            list(plan.phase_configs),
+            packing=recipe.data.packing,
+            compiled=training.torch_compile,
+            rows_per_example=packed_rows(prepared.statistics, len(plan.phase_configs)),
+        ),
+        processing_class=prepared.tokenizer,
+        optimizer_cls_and_kwargs=optimizer_cls_and_kwargs(
+            optimization.optimizer,
+            lr=training.learning_rate,
+            betas=(training.adam_beta1, training.adam_beta2),
+            eps=training.adam_epsilon,
+            weight_decay=training.weight_decay,
+        ),
+        phase_sizes=plan.source.phase_sizes(prepared),
+        phase_samples=[n * optimization.global_batch_size for n in plan.phase_steps],
+        callbacks=callbacks,
+    )
+    if plan.source.stop_every:
+        trainer.stop_on_signal.stop_every = plan.source.stop_every
+    start = time.time()
+    trainer.train(resume_from_checkpoint=opened.resume_from)
+    return trainer, clock, time.time() - start  # this invocation's seconds
+
+
+def stopped_early(plan: PreTrainingPlan, trainer: PreTrainingTrainer) -> dict[str, Any] | None:
+    """Where this invocation ended before the run's last step (a signal, --stop_after_steps): what to say."""
+    if trainer.stop_on_signal.stopped:
+        name, step = trainer.stop_on_signal.stopped
+        if trainer.is_world_process_zero():
+            logger.warning(stop_message(trainer.stop_on_signal, ["--resume_from_checkpoint", "true"]))
+        return {"stopped_at_step": step, "stopped_by": name}
+    if trainer.state.global_step < plan.training.max_steps:
+        logger.info(
+            "stopped after step %d of %d; continue with --resume_from_checkpoint true",
+            trainer.state.global_step,
+            plan.training.max_steps,
+        )
+        return {"stopped_at_step": trainer.state.global_step}
+    return None
+
+
+def publish(
+    plan: PreTrainingPlan, opened: OpenedRun, prepared: PreparedData, trainer: PreTrainingTrainer, clock, elapsed
+) -> dict[str, Any]:
+    """Stage 4: the held-out evaluation, the final model and tokenizer, the records and curves, results.json last
+    (a directory with it holds a finished run), then the Hub push when asked."""
+    training, output_dir = plan.training, plan.output_dir
+    summary = {
+        "train_runtime_s": round(clock.seconds(), 1),
+        "global_step": trainer.state.global_step,
+        "train_loss": whole_run_loss(trainer.state.log_history),
+        "processes": training.world_size,
+        "gradient_accumulation_steps": training.gradient_accumulation_steps,
+        "engine": trainer.engine,
+        "hardware": hardware(training.device),
+        "versions": framework_versions(),  # the card lists them as transformers' cards do
+        "tokens_per_second": plan.source.tokens_per_second(trainer, prepared, plan, clock, elapsed),
+    }
+    if clock.from_step:
+        summary["train_runtime_from_step"] = clock.from_step
+    if prepared.eval_dataset is not None:
+        summary.update(trainer.evaluate())
+    else:  # said at the start when it was not asked for (`examples.split_documents`)
+        summary["held_out_evaluation"] = "none"
+    trainer.save_full_model(str(output_dir))  # every process: FSDP gathers the shards
+    if trainer.is_world_process_zero():
+        save_tokenizer(prepared.tokenizer, output_dir)
+        write_json(output_dir / "log_history.json", trainer.state.log_history, indent=1)
+        if plan.plot:
+            objective = plan.phase_configs[0].pretraining_objective
+            plot_curves(trainer.state.log_history, output_dir / "training_curves.png", objective)
+        write_json(output_dir / RESULTS, summary)  # last: a run with results.json is finished (`check_output_dir`)
+        log_table("results", summary)
+        if opened.push_to is not None:  # every checkpoint as branch step-N, the final model on --hub_revision (main)
+            opened.push_to.push(output_dir, push_checkpoints, "--checkpoints")
+    return summary
