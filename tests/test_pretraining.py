@@ -11,7 +11,7 @@ import torch
 import yaml
 from helpers import ROOT, first_documents, launch, tiny_config, weights, write_config
 
-from bert_repro.training.cli import check_output_dir
+from bert_repro.training.cli import ConfigurationError, check_output_dir
 from bert_repro.training.pretraining.phases import PhasedSampler, phase_steps
 from bert_repro.training.pretraining.recipe import PAPER_TRAINING_DEFAULTS, Phase, PreTrainingRecipe
 from bert_repro.training.pretraining.trainer import PreTrainingTrainer
@@ -382,3 +382,63 @@ def test_dynamic_whole_word_masking_with_lamb(tmp_path, corpus_and_tokenizer):
     assert stats["held_out"]["masked_share"] > 0.25  # the held-out slice keeps fixed masks, at the 30% rate
     history = json.loads((tmp_path / "out" / "log_history.json").read_text())
     assert all(e["mlm_loss"] > 0 for e in history if "mlm_loss" in e)
+
+
+def test_the_readmes_python_api_builds_the_run_the_command_line_does(monkeypatch):
+    """README, "From Python": the recipe from a YAML file with changes under the flags' names is the recipe of
+    `recipes/pretrain.py --config ... --max_steps 500 --output_dir runs/mine`, and `run_pretraining` takes it."""
+    import bert_repro.training.pretraining as pretraining
+
+    text = (ROOT / "README.md").read_text()
+    snippet = text[text.index("from bert_repro.training import PreTrainingRecipe") :].split("```")[0]
+    taken = []
+    monkeypatch.setattr(pretraining, "run_pretraining", taken.append)
+    monkeypatch.chdir(ROOT)
+    exec(snippet, {})
+    config = ["--config", "recipes/configs/quickstart.yaml"]
+    assert taken == [PreTrainingRecipe.from_args([*config, "--max_steps", "500", "--output_dir", "runs/mine"])]
+    assert taken[0].training.max_steps == 500 and taken[0].phases[0].max_seq_length == 128
+    with pytest.raises(ConfigurationError, match="no setting 'max_step'.*max_steps"):
+        taken[0].replace(max_step=1)
+
+
+# A run_config.json as the code before the typed recipe wrote it (schema 1: sections "run", "data", "training"), for
+# `python recipes/pretrain.py --config recipes/configs/quickstart.yaml` with these flags.
+SCHEMA1 = ROOT / "tests" / "fixtures" / "run_config_schema1.json"
+SCHEMA1_FLAGS = [
+    *("--output_dir", "runs/quickstart", "--max_steps", "40", "--phase2_fraction", "0.25"),
+    *("--phase2_max_seq_length", "256", "--phase2_max_predictions_per_seq", "40", "--global_batch_size", "16"),
+    *("--per_device_train_batch_size", "16", "--report_to", "none"),
+]
+
+
+def test_a_run_recorded_by_the_earlier_schema_resumes_under_the_same_command(tmp_path):
+    from bert_repro.training.pretraining.recipe import MAY_GROW, run_identity
+
+    old = json.loads(SCHEMA1.read_text())
+    recipe = PreTrainingRecipe.from_args(["--config", str(ROOT / "recipes/configs/quickstart.yaml"), *SCHEMA1_FLAGS])
+    assert PreTrainingRecipe.from_dict(old).phases == recipe.phases == (Phase(128, 20, 0.75), Phase(256, 40, 0.25))
+    assert run_identity(old) == run_identity(recipe.to_dict())
+    (tmp_path / "run_config.json").write_text(json.dumps(old))
+    (tmp_path / "checkpoint-10").mkdir()
+    identity = run_identity(recipe.to_dict())
+    assert (
+        check_output_dir(tmp_path, identity, resume=True, overwrite=False, identity=run_identity, may_grow=MAY_GROW)
+        == {}
+    )
+    other = run_identity(recipe.replace(phase2_max_seq_length=512).to_dict())
+    with pytest.raises(FileExistsError, match="phases.phase2"):
+        check_output_dir(tmp_path, other, resume=True, overwrite=False, identity=run_identity, may_grow=MAY_GROW)
+
+
+def test_a_run_recorded_by_the_earlier_schema_still_makes_its_card(tmp_path):
+    from bert_repro import BertReproConfig
+    from bert_repro.hub.model_card import card_for_pretraining
+
+    (tmp_path / "run_config.json").write_text(SCHEMA1.read_text())
+    BertReproConfig.from_preset("tiny", vocab_size=8192).save_pretrained(tmp_path)
+    text = card_for_pretraining(tmp_path, "someone/bert-tiny").text
+    text = " ".join(text.split())
+    assert "given as `--corpus`: `recipes/data/quickstart_corpus/gutenberg` and `recipes/data/quickstart_corpus" in text
+    assert "steps of 16 sequences" in text and "then the last 25% of the steps at 256 tokens" in text
+    assert "Optimizer `adamw`, peak learning rate 0.001" in text and "| `vocab_size` | 8192 |" in text

@@ -14,7 +14,6 @@ _PUBLIC = {
     "Phase": "pretraining",
     "PreTrainingRecipe": "pretraining",
     "run_pretraining": "pretraining",
-    "FineTuningRecipe": "finetune",
     "run_finetuning": "finetune",
 }
 __all__ = sorted(_PUBLIC)
