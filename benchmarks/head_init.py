@@ -51,8 +51,7 @@ from transformers import (
 )
 
 from bert_repro.tasks import load_task_data
-from bert_repro.training import run_finetuning
-from bert_repro.training.finetune import FINE_TUNING_DEFAULTS, data_source
+from bert_repro.training import FINE_TUNING_DEFAULTS, FineTuningRecipe, data_source, run_finetuning
 
 LEARNING_RATE = 3e-5
 # The recipe's own settings (the reference code's), given to both sides explicitly.
@@ -103,7 +102,7 @@ def recipe_run(part: str, initializer: str, model: str, seed: int, out: Path, ar
         *(["--max_train_samples", str(rows)] if rows else []),
         *(["--max_eval_samples", str(args.max_rows)] if args.max_rows else []),
     ]  # fmt: skip
-    return recipe_scores(run_finetuning(argv))
+    return recipe_scores(run_finetuning(FineTuningRecipe.from_args(argv)))
 
 
 def recipe_scores(summary: dict) -> dict[str, float]:

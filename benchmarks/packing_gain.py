@@ -34,11 +34,13 @@ from bert_repro.data import (
     PackingCollator,
     PreTrainingCollator,
     PreTrainingDataConfig,
+    WordPieceVocab,
+    create_pretraining_instances,
     load_corpus,
     load_tokenizer,
     padding_statistics,
+    tokenize_documents,
 )
-from bert_repro.data.pretraining_examples import WordPieceVocab, create_pretraining_instances, tokenize_documents
 
 PREDICTIONS = {128: 20, 512: 80}  # max_seq_length -> max_predictions_per_seq (the reference code's phases)
 

@@ -18,12 +18,12 @@ from bert_repro.tasks.columns import TaskDataError
 from bert_repro.training.cli import ConfigurationError, RunFinished, quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
 from bert_repro.training.distributed import end_processes
-from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
 
 if __name__ == "__main__":
     quiet_load_reports()
     try:
-        result = run_finetuning()
+        result = run_finetuning(FineTuningRecipe.from_args())
         end_processes()  # all processes leave together (a distributed launch)
         if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the same command goes on
             sys.exit(STOPPED_EXIT_CODE)

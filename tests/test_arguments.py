@@ -403,12 +403,14 @@ def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, na
 
 def test_a_tokenizer_that_cannot_load_is_refused_before_the_data_is_read(tmp_path, tiny_model):
     # It used to be loaded after the task's data was read and the run recorded.
-    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
 
     damaged = tmp_path / "tok"
     damaged.mkdir()
     (damaged / "tokenizer.json").write_text("{not json")
     argv = ["--task", "mrpc", "--model", str(tiny_model), "--data", str(tmp_path / "no-data")]
     with pytest.raises(ConfigurationError, match=r"^--tokenizer .*tok: "):
-        run_finetuning([*argv, "--tokenizer", str(damaged), "--output_dir", str(tmp_path / "out")])
+        run_finetuning(
+            FineTuningRecipe.from_args([*argv, "--tokenizer", str(damaged), "--output_dir", str(tmp_path / "out")])
+        )
     assert not (tmp_path / "out").exists()

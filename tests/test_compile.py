@@ -24,7 +24,7 @@ from bert_repro.data.pack_examples import PackingCollator, packed_rows_per_examp
 from bert_repro.data.pretraining_examples import IGNORE_INDEX, PreTrainingDataConfig, create_pretraining_dataset
 from bert_repro.data.wordpiece import save_tokenizer
 from bert_repro.training.cli import SpeedSwitches
-from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
 from bert_repro.training.pretraining.phases import PhaseCollator
 from bert_repro.training.pretraining.trainer import pretraining_sums
 
@@ -249,33 +249,35 @@ def test_compiled_finetuning_recipe_trains_one_graph(tmp_path, tokenizer):
     for split in ("train.tsv", "dev.tsv"):
         (data / split).write_text("\n".join(rows) + "\n")  # 19 pairs: batches of 4, then 3
     run_finetuning(
-        [
-            "--task",
-            "mrpc",
-            "--model",
-            str(model_dir),
-            "--data",
-            str(data),
-            "--output_dir",
-            str(tmp_path / "out"),
-            "--learning_rates",
-            "1e-4",
-            "--num_train_epochs",
-            "1",
-            "--per_device_train_batch_size",
-            "4",
-            "--use_cpu",
-            "true",
-            "--disable_tqdm",
-            "true",
-            "--max_seq_length",
-            "64",
-            "--torch_compile",
-            "true",
-            "--torch_compile_backend",
-            "eager",
-            "--no_predict_test",
-        ]
+        FineTuningRecipe.from_args(
+            [
+                "--task",
+                "mrpc",
+                "--model",
+                str(model_dir),
+                "--data",
+                str(data),
+                "--output_dir",
+                str(tmp_path / "out"),
+                "--learning_rates",
+                "1e-4",
+                "--num_train_epochs",
+                "1",
+                "--per_device_train_batch_size",
+                "4",
+                "--use_cpu",
+                "true",
+                "--disable_tqdm",
+                "true",
+                "--max_seq_length",
+                "64",
+                "--torch_compile",
+                "true",
+                "--torch_compile_backend",
+                "eager",
+                "--no_predict_test",
+            ]
+        )
     )
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1  # dynamo's default: 3 (the first width, another, the last batch)

@@ -460,10 +460,14 @@ def encoder_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_feature_based_recipe_end_to_end(tmp_path, tiny_checkpoint):
-    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
 
     task = get_task("conll2003")
-    summary = run_finetuning(finetune_argv("conll2003", tiny_checkpoint, tmp_path, "--features", "concat_last_four"))
+    summary = run_finetuning(
+        FineTuningRecipe.from_args(
+            finetune_argv("conll2003", tiny_checkpoint, tmp_path, "--features", "concat_last_four")
+        )
+    )
     out = tmp_path / "out"
     assert summary["features"] == "concat_last_four"
     assert summary["model_class"] == "BertReproForTokenClassificationWithBiLSTM"
@@ -482,11 +486,13 @@ def test_feature_based_recipe_end_to_end(tmp_path, tiny_checkpoint):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["conll2003", "squad"])
 def test_bilstm_head_recipe_end_to_end(tmp_path, tiny_checkpoint, name):
-    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
 
     task = get_task(name)
     summary = run_finetuning(
-        finetune_argv(name, tiny_checkpoint, tmp_path, "--head", "bilstm", "--learning_rates", "1e-3")
+        FineTuningRecipe.from_args(
+            finetune_argv(name, tiny_checkpoint, tmp_path, "--head", "bilstm", "--learning_rates", "1e-3")
+        )
     )
     out = tmp_path / "out"
     assert summary["model_class"] == task.kind.bilstm_head_class.__name__ and summary["features"] is None

@@ -4,11 +4,11 @@ metric keys the task declares (and GLUE submission files where the task has a te
 import json
 
 import pytest
-from helpers import CONLL_DEV, CONLL_TRAIN, fixture_files, fixture_rows, write
+from helpers import CONLL_DEV, CONLL_TRAIN, ROOT, fixture_files, fixture_rows, write
 
 from bert_repro.tasks.registry import TASKS, get_task
-from bert_repro.training.cli import RunFinished
-from bert_repro.training.finetune import parse_arguments, run_finetuning
+from bert_repro.training.cli import ConfigurationError, RunFinished
+from bert_repro.training.finetune import FineTuningRecipe, parse_arguments, run_finetuning
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def test_every_task_end_to_end(tmp_path, tiny_model, name):
         "--doc_stride",
         "16",
     ]
-    summary = run_finetuning(argv)
+    summary = run_finetuning(FineTuningRecipe.from_args(argv))
     results = json.loads((out / "results.json").read_text())
     assert results["best"]["learning_rate"] == summary["best"]["learning_rate"] == 1e-4
     for split in task.eval_splits:
@@ -57,7 +57,7 @@ def test_every_task_end_to_end(tmp_path, tiny_model, name):
     # Run again (a requeued job): the run is finished, nothing is trained or written again.
     written = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     with pytest.raises(RunFinished, match="already holds this run, finished"):
-        run_finetuning(argv)
+        run_finetuning(FineTuningRecipe.from_args(argv))
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == written
 
 
@@ -77,36 +77,7 @@ def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
     data = write(tmp_path / "data", fixture_files("sst2"))
     out = tmp_path / "out"
     summary = run_finetuning(
-        [
-            "--task",
-            "sst2",
-            "--model",
-            str(tiny_model),
-            "--data",
-            str(data),
-            "--output_dir",
-            str(out),
-            "--learning_rates",
-            "1e-3",
-            "1e-4",
-            "--seeds",
-            "1",
-            "2",
-            "--max_steps",
-            "2",
-            "--use_cpu",
-            "true",
-            "--disable_tqdm",
-            "true",
-        ]
-    )
-    assert [(r["learning_rate"], r["seed"]) for r in summary["runs"]] == [(1e-3, 1), (1e-3, 2), (1e-4, 1), (1e-4, 2)]
-    assert summary["best"]["score"] == max(r["score"] for r in summary["runs"])
-    table = (out / "results.md").read_text()
-    assert table.count("\n| ") == 6 and "*" in table  # header + 4 runs (the best marked) + the majority class
-    # A different setting in the same directory is refused, never mixed into these results.
-    with pytest.raises(FileExistsError, match="different run"):
-        run_finetuning(
+        FineTuningRecipe.from_args(
             [
                 "--task",
                 "sst2",
@@ -117,12 +88,45 @@ def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
                 "--output_dir",
                 str(out),
                 "--learning_rates",
-                "5e-5",
+                "1e-3",
+                "1e-4",
+                "--seeds",
+                "1",
+                "2",
                 "--max_steps",
                 "2",
                 "--use_cpu",
                 "true",
+                "--disable_tqdm",
+                "true",
             ]
+        )
+    )
+    assert [(r["learning_rate"], r["seed"]) for r in summary["runs"]] == [(1e-3, 1), (1e-3, 2), (1e-4, 1), (1e-4, 2)]
+    assert summary["best"]["score"] == max(r["score"] for r in summary["runs"])
+    table = (out / "results.md").read_text()
+    assert table.count("\n| ") == 6 and "*" in table  # header + 4 runs (the best marked) + the majority class
+    # A different setting in the same directory is refused, never mixed into these results.
+    with pytest.raises(FileExistsError, match="different run"):
+        run_finetuning(
+            FineTuningRecipe.from_args(
+                [
+                    "--task",
+                    "sst2",
+                    "--model",
+                    str(tiny_model),
+                    "--data",
+                    str(data),
+                    "--output_dir",
+                    str(out),
+                    "--learning_rates",
+                    "5e-5",
+                    "--max_steps",
+                    "2",
+                    "--use_cpu",
+                    "true",
+                ]
+            )
         )
 
 
@@ -191,34 +195,36 @@ def test_speed_switches_reach_the_model(tmp_path, tiny_model):
     data = write(tmp_path / "data", fixture_files("mrpc"))
     out = tmp_path / "out"
     run_finetuning(
-        [
-            "--task",
-            "mrpc",
-            "--model",
-            str(tiny_model),
-            "--data",
-            str(data),
-            "--output_dir",
-            str(out),
-            "--learning_rates",
-            "1e-4",
-            "--max_steps",
-            "2",
-            "--per_device_train_batch_size",
-            "2",
-            "--use_cpu",
-            "true",
-            "--disable_tqdm",
-            "true",
-            "--max_seq_length",
-            "64",
-            "--unpad_inputs",
-            "true",
-            "--fast_dropout",
-            "true",
-            "--last_layer_subset",
-            "true",
-        ]
+        FineTuningRecipe.from_args(
+            [
+                "--task",
+                "mrpc",
+                "--model",
+                str(tiny_model),
+                "--data",
+                str(data),
+                "--output_dir",
+                str(out),
+                "--learning_rates",
+                "1e-4",
+                "--max_steps",
+                "2",
+                "--per_device_train_batch_size",
+                "2",
+                "--use_cpu",
+                "true",
+                "--disable_tqdm",
+                "true",
+                "--max_seq_length",
+                "64",
+                "--unpad_inputs",
+                "true",
+                "--fast_dropout",
+                "true",
+                "--last_layer_subset",
+                "true",
+            ]
+        )
     )
     config = json.loads((out / "model" / "config.json").read_text())
     assert config["unpad_inputs"] and config["fast_dropout"] and config["last_layer_subset"]
@@ -232,7 +238,7 @@ def test_a_missing_later_evaluation_split_is_said_and_recorded_a_missing_first_o
     data = write(tmp_path / "data", {"train.txt": CONLL_TRAIN, "valid.txt": CONLL_DEV})
     argv = ["--task", "conll2003", "--model", str(tiny_model), "--data", str(data), "--learning_rates", "1e-4"]
     argv += ["--max_steps", "1", "--use_cpu", "true", "--disable_tqdm", "true", "--max_seq_length", "32"]
-    summary = run_finetuning([*argv, "--output_dir", str(tmp_path / "out")])
+    summary = run_finetuning(FineTuningRecipe.from_args([*argv, "--output_dir", str(tmp_path / "out")]))
     assert summary["missing_splits"] == ["test"] and set(summary["best"]) >= {"validation"}
     assert "test" not in summary["best"]
     assert json.loads((tmp_path / "out" / "results.json").read_text())["missing_splits"] == ["test"]
@@ -240,7 +246,7 @@ def test_a_missing_later_evaluation_split_is_said_and_recorded_a_missing_first_o
     write(tmp_path / "no_dev", {"train.txt": CONLL_TRAIN})
     argv[argv.index(str(data))] = str(tmp_path / "no_dev")
     with pytest.raises(TaskDataError, match=r"no validation split of conll2003 \(found: train\)"):
-        run_finetuning([*argv, "--output_dir", str(tmp_path / "out2")])
+        run_finetuning(FineTuningRecipe.from_args([*argv, "--output_dir", str(tmp_path / "out2")]))
     assert not (tmp_path / "out2").exists()
 
 
@@ -253,10 +259,38 @@ def test_the_new_heads_initializer_is_a_choice(tmp_path, tiny_model, initializer
     data = write(tmp_path / "data", fixture_files("sst2"))
     argv = ["--task", "sst2", "--model", str(tiny_model), "--data", str(data), "--output_dir", str(tmp_path / "o")]
     argv += ["--learning_rates", "1e-30", "--max_steps", "1", "--use_cpu", "true", "--disable_tqdm", "true"]
-    run_finetuning([*argv, "--head_initializer", initializer, "--max_seq_length", "32", "--seeds", "3"])
+    run_finetuning(
+        FineTuningRecipe.from_args([*argv, "--head_initializer", initializer, "--max_seq_length", "32", "--seeds", "3"])
+    )
     weights = load_file(tmp_path / "o" / "model" / "model.safetensors")
     head = next(w for name, w in weights.items() if "classifier" in name and name.endswith("weight"))
     assert (head.abs().max().item() <= 2 * 0.02 + 1e-6) == cut, head.abs().max().item()
     trained = load_file(tiny_model / "model.safetensors")
     name = "bert.embeddings.word_embeddings.weight"
     assert (weights[name] - trained[name]).abs().max() < 1e-6  # the encoder as loaded
+
+
+def test_the_readmes_python_api_builds_the_run_the_command_line_does(monkeypatch):
+    """README, "From Python": a fine-tuning recipe read with its task, changed with `replace`, is the recipe of the
+    command line with the same flags; the task's defaults are resolved when the run reads it."""
+    import bert_repro.training.finetune as finetune
+
+    text = (ROOT / "README.md").read_text()
+    snippet = text[text.index("from bert_repro.training import FineTuningRecipe") :].split("```")[0]
+    taken = []
+    monkeypatch.setattr(finetune, "run_finetuning", taken.append)
+    exec(snippet, {})
+    flags = ["--task", "mrpc", "--model", "runs/mine", "--output_dir", "runs/mine-mrpc"]
+    assert taken == [FineTuningRecipe.from_args(flags)]
+    run, training = taken[0].resolved()
+    assert run.learning_rates == [5e-5, 4e-5, 3e-5, 2e-5] and run.max_seq_length == 128
+    assert training.output_dir == "runs/mine-mrpc" and training.num_train_epochs == 3
+    # the feature-based approach takes its own grid when set by replace, as on the command line
+    features = taken[0].replace(features="concat_last_four").resolved()[0].learning_rates
+    assert (
+        features == FineTuningRecipe.from_args([*flags, "--features", "concat_last_four"]).resolved()[0].learning_rates
+    )
+    with pytest.raises(ConfigurationError, match="no setting 'learning_rat'.*learning_rate"):
+        taken[0].replace(learning_rat=1e-5)
+    with pytest.raises(ConfigurationError, match="a task's defaults"):
+        taken[0].replace(task="sst2")

@@ -31,7 +31,7 @@ from transformers import (
 from bert_repro.tasks.files import load_task_data
 from bert_repro.tasks.registry import get_task
 from bert_repro.training import finetune
-from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
 
 ROWS, BATCH, EPOCHS, MAX_LEN = 24, 4, 5, 64  # 30 steps
 TOLERANCE = 1e-5
@@ -252,7 +252,7 @@ def recipe_trajectory(task: str, data_dir, checkpoint, output_dir, monkeypatch, 
     argv += ["--head_initializer", initializer, "--max_seq_length", str(MAX_LEN), "--logging_steps", "1"]
     argv += ["--use_cpu", "true", "--disable_tqdm", "true", "--predict_test", "false"]
     argv += [f"--{key}={value}" for key, value in SETTINGS.items()]
-    run_finetuning(argv)
+    run_finetuning(FineTuningRecipe.from_args(argv))
     (history,) = histories
     return [e for e in history if "loss" in e and "train_runtime" not in e]
 

@@ -315,7 +315,7 @@ def test_pretraining_recipe_output_opens_natively(tmp_path, corpus_and_tokenizer
 
 @pytest.mark.slow
 def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_named(tmp_path, tokenizer):
-    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
 
     torch.manual_seed(0)
     texts = [text for text in fixture_files("mrpc").values()]
@@ -359,17 +359,19 @@ def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_name
     save_tokenizer(tok, start)
     out = tmp_path / "out"
     run_finetuning(
-        [
-            "--model",
-            str(start),
-            "--output_dir",
-            str(out),
-            *args,
-            "--unpad_inputs",
-            "true",
-            "--last_layer_subset",
-            "true",
-        ]
+        FineTuningRecipe.from_args(
+            [
+                "--model",
+                str(start),
+                "--output_dir",
+                str(out),
+                *args,
+                "--unpad_inputs",
+                "true",
+                "--last_layer_subset",
+                "true",
+            ]
+        )
     )
     model_dir = out / "model"
     config = json.loads((model_dir / "config.json").read_text())

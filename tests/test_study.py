@@ -131,7 +131,7 @@ def test_planned_runs_one_per_seed_each_with_its_task_and_variant_arguments(tmp_
     study = get_study("pretraining")
     args = StudyArguments(
         study="pretraining",
-        finetune_args="--bf16 true --learning_rates 3e-4",
+        finetune_args="--weight_decay 0.0 --learning_rates 3e-4",
         finetune_args_for=["random=--learning_rates 1e-3", "sst2=--num_train_epochs 1"],
         seeds=[5, 6],
     )
@@ -142,34 +142,28 @@ def test_planned_runs_one_per_seed_each_with_its_task_and_variant_arguments(tmp_
         (seed, task, variant) for seed in (5, 6) for task in ("sst2", "mrpc") for variant in ("pretrained", "random")
     ]
     assert runs[0].directory == tmp_path / "finetune" / "pretrained" / "sst2" / "seed5"
-    random_sst2 = runs[1].argv
-    assert random_sst2[:6] == ("--task", "sst2", "--model", "R", "--output_dir", str(runs[1].directory))
-    # the common arguments, then the task's, then the variant's (argparse keeps the last: the variant's rate)
-    assert random_sst2[6:] == (
-        "--bf16",
-        "true",
-        "--learning_rates",
-        "3e-4",
-        "--num_train_epochs",
-        "1",
-        "--learning_rates",
-        "1e-3",
-        "--seeds",
-        "5",
-        "--data",
-        "glue/SST-2",
+    random_sst2 = runs[1].recipe
+    run, training = random_sst2.finetuning, random_sst2.training
+    assert (run.task, run.model, training.output_dir) == ("sst2", "R", str(runs[1].directory))
+    # the common arguments, then the task's, then the variant's (the variant's rate over the common one)
+    assert training.weight_decay == 0.0 and training.num_train_epochs == 1 and run.learning_rates == [1e-3]
+    assert run.seeds == [5] and run.data == ["glue/SST-2"]
+    mrpc = runs[2].recipe  # MRPC: the Hub, no task arguments (the task's 3 epochs), the common rate
+    assert (
+        mrpc.finetuning.data == [] and mrpc.training.num_train_epochs == 3 and mrpc.finetuning.learning_rates == [3e-4]
     )
-    assert "--data" not in runs[2].argv and "--num_train_epochs" not in runs[2].argv  # MRPC: the Hub, no task args
     # without --seeds: one run per cell, in the cell's own directory, the recipe's seeds
     plain = planned_runs(study, StudyArguments(study="pretraining"), tmp_path, models, {"sst2": None, "mrpc": None})
-    assert [r.directory.name for r in plain] == ["sst2", "sst2", "mrpc", "mrpc"] and "--seeds" not in plain[0].argv
+    assert [r.directory.name for r in plain] == ["sst2", "sst2", "mrpc", "mrpc"] and plain[
+        0
+    ].recipe.finetuning.seeds == [42]
 
 
 def _finished(directory: Path, seed: int, accuracy: float, f1: float) -> FineTuningRun:
     directory.mkdir(parents=True)
     best = {"validation": {"accuracy": accuracy, "f1": f1}}
     (directory / "results.json").write_text(json.dumps({"best": best, "seconds": 1.0}))
-    return FineTuningRun("pretrained", "mrpc", seed, directory, ())
+    return FineTuningRun("pretrained", "mrpc", seed, directory, None)
 
 
 def test_a_cell_over_seeds_is_the_mean_and_its_standard_error(tmp_path):
@@ -178,7 +172,7 @@ def test_a_cell_over_seeds_is_the_mean_and_its_standard_error(tmp_path):
     column = get_study("pretraining").columns[2]  # MRPC F1
     f1s = [0.7776, 0.7671, 0.7884]
     runs = [_finished(tmp_path / str(s), s, 0.5, f) for s, f in zip((1, 2, 3), f1s)]
-    runs.append(FineTuningRun("pretrained", "mrpc", 4, tmp_path / "4", ()))  # not finished: not counted
+    runs.append(FineTuningRun("pretrained", "mrpc", 4, tmp_path / "4", None))  # not finished: not counted
     cell = fine_tuned_cell(column, runs)
     percent = [100 * f for f in f1s]
     assert cell["ours"] == pytest.approx(sum(percent) / 3, abs=0.005)

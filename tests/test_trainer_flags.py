@@ -10,7 +10,7 @@ from helpers import fixture_files, write
 from transformers import TrainingArguments
 
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +94,7 @@ def test_every_trainer_flag_runs_or_is_refused_before_work(tmp_path, tiny_model,
         *("--use_cpu", "true", "--disable_tqdm", "true", "--max_seq_length", "32", f"--{name}", value),
     ]
     try:
-        run_finetuning(argv)
+        run_finetuning(FineTuningRecipe.from_args(argv))
     except ConfigurationError as refused:
         assert "\n" not in str(refused).strip() and not out.exists(), str(refused)
         return

@@ -9,7 +9,7 @@ import transformers
 from helpers import fixture_files, write
 
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
 
 
 def finetune(tmp_path, model, *extra, task="sst2"):
@@ -19,7 +19,7 @@ def finetune(tmp_path, model, *extra, task="sst2"):
         *("--learning_rates", "1e-4", "--per_device_train_batch_size", "2", "--num_train_epochs", "2"),
         *("--use_cpu", "true", "--disable_tqdm", "true", "--max_seq_length", "32", *extra),
     ]
-    return run_finetuning(argv)
+    return run_finetuning(FineTuningRecipe.from_args(argv))
 
 
 def test_a_run_is_a_trainer_run(tmp_path, tiny_model, caplog):

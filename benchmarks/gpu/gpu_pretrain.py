@@ -36,7 +36,7 @@ from common import machine, matmul_peak
 from transformers import BertConfig, BertForPreTraining
 
 from bert_repro import BertReproConfig, BertReproForPreTraining
-from bert_repro.training.fp8 import convert_to_fp8
+from bert_repro.training import convert_to_fp8
 
 # The reference code's setting per phase: max_seq_length -> max_predictions_per_seq.
 PREDICTIONS = {128: 20, 512: 80}

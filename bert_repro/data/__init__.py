@@ -21,6 +21,9 @@ _PUBLIC = {
     "PreTrainingCollator": "pretraining_examples",
     "PreTrainingDataConfig": "pretraining_examples",
     "create_pretraining_dataset": "pretraining_examples",
+    "create_pretraining_instances": "pretraining_examples",
+    "tokenize_documents": "tokenized_documents",
+    "WordPieceVocab": "masking",
 }
 __all__ = sorted(_PUBLIC)
 

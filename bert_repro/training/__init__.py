@@ -12,8 +12,13 @@ From Python, a run is a recipe and one call:
 # the whole training stack.
 _PUBLIC = {
     "Phase": "pretraining",
+    "PhaseCollator": "pretraining.phases",
+    "convert_to_fp8": "fp8",
+    "FINE_TUNING_DEFAULTS": "finetune",
+    "data_source": "finetune",
     "PreTrainingRecipe": "pretraining",
     "run_pretraining": "pretraining",
+    "FineTuningRecipe": "finetune",
     "run_finetuning": "finetune",
 }
 __all__ = sorted(_PUBLIC)

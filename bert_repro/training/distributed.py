@@ -71,7 +71,7 @@ def _deepspeed_in_arguments(argv: list[str]) -> bool:
         try:
             with open(argv[argv.index("--config") + 1]) as file:
                 values = yaml.safe_load(file)
-        except (OSError, yaml.YAMLError):
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
             return False  # the recipe's own parsing names the file and the problem
         return isinstance(values, dict) and bool(values.get("deepspeed"))
     return False

@@ -283,34 +283,93 @@ def find_task(name: str) -> Task:
         raise ConfigurationError(f"unknown task {name!r}{close}; tasks: {', '.join(TASKS)}.") from None
 
 
-def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments, TrainingArguments]:
-    """Defaults: the reference code's fine-tuning settings < the task's paper hyper-parameters < YAML < command line."""
-    import sys
+@dataclass(frozen=True)
+class FineTuningRecipe:
+    """A fine-tuning run as one typed object: the task, the model, its head and the grid (`finetuning`), and
+    transformers' `TrainingArguments` (`training`), as given. Read at the edge (`from_args`, `from_yaml`: the
+    reference code's settings < the task's paper hyper-parameters < YAML < command line), changed with `replace`
+    under the flags' names; the task's defaults for what was not given (its learning-rate grid, its
+    max_seq_length) are filled in by `resolved`, so that `replace(features=...)` also takes the feature-based grid.
+    `run_finetuning(recipe)` runs it."""
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    name = _peek_task(argv)
-    if not name and any(arg in ("-h", "--help") for arg in argv):
-        name = "mrpc"  # --help alone: any task shows the same options
-    if not name:  # a wrong flag (--task_nme) is said first
-        parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE)
-        raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
-    task = find_task(name)
-    defaults = {**FINE_TUNING_DEFAULTS, **{k: v for k, v in task.defaults.items() if k in _TRAINING_KEYS}}
-    if "warmup_proportion" in task.defaults:
-        defaults["warmup_steps"] = task.defaults["warmup_proportion"]
-    run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS, help_layout=help_layout(task))
-    if not run.model:
-        raise ConfigurationError("Pass --model: a bert_repro directory, a BERT checkpoint directory or a Hub id.")
-    if run.max_seq_length is None:
-        run.max_seq_length = task.defaults.get("max_seq_length", 128)
-    head_settings(task, run)  # an impossible --head / --features / --bilstm_hidden_size fails here
-    if training.save_strategy == "best" and training.metric_for_best_model is None:
-        # Trainer would stop with "must be provided"; the metric the grid ranks runs by is the one to keep
-        training.metric_for_best_model, training.greater_is_better = task.kind.ranking_metric(task), True
-    if not run.learning_rates:
-        grid = FEATURE_BASED_GRID if run.features is not None else task.grid
-        run.learning_rates = list(grid.get("learning_rate", ())) or [training.learning_rate]
-    return run, training
+    finetuning: FineTuningArguments
+    training: TrainingArguments
+
+    @classmethod
+    def from_args(cls, argv: list[str] | None = None) -> FineTuningRecipe:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        check_deepspeed_installed(argv)  # before TrainingArguments, which fails on it with an unrelated error
+        name = _peek_task(argv)
+        if not name and any(arg in ("-h", "--help") for arg in argv):
+            name = "mrpc"  # --help alone: any task shows the same options
+        if not name:  # a wrong flag (--task_nme) is said first
+            parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE)
+            raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
+        task = find_task(name)
+        defaults = {**FINE_TUNING_DEFAULTS, **{k: v for k, v in task.defaults.items() if k in _TRAINING_KEYS}}
+        if "warmup_proportion" in task.defaults:
+            defaults["warmup_steps"] = task.defaults["warmup_proportion"]
+        layout = help_layout(task)
+        run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS, help_layout=layout)
+        return cls(run, training)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **changes: Any) -> FineTuningRecipe:
+        """A YAML config (as `--config`), with `changes` as `replace` takes them."""
+        recipe = cls.from_args(["--config", str(path)])
+        return recipe.replace(**changes) if changes else recipe
+
+    def __post_init__(self):
+        if not self.finetuning.model:
+            raise ConfigurationError("Pass --model: a bert_repro directory, a BERT checkpoint directory or a Hub id.")
+        head_settings(find_task(self.finetuning.task), self.finetuning)  # an impossible --head / --features fails
+
+    def replace(self, **changes: Any) -> FineTuningRecipe:
+        """A copy with `changes`, each named as its flag (`output_dir="runs/x"`, `seeds=[3]`, `features="..."`).
+        The task is chosen at the edge (its defaults are under everything else): another task is another recipe."""
+        if "task" in changes and find_task(changes["task"]).name != find_task(self.finetuning.task).name:
+            raise ConfigurationError(
+                "FineTuningRecipe.replace(task=...): a task's defaults are part of its recipe; build one for it "
+                "with FineTuningRecipe.from_args(['--task', ...])."
+            )
+        ours, theirs = _names(FineTuningArguments), _names(TrainingArguments)
+        unknown = [name for name in changes if name not in ours | theirs]
+        if unknown:
+            raise ConfigurationError(
+                f"FineTuningRecipe has no setting {unknown[0]!r}{closest(unknown[0], ours | theirs, '')}."
+            )
+        try:
+            return FineTuningRecipe(
+                replace(self.finetuning, **{k: v for k, v in changes.items() if k in ours}),
+                replace(self.training, **{k: v for k, v in changes.items() if k in theirs and k not in ours}),
+            )
+        except ValueError as err:  # TrainingArguments' own checks
+            raise ConfigurationError(" ".join(str(err).split())) from None
+
+    def resolved(self) -> tuple[FineTuningArguments, TrainingArguments]:
+        """The settings a run uses, copies: the task's max_seq_length and learning-rate grid (the feature-based
+        grid with --features) where none was given, and with --save_strategy best the metric the grid ranks by."""
+        task, run = find_task(self.finetuning.task), self.finetuning
+        changes: dict[str, Any] = {}
+        if run.max_seq_length is None:
+            changes["max_seq_length"] = task.defaults.get("max_seq_length", 128)
+        if not run.learning_rates:
+            grid = FEATURE_BASED_GRID if run.features is not None else task.grid
+            changes["learning_rates"] = list(grid.get("learning_rate", ())) or [self.training.learning_rate]
+        training = replace(self.training)  # the run's own copy: the run takes the Hub token out of it
+        if training.save_strategy == "best" and training.metric_for_best_model is None:
+            # Trainer would stop with "must be provided"; the metric the grid ranks runs by is the one to keep
+            training.metric_for_best_model, training.greater_is_better = task.kind.ranking_metric(task), True
+        return replace(run, **changes), training
+
+
+def _names(cls) -> set[str]:
+    return {f.name for f in fields(cls) if f.init}
+
+
+def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments, TrainingArguments]:
+    """The command line's settings as a run uses them (`FineTuningRecipe.from_args(argv).resolved()`)."""
+    return FineTuningRecipe.from_args(argv).resolved()
 
 
 def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:
@@ -758,10 +817,9 @@ def splits_at_hand(task: Task, data: datasets.DatasetDict, where: list[str]) -> 
     return replace(task, eval_splits=tuple(n for n in task.eval_splits if n in data)), missing
 
 
-def run_finetuning(argv: list[str] | None = None) -> dict[str, Any]:
+def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     """The whole protocol for one task: the grid of learning rates x seeds, the best on dev kept, results written."""
-    check_deepspeed_installed(sys.argv[1:] if argv is None else argv)
-    run, training = parse_arguments(argv)
+    run, training = recipe.resolved()
     check_inputs(run, training)
     pin_memory_only_with_an_accelerator(training)
     logging.basicConfig(

@@ -24,9 +24,8 @@ from typing import Any
 from ..atomic import atomic_path, write_text
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
 from .cli import ConfigurationError, HelpLayout
+from .finetune import FineTuningRecipe, run_finetuning
 from .finetune import check_inputs as check_finetuning_inputs
-from .finetune import parse_arguments as finetuning_arguments
-from .finetune import run_finetuning
 
 logger = logging.getLogger(__name__)
 
@@ -259,9 +258,13 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
     if unknown:
         raise ConfigurationError(f"Unknown task(s) {unknown}; choose from {', '.join(TASKS)}.")
     tasks = [get_task(t) for t in args.tasks]
-    for task in tasks:  # a wrong flag after `--` (or a task longer than the model's positions) fails now, not
-        # when the task that reads it comes
-        check_finetuning_inputs(*finetuning_arguments(["--task", task.name, "--model", args.model, *finetune_args]))
+    # The flags after `--` read once per task (a task's defaults are under them); a wrong one (or a task longer
+    # than the model's positions) fails now, not when the task that reads it comes.
+    recipes = {
+        t.name: FineTuningRecipe.from_args(["--task", t.name, "--model", args.model, *finetune_args]) for t in tasks
+    }
+    for recipe in recipes.values():
+        check_finetuning_inputs(*recipe.resolved())
     data_dirs = check_task_data(tasks, args.data_root)
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -272,10 +275,8 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
         if results.exists():
             logger.info("%s: finished earlier, not run again", task.name)
         else:
-            argv = ["--task", task.name, "--model", args.model, "--output_dir", str(task_dir), *finetune_args]
-            if data_dirs[task.name] is not None:
-                argv += ["--data", str(data_dirs[task.name])]
-            run_finetuning(argv)
+            data = {} if data_dirs[task.name] is None else {"data": [str(data_dirs[task.name])]}
+            run_finetuning(recipes[task.name].replace(output_dir=str(task_dir), **data))
         rows.append(task_row(task, json.loads(results.read_text()), args.paper_model))
         write_report(output_dir, rows, args, time.time() - start, finetune_args)  # a partial report after each task
     zip_submissions(output_dir, tasks)

@@ -45,9 +45,8 @@ from ..model.bilstm_heads import FEATURE_SETS
 from ..model.conversion import TOKENIZER_FILES, CheckpointError, check_model_dir
 from ..tasks.registry import get_task
 from .cli import ConfigurationError
+from .finetune import FineTuningRecipe, run_finetuning
 from .finetune import check_inputs as check_finetuning_inputs
-from .finetune import parse_arguments as finetuning_arguments
-from .finetune import run_finetuning
 from .pretraining import PreTrainingRecipe, run_pretraining
 from .pretraining.plan import check as check_pretraining
 from .reproduce import check_task_data
@@ -69,13 +68,13 @@ class Column:
     task: str | None
     metric: str  # a task metric, or "mlm_perplexity" (held-out, from the pre-training run)
     split: str = "validation"
-    finetune_args: tuple[str, ...] = ()  # e.g. the feature-based approach for one column of Table 8
+    finetuning: Mapping[str, Any] = field(default_factory=dict)  # FineTuningRecipe.replace's changes (Table 8)
 
     @property
     def run(self) -> str:
         """The directory of the fine-tuning run this column reads: columns of one task read one run (MRPC's accuracy
         and F1), unless the column fine-tunes differently."""
-        return self.key if self.finetune_args else str(self.task)
+        return self.key if self.finetuning else str(self.task)
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,7 @@ class Variant:
     key: str  # directory name
     label: str  # as the paper's table names it
     pretraining: Mapping[str, Any] = field(default_factory=dict)  # PreTrainingRecipe.replace's changes
-    finetune_args: tuple[str, ...] = ()
+    finetuning: Mapping[str, Any] = field(default_factory=dict)  # FineTuningRecipe.replace's changes
     weights_of: str | None = None  # fine-tune this variant's pre-trained model instead of pre-training its own
     random_init: bool = False  # no pre-training: the architecture of `weights_of`, its weights drawn at random
 
@@ -143,7 +142,7 @@ NER_FEATURES = Column(
     "NER feature-based (F1)",
     "conll2003",
     "entity_f1",
-    finetune_args=("--features", "concat_last_four"),
+    finetuning=MappingProxyType({"features": "concat_last_four"}),
 )
 
 # Table 7: the feature sets and the paper's dev F1 of each, as the task registry keeps them.
@@ -163,7 +162,7 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 Variant("mlm_nsp", "BERT (MLM + NSP)"),
                 Variant("mlm", "No NSP", pretraining=MappingProxyType({"objective": "mlm"})),
                 Variant("ltr", "LTR & No NSP", pretraining=MappingProxyType({"objective": "ltr"})),
-                Variant("ltr_bilstm", "+ BiLSTM", finetune_args=("--head", "bilstm"), weights_of="ltr"),
+                Variant("ltr_bilstm", "+ BiLSTM", finetuning=MappingProxyType({"head": "bilstm"}), weights_of="ltr"),
             ),
             columns=(MNLI_M, QNLI, MRPC, SST2, SQUAD),
             paper=_frozen(
@@ -207,7 +206,7 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
             variants=(
                 Variant("finetune", "Fine-tuning approach"),
                 *(
-                    Variant(name, label, finetune_args=("--features", name), weights_of="finetune")
+                    Variant(name, label, finetuning=MappingProxyType({"features": name}), weights_of="finetune")
                     for name, label, _ in TABLE7_FEATURES
                 ),
             ),
@@ -521,7 +520,7 @@ class FineTuningRun:
     run: str  # the column's run (Column.run)
     seed: int | None
     directory: Path
-    argv: tuple[str, ...]
+    recipe: FineTuningRecipe | None
 
     @property
     def results(self) -> dict[str, Any] | None:
@@ -562,26 +561,21 @@ def planned_runs(
                 directory = directory if seed is None else directory / f"seed{seed}"
                 if directory in runs:
                     continue
-                argv = [
-                    "--task",
-                    column.task,
-                    "--model",
-                    models[variant.key],
-                    "--output_dir",
-                    str(directory),
-                    *common,
-                    *per_key.get(column.task, []),
-                    *per_key.get(variant.key, []),
-                    *variant.finetune_args,
-                    *column.finetune_args,
-                    *(() if seed is None else ("--seeds", str(seed))),
-                    *(() if data_dirs[column.task] is None else ("--data", str(data_dirs[column.task]))),
-                ]
-                runs[directory] = FineTuningRun(variant.key, column.run, seed, directory, tuple(argv))
+                # The user's flags (the study's command line): the common ones, the task's, the variant's
+                theirs = [*common, *per_key.get(column.task, []), *per_key.get(variant.key, [])]
+                recipe = FineTuningRecipe.from_args(["--task", column.task, "--model", models[variant.key], *theirs])
+                recipe = recipe.replace(
+                    **variant.finetuning,
+                    **column.finetuning,
+                    output_dir=str(directory),
+                    **({} if seed is None else {"seeds": [seed]}),
+                    **({} if data_dirs[column.task] is None else {"data": [str(data_dirs[column.task])]}),
+                )
+                runs[directory] = FineTuningRun(variant.key, column.run, seed, directory, recipe)
     return list(runs.values())
 
 
-def _finetune_in_process(argv: list[str], log: str, threads: int) -> None:
+def _finetune_in_process(recipe: FineTuningRecipe, log: str, threads: int) -> None:
     """One fine-tuning run in a process of its own (--jobs), its output in `log`."""
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # the tokenizers' thread pool, before its first use
     import torch
@@ -591,7 +585,7 @@ def _finetune_in_process(argv: list[str], log: str, threads: int) -> None:
     with open(log, "w") as f:
         os.dup2(f.fileno(), 1)
         os.dup2(f.fileno(), 2)
-        run_finetuning(argv)
+        run_finetuning(recipe)
 
 
 def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, after_each) -> list[str]:
@@ -605,8 +599,8 @@ def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, 
             logger.info("fine-tuning %s finished earlier, not run again", run.directory)
     if jobs <= 1:
         for run in todo:
-            logger.info("fine-tuning %s: recipes/finetune.py %s", run.variant, shlex.join(run.argv))
-            run_finetuning(list(run.argv))
+            logger.info("fine-tuning %s in %s", run.variant, run.directory)
+            run_finetuning(run.recipe)
             after_each()
         return []
     import multiprocessing
@@ -620,8 +614,8 @@ def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, 
         for run in todo:
             log = output_dir / "logs" / f"{run.directory.relative_to(output_dir / 'finetune')}".replace("/", "-")
             log = log.with_name(log.name + ".log")
-            logger.info("fine-tuning %s (log %s): recipes/finetune.py %s", run.variant, log, shlex.join(run.argv))
-            futures[pool.submit(_finetune_in_process, list(run.argv), str(log), threads)] = (run, log)
+            logger.info("fine-tuning %s in %s (log %s)", run.variant, run.directory, log)
+            futures[pool.submit(_finetune_in_process, run.recipe, str(log), threads)] = (run, log)
         for future in as_completed(futures):
             run, log = futures[future]
             try:
@@ -692,7 +686,7 @@ def run_study(args: StudyArguments) -> str:
     )
     # a wrong flag in the fine-tuning arguments fails now, not after the pre-training
     for run in planned_runs(study, args, Path("(output)"), defaultdict(lambda: "(pre-trained)"), data_dirs):
-        check_finetuning_inputs(*finetuning_arguments(list(run.argv)), model_at_hand=False)
+        check_finetuning_inputs(*run.recipe.resolved(), model_at_hand=False)
     if not Path(args.pretrain_config).is_file() and not all(v.key in reused or v.random_init for v in study.variants):
         raise ConfigurationError(
             f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of "
