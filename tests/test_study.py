@@ -15,19 +15,17 @@ from helpers import CONLL_DEV, CONLL_TEST, CONLL_TRAIN, GLUE_FIXTURES, write
 from bert_repro.training import study as study_module
 from bert_repro.training.cli import ConfigurationError
 from bert_repro.training.study import (
-    STUDIES,
     FineTuningRun,
     StudyArguments,
     check_same_study,
     fine_tuned_cell,
-    get_study,
     majority_baseline,
-    ordering,
     planned_runs,
     run_study,
     select,
-    write_study,
 )
+from bert_repro.training.study_report import ordering, write_study
+from bert_repro.training.study_tables import STUDIES, get_study
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = (

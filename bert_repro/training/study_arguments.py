@@ -1,0 +1,157 @@
+"""A study's command-line arguments (`StudyArguments`, read by recipes/study.py) and what they select: the
+variants and tasks asked for, table6's own sizes, the models reused instead of pre-trained.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..model.conversion import CheckpointError, check_model_dir
+from .cli import ConfigurationError
+from .study_tables import STUDIES, Study, _size
+
+
+@dataclass
+class StudyArguments:
+    study: str = field(default="", metadata={"help": f"Which study: {', '.join(STUDIES)}."})
+    output_dir: str = field(default="", metadata={"help": "Where the runs and study.md go (default runs/<study>)."})
+    pretrain_config: str = field(
+        default="recipes/configs/quickstart.yaml",
+        metadata={"help": "The pre-training recipe's YAML config every variant starts from (corpus, size, schedule)."},
+    )
+    pretrain_args: str = field(
+        default="",
+        metadata={
+            "help": 'More pre-training arguments for every variant, one string, e.g. "--preset mini --max_steps '
+            "2000\" (the recipe's own flags: recipes/pretrain.py --help)."
+        },
+    )
+    finetune_args: str = field(
+        default="",
+        metadata={
+            "help": 'More fine-tuning arguments for every run, one string, e.g. "--learning_rates 5e-5 '
+            '--max_train_samples 20000" (recipes/finetune.py --help).'
+        },
+    )
+    data_root: str | None = field(
+        default=None,
+        metadata={
+            "help": "A directory with one sub-directory per task (MRPC/, SST-2/, ...); tasks without one use the Hub."
+        },
+    )
+    tasks: list[str] = field(
+        default_factory=list, metadata={"help": "Only these of the study's tasks (default: all of them)."}
+    )
+    variants: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Only these of the study's variants (default: all; a variant whose weights another one uses "
+            "is kept)."
+        },
+    )
+    reuse: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "variant=DIR: use an existing pre-trained model for that variant instead of pre-training it."
+        },
+    )
+    sizes: list[str] = field(
+        default_factory=list,
+        metadata={"help": "table6 only: the sizes to study as L/H/A (e.g. 2/128/2 4/256/4) instead of the paper's."},
+    )
+    finetune_args_for: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": 'KEY="ARGS": more fine-tuning arguments for one variant or one task, after --finetune_args '
+            '(a task\'s, then a variant\'s), e.g. random="--learning_rates 3e-4" sst2="--num_train_epochs 1".'
+        },
+    )
+    seeds: list[int] = field(
+        default_factory=list,
+        metadata={
+            "help": "Fine-tune every cell once per seed, each seed its own run (<task>/seed<S>/): the table gives "
+            "the mean and standard error over the seeds. Default: one run per cell, the fine-tuning recipe's "
+            "--seeds (best of them on dev)."
+        },
+    )
+    jobs: int = field(
+        default=1,
+        metadata={
+            "help": "Fine-tuning runs at once, each in its own process (small models leave most of a GPU idle; "
+            "each process uses its share of the CPU cores)."
+        },
+    )
+
+
+def _split_args(text: str, flag: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as err:
+        raise ConfigurationError(f"{flag}: cannot split {text!r} into arguments ({err}).") from None
+
+
+def _parse_sizes(study: Study, sizes: list[str]) -> Study:
+    if not sizes:
+        return study
+    if study.name != "table6":
+        raise ConfigurationError("--sizes applies to --study table6 only.")
+    variants = []
+    for text in sizes:
+        try:
+            layers, hidden, heads = (int(x) for x in text.split("/"))
+        except ValueError:
+            raise ConfigurationError(f"--sizes: {text!r} is not L/H/A (three integers, e.g. 4/256/4).") from None
+        variants.append(_size(layers, hidden, heads))
+    return Study(**{**study.__dict__, "variants": tuple(variants)})
+
+
+def _parse_reuse(study: Study, reuse: list[str]) -> dict[str, Path]:
+    out = {}
+    for item in reuse:
+        key, sep, path = item.partition("=")
+        if not sep or key not in {v.key for v in study.variants}:
+            raise ConfigurationError(
+                f"--reuse {item!r}: expected VARIANT=DIR with VARIANT one of "
+                f"{', '.join(v.key for v in study.variants)}."
+            )
+        if not Path(path).is_dir():
+            raise ConfigurationError(
+                f"--reuse {item!r}: {path} is not a directory (a pre-trained model directory was expected)."
+            )
+        try:
+            check_model_dir(path)
+        except CheckpointError as err:
+            raise ConfigurationError(f"--reuse {item!r}: {err}") from None
+        out[key] = Path(path)
+    return out
+
+
+def select(study: Study, args: StudyArguments) -> Study:
+    """The study restricted to the variants and tasks asked for (and the variants their weights come from)."""
+    study = _parse_sizes(study, args.sizes)
+    columns = study.columns
+    if args.tasks:
+        known = {c.task for c in study.columns if c.task}
+        unknown = [t for t in args.tasks if t not in known]
+        if unknown:
+            raise ConfigurationError(
+                f"--tasks {' '.join(unknown)}: not in study {study.name}; its tasks are {', '.join(sorted(known))}."
+            )
+        columns = tuple(c for c in study.columns if c.task is None or c.task in args.tasks)
+    variants = study.variants
+    if args.variants:
+        keys = {v.key for v in study.variants}
+        unknown = [k for k in args.variants if k not in keys]
+        if unknown:
+            raise ConfigurationError(
+                f"--variants {' '.join(unknown)}: not in study {study.name}; its variants are "
+                f"{', '.join(v.key for v in study.variants)}."
+            )
+        wanted = set(args.variants) | {study.variant(k).weights_of for k in args.variants} - {None}
+        variants = tuple(v for v in study.variants if v.key in wanted)
+    return Study(**{**study.__dict__, "variants": variants, "columns": columns})
+
+
+__all__ = ["StudyArguments", "select"]
