@@ -18,7 +18,8 @@ from bert_repro.tasks.columns import TaskDataError
 from bert_repro.training.cli import ConfigurationError, RunFinished, quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
 from bert_repro.training.distributed import end_processes
-from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
+from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.finetune_recipe import FineTuningRecipe
 
 if __name__ == "__main__":
     quiet_load_reports()

@@ -18,7 +18,7 @@ from bert_repro.training.cli import ConfigurationError
 
 
 def finetuning(*argv):
-    from bert_repro.training.finetune import check_inputs, parse_arguments
+    from bert_repro.training.finetune_recipe import check_inputs, parse_arguments
 
     run, training = parse_arguments(list(argv))
     check_inputs(run, training, model_at_hand=False)
@@ -355,7 +355,7 @@ def test_fine_tuning_values_no_run_can_use_are_refused_while_parsing(flags, name
 
 
 def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(tmp_path):
-    from bert_repro.training.finetune import check_positions, parse_arguments
+    from bert_repro.training.finetune_recipe import check_positions, parse_arguments
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 128}))
     run, _ = parse_arguments(["--task", "mrpc", "--model", str(tmp_path), "--max_seq_length", "128"])
@@ -403,7 +403,8 @@ def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, na
 
 def test_a_tokenizer_that_cannot_load_is_refused_before_the_data_is_read(tmp_path, tiny_model):
     # It used to be loaded after the task's data was read and the run recorded.
-    from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
+    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune_recipe import FineTuningRecipe
 
     damaged = tmp_path / "tok"
     damaged.mkdir()

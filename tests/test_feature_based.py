@@ -41,7 +41,7 @@ from bert_repro.model.bilstm_heads import (
 from bert_repro.tasks.kinds import KINDS, MULTIPLE_CHOICE, SPAN, TOKEN_CLASSIFICATION
 from bert_repro.tasks.registry import FEATURE_BASED_GRID, get_task
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import parse_arguments
+from bert_repro.training.finetune_recipe import parse_arguments
 
 LAYERS = 5  # so that "the last four" and "all" differ
 SIZES = {"num_hidden_layers": LAYERS, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 24}
@@ -460,7 +460,8 @@ def encoder_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_feature_based_recipe_end_to_end(tmp_path, tiny_checkpoint):
-    from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
+    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune_recipe import FineTuningRecipe
 
     task = get_task("conll2003")
     summary = run_finetuning(
@@ -486,7 +487,8 @@ def test_feature_based_recipe_end_to_end(tmp_path, tiny_checkpoint):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["conll2003", "squad"])
 def test_bilstm_head_recipe_end_to_end(tmp_path, tiny_checkpoint, name):
-    from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
+    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune_recipe import FineTuningRecipe
 
     task = get_task(name)
     summary = run_finetuning(

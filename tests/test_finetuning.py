@@ -8,7 +8,8 @@ from helpers import CONLL_DEV, CONLL_TRAIN, ROOT, fixture_files, fixture_rows, w
 
 from bert_repro.tasks.registry import TASKS, get_task
 from bert_repro.training.cli import ConfigurationError, RunFinished
-from bert_repro.training.finetune import FineTuningRecipe, parse_arguments, run_finetuning
+from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.finetune_recipe import FineTuningRecipe, parse_arguments
 
 pytestmark = pytest.mark.slow
 

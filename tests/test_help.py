@@ -7,7 +7,7 @@ from dataclasses import fields
 
 import pytest
 
-from bert_repro.training import finetune
+from bert_repro.training import finetune_recipe
 from bert_repro.training.pretraining.recipe import PARSED, PreTrainingRecipe
 
 TRAINER = "transformers' TrainingArguments"
@@ -65,8 +65,8 @@ def test_pretraining_help_is_grouped_by_stage(capsys):
 
 
 def test_finetuning_help_shows_the_grid_as_the_default(capsys):
-    text = help_text(finetune.parse_arguments, ["--task", "rte", "--help"], capsys)
-    check_layout(text, {f.name for f in fields(finetune.FineTuningArguments)})
+    text = help_text(finetune_recipe.parse_arguments, ["--task", "rte", "--help"], capsys)
+    check_layout(text, {f.name for f in fields(finetune_recipe.FineTuningArguments)})
     flat = " ".join(text.split())
     assert "(default: rte's grid: 5e-05 4e-05 3e-05 2e-05)" in flat
     assert "--learning_rate X One learning rate: the grid {X} (--learning_rates X). (default: none" in flat

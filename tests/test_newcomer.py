@@ -241,7 +241,7 @@ def test_pretrain_help_shows_the_config_values(capsys):
 
 
 def test_finetune_help_shows_the_task_defaults(capsys):
-    from bert_repro.training.finetune import parse_arguments
+    from bert_repro.training.finetune_recipe import parse_arguments
 
     shown = help_defaults(parse_arguments, ["--help"], capsys)
     assert shown["per_device_train_batch_size"] == "32"

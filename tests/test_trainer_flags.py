@@ -10,7 +10,8 @@ from helpers import fixture_files, write
 from transformers import TrainingArguments
 
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
+from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.finetune_recipe import FineTuningRecipe
 
 pytestmark = pytest.mark.slow
 

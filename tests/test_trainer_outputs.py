@@ -9,7 +9,8 @@ import transformers
 from helpers import fixture_files, write
 
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import FineTuningRecipe, run_finetuning
+from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.finetune_recipe import FineTuningRecipe
 
 
 def finetune(tmp_path, model, *extra, task="sst2"):

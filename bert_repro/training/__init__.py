@@ -1,6 +1,7 @@
-"""Stage 4, training: pre-training (`pretraining`: recipe, plan and stages), fine-tuning (`finetune`), the paper's
-benchmark in one command (`reproduce`), the paper's studies (`study`), optimizers (`optim`) and the recipes' command
-line (`cli`).
+"""Stage 4, training: pre-training (`pretraining`: recipe, plan and stages), fine-tuning (`finetune_recipe`: the
+recipe and its checks; `finetune`: the grid), the paper's benchmark in one command (`reproduce`), the paper's
+studies (`study`, with `study_tables` and `study_report`), optimizers (`optim`) and the recipes' command line
+(`cli`).
 
 From Python, a run is a recipe and one call:
 
@@ -14,11 +15,11 @@ _PUBLIC = {
     "Phase": "pretraining",
     "PhaseCollator": "pretraining.phases",
     "convert_to_fp8": "fp8",
-    "FINE_TUNING_DEFAULTS": "finetune",
+    "FINE_TUNING_DEFAULTS": "finetune_recipe",
     "data_source": "finetune",
     "PreTrainingRecipe": "pretraining",
     "run_pretraining": "pretraining",
-    "FineTuningRecipe": "finetune",
+    "FineTuningRecipe": "finetune_recipe",
     "run_finetuning": "finetune",
 }
 __all__ = sorted(_PUBLIC)

@@ -24,8 +24,9 @@ from typing import Any
 from ..atomic import atomic_path, write_text
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
 from .cli import ConfigurationError, HelpLayout
-from .finetune import FineTuningRecipe, run_finetuning
-from .finetune import check_inputs as check_finetuning_inputs
+from .finetune import run_finetuning
+from .finetune_recipe import FineTuningRecipe
+from .finetune_recipe import check_inputs as check_finetuning_inputs
 
 logger = logging.getLogger(__name__)
 

@@ -39,8 +39,9 @@ from ..atomic import write_json, write_text
 from ..model.conversion import TOKENIZER_FILES
 from ..tasks.registry import get_task
 from .cli import ConfigurationError
-from .finetune import FineTuningRecipe, run_finetuning
-from .finetune import check_inputs as check_finetuning_inputs
+from .finetune import run_finetuning
+from .finetune_recipe import FineTuningRecipe
+from .finetune_recipe import check_inputs as check_finetuning_inputs
 from .pretraining import PreTrainingRecipe, run_pretraining
 from .pretraining.plan import check as check_pretraining
 from .reproduce import check_task_data

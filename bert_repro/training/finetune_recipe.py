@@ -1,0 +1,491 @@
+"""The fine-tuning recipe: its settings (`FineTuningArguments` and transformers' `TrainingArguments`), read at the
+edge with the task's paper hyper-parameters under them (`FineTuningRecipe`), and every check a run gets before any
+data is read or weights loaded (`check_inputs`). `bert_repro.training.finetune` runs it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from transformers import TrainingArguments
+
+from ..data.wordpiece import load_tokenizer
+from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
+from ..model.configuration_bert_repro import (
+    DEFAULT_OBJECTIVE,
+    PRETRAINING_OBJECTIVES,
+    SPEED_SWITCHES,
+    BertReproConfig,
+    check_objective_kept,
+    check_objective_switches,
+)
+from ..model.conversion import check_model_dir
+from ..tasks.kinds import HEADS, SpanExtraction
+from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
+from .cli import (
+    ConfigurationError,
+    HelpLayout,
+    SpeedSwitches,
+    check_attention,
+    check_trainer_settings,
+    closest,
+    parse_with_config,
+    read_yaml_config,
+    use_our_names,
+)
+from .distributed import (
+    check_deepspeed_installed,
+    check_engine,
+)
+
+# Settings of the reference run_classifier.py / run_squad.py that the paper does not restate.
+FINE_TUNING_DEFAULTS = dict(
+    adam_epsilon=1e-6,
+    weight_decay=0.01,
+    warmup_steps=0.1,  # a float below 1 is a share of the steps (transformers 5.x)
+    lr_scheduler_type="linear",
+    max_grad_norm=1.0,
+    # A run of the grid is a Trainer run as transformers' example scripts leave it: evaluated each epoch (with the
+    # task's own metrics, `TaskTrainer`), a checkpoint each epoch (the newest kept: a preempted run resumes from
+    # it), TensorBoard events.
+    eval_strategy="epoch",
+    save_strategy="epoch",
+    save_total_limit=1,
+    logging_steps=50,
+    report_to="tensorboard",
+    per_device_eval_batch_size=64,
+    seed=42,
+)
+# Keys of a task's `defaults` that belong to TrainingArguments (the rest are ours).
+_TRAINING_KEYS = {"learning_rate", "num_train_epochs", "per_device_train_batch_size", "weight_decay"}
+
+
+# --head_initializer -> the config's initializer_distribution (it draws only what the checkpoint does not hold)
+HEAD_INITIALIZERS = {"reference": "truncated_normal", "transformers": "normal"}
+
+
+@dataclass
+class FineTuningArguments(SpeedSwitches):
+    task: str = field(default="", metadata={"help": f"One of: {', '.join(TASKS)}."})
+    model: str = field(default="", metadata={"help": "A bert_repro or any BERT checkpoint: directory or Hub id."})
+    data: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "The task's data: a directory (original or HF-export layout), a file, or split=path pairs; "
+            "else the Hub."
+        },
+    )
+    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer; by default the model's."})
+    learning_rates: list[float] = field(
+        default_factory=list,
+        metadata={
+            "help": "Learning-rate grid; by default the task's (GLUE: 5e-5 4e-5 3e-5 2e-5). One value (or "
+            "--learning_rate X): no grid."
+        },
+    )
+    seeds: list[int] = field(
+        default_factory=lambda: [42],
+        metadata={
+            "help": "Random restarts: one run per seed and learning rate; the best on dev is kept. --seed S: the "
+            "seeds {S}."
+        },
+    )
+    features: str | None = field(
+        default=None,
+        metadata={
+            "help": "The feature-based approach (paper section 5.3, Table 7) instead of fine-tuning: the "
+            f"encoder frozen, these token features into a two-layer BiLSTM: {FEATURE_SET_HELP}. Learning rates: "
+            f"{list(FEATURE_BASED_GRID['learning_rate'])} unless --learning_rates."
+        },
+    )
+    head: str | None = field(
+        default=None,
+        metadata={
+            "choices": list(HEADS),
+            "help": "; ".join(f"{name}: {what}" for name, what in HEADS.items())
+            + ". Default: linear when fine-tuning, bilstm with --features.",
+        },
+    )
+    head_initializer: str = field(
+        default="transformers",
+        metadata={
+            "choices": list(HEAD_INITIALIZERS),
+            "help": "How the new head's weights are drawn: transformers (its plain normal(0, 0.02); the default, "
+            "measured better on CoNLL-2003 and the same on MRPC and SST-2: benchmarks/RESULTS.md, row 'new heads') or "
+            "reference "
+            "(Google's code: normal(0, 0.02) cut at 2 standard deviations). The checkpoint's weights are loaded "
+            "either way.",
+        },
+    )
+    bilstm_hidden_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."
+        },
+    )
+    max_seq_length: int | None = field(default=None, metadata={"help": "Tokens per input (task default)."})
+    doc_stride: int = field(default=128, metadata={"help": "SQuAD: a new window every doc_stride tokens."})
+    max_query_length: int = field(default=64, metadata={"help": "SQuAD: question tokens kept."})
+    n_best_size: int = field(default=20, metadata={"help": "SQuAD: best starts x best ends considered."})
+    max_answer_length: int = field(default=30, metadata={"help": "SQuAD: longest answer in tokens."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only so many training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only so many evaluation rows."})
+    num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
+    attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
+    objective: str | None = field(
+        default=None,
+        metadata={
+            "choices": list(PRETRAINING_OBJECTIVES),
+            "help": "The model attends as it was pre-trained (its config's objective, the paper's Table 5; a "
+            "left-to-right model stays left-to-right). Naming an objective here only checks that: one with "
+            "another attention direction is refused.",
+        },
+    )
+    predict_test: bool = field(
+        default=True, metadata={"help": "Write GLUE test-set prediction files when the data has a test split."}
+    )
+    keep_all_runs: bool = field(
+        default=False,
+        metadata={"help": "Keep every run's weights (runs/<run>/model) and checkpoints, not only the best model."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Allow writing into an output directory that holds another run."}
+    )
+
+
+ARGUMENTS = (FineTuningArguments, TrainingArguments)
+RECIPE = "recipes/finetune.py"
+# Settings searched as a grid, and the single-value flag that names a grid of one (--learning_rate 2e-5 runs
+# the grid {2e-5}; --seed 7 the seeds {7}).
+GRIDS = {"learning_rate": "learning_rates", "seed": "seeds"}
+
+
+# `--help`: the recipe's flags by stage, with the Trainer flags a fine-tuning run sets most, then Trainer's others.
+HELP_GROUPS = {
+    "data": ("task", "data", "tokenizer", "max_seq_length", "doc_stride", "max_query_length", "num_proc"),
+    "model": (
+        *("model", "head", "head_initializer", "features", "bilstm_hidden_size", "attn_implementation", "objective"),
+        *SPEED_SWITCHES,
+        "compile_layers",
+    ),
+    "training: the grid of learning rates x seeds, the best on dev kept": (
+        *("learning_rates", "seeds", "learning_rate", "seed", "num_train_epochs", "max_steps"),
+        *("per_device_train_batch_size", "warmup_steps", "weight_decay", "max_train_samples"),
+    ),
+    "evaluation": (
+        *("eval_strategy", "eval_steps", "metric_for_best_model", "load_best_model_at_end"),
+        *("max_eval_samples", "n_best_size", "max_answer_length", "predict_test"),
+    ),
+    "output and Hub": (
+        *("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "keep_all_runs", "save_strategy"),
+        *("save_steps", "save_total_limit", "report_to", "logging_steps", "push_to_hub", "hub_model_id"),
+    ),
+}
+
+
+def help_layout(task: Task) -> HelpLayout:
+    grid = " ".join(f"{lr:g}" for lr in task.grid.get("learning_rate", ()))
+    return HelpLayout(
+        groups=HELP_GROUPS,
+        helps={
+            "output_dir": "Where the grid's runs (runs/lr<LR>_seed<SEED>/), the best model (model/), results.json "
+            "and results.md go.",
+            "resume_from_checkpoint": "Not needed: the same command continues an interrupted grid (each run from "
+            "its newest checkpoint) and leaves a finished one as it is; true is taken and changes nothing.",
+            "learning_rate": "One learning rate: the grid {X} (--learning_rates X).",
+            "seed": "One seed: the seeds {S} (--seeds S).",
+            "eval_strategy": "When each run of the grid is evaluated on the task's evaluation splits with the task's "
+            "own metrics (logged as eval_<metric>: TensorBoard, trainer_state.json): epoch, steps (every --eval_steps) "
+            "or no. The runs are ranked by the evaluation after training either way.",
+            "metric_for_best_model": "With --load_best_model_at_end or --save_strategy best: one of the task's metrics "
+            "(default: the metric the grid ranks by, e.g. accuracy).",
+            "save_strategy": "When a run saves a checkpoint (the newest --save_total_limit kept): a preempted run "
+            "resumes from it. A finished run's checkpoints are removed unless --keep_all_runs.",
+        },
+        shown_defaults={
+            "learning_rates": f"{task.name}'s grid: {grid}" if grid else "--learning_rate's value",
+            "learning_rate": "none: each of --learning_rates",
+        },
+        metavars={"resume_from_checkpoint": "true|PATH", "optim": "NAME"},
+    )
+
+
+def _peek_task(argv: list[str]) -> str | None:
+    argv, _ = use_our_names(argv, {f.name for cls in ARGUMENTS for f in fields(cls)})  # --task_name
+    task = next((token.split("=", 1)[1] for token in argv if token.startswith("--task=")), None)
+    if task is None and "--task" in argv[:-1]:
+        task = argv[argv.index("--task") + 1]
+    if task is None and "--config" in argv[:-1]:
+        task = read_yaml_config(argv[argv.index("--config") + 1], ARGUMENTS, RECIPE).get("task")
+    return task
+
+
+def find_task(name: str) -> Task:
+    """--task by its name or its Hub dataset (--dataset_name rajpurkar/squad); an unknown one with the
+    closest."""
+    by_dataset = [t.name for t in TASKS.values() if t.hub_id == name]  # GLUE's one id names several tasks
+    try:
+        return get_task(by_dataset[0] if len(by_dataset) == 1 else name)
+    except KeyError:
+        close = closest(name.lower(), set(TASKS), prefix="")
+        raise ConfigurationError(f"unknown task {name!r}{close}; tasks: {', '.join(TASKS)}.") from None
+
+
+@dataclass(frozen=True)
+class FineTuningRecipe:
+    """A fine-tuning run as one typed object: the task, the model, its head and the grid (`finetuning`), and
+    transformers' `TrainingArguments` (`training`), as given. Read at the edge (`from_args`, `from_yaml`: the
+    reference code's settings < the task's paper hyper-parameters < YAML < command line), changed with `replace`
+    under the flags' names; the task's defaults for what was not given (its learning-rate grid, its
+    max_seq_length) are filled in by `resolved`, so that `replace(features=...)` also takes the feature-based grid.
+    `run_finetuning(recipe)` runs it."""
+
+    finetuning: FineTuningArguments
+    training: TrainingArguments
+
+    @classmethod
+    def from_args(cls, argv: list[str] | None = None) -> FineTuningRecipe:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        check_deepspeed_installed(argv)  # before TrainingArguments, which fails on it with an unrelated error
+        name = _peek_task(argv)
+        if not name and any(arg in ("-h", "--help") for arg in argv):
+            name = "mrpc"  # --help alone: any task shows the same options
+        if not name:  # a wrong flag (--task_nme) is said first
+            parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE)
+            raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
+        task = find_task(name)
+        defaults = {**FINE_TUNING_DEFAULTS, **{k: v for k, v in task.defaults.items() if k in _TRAINING_KEYS}}
+        if "warmup_proportion" in task.defaults:
+            defaults["warmup_steps"] = task.defaults["warmup_proportion"]
+        layout = help_layout(task)
+        run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS, help_layout=layout)
+        return cls(run, training)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **changes: Any) -> FineTuningRecipe:
+        """A YAML config (as `--config`), with `changes` as `replace` takes them."""
+        recipe = cls.from_args(["--config", str(path)])
+        return recipe.replace(**changes) if changes else recipe
+
+    def __post_init__(self):
+        if not self.finetuning.model:
+            raise ConfigurationError("Pass --model: a bert_repro directory, a BERT checkpoint directory or a Hub id.")
+        head_settings(find_task(self.finetuning.task), self.finetuning)  # an impossible --head / --features fails
+
+    def replace(self, **changes: Any) -> FineTuningRecipe:
+        """A copy with `changes`, each named as its flag (`output_dir="runs/x"`, `seeds=[3]`, `features="..."`).
+        The task is chosen at the edge (its defaults are under everything else): another task is another recipe."""
+        if "task" in changes and find_task(changes["task"]).name != find_task(self.finetuning.task).name:
+            raise ConfigurationError(
+                "FineTuningRecipe.replace(task=...): a task's defaults are part of its recipe; build one for it "
+                "with FineTuningRecipe.from_args(['--task', ...])."
+            )
+        ours, theirs = _names(FineTuningArguments), _names(TrainingArguments)
+        unknown = [name for name in changes if name not in ours | theirs]
+        if unknown:
+            raise ConfigurationError(
+                f"FineTuningRecipe has no setting {unknown[0]!r}{closest(unknown[0], ours | theirs, '')}."
+            )
+        try:
+            return FineTuningRecipe(
+                replace(self.finetuning, **{k: v for k, v in changes.items() if k in ours}),
+                replace(self.training, **{k: v for k, v in changes.items() if k in theirs and k not in ours}),
+            )
+        except ValueError as err:  # TrainingArguments' own checks
+            raise ConfigurationError(" ".join(str(err).split())) from None
+
+    def resolved(self) -> tuple[FineTuningArguments, TrainingArguments]:
+        """The settings a run uses, copies: the task's max_seq_length and learning-rate grid (the feature-based
+        grid with --features) where none was given, and with --save_strategy best the metric the grid ranks by."""
+        task, run = find_task(self.finetuning.task), self.finetuning
+        changes: dict[str, Any] = {}
+        if run.max_seq_length is None:
+            changes["max_seq_length"] = task.defaults.get("max_seq_length", 128)
+        if not run.learning_rates:
+            grid = FEATURE_BASED_GRID if run.features is not None else task.grid
+            changes["learning_rates"] = list(grid.get("learning_rate", ())) or [self.training.learning_rate]
+        training = replace(self.training)  # the run's own copy: the run takes the Hub token out of it
+        if training.save_strategy == "best" and training.metric_for_best_model is None:
+            # Trainer would stop with "must be provided"; the metric the grid ranks runs by is the one to keep
+            training.metric_for_best_model, training.greater_is_better = task.kind.ranking_metric(task), True
+        return replace(run, **changes), training
+
+
+def _names(cls) -> set[str]:
+    return {f.name for f in fields(cls) if f.init}
+
+
+def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments, TrainingArguments]:
+    """The command line's settings as a run uses them (`FineTuningRecipe.from_args(argv).resolved()`)."""
+    return FineTuningRecipe.from_args(argv).resolved()
+
+
+def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:
+    """The one place where a fine-tuning run's arguments are checked, before any data is read, weights loaded or
+    anything written; a new flag gets its check here. The values (`check_values`), the engine, and with the model
+    at hand (a study checks its runs before it has pre-trained their model) the tokenizer, the checkpoint's files,
+    its positions against --max_seq_length, its depth against --features and its pre-training objective. Next,
+    before the model loads: the output directory (`check_output_dir`), the Hub request, and the task's data as it
+    is read (`load_task_data`, `splits_at_hand`)."""
+    check_values(run, training)
+    check_evaluation(find_task(run.task), training)
+    check_engine(training)
+    check_trainer_settings(training)
+    if model_at_hand:
+        if run.tokenizer:
+            try:
+                load_tokenizer(run.tokenizer)
+            except (OSError, ValueError) as err:
+                raise ConfigurationError(f"--tokenizer {run.tokenizer}: {' '.join(str(err).split())}") from None
+        check_model_dir(run.model)  # a pickle, damaged weights or config.json
+        check_positions(run)
+        check_feature_layers(run)
+        check_objective(run)
+
+
+def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
+    """Values no run can use (part of `check_inputs`)."""
+    wrong = [f"--learning_rates {lr:g}" for lr in run.learning_rates if not lr > 0]
+    wrong += [f"--seeds {seed}" for seed in run.seeds if not 0 <= seed < 2**32]
+    wrong += [
+        f"--{name} {value}"
+        for name, value, least in (
+            ("max_seq_length", run.max_seq_length, 8),  # [CLS] a [SEP] b [SEP] and a few tokens of each
+            ("per_device_train_batch_size", training.per_device_train_batch_size, 1),
+            ("per_device_eval_batch_size", training.per_device_eval_batch_size, 1),
+            ("gradient_accumulation_steps", training.gradient_accumulation_steps, 1),
+            ("max_train_samples", run.max_train_samples, 1),
+            ("max_eval_samples", run.max_eval_samples, 1),
+            ("num_proc", run.num_proc, 1),
+            ("doc_stride", run.doc_stride, 1),
+            ("max_query_length", run.max_query_length, 1),
+            ("n_best_size", run.n_best_size, 1),
+            ("max_answer_length", run.max_answer_length, 1),
+            ("weight_decay", training.weight_decay, 0),
+        )
+        if value is not None and value < least
+    ]
+    if training.max_steps <= 0 and not training.num_train_epochs > 0:
+        wrong.append(f"--num_train_epochs {training.num_train_epochs:g}")
+    if wrong:
+        raise ConfigurationError(
+            f"{', '.join(wrong)}: learning rates and epochs must be positive, seeds in [0, 2**32), --max_seq_length "
+            "at least 8, the weight decay at least 0, batch sizes, sample counts, processes and the SQuAD settings "
+            "at least 1."
+        )
+    if problem := check_attention(run.attn_implementation):
+        raise ConfigurationError(problem)
+
+
+def check_evaluation(task: Task, training: TrainingArguments) -> None:
+    """Trainer's evaluation settings against what the task's evaluation logs (`evaluation_metrics`), before work:
+    Trainer itself would find a missing metric at the first evaluation, after an epoch of training."""
+    needs = {
+        "--load_best_model_at_end true": training.load_best_model_at_end,
+        "--save_strategy best": training.save_strategy == "best",
+        "--lr_scheduler_type reduce_lr_on_plateau": training.lr_scheduler_type == "reduce_lr_on_plateau",
+    }
+    needs_one = [flag for flag, given in needs.items() if given]
+    if needs_one and training.eval_strategy == "no":
+        raise ConfigurationError(f"{needs_one[0]} needs evaluations: pass --eval_strategy epoch (or steps).")
+    wrong = {
+        "--prediction_loss_only true": training.prediction_loss_only,
+        "--eval_do_concat_batches false": not training.eval_do_concat_batches,
+        "--dataloader_drop_last true": training.dataloader_drop_last,  # Trainer drops evaluation rows too
+    }
+    if given := [flag for flag, on in wrong.items() if on]:
+        raise ConfigurationError(
+            f"{', '.join(given)}: the task's metrics need every evaluation example's prediction; leave it out."
+        )
+    unused = {
+        "--batch_eval_metrics true": training.batch_eval_metrics,
+        "--include_for_metrics": training.include_for_metrics,
+    }
+    if given := [flag for flag, on in unused.items() if on]:
+        raise ConfigurationError(
+            f"{', '.join(given)}: a setting of Trainer's compute_metrics, which the recipe does not use (each task's "
+            "metrics are computed from all its predictions, bert_repro.tasks.metrics); leave it out."
+        )
+    metric = (training.metric_for_best_model or "").removeprefix("eval_")
+    if metric and metric not in (known := evaluation_metrics(task)):
+        default = " (Trainer's default with --load_best_model_at_end)" if metric == "loss" else ""
+        raise ConfigurationError(
+            f"--metric_for_best_model {training.metric_for_best_model}{default}: {task.name}'s evaluation logs "
+            f"{', '.join(known)}; pass one of them."
+        )
+
+
+def evaluation_metrics(task: Task) -> list[str]:
+    """The names `TaskTrainer.evaluate` logs (without Trainer's "eval_"): the first evaluation split's metrics as
+    they are, a later split's prefixed with its name (MNLI's "dev_mismatched_accuracy")."""
+    names = [*dict.fromkeys([*task.metrics, task.kind.ranking_metric(task)])]
+    names += ["loss"] if not isinstance(task.kind, SpanExtraction) else []  # SQuAD's evaluation reads no answers
+    return names + [f"{split}_{name}" for split in task.eval_splits[1:] for name in names]
+
+
+def check_positions(run: FineTuningArguments) -> None:
+    """--max_seq_length within the positions a local model has (a Hub model's config is read when it loads)."""
+    config = Path(run.model) / "config.json"
+    if not config.is_file():
+        return
+    positions = json.loads(config.read_text()).get("max_position_embeddings")
+    if isinstance(positions, int) and run.max_seq_length > positions:
+        raise ConfigurationError(
+            f"--max_seq_length {run.max_seq_length} is longer than {run.model} can read "
+            f"(max_position_embeddings {positions}); lower --max_seq_length."
+        )
+
+
+def head_settings(task: Task, run: FineTuningArguments) -> tuple[type, dict[str, Any]]:
+    """The model class (the task kind's linear or BiLSTM head, `bert_repro.tasks.kinds.HEADS`) and the config fields
+    of the BiLSTM head: with --features, the feature-based approach (frozen encoder, that feature set)."""
+    try:
+        model_class = task.kind.model_class(run.head, feature_based=run.features is not None)
+        fields: dict[str, Any] = {}
+        if run.features is not None:
+            fields.update(feature_set=parse_feature_set(run.features).name, freeze_encoder=True)
+    except ValueError as err:  # FeatureSetError included
+        given = " ".join(
+            f"--{name} {value}" for name, value in (("head", run.head), ("features", run.features)) if value is not None
+        )
+        raise ConfigurationError(f"{given}: {err}") from None
+    if run.bilstm_hidden_size is not None:
+        if model_class is task.kind.head_class:
+            raise ConfigurationError("--bilstm_hidden_size is a setting of the BiLSTM head: add --head bilstm.")
+        if run.bilstm_hidden_size <= 0:
+            raise ConfigurationError(f"--bilstm_hidden_size must be a positive integer, got {run.bilstm_hidden_size}.")
+        fields["bilstm_hidden_size"] = run.bilstm_hidden_size
+    return model_class, fields
+
+
+def check_objective(run: FineTuningArguments) -> None:
+    """The checkpoint's pre-training objective against --objective and the speed switches, before any data is read:
+    a left-to-right checkpoint is never fine-tuned with bidirectional attention (`check_objective_kept`)."""
+    try:
+        saved = BertReproConfig.get_config_dict(run.model)[0].get("objective", DEFAULT_OBJECTIVE)
+    except (OSError, ValueError):
+        return  # no config.json to read (e.g. a TensorFlow checkpoint): a BERT, checked when the model is built
+    try:
+        if run.objective is not None:
+            check_objective_kept(saved, run.objective, run.model)
+        check_objective_switches(SimpleNamespace(objective=saved, **run.switches()))
+    except ValueError as err:  # ObjectiveConflictError, or an objective name this version does not know
+        raise ConfigurationError(f"--model {run.model}: {err}") from None
+
+
+def check_feature_layers(run: FineTuningArguments) -> None:
+    """--features against the depth of the model's config, before any data is read or encoded."""
+    if run.features is None:
+        return
+    try:
+        layers = BertReproConfig.get_config_dict(run.model)[0]["num_hidden_layers"]
+    except (OSError, KeyError, ValueError):
+        return  # no config.json to read (e.g. a TensorFlow checkpoint): checked when the model is built
+    try:
+        parse_feature_set(run.features).indices(layers)
+    except FeatureSetError as err:
+        raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None
