@@ -220,7 +220,7 @@ def test_transformers_names_and_one_learning_rate_run_one_fine_tuning(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert [(r["learning_rate"], r["seed"]) for r in runs] == [(3e-4, 7)]
-    recorded = json.loads((out / "run_config.json").read_text())["run"]
+    recorded = json.loads((out / "run_config.json").read_text())["finetuning"]
     assert recorded["data"] == [f"train={data / 'rows.tsv'}", f"validation={data / 'rows.tsv'}"]
     assert recorded["max_seq_length"] == 16 and recorded["model"] == str(model)
 

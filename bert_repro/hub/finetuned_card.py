@@ -15,6 +15,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard
 
 from ..tasks.registry import METRICS, Result, Task, get_task
+from ..training.finetune_recipe import upgrade
 from .card_common import (
     BIBTEX,
     NOT_RECORDED,
@@ -156,7 +157,7 @@ def _run_rows(task: Task, summary: Mapping[str, Any]) -> list[dict[str, str]]:
 
 def _finetuning_base(summary: Mapping[str, Any], record: Mapping[str, Any], base_model: str | None) -> dict[str, Any]:
     """The pre-trained checkpoint: a Hub id goes in the metadata, a local path only by its last component."""
-    source = base_model or summary.get("model") or (record.get("run") or {}).get("model")
+    source = base_model or summary.get("model") or (record.get("finetuning") or {}).get("model")
     hub = base_model if base_model else (source if is_hub_id(source) else None)
     return {
         "hub_id": hub,
@@ -169,7 +170,7 @@ def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[st
     """What the training-procedure section says, each value ready to print."""
     hp = summary.get("hyperparameters") or {}
     best = summary.get("best") or {}
-    run = record.get("run") or {}
+    run = record.get("finetuning") or {}
     training = record.get("training") or {}
     threshold = (best.get(task.eval_splits[0]) or {}).get("squad_best_f1_threshold")
     ranking = task.kind.ranking_metric(task)
@@ -232,7 +233,8 @@ def card_for_finetuning(
     if summary is None or "task" not in summary or "best" not in summary:
         raise CardError(f"{out} is not a fine-tuning output directory (needs results.json with task, best).")
     task = get_task(summary["task"])
-    record = _read_json(out / "run_config.json") or {}
+    record = _read_json(out / "run_config.json")
+    record = upgrade(record) if isinstance(record, dict) else {}  # run_config.json of any schema this code wrote
     config = _read_json(out / "model" / "config.json") or {}
     best = summary["best"] or {}
     eval_results, eval_rows = _finetuning_eval(task, best, summary.get("majority_baseline"))
@@ -266,7 +268,7 @@ def card_for_finetuning(
         "run_rows": _run_rows(task, summary),
         "hyperparameters": _hyperparameter_sections(
             record,
-            {"run": "Fine-tuning run (bert_repro)", "training": "Trainer (transformers TrainingArguments)"},
+            {"finetuning": "Fine-tuning run (bert_repro)", "training": "Trainer (transformers TrainingArguments)"},
             {
                 "training": {
                     "learning_rate": "each run sets its own, from the grid",

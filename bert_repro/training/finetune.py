@@ -25,7 +25,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -67,6 +67,8 @@ from .finetune_recipe import (
     check_inputs,
     find_task,
     head_settings,
+    record_of,
+    upgrade,
 )
 from .publishing import take_push_request
 
@@ -366,7 +368,8 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
     drop_tensorboard_if_missing(training)
-    task, data, missing_splits, push_to = open_output_dir(run, training)
+    # recorded as the run uses them (pinned memory only with an accelerator, as earlier records have it)
+    task, data, missing_splits, push_to = open_output_dir(record_of(run, training), run, training)
     start = time.time()
     runs, best, stopped = train_grid(task, data, run, training)
     if stopped is not None:
@@ -398,19 +401,13 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     return summary
 
 
-def open_output_dir(run: FineTuningArguments, training: TrainingArguments):
+def open_output_dir(record: dict[str, Any], run: FineTuningArguments, training: TrainingArguments):
     """The output directory holds nothing or this grid, the Hub takes the push, the task's data reads: all said
     before the run is recorded; then the directory is locked for this grid. (task, data, missing splits, push)"""
     task = find_task(run.task)
     output_dir = Path(training.output_dir)
-    record = {
-        "run": asdict(run),
-        "training": {
-            k: v for k, v in training.to_dict().items() if not k.startswith(("logging", "output_dir", "hub_", "push_"))
-        },
-    }
-    record = run_identity(json.loads(json.dumps(record, default=str)))
-    check_output_dir(output_dir, record, resume=True, overwrite=run.overwrite_output_dir, identity=run_identity)
+    identity = run_identity(record)
+    check_output_dir(output_dir, identity, resume=True, overwrite=run.overwrite_output_dir, identity=run_identity)
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
     task, missing_splits = splits_at_hand(task, data, run.data)
@@ -418,7 +415,7 @@ def open_output_dir(run: FineTuningArguments, training: TrainingArguments):
         output_dir,
         training,
         lambda: check_output_dir(  # one run per directory from here on
-            output_dir, record, resume=True, overwrite=run.overwrite_output_dir, identity=run_identity
+            output_dir, identity, resume=True, overwrite=run.overwrite_output_dir, identity=run_identity
         ),
     )
     write_run_config(output_dir, record)
@@ -483,8 +480,11 @@ def grid_settings(run: FineTuningArguments, training: TrainingArguments) -> dict
 
 def run_identity(record: dict) -> dict:
     """A run's record without the settings a resumed grid may change (`NOT_IDENTITY`; resume_from_checkpoint among
-    them: the same command always continues the grid, with the flag or without it)."""
-    return {section: {k: v for k, v in values.items() if k not in NOT_IDENTITY} for section, values in record.items()}
+    them: the same command always continues the grid, with the flag or without it), in the current schema."""
+    return {
+        section: {k: v for k, v in values.items() if k not in NOT_IDENTITY} if isinstance(values, dict) else values
+        for section, values in upgrade(record).items()
+    }
 
 
 def _flat_metrics(result: dict, task: Task) -> dict[str, float]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -298,6 +298,10 @@ class FineTuningRecipe:
         except ValueError as err:  # TrainingArguments' own checks
             raise ConfigurationError(" ".join(str(err).split())) from None
 
+    def to_dict(self) -> dict[str, Any]:
+        """`run_config.json`: the settings the run uses (`resolved`) by section, JSON types."""
+        return record_of(*self.resolved())
+
     def resolved(self) -> tuple[FineTuningArguments, TrainingArguments]:
         """The settings a run uses, copies: the task's max_seq_length and learning-rate grid (the feature-based
         grid with --features) where none was given, and with --save_strategy best the metric the grid ranks by."""
@@ -313,6 +317,34 @@ class FineTuningRecipe:
             # Trainer would stop with "must be provided"; the metric the grid ranks runs by is the one to keep
             training.metric_for_best_model, training.greater_is_better = task.kind.ranking_metric(task), True
         return replace(run, **changes), training
+
+
+# The record's layout (`run_config.json`): 2 is `FineTuningRecipe.to_dict()`; 1 (no "schema_version") named the
+# first section "run" (read by `upgrade`).
+SCHEMA_VERSION = 2
+# What says where outputs, logs and pushes go, and credentials: not part of the record (a moved folder resumes).
+NOT_RECORDED = ("logging", "output_dir", "hub_", "push_")
+
+
+def upgrade(record: dict[str, Any]) -> dict[str, Any]:
+    """A fine-tuning record of any schema this code wrote, in `SCHEMA_VERSION`'s layout."""
+    if record.get("schema_version") == SCHEMA_VERSION:
+        return record
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "finetuning": record.get("run") or {},
+        "training": record.get("training") or {},
+    }
+
+
+def record_of(run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
+    """The record of the settings a run uses (`FineTuningRecipe.to_dict`)."""
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "finetuning": asdict(run),
+        "training": {k: v for k, v in training.to_dict().items() if not k.startswith(NOT_RECORDED)},
+    }
+    return json.loads(json.dumps(record, default=str))
 
 
 def _names(cls) -> set[str]:
