@@ -4,6 +4,8 @@ examples of Google's reference builder (`pretraining_examples`, in the builder's
 streamed (`streaming`), several examples packed into one row (`pack_examples`) and a corpus packed to go with the
 code (`travel_corpus`)."""
 
+from ..exports import lazy_exports
+
 # What the package's users reach (the benchmarks among them), read on first use (PEP 562): importing one module
 # of this package does not import datasets' whole pipeline.
 _PUBLIC = {
@@ -26,11 +28,4 @@ _PUBLIC = {
     "WordPieceVocab": "masking",
 }
 __all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
+__getattr__ = lazy_exports(__name__, _PUBLIC)

@@ -1,6 +1,8 @@
 """Stage 1, the model: the paper's BERT (`modeling_bert_repro`), its config, the speed paths chosen from that
 config, and conversion from and to other BERT checkpoint formats (transformers, Google's TensorFlow)."""
 
+from ..exports import lazy_exports
+
 # What the package's users reach beyond `bert_repro`'s own names (the benchmarks among them), read on first use
 # (PEP 562): importing one module of this package does not import every other.
 _PUBLIC = {
@@ -18,12 +20,4 @@ _PUBLIC = {
 # submodule once that is imported.
 _RENAMED = {"fused_dropout_add_layer_norm": ("dropout_add_layer_norm", "dropout_add_layer_norm")}
 __all__ = sorted([*_PUBLIC, *_RENAMED])
-
-
-def __getattr__(name: str):
-    module, attribute = _RENAMED.get(name) or (_PUBLIC.get(name), name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f".{module}", __name__), attribute)
+__getattr__ = lazy_exports(__name__, {**_PUBLIC, **_RENAMED})

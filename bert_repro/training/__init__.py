@@ -9,6 +9,8 @@ From Python, a run is a recipe and one call:
     run_pretraining(PreTrainingRecipe.from_yaml("recipes/configs/quickstart.yaml").replace(max_steps=500))
 """
 
+from ..exports import lazy_exports
+
 # Read on first use (PEP 562): importing one module of this package (the command line's `cli`) does not build
 # the whole training stack.
 _PUBLIC = {
@@ -23,11 +25,4 @@ _PUBLIC = {
     "run_finetuning": "finetune",
 }
 __all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
+__getattr__ = lazy_exports(__name__, _PUBLIC)

@@ -52,10 +52,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def load_documents(run: DataSettings) -> datasets.Dataset:
+def corpus_source(run: DataSettings) -> str | list[str]:
+    """--corpus as the readers take it: one source, or the list of them."""
     if not run.corpus:
         raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
-    source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
+    return run.corpus[0] if len(run.corpus) == 1 else run.corpus
+
+
+def load_documents(run: DataSettings) -> datasets.Dataset:
+    source = corpus_source(run)
     documents = load_corpus(
         source,
         text_column=run.text_column,
@@ -170,9 +175,7 @@ def build_streaming_datasets(
 ):
     """--streaming: the stream's first documents held out (and a sample for a new tokenizer), then this process's
     stream of examples for `steps` optimizer steps per phase (bert_repro.data.streaming); nothing is copied to disk."""
-    if not run.corpus:
-        raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
-    source = run.corpus[0] if len(run.corpus) == 1 else run.corpus
+    source = corpus_source(run)
     reading = {
         "text_column": run.text_column,
         "document_boundary": run.document_boundary,
