@@ -101,29 +101,29 @@ format: $(TORCH_STAMP)
 MUTMUT := mutmut>=3,<4
 MODULES ?= metrics optim masking wordpiece squad kinds checkpoints push
 mutation_mutants_metrics := bert_repro.tasks.metrics.*
-mutation_tests_metrics := tests/test_metrics.py tests/test_metrics_reference.py
+mutation_tests_metrics := tests/tasks/test_metrics.py tests/tasks/test_metrics_reference.py
 mutation_mutants_optim := bert_repro.training.optim.*
-mutation_tests_optim := tests/test_optim.py
+mutation_tests_optim := tests/training/test_optim.py
 # The pre-training examples: pretraining_examples.py and the modules it puts together.
 mutation_mutants_masking := $(foreach m,pretraining_examples pretraining_config training_instances masking \
 	tokenized_documents balanced_map example_statistics,bert_repro.data.$(m).*)
-mutation_tests_masking := tests/test_pretraining_data.py
+mutation_tests_masking := tests/data/test_pretraining_data.py
 # The masking rules alone (the 80/10/10 choice, the candidates, the budget, the checks): 166 of the 1,757 mutants.
 mutation_mutants_masking_core := $(foreach f,create_masked_lm_predictions _candidate_groups _replacement \
 	_check_masking mask_batch,bert_repro.data.masking.x_$(f)__*) bert_repro.data.example_statistics.x__masked_tokens__*
-mutation_tests_masking_core := tests/test_pretraining_data.py
+mutation_tests_masking_core := tests/data/test_pretraining_data.py
 mutation_mutants_wordpiece := bert_repro.data.wordpiece.*
-mutation_tests_wordpiece := tests/test_tokenization.py
+mutation_tests_wordpiece := tests/data/test_tokenization.py
 mutation_mutants_squad := bert_repro.tasks.squad.*
-mutation_tests_squad := tests/test_squad.py tests/test_metrics.py
+mutation_tests_squad := tests/tasks/test_squad.py tests/tasks/test_metrics.py
 mutation_mutants_kinds := bert_repro.tasks.kinds.*
-mutation_tests_kinds := tests/test_task_kinds.py tests/test_task_data.py
+mutation_tests_kinds := tests/tasks/test_task_kinds.py tests/tasks/test_task_data.py
 mutation_mutants_checkpoints := bert_repro.training.checkpoints.* bert_repro.training.pretraining.resume.* \
 	bert_repro.training.pretraining.phases.* bert_repro.training.pretraining.examples.x_tokens_trained*
-mutation_tests_checkpoints := tests/test_resume.py tests/test_cluster.py tests/test_packing.py
+mutation_tests_checkpoints := tests/training/test_resume.py tests/e2e/test_cluster.py tests/data/test_packing.py
 mutation_mutants_push := bert_repro.hub.push.x_check_remote* bert_repro.hub.push.x__run_identity*
-mutation_tests_push := tests/test_push_checks.py
-mutation_ignore = $(foreach f,$(filter-out $(mutation_tests_$(1)),$(wildcard tests/test_*.py)),--ignore=$(f))
+mutation_tests_push := tests/hub/test_push_checks.py
+mutation_ignore = $(foreach f,$(filter-out $(mutation_tests_$(1)),$(shell find tests -name 'test_*.py')),--ignore=$(f))
 
 mutation: install
 	$(PY) -m pip install -q "$(MUTMUT)"

@@ -6,8 +6,8 @@ the goal, whether it is met, the machine, the date and the results file the figu
 
 The goals are data here (`GOALS`); every figure is read from a results file, never written here, so a new file in
 benchmarks/results/ (`gpu/gpu_session.py record` writes them, and reruns this) moves the table. A target takes the
-latest file that holds its figure (files sort by their date prefix). tests/test_results_table.py checks in CI that
-the checked-in table is current.
+latest file that holds its figure (files sort by their date prefix). tests/benchmarks/test_results_table.py checks in CI
+that the checked-in table is current.
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 For each seed: a small BERT initialised with that seed and saved (safetensors); the recipe (`run_pretraining`,
 batches of 16 as 2 accumulated micro-batches of 8) and plain transformers (`BertForPreTraining` + `Trainer`,
-one batch of 16, the collator of tests/test_trajectory.py) train it on the same examples in the same order
+one batch of 16, the collator of tests/training/test_trajectory.py) train it on the same examples in the same order
 with the same hyper-parameters and dropout 0.1, for `--steps` steps (the last 10% in phase 2: 64 tokens
 instead of 32). With dropout on, the two cannot agree step by step (their dropout masks differ). Printed: the
 mean MLM and NSP losses over windows of steps for both loops, the recipe minus transformers on each seed, and
 seed minus seed for each loop (the noise those differences are judged against). The equality step by step,
-dropout off, is tests/test_trajectory.py.
+dropout off, is tests/training/test_trajectory.py.
 
     python benchmarks/trajectory.py [--steps 1600] [--seeds 1 2] [--corpus ../shared/data/corpus/gutenberg]
 """

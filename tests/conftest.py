@@ -1,5 +1,5 @@
-"""Shared fixtures (plain helpers are in helpers.py). No test reaches the network: the Hub client is put in
-offline mode before any import."""
+"""Shared fixtures (plain helpers, constants and fixture data are in support/, by concern). No test reaches the
+network: the Hub client is put in offline mode before any import."""
 
 import os
 
@@ -19,16 +19,10 @@ import random
 
 import pytest
 import torch
-from helpers import (
-    PARITY_REPORT,
-    WORDS,
-    fixture_files,
-    google_config,
-    google_weights,
-    optimizer_state,
-    tiny_config,
-    write_google_checkpoint,
-)
+from support.corpora import WORDS
+from support.google_checkpoint import google_config, google_weights, optimizer_state, write_google_checkpoint
+from support.models import PARITY_REPORT, tiny_config
+from support.task_files import fixture_files
 
 
 @pytest.fixture

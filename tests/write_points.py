@@ -1,4 +1,4 @@
-"""Kill a recipe at its N-th file write, for every N: the harness of tests/test_crash_consistency.py.
+"""Kill a recipe at its N-th file write, for every N: the harness of tests/e2e/test_crash_consistency.py.
 
 A write point is a file opened for writing (`open`, `io.open`, `os.open` with O_CREAT or O_TRUNC: our own writes
 and those of transformers, tokenizers' Python side, datasets, shutil's copies), a rename (`os.replace`,

@@ -259,7 +259,7 @@ if has micro; then
 fi
 if has tests; then
     share 20 "$TESTS_LIMIT"
-    if ((L)); then step cuda_tests "$L" "$PY" -m pytest -m cuda -v -rs -p no:cacheprovider tests/test_cuda.py
+    if ((L)); then step cuda_tests "$L" "$PY" -m pytest -m cuda -v -rs -p no:cacheprovider tests/model/test_cuda.py
     else log "skip cuda_tests: budget spent"; fi
 fi
 if has bench; then

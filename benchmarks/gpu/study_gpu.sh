@@ -19,7 +19,7 @@
 # Table 5: TABLE5_VARIANTS (default the three pre-training tasks; ltr_bilstm adds "+ BiLSTM") each pre-trained
 # with the flags above on the same examples for the same steps, fine-tuned on TABLE5_TASKS (default mrpc sst2
 # qnli squad); TABLE5_REUSE=1 takes the MLM + NSP model of STUDY=pretraining (same flags) instead of training it.
-# tests/test_travel.py runs this same script on the CPU at a tiny budget and fixture text (a dry run).
+# tests/e2e/test_travel.py runs this same script on the CPU at a tiny budget and fixture text (a dry run).
 set -euo pipefail
 STUDY=${STUDY:-pretraining} TRAVEL=${TRAVEL:-.travel} RESULTS=${RESULTS:-runs/gpu} PYTHON=${PYTHON:-python}
 PRESET=${PRESET:-small} STEPS=${STEPS:-6000} BATCH=${BATCH:-256} MICRO=${MICRO:-256} BF16=${BF16:-true}

@@ -1,0 +1,422 @@
+"""Runs on a shared cluster (bert_repro.training.cluster): a signal stops a run with a checkpoint that resumes
+to the uninterrupted run's weights (one process, DDP and FSDP2 with two CPU processes, where only one of them
+is signalled), a full disk is one message with exit code 2 and leaves no complete-looking checkpoint, a second
+run on the same output directory is refused while the first holds it, and a run killed with -9 while datasets'
+workers build its examples does not block the next (its workers end with it and never held the lock)."""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from support import ROOT
+from support.pretraining_runs import launch, weights, write_config
+from support.task_files import fixture_files, write
+
+from bert_repro.training.checkpoints import checkpoint_problem, newest_valid_checkpoint
+from bert_repro.training.cluster import STAGING, STOPPED_EXIT_CODE, publish
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+RECIPE = str(ROOT / "recipes" / "pretrain.py")
+LAUNCH = [sys.executable, "-m", "accelerate.commands.launch"]
+# 12 steps, the first periodic checkpoint at step 10: the signal comes at the first logged step.
+STEPS = {"max_steps": 12, "save_steps": 10, "eval_fraction": 0.0, "global_batch_size": 8}
+
+
+def rank_process(launcher_pid: int, rank: int) -> int:
+    """The pid of the worker of `rank` among the launcher's children (torchrun starts them as processes)."""
+    for _ in range(600):
+        for task in Path(f"/proc/{launcher_pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+                if f"RANK={rank}".encode() in environ:
+                    return int(child)
+        time.sleep(0.1)
+    raise AssertionError(f"no worker of rank {rank}")
+
+
+def run_until_first_step(cmd: list[str], signal_pid=None) -> tuple[int, str]:
+    """Start `cmd`, send SIGTERM when the first training step is logged (to `signal_pid(process pid)`, else to
+    the process itself), and return its exit code and output."""
+    process = subprocess.Popen(
+        cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True
+    )
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if "'loss'" in line:
+                os.kill(signal_pid(process.pid) if signal_pid else process.pid, signal.SIGTERM)
+                break
+        output = "".join(lines) + process.communicate(timeout=300)[0]
+    finally:  # processes that wait for each other for ever (they disagreed on the step to stop at) end here
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, output
+
+
+def stopped_step(output: str, directory: Path) -> int:
+    """The step of the one "stopped by SIGTERM" line, with its checkpoint complete and nothing left staged."""
+    lines = [line for line in output.splitlines() if "stopped by SIGTERM at step" in line]
+    assert len(lines) == 1, output[-3000:]
+    step = int(lines[0].split("at step ")[1].split()[0])
+    assert "resume with: " in lines[0] and "--resume_from_checkpoint true" in lines[0]
+    assert 0 < step < STEPS["save_steps"], lines[0]  # before the first periodic checkpoint
+    assert [p.name for p in directory.glob("checkpoint-*")] == [f"checkpoint-{step}"]
+    assert checkpoint_problem(directory / f"checkpoint-{step}") is None
+    assert not (directory / STAGING).exists() and not (directory / "model.safetensors").exists()
+    return step
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, corpus_and_tokenizer):
+    """An uninterrupted one-process run, and the configs of one process (batch 8) and two (batch 4 each)."""
+    corpus, tokenizer = corpus_and_tokenizer
+    root = tmp_path_factory.mktemp("cluster")
+    single = write_config(root / "single.yaml", corpus, tokenizer, per_device_train_batch_size=8, **STEPS)
+    double = write_config(root / "double.yaml", corpus, tokenizer, per_device_train_batch_size=4, **STEPS)
+    launch(single, root / "full")
+    return root, single, double
+
+
+def assert_resumes_to(reference_dir: Path, cmd: list[str], directory: Path, tolerance: float) -> None:
+    result = subprocess.run(
+        [*cmd, "--resume_from_checkpoint", "true"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    a, b = weights(reference_dir), weights(directory)
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst <= tolerance, worst
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_and_resumes_to_the_same_weights(reference):
+    root, single, _ = reference
+    out = root / "stopped"
+    cmd = [sys.executable, RECIPE, "--config", str(single), "--output_dir", str(out)]
+    code, output = run_until_first_step(cmd)
+    assert code == STOPPED_EXIT_CODE, output[-3000:]
+    assert "Traceback" not in output
+    stopped_step(output, out)
+    assert_resumes_to(root / "full", cmd, out, tolerance=1e-6)  # as test_resume.py (float32 rounding)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["ddp_cpu", "fsdp_cpu"])
+def test_a_signal_to_one_of_two_processes_stops_both_at_the_same_step(reference, engine):
+    """Only rank 1 is signalled: rank 0 must save the same step (every rank writes its part of the checkpoint,
+    rng_state_0 and rng_state_1), and the resumed run ends where one uninterrupted process does (DDP and FSDP2
+    add the same gradients in another order: float32 rounding, as in test_distributed.py)."""
+    root, _, double = reference
+    out = root / engine
+    cmd = [
+        *LAUNCH,
+        "--config_file",
+        str(ROOT / "recipes" / "accelerate" / f"{engine}.yaml"),
+        "--main_process_port",
+        "0",
+        RECIPE,
+        "--config",
+        str(double),
+        "--output_dir",
+        str(out),
+    ]
+    code, output = run_until_first_step(cmd, signal_pid=lambda pid: rank_process(pid, 1))
+    assert code != 0, output[-3000:]  # the launcher reports the workers' exit code 75 as its own failure
+    assert f"exitcode  : {STOPPED_EXIT_CODE}" in output, output[-3000:]
+    step = stopped_step(output, out)
+    for name in ("rng_state_0.pth", "rng_state_1.pth"):
+        assert (out / f"checkpoint-{step}" / name).exists(), name
+    assert_resumes_to(root / "full", cmd, out, tolerance=1e-5)
+
+
+@pytest.mark.slow
+def test_a_streamed_run_with_workers_stops_where_its_workers_kept_the_position(tmp_path, corpus_and_tokenizer):
+    """DataLoader workers read ahead and keep their streams' positions only at steps planned ahead: a signal
+    stops the run at the next multiple of STREAM_STOP_EVERY, with the stream's position in the checkpoint, and the
+    resumed run ends where the uninterrupted one does."""
+    from bert_repro.training.pretraining.examples import STREAM_STOP_EVERY
+
+    corpus, tokenizer = corpus_and_tokenizer
+    steps = STREAM_STOP_EVERY + 4
+    config = write_config(
+        tmp_path / "stream.yaml",
+        corpus,
+        tokenizer,
+        streaming=True,
+        stream_document_buffer=4,
+        stream_shuffle_buffer=16,
+        stream_held_out_documents=2,
+        eval_fraction=0.0,
+        max_steps=steps,
+        save_steps=steps - 1,
+        phase2_fraction=0.0,
+        dataloader_num_workers=2,
+    )
+    launch(config, tmp_path / "full")
+    out = tmp_path / "stopped"
+    cmd = [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)]
+    code, output = run_until_first_step(cmd)
+    assert code == STOPPED_EXIT_CODE and "Traceback" not in output, output[-3000:]
+    assert f"SIGTERM received: the run stops at step {STREAM_STOP_EVERY}" in output, output[-3000:]
+    assert f"stopped by SIGTERM at step {STREAM_STOP_EVERY} " in output, output[-3000:]
+    assert [p.name for p in out.glob("checkpoint-*")] == [f"checkpoint-{STREAM_STOP_EVERY}"]
+    assert (out / f"checkpoint-{STREAM_STOP_EVERY}" / "data_state-rank0.json").exists()
+    assert_resumes_to(tmp_path / "full", cmd, out, tolerance=1e-6)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs (room for the run's first checkpoint, not for a second one beside it), or None where this
+    process may not mount one."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
+    yield disk if mounted else None
+    if mounted:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_one_message_and_keeps_the_last_good_checkpoint(tmp_path, small_disk, corpus_and_tokenizer):
+    """checkpoint-4 fits, checkpoint-8 does not: exit code 2, one message naming the directory, the space
+    needed and the space free, no traceback, no checkpoint-8 in any state, and checkpoint-4 kept although
+    save_total_limit is 1 (rotation waits for the new checkpoint). Where no tmpfs can be mounted, the save of
+    checkpoint-8 fails with ENOSPC injected into torch.save."""
+    corpus, tokenizer = corpus_and_tokenizer
+    config = write_config(tmp_path / "c.yaml", corpus, tokenizer, eval_fraction=0.0, save_total_limit=1)
+    env = dict(ENV)
+    if small_disk is None:
+        inject = tmp_path / "inject"
+        inject.mkdir()
+        (inject / "sitecustomize.py").write_text(
+            "import errno, torch\nsave = torch.save\n"
+            "def full(obj, f, *a, **k):\n"
+            "    if 'checkpoint-8' in str(f):\n"
+            "        raise OSError(errno.ENOSPC, 'No space left on device', str(f))\n"
+            "    return save(obj, f, *a, **k)\n"
+            "torch.save = full\n"
+        )
+        env["PYTHONPATH"] = os.pathsep.join([str(inject), env.get("PYTHONPATH", "")])
+    out = (small_disk or tmp_path) / "out"
+    result = subprocess.run(
+        [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    message = [line for line in result.stderr.splitlines() if "pretrain.py: error:" in line]
+    assert len(message) == 1 and f"the disk holding {out} is full" in message[0], result.stderr[-3000:]
+    assert "saving checkpoint-8 needs about" in message[0] and "is free" in message[0], message[0]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4"]
+    assert checkpoint_problem(out / "checkpoint-4") is None
+    assert newest_valid_checkpoint(out) == out / "checkpoint-4"
+    assert not (out / STAGING).exists()
+
+
+@pytest.mark.slow
+def test_a_second_run_on_the_same_directory_is_refused_until_the_first_ends(tmp_path, corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    out = tmp_path / "out"
+    hold = (
+        "import sys, time; from bert_repro.training.cluster import lock_output_dir; "
+        "lock_output_dir(sys.argv[1]); print('held', flush=True); time.sleep(600)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        config = write_config(tmp_path / "c.yaml", corpus, tokenizer, eval_fraction=0.0)
+        result = subprocess.run(
+            [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert f"is in use by another run (pid {holder.pid} on " in result.stderr, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr and not (out / "run_config.json").exists()
+    finally:
+        holder.kill()  # as a scheduler kills a job: the kernel releases the lock with the process
+        holder.wait()
+    check = subprocess.run(
+        [sys.executable, "-c", hold.replace("time.sleep(600)", "pass"), str(out)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert check.stdout.strip() == "held", check.stderr[-3000:]
+
+
+def processes_naming(directory: Path) -> list[int]:
+    """The live processes whose command line names `directory`: a run's, and the workers it left behind."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):  # a process that ended while being looked at
+            if proc.name.isdigit() and str(directory).encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_its_workers_build_examples_does_not_block_the_next(tmp_path, corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    texts = [p.read_text() for p in sorted(corpus.glob("*.txt"))]
+    big = write(tmp_path / "corpus", {f"doc{i:04d}.txt": texts[i % len(texts)] for i in range(1000)})  # ~1 s a map
+    config = write_config(tmp_path / "c.yaml", big, tokenizer, eval_fraction=0.0, num_proc=2, max_steps=2)
+    out = tmp_path / "out"
+    cmd = [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)]
+    env = {**ENV, "HF_DATASETS_CACHE": str(tmp_path / "cache")}  # nothing cached: the run builds its examples
+    log = tmp_path / "first.log"
+    try:
+        with log.open("w") as sink:  # a file, not a pipe: the orphaned workers would keep a pipe open for ever
+            first = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        while len(processes_naming(out)) < 4 and first.poll() is None:  # the run, two workers, their queue's manager
+            time.sleep(0.01)
+        assert first.poll() is None, log.read_text()[-3000:]
+        os.kill(first.pid, signal.SIGKILL)  # the run only, as the OOM killer does
+        first.wait()
+        for _ in range(100):  # its workers and their manager are killed with it
+            if not processes_naming(out):
+                break
+            time.sleep(0.05)
+        assert not processes_naming(out), "orphaned workers outlived the run"
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert second.returncode == 0, second.stderr[-3000:]
+    finally:
+        for pid in processes_naming(out):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_staged_saves_are_not_checkpoints_until_published(tmp_path):
+    """A folder being written (`.saving/checkpoint-N`) is invisible to resumption and rotation; publishing
+    renames it, replacing a broken folder of the same name; a staged model's files move, the weights last."""
+    from transformers.trainer_utils import get_last_checkpoint, sort_checkpoints
+
+    staged = tmp_path / STAGING / "checkpoint-6"
+    staged.mkdir(parents=True)
+    (staged / "trainer_state.json").write_text("{}")
+    assert newest_valid_checkpoint(tmp_path) is None and get_last_checkpoint(str(tmp_path)) is None
+    assert sort_checkpoints(str(tmp_path)) == []
+    (tmp_path / "checkpoint-6").mkdir()
+    (tmp_path / "checkpoint-6" / "truncated").write_text("x")
+    publish(staged, tmp_path / "checkpoint-6")
+    assert sorted(p.name for p in (tmp_path / "checkpoint-6").iterdir()) == ["trainer_state.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [STAGING, "checkpoint-6"]
+
+    model = tmp_path / "model"
+    (model / STAGING).mkdir(parents=True)
+    for name in ("model.safetensors", "config.json", "vocab.txt"):
+        (model / STAGING / name).write_text(name)
+    moved = []
+    real_replace = os.replace
+    try:
+        os.replace = lambda a, b: (moved.append(Path(a).name), real_replace(a, b))
+        publish(model / STAGING, model)
+    finally:
+        os.replace = real_replace
+    assert moved[-1] == "model.safetensors" and sorted(p.name for p in model.iterdir()) == sorted(moved)
+
+
+@pytest.mark.slow
+def test_fine_tuning_stopped_by_sigterm_goes_on_with_the_same_command(tmp_path, tiny_model):
+    """A fine-tuning run (no periodic checkpoints: save_strategy "no") stopped by SIGTERM saves checkpoint-N
+    in its grid run's folder; the same command resumes it there and ends with the uninterrupted model."""
+    data = write(tmp_path / "data", fixture_files("mrpc"))
+    finetune = [
+        sys.executable,
+        str(ROOT / "recipes" / "finetune.py"),
+        "--task",
+        "mrpc",
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(data),
+        "--learning_rates",
+        "1e-3",
+        "--max_steps",
+        "12",
+        "--logging_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "1",
+        "--use_cpu",
+        "true",
+        "--disable_tqdm",
+        "true",
+        "--max_seq_length",
+        "64",
+        "--predict_test",
+        "false",
+    ]
+    full = subprocess.run(
+        [*finetune, "--output_dir", str(tmp_path / "full")],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert full.returncode == 0, full.stderr[-3000:]
+    out = tmp_path / "stopped"
+    cmd = [*finetune, "--output_dir", str(out)]
+    code, output = run_until_first_step(cmd)
+    assert code == STOPPED_EXIT_CODE and "Traceback" not in output, output[-3000:]
+    line = next(line for line in output.splitlines() if "stopped by SIGTERM at step" in line)
+    step = int(line.split("at step ")[1].split()[0])
+    assert line.endswith(f"resume with: python {' '.join(cmd[1:])}"), line
+    run_dir = out / "runs" / "lr0.001_seed42"
+    assert [p.name for p in run_dir.glob("checkpoint-*")] == [f"checkpoint-{step}"] and step < 12
+    assert not (run_dir / "result.json").exists() and not (out / "results.json").exists()
+    resumed = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stdout.count("'loss'") == 12 - step  # the steps after the checkpoint, not all again
+    a, b = (weights(directory / "model") for directory in (tmp_path / "full", out))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
+
+
+@pytest.mark.parametrize("device, processes, stops_at", [("cuda", 2, 10), ("cpu", 2, 3), ("cuda", 1, 3)])
+def test_several_gpu_processes_agree_on_a_stop_every_few_steps(device, processes, stops_at):
+    """On several GPUs the ranks agree on a stop every AGREE_EVERY_ON_GPUS steps (reading the gathered flag waits
+    for the device: at every step the host could not queue ahead); on CPUs and one GPU at the step itself."""
+    import torch
+    from transformers import TrainerControl, TrainerState
+
+    from bert_repro.training.cluster import AGREE_EVERY_ON_GPUS, StopOnSignal
+
+    accelerator = SimpleNamespace(num_processes=processes, device=torch.device(device))
+    stop = StopOnSignal(accelerator)
+    stop._agreed = lambda: stop.received  # the collective itself is tested with two processes above
+    state, control = TrainerState(), TrainerControl()
+    for step in range(1, 2 * AGREE_EVERY_ON_GPUS + 1):
+        state.global_step = step
+        if step == 3:
+            stop._handle(signal.SIGTERM, None)
+        stop.on_step_end(None, state, control)
+        if control.should_training_stop:
+            break
+    assert stop.stopped == ("SIGTERM", stops_at) and control.should_save

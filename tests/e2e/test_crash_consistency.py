@@ -1,0 +1,215 @@
+"""Crash consistency, tested at every write point: a tiny pre-training and a tiny fine-tuning are killed (SIGKILL)
+at their N-th file write or rename, for every N (tests/write_points.py), and the same command is run again (then,
+when it says so, the resume command). Each rerun must end with the run done, or with one line that names the file
+and the fix (exit code 2) whose fix then completes the run: never a traceback, never a folder that blocks every
+later run, and never a finished result that differs from an uninterrupted run's.
+
+The whole harness is in the slow tier (about 120 write points per recipe); the fast tier kills pre-training at a
+sample of points: the kept tokenizer's tokenizer.json (a kill there left a 0-byte file that every rerun died on)
+and the final results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from support import ROOT
+from support.pretraining_runs import write_config
+from support.task_files import fixture_files, write
+
+from bert_repro.atomic import FILE_MODE
+
+RESUME = ["--resume_from_checkpoint", "true"]
+# What may differ between two runs of the same training: times, speeds, the machine.
+TIMING = {"train_runtime_s", "tokens_per_second", "train_seconds", "seconds", "hardware", "train_runtime_from_step"}
+
+
+class Harness:
+    """tests/write_points.py in a fresh interpreter (its children must not inherit pytest), fed plans one by one."""
+
+    def __init__(self):
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+        script = str(ROOT / "tests" / "write_points.py")
+        self.process = subprocess.Popen(
+            [sys.executable, script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def run(self, plan: list[dict]) -> list[list[dict]]:
+        self.process.stdin.write(json.dumps(plan) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"the harness ended (exit {self.process.wait()})"
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+@pytest.fixture
+def harness():
+    started = Harness()
+    yield started
+    started.close()
+
+
+def scenario(root: Path, command: list[str], kill_at: int, resume: list[str] | None) -> dict:
+    out = ["--output_dir", str(root / "out")]
+    commands = [{"argv": command + out, "kill_at": kill_at}, {"argv": command + out}]
+    if resume:  # the fix a refusal names: run it and the run must complete
+        commands.append({"argv": command + out + resume, "only_if_said": " ".join(resume)})
+    return {"root": str(root), "commands": commands}
+
+
+def without_timing(value):
+    if isinstance(value, dict):
+        return {k: without_timing(v) for k, v in value.items() if k not in TIMING and not k.endswith("_per_second")}
+    if isinstance(value, list):
+        return [without_timing(v) for v in value]
+    return value
+
+
+def finished(out: Path, model: str) -> tuple[dict, dict]:
+    """(results.json without times, the final weights) of a finished run."""
+    results = without_timing(json.loads((out / "results.json").read_text()))
+    results.pop("eval_runtime", None)
+    if "test_predictions" in results:  # paths in the run's folder, which differs between scenarios
+        results["test_predictions"] = [Path(p).name for p in results["test_predictions"]]
+    return results, load_file(out / model / "model.safetensors")
+
+
+def check(done: list[dict], reference: Path, model: str, points: int) -> None:
+    killed, *reruns = done
+    where = f"killed at write {killed['kill_at']} of {points} ({killed['killed_at']})"
+    assert killed["returncode"] == -9, f"{where}: not killed ({killed['returncode']}): {killed['stderr'][-2000:]}"
+    for rerun in reruns:
+        said = f"{where}, then {' '.join(rerun['argv'][-4:])}: exit {rerun['returncode']}\n{rerun['stderr'][-3000:]}"
+        assert "Traceback" not in rerun["stderr"], said
+        assert rerun["returncode"] in (0, 2), said
+        if rerun["returncode"] == 2:
+            errors = [line for line in rerun["stderr"].splitlines() if ".py: error: " in line]
+            assert len(errors) == 1, said
+    assert reruns and reruns[-1]["returncode"] == 0, f"{where}: the run never completed\n{reruns[-1]['stderr'][-3000:]}"
+    out = Path(reruns[-1]["argv"][reruns[-1]["argv"].index("--output_dir") + 1])
+    results, weights = finished(out, model)
+    expected, expected_weights = finished(reference, model)
+    assert results == expected, f"{where}: results differ from an uninterrupted run's"
+    assert weights.keys() == expected_weights.keys()
+    for name, tensor in weights.items():
+        assert torch.equal(tensor, expected_weights[name]), f"{where}: {name} differs from an uninterrupted run's"
+    leftovers = [str(p) for p in out.rglob("*") if ".partial-" in p.name or p.name.startswith(".saving")]
+    assert not leftovers, f"{where}: {leftovers}"
+
+
+def pretraining_command(tmp_path: Path, corpus_and_tokenizer) -> list[str]:
+    corpus, tokenizer = corpus_and_tokenizer
+    config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer, max_steps=4, save_steps=2)
+    return [str(ROOT / "recipes" / "pretrain.py"), "--config", str(config)]
+
+
+def finetuning_command(tmp_path: Path, tiny_model: Path) -> list[str]:
+    data = write(tmp_path / "MRPC", fixture_files("mrpc"))
+    return [
+        *(str(ROOT / "recipes" / "finetune.py"), "--task", "mrpc", "--model", str(tiny_model), "--data", str(data)),
+        *("--learning_rates", "1e-4", "--seeds", "1", "2", "--max_steps", "2", "--max_seq_length", "64"),
+        *("--use_cpu", "true", "--num_proc", "1", "--disable_tqdm", "true"),
+    ]
+
+
+def counted(harness: Harness, command: list[str], tmp_path: Path) -> tuple[Path, list[str]]:
+    """The uninterrupted run (the reference) and its write points, one line each: 'N kind path'."""
+    (done,) = harness.run([scenario(tmp_path / "reference", command, 0, None)])
+    assert done[0]["returncode"] == 0, done[0]["stderr"][-3000:]
+    return tmp_path / "reference" / "out", done[0]["points_seen"]
+
+
+def check_all(report: list[list[dict]], reference: Path, model: str, points: int) -> None:
+    """Every scenario checked; the failures listed together (one kill point rarely fails alone)."""
+    failures = []
+    for done in report:
+        try:
+            check(done, reference, model, points)
+        except AssertionError as failure:
+            failures.append(str(failure).split("\nassert")[0])
+    assert not failures, f"{len(failures)} of {len(report)} kill points failed:\n\n" + "\n\n".join(failures)
+
+
+def sample(points: list[str], *needles: str) -> list[int]:
+    """The first write point whose line holds each needle."""
+    return [next(int(line.split()[0]) for line in points if needle in line) for needle in needles]
+
+
+def test_pretraining_survives_a_kill_at_sampled_write_points(tmp_path, corpus_and_tokenizer, harness):
+    command = pretraining_command(tmp_path, corpus_and_tokenizer)
+    reference, points = counted(harness, command, tmp_path)
+    out = tmp_path / "reference" / "out"
+    # The kept tokenizer's tokenizer.json torn (the issue's 0-byte file); the last write of all (results.json).
+    chosen = sample(points, f"tokenizer.save {out / 'tokenizer'}") + [len(points)]
+    plan = [scenario(tmp_path / f"kill{n}", command, n, RESUME) for n in chosen]
+    check_all(harness.run(plan), reference, ".", len(points))
+    # Every file with the mode the umask asks for, the weights too (safetensors creates them with mode 600).
+    modes = {str(p.relative_to(reference)): oct(p.stat().st_mode & 0o777) for p in reference.rglob("*") if p.is_file()}
+    assert set(modes.values()) == {oct(FILE_MODE)}, modes
+
+
+@pytest.mark.slow
+def test_pretraining_survives_a_kill_at_every_write_point(tmp_path, corpus_and_tokenizer, harness):
+    command = pretraining_command(tmp_path, corpus_and_tokenizer)
+    reference, points = counted(harness, command, tmp_path)
+    plan = [scenario(tmp_path / f"kill{n}", command, n, RESUME) for n in range(1, len(points) + 1)]
+    check_all(harness.run(plan), reference, ".", len(points))
+
+
+@pytest.mark.slow
+def test_finetuning_survives_a_kill_at_every_write_point(tmp_path, tiny_model, harness):
+    command = finetuning_command(tmp_path, tiny_model)
+    reference, points = counted(harness, command, tmp_path)
+    plan = [scenario(tmp_path / f"kill{n}", command, n, None) for n in range(1, len(points) + 1)]
+    check_all(harness.run(plan), reference, "model", len(points))
+
+
+def test_where_a_run_lives_is_not_what_identifies_it(tmp_path):
+    from bert_repro.training.cli import check_output_dir
+    from bert_repro.training.pretraining.recipe import run_identity
+
+    saved = {"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "output_dir": "/scratch/me/run"}}
+    (tmp_path / "run_config.json").write_text(json.dumps(saved))
+    (tmp_path / "checkpoint-2").mkdir()
+    here = run_identity({"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "output_dir": str(tmp_path)}})
+    check_output_dir(tmp_path, here, resume=True, overwrite=False, identity=run_identity)
+    other = run_identity({"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-4, "output_dir": str(tmp_path)}})
+    with pytest.raises(FileExistsError, match="learning_rate: 0.001 -> 0.0001.*keep its settings"):
+        check_output_dir(tmp_path, other, resume=True, overwrite=False, identity=run_identity)
+
+
+@pytest.mark.slow
+def test_a_moved_run_folder_resumes(tmp_path, corpus_and_tokenizer, harness):
+    """Stopped after 2 of 4 steps in one folder, moved, resumed in the new place: the result of an uninterrupted
+    run."""
+    command = pretraining_command(tmp_path, corpus_and_tokenizer)
+    reference, _ = counted(harness, command, tmp_path)
+    scratch, project = tmp_path / "moved" / "scratch", tmp_path / "moved" / "project"
+    plan = [
+        {
+            "root": str(tmp_path / "moved"),
+            "commands": [
+                {"argv": command + ["--output_dir", str(scratch), "--stop_after_steps", "2"]},
+                {"move": [str(scratch), str(project)]},
+                {"argv": command + ["--output_dir", str(project), *RESUME]},
+            ],
+        }
+    ]
+    (report,) = harness.run(plan)
+    for done in report:
+        assert done["returncode"] == 0 and "Traceback" not in done["stderr"], done["stderr"][-3000:]
+    results, weights = finished(project, ".")
+    expected, expected_weights = finished(reference, ".")
+    assert results == expected
+    assert all(torch.equal(weights[name], expected_weights[name]) for name in expected_weights)

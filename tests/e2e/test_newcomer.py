@@ -1,0 +1,310 @@
+"""A newcomer's first hour: the quick start runs offline on the corpus shipped with the project, and bad input
+(text that is not UTF-8, a corpus with no text, a missing optional package) gets one clear message, exit code 2,
+no traceback and nothing lost."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+from support import ROOT
+from support.models import tiny_config
+from support.pretraining_runs import write_config
+
+SHIPPED = ROOT / "recipes" / "data" / "quickstart_corpus"
+
+
+def pretrain(*args, cwd=ROOT, env=None, timeout=600):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "recipes" / "pretrain.py"), *map(str, args)],
+        cwd=cwd,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_shipped_corpus_is_documented_and_text():
+    readme = (SHIPPED / "README.md").read_text()
+    files = sorted(SHIPPED.rglob("*.txt"))
+    assert len(files) == 68
+    for path in files:
+        assert path.name in readme or path.parent.name == "state_union", path
+        text = path.read_bytes().decode("utf-8")  # UTF-8, as shipped
+        assert "gutenberg" not in text.lower(), path  # the licence asks for no trademark in a redistribution
+    assert sum(p.stat().st_size for p in files) < 5_000_000
+    assert "public domain" in readme and "17 U.S.C." in readme
+
+
+def test_quickstart_config_runs_offline_without_corpus(tmp_path):
+    """The README's first command with no Hub access and no --corpus (a few steps on part of the corpus): the fast
+    tier's one pre-training through the real script."""
+    out = tmp_path / "quickstart"
+    result = pretrain(
+        "--config",
+        "recipes/configs/quickstart.yaml",
+        "--output_dir",
+        out,
+        "--max_documents",
+        8,
+        "--dupe_factor",
+        1,
+        "--max_steps",
+        2,
+        "--warmup_steps",
+        1,
+        "--eval_steps",
+        2,
+        "--save_steps",
+        2,
+        "--eval_max_examples",
+        16,
+        "--report_to",
+        "none",
+        "--plot",
+        "false",
+        "--disable_tqdm",
+        "true",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "pin_memory" not in result.stderr
+    # The project's own corpus is not warned about: its few sentences of prose over 1,000 characters are said once
+    warned = [line for line in result.stderr.splitlines() if " WARNING " in line]
+    assert not [line for line in warned if "sentence" in line], warned
+    assert "'sentences' longer than 1000 characters in " in result.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["global_step"] == 2 and "eval_mlm_accuracy" in results
+    corpus = json.loads((out / "run_config.json").read_text())["data"]["corpus"]
+    assert all("quickstart_corpus" in c for c in corpus)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Corpus input: encodings, nothing to read
+# ---------------------------------------------------------------------------------------------------------------
+
+LATIN1_FEW = "Le café était fermé. Nous sommes partis à la maison.\n".encode("latin-1")
+LATIN1_MOSTLY = ("àéèêëîïôöùûüç ÀÉÈÊ " * 50 + "\n").encode("latin-1")
+
+
+def test_text_that_is_not_utf8_is_decoded_with_a_warning(caplog):
+    from bert_repro.data.corpus import decode_text
+
+    with caplog.at_level("WARNING"):
+        assert decode_text(LATIN1_FEW, "few.txt") == LATIN1_FEW.decode("latin-1")
+        assert decode_text(LATIN1_MOSTLY, "mostly.txt") == LATIN1_MOSTLY.decode("latin-1")  # not "binary"
+        assert decode_text("Smart “quotes” – dash".encode("cp1252"), "win.txt") == "Smart “quotes” – dash"
+        mixed = decode_text(("naïve text. " * 10).encode() + b"\xe9t\xe9", "mixed.txt")  # two stray latin-1 bytes
+        assert mixed == "naïve text. " * 10 + "\ufffdt\ufffd"
+    assert "few.txt is not UTF-8: read as Windows-1252" in caplog.text
+    assert "mostly.txt is not UTF-8" in caplog.text
+    assert "mixed.txt: 2 byte(s) are not UTF-8" in caplog.text
+    assert decode_text("ünïcödé ok".encode()) == "ünïcödé ok"  # plain UTF-8: as is
+    assert decode_text(b"\xef\xbb\xbfbom") == "bom"
+    assert decode_text("utf-16 text".encode("utf-16")) == "utf-16 text"
+    assert decode_text(bytes(range(256)) * 40) is None  # binary
+    assert decode_text(bytes(range(1, 32)) * 40 + b"x" * 100) is None  # control characters: binary too
+
+
+def test_latin1_file_keeps_its_accents_in_the_corpus(tmp_path):
+    from bert_repro.data.corpus import load_corpus
+
+    (tmp_path / "few.txt").write_bytes(LATIN1_FEW)
+    (tmp_path / "mostly.txt").write_bytes(LATIN1_MOSTLY)
+    docs = load_corpus(tmp_path, document_boundary="file", cache_dir=str(tmp_path / "cache"))
+    texts = sorted(docs["text"])
+    assert len(texts) == 2 and "café" in texts[0] and texts[1].startswith("àéèêëîïôöùûüç")
+
+
+def test_corpus_with_no_text_is_one_clear_error(tmp_path):
+    from bert_repro.data.corpus import CorpusError, load_corpus
+
+    (tmp_path / "a.txt").write_text("")
+    (tmp_path / "b.txt").write_text("  \n\n ")
+    (tmp_path / "c.txt").write_bytes(bytes(range(256)) * 40)
+    with pytest.raises(CorpusError, match="the corpus holds no text"):
+        load_corpus(tmp_path, document_boundary="file", cache_dir=str(tmp_path / "cache"))
+
+
+@pytest.mark.slow
+def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "a.txt").write_text("")
+    (empty / "junk.txt").write_bytes(bytes(range(256)) * 40)
+    config = write_config(tmp_path / "c.yaml", corpus, tokenizer, max_steps=2, save_steps=100, eval_fraction=0.0)
+    out = tmp_path / "out"
+    result = pretrain("--config", config, "--output_dir", out, "--corpus", empty)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "the corpus holds no text" in result.stderr and str(empty) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (out / "run_config.json").exists()
+    assert (empty / "junk.txt").read_bytes() == bytes(range(256)) * 40  # the user's files untouched
+    result = pretrain("--config", config, "--output_dir", out)  # a retry with another corpus is the same new run
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "results.json").read_text())["global_step"] == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Optional dependencies
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def hide_package(tmp_path, name):
+    """An environment in which `import name` fails, as where the extra that installs it is missing."""
+    fake = tmp_path / "hidden" / name
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"raise ImportError('{name} hidden by the test')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path / "hidden"), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.mark.slow
+def test_missing_plotting_and_tensorboard_are_skipped_with_a_warning(tmp_path, corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    config = write_config(
+        tmp_path / "c.yaml",
+        corpus,
+        tokenizer,
+        max_steps=2,
+        save_steps=100,
+        eval_fraction=0.0,
+        plot=True,
+        report_to="tensorboard",
+    )
+    env = hide_package(tmp_path, "matplotlib")
+    (tmp_path / "hidden" / "tensorboard").mkdir()
+    (tmp_path / "hidden" / "tensorboard" / "__init__.py").write_text("raise ImportError('hidden')\n")
+    out = tmp_path / "out"
+    result = pretrain("--config", config, "--output_dir", out, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "matplotlib is not installed (pip install 'bert-repro[train]')" in result.stderr
+    assert "tensorboard is not installed" in result.stderr
+    warned_at = result.stderr.index("matplotlib is not installed")
+    assert warned_at < result.stderr.index("pre-training data")  # at the start, before any work
+    assert (out / "model.safetensors").exists() and not (out / "training_curves.png").exists()
+
+
+def test_reproduce_report_without_matplotlib(tmp_path, monkeypatch, caplog):
+    import builtins
+
+    from bert_repro.training.reproduce import plot_report
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError("hidden")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with caplog.at_level("WARNING"):
+        plot_report([{"task": "mrpc", "ours": 80.0, "paper": 84.0}], tmp_path / "report.png", "base")
+    assert "not writing report.png" in caplog.text and not (tmp_path / "report.png").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --help shows the defaults a run will use
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def help_defaults(parse, argv, capsys) -> dict[str, str]:
+    import re
+
+    with pytest.raises(SystemExit):
+        parse(argv)
+    text = capsys.readouterr().out
+    blocks = re.split(r"\n  (?=--)", text)
+    found = {}
+    for block in blocks:
+        name = re.match(r"--(\w+)", block)
+        default = re.search(r"\(default:\s+(.*?)\)\s*$", " ".join(block.split()))
+        if name and default:
+            found[name.group(1)] = default.group(1)
+    return found
+
+
+def test_pretrain_help_shows_the_config_values(capsys):
+    from bert_repro.training.pretraining.recipe import PreTrainingRecipe
+
+    shown = help_defaults(
+        PreTrainingRecipe.from_args, ["--config", str(ROOT / "recipes/configs/quickstart.yaml"), "--help"], capsys
+    )
+    assert shown["max_steps"] == "2000" and shown["learning_rate"] == "0.001" and shown["vocab_size"] == "8192"
+    assert shown["adam_epsilon"] == "1e-06"  # the paper's, under the config
+    plain = help_defaults(PreTrainingRecipe.from_args, ["--help"], capsys)
+    assert plain["max_steps"] == "1000000" and plain["warmup_steps"] == "10000" and plain["learning_rate"] == "0.0001"
+
+
+def test_finetune_help_shows_the_task_defaults(capsys):
+    from bert_repro.training.finetune_recipe import parse_arguments
+
+    shown = help_defaults(parse_arguments, ["--help"], capsys)
+    assert shown["per_device_train_batch_size"] == "32"
+    assert shown["weight_decay"] == "0.01" and shown["warmup_steps"] == "0.1"
+
+
+def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, caplog):
+    """A fine-tuning head on a pre-trained checkpoint: one line names the new weights, not transformers' table."""
+    from transformers.utils import logging as hf_logging
+
+    from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
+    from bert_repro.training.cli import quiet_load_reports
+
+    BertReproForPreTraining(tiny_config()).save_pretrained(tmp_path)
+    hf_logging.set_verbosity_warning()
+    root = logging.getLogger("transformers")
+    propagate = root.propagate
+    hf_logging.enable_propagation()  # to pytest's log capture
+    target = logging.getLogger("transformers.modeling_utils")
+    saved = list(target.filters)
+    target.filters[:] = [f for f in saved if type(f).__name__ != "_LoadReportFilter"]  # an earlier recipe run's
+    try:
+        BertReproForSequenceClassification.from_pretrained(tmp_path)
+        assert "LOAD REPORT" in caplog.text  # the library's own behaviour, for library users
+        caplog.clear()
+        quiet_load_reports()
+        quiet_load_reports()  # idempotent
+        BertReproForSequenceClassification.from_pretrained(tmp_path)
+        assert "LOAD REPORT" not in caplog.text
+        assert "newly initialised" in caplog.text and "classifier.weight" in caplog.text
+        caplog.clear()
+        with pytest.raises(ValueError, match="other shapes"):
+            BertReproForPreTraining.from_pretrained(tmp_path, vocab_size=50)
+        assert "LOAD REPORT" in caplog.text  # a mismatch keeps its table: the error points at it
+    finally:
+        target.filters[:] = saved
+        root.propagate = propagate
+
+
+@pytest.mark.slow
+def test_accelerate_launch_quiet_shows_the_recipes_error_alone(tmp_path):
+    """docs/pretraining.md's advice for one process: `accelerate launch -q` keeps our one-line error free of a
+    traceback."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "-q",
+        "--num_processes",
+        "1",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(ROOT / "recipes" / "pretrain.py"),
+        "--corpus",
+        str(tmp_path / "missing"),
+        "--output_dir",
+        str(tmp_path / "out"),
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 1  # accelerate's own code for a failed process in quiet mode
+    assert f"pretrain.py: error: {tmp_path / 'missing'}: no such file or directory" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout

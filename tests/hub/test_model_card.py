@@ -1,0 +1,1014 @@
+"""Model cards (`bert_repro.hub.model_card`) built from fake but realistic run directories: metadata, the model-index
+in percent, the tables beside the paper's numbers, the load snippets, round trips through huggingface_hub's
+parsers, and that nothing private (tokens, local paths) reaches a card. No test talks to the Hub: `validate()`
+would call its /api/validate-yaml."""
+
+import os
+
+from support import ROOT
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import importlib.resources
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+from huggingface_hub.repocard import REGEX_YAML_BLOCK
+from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results
+
+import bert_repro
+from bert_repro.hub import model_card
+from bert_repro.hub.card_common import safetensors_parameter_count
+from bert_repro.hub.model_card import (
+    CardError,
+    card_for_directory,
+    card_for_finetuning,
+    card_for_pretraining,
+    card_path,
+    parameter_count,
+    run_kind,
+)
+from bert_repro.versions import framework_versions
+
+FAKE_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+REPO = "someone/bert-tiny-wikitext"
+SECTIONS = (
+    "## Model",
+    "## Training data",
+    "## Training procedure",
+    "### All hyper-parameters",
+    "### Framework versions",
+    "## Evaluation",
+    "## How to use",
+    "## Intended uses & limitations",
+    "## Licence",
+    "## Citation",
+)
+
+
+@pytest.fixture(autouse=True)
+def secret_environment(monkeypatch):
+    """A token in the environment during every test: no card may contain it."""
+    monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Fake run directories, in the formats bert_repro.training.pretrain / finetuning / reproduce write
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _write(path: Path, value) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=2))
+
+
+def bert_config(preset: str = "tiny", vocab_size: int = 8192, **extra) -> dict:
+    from bert_repro.model.configuration_bert_repro import PRESETS
+
+    return {
+        "architectures": ["BertReproForPreTraining"],
+        "model_type": "bert_repro",
+        "hidden_act": "gelu",
+        "vocab_size": vocab_size,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "layer_norm_eps": 1e-12,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": True,
+        **PRESETS[preset],
+        **extra,
+    }
+
+
+def training_arguments(**overrides) -> dict:
+    """A realistic slice of `TrainingArguments.to_dict()`, with the fields that must not reach a card."""
+    return {
+        "output_dir": "/home/someone/private/runs/out",
+        "per_device_train_batch_size": 32,
+        "num_train_epochs": 3.0,
+        "max_steps": 1000,
+        "learning_rate": 0.001,
+        "lr_scheduler_type": "linear",
+        "warmup_steps": 100.0,
+        "optim": "adamw_torch_fused",
+        "weight_decay": 0.01,
+        "adam_beta1": 0.9,
+        "adam_beta2": 0.999,
+        "adam_epsilon": 1e-06,
+        "gradient_accumulation_steps": 1,
+        "max_grad_norm": 1.0,
+        "bf16": False,
+        "fp16": False,
+        "tf32": None,
+        "eval_strategy": "steps",
+        "eval_steps": 250,
+        "save_steps": 500,
+        "seed": 12345,
+        "data_seed": None,
+        "run_name": "private-run-name",
+        "project": "huggingface",
+        "deepspeed": None,
+        "accelerator_config": {"split_batches": False, "even_batches": True, "use_seedable_sampler": True},
+        "debug": [],
+        "hub_token": FAKE_TOKEN,
+        "hub_model_id": "someone/private-repo",
+        "push_to_hub": False,
+        "trackio_space_id": "someone/private-space",
+        "local_rank": -1,
+        **overrides,
+    }
+
+
+def _stats(documents, sentences, examples, tokens, masked, is_next=0.4709, max_seq_length=None) -> dict:
+    stats = {
+        "documents": documents,
+        "documents_skipped": {"empty": 0, "binary": 0},
+        "one_sentence_documents": 0,
+        "sentences": sentences,
+        "document_tokens": tokens // 3,
+        "examples": examples,
+        "tokens": tokens,
+        "is_next_share": is_next,
+        "length_histogram": {"0-8": 2, "27-35": 304, "117-125": 609, "126-134": examples - 915},
+        "masked": masked,
+        "masked_share": masked / tokens,
+        "masked_split": {"mask": 0.7999, "random": 0.0997, "unchanged": 0.1004},
+    }
+    return stats if max_seq_length is None else {"max_seq_length": max_seq_length, **stats}
+
+
+def make_pretraining_run(
+    root: Path, *, corpus=("Salesforce/wikitext",), phase2: bool = True, with_results: bool = True, **run_overrides
+) -> Path:
+    out = root / "pretrain"
+    run = {
+        "corpus": list(corpus),
+        "split": "train",
+        "streaming": False,
+        "max_documents": None,
+        "text_column": "text",
+        "document_boundary": "wikitext",
+        "split_lines": False,
+        "tokenizer": None,
+        "vocab_size": 8192,
+        "lowercase": True,
+        "eval_fraction": 0.02,
+        "eval_max_examples": 1000,
+        "preset": "tiny",
+        "model_overrides": None,
+        "attn_implementation": "sdpa",
+        "init_from": None,
+        "global_batch_size": 32,
+        "phase2_fraction": 0.1 if phase2 else 0.0,
+        "phase2_max_seq_length": 512,
+        "phase2_max_predictions_per_seq": 80,
+        "optimizer": "adamw",
+        **run_overrides,
+    }
+    data = {
+        "max_seq_length": 128,
+        "max_predictions_per_seq": 20,
+        "masked_lm_prob": 0.15,
+        "short_seq_prob": 0.1,
+        "dupe_factor": 3,
+        "random_seed": 12345,
+        "do_whole_word_mask": False,
+        "static_masking": True,
+        "mask_replace_prob": 0.8,
+        "random_replace_prob": 0.1,
+    }
+    _write(out / "run_config.json", {"run": run, "data": data, "training": training_arguments()})
+    statistics = {
+        "phase1": _stats(600, 85_211, 46_441, 5_674_364, 842_939, max_seq_length=128),
+        "held_out": _stats(12, 1_730, 1_000, 119_448, 17_760, is_next=0.4796),
+    }
+    if phase2:
+        statistics["phase2"] = _stats(600, 85_211, 11_024, 5_401_210, 803_770, max_seq_length=512)
+    _write(out / "data_statistics.json", statistics)
+    _write(out / "config.json", bert_config())
+    if with_results:
+        _write(
+            out / "results.json",
+            {
+                "train_runtime_s": 730.8,
+                "global_step": 1000,
+                "train_loss": 7.078088714599609,
+                "processes": 1,
+                "gradient_accumulation_steps": 1,
+                "tokens_per_second": 5350.1,
+                "eval_mlm_loss": 6.125084593949045,
+                "eval_nsp_loss": 0.7306662166819853,
+                "eval_mlm_accuracy": 0.09757961783439491,
+                "eval_nsp_accuracy": 0.5113122171945701,
+                "eval_loss": 6.85575081063103,
+                "eval_runtime": 2.573,
+                "epoch": 1.0,
+            },
+        )
+        (out / "training_curves.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+        _write(out / "log_history.json", [{"loss": 9.25, "mlm_loss": 8.56, "nsp_loss": 0.69, "step": 50}])
+    return out
+
+
+def _finetuning_run(
+    root: Path,
+    name: str,
+    task: str,
+    model: str,
+    best: dict,
+    runs: list[dict],
+    hp: dict,
+    run_fields: dict,
+    num_labels: int,
+    head: str,
+) -> Path:
+    out = root / name
+    summary = {
+        "task": task,
+        "model": model,
+        "main_metric": best.pop("_main"),
+        "best": best,
+        "runs": runs,
+        "hyperparameters": hp,
+        "seconds": 1290.4,
+        "test_predictions": [],
+    }
+    _write(out / "results.json", summary)
+    run = {
+        "task": task,
+        "model": model,
+        "data": [],
+        "tokenizer": None,
+        "learning_rates": hp["learning_rates"],
+        "seeds": hp["seeds"],
+        "max_seq_length": hp["max_seq_length"],
+        "doc_stride": 128,
+        "max_query_length": 64,
+        "n_best_size": 20,
+        "max_answer_length": 30,
+        "max_train_samples": None,
+        "max_eval_samples": None,
+        "attn_implementation": "sdpa",
+        "predict_test": True,
+        "keep_all_runs": False,
+        **run_fields,
+    }
+    _write(
+        out / "run_config.json",
+        {
+            "run": run,
+            "training": training_arguments(
+                learning_rate=2e-05, warmup_steps=0.1, max_steps=-1, seed=42, adam_epsilon=1e-06, eval_strategy="no"
+            ),
+        },
+    )
+    labels = {str(i): f"LABEL_{i}" for i in range(num_labels)}
+    _write(out / "model" / "config.json", bert_config("base", 30522, architectures=[head], id2label=labels))
+    return out
+
+
+def make_mrpc_run(root: Path, model: str = "runs/base") -> Path:
+    grid = [5e-05, 4e-05, 3e-05, 2e-05]
+    scores = [0.8512, 0.8601, 0.8689, 0.873]
+    runs = [
+        {
+            "learning_rate": lr,
+            "seed": 42,
+            "train_seconds": 311.2,
+            "validation": {"accuracy": s - 0.06, "f1": s},
+            "score": s,
+        }
+        for lr, s in zip(grid, scores, strict=True)
+    ]
+    best = {"_main": "f1", **runs[-1]}
+    best["validation"] = {"accuracy": 0.8137254901960784, "f1": 0.873}
+    hp = {
+        "learning_rates": grid,
+        "seeds": [42],
+        "num_train_epochs": 3.0,
+        "per_device_train_batch_size": 32,
+        "max_seq_length": 128,
+        "warmup": 0.1,
+        "weight_decay": 0.01,
+    }
+    return _finetuning_run(root, "mrpc", "mrpc", model, best, runs, hp, {}, 2, "BertReproForSequenceClassification")
+
+
+def make_squad_v2_run(root: Path) -> Path:
+    scores = {
+        "squad_exact_match": 71.2,
+        "squad_f1": 74.6,
+        "squad_best_exact_match": 72.9,
+        "squad_best_f1": 75.8,
+        "squad_best_f1_threshold": -1.73,
+        "squad_has_ans_f1": 78.1,
+        "squad_no_ans_f1": 71.0,
+    }
+    runs = [{"learning_rate": 5e-05, "seed": 42, "train_seconds": 5400.0, "validation": scores, "score": 75.8}]
+    best = {"_main": "squad_f1", **runs[0]}
+    hp = {
+        "learning_rates": [5e-05],
+        "seeds": [42],
+        "num_train_epochs": 2.0,
+        "per_device_train_batch_size": 48,
+        "max_seq_length": 384,
+        "warmup": 0.1,
+        "weight_decay": 0.01,
+    }
+    return _finetuning_run(
+        root,
+        "squad_v2",
+        "squad_v2",
+        "google-bert/bert-base-uncased",
+        best,
+        runs,
+        hp,
+        {"data": ["/home/someone/private/data/SQuAD2"]},
+        2,
+        "BertReproForQuestionAnswering",
+    )
+
+
+def all_cards(root: Path) -> dict[str, ModelCard]:
+    return {
+        "pretraining": card_for_pretraining(make_pretraining_run(root), REPO),
+        "pretraining_study": card_for_pretraining(
+            make_pretraining_run(root), REPO, study_dir=make_study(root / "study", "/home/someone/private/pretrained")
+        ),
+        "mrpc": card_for_finetuning(make_mrpc_run(root), "someone/bert-mrpc", base_model="someone/bert-base-repro"),
+        "squad_v2": card_for_finetuning(make_squad_v2_run(root), "someone/bert-squad2"),
+    }
+
+
+def body(card: ModelCard) -> str:
+    return card.text
+
+
+def by_metric(card: ModelCard) -> dict[tuple[str, str], float]:
+    return {(r.dataset_split, r.metric_name): r.metric_value for r in card.data.eval_results}
+
+
+def glue_scores(card: ModelCard) -> dict[tuple[str, str], float]:
+    return {
+        (r.dataset_config, r.metric_type): r.metric_value for r in card.data.eval_results if "glue" in r.dataset_type
+    }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Templates and counts
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_templates_ship_inside_the_package():
+    folder = importlib.resources.files("bert_repro.hub").joinpath(model_card.TEMPLATE_PACKAGE_DIR)
+    names = {p.name for p in folder.iterdir()}
+    assert {"pretrained.md", "finetuned.md"} <= names
+    for template in ("pretrained.md", "finetuned.md"):
+        included = re.findall(r'{%\s*include\s+"([^"]+)"', folder.joinpath(template).read_text())
+        assert included and set(included) <= names
+    readme = ROOT / "model_cards" / "README.md"
+    assert "bert_repro/hub/model_cards" in readme.read_text()
+
+
+def test_parameter_counts_match_the_spec():
+    from bert_repro.model.configuration_bert_repro import PRESETS
+
+    def config(preset):
+        return {"vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2, **PRESETS[preset]}
+
+    assert parameter_count(config("base")) == 110_106_428
+    assert parameter_count(config("tiny")) == 4_433_468
+    assert parameter_count(config("large")) == 336_226_108
+    # BertForSequenceClassification (bert-base, 2 labels): encoder with pooler 109,482,240 + 768 * 2 + 2
+    assert parameter_count({**config("base"), "id2label": {"0": "a", "1": "b"}}, "classification") == 109_483_778
+
+
+def test_safetensors_header_count(tmp_path):
+    from safetensors.numpy import save_file
+
+    tensors = {"a": np.zeros((2, 3), np.float32), "b": np.zeros(5, np.float32)}
+    save_file(tensors, str(tmp_path / "m.safetensors"))
+    assert safetensors_parameter_count(tmp_path / "m.safetensors") == 11
+    assert safetensors_parameter_count(tmp_path / "missing.safetensors") is None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Pre-trained card
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_pretraining_metadata(tmp_path):
+    card = card_for_pretraining(make_pretraining_run(tmp_path), REPO)
+    data = card.data
+    assert data.library_name == "transformers" and data.license == "apache-2.0" and data.language == "en"
+    assert data.pipeline_tag == "fill-mask"
+    assert {"bert", "bert_repro", "fill-mask"} <= set(data.tags)
+    assert data.datasets == ["Salesforce/wikitext"]
+    assert data.base_model is None and data.model_name == "bert-tiny-wikitext"
+    results = {r.task_type: r for r in data.eval_results}
+    assert results["fill-mask"].metric_value == 9.76  # 0.0976 -> percent
+    assert results["text-classification"].metric_value == 51.13
+    for r in data.eval_results:
+        assert (r.metric_type, r.dataset_type, r.dataset_split) == ("accuracy", "Salesforce/wikitext", "held-out")
+
+
+def test_pretraining_body(tmp_path):
+    out = make_pretraining_run(tmp_path)
+    history = [{"loss": 9.25, "step": 50}, {"loss": 7.5, "step": 100}, {"eval_loss": 6.9, "step": 100}]
+    _write(out / "log_history.json", history)
+    text = body(card_for_pretraining(out, REPO))
+    assert "| Preset | `tiny` (BERT-Tiny size) |" in text
+    for row in (
+        "| Layers (L) | 2 |",
+        "| Hidden size (H) | 128 |",
+        "| Attention heads (A) | 2 |",
+        "| Feed-forward size | 512 |",
+    ):
+        assert row in text
+    assert "| Parameters | 1,552,898 |" in text  # tiny sizes with an 8,192-entry vocabulary
+    assert "[Salesforce/wikitext](https://huggingface.co/datasets/Salesforce/wikitext)" in text
+    assert "split train; 612 documents." in text  # 600 trained on, 12 held out
+    assert "| phase 1 | 128 | 600 | 85,211 | 46,441 | 5,674,364 | 47.1% | 14.9% | 80.0% / 10.0% / 10.0% |" in text
+    assert "| phase 2 | 512 |" in text and "| held-out |" in text
+    assert "1,000 optimizer steps of 32 sequences" in text
+    assert "then the last 10% of the steps at 512 tokens" in text
+    assert "0.20 h\n  of training at 5,350.1 tokens/s" in text  # the whole run timed
+    # train_loss is the mean over the run (it read as the final loss), the last logged loss beside it (issue 45)
+    assert (
+        "the mean over all the run's steps (Trainer's train_loss): 7.0781; the last logged: 7.5000 at step 100" in text
+    )
+    assert "| MLM accuracy | 9.76 |" in text and "| NSP accuracy | 51.13 | 97–98" in text
+    assert "![Training and held-out curves" in text and "(training_curves.png)" in text
+    # every recorded setting, in its section
+    for setting in (
+        "`dupe_factor` | 3",
+        "`masked_lm_prob` | 0.15",
+        "`global_batch_size` | 32",
+        "`adam_epsilon` | 1e-06",
+        "`optim` | adamw_torch_fused",
+        "`max_grad_norm` | 1.0",
+    ):
+        assert setting in text
+    assert "CC BY-SA 3.0 and GFDL" in text  # the corpus's licence, in the licence section
+    assert "Wikipedia text" in text  # the corpus-specific limitation
+
+
+def test_a_run_timed_from_a_step_says_so(tmp_path):
+    # Resumed from a checkpoint that did not record its training time: the card must not call part of a run the
+    # whole run's time.
+    out = make_pretraining_run(tmp_path)
+    results = json.loads((out / "results.json").read_text())
+    _write(out / "results.json", {**results, "train_runtime_from_step": 800})
+    text = body(card_for_pretraining(out, REPO))
+    assert "0.20 h\n  of training from step 800 (the time before it was\n  not recorded) at 5,350.1 tokens/s" in text
+    assert "tokens/s. Hardware: not recorded." in " ".join(text.split())  # a run from before the field
+
+
+def test_the_card_names_the_hardware_the_run_recorded(tmp_path):
+    out = make_pretraining_run(tmp_path)
+    results = json.loads((out / "results.json").read_text())
+    _write(out / "results.json", {**results, "hardware": "NVIDIA H200"})
+    assert "tokens/s. Hardware: NVIDIA H200." in " ".join(body(card_for_pretraining(out, REPO)).split())
+
+
+def test_pretraining_without_phase2_warns_about_untrained_positions(tmp_path):
+    text = body(card_for_pretraining(make_pretraining_run(tmp_path, phase2=False), REPO))
+    assert "no 512-token phase" in text
+    assert "Position embeddings beyond 128 were never trained" in text
+
+
+def test_pretraining_with_benchmark(tmp_path):
+    bench = tmp_path / "reproduce"
+    _write(
+        bench / "report.json",
+        {
+            "model": "runs/base",
+            "paper_model": "base",
+            "glue_average": 78.91,
+            "paper_glue_average": 79.6,
+            "seconds": 4000.0,
+            "tasks": [
+                {
+                    "task": "mrpc",
+                    "metric": "f1",
+                    "split": "validation",
+                    "ours": 87.3,
+                    "paper": 88.9,
+                    "paper_split": "test",
+                    "learning_rate": 2e-05,
+                    "seed": 42,
+                    "seconds": 1290.4,
+                    "runs": 4,
+                    "majority": 81.22,
+                    "one_label": "equivalent",
+                },
+                {
+                    "task": "squad",
+                    "metric": "squad_f1",
+                    "split": "validation",
+                    "ours": 88.1,
+                    "paper": 88.5,
+                    "paper_split": "validation",
+                    "learning_rate": 5e-05,
+                    "seed": 42,
+                    "seconds": 9000.0,
+                    "runs": 1,
+                },
+            ],
+        },
+    )
+    text = body(card_for_pretraining(make_pretraining_run(tmp_path), REPO, benchmark_dir=bench))
+    # the majority class beside each score, and a run that predicted one label marked (issue 45)
+    assert '| GLUE MRPC | F1 | 87.30 (every prediction "equivalent") | 81.22 | 88.9 | test |' in text
+    assert "| SQuAD v1.1 | F1 | 88.10 | – | 88.5 | dev |" in text  # not a classification task
+    assert "GLUE average (eight tasks, WNLI left out): 78.91; paper 79.60" in text
+    with pytest.raises(CardError, match="report.json"):
+        card_for_pretraining(make_pretraining_run(tmp_path), REPO, benchmark_dir=tmp_path / "nowhere")
+
+
+def test_pretraining_with_missing_values(tmp_path):
+    out = make_pretraining_run(
+        tmp_path, with_results=False, corpus=[str(tmp_path / "private" / "books")], eval_fraction=0.0
+    )
+    statistics = json.loads((out / "data_statistics.json").read_text())
+    del statistics["held_out"]
+    _write(out / "data_statistics.json", statistics)
+    card = card_for_pretraining(out, REPO)
+    text = str(card)
+    assert card.data.eval_results is None and "model-index" not in text
+    assert card.data.datasets is None  # a local corpus is no Hub dataset
+    assert "| MLM accuracy | not recorded |" in text
+    assert "optimizer steps" in text and "not recorded" in text
+    assert "Corpus: the local files given as `--corpus`: `books`; 600 documents." in text  # an absolute path: its name
+    assert str(tmp_path) not in text  # no local path from this machine
+    (out / "data_statistics.json").unlink()
+    assert "`books`; number of documents not recorded." in card_for_pretraining(out, REPO).text
+
+
+def test_a_local_corpus_is_named_as_the_run_was_given_it(tmp_path, monkeypatch):
+    # Cards named a local corpus by its last component ("local text files (corpus.parquet)"): they show the paths
+    # of --corpus as run_config.json records them, the documents, and the corpus's README or manifest (issue 45)
+    monkeypatch.chdir(tmp_path)
+    shipped = Path("recipes/data/quickstart_corpus")
+    (shipped / "gutenberg").mkdir(parents=True)
+    (shipped / "state_union").mkdir()
+    (shipped / "README.md").write_text("where each text comes from")
+    Path("README.md").write_text("the working directory's own README: not the corpus's")
+    out = make_pretraining_run(tmp_path, corpus=[str(shipped / "gutenberg"), str(shipped / "state_union")])
+    text = " ".join(body(card_for_pretraining(out, REPO)).split())
+    assert (
+        "Corpus: the local files given as `--corpus`: `recipes/data/quickstart_corpus/gutenberg` and "
+        "`recipes/data/quickstart_corpus/state_union`; 612 documents. Where its texts come from: "
+        "`recipes/data/quickstart_corpus/README.md`, beside the corpus's files." in text
+    )
+    # a corpus built by bert_repro.data.travel_corpus: its manifest, and the folder's name rather than the file's
+    travel = Path(".travel/books")
+    travel.mkdir(parents=True)
+    (travel / "manifest.json").write_text("{}")
+    out = make_pretraining_run(tmp_path / "gpu", corpus=[".travel/books/corpus.parquet"])
+    card = card_for_pretraining(out, REPO)
+    assert (
+        "`.travel/books/corpus.parquet`; 612 documents. Where its texts come from: `.travel/books/manifest.json`"
+        in (" ".join(card.text.split()))
+    )
+    assert {r.dataset_name for r in card.data.eval_results} == {"books, held-out documents"}
+    # a single folder at the top of the working directory: the README beside it is the project's, not named
+    out = make_pretraining_run(tmp_path / "top", corpus=["recipes"])
+    assert "Where its texts come from" not in card_for_pretraining(out, REPO).text
+
+
+def test_continued_pretraining_names_its_base(tmp_path):
+    card = card_for_pretraining(make_pretraining_run(tmp_path, init_from="google-bert/bert-base-uncased"), REPO)
+    assert card.data.base_model == "google-bert/bert-base-uncased"
+    assert "Pre-training continued from [google-bert/bert-base-uncased]" in card.text
+
+
+def test_the_settings_show_the_vocabulary_the_model_has(tmp_path):
+    # --tokenizer overrides the YAML's vocab_size: the table shows the model's 30,522 entries, not the 8192 it
+    # would have trained (issue 45)
+    out = make_pretraining_run(tmp_path, tokenizer="google-bert/bert-base-uncased")
+    _write(out / "config.json", bert_config(vocab_size=30522))
+    text = body(card_for_pretraining(out, REPO))
+    assert "| Vocabulary | 30,522 |" in text
+    assert "`vocab_size` | 30522 (the model's, from config.json; the run's setting was 8192)" in text
+    assert "8192 |" not in text
+
+
+def make_study(root: Path, pretrained_model: str, steps: int = 1000) -> Path:
+    """What `recipes/study.py --study pretraining --seeds 1 2 3` writes: a pre-trained row and a random-init row."""
+
+    def cell(mean, se, *seeds):
+        return {"ours": mean, "se": se, "seeds": dict(zip(("1", "2", "3"), seeds, strict=False)), "paper": None}
+
+    def row(variant, model, global_step, sst2, mrpc, mrpc_f1):
+        return {
+            "variant": variant,
+            "label": variant,
+            "model": model,
+            "pretraining": {"global_step": global_step, "train_runtime_s": 0.0},
+            "cells": {"sst2": sst2, "mrpc": mrpc, "mrpc_f1": mrpc_f1},
+            "finetune_seconds": 230.0,
+        }
+
+    study = {
+        "study": "pretraining",
+        "columns": [
+            {"key": "sst2", "label": "SST-2", "task": "sst2", "metric": "accuracy", "split": "validation"},
+            {"key": "mrpc", "label": "MRPC", "task": "mrpc", "metric": "accuracy", "split": "validation"},
+            {"key": "mrpc_f1", "label": "MRPC F1", "task": "mrpc", "metric": "f1", "split": "validation"},
+        ],
+        "rows": [
+            row(
+                "pretrained",
+                pretrained_model,
+                steps,
+                cell(83.49, 0.4, 84.29, 83.03, 83.14),
+                cell(71.41, 1.14, 69.12, 72.55, 72.55),
+                cell(79.93, 0.84, 78.28, 80.49, 81.02),
+            ),
+            row(
+                "random",
+                "/home/someone/private/study/pretrain/random",
+                0,
+                cell(81.69, 0.27, 81.54, 81.31, 82.22),
+                cell(69.5, 0.16, 69.4, 69.8, 69.3),
+                cell(75.59, 0.13, 75.63, 75.36, 75.79),
+            ),
+        ],
+        "finetune_args": "--learning_rates 3e-4 --data_root /home/someone/private/glue",
+        "finetune_args_for": ["sst2=--num_train_epochs 1"],
+        "seeds": [1, 2, 3],
+        "majority_baseline": {"sst2": 50.92, "mrpc": 68.38, "mrpc_f1": 81.22},
+    }
+    _write(root / "study.json", study)
+    return root
+
+
+def test_pretraining_with_study(tmp_path):
+    out = make_pretraining_run(tmp_path)
+    study = make_study(tmp_path / "study", "/home/someone/private/study/pretrain/pretrained")
+    card = card_for_pretraining(out, REPO, study_dir=study)
+    assert glue_scores(card) == {("sst2", "accuracy"): 83.49, ("mrpc", "accuracy"): 71.41, ("mrpc", "f1"): 79.93}
+    for r in card.data.eval_results[2:]:  # after the held-out MLM and NSP accuracies
+        assert (r.task_type, r.dataset_type, r.dataset_split) == ("text-classification", "nyu-mll/glue", "validation")
+        assert r.metric_name.endswith("fine-tuned, mean of 3 seeds")
+    assert ModelCard(str(card)).data.eval_results == card.data.eval_results  # the model-index parses back
+    text = card.text
+    assert "| GLUE SST-2 | Accuracy (dev) | 83.49 ± 0.40 | 81.69 ± 0.27 | +1.80 ± 0.48 | 50.92 |" in text
+    assert "| GLUE MRPC | F1 (dev) | 79.93 ± 0.84 | 75.59 ± 0.13 | +4.34 ± 0.85 | 81.22 |" in text
+    assert "mean ± standard error over the 3 fine-tuning seeds" in text and "seeds 1, 2, 3" in text
+    # MRPC accuracy: +1.91 ± 1.15, more than one standard error but within two
+    assert "on GLUE SST-2 Accuracy, GLUE MRPC F1 only" in text
+    assert "majority class still scores higher on GLUE MRPC F1 (81.22 against 79.93)" in text
+    assert "GLUE SST-2 also `--num_train_epochs 1`" in text
+    assert "/home/someone" not in str(card) and "glue (local)" in text  # the study's local paths stay out
+
+
+def test_a_study_without_seeds_shows_the_best_runs(tmp_path):
+    study = make_study(tmp_path / "study", "/elsewhere/pretrained")
+    data = json.loads((study / "study.json").read_text())
+    for row in data["rows"]:
+        row["cells"] = {k: {"ours": c["ours"], "paper": None} for k, c in row["cells"].items()}
+    _write(study / "study.json", {**data, "seeds": []})
+    card = card_for_pretraining(make_pretraining_run(tmp_path), REPO, study_dir=study)
+    assert {r.metric_name for r in card.data.eval_results[2:]} == {
+        "Accuracy (%), fine-tuned, best of the learning-rate grid",
+        "F1 (%), fine-tuned, best of the learning-rate grid",
+    }
+    assert "| GLUE SST-2 | Accuracy (dev) | 83.49 | 81.69 | +1.80 | 50.92 |" in card.text
+    assert "best run of its learning-rate grid (one seed)" in card.text and "standard error" not in card.text
+
+
+def test_study_row_of_this_checkpoint(tmp_path):
+    out = make_pretraining_run(tmp_path)
+    study = make_study(tmp_path / "study", "/elsewhere/pretrained")
+    rows = json.loads((study / "study.json").read_text())["rows"]
+    other = {**rows[0], "variant": "other", "cells": {k: {**c, "ours": 11.0} for k, c in rows[0]["cells"].items()}}
+    _write(study / "study.json", {**json.loads((study / "study.json").read_text()), "rows": [other, *rows]})
+    first = card_for_pretraining(out, REPO, study_dir=study)  # no path matches: the first pre-trained row
+    assert glue_scores(first)[("sst2", "accuracy")] == 11.0
+    rows[0]["model"] = str(out)
+    _write(study / "study.json", {**json.loads((study / "study.json").read_text()), "rows": [other, *rows]})
+    assert glue_scores(card_for_pretraining(out, REPO, study_dir=study))[("sst2", "accuracy")] == 83.49
+
+
+def test_a_study_that_is_not_of_this_checkpoint_is_refused(tmp_path):
+    out = make_pretraining_run(tmp_path)
+    with pytest.raises(CardError, match="nowhere/study.json: no such file"):
+        card_for_pretraining(out, REPO, study_dir=tmp_path / "nowhere")
+    study = make_study(tmp_path / "study", "/elsewhere/pretrained", steps=6000)
+    with pytest.raises(CardError, match="pre-trained for 6,000 steps, this checkpoint for 1,000"):
+        card_for_pretraining(out, REPO, study_dir=study)
+    data = json.loads((study / "study.json").read_text())
+    _write(study / "study.json", {**data, "rows": data["rows"][1:]})
+    with pytest.raises(CardError, match="only randomly initialised"):
+        card_for_pretraining(out, REPO, study_dir=study)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Fine-tuned cards
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_mrpc_metadata_and_table(tmp_path):
+    card = card_for_finetuning(make_mrpc_run(tmp_path), "someone/bert-mrpc", base_model="someone/bert-base-repro")
+    data = card.data
+    assert data.pipeline_tag == "text-classification" and data.base_model == "someone/bert-base-repro"
+    assert data.datasets == ["nyu-mll/glue"] and {"bert", "bert_repro", "glue", "mrpc"} <= set(data.tags)
+    assert data.metrics == ["accuracy", "f1"]
+    values = by_metric(card)
+    assert values[("validation", "F1 (%)")] == 87.3  # 0.873 -> 87.3
+    assert values[("validation", "Accuracy (%)")] == 81.37
+    for r in data.eval_results:
+        assert (r.task_type, r.dataset_type, r.dataset_config, r.dataset_split) == (
+            "text-classification",
+            "nyu-mll/glue",
+            "mrpc",
+            "validation",
+        )
+    text = card.text
+    assert "| dev | F1 (main) | 87.30 | – | 88.9 (test) | 89.3 (test) |" in text  # beside the paper's Table 1
+    assert "| dev | Accuracy | 81.37 | – | – | – |" in text
+    assert "Majority class: not recorded by the run" in text  # results.json of an earlier version
+    assert "GLUE test-server scores" in text and "ours are dev scores" in text
+    assert "| 2e-05 | 42 | 87.30 | 311.2 | yes |" in text and "| 5e-05 | 42 | 85.12 | 311.2 |  |" in text
+    assert "Learning rates 5e-05, 4e-05, 3e-05, 2e-05 x seeds 42: 4 runs" in text
+    assert "warm-up over 10% of the steps" in text
+    assert "| Parameters | 109,483,778 |" in text
+    assert "F1 88.85 on dev (bert-base-cased; transformers run_glue README" in text
+    assert 'classifier({"text": ' in text and "AutoModelForSequenceClassification" in text
+
+
+def test_a_run_that_predicts_one_label_is_flagged_beside_the_majority_class(tmp_path):
+    # MRPC at 81.22 F1 with every prediction "equivalent" (paraphrase) is the majority class's score, not a model's.
+    out = make_mrpc_run(tmp_path)
+    summary = json.loads((out / "results.json").read_text())
+    summary["best"]["validation"] = {"accuracy": 0.6838, "f1": 0.8122}
+    summary["best"]["one_label"] = {"validation": "equivalent"}
+    summary["majority_baseline"] = {"validation": {"accuracy": 0.6838, "f1": 0.8122}}
+    _write(out / "results.json", summary)
+    text = card_for_finetuning(out, "someone/bert-mrpc").text
+    assert "| dev | F1 (main) | 81.22 | 81.22 | 88.9 (test) | 89.3 (test) |" in text
+    assert "| dev | Accuracy | 68.38 | 68.38 | – | – |" in text
+    assert "the score a model must\nbeat to have learned anything" in text
+    assert '**This model predicts "equivalent" for every example of the dev split: it learned nothing' in text
+
+
+def test_mrpc_base_model_from_the_run(tmp_path):
+    local = card_for_finetuning(make_mrpc_run(tmp_path / "a", model="/home/someone/runs/base"), "someone/m")
+    assert local.data.base_model is None  # a local checkpoint is no Hub id
+    assert "Pre-trained checkpoint: base (local)." in local.text
+    hub = card_for_finetuning(make_mrpc_run(tmp_path / "b", model="google-bert/bert-base-uncased"), "someone/m")
+    assert hub.data.base_model == "google-bert/bert-base-uncased"
+
+
+def test_squad_v2_card(tmp_path):
+    card = card_for_finetuning(make_squad_v2_run(tmp_path), "someone/bert-squad2")
+    data = card.data
+    assert data.pipeline_tag == "question-answering" and data.datasets == ["rajpurkar/squad_v2"]
+    assert data.base_model == "google-bert/bert-base-uncased"
+    types = {r.metric_type: r.metric_value for r in data.eval_results}
+    # SQuAD metrics are percent already: not multiplied again
+    assert types == {
+        "exact_match": 71.2,
+        "f1": 74.6,
+        "best_exact": 72.9,
+        "best_f1": 75.8,
+        "HasAns_f1": 78.1,
+        "NoAns_f1": 71.0,
+    }
+    assert all(r.dataset_config is None and r.dataset_split == "validation" for r in data.eval_results)
+    text = card.text
+    assert "| dev | F1, null threshold tuned on this split | 75.80 | – | – | 81.9 (dev) |" in text
+    assert "| dev | Exact match, null threshold tuned on this split | 72.90 | – | – | 78.7 (dev) |" in text
+    assert "threshold chosen: -1.73" in text and "like ours" in text
+    assert "SQuAD2 (local)" in text and "/home/someone" not in text
+    assert "CC BY-SA 4.0" in text
+    assert "qa(question=" in text and "AutoModelForQuestionAnswering" in text
+
+
+def test_finetuning_card_without_run_config_or_model(tmp_path):
+    out = make_mrpc_run(tmp_path)
+    (out / "run_config.json").unlink()
+    (out / "model" / "config.json").unlink()
+    text = str(card_for_finetuning(out, "someone/bert-mrpc"))
+    assert "The run's settings (`run_config.json`): not recorded." in text
+    assert "Architecture: not recorded" in text
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Every card: valid, readable, private
+# ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cards(tmp_path):
+    return all_cards(tmp_path)
+
+
+def test_cards_round_trip(cards):
+    for name, card in cards.items():
+        text = str(card)
+        parsed = ModelCard(text)
+        assert parsed.data.eval_results == card.data.eval_results, name
+        assert parsed.data.to_dict() == card.data.to_dict(), name
+        assert str(parsed) == text, name
+        front_matter = yaml.safe_load(REGEX_YAML_BLOCK.search(text).group(2))
+        assert front_matter == card.data.to_dict(), name
+        model_index = front_matter["model-index"]
+        model_name, results = model_index_to_eval_results(model_index)
+        assert model_name == card.data.model_name and results == card.data.eval_results, name
+        assert eval_results_to_model_index(model_name, results) == model_index, name
+
+
+def test_cards_are_readable(cards):
+    repos = {
+        "pretraining": REPO,
+        "pretraining_study": REPO,
+        "mrpc": "someone/bert-mrpc",
+        "squad_v2": "someone/bert-squad2",
+    }
+    for name, card in cards.items():
+        text = card.text
+        positions = [text.find(section) for section in SECTIONS]
+        assert -1 not in positions and positions == sorted(positions), (name, positions)
+        assert not re.search(r"{{|}}|{%|%}|{#|#}", text.replace("{BERT}", "").replace("{A}", "")), name
+        assert not re.search(r"\bNone\b|\bnan\b|\bNaN\b", text), name
+        assert "\n\n\n" not in text, name
+        repo = repos[name]
+        assert f'AutoTokenizer.from_pretrained("{repo}")' in text, name
+        assert re.search(rf'from_pretrained\("{re.escape(repo)}", trust_remote_code=True\)', text), name
+        assert "import bert_repro" in text and "Apache License 2.0" in text, name
+        assert "@inproceedings{devlin-etal-2019-bert" in text and "N19-1423" in text, name
+        for table_row in (line for line in text.splitlines() if line.startswith("|")):
+            assert table_row.endswith("|"), (name, table_row)
+        for line in (line for line in text.splitlines() if "training loss" in line.lower()):  # issue 45
+            assert "mean over" in line or "last logged" in line, (name, line)
+
+
+def test_cards_say_what_the_model_is_for_and_not(cards):
+    # transformers' Trainer cards have "## Intended uses & limitations"; ours had limitations only (issue 45)
+    def section(name):
+        text = " ".join(cards[name].text.split())
+        return text[text.index("## Intended uses & limitations") :]
+
+    pretrained = section("pretraining")
+    assert "Intended use: a pre-trained encoder to fine-tune on a downstream task" in pretrained
+    assert "it does not generate text" in pretrained
+    assert (
+        "This checkpoint saw 0.0125% of the paper's pre-training sequences, from 612 documents (1,931,270 tokens); the "
+        "paper's came from BooksCorpus and English Wikipedia (3,300 million words)" in pretrained
+    )
+    mrpc = section("mrpc")
+    assert "Intended use: text classification of inputs like those of GLUE MRPC (`sentence1`, `sentence2`)" in mrpc
+    assert "the paper's scores are those of BERT-BASE and BERT-LARGE" in mrpc and "does not generate text" in mrpc
+    squad = section("squad_v2")
+    assert "Intended use: question answering of inputs like those of SQuAD v2.0 (`question`, `context`)" in squad
+
+
+def test_cards_list_the_framework_versions_the_run_recorded_else_say_whose(tmp_path):
+    # Trainer's cards list Transformers, Pytorch, Datasets and Tokenizers; ours listed none (issue 45)
+    import torch
+    import transformers
+
+    out = make_pretraining_run(tmp_path)
+    text = body(card_for_pretraining(out, REPO))
+    now = "(installed when this card was made; the run did not record it)"
+    assert f"- Transformers {transformers.__version__} {now}" in text and f"- Pytorch {torch.__version__} {now}" in text
+    assert f"- bert_repro {bert_repro.__version__} {now}" in text
+    _write(out / "config.json", bert_config(transformers_version="5.17.0"))
+    assert "- Transformers 5.17.0 (config.json: the version that saved the model)" in body(
+        card_for_pretraining(out, REPO)
+    )
+    versions = framework_versions()
+    assert set(versions) == {"transformers", "torch", "datasets", "tokenizers", "bert_repro"}
+    results = json.loads((out / "results.json").read_text())
+    _write(out / "results.json", {**results, "versions": {**versions, "torch": "2.11.0"}})
+    text = body(card_for_pretraining(out, REPO))
+    assert "- Pytorch 2.11.0\n" in text and "installed when this card was made" not in text
+    mrpc = make_mrpc_run(tmp_path)
+    _write(mrpc / "model" / "config.json", bert_config("base", 30522, transformers_version="5.17.0"))
+    assert "- Transformers 5.17.0 (config.json" in body(card_for_finetuning(mrpc, "someone/bert-mrpc"))
+
+
+def test_a_subsampled_fine_tune_says_so_in_its_limitations(tmp_path):
+    out = make_mrpc_run(tmp_path)
+    record = json.loads((out / "run_config.json").read_text())
+    record["run"]["max_train_samples"] = 500
+    _write(out / "run_config.json", record)
+    text = " ".join(card_for_finetuning(out, "someone/bert-mrpc").text.split())
+    assert "Fine-tuned on the first 500 rows of the train split only, the paper on the whole split." in text
+
+
+def test_cards_keep_secrets_and_local_paths_out(cards):
+    for name, card in cards.items():
+        text = str(card)
+        assert FAKE_TOKEN not in text and "<HUB_TOKEN>" not in text, name
+        for private in (
+            "/home/someone",
+            "private-run-name",
+            "someone/private-repo",
+            "someone/private-space",
+            "hub_token",
+            "output_dir",
+        ):
+            assert private not in text, (name, private)
+
+
+def test_a_card_holding_a_secret_is_refused(tmp_path):
+    out = make_pretraining_run(tmp_path, model_overrides=json.dumps({"note": FAKE_TOKEN}))
+    with pytest.raises(CardError, match="HF_TOKEN"):
+        card_for_pretraining(out, REPO)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Picking the card for a directory, and the command line
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_card_for_directory_picks_the_kind(tmp_path):
+    pre, mrpc = make_pretraining_run(tmp_path), make_mrpc_run(tmp_path)
+    assert run_kind(pre) == "pretraining" and run_kind(mrpc) == "finetuning"
+    assert run_kind(mrpc / "model") == "finetuning"
+    assert card_for_directory(pre, REPO).data.pipeline_tag == "fill-mask"
+    assert card_for_directory(mrpc / "model", "someone/m").data.pipeline_tag == "text-classification"
+    assert card_path(mrpc) == mrpc / "model" / "README.md" and card_path(pre) == pre / "README.md"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CardError, match="neither a pre-training run"):
+        card_for_directory(tmp_path / "empty", REPO)
+
+
+def test_command_line_writes_the_card_beside_the_weights(tmp_path, capsys):
+    mrpc = make_mrpc_run(tmp_path)
+    written = model_card.main([str(mrpc), "someone/bert-mrpc", "--base_model", "someone/bert-base-repro"])
+    assert written == mrpc / "model" / "README.md"
+    card = ModelCard.load(written)
+    assert card.data.base_model == "someone/bert-base-repro" and card.data.eval_results
+    pre, study = make_pretraining_run(tmp_path), make_study(tmp_path / "study", "/elsewhere/pretrained")
+    written = model_card.main([str(pre), REPO, "--study", str(study)])
+    assert written == pre / "README.md"
+    assert glue_scores(ModelCard.load(written))[("mrpc", "f1")] == 79.93
+    with pytest.raises(SystemExit):
+        model_card.main([str(mrpc), "someone/bert-mrpc", "--study", str(study)])
+
+
+def test_each_dev_split_sits_beside_its_paper_number(tmp_path):
+    """MNLI: dev matched / mismatched beside the paper's test matched / mismatched; CoNLL: dev and test each."""
+    mnli = {"validation_matched": {"accuracy": 0.8412}, "validation_mismatched": {"accuracy": 0.8455}}
+    hp = {
+        "learning_rates": [2e-05],
+        "seeds": [42],
+        "num_train_epochs": 3.0,
+        "per_device_train_batch_size": 32,
+        "max_seq_length": 128,
+        "warmup": 0.1,
+        "weight_decay": 0.01,
+    }
+    run = {"learning_rate": 2e-05, "seed": 42, "train_seconds": 9000.0, **mnli, "score": 0.8412}
+    out = _finetuning_run(
+        tmp_path,
+        "mnli",
+        "mnli",
+        "runs/base",
+        {"_main": "accuracy", **run},
+        [run],
+        hp,
+        {},
+        3,
+        "BertReproForSequenceClassification",
+    )
+    card = card_for_finetuning(out, "someone/bert-mnli")
+    assert "| dev matched | Accuracy (main) | 84.12 | – | 84.6 (test matched) | 86.7 (test matched) |" in card.text
+    mismatched = "| dev mismatched | Accuracy (main) | 84.55 | – | 83.4 (test mismatched) | 85.9 (test mismatched) |"
+    assert mismatched in card.text
+    assert {r.dataset_split for r in card.data.eval_results} == {"validation_matched", "validation_mismatched"}
+
+    conll = {
+        "validation": {"entity_f1": 0.951, "entity_precision": 0.948, "entity_recall": 0.954, "accuracy": 0.99},
+        "test": {"entity_f1": 0.912, "entity_precision": 0.905, "entity_recall": 0.919, "accuracy": 0.98},
+    }
+    run = {"learning_rate": 3e-05, "seed": 42, "train_seconds": 900.0, **conll, "score": 0.951}
+    out = _finetuning_run(
+        tmp_path,
+        "conll",
+        "conll2003",
+        "runs/base",
+        {"_main": "entity_f1", **run},
+        [run],
+        hp,
+        {},
+        9,
+        "BertReproForTokenClassification",
+    )
+    card = card_for_finetuning(out, "someone/bert-conll")
+    assert card.data.pipeline_tag == "token-classification"
+    assert "| dev | Entity F1 (main) | 95.10 | – | 96.4 (dev) | 96.6 (dev) |" in card.text
+    assert "| test | Entity F1 (main) | 91.20 | – | 92.4 (test) | 92.8 (test) |" in card.text
+    assert "Evaluated on the dev and test splits" in card.text and 'tagger("' in card.text

@@ -1,0 +1,241 @@
+"""The fused dropout + residual add + LayerNorm kernels (`fused_dropout_add_norm`), run on the CPU under Triton's
+interpreter (conftest.py sets TRITON_INTERPRET=1): values and gradients against an eager reference that applies
+the kernel's own mask, the keep rate, the backward's mask, the threshold's edge, the custom ops' registration, and
+one graph under torch.compile.
+
+The interpreter runs each program in numpy: the sizes stay small (one keep-rate check over 10^6 numbers).
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from support.models import tiny_config
+from torch import nn
+
+pytest.importorskip("triton")
+
+from bert_repro import BertReproForPreTraining
+from bert_repro.model import dropout_add_layer_norm as fused
+from bert_repro.model.dropout_add_layer_norm import (
+    FusedOutput,
+    FusedSelfOutput,
+    dropout_add_layer_norm,
+    keep_mask,
+    random_numbers,
+    threshold_and_scale,
+)
+
+
+def layer_norm(n: int, seed: int = 0) -> nn.LayerNorm:
+    torch.manual_seed(seed)
+    norm = nn.LayerNorm(n, eps=1e-12)
+    nn.init.normal_(norm.weight, 1.0, 0.5)
+    nn.init.normal_(norm.bias, 0.0, 0.5)
+    return norm
+
+
+def fused_and_reference(rows, n, p, x_dtype=torch.float32, residual_dtype=torch.float32, out_dtype=None, seed=11):
+    """(fused output and gradients, reference output and gradients) for random inputs and upstream gradient; the
+    reference applies the kernel's own keep mask with torch's ops in float32."""
+    torch.manual_seed(1)
+    x = torch.randn(rows, n).to(x_dtype)
+    residual = torch.randn(rows, n).to(residual_dtype)
+    norm = layer_norm(n)
+    seed = torch.tensor([seed])
+    a, b = (x.clone().requires_grad_(), residual.clone().requires_grad_())
+    y = dropout_add_layer_norm(a, b, norm, p, True, out_dtype=out_dtype, seed=seed)
+    dy = torch.randn(y.shape).to(y.dtype)
+    y.backward(dy)
+    got = (y, a.grad, b.grad, norm.weight.grad, norm.bias.grad)
+
+    keep = keep_mask(seed, rows, n, p)
+    scale = threshold_and_scale(p)[1]
+    a2, b2 = x.float().requires_grad_(), residual.float().requires_grad_()
+    w2, bias2 = norm.weight.detach().clone().requires_grad_(), norm.bias.detach().clone().requires_grad_()
+    y2 = F.layer_norm(b2 + a2 * keep * scale, (n,), w2, bias2, norm.eps)
+    y2.backward(dy.float())
+    return got, (y2, a2.grad, b2.grad, w2.grad, bias2.grad), keep
+
+
+NAMES = ("output", "x grad", "residual grad", "weight grad", "bias grad")
+
+
+@pytest.mark.parametrize("rows,n", [(7, 48), (5, 40), (3, 64)])
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_float32_output_and_gradients_equal_the_reference_with_the_kernels_mask(rows, n, p):
+    """Rows not a multiple of the backward's programs (7 rows, 4 programs), widths not a power of two (48, 40)."""
+    got, want, keep = fused_and_reference(rows, n, p)
+    assert 0 < int(keep.sum()) < keep.numel()
+    for name, a, b in zip(NAMES, got, want):
+        assert a.dtype == torch.float32, name
+        assert (a - b).abs().max() < 1e-5, f"{name}: {(a - b).abs().max():.2e}"
+
+
+def test_bf16_input_float32_residual_as_under_autocast():
+    """The dense layer's bf16 output with the float32 residual stream: the output stays float32, x's gradient is
+    bf16; values at bf16 tolerance (the reference rounds nothing, the kernel rounds only the stored gradient)."""
+    got, want, _ = fused_and_reference(6, 64, 0.1, x_dtype=torch.bfloat16)
+    assert got[0].dtype == torch.float32 and got[1].dtype == torch.bfloat16 and got[2].dtype == torch.float32
+    for name, a, b in zip(NAMES, got, want):
+        assert (a.float() - b).abs().max() < 2e-2 * (1 + b.abs().max()), name
+
+
+def test_bf16_residual_opt_in_writes_bf16_and_stays_close():
+    got, want, _ = fused_and_reference(6, 64, 0.1, x_dtype=torch.bfloat16, out_dtype=torch.bfloat16)
+    assert got[0].dtype == torch.bfloat16 and got[2].dtype == torch.float32
+    for name, a, b in zip(NAMES, got, want):
+        assert (a.float() - b).abs().max() < 3e-2 * (1 + b.abs().max()), name
+
+
+def test_without_dropout_it_is_layer_norm_of_the_sum():
+    """p = 0 (and eval mode): exactly LayerNorm(x + residual), no column dropped."""
+    torch.manual_seed(2)
+    x, residual, norm = torch.randn(5, 48), torch.randn(5, 48), layer_norm(48)
+    want = F.layer_norm(residual + x, (48,), norm.weight, norm.bias, norm.eps)
+    for p, training in ((0.0, True), (0.1, False)):
+        got = dropout_add_layer_norm(x, residual, norm, p, training)
+        assert (got - want).abs().max() < 1e-5
+
+
+def test_keep_rate_within_binomial_bounds_over_a_million_numbers():
+    p = 0.1
+    keep = keep_mask(torch.tensor([3]), 64, 16384, p)
+    n, q = keep.numel(), 1 - threshold_and_scale(p)[0] / 65536
+    assert n >= 10**6
+    assert abs(int(keep.sum()) - n * q) < 5 * math.sqrt(n * q * (1 - q))
+    # rows and seeds draw their own numbers
+    assert not torch.equal(keep[0], keep[1])
+    assert not torch.equal(keep_mask(torch.tensor([4]), 2, 64, p), keep_mask(torch.tensor([3]), 2, 64, p))
+
+
+def test_the_backward_drops_exactly_what_the_forward_dropped():
+    """x's gradient is the residual's gradient scaled where the forward kept x, and exactly zero where it
+    dropped it: the backward regenerates the forward's mask (another offset or seed would not)."""
+    got, _, keep = fused_and_reference(8, 64, 0.3)
+    _, x_grad, residual_grad, _, _ = got
+    scale = threshold_and_scale(0.3)[1]
+    assert torch.equal(x_grad == 0, ~keep)
+    assert (x_grad - residual_grad * keep * scale).abs().max() < 1e-6
+
+
+def test_a_number_equal_to_the_threshold_is_kept():
+    """keep = number >= round(p * 65536): with p set so that the threshold equals one of the numbers drawn, that
+    column is kept and the next smaller number's column dropped."""
+    seed, rows, n = torch.tensor([5]), 4, 64
+    numbers = random_numbers(seed, rows, n)
+    assert numbers.min() >= 0 and numbers.max() < 65536
+    edge = int(numbers[2, 17])
+    p = edge / 65536
+    assert threshold_and_scale(p)[0] == edge
+    keep = keep_mask(seed, rows, n, p)
+    assert torch.equal(keep, numbers >= edge)
+    # and the forward and backward keep by the same rule (x's gradient is zero exactly where x was dropped)
+    a = torch.ones(rows, n, requires_grad=True)
+    dropout_add_layer_norm(a, torch.randn(rows, n), layer_norm(n), p, True, seed=seed).sum().backward()
+    assert torch.equal(a.grad != 0, numbers >= edge)
+
+
+def test_eight_numbers_per_philox_draw():
+    """Column k * M + j of a row takes half k % 2 of word k // 2 of the row's draw j (M = n / 8 for a power of
+    two): checked against Philox4x32-10 written out here."""
+    seed, rows, n = 0x1234ABCD, 2, 64
+    numbers = random_numbers(torch.tensor([seed]), rows, n)
+    m = n // 8
+    for row in range(rows):
+        for j in range(0, m, 3):
+            words = philox4x32(row * m + j, seed)
+            for k in range(8):
+                assert int(numbers[row, k * m + j]) == (words[k // 2] >> (16 * (k % 2))) & 0xFFFF
+
+
+def philox4x32(counter: int, seed: int, rounds: int = 10) -> list[int]:
+    """Philox4x32 (Salmon et al., 2011) on counter (counter, 0, 0, 0) and key (seed's low and high words), as
+    Triton's `randint4x` computes it."""
+    mask = 0xFFFFFFFF
+    c = [counter & mask, 0, 0, 0]
+    k0, k1 = seed & mask, (seed >> 32) & mask
+    for _ in range(rounds):
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [((p1 >> 32) ^ c[1] ^ k0) & mask, p1 & mask, ((p0 >> 32) ^ c[3] ^ k1) & mask, p0 & mask]
+        k0, k1 = (k0 + 0x9E3779B9) & mask, (k1 + 0xBB67AE85) & mask
+    return c
+
+
+def test_custom_ops_pass_opcheck():
+    torch.manual_seed(0)
+    x, residual, norm = torch.randn(5, 40), torch.randn(5, 40), layer_norm(40)
+    seed = torch.tensor([9])
+    args = (x, residual, norm.weight, norm.bias, seed, 0.1, 1e-12, 0)
+    torch.library.opcheck(torch.ops.bert_repro.dropout_add_layer_norm.default, args)
+    with torch.no_grad():
+        y, z, mean, rstd = torch.ops.bert_repro.dropout_add_layer_norm(*args)
+    torch.library.opcheck(
+        torch.ops.bert_repro.dropout_add_layer_norm_backward.default,
+        (torch.randn_like(y), z, norm.weight.detach(), mean, rstd, seed, 0.1, 0),
+    )
+
+
+def test_the_switch_builds_the_fused_modules_and_keeps_the_models_values():
+    """With dropout off, the model with the switch computes the plain model's loss and gradients (its parameters
+    and state_dict keys are the paper modules')."""
+    config = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    plain = BertReproForPreTraining(tiny_config(**config)).train()
+    fast = BertReproForPreTraining(tiny_config(fused_dropout_add_norm=True, **config)).train()
+    fast.load_state_dict(plain.state_dict())
+    assert plain.state_dict().keys() == fast.state_dict().keys()
+    layer = fast.bert.encoder.layer[0]
+    assert type(layer.attention.output) is FusedSelfOutput and type(layer.output) is FusedOutput
+    batch = _batch()
+    a, b = plain(**batch), fast(**batch)
+    a.loss.backward()
+    b.loss.backward()
+    assert (a.loss - b.loss).abs() < 1e-5
+    for (name, p1), p2 in zip(plain.named_parameters(), fast.parameters()):
+        assert (p1.grad - p2.grad).abs().max() < 1e-5, name
+
+
+def _batch():
+    torch.manual_seed(3)
+    ids = torch.randint(5, 99, (2, 8))
+    labels = torch.full_like(ids, -100)
+    labels[:, 2] = ids[:, 2]
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "labels": labels,
+        "next_sentence_label": torch.tensor([0, 1]),
+    }
+
+
+def test_compiled_training_step_is_one_graph():
+    """forward + backward of the model with the switch and dropout on, under torch.compile: no graph break, one
+    compilation over steps of new random masks (the seed is drawn in the graph, not in Python)."""
+    import torch._dynamo
+    from torch._dynamo.testing import CompileCounterWithBackend
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = BertReproForPreTraining(tiny_config(fused_dropout_add_norm=True)).train()
+    backend = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(model, backend=backend)
+    losses, batch = [], _batch()
+    for _ in range(3):
+        loss = compiled(**batch).loss
+        loss.backward()
+        losses.append(float(loss))
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    assert backend.frame_count == 1
+    assert len(set(losses)) == 3  # each step its own dropout masks
+    torch._dynamo.reset()
+
+
+def test_kernels_run_only_where_they_can(monkeypatch):
+    """On the CPU only under the interpreter; elsewhere the module computes the paper's ops."""
+    assert fused.runs_kernel(torch.zeros(1))
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert not fused.runs_kernel(torch.zeros(1))

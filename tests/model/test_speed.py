@@ -1,0 +1,801 @@
+"""The speed switches: each must leave the results as they are (within float rounding).
+
+- `unpad_inputs`: unpad/pad round trip, unpadded encoder == padded encoder (outputs at real tokens, loss and
+  gradients), the variable-length attention call, gradient checkpointing on top; the written-out grouped attention
+  (`GroupedAttention`) against finite differences and against padded attention with the same dropout masks.
+- `compile_layers` (regional torch.compile): compiled == eager, forward and gradients.
+- `fast_dropout`: the drop share, the scale, the gradient's mask; the model unchanged in eval mode.
+- sparse MLM prediction == dense is in test_modeling.py (test_sparse_prediction_equals_dense).
+Parity with transformers with `unpad_inputs` on is part of test_modeling.py's parity tests.
+"""
+
+import ast
+import importlib
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.models import padded_batch, tiny_config
+from transformers import AttentionInterface
+
+import bert_repro.model.grouped_attention as grouped_attention
+import bert_repro.model.modeling_bert_repro as modeling
+from bert_repro import (
+    BertReproConfig,
+    BertReproForMaskedLM,
+    BertReproForPreTraining,
+    BertReproForSequenceClassification,
+    BertReproModel,
+)
+from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
+from bert_repro.model.fast_dropout import FastDropout, fast_dropout
+from bert_repro.model.grouped_attention import GroupedAttention
+from bert_repro.model.speed_paths import SPEED_PATHS
+from bert_repro.model.tied_gradients import TiedGradientEmbeddings, TiedGradientMLMHead
+from bert_repro.model.unpadding import SpeedEncoder, SpeedLayer, SpeedSelfAttention, Unpadded
+
+ALL_SWITCHES = dict.fromkeys(SPEED_SWITCHES, True)
+
+
+@st.composite
+def masks(draw):
+    batch = draw(st.integers(1, 5))
+    seq = draw(st.integers(1, 9))
+    rows = draw(st.lists(st.lists(st.booleans(), min_size=seq, max_size=seq), min_size=batch, max_size=batch))
+    return torch.tensor(rows, dtype=torch.long)
+
+
+@settings(max_examples=60, deadline=None)
+@given(masks(), st.integers(1, 4))
+def test_unpad_pad_round_trip(mask, width):
+    """Any mask (right or left padding, holes, empty rows): unpad keeps the real tokens in row-major order and
+    pad puts them back with zeros at the padding; cu_seqlens are the row lengths."""
+    unpadded = Unpadded.from_attention_mask(mask)
+    if bool(mask.all()) or not bool(mask.any()):
+        assert unpadded is None  # nothing to remove or nothing to keep: the padded path runs unchanged
+        return
+    x = torch.randn(*mask.shape, width)
+    tokens = unpadded.unpad(x)
+    assert torch.equal(tokens, x[mask.bool()])  # boolean indexing is row-major too
+    assert torch.equal(unpadded.pad(tokens), x * mask[..., None])
+    assert torch.equal(unpadded.unpad(unpadded.pad(tokens)), tokens)
+    assert unpadded.cu_seqlens.tolist() == [0] + mask.sum(1).cumsum(0).tolist()
+    assert unpadded.max_seqlen == int(mask.sum(1).max())
+
+
+def _train_step(model, batch, **labels):
+    model.zero_grad()
+    out = model(**batch, **labels)
+    out.loss.backward()
+    return out, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+def _left_padded(batch):
+    """The same rows with the padding moved to the left."""
+    lengths = batch["attention_mask"].sum(1)
+    out = {k: torch.zeros_like(v) for k, v in batch.items()}
+    seq = batch["input_ids"].shape[1]
+    for row, n in enumerate(lengths.tolist()):
+        for key in batch:
+            out[key][row, seq - n :] = batch[key][row, :n]
+    return out
+
+
+@pytest.mark.parametrize("batch_size", [4, 21], ids=["one-group", "three-groups"])
+@pytest.mark.parametrize("layout", ["right", "left"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
+def test_unpadded_training_equals_padded(layout, checkpointing, batch_size):
+    """Loss and every gradient, with the sparse MLM head, unpadded vs padded (dropout off).
+
+    Left padding with the MLM head only: the pooler reads position 0, which left padding makes a pad token."""
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
+    model_cls = BertReproForPreTraining if layout == "right" else BertReproForMaskedLM
+    torch.manual_seed(0)
+    padded = model_cls(config).train()
+    unpadded = model_cls(
+        tiny_config(
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, unpad_inputs=True, sparse_prediction=True
+        )
+    ).train()
+    unpadded.load_state_dict(padded.state_dict())
+    if checkpointing:
+        unpadded.activation_checkpointing_enable()
+    batch = padded_batch(config.vocab_size, batch=batch_size, seq=16)
+    if layout == "left":
+        batch = _left_padded(batch)
+    real = batch["attention_mask"].bool()
+    labels = torch.full_like(batch["input_ids"], -100)
+    picks = real & (torch.rand(real.shape, generator=torch.Generator().manual_seed(1)) < 0.3)
+    labels[picks] = batch["input_ids"][picks]
+    extra = {"next_sentence_label": torch.arange(batch_size) % 2} if layout == "right" else {}
+    a, grads_a = _train_step(padded, batch, labels=labels, **extra)
+    b, grads_b = _train_step(unpadded, batch, labels=labels, **extra)
+    assert torch.allclose(a.loss, b.loss, atol=1e-6)
+    logits_a, logits_b = (o.prediction_logits if layout == "right" else o.logits for o in (a, b))
+    assert logits_a.shape[0] == int(picks.sum())  # sparse: the masked positions only
+    assert torch.allclose(logits_a, logits_b, atol=1e-5)
+    assert grads_a.keys() == grads_b.keys()
+    worst = max((grads_a[k] - grads_b[k]).abs().max().item() for k in grads_a)
+    assert worst < 1e-5, worst
+
+
+def test_batches_without_padding_take_the_grouped_attention_when_it_runs(monkeypatch):
+    """With the written-out grouped attention (eager kernel, or SDPA + fast_dropout in training), a batch with
+    no padding goes through the unpadded path too (one fused Q/K/V product): loss and gradients equal the plain
+    model's. In eval mode with SDPA it keeps the padded path."""
+    calls = []
+    apply = GroupedAttention.apply
+    monkeypatch.setattr(GroupedAttention, "apply", lambda *args: calls.append(1) or apply(*args))
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
+    torch.manual_seed(0)
+    plain = BertReproForPreTraining._from_config(config, attn_implementation="eager").train()
+    fast = BertReproForPreTraining._from_config(
+        tiny_config(
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            unpad_inputs=True,
+            last_layer_subset=True,
+            sparse_prediction=True,
+        ),
+        attn_implementation="eager",
+    ).train()
+    fast.load_state_dict(plain.state_dict())
+    batch = padded_batch(config.vocab_size, batch=5, seq=12)
+    batch["attention_mask"] = torch.ones_like(batch["attention_mask"])
+    labels = batch["input_ids"].masked_fill(torch.rand(batch["input_ids"].shape) > 0.3, -100)
+    extra = dict(labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0, 1]))
+    a, grads_a = _train_step(plain, batch, **extra)
+    assert calls == []
+    b, grads_b = _train_step(fast, batch, **extra)
+    assert len(calls) == config.num_hidden_layers
+    assert torch.allclose(a.loss, b.loss, atol=1e-6)
+    worst = max((grads_a[k] - grads_b[k]).abs().max().item() for k in grads_a)
+    assert worst < 1e-5, worst
+    sdpa = BertReproModel(tiny_config(unpad_inputs=True)).eval()
+    with torch.no_grad():
+        sdpa(**batch)
+    assert len(calls) == config.num_hidden_layers
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 7), min_size=1, max_size=20), st.integers(1, 5))
+def test_attention_groups_cover_every_token_once(lengths, rows_per_group):
+    """Groups of similar length: every real token sits in exactly one grid cell, in its own row's grid row at its
+    own position; padding cells repeat a token of their own row and are exactly the cells the key mask hides;
+    `scatter` brings the tokens back in order."""
+    seq = max(max(lengths), 1)
+    mask = torch.tensor([[1] * n + [0] * (seq - n) for n in lengths])
+    unpadded = Unpadded.from_attention_mask(mask)
+    if unpadded is None:
+        return
+    groups = unpadded.attention_groups(rows_per_group)
+    tokens = int(mask.sum())
+    row_of = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))  # token -> its row
+    position_of = torch.cat([torch.arange(n) for n in lengths])  # token -> its position in the row
+    assert torch.equal(groups.gather[groups.scatter], torch.arange(tokens))  # cell of token t holds token t
+    assert len(set(groups.scatter.tolist())) == tokens
+    cells, firsts_seen = 0, []
+    for size, (rows, width, key_mask) in zip(groups.sizes, groups.groups, strict=True):
+        assert size == rows * width and rows <= rows_per_group
+        first, cells = cells, cells + size
+        grid = groups.gather[first : first + rows * width].view(rows, width)
+        assert width == max(lengths[int(row_of[r[0]])] for r in grid)  # padded to the group's longest row
+        for r in grid:  # one source row per grid row, its tokens in order at the front
+            assert len(set(row_of[r].tolist())) == 1
+        real_cells = torch.zeros(rows * width, dtype=torch.bool)
+        real_cells[[c - first for c in groups.scatter.tolist() if first <= c < first + rows * width]] = True
+        real_cells = real_cells.view(rows, width)
+        assert torch.equal(position_of[grid][real_cells], torch.arange(width).expand(rows, width)[real_cells])
+        if groups.starts[len(firsts_seen)] is not None:  # a grid read as a slice: consecutive tokens
+            start = groups.starts[len(firsts_seen)]
+            assert torch.equal(grid.flatten(), torch.arange(start, start + rows * width))
+        firsts_seen.append(first)
+        if key_mask is None:
+            assert bool(real_cells.all())
+        else:  # the key mask marks exactly the cells that hold their own token
+            assert torch.equal(key_mask.reshape(rows, width), real_cells)
+    assert cells == len(groups.gather)
+    firsts = torch.tensor([0, *groups.sizes[:-1]]).cumsum(0)
+    group_lengths = [lengths[int(row_of[groups.gather[first]])] for first in firsts]
+    assert group_lengths == sorted(group_lengths, reverse=True)  # longest first
+
+
+# 3 rows per group below. "scattered": 3 grids, two with padding cells, one empty row. "slices": the first and last
+# grids are consecutive tokens without padding (read and written as slices), the middle one is not.
+GROUP_LENGTHS = {"scattered": [5, 1, 7, 7, 2, 6, 3, 0, 4], "slices": [7, 7, 7, 5, 5, 0, 3, 3]}
+
+
+def _grouped_inputs(dtype, first_only, lengths="scattered", heads=2, head_size=3, seed=0):
+    """The mask, its groups, and the inputs of `GroupedAttention`: (tokens, 3 * hidden) projections, or with
+    first_only (tokens, 2 * hidden) keys/values plus (sequences, hidden) queries at the first tokens."""
+    mask = torch.tensor([[1] * n + [0] * (7 - n) for n in GROUP_LENGTHS[lengths]])
+    groups = Unpadded.from_attention_mask(mask).attention_groups(rows_per_group=3)
+    assert groups.starts == ([None, None, None] if lengths == "scattered" else [0, None, 34])
+    generator = torch.Generator().manual_seed(seed)
+    hidden = heads * head_size
+    qkv = torch.randn(int(mask.sum()), (2 if first_only else 3) * hidden, dtype=dtype, generator=generator)
+    queries = torch.randn(int((mask.sum(1) > 0).sum()), hidden, dtype=dtype, generator=generator)
+    return mask, groups, qkv.requires_grad_(), (queries.requires_grad_() if first_only else None)
+
+
+@pytest.mark.parametrize("lengths", list(GROUP_LENGTHS))
+@pytest.mark.parametrize("first_only", [False, True], ids=["all-queries", "first-token-queries"])
+@pytest.mark.parametrize(
+    "dropout,fast", [(0.0, False), (0.3, False), (0.3, True)], ids=["no-dropout", "bernoulli-dropout", "fast-dropout"]
+)
+def test_grouped_attention_backward_is_the_gradient_of_its_forward(dropout, fast, first_only, lengths):
+    """The hand-written backward of `GroupedAttention` against finite differences (float64), with dropout: the
+    generator is reseeded before each call, so every evaluation draws the same mask."""
+    _, groups, qkv, queries = _grouped_inputs(torch.float64, first_only, lengths)
+
+    def attention(x, *q):
+        torch.manual_seed(7)
+        return GroupedAttention.apply(x, groups, 2, 0.5, dropout, fast, *q)
+
+    inputs = (qkv, queries) if first_only else (qkv,)
+    assert torch.autograd.gradcheck(attention, inputs, eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("lengths", list(GROUP_LENGTHS))
+@pytest.mark.parametrize("first_only", [False, True], ids=["all-queries", "first-token-queries"])
+def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(monkeypatch, first_only, lengths):
+    """Forward and gradients of `GroupedAttention` (fast dropout on) against attention over the whole padded
+    batch written with plain autograd ops, dropping exactly the probabilities the function dropped: the masks it
+    drew are recorded per grid and placed at their rows, heads and positions of the padded batch. first_only:
+    the queries at each non-empty sequence's first token only, against the padded batch's outputs there."""
+    heads, head_size, scaling, p = 2, 3, 0.5, 0.3
+    hidden = heads * head_size
+    mask, groups, qkv, queries = _grouped_inputs(torch.float32, first_only, lengths, heads, head_size)
+    drawn = []
+
+    def recording(x, q):
+        keep, scale = fast_keep_mask(x, q)
+        drawn.append((keep, scale))
+        return keep, scale
+
+    fast_keep_mask = grouped_attention.fast_keep_mask
+    monkeypatch.setattr(grouped_attention, "fast_keep_mask", recording)
+    inputs = (qkv, queries) if first_only else (qkv,)
+    out = GroupedAttention.apply(qkv, groups, heads, scaling, p, True, *inputs[1:])
+    grad = torch.randn_like(out)
+    grads = torch.autograd.grad(out, inputs, grad)
+    assert len(drawn) == len(groups.groups)
+    # The reference: (batch, heads, seq, seq) dropout multipliers from the recorded masks. Grid g's batch index is
+    # head * rows + grid row; a grid row's source row is the row of the token in its first cell.
+    batch, seq = mask.shape
+    unpadded = Unpadded.from_attention_mask(mask)
+    nonempty = mask.sum(1) > 0
+    row_of = torch.repeat_interleave(torch.arange(batch), mask.sum(1))
+    multiplier = torch.zeros(batch, heads, seq, seq)
+    first = 0
+    for (rows, width, _), (keep, scale) in zip(groups.groups, drawn):
+        grid = groups.gather[first : first + rows * width].view(rows, width)
+        keep = keep.view(heads, rows, -1, width)
+        for r in range(rows):
+            multiplier[row_of[grid[r, 0]], :, : keep.shape[2], :width] = keep[:, r].float() * scale
+        first += rows * width
+    xs = [x.detach().clone().requires_grad_() for x in inputs]
+    parts = [unpadded.pad(t).view(batch, seq, heads, head_size).transpose(1, 2) for t in xs[0].split(hidden, 1)]
+    if first_only:
+        q = torch.zeros(batch, seq, hidden).index_put((nonempty.nonzero()[:, 0], torch.tensor(0)), xs[1])
+        parts.insert(0, q.view(batch, seq, heads, head_size).transpose(1, 2))
+    q, k, v = parts
+    scores = (q @ k.transpose(-1, -2)) * scaling
+    scores = scores.masked_fill(~mask.bool()[:, None, None, :], torch.finfo(scores.dtype).min)
+    context = ((scores.softmax(-1) * multiplier) @ v).transpose(1, 2).reshape(batch, seq, hidden)
+    expected = context[nonempty, 0] if first_only else unpadded.unpad(context)
+    expected_grads = torch.autograd.grad(expected, xs, grad)
+    assert (out - expected).abs().max() < 1e-5
+    for a, b in zip(grads, expected_grads, strict=True):
+        assert (a - b).abs().max() < 1e-5
+    # the right share dropped, and outputs really differ from no dropout
+    dropped = torch.cat([keep.flatten() for keep, _ in drawn]).logical_not().float().mean().item()
+    assert 0.15 < dropped < 0.45
+    assert (out - GroupedAttention.apply(qkv, groups, heads, scaling, 0.0, True, *inputs[1:])).abs().max() > 1e-2
+
+
+def test_unpadded_outputs_are_zero_at_padding_and_equal_elsewhere():
+    config = tiny_config()
+    torch.manual_seed(0)
+    model = BertReproModel(config).eval()
+    fast = BertReproModel(tiny_config(unpad_inputs=True)).eval()
+    fast.load_state_dict(model.state_dict())
+    batch = padded_batch(config.vocab_size, batch=3, seq=12)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        a, b = model(**batch, output_hidden_states=True), fast(**batch, output_hidden_states=True)
+    for x, y in zip(a.hidden_states, b.hidden_states):
+        assert (x[real] - y[real]).abs().max() < 1e-5
+        assert y[~real].abs().max() == 0
+    assert torch.allclose(a.pooler_output, b.pooler_output, atol=1e-6)
+    # No padding in the batch, output_attentions: the padded path, bit for bit.
+    full = {k: v[:1, :8] for k, v in batch.items()}
+    with torch.no_grad():
+        assert torch.equal(model(**full).last_hidden_state, fast(**full).last_hidden_state)
+
+
+def _reference_varlen_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    cu_seq_lens_q=None,
+    cu_seq_lens_k=None,
+    max_length_q=None,
+    max_length_k=None,
+    **kwargs,
+):
+    """What a variable-length flash kernel computes, written with one SDPA call per sequence.
+
+    Input (1, heads, tokens, head_size) with the sequences one after another, bounds in cu_seq_lens_*;
+    output (1, tokens, heads, head_size)."""
+    assert attention_mask is None and query.shape[0] == 1
+    assert max_length_q == int(cu_seq_lens_q.diff().max()) and torch.equal(cu_seq_lens_q, cu_seq_lens_k)
+    bounds = cu_seq_lens_q.tolist()
+    parts = [
+        F.scaled_dot_product_attention(query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], scale=scaling)
+        for s, e in zip(bounds[:-1], bounds[1:])
+    ]
+    return torch.cat(parts, dim=2).transpose(1, 2), None
+
+
+def test_variable_length_attention_call():
+    """With a flash-attention implementation the unpadded encoder calls the kernel in its variable-length form
+    (no mask, cu_seqlens, one row of packed sequences); a reference kernel gives the padded model's outputs."""
+    AttentionInterface.register("reference_flash_varlen", _reference_varlen_attention)
+    config = tiny_config(num_labels=3)
+    torch.manual_seed(0)
+    model = BertReproForSequenceClassification(config).eval()
+    varlen = BertReproForSequenceClassification(tiny_config(num_labels=3, unpad_inputs=True)).eval()
+    varlen.load_state_dict(model.state_dict())
+    varlen.config._attn_implementation = "reference_flash_varlen"  # not a real kernel: set it directly
+    batch = padded_batch(config.vocab_size, batch=4, seq=14)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        a = model(**batch, output_hidden_states=True)
+        b = varlen(**batch, output_hidden_states=True)
+    assert (a.hidden_states[-1][real] - b.hidden_states[-1][real]).abs().max() < 1e-5
+    assert (a.logits - b.logits).abs().max() < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("switches", [{}, ALL_SWITCHES], ids=["plain", "all-switches+checkpointing"])
+def test_compiled_layers_equal_eager(switches):
+    """Regional torch.compile: forward (eval) and one training step's gradients equal the plain eager model's;
+    also with every switch on and gradient checkpointing (outputs compared at real tokens: unpad_inputs gives
+    zeros at padding)."""
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
+    torch.manual_seed(0)
+    eager = BertReproForPreTraining(config)
+    compiled = BertReproForPreTraining(
+        tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True, **switches)
+    )
+    compiled.load_state_dict(eager.state_dict())
+    if switches:
+        compiled.activation_checkpointing_enable()
+    compiled.compile_layers()
+    batch = padded_batch(config.vocab_size, batch=4, seq=16)
+    real = batch["attention_mask"].bool()
+    labels = batch["input_ids"].masked_fill(~real, -100)
+    labels[:, ::2] = -100
+    with torch.no_grad():
+        a, b = eager.eval()(**batch), compiled.eval()(**batch)
+    assert (a.prediction_logits[real] - b.prediction_logits[real]).abs().max() < 1e-4
+    nsp = torch.tensor([0, 1, 1, 0])
+    out_a, grads_a = _train_step(eager.train(), batch, labels=labels, next_sentence_label=nsp)
+    out_b, grads_b = _train_step(compiled.train(), batch, labels=labels, next_sentence_label=nsp)
+    assert torch.allclose(out_a.loss, out_b.loss, atol=1e-5)
+    assert grads_a.keys() == grads_b.keys()
+    worst = max((grads_a[k] - grads_b[k]).abs().max().item() for k in grads_a)
+    assert worst < 1e-4, worst
+
+
+def test_fast_dropout_draws_the_right_share_and_its_gradient_uses_the_same_mask():
+    torch.manual_seed(0)
+    x = torch.ones(400_000, requires_grad=True)
+    y = fast_dropout(x, 0.1, training=True)
+    dropped = y == 0
+    scale = 32768 / (32768 - round(0.1 * 32768))
+    assert abs(dropped.float().mean().item() - 0.1) < 0.003  # 4 standard deviations at n = 400,000
+    assert torch.allclose(y[~dropped], torch.full_like(y[~dropped], scale))
+    assert abs(y.mean().item() - 1.0) < 0.01
+    grad = torch.randn_like(x)
+    y.backward(grad)
+    assert torch.equal(x.grad, grad * (~dropped) * scale)
+    # The two halves of each 32-bit draw feed neighbouring elements (2i, 2i + 1): they must not be correlated.
+    halves = dropped.view(-1, 2).T.float()
+    assert abs(torch.corrcoef(halves)[0, 1].item()) < 0.01
+    # Eval mode, p = 0: the input unchanged.
+    z = torch.randn(10)
+    assert torch.equal(fast_dropout(z, 0.1, training=False), z)
+    assert torch.equal(fast_dropout(z, 0.0, training=True), z)
+
+
+def test_fast_dropout_switch_changes_only_training_noise():
+    """Eval: bit-identical to the plain model. Training with p = 0: the same outputs (eager attention instead of
+    SDPA's math path). Training with p > 0: different noise, the same scale of outputs."""
+    torch.manual_seed(0)
+    plain = BertReproForPreTraining(tiny_config()).eval()
+    fast = BertReproForPreTraining(tiny_config(fast_dropout=True)).eval()
+    fast.load_state_dict(plain.state_dict())
+    batch = padded_batch(plain.config.vocab_size, batch=4, seq=16)
+    with torch.no_grad():
+        assert torch.equal(plain(**batch).prediction_logits, fast(**batch).prediction_logits)
+    for model in (plain, fast):
+        model.train()
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        model.config.attention_probs_dropout_prob = 0.0
+        for layer in model.bert.encoder.layer:
+            layer.attention.self.dropout_prob = 0.0
+    with torch.no_grad():
+        assert (plain(**batch).prediction_logits - fast(**batch).prediction_logits).abs().max() < 1e-5
+
+
+def test_other_kernels_get_the_whole_batch_padded_back():
+    """A kernel that is neither flash nor eager/SDPA: the unpadded encoder pads the batch back for attention and
+    passes the model's own mask; outputs at real tokens equal the padded model's."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    calls = []
+
+    def recording_kernel(module, query, key, value, attention_mask, **kwargs):
+        calls.append((tuple(query.shape), attention_mask is not None))
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("reference_padded", recording_kernel)
+    AttentionMaskInterface.register("reference_padded", sdpa_mask)  # a custom kernel declares its mask format
+    config = tiny_config()
+    torch.manual_seed(0)
+    model = BertReproModel(config).eval()
+    other = BertReproModel(tiny_config(unpad_inputs=True)).eval()
+    other.load_state_dict(model.state_dict())
+    other.config._attn_implementation = "reference_padded"
+    batch = padded_batch(config.vocab_size, batch=3, seq=12)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        a, b = model(**batch).last_hidden_state, other(**batch).last_hidden_state
+    assert calls and all(shape[0] == 3 and shape[2] == 12 and masked for shape, masked in calls)
+    assert (a[real] - b[real]).abs().max() < 1e-5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tied_gradients
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _grads(model) -> dict[str, torch.Tensor]:
+    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def test_tied_gradients_are_off_by_default():
+    assert BertReproConfig().tied_gradients is False
+    model = BertReproForPreTraining(tiny_config())
+    assert type(model.bert.embeddings) is modeling.BertReproEmbeddings
+    assert type(model.cls.predictions) is modeling.BertReproMLMHead
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "both-losses",
+        "sparse",
+        "nsp-only",
+        "mlm-only",
+        "two-micro-batches",
+        "backward-twice",
+        "checkpointing",
+        "masked-lm",
+    ],
+)
+def test_tied_gradients_equal_plain_autograd(case):
+    """With `tied_gradients` the lookup adds its rows into the decoder's gradient in place: every gradient must
+    equal plain autograd's (the same weights with the switch off), in every way a backward can reach the two uses
+    of the tied weight."""
+    fields = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=case == "sparse")
+    model_cls = BertReproForMaskedLM if case == "masked-lm" else BertReproForPreTraining
+    torch.manual_seed(0)
+    plain = model_cls(tiny_config(**fields)).train()
+    tied = model_cls(tiny_config(**fields, tied_gradients=True)).train()
+    tied.load_state_dict(plain.state_dict())
+    batch = padded_batch(plain.config.vocab_size, batch=4, seq=12)
+    labels = torch.where(
+        torch.rand(batch["input_ids"].shape, generator=torch.Generator().manual_seed(1)) < 0.3, batch["input_ids"], -100
+    )
+    extra = {} if case == "masked-lm" else {"next_sentence_label": torch.tensor([0, 1, 1, 0])}
+
+    def run(model):
+        if case == "checkpointing":
+            model.activation_checkpointing_enable()
+        out = model(**batch, labels=labels, **extra)
+        loss = {"nsp-only": out.get("next_sentence_loss"), "mlm-only": out.get("masked_lm_loss")}.get(case, out.loss)
+        if case == "backward-twice":
+            loss.backward(retain_graph=True)
+        loss.backward()
+        if case == "two-micro-batches":
+            model(**batch, labels=labels, **extra).loss.backward()
+        return _grads(model)
+
+    reference, shared = run(plain), run(tied)
+    assert shared.keys() == reference.keys()
+    weight = "bert.embeddings.word_embeddings.weight"
+    assert not shared[weight].is_sparse and bool(shared[weight].abs().sum() > 0)
+    worst = max((shared[k] - reference[k]).abs().max().item() for k in shared)
+    assert worst < 1e-6, worst
+
+
+def test_tied_gradients_need_no_dense_lookup_gradient():
+    """The mechanism is in effect: with the switch on no (vocab, H) lookup gradient is built and no two
+    vocab-sized gradients are added; with it off (plain autograd) both happen, so this test can tell."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    config = tiny_config()
+    vocab_sized = (config.vocab_size, config.hidden_size)
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+            lookup = "embedding_dense_backward" in str(func) and args[2] == config.vocab_size  # num_weights
+            if lookup or (str(func).startswith("aten.add") and shapes == [vocab_sized, vocab_sized]):
+                self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    batch = padded_batch(config.vocab_size, batch=4, seq=12)
+    for tied in (True, False):
+        model = BertReproForPreTraining(tiny_config(tied_gradients=tied)).train()
+        loss = model(**batch, labels=batch["input_ids"]).loss
+        with Ops() as ops:
+            loss.backward()
+        assert (ops.seen == []) == tied, ops.seen
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The split: the model file is the paper's model; the speed classes are picked once, at construction
+# ---------------------------------------------------------------------------------------------------------------
+
+MODEL_DIR = Path(modeling.__file__).parent
+
+
+def _relative_imports(path: Path) -> set[str]:
+    """The sibling modules a file of bert_repro/model imports (`from .x import`, `from . import x`), anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module} if node.module else {alias.name for alias in node.names}
+    return found
+
+
+def test_model_file_holds_no_speed_machinery():
+    """No autograd.Function, no private torch API, and no sibling imported but the config and packing. No line
+    budget: the file is as long as plain code needs."""
+    source = (MODEL_DIR / "modeling_bert_repro.py").read_text()
+    assert "autograd.Function" not in source
+    tree = ast.parse(source)
+    private = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and (ast.unparse(node.value).startswith("torch") or node.attr in ("_base", "_use_count", "_cdata"))
+    ]
+    assert private == []
+    top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.level}
+    assert (
+        top_level
+        == _relative_imports(MODEL_DIR / "modeling_bert_repro.py")
+        == {"configuration_bert_repro", "packed_sequences"}
+    )
+
+
+SPEED_MODULES = {
+    "speed_paths",
+    "unpadding",
+    "grouped_attention",
+    "last_layer_subset",
+    "fast_dropout",
+    "tied_gradients",
+    "dropout_add_layer_norm",
+    "dropout_add_layer_norm_kernels",
+}
+
+
+def test_no_import_cycle_through_the_model_file_or_a_speed_module():
+    """The speed modules import the model file, never the other way round: no module that the model file or a
+    speed module imports (directly or not) imports it back."""
+    graph = {path.stem: _relative_imports(path) for path in MODEL_DIR.glob("*.py")}
+    assert SPEED_MODULES <= set(graph) and "modeling_bert_repro" in graph["speed_paths"]
+
+    def reachable(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for imported in graph.get(todo.pop(), ()):
+                if imported not in seen:
+                    seen.add(imported)
+                    todo.append(imported)
+        return seen
+
+    for name in sorted(SPEED_MODULES | {"modeling_bert_repro"}):
+        assert name not in reachable(name), f"{name} imports itself back through {sorted(reachable(name))}"
+    assert reachable("modeling_bert_repro").isdisjoint(SPEED_MODULES)
+
+
+def test_model_file_runs_without_the_speed_modules(tmp_path, monkeypatch):
+    """A directory holding only configuration_bert_repro.py, modeling_bert_repro.py and packed_sequences.py, imported
+    as a package: the models build and compute what the installed package computes; with the switches on too (the
+    paper's model ignores them, as transformers' BERT does)."""
+    package = tmp_path / "bare_bert_repro"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in ("configuration_bert_repro.py", "modeling_bert_repro.py", "packed_sequences.py"):
+        shutil.copy(MODEL_DIR / name, package / name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        bare = importlib.import_module("bare_bert_repro.modeling_bert_repro")
+        fields = dict(
+            vocab_size=99,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            sparse_prediction=True,
+        )
+        torch.manual_seed(0)
+        ours = BertReproForPreTraining(tiny_config(**fields, **ALL_SWITCHES)).train()
+        theirs = bare.BertReproForPreTraining(bare.BertReproConfig(**fields)).train()
+        theirs.load_state_dict(ours.state_dict())
+        assert all(type(m).__module__.split(".")[0] in ("bare_bert_repro", "torch") for m in theirs.modules())
+        batch = padded_batch(99, batch=4, seq=12)
+        # targets at real tokens only: unpad_inputs gives zeros at padding by design
+        unread = (torch.rand(batch["input_ids"].shape) > 0.3) | (batch["attention_mask"] == 0)
+        labels = batch["input_ids"].masked_fill(unread, -100)
+        for model in (ours, theirs):
+            for module in model.modules():
+                if isinstance(module, torch.nn.Dropout):
+                    module.p = 0.0
+            for layer in model.bert.encoder.layer:
+                layer.attention.self.dropout_prob = 0.0
+        a = ours(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0]))
+        b = theirs(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0]))
+        assert (a.loss - b.loss).abs() < 1e-5 and (a.prediction_logits - b.prediction_logits).abs().max() < 1e-5
+        assert not any(
+            name.startswith("bare_bert_repro.")
+            and name.split(".")[1] not in ("configuration_bert_repro", "modeling_bert_repro", "packed_sequences")
+            for name in sys.modules
+        )
+        switched = bare.BertReproModel(bare.BertReproConfig(**fields, **ALL_SWITCHES))
+        assert all(type(m).__module__.split(".")[0] in ("bare_bert_repro", "torch") for m in switched.modules())
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "bare_bert_repro"]:
+            del sys.modules[name]
+
+
+def _module_types(model) -> list[tuple[str, type]]:
+    return [(name, type(module)) for name, module in model.named_modules()]
+
+
+def _parts(model) -> dict[str, set[type]]:
+    """The class of each part (`BertReproParts`) a model holds."""
+    bert = model if isinstance(model, modeling.BertReproModel) else model.bert
+    return {
+        "embeddings": {type(bert.embeddings)},
+        "encoder": {type(bert.encoder)},
+        "layer": {type(layer) for layer in bert.encoder.layer},
+        "self_attention": {type(layer.attention.self) for layer in bert.encoder.layer},
+        "self_output": {type(layer.attention.output) for layer in bert.encoder.layer},
+        "output": {type(layer.output) for layer in bert.encoder.layer},
+        "dropout": {type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)},
+        "mlm_head": {type(m) for m in model.modules() if isinstance(m, modeling.BertReproMLMHead)},
+    }
+
+
+@pytest.mark.parametrize("switch", SPEED_SWITCHES)
+def test_each_switch_builds_the_classes_of_its_table_entry(switch):
+    """One switch on: the parts its `SPEED_PATHS` entry names are built with those classes, every other part with
+    the model file's; the state_dict is the plain model's."""
+    plain = BertReproForPreTraining(tiny_config())
+    fast = BertReproForPreTraining(tiny_config(**{switch: True}))
+    assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in fast.state_dict().items()}
+    expected = _parts(plain)
+    expected.update({part: {cls} for part, cls in SPEED_PATHS[switch].items()})
+    assert _parts(fast) == expected
+
+
+@pytest.mark.parametrize(
+    "model_cls",
+    [BertReproForPreTraining, BertReproForMaskedLM, BertReproForSequenceClassification, BertReproModel],
+    ids=lambda c: c.__name__,
+)
+def test_switches_build_the_speed_classes_at_construction(model_cls):
+    """Every switch on: the speed classes are in place right after construction (in the inner model too), with the
+    config's options; the state_dict keys and shapes equal the plain model's; no hook is added and a forward changes
+    no class; the models with an MLM head link their embeddings and head (tied_gradients)."""
+    plain = model_cls(tiny_config(num_labels=2))
+    fast = model_cls(tiny_config(num_labels=2, **ALL_SWITCHES))
+    assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in fast.state_dict().items()}
+    # the model itself: the paper's class built with the parts its switches pick; every module inside, the paper's
+    assert issubclass(model_cls, getattr(modeling, model_cls.__name__))
+    assert all(
+        t.__module__ in (modeling.__name__,) or t.__module__.startswith("torch") for _, t in _module_types(plain)[1:]
+    )
+    bert = fast if model_cls is BertReproModel else fast.bert
+    assert type(bert.encoder) is SpeedEncoder and bert.encoder.unpad_inputs and bert.encoder.last_layer_subset
+    assert all(type(layer) is SpeedLayer for layer in bert.encoder.layer)
+    assert all(
+        type(layer.attention.self) is SpeedSelfAttention and layer.attention.self.fast_dropout
+        for layer in bert.encoder.layer
+    )
+    dropouts = [m for m in fast.modules() if isinstance(m, torch.nn.Dropout)]
+    assert dropouts and all(type(m) is FastDropout for m in dropouts)
+    assert type(bert.embeddings) is TiedGradientEmbeddings
+    assert not any(module._forward_pre_hooks or module._forward_hooks for module in fast.modules())
+    if model_cls in (BertReproForPreTraining, BertReproForMaskedLM):
+        assert type(fast.cls.predictions) is TiedGradientMLMHead
+        link = fast.bert.embeddings.tied_link
+        assert link is not None and link is fast.cls.predictions.tied_link and link.head is fast.cls.predictions
+    before = _module_types(fast)
+    batch = padded_batch(99, batch=2, seq=8)
+    fast.train()(**batch, labels=torch.tensor([0, 1]) if model_cls is BertReproForSequenceClassification else None)
+    assert _module_types(fast) == before
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in modeling.__all__ if n.startswith("BertReproFor") and "Output" not in n] + ["BertReproModel"]
+)
+def test_exported_classes_are_the_paper_classes_with_their_forward_signatures(name):
+    """`bert_repro.X` is the model file's X built with the speed classes, and its forward takes the same arguments
+    (Trainer reads the signature to pick a dataset's columns)."""
+    import inspect
+
+    import bert_repro
+
+    exported, paper = getattr(bert_repro, name), getattr(modeling, name)
+    assert exported.__name__ == name and issubclass(exported, paper) and exported is not paper
+    assert inspect.signature(exported.forward) == inspect.signature(paper.forward)
+
+
+def test_saved_code_is_the_paper_model(tmp_path, monkeypatch):
+    """save_pretrained copies the model file and the modules it imports (the config and packing), none of the speed
+    modules, also from a model with every switch on: the saved code alone (what trust_remote_code loads) builds the
+    paper's classes from that config and computes the same outputs at real tokens."""
+    model = BertReproForPreTraining(tiny_config(**ALL_SWITCHES))
+    saved = tmp_path / "bert_with_switches"
+    model.save_pretrained(saved)
+    saved_code = {p.stem for p in saved.glob("*.py")}
+    assert {"configuration_bert_repro", "modeling_bert_repro", "packed_sequences"} <= saved_code
+    assert saved_code.isdisjoint(SPEED_MODULES)
+    (saved / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        remote = importlib.import_module("bert_with_switches.modeling_bert_repro")
+        config = remote.BertReproConfig.from_pretrained(saved)
+        assert all(config.to_dict()[switch] for switch in SPEED_SWITCHES)
+        copy = remote.BertReproForPreTraining(config)
+        assert {type(m).__module__.split(".")[0] for m in copy.modules()} <= {"bert_with_switches", "torch"}
+        copy.load_state_dict(model.state_dict())
+        batch = padded_batch(99, batch=2, seq=8)
+        real = batch["attention_mask"].bool()
+        with torch.no_grad():
+            a, b = copy.eval()(**batch), model.eval()(**batch)
+        assert (a.prediction_logits[real] - b.prediction_logits[real]).abs().max() < 1e-5
+        assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() < 1e-5
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "bert_with_switches"]:
+            del sys.modules[name]
