@@ -239,7 +239,7 @@ def one_run(
     )
     # Compiled, a fine-tuning step sees batches of many widths (padded to their longest) and, at an epoch's end,
     # a smaller one: with dynamic shapes from the start that is one graph and no recompilation, where dynamo's
-    # default specialises and recompiles twice (tests/test_compile.py). accelerate's own setting, which the
+    # default specialises and recompiles twice (tests/training/test_compile.py). accelerate's own setting, which the
     # Trainer's dynamo plugin reads; a value the user exported wins.
     dynamic = {"ACCELERATE_DYNAMO_USE_DYNAMIC": os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")}
     first = task.eval_splits[0]

@@ -1,5 +1,5 @@
 """The Hub push at the end of a run (`--push_to_hub`): checked before any work, done by `bert_repro.hub.push` once
-the run is complete. The one place where training reaches into the Hub stage (`tests/test_stages.py`), kept out
+the run is complete. The one place where training reaches into the Hub stage (`tests/e2e/test_stages.py`), kept out
 of the command line's module so that reading a run's recipe (as the model card does) does not lead back here."""
 
 from __future__ import annotations
