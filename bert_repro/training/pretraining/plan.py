@@ -40,7 +40,6 @@ class PreTrainingPlan:
     phase_steps: tuple[int, ...]  # optimizer steps of each phase
     source: ExampleSource
     resume: bool | str | None  # --resume_from_checkpoint: True (the newest checkpoint), a path, or None
-    held_out: bool  # whether examples are held out for evaluation (a one-document corpus may still have none)
     plot: bool  # training_curves.png at the end
     record: dict[str, Any]  # run_config.json: the recipe, whole
     warnings: tuple[str, ...]  # said once the log is set up
@@ -108,7 +107,6 @@ def plan(recipe: PreTrainingRecipe) -> PreTrainingPlan:
         phase_steps=tuple(phase_steps(training.max_steps, recipe.phase_flags().phase2_fraction, len(recipe.phases))),
         source=example_source(recipe),
         resume=resume,
-        held_out=held_out,
         plot=plot,
         record=recipe.to_dict(),
         warnings=tuple(warnings),
