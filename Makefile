@@ -83,11 +83,11 @@ test-slow: install
 test-all: test test-slow
 
 # ruff's lint and formatter as configured in pyproject.toml, at one version (another may format differently);
-# `make format` applies the fixes and the formatter.
+# `make format` applies the fixes and the formatter. No cache: a stale one passed here what a clean clone fails.
 lint: $(TORCH_STAMP)
 	$(PY) -m pip install -q "$(RUFF)"
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
+	$(PY) -m ruff check --no-cache .
+	$(PY) -m ruff format --no-cache --check .
 
 format: $(TORCH_STAMP)
 	$(PY) -m pip install -q "$(RUFF)"

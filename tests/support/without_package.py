@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import torch
+
 from support.models import padded_batch
 
 TOLERANCE = 1e-5
