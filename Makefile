@@ -28,7 +28,7 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 QUICKSTART_CORPUS := $(if $(filter wikitext,$(CORPUS)),--corpus Salesforce/wikitext --hub_config wikitext-2-raw-v1 \
 	--document_boundary wikitext,$(if $(CORPUS),--corpus $(CORPUS) --document_boundary file))
 
-.PHONY: install quickstart test test-slow test-all lint format mutation
+.PHONY: install quickstart test test-slow test-all lint format mutation tolerances
 
 $(TORCH_STAMP):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -130,3 +130,9 @@ mutation: install
 	$(foreach m,$(MODULES),PYTEST_ADDOPTS="$(call mutation_ignore,$(m))" \
 	  $(VENV)/bin/mutmut run --max-children 1 $(mutation_mutants_$(m)) && ) true
 	$(PY) tests/mutation_score.py
+
+# The fast tier with every tolerance check measured (tests/support/tolerance_audit.py): the checks that hold with
+# less than half their tolerance to spare, or that tell two things apart by less than one tolerance. One process,
+# as the plugin reports what it saw in its own.
+tolerances: install
+	PYTHONPATH=tests $(PY) -m pytest -m "not slow" -p support.tolerance_audit -p no:xdist -q $(PYTEST_ARGS)

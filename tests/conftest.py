@@ -21,7 +21,7 @@ import pytest
 import torch
 from support.corpora import WORDS
 from support.google_checkpoint import google_config, google_weights, optimizer_state, write_google_checkpoint
-from support.models import PARITY_REPORT, tiny_config
+from support.models import PARITY_REPORT, PARITY_TOLERANCE, tiny_config
 from support.task_files import fixture_files
 
 
@@ -104,7 +104,7 @@ def pytest_terminal_summary(terminalreporter):
     for name, diff in PARITY_REPORT:
         terminalreporter.write_line(f"{diff:10.3e}  {name}")
     worst_name, worst = max(PARITY_REPORT, key=lambda item: item[1])
-    terminalreporter.write_line(f"worst: {worst:.3e} ({worst_name}); tolerance 1e-5")
+    terminalreporter.write_line(f"worst: {worst:.3e} ({worst_name}); tolerance {PARITY_TOLERANCE:g}")
 
 
 @pytest.fixture

@@ -490,9 +490,11 @@ def test_same_seed_same_instances_and_one_sentence_documents_kept():
     config = PreTrainingDataConfig(max_seq_length=12, dupe_factor=3)
     first = create_training_instances(corpus, INT_VOCAB, config)
     assert first == create_training_instances(corpus, INT_VOCAB, config)
-    assert first != create_training_instances(
+    seed_1 = create_training_instances(
         corpus, INT_VOCAB, PreTrainingDataConfig(max_seq_length=12, dupe_factor=3, random_seed=1)
     )
+    assert first != seed_1
+    assert create_training_instances(corpus, INT_VOCAB, config, random.Random(1)) == seed_1  # a given stream wins
     where, _ = locator(corpus)
     # Each one-sentence document yields one NotNext instance per round, with that sentence as segment A.
     for doc in (1, 3):
@@ -1021,3 +1023,11 @@ def test_mask_batch_returns_plain_ints_and_needs_a_mask_row_per_row():
     assert all(type(label) is int for _, labels in targets for label in labels)
     with pytest.raises(ValueError):
         mask_batch(ids, INT_VOCAB, random.Random(0), attention_mask=[[1] * 5] * 3)
+
+
+def test_vocab_from_vocab_words_reads_vocab_txt_as_the_reference_does():
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cat", "##s"]
+    expected = WordPieceVocab("[CLS]", "[SEP]", "[MASK]", words, frozenset({"##s"}), pad_token="[PAD]")
+    assert WordPieceVocab.from_vocab_words(words) == expected
+    assert WordPieceVocab.from_vocab_words(tuple(words)).vocab_words == words  # a list, whatever the sequence
+    assert WordPieceVocab.from_vocab_words(words, pad_token=None).pad_token is None

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 import transformers
-from support.models import PARITY_REPORT, hf_config_like, padded_batch, tiny_config
+from support.models import PARITY_REPORT, PARITY_TOLERANCE, hf_config_like, padded_batch, tiny_config
 
 import bert_repro
 from bert_repro import (
@@ -24,7 +24,7 @@ from bert_repro import (
 )
 from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
 
-TOL = 1e-5
+TOL = PARITY_TOLERANCE
 
 
 def max_diff(a, b) -> float:

@@ -1,0 +1,83 @@
+"""Tests of bert_repro.data.tokenized_documents: each row of ``tokenize_documents`` against the tokenizer called on
+each of the text's sentences, one at a time, with every kind of row the corpus readers pass on (text, bytes, None,
+blank, binary, an overlong "sentence", a sentence that tokenizes to nothing), and at every slice size of the
+tokenizer's calls."""
+
+import datasets
+import pytest
+from support.corpora import pseudo_text, wordpiece_tokenizer
+
+from bert_repro.data import tokenized_documents
+from bert_repro.data.sentences import bound_sentences, split_sentences
+from bert_repro.data.tokenized_documents import DOCUMENT_FEATURES, _as_text, _tokenize_batch, tokenize_documents
+
+ZERO_WIDTH = "\u200b\u200b"  # a line that is not blank but that BERT's normaliser removes whole
+
+TEXTS = [
+    "Kalo mitor ren. Velsha tor!\nDon ex pu\nnor ti gan",
+    f"Kalo mitor ren\n{ZERO_WIDTH}\nVelsha tor",  # its second line tokenizes to nothing
+    ZERO_WIDTH,  # nothing but that line: empty
+    "",
+    None,
+    "  \n\t ",
+    "\x00 a NUL byte",
+    "velsha " * 300,  # 2,100 characters without sentence punctuation: cut into pieces
+    "Literal [SEP] and [MASK] stay text. Two.",
+]
+SKIPS = ["", "", "empty", "empty", "empty", "empty", "binary", "", ""]
+LONG = [0, 0, 0, 0, 0, 0, 0, 1, 0]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return wordpiece_tokenizer(pseudo_text(10), vocab_size=150)
+
+
+def sentence_ids(text, tokenizer, split_lines):
+    """The ids of each sentence of ``text``, the tokenizer called on one sentence at a time."""
+    sentences, _ = bound_sentences(split_sentences(text, split_lines=split_lines, max_sentence_chars=None))
+    ids = [tokenizer(s, add_special_tokens=False, split_special_tokens=True)["input_ids"] for s in sentences]
+    return [i for i in ids if i]
+
+
+@pytest.mark.parametrize("split_lines", [False, True])
+@pytest.mark.parametrize("slice_size", [None, 1, 2])
+def test_each_row_is_its_sentences_ids(tokenizer, monkeypatch, split_lines, slice_size):
+    if slice_size:
+        monkeypatch.setattr(tokenized_documents, "_ENCODE_SLICE", slice_size)
+    docs = tokenize_documents(datasets.Dataset.from_dict({"text": TEXTS}), tokenizer, split_lines=split_lines)
+    assert docs.features == DOCUMENT_FEATURES
+    rows = docs.to_list()
+    assert [r["skip_reason"] for r in rows] == SKIPS and [r["long_sentences"] for r in rows] == LONG
+    for row, text, skip in zip(rows, TEXTS, SKIPS, strict=True):
+        expected = [] if skip else sentence_ids(text, tokenizer, split_lines)
+        assert row["sentences"] == expected
+        assert row["num_sentences"] == len(expected)
+        assert row["num_tokens"] == sum(map(len, expected))
+    assert len(rows[0]["sentences"]) == (4 if split_lines else 3)
+    assert len(rows[1]["sentences"]) == (2 if split_lines else 1)
+    assert rows[7]["num_sentences"] >= 2100 // 250
+    assert rows == _tokenize_batch_rows(TEXTS, tokenizer, split_lines)  # the streaming pipeline's entry
+
+
+def _tokenize_batch_rows(texts, tokenizer, split_lines):
+    columns = _tokenize_batch(texts, tokenizer, split_lines)
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+
+def test_bytes_are_read_as_utf8_text_and_undecodable_bytes_as_binary(tokenizer):
+    texts = [t.encode() if t is not None else None for t in TEXTS] + [b"Kalo \xff\xfe mitor."]
+    as_bytes = tokenize_documents(datasets.Dataset.from_dict({"text": texts}), tokenizer).to_list()
+    as_text = tokenize_documents(datasets.Dataset.from_dict({"text": TEXTS}), tokenizer).to_list()
+    assert as_bytes[:-1] == as_text
+    assert as_bytes[-1]["skip_reason"] == "binary" and as_bytes[-1]["sentences"] == []
+
+
+def test_as_text():
+    assert _as_text("Some text.") == ("Some text.", "")
+    assert _as_text(bytearray("Tëxt.".encode())) == ("Tëxt.", "")
+    assert _as_text(b"\xff") == ("", "binary")
+    assert _as_text("\x00abc") == ("", "binary")
+    assert _as_text(None) == ("", "empty")
+    assert _as_text(" \n\t") == ("", "empty")
+    assert _as_text(b"") == ("", "empty")
