@@ -2,7 +2,8 @@
 
 killed = killed + timeout + caught by type check + segfault (the tests' process died on the mutant: a datasets
 map with worker processes that fails can end that way; each such mutant seen so far changes the data). score =
-killed / (mutants that were run: all but the skipped and those no test reached, which count as survivors). Run from the repository root: python tests/mutation_score.py
+killed / (mutants that were run: all but the skipped and those no test reached, which count as survivors).
+Run from the repository root: python tests/mutation_score.py
 """
 
 import subprocess
