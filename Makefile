@@ -107,7 +107,8 @@ mutation_tests_optim := tests/training/test_optim.py
 # The pre-training examples: pretraining_examples.py and the modules it puts together.
 mutation_mutants_masking := $(foreach m,pretraining_examples pretraining_config training_instances masking \
 	tokenized_documents balanced_map example_statistics,bert_repro.data.$(m).*)
-mutation_tests_masking := tests/data/test_pretraining_data.py
+mutation_tests_masking := tests/data/test_pretraining_data.py tests/data/test_pretraining_collator.py \
+	tests/data/test_tokenized_documents.py tests/data/test_example_statistics.py
 # The masking rules alone (the 80/10/10 choice, the candidates, the budget, the checks): 166 of the 1,757 mutants.
 mutation_mutants_masking_core := $(foreach f,create_masked_lm_predictions _candidate_groups _replacement \
 	_check_masking mask_batch,bert_repro.data.masking.x_$(f)__*) bert_repro.data.example_statistics.x__masked_tokens__*

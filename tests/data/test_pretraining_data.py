@@ -638,7 +638,7 @@ def test_document_streams_are_distinct_and_pinned():
 
 def test_pipeline_matches_the_core_algorithm_document_by_document(pseudo_corpus, trained_tokenizer):
     vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
-    texts = pseudo_corpus[:12] + ["", "A single sentence."]
+    texts = pseudo_corpus[:12] + ["", "A single sentence.", ""]  # an empty document last, too
     docs = tokenize_documents(datasets.Dataset.from_dict({"text": texts}), trained_tokenizer)
     config = PreTrainingDataConfig(max_seq_length=40, dupe_factor=2, random_seed=99, do_whole_word_mask=True)
     built = create_pretraining_instances(docs, vocab, config, shuffle=False).to_list()
@@ -660,6 +660,44 @@ def test_pipeline_matches_the_core_algorithm_document_by_document(pseudo_corpus,
                     }
                 )
     assert built == expected
+
+
+def test_documents_in_several_arrow_chunks_give_the_same_instances(pseudo_corpus, trained_tokenizer):
+    docs = [
+        tokenize_documents(datasets.Dataset.from_dict({"text": part}), trained_tokenizer)
+        for part in (pseudo_corpus[:5], pseudo_corpus[5:9], pseudo_corpus[9:14])
+    ]
+    chunked = datasets.concatenate_datasets(docs)
+    assert chunked.data.column("sentences").num_chunks == 3
+    whole = datasets.Dataset.from_dict(chunked.to_dict(), features=chunked.features)
+    vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
+    config = PreTrainingDataConfig(max_seq_length=40, dupe_factor=2, random_seed=4)
+    built = create_pretraining_instances(chunked, vocab, config).to_list()
+    assert len(built) > 100 and built == create_pretraining_instances(whole, vocab, config).to_list()
+
+
+def test_create_pretraining_dataset_is_the_two_steps_with_its_settings(pseudo_corpus, trained_tokenizer):
+    texts = [t.replace(". ", "\n", 3) for t in pseudo_corpus[:6]]  # lines that are not sentences
+    vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
+
+    def two_steps(split_lines, config, shuffle):
+        docs = tokenize_documents(
+            datasets.Dataset.from_dict({"text": texts}), trained_tokenizer, split_lines=split_lines
+        )
+        return create_pretraining_instances(docs, vocab, config, shuffle=shuffle).to_list()
+
+    defaults = create_pretraining_dataset(datasets.Dataset.from_dict({"text": texts}), trained_tokenizer)
+    assert defaults.to_list() == two_steps(False, PreTrainingDataConfig(), shuffle=True)
+    config = PreTrainingDataConfig(max_seq_length=32, dupe_factor=2)
+    given = create_pretraining_dataset(
+        datasets.Dataset.from_dict({"body": texts}),
+        trained_tokenizer,
+        config,
+        text_column="body",
+        split_lines=True,
+        shuffle=False,
+    )
+    assert given.to_list() == two_steps(True, config, shuffle=False) != two_steps(False, config, shuffle=False)
 
 
 def test_pipeline_is_reproducible_and_independent_of_num_proc(pseudo_corpus, trained_tokenizer):

@@ -81,3 +81,18 @@ def test_as_text():
     assert _as_text(None) == ("", "empty")
     assert _as_text(" \n\t") == ("", "empty")
     assert _as_text(b"") == ("", "empty")
+
+
+def test_no_warning_about_the_models_maximum_length(caplog):
+    """A sentence is tokenized whole, then packed into examples: transformers' "longer than the specified maximum
+    sequence length" warning would be noise (it is said once per tokenizer, so the tokenizer is made here)."""
+    tokenizer = wordpiece_tokenizer(pseudo_text(4), vocab_size=150)
+    tokenizer.model_max_length = 8
+    with caplog.at_level("WARNING"):
+        docs = tokenize_documents(
+            datasets.Dataset.from_dict({"text": ["Kalo mitor ren velsha tor don ex pu."]}), tokenizer
+        )
+        assert docs[0]["num_tokens"] > 8
+        assert "longer than the specified maximum" not in caplog.text
+        tokenizer(["Kalo mitor ren velsha tor don ex pu."])  # the same call with transformers' default: warned
+    assert "longer than the specified maximum" in caplog.text
