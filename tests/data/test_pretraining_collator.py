@@ -97,4 +97,12 @@ def test_static_masks_and_the_padding_of_every_column(tokenizer):
         [IGNORE_INDEX] * 12,
     ]
     assert out["next_sentence_label"].tolist() == [1, 0]
+    # each row's label positions in the flattened batch (row 1 starts at 12), then its last position without a
+    # label, up to max_predictions_per_seq (20) slots
+    assert out["masked_positions"].tolist() == [[2, 5] + [8] * 18, [12 + 5] * 20]
     assert all(v.dtype == torch.long for v in out.values())
+    one = PreTrainingCollator(tokenizer)(rows[:1])  # a batch of one row
+    assert one["labels"][0].tolist() == out["labels"][0, :9].tolist() and one["next_sentence_label"].tolist() == [1]
+    without_ids = [{key: value for key, value in rows[0].items() if key != "masked_lm_ids"}]
+    with pytest.raises(ValueError, match="masked_lm_positions and masked_lm_ids"):
+        PreTrainingCollator(tokenizer)(without_ids)

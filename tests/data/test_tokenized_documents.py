@@ -14,7 +14,7 @@ from bert_repro.data.tokenized_documents import DOCUMENT_FEATURES, _as_text, _to
 ZERO_WIDTH = "\u200b\u200b"  # a line that is not blank but that BERT's normaliser removes whole
 
 TEXTS = [
-    "Kalo mitor ren. Velsha tor!\nDon ex pu\nnor ti gan",
+    "Kalo mitor ren. Velsha tor!\nDon ex pu\nDon",  # with split_lines, a sentence of one token
     f"Kalo mitor ren\n{ZERO_WIDTH}\nVelsha tor",  # its second line tokenizes to nothing
     ZERO_WIDTH,  # nothing but that line: empty
     "",
@@ -55,6 +55,7 @@ def test_each_row_is_its_sentences_ids(tokenizer, monkeypatch, split_lines, slic
         assert row["num_sentences"] == len(expected)
         assert row["num_tokens"] == sum(map(len, expected))
     assert len(rows[0]["sentences"]) == (4 if split_lines else 3)
+    assert [len(s) for s in rows[0]["sentences"]][-1] == (1 if split_lines else 4)  # "Don" alone: one token
     assert len(rows[1]["sentences"]) == (2 if split_lines else 1)
     assert rows[7]["num_sentences"] >= 2100 // 250
     assert rows == _tokenize_batch_rows(TEXTS, tokenizer, split_lines)  # the streaming pipeline's entry
@@ -71,6 +72,10 @@ def test_bytes_are_read_as_utf8_text_and_undecodable_bytes_as_binary(tokenizer):
     as_text = tokenize_documents(datasets.Dataset.from_dict({"text": TEXTS}), tokenizer).to_list()
     assert as_bytes[:-1] == as_text
     assert as_bytes[-1]["skip_reason"] == "binary" and as_bytes[-1]["sentences"] == []
+
+
+def test_a_batch_of_no_documents():
+    assert _tokenize_batch([], None, False) == {name: [] for name in DOCUMENT_FEATURES}
 
 
 def test_as_text():
