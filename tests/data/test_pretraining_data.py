@@ -39,6 +39,7 @@ from bert_repro.data.pretraining_examples import (
     PreTrainingCollator,
     create_pretraining_dataset,
     create_pretraining_instances,
+    instance_features,
 )
 from bert_repro.data.sentences import looks_like_binary, split_sentences
 from bert_repro.data.tokenized_documents import tokenize_documents
@@ -700,6 +701,86 @@ def test_create_pretraining_dataset_is_the_two_steps_with_its_settings(pseudo_co
     assert given.to_list() == two_steps(True, config, shuffle=False) != two_steps(False, config, shuffle=False)
 
 
+def test_instance_columns_follow_the_objective(pseudo_corpus, trained_tokenizer):
+    docs = tokenize_documents(datasets.Dataset.from_dict({"text": pseudo_corpus[:4]}), trained_tokenizer)
+    vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
+    masks, pairs = {"masked_lm_positions", "masked_lm_ids"}, {"next_sentence_label"}
+    assert set(instance_features()) == {"input_ids", "token_type_ids"} | masks | pairs
+    for objective, static, columns in [
+        ("mlm_nsp", True, masks | pairs),
+        ("mlm_nsp", False, pairs),
+        ("mlm", True, masks),
+        ("ltr", True, set()),
+    ]:
+        config = PreTrainingDataConfig(max_seq_length=32, dupe_factor=1, objective=objective, static_masking=static)
+        built = create_pretraining_instances(docs, vocab, config)
+        assert set(built.column_names) == {"input_ids", "token_type_ids"} | columns, objective
+
+
+def test_documents_as_a_selection_without_token_counts_and_with_missing_columns(pseudo_corpus, trained_tokenizer):
+    docs = tokenize_documents(datasets.Dataset.from_dict({"text": pseudo_corpus[:8]}), trained_tokenizer)
+    vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
+    config = PreTrainingDataConfig(max_seq_length=40, dupe_factor=1)
+    reversed_rows = docs.select(range(len(docs) - 1, -1, -1))  # an indices mapping over the Arrow table
+    written_out = datasets.Dataset.from_dict(reversed_rows.to_dict(), features=docs.features)
+    built = create_pretraining_instances(reversed_rows, vocab, config).to_list()
+    assert built == create_pretraining_instances(written_out, vocab, config).to_list()
+    # the shuffle is the default, and a choice
+    assert built != create_pretraining_instances(written_out, vocab, config, shuffle=False).to_list()
+    # without num_tokens (work is balanced by sentence counts): the same instances
+    minimal = written_out.select_columns(["sentences", "num_sentences"])
+    assert create_pretraining_instances(minimal, vocab, config, num_proc=2).to_list() == built
+    with pytest.raises(ValueError, match=r"missing \['num_sentences'\]"):
+        create_pretraining_instances(written_out.select_columns(["sentences"]), vocab, config)
+
+
+def test_the_instances_fingerprint_names_the_documents_the_config_and_the_vocabulary(pseudo_corpus, trained_tokenizer):
+    """datasets reuses a cached map whose fingerprint matches: every input that changes the instances must change it."""
+    from dataclasses import replace
+
+    docs = tokenize_documents(datasets.Dataset.from_dict({"text": pseudo_corpus[:6]}), trained_tokenizer)
+    vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
+    config = PreTrainingDataConfig(max_seq_length=32, dupe_factor=1)
+
+    def fingerprint(documents=docs, vocab=vocab, config=config):
+        return create_pretraining_instances(documents, vocab, config, shuffle=False)._fingerprint
+
+    base = fingerprint()
+    assert fingerprint() == base
+    others = [
+        fingerprint(config=PreTrainingDataConfig(max_seq_length=32, dupe_factor=1, random_seed=1)),
+        fingerprint(documents=docs.select([0, 1, 2])),
+        fingerprint(documents=docs.select([3, 4, 5])),
+        fingerprint(vocab=replace(vocab, cls_token=vocab.sep_token)),
+        fingerprint(vocab=replace(vocab, sep_token=vocab.cls_token)),
+        fingerprint(vocab=replace(vocab, mask_token=vocab.cls_token)),
+        fingerprint(vocab=replace(vocab, vocab_words=range(len(vocab.vocab_words) + 1))),
+        fingerprint(vocab=replace(vocab, subword_tokens=frozenset())),
+    ]
+    assert len({base, *others}) == len(others) + 1
+
+
+def test_one_document_is_said_and_two_are_not(trained_tokenizer, caplog):
+    vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
+    config = PreTrainingDataConfig(max_seq_length=32, dupe_factor=1)
+    for texts, said in [(["Kalo mitor. Ren tor."], True), (["Kalo mitor. Ren tor.", "Velsha don. Ex pu."], False)]:
+        caplog.clear()
+        docs = tokenize_documents(datasets.Dataset.from_dict({"text": texts}), trained_tokenizer)
+        with caplog.at_level(logging.WARNING, logger="bert_repro"):
+            create_pretraining_instances(docs, vocab, config)
+        assert ("one document only" in caplog.text) is said
+
+
+def test_flatten_keeps_the_datasets_format():
+    from bert_repro.data.balanced_map import _flatten
+
+    ds = datasets.Dataset.from_dict({"a": [1, 2, 3], "b": [4, 5, 6]}).select([2, 0])
+    ds = ds.with_format("torch", columns=["a"], output_all_columns=True, dtype=torch.float64)
+    flat = _flatten(ds, "f" * 16)
+    assert flat._indices is None and flat._fingerprint == "f" * 16
+    assert flat.format == ds.format and flat[0] == ds[0] == {"a": torch.tensor(3.0, dtype=torch.float64), "b": 6}
+
+
 def test_pipeline_is_reproducible_and_independent_of_num_proc(pseudo_corpus, trained_tokenizer):
     ds = datasets.Dataset.from_dict({"text": pseudo_corpus})
     config = PreTrainingDataConfig(max_seq_length=48, max_predictions_per_seq=8, dupe_factor=2, random_seed=5)
@@ -1069,3 +1150,11 @@ def test_vocab_from_vocab_words_reads_vocab_txt_as_the_reference_does():
     assert WordPieceVocab.from_vocab_words(words) == expected
     assert WordPieceVocab.from_vocab_words(tuple(words)).vocab_words == words  # a list, whatever the sequence
     assert WordPieceVocab.from_vocab_words(words, pad_token=None).pad_token is None
+
+
+def test_every_chosen_position_is_masked_when_the_mask_share_is_one():
+    tokens = [2] + list(range(100, 140)) + [3]
+    out, positions, _ = create_masked_lm_predictions(
+        tokens, 0.5, 40, INT_VOCAB, random.Random(0), mask_replace_prob=1.0, random_replace_prob=0.0
+    )
+    assert len(positions) == 21 and all(out[p] == INT_VOCAB.mask_token for p in positions)
