@@ -760,6 +760,23 @@ def test_the_instances_fingerprint_names_the_documents_the_config_and_the_vocabu
     assert len({base, *others}) == len(others) + 1
 
 
+def test_a_cached_build_is_never_reused_for_other_settings(tmp_path, trained_tokenizer):
+    """Documents read from disk: datasets caches every map beside them under its fingerprint, and a later build
+    with other settings must not read an earlier one's files (the balanced map's, the shuffle's)."""
+    texts = pseudo_text(2, seed=11, min_sentences=60, max_sentences=80) + pseudo_text(10, seed=12, max_sentences=4)
+    docs = tokenize_documents(datasets.Dataset.from_dict({"text": texts}), trained_tokenizer)
+    assert _balanced_order(np.array(docs["num_tokens"]), 2) is not None  # the reordered map runs
+    docs.save_to_disk(str(tmp_path / "documents"))
+    on_disk = datasets.load_from_disk(str(tmp_path / "documents"))
+    vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
+    for seed in (1, 2, 1):
+        config = PreTrainingDataConfig(max_seq_length=40, dupe_factor=1, random_seed=seed)
+        expected = create_pretraining_instances(docs, vocab, config).to_list()
+        for num_proc in (None, 2):
+            assert create_pretraining_instances(on_disk, vocab, config, num_proc=num_proc).to_list() == expected
+    assert len(list((tmp_path / "documents").glob("cache-*.arrow"))) > 2
+
+
 def test_one_document_is_said_and_two_are_not(trained_tokenizer, caplog):
     vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
     config = PreTrainingDataConfig(max_seq_length=32, dupe_factor=1)
