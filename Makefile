@@ -96,9 +96,11 @@ format: $(TORCH_STAMP)
 
 # Mutation testing (mutmut 3, configured in pyproject.toml's [tool.mutmut]; scores and survivors in tests/MUTATION.md):
 # one slice after another, each its module(s) and the fast-tier test files that check them (the other test files are
-# hidden from pytest, so the stats run and each mutant's run stay within the slice). One worker: 2 cores are shared.
-#   MODULES  the slices to run, e.g. `make mutation MODULES="metrics optim"`; results accumulate in mutants/
+# hidden from pytest, so the stats run and each mutant's run stay within the slice).
+#   MODULES            the slices to run, e.g. `make mutation MODULES="metrics optim"`; results accumulate in mutants/
+#   MUTATION_CHILDREN  mutants run at once: one per core (each test process runs on one thread); 1 on a shared machine
 MUTMUT := mutmut>=3,<4
+MUTATION_CHILDREN ?= 2
 MODULES ?= metrics optim masking wordpiece squad kinds checkpoints push
 mutation_mutants_metrics := bert_repro.tasks.metrics.*
 mutation_tests_metrics := tests/tasks/test_metrics.py tests/tasks/test_metrics_reference.py
@@ -129,7 +131,7 @@ mutation_ignore = $(foreach f,$(filter-out $(mutation_tests_$(1)),$(shell find t
 mutation: install
 	$(PY) -m pip install -q "$(MUTMUT)"
 	$(foreach m,$(MODULES),PYTEST_ADDOPTS="$(call mutation_ignore,$(m))" \
-	  $(VENV)/bin/mutmut run --max-children 1 $(mutation_mutants_$(m)) && ) true
+	  $(VENV)/bin/mutmut run --max-children $(MUTATION_CHILDREN) $(mutation_mutants_$(m)) && ) true
 	$(PY) tests/mutation_score.py
 
 # The fast tier with every tolerance check measured (tests/support/tolerance_audit.py): the checks that hold with

@@ -99,6 +99,8 @@ def test_histogram_bins_and_what_each_option_leaves_out():
         "length_histogram": pretraining_statistics(examples())["length_histogram"],
     }
     assert pretraining_statistics(examples(), documents(long_sentences=False))["long_sentences_cut"] == 0
+    no_binary = pretraining_statistics(examples(), documents().select([0, 1, 2]))
+    assert no_binary["documents_skipped"] == {"empty": 1, "binary": 0}
 
 
 def test_an_input_in_several_arrow_chunks_counts_every_row():

@@ -837,7 +837,7 @@ def test_balanced_order_evens_out_the_workers():
         assert max(shard_loads(weights, order, num_shards)) <= bound
     assert _balanced_order(weights, None) is None and _balanced_order(weights, 1) is None
     assert _balanced_order(np.full(10, 5), 2) is None  # already balanced: no reordering
-    assert _balanced_order(np.array([7]), 4) is None
+    assert _balanced_order(np.array([7]), 4) is None and _balanced_order(np.zeros(0, np.int64), 2) is None
 
 
 def test_balanced_sharding_gives_the_same_data_for_any_num_proc(trained_tokenizer):
@@ -1175,3 +1175,29 @@ def test_every_chosen_position_is_masked_when_the_mask_share_is_one():
         tokens, 0.5, 40, INT_VOCAB, random.Random(0), mask_replace_prob=1.0, random_replace_prob=0.0
     )
     assert len(positions) == 21 and all(out[p] == INT_VOCAB.mask_token for p in positions)
+
+
+def test_vocab_from_tokenizer_as_ids_and_as_strings(trained_tokenizer):
+    vocab = trained_tokenizer.get_vocab()
+    words = sorted(vocab, key=vocab.get)
+    assert WordPieceVocab.from_tokenizer(trained_tokenizer) == WordPieceVocab(
+        cls_token=trained_tokenizer.cls_token_id,
+        sep_token=trained_tokenizer.sep_token_id,
+        mask_token=trained_tokenizer.mask_token_id,
+        vocab_words=range(len(vocab)),  # every id a random replacement may draw, and no other
+        subword_tokens=frozenset(vocab[w] for w in words if w.startswith("##")),
+        pad_token=trained_tokenizer.pad_token_id,
+    )
+    assert WordPieceVocab.from_tokenizer(trained_tokenizer, as_ids=False) == WordPieceVocab(
+        "[CLS]", "[SEP]", "[MASK]", words, frozenset(w for w in words if w.startswith("##")), pad_token="[PAD]"
+    )
+    assert words != sorted(vocab)  # id order is not alphabetical order
+
+
+def test_a_tokenizer_without_a_mask_token_is_refused(trained_tokenizer):
+    import copy
+
+    tokenizer = copy.deepcopy(trained_tokenizer)
+    tokenizer.mask_token = None
+    with pytest.raises(ValueError, match="has no mask_token"):
+        WordPieceVocab.from_tokenizer(tokenizer)

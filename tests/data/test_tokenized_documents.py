@@ -8,8 +8,15 @@ import pytest
 from support.corpora import pseudo_text, wordpiece_tokenizer
 
 from bert_repro.data import tokenized_documents
+from bert_repro.data.balanced_map import _balanced_order
 from bert_repro.data.sentences import bound_sentences, split_sentences
-from bert_repro.data.tokenized_documents import DOCUMENT_FEATURES, _as_text, _tokenize_batch, tokenize_documents
+from bert_repro.data.tokenized_documents import (
+    DOCUMENT_FEATURES,
+    _as_text,
+    _text_bytes,
+    _tokenize_batch,
+    tokenize_documents,
+)
 
 ZERO_WIDTH = "\u200b\u200b"  # a line that is not blank but that BERT's normaliser removes whole
 
@@ -74,6 +81,43 @@ def test_bytes_are_read_as_utf8_text_and_undecodable_bytes_as_binary(tokenizer):
     assert as_bytes[-1]["skip_reason"] == "binary" and as_bytes[-1]["sentences"] == []
 
 
+def test_text_columns_of_every_arrow_text_type_and_the_default_split(tokenizer):
+    texts = [t for t in TEXTS if t is not None]
+    plain = datasets.Dataset.from_dict({"text": texts})
+    expected = tokenize_documents(plain, tokenizer).to_list()
+    assert expected == tokenize_documents(plain, tokenizer, split_lines=False).to_list()
+    assert expected != tokenize_documents(plain, tokenizer, split_lines=True).to_list()
+    for dtype, column in [("large_string", texts), ("binary", [t.encode() for t in texts])]:
+        typed = datasets.Dataset.from_dict({"text": column}).cast_column("text", datasets.Value(dtype))
+        assert tokenize_documents(typed, tokenizer).to_list() == expected, dtype
+    large = datasets.Dataset.from_dict({"text": [t.encode() for t in texts]}).cast_column(
+        "text", datasets.Value("large_binary")
+    )
+    assert tokenize_documents(large, tokenizer).to_list() == expected
+
+
+def test_text_bytes_in_the_datasets_row_order():
+    ds = datasets.Dataset.from_dict({"text": ["ab", None, "ë", "abcd"]})
+    assert _text_bytes(ds, "text").tolist() == [2, 0, 2, 4]
+    assert _text_bytes(ds.select([3, 0, 1]), "text").tolist() == [4, 2, 0]
+
+
+def test_documents_on_disk_are_never_read_from_the_cache_of_other_settings(tmp_path, tokenizer):
+    """datasets caches each map beside the files of a dataset on disk, under its fingerprint: a later call with
+    other settings, or over the reordered rows of a parallel map, must not read an earlier call's files."""
+    texts = pseudo_text(2, seed=3, min_sentences=80, max_sentences=90) + [t or "" for t in TEXTS] * 3
+    datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "texts"))
+    on_disk = datasets.load_from_disk(str(tmp_path / "texts"))
+    in_memory = datasets.Dataset.from_dict({"text": texts})
+    assert _balanced_order(_text_bytes(on_disk, "text"), 2) is not None  # the parallel map runs over reordered rows
+    for split_lines in (False, True, False):
+        expected = tokenize_documents(in_memory, tokenizer, split_lines=split_lines).to_list()
+        for num_proc in (None, 2):
+            got = tokenize_documents(on_disk, tokenizer, split_lines=split_lines, num_proc=num_proc).to_list()
+            assert got == expected, (split_lines, num_proc)
+    assert len(list((tmp_path / "texts").glob("cache-*.arrow"))) > 2
+
+
 def test_a_batch_of_no_documents():
     assert _tokenize_batch([], None, False) == {name: [] for name in DOCUMENT_FEATURES}
 
@@ -101,3 +145,10 @@ def test_no_warning_about_the_models_maximum_length(caplog):
         assert "longer than the specified maximum" not in caplog.text
         tokenizer(["Kalo mitor ren velsha tor don ex pu."])  # the same call with transformers' default: warned
     assert "longer than the specified maximum" in caplog.text
+
+
+def test_the_long_sentences_log_names_the_first_five_rows(tokenizer, caplog):
+    texts = ["Kalo mitor."] + ["velsha " * 300] * 6
+    with caplog.at_level("INFO", logger="bert_repro"):
+        tokenize_documents(datasets.Dataset.from_dict({"text": texts}), tokenizer)
+    assert "in 6 of 7 documents" in caplog.text and "(rows 1, 2, 3, 4, 5 ...)" in caplog.text
