@@ -372,6 +372,42 @@ def test_whole_word_groups_and_budget_follow_the_reference():
     assert out == ["[CLS]", "[MASK]", "[MASK]", "[MASK]", "story", "[SEP]", "##s", "[MASK]", "[SEP]"]
 
 
+def reference_truncate(tokens_a, tokens_b, max_num_tokens, rng):
+    """create_pretraining_data.py's truncate_seq_pair, transcribed."""
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del trunc_tokens[0]
+        else:
+            trunc_tokens.pop()
+
+
+class CyclingDraws:
+    """A random generator whose draws cycle through the given values (0.5 among them: "front" is a draw below it)."""
+
+    def __init__(self, values):
+        self.values, self.k = values, 0
+
+    def random(self):
+        self.k += 1
+        return self.values[(self.k - 1) % len(self.values)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 40),
+    st.integers(1, 40),
+    st.integers(2, 50),
+    st.lists(st.sampled_from([0.0, 0.3, 0.5, 0.7]), min_size=1),
+)
+def test_truncate_seq_pair_is_the_references_loop(len_a, len_b, max_num_tokens, draws):
+    a, b = list(range(len_a)), list(range(100, 100 + len_b))
+    want_a, want_b = list(a), list(b)
+    truncate_seq_pair(a, b, max_num_tokens, CyclingDraws(draws))
+    reference_truncate(want_a, want_b, max_num_tokens, CyclingDraws(draws))
+    assert (a, b) == (want_a, want_b)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 60), st.integers(1, 60), st.integers(2, 80), st.integers(0, 2**32))
 def test_truncate_seq_pair(len_a, len_b, max_num_tokens, seed):
@@ -840,6 +876,16 @@ def test_balanced_order_evens_out_the_workers():
     assert _balanced_order(np.array([7]), 4) is None and _balanced_order(np.zeros(0, np.int64), 2) is None
 
 
+def test_balanced_order_by_hand():
+    # Heaviest first, each to the lightest block with room (blocks of 5 and 4 rows, as datasets shards 9 rows):
+    # 9 -> A, 8 -> B, then the ones to B, A, B, A, B (B full at 4 rows), A, A: loads 13 and 11 against 20 and 4
+    assert _balanced_order(np.array([9, 8, 1, 1, 1, 1, 1, 1, 1]), 2).tolist() == [0, 3, 5, 7, 8, 1, 2, 4, 6]
+    assert _balanced_order(np.array([9, 8, 1, 1, 1, 1, 1, 1, 1]), 3).tolist() == [0, 6, 8, 1, 5, 7, 2, 3, 4]
+    # Not worth it: a cut of exactly 5% (38 against 40), or none (the heaviest block holds 5 either way)
+    assert _balanced_order(np.array([20, 20, 0, 18, 18, 0]), 2) is None
+    assert _balanced_order(np.array([1, 1, 1, 5, 0, 0, 5, 0, 0]), 3) is None
+
+
 def test_balanced_sharding_gives_the_same_data_for_any_num_proc(trained_tokenizer):
     # Three long documents first, then short ones (and an empty one): the contiguous blocks that map hands
     # its workers are very unequal, so the rows are reordered for the map and put back after it.
@@ -1201,3 +1247,43 @@ def test_a_tokenizer_without_a_mask_token_is_refused(trained_tokenizer):
     tokenizer.mask_token = None
     with pytest.raises(ValueError, match="has no mask_token"):
         WordPieceVocab.from_tokenizer(tokenizer)
+
+
+def test_exact_draws_at_the_short_length_and_the_nsp_coin():
+    """rng.random() is in [0, 1): a draw equal to short_seq_prob keeps the full length, one of 0.5 is IsNext."""
+    corpus = int_corpus([[3, 3], [4]])
+    config = PreTrainingDataConfig(max_seq_length=20, short_seq_prob=0.1, static_masking=False, dupe_factor=1)
+    rng = ScriptedRandom([0.1, 1, 0.5])
+    (instance,) = create_instances_from_document(corpus, 0, INT_VOCAB, rng, config)
+    assert rng.calls == [("random",), ("randint", 1, 1), ("random",)] and not instance.is_random_next
+
+
+def test_a_one_sentence_chunk_before_the_documents_end_puts_nothing_back():
+    # The first sentence alone reaches the target (13 = max_seq_length - 3): a NotNext pair of one sentence, and the
+    # next chunk starts at the second sentence, whatever the draws.
+    corpus = int_corpus([[13, 2, 2, 2], [3, 3, 3]])
+    second = corpus[0][1]
+    config = PreTrainingDataConfig(max_seq_length=16, short_seq_prob=0.0, static_masking=False, dupe_factor=1)
+    for seed in range(20):
+        instances = create_instances_from_document(corpus, 0, INT_VOCAB, random.Random(seed), config)
+        assert instances[0].is_random_next
+        assert instances[1].tokens[1 : 1 + len(second)] == second, seed
+
+
+def test_one_segment_examples_without_nsp():
+    corpus = int_corpus([[3, 4], [5, 2], [6]])
+    config = PreTrainingDataConfig(max_seq_length=12, objective="mlm", static_masking=False, dupe_factor=1)
+    for instance in create_instances_from_document(corpus, 0, INT_VOCAB, random.Random(0), config):
+        tokens = instance.tokens
+        assert tokens[0] == INT_VOCAB.cls_token and tokens[-1] == INT_VOCAB.sep_token and 3 not in tokens[1:-1]
+        assert instance.segment_ids == [0] * len(tokens) and instance.is_random_next is None
+
+
+def test_config_bounds_per_objective():
+    PreTrainingDataConfig(objective="mlm", max_seq_length=4)  # [CLS] two tokens [SEP]
+    PreTrainingDataConfig(max_seq_length=5)  # [CLS] a [SEP] b [SEP]
+    PreTrainingDataConfig(short_seq_prob=1.0)
+    PreTrainingDataConfig(short_seq_prob=0.0)
+    for bad in [{"objective": "mlm", "max_seq_length": 3}, {"max_seq_length": 4}, {"short_seq_prob": 1.01}]:
+        with pytest.raises(ValueError):
+            PreTrainingDataConfig(**bad)
