@@ -1240,6 +1240,15 @@ def test_vocab_from_tokenizer_as_ids_and_as_strings(trained_tokenizer):
     assert words != sorted(vocab)  # id order is not alphabetical order
 
 
+def test_vocab_as_strings_reads_the_tokenizers_own_special_tokens(trained_tokenizer):
+    import copy
+
+    for name in ("cls_token", "sep_token", "mask_token", "pad_token"):
+        tokenizer = copy.deepcopy(trained_tokenizer)
+        setattr(tokenizer, name, "[UNK]")  # not the default string of its field
+        assert getattr(WordPieceVocab.from_tokenizer(tokenizer, as_ids=False), name) == "[UNK]", name
+
+
 def test_a_tokenizer_without_a_mask_token_is_refused(trained_tokenizer):
     import copy
 
