@@ -884,6 +884,24 @@ def test_balanced_order_by_hand():
     # Not worth it: a cut of exactly 5% (38 against 40), or none (the heaviest block holds 5 either way)
     assert _balanced_order(np.array([20, 20, 0, 18, 18, 0]), 2) is None
     assert _balanced_order(np.array([1, 1, 1, 5, 0, 0, 5, 0, 0]), 3) is None
+    # 6 rows in 4 blocks: 2, 2, 1 and 1 rows, as datasets shards them (not worth reordering: 5 is the heaviest block)
+    assert _balanced_order(np.array([1, 1, 1, 0, 5, 1]), 4) is None
+    # Rows of equal weight are taken in row order (a stable sort): the same order on every machine
+    weights = np.array([1, 30, 2, 1, 1, 1, 30, 2, 1, 1, 30, 1, 1, 30, 1, 30, 1, 30, 30, 30, 1, 2, 1, 30])
+    assert _balanced_order(weights, 2).tolist() == [1, 9, 10, 11, 12, 14, 15, 16, 18, 20, 22, 23] + [
+        0,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        8,
+        13,
+        17,
+        19,
+        21,
+    ]
 
 
 def test_balanced_sharding_gives_the_same_data_for_any_num_proc(trained_tokenizer):

@@ -15,6 +15,7 @@ from bert_repro.data.tokenized_documents import (
     _as_text,
     _text_bytes,
     _tokenize_batch,
+    _tokenize_table,
     tokenize_documents,
 )
 
@@ -116,6 +117,12 @@ def test_documents_on_disk_are_never_read_from_the_cache_of_other_settings(tmp_p
             got = tokenize_documents(on_disk, tokenizer, split_lines=split_lines, num_proc=num_proc).to_list()
             assert got == expected, (split_lines, num_proc)
     assert len(list((tmp_path / "texts").glob("cache-*.arrow"))) > 2
+
+
+def test_a_batch_is_an_arrow_table_of_the_document_features(tokenizer):
+    """The map writes the table as it comes: its schema (types and the features' metadata) is DOCUMENT_FEATURES'."""
+    table = _tokenize_table(TEXTS, tokenizer, False)
+    assert table.schema.equals(DOCUMENT_FEATURES.arrow_schema, check_metadata=True)
 
 
 def test_a_batch_of_no_documents():
