@@ -36,7 +36,7 @@ ASSERT_CLOSE_DEFAULTS = {
 }
 NEAR, APART = 0.5, 2.0
 
-_worst: dict[tuple[str, str], float] = {}  # (test line, what) -> the distance furthest into a band
+_worst: dict[tuple[str, str], float] = {}  # (test line, what) -> its distance closest to the tolerance
 _current_test = ["?"]
 
 
@@ -118,8 +118,7 @@ def _wrap_approx_eq(original):
 
 
 def pytest_configure(config):
-    mp = pytest.MonkeyPatch()
-    config._tolerance_audit = mp
+    mp = pytest.MonkeyPatch()  # for the whole session: the process ends with it
     mp.setattr(torch.testing, "assert_close", _wrap_assert_close(torch.testing.assert_close))
     mp.setattr(torch, "allclose", _wrap_allclose(torch.allclose, "allclose"))
     mp.setattr(torch, "isclose", _wrap_allclose(torch.isclose, "isclose"))
