@@ -1,9 +1,10 @@
 """The card of a fine-tuned checkpoint (`recipes/finetune.py`'s output directory): `card_for_finetuning`.
 
 Built from `results.json` (the grid, every run, the best one), `run_config.json` and the best model's
-`model/config.json`: the task, the scores beside the majority class and the paper's BASE and LARGE numbers, every
-run of the grid, the hyper-parameters; rendered with `finetuned.md`. `_task_result`, the model-index entry of a
-fine-tuned score on a task, also gives those of a study's fine-tuning runs (`bert_repro.hub.study_comparison`).
+`config.json`, at the top of the output directory: the task, the scores beside the majority class and the paper's
+BASE and LARGE numbers, every run of the grid, the hyper-parameters; rendered with `finetuned.md`. `_task_result`,
+the model-index entry of a fine-tuned score on a task, also gives those of a study's fine-tuning runs
+(`bert_repro.hub.study_comparison`).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ TASK_TYPE_NAMES = {
 
 
 def _task_result(task: Task, split: str, metric: str, value: float, name: str) -> EvalResult:
-    """A model-index entry for a score (percent) of ``task`` on ``split``, named as the registry names it."""
+    """A model-index entry for a score of ``task`` on ``split``, named as the registry names it."""
     task_type = task.kind.pipeline_tag
     return EvalResult(
         task_type=task_type,
@@ -102,7 +103,8 @@ def _paper_cell(result: Result | None) -> str:
 def _finetuning_eval(
     task: Task, best: Mapping[str, Any], baseline: Mapping[str, Any] | None = None
 ) -> tuple[list[EvalResult], list[dict[str, str]]]:
-    """model-index entries (percent) and table rows beside the majority class (`baseline`: results.json's
+    """model-index entries (the metric's own scale, as `evaluate` gives it: fractions, SQuAD's percent) and table
+    rows (percent) beside the majority class (`baseline`: results.json's
     majority_baseline, where the task has classes and the run recorded it) and the paper's BASE and LARGE numbers."""
     eval_results, rows = [], []
     for split in task.eval_splits:
@@ -113,7 +115,7 @@ def _finetuning_eval(
             label = METRICS[metric].label
             ours = _percent(metric, value) if _is_number(value) else None
             if ours is not None:
-                eval_results.append(_task_result(task, split, metric, ours, f"{label} (%)"))
+                eval_results.append(_task_result(task, split, metric, value, label))
             rows.append(
                 {
                     "split": SPLIT_NAMES.get(split, split),
@@ -184,7 +186,9 @@ def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[st
         "runs": _plural(len(summary.get("runs") or []), "run"),
         "best_learning_rate": format_setting(best.get("learning_rate")),
         "best_seed": format_setting(best.get("seed")),
-        "epochs": _plain(hp.get("num_train_epochs")),
+        # what the kept run trained: --max_steps may stop it within an epoch
+        "epochs": _plain(best.get("epochs", hp.get("num_train_epochs"))),
+        "steps": _count(best.get("steps")),
         "batch_size": _plain(hp.get("per_device_train_batch_size")),
         "max_seq_length": _plain(hp.get("max_seq_length")),
         "warmup": _warmup(hp.get("warmup")),
@@ -194,7 +198,10 @@ def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[st
         # --data: a directory, a file, or split=path pairs; shown by their last components
         "data_source": ", ".join(_last_component(d.split("=")[-1]) for d in run.get("data") or []) or None,
         "max_train_samples": run.get("max_train_samples"),
-        "max_eval_samples": run.get("max_eval_samples"),
+        # {split: [rows scored, rows it has]}
+        "eval_rows": {
+            SPLIT_NAMES.get(k, k): v for k, v in (summary.get("eval_rows") or {}).items() if v and v[0] < v[1]
+        },
         "null_threshold": f"{threshold:.4g}" if _is_number(threshold) else None,
     }
 
@@ -235,11 +242,12 @@ def card_for_finetuning(
     task = get_task(summary["task"])
     record = _read_json(out / "run_config.json")
     record = upgrade(record) if isinstance(record, dict) else {}  # run_config.json of any schema this code wrote
-    config = _read_json(out / "model" / "config.json") or {}
+    config = _read_json(out / "config.json") or {}
+    training = record.get("training") or {}
     best = summary["best"] or {}
     eval_results, eval_rows = _finetuning_eval(task, best, summary.get("majority_baseline"))
     base = _finetuning_base(summary, record, base_model)
-    parameters = stored_parameter_count(out / "model")
+    parameters = stored_parameter_count(out)
     if parameters is None and config.get("hidden_size"):
         parameters = parameter_count(config, task.kind)
     metrics = [m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS]
@@ -273,6 +281,7 @@ def card_for_finetuning(
                 "training": {
                     "learning_rate": "each run sets its own, from the grid",
                     "seed": "each run sets its own, from the seeds",
+                    **({"data_seed": "each run's seed"} if training.get("data_seed") is None else {}),
                 }
             },
         ),

@@ -6,7 +6,7 @@ environment:
 - pre-training (`bert_repro.training.pretrain`): `run_config.json` (every setting), `data_statistics.json`,
   `results.json`, `config.json`, and `training_curves.png` when present;
 - fine-tuning (`bert_repro.training.finetune`): `results.json` (the grid, every run, the best one), `run_config.json`
-  and the best model's `model/config.json`;
+  and the best model's `config.json`;
 - optionally, for a pre-trained checkpoint, a benchmark directory of `bert_repro.training.reproduce` (`report.json`)
   and a study directory of `bert_repro.training.study` (`study.json`: the checkpoint fine-tuned against the same
   architecture randomly initialised).
@@ -65,19 +65,16 @@ from .pretrained_card import card_for_pretraining
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _finetuning_dir(path: Path) -> Path | None:
-    """The fine-tuning output directory ``path`` is, or holds as its `model/` (None if neither)."""
-    for directory in (path, path.parent):
-        summary = _read_json(directory / "results.json")
-        if isinstance(summary, dict) and "task" in summary and "best" in summary:
-            return directory
-    return None
+def _is_finetuning(path: Path) -> bool:
+    """Whether ``path`` is a fine-tuning output directory (results.json with the task and the best run)."""
+    summary = _read_json(path / "results.json")
+    return isinstance(summary, dict) and "task" in summary and "best" in summary
 
 
 def run_kind(path: str | Path) -> str:
-    """ "pretraining" or "finetuning", from the files in ``path`` (a fine-tuning directory or its `model/`)."""
+    """ "pretraining" or "finetuning", from the files in ``path``."""
     path = Path(path)
-    if _finetuning_dir(path) is not None:
+    if _is_finetuning(path):
         return "finetuning"
     record = _read_json(path / "run_config.json")
     if isinstance(record, dict) and "data" in record and (path / "config.json").is_file():
@@ -91,20 +88,15 @@ def run_kind(path: str | Path) -> str:
 def card_for_directory(path: str | Path, repo_id: str, **kwargs: Any) -> ModelCard:
     """The card of whatever run ``path`` holds (see `run_kind`); keyword arguments go to the card function."""
     path = Path(path)
-    finetuning = _finetuning_dir(path)
-    if finetuning is not None:
-        return card_for_finetuning(finetuning, repo_id, **kwargs)
+    if _is_finetuning(path):
+        return card_for_finetuning(path, repo_id, **kwargs)
     run_kind(path)  # a clear error for a directory that holds no run
     return card_for_pretraining(path, repo_id, **kwargs)
 
 
 def card_path(path: str | Path) -> Path:
-    """Where a run's card belongs: beside the weights that get uploaded (`<dir>/model/` for fine-tuning)."""
-    path = Path(path)
-    finetuning = _finetuning_dir(path)
-    if finetuning is not None and (finetuning / "model").is_dir():
-        return finetuning / "model" / "README.md"
-    return path / "README.md"
+    """Where a run's card belongs: beside the weights that get uploaded."""
+    return Path(path) / "README.md"
 
 
 def main(argv: Iterable[str] | None = None) -> Path:

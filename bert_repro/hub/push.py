@@ -81,13 +81,12 @@ def staging_folder() -> tempfile.TemporaryDirectory:
 
 
 def model_directory(path: Path) -> Path:
-    """Where the weights of an output directory are: the directory itself (pre-training, a checkpoint) or
-    `model/` (fine-tuning keeps its best run there); checked by `check_model_dir`."""
+    """An output directory (pre-training, fine-tuning: its best model) or a checkpoint, checked by
+    `check_model_dir`: the weights are at its top."""
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such directory.")
-    weights = path / "model" if (path / "model").is_dir() and not (path / "config.json").exists() else path
-    check_model_dir(weights)
-    return weights
+    check_model_dir(path)
+    return path
 
 
 def model_files(weights: Path) -> list[str]:
@@ -129,8 +128,9 @@ def stage(
     for name in RECORD_FILES:
         if (path / name).exists():
             shutil.copy2(path / name, staging / name)
-    if (path / "runs").is_dir():  # TensorBoard event files
-        shutil.copytree(path / "runs", staging / "runs")
+    for events in path.glob("runs/**/events.out.tfevents.*"):  # TensorBoard's, not the runs' checkpoints
+        (staging / events.relative_to(path)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(events, staging / events.relative_to(path))
     if with_card:
         _card(path, repo_id).save(staging / "README.md")
     staged = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())

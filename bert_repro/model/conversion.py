@@ -104,11 +104,7 @@ def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> N
         return
     config = directory / "config.json"
     if not config.is_file():
-        inner = (directory / "model" / "config.json").is_file()
-        raise CheckpointError(
-            f"{config}: no such file; a model directory holds config.json and "
-            "model.safetensors" + (" (its model/ sub-directory is one: pass that)." if inner else ".")
-        )
+        raise CheckpointError(f"{config}: no such file; a model directory holds config.json and model.safetensors.")
     try:
         if not isinstance(json.loads(config.read_text(encoding="utf-8")), dict):
             raise ValueError("not a JSON object of config fields")

@@ -397,7 +397,8 @@ def _changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
 
 def _raised(values: tuple[Any, Any]) -> bool:
     old, new = values
-    return isinstance(old, int) and isinstance(new, int) and new > old
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return numbers and new > old
 
 
 def check_output_dir(

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -44,7 +43,7 @@ from ..tasks.columns import TaskDataError
 from ..tasks.files import describe_sources, load_task_data
 from ..tasks.registry import Task
 from ..versions import framework_versions
-from .checkpoints import checkpoints_newest_first, newest_valid_checkpoint
+from .checkpoints import newest_valid_checkpoint
 from .cli import (
     RESULTS,
     ConfigurationError,
@@ -68,8 +67,10 @@ from .finetune_recipe import (
     find_task,
     head_settings,
     record_of,
+    resume_path,
     upgrade,
 )
+from .pretraining.resume import LongerSchedule
 from .publishing import take_push_request
 
 logger = logging.getLogger(__name__)
@@ -78,7 +79,10 @@ logger = logging.getLogger(__name__)
 NOT_IDENTITY = (
     *("overwrite_output_dir", "num_proc", "report_to", "disable_tqdm", "resume_from_checkpoint", "eval_strategy"),
     *("eval_steps", "eval_delay", "eval_on_start", "save_strategy", "save_steps", "save_total_limit"),
+    *("logging_steps", "logging_strategy", "logging_first_step", "logging_nan_inf_filter"),
 )
+# What a grid may raise on resumption, training every run further from its last checkpoint.
+GROW = ("training.max_steps", "training.num_train_epochs")
 # ---------------------------------------------------------------------------------------------------------------
 # Encoding
 # ---------------------------------------------------------------------------------------------------------------
@@ -168,11 +172,16 @@ def _subset(split: datasets.Dataset, n: int | None) -> datasets.Dataset:
     return split if n is None or len(split) <= n else split.select(range(n))
 
 
-def encode_splits(task: Task, data, tokenizer, run: FineTuningArguments) -> dict[str, tuple]:
-    """{split: (raw rows, model inputs)} for training and every evaluation split, encoded once for the whole grid."""
-    raws = {"train": _subset(data["train"], run.max_train_samples)}
-    raws.update({name: _subset(data[name], run.max_eval_samples) for name in task.eval_splits})
-    return {name: (raw, encode(task, raw, tokenizer, run, train=name == "train")) for name, raw in raws.items()}
+def task_rows(task: Task, data, run: FineTuningArguments, *, train: bool = True) -> dict[str, datasets.Dataset]:
+    """{split: the rows a run reads}: training (with `train`) and every evaluation split, cut to --max_train_samples
+    and --max_eval_samples."""
+    rows = {"train": _subset(data["train"], run.max_train_samples)} if train else {}
+    return rows | {name: _subset(data[name], run.max_eval_samples) for name in task.eval_splits}
+
+
+def encode_splits(task: Task, rows: dict, tokenizer, run: FineTuningArguments) -> dict[str, tuple]:
+    """{split: (raw rows, model inputs)} of `task_rows`, encoded once for the whole grid."""
+    return {name: (raw, encode(task, raw, tokenizer, run, train=name == "train")) for name, raw in rows.items()}
 
 
 class TaskTrainer(EngineTrainer):
@@ -203,19 +212,8 @@ class TaskTrainer(EngineTrainer):
         return metrics
 
 
-def one_run(
-    task,
-    splits: dict[str, tuple],
-    tokenizer,
-    run: FineTuningArguments,
-    training: TrainingArguments,
-    lr: float,
-    seed: int,
-    run_dir: Path,
-) -> tuple[dict[str, Any], Trainer]:
-    """Fine-tune once (one learning rate, one seed), evaluate on every evaluation split, and leave in `run_dir`
-    what Trainer's example scripts leave (`write_trainer_files`)."""
-    set_seed(seed)
+def load_model(task: Task, run: FineTuningArguments):
+    """--model with the task's head (a fine-tuned folder's own head, else a new one drawn as --head_initializer)."""
     label_kwargs = {"id2label": task.id2label, "label2id": task.label2id} if task.label_names else {}
     model_class, head_fields = head_settings(task, run)
     try:
@@ -233,31 +231,59 @@ def one_run(
         raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None
     if run.compile_layers:
         model.compile_layers()
-    data_seed = seed if training.data_seed is None else training.data_seed  # --data_seed: the same order
-    args = TrainingArguments(
-        **{**training.to_dict(), "output_dir": str(run_dir), "learning_rate": lr, "seed": seed, "data_seed": data_seed}
-    )
+    return model
+
+
+def task_trainer(task, splits, tokenizer, run, training: TrainingArguments, model, **changes) -> TaskTrainer:
+    """A `TaskTrainer` of `model` with `training` and `changes` (a run's output_dir, learning rate, seeds)."""
+    args = TrainingArguments(**{**training.to_dict(), **changes})
     # Compiled, a fine-tuning step sees batches of many widths (padded to their longest) and, at an epoch's end,
     # a smaller one: with dynamic shapes from the start that is one graph and no recompilation, where dynamo's
     # default specialises and recompiles twice (tests/training/test_compile.py). accelerate's own setting, which the
-    # Trainer's dynamo plugin reads; a value the user exported wins.
-    dynamic = {"ACCELERATE_DYNAMO_USE_DYNAMIC": os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")}
+    # Trainer's dynamo plugin reads; a value the user exported wins. TensorBoard's events go in the run's own
+    # folder, runs/<run>/, where Trainer's logs of one run go (runs/ of its output_dir).
+    environment = {"TENSORBOARD_LOGGING_DIR": os.environ.get("TENSORBOARD_LOGGING_DIR", args.output_dir)}
+    if training.torch_compile:
+        environment["ACCELERATE_DYNAMO_USE_DYNAMIC"] = os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")
     first = task.eval_splits[0]
-    with patch.dict(os.environ, dynamic if training.torch_compile else {}):
-        trainer = TaskTrainer(
+    with patch.dict(os.environ, environment):
+        return TaskTrainer(
             model=model,
             args=args,
-            train_dataset=splits["train"][1],
-            eval_dataset=model_inputs(task, *splits[first]),  # Trainer's check; `evaluate` scores the raw splits
+            train_dataset=splits["train"][1] if "train" in splits else None,
+            eval_dataset=model_inputs(task, *splits[first])
+            if first in splits
+            else None,  # `evaluate` scores the raw splits
             data_collator=task.kind.collator(tokenizer),
             processing_class=tokenizer,
+            callbacks=[LongerSchedule()],  # a run trained further (a larger --max_steps) on its longer schedule
             task=task,
             splits=splits,
             settings=run,
         )
+
+
+def one_run(
+    task,
+    splits: dict[str, tuple],
+    tokenizer,
+    run: FineTuningArguments,
+    training: TrainingArguments,
+    lr: float,
+    seed: int,
+    run_dir: Path,
+) -> tuple[dict[str, Any], Trainer]:
+    """Fine-tune once (one learning rate, one seed), evaluate on every evaluation split, and leave in `run_dir`
+    what Trainer's example scripts leave (`write_trainer_files`)."""
+    set_seed(seed)
+    model = load_model(task, run)
+    data_seed = seed if training.data_seed is None else training.data_seed  # --data_seed: the same order
+    changes = {"output_dir": str(run_dir), "learning_rate": lr, "seed": seed, "data_seed": data_seed}
+    trainer = task_trainer(task, splits, tokenizer, run, training, model, **changes)
     start = time.time()
-    # A run stopped by a signal left a checkpoint in its folder: it goes on from there.
-    checkpoint = newest_valid_checkpoint(run_dir)
+    # --resume_from_checkpoint PATH (checked: one run), else the run's newest checkpoint: a run stopped by a
+    # signal, or finished and now trained further, goes on from there.
+    checkpoint = resume_path(training) or newest_valid_checkpoint(run_dir)
     if checkpoint:
         logger.info("%s: resuming from %s", run_dir, checkpoint)
     trained = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -271,19 +297,25 @@ def one_run(
     result: dict[str, Any] = {
         "learning_rate": lr,
         "seed": seed,
+        "data_seed": data_seed,
+        "epochs": round(trainer.state.epoch or 0.0, 4),  # what ran: --max_steps may stop a run within an epoch
+        "steps": step,
         "train_seconds": seconds,
         "engine": trainer.engine,
         **scores,
     }
-    result["score"] = main_score(task, result[first])
+    result["score"] = main_score(task, result[task.eval_splits[0]])
     write_trainer_files(trainer, run_dir, trained.metrics, eval_metrics)
     return result, trainer
 
 
+TRAINER_FILES = ("train_results.json", "eval_results.json", "all_results.json", TRAINER_STATE_NAME)
+
+
 def write_trainer_files(trainer: Trainer, run_dir: Path, train_metrics: dict, eval_metrics: dict) -> None:
-    """What `Trainer.save_metrics` and `save_state` leave in transformers' example scripts' output directory:
-    train_results.json, eval_results.json, all_results.json and trainer_state.json. Written whole
-    (`bert_repro.atomic`), as every file of a run: a torn all_results.json would stop `save_metrics`' merge."""
+    """What `Trainer.save_metrics` and `save_state` leave in transformers' example scripts' output directory
+    (`TRAINER_FILES`). Written whole (`bert_repro.atomic`), as every file of a run: a torn all_results.json would
+    stop `save_metrics`' merge."""
     if not trainer.is_world_process_zero():
         return
     write_json(run_dir / "train_results.json", train_metrics, sort_keys=True)
@@ -301,14 +333,15 @@ def one_label(task: Task, predictions) -> str | None:
     return task.label_names[int(labels[0])] if len(labels) == 1 else None
 
 
-def majority_baseline(task: Task, data) -> dict[str, dict[str, float]]:
+def majority_baseline(task: Task, rows) -> dict[str, dict[str, float]]:
     """Each evaluation split's metrics for always predicting the training set's most frequent label, where the
-    task's kind has classes: the score a run must beat to have learned anything."""
+    task's kind has classes: the score a run must beat to have learned anything. `rows`: {split: rows}, those the
+    runs read (`task_rows`: --max_train_samples, --max_eval_samples)."""
     out = {}
     for name in task.eval_splits:
-        predictions = task.kind.majority_predictions(task, data["train"], data[name])
-        if predictions is not None and task.kind.labelled(task, data[name]):
-            out[name] = score(task, data[name], predictions)
+        predictions = task.kind.majority_predictions(task, rows["train"], rows[name])
+        if predictions is not None and task.kind.labelled(task, rows[name]):
+            out[name] = score(task, rows[name], predictions)
     return out
 
 
@@ -335,18 +368,26 @@ def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, o
     return written
 
 
-def splits_at_hand(task: Task, data: datasets.DatasetDict, where: list[str]) -> tuple[Task, list[str]]:
-    """The task narrowed to the evaluation splits the data has, and those it lacks. Training and the first evaluation
-    split (it ranks the runs) are needed; a later one missing (CoNLL-2003's test set) is said once, here."""
-    source = " ".join(where) or "the Hub"
-    for needed in ("train", task.eval_splits[0]):
-        if needed not in data:
+def splits_at_hand(task: Task, data: datasets.DatasetDict, run, training) -> tuple[Task, list[str]]:
+    """The task narrowed to the evaluation splits the data has, and those it lacks. Training needs its split and
+    the first evaluation split (it ranks the runs), an evaluation the first evaluation split, predictions alone a
+    test split; a later evaluation split missing (CoNLL-2003's test set) is said once, here."""
+    source = " ".join(run.data) or "the Hub"
+    needed = ["train"] if training.do_train else []
+    needed += [task.eval_splits[0]] if training.do_eval else []
+    for name in needed:
+        if name not in data:
             raise TaskDataError(
-                f"{source}: no {needed} split of {task.name} (found: {', '.join(data) or 'none'}); expected "
+                f"{source}: no {name} split of {task.name} (found: {', '.join(data) or 'none'}); expected "
                 f"{describe_sources(task)}."
             )
+    if training.do_predict and not test_prediction_files(task, data, Path()):
+        tests = " or ".join(task.test_splits)
+        if not training.do_train and not training.do_eval:
+            raise TaskDataError(f"--do_predict: {source} has no {tests} split of {task.name} to predict.")
+        logger.warning("%s: no %s split of %s: no test-set predictions.", source, tests, task.name)
     missing = [name for name in task.eval_splits if name not in data]
-    if missing:
+    if missing and training.do_eval:
         logger.warning(
             "%s: no %s split of %s: evaluating on %s only.",
             source,
@@ -358,7 +399,8 @@ def splits_at_hand(task: Task, data: datasets.DatasetDict, where: list[str]) -> 
 
 
 def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
-    """The whole protocol for one task: the grid of learning rates x seeds, the best on dev kept, results written."""
+    """The whole protocol for one task: the grid of learning rates x seeds, the best on dev kept, results written;
+    without --do_train, --model evaluated (--do_eval) or its test-set predictions written (--do_predict)."""
     run, training = recipe.resolved()
     check_inputs(run, training)
     pin_memory_only_with_an_accelerator(training)
@@ -370,12 +412,14 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     drop_tensorboard_if_missing(training)
     # recorded as the run uses them (pinned memory only with an accelerator, as earlier records have it)
     task, data, missing_splits, push_to = open_output_dir(record_of(run, training), run, training)
+    if not training.do_train:
+        return evaluate_model(task, data, run, training)
     start = time.time()
     runs, best, stopped = train_grid(task, data, run, training)
     if stopped is not None:
         return stopped
-    output_dir = Path(training.output_dir)
-    submissions = [p for p in test_prediction_files(task, data, output_dir).values() if p.exists() and run.predict_test]
+    output_dir, rows = Path(training.output_dir), task_rows(task, data, run)
+    submissions = [p for p in test_prediction_files(task, data, output_dir).values() if p.exists()]
     summary = {
         "task": task.name,
         "model": run.model,
@@ -388,43 +432,93 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
         "seconds": round(time.time() - start, 1),
         "hardware": hardware(training.device),
         "versions": framework_versions(),  # the card lists them as transformers' cards do
-        "test_predictions": [str(p) for p in submissions],
+        "test_predictions": [str(p) for p in submissions if training.do_predict],
         "missing_splits": missing_splits,
-        "majority_baseline": majority_baseline(task, data),
+        "majority_baseline": majority_baseline(task, rows),
+        "eval_rows": {name: [len(rows[name]), len(data[name])] for name in task.eval_splits},  # [scored, of]
     }
-    write_text(output_dir / "results.md", results_markdown(task, summary))
-    write_json(output_dir / RESULTS, summary)  # last: the runs' summary, once every file it names is there
+    best_dir = output_dir / "runs" / run_name(best["learning_rate"], best["seed"])
+    if training.process_index == 0:
+        for name in TRAINER_FILES:  # the best run's, where Trainer's `save_state` and `save_metrics` leave them
+            write_text(output_dir / name, (best_dir / name).read_text())
+        write_text(output_dir / "results.md", results_markdown(task, summary))
+        write_json(output_dir / RESULTS, summary)  # the runs' summary, once every file it names is there
+        write_card(output_dir, training)
     logger.info("\n%s", results_markdown(task, summary))
-    logger.info("The best run's model (%s): %s", run_name(best["learning_rate"], best["seed"]), output_dir / "model")
+    logger.info("The best run's model (%s): %s", run_name(best["learning_rate"], best["seed"]), output_dir)
     if push_to is not None:
         summary["pushed"] = push_to.push(output_dir, push)
     return summary
 
 
+def write_card(output_dir: Path, training: TrainingArguments) -> None:
+    """README.md: the model card `python -m bert_repro.hub.model_card` writes, for --hub_model_id or, as Trainer's
+    own card, named after the output directory."""
+    from ..hub.model_card import card_for_finetuning
+
+    repo_id = training.hub_model_id or output_dir.resolve().name
+    write_text(output_dir / "README.md", str(card_for_finetuning(output_dir, repo_id)))
+
+
+def evaluate_model(task: Task, data, run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
+    """--do_eval and/or --do_predict without --do_train: --model as it is, evaluated on the task's evaluation splits
+    (eval_results.json, all_results.json, as run_glue's `save_metrics("eval")`) and/or its test-set predictions."""
+    output_dir = Path(training.output_dir)
+    tokenizer = load_tokenizer(run.tokenizer or run.model)
+    splits = encode_splits(task, task_rows(task, data, run, train=False), tokenizer, run) if training.do_eval else {}
+    set_seed(training.seed)
+    trainer = task_trainer(task, splits, tokenizer, run, training, load_model(task, run))
+    summary: dict[str, Any] = {"task": task.name, "model": run.model}
+    if training.do_eval:
+        metrics = trainer.evaluate()
+        summary["eval"] = trainer.evaluated[1]
+        if trainer.is_world_process_zero():
+            write_json(output_dir / "eval_results.json", metrics, sort_keys=True)
+            write_json(output_dir / "all_results.json", metrics, sort_keys=True)
+    if training.do_predict:
+        summary["test_predictions"] = [
+            str(p) for p in write_test_predictions(task, trainer, data, tokenizer, run, output_dir)
+        ]
+    return summary
+
+
 def open_output_dir(record: dict[str, Any], run: FineTuningArguments, training: TrainingArguments):
-    """The output directory holds nothing or this grid, the Hub takes the push, the task's data reads: all said
-    before the run is recorded; then the directory is locked for this grid. (task, data, missing splits, push)"""
+    """The output directory holds nothing or this grid (a larger --max_steps or --num_train_epochs trains it
+    further), the Hub takes the push, the task's data reads: all said before the run is recorded; then the directory
+    is locked for this grid. (task, data, missing splits, push)"""
     task = find_task(run.task)
     output_dir = Path(training.output_dir)
     identity = run_identity(record)
-    check_output_dir(output_dir, identity, resume=True, overwrite=run.overwrite_output_dir, identity=run_identity)
+
+    def check() -> dict:
+        return check_output_dir(
+            output_dir,
+            identity,
+            resume=True,
+            overwrite=run.overwrite_output_dir,
+            identity=run_identity,
+            may_grow=GROW,
+        )
+
+    grown = check()
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
-    task, missing_splits = splits_at_hand(task, data, run.data)
-    lock_output_dir_once(
-        output_dir,
-        training,
-        lambda: check_output_dir(  # one run per directory from here on
-            output_dir, identity, resume=True, overwrite=run.overwrite_output_dir, identity=run_identity
-        ),
-    )
+    task, missing_splits = splits_at_hand(task, data, run, training)
+    lock_output_dir_once(output_dir, training, check)  # one run per directory from here on
+    if grown and training.process_index == 0:
+        # Before the record changes: results.json says the grid is finished, result.json that a run is.
+        logger.info("training the grid further: %s", ", ".join(f"{k} {a} -> {b}" for k, (a, b) in grown.items()))
+        for done in [output_dir / RESULTS, *output_dir.glob("runs/*/result.json")]:
+            done.unlink()
     write_run_config(output_dir, record)
     return task, data, missing_splits, push_to
 
 
 def train_grid(task: Task, data, run: FineTuningArguments, training: TrainingArguments):
-    """Every run of the grid not finished before, the best model saved as it is found. (runs' results, the best,
-    None), or the result of a run stopped by a signal as the third (the same command continues it)."""
+    """Every run of the grid not finished before, the best model saved at the top of the output directory as it is
+    found. (runs' results, the best, None), or the result of a run stopped by a signal as the third (the same
+    command continues it). Each run keeps the checkpoints Trainer leaves (--save_total_limit: its last), from which
+    a larger --max_steps trains it further."""
     output_dir = Path(training.output_dir)
     tokenizer = load_tokenizer(run.tokenizer or run.model)
     runs, best, splits = [], None, None
@@ -435,7 +529,7 @@ def train_grid(task: Task, data, run: FineTuningArguments, training: TrainingArg
             if done.exists():  # finished earlier: not run again
                 result, trainer = json.loads(done.read_text()), None
             else:
-                splits = splits or encode_splits(task, data, tokenizer, run)  # only when a run is left to do
+                splits = splits or encode_splits(task, task_rows(task, data, run), tokenizer, run)  # a run left to do
                 result, trainer = one_run(task, splits, tokenizer, run, training, lr, seed, run_dir)
                 if "stopped_by" in result:  # SIGTERM / SIGUSR1: the same command continues this run
                     if trainer.is_world_process_zero():
@@ -446,20 +540,16 @@ def train_grid(task: Task, data, run: FineTuningArguments, training: TrainingArg
             if best is None or _rank(result) > _rank(best):
                 best = result
                 if trainer is not None:
-                    trainer.save_full_model(str(output_dir / "model"))  # every process: FSDP gathers the shards
-                    save_tokenizer(tokenizer, output_dir / "model")  # with vocab.txt
-                    if run.predict_test:  # now, with the best model at hand: a rerun may not train it again
+                    trainer.save_full_model(str(output_dir))  # every process: FSDP gathers the shards
+                    if trainer.is_world_process_zero():
+                        save_tokenizer(tokenizer, output_dir)  # with vocab.txt
+                    if training.do_predict:  # now, with the best model at hand: a rerun may not train it again
                         write_test_predictions(task, trainer, data, tokenizer, run, output_dir)
             if trainer is not None and run.keep_all_runs:
                 trainer.save_full_model(str(run_dir / "model"))
-            if trainer is not None:
+            if trainer is not None and trainer.is_world_process_zero():
                 # Last: a run with result.json is not run again, so its model (when best) must be saved already.
-                done.parent.mkdir(parents=True, exist_ok=True)
                 write_json(done, result)
-                if not run.keep_all_runs and trainer.is_world_process_zero():
-                    # A finished run is never resumed: its checkpoints only filled the disk (a grid is many runs).
-                    for folder in checkpoints_newest_first(run_dir):
-                        shutil.rmtree(folder)
     return runs, best, None
 
 
@@ -473,6 +563,9 @@ def grid_settings(run: FineTuningArguments, training: TrainingArguments) -> dict
         "max_seq_length": run.max_seq_length,
         "warmup": training.warmup_steps,
         "weight_decay": training.weight_decay,
+        "max_steps": training.max_steps,
+        "logging_steps": training.logging_steps,
+        "data_seed": training.data_seed,  # None: each run's seed (its result's data_seed)
         "max_train_samples": run.max_train_samples,
         "max_eval_samples": run.max_eval_samples,
     }

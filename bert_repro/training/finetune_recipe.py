@@ -4,6 +4,7 @@ data is read or weights loaded (`check_inputs`). `bert_repro.training.finetune` 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -11,7 +12,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from transformers import TrainingArguments
+from transformers import IntervalStrategy, TrainingArguments
+from transformers.hf_argparser import string_to_bool
 
 from ..data.wordpiece import load_tokenizer
 from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
@@ -26,6 +28,7 @@ from ..model.configuration_bert_repro import (
 from ..model.conversion import check_model_dir
 from ..tasks.kinds import HEADS, SpanExtraction
 from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
+from .checkpoints import checkpoint_problem
 from .cli import (
     ConfigurationError,
     HelpLayout,
@@ -146,11 +149,15 @@ class FineTuningArguments(SpeedSwitches):
         },
     )
     predict_test: bool = field(
-        default=True, metadata={"help": "Write GLUE test-set prediction files when the data has a test split."}
+        default=True,
+        metadata={
+            "help": "Without --do_train/--do_eval/--do_predict: write GLUE test-set prediction files when the data "
+            "has a test split (--do_predict says it with those flags)."
+        },
     )
     keep_all_runs: bool = field(
         default=False,
-        metadata={"help": "Keep every run's weights (runs/<run>/model) and checkpoints, not only the best model."},
+        metadata={"help": "Also keep every run's final weights (runs/<run>/model), not only the best model."},
     )
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Allow writing into an output directory that holds another run."}
@@ -173,7 +180,17 @@ HELP_GROUPS = {
         "compile_layers",
     ),
     "training: the grid of learning rates x seeds, the best on dev kept": (
-        *("learning_rates", "seeds", "learning_rate", "seed", "num_train_epochs", "max_steps"),
+        *(
+            "do_train",
+            "do_eval",
+            "do_predict",
+            "learning_rates",
+            "seeds",
+            "learning_rate",
+            "seed",
+            "num_train_epochs",
+            "max_steps",
+        ),
         *("per_device_train_batch_size", "warmup_steps", "weight_decay", "max_train_samples"),
     ),
     "evaluation": (
@@ -192,10 +209,17 @@ def help_layout(task: Task) -> HelpLayout:
     return HelpLayout(
         groups=HELP_GROUPS,
         helps={
-            "output_dir": "Where the grid's runs (runs/lr<LR>_seed<SEED>/), the best model (model/), results.json "
-            "and results.md go.",
-            "resume_from_checkpoint": "Not needed: the same command continues an interrupted grid (each run from "
-            "its newest checkpoint) and leaves a finished one as it is; true is taken and changes nothing.",
+            "output_dir": "A Trainer output directory: the best run's model, tokenizer, README.md card, "
+            "trainer_state.json and *_results.json at the top, with results.json / results.md (every run); each run "
+            "of the grid in runs/lr<LR>_seed<SEED>/ (its last checkpoint, TensorBoard events).",
+            "resume_from_checkpoint": "true: each run of the grid from its newest checkpoint (the same command does "
+            "that without it), and with a larger --max_steps or --num_train_epochs a finished grid trained further; "
+            "PATH: the grid's one run (one learning rate, one seed) from that checkpoint.",
+            "do_train": "Fine-tune the grid (with --do_eval, which ranks its runs). Without any of --do_train, "
+            "--do_eval, --do_predict: all three (predictions where --predict_test).",
+            "do_eval": "Alone: evaluate --model (a fine-tuned folder) on the task's evaluation splits, training "
+            "nothing: eval_results.json.",
+            "do_predict": "Write the GLUE test-set predictions (glue_submission/); alone: of --model as it is.",
             "learning_rate": "One learning rate: the grid {X} (--learning_rates X).",
             "seed": "One seed: the seeds {S} (--seeds S).",
             "eval_strategy": "When each run of the grid is evaluated on the task's evaluation splits with the task's "
@@ -204,9 +228,10 @@ def help_layout(task: Task) -> HelpLayout:
             "metric_for_best_model": "With --load_best_model_at_end or --save_strategy best: one of the task's metrics "
             "(default: the metric the grid ranks by, e.g. accuracy).",
             "save_strategy": "When a run saves a checkpoint (the newest --save_total_limit kept): a preempted run "
-            "resumes from it. A finished run's checkpoints are removed unless --keep_all_runs.",
+            "resumes from it, and a finished one is trained further from its last (--save_total_limit: how many).",
         },
         shown_defaults={
+            "output_dir": "trainer_output (Trainer's)",
             "learning_rates": f"{task.name}'s grid: {grid}" if grid else "--learning_rate's value",
             "learning_rate": "none: each of --learning_rates",
         },
@@ -263,6 +288,7 @@ class FineTuningRecipe:
             defaults["warmup_steps"] = task.defaults["warmup_proportion"]
         layout = help_layout(task)
         run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS, help_layout=layout)
+        choose_stages(run, training, argv)
         return cls(run, training)
 
     @classmethod
@@ -319,11 +345,40 @@ class FineTuningRecipe:
         return replace(run, **changes), training
 
 
+STAGES = ("do_train", "do_eval", "do_predict")
+
+
+def choose_stages(run: FineTuningArguments, training: TrainingArguments, argv: list[str]) -> None:
+    """--do_train / --do_eval / --do_predict as run_glue reads them: those given, and only those; none given, the
+    whole protocol (train and evaluate the grid, GLUE test predictions with --predict_test). Read from `argv` (and a
+    --config file) because TrainingArguments turns do_eval on whenever eval_strategy is not "no"."""
+    known = {f.name for cls in ARGUMENTS for f in fields(cls)}
+    argv, given = use_our_names(argv, known)
+    asked: dict[str, bool] = {}
+    if "--config" in argv[:-1]:
+        config = read_yaml_config(argv[argv.index("--config") + 1], ARGUMENTS, RECIPE)
+        asked.update({name: bool(config[name]) for name in STAGES if name in config})
+        given |= set(config)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for name in STAGES:
+        parser.add_argument(f"--{name}", nargs="?", const=True, type=string_to_bool, default=argparse.SUPPRESS)
+    asked.update(vars(parser.parse_known_args(argv)[0]))
+    if not asked:
+        training.do_train = training.do_eval = True
+        training.do_predict = run.predict_test and bool(find_task(run.task).glue_submission_names)
+        return
+    if "predict_test" in given:
+        raise ConfigurationError("--predict_test with --do_train/--do_eval/--do_predict: --do_predict says it.")
+    training.do_train, training.do_eval, training.do_predict = (asked.get(name, False) for name in STAGES)
+    if not training.do_train:  # no training, so no evaluation during it (and do_eval stays as asked on `replace`)
+        training.eval_strategy = IntervalStrategy.NO
+
+
 # The record's layout (`run_config.json`): 2 is `FineTuningRecipe.to_dict()`; 1 (no "schema_version") named the
 # first section "run" (read by `upgrade`).
 SCHEMA_VERSION = 2
 # What says where outputs, logs and pushes go, and credentials: not part of the record (a moved folder resumes).
-NOT_RECORDED = ("logging", "output_dir", "hub_", "push_")
+NOT_RECORDED = ("output_dir", "hub_", "push_")
 
 
 def upgrade(record: dict[str, Any]) -> dict[str, Any]:
@@ -364,6 +419,7 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
     before the model loads: the output directory (`check_output_dir`), the Hub request, and the task's data as it
     is read (`load_task_data`, `splits_at_hand`)."""
     check_values(run, training)
+    check_stages(run, training)
     check_evaluation(find_task(run.task), training)
     check_engine(training)
     check_trainer_settings(training)
@@ -411,6 +467,39 @@ def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
         )
     if problem := check_attention(run.attn_implementation):
         raise ConfigurationError(problem)
+
+
+def check_stages(run: FineTuningArguments, training: TrainingArguments) -> None:
+    """What --do_train / --do_eval / --do_predict and --resume_from_checkpoint PATH ask is possible (part of
+    `check_inputs`): the grid's runs are ranked on dev, a run resumes from one checkpoint, predictions need a
+    format."""
+    if training.do_train and not training.do_eval:
+        raise ConfigurationError("--do_train without --do_eval: the grid's runs are ranked on dev; add --do_eval.")
+    if not (training.do_train or training.do_eval or training.do_predict):
+        raise ConfigurationError("Nothing to do: pass --do_train --do_eval, --do_eval or --do_predict.")
+    if training.do_predict and not find_task(run.task).glue_submission_names:
+        raise ConfigurationError(
+            f"--do_predict: test-set predictions are written in the GLUE leaderboard's format; {run.task} has none."
+        )
+    if not training.do_train and training.push_to_hub:
+        raise ConfigurationError("--push_to_hub without --do_train: there is no fine-tuned model to publish.")
+    path = resume_path(training)
+    if path is not None:
+        if not training.do_train:
+            raise ConfigurationError(f"--resume_from_checkpoint {path} without --do_train: nothing is trained.")
+        if problem := checkpoint_problem(path):
+            raise ConfigurationError(f"--resume_from_checkpoint {path}: {problem}.")
+        if len(run.learning_rates) * len(run.seeds) > 1:
+            raise ConfigurationError(
+                f"--resume_from_checkpoint {path} resumes one run: pass one --learning_rate and one --seed (true "
+                "resumes each run of a grid from its own newest checkpoint)."
+            )
+
+
+def resume_path(training: TrainingArguments) -> str | None:
+    """--resume_from_checkpoint PATH, or None (not given, true or false)."""
+    given = training.resume_from_checkpoint
+    return None if given in (None, "", "true", "True", "false", "False") else given
 
 
 def check_evaluation(task: Task, training: TrainingArguments) -> None:

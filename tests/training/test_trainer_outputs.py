@@ -1,14 +1,18 @@
-"""A fine-tuning run of the grid is a Trainer run as transformers' example scripts leave it: evaluated each epoch
-with the task's own metrics, trainer_state.json, *_results.json and TensorBoard events in its folder; every
-evaluation and saving strategy runs or is refused in one line before any work."""
+"""A fine-tune's output directory is a Trainer output_dir (the best run's model, tokenizer, card, trainer_state.json
+and *_results.json at the top; each run of the grid a Trainer run beneath, evaluated each epoch with the task's own
+metrics); --do_train / --do_eval / --do_predict and --resume_from_checkpoint behave as in run_glue; a finished
+fine-tune is trained further; records and card say what ran; every evaluation and saving strategy runs or is refused
+in one line before any work."""
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import transformers
-from support.task_files import fixture_files, write
+from support.task_files import fixture_files, tsv, write
 
-from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.cli import ConfigurationError, RunFinished
 from bert_repro.training.finetune import run_finetuning
 from bert_repro.training.finetune_recipe import FineTuningRecipe
 
@@ -23,29 +27,138 @@ def finetune(tmp_path, model, *extra, task="sst2"):
     return run_finetuning(FineTuningRecipe.from_args(argv))
 
 
-def test_a_run_is_a_trainer_run(tmp_path, tiny_model, caplog):
-    caplog.set_level("INFO")
-    summary = finetune(tmp_path, tiny_model)
-    out = tmp_path / "out"
-    run = out / "runs" / "lr0.0001_seed42"
-    state = json.loads((run / "trainer_state.json").read_text())
+# SST-2 with four training rows (two steps an epoch at batch 2; label 1 the most frequent) and four dev rows, whose
+# first is label 1 and the others 0: the majority class scores 1.0 on the first row and 0.25 on all four.
+SST2 = {
+    "train.tsv": tsv(["sentence", "label"], [["hide new secretions", 1], ["a charming journey", 1]] * 2),
+    "dev.tsv": tsv(["sentence", "label"], [["unflinchingly bleak", 1], ["bleak", 0], ["new", 0], ["journey", 0]]),
+    "test.tsv": tsv(["index", "sentence"], [[0, "uneasy mishmash"], [1, "charming"]]),
+}
+SST2["train.tsv"] = SST2["train.tsv"].replace("journey\t1\n", "journey\t0\n", 1)  # labels 1 0 1 1
+RUN = "lr0.0001_seed42"
+
+
+def sst2_argv(data, model, out, *extra):
+    return [
+        *("--task", "sst2", "--model", str(model), "--data", str(data), "--output_dir", str(out)),
+        *("--learning_rate", "1e-4", "--per_device_train_batch_size", "2", "--max_seq_length", "32"),
+        *("--use_cpu", "true", "--disable_tqdm", "true", "--logging_steps", "1", *extra),
+    ]
+
+
+@pytest.fixture(scope="module")
+def sst2(tmp_path_factory, tiny_model):
+    """(data, output directory) of a fine-tune stopped by --max_steps 3 at 1.5 of its 2 epochs, scored on the
+    first dev row only (--max_eval_samples 1). Tests copy the output directory before they write into it."""
+    root = tmp_path_factory.mktemp("sst2")
+    data = write(root / "data", SST2)
+    argv = sst2_argv(data, tiny_model, root / "out", "--num_train_epochs", "2", "--max_steps", "3")
+    run_finetuning(FineTuningRecipe.from_args([*argv, "--max_eval_samples", "1"]))
+    return data, root / "out", tiny_model
+
+
+def test_the_output_directory_is_a_trainer_output_dir(sst2):
+    """The top of the output directory is what `Trainer.save_model` + `save_state` leave: the best run's model,
+    tokenizer, card, trainer_state.json and *_results.json; the grid's runs beneath, each keeping its last
+    checkpoint."""
+    from transformers import pipeline
+
+    _, out, _ = sst2
+    classify = pipeline("text-classification", model=str(out), device="cpu")
+    assert classify("a charming journey")[0]["label"] in ("negative", "positive")
+    run = out / "runs" / RUN
+    for name in ("trainer_state.json", "train_results.json", "eval_results.json", "all_results.json"):
+        assert (out / name).read_text() == (run / name).read_text(), name
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 3 and [p.name for p in run.glob("checkpoint-*")] == ["checkpoint-3"]
+    assert state["best_model_checkpoint"] is None or Path(state["best_model_checkpoint"]).is_dir()
+    assert list(run.glob("events.out.tfevents.*")), "no TensorBoard events in the run's folder"
     evaluations = [entry for entry in state["log_history"] if "eval_accuracy" in entry]
-    assert [entry["epoch"] for entry in evaluations] == [1.0, 2.0]  # each epoch, the task's metric
-    assert state["global_step"] == state["max_steps"] > 0
+    assert [entry["epoch"] for entry in evaluations] == [1.0, 1.5]  # each epoch and at the end, the task's metric
     result = json.loads((run / "result.json").read_text())
-    eval_results = json.loads((run / "eval_results.json").read_text())
+    eval_results = json.loads((out / "eval_results.json").read_text())
     assert eval_results["eval_accuracy"] == result["validation"]["accuracy"] == evaluations[-1]["eval_accuracy"]
-    assert "eval_loss" in eval_results
-    train_results = json.loads((run / "train_results.json").read_text())
-    assert {"train_loss", "train_runtime", "epoch"} <= set(train_results)
-    assert json.loads((run / "all_results.json").read_text()) == {**train_results, **eval_results}
-    assert list(run.glob("runs/*/events.out.tfevents.*")), "no TensorBoard events"
-    assert not list(run.glob("checkpoint-*")), "a finished run keeps no checkpoint"
-    assert (out / "model" / "model.safetensors").exists()
-    assert f"The best run's model (lr0.0001_seed42): {out / 'model'}" in caplog.text
-    assert summary["best"]["score"] == result["score"]
-    # the versions a card lists, recorded by the run
+    train_results = json.loads((out / "train_results.json").read_text())
+    assert {"train_loss", "train_runtime", "epoch"} <= set(train_results) and "eval_loss" in eval_results
+    assert json.loads((out / "all_results.json").read_text()) == {**train_results, **eval_results}
     assert json.loads((out / "results.json").read_text())["versions"]["transformers"] == transformers.__version__
+    card = (out / "README.md").read_text()
+    assert "pipeline_tag: text-classification" in card and "model-index" in card
+    assert not (out / "model").exists()
+
+
+def test_records_and_card_say_what_ran(sst2):
+    """--max_steps 3 stopped the run at 1.5 of its 2 epochs; the seed ordered the data; --max_eval_samples 1
+    scored the first dev row, the model and the majority class alike."""
+    from huggingface_hub import ModelCard
+
+    _, out, _ = sst2
+    results = json.loads((out / "results.json").read_text())
+    best = results["best"]
+    assert (best["epochs"], best["steps"], best["data_seed"]) == (1.5, 3, 42)
+    assert results["hyperparameters"]["logging_steps"] == 1
+    assert json.loads((out / "run_config.json").read_text())["training"]["logging_steps"] == 1
+    assert results["majority_baseline"] == {"validation": {"accuracy": 1.0}}  # the first row's label is 1
+    assert results["eval_rows"] == {"validation": [1, 4]}
+    card = ModelCard.load(out / "README.md")
+    assert "1.5 epochs (3 steps)" in card.text and "first 1 of 4 rows" in card.text
+    assert "| data_seed | none (each run's seed) |" in card.text or "each run's seed" in card.text
+    (entry,) = card.data.eval_results
+    assert entry.metric_value == best["validation"]["accuracy"] <= 1  # a fraction, as evaluate's accuracy gives it
+
+
+def test_do_eval_alone_trains_nothing(sst2, tmp_path, caplog):
+    data, finetuned, _ = sst2
+    out = tmp_path / "eval"
+    summary = run_finetuning(FineTuningRecipe.from_args(sst2_argv(data, finetuned, out, "--do_eval")))
+    assert not (out / "runs").exists() and not (out / "model.safetensors").exists()
+    metrics = json.loads((out / "eval_results.json").read_text())
+    assert metrics["eval_accuracy"] == summary["eval"]["validation"]["accuracy"]
+    assert "train_loss" not in json.loads((out / "all_results.json").read_text())
+    assert not (out / "glue_submission").exists()
+
+
+def test_do_predict_alone_writes_predictions_only(sst2, tmp_path):
+    data, finetuned, _ = sst2
+    out = tmp_path / "predict"
+    run_finetuning(FineTuningRecipe.from_args(sst2_argv(data, finetuned, out, "--do_predict")))
+    lines = (out / "glue_submission" / "SST-2.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 3
+    assert {p.name for p in out.iterdir()} - {"run.lock"} == {"glue_submission", "run_config.json"}
+
+
+def test_resume_from_checkpoint_path_resumes_from_it_or_refuses(sst2, tmp_path):
+    """Another run (seed 7) from the fine-tune's checkpoint at step 3: its steps 1-3 are the checkpoint's (seed
+    42's), then step 4 is its own."""
+    data, finetuned, model = sst2
+    checkpoint = finetuned / "runs" / RUN / "checkpoint-3"
+    argv = sst2_argv(data, model, tmp_path / "resumed", "--max_steps", "4", "--seed", "7")
+    run_finetuning(FineTuningRecipe.from_args([*argv, "--resume_from_checkpoint", str(checkpoint)]))
+    state = json.loads((tmp_path / "resumed" / "runs" / "lr0.0001_seed7" / "trainer_state.json").read_text())
+    losses = {entry["step"]: entry["loss"] for entry in state["log_history"] if "loss" in entry}
+    before = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
+    assert [losses[step] for step in (1, 2, 3)] == [entry["loss"] for entry in before if "loss" in entry]
+    assert state["global_step"] == 4 and 4 in losses
+    argv = sst2_argv(data, model, tmp_path / "refused", "--resume_from_checkpoint", str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigurationError, match=r"^--resume_from_checkpoint .*nowhere: not a folder\.$"):
+        run_finetuning(FineTuningRecipe.from_args(argv))
+    assert not (tmp_path / "refused").exists()
+
+
+def test_a_finished_fine_tune_is_trained_further(sst2, tmp_path):
+    """3 -> 5 steps with --resume_from_checkpoint true: from the run's last checkpoint, on the longer schedule."""
+    data, finetuned, model = sst2
+    out = shutil.copytree(finetuned, tmp_path / "out")
+    argv = sst2_argv(data, model, out, "--num_train_epochs", "2", "--max_eval_samples", "1")
+    run_finetuning(FineTuningRecipe.from_args([*argv, "--max_steps", "5", "--resume_from_checkpoint", "true"]))
+    state = json.loads((out / "trainer_state.json").read_text())
+    steps = {e["step"]: e for e in state["log_history"] if "loss" in e}
+    assert state["global_step"] == 5 and list(steps)[-2:] == [4, 5]
+    assert steps[4]["learning_rate"] > 0  # the 5-step schedule's rate, not the 3-step one's end (0)
+    assert json.loads((out / "results.json").read_text())["best"]["steps"] == 5
+    assert (out / "runs" / RUN / "checkpoint-5").is_dir()
+    with pytest.raises(RunFinished):
+        run_finetuning(FineTuningRecipe.from_args([*argv, "--max_steps", "5", "--resume_from_checkpoint", "true"]))
 
 
 @pytest.mark.parametrize(
