@@ -5,6 +5,7 @@ fine-tune is trained further; records and card say what ran; every evaluation an
 in one line before any work."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -89,7 +90,7 @@ def test_the_output_directory_is_a_trainer_output_dir(sst2):
 
 def test_records_and_card_say_what_ran(sst2):
     """--max_steps 3 stopped the run at 1.5 of its 2 epochs; the seed ordered the data; --max_eval_samples 1
-    scored the first dev row, the model and the majority class alike."""
+    scored the first of the four dev rows."""
     from huggingface_hub import ModelCard
 
     _, out, _ = sst2
@@ -98,13 +99,22 @@ def test_records_and_card_say_what_ran(sst2):
     assert (best["epochs"], best["steps"], best["data_seed"]) == (1.5, 3, 42)
     assert results["hyperparameters"]["logging_steps"] == 1
     assert json.loads((out / "run_config.json").read_text())["training"]["logging_steps"] == 1
-    assert results["majority_baseline"] == {"validation": {"accuracy": 1.0}}  # the first row's label is 1
     assert results["eval_rows"] == {"validation": [1, 4]}
     card = ModelCard.load(out / "README.md")
     assert "1.5 epochs (3 steps)" in card.text and "first 1 of 4 rows" in card.text
     assert "| data_seed | none (each run's seed) |" in card.text or "each run's seed" in card.text
     (entry,) = card.data.eval_results
     assert entry.metric_value == best["validation"]["accuracy"] <= 1  # a fraction, as evaluate's accuracy gives it
+
+
+def test_the_majority_class_is_scored_on_the_models_rows(sst2):
+    """With --max_eval_samples 1 the model is scored on the first dev row: so is the majority class (1.0 there,
+    0.25 on all four rows), in results.json, results.md and the card."""
+    _, out, _ = sst2
+    results = json.loads((out / "results.json").read_text())
+    assert results["majority_baseline"] == {"validation": {"accuracy": 1.0}}
+    assert "| majority class | | 1.0000 | |" in (out / "results.md").read_text()
+    assert re.search(r"\| Accuracy \(main\) \| [\d.]+ \| 100\.00 \|", (out / "README.md").read_text())
 
 
 def test_do_eval_alone_trains_nothing(sst2, tmp_path, caplog):
