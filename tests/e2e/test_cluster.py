@@ -395,7 +395,7 @@ def test_fine_tuning_stopped_by_sigterm_goes_on_with_the_same_command(tmp_path, 
     resumed = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600, check=False)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert resumed.stdout.count("'loss'") == 12 - step  # the steps after the checkpoint, not all again
-    a, b = (weights(directory / "model") for directory in (tmp_path / "full", out))
+    a, b = (weights(directory) for directory in (tmp_path / "full", out))
     assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
 
 

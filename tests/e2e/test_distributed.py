@@ -444,9 +444,9 @@ def test_finetuning_under_fsdp_matches_one_process(tmp_path):
         "1",
     )
     assert json.loads((tmp_path / "fsdp" / "results.json").read_text())["best"]["engine"] == "FSDP2"
-    fine_tuned, reference = (load_file(tmp_path / d / "model" / "model.safetensors") for d in ("fsdp", "one"))
+    fine_tuned, reference = (load_file(tmp_path / d / "model.safetensors") for d in ("fsdp", "one"))
     assert worst_difference(fine_tuned, reference) < TOLERANCE
     start = load_file(model_dir / "model.safetensors")
     assert max((fine_tuned[k] - start[k]).abs().max().item() for k in start if k in fine_tuned) > 100 * TOLERANCE
-    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "fsdp" / "model")
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "fsdp")
     assert torch.equal(loaded.classifier.weight, fine_tuned["classifier.weight"])

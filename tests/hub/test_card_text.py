@@ -21,9 +21,9 @@ def test_every_task_and_metric_has_words_for_readers():
 
 
 def fake_finetuning_run(root: Path, task: str, scores: dict[str, float], main: str) -> Path:
-    """The files `recipes/finetune.py` leaves for a card: results.json, run_config.json, model/config.json."""
+    """The files `recipes/finetune.py` leaves for a card: results.json, run_config.json, config.json."""
     run = {"learning_rate": 2e-05, "seed": 42, "train_seconds": 60.0, "validation": scores, "score": scores[main]}
-    (root / "model").mkdir(parents=True)
+    root.mkdir(parents=True)
     (root / "results.json").write_text(
         json.dumps(
             {
@@ -46,7 +46,7 @@ def fake_finetuning_run(root: Path, task: str, scores: dict[str, float], main: s
         )
     )
     (root / "run_config.json").write_text(json.dumps({"run": {"task": task}, "training": {"seed": 42}}))
-    (root / "model" / "config.json").write_text("{}")
+    (root / "config.json").write_text("{}")
     return root
 
 
@@ -75,4 +75,4 @@ def test_a_task_added_to_the_registry_is_named_on_its_card(tmp_path, monkeypatch
     assert "| dev | Macro-averaged F1 (main) | 88.00 |" in card.text
     results = card.data.eval_results
     assert {r.dataset_name for r in results} == {"PAWS-X paraphrases"}
-    assert {r.metric_name for r in results} == {"Accuracy (%)", "Macro-averaged F1 (%)"}
+    assert {r.metric_name for r in results} == {"Accuracy", "Macro-averaged F1"}

@@ -270,7 +270,7 @@ def _finetuning_run(
         },
     )
     labels = {str(i): f"LABEL_{i}" for i in range(num_labels)}
-    _write(out / "model" / "config.json", bert_config("base", 30522, architectures=[head], id2label=labels))
+    _write(out / "config.json", bert_config("base", 30522, architectures=[head], id2label=labels))
     return out
 
 
@@ -724,8 +724,8 @@ def test_mrpc_metadata_and_table(tmp_path):
     assert data.datasets == ["nyu-mll/glue"] and {"bert", "bert_repro", "glue", "mrpc"} <= set(data.tags)
     assert data.metrics == ["accuracy", "f1"]
     values = by_metric(card)
-    assert values[("validation", "F1 (%)")] == 87.3  # 0.873 -> 87.3
-    assert values[("validation", "Accuracy (%)")] == 81.37
+    assert values[("validation", "F1")] == 0.873  # fractions, as evaluate's metrics give them (the table: percent)
+    assert values[("validation", "Accuracy")] == 0.8137254901960784
     for r in data.eval_results:
         assert (r.task_type, r.dataset_type, r.dataset_config, r.dataset_split) == (
             "text-classification",
@@ -797,7 +797,7 @@ def test_squad_v2_card(tmp_path):
 def test_finetuning_card_without_run_config_or_model(tmp_path):
     out = make_mrpc_run(tmp_path)
     (out / "run_config.json").unlink()
-    (out / "model" / "config.json").unlink()
+    (out / "config.json").unlink()
     text = str(card_for_finetuning(out, "someone/bert-mrpc"))
     assert "The run's settings (`run_config.json`): not recorded." in text
     assert "Architecture: not recorded" in text
@@ -894,7 +894,7 @@ def test_cards_list_the_framework_versions_the_run_recorded_else_say_whose(tmp_p
     text = body(card_for_pretraining(out, REPO))
     assert "- Pytorch 2.11.0\n" in text and "installed when this card was made" not in text
     mrpc = make_mrpc_run(tmp_path)
-    _write(mrpc / "model" / "config.json", bert_config("base", 30522, transformers_version="5.17.0"))
+    _write(mrpc / "config.json", bert_config("base", 30522, transformers_version="5.17.0"))
     assert "- Transformers 5.17.0 (config.json" in body(card_for_finetuning(mrpc, "someone/bert-mrpc"))
 
 
@@ -936,10 +936,9 @@ def test_a_card_holding_a_secret_is_refused(tmp_path):
 def test_card_for_directory_picks_the_kind(tmp_path):
     pre, mrpc = make_pretraining_run(tmp_path), make_mrpc_run(tmp_path)
     assert run_kind(pre) == "pretraining" and run_kind(mrpc) == "finetuning"
-    assert run_kind(mrpc / "model") == "finetuning"
     assert card_for_directory(pre, REPO).data.pipeline_tag == "fill-mask"
-    assert card_for_directory(mrpc / "model", "someone/m").data.pipeline_tag == "text-classification"
-    assert card_path(mrpc) == mrpc / "model" / "README.md" and card_path(pre) == pre / "README.md"
+    assert card_for_directory(mrpc, "someone/m").data.pipeline_tag == "text-classification"
+    assert card_path(mrpc) == mrpc / "README.md" and card_path(pre) == pre / "README.md"
     (tmp_path / "empty").mkdir()
     with pytest.raises(CardError, match="neither a pre-training run"):
         card_for_directory(tmp_path / "empty", REPO)
@@ -948,7 +947,7 @@ def test_card_for_directory_picks_the_kind(tmp_path):
 def test_command_line_writes_the_card_beside_the_weights(tmp_path, capsys):
     mrpc = make_mrpc_run(tmp_path)
     written = model_card.main([str(mrpc), "someone/bert-mrpc", "--base_model", "someone/bert-base-repro"])
-    assert written == mrpc / "model" / "README.md"
+    assert written == mrpc / "README.md"
     card = ModelCard.load(written)
     assert card.data.base_model == "someone/bert-base-repro" and card.data.eval_results
     pre, study = make_pretraining_run(tmp_path), make_study(tmp_path / "study", "/elsewhere/pretrained")

@@ -50,7 +50,7 @@ def test_every_task_end_to_end(tmp_path, tiny_model, name):
     for split in task.eval_splits:
         assert set(task.metrics) <= set(results["best"][split]), (split, results["best"][split])
     assert (out / "results.md").read_text().startswith(f"# {name}")
-    assert (out / "model" / "model.safetensors").exists()
+    assert (out / "model.safetensors").exists() and (out / "README.md").exists()
     if task.glue_submission_names:  # every GLUE fixture has its test file(s): one submission file per test split
         for split in task.test_splits:
             lines = (out / "glue_submission" / task.glue_submission_name(split)).read_text().splitlines()
@@ -228,7 +228,7 @@ def test_speed_switches_reach_the_model(tmp_path, tiny_model):
             ]
         )
     )
-    config = json.loads((out / "model" / "config.json").read_text())
+    config = json.loads((out / "config.json").read_text())
     assert config["unpad_inputs"] and config["fast_dropout"] and config["last_layer_subset"]
 
 
@@ -264,7 +264,7 @@ def test_the_new_heads_initializer_is_a_choice(tmp_path, tiny_model, initializer
     run_finetuning(
         FineTuningRecipe.from_args([*argv, "--head_initializer", initializer, "--max_seq_length", "32", "--seeds", "3"])
     )
-    weights = load_file(tmp_path / "o" / "model" / "model.safetensors")
+    weights = load_file(tmp_path / "o" / "model.safetensors")
     head = next(w for name, w in weights.items() if "classifier" in name and name.endswith("weight"))
     assert (head.abs().max().item() <= 2 * 0.02 + 1e-6) == cut, head.abs().max().item()
     trained = load_file(tiny_model / "model.safetensors")

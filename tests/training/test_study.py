@@ -459,7 +459,7 @@ def test_each_study_runs_end_to_end_and_writes_its_table(name, selection, rows, 
         for variant, objective in (("mlm", "mlm"), ("ltr", "ltr")):
             config = json.loads((out / "pretrain" / variant / "config.json").read_text())
             assert config["objective"] == objective
-        tuned = json.loads((out / "finetune" / "ltr_bilstm" / "mrpc" / "model" / "config.json").read_text())
+        tuned = json.loads((out / "finetune" / "ltr_bilstm" / "mrpc" / "config.json").read_text())
         assert tuned["objective"] == "ltr"
     if name == "table6":  # perplexity of each size's held-out MLM loss
         assert all(r["cells"]["mlm_ppl"]["ours"] > 1 for r in saved["rows"])
