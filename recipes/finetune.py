@@ -5,9 +5,10 @@
 
 Tasks: mnli qqp qnli sst2 cola stsb mrpc rte wnli squad squad_v2 swag conll2003. Without --data the task's Hub
 dataset is used; with it, the files in their original layout (GLUE TSVs, SQuAD JSON, SWAG CSV, CoNLL columns) or
-HF exports (parquet, csv, tsv, json). Writes results.json, results.md, the best model and, for GLUE tasks with a
-test split, the leaderboard's prediction files. Several processes or machines: the same script under `accelerate
-launch --config_file recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`.
+HF exports (parquet, csv, tsv, json). --output_dir becomes a Trainer output directory (the best model, tokenizer,
+README.md card, trainer_state.json, *_results.json; results.json, results.md; each run in runs/) with, for GLUE
+tasks with a test split, the leaderboard's prediction files. Several processes or machines: the same script under
+`accelerate launch --config_file recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`.
 """
 
 import sys
