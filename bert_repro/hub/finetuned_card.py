@@ -229,14 +229,19 @@ def _task_context(task: Task) -> dict[str, Any]:
 
 
 def card_for_finetuning(
-    output_dir: str | Path, repo_id: str, *, base_model: str | None = None, template_dir: str | Path | None = None
+    output_dir: str | Path,
+    repo_id: str,
+    *,
+    base_model: str | None = None,
+    template_dir: str | Path | None = None,
+    summary: Mapping[str, Any] | None = None,
 ) -> ModelCard:
     """The card of a fine-tuning output directory (`recipes/finetune.py`): its best model, to publish as
     ``repo_id``. ``base_model``: the Hub id of the pre-trained checkpoint (by default the run's `--model` when
     that is a Hub id; a local path is not, and stays out of the metadata). ``template_dir``: other
-    templates than the package's."""
+    templates than the package's. ``summary``: results.json's content, for a run that has not written it yet."""
     out = Path(output_dir)
-    summary = _read_json(out / "results.json")
+    summary = summary or _read_json(out / "results.json")
     if summary is None or "task" not in summary or "best" not in summary:
         raise CardError(f"{out} is not a fine-tuning output directory (needs results.json with task, best).")
     task = get_task(summary["task"])

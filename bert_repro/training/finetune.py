@@ -240,9 +240,15 @@ def task_trainer(task, splits, tokenizer, run, training: TrainingArguments, mode
     # Compiled, a fine-tuning step sees batches of many widths (padded to their longest) and, at an epoch's end,
     # a smaller one: with dynamic shapes from the start that is one graph and no recompilation, where dynamo's
     # default specialises and recompiles twice (tests/training/test_compile.py). accelerate's own setting, which the
-    # Trainer's dynamo plugin reads; a value the user exported wins. TensorBoard's events go in the run's own
-    # folder, runs/<run>/, where Trainer's logs of one run go (runs/ of its output_dir).
-    environment = {"TENSORBOARD_LOGGING_DIR": os.environ.get("TENSORBOARD_LOGGING_DIR", args.output_dir)}
+    # Trainer's dynamo plugin reads; a value the user exported wins. A run of the grid keeps its TensorBoard events in
+    # its own folder, runs/<run>/, where Trainer's logs go (runs/ of an output_dir), or in <run>/ of an exported
+    # TENSORBOARD_LOGGING_DIR.
+    environment = {}
+    if "output_dir" in changes:
+        logs = os.environ.get("TENSORBOARD_LOGGING_DIR")
+        environment["TENSORBOARD_LOGGING_DIR"] = (
+            os.path.join(logs, Path(args.output_dir).name) if logs else args.output_dir
+        )
     if training.torch_compile:
         environment["ACCELERATE_DYNAMO_USE_DYNAMIC"] = os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")
     first = task.eval_splits[0]
@@ -442,8 +448,8 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
         for name in TRAINER_FILES:  # the best run's, where Trainer's `save_state` and `save_metrics` leave them
             write_text(output_dir / name, (best_dir / name).read_text())
         write_text(output_dir / "results.md", results_markdown(task, summary))
-        write_json(output_dir / RESULTS, summary)  # the runs' summary, once every file it names is there
-        write_card(output_dir, training)
+        write_card(output_dir, training, summary)
+        write_json(output_dir / RESULTS, summary)  # last: the runs' summary, once every file it names is there
     logger.info("\n%s", results_markdown(task, summary))
     logger.info("The best run's model (%s): %s", run_name(best["learning_rate"], best["seed"]), output_dir)
     if push_to is not None:
@@ -451,13 +457,13 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     return summary
 
 
-def write_card(output_dir: Path, training: TrainingArguments) -> None:
+def write_card(output_dir: Path, training: TrainingArguments, summary: dict) -> None:
     """README.md: the model card `python -m bert_repro.hub.model_card` writes, for --hub_model_id or, as Trainer's
     own card, named after the output directory."""
     from ..hub.model_card import card_for_finetuning
 
     repo_id = training.hub_model_id or output_dir.resolve().name
-    write_text(output_dir / "README.md", str(card_for_finetuning(output_dir, repo_id)))
+    write_text(output_dir / "README.md", str(card_for_finetuning(output_dir, repo_id, summary=summary)))
 
 
 def evaluate_model(task: Task, data, run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:

@@ -172,7 +172,7 @@ def test_finetuning_survives_a_kill_at_every_write_point(tmp_path, tiny_model, h
     command = finetuning_command(tmp_path, tiny_model)
     reference, points = counted(harness, command, tmp_path)
     plan = [scenario(tmp_path / f"kill{n}", command, n, None) for n in range(1, len(points) + 1)]
-    check_all(harness.run(plan), reference, "model", len(points))
+    check_all(harness.run(plan), reference, ".", len(points))
 
 
 def test_where_a_run_lives_is_not_what_identifies_it(tmp_path):

@@ -22,6 +22,7 @@ ELSEWHERE = {  # tested elsewhere (test_hub, test_distributed, test_cuda, test_r
     *("parallelism_config", "ddp_backend", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "tf32"),
     *("run_name", "project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "debug"),
     *("use_liger_kernel", "liger_kernel_config", "optim_target_modules", "max_steps", "learning_rate", "seed"),
+    *("do_train", "do_eval", "do_predict"),
 }
 VALUES = {
     "optim": ["adamw_torch", "sgd", "adafactor"],
