@@ -511,11 +511,12 @@ def open_output_dir(record: dict[str, Any], run: FineTuningArguments, training: 
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
     task, missing_splits = splits_at_hand(task, data, run, training)
     lock_output_dir_once(output_dir, training, check)  # one run per directory from here on
-    if grown and training.process_index == 0:
-        # Before the record changes: results.json says the grid is finished, result.json that a run is.
-        logger.info("training the grid further: %s", ", ".join(f"{k} {a} -> {b}" for k, (a, b) in grown.items()))
-        for done in [output_dir / RESULTS, *output_dir.glob("runs/*/result.json")]:
-            done.unlink()
+    with training.main_process_first(local=False, desc="opening the output directory"):
+        if grown and training.process_index == 0:
+            # Before the record changes: results.json says the grid is finished, result.json that a run is.
+            logger.info("training the grid further: %s", ", ".join(f"{k} {a} -> {b}" for k, (a, b) in grown.items()))
+            for done in [output_dir / RESULTS, *output_dir.glob("runs/*/result.json")]:
+                done.unlink()
     write_run_config(output_dir, record)
     return task, data, missing_splits, push_to
 
@@ -547,14 +548,14 @@ def train_grid(task: Task, data, run: FineTuningArguments, training: TrainingArg
                 best = result
                 if trainer is not None:
                     trainer.save_full_model(str(output_dir))  # every process: FSDP gathers the shards
-                    if trainer.is_world_process_zero():
-                        save_tokenizer(tokenizer, output_dir)  # with vocab.txt
+                    save_tokenizer(tokenizer, output_dir)  # with vocab.txt
                     if training.do_predict:  # now, with the best model at hand: a rerun may not train it again
                         write_test_predictions(task, trainer, data, tokenizer, run, output_dir)
             if trainer is not None and run.keep_all_runs:
                 trainer.save_full_model(str(run_dir / "model"))
-            if trainer is not None and trainer.is_world_process_zero():
+            if trainer is not None:
                 # Last: a run with result.json is not run again, so its model (when best) must be saved already.
+                done.parent.mkdir(parents=True, exist_ok=True)
                 write_json(done, result)
     return runs, best, None
 

@@ -232,6 +232,7 @@ def help_layout(task: Task) -> HelpLayout:
         },
         shown_defaults={
             "output_dir": "trainer_output (Trainer's)",
+            **dict.fromkeys(STAGES, "true when none of the three is given"),
             "learning_rates": f"{task.name}'s grid: {grid}" if grid else "--learning_rate's value",
             "learning_rate": "none: each of --learning_rates",
         },
