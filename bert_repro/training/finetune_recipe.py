@@ -180,17 +180,8 @@ HELP_GROUPS = {
         "compile_layers",
     ),
     "training: the grid of learning rates x seeds, the best on dev kept": (
-        *(
-            "do_train",
-            "do_eval",
-            "do_predict",
-            "learning_rates",
-            "seeds",
-            "learning_rate",
-            "seed",
-            "num_train_epochs",
-            "max_steps",
-        ),
+        *("do_train", "do_eval", "do_predict"),
+        *("learning_rates", "seeds", "learning_rate", "seed", "num_train_epochs", "max_steps"),
         *("per_device_train_batch_size", "warmup_steps", "weight_decay", "max_train_samples"),
     ),
     "evaluation": (
@@ -362,7 +353,8 @@ def choose_stages(run: FineTuningArguments, training: TrainingArguments, argv: l
         given |= set(config)
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for name in STAGES:
-        parser.add_argument(f"--{name}", nargs="?", const=True, type=string_to_bool, default=argparse.SUPPRESS)
+        flags = (f"--{name}", f"--{name.replace('_', '-')}")
+        parser.add_argument(*flags, dest=name, nargs="?", const=True, type=string_to_bool, default=argparse.SUPPRESS)
     asked.update(vars(parser.parse_known_args(argv)[0]))
     if not asked:
         training.do_train = training.do_eval = True
@@ -378,7 +370,7 @@ def choose_stages(run: FineTuningArguments, training: TrainingArguments, argv: l
 # The record's layout (`run_config.json`): 2 is `FineTuningRecipe.to_dict()`; 1 (no "schema_version") named the
 # first section "run" (read by `upgrade`).
 SCHEMA_VERSION = 2
-# What says where outputs, logs and pushes go, and credentials: not part of the record (a moved folder resumes).
+# What says where outputs and pushes go, and credentials: not part of the record (a moved folder resumes).
 NOT_RECORDED = ("output_dir", "hub_", "push_")
 
 

@@ -13,8 +13,8 @@ import pytest
 import transformers
 from support.task_files import fixture_files, tsv, write
 
-from bert_repro.training.cli import ConfigurationError, RunFinished
-from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.cli import ConfigurationError, RunFinished, check_output_dir
+from bert_repro.training.finetune import GROW, run_finetuning, run_identity
 from bert_repro.training.finetune_recipe import FineTuningRecipe
 
 
@@ -169,6 +169,13 @@ def test_a_finished_fine_tune_is_trained_further(sst2, tmp_path):
     assert (out / "runs" / RUN / "checkpoint-5").is_dir()
     with pytest.raises(RunFinished):
         run_finetuning(FineTuningRecipe.from_args([*argv, "--max_steps", "5", "--resume_from_checkpoint", "true"]))
+    # more epochs, likewise
+    record = json.loads((out / "run_config.json").read_text())
+    record["training"]["num_train_epochs"] += 1
+    grown = check_output_dir(
+        out, run_identity(record), resume=True, overwrite=False, identity=run_identity, may_grow=GROW
+    )
+    assert grown == {"training.num_train_epochs": (2.0, 3.0)}
 
 
 @pytest.mark.parametrize(
