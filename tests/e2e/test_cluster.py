@@ -464,3 +464,35 @@ def test_a_signal_between_two_runs_of_a_grid_stops_before_the_next(
         signal.signal(signal.SIGTERM, previous)
     assert evaluated == ["lr0.001_seed1", "lr0.001_seed2"]
     assert len(json.loads((out / "results.json").read_text())["runs"]) == 2
+
+
+def test_a_signal_during_the_final_evaluation_stops_pretraining_before_its_push(
+    tmp_path, corpus_and_tokenizer, local_hub, monkeypatch, caplog
+):
+    """SIGTERM during the held-out evaluation after the last step: the evaluation and the final save complete, and
+    the run stops (exit 75) before the push, saying how to publish the finished run."""
+    from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
+    from bert_repro.training.pretraining.trainer import PreTrainingTrainer
+
+    config = write_config(tmp_path / "run.yaml", *corpus_and_tokenizer, max_steps=2, save_steps=100, eval_steps=100)
+    evaluate = PreTrainingTrainer.evaluate
+
+    def signalled_evaluate(trainer, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate(trainer, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainingTrainer, "evaluate", signalled_evaluate)
+    monkeypatch.setenv("HF_TOKEN", "hf_local_test_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # check_hub_access reads it
+    out = tmp_path / "out"
+    argv = ["--config", str(config), "--output_dir", str(out), "--push_to_hub", "true"]
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # a signal nothing records does not end pytest
+    try:
+        with local_hub.patch_client(tmp_path / "hf_home"), caplog.at_level("WARNING"):
+            result = run_pretraining(PreTrainingRecipe.from_args([*argv, "--hub_model_id", "local-user/tiny"]))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result == {"stopped_by": "SIGTERM"} and (out / "results.json").exists()
+    assert "stopped by SIGTERM after the final save" in caplog.text
+    assert f"publish it with: python -m bert_repro.hub {out} --repo_id local-user/tiny --checkpoints" in caplog.text
+    assert not any("/commit/" in path for _, path, _ in local_hub.requests)  # nothing pushed
