@@ -274,23 +274,17 @@ def check_hub_access(repo_id: str, *, token: str | None = None, api=None) -> Non
         ) from None
 
 
-def remote_refs(api, repo_id: str) -> tuple[dict[str, str], dict[str, str]] | None:
-    """({branch: commit id}, {tag: commit id}) of `repo_id`; None when there is no such repository."""
+def preflight(api, repo_id: str, revisions, identity: str | None, overwrite: bool, tag: str | None):
+    """Every refusal of a push, before it writes anything: a `tag` that exists (unless `overwrite`: it moves), a
+    revision that holds a different model (`check_remote`; a branch still to be made holds main's). Returns the
+    repository's ({branch: commit id}, {tag: commit id}), None when there is no such repository."""
     from huggingface_hub.utils import RepositoryNotFoundError
 
     try:
         refs = api.list_repo_refs(repo_id)
     except RepositoryNotFoundError:
         return None
-    return {b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags}
-
-
-def preflight(api, repo_id: str, revisions, identity: str | None, overwrite: bool, tag: str | None):
-    """Every refusal of a push, before it writes anything: a `tag` that exists (unless `overwrite`: it moves), a
-    revision that holds a different model (`check_remote`; a branch still to be made holds main's). Returns
-    `remote_refs`."""
-    refs = remote_refs(api, repo_id)
-    branches, tags = refs or ({}, {})
+    branches, tags = {b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags}
     if tag in tags and not overwrite:
         raise HubPushError(
             f"{repo_id} already has the tag {tag!r} (on commit {tags[tag][:8]}): pass --overwrite to move it to "
@@ -298,7 +292,7 @@ def preflight(api, repo_id: str, revisions, identity: str | None, overwrite: boo
         )
     for revision in dict.fromkeys(r if r in branches else None for r in revisions):
         check_remote(api, repo_id, revision, identity, overwrite)
-    return refs
+    return branches, tags
 
 
 def push(
