@@ -1,6 +1,8 @@
 """Publishing checkpoints on the Hugging Face Hub: safetensors, code, tokenizer, card, logs, and nothing else.
 
-What a push puts in the repository (one commit, so a failed push changes nothing there):
+A push lands whole or leaves the Hub as it found it, tags included: every refusal (another model there, a tag that
+exists without `overwrite`) comes before the first write, the commit is one, and a failed push removes the repository
+or branch it created. What it puts in the repository:
 - the weights in safetensors only (`model.safetensors`, or the shards its index names with the index): pickles
   (`*.bin`, `*.pt`, `*.pth`, `*.pkl`, Trainer's `training_args.bin`, optimizer and RNG states) are never uploaded;
 - `config.json` in transformers' own BERT format where it can be (`bert_repro.model.checkpoint_format`), so that
@@ -10,13 +12,15 @@ What a push puts in the repository (one commit, so a failed push changes nothing
   bert_repro;
 - the tokenizer with `vocab.txt`; the model card (`README.md`: the one `python -m bert_repro.hub.model_card` wrote
   for this repository, which may hold a benchmark or a study, else a fresh one from `model_cards/`); the run's records
-  (`run_config.json`, `data_statistics.json`, `results.json` / `.md`, `log_history.json`), plots and TensorBoard logs.
+  (`run_config.json`, `data_statistics.json`, `results.json` / `.md`, `log_history.json`), plots and TensorBoard logs;
+  a fine-tuning grid's `runs/` without what only resumes training (checkpoints, pickles).
 
 The local directory is only read: the card and any repaired files are written to a staging copy, in the system's
 temporary folder under a name that says which process made it, so that the next push removes one a kill left.
 A repository that already holds a different model (another run, or not a bert_repro model) is not overwritten
 without `overwrite=True`. Intermediate checkpoints of a pre-training run become revisions: one branch per step
-(`step-1000`), loadable with `from_pretrained(repo, revision="step-1000")`.
+(`step-1000`), loadable with `from_pretrained(repo, revision="step-1000")`; a folder that is not `checkpoint-N` or whose
+model does not open is named and left out.
 
 The token comes from huggingface_hub's usual places (`HF_TOKEN`, `hf auth login`) or an explicit argument; it is
 never printed, logged or written into a file.
@@ -29,11 +33,12 @@ import fnmatch
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
-from ..atomic import process_alive
+from ..atomic import STAGING, process_alive
 from ..data.wordpiece import LOAD_TIME_KEYS, TOKENIZER_CONFIG_FILE
 from ..model import modeling_bert_repro
 from ..model.checkpoint_format import config_file_dict, is_repro_checkpoint
@@ -128,16 +133,25 @@ def stage(
     for name in RECORD_FILES:
         if (path / name).exists():
             shutil.copy2(path / name, staging / name)
-    for events in path.glob("runs/**/events.out.tfevents.*"):  # TensorBoard's, not the runs' checkpoints
-        (staging / events.relative_to(path)).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(events, staging / events.relative_to(path))
+    if (path / "runs").is_dir():  # TensorBoard's logs; a fine-tuning grid's runs (--keep_all_runs: their models)
+        shutil.copytree(path / "runs", staging / "runs", ignore=_training_state)
     if with_card:
         _card(path, repo_id).save(staging / "README.md")
     staged = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-    pickles = [p for p in staged if any(fnmatch.fnmatch(Path(p).name, pat) for pat in PICKLE_PATTERNS)]
+    pickles = [p for p in staged if _is_pickle(Path(p).name)]
     if pickles:  # cannot happen through the copies above; a guard for future edits
         raise HubPushError(f"refusing to publish pickled files: {pickles}")
     return staged
+
+
+def _training_state(folder: str, names: list[str]) -> list[str]:
+    """What `runs/` keeps only to resume training, left out of a push: checkpoints (optimizer, scheduler and RNG
+    states), unfinished saves and pickles."""
+    return [n for n in names if n.startswith(("checkpoint-", STAGING)) or _is_pickle(n)]
+
+
+def _is_pickle(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, pattern) for pattern in PICKLE_PATTERNS)
 
 
 def _card(path: Path, repo_id: str):
@@ -259,6 +273,27 @@ def check_hub_access(repo_id: str, *, token: str | None = None, api=None) -> Non
         ) from None
 
 
+def preflight(api, repo_id: str, revisions, identity: str | None, overwrite: bool, tag: str | None):
+    """Every refusal of a push, before it writes anything: a `tag` that exists (unless `overwrite`: it moves), a
+    revision that holds a different model (`check_remote`; a branch still to be made holds main's). Returns the
+    repository's ({branch: commit id}, {tag: commit id}), None when there is no such repository."""
+    from huggingface_hub.utils import RepositoryNotFoundError
+
+    try:
+        refs = api.list_repo_refs(repo_id)
+    except RepositoryNotFoundError:
+        return None
+    branches, tags = {b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags}
+    if tag in tags and not overwrite:
+        raise HubPushError(
+            f"{repo_id} already has the tag {tag!r} (on commit {tags[tag][:8]}): pass --overwrite to move it to "
+            "this push's commit, or choose another --tag. Nothing was pushed."
+        )
+    for revision in dict.fromkeys(r if r in branches else None for r in revisions):
+        check_remote(api, repo_id, revision, identity, overwrite)
+    return branches, tags
+
+
 def push(
     path: str | Path,
     repo_id: str,
@@ -274,21 +309,28 @@ def push(
     source_name: str | None = None,
 ) -> str:
     """Publish one output directory (or checkpoint) to `repo_id` at `revision` (a branch, created from main when
-    missing). Returns the commit URL."""
+    missing), and `tag` its commit (`overwrite` moves a tag that exists). Whole or not at all: every refusal comes
+    before the first write, and a failed push removes the repository or branch it created. Returns the commit URL."""
     from huggingface_hub import HfApi
 
     api = api or HfApi(token=token)
     path = Path(path)
     source_name = source_name or str(path)
+    branch = revision or "main"
     where = f"{repo_id}@{revision}" if revision else repo_id
+    created, info = None, None  # what this push made on the Hub, to remove if it fails; the commit once it landed
     with staging_folder() as tmp:
         staging = Path(tmp)
         staged = stage(path, repo_id, staging, tokenizer_dir=Path(tokenizer_dir) if tokenizer_dir else None)
         try:
-            api.create_repo(repo_id, private=private, exist_ok=True)
-            if revision and revision != "main":
-                api.create_branch(repo_id, branch=revision, exist_ok=True)
-            check_remote(api, repo_id, revision, _run_identity(path), overwrite)
+            refs = preflight(api, repo_id, [branch], _run_identity(path), overwrite, tag)
+            branches, tags = refs or ({}, {})
+            if refs is None:
+                api.create_repo(repo_id, private=private)
+                created = ("repository", repo_id)
+            if branch not in branches and branch != "main":
+                api.create_branch(repo_id, branch=branch)
+                created = created or ("branch", branch)
             info = api.upload_folder(
                 repo_id=repo_id,
                 folder_path=staging,
@@ -297,17 +339,51 @@ def push(
                 delete_patterns="*",  # the revision mirrors this checkpoint: stale files are removed
             )
             if tag:
-                api.create_tag(repo_id, tag=tag, revision=revision, exist_ok=overwrite)
+                if tag in tags:
+                    api.delete_tag(repo_id, tag=tag)
+                api.create_tag(repo_id, tag=tag, revision=info.oid)
         except HubPushError:
             raise
         except Exception as err:
-            raise HubPushError(
-                f"Push of {source_name} to {where} did not complete ({type(err).__name__}: {err}). Nothing in "
-                f"{source_name} was changed, and the Hub applies a commit whole or not at all. "
-                f"{hub_error_advice(err, repo_id)}"
-            ) from err
+            raise HubPushError(_failure(api, err, source_name, where, repo_id, created, info, tag)) from err
     logger.info("pushed %d files of %s to %s", len(staged), path, where)
     return str(info.commit_url)
+
+
+def _failure(api, err, source_name, where, repo_id, created, info, tag) -> str:
+    """What a failed push says, once the repository or branch it created is removed again."""
+    failed = f"Push of {source_name} to {where} did not complete ({type(err).__name__}: {err})."
+    advice = hub_error_advice(err, repo_id)
+    if created is not None:
+        kind, name = created
+        try:
+            api.delete_repo(repo_id) if kind == "repository" else api.delete_branch(repo_id, branch=name)
+        except Exception as undo:
+            return f"{failed} The {kind} {name} it created could not be removed ({type(undo).__name__}). {advice}"
+        return f"{failed} The {kind} {name} it created was removed again: the Hub is as it was. {advice}"
+    if info is not None:
+        return f"{failed} The commit landed ({info.commit_url}) but the tag {tag!r} was not set. {advice}"
+    return f"{failed} Nothing in {source_name} was changed, and the Hub applies a commit whole or not at all. {advice}"
+
+
+CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+
+
+def publishable_checkpoints(output_dir: Path) -> dict[int, Path]:
+    """{step: folder} of the `checkpoint-N` folders whose model opens; any other folder is named and left out."""
+    found = {}
+    for folder in sorted(output_dir.glob("checkpoint-*")):
+        match = CHECKPOINT.fullmatch(folder.name)
+        if not match or not folder.is_dir():
+            logger.warning("left out %s: not a checkpoint-N folder that Trainer saves", folder)
+            continue
+        try:
+            check_model_dir(folder)
+        except CheckpointError as err:
+            logger.warning("left out %s: %s", folder, err)
+            continue
+        found[int(match.group(1))] = folder
+    return dict(sorted(found.items()))
 
 
 def push_checkpoints(
@@ -319,16 +395,28 @@ def push_checkpoints(
     overwrite: bool = False,
     api=None,
     revision: str | None = None,
+    tag: str | None = None,
+    commit_message: str | None = None,
 ) -> dict[str, str]:
-    """Every `checkpoint-N` of a pre-training run as branch `step-N`, and the final model on `revision` (main)."""
+    """Every `checkpoint-N` of a pre-training run as branch `step-N`, and the final model on `revision` (main), which
+    `tag` names. Every revision is checked before the first is pushed."""
     from huggingface_hub import HfApi
 
     api = api or HfApi(token=token)
     output_dir = Path(output_dir)
+    steps = publishable_checkpoints(output_dir)
+    final = bool(weight_files(output_dir))
+    revisions = [f"step-{step}" for step in steps] + ([revision or "main"] if final else [])
+    if tag and not final:
+        raise HubPushError(f"--tag names the final model's commit, and {output_dir} holds no final model.")
+    try:
+        preflight(api, repo_id, revisions, _run_identity(output_dir), overwrite, tag if final else None)
+    except HubPushError:
+        raise
+    except Exception as err:
+        raise HubPushError(_failure(api, err, str(output_dir), repo_id, repo_id, None, None, tag)) from err
     pushed = {}
-    steps = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-    for checkpoint in steps:
-        branch = f"step-{checkpoint.name.split('-')[-1]}"
+    for step, checkpoint in steps.items():
         # A checkpoint directory has no run records or tokenizer of its own: take them from the run.
         with staging_folder() as tmp:
             view = Path(tmp) / checkpoint.name
@@ -338,20 +426,27 @@ def push_checkpoints(
             for name in RECORD_FILES[:2]:
                 if (output_dir / name).exists():
                     (view / name).symlink_to((output_dir / name).resolve())
-            pushed[branch] = push(
+            pushed[f"step-{step}"] = push(
                 view,
                 repo_id,
-                revision=branch,
+                revision=f"step-{step}",
                 private=private,
                 overwrite=overwrite,
                 tokenizer_dir=output_dir / "tokenizer",
                 api=api,
                 source_name=str(checkpoint),
-                commit_message=f"Checkpoint at step {branch[5:]}",
+                commit_message=f"Checkpoint at step {step}",
             )
-    if weight_files(output_dir):
+    if final:
         pushed[revision or "main"] = push(
-            output_dir, repo_id, revision=revision, private=private, overwrite=overwrite, api=api
+            output_dir,
+            repo_id,
+            revision=revision,
+            private=private,
+            overwrite=overwrite,
+            api=api,
+            tag=tag,
+            commit_message=commit_message,
         )
     return pushed
 
@@ -381,7 +476,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.checkpoints:
             for revision, url in push_checkpoints(
-                args.path, args.repo_id, private=args.private, overwrite=args.overwrite, revision=args.revision
+                args.path,
+                args.repo_id,
+                private=args.private,
+                overwrite=args.overwrite,
+                revision=args.revision,
+                tag=args.tag,
+                commit_message=args.commit_message,
             ).items():
                 print(f"{revision}: {url}")
         else:

@@ -3,10 +3,10 @@ nothing, a full disk is one message, and one output directory holds one run at a
 
 - `StopOnSignal`: SIGTERM (what Slurm and Kubernetes send before killing a job) or SIGUSR1 (Slurm's
   `--signal`) lets the optimizer step in progress finish, then the Trainer saves a checkpoint at that step and
-  stops. With several processes the flag is gathered from all of them at a step end (every step on CPUs,
-  every `AGREE_EVERY_ON_GPUS` on GPUs), so that every rank saves the same step, also when only one of them
-  received the signal. The recipes then exit with
-  `STOPPED_EXIT_CODE`.
+  stops; a signal outside training (an evaluation, a save, between the runs of a grid) stops the run at the next
+  point `stop_between_runs` marks. With several processes the flag is gathered from all of them at a step end
+  (every step on CPUs, every `AGREE_EVERY_ON_GPUS` on GPUs), so that every rank saves the same step, also when
+  only one of them received the signal. The recipes then exit with `STOPPED_EXIT_CODE`.
 - `publish`: checkpoints and final models are written under `.saving/` in their directory and moved to their
   name only when complete (`EngineTrainer`), so a crash, a kill or a full disk leaves nothing that looks
   complete, and rotation (`save_total_limit`) runs only after the new checkpoint has its name.
@@ -52,16 +52,54 @@ GRACE_SECONDS = 30
 AGREE_EVERY_ON_GPUS = 10
 
 
+_RECEIVED: dict[str, float] = {}  # "signum" and "noticed" (monotonic time) of the first stop signal received
+
+
+def _record(signum, frame):
+    _RECEIVED.setdefault("signum", signum)
+    _RECEIVED.setdefault("noticed", time.monotonic())
+
+
+@contextlib.contextmanager
+def catching_stop_signals():
+    """SIGTERM / SIGUSR1 recorded, not acted on, while the block runs: each is acted on at the next safe point, the
+    end of a training step (`StopOnSignal`) or the points outside training that `stop_between_runs` marks (between
+    the runs of a grid, before a push). A block inside another shares its record; the outermost starts it empty and
+    puts the previous handlers back, also when training fails."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(STOP_SIGNALS[0]) is _record:
+        yield  # Python delivers signals to the main thread only; an outer block already records them
+        return
+    _RECEIVED.clear()
+    previous = {sig: signal.signal(sig, _record) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def signal_received(processes: int = 1, device=None) -> int:
+    """The stop signal any of `processes` received (the highest number), the same on every process: with several,
+    a collective that every process reaches at the same point."""
+    received = int(_RECEIVED.get("signum", 0))
+    if processes == 1:
+        return received
+    import torch
+    from accelerate.utils import gather
+
+    return int(gather(torch.tensor([received], device=device)).max().item())
+
+
 class StopOnSignal(TrainerCallback):
     """Turns SIGTERM / SIGUSR1 into a checkpoint at the end of the current optimizer step and a stop.
 
-    The handlers are installed while `Trainer.train` runs (`handling`): before it nothing is trained, after it
-    the run ends. `stopped` is (signal name, step) once the run stopped; `noticed` the monotonic time of the
+    Signals are recorded while `Trainer.train` runs (`catching_stop_signals`, also around it where the caller has
+    more to do). `stopped` is (signal name, step) once the run stopped; `noticed` the monotonic time of the
     signal."""
 
     def __init__(self, accelerator):
         self.accelerator = accelerator
-        self.received, self.noticed, self.stopped = 0, None, None
+        self.noticed, self.stopped = None, None
         # The steps at which a stop may save: multiples of `stop_every`. Several GPU processes agree every
         # AGREE_EVERY_ON_GPUS steps: reading the gathered flag waits for the step to finish on the device, and at
         # every step that would keep the host from queueing the next one ahead. A streamed run with DataLoader
@@ -69,22 +107,9 @@ class StopOnSignal(TrainerCallback):
         several_gpus = accelerator.num_processes > 1 and accelerator.device.type == "cuda"
         self.stop_every, self._announced = AGREE_EVERY_ON_GPUS if several_gpus else 1, False
 
-    def _handle(self, signum, frame):
-        if not self.received:
-            self.received, self.noticed = signum, time.monotonic()
-
-    @contextlib.contextmanager
-    def handling(self):
-        """The handlers installed, and the previous ones back afterwards, also when training fails."""
-        if threading.current_thread() is not threading.main_thread():  # Python delivers signals there only
-            yield
-            return
-        previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    @property
+    def received(self) -> int:
+        return int(_RECEIVED.get("signum", 0))
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.stop_every:  # every process skips the same steps: the collective stays matched
@@ -102,34 +127,40 @@ class StopOnSignal(TrainerCallback):
                     else "the stream's DataLoader workers keep their position then",
                 )
             return control
-        signum = self._agreed()
+        signum = signal_received(self.accelerator.num_processes, self.accelerator.device)
         if signum and self.stopped is None:
-            self.noticed = self.noticed or time.monotonic()
+            self.noticed = _RECEIVED.get("noticed", time.monotonic())
             self.stopped = (signal.Signals(signum).name, state.global_step)
             control.should_save = True
             control.should_training_stop = True
         return control
 
-    def _agreed(self) -> int:
-        """The signal any process received (the highest number), the same on every process: a collective at
-        every step end, which every process reaches at the same step."""
-        if self.accelerator.num_processes == 1:
-            return self.received
-        import torch
-
-        flags = self.accelerator.gather(torch.tensor([self.received], device=self.accelerator.device))
-        return int(flags.max().item())
-
 
 def stop_message(stop: StopOnSignal, resume: list[str] | None) -> str:
-    """The one line a stopped run logs: which signal, which step, how long the save took and how to go on.
-    `resume`: the arguments to add to this command (None: the same command continues the run)."""
+    """The one line a run stopped in training logs: which signal, which step, how long the save took and how to go
+    on. `resume`: the arguments to add to this command (None: the same command continues the run)."""
     name, step = stop.stopped
-    seconds = time.monotonic() - stop.noticed
-    line = (
-        f"stopped by {name} at step {step} (checkpoint-{step} saved {seconds:.1f} s after the signal); "
-        f"resume with: {resume_command(resume or [])}"
-    )
+    then = f"resume with: {resume_command(resume or [])}"
+    return _stop_line(name, stop.noticed, f"at step {step} (checkpoint-{step} saved", then)
+
+
+def stop_between_runs(training, where: str, then: str | None = None) -> dict | None:
+    """A safe point outside training (`where`: "before run X"): {"stopped_by": signal name} when any process received
+    a stop signal, the stop said in one line (`then`: what to do next; by default, run the same command again);
+    else None. Every process must call it at the same point."""
+    signum = signal_received(training.world_size, training.device)
+    if not signum:
+        return None
+    name = signal.Signals(signum).name
+    if training.process_index == 0:
+        then = then or f"resume with: {resume_command([])}"
+        logger.warning(_stop_line(name, _RECEIVED.get("noticed", time.monotonic()), f"{where} (all saved", then))
+    return {"stopped_by": name}
+
+
+def _stop_line(name: str, noticed: float, saved: str, then: str) -> str:
+    seconds = time.monotonic() - noticed
+    line = f"stopped by {name} {saved} {seconds:.1f} s after the signal); {then}"
     if seconds > GRACE_SECONDS:
         line += (
             f". The save took longer than the {GRACE_SECONDS} s many schedulers give before killing a "

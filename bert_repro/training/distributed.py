@@ -36,7 +36,7 @@ from transformers.trainer_utils import rotate_checkpoints
 from ..atomic import write_json
 from .checkpoints import checkpoints_newest_first
 from .cli import ConfigurationError
-from .cluster import STAGING, StopOnSignal, disk_full, folder_bytes, publish
+from .cluster import STAGING, StopOnSignal, catching_stop_signals, disk_full, folder_bytes, publish
 
 DEEPSPEED_EXTRA = "pip install 'bert-repro[deepspeed]'"
 
@@ -182,7 +182,7 @@ class EngineTrainer(Trainer):
         self._staged = None  # (run directory, output_dir) while a checkpoint is being written under .saving/
 
     def train(self, *args, **kwargs):
-        with self.stop_on_signal.handling():
+        with catching_stop_signals():
             return super().train(*args, **kwargs)
 
     def _save_checkpoint(self, model, trial) -> None:

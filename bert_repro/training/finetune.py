@@ -52,7 +52,7 @@ from .cli import (
     pin_memory_only_with_an_accelerator,
     write_run_config,
 )
-from .cluster import lock_output_dir_once, stop_message
+from .cluster import catching_stop_signals, lock_output_dir_once, stop_between_runs, stop_message
 from .distributed import (
     TRAINER_STATE_NAME,
     EngineTrainer,
@@ -421,7 +421,8 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     if not training.do_train:
         return evaluate_model(task, data, run, training)
     start = time.time()
-    runs, best, stopped = train_grid(task, data, run, training)
+    with catching_stop_signals():  # one that comes between two runs is not lost: `train_grid` acts on it
+        runs, best, stopped = train_grid(task, data, run, training)
     if stopped is not None:
         return stopped
     output_dir, rows = Path(training.output_dir), task_rows(task, data, run)
@@ -531,6 +532,8 @@ def train_grid(task: Task, data, run: FineTuningArguments, training: TrainingArg
     runs, best, splits = [], None, None
     for lr in run.learning_rates:
         for seed in run.seeds:
+            if stopped := stop_between_runs(training, f"before run {run_name(lr, seed)}"):
+                return runs, best, stopped
             run_dir = output_dir / "runs" / run_name(lr, seed)
             done = run_dir / "result.json"
             if done.exists():  # finished earlier: not run again
@@ -557,7 +560,7 @@ def train_grid(task: Task, data, run: FineTuningArguments, training: TrainingArg
                 # Last: a run with result.json is not run again, so its model (when best) must be saved already.
                 done.parent.mkdir(parents=True, exist_ok=True)
                 write_json(done, result)
-    return runs, best, None
+    return runs, best, stop_between_runs(training, "after the grid's last run")
 
 
 def grid_settings(run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:

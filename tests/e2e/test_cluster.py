@@ -5,13 +5,16 @@ run on the same output directory is refused while the first holds it, and a run 
 workers build its examples does not block the next (its workers end with it and never held the lock)."""
 
 import contextlib
+import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from unittest.mock import patch
 
 import pytest
 from support import ROOT
@@ -406,17 +409,90 @@ def test_several_gpu_processes_agree_on_a_stop_every_few_steps(device, processes
     import torch
     from transformers import TrainerControl, TrainerState
 
-    from bert_repro.training.cluster import AGREE_EVERY_ON_GPUS, StopOnSignal
+    from bert_repro.training import cluster
 
     accelerator = SimpleNamespace(num_processes=processes, device=torch.device(device))
-    stop = StopOnSignal(accelerator)
-    stop._agreed = lambda: stop.received  # the collective itself is tested with two processes above
+    stop = cluster.StopOnSignal(accelerator)
     state, control = TrainerState(), TrainerControl()
-    for step in range(1, 2 * AGREE_EVERY_ON_GPUS + 1):
-        state.global_step = step
-        if step == 3:
-            stop._handle(signal.SIGTERM, None)
-        stop.on_step_end(None, state, control)
-        if control.should_training_stop:
-            break
+    # the collective itself is tested with two processes above
+    with patch.object(cluster, "signal_received", lambda *_: stop.received), cluster.catching_stop_signals():
+        for step in range(1, 2 * cluster.AGREE_EVERY_ON_GPUS + 1):
+            state.global_step = step
+            if step == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            stop.on_step_end(None, state, control)
+            if control.should_training_stop:
+                break
     assert stop.stopped == ("SIGTERM", stops_at) and control.should_save
+
+
+@pytest.mark.parametrize("eval_strategy", ["epoch", "no"])
+def test_a_signal_between_two_runs_of_a_grid_stops_before_the_next(
+    tmp_path, tiny_model, monkeypatch, caplog, eval_strategy
+):
+    """SIGTERM during the evaluation that ends the grid's first run (Trainer's after the last step's end, or the
+    grid's own after training): that run is saved, the second is not started and the recipe exits 75; the same
+    command then trains the second only."""
+    from bert_repro.training.finetune import TaskTrainer
+
+    data = write(tmp_path / "data", fixture_files("mrpc"))
+    out = tmp_path / "out"
+    argv = ["recipes/finetune.py", "--task", "mrpc", "--model", str(tiny_model), "--data", str(data)]
+    argv += ["--output_dir", str(out), "--learning_rates", "1e-3", "--seeds", "1", "2", "--max_steps", "1"]
+    argv += ["--per_device_train_batch_size", "2", "--use_cpu", "true", "--disable_tqdm", "true"]
+    argv += ["--max_seq_length", "32", "--predict_test", "false", "--eval_strategy", eval_strategy]
+    monkeypatch.setattr(sys, "argv", argv)
+    evaluated, evaluate = [], TaskTrainer.evaluate
+
+    def signalled_evaluate(trainer, *args, **kwargs):
+        evaluated.append(Path(trainer.args.output_dir).name)
+        if evaluated == ["lr0.001_seed1"]:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate(trainer, *args, **kwargs)
+
+    monkeypatch.setattr(TaskTrainer, "evaluate", signalled_evaluate)
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # a signal nothing records does not end pytest
+    try:
+        with pytest.raises(SystemExit) as stopped, caplog.at_level("WARNING"):
+            runpy.run_path(str(ROOT / "recipes" / "finetune.py"), run_name="__main__")
+        assert stopped.value.code == STOPPED_EXIT_CODE
+        assert "stopped by SIGTERM before run lr0.001_seed2" in caplog.text
+        assert (out / "runs" / "lr0.001_seed1" / "result.json").exists() and not (out / "results.json").exists()
+        assert not (out / "runs" / "lr0.001_seed2").exists() and evaluated == ["lr0.001_seed1"]
+        runpy.run_path(str(ROOT / "recipes" / "finetune.py"), run_name="__main__")  # the same command goes on
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert evaluated == ["lr0.001_seed1", "lr0.001_seed2"]
+    assert len(json.loads((out / "results.json").read_text())["runs"]) == 2
+
+
+def test_a_signal_during_the_final_evaluation_stops_pretraining_before_its_push(
+    tmp_path, corpus_and_tokenizer, local_hub, monkeypatch, caplog
+):
+    """SIGTERM during the held-out evaluation after the last step: the evaluation and the final save complete, and
+    the run stops (exit 75) before the push, saying how to publish the finished run."""
+    from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
+    from bert_repro.training.pretraining.trainer import PreTrainingTrainer
+
+    config = write_config(tmp_path / "run.yaml", *corpus_and_tokenizer, max_steps=2, save_steps=100, eval_steps=100)
+    evaluate = PreTrainingTrainer.evaluate
+
+    def signalled_evaluate(trainer, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate(trainer, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainingTrainer, "evaluate", signalled_evaluate)
+    monkeypatch.setenv("HF_TOKEN", "hf_local_test_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # check_hub_access reads it
+    out = tmp_path / "out"
+    argv = ["--config", str(config), "--output_dir", str(out), "--push_to_hub", "true"]
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # a signal nothing records does not end pytest
+    try:
+        with local_hub.patch_client(tmp_path / "hf_home"), caplog.at_level("WARNING"):
+            result = run_pretraining(PreTrainingRecipe.from_args([*argv, "--hub_model_id", "local-user/tiny"]))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result == {"stopped_by": "SIGTERM"} and (out / "results.json").exists()
+    assert "stopped by SIGTERM after the final save" in caplog.text
+    assert f"publish it with: python -m bert_repro.hub {out} --repo_id local-user/tiny --checkpoints" in caplog.text
+    assert not any("/commit/" in path for _, path, _ in local_hub.requests)  # nothing pushed

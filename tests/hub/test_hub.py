@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_server import LocalHub
+from hub_server import HubError, LocalHub
 from support import ROOT
 from support.models import padded_batch, tiny_config
 from support.pretraining_runs import launch, write_config
@@ -228,7 +228,9 @@ def test_failed_push_is_clear_and_a_second_push_completes(tmp_path, tokenizer):
             assert advice in failed.stderr, failed.stderr[-2000:]
             assert TOKEN not in failed.stderr + failed.stdout
             assert digest(local) == before
-            assert "model.safetensors" not in hub.repo_files("someone/flaky")
+            assert "it created was removed again" in failed.stderr
+            with pytest.raises(HubError, match="Repository not found"):
+                hub.repo_files("someone/flaky")
         push_cli(env, local, "--repo_id", "someone/flaky")
         assert "model.safetensors" in hub.repo_files("someone/flaky")
 

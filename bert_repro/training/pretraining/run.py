@@ -24,7 +24,7 @@ from ...data.wordpiece import save_tokenizer
 from ...hub.push import push_checkpoints
 from ...versions import framework_versions
 from ..cli import RESULTS, RUN_CONFIG, check_output_dir, holds_nothing
-from ..cluster import lock_output_dir_once, stop_message
+from ..cluster import catching_stop_signals, lock_output_dir_once, stop_between_runs, stop_message
 from ..distributed import hardware
 from ..optim import optimizer_cls_and_kwargs
 from ..publishing import PushRequest, take_push_request
@@ -59,8 +59,9 @@ def run_pretraining(recipe: PreTrainingRecipe) -> dict[str, Any]:
     opened = open_output_dir(the_plan)
     prepared = prepare_data(the_plan, opened)
     model = build(the_plan, prepared)
-    trainer, clock, elapsed = train(the_plan, opened, prepared, model)
-    return stopped_early(the_plan, trainer) or publish(the_plan, opened, prepared, trainer, clock, elapsed)
+    with catching_stop_signals():  # through the final evaluation and save too: a signal then stops before the push
+        trainer, clock, elapsed = train(the_plan, opened, prepared, model)
+        return stopped_early(the_plan, trainer) or publish(the_plan, opened, prepared, trainer, clock, elapsed)
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,10 @@ def publish(
             plot_curves(trainer.state.log_history, output_dir / "training_curves.png", objective)
         write_json(output_dir / RESULTS, summary)  # last: a run with results.json is finished (`check_output_dir`)
         log_table("results", summary)
-        if opened.push_to is not None:  # every checkpoint as branch step-N, the final model on --hub_revision (main)
+    if opened.push_to is not None:  # every checkpoint as branch step-N, the final model on --hub_revision (main)
+        then = f"the run is finished; publish it with: {opened.push_to.push_command(output_dir, '--checkpoints')}"
+        if stopped := stop_between_runs(training, "after the final save", then):
+            return stopped
+        if trainer.is_world_process_zero():
             opened.push_to.push(output_dir, push_checkpoints, "--checkpoints")
     return summary
