@@ -359,7 +359,7 @@ def parse_with_config(
         parser.set_defaults(**{key: value for key, value in {**defaults, **config_values}.items() if value is not None})
         if help_layout is not None:
             arrange_help(parser, help_layout, recipe, set(config_values))
-    args = as_cli(defaults) + as_cli(config_values) + argv
+    args = auto_bf16(as_cli(defaults) + as_cli(config_values) + argv)
     check_names(parser, args, known, recipe)
     try:
         parsed = parser.parse_args_into_dataclasses(args=args)
@@ -367,6 +367,36 @@ def parse_with_config(
         raise ConfigurationError(" ".join(str(err).split())) from None
     grids_from_single_values(parsed, grids or {}, given, set(config_values), config)
     return parsed
+
+
+def _values(args: list[str], name: str) -> list[str]:
+    """The value each --`name` in `args` gives, in order (a bare boolean flag: "true")."""
+    values = []
+    for i, token in enumerate(args):
+        if _flag(token) == name:
+            _, equals, after = token.partition("=")
+            values.append(after if equals else next((v for v in args[i + 1 : i + 2] if _flag(v) is None), "true"))
+    return values
+
+
+def auto_bf16(args: list[str]) -> list[str]:
+    """`--bf16 auto` (the shipped configs' `bf16: auto`): bf16 where a CUDA device has it, else float32, decided
+    here once and said. transformers refuses `--bf16 true` without a GPU, and with --use_cpu runs bf16 many times
+    slower than float32. A later --bf16 true|false overrides it."""
+    values = _values(args, "bf16")
+    if "auto" not in values:
+        return args
+    value = values[-1]
+    if value == "auto":
+        import torch
+
+        use_cpu = (_values(args, "use_cpu") or ["false"])[-1].lower() in ("true", "1", "yes")
+        value = str(not use_cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()).lower()
+        if value == "false":
+            logger.warning("bf16: auto: %s, so training in float32", "--use_cpu" if use_cpu else "no CUDA device")
+    flag = [_flag(token) == "bf16" and "=" not in token for token in args]
+    kept = [t for i, t in enumerate(args) if _flag(t) != "bf16" and not (i and flag[i - 1] and _flag(t) is None)]
+    return [*kept, "--bf16", value]
 
 
 class RunFinished(Exception):

@@ -66,6 +66,7 @@ from .finetune_recipe import (
     FineTuningRecipe,
     check_inputs,
     find_task,
+    grid_plan,
     head_settings,
     record_of,
     upgrade,
@@ -365,6 +366,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
     )
+    logger.info(grid_plan(recipe.finetuning, run))
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
     drop_tensorboard_if_missing(training)

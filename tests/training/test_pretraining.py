@@ -297,7 +297,7 @@ def test_shipped_configs_parse(config):
     from bert_repro import PRESETS
     from bert_repro.training.pretraining.recipe import gradient_accumulation
 
-    # use_cpu: the GPU configs ask for bf16, which TrainingArguments refuses on a machine without a GPU otherwise.
+    # use_cpu: a run on the CPU, wherever the test runs (the configs ask for bf16 where a CUDA device has it).
     recipe = PreTrainingRecipe.from_args(["--config", str(config), "--output_dir", "unused", "--use_cpu", "true"])
     assert recipe.model.preset in PRESETS and recipe.data.corpus
     assert all(phase.max_seq_length <= 512 for phase in recipe.phases)

@@ -497,8 +497,8 @@ def check_vocabulary(data: DataSettings) -> None:
     if data.tokenizer:
         try:
             load_tokenizer(data.tokenizer)
-        except ValueError as err:
-            raise ConfigurationError(f"--tokenizer {data.tokenizer}: {err}") from None
+        except (OSError, ValueError) as err:
+            raise ConfigurationError(f"--tokenizer {data.tokenizer}: {' '.join(str(err).split())}") from None
     elif data.vocab_size <= len(BERT_SPECIAL_TOKENS):
         raise ConfigurationError(
             f"--vocab_size {data.vocab_size}: a WordPiece vocabulary needs more than its {len(BERT_SPECIAL_TOKENS)} "

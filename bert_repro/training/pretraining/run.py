@@ -33,7 +33,7 @@ from .model import allow_data_dependent_shapes, build_model
 from .phases import PhaseCollator, packed_rows
 from .plan import PreTrainingPlan, plan
 from .recipe import MAY_GROW, PreTrainingRecipe, check_extension, run_identity
-from .records import log_statistics, log_table, plot_curves
+from .records import held_out_warning, log_statistics, log_table, plot_curves
 from .resume import (
     LongerSchedule,
     StopAfterSteps,
@@ -129,8 +129,9 @@ def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
     if training.process_index == 0:
         write_json(output_dir / "data_statistics.json", prepared.statistics)
         log_statistics(prepared.statistics)
-        for warning in plan.source.warnings(prepared, plan):
-            logger.warning(warning)
+        for warning in [*plan.source.warnings(prepared, plan), held_out_warning(prepared.statistics)]:
+            if warning:
+                logger.warning(warning)
     return prepared
 
 
