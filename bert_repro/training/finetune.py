@@ -53,7 +53,7 @@ from .cli import (
     pin_memory_only_with_an_accelerator,
     write_run_config,
 )
-from .cluster import lock_output_dir_once, stop_message
+from .cluster import lock_output_dir_once, release_output_dir, stop_message
 from .distributed import (
     TRAINER_STATE_NAME,
     EngineTrainer,
@@ -375,6 +375,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     start = time.time()
     runs, best, stopped = train_grid(task, data, run, training)
     if stopped is not None:
+        release_output_dir(training.output_dir)
         return stopped
     output_dir = Path(training.output_dir)
     submissions = [p for p in test_prediction_files(task, data, output_dir).values() if p.exists() and run.predict_test]
@@ -400,6 +401,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     logger.info("The best run's model (%s): %s", run_name(best["learning_rate"], best["seed"]), output_dir / "model")
     if push_to is not None:
         summary["pushed"] = push_to.push(output_dir, push)
+    release_output_dir(output_dir)
     return summary
 
 

@@ -108,6 +108,7 @@ def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
     assert summary["best"]["score"] == max(r["score"] for r in summary["runs"])
     table = (out / "results.md").read_text()
     assert table.count("\n| ") == 6 and "*" in table  # header + 4 runs (the best marked) + the majority class
+    assert not (out / "run.lock").exists()  # the finished run's lock: removed
     # A different setting in the same directory is refused, never mixed into these results.
     with pytest.raises(FileExistsError, match="different run"):
         run_finetuning(

@@ -12,6 +12,7 @@ loss has no NSP term and the pooler and NSP head are frozen (`model.build_model`
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from dataclasses import replace as replace_fields
@@ -24,11 +25,11 @@ from ...data.wordpiece import save_tokenizer
 from ...hub.push import push_checkpoints
 from ...versions import framework_versions
 from ..cli import RESULTS, RUN_CONFIG, check_output_dir, holds_nothing
-from ..cluster import lock_output_dir_once, stop_message
+from ..cluster import lock_output_dir_once, release_output_dir, stop_message
 from ..distributed import hardware
 from ..optim import optimizer_cls_and_kwargs
 from ..publishing import PushRequest, take_push_request
-from .examples import PreparedData
+from .examples import TOKENIZER_DIR, PreparedData
 from .model import allow_data_dependent_shapes, build_model
 from .phases import PhaseCollator, packed_rows
 from .plan import PreTrainingPlan, plan
@@ -60,7 +61,9 @@ def run_pretraining(recipe: PreTrainingRecipe) -> dict[str, Any]:
     prepared = prepare_data(the_plan, opened)
     model = build(the_plan, prepared)
     trainer, clock, elapsed = train(the_plan, opened, prepared, model)
-    return stopped_early(the_plan, trainer) or publish(the_plan, opened, prepared, trainer, clock, elapsed)
+    result = stopped_early(the_plan, trainer) or publish(the_plan, opened, prepared, trainer, clock, elapsed)
+    release_output_dir(the_plan.output_dir)
+    return result
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,7 @@ def publish(
     trainer.save_full_model(str(output_dir))  # every process: FSDP gathers the shards
     if trainer.is_world_process_zero():
         save_tokenizer(prepared.tokenizer, output_dir)
+        shutil.rmtree(output_dir / TOKENIZER_DIR, ignore_errors=True)  # the run's copy until now: one is enough
         write_json(output_dir / "log_history.json", trainer.state.log_history, indent=1)
         if plan.plot:
             objective = plan.phase_configs[0].pretraining_objective
