@@ -244,3 +244,38 @@ def test_unknown_flag_names_the_closest_in_every_recipe(name, flag, suggestion):
         f"See python recipes/{name} --help",
         recipe=name,
     )
+
+
+@pytest.mark.parametrize("name", ["pretrain.py", "finetune.py"])
+def test_ctrl_c_says_where_the_newest_checkpoint_is_and_exits_130(tmp_path, name, monkeypatch, capsys):
+    # Ctrl-C while training (the run's function raising KeyboardInterrupt) is one line, not a traceback.
+    import runpy
+
+    import torch
+    from safetensors.torch import save_file
+
+    import bert_repro.training.finetune as finetuning
+    import bert_repro.training.pretraining as pretraining
+
+    out = tmp_path / "out"
+    for step, where in ((2, out), (4, out / "runs" / "lr2e-05_seed42"), (6, out / "runs" / "lr3e-05_seed42")):
+        folder = where / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text("{}")
+        if step < 6:  # the newest is cut short, so the one before it is named
+            save_file({"w": torch.zeros(1)}, folder / "model.safetensors")
+
+    def stop(recipe):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pretraining, "run_pretraining", stop)
+    monkeypatch.setattr(finetuning, "run_finetuning", stop)
+    args = ["--config", str(ROOT / "recipes/configs/quickstart.yaml")] if name == "pretrain.py" else ["--task", "sst2"]
+    args += ["--model", "m"] if name == "finetune.py" else []
+    monkeypatch.setattr(sys, "argv", [name, *args, "--output_dir", str(out)])
+    with pytest.raises(SystemExit) as ended:
+        runpy.run_path(str(ROOT / "recipes" / name), run_name="__main__")
+    assert ended.value.code == 130
+    newest = out / "runs" / "lr2e-05_seed42" / "checkpoint-4"
+    said = capsys.readouterr().err
+    assert said.startswith(f"{name}: interrupted: the newest checkpoint is {newest}; the same command with "), said
