@@ -132,6 +132,17 @@ TRANSFORMERS_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
+# transformers' example flags that no recipe setting means, each with what to use instead (where closeness of
+# names would suggest a flag that means something else: --line_by_line is not --split_lines).
+TRANSFORMERS_WITHOUT_COUNTERPART = {
+    "line_by_line": "run_mlm.py's one example per line; here examples are sentence pairs filled up to "
+    "--max_seq_length from documents, as the paper's. --split_lines true reads each line as a sentence, "
+    "--document_boundary tells documents apart",
+    "validation_file": "the held-out documents are drawn from --corpus and never trained on (--eval_fraction, "
+    "--eval_max_examples)",
+}
+
+
 def _flag(token: str) -> str | None:
     """The field a command-line token names ("--seed", "--seed=3", "--learning-rate" -> "learning_rate"); None
     for a value (as for argparse, a token with a space is a value: --finetune_args "--seeds 1 2")."""
@@ -205,7 +216,9 @@ def check_names(parser: HfArgumentParser, args: list[str], known: set[str], reci
     said = [
         f"--{name}"
         + (
-            f" (transformers' name, which {recipe} has no setting for)"
+            f" ({TRANSFORMERS_WITHOUT_COUNTERPART[name]})"
+            if name in TRANSFORMERS_WITHOUT_COUNTERPART
+            else f" (transformers' name, which {recipe} has no setting for)"
             if name in TRANSFORMERS_NAMES
             else closest(name, known)
         )

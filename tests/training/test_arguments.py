@@ -188,7 +188,9 @@ def test_the_command_line_overrides_the_config_file_for_grids(tmp_path):
         ),
         (finetuning, ["extra"], "unknown argument(s): extra."),
         (pretraining, ["--seeds", "1"], "--seeds (did you mean --seed?)"),
-        (pretraining, ["--validation_file", "v.txt"], "--validation_file (transformers' name"),
+        # run_mlm.py's flags that no setting means: what to use instead, not the closest name (--split_lines)
+        (pretraining, ["--validation_file", "v.txt"], "--validation_file (the held-out documents are drawn from"),
+        (pretraining, ["--line_by_line"], "--line_by_line (run_mlm.py's one example per line; here examples are"),
     ],
 )
 def test_unknown_flags_get_the_closest_names(parse, argv, message):
