@@ -289,15 +289,23 @@ class HelpLayout:
     epilog: str | None = None  # printed after the flags
 
 
+TRAINING_ARGUMENTS_DOCS = "huggingface.co/docs/transformers/main_classes/trainer"
 CONFIG_HELP = (
     "A YAML file of field: value pairs, any flag below (recipes/configs/). Precedence: the recipe's defaults "
     "(shown below) < this file < the command line."
 )
 
 
-def arrange_help(parser: HfArgumentParser, layout: HelpLayout, recipe: str, in_config: Collection[str] = ()) -> None:
+def arrange_help(
+    parser: HfArgumentParser,
+    layout: HelpLayout,
+    recipe: str,
+    in_config: Collection[str] = (),
+    valued: Collection[str] = (),
+) -> None:
     """Regroup `parser`'s flags for `--help` (parsing is untouched: argparse parses from the parser's own list of
-    actions, the groups only decide where help prints them): --config first, the stages, then Trainer's."""
+    actions, the groups only decide where help prints them): --config first, the stages, then Trainer's, those
+    without a value of the recipe or the --config file (`valued`) by name only."""
     by_field: dict[str, list[argparse.Action]] = {}
     for action in parser._actions:
         by_field.setdefault(action.dest, []).append(action)
@@ -321,6 +329,13 @@ def arrange_help(parser: HfArgumentParser, layout: HelpLayout, recipe: str, in_c
         if action.dest not in ("help", "config"):
             parser._optionals._group_actions.remove(action)
             rest._group_actions.append(action)
+    # Trainer's other flags by name only (their help is transformers' documentation): --help fits a few screens.
+    listed = [a for a in rest._group_actions if a.dest not in {*layout.set_by_recipe, *valued}]
+    rest.description = f"Each a flag, as TrainingArguments documents it ({TRAINING_ARGUMENTS_DOCS}): " + ", ".join(
+        a.option_strings[0] for a in listed if not a.option_strings[0].startswith("--no_")
+    )
+    for action in listed:
+        action.help = argparse.SUPPRESS
     for action in parser._actions:  # one name a flag, a short value name: --vocab_size N, not the name twice
         if action.dest == "help":
             continue
@@ -371,7 +386,7 @@ def parse_with_config(
         # --help shows the values a run will use (the recipe's defaults and the --config file), not the dataclasses'.
         parser.set_defaults(**{key: value for key, value in {**defaults, **config_values}.items() if value is not None})
         if help_layout is not None:
-            arrange_help(parser, help_layout, recipe, set(config_values))
+            arrange_help(parser, help_layout, recipe, set(config_values), {*defaults, *config_values})
     args = auto_bf16(as_cli(defaults) + as_cli(config_values) + argv)
     check_names(parser, args, known, recipe)
     try:
