@@ -16,6 +16,7 @@ import sys
 from bert_repro.hub.push import HubPushError
 from bert_repro.model.conversion import CheckpointError
 from bert_repro.tasks.columns import TaskDataError
+from bert_repro.training.checkpoints import interrupted
 from bert_repro.training.cli import ConfigurationError, RunFinished, quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
 from bert_repro.training.distributed import end_processes
@@ -24,11 +25,15 @@ from bert_repro.training.finetune_recipe import FineTuningRecipe
 
 if __name__ == "__main__":
     quiet_load_reports()
+    recipe = None
     try:
-        result = run_finetuning(FineTuningRecipe.from_args())
+        recipe = FineTuningRecipe.from_args()
+        result = run_finetuning(recipe)
         end_processes()  # all processes leave together (a distributed launch)
         if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the same command goes on
             sys.exit(STOPPED_EXIT_CODE)
+    except KeyboardInterrupt:  # Ctrl-C: where the newest checkpoint is, and how to go on, instead of a traceback
+        sys.exit(interrupted("finetune.py", recipe and recipe.training.output_dir))
     except RunFinished as done:  # a requeued job: the run is complete, and nothing in it is touched
         done.say("finetune.py")
         sys.exit(0)

@@ -85,10 +85,34 @@ def weight_files(directory: Path) -> list[Path]:
         ) from None
 
 
-def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> None:
+def _hub_model_problem(repo_id: str, **hub_kwargs) -> str | None:
+    """Why the Hub model `repo_id` cannot be loaded, or None: its config in the local cache, or the Hub answering for
+    it (asked once, briefly: transformers' loaders retry an unreachable Hub for half a minute, then raise a
+    hundred-line traceback). `hub_kwargs`: `from_pretrained`'s cache_dir and revision, where given."""
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    where = {k: v for k, v in hub_kwargs.items() if k in ("cache_dir", "revision") and v is not None}
+    if isinstance(try_to_load_from_cache(repo_id, "config.json", **where), str):
+        return None
+    if constants.HF_HUB_OFFLINE:
+        return "it is not in the local cache (HF_HUB_OFFLINE is set)"
+    try:
+        HfApi().model_info(repo_id, timeout=3)
+    except RepositoryNotFoundError:
+        return f"{constants.ENDPOINT} has no such model (or not one your token may read)"
+    except HfHubHTTPError:
+        return None  # the Hub answered: its loader says more
+    except Exception as err:  # the network's own errors (no route, no name, a timeout)
+        return f"it is not in the local cache and {constants.ENDPOINT} did not answer ({err})"
+    return None
+
+
+def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False, **hub_kwargs) -> None:
     """Raise `CheckpointError` unless the local model directory `path` can be opened: `config.json` a JSON
-    object, the weights in safetensors and complete (only their headers are read). A Hub id, a file or a
-    TensorFlow checkpoint is left to its loader; a path that is none of them is an error.
+    object, the weights in safetensors and complete (only their headers are read). A Hub id must be in the local
+    cache or on a Hub that answers (`_hub_model_problem`); a file or a TensorFlow checkpoint is left to its loader;
+    a path that is none of them is an error.
 
     Pickled weights are not opened: unpickling runs whatever code the file holds, so a directory with only
     pickles is refused, naming the one command that converts it (whose own call passes `trust_pickle`)."""
@@ -100,6 +124,8 @@ def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> N
             validate_repo_id(str(path))
         except HFValidationError:
             raise CheckpointError(f"{path}: no such directory, and not a Hub id either.") from None
+        if problem := _hub_model_problem(str(path), **hub_kwargs):
+            raise CheckpointError(f"{path}: no such directory, and as a Hub id {problem}.")
     if not directory.is_dir() or _is_tf_checkpoint(directory):
         return
     config = directory / "config.json"
@@ -158,7 +184,7 @@ def load_bert(
         model_class = HEADS[model_class]
     if _is_tf_checkpoint(path_or_id):
         return load_tf_bert(path_or_id, model_class, **kwargs)
-    check_model_dir(path_or_id, trust_pickle=trust_pickle)
+    check_model_dir(path_or_id, trust_pickle=trust_pickle, **kwargs)
     if not trust_pickle:
         return model_class.from_pretrained(path_or_id, **kwargs)
     try:

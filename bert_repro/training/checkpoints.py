@@ -119,3 +119,27 @@ def newest_valid_checkpoint(output_dir: str | Path, *, streamed: bool = False) -
             "kept elsewhere."
         )
     return None
+
+
+def interrupted(recipe: str, output_dir: str | Path | None) -> int:
+    """Ctrl-C: Trainer saves nothing and Python prints a traceback; the recipes say instead, in one line from the
+    first process, where the newest complete checkpoint under `output_dir` is and how to go on. Returns the exit
+    status of a program ended by SIGINT (130)."""
+    import os
+    import sys
+
+    found = sorted(
+        (p for p in Path(output_dir).rglob("checkpoint-*") if _CHECKPOINT.fullmatch(p.name) and p.is_dir())
+        if output_dir is not None and Path(output_dir).is_dir()
+        else (),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    newest = next((p for p in found if checkpoint_problem(p) is None), None)
+    if newest is not None:
+        said = f"the newest checkpoint is {newest}; the same command with --resume_from_checkpoint true goes on from it"
+    else:
+        said = "no checkpoint was saved yet (--save_steps / --save_strategy): the same command starts again"
+    if os.environ.get("RANK", "0") == "0":
+        print(f"{recipe}: interrupted: {said}.", file=sys.stderr)
+    return 130

@@ -132,6 +132,17 @@ TRANSFORMERS_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
+# transformers' example flags that no recipe setting means, each with what to use instead (where closeness of
+# names would suggest a flag that means something else: --line_by_line is not --split_lines).
+TRANSFORMERS_WITHOUT_COUNTERPART = {
+    "line_by_line": "run_mlm.py's one example per line; here examples are sentence pairs filled up to "
+    "--max_seq_length from documents, as the paper's. --split_lines true reads each line as a sentence, "
+    "--document_boundary tells documents apart",
+    "validation_file": "the held-out documents are drawn from --corpus and never trained on (--eval_fraction, "
+    "--eval_max_examples)",
+}
+
+
 def _flag(token: str) -> str | None:
     """The field a command-line token names ("--seed", "--seed=3", "--learning-rate" -> "learning_rate"); None
     for a value (as for argparse, a token with a space is a value: --finetune_args "--seeds 1 2")."""
@@ -205,7 +216,9 @@ def check_names(parser: HfArgumentParser, args: list[str], known: set[str], reci
     said = [
         f"--{name}"
         + (
-            f" (transformers' name, which {recipe} has no setting for)"
+            f" ({TRANSFORMERS_WITHOUT_COUNTERPART[name]})"
+            if name in TRANSFORMERS_WITHOUT_COUNTERPART
+            else f" (transformers' name, which {recipe} has no setting for)"
             if name in TRANSFORMERS_NAMES
             else closest(name, known)
         )
@@ -276,15 +289,23 @@ class HelpLayout:
     epilog: str | None = None  # printed after the flags
 
 
+TRAINING_ARGUMENTS_DOCS = "huggingface.co/docs/transformers/main_classes/trainer"
 CONFIG_HELP = (
     "A YAML file of field: value pairs, any flag below (recipes/configs/). Precedence: the recipe's defaults "
     "(shown below) < this file < the command line."
 )
 
 
-def arrange_help(parser: HfArgumentParser, layout: HelpLayout, recipe: str, in_config: Collection[str] = ()) -> None:
+def arrange_help(
+    parser: HfArgumentParser,
+    layout: HelpLayout,
+    recipe: str,
+    in_config: Collection[str] = (),
+    valued: Collection[str] = (),
+) -> None:
     """Regroup `parser`'s flags for `--help` (parsing is untouched: argparse parses from the parser's own list of
-    actions, the groups only decide where help prints them): --config first, the stages, then Trainer's."""
+    actions, the groups only decide where help prints them): --config first, the stages, then Trainer's, those
+    without a value of the recipe or the --config file (`valued`) by name only."""
     by_field: dict[str, list[argparse.Action]] = {}
     for action in parser._actions:
         by_field.setdefault(action.dest, []).append(action)
@@ -308,6 +329,13 @@ def arrange_help(parser: HfArgumentParser, layout: HelpLayout, recipe: str, in_c
         if action.dest not in ("help", "config"):
             parser._optionals._group_actions.remove(action)
             rest._group_actions.append(action)
+    # Trainer's other flags by name only (their help is transformers' documentation): --help fits a few screens.
+    listed = [a for a in rest._group_actions if a.dest not in {*layout.set_by_recipe, *valued}]
+    rest.description = f"Each a flag, as TrainingArguments documents it ({TRAINING_ARGUMENTS_DOCS}): " + ", ".join(
+        a.option_strings[0] for a in listed if not a.option_strings[0].startswith("--no_")
+    )
+    for action in listed:
+        action.help = argparse.SUPPRESS
     for action in parser._actions:  # one name a flag, a short value name: --vocab_size N, not the name twice
         if action.dest == "help":
             continue
@@ -358,8 +386,8 @@ def parse_with_config(
         # --help shows the values a run will use (the recipe's defaults and the --config file), not the dataclasses'.
         parser.set_defaults(**{key: value for key, value in {**defaults, **config_values}.items() if value is not None})
         if help_layout is not None:
-            arrange_help(parser, help_layout, recipe, set(config_values))
-    args = as_cli(defaults) + as_cli(config_values) + argv
+            arrange_help(parser, help_layout, recipe, set(config_values), {*defaults, *config_values})
+    args = auto_bf16(as_cli(defaults) + as_cli(config_values) + argv)
     check_names(parser, args, known, recipe)
     try:
         parsed = parser.parse_args_into_dataclasses(args=args)
@@ -367,6 +395,36 @@ def parse_with_config(
         raise ConfigurationError(" ".join(str(err).split())) from None
     grids_from_single_values(parsed, grids or {}, given, set(config_values), config)
     return parsed
+
+
+def _values(args: list[str], name: str) -> list[str]:
+    """The value each --`name` in `args` gives, in order (a bare boolean flag: "true")."""
+    values = []
+    for i, token in enumerate(args):
+        if _flag(token) == name:
+            _, equals, after = token.partition("=")
+            values.append(after if equals else next((v for v in args[i + 1 : i + 2] if _flag(v) is None), "true"))
+    return values
+
+
+def auto_bf16(args: list[str]) -> list[str]:
+    """`--bf16 auto` (the shipped configs' `bf16: auto`): bf16 where a CUDA device has it, else float32, decided
+    here once and said. transformers refuses `--bf16 true` without a GPU, and with --use_cpu runs bf16 many times
+    slower than float32. A later --bf16 true|false overrides it."""
+    values = _values(args, "bf16")
+    if "auto" not in values:
+        return args
+    value = values[-1]
+    if value == "auto":
+        import torch
+
+        use_cpu = (_values(args, "use_cpu") or ["false"])[-1].lower() in ("true", "1", "yes")
+        value = str(not use_cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()).lower()
+        if value == "false":
+            logger.warning("bf16: auto: %s, so training in float32", "--use_cpu" if use_cpu else "no CUDA device")
+    flag = [_flag(token) == "bf16" and "=" not in token for token in args]
+    kept = [t for i, t in enumerate(args) if _flag(t) != "bf16" and not (i and flag[i - 1] and _flag(t) is None)]
+    return [*kept, "--bf16", value]
 
 
 class RunFinished(Exception):

@@ -323,6 +323,16 @@ def lock_output_dir(output_dir: str | Path) -> None:
     _HOLDER["pid"] = os.getpid()
 
 
+def release_output_dir(output_dir: str | Path) -> None:
+    """The run in `output_dir` has ended: its lock file removed (while still held, so that no other run took it in
+    between), then the lock released. Nothing happens in a process that does not hold it."""
+    out = Path(output_dir)
+    fd = _HELD.pop(str(out.resolve()), None)
+    if fd is not None:
+        (out / RUN_LOCK).unlink(missing_ok=True)
+        os.close(fd)
+
+
 def lock_output_dir_once(output_dir: str | Path, training, check) -> None:
     """`lock_output_dir`, then `check()` (the output-directory check, again: a run may have ended since it was
     made), by the main process of a (possibly distributed) run; every process raises its error, so that all of

@@ -6,7 +6,8 @@ and their settings) and the Trainer's Accelerator reads it. What this module add
 
 - `check_deepspeed_installed`, `check_engine`: a setting the processes cannot run is one message before any work
   (DeepSpeed asked for but not installed, FSDP1 on CPU processes, LAMB under ZeRO, several processes on a machine
-  without a GPU but without --use_cpu), instead of a traceback from inside the libraries or a silent wrong run.
+  without a GPU but without --use_cpu, or one where several were asked for), instead of a traceback from inside the
+  libraries or a silent wrong run.
 - `EngineTrainer`: Trainer that really shards with FSDP2 on CPU processes (gloo). accelerate 1.15 applies its FSDP
   plugin only to GPU-like process types: with CPU processes (`use_cpu`) its state stays MULTI_CPU, the plugin is
   dropped without a word and the model is wrapped in DDP. torch's FSDP2 (`fully_shard`) itself runs on CPU with gloo,
@@ -95,6 +96,15 @@ def _launched_processes() -> int:
     return int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
+def _one_process_of_several() -> bool:
+    """Whether accelerate's simple launcher started this one process for `--num_processes N > 1`: it does so without
+    a GPU (`--cpu`, MULTI_CPU or none), exporting MASTER_ADDR for a world it never makes. torchrun and MPI, which
+    start the N processes, export the world's size."""
+    sizes = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+    env = os.environ
+    return "ACCELERATE_USE_CPU" in env and "MASTER_ADDR" in env and not any(map(env.get, sizes))
+
+
 # Optimizers whose update reads whole tensors (LAMB's trust ratio ||w|| / ||update|| per tensor): DeepSpeed ZeRO
 # hands the optimizer flat partitions that cut across tensors, so the ratio would be computed over the wrong numbers.
 # FSDP2 keeps tensors as DTensors, whose norms are global, and runs them unchanged.
@@ -106,6 +116,12 @@ def check_engine(training, *, optimizer: str | None = None) -> None:
 
     `training` is the run's TrainingArguments, `optimizer` the recipe's --optimizer (pre-training)."""
     on_cpu = training.use_cpu or _flag("ACCELERATE_USE_CPU")  # TrainingArguments reads both
+    if _one_process_of_several() and not _gpu_available():
+        raise ConfigurationError(
+            "accelerate launch was asked for several processes on a machine without a GPU and started one (its --cpu "
+            "and MULTI_CPU launches do). For several CPU processes: accelerate launch --config_file "
+            "recipes/accelerate/ddp_cpu.yaml ... --use_cpu true; for one, leave out --num_processes (and MASTER_ADDR)."
+        )
     if _launched_processes() > 1 and not on_cpu and not _gpu_available():
         raise ConfigurationError(
             f"{_launched_processes()} processes were launched on a machine without a GPU, but --use_cpu is false: "

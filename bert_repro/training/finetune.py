@@ -52,7 +52,7 @@ from .cli import (
     pin_memory_only_with_an_accelerator,
     write_run_config,
 )
-from .cluster import catching_stop_signals, lock_output_dir_once, stop_between_runs, stop_message
+from .cluster import catching_stop_signals, lock_output_dir_once, release_output_dir, stop_between_runs, stop_message
 from .distributed import (
     TRAINER_STATE_NAME,
     EngineTrainer,
@@ -65,6 +65,7 @@ from .finetune_recipe import (
     FineTuningRecipe,
     check_inputs,
     find_task,
+    grid_plan,
     head_settings,
     record_of,
     resume_path,
@@ -413,6 +414,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
     )
+    logger.info(grid_plan(recipe.finetuning, run))
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
     drop_tensorboard_if_missing(training)
@@ -424,6 +426,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     with catching_stop_signals():  # one that comes between two runs is not lost: `train_grid` acts on it
         runs, best, stopped = train_grid(task, data, run, training)
     if stopped is not None:
+        release_output_dir(training.output_dir)
         return stopped
     output_dir, rows = Path(training.output_dir), task_rows(task, data, run)
     submissions = [p for p in test_prediction_files(task, data, output_dir).values() if p.exists()]
@@ -455,6 +458,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     logger.info("The best run's model (%s): %s", run_name(best["learning_rate"], best["seed"]), output_dir)
     if push_to is not None:
         summary["pushed"] = push_to.push(output_dir, push)
+    release_output_dir(output_dir)
     return summary
 
 

@@ -65,6 +65,7 @@ FINE_TUNING_DEFAULTS = dict(
 )
 # Keys of a task's `defaults` that belong to TrainingArguments (the rest are ours).
 _TRAINING_KEYS = {"learning_rate", "num_train_epochs", "per_device_train_batch_size", "weight_decay"}
+_TASK_DEFAULTS = ("num_train_epochs", "per_device_train_batch_size", "max_seq_length", "warmup_steps")
 
 
 # --head_initializer -> the config's initializer_distribution (it draws only what the checkpoint does not hold)
@@ -195,8 +196,14 @@ HELP_GROUPS = {
 }
 
 
-def help_layout(task: Task) -> HelpLayout:
-    grid = " ".join(f"{lr:g}" for lr in task.grid.get("learning_rate", ()))
+# The task-dependent defaults `--help` shows without --task, where each task has its own.
+_GRIDS_BY_KIND = "GLUE: 5e-5 4e-5 3e-5 2e-5; SQuAD, SWAG, CoNLL-2003: 5e-5 3e-5 2e-5"
+_TASK_DEFAULT = "the task's; --task T --help shows them"
+
+
+def help_layout(task: Task | None) -> HelpLayout:
+    grid = " ".join(f"{lr:g}" for lr in task.grid.get("learning_rate", ())) if task else _GRIDS_BY_KIND
+    of_task = f"{task.name}'s grid: {grid}" if task else f"the task's grid ({grid})"
     return HelpLayout(
         groups=HELP_GROUPS,
         helps={
@@ -224,11 +231,23 @@ def help_layout(task: Task) -> HelpLayout:
         shown_defaults={
             "output_dir": "trainer_output (Trainer's)",
             **dict.fromkeys(STAGES, "true when none of the three is given"),
-            "learning_rates": f"{task.name}'s grid: {grid}" if grid else "--learning_rate's value",
+            "learning_rates": of_task if grid else "--learning_rate's value",
             "learning_rate": "none: each of --learning_rates",
+            **({} if task else dict.fromkeys(_TASK_DEFAULTS, _TASK_DEFAULT)),
         },
         metavars={"resume_from_checkpoint": "true|PATH", "optim": "NAME"},
     )
+
+
+def grid_plan(given: FineTuningArguments, run: FineTuningArguments) -> str:
+    """The run's first line: how many runs it trains and why (a default grid multiplies the time). `given`: the
+    arguments as given; `run`: as the run uses them (`FineTuningRecipe.resolved`)."""
+    lrs, seeds = len(run.learning_rates), len(run.seeds)
+    line = f"{lrs} learning rate(s) x {seeds} seed(s) = {lrs * seeds} run(s)"
+    if given.learning_rates or lrs == 1:
+        return line
+    grid = "the feature-based grid" if run.features is not None else f"the paper's grid for {run.task}"
+    return f"{line} ({grid}: {' '.join(f'{lr:g}' for lr in run.learning_rates)}); pass --learning_rate to train one"
 
 
 def _peek_task(argv: list[str]) -> str | None:
@@ -269,8 +288,8 @@ class FineTuningRecipe:
         argv = list(sys.argv[1:] if argv is None else argv)
         check_deepspeed_installed(argv)  # before TrainingArguments, which fails on it with an unrelated error
         name = _peek_task(argv)
-        if not name and any(arg in ("-h", "--help") for arg in argv):
-            name = "mrpc"  # --help alone: any task shows the same options
+        if not name and any(arg in ("-h", "--help") for arg in argv):  # each task's defaults are its own
+            parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE, help_layout=help_layout(None))
         if not name:  # a wrong flag (--task_nme) is said first
             parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE)
             raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")

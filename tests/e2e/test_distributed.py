@@ -161,6 +161,28 @@ def test_engine_checks_name_the_fix(monkeypatch):
             check_engine(TrainingArguments(output_dir="unused", use_cpu=False))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="accelerate starts the processes asked for on a GPU")
+def test_one_process_started_for_several_on_a_cpu_is_refused(monkeypatch):
+    # `accelerate launch --cpu --num_processes 2` (or without --cpu, on a machine without a GPU) starts ONE process
+    # with this environment: MASTER_ADDR for a world it never makes, and no WORLD_SIZE (torchrun's).
+    from transformers import TrainingArguments
+
+    from bert_repro.training.cli import ConfigurationError
+    from bert_repro.training.distributed import check_engine
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    cpu = TrainingArguments(output_dir="unused", use_cpu=True)
+    with pytest.raises(ConfigurationError, match="started one .* recipes/accelerate/ddp_cpu.yaml"):
+        check_engine(cpu)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # the processes torchrun starts for ddp_cpu.yaml
+    check_engine(cpu)
+    monkeypatch.delenv("MASTER_ADDR")
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one process, as asked
+    check_engine(cpu)
+
+
 @pytest.mark.slow
 def test_deepspeed_missing_stops_the_recipe_with_exit_code_2(tmp_path, corpus_and_tokenizer):
     """A `deepspeed` that cannot be imported, under the DeepSpeed engine: one message naming the extra."""

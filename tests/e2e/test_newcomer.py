@@ -243,9 +243,10 @@ def test_pretrain_help_shows_the_config_values(capsys):
 def test_finetune_help_shows_the_task_defaults(capsys):
     from bert_repro.training.finetune_recipe import parse_arguments
 
-    shown = help_defaults(parse_arguments, ["--help"], capsys)
+    shown = help_defaults(parse_arguments, ["--task", "mrpc", "--help"], capsys)
     assert shown["per_device_train_batch_size"] == "32"
     assert shown["weight_decay"] == "0.01" and shown["warmup_steps"] == "0.1"
+    assert shown["adam_epsilon"] == "1e-06"  # the reference code's, though not among the recipe's own flags
 
 
 def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, caplog):

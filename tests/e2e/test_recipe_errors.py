@@ -1,8 +1,8 @@
 """Bad input to the recipes ends in one message and exit code 2, never a traceback.
 
-Each test runs a recipe as a user would, in a subprocess. Most failures tested happen before any model is
-loaded (bad task data; an output directory that cannot be written; a wrong flag), so ``--model`` names nothing
-real; the model-directory tests give one that cannot be opened.
+Each test runs a recipe as a user would, in a subprocess. A wrong flag is said before the model is checked, so
+``--model`` names nothing real there; the failures after that check (bad task data, an output directory that cannot
+be written) give a tiny model, and the model-directory tests one that cannot be opened.
 """
 
 import json
@@ -45,7 +45,7 @@ def assert_user_error(result: subprocess.CompletedProcess, *fragments: str, reci
 def test_bad_task_data_is_one_message_and_records_no_run(tmp_path):
     data = sst2_data(tmp_path / "data", label="7")
     out = tmp_path / "out"
-    result = finetune("--data", str(data), "--output_dir", str(out))
+    result = finetune("--data", str(data), "--output_dir", str(out), model=str(tiny_model(tmp_path / "model")))
     assert_user_error(result, str(data / "train.tsv"), "line 2", "'7'", "negative, positive")
     # Nothing of the failed run is left behind: a retry with other --data is not refused as "a different run".
     assert not (out / "run_config.json").exists()
@@ -55,7 +55,8 @@ def test_output_dir_below_a_file_is_one_message(tmp_path):
     # A path through a regular file cannot be created, whoever runs the test (root included).
     (tmp_path / "a_file").write_text("not a directory")
     out = tmp_path / "a_file" / "run"
-    result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(out))
+    model = str(tiny_model(tmp_path / "model"))
+    result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(out), model=model)
     assert_user_error(result, "cannot write to the output directory", str(out), "--output_dir")
     assert (tmp_path / "a_file").read_text() == "not a directory"
 
@@ -99,7 +100,8 @@ def unwritable_dir(tmp_path):
 
 
 def test_read_only_output_dir_is_one_message(tmp_path, unwritable_dir):
-    result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(unwritable_dir))
+    model = str(tiny_model(tmp_path / "model"))
+    result = finetune("--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(unwritable_dir), model=model)
     assert_user_error(result, "cannot write to the output directory", str(unwritable_dir))
     assert "Permission denied" in result.stderr or "Operation not permitted" in result.stderr
 
@@ -242,3 +244,38 @@ def test_unknown_flag_names_the_closest_in_every_recipe(name, flag, suggestion):
         f"See python recipes/{name} --help",
         recipe=name,
     )
+
+
+@pytest.mark.parametrize("name", ["pretrain.py", "finetune.py"])
+def test_ctrl_c_says_where_the_newest_checkpoint_is_and_exits_130(tmp_path, name, monkeypatch, capsys):
+    # Ctrl-C while training (the run's function raising KeyboardInterrupt) is one line, not a traceback.
+    import runpy
+
+    import torch
+    from safetensors.torch import save_file
+
+    import bert_repro.training.finetune as finetuning
+    import bert_repro.training.pretraining as pretraining
+
+    out = tmp_path / "out"
+    for step, where in ((2, out), (4, out / "runs" / "lr2e-05_seed42"), (6, out / "runs" / "lr3e-05_seed42")):
+        folder = where / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text("{}")
+        if step < 6:  # the newest is cut short, so the one before it is named
+            save_file({"w": torch.zeros(1)}, folder / "model.safetensors")
+
+    def stop(recipe):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pretraining, "run_pretraining", stop)
+    monkeypatch.setattr(finetuning, "run_finetuning", stop)
+    args = ["--config", str(ROOT / "recipes/configs/quickstart.yaml")] if name == "pretrain.py" else ["--task", "sst2"]
+    args += ["--model", "m"] if name == "finetune.py" else []
+    monkeypatch.setattr(sys, "argv", [name, *args, "--output_dir", str(out)])
+    with pytest.raises(SystemExit) as ended:
+        runpy.run_path(str(ROOT / "recipes" / name), run_name="__main__")
+    assert ended.value.code == 130
+    newest = out / "runs" / "lr2e-05_seed42" / "checkpoint-4"
+    said = capsys.readouterr().err
+    assert said.startswith(f"{name}: interrupted: the newest checkpoint is {newest}; the same command with "), said

@@ -188,7 +188,9 @@ def test_the_command_line_overrides_the_config_file_for_grids(tmp_path):
         ),
         (finetuning, ["extra"], "unknown argument(s): extra."),
         (pretraining, ["--seeds", "1"], "--seeds (did you mean --seed?)"),
-        (pretraining, ["--validation_file", "v.txt"], "--validation_file (transformers' name"),
+        # run_mlm.py's flags that no setting means: what to use instead, not the closest name (--split_lines)
+        (pretraining, ["--validation_file", "v.txt"], "--validation_file (the held-out documents are drawn from"),
+        (pretraining, ["--line_by_line"], "--line_by_line (run_mlm.py's one example per line; here examples are"),
     ],
 )
 def test_unknown_flags_get_the_closest_names(parse, argv, message):
@@ -416,3 +418,88 @@ def test_a_tokenizer_that_cannot_load_is_refused_before_the_data_is_read(tmp_pat
             FineTuningRecipe.from_args([*argv, "--tokenizer", str(damaged), "--output_dir", str(tmp_path / "out")])
         )
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Defaults that cost, and what a run says of them
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_a_finetuning_run_says_first_how_many_runs_its_grid_trains(tmp_path, tiny_model, caplog):
+    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune_recipe import FineTuningRecipe
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("not a run")  # the run stops at its output directory, before any work
+    base = ["--task", "sst2", "--model", str(tiny_model), "--output_dir", str(out)]
+    for extra, said in (
+        ([], "4 learning rate(s) x 1 seed(s) = 4 run(s) (the paper's grid for sst2: 5e-05 4e-05 3e-05 2e-05); pass "),
+        (["--learning_rate", "2e-5", "--seeds", "1", "2"], "1 learning rate(s) x 2 seed(s) = 2 run(s)"),
+    ):
+        caplog.clear()
+        with caplog.at_level("INFO"), pytest.raises(FileExistsError):
+            run_finetuning(FineTuningRecipe.from_args(base + extra))
+        assert said in caplog.text
+
+
+def test_help_without_a_task_shows_no_tasks_defaults_as_everyones(capsys):
+    from bert_repro.training.finetune_recipe import parse_arguments
+
+    with pytest.raises(SystemExit):
+        parse_arguments(["--help"])
+    out = capsys.readouterr().out
+    text = " ".join(out.split())
+    assert "mrpc's grid" not in text and "(default: 3.0)" not in text
+    for flag in ("--num_train_epochs", "--per_device_train_batch_size", "--max_seq_length"):
+        entry = " ".join(out[out.index(f"  {flag} ") :].split("\n  --")[0].split())
+        assert "(default: the task's; --task T --help shows them)" in entry, entry
+    assert "(default: the task's grid (GLUE: 5e-5 4e-5 3e-5 2e-5; SQuAD, SWAG, CoNLL-2003: 5e-5 3e-5 2e-5))" in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="bf16 is kept where CUDA is")
+@pytest.mark.parametrize("config", ["bert_tiny.yaml", "bert_base.yaml"])
+def test_the_shipped_configs_train_in_float32_on_a_cpu_and_say_so(config, caplog):
+    path = str(ROOT / "recipes" / "configs" / config)
+    with caplog.at_level("WARNING"):
+        assert not pretraining("--config", path, "--output_dir", "unused").training.bf16
+    assert "bf16: auto: no CUDA device, so training in float32" in caplog.text
+    assert not pretraining("--config", path, "--output_dir", "unused", "--use_cpu", "true").training.bf16
+    # what the command line says wins: bf16 on a CPU when asked for in so many words (transformers allows it there)
+    assert pretraining("--config", path, "--output_dir", "unused", "--use_cpu", "--bf16", "true").training.bf16
+
+
+def test_warm_up_over_half_the_run_is_said():
+    from bert_repro.training.pretraining.plan import warmup_warning
+
+    recipe = pretraining("--config", str(ROOT / "recipes/configs/bert_tiny.yaml"), "--output_dir", "x")
+    assert warmup_warning(recipe.training) is None  # 10,000 of 1,000,000
+    short = recipe.replace(max_steps=500).training
+    assert warmup_warning(short).startswith("--warmup_steps 10,000 of --max_steps 500: the learning rate rises for ")
+    assert "peaks at 5e-06 (--learning_rate 0.0001)" in warmup_warning(short)
+    assert warmup_warning(recipe.replace(max_steps=500, warmup_steps=0.01).training) is None
+
+
+def test_a_held_out_split_of_a_few_examples_is_said():
+    from bert_repro.training.pretraining.records import held_out_warning
+
+    assert held_out_warning({"held_out": {"examples": 6}}).startswith("the held-out split holds 6 examples")
+    assert held_out_warning({"held_out": {"examples": 5000}}) is None
+    assert held_out_warning({}) is None  # nothing held out: said elsewhere
+
+
+def test_a_model_path_that_is_nothing_is_one_message(tmp_path, tiny_model):
+    # A relative path that does not exist reads as a Hub id: neither in the cache nor on a Hub that answers, it is
+    # said before any work (the recipes print these errors in one line, exit 2), not by a loader's traceback.
+    from bert_repro.model.conversion import CheckpointError
+    from bert_repro.training.finetune_recipe import check_inputs, parse_arguments
+    from bert_repro.training.pretraining.plan import plan
+
+    for args in (["--model", "runs/missing"], ["--model", str(tiny_model), "--tokenizer", "runs/missing"]):
+        run, training = parse_arguments(["--task", "sst2", *args, "--output_dir", str(tmp_path)])
+        with pytest.raises((CheckpointError, ConfigurationError), match="runs/missing: .*local cache"):
+            check_inputs(run, training)
+    quickstart = ["--config", str(ROOT / "recipes/configs/quickstart.yaml"), "--output_dir", str(tmp_path)]
+    for flag in ("--init_from", "--tokenizer"):
+        with pytest.raises((CheckpointError, ConfigurationError), match="runs/missing"):
+            plan(pretraining(*quickstart, flag, "runs/missing"))

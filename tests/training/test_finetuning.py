@@ -108,6 +108,7 @@ def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
     assert summary["best"]["score"] == max(r["score"] for r in summary["runs"])
     table = (out / "results.md").read_text()
     assert table.count("\n| ") == 6 and "*" in table  # header + 4 runs (the best marked) + the majority class
+    assert not (out / "run.lock").exists()  # the finished run's lock: removed
     # A different setting in the same directory is refused, never mixed into these results.
     with pytest.raises(FileExistsError, match="different run"):
         run_finetuning(
@@ -283,12 +284,12 @@ def test_the_readmes_python_api_builds_the_run_the_command_line_does(monkeypatch
     monkeypatch.setattr(finetune, "run_finetuning", taken.append)
     exec(snippet, {})
     flags = ["--task", "mrpc", "--model", "runs/mine", "--output_dir", "runs/mine-mrpc"]
-    assert taken == [FineTuningRecipe.from_args(flags)]
+    assert taken == [FineTuningRecipe.from_args([*flags, "--learning_rate", "2e-5"])]
     run, training = taken[0].resolved()
-    assert run.learning_rates == [5e-5, 4e-5, 3e-5, 2e-5] and run.max_seq_length == 128
+    assert run.learning_rates == [2e-5] and run.max_seq_length == 128  # one run, not the paper's grid of four
     assert training.output_dir == "runs/mine-mrpc" and training.num_train_epochs == 3
     # the feature-based approach takes its own grid when set by replace, as on the command line
-    features = taken[0].replace(features="concat_last_four").resolved()[0].learning_rates
+    features = FineTuningRecipe.from_args(flags).replace(features="concat_last_four").resolved()[0].learning_rates
     assert (
         features == FineTuningRecipe.from_args([*flags, "--features", "concat_last_four"]).resolved()[0].learning_rates
     )

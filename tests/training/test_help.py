@@ -88,3 +88,13 @@ def test_reproduce_help_says_what_goes_after_the_double_dash(capsys):
     text = help_text(parse, ["--help"], capsys)
     assert text.startswith("usage: python recipes/reproduce.py --model M") and "[-- FINE-TUNING FLAGS ...]" in text
     assert "Arguments after -- go to every task's fine-tuning" in " ".join(text.split())
+
+
+@pytest.mark.parametrize("recipe", ["pretrain", "finetune"])
+def test_help_names_trainers_other_flags_without_their_pages_of_text(recipe, capsys):
+    parse = PreTrainingRecipe.from_args if recipe == "pretrain" else finetune_recipe.parse_arguments
+    text = help_text(parse, ["--help"], capsys)
+    assert len(text.splitlines()) < 350  # 608 and 570 lines when every Trainer flag had its paragraph
+    trainer = text[text.index(TRAINER) :]
+    assert "--dataloader_num_workers," in trainer and "Number of subprocesses" not in text
+    assert "huggingface.co/docs/transformers/main_classes/trainer" in " ".join(trainer.split())

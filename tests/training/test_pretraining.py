@@ -297,7 +297,7 @@ def test_shipped_configs_parse(config):
     from bert_repro import PRESETS
     from bert_repro.training.pretraining.recipe import gradient_accumulation
 
-    # use_cpu: the GPU configs ask for bf16, which TrainingArguments refuses on a machine without a GPU otherwise.
+    # use_cpu: a run on the CPU, wherever the test runs (the configs ask for bf16 where a CUDA device has it).
     recipe = PreTrainingRecipe.from_args(["--config", str(config), "--output_dir", "unused", "--use_cpu", "true"])
     assert recipe.model.preset in PRESETS and recipe.data.corpus
     assert all(phase.max_seq_length <= 512 for phase in recipe.phases)
@@ -444,3 +444,26 @@ def test_a_run_recorded_by_the_earlier_schema_still_makes_its_card(tmp_path):
     assert "given as `--corpus`: `recipes/data/quickstart_corpus/gutenberg` and `recipes/data/quickstart_corpus" in text
     assert "steps of 16 sequences" in text and "then the last 25% of the steps at 256 tokens" in text
     assert "Optimizer `adamw`, peak learning rate 0.001" in text and "| `vocab_size` | 8192 |" in text
+
+
+def test_a_finished_run_leaves_one_tokenizer_no_lock_and_says_its_held_out_split_is_small(
+    tmp_path, corpus_and_tokenizer, caplog
+):
+    from bert_repro.training.pretraining import run_pretraining
+
+    corpus, _ = corpus_and_tokenizer
+    overrides = dict(vocab_size=200, phase2_fraction=0.0, max_steps=2, warmup_steps=0, save_steps=1)
+    config = write_config(tmp_path / "tiny.yaml", corpus, None, **overrides)
+    config.write_text("\n".join(line for line in config.read_text().splitlines() if not line.startswith("tokenizer")))
+    out = tmp_path / "out"
+    with caplog.at_level("WARNING"):
+        run_pretraining(PreTrainingRecipe.from_args(["--config", str(config), "--output_dir", str(out)]))
+    assert (out / "tokenizer.json").exists() and not (out / "tokenizer").exists()  # beside the model, once
+    assert not (out / "run.lock").exists()
+    assert "the held-out split holds" in caplog.text and "--eval_fraction" in caplog.text
+    assert "--warmup_steps" not in caplog.text
+    # extended, the finished run reads its vocabulary where it left it (a new one would not be the model's)
+    vocabulary = (out / "vocab.txt").read_text()
+    argv = ["--config", str(config), "--output_dir", str(out), "--max_steps", "3", "--resume_from_checkpoint", "true"]
+    run_pretraining(PreTrainingRecipe.from_args(argv))
+    assert (out / "vocab.txt").read_text() == vocabulary and not (out / "tokenizer").exists()

@@ -91,12 +91,20 @@ def split_documents(documents: datasets.Dataset, run: DataSettings, seed: int):
     return parts["train"], parts["test"]
 
 
-TOKENIZER_DIR = "tokenizer"
+TOKENIZER_DIR = "tokenizer"  # the run's tokenizer until the run ends, when it is saved beside the model instead
+
+
+def kept_tokenizer_dir(output_dir: Path) -> Path:
+    """Where the run keeps its tokenizer: `TOKENIZER_DIR` while it trains, beside the model once finished (a finished
+    run extended reads it there)."""
+    ending = output_dir / TOKENIZER_DIR
+    finished = not (ending / "tokenizer.json").exists() and (output_dir / "tokenizer.json").exists()
+    return output_dir if finished else ending
 
 
 def get_tokenizer(run: DataSettings, train_documents: datasets.Dataset, output_dir: Path):
     """The run's tokenizer: given, already trained by this run (resumption, other ranks), or trained now."""
-    cached = output_dir / TOKENIZER_DIR
+    cached = kept_tokenizer_dir(output_dir)
     if (cached / "tokenizer.json").exists():
         try:
             return load_tokenizer(cached)
@@ -183,7 +191,7 @@ def build_streaming_datasets(
         "split": run.split,
     }
     held = run.stream_held_out_documents
-    need_sample = not run.tokenizer and not (output_dir / TOKENIZER_DIR / "tokenizer.json").exists()
+    need_sample = not run.tokenizer and not (kept_tokenizer_dir(output_dir) / "tokenizer.json").exists()
     first = first_documents(
         open_document_source(source, **reading), held + (STREAM_TOKENIZER_DOCUMENTS if need_sample else 1)
     )

@@ -91,6 +91,8 @@ def plan(recipe: PreTrainingRecipe) -> PreTrainingPlan:
     warnings = []
     if warning := recipe.model.torch_compile_warning(training.torch_compile):
         warnings.append(warning)
+    if warning := warmup_warning(training):
+        warnings.append(warning)
     plot = recipe.output.plot and importable("matplotlib")
     if recipe.output.plot and not plot:
         warnings.append(
@@ -110,6 +112,20 @@ def plan(recipe: PreTrainingRecipe) -> PreTrainingPlan:
         plot=plot,
         record=recipe.to_dict(),
         warnings=tuple(warnings),
+    )
+
+
+def warmup_warning(training: TrainingArguments) -> str | None:
+    """One line when warm-up takes half the run or more: a large config's 10,000 warm-up steps on a short run leave
+    the learning rate far below --learning_rate for most or all of it."""
+    steps, warmup = training.max_steps, training.get_warmup_steps(training.max_steps)
+    if warmup * 2 < steps:
+        return None
+    lr, share = training.learning_rate, min(1.0, warmup / steps)
+    return (
+        f"--warmup_steps {warmup:,} of --max_steps {steps:,}: the learning rate rises for {share:.0%} of the run and "
+        f"peaks at {lr * min(1.0, steps / warmup):.2g} (--learning_rate {lr:g}); for a short run lower --warmup_steps "
+        "(the paper warms up for 1% of its steps: --warmup_steps 0.01)."
     )
 
 

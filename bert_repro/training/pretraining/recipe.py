@@ -405,6 +405,7 @@ HELP = HelpLayout(
         "training": (
             *("max_steps", "global_batch_size", "per_device_train_batch_size", "phase2_fraction", "optimizer"),
             *("learning_rate", "warmup_steps", "lr_scheduler_type", "weight_decay", "seed", "stop_after_steps"),
+            "bf16",
         ),
         "evaluation": ("eval_fraction", "eval_max_examples", "eval_steps"),
         "output and Hub": (
@@ -418,6 +419,7 @@ HELP = HelpLayout(
         "ignore_data_skip": "true with --streaming, which restores the stream's own position",
     },
     helps={
+        "bf16": "true, false or auto (the shipped configs': bf16 where a CUDA device has it, else float32).",
         "resume_from_checkpoint": "true: continue from the newest complete checkpoint in --output_dir (a finished "
         "run is left as it is, so a requeued job can always pass it); or the path of a checkpoint folder. With a "
         "larger --max_steps it extends the run.",
@@ -497,8 +499,8 @@ def check_vocabulary(data: DataSettings) -> None:
     if data.tokenizer:
         try:
             load_tokenizer(data.tokenizer)
-        except ValueError as err:
-            raise ConfigurationError(f"--tokenizer {data.tokenizer}: {err}") from None
+        except (OSError, ValueError) as err:
+            raise ConfigurationError(f"--tokenizer {data.tokenizer}: {' '.join(str(err).split())}") from None
     elif data.vocab_size <= len(BERT_SPECIAL_TOKENS):
         raise ConfigurationError(
             f"--vocab_size {data.vocab_size}: a WordPiece vocabulary needs more than its {len(BERT_SPECIAL_TOKENS)} "

@@ -12,6 +12,7 @@ loss has no NSP term and the pooler and NSP head are frozen (`model.build_model`
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from dataclasses import replace as replace_fields
@@ -24,16 +25,16 @@ from ...data.wordpiece import save_tokenizer
 from ...hub.push import push_checkpoints
 from ...versions import framework_versions
 from ..cli import RESULTS, RUN_CONFIG, check_output_dir, holds_nothing
-from ..cluster import catching_stop_signals, lock_output_dir_once, stop_between_runs, stop_message
+from ..cluster import catching_stop_signals, lock_output_dir_once, release_output_dir, stop_between_runs, stop_message
 from ..distributed import hardware
 from ..optim import optimizer_cls_and_kwargs
 from ..publishing import PushRequest, take_push_request
-from .examples import PreparedData
+from .examples import TOKENIZER_DIR, PreparedData
 from .model import allow_data_dependent_shapes, build_model
 from .phases import PhaseCollator, packed_rows
 from .plan import PreTrainingPlan, plan
 from .recipe import MAY_GROW, PreTrainingRecipe, check_extension, run_identity
-from .records import log_statistics, log_table, plot_curves
+from .records import held_out_warning, log_statistics, log_table, plot_curves
 from .resume import (
     LongerSchedule,
     StopAfterSteps,
@@ -61,7 +62,9 @@ def run_pretraining(recipe: PreTrainingRecipe) -> dict[str, Any]:
     model = build(the_plan, prepared)
     with catching_stop_signals():  # through the final evaluation and save too: a signal then stops before the push
         trainer, clock, elapsed = train(the_plan, opened, prepared, model)
-        return stopped_early(the_plan, trainer) or publish(the_plan, opened, prepared, trainer, clock, elapsed)
+        result = stopped_early(the_plan, trainer) or publish(the_plan, opened, prepared, trainer, clock, elapsed)
+    release_output_dir(the_plan.output_dir)
+    return result
 
 
 @dataclass(frozen=True)
@@ -130,8 +133,9 @@ def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
     if training.process_index == 0:
         write_json(output_dir / "data_statistics.json", prepared.statistics)
         log_statistics(prepared.statistics)
-        for warning in plan.source.warnings(prepared, plan):
-            logger.warning(warning)
+        for warning in [*plan.source.warnings(prepared, plan), held_out_warning(prepared.statistics)]:
+            if warning:
+                logger.warning(warning)
     return prepared
 
 
@@ -228,6 +232,7 @@ def publish(
     trainer.save_full_model(str(output_dir))  # every process: FSDP gathers the shards
     if trainer.is_world_process_zero():
         save_tokenizer(prepared.tokenizer, output_dir)
+        shutil.rmtree(output_dir / TOKENIZER_DIR, ignore_errors=True)  # the run's copy until now: one is enough
         write_json(output_dir / "log_history.json", trainer.state.log_history, indent=1)
         if plan.plot:
             objective = plan.phase_configs[0].pretraining_objective
