@@ -415,9 +415,16 @@ def check_output_dir(
     longer identifies a run (one a later version lets change on resumption) does not make an old run "different".
     `may_grow`: the settings ("training.max_steps") that a resumption may raise, extending the run (a finished
     one too); returned as {name: (saved, new)} when raised. The same finished run resumed is `RunFinished`.
+    `overwrite`: whatever the directory holds is moved aside (`cluster.move_aside`), so that no result, checkpoint
+    or vocabulary of another run is used by the new one.
     """
     out = Path(output_dir)
-    if overwrite or holds_nothing(out):
+    if overwrite:
+        from .cluster import move_aside
+
+        move_aside(out)  # under the directory's lock; the check before it moves nothing
+        return {}
+    if holds_nothing(out):
         return {}
     saved = out / RUN_CONFIG
     if not saved.exists():
@@ -446,7 +453,7 @@ def check_output_dir(
             advice = "To continue that run, keep its settings (the left-hand values)"
         raise FileExistsError(
             f"{out} holds a different run ({shown}). {advice}; for this one choose another --output_dir, or pass "
-            "--overwrite_output_dir true to start again in this folder (its checkpoints are replaced)."
+            "--overwrite_output_dir true to start again in this folder (what it holds is moved aside)."
         )
     has_checkpoints = any(out.glob("checkpoint-*"))
     if (out / RESULTS).exists() and not resume:  # written last: the final model may be there without it

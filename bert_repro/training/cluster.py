@@ -37,7 +37,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from ..atomic import STAGING, fsync_dir, move_into, settle
-from .cli import RUN_LOCK, ConfigurationError
+from .cli import RUN_LOCK, ConfigurationError, holds_nothing
 
 logger = logging.getLogger(__name__)
 
@@ -290,6 +290,32 @@ def lock_output_dir(output_dir: str | Path) -> None:
     )
     _HELD[str(out.resolve())] = fd
     _HOLDER["pid"] = os.getpid()
+
+
+def move_aside(output_dir: str | Path) -> Path | None:
+    """`--overwrite_output_dir true` into a directory holding something: the directory renamed, in one step, to a
+    free sibling `<name>.replaced-<time>` (said in the log; nothing is deleted) and made again, empty and locked, for
+    the new run. A kill leaves the old run whole in one of the two places, never mixed with the new one. Only under
+    this process's lock (`lock_output_dir_once`): a check made before it (or by another process) moves nothing."""
+    out = Path(output_dir)
+    key = str(out.resolve())
+    if key not in _HELD or holds_nothing(out):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = next(p for n in range(1000) if not (p := out.with_name(f"{out.name}.replaced-{stamp}-{n}")).exists())
+    try:
+        os.rename(out, aside)
+    except OSError as error:
+        raise ConfigurationError(
+            f"--overwrite_output_dir true: cannot move {out} aside to {aside} ({error.strerror or error}); move or "
+            "delete it yourself, or choose another --output_dir."
+        ) from None
+    fsync_dir(out.parent)
+    old_lock = _HELD.pop(key)
+    lock_output_dir(out)
+    os.close(old_lock)
+    logger.warning("--overwrite_output_dir true: %s moved to %s (nothing deleted); starting afresh", out, aside)
+    return aside
 
 
 def lock_output_dir_once(output_dir: str | Path, training, check) -> None:

@@ -75,8 +75,8 @@ class OpenedRun:
 
 def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
     """The output directory holds nothing or this run (extended only where its steps keep their examples), the
-    checkpoint to resume is complete, the Hub takes the push: all said before any data work; then the directory
-    is locked for this run."""
+    Hub takes the push, the directory is locked for this run (what --overwrite_output_dir replaces moved aside),
+    the checkpoint to resume is complete: all said before any data work."""
     recipe, training, output_dir = plan.recipe, plan.training, plan.output_dir
 
     def check_dir() -> dict:
@@ -92,9 +92,9 @@ def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
     grown = check_dir()
     if grown:
         check_extension(grown, recipe)
-    resume_from = checkpoint_to_resume(output_dir, plan.resume, streamed=plan.source.streamed)
     push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
-    lock_output_dir_once(output_dir, training, check_dir)  # one run per directory from here on
+    lock_output_dir_once(output_dir, training, check_dir)  # one run per directory (an overwritten one moved aside)
+    resume_from = checkpoint_to_resume(output_dir, plan.resume, streamed=plan.source.streamed)
     if grown and training.process_index == 0:
         # Before the record changes: a directory with results.json is finished, and the longer run is not yet.
         (output_dir / RESULTS).unlink(missing_ok=True)
