@@ -16,6 +16,7 @@ import difflib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
@@ -149,6 +150,23 @@ def closest(name: str, names: set[str], prefix: str = "--") -> str:
     return f" (did you mean {' or '.join(prefix + c for c in close)}?)" if close else ""
 
 
+_CREDENTIAL = re.compile(r"--[\w-]*(token|api_key|secret|password)")
+
+
+def hide_credentials(argv: list[str]) -> list[str]:
+    """`argv` as reports, records and logs may show it: the value of a flag that holds a credential (--hub_token X,
+    --hub_token=X) replaced by HIDDEN; it reaches the push and nothing else."""
+    shown: list[str] = []
+    for i, token in enumerate(argv):
+        flag, equals, _ = token.partition("=")
+        if equals and _CREDENTIAL.fullmatch(flag):
+            token = f"{flag}=HIDDEN"
+        elif i and _CREDENTIAL.fullmatch(argv[i - 1]):
+            token = "HIDDEN"
+        shown.append(token)
+    return shown
+
+
 def use_our_names(argv: list[str], known: set[str], also_given: set[str] = frozenset()) -> tuple[list[str], set[str]]:
     """`argv` with transformers' names (`TRANSFORMERS_NAMES`) replaced by ours, and the fields it sets.
 
@@ -213,7 +231,7 @@ def check_names(parser: HfArgumentParser, args: list[str], known: set[str], reci
         if name
     ]
     raise ConfigurationError(
-        f"unknown argument(s): {'; '.join(said) or ' '.join(unknown)}. See python {recipe} --help."
+        f"unknown argument(s): {'; '.join(said) or ' '.join(hide_credentials(unknown))}. See python {recipe} --help."
     )
 
 

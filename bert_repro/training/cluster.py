@@ -37,7 +37,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from ..atomic import STAGING, fsync_dir, move_into, settle
-from .cli import RUN_LOCK, ConfigurationError, holds_nothing
+from .cli import RUN_LOCK, ConfigurationError, hide_credentials, holds_nothing
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,8 @@ def stop_message(stop: StopOnSignal, resume: list[str] | None) -> str:
 
 
 def resume_command(extra: list[str]) -> str:
-    """This process's command with `extra` in place of the same options (their values dropped)."""
+    """This process's command with `extra` in place of the same options (their values dropped), a credential in it
+    hidden."""
     argv, i = [], 0
     args = sys.argv[1:]
     while i < len(args):
@@ -151,7 +152,7 @@ def resume_command(extra: list[str]) -> str:
         i += 1
     launched = "LOCAL_RANK" in os.environ or any(k.startswith("ACCELERATE_") for k in os.environ)
     launcher = "accelerate launch [the same launcher options] " if launched else "python "
-    return launcher + shlex.join([sys.argv[0], *argv, *extra])
+    return launcher + shlex.join([sys.argv[0], *hide_credentials(argv), *extra])
 
 
 # ------------------------------------------------------------------------------------------------------------

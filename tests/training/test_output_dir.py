@@ -4,9 +4,13 @@ refused, or under `--overwrite_output_dir true` moved aside whole (never deleted
 import json
 import os
 
+import pytest
+import torch
+from safetensors.torch import load_file
 from support.pretraining_runs import write_config
+from support.task_files import fixture_files, write
 
-from bert_repro.training.cli import check_output_dir
+from bert_repro.training.cli import ConfigurationError, check_output_dir
 from bert_repro.training.cluster import _HELD, lock_output_dir
 
 
@@ -73,3 +77,97 @@ def test_an_overwritten_pretraining_run_uses_its_own_vocabulary_and_resumes_itse
         == json.loads((out / "config.json").read_text())["vocab_size"]
     )
     assert len(list(tmp_path.glob("out.replaced-*"))) == 2
+
+
+@pytest.fixture
+def other_model(tmp_path, tiny_model):
+    """tiny_model's architecture and vocabulary, drawn from another seed."""
+    import shutil
+
+    from bert_repro import BertReproConfig, BertReproForPreTraining
+
+    directory = tmp_path / "other-model"
+    shutil.copytree(tiny_model, directory)
+    torch.manual_seed(1)
+    BertReproForPreTraining(BertReproConfig.from_pretrained(tiny_model)).save_pretrained(directory)
+    return directory
+
+
+GRID = ["--learning_rates", "1e-4", "--max_steps", "2", "--use_cpu", "true", "--disable_tqdm", "true"]
+
+
+def test_a_fine_tuning_overwrite_with_another_model_trains_that_model(tmp_path, tiny_model, other_model):
+    # train_grid reused every runs/*/result.json there: results.json gave the new --model the old model's scores.
+    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune_recipe import FineTuningRecipe
+
+    data, out = write(tmp_path / "mrpc", fixture_files("mrpc")), tmp_path / "out"
+    argv = ["--task", "mrpc", "--data", str(data), "--output_dir", str(out), *GRID]
+    run_finetuning(FineTuningRecipe.from_args([*argv, "--model", str(tiny_model)]))
+    with pytest.raises(FileExistsError, match=r"holds a different run \(finetuning.model: "):
+        run_finetuning(FineTuningRecipe.from_args([*argv, "--model", str(other_model)]))
+    summary = run_finetuning(
+        FineTuningRecipe.from_args([*argv, "--model", str(other_model), "--overwrite_output_dir", "true"])
+    )
+    moved = aside_of(out)
+    assert json.loads((moved / "results.json").read_text())["model"] == str(tiny_model)
+    assert summary["model"] == json.loads((out / "results.json").read_text())["model"] == str(other_model)
+    before, now = (load_file(folder / "model" / "model.safetensors") for folder in (moved, out))
+    assert before.keys() == now.keys() and not all(torch.equal(before[k], now[k]) for k in before)
+
+
+def benchmark(tmp_path, model, *flags, **arguments):
+    """recipes/reproduce.py on MRPC's fixture into tmp_path/bench: its report's text."""
+    from bert_repro.training import reproduce
+
+    data = write(tmp_path / "glue" / "MRPC", fixture_files("mrpc")).parent
+    args = reproduce.ReproduceArguments(
+        model=str(model), output_dir=str(tmp_path / "bench"), tasks=["mrpc"], data_root=str(data), **arguments
+    )
+    return reproduce.run_reproduce(args, [*GRID, *flags])
+
+
+def test_a_reproduce_rerun_uses_only_results_of_the_same_model_and_settings(tmp_path, tiny_model, other_model):
+    # Each <task>/results.json there was reused: a report headed with the new model's name over the old one's scores.
+    out = tmp_path / "bench"
+    benchmark(tmp_path, tiny_model)
+    with pytest.raises(ConfigurationError, match=r"bench holds a different run \(reproduce.model: "):
+        benchmark(tmp_path, other_model)
+    with pytest.raises(FileExistsError, match=r"mrpc holds a different run \(finetuning.seeds: \[.*\] -> \[7\]"):
+        benchmark(tmp_path, tiny_model, "--seeds", "7")
+    assert "| mrpc |" in benchmark(tmp_path, other_model, overwrite_output_dir=True)
+    moved = aside_of(out)
+    for folder, model in ((moved, tiny_model), (out, other_model)):
+        assert json.loads((folder / "report.json").read_text())["model"] == str(model)
+        assert json.loads((folder / "mrpc" / "results.json").read_text())["model"] == str(model)
+    benchmark(tmp_path, other_model, "--seeds", "7", "--overwrite_output_dir", "true")  # the flag after -- too
+    assert len(list(tmp_path.glob("bench.replaced-*"))) == 2
+    assert json.loads((out / "mrpc" / "results.json").read_text())["hyperparameters"]["seeds"] == [7]
+
+
+def test_a_token_passed_on_to_fine_tuning_is_written_nowhere(tmp_path, tiny_model, capsys, caplog, monkeypatch):
+    # --hub_token after -- (reproduce) and in --finetune_args (a study) was written in clear into their reports.
+    from bert_repro.training.study import run_study
+    from bert_repro.training.study_arguments import StudyArguments
+
+    token = "hf_" + "Secret0" * 5
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with caplog.at_level("INFO"):
+        shown = benchmark(tmp_path, tiny_model, "--hub_token", token)
+        shown += run_study(
+            StudyArguments(
+                study="pretraining",
+                output_dir=str(tmp_path / "study"),
+                reuse=[f"pretrained={tiny_model}"],
+                data_root=str(tmp_path / "glue"),
+                tasks=["mrpc"],
+                finetune_args=" ".join(GRID) + f" --hub_token={token}",
+                finetune_args_for=[f"mrpc=--hub_token {token}"],
+            )
+        )
+    assert "--hub_token HIDDEN" in (tmp_path / "bench" / "report.md").read_text()
+    assert "--hub_token=HIDDEN" in (tmp_path / "study" / "study.md").read_text()
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(written) > 40 and not [p for p in written if token.encode() in p.read_bytes()]
+    captured = capsys.readouterr()
+    assert token not in shown + captured.out + captured.err + caplog.text
