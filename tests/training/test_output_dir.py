@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.pretraining_runs import write_config
+from support.pretraining_runs import first_documents, write_config
 from support.task_files import fixture_files, write
 
 from bert_repro.training.cli import ConfigurationError, check_output_dir
@@ -171,3 +171,17 @@ def test_a_token_passed_on_to_fine_tuning_is_written_nowhere(tmp_path, tiny_mode
     assert len(written) > 40 and not [p for p in written if token.encode() in p.read_bytes()]
     captured = capsys.readouterr()
     assert token not in shown + captured.out + captured.err + caplog.text
+
+
+def test_a_corpus_changed_between_a_stop_and_the_resumption_is_refused(tmp_path, corpus_and_tokenizer):
+    # It resumed on other examples without a word.
+    from bert_repro.training.cli import ConfigurationError
+
+    corpus = first_documents(corpus_and_tokenizer[0], tmp_path / "corpus", 10)
+    config = write_config(tmp_path / "c.yaml", corpus, corpus_and_tokenizer[1], max_steps=4, save_steps=2)
+    out = tmp_path / "out"
+    pretrain(config, out, "--stop_after_steps", "2")
+    (corpus / "doc03.txt").unlink()
+    with pytest.raises(ConfigurationError, match=r"corpus changed since this run started \(phase1.documents 8 then"):
+        pretrain(config, out, "--resume_from_checkpoint", "true")
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]

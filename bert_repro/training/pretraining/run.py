@@ -11,10 +11,12 @@ loss has no NSP term and the pooler and NSP head are frozen (`model.build_model`
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
 from dataclasses import replace as replace_fields
+from pathlib import Path
 from typing import Any
 
 from transformers import IntervalStrategy, set_seed
@@ -23,7 +25,7 @@ from ...atomic import write_json
 from ...data.wordpiece import save_tokenizer
 from ...hub.push import push_checkpoints
 from ...versions import framework_versions
-from ..cli import RESULTS, RUN_CONFIG, check_output_dir, holds_nothing
+from ..cli import RESULTS, RUN_CONFIG, ConfigurationError, check_output_dir, holds_nothing
 from ..cluster import lock_output_dir_once, stop_message
 from ..distributed import hardware
 from ..optim import optimizer_cls_and_kwargs
@@ -126,12 +128,34 @@ def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
             if opened.fresh and training.process_index == 0:
                 forget_unstarted_run(output_dir)  # so that a retry with other data is not "a different run"
             raise
+    check_same_data(output_dir, prepared.statistics, plan.recipe.data.corpus, resumed=opened.resume_from)  # all ranks
     if training.process_index == 0:
         write_json(output_dir / "data_statistics.json", prepared.statistics)
         log_statistics(prepared.statistics)
         for warning in plan.source.warnings(prepared, plan):
             logger.warning(warning)
     return prepared
+
+
+def check_same_data(output_dir: Path, statistics: dict, corpus: list[str], resumed: str | None) -> None:
+    """A run resumed on the examples it started with: the corpus's counts (documents, tokens, examples of each
+    phase) as data_statistics.json recorded them, else a corpus changed between a stop and the resumption."""
+    saved = output_dir / "data_statistics.json"
+    if not resumed or not saved.is_file():
+        return
+
+    def counts(stats: dict) -> dict:
+        keys = ("documents", "document_tokens", "examples", "tokens")
+        return {f"{part}.{k}": v.get(k) for part, v in stats.items() if isinstance(v, dict) for k in keys if k in v}
+
+    before, now = counts(json.loads(saved.read_text(encoding="utf-8"))), counts(statistics)
+    changed = [f"{name} {before.get(name)} then, {now.get(name)} now" for name in now if before.get(name) != now[name]]
+    if changed:
+        raise ConfigurationError(
+            f"--corpus {' '.join(corpus)} changed since this run started ({'; '.join(changed[:3])}): its examples "
+            f"are not the ones {resumed} trained on. Put the corpus back as it was, or start again with "
+            "--overwrite_output_dir true (the run is moved aside)."
+        )
 
 
 def build(plan: PreTrainingPlan, prepared: PreparedData):
