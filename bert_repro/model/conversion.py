@@ -87,8 +87,8 @@ def weight_files(directory: Path) -> list[Path]:
 
 def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> None:
     """Raise `CheckpointError` unless the local model directory `path` can be opened: `config.json` a JSON
-    object, the weights in safetensors and complete (only their headers are read). A Hub id, a file or a
-    TensorFlow checkpoint is left to its loader; a path that is none of them is an error.
+    object, the weights in safetensors and complete (only their headers are read). A Hub id or a TensorFlow
+    checkpoint is left to its loader; a path that is none of them (a file among them) is an error.
 
     Pickled weights are not opened: unpickling runs whatever code the file holds, so a directory with only
     pickles is refused, naming the one command that converts it (whose own call passes `trust_pickle`)."""
@@ -100,8 +100,13 @@ def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False) -> N
             validate_repo_id(str(path))
         except HFValidationError:
             raise CheckpointError(f"{path}: no such directory, and not a Hub id either.") from None
-    if not directory.is_dir() or _is_tf_checkpoint(directory):
+    if not directory.exists() or _is_tf_checkpoint(directory):
         return
+    if not directory.is_dir():
+        raise CheckpointError(
+            f"{path} is a file; a model is a directory holding config.json and model.safetensors, a Hub id or a "
+            "TensorFlow checkpoint."
+        )
     config = directory / "config.json"
     if not config.is_file():
         inner = (directory / "model" / "config.json").is_file()

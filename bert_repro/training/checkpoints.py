@@ -68,6 +68,30 @@ def checkpoint_problem(folder: str | Path, *, streamed: bool = False) -> str | N
     return None
 
 
+# The config fields that set the weights' shapes.
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+SHAPE_FIELDS += ("max_position_embeddings", "type_vocab_size")
+
+
+def check_fits(checkpoint: str | Path, config) -> None:
+    """The weights of `checkpoint` have the shapes of the model `config` builds: resuming another run's checkpoint
+    (another vocabulary or size) is one line, not torch's size-mismatch traceback from inside Trainer."""
+    try:
+        saved = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # FSDP's sharded checkpoints keep no config.json: left to Trainer
+        return
+    wrong = [
+        f"{k} {saved[k]} there, {getattr(config, k)} here"
+        for k in SHAPE_FIELDS
+        if saved.get(k, getattr(config, k)) != getattr(config, k)
+    ]
+    if wrong:
+        raise ConfigurationError(
+            f"Cannot resume from {checkpoint}: its model is not this run's ({'; '.join(wrong)}). Resume a checkpoint "
+            "of this run, or start it without --resume_from_checkpoint."
+        )
+
+
 def _load_problem(path: Path) -> str | None:
     """Why Trainer's own `torch.load` (weights only, numpy's types allowed) fails on `path`, or None: a file altered
     since its save (another archive, a pickle of other objects). The tensors are mapped, not read; no code runs."""

@@ -437,6 +437,8 @@ def check_output_dir(
     or vocabulary of another run is used by the new one.
     """
     out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigurationError(f"--output_dir {out} is a file; choose a folder (new or a run's).")
     if overwrite:
         from .cluster import move_aside
 

@@ -185,3 +185,31 @@ def test_a_corpus_changed_between_a_stop_and_the_resumption_is_refused(tmp_path,
     with pytest.raises(ConfigurationError, match=r"corpus changed since this run started \(phase1.documents 8 then"):
         pretrain(config, out, "--resume_from_checkpoint", "true")
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
+
+
+def test_a_file_named_as_a_folder_is_one_clear_error(tmp_path):
+    from bert_repro.model.conversion import CheckpointError, check_model_dir
+
+    file = tmp_path / "f.json"
+    file.write_text("{}")
+    with pytest.raises(ConfigurationError, match=r"--output_dir .*f.json is a file; choose a folder"):
+        check_output_dir(file, {}, resume=False, overwrite=True)
+    with pytest.raises(CheckpointError, match=r"f.json is a file; a model is a directory holding config.json"):
+        check_model_dir(file)
+
+
+def test_resuming_a_checkpoint_of_another_vocabulary_is_one_line(tmp_path, corpus_and_tokenizer):
+    # Trainer's load ended in torch's size-mismatch RuntimeError.
+    corpus, tokenizer = corpus_and_tokenizer
+    config = write_config(tmp_path / "c.yaml", corpus, tokenizer, max_steps=4, save_steps=2)
+    config.write_text(config.read_text().replace(f"tokenizer: {tokenizer}\n", ""))
+    pretrain(config, tmp_path / "a", "--vocab_size", "100", "--stop_after_steps", "2")
+    with pytest.raises(ConfigurationError, match=r"checkpoint-2: its model is not this run's \(vocab_size \d+ there"):
+        pretrain(
+            config,
+            tmp_path / "b",
+            "--vocab_size",
+            "140",
+            "--resume_from_checkpoint",
+            str(tmp_path / "a" / "checkpoint-2"),
+        )

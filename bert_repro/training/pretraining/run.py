@@ -25,6 +25,7 @@ from ...atomic import write_json
 from ...data.wordpiece import save_tokenizer
 from ...hub.push import push_checkpoints
 from ...versions import framework_versions
+from ..checkpoints import check_fits
 from ..cli import RESULTS, RUN_CONFIG, ConfigurationError, check_output_dir, holds_nothing
 from ..cluster import lock_output_dir_once, stop_message
 from ..distributed import hardware
@@ -172,6 +173,8 @@ def train(plan: PreTrainingPlan, opened: OpenedRun, prepared: PreparedData, mode
     if prepared.eval_dataset is None and training.eval_strategy != IntervalStrategy.NO:  # nothing was held out
         training = replace_fields(training)
         training.eval_strategy = IntervalStrategy.NO
+    if opened.resume_from:
+        check_fits(opened.resume_from, model.config)
     clock = TrainingClock(opened.resume_from)
     callbacks = [clock] + ([StopAfterSteps(recipe.output.stop_after_steps)] if recipe.output.stop_after_steps else [])
     if opened.grown and opened.resume_from:
