@@ -546,11 +546,16 @@ def drop_tensorboard_if_missing(training) -> None:
 
 def check_trainer_settings(training) -> None:
     """Trainer's flags that Trainer or torch refuse only once training starts, after the data is prepared: here,
-    before work. Data-loader settings that need worker processes; scheduler arguments the schedule does not take
-    (tried on a stand-in optimizer with transformers' own `get_scheduler`)."""
+    before work. --fp16 on a CPU; data-loader settings that need worker processes; scheduler arguments the schedule
+    does not take (tried on a stand-in optimizer with transformers' own `get_scheduler`)."""
     import torch
     from transformers import get_scheduler
 
+    if (training.fp16 or training.fp16_full_eval) and training.device.type == "cpu":  # as Trainer refuses --bf16
+        raise ConfigurationError(
+            "--fp16 true: half precision needs a GPU, and this run is on the CPU; leave it out (or pass --bf16 true, "
+            "which a CPU may support)."
+        )
     context = training.dataloader_multiprocessing_context
     given = [f"--dataloader_multiprocessing_context {context}"] if context is not None else []
     given += ["--dataloader_persistent_workers true"] if training.dataloader_persistent_workers else []
