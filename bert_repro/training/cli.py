@@ -433,18 +433,13 @@ def check_output_dir(
     longer identifies a run (one a later version lets change on resumption) does not make an old run "different".
     `may_grow`: the settings ("training.max_steps") that a resumption may raise, extending the run (a finished
     one too); returned as {name: (saved, new)} when raised. The same finished run resumed is `RunFinished`.
-    `overwrite`: whatever the directory holds is moved aside (`cluster.move_aside`), so that no result, checkpoint
-    or vocabulary of another run is used by the new one.
+    `overwrite`: no refusal; whatever the directory holds is moved aside once the run holds its lock
+    (`cluster.lock_output_dir_once`), so that no result, checkpoint or vocabulary of another run is used.
     """
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigurationError(f"--output_dir {out} is a file; choose a folder (new or a run's).")
-    if overwrite:
-        from .cluster import move_aside
-
-        move_aside(out)  # under the directory's lock; the check before it moves nothing
-        return {}
-    if holds_nothing(out):
+    if overwrite or holds_nothing(out):  # what --overwrite_output_dir replaces is moved aside under the lock
         return {}
     saved = out / RUN_CONFIG
     if not saved.exists():

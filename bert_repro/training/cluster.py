@@ -297,7 +297,7 @@ def move_aside(output_dir: str | Path) -> Path | None:
     """`--overwrite_output_dir true` into a directory holding something: the directory renamed, in one step, to a
     free sibling `<name>.replaced-<time>` (said in the log; nothing is deleted) and made again, empty and locked, for
     the new run. A kill leaves the old run whole in one of the two places, never mixed with the new one. Only under
-    this process's lock (`lock_output_dir_once`): a check made before it (or by another process) moves nothing."""
+    this process's lock on it (`lock_output_dir_once`)."""
     out = Path(output_dir)
     key = str(out.resolve())
     if key not in _HELD or holds_nothing(out):
@@ -319,14 +319,17 @@ def move_aside(output_dir: str | Path) -> Path | None:
     return aside
 
 
-def lock_output_dir_once(output_dir: str | Path, training, check) -> None:
-    """`lock_output_dir`, then `check()` (the output-directory check, again: a run may have ended since it was
-    made), by the main process of a (possibly distributed) run; every process raises its error, so that all of
-    them stop with the same message instead of waiting for the one that stopped."""
+def lock_output_dir_once(output_dir: str | Path, training, check, overwrite: bool = False) -> None:
+    """`lock_output_dir`, then with `overwrite` (--overwrite_output_dir true) `move_aside`, then `check()` (the
+    output-directory check, again: a run may have ended since it was made), by the main process of a (possibly
+    distributed) run; every process raises its error, so that all of them stop with the same message instead of
+    waiting for the one that stopped."""
     error = None
     if training.process_index == 0:
         try:
             lock_output_dir(output_dir)
+            if overwrite:
+                move_aside(output_dir)
             check()
         except (ConfigurationError, FileExistsError) as err:
             error = str(err)

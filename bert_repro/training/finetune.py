@@ -417,6 +417,7 @@ def open_output_dir(record: dict[str, Any], run: FineTuningArguments, training: 
         lambda: check_output_dir(  # one run per directory from here on
             output_dir, identity, resume=True, overwrite=run.overwrite_output_dir, identity=run_identity
         ),
+        overwrite=run.overwrite_output_dir,  # another grid's results moved aside, not reused
     )
     write_run_config(output_dir, record)
     return task, data, missing_splits, push_to

@@ -264,7 +264,10 @@ def open_output_dir(output_dir: Path, args: ReproduceArguments, recipes: dict[st
     overwrite = args.overwrite_output_dir or any(r.finetuning.overwrite_output_dir for r in recipes.values())
     training = next(iter(recipes.values())).training
     lock_output_dir_once(
-        output_dir, training, lambda: check_output_dir(output_dir, record, resume=True, overwrite=overwrite)
+        output_dir,
+        training,
+        lambda: check_output_dir(output_dir, record, resume=True, overwrite=overwrite),
+        overwrite=overwrite,
     )
     write_run_config(output_dir, record)
 

@@ -11,7 +11,7 @@ from support.pretraining_runs import first_documents, write_config
 from support.task_files import fixture_files, write
 
 from bert_repro.training.cli import ConfigurationError, check_output_dir
-from bert_repro.training.cluster import _HELD, lock_output_dir
+from bert_repro.training.cluster import _HELD, lock_output_dir, move_aside
 
 
 def aside_of(out):
@@ -25,20 +25,18 @@ def test_overwrite_moves_the_folder_aside_under_its_lock_only(tmp_path):
     out.mkdir()
     (out / "run_config.json").write_text(json.dumps({"run": {"preset": "base"}}))
     (out / "results.json").write_text("{}")
-    new = {"run": {"preset": "tiny"}}
-    check_output_dir(out, new, resume=False, overwrite=True)  # the check before the lock: nothing moves
-    assert (out / "results.json").exists() and not list(tmp_path.glob("run.replaced-*"))
+    check_output_dir(out, {"run": {"preset": "tiny"}}, resume=False, overwrite=True)  # no refusal, nothing moved
+    assert move_aside(out) is None and (out / "results.json").exists()  # not locked by this process
     lock_output_dir(out)
     try:
-        check_output_dir(out, new, resume=False, overwrite=True)
-        moved = aside_of(out)
+        moved = move_aside(out)
+        assert moved == aside_of(out) and moved.name.startswith("run.replaced-")
         assert json.loads((moved / "run_config.json").read_text()) == {"run": {"preset": "base"}}
         assert (moved / "results.json").exists()
         assert sorted(p.name for p in out.iterdir()) == ["run.lock"]  # a fresh folder, locked again
         fd = _HELD[str(out.resolve())]
         assert os.fstat(fd).st_ino == os.stat(out / "run.lock").st_ino
-        check_output_dir(out, new, resume=False, overwrite=True)  # nothing left to move
-        assert len(list(tmp_path.glob("run.replaced-*"))) == 1
+        assert move_aside(out) is None  # nothing left to move
     finally:
         os.close(_HELD.pop(str(out.resolve())))
 

@@ -96,7 +96,8 @@ def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
     if grown:
         check_extension(grown, recipe)
     push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
-    lock_output_dir_once(output_dir, training, check_dir)  # one run per directory (an overwritten one moved aside)
+    # one run per directory from here on (what --overwrite_output_dir replaces moved aside)
+    lock_output_dir_once(output_dir, training, check_dir, overwrite=recipe.output.overwrite_output_dir)
     resume_from = checkpoint_to_resume(output_dir, plan.resume, streamed=plan.source.streamed)
     if grown and training.process_index == 0:
         # Before the record changes: a directory with results.json is finished, and the longer run is not yet.
