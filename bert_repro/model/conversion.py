@@ -111,8 +111,8 @@ def _hub_model_problem(repo_id: str, **hub_kwargs) -> str | None:
 def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False, **hub_kwargs) -> None:
     """Raise `CheckpointError` unless the local model directory `path` can be opened: `config.json` a JSON
     object, the weights in safetensors and complete (only their headers are read). A Hub id must be in the local
-    cache or on a Hub that answers (`_hub_model_problem`); a file or a TensorFlow checkpoint is left to its loader;
-    a path that is none of them is an error.
+    cache or on a Hub that answers (`_hub_model_problem`); a TensorFlow checkpoint is left to its loader; a path that
+    is none of them (a file among them) is an error.
 
     Pickled weights are not opened: unpickling runs whatever code the file holds, so a directory with only
     pickles is refused, naming the one command that converts it (whose own call passes `trust_pickle`)."""
@@ -126,8 +126,13 @@ def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False, **hu
             raise CheckpointError(f"{path}: no such directory, and not a Hub id either.") from None
         if problem := _hub_model_problem(str(path), **hub_kwargs):
             raise CheckpointError(f"{path}: no such directory, and as a Hub id {problem}.")
-    if not directory.is_dir() or _is_tf_checkpoint(directory):
+    if not directory.exists() or _is_tf_checkpoint(directory):
         return
+    if not directory.is_dir():
+        raise CheckpointError(
+            f"{path} is a file; a model is a directory holding config.json and model.safetensors, a Hub id or a "
+            "TensorFlow checkpoint."
+        )
     config = directory / "config.json"
     if not config.is_file():
         raise CheckpointError(f"{config}: no such file; a model directory holds config.json and model.safetensors.")

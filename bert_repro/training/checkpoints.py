@@ -56,6 +56,8 @@ def checkpoint_problem(folder: str | Path, *, streamed: bool = False) -> str | N
         # writes a zip archive whose directory sits at the end of the file, so a truncated one is not a zip file.
         if not zipfile.is_zipfile(path):
             return f"{path.name} is truncated or not a torch file"
+        if path.name != "training_args.bin" and (problem := _load_problem(path)):  # a pickle Trainer never loads
+            return f"{path.name} cannot be loaded ({problem})"
     if streamed and not (folder / "data_state-rank0.json").is_file():
         return "data_state-rank0.json is missing (the stream's position)"
     for path in sorted(folder.glob("data_state-rank*.json")):  # a streamed run's position in its stream
@@ -63,6 +65,44 @@ def checkpoint_problem(folder: str | Path, *, streamed: bool = False) -> str | N
             json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
             return f"{path.name} cannot be read ({err})"
+    return None
+
+
+# The config fields that set the weights' shapes.
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+SHAPE_FIELDS += ("max_position_embeddings", "type_vocab_size")
+
+
+def check_fits(checkpoint: str | Path, config) -> None:
+    """The weights of `checkpoint` have the shapes of the model `config` builds: resuming another run's checkpoint
+    (another vocabulary or size) is one line, not torch's size-mismatch traceback from inside Trainer."""
+    try:
+        saved = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # FSDP's sharded checkpoints keep no config.json: left to Trainer
+        return
+    wrong = [
+        f"{k} {saved[k]} there, {getattr(config, k)} here"
+        for k in SHAPE_FIELDS
+        if saved.get(k, getattr(config, k)) != getattr(config, k)
+    ]
+    if wrong:
+        raise ConfigurationError(
+            f"Cannot resume from {checkpoint}: its model is not this run's ({'; '.join(wrong)}). Resume a checkpoint "
+            "of this run, or start it without --resume_from_checkpoint."
+        )
+
+
+def _load_problem(path: Path) -> str | None:
+    """Why Trainer's own `torch.load` (weights only, numpy's types allowed) fails on `path`, or None: a file altered
+    since its save (another archive, a pickle of other objects). The tensors are mapped, not read; no code runs."""
+    import torch
+    from transformers.trainer_pt_utils import safe_globals
+
+    try:
+        with safe_globals():
+            torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # torch raises its own, pickle's and zip's errors
+        return f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
     return None
 
 

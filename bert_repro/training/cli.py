@@ -16,6 +16,7 @@ import difflib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
@@ -160,6 +161,23 @@ def closest(name: str, names: set[str], prefix: str = "--") -> str:
     return f" (did you mean {' or '.join(prefix + c for c in close)}?)" if close else ""
 
 
+_CREDENTIAL = re.compile(r"--[\w-]*(token|api_key|secret|password)")
+
+
+def hide_credentials(argv: list[str]) -> list[str]:
+    """`argv` as reports, records and logs may show it: the value of a flag that holds a credential (--hub_token X,
+    --hub_token=X) replaced by HIDDEN; it reaches the push and nothing else."""
+    shown: list[str] = []
+    for i, token in enumerate(argv):
+        flag, equals, _ = token.partition("=")
+        if equals and _CREDENTIAL.fullmatch(flag):
+            token = f"{flag}=HIDDEN"
+        elif i and _CREDENTIAL.fullmatch(argv[i - 1]):
+            token = "HIDDEN"
+        shown.append(token)
+    return shown
+
+
 def use_our_names(argv: list[str], known: set[str], also_given: set[str] = frozenset()) -> tuple[list[str], set[str]]:
     """`argv` with transformers' names (`TRANSFORMERS_NAMES`) replaced by ours, and the fields it sets.
 
@@ -226,7 +244,7 @@ def check_names(parser: HfArgumentParser, args: list[str], known: set[str], reci
         if name
     ]
     raise ConfigurationError(
-        f"unknown argument(s): {'; '.join(said) or ' '.join(unknown)}. See python {recipe} --help."
+        f"unknown argument(s): {'; '.join(said) or ' '.join(hide_credentials(unknown))}. See python {recipe} --help."
     )
 
 
@@ -474,9 +492,13 @@ def check_output_dir(
     longer identifies a run (one a later version lets change on resumption) does not make an old run "different".
     `may_grow`: the settings ("training.max_steps") that a resumption may raise, extending the run (a finished
     one too); returned as {name: (saved, new)} when raised. The same finished run resumed is `RunFinished`.
+    `overwrite`: no refusal; whatever the directory holds is moved aside once the run holds its lock
+    (`cluster.lock_output_dir_once`), so that no result, checkpoint or vocabulary of another run is used.
     """
     out = Path(output_dir)
-    if overwrite or holds_nothing(out):
+    if out.exists() and not out.is_dir():
+        raise ConfigurationError(f"--output_dir {out} is a file; choose a folder (new or a run's).")
+    if overwrite or holds_nothing(out):  # what --overwrite_output_dir replaces is moved aside under the lock
         return {}
     saved = out / RUN_CONFIG
     if not saved.exists():
@@ -505,7 +527,7 @@ def check_output_dir(
             advice = "To continue that run, keep its settings (the left-hand values)"
         raise FileExistsError(
             f"{out} holds a different run ({shown}). {advice}; for this one choose another --output_dir, or pass "
-            "--overwrite_output_dir true to start again in this folder (its checkpoints are replaced)."
+            "--overwrite_output_dir true to start again in this folder (what it holds is moved aside)."
         )
     has_checkpoints = any(out.glob("checkpoint-*"))
     if (out / RESULTS).exists() and not resume:  # written last: the final model may be there without it
@@ -578,11 +600,16 @@ def drop_tensorboard_if_missing(training) -> None:
 
 def check_trainer_settings(training) -> None:
     """Trainer's flags that Trainer or torch refuse only once training starts, after the data is prepared: here,
-    before work. Data-loader settings that need worker processes; scheduler arguments the schedule does not take
-    (tried on a stand-in optimizer with transformers' own `get_scheduler`)."""
+    before work. --fp16 on a CPU; data-loader settings that need worker processes; scheduler arguments the schedule
+    does not take (tried on a stand-in optimizer with transformers' own `get_scheduler`)."""
     import torch
     from transformers import get_scheduler
 
+    if (training.fp16 or training.fp16_full_eval) and training.device.type == "cpu":  # as Trainer refuses --bf16
+        raise ConfigurationError(
+            "--fp16 true: half precision needs a GPU, and this run is on the CPU; leave it out (or pass --bf16 true, "
+            "which a CPU may support)."
+        )
     context = training.dataloader_multiprocessing_context
     given = [f"--dataloader_multiprocessing_context {context}"] if context is not None else []
     given += ["--dataloader_persistent_workers true"] if training.dataloader_persistent_workers else []

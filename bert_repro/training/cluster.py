@@ -37,7 +37,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from ..atomic import STAGING, fsync_dir, move_into, settle
-from .cli import RUN_LOCK, ConfigurationError
+from .cli import RUN_LOCK, ConfigurationError, hide_credentials, holds_nothing
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +171,8 @@ def _stop_line(name: str, noticed: float, saved: str, then: str) -> str:
 
 
 def resume_command(extra: list[str]) -> str:
-    """This process's command with `extra` in place of the same options (their values dropped)."""
+    """This process's command with `extra` in place of the same options (their values dropped), a credential in it
+    hidden."""
     argv, i = [], 0
     args = sys.argv[1:]
     while i < len(args):
@@ -182,7 +183,7 @@ def resume_command(extra: list[str]) -> str:
         i += 1
     launched = "LOCAL_RANK" in os.environ or any(k.startswith("ACCELERATE_") for k in os.environ)
     launcher = "accelerate launch [the same launcher options] " if launched else "python "
-    return launcher + shlex.join([sys.argv[0], *argv, *extra])
+    return launcher + shlex.join([sys.argv[0], *hide_credentials(argv), *extra])
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -333,14 +334,43 @@ def release_output_dir(output_dir: str | Path) -> None:
         os.close(fd)
 
 
-def lock_output_dir_once(output_dir: str | Path, training, check) -> None:
-    """`lock_output_dir`, then `check()` (the output-directory check, again: a run may have ended since it was
-    made), by the main process of a (possibly distributed) run; every process raises its error, so that all of
-    them stop with the same message instead of waiting for the one that stopped."""
+def move_aside(output_dir: str | Path) -> Path | None:
+    """`--overwrite_output_dir true` into a directory holding something: the directory renamed, in one step, to a
+    free sibling `<name>.replaced-<time>` (said in the log; nothing is deleted) and made again, empty and locked, for
+    the new run. A kill leaves the old run whole in one of the two places, never mixed with the new one. Only under
+    this process's lock on it (`lock_output_dir_once`)."""
+    out = Path(output_dir)
+    key = str(out.resolve())
+    if key not in _HELD or holds_nothing(out):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = next(p for n in range(1000) if not (p := out.with_name(f"{out.name}.replaced-{stamp}-{n}")).exists())
+    try:
+        os.rename(out, aside)
+    except OSError as error:
+        raise ConfigurationError(
+            f"--overwrite_output_dir true: cannot move {out} aside to {aside} ({error.strerror or error}); move or "
+            "delete it yourself, or choose another --output_dir."
+        ) from None
+    fsync_dir(out.parent)
+    old_lock = _HELD.pop(key)
+    lock_output_dir(out)
+    os.close(old_lock)
+    logger.warning("--overwrite_output_dir true: %s moved to %s (nothing deleted); starting afresh", out, aside)
+    return aside
+
+
+def lock_output_dir_once(output_dir: str | Path, training, check, overwrite: bool = False) -> None:
+    """`lock_output_dir`, then with `overwrite` (--overwrite_output_dir true) `move_aside`, then `check()` (the
+    output-directory check, again: a run may have ended since it was made), by the main process of a (possibly
+    distributed) run; every process raises its error, so that all of them stop with the same message instead of
+    waiting for the one that stopped."""
     error = None
     if training.process_index == 0:
         try:
             lock_output_dir(output_dir)
+            if overwrite:
+                move_aside(output_dir)
             check()
         except (ConfigurationError, FileExistsError) as err:
             error = str(err)

@@ -515,7 +515,8 @@ def open_output_dir(record: dict[str, Any], run: FineTuningArguments, training: 
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
     task, missing_splits = splits_at_hand(task, data, run, training)
-    lock_output_dir_once(output_dir, training, check)  # one run per directory from here on
+    # one run per directory from here on; with --overwrite_output_dir another grid's results moved aside, not reused
+    lock_output_dir_once(output_dir, training, check, overwrite=run.overwrite_output_dir)
     with training.main_process_first(local=False, desc="opening the output directory"):
         if grown and training.process_index == 0:
             # Before the record changes: results.json says the grid is finished, result.json that a run is.

@@ -477,6 +477,12 @@ def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
             "at least 8, the weight decay at least 0, batch sizes, sample counts, processes and the SQuAD settings "
             "at least 1."
         )
+    for name, values in (("learning_rates", run.learning_rates), ("seeds", run.seeds)):
+        if twice := sorted({value for value in values if values.count(value) > 1}):
+            raise ConfigurationError(
+                f"--{name} {' '.join(map(str, values))}: {', '.join(map(str, twice))} given twice; each value is "
+                "one run of the grid."
+            )
     if problem := check_attention(run.attn_implementation):
         raise ConfigurationError(problem)
 

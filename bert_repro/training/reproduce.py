@@ -23,7 +23,8 @@ from typing import Any
 
 from ..atomic import atomic_path, write_text
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
-from .cli import ConfigurationError, HelpLayout
+from .cli import ConfigurationError, HelpLayout, RunFinished, check_output_dir, hide_credentials, write_run_config
+from .cluster import lock_output_dir_once
 from .finetune import run_finetuning
 from .finetune_recipe import FineTuningRecipe
 from .finetune_recipe import check_inputs as check_finetuning_inputs
@@ -44,7 +45,7 @@ DIRECTORY_NAMES = {
 
 # `--help`: its own flags, then what goes after `--`.
 HELP_LAYOUT = HelpLayout(
-    groups={"the benchmark": ("model", "tasks", "data_root", "paper_model", "output_dir")},
+    groups={"the benchmark": ("model", "tasks", "data_root", "paper_model", "output_dir", "overwrite_output_dir")},
     usage="--model M [--tasks T ...] [--data_root DIR] [--output_dir DIR] [-- FINE-TUNING FLAGS ...]",
     epilog="Arguments after -- go to every task's fine-tuning (python recipes/finetune.py --task mrpc --help lists "
     "them), e.g. -- --seeds 1 2 3 --max_train_samples 2000; report.md records them and any subsampling. Tasks that "
@@ -68,6 +69,10 @@ class ReproduceArguments:
         },
     )
     paper_model: str = field(default="base", metadata={"help": "Which of the paper's models to compare with."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Start again in a folder holding another benchmark: what it holds is moved aside first."},
+    )
 
 
 def task_data_dir(task: Task, data_root: str | None) -> Path | None:
@@ -150,6 +155,7 @@ def glue_average(rows: list[dict[str, Any]]) -> float | None:
 def write_report(
     output_dir: Path, rows: list[dict[str, Any]], args: ReproduceArguments, seconds: float, finetune_args=()
 ) -> str:
+    finetune_args = hide_credentials(list(finetune_args))
     average = glue_average(rows)
     paper_average = PAPER_GLUE_AVERAGE.get(args.paper_model)
     lines = [
@@ -251,6 +257,21 @@ def zip_submissions(output_dir: Path, tasks: list[Task]) -> Path | None:
     return path
 
 
+def open_output_dir(output_dir: Path, args: ReproduceArguments, recipes: dict[str, FineTuningRecipe]) -> None:
+    """The output directory holds nothing or a benchmark of this model (its record, run_config.json), and is locked
+    for this one; --overwrite_output_dir true (here or after --) moves what it holds aside first."""
+    record = {"reproduce": {"model": args.model}}
+    overwrite = args.overwrite_output_dir or any(r.finetuning.overwrite_output_dir for r in recipes.values())
+    training = next(iter(recipes.values())).training
+    lock_output_dir_once(
+        output_dir,
+        training,
+        lambda: check_output_dir(output_dir, record, resume=True, overwrite=overwrite),
+        overwrite=overwrite,
+    )
+    write_run_config(output_dir, record)
+
+
 def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
     """Run every task (skipping finished ones), then write the report. `finetune_args` go to every fine-tuning."""
     if not args.model:
@@ -268,17 +289,16 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
         check_finetuning_inputs(*recipe.resolved())
     data_dirs = check_task_data(tasks, args.data_root)
     output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    open_output_dir(output_dir, args, recipes)
     rows, start = [], time.time()
     for task in tasks:
-        task_dir = output_dir / task.name
-        results = task_dir / "results.json"
-        if results.exists():
+        data = {} if data_dirs[task.name] is None else {"data": [str(data_dirs[task.name])]}
+        try:  # a task's folder holding other settings' results is refused by the fine-tuning's own check
+            run_finetuning(recipes[task.name].replace(output_dir=str(output_dir / task.name), **data))
+        except RunFinished:
             logger.info("%s: finished earlier, not run again", task.name)
-        else:
-            data = {} if data_dirs[task.name] is None else {"data": [str(data_dirs[task.name])]}
-            run_finetuning(recipes[task.name].replace(output_dir=str(task_dir), **data))
-        rows.append(task_row(task, json.loads(results.read_text()), args.paper_model))
+        results = json.loads((output_dir / task.name / "results.json").read_text())
+        rows.append(task_row(task, results, args.paper_model))
         write_report(output_dir, rows, args, time.time() - start, finetune_args)  # a partial report after each task
     zip_submissions(output_dir, tasks)
     return write_report(output_dir, rows, args, sum(r["seconds"] for r in rows), finetune_args)

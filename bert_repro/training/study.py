@@ -45,7 +45,7 @@ from .finetune_recipe import check_inputs as check_finetuning_inputs
 from .pretraining import PreTrainingRecipe, run_pretraining
 from .pretraining.plan import check as check_pretraining
 from .reproduce import check_task_data
-from .study_arguments import StudyArguments, _parse_reuse, _split_args, select
+from .study_arguments import StudyArguments, _parse_reuse, _split_args, select, without_credentials
 from .study_report import write_study
 from .study_tables import STUDIES, Column, Study, Variant, get_study
 
@@ -336,7 +336,8 @@ def run_study(args: StudyArguments) -> str:
         check_pretraining(variant_recipe(variant, base, Path("(output)")))
     baseline = majority_baseline(study, data_dirs)
     output_dir = Path(args.output_dir or f"runs/{study.name}")
-    check_same_study(output_dir, args)
+    shown = without_credentials(args)  # the arguments as the study's record and reports show them
+    check_same_study(output_dir, shown)
     weights: dict[str, Path] = dict(reused)
     start = time.time()
     for variant in study.variants:
@@ -347,7 +348,7 @@ def run_study(args: StudyArguments) -> str:
 
     def report() -> str:
         rows = [table_row(study, variant, weights[variant.key], runs) for variant in study.variants]
-        return write_study(output_dir, study, rows, args, time.time() - start, baseline, failed)
+        return write_study(output_dir, study, rows, shown, time.time() - start, baseline, failed)
 
     failed: list[str] = []
     report()  # the pre-training's numbers, before any fine-tuning

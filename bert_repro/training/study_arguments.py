@@ -5,11 +5,11 @@ variants and tasks asked for, table6's own sizes, the models reused instead of p
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..model.conversion import CheckpointError, check_model_dir
-from .cli import ConfigurationError
+from .cli import ConfigurationError, hide_credentials
 from .study_tables import STUDIES, Study, _size
 
 
@@ -90,6 +90,23 @@ def _split_args(text: str, flag: str) -> list[str]:
         return shlex.split(text)
     except ValueError as err:
         raise ConfigurationError(f"{flag}: cannot split {text!r} into arguments ({err}).") from None
+
+
+def without_credentials(args: StudyArguments) -> StudyArguments:
+    """`args` as study_args.json, study.md and study.json show them: a credential in the arguments passed on to the
+    recipes (--finetune_args "--hub_token X") hidden (`hide_credentials`)."""
+
+    def hide(text: str) -> str:
+        split = _split_args(text, "")
+        return text if hide_credentials(split) == split else shlex.join(hide_credentials(split))
+
+    keyed = (item.partition("=") for item in args.finetune_args_for)
+    return replace(
+        args,
+        pretrain_args=hide(args.pretrain_args),
+        finetune_args=hide(args.finetune_args),
+        finetune_args_for=[key + equals + hide(text) for key, equals, text in keyed],
+    )
 
 
 def _parse_sizes(study: Study, sizes: list[str]) -> Study:

@@ -4,9 +4,9 @@ when it says so, the resume command). Each rerun must end with the run done, or 
 and the fix (exit code 2) whose fix then completes the run: never a traceback, never a folder that blocks every
 later run, and never a finished result that differs from an uninterrupted run's.
 
-The whole harness is in the slow tier (about 120 write points per recipe); the fast tier kills pre-training at a
-sample of points: the kept tokenizer's tokenizer.json (a kill there left a 0-byte file that every rerun died on)
-and the final results.
+The whole harness is in the slow tier (about 120 write points per recipe, and an overwrite killed as it moves the
+old run aside); the fast tier kills pre-training at a sample of points: the kept tokenizer's tokenizer.json (a kill
+there left a 0-byte file that every rerun died on) and the final results.
 """
 
 from __future__ import annotations
@@ -213,3 +213,34 @@ def test_a_moved_run_folder_resumes(tmp_path, corpus_and_tokenizer, harness):
     expected, expected_weights = finished(reference, ".")
     assert results == expected
     assert all(torch.equal(weights[name], expected_weights[name]) for name in expected_weights)
+
+
+@pytest.mark.slow
+def test_an_overwrite_killed_as_it_moves_the_old_run_aside_leaves_one_run_or_the_other(
+    tmp_path, corpus_and_tokenizer, harness
+):
+    """--overwrite_output_dir true over a finished run, killed at the rename that moves the old run aside and at the
+    first write after it: the old run is whole in one place, and the same command then ends as an uninterrupted run."""
+    command = pretraining_command(tmp_path, corpus_and_tokenizer)
+    reference, _ = counted(harness, command, tmp_path)
+    old, overwrite = command + ["--learning_rate", "0.001"], command + ["--overwrite_output_dir", "true"]
+
+    def plan(root: Path, kill_at: int) -> dict:
+        out = ["--output_dir", str(root / "out")]
+        return {"root": str(root), "commands": [{"argv": old + out}, {"argv": overwrite + out, "kill_at": kill_at}]}
+
+    (counting,) = harness.run([plan(tmp_path / "counting", 0)])
+    points = counting[1]["points_seen"]
+    (moved,) = [int(line.split()[0]) for line in points if line.split()[1] == "rename" and ".replaced-" in line]
+    scenarios = [plan(tmp_path / f"kill{n}", n) for n in (moved, moved + 1)]
+    for scenario in scenarios:
+        scenario["commands"].append({"argv": scenario["commands"][1]["argv"]})
+    for scenario, done in zip(scenarios, harness.run(scenarios)):
+        check(done[1:], reference, ".", len(points))
+        root = Path(scenario["root"])
+        asides = [p for p in root.glob("out.replaced-*") if any(p.iterdir())]
+        assert (
+            len(asides) == 1
+            and json.loads((asides[0] / "run_config.json").read_text())["training"]["learning_rate"] == 0.001
+        )
+        assert (asides[0] / "results.json").exists() and (asides[0] / "model.safetensors").exists()

@@ -98,7 +98,7 @@ def test_a_failed_commit_removes_the_branch_or_repository_it_created(tmp_path, t
 def test_a_grid_kept_whole_stages_its_runs_models_without_training_state(tmp_path, tokenizer):
     """--keep_all_runs: each run's model, results and logs go up; its checkpoints and pickles do not."""
     out = tmp_path / "mrpc"
-    run_dir(out / "model", tokenizer)
+    run_dir(out, tokenizer)
     (out / "run_config.json").write_text(json.dumps({"run": {"task": "mrpc"}}))
     grid_run = out / "runs" / "lr2e-05_seed1"
     run_dir(grid_run / "model", tokenizer)

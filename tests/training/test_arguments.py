@@ -348,6 +348,9 @@ def test_the_named_command_converts_a_trusted_pickle(tmp_path):
         (("--max_answer_length", "0"), "--max_answer_length 0"),
         (("--num_proc", "0"), "--num_proc 0"),
         (("--attn_implementation", "flash"), "--attn_implementation flash"),
+        (("--seeds", "1", "2", "1"), "--seeds 1 2 1"),  # the same run twice
+        (("--learning_rates", "0.5", "0.5"), "--learning_rates 0.5 0.5"),
+        (("--fp16", "true", "--use_cpu", "true"), "--fp16 true"),  # ran in fp32 where --bf16 is refused
     ],
 )
 def test_fine_tuning_values_no_run_can_use_are_refused_while_parsing(flags, named):
@@ -389,6 +392,7 @@ def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(
         (("--seed", "-1"), "--seed -1"),
         (("--save_steps", "0"), "--save_steps 0.0"),
         (("--attn_implementation", "sdap"), "--attn_implementation sdap"),
+        (("--fp16", "true", "--use_cpu", "true"), "--fp16 true"),
         # the recipe derives it from the batch sizes: a value it would override is refused, with the flag to use
         (("--gradient_accumulation_steps", "3"), "--gradient_accumulation_steps 3"),
     ],

@@ -5,11 +5,12 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import torch
 from support import ROOT
-from support.damaged import fake_checkpoint, truncate
+from support.damaged import RunsCode, fake_checkpoint, truncate
 from support.pretraining_runs import launch, weights, write_config
 
 from bert_repro.training.checkpoints import NoUsableCheckpoint, checkpoint_problem, newest_valid_checkpoint
@@ -25,11 +26,15 @@ def test_each_kind_of_broken_checkpoint_is_named(tmp_path):
         "model.safetensors is missing": lambda f: (f / "model.safetensors").unlink(),
         "model.safetensors cannot be read": lambda f: truncate(f / "model.safetensors"),
         "optimizer.pt is truncated": lambda f: truncate(f / "optimizer.pt"),
+        # altered since its save, whole: another archive, a pickle of objects that Trainer refuses to load
+        "optimizer.pt cannot be loaded (": lambda f: zipfile.ZipFile(f / "optimizer.pt", "w").writestr("a", "b"),
+        "scheduler.pt cannot be loaded (": lambda f: torch.save({"x": RunsCode(f / "ran")}, f / "scheduler.pt"),
     }
     for i, (reason, damage) in enumerate(cases.items()):
         folder = fake_checkpoint(tmp_path / f"case{i}" / "checkpoint-9", 9)
         damage(folder)
         assert reason in (checkpoint_problem(folder) or ""), reason
+        assert not (folder / "ran").exists()
 
 
 def test_newest_valid_checkpoint_falls_back_and_reports(tmp_path, caplog):

@@ -11,11 +11,13 @@ loss has no NSP term and the pooler and NSP head are frozen (`model.build_model`
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
 from dataclasses import dataclass
 from dataclasses import replace as replace_fields
+from pathlib import Path
 from typing import Any
 
 from transformers import IntervalStrategy, set_seed
@@ -24,7 +26,8 @@ from ...atomic import write_json
 from ...data.wordpiece import save_tokenizer
 from ...hub.push import push_checkpoints
 from ...versions import framework_versions
-from ..cli import RESULTS, RUN_CONFIG, check_output_dir, holds_nothing
+from ..checkpoints import check_fits
+from ..cli import RESULTS, RUN_CONFIG, ConfigurationError, check_output_dir, holds_nothing
 from ..cluster import catching_stop_signals, lock_output_dir_once, release_output_dir, stop_between_runs, stop_message
 from ..distributed import hardware
 from ..optim import optimizer_cls_and_kwargs
@@ -79,8 +82,8 @@ class OpenedRun:
 
 def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
     """The output directory holds nothing or this run (extended only where its steps keep their examples), the
-    checkpoint to resume is complete, the Hub takes the push: all said before any data work; then the directory
-    is locked for this run."""
+    Hub takes the push, the directory is locked for this run (what --overwrite_output_dir replaces moved aside),
+    the checkpoint to resume is complete: all said before any data work."""
     recipe, training, output_dir = plan.recipe, plan.training, plan.output_dir
 
     def check_dir() -> dict:
@@ -96,9 +99,10 @@ def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
     grown = check_dir()
     if grown:
         check_extension(grown, recipe)
-    resume_from = checkpoint_to_resume(output_dir, plan.resume, streamed=plan.source.streamed)
     push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
-    lock_output_dir_once(output_dir, training, check_dir)  # one run per directory from here on
+    # one run per directory from here on (what --overwrite_output_dir replaces moved aside)
+    lock_output_dir_once(output_dir, training, check_dir, overwrite=recipe.output.overwrite_output_dir)
+    resume_from = checkpoint_to_resume(output_dir, plan.resume, streamed=plan.source.streamed)
     if grown and training.process_index == 0:
         # Before the record changes: a directory with results.json is finished, and the longer run is not yet.
         (output_dir / RESULTS).unlink(missing_ok=True)
@@ -130,6 +134,7 @@ def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
             if opened.fresh and training.process_index == 0:
                 forget_unstarted_run(output_dir)  # so that a retry with other data is not "a different run"
             raise
+    check_same_data(output_dir, prepared.statistics, plan.recipe.data.corpus, resumed=opened.resume_from)  # all ranks
     if training.process_index == 0:
         write_json(output_dir / "data_statistics.json", prepared.statistics)
         log_statistics(prepared.statistics)
@@ -137,6 +142,27 @@ def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
             if warning:
                 logger.warning(warning)
     return prepared
+
+
+def check_same_data(output_dir: Path, statistics: dict, corpus: list[str], resumed: str | None) -> None:
+    """A run resumed on the examples it started with: the corpus's counts (documents, tokens, examples of each
+    phase) as data_statistics.json recorded them, else a corpus changed between a stop and the resumption."""
+    saved = output_dir / "data_statistics.json"
+    if not resumed or not saved.is_file():
+        return
+
+    def counts(stats: dict) -> dict:
+        keys = ("documents", "document_tokens", "examples", "tokens")
+        return {f"{part}.{k}": v.get(k) for part, v in stats.items() if isinstance(v, dict) for k in keys if k in v}
+
+    before, now = counts(json.loads(saved.read_text(encoding="utf-8"))), counts(statistics)
+    changed = [f"{name} {before.get(name)} then, {now.get(name)} now" for name in now if before.get(name) != now[name]]
+    if changed:
+        raise ConfigurationError(
+            f"--corpus {' '.join(corpus)} changed since this run started ({'; '.join(changed[:3])}): its examples "
+            f"are not the ones {resumed} trained on. Put the corpus back as it was, or start again with "
+            "--overwrite_output_dir true (the run is moved aside)."
+        )
 
 
 def build(plan: PreTrainingPlan, prepared: PreparedData):
@@ -153,6 +179,8 @@ def train(plan: PreTrainingPlan, opened: OpenedRun, prepared: PreparedData, mode
     if prepared.eval_dataset is None and training.eval_strategy != IntervalStrategy.NO:  # nothing was held out
         training = replace_fields(training)
         training.eval_strategy = IntervalStrategy.NO
+    if opened.resume_from:
+        check_fits(opened.resume_from, model.config)
     clock = TrainingClock(opened.resume_from)
     callbacks = [clock] + ([StopAfterSteps(recipe.output.stop_after_steps)] if recipe.output.stop_after_steps else [])
     if opened.grown and opened.resume_from:
