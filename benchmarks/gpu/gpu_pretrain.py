@@ -316,8 +316,9 @@ def claims(name: str, device: str) -> dict:
 
 
 def what_ran(model, step, batch: dict, compile_counts: dict) -> dict:
-    """The record of what a variant ran: the model's class and switches, torch.compile's counts (graphs compiled
-    in the warm-up and while timed, frames it failed to compile, e.g. at dynamo's recompile limit, graph breaks),
+    """The record of what a variant ran: the model's class and switches, the process, torch.compile's counts
+    (graphs compiled in the warm-up and while timed, frames it failed to compile, e.g. at dynamo's recompile limit,
+    graph breaks),
     the inductor settings in force, whether a CUDA graph was captured, FP8 linears, packed batches, dropout and the
     attention implementation with, under `measured_sdpa`, the backend order taken for this shape."""
     from bert_repro.model.attention_backend import backend_order
@@ -327,6 +328,7 @@ def what_ran(model, step, batch: dict, compile_counts: dict) -> dict:
     head_size = config.hidden_size // config.num_attention_heads
     return {
         "model": type(model).__name__,
+        "process": os.getpid(),
         **compile_counts,
         **step.ran,
         **{k: bool(getattr(config, k, False)) for k in SWITCHES},
