@@ -321,7 +321,7 @@ def what_ran(model, step, batch: dict, compile_counts: dict) -> dict:
     graph breaks),
     the inductor settings in force, whether a CUDA graph was captured, FP8 linears, packed batches, dropout and the
     attention implementation with, under `measured_sdpa`, the backend order taken for this shape."""
-    from bert_repro.model.attention_backend import backend_order
+    from bert_repro.model import backend_order
 
     config = model.config
     measured = bool(getattr(config, "measured_sdpa", False))

@@ -83,7 +83,7 @@ TRAIN_LIMIT=${TRAIN_LIMIT:-3600} STUDY_LIMIT=${STUDY_LIMIT:-36000} DRY_RUN=${DRY
 HEAD_INIT_PARTS=${HEAD_INIT_PARTS:-conll-full,sst2-full,conll-3k} HEAD_INIT_JOBS=${HEAD_INIT_JOBS:-14}
 HEAD_INIT_SEEDS=${HEAD_INIT_SEEDS:-42 43 44}
 HEAD_INIT_LIMIT=${HEAD_INIT_LIMIT:-3600}
-SITE=${SITE:-/tmp/bert_repro_site}
+SITE=${SITE:-/tmp/bert_repro_site} MICRO_STAGES=() NO_FP8=0
 mkdir -p "$RESULTS" "${OUT:=$RESULTS}" || exit 2
 RESULTS=$(cd "$RESULTS" && pwd) OUT=$(cd "$OUT" && pwd)
 EXAMPLES=$(cd "$EXAMPLES" 2>/dev/null && pwd || echo "$EXAMPLES")
@@ -192,16 +192,35 @@ for n in python python3; do
     printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RESULTS/bin/$n" && chmod +x "$RESULTS/bin/$n"
 done
 export PATH=$RESULTS/bin:$PATH PYTHONPATH=$ROOT
-if ! timeout -s KILL 30 "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('datasets') is None)"
-then
-    if compgen -G "$KIT/wheels/*.whl" >/dev/null; then
-        # pure-Python wheels, unpacked: no pip needed (a venv may lack it), nothing resolved, no index
-        rm -rf "$SITE"
-        step wheels "$PROBE_LIMIT" "$PY" -c "import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) \
-for w in sys.argv[2:]]" "$SITE" "$KIT"/wheels/*.whl && export PYTHONPATH=$SITE:$ROOT
-    else
-        log "no datasets and no $KIT/wheels: run benchmarks/gpu/prepare_gpu.sh first and carry $KIT"
-    fi
+# The kit's wheels (.gpu/wheels: datasets and two of its dependencies; .gpu/fp8: torchao), unpacked (no pip: a venv
+# may lack it; nothing resolved, no index), each only where this Python lacks its package
+if compgen -G "$KIT/wheels/*.whl" >/dev/null || compgen -G "$KIT/fp8/*.whl" >/dev/null; then
+    rm -rf "$SITE"
+    step wheels "$PROBE_LIMIT" "$PY" -c "import importlib.util as u, sys, zipfile
+for w in sys.argv[2:]:
+    name = w.rsplit('/', 1)[-1].split('-')[0]
+    if u.find_spec(name) is None:
+        zipfile.ZipFile(w).extractall(sys.argv[1])
+        print('unpacked', w)
+    else:
+        print('the image has', name, '(its own kept)')" "$SITE" $(compgen -G "$KIT/wheels/*.whl") \
+        $(compgen -G "$KIT/fp8/*.whl") && export PYTHONPATH=$SITE:$ROOT
+fi
+timeout -s KILL 30 "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('datasets') is None)" ||
+    log "no datasets and no $KIT/wheels: run benchmarks/gpu/prepare_gpu.sh first and carry $KIT"
+# The image's torch against the one the kit was prepared for (.gpu/kit.txt): below the project's least, stop; another
+# minor version, go on without the FP8 variants (torchao's wheel is chosen for the kit's torch)
+TORCH=$("$PY" -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null)
+KIT_TORCH=$(sed -n 's/^torch=//p' "$KIT/kit.txt" 2>/dev/null)
+log "torch $TORCH here; the kit was prepared for torch ${KIT_TORCH:-?}"
+if [[ $(printf '%s\n' 2.4 "$TORCH" | sort -V | head -1) != 2.4 ]]; then
+    log "FATAL: torch $TORCH here, the project needs torch >= 2.4"
+    cp "$RESULTS/progress.log" "$OUT/summary.txt"
+    exit 2
+fi
+if [[ -n $KIT_TORCH && ${TORCH%.*} != "${KIT_TORCH%.*}" ]]; then
+    log "torch ${TORCH%.*} is not the kit's ${KIT_TORCH%.*}: the FP8 variants and micro's fp8 stage are left out"
+    NO_FP8=1
 fi
 if has probe; then
     step probe "$PROBE_LIMIT" "$PY" benchmarks/gpu/gpu_session.py probe --out "$RESULTS/probe.json"
@@ -226,6 +245,12 @@ FINETUNE_MORE='--max_train_samples 64 --max_eval_samples 64' PRETRAIN_MORE='--ma
 else
     log "no CUDA: the parts tests, bench, train and study are skipped (DRY_RUN=1 runs them on the CPU)"
     PARTS=" "
+fi
+
+if ((NO_FP8)); then
+    VARIANTS=$(tr , '\n' <<<"$VARIANTS" | grep -v fp8 | paste -sd,)
+    VARIANTS_128=$(tr , '\n' <<<"$VARIANTS_128" | grep -v fp8 | paste -sd,)
+    MICRO_STAGES=(--stages layer_norm,attention)
 fi
 
 # --- the CUDA parts -----------------------------------------------------------------------------------------
@@ -257,7 +282,8 @@ if has head_init; then
 fi
 if has micro; then
     share 30 "$BENCH_LIMIT"
-    if ((L)); then step micro "$L" "$PY" benchmarks/gpu/gpu_micro.py --out "$OUT/micro.json" "${DEVICE[@]}"
+    if ((L)); then step micro "$L" "$PY" benchmarks/gpu/gpu_micro.py --out "$OUT/micro.json" "${DEVICE[@]}" \
+        "${MICRO_STAGES[@]}"
     else log "skip micro: budget spent"; fi
 fi
 if has tests; then
@@ -280,6 +306,8 @@ if has profile; then
     if ((L)); then step profile_base_128 "$L" "$PY" benchmarks/gpu/gpu_pretrain.py --examples "$EXAMPLES" \
         --settings "$PROFILE_SETTING" --variants "$PROFILE_VARIANTS" --steps 6 --rounds 1 --profile "$RESULTS/profile" \
         --out "$RESULTS/profile_base_128.json" "${DEVICE[@]}" "${BENCH[@]}"
+        # the split of the step's time by kind, into results.json (`record` files it)
+        step profile_split 60 "$PY" benchmarks/gpu/profile_split.py "$RESULTS" --out "$RESULTS/profile_split.json"
     else log "skip profile_base_128: budget spent"; fi
 fi
 if has train; then
@@ -335,8 +363,8 @@ log "done: $(($(date +%s) - T0)) s of $BUDGET s"
 report
 {
     cat "$RESULTS/progress.log"
-    for f in nvidia_smi probe head_init head_init_report cuda_tests bench_base_128 bench_base_512 bench_large_128 profile_base_128 pretrain_small \
-        mrpc study_pretraining pack_pretrained study_table5; do
+    for f in nvidia_smi probe wheels micro head_init head_init_report cuda_tests bench_base_128 bench_base_512 \
+        bench_large_128 profile_base_128 profile_split pretrain_small mrpc study_pretraining pack_pretrained study_table5; do
         [[ -f $RESULTS/$f.log ]] || continue
         echo "----- $f.log (end)"
         grep -v "^W[0-9]" "$RESULTS/$f.log" | tail -n 15

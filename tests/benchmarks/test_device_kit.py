@@ -188,3 +188,34 @@ def test_what_a_device_call_carries_is_measured_and_too_much_refused(tmp_path, c
         f.truncate(63 * 2**20 + 2**19)
     assert gpu_session.travels(tmp_path, carried) == 1
     assert "error: more than the device's 64 MiB" in capsys.readouterr().err
+
+
+def test_record_files_the_microbenchmarks_the_profile_and_invalid_variants(tmp_path, monkeypatch):
+    """micro.json (written into OUT by the part micro) and the profile's split come back inside results.json and are
+    filed by `record`; a variant whose record disagreed with its label shows as invalid, not as a rate."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
+    import gpu_session
+
+    results, out = tmp_path / "results", tmp_path / "out"
+    results.mkdir()
+    out.mkdir()
+    (results / "progress.log").write_text("")
+    (out / "micro.json").write_text(json.dumps({"stages": {"attention": {"rows": [{}, {}]}, "fp8": {"error": "x"}}}))
+    split = {"ours sparse bf16 compile": {"GEMM": 24.3, "wall time": 52.6}}
+    (results / "profile_split.json").write_text(json.dumps({"split_ms": split}))
+    lie = {"error": "invalid: labelled compiled: 0 graphs compiled", "invalid": ["..."], "ran": {"graphs_compiled": 0}}
+    bench = {"settings": [{"preset": "base", "max_seq_length": 128, "batch_size": 256, "results": {"cdt": lie}}]}
+    (results / "bench_base_128.json").write_text(json.dumps(bench))
+    report = gpu_session.collect(results, out / "results.json", "PARTS=... bash benchmarks/gpu/run_gpu.sh")
+    assert report["micro"]["stages"]["attention"]["rows"] == [{}, {}]
+    assert report["profile"]["split_ms"] == split
+    assert report["benchmark"][0]["ran"] == {"graphs_compiled": 0}
+    monkeypatch.setattr(gpu_session, "ROOT", tmp_path)
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "LOG.md").write_text(f"{gpu_session.MARKER}\n")
+    gpu_session.record(out / "results.json")
+    filed = json.loads(next((tmp_path / "benchmarks" / "results").glob("*.json")).read_text())
+    assert filed["micro"] == report["micro"] and filed["profile"] == report["profile"]
+    log = (tmp_path / "benchmarks" / "LOG.md").read_text()
+    assert "| base:128 | cdt | invalid: labelled compiled: 0 graphs compiled | | | |" in log
+    assert "attention (2 rows), fp8 (failed)" in log and "| GEMM | 24.3 |" in log
