@@ -43,6 +43,7 @@ PACKAGES = [
     "pyarrow",
     "triton",
     "flash_attn",
+    "torchao",
 ]
 
 

@@ -219,3 +219,51 @@ def test_record_files_the_microbenchmarks_the_profile_and_invalid_variants(tmp_p
     log = (tmp_path / "benchmarks" / "LOG.md").read_text()
     assert "| base:128 | cdt | invalid: labelled compiled: 0 graphs compiled | | | |" in log
     assert "attention (2 rows), fp8 (failed)" in log and "| GEMM | 24.3 |" in log
+
+
+def wheel_of(package: str, folder: Path) -> Path:
+    """A stand-in for the kit's wheel of an installed pure-Python package: its files and dist-info, zipped."""
+    import importlib.metadata as metadata
+    import zipfile
+
+    dist = metadata.distribution(package)
+    wheel = folder / f"{package}-{dist.version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for file in dist.files:
+            path = Path(dist.locate_file(file))
+            if path.is_file() and not str(file).startswith(".."):
+                archive.write(path, str(file))
+    return wheel
+
+
+@pytest.mark.slow
+def test_every_wheel_of_the_kit_is_unpacked_where_the_image_lacks_its_package(tmp_path):
+    """The image's Python lacks datasets, dill, multiprocess and torchao: run_gpu.sh unpacks every wheel of the kit
+    (.gpu/wheels and .gpu/fp8) and the probe imports datasets and the project from them; the probe says which torch
+    the image has against the kit's, and another minor version leaves the FP8 variants out with one line."""
+    from support.device_machine import IMAGE_LACKS
+
+    kit = tmp_path / "kit"
+    (kit / "wheels").mkdir(parents=True)
+    (kit / "fp8").mkdir()
+    for package in ("datasets", "dill", "multiprocess"):
+        wheel_of(package, kit / "wheels")
+    import zipfile
+
+    with zipfile.ZipFile(kit / "fp8" / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl", "w") as archive:
+        archive.writestr("torchao/__init__.py", "__version__ = '0.18.0'\n")
+    (kit / "kit.txt").write_text("torch=2.4\n")
+    settings = dict(CUDA_VISIBLE_DEVICES="", PARTS="probe", BUDGET="200", KIT=str(kit))
+    with device_machine_env(tmp_path, missing=IMAGE_LACKS, **settings) as env:
+        run = subprocess.run(
+            ["bash", str(ROOT / "benchmarks/gpu/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=300
+        )
+    assert run.returncode == 3, run.stdout + run.stderr  # no CUDA here
+    unpacked = (tmp_path / "results" / "wheels.log").read_text()
+    for package in IMAGE_LACKS:
+        assert f"/{package}-" in unpacked, unpacked
+    probe = (tmp_path / "results" / "probe.log").read_text()
+    assert "import datasets ... " in probe and "import bert_repro.training ... " in probe, probe
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "the kit was prepared for torch 2.4" in summary
+    assert "the FP8 variants and micro's fp8 stage are left out" in summary
