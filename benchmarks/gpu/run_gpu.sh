@@ -218,8 +218,8 @@ if [[ $(printf '%s\n' 2.4 "$TORCH" | sort -V | head -1) != 2.4 ]]; then
     cp "$RESULTS/progress.log" "$OUT/summary.txt"
     exit 2
 fi
-if [[ -n $KIT_TORCH && ${TORCH%.*} != "${KIT_TORCH%.*}" ]]; then
-    log "torch ${TORCH%.*} is not the kit's ${KIT_TORCH%.*}: the FP8 variants and micro's fp8 stage are left out"
+if [[ -n $KIT_TORCH && $(cut -d. -f1,2 <<<"$TORCH") != $(cut -d. -f1,2 <<<"$KIT_TORCH") ]]; then
+    log "torch $TORCH is not the kit's $KIT_TORCH: the FP8 variants and micro's fp8 stage are left out"
     NO_FP8=1
 fi
 if has probe; then
