@@ -385,7 +385,8 @@ def in_own_process(name: str, args, setting: str) -> dict:
                 command += [f"--{key}", str(getattr(args, key))]
         command += [] if args.packing else ["--no-packing"]
         command += ["--compile_backend", args.compile_backend]
-        run = subprocess.run(command, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
+        sys.stdout.flush()  # its lines after this process's
+        run = subprocess.run(command, stderr=subprocess.PIPE, text=True)
         sys.stderr.write(run.stderr[-5000:])
         report = read_report(out)
     found = report["settings"][0]["results"].get(name) if report and report["settings"] else None

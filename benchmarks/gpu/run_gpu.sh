@@ -363,6 +363,8 @@ log "done: $(($(date +%s) - T0)) s of $BUDGET s"
 report
 {
     cat "$RESULTS/progress.log"
+    # a variant whose record disagreed with its label (gpu_pretrain.py): named at the top, whatever the logs' length
+    grep -h "INVALID\|FAILED" "$RESULTS"/bench_*.log "$RESULTS"/profile_base_128.log 2>/dev/null
     for f in nvidia_smi probe wheels micro head_init head_init_report cuda_tests bench_base_128 bench_base_512 \
         bench_large_128 profile_base_128 profile_split pretrain_small mrpc study_pretraining pack_pretrained study_table5; do
         [[ -f $RESULTS/$f.log ]] || continue
