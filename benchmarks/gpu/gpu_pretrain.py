@@ -386,7 +386,10 @@ def in_own_process(name: str, args, setting: str) -> dict:
         command += [] if args.packing else ["--no-packing"]
         command += ["--compile_backend", args.compile_backend]
         sys.stdout.flush()  # its lines after this process's
-        run = subprocess.run(command, stderr=subprocess.PIPE, text=True)
+        env = dict(os.environ)
+        if "fp8" in name.split() and os.environ.get("FP8_PATH"):  # run_gpu.sh's torchao: for FP8's processes only
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ["FP8_PATH"], env.get("PYTHONPATH")]))
+        run = subprocess.run(command, stderr=subprocess.PIPE, text=True, env=env)
         sys.stderr.write(run.stderr[-5000:])
         report = read_report(out)
     found = report["settings"][0]["results"].get(name) if report and report["settings"] else None

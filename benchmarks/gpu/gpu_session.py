@@ -169,6 +169,14 @@ def pretraining(run: Path) -> dict | None:
     }
 
 
+def micro(folder: Path) -> dict | None:
+    """The part micro's JSON, with the stages of its FP8 process (micro_fp8.json) added."""
+    report, fp8 = read_json(folder / "micro.json"), read_json(folder / "micro_fp8.json")
+    if report and fp8:
+        report["stages"].update(fp8.get("stages", {}))
+    return report or fp8
+
+
 def collect(results: Path, out: Path, command: str) -> dict:
     probe_report = read_json(results / "probe.json") or {}
     smi = (results / "nvidia_smi.log").read_text().strip() if (results / "nvidia_smi.log").is_file() else ""
@@ -199,7 +207,7 @@ def collect(results: Path, out: Path, command: str) -> dict:
         },
         "study_pretraining": pretraining(results / "study_pretraining" / "pretrain" / "pretrained"),
         # the part micro writes into OUT, the part profile's split of the step's time (profile_split.py)
-        "micro": read_json(out.parent / "micro.json") or read_json(results / "micro.json"),
+        "micro": micro(out.parent) or micro(results),
         "profile": read_json(results / "profile_split.json"),
     }
     if report["mrpc"]:

@@ -83,7 +83,7 @@ TRAIN_LIMIT=${TRAIN_LIMIT:-3600} STUDY_LIMIT=${STUDY_LIMIT:-36000} DRY_RUN=${DRY
 HEAD_INIT_PARTS=${HEAD_INIT_PARTS:-conll-full,sst2-full,conll-3k} HEAD_INIT_JOBS=${HEAD_INIT_JOBS:-14}
 HEAD_INIT_SEEDS=${HEAD_INIT_SEEDS:-42 43 44}
 HEAD_INIT_LIMIT=${HEAD_INIT_LIMIT:-3600}
-SITE=${SITE:-/tmp/bert_repro_site} MICRO_STAGES=() NO_FP8=0
+SITE=${SITE:-/tmp/bert_repro_site} NO_FP8=0
 mkdir -p "$RESULTS" "${OUT:=$RESULTS}" || exit 2
 RESULTS=$(cd "$RESULTS" && pwd) OUT=$(cd "$OUT" && pwd)
 EXAMPLES=$(cd "$EXAMPLES" 2>/dev/null && pwd || echo "$EXAMPLES")
@@ -192,20 +192,24 @@ for n in python python3; do
     printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RESULTS/bin/$n" && chmod +x "$RESULTS/bin/$n"
 done
 export PATH=$RESULTS/bin:$PATH PYTHONPATH=$ROOT
-# The kit's wheels (.gpu/wheels: datasets and two of its dependencies; .gpu/fp8: torchao), unpacked (no pip: a venv
-# may lack it; nothing resolved, no index), each only where this Python lacks its package
-if compgen -G "$KIT/wheels/*.whl" >/dev/null || compgen -G "$KIT/fp8/*.whl" >/dev/null; then
-    rm -rf "$SITE"
-    step wheels "$PROBE_LIMIT" "$PY" -c "import importlib.util as u, sys, zipfile
+# The kit's wheels, unpacked (no pip: a venv may lack it; nothing resolved, no index), each only where this Python
+# lacks its package: .gpu/wheels (datasets and two of its dependencies) into SITE, on every step's path; .gpu/fp8
+# (torchao) into FP8_PATH, on the path of the FP8 processes only (transformers imports torchao wherever it finds it:
+# one that fails to load would break every step)
+UNPACK="import importlib.util as u, sys, zipfile
 for w in sys.argv[2:]:
     name = w.rsplit('/', 1)[-1].split('-')[0]
     if u.find_spec(name) is None:
         zipfile.ZipFile(w).extractall(sys.argv[1])
         print('unpacked', w)
     else:
-        print('the image has', name, '(its own kept)')" "$SITE" $(compgen -G "$KIT/wheels/*.whl") \
-        $(compgen -G "$KIT/fp8/*.whl") && export PYTHONPATH=$SITE:$ROOT
+        print('the image has', name, '(its own kept)')"
+export FP8_PATH=${SITE}_fp8
+rm -rf "$SITE" "$FP8_PATH"
+if compgen -G "$KIT/wheels/*.whl" >/dev/null; then
+    step wheels "$PROBE_LIMIT" "$PY" -c "$UNPACK" "$SITE" "$KIT"/wheels/*.whl && export PYTHONPATH=$SITE:$ROOT
 fi
+compgen -G "$KIT/fp8/*.whl" >/dev/null && step wheels_fp8 "$PROBE_LIMIT" "$PY" -c "$UNPACK" "$FP8_PATH" "$KIT"/fp8/*.whl
 timeout -s KILL 30 "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('datasets') is None)" ||
     log "no datasets and no $KIT/wheels: run benchmarks/gpu/prepare_gpu.sh first and carry $KIT"
 # The image's torch against the one the kit was prepared for (.gpu/kit.txt): below the project's least, stop; another
@@ -250,13 +254,12 @@ fi
 if ((NO_FP8)); then
     VARIANTS=$(tr , '\n' <<<"$VARIANTS" | grep -v fp8 | paste -sd,)
     VARIANTS_128=$(tr , '\n' <<<"$VARIANTS_128" | grep -v fp8 | paste -sd,)
-    MICRO_STAGES=(--stages layer_norm,attention)
 fi
 
 # --- the CUDA parts -----------------------------------------------------------------------------------------
 # Weights: the CUDA tests 3; BASE at 128 (the headline figure) 6, another setting 4; pre-training 5, MRPC 2.
 has head_init && WEIGHTS+=(7)
-has micro && WEIGHTS+=(3)
+has micro && WEIGHTS+=(2 1)
 has tests && WEIGHTS+=(3)
 has bench && for s in ${SETTINGS//,/ }; do [[ $s == base:128 || $s == tiny:128 ]] && WEIGHTS+=(8) || WEIGHTS+=(3); done
 has profile && WEIGHTS+=(5)
@@ -283,8 +286,12 @@ fi
 if has micro; then
     share 30 "$BENCH_LIMIT"
     if ((L)); then step micro "$L" "$PY" benchmarks/gpu/gpu_micro.py --out "$OUT/micro.json" "${DEVICE[@]}" \
-        "${MICRO_STAGES[@]}"
+        --stages layer_norm,attention
     else log "skip micro: budget spent"; fi
+    share 20 "$BENCH_LIMIT"  # torchao's stage in a process of its own, torchao on its path only
+    if ((L && !NO_FP8)); then step micro_fp8 "$L" env PYTHONPATH="$FP8_PATH:$PYTHONPATH" "$PY" \
+        benchmarks/gpu/gpu_micro.py --out "$OUT/micro_fp8.json" "${DEVICE[@]}" --stages fp8
+    else log "skip micro_fp8: budget spent or FP8 left out"; fi
 fi
 if has tests; then
     share 20 "$TESTS_LIMIT"
@@ -365,7 +372,7 @@ report
     cat "$RESULTS/progress.log"
     # a variant whose record disagreed with its label (gpu_pretrain.py): named at the top, whatever the logs' length
     grep -h "INVALID\|FAILED" "$RESULTS"/bench_*.log "$RESULTS"/profile_base_128.log 2>/dev/null
-    for f in nvidia_smi probe wheels micro head_init head_init_report cuda_tests bench_base_128 bench_base_512 \
+    for f in nvidia_smi probe wheels wheels_fp8 micro micro_fp8 head_init head_init_report cuda_tests bench_base_128 bench_base_512 \
         bench_large_128 profile_base_128 profile_split pretrain_small mrpc study_pretraining pack_pretrained study_table5; do
         [[ -f $RESULTS/$f.log ]] || continue
         echo "----- $f.log (end)"

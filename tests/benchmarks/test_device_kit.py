@@ -239,8 +239,9 @@ def wheel_of(package: str, folder: Path) -> Path:
 @pytest.mark.slow
 def test_every_wheel_of_the_kit_is_unpacked_where_the_image_lacks_its_package(tmp_path):
     """The image's Python lacks datasets, dill, multiprocess and torchao: run_gpu.sh unpacks every wheel of the kit
-    (.gpu/wheels and .gpu/fp8) and the probe imports datasets and the project from them; the probe says which torch
-    the image has against the kit's, and another minor version leaves the FP8 variants out with one line."""
+    (.gpu/wheels for every step, .gpu/fp8 for the FP8 processes only) and the probe imports datasets and the project;
+    it says which torch the image has against the kit's, and another minor version leaves the FP8 variants out with
+    one line."""
     from support.device_machine import IMAGE_LACKS
 
     kit = tmp_path / "kit"
@@ -260,8 +261,11 @@ def test_every_wheel_of_the_kit_is_unpacked_where_the_image_lacks_its_package(tm
         )
     assert run.returncode == 3, run.stdout + run.stderr  # no CUDA here
     unpacked = (tmp_path / "results" / "wheels.log").read_text()
-    for package in IMAGE_LACKS:
+    for package in ("datasets", "dill", "multiprocess"):
         assert f"/{package}-" in unpacked, unpacked
+    assert "/torchao-" in (tmp_path / "results" / "wheels_fp8.log").read_text()
+    # torchao (here a stand-in that transformers cannot use) is on the FP8 processes' path only: the probe's
+    # imports of transformers and the project do not see it
     probe = (tmp_path / "results" / "probe.log").read_text()
     assert "import datasets ... " in probe and "import bert_repro.training ... " in probe, probe
     summary = (tmp_path / "out" / "summary.txt").read_text()
