@@ -63,6 +63,10 @@ def probe(out: Path) -> int:
             report["versions"][name] = metadata.version(name.replace("_", "-"))
         except metadata.PackageNotFoundError:
             report["versions"][name] = None
+    # torchao unpacked by run_gpu.sh is on the FP8 processes' path only
+    for found in metadata.distributions(path=[os.environ["FP8_PATH"]] if os.environ.get("FP8_PATH") else []):
+        name = found.metadata["Name"]
+        report["versions"][name] = report["versions"].get(name) or found.version
     print(json.dumps(report, indent=1), flush=True)
     modules = ["torch", "transformers", "datasets", "accelerate", "bert_repro", "bert_repro.training"]
     for module in modules:
