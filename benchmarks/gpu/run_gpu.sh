@@ -3,17 +3,20 @@
 # Made for a GPU machine lent for minutes, without network (where a connection does not fail but hangs):
 # `bash benchmarks/gpu/prepare_gpu.sh`, on a machine with PyPI, first puts what it needs into .gpu/.
 # Parts (PARTS, run in this order):
-#   probe  nvidia-smi, the Python that imports torch (`python` may be a symlink that loses its venv), the
-#          wheels of .gpu/wheels when that Python lacks `datasets`, then versions, imports and a first CUDA
-#          matrix product (benchmarks/gpu/gpu_session.py probe). Without CUDA the parts below are skipped.
+#   probe  nvidia-smi, the Python that imports torch (`python` may be a symlink that loses its venv), the kit's
+#          wheels whose packages that Python lacks (torchao's for the FP8 processes only), its torch against the
+#          kit's (.gpu/kit.txt), then versions, imports and a first CUDA matrix product
+#          (benchmarks/gpu/gpu_session.py probe). Without CUDA the parts below are skipped.
 #   micro  (not by default) the step's parts alone (benchmarks/gpu/gpu_micro.py: SDPA backends with and without the mask
-#          and FlashAttention varlen, dropout + residual + LayerNorm compiled against our kernels, FP8 linears at
-#          BERT-BASE's shapes): micro.json into OUT after every stage.
+#          and FlashAttention varlen, dropout + residual + LayerNorm compiled against our kernels; FP8 linears at
+#          BERT-BASE's shapes in a process of its own): micro.json and micro_fp8.json into OUT after every stage.
 #   tests  the CUDA tests (`pytest -m cuda`: bf16/fp16, SDPA/FlashAttention, compile, fused AdamW, packing).
 #   bench  the pre-training throughput benchmark (benchmarks/gpu/gpu_pretrain.py), one process per setting (BASE
 #          at 128 and 512, LARGE at 128): ours against transformers' best (SDPA, bf16, compiled). BASE at 128
-#          runs VARIANTS_128 (the speed round: today's best, each change alone, all together, CUDA graphs, FP8,
-#          dropout off), the others VARIANTS; every variant's first step is checked against today's best's.
+#          runs VARIANTS_128 (the speed round: today's best, each change alone, all together, the opt-ins, the
+#          diagnostics), the others VARIANTS; every variant compiles afresh (CUDA-graph and FP8 ones in their own
+#          process), its first step is checked against today's best's, and one whose record of what ran disagrees
+#          with its label is marked invalid, not timed.
 #          The speed round in one call: PARTS="probe micro bench profile" (benchmarks/gpu/README.md).
 #   profile (not by default) where a step's time goes: BASE at 128, ours and transformers' compiled variants
 #          (PROFILE_VARIANTS), torch.profiler's operator and kernel table of 3 warm steps each, in RESULTS/profile/.
