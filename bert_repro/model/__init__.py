@@ -12,6 +12,7 @@ _PUBLIC = {
     "export_to_transformers": "conversion",
     "load_bert": "conversion",
     "BACKENDS": "attention_backend",
+    "backend_order": "attention_backend",
     "flash_varlen_attention": "attention_backend",
     "table_from_micro": "attention_backend",
     "paper_dropout_add_layer_norm": "dropout_add_layer_norm",

@@ -64,9 +64,10 @@ def runs_kernel(x: Tensor) -> bool:
 
 
 def threshold_and_scale(p: float) -> tuple[int, float]:
-    """The kernel's keep threshold for drop probability p, and the scale of kept values."""
+    """The kernel's keep threshold for drop probability p, and the scale of kept values (none is kept at p = 1:
+    every number is under 65536, and dropout's output is zeros, as torch's)."""
     threshold = round(p * RANDOM_RANGE)
-    return threshold, RANDOM_RANGE / (RANDOM_RANGE - threshold)
+    return threshold, RANDOM_RANGE / (RANDOM_RANGE - threshold) if threshold < RANDOM_RANGE else 0.0
 
 
 def _tile(n: int) -> int:
@@ -212,11 +213,13 @@ def dropout_add_layer_norm(
         # A tensor, not a Python number: drawn inside the compiled graph, so each step has its own mask.
         seed = torch.randint(0, 2**31 - 1, (1,), device=x.device) if p > 0 else torch.zeros(1, device=x.device)
     shape = x.shape
+    # A LayerNorm without affine parameters (or without a bias) is one with a weight of ones and a bias of zeros.
+    ones, zeros = (torch.full((shape[-1],), v, dtype=torch.float32, device=x.device) for v in (1.0, 0.0))
     y, _, _, _ = _forward(
         x.reshape(-1, shape[-1]).contiguous(),
         residual.reshape(-1, shape[-1]).contiguous(),
-        norm.weight,
-        norm.bias,
+        ones if norm.weight is None else norm.weight,
+        zeros if norm.bias is None else norm.bias,
         seed.to(torch.int64),
         float(p),
         float(norm.eps),

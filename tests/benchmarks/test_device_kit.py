@@ -188,3 +188,86 @@ def test_what_a_device_call_carries_is_measured_and_too_much_refused(tmp_path, c
         f.truncate(63 * 2**20 + 2**19)
     assert gpu_session.travels(tmp_path, carried) == 1
     assert "error: more than the device's 64 MiB" in capsys.readouterr().err
+
+
+def test_record_files_the_microbenchmarks_the_profile_and_invalid_variants(tmp_path, monkeypatch):
+    """micro.json (written into OUT by the part micro) and the profile's split come back inside results.json and are
+    filed by `record`; a variant whose record disagreed with its label shows as invalid, not as a rate."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
+    import gpu_session
+
+    results, out = tmp_path / "results", tmp_path / "out"
+    results.mkdir()
+    out.mkdir()
+    (results / "progress.log").write_text("")
+    (out / "micro.json").write_text(json.dumps({"stages": {"attention": {"rows": [{}, {}]}, "fp8": {"error": "x"}}}))
+    split = {"ours sparse bf16 compile": {"GEMM": 24.3, "wall time": 52.6}}
+    (results / "profile_split.json").write_text(json.dumps({"split_ms": split}))
+    lie = {"error": "invalid: labelled compiled: 0 graphs compiled", "invalid": ["..."], "ran": {"graphs_compiled": 0}}
+    bench = {"settings": [{"preset": "base", "max_seq_length": 128, "batch_size": 256, "results": {"cdt": lie}}]}
+    (results / "bench_base_128.json").write_text(json.dumps(bench))
+    report = gpu_session.collect(results, out / "results.json", "PARTS=... bash benchmarks/gpu/run_gpu.sh")
+    assert report["micro"]["stages"]["attention"]["rows"] == [{}, {}]
+    assert report["profile"]["split_ms"] == split
+    assert report["benchmark"][0]["ran"] == {"graphs_compiled": 0}
+    monkeypatch.setattr(gpu_session, "ROOT", tmp_path)
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "LOG.md").write_text(f"{gpu_session.MARKER}\n")
+    gpu_session.record(out / "results.json")
+    filed = json.loads(next((tmp_path / "benchmarks" / "results").glob("*.json")).read_text())
+    assert filed["micro"] == report["micro"] and filed["profile"] == report["profile"]
+    log = (tmp_path / "benchmarks" / "LOG.md").read_text()
+    assert "| base:128 | cdt | invalid: labelled compiled: 0 graphs compiled | | | |" in log
+    assert "attention (2 rows), fp8 (failed)" in log and "| GEMM | 24.3 |" in log
+
+
+def wheel_of(package: str, folder: Path) -> Path:
+    """A stand-in for the kit's wheel of an installed pure-Python package: its files and dist-info, zipped."""
+    import importlib.metadata as metadata
+    import zipfile
+
+    dist = metadata.distribution(package)
+    wheel = folder / f"{package}-{dist.version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for file in dist.files:
+            path = Path(dist.locate_file(file))
+            if path.is_file() and not str(file).startswith(".."):
+                archive.write(path, str(file))
+    return wheel
+
+
+@pytest.mark.slow
+def test_every_wheel_of_the_kit_is_unpacked_where_the_image_lacks_its_package(tmp_path):
+    """The image's Python lacks datasets, dill, multiprocess and torchao: run_gpu.sh unpacks every wheel of the kit
+    (.gpu/wheels for every step, .gpu/fp8 for the FP8 processes only) and the probe imports datasets and the project;
+    it says which torch the image has against the kit's, and another minor version leaves the FP8 variants out with
+    one line."""
+    from support.device_machine import IMAGE_LACKS
+
+    kit = tmp_path / "kit"
+    (kit / "wheels").mkdir(parents=True)
+    (kit / "fp8").mkdir()
+    for package in ("datasets", "dill", "multiprocess"):
+        wheel_of(package, kit / "wheels")
+    import zipfile
+
+    with zipfile.ZipFile(kit / "fp8" / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl", "w") as archive:
+        archive.writestr("torchao/__init__.py", "__version__ = '0.18.0'\n")
+    (kit / "kit.txt").write_text("torch=2.4\n")
+    settings = dict(CUDA_VISIBLE_DEVICES="", PARTS="probe", BUDGET="200", KIT=str(kit))
+    with device_machine_env(tmp_path, missing=IMAGE_LACKS, **settings) as env:
+        run = subprocess.run(
+            ["bash", str(ROOT / "benchmarks/gpu/run_gpu.sh")], env=env, capture_output=True, text=True, timeout=300
+        )
+    assert run.returncode == 3, run.stdout + run.stderr  # no CUDA here
+    unpacked = (tmp_path / "results" / "wheels.log").read_text()
+    for package in ("datasets", "dill", "multiprocess"):
+        assert f"/{package}-" in unpacked, unpacked
+    assert "/torchao-" in (tmp_path / "results" / "wheels_fp8.log").read_text()
+    # torchao (here a stand-in that transformers cannot use) is on the FP8 processes' path only: the probe's
+    # imports of transformers and the project do not see it
+    probe = (tmp_path / "results" / "probe.log").read_text()
+    assert "import datasets ... " in probe and "import bert_repro.training ... " in probe, probe
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "the kit was prepared for torch 2.4" in summary
+    assert "the FP8 variants and micro's fp8 stage are left out" in summary

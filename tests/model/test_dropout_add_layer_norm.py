@@ -239,3 +239,32 @@ def test_kernels_run_only_where_they_can(monkeypatch):
     assert fused.runs_kernel(torch.zeros(1))
     monkeypatch.delenv("TRITON_INTERPRET")
     assert not fused.runs_kernel(torch.zeros(1))
+
+
+def test_p_one_drops_everything_as_torch_does():
+    """p = 1: dropout's output is zeros (torch's semantics), so the output is LayerNorm(residual) and x's gradient
+    zero; no division by the kept share."""
+    torch.manual_seed(4)
+    x, residual, norm = torch.randn(3, 48, requires_grad=True), torch.randn(3, 48), layer_norm(48)
+    got = dropout_add_layer_norm(x, residual, norm, 1.0, True, seed=torch.tensor([7]))
+    want = F.layer_norm(residual, (48,), norm.weight, norm.bias, norm.eps)
+    assert (got - want).abs().max() < 1e-5
+    got.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+
+
+@pytest.mark.parametrize("affine,bias", [(False, False), (True, False)])
+def test_layer_norm_without_affine_parameters_or_bias(affine, bias):
+    """nn.LayerNorm(elementwise_affine=False) has no weight nor bias, (bias=False) no bias: the kernels take
+    ones and zeros for them, and the output and x's gradient are torch's."""
+    torch.manual_seed(5)
+    norm = nn.LayerNorm(40, elementwise_affine=affine, bias=bias)
+    x, residual = torch.randn(4, 40), torch.randn(4, 40)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got = dropout_add_layer_norm(a, residual, norm, 0.0, True)
+    want = norm(residual + b)
+    assert (got - want).abs().max() < 1e-5
+    dy = torch.randn(4, 40)
+    got.backward(dy)
+    want.backward(dy)
+    assert (a.grad - b.grad).abs().max() < 1e-5

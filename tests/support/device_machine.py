@@ -7,13 +7,25 @@ import os
 import sys
 from pathlib import Path
 
+# The image's Python lacks these (the kit brings their wheels); `missing=IMAGE_LACKS` hides them from this one.
+IMAGE_LACKS = ("datasets", "dill", "multiprocess", "torchao")
+# Run at the start of every Python of the emulated machine: a package hidden is importable only from the folder
+# run_gpu.sh unpacks the kit's wheels into (SITE).
+HIDE = """import importlib.machinery, os, sys
+site = [p for p in sys.path if p and p.startswith(os.environ["SITE"])]
+for name in {names!r}:
+    if importlib.machinery.PathFinder.find_spec(name, site) is None:
+        sys.modules[name] = None  # import fails, importlib.util.find_spec says None
+"""
+
 
 @contextlib.contextmanager
-def device_machine_env(tmp_path: Path, **settings: str):
+def device_machine_env(tmp_path: Path, missing: tuple[str, ...] = (), **settings: str):
     """The environment of benchmarks/gpu/run_gpu.sh on a lent GPU machine, CUDA aside: a network that accepts
     connections and never answers (Hub, package index, proxies), a `python` first on PATH that is not the one with
     torch (a symlink that lost its venv), OUT and RESULTS in `tmp_path`, no kit; `settings` added. Its bin folder
-    (`tmp_path / "bin"`) takes more stand-ins."""
+    (`tmp_path / "bin"`) takes more stand-ins. `missing`: packages the machine's `python3` lacks (`IMAGE_LACKS`)
+    unless run_gpu.sh unpacked them into SITE (`tmp_path / "site"`)."""
     import socket
 
     hole = socket.socket()  # a black hole: connections are accepted into the backlog, no byte ever comes back
@@ -35,9 +47,16 @@ def device_machine_env(tmp_path: Path, **settings: str):
         PIP_INDEX_URL=f"{url}/simple",
         OUT=str(tmp_path / "out"),
         RESULTS=str(tmp_path / "results"),
-        KIT=str(tmp_path / "no-kit"),
-        **settings,
     )
+    env.update({"KIT": str(tmp_path / "no-kit"), "SITE": str(tmp_path / "site"), **settings})
+    if missing:
+        hide = tmp_path / "hide"
+        hide.mkdir(exist_ok=True)
+        (hide / "sitecustomize.py").write_text(HIDE.format(names=tuple(missing)))
+        python = Path(sys.executable).parent / "python3"
+        wrapper = f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{hide}" exec {python} "$@"\n'
+        (bin_dir / "python3").write_text(wrapper)
+        (bin_dir / "python3").chmod(0o755)
     try:
         yield env
     finally:
