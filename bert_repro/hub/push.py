@@ -355,12 +355,12 @@ def _failure(api, err, source_name, where, repo_id, created, info, tag) -> str:
     failed = f"Push of {source_name} to {where} did not complete ({type(err).__name__}: {err})."
     advice = hub_error_advice(err, repo_id)
     if created is not None:
-        kind, name = created
+        what, name = created
         try:
-            api.delete_repo(repo_id) if kind == "repository" else api.delete_branch(repo_id, branch=name)
+            api.delete_repo(repo_id) if what == "repository" else api.delete_branch(repo_id, branch=name)
         except Exception as undo:
-            return f"{failed} The {kind} {name} it created could not be removed ({type(undo).__name__}). {advice}"
-        return f"{failed} The {kind} {name} it created was removed again: the Hub is as it was. {advice}"
+            return f"{failed} The {what} {name} it created could not be removed ({type(undo).__name__}). {advice}"
+        return f"{failed} The {what} {name} it created was removed again: the Hub is as it was. {advice}"
     if info is not None:
         return f"{failed} The commit landed ({info.commit_url}) but the tag {tag!r} was not set. {advice}"
     return f"{failed} Nothing in {source_name} was changed, and the Hub applies a commit whole or not at all. {advice}"
