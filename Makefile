@@ -28,7 +28,7 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 QUICKSTART_CORPUS := $(if $(filter wikitext,$(CORPUS)),--corpus Salesforce/wikitext --hub_config wikitext-2-raw-v1 \
 	--document_boundary wikitext,$(if $(CORPUS),--corpus $(CORPUS) --document_boundary file))
 
-.PHONY: install quickstart test test-slow test-all lint format mutation tolerances
+.PHONY: install quickstart test test-slow test-all lint format mutation tolerances bench-cpu
 
 $(TORCH_STAMP):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -139,3 +139,11 @@ mutation: install
 # as the plugin reports what it saw in its own.
 tolerances: install
 	PYTHONPATH=tests $(PY) -m pytest -m "not slow" -p support.tolerance_audit -p no:xdist -q $(PYTEST_ARGS)
+
+# The CPU rows of benchmarks/RESULTS.md (README's CPU row among them) measured again on the committed code: the
+# pre-training step, encoding, building examples and MRPC fine-tuning against transformers, each in its own process;
+# a dated file in benchmarks/results/ naming the commit, then RESULTS.md regenerated (benchmarks/bench_cpu.py).
+#   BENCH_ARGS  e.g. --parts pretrain_step (the README's row alone), --runs 3, --note "what else ran"
+BENCH_ARGS ?=
+bench-cpu: install
+	$(PY) benchmarks/bench_cpu.py $(BENCH_ARGS)
