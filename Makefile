@@ -70,9 +70,9 @@ quickstart: install
 # The fast tier: every module, in-process recipe runs at tiny sizes, one pre-training and one fine-tuning through
 # the real scripts. The slow tier: signals under DDP/FSDP, full disk, streamed resume, the GPU study's dry run,
 # compile counters, the trajectory against transformers, every task end to end.
-# The fast tier in TEST_WORKERS processes (pytest-xdist; most of its time is recipe processes importing torch):
-# 5 min 17 s with 2 on the 2-core machine, 9 min 41 s in one. The slow tier stays in one process: it launches
-# multi-process runs and kills them at chosen points.
+# The fast tier in TEST_WORKERS processes (pytest-xdist; most of its time is recipe processes importing torch; its
+# time: docs/testing.md). The slow tier stays in one process: it launches multi-process runs and kills them at
+# chosen points.
 TEST_WORKERS ?= 2
 test: install
 	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
