@@ -225,7 +225,7 @@ def _cpu_step(key: str, trusted_only: bool = False) -> Callable[[dict], Figure]:
             values = [r["ours_switches_mfu"] for r in runs]
             return min(values), ", ".join(f"{v:.1%}" for v in values) + " (runs with a trusted peak)"
         values = [r[key] / r["transformers_fp32_tokens_per_s"] for r in runs]
-        return min(values), ", ".join(f"{v:.2f}x" for v in values) + f" ({len(values)} runs)"
+        return min(values), ", ".join(f"{v:.2f}x" for v in values) + f" ({len(values)} run{'s' * (len(values) > 1)})"
 
     return figure
 
