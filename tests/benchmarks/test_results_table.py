@@ -70,7 +70,7 @@ def test_a_newer_file_moves_its_target_and_a_figure_is_judged_against_its_goal(r
     (tmp_path / "2026-11-30-nvidia-h100.json").write_text(json.dumps(bench(1.1)))
     table = results_table.render(tmp_path)
     step = next(line for line in table.splitlines() if "BASE/128, x transformers' best" in line)
-    assert "(no commit recorded): 1.60x (700,000 tokens/s) | >= 1.5x | yes | NVIDIA H100 80GB HBM3 | 2026-12-01 |" in step
+    assert "(no commit recorded): 1.60x (700,000 tokens/s) | >= 1.5x | yes | NVIDIA H100 80GB HBM3 |" in step
     assert "[2026-12-01-nvidia-h100-2.json]" in step
     assert "| pre-training step, BASE/512, x transformers' best | not measured |" in table
 
