@@ -263,12 +263,6 @@ def open_with_load_bert(directory, tmp_path):
     load_bert(directory, "base")
 
 
-def open_with_conversion_command(directory, tmp_path):
-    from bert_repro.model.conversion import main
-
-    main(["export", str(directory), str(tmp_path / "exported")])
-
-
 def open_with_hub_push(directory, tmp_path):
     from bert_repro.hub.push import main
 
@@ -291,7 +285,7 @@ def open_with_init_from(directory, tmp_path):
 @pytest.mark.parametrize("problem", ["pickle", "truncated", "config"])
 @pytest.mark.parametrize(
     "opener",
-    [open_with_load_bert, open_with_conversion_command, open_with_hub_push, open_with_study_reuse, open_with_init_from],
+    [open_with_load_bert, open_with_hub_push, open_with_study_reuse, open_with_init_from],
 )
 def test_every_opener_checks_the_model_directory(opener, problem, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
