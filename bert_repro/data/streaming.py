@@ -432,21 +432,13 @@ class StreamingExamples(torch.utils.data.IterableDataset):
         self._buffer: deque[list[Any]] = deque(maxlen=document_buffer + 1)  # [document id, processed, sentences]
         self._pending: deque[dict[str, list[int] | int]] = deque()
         self._shuffle: list[dict[str, list[int] | int]] = []
-        self._phase = self._pass = self._document = self._kept = self._examples = self._tokens = 0
+        self._phase = self._pass = self._document = self._kept = self._examples = 0
         self.skipped = {"empty": 0, "binary": 0, "held_out": 0}
         self._source_iter: Iterator[str] | None = None
 
     @property
     def phase(self) -> int:
         return self._phase
-
-    @property
-    def examples_yielded(self) -> int:
-        return self._examples
-
-    @property
-    def tokens_yielded(self) -> int:
-        return self._tokens
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         while True:
@@ -465,7 +457,6 @@ class StreamingExamples(torch.utils.data.IterableDataset):
                 slot = self._rng.randrange(self.shuffle_buffer)
                 example, self._shuffle[slot] = self._shuffle[slot], example
             self._examples += 1
-            self._tokens += len(example["input_ids"])
             yield example
 
     def _read_document(self) -> None:
@@ -536,7 +527,6 @@ class StreamingExamples(torch.utils.data.IterableDataset):
             "document": self._document,
             "kept": self._kept,
             "examples": self._examples,
-            "tokens": self._tokens,
             "skipped": dict(self.skipped),
             "source": self.source.state_dict(),
             "buffer": [list(entry) for entry in self._buffer],
@@ -556,7 +546,7 @@ class StreamingExamples(torch.utils.data.IterableDataset):
         self.source.load_state_dict(state["source"])
         self._source_iter = None
         self._phase, self._pass, self._document = state["phase"], state["pass"], state["document"]
-        self._kept, self._examples, self._tokens = state["kept"], state["examples"], state["tokens"]
+        self._kept, self._examples = state["kept"], state["examples"]
         self.skipped = dict(state["skipped"])
         self._buffer = deque((list(entry) for entry in state["buffer"]), maxlen=self.document_buffer + 1)
         self._pending = deque(state["pending"])

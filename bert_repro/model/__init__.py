@@ -9,7 +9,6 @@ _PUBLIC = {
     "SPEED_SWITCHES": "configuration_bert_repro",
     "CheckpointError": "conversion",
     "TOKENIZER_FILES": "conversion",
-    "export_to_transformers": "conversion",
     "load_bert": "conversion",
     "BACKENDS": "attention_backend",
     "backend_order": "attention_backend",

@@ -9,15 +9,12 @@
 - `check_model_dir(path)`: what every opener of a local model directory checks first (fine-tuning, the
   pre-training's --init_from, studies, conversion, Hub push): each problem one message naming the file and
   the fix.
-- `export_to_transformers(model_or_dir, output_dir)`: a bert_repro checkpoint -> the transformers format
-  (`BertForPreTraining` for a pre-trained model, the matching `BertFor*` class for a fine-tuned one), loadable with
-  `transformers.AutoModel*` and no bert_repro installed.
 
-Both directions need no renaming of weights: our parameter names follow the public checkpoints' layout.
+The way back needs no command: `save_pretrained` writes transformers' own BERT format
+(`checkpoint_format.py`). No weight is renamed: our parameter names follow the public checkpoints' layout.
 
 Command line:
     python -m bert_repro.model.conversion import SRC OUTPUT_DIR [--head pretraining] [--trust_pickle]
-    python -m bert_repro.model.conversion export SRC OUTPUT_DIR
 """
 
 from __future__ import annotations
@@ -31,11 +28,9 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
 from . import modeling_bert_repro as modeling
 from . import speed_paths as speed
-from .checkpoint_format import native_obstacles, repro_class_name
 
 HEADS = {
     "base": speed.BertReproModel,
@@ -48,10 +43,8 @@ HEADS = {
     "token_classification": speed.BertReproForTokenClassification,
 }
 
-# Files copied along with the weights when exporting a directory.
+# Files copied along with the weights when converting a directory.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
-# Fields of our config that transformers' BertConfig does not have.
-_REPRO_ONLY_FIELDS = ("initializer_distribution", "auto_map", "model_type", "architectures", "transformers_version")
 
 
 # Files that hold pickles: never opened unless the user says the file is trusted.
@@ -256,58 +249,6 @@ def load_state_dict_checked(
     return missing
 
 
-def _transformers_class_name(model: modeling.BertReproPreTrainedModel) -> str:
-    name = type(model).__name__
-    if not name.startswith("BertRepro"):
-        raise TypeError(f"Expected a bert_repro model, got {name}.")
-    return name.replace("BertRepro", "Bert", 1)
-
-
-def export_to_transformers(
-    model_or_dir: modeling.BertReproPreTrainedModel | str | os.PathLike,
-    output_dir: str | os.PathLike,
-    *,
-    overwrite: bool = False,
-) -> Path:
-    """Write a bert_repro checkpoint in transformers' own BERT format (config `model_type: bert`, safetensors).
-
-    `model_or_dir` is a model or a saved bert_repro directory (whose tokenizer files are copied too). A
-    non-empty `output_dir` is never overwritten unless `overwrite=True`.
-    """
-    from transformers import BertConfig
-
-    output_dir = Path(output_dir)
-    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
-        raise FileExistsError(f"{output_dir} is not empty; pass overwrite=True to write into it anyway.")
-    source_dir = None
-    model = model_or_dir
-    if not isinstance(model_or_dir, modeling.BertReproPreTrainedModel):
-        source_dir = Path(model_or_dir)
-        check_model_dir(source_dir)
-        architecture = (
-            json.loads((source_dir / "config.json").read_text()).get("architectures") or ["BertReproModel"]
-        )[0]
-        model = getattr(modeling, repro_class_name(architecture)).from_pretrained(source_dir)
-
-    obstacles = native_obstacles(model.config.to_dict())
-    if obstacles:
-        raise ValueError(f"Cannot export to transformers' BERT format: {'; '.join(obstacles)}.")
-    fields = {k: v for k, v in model.config.to_dict().items() if k not in _REPRO_ONLY_FIELDS}
-    config = BertConfig(**fields)
-    config.architectures = [_transformers_class_name(model)]
-    output_dir.mkdir(parents=True, exist_ok=True)
-    config.save_pretrained(output_dir)
-
-    tied = set(getattr(model, "_tied_weights_keys", None) or {})
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
-    save_file(state, str(output_dir / "model.safetensors"), metadata={"format": "pt"})
-    if source_dir is not None:
-        for name in TOKENIZER_FILES:
-            if (source_dir / name).exists():
-                shutil.copy2(source_dir / name, output_dir / name)
-    return output_dir
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bert_repro.model.conversion", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -322,24 +263,17 @@ def main(argv: list[str] | None = None) -> None:
         help="read pickled weights (pytorch_model.bin), "
         "with torch.load(weights_only=True): only for a file from a source you trust",
     )
-    exp = sub.add_parser("export", help="a bert_repro directory -> transformers' BERT format")
-    exp.add_argument("source")
-    exp.add_argument("output_dir")
-    exp.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
 
     out = Path(args.output_dir)
     if out.exists() and any(out.iterdir()) and not args.overwrite:
         parser.error(f"{out} is not empty; pass --overwrite to write into it anyway.")
     try:
-        if args.command == "export":
-            export_to_transformers(args.source, out, overwrite=args.overwrite)
-        else:
-            load_bert(args.source, args.head, trust_pickle=args.trust_pickle).save_pretrained(out)
-            src = Path(args.source)
-            for name in TOKENIZER_FILES:
-                if src.is_dir() and (src / name).exists():
-                    shutil.copy2(src / name, out / name)
+        load_bert(args.source, args.head, trust_pickle=args.trust_pickle).save_pretrained(out)
+        src = Path(args.source)
+        for name in TOKENIZER_FILES:
+            if src.is_dir() and (src / name).exists():
+                shutil.copy2(src / name, out / name)
     except CheckpointError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     print(f"wrote {out}")

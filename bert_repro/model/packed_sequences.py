@@ -94,10 +94,6 @@ class PackedSequences:
                 "order, then only [CLS] positions"
             )
 
-    @property
-    def num_examples(self) -> int:
-        return self.lengths.numel()
-
     def first_tokens_of(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """(rows, seq, hidden) -> (examples, 1, hidden): each example's [CLS] as a one-token sequence (what the
         pooler reads), in row-major order; at `cls_positions` when given (a gather of their fixed size)."""

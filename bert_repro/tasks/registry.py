@@ -44,7 +44,6 @@ Departures and choices, stated once:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -632,11 +631,6 @@ def get_task(name: str | Task) -> Task:
     return TASKS[key]
 
 
-def with_overrides(task: Task, **changes: Any) -> Task:
-    """A copy of ``task`` with some fields changed (e.g. another ``hub_id`` for a mirror)."""
-    return dataclasses.replace(task, **changes)
-
-
 __all__ = [
     "FEATURE_BASED_GRID",
     "GLUE_TASKS",
@@ -649,5 +643,4 @@ __all__ = [
     "Result",
     "Task",
     "get_task",
-    "with_overrides",
 ]

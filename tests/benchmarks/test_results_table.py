@@ -70,7 +70,7 @@ def test_a_newer_file_moves_its_target_and_a_figure_is_judged_against_its_goal(r
     (tmp_path / "2026-11-30-nvidia-h100.json").write_text(json.dumps(bench(1.1)))
     table = results_table.render(tmp_path)
     step = next(line for line in table.splitlines() if "BASE/128, x transformers' best" in line)
-    assert "| 1.60x (700,000 tokens/s) | >= 1.5x | yes | NVIDIA H100 80GB HBM3 | 2026-12-01 |" in step
+    assert "(no commit recorded): 1.60x (700,000 tokens/s) | >= 1.5x | yes | NVIDIA H100 80GB HBM3 | 2026-12-01 |" in step
     assert "[2026-12-01-nvidia-h100-2.json]" in step
     assert "| pre-training step, BASE/512, x transformers' best | not measured |" in table
 
@@ -143,3 +143,70 @@ def test_importing_a_stage_package_does_not_import_its_heavy_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.fixture
+def measured_repo(tmp_path):
+    """A git repository laid out as this one: a benchmark importing bert_repro.a (which imports .b) and, through
+    the package's lazy exports, bert_repro.data.corpus; bert_repro.c is imported by nothing."""
+    import subprocess
+
+    files = {
+        "bert_repro/__init__.py": "",
+        "bert_repro/a.py": "from . import b\n",
+        "bert_repro/b.py": "X = 1\n",
+        "bert_repro/c.py": "Y = 1\n",
+        "bert_repro/data/__init__.py": '_PUBLIC = {"load_corpus": "corpus"}\n',
+        "bert_repro/data/corpus.py": "def load_corpus(): ...\n",
+        "benchmarks/build_examples.py": "from common import machine\nfrom bert_repro.a import b\n\n\ndef main():\n"
+        "    from bert_repro.data import load_corpus\n",
+        "benchmarks/common.py": "def machine(): ...\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+
+    def git(*args: str) -> str:
+        command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "measured")
+    return tmp_path, git
+
+
+def test_a_figure_is_stale_once_the_code_its_benchmark_imports_changes(results_table, measured_repo, tmp_path):
+    root, git = measured_repo
+    measured = git("rev-parse", "HEAD")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "2026-12-01-cpu.json").write_text(json.dumps({"commit": measured, "build_examples": {"runs": [
+        {"ratio": 1.9}]}}))  # fmt: skip
+    script = ("benchmarks/build_examples.py",)
+    assert results_table.measured_code(root, script) == [
+        "benchmarks/build_examples.py",
+        "benchmarks/common.py",
+        "bert_repro/__init__.py",
+        "bert_repro/a.py",
+        "bert_repro/b.py",
+        "bert_repro/data/__init__.py",
+        "bert_repro/data/corpus.py",
+    ]
+
+    def row() -> str:
+        return next(line for line in results_table.render(results, root).splitlines() if "2 processes / 1" in line)
+
+    assert results_table.staleness(root, measured, script) is None and "| 1.90x | >= 1.7x | yes |" in row()
+    (root / "bert_repro" / "c.py").write_text("Y = 2\n")  # imported by nothing the benchmark runs
+    git("commit", "-qam", "elsewhere")
+    assert results_table.staleness(root, measured, script) is None
+    for changed in ("bert_repro/b.py", "bert_repro/data/corpus.py", "benchmarks/common.py"):
+        git("reset", "-q", "--hard", measured)
+        (root / changed).write_text("Z = 3\n")
+        assert results_table.staleness(root, measured, script) is None  # not committed: HEAD is what counts
+        git("commit", "-qam", "measured code")
+        assert results_table.staleness(root, measured, script) == f"{changed} changed since {measured[:7]}"
+        assert f"| **STALE** ({changed} changed since {measured[:7]}): 1.90x |" in row()
+    assert results_table.staleness(root, None, script) == "no commit recorded"
+    assert results_table.staleness(root, "0" * 40, script) == "commit 0000000 is not in this repository"

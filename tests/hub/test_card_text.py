@@ -1,6 +1,7 @@
 """A model card names tasks and metrics as the task registry does (`Task.display_name`, `METRICS`' `Metric`
 records), so a task or metric added to the registry comes with its own words on the card, never its raw name."""
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -10,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bert_repro.hub import finetuned_card as model_card
 from bert_repro.tasks import registry
-from bert_repro.tasks.registry import METRICS, TASKS, Metric, get_task, with_overrides
+from bert_repro.tasks.registry import METRICS, TASKS, Metric, get_task
 
 
 def test_every_task_and_metric_has_words_for_readers():
@@ -52,7 +53,7 @@ def fake_finetuning_run(root: Path, task: str, scores: dict[str, float], main: s
 
 def test_a_task_added_to_the_registry_is_named_on_its_card(tmp_path, monkeypatch):
     metrics = {**METRICS, "macro_f1": Metric("mean of the classes' F1", "Macro-averaged F1", "f1")}
-    paws = with_overrides(
+    paws = dataclasses.replace(
         get_task("mrpc"),
         name="paws",
         display_name="PAWS-X paraphrases",

@@ -1,4 +1,4 @@
-"""Loading every public BERT checkpoint format into bert_repro, exporting back, and the errors on bad input."""
+"""Loading every public BERT checkpoint format into bert_repro, and the errors on bad input."""
 
 import json
 import logging
@@ -13,10 +13,9 @@ from support.models import hf_config_like, padded_batch, tiny_config
 
 from bert_repro import (
     BertReproForPreTraining,
-    BertReproForSequenceClassification,
     BertReproModel,
 )
-from bert_repro.model.conversion import CheckpointError, export_to_transformers, load_bert, main
+from bert_repro.model.conversion import CheckpointError, load_bert, main
 
 
 def hf_checkpoint(tmp_path, hf_cls=transformers.BertForPreTraining, **config_overrides):
@@ -101,55 +100,13 @@ def test_trusted_pickle_that_holds_code_is_still_not_run(tmp_path, capsys):
     assert not (tmp_path / "ran").exists() and not (tmp_path / "out").exists()
 
 
-def test_export_round_trip_to_transformers(tmp_path):
-    torch.manual_seed(0)
-    ours = BertReproForPreTraining(tiny_config(hidden_act="gelu_new")).eval()
-    ours.save_pretrained(tmp_path / "ours")
-    (tmp_path / "ours" / "vocab.txt").write_text("[PAD]\n[UNK]\n")
-    export_to_transformers(tmp_path / "ours", tmp_path / "hf")
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    assert config["model_type"] == "bert" and config["architectures"] == ["BertForPreTraining"]
-    assert "auto_map" not in config and config["hidden_act"] == "gelu_new"
-    assert (tmp_path / "hf" / "vocab.txt").exists()
-    theirs = transformers.AutoModelForPreTraining.from_pretrained(tmp_path / "hf").eval()
-    assert type(theirs) is transformers.BertForPreTraining
-    batch = padded_batch(99)
-    with torch.no_grad():
-        a, b = ours(**batch), theirs(**batch)
-    assert (
-        outputs_equal(
-            (a.prediction_logits, a.seq_relationship_logits), (b.prediction_logits, b.seq_relationship_logits)
-        )
-        < 1e-5
-    )
-
-
-def test_export_fine_tuned_head(tmp_path):
-    torch.manual_seed(0)
-    ours = BertReproForSequenceClassification(tiny_config(num_labels=3)).eval()
-    export_to_transformers(ours, tmp_path)
-    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
-    assert type(theirs) is transformers.BertForSequenceClassification
-    batch = padded_batch(99)
-    with torch.no_grad():
-        assert torch.allclose(ours(**batch).logits, theirs(**batch).logits, atol=1e-5)
-
-
-def test_export_never_overwrites(tmp_path):
-    (tmp_path / "keep.txt").write_text("user data")
-    with pytest.raises(FileExistsError, match="not empty"):
-        export_to_transformers(BertReproModel(tiny_config()), tmp_path)
-    assert (tmp_path / "keep.txt").read_text() == "user data"
-
-
-def test_command_line_import_and_export(tmp_path, capsys):
+def test_command_line_import(tmp_path, capsys):
     hf_checkpoint(tmp_path / "hf")
     main(["import", str(tmp_path / "hf"), str(tmp_path / "ours")])
     assert (
         json.loads((tmp_path / "ours" / "config.json").read_text())["model_type"] == "bert"
     )  # transformers' own format
-    main(["export", str(tmp_path / "ours"), str(tmp_path / "back")])
-    assert transformers.BertForPreTraining.from_pretrained(tmp_path / "back") is not None
+    assert transformers.BertForPreTraining.from_pretrained(tmp_path / "ours") is not None
     with pytest.raises(SystemExit):
         main(["import", str(tmp_path / "hf"), str(tmp_path / "ours")])  # not empty: refused
     assert "not empty" in capsys.readouterr().err

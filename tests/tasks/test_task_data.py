@@ -11,6 +11,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import csv
+import dataclasses
 import io
 import json
 import logging
@@ -46,7 +47,7 @@ from bert_repro.tasks.files import (
     load_task_data,
 )
 from bert_repro.tasks.kinds import REGRESSION, SPAN
-from bert_repro.tasks.registry import GLUE_TASKS, KINDS, METRICS, TASKS, get_task, with_overrides
+from bert_repro.tasks.registry import GLUE_TASKS, KINDS, METRICS, TASKS, get_task
 
 # --------------------------------------------------------------------------------------------------------
 # GLUE in its original layout, and the canonical rows each file must give
@@ -150,12 +151,12 @@ def test_hub_code_path_with_a_local_dataset_directory(tmp_path):
     repo.mkdir()
     for split, columns in expected.items():
         datasets.Dataset.from_dict(columns, features=features).to_parquet(str(repo / f"{split}.parquet"))
-    local = with_overrides(task, hub_id=str(repo), hub_config=None)
+    local = dataclasses.replace(task, hub_id=str(repo), hub_config=None)
     assert_canonical(load_task_data(local, hub_cache_dir=tmp_path / "cache"), expected, "mrpc")
 
 
 def test_hub_failure_says_what_to_pass_instead(tmp_path):
-    task = with_overrides(get_task("mrpc"), hub_id=str(tmp_path / "missing-dataset"))
+    task = dataclasses.replace(get_task("mrpc"), hub_id=str(tmp_path / "missing-dataset"))
     with pytest.raises(TaskDataError, match="train.tsv"):
         load_task_data(task, hub_cache_dir=tmp_path / "cache")
 

@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import dataclasses
 import json
 import math
 import re
@@ -349,10 +350,8 @@ def test_multiple_choice_encodes_each_ending_after_the_question(pieces):
         assert encoded["input_ids"][i] == expected["input_ids"]
         assert encoded["token_type_ids"][i] == expected["token_type_ids"]
     # A task that leaves num_choices unset takes the number of endings of the rows.
-    from bert_repro.tasks.registry import with_overrides
-
     unset = task.kind.encode(
-        with_overrides(task, num_choices=None), split, pieces, settings(max_seq_length=7), train=True
+        dataclasses.replace(task, num_choices=None), split, pieces, settings(max_seq_length=7), train=True
     )
     assert unset.to_dict() == encoded.to_dict()
     logits = np.array([[0.0, 1.0, 3.0, 2.0], [5.0, 1.0, 0.0, 0.0]])
