@@ -223,21 +223,11 @@ def _to_torch(value: np.ndarray, tf_name: str, target: _Target) -> torch.Tensor:
 
 
 def load_tf_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Read a Google BERT TensorFlow checkpoint into a ``BertForPreTraining`` state dict.
+    """Read a Google BERT TensorFlow checkpoint (prefix ``.../bert_model.ckpt`` or its directory) into a
+    ``BertForPreTraining`` state dict of float32 tensors, with the sorted TF names it skipped.
 
-    Args:
-        path: the checkpoint prefix (``.../bert_model.ckpt``) or the directory that holds it.
-
-    Returns:
-        ``(state_dict, skipped)``: float32 contiguous tensors keyed with transformers'
-        ``BertForPreTraining`` names, and the sorted TF variable names that were skipped
-        (optimizer slots and training bookkeeping).
-
-    Raises:
-        FileNotFoundError: no checkpoint at ``path``.
-        ImportError: TensorFlow is not installed (``pip install "bert-repro[tf]"``).
-        ValueError: a variable that is neither a BERT weight nor optimizer/bookkeeping state, or a
-            weight of the wrong rank or dtype.
+    A variable that is neither a BERT weight nor optimizer or bookkeeping state, or a weight of the wrong rank or
+    dtype, raises ValueError.
     """
     prefix = resolve_checkpoint_prefix(path)
     tf = _import_tensorflow(prefix)
@@ -258,14 +248,9 @@ def load_tf_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], list[
 def read_google_bert_config(path: str | Path) -> dict[str, Any]:
     """Read Google's ``bert_config.json`` (a file, or the directory holding it) as a BertConfig dict.
 
-    The field names are the same as transformers' ``BertConfig``. ``hidden_act`` is translated to
-    transformers' naming: Google's ``"gelu"`` is the tanh approximation, i.e. ``"gelu_new"`` (see the
-    module docstring). ``layer_norm_eps`` is set to Google's 1e-12. Fields of Google's file beyond
-    the eleven model fields (e.g. ``directionality`` or ``pooler_*`` in some releases) are dropped.
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: the file is not a JSON object, lacks a field, or has a field of the wrong type.
+    The field names are transformers'. Google's ``"gelu"`` becomes ``"gelu_new"`` (module docstring),
+    ``layer_norm_eps`` Google's 1e-12, and fields beyond the eleven model fields (``directionality``, ``pooler_*``)
+    are dropped. A malformed file raises ValueError.
     """
     path = Path(path)
     config_file = path / CONFIG_FILENAME if path.is_dir() else path
