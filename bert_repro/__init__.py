@@ -1,10 +1,9 @@
 """bert_repro: BERT (Devlin et al., 2018) rebuilt from scratch as a member of the Hugging Face ecosystem.
 
-Saved checkpoints are in transformers' own BERT format (`model_type: "bert"`), so plain transformers opens them
-as its BERT classes; `BertReproForX.from_pretrained(dir)` (or `trust_remote_code=True`) opens them as ours, with
-the speed switches. Importing the package also registers model type "bert_repro" with AutoConfig and every
-AutoModel* class the paper's tasks need, for checkpoints that only our code can compute, and model type
-"bert_repro_bilstm" (`bert_repro.model.bilstm_heads`: the feature-based approach and the "+ BiLSTM" heads).
+Checkpoints are saved in transformers' own BERT format, so plain transformers opens them as its BERT classes;
+`BertReproForX.from_pretrained(dir)` or `trust_remote_code=True` opens them as ours, with the speed switches.
+Importing the package registers model types "bert_repro" (checkpoints only our code can compute) and
+"bert_repro_bilstm" (`bert_repro.model.bilstm_heads`) with the Auto classes the paper's tasks need.
 """
 
 import transformers

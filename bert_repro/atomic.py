@@ -1,16 +1,15 @@
-"""Every file a run writes is whole or not there: the one helper for writing files (and the rules for the files
-that libraries write for us).
+"""Every file a run writes is whole or not there: the one helper for writing files, and the rules for the files
+libraries write for us.
 
-A kill, a preemption or a full disk in the middle of `Path.write_text` leaves a truncated file under its final
-name (a 0-byte `tokenizer.json` that every later run tried to read). Here a file is written under a temporary
-name beside it (`.NAME.partial-PID`, same folder, so same file system), flushed to disk (fsync), given the mode
-the user's umask asks for, and renamed over the target: a reader sees the old file or the new one, never a part.
-Folders written by libraries (`save_pretrained`, Trainer's checkpoints) are staged in a folder beside their
-target and moved into place when complete (`move_into`, `bert_repro.training.cluster.publish`), their files
-flushed and given the same modes (`settle`: safetensors creates its files with mode 600 whatever the umask).
+A kill or a full disk in the middle of `Path.write_text` leaves a truncated file under its final name. Here a file is
+written as `.NAME.partial-PID` beside it (same file system), fsynced, given the mode the umask asks for, and renamed
+over the target: a reader sees the old file or the new one, never a part.
+Folders written by libraries (`save_pretrained`, Trainer's checkpoints) are staged beside their target and moved in
+when complete (`move_into`, `bert_repro.training.cluster.publish`). `settle` fsyncs their files and fixes the modes,
+since safetensors creates its files with mode 600 whatever the umask.
 
-What a kill leaves (a `.partial-` file, a staging folder) is ours to clean: `is_leftover` names it, so that a
-folder holding only leftovers counts as empty, and the next write of the same file removes them.
+`is_leftover` names what a kill leaves (a `.partial-` file, a staging folder), so a folder of leftovers counts as
+empty, and the next write of the same file removes them.
 """
 
 from __future__ import annotations
@@ -86,9 +85,11 @@ def settle(path: str | os.PathLike) -> None:
 
 
 def move_into(staging: Path, target: Path, *, last: tuple[str, ...] = ()) -> list[Path]:
-    """Move what `staging` (a folder a library wrote into) holds into `target`, each file settled and renamed
-    whole, the names in `last` after the others (the file a reader checks for, so that it means the rest is
-    there), then remove `staging`. Returns the moved paths."""
+    """Move what `staging` (a folder a library wrote into) holds into `target`, each file settled and renamed whole;
+    return the moved paths.
+
+    The names in `last` (the file a reader checks for) go after the others, so their presence means the rest is
+    there."""
     moved = []
     for path in sorted(staging.iterdir(), key=lambda p: (p.name in last, p.name)):
         settle(path)

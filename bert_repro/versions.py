@@ -1,6 +1,5 @@
-"""The software a run trained with, as its results record it and its model card lists it: the packages transformers'
-Trainer cards list under "Framework versions" (transformers.modelcard), then ours. Outside the stages: training
-records the versions and hub shows them."""
+"""The software a run trained with: the packages Trainer's cards list under "Framework versions"
+(transformers.modelcard), then ours. Training records them and hub shows them."""
 
 from __future__ import annotations
 

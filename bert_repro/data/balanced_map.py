@@ -13,17 +13,12 @@ from datasets import Dataset
 
 
 def _balanced_order(weights: np.ndarray, num_proc: int | None) -> np.ndarray | None:
-    """A row order in which every worker of ``map(num_proc=...)`` gets about the same share of the work.
+    """A row order that gives every worker of ``map(num_proc=...)`` about the same share of the work.
 
-    Why: ``Dataset.map`` gives worker ``k`` the ``k``-th contiguous block of rows
-    (``shard(contiguous=True)``), and documents differ in size by orders of magnitude (a book against a
-    speech; a corpus concatenated from sources lists all the long documents together), so one worker can get
-    most of the work while the others wait. The heaviest rows go first, each to the lightest block that
-    still has room (the blocks keep the row counts that ``shard`` gives them); a block keeps its rows in
-    their input order. The caller maps over ``select(order)`` and puts the output back in input order, so
-    the result does not depend on ``num_proc``. ``None``: nothing to balance (one process), or the
-    reordering would cut the heaviest block's work by less than 5% (not worth putting the rows back in
-    order).
+    ``Dataset.map`` gives worker ``k`` the ``k``-th contiguous block, and documents differ in size by orders of
+    magnitude (a corpus concatenated from sources lists its long documents together), so one worker can get most
+    of the work. The heaviest rows go first, each to the lightest block with room; a block keeps its rows in input
+    order. ``None``: one process, or a gain under 5% (not worth putting the rows back).
     """
     weights = np.asarray(weights, dtype=np.int64)
     n = len(weights)

@@ -1,25 +1,18 @@
 """Reading a pre-training corpus, in the forms people have it, as a `datasets.Dataset` of documents.
 
-BERT's next-sentence task needs document boundaries (paper section 3.1: "it is critical to use a document-level
-corpus rather than a shuffled sentence-level corpus"), so every source becomes one row per document with a
-`text` column; sentence splitting happens later (`bert_repro.data.sentences`).
+NSP needs document boundaries (section 3.1: "it is critical to use a document-level corpus rather than a shuffled
+sentence-level corpus"), so every source becomes one row per document with a `text` column.
 
 Sources:
-- plain-text files: a folder (every `*.txt` below it), a glob, a file or a list of them. `document_boundary`
-  says where a document ends: "file" (one document per file: books, speeches) or "blank_line" (a blank line
-  between documents, the reference code's input format).
+- plain-text files: a folder (every `*.txt` below it), a glob, a file or a list. `document_boundary` is "file" (one
+  document per file) or "blank_line" (the reference code's input format).
 - JSON lines / parquet / CSV / TSV files with a text column (one row per document).
-- a Hub dataset id with config and split (e.g. `wikimedia/wikipedia` / `20231101.en`, or
-  `Salesforce/wikitext` / `wikitext-103-raw-v1`), optionally streamed. One row is one document (Wikipedia), except
-  with `document_boundary="wikitext"`: WikiText stores one line per row, so rows are joined into articles at
-  its top-level headings (" = Title = "), and the heading lines themselves are dropped (they are not sentences).
+- a Hub dataset id with config and split, optionally streamed. With `document_boundary="wikitext"` WikiText's rows
+  (one line each) are joined into articles at its " = Title = " headings, which are dropped.
 
-Bad input is skipped with a logged count rather than crashing a worker later: empty documents and files that
-are not text (binary junk: NUL bytes or control characters). Text that is not UTF-8 is not silently damaged: a
-file with a UTF-16 byte-order mark is read as UTF-16; one without valid UTF-8 multi-byte sequences is read as
-Windows-1252 (a superset of latin-1 for text), with a warning naming the file; a file that mixes UTF-8 with
-stray bytes keeps its UTF-8 and the warning counts the bytes replaced. A corpus that ends up with no text at all
-stops with one message (`CorpusError`) before any dataset is built.
+Empty documents and binary junk are skipped with a logged count. Text that is not UTF-8 is not silently damaged: a
+UTF-16 byte-order mark is honoured; a file without valid UTF-8 is read as Windows-1252 with a warning; stray bytes
+in UTF-8 are replaced and counted. A corpus with no text stops with one `CorpusError` before any dataset is built.
 """
 
 from __future__ import annotations

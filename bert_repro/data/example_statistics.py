@@ -29,13 +29,10 @@ def pretraining_statistics(
 ) -> dict[str, Any]:
     """Counts and shares of a built dataset, as a JSON-serialisable dict (read in batches of ``batch_size``).
 
-    ``examples``, ``tokens`` (all positions, special tokens included), ``is_next_share`` (only for data with
-    NSP pairs, i.e. a ``next_sentence_label`` column), ``length_histogram`` (``"lo-hi"`` -> examples, inclusive
-    bounds); with static masks ``masked`` and
-    ``masked_share`` (of ``tokens``, the base of ``masked_lm_prob``), and with ``mask_token_id`` the split of
-    the masked positions into ``[MASK]`` / random / unchanged (a random draw that hits the original token
-    counts as unchanged). With ``documents`` (``tokenize_documents``'s output): documents, sentences and
-    tokens of the corpus and the skipped documents by reason.
+    ``examples``, ``tokens`` (special tokens included), ``is_next_share`` (with NSP pairs), ``length_histogram``
+    (``"lo-hi"`` -> examples, inclusive bounds). With static masks, ``masked`` and ``masked_share`` (of ``tokens``,
+    the base of ``masked_lm_prob``). With ``mask_token_id``, the split into ``[MASK]`` / random / unchanged (a random
+    draw of the original token counts as unchanged). With ``documents``, the corpus's counts and skips by reason.
     """
     stats: dict[str, Any] = {} if documents is None else _document_statistics(documents)
     static = "masked_lm_positions" in instances.column_names

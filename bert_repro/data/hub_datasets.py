@@ -1,10 +1,9 @@
 """Loading a dataset from the Hub (a pre-training corpus, a task's data) without the wait of an unreachable Hub.
 
-With no network and `HF_HUB_OFFLINE` unset, `datasets.load_dataset(hub_id)` retries for ~23 s, printing a
-dozen warnings (twice: once by huggingface_hub's logger, once by datasets'), before its error. Here one short
-request asks the Hub first (`hub_answers`); when it does not answer, the dataset is read from the local cache as
-`HF_HUB_OFFLINE=1` would (a copy downloaded earlier serves, with one warning), and when the cache has none the
-caller's error names what to pass instead (`--corpus`, `--data`) in one line, within seconds.
+With no network and `HF_HUB_OFFLINE` unset, `datasets.load_dataset(hub_id)` retries for ~23 s and prints a dozen
+warnings before its error. Here one short request asks the Hub first (`hub_answers`). Without an answer the dataset
+is read from the local cache as `HF_HUB_OFFLINE=1` would, with one warning. Without a cached copy the caller's
+one-line error names what to pass instead (`--corpus`, `--data`), within seconds.
 """
 
 from __future__ import annotations

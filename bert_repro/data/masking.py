@@ -1,13 +1,9 @@
-"""Masked-LM predictions: step 7 of the pre-training examples (``bert_repro.data.pretraining_examples`` tells the
-whole algorithm), and what the steps know of the vocabulary.
+"""Masked-LM predictions: step 7 of the pre-training examples (``bert_repro.data.pretraining_examples``), and what
+the steps know of the vocabulary.
 
-``create_masked_lm_predictions`` chooses ``min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))``
-positions among all but ``[CLS]``/``[SEP]``, each replaced by ``[MASK]`` (80%), a random vocabulary entry (10%), or
-left unchanged (10%); whole-word masking (an option of the reference code, released after the paper) masks the
-``##`` pieces of a word together and never splits a word. It makes the same calls on a ``random.Random`` in the same
-order as google-research/bert's ``create_pretraining_data.py``. The masks stored in the data (static masking) and
-those ``PreTrainingCollator`` draws for each batch (dynamic masking, ``mask_batch``) both come from it.
-``WordPieceVocab`` is the vocabulary as pair building and masking read it, for tokens as strings or as ids.
+``create_masked_lm_predictions`` makes google-research/bert's calls on a ``random.Random`` in its order. The static
+masks stored in the data and the dynamic ones ``mask_batch`` draws per batch both come from it. ``WordPieceVocab``
+is the vocabulary as pair building and masking read it, for tokens as strings or as ids.
 """
 
 from __future__ import annotations
@@ -110,11 +106,11 @@ def create_masked_lm_predictions(
 ) -> tuple[list[Any], list[int], list[Any]]:
     """Step 7: ``(output_tokens, masked_lm_positions, masked_lm_labels)``, positions ascending.
 
-    Candidates are all positions but ``[CLS]``/``[SEP]`` (with whole-word masking: groups of a word-initial
-    piece and the ``##`` pieces after it), shuffled; groups are taken in that order, a group that would
-    overshoot the budget being skipped, until ``min(max_predictions_per_seq, max(1, round(len(tokens) *
-    masked_lm_prob)))`` positions are chosen. Each chosen position becomes ``[MASK]`` with probability
-    ``mask_replace_prob``, a random vocabulary entry with ``random_replace_prob``, else stays.
+    Candidates are all positions but ``[CLS]``/``[SEP]`` (with whole-word masking, a word's pieces as one group),
+    shuffled. Groups are taken in that order, skipping one that would overshoot the budget
+    ``min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))``. Each chosen position becomes
+    ``[MASK]`` with probability ``mask_replace_prob``, a random vocabulary entry with ``random_replace_prob``, else
+    stays.
     """
     cand_indexes = _candidate_groups(tokens, vocab, do_whole_word_mask)
     rng.shuffle(cand_indexes)
@@ -185,10 +181,8 @@ def mask_batch(
 ) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
     """Dynamic masking of id sequences: lists, or the rows of a tensor.
 
-    Padded rows (right padding) need their ``attention_mask``: only the first ``sum(attention_mask[i])``
-    ids of row ``i`` are used and returned. Returns the masked sequences and, per sequence,
-    ``(masked_lm_positions, masked_lm_ids)``, drawn with the rules of the static masks
-    (``create_masked_lm_predictions``).
+    Right-padded rows need their ``attention_mask``: only the first ``sum(attention_mask[i])`` ids are used and
+    returned. Returns the masked sequences and, per sequence, ``(masked_lm_positions, masked_lm_ids)``.
     """
     rows = input_ids.tolist() if isinstance(input_ids, torch.Tensor) else [list(r) for r in input_ids]
     if attention_mask is not None:

@@ -2,39 +2,29 @@
 
 Why
 ---
-A batch of pre-training examples padded to its longest example wastes the padding's compute: the examples shorter
-than ``max_seq_length`` (``short_seq_prob``, the ends of documents) leave holes in every batch. Packing puts several
-examples into one row. transformers' ``DataCollatorWithFlattening`` packs for MLM only (it drops
-``token_type_ids`` and the NSP label, and the pooler then reads one [CLS] for the whole row); here every example
-keeps its segments, its masks and its own [CLS] and NSP label, so a packed batch trains exactly as the same examples
-unpadded (the losses and every gradient are equal).
+Examples shorter than ``max_seq_length`` (``short_seq_prob``, document ends) leave padding in every batch; packing
+puts several into one row. transformers' ``DataCollatorWithFlattening`` packs for MLM only (it drops
+``token_type_ids`` and the NSP label). Here every example keeps its segments, masks, [CLS] and NSP label, so a
+packed batch has the unpadded batch's losses and gradients.
 
 What this implements
 --------------------
-- ``first_fit_decreasing``: rows of example indices, each row at most ``max_seq_length`` tokens long. Packing is
-  done per batch, on the examples the sampler drew for one step: a step still holds ``global_batch_size`` examples
-  (the paper's batch), the losses keep their normalisation (masked tokens, sequences), and the sampler, the phases
-  and resumption are unchanged.
-- ``PackingCollator``: the ``PreTrainingCollator`` (static or dynamic masking, each example masked on its own as
-  without packing) whose batch is packed rows:
+- ``first_fit_decreasing``: rows of example indices, each at most ``max_seq_length`` tokens. Packing is per batch,
+  so a step still holds ``global_batch_size`` examples and the losses, sampler, phases and resumption are unchanged.
+- ``PackingCollator``: a ``PreTrainingCollator`` whose batch is packed rows:
 
   ``input_ids``, ``token_type_ids``, ``labels`` (rows, width) -- the examples side by side, padding at the end;
   ``position_ids`` (rows, width) -- 0 at each example's [CLS], counting up within the example, 0 at padding;
   ``attention_mask`` (rows, width) -- 1 at real tokens, 0 at padding;
   ``next_sentence_label`` (examples,) -- in row-major order of the examples' [CLS];
   ``masked_positions`` (examples, slots) -- as ``PreTrainingCollator``'s, the examples in that order;
-  ``cls_positions`` (examples,) -- each example's [CLS] in the flattened batch, in that order: the pooler's gather,
-  of the batch's own size (without it the model finds the [CLS] from ``position_ids``, a size only the data knows).
+  ``cls_positions`` (examples,) -- each example's [CLS] in the flattened batch: the pooler's fixed-size gather.
 
-  Nothing else is needed to keep attention inside an example: an example starts where ``position_ids == 0`` at a
-  real token (the convention transformers' variable-length FlashAttention path reads from ``position_ids``); the
-  model builds a block-diagonal mask from that for SDPA / eager, or ``cu_seqlens`` for a variable-length kernel,
-  and reads the NSP head at every example's [CLS].
-- ``fixed_shape`` (``torch.compile``): rows of ``max_seq_length``, a fixed row count and a fixed number of example
-  slots per batch size, empty rows and ignored examples as padding, so that a compiled step neither recompiles nor
-  waits on the host for a size (``PackingCollator``'s docstring).
-- ``padding_statistics``: the share of padding in the batches of a dataset with and without packing, written to
-  the recipe's ``data_statistics.json``.
+  An example starts where ``position_ids == 0`` at a real token (transformers' variable-length FlashAttention
+  convention); the model builds its attention from that (``bert_repro.model.packed_sequences``).
+- ``fixed_shape`` (``torch.compile``): a fixed row count and example slots per batch size, so a compiled step
+  neither recompiles nor waits on the host.
+- ``padding_statistics``: the share of padding with and without packing, for ``data_statistics.json``.
 """
 
 from __future__ import annotations

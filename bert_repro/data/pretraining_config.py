@@ -1,6 +1,5 @@
 """The settings of the pre-training examples: ``PreTrainingDataConfig``, the flags of google-research/bert's
-``create_pretraining_data.py`` (same names, same defaults) plus the options beyond the paper and the objective of
-the paper's Table 5. What each setting does: ``bert_repro.data.pretraining_examples``.
+``create_pretraining_data.py`` (same names, same defaults), options beyond the paper, and Table 5's objective.
 """
 
 from __future__ import annotations

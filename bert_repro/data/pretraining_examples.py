@@ -2,83 +2,55 @@
 
 What this implements
 --------------------
-The paper's section 3.1 and appendix A.2, as google-research/bert's ``create_pretraining_data.py``
-builds them. For each document (a list of sentences, each a list of WordPiece tokens), ``dupe_factor``
-times:
+The paper's section 3.1 and appendix A.2, as google-research/bert's ``create_pretraining_data.py`` builds them. For
+each document (a list of sentences of WordPiece tokens), ``dupe_factor`` times:
 
-1. ``max_num_tokens = max_seq_length - 3``; the target length is ``max_num_tokens``, or with probability
-   ``short_seq_prob`` a random length in ``[2, max_num_tokens]`` (drawn once per document and round).
+1. ``max_num_tokens = max_seq_length - 3``; the target length is that, or with probability ``short_seq_prob`` a
+   random length in ``[2, max_num_tokens]`` (drawn once per document and round).
 2. Whole sentences are gathered into a chunk until it reaches the target or the document ends.
 3. Segment A is the first ``a_end`` sentences of the chunk, ``a_end`` random in ``[1, len(chunk) - 1]``.
-4. With probability 0.5, and always for a one-sentence chunk, the pair is NotNext: segment B is read
-   from a random start sentence of a random other document up to ``target - len(A)`` tokens, and the
-   chunk's unused sentences are put back for the next chunk. Otherwise IsNext: B is the rest of the chunk.
-5. ``truncate_seq_pair`` drops one token at a time from the longer segment (B on a tie), from its front
-   or back with probability 0.5 each, until the pair fits ``max_num_tokens``.
+4. With probability 0.5, and always for a one-sentence chunk, the pair is NotNext: B starts at a random sentence of a
+   random other document, up to ``target - len(A)`` tokens, and the unused sentences go back. Otherwise IsNext: B is
+   the rest of the chunk.
+5. ``truncate_seq_pair`` drops one token at a time from the longer segment (B on a tie), front or back at random.
 6. ``[CLS] A [SEP] B [SEP]`` with segment ids 0 for ``[CLS] A [SEP]`` and 1 for ``B [SEP]``.
-7. Masking: ``min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))`` positions among
-   all but ``[CLS]``/``[SEP]``, each replaced by ``[MASK]`` (80%), a random vocabulary entry (10%), or left
-   unchanged (10%). Whole-word masking (an option of the reference code, released after the paper)
-   masks the ``##`` pieces of a word together and never splits a word.
+7. Masking: ``min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))`` positions, never
+   ``[CLS]``/``[SEP]``, each ``[MASK]`` (80%), a random token (10%) or unchanged (10%). Whole-word masking (the
+   reference's later option) masks a word's ``##`` pieces together.
 
-Without NSP (the paper's Table 5, ``PreTrainingDataConfig.objective``: "mlm" = No NSP, "ltr" = LTR & No NSP;
-``bert_repro.model.configuration_bert_repro.PRETRAINING_OBJECTIVES`` is the one table of objectives), steps 1-2
-are the same with ``max_num_tokens = max_seq_length - 2``, and each chunk is ONE segment of contiguous text,
-truncated by step 5's rule (with an empty B) and laid out as ``[CLS] text [SEP]``, segment ids all 0; no
-``next_sentence_label`` column is written. The chunking is the reference's so that the models of Table 5 differ
-only in what the ablation removes. "mlm" masks as step 7. "ltr" stores no masks: ``PreTrainingCollator`` gives
-it ``labels`` = the next token at every real position but the last (-100 there and at padding), already shifted,
-so that the model's output head and loss read them as they read MLM labels.
+Without NSP (Table 5; ``PreTrainingDataConfig.objective`` "mlm" or "ltr"), ``max_num_tokens = max_seq_length - 2``
+and each chunk is ONE segment, ``[CLS] text [SEP]``, segment ids 0, no ``next_sentence_label``. The chunking stays the
+reference's, so the Table 5 models differ only in what the ablation removes. "ltr" stores no masks:
+``PreTrainingCollator`` gives it the next token as ``labels``, already shifted, so the head reads them as MLM labels.
 
-``create_instances_from_document``, ``truncate_seq_pair`` and ``create_masked_lm_predictions`` make the
-same calls on a ``random.Random`` in the same order as the reference, edge cases included: with one
-document in the corpus (or ten unlucky draws) the "other" document of a NotNext pair is the current one;
-a one-sentence chunk is always NotNext (and draws no coin); a ``##`` piece right after ``[SEP]`` joins the
-previous word's group in whole-word masking. ``create_training_instances`` reproduces the reference's
-whole-corpus loop with its single random stream (document shuffle, ``dupe_factor`` rounds, instance shuffle).
+The instance functions make the reference's calls on a ``random.Random`` in its order, edge cases included. With one
+document (or ten unlucky draws) the "other" document is the current one; a one-sentence chunk draws no coin; a
+``##`` piece right after ``[SEP]`` joins the previous word in whole-word masking. ``create_training_instances`` is
+the reference's whole-corpus loop with its single random stream.
 
 The datasets pipeline
 ---------------------
-``tokenize_documents`` (sentence split + WordPiece, ``map(batched=True, num_proc=...)``),
-``create_pretraining_instances`` (the loop above over a ``datasets.Dataset``) and
-``create_pretraining_dataset`` (both) produce Arrow datasets with ``input_ids``, ``token_type_ids``,
-``next_sentence_label`` (0 = IsNext, 1 = NotNext, the HF convention) and, with static masking,
-``masked_lm_positions`` / ``masked_lm_ids``. ``PreTrainingCollator`` pads a batch and turns them into
-``labels`` (-100 where nothing is predicted), or masks each batch afresh (dynamic masking).
-``pretraining_statistics`` summarises a built dataset as a JSON-serialisable dict. With ``num_proc`` > 1 both
-maps run over the rows reordered so that every worker's contiguous block carries about the same work (documents
-differ in size by orders of magnitude), and the output is put back in input order: the same bytes for any
-``num_proc``.
+``tokenize_documents``, ``create_pretraining_instances`` and ``create_pretraining_dataset`` (both) give Arrow datasets
+with ``input_ids``, ``token_type_ids``, ``next_sentence_label`` (0 = IsNext, the HF convention) and, with static
+masking, ``masked_lm_positions`` / ``masked_lm_ids``. ``PreTrainingCollator`` pads a batch into ``labels`` (-100 where
+nothing is predicted), or masks each batch afresh. With ``num_proc`` > 1 the maps run over rows reordered to even
+out the workers (``balanced_map``) and the output is put back: the same bytes for any ``num_proc``.
 
-Where each part lives
----------------------
-This module builds the datasets (``create_pretraining_instances``, ``create_pretraining_dataset``) and batches them
-(``PreTrainingCollator``); the parts it puts together are modules of ``bert_repro.data`` beside it:
-``pretraining_config`` (``PreTrainingDataConfig``, the flags), ``training_instances`` (steps 1-6: documents ->
-``TrainingInstance``, NSP pairs and NotNext, truncation; ``document_rng``), ``masking`` (step 7:
-``create_masked_lm_predictions``, ``mask_batch``; ``WordPieceVocab``), ``tokenized_documents`` (raw text ->
-sentences -> WordPiece ids: ``tokenize_documents``), ``balanced_map`` (the row order that evens out the workers of
-``map(num_proc=...)``) and ``example_statistics`` (``pretraining_statistics``).
+The parts live beside this module: ``pretraining_config`` (the flags), ``training_instances`` (steps 1-6),
+``masking`` (step 7), ``tokenized_documents`` (text -> sentences -> ids), ``balanced_map`` and
+``example_statistics``.
 
 Departures, and why
 -------------------
-- One random stream per (seed, document, round) in the datasets pipeline, instead of the reference's
-  single stream over the shuffled corpus: a document's instances then depend only on the seed, its index
-  and the corpus, so the work splits over processes and the output is byte-identical for any
-  ``num_proc``. The draws inside a document are the reference's. The final instance shuffle is
-  ``Dataset.shuffle(seed)``. ``create_training_instances`` keeps the single stream for small corpora.
-- NotNext draws its other document from the whole corpus in every worker: the workers read the
-  tokenized corpus (memory-mapped Arrow when it lives in the cache; an in-memory one is copied to them).
-- Tokens are ids, not strings; ``[CLS]``/``[SEP]`` are recognised by id. Text that spells a special token
-  (a literal "[SEP]") is tokenized as ordinary text (``split_special_tokens=True``), as the reference's
-  tokenizer does.
-- Sentence splitting of raw text (``bert_repro.data.sentences``): the reference expects it done beforehand.
-  Empty documents, empty sentences and text that looks like binary data are skipped and counted; a
-  one-sentence document is kept, as the reference keeps it (its chunks are NotNext pairs).
-- Options beyond the paper, off by default: dynamic masking (RoBERTa: a fresh mask for every batch,
-  ``static_masking=False`` + ``PreTrainingCollator(dynamic_masking=True)``), other mask rates (MosaicBERT
-  trains with ``masked_lm_prob=0.3``; raise ``max_predictions_per_seq`` with it) and other 80/10/10 splits
-  (``mask_replace_prob`` / ``random_replace_prob``).
+- One random stream per (seed, document, round) instead of one over the shuffled corpus: a document's instances
+  depend only on the seed, its index and the corpus, so the output is byte-identical for any ``num_proc``. The
+  draws inside a document are the reference's; the final shuffle is ``Dataset.shuffle(seed)``.
+- NotNext draws from the whole corpus in every worker (memory-mapped Arrow, or a copy of an in-memory corpus).
+- Tokens are ids; text that spells a special token ("[SEP]") is ordinary text, as in the reference tokenizer.
+- Sentence splitting of raw text (``bert_repro.data.sentences``), which the reference expects done. Empty and
+  binary-looking text is skipped and counted; a one-sentence document is kept, as the reference keeps it.
+- Off by default: dynamic masking (RoBERTa), other mask rates (MosaicBERT's ``masked_lm_prob=0.3``; raise
+  ``max_predictions_per_seq`` with it) and other 80/10/10 splits (``mask_replace_prob`` / ``random_replace_prob``).
 """
 
 from __future__ import annotations
@@ -159,11 +131,10 @@ def create_pretraining_instances(
 ) -> Dataset:
     """Steps 1-7 over every document of ``tokenize_documents``'s output, ``config.dupe_factor`` times.
 
-    Document ``d`` in round ``r`` draws from ``document_rng(config.random_seed, d, r)`` (a departure from the
-    reference's single stream over the corpus, made so the work parallelises); the result is the same
-    bytes for any ``num_proc``. NotNext segments come from the whole corpus in every worker. With
-    ``shuffle`` the instances are shuffled with ``config.random_seed``, as the reference shuffles them.
-    ``vocab`` must hold ids (``WordPieceVocab.from_tokenizer(tokenizer)``).
+    Document ``d`` in round ``r`` draws from ``document_rng(config.random_seed, d, r)`` (the module's first departure),
+    so the bytes are the same for any ``num_proc``. With ``shuffle`` the instances are shuffled with
+    ``config.random_seed``, as the reference shuffles them. ``vocab`` must hold ids
+    (``WordPieceVocab.from_tokenizer(tokenizer)``).
     """
     missing = {"sentences", "num_sentences"} - set(documents.column_names)
     if missing:
@@ -266,12 +237,11 @@ def _append_instance(out: dict[str, list[Any]], instance: TrainingInstance) -> N
 
 
 class ArrowCorpus(Sequence):
-    """The non-empty documents of a ``tokenize_documents`` dataset as a sequence of documents, read lazily.
+    """The non-empty documents of a ``tokenize_documents`` dataset, read lazily.
 
-    ``corpus[j]`` is the ``j``-th document with at least one sentence (the reference drops empty ones);
-    its sentences are converted to Python lists one at a time, when asked for, so drawing a NotNext
-    segment from a book-sized document reads only the sentences it uses. Pickles as the dataset does
-    (a memory-mapped dataset by file name).
+    ``corpus[j]`` is the ``j``-th document with a sentence (the reference drops empty ones). Sentences become Python
+    lists one at a time, so a NotNext draw from a book-sized document reads only what it uses. Pickles as the dataset
+    does.
     """
 
     def __init__(self, documents: Dataset) -> None:
@@ -362,26 +332,18 @@ def create_pretraining_dataset(
 class PreTrainingCollator:
     """Pads a batch of pre-training instances and gives the inputs of ``BertForPreTraining``.
 
-    Output: ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (the original token at each
-    masked position, -100 elsewhere) and, when the rows have it, ``next_sentence_label`` (0 = IsNext,
-    1 = NotNext), all ``torch.long``, padded to the longest row (or to ``pad_to_multiple_of``); and
-    ``masked_positions`` (examples, max_predictions_per_seq): where each example's labels lie, as indices
-    into the flattened (batch * width) labels, the unused slots naming a position without a label (the
-    example's last token): Google's ``masked_lm_positions`` made batch-wide. The model's sparse MLM
-    prediction gathers there, a number of positions that depends on the batch size only, so its shapes do not
-    change with the masks (``torch.compile``: one graph, no recompilation). An example with more labels (the
-    "ltr" objective, stored masks of a larger budget) widens the slots to its count.
+    Output, all ``torch.long`` and padded to the longest row (or ``pad_to_multiple_of``): ``input_ids``,
+    ``token_type_ids``, ``attention_mask``, ``labels`` (the original token where masked, -100 elsewhere) and, when the
+    rows have it, ``next_sentence_label`` (0 = IsNext).
+    ``masked_positions`` (examples, max_predictions_per_seq) is Google's ``masked_lm_positions`` made batch-wide:
+    indices into the flattened labels, unused slots naming the example's last token. The sparse MLM prediction gathers
+    there, so its shapes depend on the batch size only (one compiled graph). An example with more labels widens the
+    slots.
 
-    Static masking (default, the paper): the masks stored by ``create_pretraining_instances``
-    (``masked_lm_positions`` / ``masked_lm_ids``). Dynamic masking (RoBERTa, ``dynamic_masking=True``, for
-    data built with ``static_masking=False``): every call draws fresh masks with the reference rules
-    (``create_masked_lm_predictions``), seeded from torch's random generator, which ``DataLoader`` seeds
-    differently in each worker and each epoch (``torch.manual_seed`` makes runs repeatable).
-
-    ``objective`` (a name of ``PRETRAINING_OBJECTIVES``): a masked-LM objective is handled as above; "ltr" (the
-    left-to-right control of Table 5) is not masked, and its ``labels`` are the next token at every real position
-    but the last (-100 at the last real token and at padding), shifted here so that the model reads them as MLM
-    labels: position i is trained to predict token i + 1.
+    Static masking (the paper) reads the stored masks. Dynamic masking (RoBERTa, ``dynamic_masking=True``, for data
+    built with ``static_masking=False``) draws fresh masks per call from torch's generator, which ``DataLoader``
+    seeds per worker and epoch. "ltr" is not masked: its ``labels`` are the next token, shifted here (-100 at the
+    last real token and padding), so the model reads them as MLM labels.
     """
 
     tokenizer: Any

@@ -2,50 +2,32 @@
 
 What this implements
 --------------------
-The reference ``create_pretraining_data.py`` of google-research/bert reads one sentence per line with a
-blank line between documents, and asks that the lines be "actual sentences, not entire paragraphs or
-arbitrary spans of text", because segments A and B of the next-sentence task are cut at sentence
-boundaries. Real corpora (Wikipedia articles, books) come as documents of paragraphs, so splitting is
-the pipeline's job. ``split_sentences`` turns one document's text into its sentences, in order; the
-document boundary is kept by the caller (one document = one list of sentences).
+google-research/bert's ``create_pretraining_data.py`` reads one sentence per line and asks for "actual sentences,
+not entire paragraphs", because NSP's segments are cut at sentence boundaries. Real corpora come as paragraphs, so
+``split_sentences`` splits one document's text; the caller keeps the document boundary.
 
 Why a rule-based splitter of our own
 ------------------------------------
-Checked on this project's machines before choosing:
+- NLTK's Punkt needs ``punkt_tab``, which is not in the wheel and would be downloaded at run time.
+- pysbd 0.3.4 took about 8 s/MB of book text (a CPU-day for English Wikipedia), ends a sentence at every line break
+  of hard-wrapped text, and is super-linear: 30,000 repetitions of ``"x. "`` took 135 s.
 
-- NLTK's Punkt needs its trained parameters (``punkt_tab``), which are not in the ``nltk`` wheel and
-  would have to be downloaded at run time, which this project's machines cannot do.
-- pysbd 0.3.4 (its latest release, 2021) is accurate on abbreviations, but took 0.8 s per 100 kB of
-  book text (about 8 s/MB, a day of CPU for English Wikipedia), treats every line break of hard-wrapped
-  text as a sentence end, and is super-linear on some inputs: 10,000 repetitions of ``"x. "`` took
-  24 s and 30,000 took 135 s, i.e. a single odd line can stall a worker for minutes.
-
-The rules below run in linear time (one regular-expression scan per paragraph plus a constant amount of
-work per candidate boundary), need nothing beyond the standard library, and give the same output on
-every machine, which keeps the pre-training data byte-for-byte reproducible. Their accuracy is that of
-the usual heuristics (a boundary is terminal punctuation, optional closing quotes or brackets, white
-space, and an upper-case letter or digit; known abbreviations, initials and dotted acronyms do not end
-a sentence). For BERT that is enough: a wrong boundary moves a cut point between segments A and B, it
-does not lose text, and a sentence longer than the sequence length is truncated later on anyway.
+The rules below run in linear time with the standard library, and give the same output everywhere, so the data stays
+byte-for-byte reproducible. A boundary is terminal punctuation, optional closing quotes or brackets, white space, and
+an upper-case letter or digit; abbreviations, initials and dotted acronyms do not end a sentence. A wrong boundary
+only moves the A/B cut point; it loses no text.
 
 Paragraphs
 ----------
-A blank line always ends a sentence. Single line breaks are hard wrapping (books, e-texts) and are read
-as spaces, unless ``split_lines=True``, for corpora that keep one paragraph or heading per line
-(Wikipedia dumps), where every line break ends a sentence.
+A blank line always ends a sentence. Single line breaks are hard wrapping, read as spaces, unless
+``split_lines=True`` (one paragraph or heading per line, as in Wikipedia dumps).
 
 Overlong "sentences" (our departure from the reference)
 --------------------------------------------------------
-Text without sentence punctuation (a word list, a table flattened to one line, a whole file on one line
-without periods) would come out as one giant "sentence". The reference keeps such a sentence whole, and its
-pair builder then truncates it to one example: a 10 MB document without a period gives a single example of
-at most ``max_seq_length`` tokens and the rest is silently lost, while the sentence costs memory and time in
-proportion to its length at every later step. Here a sentence longer than ``MAX_SENTENCE_CHARS`` characters
-(longer than any sentence of real prose) is cut into consecutive pieces of at most ``SENTENCE_PIECE_CHARS``
-characters, at a space where there is one within the piece (a hard cut otherwise, e.g. in Chinese), and the
-pieces are treated as sentences: no text is lost, and a piece is about as long as a long real sentence (tens
-of WordPiece tokens in English), so the pair builder packs several into one example as it does sentences.
-``max_sentence_chars=None`` keeps the reference's behaviour.
+Text without sentence punctuation would be one giant "sentence". The reference keeps it whole and truncates it to one
+example, silently losing the rest, while it costs time in proportion to its length. Here a sentence over
+``MAX_SENTENCE_CHARS`` is cut into pieces of at most ``SENTENCE_PIECE_CHARS``, at a space where there is one. The
+pieces are packed like sentences, and no text is lost. ``max_sentence_chars=None`` keeps the reference's behaviour.
 """
 
 from __future__ import annotations

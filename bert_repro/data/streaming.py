@@ -2,75 +2,55 @@
 
 What this builds
 ----------------
-``StreamingExamples`` reads documents lazily from a ``DocumentSource``, splits each into sentences and WordPiece
-ids when it arrives (the map-style pipeline's own ``_tokenize_batch``), and builds its pre-training examples with
-the SAME instance function as the map-style builder: ``create_instances_from_document`` (steps 1-7 of
-``bert_repro.data.pretraining_examples``), with the same per-document random stream
-``document_rng(seed, document, round)``. Examples pass through a bounded shuffle buffer and come out one at a
-time, for ever (one pass over the stream after the other), as a ``torch.utils.data.IterableDataset``.
+``StreamingExamples`` reads documents lazily from a ``DocumentSource``, tokenizes each as it arrives (the map-style
+pipeline's ``_tokenize_batch``) and builds examples with the map-style builder's own ``create_instances_from_document``
+and per-document stream ``document_rng(seed, document, round)``. Examples leave through a bounded shuffle buffer,
+pass after pass for ever, as a ``torch.utils.data.IterableDataset``.
 
 Sources (``open_document_source``):
 
-- local ``.txt`` (``document_boundary`` "blank_line" or "file") and ``.jsonl`` files: ``TextFileDocuments``, read
-  line by line; its position is a file and a byte offset, so resuming seeks there and reads nothing twice.
-- a Hub dataset (``streaming=True``) and local ``.parquet`` / ``.csv`` / ``.tsv`` files: ``DatasetDocuments``, a
-  ``datasets.IterableDataset`` and its ``state_dict()``. datasets resumes at the shard granularity: finished
-  shards are not opened again, but the rows of the current shard before the position are read again and
-  dropped by the library (not split, tokenized or turned into examples). WikiText read with
-  ``document_boundary="wikitext"`` is one generator over the whole split: resuming it reads the consumed part
-  again.
+- local ``.txt`` and ``.jsonl`` files: ``TextFileDocuments``. Its position is a file and a byte offset, so resuming
+  seeks there and reads nothing twice.
+- a Hub dataset (``streaming=True``) and local ``.parquet`` / ``.csv`` / ``.tsv``: ``DatasetDocuments``, a
+  ``datasets.IterableDataset`` and its ``state_dict()``. datasets resumes per shard: the rows of the current shard
+  before the position are read again and dropped by the library. WikiText (``document_boundary="wikitext"``) is one
+  generator over the split, so resuming reads the consumed part again.
 
 The approximation: NotNext segments from a buffer of recent documents
 ---------------------------------------------------------------------
-The reference (``create_pretraining_data.py``) draws segment B of a NotNext pair from a uniformly random OTHER
-document of the WHOLE corpus; that needs random access to every document. Here ``create_instances_from_document``
-gets, as its ``all_documents``, a buffer of the ``document_buffer`` + 1 most recent documents of the stream (the
-current one and the K = ``document_buffer`` before it; the first K + 1 documents of a pass wait until the buffer is
-full, so every document, the first ones included, has K others to draw from). Its rule is unchanged: a random
-other document of that buffer, ten tries, then a random start sentence in it. What is the same: the choice of
-B's start sentence and length, the IsNext/NotNext coin, the truncation and the masks are the reference's draws,
-and B never comes from the current document when K >= 1 (up to the reference's own ten-tries rule, whose
-failure has probability (1/(K+1))**10). What differs: B's document is uniform over K recent neighbours, not over
-the corpus, so B tends to come from documents near A in the stream order. When the stream's order is
-unrelated to the content (a corpus shuffled, or built from many unrelated sources, by shards) and K is large, a
-NotNext pair's B is a document as unrelated to A as the reference's; when neighbouring documents are related (a
-Wikipedia dump in title order, chapters of one book in separate files), NotNext pairs become harder (and
-different from the paper's) than the reference's.
+The reference draws segment B of a NotNext pair from any other document of the whole corpus, which needs random
+access. Here ``all_documents`` is a buffer of the current document and the K = ``document_buffer`` before it (the
+first documents wait until it is full). The reference's rule is unchanged: a random other document, ten tries.
+B's start, length, the IsNext coin, truncation and masks are the reference's draws. What differs: B comes from K
+recent neighbours. NotNext pairs are as the paper's when the stream order is unrelated to the content (a shuffled
+corpus), and harder when neighbours are related (Wikipedia in title order). docs/pretraining.md,
+"Streaming a corpus larger than the disk".
 
-The reference also shuffles all instances at the end; here a shuffle buffer of ``shuffle_buffer`` examples does it,
-bounded: an example leaves the buffer at a uniformly random slot, so examples of one document spread over
-about ``shuffle_buffer`` positions of the output instead of over the whole data set.
+The reference's final shuffle of all instances is here a buffer of ``shuffle_buffer`` examples: one document's
+examples spread over about that many positions, not the whole data set.
 
-``dupe_factor``: pass p over the stream builds every document with round ``p % dupe_factor`` (the reference's
-``dupe_factor`` copies, each with its own masks, NotNext draws and A/B cuts). As the buffer holds the same
-documents at the same point of every pass, pass p + ``dupe_factor`` repeats pass p's instances (in another order),
-as training for several epochs over the reference's static data repeats them.
+``dupe_factor``: pass p builds every document with round ``p % dupe_factor`` (the reference's copies, each with its
+own masks and draws). Pass p + ``dupe_factor`` repeats pass p's instances in another order, as epochs over the
+reference's static data do.
 
-Documents: the id a document gets for ``document_rng`` is its position in this process's pass times the number of
-processes plus the rank, so processes draw from different streams. Empty documents, documents that look like
-binary data and documents held out for evaluation (``exclude``: digests of their text, ``text_digest``) are
-skipped and counted.
+A document's id for ``document_rng`` is its position in this process's pass times the number of processes plus the
+rank. Empty, binary-looking and held-out documents (``exclude``, digests from ``text_digest``) are skipped and
+counted.
 
 Phases and processes
 --------------------
-``phase_examples[p]`` examples are drawn with ``configs[p]`` (e.g. 128 tokens) before moving to ``configs[p + 1]``
-(e.g. 512): at the switch the pending examples and the shuffle buffer (built at the old length) are dropped, the
-document buffer is kept, and reading goes on where it was. Each process reads its own part of the stream
-(``TextFileDocuments``: every world_size-th file, or every world_size-th document when there are fewer files than
-processes; ``DatasetDocuments``: ``datasets.distributed.split_dataset_by_node``).
-
-DataLoader workers (``WorkerStreams``): each of a process's N workers reads a stream of its own, as if it were one
-more process (share R * N + w of P * N), and the DataLoader returns their batches in turn; without workers the
-process reads its one stream itself.
+``phase_examples[p]`` examples are drawn with ``configs[p]`` (e.g. 128 tokens), then ``configs[p + 1]`` (e.g. 512).
+At the switch the pending examples and the shuffle buffer are dropped; the document buffer and the read position
+are kept. Each process reads its own part of the stream (every world_size-th file or document;
+``split_dataset_by_node`` for datasets). Each of N DataLoader workers reads its own share, R * N + w of P * N
+(``WorkerStreams``).
 
 Resuming
 --------
-``state_dict()`` is a JSON-serialisable dict: the source position, the document buffer (token ids), the pending
-examples, the shuffle buffer, the shuffle generator's state and the counters. ``load_state_dict`` of a fresh
-object built with the same arguments continues with exactly the examples an uninterrupted stream would give,
-without reading the consumed documents again (see the sources above for the shard granularity of datasets).
-``DataStateCallback`` writes the states of a process's streams into every Trainer checkpoint
-(``data_state-rank{R}.json``), ``load_data_state`` reads them back.
+``state_dict()`` is JSON: the source position, the document buffer, the pending examples, the shuffle buffer and its
+generator, the counters. ``load_state_dict`` on a fresh object with the same arguments continues with exactly the
+examples an uninterrupted stream gives. ``DataStateCallback`` writes the states into every Trainer checkpoint
+(``data_state-rank{R}.json``); ``load_data_state`` reads them back.
 """
 
 from __future__ import annotations
@@ -143,11 +123,10 @@ def text_digest(text: str) -> str:
 class TextFileDocuments:
     """Documents of local ``.txt`` and ``.jsonl`` files, read line by line; this process's share only.
 
-    ``.txt``: ``document_boundary`` "blank_line" (a blank line between documents, decoded per document with
-    ``corpus.decode_text``) or "file" (one document per file). ``.jsonl``: one document per line, in
-    ``text_column``. Iterating yields texts from the current position on; the position (file, byte offset after
-    the last document yielded) advances before each yield. ``rewind()`` goes back to the start for a new pass.
-    ``documents_read`` counts the documents parsed by this object (kept or not, over all passes).
+    ``.txt``: ``document_boundary`` "blank_line" (decoded per document with ``corpus.decode_text``) or "file".
+    ``.jsonl``: one document per line, in ``text_column``. The position (file, byte offset after the last document
+    yielded) advances before each yield; ``rewind()`` starts a new pass. ``documents_read`` counts documents parsed,
+    kept or not.
     """
 
     def __init__(
@@ -596,19 +575,15 @@ def stream_batches(stream: int, streams: int, batches: int) -> int:
 class WorkerStreams(torch.utils.data.IterableDataset):
     """This process's batches of examples from ``streams`` streams, one per DataLoader worker, in a fixed order.
 
-    Stream v of a process of rank R among P is the ``StreamingExamples`` of the share R * streams + v of
-    P * streams (``make_stream(rank=..., world_size=..., phase_examples=...)``, e.g. a ``functools.partial`` of
-    ``open_stream``): its own files or documents and random streams, as if it were a process of its own. Batch i of
-    the process is the next ``batch_size`` examples of stream i % streams, whatever the workers' speeds: torch's
-    DataLoader asks its workers for batches in turn and returns them in that order, and the worker in slot w runs
-    stream (first batch + w) % streams. So the examples are those of P * streams processes without workers, taken
-    in turn; they depend on the number of streams (``--dataloader_num_workers``, at least 1), and a run resumes
-    with the same number. Read without workers (``streams`` 1), the process reads its one stream itself.
+    Stream v of rank R among P is the ``StreamingExamples`` of share R * streams + v of P * streams (``make_stream``),
+    as if it were a process of its own. Batch i is the next ``batch_size`` examples of stream i % streams, whatever the
+    workers' speeds: the DataLoader returns its workers' batches in turn, and worker w runs stream
+    (first batch + w) % streams. The examples therefore depend on ``--dataloader_num_workers``, and a run resumes with
+    the same number.
 
-    Positions: a stream's state at a checkpoint is the one before its first batch not trained yet. Workers run
-    ahead of training, so a worker writes its stream's state into a folder of this process when it finishes a
-    batch after which a checkpoint may be saved (``plan_saves``), before the batch leaves the worker; at the save,
-    ``state_text`` gathers those files.
+    A stream's state at a checkpoint is the one before its first untrained batch. Workers run ahead of training, so a
+    worker writes its state into a folder of this process after each batch a checkpoint may follow (``plan_saves``),
+    before the batch leaves it; at the save, ``state_text`` gathers those files.
     """
 
     def __init__(

@@ -1,13 +1,9 @@
-"""Raw documents -> sentences -> WordPiece ids: the first map of the pre-training examples' datasets pipeline
-(``bert_repro.data.pretraining_examples``).
+"""Raw documents -> sentences -> WordPiece ids: the first map of the pre-training examples' datasets pipeline.
 
-``tokenize_documents`` splits each row's text into sentences (``bert_repro.data.sentences``) and each sentence into
-WordPiece ids (no special tokens; text that spells a special token is tokenized as ordinary text,
-``split_special_tokens=True``, as the reference's tokenizer does), with ``map(batched=True, num_proc=...)`` over
-balanced blocks of rows (``bert_repro.data.balanced_map``): the same bytes for any ``num_proc``. Empty documents,
-empty sentences and text that looks like binary data are skipped and counted; overlong "sentences" are cut into
-pieces and counted. The streaming pipeline (``bert_repro.data.streaming``) tokenizes with the same function
-(``_tokenize_batch``), so both tokenize alike.
+``tokenize_documents`` splits text into sentences (``bert_repro.data.sentences``) and those into WordPiece ids without
+special tokens. Text that spells a special token is ordinary text (``split_special_tokens=True``), as in the
+reference tokenizer. It maps over balanced blocks (``bert_repro.data.balanced_map``), so the bytes are the same for
+any ``num_proc``. The streaming pipeline tokenizes with the same function (``_tokenize_batch``).
 """
 
 from __future__ import annotations
@@ -61,13 +57,9 @@ def tokenize_documents(
 ) -> Dataset:
     """Split each row's text into sentences and each sentence into WordPiece ids (no special tokens).
 
-    Returns one row per input row with the columns of ``DOCUMENT_FEATURES``; a row that is empty, holds
-    only white space or looks like binary data keeps no sentences and says why in ``skip_reason``
-    (the counts are logged). ``split_lines``: see ``bert_repro.data.sentences.split_sentences``. A "sentence"
-    longer than ``sentences.MAX_SENTENCE_CHARS`` characters (text without sentence punctuation) is cut into
-    pieces of at most ``sentences.SENTENCE_PIECE_CHARS`` characters, counted in ``long_sentences`` and logged
-    as a warning with the rows concerned: our departure from the reference, which would keep it whole and
-    make one truncated example of it (see the module docstring of ``bert_repro.data.sentences``).
+    One row per input row with the columns of ``DOCUMENT_FEATURES``. An empty, blank or binary-looking row keeps no
+    sentences and says why in ``skip_reason``. Overlong "sentences" are cut into pieces (our departure, see
+    ``bert_repro.data.sentences``), counted in ``long_sentences`` and logged.
     """
     _check_text_column(dataset, text_column)
     # The fingerprint of the result, whatever num_proc (the balanced order below changes only how the work
@@ -125,8 +117,8 @@ def _tokenize_batch(texts: list[Any], tokenizer: Any, split_lines: bool) -> dict
 
 def _tokenize_table(texts: list[Any], tokenizer: Any, split_lines: bool) -> pa.Table:
     """One batch of documents as an Arrow table of ``DOCUMENT_FEATURES``. Sentences are encoded a slice at a time
-    and each slice goes to Arrow at once: a document of 100 MB never exists as Python lists of token ids (the
-    tokenizer's encodings and Python integers take many times the bytes of the ids)."""
+    and each slice goes to Arrow at once, so a 100 MB document never exists as Python lists of ids, which take many
+    times the bytes."""
     reasons: list[str] = []
     split: list[list[str]] = []
     long_counts: list[int] = []

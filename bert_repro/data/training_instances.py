@@ -1,14 +1,10 @@
 """Documents -> training instances: steps 1-6 of the pre-training examples (``bert_repro.data.pretraining_examples``
 tells the whole algorithm), as google-research/bert's ``create_pretraining_data.py`` builds them.
 
-For each document and ``dupe_factor`` round, ``create_instances_from_document`` gathers whole sentences into chunks
-of a target length, splits each chunk into segments A and B, makes the pair NotNext with probability 0.5 and always
-for a one-sentence chunk (segment B read from another document, the chunk's unused sentences put back), truncates
-the pair (``truncate_seq_pair``) and lays it out as ``[CLS] A [SEP] B [SEP]``; without NSP each chunk is one segment,
-``[CLS] text [SEP]``. Masks are drawn right after each pair (``bert_repro.data.masking``) when the config stores
-them. ``create_training_instances`` is the reference's whole-corpus loop with its single random stream;
-``document_rng`` is the per-document stream that the datasets pipeline and the streaming pipeline draw from instead,
-so that documents can be processed in any order.
+``create_instances_from_document`` cuts a document into NSP pairs, or single segments without NSP, and draws their
+masks right after each pair when the config stores them. ``create_training_instances`` is the reference's
+whole-corpus loop with its single random stream. ``document_rng`` is the per-document stream the datasets and
+streaming pipelines draw from instead, so documents can be processed in any order.
 """
 
 from __future__ import annotations

@@ -7,20 +7,16 @@ vocabulary and a manifest, small enough to go with the code to a machine without
     python recipes/pretrain.py --corpus .travel/books/corpus.parquet --tokenizer .travel/books/tokenizer ...
 
 Writes into the output folder (new or empty):
-- `corpus.parquet`: one row per document (`text`), Zstandard level 19. Documents are whole (document
-  boundaries as `load_corpus` reads them) and their text unchanged, so the pre-training recipe splits
-  sentences and builds its examples there as it does from the text files: `--corpus` reads the file like any
-  Parquet corpus. Compressed text rather than token ids: it leaves sentence splitting, NSP and masking to the
-  recipe's own options, and it is small: compressed text came out smaller than 16-bit ids start before any
-  compression (benchmarks/LOG.md, "The travelling corpus and the GPU study's budget").
-- `tokenizer/`: a WordPiece vocabulary trained on the whole text (`--tokenizer`), so that the machine it
-  travels to trains none, and `tokens` below is exact.
-- `manifest.json`: the command, the provenance given, each source file's size and sha256, the documents, bytes
-  and WordPiece tokens of the text, and the sha256 of `corpus.parquet`, which `--check` verifies (a copy cut
-  short stops the run with one message instead of a Parquet error later). A `SOURCES.tsv` in the input folder
-  (a list of the sources and their licences) is copied beside it.
+- `corpus.parquet`: one row per whole document (`text`, unchanged), Zstandard level 19; `--corpus` reads it like
+  any Parquet corpus. Text rather than token ids leaves sentence splitting, NSP and masking to the recipe's
+  options, and compressed it is smaller than raw 16-bit ids (benchmarks/LOG.md, "The travelling corpus and the GPU
+  study's budget").
+- `tokenizer/`: a WordPiece vocabulary trained on the whole text, so the target machine trains none.
+- `manifest.json`: the command, the provenance, each source file's size and sha256, the counts of documents, bytes
+  and tokens, and the sha256 of `corpus.parquet`, which `--check` verifies (a truncated copy stops with one
+  message). A `SOURCES.tsv` in the input folder is copied beside it.
 
-Only `*.txt` files below the folder are read (a `SOURCES.tsv` or README beside them is not text to train on).
+Only `*.txt` files below the folder are read.
 """
 
 from __future__ import annotations

@@ -2,47 +2,30 @@
 
 What this implements
 --------------------
-BERT (Devlin et al., 2019, section 3 "Input/Output Representations") uses WordPiece embeddings
-(Wu et al., 2016, "Google's Neural Machine Translation System", section 4.1) with a 30,000-token
-vocabulary; the released uncased English vocabulary has 30,522 entries, the cased one 28,996. The
-reference code (``tokenization.py`` of google-research/bert) tokenizes in two stages, reproduced here
-with the Rust ``tokenizers`` library:
+BERT (section 3, "Input/Output Representations") uses WordPiece (Wu et al., 2016, section 4.1) with a 30,000-token
+vocabulary; the released uncased vocabulary has 30,522 entries, the cased one 28,996. google-research/bert's
+``tokenization.py`` has two stages, here in the Rust ``tokenizers`` library:
 
-1. ``BasicTokenizer``: clean control characters, put spaces around CJK characters, lower-case and strip
-   accents (uncased models only), split on whitespace and punctuation. Here: ``BertNormalizer`` +
-   ``BertPreTokenizer``.
-2. ``WordpieceTokenizer``: greedy longest-match-first split of each word into vocabulary pieces, the
-   non-initial pieces carrying the ``##`` prefix, a whole word becoming ``[UNK]`` when it cannot be
-   split or is too long. Here: the ``WordPiece`` model.
-
-Inputs are framed as ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` with token type (segment) ids 0 for
-``[CLS] A [SEP]`` and 1 for ``B [SEP]`` (paper, section 3 and Figure 2). Masking for pre-training
-(paper, appendix A.1/A.2) works on these WordPiece tokens and is not part of this module.
+1. ``BasicTokenizer`` (clean, space out CJK, lower-case and strip accents if uncased, split on white space and
+   punctuation): ``BertNormalizer`` + ``BertPreTokenizer``.
+2. ``WordpieceTokenizer`` (greedy longest match, ``##`` on non-initial pieces, ``[UNK]`` for a word that cannot be
+   split): the ``WordPiece`` model.
 
 Departures
 ----------
-- Google did not release the program that built its vocabularies. Training here uses the ``tokenizers``
-  ``WordPieceTrainer``, which grows the vocabulary by BPE-style merges of the most frequent pairs
-  (with ``##`` marking word-internal pieces); it is not the likelihood-based procedure of Wu et al.
-  The resulting vocabulary is applied exactly as BERT applies its own (greedy longest match).
-- In a freshly trained vocabulary the five special tokens take ids 0-4 in the order of
-  ``BERT_SPECIAL_TOKENS`` (``[PAD]``=0, ``[UNK]``=1, ``[CLS]``=2, ``[SEP]``=3, ``[MASK]``=4). Google's
-  vocabularies put ``[PAD]`` at 0, then ``[unused0]``.. ``[unused98]``, then ``[UNK]``=100,
-  ``[CLS]``=101, ``[SEP]``=102, ``[MASK]``=103. Loading such a vocabulary (``load_tokenizer``) keeps
-  its ids; only training uses the compact layout, so nothing may hard-code special-token ids: read
-  them from the tokenizer (``tokenizer.cls_token_id`` and so on).
-- A word longer than 100 characters becomes ``[UNK]`` (the ``tokenizers`` and transformers default,
-  which ``from_pretrained`` restores on reload); google's ``WordpieceTokenizer`` allows 200.
-- ``WordPieceTrainer`` breaks ties between equally frequent pairs in hash-map order, so two trainings
-  on the same text can differ in a few pieces. Train once and keep the saved vocabulary.
+- Google did not release its vocabulary builder. ``WordPieceTrainer`` grows the vocabulary by BPE-style merges, not
+  Wu et al.'s likelihood procedure; the vocabulary is applied as BERT applies its own.
+- A trained vocabulary puts the special tokens at ids 0-4 (``BERT_SPECIAL_TOKENS``); Google's put ``[UNK]`` at 100,
+  ``[CLS]`` at 101, ... after ``[unused*]`` slots. Loaded vocabularies keep their ids, so read special ids from the
+  tokenizer, never hard-code them.
+- A word over 100 characters becomes ``[UNK]`` (the ``tokenizers`` default); Google allows 200.
+- ``WordPieceTrainer`` breaks frequency ties in hash-map order, so two trainings can differ in a few pieces.
 
-transformers 5.x notes
-----------------------
-``transformers.BertTokenizer`` is the fast (Rust-backed) tokenizer; the pure-Python one is
-``BertTokenizerLegacy``. ``save_pretrained`` writes ``tokenizer.json`` and ``tokenizer_config.json`` but
-no ``vocab.txt``, which original-BERT tools need: ``save_tokenizer`` adds it. ``AutoTokenizer`` cannot
-load a directory holding only ``vocab.txt`` and, for a directory holding only ``tokenizer.json``, returns
-a generic tokenizer without ``token_type_ids``: ``load_tokenizer`` handles both cases.
+transformers 5.x
+----------------
+``BertTokenizer`` is the fast tokenizer. ``save_pretrained`` writes no ``vocab.txt``, which original-BERT tools need:
+``save_tokenizer`` adds it. ``AutoTokenizer`` cannot load a bare ``vocab.txt``, and reads a bare ``tokenizer.json``
+without ``token_type_ids``: ``load_tokenizer`` handles both.
 """
 
 from __future__ import annotations
@@ -113,32 +96,10 @@ def train_wordpiece(
 ) -> BertTokenizer:
     """Train a BERT WordPiece vocabulary and return it as a fast ``transformers.BertTokenizer``.
 
-    Give exactly one of ``files`` (paths of plain-text files, read line by line) or ``iterator`` (an
-    iterable of strings, e.g. a ``datasets`` text column).
-
-    The five special tokens take ids 0..4 in the order of ``BERT_SPECIAL_TOKENS`` (``[PAD]``=0,
-    ``[UNK]``=1, ``[CLS]``=2, ``[SEP]``=3, ``[MASK]``=4), unlike google's released vocabularies
-    (``[UNK]``=100, ``[CLS]``=101, ...), which reserve ``[unused*]`` slots.
-
-    Args:
-        files: one path or a list of paths of text files.
-        iterator: iterable of texts, used instead of ``files``.
-        vocab_size: size of the final vocabulary, special tokens and alphabet included. The result is
-            smaller when the corpus has too few distinct pieces to reach it (a warning is logged).
-        lowercase: lower-case the text (uncased model). ``False`` gives a cased model.
-        strip_accents: strip accents (NFD + drop combining marks). ``None`` follows ``lowercase``, the
-            BERT convention: uncased models strip accents, cased models keep them.
-        min_frequency: minimum count of a pair for it to be merged into a new piece.
-        limit_alphabet: maximum number of distinct single characters kept in the vocabulary.
-        show_progress: show the trainer's progress bars.
-
-    Returns:
-        A ``BertTokenizer`` with ``model_max_length`` 512 whose encodings carry ``token_type_ids``.
-
-    Raises:
-        ValueError: neither or both of ``files`` and ``iterator`` given, ``files`` empty, or
-            ``vocab_size`` too small to hold the special tokens.
-        FileNotFoundError: one of ``files`` does not exist (the message names it).
+    Give exactly one of ``files`` (text files, read line by line) or ``iterator`` (strings). ``vocab_size`` counts
+    special tokens and alphabet; a corpus with too few distinct pieces gives fewer, with a warning.
+    ``strip_accents=None`` follows ``lowercase``, the BERT convention. The special tokens take ids 0..4.
+    Raises ValueError for bad arguments and FileNotFoundError naming a missing file.
     """
     if vocab_size <= len(BERT_SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must exceed the {len(BERT_SPECIAL_TOKENS)} special tokens, got {vocab_size}")
@@ -257,15 +218,10 @@ def _wrap(
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerBase, output_dir: str | os.PathLike) -> list[str]:
-    """Save ``tokenizer`` with ``save_pretrained`` and add a ``vocab.txt``.
+    """Save ``tokenizer`` with ``save_pretrained`` and add the ``vocab.txt`` original-BERT tools read; return the paths.
 
-    ``AutoTokenizer.from_pretrained(output_dir)`` loads the result; ``vocab.txt`` (one token per line, in
-    id order) is what original-BERT tools read, and transformers 5.x does not write it. The files are written
-    into a staging folder beside them and each moved into ``output_dir`` whole, ``tokenizer.json`` last: a kill
-    while saving leaves no truncated file, and a folder with ``tokenizer.json`` has the rest too.
-
-    Returns:
-        The paths of the written files.
+    Files are staged beside ``output_dir`` and moved in whole, ``tokenizer.json`` last: a kill leaves no truncated
+    file, and a folder with ``tokenizer.json`` has the rest too.
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -315,31 +271,11 @@ def load_tokenizer(
 ) -> PreTrainedTokenizerBase:
     """Load a BERT WordPiece tokenizer as a fast tokenizer that returns ``token_type_ids``.
 
-    ``path_or_id`` may be:
-
-    - a directory with ``tokenizer_config.json`` (as written by ``save_tokenizer`` or ``save_pretrained``):
-      loaded with ``AutoTokenizer``;
-    - a directory with ``tokenizer.json`` and/or ``vocab.txt`` but no ``tokenizer_config.json``
-      (``tokenizer.json`` is preferred when both are present);
-    - the path of a ``tokenizer.json`` file;
-    - the path of a ``vocab.txt`` file (one token per line, line number = id, google's layout included);
-    - a Hub id, loaded with ``AutoTokenizer.from_pretrained`` (``hub_kwargs`` such as ``cache_dir``,
-      ``revision`` or ``local_files_only`` are passed on). With ``HF_HUB_OFFLINE=1`` it is read from the
-      local Hugging Face cache.
-
-    Casing: ``do_lower_case``, when given, overrides what the files say (lower-casing plus accent
-    stripping for ``True``, neither for ``False``). When it is ``None`` the casing comes from
-    ``tokenizer_config.json`` or from the normalizer in ``tokenizer.json``; a bare ``vocab.txt`` carries no
-    casing information and is taken as uncased. Google's cased vocabularies (``cased_L-12_H-768_A-12``
-    and the like) therefore need ``do_lower_case=False``.
-
-    ``model_max_length`` is 512 unless the saved configuration sets a limit.
-
-    Raises:
-        FileNotFoundError: a local path does not exist, or a directory holds no tokenizer files.
-        ValueError: a ``tokenizer.json`` does not hold a WordPiece model, or the loaded tokenizer is not
-            a fast tokenizer that returns ``token_type_ids``.
-        OSError: a Hub id cannot be resolved (e.g. offline and not in the cache).
+    ``path_or_id``: a directory (with ``tokenizer_config.json``, or ``tokenizer.json`` and/or ``vocab.txt``), a
+    ``tokenizer.json`` or ``vocab.txt`` file (Google's layout included), or a Hub id (``hub_kwargs`` passed on).
+    ``do_lower_case`` overrides the files' casing. Without it the casing comes from the config or the normalizer;
+    a bare ``vocab.txt`` is taken as uncased, so Google's cased vocabularies need ``do_lower_case=False``.
+    ``model_max_length`` is 512 unless saved otherwise.
     """
     path = Path(path_or_id).expanduser()
     if path.is_dir():

@@ -1,27 +1,22 @@
-"""Which of SDPA's CUDA backends runs attention: the `measured_sdpa` switch (issue 41, item 2).
+"""Which of SDPA's CUDA backends runs attention: the `measured_sdpa` switch.
 
-torch's `scaled_dot_product_attention` takes the first backend of a fixed priority order that accepts the call. With
-the key-padding mask BERT needs, the flash backend never accepts it (it takes no mask), so the choice is among cuDNN,
-memory-efficient and math, and which of them is fastest depends on the card and the shape. Here the order comes from
-a measurement: `MEASURED_ORDER` holds, per shape class, the backends fastest first as the stage `attention` of
-benchmarks/gpu/gpu_micro.py timed them (forward + backward, bf16, dropout 0.1, with and without the mask), and
-`backend_order` reads it for each call. Only backends that compute what the paper's attention computes are ever
-named: every masked key gets exactly zero weight and dropout is applied to the probabilities. So for a masked call
-the flash backend is dropped from any order (it cannot take the mask), math always ends the order (it accepts every
-call, so a call never fails for want of a backend), and the microbenchmark keeps a backend in the table only if its
-masked output equalled math's (`table_from_micro`).
+torch's `scaled_dot_product_attention` takes the first backend of a fixed order that accepts the call. The flash
+backend takes no mask, so with BERT's key-padding mask the choice is among cuDNN, memory-efficient and math, and
+the fastest depends on the card and the shape. `MEASURED_ORDER` holds, per shape class, the backends fastest first
+as benchmarks/gpu/gpu_micro.py's `attention` stage timed them (forward + backward, bf16, dropout 0.1).
 
-On CPU, and in eval or training alike, `measured_sdpa_attention` is transformers' `sdpa_attention_forward` itself:
-the switch changes nothing there. On CUDA it is the same call under `torch.nn.attention.sdpa_kernel(order,
-set_priority=True)`, which dynamo traces without a graph break. Until the GPU fills the table, every shape class gets
-`DEFAULT_ORDER` (cuDNN, then memory-efficient, then math: all three keep the mask and dropout).
+Only backends that compute the paper's attention are named: zero weight on every masked key, dropout on the
+probabilities. So flash is dropped from a masked call's order, and math always ends it (it accepts every call).
+The microbenchmark keeps a backend only if its masked output equalled math's (`table_from_micro`).
+Until a GPU fills the table, every shape gets `DEFAULT_ORDER` (cuDNN, memory-efficient, math).
 
-FlashAttention takes no mask, but a padded batch can reach it as one variable-length call of fixed shape
-(`flash_varlen_attention`: each row two segments, its tokens then its padding), the candidate "flash_varlen" of the
-table. It is taken only for a masked, bidirectional call in bf16/fp16 whose boolean mask is a key-padding mask with
-each row's real tokens first (the row lengths are read from the mask, and a device-side assertion stops a step whose
-mask is anything else, a packed batch's say, rather than let it attend across segments); otherwise the call goes to
-the SDPA backends of the order.
+On CPU `measured_sdpa_attention` is transformers' `sdpa_attention_forward` unchanged. On CUDA it is the same call
+under `sdpa_kernel(order, set_priority=True)`, which dynamo traces without a graph break.
+
+A padded batch can still reach FlashAttention as one variable-length call of fixed shape ("flash_varlen":
+each row two segments, its tokens then its padding). It is taken only for a masked, bidirectional bf16/fp16 call
+whose mask puts each row's real tokens first. A device-side assertion stops any other mask (a packed batch's, say)
+rather than let it attend across segments.
 """
 
 from __future__ import annotations
@@ -122,11 +117,11 @@ def sdpa_under(
 def flash_varlen_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths: torch.Tensor, dropout: float, scaling: float
 ) -> torch.Tensor:
-    """FlashAttention over a padded batch as one variable-length call of fixed shape: row i is two segments, its
-    `lengths[i]` real tokens (first) and its padding, so `cu_seqlens = [i*L, i*L + len_i, (i+1)*L]` and no token of
-    one segment sees the other's. query/key/value: (batch, seq, heads, head_size), CUDA, fp16/bf16; returns the
-    context in that layout (values at padding positions are padding attending to padding: never to be read).
-    Differentiable: aten's `_flash_attention_forward` has its backward registered."""
+    """FlashAttention over a padded batch as one variable-length call of fixed shape.
+
+    Row i is two segments, its `lengths[i]` real tokens then its padding: `cu_seqlens = [i*L, i*L + len_i,
+    (i+1)*L]`, so neither sees the other. query/key/value: (batch, seq, heads, head_size), CUDA, fp16/bf16; the
+    context comes back in that layout, never to be read at padding. aten registers the backward."""
     batch, seq = query.shape[:2]
     starts = torch.arange(batch, device=query.device, dtype=torch.int32) * seq
     bounds = torch.stack([starts, starts + lengths.to(torch.int32)], dim=1).flatten()

@@ -1,37 +1,28 @@
 """A BiLSTM between BERT and the task's output layer: the paper's feature-based approach (section 5.3, Table 7)
 and its "+ BiLSTM" fine-tuning head (section 5.1, Table 5).
 
-Two uses of one head, chosen by the config (`BertReproBiLSTMConfig`):
-- feature-based (``freeze_encoder=True``): the pre-trained encoder is frozen (no gradient, no update, dropout off:
-  it stays in eval mode whatever `train()` is called with), and the token features the config's ``feature_set``
-  names (`FEATURE_SETS`, Table 7's rows, or an explicit list of layers) feed "a randomly initialized two-layer
-  768-dimensional BiLSTM before the classification layer" (section 5.3). Only the BiLSTM, the output layer and,
-  for a weighted sum, the mixing weights are trained.
-- "+ BiLSTM" fine-tuning (``freeze_encoder=False``, the default): every parameter is fine-tuned, and a randomly
-  initialised BiLSTM reads the last layer before the output layer. The paper adds it to its left-to-right model on
-  SQuAD (Table 5, "+ BiLSTM"); here it exists for span extraction, token classification and sequence
-  classification alike, on whatever encoder the config describes (bidirectional or left-to-right).
+Two uses of one head (`BertReproBiLSTMConfig`):
+- feature-based (``freeze_encoder=True``): the encoder is frozen (no gradient, and in eval mode whatever `train()`
+  says). The features ``feature_set`` names (`FEATURE_SETS`, Table 7's rows) feed "a randomly initialized two-layer
+  768-dimensional BiLSTM before the classification layer" (section 5.3).
+- "+ BiLSTM" fine-tuning (``freeze_encoder=False``, the default): everything is fine-tuned and the BiLSTM reads the
+  last layer. The paper adds it to its left-to-right model on SQuAD; here it serves span extraction, token and
+  sequence classification, on any encoder.
 
-Choices where the paper is silent (each a config field, so another choice is one value away):
-- "768-dimensional": 768 units per direction (``bilstm_hidden_size``; the LSTM's hidden-state size, as
-  `torch.nn.LSTM` counts it), so the output layer reads 2 x 768 values per token. By default the encoder's
-  hidden size, which is the paper's 768 for BERT-BASE, the model of Table 7.
-- "Weighted Sum": ELMo's scalar mix (Peters et al., 2018): gamma * sum_j softmax(s)_j h_j, with the weights s
-  (starting equal) and the scale gamma (starting at 1) learned with the head. "All 12 Layers" are the 12
-  Transformer layers' outputs (1..L), not the embeddings.
-- The BiLSTM reads each sequence up to its length (packed, so that the backward direction starts at the last real
-  token, not at padding); batches must be right-padded, as the tokenizers and collators here pad. Its initial
-  weights are PyTorch's for an LSTM (uniform in +-1/sqrt(hidden)); dropout before the output layer is the linear
-  heads' (``classifier_dropout``, else ``hidden_dropout_prob``), and none inside the LSTM.
-- Sequence classification reads the BiLSTM's final states (the forward direction's at the last token, the
-  backward direction's at the first), concatenated; span extraction and token classification read its output at
-  every token, as the linear heads read the encoder's.
+Where the paper is silent (each a config field):
+- "768-dimensional": 768 units per direction (``bilstm_hidden_size``, as `torch.nn.LSTM` counts), so the output
+  layer reads 2 x 768 values per token. By default the encoder's hidden size.
+- "Weighted Sum": ELMo's scalar mix (Peters et al., 2018), gamma * sum_j softmax(s)_j h_j, learned with the head.
+  "All 12 Layers" are the Transformer layers' outputs (1..L), not the embeddings.
+- The BiLSTM reads each sequence up to its length (packed, so the backward direction starts at the last real token);
+  batches must be right-padded. PyTorch's LSTM initialisation; dropout only before the output layer
+  (``classifier_dropout``, else ``hidden_dropout_prob``).
+- Sequence classification reads the final states (forward at the last token, backward at the first), concatenated;
+  the other heads read the output at every token.
 
-The checkpoints are never transformers' own BERT (transformers has no BiLSTM head), so config.json keeps
-``model_type`` "bert_repro_bilstm" and an `auto_map` naming the classes here: they open with bert_repro installed
-(`AutoModelFor*` once `bert_repro` is imported, or the classes' `from_pretrained`) or with
-`trust_remote_code=True`, for which `save_pretrained` copies this file and the modules it imports next to the
-weights. This file imports only torch, transformers, huggingface_hub and its sibling modules.
+transformers has no BiLSTM head, so config.json keeps ``model_type`` "bert_repro_bilstm" and an `auto_map`: the
+checkpoints open with bert_repro imported or with `trust_remote_code=True`. That is why this file imports only torch,
+transformers, huggingface_hub and its siblings.
 """
 
 from __future__ import annotations

@@ -1,27 +1,19 @@
 """The format of a saved checkpoint: transformers' own BERT, with our code beside it.
 
-A bert_repro model computes what transformers' `Bert*` classes compute (same parameter names, same functions), so
-`config.json` is written as transformers' BERT type, and three readers open the same directory or Hub repo:
+A bert_repro model computes what transformers' `Bert*` classes compute, with the same parameter names, so
+`config.json` is written as transformers' BERT type and three readers open the same directory or Hub repo:
 
-- plain transformers, no bert_repro installed, no `trust_remote_code`: `model_type` is "bert" and `architectures`
-  names transformers' classes (`BertForPreTraining`, ...; what `pipeline()` and the Hub read), so every
-  `AutoModel*` gives transformers' own BERT class, with outputs equal to ours;
-- `trust_remote_code=True`: the `auto_map` names our classes in the code files saved beside the weights
-  (`configuration_bert_repro.py`, `modeling_bert_repro.py` and the sibling modules they import), so the same
+- plain transformers: `model_type` is "bert" and `architectures` names transformers' classes (what `pipeline()` and
+  the Hub read), so every `AutoModel*` gives transformers' BERT, with outputs equal to ours;
+- `trust_remote_code=True`: the `auto_map` names our classes in the code files saved beside the weights, so the same
   weights open as our classes, speed switches included;
 - bert_repro: `BertRepro*.from_pretrained` reads a "bert" config as ours (`BertReproConfig.get_config_dict`).
 
-Where transformers' BERT cannot compute the model a config describes (`native_obstacles`: an activation that
-transformers does not know, a field whose value its BERT classes do not implement, or a causal pre-training
-objective: the paper's left-to-right control attends left-only and pools its last token, where transformers'
-`BertModel` pools the first), `config.json` keeps
-`model_type` "bert_repro" and our class names, saving warns and names the field, and the checkpoint opens only
-with bert_repro or `trust_remote_code=True`. Checkpoints written before this format (model_type "bert_repro"
-whatever the config) load as before. The BiLSTM heads (`bilstm_heads.py`, model_type "bert_repro_bilstm") are
-never transformers' BERT: their config writes its own model type, and `native_obstacles` names it.
+Where transformers' BERT cannot compute the model (`native_obstacles`: an unknown activation, an unimplemented field
+value, a causal objective), `config.json` keeps `model_type` "bert_repro" and our class names; saving warns.
+The BiLSTM heads are never transformers' BERT.
 
-This file is copied next to the weights, so it imports only the standard library, transformers and the config
-file beside it.
+This file is copied next to the weights, so it imports only the standard library, transformers and the config.
 """
 
 from __future__ import annotations

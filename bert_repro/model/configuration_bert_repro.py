@@ -68,16 +68,12 @@ RESIDUAL_DTYPES = ("float32", "bfloat16")
 class PreTrainingObjective:
     """What a model is pre-trained to do, and so how it attends: the paper's Table 5 compares three.
 
-    name: the value of `BertReproConfig.objective` and of the pre-training recipe's `--objective`.
-    table5_row: the row of the paper's Table 5 it reproduces.
-    causal: each token attends to itself and the tokens before it only (a left-to-right language model), in
-        pre-training AND in fine-tuning (the paper's "LTR & No NSP" keeps the left-only constraint at fine-tuning).
-        The pooler of a causal model reads the last real token of each sequence, as OpenAI GPT's classifier does
-        (the paper does not say; our choice): [CLS] at position 0 sees only itself there.
-    next_sentence: examples are `[CLS] A [SEP] B [SEP]` pairs with the next sentence prediction task; without it,
-        one segment of contiguous text, `[CLS] text [SEP]`, and no NSP label or loss.
-    masked_lm: the token-level task predicts the masked tokens (15%, 80/10/10); False: the next token at every
-        position (through the same output head, so that the three models differ only in attention and targets).
+    causal: each token attends to itself and the tokens before it, in pre-training and fine-tuning (the paper's
+        "LTR & No NSP" keeps the left-only constraint at fine-tuning). The pooler then reads the last real token,
+        as OpenAI GPT's classifier does; the paper does not say, and [CLS] at position 0 sees only itself.
+    next_sentence: `[CLS] A [SEP] B [SEP]` pairs with the NSP task; without it, `[CLS] text [SEP]` and no NSP loss.
+    masked_lm: predict the masked tokens (15%, 80/10/10); False: the next token at every position, through the same
+        head, so the three models differ only in attention and targets.
     """
 
     name: str
@@ -102,9 +98,7 @@ PRETRAINING_OBJECTIVES: dict[str, PreTrainingObjective] = {
     )
 }
 DEFAULT_OBJECTIVE = "mlm_nsp"
-# Speed switches that assume bidirectional attention with the pooler on [CLS]; a causal objective refuses them:
-# the unpadded encoder builds its own (bidirectional) attention groups, and the last-layer subset computes the
-# last block at [CLS] only, where a causal model pools its last token.
+# Speed switches that assume bidirectional attention pooled at [CLS]; a causal model pools its last token.
 BIDIRECTIONAL_ONLY_SWITCHES = ("unpad_inputs", "last_layer_subset")
 
 
@@ -159,8 +153,7 @@ class BertReproConfig(PreTrainedConfig):
         num_hidden_layers (`int`, 12): L, the number of Transformer blocks.
         num_attention_heads (`int`, 12): A; `hidden_size` must be divisible by it (head size H/A = 64 in the paper).
         intermediate_size (`int`, 3072): width of the feed-forward layer, 4H in the paper.
-        hidden_act (`str`, "gelu"): activation of the feed-forward layer and of the MLM head transform; see the
-            module docstring for "gelu" versus the tanh approximation.
+        hidden_act (`str`, "gelu"): activation of the feed-forward layer and the MLM head transform (module docstring).
         hidden_dropout_prob (`float`, 0.1): dropout on embeddings, sub-layer outputs and the pooled output of
             classification heads (unless `classifier_dropout` is set).
         attention_probs_dropout_prob (`float`, 0.1): dropout on the attention probabilities.
@@ -173,63 +166,36 @@ class BertReproConfig(PreTrainedConfig):
         pad_token_id (`int`, 0): id of `[PAD]`.
         classifier_dropout (`float`, *optional*): dropout before the task heads; `hidden_dropout_prob` when unset.
         position_embedding_type (`str`, "absolute"): only learned absolute positions, as in the paper.
-        tie_word_embeddings (`bool`, True): tie the MLM decoder weight to the token embedding matrix (the paper's
-            setup). transformers 5.x no longer declares this on the base class, so it is declared here.
-        sparse_prediction (`bool`, False): with MLM labels, run the MLM decoder (the H x vocab matrix) only where a
-            token is to be predicted (labels != -100; MosaicBERT's trick): the same loss and gradients with ~20% fewer
-            FLOPs at BASE; `prediction_logits` / `logits` are then (masked positions, vocab) in the order of
-            `labels != -100`. Without labels, and when off, logits cover every position. The pre-training recipe
-            turns it on (`--sparse_prediction`, on by default there).
+        tie_word_embeddings (`bool`, True): tie the MLM decoder weight to the token embeddings, as the paper does.
+            Declared here because transformers 5.x does not declare it on the base class.
+        sparse_prediction (`bool`, False): with MLM labels, run the (H x vocab) decoder only where labels != -100
+            (MosaicBERT's trick: the same loss, ~20% fewer FLOPs at BASE). The logits are then (masked positions,
+            vocab); without labels they cover every position. The pre-training recipe turns it on.
 
-        Speed switches (`SPEED_SWITCHES`): each leaves losses, logits and gradients as they are (to float rounding);
-        the classes `bert_repro` exports build the modules they ask for (`speed_paths.py`); the model file
-        ignores them.
-        unpad_inputs (`bool`, False): run the encoder on the real tokens only: the rows of padding named by
-            `attention_mask` are removed after the embeddings and the Transformer blocks work on a (tokens, hidden)
-            matrix. Attention uses the variable-length FlashAttention kernel when `attn_implementation` is a
-            flash-attention one; with eager or SDPA, sequences of similar length are padded together in groups for
-            attention only; any other kernel gets the whole batch padded back. Outputs at real tokens equal the
-            padded model's; outputs at padding positions are zeros (the padded model computes values there that
-            nothing should use). Ignored with `output_attentions=True`, and when no token is padding unless
-            attention runs the eager kernel (always with `attn_implementation="eager"`; with SDPA when training
-            with `fast_dropout` on CPU): that kernel's grouped form is faster than the padded path even then.
-        last_layer_subset (`bool`, False): for the task models whose heads read the last layer at a few positions
-            only: [CLS] for sequence classification, multiple choice and NSP; [CLS] and the masked positions for
-            pre-training, the masked positions for MLM, both with `sparse_prediction` and labels. The last
-            Transformer block then projects its attention context and runs its feed-forward network only at those
-            positions (its attention still reads every token as key and value; with a [CLS]-only head,
-            `unpad_inputs` and the eager kernel, its queries run at [CLS] only too), which saves about three
-            quarters of that block. `last_hidden_state` is then zero at the positions no head reads. The full last
-            layer runs when hidden states or attentions are asked for, and in the bare `BertReproModel`.
-        fast_dropout (`bool`, False): for training on CPU, where drawing dropout's random numbers costs more than
-            the rest of dropout. Masks come from 15-bit random numbers, two per draw, so the drop probability is
-            rounded to a multiple of 1/32768 (0.1 -> 0.100006; the kept values are scaled by exactly
-            1 / (1 - that)); attention then runs the eager kernel on CPU (SDPA's CPU path has no dropout kernel
-            either). No effect in eval mode or on GPUs.
-        tied_gradients (`bool`, False): in training, the token embeddings' lookup adds its gradient rows straight
-            into the gradient of the MLM decoder that shares the weight, instead of autograd building two dense
-            (vocab, H) gradients and summing them. The same gradients; for the models with an MLM head.
-        fused_dropout_add_norm (`bool`, False): for training on CUDA: `LayerNorm(residual + dropout(x))` at the end
-            of both halves of every block runs as one Triton kernel, forward and backward
-            (`dropout_add_layer_norm.py`); the dropout mask is regenerated in the backward from its Philox seed,
-            the drop probability rounded to a multiple of 1/65536 (kept values scaled to keep the expectation).
-            The same arithmetic in float32 otherwise; on devices without the kernel, the paper's modules' ops.
-        residual_dtype (`str`, "float32"): with `fused_dropout_add_norm`, the dtype of the residual stream (the
-            blocks' outputs): "float32" computes what autocast computes; "bfloat16" (opt-in) halves its bytes and
-            changes the numerics (the stream rounded to bf16 at every block).
-        fused_qkv (`bool`, False): the query, key and value projections run as one matrix product (hidden ->
-            3 x hidden), its weight and bias concatenated from the three `nn.Linear`s in every forward (cheap next to
-            the product, and differentiable), so the parameters, state_dict keys and checkpoints are unchanged.
-        measured_sdpa (`bool`, False): with `attn_implementation="sdpa"` on CUDA, SDPA runs under the backend
-            order measured fastest for the call's shape (`attention_backend.py`, filled from
-            benchmarks/gpu/gpu_micro.py), among the backends that keep the padding mask and dropout; on CPU,
-            transformers' SDPA call unchanged.
+        Speed switches (`SPEED_SWITCHES`, docs/speed.md): each keeps losses, logits and gradients to float rounding.
+        `speed_paths.py` builds their modules; the paper's classes in the model file ignore them.
+        unpad_inputs (`bool`, False): the blocks run on a (tokens, hidden) matrix of the real tokens only.
+            Outputs at padding positions are zeros. Ignored with `output_attentions=True`.
+        last_layer_subset (`bool`, False): the last block projects its attention context and runs its
+            feed-forward only at the positions the heads read ([CLS], masked positions), about three quarters of
+            that block saved. `last_hidden_state` is zero elsewhere; the full layer runs when hidden states or
+            attentions are asked for, and in the bare `BertReproModel`.
+        fast_dropout (`bool`, False): on CPU, masks from 15-bit random numbers, so p is rounded to a multiple of
+            1/32768 (0.1 -> 0.100006). Attention then runs the eager kernel. No effect in eval mode or on GPUs.
+        tied_gradients (`bool`, False): the embedding lookup adds its gradient rows into the tied MLM decoder's
+            gradient, instead of autograd summing two dense (vocab, H) gradients.
+        fused_dropout_add_norm (`bool`, False): on CUDA, `LayerNorm(residual + dropout(x))` as one Triton kernel
+            (`dropout_add_layer_norm.py`); p is rounded to a multiple of 1/65536.
+        residual_dtype (`str`, "float32"): the residual stream's dtype with `fused_dropout_add_norm`; "bfloat16"
+            halves its bytes and changes the numerics.
+        fused_qkv (`bool`, False): query, key and value as one (hidden -> 3 x hidden) product of the three
+            `nn.Linear`s' concatenated weights, so checkpoints are unchanged.
+        measured_sdpa (`bool`, False): on CUDA, SDPA runs under the backend measured fastest for the shape
+            (`attention_backend.py`), among those that keep the padding mask and dropout.
 
-        objective (`str`, "mlm_nsp"): the pre-training objective (`PRETRAINING_OBJECTIVES`, the paper's Table 5):
-            "mlm_nsp" (BERT), "mlm" (No NSP) or "ltr" (a left-to-right language model: causal attention, pooler on
-            the last real token). Saved in config.json, so a fine-tune of the checkpoint attends as it was
-            pre-trained; `from_pretrained(..., objective=...)` refuses to change the attention direction. Code
-            reads `config.pretraining_objective`. A causal objective refuses `BIDIRECTIONAL_ONLY_SWITCHES`.
+        objective (`str`, "mlm_nsp"): the pre-training objective of the paper's Table 5 (`PRETRAINING_OBJECTIVES`).
+            Saved in config.json, so a fine-tune attends as the checkpoint was pre-trained;
+            `from_pretrained(..., objective=...)` refuses to change the attention direction.
     """
 
     model_type = "bert_repro"

@@ -1,17 +1,12 @@
 """Moving weights between bert_repro and the other BERT formats, so nobody is locked in.
 
-- `load_bert(path_or_id, model_class)`: any public BERT checkpoint -> a bert_repro model, in one call:
-  a Hub id or directory in the Hugging Face format (`BertModel` / `BertForPreTraining` / task-head state dicts,
-  keys with or without the `bert.` prefix, with or without `cls.*` heads, in safetensors), a bert_repro
-  directory, or Google's original TensorFlow checkpoint (`bert_model.ckpt.*` + `bert_config.json`; needs the
-  `tf` extra). Pickled weights (`pytorch_model.bin`) are read only with `trust_pickle=True` (the command
-  line's `import --trust_pickle`).
-- `check_model_dir(path)`: what every opener of a local model directory checks first (fine-tuning, the
-  pre-training's --init_from, studies, conversion, Hub push): each problem one message naming the file and
-  the fix.
+- `load_bert(path_or_id, model_class)`: any public BERT checkpoint -> a bert_repro model. It reads a Hub id or
+  directory in the Hugging Face format (keys with or without `bert.` and `cls.*`), a bert_repro directory, or Google's
+  TensorFlow checkpoint (`bert_model.ckpt.*` + `bert_config.json`; the `tf` extra). Pickled weights
+  (`pytorch_model.bin`) are read only with `trust_pickle=True`.
+- `check_model_dir(path)`: what every opener of a local model directory checks first, one message per problem.
 
-The way back needs no command: `save_pretrained` writes transformers' own BERT format
-(`checkpoint_format.py`). No weight is renamed: our parameter names follow the public checkpoints' layout.
+The way back is `save_pretrained`, which writes transformers' own BERT format (`checkpoint_format.py`).
 
 Command line:
     python -m bert_repro.model.conversion import SRC OUTPUT_DIR [--head pretraining] [--trust_pickle]

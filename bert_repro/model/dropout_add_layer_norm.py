@@ -1,29 +1,21 @@
 """Dropout + residual add + LayerNorm in one Triton kernel, forward and backward: the `fused_dropout_add_norm`
 switch.
 
-What it speeds up: the post-LN step that ends both halves of every Transformer block,
-`LayerNorm(residual + dropout(dense(x)))` (`BertReproSelfOutput`, `BertReproOutput`), in training on CUDA. Compiled
-by inductor it is several kernels that draw a random number per element, store a mask, and read the sum again for
-the norm; the profile of the compiled step puts LayerNorm + dropout + residual at well over twice their byte floor
-(benchmarks/LOG.md, "Where the step's time goes"; what this switch measured: benchmarks/RESULTS.md). Here the forward
-reads x and the residual once and writes the output, the sum (what autograd's layer_norm keeps for the backward)
-and two numbers per row; the backward regenerates the dropout mask from the same Philox seed instead of reading a
-stored one, and accumulates the weight and bias gradients in the same pass (`dropout_add_layer_norm_kernels.py`).
+It speeds up the post-LN step that ends both halves of every block, `LayerNorm(residual + dropout(dense(x)))`, in
+training on CUDA. Inductor makes it several kernels that store a mask and read the sum again; the profile puts
+them at over twice their byte floor (benchmarks/LOG.md, "Where the step's time goes"; figures in
+benchmarks/RESULTS.md). Here the forward reads x and the residual once. The backward regenerates the dropout mask
+from the Philox seed and sums the weight and bias gradients in the same pass (`dropout_add_layer_norm_kernels.py`).
 
-Arithmetic: the sum and the norm in float32, the output in the residual's dtype. Under bf16 autocast the
-residual stream is float32 (autocast runs LayerNorm in float32), so the output is what the compiled paper's model
-computes, to float rounding, with another dropout stream: the drop probability is rounded to a multiple of 1/65536
-and kept values are scaled to keep the expectation exact. `config.residual_dtype = "bfloat16"` (opt-in) writes
-the output and the saved sum in bfloat16: fewer bytes, other numerics (the residual stream rounded to bf16 at every
-block); it must earn its place by the loss curve (benchmarks/LOG.md).
+Arithmetic: the sum and the norm in float32, the output in the residual's dtype. Under bf16 autocast the residual
+stream is float32, so the output is the compiled paper model's to float rounding, with another dropout stream.
+The drop probability is rounded to a multiple of 1/65536, kept values scaled to keep the expectation exact.
+`config.residual_dtype = "bfloat16"` (opt-in) stores the output and the sum in bf16: fewer bytes, other numerics.
 
-Registered as custom ops (`bert_repro::dropout_add_layer_norm` and its backward) with their autograd and shapes, so
-`torch.compile` keeps the whole step in one graph (the ops run as opaque calls in it). The kernels run on CUDA,
-and on the CPU under Triton's interpreter (`TRITON_INTERPRET=1`, for the tests); elsewhere, or without Triton, the
-module computes the paper's arithmetic with torch's own dropout (`paper_dropout_add_layer_norm`). Built by
-`speed_paths`: the attention output and the feed-forward output of every layer (`FusedSelfOutput`,
-`FusedOutput`); their parameters are the paper modules' (`dense`, `LayerNorm`), so state_dict keys and checkpoints
-are unchanged.
+Registered as custom ops (`bert_repro::dropout_add_layer_norm` and its backward), so `torch.compile` keeps the step
+in one graph. The kernels run on CUDA, and on CPU under `TRITON_INTERPRET=1` for the tests; elsewhere the module
+computes the same with torch's ops (`paper_dropout_add_layer_norm`). `FusedSelfOutput` and `FusedOutput` keep the
+paper modules' parameters (`dense`, `LayerNorm`), so checkpoints are unchanged.
 """
 
 from __future__ import annotations
@@ -78,8 +70,8 @@ def _tile(n: int) -> int:
 
 
 def _rows_per_program(n: int, device: torch.device) -> int:
-    """R, the rows a program holds at once: about 2048 values on CUDA (a row of BERT-BASE or LARGE is 1024 with
-    its padding to a power of two), 16384 in the interpreter, whose cost is per operation, not per value."""
+    """R, the rows a program holds: about 2048 values on CUDA (a BASE or LARGE row pads to 1024), 16384 in the
+    interpreter, whose cost is per operation."""
     per_program = 2048 if device.type == "cuda" else 16384
     return max(per_program // (8 * _tile(n)), 1)
 
@@ -202,9 +194,9 @@ def dropout_add_layer_norm(
     out_dtype: torch.dtype | None = None,
     seed: Tensor | None = None,
 ) -> Tensor:
-    """norm(residual + dropout(x, p)) for (..., N) x and residual, by the kernels where they run
-    (`runs_kernel`), else by torch's own ops. out_dtype: the output's dtype, the residual's by default. seed:
-    the Philox seed (a 1-element int64 tensor on x's device), drawn from torch's generator by default."""
+    """norm(residual + dropout(x, p)) for (..., N) x and residual, by the kernels where they run, else torch's ops.
+
+    out_dtype defaults to the residual's; seed (a 1-element int64 tensor on x's device) to a draw from torch."""
     p = p if training else 0.0
     if not runs_kernel(x):
         return paper_dropout_add_layer_norm(x, residual, norm, p, out_dtype)

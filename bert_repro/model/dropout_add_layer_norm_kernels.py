@@ -9,10 +9,9 @@ exact. The numbers depend on (seed, row, column) only, not on R. The backward dr
 and counters: no mask is stored.
 
 The forward writes y, the sum z = residual + dropout(x) (what the backward reads, as autograd's layer_norm saves its
-input), and each row's mean and 1/std. The backward's programs each walk a contiguous share of the rows, R at a
-time, accumulating the weight and bias gradients of their rows in registers and writing one partial sum per
-program (summed by the caller): one pass over the rows. flash-attn's `ops/triton/layer_norm.py` and Liger's
-`ops/layer_norm.py` do the same things at more generality; this is written for BERT's post-LN block only.
+input), and each row's mean and 1/std. Each backward program walks a contiguous share of the rows, R at a time,
+summing the weight and bias gradients in registers and writing one partial sum (the caller adds them): one pass.
+flash-attn's `ops/triton/layer_norm.py` and Liger's `ops/layer_norm.py` are the general versions.
 """
 
 from __future__ import annotations

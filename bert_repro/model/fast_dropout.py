@@ -1,21 +1,14 @@
 """Dropout masks from 15-bit random numbers, two per draw of the CPU generator: the `fast_dropout` switch.
 
-What it speeds up: dropout in training on CPU, where drawing the random numbers is most of dropout's cost
-(`bernoulli_` draws one 32-bit number per element through MT19937). Here each 32-bit draw gives two 15-bit numbers
-and the mask is kept as bool for the backward. What it measured (CPU: dropout alone, the BERT-BASE pre-training
-step in interleaved A/Bs, MRPC fine-tuning with `unpad_inputs`): benchmarks/LOG.md, "Pre-training step" and "MRPC
-fine-tuning"; the current figures: benchmarks/RESULTS.md. No effect on GPUs (CUDA's generator is fast, and fused
-kernels drop in-kernel) or in eval mode.
+On CPU, drawing the random numbers is most of dropout's cost: `bernoulli_` draws one 32-bit MT19937 number per
+element. Here each 32-bit draw gives two 15-bit numbers, and the mask is kept as bool for the backward. Measured in
+benchmarks/LOG.md ("Pre-training step", "MRPC fine-tuning"). No effect on GPUs or in eval mode.
 
-The drop probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006) and the kept values are scaled by
-exactly 1 / (1 - that), so the expectation is unchanged. Built by `speed_paths`: every dropout module of the
-model is a `FastDropout`, and its self-attention (`unpadding.SpeedSelfAttention`, option `fast_dropout`) runs
-the named kernel `eager_attention_fast_dropout` when training on CPU (`takes_fast_dropout_kernel`; SDPA's CPU path
-has no dropout kernel either).
+The drop probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006) and kept values are scaled by exactly
+1 / (1 - that), so the expectation is unchanged. `speed_paths` makes every dropout a `FastDropout`, and
+`SpeedSelfAttention` runs `eager_attention_fast_dropout` when training on CPU (SDPA's CPU path has no dropout kernel).
 
-Under whole-model `torch.compile` it does not make one graph: dynamo does not trace the in-place `random_()` that
-draws the masks, so every dropout breaks the graph (benchmarks/LOG.md, "torch.compile"). It is a CPU switch for
-eager training; the recipes warn when both are asked for.
+Not one graph under whole-model `torch.compile`: dynamo does not trace the in-place `random_()`; the recipes warn.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Eager attention over groups of similar-length sequences, forward and backward written out (`GroupedAttention`).
 
-What it speeds up: attention of the unpadded encoder (`unpad_inputs`) when the kernel is the eager one, i.e. with
-`attn_implementation="eager"`, or SDPA while training with `fast_dropout` on CPU (which selects the eager kernel).
-It replaces gathering each group's cells, running `eager_attention` per group and gathering the tokens back with
-autograd (which stacks, concatenates, zero-fills and `index_add`s in the backward) by one function with fewer passes
-over memory. What it measured (CPU, interleaved A/Bs of the MiniLM MRPC step and of the BERT-BASE pre-training step,
-batches without padding included): benchmarks/LOG.md, "MRPC fine-tuning" and "Pre-training step"; where fine-tuning
-and pre-training with all switches stand against transformers: benchmarks/RESULTS.md.
+It serves the unpadded encoder (`unpad_inputs`) when the kernel is eager: `attn_implementation="eager"`, or SDPA
+while training with `fast_dropout` on CPU. Autograd over gather, per-group `eager_attention` and gather back would
+stack, concatenate, zero-fill and `index_add` in the backward; one function makes fewer passes over memory.
+Measured in benchmarks/LOG.md ("MRPC fine-tuning", "Pre-training step"); figures in benchmarks/RESULTS.md.
 
-The groups (`AttentionGroups`) are built by `unpadding.py`; this module only reads their index tensors. The
-backward is not itself differentiable (no double backward). softmax's backward is written with public ops:
-grad_scores = probs * (grad_probs - (grad_probs * probs).sum(-1)).
+`unpadding.py` builds the groups (`AttentionGroups`); this module reads their index tensors. No double backward.
+softmax's backward with public ops: grad_scores = probs * (grad_probs - (grad_probs * probs).sum(-1)).
 """
 
 from __future__ import annotations
@@ -24,19 +20,19 @@ class GroupedAttention(torch.autograd.Function):
     """Eager attention over the length groups `groups` (an `unpadding.AttentionGroups`), forward and backward
     written out.
 
-    Input: the fused (tokens, 3 * hidden) query/key/value projections of the real tokens; output: the (tokens,
-    hidden) context. The same mathematics as gathering the cells, running `eager_attention` on each grid and
-    gathering the tokens back, with fewer passes over memory: each grid's Q, K, V are gathered straight into the
-    (heads * rows, seq, head_size) layout of the batched products (batch order head-major, which needs no
-    transpose of a 5-d view), the context rows are copied to their tokens with one `index_copy_`, and the
-    backward writes the query, key and value gradients into one (tokens, 3 * hidden) buffer with one
-    `index_copy_` per grid, where autograd would stack, concatenate, zero-fill and `index_add`. Dropout on the
-    probabilities draws its mask like `fast_dropout` (the `fast` flag) or like `F.dropout`; the scale of the kept
-    values is folded into the products with V. The backward is not itself differentiable (no double backward).
+    Input: the fused (tokens, 3 * hidden) query/key/value projections of the real tokens; output: the (tokens, hidden)
+    context. The mathematics of per-grid `eager_attention`, with fewer passes over memory:
+    - each grid's Q, K, V are gathered straight into the (heads * rows, seq, head_size) layout of the batched products
+      (head-major, so no transpose of a 5-d view);
+    - the context rows reach their tokens with one `index_copy_`;
+    - the backward writes the Q, K, V gradients into one (tokens, 3 * hidden) buffer, one `index_copy_` per grid.
+    Dropout draws its mask like `fast_dropout` (`fast`) or `F.dropout`; its scale is folded into the product with V.
+    No double backward.
 
-    With `queries` ((sequences, hidden): the query projections at each non-empty sequence's first token, in
-    sequence order) the input is the (tokens, 2 * hidden) key/value projections and the output is the context at
-    those first tokens only: the last layer under `last_layer_subset` when the head reads [CLS] only."""
+    With `queries` ((sequences, hidden), each non-empty sequence's first-token query) the input is the (tokens,
+    2 * hidden) key/value projections, and the output the context at those first tokens only. That is the last layer
+    under `last_layer_subset` when the head reads [CLS] only.
+    """
 
     @staticmethod
     def forward(

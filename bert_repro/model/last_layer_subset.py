@@ -1,29 +1,21 @@
 """The last Transformer block at the positions a head reads only: the `last_layer_subset` switch.
 
-What it speeds up: training and inference of the heads that read the last layer at a few positions: [CLS] for
-sequence classification, multiple choice and NSP; [CLS] and the masked tokens for pre-training, the masked tokens
-for MLM (both with `config.sparse_prediction` and labels). The last block projects its attention context and runs
-its feed-forward network only there (its attention still reads every token as key and value), about three
-quarters of that block. What it measured (CPU, interleaved A/Bs of the MRPC and BERT-BASE pre-training steps, and
-MRPC fine-tuning end to end): benchmarks/LOG.md, "MRPC fine-tuning" and "Pre-training step"; the current figures:
-benchmarks/RESULTS.md.
+Some heads read the last layer at a few positions: [CLS] for classification, multiple choice and NSP; the masked
+tokens with `config.sparse_prediction` and labels. The last block's output projection and feed-forward then run
+there only, about three quarters of that block. Its attention still reads every token as key and value.
+Measured in benchmarks/LOG.md ("MRPC fine-tuning", "Pre-training step"); figures in benchmarks/RESULTS.md.
 
-How the positions travel, as arguments:
-- The head models in `READS` (their `speed_paths.py` classes, `passing_read_positions`) compute
-  `read_positions`, a (batch, seq) bool mask of the positions the head reads, from their inputs ([CLS]: position
-  0, or each example's first token in a packed batch; masked tokens: `labels != -100`), and pass it to their
-  `BertReproModel`, whose forward passes its keyword arguments to the encoder (the model file's convention).
-- The encoder (`unpadding.SpeedEncoder`, option `last_layer_subset`) turns the mask into `read_rows`, the indices
-  of those positions among the rows of its hidden-state matrix, and gives them to its last `SpeedLayer`. It
-  returns a full-shaped (batch, seq, hidden) `last_hidden_state` whose unread rows are ZEROS, so the model file's
-  pooler and heads read it unchanged.
-- The whole last layer runs when hidden states or attentions are asked for, or when no positions are given (the
-  bare `BertReproModel`, question answering, token classification, MLM without labels or without
-  `sparse_prediction`). Works under gradient checkpointing (the rows are a keyword argument of the layer call) and
-  `compile_layers` (`SpeedLayer` is a `BertReproLayer`).
+How the positions travel:
+- The head models in `READS` compute `read_positions`, a (batch, seq) bool mask ([CLS], or each packed example's first
+  token; masked tokens: `labels != -100`), and pass it through `BertReproModel`'s keyword arguments to the encoder.
+- `unpadding.SpeedEncoder` turns it into `read_rows`, row indices into its hidden-state matrix, for its last layer.
+  It returns a full (batch, seq, hidden) `last_hidden_state` with ZEROS in the unread rows, so pooler and heads are
+  unchanged.
+- The whole last layer runs when hidden states or attentions are asked for, or when no positions are given (bare
+  model, question answering, token classification, MLM without sparse prediction). Works under gradient
+  checkpointing and `compile_layers`.
 
-Under whole-model `torch.compile` it does not make one graph: the rows the last layer reads are found with
-`nonzero` on the data (benchmarks/LOG.md, "torch.compile"); the recipes warn when both are asked for.
+Not one graph under whole-model `torch.compile` (the rows are found with `nonzero`); the recipes warn.
 """
 
 from __future__ import annotations

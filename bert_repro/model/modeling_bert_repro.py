@@ -17,27 +17,22 @@ Paper section -> code:
   NSP: the same model, its NSP head unused) and "ltr", the left-to-right control: causal attention (`attention_inputs`)
   in pre-training and fine-tuning, the pooler on the last real token, the MLM head predicting the next token.
 
-Parameter names follow the public BERT checkpoints (Google's TensorFlow variable names as the Hugging Face format
-spells them: `bert.encoder.layer.0.attention.self.query.weight`, `cls.predictions.transform.dense.weight`, ...), so
-every public checkpoint loads with `from_pretrained` and no renaming.
+Parameter names are the public checkpoints' (`bert.encoder.layer.0.attention.self.query.weight`, ...), so every
+public checkpoint loads with `from_pretrained` and no renaming.
 
 Losses follow the HF conventions: label -100 is ignored in token-level losses; `next_sentence_label` 0 means IsNext.
 Each loss is the mean over its own labelled items (as the reference code does per TPU core), hence
 `accepts_loss_kwargs = False`: Trainer divides by the gradient-accumulation steps. With `config.sparse_prediction`
 the MLM decoder runs only at the labelled positions (MosaicBERT's trick; the same loss).
 
-Every module is built from `BertReproParts`, the classes of the replaceable modules, passed down the
-constructors: `PAPER_PARTS` here. This file knows nothing of the speed switches (`SPEED_SWITCHES`): the classes
-`bert_repro` exports are subclasses in `speed_paths.py` that pass the parts their config's switches pick (one
-table there). Their seams here: the encoder gets the (batch, seq) padding mask and builds the kernel's mask
-itself; a forward's `**kwargs` reach the encoder, each layer and the attention kernel; `attention_function` picks
-the kernel and `query_key_value` computes the projections; `parts.self_output` and `parts.output` end each half of a
-block. A packed batch (several examples per row, `position_ids` restarting at each [CLS]) is read with
-`packed_sequences.py`. This file and the modules it imports are the code `save_pretrained` copies next to the weights
-(what `trust_remote_code=True` runs: the paper's model, which ignores the switches as transformers' BERT does).
+Modules are built from `BertReproParts` passed down the constructors (`PAPER_PARTS` here); this file knows nothing
+of the speed switches, whose subclasses live in `speed_paths.py`. Their seams: the encoder builds the kernel's mask
+from the (batch, seq) padding mask; a forward's `**kwargs` reach each layer and the attention kernel;
+`attention_function` and `query_key_value` pick the kernel and compute the projections; `parts.self_output` and
+`parts.output` end each half of a block. Packed batches are read with `packed_sequences.py`. This file is the code
+`save_pretrained` copies for `trust_remote_code=True`.
 
-Over 800 lines on purpose: the paper's model reads in one file, from the embeddings to every head, as transformers'
-`modeling_bert.py` does.
+One file from the embeddings to every head, as transformers' `modeling_bert.py`.
 """
 
 from __future__ import annotations
@@ -307,10 +302,10 @@ class BertReproEncoder(nn.Module):
         packed: PackedSequences | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        """hidden_states: the (batch, seq, hidden) embeddings. attention_mask: the model's input, (batch, seq) with
-        1 at real tokens, or None; the kernel's own mask is built here, so that an encoder that removes the padding
-        (`unpadding.py`) can read it. packed: the examples of a packed batch. kwargs go to every layer and on to
-        the attention kernel."""
+        """(batch, seq, hidden) embeddings -> every layer's output.
+
+        attention_mask is the model's (batch, seq) input: the kernel's mask is built here so that the unpadding
+        encoder can read the padding. kwargs go to every layer and on to the attention kernel."""
         mask, kernel_kwargs = attention_inputs(self.config, hidden_states, attention_mask, packed)
         kwargs.update(kernel_kwargs)
         all_hidden_states = (hidden_states,) if output_hidden_states else None
@@ -440,8 +435,7 @@ class BertReproPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["BertReproEmbeddings", "BertReproLayer"]
     # Trainer must divide by the accumulation steps: every loss here is a mean over its own batch (module docstring).
     accepts_loss_kwargs = False
-    # Some older checkpoints store the MLM output bias a second time under the decoder; ours lives in
-    # `cls.predictions.bias` only.
+    # Some public checkpoints store the MLM output bias again under the decoder; ours is `cls.predictions.bias`.
     _keys_to_ignore_on_load_unexpected = [r"cls\.predictions\.decoder\.bias"]
 
     @torch.no_grad()
@@ -514,20 +508,18 @@ class BertReproPreTrainedModel(PreTrainedModel):
     def compile_layers(self, **compile_kwargs) -> BertReproPreTrainedModel:
         """`torch.compile` every Transformer block in place (regional compilation) and return the model.
 
-        The L blocks share one compiled graph (their weights are graph inputs), so compiling takes seconds rather
-        than the minutes a whole-model `torch.compile` needs, and the data-dependent parts outside the blocks (the
-        speed paths' unpadding, the sparse MLM selection) stay eager. The outputs equal the eager model's to float
-        rounding (dropout draws its random numbers differently when compiled). Meant for GPUs: on the CPU it did not
-        reliably beat the eager kernels (benchmarks/LOG.md, "Pre-training step"). kwargs go to `torch.compile`."""
+        The L blocks share one graph (their weights are inputs), so compiling takes seconds, not minutes, and the
+        data-dependent parts outside them (unpadding, sparse MLM selection) stay eager. Outputs equal the eager
+        model's to float rounding, with other dropout draws. Meant for GPUs: on CPU it did not reliably beat eager
+        (benchmarks/LOG.md, "Pre-training step")."""
         for module in self.modules():
             if isinstance(module, BertReproLayer):
                 module.compile(**compile_kwargs)
         return self
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Save weights (safetensors), config and the code of this file (with the modules it imports) and an
-        `auto_map` for every Auto class, so that `trust_remote_code=True` opens the directory as the paper's
-        classes. The code is this file's also for the speed subclasses (`speed_paths.py`)."""
+        """Save weights, config, this file's code and an `auto_map`, so `trust_remote_code=True` opens the directory
+        as the paper's classes (also when saved from a speed subclass)."""
         self.config.auto_map = dict(AUTO_MAP)
         result = super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
@@ -574,17 +566,15 @@ class BertReproModel(BertReproPreTrainedModel):
         cls_positions=None,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
-        """input_ids: (batch, seq) ids of `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, padded with [PAD];
-        attention_mask: (batch, seq), 1 at real tokens, 0 at padding; token_type_ids: 0 for `[CLS] A [SEP]`, 1 for
-        `B [SEP]`; position_ids: 0, 1, 2, ... when not given, restarting at 0 at each example's [CLS] in a packed
-        batch (several examples in a row, `packed_sequences.py`). output_hidden_states: the embedding output and every
-        layer's (L + 1 tensors); output_attentions: every layer's probabilities (attn_implementation="eager").
-        cls_positions: (examples,) optional, for a packed batch: each example's [CLS] in the flattened batch (a
-        packing collator's; the pooler then gathers a fixed number of rows, so a compiled step stays one graph).
-        kwargs go to the encoder, every layer and the attention kernel."""
+        """input_ids: (batch, seq) ids of `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, padded with [PAD].
+
+        token_type_ids: 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`. position_ids restart at 0 at each example's [CLS]
+        in a packed batch (`packed_sequences.py`). output_hidden_states gives L + 1 tensors; output_attentions
+        needs the eager kernel. cls_positions ((examples,), from a packing collator) makes the pooler gather a fixed
+        number of rows, so a compiled step stays one graph. kwargs reach every layer and the attention kernel."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        if "sparse_prediction" in kwargs:  # a forward argument in earlier versions: it would be ignored silently
+        if "sparse_prediction" in kwargs:  # a config field: as a forward argument it would be ignored
             raise TypeError("sparse_prediction is a config field: set model.config.sparse_prediction instead.")
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
@@ -662,9 +652,9 @@ class _MLMHeadMixin:
     _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
 
     def _mlm_logits(self, sequence_output: torch.Tensor, labels: torch.Tensor | None, masked_positions=None):
-        """(MLM logits, their labels). With `config.sparse_prediction` and labels, only at `masked_positions`
-        (as Google's reference gathers them: a fixed number per batch, so the step compiles to one graph) or
-        where labels != -100: the decoder is the model's largest matrix and ~15% of the positions need it."""
+        """(MLM logits, their labels). With `config.sparse_prediction` and labels, only where labels != -100, or at
+        `masked_positions`, a fixed number per batch as Google's reference gathers them (one compiled graph).
+        The decoder is the largest matrix and ~15% of the positions need it."""
         if self.config.sparse_prediction and labels is not None:
             flat = labels.reshape(-1)
             rows = flat.ne(-100).nonzero()[:, 0] if masked_positions is None else masked_positions.reshape(-1)

@@ -1,25 +1,17 @@
 """Packed batches: several examples in one row, each attending only to itself, each with its own [CLS].
 
-`bert_repro.data.pack_examples` packs pre-training examples into rows; this is what the model needs to run them as if
-they were separate sequences. Nothing beyond the standard inputs is needed: an example starts where
-`position_ids == 0` at a real token (`attention_mask == 1`), the convention of transformers' variable-length
-FlashAttention path (`cls_positions`, below, is optional). Rows whose positions never restart are not packed, and
-the model runs as the paper's.
+`bert_repro.data.pack_examples` packs the rows; this is what the model needs to run them as separate sequences.
+An example starts where `position_ids == 0` at a real token, the convention of transformers' variable-length
+FlashAttention path. Rows whose positions never restart are not packed, and the model runs as the paper's.
 
-- SDPA / eager: a block-diagonal (rows, 1, seq, seq) boolean mask, True where query and key lie in the same
-  example. The padding at the end of a row is one more block (its queries attend to padding only, so no query row
-  is fully masked and nothing turns into NaN; its outputs are never read).
-- A flash-attention implementation: no mask; `cu_seq_lens_q/k` and `max_length_q/k` over the rows laid one after
-  another (each example a sequence, each row's padding one more), the variable-length kernel's bounds.
-- The unpadding speed path (`unpadding.py`): its `Unpadded` takes the examples as its sequences (`cu_seqlens` per
-  example), so its variable-length, grouped and written-out attention keep each example to itself.
-- NSP and the classification heads: the pooler reads every example's [CLS] (`first_tokens_of`), in row-major
-  order: `pooler_output` is (examples, hidden), one row per `next_sentence_label`. Found from `starts` its size is
-  the data's (a `nonzero`: torch.compile splits the graph there, and a GPU waits for the host); a packing
-  collator's `cls_positions` (one flat index per example, of the batch's own length) make it a gather of fixed
-  size, the one input this file reads beyond the standard ones, and optional. The SDPA / eager path reads nothing
-  else of a data-dependent size; `lengths` and `variable_length_kwargs` (the unpadding and flash-attention paths)
-  stay data-dependent.
+- SDPA / eager: a block-diagonal (rows, 1, seq, seq) bool mask. A row's trailing padding is one more block, so no
+  query row is fully masked (no NaN); its outputs are never read.
+- flash-attention: no mask; `cu_seq_lens_q/k` and `max_length_q/k` over the examples laid end to end.
+- The unpadding speed path: its `Unpadded` takes the examples as its sequences, so each stays to itself.
+- The pooler reads every example's [CLS] (`first_tokens_of`) in row-major order: `pooler_output` is (examples,
+  hidden), one row per `next_sentence_label`. Found with `nonzero` its size depends on the data (a graph break, a
+  host sync). A packing collator's optional `cls_positions`, one flat index per example, make it a fixed-size
+  gather.
 """
 
 from __future__ import annotations

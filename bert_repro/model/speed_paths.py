@@ -1,32 +1,21 @@
 """The models with the speed switches: the classes `bert_repro` exports.
 
-Each class here is the model file's class of the same name (`modeling_bert_repro.py`, the paper's model),
-built from the parts its config's switches pick: `speed_parts(config)` reads the one table, `SPEED_PATHS`
-(switch -> the parts it builds otherwise), and passes the result down the model file's constructors
-(`BertReproParts`). Nothing is changed after construction: every module is an instance of its class from the
-start, and the same parameters as the model file's (so state_dict keys, tied weights and checkpoints are
-unchanged). The model file does not import this module: saved code (`save_pretrained`,
-`trust_remote_code=True`) is the paper's model, which ignores the switches as transformers' BERT does.
+Each class is the model file's class of the same name, built from the parts its config's switches pick:
+`speed_parts(config)` reads `SPEED_PATHS` (switch -> parts) and passes them to the model file's constructors
+(`BertReproParts`). Nothing is swapped after construction, and the parameters are the model file's, so checkpoints
+and tied weights are unchanged. The model file does not import this module: saved code is the paper's model, which
+ignores the switches as transformers' BERT does.
 
-The table, switch -> part: class (module):
-- unpad_inputs (padded batches): encoder: `SpeedEncoder`, layer: `SpeedLayer`, self-attention:
-  `SpeedSelfAttention` (unpadding.py).
-- last_layer_subset (heads that read few positions): the same three; the head models in `READS` pass the
-  positions their head reads to the encoder (their `forward`: `passing_read_positions`, last_layer_subset.py).
-- fast_dropout (training on CPU): dropout: `FastDropout` (fast_dropout.py); self-attention:
-  `SpeedSelfAttention`, whose kernel is then `eager_attention_fast_dropout`.
-- tied_gradients (training with an MLM head): embeddings: `TiedGradientEmbeddings`, MLM head:
-  `TiedGradientMLMHead` (tied_gradients.py), given one link by the models with an MLM head.
-- fused_dropout_add_norm (training on CUDA): attention output: `FusedSelfOutput`, feed-forward output:
-  `FusedOutput` (dropout_add_layer_norm.py).
-- fused_qkv (any device): self-attention: `SpeedSelfAttention`, its Q/K/V projections one matrix product.
-- measured_sdpa (SDPA on CUDA): self-attention: `SpeedSelfAttention`, whose kernel is then
-  `measured_sdpa_attention` (attention_backend.py).
-Two switches that build the same part build it with the same class, whose options
-(`SpeedEncoder.unpad_inputs`, `.last_layer_subset`, `SpeedSelfAttention.fast_dropout`, `.fused_qkv`,
-`.measured_sdpa`) are the config's. Each module's docstring says what it speeds up; what it measured is in
-benchmarks/LOG.md, the current figures in benchmarks/RESULTS.md. Regional `torch.compile` is not a config switch:
-`model.compile_layers()`.
+Switch -> part: class (module):
+- unpad_inputs, last_layer_subset: encoder `SpeedEncoder`, layer `SpeedLayer`, self-attention `SpeedSelfAttention`
+  (unpadding.py); for last_layer_subset the head models in `READS` pass the positions they read.
+- fast_dropout: dropout `FastDropout` (fast_dropout.py); `SpeedSelfAttention` with `eager_attention_fast_dropout`.
+- tied_gradients: `TiedGradientEmbeddings` and `TiedGradientMLMHead` (tied_gradients.py), given one link.
+- fused_dropout_add_norm: `FusedSelfOutput`, `FusedOutput` (dropout_add_layer_norm.py).
+- fused_qkv: `SpeedSelfAttention`, its Q/K/V projections one product.
+- measured_sdpa: `SpeedSelfAttention` with `measured_sdpa_attention` (attention_backend.py).
+Switches that build the same part build it with one class whose options are the config's. Figures: docs/speed.md
+and benchmarks/RESULTS.md. Regional `torch.compile` is `model.compile_layers()`, not a switch.
 """
 
 from __future__ import annotations

@@ -1,27 +1,18 @@
 """Read Google's original TensorFlow BERT checkpoints into PyTorch.
 
-This module understands the checkpoint layout written by Google's reference BERT code
-(google-research/bert, TF1 ``modeling.py`` / ``run_pretraining.py``), as shipped in the original
-releases such as ``uncased_L-12_H-768_A-12``: a checkpoint prefix ``bert_model.ckpt`` (files
-``bert_model.ckpt.index`` and ``bert_model.ckpt.data-00000-of-00001``) next to ``bert_config.json``.
+The layout is google-research/bert's (TF1 ``run_pretraining.py``), as in the original releases such as
+``uncased_L-12_H-768_A-12``: ``bert_model.ckpt.index`` and ``.data-00000-of-00001`` next to ``bert_config.json``.
 
-* :func:`load_tf_checkpoint` returns a state dict keyed like transformers' ``BertForPreTraining``
-  (``bert.embeddings.word_embeddings.weight``, ``bert.encoder.layer.0.attention.self.query.weight``,
-  ``cls.predictions.bias``, ``cls.seq_relationship.weight``, ...) and the list of TF variables it
-  skipped (optimizer slots such as ``adam_m`` / ``adam_v`` and bookkeeping such as ``global_step``).
-  Dense kernels are stored by TF as ``[in, out]`` and are transposed to torch's ``[out, in]``;
-  ``cls/seq_relationship/output_weights`` is already ``[2, hidden]`` and is not transposed. The tied
-  ``cls.predictions.decoder.{weight,bias}`` are not in the checkpoint and are not returned: the model
-  ties them to ``bert.embeddings.word_embeddings.weight`` and ``cls.predictions.bias``.
+* :func:`load_tf_checkpoint` returns a state dict keyed like transformers' ``BertForPreTraining`` and the TF
+  variables it skipped (optimizer slots, ``global_step``). TF stores dense kernels ``[in, out]``, transposed here to
+  torch's ``[out, in]``; ``cls/seq_relationship/output_weights`` is already ``[2, hidden]``. The tied decoder weight
+  and bias are not in the checkpoint: the model ties them.
 * :func:`read_google_bert_config` turns ``bert_config.json`` into a ``BertConfig``-style dict.
 
-GELU note: Google's configs say ``"hidden_act": "gelu"``, but Google's code computes the tanh
-approximation ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))``. In transformers'
-naming ``"gelu"`` is the exact erf form and ``"gelu_new"`` is the tanh approximation, so the
-converted config says ``"gelu_new"`` for these checkpoints.
+GELU: Google's configs say ``"gelu"`` but its code computes the tanh approximation, which transformers calls
+``"gelu_new"``, so converted configs say ``"gelu_new"``.
 
-TensorFlow is an optional dependency (``pip install "bert-repro[tf]"``): it is imported only when a
-checkpoint is actually read.
+TensorFlow (``pip install "bert-repro[tf]"``) is imported only when a checkpoint is read.
 """
 
 from __future__ import annotations
@@ -232,21 +223,11 @@ def _to_torch(value: np.ndarray, tf_name: str, target: _Target) -> torch.Tensor:
 
 
 def load_tf_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Read a Google BERT TensorFlow checkpoint into a ``BertForPreTraining`` state dict.
+    """Read a Google BERT TensorFlow checkpoint (prefix ``.../bert_model.ckpt`` or its directory) into a
+    ``BertForPreTraining`` state dict of float32 tensors, with the sorted TF names it skipped.
 
-    Args:
-        path: the checkpoint prefix (``.../bert_model.ckpt``) or the directory that holds it.
-
-    Returns:
-        ``(state_dict, skipped)``: float32 contiguous tensors keyed with transformers'
-        ``BertForPreTraining`` names, and the sorted TF variable names that were skipped
-        (optimizer slots and training bookkeeping).
-
-    Raises:
-        FileNotFoundError: no checkpoint at ``path``.
-        ImportError: TensorFlow is not installed (``pip install "bert-repro[tf]"``).
-        ValueError: a variable that is neither a BERT weight nor optimizer/bookkeeping state, or a
-            weight of the wrong rank or dtype.
+    A variable that is neither a BERT weight nor optimizer or bookkeeping state, or a weight of the wrong rank or
+    dtype, raises ValueError.
     """
     prefix = resolve_checkpoint_prefix(path)
     tf = _import_tensorflow(prefix)
@@ -267,14 +248,9 @@ def load_tf_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], list[
 def read_google_bert_config(path: str | Path) -> dict[str, Any]:
     """Read Google's ``bert_config.json`` (a file, or the directory holding it) as a BertConfig dict.
 
-    The field names are the same as transformers' ``BertConfig``. ``hidden_act`` is translated to
-    transformers' naming: Google's ``"gelu"`` is the tanh approximation, i.e. ``"gelu_new"`` (see the
-    module docstring). ``layer_norm_eps`` is set to Google's 1e-12. Fields of Google's file beyond
-    the eleven model fields (e.g. ``directionality`` or ``pooler_*`` in some releases) are dropped.
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: the file is not a JSON object, lacks a field, or has a field of the wrong type.
+    The field names are transformers'. Google's ``"gelu"`` becomes ``"gelu_new"`` (module docstring),
+    ``layer_norm_eps`` Google's 1e-12, and fields beyond the eleven model fields (``directionality``, ``pooler_*``)
+    are dropped. A malformed file raises ValueError.
     """
     path = Path(path)
     config_file = path / CONFIG_FILENAME if path.is_dir() else path

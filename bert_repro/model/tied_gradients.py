@@ -1,24 +1,16 @@
 """One gradient buffer for the token embeddings and the MLM decoder that shares them: the `tied_gradients` switch.
 
-What it speeds up: training of the models with an MLM head (pre-training, MLM) on any hardware. Autograd gives
-the shared (vocab, H) weight two dense gradients, the decoder's and the lookup's (a zero matrix with the looked-up
-rows added), and sums them into a third. Here the decoder's gradient is kept and the lookup adds its rows into it
-in place: the same sum, without two vocab-sized buffers and two passes over them. What it measured: benchmarks/LOG.md
-("Pre-training step, BERT-BASE", CPU, interleaved A/Bs); where the pre-training step stands: benchmarks/RESULTS.md.
+Autograd gives the shared (vocab, H) weight two dense gradients, the decoder's and the lookup's (zeros plus the
+looked-up rows), and sums them into a third. Here the lookup adds its rows into the decoder's gradient in place: the
+same sum, without two vocab-sized buffers. Measured in benchmarks/LOG.md ("Pre-training step, BERT-BASE").
 
-How the two uses meet: `speed_paths` builds the model's embeddings as `TiedGradientEmbeddings` and its MLM head
-as `TiedGradientMLMHead` (the same parameters as the model file's), and its two models with an MLM head give both
-one `TiedGradientLink` when built (`link_tied_gradients`). In each
-forward that records gradients, the embeddings create a `TiedGradient`, look the tokens up through `LookupInto`
-and leave the `TiedGradient` on the link; the MLM head takes it from there and reads its weight through
-`DecoderWeight`. Correct in any order: if the lookup's backward runs before the decoder's, or in a second backward
-over the same graph, or without the decoder (a loss without the MLM part), each returns its own gradient and
-autograd sums them as usual. Plain autograd whenever the decoder does not share the weight, with `inputs_embeds`,
-and in a differentiable backward (create_graph).
+`speed_paths` gives `TiedGradientEmbeddings` and `TiedGradientMLMHead` one `TiedGradientLink`
+(`link_tied_gradients`). In a forward that records gradients, the embeddings look tokens up through `LookupInto`
+and leave a `TiedGradient` on the link; the MLM head reads its weight through `DecoderWeight` with it.
+Correct in any order of the backwards, and without the decoder: each then returns its own gradient for autograd
+to sum. Plain autograd when the weight is not shared, with `inputs_embeds`, and under create_graph.
 
-Under whole-model `torch.compile` it does not make one graph: its custom autograd functions and the link that
-carries a `TiedGradient` from the lookup to the decoder split it (benchmarks/LOG.md, "torch.compile"); the
-recipes warn when both are asked for.
+Not one graph under whole-model `torch.compile` (custom autograd functions and the link); the recipes warn.
 """
 
 from __future__ import annotations

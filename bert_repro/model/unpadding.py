@@ -1,32 +1,22 @@
-"""The encoder on the real tokens only, padding removed: the `unpad_inputs` switch (after MosaicBERT's
-`bert_padding.py`).
+"""The encoder on the real tokens only: the `unpad_inputs` switch (after MosaicBERT's `bert_padding.py`).
 
-What it speeds up: batches with padding (fine-tuning and feature extraction with dynamic padding, phase 2 of
-pre-training), on any hardware: after the embeddings the padding rows are removed and every projection and
-feed-forward network works on a (tokens, hidden) matrix. Attention runs
-- with a flash-attention implementation: the variable-length kernel (sequences one after another, bounds in
-  cu_seqlens; no padding is ever materialised);
-- with eager or SDPA: over groups of similar-length sequences padded to their longest (`AttentionGroups`); with the
-  eager kernel (`attn_implementation="eager"`, or SDPA while training with `fast_dropout` on CPU) as one function
-  with its backward written out (`grouped_attention.GroupedAttention`), which batches without padding take too;
-- with any other kernel: over the whole batch padded back, with the model's own mask.
-What it measured (CPU: encoding, MRPC fine-tuning): benchmarks/LOG.md, "Encoding throughput" and "MRPC
-fine-tuning"; the current figures: benchmarks/RESULTS.md. The FlashAttention branch has no figure: no GPU run so far
-had flash-attn installed (`versions.flash_attn` in benchmarks/results/*.json); its call is tested with a reference
-kernel.
+After the embeddings the padding rows are removed, so every projection and feed-forward runs on a (tokens, hidden)
+matrix; this speeds up padded batches (dynamic padding, phase 2 of pre-training) on any hardware. Attention runs
+- with a flash-attention implementation: the variable-length kernel (bounds in cu_seqlens, no padding at all);
+- with eager or SDPA: over groups of similar-length sequences padded to their longest (`AttentionGroups`). The eager
+  kernel (also SDPA when training with `fast_dropout` on CPU) takes `grouped_attention.GroupedAttention`, whose
+  backward is written out; batches without padding take it too;
+- with any other kernel: over the whole batch padded back.
+Figures: benchmarks/RESULTS.md. The FlashAttention branch has none (no GPU run had flash-attn installed); its call
+is tested with a reference kernel.
 
-The classes here are the encoder of the speed paths, which `speed_paths.py` builds when `unpad_inputs`,
-`last_layer_subset` or `fast_dropout` is on: `SpeedEncoder` (options `unpad_inputs` and `last_layer_subset`),
-its `SpeedLayer`s and their `SpeedSelfAttention` (option `fast_dropout`). The decision among the attention paths
-is taken once per forward, by the encoder (`attention_path`), and stored on the `Unpadded` object that the
-encoder passes to every layer, and each layer to its self-attention, as the argument `unpadded`; the rows the
-last layer computes (`last_layer_subset.py`) go the same way as `read_rows`. Outputs at real tokens equal the
-padded model's; `last_hidden_state` and `hidden_states` are zero at padding positions.
+`speed_paths.py` builds `SpeedEncoder`, `SpeedLayer` and `SpeedSelfAttention` when `unpad_inputs`,
+`last_layer_subset` or `fast_dropout` is on. The encoder picks the attention path once per forward
+(`attention_path`) and passes it down on the `Unpadded` object, with the last layer's `read_rows`.
+Outputs at real tokens equal the padded model's; at padding positions they are zero.
 
-Under whole-model `torch.compile` it does not make one graph: the real tokens' count and the attention groups are
-read from the data (`nonzero`, `.tolist()`), so dynamo breaks the step into many graphs (benchmarks/LOG.md,
-"torch.compile"); the recipes warn when both are asked for. On a GPU, `--packing true` is the compilable way to drop
-the padding.
+Not one graph under whole-model `torch.compile`: the token count and the groups are read from the data
+(`nonzero`, `.tolist()`), and the recipes warn. On a GPU, `--packing true` is the compilable way to drop padding.
 """
 
 from __future__ import annotations
@@ -108,15 +98,14 @@ class Unpadded:
 class AttentionGroups:
     """Sequences of similar length padded together, for attention kernels that need a rectangle.
 
-    The rows are sorted longest first and cut into groups of `rows_per_group`; group g is a (rows, seq) grid,
-    seq being its longest row. All grids lie one after another in one (cells, ...) matrix: `gather` says, for each
-    cell, which row of the (tokens, ...) matrix fills it, and `scatter` says, for each token, which cell holds it
-    (so `grid.index_select(0, scatter)` gives the tokens back in order). A padding cell repeats a real token of
-    its own row, so no zero-filled buffer is built: `key_mask` hides it as a key (its probability is exactly 0, and
-    so is its gradient), and its output as a query is never read. `groups` lists (rows, seq, key_mask), key_mask
-    being the (rows, 1, 1, seq) boolean mask of real keys, or None when the grid is full; `sizes` the cells of
-    each grid (rows * seq), in order.
-    Attention then covers sum(rows * seq^2) query-key pairs instead of batch * max_seqlen^2."""
+    Rows sorted longest first are cut into groups of `rows_per_group`; group g is a (rows, seq) grid, seq its longest
+    row. The grids lie end to end in one (cells, ...) matrix. `gather` gives, per cell, the token row that fills it;
+    `scatter` gives, per token, its cell (`grid.index_select(0, scatter)` restores token order).
+    A padding cell repeats a real token of its row, so no zero-filled buffer is built. `key_mask` hides it as a key
+    (probability and gradient exactly 0); its output as a query is never read.
+    `groups` lists (rows, seq, key_mask), key_mask a (rows, 1, 1, seq) bool mask of real keys or None when the grid is
+    full; `sizes` the cells of each grid. Attention covers sum(rows * seq^2) pairs instead of batch * max_seqlen^2.
+    """
 
     def __init__(self, unpadded: Unpadded, rows_per_group: int = 8):
         lengths, starts = unpadded.lengths, unpadded.cu_seqlens.tolist()
@@ -300,10 +289,11 @@ class SpeedLayer(BertReproLayer):
 
 
 class SpeedEncoder(BertReproEncoder):
-    """The encoder of the speed paths, with the config's options `unpad_inputs` (the blocks run on the real tokens
-    only, see the module docstring) and `last_layer_subset` (given `read_positions`, the (batch, seq) positions the
-    head reads, the last block computes those rows only and `last_hidden_state` is zero elsewhere). The model
-    file's encoder runs when attentions are asked for, or when neither option applies to the batch."""
+    """The encoder of the speed paths, with the config's options `unpad_inputs` and `last_layer_subset`.
+
+    Given `read_positions` ((batch, seq) bool), the last block computes those rows only and `last_hidden_state` is zero
+    elsewhere. The model file's encoder runs when attentions are asked for, or when neither option applies.
+    """
 
     def __init__(self, config, parts: BertReproParts):
         super().__init__(config, parts)

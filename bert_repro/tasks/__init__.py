@@ -1,6 +1,7 @@
-"""Stage 3, the tasks: the paper's benchmarks described as data (`registry`), each pointing at its kind (`kinds`:
-head, encoding, decoding, scoring, Hub text), their metrics (`metrics`), the SQuAD post-processing (`squad`), the
-reading of the tasks' files (`files`) and the check of their values into canonical columns (`columns`)."""
+"""Stage 3, the tasks: the paper's benchmarks described as data (`registry`), each pointing at its kind (`kinds`).
+
+Beside them: metrics (`metrics`), SQuAD post-processing (`squad`), reading the files (`files`) and checking their
+values into canonical columns (`columns`)."""
 
 from ..exports import lazy_exports
 from .kinds import TaskKind

@@ -1,13 +1,12 @@
 """From the columns a task's files hold to its canonical columns, every value checked.
 
-The readers of `bert_repro.tasks.files` turn each file into a `RawSplit` (columns as found, and where each
-row came from); a task's kind (`bert_repro.tasks.kinds`) then builds its canonical columns from it with the
-functions here: ``sentence_columns`` (GLUE), ``span_columns`` (SQuAD), ``choice_columns`` (SWAG),
-``token_columns`` (CoNLL-2003), from the checked readers ``find_column``, ``texts`` and ``class_id``.
+The readers of `bert_repro.tasks.files` turn each file into a `RawSplit`; a task's kind builds its canonical columns
+from it with ``sentence_columns`` (GLUE), ``span_columns`` (SQuAD), ``choice_columns`` (SWAG) or ``token_columns``
+(CoNLL-2003), on top of the checked readers ``find_column``, ``texts`` and ``class_id``.
 
-A value that does not fit raises `TaskDataError` naming the file and line (or row) and what was expected.
-One departure from "fail on bad input", taken from the reference ``run_squad.py``: SQuAD TRAINING questions
-whose answer text is not at its ``answer_start`` are skipped and counted (`drop_misaligned_answers`).
+A value that does not fit raises `TaskDataError` naming the file, the line or row, and what was expected. One
+departure, from the reference ``run_squad.py``: SQuAD TRAINING questions whose answer text is not at its
+``answer_start`` are skipped and counted (`drop_misaligned_answers`).
 """
 
 from __future__ import annotations

@@ -1,53 +1,37 @@
 """Reading the fine-tuning tasks' data, from the Hub or from the files people have, in one canonical form.
 
-`load_task_data(task, source)` returns a `datasets.DatasetDict` whose splits carry canonical names ("train",
-"validation", "test"; MNLI "validation_matched" / "validation_mismatched" / "test_matched" /
-"test_mismatched") and canonical columns, one layout per task kind:
+`load_task_data(task, source)` returns a `datasets.DatasetDict` with canonical split names ("train", "validation",
+"test"; MNLI "validation_matched" ...) and canonical columns, one layout per task kind:
 
-- classification / regression (GLUE): the task's ``text_columns`` (the Hub's names: ``sentence``,
-  ``sentence1``/``sentence2``, ``premise``/``hypothesis``, ``question1``/``question2``, ``question``/
-  ``sentence``), ``label`` (class id as a ``ClassLabel``, or a float32 score for STS-B; -1 for a test row
-  whose label is hidden) and ``idx`` (the row id GLUE submissions are keyed by);
-- span (SQuAD): ``id``, ``title``, ``context``, ``question``, ``answers`` = {"text": [...], "answer_start":
-  [...]} (empty lists for an unanswerable v2.0 question);
-- multiple_choice (SWAG): ``context`` (SWAG's sent1), ``question`` (sent2, the start of every ending),
-  ``endings`` (4 strings), ``label``;
+- classification / regression (GLUE): the task's ``text_columns`` (the Hub's names), ``label`` (a ``ClassLabel`` id,
+  or a float32 score for STS-B; -1 where a test label is hidden) and ``idx`` (the id GLUE submissions are keyed by);
+- span (SQuAD): ``id``, ``title``, ``context``, ``question``, ``answers`` = {"text": [...], "answer_start": [...]}
+  (empty lists for an unanswerable v2.0 question);
+- multiple_choice (SWAG): ``context`` (sent1), ``question`` (sent2, the start of every ending), ``endings`` (4),
+  ``label``;
 - token_classification (CoNLL-2003): ``id``, ``tokens``, ``ner_tags`` (ids into ``Task.label_names``, IOB2).
 
-Sources (``source`` argument):
+Sources (docs/finetuning.md):
+- None: the Hub dataset ``Task.hub_id``;
+- a directory in the task's original layout (GLUE's TSVs, SQuAD's JSON, SWAG's CSVs, CoNLL's column files);
+- a directory of exports named by split (parquet, csv, tsv, json, jsonl, Hub-style shards, also under ``data/``),
+  with canonical or original column names (``Task.source_columns``);
+- a mapping from split to file(s), or one file whose name says its split.
 
-- None: the Hub dataset ``Task.hub_id`` / ``Task.hub_config`` through ``datasets.load_dataset``.
-- A directory in the task's ORIGINAL layout: GLUE's TSVs (``train.tsv``, ``dev.tsv``, ``test.tsv``; MNLI
-  ``dev_matched.tsv`` ...), SQuAD's JSON (``train-v1.1.json``, ``dev-v2.0.json`` ...), SWAG's CSVs
-  (``train.csv``, ``val.csv``, ``test.csv``), CoNLL-2003's column files (``eng.train``/``eng.testa``/
-  ``eng.testb`` or ``train.txt``/``valid.txt``/``test.txt``).
-- A directory of exports named by split: ``train.*``, ``validation.*`` (or ``dev.*``, ``val.*``), ``test.*``
-  as parquet, csv, tsv, json or jsonl, or Hub-style shards ``train-00000-of-00002.parquet`` (also under
-  ``data/``). Columns may have the canonical names or the original ones (``Task.source_columns``).
-- A mapping from split to file(s), e.g. ``{"train": "a.parquet", "validation": "b.csv"}``; or a single file
-  whose name says its split.
+Format rules:
+- TSVs are read literally, as GLUE's are: no quote processing, since MRPC and others hold unbalanced quotes.
+  CoLA's train/dev files have no header. A TSV that a CSV writer quoted (a pandas ``to_csv(sep="\t")`` export) is
+  unquoted only when every record is exactly what such a writer writes, and the choice is logged
+  (`_csv_quoted_tsv`).
+- A ``.json`` file is SQuAD's nested format, a JSON array of records, or JSON lines.
+- CoNLL-2003's files tag in IOB1, converted to the Hub's IOB2; a tag outside ``Task.label_names`` is an error, and
+  ``-DOCSTART-`` lines are dropped.
+- GLUE's ``idx`` is the row number, as on the Hub, except in hidden-label test files: their ``index`` (QQP ``id``).
 
-Format rules: TSV files are read literally, as GLUE's are (tab-separated, NO quote processing: MRPC and
-others hold unbalanced double quotes), with an optional UTF-8 byte-order mark; GLUE's CoLA train/dev files
-have no header (source, label, author mark, sentence). The exception is a TSV written with CSV quoting (a
-``datasets``/pandas ``to_csv(sep="\\t")`` export: a field holding a tab, a quote or a line break is wrapped in
-quotes, inner quotes doubled): when every record of the file is exactly what such a writer would write, the
-quoting is undone, and the choice is logged naming the file; a file that only partly looks so is read
-literally, with a warning. CSV files use standard quoting. A ``.json`` file is
-either SQuAD's nested format, a JSON array of records, or JSON lines (what ``Dataset.to_json`` writes).
-CoNLL-2003's original files tag entities in IOB1 (``I-`` opens an entity unless it continues one of the
-same type); they are converted to the IOB2 tags of ``Task.label_names`` (the Hub dataset's), and any tag
-outside that set is an error. ``-DOCSTART-`` lines are dropped. GLUE's ``idx`` is the row number (as on the
-Hub) except in hidden-label test files, where it is the file's own ``index`` (QQP: ``id``) column.
-
-Bad input fails early, in the calling process, with a `TaskDataError` that names the file and the line
-(text files, 1-based) or row (parquet and Hub, 0-based) and what was expected: a label outside the task's
-set, a missing column (the columns present are listed), an empty split, a SWAG row without four endings, a
-malformed CoNLL line. One departure from "fail on bad input", taken from the reference ``run_squad.py``: a
-SQuAD TRAINING question whose answer text is not found at its ``answer_start`` (the reference's test: the
-whitespace-separated words covering those characters must contain the answer) is skipped, and the number
-skipped is logged; evaluation splits keep such questions, since the official evaluation compares texts only.
-Every row is checked in Python, so a large Hub dataset (MNLI) takes a few seconds to canonicalise.
+Bad input fails early with a `TaskDataError` naming the file, the line (1-based) or row (0-based) and what was
+expected. One departure, from the reference ``run_squad.py``: a SQuAD TRAINING question whose answer is not at its
+``answer_start`` is skipped and counted; evaluation keeps it, since the official script compares texts only.
+Every row is checked in Python, so MNLI from the Hub takes a few seconds.
 """
 
 from __future__ import annotations
@@ -193,12 +177,10 @@ class _LastRow:
 def _csv_quoted_tsv(text: str) -> tuple[list[tuple[int, list[str]]] | None, str | None, str | None]:
     """A TSV's records if it was written with CSV quoting, else None; and two lines for the log.
 
-    A datasets/pandas export (``to_csv(sep="\\t")``) quotes a field exactly when it holds a tab, a quote mark
-    or a line break, doubling its inner quotes (QUOTE_MINIMAL), or quotes every field (QUOTE_ALL). The file is
-    read that way only when every record, written back by Python's csv writer in one of those two styles,
-    gives the file's own text again: then no quote mark in it is text that a literal reading would keep.
-    GLUE's own TSVs fail this test (MRPC: ``He said "the witness", ...`` unquoted; a field that is all one
-    quotation, ``"The result ... years."``, holds none of those characters, so no writer would quote it).
+    A pandas export quotes a field exactly when it holds a tab, a quote or a line break (QUOTE_MINIMAL), or quotes every
+    field (QUOTE_ALL). The file is read so only when every record, written back by Python's csv writer in one of those
+    styles, gives the file's text again. GLUE's own TSVs fail this test: MRPC holds unquoted ``"the witness"``, and a
+    field that is one whole quotation holds nothing a writer would quote.
     Returns (records or None, the first line read as CSV-quoted text, the first line that does not fit).
     """
     pieces = [line + "\n" for line in text.split("\n")]

@@ -1,25 +1,22 @@
 """The kinds of fine-tuning task in the paper, one object each: everything that differs between kinds.
 
-BERT's fine-tuning (section 4, figure 4) changes only the output layer and the input encoding from one task
-to the next, and the tasks fall into a few kinds. A `TaskKind` owns, for its kind:
+BERT's fine-tuning (section 4, figure 4) changes only the output layer and the input encoding from task to task, and
+the tasks fall into a few kinds. A `TaskKind` owns, for its kind:
 
-- the head: the model class (``head_class``, the paper's output layer; ``bilstm_head_class``, the same with a
-  BiLSTM before it; ``model_class`` picks one of `HEADS`), its Auto class on the Hub (``auto_class``), the head's
-  output size (``num_labels``) and parameter count (``uses_pooler``, ``head_parameters``);
-- the data: the canonical columns (``features``) and how they are built, checked, from the columns of a file
-  (``canonicalise``, with `bert_repro.tasks.columns`), and whether a split carries gold labels (``labelled``);
-- the model inputs: ``encode`` (raw rows -> features for the model) and ``collator`` (features -> batches);
-- the evaluation: ``decode`` (logits -> predictions in the task's own terms), ``score`` (the metrics, through
-  `bert_repro.tasks.metrics`) and ``ranking_metric`` (the number runs of a grid are ranked by);
-- the Hub: ``pipeline_tag``, ``pipeline_task`` (None where transformers has no pipeline), the model card's
-  ``head_description``, ``card_labels`` and ``pipeline_example``.
+- the head: ``head_class`` (the paper's output layer), ``bilstm_head_class``, ``auto_class``, ``num_labels``,
+  ``uses_pooler``, ``head_parameters``;
+- the data: the canonical ``features``, built and checked by ``canonicalise`` (`bert_repro.tasks.columns`), and
+  ``labelled``;
+- the model inputs: ``encode`` (rows -> features) and ``collator`` (features -> batches);
+- the evaluation: ``decode`` (logits -> predictions), ``score`` (`bert_repro.tasks.metrics`), ``ranking_metric``;
+- the Hub: ``pipeline_tag``, ``pipeline_task`` and the model card's texts.
 
-The kinds: `SentenceClassification` and `SentenceRegression` (GLUE: a linear layer on the pooled [CLS]
-output), `SpanExtraction` (SQuAD v1.1 / v2.0: start and end vectors S and E, n-best span search, null
-threshold), `MultipleChoice` (SWAG: one score per choice, softmax over choices) and `TokenClassification`
-(CoNLL-2003 NER: a tag per word, read at its first sub-token, paper section 5.3). A task in
-`bert_repro.tasks.registry` points at one of the instances below; a new kind is a new subclass here, and
-no other module compares kinds.
+The kinds:
+- `SentenceClassification`, `SentenceRegression` (GLUE): a linear layer on the pooled [CLS];
+- `SpanExtraction` (SQuAD): vectors S and E, n-best search, null threshold;
+- `MultipleChoice` (SWAG): a score per choice, softmax over choices;
+- `TokenClassification` (CoNLL-2003): a tag per word at its first sub-token (section 5.3).
+A new kind is a new subclass here; no other module compares kinds.
 """
 
 from __future__ import annotations

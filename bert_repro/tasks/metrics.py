@@ -440,9 +440,8 @@ def get_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
 def conll_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> dict[str, float]:
     """Micro-averaged chunk precision, recall and F1, and token accuracy, as fractions (conlleval / seqeval).
 
-    Each argument is a list of sentences, each a list of tags. precision = correct / predicted chunks,
-    recall = correct / true chunks (each 0.0 when its denominator is 0), F1 their harmonic mean (0.0 when both
-    are 0); accuracy is the fraction of tokens whose tag is right.
+    Each argument is a list of sentences of tags. Precision = correct / predicted chunks, recall = correct / true
+    chunks, F1 their harmonic mean; each is 0.0 where its denominator is 0. Accuracy is per token.
     """
     if len(predictions) != len(references):
         raise ValueError(f"{len(predictions)} predicted sentences for {len(references)} references")

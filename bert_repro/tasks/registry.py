@@ -1,45 +1,29 @@
 """The paper's fine-tuning tasks, each described once, as data.
 
-BERT (Devlin et al., 2018) is fine-tuned on eleven tasks (section 4: the eight GLUE tasks it averages,
-SQuAD v1.1 and v2.0, SWAG) and evaluated on CoNLL-2003 NER (section 5.3). WNLI is registered too, so GLUE
-submissions are complete, but flagged ``in_glue_average=False``: the paper leaves it out.
+BERT is fine-tuned on eleven tasks (section 4: the eight GLUE tasks it averages, SQuAD v1.1 and v2.0, SWAG) and
+evaluated on CoNLL-2003 NER (section 5.3). WNLI is registered so GLUE submissions are complete, but flagged
+``in_glue_average=False``: the paper leaves it out.
 
-A `Task` says everything the rest of the package needs to know about one of them, so that one code path
-(data loading in `bert_repro.tasks.files`, features, heads, metrics, submissions, reports) serves all:
+A `Task` says everything the package needs about one task, so one code path serves all. Its ``kind`` (a
+`bert_repro.tasks.kinds.TaskKind`) owns what differs between kinds. The rest is data: canonical and source columns,
+``label_names`` in the Hub dataset's id order, ``metrics`` and the paper's ``main_metric``, the Hub dataset, the
+paper's hyper-parameters (``defaults``, ``grid``) and numbers (``paper``, ``other_reported``,
+``paper_feature_based``), and how GLUE test predictions are written.
 
-- ``kind``: a `bert_repro.tasks.kinds.TaskKind` (classification, regression, span, multiple choice or token
-  classification), which owns everything that differs between kinds: head, encoding, collator, decoding,
-  scoring, Hub pipeline tag and model-card text;
-- the canonical columns (``text_columns``) and, in ``source_columns``, the other names those columns have in
-  the files people hold (GLUE's original TSVs, SWAG's CSV, ...);
-- ``label_names`` in the Hub dataset's id order (so ids mean the same whatever the source);
-- ``metrics`` (names in `METRICS`, each a `Metric`: its description, its label for readers, its Hub id) and
-  the paper's ``main_metric``;
-- ``display_name``, the task as people write it ("GLUE MRPC"), and ``description``, for model cards;
-- the Hub dataset (``hub_id``, ``hub_config``), the canonical split names and the original file names;
-- the paper's fine-tuning hyper-parameters (``defaults``, and the grid searched in ``grid``);
-- the numbers to compare with (``paper``; ``other_reported`` for later reference runs; ``paper_feature_based``
-  for the feature-based approach, CoNLL-2003 only: paper Table 7);
-- how GLUE test predictions are written (``glue_submission_names``, ``submission_labels``).
+``eval_splits`` are the labelled splits a model is scored on (CoNLL-2003 includes its labelled "test" = eng.testb);
+``test_splits`` have hidden labels (GLUE's server, SWAG's leaderboard), so their rows carry label -1.
 
-Split names are canonical everywhere: "train", "validation" (MNLI: "validation_matched" /
-"validation_mismatched"), "test" (MNLI: "test_matched" / "test_mismatched"). ``eval_splits`` are the
-labelled splits a model is scored on (CoNLL-2003 includes its labelled "test" = eng.testb); ``test_splits``
-are the splits whose labels are hidden (GLUE's server, SWAG's leaderboard): their rows carry label -1.
-
-Departures and choices, stated once:
+Departures and choices:
 - Paper results are stored in percent, as printed; the metric functions return fractions.
-- The paper picks the GLUE learning rate on dev from {5e-5, 4e-5, 3e-5, 2e-5}; ``defaults`` holds one value
-  of the grid (2e-5, the most common winner for BASE) and ``grid`` the whole search.
-- SQuAD v2.0: the paper's dev numbers use the null-score threshold tau chosen on dev to maximise F1, i.e.
-  ``squad_best_f1``; ``main_metric`` is ``squad_f1`` (tau = 0) so runs are comparable without tuning.
-- SWAG's and CoNLL's ``max_seq_length`` are not given in the paper; 128 is the common choice.
-- CoNLL-2003 hyper-parameters are not given in the paper beyond the general grid; ``defaults`` takes the
-  middle of it and ``grid`` holds all of it.
-- The feature-based approach (Table 7) trains only a randomly initialised BiLSTM and its output layer, for which
-  the paper gives no hyper-parameters; fine-tuning's learning rates (at most 5e-5) are far below what LSTMs are
-  trained with, so `FEATURE_BASED_GRID` (Adam's default 1e-3, our choice) replaces the task's learning-rate grid
-  when the encoder is frozen; epochs, batch size and warm-up stay the task's.
+- The paper picks the GLUE learning rate on dev from {5e-5, 4e-5, 3e-5, 2e-5}; ``defaults`` holds 2e-5 (the most
+  common winner for BASE) and ``grid`` the whole search.
+- SQuAD v2.0: the paper's dev numbers use the threshold tau chosen on dev (``squad_best_f1``); ``main_metric`` is
+  ``squad_f1`` (tau = 0), so runs compare without tuning.
+- SWAG's and CoNLL's ``max_seq_length`` are not in the paper; 128 is the common choice.
+- CoNLL-2003 hyper-parameters are not in the paper beyond the general grid; ``defaults`` takes its middle.
+- Feature-based (Table 7) trains only a new BiLSTM and output layer, with no hyper-parameters given. Fine-tuning's
+  rates (at most 5e-5) are far below LSTMs', so `FEATURE_BASED_GRID` (Adam's default 1e-3, our choice) replaces the
+  learning-rate grid when the encoder is frozen.
 """
 
 from __future__ import annotations

@@ -22,49 +22,38 @@ What follows the paper (section 4.2/4.3) and the reference ``run_squad.py`` of g
 - Input ``[CLS] question [SEP] context-window [SEP]``, token type ids 0 for ``[CLS] question [SEP]``, 1 for
   ``context-window [SEP]``, 0 for padding; padded to ``max_seq_length`` (384) by default, as the reference.
 - The question is cut to its first ``max_query_length`` (64) WordPiece tokens before the windows are built.
-- Windows (``doc_spans``): each window holds up to ``max_tokens_for_doc = max_seq_length - len(question) - 3``
-  context tokens; windows start at 0, ``doc_stride``, ``2 * doc_stride``, ... (the step is
-  ``min(doc_stride, window length)``), and the last window is the first one that reaches the end of the
-  context, exactly the reference's ``while start_offset < len(all_doc_tokens)`` loop.
+- Windows (``doc_spans``) hold up to ``max_tokens_for_doc = max_seq_length - len(question) - 3`` context tokens and
+  start at 0, ``doc_stride``, ``2 * doc_stride``, .... The last is the first to reach the end of the context, as in
+  the reference's ``while start_offset < len(all_doc_tokens)`` loop.
 - Training labels: the token indices (within the window's full sequence) of the answer's first and last
   tokens; ``0`` (``[CLS]``) when the answer is not entirely inside the window, and for an unanswerable
   (v2.0) question. Only the first gold answer is used (the training sets have one).
-- Span selection (paper: "the maximum scoring span where j >= i is used as a prediction"): for every
-  window of an example, the ``n_best_size`` (20) highest start logits x the 20 highest end logits, taken
-  over the whole window as the reference does, keeping pairs with both tokens in the context, start <= end,
-  at most ``max_answer_length`` (30) tokens, and (see below) a start token having maximum context; score
-  ``start_logit + end_logit`` (``S.T_i + E.T_j``); the best pair over all windows wins. The n-best list
-  keeps the best-scoring occurrence of each distinct text, with softmax probabilities over the list.
-- Maximum context (``require_max_context=True``, the reference's ``_check_is_max_context``): a token that
-  lies in several windows is only accepted as a start token in the window where
-  ``min(tokens to its left, tokens to its right) + 0.01 * window length`` is largest (the first such window
-  on ties). ``prepare_eval_features`` stores this flag per token as ``token_is_max_context``.
-- SQuAD v2.0: ``s_null = start_logit[CLS] + end_logit[CLS]``, taking the MINIMUM over the example's windows;
-  the null answer enters the n-best list; the returned diff is ``s_null - best_non_null`` and the
-  prediction is ``""`` when ``diff > null_score_diff_threshold``. The paper writes the rule as "predict a
-  span when ``s_best > s_null + tau``", so ``null_score_diff_threshold = -tau``. The diffs are the
-  ``na_probs`` of the official v2.0 evaluation script, whose best-threshold search then gives the threshold
-  to use. That search scores the predicted texts, so feed it predictions made with
-  ``null_score_diff_threshold=float("inf")`` (always the best span), or re-threshold with
-  ``apply_null_threshold`` without running the model again.
+- Span selection (paper: "the maximum scoring span where j >= i is used as a prediction"): per window, the
+  ``n_best_size`` (20) highest start logits x the 20 highest end logits over the whole window, as the reference.
+  A pair is kept with both tokens in the context, start <= end, at most ``max_answer_length`` (30) tokens and a
+  start token of maximum context. Its score is ``S.T_i + E.T_j``; the best pair over all windows wins. The n-best
+  list keeps each distinct text's best occurrence, with softmax probabilities over the list.
+- Maximum context (the reference's ``_check_is_max_context``): a token in several windows starts a span only in the
+  window where ``min(left, right) + 0.01 * window length`` is largest (the first on ties); stored per token as
+  ``token_is_max_context``.
+- SQuAD v2.0: ``s_null = start_logit[CLS] + end_logit[CLS]``, the MINIMUM over the example's windows, enters the
+  n-best list. The prediction is ``""`` when ``s_null - best_non_null > null_score_diff_threshold``; the paper's
+  rule "predict a span when ``s_best > s_null + tau``" makes the threshold ``-tau``. The diffs are the official
+  v2.0 script's ``na_probs``; its threshold search scores predicted texts, so feed it predictions made with
+  ``null_score_diff_threshold=float("inf")``, or re-threshold with ``apply_null_threshold``.
 
 Departures
 ----------
-- Character spans map to tokens through the fast tokenizer's offset mapping (the reference maps through
-  whitespace words, then shrinks the span with ``_improve_answer_span``). Start token = first context token
-  ending after the answer's first character; end token = last context token starting before the answer's
-  last character; this is correct under lower-casing, accent stripping and punctuation splitting because
-  offsets point into the ORIGINAL text. The answer text is cut from the original context with the same
-  offsets (the reference re-aligns a de-tokenized string with ``get_final_text``), extended over combining
-  marks that follow it (an uncased tokenizer drops them from its offsets).
-- A training answer whose ``answer_start`` does not point at its text (white space normalised) is skipped
-  with a warning, like the reference's "Could not find answer" (whose check, on whole words, is looser);
-  so is an answer that covers no token.
-- The windows are cut here, not by the tokenizer: the tokenizer's ``stride`` is the OVERLAP between windows,
-  and the overlap that gives the reference's window starts, ``max_tokens_for_doc - doc_stride``
-  (``tokenizer_stride``), depends on each question's length, so one batched tokenizer call cannot express it.
-  (Passing ``stride=doc_stride``, as transformers' ``run_qa.py`` does, starts a window every
-  ``max_tokens_for_doc - 128`` tokens, about 240 for a short question, instead of every 128.)
+- Character spans map to tokens through the fast tokenizer's offsets, which point into the ORIGINAL text, so they
+  survive lower-casing and accent stripping (the reference maps whitespace words, then ``_improve_answer_span``).
+  The start token is the first context token ending after the answer's first character; the end token the last
+  starting before its last. The answer text is cut from the context with the same offsets, extended over trailing
+  combining marks (the reference re-aligns with ``get_final_text``).
+- A training answer not at its ``answer_start``, or covering no token, is skipped with a warning, like the
+  reference's "Could not find answer" (whose whole-word check is looser).
+- The windows are cut here: the tokenizer's ``stride`` is the OVERLAP, and the overlap giving the reference's starts
+  depends on each question's length (``tokenizer_stride``). ``stride=doc_stride``, as transformers' ``run_qa.py``
+  passes, starts a window about every 240 tokens for a short question, instead of every 128.
 - When an example has no valid span (nothing passes the filters), the reference emits the text "empty";
   here the prediction is ``""`` with a null-score diff of ``+inf`` in v2.0.
 - In v1.1 mode no null score is computed, and the returned diff dictionary is empty.
@@ -470,22 +459,11 @@ def postprocess_predictions(
 ) -> tuple[dict[str, str], dict[str, float], dict[str, list[dict]]]:
     """Pick each example's answer from the logits of all its windows.
 
-    Args:
-        examples: the raw examples (``datasets.Dataset`` or dict of lists) with ``id`` and ``context``.
-        features: the output of ``prepare_eval_features`` (``example_id``, ``offset_mapping`` and, with
-            ``require_max_context``, ``token_is_max_context``), in the order the logits were computed.
-        start_logits, end_logits: arrays (num_features, seq_len); longer rows (padding) are fine.
-        n_best_size: starts and ends considered per window, and length of the n-best lists.
-        max_answer_length: longest answer in tokens.
-        version_2_with_negative: SQuAD v2.0: allow the null answer.
-        null_score_diff_threshold: predict "" when ``s_null - best_non_null`` exceeds it (the paper's
-            ``-tau``).
-        require_max_context: accept a start token only in the window where it has maximum context.
+    ``features`` is ``prepare_eval_features``'s output, in the order the logits (num_features, seq_len) were computed;
+    longer rows are fine. ``null_score_diff_threshold`` is the paper's ``-tau``.
 
-    Returns:
-        ``(predictions, null_score_diffs, nbest)``: id -> answer text; id -> ``s_null - best_non_null``
-        (v2.0 only, empty otherwise); id -> list of ``{"text", "score", "start_logit", "end_logit",
-        "probability"}``, best first.
+    Returns ``(predictions, null_score_diffs, nbest)``: id -> answer text; id -> ``s_null - best_non_null`` (v2.0
+    only); id -> list of ``{"text", "score", "start_logit", "end_logit", "probability"}``, best first.
     """
     start_logits, end_logits = np.asarray(start_logits), np.asarray(end_logits)
     example_ids = _column(features, "example_id")
