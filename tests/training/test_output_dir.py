@@ -48,7 +48,7 @@ def pretrain(config, out, *flags):
 
 
 def vocabulary(folder):
-    """A vocabulary's size: a tokenizer's folder, or a run's (tokenizer/ while it trains, beside the model once done)."""
+    """A vocabulary's size: a tokenizer's folder, or a run's (tokenizer/ while training, beside the model once done)."""
     folder = folder / "tokenizer" if (folder / "tokenizer").is_dir() else folder
     return len((folder / "vocab.txt").read_text().splitlines())
 
