@@ -102,11 +102,11 @@ class CardError(ValueError):
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def _plain(value: Any) -> str:
+def plain(value: Any) -> str:
     """A setting in prose: whole floats without ".0", None as "not recorded"."""
     if isinstance(value, float) and value.is_integer():
         return f"{int(value):,}"
@@ -115,36 +115,36 @@ def _plain(value: Any) -> str:
     return NOT_RECORDED if value is None else format_setting(value)
 
 
-def _warmup(value: Any) -> str:
+def warmup(value: Any) -> str:
     """transformers 5.x `warmup_steps`: a float below 1 is a share of the steps."""
-    if _is_number(value) and 0 < value < 1:
+    if is_number(value) and 0 < value < 1:
         return f"{100 * value:g}% of the steps"
-    return f"{_plain(value)} steps"
+    return f"{plain(value)} steps"
 
 
-def _plural(n: int, noun: str) -> str:
+def plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _percent(metric: str, value: float) -> float:
+def percent(metric: str, value: Any) -> float | None:
     """A score in percent: our metrics are fractions except SQuAD's (as `bert_repro.training.reproduce.percent`)."""
-    return round(value if metric.startswith("squad") else 100 * value, 2)
+    return round(value if metric.startswith("squad") else 100 * value, 2) if is_number(value) else None
 
 
-def _score(value: Any) -> str:
-    return f"{value:.2f}" if _is_number(value) else NOT_RECORDED
+def score(value: Any, missing: str = NOT_RECORDED) -> str:
+    return f"{value:.2f}" if is_number(value) else missing
 
 
-def _count(value: Any) -> str:
-    return f"{value:,}" if _is_number(value) else NOT_RECORDED
+def count(value: Any) -> str:
+    return f"{value:,}" if is_number(value) else NOT_RECORDED
 
 
-def _share(value: Any) -> str:
-    return f"{100 * value:.1f}%" if _is_number(value) else NOT_RECORDED
+def share(value: Any) -> str:
+    return f"{100 * value:.1f}%" if is_number(value) else NOT_RECORDED
 
 
 def is_hub_id(value: Any) -> bool:
@@ -158,10 +158,10 @@ def public_name(value: str) -> str:
     """A source as a card may name it: a Hub id as it is, a local path by its last component only."""
     if is_hub_id(value):
         return value
-    return f"{_last_component(value)} (local)"
+    return f"{last_component(value)} (local)"
 
 
-def _last_component(path: str) -> str:
+def last_component(path: str) -> str:
     return Path(str(path).rstrip("/\\")).name or str(path)
 
 
@@ -242,14 +242,14 @@ def architecture_rows(config: Mapping[str, Any], parameters: int | None) -> list
     preset_text = f"`{preset}` ({PRESET_NAMES[preset]} size)" if preset else "custom size (no preset)"
     return [
         ("Preset", preset_text),
-        ("Layers (L)", _count(config.get("num_hidden_layers"))),
-        ("Hidden size (H)", _count(config.get("hidden_size"))),
-        ("Attention heads (A)", _count(config.get("num_attention_heads"))),
-        ("Feed-forward size", _count(config.get("intermediate_size"))),
-        ("Vocabulary", _count(config.get("vocab_size"))),
-        ("Positions", _count(config.get("max_position_embeddings"))),
+        ("Layers (L)", count(config.get("num_hidden_layers"))),
+        ("Hidden size (H)", count(config.get("hidden_size"))),
+        ("Attention heads (A)", count(config.get("num_attention_heads"))),
+        ("Feed-forward size", count(config.get("intermediate_size"))),
+        ("Vocabulary", count(config.get("vocab_size"))),
+        ("Positions", count(config.get("max_position_embeddings"))),
         ("Activation", str(config.get("hidden_act", NOT_RECORDED))),
-        ("Parameters", _count(parameters)),
+        ("Parameters", count(parameters)),
     ]
 
 
@@ -262,7 +262,7 @@ def _dropped(key: str) -> bool:
     return key in _DROPPED_KEYS or key.startswith(_DROPPED_PREFIXES) or key.endswith(_DROPPED_SUFFIXES)
 
 
-def _public_value(key: str, value: Any) -> Any:
+def public_value(key: str, value: Any) -> Any:
     if key in _PATH_KEYS and isinstance(value, str):
         return public_name(value)
     if key in _PATH_KEYS and isinstance(value, list):
@@ -292,12 +292,12 @@ def setting_rows(section: Mapping[str, Any], notes: Mapping[str, str] | None = N
     for key, value in section.items():
         if _dropped(key):
             continue
-        shown = format_setting(_public_value(key, value))
+        shown = format_setting(public_value(key, value))
         rows.append((key, f"{shown} ({notes[key]})" if key in notes else shown))
     return rows
 
 
-def _hyperparameter_sections(
+def hyperparameter_sections(
     record: Mapping[str, Any], titles: Mapping[str, str], notes: Mapping[str, Mapping[str, str]]
 ) -> list[dict[str, Any]]:
     """One collapsible table per section of run_config.json."""
@@ -374,7 +374,7 @@ def render_card(
     return ModelCard(content)
 
 
-def _card_data(
+def metadata(
     *,
     repo_id: str,
     pipeline_tag: str,
@@ -398,7 +398,7 @@ def _card_data(
     )
 
 
-def _usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What the "How to use" section needs: the Auto classes, and a pipeline with an example input
     (a pre-trained checkpoint when ``task`` is None, else the task's kind says), our class, and why the checkpoint
     needs remote code when transformers' own BERT cannot compute it (``config``: its config.json; see
@@ -422,5 +422,5 @@ def _usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] 
     }
 
 
-def _licence_of(source: str | None) -> str | None:
+def licence_of(source: str | None) -> str | None:
     return KNOWN_LICENCES.get(source) if source else None

@@ -56,7 +56,7 @@ from ..atomic import write_text
 # names); push.py imports `check_no_secrets` from here and the tests read `TEMPLATE_PACKAGE_DIR` here. `__all__`
 # below lists its public names, wherever they are defined.
 from .card_common import TEMPLATE_PACKAGE_DIR as TEMPLATE_PACKAGE_DIR
-from .card_common import CardError, _read_json, check_no_secrets, is_hub_id, parameter_count
+from .card_common import CardError, check_no_secrets, is_hub_id, parameter_count, read_json
 from .finetuned_card import card_for_finetuning
 from .pretrained_card import card_for_pretraining
 
@@ -67,7 +67,7 @@ from .pretrained_card import card_for_pretraining
 
 def _is_finetuning(path: Path) -> bool:
     """Whether ``path`` is a fine-tuning output directory (results.json with the task and the best run)."""
-    summary = _read_json(path / "results.json")
+    summary = read_json(path / "results.json")
     return isinstance(summary, dict) and "task" in summary and "best" in summary
 
 
@@ -76,7 +76,7 @@ def run_kind(path: str | Path) -> str:
     path = Path(path)
     if _is_finetuning(path):
         return "finetuning"
-    record = _read_json(path / "run_config.json")
+    record = read_json(path / "run_config.json")
     if isinstance(record, dict) and "data" in record and (path / "config.json").is_file():
         return "pretraining"
     raise CardError(

@@ -31,17 +31,7 @@ from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
 from ..tasks.registry import TASKS
 from ..versions import FRAMEWORKS
-from .card_common import (
-    BIBTEX,
-    PRESET_NAMES,
-    CardError,
-    _card_data,
-    _plural,
-    _read_json,
-    _usage,
-    render_card,
-    repo_name,
-)
+from . import card_common as card
 from .pretrained_card import PAPER_BATCH, PAPER_STEPS, _corpus_name, _shown_path
 from .study_comparison import _is_random_init, _study_verdict, fine_tuning_comparison
 
@@ -63,7 +53,7 @@ def _study_of(results: Mapping[str, Any], path: Path) -> tuple[str, dict[str, An
     studies = results.get("study") or {}
     name = next((n for n, s in studies.items() if any(not _is_random_init(r) for r in s.get("rows") or [])), None)
     if name is None:
-        raise CardError(
+        raise card.CardError(
             f"{path}: no study with a pre-trained row (the file of `benchmarks/gpu/gpu_session.py record` is expected)."
         )
     return name, studies[name]
@@ -114,16 +104,16 @@ def _held_out(run: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def _result_name(label: str, split: str, finished: int) -> str:
-    return f"{label} (%), fine-tuned, {split}, mean of {_plural(finished, 'seed')}"
+    return f"{label} (%), fine-tuned, {split}, mean of {card.plural(finished, 'seed')}"
 
 
 def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Path | None = None) -> ModelCard:
     """The card of the pre-trained model of the study recorded in ``path`` (a `benchmarks/gpu/gpu_session.py record`
     file)."""
     path = Path(path)
-    results = _read_json(path)
+    results = card.read_json(path)
     if results is None:
-        raise CardError(f"{path}: no such file.")
+        raise card.CardError(f"{path}: no such file.")
     name, study = _study_of(results, path)
     row = next(r for r in study["rows"] if not _is_random_init(r))
     args = shlex.split(study.get("pretrain_args") or "")
@@ -151,7 +141,7 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         for key, label in (("eval_mlm_accuracy", "MLM accuracy"), ("eval_nsp_accuracy", "NSP accuracy"))
         if isinstance(pretraining.get(key), (int, float))
     ]
-    card_data = _card_data(
+    card_data = card.metadata(
         repo_id=repo_id,
         pipeline_tag="fill-mask",
         tags=["bert", "bert_repro", "fill-mask"],
@@ -160,13 +150,13 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         base_model=None,
     )
     context = {
-        "title": repo_name(repo_id),
+        "title": card.repo_name(repo_id),
         "source_file": path.as_posix(),
         "device": results.get("device") or "not recorded",
         "date": results.get("date") or "not recorded",
         "commit": commit or "not recorded",
         "preset": preset,
-        "preset_name": PRESET_NAMES.get(preset, preset),
+        "preset_name": card.PRESET_NAMES.get(preset, preset),
         "size": size,
         "objective": ("masked language modelling" if objective.masked_lm else "left-to-right language modelling")
         + (" + next sentence prediction" if objective.next_sentence else ""),
@@ -183,17 +173,17 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
             for key, _, args in (k.partition("=") for k in study.get("finetune_args_for") or [])
         ],
         "seeds": ", ".join(str(s) for s in study.get("seeds") or []),
-        "n_seeds": _plural(len(study.get("seeds") or []) or 1, "fine-tuning seed"),
+        "n_seeds": card.plural(len(study.get("seeds") or []) or 1, "fine-tuning seed"),
         "budget": _budget(results, study, name, row),
         "held_out": held_out,
         # as the GPU call recorded them; bert_repro by the commit it ran
         "versions": [f"{name} {recorded.get(package) or 'not recorded'}" for name, package in FRAMEWORKS.items()],
         "rows": table,
         "verdict": _study_verdict(table) if study.get("seeds") else None,
-        "usage": _usage(repo_id),
-        "bibtex": BIBTEX,
+        "usage": card.usage(repo_id),
+        "bibtex": card.BIBTEX,
     }
-    return render_card("study.md", card_data, context, template_dir)
+    return card.render_card("study.md", card_data, context, template_dir)
 
 
 def differences(card: str, expected: str) -> list[str]:

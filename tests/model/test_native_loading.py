@@ -251,7 +251,7 @@ def test_old_format_still_loads_and_a_push_stages_it_natively(tmp_path, tokenize
 
 def test_config_transformers_cannot_compute_falls_back_to_remote_code(tmp_path, tokenizer):
     """hidden_act="gelu_tanh" (the reference code's tanh GELU under our spelling) is not in transformers' ACT2FN."""
-    from bert_repro.hub.card_common import _usage
+    from bert_repro.hub.card_common import usage as _usage
 
     torch.manual_seed(0)
     model = bert_repro.BertReproForMaskedLM(tiny_config(vocab_size=len(tokenizer), hidden_act="gelu_tanh")).eval()
