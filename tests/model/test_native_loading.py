@@ -17,7 +17,7 @@ import torch
 from support import ROOT
 from support.models import padded_batch, tiny_config
 from support.pretraining_runs import launch, write_config
-from support.task_files import fixture_files, write
+from support.task_files import finetune_args, fixture_files, write
 from support.without_package import (
     MASKED,
     SENTENCES,
@@ -324,29 +324,14 @@ def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_name
         start
     )
     data = write(tmp_path / "data", fixture_files("mrpc"))
-    args = [
-        "--task",
-        "mrpc",
-        "--data",
-        str(data),
-        "--learning_rates",
-        "1e-4",
-        "--max_steps",
-        "2",
-        "--per_device_train_batch_size",
-        "2",
-        "--use_cpu",
-        "true",
-        "--disable_tqdm",
-        "true",
-        "--max_seq_length",
-        "64",
-    ]
+    args = finetune_args(
+        "mrpc", start, data, learning_rates="1e-4", max_steps=2, per_device_train_batch_size=2, max_seq_length=64
+    )
 
     # No tokenizer beside the weights and no --tokenizer: a message naming the directory, exit code 2, no traceback.
     recipe = ROOT / "recipes" / "finetune.py"
     refused = subprocess.run(
-        [sys.executable, str(recipe), "--model", str(start), "--output_dir", str(tmp_path / "refused"), *args],
+        [sys.executable, str(recipe), *args, "--output_dir", str(tmp_path / "refused")],
         capture_output=True,
         text=True,
         timeout=300,
@@ -360,11 +345,9 @@ def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_name
     run_finetuning(
         FineTuningRecipe.from_args(
             [
-                "--model",
-                str(start),
+                *args,
                 "--output_dir",
                 str(out),
-                *args,
                 "--unpad_inputs",
                 "true",
                 "--last_layer_subset",
