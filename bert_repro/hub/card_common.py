@@ -1,9 +1,6 @@
-"""What the model cards of `bert_repro.hub.model_card` share: the metadata block, the rendering of a template, how a
-card writes numbers, names and settings (with nothing private), the architecture table and the secrets check.
-
-The pre-trained checkpoint's card (`bert_repro.hub.pretrained_card`), the fine-tuned one's
-(`bert_repro.hub.finetuned_card`) and a study's (`bert_repro.hub.study_card`) are made of these parts; the
-conventions they follow are those of `bert_repro.hub.model_card`'s docstring.
+"""What the model cards share: the metadata block, the rendering of a template, how a card writes numbers, names
+and settings (with nothing private), the architecture table and the secrets check. The card modules use it as one
+namespace (`from . import card_common as card`); its conventions are `bert_repro.hub.model_card`'s docstring.
 """
 
 from __future__ import annotations
@@ -97,9 +94,7 @@ class CardError(ValueError):
     """A directory that holds no run a card can be made of, or a card that would leak a secret."""
 
 
-# ------------------------------------------------------------------------------------------------------------
 # Small helpers: files, numbers, names
-# ------------------------------------------------------------------------------------------------------------
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -178,9 +173,9 @@ def preset_of(config: Mapping[str, Any]) -> str | None:
 
 
 def framework_lines(recorded: Mapping[str, Any] | None, saved_with: str | None = None) -> list[str]:
-    """The "Framework versions" lines of a card: those the run recorded (results.json's `versions`), else
-    transformers' from config.json (``saved_with``, written when the model was saved) and the others installed now,
-    labelled as such: the card may be made long after the run, elsewhere."""
+    """The "Framework versions" lines of a card: those the run recorded (results.json's `versions`). Else
+    transformers' from config.json (``saved_with``) and the others installed now, labelled as such: the card may be
+    made long after the run, elsewhere."""
     lines = []
     for name, package in FRAMEWORKS.items():
         if recorded:
@@ -193,9 +188,7 @@ def framework_lines(recorded: Mapping[str, Any] | None, saved_with: str | None =
     return lines
 
 
-# ------------------------------------------------------------------------------------------------------------
 # Architecture and parameters
-# ------------------------------------------------------------------------------------------------------------
 
 
 def _encoder_parameters(config: Mapping[str, Any], pooler: bool) -> int:
@@ -253,9 +246,7 @@ def architecture_rows(config: Mapping[str, Any], parameters: int | None) -> list
     ]
 
 
-# ------------------------------------------------------------------------------------------------------------
 # Hyper-parameters: every recorded setting, with nothing private
-# ------------------------------------------------------------------------------------------------------------
 
 
 def _dropped(key: str) -> bool:
@@ -308,9 +299,7 @@ def hyperparameter_sections(
     ]
 
 
-# ------------------------------------------------------------------------------------------------------------
 # Secrets
-# ------------------------------------------------------------------------------------------------------------
 
 
 def check_no_secrets(text: str) -> None:
@@ -323,9 +312,7 @@ def check_no_secrets(text: str) -> None:
         raise CardError("The card contains what looks like a Hugging Face access token; it is not written.")
 
 
-# ------------------------------------------------------------------------------------------------------------
 # Rendering
-# ------------------------------------------------------------------------------------------------------------
 
 
 def _cell(value: Any) -> str:
@@ -399,10 +386,9 @@ def metadata(
 
 
 def usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What the "How to use" section needs: the Auto classes, and a pipeline with an example input
-    (a pre-trained checkpoint when ``task`` is None, else the task's kind says), our class, and why the checkpoint
-    needs remote code when transformers' own BERT cannot compute it (``config``: its config.json; see
-    `checkpoint_format`)."""
+    """What the "How to use" section needs: the Auto classes, a pipeline with an example input (fill-mask when
+    ``task`` is None, else the task's kind's), our class, and why the checkpoint needs remote code when
+    transformers' own BERT cannot compute it (``config``: its config.json; see `checkpoint_format`)."""
     if task is None:
         auto, remote, pipeline_task = "AutoModelForPreTraining", "AutoModelForMaskedLM", "fill-mask"
         variable, call = "fill", 'fill("The capital of France is [MASK].")'

@@ -1,10 +1,7 @@
 """The card of a fine-tuned checkpoint (`recipes/finetune.py`'s output directory): `card_for_finetuning`.
 
 Built from `results.json` (the grid, every run, the best one), `run_config.json` and the best model's
-`config.json`, at the top of the output directory: the task, the scores beside the majority class and the paper's
-BASE and LARGE numbers, every run of the grid, the hyper-parameters; rendered with `finetuned.md`. `_task_result`,
-the model-index entry of a fine-tuned score on a task, also gives those of a study's fine-tuning runs
-(`bert_repro.hub.study_comparison`).
+`config.json`. Rendered with `finetuned.md`. `_task_result` also names a study's fine-tuning scores.
 """
 
 from __future__ import annotations
@@ -22,9 +19,6 @@ from . import card_common as card
 __all__ = ["card_for_finetuning"]
 
 
-# A task's display name and its metrics' labels and Hub ids come from the registry (`Task.display_name`,
-# `METRICS`); its pipeline tag, Auto class, head description and usage example from its kind
-# (`bert_repro.tasks.kinds`).
 # Metric ids the Hub knows (hf.co/metrics), for the `metrics` field.
 HUB_METRICS = {"accuracy", "f1", "exact_match", "matthews_correlation", "pearsonr", "spearmanr", "precision", "recall"}
 TASK_TYPE_NAMES = {
@@ -76,9 +70,8 @@ def _paper_cell(result: Result | None) -> str:
 def _finetuning_eval(
     task: Task, best: Mapping[str, Any], baseline: Mapping[str, Any] | None = None
 ) -> tuple[list[EvalResult], list[dict[str, str]]]:
-    """model-index entries (the metric's own scale, as `evaluate` gives it: fractions, SQuAD's percent) and table
-    rows (percent) beside the majority class (`baseline`: results.json's
-    majority_baseline, where the task has classes and the run recorded it) and the paper's BASE and LARGE numbers."""
+    """model-index entries (the metric's own scale, as `evaluate` gives it) and table rows (percent) beside the
+    majority class (`baseline`: results.json's majority_baseline) and the paper's BASE and LARGE numbers."""
     eval_results, rows = [], []
     for split in task.eval_splits:
         scores = best.get(split) or {}

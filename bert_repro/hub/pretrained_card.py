@@ -1,9 +1,7 @@
 """The card of a pre-trained checkpoint (`recipes/pretrain.py`'s output directory): `card_for_pretraining`.
 
-Built from `run_config.json` (every setting), `data_statistics.json`, `results.json`, `config.json` and
-`training_curves.png` when present: the corpus, the examples of each phase, the training procedure beside the
-paper's scale, MLM and NSP accuracy on the held-out documents, the hyper-parameters; optionally a benchmark report
-(`bert_repro.training.reproduce`) and a study (`bert_repro.hub.study_comparison`). Rendered with `pretrained.md`.
+Built from `run_config.json`, `data_statistics.json`, `results.json`, `config.json` and `training_curves.png`
+when present, with an optional benchmark report and study. Rendered with `pretrained.md`.
 """
 
 from __future__ import annotations

@@ -4,16 +4,13 @@
 `benchmarks/results/<date>-<device>-study*.json`:
 the study's table (`study.<name>`: every seed of every cell, the majority-class baseline, the arguments) and the
 pre-training run of its model (`study_<name>`: steps, time, held-out losses). The run's own directory does not come
-back from the GPU machine, so the card says only what that file says, and every number in it can be checked
-against the file: `--check` rewrites nothing and fails (exit 1) where the card differs, which
-tests/hub/test_study_card.py runs on every checked-in card.
+back from the GPU machine, so the card says only what that file says. `--check` rewrites nothing and fails (exit 1)
+where the card differs from the file; tests/hub/test_study_card.py runs it on every checked-in card.
 
     python -m bert_repro.hub.study_card benchmarks/results/2026-11-26-nvidia-h200-study-2.json \\
         bert-repro/bert-small-books-6k --output model_cards/bert-small-books-6k/README.md [--check]
 
-Each score names its split and its number of seeds; the same architecture randomly initialised and the majority
-class stand beside it; the budget (steps, sequences, tokens, GPU minutes) and what the model is not (a budget model,
-not a substitute for BERT-Small) are stated. The template is `model_cards/study.md`.
+The template is `model_cards/study.md`.
 """
 
 from __future__ import annotations

@@ -69,8 +69,8 @@ def _study_verdict(rows: list[dict[str, Any]]) -> str:
 def fine_tuning_comparison(
     study: Mapping[str, Any], row: Mapping[str, Any], result_name: Callable[[str, str, int], str]
 ) -> tuple[list[EvalResult], list[dict[str, Any]]]:
-    """A study's fine-tuning columns for its `row` (a pre-trained model): model-index entries of its scores (named
-    by `result_name(metric label, split name, seeds finished)`) and the table's rows beside the randomly
+    """A study's fine-tuning columns for its `row` (a pre-trained model): model-index entries of its scores, named
+    by `result_name(metric label, split name, seeds finished)`. And the table's rows beside the randomly
     initialised model's and the majority class's, with their difference and its standard error."""
     rows = study.get("rows") or []
     random = next((r for r in rows if _is_random_init(r)), {})
