@@ -17,7 +17,7 @@ import torch
 from support import ROOT
 from support.models import padded_batch, tiny_config
 from support.pretraining_runs import launch, write_config
-from support.task_files import finetune_args, fixture_files, write
+from support.task_files import TINY_RUN, finetune_args, fixture_files, write
 from support.without_package import (
     MASKED,
     SENTENCES,
@@ -324,9 +324,7 @@ def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_name
         start
     )
     data = write(tmp_path / "data", fixture_files("mrpc"))
-    args = finetune_args(
-        "mrpc", start, data, learning_rates="1e-4", max_steps=2, per_device_train_batch_size=2, max_seq_length=64
-    )
+    args = finetune_args("mrpc", start, data, **TINY_RUN)
 
     # No tokenizer beside the weights and no --tokenizer: a message naming the directory, exit code 2, no traceback.
     recipe = ROOT / "recipes" / "finetune.py"

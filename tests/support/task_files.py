@@ -608,6 +608,10 @@ def fixture_rows(name, split):
     return GLUE_FIXTURES[name][1][split]["idx"]
 
 
+# Two steps of two examples at the tiny model's 64 positions.
+TINY_RUN = {"learning_rates": "1e-4", "max_steps": 2, "per_device_train_batch_size": 2, "max_seq_length": 64}
+
+
 def finetune_args(task, model, data=None, output_dir=None, *extra, cpu=True, **flags):
     """`recipes/finetune.py`'s arguments: ``--task``, ``--model``, ``--data`` and ``--output_dir`` when given, then
     (with ``cpu``) ``--use_cpu true --disable_tqdm true``, then each keyword as ``--key value`` (a list gives

@@ -5,7 +5,7 @@ import json
 
 import pytest
 from support import ROOT
-from support.task_files import CONLL_DEV, CONLL_TRAIN, finetune_args, fixture_files, fixture_rows, write
+from support.task_files import CONLL_DEV, CONLL_TRAIN, TINY_RUN, finetune_args, fixture_files, fixture_rows, write
 
 from bert_repro.tasks.registry import TASKS, get_task
 from bert_repro.training.cli import ConfigurationError, RunFinished
@@ -20,17 +20,7 @@ def test_every_task_end_to_end(tmp_path, tiny_model, name):
     task = get_task(name)
     data = write(tmp_path / "data", fixture_files(name))
     out = tmp_path / "out"
-    argv = finetune_args(
-        name,
-        tiny_model,
-        data,
-        out,
-        learning_rates="1e-4",
-        max_steps=2,
-        per_device_train_batch_size=2,
-        max_seq_length=64,
-        doc_stride=16,
-    )
+    argv = finetune_args(name, tiny_model, data, out, **TINY_RUN, doc_stride=16)
     summary = run_finetuning(FineTuningRecipe.from_args(argv))
     results = json.loads((out / "results.json").read_text())
     assert results["best"]["learning_rate"] == summary["best"]["learning_rate"] == 1e-4
@@ -150,17 +140,7 @@ def test_speed_switches_reach_the_model(tmp_path, tiny_model):
     run_finetuning(
         FineTuningRecipe.from_args(
             finetune_args(
-                "mrpc",
-                tiny_model,
-                data,
-                out,
-                learning_rates="1e-4",
-                max_steps=2,
-                per_device_train_batch_size=2,
-                max_seq_length=64,
-                unpad_inputs=True,
-                fast_dropout=True,
-                last_layer_subset=True,
+                "mrpc", tiny_model, data, out, **TINY_RUN, unpad_inputs=True, fast_dropout=True, last_layer_subset=True
             )
         )
     )
