@@ -408,5 +408,30 @@ def usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] |
     }
 
 
+# The pre-training objectives scored on the held-out documents: model-index task type, task name, metric label.
+HELD_OUT_TASKS = {
+    "mlm_accuracy": ("fill-mask", "Masked language modelling", "MLM accuracy"),
+    "nsp_accuracy": ("text-classification", "Next sentence prediction", "NSP accuracy"),
+}
+
+
+def held_out_result(
+    key: str, value: float, dataset: str, corpus: str, note: str = "", config: str | None = None
+) -> EvalResult:
+    """The model-index entry of MLM or NSP accuracy (``key``, a fraction) on ``corpus``'s held-out documents."""
+    task_type, task_name, label = HELD_OUT_TASKS[key]
+    return EvalResult(
+        task_type=task_type,
+        task_name=task_name,
+        dataset_type=dataset,
+        dataset_name=f"{corpus}, held-out documents",
+        dataset_config=config,
+        dataset_split="held-out",
+        metric_type="accuracy",
+        metric_value=round(100 * value, 2),
+        metric_name=f"{label} (%){note}",
+    )
+
+
 def licence_of(source: str | None) -> str | None:
     return KNOWN_LICENCES.get(source) if source else None

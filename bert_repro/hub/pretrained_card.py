@@ -133,36 +133,19 @@ def _pretraining_eval(
     results: Mapping[str, Any], corpus: dict[str, Any]
 ) -> tuple[list[EvalResult], list[dict[str, str]]]:
     """model-index entries and table rows for MLM and NSP accuracy on the held-out documents."""
-    dataset_type = corpus["hub_id"] or corpus["slug"]
-    held_out = f"{corpus['name']}, held-out documents"
-    entries = [
-        ("mlm_accuracy", "fill-mask", "Masked language modelling", "MLM accuracy", "not reported in the paper"),
-        (
-            "nsp_accuracy",
-            "text-classification",
-            "Next sentence prediction",
-            "NSP accuracy",
-            f"{PAPER_NSP_ACCURACY} (final models, paper section 3.1)",
-        ),
-    ]
+    dataset = corpus["hub_id"] or corpus["slug"]
+    papers = {
+        "mlm_accuracy": "not reported in the paper",
+        "nsp_accuracy": f"{PAPER_NSP_ACCURACY} (final models, paper section 3.1)",
+    }
     eval_results, rows = [], []
-    for key, task_type, task_name, label, paper in entries:
+    for key, paper in papers.items():
         value = results.get(f"eval_{key}")
         if card.is_number(value):
-            eval_results.append(
-                EvalResult(
-                    task_type=task_type,
-                    task_name=task_name,
-                    dataset_type=dataset_type,
-                    dataset_name=held_out,
-                    dataset_config=corpus["config"],
-                    dataset_split="held-out",
-                    metric_type="accuracy",
-                    metric_value=card.percent(key, value),
-                    metric_name=f"{label} (%)",
-                )
-            )
-        rows.append({"metric": label, "ours": card.score(card.percent(key, value)), "paper": paper})
+            eval_results.append(card.held_out_result(key, value, dataset, corpus["name"], config=corpus["config"]))
+        rows.append(
+            {"metric": card.HELD_OUT_TASKS[key][2], "ours": card.score(card.percent(key, value)), "paper": paper}
+        )
     for key, label in (("mlm_loss", "MLM loss"), ("nsp_loss", "NSP loss")):
         value = results.get(f"eval_{key}")
         rows.append(

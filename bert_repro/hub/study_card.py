@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import EvalResult, ModelCard
+from huggingface_hub import ModelCard
 
 from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
@@ -125,18 +125,9 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
     corpus_name = _corpus_name(corpus) if corpus else "corpus"
     pretraining = row.get("pretraining") or {}
     held_out_results = [
-        EvalResult(
-            task_type="fill-mask" if key == "eval_mlm_accuracy" else "text-classification",
-            task_name="Masked language modelling" if key == "eval_mlm_accuracy" else "Next sentence prediction",
-            dataset_type=corpus_name,
-            dataset_name=f"{corpus_name}, held-out documents",
-            dataset_split="held-out",
-            metric_type="accuracy",
-            metric_value=round(100 * pretraining[key], 2),
-            metric_name=f"{label} (%), held-out, one evaluation",
-        )
-        for key, label in (("eval_mlm_accuracy", "MLM accuracy"), ("eval_nsp_accuracy", "NSP accuracy"))
-        if isinstance(pretraining.get(key), (int, float))
+        card.held_out_result(key, pretraining[f"eval_{key}"], corpus_name, corpus_name, ", held-out, one evaluation")
+        for key in card.HELD_OUT_TASKS
+        if isinstance(pretraining.get(f"eval_{key}"), (int, float))
     ]
     card_data = card.metadata(
         repo_id=repo_id,
@@ -183,10 +174,10 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
     return card.render_card("study.md", card_data, context, template_dir)
 
 
-def differences(card: str, expected: str) -> list[str]:
-    """The lines of ``card`` that are not those ``expected`` has at the same place (a number changed by hand, or a
-    card older than its study file)."""
-    have, want = card.splitlines(), expected.splitlines()
+def differences(text: str, expected: str) -> list[str]:
+    """The lines of the card ``text`` that are not those ``expected`` has at the same place (a number changed by
+    hand, or a card older than its study file)."""
+    have, want = text.splitlines(), expected.splitlines()
     out = [f"line {i + 1}: {a!r} (the study file gives {b!r})" for i, (a, b) in enumerate(zip(have, want)) if a != b]
     if len(have) != len(want):
         out.append(f"{len(have)} lines, the study file gives {len(want)}")
