@@ -37,14 +37,6 @@ SPLIT_NAMES = {
     "test_matched": "test matched",
     "test_mismatched": "test mismatched",
 }
-PRESET_NAMES = {
-    "tiny": "BERT-Tiny",
-    "mini": "BERT-Mini",
-    "small": "BERT-Small",
-    "medium": "BERT-Medium",
-    "base": "BERT-BASE",
-    "large": "BERT-LARGE",
-}
 # Licences of data sets and checkpoints the recipes commonly use, as their Hub pages state them.
 KNOWN_LICENCES = {
     "wikimedia/wikipedia": "CC BY-SA 3.0 and GFDL",
@@ -164,6 +156,11 @@ def repo_name(repo_id: str) -> str:
     return repo_id.rstrip("/").split("/")[-1]
 
 
+def preset_name(preset: str) -> str:
+    """A preset as the papers name it: BERT-BASE and BERT-LARGE (Devlin et al.), BERT-Tiny to -Medium (Turc et al.)."""
+    return "BERT-" + (preset.upper() if preset in ("base", "large") else preset.capitalize())
+
+
 def preset_of(config: Mapping[str, Any]) -> str | None:
     """The preset whose L, H, A and FFN sizes ``config`` has, or None for a custom size."""
     for name, sizes in PRESETS.items():
@@ -232,7 +229,7 @@ def stored_parameter_count(directory: Path) -> int | None:
 
 def architecture_rows(config: Mapping[str, Any], parameters: int | None) -> list[tuple[str, str]]:
     preset = preset_of(config)
-    preset_text = f"`{preset}` ({PRESET_NAMES[preset]} size)" if preset else "custom size (no preset)"
+    preset_text = f"`{preset}` ({preset_name(preset)} size)" if preset else "custom size (no preset)"
     return [
         ("Preset", preset_text),
         ("Layers (L)", count(config.get("num_hidden_layers"))),

@@ -144,7 +144,7 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         "date": results.get("date") or "not recorded",
         "commit": commit or "not recorded",
         "preset": preset,
-        "preset_name": card.PRESET_NAMES.get(preset, preset),
+        "preset_name": card.preset_name(preset),
         "size": size,
         "objective": ("masked language modelling" if objective.masked_lm else "left-to-right language modelling")
         + (" + next sentence prediction" if objective.next_sentence else ""),
