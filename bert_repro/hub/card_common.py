@@ -1,9 +1,6 @@
-"""What the model cards of `bert_repro.hub.model_card` share: the metadata block, the rendering of a template, how a
-card writes numbers, names and settings (with nothing private), the architecture table and the secrets check.
-
-The pre-trained checkpoint's card (`bert_repro.hub.pretrained_card`), the fine-tuned one's
-(`bert_repro.hub.finetuned_card`) and a study's (`bert_repro.hub.study_card`) are made of these parts; the
-conventions they follow are those of `bert_repro.hub.model_card`'s docstring.
+"""What the model cards share: the metadata block, the rendering of a template, how a card writes numbers, names
+and settings (with nothing private), the architecture table and the secrets check. The card modules use it as one
+namespace (`from . import card_common as card`); its conventions are `bert_repro.hub.model_card`'s docstring.
 """
 
 from __future__ import annotations
@@ -39,14 +36,6 @@ SPLIT_NAMES = {
     "test": "test",
     "test_matched": "test matched",
     "test_mismatched": "test mismatched",
-}
-PRESET_NAMES = {
-    "tiny": "BERT-Tiny",
-    "mini": "BERT-Mini",
-    "small": "BERT-Small",
-    "medium": "BERT-Medium",
-    "base": "BERT-BASE",
-    "large": "BERT-LARGE",
 }
 # Licences of data sets and checkpoints the recipes commonly use, as their Hub pages state them.
 KNOWN_LICENCES = {
@@ -97,16 +86,14 @@ class CardError(ValueError):
     """A directory that holds no run a card can be made of, or a card that would leak a secret."""
 
 
-# ------------------------------------------------------------------------------------------------------------
 # Small helpers: files, numbers, names
-# ------------------------------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def _plain(value: Any) -> str:
+def plain(value: Any) -> str:
     """A setting in prose: whole floats without ".0", None as "not recorded"."""
     if isinstance(value, float) and value.is_integer():
         return f"{int(value):,}"
@@ -115,36 +102,36 @@ def _plain(value: Any) -> str:
     return NOT_RECORDED if value is None else format_setting(value)
 
 
-def _warmup(value: Any) -> str:
+def warmup(value: Any) -> str:
     """transformers 5.x `warmup_steps`: a float below 1 is a share of the steps."""
-    if _is_number(value) and 0 < value < 1:
+    if is_number(value) and 0 < value < 1:
         return f"{100 * value:g}% of the steps"
-    return f"{_plain(value)} steps"
+    return f"{plain(value)} steps"
 
 
-def _plural(n: int, noun: str) -> str:
+def plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _percent(metric: str, value: float) -> float:
+def percent(metric: str, value: Any) -> float | None:
     """A score in percent: our metrics are fractions except SQuAD's (as `bert_repro.training.reproduce.percent`)."""
-    return round(value if metric.startswith("squad") else 100 * value, 2)
+    return round(value if metric.startswith("squad") else 100 * value, 2) if is_number(value) else None
 
 
-def _score(value: Any) -> str:
-    return f"{value:.2f}" if _is_number(value) else NOT_RECORDED
+def score(value: Any, missing: str = NOT_RECORDED) -> str:
+    return f"{value:.2f}" if is_number(value) else missing
 
 
-def _count(value: Any) -> str:
-    return f"{value:,}" if _is_number(value) else NOT_RECORDED
+def count(value: Any) -> str:
+    return f"{value:,}" if is_number(value) else NOT_RECORDED
 
 
-def _share(value: Any) -> str:
-    return f"{100 * value:.1f}%" if _is_number(value) else NOT_RECORDED
+def share(value: Any) -> str:
+    return f"{100 * value:.1f}%" if is_number(value) else NOT_RECORDED
 
 
 def is_hub_id(value: Any) -> bool:
@@ -158,15 +145,20 @@ def public_name(value: str) -> str:
     """A source as a card may name it: a Hub id as it is, a local path by its last component only."""
     if is_hub_id(value):
         return value
-    return f"{_last_component(value)} (local)"
+    return f"{last_component(value)} (local)"
 
 
-def _last_component(path: str) -> str:
+def last_component(path: str) -> str:
     return Path(str(path).rstrip("/\\")).name or str(path)
 
 
 def repo_name(repo_id: str) -> str:
     return repo_id.rstrip("/").split("/")[-1]
+
+
+def preset_name(preset: str) -> str:
+    """A preset as the papers name it: BERT-BASE and BERT-LARGE (Devlin et al.), BERT-Tiny to -Medium (Turc et al.)."""
+    return "BERT-" + (preset.upper() if preset in ("base", "large") else preset.capitalize())
 
 
 def preset_of(config: Mapping[str, Any]) -> str | None:
@@ -178,9 +170,9 @@ def preset_of(config: Mapping[str, Any]) -> str | None:
 
 
 def framework_lines(recorded: Mapping[str, Any] | None, saved_with: str | None = None) -> list[str]:
-    """The "Framework versions" lines of a card: those the run recorded (results.json's `versions`), else
-    transformers' from config.json (``saved_with``, written when the model was saved) and the others installed now,
-    labelled as such: the card may be made long after the run, elsewhere."""
+    """The "Framework versions" lines of a card: those the run recorded (results.json's `versions`). Else
+    transformers' from config.json (``saved_with``) and the others installed now, labelled as such: the card may be
+    made long after the run, elsewhere."""
     lines = []
     for name, package in FRAMEWORKS.items():
         if recorded:
@@ -193,9 +185,7 @@ def framework_lines(recorded: Mapping[str, Any] | None, saved_with: str | None =
     return lines
 
 
-# ------------------------------------------------------------------------------------------------------------
 # Architecture and parameters
-# ------------------------------------------------------------------------------------------------------------
 
 
 def _encoder_parameters(config: Mapping[str, Any], pooler: bool) -> int:
@@ -239,30 +229,28 @@ def stored_parameter_count(directory: Path) -> int | None:
 
 def architecture_rows(config: Mapping[str, Any], parameters: int | None) -> list[tuple[str, str]]:
     preset = preset_of(config)
-    preset_text = f"`{preset}` ({PRESET_NAMES[preset]} size)" if preset else "custom size (no preset)"
+    preset_text = f"`{preset}` ({preset_name(preset)} size)" if preset else "custom size (no preset)"
     return [
         ("Preset", preset_text),
-        ("Layers (L)", _count(config.get("num_hidden_layers"))),
-        ("Hidden size (H)", _count(config.get("hidden_size"))),
-        ("Attention heads (A)", _count(config.get("num_attention_heads"))),
-        ("Feed-forward size", _count(config.get("intermediate_size"))),
-        ("Vocabulary", _count(config.get("vocab_size"))),
-        ("Positions", _count(config.get("max_position_embeddings"))),
+        ("Layers (L)", count(config.get("num_hidden_layers"))),
+        ("Hidden size (H)", count(config.get("hidden_size"))),
+        ("Attention heads (A)", count(config.get("num_attention_heads"))),
+        ("Feed-forward size", count(config.get("intermediate_size"))),
+        ("Vocabulary", count(config.get("vocab_size"))),
+        ("Positions", count(config.get("max_position_embeddings"))),
         ("Activation", str(config.get("hidden_act", NOT_RECORDED))),
-        ("Parameters", _count(parameters)),
+        ("Parameters", count(parameters)),
     ]
 
 
-# ------------------------------------------------------------------------------------------------------------
 # Hyper-parameters: every recorded setting, with nothing private
-# ------------------------------------------------------------------------------------------------------------
 
 
 def _dropped(key: str) -> bool:
     return key in _DROPPED_KEYS or key.startswith(_DROPPED_PREFIXES) or key.endswith(_DROPPED_SUFFIXES)
 
 
-def _public_value(key: str, value: Any) -> Any:
+def public_value(key: str, value: Any) -> Any:
     if key in _PATH_KEYS and isinstance(value, str):
         return public_name(value)
     if key in _PATH_KEYS and isinstance(value, list):
@@ -292,12 +280,12 @@ def setting_rows(section: Mapping[str, Any], notes: Mapping[str, str] | None = N
     for key, value in section.items():
         if _dropped(key):
             continue
-        shown = format_setting(_public_value(key, value))
+        shown = format_setting(public_value(key, value))
         rows.append((key, f"{shown} ({notes[key]})" if key in notes else shown))
     return rows
 
 
-def _hyperparameter_sections(
+def hyperparameter_sections(
     record: Mapping[str, Any], titles: Mapping[str, str], notes: Mapping[str, Mapping[str, str]]
 ) -> list[dict[str, Any]]:
     """One collapsible table per section of run_config.json."""
@@ -308,9 +296,7 @@ def _hyperparameter_sections(
     ]
 
 
-# ------------------------------------------------------------------------------------------------------------
 # Secrets
-# ------------------------------------------------------------------------------------------------------------
 
 
 def check_no_secrets(text: str) -> None:
@@ -323,9 +309,7 @@ def check_no_secrets(text: str) -> None:
         raise CardError("The card contains what looks like a Hugging Face access token; it is not written.")
 
 
-# ------------------------------------------------------------------------------------------------------------
 # Rendering
-# ------------------------------------------------------------------------------------------------------------
 
 
 def _cell(value: Any) -> str:
@@ -374,7 +358,7 @@ def render_card(
     return ModelCard(content)
 
 
-def _card_data(
+def metadata(
     *,
     repo_id: str,
     pipeline_tag: str,
@@ -398,11 +382,10 @@ def _card_data(
     )
 
 
-def _usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What the "How to use" section needs: the Auto classes, and a pipeline with an example input
-    (a pre-trained checkpoint when ``task`` is None, else the task's kind says), our class, and why the checkpoint
-    needs remote code when transformers' own BERT cannot compute it (``config``: its config.json; see
-    `checkpoint_format`)."""
+def usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What the "How to use" section needs: the Auto classes, a pipeline with an example input (fill-mask when
+    ``task`` is None, else the task's kind's), our class, and why the checkpoint needs remote code when
+    transformers' own BERT cannot compute it (``config``: its config.json; see `checkpoint_format`)."""
     if task is None:
         auto, remote, pipeline_task = "AutoModelForPreTraining", "AutoModelForMaskedLM", "fill-mask"
         variable, call = "fill", 'fill("The capital of France is [MASK].")'
@@ -422,5 +405,30 @@ def _usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] 
     }
 
 
-def _licence_of(source: str | None) -> str | None:
+# The pre-training objectives scored on the held-out documents: model-index task type, task name, metric label.
+HELD_OUT_TASKS = {
+    "mlm_accuracy": ("fill-mask", "Masked language modelling", "MLM accuracy"),
+    "nsp_accuracy": ("text-classification", "Next sentence prediction", "NSP accuracy"),
+}
+
+
+def held_out_result(
+    key: str, value: float, dataset: str, corpus: str, note: str = "", config: str | None = None
+) -> EvalResult:
+    """The model-index entry of MLM or NSP accuracy (``key``, a fraction) on ``corpus``'s held-out documents."""
+    task_type, task_name, label = HELD_OUT_TASKS[key]
+    return EvalResult(
+        task_type=task_type,
+        task_name=task_name,
+        dataset_type=dataset,
+        dataset_name=f"{corpus}, held-out documents",
+        dataset_config=config,
+        dataset_split="held-out",
+        metric_type="accuracy",
+        metric_value=round(100 * value, 2),
+        metric_name=f"{label} (%){note}",
+    )
+
+
+def licence_of(source: str | None) -> str | None:
     return KNOWN_LICENCES.get(source) if source else None

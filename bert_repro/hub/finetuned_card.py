@@ -1,10 +1,7 @@
 """The card of a fine-tuned checkpoint (`recipes/finetune.py`'s output directory): `card_for_finetuning`.
 
 Built from `results.json` (the grid, every run, the best one), `run_config.json` and the best model's
-`config.json`, at the top of the output directory: the task, the scores beside the majority class and the paper's
-BASE and LARGE numbers, every run of the grid, the hyper-parameters; rendered with `finetuned.md`. `_task_result`,
-the model-index entry of a fine-tuned score on a task, also gives those of a study's fine-tuning runs
-(`bert_repro.hub.study_comparison`).
+`config.json`. Rendered with `finetuned.md`. `_task_result` also names a study's fine-tuning scores.
 """
 
 from __future__ import annotations
@@ -17,41 +14,11 @@ from huggingface_hub import EvalResult, ModelCard
 
 from ..tasks.registry import METRICS, Result, Task, get_task
 from ..training.finetune_recipe import upgrade
-from .card_common import (
-    BIBTEX,
-    NOT_RECORDED,
-    SPLIT_NAMES,
-    CardError,
-    _card_data,
-    _count,
-    _hyperparameter_sections,
-    _is_number,
-    _last_component,
-    _licence_of,
-    _percent,
-    _plain,
-    _plural,
-    _read_json,
-    _score,
-    _usage,
-    _warmup,
-    architecture_rows,
-    format_setting,
-    framework_lines,
-    is_hub_id,
-    parameter_count,
-    public_name,
-    render_card,
-    repo_name,
-    stored_parameter_count,
-)
+from . import card_common as card
 
 __all__ = ["card_for_finetuning"]
 
 
-# A task's display name and its metrics' labels and Hub ids come from the registry (`Task.display_name`,
-# `METRICS`); its pipeline tag, Auto class, head description and usage example from its kind
-# (`bert_repro.tasks.kinds`).
 # Metric ids the Hub knows (hf.co/metrics), for the `metrics` field.
 HUB_METRICS = {"accuracy", "f1", "exact_match", "matthews_correlation", "pearsonr", "spearmanr", "precision", "recall"}
 TASK_TYPE_NAMES = {
@@ -97,15 +64,14 @@ def _paper_value(task: Task, metric: str, model: str, split: str) -> Result | No
 
 
 def _paper_cell(result: Result | None) -> str:
-    return "–" if result is None else f"{result.value:.1f} ({SPLIT_NAMES.get(result.split, result.split)})"
+    return "–" if result is None else f"{result.value:.1f} ({card.SPLIT_NAMES.get(result.split, result.split)})"
 
 
 def _finetuning_eval(
     task: Task, best: Mapping[str, Any], baseline: Mapping[str, Any] | None = None
 ) -> tuple[list[EvalResult], list[dict[str, str]]]:
-    """model-index entries (the metric's own scale, as `evaluate` gives it: fractions, SQuAD's percent) and table
-    rows (percent) beside the majority class (`baseline`: results.json's
-    majority_baseline, where the task has classes and the run recorded it) and the paper's BASE and LARGE numbers."""
+    """model-index entries (the metric's own scale, as `evaluate` gives it) and table rows (percent) beside the
+    majority class (`baseline`: results.json's majority_baseline) and the paper's BASE and LARGE numbers."""
     eval_results, rows = [], []
     for split in task.eval_splits:
         scores = best.get(split) or {}
@@ -113,15 +79,15 @@ def _finetuning_eval(
         for metric in _metric_keys(task, scores):
             value = scores[metric]
             label = METRICS[metric].label
-            ours = _percent(metric, value) if _is_number(value) else None
+            ours = card.percent(metric, value)
             if ours is not None:
                 eval_results.append(_task_result(task, split, metric, value, label))
             rows.append(
                 {
-                    "split": SPLIT_NAMES.get(split, split),
+                    "split": card.SPLIT_NAMES.get(split, split),
                     "metric": label,
-                    "ours": _score(ours) if ours is not None else "undefined",
-                    "majority": _score(_percent(metric, majority[metric])) if _is_number(majority.get(metric)) else "–",
+                    "ours": card.score(ours, "undefined"),
+                    "majority": card.score(card.percent(metric, majority.get(metric)), "–"),
                     "base": _paper_cell(_paper_value(task, metric, "base", split)),
                     "large": _paper_cell(_paper_value(task, metric, "large", split)),
                     "main": "yes" if metric == task.main_metric else "",
@@ -132,7 +98,7 @@ def _finetuning_eval(
 
 def _other_reported(task: Task) -> list[str]:
     return [
-        f"{METRICS[r.metric].label} {r.value:g} on {SPLIT_NAMES.get(r.split, r.split)} ({r.model}; {r.source})"
+        f"{METRICS[r.metric].label} {r.value:g} on {card.SPLIT_NAMES.get(r.split, r.split)} ({r.model}; {r.source})"
         for r in task.other_reported
         if r.metric in METRICS
     ]
@@ -147,10 +113,10 @@ def _run_rows(task: Task, summary: Mapping[str, Any]) -> list[dict[str, str]]:
         score = r.get("score")  # the main metric (SQuAD v2.0: F1 at the tuned threshold), in its own scale
         rows.append(
             {
-                "learning_rate": format_setting(r.get("learning_rate")),
-                "seed": format_setting(r.get("seed")),
-                "score": (_score(_percent(task.main_metric, score)) if _is_number(score) else NOT_RECORDED),
-                "seconds": _count(r.get("train_seconds")),
+                "learning_rate": card.format_setting(r.get("learning_rate")),
+                "seed": card.format_setting(r.get("seed")),
+                "score": card.score(card.percent(task.main_metric, score)),
+                "seconds": card.count(r.get("train_seconds")),
                 "best": "yes" if (r.get("learning_rate"), r.get("seed")) == kept else "",
             }
         )
@@ -160,11 +126,11 @@ def _run_rows(task: Task, summary: Mapping[str, Any]) -> list[dict[str, str]]:
 def _finetuning_base(summary: Mapping[str, Any], record: Mapping[str, Any], base_model: str | None) -> dict[str, Any]:
     """The pre-trained checkpoint: a Hub id goes in the metadata, a local path only by its last component."""
     source = base_model or summary.get("model") or (record.get("finetuning") or {}).get("model")
-    hub = base_model if base_model else (source if is_hub_id(source) else None)
+    hub = base_model if base_model else (source if card.is_hub_id(source) else None)
     return {
         "hub_id": hub,
-        "name": hub or (public_name(source) if source else NOT_RECORDED),
-        "licence": _licence_of(hub),
+        "name": hub or (card.public_name(source) if source else card.NOT_RECORDED),
+        "licence": card.licence_of(hub),
     }
 
 
@@ -178,37 +144,37 @@ def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[st
     ranking = task.kind.ranking_metric(task)
     return {
         "ranking_metric": METRICS[ranking].label,
-        "schedule": training.get("lr_scheduler_type", NOT_RECORDED),
-        "optim": training.get("optim", NOT_RECORDED),
-        "adam_epsilon": _plain(training.get("adam_epsilon")),
-        "learning_rates": ", ".join(map(format_setting, hp.get("learning_rates") or [])) or NOT_RECORDED,
-        "seeds": ", ".join(str(v) for v in hp.get("seeds") or []) or NOT_RECORDED,
-        "runs": _plural(len(summary.get("runs") or []), "run"),
-        "best_learning_rate": format_setting(best.get("learning_rate")),
-        "best_seed": format_setting(best.get("seed")),
+        "schedule": training.get("lr_scheduler_type", card.NOT_RECORDED),
+        "optim": training.get("optim", card.NOT_RECORDED),
+        "adam_epsilon": card.plain(training.get("adam_epsilon")),
+        "learning_rates": ", ".join(map(card.format_setting, hp.get("learning_rates") or [])) or card.NOT_RECORDED,
+        "seeds": ", ".join(str(v) for v in hp.get("seeds") or []) or card.NOT_RECORDED,
+        "runs": card.plural(len(summary.get("runs") or []), "run"),
+        "best_learning_rate": card.format_setting(best.get("learning_rate")),
+        "best_seed": card.format_setting(best.get("seed")),
         # what the kept run trained: --max_steps may stop it within an epoch
-        "epochs": _plain(best.get("epochs", hp.get("num_train_epochs"))),
-        "steps": _count(best.get("steps")),
-        "batch_size": _plain(hp.get("per_device_train_batch_size")),
-        "max_seq_length": _plain(hp.get("max_seq_length")),
-        "warmup": _warmup(hp.get("warmup")),
-        "weight_decay": _plain(hp.get("weight_decay")),
-        "hours": f"{summary['seconds'] / 3600:.2f}" if _is_number(summary.get("seconds")) else NOT_RECORDED,
-        "hardware": summary.get("hardware") or NOT_RECORDED,
+        "epochs": card.plain(best.get("epochs", hp.get("num_train_epochs"))),
+        "steps": card.count(best.get("steps")),
+        "batch_size": card.plain(hp.get("per_device_train_batch_size")),
+        "max_seq_length": card.plain(hp.get("max_seq_length")),
+        "warmup": card.warmup(hp.get("warmup")),
+        "weight_decay": card.plain(hp.get("weight_decay")),
+        "hours": f"{summary['seconds'] / 3600:.2f}" if card.is_number(summary.get("seconds")) else card.NOT_RECORDED,
+        "hardware": summary.get("hardware") or card.NOT_RECORDED,
         # --data: a directory, a file, or split=path pairs; shown by their last components
-        "data_source": ", ".join(_last_component(d.split("=")[-1]) for d in run.get("data") or []) or None,
+        "data_source": ", ".join(card.last_component(d.split("=")[-1]) for d in run.get("data") or []) or None,
         "max_train_samples": run.get("max_train_samples"),
         # {split: [rows scored, rows it has]}
         "eval_rows": {
-            SPLIT_NAMES.get(k, k): v for k, v in (summary.get("eval_rows") or {}).items() if v and v[0] < v[1]
+            card.SPLIT_NAMES.get(k, k): v for k, v in (summary.get("eval_rows") or {}).items() if v and v[0] < v[1]
         },
-        "null_threshold": f"{threshold:.4g}" if _is_number(threshold) else None,
+        "null_threshold": f"{threshold:.4g}" if card.is_number(threshold) else None,
     }
 
 
 def _task_context(task: Task) -> dict[str, Any]:
     """What the card says about the task, from its description in `bert_repro.tasks.registry`."""
-    splits = [SPLIT_NAMES.get(s, s) for s in task.eval_splits]
+    splits = [card.SPLIT_NAMES.get(s, s) for s in task.eval_splits]
     labels = task.kind.card_labels(task)
     return {
         "display": task.display_name,
@@ -222,7 +188,7 @@ def _task_context(task: Task) -> dict[str, Any]:
         "main_metric": METRICS[task.main_metric].label,
         "eval_split": splits[0],
         "eval_splits": "the " + " and ".join(splits) + (" splits" if len(splits) > 1 else " split"),
-        "data_licence": _licence_of(task.hub_id),
+        "data_licence": card.licence_of(task.hub_id),
         "paper_glue_test": any(r.split.startswith("test") for r in task.paper),
         "v2": task.allows_no_answer,
     }
@@ -241,24 +207,24 @@ def card_for_finetuning(
     that is a Hub id; a local path is not, and stays out of the metadata). ``template_dir``: other
     templates than the package's. ``summary``: results.json's content, for a run that has not written it yet."""
     out = Path(output_dir)
-    summary = summary or _read_json(out / "results.json")
+    summary = summary or card.read_json(out / "results.json")
     if summary is None or "task" not in summary or "best" not in summary:
-        raise CardError(f"{out} is not a fine-tuning output directory (needs results.json with task, best).")
+        raise card.CardError(f"{out} is not a fine-tuning output directory (needs results.json with task, best).")
     task = get_task(summary["task"])
-    record = _read_json(out / "run_config.json")
+    record = card.read_json(out / "run_config.json")
     record = upgrade(record) if isinstance(record, dict) else {}  # run_config.json of any schema this code wrote
-    config = _read_json(out / "config.json") or {}
+    config = card.read_json(out / "config.json") or {}
     training = record.get("training") or {}
     best = summary["best"] or {}
     eval_results, eval_rows = _finetuning_eval(task, best, summary.get("majority_baseline"))
     base = _finetuning_base(summary, record, base_model)
-    parameters = stored_parameter_count(out)
+    parameters = card.stored_parameter_count(out)
     if parameters is None and config.get("hidden_size"):
-        parameters = parameter_count(config, task.kind)
+        parameters = card.parameter_count(config, task.kind)
     metrics = [m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS]
     glue = ["glue"] if task.hub_id == "nyu-mll/glue" else []
     tags = ["bert", "bert_repro", task.kind.pipeline_tag, *glue, task.name]
-    card_data = _card_data(
+    card_data = card.metadata(
         repo_id=repo_id,
         pipeline_tag=task.kind.pipeline_tag,
         tags=tags,
@@ -268,18 +234,18 @@ def card_for_finetuning(
         metrics=metrics,
     )
     context = {
-        "title": repo_name(repo_id),
+        "title": card.repo_name(repo_id),
         "task": _task_context(task),
-        "architecture": architecture_rows(config, parameters) if config else [],
+        "architecture": card.architecture_rows(config, parameters) if config else [],
         "base": base,
         "facts": _finetuning_facts(task, summary, record),
         "eval_rows": eval_rows,
         "majority_recorded": bool(summary.get("majority_baseline")),
         # the split -> the one label the kept run predicted for all its examples: it learned nothing else
-        "one_label": {SPLIT_NAMES.get(k, k): v for k, v in (best.get("one_label") or {}).items()},
+        "one_label": {card.SPLIT_NAMES.get(k, k): v for k, v in (best.get("one_label") or {}).items()},
         "other_reported": _other_reported(task),
         "run_rows": _run_rows(task, summary),
-        "hyperparameters": _hyperparameter_sections(
+        "hyperparameters": card.hyperparameter_sections(
             record,
             {"finetuning": "Fine-tuning run (bert_repro)", "training": "Trainer (transformers TrainingArguments)"},
             {
@@ -290,8 +256,8 @@ def card_for_finetuning(
                 }
             },
         ),
-        "versions": framework_lines(summary.get("versions"), config.get("transformers_version")),
-        "usage": _usage(repo_id, task, config=config),
-        "bibtex": BIBTEX,
+        "versions": card.framework_lines(summary.get("versions"), config.get("transformers_version")),
+        "usage": card.usage(repo_id, task, config=config),
+        "bibtex": card.BIBTEX,
     }
-    return render_card("finetuned.md", card_data, context, template_dir)
+    return card.render_card("finetuned.md", card_data, context, template_dir)

@@ -1,44 +1,26 @@
 """Model cards for what the recipes write: a pre-trained checkpoint or a fine-tuned one, ready for the Hub.
 
-The card of a run is built from the files the run left in its output directory, never from memory or the
-environment:
-
-- pre-training (`bert_repro.training.pretrain`): `run_config.json` (every setting), `data_statistics.json`,
-  `results.json`, `config.json`, and `training_curves.png` when present;
-- fine-tuning (`bert_repro.training.finetune`): `results.json` (the grid, every run, the best one), `run_config.json`
-  and the best model's `config.json`;
-- optionally, for a pre-trained checkpoint, a benchmark directory of `bert_repro.training.reproduce` (`report.json`)
-  and a study directory of `bert_repro.training.study` (`study.json`: the checkpoint fine-tuned against the same
-  architecture randomly initialised).
-
-Metadata go through huggingface_hub's `ModelCardData` / `EvalResult`, which write the `model-index` block the
-Hub reads. The body is a Jinja template in `bert_repro/hub/model_cards/` (`pretrained.md`, `finetuned.md` and the
-`_*.md` parts they include). Templates are rendered with our own Jinja environment rather than
-`ModelCard.from_template`, for two reasons: the two cards share parts (`{% include %}` needs a loader, which
-`from_template` does not give), and a misspelt variable must fail (`StrictUndefined`) instead of leaving a
-blank. The contract is the one of `from_template`: the template receives `card_data` (the YAML block) and the
-metadata fields, and the result is parsed by `ModelCard`.
+A card is built from the files the run left in its output directory, never from memory or the environment; each
+card module's docstring names the files it reads. Metadata go through huggingface_hub's `ModelCardData` /
+`EvalResult`, which write the `model-index` block the Hub reads. The body is a Jinja template in
+`bert_repro/hub/model_cards/`. We render it with our own Jinja environment rather than `ModelCard.from_template`:
+the cards share parts (`{% include %}` needs a loader), and a misspelt variable must fail (`StrictUndefined`)
+instead of leaving a blank. The template receives what `from_template` gives it: `card_data` (the YAML block) and
+the metadata fields.
 
 Conventions of the cards:
-- every score is in percent (our task metrics are fractions except SQuAD's, which are percent already, as in
-  `bert_repro.training.reproduce.percent`), the paper's numbers as printed;
-- GLUE numbers of the paper are TEST-server scores, ours are dev scores: the cards say so beside the table;
+- every score is in percent, the paper's numbers as printed; the paper's GLUE numbers are test-server scores, ours
+  dev scores, and the cards say so beside the table;
 - a value the run did not record is written "not recorded", never "None";
-- nothing from the environment goes in: settings that name where outputs, logs or trackers went are left out,
-  local paths are reduced to their last component (the corpus's relative paths excepted: they name it as the run
-  was given it), token-like fields are dropped, and a card that still contains the value of a secret environment
-  variable is refused. Two looks outside the run's files: whether the corpus's folder holds a README.md or
-  a manifest, which the card then names, and the framework versions installed now, for those the run did not
-  record (labelled so).
+- nothing private goes in: output, log and tracker settings and token-like fields are dropped, local paths reduced
+  to their last component (a corpus's relative path is kept: it names the corpus as the run was given it), and a
+  card holding the value of a secret environment variable is refused. The card looks outside the run's files
+  twice only: for a README.md or manifest beside the corpus, and for the installed framework versions the run did
+  not record (labelled so).
 
-Where the parts live: `card_common` (the metadata block, the rendering, how numbers, names and settings are written,
-the architecture table, the secrets check), `pretrained_card` (`card_for_pretraining`), `finetuned_card`
-(`card_for_finetuning`) and `study_comparison` (a study's fine-tuning table, on a pre-trained card and on a study's
-own card, `study_card`), all in `bert_repro.hub`. This module picks the card a run directory needs
-(`card_for_directory`) and writes it.
-
-`python -m bert_repro.hub.model_card RUN_DIR REPO_ID` writes the card as `README.md` beside the weights, where
-`python -m bert_repro.hub` publishes it.
+The parts live in `card_common` (shared writing and rendering), `pretrained_card`, `finetuned_card`,
+`study_comparison` and `study_card`. This module picks the card a run directory needs (`card_for_directory`) and
+writes it: `python -m bert_repro.hub.model_card RUN_DIR REPO_ID` puts it as `README.md` beside the weights.
 """
 
 from __future__ import annotations
@@ -52,22 +34,18 @@ from huggingface_hub import ModelCard
 
 from ..atomic import write_text
 
-# re-exported: this module is the cards' entry point (the parts of the cards live in the modules its docstring
-# names); push.py imports `check_no_secrets` from here and the tests read `TEMPLATE_PACKAGE_DIR` here. `__all__`
-# below lists its public names, wherever they are defined.
+# Re-exported: this module is the cards' entry point (`__all__` below).
 from .card_common import TEMPLATE_PACKAGE_DIR as TEMPLATE_PACKAGE_DIR
-from .card_common import CardError, _read_json, check_no_secrets, is_hub_id, parameter_count
+from .card_common import CardError, check_no_secrets, is_hub_id, parameter_count, read_json
 from .finetuned_card import card_for_finetuning
 from .pretrained_card import card_for_pretraining
 
-# ------------------------------------------------------------------------------------------------------------
 # Any run directory
-# ------------------------------------------------------------------------------------------------------------
 
 
 def _is_finetuning(path: Path) -> bool:
     """Whether ``path`` is a fine-tuning output directory (results.json with the task and the best run)."""
-    summary = _read_json(path / "results.json")
+    summary = read_json(path / "results.json")
     return isinstance(summary, dict) and "task" in summary and "best" in summary
 
 
@@ -76,7 +54,7 @@ def run_kind(path: str | Path) -> str:
     path = Path(path)
     if _is_finetuning(path):
         return "finetuning"
-    record = _read_json(path / "run_config.json")
+    record = read_json(path / "run_config.json")
     if isinstance(record, dict) and "data" in record and (path / "config.json").is_file():
         return "pretraining"
     raise CardError(

@@ -1,9 +1,7 @@
 """The card of a pre-trained checkpoint (`recipes/pretrain.py`'s output directory): `card_for_pretraining`.
 
-Built from `run_config.json` (every setting), `data_statistics.json`, `results.json`, `config.json` and
-`training_curves.png` when present: the corpus, the examples of each phase, the training procedure beside the
-paper's scale, MLM and NSP accuracy on the held-out documents, the hyper-parameters; optionally a benchmark report
-(`bert_repro.training.reproduce`) and a study (`bert_repro.hub.study_comparison`). Rendered with `pretrained.md`.
+Built from `run_config.json`, `data_statistics.json`, `results.json`, `config.json` and `training_curves.png`
+when present, with an optional benchmark report and study. Rendered with `pretrained.md`.
 """
 
 from __future__ import annotations
@@ -19,34 +17,7 @@ from ..data.pretraining_config import PreTrainingDataConfig
 from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..tasks.registry import METRICS, TASKS
 from ..training.pretraining.recipe import DataSettings, PreTrainingRecipe, upgrade
-from .card_common import (
-    BIBTEX,
-    NOT_RECORDED,
-    SPLIT_NAMES,
-    CardError,
-    _card_data,
-    _count,
-    _hyperparameter_sections,
-    _is_number,
-    _last_component,
-    _licence_of,
-    _percent,
-    _plain,
-    _plural,
-    _read_json,
-    _score,
-    _share,
-    _usage,
-    _warmup,
-    architecture_rows,
-    framework_lines,
-    is_hub_id,
-    parameter_count,
-    public_name,
-    render_card,
-    repo_name,
-    stored_parameter_count,
-)
+from . import card_common as card
 from .study_comparison import _study
 
 __all__ = ["card_for_pretraining"]
@@ -62,7 +33,7 @@ def _shown_path(path: str) -> str:
     """A local corpus path as the card shows it: as recorded when relative to the run's working directory (it names
     the corpus as the run was given it), by its last component when absolute or outside that directory."""
     parts = Path(path).parts
-    return _last_component(path) if Path(path).is_absolute() or path.startswith("~") or ".." in parts else path
+    return card.last_component(path) if Path(path).is_absolute() or path.startswith("~") or ".." in parts else path
 
 
 def _corpus_documentation(sources: list[str]) -> list[str]:
@@ -83,34 +54,34 @@ def _corpus_documentation(sources: list[str]) -> list[str]:
 
 def _corpus_name(source: str) -> str:
     """A local source by its last component; a corpus file of `bert_repro.data.travel_corpus` by its folder's."""
-    return _last_component(str(Path(source).parent) if Path(source).name == CORPUS_FILE else source)
+    return card.last_component(str(Path(source).parent) if Path(source).name == CORPUS_FILE else source)
 
 
 def _corpus_total(statistics: Mapping[str, Any], key: str) -> int | None:
     """A count of the whole corpus: the training documents' plus the held-out ones' (None: not recorded)."""
     counts = [(statistics.get(k) or {}).get(key) for k in ("phase1", "held_out")]
-    return sum(n for n in counts if _is_number(n)) if _is_number(counts[0]) else None
+    return sum(n for n in counts if card.is_number(n)) if card.is_number(counts[0]) else None
 
 
 def _corpus(run: DataSettings, statistics: Mapping[str, Any]) -> dict[str, Any]:
     """The pre-training corpus as the card describes it: Hub id (and config / split) or the local paths as given,
     with its documents (trained on and held out) and the files that describe its sources."""
     sources = run.corpus
-    hub_id = sources[0] if len(sources) == 1 and is_hub_id(sources[0]) else None
-    name = hub_id or ", ".join(map(_corpus_name, sources)) or NOT_RECORDED
+    hub_id = sources[0] if len(sources) == 1 and card.is_hub_id(sources[0]) else None
+    name = hub_id or ", ".join(map(_corpus_name, sources)) or card.NOT_RECORDED
     documents, tokens = (_corpus_total(statistics, key) for key in ("documents", "document_tokens"))
     return {
         "hub_id": hub_id,
         "name": name,
-        "given": " and ".join(f"`{_shown_path(s)}`" for s in sources) or NOT_RECORDED,
-        "documents": _plural(documents, "document") if documents is not None else "number of documents not recorded",
-        "tokens": _count(tokens),
+        "given": " and ".join(f"`{_shown_path(s)}`" for s in sources) or card.NOT_RECORDED,
+        "documents": "number of documents not recorded" if documents is None else card.plural(documents, "document"),
+        "tokens": card.count(tokens),
         "documentation": " and ".join(f"`{d}`" for d in _corpus_documentation(sources)) if not hub_id else "",
         "slug": re.sub(r"[^\w.-]+", "-", name).strip("-") or "corpus",
         "config": run.hub_config if hub_id else None,
         "split": run.split if hub_id else None,
         "document_boundary": run.document_boundary,
-        "licence": _licence_of(hub_id),
+        "licence": card.licence_of(hub_id),
         "wiki": "wiki" in name.lower(),
     }
 
@@ -123,17 +94,18 @@ def _data_rows(statistics: Mapping[str, Any]) -> list[dict[str, str]]:
         if not stats:
             continue
         split = stats.get("masked_split") or {}
-        masking = " / ".join(_share(split.get(k)) for k in ("mask", "random", "unchanged")) if split else NOT_RECORDED
+        shares = [card.share(split.get(k)) for k in ("mask", "random", "unchanged")]
+        masking = " / ".join(shares) if split else card.NOT_RECORDED
         rows.append(
             {
                 "name": label,
-                "max_seq_length": _count(stats.get("max_seq_length")) if key != "held_out" else "as phase 1",
-                "documents": _count(stats.get("documents")),
-                "sentences": _count(stats.get("sentences")),
-                "examples": _count(stats.get("examples")),
-                "tokens": _count(stats.get("tokens")),
-                "is_next": _share(stats.get("is_next_share")),
-                "masked": _share(stats.get("masked_share")),
+                "max_seq_length": card.count(stats.get("max_seq_length")) if key != "held_out" else "as phase 1",
+                "documents": card.count(stats.get("documents")),
+                "sentences": card.count(stats.get("sentences")),
+                "examples": card.count(stats.get("examples")),
+                "tokens": card.count(stats.get("tokens")),
+                "is_next": card.share(stats.get("is_next_share")),
+                "masked": card.share(stats.get("masked_share")),
                 "masking": masking,
             }
         )
@@ -143,7 +115,7 @@ def _data_rows(statistics: Mapping[str, Any]) -> list[dict[str, str]]:
 def _tokens_seen(statistics: Mapping[str, Any], recipe: PreTrainingRecipe, results: Mapping[str, Any]) -> int | None:
     """Tokens the run trained on: each phase's steps x global batch x its mean example length."""
     steps, batch = results.get("global_step"), recipe.optimization.global_batch_size
-    if not _is_number(steps):
+    if not card.is_number(steps):
         return None
     fraction = recipe.phase_flags().phase2_fraction
     second = max(1, round(steps * fraction)) if "phase2" in statistics and fraction > 0 else 0
@@ -161,44 +133,25 @@ def _pretraining_eval(
     results: Mapping[str, Any], corpus: dict[str, Any]
 ) -> tuple[list[EvalResult], list[dict[str, str]]]:
     """model-index entries and table rows for MLM and NSP accuracy on the held-out documents."""
-    dataset_type = corpus["hub_id"] or corpus["slug"]
-    held_out = f"{corpus['name']}, held-out documents"
-    entries = [
-        ("mlm_accuracy", "fill-mask", "Masked language modelling", "MLM accuracy", "not reported in the paper"),
-        (
-            "nsp_accuracy",
-            "text-classification",
-            "Next sentence prediction",
-            "NSP accuracy",
-            f"{PAPER_NSP_ACCURACY} (final models, paper section 3.1)",
-        ),
-    ]
+    dataset = corpus["hub_id"] or corpus["slug"]
+    papers = {
+        "mlm_accuracy": "not reported in the paper",
+        "nsp_accuracy": f"{PAPER_NSP_ACCURACY} (final models, paper section 3.1)",
+    }
     eval_results, rows = [], []
-    for key, task_type, task_name, label, paper in entries:
+    for key, paper in papers.items():
         value = results.get(f"eval_{key}")
-        if _is_number(value):
-            eval_results.append(
-                EvalResult(
-                    task_type=task_type,
-                    task_name=task_name,
-                    dataset_type=dataset_type,
-                    dataset_name=held_out,
-                    dataset_config=corpus["config"],
-                    dataset_split="held-out",
-                    metric_type="accuracy",
-                    metric_value=_percent(key, value),
-                    metric_name=f"{label} (%)",
-                )
-            )
+        if card.is_number(value):
+            eval_results.append(card.held_out_result(key, value, dataset, corpus["name"], config=corpus["config"]))
         rows.append(
-            {"metric": label, "ours": _score(_percent(key, value) if _is_number(value) else None), "paper": paper}
+            {"metric": card.HELD_OUT_TASKS[key][2], "ours": card.score(card.percent(key, value)), "paper": paper}
         )
     for key, label in (("mlm_loss", "MLM loss"), ("nsp_loss", "NSP loss")):
         value = results.get(f"eval_{key}")
         rows.append(
             {
                 "metric": label,
-                "ours": f"{value:.4f}" if _is_number(value) else NOT_RECORDED,
+                "ours": f"{value:.4f}" if card.is_number(value) else card.NOT_RECORDED,
                 "paper": "not reported in the paper",
             }
         )
@@ -207,28 +160,27 @@ def _pretraining_eval(
 
 def _last_loss(out: Path) -> str | None:
     """The training loss logged last (log_history.json), beside results.json's mean over the whole run."""
-    history = _read_json(out / "log_history.json")
-    losses = (
-        [e for e in history if isinstance(e, dict) and _is_number(e.get("loss"))] if isinstance(history, list) else []
-    )
-    return f"{losses[-1]['loss']:.4f} at step {_count(losses[-1].get('step'))}" if losses else None
+    history = card.read_json(out / "log_history.json")
+    entries = history if isinstance(history, list) else []
+    losses = [e for e in entries if isinstance(e, dict) and card.is_number(e.get("loss"))]
+    return f"{losses[-1]['loss']:.4f} at step {card.count(losses[-1].get('step'))}" if losses else None
 
 
 def _benchmark(benchmark_dir: str | Path | None) -> dict[str, Any] | None:
     """The rows of a `bert_repro.training.reproduce` report, for the pre-trained card."""
     if benchmark_dir is None:
         return None
-    report = _read_json(Path(benchmark_dir) / "report.json")
+    report = card.read_json(Path(benchmark_dir) / "report.json")
     if report is None:
-        raise CardError(f"{benchmark_dir} holds no report.json (written by recipes/reproduce.py).")
+        raise card.CardError(f"{benchmark_dir} holds no report.json (written by recipes/reproduce.py).")
     rows = [
         {  # a name the registry does not know (a report of another version) is shown as written
             "task": TASKS[r["task"]].display_name if r["task"] in TASKS else r["task"],
             "metric": METRICS[r["metric"]].label if r["metric"] in METRICS else r["metric"],
-            "ours": _score(r.get("ours")),
-            "paper": f"{r['paper']:.1f}" if _is_number(r.get("paper")) else "not reported",
-            "paper_split": SPLIT_NAMES.get(r.get("paper_split") or "", "–"),
-            "majority": _score(r["majority"]) if _is_number(r.get("majority")) else "–",
+            "ours": card.score(r.get("ours")),
+            "paper": f"{r['paper']:.1f}" if card.is_number(r.get("paper")) else "not reported",
+            "paper_split": card.SPLIT_NAMES.get(r.get("paper_split") or "", "–"),
+            "majority": card.score(r.get("majority"), "–"),
             "one_label": r.get("one_label"),
         }
         for r in report.get("tasks", [])
@@ -236,8 +188,8 @@ def _benchmark(benchmark_dir: str | Path | None) -> dict[str, Any] | None:
     return {
         "rows": rows,
         "paper_model": str(report.get("paper_model", "base")).upper(),
-        "glue_average": _score(report.get("glue_average")),
-        "paper_glue_average": _score(report.get("paper_glue_average")),
+        "glue_average": card.score(report.get("glue_average")),
+        "paper_glue_average": card.score(report.get("paper_glue_average")),
     }
 
 
@@ -247,7 +199,7 @@ def _masking_recipe(data: PreTrainingDataConfig) -> str:
     kept = max(0.0, 1 - mask - rand)
     return (
         f"{100 * prob:g}% of the tokens chosen for prediction (at most "
-        f"{_plain(data.max_predictions_per_seq)} per example), of which {100 * mask:g}% become "
+        f"{card.plain(data.max_predictions_per_seq)} per example), of which {100 * mask:g}% become "
         f"[MASK], {100 * rand:g}% a random token and {100 * kept:.3g}% stay"
     )
 
@@ -259,40 +211,40 @@ def _pretraining_facts(
     run, data, training = recipe.data, recipe.examples, recipe.training
     steps = results.get("global_step")
     batch = recipe.optimization.global_batch_size
-    sequences = steps * batch if _is_number(steps) else None
+    sequences = steps * batch if card.is_number(steps) else None
     phase2 = recipe.phases[1] if len(recipe.phases) > 1 else None
     runtime, loss = results.get("train_runtime_s"), results.get("train_loss")
     processes = results.get("processes")
     casing = "uncased (lower-cased, accents stripped)" if run.lowercase else "cased"
     return {
-        "steps": _count(steps),
-        "global_batch_size": _count(batch),
-        "sequences": _count(sequences),
-        "tokens_seen": _count(_tokens_seen(statistics, recipe, results)),
-        "paper_share": (f"{100 * sequences / (PAPER_STEPS * PAPER_BATCH):.3g}%" if sequences else NOT_RECORDED),
+        "steps": card.count(steps),
+        "global_batch_size": card.count(batch),
+        "sequences": card.count(sequences),
+        "tokens_seen": card.count(_tokens_seen(statistics, recipe, results)),
+        "paper_share": (f"{100 * sequences / (PAPER_STEPS * PAPER_BATCH):.3g}%" if sequences else card.NOT_RECORDED),
         "phase2": (
             f"the last {100 * phase2.fraction:g}% of the steps at {phase2.max_seq_length} tokens" if phase2 else None
         ),
         "max_seq_length": data.max_seq_length,
         "optimizer": recipe.optimization.optimizer,
-        "learning_rate": _plain(training.learning_rate),
-        "warmup": _warmup(training.warmup_steps),
+        "learning_rate": card.plain(training.learning_rate),
+        "warmup": card.warmup(training.warmup_steps),
         "schedule": str(getattr(training.lr_scheduler_type, "value", training.lr_scheduler_type)),
-        "weight_decay": _plain(training.weight_decay),
+        "weight_decay": card.plain(training.weight_decay),
         "precision": "bf16" if training.bf16 else "fp16" if training.fp16 else "fp32",
         "processes": (
             f"{processes:,} process" + ("" if processes == 1 else "es")
-            if _is_number(processes)
+            if card.is_number(processes)
             else "number of processes not recorded"
         ),
-        "accumulation": _count(results.get("gradient_accumulation_steps")),
-        "runtime_hours": f"{runtime / 3600:.2f}" if _is_number(runtime) else NOT_RECORDED,
+        "accumulation": card.count(results.get("gradient_accumulation_steps")),
+        "runtime_hours": f"{runtime / 3600:.2f}" if card.is_number(runtime) else card.NOT_RECORDED,
         "timed_from_step": (
-            _count(results["train_runtime_from_step"]) if results.get("train_runtime_from_step") else None
+            card.count(results["train_runtime_from_step"]) if results.get("train_runtime_from_step") else None
         ),
-        "tokens_per_second": _count(results.get("tokens_per_second")),
-        "hardware": results.get("hardware") or NOT_RECORDED,
-        "train_loss": f"{loss:.4f}" if _is_number(loss) else NOT_RECORDED,
+        "tokens_per_second": card.count(results.get("tokens_per_second")),
+        "hardware": results.get("hardware") or card.NOT_RECORDED,
+        "train_loss": f"{loss:.4f}" if card.is_number(loss) else card.NOT_RECORDED,
         "recipe": _masking_recipe(data),
         "masking": "static (masks stored in the data, as the paper)"
         if data.static_masking
@@ -301,8 +253,8 @@ def _pretraining_facts(
         "casing": casing,
         "uncased": run.lowercase,
         "vocab_trained": not run.tokenizer,
-        "tokenizer": public_name(run.tokenizer) if run.tokenizer else None,
-        "eval_fraction": _share(run.eval_fraction) if run.eval_fraction else None,
+        "tokenizer": card.public_name(run.tokenizer) if run.tokenizer else None,
+        "eval_fraction": card.share(run.eval_fraction) if run.eval_fraction else None,
     }
 
 
@@ -323,12 +275,12 @@ def _setting_notes(
     # run_config.json is written before the run derives the accumulation from global_batch_size.
     accumulation = results.get("gradient_accumulation_steps")
     notes: dict[str, dict[str, str]] = {}
-    if _is_number(accumulation) and accumulation != training.get("gradient_accumulation_steps"):
+    if card.is_number(accumulation) and accumulation != training.get("gradient_accumulation_steps"):
         notes["training"] = {
             "gradient_accumulation_steps": f"the run used {accumulation}, derived from global_batch_size"
         }
     # --tokenizer overrides vocab_size, and a trained vocabulary can come out smaller: show the model's own size.
-    if _is_number(config.get("vocab_size")) and run.get("vocab_size") != config["vocab_size"]:
+    if card.is_number(config.get("vocab_size")) and run.get("vocab_size") != config["vocab_size"]:
         record = {**record, "data": {**run, "vocab_size": config["vocab_size"]}}
         notes["data"] = {"vocab_size": f"the model's, from config.json; the run's setting was {run.get('vocab_size')}"}
     return record, notes
@@ -353,21 +305,21 @@ def card_for_pretraining(
     other templates than the package's.
     """
     out = Path(output_dir)
-    record = _read_json(out / "run_config.json")
-    config = _read_json(out / "config.json")
+    record = card.read_json(out / "run_config.json")
+    config = card.read_json(out / "config.json")
     if record is None or config is None:
-        raise CardError(f"{out} is not a pre-training output directory (needs run_config.json, config.json).")
-    statistics = _read_json(out / "data_statistics.json") or {}
-    results = _read_json(out / "results.json") or {}
+        raise card.CardError(f"{out} is not a pre-training output directory (needs run_config.json, config.json).")
+    statistics = card.read_json(out / "data_statistics.json") or {}
+    results = card.read_json(out / "results.json") or {}
     record = upgrade(record)  # run_config.json of any schema this code wrote
     recipe = PreTrainingRecipe.from_dict(record)
-    if base_model is None and is_hub_id(recipe.model.init_from):
+    if base_model is None and card.is_hub_id(recipe.model.init_from):
         base_model = recipe.model.init_from
     corpus = _corpus(recipe.data, statistics)
     eval_results, eval_rows = _pretraining_eval(results, corpus)
     study_results, study = _study(study_dir, out, results.get("global_step"))
-    parameters = stored_parameter_count(out) or parameter_count(config)
-    card_data = _card_data(
+    parameters = card.stored_parameter_count(out) or card.parameter_count(config)
+    card_data = card.metadata(
         repo_id=repo_id,
         pipeline_tag="fill-mask",
         tags=["bert", "bert_repro", "fill-mask"],
@@ -378,13 +330,13 @@ def card_for_pretraining(
     record, notes = _setting_notes(record, config, results)
     held_out = statistics.get("held_out") or {}
     context = {
-        "title": repo_name(repo_id),
-        "architecture": architecture_rows(config, parameters),
+        "title": card.repo_name(repo_id),
+        "architecture": card.architecture_rows(config, parameters),
         "corpus": corpus,
         "data_rows": _data_rows(statistics),
         "length_histogram": (statistics.get("phase1") or {}).get("length_histogram") or {},
         "facts": {**_pretraining_facts(recipe, results, statistics), "last_loss": _last_loss(out)},
-        "hyperparameters": _hyperparameter_sections(
+        "hyperparameters": card.hyperparameter_sections(
             {**record, "phases": _phase_rows(recipe)},
             {
                 "data": "Corpus, vocabulary and held-out split",
@@ -397,15 +349,15 @@ def card_for_pretraining(
             notes,
         ),
         "eval_rows": eval_rows,
-        "held_out_examples": _count(held_out.get("examples")),
-        "held_out_documents": _count(held_out.get("documents")),
+        "held_out_examples": card.count(held_out.get("examples")),
+        "held_out_documents": card.count(held_out.get("documents")),
         "benchmark": _benchmark(benchmark_dir),
         "study": study,
         "curves": (out / "training_curves.png").is_file(),
-        "versions": framework_lines(results.get("versions"), config.get("transformers_version")),
-        "usage": _usage(repo_id, config=config),
+        "versions": card.framework_lines(results.get("versions"), config.get("transformers_version")),
+        "usage": card.usage(repo_id, config=config),
         "base_model": base_model,
-        "base_licence": _licence_of(base_model),
-        "bibtex": BIBTEX,
+        "base_licence": card.licence_of(base_model),
+        "bibtex": card.BIBTEX,
     }
-    return render_card("pretrained.md", card_data, context, template_dir)
+    return card.render_card("pretrained.md", card_data, context, template_dir)

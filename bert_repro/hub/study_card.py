@@ -4,16 +4,13 @@
 `benchmarks/results/<date>-<device>-study*.json`:
 the study's table (`study.<name>`: every seed of every cell, the majority-class baseline, the arguments) and the
 pre-training run of its model (`study_<name>`: steps, time, held-out losses). The run's own directory does not come
-back from the GPU machine, so the card says only what that file says, and every number in it can be checked
-against the file: `--check` rewrites nothing and fails (exit 1) where the card differs, which
-tests/hub/test_study_card.py runs on every checked-in card.
+back from the GPU machine, so the card says only what that file says. `--check` rewrites nothing and fails (exit 1)
+where the card differs from the file; tests/hub/test_study_card.py runs it on every checked-in card.
 
     python -m bert_repro.hub.study_card benchmarks/results/2026-11-26-nvidia-h200-study-2.json \\
         bert-repro/bert-small-books-6k --output model_cards/bert-small-books-6k/README.md [--check]
 
-Each score names its split and its number of seeds; the same architecture randomly initialised and the majority
-class stand beside it; the budget (steps, sequences, tokens, GPU minutes) and what the model is not (a budget model,
-not a substitute for BERT-Small) are stated. The template is `model_cards/study.md`.
+The template is `model_cards/study.md`.
 """
 
 from __future__ import annotations
@@ -25,23 +22,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import EvalResult, ModelCard
+from huggingface_hub import ModelCard
 
 from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
 from ..tasks.registry import TASKS
 from ..versions import FRAMEWORKS
-from .card_common import (
-    BIBTEX,
-    PRESET_NAMES,
-    CardError,
-    _card_data,
-    _plural,
-    _read_json,
-    _usage,
-    render_card,
-    repo_name,
-)
+from . import card_common as card
 from .pretrained_card import PAPER_BATCH, PAPER_STEPS, _corpus_name, _shown_path
 from .study_comparison import _is_random_init, _study_verdict, fine_tuning_comparison
 
@@ -63,7 +50,7 @@ def _study_of(results: Mapping[str, Any], path: Path) -> tuple[str, dict[str, An
     studies = results.get("study") or {}
     name = next((n for n, s in studies.items() if any(not _is_random_init(r) for r in s.get("rows") or [])), None)
     if name is None:
-        raise CardError(
+        raise card.CardError(
             f"{path}: no study with a pre-trained row (the file of `benchmarks/gpu/gpu_session.py record` is expected)."
         )
     return name, studies[name]
@@ -114,16 +101,16 @@ def _held_out(run: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def _result_name(label: str, split: str, finished: int) -> str:
-    return f"{label} (%), fine-tuned, {split}, mean of {_plural(finished, 'seed')}"
+    return f"{label} (%), fine-tuned, {split}, mean of {card.plural(finished, 'seed')}"
 
 
 def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Path | None = None) -> ModelCard:
     """The card of the pre-trained model of the study recorded in ``path`` (a `benchmarks/gpu/gpu_session.py record`
     file)."""
     path = Path(path)
-    results = _read_json(path)
+    results = card.read_json(path)
     if results is None:
-        raise CardError(f"{path}: no such file.")
+        raise card.CardError(f"{path}: no such file.")
     name, study = _study_of(results, path)
     row = next(r for r in study["rows"] if not _is_random_init(r))
     args = shlex.split(study.get("pretrain_args") or "")
@@ -138,20 +125,11 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
     corpus_name = _corpus_name(corpus) if corpus else "corpus"
     pretraining = row.get("pretraining") or {}
     held_out_results = [
-        EvalResult(
-            task_type="fill-mask" if key == "eval_mlm_accuracy" else "text-classification",
-            task_name="Masked language modelling" if key == "eval_mlm_accuracy" else "Next sentence prediction",
-            dataset_type=corpus_name,
-            dataset_name=f"{corpus_name}, held-out documents",
-            dataset_split="held-out",
-            metric_type="accuracy",
-            metric_value=round(100 * pretraining[key], 2),
-            metric_name=f"{label} (%), held-out, one evaluation",
-        )
-        for key, label in (("eval_mlm_accuracy", "MLM accuracy"), ("eval_nsp_accuracy", "NSP accuracy"))
-        if isinstance(pretraining.get(key), (int, float))
+        card.held_out_result(key, pretraining[f"eval_{key}"], corpus_name, corpus_name, ", held-out, one evaluation")
+        for key in card.HELD_OUT_TASKS
+        if isinstance(pretraining.get(f"eval_{key}"), (int, float))
     ]
-    card_data = _card_data(
+    card_data = card.metadata(
         repo_id=repo_id,
         pipeline_tag="fill-mask",
         tags=["bert", "bert_repro", "fill-mask"],
@@ -160,13 +138,13 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         base_model=None,
     )
     context = {
-        "title": repo_name(repo_id),
+        "title": card.repo_name(repo_id),
         "source_file": path.as_posix(),
         "device": results.get("device") or "not recorded",
         "date": results.get("date") or "not recorded",
         "commit": commit or "not recorded",
         "preset": preset,
-        "preset_name": PRESET_NAMES.get(preset, preset),
+        "preset_name": card.preset_name(preset),
         "size": size,
         "objective": ("masked language modelling" if objective.masked_lm else "left-to-right language modelling")
         + (" + next sentence prediction" if objective.next_sentence else ""),
@@ -183,23 +161,23 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
             for key, _, args in (k.partition("=") for k in study.get("finetune_args_for") or [])
         ],
         "seeds": ", ".join(str(s) for s in study.get("seeds") or []),
-        "n_seeds": _plural(len(study.get("seeds") or []) or 1, "fine-tuning seed"),
+        "n_seeds": card.plural(len(study.get("seeds") or []) or 1, "fine-tuning seed"),
         "budget": _budget(results, study, name, row),
         "held_out": held_out,
         # as the GPU call recorded them; bert_repro by the commit it ran
         "versions": [f"{name} {recorded.get(package) or 'not recorded'}" for name, package in FRAMEWORKS.items()],
         "rows": table,
         "verdict": _study_verdict(table) if study.get("seeds") else None,
-        "usage": _usage(repo_id),
-        "bibtex": BIBTEX,
+        "usage": card.usage(repo_id),
+        "bibtex": card.BIBTEX,
     }
-    return render_card("study.md", card_data, context, template_dir)
+    return card.render_card("study.md", card_data, context, template_dir)
 
 
-def differences(card: str, expected: str) -> list[str]:
-    """The lines of ``card`` that are not those ``expected`` has at the same place (a number changed by hand, or a
-    card older than its study file)."""
-    have, want = card.splitlines(), expected.splitlines()
+def differences(text: str, expected: str) -> list[str]:
+    """The lines of the card ``text`` that are not those ``expected`` has at the same place (a number changed by
+    hand, or a card older than its study file)."""
+    have, want = text.splitlines(), expected.splitlines()
     out = [f"line {i + 1}: {a!r} (the study file gives {b!r})" for i, (a, b) in enumerate(zip(have, want)) if a != b]
     if len(have) != len(want):
         out.append(f"{len(have)} lines, the study file gives {len(want)}")

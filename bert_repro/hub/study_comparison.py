@@ -16,16 +16,7 @@ from typing import Any
 from huggingface_hub import EvalResult
 
 from ..tasks.registry import METRICS, TASKS
-from .card_common import (
-    SPLIT_NAMES,
-    CardError,
-    _is_number,
-    _plural,
-    _public_value,
-    _read_json,
-    _score,
-    format_setting,
-)
+from . import card_common as card
 from .finetuned_card import _task_result
 
 
@@ -40,10 +31,10 @@ def _study_row(rows: list[dict[str, Any]], out: Path, path: Path, steps: Any) ->
     row = next((r for r in rows if r.get("model") and Path(r["model"]).resolve() == out.resolve()), None)
     row = row or next((r for r in rows if not _is_random_init(r)), None)
     if row is None:
-        raise CardError(f"{path} has no row of a pre-trained model, only randomly initialised ones.")
+        raise card.CardError(f"{path} has no row of a pre-trained model, only randomly initialised ones.")
     theirs = (row.get("pretraining") or {}).get("global_step")
-    if _is_number(steps) and _is_number(theirs) and theirs != steps:
-        raise CardError(
+    if card.is_number(steps) and card.is_number(theirs) and theirs != steps:
+        raise card.CardError(
             f"{path}: its row {row.get('variant')!r} was pre-trained for {theirs:,} steps, this checkpoint for "
             f"{steps:,}: not the same model."
         )
@@ -53,14 +44,14 @@ def _study_row(rows: list[dict[str, Any]], out: Path, path: Path, steps: Any) ->
 def _mean_cell(cell: Mapping[str, Any], seeds: int) -> str:
     """Mean ± standard error; a cell with fewer seeds than the study (failed runs) says how many it has."""
     ours, se, finished = cell.get("ours"), cell.get("se"), len(cell.get("seeds") or {})
-    if not _is_number(ours):
+    if not card.is_number(ours):
         return "–"
-    spread = f" ± {se:.2f}" if _is_number(se) else ""
-    return f"{ours:.2f}{spread}" + (f" ({_plural(finished, 'seed')})" if finished and finished != seeds else "")
+    spread = f" ± {se:.2f}" if card.is_number(se) else ""
+    return f"{ours:.2f}{spread}" + (f" ({card.plural(finished, 'seed')})" if finished and finished != seeds else "")
 
 
 def _public_args(text: str) -> str:
-    return " ".join(format_setting(_public_value("", a)) for a in str(text).split())
+    return " ".join(card.format_setting(card.public_value("", a)) for a in str(text).split())
 
 
 def _study_verdict(rows: list[dict[str, Any]]) -> str:
@@ -78,8 +69,8 @@ def _study_verdict(rows: list[dict[str, Any]]) -> str:
 def fine_tuning_comparison(
     study: Mapping[str, Any], row: Mapping[str, Any], result_name: Callable[[str, str, int], str]
 ) -> tuple[list[EvalResult], list[dict[str, Any]]]:
-    """A study's fine-tuning columns for its `row` (a pre-trained model): model-index entries of its scores (named
-    by `result_name(metric label, split name, seeds finished)`) and the table's rows beside the randomly
+    """A study's fine-tuning columns for its `row` (a pre-trained model): model-index entries of its scores, named
+    by `result_name(metric label, split name, seeds finished)`. And the table's rows beside the randomly
     initialised model's and the majority class's, with their difference and its standard error."""
     rows = study.get("rows") or []
     random = next((r for r in rows if _is_random_init(r)), {})
@@ -91,12 +82,12 @@ def fine_tuning_comparison(
         task, metric, split = TASKS[column["task"]], column["metric"], column.get("split") or "validation"
         cell, other = row["cells"].get(column["key"]) or {}, (random.get("cells") or {}).get(column["key"]) or {}
         ours, theirs, majority = cell.get("ours"), other.get("ours"), baseline.get(column["key"])
-        split_name = SPLIT_NAMES.get(split, split)
-        if _is_number(ours):
+        split_name = card.SPLIT_NAMES.get(split, split)
+        if card.is_number(ours):
             name = result_name(METRICS[metric].label, split_name, len(cell.get("seeds") or {}))
             eval_results.append(_task_result(task, split, metric, ours, name))
-        both = _is_number(ours) and _is_number(theirs)
-        errors = [e for e in (cell.get("se"), other.get("se")) if _is_number(e)]
+        both = card.is_number(ours) and card.is_number(theirs)
+        errors = [e for e in (cell.get("se"), other.get("se")) if card.is_number(e)]
         se = math.sqrt(sum(e * e for e in errors)) if both and len(errors) == 2 else None
         gain = ours - theirs if both else None
         table.append(
@@ -110,9 +101,9 @@ def fine_tuning_comparison(
                 "gain": gain,
                 "difference": "–" if gain is None else f"{gain:+.2f}" + (f" ± {se:.2f}" if se is not None else ""),
                 "clear": gain is not None and se is not None and abs(gain) > 2 * se,
-                "majority": _score(majority),
+                "majority": card.score(majority),
                 "below_majority": f"{majority:.2f} against {ours:.2f}"
-                if _is_number(ours) and _is_number(majority) and ours <= majority
+                if card.is_number(ours) and card.is_number(majority) and ours <= majority
                 else None,
             }
         )
@@ -125,23 +116,23 @@ def _study(study_dir: str | Path | None, out: Path, steps: Any) -> tuple[list[Ev
     if study_dir is None:
         return [], None
     path = Path(study_dir) / "study.json"
-    study = _read_json(path)
+    study = card.read_json(path)
     if study is None:
-        raise CardError(f"{path}: no such file; --study takes the output directory of recipes/study.py.")
+        raise card.CardError(f"{path}: no such file; --study takes the output directory of recipes/study.py.")
     rows = study.get("rows") or []
     row = _study_row(rows, out, path, steps)
     seeds = len(study.get("seeds") or []) or 1
     random = next((r for r in rows if _is_random_init(r)), {})
 
     def result_name(label: str, split: str, finished: int) -> str:
-        how = f"mean of {_plural(finished, 'seed')}" if finished else "best of the learning-rate grid"
+        how = f"mean of {card.plural(finished, 'seed')}" if finished else "best of the learning-rate grid"
         return f"{label} (%), fine-tuned, {how}"
 
     eval_results, table = fine_tuning_comparison(study, row, result_name)
     return eval_results, {
         "rows": table,
         "seeds": ", ".join(str(s) for s in study.get("seeds") or []) or None,  # None: the best run of each grid
-        "n_seeds": _plural(seeds, "fine-tuning seed"),
+        "n_seeds": card.plural(seeds, "fine-tuning seed"),
         "finetune_args": _public_args(study.get("finetune_args") or "") or "the defaults",
         "finetune_args_for": [
             (TASKS[key].display_name if key in TASKS else key, _public_args(args))

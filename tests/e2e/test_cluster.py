@@ -19,7 +19,7 @@ from unittest.mock import patch
 import pytest
 from support import ROOT
 from support.pretraining_runs import launch, weights, write_config
-from support.task_files import fixture_files, write
+from support.task_files import finetune_args, fixture_files, write
 
 from bert_repro.training.checkpoints import checkpoint_problem, newest_valid_checkpoint
 from bert_repro.training.cluster import STAGING, STOPPED_EXIT_CODE, publish
@@ -353,28 +353,17 @@ def test_fine_tuning_stopped_by_sigterm_goes_on_with_the_same_command(tmp_path, 
     finetune = [
         sys.executable,
         str(ROOT / "recipes" / "finetune.py"),
-        "--task",
-        "mrpc",
-        "--model",
-        str(tiny_model),
-        "--data",
-        str(data),
-        "--learning_rates",
-        "1e-3",
-        "--max_steps",
-        "12",
-        "--logging_steps",
-        "1",
-        "--per_device_train_batch_size",
-        "1",
-        "--use_cpu",
-        "true",
-        "--disable_tqdm",
-        "true",
-        "--max_seq_length",
-        "64",
-        "--predict_test",
-        "false",
+        *finetune_args(
+            "mrpc",
+            tiny_model,
+            data,
+            learning_rates="1e-3",
+            max_steps=12,
+            logging_steps=1,
+            per_device_train_batch_size=1,
+            max_seq_length=64,
+            predict_test=False,
+        ),
     ]
     full = subprocess.run(
         [*finetune, "--output_dir", str(tmp_path / "full")],

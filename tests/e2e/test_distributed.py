@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from support import ROOT
 from support.models import tiny_config
 from support.pretraining_runs import write_config
-from support.task_files import fixture_files, write
+from support.task_files import finetune_args, fixture_files, write
 
 ACCELERATE = ROOT / "recipes" / "accelerate"
 TOLERANCE = 1e-5
@@ -437,24 +437,7 @@ def test_finetuning_under_fsdp_matches_one_process(tmp_path):
     ).save_pretrained(model_dir)
     save_tokenizer(tokenizer, model_dir)
     data = write(tmp_path / "data", files)
-    args = [
-        "--task",
-        "mrpc",
-        "--model",
-        model_dir,
-        "--data",
-        data,
-        "--learning_rates",
-        "1e-3",
-        "--max_steps",
-        "3",
-        "--use_cpu",
-        "true",
-        "--disable_tqdm",
-        "true",
-        "--max_seq_length",
-        "64",
-    ]
+    args = finetune_args("mrpc", model_dir, data, learning_rates="1e-3", max_steps=3, max_seq_length=64)
     launch(ONE_PROCESS, "finetune.py", *args, "--output_dir", tmp_path / "one", "--per_device_train_batch_size", "2")
     launch(
         engine("fsdp_cpu.yaml"),

@@ -16,7 +16,7 @@ from hub_server import HubError, LocalHub
 from support import ROOT
 from support.models import padded_batch, tiny_config
 from support.pretraining_runs import launch, write_config
-from support.task_files import fixture_files, write
+from support.task_files import finetune_args, fixture_files, write
 
 from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
 from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
@@ -292,26 +292,17 @@ def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub):
         [
             sys.executable,
             str(ROOT / "recipes" / "finetune.py"),
-            "--task",
-            "mrpc",
-            "--model",
-            str(base),
-            "--data",
-            str(data),
-            "--output_dir",
-            str(tmp_path / "out"),
-            "--learning_rates",
-            "1e-4",
-            "--max_seq_length",
-            "64",  # the tiny model's positions (MRPC's default is 128)
-            "--max_steps",
-            "2",
-            "--use_cpu",
-            "true",
-            "--push_to_hub",
-            "true",
-            "--hub_model_id",
-            "someone/tiny-mrpc",
+            *finetune_args(
+                "mrpc",
+                base,
+                data,
+                tmp_path / "out",
+                learning_rates="1e-4",
+                max_seq_length=64,  # the tiny model's positions (MRPC's default is 128)
+                max_steps=2,
+                push_to_hub=True,
+                hub_model_id="someone/tiny-mrpc",
+            ),
         ],
         env,
     )
@@ -374,18 +365,7 @@ def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case, tin
             [
                 sys.executable,
                 str(ROOT / "recipes" / "finetune.py"),
-                "--task",
-                "mrpc",
-                "--model",
-                str(tiny_model),
-                "--data",
-                str(data),
-                "--output_dir",
-                str(out),
-                "--push_to_hub",
-                "true",
-                "--hub_model_id",
-                repo_id,
+                *finetune_args("mrpc", tiny_model, data, out, cpu=False, push_to_hub=True, hub_model_id=repo_id),
             ],
             env,
             check=False,

@@ -217,18 +217,33 @@ def make_pretraining_run(
     return out
 
 
+# results.json's hyper-parameters of a BERT-BASE GLUE grid, as recipes/finetune.py writes them.
+GLUE_HP = {
+    "learning_rates": [2e-05],
+    "seeds": [42],
+    "num_train_epochs": 3.0,
+    "per_device_train_batch_size": 32,
+    "max_seq_length": 128,
+    "warmup": 0.1,
+    "weight_decay": 0.01,
+}
+
+
 def _finetuning_run(
     root: Path,
     name: str,
-    task: str,
-    model: str,
     best: dict,
     runs: list[dict],
-    hp: dict,
-    run_fields: dict,
-    num_labels: int,
-    head: str,
+    *,
+    task: str | None = None,
+    model: str = "runs/base",
+    hp: dict = GLUE_HP,
+    run_fields: dict | None = None,
+    num_labels: int = 2,
+    head: str = "BertReproForSequenceClassification",
 ) -> Path:
+    """A fine-tuning output directory under ``root / name`` (the task: ``name`` unless given)."""
+    task = task or name
     out = root / name
     summary = {
         "task": task,
@@ -258,7 +273,7 @@ def _finetuning_run(
         "attn_implementation": "sdpa",
         "predict_test": True,
         "keep_all_runs": False,
-        **run_fields,
+        **(run_fields or {}),
     }
     _write(
         out / "run_config.json",
@@ -289,16 +304,7 @@ def make_mrpc_run(root: Path, model: str = "runs/base") -> Path:
     ]
     best = {"_main": "f1", **runs[-1]}
     best["validation"] = {"accuracy": 0.8137254901960784, "f1": 0.873}
-    hp = {
-        "learning_rates": grid,
-        "seeds": [42],
-        "num_train_epochs": 3.0,
-        "per_device_train_batch_size": 32,
-        "max_seq_length": 128,
-        "warmup": 0.1,
-        "weight_decay": 0.01,
-    }
-    return _finetuning_run(root, "mrpc", "mrpc", model, best, runs, hp, {}, 2, "BertReproForSequenceClassification")
+    return _finetuning_run(root, "mrpc", best, runs, model=model, hp={**GLUE_HP, "learning_rates": grid})
 
 
 def make_squad_v2_run(root: Path) -> Path:
@@ -313,26 +319,16 @@ def make_squad_v2_run(root: Path) -> Path:
     }
     runs = [{"learning_rate": 5e-05, "seed": 42, "train_seconds": 5400.0, "validation": scores, "score": 75.8}]
     best = {"_main": "squad_f1", **runs[0]}
-    hp = {
-        "learning_rates": [5e-05],
-        "seeds": [42],
-        "num_train_epochs": 2.0,
-        "per_device_train_batch_size": 48,
-        "max_seq_length": 384,
-        "warmup": 0.1,
-        "weight_decay": 0.01,
-    }
+    hp = {**GLUE_HP, "learning_rates": [5e-05], "num_train_epochs": 2.0, "per_device_train_batch_size": 48}
     return _finetuning_run(
         root,
         "squad_v2",
-        "squad_v2",
-        "google-bert/bert-base-uncased",
         best,
         runs,
-        hp,
-        {"data": ["/home/someone/private/data/SQuAD2"]},
-        2,
-        "BertReproForQuestionAnswering",
+        model="google-bert/bert-base-uncased",
+        hp={**hp, "max_seq_length": 384},
+        run_fields={"data": ["/home/someone/private/data/SQuAD2"]},
+        head="BertReproForQuestionAnswering",
     )
 
 
@@ -961,28 +957,8 @@ def test_command_line_writes_the_card_beside_the_weights(tmp_path, capsys):
 def test_each_dev_split_sits_beside_its_paper_number(tmp_path):
     """MNLI: dev matched / mismatched beside the paper's test matched / mismatched; CoNLL: dev and test each."""
     mnli = {"validation_matched": {"accuracy": 0.8412}, "validation_mismatched": {"accuracy": 0.8455}}
-    hp = {
-        "learning_rates": [2e-05],
-        "seeds": [42],
-        "num_train_epochs": 3.0,
-        "per_device_train_batch_size": 32,
-        "max_seq_length": 128,
-        "warmup": 0.1,
-        "weight_decay": 0.01,
-    }
     run = {"learning_rate": 2e-05, "seed": 42, "train_seconds": 9000.0, **mnli, "score": 0.8412}
-    out = _finetuning_run(
-        tmp_path,
-        "mnli",
-        "mnli",
-        "runs/base",
-        {"_main": "accuracy", **run},
-        [run],
-        hp,
-        {},
-        3,
-        "BertReproForSequenceClassification",
-    )
+    out = _finetuning_run(tmp_path, "mnli", {"_main": "accuracy", **run}, [run], num_labels=3)
     card = card_for_finetuning(out, "someone/bert-mnli")
     assert "| dev matched | Accuracy (main) | 84.12 | – | 84.6 (test matched) | 86.7 (test matched) |" in card.text
     mismatched = "| dev mismatched | Accuracy (main) | 84.55 | – | 83.4 (test mismatched) | 85.9 (test mismatched) |"
@@ -997,14 +973,11 @@ def test_each_dev_split_sits_beside_its_paper_number(tmp_path):
     out = _finetuning_run(
         tmp_path,
         "conll",
-        "conll2003",
-        "runs/base",
         {"_main": "entity_f1", **run},
         [run],
-        hp,
-        {},
-        9,
-        "BertReproForTokenClassification",
+        task="conll2003",
+        num_labels=9,
+        head="BertReproForTokenClassification",
     )
     card = card_for_finetuning(out, "someone/bert-conll")
     assert card.data.pipeline_tag == "token-classification"

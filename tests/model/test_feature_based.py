@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 from support import ROOT
 from support.models import padded_batch, tiny_config
-from support.task_files import fixture_files, write
+from support.task_files import finetune_args, fixture_files, write
 from support.without_package import assert_same_outputs, inputs_for, our_outputs, run_without_package
 
 import bert_repro
@@ -420,31 +420,18 @@ def tiny_checkpoint(tmp_path_factory):
 
 def finetune_argv(name, checkpoint, tmp_path, *extra):
     data = write(tmp_path / "data", fixture_files(name))
-    return [
-        "--task",
+    return finetune_args(
         name,
-        "--model",
-        str(checkpoint),
-        "--data",
-        str(data),
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--max_steps",
-        "3",
-        "--per_device_train_batch_size",
-        "2",
-        "--use_cpu",
-        "true",
-        "--disable_tqdm",
-        "true",
-        "--max_seq_length",
-        "64",
-        "--doc_stride",
-        "16",
-        "--bilstm_hidden_size",
-        "8",
+        checkpoint,
+        data,
+        tmp_path / "out",
         *extra,
-    ]
+        max_steps=3,
+        per_device_train_batch_size=2,
+        max_seq_length=64,
+        doc_stride=16,
+        bilstm_hidden_size=8,
+    )
 
 
 def encoder_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -504,16 +491,9 @@ def test_recipe_bad_features_exit_2(tmp_path, tiny_checkpoint, monkeypatch, caps
     with the model's depth before any data is read; one message, exit code 2, no traceback."""
     argv = [
         "finetune.py",
-        "--task",
-        "conll2003",
-        "--model",
-        str(tiny_checkpoint),
-        "--data",
-        str(tmp_path / "none"),
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--features",
-        "layers=-1,7",
+        *finetune_args(
+            "conll2003", tiny_checkpoint, tmp_path / "none", tmp_path / "out", cpu=False, features="layers=-1,7"
+        ),
     ]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exit_info:

@@ -17,7 +17,7 @@ import torch
 from support import ROOT
 from support.models import padded_batch, tiny_config
 from support.pretraining_runs import launch, write_config
-from support.task_files import fixture_files, write
+from support.task_files import TINY_RUN, finetune_args, fixture_files, write
 from support.without_package import (
     MASKED,
     SENTENCES,
@@ -251,7 +251,7 @@ def test_old_format_still_loads_and_a_push_stages_it_natively(tmp_path, tokenize
 
 def test_config_transformers_cannot_compute_falls_back_to_remote_code(tmp_path, tokenizer):
     """hidden_act="gelu_tanh" (the reference code's tanh GELU under our spelling) is not in transformers' ACT2FN."""
-    from bert_repro.hub.card_common import _usage
+    from bert_repro.hub.card_common import usage as _usage
 
     torch.manual_seed(0)
     model = bert_repro.BertReproForMaskedLM(tiny_config(vocab_size=len(tokenizer), hidden_act="gelu_tanh")).eval()
@@ -324,29 +324,12 @@ def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_name
         start
     )
     data = write(tmp_path / "data", fixture_files("mrpc"))
-    args = [
-        "--task",
-        "mrpc",
-        "--data",
-        str(data),
-        "--learning_rates",
-        "1e-4",
-        "--max_steps",
-        "2",
-        "--per_device_train_batch_size",
-        "2",
-        "--use_cpu",
-        "true",
-        "--disable_tqdm",
-        "true",
-        "--max_seq_length",
-        "64",
-    ]
+    args = finetune_args("mrpc", start, data, **TINY_RUN)
 
     # No tokenizer beside the weights and no --tokenizer: a message naming the directory, exit code 2, no traceback.
     recipe = ROOT / "recipes" / "finetune.py"
     refused = subprocess.run(
-        [sys.executable, str(recipe), "--model", str(start), "--output_dir", str(tmp_path / "refused"), *args],
+        [sys.executable, str(recipe), *args, "--output_dir", str(tmp_path / "refused")],
         capture_output=True,
         text=True,
         timeout=300,
@@ -360,11 +343,9 @@ def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_name
     run_finetuning(
         FineTuningRecipe.from_args(
             [
-                "--model",
-                str(start),
+                *args,
                 "--output_dir",
                 str(out),
-                *args,
                 "--unpad_inputs",
                 "true",
                 "--last_layer_subset",

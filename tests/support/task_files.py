@@ -606,3 +606,20 @@ def fixture_files(name):
 
 def fixture_rows(name, split):
     return GLUE_FIXTURES[name][1][split]["idx"]
+
+
+# Two steps of two examples at the tiny model's 64 positions.
+TINY_RUN = {"learning_rates": "1e-4", "max_steps": 2, "per_device_train_batch_size": 2, "max_seq_length": 64}
+
+
+def finetune_args(task, model, data=None, output_dir=None, *extra, cpu=True, **flags):
+    """`recipes/finetune.py`'s arguments: ``--task``, ``--model``, ``--data`` and ``--output_dir`` when given, then
+    (with ``cpu``) ``--use_cpu true --disable_tqdm true``, then each keyword as ``--key value`` (a list gives
+    several values, True/False give true/false), then ``extra`` as written."""
+    args = ["--task", task, "--model", str(model)]
+    args += ["--data", str(data)] if data is not None else []
+    args += ["--output_dir", str(output_dir)] if output_dir is not None else []
+    for key, value in {**({"use_cpu": True, "disable_tqdm": True} if cpu else {}), **flags}.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        args += [f"--{key}", *(str(v).lower() if isinstance(v, bool) else str(v) for v in values)]
+    return [*args, *map(str, extra)]

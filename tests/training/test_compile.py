@@ -16,6 +16,7 @@ import torch
 import torch._dynamo
 from support.corpora import pseudo_text, wordpiece_tokenizer
 from support.models import tiny_config
+from support.task_files import finetune_args
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 from transformers import DataCollatorWithPadding
@@ -252,33 +253,19 @@ def test_compiled_finetuning_recipe_trains_one_graph(tmp_path, tokenizer):
         (data / split).write_text("\n".join(rows) + "\n")  # 19 pairs: batches of 4, then 3
     run_finetuning(
         FineTuningRecipe.from_args(
-            [
-                "--task",
+            finetune_args(
                 "mrpc",
-                "--model",
-                str(model_dir),
-                "--data",
-                str(data),
-                "--output_dir",
-                str(tmp_path / "out"),
-                "--learning_rates",
-                "1e-4",
-                "--num_train_epochs",
-                "1",
-                "--per_device_train_batch_size",
-                "4",
-                "--use_cpu",
-                "true",
-                "--disable_tqdm",
-                "true",
-                "--max_seq_length",
-                "64",
-                "--torch_compile",
-                "true",
-                "--torch_compile_backend",
-                "eager",
+                model_dir,
+                data,
+                tmp_path / "out",
                 "--no_predict_test",
-            ]
+                learning_rates="1e-4",
+                num_train_epochs=1,
+                per_device_train_batch_size=4,
+                max_seq_length=64,
+                torch_compile=True,
+                torch_compile_backend="eager",
+            )
         )
     )
     assert dict(counters["graph_break"]) == {}

@@ -5,7 +5,7 @@ import json
 
 import pytest
 from support import ROOT
-from support.task_files import CONLL_DEV, CONLL_TRAIN, fixture_files, fixture_rows, write
+from support.task_files import CONLL_DEV, CONLL_TRAIN, TINY_RUN, finetune_args, fixture_files, fixture_rows, write
 
 from bert_repro.tasks.registry import TASKS, get_task
 from bert_repro.training.cli import ConfigurationError, RunFinished
@@ -20,30 +20,7 @@ def test_every_task_end_to_end(tmp_path, tiny_model, name):
     task = get_task(name)
     data = write(tmp_path / "data", fixture_files(name))
     out = tmp_path / "out"
-    argv = [
-        "--task",
-        name,
-        "--model",
-        str(tiny_model),
-        "--data",
-        str(data),
-        "--output_dir",
-        str(out),
-        "--learning_rates",
-        "1e-4",
-        "--max_steps",
-        "2",
-        "--per_device_train_batch_size",
-        "2",
-        "--use_cpu",
-        "true",
-        "--disable_tqdm",
-        "true",
-        "--max_seq_length",
-        "64",
-        "--doc_stride",
-        "16",
-    ]
+    argv = finetune_args(name, tiny_model, data, out, **TINY_RUN, doc_stride=16)
     summary = run_finetuning(FineTuningRecipe.from_args(argv))
     results = json.loads((out / "results.json").read_text())
     assert results["best"]["learning_rate"] == summary["best"]["learning_rate"] == 1e-4
@@ -80,28 +57,7 @@ def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
     out = tmp_path / "out"
     summary = run_finetuning(
         FineTuningRecipe.from_args(
-            [
-                "--task",
-                "sst2",
-                "--model",
-                str(tiny_model),
-                "--data",
-                str(data),
-                "--output_dir",
-                str(out),
-                "--learning_rates",
-                "1e-3",
-                "1e-4",
-                "--seeds",
-                "1",
-                "2",
-                "--max_steps",
-                "2",
-                "--use_cpu",
-                "true",
-                "--disable_tqdm",
-                "true",
-            ]
+            finetune_args("sst2", tiny_model, data, out, learning_rates=["1e-3", "1e-4"], seeds=[1, 2], max_steps=2)
         )
     )
     assert [(r["learning_rate"], r["seed"]) for r in summary["runs"]] == [(1e-3, 1), (1e-3, 2), (1e-4, 1), (1e-4, 2)]
@@ -112,24 +68,7 @@ def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
     # A different setting in the same directory is refused, never mixed into these results.
     with pytest.raises(FileExistsError, match="different run"):
         run_finetuning(
-            FineTuningRecipe.from_args(
-                [
-                    "--task",
-                    "sst2",
-                    "--model",
-                    str(tiny_model),
-                    "--data",
-                    str(data),
-                    "--output_dir",
-                    str(out),
-                    "--learning_rates",
-                    "5e-5",
-                    "--max_steps",
-                    "2",
-                    "--use_cpu",
-                    "true",
-                ]
-            )
+            FineTuningRecipe.from_args(finetune_args("sst2", tiny_model, data, out, learning_rates="5e-5", max_steps=2))
         )
 
 
@@ -200,34 +139,9 @@ def test_speed_switches_reach_the_model(tmp_path, tiny_model):
     out = tmp_path / "out"
     run_finetuning(
         FineTuningRecipe.from_args(
-            [
-                "--task",
-                "mrpc",
-                "--model",
-                str(tiny_model),
-                "--data",
-                str(data),
-                "--output_dir",
-                str(out),
-                "--learning_rates",
-                "1e-4",
-                "--max_steps",
-                "2",
-                "--per_device_train_batch_size",
-                "2",
-                "--use_cpu",
-                "true",
-                "--disable_tqdm",
-                "true",
-                "--max_seq_length",
-                "64",
-                "--unpad_inputs",
-                "true",
-                "--fast_dropout",
-                "true",
-                "--last_layer_subset",
-                "true",
-            ]
+            finetune_args(
+                "mrpc", tiny_model, data, out, **TINY_RUN, unpad_inputs=True, fast_dropout=True, last_layer_subset=True
+            )
         )
     )
     config = json.loads((out / "config.json").read_text())

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from support import ROOT
 from support.models import tiny_config
+from support.task_files import finetune_args
 
 from bert_repro import BertReproConfig, BertReproForPreTraining, BertReproForSequenceClassification, BertReproModel
 from bert_repro.data.example_statistics import pretraining_statistics
@@ -490,14 +491,7 @@ def test_pretraining_end_to_end_with_each_objective(tmp_path, corpus, objective)
             [
                 sys.executable,
                 str(ROOT / "recipes" / "finetune.py"),
-                "--task",
-                "sst2",
-                "--model",
-                str(out),
-                "--objective",
-                "mlm_nsp",
-                "--output_dir",
-                str(tmp_path / "ft"),
+                *finetune_args("sst2", out, None, tmp_path / "ft", cpu=False, objective="mlm_nsp"),
             ],
             capture_output=True,
             text=True,
