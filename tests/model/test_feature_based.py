@@ -456,12 +456,12 @@ def test_feature_based_recipe_end_to_end(tmp_path, tiny_checkpoint):
     for split in task.eval_splits:
         assert set(task.metrics) <= set(summary["best"][split])
     assert (out / "results.md").read_text().startswith("# conll2003: feature-based (concat_last_four)")
-    config = json.loads((out / "model" / "config.json").read_text())
+    config = json.loads((out / "config.json").read_text())
     assert config["feature_set"] == "concat_last_four" and config["freeze_encoder"] is True
-    trained, pretrained = encoder_weights(out / "model"), encoder_weights(tiny_checkpoint)
+    trained, pretrained = encoder_weights(out), encoder_weights(tiny_checkpoint)
     assert len(trained) > 20 and trained.keys() <= pretrained.keys()  # every weight but the pooler's
     assert all(torch.equal(trained[k], pretrained[k]) for k in trained)  # the frozen encoder is unchanged
-    assert BertReproForTokenClassificationWithBiLSTM.from_pretrained(out / "model").config.freeze_encoder
+    assert BertReproForTokenClassificationWithBiLSTM.from_pretrained(out).config.freeze_encoder
 
 
 @pytest.mark.slow
@@ -479,9 +479,9 @@ def test_bilstm_head_recipe_end_to_end(tmp_path, tiny_checkpoint, name):
     out = tmp_path / "out"
     assert summary["model_class"] == task.kind.bilstm_head_class.__name__ and summary["features"] is None
     assert set(task.metrics) <= set(summary["best"][task.eval_splits[0]])
-    config = json.loads((out / "model" / "config.json").read_text())
+    config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == [task.kind.bilstm_head_class.__name__] and config["freeze_encoder"] is False
-    trained, pretrained = encoder_weights(out / "model"), encoder_weights(tiny_checkpoint)
+    trained, pretrained = encoder_weights(out), encoder_weights(tiny_checkpoint)
     assert any(not torch.equal(trained[k], pretrained[k]) for k in trained)  # fine-tuned: the encoder moved
 
 

@@ -353,7 +353,7 @@ def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_name
             ]
         )
     )
-    model_dir = out / "model"
+    model_dir = out
     config = json.loads((model_dir / "config.json").read_text())
     assert config["model_type"] == "bert" and config["architectures"] == ["BertForSequenceClassification"]
     inputs = inputs_for("AutoModelForSequenceClassification", len(tok), tmp_path / "inputs.pt")
