@@ -1,7 +1,7 @@
 """A pre-training run as one typed object: `PreTrainingRecipe`, read at the edge (a YAML file, the command line,
-transformers' example names: `from_args`, `from_yaml`) and from a run's record (`from_dict`, any schema this code
-wrote), checked in one place (`check`), changed with `replace` under the command line's names. The library's
-functions take it (`run_pretraining(recipe)`); the studies build theirs with `replace`, never a command line.
+transformers' example names: `from_args`, `from_yaml`) and from a run's record (`from_dict`), checked in one place
+(`check`), changed with `replace` under the command line's names. The library's functions take it
+(`run_pretraining(recipe)`); the studies build theirs with `replace`, never a command line.
 
 Its sections say where a setting acts: `data` (corpus, vocabulary, held-out split, batching), `examples` (how
 pre-training examples are built: `PreTrainingDataConfig`), `model`, `phases` (the paper's two: 90% of the steps at
@@ -36,9 +36,7 @@ from ..distributed import check_deepspeed_installed
 from ..fp8 import fp8_problem
 
 RECIPE = "recipes/pretrain.py"
-# The record's layout: 2 is `PreTrainingRecipe.to_dict()`; 1 (no "schema_version") held three sections, "run"
-# (this module's flags), "data" (PreTrainingDataConfig) and "training" (TrainingArguments), read by `upgrade`.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 2  # the layout of `PreTrainingRecipe.to_dict()`
 
 # SPEC section 3: Adam lr 1e-4, betas 0.9/0.999, eps 1e-6, weight decay 0.01, 10,000 warm-up steps then linear
 # decay, clipping at 1.0, 1,000,000 steps. Lowest precedence: a YAML config and the command line override them.
@@ -333,9 +331,8 @@ class PreTrainingRecipe:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> PreTrainingRecipe:
-        """A recipe from a run's record (`to_dict`, or an earlier schema), to read, not to run: a setting the record
-        lacks takes its default, and `training` is not checked against this machine (a GPU run's bf16 on a CPU)."""
-        record = upgrade(record)
+        """A recipe from a run's record (`to_dict`), to read, not to run: a setting the record lacks takes its
+        default, and `training` is not checked against this machine (a GPU run's bf16 on a CPU)."""
         sections = {
             name: _filled(cls_, record.get(name) or {})
             for name, cls_ in SECTION_CLASSES.items()
@@ -366,27 +363,6 @@ def _unchecked(cls, values: dict[str, Any]):
         )
         object.__setattr__(obj, f.name, values.get(f.name, default))
     return obj
-
-
-def upgrade(record: dict[str, Any]) -> dict[str, Any]:
-    """A record of any schema this code wrote, in `SCHEMA_VERSION`'s layout."""
-    if record.get("schema_version") == SCHEMA_VERSION:
-        return record
-    run, data = record.get("run") or {}, record.get("data") or {}
-    sections = {
-        name: {k: run[k] for k in _names(cls_) if k in run}
-        for name, cls_ in SECTION_CLASSES.items()
-        if name not in ("examples", "training")
-    }
-    flags = PhaseFlags(**{k: run[k] for k in _names(PhaseFlags) if k in run})
-    examples = PreTrainingDataConfig(**{k: v for k, v in data.items() if k in _names(PreTrainingDataConfig)})
-    return {
-        "schema_version": SCHEMA_VERSION,
-        **sections,
-        "examples": {k: v for k, v in data.items() if k not in PHASE_FIELDS},
-        "phases": [asdict(phase) for phase in phases_from_flags(examples, flags)],
-        "training": record.get("training") or {},
-    }
 
 
 # `--help`: the recipe's flags by stage, with the Trainer flags a pre-training run sets most, then Trainer's others.
@@ -434,8 +410,7 @@ HELP = HelpLayout(
 
 
 def check_values(recipe: PreTrainingRecipe) -> None:
-    """Values no run can use, refused before any data is read or the run recorded (each of these used to end in a
-    traceback after the corpus was read, or ran on with a meaning nobody asked for)."""
+    """Values no run can use, refused before any data is read or the run recorded."""
     data, training, output = recipe.data, recipe.training, recipe.output
     batch, phase2 = recipe.optimization.global_batch_size, recipe.phase_flags().phase2_fraction
     wrong = [
@@ -540,9 +515,8 @@ LOCATION_FIELDS = {"output_dir"}
 
 
 def run_identity(record: dict) -> dict:
-    """A record (`to_dict()`, or one of an earlier schema) without what may change on resumption, its phases by
-    number: what two invocations of one run share (an identity is its own identity)."""
-    record = upgrade(record)
+    """A record (`to_dict()`) without what may change on resumption, its phases by number: what two invocations of
+    one run share (an identity is its own identity)."""
     phases = record.get("phases") or []
     identity: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
