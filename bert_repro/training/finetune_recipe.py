@@ -386,22 +386,9 @@ def choose_stages(run: FineTuningArguments, training: TrainingArguments, argv: l
         training.eval_strategy = IntervalStrategy.NO
 
 
-# The record's layout (`run_config.json`): 2 is `FineTuningRecipe.to_dict()`; 1 (no "schema_version") named the
-# first section "run" (read by `upgrade`).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 2  # the layout of `run_config.json` (`FineTuningRecipe.to_dict()`)
 # What says where outputs and pushes go, and credentials: not part of the record (a moved folder resumes).
 NOT_RECORDED = ("output_dir", "hub_", "push_")
-
-
-def upgrade(record: dict[str, Any]) -> dict[str, Any]:
-    """A fine-tuning record of any schema this code wrote, in `SCHEMA_VERSION`'s layout."""
-    if record.get("schema_version") == SCHEMA_VERSION:
-        return record
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "finetuning": record.get("run") or {},
-        "training": record.get("training") or {},
-    }
 
 
 def record_of(run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:

@@ -117,7 +117,7 @@ def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str,
     ours = percent(metric, best[split][metric])
     papers = [r for r in task.paper if r.model == paper_model and r.metric == metric]
     paper = next((r for r in papers if r.split in (split, "test", "test_matched")), None)
-    majority = _majority(summary, split, metric)
+    majority = summary["majority_baseline"].get(split, {}).get(metric)
     return {
         "task": task.name,
         "metric": metric,
@@ -129,20 +129,16 @@ def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str,
         "seed": best["seed"],
         "seconds": summary["seconds"],
         "runs": len(summary["runs"]),
-        # The number to beat (always the training set's most frequent label), and the label of a best run that
-        # predicted nothing else: absent from the results of earlier versions.
+        # The number to beat (the training set's most frequent label), and the label of a best run that predicted
+        # nothing else.
         "majority": None if majority is None else round(percent(metric, majority), 2),
         "one_label": (best.get("one_label") or {}).get(split),
         "subsampled": {
             key: value
-            for key, value in (summary.get("hyperparameters") or {}).items()
+            for key, value in summary["hyperparameters"].items()
             if key in ("max_train_samples", "max_eval_samples") and value
         },
     }
-
-
-def _majority(summary: dict[str, Any], split: str, metric: str) -> float | None:
-    return ((summary.get("majority_baseline") or {}).get(split) or {}).get(metric)
 
 
 def glue_average(rows: list[dict[str, Any]]) -> float | None:
