@@ -16,7 +16,6 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard
 
 from ..tasks.registry import METRICS, Result, Task, get_task
-from ..training.finetune_recipe import upgrade
 from .card_common import (
     BIBTEX,
     NOT_RECORDED,
@@ -246,7 +245,7 @@ def card_for_finetuning(
         raise CardError(f"{out} is not a fine-tuning output directory (needs results.json with task, best).")
     task = get_task(summary["task"])
     record = _read_json(out / "run_config.json")
-    record = upgrade(record) if isinstance(record, dict) else {}  # run_config.json of any schema this code wrote
+    record = record if isinstance(record, dict) else {}
     config = _read_json(out / "config.json") or {}
     training = record.get("training") or {}
     best = summary["best"] or {}
