@@ -125,7 +125,7 @@ def stage(
             for name in TOKENIZER_FILES:
                 if (source / name).exists():
                     shutil.copy2(source / name, staging / name)
-            config = staging / TOKENIZER_CONFIG_FILE  # a run saved before load_tokenizer dropped the keys has them
+            config = staging / TOKENIZER_CONFIG_FILE  # a tokenizer not saved through load_tokenizer has them
             if config.exists():
                 fields = json.loads(config.read_text(encoding="utf-8"))
                 config.write_text(json.dumps({k: v for k, v in fields.items() if k not in LOAD_TIME_KEYS}, indent=2))
@@ -137,21 +137,14 @@ def stage(
         shutil.copytree(path / "runs", staging / "runs", ignore=_training_state)
     if with_card:
         _card(path, repo_id).save(staging / "README.md")
-    staged = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-    pickles = [p for p in staged if _is_pickle(Path(p).name)]
-    if pickles:  # cannot happen through the copies above; a guard for future edits
-        raise HubPushError(f"refusing to publish pickled files: {pickles}")
-    return staged
+    return sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
 
 
 def _training_state(folder: str, names: list[str]) -> list[str]:
     """What `runs/` keeps only to resume training, left out of a push: checkpoints (optimizer, scheduler and RNG
     states), unfinished saves and pickles."""
-    return [n for n in names if n.startswith(("checkpoint-", STAGING)) or _is_pickle(n)]
-
-
-def _is_pickle(name: str) -> bool:
-    return any(fnmatch.fnmatch(name, pattern) for pattern in PICKLE_PATTERNS)
+    pickles = {n for pattern in PICKLE_PATTERNS for n in fnmatch.filter(names, pattern)}
+    return [n for n in names if n.startswith(("checkpoint-", STAGING)) or n in pickles]
 
 
 def _card(path: Path, repo_id: str):
