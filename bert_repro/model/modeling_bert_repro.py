@@ -584,8 +584,6 @@ class BertReproModel(BertReproPreTrainedModel):
         kwargs go to the encoder, every layer and the attention kernel."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        if "sparse_prediction" in kwargs:  # a forward argument in earlier versions: it would be ignored silently
-            raise TypeError("sparse_prediction is a config field: set model.config.sparse_prediction instead.")
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         if output_attentions is None:

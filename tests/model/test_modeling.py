@@ -505,10 +505,3 @@ def test_last_layer_subset_falls_back_to_the_whole_layer():
     assert max_diff(subset, full) <= TOL
     report("last_layer_subset [CLS] rows", max_diff(last[0][:, 0], whole[:, 0]))
     assert last[0][:, 1:].abs().max() == 0
-
-
-def test_sparse_prediction_is_a_config_field_not_a_forward_argument():
-    model = BertReproForMaskedLM(tiny_config())
-    batch = padded_batch(99)
-    with pytest.raises(TypeError, match="model.config.sparse_prediction"):
-        model(**batch, labels=batch["input_ids"], sparse_prediction=True)
