@@ -508,7 +508,7 @@ def check_output_dir(
         )
     try:
         old = json.loads(saved.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:  # written in place by an earlier version, and cut short
+    except (OSError, ValueError) as err:  # damaged since it was written
         raise FileExistsError(
             f"{saved} cannot be read ({err}), so this run cannot be told from another. If {out} holds this run, "
             f"delete {saved} (it is written again) and run the same command; else choose another output_dir."

@@ -417,7 +417,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
     drop_tensorboard_if_missing(training)
-    # recorded as the run uses them (pinned memory only with an accelerator, as earlier records have it)
+    # recorded as the run uses them (pinned memory only with an accelerator)
     task, data, missing_splits, push_to = open_output_dir(record_of(run, training), run, training)
     if not training.do_train:
         return evaluate_model(task, data, run, training)

@@ -599,7 +599,7 @@ def check_objective(run: FineTuningArguments) -> None:
         if run.objective is not None:
             check_objective_kept(saved, run.objective, run.model)
         check_objective_switches(SimpleNamespace(objective=saved, **run.switches()))
-    except ValueError as err:  # ObjectiveConflictError, or an objective name this version does not know
+    except ValueError as err:  # ObjectiveConflictError, or an unknown objective
         raise ConfigurationError(f"--model {run.model}: {err}") from None
 
 
