@@ -467,29 +467,12 @@ def main(argv: list[str] | None = None) -> None:
     for noisy in ("httpx", "httpx2", "httpcore"):  # one line per HTTP request otherwise
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
+        options = {k: getattr(args, k) for k in ("private", "overwrite", "revision", "tag", "commit_message")}
         if args.checkpoints:
-            for revision, url in push_checkpoints(
-                args.path,
-                args.repo_id,
-                private=args.private,
-                overwrite=args.overwrite,
-                revision=args.revision,
-                tag=args.tag,
-                commit_message=args.commit_message,
-            ).items():
+            for revision, url in push_checkpoints(args.path, args.repo_id, **options).items():
                 print(f"{revision}: {url}")
         else:
-            print(
-                push(
-                    args.path,
-                    args.repo_id,
-                    revision=args.revision,
-                    private=args.private,
-                    commit_message=args.commit_message,
-                    overwrite=args.overwrite,
-                    tag=args.tag,
-                )
-            )
+            print(push(args.path, args.repo_id, **options))
     except (CheckpointError, HubPushError, FileNotFoundError) as err:
         # The recipes' code for the same causes (a directory, a token, the network: what the user can fix), so
         # that a script that runs both reads one convention.
