@@ -19,7 +19,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +60,15 @@ class ConfigurationError(ValueError):
     """Settings that cannot work together; the recipes print the message without a traceback."""
 
 
+def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING) -> Any:
+    """A dataclass field with its `--help` text, where HfArgumentParser reads it."""
+    return field(default=default, default_factory=factory, metadata={"help": help})
+
+
 @dataclass
 class _SpeedSwitchesBase:
-    compile_layers: bool = field(
-        default=False,
-        metadata={"help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."},
+    compile_layers: bool = flag(
+        False, "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."
     )
 
     def switches(self) -> dict[str, bool]:
@@ -90,7 +94,7 @@ class _SpeedSwitchesBase:
 # show) and --compile_layers; each default keeps the plain model's outputs.
 SpeedSwitches = make_dataclass(
     "SpeedSwitches",
-    [(name, bool, field(default=False, metadata={"help": help})) for name, help in SPEED_SWITCHES.items()],
+    [(name, bool, flag(False, help)) for name, help in SPEED_SWITCHES.items()],
     bases=(_SpeedSwitchesBase,),
 )
 SpeedSwitches.__module__ = __name__

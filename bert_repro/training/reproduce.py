@@ -17,13 +17,21 @@ import os
 import shlex
 import time
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..atomic import atomic_path, write_text
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
-from .cli import ConfigurationError, HelpLayout, RunFinished, check_output_dir, hide_credentials, write_run_config
+from .cli import (
+    ConfigurationError,
+    HelpLayout,
+    RunFinished,
+    check_output_dir,
+    flag,
+    hide_credentials,
+    write_run_config,
+)
 from .cluster import lock_output_dir_once
 from .finetune import run_finetuning
 from .finetune_recipe import FineTuningRecipe
@@ -55,23 +63,18 @@ HELP_LAYOUT = HelpLayout(
 
 @dataclass
 class ReproduceArguments:
-    model: str = field(default="", metadata={"help": "The checkpoint to benchmark (directory or Hub id)."})
-    output_dir: str = field(default="runs/reproduce", metadata={"help": "One sub-directory per task, and the report."})
-    tasks: list[str] = field(
-        default_factory=lambda: list(DEFAULT_TASKS),
-        metadata={"help": "Tasks to run (default: the paper's 11; add conll2003 and wnli if wanted)."},
+    model: str = flag("", "The checkpoint to benchmark (directory or Hub id).")
+    output_dir: str = flag("runs/reproduce", "One sub-directory per task, and the report.")
+    tasks: list[str] = flag(
+        factory=lambda: list(DEFAULT_TASKS),
+        help="Tasks to run (default: the paper's 11; add conll2003 and wnli if wanted).",
     )
-    data_root: str | None = field(
-        default=None,
-        metadata={
-            "help": "A directory with one sub-directory per task (MRPC/, SST-2/, SQuAD/ ...); tasks without one use "
-            "the Hub."
-        },
+    data_root: str | None = flag(
+        None, "A directory with one sub-directory per task (MRPC/, SST-2/, SQuAD/ ...); tasks without one use the Hub."
     )
-    paper_model: str = field(default="base", metadata={"help": "Which of the paper's models to compare with."})
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={"help": "Start again in a folder holding another benchmark: what it holds is moved aside first."},
+    paper_model: str = flag("base", "Which of the paper's models to compare with.")
+    overwrite_output_dir: bool = flag(
+        False, "Start again in a folder holding another benchmark: what it holds is moved aside first."
     )
 
 
