@@ -150,7 +150,7 @@ def _training_state(folder: str, names: list[str]) -> list[str]:
 def _card(path: Path, repo_id: str):
     """The card to publish: the README.md `python -m bert_repro.hub.model_card` wrote beside the weights when it is
     for this repository (its usage snippets quote the id), since it may hold what the push cannot know (--benchmark,
-    --study); otherwise a fresh card, so a card written for another repository is never published under this one."""
+    --study). Otherwise a fresh card, so a card written for another repository is never published under this one."""
     from huggingface_hub import ModelCard
 
     from .model_card import card_for_directory, card_path, check_no_secrets

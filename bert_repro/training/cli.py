@@ -39,7 +39,7 @@ RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.
 class _LoadReportFilter(logging.Filter):
     """Drops transformers' LOAD REPORT table unless it reports a shape mismatch.
 
-    The table lists the checkpoint's weights a model does not use and the weights it initialises; when a recipe
+    The table lists the checkpoint's weights a model does not use and the weights it initialises. When a recipe
     builds a task head on a pre-trained checkpoint both are expected (the MLM/NSP heads unused, the classifier new),
     and our `from_pretrained` already names the new weights in one line. A mismatch of shapes is an error whose
     message points at the table, so that table stays."""
@@ -76,7 +76,7 @@ class _SpeedSwitchesBase:
         return {name: getattr(self, name) for name in SPEED_SWITCHES}
 
     def torch_compile_warning(self, torch_compile: bool) -> str | None:
-        """One line for the log when `--torch_compile true` meets switches that split its graph: their paths
+        """One line for the log when `--torch_compile true` meets switches that split its graph. Their paths
         take shapes from the data (which tokens are real, which positions are read) or run custom autograd
         functions, so dynamo breaks the step into several graphs (benchmarks/LOG.md, "torch.compile")."""
         split = [name for name, on in self.switches().items() if on and name not in ONE_GRAPH_SWITCHES]

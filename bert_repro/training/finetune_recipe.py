@@ -259,7 +259,7 @@ class FineTuningRecipe:
     """A fine-tuning run as one typed object: the task, the model, its head and the grid (`finetuning`), and
     transformers' `TrainingArguments` (`training`), as given. Read at the edge (`from_args`, `from_yaml`: the
     reference code's settings < the task's paper hyper-parameters < YAML < command line), changed with `replace`
-    under the flags' names; the task's defaults for what was not given (its learning-rate grid, its
+    under the flags' names. The task's defaults for what was not given (its learning-rate grid, its
     max_seq_length) are filled in by `resolved`, so that `replace(features=...)` also takes the feature-based grid.
     `run_finetuning(recipe)` runs it."""
 

@@ -91,7 +91,7 @@ def task_data_dir(task: Task, data_root: str | None) -> Path | None:
 
 def check_task_data(tasks: list[Task], data_root: str | None) -> dict[str, Path | None]:
     """Each task's local directory under --data_root, found before any work: offline, a task without one is an
-    error now, not after hours of other tasks or of pre-training; online, the tasks that will come from the Hub
+    error now, not after hours of other tasks or of pre-training. Online, the tasks that will come from the Hub
     are said once, here."""
     dirs = {task.name: task_data_dir(task, data_root) for task in tasks}
     missing = [name for name, directory in dirs.items() if directory is None]
