@@ -85,15 +85,6 @@ def staging_folder() -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix=f"{STAGING_PREFIX}{os.getpid()}-")
 
 
-def model_directory(path: Path) -> Path:
-    """An output directory (pre-training, fine-tuning: its best model) or a checkpoint, checked by
-    `check_model_dir`: the weights are at its top."""
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such directory.")
-    check_model_dir(path)
-    return path
-
-
 def model_files(weights: Path) -> list[str]:
     """The files of a saved model: its weights (one file, or the shards and their index), config and every `*.py`
     that `save_pretrained` wrote beside them."""
@@ -115,12 +106,14 @@ def stage(
     path: str | Path, repo_id: str, staging: Path, *, tokenizer_dir: Path | None = None, with_card: bool = True
 ) -> list[str]:
     """Copy what is published from `path` into `staging`; returns the relative paths staged."""
-    path = Path(path)
-    weights = model_directory(path)
-    for name in model_files(weights):
-        shutil.copy2(weights / name, staging / name)
+    path = Path(path)  # an output directory (its best model) or a checkpoint: the weights are at its top
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such directory.")
+    check_model_dir(path)
+    for name in model_files(path):
+        shutil.copy2(path / name, staging / name)
     _complete_checkpoint(staging)
-    for source in (tokenizer_dir, weights, path, path / "tokenizer"):
+    for source in (tokenizer_dir, path, path / "tokenizer"):
         if source is not None and (source / "tokenizer.json").exists():
             for name in TOKENIZER_FILES:
                 if (source / name).exists():
