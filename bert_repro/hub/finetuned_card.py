@@ -13,7 +13,6 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard
 
 from ..tasks.registry import METRICS, Result, Task, get_task
-from ..training.finetune_recipe import upgrade
 from . import card_common as card
 
 __all__ = ["card_for_finetuning"]
@@ -212,7 +211,7 @@ def card_for_finetuning(
         raise card.CardError(f"{out} is not a fine-tuning output directory (needs results.json with task, best).")
     task = get_task(summary["task"])
     record = card.read_json(out / "run_config.json")
-    record = upgrade(record) if isinstance(record, dict) else {}  # run_config.json of any schema this code wrote
+    record = record if isinstance(record, dict) else {}
     config = card.read_json(out / "config.json") or {}
     training = record.get("training") or {}
     best = summary["best"] or {}

@@ -16,7 +16,7 @@ from huggingface_hub import EvalResult, ModelCard
 from ..data.pretraining_config import PreTrainingDataConfig
 from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..tasks.registry import METRICS, TASKS
-from ..training.pretraining.recipe import DataSettings, PreTrainingRecipe, upgrade
+from ..training.pretraining.recipe import DataSettings, PreTrainingRecipe
 from . import card_common as card
 from .study_comparison import _study
 
@@ -311,7 +311,6 @@ def card_for_pretraining(
         raise card.CardError(f"{out} is not a pre-training output directory (needs run_config.json, config.json).")
     statistics = card.read_json(out / "data_statistics.json") or {}
     results = card.read_json(out / "results.json") or {}
-    record = upgrade(record)  # run_config.json of any schema this code wrote
     recipe = PreTrainingRecipe.from_dict(record)
     if base_model is None and card.is_hub_id(recipe.model.init_from):
         base_model = recipe.model.init_from

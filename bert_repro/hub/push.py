@@ -85,15 +85,6 @@ def staging_folder() -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix=f"{STAGING_PREFIX}{os.getpid()}-")
 
 
-def model_directory(path: Path) -> Path:
-    """An output directory (pre-training, fine-tuning: its best model) or a checkpoint, checked by
-    `check_model_dir`: the weights are at its top."""
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such directory.")
-    check_model_dir(path)
-    return path
-
-
 def model_files(weights: Path) -> list[str]:
     """The files of a saved model: its weights (one file, or the shards and their index), config and every `*.py`
     that `save_pretrained` wrote beside them."""
@@ -115,17 +106,19 @@ def stage(
     path: str | Path, repo_id: str, staging: Path, *, tokenizer_dir: Path | None = None, with_card: bool = True
 ) -> list[str]:
     """Copy what is published from `path` into `staging`; returns the relative paths staged."""
-    path = Path(path)
-    weights = model_directory(path)
-    for name in model_files(weights):
-        shutil.copy2(weights / name, staging / name)
+    path = Path(path)  # an output directory (its best model) or a checkpoint: the weights are at its top
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such directory.")
+    check_model_dir(path)
+    for name in model_files(path):
+        shutil.copy2(path / name, staging / name)
     _complete_checkpoint(staging)
-    for source in (tokenizer_dir, weights, path, path / "tokenizer"):
+    for source in (tokenizer_dir, path, path / "tokenizer"):
         if source is not None and (source / "tokenizer.json").exists():
             for name in TOKENIZER_FILES:
                 if (source / name).exists():
                     shutil.copy2(source / name, staging / name)
-            config = staging / TOKENIZER_CONFIG_FILE  # a run saved before load_tokenizer dropped the keys has them
+            config = staging / TOKENIZER_CONFIG_FILE  # a tokenizer not saved through load_tokenizer has them
             if config.exists():
                 fields = json.loads(config.read_text(encoding="utf-8"))
                 config.write_text(json.dumps({k: v for k, v in fields.items() if k not in LOAD_TIME_KEYS}, indent=2))
@@ -137,27 +130,20 @@ def stage(
         shutil.copytree(path / "runs", staging / "runs", ignore=_training_state)
     if with_card:
         _card(path, repo_id).save(staging / "README.md")
-    staged = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-    pickles = [p for p in staged if _is_pickle(Path(p).name)]
-    if pickles:  # cannot happen through the copies above; a guard for future edits
-        raise HubPushError(f"refusing to publish pickled files: {pickles}")
-    return staged
+    return sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
 
 
 def _training_state(folder: str, names: list[str]) -> list[str]:
     """What `runs/` keeps only to resume training, left out of a push: checkpoints (optimizer, scheduler and RNG
     states), unfinished saves and pickles."""
-    return [n for n in names if n.startswith(("checkpoint-", STAGING)) or _is_pickle(n)]
-
-
-def _is_pickle(name: str) -> bool:
-    return any(fnmatch.fnmatch(name, pattern) for pattern in PICKLE_PATTERNS)
+    pickles = {n for pattern in PICKLE_PATTERNS for n in fnmatch.filter(names, pattern)}
+    return [n for n in names if n.startswith(("checkpoint-", STAGING)) or n in pickles]
 
 
 def _card(path: Path, repo_id: str):
     """The card to publish: the README.md `python -m bert_repro.hub.model_card` wrote beside the weights when it is
     for this repository (its usage snippets quote the id), since it may hold what the push cannot know (--benchmark,
-    --study); otherwise a fresh card, so a card written for another repository is never published under this one."""
+    --study). Otherwise a fresh card, so a card written for another repository is never published under this one."""
     from huggingface_hub import ModelCard
 
     from .model_card import card_for_directory, card_path, check_no_secrets
@@ -474,29 +460,12 @@ def main(argv: list[str] | None = None) -> None:
     for noisy in ("httpx", "httpx2", "httpcore"):  # one line per HTTP request otherwise
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
+        options = {k: getattr(args, k) for k in ("private", "overwrite", "revision", "tag", "commit_message")}
         if args.checkpoints:
-            for revision, url in push_checkpoints(
-                args.path,
-                args.repo_id,
-                private=args.private,
-                overwrite=args.overwrite,
-                revision=args.revision,
-                tag=args.tag,
-                commit_message=args.commit_message,
-            ).items():
+            for revision, url in push_checkpoints(args.path, args.repo_id, **options).items():
                 print(f"{revision}: {url}")
         else:
-            print(
-                push(
-                    args.path,
-                    args.repo_id,
-                    revision=args.revision,
-                    private=args.private,
-                    commit_message=args.commit_message,
-                    overwrite=args.overwrite,
-                    tag=args.tag,
-                )
-            )
+            print(push(args.path, args.repo_id, **options))
     except (CheckpointError, HubPushError, FileNotFoundError) as err:
         # The recipes' code for the same causes (a directory, a token, the network: what the user can fix), so
         # that a script that runs both reads one convention.

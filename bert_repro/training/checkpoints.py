@@ -5,9 +5,8 @@ killed while saving leaves a truncated `model.safetensors`, a folder without `tr
 folder; resuming from it fails deep inside the library with a message that names no checkpoint. Here each
 folder is checked first (cheaply: headers and archive directories, no tensor is read), the broken ones are
 reported and skipped, and the newest complete one is used. Nothing is deleted: the broken folders stay for the
-user to look at, and Trainer overwrites a folder of the same name when it saves that step again. (This version
-writes each checkpoint under `.saving/` and renames it when complete, `cluster.py`; the checks remain for
-folders written by earlier versions or damaged since.)
+user to look at, and Trainer overwrites a folder of the same name when it saves that step again. (`cluster.py`
+writes each checkpoint under `.saving/` and renames it when complete; a folder can still be damaged since.)
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.
 class _LoadReportFilter(logging.Filter):
     """Drops transformers' LOAD REPORT table unless it reports a shape mismatch.
 
-    The table lists the checkpoint's weights a model does not use and the weights it initialises; when a recipe
+    The table lists the checkpoint's weights a model does not use and the weights it initialises. When a recipe
     builds a task head on a pre-trained checkpoint both are expected (the MLM/NSP heads unused, the classifier new),
     and our `from_pretrained` already names the new weights in one line. A mismatch of shapes is an error whose
     message points at the table, so that table stays."""
@@ -60,11 +60,15 @@ class ConfigurationError(ValueError):
     """Settings that cannot work together; the recipes print the message without a traceback."""
 
 
+def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING) -> Any:
+    """A dataclass field with its `--help` text, where HfArgumentParser reads it."""
+    return field(default=default, default_factory=factory, metadata={"help": help})
+
+
 @dataclass
 class _SpeedSwitchesBase:
-    compile_layers: bool = field(
-        default=False,
-        metadata={"help": "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."},
+    compile_layers: bool = flag(
+        False, "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."
     )
 
     def switches(self) -> dict[str, bool]:
@@ -72,7 +76,7 @@ class _SpeedSwitchesBase:
         return {name: getattr(self, name) for name in SPEED_SWITCHES}
 
     def torch_compile_warning(self, torch_compile: bool) -> str | None:
-        """One line for the log when `--torch_compile true` meets switches that split its graph: their paths
+        """One line for the log when `--torch_compile true` meets switches that split its graph. Their paths
         take shapes from the data (which tokens are real, which positions are read) or run custom autograd
         functions, so dynamo breaks the step into several graphs (benchmarks/LOG.md, "torch.compile")."""
         split = [name for name, on in self.switches().items() if on and name not in ONE_GRAPH_SWITCHES]
@@ -90,7 +94,7 @@ class _SpeedSwitchesBase:
 # show) and --compile_layers; each default keeps the plain model's outputs.
 SpeedSwitches = make_dataclass(
     "SpeedSwitches",
-    [(name, bool, field(default=False, metadata={"help": help})) for name, help in SPEED_SWITCHES.items()],
+    [(name, bool, flag(False, help)) for name, help in SPEED_SWITCHES.items()],
     bases=(_SpeedSwitchesBase,),
 )
 SpeedSwitches.__module__ = __name__
@@ -508,7 +512,7 @@ def check_output_dir(
         )
     try:
         old = json.loads(saved.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:  # written in place by an earlier version, and cut short
+    except (OSError, ValueError) as err:  # damaged since it was written
         raise FileExistsError(
             f"{saved} cannot be read ({err}), so this run cannot be told from another. If {out} holds this run, "
             f"delete {saved} (it is written again) and run the same command; else choose another output_dir."

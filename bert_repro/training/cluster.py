@@ -192,9 +192,8 @@ def resume_command(extra: list[str]) -> str:
 
 
 def publish(staging: Path, target: Path) -> None:
-    """Move what `staging` holds to `target`: a staged checkpoint folder to its name (a folder of that name
-    left by an earlier, broken save is replaced), or a staged model's files into `target`, weights last so
-    that a folder with weights has the rest too."""
+    """Move what `staging` holds to `target`: a staged checkpoint folder to its name (replacing a broken folder of
+    that name), or a staged model's files into `target`. Weights go last, so a folder with weights has the rest."""
     if staging.name != STAGING:  # a checkpoint folder: one rename
         settle(staging)  # durable, and the modes of the run's other files
         if target.exists():
@@ -363,7 +362,7 @@ def move_aside(output_dir: str | Path) -> Path | None:
 def lock_output_dir_once(output_dir: str | Path, training, check, overwrite: bool = False) -> None:
     """`lock_output_dir`, then with `overwrite` (--overwrite_output_dir true) `move_aside`, then `check()` (the
     output-directory check, again: a run may have ended since it was made), by the main process of a (possibly
-    distributed) run; every process raises its error, so that all of them stop with the same message instead of
+    distributed) run. Every process raises its error, so that all of them stop with the same message instead of
     waiting for the one that stopped."""
     error = None
     if training.process_index == 0:

@@ -69,7 +69,6 @@ from .finetune_recipe import (
     head_settings,
     record_of,
     resume_path,
-    upgrade,
 )
 from .pretraining.resume import LongerSchedule
 from .publishing import take_push_request
@@ -418,7 +417,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
     drop_tensorboard_if_missing(training)
-    # recorded as the run uses them (pinned memory only with an accelerator, as earlier records have it)
+    # recorded as the run uses them (pinned memory only with an accelerator)
     task, data, missing_splits, push_to = open_output_dir(record_of(run, training), run, training)
     if not training.do_train:
         return evaluate_model(task, data, run, training)
@@ -588,10 +587,10 @@ def grid_settings(run: FineTuningArguments, training: TrainingArguments) -> dict
 
 def run_identity(record: dict) -> dict:
     """A run's record without the settings a resumed grid may change (`NOT_IDENTITY`; resume_from_checkpoint among
-    them: the same command always continues the grid, with the flag or without it), in the current schema."""
+    them: the same command always continues the grid, with the flag or without it)."""
     return {
         section: {k: v for k, v in values.items() if k not in NOT_IDENTITY} if isinstance(values, dict) else values
-        for section, values in upgrade(record).items()
+        for section, values in record.items()
     }
 
 
@@ -625,8 +624,7 @@ def results_markdown(task: Task, summary: dict) -> str:
             + " | ".join(f"{values.get(k, float('nan')):.4f}" for k in keys)
             + f" | {r['train_seconds']} |"
         )
-    baseline = summary.get("majority_baseline") or {}  # absent from the results of earlier versions
-    if baseline:
+    if baseline := summary["majority_baseline"]:
         values = _flat_metrics(baseline, task)
         cells = " | ".join(f"{values[k]:.4f}" if k in values else "" for k in keys)
         lines.append(f"| majority class | | {cells} | |")

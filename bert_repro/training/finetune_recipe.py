@@ -36,6 +36,7 @@ from .cli import (
     check_attention,
     check_trainer_settings,
     closest,
+    flag,
     parse_with_config,
     read_yaml_config,
     use_our_names,
@@ -74,37 +75,27 @@ HEAD_INITIALIZERS = {"reference": "truncated_normal", "transformers": "normal"}
 
 @dataclass
 class FineTuningArguments(SpeedSwitches):
-    task: str = field(default="", metadata={"help": f"One of: {', '.join(TASKS)}."})
-    model: str = field(default="", metadata={"help": "A bert_repro or any BERT checkpoint: directory or Hub id."})
-    data: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "The task's data: a directory (original or HF-export layout), a file, or split=path pairs; "
-            "else the Hub."
-        },
+    task: str = flag("", f"One of: {', '.join(TASKS)}.")
+    model: str = flag("", "A bert_repro or any BERT checkpoint: directory or Hub id.")
+    data: list[str] = flag(
+        factory=list,
+        help="The task's data: a directory (original or HF-export layout), a file, or split=path pairs; else the Hub.",
     )
-    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer; by default the model's."})
-    learning_rates: list[float] = field(
-        default_factory=list,
-        metadata={
-            "help": "Learning-rate grid; by default the task's (GLUE: 5e-5 4e-5 3e-5 2e-5). One value (or "
-            "--learning_rate X): no grid."
-        },
+    tokenizer: str | None = flag(None, "Tokenizer; by default the model's.")
+    learning_rates: list[float] = flag(
+        factory=list,
+        help="Learning-rate grid; by default the task's (GLUE: 5e-5 4e-5 3e-5 2e-5). One value (or "
+        "--learning_rate X): no grid.",
     )
-    seeds: list[int] = field(
-        default_factory=lambda: [42],
-        metadata={
-            "help": "Random restarts: one run per seed and learning rate; the best on dev is kept. --seed S: the "
-            "seeds {S}."
-        },
+    seeds: list[int] = flag(
+        factory=lambda: [42],
+        help="Random restarts: one run per seed and learning rate; the best on dev is kept. --seed S: the seeds {S}.",
     )
-    features: str | None = field(
-        default=None,
-        metadata={
-            "help": "The feature-based approach (paper section 5.3, Table 7) instead of fine-tuning: the "
-            f"encoder frozen, these token features into a two-layer BiLSTM: {FEATURE_SET_HELP}. Learning rates: "
-            f"{list(FEATURE_BASED_GRID['learning_rate'])} unless --learning_rates."
-        },
+    features: str | None = flag(
+        None,
+        "The feature-based approach (paper section 5.3, Table 7) instead of fine-tuning: the "
+        f"encoder frozen, these token features into a two-layer BiLSTM: {FEATURE_SET_HELP}. Learning rates: "
+        f"{list(FEATURE_BASED_GRID['learning_rate'])} unless --learning_rates.",
     )
     head: str | None = field(
         default=None,
@@ -125,21 +116,18 @@ class FineTuningArguments(SpeedSwitches):
             "either way.",
         },
     )
-    bilstm_hidden_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."
-        },
+    bilstm_hidden_size: int | None = flag(
+        None, "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."
     )
-    max_seq_length: int | None = field(default=None, metadata={"help": "Tokens per input (task default)."})
-    doc_stride: int = field(default=128, metadata={"help": "SQuAD: a new window every doc_stride tokens."})
-    max_query_length: int = field(default=64, metadata={"help": "SQuAD: question tokens kept."})
-    n_best_size: int = field(default=20, metadata={"help": "SQuAD: best starts x best ends considered."})
-    max_answer_length: int = field(default=30, metadata={"help": "SQuAD: longest answer in tokens."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only so many training rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only so many evaluation rows."})
-    num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
-    attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
+    max_seq_length: int | None = flag(None, "Tokens per input (task default).")
+    doc_stride: int = flag(128, "SQuAD: a new window every doc_stride tokens.")
+    max_query_length: int = flag(64, "SQuAD: question tokens kept.")
+    n_best_size: int = flag(20, "SQuAD: best starts x best ends considered.")
+    max_answer_length: int = flag(30, "SQuAD: longest answer in tokens.")
+    max_train_samples: int | None = flag(None, "Use only so many training rows.")
+    max_eval_samples: int | None = flag(None, "Use only so many evaluation rows.")
+    num_proc: int | None = flag(None, "Processes for tokenisation.")
+    attn_implementation: str = flag("sdpa", "eager, sdpa or flash_attention_2.")
     objective: str | None = field(
         default=None,
         metadata={
@@ -149,20 +137,15 @@ class FineTuningArguments(SpeedSwitches):
             "another attention direction is refused.",
         },
     )
-    predict_test: bool = field(
-        default=True,
-        metadata={
-            "help": "Without --do_train/--do_eval/--do_predict: write GLUE test-set prediction files when the data "
-            "has a test split (--do_predict says it with those flags)."
-        },
+    predict_test: bool = flag(
+        True,
+        "Without --do_train/--do_eval/--do_predict: write GLUE test-set prediction files when the data "
+        "has a test split (--do_predict says it with those flags).",
     )
-    keep_all_runs: bool = field(
-        default=False,
-        metadata={"help": "Also keep every run's final weights (runs/<run>/model), not only the best model."},
+    keep_all_runs: bool = flag(
+        False, "Also keep every run's final weights (runs/<run>/model), not only the best model."
     )
-    overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Allow writing into an output directory that holds another run."}
-    )
+    overwrite_output_dir: bool = flag(False, "Allow writing into an output directory that holds another run.")
 
 
 ARGUMENTS = (FineTuningArguments, TrainingArguments)
@@ -276,7 +259,7 @@ class FineTuningRecipe:
     """A fine-tuning run as one typed object: the task, the model, its head and the grid (`finetuning`), and
     transformers' `TrainingArguments` (`training`), as given. Read at the edge (`from_args`, `from_yaml`: the
     reference code's settings < the task's paper hyper-parameters < YAML < command line), changed with `replace`
-    under the flags' names; the task's defaults for what was not given (its learning-rate grid, its
+    under the flags' names. The task's defaults for what was not given (its learning-rate grid, its
     max_seq_length) are filled in by `resolved`, so that `replace(features=...)` also takes the feature-based grid.
     `run_finetuning(recipe)` runs it."""
 
@@ -386,22 +369,9 @@ def choose_stages(run: FineTuningArguments, training: TrainingArguments, argv: l
         training.eval_strategy = IntervalStrategy.NO
 
 
-# The record's layout (`run_config.json`): 2 is `FineTuningRecipe.to_dict()`; 1 (no "schema_version") named the
-# first section "run" (read by `upgrade`).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 2  # the layout of `run_config.json` (`FineTuningRecipe.to_dict()`)
 # What says where outputs and pushes go, and credentials: not part of the record (a moved folder resumes).
 NOT_RECORDED = ("output_dir", "hub_", "push_")
-
-
-def upgrade(record: dict[str, Any]) -> dict[str, Any]:
-    """A fine-tuning record of any schema this code wrote, in `SCHEMA_VERSION`'s layout."""
-    if record.get("schema_version") == SCHEMA_VERSION:
-        return record
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "finetuning": record.get("run") or {},
-        "training": record.get("training") or {},
-    }
 
 
 def record_of(run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
@@ -612,7 +582,7 @@ def check_objective(run: FineTuningArguments) -> None:
         if run.objective is not None:
             check_objective_kept(saved, run.objective, run.model)
         check_objective_switches(SimpleNamespace(objective=saved, **run.switches()))
-    except ValueError as err:  # ObjectiveConflictError, or an objective name this version does not know
+    except ValueError as err:  # ObjectiveConflictError, or an unknown objective
         raise ConfigurationError(f"--model {run.model}: {err}") from None
 
 

@@ -17,13 +17,21 @@ import os
 import shlex
 import time
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..atomic import atomic_path, write_text
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
-from .cli import ConfigurationError, HelpLayout, RunFinished, check_output_dir, hide_credentials, write_run_config
+from .cli import (
+    ConfigurationError,
+    HelpLayout,
+    RunFinished,
+    check_output_dir,
+    flag,
+    hide_credentials,
+    write_run_config,
+)
 from .cluster import lock_output_dir_once
 from .finetune import run_finetuning
 from .finetune_recipe import FineTuningRecipe
@@ -55,23 +63,18 @@ HELP_LAYOUT = HelpLayout(
 
 @dataclass
 class ReproduceArguments:
-    model: str = field(default="", metadata={"help": "The checkpoint to benchmark (directory or Hub id)."})
-    output_dir: str = field(default="runs/reproduce", metadata={"help": "One sub-directory per task, and the report."})
-    tasks: list[str] = field(
-        default_factory=lambda: list(DEFAULT_TASKS),
-        metadata={"help": "Tasks to run (default: the paper's 11; add conll2003 and wnli if wanted)."},
+    model: str = flag("", "The checkpoint to benchmark (directory or Hub id).")
+    output_dir: str = flag("runs/reproduce", "One sub-directory per task, and the report.")
+    tasks: list[str] = flag(
+        factory=lambda: list(DEFAULT_TASKS),
+        help="Tasks to run (default: the paper's 11; add conll2003 and wnli if wanted).",
     )
-    data_root: str | None = field(
-        default=None,
-        metadata={
-            "help": "A directory with one sub-directory per task (MRPC/, SST-2/, SQuAD/ ...); tasks without one use "
-            "the Hub."
-        },
+    data_root: str | None = flag(
+        None, "A directory with one sub-directory per task (MRPC/, SST-2/, SQuAD/ ...); tasks without one use the Hub."
     )
-    paper_model: str = field(default="base", metadata={"help": "Which of the paper's models to compare with."})
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={"help": "Start again in a folder holding another benchmark: what it holds is moved aside first."},
+    paper_model: str = flag("base", "Which of the paper's models to compare with.")
+    overwrite_output_dir: bool = flag(
+        False, "Start again in a folder holding another benchmark: what it holds is moved aside first."
     )
 
 
@@ -88,7 +91,7 @@ def task_data_dir(task: Task, data_root: str | None) -> Path | None:
 
 def check_task_data(tasks: list[Task], data_root: str | None) -> dict[str, Path | None]:
     """Each task's local directory under --data_root, found before any work: offline, a task without one is an
-    error now, not after hours of other tasks or of pre-training; online, the tasks that will come from the Hub
+    error now, not after hours of other tasks or of pre-training. Online, the tasks that will come from the Hub
     are said once, here."""
     dirs = {task.name: task_data_dir(task, data_root) for task in tasks}
     missing = [name for name, directory in dirs.items() if directory is None]
@@ -117,7 +120,7 @@ def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str,
     ours = percent(metric, best[split][metric])
     papers = [r for r in task.paper if r.model == paper_model and r.metric == metric]
     paper = next((r for r in papers if r.split in (split, "test", "test_matched")), None)
-    majority = _majority(summary, split, metric)
+    majority = summary["majority_baseline"].get(split, {}).get(metric)
     return {
         "task": task.name,
         "metric": metric,
@@ -129,20 +132,16 @@ def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str,
         "seed": best["seed"],
         "seconds": summary["seconds"],
         "runs": len(summary["runs"]),
-        # The number to beat (always the training set's most frequent label), and the label of a best run that
-        # predicted nothing else: absent from the results of earlier versions.
+        # The number to beat (the training set's most frequent label), and the label of a best run that predicted
+        # nothing else.
         "majority": None if majority is None else round(percent(metric, majority), 2),
         "one_label": (best.get("one_label") or {}).get(split),
         "subsampled": {
             key: value
-            for key, value in (summary.get("hyperparameters") or {}).items()
+            for key, value in summary["hyperparameters"].items()
             if key in ("max_train_samples", "max_eval_samples") and value
         },
     }
-
-
-def _majority(summary: dict[str, Any], split: str, metric: str) -> float | None:
-    return ((summary.get("majority_baseline") or {}).get(split) or {}).get(metric)
 
 
 def glue_average(rows: list[dict[str, Any]]) -> float | None:

@@ -5,83 +5,61 @@ variants and tasks asked for, table6's own sizes, the models reused instead of p
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..model.conversion import CheckpointError, check_model_dir
-from .cli import ConfigurationError, hide_credentials
+from .cli import ConfigurationError, flag, hide_credentials
 from .study_tables import STUDIES, Study, _size
 
 
 @dataclass
 class StudyArguments:
-    study: str = field(default="", metadata={"help": f"Which study: {', '.join(STUDIES)}."})
-    output_dir: str = field(default="", metadata={"help": "Where the runs and study.md go (default runs/<study>)."})
-    pretrain_config: str = field(
-        default="recipes/configs/quickstart.yaml",
-        metadata={"help": "The pre-training recipe's YAML config every variant starts from (corpus, size, schedule)."},
+    study: str = flag("", f"Which study: {', '.join(STUDIES)}.")
+    output_dir: str = flag("", "Where the runs and study.md go (default runs/<study>).")
+    pretrain_config: str = flag(
+        "recipes/configs/quickstart.yaml",
+        "The pre-training recipe's YAML config every variant starts from (corpus, size, schedule).",
     )
-    pretrain_args: str = field(
-        default="",
-        metadata={
-            "help": 'More pre-training arguments for every variant, one string, e.g. "--preset mini --max_steps '
-            "2000\" (the recipe's own flags: recipes/pretrain.py --help)."
-        },
+    pretrain_args: str = flag(
+        "",
+        'More pre-training arguments for every variant, one string, e.g. "--preset mini --max_steps '
+        "2000\" (the recipe's own flags: recipes/pretrain.py --help).",
     )
-    finetune_args: str = field(
-        default="",
-        metadata={
-            "help": 'More fine-tuning arguments for every run, one string, e.g. "--learning_rates 5e-5 '
-            '--max_train_samples 20000" (recipes/finetune.py --help).'
-        },
+    finetune_args: str = flag(
+        "",
+        'More fine-tuning arguments for every run, one string, e.g. "--learning_rates 5e-5 '
+        '--max_train_samples 20000" (recipes/finetune.py --help).',
     )
-    data_root: str | None = field(
-        default=None,
-        metadata={
-            "help": "A directory with one sub-directory per task (MRPC/, SST-2/, ...); tasks without one use the Hub."
-        },
+    data_root: str | None = flag(
+        None, "A directory with one sub-directory per task (MRPC/, SST-2/, ...); tasks without one use the Hub."
     )
-    tasks: list[str] = field(
-        default_factory=list, metadata={"help": "Only these of the study's tasks (default: all of them)."}
+    tasks: list[str] = flag(factory=list, help="Only these of the study's tasks (default: all of them).")
+    variants: list[str] = flag(
+        factory=list,
+        help="Only these of the study's variants (default: all; a variant whose weights another one uses is kept).",
     )
-    variants: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "Only these of the study's variants (default: all; a variant whose weights another one uses "
-            "is kept)."
-        },
+    reuse: list[str] = flag(
+        factory=list, help="variant=DIR: use an existing pre-trained model for that variant instead of pre-training it."
     )
-    reuse: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "variant=DIR: use an existing pre-trained model for that variant instead of pre-training it."
-        },
+    sizes: list[str] = flag(
+        factory=list, help="table6 only: the sizes to study as L/H/A (e.g. 2/128/2 4/256/4) instead of the paper's."
     )
-    sizes: list[str] = field(
-        default_factory=list,
-        metadata={"help": "table6 only: the sizes to study as L/H/A (e.g. 2/128/2 4/256/4) instead of the paper's."},
+    finetune_args_for: list[str] = flag(
+        factory=list,
+        help='KEY="ARGS": more fine-tuning arguments for one variant or one task, after --finetune_args '
+        '(a task\'s, then a variant\'s), e.g. random="--learning_rates 3e-4" sst2="--num_train_epochs 1".',
     )
-    finetune_args_for: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": 'KEY="ARGS": more fine-tuning arguments for one variant or one task, after --finetune_args '
-            '(a task\'s, then a variant\'s), e.g. random="--learning_rates 3e-4" sst2="--num_train_epochs 1".'
-        },
+    seeds: list[int] = flag(
+        factory=list,
+        help="Fine-tune every cell once per seed, each seed its own run (<task>/seed<S>/): the table gives "
+        "the mean and standard error over the seeds. Default: one run per cell, the fine-tuning recipe's "
+        "--seeds (best of them on dev).",
     )
-    seeds: list[int] = field(
-        default_factory=list,
-        metadata={
-            "help": "Fine-tune every cell once per seed, each seed its own run (<task>/seed<S>/): the table gives "
-            "the mean and standard error over the seeds. Default: one run per cell, the fine-tuning recipe's "
-            "--seeds (best of them on dev)."
-        },
-    )
-    jobs: int = field(
-        default=1,
-        metadata={
-            "help": "Fine-tuning runs at once, each in its own process (small models leave most of a GPU idle; "
-            "each process uses its share of the CPU cores)."
-        },
+    jobs: int = flag(
+        1,
+        "Fine-tuning runs at once, each in its own process (small models leave most of a GPU idle; "
+        "each process uses its share of the CPU cores).",
     )
 
 

@@ -33,6 +33,7 @@ from bert_repro.hub.model_card import (
     parameter_count,
     run_kind,
 )
+from bert_repro.training.pretraining.recipe import PreTrainingRecipe
 from bert_repro.versions import framework_versions
 
 FAKE_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
@@ -184,7 +185,8 @@ def make_pretraining_run(
         "mask_replace_prob": 0.8,
         "random_replace_prob": 0.1,
     }
-    _write(out / "run_config.json", {"run": run, "data": data, "training": training_arguments()})
+    record = PreTrainingRecipe.from_dict({}).replace(**run, **data).to_dict()
+    _write(out / "run_config.json", {**record, "training": training_arguments()})
     statistics = {
         "phase1": _stats(600, 85_211, 46_441, 5_674_364, 842_939, max_seq_length=128),
         "held_out": _stats(12, 1_730, 1_000, 119_448, 17_760, is_next=0.4796),
@@ -278,7 +280,8 @@ def _finetuning_run(
     _write(
         out / "run_config.json",
         {
-            "run": run,
+            "schema_version": 2,
+            "finetuning": run,
             "training": training_arguments(
                 learning_rate=2e-05, warmup_steps=0.1, max_steps=-1, seed=42, adam_epsilon=1e-06, eval_strategy="no"
             ),
@@ -897,7 +900,7 @@ def test_cards_list_the_framework_versions_the_run_recorded_else_say_whose(tmp_p
 def test_a_subsampled_fine_tune_says_so_in_its_limitations(tmp_path):
     out = make_mrpc_run(tmp_path)
     record = json.loads((out / "run_config.json").read_text())
-    record["run"]["max_train_samples"] = 500
+    record["finetuning"]["max_train_samples"] = 500
     _write(out / "run_config.json", record)
     text = " ".join(card_for_finetuning(out, "someone/bert-mrpc").text.split())
     assert "Fine-tuned on the first 500 rows of the train split only, the paper on the whole split." in text

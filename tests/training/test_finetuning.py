@@ -212,28 +212,3 @@ def test_the_readmes_python_api_builds_the_run_the_command_line_does(monkeypatch
         taken[0].replace(learning_rat=1e-5)
     with pytest.raises(ConfigurationError, match="a task's defaults"):
         taken[0].replace(task="sst2")
-
-
-def test_a_grid_recorded_by_the_earlier_schema_is_the_same_grid(tmp_path):
-    """run_config.json of schema 1 (sections "run" and "training", as the code before FineTuningRecipe wrote it):
-    the same command finds the same grid in it, and a changed setting is still told apart."""
-    from dataclasses import asdict
-
-    from bert_repro.training.cli import check_output_dir
-    from bert_repro.training.finetune import run_identity
-    from bert_repro.training.finetune_recipe import record_of
-
-    run, training = parse_arguments(["--task", "mrpc", "--model", "m", "--output_dir", str(tmp_path)])
-    skipped = ("logging", "output_dir", "hub_", "push_")
-    old = {"run": asdict(run), "training": {k: v for k, v in training.to_dict().items() if not k.startswith(skipped)}}
-    old = run_identity(json.loads(json.dumps(old, default=str)))  # schema 1 recorded the identity
-    (tmp_path / "run_config.json").write_text(json.dumps({"run": old["finetuning"], "training": old["training"]}))
-    (tmp_path / "runs").mkdir()
-    now = record_of(run, training)
-    assert now["schema_version"] == 2 and now["finetuning"]["learning_rates"] == [5e-5, 4e-5, 3e-5, 2e-5]
-    check_output_dir(tmp_path, run_identity(now), resume=True, overwrite=False, identity=run_identity)
-    other, _ = parse_arguments(["--task", "mrpc", "--model", "m", "--output_dir", str(tmp_path), "--seeds", "7"])
-    with pytest.raises(FileExistsError, match=r"finetuning.seeds: \[42\] -> \[7\]"):
-        check_output_dir(
-            tmp_path, run_identity(record_of(other, training)), resume=True, overwrite=False, identity=run_identity
-        )

@@ -99,20 +99,19 @@ def test_output_dir_protection(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
-def test_a_run_recorded_with_fields_that_may_now_change_still_resumes(tmp_path):
-    # An earlier version recorded log_level with the run; it may now change on resumption, so a run it saved
-    # must resume under a command that no longer records it, while a setting that matters is still compared.
+def test_the_identity_leaves_out_what_may_change_on_resumption(tmp_path):
+    # log_level may change on resumption, so the identity leaves it out while a setting that matters is compared.
     from bert_repro.training.pretraining.recipe import run_identity
 
-    saved = {"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "passive"}}
+    saved = {"model": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "passive"}}
     (tmp_path / "run_config.json").write_text(json.dumps(saved))
     (tmp_path / "checkpoint-10").mkdir()
-    now = run_identity({"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "info"}})
+    now = run_identity({"model": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "info"}})
     assert now["model"] == {"preset": "tiny"} and now["training"] == {"learning_rate": 1e-3}
     check_output_dir(tmp_path, now, resume=True, overwrite=False, identity=run_identity)
     with pytest.raises(FileExistsError, match="log_level"):  # without the identity, the old field differs
         check_output_dir(tmp_path, now, resume=True, overwrite=False)
-    changed = run_identity({"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-4}})
+    changed = run_identity({"model": {"preset": "tiny"}, "training": {"learning_rate": 1e-4}})
     with pytest.raises(FileExistsError, match="learning_rate: 0.001 -> 0.0001"):
         check_output_dir(tmp_path, changed, resume=True, overwrite=False, identity=run_identity)
 
@@ -402,48 +401,6 @@ def test_the_readmes_python_api_builds_the_run_the_command_line_does(monkeypatch
     assert taken[0].training.max_steps == 500 and taken[0].phases[0].max_seq_length == 128
     with pytest.raises(ConfigurationError, match="no setting 'max_step'.*max_steps"):
         taken[0].replace(max_step=1)
-
-
-# A run_config.json as the code before the typed recipe wrote it (schema 1: sections "run", "data", "training"), for
-# `python recipes/pretrain.py --config recipes/configs/quickstart.yaml` with these flags.
-SCHEMA1 = ROOT / "tests" / "fixtures" / "run_config_schema1.json"
-SCHEMA1_FLAGS = [
-    *("--output_dir", "runs/quickstart", "--max_steps", "40", "--phase2_fraction", "0.25"),
-    *("--phase2_max_seq_length", "256", "--phase2_max_predictions_per_seq", "40", "--global_batch_size", "16"),
-    *("--per_device_train_batch_size", "16", "--report_to", "none"),
-]
-
-
-def test_a_run_recorded_by_the_earlier_schema_resumes_under_the_same_command(tmp_path):
-    from bert_repro.training.pretraining.recipe import MAY_GROW, run_identity
-
-    old = json.loads(SCHEMA1.read_text())
-    recipe = PreTrainingRecipe.from_args(["--config", str(ROOT / "recipes/configs/quickstart.yaml"), *SCHEMA1_FLAGS])
-    assert PreTrainingRecipe.from_dict(old).phases == recipe.phases == (Phase(128, 20, 0.75), Phase(256, 40, 0.25))
-    assert run_identity(old) == run_identity(recipe.to_dict())
-    (tmp_path / "run_config.json").write_text(json.dumps(old))
-    (tmp_path / "checkpoint-10").mkdir()
-    identity = run_identity(recipe.to_dict())
-    assert (
-        check_output_dir(tmp_path, identity, resume=True, overwrite=False, identity=run_identity, may_grow=MAY_GROW)
-        == {}
-    )
-    other = run_identity(recipe.replace(phase2_max_seq_length=512).to_dict())
-    with pytest.raises(FileExistsError, match="phases.phase2"):
-        check_output_dir(tmp_path, other, resume=True, overwrite=False, identity=run_identity, may_grow=MAY_GROW)
-
-
-def test_a_run_recorded_by_the_earlier_schema_still_makes_its_card(tmp_path):
-    from bert_repro import BertReproConfig
-    from bert_repro.hub.model_card import card_for_pretraining
-
-    (tmp_path / "run_config.json").write_text(SCHEMA1.read_text())
-    BertReproConfig.from_preset("tiny", vocab_size=8192).save_pretrained(tmp_path)
-    text = card_for_pretraining(tmp_path, "someone/bert-tiny").text
-    text = " ".join(text.split())
-    assert "given as `--corpus`: `recipes/data/quickstart_corpus/gutenberg` and `recipes/data/quickstart_corpus" in text
-    assert "steps of 16 sequences" in text and "then the last 25% of the steps at 256 tokens" in text
-    assert "Optimizer `adamw`, peak learning rate 0.001" in text and "| `vocab_size` | 8192 |" in text
 
 
 def test_a_finished_run_leaves_one_tokenizer_no_lock_and_says_its_held_out_split_is_small(

@@ -66,7 +66,7 @@ def test_the_clock_starts_where_the_checkpoint_says(tmp_path, caplog):
     (timed / "trainer_state.json").write_text(json.dumps({"global_step": 6}))
     clock = TrainingClock(timed)
     assert (clock.before, clock.from_step) == (1000.0, 0) and 1000.0 <= clock.seconds() < 1010.0
-    # A checkpoint of an older version, without the record: the time before it is unknown, and said to be.
+    # A checkpoint without the record: the time before it is unknown, and said to be.
     old = tmp_path / "checkpoint-8"
     old.mkdir()
     (old / "trainer_state.json").write_text(json.dumps({"global_step": 8}))

@@ -108,7 +108,7 @@ def get_tokenizer(run: DataSettings, train_documents: datasets.Dataset, output_d
     if (cached / "tokenizer.json").exists():
         try:
             return load_tokenizer(cached)
-        except (OSError, ValueError) as err:  # cut short by a kill under an earlier version, or damaged since
+        except (OSError, ValueError) as err:  # damaged since it was written
             problem = f"{cached} cannot be read ({type(err).__name__}: {err})"
         trained = any(output_dir.glob("checkpoint-*")) or (output_dir / "model.safetensors").exists()
         if trained and not run.tokenizer:  # a new WordPiece vocabulary would not be the one the model learnt

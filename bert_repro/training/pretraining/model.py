@@ -78,7 +78,6 @@ def build_model(
     config = model_config(
         model_settings, phases[0].objective, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id
     )
-    check_lengths(config, phases)
     if len(tokenizer) > config.vocab_size:
         raise ConfigurationError(f"The tokenizer has {len(tokenizer)} tokens but the model only {config.vocab_size}.")
     if model_settings.init_from:

@@ -14,7 +14,7 @@ from dataclasses import replace as replace_fields
 from pathlib import Path
 from typing import Any
 
-from transformers import IntervalStrategy, TrainingArguments
+from transformers import TrainingArguments
 
 from ...data.pretraining_examples import PreTrainingDataConfig
 from ..cli import (
@@ -87,7 +87,7 @@ def check(recipe: PreTrainingRecipe) -> None:
 def plan(recipe: PreTrainingRecipe) -> PreTrainingPlan:
     """Check `recipe` (`check`) and resolve what the run does with it."""
     check(recipe)
-    data, training = recipe.data, recipe.training
+    training = recipe.training
     warnings = []
     if warning := recipe.model.torch_compile_warning(training.torch_compile):
         warnings.append(warning)
@@ -98,12 +98,11 @@ def plan(recipe: PreTrainingRecipe) -> PreTrainingPlan:
         warnings.append(
             "matplotlib is not installed (pip install 'bert-repro[train]'): not writing training_curves.png"
         )
-    held_out = data.stream_held_out_documents > 0 if data.streaming else data.eval_fraction > 0
     given = training.resume_from_checkpoint
     resume = None if given in (None, "", "false", "False") else True if given in ("true", "True") else given
     return PreTrainingPlan(
         recipe=recipe,
-        training=trainer_arguments(recipe, held_out),
+        training=trainer_arguments(recipe),
         output_dir=Path(training.output_dir),
         phase_configs=tuple(phase_configs(recipe)),
         phase_steps=tuple(phase_steps(training.max_steps, recipe.phase_flags().phase2_fraction, len(recipe.phases))),
@@ -129,15 +128,13 @@ def warmup_warning(training: TrainingArguments) -> str | None:
     )
 
 
-def trainer_arguments(recipe: PreTrainingRecipe, held_out: bool) -> TrainingArguments:
+def trainer_arguments(recipe: PreTrainingRecipe) -> TrainingArguments:
     """The run's own copy of the recipe's TrainingArguments, with what the recipe derives: Trainer pickles this copy
     into every checkpoint (`take_push_request` takes the Hub token out of it before that)."""
     training = replace_fields(recipe.training)
     training.gradient_accumulation_steps = gradient_accumulation(recipe)
     if recipe.data.streaming:
         training.ignore_data_skip = True  # resuming restores the stream's own position instead of re-reading it
-    if not held_out:
-        training.eval_strategy = IntervalStrategy.NO
     drop_tensorboard_if_missing(training)
     pin_memory_only_with_an_accelerator(training)
     return training

@@ -1,7 +1,7 @@
 """A pre-training run as one typed object: `PreTrainingRecipe`, read at the edge (a YAML file, the command line,
-transformers' example names: `from_args`, `from_yaml`) and from a run's record (`from_dict`, any schema this code
-wrote), checked in one place (`check`), changed with `replace` under the command line's names. The library's
-functions take it (`run_pretraining(recipe)`); the studies build theirs with `replace`, never a command line.
+transformers' example names: `from_args`, `from_yaml`) and from a run's record (`from_dict`), checked in one place
+(`check`), changed with `replace` under the command line's names. The library's functions take it
+(`run_pretraining(recipe)`); the studies build theirs with `replace`, never a command line.
 
 Its sections say where a setting acts: `data` (corpus, vocabulary, held-out split, batching), `examples` (how
 pre-training examples are built: `PreTrainingDataConfig`), `model`, `phases` (the paper's two: 90% of the steps at
@@ -30,15 +30,14 @@ from ..cli import (
     SpeedSwitches,
     check_attention,
     closest,
+    flag,
     parse_with_config,
 )
 from ..distributed import check_deepspeed_installed
 from ..fp8 import fp8_problem
 
 RECIPE = "recipes/pretrain.py"
-# The record's layout: 2 is `PreTrainingRecipe.to_dict()`; 1 (no "schema_version") held three sections, "run"
-# (this module's flags), "data" (PreTrainingDataConfig) and "training" (TrainingArguments), read by `upgrade`.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 2  # the layout of `PreTrainingRecipe.to_dict()`
 
 # SPEC section 3: Adam lr 1e-4, betas 0.9/0.999, eps 1e-6, weight decay 0.01, 10,000 warm-up steps then linear
 # decay, clipping at 1.0, 1,000,000 steps. Lowest precedence: a YAML config and the command line override them.
@@ -70,13 +69,12 @@ PAPER_TRAINING_DEFAULTS = dict(
 class DataSettings:
     """The corpus, the vocabulary, the held-out split and how batches are made of the examples."""
 
-    corpus: list[str] = field(
-        default_factory=list,
-        metadata={"help": "Text: a folder, files or globs (.txt, .jsonl, .parquet, .csv), or a Hub dataset id."},
+    corpus: list[str] = flag(
+        factory=list, help="Text: a folder, files or globs (.txt, .jsonl, .parquet, .csv), or a Hub dataset id."
     )
-    hub_config: str | None = field(default=None, metadata={"help": "Config of a Hub dataset (e.g. 20231101.en)."})
-    split: str = field(default="train", metadata={"help": "Split of a Hub dataset."})
-    text_column: str = field(default="text", metadata={"help": "Column holding the text in table files."})
+    hub_config: str | None = flag(None, "Config of a Hub dataset (e.g. 20231101.en).")
+    split: str = flag("train", "Split of a Hub dataset.")
+    text_column: str = flag("text", "Column holding the text in table files.")
     document_boundary: str = field(
         default="blank_line",
         metadata={
@@ -85,52 +83,40 @@ class DataSettings:
             "'wikitext': WikiText's rows joined into articles at their ' = Title = ' lines.",
         },
     )
-    split_lines: bool = field(
-        default=False,
-        metadata={"help": "Every line break ends a sentence (one paragraph per line), instead of hard-wrapped text."},
+    split_lines: bool = flag(
+        False, "Every line break ends a sentence (one paragraph per line), instead of hard-wrapped text."
     )
-    max_documents: int | None = field(
-        default=None,
-        metadata={"help": "Use at most this many documents (streaming: per pass over the stream, over all processes)."},
+    max_documents: int | None = flag(
+        None, "Use at most this many documents (streaming: per pass over the stream, over all processes)."
     )
-    streaming: bool = field(
-        default=False,
-        metadata={
-            "help": "Read the corpus as a stream while training (no copy of it or of the examples on disk); NotNext "
-            "segments come from a buffer of recent documents (bert_repro.data.streaming)."
-        },
+    streaming: bool = flag(
+        False,
+        "Read the corpus as a stream while training (no copy of it or of the examples on disk); NotNext "
+        "segments come from a buffer of recent documents (bert_repro.data.streaming).",
     )
-    stream_document_buffer: int = field(
-        default=1000,
-        metadata={"help": "Streaming: NotNext segment B comes from one of this many documents read before A's."},
+    stream_document_buffer: int = flag(
+        1000, "Streaming: NotNext segment B comes from one of this many documents read before A's."
     )
-    stream_shuffle_buffer: int = field(
-        default=10_000, metadata={"help": "Streaming: examples shuffled in a buffer of this size (0: stream order)."}
+    stream_shuffle_buffer: int = flag(
+        10_000, "Streaming: examples shuffled in a buffer of this size (0: stream order)."
     )
-    stream_held_out_documents: int = field(
-        default=200,
-        metadata={
-            "help": "Streaming: the stream's first documents held out for evaluation (never trained on; eval_fraction "
-            "applies without streaming); 0 for none."
-        },
+    stream_held_out_documents: int = flag(
+        200,
+        "Streaming: the stream's first documents held out for evaluation (never trained on; eval_fraction "
+        "applies without streaming); 0 for none.",
     )
-    tokenizer: str | None = field(
-        default=None,
-        metadata={
-            "help": "An existing tokenizer (directory, vocab.txt, tokenizer.json or Hub id); else one is trained."
-        },
+    tokenizer: str | None = flag(
+        None, "An existing tokenizer (directory, vocab.txt, tokenizer.json or Hub id); else one is trained."
     )
-    vocab_size: int = field(default=30522, metadata={"help": "Size of a newly trained WordPiece vocabulary."})
-    lowercase: bool = field(default=True, metadata={"help": "Uncased (lower-case, strip accents) or cased."})
-    num_proc: int | None = field(default=None, metadata={"help": "Processes for data preparation (all cores)."})
-    eval_fraction: float = field(default=0.01, metadata={"help": "Share of documents held out for evaluation."})
-    eval_max_examples: int = field(default=2000, metadata={"help": "At most this many held-out examples."})
-    packing: bool = field(
-        default=False,
-        metadata={
-            "help": "Pack each batch's examples into shared rows, attention kept inside each example and NSP read at "
-            "each example's [CLS] (same examples, losses and gradients; less padding)."
-        },
+    vocab_size: int = flag(30522, "Size of a newly trained WordPiece vocabulary.")
+    lowercase: bool = flag(True, "Uncased (lower-case, strip accents) or cased.")
+    num_proc: int | None = flag(None, "Processes for data preparation (all cores).")
+    eval_fraction: float = flag(0.01, "Share of documents held out for evaluation.")
+    eval_max_examples: int = flag(2000, "At most this many held-out examples.")
+    packing: bool = flag(
+        False,
+        "Pack each batch's examples into shared rows, attention kept inside each example and NSP read at "
+        "each example's [CLS] (same examples, losses and gradients; less padding).",
     )
 
 
@@ -138,28 +124,22 @@ class DataSettings:
 class ModelSettings(SpeedSwitches):
     """The model trained: its size, where its weights start, how it computes (the speed switches)."""
 
-    preset: str = field(default="base", metadata={"help": "tiny, mini, small, medium, base or large."})
-    model_overrides: str | None = field(
-        default=None, metadata={"help": "JSON object of BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'."}
+    preset: str = flag("base", "tiny, mini, small, medium, base or large.")
+    model_overrides: str | None = flag(
+        None, "JSON object of BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'."
     )
-    init_from: str | None = field(
-        default=None,
-        metadata={
-            "help": "Start from the weights of this checkpoint (continued pre-training) instead of a random init."
-        },
+    init_from: str | None = flag(
+        None, "Start from the weights of this checkpoint (continued pre-training) instead of a random init."
     )
-    attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa or flash_attention_2."})
-    sparse_prediction: bool = field(
-        default=True,
-        metadata={"help": "Run the MLM decoder only at the masked positions (same loss and gradients, fewer FLOPs)."},
+    attn_implementation: str = flag("sdpa", "eager, sdpa or flash_attention_2.")
+    sparse_prediction: bool = flag(
+        True, "Run the MLM decoder only at the masked positions (same loss and gradients, fewer FLOPs)."
     )
-    fp8: bool = field(
-        default=False,
-        metadata={
-            "help": "Opt-in, not the paper's: the Transformer blocks' linear layers in float8 (torchao's float8 "
-            "training, dynamic scaling; bert_repro/training/fp8.py). Needs torchao, --bf16 and a CUDA card of compute "
-            "capability 8.9+ (refused elsewhere); gains under --torch_compile."
-        },
+    fp8: bool = flag(
+        False,
+        "Opt-in, not the paper's: the Transformer blocks' linear layers in float8 (torchao's float8 "
+        "training, dynamic scaling; bert_repro/training/fp8.py). Needs torchao, --bf16 and a CUDA card of compute "
+        "capability 8.9+ (refused elsewhere); gains under --torch_compile.",
     )
 
 
@@ -167,20 +147,16 @@ class ModelSettings(SpeedSwitches):
 class PhaseFlags:
     """The command line's names for the second phase (the recipe holds `phases`); read at the edge only."""
 
-    phase2_fraction: float = field(
-        default=0.1, metadata={"help": "Share of the steps in phase 2 (long sequences); 0 for one phase."}
-    )
-    phase2_max_seq_length: int = field(default=512, metadata={"help": "Sequence length of phase 2."})
-    phase2_max_predictions_per_seq: int = field(default=80, metadata={"help": "Masked positions in phase 2."})
+    phase2_fraction: float = flag(0.1, "Share of the steps in phase 2 (long sequences); 0 for one phase.")
+    phase2_max_seq_length: int = flag(512, "Sequence length of phase 2.")
+    phase2_max_predictions_per_seq: int = flag(80, "Masked positions in phase 2.")
 
 
 @dataclass
 class OptimizationSettings:
     """What transformers' TrainingArguments does not hold: the global batch and the optimizer."""
 
-    global_batch_size: int = field(
-        default=256, metadata={"help": "Sequences per optimizer step; gradient accumulation is derived from it."}
-    )
+    global_batch_size: int = flag(256, "Sequences per optimizer step; gradient accumulation is derived from it.")
     optimizer: str = field(
         default="adamw",
         metadata={"choices": ["adamw", "bert_adam", "lamb"], "help": "adamw, bert_adam (reference code) or lamb."},
@@ -191,14 +167,13 @@ class OptimizationSettings:
 class OutputSettings:
     """What this invocation does with the output directory (none of it identifies the run)."""
 
-    overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Allow writing into an output directory that holds another or a finished run."}
+    overwrite_output_dir: bool = flag(
+        False, "Allow writing into an output directory that holds another or a finished run."
     )
-    stop_after_steps: int | None = field(
-        default=None,
-        metadata={"help": "Stop this invocation after so many optimizer steps, with a checkpoint (resume it later)."},
+    stop_after_steps: int | None = flag(
+        None, "Stop this invocation after so many optimizer steps, with a checkpoint (resume it later)."
     )
-    plot: bool = field(default=True, metadata={"help": "Write training_curves.png at the end."})
+    plot: bool = flag(True, "Write training_curves.png at the end.")
 
 
 @dataclass(frozen=True)
@@ -333,9 +308,8 @@ class PreTrainingRecipe:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> PreTrainingRecipe:
-        """A recipe from a run's record (`to_dict`, or an earlier schema), to read, not to run: a setting the record
-        lacks takes its default, and `training` is not checked against this machine (a GPU run's bf16 on a CPU)."""
-        record = upgrade(record)
+        """A recipe from a run's record (`to_dict`), to read, not to run: a setting the record lacks takes its
+        default, and `training` is not checked against this machine (a GPU run's bf16 on a CPU)."""
         sections = {
             name: _filled(cls_, record.get(name) or {})
             for name, cls_ in SECTION_CLASSES.items()
@@ -366,27 +340,6 @@ def _unchecked(cls, values: dict[str, Any]):
         )
         object.__setattr__(obj, f.name, values.get(f.name, default))
     return obj
-
-
-def upgrade(record: dict[str, Any]) -> dict[str, Any]:
-    """A record of any schema this code wrote, in `SCHEMA_VERSION`'s layout."""
-    if record.get("schema_version") == SCHEMA_VERSION:
-        return record
-    run, data = record.get("run") or {}, record.get("data") or {}
-    sections = {
-        name: {k: run[k] for k in _names(cls_) if k in run}
-        for name, cls_ in SECTION_CLASSES.items()
-        if name not in ("examples", "training")
-    }
-    flags = PhaseFlags(**{k: run[k] for k in _names(PhaseFlags) if k in run})
-    examples = PreTrainingDataConfig(**{k: v for k, v in data.items() if k in _names(PreTrainingDataConfig)})
-    return {
-        "schema_version": SCHEMA_VERSION,
-        **sections,
-        "examples": {k: v for k, v in data.items() if k not in PHASE_FIELDS},
-        "phases": [asdict(phase) for phase in phases_from_flags(examples, flags)],
-        "training": record.get("training") or {},
-    }
 
 
 # `--help`: the recipe's flags by stage, with the Trainer flags a pre-training run sets most, then Trainer's others.
@@ -434,8 +387,7 @@ HELP = HelpLayout(
 
 
 def check_values(recipe: PreTrainingRecipe) -> None:
-    """Values no run can use, refused before any data is read or the run recorded (each of these used to end in a
-    traceback after the corpus was read, or ran on with a meaning nobody asked for)."""
+    """Values no run can use, refused before any data is read or the run recorded."""
     data, training, output = recipe.data, recipe.training, recipe.output
     batch, phase2 = recipe.optimization.global_batch_size, recipe.phase_flags().phase2_fraction
     wrong = [
@@ -540,9 +492,8 @@ LOCATION_FIELDS = {"output_dir"}
 
 
 def run_identity(record: dict) -> dict:
-    """A record (`to_dict()`, or one of an earlier schema) without what may change on resumption, its phases by
-    number: what two invocations of one run share (an identity is its own identity)."""
-    record = upgrade(record)
+    """A record (`to_dict()`) without what may change on resumption, its phases by number: what two invocations of
+    one run share (an identity is its own identity)."""
     phases = record.get("phases") or []
     identity: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,

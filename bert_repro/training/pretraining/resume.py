@@ -39,7 +39,7 @@ class StopAfterSteps(TrainerCallback):
 class LongerSchedule(TrainerCallback):
     """A run extended to more steps (`--max_steps` raised on resumption) continues on the longer schedule from its
     first step. Trainer builds the scheduler for the new max_steps and restores its step count, but the optimizer's
-    rate comes back as the shorter schedule left it (0 after a linear decay), so without this the first step after
+    rate comes back as the shorter schedule left it (0 after a linear decay). Without this the first step after
     the checkpoint would train at that rate; the rate is set to the longer schedule's at the checkpoint's step."""
 
     def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
@@ -58,9 +58,9 @@ TRAINING_TIME = "training_time.json"
 class TrainingClock(TrainerCallback):
     """Keeps the training time of all invocations of a run: each checkpoint records the seconds trained up to it
     (`training_time.json`), and a resumed run starts its clock there, so that its `train_runtime_s` and
-    `tokens_per_second` are the whole run's, not the last invocation's. A checkpoint without the record (written by
-    an older version) leaves the time before it unknown: the clock then counts from that checkpoint's step
-    (`from_step`), and the results say so rather than pass part of a run's time off as the whole."""
+    `tokens_per_second` are the whole run's, not the last invocation's. A checkpoint without the record leaves the
+    time before it unknown: the clock then counts from that checkpoint's step (`from_step`), and the results say so
+    rather than pass part of a run's time off as the whole."""
 
     def __init__(self, resume_from: str | Path | None):
         self.before, self.from_step = 0.0, 0
@@ -69,7 +69,7 @@ class TrainingClock(TrainerCallback):
         elif resume_from:
             self.from_step = checkpoint_step(resume_from)
             logger.warning(
-                "%s has no %s (written by an older version): the time trained before step %d is unknown, "
+                "%s has no %s: the time trained before step %d is unknown, "
                 "so train_runtime_s counts from there (results.json: train_runtime_from_step)",
                 resume_from,
                 TRAINING_TIME,
