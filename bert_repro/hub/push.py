@@ -402,8 +402,10 @@ def push_checkpoints(
     except Exception as err:
         raise HubPushError(_failure(api, err, str(output_dir), repo_id, repo_id, None, None, tag)) from err
     pushed = {}
+    # A checkpoint directory has no run records or tokenizer of its own: take them from the run (its tokenizer/
+    # while it trains, beside the model once it ended).
+    tokenizer_dir = output_dir / "tokenizer" if (output_dir / "tokenizer").is_dir() else output_dir
     for step, checkpoint in steps.items():
-        # A checkpoint directory has no run records or tokenizer of its own: take them from the run.
         with staging_folder() as tmp:
             view = Path(tmp) / checkpoint.name
             view.mkdir()
@@ -418,7 +420,7 @@ def push_checkpoints(
                 revision=f"step-{step}",
                 private=private,
                 overwrite=overwrite,
-                tokenizer_dir=output_dir / "tokenizer",
+                tokenizer_dir=tokenizer_dir,
                 api=api,
                 source_name=str(checkpoint),
                 commit_message=f"Checkpoint at step {step}",
