@@ -9,6 +9,8 @@ from types import MappingProxyType
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from support.task_files import GLUE_HP
+
 from bert_repro.hub import finetuned_card as model_card
 from bert_repro.tasks import registry
 from bert_repro.tasks.registry import METRICS, TASKS, Metric, get_task
@@ -34,15 +36,7 @@ def fake_finetuning_run(root: Path, task: str, scores: dict[str, float], main: s
                 "best": run,
                 "runs": [run],
                 "seconds": 60.0,
-                "hyperparameters": {
-                    "learning_rates": [2e-05],
-                    "seeds": [42],
-                    "num_train_epochs": 3.0,
-                    "per_device_train_batch_size": 32,
-                    "max_seq_length": 128,
-                    "warmup": 0.1,
-                    "weight_decay": 0.01,
-                },
+                "hyperparameters": GLUE_HP,
             }
         )
     )

@@ -6,6 +6,7 @@ would call its /api/validate-yaml."""
 import os
 
 from support import ROOT
+from support.task_files import GLUE_HP
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -217,18 +218,6 @@ def make_pretraining_run(
         (out / "training_curves.png").write_bytes(b"\x89PNG\r\n\x1a\n")
         _write(out / "log_history.json", [{"loss": 9.25, "mlm_loss": 8.56, "nsp_loss": 0.69, "step": 50}])
     return out
-
-
-# results.json's hyper-parameters of a BERT-BASE GLUE grid, as recipes/finetune.py writes them.
-GLUE_HP = {
-    "learning_rates": [2e-05],
-    "seeds": [42],
-    "num_train_epochs": 3.0,
-    "per_device_train_batch_size": 32,
-    "max_seq_length": 128,
-    "warmup": 0.1,
-    "weight_decay": 0.01,
-}
 
 
 def _finetuning_run(

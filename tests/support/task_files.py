@@ -623,3 +623,15 @@ def finetune_args(task, model, data=None, output_dir=None, *extra, cpu=True, **f
         values = value if isinstance(value, (list, tuple)) else [value]
         args += [f"--{key}", *(str(v).lower() if isinstance(v, bool) else str(v) for v in values)]
     return [*args, *map(str, extra)]
+
+
+# results.json's hyper-parameters of a BERT-BASE GLUE grid, as recipes/finetune.py writes them.
+GLUE_HP = {
+    "learning_rates": [2e-05],
+    "seeds": [42],
+    "num_train_epochs": 3.0,
+    "per_device_train_batch_size": 32,
+    "max_seq_length": 128,
+    "warmup": 0.1,
+    "weight_decay": 0.01,
+}
