@@ -98,9 +98,8 @@ class BertReproParts:
 class BertReproEmbeddings(nn.Module):
     """Token + learned absolute position + segment (A = 0, B = 1) embeddings, then LayerNorm and dropout."""
 
-    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts):
         super().__init__()
-        parts = parts or PAPER_PARTS
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
@@ -261,9 +260,8 @@ class BertReproOutput(nn.Module):
 class BertReproLayer(GradientCheckpointingLayer):
     """One Transformer encoder block: x = LN(x + Drop(SelfAttn(x))); x = LN(x + Drop(W2 gelu(W1 x)))."""
 
-    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts):
         super().__init__()
-        parts = parts or PAPER_PARTS
         self.attention = BertReproAttention(config, parts)
         self.intermediate = BertReproIntermediate(config)
         self.output = parts.output(config, parts)
@@ -287,9 +285,8 @@ def attention_inputs(
 
 
 class BertReproEncoder(nn.Module):
-    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts):
         super().__init__()
-        parts = parts or PAPER_PARTS
         self.config = config
         self.layer = nn.ModuleList([parts.layer(config, parts) for _ in range(config.num_hidden_layers)])
 
@@ -539,9 +536,8 @@ def _as_tuple_if_asked(output: ModelOutput, return_dict: bool | None, config) ->
 class BertReproModel(BertReproPreTrainedModel):
     """The bare BERT encoder: embeddings, L Transformer blocks, and (optionally) the pooler."""
 
-    def __init__(self, config: BertReproConfig, add_pooling_layer: bool = True, parts: BertReproParts | None = None):
+    def __init__(self, config: BertReproConfig, add_pooling_layer: bool = True, parts: BertReproParts = PAPER_PARTS):
         super().__init__(config)
-        parts = parts or PAPER_PARTS
         self.embeddings = parts.embeddings(config, parts)
         self.encoder = parts.encoder(config, parts)
         self.pooler = BertReproPooler(config) if add_pooling_layer else None
@@ -682,9 +678,8 @@ class _MLMHeadMixin:
 class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
     """BERT with the two pre-training heads: masked LM and next sentence prediction (paper section 3.1)."""
 
-    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
         super().__init__(config)
-        parts = parts or PAPER_PARTS
         self.bert = BertReproModel(config, parts=parts)
         self.cls = BertReproPreTrainingHeads(config, parts)
         self.post_init()
@@ -740,9 +735,8 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
 class BertReproForMaskedLM(_MLMHeadMixin, BertReproPreTrainedModel):
     """BERT with the masked-LM head only (no pooler), e.g. for fill-mask or MLM-only pre-training."""
 
-    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
         super().__init__(config)
-        parts = parts or PAPER_PARTS
         self.bert = BertReproModel(config, add_pooling_layer=False, parts=parts)
         self.cls = BertReproOnlyMLMHead(config, parts)
         self.post_init()
@@ -775,9 +769,8 @@ class BertReproForMaskedLM(_MLMHeadMixin, BertReproPreTrainedModel):
 class BertReproForNextSentencePrediction(BertReproPreTrainedModel):
     """BERT with the NSP head only: does segment B follow segment A? (index 0 = IsNext)."""
 
-    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
         super().__init__(config)
-        parts = parts or PAPER_PARTS
         self.bert = BertReproModel(config, parts=parts)
         self.cls = BertReproOnlyNSPHead(config)
         self.post_init()
@@ -804,17 +797,16 @@ class BertReproForNextSentencePrediction(BertReproPreTrainedModel):
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
-def _classifier_dropout(config: BertReproConfig, parts: BertReproParts | None = None) -> nn.Module:
+def _classifier_dropout(config: BertReproConfig, parts: BertReproParts) -> nn.Module:
     p = config.classifier_dropout
-    return (parts or PAPER_PARTS).dropout(p if p is not None else config.hidden_dropout_prob)
+    return parts.dropout(p if p is not None else config.hidden_dropout_prob)
 
 
 class BertReproForSequenceClassification(BertReproPreTrainedModel):
     """A linear layer on the pooled [CLS] output: classification (GLUE) or, with num_labels == 1, regression (STS-B)."""
 
-    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
         super().__init__(config)
-        parts = parts or PAPER_PARTS
         self.num_labels = config.num_labels
         self.bert = BertReproModel(config, parts=parts)
         self.dropout = _classifier_dropout(config, parts)
@@ -879,9 +871,8 @@ def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch
 class BertReproForQuestionAnswering(BertReproPreTrainedModel):
     """SQuAD span prediction: start logit S.T_i and end logit E.T_j for every token (`qa_outputs` holds S and E)."""
 
-    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
         super().__init__(config)
-        parts = parts or PAPER_PARTS
         self.bert = BertReproModel(config, add_pooling_layer=False, parts=parts)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
@@ -918,9 +909,8 @@ class BertReproForMultipleChoice(BertReproPreTrainedModel):
     """SWAG: each choice `[CLS] context [SEP] ending [SEP]` is scored by a vector dotted with its pooled [CLS] output;
     softmax over the choices."""
 
-    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
         super().__init__(config)
-        parts = parts or PAPER_PARTS
         self.bert = BertReproModel(config, parts=parts)
         self.dropout = _classifier_dropout(config, parts)
         self.classifier = nn.Linear(config.hidden_size, 1)
@@ -963,9 +953,8 @@ class BertReproForMultipleChoice(BertReproPreTrainedModel):
 class BertReproForTokenClassification(BertReproPreTrainedModel):
     """NER: a linear layer on every token; the paper labels the first sub-token of each word (others get -100)."""
 
-    def __init__(self, config: BertReproConfig, parts: BertReproParts | None = None):
+    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
         super().__init__(config)
-        parts = parts or PAPER_PARTS
         self.num_labels = config.num_labels
         self.bert = BertReproModel(config, add_pooling_layer=False, parts=parts)
         self.dropout = _classifier_dropout(config, parts)
