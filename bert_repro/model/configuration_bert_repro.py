@@ -172,26 +172,9 @@ class BertReproConfig(PreTrainedConfig):
             (MosaicBERT's trick: the same loss, ~20% fewer FLOPs at BASE). The logits are then (masked positions,
             vocab); without labels they cover every position. The pre-training recipe turns it on.
 
-        Speed switches (`SPEED_SWITCHES`, docs/speed.md): each keeps losses, logits and gradients to float rounding.
-        `speed_paths.py` builds their modules; the paper's classes in the model file ignore them.
-        unpad_inputs (`bool`, False): the blocks run on a (tokens, hidden) matrix of the real tokens only.
-            Outputs at padding positions are zeros. Ignored with `output_attentions=True`.
-        last_layer_subset (`bool`, False): the last block projects its attention context and runs its
-            feed-forward only at the positions the heads read ([CLS], masked positions), about three quarters of
-            that block saved. `last_hidden_state` is zero elsewhere; the full layer runs when hidden states or
-            attentions are asked for, and in the bare `BertReproModel`.
-        fast_dropout (`bool`, False): on CPU, masks from 15-bit random numbers, so p is rounded to a multiple of
-            1/32768 (0.1 -> 0.100006). Attention then runs the eager kernel. No effect in eval mode or on GPUs.
-        tied_gradients (`bool`, False): the embedding lookup adds its gradient rows into the tied MLM decoder's
-            gradient, instead of autograd summing two dense (vocab, H) gradients.
-        fused_dropout_add_norm (`bool`, False): on CUDA, `LayerNorm(residual + dropout(x))` as one Triton kernel
-            (`dropout_add_layer_norm.py`); p is rounded to a multiple of 1/65536.
-        residual_dtype (`str`, "float32"): the residual stream's dtype with `fused_dropout_add_norm`; "bfloat16"
-            halves its bytes and changes the numerics.
-        fused_qkv (`bool`, False): query, key and value as one (hidden -> 3 x hidden) product of the three
-            `nn.Linear`s' concatenated weights, so checkpoints are unchanged.
-        measured_sdpa (`bool`, False): on CUDA, SDPA runs under the backend measured fastest for the shape
-            (`attention_backend.py`), among those that keep the padding mask and dropout.
+        Speed switches (`SPEED_SWITCHES`, each with its help; docs/speed.md): each keeps losses, logits and
+        gradients to float rounding; the paper's classes in the model file ignore them. `residual_dtype` ("float32"
+        or "bfloat16", which changes the numerics) is the residual stream's dtype with `fused_dropout_add_norm`.
 
         objective (`str`, "mlm_nsp"): the pre-training objective of the paper's Table 5 (`PRETRAINING_OBJECTIVES`).
             Saved in config.json, so a fine-tune attends as the checkpoint was pre-trained;
