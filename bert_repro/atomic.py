@@ -122,17 +122,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     fsync_dir(path.parent)
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write `data` to `path`, whole or not at all."""
-    with atomic_path(path) as temporary:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-    return Path(path)
-
-
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` (UTF-8, lines as given) to `path`, whole or not at all."""
-    return write_bytes(path, text.encode("utf-8"))
+    with atomic_path(path) as temporary:
+        temporary.write_bytes(text.encode("utf-8"))
+    return Path(path)
 
 
 def write_json(path: str | os.PathLike, value: Any, *, indent: int | None = 2, **dumps: Any) -> Path:
