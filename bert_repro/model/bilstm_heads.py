@@ -28,13 +28,13 @@ transformers, huggingface_hub and its siblings.
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from huggingface_hub.dataclasses import strict
 from torch import nn
+from transformers import PreTrainedConfig
 from transformers import initialization as init
 from transformers.modeling_outputs import (
     QuestionAnsweringModelOutput,
@@ -256,11 +256,9 @@ class BertReproBiLSTMConfig(BertReproConfig):
         return config_dict, kwargs
 
     def to_json_file(self, json_file_path, use_diff: bool = True):
-        # Always our own model type and class names: transformers' BERT has no BiLSTM head, so there is no
+        # transformers' own writer, not BertReproConfig's: transformers' BERT has no BiLSTM head, so there is no
         # transformers-format config to write (and no warning to give: remote code only is by design here).
-        with open(json_file_path, "w", encoding="utf-8") as writer:
-            json.dump(json.loads(self.to_json_string(use_diff)), writer, indent=2, sort_keys=True)
-            writer.write("\n")
+        PreTrainedConfig.to_json_file(self, json_file_path, use_diff)
 
 
 # --- The models ------------------------------------------------------------------------------------------------

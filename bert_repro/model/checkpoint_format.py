@@ -96,11 +96,6 @@ def is_repro_checkpoint(config: dict) -> bool:
     )
 
 
-def needs_remote_code(config: dict) -> bool:
-    """Whether plain transformers (no bert_repro, no trust_remote_code) cannot open this config.json dict."""
-    return config.get("model_type") != TRANSFORMERS_MODEL_TYPE
-
-
 def config_file_dict(config: dict, *, warn: bool = True) -> dict:
     """What config.json holds for a bert_repro config dict: transformers' BERT type and class names when its BERT
     computes the same model, else the dict unchanged (model_type "bert_repro"), with a warning naming the field."""
@@ -135,7 +130,6 @@ __all__ = [
     "config_file_dict",
     "is_repro_checkpoint",
     "native_obstacles",
-    "needs_remote_code",
     "repro_class_name",
     "transformers_class_name",
 ]
