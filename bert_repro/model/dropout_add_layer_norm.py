@@ -228,17 +228,6 @@ def paper_dropout_add_layer_norm(
     return y if out_dtype is None else y.to(out_dtype)
 
 
-def keep_mask(seed: Tensor, rows: int, n: int, p: float) -> Tensor:
-    """(rows, n) bool: the columns the kernels keep for this seed (what the tests compare an eager reference
-    with)."""
-    keep = torch.empty(rows, n, dtype=torch.int8, device=seed.device)
-    launch = _launch(rows, n, seed.device)
-    _kernels().keep_mask_kernel[(launch.pop("blocks"),)](
-        keep, seed.to(torch.int64), rows, n, threshold_and_scale(p)[0], **launch
-    )
-    return keep.bool()
-
-
 def random_numbers(seed: Tensor, rows: int, n: int) -> Tensor:
     """(rows, n) int32 in [0, 65536): the numbers the kernels compare with the keep threshold."""
     numbers = torch.empty(rows, n, dtype=torch.int32, device=seed.device)
@@ -273,7 +262,6 @@ __all__ = [
     "FusedOutput",
     "FusedSelfOutput",
     "dropout_add_layer_norm",
-    "keep_mask",
     "paper_dropout_add_layer_norm",
     "random_numbers",
     "runs_kernel",

@@ -62,13 +62,6 @@ def random_numbers_kernel(OUT, SEED, rows, N, R: tl.constexpr, M: tl.constexpr):
 
 
 @triton.jit
-def keep_mask_kernel(KEEP, SEED, rows, N, threshold, R: tl.constexpr, M: tl.constexpr):
-    """The keep mask (int8, rows x N) the forward and backward apply: for tests and the eager reference."""
-    row, cols, inside = _tile(tl.program_id(0) * R, rows, N, R, M)
-    tl.store(KEEP + row * N + cols, _keep(tl.load(SEED), row, threshold, M).to(tl.int8), mask=inside)
-
-
-@triton.jit
 def forward_kernel(
     X,
     RES,

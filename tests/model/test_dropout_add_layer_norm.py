@@ -22,7 +22,6 @@ from bert_repro.model.dropout_add_layer_norm import (
     FusedOutput,
     FusedSelfOutput,
     dropout_add_layer_norm,
-    keep_mask,
     random_numbers,
     threshold_and_scale,
 )
@@ -34,6 +33,14 @@ def layer_norm(n: int, seed: int = 0) -> nn.LayerNorm:
     nn.init.normal_(norm.weight, 1.0, 0.5)
     nn.init.normal_(norm.bias, 0.0, 0.5)
     return norm
+
+
+def keep_mask(seed, rows, n, p):
+    """(rows, n) bool: the columns the forward kernel keeps, read from its sum residual + dropout(x) at x = 1 and
+    residual = 0."""
+    ones, zeros = torch.ones(rows, n), torch.zeros(rows, n)
+    _, z, _, _ = fused._forward(ones, zeros, torch.ones(n), torch.zeros(n), seed, float(p), 1e-12, 0)
+    return z != 0
 
 
 def fused_and_reference(rows, n, p, x_dtype=torch.float32, residual_dtype=torch.float32, out_dtype=None, seed=11):
