@@ -6,16 +6,9 @@ Each class is the model file's class of the same name, built from the parts its 
 and tied weights are unchanged. The model file does not import this module: saved code is the paper's model, which
 ignores the switches as transformers' BERT does.
 
-Switch -> part: class (module):
-- unpad_inputs, last_layer_subset: encoder `SpeedEncoder`, layer `SpeedLayer`, self-attention `SpeedSelfAttention`
-  (unpadding.py); for last_layer_subset the head models in `READS` pass the positions they read.
-- fast_dropout: dropout `FastDropout` (fast_dropout.py); `SpeedSelfAttention` with `eager_attention_fast_dropout`.
-- tied_gradients: `TiedGradientEmbeddings` and `TiedGradientMLMHead` (tied_gradients.py), given one link.
-- fused_dropout_add_norm: `FusedSelfOutput`, `FusedOutput` (dropout_add_layer_norm.py).
-- fused_qkv: `SpeedSelfAttention`, its Q/K/V projections one product.
-- measured_sdpa: `SpeedSelfAttention` with `measured_sdpa_attention` (attention_backend.py).
-Switches that build the same part build it with one class whose options are the config's. Figures: docs/speed.md
-and benchmarks/RESULTS.md. Regional `torch.compile` is `model.compile_layers()`, not a switch.
+Switches that build the same part (`SPEED_PATHS`) build it with one class whose options are the config's; with
+last_layer_subset the head models in `READS` also pass the positions they read. Regional `torch.compile` is
+`model.compile_layers()`, not a switch.
 """
 
 from __future__ import annotations

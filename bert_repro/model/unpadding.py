@@ -1,19 +1,14 @@
 """The encoder on the real tokens only: the `unpad_inputs` switch (after MosaicBERT's `bert_padding.py`).
 
 After the embeddings the padding rows are removed, so every projection and feed-forward runs on a (tokens, hidden)
-matrix; this speeds up padded batches (dynamic padding, phase 2 of pre-training) on any hardware. Attention runs
+matrix. Attention runs
 - with a flash-attention implementation: the variable-length kernel (bounds in cu_seqlens, no padding at all);
 - with eager or SDPA: over groups of similar-length sequences padded to their longest (`AttentionGroups`). The eager
   kernel (also SDPA when training with `fast_dropout` on CPU) takes `grouped_attention.GroupedAttention`, whose
   backward is written out; batches without padding take it too;
 - with any other kernel: over the whole batch padded back.
-Figures: benchmarks/RESULTS.md. The FlashAttention branch has none (no GPU run had flash-attn installed); its call
-is tested with a reference kernel.
-
-`speed_paths.py` builds `SpeedEncoder`, `SpeedLayer` and `SpeedSelfAttention` when `unpad_inputs`,
-`last_layer_subset` or `fast_dropout` is on. The encoder picks the attention path once per forward
-(`attention_path`) and passes it down on the `Unpadded` object, with the last layer's `read_rows`.
-Outputs at real tokens equal the padded model's; at padding positions they are zero.
+The encoder picks the attention path once per forward (`attention_path`) and passes it down on the `Unpadded`
+object, with the last layer's `read_rows`.
 
 Not one graph under whole-model `torch.compile`: the token count and the groups are read from the data
 (`nonzero`, `.tolist()`), and the recipes warn. On a GPU, `--packing true` is the compilable way to drop padding.
