@@ -37,32 +37,14 @@ CONFIG_FILENAME = "bert_config.json"
 DEFAULT_CHECKPOINT_PREFIX = "bert_model.ckpt"
 
 # Last path component of an optimizer slot variable, e.g. "bert/pooler/dense/kernel/adam_m".
-# adam_m / adam_v: Google's AdamWeightDecayOptimizer; the others are the slot names of TF's stock
-# optimizers (Adam, LAMB, momentum) as written by common forks of the reference code.
 _OPTIMIZER_SLOTS = frozenset(
-    {
-        "adam_m",
-        "adam_v",
-        "Adam",
-        "Adam_1",
-        "AdamWeightDecayOptimizer",
-        "AdamWeightDecayOptimizer_1",
-        "LAMB",
-        "LAMB_1",
-        "Momentum",
-    }
+    {"adam_m", "adam_v"}  # Google's AdamWeightDecayOptimizer
+    # TF's stock optimizers (Adam, LAMB, momentum), as common forks of the reference code write them
+    | {"Adam", "Adam_1", "AdamWeightDecayOptimizer", "AdamWeightDecayOptimizer_1", "LAMB", "LAMB_1", "Momentum"}
 )
 # Training bookkeeping (step counters, mixed-precision loss scaling).
 _BOOKKEEPING = frozenset(
-    {
-        "global_step",
-        "bad_steps",
-        "good_steps",
-        "loss_scale",
-        "current_loss_scale",
-        "beta1_power",
-        "beta2_power",
-    }
+    {"global_step", "bad_steps", "good_steps", "loss_scale", "current_loss_scale", "beta1_power", "beta2_power"}
 )
 
 _EMBEDDINGS = {
