@@ -11,7 +11,6 @@ Parity with transformers with `unpad_inputs` on is part of test_modeling.py's pa
 
 import ast
 import importlib
-import shutil
 import sys
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from transformers import AttentionInterface
 import bert_repro.model.grouped_attention as grouped_attention
 import bert_repro.model.modeling_bert_repro as modeling
 from bert_repro import (
-    BertReproConfig,
     BertReproForMaskedLM,
     BertReproForPreTraining,
     BertReproForSequenceClassification,
@@ -40,6 +38,15 @@ from bert_repro.model.tied_gradients import TiedGradientEmbeddings, TiedGradient
 from bert_repro.model.unpadding import SpeedEncoder, SpeedLayer, SpeedSelfAttention, Unpadded
 
 ALL_SWITCHES = dict.fromkeys(SPEED_SWITCHES, True)
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def same_weights(model_cls, switches: dict, **fields):
+    """The plain model and one with `switches` on, holding the same weights."""
+    torch.manual_seed(0)
+    plain, fast = model_cls(tiny_config(**fields)), model_cls(tiny_config(**fields, **switches))
+    fast.load_state_dict(plain.state_dict())
+    return plain, fast
 
 
 @st.composite
@@ -93,19 +100,11 @@ def test_unpadded_training_equals_padded(layout, checkpointing, batch_size):
     """Loss and every gradient, with the sparse MLM head, unpadded vs padded (dropout off).
 
     Left padding with the MLM head only: the pooler reads position 0, which left padding makes a pad token."""
-    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
     model_cls = BertReproForPreTraining if layout == "right" else BertReproForMaskedLM
-    torch.manual_seed(0)
-    padded = model_cls(config).train()
-    unpadded = model_cls(
-        tiny_config(
-            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, unpad_inputs=True, sparse_prediction=True
-        )
-    ).train()
-    unpadded.load_state_dict(padded.state_dict())
+    padded, unpadded = same_weights(model_cls, {"unpad_inputs": True}, sparse_prediction=True, **NO_DROPOUT)
     if checkpointing:
         unpadded.activation_checkpointing_enable()
-    batch = padded_batch(config.vocab_size, batch=batch_size, seq=16)
+    batch = padded_batch(99, batch=batch_size, seq=16)
     if layout == "left":
         batch = _left_padded(batch)
     real = batch["attention_mask"].bool()
@@ -131,19 +130,11 @@ def test_batches_without_padding_take_the_grouped_attention_when_it_runs(monkeyp
     calls = []
     apply = GroupedAttention.apply
     monkeypatch.setattr(GroupedAttention, "apply", lambda *args: calls.append(1) or apply(*args))
-    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
+    config = tiny_config(sparse_prediction=True, **NO_DROPOUT)
     torch.manual_seed(0)
-    plain = BertReproForPreTraining._from_config(config, attn_implementation="eager").train()
-    fast = BertReproForPreTraining._from_config(
-        tiny_config(
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            unpad_inputs=True,
-            last_layer_subset=True,
-            sparse_prediction=True,
-        ),
-        attn_implementation="eager",
-    ).train()
+    plain = BertReproForPreTraining._from_config(config, attn_implementation="eager")
+    switched = tiny_config(unpad_inputs=True, last_layer_subset=True, sparse_prediction=True, **NO_DROPOUT)
+    fast = BertReproForPreTraining._from_config(switched, attn_implementation="eager")
     fast.load_state_dict(plain.state_dict())
     batch = padded_batch(config.vocab_size, batch=5, seq=12)
     batch["attention_mask"] = torch.ones_like(batch["attention_mask"])
@@ -300,12 +291,8 @@ def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(mo
 
 
 def test_unpadded_outputs_are_zero_at_padding_and_equal_elsewhere():
-    config = tiny_config()
-    torch.manual_seed(0)
-    model = BertReproModel(config).eval()
-    fast = BertReproModel(tiny_config(unpad_inputs=True)).eval()
-    fast.load_state_dict(model.state_dict())
-    batch = padded_batch(config.vocab_size, batch=3, seq=12)
+    model, fast = (m.eval() for m in same_weights(BertReproModel, {"unpad_inputs": True}))
+    batch = padded_batch(99, batch=3, seq=12)
     real = batch["attention_mask"].bool()
     with torch.no_grad():
         a, b = model(**batch, output_hidden_states=True), fast(**batch, output_hidden_states=True)
@@ -351,13 +338,10 @@ def test_variable_length_attention_call():
     """With a flash-attention implementation the unpadded encoder calls the kernel in its variable-length form
     (no mask, cu_seqlens, one row of packed sequences); a reference kernel gives the padded model's outputs."""
     AttentionInterface.register("reference_flash_varlen", _reference_varlen_attention)
-    config = tiny_config(num_labels=3)
-    torch.manual_seed(0)
-    model = BertReproForSequenceClassification(config).eval()
-    varlen = BertReproForSequenceClassification(tiny_config(num_labels=3, unpad_inputs=True)).eval()
-    varlen.load_state_dict(model.state_dict())
+    pair = same_weights(BertReproForSequenceClassification, {"unpad_inputs": True}, num_labels=3)
+    model, varlen = (m.eval() for m in pair)
     varlen.config._attn_implementation = "reference_flash_varlen"  # not a real kernel: set it directly
-    batch = padded_batch(config.vocab_size, batch=4, seq=14)
+    batch = padded_batch(99, batch=4, seq=14)
     real = batch["attention_mask"].bool()
     with torch.no_grad():
         a = model(**batch, output_hidden_states=True)
@@ -372,17 +356,11 @@ def test_compiled_layers_equal_eager(switches):
     """Regional torch.compile: forward (eval) and one training step's gradients equal the plain eager model's;
     also with every switch on and gradient checkpointing (outputs compared at real tokens: unpad_inputs gives
     zeros at padding)."""
-    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
-    torch.manual_seed(0)
-    eager = BertReproForPreTraining(config)
-    compiled = BertReproForPreTraining(
-        tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True, **switches)
-    )
-    compiled.load_state_dict(eager.state_dict())
+    eager, compiled = same_weights(BertReproForPreTraining, switches, sparse_prediction=True, **NO_DROPOUT)
     if switches:
         compiled.activation_checkpointing_enable()
     compiled.compile_layers()
-    batch = padded_batch(config.vocab_size, batch=4, seq=16)
+    batch = padded_batch(99, batch=4, seq=16)
     real = batch["attention_mask"].bool()
     labels = batch["input_ids"].masked_fill(~real, -100)
     labels[:, ::2] = -100
@@ -422,11 +400,8 @@ def test_fast_dropout_draws_the_right_share_and_its_gradient_uses_the_same_mask(
 def test_fast_dropout_switch_changes_only_training_noise():
     """Eval: bit-identical to the plain model. Training with p = 0: the same outputs (eager attention instead of
     SDPA's math path). Training with p > 0: different noise, the same scale of outputs."""
-    torch.manual_seed(0)
-    plain = BertReproForPreTraining(tiny_config()).eval()
-    fast = BertReproForPreTraining(tiny_config(fast_dropout=True)).eval()
-    fast.load_state_dict(plain.state_dict())
-    batch = padded_batch(plain.config.vocab_size, batch=4, seq=16)
+    plain, fast = (m.eval() for m in same_weights(BertReproForPreTraining, {"fast_dropout": True}))
+    batch = padded_batch(99, batch=4, seq=16)
     with torch.no_grad():
         assert torch.equal(plain(**batch).prediction_logits, fast(**batch).prediction_logits)
     for model in (plain, fast):
@@ -455,13 +430,9 @@ def test_other_kernels_get_the_whole_batch_padded_back():
 
     AttentionInterface.register("reference_padded", recording_kernel)
     AttentionMaskInterface.register("reference_padded", sdpa_mask)  # a custom kernel declares its mask format
-    config = tiny_config()
-    torch.manual_seed(0)
-    model = BertReproModel(config).eval()
-    other = BertReproModel(tiny_config(unpad_inputs=True)).eval()
-    other.load_state_dict(model.state_dict())
+    model, other = (m.eval() for m in same_weights(BertReproModel, {"unpad_inputs": True}))
     other.config._attn_implementation = "reference_padded"
-    batch = padded_batch(config.vocab_size, batch=3, seq=12)
+    batch = padded_batch(99, batch=3, seq=12)
     real = batch["attention_mask"].bool()
     with torch.no_grad():
         a, b = model(**batch).last_hidden_state, other(**batch).last_hidden_state
@@ -478,13 +449,6 @@ def _grads(model) -> dict[str, torch.Tensor]:
     grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
     return grads
-
-
-def test_tied_gradients_are_off_by_default():
-    assert BertReproConfig().tied_gradients is False
-    model = BertReproForPreTraining(tiny_config())
-    assert type(model.bert.embeddings) is modeling.BertReproEmbeddings
-    assert type(model.cls.predictions) is modeling.BertReproMLMHead
 
 
 @pytest.mark.parametrize(
@@ -504,13 +468,9 @@ def test_tied_gradients_equal_plain_autograd(case):
     """With `tied_gradients` the lookup adds its rows into the decoder's gradient in place: every gradient must
     equal plain autograd's (the same weights with the switch off), in every way a backward can reach the two uses
     of the tied weight."""
-    fields = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=case == "sparse")
     model_cls = BertReproForMaskedLM if case == "masked-lm" else BertReproForPreTraining
-    torch.manual_seed(0)
-    plain = model_cls(tiny_config(**fields)).train()
-    tied = model_cls(tiny_config(**fields, tied_gradients=True)).train()
-    tied.load_state_dict(plain.state_dict())
-    batch = padded_batch(plain.config.vocab_size, batch=4, seq=12)
+    plain, tied = same_weights(model_cls, {"tied_gradients": True}, sparse_prediction=case == "sparse", **NO_DROPOUT)
+    batch = padded_batch(99, batch=4, seq=12)
     labels = torch.where(
         torch.rand(batch["input_ids"].shape, generator=torch.Generator().manual_seed(1)) < 0.3, batch["input_ids"], -100
     )
@@ -636,57 +596,6 @@ def test_no_import_cycle_through_the_model_file_or_a_speed_module():
     assert reachable("modeling_bert_repro").isdisjoint(SPEED_MODULES)
 
 
-def test_model_file_runs_without_the_speed_modules(tmp_path, monkeypatch):
-    """A directory holding only configuration_bert_repro.py, modeling_bert_repro.py and packed_sequences.py, imported
-    as a package: the models build and compute what the installed package computes; with the switches on too (the
-    paper's model ignores them, as transformers' BERT does)."""
-    package = tmp_path / "bare_bert_repro"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    for name in ("configuration_bert_repro.py", "modeling_bert_repro.py", "packed_sequences.py"):
-        shutil.copy(MODEL_DIR / name, package / name)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        bare = importlib.import_module("bare_bert_repro.modeling_bert_repro")
-        fields = dict(
-            vocab_size=99,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=37,
-            max_position_embeddings=64,
-            sparse_prediction=True,
-        )
-        torch.manual_seed(0)
-        ours = BertReproForPreTraining(tiny_config(**fields, **ALL_SWITCHES)).train()
-        theirs = bare.BertReproForPreTraining(bare.BertReproConfig(**fields)).train()
-        theirs.load_state_dict(ours.state_dict())
-        assert all(type(m).__module__.split(".")[0] in ("bare_bert_repro", "torch") for m in theirs.modules())
-        batch = padded_batch(99, batch=4, seq=12)
-        # targets at real tokens only: unpad_inputs gives zeros at padding by design
-        unread = (torch.rand(batch["input_ids"].shape) > 0.3) | (batch["attention_mask"] == 0)
-        labels = batch["input_ids"].masked_fill(unread, -100)
-        for model in (ours, theirs):
-            for module in model.modules():
-                if isinstance(module, torch.nn.Dropout):
-                    module.p = 0.0
-            for layer in model.bert.encoder.layer:
-                layer.attention.self.dropout_prob = 0.0
-        a = ours(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0]))
-        b = theirs(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0]))
-        assert (a.loss - b.loss).abs() < 1e-5 and (a.prediction_logits - b.prediction_logits).abs().max() < 1e-5
-        assert not any(
-            name.startswith("bare_bert_repro.")
-            and name.split(".")[1] not in ("configuration_bert_repro", "modeling_bert_repro", "packed_sequences")
-            for name in sys.modules
-        )
-        switched = bare.BertReproModel(bare.BertReproConfig(**fields, **ALL_SWITCHES))
-        assert all(type(m).__module__.split(".")[0] in ("bare_bert_repro", "torch") for m in switched.modules())
-    finally:
-        for name in [n for n in sys.modules if n.split(".")[0] == "bare_bert_repro"]:
-            del sys.modules[name]
-
-
 def _module_types(model) -> list[tuple[str, type]]:
     return [(name, type(module)) for name, module in model.named_modules()]
 
@@ -771,16 +680,18 @@ def test_exported_classes_are_the_paper_classes_with_their_forward_signatures(na
     assert inspect.signature(exported.forward) == inspect.signature(paper.forward)
 
 
-def test_saved_code_is_the_paper_model(tmp_path, monkeypatch):
+def test_saved_code_alone_is_the_paper_model(tmp_path, monkeypatch):
     """save_pretrained copies the model file and the modules it imports (the config and packing), none of the speed
-    modules, also from a model with every switch on: the saved code alone (what trust_remote_code loads) builds the
-    paper's classes from that config and computes the same outputs at real tokens."""
-    model = BertReproForPreTraining(tiny_config(**ALL_SWITCHES))
+    modules, also from a model with every switch on. That code alone, imported as a package (what trust_remote_code
+    loads), imports no other sibling, builds the paper's classes from the switched config (the paper's model ignores
+    the switches, as transformers' BERT does) and computes what the installed package computes: the outputs at real
+    tokens in eval mode, the loss and MLM logits in training mode with dropout off."""
+    model = BertReproForPreTraining(tiny_config(sparse_prediction=True, **ALL_SWITCHES))
     saved = tmp_path / "bert_with_switches"
     model.save_pretrained(saved)
+    paper_files = ("configuration_bert_repro", "modeling_bert_repro", "packed_sequences")
     saved_code = {p.stem for p in saved.glob("*.py")}
-    assert {"configuration_bert_repro", "modeling_bert_repro", "packed_sequences"} <= saved_code
-    assert saved_code.isdisjoint(SPEED_MODULES)
+    assert set(paper_files) <= saved_code and saved_code.isdisjoint(SPEED_MODULES)
     (saved / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
@@ -790,12 +701,24 @@ def test_saved_code_is_the_paper_model(tmp_path, monkeypatch):
         copy = remote.BertReproForPreTraining(config)
         assert {type(m).__module__.split(".")[0] for m in copy.modules()} <= {"bert_with_switches", "torch"}
         copy.load_state_dict(model.state_dict())
-        batch = padded_batch(99, batch=2, seq=8)
+        batch = padded_batch(99, batch=4, seq=12)
         real = batch["attention_mask"].bool()
         with torch.no_grad():
             a, b = copy.eval()(**batch), model.eval()(**batch)
         assert (a.prediction_logits[real] - b.prediction_logits[real]).abs().max() < 1e-5
         assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() < 1e-5
+        # targets at real tokens only: unpad_inputs gives zeros at padding by design
+        labels = batch["input_ids"].masked_fill((torch.rand(real.shape) > 0.3) | ~real, -100)
+        for each in (model, copy):
+            for module in each.train().modules():
+                if isinstance(module, torch.nn.Dropout):
+                    module.p = 0.0
+            for layer in each.bert.encoder.layer:
+                layer.attention.self.dropout_prob = 0.0
+        a, b = (each(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0])) for each in (model, copy))
+        assert (a.loss - b.loss).abs() < 1e-5 and (a.prediction_logits - b.prediction_logits).abs().max() < 1e-5
+        imported = {name.split(".")[1] for name in sys.modules if name.startswith("bert_with_switches.")}
+        assert imported <= set(paper_files), imported
     finally:
         for name in [n for n in sys.modules if n.split(".")[0] == "bert_with_switches"]:
             del sys.modules[name]
