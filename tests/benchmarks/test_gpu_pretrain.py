@@ -91,14 +91,7 @@ def test_a_variant_that_reuses_an_earlier_graph_is_invalid_not_timed(bench, exam
     assert "tokens_per_second" not in cdt and cdt["error"].startswith("invalid: labelled compiled: 0 graphs")
 
 
-def test_disagreements_name_each_lie():
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
-    try:
-        bench = importlib.import_module("gpu_pretrain")
-    finally:
-        sys.path.pop(0)
+def test_disagreements_name_each_lie(bench):
     claimed = bench.claims("ours all fp8 compile graphs", "cuda")
     assert claimed["cuda_graph"] and claimed["fp8"] and claimed["fused_qkv"] and claimed["sparse_prediction"]
     ran = {**claimed, "graphs_compiled": 9, "frames_failed": 1, "graphs_compiled_while_timed": 0, "fp8": False}
