@@ -347,38 +347,14 @@ def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_name
 
     save_tokenizer(tok, start)
     out = tmp_path / "out"
-    run_finetuning(
-        FineTuningRecipe.from_args(
-            [
-                *args,
-                "--output_dir",
-                str(out),
-                "--unpad_inputs",
-                "true",
-                "--last_layer_subset",
-                "true",
-            ]
-        )
-    )
-    model_dir = out
-    config = json.loads((model_dir / "config.json").read_text())
+    switches = ["--unpad_inputs", "true", "--last_layer_subset", "true"]
+    run_finetuning(FineTuningRecipe.from_args([*args, "--output_dir", str(out), *switches]))
+    config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "bert" and config["architectures"] == ["BertForSequenceClassification"]
     inputs = inputs_for("AutoModelForSequenceClassification", len(tok), tmp_path / "inputs.pt")
-    got = run_without_package(
-        tmp_path,
-        {
-            "models": {
-                "model": {
-                    "auto": "AutoModelForSequenceClassification",
-                    "dir": str(model_dir),
-                    "inputs": inputs,
-                    "encoder_inputs": inputs,
-                }
-            },
-            "tokenizers": {"model": str(model_dir)},
-        },
-    )
+    job = {"auto": "AutoModelForSequenceClassification", "dir": str(out), "inputs": inputs, "encoder_inputs": inputs}
+    got = run_without_package(tmp_path, {"models": {"model": job}, "tokenizers": {"model": str(out)}})
     assert got["models"]["model"]["class"] == "BertForSequenceClassification"
-    ours = bert_repro.BertReproForSequenceClassification.from_pretrained(model_dir)
+    ours = bert_repro.BertReproForSequenceClassification.from_pretrained(out)
     assert_same_outputs(got["models"]["model"]["outputs"], our_outputs(ours, inputs), "fine-tuned model")
     assert got["tokenizers"]["model"]["ids"] == tok(SENTENCES)["input_ids"]
