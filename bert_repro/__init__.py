@@ -44,14 +44,11 @@ from .model.speed_paths import (
 
 __version__ = "0.1.0"
 
-transformers.AutoConfig.register(BertReproConfig.model_type, BertReproConfig, exist_ok=True)
-for _auto_name, _path in AUTO_MAP.items():
-    if _auto_name != "AutoConfig":
-        getattr(transformers, _auto_name).register(BertReproConfig, globals()[_path.split(".")[1]], exist_ok=True)
-transformers.AutoConfig.register(BertReproBiLSTMConfig.model_type, BertReproBiLSTMConfig, exist_ok=True)
-for _auto_name, _path in BILSTM_AUTO_MAP.items():
-    if _auto_name != "AutoConfig":
-        getattr(transformers, _auto_name).register(BertReproBiLSTMConfig, globals()[_path.split(".")[1]], exist_ok=True)
+for _config, _auto_map in ((BertReproConfig, AUTO_MAP), (BertReproBiLSTMConfig, BILSTM_AUTO_MAP)):
+    transformers.AutoConfig.register(_config.model_type, _config, exist_ok=True)
+    for _auto_name, _path in _auto_map.items():
+        if _auto_name != "AutoConfig":
+            getattr(transformers, _auto_name).register(_config, globals()[_path.split(".")[1]], exist_ok=True)
 
 __all__ = [
     "PRESETS",

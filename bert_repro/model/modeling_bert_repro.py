@@ -20,11 +20,6 @@ Paper section -> code:
 Parameter names are the public checkpoints' (`bert.encoder.layer.0.attention.self.query.weight`, ...), so every
 public checkpoint loads with `from_pretrained` and no renaming.
 
-Losses follow the HF conventions: label -100 is ignored in token-level losses; `next_sentence_label` 0 means IsNext.
-Each loss is the mean over its own labelled items (as the reference code does per TPU core), hence
-`accepts_loss_kwargs = False`: Trainer divides by the gradient-accumulation steps. With `config.sparse_prediction`
-the MLM decoder runs only at the labelled positions (MosaicBERT's trick; the same loss).
-
 Modules are built from `BertReproParts` passed down the constructors (`PAPER_PARTS` here); this file knows nothing
 of the speed switches, whose subclasses live in `speed_paths.py`. Their seams: the encoder builds the kernel's mask
 from the (batch, seq) padding mask; a forward's `**kwargs` reach each layer and the attention kernel;
@@ -430,7 +425,8 @@ class BertReproPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_attention_backend = True
     _no_split_modules = ["BertReproEmbeddings", "BertReproLayer"]
-    # Trainer must divide by the accumulation steps: every loss here is a mean over its own batch (module docstring).
+    # Trainer must divide by the accumulation steps: every loss here is the mean over its own labelled items (label
+    # -100 ignored), as the reference code's per TPU core.
     accepts_loss_kwargs = False
     # Some public checkpoints store the MLM output bias again under the decoder; ours is `cls.predictions.bias`.
     _keys_to_ignore_on_load_unexpected = [r"cls\.predictions\.decoder\.bias"]
