@@ -126,22 +126,18 @@ def test_shape_mismatch_names_the_checkpoint(tmp_path):
         load_bert(tmp_path, "base")
 
 
-def test_corrupt_safetensors_names_the_file(tmp_path):
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_damaged_safetensors_names_the_file(tmp_path, damage):
     hf_checkpoint(tmp_path)
     weights = tmp_path / "model.safetensors"
-    weights.write_bytes(b"\x00\x01 not a safetensors file" * 10)
-    with pytest.raises(CheckpointError, match=f"{weights} cannot be read as safetensors"):
+    if damage == "truncated":
+        damage_model_dir(tmp_path, "truncated")
+    else:
+        weights.write_bytes(b"\x00\x01 not a safetensors file" * 10)
+    with pytest.raises(CheckpointError, match=f"{weights} cannot be read as safetensors.*incomplete"):
         load_bert(tmp_path, "pretraining")
     with pytest.raises(OSError, match=f"{weights} is not a valid safetensors file"):  # our classes, unchecked
         BertReproForPreTraining.from_pretrained(tmp_path)
-
-
-def test_truncated_safetensors_names_the_file(tmp_path):
-    hf_checkpoint(tmp_path)
-    damage_model_dir(tmp_path, "truncated")
-    weights = tmp_path / "model.safetensors"
-    with pytest.raises(CheckpointError, match=f"{weights} cannot be read as safetensors.*incomplete"):
-        load_bert(tmp_path, "pretraining")
 
 
 def test_directory_without_weights(tmp_path):
