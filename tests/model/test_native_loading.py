@@ -32,7 +32,7 @@ from support.without_package import (
 import bert_repro
 from bert_repro.data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
 from bert_repro.hub.push import code_files
-from bert_repro.model.checkpoint_format import NotTransformersBertWarning, transformers_class_name
+from bert_repro.model.checkpoint_format import NotTransformersBertWarning, repro_class_name, transformers_class_name
 from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
 from bert_repro.model.modeling_bert_repro import AUTO_MAP
 
@@ -195,12 +195,8 @@ def write_old_format(directory: Path) -> None:
     """What save_pretrained wrote before checkpoints took transformers' BERT type."""
     config = json.loads((directory / "config.json").read_text())
     config["model_type"] = "bert_repro"
-    config["architectures"] = [bert_repro_name(a) for a in config["architectures"]]
+    config["architectures"] = [repro_class_name(a) for a in config["architectures"]]
     (directory / "config.json").write_text(json.dumps(config, indent=2))
-
-
-def bert_repro_name(name: str) -> str:
-    return name if name.startswith("BertRepro") else "BertRepro" + name[len("Bert") :]
 
 
 def test_old_format_still_loads_and_a_push_stages_it_natively(tmp_path, tokenizer):
