@@ -1,56 +1,25 @@
 """Pre-training examples from a corpus read as a stream: no Arrow copy of the corpus or of the examples on disk.
 
-What this builds
-----------------
-``StreamingExamples`` reads documents lazily from a ``DocumentSource``, tokenizes each as it arrives (the map-style
-pipeline's ``_tokenize_batch``) and builds examples with the map-style builder's own ``create_instances_from_document``
-and per-document stream ``document_rng(seed, document, round)``. Examples leave through a bounded shuffle buffer,
-pass after pass for ever, as a ``torch.utils.data.IterableDataset``.
+``StreamingExamples`` reads documents lazily from a ``DocumentSource``, tokenizes each as the map-style pipeline does
+and builds its instances with that pipeline's ``create_instances_from_document`` and ``document_rng(seed, document,
+round)``. Examples leave through a bounded shuffle buffer, pass after pass for ever. Pass p builds round
+``p % dupe_factor`` (the reference's copies, each with its own masks and pairs).
 
-Sources (``open_document_source``):
+Sources (``open_document_source``): local ``.txt`` / ``.jsonl`` files (``TextFileDocuments``: the position is a file
+and a byte offset, so resuming reads nothing twice), or a Hub dataset or local tables (``DatasetDocuments``:
+datasets resumes per shard, reading the current shard's consumed rows again; WikiText is one generator, read again
+up to the position).
 
-- local ``.txt`` and ``.jsonl`` files: ``TextFileDocuments``. Its position is a file and a byte offset, so resuming
-  seeks there and reads nothing twice.
-- a Hub dataset (``streaming=True``) and local ``.parquet`` / ``.csv`` / ``.tsv``: ``DatasetDocuments``, a
-  ``datasets.IterableDataset`` and its ``state_dict()``. datasets resumes per shard: the rows of the current shard
-  before the position are read again and dropped by the library. WikiText (``document_boundary="wikitext"``) is one
-  generator over the split, so resuming reads the consumed part again.
-
-The approximation: NotNext segments from a buffer of recent documents
----------------------------------------------------------------------
-The reference draws segment B of a NotNext pair from any other document of the whole corpus, which needs random
-access. Here ``all_documents`` is a buffer of the current document and the K = ``document_buffer`` before it (the
-first documents wait until it is full). The reference's rule is unchanged: a random other document, ten tries.
-B's start, length, the IsNext coin, truncation and masks are the reference's draws. What differs: B comes from K
-recent neighbours. NotNext pairs are as the paper's when the stream order is unrelated to the content (a shuffled
-corpus), and harder when neighbours are related (Wikipedia in title order). docs/pretraining.md,
-"Streaming a corpus larger than the disk".
-
-The reference's final shuffle of all instances is here a buffer of ``shuffle_buffer`` examples: one document's
-examples spread over about that many positions, not the whole data set.
-
-``dupe_factor``: pass p builds every document with round ``p % dupe_factor`` (the reference's copies, each with its
-own masks and draws). Pass p + ``dupe_factor`` repeats pass p's instances in another order, as epochs over the
-reference's static data do.
+The approximation (docs/pretraining.md, "Streaming a corpus larger than the disk"): the reference draws segment B of
+a NotNext pair from any other document of the corpus, which needs random access. Here it comes from the
+``document_buffer`` documents before A's, by the reference's rule (a random other document, ten tries): as the
+paper's when the stream order is unrelated to the content, harder when neighbours are related. The reference's final
+shuffle of all instances is a buffer of ``shuffle_buffer`` examples.
 
 A document's id for ``document_rng`` is its position in this process's pass times the number of processes plus the
-rank. Empty, binary-looking and held-out documents (``exclude``, digests from ``text_digest``) are skipped and
-counted.
-
-Phases and processes
---------------------
-``phase_examples[p]`` examples are drawn with ``configs[p]`` (e.g. 128 tokens), then ``configs[p + 1]`` (e.g. 512).
-At the switch the pending examples and the shuffle buffer are dropped; the document buffer and the read position
-are kept. Each process reads its own part of the stream (every world_size-th file or document;
-``split_dataset_by_node`` for datasets). Each of N DataLoader workers reads its own share, R * N + w of P * N
-(``WorkerStreams``).
-
-Resuming
---------
-``state_dict()`` is JSON: the source position, the document buffer, the pending examples, the shuffle buffer and its
-generator, the counters. ``load_state_dict`` on a fresh object with the same arguments continues with exactly the
-examples an uninterrupted stream gives. ``DataStateCallback`` writes the states into every Trainer checkpoint
-(``data_state-rank{R}.json``); ``load_data_state`` reads them back.
+rank. At a phase switch (``phase_examples``) the pending examples and the shuffle buffer are dropped; the documents
+stay. ``state_dict()`` is JSON, and a fresh object with the same arguments continues from it with exactly the
+examples an uninterrupted stream gives; ``DataStateCallback`` writes it into every checkpoint.
 """
 
 from __future__ import annotations
@@ -79,15 +48,17 @@ from .corpus import (
     TEXT_SUFFIXES,
     CorpusError,
     _expand,
+    _select_text,
     decode_text,
     load_corpus,
 )
 from .masking import WordPieceVocab
 from .pretraining_config import PreTrainingDataConfig
+from .pretraining_examples import _append_instance, _config_features
 from .tokenized_documents import (
     _tokenize_batch,  # the map-style pipeline's own sentence split + WordPiece, so both tokenize alike
 )
-from .training_instances import IS_NEXT, NOT_NEXT, TrainingInstance, create_instances_from_document, document_rng
+from .training_instances import create_instances_from_document, document_rng
 
 __all__ = [
     "DATA_STATE",
@@ -194,15 +165,12 @@ class TextFileDocuments:
         suffix = Path(name).suffix.lower()
         if suffix in (".jsonl", ".json"):
             yield from self._json_lines(name, offset)
-        elif suffix in TEXT_SUFFIXES or suffix == "":
-            if self.document_boundary == "file":
-                if offset == 0:
-                    raw = Path(name).read_bytes()
-                    yield self._decode(raw, name), len(raw)
-            else:
-                yield from self._paragraph_blocks(name, offset)
+        elif self.document_boundary == "file":
+            if offset == 0:
+                raw = Path(name).read_bytes()
+                yield self._decode(raw, name), len(raw)
         else:
-            raise CorpusError(f"{name}: TextFileDocuments reads .txt and .jsonl files, not {suffix}")
+            yield from self._paragraph_blocks(name, offset)
 
     def _decode(self, raw: bytes, name: str) -> str:
         text = decode_text(raw, name, warn=name not in self._warned)
@@ -335,14 +303,7 @@ def open_document_source(
     names = [str(f) for f in files]
     kwargs = {"delimiter": "\t"} if fmt == "csv" and all(n.endswith(".tsv") for n in names) else {}
     dataset = datasets.load_dataset(fmt, data_files=names, split="train", streaming=True, **kwargs)
-    if text_column not in (dataset.column_names or []):
-        raise CorpusError(
-            f"{source} has no column {text_column!r}; its columns are {dataset.column_names}. Pass the "
-            "right one with text_column."
-        )
-    if text_column != "text":
-        dataset = dataset.rename_column(text_column, "text")
-    return DatasetDocuments(dataset.select_columns(["text"]), **share)
+    return DatasetDocuments(_select_text(dataset, text_column, str(source)), **share)
 
 
 def first_documents(source: DocumentSource, n: int) -> list[str]:
@@ -415,10 +376,6 @@ class StreamingExamples(torch.utils.data.IterableDataset):
         self.skipped = {"empty": 0, "binary": 0, "held_out": 0}
         self._source_iter: Iterator[str] | None = None
 
-    @property
-    def phase(self) -> int:
-        return self._phase
-
     def __iter__(self) -> Iterator[dict[str, Any]]:
         while True:
             while self._phase < len(self._boundaries) and self._examples >= self._boundaries[self._phase]:
@@ -487,8 +444,10 @@ class StreamingExamples(torch.utils.data.IterableDataset):
             rng = document_rng(
                 config.random_seed, entry[0] * self.world_size + self.rank, self._pass % config.dupe_factor
             )
+            columns = {name: [] for name in _config_features(config)}  # the map-style builder's rows
             for instance in create_instances_from_document(documents, position, self.vocab, rng, config):
-                self._pending.append(_example(instance, config))
+                _append_instance(columns, instance)
+            self._pending.extend(dict(zip(columns, row)) for row in zip(*columns.values()))
 
     # ----------------------------------------------------------------------------------------------
     # State
@@ -532,17 +491,6 @@ class StreamingExamples(torch.utils.data.IterableDataset):
         self._shuffle = list(state["shuffle"])
         version, internal, gauss = state["rng"]
         self._rng.setstate((version, tuple(internal), gauss))
-
-
-def _example(instance: TrainingInstance, config: PreTrainingDataConfig) -> dict[str, Any]:
-    """The row ``create_pretraining_instances`` stores for ``instance`` (no NSP label for a one-segment instance)."""
-    example: dict[str, Any] = {"input_ids": instance.tokens, "token_type_ids": instance.segment_ids}
-    if instance.is_random_next is not None:
-        example["next_sentence_label"] = NOT_NEXT if instance.is_random_next else IS_NEXT
-    if getattr(config, "stores_masks", config.static_masking):
-        example["masked_lm_positions"] = instance.masked_lm_positions
-        example["masked_lm_ids"] = instance.masked_lm_labels
-    return example
 
 
 # --------------------------------------------------------------------------------------------------
@@ -597,8 +545,6 @@ class WorkerStreams(torch.utils.data.IterableDataset):
         world_size: int = 1,
     ) -> None:
         super().__init__()
-        if streams < 1:
-            raise ValueError(f"streams must be at least 1, got {streams}")
         self.make_stream, self.streams, self.batch_size = make_stream, streams, batch_size
         self.phase_batches, self.rank, self.world_size = list(phase_batches), rank, world_size
         self.first_batch = 0  # the batch this process reads next (after resuming: the first one not trained yet)
@@ -694,7 +640,7 @@ class WorkerStreams(torch.utils.data.IterableDataset):
 
     def load_states(self, state: dict[str, Any]) -> None:
         """Continue from the positions of ``state_text``: the same processes and streams only."""
-        states = state["streams"] if "streams" in state else [state]  # a checkpoint from before workers
+        states = state["streams"]
         saved = (states[0]["world_size"] // len(states), len(states))
         if saved != (self.world_size, self.streams) or any(
             s["rank"] != self.rank * self.streams + v for v, s in enumerate(states)
@@ -706,7 +652,7 @@ class WorkerStreams(torch.utils.data.IterableDataset):
                 "resume with as many processes and workers as before"
             )
         self.states = list(states)
-        self.first_batch = state.get("batches", states[0]["examples"] // self.batch_size)
+        self.first_batch = state["batches"]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -266,7 +266,7 @@ def test_phase_switch_and_state_checks(marked):
         shuffle_buffer=20,
     )
     rows = take(examples, 240)
-    assert all(len(r["input_ids"]) <= 32 for r in rows[:40]) and examples.phase == 1
+    assert all(len(r["input_ids"]) <= 32 for r in rows[:40]) and examples._phase == 1
     assert max(len(r["input_ids"]) for r in rows[40:]) > 32 and all(len(r["masked_lm_ids"]) <= 10 for r in rows)
     other = examples_of(
         open_document_source(str(folder), rank=1, world_size=2), tokenizer, CONFIG, rank=1, world_size=2
