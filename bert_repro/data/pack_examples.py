@@ -1,17 +1,12 @@
 """Sequence packing for pre-training with both objectives, masked LM and next sentence prediction.
 
-Why
----
 Examples shorter than ``max_seq_length`` (``short_seq_prob``, document ends) leave padding in every batch; packing
 puts several into one row. transformers' ``DataCollatorWithFlattening`` packs for MLM only (it drops
 ``token_type_ids`` and the NSP label). Here every example keeps its segments, masks, [CLS] and NSP label, so a
-packed batch has the unpadded batch's losses and gradients.
+packed batch has the unpacked batch's losses and gradients. Packing is per batch (``first_fit_decreasing``), so a
+step still holds ``global_batch_size`` examples and the sampler, phases and resumption are unchanged.
 
-What this implements
---------------------
-- ``first_fit_decreasing``: rows of example indices, each at most ``max_seq_length`` tokens. Packing is per batch,
-  so a step still holds ``global_batch_size`` examples and the losses, sampler, phases and resumption are unchanged.
-- ``PackingCollator``: a ``PreTrainingCollator`` whose batch is packed rows:
+A ``PackingCollator`` batch:
 
   ``input_ids``, ``token_type_ids``, ``labels`` (rows, width) -- the examples side by side, padding at the end;
   ``position_ids`` (rows, width) -- 0 at each example's [CLS], counting up within the example, 0 at padding;
@@ -20,11 +15,8 @@ What this implements
   ``masked_positions`` (examples, slots) -- as ``PreTrainingCollator``'s, the examples in that order;
   ``cls_positions`` (examples,) -- each example's [CLS] in the flattened batch: the pooler's fixed-size gather.
 
-  An example starts where ``position_ids == 0`` at a real token (transformers' variable-length FlashAttention
-  convention); the model builds its attention from that (``bert_repro.model.packed_sequences``).
-- ``fixed_shape`` (``torch.compile``): a fixed row count and example slots per batch size, so a compiled step
-  neither recompiles nor waits on the host.
-- ``padding_statistics``: the share of padding with and without packing, for ``data_statistics.json``.
+An example starts where ``position_ids == 0`` at a real token (transformers' variable-length FlashAttention
+convention); the model builds its attention from that (``bert_repro.model.packed_sequences``).
 """
 
 from __future__ import annotations
