@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -124,7 +125,7 @@ class TextFileDocuments:
             self.files, self._every, self._keep = files[rank::world_size], 1, 0
         else:
             self.files, self._every, self._keep = files, world_size, rank
-        self.max_documents = None if max_documents is None else max(1, -(-max_documents // world_size))
+        self.max_documents = max_documents
         self.documents_read = 0
         self._position = {"file": 0, "offset": 0, "row": 0, "kept": 0}
         self._warned: set[str] = set()  # files whose encoding was already reported
@@ -232,11 +233,9 @@ class DatasetDocuments:
             from datasets.distributed import split_dataset_by_node
 
             dataset = split_dataset_by_node(dataset, rank=rank, world_size=world_size)
-        self.dataset = dataset
-        self.max_documents = None if max_documents is None else max(1, -(-max_documents // world_size))
+        self.dataset, self.max_documents = dataset, max_documents
         self._start = dataset.state_dict()
         self._kept = 0
-        self.documents_read = 0
 
     def rewind(self) -> None:
         self.dataset.load_state_dict(self._start)
@@ -252,12 +251,10 @@ class DatasetDocuments:
     def __iter__(self) -> Iterator[str]:
         # iter(): iterating the dataset itself inside a DataLoader worker would split it again among the workers
         for batch in self.dataset.iter(batch_size=1):
-            row = {name: values[0] for name, values in batch.items()}
             if self.max_documents is not None and self._kept >= self.max_documents:
                 return
-            self.documents_read += 1
             self._kept += 1
-            text = row.get("text")
+            text = batch["text"][0]
             yield text if isinstance(text, str) else ""
 
 
@@ -275,9 +272,11 @@ def open_document_source(
     world_size: int = 1,
     max_documents: int | None = None,
 ) -> DocumentSource:
-    """This process's share of a corpus, read lazily: local text and JSON lines files, local tables, a Hub dataset."""
+    """This process's share of a corpus, read lazily: local text and JSON lines files, local tables, a Hub dataset
+    (``max_documents``: of the whole corpus, shared among the processes)."""
     files = _expand(source)
-    share = {"rank": rank, "world_size": world_size, "max_documents": max_documents}
+    per_process = None if max_documents is None else max(1, -(-max_documents // world_size))
+    share = {"rank": rank, "world_size": world_size, "max_documents": per_process}
     if files is None:
         dataset = load_corpus(
             source,
@@ -308,13 +307,7 @@ def open_document_source(
 
 def first_documents(source: DocumentSource, n: int) -> list[str]:
     """The first ``n`` non-blank texts of a source (read from its start; the source is rewound afterwards)."""
-    texts: list[str] = []
-    if n > 0:
-        for text in source:
-            if text.strip():
-                texts.append(text)
-                if len(texts) >= n:
-                    break
+    texts = list(itertools.islice((text for text in source if text.strip()), n))
     source.rewind()
     return texts
 
