@@ -442,10 +442,6 @@ class StreamingExamples(torch.utils.data.IterableDataset):
                 _append_instance(columns, instance)
             self._pending.extend(dict(zip(columns, row)) for row in zip(*columns.values()))
 
-    # ----------------------------------------------------------------------------------------------
-    # State
-    # ----------------------------------------------------------------------------------------------
-
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue this stream exactly, as plain JSON types."""
         version, internal, gauss = self._rng.getstate()
