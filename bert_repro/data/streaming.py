@@ -318,12 +318,8 @@ def first_documents(source: DocumentSource, n: int) -> list[str]:
 
 
 class StreamingExamples(torch.utils.data.IterableDataset):
-    """Pre-training examples of a document stream (see the module docstring), for ever, with a resumable state.
-
-    Rows are those of ``create_pretraining_instances``: ``input_ids``, ``token_type_ids``,
-    ``next_sentence_label`` and, with static masking, ``masked_lm_positions`` / ``masked_lm_ids``.
-    Iterating again continues where the last iterator stopped (one stream, not one per iterator).
-    """
+    """Pre-training examples of a document stream (see the module docstring), for ever, with a resumable state: the
+    rows of ``create_pretraining_instances``. Iterating again continues where the last iterator stopped."""
 
     def __init__(
         self,
@@ -512,15 +508,12 @@ def stream_batches(stream: int, streams: int, batches: int) -> int:
 class WorkerStreams(torch.utils.data.IterableDataset):
     """This process's batches of examples from ``streams`` streams, one per DataLoader worker, in a fixed order.
 
-    Stream v of rank R among P is the ``StreamingExamples`` of share R * streams + v of P * streams (``make_stream``),
-    as if it were a process of its own. Batch i is the next ``batch_size`` examples of stream i % streams, whatever the
-    workers' speeds: the DataLoader returns its workers' batches in turn, and worker w runs stream
-    (first batch + w) % streams. The examples therefore depend on ``--dataloader_num_workers``, and a run resumes with
-    the same number.
+    Stream v of rank R among P is the ``StreamingExamples`` of share R * streams + v of P * streams (``make_stream``).
+    Batch i is the next ``batch_size`` examples of stream i % streams whatever the workers' speeds, since the
+    DataLoader returns its workers' batches in turn; so the examples depend on ``--dataloader_num_workers``.
 
-    A stream's state at a checkpoint is the one before its first untrained batch. Workers run ahead of training, so a
-    worker writes its state into a folder of this process after each batch a checkpoint may follow (``plan_saves``),
-    before the batch leaves it; at the save, ``state_text`` gathers those files.
+    Workers run ahead of training, so each writes its stream's state before every batch a checkpoint may follow
+    (``plan_saves``) into a folder of this process, where ``state_text`` gathers them at the save.
     """
 
     def __init__(
@@ -650,12 +643,8 @@ class WorkerStreams(torch.utils.data.IterableDataset):
 
 
 class DataStateCallback(TrainerCallback):
-    """Writes the streams' positions into every checkpoint, as ``data_state-rank{R}.json`` (one file per process).
-
-    The positions must be those of the examples trained so far: ``batches_per_step`` (this process's batches per
-    optimizer step) times the step (``WorkerStreams.state_text``, which stops the run rather than save a position
-    that would skip or repeat examples).
-    """
+    """Writes the streams' positions after the examples trained so far (``batches_per_step`` times the step) into
+    every checkpoint, as ``data_state-rank{R}.json`` (one file per process)."""
 
     def __init__(self, streams: WorkerStreams, batches_per_step: int) -> None:
         self.streams, self.batches_per_step = streams, batches_per_step
