@@ -6,7 +6,8 @@ from it with ``sentence_columns`` (GLUE), ``span_columns`` (SQuAD), ``choice_col
 
 A value that does not fit raises `TaskDataError` naming the file, the line or row, and what was expected. One
 departure, from the reference ``run_squad.py``: SQuAD TRAINING questions whose answer text is not at its
-``answer_start`` are skipped and counted (`drop_misaligned_answers`).
+``answer_start`` are skipped and counted (`drop_misaligned_answers`); evaluation keeps them, since the official
+script compares texts only.
 """
 
 from __future__ import annotations

@@ -29,9 +29,8 @@ Format rules:
 - GLUE's ``idx`` is the row number, as on the Hub, except in hidden-label test files: their ``index`` (QQP ``id``).
 
 Bad input fails early with a `TaskDataError` naming the file, the line (1-based) or row (0-based) and what was
-expected. One departure, from the reference ``run_squad.py``: a SQuAD TRAINING question whose answer is not at its
-``answer_start`` is skipped and counted; evaluation keeps it, since the official script compares texts only.
-Every row is checked in Python, so MNLI from the Hub takes a few seconds.
+expected (`bert_repro.tasks.columns`, which also holds the one departure from the reference: SQuAD training answers
+not at their ``answer_start``). Every row is checked in Python, so MNLI from the Hub takes a few seconds.
 """
 
 from __future__ import annotations
