@@ -4,17 +4,14 @@ BERT is fine-tuned on eleven tasks (section 4: the eight GLUE tasks it averages,
 evaluated on CoNLL-2003 NER (section 5.3). WNLI is registered so GLUE submissions are complete, but flagged
 ``in_glue_average=False``: the paper leaves it out.
 
-A `Task` says everything the package needs about one task, so one code path serves all. Its ``kind`` (a
-`bert_repro.tasks.kinds.TaskKind`) owns what differs between kinds. The rest is data: canonical and source columns,
-``label_names`` in the Hub dataset's id order, ``metrics`` and the paper's ``main_metric``, the Hub dataset, the
-paper's hyper-parameters (``defaults``, ``grid``) and numbers (``paper``, ``other_reported``,
-``paper_feature_based``), and how GLUE test predictions are written.
+A `Task` says everything the package needs about one task, so one code path serves all: its ``kind`` (a
+`bert_repro.tasks.kinds.TaskKind`) owns what differs between kinds, the rest is data (``label_names`` in the Hub
+dataset's id order, results in percent as printed).
 
 ``eval_splits`` are the labelled splits a model is scored on (CoNLL-2003 includes its labelled "test" = eng.testb);
 ``test_splits`` have hidden labels (GLUE's server, SWAG's leaderboard), so their rows carry label -1.
 
 Departures and choices:
-- Paper results are stored in percent, as printed; the metric functions return fractions.
 - The paper picks the GLUE learning rate on dev from {5e-5, 4e-5, 3e-5, 2e-5}; ``defaults`` holds 2e-5 (the most
   common winner for BASE) and ``grid`` the whole search.
 - SQuAD v2.0: the paper's dev numbers use the threshold tau chosen on dev (``squad_best_f1``); ``main_metric`` is
