@@ -195,6 +195,9 @@ def _open_text(name: str, encoding: _Encoding):
     return open(name, encoding=encoding.codec, errors=encoding.errors, newline="")
 
 
+_SENTENCE_ENDS = re.compile(f"[{re.escape(SENTENCE_END_CHARS)}]")
+
+
 class _UnpunctuatedStretch:
     """The longest stretch of a file's text without sentence-ending punctuation or a blank line, fed line by
     line: where the sentence splitter will find an overlong "sentence" (``MAX_SENTENCE_CHARS``) and cut it."""
@@ -207,25 +210,12 @@ class _UnpunctuatedStretch:
         if not line.strip():
             self.run = 0
             return
-        if self.run == 0:
-            self._run_start = self.line
-        ends = [i for i in (line.find(c) for c in SENTENCE_END_CHARS) if i >= 0]
-        if not ends:
-            self._note(self.run + len(line), self._run_start)
-            self.run += len(line)
-            return
-        self._note(self.run + min(ends), self._run_start)
-        if len(line) > MAX_SENTENCE_CHARS:
-            self._note(max(map(len, _SENTENCE_ENDS.split(line))), self.line)
-        self.run = len(line) - 1 - max(line.rfind(c) for c in SENTENCE_END_CHARS)
-        self._run_start = self.line
-
-    def _note(self, length: int, line: int) -> None:
-        if length > self.longest:
-            self.longest, self.longest_line = length, line
-
-
-_SENTENCE_ENDS = re.compile(f"[{re.escape(SENTENCE_END_CHARS)}]")
+        for k, piece in enumerate(_SENTENCE_ENDS.split(line)):
+            if k or self.run == 0:  # a stretch starts after a sentence end or a blank line
+                self.run, self._run_start = 0, self.line
+            self.run += len(piece)
+            if self.run > self.longest:
+                self.longest, self.longest_line = self.run, self._run_start
 
 
 def _file_documents(name: str, document_boundary: str) -> Iterator[str]:
