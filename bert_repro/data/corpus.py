@@ -22,7 +22,7 @@ import glob
 import logging
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,58 +82,6 @@ def _expand(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Pat
 # A multi-byte UTF-8 sequence (a lead byte and its continuation bytes): text in another 8-bit encoding almost
 # never holds one, so a file with some is UTF-8 with stray bytes rather than latin-1.
 _UTF8_MULTIBYTE = re.compile(rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}")
-
-
-def decode_text(raw: bytes, name: str = "text", *, warn: bool = True) -> str | None:
-    """The text of a file's bytes, or None when they are not text (binary). Never drops a character silently:
-    whatever is not plain UTF-8 is decoded as explained in the module docstring, with a warning naming `name`."""
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        try:
-            return raw.decode("utf-16")
-        except UnicodeDecodeError:
-            return None
-    if b"\x00" in raw[:65536]:
-        return None
-    try:
-        text = raw.decode("utf-8-sig")
-        return None if looks_like_binary(text[:65536]) else text
-    except UnicodeDecodeError:
-        pass
-    if _UTF8_MULTIBYTE.search(raw):
-        text = raw.decode("utf-8", errors="replace")
-        bad = text.count("\ufffd")
-        if looks_like_binary(text):
-            return None
-        if warn:
-            logger.warning(
-                "%s: %d byte(s) are not UTF-8 and were replaced by U+FFFD (the rest is UTF-8); convert the "
-                "file to UTF-8 to keep those characters",
-                name,
-                bad,
-            )
-        return text.lstrip("\ufeff")
-    # Windows-1252 leaves five byte values undefined; latin-1 decodes them (as control characters).
-    try:
-        text, encoding = raw.decode("cp1252"), "Windows-1252"
-    except UnicodeDecodeError:
-        text, encoding = raw.decode("latin-1"), "latin-1"
-    if looks_like_binary(text):
-        return None
-    if warn:
-        logger.warning(
-            "%s is not UTF-8: read as %s (e.g. %r); convert it to UTF-8 if that is not its encoding",
-            name,
-            encoding,
-            _first_non_ascii(text),
-        )
-    return text
-
-
-def _first_non_ascii(text: str, context: int = 12) -> str:
-    i = next((i for i, ch in enumerate(text) if ord(ch) > 127), 0)
-    return text[max(0, i - context) : i + context]
-
-
 # Files are read in blocks of this many bytes (encoding detection) or line by line (documents), never whole:
 # the memory a file needs is that of its largest document, whatever the file's size.
 _READ_BLOCK = 1 << 20
@@ -162,11 +110,11 @@ def _blocks(name: str) -> Iterator[bytes]:
             yield block
 
 
-def _decodes(name: str, codec: str) -> bool:
-    """Whether the whole file decodes with ``codec`` (read block by block)."""
+def _decodes(blocks: Iterable[bytes], codec: str) -> bool:
+    """Whether the bytes of ``blocks`` decode with ``codec``."""
     decoder = codecs.getincrementaldecoder(codec)("strict")
     try:
-        for block in _blocks(name):
+        for block in blocks:
             decoder.decode(block)
         decoder.decode(b"", final=True)
     except UnicodeDecodeError:
@@ -174,29 +122,33 @@ def _decodes(name: str, codec: str) -> bool:
     return True
 
 
-def _has_utf8_multibyte(name: str) -> bool:
+def _has_utf8_multibyte(blocks: Iterable[bytes]) -> bool:
     tail = b""
-    for block in _blocks(name):
+    for block in blocks:
         if _UTF8_MULTIBYTE.search(tail + block):
             return True
         tail = block[-3:]  # a sequence cut by the block boundary
     return False
 
 
-def detect_encoding(name: str) -> _Encoding | None:
-    """How to decode file ``name`` (the rules of ``decode_text``), or None when it is not text. Reads the
-    file in blocks: the memory needed does not grow with the file. The binary check reads the first 64 KiB
-    of UTF-8 text (as ``decode_text``) and the first MiB of text in other encodings."""
-    with open(name, "rb") as f:
-        head = f.read(_HEAD_BYTES)
+def _first_non_ascii(text: str, context: int = 12) -> str:
+    i = next((i for i, ch in enumerate(text) if ord(ch) > 127), 0)
+    return text[max(0, i - context) : i + context]
+
+
+def _encoding_of(head: bytes, blocks: Callable[[], Iterable[bytes]]) -> _Encoding | None:
+    """How to decode bytes that start with ``head`` (``blocks()``: all of them, read again for each question), or
+    None when they are not text. A UTF-16 byte-order mark is honoured; bytes that are not UTF-8 are Windows-1252
+    (latin-1 where that leaves a byte undefined), unless they hold multi-byte UTF-8 sequences: then the stray bytes
+    are replaced. Text is binary by the first 64 KiB of UTF-8, or the first MiB in the other cases."""
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return _Encoding("utf-16") if _decodes(name, "utf-16") else None
+        return _Encoding("utf-16") if _decodes(blocks(), "utf-16") else None
     if b"\x00" in head[:65536]:
         return None
-    if _decodes(name, "utf-8-sig"):
+    if _decodes(blocks(), "utf-8-sig"):
         text = head.decode("utf-8-sig", errors="ignore")  # the block may end inside a character
         return None if looks_like_binary(text[:65536]) else _Encoding("utf-8-sig")
-    if _has_utf8_multibyte(name):
+    if _has_utf8_multibyte(blocks()):
         if looks_like_binary(head.decode("utf-8", errors="replace")):
             return None
         return _Encoding(
@@ -206,8 +158,8 @@ def detect_encoding(name: str) -> _Encoding | None:
             "(the rest is UTF-8); convert the file to UTF-8 to keep those characters",
         )
     codec, label = "cp1252", "Windows-1252"
-    if any(_CP1252_UNDEFINED[i : i + 1] in block for block in _blocks(name) for i in range(5)):
-        codec, label = "latin-1", "latin-1"  # Windows-1252 leaves five byte values undefined
+    if any(_CP1252_UNDEFINED[i : i + 1] in block for block in blocks() for i in range(5)):
+        codec, label = "latin-1", "latin-1"
     text = head.decode(codec)
     if looks_like_binary(text):
         return None
@@ -219,9 +171,31 @@ def detect_encoding(name: str) -> _Encoding | None:
     )
 
 
+def decode_text(raw: bytes, name: str = "text", *, warn: bool = True) -> str | None:
+    """The text of a file's bytes, or None when they are not text (binary). Never drops a character silently:
+    whatever is not plain UTF-8 is decoded by the rules of ``_encoding_of``, with a warning naming `name`."""
+    encoding = _encoding_of(raw[:_HEAD_BYTES], lambda: [raw])
+    if encoding is None:
+        return None
+    text = raw.decode(encoding.codec, encoding.errors)
+    if warn and encoding.warning:
+        logger.warning(encoding.warning.format(name=name, bad=text.count("\ufffd")))
+    return text
+
+
+def detect_encoding(name: str) -> _Encoding | None:
+    """How to decode file ``name``, read in blocks: the memory needed does not grow with the file."""
+    with open(name, "rb") as f:
+        head = f.read(_HEAD_BYTES)
+    return _encoding_of(head, lambda: _blocks(name))
+
+
 def _open_text(name: str, encoding: _Encoding):
     # newline="": lines keep their own ends ("\r\n" stays), so a file read whole is its text unchanged.
     return open(name, encoding=encoding.codec, errors=encoding.errors, newline="")
+
+
+_SENTENCE_ENDS = re.compile(f"[{re.escape(SENTENCE_END_CHARS)}]")
 
 
 class _UnpunctuatedStretch:
@@ -236,25 +210,12 @@ class _UnpunctuatedStretch:
         if not line.strip():
             self.run = 0
             return
-        if self.run == 0:
-            self._run_start = self.line
-        ends = [i for i in (line.find(c) for c in SENTENCE_END_CHARS) if i >= 0]
-        if not ends:
-            self._note(self.run + len(line), self._run_start)
-            self.run += len(line)
-            return
-        self._note(self.run + min(ends), self._run_start)
-        if len(line) > MAX_SENTENCE_CHARS:
-            self._note(max(map(len, _SENTENCE_ENDS.split(line))), self.line)
-        self.run = len(line) - 1 - max(line.rfind(c) for c in SENTENCE_END_CHARS)
-        self._run_start = self.line
-
-    def _note(self, length: int, line: int) -> None:
-        if length > self.longest:
-            self.longest, self.longest_line = length, line
-
-
-_SENTENCE_ENDS = re.compile(f"[{re.escape(SENTENCE_END_CHARS)}]")
+        for k, piece in enumerate(_SENTENCE_ENDS.split(line)):
+            if k or self.run == 0:  # a stretch starts after a sentence end or a blank line
+                self.run, self._run_start = 0, self.line
+            self.run += len(piece)
+            if self.run > self.longest:
+                self.longest, self.longest_line = self.run, self._run_start
 
 
 def _file_documents(name: str, document_boundary: str) -> Iterator[str]:

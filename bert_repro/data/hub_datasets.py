@@ -8,7 +8,6 @@ one-line error names what to pass instead (`--corpus`, `--data`), within seconds
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import urllib.error
 import urllib.request
@@ -41,27 +40,16 @@ def hub_answers(repo_id: str, timeout: float = PROBE_SECONDS) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def offline():
-    """`HF_HUB_OFFLINE=1` for the calls inside (datasets and huggingface_hub read the flag at import time)."""
-    from huggingface_hub import constants
-
-    with patch.object(datasets.config, "HF_HUB_OFFLINE", True), patch.object(constants, "HF_HUB_OFFLINE", True):
-        yield
-
-
 def load_hub_dataset(repo_id: str, *args, **kwargs):
     """`datasets.load_dataset(repo_id, *args, **kwargs)`, asking the Hub once first. Raises `HubUnreachable` when
     the Hub does not answer and the cache holds no copy; any other failure is datasets' own."""
     from huggingface_hub import constants
 
-    if constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE:
+    offline = constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE
+    if offline or (problem := hub_answers(repo_id)) is None:
         return datasets.load_dataset(repo_id, *args, **kwargs)
-    problem = hub_answers(repo_id)
-    if problem is None:
-        return datasets.load_dataset(repo_id, *args, **kwargs)
-    try:
-        with offline():
+    try:  # HF_HUB_OFFLINE=1 (datasets and huggingface_hub read the variable at import time: their copies)
+        with patch.object(datasets.config, "HF_HUB_OFFLINE", True), patch.object(constants, "HF_HUB_OFFLINE", True):
             loaded = datasets.load_dataset(repo_id, *args, **kwargs)
     except Exception as err:  # not in the cache (datasets raises ConnectionError, FileNotFoundError, ...)
         raise HubUnreachable(f"{problem}, and the local cache holds no copy of {repo_id}") from err

@@ -1,17 +1,12 @@
 """Sequence packing for pre-training with both objectives, masked LM and next sentence prediction.
 
-Why
----
 Examples shorter than ``max_seq_length`` (``short_seq_prob``, document ends) leave padding in every batch; packing
 puts several into one row. transformers' ``DataCollatorWithFlattening`` packs for MLM only (it drops
 ``token_type_ids`` and the NSP label). Here every example keeps its segments, masks, [CLS] and NSP label, so a
-packed batch has the unpadded batch's losses and gradients.
+packed batch has the unpacked batch's losses and gradients. Packing is per batch (``first_fit_decreasing``), so a
+step still holds ``global_batch_size`` examples and the sampler, phases and resumption are unchanged.
 
-What this implements
---------------------
-- ``first_fit_decreasing``: rows of example indices, each at most ``max_seq_length`` tokens. Packing is per batch,
-  so a step still holds ``global_batch_size`` examples and the losses, sampler, phases and resumption are unchanged.
-- ``PackingCollator``: a ``PreTrainingCollator`` whose batch is packed rows:
+A ``PackingCollator`` batch:
 
   ``input_ids``, ``token_type_ids``, ``labels`` (rows, width) -- the examples side by side, padding at the end;
   ``position_ids`` (rows, width) -- 0 at each example's [CLS], counting up within the example, 0 at padding;
@@ -20,11 +15,8 @@ What this implements
   ``masked_positions`` (examples, slots) -- as ``PreTrainingCollator``'s, the examples in that order;
   ``cls_positions`` (examples,) -- each example's [CLS] in the flattened batch: the pooler's fixed-size gather.
 
-  An example starts where ``position_ids == 0`` at a real token (transformers' variable-length FlashAttention
-  convention); the model builds its attention from that (``bert_repro.model.packed_sequences``).
-- ``fixed_shape`` (``torch.compile``): a fixed row count and example slots per batch size, so a compiled step
-  neither recompiles nor waits on the host.
-- ``padding_statistics``: the share of padding with and without packing, for ``data_statistics.json``.
+An example starts where ``position_ids == 0`` at a real token (transformers' variable-length FlashAttention
+convention); the model builds its attention from that (``bert_repro.model.packed_sequences``).
 """
 
 from __future__ import annotations
@@ -101,17 +93,13 @@ def pack_rows(lengths: Sequence[int], max_seq_length: int, step: int = 8) -> tup
 class PackingCollator(PreTrainingCollator):
     """``PreTrainingCollator`` whose batch is packed rows of at most ``max_seq_length`` tokens (see the module).
 
-    Each example is masked (stored masks, or fresh dynamic ones drawn in the input order, as the unpacked collator
-    draws them) before packing, so the packed batch holds exactly the tokens and labels of the unpacked one.
-    Rows are padded to the longest row (or to ``pad_to_multiple_of``).
+    Each example is masked as the unpacked collator masks it before packing, so the packed batch holds exactly the
+    tokens and labels of the unpacked one.
 
     ``fixed_shape`` (for ``torch.compile``): every batch of the same size has the same shapes, so the compiled step
-    is one graph that never waits on the host. Rows are ``max_seq_length`` wide; a batch has ``examples`` example
-    slots (``None``: as many as it has examples), the missing ones padded (``cls_positions`` 0, NSP label -100,
-    masked slots at position 0, all ignored by the losses); and ``ceil(rows_per_example * slots)`` rows, empty
-    ones as padding. A batch whose examples need more rows than that gets one row per slot, the count that
-    always suffices: a phase then sees at most two row counts. How often depends on ``rows_per_example``, which
-    ``packed_rows_per_example`` measures on the data.
+    is one graph that never waits on the host: rows of ``max_seq_length``, ``examples`` example slots (missing ones
+    padded, ignored by the losses) and ``ceil(rows_per_example * slots)`` rows; a batch that needs more gets one row
+    per slot, which always suffices (``packed_rows_per_example`` measures how rarely on the data).
     """
 
     max_seq_length: int = 128
@@ -194,14 +182,11 @@ def padding_statistics(
     seed: int = 0,
     max_batches: int | None = 2000,
 ) -> dict[str, Any]:
-    """Share of padding in the batches of examples of ``lengths``, without and with packing.
+    """Share of padding in the batches of examples of ``lengths``, without and with packing (``pack_rows``).
 
     Batches of ``batch_size`` examples drawn as the training sampler draws them (a seeded permutation; the last,
-    incomplete batch dropped unless it is the only one), at most ``max_batches`` of them (``None``: all). Without
-    packing a batch is padded to its longest example; with packing it is ``first_fit_decreasing`` rows padded to the
-    longest row. Shares are of all positions of the batches; ``rows_per_batch`` is the mean number of packed rows;
-    ``most_rows_at_full_width`` the most rows of ``max_seq_length`` any batch needed (a fixed-shape collator's row
-    count: ``packed_rows_per_example``).
+    incomplete batch dropped unless it is the only one), at most ``max_batches`` of them (``None``: all).
+    ``most_rows_at_full_width``: the most rows of ``max_seq_length`` any batch needed (``packed_rows_per_example``).
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if batch_size < 1:

@@ -1,33 +1,22 @@
 """Sentence splitting for BERT's pre-training data: raw document text -> a list of sentences.
 
-What this implements
---------------------
 google-research/bert's ``create_pretraining_data.py`` reads one sentence per line and asks for "actual sentences,
 not entire paragraphs", because NSP's segments are cut at sentence boundaries. Real corpora come as paragraphs, so
 ``split_sentences`` splits one document's text; the caller keeps the document boundary.
 
-Why a rule-based splitter of our own
-------------------------------------
-- NLTK's Punkt needs ``punkt_tab``, which is not in the wheel and would be downloaded at run time.
-- pysbd 0.3.4 took about 8 s/MB of book text (a CPU-day for English Wikipedia), ends a sentence at every line break
-  of hard-wrapped text, and is super-linear: 30,000 repetitions of ``"x. "`` took 135 s.
+Why rules of our own: NLTK's Punkt needs ``punkt_tab``, downloaded at run time; pysbd 0.3.4 took about 8 s/MB of
+book text, ends a sentence at every line break of hard-wrapped text, and is super-linear (30,000 repetitions of
+``"x. "`` took 135 s). These rules run in linear time with the standard library and give the same output
+everywhere, so the data stays byte-for-byte reproducible. A boundary is terminal punctuation, optional closing
+quotes or brackets, white space, and an upper-case letter or digit; abbreviations, initials and dotted acronyms do
+not end a sentence. A wrong boundary only moves the A/B cut point; it loses no text. A blank line always ends a
+sentence; single line breaks are hard wrapping unless ``split_lines=True`` (one paragraph per line, as in
+Wikipedia dumps).
 
-The rules below run in linear time with the standard library, and give the same output everywhere, so the data stays
-byte-for-byte reproducible. A boundary is terminal punctuation, optional closing quotes or brackets, white space, and
-an upper-case letter or digit; abbreviations, initials and dotted acronyms do not end a sentence. A wrong boundary
-only moves the A/B cut point; it loses no text.
-
-Paragraphs
-----------
-A blank line always ends a sentence. Single line breaks are hard wrapping, read as spaces, unless
-``split_lines=True`` (one paragraph or heading per line, as in Wikipedia dumps).
-
-Overlong "sentences" (our departure from the reference)
---------------------------------------------------------
-Text without sentence punctuation would be one giant "sentence". The reference keeps it whole and truncates it to one
-example, silently losing the rest, while it costs time in proportion to its length. Here a sentence over
-``MAX_SENTENCE_CHARS`` is cut into pieces of at most ``SENTENCE_PIECE_CHARS``, at a space where there is one. The
-pieces are packed like sentences, and no text is lost. ``max_sentence_chars=None`` keeps the reference's behaviour.
+Overlong "sentences" (our departure from the reference): text without sentence punctuation would be one giant
+"sentence", which the reference keeps whole and truncates to one example, losing the rest. Here a sentence over
+``MAX_SENTENCE_CHARS`` is cut into pieces of at most ``SENTENCE_PIECE_CHARS``, at a space where there is one, and
+the pieces are packed like sentences. ``max_sentence_chars=None`` keeps the reference's behaviour.
 """
 
 from __future__ import annotations

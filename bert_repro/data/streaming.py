@@ -1,62 +1,32 @@
 """Pre-training examples from a corpus read as a stream: no Arrow copy of the corpus or of the examples on disk.
 
-What this builds
-----------------
-``StreamingExamples`` reads documents lazily from a ``DocumentSource``, tokenizes each as it arrives (the map-style
-pipeline's ``_tokenize_batch``) and builds examples with the map-style builder's own ``create_instances_from_document``
-and per-document stream ``document_rng(seed, document, round)``. Examples leave through a bounded shuffle buffer,
-pass after pass for ever, as a ``torch.utils.data.IterableDataset``.
+``StreamingExamples`` reads documents lazily from a ``DocumentSource``, tokenizes each as the map-style pipeline does
+and builds its instances with that pipeline's ``create_instances_from_document`` and ``document_rng(seed, document,
+round)``. Examples leave through a bounded shuffle buffer, pass after pass for ever. Pass p builds round
+``p % dupe_factor`` (the reference's copies, each with its own masks and pairs).
 
-Sources (``open_document_source``):
+Sources (``open_document_source``): local ``.txt`` / ``.jsonl`` files (``TextFileDocuments``: the position is a file
+and a byte offset, so resuming reads nothing twice), or a Hub dataset or local tables (``DatasetDocuments``:
+datasets resumes per shard, reading the current shard's consumed rows again; WikiText is one generator, read again
+up to the position).
 
-- local ``.txt`` and ``.jsonl`` files: ``TextFileDocuments``. Its position is a file and a byte offset, so resuming
-  seeks there and reads nothing twice.
-- a Hub dataset (``streaming=True``) and local ``.parquet`` / ``.csv`` / ``.tsv``: ``DatasetDocuments``, a
-  ``datasets.IterableDataset`` and its ``state_dict()``. datasets resumes per shard: the rows of the current shard
-  before the position are read again and dropped by the library. WikiText (``document_boundary="wikitext"``) is one
-  generator over the split, so resuming reads the consumed part again.
-
-The approximation: NotNext segments from a buffer of recent documents
----------------------------------------------------------------------
-The reference draws segment B of a NotNext pair from any other document of the whole corpus, which needs random
-access. Here ``all_documents`` is a buffer of the current document and the K = ``document_buffer`` before it (the
-first documents wait until it is full). The reference's rule is unchanged: a random other document, ten tries.
-B's start, length, the IsNext coin, truncation and masks are the reference's draws. What differs: B comes from K
-recent neighbours. NotNext pairs are as the paper's when the stream order is unrelated to the content (a shuffled
-corpus), and harder when neighbours are related (Wikipedia in title order). docs/pretraining.md,
-"Streaming a corpus larger than the disk".
-
-The reference's final shuffle of all instances is here a buffer of ``shuffle_buffer`` examples: one document's
-examples spread over about that many positions, not the whole data set.
-
-``dupe_factor``: pass p builds every document with round ``p % dupe_factor`` (the reference's copies, each with its
-own masks and draws). Pass p + ``dupe_factor`` repeats pass p's instances in another order, as epochs over the
-reference's static data do.
+The approximation (docs/pretraining.md, "Streaming a corpus larger than the disk"): the reference draws segment B of
+a NotNext pair from any other document of the corpus, which needs random access. Here it comes from the
+``document_buffer`` documents before A's, by the reference's rule (a random other document, ten tries): as the
+paper's when the stream order is unrelated to the content, harder when neighbours are related. The reference's final
+shuffle of all instances is a buffer of ``shuffle_buffer`` examples.
 
 A document's id for ``document_rng`` is its position in this process's pass times the number of processes plus the
-rank. Empty, binary-looking and held-out documents (``exclude``, digests from ``text_digest``) are skipped and
-counted.
-
-Phases and processes
---------------------
-``phase_examples[p]`` examples are drawn with ``configs[p]`` (e.g. 128 tokens), then ``configs[p + 1]`` (e.g. 512).
-At the switch the pending examples and the shuffle buffer are dropped; the document buffer and the read position
-are kept. Each process reads its own part of the stream (every world_size-th file or document;
-``split_dataset_by_node`` for datasets). Each of N DataLoader workers reads its own share, R * N + w of P * N
-(``WorkerStreams``).
-
-Resuming
---------
-``state_dict()`` is JSON: the source position, the document buffer, the pending examples, the shuffle buffer and its
-generator, the counters. ``load_state_dict`` on a fresh object with the same arguments continues with exactly the
-examples an uninterrupted stream gives. ``DataStateCallback`` writes the states into every Trainer checkpoint
-(``data_state-rank{R}.json``); ``load_data_state`` reads them back.
+rank. At a phase switch (``phase_examples``) the pending examples and the shuffle buffer are dropped; the documents
+stay. ``state_dict()`` is JSON, and a fresh object with the same arguments continues from it with exactly the
+examples an uninterrupted stream gives; ``DataStateCallback`` writes it into every checkpoint.
 """
 
 from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -79,15 +49,17 @@ from .corpus import (
     TEXT_SUFFIXES,
     CorpusError,
     _expand,
+    _select_text,
     decode_text,
     load_corpus,
 )
 from .masking import WordPieceVocab
 from .pretraining_config import PreTrainingDataConfig
+from .pretraining_examples import _append_instance, _config_features
 from .tokenized_documents import (
     _tokenize_batch,  # the map-style pipeline's own sentence split + WordPiece, so both tokenize alike
 )
-from .training_instances import IS_NEXT, NOT_NEXT, TrainingInstance, create_instances_from_document, document_rng
+from .training_instances import create_instances_from_document, document_rng
 
 __all__ = [
     "DATA_STATE",
@@ -153,7 +125,7 @@ class TextFileDocuments:
             self.files, self._every, self._keep = files[rank::world_size], 1, 0
         else:
             self.files, self._every, self._keep = files, world_size, rank
-        self.max_documents = None if max_documents is None else max(1, -(-max_documents // world_size))
+        self.max_documents = max_documents
         self.documents_read = 0
         self._position = {"file": 0, "offset": 0, "row": 0, "kept": 0}
         self._warned: set[str] = set()  # files whose encoding was already reported
@@ -194,15 +166,12 @@ class TextFileDocuments:
         suffix = Path(name).suffix.lower()
         if suffix in (".jsonl", ".json"):
             yield from self._json_lines(name, offset)
-        elif suffix in TEXT_SUFFIXES or suffix == "":
-            if self.document_boundary == "file":
-                if offset == 0:
-                    raw = Path(name).read_bytes()
-                    yield self._decode(raw, name), len(raw)
-            else:
-                yield from self._paragraph_blocks(name, offset)
+        elif self.document_boundary == "file":
+            if offset == 0:
+                raw = Path(name).read_bytes()
+                yield self._decode(raw, name), len(raw)
         else:
-            raise CorpusError(f"{name}: TextFileDocuments reads .txt and .jsonl files, not {suffix}")
+            yield from self._paragraph_blocks(name, offset)
 
     def _decode(self, raw: bytes, name: str) -> str:
         text = decode_text(raw, name, warn=name not in self._warned)
@@ -264,11 +233,9 @@ class DatasetDocuments:
             from datasets.distributed import split_dataset_by_node
 
             dataset = split_dataset_by_node(dataset, rank=rank, world_size=world_size)
-        self.dataset = dataset
-        self.max_documents = None if max_documents is None else max(1, -(-max_documents // world_size))
+        self.dataset, self.max_documents = dataset, max_documents
         self._start = dataset.state_dict()
         self._kept = 0
-        self.documents_read = 0
 
     def rewind(self) -> None:
         self.dataset.load_state_dict(self._start)
@@ -284,12 +251,10 @@ class DatasetDocuments:
     def __iter__(self) -> Iterator[str]:
         # iter(): iterating the dataset itself inside a DataLoader worker would split it again among the workers
         for batch in self.dataset.iter(batch_size=1):
-            row = {name: values[0] for name, values in batch.items()}
             if self.max_documents is not None and self._kept >= self.max_documents:
                 return
-            self.documents_read += 1
             self._kept += 1
-            text = row.get("text")
+            text = batch["text"][0]
             yield text if isinstance(text, str) else ""
 
 
@@ -307,9 +272,11 @@ def open_document_source(
     world_size: int = 1,
     max_documents: int | None = None,
 ) -> DocumentSource:
-    """This process's share of a corpus, read lazily: local text and JSON lines files, local tables, a Hub dataset."""
+    """This process's share of a corpus, read lazily: local text and JSON lines files, local tables, a Hub dataset
+    (``max_documents``: of the whole corpus, shared among the processes)."""
     files = _expand(source)
-    share = {"rank": rank, "world_size": world_size, "max_documents": max_documents}
+    per_process = None if max_documents is None else max(1, -(-max_documents // world_size))
+    share = {"rank": rank, "world_size": world_size, "max_documents": per_process}
     if files is None:
         dataset = load_corpus(
             source,
@@ -335,25 +302,12 @@ def open_document_source(
     names = [str(f) for f in files]
     kwargs = {"delimiter": "\t"} if fmt == "csv" and all(n.endswith(".tsv") for n in names) else {}
     dataset = datasets.load_dataset(fmt, data_files=names, split="train", streaming=True, **kwargs)
-    if text_column not in (dataset.column_names or []):
-        raise CorpusError(
-            f"{source} has no column {text_column!r}; its columns are {dataset.column_names}. Pass the "
-            "right one with text_column."
-        )
-    if text_column != "text":
-        dataset = dataset.rename_column(text_column, "text")
-    return DatasetDocuments(dataset.select_columns(["text"]), **share)
+    return DatasetDocuments(_select_text(dataset, text_column, str(source)), **share)
 
 
 def first_documents(source: DocumentSource, n: int) -> list[str]:
     """The first ``n`` non-blank texts of a source (read from its start; the source is rewound afterwards)."""
-    texts: list[str] = []
-    if n > 0:
-        for text in source:
-            if text.strip():
-                texts.append(text)
-                if len(texts) >= n:
-                    break
+    texts = list(itertools.islice((text for text in source if text.strip()), n))
     source.rewind()
     return texts
 
@@ -364,12 +318,8 @@ def first_documents(source: DocumentSource, n: int) -> list[str]:
 
 
 class StreamingExamples(torch.utils.data.IterableDataset):
-    """Pre-training examples of a document stream (see the module docstring), for ever, with a resumable state.
-
-    Rows are those of ``create_pretraining_instances``: ``input_ids``, ``token_type_ids``,
-    ``next_sentence_label`` and, with static masking, ``masked_lm_positions`` / ``masked_lm_ids``.
-    Iterating again continues where the last iterator stopped (one stream, not one per iterator).
-    """
+    """Pre-training examples of a document stream (see the module docstring), for ever, with a resumable state: the
+    rows of ``create_pretraining_instances``. Iterating again continues where the last iterator stopped."""
 
     def __init__(
         self,
@@ -414,10 +364,6 @@ class StreamingExamples(torch.utils.data.IterableDataset):
         self._phase = self._pass = self._document = self._kept = self._examples = 0
         self.skipped = {"empty": 0, "binary": 0, "held_out": 0}
         self._source_iter: Iterator[str] | None = None
-
-    @property
-    def phase(self) -> int:
-        return self._phase
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         while True:
@@ -487,12 +433,10 @@ class StreamingExamples(torch.utils.data.IterableDataset):
             rng = document_rng(
                 config.random_seed, entry[0] * self.world_size + self.rank, self._pass % config.dupe_factor
             )
+            columns = {name: [] for name in _config_features(config)}  # the map-style builder's rows
             for instance in create_instances_from_document(documents, position, self.vocab, rng, config):
-                self._pending.append(_example(instance, config))
-
-    # ----------------------------------------------------------------------------------------------
-    # State
-    # ----------------------------------------------------------------------------------------------
+                _append_instance(columns, instance)
+            self._pending.extend(dict(zip(columns, row)) for row in zip(*columns.values()))
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue this stream exactly, as plain JSON types."""
@@ -534,17 +478,6 @@ class StreamingExamples(torch.utils.data.IterableDataset):
         self._rng.setstate((version, tuple(internal), gauss))
 
 
-def _example(instance: TrainingInstance, config: PreTrainingDataConfig) -> dict[str, Any]:
-    """The row ``create_pretraining_instances`` stores for ``instance`` (no NSP label for a one-segment instance)."""
-    example: dict[str, Any] = {"input_ids": instance.tokens, "token_type_ids": instance.segment_ids}
-    if instance.is_random_next is not None:
-        example["next_sentence_label"] = NOT_NEXT if instance.is_random_next else IS_NEXT
-    if getattr(config, "stores_masks", config.static_masking):
-        example["masked_lm_positions"] = instance.masked_lm_positions
-        example["masked_lm_ids"] = instance.masked_lm_labels
-    return example
-
-
 # --------------------------------------------------------------------------------------------------
 # DataLoader workers
 # --------------------------------------------------------------------------------------------------
@@ -575,15 +508,12 @@ def stream_batches(stream: int, streams: int, batches: int) -> int:
 class WorkerStreams(torch.utils.data.IterableDataset):
     """This process's batches of examples from ``streams`` streams, one per DataLoader worker, in a fixed order.
 
-    Stream v of rank R among P is the ``StreamingExamples`` of share R * streams + v of P * streams (``make_stream``),
-    as if it were a process of its own. Batch i is the next ``batch_size`` examples of stream i % streams, whatever the
-    workers' speeds: the DataLoader returns its workers' batches in turn, and worker w runs stream
-    (first batch + w) % streams. The examples therefore depend on ``--dataloader_num_workers``, and a run resumes with
-    the same number.
+    Stream v of rank R among P is the ``StreamingExamples`` of share R * streams + v of P * streams (``make_stream``).
+    Batch i is the next ``batch_size`` examples of stream i % streams whatever the workers' speeds, since the
+    DataLoader returns its workers' batches in turn; so the examples depend on ``--dataloader_num_workers``.
 
-    A stream's state at a checkpoint is the one before its first untrained batch. Workers run ahead of training, so a
-    worker writes its state into a folder of this process after each batch a checkpoint may follow (``plan_saves``),
-    before the batch leaves it; at the save, ``state_text`` gathers those files.
+    Workers run ahead of training, so each writes its stream's state before every batch a checkpoint may follow
+    (``plan_saves``) into a folder of this process, where ``state_text`` gathers them at the save.
     """
 
     def __init__(
@@ -597,8 +527,6 @@ class WorkerStreams(torch.utils.data.IterableDataset):
         world_size: int = 1,
     ) -> None:
         super().__init__()
-        if streams < 1:
-            raise ValueError(f"streams must be at least 1, got {streams}")
         self.make_stream, self.streams, self.batch_size = make_stream, streams, batch_size
         self.phase_batches, self.rank, self.world_size = list(phase_batches), rank, world_size
         self.first_batch = 0  # the batch this process reads next (after resuming: the first one not trained yet)
@@ -694,7 +622,7 @@ class WorkerStreams(torch.utils.data.IterableDataset):
 
     def load_states(self, state: dict[str, Any]) -> None:
         """Continue from the positions of ``state_text``: the same processes and streams only."""
-        states = state["streams"] if "streams" in state else [state]  # a checkpoint from before workers
+        states = state["streams"]
         saved = (states[0]["world_size"] // len(states), len(states))
         if saved != (self.world_size, self.streams) or any(
             s["rank"] != self.rank * self.streams + v for v, s in enumerate(states)
@@ -706,7 +634,7 @@ class WorkerStreams(torch.utils.data.IterableDataset):
                 "resume with as many processes and workers as before"
             )
         self.states = list(states)
-        self.first_batch = state.get("batches", states[0]["examples"] // self.batch_size)
+        self.first_batch = state["batches"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -715,12 +643,8 @@ class WorkerStreams(torch.utils.data.IterableDataset):
 
 
 class DataStateCallback(TrainerCallback):
-    """Writes the streams' positions into every checkpoint, as ``data_state-rank{R}.json`` (one file per process).
-
-    The positions must be those of the examples trained so far: ``batches_per_step`` (this process's batches per
-    optimizer step) times the step (``WorkerStreams.state_text``, which stops the run rather than save a position
-    that would skip or repeat examples).
-    """
+    """Writes the streams' positions after the examples trained so far (``batches_per_step`` times the step) into
+    every checkpoint, as ``data_state-rank{R}.json`` (one file per process)."""
 
     def __init__(self, streams: WorkerStreams, batches_per_step: int) -> None:
         self.streams, self.batches_per_step = streams, batches_per_step

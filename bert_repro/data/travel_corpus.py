@@ -22,7 +22,6 @@ Only `*.txt` files below the folder are read.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from huggingface_hub.utils.sha import sha_fileobj
 
 from ..atomic import write_text
 from .corpus import CorpusError, load_corpus
@@ -43,11 +43,8 @@ COMPRESSION_LEVEL = 19  # zstd: on English books near xz and far ahead of level 
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+        return sha_fileobj(f).hex()
 
 
 def count_tokens(tokenizer, texts, batch: int = 16) -> int:

@@ -6,7 +6,8 @@ from it with ``sentence_columns`` (GLUE), ``span_columns`` (SQuAD), ``choice_col
 
 A value that does not fit raises `TaskDataError` naming the file, the line or row, and what was expected. One
 departure, from the reference ``run_squad.py``: SQuAD TRAINING questions whose answer text is not at its
-``answer_start`` are skipped and counted (`drop_misaligned_answers`).
+``answer_start`` are skipped and counted (`drop_misaligned_answers`); evaluation keeps them, since the official
+script compares texts only.
 """
 
 from __future__ import annotations
@@ -131,15 +132,16 @@ def _glue_idx(task: Task, split: str, raw: RawSplit) -> list[int]:
 def sentence_columns(task: Task, split: str, raw: RawSplit, *, scores: bool = False) -> dict[str, list]:
     """Classification (class ids) and, with ``scores``, regression (GLUE)."""
     columns: dict[str, list] = {c: texts(raw, find_column(task, raw, c), c) for c in task.text_columns}
-    unlabeled_ok = split in task.test_splits
-    labels = find_column(task, raw, "label", required=not unlabeled_ok)
-    convert = _score if scores else class_id
-    if labels is None:
-        columns["label"] = [convert(task, raw, i, None, True) for i in range(raw.num_rows)]
-    else:
-        columns["label"] = [convert(task, raw, i, value, unlabeled_ok) for i, value in enumerate(labels)]
+    columns["label"] = _labels(task, split, raw, _score if scores else class_id)
     columns["idx"] = _glue_idx(task, split, raw)
     return columns
+
+
+def _labels(task: Task, split: str, raw: RawSplit, convert: Callable[..., Any] = class_id) -> list:
+    """The label column, each value checked by ``convert``; a hidden-label test split may lack the column."""
+    unlabeled_ok = split in task.test_splits
+    labels = find_column(task, raw, "label", required=not unlabeled_ok) or [None] * raw.num_rows
+    return [convert(task, raw, i, value, unlabeled_ok) for i, value in enumerate(labels)]
 
 
 def _answers(task: Task, raw: RawSplit, i: int, value: Any) -> dict[str, list]:
@@ -222,15 +224,11 @@ def _endings(task: Task, raw: RawSplit) -> list[list[str]]:
 
 def choice_columns(task: Task, split: str, raw: RawSplit) -> dict[str, list]:
     """SWAG."""
-    unlabeled_ok = split in task.test_splits
-    labels = find_column(task, raw, "label", required=not unlabeled_ok)
     return {
         "context": texts(raw, find_column(task, raw, "context"), "context"),
         "question": texts(raw, find_column(task, raw, "question"), "question"),
         "endings": _endings(task, raw),
-        "label": [-1] * raw.num_rows
-        if labels is None
-        else [class_id(task, raw, i, v, unlabeled_ok) for i, v in enumerate(labels)],
+        "label": _labels(task, split, raw),
     }
 
 

@@ -29,9 +29,8 @@ Format rules:
 - GLUE's ``idx`` is the row number, as on the Hub, except in hidden-label test files: their ``index`` (QQP ``id``).
 
 Bad input fails early with a `TaskDataError` naming the file, the line (1-based) or row (0-based) and what was
-expected. One departure, from the reference ``run_squad.py``: a SQuAD TRAINING question whose answer is not at its
-``answer_start`` is skipped and counted; evaluation keeps it, since the official script compares texts only.
-Every row is checked in Python, so MNLI from the Hub takes a few seconds.
+expected (`bert_repro.tasks.columns`, which also holds the one departure from the reference: SQuAD training answers
+not at their ``answer_start``). Every row is checked in Python, so MNLI from the Hub takes a few seconds.
 """
 
 from __future__ import annotations
@@ -109,12 +108,7 @@ def describe_sources(task: Task | str) -> str:
 
 def canonical_columns(task: Task) -> tuple[str, ...]:
     """The columns of every split `load_task_data` returns for ``task``."""
-    return tuple(canonical_features(task))
-
-
-def canonical_features(task: Task) -> datasets.Features:
-    """The `datasets.Features` of the canonical form of ``task`` (the same whatever the source)."""
-    return task.kind.features(task)
+    return tuple(task.kind.features(task))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -128,16 +122,15 @@ def _read_text(path: Path) -> str:
         raise TaskDataError(f"{path}: not UTF-8 text ({error}).") from error
 
 
-def _known_names(task: Task) -> set[str]:
-    names = set(task.text_columns) | {"label", "idx", "id", "index"}
-    for alternatives in task.source_columns.values():
-        names.update(alternatives)
-    return names
-
-
-def _columns_from_rows(
-    path: Path, header: Sequence[str], rows: list[tuple[int, list[str]]], separator: str
-) -> RawSplit:
+def _delimited_columns(path: Path, task: Task, records: list[tuple[int, list[str]]], separator: str) -> RawSplit:
+    """The columns of a delimited file's (line number, fields) records, the first being the header unless the
+    task's files have none (CoLA train/dev: the first record then holds data, not one of the task's column names)."""
+    if not records:
+        raise TaskDataError(f"{path}: empty file.")
+    header, rows = records[0][1], records[1:]
+    known = {"label", "idx", "id", "index", *task.text_columns, *(n for ns in task.source_columns.values() for n in ns)}
+    if task.headerless_columns is not None and not (set(header) & known):
+        header, rows = list(task.headerless_columns), records
     if len(set(header)) != len(header):
         raise TaskDataError(f"{path}: repeated column names in the header {list(header)}.")
     width = len(header)
@@ -155,14 +148,6 @@ def _columns_from_rows(
             columns[name].append(value)
         lines.append(line)
     return RawSplit(columns, len(lines), str(path), lambda i: f"{path}, line {lines[i]}")
-
-
-def _split_header(task: Task, records: list[tuple[int, list[str]]]) -> tuple[list[str], list]:
-    """The header and the data rows; a headerless GLUE file (CoLA train/dev) gets the task's column names."""
-    first = records[0][1]
-    if task.headerless_columns is not None and not (set(first) & _known_names(task)):
-        return list(task.headerless_columns), records
-    return first, records[1:]
 
 
 class _LastRow:
@@ -249,10 +234,7 @@ def _read_tsv(path: Path, task: Task) -> RawSplit:
             for number, line in enumerate(text.split("\n"), start=1)
             if line.rstrip("\r")
         ]
-    if not records:
-        raise TaskDataError(f"{path}: empty file.")
-    header, rows = _split_header(task, records)
-    return _columns_from_rows(path, header, rows, "tab")
+    return _delimited_columns(path, task, records, "tab")
 
 
 def _read_csv(path: Path, task: Task) -> RawSplit:
@@ -267,10 +249,7 @@ def _read_csv(path: Path, task: Task) -> RawSplit:
             start = reader.line_num + 1
     except csv.Error as error:
         raise TaskDataError(f"{path}, line {reader.line_num}: not valid CSV ({error}).") from error
-    if not records:
-        raise TaskDataError(f"{path}: empty file.")
-    header, rows = _split_header(task, records)
-    return _columns_from_rows(path, header, rows, "comma")
+    return _delimited_columns(path, task, records, "comma")
 
 
 def _read_parquet(path: Path) -> RawSplit:
@@ -564,12 +543,9 @@ def _read_hub(task: Task, cache_dir: PathLike | None) -> dict[str, RawSplit]:
         if split is None:
             logger.info("%s: ignoring split %r of %s", task.name, name, label)
             continue
-        raws[split] = RawSplit(dataset.to_dict(), len(dataset), f"{label} {name}", _row_locator(f"{label} {name}"))
+        where = f"{label} {name}"
+        raws[split] = RawSplit(dataset.to_dict(), len(dataset), where, lambda i, where=where: f"{where}, row {i}")
     return raws
-
-
-def _row_locator(prefix: str) -> Callable[[int], str]:
-    return lambda i: f"{prefix}, row {i}"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -587,7 +563,7 @@ def _canonical_split_dataset(task: Task, split: str, raw: RawSplit) -> datasets.
     if raw.num_rows == 0:
         raise TaskDataError(f"{raw.source}: the {split} split of {task.name} is empty (no data rows).")
     columns = task.kind.canonicalise(task, split, raw)
-    return datasets.Dataset.from_dict(columns, features=canonical_features(task), split=split)
+    return datasets.Dataset.from_dict(columns, features=task.kind.features(task), split=split)
 
 
 def load_task_data(
@@ -614,7 +590,6 @@ __all__ = [
     "TaskDataError",
     "answer_is_aligned",
     "canonical_columns",
-    "canonical_features",
     "describe_sources",
     "iob1_to_iob2",
     "load_task_data",

@@ -4,17 +4,14 @@ BERT is fine-tuned on eleven tasks (section 4: the eight GLUE tasks it averages,
 evaluated on CoNLL-2003 NER (section 5.3). WNLI is registered so GLUE submissions are complete, but flagged
 ``in_glue_average=False``: the paper leaves it out.
 
-A `Task` says everything the package needs about one task, so one code path serves all. Its ``kind`` (a
-`bert_repro.tasks.kinds.TaskKind`) owns what differs between kinds. The rest is data: canonical and source columns,
-``label_names`` in the Hub dataset's id order, ``metrics`` and the paper's ``main_metric``, the Hub dataset, the
-paper's hyper-parameters (``defaults``, ``grid``) and numbers (``paper``, ``other_reported``,
-``paper_feature_based``), and how GLUE test predictions are written.
+A `Task` says everything the package needs about one task, so one code path serves all: its ``kind`` (a
+`bert_repro.tasks.kinds.TaskKind`) owns what differs between kinds, the rest is data (``label_names`` in the Hub
+dataset's id order, results in percent as printed).
 
 ``eval_splits`` are the labelled splits a model is scored on (CoNLL-2003 includes its labelled "test" = eng.testb);
 ``test_splits`` have hidden labels (GLUE's server, SWAG's leaderboard), so their rows carry label -1.
 
 Departures and choices:
-- Paper results are stored in percent, as printed; the metric functions return fractions.
 - The paper picks the GLUE learning rate on dev from {5e-5, 4e-5, 3e-5, 2e-5}; ``defaults`` holds 2e-5 (the most
   common winner for BASE) and ``grid`` the whole search.
 - SQuAD v2.0: the paper's dev numbers use the threshold tau chosen on dev (``squad_best_f1``); ``main_metric`` is
@@ -89,13 +86,6 @@ METRICS: Mapping[str, Metric] = MappingProxyType(
     }
 )
 
-# How GLUE's server wants test predictions: one `index<TAB>prediction` TSV per test split.
-SUBMISSION_LABELS = {
-    "names": "the label name (MNLI, QNLI, RTE, AX: 'entailment', 'not_entailment', ...)",
-    "ids": "the integer label id (CoLA, SST-2, MRPC, QQP, WNLI)",
-    "float": "the predicted score as a decimal number (STS-B)",
-}
-
 # Paper Table 1: the GLUE score averaged over the eight tasks (WNLI left out).
 PAPER_GLUE_AVERAGE: Mapping[str, float] = MappingProxyType({"base": 79.6, "large": 82.1})
 
@@ -149,7 +139,9 @@ class Task:
     # The feature-based approach: {feature set name (bert_repro.model.bilstm_heads.FEATURE_SETS): Result}.
     paper_feature_based: Mapping[str, Result] = field(default_factory=dict, hash=False)
     glue_submission_names: Mapping[str, str] | None = field(default=None, hash=False)
-    submission_labels: str | None = None  # a key of SUBMISSION_LABELS
+    # How GLUE's server wants a test prediction in the `index<TAB>prediction` TSV: "names" (the label name: MNLI,
+    # QNLI, RTE), "ids" (the label id: CoLA, SST-2, MRPC, QQP, WNLI) or "float" (the score: STS-B).
+    submission_labels: str | None = None
     in_glue_average: bool = False
     display_name: str = ""  # the task as people write it ("GLUE MRPC", "SQuAD v1.1"): model cards, tables
     description: str = ""
@@ -206,6 +198,13 @@ _GLUE_DEFAULTS = {
     "warmup_proportion": 0.1,  # reference run_classifier.py
     "weight_decay": 0.01,
 }
+
+
+def _defaults(**changes: Any) -> Mapping[str, Any]:
+    """GLUE's defaults with ``changes`` (SWAG and CoNLL-2003 differ in one value)."""
+    return _frozen({**_GLUE_DEFAULTS, **changes})
+
+
 _GLUE_GRID = {"learning_rate": (5e-5, 4e-5, 3e-5, 2e-5)}
 _PAPER_GRID = {
     "per_device_train_batch_size": (16, 32),
@@ -510,16 +509,7 @@ _TASK_LIST: tuple[Task, ...] = (
         original_format="swag_csv",
         original_files=_frozen({"train": ("train.csv",), "validation": ("val.csv",), "test": ("test.csv",)}),
         num_choices=4,
-        defaults=_frozen(
-            {
-                "learning_rate": 2e-5,
-                "num_train_epochs": 3,
-                "per_device_train_batch_size": 16,
-                "max_seq_length": 128,
-                "warmup_proportion": 0.1,
-                "weight_decay": 0.01,
-            }
-        ),
+        defaults=_defaults(per_device_train_batch_size=16),
         grid=_frozen(_PAPER_GRID),
         paper=(
             Result("base", "validation", "accuracy", 81.6, "paper Table 4"),
@@ -548,16 +538,7 @@ _TASK_LIST: tuple[Task, ...] = (
         ),
         eval_splits=("validation", "test"),
         test_splits=(),
-        defaults=_frozen(
-            {
-                "learning_rate": 3e-5,
-                "num_train_epochs": 3,
-                "per_device_train_batch_size": 32,
-                "max_seq_length": 128,
-                "warmup_proportion": 0.1,
-                "weight_decay": 0.01,
-            }
-        ),
+        defaults=_defaults(learning_rate=3e-5),
         grid=_frozen(_PAPER_GRID),
         paper=(
             Result("base", "validation", "entity_f1", 96.4, "paper Table 7"),
@@ -622,7 +603,6 @@ __all__ = [
     "METRICS",
     "Metric",
     "PAPER_GLUE_AVERAGE",
-    "SUBMISSION_LABELS",
     "TASKS",
     "Result",
     "Task",

@@ -3,8 +3,8 @@
 Text without sentence punctuation is cut into usable pieces (a departure from the reference, which keeps one giant
 "sentence" and truncates it to a single example) and the file is named in a warning; text files are read line by
 line with their encoding detected block by block (the result equals reading them whole); the builder reads the
-corpus from Arrow, not from a Python list of all documents; NotNext segments come from another document. The
-figures at 100 MB - 1 GB are in benchmarks/README.md ("Building examples at scale").
+corpus from Arrow, not from a Python list of all documents. The figures at 100 MB - 1 GB are in benchmarks/README.md
+("Building examples at scale").
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import BertTokenizerFast
 
 from bert_repro.data import corpus as corpus_module
-from bert_repro.data import tokenized_documents as pe
 from bert_repro.data.corpus import decode_text, load_corpus
 from bert_repro.data.masking import WordPieceVocab
 from bert_repro.data.pretraining_config import PreTrainingDataConfig
@@ -33,7 +32,7 @@ from bert_repro.data.sentences import (
     split_sentences,
 )
 from bert_repro.data.tokenized_documents import tokenize_documents
-from bert_repro.data.training_instances import IS_NEXT, NOT_NEXT
+from bert_repro.data.training_instances import IS_NEXT
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -195,7 +194,7 @@ def test_reading_a_long_line_needs_memory_of_about_its_size(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# The builder: Arrow, not Python lists of the corpus; NotNext from another document
+# The builder: Arrow, not Python lists of the corpus
 # --------------------------------------------------------------------------------------------------
 
 
@@ -212,24 +211,6 @@ def unique_documents(num_docs: int, seed: int = 0) -> tuple[list[str], list[list
         texts.append(" ".join(sentences))
         vocabularies.append(words)
     return texts, vocabularies
-
-
-def test_notnext_segment_b_comes_from_another_document():
-    texts, vocabularies = unique_documents(12)
-    tokenizer = word_tokenizer([w for ws in vocabularies for w in ws])
-    owner = {tokenizer.convert_tokens_to_ids(w): d for d, ws in enumerate(vocabularies) for w in ws}
-    docs = tokenize_documents(datasets.Dataset.from_dict({"text": texts}), tokenizer)
-    config = PreTrainingDataConfig(max_seq_length=48, dupe_factor=3, static_masking=False)
-    instances = create_pretraining_instances(docs, WordPieceVocab.from_tokenizer(tokenizer), config, num_proc=2)
-    counts = {IS_NEXT: 0, NOT_NEXT: 0}
-    for row in instances:
-        segments = row["token_type_ids"]
-        a = {owner[t] for t, s in zip(row["input_ids"], segments, strict=True) if s == 0 and t in owner}
-        b = {owner[t] for t, s in zip(row["input_ids"], segments, strict=True) if s == 1 and t in owner}
-        assert len(a) == 1 and len(b) == 1  # each segment from one document
-        counts[row["next_sentence_label"]] += 1
-        assert (a == b) == (row["next_sentence_label"] == IS_NEXT)
-    assert min(counts.values()) > 0.3 * len(instances)
 
 
 def test_the_builder_never_reads_the_whole_corpus_into_python(monkeypatch):
@@ -266,13 +247,3 @@ def test_builder_python_memory_does_not_grow_with_the_corpus():
         finally:
             tracemalloc.stop()
     assert peaks[8] < 2 * peaks[1], peaks
-
-
-def test_tokenized_documents_go_to_arrow_in_slices(monkeypatch):
-    # A document of many sentences is encoded a slice at a time; the rows are what one call would give.
-    texts = ["One. Two three. Four five six. " * 30, "Seven eight."]
-    tokenizer = word_tokenizer(["one", "two", "three", "four", "five", "six", "seven", "eight"])
-    whole = pe._tokenize_batch(texts, tokenizer, False)
-    monkeypatch.setattr(pe, "_ENCODE_SLICE", 7)
-    assert pe._tokenize_batch(texts, tokenizer, False) == whole
-    assert whole["num_sentences"] == [90, 1] and whole["num_tokens"] == [9 * 30, 3]

@@ -14,7 +14,6 @@ import sys
 import datasets
 import pytest
 from support import ROOT
-from support.damaged import fake_checkpoint
 from support.pretraining_runs import launch, weights, write_config
 from torch.utils.data import DataLoader
 
@@ -266,7 +265,7 @@ def test_phase_switch_and_state_checks(marked):
         shuffle_buffer=20,
     )
     rows = take(examples, 240)
-    assert all(len(r["input_ids"]) <= 32 for r in rows[:40]) and examples.phase == 1
+    assert all(len(r["input_ids"]) <= 32 for r in rows[:40]) and examples._phase == 1
     assert max(len(r["input_ids"]) for r in rows[40:]) > 32 and all(len(r["masked_lm_ids"]) <= 10 for r in rows)
     other = examples_of(
         open_document_source(str(folder), rank=1, world_size=2), tokenizer, CONFIG, rank=1, world_size=2
@@ -291,24 +290,6 @@ def test_bad_streamed_corpus(tmp_path, marked):
     utf16.write_text("d0w1 d0w2 .", encoding="utf-16")
     with pytest.raises(CorpusError, match="UTF-16"):
         list(open_document_source(str(utf16)))
-
-
-def test_checkpoint_with_a_truncated_stream_state_is_skipped(tmp_path, marked):
-    from bert_repro.training.checkpoints import checkpoint_problem
-
-    folder, _, tokenizer, _ = marked
-    examples = examples_of(open_document_source(str(folder)), tokenizer)
-    take(examples, 3)
-    checkpoint = fake_checkpoint(tmp_path / "checkpoint-3", 3)
-    (checkpoint / "data_state-rank0.json").write_text(json.dumps(examples.state_dict()))
-    assert checkpoint_problem(checkpoint) is None and checkpoint_problem(checkpoint, streamed=True) is None
-    state = (checkpoint / "data_state-rank0.json").rename(tmp_path / "state.json")
-    assert checkpoint_problem(checkpoint) is None  # a run that does not stream needs none
-    assert "data_state-rank0.json is missing" in checkpoint_problem(checkpoint, streamed=True)
-    state.rename(checkpoint / "data_state-rank0.json")
-    text = (checkpoint / "data_state-rank0.json").read_text()
-    (checkpoint / "data_state-rank0.json").write_text(text[: len(text) // 2])  # killed while writing
-    assert "data_state-rank0.json cannot be read" in checkpoint_problem(checkpoint)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -402,6 +383,15 @@ def test_resumed_workers_give_the_uninterrupted_batches(marked, tmp_path, kind):
 # Through the recipe
 # ---------------------------------------------------------------------------------------------------------------
 
+STREAMED = {
+    "streaming": True,
+    "stream_document_buffer": 4,
+    "stream_shuffle_buffer": 16,
+    "stream_held_out_documents": 4,
+    "document_boundary": "blank_line",
+    "split_lines": True,
+}
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
@@ -411,12 +401,7 @@ def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path
         tmp_path / "stream.yaml",
         folder,
         folder.parent / "vocab.txt",
-        streaming=True,
-        stream_document_buffer=4,
-        stream_shuffle_buffer=16,
-        stream_held_out_documents=4,
-        document_boundary="blank_line",
-        split_lines=True,
+        **STREAMED,
         max_steps=12,
         save_steps=5,
         eval_steps=6,
@@ -469,12 +454,7 @@ def test_streamed_pretraining_with_two_processes_reads_different_files(tmp_path,
         tmp_path / "ddp.yaml",
         folder,
         folder.parent / "vocab.txt",
-        streaming=True,
-        stream_document_buffer=4,
-        stream_shuffle_buffer=16,
-        stream_held_out_documents=4,
-        document_boundary="blank_line",
-        split_lines=True,
+        **STREAMED,
         per_device_train_batch_size=4,
         max_steps=6,
         save_steps=3,

@@ -139,17 +139,11 @@ def test_a_damaged_config_file_is_read_or_one_clear_error(seed, tmp_path_factory
 @FUZZ
 @given(seed=st.integers(0, 2**32 - 1))
 def test_a_damaged_tokenizer_file_loads_or_is_one_clear_error(name, seed, tmp_path_factory):
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-
-    folder = tmp_path_factory.mktemp("tokenizer")
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "##s", "on", "mat"]
-    if name == "vocab.txt":
-        valid = "\n".join(words) + "\n"
-    else:
-        tokenizer = Tokenizer(models.WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        valid = tokenizer.to_str()
+    vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    vocab.write_text("\n".join(words) + "\n")
+    valid = vocab.read_text() if name == "vocab.txt" else load_tokenizer(vocab).backend_tokenizer.to_str()
+    folder = tmp_path_factory.mktemp("tokenizer")
     (folder / name).write_bytes(damage(valid.encode(), seed))
     try:
         load_tokenizer(folder)
