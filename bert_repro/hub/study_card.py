@@ -26,11 +26,10 @@ from huggingface_hub import ModelCard
 
 from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
-from ..tasks.registry import TASKS
 from ..versions import FRAMEWORKS
 from . import card_common as card
 from .pretrained_card import PAPER_BATCH, PAPER_STEPS, _corpus_name, _shown_path
-from .study_comparison import _is_random_init, _study_verdict, fine_tuning_comparison
+from .study_comparison import _is_random_init, _study_verdict, fine_tuning_comparison, finetune_args_for
 
 
 def _flag(args: list[str], name: str) -> str | None:
@@ -156,10 +155,7 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         "pretrain_config": study.get("pretrain_config"),
         "pretrain_args": " ".join(args),
         "finetune_args": " ".join(shlex.split(study.get("finetune_args") or "")) or "the defaults",
-        "finetune_args_for": [
-            (TASKS[key].display_name if key in TASKS else key, args)
-            for key, _, args in (k.partition("=") for k in study.get("finetune_args_for") or [])
-        ],
+        "finetune_args_for": finetune_args_for(study, str),
         "seeds": ", ".join(str(s) for s in study.get("seeds") or []),
         "n_seeds": card.plural(len(study.get("seeds") or []) or 1, "fine-tuning seed"),
         "budget": _budget(results, study, name, row),

@@ -54,6 +54,14 @@ def _public_args(text: str) -> str:
     return " ".join(card.format_setting(card.public_value("", a)) for a in str(text).split())
 
 
+def finetune_args_for(study: Mapping[str, Any], shown: Callable[[str], str]) -> list[tuple[str, str]]:
+    """The study's per-task (or per-variant) fine-tuning arguments, the task by its display name."""
+    return [
+        (TASKS[key].display_name if key in TASKS else key, shown(args))
+        for key, _, args in (k.partition("=") for k in study.get("finetune_args_for") or [])
+    ]
+
+
 def _study_verdict(rows: list[dict[str, Any]]) -> str:
     """What the table shows, in one sentence: where pre-training beats random initialisation by more than twice the
     standard error of the difference, and where the majority class still does better."""
@@ -134,9 +142,6 @@ def _study(study_dir: str | Path | None, out: Path, steps: Any) -> tuple[list[Ev
         "seeds": ", ".join(str(s) for s in study.get("seeds") or []) or None,  # None: the best run of each grid
         "n_seeds": card.plural(seeds, "fine-tuning seed"),
         "finetune_args": _public_args(study.get("finetune_args") or "") or "the defaults",
-        "finetune_args_for": [
-            (TASKS[key].display_name if key in TASKS else key, _public_args(args))
-            for key, _, args in (k.partition("=") for k in study.get("finetune_args_for") or [])
-        ],
+        "finetune_args_for": finetune_args_for(study, _public_args),
         "verdict": _study_verdict(table) if random and study.get("seeds") else None,  # it needs standard errors
     }
