@@ -43,16 +43,11 @@ from .pretrained_card import card_for_pretraining
 # Any run directory
 
 
-def _is_finetuning(path: Path) -> bool:
-    """Whether ``path`` is a fine-tuning output directory (results.json with the task and the best run)."""
-    summary = read_json(path / "results.json")
-    return isinstance(summary, dict) and "task" in summary and "best" in summary
-
-
 def run_kind(path: str | Path) -> str:
     """ "pretraining" or "finetuning", from the files in ``path``."""
     path = Path(path)
-    if _is_finetuning(path):
+    summary = read_json(path / "results.json")
+    if isinstance(summary, dict) and "task" in summary and "best" in summary:
         return "finetuning"
     record = read_json(path / "run_config.json")
     if isinstance(record, dict) and "data" in record and (path / "config.json").is_file():
@@ -65,10 +60,8 @@ def run_kind(path: str | Path) -> str:
 
 def card_for_directory(path: str | Path, repo_id: str, **kwargs: Any) -> ModelCard:
     """The card of whatever run ``path`` holds (see `run_kind`); keyword arguments go to the card function."""
-    path = Path(path)
-    if _is_finetuning(path):
+    if run_kind(path) == "finetuning":
         return card_for_finetuning(path, repo_id, **kwargs)
-    run_kind(path)  # a clear error for a directory that holds no run
     return card_for_pretraining(path, repo_id, **kwargs)
 
 
