@@ -1,23 +1,13 @@
 """The paper's section-5 experiments as studies: pre-train each variant, fine-tune it, one table beside the paper's.
 
-A study is data (`study_tables.STUDIES`: table5 to table8, and pretraining, ours against random weights): its
-variants (what changes in pre-training or fine-tuning), its columns (a task and metric, or a pre-training measure)
-and the paper's numbers for that table. `run_study` pre-trains every variant at the size and budget given (the
-pre-training recipe's own arguments), fine-tunes each on the columns' tasks with the fine-tuning recipe's protocol
-(its learning-rate grid, best on dev), and after every finished cell writes into the output directory
-(`study_report`):
-- `study.md`: our numbers beside the paper's, the budget of each variant (steps, sequences, time) and the ordering
-  of the variants, ours against the paper's;
-- `study.json`: the same as data; `study.png`: ours against the paper's, one panel per column.
+A study (`study_tables.STUDIES`) is data: its variants, its columns and the paper's numbers. `run_study` pre-trains
+every variant at the size and budget given (the pre-training recipe's own arguments), fine-tunes each on the columns'
+tasks with the fine-tuning recipe's protocol (its learning-rate grid, best on dev), and after every finished run
+writes the report (`study_report`: study.md, study.json, study.png).
 
-Layout: `<output_dir>/pretrain/<variant>/` (a pre-training run), `<output_dir>/finetune/<variant>/<task>/` (a
-fine-tuning run; a column that fine-tunes differently, e.g. feature-based, has its own). Each finished run is
-kept and not run again, and the recipes resume an interrupted one from its last checkpoint: run the same command
-again to continue a study.
-
-The study's modules: `study_tables` (the paper's tables as data), `study_arguments` (the command line's arguments
-and the variants and tasks they select), this one (the runs, and the table's rows read from them), `study_report`
-(study.md / study.json / study.png from the rows).
+Layout: `<output_dir>/pretrain/<variant>/` and `<output_dir>/finetune/<variant>/<task>/` (a column that fine-tunes
+differently, e.g. feature-based, has its own). A finished run is kept and not run again, and the recipes resume an
+interrupted one from its last checkpoint: run the same command again to continue a study.
 """
 
 from __future__ import annotations
