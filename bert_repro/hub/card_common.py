@@ -10,13 +10,13 @@ import json
 import math
 import os
 import re
-import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from safetensors import safe_open
 
 from ..model.checkpoint_format import native_obstacles
 from ..model.configuration_bert_repro import PRESETS
@@ -215,10 +215,8 @@ def safetensors_parameter_count(path: Path) -> int | None:
     """Parameters stored in a safetensors file, from its header alone (no tensor is read)."""
     if not path.is_file():
         return None
-    with path.open("rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-    return sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
+    with safe_open(path, "np") as f:
+        return sum(math.prod(f.get_slice(name).get_shape()) for name in f.keys())
 
 
 def stored_parameter_count(directory: Path) -> int | None:
