@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_json, write_text
+from ..atomic import write_json
 from ..model.conversion import TOKENIZER_FILES
 from ..tasks.registry import get_task
 from .cli import ConfigurationError
@@ -130,13 +130,8 @@ def random_init_model(pretrained: Path, directory: Path) -> Path:
     for name in TOKENIZER_FILES:
         if (pretrained / name).is_file():
             shutil.copy(pretrained / name, directory / name)
-    write_text(
-        directory / "results.json",
-        json.dumps(
-            {"random_init": True, "architecture_of": str(pretrained), "global_step": 0, "train_runtime_s": 0.0},
-            indent=2,
-        ),
-    )
+    record = {"random_init": True, "architecture_of": str(pretrained), "global_step": 0, "train_runtime_s": 0.0}
+    write_json(directory / "results.json", record)
     return directory
 
 

@@ -6,13 +6,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_path, write_text
+from ..atomic import atomic_path, write_json, write_text
 from .study_arguments import StudyArguments
 from .study_tables import Study
 
@@ -94,10 +93,7 @@ def write_study(
     ]
     text = "\n".join(lines) + "\n"
     write_text(output_dir / "study.md", text)
-    write_text(
-        output_dir / "study.json",
-        json.dumps(_study_record(study, rows, args, seconds, baseline, failed, orders, times), indent=2),
-    )
+    write_json(output_dir / "study.json", _study_record(study, rows, args, seconds, baseline, failed, orders, times))
     plot_study(study, rows, output_dir / "study.png", baseline)
     return text
 
