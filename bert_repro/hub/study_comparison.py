@@ -1,9 +1,6 @@
-"""A study's fine-tuning comparison as the cards show it: a pre-trained checkpoint fine-tuned beside the same
-architecture randomly initialised and the majority class (`bert_repro.training.study`'s `study.json`).
-
-`fine_tuning_comparison` gives the model-index entries and the table's rows, with each difference and its standard
-error; `_study` is the study section of a pre-trained checkpoint's card (`bert_repro.hub.pretrained_card`), and the
-study's own card (`bert_repro.hub.study_card`) shows the same table.
+"""A study's fine-tuning comparison as the cards show it (`bert_repro.training.study`'s `study.json`): a pre-trained
+checkpoint fine-tuned beside the same architecture randomly initialised and the majority class, each difference with
+its standard error. `_study` is the study section of a pre-trained checkpoint's card; `study_card` shows the same table.
 """
 
 from __future__ import annotations
