@@ -148,13 +148,8 @@ def _pretraining_eval(
         )
     for key, label in (("mlm_loss", "MLM loss"), ("nsp_loss", "NSP loss")):
         value = results.get(f"eval_{key}")
-        rows.append(
-            {
-                "metric": label,
-                "ours": f"{value:.4f}" if card.is_number(value) else card.NOT_RECORDED,
-                "paper": "not reported in the paper",
-            }
-        )
+        ours = f"{value:.4f}" if card.is_number(value) else card.NOT_RECORDED
+        rows.append({"metric": label, "ours": ours, "paper": "not reported in the paper"})
     return eval_results, rows
 
 
