@@ -27,8 +27,7 @@ def ordering(study: Study, rows: list[dict[str, Any]], which: str) -> list[str]:
 
 def ordering_text(study: Study, rows: list[dict[str, Any]], which: str, labels: dict[str, str]) -> str:
     """The ordering as "A > B = C": variants whose means agree to the two decimals printed are tied, not ranked."""
-    score = mean_scores(study, rows, which)
-    order = sorted(score, key=lambda k: -score[k])
+    score, order = mean_scores(study, rows, which), ordering(study, rows, which)
     text = labels[order[0]] if order else ""
     for before, key in zip(order, order[1:]):
         text += f" {'=' if round(score[before], 2) == round(score[key], 2) else '>'} {labels[key]}"
