@@ -346,10 +346,12 @@ def _package_template(name: str) -> str | None:
 def render_card(
     template: str, card_data: ModelCardData, context: Mapping[str, Any], template_dir: str | Path | None = None
 ) -> ModelCard:
-    """``template`` rendered with the metadata block and ``context``, parsed as a `ModelCard`."""
+    """``template`` rendered with the metadata block and ``context`` (plus the title and the paper's BibTeX, which
+    every card has), parsed as a `ModelCard`."""
     env = template_environment(template_dir)
     # The variables ModelCard.from_template gives a template, plus ours.
-    variables = {**card_data.to_dict(), **context, "card_data": card_data.to_yaml()}
+    variables = {**card_data.to_dict(), "title": card_data.model_name, "bibtex": BIBTEX, **context}
+    variables["card_data"] = card_data.to_yaml()
     content = env.get_template(template).render(**variables)
     content = re.sub(r"\n{3,}", "\n\n", content)  # blank lines left by skipped blocks
     check_no_secrets(content)

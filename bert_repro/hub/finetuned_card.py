@@ -233,7 +233,6 @@ def card_for_finetuning(
         metrics=metrics,
     )
     context = {
-        "title": card.repo_name(repo_id),
         "task": _task_context(task),
         "architecture": card.architecture_rows(config, parameters) if config else [],
         "base": base,
@@ -257,6 +256,5 @@ def card_for_finetuning(
         ),
         "versions": card.framework_lines(summary.get("versions"), config.get("transformers_version")),
         "usage": card.usage(repo_id, task, config=config),
-        "bibtex": card.BIBTEX,
     }
     return card.render_card("finetuned.md", card_data, context, template_dir)

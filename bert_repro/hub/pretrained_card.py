@@ -324,7 +324,6 @@ def card_for_pretraining(
     record, notes = _setting_notes(record, config, results)
     held_out = statistics.get("held_out") or {}
     context = {
-        "title": card.repo_name(repo_id),
         "architecture": card.architecture_rows(config, parameters),
         "corpus": corpus,
         "data_rows": _data_rows(statistics),
@@ -352,6 +351,5 @@ def card_for_pretraining(
         "usage": card.usage(repo_id, config=config),
         "base_model": base_model,
         "base_licence": card.licence_of(base_model),
-        "bibtex": card.BIBTEX,
     }
     return card.render_card("pretrained.md", card_data, context, template_dir)

@@ -26,7 +26,6 @@ from huggingface_hub import ModelCard
 
 from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
-from ..versions import FRAMEWORKS
 from . import card_common as card
 from .pretrained_card import PAPER_BATCH, PAPER_STEPS, _corpus_name, _shown_path
 from .study_comparison import _is_random_init, _study_verdict, fine_tuning_comparison, finetune_args_for
@@ -137,7 +136,6 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         base_model=None,
     )
     context = {
-        "title": card.repo_name(repo_id),
         "source_file": path.as_posix(),
         "device": results.get("device") or "not recorded",
         "date": results.get("date") or "not recorded",
@@ -161,11 +159,10 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         "budget": _budget(results, study, name, row),
         "held_out": held_out,
         # as the GPU call recorded them; bert_repro by the commit it ran
-        "versions": [f"{name} {recorded.get(package) or 'not recorded'}" for name, package in FRAMEWORKS.items()],
+        "versions": card.framework_lines(recorded),
         "rows": table,
         "verdict": _study_verdict(table) if study.get("seeds") else None,
         "usage": card.usage(repo_id),
-        "bibtex": card.BIBTEX,
     }
     return card.render_card("study.md", card_data, context, template_dir)
 
