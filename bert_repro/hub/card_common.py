@@ -362,18 +362,19 @@ def metadata(
     *,
     repo_id: str,
     pipeline_tag: str,
-    tags: list[str],
-    datasets: list[str],
     eval_results: list[EvalResult],
-    base_model: str | None,
+    tags: tuple[str, ...] = (),
+    datasets: list[str] | None = None,
+    base_model: str | None = None,
     metrics: list[str] | None = None,
 ) -> ModelCardData:
+    """The card's metadata block; ``tags``: those after "bert", "bert_repro" and the pipeline tag."""
     return ModelCardData(
         language="en",
         license=LICENSE,
         library_name="transformers",
         pipeline_tag=pipeline_tag,
-        tags=tags,
+        tags=["bert", "bert_repro", pipeline_tag, *tags],
         datasets=datasets or None,
         base_model=base_model,
         metrics=metrics or None,

@@ -221,12 +221,11 @@ def card_for_finetuning(
     if parameters is None and config.get("hidden_size"):
         parameters = card.parameter_count(config, task.kind)
     metrics = [m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS]
-    glue = ["glue"] if task.hub_id == "nyu-mll/glue" else []
-    tags = ["bert", "bert_repro", task.kind.pipeline_tag, *glue, task.name]
+    glue = ("glue",) if task.hub_id == "nyu-mll/glue" else ()
     card_data = card.metadata(
         repo_id=repo_id,
         pipeline_tag=task.kind.pipeline_tag,
-        tags=tags,
+        tags=(*glue, task.name),
         datasets=[task.hub_id],
         eval_results=eval_results,
         base_model=base["hub_id"],

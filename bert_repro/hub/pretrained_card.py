@@ -316,8 +316,7 @@ def card_for_pretraining(
     card_data = card.metadata(
         repo_id=repo_id,
         pipeline_tag="fill-mask",
-        tags=["bert", "bert_repro", "fill-mask"],
-        datasets=[corpus["hub_id"]] if corpus["hub_id"] else [],
+        datasets=[corpus["hub_id"]] if corpus["hub_id"] else None,
         eval_results=eval_results + study_results,
         base_model=base_model,
     )

@@ -127,14 +127,7 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         for key in card.HELD_OUT_TASKS
         if isinstance(pretraining.get(f"eval_{key}"), (int, float))
     ]
-    card_data = card.metadata(
-        repo_id=repo_id,
-        pipeline_tag="fill-mask",
-        tags=["bert", "bert_repro", "fill-mask"],
-        datasets=[],
-        eval_results=held_out_results + eval_results,
-        base_model=None,
-    )
+    card_data = card.metadata(repo_id=repo_id, pipeline_tag="fill-mask", eval_results=held_out_results + eval_results)
     context = {
         "source_file": path.as_posix(),
         "device": results.get("device") or "not recorded",
