@@ -235,8 +235,7 @@ def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, 
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as pool:
         futures = {}
         for run in todo:
-            log = output_dir / "logs" / f"{run.directory.relative_to(output_dir / 'finetune')}".replace("/", "-")
-            log = log.with_name(log.name + ".log")
+            log = output_dir / "logs" / f"{run.directory.relative_to(output_dir / 'finetune')}.log".replace("/", "-")
             logger.info("fine-tuning %s in %s (log %s)", run.variant, run.directory, log)
             futures[pool.submit(_finetune_in_process, run.recipe, str(log), threads)] = (run, log)
         for future in as_completed(futures):
