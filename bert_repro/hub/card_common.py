@@ -5,7 +5,6 @@ namespace (`from . import card_common as card`); its conventions are `bert_repro
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import math
 import os
@@ -322,7 +321,7 @@ def _finalize(value: Any) -> Any:
 def template_environment(template_dir: str | Path | None = None) -> jinja2.Environment:
     """The Jinja environment of the cards: templates from ``template_dir`` or the package's; strict."""
     if template_dir is None:
-        loader: jinja2.BaseLoader = jinja2.FunctionLoader(_package_template)
+        loader: jinja2.BaseLoader = jinja2.PackageLoader("bert_repro.hub", TEMPLATE_PACKAGE_DIR)
     else:
         loader = jinja2.FileSystemLoader(str(template_dir))
     env = jinja2.Environment(
@@ -336,11 +335,6 @@ def template_environment(template_dir: str | Path | None = None) -> jinja2.Envir
     )
     env.filters["cell"] = _cell
     return env
-
-
-def _package_template(name: str) -> str | None:
-    resource = importlib.resources.files("bert_repro.hub").joinpath(TEMPLATE_PACKAGE_DIR, name)
-    return resource.read_text(encoding="utf-8") if resource.is_file() else None
 
 
 def render_card(
