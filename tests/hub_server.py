@@ -1,131 +1,39 @@
 """A small local stand-in for the Hugging Face Hub HTTP API, for tests that drive the real client.
 
-What it is
-----------
-An HTTP server (``http.server.ThreadingHTTPServer`` in a background thread, bound to 127.0.0.1 on a free
-port, standard library only) that speaks the part of the Hub API that ``huggingface_hub`` 2.4 uses for
-model repositories, so that ``create_repo``, ``upload_folder``, ``upload_file``, ``create_commit``,
-``create_branch``, ``create_tag``, ``hf_hub_download``, ``snapshot_download``, ``model_info``,
-``list_repo_files``, ``list_repo_refs``, ``list_repo_commits``, ``push_to_hub`` and
-``transformers.AutoModel.from_pretrained(repo_id)`` run for real against it, with no mock of any client
-function. The request paths, headers and JSON shapes were taken from the installed client's source
-(``hf_api.py``, ``_commit_api.py``, ``_upload_pipeline.py``, ``file_download.py``, ``utils/_http.py``).
+An HTTP server (``http.server.ThreadingHTTPServer`` in a background thread on 127.0.0.1, standard library only) that
+answers the requests huggingface_hub makes for what this project does on the Hub: ``whoami``, ``create_repo``,
+``delete_repo``, ``model_info`` / ``repo_exists``, ``list_repo_files``, ``list_repo_refs``, ``upload_folder`` /
+``upload_file`` (preupload and commit, with ``delete_patterns``), ``create_branch`` / ``delete_branch``,
+``create_tag`` / ``delete_tag``, ``hf_hub_download`` (so ``from_pretrained(repo, revision=...)`` and
+``ModelCard.load``) and ``ModelCard.validate``. No client function is mocked; the paths and JSON shapes follow the
+installed client's source (``hf_api.py``, ``_commit_api.py``, ``file_download.py``). Any other request answers 404
+and is listed in ``hub.unhandled``.
 
-Storage is real content in a directory (``hub.root``)::
+Storage is real content under ``hub.root``: ``<models|datasets|spaces>/<namespace>/<name>/repo.json`` (visibility,
+branches, tags, and every commit as a full snapshot ``{path: git blob id}``) and ``.../blobs/<git blob id>``. A
+branch, a tag or a (possibly abbreviated) commit id works as a revision. File ids are git blob ids, so the client's
+"file unchanged" detection works as against the Hub; a new repo starts with an "initial commit" holding
+``.gitattributes``. Not there: Git LFS and Xet (preupload always answers "regular", so every file travels base64 inside
+the commit call), pull requests, pagination, per-namespace permissions.
 
-    <root>/<models|datasets|spaces>/<namespace>/<name>/
-        repo.json                      # visibility, creation date, refs: branches, tags, pull requests
-        commits/<40-hex sha>/commit.json   # parents, title, message, date, authors, {path: oid, size}
-        commits/<40-hex sha>/files/...     # the full snapshot of the repo at that commit
+Errors carry the ``X-Error-Code`` header the client maps to its exceptions (``RepoNotFound``, ``RevisionNotFound``,
+``EntryNotFound``). Auth: with ``LocalHub(token=None)`` any bearer token is valid, with ``LocalHub(token="x")`` another
+one gets 401; writes need a valid token, and private repos are invisible (404) without one. Every request is recorded
+in ``hub.requests`` as ``(method, path_with_query, headers)`` with lower-cased header names; the server writes no log
+line at all, so a token is never printed.
 
-Every commit is a complete snapshot; branches, tags and ``refs/pr/N`` are refs to commit ids, and any of
-them (or a full or abbreviated commit id) works as a ``revision``. File ids are git blob ids, so the
-client's "file unchanged" detection works as against the Hub. A new repo starts, as on the Hub, with an
-"initial commit" by "system" holding a ``.gitattributes`` file.
+Failure injection: ``hub.fail_next(kind="commit", mode="500", times=1)`` makes the next ``times`` requests of a kind
+(a route's, see ``@route`` below, or ``"any"``) fail with that status, or with ``"drop"``: half of the body is read,
+then the connection closes without an answer ("Server disconnected without sending a response"). A failed request
+changes nothing. Mind the client's retries (1, 2, 4, 8, 8 s on 5xx and dropped connections): ``upload_folder``
+retries its commit, so to make a push fail fast inject a status it does not retry (``"403"``) or ``times=6``.
 
-Endpoints (``{repo}`` is ``{models|datasets|spaces}/{namespace}/{name}``):
-
-* ``GET /api/whoami-v2``: a fake user (``hub.user``) for any valid bearer token (see Auth); 401 without.
-* ``GET /api/agent-harnesses``: an empty registry (the client asks for it when telemetry is on).
-* ``POST /api/repos/create`` (409 if it exists; the client turns that into success with ``exist_ok``),
-  ``DELETE /api/repos/delete``.
-* ``GET /api/{repo}`` and ``/api/{repo}/revision/{rev}``: repo info (id, sha, private, siblings, lastModified,
-  createdAt, tags, cardData and library_name from the README front matter, config from config.json).
-* ``GET /api/{repo}/tree/{rev}[/{path}]`` (``recursive``, ``expand``), ``POST /api/{repo}/paths-info/{rev}``,
-  ``GET /api/{repo}/refs``, ``GET /api/{repo}/commits/{rev}``.
-* ``POST /api/{repo}/preupload/{rev}``: answers ``uploadMode: "regular"`` for every file, with the remote
-  blob id as ``oid`` (so unchanged files are skipped by the client).
-* ``POST /api/{repo}/commit/{rev}``: NDJSON (header + ``file`` / ``deletedFile`` / ``deletedFolder`` lines,
-  base64 content), ``parentCommit`` (412 if the branch moved), ``?create_pr=1`` (new ``refs/pr/N``).
-* ``POST|DELETE /api/{repo}/branch/{branch}`` (``startingPoint``), ``POST /api/{repo}/tag/{rev}``,
-  ``DELETE /api/{repo}/tag/{tag}``.
-* ``POST /api/{repo}/discussions`` (pull requests only get a ref) and ``GET /api/{repo}/discussions/{num}``,
-  enough for ``upload_folder(create_pr=True)``.
-* ``HEAD|GET /[datasets/|spaces/]{namespace}/{name}/resolve/{rev}/{path}``: served directly (no redirect),
-  with ``ETag`` (git blob id), ``X-Repo-Commit``, ``Content-Length`` and ``Range`` support.
-* ``POST /api/validate-yaml``: parses the README front matter (with PyYAML, a dependency of
-  huggingface_hub itself; without it only the ``---`` fences are checked) and answers 400 with
-  ``{"errors": [{"message": ...}]}`` when it is not a YAML mapping.
-
-Errors carry the ``X-Error-Code`` header the client maps to its exceptions: ``RepoNotFound`` ->
-``RepositoryNotFoundError``, ``RevisionNotFound`` -> ``RevisionNotFoundError``, ``EntryNotFound`` ->
-``RemoteEntryNotFoundError`` (an ``EntryNotFoundError``). Unknown routes answer 404 without a code and are
-listed in ``hub.unhandled``.
-
-What it does not do
--------------------
-No Git LFS and no Xet storage (preupload never answers "lfs", so neither protocol is ever used: even
-binary and large files travel base64-encoded inside the commit call), no git protocol (clone/push over
-``.git``), no pagination (one page holds everything), no ``.gitignore`` evaluation (``shouldIgnore`` is
-always false), no merging of pull requests, no Spaces runtime, no per-namespace permissions (any valid
-token may write anywhere), and no single-segment legacy repo ids (``gpt2``).
-
-Auth: with ``LocalHub(token=None)`` (the default) any bearer token is valid. With ``LocalHub(token="x")``
-a different bearer token gets 401 "Invalid credentials in Authorization header". Writes need a valid
-token; private repos are invisible (404 RepoNotFound) without one. Every request is recorded in
-``hub.requests`` as ``(method, path_with_query, headers)`` with lower-cased header names, so a test can
-check the ``authorization`` header; the server writes no log lines at all (the token is never printed).
-
-Failure injection
------------------
-``hub.fail_next(kind="commit", mode="500", times=1)`` makes the next ``times`` requests of that kind fail
-(calls queue up in order). Kinds: ``commit``, ``preupload``, ``create_repo``, ``delete_repo``,
-``repo_info``, ``tree``, ``paths_info``, ``refs``, ``commits``, ``branch``, ``tag``, ``discussion``,
-``validate_yaml``, ``whoami``, ``agent_harnesses``, ``resolve`` (HEAD and GET of files), ``resolve_head``,
-``resolve_get``, or ``any``. Modes: ``"500"`` or any other 4xx/5xx status (the body is read, nothing is
-applied, ``{"error": ...}`` is returned) and ``"drop"`` (half of the request body is read, then the
-connection is closed without a response: the client reports "Server disconnected without sending a
-response", an ``httpx2.RemoteProtocolError``). A failed request changes nothing. ``hub.pending_failures()``
-tells how many injected failures are still armed.
-
-Mind the client's own retries (``http_backoff``: 1, 2, 4, 8, 8 s, on 408/429/5xx and dropped connections):
-``preupload`` and tree listings always retry, and in huggingface_hub 2.x so do the commits of
-``upload_folder`` (with hf_xet installed it goes through a multi-commit pipeline that posts each commit with
-backoff); ``create_commit``, ``upload_file`` and ``push_to_hub`` post the commit once. A file GET is retried
-after a dropped connection but not after a 5xx. So one injected 500 on an ``upload_folder`` commit is
-absorbed after a second; to make that push fail fast, inject a status the client does not retry
-(``"400"``, ``"403"``), or ``times=6`` of ``"500"`` (about 23 s of client back-off).
-
-By hand
--------
-To try a push offline, start it in one shell (it stays up until Ctrl-C)::
-
-    python -m tests.hub_server [--root DIR] [--port N]
-
-and set the environment it prints in another (``HF_ENDPOINT``, ``HF_HUB_OFFLINE=0``, a token), then push as
-against the Hub: ``python -m bert_repro.hub runs/mrpc --repo_id local-user/bert-mrpc``. Without ``--root`` the
-repos live in a temporary directory, deleted when the server stops.
-
-How to use it
--------------
-huggingface_hub reads ``HF_ENDPOINT`` when it is imported (and tests/conftest.py puts this process in
-offline mode), so run client code in a subprocess::
-
-    from hub_server import LocalHub
-
-    with LocalHub() as hub:
-        env = hub.client_env(hf_home=tmp_path / "hf_home", token="hf_test_token")
-        subprocess.run([sys.executable, "-c", code], env=env, check=True)
-        assert hub.repo_files("local-user/tiny")["config.json"].startswith(b"{")
-
-``client_env`` returns ``os.environ`` plus ``HF_ENDPOINT=hub.endpoint``, ``HF_TOKEN``, ``HF_HUB_OFFLINE=0``,
-``TRANSFORMERS_OFFLINE=0``, ``HF_HUB_DISABLE_TELEMETRY=1``, ``HF_HUB_DISABLE_PROGRESS_BARS=1`` and
-``HF_HOME`` (a fresh cache: nothing from the real cache leaks in), without any other HF token variable.
-The pytest fixture ``local_hub`` (tests/conftest.py) yields a started ``LocalHub`` storing under
-``tmp_path / "hub"``.
-
-Inspection: ``hub.repo_files(repo_id, revision="main")`` -> ``{path: bytes}`` (``.gitattributes`` included),
-``hub.history(repo_id, revision)`` -> commit ids newest first, ``hub.refs(repo_id)``,
-``hub.authorization_headers()``, ``hub.unhandled`` (requests no route matched) and ``hub.server_errors``
-(tracebacks of bugs in this server, answered as 500).
-
-In-process use is possible but second best: ``with hub.patch_client(hf_home): ...`` rewrites
-``huggingface_hub.constants.ENDPOINT``, ``HUGGINGFACE_CO_URL_TEMPLATE``, ``HF_URL_HOSTS``, ``HF_HUB_OFFLINE``,
-``HF_HUB_CACHE`` and ``HF_HUB_DISABLE_TELEMETRY``, the endpoint of the module-level ``HfApi`` behind
-``huggingface_hub.upload_folder`` & co., and drops transformers' cached ``HfApi``; all is restored on exit.
-It works for the calls this module's tests make (HfApi methods, ``hf_hub_download``, and, tried by hand,
-``from_pretrained`` / ``push_to_hub``), but anything that copied the endpoint at import time elsewhere is
-not redirected, so prefer the subprocess.
+Use: huggingface_hub reads ``HF_ENDPOINT`` when it is imported, so run client code in a subprocess with
+``env=hub.client_env(hf_home)``; in-process, ``with hub.patch_client(hf_home):`` redirects the constants and the shared
+``HfApi`` of the imported huggingface_hub (anything that copied the endpoint elsewhere at import is not redirected).
+The fixture ``local_hub`` (tests/conftest.py) yields a started hub storing under ``tmp_path / "hub"``. By hand, to try a
+push offline: ``python -m tests.hub_server [--root DIR] [--port N]`` serves until Ctrl-C and prints the environment to
+set in another shell.
 """
 
 from __future__ import annotations
@@ -143,57 +51,20 @@ import tempfile
 import threading
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 DEFAULT_USER = "local-user"
+DEFAULT_TOKEN = "hf_local_test_token"
 REPO_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
 URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-REF_NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._/-]{0,199}$")
 SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
-PR_REF_RE = re.compile(r"^refs/pr/(\d+)$")
-FAILURE_KINDS = {
-    "commit",
-    "preupload",
-    "create_repo",
-    "delete_repo",
-    "repo_info",
-    "tree",
-    "paths_info",
-    "refs",
-    "commits",
-    "branch",
-    "tag",
-    "discussion",
-    "validate_yaml",
-    "whoami",
-    "resolve",
-    "resolve_head",
-    "resolve_get",
-    "agent_harnesses",
-    "any",
-}
-# The start of the file the Hub puts in every new repo.
-GITATTRIBUTES = (
-    "*.7z filter=lfs diff=lfs merge=lfs -text\n"
-    "*.bin filter=lfs diff=lfs merge=lfs -text\n"
-    "*.ckpt filter=lfs diff=lfs merge=lfs -text\n"
-    "*.h5 filter=lfs diff=lfs merge=lfs -text\n"
-    "*.msgpack filter=lfs diff=lfs merge=lfs -text\n"
-    "*.npy filter=lfs diff=lfs merge=lfs -text\n"
-    "*.onnx filter=lfs diff=lfs merge=lfs -text\n"
-    "*.pt filter=lfs diff=lfs merge=lfs -text\n"
-    "*.pth filter=lfs diff=lfs merge=lfs -text\n"
-    "*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
-    "*.tar.* filter=lfs diff=lfs merge=lfs -text\n"
-    "*.zip filter=lfs diff=lfs merge=lfs -text\n"
-    "*tfevents* filter=lfs diff=lfs merge=lfs -text\n"
-)
+GITATTRIBUTES = "*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
 
 
 class HubError(Exception):
@@ -216,68 +87,22 @@ def git_blob_oid(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def safe_repo_path(path: str) -> str:
-    """Validate a path inside a repo; raise 400 on anything that could escape the snapshot."""
-    parts = path.split("/")
-    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or parts[0] == ".git":
-        raise HubError(400, f"Invalid path in repo: {path!r}")
-    return path
-
-
-def check_no_file_folder_clash(paths: Iterable[str]) -> None:
-    """A path cannot be both a file and a folder ("a" and "a/b") in one snapshot."""
-    paths = set(paths)
-    folders = {path.rsplit("/", 1)[0] for path in paths if "/" in path}
-    folders |= {folder.rsplit("/", i)[0] for folder in folders for i in range(1, folder.count("/") + 1)}
-    clash = sorted(paths & folders)
-    if clash:
-        raise HubError(400, f"Path is both a file and a folder: {clash[0]}")
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Atomic JSON write (temp file + rename), so a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
 # --------------------------------------------------------------------------------------------- storage
 
 
-@dataclass
-class Commit:
-    id: str
-    parents: list[str]
-    title: str
-    message: str
-    date: str
-    authors: list[str]
-    files: dict[str, dict[str, Any]]  # path -> {"oid": git blob id, "size": bytes}
-
-    def as_json(self) -> dict[str, Any]:
-        return self.__dict__.copy()
-
-
-@dataclass
 class Repo:
-    """One repository: its metadata and refs in ``repo.json``, its commits as snapshot directories."""
+    """One repository: ``repo.json`` (visibility, refs, commits) and its ``blobs/``."""
 
-    dir: Path
-    repo_id: str
-    repo_type: str
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    # -- metadata and refs
-    def load(self) -> Repo:
-        self.meta = json.loads((self.dir / "repo.json").read_text())
-        return self
+    def __init__(self, directory: Path):
+        self.dir = directory
+        self.meta = json.loads((directory / "repo.json").read_text())
 
     def save(self) -> None:
-        write_json(self.dir / "repo.json", self.meta)
+        (self.dir / "repo.json").write_text(json.dumps(self.meta, indent=1))
 
     @property
-    def private(self) -> bool:
-        return bool(self.meta.get("private"))
+    def repo_id(self) -> str:
+        return self.meta["id"]
 
     def branches(self) -> dict[str, str]:
         return self.meta["refs"]["heads"]
@@ -285,89 +110,48 @@ class Repo:
     def tags(self) -> dict[str, str]:
         return self.meta["refs"]["tags"]
 
-    def pulls(self) -> dict[str, str]:
-        return self.meta["refs"]["pulls"]
+    def files(self, sha: str) -> dict[str, str]:
+        """{path: git blob id} of the snapshot at commit ``sha``."""
+        return self.meta["commits"][sha]["files"]
 
-    # -- commits
-    def commit(self, sha: str) -> Commit:
-        return Commit(**json.loads((self.dir / "commits" / sha / "commit.json").read_text()))
+    def read(self, oid: str) -> bytes:
+        return (self.dir / "blobs" / oid).read_bytes()
 
-    def has_commit(self, sha: str) -> bool:
-        return (self.dir / "commits" / sha / "commit.json").is_file()
-
-    def read_file(self, sha: str, path: str) -> bytes:
-        return (self.dir / "commits" / sha / "files" / path).read_bytes()
+    def size(self, oid: str) -> int:
+        return (self.dir / "blobs" / oid).stat().st_size
 
     def resolve(self, revision: str | None) -> str:
-        """Branch, tag, ``refs/heads|tags/x``, ``refs/pr/N`` or (abbreviated) commit id -> commit id."""
-        rev = revision or self.meta["default_branch"]
-        for prefix, refs in (
-            ("", self.branches()),
-            ("", self.tags()),
-            ("refs/heads/", self.branches()),
-            ("refs/tags/", self.tags()),
-        ):
-            if rev.startswith(prefix) and rev[len(prefix) :] in refs:
-                return refs[rev[len(prefix) :]]
-        match = PR_REF_RE.match(rev)
-        if match and match.group(1) in self.pulls():
-            return self.pulls()[match.group(1)]
-        if SHA_RE.match(rev):
-            found = [p.name for p in (self.dir / "commits").iterdir() if p.name.startswith(rev)]
-            if len(found) == 1 and self.has_commit(found[0]):
-                return found[0]
+        """Branch, tag or (abbreviated) commit id -> commit id."""
+        rev = revision or "main"
+        for refs in (self.branches(), self.tags()):
+            if rev in refs:
+                return refs[rev]
+        found = [sha for sha in self.meta["commits"] if sha.startswith(rev)] if SHA_RE.match(rev) else []
+        if len(found) == 1:
+            return found[0]
         raise HubError(404, f"Invalid rev id: {rev}", "RevisionNotFound")
 
-    def write_commit(
-        self, parent: str | None, files: dict[str, bytes | None], title: str, message: str, authors: list[str]
-    ) -> str:
-        """A snapshot of the parent's files with ``files`` applied (bytes: add/replace, None: delete)."""
-        base = self.commit(parent).files if parent else {}
-        manifest = {path: info for path, info in base.items() if path not in files or files[path] is not None}
-        for path, data in files.items():
-            if data is not None:
-                manifest[path] = {"oid": git_blob_oid(data), "size": len(data)}
-        check_no_file_folder_clash(manifest)
+    def write_commit(self, parent: str | None, changes: dict[str, bytes | None], title: str, author: str) -> str:
+        """A snapshot of the parent's files with ``changes`` applied (bytes: add or replace, None: delete)."""
+        files = dict(self.files(parent)) if parent else {}
+        for path, data in changes.items():
+            if data is None:
+                del files[path]
+                continue
+            files[path] = git_blob_oid(data)
+            (self.dir / "blobs" / files[path]).write_bytes(data)
         date = now_iso()
-        seed = json.dumps([parent, sorted(manifest.items()), title, message, date, uuid.uuid4().hex])
-        sha = hashlib.sha1(seed.encode()).hexdigest()
-        staging = self.dir / "commits" / f".{sha}.tmp"
-        for path in manifest:
-            target = staging / "files" / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if files.get(path) is not None:
-                target.write_bytes(files[path])  # type: ignore[arg-type]
-            else:
-                shutil.copyfile(self.dir / "commits" / str(parent) / "files" / path, target)
-        commit = Commit(sha, [parent] if parent else [], title, message, date, authors, manifest)
-        staging.mkdir(parents=True, exist_ok=True)
-        write_json(staging / "commit.json", commit.as_json())
-        os.replace(staging, self.dir / "commits" / sha)
+        sha = hashlib.sha1(json.dumps([parent, files, title, date, uuid.uuid4().hex]).encode()).hexdigest()
+        self.meta["commits"][sha] = {"parents": [parent] if parent else [], "title": title, "date": date}
+        self.meta["commits"][sha].update(authors=[author], files=files)
         return sha
 
-    def history(self, sha: str) -> list[Commit]:
-        """The commit and its ancestors, newest first (first-parent chain)."""
-        out = []
-        cursor: str | None = sha
-        while cursor:
-            commit = self.commit(cursor)
-            out.append(commit)
-            cursor = commit.parents[0] if commit.parents else None
+    def history(self, sha: str) -> list[str]:
+        """The commit and its ancestors, newest first."""
+        out = [sha]
+        while parents := self.meta["commits"][out[-1]]["parents"]:
+            out.append(parents[0])
         return out
-
-    def last_commit_touching(self, sha: str, path: str) -> Commit:
-        """The newest commit in the history of ``sha`` that changed ``path`` (a file or a folder)."""
-        history = self.history(sha)
-
-        def state(commit: Commit) -> list:
-            inside = (p for p in commit.files if p == path or p.startswith(path + "/"))
-            return sorted((p, commit.files[p]["oid"]) for p in inside)
-
-        current = state(history[0])
-        for older, newer in zip(history[1:], history):
-            if state(older) != current:
-                return newer
-        return history[-1]
 
 
 class Store:
@@ -387,32 +171,21 @@ class Store:
         directory = self.repo_dir(repo_type, repo_id)
         if not (directory / "repo.json").is_file():
             raise HubError(404, "Repository not found", "RepoNotFound")
-        return Repo(directory, repo_id, repo_type).load()
+        return Repo(directory)
 
     def create(self, repo_type: str, repo_id: str, private: bool) -> Repo:
         directory = self.repo_dir(repo_type, repo_id)
         if (directory / "repo.json").is_file():
             raise HubError(409, f"You already created this {repo_type} repo")
-        (directory / "commits").mkdir(parents=True, exist_ok=True)
-        repo = Repo(directory, repo_id, repo_type)
-        repo.meta = {
-            "id": repo_id,
-            "type": repo_type,
-            "private": private,
-            "createdAt": now_iso(),
-            "default_branch": "main",
-            "refs": {"heads": {}, "tags": {}, "pulls": {}},
-            "discussions": {},
-        }
+        (directory / "blobs").mkdir(parents=True, exist_ok=True)
+        meta = {"id": repo_id, "type": repo_type, "private": private, "createdAt": now_iso()}
+        meta.update(refs={"heads": {}, "tags": {}}, commits={})
+        (directory / "repo.json").write_text(json.dumps(meta))
+        repo = Repo(directory)
         initial = {".gitattributes": GITATTRIBUTES.encode()}
-        sha = repo.write_commit(None, initial, "initial commit", "", ["system"])
-        repo.branches()["main"] = sha
+        repo.branches()["main"] = repo.write_commit(None, initial, "initial commit", "system")
         repo.save()
         return repo
-
-    def delete(self, repo_type: str, repo_id: str) -> None:
-        self.get(repo_type, repo_id)
-        shutil.rmtree(self.repo_dir(repo_type, repo_id))
 
 
 # ------------------------------------------------------------------------------------------- requests
@@ -420,8 +193,7 @@ class Store:
 
 @dataclass
 class Request:
-    method: str
-    path: str  # raw path, without the query string
+    path: str  # without the query string
     query: dict[str, list[str]]
     headers: dict[str, str]  # lower-cased names
     body: bytes
@@ -433,9 +205,6 @@ class Request:
         except json.JSONDecodeError as err:
             raise HubError(400, f"Invalid JSON body: {err}") from err
 
-    def flag(self, name: str) -> bool:
-        return self.query.get(name, [""])[-1].lower() in ("1", "true")
-
     @property
     def bearer(self) -> str | None:
         auth = self.headers.get("authorization", "")
@@ -446,7 +215,7 @@ class Request:
 class Response:
     status: int = 200
     body: bytes = b""
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] | None = None
 
     @classmethod
     def of_json(cls, data: Any, status: int = 200, headers: dict | None = None) -> Response:
@@ -455,9 +224,9 @@ class Response:
 
 @dataclass
 class Route:
-    methods: tuple[str, ...]
+    method: str
     pattern: re.Pattern
-    kinds: frozenset[str]
+    kind: str
     handler: Callable[[LocalHub, Request], Response]
 
 
@@ -472,9 +241,9 @@ REPO_RE = r"(?P<type>models|datasets|spaces)/(?P<ns>[^/]+)/(?P<name>[^/]+)"
 ROUTES: list[Route] = []
 
 
-def route(methods: str, pattern: str, *kinds: str) -> Callable:
+def route(method: str, pattern: str, kind: str) -> Callable:
     def register(handler: Callable[[LocalHub, Request], Response]) -> Callable:
-        ROUTES.append(Route(tuple(methods.split("|")), re.compile(f"^{pattern}$"), frozenset(kinds), handler))
+        ROUTES.append(Route(method, re.compile(f"^{pattern}$"), kind, handler))
         return handler
 
     return register
@@ -482,446 +251,159 @@ def route(methods: str, pattern: str, *kinds: str) -> Callable:
 
 def repo_of(hub: LocalHub, req: Request, write: bool = False) -> Repo:
     """The repo named by the route, after the visibility and write checks."""
-    repo_type = REPO_TYPES.get(req.params.get("type") or "models", "model")
+    repo_type = REPO_TYPES[req.params.get("type") or "models"]
     repo = hub.store.get(repo_type, f"{req.params['ns']}/{req.params['name']}")
-    if (repo.private or write) and not hub.token_is_valid(req):
-        if write and not repo.private:
+    if (repo.meta["private"] or write) and not hub.token_is_valid(req):
+        if write and not repo.meta["private"]:
             raise HubError(401, "You must be authenticated to write to this repo")
         raise HubError(404, "Repository not found", "RepoNotFound")
     return repo
 
 
-def repo_url(hub: LocalHub, repo: Repo) -> str:
-    return f"{hub.endpoint}/{URL_PREFIX[repo.repo_type]}{repo.repo_id}"
-
-
-# -- account and repos
+def repo_url(hub: LocalHub, repo_type: str, repo_id: str) -> str:
+    return f"{hub.endpoint}/{URL_PREFIX[repo_type]}{repo_id}"
 
 
 @route("GET", r"/api/whoami-v2", "whoami")
 def h_whoami(hub: LocalHub, req: Request) -> Response:
     hub.require_token(req)
-    return Response.of_json(
-        {
-            "type": "user",
-            "id": hashlib.md5(hub.user.encode()).hexdigest()[:24],
-            "name": hub.user,
-            "fullname": "Local Test User",
-            "email": f"{hub.user}@localhost",
-            "emailVerified": True,
-            "canPay": False,
-            "isPro": False,
-            "periodEnd": None,
-            "avatarUrl": "",
-            "orgs": [],
-            "auth": {"type": "access_token", "accessToken": {"displayName": "local", "role": "write"}},
-        }
-    )
-
-
-@route("GET", r"/api/agent-harnesses", "agent_harnesses")
-def h_agent_harnesses(hub: LocalHub, req: Request) -> Response:
-    """The registry the client fetches (unless telemetry is off) to name its user agent: empty here."""
-    return Response.of_json({"standardEnvVars": [], "harnesses": {}})
+    access = {"type": "access_token", "accessToken": {"displayName": "local", "role": "write"}}
+    return Response.of_json({"type": "user", "name": hub.user, "fullname": "Local User", "orgs": [], "auth": access})
 
 
 @route("POST", r"/api/repos/create", "create_repo")
 def h_create_repo(hub: LocalHub, req: Request) -> Response:
     hub.require_token(req)
     body = req.json()
-    name, namespace = body.get("name") or "", body.get("organization") or hub.user
-    repo_type = body.get("type") or "model"
-    if repo_type not in URL_PREFIX:
-        raise HubError(400, f"Invalid repo type: {repo_type}")
-    if not NAME_RE.match(name) or "--" in name or ".." in name or not NAME_RE.match(namespace):
-        raise HubError(400, f"Invalid repo name: {namespace}/{name}")
-    private = body.get("visibility") == "private" or bool(body.get("private"))
-    repo_id = f"{namespace}/{name}"
+    repo_id, repo_type = f"{body.get('organization') or hub.user}/{body.get('name')}", body.get("type") or "model"
+    url = repo_url(hub, repo_type, repo_id)
     try:
-        repo = hub.store.create(repo_type, repo_id, private)
+        hub.store.create(repo_type, repo_id, body.get("visibility") == "private" or bool(body.get("private")))
     except HubError as err:
-        if err.status == 409:
-            url = f"{hub.endpoint}/{URL_PREFIX[repo_type]}{repo_id}"
+        if err.status == 409:  # the client turns this answer into success with exist_ok
             return Response.of_json({"error": err.message, "url": url}, status=409)
         raise
-    return Response.of_json({"url": repo_url(hub, repo), "name": repo_id, "id": uuid.uuid4().hex[:24]})
+    return Response.of_json({"url": url, "name": repo_id})
 
 
 @route("DELETE", r"/api/repos/delete", "delete_repo")
 def h_delete_repo(hub: LocalHub, req: Request) -> Response:
     hub.require_token(req)
     body = req.json()
-    namespace = body.get("organization") or hub.user
-    hub.store.delete(body.get("type") or "model", f"{namespace}/{body.get('name')}")
+    repo_type, repo_id = body.get("type") or "model", f"{body.get('organization') or hub.user}/{body.get('name')}"
+    hub.store.get(repo_type, repo_id)
+    shutil.rmtree(hub.store.repo_dir(repo_type, repo_id))
     return Response.of_json({})
 
 
 @route("POST", r"/api/validate-yaml", "validate_yaml")
 def h_validate_yaml(hub: LocalHub, req: Request) -> Response:
-    content = req.json().get("content") or ""
-    try:
-        front_matter(content)
-    except ValueError as err:
-        return Response.of_json({"errors": [{"message": str(err)}], "warnings": []}, status=400)
+    """``ModelCard.validate``: the README's front matter must be a YAML mapping between ``---`` fences."""
+    import yaml  # a dependency of huggingface_hub
+
+    lines = (req.json().get("content") or "").lstrip("\ufeff").splitlines()
+    error = None
+    if lines and lines[0].strip() == "---":
+        end = next((i for i, line in enumerate(lines[1:], start=1) if line.strip() == "---"), None)
+        try:
+            data = yaml.safe_load("\n".join(lines[1:end])) if end else None
+            if end is None or not isinstance(data, dict | None):
+                error = "The metadata block must be a YAML mapping between '---' lines"
+        except yaml.YAMLError as err:
+            error = f"Invalid YAML in the metadata block: {err}"
+    if error:
+        return Response.of_json({"errors": [{"message": error}], "warnings": []}, status=400)
     return Response.of_json({"errors": [], "warnings": []})
-
-
-def front_matter(readme: str) -> dict[str, Any]:
-    """The YAML metadata block of a model card ({} if there is none); ValueError if it is broken."""
-    lines = readme.lstrip("\ufeff").splitlines()
-    if not lines or lines[0].strip() != "---":
-        return {}
-    try:
-        end = next(i for i, line in enumerate(lines[1:], start=1) if line.strip() == "---")
-    except StopIteration:
-        raise ValueError("The metadata block is not closed by a '---' line") from None
-    try:
-        import yaml
-    except ImportError:  # PyYAML ships with huggingface_hub; without it only the fences are checked
-        return {}
-    try:
-        data = yaml.safe_load("\n".join(lines[1:end]))
-    except yaml.YAMLError as err:
-        raise ValueError(f"Invalid YAML in the metadata block: {err}") from err
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ValueError(f"The metadata block must be a YAML mapping, not {type(data).__name__}")
-    return data
-
-
-# -- repo info, tree, refs, history
 
 
 @route("GET", rf"/api/{REPO_RE}(?:/revision/(?P<rev>[^/]+))?", "repo_info")
 def h_repo_info(hub: LocalHub, req: Request) -> Response:
     repo = repo_of(hub, req)
     sha = repo.resolve(req.params.get("rev"))
-    commit = repo.commit(sha)
-    with_blobs = req.flag("blobs")
-    siblings = []
-    for path, info in sorted(commit.files.items()):
-        sibling: dict[str, Any] = {"rfilename": path}
-        if with_blobs:
-            sibling.update(size=info["size"], blobId=info["oid"])
-        siblings.append(sibling)
-    card, config = card_and_config(repo, commit)
-    library = card.get("library_name") or ("transformers" if config.get("model_type") else None)
-    has_safetensors = any(p.endswith(".safetensors") for p in commit.files)
-    card_tags = card.get("tags")
-    tags = [str(t) for t in card_tags] if isinstance(card_tags, list) else []
-    for tag in (library, "safetensors" if has_safetensors else None, config.get("model_type")):
-        if tag and tag not in tags:
-            tags.append(tag)
-    namespace = repo.repo_id.split("/")[0]
-    return Response.of_json(
-        {
-            "_id": hashlib.md5(repo.repo_id.encode()).hexdigest()[:24],
-            "id": repo.repo_id,
-            "author": namespace,
-            "sha": sha,
-            "lastModified": commit.date,
-            "createdAt": repo.meta["createdAt"],
-            "private": repo.private,
-            "gated": False,
-            "disabled": False,
-            "downloads": 0,
-            "likes": 0,
-            "tags": tags,
-            "library_name": library,
-            "pipeline_tag": card.get("pipeline_tag"),
-            "cardData": card or None,
-            "config": config or None,
-            "siblings": siblings,
-            "spaces": [],
-            "usedStorage": sum(i["size"] for i in commit.files.values()),
-        }
-    )
+    files = repo.files(sha)
+    siblings = [{"rfilename": path, "size": repo.size(oid), "blobId": oid} for path, oid in sorted(files.items())]
+    info = {"id": repo.repo_id, "sha": sha, "private": repo.meta["private"], "siblings": siblings, "tags": []}
+    info.update(createdAt=repo.meta["createdAt"], lastModified=repo.meta["commits"][sha]["date"])
+    return Response.of_json(info)
 
 
-def card_and_config(repo: Repo, commit: Commit) -> tuple[dict[str, Any], dict[str, Any]]:
-    """README front matter and the Hub-visible part of config.json (both {} when absent or unreadable)."""
-    card: dict[str, Any] = {}
-    config: dict[str, Any] = {}
-    with contextlib.suppress(ValueError, UnicodeDecodeError):
-        if "README.md" in commit.files:
-            card = front_matter(repo.read_file(commit.id, "README.md").decode())
-    with contextlib.suppress(ValueError, UnicodeDecodeError):
-        if "config.json" in commit.files:
-            raw = json.loads(repo.read_file(commit.id, "config.json"))
-            config = {k: raw[k] for k in ("architectures", "model_type", "auto_map") if k in raw}
-    return card, config
-
-
-def tree_entries(repo: Repo, sha: str, prefix: str, recursive: bool, expand: bool) -> list[dict[str, Any]]:
-    """Files and folders under ``prefix`` ("" for the root), like the Hub's tree listing."""
-    files = repo.commit(sha).files
-    base = prefix + "/" if prefix else ""
-    entries: dict[str, dict[str, Any]] = {}
-    for path, info in sorted(files.items()):
-        if not path.startswith(base):
-            continue
-        parts = path[len(base) :].split("/")
-        for depth in range(1, len(parts)):
-            folder = base + "/".join(parts[:depth])
-            if folder not in entries and (recursive or depth == 1):
-                entries[folder] = folder_entry(files, folder)
-        if recursive or len(parts) == 1:
-            entries[path] = {"type": "file", "oid": info["oid"], "size": info["size"], "path": path}
-    if expand:
-        for entry in entries.values():
-            last = repo.last_commit_touching(sha, entry["path"])
-            entry["lastCommit"] = {"id": last.id, "title": last.title, "date": last.date}
-    return sorted(entries.values(), key=lambda e: (e["type"] != "directory", e["path"]))
-
-
-def folder_entry(files: dict[str, dict[str, Any]], folder: str) -> dict[str, Any]:
-    listing = sorted((p, i["oid"]) for p, i in files.items() if p.startswith(folder + "/"))
-    oid = hashlib.sha1(json.dumps(listing).encode()).hexdigest()
-    return {"type": "directory", "oid": oid, "size": 0, "path": folder}
-
-
-@route("GET", rf"/api/{REPO_RE}/tree/(?P<rev>[^/]+)(?:/(?P<path>.*))?", "tree")
+@route("GET", rf"/api/{REPO_RE}/tree/(?P<rev>[^/]+)", "tree")
 def h_tree(hub: LocalHub, req: Request) -> Response:
+    """The recursive listing of ``list_repo_files`` (files only: it drops the folders)."""
     repo = repo_of(hub, req)
-    sha = repo.resolve(req.params["rev"])
-    prefix = (req.params.get("path") or "").strip("/")
-    files = repo.commit(sha).files
-    if prefix and not any(p.startswith(prefix + "/") for p in files):
-        raise HubError(404, f"{prefix} does not exist or is not a folder", "EntryNotFound")
-    return Response.of_json(tree_entries(repo, sha, prefix, req.flag("recursive"), req.flag("expand")))
-
-
-@route("POST", rf"/api/{REPO_RE}/paths-info/(?P<rev>[^/]+)", "paths_info")
-def h_paths_info(hub: LocalHub, req: Request) -> Response:
-    repo = repo_of(hub, req)
-    sha = repo.resolve(req.params["rev"])
-    if req.headers.get("content-type", "").startswith("application/json"):
-        body = req.json()
-        paths, expand = body.get("paths") or [], bool(body.get("expand"))
-    else:
-        form = parse_qs(req.body.decode(), keep_blank_values=True)
-        paths, expand = form.get("paths", []), form.get("expand", [""])[-1].lower() == "true"
-    files = repo.commit(sha).files
-    out = []
-    for path in paths:
-        path = path.strip("/")
-        if path in files:
-            out.append({"type": "file", "oid": files[path]["oid"], "size": files[path]["size"], "path": path})
-        elif any(p.startswith(path + "/") for p in files):
-            out.append(folder_entry(files, path))
-        else:
-            continue
-        if expand:
-            last = repo.last_commit_touching(sha, path)
-            out[-1]["lastCommit"] = {"id": last.id, "title": last.title, "date": last.date}
-    return Response.of_json(out)
+    files = repo.files(repo.resolve(req.params["rev"]))
+    return Response.of_json(
+        [{"type": "file", "oid": oid, "size": repo.size(oid), "path": path} for path, oid in sorted(files.items())]
+    )
 
 
 @route("GET", rf"/api/{REPO_RE}/refs", "refs")
 def h_refs(hub: LocalHub, req: Request) -> Response:
     repo = repo_of(hub, req)
 
-    def refs(kind: str, items: dict[str, str], name_prefix: str = "") -> list[dict[str, str]]:
-        return [
-            {"name": name_prefix + n, "ref": f"refs/{kind}/{n}", "targetCommit": sha}
-            for n, sha in sorted(items.items())
-        ]
+    def refs(kind: str, items: dict[str, str]) -> list[dict[str, str]]:
+        return [{"name": n, "ref": f"refs/{kind}/{n}", "targetCommit": sha} for n, sha in sorted(items.items())]
 
-    pulls = refs("pr", repo.pulls())
-    for item in pulls:  # the Hub names a PR ref by its number
-        item["name"] = item["ref"].rsplit("/", 1)[1]
-    return Response.of_json(
-        {
-            "branches": refs("heads", repo.branches()),
-            "tags": refs("tags", repo.tags()),
-            "converts": [],
-            "pullRequests": pulls,
-        }
-    )
-
-
-@route("GET", rf"/api/{REPO_RE}/commits/(?P<rev>[^/]+)", "commits")
-def h_commits(hub: LocalHub, req: Request) -> Response:
-    repo = repo_of(hub, req)
-    formatted = "formatted" in req.query.get("expand[]", [])
-    out = []
-    for commit in repo.history(repo.resolve(req.params["rev"])):
-        item: dict[str, Any] = {
-            "id": commit.id,
-            "title": commit.title,
-            "message": commit.message,
-            "date": commit.date,
-            "authors": [{"user": a} for a in commit.authors],
-        }
-        if formatted:
-            item["formatted"] = {"title": commit.title, "message": commit.message}
-        out.append(item)
-    return Response.of_json(out)
-
-
-# -- upload
+    branches, tags = refs("heads", repo.branches()), refs("tags", repo.tags())
+    return Response.of_json({"branches": branches, "tags": tags, "converts": [], "pullRequests": []})
 
 
 @route("POST", rf"/api/{REPO_RE}/preupload/(?P<rev>[^/]+)", "preupload")
 def h_preupload(hub: LocalHub, req: Request) -> Response:
+    """Every file is "regular" (no LFS), with the remote blob id as ``oid``, so the client skips unchanged files."""
     repo = repo_of(hub, req, write=True)
-    files = repo.commit(repo.resolve(req.params["rev"])).files
-    out = []
-    for item in req.json().get("files") or []:
-        path = safe_repo_path(item["path"])
-        out.append(
-            {"path": path, "uploadMode": "regular", "shouldIgnore": False, "oid": files.get(path, {}).get("oid")}
-        )
-    return Response.of_json({"files": out, "commitOid": repo.resolve(req.params["rev"])})
+    sha = repo.resolve(req.params["rev"])
+    files = repo.files(sha)
+    out = [
+        {"path": item["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": files.get(item["path"])}
+        for item in req.json().get("files") or []
+    ]
+    return Response.of_json({"files": out, "commitOid": sha})
 
 
-def parse_commit_body(body: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """NDJSON commit payload -> (header value, operations)."""
-    try:
-        lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise HubError(400, f"Invalid NDJSON commit payload: {err}") from err
-    if not lines or lines[0].get("key") != "header":
-        raise HubError(400, "The first line of a commit payload must be the header")
-    return lines[0].get("value") or {}, lines[1:]
-
-
-def apply_operations(files: dict[str, dict[str, Any]], operations: list[dict[str, Any]]) -> dict[str, bytes | None]:
-    """Operations -> {path: new content, or None for a deletion}; checks deletions against ``files``."""
-    changes: dict[str, bytes | None] = {}
-    for op in operations:
-        key, value = op.get("key"), op.get("value") or {}
-        raw_path = str(value.get("path", ""))
-        path = safe_repo_path(raw_path.rstrip("/") if key == "deletedFolder" else raw_path)
-        if key == "file":
-            if value.get("encoding", "base64") != "base64":
-                raise HubError(400, f"Unsupported encoding {value.get('encoding')!r}")
-            changes[path] = base64.b64decode(value.get("content", ""), validate=True)
-        elif key == "deletedFile":
-            if path not in files and changes.get(path) is None:
-                raise HubError(404, f"A file with this name doesn't exist: {path}", "EntryNotFound")
-            changes[path] = None
-        elif key == "deletedFolder":
-            inside = [p for p in list(files) + list(changes) if p.startswith(path + "/")]
-            if not inside:
-                raise HubError(404, f"A folder with this name doesn't exist: {path}", "EntryNotFound")
-            changes.update({p: None for p in inside})
-        elif key == "lfsFile":
-            raise HubError(400, "This local hub stores no LFS objects (preupload never asks for LFS)")
-        else:
-            raise HubError(400, f"Unknown commit operation {key!r}")
-    return changes
+def safe_repo_path(path: str) -> str:
+    """A path inside a repo; 400 on anything that could escape it."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or parts[0] == ".git":
+        raise HubError(400, f"Invalid path in repo: {path!r}")
+    return path
 
 
 @route("POST", rf"/api/{REPO_RE}/commit/(?P<rev>[^/]+)", "commit")
 def h_commit(hub: LocalHub, req: Request) -> Response:
+    """An NDJSON body: a header line (``summary``), then ``file`` (base64 content) and ``deletedFile`` lines."""
     repo = repo_of(hub, req, write=True)
-    header, operations = parse_commit_body(req.body)
-    target = commit_target(repo, req.params["rev"], req.flag("create_pr"))
-    parent = repo.resolve(req.params["rev"])
-    expected = header.get("parentCommit")
-    if expected and not parent.startswith(expected.lower()):
-        raise HubError(412, "A commit has happened since. Please refresh and try again.")
-    changes = apply_operations(repo.commit(parent).files, operations)
-    title = header.get("summary") or "Update"
-    sha = repo.write_commit(parent, changes, title, header.get("description") or "", [hub.user])
-    pr_url = None
-    if target is None:  # create_pr: a new pull request whose ref holds the commit
-        num = new_discussion(repo, title, header.get("description") or "", hub.user, pull_request=True)
-        repo.pulls()[str(num)] = sha
-        pr_url = f"{repo_url(hub, repo)}/discussions/{num}"
-    elif target.startswith("refs/pr/"):
-        repo.pulls()[target.rsplit("/", 1)[1]] = sha
-    else:
-        repo.branches()[target] = sha
+    branch = req.params["rev"].removeprefix("refs/heads/")
+    parent = repo.resolve(branch)
+    if branch not in repo.branches():
+        raise HubError(400, f"Cannot commit to {branch!r}: not a branch")
+    try:
+        header, *operations = [json.loads(line) for line in req.body.decode().splitlines() if line.strip()]
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
+        raise HubError(400, f"Invalid NDJSON commit payload: {err}") from err
+    changes: dict[str, bytes | None] = {}
+    for op in operations:
+        key, value = op.get("key"), op.get("value") or {}
+        path = safe_repo_path(str(value.get("path", "")))
+        if key == "file":
+            changes[path] = base64.b64decode(value.get("content", ""), validate=True)
+        elif key == "deletedFile" and path in repo.files(parent):
+            changes[path] = None
+        elif key == "deletedFile":
+            raise HubError(404, f"A file with this name doesn't exist: {path}", "EntryNotFound")
+        else:
+            raise HubError(400, f"Unsupported commit operation {key!r} (this local hub stores no LFS objects)")
+    sha = repo.write_commit(parent, changes, header.get("value", {}).get("summary") or "Update", hub.user)
+    repo.branches()[branch] = sha
     repo.save()
-    return Response.of_json(
-        {
-            "success": True,
-            "commitOid": sha,
-            "commitUrl": f"{repo_url(hub, repo)}/commit/{sha}",
-            "hookOutput": "",
-            "pullRequestUrl": pr_url,
-        }
-    )
-
-
-def commit_target(repo: Repo, revision: str, create_pr: bool) -> str | None:
-    """The ref a commit moves: a branch name or ``refs/pr/N``; None for a new pull request."""
-    repo.resolve(revision)  # 404 RevisionNotFound first, as on the Hub
-    if create_pr:
-        return None
-    name = revision[len("refs/heads/") :] if revision.startswith("refs/heads/") else revision
-    if name in repo.branches():
-        return name
-    match = PR_REF_RE.match(revision)
-    if match and match.group(1) in repo.pulls():
-        return revision
-    raise HubError(400, f"Cannot commit to {revision!r}: not a branch or a pull request ref")
-
-
-def new_discussion(repo: Repo, title: str, description: str, author: str, pull_request: bool) -> int:
-    discussions = repo.meta.setdefault("discussions", {})
-    num = len(discussions) + 1
-    discussions[str(num)] = {
-        "num": num,
-        "title": title,
-        "description": description,
-        "author": author,
-        "isPullRequest": pull_request,
-        "status": "draft" if pull_request else "open",
-        "createdAt": now_iso(),
-    }
-    return num
-
-
-@route("POST", rf"/api/{REPO_RE}/discussions", "discussion")
-def h_create_discussion(hub: LocalHub, req: Request) -> Response:
-    repo = repo_of(hub, req, write=True)
-    body = req.json()
-    is_pr = bool(body.get("pullRequest"))
-    num = new_discussion(repo, body.get("title") or "", body.get("description") or "", hub.user, is_pr)
-    if is_pr:
-        repo.pulls()[str(num)] = repo.resolve(None)
-    repo.save()
-    return Response.of_json({"num": num, "url": f"{repo_url(hub, repo)}/discussions/{num}"})
-
-
-@route("GET", rf"/api/{REPO_RE}/discussions/(?P<num>\d+)", "discussion")
-def h_discussion(hub: LocalHub, req: Request) -> Response:
-    repo = repo_of(hub, req)
-    item = repo.meta.get("discussions", {}).get(req.params["num"])
-    if item is None:
-        raise HubError(404, "Discussion not found")
-    return Response.of_json(
-        {
-            **item,
-            "author": {"name": item["author"]},
-            "repo": {"name": repo.repo_id, "type": repo.repo_type},
-            "events": [],
-            "pinned": False,
-            "changes": {"base": f"refs/heads/{repo.meta['default_branch']}"},
-            "filesWithConflicts": [],
-            "diff": "",
-        }
-    )
-
-
-# -- branches and tags
-
-
-def check_ref_name(name: str) -> str:
-    bad_shape = ".." in name or name.endswith(("/", ".lock")) or name.startswith("refs/")
-    if not REF_NAME_RE.match(name) or bad_shape:
-        raise HubError(400, f"Invalid reference name: {name!r}")
-    return name
+    url = f"{repo_url(hub, repo.meta['type'], repo.repo_id)}/commit/{sha}"
+    return Response.of_json({"success": True, "commitOid": sha, "commitUrl": url, "pullRequestUrl": None})
 
 
 @route("POST", rf"/api/{REPO_RE}/branch/(?P<branch>[^/]+)", "branch")
 def h_create_branch(hub: LocalHub, req: Request) -> Response:
     repo = repo_of(hub, req, write=True)
-    branch = check_ref_name(req.params["branch"])
+    branch = req.params["branch"]
     if branch in repo.branches():
         raise HubError(409, f"Reference already exists: refs/heads/{branch}")
     repo.branches()[branch] = repo.resolve(req.json().get("startingPoint"))
@@ -935,7 +417,7 @@ def h_delete_branch(hub: LocalHub, req: Request) -> Response:
     branch = req.params["branch"]
     if branch not in repo.branches():
         raise HubError(404, f"Invalid rev id: {branch}", "RevisionNotFound")
-    if branch == repo.meta["default_branch"]:
+    if branch == "main":
         raise HubError(403, "Cannot delete the default branch")
     del repo.branches()[branch]
     repo.save()
@@ -945,8 +427,7 @@ def h_delete_branch(hub: LocalHub, req: Request) -> Response:
 @route("POST", rf"/api/{REPO_RE}/tag/(?P<rev>[^/]+)", "tag")
 def h_create_tag(hub: LocalHub, req: Request) -> Response:
     repo = repo_of(hub, req, write=True)
-    body = req.json()
-    tag = check_ref_name(str(body.get("tag") or ""))
+    tag = str(req.json().get("tag") or "")
     sha = repo.resolve(req.params["rev"])
     if tag in repo.tags():
         raise HubError(409, f"Tag already exists: {tag}")
@@ -965,50 +446,20 @@ def h_delete_tag(hub: LocalHub, req: Request) -> Response:
     return Response.of_json({})
 
 
-# -- file download
-
-
 RESOLVE_RE = r"/(?:(?P<type>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)"
 
 
-@route("HEAD", RESOLVE_RE, "resolve", "resolve_head")
-@route("GET", RESOLVE_RE, "resolve", "resolve_get")
+@route("HEAD", RESOLVE_RE, "resolve")
+@route("GET", RESOLVE_RE, "resolve")
 def h_resolve(hub: LocalHub, req: Request) -> Response:
+    """A file, served directly (no redirect) with the headers ``hf_hub_download`` reads."""
     repo = repo_of(hub, req)
     sha = repo.resolve(req.params["rev"])
-    path = req.params["path"]
-    info = repo.commit(sha).files.get(path)
-    if info is None:
+    oid = repo.files(sha).get(req.params["path"])
+    if oid is None:
         raise HubError(404, "Entry not found", "EntryNotFound", {"X-Repo-Commit": sha})
-    data = repo.read_file(sha, path)
-    headers = {
-        "Content-Type": "application/octet-stream",
-        "ETag": f'"{info["oid"]}"',
-        "X-Repo-Commit": sha,
-        "Accept-Ranges": "bytes",
-        "Content-Disposition": f'inline; filename="{quote(path.rsplit("/", 1)[-1])}"',
-    }
-    byte_range = parse_range(req.headers.get("range"), len(data))
-    if byte_range is None:
-        return Response(200, data, headers)
-    start, end = byte_range
-    headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
-    return Response(206, data[start : end + 1], headers)
-
-
-def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
-    """A single ``bytes=a-b`` / ``bytes=a-`` / ``bytes=-n`` range, or None (whole file)."""
-    match = re.fullmatch(r"bytes=(\d*)-(\d*)", (header or "").strip())
-    if not match or match.group(1) == match.group(2) == "":
-        return None
-    if match.group(1) == "":
-        start, end = max(0, size - int(match.group(2))), size - 1
-    else:
-        start = int(match.group(1))
-        end = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
-    if start >= size or start > end:
-        raise HubError(416, "Requested range not satisfiable", headers={"Content-Range": f"bytes */{size}"})
-    return start, end
+    headers = {"Content-Type": "application/octet-stream", "ETag": f'"{oid}"', "X-Repo-Commit": sha}
+    return Response(200, repo.read(oid), headers)
 
 
 # ----------------------------------------------------------------------------------------------- server
@@ -1027,9 +478,6 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.dispatch("POST")
 
-    def do_PUT(self) -> None:
-        self.dispatch("PUT")
-
     def do_DELETE(self) -> None:
         self.dispatch("DELETE")
 
@@ -1042,14 +490,13 @@ class Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         hub.record(method, self.path, headers)
         found = find_route(method, split.path)
-        failure = hub.take_failure(found[0].kinds if found else frozenset())
+        failure = hub.take_failure(found[0].kind if found else None)
         if failure is not None and failure.mode == "drop":
             self.drop_connection()
             return
         body = self.read_body()
         if failure is not None:
-            error = {"error": f"Injected failure ({failure.kind})"}
-            self.send(method, Response.of_json(error, int(failure.mode)))
+            self.send(method, Response.of_json({"error": f"Injected failure ({failure.kind})"}, int(failure.mode)))
             return
         if found is None:
             hub.unhandled.append((method, self.path))
@@ -1057,30 +504,27 @@ class Handler(BaseHTTPRequestHandler):
             self.send(method, Response.of_json(error, 404))
             return
         handler_route, params = found
-        query = parse_qs(split.query, keep_blank_values=True)
-        req = Request(method, split.path, query, headers, body, params)
+        req = Request(split.path, parse_qs(split.query, keep_blank_values=True), headers, body, params)
         self.send(method, hub.handle(handler_route, req))
 
     def read_body(self) -> bytes:
+        """The body, also when sent in chunks (the client streams a commit's NDJSON)."""
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             chunks = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(chunks)
+            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
                 chunks.append(self.rfile.read(size))
                 self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass
+            return b"".join(chunks)
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
     def drop_connection(self) -> None:
         """Read half of the request body, then end the connection without an answer.
 
-        The server closes its sending side first (the client sees the connection end before any response),
-        then discards the rest of the body, so the client never gets a reset while it is still sending and
-        the failure it reports is always the same ("Server disconnected without sending a response")."""
+        The sending side closes first and the rest of the body is discarded, so the client never gets a reset while
+        it is still sending: the failure it reports is always "Server disconnected without sending a response"."""
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length // 2)
@@ -1094,7 +538,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def send(self, method: str, response: Response) -> None:
         self.send_response(response.status)
-        for name, value in response.headers.items():
+        for name, value in (response.headers or {}).items():
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(response.body)))
         self.end_headers()
@@ -1104,9 +548,7 @@ class Handler(BaseHTTPRequestHandler):
 
 def find_route(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
     for candidate in ROUTES:
-        if method not in candidate.methods:
-            continue
-        match = candidate.pattern.match(path)
+        match = candidate.pattern.match(path) if method == candidate.method else None
         if match:
             return candidate, {k: unquote(v) for k, v in match.groupdict().items() if v is not None}
     return None
@@ -1133,17 +575,13 @@ class LocalHub:
         self._failures: list[Failure] = []
         self._lock = threading.Lock()
         self._server: HubHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self.endpoint = ""
 
-    # -- lifecycle
     def start(self, port: int = 0) -> LocalHub:
-        server = HubHTTPServer(("127.0.0.1", port), Handler)
-        server.hub = self
-        self._server = server
-        self.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-        self._thread = threading.Thread(target=server.serve_forever, name="local-hub", daemon=True)
-        self._thread.start()
+        self._server = HubHTTPServer(("127.0.0.1", port), Handler)
+        self._server.hub = self
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, name="local-hub", daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -1168,26 +606,18 @@ class LocalHub:
 
     def handle(self, handler_route: Route, req: Request) -> Response:
         try:
-            self.check_token(req)
+            if req.bearer is not None and not self.token_is_valid(req):
+                raise HubError(401, "Invalid credentials in Authorization header")
             with self.store.lock:
                 return handler_route.handler(self, req)
         except HubError as err:
-            return self.error_response(err)
+            headers = {**err.headers, "X-Error-Message": err.message.encode("latin-1", "replace").decode("latin-1")}
+            if err.code:
+                headers["X-Error-Code"] = err.code
+            return Response.of_json({"error": err.message}, err.status, headers)
         except Exception:  # a bug in this server: answer 500 and keep the traceback for the test to show
             self.server_errors.append(traceback.format_exc())
             return Response.of_json({"error": "Internal error in the local hub"}, 500)
-
-    @staticmethod
-    def error_response(err: HubError) -> Response:
-        headers = dict(err.headers)
-        if err.code:
-            headers["X-Error-Code"] = err.code
-        headers["X-Error-Message"] = err.message.encode("latin-1", "replace").decode("latin-1")
-        return Response.of_json({"error": err.message}, err.status, headers)
-
-    def check_token(self, req: Request) -> None:
-        if req.bearer is not None and self.token is not None and req.bearer != self.token:
-            raise HubError(401, "Invalid credentials in Authorization header")
 
     def token_is_valid(self, req: Request) -> bool:
         return req.bearer is not None and (self.token is None or req.bearer == self.token)
@@ -1199,89 +629,58 @@ class LocalHub:
     # -- failure injection
     def fail_next(self, kind: str = "commit", mode: str = "500", times: int = 1) -> None:
         """Make the next ``times`` requests of ``kind`` fail with ``mode`` ("drop" or an HTTP status)."""
-        if kind not in FAILURE_KINDS:
-            raise ValueError(f"Unknown request kind {kind!r}; one of {sorted(FAILURE_KINDS)}")
+        kinds = {r.kind for r in ROUTES} | {"any"}
+        if kind not in kinds:
+            raise ValueError(f"Unknown request kind {kind!r}; one of {sorted(kinds)}")
         if mode != "drop" and not re.fullmatch(r"[45]\d\d", mode):
             raise ValueError(f"mode must be 'drop' or a 4xx/5xx status, not {mode!r}")
         with self._lock:
             self._failures.append(Failure(kind, mode, times))
 
-    def take_failure(self, kinds: frozenset[str]) -> Failure | None:
+    def take_failure(self, kind: str | None) -> Failure | None:
         with self._lock:
             for failure in self._failures:
-                if failure.kind == "any" or failure.kind in kinds:
+                if failure.kind in ("any", kind):
                     failure.times -= 1
                     if failure.times <= 0:
                         self._failures.remove(failure)
                     return failure
         return None
 
-    def pending_failures(self) -> int:
-        with self._lock:
-            return sum(f.times for f in self._failures)
-
     # -- inspection
     def repo_files(self, repo_id: str, revision: str = "main", repo_type: str = "model") -> dict[str, bytes]:
-        """Every file of the repo at ``revision`` (branch, tag, ref, commit id), .gitattributes included."""
+        """Every file of the repo at ``revision`` (branch, tag, commit id), .gitattributes included."""
         with self.store.lock:
             repo = self.store.get(repo_type, repo_id)
-            sha = repo.resolve(revision)
-            return {path: repo.read_file(sha, path) for path in sorted(repo.commit(sha).files)}
+            return {path: repo.read(oid) for path, oid in sorted(repo.files(repo.resolve(revision)).items())}
 
     def history(self, repo_id: str, revision: str = "main", repo_type: str = "model") -> list[str]:
         """Commit ids reachable from ``revision``, newest first."""
         with self.store.lock:
             repo = self.store.get(repo_type, repo_id)
-            return [c.id for c in repo.history(repo.resolve(revision))]
+            return repo.history(repo.resolve(revision))
 
     def refs(self, repo_id: str, repo_type: str = "model") -> dict[str, dict[str, str]]:
-        """{"heads": {...}, "tags": {...}, "pulls": {...}}: ref name -> commit id."""
+        """{"heads": {...}, "tags": {...}}: ref name -> commit id."""
         with self.store.lock:
             return json.loads(json.dumps(self.store.get(repo_type, repo_id).meta["refs"]))
 
-    def authorization_headers(self) -> list[str]:
-        """The Authorization header of every recorded request ("" where there was none)."""
-        with self._lock:
-            return [headers.get("authorization", "") for _, _, headers in self.requests]
-
     # -- clients
-    def client_env(
-        self, hf_home: str | Path, token: str | None = "hf_local_test_token", base: dict[str, str] | None = None
-    ) -> dict[str, str]:
-        """Environment for a subprocess whose huggingface_hub / transformers should talk to this hub."""
-        env = dict(os.environ if base is None else base)
-        for name in (
-            "HF_TOKEN",
-            "HUGGING_FACE_HUB_TOKEN",
-            "HF_HUB_CACHE",
-            "HUGGINGFACE_HUB_CACHE",
-            "TRANSFORMERS_CACHE",
-            "HF_DATASETS_CACHE",
-            "HF_TOKEN_PATH",
-            "HUGGINGFACE_CO_STAGING",
-        ):
-            env.pop(name, None)
-        env.update(
-            {
-                "HF_ENDPOINT": self.endpoint,
-                "HF_HUB_OFFLINE": "0",
-                "TRANSFORMERS_OFFLINE": "0",
-                "HF_HUB_DISABLE_TELEMETRY": "1",
-                "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-                "HF_HUB_DISABLE_IMPLICIT_TOKEN": "0",
-                "HF_HOME": str(hf_home),
-                "NO_PROXY": "127.0.0.1,localhost",
-                "no_proxy": "127.0.0.1,localhost",
-            }
-        )
+    def client_env(self, hf_home: str | Path, token: str | None = DEFAULT_TOKEN) -> dict[str, str]:
+        """``os.environ`` for a subprocess whose huggingface_hub / transformers should talk to this hub, with a fresh
+        cache (nothing of the real one leaks in) and no other token."""
+        drop = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN_PATH")
+        env = {k: v for k, v in os.environ.items() if k not in drop}
+        env.update(HF_ENDPOINT=self.endpoint, HF_HUB_OFFLINE="0", TRANSFORMERS_OFFLINE="0", HF_HOME=str(hf_home))
+        env.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", NO_PROXY="127.0.0.1,localhost")
         if token is not None:
             env["HF_TOKEN"] = token
         return env
 
     @contextlib.contextmanager
     def patch_client(self, hf_home: str | Path) -> Iterator[None]:
-        """Point the imported huggingface_hub (and transformers' shared HfApi) at this hub, with the Hub
-        cache under ``hf_home``; everything is restored on exit. See the module docstring for the limits."""
+        """Point the imported huggingface_hub (and transformers' shared HfApi) at this hub, with the Hub cache under
+        ``hf_home``; everything is restored on exit."""
         from huggingface_hub import constants, hf_api
 
         values = {
@@ -1334,7 +733,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as err:
         print(f"hub_server: error: cannot serve on 127.0.0.1:{args.port}: {err.strerror or err}", file=sys.stderr)
         sys.exit(2)
-    settings = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_TOKEN": "hf_local_test_token"}
+    settings = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_TOKEN": DEFAULT_TOKEN}
     print(f"local Hub at {hub.endpoint}, repos in {hub.root}; in another shell:", flush=True)
     print("    export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.items()), flush=True)
     print(f"    python -m bert_repro.hub <run directory> --repo_id {hub.user}/<name>", flush=True)

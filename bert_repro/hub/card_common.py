@@ -5,18 +5,17 @@ namespace (`from . import card_common as card`); its conventions are `bert_repro
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import math
 import os
 import re
-import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from safetensors import safe_open
 
 from ..model.checkpoint_format import native_obstacles
 from ..model.configuration_bert_repro import PRESETS
@@ -215,10 +214,8 @@ def safetensors_parameter_count(path: Path) -> int | None:
     """Parameters stored in a safetensors file, from its header alone (no tensor is read)."""
     if not path.is_file():
         return None
-    with path.open("rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-    return sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
+    with safe_open(path, "np") as f:
+        return sum(math.prod(f.get_slice(name).get_shape()) for name in f.keys())
 
 
 def stored_parameter_count(directory: Path) -> int | None:
@@ -324,7 +321,7 @@ def _finalize(value: Any) -> Any:
 def template_environment(template_dir: str | Path | None = None) -> jinja2.Environment:
     """The Jinja environment of the cards: templates from ``template_dir`` or the package's; strict."""
     if template_dir is None:
-        loader: jinja2.BaseLoader = jinja2.FunctionLoader(_package_template)
+        loader: jinja2.BaseLoader = jinja2.PackageLoader("bert_repro.hub", TEMPLATE_PACKAGE_DIR)
     else:
         loader = jinja2.FileSystemLoader(str(template_dir))
     env = jinja2.Environment(
@@ -340,18 +337,15 @@ def template_environment(template_dir: str | Path | None = None) -> jinja2.Envir
     return env
 
 
-def _package_template(name: str) -> str | None:
-    resource = importlib.resources.files("bert_repro.hub").joinpath(TEMPLATE_PACKAGE_DIR, name)
-    return resource.read_text(encoding="utf-8") if resource.is_file() else None
-
-
 def render_card(
     template: str, card_data: ModelCardData, context: Mapping[str, Any], template_dir: str | Path | None = None
 ) -> ModelCard:
-    """``template`` rendered with the metadata block and ``context``, parsed as a `ModelCard`."""
+    """``template`` rendered with the metadata block and ``context`` (plus the title and the paper's BibTeX, which
+    every card has), parsed as a `ModelCard`."""
     env = template_environment(template_dir)
     # The variables ModelCard.from_template gives a template, plus ours.
-    variables = {**card_data.to_dict(), **context, "card_data": card_data.to_yaml()}
+    variables = {**card_data.to_dict(), "title": card_data.model_name, "bibtex": BIBTEX, **context}
+    variables["card_data"] = card_data.to_yaml()
     content = env.get_template(template).render(**variables)
     content = re.sub(r"\n{3,}", "\n\n", content)  # blank lines left by skipped blocks
     check_no_secrets(content)
@@ -362,18 +356,19 @@ def metadata(
     *,
     repo_id: str,
     pipeline_tag: str,
-    tags: list[str],
-    datasets: list[str],
     eval_results: list[EvalResult],
-    base_model: str | None,
+    tags: tuple[str, ...] = (),
+    datasets: list[str] | None = None,
+    base_model: str | None = None,
     metrics: list[str] | None = None,
 ) -> ModelCardData:
+    """The card's metadata block; ``tags``: those after "bert", "bert_repro" and the pipeline tag."""
     return ModelCardData(
         language="en",
         license=LICENSE,
         library_name="transformers",
         pipeline_tag=pipeline_tag,
-        tags=tags,
+        tags=["bert", "bert_repro", pipeline_tag, *tags],
         datasets=datasets or None,
         base_model=base_model,
         metrics=metrics or None,

@@ -221,19 +221,17 @@ def card_for_finetuning(
     if parameters is None and config.get("hidden_size"):
         parameters = card.parameter_count(config, task.kind)
     metrics = [m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS]
-    glue = ["glue"] if task.hub_id == "nyu-mll/glue" else []
-    tags = ["bert", "bert_repro", task.kind.pipeline_tag, *glue, task.name]
+    glue = ("glue",) if task.hub_id == "nyu-mll/glue" else ()
     card_data = card.metadata(
         repo_id=repo_id,
         pipeline_tag=task.kind.pipeline_tag,
-        tags=tags,
+        tags=(*glue, task.name),
         datasets=[task.hub_id],
         eval_results=eval_results,
         base_model=base["hub_id"],
         metrics=metrics,
     )
     context = {
-        "title": card.repo_name(repo_id),
         "task": _task_context(task),
         "architecture": card.architecture_rows(config, parameters) if config else [],
         "base": base,
@@ -257,6 +255,5 @@ def card_for_finetuning(
         ),
         "versions": card.framework_lines(summary.get("versions"), config.get("transformers_version")),
         "usage": card.usage(repo_id, task, config=config),
-        "bibtex": card.BIBTEX,
     }
     return card.render_card("finetuned.md", card_data, context, template_dir)

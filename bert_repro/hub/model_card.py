@@ -1,26 +1,22 @@
 """Model cards for what the recipes write: a pre-trained checkpoint or a fine-tuned one, ready for the Hub.
 
-A card is built from the files the run left in its output directory, never from memory or the environment; each
-card module's docstring names the files it reads. Metadata go through huggingface_hub's `ModelCardData` /
-`EvalResult`, which write the `model-index` block the Hub reads. The body is a Jinja template in
-`bert_repro/hub/model_cards/`. We render it with our own Jinja environment rather than `ModelCard.from_template`:
-the cards share parts (`{% include %}` needs a loader), and a misspelt variable must fail (`StrictUndefined`)
-instead of leaving a blank. The template receives what `from_template` gives it: `card_data` (the YAML block) and
-the metadata fields.
+A card is built from the files the run left in its output directory (each card module names those it reads).
+Metadata go through huggingface_hub's `ModelCardData` / `EvalResult` (the `model-index` block the Hub reads); the body
+is a Jinja template in `bert_repro/hub/model_cards/`, rendered with our own environment rather than
+`ModelCard.from_template` because the cards share parts (`{% include %}` needs a loader) and a misspelt variable must
+fail (`StrictUndefined`), not leave a blank. A template gets what `from_template` gives it: `card_data` and the
+metadata fields.
 
 Conventions of the cards:
-- every score is in percent, the paper's numbers as printed; the paper's GLUE numbers are test-server scores, ours
-  dev scores, and the cards say so beside the table;
+- the tables' scores are in percent, the paper's numbers as printed; the paper's GLUE numbers are test-server scores,
+  ours dev scores, and the cards say so beside the table;
 - a value the run did not record is written "not recorded", never "None";
 - nothing private goes in: output, log and tracker settings and token-like fields are dropped, local paths reduced
   to their last component (a corpus's relative path is kept: it names the corpus as the run was given it), and a
-  card holding the value of a secret environment variable is refused. The card looks outside the run's files
-  twice only: for a README.md or manifest beside the corpus, and for the installed framework versions the run did
-  not record (labelled so).
+  card holding the value of a secret environment variable is refused. Outside the run's files a card reads only a
+  README.md or manifest beside the corpus and the installed framework versions the run did not record (so labelled).
 
-The parts live in `card_common` (shared writing and rendering), `pretrained_card`, `finetuned_card`,
-`study_comparison` and `study_card`. This module picks the card a run directory needs (`card_for_directory`) and
-writes it: `python -m bert_repro.hub.model_card RUN_DIR REPO_ID` puts it as `README.md` beside the weights.
+`python -m bert_repro.hub.model_card RUN_DIR REPO_ID` writes the card a run needs as `README.md` beside the weights.
 """
 
 from __future__ import annotations
@@ -43,16 +39,11 @@ from .pretrained_card import card_for_pretraining
 # Any run directory
 
 
-def _is_finetuning(path: Path) -> bool:
-    """Whether ``path`` is a fine-tuning output directory (results.json with the task and the best run)."""
-    summary = read_json(path / "results.json")
-    return isinstance(summary, dict) and "task" in summary and "best" in summary
-
-
 def run_kind(path: str | Path) -> str:
     """ "pretraining" or "finetuning", from the files in ``path``."""
     path = Path(path)
-    if _is_finetuning(path):
+    summary = read_json(path / "results.json")
+    if isinstance(summary, dict) and "task" in summary and "best" in summary:
         return "finetuning"
     record = read_json(path / "run_config.json")
     if isinstance(record, dict) and "data" in record and (path / "config.json").is_file():
@@ -65,10 +56,8 @@ def run_kind(path: str | Path) -> str:
 
 def card_for_directory(path: str | Path, repo_id: str, **kwargs: Any) -> ModelCard:
     """The card of whatever run ``path`` holds (see `run_kind`); keyword arguments go to the card function."""
-    path = Path(path)
-    if _is_finetuning(path):
+    if run_kind(path) == "finetuning":
         return card_for_finetuning(path, repo_id, **kwargs)
-    run_kind(path)  # a clear error for a directory that holds no run
     return card_for_pretraining(path, repo_id, **kwargs)
 
 

@@ -148,13 +148,8 @@ def _pretraining_eval(
         )
     for key, label in (("mlm_loss", "MLM loss"), ("nsp_loss", "NSP loss")):
         value = results.get(f"eval_{key}")
-        rows.append(
-            {
-                "metric": label,
-                "ours": f"{value:.4f}" if card.is_number(value) else card.NOT_RECORDED,
-                "paper": "not reported in the paper",
-            }
-        )
+        ours = f"{value:.4f}" if card.is_number(value) else card.NOT_RECORDED
+        rows.append({"metric": label, "ours": ours, "paper": "not reported in the paper"})
     return eval_results, rows
 
 
@@ -321,15 +316,13 @@ def card_for_pretraining(
     card_data = card.metadata(
         repo_id=repo_id,
         pipeline_tag="fill-mask",
-        tags=["bert", "bert_repro", "fill-mask"],
-        datasets=[corpus["hub_id"]] if corpus["hub_id"] else [],
+        datasets=[corpus["hub_id"]] if corpus["hub_id"] else None,
         eval_results=eval_results + study_results,
         base_model=base_model,
     )
     record, notes = _setting_notes(record, config, results)
     held_out = statistics.get("held_out") or {}
     context = {
-        "title": card.repo_name(repo_id),
         "architecture": card.architecture_rows(config, parameters),
         "corpus": corpus,
         "data_rows": _data_rows(statistics),
@@ -357,6 +350,5 @@ def card_for_pretraining(
         "usage": card.usage(repo_id, config=config),
         "base_model": base_model,
         "base_licence": card.licence_of(base_model),
-        "bibtex": card.BIBTEX,
     }
     return card.render_card("pretrained.md", card_data, context, template_dir)

@@ -1,29 +1,11 @@
-"""Publishing checkpoints on the Hugging Face Hub: safetensors, code, tokenizer, card, logs, and nothing else.
+"""Publishing a run on the Hugging Face Hub: safetensors, code, tokenizer, card and records, nothing else.
 
-A push lands whole or leaves the Hub as it found it, tags included: every refusal (another model there, a tag that
-exists without `overwrite`) comes before the first write, the commit is one, and a failed push removes the repository
-or branch it created. What it puts in the repository:
-- the weights in safetensors only (`model.safetensors`, or the shards its index names with the index): pickles
-  (`*.bin`, `*.pt`, `*.pth`, `*.pkl`, Trainer's `training_args.bin`, optimizer and RNG states) are never uploaded;
-- `config.json` in transformers' own BERT format where it can be (`bert_repro.model.checkpoint_format`), so that
-  `AutoModel*.from_pretrained(repo)` works with plain transformers, with a complete `auto_map` and every `*.py` file
-  `save_pretrained` wrote beside it (configuration, modeling and the modules they import), so that
-  `AutoModel*.from_pretrained(repo, trust_remote_code=True)` opens our classes for someone who never installed
-  bert_repro;
-- the tokenizer with `vocab.txt`; the model card (`README.md`: the one `python -m bert_repro.hub.model_card` wrote
-  for this repository, which may hold a benchmark or a study, else a fresh one from `model_cards/`); the run's records
-  (`run_config.json`, `data_statistics.json`, `results.json` / `.md`, `log_history.json`), plots and TensorBoard logs;
-  a fine-tuning grid's `runs/` without what only resumes training (checkpoints, pickles).
-
-The local directory is only read: the card and any repaired files are written to a staging copy, in the system's
-temporary folder under a name that says which process made it, so that the next push removes one a kill left.
-A repository that already holds a different model (another run, or not a bert_repro model) is not overwritten
-without `overwrite=True`. Intermediate checkpoints of a pre-training run become revisions: one branch per step
-(`step-1000`), loadable with `from_pretrained(repo, revision="step-1000")`; a folder that is not `checkpoint-N` or whose
-model does not open is named and left out.
-
-The token comes from huggingface_hub's usual places (`HF_TOKEN`, `hf auth login`) or an explicit argument; it is
-never printed, logged or written into a file.
+What a push uploads, and its options, are in docs/hub.md. A push lands whole or leaves the Hub as it found it, tags
+included: every refusal (another model there without `overwrite`, a tag that exists) comes before the first write, the
+upload is one commit, and a failed push removes the repository or branch it created. The local directory is only read:
+the card and repaired files go to a staging copy in the system's temporary folder, named after the pushing process so
+that the next push removes one a kill left. The token comes from huggingface_hub's usual places (`HF_TOKEN`,
+`hf auth login`) or an argument; it is never printed, logged or written into a file.
 """
 
 from __future__ import annotations

@@ -26,11 +26,9 @@ from huggingface_hub import ModelCard
 
 from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
-from ..tasks.registry import TASKS
-from ..versions import FRAMEWORKS
 from . import card_common as card
 from .pretrained_card import PAPER_BATCH, PAPER_STEPS, _corpus_name, _shown_path
-from .study_comparison import _is_random_init, _study_verdict, fine_tuning_comparison
+from .study_comparison import _is_random_init, _study_verdict, fine_tuning_comparison, finetune_args_for
 
 
 def _flag(args: list[str], name: str) -> str | None:
@@ -129,16 +127,8 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         for key in card.HELD_OUT_TASKS
         if isinstance(pretraining.get(f"eval_{key}"), (int, float))
     ]
-    card_data = card.metadata(
-        repo_id=repo_id,
-        pipeline_tag="fill-mask",
-        tags=["bert", "bert_repro", "fill-mask"],
-        datasets=[],
-        eval_results=held_out_results + eval_results,
-        base_model=None,
-    )
+    card_data = card.metadata(repo_id=repo_id, pipeline_tag="fill-mask", eval_results=held_out_results + eval_results)
     context = {
-        "title": card.repo_name(repo_id),
         "source_file": path.as_posix(),
         "device": results.get("device") or "not recorded",
         "date": results.get("date") or "not recorded",
@@ -156,20 +146,16 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
         "pretrain_config": study.get("pretrain_config"),
         "pretrain_args": " ".join(args),
         "finetune_args": " ".join(shlex.split(study.get("finetune_args") or "")) or "the defaults",
-        "finetune_args_for": [
-            (TASKS[key].display_name if key in TASKS else key, args)
-            for key, _, args in (k.partition("=") for k in study.get("finetune_args_for") or [])
-        ],
+        "finetune_args_for": finetune_args_for(study, str),
         "seeds": ", ".join(str(s) for s in study.get("seeds") or []),
         "n_seeds": card.plural(len(study.get("seeds") or []) or 1, "fine-tuning seed"),
         "budget": _budget(results, study, name, row),
         "held_out": held_out,
         # as the GPU call recorded them; bert_repro by the commit it ran
-        "versions": [f"{name} {recorded.get(package) or 'not recorded'}" for name, package in FRAMEWORKS.items()],
+        "versions": card.framework_lines(recorded),
         "rows": table,
         "verdict": _study_verdict(table) if study.get("seeds") else None,
         "usage": card.usage(repo_id),
-        "bibtex": card.BIBTEX,
     }
     return card.render_card("study.md", card_data, context, template_dir)
 

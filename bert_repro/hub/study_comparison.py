@@ -1,9 +1,6 @@
-"""A study's fine-tuning comparison as the cards show it: a pre-trained checkpoint fine-tuned beside the same
-architecture randomly initialised and the majority class (`bert_repro.training.study`'s `study.json`).
-
-`fine_tuning_comparison` gives the model-index entries and the table's rows, with each difference and its standard
-error; `_study` is the study section of a pre-trained checkpoint's card (`bert_repro.hub.pretrained_card`), and the
-study's own card (`bert_repro.hub.study_card`) shows the same table.
+"""A study's fine-tuning comparison as the cards show it (`bert_repro.training.study`'s `study.json`): a pre-trained
+checkpoint fine-tuned beside the same architecture randomly initialised and the majority class, each difference with
+its standard error. `_study` is the study section of a pre-trained checkpoint's card; `study_card` shows the same table.
 """
 
 from __future__ import annotations
@@ -52,6 +49,14 @@ def _mean_cell(cell: Mapping[str, Any], seeds: int) -> str:
 
 def _public_args(text: str) -> str:
     return " ".join(card.format_setting(card.public_value("", a)) for a in str(text).split())
+
+
+def finetune_args_for(study: Mapping[str, Any], shown: Callable[[str], str]) -> list[tuple[str, str]]:
+    """The study's per-task (or per-variant) fine-tuning arguments, the task by its display name."""
+    return [
+        (TASKS[key].display_name if key in TASKS else key, shown(args))
+        for key, _, args in (k.partition("=") for k in study.get("finetune_args_for") or [])
+    ]
 
 
 def _study_verdict(rows: list[dict[str, Any]]) -> str:
@@ -134,9 +139,6 @@ def _study(study_dir: str | Path | None, out: Path, steps: Any) -> tuple[list[Ev
         "seeds": ", ".join(str(s) for s in study.get("seeds") or []) or None,  # None: the best run of each grid
         "n_seeds": card.plural(seeds, "fine-tuning seed"),
         "finetune_args": _public_args(study.get("finetune_args") or "") or "the defaults",
-        "finetune_args_for": [
-            (TASKS[key].display_name if key in TASKS else key, _public_args(args))
-            for key, _, args in (k.partition("=") for k in study.get("finetune_args_for") or [])
-        ],
+        "finetune_args_for": finetune_args_for(study, _public_args),
         "verdict": _study_verdict(table) if random and study.get("seeds") else None,  # it needs standard errors
     }

@@ -1,23 +1,13 @@
 """The paper's section-5 experiments as studies: pre-train each variant, fine-tune it, one table beside the paper's.
 
-A study is data (`study_tables.STUDIES`: table5 to table8, and pretraining, ours against random weights): its
-variants (what changes in pre-training or fine-tuning), its columns (a task and metric, or a pre-training measure)
-and the paper's numbers for that table. `run_study` pre-trains every variant at the size and budget given (the
-pre-training recipe's own arguments), fine-tunes each on the columns' tasks with the fine-tuning recipe's protocol
-(its learning-rate grid, best on dev), and after every finished cell writes into the output directory
-(`study_report`):
-- `study.md`: our numbers beside the paper's, the budget of each variant (steps, sequences, time) and the ordering
-  of the variants, ours against the paper's;
-- `study.json`: the same as data; `study.png`: ours against the paper's, one panel per column.
+A study (`study_tables.STUDIES`) is data: its variants, its columns and the paper's numbers. `run_study` pre-trains
+every variant at the size and budget given (the pre-training recipe's own arguments), fine-tunes each on the columns'
+tasks with the fine-tuning recipe's protocol (its learning-rate grid, best on dev), and after every finished run
+writes the report (`study_report`: study.md, study.json, study.png).
 
-Layout: `<output_dir>/pretrain/<variant>/` (a pre-training run), `<output_dir>/finetune/<variant>/<task>/` (a
-fine-tuning run; a column that fine-tunes differently, e.g. feature-based, has its own). Each finished run is
-kept and not run again, and the recipes resume an interrupted one from its last checkpoint: run the same command
-again to continue a study.
-
-The study's modules: `study_tables` (the paper's tables as data), `study_arguments` (the command line's arguments
-and the variants and tasks they select), this one (the runs, and the table's rows read from them), `study_report`
-(study.md / study.json / study.png from the rows).
+Layout: `<output_dir>/pretrain/<variant>/` and `<output_dir>/finetune/<variant>/<task>/` (a column that fine-tunes
+differently, e.g. feature-based, has its own). A finished run is kept and not run again, and the recipes resume an
+interrupted one from its last checkpoint: run the same command again to continue a study.
 """
 
 from __future__ import annotations
@@ -35,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_json, write_text
+from ..atomic import write_json
 from ..model.conversion import TOKENIZER_FILES
 from ..tasks.registry import get_task
 from .cli import ConfigurationError
@@ -140,13 +130,8 @@ def random_init_model(pretrained: Path, directory: Path) -> Path:
     for name in TOKENIZER_FILES:
         if (pretrained / name).is_file():
             shutil.copy(pretrained / name, directory / name)
-    write_text(
-        directory / "results.json",
-        json.dumps(
-            {"random_init": True, "architecture_of": str(pretrained), "global_step": 0, "train_runtime_s": 0.0},
-            indent=2,
-        ),
-    )
+    record = {"random_init": True, "architecture_of": str(pretrained), "global_step": 0, "train_runtime_s": 0.0}
+    write_json(directory / "results.json", record)
     return directory
 
 
@@ -250,8 +235,7 @@ def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, 
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as pool:
         futures = {}
         for run in todo:
-            log = output_dir / "logs" / f"{run.directory.relative_to(output_dir / 'finetune')}".replace("/", "-")
-            log = log.with_name(log.name + ".log")
+            log = output_dir / "logs" / f"{run.directory.relative_to(output_dir / 'finetune')}.log".replace("/", "-")
             logger.info("fine-tuning %s in %s (log %s)", run.variant, run.directory, log)
             futures[pool.submit(_finetune_in_process, run.recipe, str(log), threads)] = (run, log)
         for future in as_completed(futures):

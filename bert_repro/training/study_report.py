@@ -6,13 +6,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_path, write_text
+from ..atomic import atomic_path, write_json, write_text
 from .study_arguments import StudyArguments
 from .study_tables import Study
 
@@ -28,8 +27,7 @@ def ordering(study: Study, rows: list[dict[str, Any]], which: str) -> list[str]:
 
 def ordering_text(study: Study, rows: list[dict[str, Any]], which: str, labels: dict[str, str]) -> str:
     """The ordering as "A > B = C": variants whose means agree to the two decimals printed are tied, not ranked."""
-    score = mean_scores(study, rows, which)
-    order = sorted(score, key=lambda k: -score[k])
+    score, order = mean_scores(study, rows, which), ordering(study, rows, which)
     text = labels[order[0]] if order else ""
     for before, key in zip(order, order[1:]):
         text += f" {'=' if round(score[before], 2) == round(score[key], 2) else '>'} {labels[key]}"
@@ -94,10 +92,7 @@ def write_study(
     ]
     text = "\n".join(lines) + "\n"
     write_text(output_dir / "study.md", text)
-    write_text(
-        output_dir / "study.json",
-        json.dumps(_study_record(study, rows, args, seconds, baseline, failed, orders, times), indent=2),
-    )
+    write_json(output_dir / "study.json", _study_record(study, rows, args, seconds, baseline, failed, orders, times))
     plot_study(study, rows, output_dir / "study.png", baseline)
     return text
 

@@ -63,7 +63,6 @@ class Study:
     variants: tuple[Variant, ...]
     columns: tuple[Column, ...]
     paper: Mapping[str, Mapping[str, float]]  # variant key -> column key -> the paper's number (percent)
-    higher_is_better: Mapping[str, bool] = field(default_factory=dict)  # column key -> False where lower wins
     note: str = ""
 
     def variant(self, key: str) -> Variant:
@@ -161,7 +160,6 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                     "L24_H1024_A16": {"mlm_ppl": 3.23, "mnli": 86.6, "mrpc": 87.8, "sst2": 93.7},
                 }
             ),
-            higher_is_better={"mlm_ppl": False},
             note="The paper: larger models are better on every task, even MRPC's 3,600 training examples. Pass "
             "--sizes to study other sizes at a smaller budget.",
         ),

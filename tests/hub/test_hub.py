@@ -4,7 +4,6 @@ HF_ENDPOINT when it is imported."""
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -27,16 +26,7 @@ TOKEN = "hf_test_token_never_in_files_0123456789"
 
 
 def client_env(hub, tmp_path):
-    return {
-        **os.environ,
-        "HF_ENDPOINT": hub.endpoint,
-        "HF_TOKEN": TOKEN,
-        "HF_HUB_OFFLINE": "0",
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "HF_HOME": str(tmp_path / "hf_home"),
-        "HF_MODULES_CACHE": str(tmp_path / "modules"),
-        "PYTHONPATH": str(ROOT),
-    }
+    return {**hub.client_env(tmp_path / "hf_home", TOKEN), "PYTHONPATH": str(ROOT)}
 
 
 def run(cmd, env, check=True):

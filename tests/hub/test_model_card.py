@@ -69,6 +69,11 @@ def _write(path: Path, value) -> None:
     path.write_text(json.dumps(value, indent=2))
 
 
+def _update(path: Path, **fields) -> None:
+    """Add or replace top-level fields of a JSON record."""
+    _write(path, {**json.loads(path.read_text()), **fields})
+
+
 def bert_config(preset: str = "tiny", vocab_size: int = 8192, **extra) -> dict:
     from bert_repro.model.configuration_bert_repro import PRESETS
 
@@ -150,43 +155,21 @@ def make_pretraining_run(
     root: Path, *, corpus=("Salesforce/wikitext",), phase2: bool = True, with_results: bool = True, **run_overrides
 ) -> Path:
     out = root / "pretrain"
-    run = {
+    run = {  # what differs from PreTrainingRecipe's defaults
         "corpus": list(corpus),
-        "split": "train",
-        "streaming": False,
-        "max_documents": None,
-        "text_column": "text",
         "document_boundary": "wikitext",
-        "split_lines": False,
-        "tokenizer": None,
         "vocab_size": 8192,
-        "lowercase": True,
         "eval_fraction": 0.02,
         "eval_max_examples": 1000,
         "preset": "tiny",
-        "model_overrides": None,
-        "attn_implementation": "sdpa",
-        "init_from": None,
         "global_batch_size": 32,
         "phase2_fraction": 0.1 if phase2 else 0.0,
         "phase2_max_seq_length": 512,
         "phase2_max_predictions_per_seq": 80,
-        "optimizer": "adamw",
+        "dupe_factor": 3,
         **run_overrides,
     }
-    data = {
-        "max_seq_length": 128,
-        "max_predictions_per_seq": 20,
-        "masked_lm_prob": 0.15,
-        "short_seq_prob": 0.1,
-        "dupe_factor": 3,
-        "random_seed": 12345,
-        "do_whole_word_mask": False,
-        "static_masking": True,
-        "mask_replace_prob": 0.8,
-        "random_replace_prob": 0.1,
-    }
-    record = PreTrainingRecipe.from_dict({}).replace(**run, **data).to_dict()
+    record = PreTrainingRecipe.from_dict({}).replace(**run).to_dict()
     _write(out / "run_config.json", {**record, "training": training_arguments()})
     statistics = {
         "phase1": _stats(600, 85_211, 46_441, 5_674_364, 842_939, max_seq_length=128),
@@ -266,16 +249,10 @@ def _finetuning_run(
         "keep_all_runs": False,
         **(run_fields or {}),
     }
-    _write(
-        out / "run_config.json",
-        {
-            "schema_version": 2,
-            "finetuning": run,
-            "training": training_arguments(
-                learning_rate=2e-05, warmup_steps=0.1, max_steps=-1, seed=42, adam_epsilon=1e-06, eval_strategy="no"
-            ),
-        },
+    training = training_arguments(
+        learning_rate=2e-05, warmup_steps=0.1, max_steps=-1, seed=42, adam_epsilon=1e-06, eval_strategy="no"
     )
+    _write(out / "run_config.json", {"schema_version": 2, "finetuning": run, "training": training})
     labels = {str(i): f"LABEL_{i}" for i in range(num_labels)}
     _write(out / "config.json", bert_config("base", 30522, architectures=[head], id2label=labels))
     return out
@@ -333,10 +310,6 @@ def all_cards(root: Path) -> dict[str, ModelCard]:
         "mrpc": card_for_finetuning(make_mrpc_run(root), "someone/bert-mrpc", base_model="someone/bert-base-repro"),
         "squad_v2": card_for_finetuning(make_squad_v2_run(root), "someone/bert-squad2"),
     }
-
-
-def body(card: ModelCard) -> str:
-    return card.text
 
 
 def by_metric(card: ModelCard) -> dict[tuple[str, str], float]:
@@ -411,7 +384,7 @@ def test_pretraining_body(tmp_path):
     out = make_pretraining_run(tmp_path)
     history = [{"loss": 9.25, "step": 50}, {"loss": 7.5, "step": 100}, {"eval_loss": 6.9, "step": 100}]
     _write(out / "log_history.json", history)
-    text = body(card_for_pretraining(out, REPO))
+    text = card_for_pretraining(out, REPO).text
     assert "| Preset | `tiny` (BERT-Tiny size) |" in text
     for row in (
         "| Layers (L) | 2 |",
@@ -452,22 +425,20 @@ def test_a_run_timed_from_a_step_says_so(tmp_path):
     # Resumed from a checkpoint that did not record its training time: the card must not call part of a run the
     # whole run's time.
     out = make_pretraining_run(tmp_path)
-    results = json.loads((out / "results.json").read_text())
-    _write(out / "results.json", {**results, "train_runtime_from_step": 800})
-    text = body(card_for_pretraining(out, REPO))
+    _update(out / "results.json", train_runtime_from_step=800)
+    text = card_for_pretraining(out, REPO).text
     assert "0.20 h\n  of training from step 800 (the time before it was\n  not recorded) at 5,350.1 tokens/s" in text
     assert "tokens/s. Hardware: not recorded." in " ".join(text.split())  # a run from before the field
 
 
 def test_the_card_names_the_hardware_the_run_recorded(tmp_path):
     out = make_pretraining_run(tmp_path)
-    results = json.loads((out / "results.json").read_text())
-    _write(out / "results.json", {**results, "hardware": "NVIDIA H200"})
-    assert "tokens/s. Hardware: NVIDIA H200." in " ".join(body(card_for_pretraining(out, REPO)).split())
+    _update(out / "results.json", hardware="NVIDIA H200")
+    assert "tokens/s. Hardware: NVIDIA H200." in " ".join(card_for_pretraining(out, REPO).text.split())
 
 
 def test_pretraining_without_phase2_warns_about_untrained_positions(tmp_path):
-    text = body(card_for_pretraining(make_pretraining_run(tmp_path, phase2=False), REPO))
+    text = card_for_pretraining(make_pretraining_run(tmp_path, phase2=False), REPO).text
     assert "no 512-token phase" in text
     assert "Position embeddings beyond 128 were never trained" in text
 
@@ -512,7 +483,7 @@ def test_pretraining_with_benchmark(tmp_path):
             ],
         },
     )
-    text = body(card_for_pretraining(make_pretraining_run(tmp_path), REPO, benchmark_dir=bench))
+    text = card_for_pretraining(make_pretraining_run(tmp_path), REPO, benchmark_dir=bench).text
     # the majority class beside each score, and a run that predicted one label marked (issue 45)
     assert '| GLUE MRPC | F1 | 87.30 (every prediction "equivalent") | 81.22 | 88.9 | test |' in text
     assert "| SQuAD v1.1 | F1 | 88.10 | – | 88.5 | dev |" in text  # not a classification task
@@ -550,7 +521,7 @@ def test_a_local_corpus_is_named_as_the_run_was_given_it(tmp_path, monkeypatch):
     (shipped / "README.md").write_text("where each text comes from")
     Path("README.md").write_text("the working directory's own README: not the corpus's")
     out = make_pretraining_run(tmp_path, corpus=[str(shipped / "gutenberg"), str(shipped / "state_union")])
-    text = " ".join(body(card_for_pretraining(out, REPO)).split())
+    text = " ".join(card_for_pretraining(out, REPO).text.split())
     assert (
         "Corpus: the local files given as `--corpus`: `recipes/data/quickstart_corpus/gutenberg` and "
         "`recipes/data/quickstart_corpus/state_union`; 612 documents. Where its texts come from: "
@@ -583,7 +554,7 @@ def test_the_settings_show_the_vocabulary_the_model_has(tmp_path):
     # would have trained (issue 45)
     out = make_pretraining_run(tmp_path, tokenizer="google-bert/bert-base-uncased")
     _write(out / "config.json", bert_config(vocab_size=30522))
-    text = body(card_for_pretraining(out, REPO))
+    text = card_for_pretraining(out, REPO).text
     assert "| Vocabulary | 30,522 |" in text
     assert "`vocab_size` | 30522 (the model's, from config.json; the run's setting was 8192)" in text
     assert "8192 |" not in text
@@ -679,11 +650,11 @@ def test_study_row_of_this_checkpoint(tmp_path):
     study = make_study(tmp_path / "study", "/elsewhere/pretrained")
     rows = json.loads((study / "study.json").read_text())["rows"]
     other = {**rows[0], "variant": "other", "cells": {k: {**c, "ours": 11.0} for k, c in rows[0]["cells"].items()}}
-    _write(study / "study.json", {**json.loads((study / "study.json").read_text()), "rows": [other, *rows]})
+    _update(study / "study.json", rows=[other, *rows])
     first = card_for_pretraining(out, REPO, study_dir=study)  # no path matches: the first pre-trained row
     assert glue_scores(first)[("sst2", "accuracy")] == 11.0
     rows[0]["model"] = str(out)
-    _write(study / "study.json", {**json.loads((study / "study.json").read_text()), "rows": [other, *rows]})
+    _update(study / "study.json", rows=[other, *rows])
     assert glue_scores(card_for_pretraining(out, REPO, study_dir=study))[("sst2", "accuracy")] == 83.49
 
 
@@ -694,8 +665,7 @@ def test_a_study_that_is_not_of_this_checkpoint_is_refused(tmp_path):
     study = make_study(tmp_path / "study", "/elsewhere/pretrained", steps=6000)
     with pytest.raises(CardError, match="pre-trained for 6,000 steps, this checkpoint for 1,000"):
         card_for_pretraining(out, REPO, study_dir=study)
-    data = json.loads((study / "study.json").read_text())
-    _write(study / "study.json", {**data, "rows": data["rows"][1:]})
+    _update(study / "study.json", rows=json.loads((study / "study.json").read_text())["rows"][1:])
     with pytest.raises(CardError, match="only randomly initialised"):
         card_for_pretraining(out, REPO, study_dir=study)
 
@@ -867,23 +837,21 @@ def test_cards_list_the_framework_versions_the_run_recorded_else_say_whose(tmp_p
     import transformers
 
     out = make_pretraining_run(tmp_path)
-    text = body(card_for_pretraining(out, REPO))
+    text = card_for_pretraining(out, REPO).text
     now = "(installed when this card was made; the run did not record it)"
     assert f"- Transformers {transformers.__version__} {now}" in text and f"- Pytorch {torch.__version__} {now}" in text
     assert f"- bert_repro {bert_repro.__version__} {now}" in text
     _write(out / "config.json", bert_config(transformers_version="5.17.0"))
-    assert "- Transformers 5.17.0 (config.json: the version that saved the model)" in body(
-        card_for_pretraining(out, REPO)
-    )
+    text = card_for_pretraining(out, REPO).text
+    assert "- Transformers 5.17.0 (config.json: the version that saved the model)" in text
     versions = framework_versions()
     assert set(versions) == {"transformers", "torch", "datasets", "tokenizers", "bert_repro"}
-    results = json.loads((out / "results.json").read_text())
-    _write(out / "results.json", {**results, "versions": {**versions, "torch": "2.11.0"}})
-    text = body(card_for_pretraining(out, REPO))
+    _update(out / "results.json", versions={**versions, "torch": "2.11.0"})
+    text = card_for_pretraining(out, REPO).text
     assert "- Pytorch 2.11.0\n" in text and "installed when this card was made" not in text
     mrpc = make_mrpc_run(tmp_path)
     _write(mrpc / "config.json", bert_config("base", 30522, transformers_version="5.17.0"))
-    assert "- Transformers 5.17.0 (config.json" in body(card_for_finetuning(mrpc, "someone/bert-mrpc"))
+    assert "- Transformers 5.17.0 (config.json" in card_for_finetuning(mrpc, "someone/bert-mrpc").text
 
 
 def test_a_subsampled_fine_tune_says_so_in_its_limitations(tmp_path):

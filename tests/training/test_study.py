@@ -3,7 +3,6 @@ report, and whole studies end to end on a tiny corpus and fixture tasks (each ce
 
 import json
 import random
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +91,11 @@ def test_selection_keeps_the_variants_whose_weights_are_used():
         (dict(study="table5", tasks=["mrpc"]), "No local data for task(s) mrpc"),
         (dict(study="pretraining", pretrain_args="--preset 'mini"), "--pretrain_args: cannot split"),
         (dict(study="pretraining", pretrain_args="--learning_rate -1"), "--learning_rate -1.0: the learning rate"),
+        (dict(study="pretraining", finetune_args_for=["nsp=--learning_rates 1e-4"]), "KEY a variant or task of"),
+        (dict(study="pretraining", finetune_args_for=["random"]), 'expected KEY="ARGS"'),
+        (dict(study="pretraining", seeds=[1, 2], finetune_args="--seeds 7"), "leave --seed(s) out"),
+        (dict(study="pretraining", seeds=[1], finetune_args_for=["random=--seed 3"]), "leave --seed(s) out"),
+        (dict(study="pretraining", jobs=0), "--jobs 0: at least 1"),
     ],
 )
 def test_bad_input_is_one_clear_error(args, message, tmp_path, monkeypatch):
@@ -102,26 +106,6 @@ def test_bad_input_is_one_clear_error(args, message, tmp_path, monkeypatch):
     with pytest.raises(ConfigurationError) as err:
         run_study(StudyArguments(output_dir=str(tmp_path / "out"), **args))
     assert message in str(err.value)
-    assert not (tmp_path / "out").exists()  # nothing ran, nothing written
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (dict(finetune_args_for=["nsp=--learning_rates 1e-4"]), "KEY a variant or task of the study"),
-        (dict(finetune_args_for=["random"]), 'expected KEY="ARGS"'),
-        (dict(seeds=[1, 2], finetune_args="--seeds 7"), "leave --seed(s) out"),
-        (dict(seeds=[1], finetune_args_for=["random=--seed 3"]), "leave --seed(s) out"),
-        (dict(jobs=0), "--jobs 0: at least 1"),
-    ],
-)
-def test_bad_seeds_jobs_and_per_key_arguments_are_one_clear_error(args, message, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    study_args = StudyArguments(
-        study="pretraining", output_dir=str(tmp_path / "out"), data_root=str(_glue(tmp_path / "glue")), **args
-    )
-    with pytest.raises(ConfigurationError, match=re.escape(message)):
-        run_study(study_args)
     assert not (tmp_path / "out").exists()  # nothing ran, nothing written
 
 
@@ -152,9 +136,8 @@ def test_planned_runs_one_per_seed_each_with_its_task_and_variant_arguments(tmp_
     )
     # without --seeds: one run per cell, in the cell's own directory, the recipe's seeds
     plain = planned_runs(study, StudyArguments(study="pretraining"), tmp_path, models, {"sst2": None, "mrpc": None})
-    assert [r.directory.name for r in plain] == ["sst2", "sst2", "mrpc", "mrpc"] and plain[
-        0
-    ].recipe.finetuning.seeds == [42]
+    assert [r.directory.name for r in plain] == ["sst2", "sst2", "mrpc", "mrpc"]
+    assert plain[0].recipe.finetuning.seeds == [42]
 
 
 def _finished(directory: Path, seed: int, accuracy: float, f1: float) -> FineTuningRun:
@@ -243,18 +226,18 @@ def test_recipe_reports_bad_input_with_exit_code_2(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _row(study, variant, cells, finetune_seconds, pretraining):
+    """A row of the table as `study.table_row` makes it."""
+    row = {"variant": variant, "label": study.variant(variant).label, "model": "m", "cells": cells}
+    return {**row, "finetune_seconds": finetune_seconds, "pretraining": dict(pretraining)}
+
+
 def test_report_table_ordering_and_chart(tmp_path):
     study = get_study("table5")
     values = {"mlm_nsp": 80.0, "mlm": 78.0, "ltr": 70.0, "ltr_bilstm": 71.0}
+    pretraining = {"global_step": 100, "train_runtime_s": 30.0}
     rows = [
-        {
-            "variant": k,
-            "label": study.variant(k).label,
-            "model": "m",
-            "finetune_seconds": 12.0,
-            "pretraining": {"global_step": 100, "train_runtime_s": 30.0},
-            "cells": {c.key: {"ours": v + i} for i, c in enumerate(study.columns)},
-        }
+        _row(study, k, {c.key: {"ours": v + i} for i, c in enumerate(study.columns)}, 12.0, pretraining)
         for k, v in values.items()
     ]
     text = write_study(tmp_path, study, rows, StudyArguments(study="table5"), 3600.0)
@@ -285,17 +268,7 @@ def test_report_table_ordering_and_chart(tmp_path):
 def test_equal_means_are_reported_as_a_tie(tmp_path):
     # Every variant at the majority class (a budget too small to learn anything) is a tie, not a ranking.
     study = get_study("pretraining")
-    rows = [
-        {
-            "variant": k,
-            "label": study.variant(k).label,
-            "model": "m",
-            "finetune_seconds": 1.0,
-            "pretraining": {},
-            "cells": {c.key: {"ours": 68.38} for c in study.columns},
-        }
-        for k in ("pretrained", "random")
-    ]
+    rows = [_row(study, k, {c.key: {"ours": 68.38} for c in study.columns}, 1.0, {}) for k in ("pretrained", "random")]
     text = write_study(tmp_path, study, rows, StudyArguments(study="pretraining"), 60.0)
     assert "- ours: pre-trained (MLM + NSP) = random initialisation" in text
     rows[1]["cells"]["sst2"]["ours"] = 67.0
