@@ -233,16 +233,6 @@ def grid_plan(given: FineTuningArguments, run: FineTuningArguments) -> str:
     return f"{line} ({grid}: {' '.join(f'{lr:g}' for lr in run.learning_rates)}); pass --learning_rate to train one"
 
 
-def _peek_task(argv: list[str]) -> str | None:
-    argv, _ = use_our_names(argv, {f.name for cls in ARGUMENTS for f in fields(cls)})  # --task_name
-    task = next((token.split("=", 1)[1] for token in argv if token.startswith("--task=")), None)
-    if task is None and "--task" in argv[:-1]:
-        task = argv[argv.index("--task") + 1]
-    if task is None and "--config" in argv[:-1]:
-        task = read_yaml_config(argv[argv.index("--config") + 1], ARGUMENTS, RECIPE).get("task")
-    return task
-
-
 def find_task(name: str) -> Task:
     """--task by its name or its Hub dataset (--dataset_name rajpurkar/squad); an unknown one with the
     closest."""
@@ -256,12 +246,10 @@ def find_task(name: str) -> Task:
 
 @dataclass(frozen=True)
 class FineTuningRecipe:
-    """A fine-tuning run as one typed object: the task, the model, its head and the grid (`finetuning`), and
-    transformers' `TrainingArguments` (`training`), as given. Read at the edge (`from_args`, `from_yaml`: the
-    reference code's settings < the task's paper hyper-parameters < YAML < command line), changed with `replace`
-    under the flags' names. The task's defaults for what was not given (its learning-rate grid, its
-    max_seq_length) are filled in by `resolved`, so that `replace(features=...)` also takes the feature-based grid.
-    `run_finetuning(recipe)` runs it."""
+    """A fine-tuning run as given: our settings (`finetuning`) and transformers' `TrainingArguments` (`training`).
+    Precedence: the reference code's settings < the task's paper hyper-parameters < YAML < command line. The task's
+    defaults that depend on other settings (the grid, max_seq_length) are filled in by `resolved`, so that
+    `replace(features=...)` also takes the feature-based grid."""
 
     finetuning: FineTuningArguments
     training: TrainingArguments
@@ -270,7 +258,13 @@ class FineTuningRecipe:
     def from_args(cls, argv: list[str] | None = None) -> FineTuningRecipe:
         argv = list(sys.argv[1:] if argv is None else argv)
         check_deepspeed_installed(argv)  # before TrainingArguments, which fails on it with an unrelated error
-        name = _peek_task(argv)
+        ours, given = use_our_names(argv, {f.name for cls in ARGUMENTS for f in fields(cls)})  # --task_name: --task
+        at = ours.index("--config") + 1 if "--config" in ours[:-1] else None
+        config = read_yaml_config(ours[at], ARGUMENTS, RECIPE) if at else {}
+        name = next((token.split("=", 1)[1] for token in ours if token.startswith("--task=")), None)
+        if name is None and "--task" in ours[:-1]:
+            name = ours[ours.index("--task") + 1]
+        name = config.get("task") if name is None else name
         if not name and any(arg in ("-h", "--help") for arg in argv):  # each task's defaults are its own
             parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE, help_layout=help_layout(None))
         if not name:  # a wrong flag (--task_nme) is said first
@@ -282,7 +276,7 @@ class FineTuningRecipe:
             defaults["warmup_steps"] = task.defaults["warmup_proportion"]
         layout = help_layout(task)
         run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS, help_layout=layout)
-        choose_stages(run, training, argv)
+        choose_stages(run, training, ours, config, given | set(config))
         return cls(run, training)
 
     @classmethod
@@ -318,10 +312,6 @@ class FineTuningRecipe:
         except ValueError as err:  # TrainingArguments' own checks
             raise ConfigurationError(" ".join(str(err).split())) from None
 
-    def to_dict(self) -> dict[str, Any]:
-        """`run_config.json`: the settings the run uses (`resolved`) by section, JSON types."""
-        return record_of(*self.resolved())
-
     def resolved(self) -> tuple[FineTuningArguments, TrainingArguments]:
         """The settings a run uses, copies: the task's max_seq_length and learning-rate grid (the feature-based
         grid with --features) where none was given, and with --save_strategy best the metric the grid ranks by."""
@@ -342,17 +332,12 @@ class FineTuningRecipe:
 STAGES = ("do_train", "do_eval", "do_predict")
 
 
-def choose_stages(run: FineTuningArguments, training: TrainingArguments, argv: list[str]) -> None:
+def choose_stages(run, training: TrainingArguments, argv: list[str], config: dict, given: set[str]) -> None:
     """--do_train / --do_eval / --do_predict as run_glue reads them: those given, and only those; none given, the
-    whole protocol (train and evaluate the grid, GLUE test predictions with --predict_test). Read from `argv` (and a
-    --config file) because TrainingArguments turns do_eval on whenever eval_strategy is not "no"."""
-    known = {f.name for cls in ARGUMENTS for f in fields(cls)}
-    argv, given = use_our_names(argv, known)
-    asked: dict[str, bool] = {}
-    if "--config" in argv[:-1]:
-        config = read_yaml_config(argv[argv.index("--config") + 1], ARGUMENTS, RECIPE)
-        asked.update({name: bool(config[name]) for name in STAGES if name in config})
-        given |= set(config)
+    whole protocol (train and evaluate the grid, GLUE test predictions with --predict_test). Read from `argv` and
+    the --config file (`config`; `given`: the fields set in either) because TrainingArguments turns do_eval on
+    whenever eval_strategy is not "no"."""
+    asked = {name: bool(config[name]) for name in STAGES if name in config}
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for name in STAGES:
         flags = (f"--{name}", f"--{name.replace('_', '-')}")
@@ -369,13 +354,13 @@ def choose_stages(run: FineTuningArguments, training: TrainingArguments, argv: l
         training.eval_strategy = IntervalStrategy.NO
 
 
-SCHEMA_VERSION = 2  # the layout of `run_config.json` (`FineTuningRecipe.to_dict()`)
+SCHEMA_VERSION = 2  # the layout of `run_config.json` (`record_of`)
 # What says where outputs and pushes go, and credentials: not part of the record (a moved folder resumes).
 NOT_RECORDED = ("output_dir", "hub_", "push_")
 
 
 def record_of(run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
-    """The record of the settings a run uses (`FineTuningRecipe.to_dict`)."""
+    """`run_config.json`: the settings a run uses (`FineTuningRecipe.resolved`) by section, JSON types."""
     record = {
         "schema_version": SCHEMA_VERSION,
         "finetuning": asdict(run),
@@ -395,11 +380,8 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
 
 def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:
     """The one place where a fine-tuning run's arguments are checked, before any data is read, weights loaded or
-    anything written; a new flag gets its check here. The values (`check_values`), the engine, and with the model
-    at hand (a study checks its runs before it has pre-trained their model) the tokenizer, the checkpoint's files,
-    its positions against --max_seq_length, its depth against --features and its pre-training objective. Next,
-    before the model loads: the output directory (`check_output_dir`), the Hub request, and the task's data as it
-    is read (`load_task_data`, `splits_at_hand`)."""
+    anything written; a new flag gets its check here. Without the model at hand (a study checks its runs before it
+    has pre-trained their model), what needs the model's files is left out."""
     check_values(run, training)
     check_stages(run, training)
     check_evaluation(find_task(run.task), training)
