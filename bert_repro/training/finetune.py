@@ -26,9 +26,9 @@ from transformers import Trainer, TrainingArguments, set_seed
 from ..atomic import write_json, write_text
 from ..data.wordpiece import load_tokenizer, save_tokenizer
 from ..hub.model_card import card_for_finetuning
-from ..hub.push import push
+from ..hub.push import HubPushError, push
 from ..model.bilstm_heads import FeatureSetError
-from ..model.conversion import load_bert
+from ..model.conversion import CheckpointError, load_bert
 from ..tasks.columns import TaskDataError
 from ..tasks.files import describe_sources, load_task_data
 from ..tasks.registry import Task
@@ -73,6 +73,9 @@ NOT_IDENTITY = (
 )
 # What a grid may raise on resumption, training every run further from its last checkpoint.
 GROW = ("training.max_steps", "training.num_train_epochs")
+# A problem the user can fix (what they passed, a token, the network): recipes/finetune.py and reproduce.py say it in
+# one line, exit 2, without a traceback.
+USER_ERRORS = (ConfigurationError, CheckpointError, TaskDataError, HubPushError, FileExistsError, FileNotFoundError)
 
 
 def model_inputs(task: Task, raw: datasets.Dataset, encoded: datasets.Dataset) -> datasets.Dataset:
