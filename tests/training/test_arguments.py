@@ -35,47 +35,25 @@ def pretraining(*argv):
 @pytest.mark.parametrize(
     "theirs, ours",
     [
-        (["--task_name", "mrpc", "--model_name_or_path", "m"], ["--task", "mrpc", "--model", "m"]),
+        ("--task_name mrpc --model_name_or_path m", "--task mrpc --model m"),
         (
-            [
-                "--task",
-                "mrpc",
-                "--model",
-                "m",
-                "--train_file",
-                "a.csv",
-                "--validation_file",
-                "b.csv",
-                "--test_file",
-                "c.csv",
-            ],
-            ["--task", "mrpc", "--model", "m", "--data", "train=a.csv", "validation=b.csv", "test=c.csv"],
+            "--task mrpc --model m --train_file a.csv --validation_file b.csv --test_file c.csv",
+            "--task mrpc --model m --data train=a.csv validation=b.csv test=c.csv",
         ),
-        (
-            ["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "--train_file", "a.csv"],  # pairs add up
-            ["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "train=a.csv"],
+        (  # split=path pairs add up
+            "--task mrpc --model m --data test=c.csv --train_file a.csv",
+            "--task mrpc --model m --data test=c.csv train=a.csv",
         ),
-        (["--dataset_name", "rajpurkar/squad", "--model", "m"], ["--task", "squad", "--model", "m"]),  # run_qa.py
-        (["--dataset_name", "squad_v2", "--model", "m"], ["--task", "squad_v2", "--model", "m"]),
+        ("--dataset_name rajpurkar/squad --model m", "--task squad --model m"),  # run_qa.py
+        ("--dataset_name squad_v2 --model m", "--task squad_v2 --model m"),
         (
-            [
-                "--task",
-                "sst2",
-                "--model",
-                "m",
-                "--tokenizer_name",
-                "t",
-                "--preprocessing_num_workers",
-                "3",
-                "--max_seq_length",
-                "64",
-            ],
-            ["--task", "sst2", "--model", "m", "--tokenizer", "t", "--num_proc", "3", "--max_seq_length", "64"],
+            "--task sst2 --model m --tokenizer_name t --preprocessing_num_workers 3 --max_seq_length 64",
+            "--task sst2 --model m --tokenizer t --num_proc 3 --max_seq_length 64",
         ),
     ],
 )
 def test_finetuning_takes_transformers_names(theirs, ours):
-    (run, training), (expected, expected_training) = finetuning(*theirs), finetuning(*ours)
+    (run, training), (expected, expected_training) = finetuning(*theirs.split()), finetuning(*ours.split())
     if run.task != expected.task:  # a task named by its Hub dataset
         assert run.task == "rajpurkar/squad" and expected.task == "squad"
         run.task = expected.task
@@ -86,20 +64,20 @@ def test_finetuning_takes_transformers_names(theirs, ours):
     "theirs, ours",
     [
         # run_mlm.py: continue from the model, with its tokenizer unless --tokenizer_name says otherwise.
-        (["--model_name_or_path", "bert-x"], ["--init_from", "bert-x", "--tokenizer", "bert-x"]),
-        (["--tokenizer_name", "t", "--model_name_or_path", "bert-x"], ["--init_from", "bert-x", "--tokenizer", "t"]),
+        ("--model_name_or_path bert-x", "--init_from bert-x --tokenizer bert-x"),
+        ("--tokenizer_name t --model_name_or_path bert-x", "--init_from bert-x --tokenizer t"),
         (
-            ["--train_file", "a.txt", "--mlm_probability", "0.2", "--preprocessing_num_workers", "2"],
-            ["--corpus", "a.txt", "--masked_lm_prob", "0.2", "--num_proc", "2"],
+            "--train_file a.txt --mlm_probability 0.2 --preprocessing_num_workers 2",
+            "--corpus a.txt --masked_lm_prob 0.2 --num_proc 2",
         ),
         (
-            ["--dataset_name", "wikitext", "--dataset_config_name", "wikitext-2-raw-v1"],
-            ["--corpus", "wikitext", "--hub_config", "wikitext-2-raw-v1"],
+            "--dataset_name wikitext --dataset_config_name wikitext-2-raw-v1",
+            "--corpus wikitext --hub_config wikitext-2-raw-v1",
         ),
     ],
 )
 def test_pretraining_takes_transformers_names(theirs, ours):
-    assert pretraining(*theirs, "--output_dir", "o") == pretraining(*ours, "--output_dir", "o")
+    assert pretraining(*theirs.split(), "--output_dir", "o") == pretraining(*ours.split(), "--output_dir", "o")
 
 
 def test_reproduce_takes_model_name_or_path():
@@ -114,26 +92,15 @@ def test_reproduce_takes_model_name_or_path():
 @pytest.mark.parametrize(
     "parse, argv, message",
     [
-        (
-            finetuning,
-            ["--task", "mrpc", "--model", "m", "--data", "dir", "--train_file", "a.csv"],
-            "--data and --train_file both set --data; give one of them.",
-        ),
-        (
-            finetuning,
-            ["--task", "mrpc", "--model", "m", "--model_name_or_path", "n"],
-            "--model and --model_name_or_path both set --model",
-        ),
-        (
-            pretraining,
-            ["--corpus", "a.txt", "--dataset_name", "wikitext"],
-            "--corpus and --dataset_name both set --corpus",
-        ),
+        (finetuning, "--data d --train_file a", "--data and --train_file both set --data; give one of them."),
+        (finetuning, "--model_name_or_path n", "--model and --model_name_or_path both set --model"),
+        (pretraining, "--corpus a.txt --dataset_name wikitext", "--corpus and --dataset_name both set --corpus"),
     ],
 )
 def test_two_names_for_one_setting_are_refused(parse, argv, message):
+    common = ["--task", "mrpc", "--model", "m"] if parse is finetuning else []
     with pytest.raises(ConfigurationError, match=message):
-        parse(*argv)
+        parse(*common, *argv.split())
 
 
 # ------------------------------------------------------------------------------------------------------------
