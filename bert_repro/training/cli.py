@@ -56,9 +56,10 @@ class ConfigurationError(ValueError):
     """Settings that cannot work together; the recipes print the message without a traceback."""
 
 
-def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING) -> Any:
-    """A dataclass field with its `--help` text, where HfArgumentParser reads it."""
-    return field(default=default, default_factory=factory, metadata={"help": help})
+def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING, choices: list | None = None) -> Any:
+    """A dataclass field with its `--help` text (and `choices`), where HfArgumentParser reads them."""
+    metadata = {"help": help} | ({"choices": choices} if choices else {})
+    return field(default=default, default_factory=factory, metadata=metadata)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -97,24 +97,18 @@ class FineTuningArguments(SpeedSwitches):
         f"encoder frozen, these token features into a two-layer BiLSTM: {FEATURE_SET_HELP}. Learning rates: "
         f"{list(FEATURE_BASED_GRID['learning_rate'])} unless --learning_rates.",
     )
-    head: str | None = field(
-        default=None,
-        metadata={
-            "choices": list(HEADS),
-            "help": "; ".join(f"{name}: {what}" for name, what in HEADS.items())
-            + ". Default: linear when fine-tuning, bilstm with --features.",
-        },
+    head: str | None = flag(
+        None,
+        "; ".join(f"{name}: {what}" for name, what in HEADS.items())
+        + ". Default: linear when fine-tuning, bilstm with --features.",
+        choices=list(HEADS),
     )
-    head_initializer: str = field(
-        default="transformers",
-        metadata={
-            "choices": list(HEAD_INITIALIZERS),
-            "help": "How the new head's weights are drawn: transformers (its plain normal(0, 0.02); the default, "
-            "measured better on CoNLL-2003 and the same on MRPC and SST-2: benchmarks/RESULTS.md, row 'new heads') or "
-            "reference "
-            "(Google's code: normal(0, 0.02) cut at 2 standard deviations). The checkpoint's weights are loaded "
-            "either way.",
-        },
+    head_initializer: str = flag(
+        "transformers",
+        "How the new head's weights are drawn: transformers (its plain normal(0, 0.02); the default, measured better "
+        "on CoNLL-2003 and the same on MRPC and SST-2: benchmarks/RESULTS.md, row 'new heads') or reference (Google's "
+        "code: normal(0, 0.02) cut at 2 standard deviations). The checkpoint's weights are loaded either way.",
+        choices=list(HEAD_INITIALIZERS),
     )
     bilstm_hidden_size: int | None = flag(
         None, "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."
@@ -128,14 +122,12 @@ class FineTuningArguments(SpeedSwitches):
     max_eval_samples: int | None = flag(None, "Use only so many evaluation rows.")
     num_proc: int | None = flag(None, "Processes for tokenisation.")
     attn_implementation: str = flag("sdpa", "eager, sdpa or flash_attention_2.")
-    objective: str | None = field(
-        default=None,
-        metadata={
-            "choices": list(PRETRAINING_OBJECTIVES),
-            "help": "The model attends as it was pre-trained (its config's objective, the paper's Table 5; a "
-            "left-to-right model stays left-to-right). Naming an objective here only checks that: one with "
-            "another attention direction is refused.",
-        },
+    objective: str | None = flag(
+        None,
+        "The model attends as it was pre-trained (its config's objective, the paper's Table 5; a left-to-right model "
+        "stays left-to-right). Naming an objective here only checks that: one with another attention direction is "
+        "refused.",
+        choices=list(PRETRAINING_OBJECTIVES),
     )
     predict_test: bool = flag(
         True,
@@ -394,9 +386,7 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
             except (OSError, ValueError) as err:
                 raise ConfigurationError(f"--tokenizer {run.tokenizer}: {' '.join(str(err).split())}") from None
         check_model_dir(run.model)  # a pickle, damaged weights or config.json
-        check_positions(run)
-        check_feature_layers(run)
-        check_objective(run)
+        check_model_config(run)
 
 
 def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
@@ -518,17 +508,32 @@ def evaluation_metrics(task: Task) -> list[str]:
     return names + [f"{split}_{name}" for split in task.eval_splits[1:] for name in names]
 
 
-def check_positions(run: FineTuningArguments) -> None:
-    """--max_seq_length within the positions a local model has (a Hub model's config is read when it loads)."""
-    config = Path(run.model) / "config.json"
-    if not config.is_file():
-        return
-    positions = json.loads(config.read_text()).get("max_position_embeddings")
+def check_model_config(run: FineTuningArguments) -> None:
+    """The checkpoint's config against the run, before any data is read: --max_seq_length within its positions,
+    --features within its depth, and its pre-training objective against --objective and the speed switches (a
+    left-to-right checkpoint is never fine-tuned with bidirectional attention, `check_objective_kept`)."""
+    try:
+        config = BertReproConfig.get_config_dict(run.model)[0]
+    except (OSError, ValueError):
+        return  # no config.json to read (e.g. a TensorFlow checkpoint): a BERT, checked when the model is built
+    positions = config.get("max_position_embeddings")
     if isinstance(positions, int) and run.max_seq_length > positions:
         raise ConfigurationError(
             f"--max_seq_length {run.max_seq_length} is longer than {run.model} can read "
             f"(max_position_embeddings {positions}); lower --max_seq_length."
         )
+    if run.features is not None and "num_hidden_layers" in config:
+        try:
+            parse_feature_set(run.features).indices(config["num_hidden_layers"])
+        except FeatureSetError as err:
+            raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None
+    saved = config.get("objective", DEFAULT_OBJECTIVE)
+    try:
+        if run.objective is not None:
+            check_objective_kept(saved, run.objective, run.model)
+        check_objective_switches(SimpleNamespace(objective=saved, **run.switches()))
+    except ValueError as err:  # ObjectiveConflictError, or an unknown objective
+        raise ConfigurationError(f"--model {run.model}: {err}") from None
 
 
 def head_settings(task: Task, run: FineTuningArguments) -> tuple[type, dict[str, Any]]:
@@ -551,32 +556,3 @@ def head_settings(task: Task, run: FineTuningArguments) -> tuple[type, dict[str,
             raise ConfigurationError(f"--bilstm_hidden_size must be a positive integer, got {run.bilstm_hidden_size}.")
         fields["bilstm_hidden_size"] = run.bilstm_hidden_size
     return model_class, fields
-
-
-def check_objective(run: FineTuningArguments) -> None:
-    """The checkpoint's pre-training objective against --objective and the speed switches, before any data is read:
-    a left-to-right checkpoint is never fine-tuned with bidirectional attention (`check_objective_kept`)."""
-    try:
-        saved = BertReproConfig.get_config_dict(run.model)[0].get("objective", DEFAULT_OBJECTIVE)
-    except (OSError, ValueError):
-        return  # no config.json to read (e.g. a TensorFlow checkpoint): a BERT, checked when the model is built
-    try:
-        if run.objective is not None:
-            check_objective_kept(saved, run.objective, run.model)
-        check_objective_switches(SimpleNamespace(objective=saved, **run.switches()))
-    except ValueError as err:  # ObjectiveConflictError, or an unknown objective
-        raise ConfigurationError(f"--model {run.model}: {err}") from None
-
-
-def check_feature_layers(run: FineTuningArguments) -> None:
-    """--features against the depth of the model's config, before any data is read or encoded."""
-    if run.features is None:
-        return
-    try:
-        layers = BertReproConfig.get_config_dict(run.model)[0]["num_hidden_layers"]
-    except (OSError, KeyError, ValueError):
-        return  # no config.json to read (e.g. a TensorFlow checkpoint): checked when the model is built
-    try:
-        parse_feature_set(run.features).indices(layers)
-    except FeatureSetError as err:
-        raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None

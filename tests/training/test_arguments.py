@@ -322,16 +322,16 @@ def test_fine_tuning_values_no_run_can_use_are_refused_while_parsing(flags, name
 
 
 def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(tmp_path):
-    from bert_repro.training.finetune_recipe import check_positions, parse_arguments
+    from bert_repro.training.finetune_recipe import check_model_config, parse_arguments
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 128}))
     run, _ = parse_arguments(["--task", "mrpc", "--model", str(tmp_path), "--max_seq_length", "128"])
-    check_positions(run)  # as many as the model has: fine
+    check_model_config(run)  # as many as the model has: fine
     run.max_seq_length = 129
     with pytest.raises(
         ConfigurationError, match="--max_seq_length 129 is longer than .* \\(max_position_embeddings 128"
     ):
-        check_positions(run)
+        check_model_config(run)
 
 
 @pytest.mark.parametrize(
