@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -444,26 +445,16 @@ def open_output_dir(record: dict[str, Any], run: FineTuningArguments, training: 
     """The output directory holds nothing or this grid (a larger --max_steps or --num_train_epochs trains it
     further), the Hub takes the push, the task's data reads: all said before the run is recorded; then the directory
     is locked for this grid. (task, data, missing splits, push)"""
-    task = find_task(run.task)
-    output_dir = Path(training.output_dir)
-    identity = run_identity(record)
-
-    def check() -> dict:
-        return check_output_dir(
-            output_dir,
-            identity,
-            resume=True,
-            overwrite=run.overwrite_output_dir,
-            identity=run_identity,
-            may_grow=GROW,
-        )
-
+    task, output_dir = find_task(run.task), Path(training.output_dir)
+    overwrite = run.overwrite_output_dir
+    check = partial(check_output_dir, output_dir, run_identity(record), resume=True, overwrite=overwrite)
+    check = partial(check, identity=run_identity, may_grow=GROW)
     grown = check()
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
     task, missing_splits = splits_at_hand(task, data, run, training)
     # one run per directory from here on; with --overwrite_output_dir another grid's results moved aside, not reused
-    lock_output_dir_once(output_dir, training, check, overwrite=run.overwrite_output_dir)
+    lock_output_dir_once(output_dir, training, check, overwrite=overwrite)
     with training.main_process_first(local=False, desc="opening the output directory"):
         if grown and training.process_index == 0:
             # Before the record changes: results.json says the grid is finished, result.json that a run is.

@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_path, write_text
+from ..atomic import atomic_path, write_json, write_text
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, Task, get_task
 from .cli import (
     ConfigurationError,
@@ -202,21 +202,9 @@ def write_report(
     ]
     text = "\n".join(lines) + "\n"
     write_text(output_dir / "report.md", text)
-    write_text(
-        output_dir / "report.json",
-        json.dumps(
-            {
-                "model": args.model,
-                "paper_model": args.paper_model,
-                "tasks": rows,
-                "glue_average": average,
-                "paper_glue_average": paper_average,
-                "seconds": round(seconds, 1),
-                "finetune_args": list(finetune_args),
-            },
-            indent=2,
-        ),
-    )
+    report = {"model": args.model, "paper_model": args.paper_model, "tasks": rows, "glue_average": average}
+    report |= {"paper_glue_average": paper_average, "seconds": round(seconds, 1), "finetune_args": finetune_args}
+    write_json(output_dir / "report.json", report)
     plot_report(rows, output_dir / "report.png", args.paper_model)
     return text
 

@@ -147,6 +147,3 @@ def select(study: Study, args: StudyArguments) -> Study:
         wanted = set(args.variants) | {study.variant(k).weights_of for k in args.variants} - {None}
         variants = tuple(v for v in study.variants if v.key in wanted)
     return Study(**{**study.__dict__, "variants": variants, "columns": columns})
-
-
-__all__ = ["StudyArguments", "select"]
