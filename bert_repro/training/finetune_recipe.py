@@ -41,10 +41,7 @@ from .cli import (
     read_yaml_config,
     use_our_names,
 )
-from .distributed import (
-    check_deepspeed_installed,
-    check_engine,
-)
+from .distributed import check_deepspeed_installed, check_engine
 
 # Settings of the reference run_classifier.py / run_squad.py that the paper does not restate.
 FINE_TUNING_DEFAULTS = dict(
@@ -257,10 +254,8 @@ class FineTuningRecipe:
         if name is None and "--task" in ours[:-1]:
             name = ours[ours.index("--task") + 1]
         name = config.get("task") if name is None else name
-        if not name and any(arg in ("-h", "--help") for arg in argv):  # each task's defaults are its own
+        if not name:  # --help shows no task's defaults as everyone's; a wrong flag (--task_nme) is said first
             parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE, help_layout=help_layout(None))
-        if not name:  # a wrong flag (--task_nme) is said first
-            parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE)
             raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
         task = find_task(name)
         defaults = {**FINE_TUNING_DEFAULTS, **{k: v for k, v in task.defaults.items() if k in _TRAINING_KEYS}}

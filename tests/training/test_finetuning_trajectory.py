@@ -14,6 +14,7 @@ import random
 import pytest
 import torch
 from support.corpora import SYLLABLES
+from support.task_files import finetune_args
 from transformers import (
     AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
@@ -249,11 +250,10 @@ def recipe_trajectory(task: str, data_dir, checkpoint, output_dir, monkeypatch, 
         return out
 
     monkeypatch.setattr(finetune.EngineTrainer, "train", keep_history)
-    argv = ["--task", task, "--model", str(checkpoint), "--data", str(data_dir), "--output_dir", str(output_dir)]
-    argv += ["--head_initializer", initializer, "--max_seq_length", str(MAX_LEN), "--logging_steps", "1"]
-    argv += ["--use_cpu", "true", "--disable_tqdm", "true", "--predict_test", "false"]
-    argv += [f"--{key}={value}" for key, value in SETTINGS.items()]
-    run_finetuning(FineTuningRecipe.from_args(argv))
+    options = dict(head_initializer=initializer, max_seq_length=MAX_LEN, logging_steps=1, predict_test=False)
+    run_finetuning(
+        FineTuningRecipe.from_args(finetune_args(task, checkpoint, data_dir, output_dir, **options, **SETTINGS))
+    )
     (history,) = histories
     return [e for e in history if "loss" in e and "train_runtime" not in e]
 
