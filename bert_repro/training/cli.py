@@ -1,12 +1,9 @@
 """What the recipes share: YAML configs with command-line overrides, user-facing configuration errors, and the
 rule that an output directory holding another run is never overwritten.
 
-Each recipe parses a tuple of dataclasses (its own arguments, transformers' `TrainingArguments`, ...) with
-`HfArgumentParser`. Precedence: the recipe's defaults (the paper's hyper-parameters) < a YAML file given with
-`--config` < the command line. Nothing given is dropped without a word: the names transformers' example
-scripts give our settings are taken (`TRANSFORMERS_NAMES`), any other unknown name is refused with the closest
-of ours, and one value for a searched setting (`--learning_rate X` where the recipe searches
-`--learning_rates`) is the grid of that value.
+Each recipe parses its dataclasses with `HfArgumentParser`: the recipe's defaults (the paper's hyper-parameters) <
+a YAML file given with `--config` < the command line. Nothing given is dropped without a word: transformers' names
+for our settings are taken, any other unknown name is refused with the closest of ours.
 """
 
 from __future__ import annotations

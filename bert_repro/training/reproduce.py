@@ -1,7 +1,5 @@
-"""The whole benchmark for one checkpoint: every task of the paper, one report beside the paper's numbers.
-
-`recipes/reproduce.py` runs `bert_repro.training.finetune` task after task into `<output_dir>/<task>/`, skips the tasks
-that already finished (so an interrupted benchmark resumes where it stopped), and writes:
+"""The whole benchmark for one checkpoint: every task of the paper fine-tuned into `<output_dir>/<task>/` (a task
+that finished is skipped, so an interrupted benchmark resumes where it stopped), and:
 - `report.md`: our dev score of each task's main metric beside the paper's (GLUE: the paper's TEST-set numbers of
   Table 1, the only GLUE numbers it prints; SQuAD, SWAG, CoNLL: dev), the GLUE average over the eight tasks the
   paper averages (WNLI left out), the hyper-parameters chosen and the time taken;
