@@ -1,9 +1,5 @@
-"""Bad input to the recipes ends in one message and exit code 2, never a traceback.
-
-Each test runs a recipe as a user would, in a subprocess. A wrong flag is said before the model is checked, so
-``--model`` names nothing real there; the failures after that check (bad task data, an output directory that cannot
-be written) give a tiny model, and the model-directory tests one that cannot be opened.
-"""
+"""Bad input to the recipes, run in a subprocess as a user would, ends in one message and exit code 2, never a
+traceback. A wrong flag is said before the model is checked, so ``--model`` names nothing real there."""
 
 import json
 import os

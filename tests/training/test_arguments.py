@@ -315,7 +315,6 @@ def test_the_named_command_converts_a_trusted_pickle(tmp_path):
     ],
 )
 def test_fine_tuning_values_no_run_can_use_are_refused_while_parsing(flags, named):
-    # Each of these ran on (0 positions read as the task's default) or ended in a traceback after the run was recorded.
     with pytest.raises(ConfigurationError) as error:
         finetuning("--task", "mrpc", "--model", "m", *flags)
     assert str(error.value).startswith(f"{named}:")
@@ -359,7 +358,6 @@ def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(
     ],
 )
 def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, named, tmp_path):
-    # Each of these ended in a traceback after the corpus was read (or ran on: a phase-2 share of 2).
     from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
 
     out = tmp_path / "out"
@@ -370,7 +368,6 @@ def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, na
 
 
 def test_a_tokenizer_that_cannot_load_is_refused_before_the_data_is_read(tmp_path, tiny_model):
-    # It used to be loaded after the task's data was read and the run recorded.
     from bert_repro.training.finetune import run_finetuning
     from bert_repro.training.finetune_recipe import FineTuningRecipe
 

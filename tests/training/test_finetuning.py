@@ -102,8 +102,6 @@ def test_reproduce_report_and_resume(tmp_path, tiny_model):
 
 
 def test_reproduce_checks_every_task_before_the_first_runs(tmp_path, tiny_model, monkeypatch, caplog):
-    # A task whose data is missing offline, or whose length the model cannot hold, used to fail only when its turn
-    # came, after the tasks before it had run.
     from bert_repro.training import reproduce
     from bert_repro.training.cli import ConfigurationError
 

@@ -1,12 +1,10 @@
 """Fine-tuning trains as plain transformers does, for every task kind: the recipe with `--head_initializer
-transformers` and the script a transformers user writes (its Auto class with a new head drawn by transformers'
-own code, its tokenizer, `Trainer`, labels encoded as transformers' example scripts encode them) log the same
-loss and gradient norm at every step, dropout on.
+transformers` and the script a transformers user writes (its Auto class, tokenizer, `Trainer`, labels encoded as
+transformers' example scripts encode them) log the same loss and gradient norm at every step, dropout on.
 
 The reference side is written from transformers' examples (`run_glue.py`, `run_qa.py`, `run_swag.py`,
-`run_ner.py`), not from the recipe's code, so the test fails when the head's initialisation, the data order, the
-loss or the labels (which sub-token of a word, which window position of an answer) change on either side.
-With `--head_initializer reference` the first step already differs: the test sees the head's draw.
+`run_ner.py`), not from the recipe's code, so the test fails when either side changes the head's initialisation,
+the data order, the loss or the labels.
 """
 
 import random

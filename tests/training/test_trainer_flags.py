@@ -1,7 +1,6 @@
 """Every TrainingArguments field that fine-tuning's `--help` lists, given a value other than its default, runs a
-fine-tuning grid to the end or is refused in one line before any work (issue: a Trainer flag that ends in Trainer's
-traceback after the data is encoded). The values are the ones a user would try; the fields a recipe must not take
-from a user here (the Hub's, the engines', mixed precision on a CPU) have tests of their own."""
+fine-tuning grid to the end or is refused in one line before any work. The fields a recipe must not take from a user
+here (the Hub's, the engines', mixed precision on a CPU) have tests of their own."""
 
 import dataclasses
 
