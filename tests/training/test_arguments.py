@@ -218,12 +218,6 @@ def test_study_checks_its_fine_tuning_flags_before_pre_training(tmp_path, monkey
 # ------------------------------------------------------------------------------------------------------------
 
 
-def bad_model_dir(directory, problem):
-    """A tiny model directory with one problem (support.damaged.damage_model_dir); the message expected."""
-    BertReproForPreTraining(tiny_config()).save_pretrained(directory)
-    return damage_model_dir(directory, problem)
-
-
 def open_with_load_bert(directory, tmp_path):
     from bert_repro.model.conversion import load_bert
 
@@ -257,7 +251,8 @@ def open_with_init_from(directory, tmp_path):
 def test_every_opener_checks_the_model_directory(opener, problem, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     directory = tmp_path / "model"
-    expected = bad_model_dir(directory, problem)
+    BertReproForPreTraining(tiny_config()).save_pretrained(directory)
+    expected = damage_model_dir(directory, problem)
     with pytest.raises((ValueError, SystemExit)) as error:
         opener(directory, tmp_path)
     if error.type is SystemExit:  # a command: one line, exit code 2
