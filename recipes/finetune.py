@@ -13,14 +13,11 @@ tasks with a test split, the leaderboard's prediction files. Several processes o
 
 import sys
 
-from bert_repro.hub.push import HubPushError
-from bert_repro.model.conversion import CheckpointError
-from bert_repro.tasks.columns import TaskDataError
 from bert_repro.training.checkpoints import interrupted
-from bert_repro.training.cli import ConfigurationError, RunFinished, quiet_load_reports
+from bert_repro.training.cli import RunFinished, quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
 from bert_repro.training.distributed import end_processes
-from bert_repro.training.finetune import run_finetuning
+from bert_repro.training.finetune import USER_ERRORS, run_finetuning
 from bert_repro.training.finetune_recipe import FineTuningRecipe
 
 if __name__ == "__main__":
@@ -37,14 +34,6 @@ if __name__ == "__main__":
     except RunFinished as done:  # a requeued job: the run is complete, and nothing in it is touched
         done.say("finetune.py")
         sys.exit(0)
-    except (
-        ConfigurationError,
-        CheckpointError,
-        TaskDataError,
-        HubPushError,
-        FileExistsError,
-        FileNotFoundError,
-    ) as err:
-        # A problem the user can fix (what they passed, a token, the network): say it plainly, without a traceback.
+    except USER_ERRORS as err:
         print(f"finetune.py: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -9,9 +9,9 @@ again: run the same command to resume an interrupted benchmark.
 
 import sys
 
-from bert_repro.model.conversion import CheckpointError
-from bert_repro.training.cli import ConfigurationError, parse_with_config, quiet_load_reports
+from bert_repro.training.cli import parse_with_config, quiet_load_reports
 from bert_repro.training.distributed import end_processes
+from bert_repro.training.finetune import USER_ERRORS
 from bert_repro.training.reproduce import HELP_LAYOUT, ReproduceArguments, run_reproduce
 
 if __name__ == "__main__":
@@ -23,6 +23,6 @@ if __name__ == "__main__":
         (args,) = parse_with_config((ReproduceArguments,), {}, own, "recipes/reproduce.py", help_layout=HELP_LAYOUT)
         print(run_reproduce(args, finetune_args))
         end_processes()  # all processes leave together (a distributed launch)
-    except (ConfigurationError, CheckpointError, FileExistsError, FileNotFoundError) as err:
+    except USER_ERRORS as err:
         print(f"reproduce.py: error: {err}", file=sys.stderr)
         sys.exit(2)

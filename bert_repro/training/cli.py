@@ -1,12 +1,9 @@
 """What the recipes share: YAML configs with command-line overrides, user-facing configuration errors, and the
 rule that an output directory holding another run is never overwritten.
 
-Each recipe parses a tuple of dataclasses (its own arguments, transformers' `TrainingArguments`, ...) with
-`HfArgumentParser`. Precedence: the recipe's defaults (the paper's hyper-parameters) < a YAML file given with
-`--config` < the command line. Nothing given is dropped without a word: the names transformers' example
-scripts give our settings are taken (`TRANSFORMERS_NAMES`), any other unknown name is refused with the closest
-of ours, and one value for a searched setting (`--learning_rate X` where the recipe searches
-`--learning_rates`) is the grid of that value.
+Each recipe parses its dataclasses with `HfArgumentParser`: the recipe's defaults (the paper's hyper-parameters) <
+a YAML file given with `--config` < the command line. Nothing given is dropped without a word: transformers' names
+for our settings are taken, any other unknown name is refused with the closest of ours.
 """
 
 from __future__ import annotations
@@ -37,12 +34,8 @@ RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.
 
 
 class _LoadReportFilter(logging.Filter):
-    """Drops transformers' LOAD REPORT table unless it reports a shape mismatch.
-
-    The table lists the checkpoint's weights a model does not use and the weights it initialises. When a recipe
-    builds a task head on a pre-trained checkpoint both are expected (the MLM/NSP heads unused, the classifier new),
-    and our `from_pretrained` already names the new weights in one line. A mismatch of shapes is an error whose
-    message points at the table, so that table stays."""
+    """Drops transformers' LOAD REPORT table (a task head on a pre-trained checkpoint: the MLM/NSP heads unused, the
+    classifier new, which our `from_pretrained` names in one line) unless it reports a shape mismatch."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -60,9 +53,10 @@ class ConfigurationError(ValueError):
     """Settings that cannot work together; the recipes print the message without a traceback."""
 
 
-def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING) -> Any:
-    """A dataclass field with its `--help` text, where HfArgumentParser reads it."""
-    return field(default=default, default_factory=factory, metadata={"help": help})
+def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING, choices: list | None = None) -> Any:
+    """A dataclass field with its `--help` text (and `choices`), where HfArgumentParser reads them."""
+    metadata = {"help": help} | ({"choices": choices} if choices else {})
+    return field(default=default, default_factory=factory, metadata=metadata)
 
 
 @dataclass
@@ -76,9 +70,8 @@ class _SpeedSwitchesBase:
         return {name: getattr(self, name) for name in SPEED_SWITCHES}
 
     def torch_compile_warning(self, torch_compile: bool) -> str | None:
-        """One line for the log when `--torch_compile true` meets switches that split its graph. Their paths
-        take shapes from the data (which tokens are real, which positions are read) or run custom autograd
-        functions, so dynamo breaks the step into several graphs (benchmarks/LOG.md, "torch.compile")."""
+        """One line for the log when `--torch_compile true` meets switches whose shapes come from the data or that
+        run custom autograd functions, so that dynamo breaks the step into graphs (benchmarks/LOG.md)."""
         split = [name for name, on in self.switches().items() if on and name not in ONE_GRAPH_SWITCHES]
         if not torch_compile or not split:
             return None
@@ -115,14 +108,10 @@ def as_cli(values: dict[str, Any]) -> list[str]:
     return argv
 
 
-# transformers' example scripts (run_glue.py, run_qa.py, run_ner.py, run_swag.py, run_mlm.py) name some of
-# our settings otherwise; a recipe takes their names where the meaning is the same. A name -> the first entry
-# whose first field the recipe has. "data:train" makes each value a split=path pair of --data: --train_file F
-# is --data train=F, the task's training split read from F, with or without --task_name (where run_glue.py
-# reads the Hub's GLUE data whenever a task is named). Further fields of an entry are defaults that a setting
-# of theirs overrides: run_mlm.py's --model_name_or_path is the model pre-training continues from and, unless
-# --tokenizer_name is given, its tokenizer. --dataset_name names the corpus to pre-train on or, in
-# fine-tuning, the task whose Hub dataset it is (run_qa.py --dataset_name squad).
+# transformers' example scripts' names for our settings: a name -> the first entry whose first field the recipe has.
+# "data:train" makes each value a split=path pair of --data (--train_file F is --data train=F). Further fields are
+# defaults that a setting of theirs overrides: run_mlm.py's --model_name_or_path is the model pre-training continues
+# from and, unless --tokenizer_name is given, its tokenizer.
 TRANSFORMERS_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
     "model_name_or_path": (("model",), ("init_from", "tokenizer")),
     "task_name": (("task",),),
@@ -296,16 +285,13 @@ def grids_from_single_values(
 
 @dataclass(frozen=True)
 class HelpLayout:
-    """How a recipe's `--help` reads: its flags by stage, the few Trainer flags a user sets most among them, then
-    the rest of Trainer's. `groups`: title -> field names in the order shown (every field of the recipe's own
-    dataclasses in one of them); `set_by_recipe`: Trainer field -> what the recipe sets it from (the value given is
-    not the one used); `helps`: field -> help text that replaces transformers'; `shown_defaults`: field -> the
-    default a run really uses where the parser's is not it (a grid searched instead of one value)."""
+    """How a recipe's `--help` reads: its flags by stage (with the Trainer flags a user sets most), then the rest of
+    Trainer's."""
 
-    groups: dict[str, tuple[str, ...]]
-    set_by_recipe: dict[str, str] = field(default_factory=dict)
-    helps: dict[str, str] = field(default_factory=dict)
-    shown_defaults: dict[str, str] = field(default_factory=dict)
+    groups: dict[str, tuple[str, ...]]  # title -> every field of the recipe's own dataclasses, in the order shown
+    set_by_recipe: dict[str, str] = field(default_factory=dict)  # Trainer field -> what the recipe sets it from
+    helps: dict[str, str] = field(default_factory=dict)  # field -> help text that replaces transformers'
+    shown_defaults: dict[str, str] = field(default_factory=dict)  # field -> the default a run uses, if not the parser's
     metavars: dict[str, str] = field(default_factory=dict)
     usage: str = "[--config FILE.yaml] [--field value ...]"
     epilog: str | None = None  # printed after the flags
@@ -454,8 +440,7 @@ class RunFinished(Exception):
     `--resume_from_checkpoint true`): the recipes say so in one line and exit 0, having written nothing."""
 
     def say(self, recipe: str) -> None:
-        """The one line, from the first process: every process of a launch (RANK, as torchrun sets it) finds the
-        run finished, and the line is about the run."""
+        """The one line, from the first process of a launch (RANK, as torchrun sets it)."""
         if os.environ.get("RANK", "0") == "0":
             print(f"{recipe}: {self}", file=sys.stderr)
 
@@ -492,12 +477,10 @@ def check_output_dir(
 ) -> dict[str, tuple[Any, Any]]:
     """Refuse to write into a directory that holds something else, with a message that says what to do.
 
-    `identity` (the function that made `record`) is applied to the saved record too, so that a field that no
-    longer identifies a run (one a later version lets change on resumption) does not make an old run "different".
+    `identity` (the function that made `record`) is applied to the saved record too, which holds every setting.
     `may_grow`: the settings ("training.max_steps") that a resumption may raise, extending the run (a finished
     one too); returned as {name: (saved, new)} when raised. The same finished run resumed is `RunFinished`.
-    `overwrite`: no refusal; whatever the directory holds is moved aside once the run holds its lock
-    (`cluster.lock_output_dir_once`), so that no result, checkpoint or vocabulary of another run is used.
+    `overwrite`: no refusal; what the directory holds is moved aside under the run's lock (`cluster`).
     """
     out = Path(output_dir)
     if out.exists() and not out.is_dir():

@@ -1,21 +1,10 @@
-"""Fine-tuning on the paper's tasks (section 4): one code path for every task, driven by its description in
-`bert_repro.tasks.registry`.
-
-A task's kind (`bert_repro.tasks.kinds`) is all that is per task, and this module asks it for each piece:
-- the head: [CLS] classification or regression (GLUE), start/end vectors S and E (SQuAD), a score per choice
-  (SWAG), per-token classification on the first sub-token of each word (CoNLL-2003 NER);
-- the input encoding and batching: `[CLS] A [SEP] (B [SEP])`, SQuAD windows (`bert_repro.tasks.squad`), four
-  `[CLS] context [SEP] ending [SEP]` inputs, or words split into sub-tokens;
-- the evaluation: logits decoded in the task's terms (SQuAD's span search, NER's first sub-tokens), then the
-  task's metrics (`bert_repro.tasks.metrics`).
+"""Fine-tuning on the paper's tasks (section 4): one code path for every task, asking the task's kind
+(`bert_repro.tasks.kinds`) for what differs: the head, the input encoding, the decoding of predictions and metrics.
 
 The paper's protocol (section 4 and appendix A.3): every parameter is fine-tuned; hyper-parameters from the task's
 grid (GLUE: lr in {5e-5, 4e-5, 3e-5, 2e-5}, batch 32, 3 epochs), several seeds ("random restarts"), the best run
-on the first evaluation split is kept. Runs that finished are not run again.
-
-The same path runs the paper's other heads (`bert_repro.model.bilstm_heads`): `--head bilstm` puts a randomly
-initialised BiLSTM before the output layer (Table 5, "+ BiLSTM"), and `--features SET` is the feature-based approach
-(section 5.3, Table 7): the encoder frozen, the feature set's hidden states into that BiLSTM.
+on the first evaluation split is kept. The paper's other heads take the same path: `--head bilstm` (Table 5,
+"+ BiLSTM") and `--features SET`, the feature-based approach (section 5.3, Table 7: the encoder frozen).
 """
 
 from __future__ import annotations
@@ -25,6 +14,7 @@ import logging
 import os
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -36,9 +26,10 @@ from transformers import Trainer, TrainingArguments, set_seed
 
 from ..atomic import write_json, write_text
 from ..data.wordpiece import load_tokenizer, save_tokenizer
-from ..hub.push import push
+from ..hub.model_card import card_for_finetuning
+from ..hub.push import HubPushError, push
 from ..model.bilstm_heads import FeatureSetError
-from ..model.conversion import load_bert
+from ..model.conversion import CheckpointError, load_bert
 from ..tasks.columns import TaskDataError
 from ..tasks.files import describe_sources, load_task_data
 from ..tasks.registry import Task
@@ -83,19 +74,9 @@ NOT_IDENTITY = (
 )
 # What a grid may raise on resumption, training every run further from its last checkpoint.
 GROW = ("training.max_steps", "training.num_train_epochs")
-# ---------------------------------------------------------------------------------------------------------------
-# Encoding
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def encode(task: Task, split: datasets.Dataset, tokenizer, run: FineTuningArguments, *, train: bool):
-    """A raw split -> model inputs, by the task's kind (evaluation features keep its `decode_columns`)."""
-    return task.kind.encode(task, split, tokenizer, run, train=train)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Evaluation
-# ---------------------------------------------------------------------------------------------------------------
+# A problem the user can fix (what they passed, a token, the network): recipes/finetune.py and reproduce.py say it in
+# one line, exit 2, without a traceback.
+USER_ERRORS = (ConfigurationError, CheckpointError, TaskDataError, HubPushError, FileExistsError, FileNotFoundError)
 
 
 def model_inputs(task: Task, raw: datasets.Dataset, encoded: datasets.Dataset) -> datasets.Dataset:
@@ -109,41 +90,6 @@ def predict(task: Task, trainer: Trainer, raw: datasets.Dataset, encoded: datase
     mean loss where the split has labels the model reads (None for SQuAD's evaluation, which has none)."""
     output = trainer.predict(model_inputs(task, raw, encoded))
     return task.kind.decode(task, output.predictions, raw, encoded, run), output.metrics.get("test_loss")
-
-
-def evaluate_splits(task: Task, trainer: Trainer, splits: dict[str, tuple], run) -> tuple[dict[str, Any], dict]:
-    """Every evaluation split scored in the task's terms: ({split: metrics, "one_label": {split: label} where a
-    classifier gave every example one label}, {split: mean loss} where there is one)."""
-    result: dict[str, Any] = {}
-    losses: dict[str, float] = {}
-    for split_name in task.eval_splits:
-        raw, encoded = splits[split_name]
-        predictions, loss = predict(task, trainer, raw, encoded, run)
-        result[split_name] = score(task, raw, predictions)
-        if loss is not None:
-            losses[split_name] = loss
-        if (label := one_label(task, predictions)) is not None:
-            result.setdefault("one_label", {})[split_name] = label
-    return result, losses
-
-
-def score(task: Task, raw: datasets.Dataset, predictions) -> dict[str, float]:
-    """The task's metrics (named as in `bert_repro.tasks.registry.METRICS`) of `predictions` against the gold
-    labels of `raw`. SQuAD scores are in percent, as the official scripts print them; the others are fractions.
-    """
-    return task.kind.score(task, raw, predictions)
-
-
-def main_score(task: Task, values: dict[str, float]) -> float:
-    """The number runs are ranked by: the task's main metric (SQuAD v2.0: F1 at the best null threshold, which the
-    paper tunes on dev)."""
-    metric = task.kind.ranking_metric(task)
-    return values[metric] if metric in values else values[task.main_metric]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Runs
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def run_name(lr: float, seed: int) -> str:
@@ -181,31 +127,38 @@ def task_rows(task: Task, data, run: FineTuningArguments, *, train: bool = True)
 
 def encode_splits(task: Task, rows: dict, tokenizer, run: FineTuningArguments) -> dict[str, tuple]:
     """{split: (raw rows, model inputs)} of `task_rows`, encoded once for the whole grid."""
+    encode = task.kind.encode
     return {name: (raw, encode(task, raw, tokenizer, run, train=name == "train")) for name, raw in rows.items()}
 
 
 class TaskTrainer(EngineTrainer):
-    """Trainer whose evaluation is the task's own (`evaluate_splits`: SQuAD's span search, NER's first sub-tokens,
-    the task's metrics on every evaluation split), so that Trainer's `eval_strategy`, `metric_for_best_model`,
+    """Trainer whose evaluation is the task's own (SQuAD's span search, NER's first sub-tokens, the task's metrics
+    on every evaluation split), so that Trainer's `eval_strategy`, `metric_for_best_model`,
     `load_best_model_at_end` and its logs (TensorBoard, trainer_state.json) carry the task's numbers."""
 
     def __init__(self, *args, task: Task, splits: dict[str, tuple], settings: FineTuningArguments, **kwargs):
         super().__init__(*args, **kwargs)
         self.task, self.splits, self.settings = task, splits, settings
-        self.evaluated: tuple[int, dict, dict] | None = None  # (step, evaluate_splits' result, metrics) of the last
+        # (step, {split: the task's metrics, "one_label": {split: the one label a classifier gave}}, metrics): the last
+        self.evaluated: tuple[int, dict, dict] | None = None
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         # Each DataLoader draws its base seed from torch's generator: evaluating would change the dropout masks of
         # every later step. With the generators restored, a run trains the same whenever it is evaluated.
         devices = [self.args.device] if self.args.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            result, losses = evaluate_splits(self.task, self, self.splits, self.settings)
+        result: dict[str, Any] = {}
         metrics = {}
-        for i, split_name in enumerate(self.task.eval_splits):
-            prefix = metric_key_prefix if i == 0 else f"{metric_key_prefix}_{split_name}"
-            values = {"loss": losses[split_name]} if split_name in losses else {}
-            values.update({k: v for k, v in result[split_name].items() if isinstance(v, (int, float))})
-            metrics.update({f"{prefix}_{name}": value for name, value in values.items()})
+        with torch.random.fork_rng(devices=devices):
+            for i, split_name in enumerate(self.task.eval_splits):
+                raw, encoded = self.splits[split_name]
+                predictions, loss = predict(self.task, self, raw, encoded, self.settings)
+                result[split_name] = self.task.kind.score(self.task, raw, predictions)
+                if (label := one_label(self.task, predictions)) is not None:
+                    result.setdefault("one_label", {})[split_name] = label
+                prefix = metric_key_prefix if i == 0 else f"{metric_key_prefix}_{split_name}"
+                values = {"loss": loss} if loss is not None else {}
+                values.update({k: v for k, v in result[split_name].items() if isinstance(v, (int, float))})
+                metrics.update({f"{prefix}_{name}": value for name, value in values.items()})
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         self.evaluated = (self.state.global_step, result, metrics)
@@ -237,19 +190,15 @@ def load_model(task: Task, run: FineTuningArguments):
 def task_trainer(task, splits, tokenizer, run, training: TrainingArguments, model, **changes) -> TaskTrainer:
     """A `TaskTrainer` of `model` with `training` and `changes` (a run's output_dir, learning rate, seeds)."""
     args = TrainingArguments(**{**training.to_dict(), **changes})
-    # Compiled, a fine-tuning step sees batches of many widths (padded to their longest) and, at an epoch's end,
-    # a smaller one: with dynamic shapes from the start that is one graph and no recompilation, where dynamo's
-    # default specialises and recompiles twice (tests/training/test_compile.py). accelerate's own setting, which the
-    # Trainer's dynamo plugin reads; a value the user exported wins. A run of the grid keeps its TensorBoard events in
-    # its own folder, runs/<run>/, where Trainer's logs go (runs/ of an output_dir), or in <run>/ of an exported
-    # TENSORBOARD_LOGGING_DIR.
     environment = {}
-    if "output_dir" in changes:
+    if "output_dir" in changes:  # a run's TensorBoard events in its folder, or in <run>/ of an exported folder
         logs = os.environ.get("TENSORBOARD_LOGGING_DIR")
         environment["TENSORBOARD_LOGGING_DIR"] = (
             os.path.join(logs, Path(args.output_dir).name) if logs else args.output_dir
         )
     if training.torch_compile:
+        # Batches of many widths: dynamic shapes from the start are one graph, where dynamo's default recompiles
+        # twice (tests/training/test_compile.py). A value the user exported wins.
         environment["ACCELERATE_DYNAMO_USE_DYNAMIC"] = os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")
     first = task.eval_splits[0]
     with patch.dict(os.environ, environment):
@@ -257,9 +206,7 @@ def task_trainer(task, splits, tokenizer, run, training: TrainingArguments, mode
             model=model,
             args=args,
             train_dataset=splits["train"][1] if "train" in splits else None,
-            eval_dataset=model_inputs(task, *splits[first])
-            if first in splits
-            else None,  # `evaluate` scores the raw splits
+            eval_dataset=model_inputs(task, *splits[first]) if first in splits else None,  # `evaluate` reads raw
             data_collator=task.kind.collator(tokenizer),
             processing_class=tokenizer,
             callbacks=[LongerSchedule()],  # a run trained further (a larger --max_steps) on its longer schedule
@@ -280,7 +227,7 @@ def one_run(
     run_dir: Path,
 ) -> tuple[dict[str, Any], Trainer]:
     """Fine-tune once (one learning rate, one seed), evaluate on every evaluation split, and leave in `run_dir`
-    what Trainer's example scripts leave (`write_trainer_files`)."""
+    what Trainer's example scripts leave."""
     set_seed(seed)
     model = load_model(task, run)
     data_seed = seed if training.data_seed is None else training.data_seed  # --data_seed: the same order
@@ -310,24 +257,20 @@ def one_run(
         "engine": trainer.engine,
         **scores,
     }
-    result["score"] = main_score(task, result[task.eval_splits[0]])
-    write_trainer_files(trainer, run_dir, trained.metrics, eval_metrics)
+    # SQuAD v2.0 ranks by F1 at the best null threshold, which the paper tunes on dev
+    first, metric = result[task.eval_splits[0]], task.kind.ranking_metric(task)
+    result["score"] = first[metric] if metric in first else first[task.main_metric]
+    if trainer.is_world_process_zero():
+        # What `save_metrics` and `save_state` leave in the example scripts' output_dir (`TRAINER_FILES`), written
+        # whole (`bert_repro.atomic`): a torn all_results.json would stop `save_metrics`' merge.
+        write_json(run_dir / "train_results.json", trained.metrics, sort_keys=True)
+        write_json(run_dir / "eval_results.json", eval_metrics, sort_keys=True)
+        write_json(run_dir / "all_results.json", {**trained.metrics, **eval_metrics}, sort_keys=True)
+        write_trainer_state(trainer.state, run_dir / TRAINER_STATE_NAME)
     return result, trainer
 
 
 TRAINER_FILES = ("train_results.json", "eval_results.json", "all_results.json", TRAINER_STATE_NAME)
-
-
-def write_trainer_files(trainer: Trainer, run_dir: Path, train_metrics: dict, eval_metrics: dict) -> None:
-    """What `Trainer.save_metrics` and `save_state` leave in transformers' example scripts' output directory
-    (`TRAINER_FILES`). Written whole (`bert_repro.atomic`), as every file of a run: a torn all_results.json would
-    stop `save_metrics`' merge."""
-    if not trainer.is_world_process_zero():
-        return
-    write_json(run_dir / "train_results.json", train_metrics, sort_keys=True)
-    write_json(run_dir / "eval_results.json", eval_metrics, sort_keys=True)
-    write_json(run_dir / "all_results.json", {**train_metrics, **eval_metrics}, sort_keys=True)
-    write_trainer_state(trainer.state, run_dir / TRAINER_STATE_NAME)
 
 
 def one_label(task: Task, predictions) -> str | None:
@@ -347,7 +290,7 @@ def majority_baseline(task: Task, rows) -> dict[str, dict[str, float]]:
     for name in task.eval_splits:
         predictions = task.kind.majority_predictions(task, rows["train"], rows[name])
         if predictions is not None and task.kind.labelled(task, rows[name]):
-            out[name] = score(task, rows[name], predictions)
+            out[name] = task.kind.score(task, rows[name], predictions)
     return out
 
 
@@ -364,7 +307,7 @@ def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, o
     written = []
     for split_name, path in test_prediction_files(task, data, output_dir).items():
         raw = data[split_name]
-        predictions, _ = predict(task, trainer, raw, encode(task, raw, tokenizer, run, train=False), run)
+        predictions, _ = predict(task, trainer, raw, task.kind.encode(task, raw, tokenizer, run, train=False), run)
         path.parent.mkdir(parents=True, exist_ok=True)
         lines = ["index\tprediction"] + [
             f"{i}\t{task.format_submission_value(p)}" for i, p in zip(raw["idx"], predictions)
@@ -437,7 +380,20 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
         "features": run.features,
         "best": best,
         "runs": runs,
-        "hyperparameters": grid_settings(run, training),
+        "hyperparameters": {
+            "learning_rates": run.learning_rates,
+            "seeds": run.seeds,
+            "num_train_epochs": training.num_train_epochs,
+            "per_device_train_batch_size": training.per_device_train_batch_size,
+            "max_seq_length": run.max_seq_length,
+            "warmup": training.warmup_steps,
+            "weight_decay": training.weight_decay,
+            "max_steps": training.max_steps,
+            "logging_steps": training.logging_steps,
+            "data_seed": training.data_seed,  # None: each run's seed (its result's data_seed)
+            "max_train_samples": run.max_train_samples,
+            "max_eval_samples": run.max_eval_samples,
+        },
         "seconds": round(time.time() - start, 1),
         "hardware": hardware(training.device),
         "versions": framework_versions(),  # the card lists them as transformers' cards do
@@ -451,7 +407,9 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
         for name in TRAINER_FILES:  # the best run's, where Trainer's `save_state` and `save_metrics` leave them
             write_text(output_dir / name, (best_dir / name).read_text())
         write_text(output_dir / "results.md", results_markdown(task, summary))
-        write_card(output_dir, training, summary)
+        # the card `python -m bert_repro.hub.model_card` writes, named as Trainer's own card where no --hub_model_id
+        repo_id = training.hub_model_id or output_dir.resolve().name
+        write_text(output_dir / "README.md", str(card_for_finetuning(output_dir, repo_id, summary=summary)))
         write_json(output_dir / RESULTS, summary)  # last: the runs' summary, once every file it names is there
     logger.info("\n%s", results_markdown(task, summary))
     logger.info("The best run's model (%s): %s", run_name(best["learning_rate"], best["seed"]), output_dir)
@@ -459,15 +417,6 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
         summary["pushed"] = push_to.push(output_dir, push)
     release_output_dir(output_dir)
     return summary
-
-
-def write_card(output_dir: Path, training: TrainingArguments, summary: dict) -> None:
-    """README.md: the model card `python -m bert_repro.hub.model_card` writes, for --hub_model_id or, as Trainer's
-    own card, named after the output directory."""
-    from ..hub.model_card import card_for_finetuning
-
-    repo_id = training.hub_model_id or output_dir.resolve().name
-    write_text(output_dir / "README.md", str(card_for_finetuning(output_dir, repo_id, summary=summary)))
 
 
 def evaluate_model(task: Task, data, run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
@@ -496,26 +445,16 @@ def open_output_dir(record: dict[str, Any], run: FineTuningArguments, training: 
     """The output directory holds nothing or this grid (a larger --max_steps or --num_train_epochs trains it
     further), the Hub takes the push, the task's data reads: all said before the run is recorded; then the directory
     is locked for this grid. (task, data, missing splits, push)"""
-    task = find_task(run.task)
-    output_dir = Path(training.output_dir)
-    identity = run_identity(record)
-
-    def check() -> dict:
-        return check_output_dir(
-            output_dir,
-            identity,
-            resume=True,
-            overwrite=run.overwrite_output_dir,
-            identity=run_identity,
-            may_grow=GROW,
-        )
-
+    task, output_dir = find_task(run.task), Path(training.output_dir)
+    overwrite = run.overwrite_output_dir
+    check = partial(check_output_dir, output_dir, run_identity(record), resume=True, overwrite=overwrite)
+    check = partial(check, identity=run_identity, may_grow=GROW)
     grown = check()
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
     task, missing_splits = splits_at_hand(task, data, run, training)
     # one run per directory from here on; with --overwrite_output_dir another grid's results moved aside, not reused
-    lock_output_dir_once(output_dir, training, check, overwrite=run.overwrite_output_dir)
+    lock_output_dir_once(output_dir, training, check, overwrite=overwrite)
     with training.main_process_first(local=False, desc="opening the output directory"):
         if grown and training.process_index == 0:
             # Before the record changes: results.json says the grid is finished, result.json that a run is.
@@ -565,24 +504,6 @@ def train_grid(task: Task, data, run: FineTuningArguments, training: TrainingArg
                 done.parent.mkdir(parents=True, exist_ok=True)
                 write_json(done, result)
     return runs, best, stop_between_runs(training, "after the grid's last run")
-
-
-def grid_settings(run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
-    """The grid's hyper-parameters as results.json records them."""
-    return {
-        "learning_rates": run.learning_rates,
-        "seeds": run.seeds,
-        "num_train_epochs": training.num_train_epochs,
-        "per_device_train_batch_size": training.per_device_train_batch_size,
-        "max_seq_length": run.max_seq_length,
-        "warmup": training.warmup_steps,
-        "weight_decay": training.weight_decay,
-        "max_steps": training.max_steps,
-        "logging_steps": training.logging_steps,
-        "data_seed": training.data_seed,  # None: each run's seed (its result's data_seed)
-        "max_train_samples": run.max_train_samples,
-        "max_eval_samples": run.max_eval_samples,
-    }
 
 
 def run_identity(record: dict) -> dict:

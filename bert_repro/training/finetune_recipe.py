@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -41,10 +41,7 @@ from .cli import (
     read_yaml_config,
     use_our_names,
 )
-from .distributed import (
-    check_deepspeed_installed,
-    check_engine,
-)
+from .distributed import check_deepspeed_installed, check_engine
 
 # Settings of the reference run_classifier.py / run_squad.py that the paper does not restate.
 FINE_TUNING_DEFAULTS = dict(
@@ -97,24 +94,18 @@ class FineTuningArguments(SpeedSwitches):
         f"encoder frozen, these token features into a two-layer BiLSTM: {FEATURE_SET_HELP}. Learning rates: "
         f"{list(FEATURE_BASED_GRID['learning_rate'])} unless --learning_rates.",
     )
-    head: str | None = field(
-        default=None,
-        metadata={
-            "choices": list(HEADS),
-            "help": "; ".join(f"{name}: {what}" for name, what in HEADS.items())
-            + ". Default: linear when fine-tuning, bilstm with --features.",
-        },
+    head: str | None = flag(
+        None,
+        "; ".join(f"{name}: {what}" for name, what in HEADS.items())
+        + ". Default: linear when fine-tuning, bilstm with --features.",
+        choices=list(HEADS),
     )
-    head_initializer: str = field(
-        default="transformers",
-        metadata={
-            "choices": list(HEAD_INITIALIZERS),
-            "help": "How the new head's weights are drawn: transformers (its plain normal(0, 0.02); the default, "
-            "measured better on CoNLL-2003 and the same on MRPC and SST-2: benchmarks/RESULTS.md, row 'new heads') or "
-            "reference "
-            "(Google's code: normal(0, 0.02) cut at 2 standard deviations). The checkpoint's weights are loaded "
-            "either way.",
-        },
+    head_initializer: str = flag(
+        "transformers",
+        "How the new head's weights are drawn: transformers (its plain normal(0, 0.02); the default, measured better "
+        "on CoNLL-2003 and the same on MRPC and SST-2: benchmarks/RESULTS.md, row 'new heads') or reference (Google's "
+        "code: normal(0, 0.02) cut at 2 standard deviations). The checkpoint's weights are loaded either way.",
+        choices=list(HEAD_INITIALIZERS),
     )
     bilstm_hidden_size: int | None = flag(
         None, "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."
@@ -128,14 +119,12 @@ class FineTuningArguments(SpeedSwitches):
     max_eval_samples: int | None = flag(None, "Use only so many evaluation rows.")
     num_proc: int | None = flag(None, "Processes for tokenisation.")
     attn_implementation: str = flag("sdpa", "eager, sdpa or flash_attention_2.")
-    objective: str | None = field(
-        default=None,
-        metadata={
-            "choices": list(PRETRAINING_OBJECTIVES),
-            "help": "The model attends as it was pre-trained (its config's objective, the paper's Table 5; a "
-            "left-to-right model stays left-to-right). Naming an objective here only checks that: one with "
-            "another attention direction is refused.",
-        },
+    objective: str | None = flag(
+        None,
+        "The model attends as it was pre-trained (its config's objective, the paper's Table 5; a left-to-right model "
+        "stays left-to-right). Naming an objective here only checks that: one with another attention direction is "
+        "refused.",
+        choices=list(PRETRAINING_OBJECTIVES),
     )
     predict_test: bool = flag(
         True,
@@ -233,16 +222,6 @@ def grid_plan(given: FineTuningArguments, run: FineTuningArguments) -> str:
     return f"{line} ({grid}: {' '.join(f'{lr:g}' for lr in run.learning_rates)}); pass --learning_rate to train one"
 
 
-def _peek_task(argv: list[str]) -> str | None:
-    argv, _ = use_our_names(argv, {f.name for cls in ARGUMENTS for f in fields(cls)})  # --task_name
-    task = next((token.split("=", 1)[1] for token in argv if token.startswith("--task=")), None)
-    if task is None and "--task" in argv[:-1]:
-        task = argv[argv.index("--task") + 1]
-    if task is None and "--config" in argv[:-1]:
-        task = read_yaml_config(argv[argv.index("--config") + 1], ARGUMENTS, RECIPE).get("task")
-    return task
-
-
 def find_task(name: str) -> Task:
     """--task by its name or its Hub dataset (--dataset_name rajpurkar/squad); an unknown one with the
     closest."""
@@ -256,12 +235,10 @@ def find_task(name: str) -> Task:
 
 @dataclass(frozen=True)
 class FineTuningRecipe:
-    """A fine-tuning run as one typed object: the task, the model, its head and the grid (`finetuning`), and
-    transformers' `TrainingArguments` (`training`), as given. Read at the edge (`from_args`, `from_yaml`: the
-    reference code's settings < the task's paper hyper-parameters < YAML < command line), changed with `replace`
-    under the flags' names. The task's defaults for what was not given (its learning-rate grid, its
-    max_seq_length) are filled in by `resolved`, so that `replace(features=...)` also takes the feature-based grid.
-    `run_finetuning(recipe)` runs it."""
+    """A fine-tuning run as given: our settings (`finetuning`) and transformers' `TrainingArguments` (`training`).
+    Precedence: the reference code's settings < the task's paper hyper-parameters < YAML < command line. The task's
+    defaults that depend on other settings (the grid, max_seq_length) are filled in by `resolved`, so that
+    `replace(features=...)` also takes the feature-based grid."""
 
     finetuning: FineTuningArguments
     training: TrainingArguments
@@ -270,11 +247,15 @@ class FineTuningRecipe:
     def from_args(cls, argv: list[str] | None = None) -> FineTuningRecipe:
         argv = list(sys.argv[1:] if argv is None else argv)
         check_deepspeed_installed(argv)  # before TrainingArguments, which fails on it with an unrelated error
-        name = _peek_task(argv)
-        if not name and any(arg in ("-h", "--help") for arg in argv):  # each task's defaults are its own
+        ours, given = use_our_names(argv, {f.name for cls in ARGUMENTS for f in fields(cls)})  # --task_name: --task
+        at = ours.index("--config") + 1 if "--config" in ours[:-1] else None
+        config = read_yaml_config(ours[at], ARGUMENTS, RECIPE) if at else {}
+        name = next((token.split("=", 1)[1] for token in ours if token.startswith("--task=")), None)
+        if name is None and "--task" in ours[:-1]:
+            name = ours[ours.index("--task") + 1]
+        name = config.get("task") if name is None else name
+        if not name:  # --help shows no task's defaults as everyone's; a wrong flag (--task_nme) is said first
             parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE, help_layout=help_layout(None))
-        if not name:  # a wrong flag (--task_nme) is said first
-            parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE)
             raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
         task = find_task(name)
         defaults = {**FINE_TUNING_DEFAULTS, **{k: v for k, v in task.defaults.items() if k in _TRAINING_KEYS}}
@@ -282,7 +263,7 @@ class FineTuningRecipe:
             defaults["warmup_steps"] = task.defaults["warmup_proportion"]
         layout = help_layout(task)
         run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS, help_layout=layout)
-        choose_stages(run, training, argv)
+        choose_stages(run, training, ours, config, given | set(config))
         return cls(run, training)
 
     @classmethod
@@ -318,10 +299,6 @@ class FineTuningRecipe:
         except ValueError as err:  # TrainingArguments' own checks
             raise ConfigurationError(" ".join(str(err).split())) from None
 
-    def to_dict(self) -> dict[str, Any]:
-        """`run_config.json`: the settings the run uses (`resolved`) by section, JSON types."""
-        return record_of(*self.resolved())
-
     def resolved(self) -> tuple[FineTuningArguments, TrainingArguments]:
         """The settings a run uses, copies: the task's max_seq_length and learning-rate grid (the feature-based
         grid with --features) where none was given, and with --save_strategy best the metric the grid ranks by."""
@@ -342,17 +319,12 @@ class FineTuningRecipe:
 STAGES = ("do_train", "do_eval", "do_predict")
 
 
-def choose_stages(run: FineTuningArguments, training: TrainingArguments, argv: list[str]) -> None:
+def choose_stages(run, training: TrainingArguments, argv: list[str], config: dict, given: set[str]) -> None:
     """--do_train / --do_eval / --do_predict as run_glue reads them: those given, and only those; none given, the
-    whole protocol (train and evaluate the grid, GLUE test predictions with --predict_test). Read from `argv` (and a
-    --config file) because TrainingArguments turns do_eval on whenever eval_strategy is not "no"."""
-    known = {f.name for cls in ARGUMENTS for f in fields(cls)}
-    argv, given = use_our_names(argv, known)
-    asked: dict[str, bool] = {}
-    if "--config" in argv[:-1]:
-        config = read_yaml_config(argv[argv.index("--config") + 1], ARGUMENTS, RECIPE)
-        asked.update({name: bool(config[name]) for name in STAGES if name in config})
-        given |= set(config)
+    whole protocol (train and evaluate the grid, GLUE test predictions with --predict_test). Read from `argv` and
+    the --config file (`config`; `given`: the fields set in either) because TrainingArguments turns do_eval on
+    whenever eval_strategy is not "no"."""
+    asked = {name: bool(config[name]) for name in STAGES if name in config}
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for name in STAGES:
         flags = (f"--{name}", f"--{name.replace('_', '-')}")
@@ -369,13 +341,13 @@ def choose_stages(run: FineTuningArguments, training: TrainingArguments, argv: l
         training.eval_strategy = IntervalStrategy.NO
 
 
-SCHEMA_VERSION = 2  # the layout of `run_config.json` (`FineTuningRecipe.to_dict()`)
+SCHEMA_VERSION = 2  # the layout of `run_config.json` (`record_of`)
 # What says where outputs and pushes go, and credentials: not part of the record (a moved folder resumes).
 NOT_RECORDED = ("output_dir", "hub_", "push_")
 
 
 def record_of(run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
-    """The record of the settings a run uses (`FineTuningRecipe.to_dict`)."""
+    """`run_config.json`: the settings a run uses (`FineTuningRecipe.resolved`) by section, JSON types."""
     record = {
         "schema_version": SCHEMA_VERSION,
         "finetuning": asdict(run),
@@ -395,11 +367,8 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments,
 
 def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:
     """The one place where a fine-tuning run's arguments are checked, before any data is read, weights loaded or
-    anything written; a new flag gets its check here. The values (`check_values`), the engine, and with the model
-    at hand (a study checks its runs before it has pre-trained their model) the tokenizer, the checkpoint's files,
-    its positions against --max_seq_length, its depth against --features and its pre-training objective. Next,
-    before the model loads: the output directory (`check_output_dir`), the Hub request, and the task's data as it
-    is read (`load_task_data`, `splits_at_hand`)."""
+    anything written; a new flag gets its check here. Without the model at hand (a study checks its runs before it
+    has pre-trained their model), what needs the model's files is left out."""
     check_values(run, training)
     check_stages(run, training)
     check_evaluation(find_task(run.task), training)
@@ -412,9 +381,7 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
             except (OSError, ValueError) as err:
                 raise ConfigurationError(f"--tokenizer {run.tokenizer}: {' '.join(str(err).split())}") from None
         check_model_dir(run.model)  # a pickle, damaged weights or config.json
-        check_positions(run)
-        check_feature_layers(run)
-        check_objective(run)
+        check_model_config(run)
 
 
 def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
@@ -536,17 +503,32 @@ def evaluation_metrics(task: Task) -> list[str]:
     return names + [f"{split}_{name}" for split in task.eval_splits[1:] for name in names]
 
 
-def check_positions(run: FineTuningArguments) -> None:
-    """--max_seq_length within the positions a local model has (a Hub model's config is read when it loads)."""
-    config = Path(run.model) / "config.json"
-    if not config.is_file():
-        return
-    positions = json.loads(config.read_text()).get("max_position_embeddings")
+def check_model_config(run: FineTuningArguments) -> None:
+    """The checkpoint's config against the run, before any data is read: --max_seq_length within its positions,
+    --features within its depth, and its pre-training objective against --objective and the speed switches (a
+    left-to-right checkpoint is never fine-tuned with bidirectional attention, `check_objective_kept`)."""
+    try:
+        config = BertReproConfig.get_config_dict(run.model)[0]
+    except (OSError, ValueError):
+        return  # no config.json to read (e.g. a TensorFlow checkpoint): a BERT, checked when the model is built
+    positions = config.get("max_position_embeddings")
     if isinstance(positions, int) and run.max_seq_length > positions:
         raise ConfigurationError(
             f"--max_seq_length {run.max_seq_length} is longer than {run.model} can read "
             f"(max_position_embeddings {positions}); lower --max_seq_length."
         )
+    if run.features is not None and "num_hidden_layers" in config:
+        try:
+            parse_feature_set(run.features).indices(config["num_hidden_layers"])
+        except FeatureSetError as err:
+            raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None
+    saved = config.get("objective", DEFAULT_OBJECTIVE)
+    try:
+        if run.objective is not None:
+            check_objective_kept(saved, run.objective, run.model)
+        check_objective_switches(SimpleNamespace(objective=saved, **run.switches()))
+    except ValueError as err:  # ObjectiveConflictError, or an unknown objective
+        raise ConfigurationError(f"--model {run.model}: {err}") from None
 
 
 def head_settings(task: Task, run: FineTuningArguments) -> tuple[type, dict[str, Any]]:
@@ -569,32 +551,3 @@ def head_settings(task: Task, run: FineTuningArguments) -> tuple[type, dict[str,
             raise ConfigurationError(f"--bilstm_hidden_size must be a positive integer, got {run.bilstm_hidden_size}.")
         fields["bilstm_hidden_size"] = run.bilstm_hidden_size
     return model_class, fields
-
-
-def check_objective(run: FineTuningArguments) -> None:
-    """The checkpoint's pre-training objective against --objective and the speed switches, before any data is read:
-    a left-to-right checkpoint is never fine-tuned with bidirectional attention (`check_objective_kept`)."""
-    try:
-        saved = BertReproConfig.get_config_dict(run.model)[0].get("objective", DEFAULT_OBJECTIVE)
-    except (OSError, ValueError):
-        return  # no config.json to read (e.g. a TensorFlow checkpoint): a BERT, checked when the model is built
-    try:
-        if run.objective is not None:
-            check_objective_kept(saved, run.objective, run.model)
-        check_objective_switches(SimpleNamespace(objective=saved, **run.switches()))
-    except ValueError as err:  # ObjectiveConflictError, or an unknown objective
-        raise ConfigurationError(f"--model {run.model}: {err}") from None
-
-
-def check_feature_layers(run: FineTuningArguments) -> None:
-    """--features against the depth of the model's config, before any data is read or encoded."""
-    if run.features is None:
-        return
-    try:
-        layers = BertReproConfig.get_config_dict(run.model)[0]["num_hidden_layers"]
-    except (OSError, KeyError, ValueError):
-        return  # no config.json to read (e.g. a TensorFlow checkpoint): checked when the model is built
-    try:
-        parse_feature_set(run.features).indices(layers)
-    except FeatureSetError as err:
-        raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None

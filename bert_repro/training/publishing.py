@@ -1,6 +1,5 @@
 """The Hub push at the end of a run (`--push_to_hub`): checked before any work, done by `bert_repro.hub.push` once
-the run is complete. The one place where training reaches into the Hub stage (`tests/e2e/test_stages.py`), kept out
-of the command line's module so that reading a run's recipe (as the model card does) does not lead back here."""
+the run is complete; kept out of the command line's module, which the model card reads."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from .cli import ConfigurationError
 @dataclass
 class PushRequest:
     """What `--push_to_hub` asks for, kept in memory for the push at the end of the run. The token is here and
-    nowhere else: `take_push_request` clears `--hub_token` from the training arguments, which Trainer pickles into
-    `training_args.bin` in the output directory and in every checkpoint (files that users copy and share)."""
+    nowhere else: Trainer pickles the training arguments into `training_args.bin` of every checkpoint."""
 
     repo_id: str
     private: bool = False
@@ -22,8 +20,7 @@ class PushRequest:
     token: str | None = field(default=None, repr=False)
 
     def push_command(self, output_dir: str | Path, *extra: str) -> str:
-        """The command that publishes the run again without training (the token from HF_TOKEN or `hf auth login`,
-        never written out)."""
+        """The command that publishes the run again without training (the token never written out)."""
         revision = ("--revision", self.revision) if self.revision else ()
         private = ("--private",) if self.private else ()
         return " ".join(
@@ -48,8 +45,7 @@ class PushRequest:
 
 def take_push_request(training) -> PushRequest | None:
     """`--push_to_hub --hub_model_id ID` is done by `bert_repro.hub.push` at the end, not by Trainer, whose own push
-    would upload pickles (training_args.bin) and no model card. The token (`--hub_token`, or a config's
-    `hub_token`) moves from `training` into the request: it reaches the pushes, and no file the run writes."""
+    would upload pickles (training_args.bin) and no model card. The token moves from `training` into the request."""
     token, training.hub_token = training.hub_token, None
     if not training.push_to_hub:
         return None

@@ -1,7 +1,5 @@
-"""The whole benchmark for one checkpoint: every task of the paper, one report beside the paper's numbers.
-
-`recipes/reproduce.py` runs `bert_repro.training.finetune` task after task into `<output_dir>/<task>/`, skips the tasks
-that already finished (so an interrupted benchmark resumes where it stopped), and writes:
+"""The whole benchmark for one checkpoint: every task of the paper fine-tuned into `<output_dir>/<task>/` (a task
+that finished is skipped, so an interrupted benchmark resumes where it stopped), and:
 - `report.md`: our dev score of each task's main metric beside the paper's (GLUE: the paper's TEST-set numbers of
   Table 1, the only GLUE numbers it prints; SQuAD, SWAG, CoNLL: dev), the GLUE average over the eight tasks the
   paper averages (WNLI left out), the hyper-parameters chosen and the time taken;
@@ -18,11 +16,12 @@ import shlex
 import time
 import zipfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_path, write_text
-from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, TASKS, Task, get_task
+from ..atomic import atomic_path, write_json, write_text
+from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, Task, get_task
 from .cli import (
     ConfigurationError,
     HelpLayout,
@@ -34,7 +33,7 @@ from .cli import (
 )
 from .cluster import lock_output_dir_once
 from .finetune import run_finetuning
-from .finetune_recipe import FineTuningRecipe
+from .finetune_recipe import FineTuningRecipe, find_task
 from .finetune_recipe import check_inputs as check_finetuning_inputs
 
 logger = logging.getLogger(__name__)
@@ -201,21 +200,9 @@ def write_report(
     ]
     text = "\n".join(lines) + "\n"
     write_text(output_dir / "report.md", text)
-    write_text(
-        output_dir / "report.json",
-        json.dumps(
-            {
-                "model": args.model,
-                "paper_model": args.paper_model,
-                "tasks": rows,
-                "glue_average": average,
-                "paper_glue_average": paper_average,
-                "seconds": round(seconds, 1),
-                "finetune_args": list(finetune_args),
-            },
-            indent=2,
-        ),
-    )
+    report = {"model": args.model, "paper_model": args.paper_model, "tasks": rows, "glue_average": average}
+    report |= {"paper_glue_average": paper_average, "seconds": round(seconds, 1), "finetune_args": finetune_args}
+    write_json(output_dir / "report.json", report)
     plot_report(rows, output_dir / "report.png", args.paper_model)
     return text
 
@@ -256,29 +243,11 @@ def zip_submissions(output_dir: Path, tasks: list[Task]) -> Path | None:
     return path
 
 
-def open_output_dir(output_dir: Path, args: ReproduceArguments, recipes: dict[str, FineTuningRecipe]) -> None:
-    """The output directory holds nothing or a benchmark of this model (its record, run_config.json), and is locked
-    for this one; --overwrite_output_dir true (here or after --) moves what it holds aside first."""
-    record = {"reproduce": {"model": args.model}}
-    overwrite = args.overwrite_output_dir or any(r.finetuning.overwrite_output_dir for r in recipes.values())
-    training = next(iter(recipes.values())).training
-    lock_output_dir_once(
-        output_dir,
-        training,
-        lambda: check_output_dir(output_dir, record, resume=True, overwrite=overwrite),
-        overwrite=overwrite,
-    )
-    write_run_config(output_dir, record)
-
-
 def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
     """Run every task (skipping finished ones), then write the report. `finetune_args` go to every fine-tuning."""
     if not args.model:
         raise ConfigurationError("Pass --model: the checkpoint to benchmark.")
-    unknown = [t for t in args.tasks if t not in TASKS]
-    if unknown:
-        raise ConfigurationError(f"Unknown task(s) {unknown}; choose from {', '.join(TASKS)}.")
-    tasks = [get_task(t) for t in args.tasks]
+    tasks = [find_task(t) for t in args.tasks]  # an unknown one with the closest
     # The flags after `--` read once per task (a task's defaults are under them); a wrong one (or a task longer
     # than the model's positions) fails now, not when the task that reads it comes.
     recipes = {
@@ -287,8 +256,13 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
     for recipe in recipes.values():
         check_finetuning_inputs(*recipe.resolved())
     data_dirs = check_task_data(tasks, args.data_root)
-    output_dir = Path(args.output_dir)
-    open_output_dir(output_dir, args, recipes)
+    # The output directory holds nothing or a benchmark of this model, and is locked for this one; with
+    # --overwrite_output_dir true (here or after --) what it holds is moved aside first.
+    output_dir, record = Path(args.output_dir), {"reproduce": {"model": args.model}}
+    overwrite = args.overwrite_output_dir or any(r.finetuning.overwrite_output_dir for r in recipes.values())
+    check = partial(check_output_dir, output_dir, record, resume=True, overwrite=overwrite)
+    lock_output_dir_once(output_dir, recipes[tasks[0].name].training, check, overwrite=overwrite)
+    write_run_config(output_dir, record)
     rows, start = [], time.time()
     for task in tasks:
         data = {} if data_dirs[task.name] is None else {"data": [str(data_dirs[task.name])]}

@@ -279,7 +279,7 @@ def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[s
     """Each column's score of always predicting the most frequent label of the training set, where the task's kind
     has such a baseline (classification): the number a model must beat to have learnt anything."""
     from ..tasks.files import load_task_data
-    from .finetune import data_source, score
+    from .finetune import data_source
 
     out, data = {}, {}
     for column in (c for c in study.columns if c.task):
@@ -290,7 +290,7 @@ def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[s
         splits = data[task.name]
         predictions = task.kind.majority_predictions(task, splits["train"], splits[column.split])
         if predictions is not None:
-            out[column.key] = round(100 * score(task, splits[column.split], predictions)[column.metric], 2)
+            out[column.key] = round(100 * task.kind.score(task, splits[column.split], predictions)[column.metric], 2)
     return out
 
 

@@ -123,30 +123,22 @@ def _parse_reuse(study: Study, reuse: list[str]) -> dict[str, Path]:
     return out
 
 
+def _refuse_unknown(flag: str, given: list[str], known: list[str], study: Study) -> None:
+    if unknown := [name for name in given if name not in known]:
+        raise ConfigurationError(
+            f"--{flag} {' '.join(unknown)}: not in study {study.name}; its {flag} are {', '.join(known)}."
+        )
+
+
 def select(study: Study, args: StudyArguments) -> Study:
     """The study restricted to the variants and tasks asked for (and the variants their weights come from)."""
     study = _parse_sizes(study, args.sizes)
-    columns = study.columns
+    columns, variants = study.columns, study.variants
     if args.tasks:
-        known = {c.task for c in study.columns if c.task}
-        unknown = [t for t in args.tasks if t not in known]
-        if unknown:
-            raise ConfigurationError(
-                f"--tasks {' '.join(unknown)}: not in study {study.name}; its tasks are {', '.join(sorted(known))}."
-            )
+        _refuse_unknown("tasks", args.tasks, sorted({c.task for c in study.columns if c.task}), study)
         columns = tuple(c for c in study.columns if c.task is None or c.task in args.tasks)
-    variants = study.variants
     if args.variants:
-        keys = {v.key for v in study.variants}
-        unknown = [k for k in args.variants if k not in keys]
-        if unknown:
-            raise ConfigurationError(
-                f"--variants {' '.join(unknown)}: not in study {study.name}; its variants are "
-                f"{', '.join(v.key for v in study.variants)}."
-            )
+        _refuse_unknown("variants", args.variants, [v.key for v in study.variants], study)
         wanted = set(args.variants) | {study.variant(k).weights_of for k in args.variants} - {None}
         variants = tuple(v for v in study.variants if v.key in wanted)
     return Study(**{**study.__dict__, "variants": variants, "columns": columns})
-
-
-__all__ = ["StudyArguments", "select"]

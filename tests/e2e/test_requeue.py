@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support import ROOT
 from support.pretraining_runs import launch, write_config
-from support.task_files import fixture_files, write
+from support.task_files import TINY_RUN, finetune_args, fixture_files, write
 
 from bert_repro.training.cli import RunFinished, check_output_dir
 from bert_repro.training.pretraining.recipe import MAY_GROW, run_identity
@@ -111,12 +111,8 @@ def test_a_requeued_pretraining_run_is_left_byte_for_byte_and_can_be_extended(tm
 @pytest.mark.slow
 def test_a_requeued_finetuning_run_is_left_byte_for_byte(tmp_path, tiny_model):
     data = write(tmp_path / "MRPC", fixture_files("mrpc"))
-    command = [
-        *(sys.executable, str(ROOT / "recipes" / "finetune.py"), "--task", "mrpc", "--model", str(tiny_model)),
-        *("--data", str(data), "--learning_rates", "1e-4", "--seeds", "1", "--max_steps", "2"),
-        *("--max_seq_length", "64", "--use_cpu", "true", "--num_proc", "1", "--disable_tqdm", "true"),
-        *("--output_dir", str(tmp_path / "out")),
-    ]
+    argv = finetune_args("mrpc", tiny_model, data, tmp_path / "out", seeds=1, num_proc=1, **TINY_RUN)
+    command = [sys.executable, str(ROOT / "recipes" / "finetune.py"), *argv]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     first = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]

@@ -35,47 +35,25 @@ def pretraining(*argv):
 @pytest.mark.parametrize(
     "theirs, ours",
     [
-        (["--task_name", "mrpc", "--model_name_or_path", "m"], ["--task", "mrpc", "--model", "m"]),
+        ("--task_name mrpc --model_name_or_path m", "--task mrpc --model m"),
         (
-            [
-                "--task",
-                "mrpc",
-                "--model",
-                "m",
-                "--train_file",
-                "a.csv",
-                "--validation_file",
-                "b.csv",
-                "--test_file",
-                "c.csv",
-            ],
-            ["--task", "mrpc", "--model", "m", "--data", "train=a.csv", "validation=b.csv", "test=c.csv"],
+            "--task mrpc --model m --train_file a.csv --validation_file b.csv --test_file c.csv",
+            "--task mrpc --model m --data train=a.csv validation=b.csv test=c.csv",
         ),
-        (
-            ["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "--train_file", "a.csv"],  # pairs add up
-            ["--task", "mrpc", "--model", "m", "--data", "test=c.csv", "train=a.csv"],
+        (  # split=path pairs add up
+            "--task mrpc --model m --data test=c.csv --train_file a.csv",
+            "--task mrpc --model m --data test=c.csv train=a.csv",
         ),
-        (["--dataset_name", "rajpurkar/squad", "--model", "m"], ["--task", "squad", "--model", "m"]),  # run_qa.py
-        (["--dataset_name", "squad_v2", "--model", "m"], ["--task", "squad_v2", "--model", "m"]),
+        ("--dataset_name rajpurkar/squad --model m", "--task squad --model m"),  # run_qa.py
+        ("--dataset_name squad_v2 --model m", "--task squad_v2 --model m"),
         (
-            [
-                "--task",
-                "sst2",
-                "--model",
-                "m",
-                "--tokenizer_name",
-                "t",
-                "--preprocessing_num_workers",
-                "3",
-                "--max_seq_length",
-                "64",
-            ],
-            ["--task", "sst2", "--model", "m", "--tokenizer", "t", "--num_proc", "3", "--max_seq_length", "64"],
+            "--task sst2 --model m --tokenizer_name t --preprocessing_num_workers 3 --max_seq_length 64",
+            "--task sst2 --model m --tokenizer t --num_proc 3 --max_seq_length 64",
         ),
     ],
 )
 def test_finetuning_takes_transformers_names(theirs, ours):
-    (run, training), (expected, expected_training) = finetuning(*theirs), finetuning(*ours)
+    (run, training), (expected, expected_training) = finetuning(*theirs.split()), finetuning(*ours.split())
     if run.task != expected.task:  # a task named by its Hub dataset
         assert run.task == "rajpurkar/squad" and expected.task == "squad"
         run.task = expected.task
@@ -86,20 +64,20 @@ def test_finetuning_takes_transformers_names(theirs, ours):
     "theirs, ours",
     [
         # run_mlm.py: continue from the model, with its tokenizer unless --tokenizer_name says otherwise.
-        (["--model_name_or_path", "bert-x"], ["--init_from", "bert-x", "--tokenizer", "bert-x"]),
-        (["--tokenizer_name", "t", "--model_name_or_path", "bert-x"], ["--init_from", "bert-x", "--tokenizer", "t"]),
+        ("--model_name_or_path bert-x", "--init_from bert-x --tokenizer bert-x"),
+        ("--tokenizer_name t --model_name_or_path bert-x", "--init_from bert-x --tokenizer t"),
         (
-            ["--train_file", "a.txt", "--mlm_probability", "0.2", "--preprocessing_num_workers", "2"],
-            ["--corpus", "a.txt", "--masked_lm_prob", "0.2", "--num_proc", "2"],
+            "--train_file a.txt --mlm_probability 0.2 --preprocessing_num_workers 2",
+            "--corpus a.txt --masked_lm_prob 0.2 --num_proc 2",
         ),
         (
-            ["--dataset_name", "wikitext", "--dataset_config_name", "wikitext-2-raw-v1"],
-            ["--corpus", "wikitext", "--hub_config", "wikitext-2-raw-v1"],
+            "--dataset_name wikitext --dataset_config_name wikitext-2-raw-v1",
+            "--corpus wikitext --hub_config wikitext-2-raw-v1",
         ),
     ],
 )
 def test_pretraining_takes_transformers_names(theirs, ours):
-    assert pretraining(*theirs, "--output_dir", "o") == pretraining(*ours, "--output_dir", "o")
+    assert pretraining(*theirs.split(), "--output_dir", "o") == pretraining(*ours.split(), "--output_dir", "o")
 
 
 def test_reproduce_takes_model_name_or_path():
@@ -114,26 +92,15 @@ def test_reproduce_takes_model_name_or_path():
 @pytest.mark.parametrize(
     "parse, argv, message",
     [
-        (
-            finetuning,
-            ["--task", "mrpc", "--model", "m", "--data", "dir", "--train_file", "a.csv"],
-            "--data and --train_file both set --data; give one of them.",
-        ),
-        (
-            finetuning,
-            ["--task", "mrpc", "--model", "m", "--model_name_or_path", "n"],
-            "--model and --model_name_or_path both set --model",
-        ),
-        (
-            pretraining,
-            ["--corpus", "a.txt", "--dataset_name", "wikitext"],
-            "--corpus and --dataset_name both set --corpus",
-        ),
+        (finetuning, "--data d --train_file a", "--data and --train_file both set --data; give one of them."),
+        (finetuning, "--model_name_or_path n", "--model and --model_name_or_path both set --model"),
+        (pretraining, "--corpus a.txt --dataset_name wikitext", "--corpus and --dataset_name both set --corpus"),
     ],
 )
 def test_two_names_for_one_setting_are_refused(parse, argv, message):
+    common = ["--task", "mrpc", "--model", "m"] if parse is finetuning else []
     with pytest.raises(ConfigurationError, match=message):
-        parse(*argv)
+        parse(*common, *argv.split())
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -251,12 +218,6 @@ def test_study_checks_its_fine_tuning_flags_before_pre_training(tmp_path, monkey
 # ------------------------------------------------------------------------------------------------------------
 
 
-def bad_model_dir(directory, problem):
-    """A tiny model directory with one problem (support.damaged.damage_model_dir); the message expected."""
-    BertReproForPreTraining(tiny_config()).save_pretrained(directory)
-    return damage_model_dir(directory, problem)
-
-
 def open_with_load_bert(directory, tmp_path):
     from bert_repro.model.conversion import load_bert
 
@@ -290,7 +251,8 @@ def open_with_init_from(directory, tmp_path):
 def test_every_opener_checks_the_model_directory(opener, problem, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     directory = tmp_path / "model"
-    expected = bad_model_dir(directory, problem)
+    BertReproForPreTraining(tiny_config()).save_pretrained(directory)
+    expected = damage_model_dir(directory, problem)
     with pytest.raises((ValueError, SystemExit)) as error:
         opener(directory, tmp_path)
     if error.type is SystemExit:  # a command: one line, exit code 2
@@ -348,23 +310,22 @@ def test_the_named_command_converts_a_trusted_pickle(tmp_path):
     ],
 )
 def test_fine_tuning_values_no_run_can_use_are_refused_while_parsing(flags, named):
-    # Each of these ran on (0 positions read as the task's default) or ended in a traceback after the run was recorded.
     with pytest.raises(ConfigurationError) as error:
         finetuning("--task", "mrpc", "--model", "m", *flags)
     assert str(error.value).startswith(f"{named}:")
 
 
 def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(tmp_path):
-    from bert_repro.training.finetune_recipe import check_positions, parse_arguments
+    from bert_repro.training.finetune_recipe import check_model_config, parse_arguments
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 128}))
     run, _ = parse_arguments(["--task", "mrpc", "--model", str(tmp_path), "--max_seq_length", "128"])
-    check_positions(run)  # as many as the model has: fine
+    check_model_config(run)  # as many as the model has: fine
     run.max_seq_length = 129
     with pytest.raises(
         ConfigurationError, match="--max_seq_length 129 is longer than .* \\(max_position_embeddings 128"
     ):
-        check_positions(run)
+        check_model_config(run)
 
 
 @pytest.mark.parametrize(
@@ -392,7 +353,6 @@ def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(
     ],
 )
 def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, named, tmp_path):
-    # Each of these ended in a traceback after the corpus was read (or ran on: a phase-2 share of 2).
     from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
 
     out = tmp_path / "out"
@@ -403,7 +363,6 @@ def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, na
 
 
 def test_a_tokenizer_that_cannot_load_is_refused_before_the_data_is_read(tmp_path, tiny_model):
-    # It used to be loaded after the task's data was read and the run recorded.
     from bert_repro.training.finetune import run_finetuning
     from bert_repro.training.finetune_recipe import FineTuningRecipe
 

@@ -102,8 +102,6 @@ def test_reproduce_report_and_resume(tmp_path, tiny_model):
 
 
 def test_reproduce_checks_every_task_before_the_first_runs(tmp_path, tiny_model, monkeypatch, caplog):
-    # A task whose data is missing offline, or whose length the model cannot hold, used to fail only when its turn
-    # came, after the tasks before it had run.
     from bert_repro.training import reproduce
     from bert_repro.training.cli import ConfigurationError
 
@@ -154,8 +152,7 @@ def test_a_missing_later_evaluation_split_is_said_and_recorded_a_missing_first_o
     from bert_repro.tasks.columns import TaskDataError
 
     data = write(tmp_path / "data", {"train.txt": CONLL_TRAIN, "valid.txt": CONLL_DEV})
-    argv = ["--task", "conll2003", "--model", str(tiny_model), "--data", str(data), "--learning_rates", "1e-4"]
-    argv += ["--max_steps", "1", "--use_cpu", "true", "--disable_tqdm", "true", "--max_seq_length", "32"]
+    argv = finetune_args("conll2003", tiny_model, data, None, learning_rates="1e-4", max_steps=1, max_seq_length=32)
     summary = run_finetuning(FineTuningRecipe.from_args([*argv, "--output_dir", str(tmp_path / "out")]))
     assert summary["missing_splits"] == ["test"] and set(summary["best"]) >= {"validation"}
     assert "test" not in summary["best"]
@@ -175,11 +172,8 @@ def test_the_new_heads_initializer_is_a_choice(tmp_path, tiny_model, initializer
     from safetensors.torch import load_file
 
     data = write(tmp_path / "data", fixture_files("sst2"))
-    argv = ["--task", "sst2", "--model", str(tiny_model), "--data", str(data), "--output_dir", str(tmp_path / "o")]
-    argv += ["--learning_rates", "1e-30", "--max_steps", "1", "--use_cpu", "true", "--disable_tqdm", "true"]
-    run_finetuning(
-        FineTuningRecipe.from_args([*argv, "--head_initializer", initializer, "--max_seq_length", "32", "--seeds", "3"])
-    )
+    argv = finetune_args("sst2", tiny_model, data, tmp_path / "o", learning_rates="1e-30", max_steps=1, seeds=3)
+    run_finetuning(FineTuningRecipe.from_args([*argv, "--head_initializer", initializer, "--max_seq_length", "32"]))
     weights = load_file(tmp_path / "o" / "model.safetensors")
     head = next(w for name, w in weights.items() if "classifier" in name and name.endswith("weight"))
     assert (head.abs().max().item() <= 2 * 0.02 + 1e-6) == cut, head.abs().max().item()

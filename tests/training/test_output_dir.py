@@ -54,8 +54,6 @@ def vocabulary(folder):
 
 
 def test_an_overwritten_pretraining_run_uses_its_own_vocabulary_and_resumes_itself(tmp_path, corpus_and_tokenizer):
-    # The old tokenizer/ was reused (500 entries where the record said 800, a --tokenizer given ignored), and the
-    # overwriting run, stopped after its first checkpoint, was then "already finished" with the old weights.
     corpus, tokenizer = corpus_and_tokenizer
     config = write_config(tmp_path / "c.yaml", corpus, tokenizer, max_steps=4, save_steps=2)
     config.write_text(config.read_text().replace(f"tokenizer: {tokenizer}\n", ""))  # a vocabulary of its own
@@ -93,7 +91,6 @@ GRID = ["--learning_rates", "1e-4", "--max_steps", "2", "--use_cpu", "true", "--
 
 
 def test_a_fine_tuning_overwrite_with_another_model_trains_that_model(tmp_path, tiny_model, other_model):
-    # train_grid reused every runs/*/result.json there: results.json gave the new --model the old model's scores.
     from bert_repro.training.finetune import run_finetuning
     from bert_repro.training.finetune_recipe import FineTuningRecipe
 
@@ -124,7 +121,6 @@ def benchmark(tmp_path, model, *flags, **arguments):
 
 
 def test_a_reproduce_rerun_uses_only_results_of_the_same_model_and_settings(tmp_path, tiny_model, other_model):
-    # Each <task>/results.json there was reused: a report headed with the new model's name over the old one's scores.
     out = tmp_path / "bench"
     benchmark(tmp_path, tiny_model)
     with pytest.raises(ConfigurationError, match=r"bench holds a different run \(reproduce.model: "):
@@ -142,7 +138,6 @@ def test_a_reproduce_rerun_uses_only_results_of_the_same_model_and_settings(tmp_
 
 
 def test_a_token_passed_on_to_fine_tuning_is_written_nowhere(tmp_path, tiny_model, capsys, caplog, monkeypatch):
-    # --hub_token after -- (reproduce) and in --finetune_args (a study) was written in clear into their reports.
     from bert_repro.training.study import run_study
     from bert_repro.training.study_arguments import StudyArguments
 
@@ -170,7 +165,6 @@ def test_a_token_passed_on_to_fine_tuning_is_written_nowhere(tmp_path, tiny_mode
 
 
 def test_a_corpus_changed_between_a_stop_and_the_resumption_is_refused(tmp_path, corpus_and_tokenizer):
-    # It resumed on other examples without a word.
     from bert_repro.training.cli import ConfigurationError
 
     corpus = first_documents(corpus_and_tokenizer[0], tmp_path / "corpus", 10)
@@ -195,7 +189,6 @@ def test_a_file_named_as_a_folder_is_one_clear_error(tmp_path):
 
 
 def test_resuming_a_checkpoint_of_another_vocabulary_is_one_line(tmp_path, corpus_and_tokenizer):
-    # Trainer's load ended in torch's size-mismatch RuntimeError.
     corpus, tokenizer = corpus_and_tokenizer
     config = write_config(tmp_path / "c.yaml", corpus, tokenizer, max_steps=4, save_steps=2)
     config.write_text(config.read_text().replace(f"tokenizer: {tokenizer}\n", ""))

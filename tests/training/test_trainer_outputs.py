@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import transformers
-from support.task_files import fixture_files, tsv, write
+from support.task_files import finetune_args, fixture_files, tsv, write
 
 from bert_repro.training.cli import ConfigurationError, RunFinished, check_output_dir
 from bert_repro.training.finetune import GROW, run_finetuning, run_identity
@@ -20,12 +20,10 @@ from bert_repro.training.finetune_recipe import FineTuningRecipe
 
 def finetune(tmp_path, model, *extra, task="sst2"):
     data = write(tmp_path / "data", fixture_files(task))
-    argv = [
-        *("--task", task, "--model", str(model), "--data", str(data), "--output_dir", str(tmp_path / "out")),
-        *("--learning_rates", "1e-4", "--per_device_train_batch_size", "2", "--num_train_epochs", "2"),
-        *("--use_cpu", "true", "--disable_tqdm", "true", "--max_seq_length", "32", *extra),
-    ]
-    return run_finetuning(FineTuningRecipe.from_args(argv))
+    small = dict(learning_rates="1e-4", per_device_train_batch_size=2, num_train_epochs=2, max_seq_length=32)
+    return run_finetuning(
+        FineTuningRecipe.from_args(finetune_args(task, model, data, tmp_path / "out", *extra, **small))
+    )
 
 
 # SST-2 with four training rows (two steps an epoch at batch 2; label 1 the most frequent) and four dev rows, whose
@@ -40,11 +38,8 @@ RUN = "lr0.0001_seed42"
 
 
 def sst2_argv(data, model, out, *extra):
-    return [
-        *("--task", "sst2", "--model", str(model), "--data", str(data), "--output_dir", str(out)),
-        *("--learning_rate", "1e-4", "--per_device_train_batch_size", "2", "--max_seq_length", "32"),
-        *("--use_cpu", "true", "--disable_tqdm", "true", "--logging_steps", "1", *extra),
-    ]
+    small = dict(learning_rate="1e-4", per_device_train_batch_size=2, max_seq_length=32, logging_steps=1)
+    return finetune_args("sst2", model, data, out, *extra, **small)
 
 
 @pytest.fixture(scope="module")
