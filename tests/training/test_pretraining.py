@@ -121,8 +121,8 @@ def test_the_identity_leaves_out_what_may_change_on_resumption(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def pretraining_rows(n=16, seq=16, vocab=99):
-    """Rows whose masked-token counts DIFFER between sequences (1 to 5), as real data has."""
+def pretraining_rows(masked, n=16, seq=16, vocab=99):
+    """Rows of different lengths (padding); row i has `masked(i)` masked tokens."""
     g = torch.Generator().manual_seed(5)
     rows = []
     for i in range(n):
@@ -130,7 +130,7 @@ def pretraining_rows(n=16, seq=16, vocab=99):
         input_ids = torch.zeros(seq, dtype=torch.long)
         input_ids[:length] = torch.randint(5, vocab, (length,), generator=g)
         labels = torch.full((seq,), -100)
-        positions = torch.randperm(length - 2, generator=g)[: 1 + i % 5] + 1
+        positions = torch.randperm(length - 2, generator=g)[: masked(i)] + 1
         labels[positions] = input_ids[positions]
         rows.append(
             {
@@ -144,14 +144,18 @@ def pretraining_rows(n=16, seq=16, vocab=99):
     return rows
 
 
-def one_update(tmp_path, per_device, accumulation):
+def one_update(tmp_path, per_device, accumulation, trainer=PreTrainingTrainer, masked=lambda i: 1 + i % 5, **model):
+    """The update of one optimizer step by SGD at lr 1.0: the gradient itself, so a mis-scaled loss shows in it
+    (Adam would hide it, and so would clipping)."""
     from transformers import TrainingArguments
 
     from bert_repro import BertReproForPreTraining
 
     torch.manual_seed(0)
-    model = BertReproForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    net = BertReproForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    for name, value in model.items():
+        setattr(net, name, value)
+    before = {k: v.detach().clone() for k, v in net.named_parameters()}
     args = TrainingArguments(
         output_dir=str(tmp_path / f"r{per_device}x{accumulation}"),
         per_device_train_batch_size=per_device,
@@ -170,8 +174,8 @@ def one_update(tmp_path, per_device, accumulation):
         seed=0,
         remove_unused_columns=False,
     )
-    PreTrainingTrainer(model=model, args=args, train_dataset=pretraining_rows()).train()
-    return {k: before[k] - v.detach() for k, v in model.named_parameters()}
+    trainer(model=net, args=args, train_dataset=pretraining_rows(masked)).train()
+    return {k: before[k] - v.detach() for k, v in net.named_parameters()}
 
 
 @pytest.mark.slow
@@ -181,6 +185,26 @@ def test_global_batch_normalisation_with_unequal_mask_counts(tmp_path):
         accumulated = one_update(tmp_path, per_device, accumulation)
         worst = max((full[k] - accumulated[k]).abs().max().item() for k in full)
         assert worst < 1e-6, (per_device, accumulation, worst)
+
+
+@pytest.mark.slow
+def test_plain_trainer_accumulation_gives_the_same_update(tmp_path):
+    """transformers 5.x's trap: a model whose forward takes **kwargs is assumed to normalise its own loss by
+    `num_items_in_batch`, and Trainer then skips the division by the accumulation steps. Our models set
+    `accepts_loss_kwargs = False` and return per-batch means, so plain Trainer gives the same update for 16 and for
+    8 x 2 when every micro-batch holds as many masked tokens (each micro-batch's mean then weighs the same)."""
+    from transformers import Trainer
+
+    full = one_update(tmp_path, 16, 1, Trainer, masked=lambda i: 3)
+    accumulated = one_update(tmp_path, 8, 2, Trainer, masked=lambda i: 3)
+    worst = max((full[k] - accumulated[k]).abs().max().item() for k in full)
+    scale = max(full[k].abs().max().item() for k in full)
+    assert scale > 1e-3
+    assert worst < 1e-6 * max(1.0, scale) + 1e-7
+    # With loss kwargs claimed, Trainer skips the division and doubles the update.
+    trapped = one_update(tmp_path, 8, 2, Trainer, masked=lambda i: 3, accepts_loss_kwargs=True)
+    ratio = trapped["bert.embeddings.LayerNorm.weight"].norm() / full["bert.embeddings.LayerNorm.weight"].norm()
+    assert abs(ratio.item() - 2.0) < 1e-3
 
 
 # ---------------------------------------------------------------------------------------------------------------
