@@ -25,7 +25,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from support import ROOT
+from support.corpora import WORDS
 from support.models import tiny_config
+from support.pretraining_runs import write_config
 from support.task_files import finetune_args
 
 from bert_repro import BertReproConfig, BertReproForPreTraining, BertReproForSequenceClassification, BertReproModel
@@ -44,10 +46,6 @@ from bert_repro.model.configuration_bert_repro import (
 from bert_repro.training.cli import ConfigurationError
 from bert_repro.training.pretraining.trainer import PreTrainingTrainer, metrics_from_sums, pretraining_sums
 
-WORDS = (
-    "the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
-    "mountain old new green tree bird sang loud quiet night day"
-).split()
 IMPLEMENTATIONS = ("eager", "sdpa")
 
 
@@ -367,63 +365,22 @@ def test_ltr_loss_is_next_token_cross_entropy(tokenizer):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def pretraining_argv(corpus, tokenizer_dir, output_dir, objective, **overrides):
-    values = {
-        "corpus": str(corpus),
-        "document_boundary": "file",
-        "tokenizer": str(tokenizer_dir),
-        "preset": "tiny",
-        "model_overrides": json.dumps({"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}),
-        "objective": objective,
-        "max_seq_length": 32,
-        "max_predictions_per_seq": 5,
-        "dupe_factor": 1,
-        "phase2_fraction": 0,
-        "global_batch_size": 8,
-        "per_device_train_batch_size": 8,
-        "max_steps": 6,
-        "warmup_steps": 1,
-        "learning_rate": 0.002,
-        "logging_steps": 1,
-        "save_steps": 100,
-        "eval_steps": 3,
-        "eval_fraction": 0.2,
-        "use_cpu": True,
-        "report_to": "none",
-        "disable_tqdm": True,
-        "num_proc": 1,
-        "plot": False,
-        "output_dir": str(output_dir),
-        **overrides,
-    }
-    return [arg for key, value in values.items() for arg in (f"--{key}", str(value))]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory, tokenizer):
-    from bert_repro.data.wordpiece import save_tokenizer
-
-    root = tmp_path_factory.mktemp("objectives_corpus")
-    (root / "text").mkdir()
-    rng = random.Random(1)
-    for d in range(8):
-        sentences = [
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 10))).capitalize() + "." for _ in range(30)
-        ]
-        (root / "text" / f"doc{d}.txt").write_text(" ".join(sentences))
-    save_tokenizer(tokenizer[0], root / "tokenizer")
-    return root / "text", root / "tokenizer"
+def pretraining_argv(tmp_path, corpus_and_tokenizer, objective):
+    """A 6-step run of one phase with `objective` into tmp_path/out."""
+    settings = dict(objective=objective, dupe_factor=1, phase2_fraction=0, max_steps=6, warmup_steps=1, eval_steps=3)
+    config = write_config(tmp_path / "run.yaml", *corpus_and_tokenizer, save_steps=100, **settings)
+    return ["--config", str(config), "--output_dir", str(tmp_path / "out")]
 
 
 @pytest.mark.parametrize("objective", ["mlm_nsp", "mlm", "ltr"])
-def test_pretraining_model_trains_the_nsp_head_only_with_nsp(tmp_path, corpus, objective):
+def test_pretraining_model_trains_the_nsp_head_only_with_nsp(tmp_path, corpus_and_tokenizer, objective):
     """Without NSP the pooler and NSP head are frozen: no gradient, no weight decay, no unused parameter for DDP."""
     from bert_repro.data.wordpiece import load_tokenizer
     from bert_repro.training.pretraining.model import build_model
     from bert_repro.training.pretraining.recipe import PreTrainingRecipe
 
-    recipe = PreTrainingRecipe.from_args(pretraining_argv(*corpus, tmp_path / "out", objective))
-    model = build_model(recipe.model, load_tokenizer(corpus[1]), [recipe.examples])
+    recipe = PreTrainingRecipe.from_args(pretraining_argv(tmp_path, corpus_and_tokenizer, objective))
+    model = build_model(recipe.model, load_tokenizer(corpus_and_tokenizer[1]), [recipe.examples])
     assert model.config.objective == objective
     frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
     heads = {name for name, _ in model.named_parameters() if name.startswith(("bert.pooler.", "cls.seq_relationship."))}
@@ -438,10 +395,10 @@ def test_pretraining_model_trains_the_nsp_head_only_with_nsp(tmp_path, corpus, o
         (["--model_overrides", '{"objective": "mlm"}'], "with --objective"),
     ],
 )
-def test_pretraining_recipe_refuses_settings_the_objective_rules_out(tmp_path, corpus, argv, message):
+def test_pretraining_recipe_refuses_settings_the_objective_rules_out(tmp_path, corpus_and_tokenizer, argv, message):
     from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
 
-    base = pretraining_argv(*corpus, tmp_path / "out", "ltr")
+    base = pretraining_argv(tmp_path, corpus_and_tokenizer, "ltr")
     with pytest.raises(ConfigurationError, match=message.replace("(", r"\(")):
         run_pretraining(PreTrainingRecipe.from_args(base + argv))
     assert not (tmp_path / "out").exists()  # refused before any data work
@@ -460,13 +417,14 @@ def test_pretraining_recipe_rejects_an_unknown_objective(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["mlm_nsp", "mlm", "ltr"])
-def test_pretraining_end_to_end_with_each_objective(tmp_path, corpus, objective):
+def test_pretraining_end_to_end_with_each_objective(tmp_path, corpus_and_tokenizer, objective):
     from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
 
-    out = tmp_path / objective
+    out = tmp_path / "out"
     saving = pytest.warns(NotTransformersBertWarning) if objective == "ltr" else contextlib.nullcontext()
+    argv = pretraining_argv(tmp_path, corpus_and_tokenizer, objective)
     with saving:  # a left-to-right checkpoint is saved in the remote-code-only format, with its warning
-        results = run_pretraining(PreTrainingRecipe.from_args(pretraining_argv(*corpus, out, objective)))
+        results = run_pretraining(PreTrainingRecipe.from_args(argv))
     task = PRETRAINING_OBJECTIVES[objective].token_task
     nsp = {"eval_nsp_loss", "eval_nsp_accuracy"}
     assert {f"eval_{task}_loss", f"eval_{task}_accuracy"} <= set(results)
