@@ -11,8 +11,6 @@ hundred times that and a hundred times below what one step moves a weight here (
 compared as well, because AdamW's update barely changes when every gradient is scaled by the same factor."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,12 +19,11 @@ import torch
 from safetensors.torch import load_file
 from support import ROOT
 from support.models import tiny_config
-from support.pretraining_runs import write_config
+from support.pretraining_runs import ONE_PROCESS, accelerate_launch, hide_packages, run_recipe, write_config
 from support.task_files import finetune_args, fixture_files, write
 
 ACCELERATE = ROOT / "recipes" / "accelerate"
 TOLERANCE = 1e-5
-ONE_PROCESS = ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
 
 
 def has_deepspeed() -> bool:
@@ -35,23 +32,6 @@ def has_deepspeed() -> bool:
     except ImportError:
         return False
     return True
-
-
-def launch(launcher: list[str], recipe: str, *args, check=True, env=None):
-    """`accelerate launch` of a recipe, from the repository root (the DeepSpeed configs name their JSON from it)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        *launcher,
-        str(ROOT / "recipes" / recipe),
-        *map(str, args),
-    ]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
-    if check:
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return result
 
 
 def engine(config_name: str) -> list[str]:
@@ -187,30 +167,9 @@ def test_one_process_started_for_several_on_a_cpu_is_refused(monkeypatch):
 def test_deepspeed_missing_stops_the_recipe_with_exit_code_2(tmp_path, corpus_and_tokenizer):
     """A `deepspeed` that cannot be imported, under the DeepSpeed engine: one message naming the extra."""
     corpus, tokenizer = corpus_and_tokenizer
-    hidden = tmp_path / "hidden" / "deepspeed"
-    hidden.mkdir(parents=True)
-    (hidden / "__init__.py").write_text("raise ImportError('deepspeed hidden by the test')\n")
     config = write_config(tmp_path / "c.yaml", corpus, tokenizer)
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "recipes" / "pretrain.py"),
-            "--config",
-            str(config),
-            "--output_dir",
-            str(tmp_path / "out"),
-        ],
-        env={
-            **os.environ,
-            "HF_HUB_OFFLINE": "1",
-            "ACCELERATE_USE_DEEPSPEED": "true",
-            "PYTHONPATH": os.pathsep.join([str(hidden.parent), os.environ.get("PYTHONPATH", "")]),
-        },
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    env = {**hide_packages(tmp_path, "deepspeed"), "ACCELERATE_USE_DEEPSPEED": "true"}
+    result = run_recipe("pretrain.py", "--config", config, "--output_dir", tmp_path / "out", env=env)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "pip install 'bert-repro[deepspeed]'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
@@ -230,7 +189,7 @@ def runs(tmp_path_factory, corpus_and_tokenizer):
     common = {"eval_fraction": 0.0, "save_steps": 100, "global_batch_size": 8}
     single = write_config(root / "single.yaml", corpus, tokenizer, per_device_train_batch_size=8, **common)
     double = write_config(root / "double.yaml", corpus, tokenizer, per_device_train_batch_size=2, **common)
-    launch(ONE_PROCESS, "pretrain.py", "--config", single, "--output_dir", root / "one")
+    accelerate_launch(ONE_PROCESS, "pretrain.py", "--config", single, "--output_dir", root / "one")
     return root, double
 
 
@@ -241,7 +200,7 @@ def results(directory: Path) -> dict:
 @pytest.fixture(scope="module")
 def fsdp_run(runs):
     root, double = runs
-    launch(engine("fsdp_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", root / "fsdp")
+    accelerate_launch(engine("fsdp_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", root / "fsdp")
     return root / "fsdp"
 
 
@@ -282,7 +241,7 @@ def test_fsdp_final_model_is_one_loadable_safetensors(runs, fsdp_run):
 def test_fsdp_resumes_from_its_checkpoint(runs, fsdp_run):
     root, double = runs
     resumed = root / "fsdp_resumed"
-    launch(
+    accelerate_launch(
         engine("fsdp_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed, "--stop_after_steps", "3"
     )
     checkpoint = resumed / "checkpoint-3"
@@ -290,7 +249,7 @@ def test_fsdp_resumes_from_its_checkpoint(runs, fsdp_run):
     for name in ("pytorch_model_fsdp.bin", "optimizer.bin", "rng_state_0.pth", "rng_state_1.pth", "model.safetensors"):
         assert (checkpoint / name).exists(), name
     assert not (resumed / "model.safetensors").exists()
-    result = launch(
+    result = accelerate_launch(
         engine("fsdp_cpu.yaml"),
         "pretrain.py",
         "--config",
@@ -310,7 +269,7 @@ def test_fsdp_resumes_from_its_checkpoint(runs, fsdp_run):
 def test_a_requeued_finished_run_says_so_once(runs, fsdp_run):
     """Both processes find the run finished; one line says it, and the exit status stays 0."""
     _, double = runs
-    again = launch(
+    again = accelerate_launch(
         engine("fsdp_cpu.yaml"),
         "pretrain.py",
         "--config",
@@ -338,7 +297,7 @@ def test_fsdp_sharded_checkpoints_still_end_in_one_model(runs, fsdp_run):
         .replace("fsdp_state_dict_type: FULL_STATE_DICT", "fsdp_state_dict_type: SHARDED_STATE_DICT")
     )
     out = root / "fsdp_sharded"
-    launch(
+    accelerate_launch(
         ["--config_file", sharded_config, "--main_process_port", "0"],
         "pretrain.py",
         "--config",
@@ -359,7 +318,9 @@ def test_fsdp_sharded_checkpoints_still_end_in_one_model(runs, fsdp_run):
 def test_deepspeed_zero2_two_processes_match_one_process(runs):
     """DeepSpeed's CPU accelerator over gloo; its shared-memory collective is compiled the first time (minutes)."""
     root, double = runs
-    launch(engine("deepspeed_zero2_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", root / "ds")
+    accelerate_launch(
+        engine("deepspeed_zero2_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", root / "ds"
+    )
     two = results(root / "ds")
     assert (two["engine"], two["processes"], two["gradient_accumulation_steps"]) == ("DeepSpeed ZeRO-2", 2, 2)
     assert_same_training(root / "one", root / "ds")
@@ -374,7 +335,7 @@ def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
     this run wrote it): the same steps and weights as the uninterrupted one-process run."""
     root, double = runs
     resumed = root / "ds_resumed"
-    launch(
+    accelerate_launch(
         engine("deepspeed_zero2_cpu.yaml"),
         "pretrain.py",
         "--config",
@@ -391,7 +352,7 @@ def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
     for name in ("rng_state_0.pth", "rng_state_1.pth", "model.safetensors"):
         assert (checkpoint / name).exists(), name
     assert not (resumed / "model.safetensors").exists()
-    result = launch(
+    result = accelerate_launch(
         engine("deepspeed_zero2_cpu.yaml"),
         "pretrain.py",
         "--config",
@@ -438,8 +399,10 @@ def test_finetuning_under_fsdp_matches_one_process(tmp_path):
     save_tokenizer(tokenizer, model_dir)
     data = write(tmp_path / "data", files)
     args = finetune_args("mrpc", model_dir, data, learning_rates="1e-3", max_steps=3, max_seq_length=64)
-    launch(ONE_PROCESS, "finetune.py", *args, "--output_dir", tmp_path / "one", "--per_device_train_batch_size", "2")
-    launch(
+    accelerate_launch(
+        ONE_PROCESS, "finetune.py", *args, "--output_dir", tmp_path / "one", "--per_device_train_batch_size", "2"
+    )
+    accelerate_launch(
         engine("fsdp_cpu.yaml"),
         "finetune.py",
         *args,

@@ -4,29 +4,13 @@ no traceback and nothing lost."""
 
 import json
 import logging
-import os
-import subprocess
-import sys
 
 import pytest
 from support import ROOT
 from support.models import tiny_config
-from support.pretraining_runs import write_config
+from support.pretraining_runs import ONE_PROCESS, hide_packages, run_recipe, write_config
 
 SHIPPED = ROOT / "recipes" / "data" / "quickstart_corpus"
-
-
-def pretrain(*args, cwd=ROOT, env=None, timeout=600):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "recipes" / "pretrain.py"), *map(str, args)],
-        cwd=cwd,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_shipped_corpus_is_documented_and_text():
@@ -45,7 +29,8 @@ def test_quickstart_config_runs_offline_without_corpus(tmp_path):
     """The README's first command with no Hub access and no --corpus (a few steps on part of the corpus): the fast
     tier's one pre-training through the real script."""
     out = tmp_path / "quickstart"
-    result = pretrain(
+    result = run_recipe(
+        "pretrain.py",
         "--config",
         "recipes/configs/quickstart.yaml",
         "--output_dir",
@@ -139,13 +124,15 @@ def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_to
     (empty / "junk.txt").write_bytes(bytes(range(256)) * 40)
     config = write_config(tmp_path / "c.yaml", corpus, tokenizer, max_steps=2, save_steps=100, eval_fraction=0.0)
     out = tmp_path / "out"
-    result = pretrain("--config", config, "--output_dir", out, "--corpus", empty)
+    result = run_recipe("pretrain.py", "--config", config, "--output_dir", out, "--corpus", empty)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "the corpus holds no text" in result.stderr and str(empty) in result.stderr
     assert "Traceback" not in result.stderr
     assert not (out / "run_config.json").exists()
     assert (empty / "junk.txt").read_bytes() == bytes(range(256)) * 40  # the user's files untouched
-    result = pretrain("--config", config, "--output_dir", out)  # a retry with another corpus is the same new run
+    result = run_recipe(
+        "pretrain.py", "--config", config, "--output_dir", out
+    )  # a retry with another corpus is the same new run
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((out / "results.json").read_text())["global_step"] == 2
 
@@ -153,14 +140,6 @@ def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_to
 # ---------------------------------------------------------------------------------------------------------------
 # Optional dependencies
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def hide_package(tmp_path, name):
-    """An environment in which `import name` fails, as where the extra that installs it is missing."""
-    fake = tmp_path / "hidden" / name
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text(f"raise ImportError('{name} hidden by the test')\n")
-    return {"PYTHONPATH": os.pathsep.join([str(tmp_path / "hidden"), os.environ.get("PYTHONPATH", "")])}
 
 
 @pytest.mark.slow
@@ -176,11 +155,9 @@ def test_missing_plotting_and_tensorboard_are_skipped_with_a_warning(tmp_path, c
         plot=True,
         report_to="tensorboard",
     )
-    env = hide_package(tmp_path, "matplotlib")
-    (tmp_path / "hidden" / "tensorboard").mkdir()
-    (tmp_path / "hidden" / "tensorboard" / "__init__.py").write_text("raise ImportError('hidden')\n")
+    env = hide_packages(tmp_path, "matplotlib", "tensorboard")
     out = tmp_path / "out"
-    result = pretrain("--config", config, "--output_dir", out, env=env)
+    result = run_recipe("pretrain.py", "--config", config, "--output_dir", out, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "matplotlib is not installed (pip install 'bert-repro[train]')" in result.stderr
     assert "tensorboard is not installed" in result.stderr
@@ -286,26 +263,8 @@ def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, 
 def test_accelerate_launch_quiet_shows_the_recipes_error_alone(tmp_path):
     """docs/pretraining.md's advice for one process: `accelerate launch -q` keeps our one-line error free of a
     traceback."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "-q",
-        "--num_processes",
-        "1",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        str(ROOT / "recipes" / "pretrain.py"),
-        "--corpus",
-        str(tmp_path / "missing"),
-        "--output_dir",
-        str(tmp_path / "out"),
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    missing, out = tmp_path / "missing", tmp_path / "out"
+    result = run_recipe("pretrain.py", "--corpus", missing, "--output_dir", out, launcher=["-q", *ONE_PROCESS])
     assert result.returncode == 1  # accelerate's own code for a failed process in quiet mode
     assert f"pretrain.py: error: {tmp_path / 'missing'}: no such file or directory" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout

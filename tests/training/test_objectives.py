@@ -14,20 +14,16 @@ What is proved here, each against a reference computed independently:
 
 import contextlib
 import json
-import os
 import random
-import subprocess
-import sys
 import warnings
 
 import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from support import ROOT
 from support.corpora import WORDS
 from support.models import tiny_config
-from support.pretraining_runs import write_config
+from support.pretraining_runs import run_recipe, write_config
 from support.task_files import finetune_args
 
 from bert_repro import BertReproConfig, BertReproForPreTraining, BertReproForSequenceClassification, BertReproModel
@@ -405,12 +401,7 @@ def test_pretraining_recipe_refuses_settings_the_objective_rules_out(tmp_path, c
 
 
 def test_pretraining_recipe_rejects_an_unknown_objective(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--objective", "gpt", "--output_dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_recipe("pretrain.py", "--objective", "gpt", "--output_dir", tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "invalid choice: 'gpt'" in result.stderr and "mlm_nsp" in result.stderr
 
@@ -445,17 +436,8 @@ def test_pretraining_end_to_end_with_each_objective(tmp_path, corpus_and_tokeniz
         classifier = BertReproForSequenceClassification.from_pretrained(out, num_labels=2).eval()
         with torch.no_grad():
             assert_causal(lambda ids, mask: classifier.bert(ids, mask).last_hidden_state)
-        result = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "recipes" / "finetune.py"),
-                *finetune_args("sst2", out, None, tmp_path / "ft", cpu=False, objective="mlm_nsp"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
+        args = finetune_args("sst2", out, None, tmp_path / "ft", cpu=False, objective="mlm_nsp")
+        result = run_recipe("finetune.py", *args)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
         assert "objective='ltr'" in result.stderr and "bidirectional" in result.stderr
         assert not (tmp_path / "ft").exists()

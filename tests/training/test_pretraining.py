@@ -2,16 +2,13 @@
 loss normalisation, and end-to-end runs through the real launcher (resume and DDP equality)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import yaml
 from support import ROOT
 from support.models import tiny_config
-from support.pretraining_runs import first_documents, launch, weights, write_config
+from support.pretraining_runs import first_documents, launch, run_recipe, weights, write_config
 
 from bert_repro.training.cli import ConfigurationError, check_output_dir
 from bert_repro.training.pretraining.phases import PhasedSampler, phase_steps
@@ -332,26 +329,16 @@ def test_no_hub_and_no_local_text_stops_fast_with_advice(tmp_path):
     import time
 
     start = time.time()
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "recipes" / "pretrain.py"),
-            "--config",
-            str(ROOT / "recipes" / "configs" / "quickstart.yaml"),
-            "--output_dir",
-            str(tmp_path / "out"),
-            "--corpus",
-            "Salesforce/wikitext",
-            "--hub_config",
-            "wikitext-2-raw-v1",
-            "--document_boundary",
-            "wikitext",
-        ],
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    quickstart = ROOT / "recipes" / "configs" / "quickstart.yaml"
+    wikitext = [
+        "--corpus",
+        "Salesforce/wikitext",
+        "--hub_config",
+        "wikitext-2-raw-v1",
+        "--document_boundary",
+        "wikitext",
+    ]
+    result = run_recipe("pretrain.py", "--config", quickstart, "--output_dir", tmp_path / "out", *wikitext, timeout=120)
     assert result.returncode == 2
     assert "Salesforce/wikitext" in result.stderr and "Pass local text instead" in result.stderr
     assert "Traceback" not in result.stderr
