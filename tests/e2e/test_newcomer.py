@@ -184,48 +184,6 @@ def test_reproduce_report_without_matplotlib(tmp_path, monkeypatch, caplog):
     assert "not writing report.png" in caplog.text and not (tmp_path / "report.png").exists()
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# --help shows the defaults a run will use
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def help_defaults(parse, argv, capsys) -> dict[str, str]:
-    import re
-
-    with pytest.raises(SystemExit):
-        parse(argv)
-    text = capsys.readouterr().out
-    blocks = re.split(r"\n  (?=--)", text)
-    found = {}
-    for block in blocks:
-        name = re.match(r"--(\w+)", block)
-        default = re.search(r"\(default:\s+(.*?)\)\s*$", " ".join(block.split()))
-        if name and default:
-            found[name.group(1)] = default.group(1)
-    return found
-
-
-def test_pretrain_help_shows_the_config_values(capsys):
-    from bert_repro.training.pretraining.recipe import PreTrainingRecipe
-
-    shown = help_defaults(
-        PreTrainingRecipe.from_args, ["--config", str(ROOT / "recipes/configs/quickstart.yaml"), "--help"], capsys
-    )
-    assert shown["max_steps"] == "2000" and shown["learning_rate"] == "0.001" and shown["vocab_size"] == "8192"
-    assert shown["adam_epsilon"] == "1e-06"  # the paper's, under the config
-    plain = help_defaults(PreTrainingRecipe.from_args, ["--help"], capsys)
-    assert plain["max_steps"] == "1000000" and plain["warmup_steps"] == "10000" and plain["learning_rate"] == "0.0001"
-
-
-def test_finetune_help_shows_the_task_defaults(capsys):
-    from bert_repro.training.finetune_recipe import parse_arguments
-
-    shown = help_defaults(parse_arguments, ["--task", "mrpc", "--help"], capsys)
-    assert shown["per_device_train_batch_size"] == "32"
-    assert shown["weight_decay"] == "0.01" and shown["warmup_steps"] == "0.1"
-    assert shown["adam_epsilon"] == "1e-06"  # the reference code's, though not among the recipe's own flags
-
-
 def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, caplog):
     """A fine-tuning head on a pre-trained checkpoint: one line names the new weights, not transformers' table."""
     from transformers.utils import logging as hf_logging
