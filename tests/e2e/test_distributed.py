@@ -38,6 +38,12 @@ def engine(config_name: str) -> list[str]:
     return ["--config_file", str(ACCELERATE / config_name), "--main_process_port", "0"]
 
 
+def pretrain_under(accelerate_config, config, output_dir, *extra):
+    """Pre-training of `config` under recipes/accelerate/`accelerate_config` (or that file elsewhere)."""
+    args = ("--config", config, "--output_dir", output_dir, *extra)
+    return accelerate_launch(engine(accelerate_config), "pretrain.py", *args)
+
+
 def worst_difference(a: dict, b: dict) -> float:
     assert set(a) == set(b), set(a) ^ set(b)
     return max((a[k] - b[k]).abs().max().item() for k in a)
@@ -200,7 +206,7 @@ def results(directory: Path) -> dict:
 @pytest.fixture(scope="module")
 def fsdp_run(runs):
     root, double = runs
-    accelerate_launch(engine("fsdp_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", root / "fsdp")
+    pretrain_under("fsdp_cpu.yaml", double, root / "fsdp")
     return root / "fsdp"
 
 
@@ -241,24 +247,13 @@ def test_fsdp_final_model_is_one_loadable_safetensors(runs, fsdp_run):
 def test_fsdp_resumes_from_its_checkpoint(runs, fsdp_run):
     root, double = runs
     resumed = root / "fsdp_resumed"
-    accelerate_launch(
-        engine("fsdp_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed, "--stop_after_steps", "3"
-    )
+    pretrain_under("fsdp_cpu.yaml", double, resumed, "--stop_after_steps", "3")
     checkpoint = resumed / "checkpoint-3"
     # FSDP's own checkpoint: the gathered model, the optimizer state of both processes, each process's RNG state.
     for name in ("pytorch_model_fsdp.bin", "optimizer.bin", "rng_state_0.pth", "rng_state_1.pth", "model.safetensors"):
         assert (checkpoint / name).exists(), name
     assert not (resumed / "model.safetensors").exists()
-    result = accelerate_launch(
-        engine("fsdp_cpu.yaml"),
-        "pretrain.py",
-        "--config",
-        double,
-        "--output_dir",
-        resumed,
-        "--resume_from_checkpoint",
-        "true",
-    )
+    result = pretrain_under("fsdp_cpu.yaml", double, resumed, "--resume_from_checkpoint", "true")
     assert "Loading Optimizer state from" in result.stderr + result.stdout  # FSDP's loader, not a fresh start
     assert [e["step"] for e in training_log(resumed)] == list(range(1, 9))
     worst = worst_difference(load_file(fsdp_run / "model.safetensors"), load_file(resumed / "model.safetensors"))
@@ -269,16 +264,7 @@ def test_fsdp_resumes_from_its_checkpoint(runs, fsdp_run):
 def test_a_requeued_finished_run_says_so_once(runs, fsdp_run):
     """Both processes find the run finished; one line says it, and the exit status stays 0."""
     _, double = runs
-    again = accelerate_launch(
-        engine("fsdp_cpu.yaml"),
-        "pretrain.py",
-        "--config",
-        double,
-        "--output_dir",
-        fsdp_run,
-        "--resume_from_checkpoint",
-        "true",
-    )
+    again = pretrain_under("fsdp_cpu.yaml", double, fsdp_run, "--resume_from_checkpoint", "true")
     said = [line for line in again.stderr.splitlines() if "already holds this run, finished" in line]
     assert len(said) == 1, again.stderr[-3000:]
 
@@ -297,16 +283,7 @@ def test_fsdp_sharded_checkpoints_still_end_in_one_model(runs, fsdp_run):
         .replace("fsdp_state_dict_type: FULL_STATE_DICT", "fsdp_state_dict_type: SHARDED_STATE_DICT")
     )
     out = root / "fsdp_sharded"
-    accelerate_launch(
-        ["--config_file", sharded_config, "--main_process_port", "0"],
-        "pretrain.py",
-        "--config",
-        double,
-        "--output_dir",
-        out,
-        "--save_steps",
-        "4",
-    )
+    pretrain_under(sharded_config, double, out, "--save_steps", "4")
     checkpoint = out / "checkpoint-4"
     assert (checkpoint / "pytorch_model_fsdp_0" / ".metadata").exists()
     assert not (checkpoint / "model.safetensors").exists() and checkpoint_problem(checkpoint) is None
@@ -318,9 +295,7 @@ def test_fsdp_sharded_checkpoints_still_end_in_one_model(runs, fsdp_run):
 def test_deepspeed_zero2_two_processes_match_one_process(runs):
     """DeepSpeed's CPU accelerator over gloo; its shared-memory collective is compiled the first time (minutes)."""
     root, double = runs
-    accelerate_launch(
-        engine("deepspeed_zero2_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", root / "ds"
-    )
+    pretrain_under("deepspeed_zero2_cpu.yaml", double, root / "ds")
     two = results(root / "ds")
     assert (two["engine"], two["processes"], two["gradient_accumulation_steps"]) == ("DeepSpeed ZeRO-2", 2, 2)
     assert_same_training(root / "one", root / "ds")
@@ -335,16 +310,7 @@ def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
     this run wrote it): the same steps and weights as the uninterrupted one-process run."""
     root, double = runs
     resumed = root / "ds_resumed"
-    accelerate_launch(
-        engine("deepspeed_zero2_cpu.yaml"),
-        "pretrain.py",
-        "--config",
-        double,
-        "--output_dir",
-        resumed,
-        "--stop_after_steps",
-        "3",
-    )
+    pretrain_under("deepspeed_zero2_cpu.yaml", double, resumed, "--stop_after_steps", "3")
     checkpoint = resumed / "checkpoint-3"
     # DeepSpeed's checkpoint: its global_step folder (model and the partitioned optimizer states of both
     # processes), each process's RNG state, and our whole model beside it.
@@ -352,18 +318,8 @@ def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
     for name in ("rng_state_0.pth", "rng_state_1.pth", "model.safetensors"):
         assert (checkpoint / name).exists(), name
     assert not (resumed / "model.safetensors").exists()
-    result = accelerate_launch(
-        engine("deepspeed_zero2_cpu.yaml"),
-        "pretrain.py",
-        "--config",
-        double,
-        "--output_dir",
-        resumed,
-        "--resume_from_checkpoint",
-        "true",
-        "--log_level",
-        "info",
-    )
+    resume = ("--resume_from_checkpoint", "true", "--log_level", "info")
+    result = pretrain_under("deepspeed_zero2_cpu.yaml", double, resumed, *resume)
     # Trainer continued at step 3 (a fresh start would end in the same weights too).
     assert "Resuming training from checkpoint with epoch 0 and global step 3" in result.stdout + result.stderr
     assert [e["step"] for e in training_log(resumed)] == list(range(1, 9))

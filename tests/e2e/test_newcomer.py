@@ -29,33 +29,10 @@ def test_quickstart_config_runs_offline_without_corpus(tmp_path):
     """The README's first command with no Hub access and no --corpus (a few steps on part of the corpus): the fast
     tier's one pre-training through the real script."""
     out = tmp_path / "quickstart"
-    result = run_recipe(
-        "pretrain.py",
-        "--config",
-        "recipes/configs/quickstart.yaml",
-        "--output_dir",
-        out,
-        "--max_documents",
-        8,
-        "--dupe_factor",
-        1,
-        "--max_steps",
-        2,
-        "--warmup_steps",
-        1,
-        "--eval_steps",
-        2,
-        "--save_steps",
-        2,
-        "--eval_max_examples",
-        16,
-        "--report_to",
-        "none",
-        "--plot",
-        "false",
-        "--disable_tqdm",
-        "true",
-    )
+    settings = dict(max_documents=8, dupe_factor=1, max_steps=2, warmup_steps=1, eval_steps=2, save_steps=2)
+    settings.update(eval_max_examples=16, report_to="none", plot="false", disable_tqdm="true")
+    flags = [arg for name, value in settings.items() for arg in (f"--{name}", value)]
+    result = run_recipe("pretrain.py", "--config", "recipes/configs/quickstart.yaml", "--output_dir", out, *flags)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "pin_memory" not in result.stderr
     # The project's own corpus is not warned about: its few sentences of prose over 1,000 characters are said once

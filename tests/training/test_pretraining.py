@@ -330,15 +330,9 @@ def test_no_hub_and_no_local_text_stops_fast_with_advice(tmp_path):
 
     start = time.time()
     quickstart = ROOT / "recipes" / "configs" / "quickstart.yaml"
-    wikitext = [
-        "--corpus",
-        "Salesforce/wikitext",
-        "--hub_config",
-        "wikitext-2-raw-v1",
-        "--document_boundary",
-        "wikitext",
-    ]
-    result = run_recipe("pretrain.py", "--config", quickstart, "--output_dir", tmp_path / "out", *wikitext, timeout=120)
+    argv = ["--config", quickstart, "--output_dir", tmp_path / "out", "--corpus", "Salesforce/wikitext"]
+    wikitext = ["--hub_config", "wikitext-2-raw-v1", "--document_boundary", "wikitext"]
+    result = run_recipe("pretrain.py", *argv, *wikitext, timeout=120)
     assert result.returncode == 2
     assert "Salesforce/wikitext" in result.stderr and "Pass local text instead" in result.stderr
     assert "Traceback" not in result.stderr
