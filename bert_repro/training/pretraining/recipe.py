@@ -1,13 +1,9 @@
-"""A pre-training run as one typed object: `PreTrainingRecipe`, read at the edge (a YAML file, the command line,
-transformers' example names: `from_args`, `from_yaml`) and from a run's record (`from_dict`), checked in one place
-(`check`), changed with `replace` under the command line's names. The library's functions take it
-(`run_pretraining(recipe)`); the studies build theirs with `replace`, never a command line.
-
-Its sections say where a setting acts: `data` (corpus, vocabulary, held-out split, batching), `examples` (how
-pre-training examples are built: `PreTrainingDataConfig`), `model`, `phases` (the paper's two: 90% of the steps at
-128 tokens, 10% at 512, each a `Phase`), `optimization` (global batch, optimizer), `training` (transformers'
-`TrainingArguments`, as given: the run's own copy is the plan's) and `output` (what this invocation does with the
-output directory). `run_config.json` is `to_dict()`, with its schema version.
+"""A pre-training run as one typed object, `PreTrainingRecipe`: read at the edge (`from_args`, `from_yaml`) or from
+a run's record (`from_dict`), changed with `replace` under the command line's names, checked before any work
+(`check_values` here, the rest in `plan.check`). Its sections say where a setting acts: `data`, `examples`
+(`PreTrainingDataConfig`), `model`, `phases` (the paper's two: 90% of the steps at 128 tokens, 10% at 512),
+`optimization`, `training` (transformers' `TrainingArguments`, as given) and `output` (what this invocation does
+with the output directory). `run_config.json` is `to_dict()`.
 """
 
 from __future__ import annotations
@@ -196,7 +192,7 @@ def phases_from_flags(examples: PreTrainingDataConfig, flags: PhaseFlags) -> tup
     return first, Phase(flags.phase2_max_seq_length, flags.phase2_max_predictions_per_seq, flags.phase2_fraction)
 
 
-# The classes the command line fills, in this order (`PreTrainingRecipe.from_parsed`).
+# The classes the command line fills, in this order (`PreTrainingRecipe.from_args`).
 PARSED = (DataSettings, PreTrainingDataConfig, ModelSettings, PhaseFlags, OptimizationSettings, OutputSettings)
 # The recipe's sections of one class each (`phases` is a tuple of `Phase`).
 SECTION_CLASSES = {
@@ -252,17 +248,14 @@ class PreTrainingRecipe:
         parsed = parse_with_config(
             (*PARSED, TrainingArguments), PAPER_TRAINING_DEFAULTS, argv, RECIPE, help_layout=HELP
         )
-        return cls.from_parsed(*parsed)
+        data, examples, model, flags, optimization, output, training = parsed
+        return cls(data, examples, model, phases_from_flags(examples, flags), optimization, training, output)
 
     @classmethod
     def from_yaml(cls, path: str | Path, **changes: Any) -> PreTrainingRecipe:
         """A YAML config (as `--config`), with `changes` as `replace` takes them."""
         recipe = cls.from_args(["--config", str(path)])
         return recipe.replace(**changes) if changes else recipe
-
-    @classmethod
-    def from_parsed(cls, data, examples, model, flags, optimization, output, training) -> PreTrainingRecipe:
-        return cls(data, examples, model, phases_from_flags(examples, flags), optimization, training, output)
 
     def phase_flags(self) -> PhaseFlags:
         """The phases under the command line's names (one phase: --phase2_fraction 0, the lengths' defaults)."""
@@ -317,13 +310,10 @@ class PreTrainingRecipe:
         }
         phases = tuple(Phase(**phase) for phase in record.get("phases") or [])
         first = phases[0] if phases else Phase(128, 20, 1.0)
-        examples = _filled(PreTrainingDataConfig, {**(record.get("examples") or {}), **_lengths(first)})
+        lengths = {"max_seq_length": first.max_seq_length, "max_predictions_per_seq": first.max_predictions_per_seq}
+        examples = _filled(PreTrainingDataConfig, {**(record.get("examples") or {}), **lengths})
         training = _unchecked(TrainingArguments, record.get("training") or {})
         return cls(**sections, examples=examples, phases=phases or (first,), training=training)
-
-
-def _lengths(phase: Phase) -> dict[str, int]:
-    return {"max_seq_length": phase.max_seq_length, "max_predictions_per_seq": phase.max_predictions_per_seq}
 
 
 def _filled(cls, values: dict[str, Any]):
