@@ -1,13 +1,8 @@
-"""Stage 1 of a pre-training run: its corpus, tokenizer and examples. Documents read and split into training and
-held-out ones, the WordPiece vocabulary given or trained (and kept in the output directory), then the examples,
-from one of two example sources:
-
-- `BuiltExamples`: every phase's examples built before training into Arrow datasets (with their statistics,
-  `data_statistics.json`), drawn phase after phase by `PhasedSampler`;
-- `StreamedExamples` (--streaming): a stream of examples read while training (`bert_repro.data.streaming`),
-  nothing copied to disk; its position is part of every checkpoint.
-
-Both answer the same questions (`ExampleSource`), so the run asks them instead of branching on --streaming."""
+"""Stage 1 of a pre-training run: documents read and split into training and held-out ones, the WordPiece
+vocabulary given or trained (kept in the output directory), then the examples from one of two sources that answer
+the same questions (`ExampleSource`): `BuiltExamples`, every phase's examples built before training into Arrow
+datasets, or `StreamedExamples` (--streaming), read while training, whose position is part of every checkpoint.
+"""
 
 from __future__ import annotations
 

@@ -42,9 +42,7 @@ def model_config(model_settings: ModelSettings, objective: str = DEFAULT_OBJECTI
     if model_settings.init_from:
         check_model_dir(model_settings.init_from)
     try:
-        if (
-            model_settings.init_from
-        ):  # continued pre-training keeps the checkpoint's attention direction (from_pretrained checks)
+        if model_settings.init_from:  # continued pre-training keeps the checkpoint's attention direction
             config = BertReproConfig.from_pretrained(model_settings.init_from, objective=objective)
             for name, value in model_settings.switches().items():
                 setattr(config, name, value)

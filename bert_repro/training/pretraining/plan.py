@@ -1,10 +1,6 @@
-"""What a pre-training recipe means, resolved once before any work: `plan(recipe) -> PreTrainingPlan`.
-
-The recipe is what the user asked for and stays as given; the plan is what the run does with it: the Trainer's
-arguments (gradient accumulation derived from the global batch, the stream's position instead of Trainer's data
-skip, evaluation off where nothing is held out, optional reports dropped where their package is missing), each
-phase's example config and steps, the example source, the checkpoint asked to resume from, and the record the
-output directory keeps. Nothing here reads the corpus or writes a file.
+"""What a pre-training recipe means, resolved once before any work: `plan(recipe) -> PreTrainingPlan`. The recipe
+stays as given; the plan holds what the run does with it (the Trainer's arguments with what they derive, each
+phase's examples and steps, the example source, the record). Nothing here reads the corpus or writes a file.
 """
 
 from __future__ import annotations
@@ -51,10 +47,8 @@ class PreTrainingPlan:
 
 
 def check(recipe: PreTrainingRecipe) -> None:
-    """The one place where a pre-training recipe is checked; a new setting gets its check here. The values
-    (`check_values`), the engine and optimizer, every phase's lengths against the model's positions, the tokenizer
-    file or vocabulary size, and the combinations no run can use. The output directory and the Hub request are
-    checked next by the run, still before any data work; the corpus files as they are read."""
+    """The one place where a pre-training recipe is checked, before any data work; a new setting gets its check
+    here. The output directory and the Hub request are checked next by the run, the corpus files as they are read."""
     data, training = recipe.data, recipe.training
     check_values(recipe)
     check_engine(training, optimizer=recipe.optimization.optimizer)

@@ -1,12 +1,11 @@
-"""`run_pretraining(recipe)`: the paper's pre-training (section 3.1, appendix A.2) as one call, in four stages
-after the plan: open the output directory, prepare the data, build the model, train, publish.
+"""`run_pretraining(recipe)`: the paper's pre-training (section 3.1, appendix A.2) as one call: the plan, then the
+output directory opened, the data prepared, the model built, trained, published.
 
     from bert_repro.training import PreTrainingRecipe, run_pretraining
     run_pretraining(PreTrainingRecipe.from_yaml("recipes/configs/quickstart.yaml").replace(max_steps=500))
 
 A directory holding a different run is never overwritten; the same run resumes (`--resume_from_checkpoint true`)
-or, finished, is left as it is (`RunFinished`). Without NSP (`--objective mlm`, `ltr`: the paper's Table 5) the
-loss has no NSP term and the pooler and NSP head are frozen (`model.build_model`).
+or, finished, is left as it is.
 """
 
 from __future__ import annotations
