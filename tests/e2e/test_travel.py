@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support import ROOT
+from support.corpora import WORDS as CORPUS_WORDS
 from support.device_machine import device_machine_env
 from support.task_files import GLUE_FIXTURES, squad_files, write
 
@@ -18,10 +19,7 @@ from bert_repro.data.corpus import load_corpus
 from bert_repro.data.travel_corpus import build, main
 from bert_repro.data.wordpiece import load_tokenizer
 
-WORDS = (
-    "the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
-    "mountain old new green tree bird sang loud quiet night day good bad movie film"
-).split()
+WORDS = [*CORPUS_WORDS, "good", "bad", "movie", "film"]
 
 
 def _books(folder: Path, n: int = 8, seed: int = 0) -> list[str]:
@@ -293,9 +291,8 @@ def test_table5_runs_on_a_bare_emulated_device_machine(travelled, tmp_path):
     travel = tmp_path / ".travel"
     travel.mkdir()
     (travel / "books").symlink_to(root / ".travel" / "books", target_is_directory=True)
-    write(travel / "glue" / "MRPC", {n: GLUE_FIXTURES["mrpc"][0][n] for n in ("train.tsv", "dev.tsv")})
-    write(travel / "glue" / "SST-2", {n: GLUE_FIXTURES["sst2"][0][n] for n in ("train.tsv", "dev.tsv")})
-    write(travel / "glue" / "QNLI", {n: GLUE_FIXTURES["qnli"][0][n] for n in ("train.tsv", "dev.tsv")})
+    for task, folder in (("mrpc", "MRPC"), ("sst2", "SST-2"), ("qnli", "QNLI")):
+        write(travel / "glue" / folder, {n: GLUE_FIXTURES[task][0][n] for n in ("train.tsv", "dev.tsv")})
     squad = squad_files(1)
     write(travel / "glue" / "SQuAD", {"train.json": squad["train-v1.1.json"], "dev.json": squad["dev-v1.1.json"]})
     task_data = _task_data()
