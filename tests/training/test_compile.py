@@ -1,14 +1,9 @@
 """`--torch_compile true`: the training step compiles to one graph, and the masked positions keep the losses.
 
-Counted with dynamo's own counters (`torch._dynamo.utils.counters`, and a counting backend over the "eager" or
-"aot_eager" backend, which compiles in seconds on CPU): no graph break, and at most one recompilation per phase
-over 20+ real batches of the project's own collators (padding and masked-token counts change from batch to batch),
-pre-training with and without packing (fixed-shape batches: one row count per phase, the [CLS] gathered at the
-collator's positions, so dynamo's default settings and no data-dependent size), phase 1 then phase 2, and
-fine-tuning. The gathered
-masked positions (`masked_positions`) give the same loss and gradients as the dense labels did, eager and
-compiled. The speed switches that do not compile to one graph are named by the recipes (one warning).
-"""
+Counted with dynamo's own counters and a counting backend over "eager" or "aot_eager" (seconds on CPU): no graph
+break and at most one recompilation per phase over 20+ real batches of the project's collators (padding and
+masked-token counts change from batch to batch), padded and packed (fixed shapes: dynamo's default settings
+suffice), phase 1 then phase 2, and fine-tuning."""
 
 import datasets
 import pytest

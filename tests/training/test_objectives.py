@@ -1,16 +1,7 @@
-"""The paper's Table 5 pre-training objectives: "mlm_nsp" (BERT), "mlm" (No NSP) and "ltr" (left-to-right, No NSP).
-
-What is proved here, each against a reference computed independently:
-- the left-to-right model is causal (a token's output does not move when later tokens change) with eager and SDPA,
-  in pre-training AND after save -> load -> a fine-tuning head (bert_repro and trust_remote_code), with the speed
-  switches it allows; the bidirectional model is not (so the check can fail);
-- a causal model pools its last real token, a bidirectional one [CLS];
-- No-NSP examples are one segment `[CLS] text [SEP]` with no NSP label; the loss is the MLM loss alone (by hand);
-  left-to-right labels are the next tokens, and its loss is next-token cross-entropy (by hand);
-- checkpoints: "mlm" is plain transformers BERT, "ltr" the remote-code-only format with its warning;
-- bad input: an unknown objective, a causal model with a bidirectional-only speed switch or packing, a left-to-right
-  checkpoint fine-tuned bidirectionally (exit code 2 in the recipe).
-"""
+"""The paper's Table 5 pre-training objectives: "mlm_nsp" (BERT), "mlm" (No NSP) and "ltr" (left-to-right, No
+NSP), each checked against a reference computed independently: causal attention (and a bidirectional model that
+fails the same check), the pooled token, the examples, labels and losses, the saved formats, and the settings a
+causal model refuses."""
 
 import contextlib
 import json

@@ -1,22 +1,13 @@
-"""The recipe trains as plain transformers does: from the same examples, initial weights and hyper-parameters,
-the same per-step MLM and NSP losses (fp32, CPU, dropout off), through gradient accumulation and the switch to
-phase 2.
+"""The recipe trains as plain transformers does: from the same examples, initial weights and hyper-parameters, the
+same per-step MLM and NSP losses (fp32, CPU, dropout off), through gradient accumulation and the switch to phase 2.
 
-The recipe is `run_pretraining` itself, in this process, starting from a saved checkpoint (`--init_from`). The
-reference is transformers alone: `BertForPreTraining` loaded from that checkpoint, `Trainer` with the same
-`TrainingArguments` (its own AdamW and weight-decay groups, warm-up and linear decay, clipping) and the
-collator below, on the examples the recipe's builder made, in the order its sampler drew them. As in the paper
-(warm-up, then linear decay over the million steps; 90% of them at 128 tokens, then 512), the reference keeps
-one schedule and one optimizer across both phases: phase 2 is only longer examples.
-
-The reference takes each batch in one forward pass. transformers' `Trainer` with `BertForPreTraining` and
-gradient accumulation adds up the micro-batches' MEAN losses, unscaled (the model's forward takes
-`num_items_in_batch` but ignores it; measured with transformers 5.x): with 2 micro-batches it logs twice the loss
-and clips twice the gradient. The recipe's accumulated batch must train as one batch, as the paper's batch of
-256 was one.
-
-`benchmarks/trajectory.py` compares the two loops with dropout on (docs/pretraining.md, "Training as transformers
-trains").
+The recipe is `run_pretraining` from a saved checkpoint (`--init_from`); the reference is `BertForPreTraining` and
+`Trainer` with the same `TrainingArguments` on the examples the recipe's builder made, in its sampler's order, one
+schedule and one optimizer across both phases as in the paper. The reference takes each batch in one forward pass:
+transformers' Trainer with `BertForPreTraining` adds up the micro-batches' MEAN losses unscaled (transformers 5.x),
+so with 2 micro-batches it logs twice the loss and clips twice the gradient, while the recipe's accumulated batch
+must train as one batch, as the paper's batch of 256 was one. `benchmarks/trajectory.py` compares the two loops
+with dropout on.
 """
 
 import json
