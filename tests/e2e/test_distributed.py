@@ -102,12 +102,8 @@ def test_shipped_accelerate_config_parses(path):
         assert config.mixed_precision is None  # accelerate refuses it next to a DeepSpeed config file
         assert ds["zero_optimization"]["stage"] == 2
         # Trainer fills these from the recipe's arguments; the recipe's optimizer and schedule are used.
-        for key in (
-            "train_batch_size",
-            "train_micro_batch_size_per_gpu",
-            "gradient_accumulation_steps",
-            "gradient_clipping",
-        ):
+        batch = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+        for key in (*batch, "gradient_clipping"):
             assert ds[key] == "auto", key
         assert ds["bf16"]["enabled"] == "auto"
         assert "optimizer" not in ds and "scheduler" not in ds

@@ -229,14 +229,8 @@ def test_repeating_the_data_more_than_the_paper_is_warned_about():
     (warning,) = repetition_warnings(stats, [40_000], 32, [dynamic])
     assert "pass over its text about 50 times (the paper: 40)" in warning
     # each phase on its own; a phase without examples (streaming statistics) is not judged
-    assert (
-        len(
-            repetition_warnings(
-                {"phase1": {"examples": 77_422}, "phase2": {"examples": 10}}, [100, 10], 32, [static, static]
-            )
-        )
-        == 1
-    )
+    two_phases = {"phase1": {"examples": 77_422}, "phase2": {"examples": 10}}
+    assert len(repetition_warnings(two_phases, [100, 10], 32, [static, static])) == 1
     assert repetition_warnings({}, [12_000], 32, [static]) == []
 
 
