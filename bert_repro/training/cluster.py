@@ -99,15 +99,11 @@ class StopOnSignal(TrainerCallback):
             if self.received and not self._announced:
                 self._announced = True
                 step = -(-state.global_step // self.stop_every) * self.stop_every
+                agreed = self.stop_every == AGREE_EVERY_ON_GPUS
+                why = "the processes agree on it" if agreed else "the stream's DataLoader workers keep their position"
                 logger.warning(
-                    "%s received: the run stops at step %d, the next step at which a stop can save (every "
-                    "%d steps: %s)",
-                    signal.Signals(self.received).name,
-                    step,
-                    self.stop_every,
-                    "the processes agree on it then"
-                    if self.stop_every == AGREE_EVERY_ON_GPUS
-                    else "the stream's DataLoader workers keep their position then",
+                    f"{signal.Signals(self.received).name} received: the run stops at step {step}, the next step at "
+                    f"which a stop can save (every {self.stop_every} steps: {why} then)"
                 )
             return control
         signum = signal_received(self.accelerator.num_processes, self.accelerator.device)

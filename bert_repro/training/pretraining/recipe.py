@@ -457,21 +457,10 @@ def check_vocabulary(data: DataSettings) -> None:
 
 # Settings that may change between an interrupted run and its resumption.
 RUN_CONTROL_FIELDS = {
-    "overwrite_output_dir",
-    "stop_after_steps",
-    "resume_from_checkpoint",
-    "num_proc",
-    "plot",
-    *SPEED_SWITCHES,
-    "compile_layers",  # speed switches: the same training either way
-    "packing",  # the same examples per step and the same losses, packed or not
-    "fp8",  # opt-in precision of the blocks' products (runs recorded before it existed have no such field)
-    "logging_steps",
-    "report_to",
-    "disable_tqdm",
-    "log_level",
-    "log_level_replica",
-    "dataloader_num_workers",
+    *("overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot", "logging_steps"),
+    *("report_to", "disable_tqdm", "log_level", "log_level_replica", "dataloader_num_workers"),
+    # the same training either way: the speed switches, packing (the same examples and losses), fp8 (opt-in precision)
+    *(*SPEED_SWITCHES, "compile_layers", "packing", "fp8"),
     "gradient_accumulation_steps",  # derived from global_batch_size and the processes
 }
 # What a resumption may raise, extending the run (a finished one too): Trainer continues from the checkpoint with

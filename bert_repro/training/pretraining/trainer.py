@@ -103,18 +103,10 @@ class PreTrainingTrainer(EngineTrainer):
     def _get_num_items_in_batch(self, batch_samples, device):
         """Masked tokens and sequences in the whole global batch (all accumulation steps, all processes)."""
         self.tokens_seen += sum(int(b["attention_mask"].sum()) for b in batch_samples)  # on the CPU: no sync
-        counts = torch.tensor(
-            [
-                sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in batch_samples),
-                sum(
-                    int(b["next_sentence_label"].ne(IGNORE_INDEX).sum())
-                    for b in batch_samples
-                    if "next_sentence_label" in b
-                ),
-            ],
-            dtype=torch.float64,
-            device=device,
-        )
+        masked = sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in batch_samples)
+        labels = [b["next_sentence_label"] for b in batch_samples if "next_sentence_label" in b]
+        sequences = sum(int(label.ne(IGNORE_INDEX).sum()) for label in labels)
+        counts = torch.tensor([masked, sequences], dtype=torch.float64, device=device)
         if self.accelerator.num_processes > 1:
             counts = self.accelerator.reduce(counts, reduction="sum")
         return counts
