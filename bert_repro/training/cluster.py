@@ -47,10 +47,9 @@ def _record(signum, frame):
 
 @contextlib.contextmanager
 def catching_stop_signals():
-    """SIGTERM / SIGUSR1 recorded, not acted on, while the block runs: each is acted on at the next safe point, the
-    end of a training step (`StopOnSignal`) or the points outside training that `stop_between_runs` marks (between
-    the runs of a grid, before a push). A block inside another shares its record; the outermost starts it empty and
-    puts the previous handlers back, also when training fails."""
+    """SIGTERM / SIGUSR1 recorded, not acted on, while the block runs: each is acted on at the next safe point
+    (`StopOnSignal` at a step's end, `stop_between_runs` outside training). A block inside another shares its
+    record; the outermost starts it empty and puts the previous handlers back, also when training fails."""
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(STOP_SIGNALS[0]) is _record:
         yield  # Python delivers signals to the main thread only; an outer block already records them
         return

@@ -97,9 +97,8 @@ PER_TENSOR_OPTIMIZERS = ("lamb",)
 
 
 def check_engine(training, *, optimizer: str | None = None) -> None:
-    """Refuse, with one message, an engine setting these processes cannot run; call before any work.
-
-    `training` is the run's TrainingArguments, `optimizer` the recipe's --optimizer (pre-training)."""
+    """Refuse, with one message before any work, an engine setting these processes cannot run (`optimizer`: the
+    pre-training recipe's --optimizer)."""
     on_cpu = training.use_cpu or _flag("ACCELERATE_USE_CPU")  # TrainingArguments reads both
     if _one_process_of_several() and not _gpu_available():
         raise ConfigurationError(
