@@ -340,14 +340,9 @@ def test_finetuning_under_fsdp_matches_one_process(tmp_path):
     tokenizer = train_wordpiece(iterator=list(files.values()) * 3, vocab_size=300, show_progress=False)
     model_dir = tmp_path / "tiny-bert"
     torch.manual_seed(0)
-    BertReproForPreTraining(
-        tiny_config(
-            vocab_size=len(tokenizer),
-            max_position_embeddings=512,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-        )
-    ).save_pretrained(model_dir)
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=512, **no_dropout)
+    BertReproForPreTraining(config).save_pretrained(model_dir)
     save_tokenizer(tokenizer, model_dir)
     data = write(tmp_path / "data", files)
     args = finetune_args("mrpc", model_dir, data, learning_rates="1e-3", max_steps=3, max_seq_length=64)

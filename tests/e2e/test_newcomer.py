@@ -122,16 +122,8 @@ def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_to
 @pytest.mark.slow
 def test_missing_plotting_and_tensorboard_are_skipped_with_a_warning(tmp_path, corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
-    config = write_config(
-        tmp_path / "c.yaml",
-        corpus,
-        tokenizer,
-        max_steps=2,
-        save_steps=100,
-        eval_fraction=0.0,
-        plot=True,
-        report_to="tensorboard",
-    )
+    settings = dict(max_steps=2, save_steps=100, eval_fraction=0.0, plot=True, report_to="tensorboard")
+    config = write_config(tmp_path / "c.yaml", corpus, tokenizer, **settings)
     env = hide_packages(tmp_path, "matplotlib", "tensorboard")
     out = tmp_path / "out"
     result = run_recipe("pretrain.py", "--config", config, "--output_dir", out, env=env)

@@ -246,22 +246,9 @@ def test_compiled_finetuning_recipe_trains_one_graph(tmp_path, tokenizer):
     data.mkdir()
     for split in ("train.tsv", "dev.tsv"):
         (data / split).write_text("\n".join(rows) + "\n")  # 19 pairs: batches of 4, then 3
-    run_finetuning(
-        FineTuningRecipe.from_args(
-            finetune_args(
-                "mrpc",
-                model_dir,
-                data,
-                tmp_path / "out",
-                "--no_predict_test",
-                learning_rates="1e-4",
-                num_train_epochs=1,
-                per_device_train_batch_size=4,
-                max_seq_length=64,
-                torch_compile=True,
-                torch_compile_backend="eager",
-            )
-        )
-    )
+    settings = dict(learning_rates="1e-4", num_train_epochs=1, per_device_train_batch_size=4, max_seq_length=64)
+    compiled = dict(torch_compile=True, torch_compile_backend="eager")
+    argv = finetune_args("mrpc", model_dir, data, tmp_path / "out", "--no_predict_test", **settings, **compiled)
+    run_finetuning(FineTuningRecipe.from_args(argv))
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1  # dynamo's default: 3 (the first width, another, the last batch)

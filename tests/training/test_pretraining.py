@@ -153,23 +153,12 @@ def one_update(tmp_path, per_device, accumulation, trainer=PreTrainingTrainer, m
     for name, value in model.items():
         setattr(net, name, value)
     before = {k: v.detach().clone() for k, v in net.named_parameters()}
+    sgd = dict(optim="sgd", learning_rate=1.0, lr_scheduler_type="constant", max_grad_norm=0.0, weight_decay=0.0)
+    quiet = dict(report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True)
+    batch = dict(per_device_train_batch_size=per_device, gradient_accumulation_steps=accumulation)
+    output_dir = str(tmp_path / f"r{per_device}x{accumulation}")
     args = TrainingArguments(
-        output_dir=str(tmp_path / f"r{per_device}x{accumulation}"),
-        per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=accumulation,
-        max_steps=1,
-        learning_rate=1.0,
-        optim="sgd",
-        lr_scheduler_type="constant",
-        max_grad_norm=0.0,
-        weight_decay=0.0,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-        seed=0,
-        remove_unused_columns=False,
+        output_dir, max_steps=1, use_cpu=True, seed=0, remove_unused_columns=False, **batch, **sgd, **quiet
     )
     trainer(model=net, args=args, train_dataset=pretraining_rows(masked)).train()
     return {k: before[k] - v.detach() for k, v in net.named_parameters()}
@@ -364,18 +353,8 @@ def test_bad_corpus_inputs(tmp_path, corpus_and_tokenizer):
 def test_dynamic_whole_word_masking_with_lamb(tmp_path, corpus_and_tokenizer):
     """The options: RoBERTa's dynamic masking, whole-word masking, NVIDIA's LAMB, a 30% mask rate."""
     corpus, tokenizer = corpus_and_tokenizer
-    config = write_config(
-        tmp_path / "options.yaml",
-        corpus,
-        tokenizer,
-        static_masking=False,
-        do_whole_word_mask=True,
-        optimizer="lamb",
-        masked_lm_prob=0.3,
-        max_predictions_per_seq=10,
-        max_steps=4,
-        save_steps=100,
-    )
+    options = dict(static_masking=False, do_whole_word_mask=True, optimizer="lamb", masked_lm_prob=0.3)
+    config = write_config(tmp_path / "o.yaml", corpus, tokenizer, max_predictions_per_seq=10, max_steps=4, **options)
     launch(config, tmp_path / "out")
     stats = json.loads((tmp_path / "out" / "data_statistics.json").read_text())
     assert "masked" not in stats["phase1"]  # nothing stored: masks are drawn per batch

@@ -131,31 +131,15 @@ def recipe_trajectory(argv):
 def test_recipe_trains_as_transformers(tmp_path, corpus_and_tokenizer, one_thread):
     corpus, tokenizer = corpus_and_tokenizer
     torch.manual_seed(0)
-    config = BertReproConfig.from_preset(
-        "tiny",
-        vocab_size=len(load_tokenizer(tokenizer)),
-        hidden_size=32,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    sizes = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = BertReproConfig.from_preset("tiny", vocab_size=len(load_tokenizer(tokenizer)), **sizes, **no_dropout)
     BertReproForPreTraining(config).save_pretrained(tmp_path / "init")  # safetensors, read by both
     # 90 steps at 32 tokens, then 30 at 64; the recipe takes each batch of 8 as 2 micro-batches of 4.
+    schedule = dict(max_steps=STEPS, warmup_steps=10, learning_rate=1e-3, weight_decay=0.01)
+    settings = dict(model_overrides=None, init_from=str(tmp_path / "init"), per_device_train_batch_size=4)
     run_config = write_config(
-        tmp_path / "run.yaml",
-        corpus,
-        tokenizer,
-        model_overrides=None,
-        init_from=str(tmp_path / "init"),
-        max_steps=STEPS,
-        per_device_train_batch_size=4,
-        warmup_steps=10,
-        learning_rate=1e-3,
-        weight_decay=0.01,
-        save_steps=10_000,
-        eval_fraction=0.0,
+        tmp_path / "run.yaml", corpus, tokenizer, save_steps=10_000, eval_fraction=0.0, **settings, **schedule
     )
     argv = ["--config", str(run_config), "--output_dir", str(tmp_path / "recipe")]
     ours = recipe_trajectory(argv)
