@@ -100,22 +100,11 @@ def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
     flags, the fine-tuning on the full training sets), only the model, the steps and the number of seeds and
     processes small, and bf16 off: it needs CUDA (or --use_cpu), the one thing the GPU alone checks."""
     root, _, _ = travelled
-    env = {
-        **os.environ,
-        "PYTHON": sys.executable,
-        "TRAVEL": str(root / ".travel"),
-        "RESULTS": str(root / "runs"),
-        "PRESET": "tiny",
-        "STEPS": "2",
-        "BATCH": "8",
-        "MICRO": "8",
-        "BF16": "false",
-        "CPU": "1",
-        "WORKERS": "0",
-        "NUM_PROC": "1",
-        "SEEDS": "1",  # seeds, and runs in parallel processes: the emulated device machine's test below
-        "JOBS": "1",
-    }
+    small = dict(PRESET="tiny", STEPS="2", BATCH="8", MICRO="8", BF16="false", CPU="1", WORKERS="0", NUM_PROC="1")
+    # seeds, and runs in parallel processes: the emulated device machine's test below
+    small.update(SEEDS="1", JOBS="1")
+    where = dict(PYTHON=sys.executable, TRAVEL=str(root / ".travel"), RESULTS=str(root / "runs"))
+    env = {**os.environ, **where, **small}
     studies = (("pretraining", ["pretrained", "random"]), ("table5", ["mlm_nsp", "mlm", "ltr", "ltr_bilstm"]))
     # Table 5 reusing the first study's model, on the two GLUE tasks, the + BiLSTM row too (the bare machine's
     # Table 5, its own three pre-trainings and QNLI and SQuAD: the emulated device machine's test below)
