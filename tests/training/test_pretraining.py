@@ -22,17 +22,8 @@ from bert_repro.training.pretraining.trainer import PreTrainingTrainer
 
 def test_defaults_yaml_and_command_line_precedence(tmp_path):
     config = tmp_path / "c.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "corpus": ["x"],
-                "learning_rate": 5e-4,
-                "max_steps": 50,
-                "preset": "tiny",
-                "model_overrides": {"hidden_dropout_prob": 0.0},
-            }
-        )
-    )
+    settings = dict(corpus=["x"], learning_rate=5e-4, max_steps=50, preset="tiny")
+    config.write_text(yaml.safe_dump({**settings, "model_overrides": {"hidden_dropout_prob": 0.0}}))
     recipe = PreTrainingRecipe.from_args(["--config", str(config), "--max_steps", "70", "--output_dir", "o"])
     run, data, training = recipe.model, recipe.examples, recipe.training
     assert training.learning_rate == 5e-4  # YAML over the paper default
