@@ -15,6 +15,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+from accelerate.utils import parse_flag_from_env
 from transformers import Trainer
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import rotate_checkpoints
@@ -27,15 +28,12 @@ from .cluster import STAGING, StopOnSignal, catching_stop_signals, disk_full, fo
 DEEPSPEED_EXTRA = "pip install 'bert-repro[deepspeed]'"
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "false").strip().lower() in ("1", "true", "yes")
-
-
 def requested_engine() -> str:
-    """The engine `accelerate launch` asked for: 'fsdp', 'deepspeed' or 'ddp' (one or several plain processes)."""
-    if _flag("ACCELERATE_USE_DEEPSPEED"):
+    """The engine `accelerate launch` asked for: 'fsdp', 'deepspeed' or 'ddp' (one or several plain processes),
+    read as accelerate reads it."""
+    if parse_flag_from_env("ACCELERATE_USE_DEEPSPEED"):
         return "deepspeed"
-    if _flag("ACCELERATE_USE_FSDP"):
+    if parse_flag_from_env("ACCELERATE_USE_FSDP"):
         return "fsdp"
     return "ddp"
 
@@ -99,7 +97,7 @@ PER_TENSOR_OPTIMIZERS = ("lamb",)
 def check_engine(training, *, optimizer: str | None = None) -> None:
     """Refuse, with one message before any work, an engine setting these processes cannot run (`optimizer`: the
     pre-training recipe's --optimizer)."""
-    on_cpu = training.use_cpu or _flag("ACCELERATE_USE_CPU")  # TrainingArguments reads both
+    on_cpu = training.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")  # TrainingArguments reads both
     if _one_process_of_several() and not _gpu_available():
         raise ConfigurationError(
             "accelerate launch was asked for several processes on a machine without a GPU and started one (its --cpu "
