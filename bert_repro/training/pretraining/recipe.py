@@ -380,27 +380,20 @@ def check_values(recipe: PreTrainingRecipe) -> None:
     """Values no run can use, refused before any data is read or the run recorded."""
     data, training, output = recipe.data, recipe.training, recipe.output
     batch, phase2 = recipe.optimization.global_batch_size, recipe.phase_flags().phase2_fraction
+    per_device, stop = training.per_device_train_batch_size, output.stop_after_steps
     wrong = [
         f"--{name} {value}"
         for name, value, ok in (
             ("learning_rate", training.learning_rate, training.learning_rate > 0),
             ("max_steps", training.max_steps, training.max_steps >= 1),
             ("global_batch_size", batch, batch >= 1),
-            (
-                "per_device_train_batch_size",
-                training.per_device_train_batch_size,
-                training.per_device_train_batch_size >= 1,
-            ),
+            ("per_device_train_batch_size", per_device, per_device >= 1),
             ("eval_fraction", data.eval_fraction, 0 <= data.eval_fraction < 1),
             ("phase2_fraction", phase2, 0 <= phase2 < 1),
             ("eval_max_examples", data.eval_max_examples, data.eval_max_examples >= 1),
             ("num_proc", data.num_proc, data.num_proc is None or data.num_proc >= 1),
             ("max_documents", data.max_documents, data.max_documents is None or data.max_documents >= 1),
-            (
-                "stop_after_steps",
-                output.stop_after_steps,
-                output.stop_after_steps is None or output.stop_after_steps >= 1,
-            ),
+            ("stop_after_steps", stop, stop is None or stop >= 1),
             ("stream_document_buffer", data.stream_document_buffer, data.stream_document_buffer >= 1),
             ("stream_shuffle_buffer", data.stream_shuffle_buffer, data.stream_shuffle_buffer >= 0),
             ("stream_held_out_documents", data.stream_held_out_documents, data.stream_held_out_documents >= 0),
