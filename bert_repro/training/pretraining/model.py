@@ -61,15 +61,6 @@ def model_config(model_settings: ModelSettings, objective: str = DEFAULT_OBJECTI
         ) from None
 
 
-def check_lengths(config: BertReproConfig, phases: list[PreTrainingDataConfig]) -> None:
-    longest = max(cfg.max_seq_length for cfg in phases)
-    if longest > config.max_position_embeddings:
-        raise ConfigurationError(
-            f"max_seq_length {longest} is longer than the model's max_position_embeddings "
-            f"({config.max_position_embeddings}); lower max_seq_length / phase2_max_seq_length."
-        )
-
-
 def build_model(
     model_settings: ModelSettings, tokenizer, phases: list[PreTrainingDataConfig]
 ) -> BertReproForPreTraining:

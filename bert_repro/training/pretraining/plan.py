@@ -22,7 +22,7 @@ from ..cli import (
 )
 from ..distributed import check_engine
 from .examples import ExampleSource, example_source
-from .model import check_lengths, model_config
+from .model import model_config
 from .phases import phase_configs, phase_steps
 from .recipe import PreTrainingRecipe, check_values, check_vocabulary, gradient_accumulation, run_identity
 
@@ -62,9 +62,12 @@ def check(recipe: PreTrainingRecipe) -> None:
             f"{training.world_size} processes) = {derived}. For {steps} steps, pass --global_batch_size "
             f"{steps * training.per_device_train_batch_size * training.world_size}."
         )
-    check_lengths(
-        model_config(recipe.model, recipe.examples.objective, **recipe.model.switches()), phase_configs(recipe)
-    )
+    positions = model_config(recipe.model, recipe.examples.objective, **recipe.model.switches()).max_position_embeddings
+    if (longest := max(phase.max_seq_length for phase in recipe.phases)) > positions:
+        raise ConfigurationError(
+            f"max_seq_length {longest} is longer than the model's max_position_embeddings ({positions}); lower "
+            "max_seq_length / phase2_max_seq_length."
+        )
     check_vocabulary(data)
     if data.packing and recipe.examples.pretraining_objective.causal:
         raise ConfigurationError(
