@@ -299,8 +299,7 @@ class BuiltExamples:
     streamed, stop_every = False, 0
 
     def prepare(self, plan) -> PreparedData:
-        recipe = plan.recipe
-        return PreparedData(*build_datasets(recipe.data, list(plan.phase_configs), plan.training, plan.output_dir))
+        return PreparedData(*build_datasets(plan.recipe.data, list(plan.phase_configs), plan.training, plan.output_dir))
 
     def train_dataset(self, prepared: PreparedData):
         phases = prepared.train
@@ -333,12 +332,8 @@ class StreamedExamples:
         self.stop_every = STREAM_STOP_EVERY if workers else 0
 
     def prepare(self, plan) -> PreparedData:
-        recipe = plan.recipe
-        return PreparedData(
-            *build_streaming_datasets(
-                recipe.data, list(plan.phase_configs), plan.training, plan.output_dir, list(plan.phase_steps)
-            )
-        )
+        configs, steps = list(plan.phase_configs), list(plan.phase_steps)
+        return PreparedData(*build_streaming_datasets(plan.recipe.data, configs, plan.training, plan.output_dir, steps))
 
     def train_dataset(self, prepared: PreparedData):
         return prepared.train
