@@ -44,14 +44,12 @@ def pretraining_sums(
     if next_sentence_label is None:
         return torch.stack(mlm + [mlm_logits.new_zeros(())] * 3)
     nsp_logits = seq_relationship_logits.float()
-    return torch.stack(
-        mlm
-        + [
-            F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
-            (nsp_logits.argmax(-1) == next_sentence_label).sum().float(),
-            next_sentence_label.ne(IGNORE_INDEX).sum().float(),  # a fixed-shape packed batch pads with -100
-        ]
-    )
+    nsp = [
+        F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
+        (nsp_logits.argmax(-1) == next_sentence_label).sum().float(),
+        next_sentence_label.ne(IGNORE_INDEX).sum().float(),  # a fixed-shape packed batch pads with -100
+    ]
+    return torch.stack(mlm + nsp)
 
 
 def metrics_from_sums(
