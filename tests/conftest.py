@@ -25,11 +25,6 @@ from support.models import PARITY_REPORT, PARITY_TOLERANCE, tiny_config
 from support.task_files import fixture_files
 
 
-@pytest.fixture
-def tiny():
-    return tiny_config()
-
-
 @pytest.fixture(scope="session")
 def corpus_and_tokenizer(tmp_path_factory):
     """A small corpus of documents (one per file) and a tokenizer trained once, so every run shares its vocabulary

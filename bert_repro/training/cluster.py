@@ -1,21 +1,6 @@
-"""What a run needs on a shared cluster: it stops cleanly when the scheduler asks, its saves are all or
-nothing, a full disk is one message, and one output directory holds one run at a time.
-
-- `StopOnSignal`: SIGTERM (what Slurm and Kubernetes send before killing a job) or SIGUSR1 (Slurm's
-  `--signal`) lets the optimizer step in progress finish, then the Trainer saves a checkpoint at that step and
-  stops; a signal outside training (an evaluation, a save, between the runs of a grid) stops the run at the next
-  point `stop_between_runs` marks. With several processes the flag is gathered from all of them at a step end
-  (every step on CPUs, every `AGREE_EVERY_ON_GPUS` on GPUs), so that every rank saves the same step, also when
-  only one of them received the signal. The recipes then exit with `STOPPED_EXIT_CODE`.
-- `publish`: checkpoints and final models are written under `.saving/` in their directory and moved to their
-  name only when complete (`EngineTrainer`), so a crash, a kill or a full disk leaves nothing that looks
-  complete, and rotation (`save_total_limit`) runs only after the new checkpoint has its name.
-- `disk_full`: a save that failed for want of space becomes `DiskFullError` (exit code 2) naming the
-  directory, the space the save needed and the space free. torch reports a full disk as "basic_ios::clear:
-  iostream error" or "file write failed", safetensors as its own error: so the free space is checked too.
-- `lock_output_dir`: an exclusive `flock` on `run.lock` in the output directory, held until the process ends
-  (the kernel releases it when the process dies, and forked workers never hold it: a killed run does not block
-  the next), with the holder's pid.
+"""What a run needs on a shared cluster: it stops cleanly when the scheduler asks (`StopOnSignal`,
+`stop_between_runs`), its saves are all or nothing (`publish`: staged under `.saving/`, named when complete), a
+full disk is one message (`disk_full`), and one output directory holds one run at a time (`lock_output_dir`).
 """
 
 from __future__ import annotations
@@ -62,10 +47,9 @@ def _record(signum, frame):
 
 @contextlib.contextmanager
 def catching_stop_signals():
-    """SIGTERM / SIGUSR1 recorded, not acted on, while the block runs: each is acted on at the next safe point, the
-    end of a training step (`StopOnSignal`) or the points outside training that `stop_between_runs` marks (between
-    the runs of a grid, before a push). A block inside another shares its record; the outermost starts it empty and
-    puts the previous handlers back, also when training fails."""
+    """SIGTERM / SIGUSR1 recorded, not acted on, while the block runs: each is acted on at the next safe point
+    (`StopOnSignal` at a step's end, `stop_between_runs` outside training). A block inside another shares its
+    record; the outermost starts it empty and puts the previous handlers back, also when training fails."""
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(STOP_SIGNALS[0]) is _record:
         yield  # Python delivers signals to the main thread only; an outer block already records them
         return
@@ -91,11 +75,9 @@ def signal_received(processes: int = 1, device=None) -> int:
 
 
 class StopOnSignal(TrainerCallback):
-    """Turns SIGTERM / SIGUSR1 into a checkpoint at the end of the current optimizer step and a stop.
-
-    Signals are recorded while `Trainer.train` runs (`catching_stop_signals`, also around it where the caller has
-    more to do). `stopped` is (signal name, step) once the run stopped; `noticed` the monotonic time of the
-    signal."""
+    """Turns SIGTERM (what Slurm and Kubernetes send before a kill) or SIGUSR1 (Slurm's `--signal`) into a
+    checkpoint at the end of the current optimizer step and a stop, at the same step on every process.
+    `stopped` is (signal name, step) once the run stopped; `noticed` the monotonic time of the signal."""
 
     def __init__(self, accelerator):
         self.accelerator = accelerator
@@ -116,15 +98,11 @@ class StopOnSignal(TrainerCallback):
             if self.received and not self._announced:
                 self._announced = True
                 step = -(-state.global_step // self.stop_every) * self.stop_every
+                agreed = self.stop_every == AGREE_EVERY_ON_GPUS
+                why = "the processes agree on it" if agreed else "the stream's DataLoader workers keep their position"
                 logger.warning(
-                    "%s received: the run stops at step %d, the next step at which a stop can save (every "
-                    "%d steps: %s)",
-                    signal.Signals(self.received).name,
-                    step,
-                    self.stop_every,
-                    "the processes agree on it then"
-                    if self.stop_every == AGREE_EVERY_ON_GPUS
-                    else "the stream's DataLoader workers keep their position then",
+                    f"{signal.Signals(self.received).name} received: the run stops at step {step}, the next step at "
+                    f"which a stop can save (every {self.stop_every} steps: {why} then)"
                 )
             return control
         signum = signal_received(self.accelerator.num_processes, self.accelerator.device)
@@ -235,9 +213,8 @@ def folder_bytes(folder: Path) -> int:
 
 
 def disk_full(err: BaseException, folder: Path, needed: int, what: str) -> DiskFullError | None:
-    """`DiskFullError` when `err` (raised while saving `what` into `folder`, its partial files already
-    removed) came from a full disk: ENOSPC, or less free space than the save needs; None for any other
-    failure."""
+    """`DiskFullError` when `err` (raised while saving `what` into `folder`) came from a full disk, else None.
+    torch reports one as "file write failed" or an iostream error, not ENOSPC: so the free space is checked too."""
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     free = shutil.disk_usage(existing).free
     if not _says_no_space(err) and free >= needed:
@@ -294,8 +271,8 @@ os.register_at_fork(after_in_child=_drop_locks_in_child)
 
 
 def lock_output_dir(output_dir: str | Path) -> None:
-    """Take `output_dir`'s lock for the rest of this process (creating the directory), or raise
-    `OutputDirBusy` naming the process that holds it."""
+    """Take `output_dir`'s lock (`flock` on run.lock, with the holder's pid) for the rest of this process, or raise
+    `OutputDirBusy` naming the process that holds it. The kernel releases it when the process dies."""
     out = Path(output_dir)
     if str(out.resolve()) in _HELD:
         return

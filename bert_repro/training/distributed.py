@@ -1,26 +1,11 @@
-"""The training engines behind `accelerate launch --config_file recipes/accelerate/<engine>.yaml`: DDP, FSDP2 and
-DeepSpeed ZeRO-2, for the pre-training and fine-tuning recipes alike.
+"""The training engines behind `accelerate launch --config_file recipes/accelerate/<engine>.yaml` (DDP, FSDP2,
+DeepSpeed ZeRO-2), for both recipes: `accelerate launch` exports the engine and the Trainer's Accelerator reads it.
 
-The recipes do not choose an engine: `accelerate launch` exports it (ACCELERATE_USE_FSDP, ACCELERATE_USE_DEEPSPEED
-and their settings) and the Trainer's Accelerator reads it. What this module adds:
-
-- `check_deepspeed_installed`, `check_engine`: a setting the processes cannot run is one message before any work
-  (DeepSpeed asked for but not installed, FSDP1 on CPU processes, LAMB under ZeRO, several processes on a machine
-  without a GPU but without --use_cpu, or one where several were asked for), instead of a traceback from inside the
-  libraries or a silent wrong run.
-- `EngineTrainer`: Trainer that really shards with FSDP2 on CPU processes (gloo). accelerate 1.15 applies its FSDP
-  plugin only to GPU-like process types: with CPU processes (`use_cpu`) its state stays MULTI_CPU, the plugin is
-  dropped without a word and the model is wrapped in DDP. torch's FSDP2 (`fully_shard`) itself runs on CPU with gloo,
-  so the Trainer puts the plugin back and the state to FSDP, and accelerate's own FSDP2 code path runs unchanged.
-  FSDP1 is refused on CPU: torch raises "Inconsistent compute device and `device_id` on rank 0: cpu vs cpu:0".
-- `EngineTrainer.save_full_model`: the final model is always one `model.safetensors` + `config.json` that
-  `from_pretrained` reads, also when the checkpoints are sharded (SHARDED_STATE_DICT): the full state dict is
-  gathered once for that save.
-- `EngineTrainer` also stops on SIGTERM / SIGUSR1 with a checkpoint (`cluster.StopOnSignal`), and stages every
-  checkpoint and final model under `.saving/` until it is complete (`cluster.publish`); a save that fails for
-  want of space is one `DiskFullError`.
-- `engine_name`: what really ran ("FSDP2", "DDP", "DeepSpeed ZeRO-2", ...), recorded in results.json so that a
-  silent fall-back to another engine is visible (and tested).
+Added here: `check_engine` and `check_deepspeed_installed` refuse what the processes cannot run with one message
+before any work; `EngineTrainer` shards with FSDP2 on CPU processes too (accelerate 1.15 drops its FSDP plugin
+without a word for MULTI_CPU and wraps the model in DDP, though torch's `fully_shard` runs on gloo), stops on a
+signal with a checkpoint, stages every save under `.saving/`, and saves the final model whole
+(`save_full_model`); `engine_name` records what really ran, so a silent fall-back shows in results.json.
 """
 
 from __future__ import annotations
@@ -30,6 +15,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+from accelerate.utils import parse_flag_from_env
 from transformers import Trainer
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import rotate_checkpoints
@@ -42,15 +28,12 @@ from .cluster import STAGING, StopOnSignal, catching_stop_signals, disk_full, fo
 DEEPSPEED_EXTRA = "pip install 'bert-repro[deepspeed]'"
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "false").strip().lower() in ("1", "true", "yes")
-
-
 def requested_engine() -> str:
-    """The engine `accelerate launch` asked for: 'fsdp', 'deepspeed' or 'ddp' (one or several plain processes)."""
-    if _flag("ACCELERATE_USE_DEEPSPEED"):
+    """The engine `accelerate launch` asked for: 'fsdp', 'deepspeed' or 'ddp' (one or several plain processes),
+    read as accelerate reads it."""
+    if parse_flag_from_env("ACCELERATE_USE_DEEPSPEED"):
         return "deepspeed"
-    if _flag("ACCELERATE_USE_FSDP"):
+    if parse_flag_from_env("ACCELERATE_USE_FSDP"):
         return "fsdp"
     return "ddp"
 
@@ -112,10 +95,9 @@ PER_TENSOR_OPTIMIZERS = ("lamb",)
 
 
 def check_engine(training, *, optimizer: str | None = None) -> None:
-    """Refuse, with one message, an engine setting these processes cannot run; call before any work.
-
-    `training` is the run's TrainingArguments, `optimizer` the recipe's --optimizer (pre-training)."""
-    on_cpu = training.use_cpu or _flag("ACCELERATE_USE_CPU")  # TrainingArguments reads both
+    """Refuse, with one message before any work, an engine setting these processes cannot run (`optimizer`: the
+    pre-training recipe's --optimizer)."""
+    on_cpu = training.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")  # TrainingArguments reads both
     if _one_process_of_several() and not _gpu_available():
         raise ConfigurationError(
             "accelerate launch was asked for several processes on a machine without a GPU and started one (its --cpu "
@@ -156,18 +138,13 @@ def engine_name(accelerator) -> str:
     return "single process"
 
 
-def _fsdp_module_class() -> type:
-    from torch.distributed.fsdp import FSDPModule
-
-    return FSDPModule
-
-
-def _fsdp2_module(model):
-    """`model` when FSDP2 has sharded it (its class is then a subclass of FSDPModule), else None."""
+def _fsdp_module_class() -> type | None:
+    """torch's FSDPModule, a base of every model FSDP2 sharded (None: a torch without FSDP2)."""
     try:
-        return model if isinstance(model, _fsdp_module_class()) else None
-    except ImportError:  # a torch without FSDP2
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
         return None
+    return FSDPModule
 
 
 def enable_fsdp_on_cpu(accelerator) -> bool:
@@ -206,8 +183,7 @@ class EngineTrainer(Trainer):
         `on_save` (which add their files to `args.output_dir/checkpoint-N`) write there while
         `args.output_dir` points to it; `_maybe_log_save_evaluate` then gives the complete folder its name."""
         run_dir = Path(self._get_output_dir(trial))
-        if self.args.should_save:
-            shutil.rmtree(run_dir / STAGING, ignore_errors=True)  # what a killed save left
+        self._clear_staging(run_dir)  # what a killed save left
         self.accelerator.wait_for_everyone()
         self._staged = (run_dir, self.args.output_dir)
         self.args.output_dir = str(run_dir / STAGING)
@@ -224,15 +200,11 @@ class EngineTrainer(Trainer):
             if self._staged is None:
                 raise
             run_dir = self._unstage()
-            if self.args.should_save:
-                shutil.rmtree(run_dir / STAGING, ignore_errors=True)
             newest = checkpoints_newest_first(run_dir)
             # The last checkpoint's size, or the weights and Adam's two moments.
             needed = folder_bytes(newest[0]) if newest else 3 * self._model_bytes()
-            full = disk_full(err, run_dir, needed, f"checkpoint-{self.state.global_step}")
-            if full is None:
-                raise
-            raise full from None
+            self._failed_save(err, run_dir, needed, f"checkpoint-{self.state.global_step}")
+            raise
         if self._staged is not None:
             run_dir = self._unstage()
             self.accelerator.wait_for_everyone()  # every process's files are in
@@ -252,6 +224,16 @@ class EngineTrainer(Trainer):
         run_dir, self.args.output_dir = self._staged
         self._staged = None
         return run_dir
+
+    def _clear_staging(self, folder: Path) -> None:
+        if self.args.should_save:
+            shutil.rmtree(folder / STAGING, ignore_errors=True)
+
+    def _failed_save(self, err: Exception, folder: Path, needed: int, what: str) -> None:
+        """A save into `folder` failed: its partial files go, and a full disk is one `DiskFullError`."""
+        self._clear_staging(folder)
+        if (full := disk_full(err, folder, needed, what)) is not None:
+            raise full from None
 
     def _model_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
@@ -275,12 +257,13 @@ class EngineTrainer(Trainer):
             # ZeRO-1/2 keep every parameter whole in the model; the state dict DeepSpeed hands over is a clone in
             # which tied weights became separate tensors (saved twice): the model's own state dict keeps the ties.
             return super()._save(output_dir)
-        sharded = _fsdp2_module(self.model)
-        if sharded is None or state_dict is None or not self.args.should_save:
+        fsdp_module, sharded = _fsdp_module_class(), self.model
+        fsdp2 = fsdp_module is not None and isinstance(sharded, fsdp_module)
+        if not fsdp2 or state_dict is None or not self.args.should_save:
             return super()._save(output_dir, state_dict=state_dict)
         import torch
 
-        original_class = next(c for c in type(sharded).__mro__[1:] if not issubclass(c, _fsdp_module_class()))
+        original_class = next(c for c in type(sharded).__mro__[1:] if not issubclass(c, fsdp_module))
         with torch.device("meta"):
             plain = original_class(sharded.config)
         plain.load_state_dict(state_dict, assign=True)
@@ -301,8 +284,7 @@ class EngineTrainer(Trainer):
         and moved into `output_dir` when complete, the weights last."""
         target = Path(output_dir)
         staging = target / STAGING
-        if self.args.should_save:
-            shutil.rmtree(staging, ignore_errors=True)  # what a killed save left
+        self._clear_staging(target)  # what a killed save left
         self.accelerator.wait_for_everyone()
         plugin = getattr(self.accelerator.state, "fsdp_plugin", None) if self.is_fsdp_enabled else None
         sharded = plugin is not None and "FULL_STATE_DICT" not in str(plugin.state_dict_type)
@@ -312,12 +294,8 @@ class EngineTrainer(Trainer):
         try:
             self.save_model(str(staging))
         except Exception as err:
-            if self.args.should_save:
-                shutil.rmtree(staging, ignore_errors=True)
-            full = disk_full(err, target, self._model_bytes(), "the model")
-            if full is None:
-                raise
-            raise full from None
+            self._failed_save(err, target, self._model_bytes(), "the model")
+            raise
         finally:
             if sharded:
                 plugin.set_state_dict_type(kept)

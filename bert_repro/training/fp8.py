@@ -1,22 +1,12 @@
-"""FP8 training of the encoder's linear layers, opt-in (`--fp8`, issue 41 item 4): torchao's float8 training.
+"""Opt-in FP8 training of the Transformer blocks' linear layers (`--fp8`; not the paper's): torchao's float8
+training (e4m3 forward, e5m2 gradients, dynamic per-tensor scales), everything else as `--bf16` makes it.
 
-Not the paper's setup and never a default: the matrix products of the Transformer blocks (Q/K/V, the attention
-output, the feed-forward network's two) run with float8 inputs and weights (e4m3 forward, e5m2 gradients, dynamic
-per-tensor scales), while the master weights, the optimizer and every other operation stay as `--bf16` makes them.
-The conversion is torchao's `convert_to_float8_training`, the one Accelerate's `mixed_precision="fp8"` with the AO
-backend calls in `prepare` (`accelerate.utils.ao.convert_model_to_fp8_ao`). Trainer cannot ask Accelerate for it:
-it passes only "fp16"/"bf16" (or the ACCELERATE_MIXED_PRECISION environment variable, which `--bf16` overrides) and
-no recipe handler, so the emulation that tests on a CPU need, or our choice of layers, cannot reach it. The recipe
-therefore converts the model itself when it builds it, with `fp8_layer_filter`: the blocks' linears only, as torchao
-advises (the first and last layers, here the MLM head's transform and decoder, and the small pooler and NSP head,
-stay in bf16: too small to gain, and the decoder's logits are the most sensitive). Parameter names are unchanged
-(`Float8Linear` keeps `weight` and `bias`), so checkpoints are the plain model's.
-
-torchao runs the float8 products on CUDA cards of compute capability 8.9 or more (Ada, Hopper) and gains only under
-`torch.compile`; elsewhere `--fp8` is refused (`fp8_problem`). Tests run it on CPU with torchao's emulation
-(`convert_to_fp8(model, emulate=True)`). With `fused_qkv` the three converted projections keep their own float8
-products (the switch fuses plain linears only); `unpad_inputs`' grouped attention reads the weights directly and
-runs its Q/K/V product in bf16.
+It is torchao's `convert_to_float8_training`, what Accelerate's `mixed_precision="fp8"` with the AO backend calls;
+Trainer cannot ask Accelerate for it with our choice of layers (it passes only "fp16"/"bf16" and no recipe
+handler), so the recipe converts the model when it builds it. Only the blocks' linears, as torchao advises: the MLM
+head (whose logits are the most sensitive), the pooler and NSP head stay in bf16. Parameter names are unchanged,
+so checkpoints are the plain model's. `unpad_inputs`' grouped attention reads the weights directly and runs its
+Q/K/V product in bf16.
 """
 
 from __future__ import annotations

@@ -11,8 +11,6 @@ hundred times that and a hundred times below what one step moves a weight here (
 compared as well, because AdamW's update barely changes when every gradient is scaled by the same factor."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,12 +19,11 @@ import torch
 from safetensors.torch import load_file
 from support import ROOT
 from support.models import tiny_config
-from support.pretraining_runs import write_config
+from support.pretraining_runs import ONE_PROCESS, accelerate_launch, hide_packages, run_recipe, write_config
 from support.task_files import finetune_args, fixture_files, write
 
 ACCELERATE = ROOT / "recipes" / "accelerate"
 TOLERANCE = 1e-5
-ONE_PROCESS = ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
 
 
 def has_deepspeed() -> bool:
@@ -37,25 +34,14 @@ def has_deepspeed() -> bool:
     return True
 
 
-def launch(launcher: list[str], recipe: str, *args, check=True, env=None):
-    """`accelerate launch` of a recipe, from the repository root (the DeepSpeed configs name their JSON from it)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        *launcher,
-        str(ROOT / "recipes" / recipe),
-        *map(str, args),
-    ]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
-    if check:
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return result
-
-
 def engine(config_name: str) -> list[str]:
     return ["--config_file", str(ACCELERATE / config_name), "--main_process_port", "0"]
+
+
+def pretrain_under(accelerate_config, config, output_dir, *extra):
+    """Pre-training of `config` under recipes/accelerate/`accelerate_config` (or that file elsewhere)."""
+    args = ("--config", config, "--output_dir", output_dir, *extra)
+    return accelerate_launch(engine(accelerate_config), "pretrain.py", *args)
 
 
 def worst_difference(a: dict, b: dict) -> float:
@@ -116,12 +102,8 @@ def test_shipped_accelerate_config_parses(path):
         assert config.mixed_precision is None  # accelerate refuses it next to a DeepSpeed config file
         assert ds["zero_optimization"]["stage"] == 2
         # Trainer fills these from the recipe's arguments; the recipe's optimizer and schedule are used.
-        for key in (
-            "train_batch_size",
-            "train_micro_batch_size_per_gpu",
-            "gradient_accumulation_steps",
-            "gradient_clipping",
-        ):
+        batch = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+        for key in (*batch, "gradient_clipping"):
             assert ds[key] == "auto", key
         assert ds["bf16"]["enabled"] == "auto"
         assert "optimizer" not in ds and "scheduler" not in ds
@@ -187,30 +169,9 @@ def test_one_process_started_for_several_on_a_cpu_is_refused(monkeypatch):
 def test_deepspeed_missing_stops_the_recipe_with_exit_code_2(tmp_path, corpus_and_tokenizer):
     """A `deepspeed` that cannot be imported, under the DeepSpeed engine: one message naming the extra."""
     corpus, tokenizer = corpus_and_tokenizer
-    hidden = tmp_path / "hidden" / "deepspeed"
-    hidden.mkdir(parents=True)
-    (hidden / "__init__.py").write_text("raise ImportError('deepspeed hidden by the test')\n")
     config = write_config(tmp_path / "c.yaml", corpus, tokenizer)
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "recipes" / "pretrain.py"),
-            "--config",
-            str(config),
-            "--output_dir",
-            str(tmp_path / "out"),
-        ],
-        env={
-            **os.environ,
-            "HF_HUB_OFFLINE": "1",
-            "ACCELERATE_USE_DEEPSPEED": "true",
-            "PYTHONPATH": os.pathsep.join([str(hidden.parent), os.environ.get("PYTHONPATH", "")]),
-        },
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    env = {**hide_packages(tmp_path, "deepspeed"), "ACCELERATE_USE_DEEPSPEED": "true"}
+    result = run_recipe("pretrain.py", "--config", config, "--output_dir", tmp_path / "out", env=env)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "pip install 'bert-repro[deepspeed]'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
@@ -230,7 +191,7 @@ def runs(tmp_path_factory, corpus_and_tokenizer):
     common = {"eval_fraction": 0.0, "save_steps": 100, "global_batch_size": 8}
     single = write_config(root / "single.yaml", corpus, tokenizer, per_device_train_batch_size=8, **common)
     double = write_config(root / "double.yaml", corpus, tokenizer, per_device_train_batch_size=2, **common)
-    launch(ONE_PROCESS, "pretrain.py", "--config", single, "--output_dir", root / "one")
+    accelerate_launch(ONE_PROCESS, "pretrain.py", "--config", single, "--output_dir", root / "one")
     return root, double
 
 
@@ -241,7 +202,7 @@ def results(directory: Path) -> dict:
 @pytest.fixture(scope="module")
 def fsdp_run(runs):
     root, double = runs
-    launch(engine("fsdp_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", root / "fsdp")
+    pretrain_under("fsdp_cpu.yaml", double, root / "fsdp")
     return root / "fsdp"
 
 
@@ -282,24 +243,13 @@ def test_fsdp_final_model_is_one_loadable_safetensors(runs, fsdp_run):
 def test_fsdp_resumes_from_its_checkpoint(runs, fsdp_run):
     root, double = runs
     resumed = root / "fsdp_resumed"
-    launch(
-        engine("fsdp_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", resumed, "--stop_after_steps", "3"
-    )
+    pretrain_under("fsdp_cpu.yaml", double, resumed, "--stop_after_steps", "3")
     checkpoint = resumed / "checkpoint-3"
     # FSDP's own checkpoint: the gathered model, the optimizer state of both processes, each process's RNG state.
     for name in ("pytorch_model_fsdp.bin", "optimizer.bin", "rng_state_0.pth", "rng_state_1.pth", "model.safetensors"):
         assert (checkpoint / name).exists(), name
     assert not (resumed / "model.safetensors").exists()
-    result = launch(
-        engine("fsdp_cpu.yaml"),
-        "pretrain.py",
-        "--config",
-        double,
-        "--output_dir",
-        resumed,
-        "--resume_from_checkpoint",
-        "true",
-    )
+    result = pretrain_under("fsdp_cpu.yaml", double, resumed, "--resume_from_checkpoint", "true")
     assert "Loading Optimizer state from" in result.stderr + result.stdout  # FSDP's loader, not a fresh start
     assert [e["step"] for e in training_log(resumed)] == list(range(1, 9))
     worst = worst_difference(load_file(fsdp_run / "model.safetensors"), load_file(resumed / "model.safetensors"))
@@ -310,16 +260,7 @@ def test_fsdp_resumes_from_its_checkpoint(runs, fsdp_run):
 def test_a_requeued_finished_run_says_so_once(runs, fsdp_run):
     """Both processes find the run finished; one line says it, and the exit status stays 0."""
     _, double = runs
-    again = launch(
-        engine("fsdp_cpu.yaml"),
-        "pretrain.py",
-        "--config",
-        double,
-        "--output_dir",
-        fsdp_run,
-        "--resume_from_checkpoint",
-        "true",
-    )
+    again = pretrain_under("fsdp_cpu.yaml", double, fsdp_run, "--resume_from_checkpoint", "true")
     said = [line for line in again.stderr.splitlines() if "already holds this run, finished" in line]
     assert len(said) == 1, again.stderr[-3000:]
 
@@ -338,16 +279,7 @@ def test_fsdp_sharded_checkpoints_still_end_in_one_model(runs, fsdp_run):
         .replace("fsdp_state_dict_type: FULL_STATE_DICT", "fsdp_state_dict_type: SHARDED_STATE_DICT")
     )
     out = root / "fsdp_sharded"
-    launch(
-        ["--config_file", sharded_config, "--main_process_port", "0"],
-        "pretrain.py",
-        "--config",
-        double,
-        "--output_dir",
-        out,
-        "--save_steps",
-        "4",
-    )
+    pretrain_under(sharded_config, double, out, "--save_steps", "4")
     checkpoint = out / "checkpoint-4"
     assert (checkpoint / "pytorch_model_fsdp_0" / ".metadata").exists()
     assert not (checkpoint / "model.safetensors").exists() and checkpoint_problem(checkpoint) is None
@@ -359,7 +291,7 @@ def test_fsdp_sharded_checkpoints_still_end_in_one_model(runs, fsdp_run):
 def test_deepspeed_zero2_two_processes_match_one_process(runs):
     """DeepSpeed's CPU accelerator over gloo; its shared-memory collective is compiled the first time (minutes)."""
     root, double = runs
-    launch(engine("deepspeed_zero2_cpu.yaml"), "pretrain.py", "--config", double, "--output_dir", root / "ds")
+    pretrain_under("deepspeed_zero2_cpu.yaml", double, root / "ds")
     two = results(root / "ds")
     assert (two["engine"], two["processes"], two["gradient_accumulation_steps"]) == ("DeepSpeed ZeRO-2", 2, 2)
     assert_same_training(root / "one", root / "ds")
@@ -374,16 +306,7 @@ def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
     this run wrote it): the same steps and weights as the uninterrupted one-process run."""
     root, double = runs
     resumed = root / "ds_resumed"
-    launch(
-        engine("deepspeed_zero2_cpu.yaml"),
-        "pretrain.py",
-        "--config",
-        double,
-        "--output_dir",
-        resumed,
-        "--stop_after_steps",
-        "3",
-    )
+    pretrain_under("deepspeed_zero2_cpu.yaml", double, resumed, "--stop_after_steps", "3")
     checkpoint = resumed / "checkpoint-3"
     # DeepSpeed's checkpoint: its global_step folder (model and the partitioned optimizer states of both
     # processes), each process's RNG state, and our whole model beside it.
@@ -391,18 +314,8 @@ def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
     for name in ("rng_state_0.pth", "rng_state_1.pth", "model.safetensors"):
         assert (checkpoint / name).exists(), name
     assert not (resumed / "model.safetensors").exists()
-    result = launch(
-        engine("deepspeed_zero2_cpu.yaml"),
-        "pretrain.py",
-        "--config",
-        double,
-        "--output_dir",
-        resumed,
-        "--resume_from_checkpoint",
-        "true",
-        "--log_level",
-        "info",
-    )
+    resume = ("--resume_from_checkpoint", "true", "--log_level", "info")
+    result = pretrain_under("deepspeed_zero2_cpu.yaml", double, resumed, *resume)
     # Trainer continued at step 3 (a fresh start would end in the same weights too).
     assert "Resuming training from checkpoint with epoch 0 and global step 3" in result.stdout + result.stderr
     assert [e["step"] for e in training_log(resumed)] == list(range(1, 9))
@@ -427,19 +340,16 @@ def test_finetuning_under_fsdp_matches_one_process(tmp_path):
     tokenizer = train_wordpiece(iterator=list(files.values()) * 3, vocab_size=300, show_progress=False)
     model_dir = tmp_path / "tiny-bert"
     torch.manual_seed(0)
-    BertReproForPreTraining(
-        tiny_config(
-            vocab_size=len(tokenizer),
-            max_position_embeddings=512,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-        )
-    ).save_pretrained(model_dir)
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=512, **no_dropout)
+    BertReproForPreTraining(config).save_pretrained(model_dir)
     save_tokenizer(tokenizer, model_dir)
     data = write(tmp_path / "data", files)
     args = finetune_args("mrpc", model_dir, data, learning_rates="1e-3", max_steps=3, max_seq_length=64)
-    launch(ONE_PROCESS, "finetune.py", *args, "--output_dir", tmp_path / "one", "--per_device_train_batch_size", "2")
-    launch(
+    accelerate_launch(
+        ONE_PROCESS, "finetune.py", *args, "--output_dir", tmp_path / "one", "--per_device_train_batch_size", "2"
+    )
+    accelerate_launch(
         engine("fsdp_cpu.yaml"),
         "finetune.py",
         *args,

@@ -4,29 +4,13 @@ no traceback and nothing lost."""
 
 import json
 import logging
-import os
-import subprocess
-import sys
 
 import pytest
 from support import ROOT
 from support.models import tiny_config
-from support.pretraining_runs import write_config
+from support.pretraining_runs import ONE_PROCESS, hide_packages, run_recipe, write_config
 
 SHIPPED = ROOT / "recipes" / "data" / "quickstart_corpus"
-
-
-def pretrain(*args, cwd=ROOT, env=None, timeout=600):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "recipes" / "pretrain.py"), *map(str, args)],
-        cwd=cwd,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_shipped_corpus_is_documented_and_text():
@@ -45,32 +29,10 @@ def test_quickstart_config_runs_offline_without_corpus(tmp_path):
     """The README's first command with no Hub access and no --corpus (a few steps on part of the corpus): the fast
     tier's one pre-training through the real script."""
     out = tmp_path / "quickstart"
-    result = pretrain(
-        "--config",
-        "recipes/configs/quickstart.yaml",
-        "--output_dir",
-        out,
-        "--max_documents",
-        8,
-        "--dupe_factor",
-        1,
-        "--max_steps",
-        2,
-        "--warmup_steps",
-        1,
-        "--eval_steps",
-        2,
-        "--save_steps",
-        2,
-        "--eval_max_examples",
-        16,
-        "--report_to",
-        "none",
-        "--plot",
-        "false",
-        "--disable_tqdm",
-        "true",
-    )
+    settings = dict(max_documents=8, dupe_factor=1, max_steps=2, warmup_steps=1, eval_steps=2, save_steps=2)
+    settings.update(eval_max_examples=16, report_to="none", plot="false", disable_tqdm="true")
+    flags = [arg for name, value in settings.items() for arg in (f"--{name}", value)]
+    result = run_recipe("pretrain.py", "--config", "recipes/configs/quickstart.yaml", "--output_dir", out, *flags)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "pin_memory" not in result.stderr
     # The project's own corpus is not warned about: its few sentences of prose over 1,000 characters are said once
@@ -139,13 +101,15 @@ def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_to
     (empty / "junk.txt").write_bytes(bytes(range(256)) * 40)
     config = write_config(tmp_path / "c.yaml", corpus, tokenizer, max_steps=2, save_steps=100, eval_fraction=0.0)
     out = tmp_path / "out"
-    result = pretrain("--config", config, "--output_dir", out, "--corpus", empty)
+    result = run_recipe("pretrain.py", "--config", config, "--output_dir", out, "--corpus", empty)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "the corpus holds no text" in result.stderr and str(empty) in result.stderr
     assert "Traceback" not in result.stderr
     assert not (out / "run_config.json").exists()
     assert (empty / "junk.txt").read_bytes() == bytes(range(256)) * 40  # the user's files untouched
-    result = pretrain("--config", config, "--output_dir", out)  # a retry with another corpus is the same new run
+    result = run_recipe(
+        "pretrain.py", "--config", config, "--output_dir", out
+    )  # a retry with another corpus is the same new run
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((out / "results.json").read_text())["global_step"] == 2
 
@@ -155,32 +119,14 @@ def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_to
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def hide_package(tmp_path, name):
-    """An environment in which `import name` fails, as where the extra that installs it is missing."""
-    fake = tmp_path / "hidden" / name
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text(f"raise ImportError('{name} hidden by the test')\n")
-    return {"PYTHONPATH": os.pathsep.join([str(tmp_path / "hidden"), os.environ.get("PYTHONPATH", "")])}
-
-
 @pytest.mark.slow
 def test_missing_plotting_and_tensorboard_are_skipped_with_a_warning(tmp_path, corpus_and_tokenizer):
     corpus, tokenizer = corpus_and_tokenizer
-    config = write_config(
-        tmp_path / "c.yaml",
-        corpus,
-        tokenizer,
-        max_steps=2,
-        save_steps=100,
-        eval_fraction=0.0,
-        plot=True,
-        report_to="tensorboard",
-    )
-    env = hide_package(tmp_path, "matplotlib")
-    (tmp_path / "hidden" / "tensorboard").mkdir()
-    (tmp_path / "hidden" / "tensorboard" / "__init__.py").write_text("raise ImportError('hidden')\n")
+    settings = dict(max_steps=2, save_steps=100, eval_fraction=0.0, plot=True, report_to="tensorboard")
+    config = write_config(tmp_path / "c.yaml", corpus, tokenizer, **settings)
+    env = hide_packages(tmp_path, "matplotlib", "tensorboard")
     out = tmp_path / "out"
-    result = pretrain("--config", config, "--output_dir", out, env=env)
+    result = run_recipe("pretrain.py", "--config", config, "--output_dir", out, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "matplotlib is not installed (pip install 'bert-repro[train]')" in result.stderr
     assert "tensorboard is not installed" in result.stderr
@@ -205,48 +151,6 @@ def test_reproduce_report_without_matplotlib(tmp_path, monkeypatch, caplog):
     with caplog.at_level("WARNING"):
         plot_report([{"task": "mrpc", "ours": 80.0, "paper": 84.0}], tmp_path / "report.png", "base")
     assert "not writing report.png" in caplog.text and not (tmp_path / "report.png").exists()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# --help shows the defaults a run will use
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def help_defaults(parse, argv, capsys) -> dict[str, str]:
-    import re
-
-    with pytest.raises(SystemExit):
-        parse(argv)
-    text = capsys.readouterr().out
-    blocks = re.split(r"\n  (?=--)", text)
-    found = {}
-    for block in blocks:
-        name = re.match(r"--(\w+)", block)
-        default = re.search(r"\(default:\s+(.*?)\)\s*$", " ".join(block.split()))
-        if name and default:
-            found[name.group(1)] = default.group(1)
-    return found
-
-
-def test_pretrain_help_shows_the_config_values(capsys):
-    from bert_repro.training.pretraining.recipe import PreTrainingRecipe
-
-    shown = help_defaults(
-        PreTrainingRecipe.from_args, ["--config", str(ROOT / "recipes/configs/quickstart.yaml"), "--help"], capsys
-    )
-    assert shown["max_steps"] == "2000" and shown["learning_rate"] == "0.001" and shown["vocab_size"] == "8192"
-    assert shown["adam_epsilon"] == "1e-06"  # the paper's, under the config
-    plain = help_defaults(PreTrainingRecipe.from_args, ["--help"], capsys)
-    assert plain["max_steps"] == "1000000" and plain["warmup_steps"] == "10000" and plain["learning_rate"] == "0.0001"
-
-
-def test_finetune_help_shows_the_task_defaults(capsys):
-    from bert_repro.training.finetune_recipe import parse_arguments
-
-    shown = help_defaults(parse_arguments, ["--task", "mrpc", "--help"], capsys)
-    assert shown["per_device_train_batch_size"] == "32"
-    assert shown["weight_decay"] == "0.01" and shown["warmup_steps"] == "0.1"
-    assert shown["adam_epsilon"] == "1e-06"  # the reference code's, though not among the recipe's own flags
 
 
 def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, caplog):
@@ -286,26 +190,8 @@ def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, 
 def test_accelerate_launch_quiet_shows_the_recipes_error_alone(tmp_path):
     """docs/pretraining.md's advice for one process: `accelerate launch -q` keeps our one-line error free of a
     traceback."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "-q",
-        "--num_processes",
-        "1",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        str(ROOT / "recipes" / "pretrain.py"),
-        "--corpus",
-        str(tmp_path / "missing"),
-        "--output_dir",
-        str(tmp_path / "out"),
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    missing, out = tmp_path / "missing", tmp_path / "out"
+    result = run_recipe("pretrain.py", "--corpus", missing, "--output_dir", out, launcher=["-q", *ONE_PROCESS])
     assert result.returncode == 1  # accelerate's own code for a failed process in quiet mode
     assert f"pretrain.py: error: {tmp_path / 'missing'}: no such file or directory" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support import ROOT
+from support.corpora import WORDS as CORPUS_WORDS
 from support.device_machine import device_machine_env
 from support.task_files import GLUE_FIXTURES, squad_files, write
 
@@ -18,10 +19,7 @@ from bert_repro.data.corpus import load_corpus
 from bert_repro.data.travel_corpus import build, main
 from bert_repro.data.wordpiece import load_tokenizer
 
-WORDS = (
-    "the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
-    "mountain old new green tree bird sang loud quiet night day good bad movie film"
-).split()
+WORDS = [*CORPUS_WORDS, "good", "bad", "movie", "film"]
 
 
 def _books(folder: Path, n: int = 8, seed: int = 0) -> list[str]:
@@ -102,22 +100,11 @@ def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
     flags, the fine-tuning on the full training sets), only the model, the steps and the number of seeds and
     processes small, and bf16 off: it needs CUDA (or --use_cpu), the one thing the GPU alone checks."""
     root, _, _ = travelled
-    env = {
-        **os.environ,
-        "PYTHON": sys.executable,
-        "TRAVEL": str(root / ".travel"),
-        "RESULTS": str(root / "runs"),
-        "PRESET": "tiny",
-        "STEPS": "2",
-        "BATCH": "8",
-        "MICRO": "8",
-        "BF16": "false",
-        "CPU": "1",
-        "WORKERS": "0",
-        "NUM_PROC": "1",
-        "SEEDS": "1",  # seeds, and runs in parallel processes: the emulated device machine's test below
-        "JOBS": "1",
-    }
+    small = dict(PRESET="tiny", STEPS="2", BATCH="8", MICRO="8", BF16="false", CPU="1", WORKERS="0", NUM_PROC="1")
+    # seeds, and runs in parallel processes: the emulated device machine's test below
+    small.update(SEEDS="1", JOBS="1")
+    where = dict(PYTHON=sys.executable, TRAVEL=str(root / ".travel"), RESULTS=str(root / "runs"))
+    env = {**os.environ, **where, **small}
     studies = (("pretraining", ["pretrained", "random"]), ("table5", ["mlm_nsp", "mlm", "ltr", "ltr_bilstm"]))
     # Table 5 reusing the first study's model, on the two GLUE tasks, the + BiLSTM row too (the bare machine's
     # Table 5, its own three pre-trainings and QNLI and SQuAD: the emulated device machine's test below)
@@ -293,9 +280,8 @@ def test_table5_runs_on_a_bare_emulated_device_machine(travelled, tmp_path):
     travel = tmp_path / ".travel"
     travel.mkdir()
     (travel / "books").symlink_to(root / ".travel" / "books", target_is_directory=True)
-    write(travel / "glue" / "MRPC", {n: GLUE_FIXTURES["mrpc"][0][n] for n in ("train.tsv", "dev.tsv")})
-    write(travel / "glue" / "SST-2", {n: GLUE_FIXTURES["sst2"][0][n] for n in ("train.tsv", "dev.tsv")})
-    write(travel / "glue" / "QNLI", {n: GLUE_FIXTURES["qnli"][0][n] for n in ("train.tsv", "dev.tsv")})
+    for task, folder in (("mrpc", "MRPC"), ("sst2", "SST-2"), ("qnli", "QNLI")):
+        write(travel / "glue" / folder, {n: GLUE_FIXTURES[task][0][n] for n in ("train.tsv", "dev.tsv")})
     squad = squad_files(1)
     write(travel / "glue" / "SQuAD", {"train.json": squad["train-v1.1.json"], "dev.json": squad["dev-v1.1.json"]})
     task_data = _task_data()

@@ -12,23 +12,7 @@ WORDS = (
 ).split()
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-SYLLABLES = [
-    "ka",
-    "lo",
-    "mi",
-    "ren",
-    "tor",
-    "vel",
-    "sha",
-    "qui",
-    "bra",
-    "don",
-    "ex",
-    "pu",
-    "nor",
-    "ti",
-    "gan",
-]
+SYLLABLES = "ka lo mi ren tor vel sha qui bra don ex pu nor ti gan".split()
 
 
 def pseudo_text(num_docs: int, seed: int = 0, min_sentences: int = 2, max_sentences: int = 14) -> list[str]:

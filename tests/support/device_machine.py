@@ -37,13 +37,9 @@ def device_machine_env(tmp_path: Path, missing: tuple[str, ...] = (), **settings
     (bin_dir / "python").write_text("#!/bin/sh\necho 'No module named torch' >&2\nexit 1\n")
     (bin_dir / "python").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PIP_", "TRANSFORMERS_"))}
+    env.update(dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "HF_ENDPOINT"), url))
     env.update(
         PATH=f"{bin_dir}:{Path(sys.executable).parent}:{env['PATH']}",
-        HTTP_PROXY=url,
-        HTTPS_PROXY=url,
-        http_proxy=url,
-        https_proxy=url,
-        HF_ENDPOINT=url,
         PIP_INDEX_URL=f"{url}/simple",
         OUT=str(tmp_path / "out"),
         RESULTS=str(tmp_path / "results"),

@@ -6,20 +6,10 @@ from __future__ import annotations
 import torch
 
 # The architecture fields shared by BertConfig and BertReproConfig.
-ARCH_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "layer_norm_eps",
-    "initializer_range",
-    "num_labels",
+ARCH_FIELDS = tuple(
+    "vocab_size hidden_size num_hidden_layers num_attention_heads intermediate_size hidden_act hidden_dropout_prob "
+    "attention_probs_dropout_prob max_position_embeddings type_vocab_size layer_norm_eps initializer_range "
+    "num_labels".split()
 )
 
 

@@ -61,28 +61,42 @@ def first_documents(corpus: Path, folder: Path, n: int) -> Path:
     return folder
 
 
-def launch(config, output_dir, *extra, processes=1, check=True, env=None):
+# `accelerate launch` of one plain process, whatever the machine's accelerate config says.
+ONE_PROCESS = ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+
+
+def run_recipe(recipe, *args, launcher=None, check=False, env=None, timeout=900):
+    """`python recipes/RECIPE ARGS`, or `accelerate launch LAUNCHER recipes/RECIPE ARGS`: offline, from the
+    repository root (the DeepSpeed configs name their JSON from it). check: assert that it succeeded."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    if processes == 2:  # the shipped config that really runs DDP on CPU (gloo)
-        launcher = ["--config_file", str(ROOT / "recipes" / "accelerate" / "ddp_cpu.yaml")]
-    else:
-        launcher = ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        *launcher,
-        str(ROOT / "recipes" / "pretrain.py"),
-        "--config",
-        str(config),
-        "--output_dir",
-        str(output_dir),
-        *extra,
-    ]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    start = [sys.executable] if launcher is None else [sys.executable, "-m", "accelerate.commands.launch", *launcher]
+    cmd = [*start, str(ROOT / "recipes" / recipe), *map(str, args)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     if check:
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
+
+
+def accelerate_launch(launcher, recipe, *args, check=True, env=None):
+    return run_recipe(recipe, *args, launcher=launcher, check=check, env=env)
+
+
+def hide_packages(tmp_path, *names) -> dict:
+    """An environment in which `import NAME` fails for each name, as where the extra that installs it is missing."""
+    for name in names:
+        fake = tmp_path / "hidden" / name
+        fake.mkdir(parents=True)
+        (fake / "__init__.py").write_text(f"raise ImportError('{name} hidden by the test')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path / "hidden"), os.environ.get("PYTHONPATH", "")])}
+
+
+def launch(config, output_dir, *extra, processes=1, check=True, env=None):
+    """A pre-training run of `config`: one process, or two DDP processes on CPU (gloo) with the shipped config."""
+    launcher = (
+        ["--config_file", str(ROOT / "recipes" / "accelerate" / "ddp_cpu.yaml")] if processes == 2 else ONE_PROCESS
+    )
+    args = ("--config", config, "--output_dir", output_dir, *extra)
+    return accelerate_launch(launcher, "pretrain.py", *args, check=check, env=env)
 
 
 def weights(directory):

@@ -1,14 +1,9 @@
 """`--torch_compile true`: the training step compiles to one graph, and the masked positions keep the losses.
 
-Counted with dynamo's own counters (`torch._dynamo.utils.counters`, and a counting backend over the "eager" or
-"aot_eager" backend, which compiles in seconds on CPU): no graph break, and at most one recompilation per phase
-over 20+ real batches of the project's own collators (padding and masked-token counts change from batch to batch),
-pre-training with and without packing (fixed-shape batches: one row count per phase, the [CLS] gathered at the
-collator's positions, so dynamo's default settings and no data-dependent size), phase 1 then phase 2, and
-fine-tuning. The gathered
-masked positions (`masked_positions`) give the same loss and gradients as the dense labels did, eager and
-compiled. The speed switches that do not compile to one graph are named by the recipes (one warning).
-"""
+Counted with dynamo's own counters and a counting backend over "eager" or "aot_eager" (seconds on CPU): no graph
+break and at most one recompilation per phase over 20+ real batches of the project's collators (padding and
+masked-token counts change from batch to batch), padded and packed (fixed shapes: dynamo's default settings
+suffice), phase 1 then phase 2, and fine-tuning."""
 
 import datasets
 import pytest
@@ -251,22 +246,9 @@ def test_compiled_finetuning_recipe_trains_one_graph(tmp_path, tokenizer):
     data.mkdir()
     for split in ("train.tsv", "dev.tsv"):
         (data / split).write_text("\n".join(rows) + "\n")  # 19 pairs: batches of 4, then 3
-    run_finetuning(
-        FineTuningRecipe.from_args(
-            finetune_args(
-                "mrpc",
-                model_dir,
-                data,
-                tmp_path / "out",
-                "--no_predict_test",
-                learning_rates="1e-4",
-                num_train_epochs=1,
-                per_device_train_batch_size=4,
-                max_seq_length=64,
-                torch_compile=True,
-                torch_compile_backend="eager",
-            )
-        )
-    )
+    settings = dict(learning_rates="1e-4", num_train_epochs=1, per_device_train_batch_size=4, max_seq_length=64)
+    compiled = dict(torch_compile=True, torch_compile_backend="eager")
+    argv = finetune_args("mrpc", model_dir, data, tmp_path / "out", "--no_predict_test", **settings, **compiled)
+    run_finetuning(FineTuningRecipe.from_args(argv))
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1  # dynamo's default: 3 (the first width, another, the last batch)

@@ -30,15 +30,9 @@ def test_results_md_shows_the_majority_baseline_and_flags_a_one_label_run(tmp_pa
     # the training set's majority, not the evaluation split's: here they differ
     skewed = {"train": Dataset.from_dict({"label": [1, 1, 0]}), "validation": Dataset.from_dict({"label": [0, 0, 1]})}
     assert majority_baseline(task, skewed) == {"validation": {"accuracy": 1 / 3}}
+    one_label = {"validation": {"accuracy": expected}, "score": expected, "one_label": {"validation": "positive"}}
     runs = [
-        {
-            "learning_rate": 2e-5,
-            "seed": 1,
-            "validation": {"accuracy": expected},
-            "score": expected,
-            "train_seconds": 1.0,
-            "one_label": {"validation": "positive"},
-        },
+        {"learning_rate": 2e-5, "seed": 1, "train_seconds": 1.0, **one_label},
         {"learning_rate": 3e-5, "seed": 1, "validation": {"accuracy": 0.9}, "score": 0.9, "train_seconds": 1.0},
     ]
     summary = {"model": "m", "features": None, "runs": runs, "best": runs[1], "majority_baseline": baseline}

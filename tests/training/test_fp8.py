@@ -1,10 +1,5 @@
-"""`--fp8` (bert_repro/training/fp8.py): torchao's float8 training of the blocks' linears, opt-in, run here with
-torchao's emulation (the float8 rounding without float8 hardware).
-
-Only the Transformer blocks' linears are converted (the MLM head, pooler and NSP head stay), parameter names are
-unchanged, a tiny model trains with a finite, falling loss, and its first loss is the bf16 model's to bf16-ish
-tolerance. The recipe refuses the flag where it cannot run (here: no CUDA card), and it is off by default.
-"""
+"""`--fp8`: torchao's float8 training of the blocks' linears, run here with torchao's emulation (the float8 rounding
+without float8 hardware), and refused where it cannot run."""
 
 import sys
 

@@ -6,6 +6,7 @@ import re
 from dataclasses import fields
 
 import pytest
+from support import ROOT
 
 from bert_repro.training import finetune_recipe
 from bert_repro.training.pretraining.recipe import PARSED, PreTrainingRecipe
@@ -31,6 +32,17 @@ def sections(text: str) -> dict[str, list[str]]:
         elif title and (flag := re.match(r"  (--?[\w-]+)", line)):
             out[title].append(flag.group(1))
     return out
+
+
+def defaults(text: str) -> dict[str, str]:
+    """Flag -> the default its help shows."""
+    found = {}
+    for block in re.split(r"\n  (?=--)", text):
+        name = re.match(r"--(\w+)", block)
+        default = re.search(r"\(default:\s+(.*?)\)\s*$", " ".join(block.split()))
+        if name and default:
+            found[name.group(1)] = default.group(1)
+    return found
 
 
 def check_layout(text: str, recipe_fields: set[str]) -> dict[str, list[str]]:
@@ -62,6 +74,13 @@ def test_pretraining_help_is_grouped_by_stage(capsys):
     assert "[set by the recipe: --optimizer" in optim
     resume = text[text.index("  --resume_from_checkpoint ") :].split("\n  --")[0]
     assert "true|PATH" in resume and "a finished run is left as it is" in " ".join(resume.split())
+    # the defaults a run will use: the paper's, and under --config the file's
+    plain = defaults(text)
+    assert plain["max_steps"] == "1000000" and plain["warmup_steps"] == "10000" and plain["learning_rate"] == "0.0001"
+    quickstart = ["--config", str(ROOT / "recipes/configs/quickstart.yaml"), "--help"]
+    shown = defaults(help_text(PreTrainingRecipe.from_args, quickstart, capsys))
+    assert shown["max_steps"] == "2000" and shown["learning_rate"] == "0.001" and shown["vocab_size"] == "8192"
+    assert shown["adam_epsilon"] == "1e-06"  # the paper's, under the config
 
 
 def test_finetuning_help_shows_the_grid_as_the_default(capsys):
@@ -74,8 +93,11 @@ def test_finetuning_help_shows_the_grid_as_the_default(capsys):
     found = sections(text)
     assert "--eval_strategy" in found["evaluation"] and "--save_strategy" in found["output and Hub"]
     assert "--eval_strategy {no,steps,epoch} When each run of the grid is evaluated" in flat
-    entry = text[text.index("  --eval_strategy ") :].split("\n  --")[0]
-    assert "(default: epoch)" in " ".join(entry.split())
+    assert defaults(text)["eval_strategy"] == "epoch"
+    shown = defaults(help_text(finetune_recipe.parse_arguments, ["--task", "mrpc", "--help"], capsys))
+    assert shown["per_device_train_batch_size"] == "32"
+    assert shown["weight_decay"] == "0.01" and shown["warmup_steps"] == "0.1"
+    assert shown["adam_epsilon"] == "1e-06"  # the reference code's, though not among the recipe's own flags
 
 
 def test_reproduce_help_says_what_goes_after_the_double_dash(capsys):

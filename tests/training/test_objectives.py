@@ -1,31 +1,20 @@
-"""The paper's Table 5 pre-training objectives: "mlm_nsp" (BERT), "mlm" (No NSP) and "ltr" (left-to-right, No NSP).
-
-What is proved here, each against a reference computed independently:
-- the left-to-right model is causal (a token's output does not move when later tokens change) with eager and SDPA,
-  in pre-training AND after save -> load -> a fine-tuning head (bert_repro and trust_remote_code), with the speed
-  switches it allows; the bidirectional model is not (so the check can fail);
-- a causal model pools its last real token, a bidirectional one [CLS];
-- No-NSP examples are one segment `[CLS] text [SEP]` with no NSP label; the loss is the MLM loss alone (by hand);
-  left-to-right labels are the next tokens, and its loss is next-token cross-entropy (by hand);
-- checkpoints: "mlm" is plain transformers BERT, "ltr" the remote-code-only format with its warning;
-- bad input: an unknown objective, a causal model with a bidirectional-only speed switch or packing, a left-to-right
-  checkpoint fine-tuned bidirectionally (exit code 2 in the recipe).
-"""
+"""The paper's Table 5 pre-training objectives: "mlm_nsp" (BERT), "mlm" (No NSP) and "ltr" (left-to-right, No
+NSP), each checked against a reference computed independently: causal attention (and a bidirectional model that
+fails the same check), the pooled token, the examples, labels and losses, the saved formats, and the settings a
+causal model refuses."""
 
 import contextlib
 import json
-import os
 import random
-import subprocess
-import sys
 import warnings
 
 import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from support import ROOT
+from support.corpora import WORDS
 from support.models import tiny_config
+from support.pretraining_runs import run_recipe, write_config
 from support.task_files import finetune_args
 
 from bert_repro import BertReproConfig, BertReproForPreTraining, BertReproForSequenceClassification, BertReproModel
@@ -44,10 +33,6 @@ from bert_repro.model.configuration_bert_repro import (
 from bert_repro.training.cli import ConfigurationError
 from bert_repro.training.pretraining.trainer import PreTrainingTrainer, metrics_from_sums, pretraining_sums
 
-WORDS = (
-    "the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
-    "mountain old new green tree bird sang loud quiet night day"
-).split()
 IMPLEMENTATIONS = ("eager", "sdpa")
 
 
@@ -367,63 +352,22 @@ def test_ltr_loss_is_next_token_cross_entropy(tokenizer):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def pretraining_argv(corpus, tokenizer_dir, output_dir, objective, **overrides):
-    values = {
-        "corpus": str(corpus),
-        "document_boundary": "file",
-        "tokenizer": str(tokenizer_dir),
-        "preset": "tiny",
-        "model_overrides": json.dumps({"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}),
-        "objective": objective,
-        "max_seq_length": 32,
-        "max_predictions_per_seq": 5,
-        "dupe_factor": 1,
-        "phase2_fraction": 0,
-        "global_batch_size": 8,
-        "per_device_train_batch_size": 8,
-        "max_steps": 6,
-        "warmup_steps": 1,
-        "learning_rate": 0.002,
-        "logging_steps": 1,
-        "save_steps": 100,
-        "eval_steps": 3,
-        "eval_fraction": 0.2,
-        "use_cpu": True,
-        "report_to": "none",
-        "disable_tqdm": True,
-        "num_proc": 1,
-        "plot": False,
-        "output_dir": str(output_dir),
-        **overrides,
-    }
-    return [arg for key, value in values.items() for arg in (f"--{key}", str(value))]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory, tokenizer):
-    from bert_repro.data.wordpiece import save_tokenizer
-
-    root = tmp_path_factory.mktemp("objectives_corpus")
-    (root / "text").mkdir()
-    rng = random.Random(1)
-    for d in range(8):
-        sentences = [
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 10))).capitalize() + "." for _ in range(30)
-        ]
-        (root / "text" / f"doc{d}.txt").write_text(" ".join(sentences))
-    save_tokenizer(tokenizer[0], root / "tokenizer")
-    return root / "text", root / "tokenizer"
+def pretraining_argv(tmp_path, corpus_and_tokenizer, objective):
+    """A 6-step run of one phase with `objective` into tmp_path/out."""
+    settings = dict(objective=objective, dupe_factor=1, phase2_fraction=0, max_steps=6, warmup_steps=1, eval_steps=3)
+    config = write_config(tmp_path / "run.yaml", *corpus_and_tokenizer, save_steps=100, **settings)
+    return ["--config", str(config), "--output_dir", str(tmp_path / "out")]
 
 
 @pytest.mark.parametrize("objective", ["mlm_nsp", "mlm", "ltr"])
-def test_pretraining_model_trains_the_nsp_head_only_with_nsp(tmp_path, corpus, objective):
+def test_pretraining_model_trains_the_nsp_head_only_with_nsp(tmp_path, corpus_and_tokenizer, objective):
     """Without NSP the pooler and NSP head are frozen: no gradient, no weight decay, no unused parameter for DDP."""
     from bert_repro.data.wordpiece import load_tokenizer
     from bert_repro.training.pretraining.model import build_model
     from bert_repro.training.pretraining.recipe import PreTrainingRecipe
 
-    recipe = PreTrainingRecipe.from_args(pretraining_argv(*corpus, tmp_path / "out", objective))
-    model = build_model(recipe.model, load_tokenizer(corpus[1]), [recipe.examples])
+    recipe = PreTrainingRecipe.from_args(pretraining_argv(tmp_path, corpus_and_tokenizer, objective))
+    model = build_model(recipe.model, load_tokenizer(corpus_and_tokenizer[1]), [recipe.examples])
     assert model.config.objective == objective
     frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
     heads = {name for name, _ in model.named_parameters() if name.startswith(("bert.pooler.", "cls.seq_relationship."))}
@@ -438,35 +382,31 @@ def test_pretraining_model_trains_the_nsp_head_only_with_nsp(tmp_path, corpus, o
         (["--model_overrides", '{"objective": "mlm"}'], "with --objective"),
     ],
 )
-def test_pretraining_recipe_refuses_settings_the_objective_rules_out(tmp_path, corpus, argv, message):
+def test_pretraining_recipe_refuses_settings_the_objective_rules_out(tmp_path, corpus_and_tokenizer, argv, message):
     from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
 
-    base = pretraining_argv(*corpus, tmp_path / "out", "ltr")
+    base = pretraining_argv(tmp_path, corpus_and_tokenizer, "ltr")
     with pytest.raises(ConfigurationError, match=message.replace("(", r"\(")):
         run_pretraining(PreTrainingRecipe.from_args(base + argv))
     assert not (tmp_path / "out").exists()  # refused before any data work
 
 
 def test_pretraining_recipe_rejects_an_unknown_objective(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "recipes" / "pretrain.py"), "--objective", "gpt", "--output_dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_recipe("pretrain.py", "--objective", "gpt", "--output_dir", tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "invalid choice: 'gpt'" in result.stderr and "mlm_nsp" in result.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["mlm_nsp", "mlm", "ltr"])
-def test_pretraining_end_to_end_with_each_objective(tmp_path, corpus, objective):
+def test_pretraining_end_to_end_with_each_objective(tmp_path, corpus_and_tokenizer, objective):
     from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
 
-    out = tmp_path / objective
+    out = tmp_path / "out"
     saving = pytest.warns(NotTransformersBertWarning) if objective == "ltr" else contextlib.nullcontext()
+    argv = pretraining_argv(tmp_path, corpus_and_tokenizer, objective)
     with saving:  # a left-to-right checkpoint is saved in the remote-code-only format, with its warning
-        results = run_pretraining(PreTrainingRecipe.from_args(pretraining_argv(*corpus, out, objective)))
+        results = run_pretraining(PreTrainingRecipe.from_args(argv))
     task = PRETRAINING_OBJECTIVES[objective].token_task
     nsp = {"eval_nsp_loss", "eval_nsp_accuracy"}
     assert {f"eval_{task}_loss", f"eval_{task}_accuracy"} <= set(results)
@@ -487,17 +427,8 @@ def test_pretraining_end_to_end_with_each_objective(tmp_path, corpus, objective)
         classifier = BertReproForSequenceClassification.from_pretrained(out, num_labels=2).eval()
         with torch.no_grad():
             assert_causal(lambda ids, mask: classifier.bert(ids, mask).last_hidden_state)
-        result = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "recipes" / "finetune.py"),
-                *finetune_args("sst2", out, None, tmp_path / "ft", cpu=False, objective="mlm_nsp"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
+        args = finetune_args("sst2", out, None, tmp_path / "ft", cpu=False, objective="mlm_nsp")
+        result = run_recipe("finetune.py", *args)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
         assert "objective='ltr'" in result.stderr and "bidirectional" in result.stderr
         assert not (tmp_path / "ft").exists()

@@ -2,16 +2,13 @@
 loss normalisation, and end-to-end runs through the real launcher (resume and DDP equality)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import yaml
 from support import ROOT
 from support.models import tiny_config
-from support.pretraining_runs import first_documents, launch, weights, write_config
+from support.pretraining_runs import first_documents, launch, run_recipe, weights, write_config
 
 from bert_repro.training.cli import ConfigurationError, check_output_dir
 from bert_repro.training.pretraining.phases import PhasedSampler, phase_steps
@@ -25,17 +22,8 @@ from bert_repro.training.pretraining.trainer import PreTrainingTrainer
 
 def test_defaults_yaml_and_command_line_precedence(tmp_path):
     config = tmp_path / "c.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "corpus": ["x"],
-                "learning_rate": 5e-4,
-                "max_steps": 50,
-                "preset": "tiny",
-                "model_overrides": {"hidden_dropout_prob": 0.0},
-            }
-        )
-    )
+    settings = dict(corpus=["x"], learning_rate=5e-4, max_steps=50, preset="tiny")
+    config.write_text(yaml.safe_dump({**settings, "model_overrides": {"hidden_dropout_prob": 0.0}}))
     recipe = PreTrainingRecipe.from_args(["--config", str(config), "--max_steps", "70", "--output_dir", "o"])
     run, data, training = recipe.model, recipe.examples, recipe.training
     assert training.learning_rate == 5e-4  # YAML over the paper default
@@ -121,8 +109,8 @@ def test_the_identity_leaves_out_what_may_change_on_resumption(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def pretraining_rows(n=16, seq=16, vocab=99):
-    """Rows whose masked-token counts DIFFER between sequences (1 to 5), as real data has."""
+def pretraining_rows(masked, n=16, seq=16, vocab=99):
+    """Rows of different lengths (padding); row i has `masked(i)` masked tokens."""
     g = torch.Generator().manual_seed(5)
     rows = []
     for i in range(n):
@@ -130,7 +118,7 @@ def pretraining_rows(n=16, seq=16, vocab=99):
         input_ids = torch.zeros(seq, dtype=torch.long)
         input_ids[:length] = torch.randint(5, vocab, (length,), generator=g)
         labels = torch.full((seq,), -100)
-        positions = torch.randperm(length - 2, generator=g)[: 1 + i % 5] + 1
+        positions = torch.randperm(length - 2, generator=g)[: masked(i)] + 1
         labels[positions] = input_ids[positions]
         rows.append(
             {
@@ -144,34 +132,27 @@ def pretraining_rows(n=16, seq=16, vocab=99):
     return rows
 
 
-def one_update(tmp_path, per_device, accumulation):
+def one_update(tmp_path, per_device, accumulation, trainer=PreTrainingTrainer, masked=lambda i: 1 + i % 5, **model):
+    """The update of one optimizer step by SGD at lr 1.0: the gradient itself, so a mis-scaled loss shows in it
+    (Adam would hide it, and so would clipping)."""
     from transformers import TrainingArguments
 
     from bert_repro import BertReproForPreTraining
 
     torch.manual_seed(0)
-    model = BertReproForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    net = BertReproForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    for name, value in model.items():
+        setattr(net, name, value)
+    before = {k: v.detach().clone() for k, v in net.named_parameters()}
+    sgd = dict(optim="sgd", learning_rate=1.0, lr_scheduler_type="constant", max_grad_norm=0.0, weight_decay=0.0)
+    quiet = dict(report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True)
+    batch = dict(per_device_train_batch_size=per_device, gradient_accumulation_steps=accumulation)
+    output_dir = str(tmp_path / f"r{per_device}x{accumulation}")
     args = TrainingArguments(
-        output_dir=str(tmp_path / f"r{per_device}x{accumulation}"),
-        per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=accumulation,
-        max_steps=1,
-        learning_rate=1.0,
-        optim="sgd",
-        lr_scheduler_type="constant",
-        max_grad_norm=0.0,
-        weight_decay=0.0,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-        seed=0,
-        remove_unused_columns=False,
+        output_dir, max_steps=1, use_cpu=True, seed=0, remove_unused_columns=False, **batch, **sgd, **quiet
     )
-    PreTrainingTrainer(model=model, args=args, train_dataset=pretraining_rows()).train()
-    return {k: before[k] - v.detach() for k, v in model.named_parameters()}
+    trainer(model=net, args=args, train_dataset=pretraining_rows(masked)).train()
+    return {k: before[k] - v.detach() for k, v in net.named_parameters()}
 
 
 @pytest.mark.slow
@@ -181,6 +162,26 @@ def test_global_batch_normalisation_with_unequal_mask_counts(tmp_path):
         accumulated = one_update(tmp_path, per_device, accumulation)
         worst = max((full[k] - accumulated[k]).abs().max().item() for k in full)
         assert worst < 1e-6, (per_device, accumulation, worst)
+
+
+@pytest.mark.slow
+def test_plain_trainer_accumulation_gives_the_same_update(tmp_path):
+    """transformers 5.x's trap: a model whose forward takes **kwargs is assumed to normalise its own loss by
+    `num_items_in_batch`, and Trainer then skips the division by the accumulation steps. Our models set
+    `accepts_loss_kwargs = False` and return per-batch means, so plain Trainer gives the same update for 16 and for
+    8 x 2 when every micro-batch holds as many masked tokens (each micro-batch's mean then weighs the same)."""
+    from transformers import Trainer
+
+    full = one_update(tmp_path, 16, 1, Trainer, masked=lambda i: 3)
+    accumulated = one_update(tmp_path, 8, 2, Trainer, masked=lambda i: 3)
+    worst = max((full[k] - accumulated[k]).abs().max().item() for k in full)
+    scale = max(full[k].abs().max().item() for k in full)
+    assert scale > 1e-3
+    assert worst < 1e-6 * max(1.0, scale) + 1e-7
+    # With loss kwargs claimed, Trainer skips the division and doubles the update.
+    trapped = one_update(tmp_path, 8, 2, Trainer, masked=lambda i: 3, accepts_loss_kwargs=True)
+    ratio = trapped["bert.embeddings.LayerNorm.weight"].norm() / full["bert.embeddings.LayerNorm.weight"].norm()
+    assert abs(ratio.item() - 2.0) < 1e-3
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -208,14 +209,8 @@ def test_repeating_the_data_more_than_the_paper_is_warned_about():
     (warning,) = repetition_warnings(stats, [40_000], 32, [dynamic])
     assert "pass over its text about 50 times (the paper: 40)" in warning
     # each phase on its own; a phase without examples (streaming statistics) is not judged
-    assert (
-        len(
-            repetition_warnings(
-                {"phase1": {"examples": 77_422}, "phase2": {"examples": 10}}, [100, 10], 32, [static, static]
-            )
-        )
-        == 1
-    )
+    two_phases = {"phase1": {"examples": 77_422}, "phase2": {"examples": 10}}
+    assert len(repetition_warnings(two_phases, [100, 10], 32, [static, static])) == 1
     assert repetition_warnings({}, [12_000], 32, [static]) == []
 
 
@@ -308,26 +303,10 @@ def test_no_hub_and_no_local_text_stops_fast_with_advice(tmp_path):
     import time
 
     start = time.time()
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "recipes" / "pretrain.py"),
-            "--config",
-            str(ROOT / "recipes" / "configs" / "quickstart.yaml"),
-            "--output_dir",
-            str(tmp_path / "out"),
-            "--corpus",
-            "Salesforce/wikitext",
-            "--hub_config",
-            "wikitext-2-raw-v1",
-            "--document_boundary",
-            "wikitext",
-        ],
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    quickstart = ROOT / "recipes" / "configs" / "quickstart.yaml"
+    argv = ["--config", quickstart, "--output_dir", tmp_path / "out", "--corpus", "Salesforce/wikitext"]
+    wikitext = ["--hub_config", "wikitext-2-raw-v1", "--document_boundary", "wikitext"]
+    result = run_recipe("pretrain.py", *argv, *wikitext, timeout=120)
     assert result.returncode == 2
     assert "Salesforce/wikitext" in result.stderr and "Pass local text instead" in result.stderr
     assert "Traceback" not in result.stderr
@@ -365,18 +344,8 @@ def test_bad_corpus_inputs(tmp_path, corpus_and_tokenizer):
 def test_dynamic_whole_word_masking_with_lamb(tmp_path, corpus_and_tokenizer):
     """The options: RoBERTa's dynamic masking, whole-word masking, NVIDIA's LAMB, a 30% mask rate."""
     corpus, tokenizer = corpus_and_tokenizer
-    config = write_config(
-        tmp_path / "options.yaml",
-        corpus,
-        tokenizer,
-        static_masking=False,
-        do_whole_word_mask=True,
-        optimizer="lamb",
-        masked_lm_prob=0.3,
-        max_predictions_per_seq=10,
-        max_steps=4,
-        save_steps=100,
-    )
+    options = dict(static_masking=False, do_whole_word_mask=True, optimizer="lamb", masked_lm_prob=0.3)
+    config = write_config(tmp_path / "o.yaml", corpus, tokenizer, max_predictions_per_seq=10, max_steps=4, **options)
     launch(config, tmp_path / "out")
     stats = json.loads((tmp_path / "out" / "data_statistics.json").read_text())
     assert "masked" not in stats["phase1"]  # nothing stored: masks are drawn per batch

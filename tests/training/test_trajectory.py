@@ -1,22 +1,13 @@
-"""The recipe trains as plain transformers does: from the same examples, initial weights and hyper-parameters,
-the same per-step MLM and NSP losses (fp32, CPU, dropout off), through gradient accumulation and the switch to
-phase 2.
+"""The recipe trains as plain transformers does: from the same examples, initial weights and hyper-parameters, the
+same per-step MLM and NSP losses (fp32, CPU, dropout off), through gradient accumulation and the switch to phase 2.
 
-The recipe is `run_pretraining` itself, in this process, starting from a saved checkpoint (`--init_from`). The
-reference is transformers alone: `BertForPreTraining` loaded from that checkpoint, `Trainer` with the same
-`TrainingArguments` (its own AdamW and weight-decay groups, warm-up and linear decay, clipping) and the
-collator below, on the examples the recipe's builder made, in the order its sampler drew them. As in the paper
-(warm-up, then linear decay over the million steps; 90% of them at 128 tokens, then 512), the reference keeps
-one schedule and one optimizer across both phases: phase 2 is only longer examples.
-
-The reference takes each batch in one forward pass. transformers' `Trainer` with `BertForPreTraining` and
-gradient accumulation adds up the micro-batches' MEAN losses, unscaled (the model's forward takes
-`num_items_in_batch` but ignores it; measured with transformers 5.x): with 2 micro-batches it logs twice the loss
-and clips twice the gradient. The recipe's accumulated batch must train as one batch, as the paper's batch of
-256 was one.
-
-`benchmarks/trajectory.py` compares the two loops with dropout on (docs/pretraining.md, "Training as transformers
-trains").
+The recipe is `run_pretraining` from a saved checkpoint (`--init_from`); the reference is `BertForPreTraining` and
+`Trainer` with the same `TrainingArguments` on the examples the recipe's builder made, in its sampler's order, one
+schedule and one optimizer across both phases as in the paper. The reference takes each batch in one forward pass:
+transformers' Trainer with `BertForPreTraining` adds up the micro-batches' MEAN losses unscaled (transformers 5.x),
+so with 2 micro-batches it logs twice the loss and clips twice the gradient, while the recipe's accumulated batch
+must train as one batch, as the paper's batch of 256 was one. `benchmarks/trajectory.py` compares the two loops
+with dropout on.
 """
 
 import json
@@ -140,31 +131,15 @@ def recipe_trajectory(argv):
 def test_recipe_trains_as_transformers(tmp_path, corpus_and_tokenizer, one_thread):
     corpus, tokenizer = corpus_and_tokenizer
     torch.manual_seed(0)
-    config = BertReproConfig.from_preset(
-        "tiny",
-        vocab_size=len(load_tokenizer(tokenizer)),
-        hidden_size=32,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    sizes = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = BertReproConfig.from_preset("tiny", vocab_size=len(load_tokenizer(tokenizer)), **sizes, **no_dropout)
     BertReproForPreTraining(config).save_pretrained(tmp_path / "init")  # safetensors, read by both
     # 90 steps at 32 tokens, then 30 at 64; the recipe takes each batch of 8 as 2 micro-batches of 4.
+    schedule = dict(max_steps=STEPS, warmup_steps=10, learning_rate=1e-3, weight_decay=0.01)
+    settings = dict(model_overrides=None, init_from=str(tmp_path / "init"), per_device_train_batch_size=4)
     run_config = write_config(
-        tmp_path / "run.yaml",
-        corpus,
-        tokenizer,
-        model_overrides=None,
-        init_from=str(tmp_path / "init"),
-        max_steps=STEPS,
-        per_device_train_batch_size=4,
-        warmup_steps=10,
-        learning_rate=1e-3,
-        weight_decay=0.01,
-        save_steps=10_000,
-        eval_fraction=0.0,
+        tmp_path / "run.yaml", corpus, tokenizer, save_steps=10_000, eval_fraction=0.0, **settings, **schedule
     )
     argv = ["--config", str(run_config), "--output_dir", str(tmp_path / "recipe")]
     ours = recipe_trajectory(argv)

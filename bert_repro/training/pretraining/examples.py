@@ -1,13 +1,8 @@
-"""Stage 1 of a pre-training run: its corpus, tokenizer and examples. Documents read and split into training and
-held-out ones, the WordPiece vocabulary given or trained (and kept in the output directory), then the examples,
-from one of two example sources:
-
-- `BuiltExamples`: every phase's examples built before training into Arrow datasets (with their statistics,
-  `data_statistics.json`), drawn phase after phase by `PhasedSampler`;
-- `StreamedExamples` (--streaming): a stream of examples read while training (`bert_repro.data.streaming`),
-  nothing copied to disk; its position is part of every checkpoint.
-
-Both answer the same questions (`ExampleSource`), so the run asks them instead of branching on --streaming."""
+"""Stage 1 of a pre-training run: documents read and split into training and held-out ones, the WordPiece
+vocabulary given or trained (kept in the output directory), then the examples from one of two sources that answer
+the same questions (`ExampleSource`): `BuiltExamples`, every phase's examples built before training into Arrow
+datasets, or `StreamedExamples` (--streaming), read while training, whose position is part of every checkpoint.
+"""
 
 from __future__ import annotations
 
@@ -304,8 +299,7 @@ class BuiltExamples:
     streamed, stop_every = False, 0
 
     def prepare(self, plan) -> PreparedData:
-        recipe = plan.recipe
-        return PreparedData(*build_datasets(recipe.data, list(plan.phase_configs), plan.training, plan.output_dir))
+        return PreparedData(*build_datasets(plan.recipe.data, list(plan.phase_configs), plan.training, plan.output_dir))
 
     def train_dataset(self, prepared: PreparedData):
         phases = prepared.train
@@ -338,12 +332,8 @@ class StreamedExamples:
         self.stop_every = STREAM_STOP_EVERY if workers else 0
 
     def prepare(self, plan) -> PreparedData:
-        recipe = plan.recipe
-        return PreparedData(
-            *build_streaming_datasets(
-                recipe.data, list(plan.phase_configs), plan.training, plan.output_dir, list(plan.phase_steps)
-            )
-        )
+        configs, steps = list(plan.phase_configs), list(plan.phase_steps)
+        return PreparedData(*build_streaming_datasets(plan.recipe.data, configs, plan.training, plan.output_dir, steps))
 
     def train_dataset(self, prepared: PreparedData):
         return prepared.train

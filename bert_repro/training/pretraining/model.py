@@ -42,9 +42,7 @@ def model_config(model_settings: ModelSettings, objective: str = DEFAULT_OBJECTI
     if model_settings.init_from:
         check_model_dir(model_settings.init_from)
     try:
-        if (
-            model_settings.init_from
-        ):  # continued pre-training keeps the checkpoint's attention direction (from_pretrained checks)
+        if model_settings.init_from:  # continued pre-training keeps the checkpoint's attention direction
             config = BertReproConfig.from_pretrained(model_settings.init_from, objective=objective)
             for name, value in model_settings.switches().items():
                 setattr(config, name, value)
@@ -61,15 +59,6 @@ def model_config(model_settings: ModelSettings, objective: str = DEFAULT_OBJECTI
         raise ConfigurationError(
             f"The model configuration ({source}, --objective {objective}) is invalid: {reason}"
         ) from None
-
-
-def check_lengths(config: BertReproConfig, phases: list[PreTrainingDataConfig]) -> None:
-    longest = max(cfg.max_seq_length for cfg in phases)
-    if longest > config.max_position_embeddings:
-        raise ConfigurationError(
-            f"max_seq_length {longest} is longer than the model's max_position_embeddings "
-            f"({config.max_position_embeddings}); lower max_seq_length / phase2_max_seq_length."
-        )
 
 
 def build_model(

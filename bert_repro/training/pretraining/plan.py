@@ -1,10 +1,6 @@
-"""What a pre-training recipe means, resolved once before any work: `plan(recipe) -> PreTrainingPlan`.
-
-The recipe is what the user asked for and stays as given; the plan is what the run does with it: the Trainer's
-arguments (gradient accumulation derived from the global batch, the stream's position instead of Trainer's data
-skip, evaluation off where nothing is held out, optional reports dropped where their package is missing), each
-phase's example config and steps, the example source, the checkpoint asked to resume from, and the record the
-output directory keeps. Nothing here reads the corpus or writes a file.
+"""What a pre-training recipe means, resolved once before any work: `plan(recipe) -> PreTrainingPlan`. The recipe
+stays as given; the plan holds what the run does with it (the Trainer's arguments with what they derive, each
+phase's examples and steps, the example source, the record). Nothing here reads the corpus or writes a file.
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ from ..cli import (
 )
 from ..distributed import check_engine
 from .examples import ExampleSource, example_source
-from .model import check_lengths, model_config
+from .model import model_config
 from .phases import phase_configs, phase_steps
 from .recipe import PreTrainingRecipe, check_values, check_vocabulary, gradient_accumulation, run_identity
 
@@ -51,10 +47,8 @@ class PreTrainingPlan:
 
 
 def check(recipe: PreTrainingRecipe) -> None:
-    """The one place where a pre-training recipe is checked; a new setting gets its check here. The values
-    (`check_values`), the engine and optimizer, every phase's lengths against the model's positions, the tokenizer
-    file or vocabulary size, and the combinations no run can use. The output directory and the Hub request are
-    checked next by the run, still before any data work; the corpus files as they are read."""
+    """The one place where a pre-training recipe is checked, before any data work; a new setting gets its check
+    here. The output directory and the Hub request are checked next by the run, the corpus files as they are read."""
     data, training = recipe.data, recipe.training
     check_values(recipe)
     check_engine(training, optimizer=recipe.optimization.optimizer)
@@ -68,9 +62,12 @@ def check(recipe: PreTrainingRecipe) -> None:
             f"{training.world_size} processes) = {derived}. For {steps} steps, pass --global_batch_size "
             f"{steps * training.per_device_train_batch_size * training.world_size}."
         )
-    check_lengths(
-        model_config(recipe.model, recipe.examples.objective, **recipe.model.switches()), phase_configs(recipe)
-    )
+    positions = model_config(recipe.model, recipe.examples.objective, **recipe.model.switches()).max_position_embeddings
+    if (longest := max(phase.max_seq_length for phase in recipe.phases)) > positions:
+        raise ConfigurationError(
+            f"max_seq_length {longest} is longer than the model's max_position_embeddings ({positions}); lower "
+            "max_seq_length / phase2_max_seq_length."
+        )
     check_vocabulary(data)
     if data.packing and recipe.examples.pretraining_objective.causal:
         raise ConfigurationError(

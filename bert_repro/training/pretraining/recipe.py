@@ -1,13 +1,9 @@
-"""A pre-training run as one typed object: `PreTrainingRecipe`, read at the edge (a YAML file, the command line,
-transformers' example names: `from_args`, `from_yaml`) and from a run's record (`from_dict`), checked in one place
-(`check`), changed with `replace` under the command line's names. The library's functions take it
-(`run_pretraining(recipe)`); the studies build theirs with `replace`, never a command line.
-
-Its sections say where a setting acts: `data` (corpus, vocabulary, held-out split, batching), `examples` (how
-pre-training examples are built: `PreTrainingDataConfig`), `model`, `phases` (the paper's two: 90% of the steps at
-128 tokens, 10% at 512, each a `Phase`), `optimization` (global batch, optimizer), `training` (transformers'
-`TrainingArguments`, as given: the run's own copy is the plan's) and `output` (what this invocation does with the
-output directory). `run_config.json` is `to_dict()`, with its schema version.
+"""A pre-training run as one typed object, `PreTrainingRecipe`: read at the edge (`from_args`, `from_yaml`) or from
+a run's record (`from_dict`), changed with `replace` under the command line's names, checked before any work
+(`check_values` here, the rest in `plan.check`). Its sections say where a setting acts: `data`, `examples`
+(`PreTrainingDataConfig`), `model`, `phases` (the paper's two: 90% of the steps at 128 tokens, 10% at 512),
+`optimization`, `training` (transformers' `TrainingArguments`, as given) and `output` (what this invocation does
+with the output directory). `run_config.json` is `to_dict()`.
 """
 
 from __future__ import annotations
@@ -196,7 +192,7 @@ def phases_from_flags(examples: PreTrainingDataConfig, flags: PhaseFlags) -> tup
     return first, Phase(flags.phase2_max_seq_length, flags.phase2_max_predictions_per_seq, flags.phase2_fraction)
 
 
-# The classes the command line fills, in this order (`PreTrainingRecipe.from_parsed`).
+# The classes the command line fills, in this order (`PreTrainingRecipe.from_args`).
 PARSED = (DataSettings, PreTrainingDataConfig, ModelSettings, PhaseFlags, OptimizationSettings, OutputSettings)
 # The recipe's sections of one class each (`phases` is a tuple of `Phase`).
 SECTION_CLASSES = {
@@ -252,17 +248,14 @@ class PreTrainingRecipe:
         parsed = parse_with_config(
             (*PARSED, TrainingArguments), PAPER_TRAINING_DEFAULTS, argv, RECIPE, help_layout=HELP
         )
-        return cls.from_parsed(*parsed)
+        data, examples, model, flags, optimization, output, training = parsed
+        return cls(data, examples, model, phases_from_flags(examples, flags), optimization, training, output)
 
     @classmethod
     def from_yaml(cls, path: str | Path, **changes: Any) -> PreTrainingRecipe:
         """A YAML config (as `--config`), with `changes` as `replace` takes them."""
         recipe = cls.from_args(["--config", str(path)])
         return recipe.replace(**changes) if changes else recipe
-
-    @classmethod
-    def from_parsed(cls, data, examples, model, flags, optimization, output, training) -> PreTrainingRecipe:
-        return cls(data, examples, model, phases_from_flags(examples, flags), optimization, training, output)
 
     def phase_flags(self) -> PhaseFlags:
         """The phases under the command line's names (one phase: --phase2_fraction 0, the lengths' defaults)."""
@@ -317,13 +310,10 @@ class PreTrainingRecipe:
         }
         phases = tuple(Phase(**phase) for phase in record.get("phases") or [])
         first = phases[0] if phases else Phase(128, 20, 1.0)
-        examples = _filled(PreTrainingDataConfig, {**(record.get("examples") or {}), **_lengths(first)})
+        lengths = {"max_seq_length": first.max_seq_length, "max_predictions_per_seq": first.max_predictions_per_seq}
+        examples = _filled(PreTrainingDataConfig, {**(record.get("examples") or {}), **lengths})
         training = _unchecked(TrainingArguments, record.get("training") or {})
         return cls(**sections, examples=examples, phases=phases or (first,), training=training)
-
-
-def _lengths(phase: Phase) -> dict[str, int]:
-    return {"max_seq_length": phase.max_seq_length, "max_predictions_per_seq": phase.max_predictions_per_seq}
 
 
 def _filled(cls, values: dict[str, Any]):
@@ -390,27 +380,20 @@ def check_values(recipe: PreTrainingRecipe) -> None:
     """Values no run can use, refused before any data is read or the run recorded."""
     data, training, output = recipe.data, recipe.training, recipe.output
     batch, phase2 = recipe.optimization.global_batch_size, recipe.phase_flags().phase2_fraction
+    per_device, stop = training.per_device_train_batch_size, output.stop_after_steps
     wrong = [
         f"--{name} {value}"
         for name, value, ok in (
             ("learning_rate", training.learning_rate, training.learning_rate > 0),
             ("max_steps", training.max_steps, training.max_steps >= 1),
             ("global_batch_size", batch, batch >= 1),
-            (
-                "per_device_train_batch_size",
-                training.per_device_train_batch_size,
-                training.per_device_train_batch_size >= 1,
-            ),
+            ("per_device_train_batch_size", per_device, per_device >= 1),
             ("eval_fraction", data.eval_fraction, 0 <= data.eval_fraction < 1),
             ("phase2_fraction", phase2, 0 <= phase2 < 1),
             ("eval_max_examples", data.eval_max_examples, data.eval_max_examples >= 1),
             ("num_proc", data.num_proc, data.num_proc is None or data.num_proc >= 1),
             ("max_documents", data.max_documents, data.max_documents is None or data.max_documents >= 1),
-            (
-                "stop_after_steps",
-                output.stop_after_steps,
-                output.stop_after_steps is None or output.stop_after_steps >= 1,
-            ),
+            ("stop_after_steps", stop, stop is None or stop >= 1),
             ("stream_document_buffer", data.stream_document_buffer, data.stream_document_buffer >= 1),
             ("stream_shuffle_buffer", data.stream_shuffle_buffer, data.stream_shuffle_buffer >= 0),
             ("stream_held_out_documents", data.stream_held_out_documents, data.stream_held_out_documents >= 0),
@@ -467,21 +450,10 @@ def check_vocabulary(data: DataSettings) -> None:
 
 # Settings that may change between an interrupted run and its resumption.
 RUN_CONTROL_FIELDS = {
-    "overwrite_output_dir",
-    "stop_after_steps",
-    "resume_from_checkpoint",
-    "num_proc",
-    "plot",
-    *SPEED_SWITCHES,
-    "compile_layers",  # speed switches: the same training either way
-    "packing",  # the same examples per step and the same losses, packed or not
-    "fp8",  # opt-in precision of the blocks' products (runs recorded before it existed have no such field)
-    "logging_steps",
-    "report_to",
-    "disable_tqdm",
-    "log_level",
-    "log_level_replica",
-    "dataloader_num_workers",
+    *("overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot", "logging_steps"),
+    *("report_to", "disable_tqdm", "log_level", "log_level_replica", "dataloader_num_workers"),
+    # the same training either way: the speed switches, packing (the same examples and losses), fp8 (opt-in precision)
+    *(*SPEED_SWITCHES, "compile_layers", "packing", "fp8"),
     "gradient_accumulation_steps",  # derived from global_batch_size and the processes
 }
 # What a resumption may raise, extending the run (a finished one too): Trainer continues from the checkpoint with

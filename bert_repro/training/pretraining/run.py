@@ -1,12 +1,11 @@
-"""`run_pretraining(recipe)`: the paper's pre-training (section 3.1, appendix A.2) as one call, in four stages
-after the plan: open the output directory, prepare the data, build the model, train, publish.
+"""`run_pretraining(recipe)`: the paper's pre-training (section 3.1, appendix A.2) as one call: the plan, then the
+output directory opened, the data prepared, the model built, trained, published.
 
     from bert_repro.training import PreTrainingRecipe, run_pretraining
     run_pretraining(PreTrainingRecipe.from_yaml("recipes/configs/quickstart.yaml").replace(max_steps=500))
 
 A directory holding a different run is never overwritten; the same run resumes (`--resume_from_checkpoint true`)
-or, finished, is left as it is (`RunFinished`). Without NSP (`--objective mlm`, `ltr`: the paper's Table 5) the
-loss has no NSP term and the pooler and NSP head are frozen (`model.build_model`).
+or, finished, is left as it is.
 """
 
 from __future__ import annotations
@@ -106,16 +105,12 @@ def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
     if grown and training.process_index == 0:
         # Before the record changes: a directory with results.json is finished, and the longer run is not yet.
         (output_dir / RESULTS).unlink(missing_ok=True)
-        old_steps, new_steps = grown["training.max_steps"]
+        old, new = grown["training.max_steps"]
+        schedule = getattr(training.lr_scheduler_type, "value", training.lr_scheduler_type)
         logger.info(
-            "extending the run from max_steps %d to %d: the learning-rate schedule (%s, %s warm-up steps) now ends "
-            "at step %d, so the rate after the checkpoint is that of a %d-step schedule",
-            old_steps,
-            new_steps,
-            str(getattr(training.lr_scheduler_type, "value", training.lr_scheduler_type)),
-            training.warmup_steps,
-            new_steps,
-            new_steps,
+            f"extending the run from max_steps {old} to {new}: the learning-rate schedule ({schedule}, "
+            f"{training.warmup_steps} warm-up steps) now ends at step {new}, so the rate after the checkpoint is that "
+            f"of a {new}-step schedule"
         )
     return OpenedRun(grown, resume_from, push_to, fresh=holds_nothing(output_dir))
 
@@ -224,13 +219,12 @@ def stopped_early(plan: PreTrainingPlan, trainer: PreTrainingTrainer) -> dict[st
         if trainer.is_world_process_zero():
             logger.warning(stop_message(trainer.stop_on_signal, ["--resume_from_checkpoint", "true"]))
         return {"stopped_at_step": step, "stopped_by": name}
-    if trainer.state.global_step < plan.training.max_steps:
+    step = trainer.state.global_step
+    if step < plan.training.max_steps:
         logger.info(
-            "stopped after step %d of %d; continue with --resume_from_checkpoint true",
-            trainer.state.global_step,
-            plan.training.max_steps,
+            f"stopped after step {step} of {plan.training.max_steps}; continue with --resume_from_checkpoint true"
         )
-        return {"stopped_at_step": trainer.state.global_step}
+        return {"stopped_at_step": step}
     return None
 
 

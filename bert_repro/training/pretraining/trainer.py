@@ -1,11 +1,8 @@
-"""`PreTrainingTrainer`: Trainer that logs the MLM loss, NSP loss, MLM accuracy and NSP accuracy separately,
-evaluates them on a held-out slice of the corpus, and normalises the loss over the GLOBAL batch: the MLM loss is
-the mean over every masked token of the batch of `global_batch_size` sequences, however it is split into
-accumulation steps and processes; the NSP loss is the mean over its sequences. So one batch of 16, two accumulated
-batches of 8 and two DDP ranks of 8 give the same update (tested).
-
-Without NSP (`--objective mlm` or `ltr`) the loss has no NSP term and NSP metrics are not logged; "ltr" logs
-`lm_loss` / `lm_accuracy` (next token) instead of `mlm_*`."""
+"""`PreTrainingTrainer`: Trainer that logs and evaluates the MLM and NSP losses and accuracies separately, and
+normalises the loss over the GLOBAL batch: the MLM loss is the mean over every masked token of the
+`global_batch_size` sequences however they are split into accumulation steps and processes, the NSP loss the mean
+over its sequences. So one batch of 16, two accumulated batches of 8 and two DDP ranks of 8 give the same update.
+Without NSP (`--objective mlm`, `ltr`) the loss has no NSP term; "ltr" logs `lm_loss` / `lm_accuracy`."""
 
 from __future__ import annotations
 
@@ -29,12 +26,9 @@ def pretraining_sums(
 ) -> torch.Tensor:
     """Summed losses and counts of a batch: (mlm loss sum, mlm correct, masked tokens, nsp loss sum, nsp correct, n).
 
-    `prediction_logits` is (batch, seq, vocab), or from a sparse prediction (masked positions, vocab), or
-    (slots, vocab) when the model was given `masked_positions` (pass them here too). The "mlm" entries are the
-    token-level task's: masked tokens, or for a left-to-right objective the next tokens (its labels are
-    shifted by the collator). Without `next_sentence_label` (an objective without NSP) the NSP entries are 0, so
-    the loss built from them has no NSP term; NSP labels -100 (a fixed-shape batch's missing examples) count for
-    nothing."""
+    `prediction_logits` is (batch, seq, vocab), (masked positions, vocab) from a sparse prediction, or (slots,
+    vocab) when the model was given `masked_positions` (pass them here too). The "mlm" entries are the token-level
+    task's (for "ltr" the next tokens). Without `next_sentence_label` the NSP entries are 0."""
     if prediction_logits.dim() == 2 and masked_positions is not None:
         mlm_logits, mlm_labels = prediction_logits.float(), labels.reshape(-1)[masked_positions.reshape(-1)]
     else:
@@ -50,14 +44,12 @@ def pretraining_sums(
     if next_sentence_label is None:
         return torch.stack(mlm + [mlm_logits.new_zeros(())] * 3)
     nsp_logits = seq_relationship_logits.float()
-    return torch.stack(
-        mlm
-        + [
-            F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
-            (nsp_logits.argmax(-1) == next_sentence_label).sum().float(),
-            next_sentence_label.ne(IGNORE_INDEX).sum().float(),  # a fixed-shape packed batch pads with -100
-        ]
-    )
+    nsp = [
+        F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
+        (nsp_logits.argmax(-1) == next_sentence_label).sum().float(),
+        next_sentence_label.ne(IGNORE_INDEX).sum().float(),  # a fixed-shape packed batch pads with -100
+    ]
+    return torch.stack(mlm + nsp)
 
 
 def metrics_from_sums(
@@ -109,18 +101,10 @@ class PreTrainingTrainer(EngineTrainer):
     def _get_num_items_in_batch(self, batch_samples, device):
         """Masked tokens and sequences in the whole global batch (all accumulation steps, all processes)."""
         self.tokens_seen += sum(int(b["attention_mask"].sum()) for b in batch_samples)  # on the CPU: no sync
-        counts = torch.tensor(
-            [
-                sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in batch_samples),
-                sum(
-                    int(b["next_sentence_label"].ne(IGNORE_INDEX).sum())
-                    for b in batch_samples
-                    if "next_sentence_label" in b
-                ),
-            ],
-            dtype=torch.float64,
-            device=device,
-        )
+        masked = sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in batch_samples)
+        labels = [b["next_sentence_label"] for b in batch_samples if "next_sentence_label" in b]
+        sequences = sum(int(label.ne(IGNORE_INDEX).sum()) for label in labels)
+        counts = torch.tensor([masked, sequences], dtype=torch.float64, device=device)
         if self.accelerator.num_processes > 1:
             counts = self.accelerator.reduce(counts, reduction="sum")
         return counts
