@@ -32,7 +32,9 @@ BINARY = bytes(range(256)) * 40 + b"\x00\xff" * 7  # not UTF-8, bigger than the 
 
 
 @pytest.fixture
-def hub(tmp_path):
+def hub(tmp_path, monkeypatch):
+    # The client in this process sends HF_TOKEN where a call passes no token: this hub's, whatever the shell holds.
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
     with LocalHub(root=tmp_path / "hub", token=TOKEN) as server, server.patch_client(tmp_path / "hf_home"):
         yield server
         assert not server.server_errors, server.server_errors
