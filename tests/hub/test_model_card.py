@@ -6,6 +6,7 @@ would call its /api/validate-yaml."""
 import os
 
 from support import ROOT
+from support.run_records import FAKE_TOKEN, bert_config, finetuning_run, training_arguments, update_json, write_json
 from support.task_files import GLUE_HP
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -37,7 +38,6 @@ from bert_repro.hub.model_card import (
 from bert_repro.training.pretraining.recipe import PreTrainingRecipe
 from bert_repro.versions import framework_versions
 
-FAKE_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 REPO = "someone/bert-tiny-wikitext"
 SECTIONS = (
     "## Model",
@@ -62,75 +62,6 @@ def secret_environment(monkeypatch):
 # ------------------------------------------------------------------------------------------------------------
 # Fake run directories, in the formats bert_repro.training.pretrain / finetuning / reproduce write
 # ------------------------------------------------------------------------------------------------------------
-
-
-def _write(path: Path, value) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value, indent=2))
-
-
-def _update(path: Path, **fields) -> None:
-    """Add or replace top-level fields of a JSON record."""
-    _write(path, {**json.loads(path.read_text()), **fields})
-
-
-def bert_config(preset: str = "tiny", vocab_size: int = 8192, **extra) -> dict:
-    from bert_repro.model.configuration_bert_repro import PRESETS
-
-    return {
-        "architectures": ["BertReproForPreTraining"],
-        "model_type": "bert_repro",
-        "hidden_act": "gelu",
-        "vocab_size": vocab_size,
-        "max_position_embeddings": 512,
-        "type_vocab_size": 2,
-        "hidden_dropout_prob": 0.1,
-        "attention_probs_dropout_prob": 0.1,
-        "layer_norm_eps": 1e-12,
-        "initializer_range": 0.02,
-        "tie_word_embeddings": True,
-        **PRESETS[preset],
-        **extra,
-    }
-
-
-def training_arguments(**overrides) -> dict:
-    """A realistic slice of `TrainingArguments.to_dict()`, with the fields that must not reach a card."""
-    return {
-        "output_dir": "/home/someone/private/runs/out",
-        "per_device_train_batch_size": 32,
-        "num_train_epochs": 3.0,
-        "max_steps": 1000,
-        "learning_rate": 0.001,
-        "lr_scheduler_type": "linear",
-        "warmup_steps": 100.0,
-        "optim": "adamw_torch_fused",
-        "weight_decay": 0.01,
-        "adam_beta1": 0.9,
-        "adam_beta2": 0.999,
-        "adam_epsilon": 1e-06,
-        "gradient_accumulation_steps": 1,
-        "max_grad_norm": 1.0,
-        "bf16": False,
-        "fp16": False,
-        "tf32": None,
-        "eval_strategy": "steps",
-        "eval_steps": 250,
-        "save_steps": 500,
-        "seed": 12345,
-        "data_seed": None,
-        "run_name": "private-run-name",
-        "project": "huggingface",
-        "deepspeed": None,
-        "accelerator_config": {"split_batches": False, "even_batches": True, "use_seedable_sampler": True},
-        "debug": [],
-        "hub_token": FAKE_TOKEN,
-        "hub_model_id": "someone/private-repo",
-        "push_to_hub": False,
-        "trackio_space_id": "someone/private-space",
-        "local_rank": -1,
-        **overrides,
-    }
 
 
 def _stats(documents, sentences, examples, tokens, masked, is_next=0.4709, max_seq_length=None) -> dict:
@@ -170,17 +101,17 @@ def make_pretraining_run(
         **run_overrides,
     }
     record = PreTrainingRecipe.from_dict({}).replace(**run).to_dict()
-    _write(out / "run_config.json", {**record, "training": training_arguments()})
+    write_json(out / "run_config.json", {**record, "training": training_arguments()})
     statistics = {
         "phase1": _stats(600, 85_211, 46_441, 5_674_364, 842_939, max_seq_length=128),
         "held_out": _stats(12, 1_730, 1_000, 119_448, 17_760, is_next=0.4796),
     }
     if phase2:
         statistics["phase2"] = _stats(600, 85_211, 11_024, 5_401_210, 803_770, max_seq_length=512)
-    _write(out / "data_statistics.json", statistics)
-    _write(out / "config.json", bert_config())
+    write_json(out / "data_statistics.json", statistics)
+    write_json(out / "config.json", bert_config())
     if with_results:
-        _write(
+        write_json(
             out / "results.json",
             {
                 "train_runtime_s": 730.8,
@@ -199,62 +130,7 @@ def make_pretraining_run(
             },
         )
         (out / "training_curves.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-        _write(out / "log_history.json", [{"loss": 9.25, "mlm_loss": 8.56, "nsp_loss": 0.69, "step": 50}])
-    return out
-
-
-def _finetuning_run(
-    root: Path,
-    name: str,
-    best: dict,
-    runs: list[dict],
-    *,
-    task: str | None = None,
-    model: str = "runs/base",
-    hp: dict = GLUE_HP,
-    run_fields: dict | None = None,
-    num_labels: int = 2,
-    head: str = "BertReproForSequenceClassification",
-) -> Path:
-    """A fine-tuning output directory under ``root / name`` (the task: ``name`` unless given)."""
-    task = task or name
-    out = root / name
-    summary = {
-        "task": task,
-        "model": model,
-        "main_metric": best.pop("_main"),
-        "best": best,
-        "runs": runs,
-        "hyperparameters": hp,
-        "seconds": 1290.4,
-        "test_predictions": [],
-    }
-    _write(out / "results.json", summary)
-    run = {
-        "task": task,
-        "model": model,
-        "data": [],
-        "tokenizer": None,
-        "learning_rates": hp["learning_rates"],
-        "seeds": hp["seeds"],
-        "max_seq_length": hp["max_seq_length"],
-        "doc_stride": 128,
-        "max_query_length": 64,
-        "n_best_size": 20,
-        "max_answer_length": 30,
-        "max_train_samples": None,
-        "max_eval_samples": None,
-        "attn_implementation": "sdpa",
-        "predict_test": True,
-        "keep_all_runs": False,
-        **(run_fields or {}),
-    }
-    training = training_arguments(
-        learning_rate=2e-05, warmup_steps=0.1, max_steps=-1, seed=42, adam_epsilon=1e-06, eval_strategy="no"
-    )
-    _write(out / "run_config.json", {"schema_version": 2, "finetuning": run, "training": training})
-    labels = {str(i): f"LABEL_{i}" for i in range(num_labels)}
-    _write(out / "config.json", bert_config("base", 30522, architectures=[head], id2label=labels))
+        write_json(out / "log_history.json", [{"loss": 9.25, "mlm_loss": 8.56, "nsp_loss": 0.69, "step": 50}])
     return out
 
 
@@ -273,7 +149,7 @@ def make_mrpc_run(root: Path, model: str = "runs/base") -> Path:
     ]
     best = {"_main": "f1", **runs[-1]}
     best["validation"] = {"accuracy": 0.8137254901960784, "f1": 0.873}
-    return _finetuning_run(root, "mrpc", best, runs, model=model, hp={**GLUE_HP, "learning_rates": grid})
+    return finetuning_run(root, "mrpc", best, runs, model=model, hp={**GLUE_HP, "learning_rates": grid})
 
 
 def make_squad_v2_run(root: Path) -> Path:
@@ -289,7 +165,7 @@ def make_squad_v2_run(root: Path) -> Path:
     runs = [{"learning_rate": 5e-05, "seed": 42, "train_seconds": 5400.0, "validation": scores, "score": 75.8}]
     best = {"_main": "squad_f1", **runs[0]}
     hp = {**GLUE_HP, "learning_rates": [5e-05], "num_train_epochs": 2.0, "per_device_train_batch_size": 48}
-    return _finetuning_run(
+    return finetuning_run(
         root,
         "squad_v2",
         best,
@@ -383,7 +259,7 @@ def test_pretraining_metadata(tmp_path):
 def test_pretraining_body(tmp_path):
     out = make_pretraining_run(tmp_path)
     history = [{"loss": 9.25, "step": 50}, {"loss": 7.5, "step": 100}, {"eval_loss": 6.9, "step": 100}]
-    _write(out / "log_history.json", history)
+    write_json(out / "log_history.json", history)
     text = card_for_pretraining(out, REPO).text
     assert "| Preset | `tiny` (BERT-Tiny size) |" in text
     for row in (
@@ -425,7 +301,7 @@ def test_a_run_timed_from_a_step_says_so(tmp_path):
     # Resumed from a checkpoint that did not record its training time: the card must not call part of a run the
     # whole run's time.
     out = make_pretraining_run(tmp_path)
-    _update(out / "results.json", train_runtime_from_step=800)
+    update_json(out / "results.json", train_runtime_from_step=800)
     text = card_for_pretraining(out, REPO).text
     assert "0.20 h\n  of training from step 800 (the time before it was\n  not recorded) at 5,350.1 tokens/s" in text
     assert "tokens/s. Hardware: not recorded." in " ".join(text.split())  # a run from before the field
@@ -433,7 +309,7 @@ def test_a_run_timed_from_a_step_says_so(tmp_path):
 
 def test_the_card_names_the_hardware_the_run_recorded(tmp_path):
     out = make_pretraining_run(tmp_path)
-    _update(out / "results.json", hardware="NVIDIA H200")
+    update_json(out / "results.json", hardware="NVIDIA H200")
     assert "tokens/s. Hardware: NVIDIA H200." in " ".join(card_for_pretraining(out, REPO).text.split())
 
 
@@ -445,7 +321,7 @@ def test_pretraining_without_phase2_warns_about_untrained_positions(tmp_path):
 
 def test_pretraining_with_benchmark(tmp_path):
     bench = tmp_path / "reproduce"
-    _write(
+    write_json(
         bench / "report.json",
         {
             "model": "runs/base",
@@ -498,7 +374,7 @@ def test_pretraining_with_missing_values(tmp_path):
     )
     statistics = json.loads((out / "data_statistics.json").read_text())
     del statistics["held_out"]
-    _write(out / "data_statistics.json", statistics)
+    write_json(out / "data_statistics.json", statistics)
     card = card_for_pretraining(out, REPO)
     text = str(card)
     assert card.data.eval_results is None and "model-index" not in text
@@ -553,7 +429,7 @@ def test_the_settings_show_the_vocabulary_the_model_has(tmp_path):
     # --tokenizer overrides the YAML's vocab_size: the table shows the model's 30,522 entries, not the 8192 it
     # would have trained (issue 45)
     out = make_pretraining_run(tmp_path, tokenizer="google-bert/bert-base-uncased")
-    _write(out / "config.json", bert_config(vocab_size=30522))
+    write_json(out / "config.json", bert_config(vocab_size=30522))
     text = card_for_pretraining(out, REPO).text
     assert "| Vocabulary | 30,522 |" in text
     assert "`vocab_size` | 30522 (the model's, from config.json; the run's setting was 8192)" in text
@@ -606,7 +482,7 @@ def make_study(root: Path, pretrained_model: str, steps: int = 1000) -> Path:
         "seeds": [1, 2, 3],
         "majority_baseline": {"sst2": 50.92, "mrpc": 68.38, "mrpc_f1": 81.22},
     }
-    _write(root / "study.json", study)
+    write_json(root / "study.json", study)
     return root
 
 
@@ -635,7 +511,7 @@ def test_a_study_without_seeds_shows_the_best_runs(tmp_path):
     data = json.loads((study / "study.json").read_text())
     for row in data["rows"]:
         row["cells"] = {k: {"ours": c["ours"], "paper": None} for k, c in row["cells"].items()}
-    _write(study / "study.json", {**data, "seeds": []})
+    write_json(study / "study.json", {**data, "seeds": []})
     card = card_for_pretraining(make_pretraining_run(tmp_path), REPO, study_dir=study)
     assert {r.metric_name for r in card.data.eval_results[2:]} == {
         "Accuracy (%), fine-tuned, best of the learning-rate grid",
@@ -650,11 +526,11 @@ def test_study_row_of_this_checkpoint(tmp_path):
     study = make_study(tmp_path / "study", "/elsewhere/pretrained")
     rows = json.loads((study / "study.json").read_text())["rows"]
     other = {**rows[0], "variant": "other", "cells": {k: {**c, "ours": 11.0} for k, c in rows[0]["cells"].items()}}
-    _update(study / "study.json", rows=[other, *rows])
+    update_json(study / "study.json", rows=[other, *rows])
     first = card_for_pretraining(out, REPO, study_dir=study)  # no path matches: the first pre-trained row
     assert glue_scores(first)[("sst2", "accuracy")] == 11.0
     rows[0]["model"] = str(out)
-    _update(study / "study.json", rows=[other, *rows])
+    update_json(study / "study.json", rows=[other, *rows])
     assert glue_scores(card_for_pretraining(out, REPO, study_dir=study))[("sst2", "accuracy")] == 83.49
 
 
@@ -665,7 +541,7 @@ def test_a_study_that_is_not_of_this_checkpoint_is_refused(tmp_path):
     study = make_study(tmp_path / "study", "/elsewhere/pretrained", steps=6000)
     with pytest.raises(CardError, match="pre-trained for 6,000 steps, this checkpoint for 1,000"):
         card_for_pretraining(out, REPO, study_dir=study)
-    _update(study / "study.json", rows=json.loads((study / "study.json").read_text())["rows"][1:])
+    update_json(study / "study.json", rows=json.loads((study / "study.json").read_text())["rows"][1:])
     with pytest.raises(CardError, match="only randomly initialised"):
         card_for_pretraining(out, REPO, study_dir=study)
 
@@ -711,7 +587,7 @@ def test_a_run_that_predicts_one_label_is_flagged_beside_the_majority_class(tmp_
     summary["best"]["validation"] = {"accuracy": 0.6838, "f1": 0.8122}
     summary["best"]["one_label"] = {"validation": "equivalent"}
     summary["majority_baseline"] = {"validation": {"accuracy": 0.6838, "f1": 0.8122}}
-    _write(out / "results.json", summary)
+    write_json(out / "results.json", summary)
     text = card_for_finetuning(out, "someone/bert-mrpc").text
     assert "| dev | F1 (main) | 81.22 | 81.22 | 88.9 (test) | 89.3 (test) |" in text
     assert "| dev | Accuracy | 68.38 | 68.38 | – | – |" in text
@@ -841,16 +717,16 @@ def test_cards_list_the_framework_versions_the_run_recorded_else_say_whose(tmp_p
     now = "(installed when this card was made; the run did not record it)"
     assert f"- Transformers {transformers.__version__} {now}" in text and f"- Pytorch {torch.__version__} {now}" in text
     assert f"- bert_repro {bert_repro.__version__} {now}" in text
-    _write(out / "config.json", bert_config(transformers_version="5.17.0"))
+    write_json(out / "config.json", bert_config(transformers_version="5.17.0"))
     text = card_for_pretraining(out, REPO).text
     assert "- Transformers 5.17.0 (config.json: the version that saved the model)" in text
     versions = framework_versions()
     assert set(versions) == {"transformers", "torch", "datasets", "tokenizers", "bert_repro"}
-    _update(out / "results.json", versions={**versions, "torch": "2.11.0"})
+    update_json(out / "results.json", versions={**versions, "torch": "2.11.0"})
     text = card_for_pretraining(out, REPO).text
     assert "- Pytorch 2.11.0\n" in text and "installed when this card was made" not in text
     mrpc = make_mrpc_run(tmp_path)
-    _write(mrpc / "config.json", bert_config("base", 30522, transformers_version="5.17.0"))
+    write_json(mrpc / "config.json", bert_config("base", 30522, transformers_version="5.17.0"))
     assert "- Transformers 5.17.0 (config.json" in card_for_finetuning(mrpc, "someone/bert-mrpc").text
 
 
@@ -858,7 +734,7 @@ def test_a_subsampled_fine_tune_says_so_in_its_limitations(tmp_path):
     out = make_mrpc_run(tmp_path)
     record = json.loads((out / "run_config.json").read_text())
     record["finetuning"]["max_train_samples"] = 500
-    _write(out / "run_config.json", record)
+    write_json(out / "run_config.json", record)
     text = " ".join(card_for_finetuning(out, "someone/bert-mrpc").text.split())
     assert "Fine-tuned on the first 500 rows of the train split only, the paper on the whole split." in text
 
@@ -918,7 +794,7 @@ def test_each_dev_split_sits_beside_its_paper_number(tmp_path):
     """MNLI: dev matched / mismatched beside the paper's test matched / mismatched; CoNLL: dev and test each."""
     mnli = {"validation_matched": {"accuracy": 0.8412}, "validation_mismatched": {"accuracy": 0.8455}}
     run = {"learning_rate": 2e-05, "seed": 42, "train_seconds": 9000.0, **mnli, "score": 0.8412}
-    out = _finetuning_run(tmp_path, "mnli", {"_main": "accuracy", **run}, [run], num_labels=3)
+    out = finetuning_run(tmp_path, "mnli", {"_main": "accuracy", **run}, [run], num_labels=3)
     card = card_for_finetuning(out, "someone/bert-mnli")
     assert "| dev matched | Accuracy (main) | 84.12 | – | 84.6 (test matched) | 86.7 (test matched) |" in card.text
     mismatched = "| dev mismatched | Accuracy (main) | 84.55 | – | 83.4 (test mismatched) | 85.9 (test mismatched) |"
@@ -930,7 +806,7 @@ def test_each_dev_split_sits_beside_its_paper_number(tmp_path):
         "test": {"entity_f1": 0.912, "entity_precision": 0.905, "entity_recall": 0.919, "accuracy": 0.98},
     }
     run = {"learning_rate": 3e-05, "seed": 42, "train_seconds": 900.0, **conll, "score": 0.951}
-    out = _finetuning_run(
+    out = finetuning_run(
         tmp_path,
         "conll",
         {"_main": "entity_f1", **run},
