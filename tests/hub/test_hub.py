@@ -15,6 +15,7 @@ from hub_server import HubError, LocalHub
 from support import ROOT
 from support.models import padded_batch, tiny_config
 from support.pretraining_runs import launch, write_config
+from support.run_records import finetuning_run
 from support.task_files import finetune_args, fixture_files, write
 
 from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
@@ -228,31 +229,13 @@ def test_failed_push_is_clear_and_a_second_push_completes(tmp_path, tokenizer):
 def test_different_model_needs_overwrite(tmp_path, tokenizer):
     pretrained = tmp_path / "run"
     pretraining_output(pretrained, tokenizer)
-    finetuned = tmp_path / "mrpc"
+    validation = {"accuracy": 0.83, "f1": 0.873}
+    best = {"_main": "f1", "learning_rate": 2e-5, "seed": 42, "train_seconds": 4.0, "score": 0.873}
+    finetuned = finetuning_run(tmp_path, "mrpc", {**best, "validation": validation}, [], model="someone/tiny-bert")
     torch.manual_seed(0)
     classifier = BertReproForSequenceClassification(tiny_config(vocab_size=len(tokenizer), num_labels=2)).eval()
-    classifier.save_pretrained(finetuned)
+    classifier.save_pretrained(finetuned)  # its config.json replaces the record's
     save_tokenizer(tokenizer, finetuned)
-    (finetuned / "run_config.json").write_text(json.dumps({"run": {"task": "mrpc"}, "training": {}}))
-    (finetuned / "results.json").write_text(
-        json.dumps(
-            {
-                "task": "mrpc",
-                "model": "someone/tiny-bert",
-                "main_metric": "f1",
-                "seconds": 5.0,
-                "best": {
-                    "learning_rate": 2e-5,
-                    "seed": 42,
-                    "train_seconds": 4.0,
-                    "score": 0.873,
-                    "validation": {"accuracy": 0.83, "f1": 0.873},
-                },
-                "runs": [],
-                "hyperparameters": {"learning_rates": [2e-5], "seeds": [42]},
-            }
-        )
-    )
     with LocalHub() as hub:
         env = client_env(hub, tmp_path)
         push_cli(env, pretrained, "--repo_id", "someone/model")
