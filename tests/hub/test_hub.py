@@ -15,7 +15,7 @@ from hub_server import HubError, LocalHub
 from support import ROOT
 from support.models import padded_batch, tiny_config
 from support.pretraining_runs import launch, write_config
-from support.run_records import finetuning_run
+from support.run_records import finetuning_run, make_pretraining_run
 from support.task_files import finetune_args, fixture_files, write
 
 from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
@@ -57,6 +57,7 @@ def tokenizer():
 
 def pretraining_output(directory: Path, tokenizer) -> BertReproForPreTraining:
     """What recipes/pretrain.py leaves: final model, a checkpoint with Trainer's pickles, records."""
+    make_pretraining_run(directory.parent, name=directory.name)  # the model's config.json replaces the records'
     torch.manual_seed(0)
     config = tiny_config(vocab_size=len(tokenizer))
     model = BertReproForPreTraining(config).eval()
@@ -69,32 +70,6 @@ def pretraining_output(directory: Path, tokenizer) -> BertReproForPreTraining:
     for pickle_name in ("optimizer.pt", "rng_state.pth", "training_args.bin"):
         torch.save({"x": 1}, checkpoint / pickle_name)
     torch.save({"x": 1}, directory / "training_args.bin")
-    (directory / "run_config.json").write_text(
-        json.dumps(
-            {
-                "run": {"preset": "tiny", "corpus": ["books"]},
-                "data": {"max_seq_length": 128, "dupe_factor": 5},
-                "training": {"learning_rate": 1e-4, "max_steps": 4},
-            }
-        )
-    )
-    (directory / "data_statistics.json").write_text(
-        json.dumps(
-            {
-                "phase1": {
-                    "documents": 10,
-                    "sentences": 100,
-                    "examples": 50,
-                    "tokens": 6000,
-                    "is_next_share": 0.5,
-                    "masked_share": 0.15,
-                }
-            }
-        )
-    )
-    (directory / "results.json").write_text(
-        json.dumps({"global_step": 4, "eval_mlm_accuracy": 0.25, "eval_nsp_accuracy": 0.6, "train_runtime_s": 3.0})
-    )
     return model
 
 
@@ -170,7 +145,7 @@ def test_pretrained_round_trip_with_revisions(tmp_path, tokenizer):
         with torch.no_grad():
             expected = model(**batch).prediction_logits
         assert torch.equal(got["first"], expected)
-        assert ("accuracy", 25.0) in [(t, round(v, 4)) for t, v in got["eval_results"]]
+        assert ("accuracy", 9.76) in [(t, round(v, 4)) for t, v in got["eval_results"]]
 
         checkpoint = BertReproForPreTraining.from_pretrained(local / "checkpoint-2").eval()
         got = load_without_package(env, tmp_path, "someone/tiny-bert", "step-2", "AutoModelForPreTraining", batch)

@@ -1,11 +1,12 @@
 """Run records as bert_repro's recipes leave them, for model cards: config.json, Trainer's arguments (with the
-fields that must not reach a card), a fine-tuning run's results.json and run_config.json."""
+fields that must not reach a card), and the other records a pre-training or fine-tuning run leaves."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from bert_repro.training.pretraining.recipe import PreTrainingRecipe
 from support.task_files import GLUE_HP
 
 FAKE_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
@@ -132,4 +133,81 @@ def finetuning_run(
     write_json(out / "run_config.json", {"schema_version": 2, "finetuning": run, "training": training})
     labels = {str(i): f"LABEL_{i}" for i in range(num_labels)}
     write_json(out / "config.json", bert_config("base", 30522, architectures=[head], id2label=labels))
+    return out
+
+
+def _stats(documents, sentences, examples, tokens, masked, is_next=0.4709, max_seq_length=None) -> dict:
+    stats = {
+        "documents": documents,
+        "documents_skipped": {"empty": 0, "binary": 0},
+        "one_sentence_documents": 0,
+        "sentences": sentences,
+        "document_tokens": tokens // 3,
+        "examples": examples,
+        "tokens": tokens,
+        "is_next_share": is_next,
+        "length_histogram": {"0-8": 2, "27-35": 304, "117-125": 609, "126-134": examples - 915},
+        "masked": masked,
+        "masked_share": masked / tokens,
+        "masked_split": {"mask": 0.7999, "random": 0.0997, "unchanged": 0.1004},
+    }
+    return stats if max_seq_length is None else {"max_seq_length": max_seq_length, **stats}
+
+
+def make_pretraining_run(
+    root: Path,
+    *,
+    name: str = "pretrain",
+    corpus=("Salesforce/wikitext",),
+    phase2: bool = True,
+    with_results: bool = True,
+    **run_overrides,
+) -> Path:
+    """A pre-training output directory under `root / name`: records, config.json, curves (no weights)."""
+    out = root / name
+    run = {  # what differs from PreTrainingRecipe's defaults
+        "corpus": list(corpus),
+        "document_boundary": "wikitext",
+        "vocab_size": 8192,
+        "eval_fraction": 0.02,
+        "eval_max_examples": 1000,
+        "preset": "tiny",
+        "global_batch_size": 32,
+        "phase2_fraction": 0.1 if phase2 else 0.0,
+        "phase2_max_seq_length": 512,
+        "phase2_max_predictions_per_seq": 80,
+        "dupe_factor": 3,
+        **run_overrides,
+    }
+    record = PreTrainingRecipe.from_dict({}).replace(**run).to_dict()
+    write_json(out / "run_config.json", {**record, "training": training_arguments()})
+    statistics = {
+        "phase1": _stats(600, 85_211, 46_441, 5_674_364, 842_939, max_seq_length=128),
+        "held_out": _stats(12, 1_730, 1_000, 119_448, 17_760, is_next=0.4796),
+    }
+    if phase2:
+        statistics["phase2"] = _stats(600, 85_211, 11_024, 5_401_210, 803_770, max_seq_length=512)
+    write_json(out / "data_statistics.json", statistics)
+    write_json(out / "config.json", bert_config())
+    if with_results:
+        write_json(
+            out / "results.json",
+            {
+                "train_runtime_s": 730.8,
+                "global_step": 1000,
+                "train_loss": 7.078088714599609,
+                "processes": 1,
+                "gradient_accumulation_steps": 1,
+                "tokens_per_second": 5350.1,
+                "eval_mlm_loss": 6.125084593949045,
+                "eval_nsp_loss": 0.7306662166819853,
+                "eval_mlm_accuracy": 0.09757961783439491,
+                "eval_nsp_accuracy": 0.5113122171945701,
+                "eval_loss": 6.85575081063103,
+                "eval_runtime": 2.573,
+                "epoch": 1.0,
+            },
+        )
+        (out / "training_curves.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+        write_json(out / "log_history.json", [{"loss": 9.25, "mlm_loss": 8.56, "nsp_loss": 0.69, "step": 50}])
     return out
