@@ -227,33 +227,12 @@ def test_different_model_needs_overwrite(tmp_path, tokenizer):
         assert ("f1", 0.873) in [(t, round(v, 4)) for t, v in got["eval_results"]]  # a fraction, as evaluate's
 
 
-def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub):
+def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub, tiny_model):
     """`recipes/finetune.py --push_to_hub --hub_model_id ID`: our publishing, not Trainer's (no pickles)."""
-    tokenizer = train_wordpiece(iterator=list(fixture_files("mrpc").values()) * 5, vocab_size=120, show_progress=False)
-    base = tmp_path / "base"
-    torch.manual_seed(0)
-    BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer))).save_pretrained(base)
-    save_tokenizer(tokenizer, base)
     data = write(tmp_path / "MRPC", fixture_files("mrpc"))
-    env = client_env(local_hub, tmp_path)
-    run(
-        [
-            sys.executable,
-            str(ROOT / "recipes" / "finetune.py"),
-            *finetune_args(
-                "mrpc",
-                base,
-                data,
-                tmp_path / "out",
-                learning_rates="1e-4",
-                max_seq_length=64,  # the tiny model's positions (MRPC's default is 128)
-                max_steps=2,
-                push_to_hub=True,
-                hub_model_id="someone/tiny-mrpc",
-            ),
-        ],
-        env,
-    )
+    push = {"push_to_hub": True, "hub_model_id": "someone/tiny-mrpc"}
+    args = finetune_args("mrpc", tiny_model, data, tmp_path / "out", learning_rates="1e-4", max_steps=2, **push)
+    run([sys.executable, str(ROOT / "recipes" / "finetune.py"), *args], client_env(local_hub, tmp_path))
     files = local_hub.repo_files("someone/tiny-mrpc")
     assert {
         "model.safetensors",
