@@ -106,21 +106,6 @@ def make_squad_v2_run(root: Path) -> Path:
     )
 
 
-def all_cards(root: Path) -> dict[str, ModelCard]:
-    return {
-        "pretraining": card_for_pretraining(make_pretraining_run(root), REPO),
-        "pretraining_study": card_for_pretraining(
-            make_pretraining_run(root), REPO, study_dir=make_study(root / "study", "/home/someone/private/pretrained")
-        ),
-        "mrpc": card_for_finetuning(make_mrpc_run(root), "someone/bert-mrpc", base_model="someone/bert-base-repro"),
-        "squad_v2": card_for_finetuning(make_squad_v2_run(root), "someone/bert-squad2"),
-    }
-
-
-def by_metric(card: ModelCard) -> dict[tuple[str, str], float]:
-    return {(r.dataset_split, r.metric_name): r.metric_value for r in card.data.eval_results}
-
-
 def glue_scores(card: ModelCard) -> dict[tuple[str, str], float]:
     return {
         (r.dataset_config, r.metric_type): r.metric_value for r in card.data.eval_results if "glue" in r.dataset_type
@@ -452,7 +437,7 @@ def test_mrpc_metadata_and_table(tmp_path):
     assert data.pipeline_tag == "text-classification" and data.base_model == "someone/bert-base-repro"
     assert data.datasets == ["nyu-mll/glue"] and {"bert", "bert_repro", "glue", "mrpc"} <= set(data.tags)
     assert data.metrics == ["accuracy", "f1"]
-    values = by_metric(card)
+    values = {(r.dataset_split, r.metric_name): r.metric_value for r in data.eval_results}
     assert values[("validation", "F1")] == 0.873  # fractions, as evaluate's metrics give them (the table: percent)
     assert values[("validation", "Accuracy")] == 0.8137254901960784
     for r in data.eval_results:
@@ -538,8 +523,14 @@ def test_finetuning_card_without_run_config_or_model(tmp_path):
 
 
 @pytest.fixture
-def cards(tmp_path):
-    return all_cards(tmp_path)
+def cards(tmp_path) -> dict[str, ModelCard]:
+    study = make_study(tmp_path / "study", "/home/someone/private/pretrained")
+    return {
+        "pretraining": card_for_pretraining(make_pretraining_run(tmp_path), REPO),
+        "pretraining_study": card_for_pretraining(make_pretraining_run(tmp_path), REPO, study_dir=study),
+        "mrpc": card_for_finetuning(make_mrpc_run(tmp_path), "someone/bert-mrpc", base_model="someone/bert-base-repro"),
+        "squad_v2": card_for_finetuning(make_squad_v2_run(tmp_path), "someone/bert-squad2"),
+    }
 
 
 def test_cards_round_trip(cards):
