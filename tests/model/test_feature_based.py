@@ -494,7 +494,5 @@ def test_a_bilstm_checkpoint_counts_as_ours_for_the_hub_push():
     """A re-push of a BiLSTM checkpoint to its own repository is not refused as "not saved by bert_repro"."""
     from bert_repro.model.checkpoint_format import is_repro_checkpoint
 
-    assert is_repro_checkpoint({"model_type": "bert_repro_bilstm"}) and is_repro_checkpoint(
-        {"model_type": "bert_repro"}
-    )
-    assert not is_repro_checkpoint({"model_type": "bert"}) and not is_repro_checkpoint({"model_type": "roberta"})
+    for model_type, ours in (("bert_repro_bilstm", True), ("bert_repro", True), ("bert", False), ("roberta", False)):
+        assert is_repro_checkpoint({"model_type": model_type}) is ours, model_type
