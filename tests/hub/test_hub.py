@@ -95,19 +95,8 @@ CHILD = textwrap.dedent("""
 
 def load_without_package(env, tmp_path, repo, revision, auto_name, batch):
     torch.save(batch, tmp_path / "batch.pt")
-    run(
-        [
-            sys.executable,
-            "-c",
-            CHILD,
-            repo,
-            revision or "-",
-            auto_name,
-            str(tmp_path / "batch.pt"),
-            str(tmp_path / "out.pt"),
-        ],
-        env,
-    )
+    args = [repo, revision or "-", auto_name, tmp_path / "batch.pt", tmp_path / "out.pt"]
+    run([sys.executable, "-c", CHILD, *map(str, args)], env)
     return torch.load(tmp_path / "out.pt", weights_only=True)
 
 
@@ -249,15 +238,8 @@ def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub, tiny_model
 def test_pretrain_recipe_pushes_checkpoints_as_revisions(tmp_path, local_hub, corpus_and_tokenizer):
     corpus, tokenizer_dir = corpus_and_tokenizer
     config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=8, save_steps=4)
-    launch(
-        config,
-        tmp_path / "run",
-        "--push_to_hub",
-        "true",
-        "--hub_model_id",
-        "someone/tiny-pretrained",
-        env=client_env(local_hub, tmp_path),
-    )
+    push = ("--push_to_hub", "true", "--hub_model_id", "someone/tiny-pretrained")
+    launch(config, tmp_path / "run", *push, env=client_env(local_hub, tmp_path))
     assert {"main", "step-4", "step-8"} <= set(local_hub.refs("someone/tiny-pretrained")["heads"])
     for revision in ("main", "step-4"):
         files = local_hub.repo_files("someone/tiny-pretrained", revision)
