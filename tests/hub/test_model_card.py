@@ -692,15 +692,8 @@ def test_each_dev_split_sits_beside_its_paper_number(tmp_path):
         "test": {"entity_f1": 0.912, "entity_precision": 0.905, "entity_recall": 0.919, "accuracy": 0.98},
     }
     run = {"learning_rate": 3e-05, "seed": 42, "train_seconds": 900.0, **conll, "score": 0.951}
-    out = finetuning_run(
-        tmp_path,
-        "conll",
-        {"_main": "entity_f1", **run},
-        [run],
-        task="conll2003",
-        num_labels=9,
-        head="BertReproForTokenClassification",
-    )
+    head = "BertReproForTokenClassification"
+    out = finetuning_run(tmp_path, "conll2003", {"_main": "entity_f1", **run}, [run], num_labels=9, head=head)
     card = card_for_finetuning(out, "someone/bert-conll")
     assert card.data.pipeline_tag == "token-classification"
     assert "| dev | Entity F1 (main) | 95.10 | – | 96.4 (dev) | 96.6 (dev) |" in card.text

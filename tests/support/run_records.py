@@ -83,20 +83,18 @@ def training_arguments(**overrides) -> dict:
 
 def finetuning_run(
     root: Path,
-    name: str,
+    task: str,
     best: dict,
     runs: list[dict],
     *,
-    task: str | None = None,
     model: str = "runs/base",
     hp: dict = GLUE_HP,
     run_fields: dict | None = None,
     num_labels: int = 2,
     head: str = "BertReproForSequenceClassification",
 ) -> Path:
-    """A fine-tuning output directory under ``root / name`` (the task: ``name`` unless given)."""
-    task = task or name
-    out = root / name
+    """A fine-tuning output directory of the task `task`, under ``root / task``."""
+    out = root / task
     summary = {
         "task": task,
         "model": model,
