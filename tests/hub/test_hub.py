@@ -260,8 +260,15 @@ def test_push_advice_fits_the_cause(tmp_path, tokenizer):
         assert TOKEN not in failed.stderr + failed.stdout
 
 
-@pytest.mark.parametrize("case", ["refused token", "offline", "invalid id"])
-def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case, tiny_model):
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("refused token", "did not accept your token"),
+        ("offline", "HF_HUB_OFFLINE"),
+        ("invalid id", "is not a valid repository id"),
+    ],
+)
+def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case, expected, tiny_model):
     """--push_to_hub fails in seconds, before any data or training, with advice that fits the cause."""
     data = write(tmp_path / "MRPC", fixture_files("mrpc"))
     repo_id = "not a valid id!" if case == "invalid id" else "someone/tiny-mrpc"
@@ -270,22 +277,10 @@ def test_finetune_push_to_hub_checks_the_hub_before_training(tmp_path, case, tin
         if case == "offline":
             env["HF_HUB_OFFLINE"] = "1"
         out = tmp_path / "out"
-        result = run(
-            [
-                sys.executable,
-                str(ROOT / "recipes" / "finetune.py"),
-                *finetune_args("mrpc", tiny_model, data, out, cpu=False, push_to_hub=True, hub_model_id=repo_id),
-            ],
-            env,
-            check=False,
-        )
+        args = finetune_args("mrpc", tiny_model, data, out, cpu=False, push_to_hub=True, hub_model_id=repo_id)
+        result = run([sys.executable, str(ROOT / "recipes" / "finetune.py"), *args], env, check=False)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
-    expected = {
-        "refused token": "did not accept your token",
-        "offline": "HF_HUB_OFFLINE",
-        "invalid id": "is not a valid repository id",
-    }[case]
     assert expected in result.stderr, result.stderr[-3000:]
     assert not (out / "run_config.json").exists()
     assert TOKEN not in result.stderr + result.stdout
@@ -306,13 +301,8 @@ def test_hub_token_reaches_every_push_and_no_file(tmp_path, corpus_and_tokenizer
         corpus, tokenizer_dir = corpus_and_tokenizer
         config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=4, save_steps=2)
         out = tmp_path / "run"
-        result = launch(
-            config,
-            out,
-            *("--push_to_hub", "true", "--hub_model_id", "someone/tiny", "--hub_revision", "v1"),
-            *("--hub_token", secret),
-            env=env,
-        )
+        push = ("--push_to_hub", "true", "--hub_model_id", "someone/tiny", "--hub_revision", "v1")
+        result = launch(config, out, *push, "--hub_token", secret, env=env)
         assert {"v1", "step-2", "step-4"} <= set(hub.refs("someone/tiny")["heads"])
         assert "model.safetensors" in hub.repo_files("someone/tiny", "v1")
         assert every_byte_without(out, secret) == []
