@@ -403,20 +403,15 @@ def tiny_checkpoint(tmp_path_factory):
     return directory
 
 
-def finetune_argv(name, checkpoint, tmp_path, *extra):
+def finetune(name, checkpoint, tmp_path, *extra) -> dict:
+    """The recipe's run in this process: a few steps on the task's fixture files, into tmp_path / "out"."""
+    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune_recipe import FineTuningRecipe
+
     data = write(tmp_path / "data", fixture_files(name))
-    return finetune_args(
-        name,
-        checkpoint,
-        data,
-        tmp_path / "out",
-        *extra,
-        max_steps=3,
-        per_device_train_batch_size=2,
-        max_seq_length=64,
-        doc_stride=16,
-        bilstm_hidden_size=8,
-    )
+    settings = dict(max_steps=3, per_device_train_batch_size=2, max_seq_length=64, doc_stride=16, bilstm_hidden_size=8)
+    args = finetune_args(name, checkpoint, data, tmp_path / "out", *extra, **settings)
+    return run_finetuning(FineTuningRecipe.from_args(args))
 
 
 def encoder_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -425,15 +420,8 @@ def encoder_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_feature_based_recipe_end_to_end(tmp_path, tiny_checkpoint):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
-
     task = get_task("conll2003")
-    summary = run_finetuning(
-        FineTuningRecipe.from_args(
-            finetune_argv("conll2003", tiny_checkpoint, tmp_path, "--features", "concat_last_four")
-        )
-    )
+    summary = finetune("conll2003", tiny_checkpoint, tmp_path, "--features", "concat_last_four")
     out = tmp_path / "out"
     assert summary["features"] == "concat_last_four"
     assert summary["model_class"] == "BertReproForTokenClassificationWithBiLSTM"
@@ -452,15 +440,8 @@ def test_feature_based_recipe_end_to_end(tmp_path, tiny_checkpoint):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["conll2003", "squad"])
 def test_bilstm_head_recipe_end_to_end(tmp_path, tiny_checkpoint, name):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
-
     task = get_task(name)
-    summary = run_finetuning(
-        FineTuningRecipe.from_args(
-            finetune_argv(name, tiny_checkpoint, tmp_path, "--head", "bilstm", "--learning_rates", "1e-3")
-        )
-    )
+    summary = finetune(name, tiny_checkpoint, tmp_path, "--head", "bilstm", "--learning_rates", "1e-3")
     out = tmp_path / "out"
     assert summary["model_class"] == task.kind.bilstm_head_class.__name__ and summary["features"] is None
     assert set(task.metrics) <= set(summary["best"][task.eval_splits[0]])
