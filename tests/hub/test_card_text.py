@@ -2,14 +2,12 @@
 records), so a task or metric added to the registry comes with its own words on the card, never its raw name."""
 
 import dataclasses
-import json
 import os
-from pathlib import Path
 from types import MappingProxyType
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from support.task_files import GLUE_HP
+from support.run_records import finetuning_run
 
 from bert_repro.hub import finetuned_card as model_card
 from bert_repro.tasks import registry
@@ -21,28 +19,6 @@ def test_every_task_and_metric_has_words_for_readers():
         assert task.display_name and task.display_name != name, name
     for name, metric in METRICS.items():
         assert metric.label and metric.hub_id and metric.description, name
-
-
-def fake_finetuning_run(root: Path, task: str, scores: dict[str, float], main: str) -> Path:
-    """The files `recipes/finetune.py` leaves for a card: results.json, run_config.json, config.json."""
-    run = {"learning_rate": 2e-05, "seed": 42, "train_seconds": 60.0, "validation": scores, "score": scores[main]}
-    root.mkdir(parents=True)
-    (root / "results.json").write_text(
-        json.dumps(
-            {
-                "task": task,
-                "model": "runs/base",
-                "main_metric": main,
-                "best": run,
-                "runs": [run],
-                "seconds": 60.0,
-                "hyperparameters": GLUE_HP,
-            }
-        )
-    )
-    (root / "run_config.json").write_text(json.dumps({"run": {"task": task}, "training": {"seed": 42}}))
-    (root / "config.json").write_text("{}")
-    return root
 
 
 def test_a_task_added_to_the_registry_is_named_on_its_card(tmp_path, monkeypatch):
@@ -62,7 +38,8 @@ def test_a_task_added_to_the_registry_is_named_on_its_card(tmp_path, monkeypatch
     monkeypatch.setattr(registry, "METRICS", MappingProxyType(metrics))
     monkeypatch.setattr(model_card, "METRICS", MappingProxyType(metrics))
 
-    out = fake_finetuning_run(tmp_path / "paws", "paws", {"accuracy": 0.9, "macro_f1": 0.88}, "macro_f1")
+    run = {"learning_rate": 2e-05, "seed": 42, "train_seconds": 60.0, "validation": {"accuracy": 0.9, "macro_f1": 0.88}}
+    out = finetuning_run(tmp_path, "paws", {"_main": "macro_f1", **run, "score": 0.88}, [run])
     card = model_card.card_for_finetuning(out, "someone/bert-paws")
 
     assert "fine-tuned on PAWS-X paraphrases with bert_repro" in card.text

@@ -64,13 +64,6 @@ def bilstm_model(model_class=BertReproForTokenClassificationWithBiLSTM, seed=0, 
     return model
 
 
-def bilstm_inputs(model):
-    """What the BiLSTM is fed in a forward, recorded by a hook."""
-    seen = []
-    handle = model.bilstm.register_forward_hook(lambda module, args, output: seen.append(args[0].detach()))
-    return seen, handle
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Feature sets against the hidden states, by hand
 # ---------------------------------------------------------------------------------------------------------------
@@ -95,11 +88,7 @@ BY_HAND = {
 }
 
 
-def test_every_named_feature_set_is_checked_by_hand():
-    assert set(FEATURE_SETS) <= set(BY_HAND)
-
-
-@pytest.mark.parametrize("spec", list(BY_HAND))
+@pytest.mark.parametrize("spec", sorted({*FEATURE_SETS, *BY_HAND}))  # a named set without its by-hand: KeyError
 def test_feature_set_equals_hidden_states_by_hand(spec):
     model = bilstm_model(feature_set=spec, freeze_encoder=True).eval()
     batch = padded_batch(model.config.vocab_size, batch=3, seq=10)
@@ -109,7 +98,8 @@ def test_feature_set_equals_hidden_states_by_hand(spec):
     expected = BY_HAND[spec](states, model.token_features.mix)
     width = {"concat_last_four": 4, "layers=0,5,1": 3}.get(spec, 1) * 16
     assert expected.shape == (3, 10, width) == (3, 10, model.bilstm.lstm.input_size)
-    seen, handle = bilstm_inputs(model)
+    seen = []  # what the BiLSTM is fed
+    handle = model.bilstm.register_forward_hook(lambda module, args, output: seen.append(args[0].detach()))
     with torch.no_grad():
         model(**batch)
     handle.remove()
@@ -413,20 +403,15 @@ def tiny_checkpoint(tmp_path_factory):
     return directory
 
 
-def finetune_argv(name, checkpoint, tmp_path, *extra):
+def finetune(name, checkpoint, tmp_path, *extra) -> dict:
+    """The recipe's run in this process: a few steps on the task's fixture files, into tmp_path / "out"."""
+    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune_recipe import FineTuningRecipe
+
     data = write(tmp_path / "data", fixture_files(name))
-    return finetune_args(
-        name,
-        checkpoint,
-        data,
-        tmp_path / "out",
-        *extra,
-        max_steps=3,
-        per_device_train_batch_size=2,
-        max_seq_length=64,
-        doc_stride=16,
-        bilstm_hidden_size=8,
-    )
+    settings = dict(max_steps=3, per_device_train_batch_size=2, max_seq_length=64, doc_stride=16, bilstm_hidden_size=8)
+    args = finetune_args(name, checkpoint, data, tmp_path / "out", *extra, **settings)
+    return run_finetuning(FineTuningRecipe.from_args(args))
 
 
 def encoder_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -435,15 +420,8 @@ def encoder_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_feature_based_recipe_end_to_end(tmp_path, tiny_checkpoint):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
-
     task = get_task("conll2003")
-    summary = run_finetuning(
-        FineTuningRecipe.from_args(
-            finetune_argv("conll2003", tiny_checkpoint, tmp_path, "--features", "concat_last_four")
-        )
-    )
+    summary = finetune("conll2003", tiny_checkpoint, tmp_path, "--features", "concat_last_four")
     out = tmp_path / "out"
     assert summary["features"] == "concat_last_four"
     assert summary["model_class"] == "BertReproForTokenClassificationWithBiLSTM"
@@ -462,15 +440,8 @@ def test_feature_based_recipe_end_to_end(tmp_path, tiny_checkpoint):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["conll2003", "squad"])
 def test_bilstm_head_recipe_end_to_end(tmp_path, tiny_checkpoint, name):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
-
     task = get_task(name)
-    summary = run_finetuning(
-        FineTuningRecipe.from_args(
-            finetune_argv(name, tiny_checkpoint, tmp_path, "--head", "bilstm", "--learning_rates", "1e-3")
-        )
-    )
+    summary = finetune(name, tiny_checkpoint, tmp_path, "--head", "bilstm", "--learning_rates", "1e-3")
     out = tmp_path / "out"
     assert summary["model_class"] == task.kind.bilstm_head_class.__name__ and summary["features"] is None
     assert set(task.metrics) <= set(summary["best"][task.eval_splits[0]])
@@ -504,7 +475,5 @@ def test_a_bilstm_checkpoint_counts_as_ours_for_the_hub_push():
     """A re-push of a BiLSTM checkpoint to its own repository is not refused as "not saved by bert_repro"."""
     from bert_repro.model.checkpoint_format import is_repro_checkpoint
 
-    assert is_repro_checkpoint({"model_type": "bert_repro_bilstm"}) and is_repro_checkpoint(
-        {"model_type": "bert_repro"}
-    )
-    assert not is_repro_checkpoint({"model_type": "bert"}) and not is_repro_checkpoint({"model_type": "roberta"})
+    for model_type, ours in (("bert_repro_bilstm", True), ("bert_repro", True), ("bert", False), ("roberta", False)):
+        assert is_repro_checkpoint({"model_type": model_type}) is ours, model_type

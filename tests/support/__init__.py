@@ -5,6 +5,7 @@
 - pretraining_runs: a tiny pre-training config and runs through the real launcher
 - corpora: the fixture corpus's words, pseudo-text and a WordPiece tokenizer trained on it
 - task_files: task files in their original layouts (GLUE, SQuAD, SWAG, CoNLL-2003)
+- run_records: the records a pre-training or fine-tuning run leaves for its model card
 - google_checkpoint: a tiny model in Google's TensorFlow layout, and what it must become
 - without_package: loading in a process where bert_repro cannot be imported
 - device_machine: an emulated GPU machine's environment, CUDA aside
