@@ -230,7 +230,7 @@ class EngineTrainer(Trainer):
             shutil.rmtree(folder / STAGING, ignore_errors=True)
 
     def _failed_save(self, err: Exception, folder: Path, needed: int, what: str) -> None:
-        """A save into `folder` failed: its partial files go, and a full disk is one `DiskFullError`."""
+        """A save into `folder` failed: its partial files go, and a full disk is one `ConfigurationError`."""
         self._clear_staging(folder)
         if (full := disk_full(err, folder, needed, what)) is not None:
             raise full from None
