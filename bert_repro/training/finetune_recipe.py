@@ -338,6 +338,10 @@ def choose_stages(run, training: TrainingArguments, argv: list[str], config: dic
         raise ConfigurationError("--predict_test with --do_train/--do_eval/--do_predict: --do_predict says it.")
     training.do_train, training.do_eval, training.do_predict = (asked.get(name, False) for name in STAGES)
     if not training.do_train:  # no training, so no evaluation during it (and do_eval stays as asked on `replace`)
+        if needs := needs_evaluations(training):
+            raise ConfigurationError(
+                f"{needs[0]} without --do_train: a setting of training, and this run trains nothing."
+            )
         training.eval_strategy = IntervalStrategy.NO
 
 
@@ -460,14 +464,8 @@ def resume_path(training: TrainingArguments) -> str | None:
 def check_evaluation(task: Task, training: TrainingArguments) -> None:
     """Trainer's evaluation settings against what the task's evaluation logs (`evaluation_metrics`), before work:
     Trainer itself would find a missing metric at the first evaluation, after an epoch of training."""
-    needs = {
-        "--load_best_model_at_end true": training.load_best_model_at_end,
-        "--save_strategy best": training.save_strategy == "best",
-        "--lr_scheduler_type reduce_lr_on_plateau": training.lr_scheduler_type == "reduce_lr_on_plateau",
-    }
-    needs_one = [flag for flag, given in needs.items() if given]
-    if needs_one and training.eval_strategy == "no":
-        raise ConfigurationError(f"{needs_one[0]} needs evaluations: pass --eval_strategy epoch (or steps).")
+    if (needs := needs_evaluations(training)) and training.eval_strategy == "no":
+        raise ConfigurationError(f"{needs[0]} needs evaluations: pass --eval_strategy epoch (or steps).")
     wrong = {
         "--prediction_loss_only true": training.prediction_loss_only,
         "--eval_do_concat_batches false": not training.eval_do_concat_batches,
@@ -493,6 +491,16 @@ def check_evaluation(task: Task, training: TrainingArguments) -> None:
             f"--metric_for_best_model {training.metric_for_best_model}{default}: {task.name}'s evaluation logs "
             f"{', '.join(known)}; pass one of them."
         )
+
+
+def needs_evaluations(training: TrainingArguments) -> list[str]:
+    """The settings given that act on the evaluations during training."""
+    needs = {
+        "--load_best_model_at_end true": training.load_best_model_at_end,
+        "--save_strategy best": training.save_strategy == "best",
+        "--lr_scheduler_type reduce_lr_on_plateau": training.lr_scheduler_type == "reduce_lr_on_plateau",
+    }
+    return [flag for flag, given in needs.items() if given]
 
 
 def evaluation_metrics(task: Task) -> list[str]:

@@ -315,6 +315,20 @@ def test_fine_tuning_values_no_run_can_use_are_refused_while_parsing(flags, name
     assert str(error.value).startswith(f"{named}:")
 
 
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (("--load_best_model_at_end", "true"), "--load_best_model_at_end true"),
+        (("--lr_scheduler_type", "reduce_lr_on_plateau"), "--lr_scheduler_type reduce_lr_on_plateau"),
+        (("--save_strategy", "best"), "--save_strategy best"),
+    ],
+)
+def test_a_training_setting_in_an_evaluation_only_run_asks_for_do_train(flags, named):
+    with pytest.raises(ConfigurationError) as error:
+        finetuning("--task", "mrpc", "--model", "m", "--do_eval", *flags)
+    assert str(error.value) == f"{named} without --do_train: a setting of training, and this run trains nothing."
+
+
 def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(tmp_path):
     from bert_repro.training.finetune_recipe import check_model_config, parse_arguments
 
