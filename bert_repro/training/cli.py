@@ -621,11 +621,14 @@ def check_trainer_settings(training) -> None:
             ) from None
 
 
-def pin_memory_only_with_an_accelerator(training) -> None:
-    """Pinned memory only speeds copies to an accelerator; without one torch warns on every data loader."""
+def accelerator_available() -> bool:
     import torch
 
     accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; CUDA only before
-    available = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
-    if training.dataloader_pin_memory and (training.use_cpu or not available):
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def pin_memory_only_with_an_accelerator(training) -> None:
+    """Pinned memory only speeds copies to an accelerator; without one torch warns on every data loader."""
+    if training.dataloader_pin_memory and (training.use_cpu or not accelerator_available()):
         training.dataloader_pin_memory = False
