@@ -364,11 +364,6 @@ def _names(cls) -> set[str]:
     return {f.name for f in fields(cls) if f.init}
 
 
-def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments, TrainingArguments]:
-    """The command line's settings as a run uses them (`FineTuningRecipe.from_args(argv).resolved()`)."""
-    return FineTuningRecipe.from_args(argv).resolved()
-
-
 def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:
     """The one place where a fine-tuning run's arguments are checked, before any data is read, weights loaded or
     anything written; a new flag gets its check here. Without the model at hand (a study checks its runs before it
