@@ -557,16 +557,27 @@ def write_run_config(output_dir: str | Path, record: dict) -> None:
         ) from None
 
 
-def check_attention(name: str) -> str | None:
-    """What is wrong with --attn_implementation `name`, or None: eager, or a kernel transformers has registered
-    (sdpa, flash_attention_2 ...), or a Hub kernel (`org/repo`), which transformers fetches when the model loads."""
+def check_attention(name: str) -> None:
+    """--attn_implementation: eager, or a kernel transformers has registered (sdpa, flash_attention_2 ...), or a Hub
+    kernel (`org/repo`), which transformers fetches when the model loads."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     known = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
-    if name in known or "/" in name:
-        return None
-    close = closest(name, set(known), prefix="")
-    return f"--attn_implementation {name}: not a kernel transformers knows{close}; one of {', '.join(known)}."
+    if name not in known and "/" not in name:
+        close = closest(name, set(known), prefix="")
+        raise ConfigurationError(
+            f"--attn_implementation {name}: not a kernel transformers knows{close}; one of {', '.join(known)}."
+        )
+
+
+def check_tokenizer(name: str) -> None:
+    """--tokenizer loads: said before the data is read."""
+    from ..data.wordpiece import load_tokenizer
+
+    try:
+        load_tokenizer(name)
+    except (OSError, ValueError) as err:
+        raise ConfigurationError(f"--tokenizer {name}: {' '.join(str(err).split())}") from None
 
 
 def importable(module: str) -> bool:

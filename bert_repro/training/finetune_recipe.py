@@ -15,7 +15,6 @@ from typing import Any
 from transformers import IntervalStrategy, TrainingArguments
 from transformers.hf_argparser import string_to_bool
 
-from ..data.wordpiece import load_tokenizer
 from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
 from ..model.configuration_bert_repro import (
     DEFAULT_OBJECTIVE,
@@ -34,6 +33,7 @@ from .cli import (
     HelpLayout,
     SpeedSwitches,
     check_attention,
+    check_tokenizer,
     check_trainer_settings,
     closest,
     flag,
@@ -375,10 +375,7 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
     check_trainer_settings(training)
     if model_at_hand:
         if run.tokenizer:
-            try:
-                load_tokenizer(run.tokenizer)
-            except (OSError, ValueError) as err:
-                raise ConfigurationError(f"--tokenizer {run.tokenizer}: {' '.join(str(err).split())}") from None
+            check_tokenizer(run.tokenizer)
         check_model_dir(run.model)  # a pickle, damaged weights or config.json
         check_model_config(run)
 
@@ -419,8 +416,7 @@ def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
                 f"--{name} {' '.join(map(str, values))}: {', '.join(map(str, twice))} given twice; each value is "
                 "one run of the grid."
             )
-    if problem := check_attention(run.attn_implementation):
-        raise ConfigurationError(problem)
+    check_attention(run.attn_implementation)
 
 
 def check_stages(run: FineTuningArguments, training: TrainingArguments) -> None:

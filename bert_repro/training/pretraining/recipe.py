@@ -18,13 +18,14 @@ from typing import Any
 from transformers import TrainingArguments
 
 from ...data.pretraining_examples import PreTrainingDataConfig
-from ...data.wordpiece import BERT_SPECIAL_TOKENS, load_tokenizer
+from ...data.wordpiece import BERT_SPECIAL_TOKENS
 from ...model.configuration_bert_repro import SPEED_SWITCHES
 from ..cli import (
     ConfigurationError,
     HelpLayout,
     SpeedSwitches,
     check_attention,
+    check_tokenizer,
     closest,
     flag,
     parse_with_config,
@@ -410,8 +411,7 @@ def check_values(recipe: PreTrainingRecipe) -> None:
             "the weight decay, stream_shuffle_buffer and stream_held_out_documents at least 0; the seed in "
             "[0, 2**32); eval_fraction and phase2_fraction in [0, 1)."
         )
-    if problem := check_attention(recipe.model.attn_implementation):
-        raise ConfigurationError(problem)
+    check_attention(recipe.model.attn_implementation)
     if recipe.model.fp8 and (problem := fp8_problem(training.bf16)):
         raise ConfigurationError(problem)
 
@@ -432,10 +432,7 @@ def check_vocabulary(data: DataSettings) -> None:
     """The tokenizer given is readable, or the vocabulary to train has room beyond the special tokens: said now,
     not after the corpus is read."""
     if data.tokenizer:
-        try:
-            load_tokenizer(data.tokenizer)
-        except (OSError, ValueError) as err:
-            raise ConfigurationError(f"--tokenizer {data.tokenizer}: {' '.join(str(err).split())}") from None
+        check_tokenizer(data.tokenizer)
     elif data.vocab_size <= len(BERT_SPECIAL_TOKENS):
         raise ConfigurationError(
             f"--vocab_size {data.vocab_size}: a WordPiece vocabulary needs more than its {len(BERT_SPECIAL_TOKENS)} "
