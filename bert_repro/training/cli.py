@@ -53,6 +53,11 @@ class ConfigurationError(ValueError):
     """Settings that cannot work together; the recipes print the message without a traceback."""
 
 
+def field_names(*classes: type) -> set[str]:
+    """The settings `classes` take (their dataclass fields that `__init__` takes)."""
+    return {f.name for cls in classes for f in fields(cls) if f.init}
+
+
 def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING, choices: list | None = None) -> Any:
     """A dataclass field with its `--help` text (and `choices`), where HfArgumentParser reads them."""
     metadata = {"help": help} | ({"choices": choices} if choices else {})
@@ -256,7 +261,7 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
         raise ConfigurationError(f"{path}{where}: not valid YAML ({problem}).") from None
     if not isinstance(values, dict):
         raise ConfigurationError(f"{path}: expected a mapping of field: value, got {type(values).__name__}.")
-    known = {f.name for cls in dataclass_types for f in fields(cls)}
+    known = field_names(*dataclass_types)
     unknown = sorted(set(values) - known)
     if unknown:
         said = "; ".join(f"{name}{closest(name, known, prefix='')}" for name in unknown)
@@ -386,7 +391,7 @@ def parse_with_config(
         config = argv[i + 1]
         config_values = read_yaml_config(config, dataclass_types, recipe)
         del argv[i : i + 2]
-    known = {f.name for cls in dataclass_types for f in fields(cls)}
+    known = field_names(*dataclass_types)
     argv, given = use_our_names(argv, known, set(config_values))
     # No abbreviations: --learning_rat is not taken for --learning_rate (nor refused only when ambiguous).
     parser = HfArgumentParser(dataclass_types, allow_abbrev=False)

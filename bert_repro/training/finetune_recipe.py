@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,6 +36,7 @@ from .cli import (
     check_tokenizer,
     check_trainer_settings,
     closest,
+    field_names,
     flag,
     parse_with_config,
     read_yaml_config,
@@ -247,7 +248,7 @@ class FineTuningRecipe:
     def from_args(cls, argv: list[str] | None = None) -> FineTuningRecipe:
         argv = list(sys.argv[1:] if argv is None else argv)
         check_deepspeed_installed(argv)  # before TrainingArguments, which fails on it with an unrelated error
-        ours, given = use_our_names(argv, {f.name for cls in ARGUMENTS for f in fields(cls)})  # --task_name: --task
+        ours, given = use_our_names(argv, field_names(*ARGUMENTS))  # --task_name: --task
         at = ours.index("--config") + 1 if "--config" in ours[:-1] else None
         config = read_yaml_config(ours[at], ARGUMENTS, RECIPE) if at else {}
         name = next((token.split("=", 1)[1] for token in ours if token.startswith("--task=")), None)
@@ -285,7 +286,7 @@ class FineTuningRecipe:
                 "FineTuningRecipe.replace(task=...): a task's defaults are part of its recipe; build one for it "
                 "with FineTuningRecipe.from_args(['--task', ...])."
             )
-        ours, theirs = _names(FineTuningArguments), _names(TrainingArguments)
+        ours, theirs = field_names(FineTuningArguments), field_names(TrainingArguments)
         unknown = [name for name in changes if name not in ours | theirs]
         if unknown:
             raise ConfigurationError(
@@ -358,10 +359,6 @@ def record_of(run: FineTuningArguments, training: TrainingArguments) -> dict[str
         "training": {k: v for k, v in training.to_dict().items() if not k.startswith(NOT_RECORDED)},
     }
     return json.loads(json.dumps(record, default=str))
-
-
-def _names(cls) -> set[str]:
-    return {f.name for f in fields(cls) if f.init}
 
 
 def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:

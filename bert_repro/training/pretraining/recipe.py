@@ -27,6 +27,7 @@ from ..cli import (
     check_attention,
     check_tokenizer,
     closest,
+    field_names,
     flag,
     parse_with_config,
 )
@@ -206,13 +207,9 @@ SECTION_CLASSES = {
 }
 
 
-def _names(cls) -> list[str]:
-    return [f.name for f in fields(cls) if f.init]
-
-
 # Flag name -> the section holding it; the phase flags and phase 1's lengths act on `phases`.
-SECTION_OF = {name: section for section, cls in SECTION_CLASSES.items() for name in _names(cls)}
-SECTION_OF.update({name: "phases" for name in _names(PhaseFlags)})
+SECTION_OF = {name: section for section, cls in SECTION_CLASSES.items() for name in field_names(cls)}
+SECTION_OF.update({name: "phases" for name in field_names(PhaseFlags)})
 
 
 @dataclass(frozen=True)
@@ -318,7 +315,7 @@ class PreTrainingRecipe:
 
 
 def _filled(cls, values: dict[str, Any]):
-    known = set(_names(cls))
+    known = field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in known})
 
 
