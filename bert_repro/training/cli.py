@@ -269,7 +269,7 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
     return values
 
 
-def grids_from_single_values(
+def grids_from_singlevalues_of(
     parsed: tuple, grids: Mapping[str, str], given: set[str], in_config: set[str], config: str | None
 ) -> None:
     """A single value given for a searched setting (--learning_rate X, --seed S where the recipe searches
@@ -406,11 +406,11 @@ def parse_with_config(
         parsed = parser.parse_args_into_dataclasses(args=args)
     except ValueError as err:  # the dataclasses' own checks, e.g. TrainingArguments' `--bf16 true` on a CPU
         raise ConfigurationError(" ".join(str(err).split())) from None
-    grids_from_single_values(parsed, grids or {}, given, set(config_values), config)
+    grids_from_singlevalues_of(parsed, grids or {}, given, set(config_values), config)
     return parsed
 
 
-def _values(args: list[str], name: str) -> list[str]:
+def values_of(args: list[str], name: str) -> list[str]:
     """The value each --`name` in `args` gives, in order (a bare boolean flag: "true")."""
     values = []
     for i, token in enumerate(args):
@@ -424,14 +424,14 @@ def auto_bf16(args: list[str]) -> list[str]:
     """`--bf16 auto` (the shipped configs' `bf16: auto`): bf16 where a CUDA device has it, else float32, decided
     here once and said. transformers refuses `--bf16 true` without a GPU, and with --use_cpu runs bf16 many times
     slower than float32. A later --bf16 true|false overrides it."""
-    values = _values(args, "bf16")
+    values = values_of(args, "bf16")
     if "auto" not in values:
         return args
     value = values[-1]
     if value == "auto":
         import torch
 
-        use_cpu = (_values(args, "use_cpu") or ["false"])[-1].lower() in ("true", "1", "yes")
+        use_cpu = (values_of(args, "use_cpu") or ["false"])[-1].lower() in ("true", "1", "yes")
         value = str(not use_cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()).lower()
         if value == "false":
             logger.warning("bf16: auto: %s, so training in float32", "--use_cpu" if use_cpu else "no CUDA device")

@@ -4,7 +4,6 @@ data is read or weights loaded (`check_inputs`). `bert_repro.training.finetune` 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import asdict, dataclass, replace
@@ -41,6 +40,7 @@ from .cli import (
     parse_with_config,
     read_yaml_config,
     use_our_names,
+    values_of,
 )
 from .distributed import check_deepspeed_installed, check_engine
 
@@ -326,11 +326,7 @@ def choose_stages(run, training: TrainingArguments, argv: list[str], config: dic
     the --config file (`config`; `given`: the fields set in either) because TrainingArguments turns do_eval on
     whenever eval_strategy is not "no"."""
     asked = {name: bool(config[name]) for name in STAGES if name in config}
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    for name in STAGES:
-        flags = (f"--{name}", f"--{name.replace('_', '-')}")
-        parser.add_argument(*flags, dest=name, nargs="?", const=True, type=string_to_bool, default=argparse.SUPPRESS)
-    asked.update(vars(parser.parse_known_args(argv)[0]))
+    asked.update({name: string_to_bool(said[-1]) for name in STAGES if (said := values_of(argv, name))})
     if not asked:
         training.do_train = training.do_eval = True
         training.do_predict = run.predict_test and bool(find_task(run.task).glue_submission_names)
