@@ -33,20 +33,18 @@ RESULTS = "results.json"  # written last: a folder that holds it holds a finishe
 RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.training.cluster)
 
 
-class _LoadReportFilter(logging.Filter):
+def _no_load_report(record: logging.LogRecord) -> bool:
     """Drops transformers' LOAD REPORT table (a task head on a pre-trained checkpoint: the MLM/NSP heads unused, the
     classifier new, which our `from_pretrained` names in one line) unless it reports a shape mismatch."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return "LOAD REPORT" not in message or "MISMATCH" in message
+    message = record.getMessage()
+    return "LOAD REPORT" not in message or "MISMATCH" in message
 
 
 def quiet_load_reports() -> None:
     """Called once by each recipe (library users keep transformers' own report)."""
     target = logging.getLogger("transformers.modeling_utils")
-    if not any(isinstance(f, _LoadReportFilter) for f in target.filters):
-        target.addFilter(_LoadReportFilter())
+    if _no_load_report not in target.filters:
+        target.addFilter(_no_load_report)
 
 
 class ConfigurationError(ValueError):
