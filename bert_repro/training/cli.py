@@ -327,10 +327,8 @@ def arrange_help(
     for title, names in layout.groups.items():
         group = parser.add_argument_group(title)
         for name in names:
-            for action in by_field[name]:  # a bool's --no_x flag too
-                for holder in parser._action_groups:
-                    if action in holder._group_actions:
-                        holder._group_actions.remove(action)
+            for action in by_field[name]:  # a bool's --no_x flag too; HfArgumentParser puts every flag in one group
+                parser._optionals._group_actions.remove(action)
                 group._group_actions.append(action)
         stages.append(group)
     rest = parser.add_argument_group(
