@@ -151,14 +151,8 @@ def _stop_line(name: str, noticed: float, saved: str, then: str) -> str:
 def resume_command(extra: list[str]) -> str:
     """This process's command with `extra` in place of the same options (their values dropped), a credential in it
     hidden."""
-    argv, i = [], 0
-    args = sys.argv[1:]
-    while i < len(args):
-        if args[i] in extra[::2]:
-            i += 2
-            continue
-        argv.append(args[i])
-        i += 1
+    args, replaced = sys.argv[1:], set(extra[::2])
+    argv = [arg for i, arg in enumerate(args) if arg not in replaced and (i == 0 or args[i - 1] not in replaced)]
     launched = "LOCAL_RANK" in os.environ or any(k.startswith("ACCELERATE_") for k in os.environ)
     launcher = "accelerate launch [the same launcher options] " if launched else "python "
     return launcher + shlex.join([sys.argv[0], *hide_credentials(argv), *extra])
