@@ -590,8 +590,12 @@ def importable(module: str) -> bool:
     return True
 
 
-def drop_tensorboard_if_missing(training) -> None:
-    """--report_to tensorboard (the recipes' default) without tensorboard installed: said once; the run goes on."""
+def fit_to_this_machine(training) -> None:
+    """--report_to tensorboard (the recipes' default) without tensorboard installed: said once, the run goes on.
+    Pinned memory only where an accelerator is used: it only speeds copies to one, and without one torch warns on
+    every data loader."""
+    if training.dataloader_pin_memory and (training.use_cpu or not accelerator_available()):
+        training.dataloader_pin_memory = False
     if training.report_to and "tensorboard" in training.report_to and not importable("tensorboard"):
         logger.warning("tensorboard is not installed (pip install 'bert-repro[train]'): not writing its logs")
         training.report_to = [r for r in training.report_to if r != "tensorboard"]
@@ -638,9 +642,3 @@ def accelerator_available() -> bool:
 
     accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; CUDA only before
     return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
-
-
-def pin_memory_only_with_an_accelerator(training) -> None:
-    """Pinned memory only speeds copies to an accelerator; without one torch warns on every data loader."""
-    if training.dataloader_pin_memory and (training.use_cpu or not accelerator_available()):
-        training.dataloader_pin_memory = False
