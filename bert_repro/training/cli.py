@@ -33,24 +33,27 @@ RESULTS = "results.json"  # written last: a folder that holds it holds a finishe
 RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.training.cluster)
 
 
-class _LoadReportFilter(logging.Filter):
+def _no_load_report(record: logging.LogRecord) -> bool:
     """Drops transformers' LOAD REPORT table (a task head on a pre-trained checkpoint: the MLM/NSP heads unused, the
     classifier new, which our `from_pretrained` names in one line) unless it reports a shape mismatch."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return "LOAD REPORT" not in message or "MISMATCH" in message
+    message = record.getMessage()
+    return "LOAD REPORT" not in message or "MISMATCH" in message
 
 
 def quiet_load_reports() -> None:
     """Called once by each recipe (library users keep transformers' own report)."""
     target = logging.getLogger("transformers.modeling_utils")
-    if not any(isinstance(f, _LoadReportFilter) for f in target.filters):
-        target.addFilter(_LoadReportFilter())
+    if _no_load_report not in target.filters:
+        target.addFilter(_no_load_report)
 
 
 class ConfigurationError(ValueError):
     """Settings that cannot work together; the recipes print the message without a traceback."""
+
+
+def field_names(*classes: type) -> set[str]:
+    """The settings `classes` take (their dataclass fields that `__init__` takes)."""
+    return {f.name for cls in classes for f in fields(cls) if f.init}
 
 
 def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING, choices: list | None = None) -> Any:
@@ -256,7 +259,7 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
         raise ConfigurationError(f"{path}{where}: not valid YAML ({problem}).") from None
     if not isinstance(values, dict):
         raise ConfigurationError(f"{path}: expected a mapping of field: value, got {type(values).__name__}.")
-    known = {f.name for cls in dataclass_types for f in fields(cls)}
+    known = field_names(*dataclass_types)
     unknown = sorted(set(values) - known)
     if unknown:
         said = "; ".join(f"{name}{closest(name, known, prefix='')}" for name in unknown)
@@ -264,7 +267,7 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
     return values
 
 
-def grids_from_single_values(
+def grids_from_singlevalues_of(
     parsed: tuple, grids: Mapping[str, str], given: set[str], in_config: set[str], config: str | None
 ) -> None:
     """A single value given for a searched setting (--learning_rate X, --seed S where the recipe searches
@@ -324,10 +327,8 @@ def arrange_help(
     for title, names in layout.groups.items():
         group = parser.add_argument_group(title)
         for name in names:
-            for action in by_field[name]:  # a bool's --no_x flag too
-                for holder in parser._action_groups:
-                    if action in holder._group_actions:
-                        holder._group_actions.remove(action)
+            for action in by_field[name]:  # a bool's --no_x flag too; HfArgumentParser puts every flag in one group
+                parser._optionals._group_actions.remove(action)
                 group._group_actions.append(action)
         stages.append(group)
     rest = parser.add_argument_group(
@@ -386,7 +387,7 @@ def parse_with_config(
         config = argv[i + 1]
         config_values = read_yaml_config(config, dataclass_types, recipe)
         del argv[i : i + 2]
-    known = {f.name for cls in dataclass_types for f in fields(cls)}
+    known = field_names(*dataclass_types)
     argv, given = use_our_names(argv, known, set(config_values))
     # No abbreviations: --learning_rat is not taken for --learning_rate (nor refused only when ambiguous).
     parser = HfArgumentParser(dataclass_types, allow_abbrev=False)
@@ -401,11 +402,11 @@ def parse_with_config(
         parsed = parser.parse_args_into_dataclasses(args=args)
     except ValueError as err:  # the dataclasses' own checks, e.g. TrainingArguments' `--bf16 true` on a CPU
         raise ConfigurationError(" ".join(str(err).split())) from None
-    grids_from_single_values(parsed, grids or {}, given, set(config_values), config)
+    grids_from_singlevalues_of(parsed, grids or {}, given, set(config_values), config)
     return parsed
 
 
-def _values(args: list[str], name: str) -> list[str]:
+def values_of(args: list[str], name: str) -> list[str]:
     """The value each --`name` in `args` gives, in order (a bare boolean flag: "true")."""
     values = []
     for i, token in enumerate(args):
@@ -419,14 +420,14 @@ def auto_bf16(args: list[str]) -> list[str]:
     """`--bf16 auto` (the shipped configs' `bf16: auto`): bf16 where a CUDA device has it, else float32, decided
     here once and said. transformers refuses `--bf16 true` without a GPU, and with --use_cpu runs bf16 many times
     slower than float32. A later --bf16 true|false overrides it."""
-    values = _values(args, "bf16")
+    values = values_of(args, "bf16")
     if "auto" not in values:
         return args
     value = values[-1]
     if value == "auto":
         import torch
 
-        use_cpu = (_values(args, "use_cpu") or ["false"])[-1].lower() in ("true", "1", "yes")
+        use_cpu = (values_of(args, "use_cpu") or ["false"])[-1].lower() in ("true", "1", "yes")
         value = str(not use_cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()).lower()
         if value == "false":
             logger.warning("bf16: auto: %s, so training in float32", "--use_cpu" if use_cpu else "no CUDA device")
@@ -557,16 +558,27 @@ def write_run_config(output_dir: str | Path, record: dict) -> None:
         ) from None
 
 
-def check_attention(name: str) -> str | None:
-    """What is wrong with --attn_implementation `name`, or None: eager, or a kernel transformers has registered
-    (sdpa, flash_attention_2 ...), or a Hub kernel (`org/repo`), which transformers fetches when the model loads."""
+def check_attention(name: str) -> None:
+    """--attn_implementation: eager, or a kernel transformers has registered (sdpa, flash_attention_2 ...), or a Hub
+    kernel (`org/repo`), which transformers fetches when the model loads."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     known = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
-    if name in known or "/" in name:
-        return None
-    close = closest(name, set(known), prefix="")
-    return f"--attn_implementation {name}: not a kernel transformers knows{close}; one of {', '.join(known)}."
+    if name not in known and "/" not in name:
+        close = closest(name, set(known), prefix="")
+        raise ConfigurationError(
+            f"--attn_implementation {name}: not a kernel transformers knows{close}; one of {', '.join(known)}."
+        )
+
+
+def check_tokenizer(name: str) -> None:
+    """--tokenizer loads: said before the data is read."""
+    from ..data.wordpiece import load_tokenizer
+
+    try:
+        load_tokenizer(name)
+    except (OSError, ValueError) as err:
+        raise ConfigurationError(f"--tokenizer {name}: {' '.join(str(err).split())}") from None
 
 
 def importable(module: str) -> bool:
@@ -578,8 +590,12 @@ def importable(module: str) -> bool:
     return True
 
 
-def drop_tensorboard_if_missing(training) -> None:
-    """--report_to tensorboard (the recipes' default) without tensorboard installed: said once; the run goes on."""
+def fit_to_this_machine(training) -> None:
+    """--report_to tensorboard (the recipes' default) without tensorboard installed: said once, the run goes on.
+    Pinned memory only where an accelerator is used: it only speeds copies to one, and without one torch warns on
+    every data loader."""
+    if training.dataloader_pin_memory and (training.use_cpu or not accelerator_available()):
+        training.dataloader_pin_memory = False
     if training.report_to and "tensorboard" in training.report_to and not importable("tensorboard"):
         logger.warning("tensorboard is not installed (pip install 'bert-repro[train]'): not writing its logs")
         training.report_to = [r for r in training.report_to if r != "tensorboard"]
@@ -621,11 +637,8 @@ def check_trainer_settings(training) -> None:
             ) from None
 
 
-def pin_memory_only_with_an_accelerator(training) -> None:
-    """Pinned memory only speeds copies to an accelerator; without one torch warns on every data loader."""
+def accelerator_available() -> bool:
     import torch
 
     accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; CUDA only before
-    available = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
-    if training.dataloader_pin_memory and (training.use_cpu or not available):
-        training.dataloader_pin_memory = False
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()

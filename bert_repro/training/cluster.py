@@ -151,14 +151,8 @@ def _stop_line(name: str, noticed: float, saved: str, then: str) -> str:
 def resume_command(extra: list[str]) -> str:
     """This process's command with `extra` in place of the same options (their values dropped), a credential in it
     hidden."""
-    argv, i = [], 0
-    args = sys.argv[1:]
-    while i < len(args):
-        if args[i] in extra[::2]:
-            i += 2
-            continue
-        argv.append(args[i])
-        i += 1
+    args, replaced = sys.argv[1:], set(extra[::2])
+    argv = [arg for i, arg in enumerate(args) if arg not in replaced and (i == 0 or args[i - 1] not in replaced)]
     launched = "LOCAL_RANK" in os.environ or any(k.startswith("ACCELERATE_") for k in os.environ)
     launcher = "accelerate launch [the same launcher options] " if launched else "python "
     return launcher + shlex.join([sys.argv[0], *hide_credentials(argv), *extra])
@@ -187,10 +181,6 @@ def publish(staging: Path, target: Path) -> None:
     move_into(staging, target, last=("model.safetensors", "model.safetensors.index.json"))
 
 
-class DiskFullError(ConfigurationError):
-    """A save failed for want of space; the recipes print the message and exit with code 2."""
-
-
 def _says_no_space(err: BaseException | None) -> bool:
     while err is not None:
         if isinstance(err, OSError) and err.errno == errno.ENOSPC:
@@ -212,14 +202,15 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def disk_full(err: BaseException, folder: Path, needed: int, what: str) -> DiskFullError | None:
-    """`DiskFullError` when `err` (raised while saving `what` into `folder`) came from a full disk, else None.
-    torch reports one as "file write failed" or an iostream error, not ENOSPC: so the free space is checked too."""
+def disk_full(err: BaseException, folder: Path, needed: int, what: str) -> ConfigurationError | None:
+    """A `ConfigurationError` (exit 2, one line) when `err` (raised while saving `what` into `folder`) came from a
+    full disk, else None. torch reports one as "file write failed" or an iostream error, not ENOSPC: so the free
+    space is checked too."""
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     free = shutil.disk_usage(existing).free
     if not _says_no_space(err) and free >= needed:
         return None
-    return DiskFullError(
+    return ConfigurationError(
         f"the disk holding {folder} is full: saving {what} needs about {_size(needed)} and {_size(free)} is "
         "free. Nothing incomplete was left behind; free some space (or choose another --output_dir) and run "
         "again (--resume_from_checkpoint true continues from the last complete checkpoint)."
@@ -229,10 +220,6 @@ def disk_full(err: BaseException, folder: Path, needed: int, what: str) -> DiskF
 # ------------------------------------------------------------------------------------------------------------
 # One run per output directory
 # ------------------------------------------------------------------------------------------------------------
-
-
-class OutputDirBusy(ConfigurationError):
-    """Another process holds the output directory's lock."""
 
 
 _HELD: dict[str, int] = {}  # output directory -> the lock's file descriptor, open until the process ends
@@ -272,7 +259,7 @@ os.register_at_fork(after_in_child=_drop_locks_in_child)
 
 def lock_output_dir(output_dir: str | Path) -> None:
     """Take `output_dir`'s lock (`flock` on run.lock, with the holder's pid) for the rest of this process, or raise
-    `OutputDirBusy` naming the process that holds it. The kernel releases it when the process dies."""
+    a `ConfigurationError` naming the process that holds it. The kernel releases it when the process dies."""
     out = Path(output_dir)
     if str(out.resolve()) in _HELD:
         return
@@ -289,7 +276,7 @@ def lock_output_dir(output_dir: str | Path) -> None:
     except BlockingIOError:
         holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "a process that is starting"
         os.close(fd)
-        raise OutputDirBusy(
+        raise ConfigurationError(
             f"{out} is in use by another run ({holder}); wait for it to end, or choose another --output_dir."
         ) from None
     os.ftruncate(fd, 0)

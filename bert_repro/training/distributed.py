@@ -22,7 +22,7 @@ from transformers.trainer_utils import rotate_checkpoints
 
 from ..atomic import write_json
 from .checkpoints import checkpoints_newest_first
-from .cli import ConfigurationError
+from .cli import ConfigurationError, accelerator_available
 from .cluster import STAGING, StopOnSignal, catching_stop_signals, disk_full, folder_bytes, publish
 
 DEEPSPEED_EXTRA = "pip install 'bert-repro[deepspeed]'"
@@ -36,13 +36,6 @@ def requested_engine() -> str:
     if parse_flag_from_env("ACCELERATE_USE_FSDP"):
         return "fsdp"
     return "ddp"
-
-
-def _gpu_available() -> bool:
-    import torch
-
-    accelerator = getattr(torch, "accelerator", None)
-    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
 
 
 def _deepspeed_in_arguments(argv: list[str]) -> bool:
@@ -98,13 +91,13 @@ def check_engine(training, *, optimizer: str | None = None) -> None:
     """Refuse, with one message before any work, an engine setting these processes cannot run (`optimizer`: the
     pre-training recipe's --optimizer)."""
     on_cpu = training.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")  # TrainingArguments reads both
-    if _one_process_of_several() and not _gpu_available():
+    if _one_process_of_several() and not accelerator_available():
         raise ConfigurationError(
             "accelerate launch was asked for several processes on a machine without a GPU and started one (its --cpu "
             "and MULTI_CPU launches do). For several CPU processes: accelerate launch --config_file "
             "recipes/accelerate/ddp_cpu.yaml ... --use_cpu true; for one, leave out --num_processes (and MASTER_ADDR)."
         )
-    if _launched_processes() > 1 and not on_cpu and not _gpu_available():
+    if _launched_processes() > 1 and not on_cpu and not accelerator_available():
         raise ConfigurationError(
             f"{_launched_processes()} processes were launched on a machine without a GPU, but --use_cpu is false: "
             "they would not train as one job (accelerate gives each its own world, DeepSpeed sees a batch size that "
@@ -117,7 +110,7 @@ def check_engine(training, *, optimizer: str | None = None) -> None:
             f"{optimizer}, or --optimizer adamw / bert_adam with DeepSpeed."
         )
     fsdp1 = os.environ.get("FSDP_VERSION", "1").strip() != "2"  # accelerate's default is FSDP1
-    if requested_engine() == "fsdp" and fsdp1 and (on_cpu or not _gpu_available()):
+    if requested_engine() == "fsdp" and fsdp1 and (on_cpu or not accelerator_available()):
         raise ConfigurationError(
             'FSDP1 cannot run on CPU processes (torch: "Inconsistent compute device and `device_id` on rank 0: '
             'cpu vs cpu:0"). Set fsdp_version: 2 in the accelerate config (as recipes/accelerate/fsdp_cpu.yaml).'
@@ -230,7 +223,7 @@ class EngineTrainer(Trainer):
             shutil.rmtree(folder / STAGING, ignore_errors=True)
 
     def _failed_save(self, err: Exception, folder: Path, needed: int, what: str) -> None:
-        """A save into `folder` failed: its partial files go, and a full disk is one `DiskFullError`."""
+        """A save into `folder` failed: its partial files go, and a full disk is one `ConfigurationError`."""
         self._clear_staging(folder)
         if (full := disk_full(err, folder, needed, what)) is not None:
             raise full from None

@@ -39,8 +39,7 @@ from .cli import (
     RESULTS,
     ConfigurationError,
     check_output_dir,
-    drop_tensorboard_if_missing,
-    pin_memory_only_with_an_accelerator,
+    fit_to_this_machine,
     write_run_config,
 )
 from .cluster import catching_stop_signals, lock_output_dir_once, release_output_dir, stop_between_runs, stop_message
@@ -352,14 +351,13 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     without --do_train, --model evaluated (--do_eval) or its test-set predictions written (--do_predict)."""
     run, training = recipe.resolved()
     check_inputs(run, training)
-    pin_memory_only_with_an_accelerator(training)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
     )
     logger.info(grid_plan(recipe.finetuning, run))
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
-    drop_tensorboard_if_missing(training)
+    fit_to_this_machine(training)
     # recorded as the run uses them (pinned memory only with an accelerator)
     task, data, missing_splits, push_to = open_output_dir(record_of(run, training), run, training)
     if not training.do_train:

@@ -4,10 +4,9 @@ data is read or weights loaded (`check_inputs`). `bert_repro.training.finetune` 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,7 +14,6 @@ from typing import Any
 from transformers import IntervalStrategy, TrainingArguments
 from transformers.hf_argparser import string_to_bool
 
-from ..data.wordpiece import load_tokenizer
 from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
 from ..model.configuration_bert_repro import (
     DEFAULT_OBJECTIVE,
@@ -34,12 +32,15 @@ from .cli import (
     HelpLayout,
     SpeedSwitches,
     check_attention,
+    check_tokenizer,
     check_trainer_settings,
     closest,
+    field_names,
     flag,
     parse_with_config,
     read_yaml_config,
     use_our_names,
+    values_of,
 )
 from .distributed import check_deepspeed_installed, check_engine
 
@@ -247,7 +248,7 @@ class FineTuningRecipe:
     def from_args(cls, argv: list[str] | None = None) -> FineTuningRecipe:
         argv = list(sys.argv[1:] if argv is None else argv)
         check_deepspeed_installed(argv)  # before TrainingArguments, which fails on it with an unrelated error
-        ours, given = use_our_names(argv, {f.name for cls in ARGUMENTS for f in fields(cls)})  # --task_name: --task
+        ours, given = use_our_names(argv, field_names(*ARGUMENTS))  # --task_name: --task
         at = ours.index("--config") + 1 if "--config" in ours[:-1] else None
         config = read_yaml_config(ours[at], ARGUMENTS, RECIPE) if at else {}
         name = next((token.split("=", 1)[1] for token in ours if token.startswith("--task=")), None)
@@ -285,7 +286,7 @@ class FineTuningRecipe:
                 "FineTuningRecipe.replace(task=...): a task's defaults are part of its recipe; build one for it "
                 "with FineTuningRecipe.from_args(['--task', ...])."
             )
-        ours, theirs = _names(FineTuningArguments), _names(TrainingArguments)
+        ours, theirs = field_names(FineTuningArguments), field_names(TrainingArguments)
         unknown = [name for name in changes if name not in ours | theirs]
         if unknown:
             raise ConfigurationError(
@@ -325,11 +326,7 @@ def choose_stages(run, training: TrainingArguments, argv: list[str], config: dic
     the --config file (`config`; `given`: the fields set in either) because TrainingArguments turns do_eval on
     whenever eval_strategy is not "no"."""
     asked = {name: bool(config[name]) for name in STAGES if name in config}
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    for name in STAGES:
-        flags = (f"--{name}", f"--{name.replace('_', '-')}")
-        parser.add_argument(*flags, dest=name, nargs="?", const=True, type=string_to_bool, default=argparse.SUPPRESS)
-    asked.update(vars(parser.parse_known_args(argv)[0]))
+    asked.update({name: string_to_bool(said[-1]) for name in STAGES if (said := values_of(argv, name))})
     if not asked:
         training.do_train = training.do_eval = True
         training.do_predict = run.predict_test and bool(find_task(run.task).glue_submission_names)
@@ -338,6 +335,10 @@ def choose_stages(run, training: TrainingArguments, argv: list[str], config: dic
         raise ConfigurationError("--predict_test with --do_train/--do_eval/--do_predict: --do_predict says it.")
     training.do_train, training.do_eval, training.do_predict = (asked.get(name, False) for name in STAGES)
     if not training.do_train:  # no training, so no evaluation during it (and do_eval stays as asked on `replace`)
+        if needs := needs_evaluations(training):
+            raise ConfigurationError(
+                f"{needs[0]} without --do_train: a setting of training, and this run trains nothing."
+            )
         training.eval_strategy = IntervalStrategy.NO
 
 
@@ -356,15 +357,6 @@ def record_of(run: FineTuningArguments, training: TrainingArguments) -> dict[str
     return json.loads(json.dumps(record, default=str))
 
 
-def _names(cls) -> set[str]:
-    return {f.name for f in fields(cls) if f.init}
-
-
-def parse_arguments(argv: list[str] | None = None) -> tuple[FineTuningArguments, TrainingArguments]:
-    """The command line's settings as a run uses them (`FineTuningRecipe.from_args(argv).resolved()`)."""
-    return FineTuningRecipe.from_args(argv).resolved()
-
-
 def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:
     """The one place where a fine-tuning run's arguments are checked, before any data is read, weights loaded or
     anything written; a new flag gets its check here. Without the model at hand (a study checks its runs before it
@@ -376,10 +368,7 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
     check_trainer_settings(training)
     if model_at_hand:
         if run.tokenizer:
-            try:
-                load_tokenizer(run.tokenizer)
-            except (OSError, ValueError) as err:
-                raise ConfigurationError(f"--tokenizer {run.tokenizer}: {' '.join(str(err).split())}") from None
+            check_tokenizer(run.tokenizer)
         check_model_dir(run.model)  # a pickle, damaged weights or config.json
         check_model_config(run)
 
@@ -420,8 +409,7 @@ def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
                 f"--{name} {' '.join(map(str, values))}: {', '.join(map(str, twice))} given twice; each value is "
                 "one run of the grid."
             )
-    if problem := check_attention(run.attn_implementation):
-        raise ConfigurationError(problem)
+    check_attention(run.attn_implementation)
 
 
 def check_stages(run: FineTuningArguments, training: TrainingArguments) -> None:
@@ -460,14 +448,8 @@ def resume_path(training: TrainingArguments) -> str | None:
 def check_evaluation(task: Task, training: TrainingArguments) -> None:
     """Trainer's evaluation settings against what the task's evaluation logs (`evaluation_metrics`), before work:
     Trainer itself would find a missing metric at the first evaluation, after an epoch of training."""
-    needs = {
-        "--load_best_model_at_end true": training.load_best_model_at_end,
-        "--save_strategy best": training.save_strategy == "best",
-        "--lr_scheduler_type reduce_lr_on_plateau": training.lr_scheduler_type == "reduce_lr_on_plateau",
-    }
-    needs_one = [flag for flag, given in needs.items() if given]
-    if needs_one and training.eval_strategy == "no":
-        raise ConfigurationError(f"{needs_one[0]} needs evaluations: pass --eval_strategy epoch (or steps).")
+    if (needs := needs_evaluations(training)) and training.eval_strategy == "no":
+        raise ConfigurationError(f"{needs[0]} needs evaluations: pass --eval_strategy epoch (or steps).")
     wrong = {
         "--prediction_loss_only true": training.prediction_loss_only,
         "--eval_do_concat_batches false": not training.eval_do_concat_batches,
@@ -493,6 +475,16 @@ def check_evaluation(task: Task, training: TrainingArguments) -> None:
             f"--metric_for_best_model {training.metric_for_best_model}{default}: {task.name}'s evaluation logs "
             f"{', '.join(known)}; pass one of them."
         )
+
+
+def needs_evaluations(training: TrainingArguments) -> list[str]:
+    """The settings given that act on the evaluations during training."""
+    needs = {
+        "--load_best_model_at_end true": training.load_best_model_at_end,
+        "--save_strategy best": training.save_strategy == "best",
+        "--lr_scheduler_type reduce_lr_on_plateau": training.lr_scheduler_type == "reduce_lr_on_plateau",
+    }
+    return [flag for flag, given in needs.items() if given]
 
 
 def evaluation_metrics(task: Task) -> list[str]:

@@ -35,7 +35,7 @@ from bert_repro.model.bilstm_heads import (
 from bert_repro.tasks.kinds import KINDS, SPAN, TOKEN_CLASSIFICATION
 from bert_repro.tasks.registry import FEATURE_BASED_GRID, get_task
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune_recipe import parse_arguments
+from bert_repro.training.finetune_recipe import FineTuningRecipe
 
 LAYERS = 5  # so that "the last four" and "all" differ
 SIZES = {"num_hidden_layers": LAYERS, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 24}
@@ -367,9 +367,9 @@ def test_table7_numbers_are_the_papers():
 
 def test_recipe_arguments(tmp_path):
     common = ["--task", "conll2003", "--model", "m", "--output_dir", str(tmp_path)]
-    run, _ = parse_arguments(common + ["--features", "concat_last_four"])
+    run, _ = FineTuningRecipe.from_args(common + ["--features", "concat_last_four"]).resolved()
     assert run.features == "concat_last_four" and run.learning_rates == list(FEATURE_BASED_GRID["learning_rate"])
-    run, _ = parse_arguments(common + ["--head", "bilstm"])
+    run, _ = FineTuningRecipe.from_args(common + ["--head", "bilstm"]).resolved()
     assert run.learning_rates == list(get_task("conll2003").grid["learning_rate"])  # fine-tuning: the task's grid
     for extra, message in (
         (["--features", "bogus"], "unknown feature set 'bogus'"),
@@ -378,9 +378,11 @@ def test_recipe_arguments(tmp_path):
         (["--head", "bilstm", "--bilstm_hidden_size", "0"], "positive integer"),
     ):
         with pytest.raises(ConfigurationError, match=message):
-            parse_arguments(common + extra)
+            FineTuningRecipe.from_args(common + extra)
     with pytest.raises(ConfigurationError, match="swag: .*no BiLSTM head|multiple_choice tasks have no BiLSTM"):
-        parse_arguments(["--task", "swag", "--model", "m", "--output_dir", str(tmp_path), "--head", "bilstm"])
+        FineTuningRecipe.from_args(
+            ["--task", "swag", "--model", "m", "--output_dir", str(tmp_path), "--head", "bilstm"]
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ from bert_repro.training.cli import ConfigurationError
 
 
 def finetuning(*argv):
-    from bert_repro.training.finetune_recipe import check_inputs, parse_arguments
+    from bert_repro.training.finetune_recipe import FineTuningRecipe, check_inputs
 
-    run, training = parse_arguments(list(argv))
+    run, training = FineTuningRecipe.from_args(list(argv)).resolved()
     check_inputs(run, training, model_at_hand=False)
     return run, training
 
@@ -315,11 +315,27 @@ def test_fine_tuning_values_no_run_can_use_are_refused_while_parsing(flags, name
     assert str(error.value).startswith(f"{named}:")
 
 
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (("--load_best_model_at_end", "true"), "--load_best_model_at_end true"),
+        (("--lr_scheduler_type", "reduce_lr_on_plateau"), "--lr_scheduler_type reduce_lr_on_plateau"),
+        (("--save_strategy", "best"), "--save_strategy best"),
+    ],
+)
+def test_a_training_setting_in_an_evaluation_only_run_asks_for_do_train(flags, named):
+    with pytest.raises(ConfigurationError) as error:
+        finetuning("--task", "mrpc", "--model", "m", "--do_eval", *flags)
+    assert str(error.value) == f"{named} without --do_train: a setting of training, and this run trains nothing."
+
+
 def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(tmp_path):
-    from bert_repro.training.finetune_recipe import check_model_config, parse_arguments
+    from bert_repro.training.finetune_recipe import FineTuningRecipe, check_model_config
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 128}))
-    run, _ = parse_arguments(["--task", "mrpc", "--model", str(tmp_path), "--max_seq_length", "128"])
+    run, _ = FineTuningRecipe.from_args(
+        ["--task", "mrpc", "--model", str(tmp_path), "--max_seq_length", "128"]
+    ).resolved()
     check_model_config(run)  # as many as the model has: fine
     run.max_seq_length = 129
     with pytest.raises(
@@ -401,10 +417,10 @@ def test_a_finetuning_run_says_first_how_many_runs_its_grid_trains(tmp_path, tin
 
 
 def test_help_without_a_task_shows_no_tasks_defaults_as_everyones(capsys):
-    from bert_repro.training.finetune_recipe import parse_arguments
+    from bert_repro.training.finetune_recipe import FineTuningRecipe
 
     with pytest.raises(SystemExit):
-        parse_arguments(["--help"])
+        FineTuningRecipe.from_args(["--help"])
     out = capsys.readouterr().out
     text = " ".join(out.split())
     assert "mrpc's grid" not in text and "(default: 3.0)" not in text
@@ -449,11 +465,11 @@ def test_a_model_path_that_is_nothing_is_one_message(tmp_path, tiny_model):
     # A relative path that does not exist reads as a Hub id: neither in the cache nor on a Hub that answers, it is
     # said before any work (the recipes print these errors in one line, exit 2), not by a loader's traceback.
     from bert_repro.model.conversion import CheckpointError
-    from bert_repro.training.finetune_recipe import check_inputs, parse_arguments
+    from bert_repro.training.finetune_recipe import FineTuningRecipe, check_inputs
     from bert_repro.training.pretraining.plan import plan
 
     for args in (["--model", "runs/missing"], ["--model", str(tiny_model), "--tokenizer", "runs/missing"]):
-        run, training = parse_arguments(["--task", "sst2", *args, "--output_dir", str(tmp_path)])
+        run, training = FineTuningRecipe.from_args(["--task", "sst2", *args, "--output_dir", str(tmp_path)]).resolved()
         with pytest.raises((CheckpointError, ConfigurationError), match="runs/missing: .*local cache"):
             check_inputs(run, training)
     quickstart = ["--config", str(ROOT / "recipes/configs/quickstart.yaml"), "--output_dir", str(tmp_path)]

@@ -10,7 +10,7 @@ from support.task_files import CONLL_DEV, CONLL_TRAIN, TINY_RUN, finetune_args, 
 from bert_repro.tasks.registry import TASKS, get_task
 from bert_repro.training.cli import ConfigurationError, RunFinished
 from bert_repro.training.finetune import run_finetuning
-from bert_repro.training.finetune_recipe import FineTuningRecipe, parse_arguments
+from bert_repro.training.finetune_recipe import FineTuningRecipe
 
 pytestmark = pytest.mark.slow
 
@@ -41,13 +41,15 @@ def test_every_task_end_to_end(tmp_path, tiny_model, name):
 
 
 def test_task_defaults_are_the_papers(tmp_path):
-    run, training = parse_arguments(["--task", "mrpc", "--model", "m", "--output_dir", str(tmp_path)])
+    run, training = FineTuningRecipe.from_args(
+        ["--task", "mrpc", "--model", "m", "--output_dir", str(tmp_path)]
+    ).resolved()
     assert run.learning_rates == [5e-5, 4e-5, 3e-5, 2e-5]  # the GLUE grid
     assert training.num_train_epochs == 3 and training.per_device_train_batch_size == 32
     assert run.max_seq_length == 128 and training.warmup_steps == 0.1 and training.adam_epsilon == 1e-6
-    run, training = parse_arguments(
+    run, training = FineTuningRecipe.from_args(
         ["--task", "squad_v2", "--model", "m", "--output_dir", str(tmp_path), "--learning_rates", "3e-5"]
-    )
+    ).resolved()
     assert run.learning_rates == [3e-5] and run.max_seq_length == 384
     assert training.num_train_epochs == 2 and training.per_device_train_batch_size == 48
 

@@ -84,7 +84,7 @@ def test_pretraining_help_is_grouped_by_stage(capsys):
 
 
 def test_finetuning_help_shows_the_grid_as_the_default(capsys):
-    text = help_text(finetune_recipe.parse_arguments, ["--task", "rte", "--help"], capsys)
+    text = help_text(finetune_recipe.FineTuningRecipe.from_args, ["--task", "rte", "--help"], capsys)
     check_layout(text, {f.name for f in fields(finetune_recipe.FineTuningArguments)})
     flat = " ".join(text.split())
     assert "(default: rte's grid: 5e-05 4e-05 3e-05 2e-05)" in flat
@@ -94,7 +94,7 @@ def test_finetuning_help_shows_the_grid_as_the_default(capsys):
     assert "--eval_strategy" in found["evaluation"] and "--save_strategy" in found["output and Hub"]
     assert "--eval_strategy {no,steps,epoch} When each run of the grid is evaluated" in flat
     assert defaults(text)["eval_strategy"] == "epoch"
-    shown = defaults(help_text(finetune_recipe.parse_arguments, ["--task", "mrpc", "--help"], capsys))
+    shown = defaults(help_text(finetune_recipe.FineTuningRecipe.from_args, ["--task", "mrpc", "--help"], capsys))
     assert shown["per_device_train_batch_size"] == "32"
     assert shown["weight_decay"] == "0.01" and shown["warmup_steps"] == "0.1"
     assert shown["adam_epsilon"] == "1e-06"  # the reference code's, though not among the recipe's own flags
@@ -114,7 +114,7 @@ def test_reproduce_help_says_what_goes_after_the_double_dash(capsys):
 
 @pytest.mark.parametrize("recipe", ["pretrain", "finetune"])
 def test_help_names_trainers_other_flags_without_their_pages_of_text(recipe, capsys):
-    parse = PreTrainingRecipe.from_args if recipe == "pretrain" else finetune_recipe.parse_arguments
+    parse = PreTrainingRecipe.from_args if recipe == "pretrain" else finetune_recipe.FineTuningRecipe.from_args
     text = help_text(parse, ["--help"], capsys)
     assert len(text.splitlines()) < 350  # 608 and 570 lines when every Trainer flag had its paragraph
     trainer = text[text.index(TRAINER) :]

@@ -16,9 +16,8 @@ from ...data.pretraining_examples import PreTrainingDataConfig
 from ..cli import (
     ConfigurationError,
     check_trainer_settings,
-    drop_tensorboard_if_missing,
+    fit_to_this_machine,
     importable,
-    pin_memory_only_with_an_accelerator,
 )
 from ..distributed import check_engine
 from .examples import ExampleSource, example_source
@@ -132,6 +131,5 @@ def trainer_arguments(recipe: PreTrainingRecipe) -> TrainingArguments:
     training.gradient_accumulation_steps = gradient_accumulation(recipe)
     if recipe.data.streaming:
         training.ignore_data_skip = True  # resuming restores the stream's own position instead of re-reading it
-    drop_tensorboard_if_missing(training)
-    pin_memory_only_with_an_accelerator(training)
+    fit_to_this_machine(training)
     return training

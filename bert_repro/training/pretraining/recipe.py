@@ -18,14 +18,16 @@ from typing import Any
 from transformers import TrainingArguments
 
 from ...data.pretraining_examples import PreTrainingDataConfig
-from ...data.wordpiece import BERT_SPECIAL_TOKENS, load_tokenizer
+from ...data.wordpiece import BERT_SPECIAL_TOKENS
 from ...model.configuration_bert_repro import SPEED_SWITCHES
 from ..cli import (
     ConfigurationError,
     HelpLayout,
     SpeedSwitches,
     check_attention,
+    check_tokenizer,
     closest,
+    field_names,
     flag,
     parse_with_config,
 )
@@ -205,13 +207,9 @@ SECTION_CLASSES = {
 }
 
 
-def _names(cls) -> list[str]:
-    return [f.name for f in fields(cls) if f.init]
-
-
 # Flag name -> the section holding it; the phase flags and phase 1's lengths act on `phases`.
-SECTION_OF = {name: section for section, cls in SECTION_CLASSES.items() for name in _names(cls)}
-SECTION_OF.update({name: "phases" for name in _names(PhaseFlags)})
+SECTION_OF = {name: section for section, cls in SECTION_CLASSES.items() for name in field_names(cls)}
+SECTION_OF.update({name: "phases" for name in field_names(PhaseFlags)})
 
 
 @dataclass(frozen=True)
@@ -317,7 +315,7 @@ class PreTrainingRecipe:
 
 
 def _filled(cls, values: dict[str, Any]):
-    known = set(_names(cls))
+    known = field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in known})
 
 
@@ -410,8 +408,7 @@ def check_values(recipe: PreTrainingRecipe) -> None:
             "the weight decay, stream_shuffle_buffer and stream_held_out_documents at least 0; the seed in "
             "[0, 2**32); eval_fraction and phase2_fraction in [0, 1)."
         )
-    if problem := check_attention(recipe.model.attn_implementation):
-        raise ConfigurationError(problem)
+    check_attention(recipe.model.attn_implementation)
     if recipe.model.fp8 and (problem := fp8_problem(training.bf16)):
         raise ConfigurationError(problem)
 
@@ -432,10 +429,7 @@ def check_vocabulary(data: DataSettings) -> None:
     """The tokenizer given is readable, or the vocabulary to train has room beyond the special tokens: said now,
     not after the corpus is read."""
     if data.tokenizer:
-        try:
-            load_tokenizer(data.tokenizer)
-        except (OSError, ValueError) as err:
-            raise ConfigurationError(f"--tokenizer {data.tokenizer}: {' '.join(str(err).split())}") from None
+        check_tokenizer(data.tokenizer)
     elif data.vocab_size <= len(BERT_SPECIAL_TOKENS):
         raise ConfigurationError(
             f"--vocab_size {data.vocab_size}: a WordPiece vocabulary needs more than its {len(BERT_SPECIAL_TOKENS)} "
