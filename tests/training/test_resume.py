@@ -13,7 +13,14 @@ from support import ROOT
 from support.damaged import RunsCode, fake_checkpoint, truncate
 from support.pretraining_runs import launch, weights, write_config
 
-from bert_repro.training.checkpoints import NoUsableCheckpoint, checkpoint_problem, newest_valid_checkpoint
+from bert_repro.training.checkpoints import (
+    NoUsableCheckpoint,
+    check_fits,
+    checkpoint_problem,
+    interrupted,
+    newest_valid_checkpoint,
+)
+from bert_repro.training.cli import ConfigurationError
 
 
 def test_each_kind_of_broken_checkpoint_is_named(tmp_path):
@@ -35,6 +42,44 @@ def test_each_kind_of_broken_checkpoint_is_named(tmp_path):
         damage(folder)
         assert reason in (checkpoint_problem(folder) or ""), reason
         assert not (folder / "ran").exists()
+
+
+def test_a_checkpoint_of_another_shape_is_refused_by_name(tmp_path):
+    from bert_repro import BertReproConfig
+
+    config = BertReproConfig(vocab_size=800, hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
+    (tmp_path / "config.json").write_text(json.dumps({**config.to_dict(), "vocab_size": 500, "hidden_dropout_prob": 0}))
+    with pytest.raises(ConfigurationError) as refused:
+        check_fits(tmp_path, config)
+    assert str(refused.value) == (
+        f"Cannot resume from {tmp_path}: its model is not this run's (vocab_size 500 there, 800 here). Resume a "
+        "checkpoint of this run, or start it without --resume_from_checkpoint."
+    )
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 800, "hidden_dropout_prob": 0.5}))
+    check_fits(tmp_path, config)  # the same shapes (other fields may differ): accepted
+    check_fits(tmp_path / "sharded", config)  # no config.json (FSDP's sharded checkpoints): left to Trainer
+
+
+def test_ctrl_c_names_the_newest_complete_checkpoint(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    out = tmp_path / "run"
+    assert interrupted("finetune.py", out) == 130
+    assert capsys.readouterr().err == (
+        "finetune.py: interrupted: no checkpoint was saved yet (--save_steps / --save_strategy): the same command "
+        "starts again.\n"
+    )
+    older = fake_checkpoint(out / "runs" / "a" / "checkpoint-2", 2)
+    newer = fake_checkpoint(out / "runs" / "b" / "checkpoint-4", 4)
+    fake_checkpoint(out / "checkpoint-6.bak", 6)  # not a checkpoint's name
+    os.utime(older, (1, 1))
+    assert interrupted("pretrain.py", out) == 130
+    said = f"pretrain.py: interrupted: the newest checkpoint is {newer}; the same command with "
+    assert capsys.readouterr().err == said + "--resume_from_checkpoint true goes on from it.\n"
+    (newer / "model.safetensors").unlink()  # the newest is incomplete: the one before it is named
+    interrupted("pretrain.py", out)
+    assert f"the newest checkpoint is {older};" in capsys.readouterr().err
+    monkeypatch.setenv("RANK", "1")  # only the first process speaks
+    assert interrupted("pretrain.py", out) == 130 and capsys.readouterr().err == ""
 
 
 def test_newest_valid_checkpoint_falls_back_and_reports(tmp_path, caplog):
