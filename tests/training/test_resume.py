@@ -68,8 +68,10 @@ def test_ctrl_c_names_the_newest_complete_checkpoint(tmp_path, capsys, monkeypat
         "finetune.py: interrupted: no checkpoint was saved yet (--save_steps / --save_strategy): the same command "
         "starts again.\n"
     )
-    older = fake_checkpoint(out / "runs" / "a" / "checkpoint-2", 2)
-    newer = fake_checkpoint(out / "runs" / "b" / "checkpoint-4", 4)
+    assert interrupted("finetune.py", None) == 130 and "no checkpoint was saved yet" in capsys.readouterr().err
+    # Newest by time, not by name: the older one sorts last by its path.
+    older = fake_checkpoint(out / "runs" / "b" / "checkpoint-2", 2)
+    newer = fake_checkpoint(out / "runs" / "a" / "checkpoint-4", 4)
     fake_checkpoint(out / "checkpoint-6.bak", 6)  # not a checkpoint's name
     os.utime(older, (1, 1))
     assert interrupted("pretrain.py", out) == 130
