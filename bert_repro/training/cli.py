@@ -267,7 +267,7 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
     return values
 
 
-def grids_from_singlevalues_of(
+def grids_from_single_values(
     parsed: tuple, grids: Mapping[str, str], given: set[str], in_config: set[str], config: str | None
 ) -> None:
     """A single value given for a searched setting (--learning_rate X, --seed S where the recipe searches
@@ -402,7 +402,7 @@ def parse_with_config(
         parsed = parser.parse_args_into_dataclasses(args=args)
     except ValueError as err:  # the dataclasses' own checks, e.g. TrainingArguments' `--bf16 true` on a CPU
         raise ConfigurationError(" ".join(str(err).split())) from None
-    grids_from_singlevalues_of(parsed, grids or {}, given, set(config_values), config)
+    grids_from_single_values(parsed, grids or {}, given, set(config_values), config)
     return parsed
 
 

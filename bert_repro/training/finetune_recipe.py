@@ -320,7 +320,9 @@ class FineTuningRecipe:
 STAGES = ("do_train", "do_eval", "do_predict")
 
 
-def choose_stages(run, training: TrainingArguments, argv: list[str], config: dict, given: set[str]) -> None:
+def choose_stages(
+    run: FineTuningArguments, training: TrainingArguments, argv: list[str], config: dict, given: set[str]
+) -> None:
     """--do_train / --do_eval / --do_predict as run_glue reads them: those given, and only those; none given, the
     whole protocol (train and evaluate the grid, GLUE test predictions with --predict_test). Read from `argv` and
     the --config file (`config`; `given`: the fields set in either) because TrainingArguments turns do_eval on
