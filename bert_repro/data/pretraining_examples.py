@@ -1,56 +1,36 @@
-"""Pre-training examples for BERT's two objectives: masked LM and next sentence prediction.
+"""Pre-training examples for masked LM and next sentence prediction (paper §3.1, appendix A.2).
 
-What this implements
---------------------
-The paper's section 3.1 and appendix A.2, as google-research/bert's ``create_pretraining_data.py`` builds them. For
-each document (a list of sentences of WordPiece tokens), ``dupe_factor`` times:
+As google-research/bert's ``create_pretraining_data.py`` builds them, for each document (sentences of WordPiece ids),
+``dupe_factor`` times:
 
-1. ``max_num_tokens = max_seq_length - 3``; the target length is that, or with probability ``short_seq_prob`` a
-   random length in ``[2, max_num_tokens]`` (drawn once per document and round).
-2. Whole sentences are gathered into a chunk until it reaches the target or the document ends.
-3. Segment A is the first ``a_end`` sentences of the chunk, ``a_end`` random in ``[1, len(chunk) - 1]``.
-4. With probability 0.5, and always for a one-sentence chunk, the pair is NotNext: B starts at a random sentence of a
-   random other document, up to ``target - len(A)`` tokens, and the unused sentences go back. Otherwise IsNext: B is
-   the rest of the chunk.
+1. The target length is ``max_seq_length - 3``, or with probability ``short_seq_prob`` a random one in ``[2, that]``.
+2. Whole sentences fill a chunk up to the target or the document's end.
+3. Segment A is the chunk's first ``a_end`` sentences, ``a_end`` random in ``[1, len(chunk) - 1]``.
+4. With probability 0.5, and always for a one-sentence chunk, NotNext: B starts at a random sentence of a random other
+   document, up to ``target - len(A)`` tokens, and the unused sentences go back. Else IsNext: B is the chunk's rest.
 5. ``truncate_seq_pair`` drops one token at a time from the longer segment (B on a tie), front or back at random.
-6. ``[CLS] A [SEP] B [SEP]`` with segment ids 0 for ``[CLS] A [SEP]`` and 1 for ``B [SEP]``.
-7. Masking: ``min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))`` positions, never
-   ``[CLS]``/``[SEP]``, each ``[MASK]`` (80%), a random token (10%) or unchanged (10%). Whole-word masking (the
-   reference's later option) masks a word's ``##`` pieces together.
+6. ``[CLS] A [SEP] B [SEP]``, segment ids 0 for ``[CLS] A [SEP]`` and 1 for ``B [SEP]``.
+7. ``min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))`` positions, never ``[CLS]``/``[SEP]``,
+   become ``[MASK]`` (80%), a random token (10%) or stay (10%); whole-word masking takes a word's ``##`` pieces.
 
-Without NSP (Table 5; ``PreTrainingDataConfig.objective`` "mlm" or "ltr"), ``max_num_tokens = max_seq_length - 2``
-and each chunk is ONE segment, ``[CLS] text [SEP]``, segment ids 0, no ``next_sentence_label``. The chunking stays the
-reference's, so the Table 5 models differ only in what the ablation removes. "ltr" stores no masks:
-``PreTrainingCollator`` gives it the next token as ``labels``, already shifted, so the head reads them as MLM labels.
+Without NSP (Table 5's "mlm" and "ltr" objectives) each chunk is one segment, ``[CLS] text [SEP]`` of up to
+``max_seq_length - 2`` tokens, chunked as above so the ablation removes only NSP. "ltr" stores no masks:
+``PreTrainingCollator`` gives it the next token as ``labels``.
 
-The instance functions make the reference's calls on a ``random.Random`` in its order, edge cases included. With one
-document (or ten unlucky draws) the "other" document is the current one; a one-sentence chunk draws no coin; a
-``##`` piece right after ``[SEP]`` joins the previous word in whole-word masking. ``create_training_instances`` is
-the reference's whole-corpus loop with its single random stream.
+The reference's quirks are kept: its random calls in its order; with one document (or ten unlucky draws) the "other"
+document is the current one; a one-sentence chunk draws no coin; a ``##`` piece right after ``[SEP]`` joins the
+previous word in whole-word masking. ``create_training_instances`` is its whole-corpus loop with one random stream.
 
-The datasets pipeline
----------------------
-``tokenize_documents``, ``create_pretraining_instances`` and ``create_pretraining_dataset`` (both) give Arrow datasets
-with ``input_ids``, ``token_type_ids``, ``next_sentence_label`` (0 = IsNext, the HF convention) and, with static
-masking, ``masked_lm_positions`` / ``masked_lm_ids``. ``PreTrainingCollator`` pads a batch into ``labels`` (-100 where
-nothing is predicted), or masks each batch afresh. With ``num_proc`` > 1 the maps run over rows reordered to even
-out the workers (``balanced_map``) and the output is put back: the same bytes for any ``num_proc``.
+Departures:
+- One random stream per (seed, document, round), not one over the shuffled corpus, so the bytes are the same for any
+  ``num_proc`` (``balanced_map`` evens out the workers, and the order is restored); the final shuffle is
+  ``Dataset.shuffle(seed)``. NotNext still draws from the whole corpus in every worker.
+- Raw text is split into sentences here (``sentences.py``); empty and binary-looking text is skipped and counted.
+- Options, off by default: dynamic masking (RoBERTa), other mask rates (MosaicBERT's ``masked_lm_prob=0.3``; raise
+  ``max_predictions_per_seq`` with it) and other 80/10/10 splits.
 
-The parts live beside this module: ``pretraining_config`` (the flags), ``training_instances`` (steps 1-6),
-``masking`` (step 7), ``tokenized_documents`` (text -> sentences -> ids), ``balanced_map`` and
-``example_statistics``.
-
-Departures, and why
--------------------
-- One random stream per (seed, document, round) instead of one over the shuffled corpus: a document's instances
-  depend only on the seed, its index and the corpus, so the output is byte-identical for any ``num_proc``. The
-  draws inside a document are the reference's; the final shuffle is ``Dataset.shuffle(seed)``.
-- NotNext draws from the whole corpus in every worker (memory-mapped Arrow, or a copy of an in-memory corpus).
-- Tokens are ids; text that spells a special token ("[SEP]") is ordinary text, as in the reference tokenizer.
-- Sentence splitting of raw text (``bert_repro.data.sentences``), which the reference expects done. Empty and
-  binary-looking text is skipped and counted; a one-sentence document is kept, as the reference keeps it.
-- Off by default: dynamic masking (RoBERTa), other mask rates (MosaicBERT's ``masked_lm_prob=0.3``; raise
-  ``max_predictions_per_seq`` with it) and other 80/10/10 splits (``mask_replace_prob`` / ``random_replace_prob``).
+The parts: ``pretraining_config`` (the flags), ``training_instances`` (steps 1-6), ``masking`` (step 7),
+``tokenized_documents`` (text -> sentences of ids), ``balanced_map`` and ``example_statistics``.
 """
 
 from __future__ import annotations
@@ -85,8 +65,7 @@ __all__ = [
     "create_pretraining_dataset",
     "create_pretraining_instances",
     "instance_features",
-    # re-exported: imported from this module by bert_repro/training/pretraining/ and benchmarks/, which name this
-    # module as the pre-training data's entry point (each is defined in the module its import above names)
+    # re-exported: training/pretraining/ and benchmarks/ import the pre-training data from this module
     "PreTrainingDataConfig",
     "WordPieceVocab",
     "pretraining_statistics",
@@ -99,14 +78,8 @@ logger = logging.getLogger(__name__)
 IGNORE_INDEX = -100
 
 
-# --------------------------------------------------------------------------------------------------
-# datasets pipeline: WordPiece documents -> training instances
-# --------------------------------------------------------------------------------------------------
-
-
 def instance_features(static_masking: bool = True, next_sentence: bool = True) -> Features:
-    """Columns of ``create_pretraining_instances`` (``PreTrainingDataConfig.stores_masks`` and its objective's
-    ``next_sentence``: ``_config_features``)."""
+    """Columns of ``create_pretraining_instances``; ``_config_features`` gives them for a config."""
     columns: dict[str, Any] = {"input_ids": List(Value("int32")), "token_type_ids": List(Value("int8"))}
     if next_sentence:
         columns["next_sentence_label"] = Value("int8")
@@ -129,12 +102,10 @@ def create_pretraining_instances(
     shuffle: bool = True,
     batch_size: int = 16,
 ) -> Dataset:
-    """Steps 1-7 over every document of ``tokenize_documents``'s output, ``config.dupe_factor`` times.
+    """Steps 1-7 over ``tokenize_documents``'s output, the same bytes for any ``num_proc``.
 
-    Document ``d`` in round ``r`` draws from ``document_rng(config.random_seed, d, r)`` (the module's first departure),
-    so the bytes are the same for any ``num_proc``. With ``shuffle`` the instances are shuffled with
-    ``config.random_seed``, as the reference shuffles them. ``vocab`` must hold ids
-    (``WordPieceVocab.from_tokenizer(tokenizer)``).
+    ``vocab`` must hold ids (``WordPieceVocab.from_tokenizer``); ``shuffle`` shuffles with ``config.random_seed``, as
+    the reference shuffles its instances.
     """
     missing = {"sentences", "num_sentences"} - set(documents.column_names)
     if missing:
@@ -166,8 +137,7 @@ def create_pretraining_instances(
             _instances_batch, features=features, fn_kwargs=fn_kwargs, new_fingerprint=fingerprint, **map_kwargs
         )
     else:
-        # Balanced blocks of documents (see _balanced_order); each instance carries its document's row, and
-        # a stable sort on it restores the order of the one-process run before the shuffle.
+        # Each instance carries its document's row: a stable sort on it restores the one-process order.
         instances = documents.select(order).map(
             _instances_batch,
             features=Features({**features, "document": Value("int64")}),
@@ -206,8 +176,8 @@ def _instances_batch(
     config: PreTrainingDataConfig,
     rows: np.ndarray | None = None,
 ) -> dict[str, list[Any]]:
-    """Instances of a batch of documents; ``rows``: the documents' rows when the map runs over a reordered
-    selection (``indices`` are then positions in it), and each instance gets its ``document`` row."""
+    """``rows``: the documents' rows when the map runs over a reordered selection (``indices`` index it); each
+    instance then gets its ``document`` row."""
     out: dict[str, list[Any]] = {name: [] for name in _config_features(config)}
     if rows is not None:
         indices, out["document"] = [int(rows[i]) for i in indices], []
@@ -226,7 +196,6 @@ def _instances_batch(
 
 
 def _append_instance(out: dict[str, list[Any]], instance: TrainingInstance) -> None:
-    """One instance into the columns of ``out`` (those of ``_config_features``)."""
     out["input_ids"].append(instance.tokens)
     out["token_type_ids"].append(instance.segment_ids)
     if "next_sentence_label" in out:
@@ -237,11 +206,9 @@ def _append_instance(out: dict[str, list[Any]], instance: TrainingInstance) -> N
 
 
 class ArrowCorpus(Sequence):
-    """The non-empty documents of a ``tokenize_documents`` dataset, read lazily.
+    """The non-empty documents of a ``tokenize_documents`` dataset (the reference drops empty ones), read lazily.
 
-    ``corpus[j]`` is the ``j``-th document with a sentence (the reference drops empty ones). Sentences become Python
-    lists one at a time, so a NotNext draw from a book-sized document reads only what it uses. Pickles as the dataset
-    does.
+    Sentences become lists one at a time, so a NotNext draw from a book-sized document reads only what it uses.
     """
 
     def __init__(self, documents: Dataset) -> None:
@@ -312,8 +279,7 @@ def create_pretraining_dataset(
     num_proc: int | None = None,
     shuffle: bool = True,
 ) -> Dataset:
-    """Raw documents (one a row, in ``text_column``) -> pre-training instances: ``tokenize_documents`` then
-    ``create_pretraining_instances``. Same ``config.random_seed`` -> same bytes, whatever ``num_proc``."""
+    """Raw documents (one a row, in ``text_column``) -> pre-training instances, the same bytes for any ``num_proc``."""
     config = PreTrainingDataConfig() if config is None else config
     documents = tokenize_documents(
         dataset, tokenizer, text_column=text_column, split_lines=split_lines, num_proc=num_proc
@@ -323,27 +289,18 @@ def create_pretraining_dataset(
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# Batches
-# --------------------------------------------------------------------------------------------------
-
-
 @dataclass
 class PreTrainingCollator:
-    """Pads a batch of pre-training instances and gives the inputs of ``BertForPreTraining``.
+    """Pads pre-training instances into ``BertForPreTraining``'s inputs, all ``torch.long``.
 
-    Output, all ``torch.long`` and padded to the longest row (or ``pad_to_multiple_of``): ``input_ids``,
-    ``token_type_ids``, ``attention_mask``, ``labels`` (the original token where masked, -100 elsewhere) and, when the
-    rows have it, ``next_sentence_label`` (0 = IsNext).
-    ``masked_positions`` (examples, max_predictions_per_seq) is Google's ``masked_lm_positions`` made batch-wide:
-    indices into the flattened labels, unused slots naming the example's last token. The sparse MLM prediction gathers
-    there, so its shapes depend on the batch size only (one compiled graph). An example with more labels widens the
-    slots.
+    ``labels`` hold the original token where masked, -100 elsewhere; ``next_sentence_label`` (0 = IsNext, the HF
+    convention) comes when the rows have it. ``masked_positions`` (examples, max_predictions_per_seq) is Google's
+    ``masked_lm_positions`` made batch-wide: indices into the flattened labels, unused slots naming the example's last
+    token, so the sparse MLM head's shapes depend on the batch size only (one compiled graph).
 
-    Static masking (the paper) reads the stored masks. Dynamic masking (RoBERTa, ``dynamic_masking=True``, for data
-    built with ``static_masking=False``) draws fresh masks per call from torch's generator, which ``DataLoader``
-    seeds per worker and epoch. "ltr" is not masked: its ``labels`` are the next token, shifted here (-100 at the
-    last real token and padding), so the model reads them as MLM labels.
+    ``dynamic_masking`` (RoBERTa; data built with ``static_masking=False``) draws fresh masks per call from torch's
+    generator, which ``DataLoader`` seeds per worker and epoch. "ltr" is not masked: its ``labels`` are the next token,
+    shifted here, so the model reads them as MLM labels.
     """
 
     tokenizer: Any
@@ -390,8 +347,7 @@ class PreTrainingCollator:
         )
 
     def _masked(self, features: list[Mapping[str, Any]]) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
-        """Each row's token ids after masking and its (masked positions, original ids): the stored masks, or fresh
-        ones drawn with the reference rules under dynamic masking."""
+        """Each row's token ids after masking and its (masked positions, original ids)."""
         if not self.pretraining_objective.masked_lm:
             raise ValueError(f"objective {self.objective!r} predicts the next token: its rows have no masks")
         input_ids = [list(f["input_ids"]) for f in features]
@@ -424,9 +380,8 @@ class PreTrainingCollator:
     def _masked_positions(
         self, targets: list[tuple[list[int], list[int]]], starts: list[int], lengths: list[int]
     ) -> torch.Tensor:
-        """(examples, slots): each example's label positions, sorted, then its last position without a
-        label (its [SEP]; the last token for "ltr"), all offset by `starts` (where the example begins in the
-        flattened batch); slots: max_predictions_per_seq, or an example's most labels."""
+        """(examples, slots): each example's label positions, sorted, then its last position without a label, offset
+        by ``starts`` (the example's start in the flattened batch); slots: max_predictions_per_seq or more."""
         slots = max([self.max_predictions_per_seq] + [len(positions) for positions, _ in targets])
         out = torch.empty((len(targets), slots), dtype=torch.long)
         for i, ((positions, _), start, length) in enumerate(zip(targets, starts, lengths)):
