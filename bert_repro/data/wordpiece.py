@@ -1,31 +1,17 @@
-"""WordPiece tokenization for BERT: train a vocabulary, save it, load it back.
+"""WordPiece tokenization for BERT (paper §3, Wu et al. 2016 §4.1): train a vocabulary, save it, load it back.
 
-What this implements
---------------------
-BERT (section 3, "Input/Output Representations") uses WordPiece (Wu et al., 2016, section 4.1) with a 30,000-token
-vocabulary; the released uncased vocabulary has 30,522 entries, the cased one 28,996. google-research/bert's
-``tokenization.py`` has two stages, here in the Rust ``tokenizers`` library:
+google-research/bert's ``tokenization.py`` in the Rust ``tokenizers`` library: its ``BasicTokenizer`` is
+``BertNormalizer`` + ``BertPreTokenizer``, its ``WordpieceTokenizer`` (greedy longest match) the ``WordPiece`` model.
 
-1. ``BasicTokenizer`` (clean, space out CJK, lower-case and strip accents if uncased, split on white space and
-   punctuation): ``BertNormalizer`` + ``BertPreTokenizer``.
-2. ``WordpieceTokenizer`` (greedy longest match, ``##`` on non-initial pieces, ``[UNK]`` for a word that cannot be
-   split): the ``WordPiece`` model.
-
-Departures
-----------
-- Google did not release its vocabulary builder. ``WordPieceTrainer`` grows the vocabulary by BPE-style merges, not
-  Wu et al.'s likelihood procedure; the vocabulary is applied as BERT applies its own.
-- A trained vocabulary puts the special tokens at ids 0-4 (``BERT_SPECIAL_TOKENS``); Google's put ``[UNK]`` at 100,
-  ``[CLS]`` at 101, ... after ``[unused*]`` slots. Loaded vocabularies keep their ids, so read special ids from the
-  tokenizer, never hard-code them.
+Departures:
+- Google did not release its vocabulary builder; ``WordPieceTrainer`` grows the vocabulary by BPE-style merges, not
+  Wu et al.'s likelihood procedure, with ties broken in hash-map order (two trainings can differ in a few pieces).
+- A trained vocabulary holds the special tokens at ids 0-4; Google's has ``[UNK]`` at 100, ``[CLS]`` at 101, ...
+  Loaded vocabularies keep their ids, so read special ids from the tokenizer.
 - A word over 100 characters becomes ``[UNK]`` (the ``tokenizers`` default); Google allows 200.
-- ``WordPieceTrainer`` breaks frequency ties in hash-map order, so two trainings can differ in a few pieces.
 
-transformers 5.x
-----------------
-``BertTokenizer`` is the fast tokenizer. ``save_pretrained`` writes no ``vocab.txt``, which original-BERT tools need:
-``save_tokenizer`` adds it. ``AutoTokenizer`` cannot load a bare ``vocab.txt``, and reads a bare ``tokenizer.json``
-without ``token_type_ids``: ``load_tokenizer`` handles both.
+transformers 5.x's ``save_pretrained`` writes no ``vocab.txt``, which original-BERT tools need, and ``AutoTokenizer``
+cannot load a bare ``vocab.txt`` nor read ``token_type_ids`` from a bare ``tokenizer.json``: this module covers both.
 """
 
 from __future__ import annotations
@@ -78,11 +64,6 @@ LOAD_TIME_KEYS = ("local_files_only", "is_local")
 _UNSET_MAX_LENGTH_THRESHOLD = int(1e29)
 
 
-# --------------------------------------------------------------------------------------------------
-# Training
-# --------------------------------------------------------------------------------------------------
-
-
 def train_wordpiece(
     files: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     *,
@@ -94,12 +75,10 @@ def train_wordpiece(
     limit_alphabet: int = 1000,
     show_progress: bool = True,
 ) -> BertTokenizer:
-    """Train a BERT WordPiece vocabulary and return it as a fast ``transformers.BertTokenizer``.
+    """Train a WordPiece vocabulary on ``files`` (text, line by line) or ``iterator`` (strings), not both.
 
-    Give exactly one of ``files`` (text files, read line by line) or ``iterator`` (strings). ``vocab_size`` counts
-    special tokens and alphabet; a corpus with too few distinct pieces gives fewer, with a warning.
-    ``strip_accents=None`` follows ``lowercase``, the BERT convention. The special tokens take ids 0..4.
-    Raises ValueError for bad arguments and FileNotFoundError naming a missing file.
+    ``vocab_size`` counts the special tokens and alphabet (fewer, with a warning, when the corpus lacks pieces);
+    ``strip_accents=None`` follows ``lowercase``, the BERT convention.
     """
     if vocab_size <= len(BERT_SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must exceed the {len(BERT_SPECIAL_TOKENS)} special tokens, got {vocab_size}")
@@ -136,7 +115,6 @@ def train_wordpiece(
 
 
 def _check_training_files(files: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
-    """Return ``files`` as a list of path strings; raise if it is empty or a file is missing."""
     paths = [files] if isinstance(files, (str, os.PathLike)) else list(files)
     if not paths:
         raise ValueError("files is an empty list: give at least one text file to train on")
@@ -147,7 +125,6 @@ def _check_training_files(files: str | os.PathLike | Sequence[str | os.PathLike]
 
 
 def _new_wordpiece_tokenizer(*, lowercase: bool, strip_accents: bool | None) -> Tokenizer:
-    """An untrained ``tokenizers.Tokenizer`` with BERT's normalizer, pre-tokenizer and decoder."""
     tokenizer = Tokenizer(WordPiece(unk_token=UNK_TOKEN, continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
     tokenizer.normalizer = _bert_normalizer(lowercase=lowercase, strip_accents=strip_accents)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -179,7 +156,6 @@ def _bert_post_processor(tokenizer: Tokenizer) -> processors.TemplateProcessing:
 
 
 def _check_special_ids(tokenizer: Tokenizer) -> None:
-    """Check that training put the special tokens at ids 0..4 in ``BERT_SPECIAL_TOKENS`` order."""
     ids = [tokenizer.token_to_id(token) for token in BERT_SPECIAL_TOKENS]
     if ids != list(range(len(BERT_SPECIAL_TOKENS))):
         raise RuntimeError(f"special tokens got ids {ids}, expected 0..{len(BERT_SPECIAL_TOKENS) - 1}")
@@ -193,11 +169,7 @@ def _wrap(
     tokenize_chinese_chars: bool = True,
     model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
 ) -> BertTokenizer:
-    """Wrap a backend tokenizer as a ``BertTokenizer``.
-
-    The casing flags must describe the backend's normalizer: they go to ``tokenizer_config.json``, and
-    ``BertTokenizer.from_pretrained`` rebuilds the normalizer from them, not from ``tokenizer.json``.
-    """
+    """The casing flags must describe the backend's normalizer: ``from_pretrained`` rebuilds it from them."""
     return BertTokenizer(
         tokenizer_object=tokenizer,
         do_lower_case=do_lower_case,
@@ -212,16 +184,10 @@ def _wrap(
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# Saving
-# --------------------------------------------------------------------------------------------------
-
-
 def save_tokenizer(tokenizer: PreTrainedTokenizerBase, output_dir: str | os.PathLike) -> list[str]:
-    """Save ``tokenizer`` with ``save_pretrained`` and add the ``vocab.txt`` original-BERT tools read; return the paths.
+    """``save_pretrained`` plus the ``vocab.txt`` original-BERT tools read; returns the paths.
 
-    Files are staged beside ``output_dir`` and moved in whole, ``tokenizer.json`` last: a kill leaves no truncated
-    file, and a folder with ``tokenizer.json`` has the rest too.
+    Files are staged and moved in whole, ``tokenizer.json`` last: after a kill, a folder with it has the rest too.
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -243,12 +209,7 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, output_dir: str | os.Path
 
 
 def write_vocab_txt(tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike) -> str:
-    """Write the vocabulary (added tokens included) to ``path``, one token per line in id order.
-
-    Raises:
-        ValueError: the ids are not exactly 0..n-1, or a token contains a line break; either would make
-            line number and id disagree.
-    """
+    """One token per line in id order (added tokens included); ValueError where line number and id would differ."""
     vocab = tokenizer.get_vocab()
     tokens = sorted(vocab, key=vocab.__getitem__)
     ids = [vocab[token] for token in tokens]
@@ -261,21 +222,14 @@ def write_vocab_txt(tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike)
     return os.fspath(path)
 
 
-# --------------------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------------------
-
-
 def load_tokenizer(
     path_or_id: str | os.PathLike, *, do_lower_case: bool | None = None, **hub_kwargs: Any
 ) -> PreTrainedTokenizerBase:
-    """Load a BERT WordPiece tokenizer as a fast tokenizer that returns ``token_type_ids``.
+    """A fast BERT tokenizer that returns ``token_type_ids``, from a folder, a ``tokenizer.json``, a ``vocab.txt``
+    (Google's layout included) or a Hub id.
 
-    ``path_or_id``: a directory (with ``tokenizer_config.json``, or ``tokenizer.json`` and/or ``vocab.txt``), a
-    ``tokenizer.json`` or ``vocab.txt`` file (Google's layout included), or a Hub id (``hub_kwargs`` passed on).
-    ``do_lower_case`` overrides the files' casing. Without it the casing comes from the config or the normalizer;
-    a bare ``vocab.txt`` is taken as uncased, so Google's cased vocabularies need ``do_lower_case=False``.
-    ``model_max_length`` is 512 unless saved otherwise.
+    ``do_lower_case`` overrides the saved casing; a bare ``vocab.txt`` is taken as uncased, so Google's cased
+    vocabularies need ``do_lower_case=False``. ``model_max_length`` is 512 unless saved otherwise.
     """
     path = Path(path_or_id).expanduser()
     if path.is_dir():
@@ -295,7 +249,6 @@ def load_tokenizer(
 
 
 def _load_directory(path: Path, *, do_lower_case: bool | None) -> PreTrainedTokenizerBase:
-    """Load from a directory: through ``AutoTokenizer`` when it has a config, else from the raw files."""
     if (path / TOKENIZER_CONFIG_FILE).is_file():
         return AutoTokenizer.from_pretrained(os.fspath(path), **_casing_kwargs(do_lower_case))
     if (path / TOKENIZER_FILE).is_file():
@@ -309,14 +262,12 @@ def _load_directory(path: Path, *, do_lower_case: bool | None) -> PreTrainedToke
 
 
 def _load_file(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
-    """Load from a single file: a ``.json`` is read as ``tokenizer.json``, anything else as ``vocab.txt``."""
     if path.suffix.lower() == ".json":
         return _load_tokenizer_json(path, do_lower_case=do_lower_case)
     return _load_vocab_txt(path, do_lower_case=do_lower_case)
 
 
 def _load_vocab_txt(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
-    """Build a BERT tokenizer from a ``vocab.txt`` file (uncased unless ``do_lower_case=False``)."""
     try:
         vocab = WordPiece.read_file(os.fspath(path))
     except Exception as error:  # the Rust side raises a bare Exception (e.g. bytes that are not UTF-8)
@@ -334,10 +285,7 @@ def _load_vocab_txt(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
 
 
 def _load_tokenizer_json(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
-    """Build a BERT tokenizer from a ``tokenizer.json`` holding a WordPiece model.
-
-    The file's normalizer is kept (and its casing recorded) unless ``do_lower_case`` overrides it.
-    """
+    """The file's normalizer is kept (and its casing recorded) unless ``do_lower_case`` overrides it."""
     try:
         tokenizer = Tokenizer.from_file(os.fspath(path))
     except Exception as error:  # the Rust side raises a bare Exception on malformed files
@@ -377,7 +325,6 @@ def _normalizer_casing(normalizer: normalizers.Normalizer | None) -> dict[str, A
 
 
 def _load_from_hub(repo_id: str, *, do_lower_case: bool | None, **hub_kwargs: Any) -> PreTrainedTokenizerBase:
-    """Load a Hub tokenizer through ``AutoTokenizer`` (from the local cache when offline)."""
     try:
         return AutoTokenizer.from_pretrained(repo_id, **_casing_kwargs(do_lower_case), **hub_kwargs)
     except OSError as error:
@@ -406,14 +353,13 @@ def _looks_like_local_path(name: str) -> bool:
 
 
 def _default_max_length(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
-    """Set ``model_max_length`` to 512 when nothing configured it (transformers' default is 1e30)."""
+    """512 when nothing configured it (transformers' default is 1e30)."""
     if tokenizer.model_max_length is None or tokenizer.model_max_length > _UNSET_MAX_LENGTH_THRESHOLD:
         tokenizer.model_max_length = DEFAULT_MODEL_MAX_LENGTH
     return tokenizer
 
 
 def _check_bert_like(tokenizer: PreTrainedTokenizerBase, *, source: str) -> PreTrainedTokenizerBase:
-    """Reject tokenizers that are slow or do not return segment ids: BERT needs both."""
     if not tokenizer.is_fast:
         raise ValueError(f"{source!r} gave a slow {type(tokenizer).__name__}, expected a fast tokenizer")
     if "token_type_ids" not in tokenizer.model_input_names:
