@@ -1,25 +1,13 @@
-"""Pre-training examples from a corpus read as a stream: no Arrow copy of the corpus or of the examples on disk.
+"""Pre-training examples from a corpus read as a stream, with no Arrow copy on disk.
 
-``StreamingExamples`` reads documents lazily from a ``DocumentSource``, tokenizes each as the map-style pipeline does
-and builds its instances with that pipeline's ``create_instances_from_document`` and ``document_rng(seed, document,
-round)``. Examples leave through a bounded shuffle buffer, pass after pass for ever. Pass p builds round
-``p % dupe_factor`` (the reference's copies, each with its own masks and pairs).
+Documents are tokenized and built into instances by the map-style pipeline's own code, and leave through a shuffle
+buffer, pass after pass for ever; pass p builds round ``p % dupe_factor`` (the reference's copies). Local
+``.txt``/``.jsonl`` files resume at a byte offset; a ``datasets`` stream resumes at its current shard.
 
-Sources (``open_document_source``): local ``.txt`` / ``.jsonl`` files (``TextFileDocuments``: the position is a file
-and a byte offset, so resuming reads nothing twice), or a Hub dataset or local tables (``DatasetDocuments``:
-datasets resumes per shard, reading the current shard's consumed rows again; WikiText is one generator, read again
-up to the position).
-
-The approximation (docs/pretraining.md, "Streaming a corpus larger than the disk"): the reference draws segment B of
-a NotNext pair from any other document of the corpus, which needs random access. Here it comes from the
-``document_buffer`` documents before A's, by the reference's rule (a random other document, ten tries): as the
-paper's when the stream order is unrelated to the content, harder when neighbours are related. The reference's final
-shuffle of all instances is a buffer of ``shuffle_buffer`` examples.
-
-A document's id for ``document_rng`` is its position in this process's pass times the number of processes plus the
-rank. At a phase switch (``phase_examples``) the pending examples and the shuffle buffer are dropped; the documents
-stay. ``state_dict()`` is JSON, and a fresh object with the same arguments continues from it with exactly the
-examples an uninterrupted stream gives; ``DataStateCallback`` writes it into every checkpoint.
+The approximation (docs/pretraining.md): the reference draws NotNext's segment B from any other document, which needs
+random access; here it comes from the ``document_buffer`` documents before A's, by the reference's rule. Its final
+shuffle is a buffer of ``shuffle_buffer`` examples. ``state_dict()`` is JSON, and resuming from it gives exactly the
+examples of an uninterrupted stream.
 """
 
 from __future__ import annotations
@@ -83,22 +71,15 @@ STATE_VERSION = 1
 
 
 def text_digest(text: str) -> str:
-    """A short digest of a document's text (to recognise held-out documents in the stream)."""
+    """Recognises held-out documents in the stream."""
     return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
 
 
-# --------------------------------------------------------------------------------------------------
-# Document sources: an iterator of texts with a position that can be saved and restored
-# --------------------------------------------------------------------------------------------------
-
-
 class TextFileDocuments:
-    """Documents of local ``.txt`` and ``.jsonl`` files, read line by line; this process's share only.
+    """This process's share of the documents of local ``.txt`` and ``.jsonl`` files, read line by line.
 
-    ``.txt``: ``document_boundary`` "blank_line" (decoded per document with ``corpus.decode_text``) or "file".
-    ``.jsonl``: one document per line, in ``text_column``. The position (file, byte offset after the last document
-    yielded) advances before each yield; ``rewind()`` starts a new pass. ``documents_read`` counts documents parsed,
-    kept or not.
+    The position (file, byte offset after the last document yielded) advances before each yield; ``documents_read``
+    counts documents parsed, kept or not.
     """
 
     def __init__(
@@ -161,8 +142,7 @@ class TextFileDocuments:
             position.update(file=position["file"] + 1, offset=0)
 
     def _documents(self, name: str, offset: int) -> Iterator[tuple[str, int]]:
-        """(text, byte offset after it) of the documents of one file from ``offset``; empty text for a document
-        that is not text (it still counts as read)."""
+        """(text, byte offset after it) from ``offset``; empty text for a document that is not text."""
         suffix = Path(name).suffix.lower()
         if suffix in (".jsonl", ".json"):
             yield from self._json_lines(name, offset)
@@ -220,11 +200,8 @@ class TextFileDocuments:
 
 
 class DatasetDocuments:
-    """Documents of a ``datasets.IterableDataset`` with a ``text`` column (Hub or local tables, ``streaming=True``).
-
-    This process reads ``split_dataset_by_node(dataset, rank, world_size)``; the position is the dataset's own
-    ``state_dict()`` (shard granularity, see the module docstring).
-    """
+    """This process's share of a ``datasets.IterableDataset`` with a ``text`` column; the position is its
+    ``state_dict()``."""
 
     def __init__(
         self, dataset: datasets.IterableDataset, *, rank: int = 0, world_size: int = 1, max_documents: int | None = None
@@ -272,8 +249,7 @@ def open_document_source(
     world_size: int = 1,
     max_documents: int | None = None,
 ) -> DocumentSource:
-    """This process's share of a corpus, read lazily: local text and JSON lines files, local tables, a Hub dataset
-    (``max_documents``: of the whole corpus, shared among the processes)."""
+    """This process's share of a corpus, read lazily (``max_documents``: of the whole corpus)."""
     files = _expand(source)
     per_process = None if max_documents is None else max(1, -(-max_documents // world_size))
     share = {"rank": rank, "world_size": world_size, "max_documents": per_process}
@@ -306,20 +282,18 @@ def open_document_source(
 
 
 def first_documents(source: DocumentSource, n: int) -> list[str]:
-    """The first ``n`` non-blank texts of a source (read from its start; the source is rewound afterwards)."""
+    """The first ``n`` non-blank texts of a source, which is rewound afterwards."""
     texts = list(itertools.islice((text for text in source if text.strip()), n))
     source.rewind()
     return texts
 
 
-# --------------------------------------------------------------------------------------------------
-# Examples
-# --------------------------------------------------------------------------------------------------
-
-
 class StreamingExamples(torch.utils.data.IterableDataset):
-    """Pre-training examples of a document stream (see the module docstring), for ever, with a resumable state: the
-    rows of ``create_pretraining_instances``. Iterating again continues where the last iterator stopped."""
+    """The rows of ``create_pretraining_instances`` from a document stream, for ever; iterating again continues.
+
+    Document ids for ``document_rng`` interleave the processes (position * world_size + rank). At a phase switch
+    (``phase_examples``) the pending and shuffled examples are dropped; the documents stay.
+    """
 
     def __init__(
         self,
@@ -423,7 +397,6 @@ class StreamingExamples(torch.utils.data.IterableDataset):
         self._source_iter = None
 
     def _build_waiting(self) -> None:
-        """Instances of the buffered documents not built yet, each drawing NotNext segments from the buffer."""
         config = self.configs[self._phase]
         documents = [entry[2] for entry in self._buffer]
         for position, entry in enumerate(self._buffer):
@@ -439,7 +412,6 @@ class StreamingExamples(torch.utils.data.IterableDataset):
             self._pending.extend(dict(zip(columns, row)) for row in zip(*columns.values()))
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue this stream exactly, as plain JSON types."""
         version, internal, gauss = self._rng.getstate()
         return {
             "version": STATE_VERSION,
@@ -478,11 +450,6 @@ class StreamingExamples(torch.utils.data.IterableDataset):
         self._rng.setstate((version, tuple(internal), gauss))
 
 
-# --------------------------------------------------------------------------------------------------
-# DataLoader workers
-# --------------------------------------------------------------------------------------------------
-
-
 def open_stream(
     source: str | os.PathLike | Sequence[str | os.PathLike],
     tokenizer: Any,
@@ -494,8 +461,7 @@ def open_stream(
     world_size: int = 1,
     **kwargs: Any,
 ) -> StreamingExamples:
-    """``StreamingExamples`` of the share ``rank`` of ``world_size`` of a corpus (``reading``: the arguments of
-    ``open_document_source``; ``kwargs``: those of ``StreamingExamples``)."""
+    """``reading``: ``open_document_source``'s arguments; ``kwargs``: ``StreamingExamples``'."""
     documents = open_document_source(source, **reading, rank=rank, world_size=world_size, max_documents=max_documents)
     return StreamingExamples(documents, tokenizer, configs, rank=rank, world_size=world_size, **kwargs)
 
@@ -506,14 +472,11 @@ def stream_batches(stream: int, streams: int, batches: int) -> int:
 
 
 class WorkerStreams(torch.utils.data.IterableDataset):
-    """This process's batches of examples from ``streams`` streams, one per DataLoader worker, in a fixed order.
+    """This process's batches from ``streams`` streams, one per DataLoader worker, in a fixed order.
 
-    Stream v of rank R among P is the ``StreamingExamples`` of share R * streams + v of P * streams (``make_stream``).
-    Batch i is the next ``batch_size`` examples of stream i % streams whatever the workers' speeds, since the
-    DataLoader returns its workers' batches in turn; so the examples depend on ``--dataloader_num_workers``.
-
-    Workers run ahead of training, so each writes its stream's state before every batch a checkpoint may follow
-    (``plan_saves``) into a folder of this process, where ``state_text`` gathers them at the save.
+    Batch i is stream i % streams' next ``batch_size`` examples, as the DataLoader takes its workers' batches in turn
+    (so the examples depend on ``--dataloader_num_workers``). Workers run ahead of training, so each writes its
+    state before every batch a checkpoint may follow (``plan_saves``), for ``state_text`` to gather at the save.
     """
 
     def __init__(
@@ -538,8 +501,7 @@ class WorkerStreams(torch.utils.data.IterableDataset):
         self.in_process: StreamingExamples | None = None  # the stream read without workers
 
     def plan_saves(self, every: Sequence[int] = (), at: Sequence[int] = ()) -> None:
-        """Checkpoints may be saved after every ``n`` batches of this process for each ``n`` in ``every`` (0: none)
-        and after ``at`` batches."""
+        """Checkpoints may follow every ``n`` batches for each ``n`` in ``every`` (0: none), and ``at`` batches."""
         self.save_every, self.save_at = tuple(n for n in every if n), frozenset(at)
 
     def stream(self, index: int) -> StreamingExamples:
@@ -581,8 +543,7 @@ class WorkerStreams(torch.utils.data.IterableDataset):
             batch += self.streams
 
     def _may_save_before(self, batch: int) -> bool:
-        """Whether a checkpoint may be saved after N batches with batch - streams < N <= batch: then this stream's
-        state before ``batch`` is its position in that checkpoint."""
+        """Whether a checkpoint may follow N batches, batch - streams < N <= batch (holding the state before it)."""
         earlier = batch - self.streams
         return any(batch // n > earlier // n for n in self.save_every) or any(
             earlier < n <= batch for n in self.save_at
@@ -637,14 +598,8 @@ class WorkerStreams(torch.utils.data.IterableDataset):
         self.first_batch = state["batches"]
 
 
-# --------------------------------------------------------------------------------------------------
-# Checkpoints
-# --------------------------------------------------------------------------------------------------
-
-
 class DataStateCallback(TrainerCallback):
-    """Writes the streams' positions after the examples trained so far (``batches_per_step`` times the step) into
-    every checkpoint, as ``data_state-rank{R}.json`` (one file per process)."""
+    """Writes the streams' positions after the examples trained so far into every checkpoint, one file per process."""
 
     def __init__(self, streams: WorkerStreams, batches_per_step: int) -> None:
         self.streams, self.batches_per_step = streams, batches_per_step
