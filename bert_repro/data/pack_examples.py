@@ -1,22 +1,14 @@
 """Sequence packing for pre-training with both objectives, masked LM and next sentence prediction.
 
-Examples shorter than ``max_seq_length`` (``short_seq_prob``, document ends) leave padding in every batch; packing
-puts several into one row. transformers' ``DataCollatorWithFlattening`` packs for MLM only (it drops
-``token_type_ids`` and the NSP label). Here every example keeps its segments, masks, [CLS] and NSP label, so a
-packed batch has the unpacked batch's losses and gradients. Packing is per batch (``first_fit_decreasing``), so a
-step still holds ``global_batch_size`` examples and the sampler, phases and resumption are unchanged.
+Short examples (``short_seq_prob``, document ends) leave padding; packing puts several into one row. transformers'
+``DataCollatorWithFlattening`` packs for MLM only (it drops ``token_type_ids`` and the NSP label); here every example
+keeps its segments, masks, [CLS] and NSP label, so the losses and gradients are the unpacked batch's. Packing is per
+batch, so a step still holds ``global_batch_size`` examples and the sampler, phases and resumption are unchanged.
 
-A ``PackingCollator`` batch:
-
-  ``input_ids``, ``token_type_ids``, ``labels`` (rows, width) -- the examples side by side, padding at the end;
-  ``position_ids`` (rows, width) -- 0 at each example's [CLS], counting up within the example, 0 at padding;
-  ``attention_mask`` (rows, width) -- 1 at real tokens, 0 at padding;
-  ``next_sentence_label`` (examples,) -- in row-major order of the examples' [CLS];
-  ``masked_positions`` (examples, slots) -- as ``PreTrainingCollator``'s, the examples in that order;
-  ``cls_positions`` (examples,) -- each example's [CLS] in the flattened batch: the pooler's fixed-size gather.
-
-An example starts where ``position_ids == 0`` at a real token (transformers' variable-length FlashAttention
-convention); the model builds its attention from that (``bert_repro.model.packed_sequences``).
+A batch's ``input_ids``, ``token_type_ids``, ``labels``, ``attention_mask`` and ``position_ids`` are (rows, width);
+an example starts where ``position_ids == 0`` at a real token (transformers' variable-length FlashAttention
+convention, read by ``bert_repro.model.packed_sequences``). ``next_sentence_label``, ``masked_positions`` and
+``cls_positions`` (each [CLS] in the flattened batch, the pooler's gather) are per example, in row-major order.
 """
 
 from __future__ import annotations
@@ -38,9 +30,8 @@ __all__ = ["PackingCollator", "first_fit_decreasing", "pack_rows", "packed_rows_
 def first_fit_decreasing(lengths: Sequence[int], max_seq_length: int) -> list[list[int]]:
     """Rows of indices into ``lengths``, each row's lengths summing to at most ``max_seq_length``.
 
-    First-fit decreasing: the longest example first, each into the first row with room (at most 11/9 of the
-    fewest rows possible, plus one). Within a row the examples keep their input order, and the rows are ordered by
-    their first example, so a batch reads in the order it was drawn as far as packing allows.
+    First-fit decreasing needs at most 11/9 of the fewest rows possible, plus one. Rows and their examples keep the
+    input order as far as packing allows.
     """
     too_long = [i for i, n in enumerate(lengths) if n > max_seq_length]
     if too_long:
@@ -64,12 +55,8 @@ def first_fit_decreasing(lengths: Sequence[int], max_seq_length: int) -> list[li
 
 
 def pack_rows(lengths: Sequence[int], max_seq_length: int, step: int = 8) -> tuple[list[list[int]], int]:
-    """``first_fit_decreasing`` rows of the width that leaves the least padding, and that width (the longest row).
-
-    Rows of ``max_seq_length`` are not always best: 8 examples of 100 tokens fill 2 rows of 512 with 224 positions
-    empty, or 2 rows of 400 with none. Capacities from ``max_seq_length`` down to the longest example, in steps of
-    ``step``, are tried; the one with the fewest padded positions wins, the widest on a tie.
-    """
+    """``first_fit_decreasing`` rows of the width, in steps of ``step``, that leaves the least padding (the widest on
+    a tie), and that width: 8 examples of 100 tokens leave 224 positions empty in 2 rows of 512, none in 2 of 400."""
     if not lengths:
         return [], 0
     total, longest = sum(lengths), max(lengths)
@@ -91,15 +78,11 @@ def pack_rows(lengths: Sequence[int], max_seq_length: int, step: int = 8) -> tup
 
 @dataclass
 class PackingCollator(PreTrainingCollator):
-    """``PreTrainingCollator`` whose batch is packed rows of at most ``max_seq_length`` tokens (see the module).
+    """``PreTrainingCollator`` whose batch is packed rows of at most ``max_seq_length`` tokens, masked as unpacked.
 
-    Each example is masked as the unpacked collator masks it before packing, so the packed batch holds exactly the
-    tokens and labels of the unpacked one.
-
-    ``fixed_shape`` (for ``torch.compile``): every batch of the same size has the same shapes, so the compiled step
-    is one graph that never waits on the host: rows of ``max_seq_length``, ``examples`` example slots (missing ones
-    padded, ignored by the losses) and ``ceil(rows_per_example * slots)`` rows; a batch that needs more gets one row
-    per slot, which always suffices (``packed_rows_per_example`` measures how rarely on the data).
+    ``fixed_shape`` (for ``torch.compile``: one graph): rows of ``max_seq_length``, ``examples`` example slots (the
+    missing ones ignored by the losses) and ``ceil(rows_per_example * slots)`` rows, or one row per slot for a batch
+    that needs more (``packed_rows_per_example`` makes that rare).
     """
 
     max_seq_length: int = 128
@@ -109,11 +92,10 @@ class PackingCollator(PreTrainingCollator):
 
     @classmethod
     def from_config(cls, tokenizer: Any, config: PreTrainingDataConfig, **kwargs: Any) -> PackingCollator:
-        """A packing collator for data built with ``config``: its masking, rows of its ``max_seq_length``."""
         return super().from_config(tokenizer, config, max_seq_length=config.max_seq_length, **kwargs)
 
     def _layout(self, lengths: list[int]) -> tuple[list[list[int]], int, int, int]:
-        """(rows of example indices, width, row count, example slots) of a batch of ``lengths``."""
+        """(rows of example indices, width, row count, example slots)."""
         if not self.fixed_shape:
             rows, longest_row = pack_rows(lengths, self.max_seq_length, self.pad_to_multiple_of or 8)
             return rows, self._padded_width(longest_row), len(rows), len(lengths)
@@ -168,9 +150,8 @@ class PackingCollator(PreTrainingCollator):
 
 
 def packed_rows_per_example(statistics: Mapping[str, Any]) -> float:
-    """``PackingCollator.rows_per_example`` from ``padding_statistics``: the most rows any of its batches needed, per
-    example. A batch drawn later needs more only if it packs worse than every one of those batches (about one in
-    ``batches + 1`` when they were drawn alike); it then gets one row per example."""
+    """``PackingCollator.rows_per_example``: the most rows any measured batch needed, per example; a later batch
+    needs more about once in ``batches + 1``."""
     return statistics["most_rows_at_full_width"] / statistics["batch_size"] if statistics.get("batches") else 1.0
 
 
@@ -182,12 +163,8 @@ def padding_statistics(
     seed: int = 0,
     max_batches: int | None = 2000,
 ) -> dict[str, Any]:
-    """Share of padding in the batches of examples of ``lengths``, without and with packing (``pack_rows``).
-
-    Batches of ``batch_size`` examples drawn as the training sampler draws them (a seeded permutation; the last,
-    incomplete batch dropped unless it is the only one), at most ``max_batches`` of them (``None``: all).
-    ``most_rows_at_full_width``: the most rows of ``max_seq_length`` any batch needed (``packed_rows_per_example``).
-    """
+    """Share of padding without and with packing, in up to ``max_batches`` batches drawn as the training sampler
+    draws them (a seeded permutation; an incomplete last batch dropped unless it is the only one)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
