@@ -1,22 +1,15 @@
 """Sentence splitting for BERT's pre-training data: raw document text -> a list of sentences.
 
-google-research/bert's ``create_pretraining_data.py`` reads one sentence per line and asks for "actual sentences,
-not entire paragraphs", because NSP's segments are cut at sentence boundaries. Real corpora come as paragraphs, so
-``split_sentences`` splits one document's text; the caller keeps the document boundary.
+google-research/bert's ``create_pretraining_data.py`` reads one sentence per line ("actual sentences, not entire
+paragraphs"), since NSP cuts segments at sentence boundaries; real corpora come as paragraphs.
 
-Why rules of our own: NLTK's Punkt needs ``punkt_tab``, downloaded at run time; pysbd 0.3.4 took about 8 s/MB of
-book text, ends a sentence at every line break of hard-wrapped text, and is super-linear (30,000 repetitions of
-``"x. "`` took 135 s). These rules run in linear time with the standard library and give the same output
-everywhere, so the data stays byte-for-byte reproducible. A boundary is terminal punctuation, optional closing
-quotes or brackets, white space, and an upper-case letter or digit; abbreviations, initials and dotted acronyms do
-not end a sentence. A wrong boundary only moves the A/B cut point; it loses no text. A blank line always ends a
-sentence; single line breaks are hard wrapping unless ``split_lines=True`` (one paragraph per line, as in
-Wikipedia dumps).
+Rules of our own, because NLTK's Punkt downloads ``punkt_tab`` at run time and pysbd 0.3.4 is slow (8 s/MB),
+super-linear and breaks at every hard wrap. These run in linear time on the standard library, the same everywhere,
+so the data is reproducible byte for byte. A wrong boundary only moves the A/B cut point; it loses no text.
 
-Overlong "sentences" (our departure from the reference): text without sentence punctuation would be one giant
-"sentence", which the reference keeps whole and truncates to one example, losing the rest. Here a sentence over
-``MAX_SENTENCE_CHARS`` is cut into pieces of at most ``SENTENCE_PIECE_CHARS``, at a space where there is one, and
-the pieces are packed like sentences. ``max_sentence_chars=None`` keeps the reference's behaviour.
+Our departure: text without sentence punctuation is one giant "sentence", which the reference truncates to one
+example, losing the rest. A sentence over ``MAX_SENTENCE_CHARS`` is cut into pieces of at most
+``SENTENCE_PIECE_CHARS`` instead (``max_sentence_chars=None``: the reference's behaviour).
 """
 
 from __future__ import annotations
@@ -34,7 +27,7 @@ __all__ = [
     "split_sentences",
 ]
 
-#: A "sentence" longer than this many characters is cut into pieces (see "Overlong sentences" above).
+#: A "sentence" longer than this many characters is cut into pieces (the module's departure).
 MAX_SENTENCE_CHARS = 1_000
 #: Longest piece of a cut sentence, in characters.
 SENTENCE_PIECE_CHARS = 250
@@ -56,28 +49,23 @@ ABBREVIATIONS: frozenset[str] = frozenset(
 _PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n")
 _LINE_BREAK = re.compile(r"\n")
 _WHITESPACE = re.compile(r"\s+")
-# Candidate sentence end in Latin-script text: terminal punctuation, optional closing quotes or brackets,
-# then a space (paragraphs are whitespace-normalised first, so exactly one space) and a non-space.
-# The look-behind anchors a match at the start of a punctuation run, which keeps the scan linear on
-# inputs such as a line of 100,000 periods.
+# Candidate sentence end: terminal punctuation, optional closing quotes or brackets, one space, a non-space.
+# The look-behind anchors a match at the start of a punctuation run: linear on a line of 100,000 periods.
 _CANDIDATE = re.compile(r"(?<![.!?\u2026])([.!?\u2026]+)[\"'\u201d\u2019)\]]* (?=\S)")
 # Full-width terminal punctuation (CJK) ends a sentence without a following space.
 _CJK_END = re.compile(r"[\u3002\uff01\uff1f]+[\u300d\u300f\u201d\u2019\uff09]*")
 _OPENERS = "\"'\u201c\u2018([{"
-# Control characters other than white space, private-use code points, and U+FFFD (the replacement
-# character that decoding bytes which are not UTF-8 leaves behind).
+# Control characters other than white space, private-use code points, and U+FFFD (left by decoding non-UTF-8).
 _JUNK = re.compile("[\x00-\x08\x0e-\x1f\x7f\ufffd\ue000-\uf8ff]")
 
 
 def split_sentences(
     text: str, *, split_lines: bool = False, max_sentence_chars: int | None = MAX_SENTENCE_CHARS
 ) -> list[str]:
-    """Split one document's text into sentences, in order, with white space runs collapsed to one space.
+    """One document's sentences, white space runs collapsed to one space, no empty strings.
 
-    A blank line ends a sentence; single line breaks count as spaces unless ``split_lines`` is set, in
-    which case every non-empty line is a paragraph. A sentence longer than ``max_sentence_chars`` is cut
-    into pieces of at most ``SENTENCE_PIECE_CHARS`` (``cut_long_sentence``; ``None``: never, as the
-    reference). Returns no empty strings.
+    A blank line ends a sentence; single line breaks are hard wrapping unless ``split_lines`` (one paragraph per
+    line, as in Wikipedia dumps). Sentences over ``max_sentence_chars`` are cut (``None``: never, as the reference).
     """
     if not text:
         return []
@@ -91,8 +79,7 @@ def split_sentences(
 
 
 def bound_sentences(sentences: list[str], max_sentence_chars: int = MAX_SENTENCE_CHARS) -> tuple[list[str], int]:
-    """``(sentences, cut)``: every sentence longer than ``max_sentence_chars`` replaced by its pieces
-    (``cut_long_sentence``), and how many were cut."""
+    """``(sentences, cut)``: each sentence over ``max_sentence_chars`` replaced by its pieces, and how many were."""
     if all(len(s) <= max_sentence_chars for s in sentences):
         return sentences, 0
     bounded: list[str] = []
@@ -107,10 +94,8 @@ def bound_sentences(sentences: list[str], max_sentence_chars: int = MAX_SENTENCE
 
 
 def cut_long_sentence(sentence: str, piece_chars: int = SENTENCE_PIECE_CHARS) -> list[str]:
-    """``sentence`` (whitespace-normalised) as consecutive pieces of at most ``piece_chars`` characters, each
-    cut at the last space within its reach (the space is dropped), or after ``piece_chars`` characters when
-    the reach holds no space. Joining the pieces with single spaces gives the sentence back, except where a
-    hard cut fell inside a word. Linear time."""
+    """Pieces of at most ``piece_chars`` characters, each cut at the last space within reach (dropped) or, without
+    one, inside a word. Linear time."""
     if piece_chars < 1:
         raise ValueError(f"piece_chars must be at least 1, got {piece_chars}")
     pieces: list[str] = []
@@ -131,7 +116,6 @@ def cut_long_sentence(sentence: str, piece_chars: int = SENTENCE_PIECE_CHARS) ->
 
 
 def _split_paragraph(paragraph: str) -> list[str]:
-    """Sentences of one whitespace-normalised paragraph."""
     pieces: list[str] = []
     start = 0
     for match in _CANDIDATE.finditer(paragraph):
@@ -152,8 +136,7 @@ def _is_boundary(paragraph: str, sentence_start: int, match: re.Match[str]) -> b
 
 
 def _starts_like_sentence(paragraph: str, position: int) -> bool:
-    """Whether the text at ``position`` starts like a sentence: opening quotes or brackets, then a digit or a
-    letter that is not lower-case (upper-case, or a script without case such as Chinese)."""
+    """Opening quotes or brackets, then a digit or a letter that is not lower-case (or of a script without case)."""
     end = min(len(paragraph), position + 8)
     while position < end and paragraph[position] in _OPENERS:
         position += 1
@@ -164,7 +147,6 @@ def _starts_like_sentence(paragraph: str, position: int) -> bool:
 
 
 def _word_before(paragraph: str, sentence_start: int, period: int) -> str:
-    """The word that ends right before the period at ``period``, without leading opening punctuation."""
     word_start = paragraph.rfind(" ", sentence_start, period) + 1
     if word_start == 0:
         word_start = sentence_start
@@ -181,7 +163,7 @@ def _is_abbreviation(word: str) -> bool:
 
 
 def _split_cjk(piece: str) -> list[str]:
-    """Split a piece after full-width terminal punctuation (Chinese and Japanese use no space after it)."""
+    """Chinese and Japanese put no space after full-width terminal punctuation."""
     if not _CJK_END.search(piece):
         return [piece] if piece else []
     out: list[str] = []
@@ -194,11 +176,7 @@ def _split_cjk(piece: str) -> list[str]:
 
 
 def looks_like_binary(text: str, max_junk_share: float = 0.05) -> bool:
-    """Whether ``text`` looks like decoded binary data rather than prose.
-
-    True when it holds a NUL character, or when more than ``max_junk_share`` of its characters are control
-    characters (other than white space), private-use code points or U+FFFD replacement characters.
-    """
+    """Whether ``text`` looks like decoded binary data: a NUL, or over ``max_junk_share`` of ``_JUNK`` characters."""
     if "\x00" in text:
         return True
     if not text:
