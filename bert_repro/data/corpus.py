@@ -1,18 +1,9 @@
-"""Reading a pre-training corpus, in the forms people have it, as a `datasets.Dataset` of documents.
+"""Reading a pre-training corpus (text files, tables, a Hub dataset) as a `datasets.Dataset` with one row a document.
 
-NSP needs document boundaries (section 3.1: "it is critical to use a document-level corpus rather than a shuffled
-sentence-level corpus"), so every source becomes one row per document with a `text` column.
-
-Sources:
-- plain-text files: a folder (every `*.txt` below it), a glob, a file or a list. `document_boundary` is "file" (one
-  document per file) or "blank_line" (the reference code's input format).
-- JSON lines / parquet / CSV / TSV files with a text column (one row per document).
-- a Hub dataset id with config and split, optionally streamed. With `document_boundary="wikitext"` WikiText's rows
-  (one line each) are joined into articles at its " = Title = " headings, which are dropped.
-
-Empty documents and binary junk are skipped with a logged count. Text that is not UTF-8 is not silently damaged: a
-UTF-16 byte-order mark is honoured; a file without valid UTF-8 is read as Windows-1252 with a warning; stray bytes
-in UTF-8 are replaced and counted. A corpus with no text stops with one `CorpusError` before any dataset is built.
+NSP needs document boundaries (paper §3.1: "it is critical to use a document-level corpus rather than a shuffled
+sentence-level corpus"). Plain text is split into documents at blank lines (the reference's input format) or per
+file. Empty and binary documents are skipped with a logged count; text that is not UTF-8 is decoded with a warning,
+never damaged silently; a corpus with no text is one `CorpusError` before any dataset is built.
 """
 
 from __future__ import annotations
@@ -79,26 +70,21 @@ def _expand(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Pat
     return files
 
 
-# A multi-byte UTF-8 sequence (a lead byte and its continuation bytes): text in another 8-bit encoding almost
-# never holds one, so a file with some is UTF-8 with stray bytes rather than latin-1.
+# Text in another 8-bit encoding almost never holds a multi-byte UTF-8 sequence: a file with some is UTF-8 with
+# stray bytes rather than latin-1.
 _UTF8_MULTIBYTE = re.compile(rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}")
-# Files are read in blocks of this many bytes (encoding detection) or line by line (documents), never whole:
-# the memory a file needs is that of its largest document, whatever the file's size.
+# Files are read in blocks or line by line, never whole: the memory is that of the largest document.
 _READ_BLOCK = 1 << 20
-# The start of a file, which decides whether it is text at all (binary check, UTF-16 byte-order mark).
 _HEAD_BYTES = 1 << 20
 _WRITER_BATCH_ROWS = 100
-# A file is named in a warning when it holds this many characters without sentence punctuation: verse and long
-# enumerations in real books reach a few thousand (and are cut quietly, see sentences.py); ten times the cut
-# bound is a list, a table or text without punctuation.
+# Verse and enumerations in real books reach a few thousand characters without sentence punctuation (cut quietly);
+# ten times the cut bound is a list, a table or text without punctuation: the file is named in a warning.
 _WARN_STRETCH_CHARS = 10 * MAX_SENTENCE_CHARS
 _CP1252_UNDEFINED = b"\x81\x8d\x8f\x90\x9d"
 
 
 @dataclass(frozen=True)
 class _Encoding:
-    """How a text file is decoded: the codec, its error handler, and a warning to give (None: plain text)."""
-
     codec: str
     errors: str = "strict"
     warning: str | None = None
@@ -111,7 +97,6 @@ def _blocks(name: str) -> Iterator[bytes]:
 
 
 def _decodes(blocks: Iterable[bytes], codec: str) -> bool:
-    """Whether the bytes of ``blocks`` decode with ``codec``."""
     decoder = codecs.getincrementaldecoder(codec)("strict")
     try:
         for block in blocks:
@@ -137,10 +122,11 @@ def _first_non_ascii(text: str, context: int = 12) -> str:
 
 
 def _encoding_of(head: bytes, blocks: Callable[[], Iterable[bytes]]) -> _Encoding | None:
-    """How to decode bytes that start with ``head`` (``blocks()``: all of them, read again for each question), or
-    None when they are not text. A UTF-16 byte-order mark is honoured; bytes that are not UTF-8 are Windows-1252
-    (latin-1 where that leaves a byte undefined), unless they hold multi-byte UTF-8 sequences: then the stray bytes
-    are replaced. Text is binary by the first 64 KiB of UTF-8, or the first MiB in the other cases."""
+    """How to decode bytes that start with ``head`` (``blocks()`` reads them all again), or None when not text.
+
+    A UTF-16 byte-order mark is honoured; bytes that are not UTF-8 are Windows-1252 (latin-1 where that leaves a
+    byte undefined), unless they hold multi-byte UTF-8 sequences: then the stray bytes are replaced.
+    """
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return _Encoding("utf-16") if _decodes(blocks(), "utf-16") else None
     if b"\x00" in head[:65536]:
@@ -172,8 +158,7 @@ def _encoding_of(head: bytes, blocks: Callable[[], Iterable[bytes]]) -> _Encodin
 
 
 def decode_text(raw: bytes, name: str = "text", *, warn: bool = True) -> str | None:
-    """The text of a file's bytes, or None when they are not text (binary). Never drops a character silently:
-    whatever is not plain UTF-8 is decoded by the rules of ``_encoding_of``, with a warning naming `name`."""
+    """The text of a file's bytes (decoded by ``_encoding_of``'s rules, with a warning naming `name`), or None."""
     encoding = _encoding_of(raw[:_HEAD_BYTES], lambda: [raw])
     if encoding is None:
         return None
@@ -184,7 +169,6 @@ def decode_text(raw: bytes, name: str = "text", *, warn: bool = True) -> str | N
 
 
 def detect_encoding(name: str) -> _Encoding | None:
-    """How to decode file ``name``, read in blocks: the memory needed does not grow with the file."""
     with open(name, "rb") as f:
         head = f.read(_HEAD_BYTES)
     return _encoding_of(head, lambda: _blocks(name))
@@ -199,8 +183,7 @@ _SENTENCE_ENDS = re.compile(f"[{re.escape(SENTENCE_END_CHARS)}]")
 
 
 class _UnpunctuatedStretch:
-    """The longest stretch of a file's text without sentence-ending punctuation or a blank line, fed line by
-    line: where the sentence splitter will find an overlong "sentence" (``MAX_SENTENCE_CHARS``) and cut it."""
+    """The longest stretch without sentence punctuation or a blank line, fed line by line (an overlong "sentence")."""
 
     def __init__(self) -> None:
         self.run = self.longest = self.longest_line = self.line = self._run_start = 0
@@ -219,7 +202,6 @@ class _UnpunctuatedStretch:
 
 
 def _file_documents(name: str, document_boundary: str) -> Iterator[str]:
-    """The documents of text file ``name``, read line by line; warnings name the file."""
     encoding = detect_encoding(name)
     if encoding is None:
         logger.warning("skipped %s: not text (binary content)", name)
@@ -261,9 +243,7 @@ def _file_documents(name: str, document_boundary: str) -> Iterator[str]:
 
 
 def _text_documents(files: list[str], document_boundary: str, stamps=None) -> Iterator[dict[str, str]]:
-    """Rows {"text", "source"} from plain-text files (a `Dataset.from_generator` generator). `stamps` (each file's
-    size and modification time) is unused here: it is part of datasets' cache key, so that an edited file is
-    read again instead of served from the cache."""
+    """`stamps` (sizes and modification times) is unused: in datasets' cache key, it makes an edited file read again."""
     for name in files:
         for piece in _file_documents(name, document_boundary):
             if piece.strip():
@@ -281,7 +261,10 @@ def load_corpus(
     num_proc: int | None = None,
     cache_dir: str | None = None,
 ) -> datasets.Dataset | datasets.IterableDataset:
-    """A dataset of documents with a `text` column (one row per document), from any supported source."""
+    """Documents in a `text` column from a folder, glob, file list, table files or a Hub id (``hub_config``, ``split``).
+
+    ``document_boundary="wikitext"`` joins WikiText's rows into articles at its " = Title = " headings.
+    """
     if document_boundary not in ("file", "blank_line", "wikitext"):
         raise CorpusError(f"document_boundary must be 'file', 'blank_line' or 'wikitext', got {document_boundary!r}.")
     files = _expand(source)
@@ -342,8 +325,7 @@ def load_corpus(
 
 
 def _load_table(fmt: str, names: list[str], cache_dir: str | None, kwargs: dict) -> datasets.Dataset:
-    """Local JSON lines, Parquet or CSV / TSV files as one table; a file its reader cannot parse is a CorpusError
-    naming it and the parser's reason (datasets wraps that reason in a generic error)."""
+    """A file that cannot be parsed is a CorpusError naming it and the parser's reason (datasets hides the reason)."""
     try:
         table = datasets.load_dataset(fmt, data_files=names, split="train", cache_dir=cache_dir, **kwargs)
         table.data.table.validate(full=True)  # Arrow's JSON parser lets a string hold bytes that are not UTF-8
@@ -358,7 +340,7 @@ def _load_table(fmt: str, names: list[str], cache_dir: str | None, kwargs: dict)
 
 
 def _holds_text(name: str) -> bool:
-    """Whether a text file gives at least one document (stops at the first: a corpus is checked in one file)."""
+    """Whether a text file gives a document (stops at the first, so a corpus is usually checked in one file)."""
     if not any(block.strip() for block in _blocks(name)):
         return False
     encoding = detect_encoding(name)
@@ -418,8 +400,7 @@ def _drop_empty(dataset: datasets.Dataset, where: str, num_proc: int | None) -> 
 
 
 def _load_hub(repo_id: str, config: str | None, split: str, streaming: bool, cache_dir: str | None):
-    """A Hub dataset; fails within seconds, with a message on how to pass local text, when the Hub is out of reach
-    and the local cache has no copy (`bert_repro.data.hub_datasets`)."""
+    """Fails within seconds, saying how to pass local text, when the Hub is out of reach and nothing is cached."""
     try:
         return load_hub_dataset(repo_id, config, split=split, streaming=streaming, cache_dir=cache_dir)
     except HubUnreachable as err:
