@@ -1,11 +1,5 @@
-"""Documents -> training instances: steps 1-6 of the pre-training examples (``bert_repro.data.pretraining_examples``
-tells the whole algorithm), as google-research/bert's ``create_pretraining_data.py`` builds them.
-
-``create_instances_from_document`` cuts a document into NSP pairs, or single segments without NSP, and draws their
-masks right after each pair when the config stores them. ``create_training_instances`` is the reference's
-whole-corpus loop with its single random stream. ``document_rng`` is the per-document stream the datasets and
-streaming pipelines draw from instead, so documents can be processed in any order.
-"""
+"""Documents -> training instances: steps 1-6 of ``pretraining_examples``' docstring, as google-research/bert's
+``create_pretraining_data.py`` builds them, with masks drawn right after each pair when the config stores them."""
 
 from __future__ import annotations
 
@@ -33,8 +27,8 @@ IS_NEXT, NOT_NEXT = 0, 1
 
 @dataclass
 class TrainingInstance:
-    """One sentence pair: ``[CLS] A [SEP] B [SEP]`` with its masked LM targets (reference names); without NSP
-    one segment ``[CLS] text [SEP]`` and ``is_random_next`` None."""
+    """``[CLS] A [SEP] B [SEP]`` and its masked LM targets (the reference's names); without NSP ``[CLS] text [SEP]``
+    and ``is_random_next`` None."""
 
     tokens: list[Any]
     segment_ids: list[int]
@@ -43,23 +37,13 @@ class TrainingInstance:
     masked_lm_labels: list[Any] = field(default_factory=list)
 
 
-# --------------------------------------------------------------------------------------------------
-# The reference algorithm (steps 1-6; step 7 is bert_repro.data.masking)
-# --------------------------------------------------------------------------------------------------
-
-
 def create_training_instances(
     documents: Iterable[Sequence[Sequence[Any]]],
     vocab: WordPieceVocab,
     config: PreTrainingDataConfig,
     rng: random.Random | None = None,
 ) -> list[TrainingInstance]:
-    """The reference's whole-corpus loop with one random stream (``random.Random(config.random_seed)``).
-
-    Empty sentences and empty documents are dropped, the documents shuffled, ``dupe_factor`` rounds run
-    over all of them, and the instances shuffled. Holds everything in memory: for large corpora use
-    ``create_pretraining_instances``.
-    """
+    """The reference's whole-corpus loop with one random stream, in memory (``create_pretraining_instances`` scales)."""
     rng = random.Random(config.random_seed) if rng is None else rng
     all_documents = [doc for doc in ([list(s) for s in d if len(s)] for d in documents) if doc]
     rng.shuffle(all_documents)
@@ -78,11 +62,9 @@ def create_instances_from_document(
     rng: random.Random,
     config: PreTrainingDataConfig,
 ) -> list[TrainingInstance]:
-    """One pass (one ``dupe_factor`` round) over ``all_documents[document_index]``: steps 1-7.
+    """Steps 1-7, one ``dupe_factor`` round, over ``all_documents[document_index]``.
 
-    ``all_documents`` holds non-empty documents of non-empty sentences; any of them may give segment B of a
-    NotNext pair. Masks are drawn right after each pair (as in the reference) when ``config.static_masking``.
-    An objective without NSP makes each chunk one segment (the module docstring) and draws no pair.
+    ``all_documents`` (non-empty documents of non-empty sentences) may each give a NotNext pair's segment B.
     """
     next_sentence = config.pretraining_objective.next_sentence
     document = all_documents[document_index]
@@ -140,11 +122,8 @@ def _random_segment_b(
     target_b_length: int,
     rng: random.Random,
 ) -> list[Any]:
-    """Segment B of a NotNext pair: sentences from a random start in a random other document.
-
-    Ten tries to draw a document other than the current one, then the last draw is used whatever it is
-    (the reference's rule: with a single document, B comes from the same document).
-    """
+    """Sentences from a random start in a random other document: ten tries, then the last draw whatever it is (the
+    reference's rule: with a single document, B comes from the same document)."""
     for _ in range(10):
         random_document_index = rng.randint(0, len(all_documents) - 1)
         if random_document_index != document_index:
@@ -160,11 +139,8 @@ def _random_segment_b(
 
 
 def truncate_seq_pair(tokens_a: list[Any], tokens_b: list[Any], max_num_tokens: int, rng: random.Random) -> None:
-    """Step 5, in place: drop a token from the front or back (p 0.5) of the longer segment until they fit.
-
-    The same random draws as the reference's loop, but the lists are cut once at the end, so a segment of
-    25,000 tokens (a 100,000-character line) costs one draw per dropped token and no quadratic list work.
-    """
+    """Step 5, in place, with the reference's random draws; the lists are cut once at the end, so a segment of
+    25,000 tokens costs no quadratic list work."""
     a_lo, a_hi, b_lo, b_hi = 0, len(tokens_a), 0, len(tokens_b)
     while (a_hi - a_lo) + (b_hi - b_lo) > max_num_tokens:
         front = rng.random() < 0.5
@@ -183,8 +159,7 @@ def _instance(
     rng: random.Random,
     config: PreTrainingDataConfig,
 ) -> TrainingInstance:
-    """Step 6 (and 7 with static masking): ``[CLS] A [SEP] B [SEP]``, segment ids, masks; without NSP
-    ``[CLS] A [SEP]`` (``tokens_b`` empty), segment ids 0, masks only for a masked-LM objective."""
+    """Steps 6 and 7 (with stored masks)."""
     if config.pretraining_objective.next_sentence:
         tokens = [vocab.cls_token, *tokens_a, vocab.sep_token, *tokens_b, vocab.sep_token]
         segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
@@ -206,7 +181,6 @@ def _instance(
 
 
 def document_rng(seed: int, document_index: int, dupe_round: int) -> random.Random:
-    """The random stream of one document in one ``dupe_factor`` round (a departure from the reference's
-    single stream, so that documents can be processed in any order and in parallel)."""
+    """One document's random stream in one round: the reference has one stream, but documents go in any order here."""
     digest = hashlib.sha256(f"{seed}/{dupe_round}/{document_index}".encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "little"))
