@@ -1,10 +1,5 @@
-"""Masked-LM predictions: step 7 of the pre-training examples (``bert_repro.data.pretraining_examples``), and what
-the steps know of the vocabulary.
-
-``create_masked_lm_predictions`` makes google-research/bert's calls on a ``random.Random`` in its order. The static
-masks stored in the data and the dynamic ones ``mask_batch`` draws per batch both come from it. ``WordPieceVocab``
-is the vocabulary as pair building and masking read it, for tokens as strings or as ids.
-"""
+"""Masked-LM predictions, step 7 of ``pretraining_examples``' docstring: google-research/bert's random calls in its
+order, for the static masks stored in the data and the dynamic ones ``mask_batch`` draws per batch alike."""
 
 from __future__ import annotations
 
@@ -22,9 +17,8 @@ __all__ = ["WordPieceVocab", "create_masked_lm_predictions", "mask_batch"]
 class WordPieceVocab:
     """What pair building and masking need to know of the vocabulary, for tokens as strings or as ids.
 
-    ``vocab_words`` is the whole vocabulary in id order (``range(size)`` for ids): a random replacement is
-    ``vocab_words[rng.randint(0, len(vocab_words) - 1)]``, any entry, special ones included, as in the
-    reference. ``subword_tokens`` are the tokens that continue a word (``##`` pieces).
+    ``vocab_words`` is the vocabulary in id order (``range(size)`` for ids); a random replacement is any entry,
+    special ones included, as in the reference.
     """
 
     cls_token: Hashable
@@ -106,11 +100,8 @@ def create_masked_lm_predictions(
 ) -> tuple[list[Any], list[int], list[Any]]:
     """Step 7: ``(output_tokens, masked_lm_positions, masked_lm_labels)``, positions ascending.
 
-    Candidates are all positions but ``[CLS]``/``[SEP]`` (with whole-word masking, a word's pieces as one group),
-    shuffled. Groups are taken in that order, skipping one that would overshoot the budget
-    ``min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))``. Each chosen position becomes
-    ``[MASK]`` with probability ``mask_replace_prob``, a random vocabulary entry with ``random_replace_prob``, else
-    stays.
+    As the reference, shuffled candidate groups are taken in order, skipping a whole word that would overshoot the
+    budget.
     """
     cand_indexes = _candidate_groups(tokens, vocab, do_whole_word_mask)
     rng.shuffle(cand_indexes)
@@ -134,8 +125,7 @@ def create_masked_lm_predictions(
 
 
 def _candidate_groups(tokens: Sequence[Any], vocab: WordPieceVocab, do_whole_word_mask: bool) -> list[list[int]]:
-    """Positions that may be masked, grouped by word with whole-word masking (as the reference groups them:
-    a ``##`` piece joins the group before it, even across a ``[SEP]``)."""
+    """As the reference groups them: a ``##`` piece joins the group before it, even across a ``[SEP]``."""
     if not do_whole_word_mask:
         return [[i] for i, token in enumerate(tokens) if token != vocab.cls_token and token != vocab.sep_token]
     groups: list[list[int]] = []
@@ -159,7 +149,6 @@ def _keep_share(mask_replace_prob: float, random_replace_prob: float) -> float:
 def _replacement(
     token: Any, vocab: WordPieceVocab, rng: random.Random, mask_replace_prob: float, keep_share: float
 ) -> Any:
-    """What a chosen position shows the model: ``[MASK]``, itself, or a random vocabulary entry."""
     if rng.random() < mask_replace_prob:
         return vocab.mask_token
     if rng.random() < keep_share:
@@ -179,10 +168,9 @@ def mask_batch(
     mask_replace_prob: float = 0.8,
     random_replace_prob: float = 0.1,
 ) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
-    """Dynamic masking of id sequences: lists, or the rows of a tensor.
+    """Dynamic masking: the masked rows and each row's ``(masked_lm_positions, masked_lm_ids)``.
 
-    Right-padded rows need their ``attention_mask``: only the first ``sum(attention_mask[i])`` ids are used and
-    returned. Returns the masked sequences and, per sequence, ``(masked_lm_positions, masked_lm_ids)``.
+    Right-padded rows need their ``attention_mask``: only the real tokens are masked and returned.
     """
     rows = input_ids.tolist() if isinstance(input_ids, torch.Tensor) else [list(r) for r in input_ids]
     if attention_mask is not None:
