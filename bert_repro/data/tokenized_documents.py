@@ -1,9 +1,6 @@
-"""Raw documents -> sentences -> WordPiece ids: the first map of the pre-training examples' datasets pipeline.
+"""Raw documents -> sentences -> WordPiece ids: the first map of the pre-training examples, streamed or not.
 
-``tokenize_documents`` splits text into sentences (``bert_repro.data.sentences``) and those into WordPiece ids without
-special tokens. Text that spells a special token is ordinary text (``split_special_tokens=True``), as in the
-reference tokenizer. It maps over balanced blocks (``bert_repro.data.balanced_map``), so the bytes are the same for
-any ``num_proc``. The streaming pipeline tokenizes with the same function (``_tokenize_batch``).
+Text that spells a special token ("[SEP]") is ordinary text, as in the reference tokenizer.
 """
 
 from __future__ import annotations
@@ -55,15 +52,12 @@ def tokenize_documents(
     num_proc: int | None = None,
     batch_size: int = 64,
 ) -> Dataset:
-    """Split each row's text into sentences and each sentence into WordPiece ids (no special tokens).
+    """Each row's sentences as WordPiece ids without special tokens, the same bytes for any ``num_proc``.
 
-    One row per input row with the columns of ``DOCUMENT_FEATURES``. An empty, blank or binary-looking row keeps no
-    sentences and says why in ``skip_reason``. Overlong "sentences" are cut into pieces (our departure, see
-    ``bert_repro.data.sentences``), counted in ``long_sentences`` and logged.
+    Rows of ``DOCUMENT_FEATURES``; overlong "sentences" are cut (our departure, ``sentences.py``) and logged.
     """
     _check_text_column(dataset, text_column)
-    # The fingerprint of the result, whatever num_proc (the balanced order below changes only how the work
-    # is split, not the output): the cache of a run with one num_proc serves runs with any other.
+    # The same fingerprint for any num_proc: the cache of a run with one serves runs with any other.
     fingerprint = Hasher.hash(
         [dataset._fingerprint, text_column, split_lines, tokenizer, _tokenize_table, "documents-2"]
     )
@@ -89,7 +83,7 @@ def tokenize_documents(
 
 
 def _text_bytes(dataset: Dataset, text_column: str) -> np.ndarray:
-    """UTF-8 bytes of each row's text, in the dataset's row order (read from Arrow, no text decoded)."""
+    """UTF-8 bytes of each row's text, read from Arrow without decoding it."""
     lengths = pc.fill_null(pc.binary_length(dataset.data.column(text_column)), 0).to_numpy()
     indices = getattr(dataset, "_indices", None)
     return lengths if indices is None else lengths[indices.column(0).to_numpy()]
@@ -111,14 +105,11 @@ _ENCODE_SLICE = 4096
 
 
 def _tokenize_batch(texts: list[Any], tokenizer: Any, split_lines: bool) -> dict[str, list[Any]]:
-    """``_tokenize_table`` as Python lists (for callers that take a few documents at a time)."""
     return _tokenize_table(texts, tokenizer, split_lines).to_pydict()
 
 
 def _tokenize_table(texts: list[Any], tokenizer: Any, split_lines: bool) -> pa.Table:
-    """One batch of documents as an Arrow table of ``DOCUMENT_FEATURES``. Sentences are encoded a slice at a time
-    and each slice goes to Arrow at once, so a 100 MB document never exists as Python lists of ids, which take many
-    times the bytes."""
+    """Sentences go to Arrow a slice at a time: a 100 MB document never exists as Python lists of ids."""
     reasons: list[str] = []
     split: list[list[str]] = []
     long_counts: list[int] = []
@@ -194,8 +185,8 @@ def _log_long_sentences(documents: Dataset, shown: int = 5) -> None:
     counts = documents.data.column("long_sentences").to_numpy()
     rows = np.flatnonzero(counts)
     if len(rows):
-        # Said, not warned: real prose has such sentences (a few in Austen's novels), and the text is kept, in
-        # pieces. Text without sentence punctuation is warned about by the corpus reader, which names the file.
+        # Said, not warned: real prose has such sentences (a few in Austen's novels); the corpus reader warns about
+        # text without sentence punctuation.
         logger.info(
             "%d 'sentences' longer than %d characters in %d of %d documents (long sentences, or text without "
             "sentence punctuation) were cut into pieces of at most %d characters (rows %s%s)",
