@@ -6,17 +6,9 @@ vocabulary and a manifest, small enough to go with the code to a machine without
     python -m bert_repro.data.travel_corpus --check .travel/books
     python recipes/pretrain.py --corpus .travel/books/corpus.parquet --tokenizer .travel/books/tokenizer ...
 
-Writes into the output folder (new or empty):
-- `corpus.parquet`: one row per whole document (`text`, unchanged), Zstandard level 19; `--corpus` reads it like
-  any Parquet corpus. Text rather than token ids leaves sentence splitting, NSP and masking to the recipe's
-  options, and compressed it is smaller than raw 16-bit ids (benchmarks/LOG.md, "The travelling corpus and the GPU
-  study's budget").
-- `tokenizer/`: a WordPiece vocabulary trained on the whole text, so the target machine trains none.
-- `manifest.json`: the command, the provenance, each source file's size and sha256, the counts of documents, bytes
-  and tokens, and the sha256 of `corpus.parquet`, which `--check` verifies (a truncated copy stops with one
-  message). A `SOURCES.tsv` in the input folder is copied beside it.
-
-Only `*.txt` files below the folder are read.
+`corpus.parquet` holds each document's text unchanged, which leaves sentence splitting, NSP and masking to the
+recipe's options and, compressed, is smaller than raw 16-bit ids (benchmarks/LOG.md, "The travelling corpus and the
+GPU study's budget"). `manifest.json` records the sources' and the corpus' sha256, which `--check` verifies.
 """
 
 from __future__ import annotations
@@ -67,8 +59,7 @@ def build(
     provenance: str = "",
     command: list[str] | None = None,
 ) -> dict:
-    """Write corpus.parquet, tokenizer/ and manifest.json into `output` from the *.txt files below
-    `source`."""
+    """Write corpus.parquet, tokenizer/ and manifest.json into `output` from the *.txt files below `source`."""
     files = sorted(p for p in source.rglob("*.txt") if p.is_file()) if source.is_dir() else []
     if not files:
         raise CorpusError(f"{source}: no .txt files below it (pass the folder that holds the text files).")
@@ -111,8 +102,7 @@ def build(
 
 
 def check(folder: Path) -> dict:
-    """The manifest of a travelled corpus whose files arrived whole; CorpusError naming what is wrong
-    otherwise."""
+    """The manifest of a travelled corpus whose files arrived whole; CorpusError naming what is wrong otherwise."""
     manifest_path = folder / MANIFEST_FILE
     if not manifest_path.is_file():
         raise CorpusError(
