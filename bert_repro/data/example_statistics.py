@@ -1,7 +1,4 @@
-"""Statistics of built pre-training examples: ``pretraining_statistics`` summarises a dataset of
-``bert_repro.data.pretraining_examples`` (and the documents it came from) as a JSON-serialisable dict, read from
-Arrow in batches: lengths, the IsNext share, the masked share and the 80/10/10 split actually drawn.
-"""
+"""Statistics of built pre-training examples, read from Arrow in batches (``data_statistics.json``)."""
 
 from __future__ import annotations
 
@@ -27,12 +24,11 @@ def pretraining_statistics(
     num_bins: int = 16,
     batch_size: int = 65_536,
 ) -> dict[str, Any]:
-    """Counts and shares of a built dataset, as a JSON-serialisable dict (read in batches of ``batch_size``).
+    """Lengths, the IsNext share, the masked share and the 80/10/10 split drawn, as a JSON-serialisable dict.
 
-    ``examples``, ``tokens`` (special tokens included), ``is_next_share`` (with NSP pairs), ``length_histogram``
-    (``"lo-hi"`` -> examples, inclusive bounds). With static masks, ``masked`` and ``masked_share`` (of ``tokens``,
-    the base of ``masked_lm_prob``). With ``mask_token_id``, the split into ``[MASK]`` / random / unchanged (a random
-    draw of the original token counts as unchanged). With ``documents``, the corpus's counts and skips by reason.
+    ``tokens`` include special tokens and are ``masked_share``'s base, as ``masked_lm_prob``'s; ``length_histogram``
+    bounds are inclusive. The split needs ``mask_token_id`` (a random draw of the original token counts as
+    unchanged); ``documents`` adds the corpus's counts and skips.
     """
     stats: dict[str, Any] = {} if documents is None else _document_statistics(documents)
     static = "masked_lm_positions" in instances.column_names

@@ -1,6 +1,4 @@
-"""The settings of the pre-training examples: ``PreTrainingDataConfig``, the flags of google-research/bert's
-``create_pretraining_data.py`` (same names, same defaults), options beyond the paper, and Table 5's objective.
-"""
+"""The settings of the pre-training examples, including Table 5's objective."""
 
 from __future__ import annotations
 
@@ -19,9 +17,9 @@ __all__ = ["PreTrainingDataConfig"]
 
 @dataclass
 class PreTrainingDataConfig:
-    """The flags of the reference ``create_pretraining_data.py`` (same names, same defaults) plus options.
+    """google-research/bert's ``create_pretraining_data.py`` flags (same names, same defaults) plus options.
 
-    Flat, so that ``transformers.HfArgumentParser`` can read it from a command line or a YAML file.
+    Flat, so that ``transformers.HfArgumentParser`` reads it from a command line or a YAML file.
     """
 
     max_seq_length: int = field(default=128, metadata={"help": "Longest example, [CLS] and [SEP]s included."})
@@ -76,8 +74,7 @@ class PreTrainingDataConfig:
 
     @property
     def max_num_tokens(self) -> int:
-        """Room for the text: ``max_seq_length`` less ``[CLS]`` and two ``[SEP]`` (segments A and B), or one
-        ``[SEP]`` for the one-segment examples of an objective without NSP."""
+        """Room for the text: ``max_seq_length`` less ``[CLS]`` and the ``[SEP]`` (two with NSP)."""
         return self.max_seq_length - (3 if self.pretraining_objective.next_sentence else 2)
 
     @property
