@@ -6,8 +6,7 @@ code (`travel_corpus`)."""
 
 from ..exports import lazy_exports
 
-# What the package's users reach (the benchmarks among them), read on first use (PEP 562): importing one module
-# of this package does not import datasets' whole pipeline.
+# Read on first use (PEP 562): importing one module of this package does not import datasets' whole pipeline.
 _PUBLIC = {
     "decode_text": "corpus",
     "load_corpus": "corpus",

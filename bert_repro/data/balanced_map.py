@@ -1,8 +1,4 @@
-"""``Dataset.map(num_proc=...)`` over rows of very different sizes: a row order that gives every worker about the same
-work (``_balanced_order``), and the mapped rows written back in input order (``_flatten``), so that the output is the
-same bytes for any ``num_proc``. Both map-style pipelines of the pre-training examples use them
-(``bert_repro.data.tokenized_documents``, ``bert_repro.data.pretraining_examples``).
-"""
+"""``Dataset.map(num_proc=...)`` over rows of very different sizes, with the same output bytes for any ``num_proc``."""
 
 from __future__ import annotations
 
@@ -13,12 +9,10 @@ from datasets import Dataset
 
 
 def _balanced_order(weights: np.ndarray, num_proc: int | None) -> np.ndarray | None:
-    """A row order that gives every worker of ``map(num_proc=...)`` about the same share of the work.
+    """A row order giving each ``map(num_proc=...)`` worker about the same work; ``None``: one process or a gain < 5%.
 
-    ``Dataset.map`` gives worker ``k`` the ``k``-th contiguous block, and documents differ in size by orders of
-    magnitude (a corpus concatenated from sources lists its long documents together), so one worker can get most
-    of the work. The heaviest rows go first, each to the lightest block with room; a block keeps its rows in input
-    order. ``None``: one process, or a gain under 5% (not worth putting the rows back).
+    ``Dataset.map`` gives worker ``k`` the ``k``-th contiguous block, and a corpus concatenated from sources lists
+    its long documents together, so one worker could get most of the work.
     """
     weights = np.asarray(weights, dtype=np.int64)
     n = len(weights)
@@ -42,8 +36,7 @@ def _balanced_order(weights: np.ndarray, num_proc: int | None) -> np.ndarray | N
 
 
 def _flatten(dataset: Dataset, fingerprint: str) -> Dataset:
-    """``flatten_indices`` (a cached map) with Arrow batches: the rows are written as whole tables, not cast
-    one row at a time as ``flatten_indices`` does with Python batches after a shuffle (faster: benchmarks/LOG.md,
+    """``flatten_indices`` with Arrow batches, not rows cast one at a time after a shuffle (faster: benchmarks/LOG.md,
     "Building pre-training examples")."""
     fmt = dataset.format
     flat = dataset.with_format("arrow").flatten_indices(new_fingerprint=fingerprint)

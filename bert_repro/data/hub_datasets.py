@@ -1,9 +1,8 @@
 """Loading a dataset from the Hub (a pre-training corpus, a task's data) without the wait of an unreachable Hub.
 
-With no network and `HF_HUB_OFFLINE` unset, `datasets.load_dataset(hub_id)` retries for ~23 s and prints a dozen
-warnings before its error. Here one short request asks the Hub first (`hub_answers`). Without an answer the dataset
-is read from the local cache as `HF_HUB_OFFLINE=1` would, with one warning. Without a cached copy the caller's
-one-line error names what to pass instead (`--corpus`, `--data`), within seconds.
+With no network and `HF_HUB_OFFLINE` unset, `datasets.load_dataset` retries for ~23 s and prints a dozen warnings
+before its error. Here one short request asks the Hub first; without an answer the local cache is read as with
+`HF_HUB_OFFLINE=1`, with one warning.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ class HubUnreachable(ConnectionError):
 
 
 def hub_answers(repo_id: str, timeout: float = PROBE_SECONDS) -> str | None:
-    """None when the Hub answers a request about dataset `repo_id` (any HTTP status: a gated repository answers
-    401, and datasets says more), else why it did not."""
+    """None when the Hub answers about `repo_id` (any HTTP status: a gated repository answers 401), else why not."""
     from huggingface_hub import constants
 
     url = f"{constants.ENDPOINT}/api/datasets/{repo_id}"
@@ -41,8 +39,8 @@ def hub_answers(repo_id: str, timeout: float = PROBE_SECONDS) -> str | None:
 
 
 def load_hub_dataset(repo_id: str, *args, **kwargs):
-    """`datasets.load_dataset(repo_id, *args, **kwargs)`, asking the Hub once first. Raises `HubUnreachable` when
-    the Hub does not answer and the cache holds no copy; any other failure is datasets' own."""
+    """`datasets.load_dataset`, asking the Hub once first; `HubUnreachable` when it does not answer and nothing is
+    cached."""
     from huggingface_hub import constants
 
     offline = constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE
