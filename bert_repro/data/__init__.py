@@ -1,8 +1,4 @@
-"""Stage 2, the data: corpora (`corpus`, `sentences`), WordPiece vocabularies (`wordpiece`), the pre-training
-examples of Google's reference builder (`pretraining_examples`, in the builder's steps: `pretraining_config`,
-`tokenized_documents`, `training_instances`, `masking`, `example_statistics`, `balanced_map`), the same examples
-streamed (`streaming`), several examples packed into one row (`pack_examples`) and a corpus packed to go with the
-code (`travel_corpus`)."""
+"""Stage 2, the data: corpora, WordPiece vocabularies and pre-training examples (the modules: docs/layout.md)."""
 
 from ..exports import lazy_exports
 

@@ -36,8 +36,8 @@ def _balanced_order(weights: np.ndarray, num_proc: int | None) -> np.ndarray | N
 
 
 def _flatten(dataset: Dataset, fingerprint: str) -> Dataset:
-    """``flatten_indices`` with Arrow batches, not rows cast one at a time after a shuffle (faster: benchmarks/LOG.md,
-    "Building pre-training examples")."""
+    """``flatten_indices`` with Arrow batches, not rows cast one at a time (benchmarks/LOG.md, "Building pre-training
+    examples")."""
     fmt = dataset.format
     flat = dataset.with_format("arrow").flatten_indices(new_fingerprint=fingerprint)
     flat = flat.with_format(fmt["type"], fmt["columns"], fmt["output_all_columns"], **fmt["format_kwargs"])

@@ -39,8 +39,7 @@ def hub_answers(repo_id: str, timeout: float = PROBE_SECONDS) -> str | None:
 
 
 def load_hub_dataset(repo_id: str, *args, **kwargs):
-    """`datasets.load_dataset`, asking the Hub once first; `HubUnreachable` when it does not answer and nothing is
-    cached."""
+    """`datasets.load_dataset`, asking the Hub once first; `HubUnreachable` when it is silent and nothing cached."""
     from huggingface_hub import constants
 
     offline = constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE

@@ -150,8 +150,7 @@ class PackingCollator(PreTrainingCollator):
 
 
 def packed_rows_per_example(statistics: Mapping[str, Any]) -> float:
-    """``PackingCollator.rows_per_example``: the most rows any measured batch needed, per example; a later batch
-    needs more about once in ``batches + 1``."""
+    """``PackingCollator.rows_per_example``: the most rows a measured batch needed (more about once in batches + 1)."""
     return statistics["most_rows_at_full_width"] / statistics["batch_size"] if statistics.get("batches") else 1.0
 
 
@@ -163,8 +162,8 @@ def padding_statistics(
     seed: int = 0,
     max_batches: int | None = 2000,
 ) -> dict[str, Any]:
-    """Share of padding without and with packing, in up to ``max_batches`` batches drawn as the training sampler
-    draws them (a seeded permutation; an incomplete last batch dropped unless it is the only one)."""
+    """Share of padding without and with packing, in up to ``max_batches`` batches drawn as the training sampler does
+    (a seeded permutation; an incomplete last batch dropped unless it is the only one)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")

@@ -28,9 +28,6 @@ Departures:
 - Raw text is split into sentences here (``sentences.py``); empty and binary-looking text is skipped and counted.
 - Options, off by default: dynamic masking (RoBERTa), other mask rates (MosaicBERT's ``masked_lm_prob=0.3``; raise
   ``max_predictions_per_seq`` with it) and other 80/10/10 splits.
-
-The parts: ``pretraining_config`` (the flags), ``training_instances`` (steps 1-6), ``masking`` (step 7),
-``tokenized_documents`` (text -> sentences of ids), ``balanced_map`` and ``example_statistics``.
 """
 
 from __future__ import annotations

@@ -31,8 +31,7 @@ __all__ = [
 MAX_SENTENCE_CHARS = 1_000
 #: Longest piece of a cut sentence, in characters.
 SENTENCE_PIECE_CHARS = 250
-#: Punctuation that can end a sentence (Latin script and full-width CJK); text without any of it for more
-#: than ``MAX_SENTENCE_CHARS`` characters holds an overlong sentence.
+#: Punctuation that can end a sentence (Latin script and full-width CJK).
 SENTENCE_END_CHARS = ".!?\u2026\u3002\uff01\uff1f"
 
 #: Words that are followed by a period without ending a sentence (compared lower-cased, without the period).
@@ -94,8 +93,7 @@ def bound_sentences(sentences: list[str], max_sentence_chars: int = MAX_SENTENCE
 
 
 def cut_long_sentence(sentence: str, piece_chars: int = SENTENCE_PIECE_CHARS) -> list[str]:
-    """Pieces of at most ``piece_chars`` characters, each cut at the last space within reach (dropped) or, without
-    one, inside a word. Linear time."""
+    """Pieces of at most ``piece_chars`` characters, cut at the last space within reach (dropped), else in a word."""
     if piece_chars < 1:
         raise ValueError(f"piece_chars must be at least 1, got {piece_chars}")
     pieces: list[str] = []

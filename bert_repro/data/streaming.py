@@ -200,8 +200,7 @@ class TextFileDocuments:
 
 
 class DatasetDocuments:
-    """This process's share of a ``datasets.IterableDataset`` with a ``text`` column; the position is its
-    ``state_dict()``."""
+    """This process's share of a ``datasets.IterableDataset`` with a ``text`` column, at its ``state_dict()``."""
 
     def __init__(
         self, dataset: datasets.IterableDataset, *, rank: int = 0, world_size: int = 1, max_documents: int | None = None

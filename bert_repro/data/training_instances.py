@@ -27,8 +27,7 @@ IS_NEXT, NOT_NEXT = 0, 1
 
 @dataclass
 class TrainingInstance:
-    """``[CLS] A [SEP] B [SEP]`` and its masked LM targets (the reference's names); without NSP ``[CLS] text [SEP]``
-    and ``is_random_next`` None."""
+    """``[CLS] A [SEP] B [SEP]`` and its masked LM targets (the reference's names); ``is_random_next`` None: no NSP."""
 
     tokens: list[Any]
     segment_ids: list[int]
@@ -139,8 +138,7 @@ def _random_segment_b(
 
 
 def truncate_seq_pair(tokens_a: list[Any], tokens_b: list[Any], max_num_tokens: int, rng: random.Random) -> None:
-    """Step 5, in place, with the reference's random draws; the lists are cut once at the end, so a segment of
-    25,000 tokens costs no quadratic list work."""
+    """Step 5, in place, with the reference's random draws but one cut at the end (no quadratic work on long lines)."""
     a_lo, a_hi, b_lo, b_hi = 0, len(tokens_a), 0, len(tokens_b)
     while (a_hi - a_lo) + (b_hi - b_lo) > max_num_tokens:
         front = rng.random() < 0.5
