@@ -261,10 +261,8 @@ def load_corpus(
     num_proc: int | None = None,
     cache_dir: str | None = None,
 ) -> datasets.Dataset | datasets.IterableDataset:
-    """Documents in a `text` column from a folder, glob, file list, table files or a Hub id (``hub_config``, ``split``).
-
-    ``document_boundary="wikitext"`` joins WikiText's rows into articles at its " = Title = " headings.
-    """
+    """Documents in a `text` column from a folder, glob, file list, table files or a Hub id (``hub_config``, ``split``);
+    ``document_boundary="wikitext"`` joins WikiText's rows into articles at its " = Title = " headings."""
     if document_boundary not in ("file", "blank_line", "wikitext"):
         raise CorpusError(f"document_boundary must be 'file', 'blank_line' or 'wikitext', got {document_boundary!r}.")
     files = _expand(source)

@@ -15,10 +15,9 @@ __all__ = ["WordPieceVocab", "create_masked_lm_predictions", "mask_batch"]
 
 @dataclass(frozen=True)
 class WordPieceVocab:
-    """What pair building and masking need to know of the vocabulary, for tokens as strings or as ids.
+    """The vocabulary as pair building and masking read it, for tokens as strings or as ids.
 
-    ``vocab_words`` is the vocabulary in id order (``range(size)`` for ids); a random replacement is any entry,
-    special ones included, as in the reference.
+    A random replacement is any entry of ``vocab_words`` (in id order), special ones included, as in the reference.
     """
 
     cls_token: Hashable
@@ -100,8 +99,7 @@ def create_masked_lm_predictions(
 ) -> tuple[list[Any], list[int], list[Any]]:
     """Step 7: ``(output_tokens, masked_lm_positions, masked_lm_labels)``, positions ascending.
 
-    As the reference, shuffled candidate groups are taken in order, skipping a whole word that would overshoot the
-    budget.
+    As in the reference, shuffled candidate groups are taken in turn, skipping a word that would overshoot the budget.
     """
     cand_indexes = _candidate_groups(tokens, vocab, do_whole_word_mask)
     rng.shuffle(cand_indexes)

@@ -28,10 +28,9 @@ __all__ = ["PackingCollator", "first_fit_decreasing", "pack_rows", "packed_rows_
 
 
 def first_fit_decreasing(lengths: Sequence[int], max_seq_length: int) -> list[list[int]]:
-    """Rows of indices into ``lengths``, each row's lengths summing to at most ``max_seq_length``.
+    """Rows of indices into ``lengths`` of at most ``max_seq_length`` tokens each, in input order where packing allows.
 
-    First-fit decreasing needs at most 11/9 of the fewest rows possible, plus one. Rows and their examples keep the
-    input order as far as packing allows.
+    First-fit decreasing needs at most 11/9 of the fewest rows possible, plus one.
     """
     too_long = [i for i, n in enumerate(lengths) if n > max_seq_length]
     if too_long:
