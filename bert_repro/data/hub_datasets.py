@@ -13,6 +13,7 @@ import urllib.request
 from unittest.mock import patch
 
 import datasets
+from huggingface_hub import constants
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +26,6 @@ class HubUnreachable(ConnectionError):
 
 def hub_answers(repo_id: str, timeout: float = PROBE_SECONDS) -> str | None:
     """None when the Hub answers about `repo_id` (any HTTP status: a gated repository answers 401), else why not."""
-    from huggingface_hub import constants
-
     url = f"{constants.ENDPOINT}/api/datasets/{repo_id}"
     try:
         urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout)
@@ -40,8 +39,6 @@ def hub_answers(repo_id: str, timeout: float = PROBE_SECONDS) -> str | None:
 
 def load_hub_dataset(repo_id: str, *args, **kwargs):
     """`datasets.load_dataset`, asking the Hub once first; `HubUnreachable` when it is silent and nothing cached."""
-    from huggingface_hub import constants
-
     offline = constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE
     if offline or (problem := hub_answers(repo_id)) is None:
         return datasets.load_dataset(repo_id, *args, **kwargs)
