@@ -3,7 +3,8 @@
 As google-research/bert's ``create_pretraining_data.py`` builds them, for each document (sentences of WordPiece ids),
 ``dupe_factor`` times:
 
-1. The target length is ``max_seq_length - 3``, or with probability ``short_seq_prob`` a random one in ``[2, that]``.
+1. The target is ``max_num_tokens = max_seq_length - 3``, or with probability ``short_seq_prob`` a random length in
+   ``[2, max_num_tokens]``, drawn once per document and round.
 2. Whole sentences fill a chunk up to the target or the document's end.
 3. Segment A is the chunk's first ``a_end`` sentences, ``a_end`` random in ``[1, len(chunk) - 1]``.
 4. With probability 0.5, and always for a one-sentence chunk, NotNext: B starts at a random sentence of a random other
