@@ -1,26 +1,18 @@
 """The paper's fine-tuning tasks, each described once, as data.
 
-BERT is fine-tuned on eleven tasks (section 4: the eight GLUE tasks it averages, SQuAD v1.1 and v2.0, SWAG) and
-evaluated on CoNLL-2003 NER (section 5.3). WNLI is registered so GLUE submissions are complete, but flagged
-``in_glue_average=False``: the paper leaves it out.
-
-A `Task` says everything the package needs about one task, so one code path serves all: its ``kind`` (a
-`bert_repro.tasks.kinds.TaskKind`) owns what differs between kinds, the rest is data (``label_names`` in the Hub
-dataset's id order, results in percent as printed).
-
-``eval_splits`` are the labelled splits a model is scored on (CoNLL-2003 includes its labelled "test" = eng.testb);
-``test_splits`` have hidden labels (GLUE's server, SWAG's leaderboard), so their rows carry label -1.
+The eleven tasks of section 4 (GLUE's eight, SQuAD v1.1 and v2.0, SWAG) and CoNLL-2003 NER (section 5.3); WNLI is
+registered for complete GLUE submissions but ``in_glue_average=False``, as the paper leaves it out. A `Task`'s
+``kind`` owns what differs between kinds; the rest is data (``label_names`` in the Hub's id order, results in percent
+as printed). ``eval_splits`` are labelled (CoNLL's "test" is eng.testb); ``test_splits`` hide labels (-1).
 
 Departures and choices:
-- The paper picks the GLUE learning rate on dev from {5e-5, 4e-5, 3e-5, 2e-5}; ``defaults`` holds 2e-5 (the most
-  common winner for BASE) and ``grid`` the whole search.
-- SQuAD v2.0: the paper's dev numbers use the threshold tau chosen on dev (``squad_best_f1``); ``main_metric`` is
-  ``squad_f1`` (tau = 0), so runs compare without tuning.
-- SWAG's and CoNLL's ``max_seq_length`` are not in the paper; 128 is the common choice.
-- CoNLL-2003 hyper-parameters are not in the paper beyond the general grid; ``defaults`` takes its middle.
-- Feature-based (Table 7) trains only a new BiLSTM and output layer, with no hyper-parameters given. Fine-tuning's
-  rates (at most 5e-5) are far below LSTMs', so `FEATURE_BASED_GRID` (Adam's default 1e-3, our choice) replaces the
-  learning-rate grid when the encoder is frozen.
+- The paper picks GLUE's learning rate on dev from {5e-5, 4e-5, 3e-5, 2e-5} (``grid``); ``defaults`` holds 2e-5,
+  the most common winner for BASE.
+- SQuAD v2.0: the paper's dev numbers tune tau on dev (``squad_best_f1``); ``main_metric`` is ``squad_f1`` (tau = 0),
+  so runs compare without tuning.
+- SWAG's and CoNLL's ``max_seq_length`` (128) and CoNLL's hyper-parameters (the grid's middle) are not in the paper.
+- Feature-based (Table 7) trains a new BiLSTM with no hyper-parameters given; fine-tuning's rates are far below
+  LSTMs', so `FEATURE_BASED_GRID` (Adam's default 1e-3, our choice) replaces the grid when the encoder is frozen.
 """
 
 from __future__ import annotations
@@ -36,8 +28,7 @@ from .kinds import CLASSIFICATION, KINDS, MULTIPLE_CHOICE, REGRESSION, SPAN, TOK
 
 @dataclass(frozen=True)
 class Metric:
-    """One metric a task is scored with: what it measures, its name for readers (model cards, tables) and the
-    id of the Hub's metric it reports as (a card's model-index)."""
+    """A task's metric: what it measures, its name for readers, and the Hub metric id of a card's model-index."""
 
     description: str
     label: str
@@ -89,7 +80,7 @@ METRICS: Mapping[str, Metric] = MappingProxyType(
 # Paper Table 1: the GLUE score averaged over the eight tasks (WNLI left out).
 PAPER_GLUE_AVERAGE: Mapping[str, float] = MappingProxyType({"base": 79.6, "large": 82.1})
 
-# The learning rates searched when the encoder is frozen (feature-based approach); see the module docstring.
+# The learning rates searched when the encoder is frozen (see the module docstring).
 FEATURE_BASED_GRID: Mapping[str, tuple] = MappingProxyType({"learning_rate": (1e-3,)})
 
 
