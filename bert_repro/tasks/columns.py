@@ -1,13 +1,9 @@
 """From the columns a task's files hold to its canonical columns, every value checked.
 
-The readers of `bert_repro.tasks.files` turn each file into a `RawSplit`; a task's kind builds its canonical columns
-from it with ``sentence_columns`` (GLUE), ``span_columns`` (SQuAD), ``choice_columns`` (SWAG) or ``token_columns``
-(CoNLL-2003), on top of the checked readers ``find_column``, ``texts`` and ``class_id``.
-
-A value that does not fit raises `TaskDataError` naming the file, the line or row, and what was expected. One
-departure, from the reference ``run_squad.py``: SQuAD TRAINING questions whose answer text is not at its
-``answer_start`` are skipped and counted (`drop_misaligned_answers`); evaluation keeps them, since the official
-script compares texts only.
+A task's kind builds its columns from each `RawSplit` that `bert_repro.tasks.files` reads, with the ``*_columns``
+function of its layout. A value that does not fit raises `TaskDataError` naming the file, the line or row, and what
+was expected. As ``run_squad.py``, SQuAD TRAINING questions whose answer is not at its ``answer_start`` are skipped
+and counted (`drop_misaligned_answers`); evaluation keeps them, since the official script compares texts only.
 """
 
 from __future__ import annotations
