@@ -246,7 +246,6 @@ def token_columns(task: Task, split: str, raw: RawSplit) -> dict[str, list]:
     return out
 
 
-# --------------------------------------------------------------------------------------------------------
 # SQuAD training answers that are not where they are said to be
 
 

@@ -44,7 +44,6 @@ VALIDATION_ALIASES = ("dev", "val", "valid")  # file names may say these for "va
 _SHARD = "-[0-9]*-of-[0-9]*"  # Hub parquet shards: train-00000-of-00002.parquet
 
 
-# --------------------------------------------------------------------------------------------------------
 # Split names
 
 
@@ -63,7 +62,6 @@ def _canonical_split(task: Task, name: str) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------------------------------------
 # Describing what is accepted
 
 
@@ -93,7 +91,6 @@ def canonical_columns(task: Task) -> tuple[str, ...]:
     return tuple(task.kind.features(task))
 
 
-# --------------------------------------------------------------------------------------------------------
 # Readers: one per file format, each returning a RawSplit
 
 
@@ -411,7 +408,6 @@ def _concat(parts: list[RawSplit]) -> RawSplit:
     return RawSplit(columns, offsets[-1], ", ".join(part.source for part in parts), locate)
 
 
-# --------------------------------------------------------------------------------------------------------
 # Finding the files of each split
 
 
@@ -519,7 +515,6 @@ def _read_hub(task: Task, cache_dir: PathLike | None) -> dict[str, RawSplit]:
     return raws
 
 
-# --------------------------------------------------------------------------------------------------------
 # The entry point
 
 

@@ -186,7 +186,6 @@ class TaskKind(abc.ABC):
         )
 
 
-# ---------------------------------------------------------------------------------------------------------
 # GLUE: one or two sentences -> a class or a score, from the pooled [CLS] output
 
 
@@ -285,7 +284,6 @@ class SentenceRegression(SentenceClassification):
         return np.asarray(logits).reshape(-1)
 
 
-# ---------------------------------------------------------------------------------------------------------
 # SQuAD: the answer is a span of the paragraph (v2.0: or none)
 
 
@@ -391,7 +389,6 @@ class SpanExtraction(TaskKind):
         return "qa", 'qa(question="Where is the Eiffel Tower?", context="The Eiffel Tower is a landmark in Paris.")'
 
 
-# ---------------------------------------------------------------------------------------------------------
 # SWAG: which ending follows?
 
 
@@ -463,7 +460,6 @@ class MultipleChoice(TaskKind):
         return _classifier_example(task)  # shown only where there is a pipeline
 
 
-# ---------------------------------------------------------------------------------------------------------
 # CoNLL-2003 NER: a tag per word
 
 

@@ -49,7 +49,6 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------------
 # Input checks
 
 
@@ -72,7 +71,6 @@ def _pair(predictions: Any, references: Any, dtype: Any = None) -> tuple[np.ndar
     return preds, refs
 
 
-# ----------------------------------------------------------------------------------------------------
 # Classification (GLUE)
 
 
@@ -123,7 +121,6 @@ def matthews_corrcoef(predictions: Sequence[Any] | np.ndarray, references: Seque
     return cov_ytyp / math.sqrt(cov_ytyt * cov_ypyp)
 
 
-# ----------------------------------------------------------------------------------------------------
 # Correlation (STS-B)
 
 
@@ -174,7 +171,6 @@ def spearman(predictions: Sequence[float] | np.ndarray, references: Sequence[flo
     return _pearson_r(_average_ranks(preds), _average_ranks(refs))
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD: normalisation and per-answer scores of the official scripts
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -229,7 +225,6 @@ def _warn_missing(missing: int, total: int, consequence: str) -> None:
         logger.warning("%d of %d questions have no prediction; %s", missing, total, consequence)
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD v1.1
 
 
@@ -254,7 +249,6 @@ def squad_v1(predictions: Mapping[str, str], references: Mapping[str, Sequence[s
     return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1_sum / total}
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD v2.0
 
 
@@ -351,7 +345,6 @@ def squad_v2(
     return result
 
 
-# ----------------------------------------------------------------------------------------------------
 # CoNLL-2003 NER: chunk F1
 
 _PREFIXES = frozenset("BIES")
@@ -420,7 +413,6 @@ def conll_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence
     return {"precision": precision, "recall": recall, "f1": f1_value, "accuracy": right_tokens / tokens}
 
 
-# ----------------------------------------------------------------------------------------------------
 # Dispatch
 
 METRICS: dict[str, Callable[[Any, Any], float]] = {

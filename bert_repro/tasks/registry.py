@@ -177,7 +177,6 @@ class Task:
         return tuple(r for r in self.paper if r.model == model)
 
 
-# --------------------------------------------------------------------------------------------------------
 # Shared pieces of the registry.
 
 _GLUE_FILES = {"train": ("train.tsv",), "validation": ("dev.tsv",), "test": ("test.tsv",)}
@@ -271,7 +270,6 @@ _SPAN_SOURCES = {
     "title": ("title",),
 }
 
-# --------------------------------------------------------------------------------------------------------
 # The registry.
 
 _TASK_LIST: tuple[Task, ...] = (
