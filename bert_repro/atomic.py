@@ -56,7 +56,6 @@ def fsync_dir(folder: str | os.PathLike) -> None:
 
 
 def _flush(path: Path) -> None:
-    """A written file's data on disk (fsync) and its mode the umask's."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -78,9 +77,8 @@ def settle(path: str | os.PathLike) -> None:
 
 
 def move_into(staging: Path, target: Path, *, last: tuple[str, ...] = ()) -> list[Path]:
-    """Move `staging`'s contents into `target`, each settled and renamed whole; return the moved paths.
-
-    The names in `last` (what a reader checks for) go last, so their presence means the rest is there."""
+    """Move `staging`'s contents into `target`, each settled and renamed whole, the names in `last` (what a reader
+    checks for) last; return the moved paths."""
     moved = []
     for path in sorted(staging.iterdir(), key=lambda p: (p.name in last, p.name)):
         settle(path)

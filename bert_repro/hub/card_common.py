@@ -43,8 +43,7 @@ KNOWN_LICENCES = {
     "rajpurkar/squad_v2": "CC BY-SA 4.0",
 }
 
-# Settings that say where outputs, logs and trackers went, or hold credentials: not hyper-parameters, and
-# possibly private. Matched by exact name or by prefix / suffix.
+# Settings of outputs, logs, trackers or credentials: not hyper-parameters, and possibly private.
 _DROPPED_KEYS = {"output_dir", "logging_dir", "run_name", "project", "local_rank", "resume_from_checkpoint"}
 _DROPPED_PREFIXES = ("hub_", "push_to_hub", "trackio_", "logging_")
 _DROPPED_SUFFIXES = ("_token", "_api_key", "_secret", "_password")

@@ -373,8 +373,7 @@ def push_checkpoints(
     except Exception as err:
         raise HubPushError(_failure(api, err, str(output_dir), repo_id, repo_id, None, None, tag)) from err
     pushed = {}
-    # A checkpoint directory has no run records or tokenizer of its own: take them from the run (its tokenizer/
-    # while it trains, beside the model once it ended).
+    # A checkpoint has no run records or tokenizer of its own: the run's (in tokenizer/ until the run ends).
     tokenizer_dir = output_dir / "tokenizer" if (output_dir / "tokenizer").is_dir() else output_dir
     for step, checkpoint in steps.items():
         with staging_folder() as tmp:

@@ -168,8 +168,7 @@ def span_columns(task: Task, split: str, raw: RawSplit) -> dict[str, list]:
     ids = [str(v) if isinstance(v, int) else _text(raw, i, v, "id") for i, v in enumerate(find_column(task, raw, "id"))]
     first: dict[str, int] = {}
     for i, question_id in enumerate(ids):
-        # Predictions and the official score are keyed by id: a second question with one id would drop out of the
-        # score and compete with the first for its windows.
+        # Predictions and the official score are keyed by id: a repeated id would drop out of the score.
         if first.setdefault(question_id, i) != i:
             raise TaskDataError(
                 f"{raw.locate(i)}: the question id {question_id!r} again, first at {raw.locate(first[question_id])}; "

@@ -130,8 +130,7 @@ class Task:
     # The feature-based approach: {feature set name (bert_repro.model.bilstm_heads.FEATURE_SETS): Result}.
     paper_feature_based: Mapping[str, Result] = field(default_factory=dict, hash=False)
     glue_submission_names: Mapping[str, str] | None = field(default=None, hash=False)
-    # How GLUE's server wants a test prediction in the `index<TAB>prediction` TSV: "names" (the label name: MNLI,
-    # QNLI, RTE), "ids" (the label id: CoLA, SST-2, MRPC, QQP, WNLI) or "float" (the score: STS-B).
+    # GLUE server test predictions: "names" (MNLI, QNLI, RTE), "ids" (the other classifiers), "float" (STS-B).
     submission_labels: str | None = None
     in_glue_average: bool = False
     display_name: str = ""  # the task as people write it ("GLUE MRPC", "SQuAD v1.1"): model cards, tables
