@@ -174,14 +174,11 @@ def span_columns(task: Task, split: str, raw: RawSplit) -> dict[str, list]:
                 f"{raw.locate(i)}: the question id {question_id!r} again, first at {raw.locate(first[question_id])}; "
                 "every question needs an id of its own."
             )
-    titles = find_column(task, raw, "title", required=False)
-    contexts = texts(raw, find_column(task, raw, "context"), "context")
+    titles = find_column(task, raw, "title", required=False) or [None] * raw.num_rows
     return {
         "id": ids,
-        "title": [""] * raw.num_rows
-        if titles is None
-        else ["" if t is None else _text(raw, i, t, "title") for i, t in enumerate(titles)],
-        "context": contexts,
+        "title": ["" if t is None else _text(raw, i, t, "title") for i, t in enumerate(titles)],
+        "context": texts(raw, find_column(task, raw, "context"), "context"),
         "question": texts(raw, find_column(task, raw, "question"), "question"),
         "answers": [_answers(task, raw, i, v) for i, v in enumerate(find_column(task, raw, "answers"))],
     }
@@ -205,14 +202,9 @@ def _endings(task: Task, raw: RawSplit) -> list[list[str]]:
     for i, row in enumerate(rows):
         present = [e for e in row if isinstance(e, str) and e.strip()] if isinstance(row, list) else []
         if not isinstance(row, list) or len(row) != n or len(present) != n:
-            empty = (
-                ""
-                if names is None
-                else " (empty: "
-                + ", ".join(name for name, e in zip(names, row) if not (isinstance(e, str) and e.strip()))
-                + ")"
-            )
-            raise TaskDataError(f"{raw.locate(i)}: {len(present)} endings, expected {n}{empty}.")
+            empty = [name for name, e in zip(names, row) if not (isinstance(e, str) and e.strip())] if names else []
+            empty_text = f" (empty: {', '.join(empty)})" if empty else ""
+            raise TaskDataError(f"{raw.locate(i)}: {len(present)} endings, expected {n}{empty_text}.")
         endings.append(present)
     return endings
 

@@ -306,13 +306,7 @@ def _read_squad_json(path: Path, articles: Any, task: Task) -> RawSplit:
                             "like a SQuAD 2.0 file; use the squad_v2 task."
                         )
                     answers = []
-                for name, value in (
-                    ("id", qa["id"]),
-                    ("title", title),
-                    ("context", context),
-                    ("question", qa["question"]),
-                    ("answers", answers),
-                ):
+                for name, value in zip(columns, (qa["id"], title, context, qa["question"], answers)):
                     columns[name].append(value)
                 places.append(place)
     return RawSplit(columns, len(places), str(path), lambda i: places[i])
