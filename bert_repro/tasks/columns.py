@@ -117,6 +117,7 @@ def _int(raw: RawSplit, i: int, value: Any, column: str) -> int:
 
 
 def _glue_idx(task: Task, split: str, raw: RawSplit) -> list[int]:
+    """The row number, as on the Hub, except in hidden-label test files: their ``index`` (QQP ``id``)."""
     values = find_column(task, raw, "idx", required=False)
     if values is None and split in task.test_splits:
         values = next((raw.columns[c] for c in GLUE_TEST_INDEX_COLUMNS if c in raw.columns), None)

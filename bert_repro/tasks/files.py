@@ -4,13 +4,6 @@
 task's kind (`TaskKind.features`), from the Hub, a directory in the task's original layout, exports named by split
 (also Hub-style shards under ``data/``), or files per split (docs/finetuning.md).
 
-Format rules:
-- TSVs are read literally, as GLUE's are (MRPC holds unbalanced quotes); CoLA's train/dev have no header. A TSV
-  that a CSV writer quoted (pandas ``to_csv(sep="\t")``) is unquoted only when every record is exactly what such
-  a writer writes, and the choice is logged.
-- CoNLL-2003's files tag in IOB1, converted to the Hub's IOB2; ``-DOCSTART-`` lines are dropped.
-- GLUE's ``idx`` is the row number, as on the Hub, except in hidden-label test files: their ``index`` (QQP ``id``).
-
 Bad input fails early with a `TaskDataError` naming the file, the line (1-based) or row (0-based) and what was
 expected (`bert_repro.tasks.columns`). Every row is checked in Python, so MNLI from the Hub takes a few seconds.
 """
@@ -325,7 +318,7 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
 
 
 def _read_conll(path: Path, task: Task) -> RawSplit:
-    """CoNLL-2003 column files: 'token POS chunk NER' per line, a blank line between sentences."""
+    """CoNLL-2003 column files: 'token POS chunk NER' per line, sentences split by blank and ``-DOCSTART-`` lines."""
     allowed = set(task.label_names)
     ids: list[str] = []
     sentences: list[list[str]] = []

@@ -1,19 +1,13 @@
 """Official metrics of the paper's fine-tuning tasks (SPEC section 4), offline, with numpy only.
 
 `evaluate` 0.4.6 ships no metric code (`evaluate.load` downloads scripts) and scipy / scikit-learn are not
-dependencies, so each metric is written out here to match the reference that produced the published numbers.
-Values are fractions (correlations in [-1, 1]) EXCEPT the SQuAD metrics, in percent as the official scripts print.
+dependencies, so each metric here matches the reference behind the published numbers (sklearn, scipy, the official
+SQuAD scripts, conlleval), undefined values included: `pearson` / `spearman` are NaN with a RuntimeWarning for a
+constant input, and NaN for a NaN input. Values are fractions EXCEPT the SQuAD metrics, in percent as the official
+scripts print them. Empty inputs and length mismatches raise `ValueError`.
 
-- `accuracy`, `f1` (positive class), `matthews_corrcoef` (multi-class form): as sklearn (GLUE's `simple_accuracy`).
-- `pearson`, `spearman` (average ranks for ties): as `scipy.stats.pearsonr` / `spearmanr`, NaN with a
-  RuntimeWarning for a constant input and NaN for a NaN input (`nan_policy="propagate"`).
-- `squad_v1`, `squad_v2`: the official `evaluate-v1.1.py` / `evaluate-v2.0.py` (with `--na-prob-file` thresholds).
-  Their normalisation drops ASCII `string.punctuation` only ("«" stays) and `\\b(a|an|the)\\b` ("theatre" stays).
-- `conll_f1` (CoNLL-2003 NER): micro-averaged chunk F1 as `conlleval` and seqeval's default mode; I-X after O or
-  another type starts a chunk, so IOB1 and IOB2 give the same chunks.
-
-Undefined values follow the references (sklearn's `zero_division` warning for `f1`); empty inputs and length
-mismatches raise `ValueError`.
+SQuAD's normalisation drops ASCII `string.punctuation` only ("«" stays) and `\\b(a|an|the)\\b` ("theatre" stays).
+CoNLL: I-X after O or another type starts a chunk, so IOB1 and IOB2 give the same chunks.
 """
 
 from __future__ import annotations
@@ -392,7 +386,7 @@ def get_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
 
 
 def conll_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> dict[str, float]:
-    """Micro-averaged chunk precision, recall, F1 (0.0 where undefined) and token accuracy of tag sentences."""
+    """Micro-averaged chunk precision, recall, F1 (0.0 where undefined) and token accuracy, as seqeval's default."""
     if len(predictions) != len(references):
         raise ValueError(f"{len(predictions)} predicted sentences for {len(references)} references")
     n_correct = n_pred = n_true = tokens = right_tokens = 0
