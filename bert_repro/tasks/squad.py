@@ -106,10 +106,8 @@ def doc_spans(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list
 
 
 def tokenizer_stride(max_tokens_for_doc: int, doc_stride: int) -> int:
-    """The tokenizer's ``stride`` (an overlap) that starts a window every ``doc_stride`` tokens, as the reference.
-
-    An overflowing tokenizer starts one every ``max_tokens_for_doc - stride`` tokens.
-    """
+    """The tokenizer's ``stride`` that starts a window every ``doc_stride`` tokens, as the reference: an overflowing
+    tokenizer's stride is an overlap, so it starts one every ``max_tokens_for_doc - stride`` tokens."""
     return max(0, max_tokens_for_doc - doc_stride)
 
 
