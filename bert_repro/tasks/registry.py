@@ -171,10 +171,6 @@ class Task:
             return f"{float(prediction):.3f}"
         raise ValueError(f"{self.name} is not a GLUE task: it has no submission format")
 
-    def results(self, model: str) -> tuple[Result, ...]:
-        """The paper's numbers for ``model`` ("base" or "large")."""
-        return tuple(r for r in self.paper if r.model == model)
-
 
 # Shared pieces of the registry.
 
