@@ -200,8 +200,8 @@ _TABLE1 = "paper Table 1 (GLUE test server)"
 _HF_RUN_GLUE = "transformers run_glue README, bert-base-cased, dev"
 
 
-def _glue_test(metric: str, base: float, large: float, split: str = "test") -> tuple[Result, ...]:
-    return (Result("base", split, metric, base, _TABLE1), Result("large", split, metric, large, _TABLE1))
+def _paper(metric: str, base: float, large: float, split: str = "test", source: str = _TABLE1) -> tuple[Result, ...]:
+    return (Result("base", split, metric, base, source), Result("large", split, metric, large, source))
 
 
 def _hf_dev(metric: str, value: float, split: str = "validation") -> Result:
@@ -293,8 +293,7 @@ _TASK_LIST: tuple[Task, ...] = (
             }
         ),
         glue_submission_names=_frozen({"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"}),
-        paper=_glue_test("accuracy", 84.6, 86.7, "test_matched")
-        + _glue_test("accuracy", 83.4, 85.9, "test_mismatched"),
+        paper=_paper("accuracy", 84.6, 86.7, "test_matched") + _paper("accuracy", 83.4, 85.9, "test_mismatched"),
         other_reported=(
             _hf_dev("accuracy", 83.91, "validation_matched"),
             _hf_dev("accuracy", 84.10, "validation_mismatched"),
@@ -311,7 +310,7 @@ _TASK_LIST: tuple[Task, ...] = (
         {"label": ("label", "is_duplicate")},
         "QQP.tsv",
         "ids",
-        paper=_glue_test("f1", 71.2, 72.1),
+        paper=_paper("f1", 71.2, 72.1),
         other_reported=(_hf_dev("f1", 87.49),),
         display_name="GLUE QQP",
         description="Quora Question Pairs: are the two questions duplicates?",
@@ -325,7 +324,7 @@ _TASK_LIST: tuple[Task, ...] = (
         {},
         "QNLI.tsv",
         "names",
-        paper=_glue_test("accuracy", 90.5, 92.7),
+        paper=_paper("accuracy", 90.5, 92.7),
         other_reported=(_hf_dev("accuracy", 90.66),),
         display_name="GLUE QNLI",
         description="Question NLI (from SQuAD): does the sentence contain the answer to the question?",
@@ -339,7 +338,7 @@ _TASK_LIST: tuple[Task, ...] = (
         {},
         "SST-2.tsv",
         "ids",
-        paper=_glue_test("accuracy", 93.5, 94.9),
+        paper=_paper("accuracy", 93.5, 94.9),
         other_reported=(_hf_dev("accuracy", 92.32),),
         display_name="GLUE SST-2",
         description="Stanford Sentiment Treebank, binary sentence sentiment.",
@@ -354,7 +353,7 @@ _TASK_LIST: tuple[Task, ...] = (
         "CoLA.tsv",
         "ids",
         headerless_columns=("source", "label", "author_mark", "sentence"),
-        paper=_glue_test("matthews_correlation", 52.1, 60.5),
+        paper=_paper("matthews_correlation", 52.1, 60.5),
         other_reported=(_hf_dev("matthews_correlation", 56.53),),
         display_name="GLUE CoLA",
         description="Corpus of Linguistic Acceptability: is the sentence grammatical?",
@@ -369,7 +368,7 @@ _TASK_LIST: tuple[Task, ...] = (
         "STS-B.tsv",
         "float",
         label_range=(0.0, 5.0),
-        paper=_glue_test("spearman", 85.8, 86.5),
+        paper=_paper("spearman", 85.8, 86.5),
         other_reported=(_hf_dev("pearson", 88.64),),
         display_name="GLUE STS-B",
         description="Semantic Textual Similarity Benchmark: a similarity score from 0 to 5 (regression).",
@@ -387,7 +386,7 @@ _TASK_LIST: tuple[Task, ...] = (
         },
         "MRPC.tsv",
         "ids",
-        paper=_glue_test("f1", 88.9, 89.3),
+        paper=_paper("f1", 88.9, 89.3),
         other_reported=(
             _hf_dev("f1", 88.85),
             Result("base", "validation", "accuracy", 84.55, "reference-code README (84-88 across reruns)"),
@@ -404,7 +403,7 @@ _TASK_LIST: tuple[Task, ...] = (
         {},
         "RTE.tsv",
         "names",
-        paper=_glue_test("accuracy", 66.4, 70.1),
+        paper=_paper("accuracy", 66.4, 70.1),
         other_reported=(_hf_dev("accuracy", 65.70),),
         display_name="GLUE RTE",
         description="Recognizing Textual Entailment (RTE1-3, RTE5), two classes.",
@@ -437,12 +436,8 @@ _TASK_LIST: tuple[Task, ...] = (
         test_splits=(),
         defaults=_squad_defaults(epochs=3, batch=32),
         grid=_frozen(_PAPER_GRID),
-        paper=(
-            Result("base", "validation", "squad_exact_match", 80.8, "paper Table 2"),
-            Result("base", "validation", "squad_f1", 88.5, "paper Table 2"),
-            Result("large", "validation", "squad_exact_match", 84.1, "paper Table 2"),
-            Result("large", "validation", "squad_f1", 90.9, "paper Table 2"),
-        ),
+        paper=_paper("squad_exact_match", 80.8, 84.1, "validation", "paper Table 2")
+        + _paper("squad_f1", 88.5, 90.9, "validation", "paper Table 2"),
         other_reported=(
             Result("base", "validation", "squad_exact_match", 81.25, "reference-code README"),
             Result("base", "validation", "squad_f1", 88.41, "reference-code README"),
@@ -495,10 +490,7 @@ _TASK_LIST: tuple[Task, ...] = (
         num_choices=4,
         defaults=_defaults(per_device_train_batch_size=16),
         grid=_frozen(_PAPER_GRID),
-        paper=(
-            Result("base", "validation", "accuracy", 81.6, "paper Table 4"),
-            Result("large", "validation", "accuracy", 86.6, "paper Table 4"),
-        ),
+        paper=_paper("accuracy", 81.6, 86.6, "validation", "paper Table 4"),
         display_name="SWAG",
         description="SWAG: which of four endings follows? Each input is `context [SEP] question + ending`.",
     ),
@@ -524,12 +516,8 @@ _TASK_LIST: tuple[Task, ...] = (
         test_splits=(),
         defaults=_defaults(learning_rate=3e-5),
         grid=_frozen(_PAPER_GRID),
-        paper=(
-            Result("base", "validation", "entity_f1", 96.4, "paper Table 7"),
-            Result("base", "test", "entity_f1", 92.4, "paper Table 7"),
-            Result("large", "validation", "entity_f1", 96.6, "paper Table 7"),
-            Result("large", "test", "entity_f1", 92.8, "paper Table 7"),
-        ),
+        paper=_paper("entity_f1", 96.4, 96.6, "validation", "paper Table 7")
+        + _paper("entity_f1", 92.4, 92.8, "test", "paper Table 7"),
         paper_feature_based=_frozen(
             {
                 # Table 7, "Feature-based approach (BERT-BASE)": dev F1, the frozen encoder's features into a
