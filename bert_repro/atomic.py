@@ -1,15 +1,9 @@
-"""Every file a run writes is whole or not there: the one helper for writing files, and the rules for the files
-libraries write for us.
+"""Every file a run writes is whole or not there (a kill mid-`Path.write_text` leaves a truncated file).
 
-A kill or a full disk in the middle of `Path.write_text` leaves a truncated file under its final name. Here a file is
-written as `.NAME.partial-PID` beside it (same file system), fsynced, given the mode the umask asks for, and renamed
-over the target: a reader sees the old file or the new one, never a part.
-Folders written by libraries (`save_pretrained`, Trainer's checkpoints) are staged beside their target and moved in
-when complete (`move_into`, `bert_repro.training.cluster.publish`). `settle` fsyncs their files and fixes the modes,
-since safetensors creates its files with mode 600 whatever the umask.
-
-`is_leftover` names what a kill leaves (a `.partial-` file, a staging folder), so a folder of leftovers counts as
-empty, and the next write of the same file removes them.
+A file is written as `.NAME.partial-PID` beside its target, fsynced, given the umask's mode and renamed over it.
+Folders that libraries write (`save_pretrained`, Trainer's checkpoints) are staged beside their target and moved in
+when complete; `settle` fixes their modes, since safetensors writes 600 whatever the umask. `is_leftover` names what a
+kill leaves, so a folder of leftovers counts as empty.
 """
 
 from __future__ import annotations
@@ -62,7 +56,6 @@ def fsync_dir(folder: str | os.PathLike) -> None:
 
 
 def _flush(path: Path) -> None:
-    """A written file's data on disk (fsync) and its mode the umask's."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -72,8 +65,7 @@ def _flush(path: Path) -> None:
 
 
 def settle(path: str | os.PathLike) -> None:
-    """Make a file (or every file of a folder) written by a library durable (fsync) and give it the mode of the
-    run's other files (umask 022: 644; safetensors writes 600)."""
+    """Fsync a file (or a folder's files) a library wrote, and give it the umask's mode (safetensors writes 600)."""
     path = Path(path)
     for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
         if item.is_symlink():
@@ -85,11 +77,8 @@ def settle(path: str | os.PathLike) -> None:
 
 
 def move_into(staging: Path, target: Path, *, last: tuple[str, ...] = ()) -> list[Path]:
-    """Move what `staging` (a folder a library wrote into) holds into `target`, each file settled and renamed whole;
-    return the moved paths.
-
-    The names in `last` (the file a reader checks for) go after the others, so their presence means the rest is
-    there."""
+    """Move `staging`'s contents into `target`, each settled and renamed whole, the names in `last` (what a reader
+    checks for) last; return the moved paths."""
     moved = []
     for path in sorted(staging.iterdir(), key=lambda p: (p.name in last, p.name)):
         settle(path)
@@ -102,12 +91,11 @@ def move_into(staging: Path, target: Path, *, last: tuple[str, ...] = ()) -> lis
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary path beside `path` to write to (with any writer: `torch.save`, `savefig` ...); when the block
-    ends without an error the file is flushed to disk and renamed to `path`, otherwise it is removed."""
+    """A temporary path beside `path` for any writer (`torch.save`, `savefig`): renamed to `path` if the block succeeds,
+    else removed."""
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}{PARTIAL}*"):
-        # what a killed write of this file left; not another live process's write in progress (ranks of a
-        # multi-process run write the same record)
+        # a killed write's, not a live process's (ranks of a multi-process run write the same record)
         writer = stale.name.rsplit(PARTIAL, 1)[1]
         if not (writer.isdigit() and process_alive(int(writer))):
             stale.unlink(missing_ok=True)

@@ -1,6 +1,5 @@
-"""What the model cards share: the metadata block, the rendering of a template, how a card writes numbers, names
-and settings (with nothing private), the architecture table and the secrets check. The card modules use it as one
-namespace (`from . import card_common as card`); its conventions are `bert_repro.hub.model_card`'s docstring.
+"""What the model cards share: metadata, rendering, how a card writes numbers, names and settings (nothing private),
+the architecture table and the secrets check. Used as one namespace (`from . import card_common as card`).
 """
 
 from __future__ import annotations
@@ -44,8 +43,7 @@ KNOWN_LICENCES = {
     "rajpurkar/squad_v2": "CC BY-SA 4.0",
 }
 
-# Settings that say where outputs, logs and trackers went, or hold credentials: not hyper-parameters, and
-# possibly private. Matched by exact name or by prefix / suffix.
+# Settings of outputs, logs, trackers or credentials: not hyper-parameters, and possibly private.
 _DROPPED_KEYS = {"output_dir", "logging_dir", "run_name", "project", "local_rank", "resume_from_checkpoint"}
 _DROPPED_PREFIXES = ("hub_", "push_to_hub", "trackio_", "logging_")
 _DROPPED_SUFFIXES = ("_token", "_api_key", "_secret", "_password")
@@ -169,9 +167,8 @@ def preset_of(config: Mapping[str, Any]) -> str | None:
 
 
 def framework_lines(recorded: Mapping[str, Any] | None, saved_with: str | None = None) -> list[str]:
-    """The "Framework versions" lines of a card: those the run recorded (results.json's `versions`). Else
-    transformers' from config.json (``saved_with``) and the others installed now, labelled as such: the card may be
-    made long after the run, elsewhere."""
+    """The versions the run recorded (results.json's `versions`), else config.json's transformers (``saved_with``)
+    and those installed now, labelled as such: a card may be made long after the run, elsewhere."""
     lines = []
     for name, package in FRAMEWORKS.items():
         if recorded:
@@ -196,8 +193,7 @@ def _encoder_parameters(config: Mapping[str, Any], pooler: bool) -> int:
 
 
 def parameter_count(config: Mapping[str, Any], head: str | TaskKind = "pretraining") -> int:
-    """Parameters of a model with ``head`` ("pretraining", or a task kind or its name), as transformers counts
-    them (the MLM decoder weight is tied to the token embeddings and counted once)."""
+    """Parameters with ``head`` ("pretraining", or a task kind or its name), the tied MLM decoder counted once."""
     h = config["hidden_size"]
     labels = len(config.get("id2label") or {}) or 2
     if head == "pretraining":  # MLM transform + LayerNorm + output bias, NSP
@@ -340,8 +336,7 @@ def template_environment(template_dir: str | Path | None = None) -> jinja2.Envir
 def render_card(
     template: str, card_data: ModelCardData, context: Mapping[str, Any], template_dir: str | Path | None = None
 ) -> ModelCard:
-    """``template`` rendered with the metadata block and ``context`` (plus the title and the paper's BibTeX, which
-    every card has), parsed as a `ModelCard`."""
+    """``template`` rendered with the metadata block, the title, the paper's BibTeX and ``context``."""
     env = template_environment(template_dir)
     # The variables ModelCard.from_template gives a template, plus ours.
     variables = {**card_data.to_dict(), "title": card_data.model_name, "bibtex": BIBTEX, **context}
@@ -378,9 +373,8 @@ def metadata(
 
 
 def usage(repo_id: str, task: Task | None = None, *, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What the "How to use" section needs: the Auto classes, a pipeline with an example input (fill-mask when
-    ``task`` is None, else the task's kind's), our class, and why the checkpoint needs remote code when
-    transformers' own BERT cannot compute it (``config``: its config.json; see `checkpoint_format`)."""
+    """The "How to use" section's Auto classes, pipeline example (fill-mask without ``task``), our class, and why
+    the checkpoint needs remote code (``config``: its config.json; see `checkpoint_format`)."""
     if task is None:
         auto, remote, pipeline_task = "AutoModelForPreTraining", "AutoModelForMaskedLM", "fill-mask"
         variable, call = "fill", 'fill("The capital of France is [MASK].")'

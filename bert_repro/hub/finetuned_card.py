@@ -1,7 +1,6 @@
-"""The card of a fine-tuned checkpoint (`recipes/finetune.py`'s output directory): `card_for_finetuning`.
+"""The card of a fine-tuned checkpoint (`recipes/finetune.py`'s output directory), rendered with `finetuned.md`.
 
-Built from `results.json` (the grid, every run, the best one), `run_config.json` and the best model's
-`config.json`. Rendered with `finetuned.md`. `_task_result` also names a study's fine-tuning scores.
+`_task_result` also names a study's fine-tuning scores.
 """
 
 from __future__ import annotations
@@ -52,8 +51,7 @@ def _metric_keys(task: Task, scores: Mapping[str, Any]) -> list[str]:
 
 
 def _paper_value(task: Task, metric: str, model: str, split: str) -> Result | None:
-    """The paper's number for our (metric, split): the same split, else its test counterpart (GLUE's numbers
-    are test-server scores), else the paper's only number for the metric."""
+    """The paper's number for (metric, split), else its test split's (GLUE's are test-server scores), else its only."""
     found = [r for r in task.paper if r.model == model and r.metric == metric]
     for wanted in (split, split.replace("validation", "test")):
         for result in found:
@@ -69,8 +67,8 @@ def _paper_cell(result: Result | None) -> str:
 def _finetuning_eval(
     task: Task, best: Mapping[str, Any], baseline: Mapping[str, Any] | None = None
 ) -> tuple[list[EvalResult], list[dict[str, str]]]:
-    """model-index entries (the metric's own scale, as `evaluate` gives it) and table rows (percent) beside the
-    majority class (`baseline`: results.json's majority_baseline) and the paper's BASE and LARGE numbers."""
+    """model-index entries (in the metric's own scale, as `evaluate`'s) and table rows (percent) beside the majority
+    class and the paper's BASE and LARGE numbers."""
     eval_results, rows = [], []
     for split in task.eval_splits:
         scores = best.get(split) or {}
@@ -201,10 +199,10 @@ def card_for_finetuning(
     template_dir: str | Path | None = None,
     summary: Mapping[str, Any] | None = None,
 ) -> ModelCard:
-    """The card of a fine-tuning output directory (`recipes/finetune.py`): its best model, to publish as
-    ``repo_id``. ``base_model``: the Hub id of the pre-trained checkpoint (by default the run's `--model` when
-    that is a Hub id; a local path is not, and stays out of the metadata). ``template_dir``: other
-    templates than the package's. ``summary``: results.json's content, for a run that has not written it yet."""
+    """The card of a fine-tuning output directory's best model, to publish as ``repo_id``.
+
+    ``base_model`` defaults to the run's `--model` when that is a Hub id. ``template_dir``: other templates than the
+    package's. ``summary``: results.json's content, for a run that has not written it yet."""
     out = Path(output_dir)
     summary = summary or card.read_json(out / "results.json")
     if summary is None or "task" not in summary or "best" not in summary:

@@ -1,22 +1,13 @@
 """Model cards for what the recipes write: a pre-trained checkpoint or a fine-tuned one, ready for the Hub.
 
-A card is built from the files the run left in its output directory (each card module names those it reads).
-Metadata go through huggingface_hub's `ModelCardData` / `EvalResult` (the `model-index` block the Hub reads); the body
-is a Jinja template in `bert_repro/hub/model_cards/`, rendered with our own environment rather than
-`ModelCard.from_template` because the cards share parts (`{% include %}` needs a loader) and a misspelt variable must
-fail (`StrictUndefined`), not leave a blank. A template gets what `from_template` gives it: `card_data` and the
-metadata fields.
+A card is built from the files the run left in its output directory. Metadata go through huggingface_hub's
+`ModelCardData` / `EvalResult`; the body is a Jinja template in `model_cards/`, rendered with our own environment rather
+than `ModelCard.from_template` because the cards share parts (`{% include %}` needs a loader) and a misspelt variable
+must fail (`StrictUndefined`), not leave a blank.
 
-Conventions of the cards:
-- the tables' scores are in percent, the paper's numbers as printed; the paper's GLUE numbers are test-server scores,
-  ours dev scores, and the cards say so beside the table;
-- a value the run did not record is written "not recorded", never "None";
-- nothing private goes in: output, log and tracker settings and token-like fields are dropped, local paths reduced
-  to their last component (a corpus's relative path is kept: it names the corpus as the run was given it), and a
-  card holding the value of a secret environment variable is refused. Outside the run's files a card reads only a
-  README.md or manifest beside the corpus and the installed framework versions the run did not record (so labelled).
-
-`python -m bert_repro.hub.model_card RUN_DIR REPO_ID` writes the card a run needs as `README.md` beside the weights.
+Conventions: the tables' scores are in percent, the paper's as printed (its GLUE numbers are test-server scores, and
+the cards say so); an unrecorded value reads "not recorded"; nothing private goes in (`card_common` drops output,
+tracker and token settings, reduces local paths, and refuses a card holding a secret).
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""The card of a pre-trained checkpoint (`recipes/pretrain.py`'s output directory): `card_for_pretraining`.
-
-Built from `run_config.json`, `data_statistics.json`, `results.json`, `config.json` and `training_curves.png`
-when present, with an optional benchmark report and study. Rendered with `pretrained.md`.
-"""
+"""The card of a pre-trained checkpoint (`recipes/pretrain.py`'s output directory), rendered with `pretrained.md`."""
 
 from __future__ import annotations
 
@@ -30,16 +26,14 @@ PAPER_NSP_ACCURACY = "97–98"
 
 
 def _shown_path(path: str) -> str:
-    """A local corpus path as the card shows it: as recorded when relative to the run's working directory (it names
-    the corpus as the run was given it), by its last component when absolute or outside that directory."""
+    """A corpus path as given when relative to the run's directory, else by its last component (nothing private)."""
     parts = Path(path).parts
     return card.last_component(path) if Path(path).is_absolute() or path.startswith("~") or ".." in parts else path
 
 
 def _corpus_documentation(sources: list[str]) -> list[str]:
-    """The README.md or manifest (`bert_repro.data.travel_corpus`) in a local source's folder or the one above it,
-    as the card shows them; only their presence is checked. The working directory and those above it are skipped:
-    their README is the project's, not the corpus's."""
+    """The README.md or manifest in a local source's folder or the one above it; not the working directory's or
+    above, whose README is the project's."""
     found = []
     for source in sources:
         folder = Path(source) if Path(source).is_dir() else Path(source).parent
@@ -64,8 +58,7 @@ def _corpus_total(statistics: Mapping[str, Any], key: str) -> int | None:
 
 
 def _corpus(run: DataSettings, statistics: Mapping[str, Any]) -> dict[str, Any]:
-    """The pre-training corpus as the card describes it: Hub id (and config / split) or the local paths as given,
-    with its documents (trained on and held out) and the files that describe its sources."""
+    """The corpus as the card describes it: Hub id or local paths, documents and the files that describe it."""
     sources = run.corpus
     hub_id = sources[0] if len(sources) == 1 and card.is_hub_id(sources[0]) else None
     name = hub_id or ", ".join(map(_corpus_name, sources)) or card.NOT_RECORDED
@@ -264,8 +257,7 @@ def _phase_rows(recipe: PreTrainingRecipe) -> dict[str, str]:
 def _setting_notes(
     record: Mapping[str, Any], config: Mapping[str, Any], results: Mapping[str, Any]
 ) -> tuple[Mapping[str, Any], dict[str, dict[str, str]]]:
-    """run_config.json as the hyper-parameter tables show it, and a note on each setting the run did not use as
-    recorded (its gradient accumulation, its vocabulary size)."""
+    """run_config.json for the hyper-parameter tables, with a note on each setting the run did not use as recorded."""
     run, training = record.get("data") or {}, record.get("training") or {}
     # run_config.json is written before the run derives the accumulation from global_batch_size.
     accumulation = results.get("gradient_accumulation_steps")
@@ -292,12 +284,9 @@ def card_for_pretraining(
 ) -> ModelCard:
     """The card of a pre-training run's output directory (`recipes/pretrain.py`), to publish as ``repo_id``.
 
-    ``base_model``: the checkpoint the run continued from (its `init_from`) when that is a Hub id; by default
-    `init_from` itself if it is one. ``benchmark_dir``: a `recipes/reproduce.py` output directory for this
-    checkpoint, whose report is added to the card. ``study_dir``: a `recipes/study.py` output directory
-    (`study.json`) that fine-tuned this checkpoint against the same architecture randomly initialised; its row
-    for this checkpoint (see `_study_row`) goes in the model-index and its table in the card. ``template_dir``:
-    other templates than the package's.
+    ``base_model`` defaults to `init_from` when that is a Hub id. ``benchmark_dir`` (`recipes/reproduce.py`) adds its
+    report; ``study_dir`` (`recipes/study.py`: this checkpoint against random initialisation) its table and
+    model-index entries. ``template_dir``: other templates than the package's.
     """
     out = Path(output_dir)
     record = card.read_json(out / "run_config.json")

@@ -1,11 +1,9 @@
 """Publishing a run on the Hugging Face Hub: safetensors, code, tokenizer, card and records, nothing else.
 
-What a push uploads, and its options, are in docs/hub.md. A push lands whole or leaves the Hub as it found it, tags
-included: every refusal (another model there without `overwrite`, a tag that exists) comes before the first write, the
-upload is one commit, and a failed push removes the repository or branch it created. The local directory is only read:
-the card and repaired files go to a staging copy in the system's temporary folder, named after the pushing process so
-that the next push removes one a kill left. The token comes from huggingface_hub's usual places (`HF_TOKEN`,
-`hf auth login`) or an argument; it is never printed, logged or written into a file.
+What a push uploads, and its options, are in docs/hub.md. A push lands whole or leaves the Hub as it found it: every
+refusal comes before the first write, the upload is one commit, and a failed push removes the repository or branch it
+created. The local directory is only read (the card and repaired files are staged in a temporary copy). The token
+comes from huggingface_hub's usual places or an argument, and is never printed, logged or written into a file.
 """
 
 from __future__ import annotations
@@ -50,8 +48,7 @@ STAGING_PREFIX = "bert_repro_push-"  # + the pushing process's id: a folder whos
 
 
 def remove_stranded_staging() -> list[Path]:
-    """Remove the staging folders of pushes that were killed: a kill skips the cleanup of a `with` block, and each
-    folder holds a copy of the weights (88 MB for BERT-base). Returns what was removed."""
+    """Remove (and return) killed pushes' staging folders: each holds a copy of the weights (88 MB for BERT-base)."""
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(STAGING_PREFIX + "*"):
         pid = folder.name[len(STAGING_PREFIX) :].split("-")[0]
@@ -68,15 +65,13 @@ def staging_folder() -> tempfile.TemporaryDirectory:
 
 
 def model_files(weights: Path) -> list[str]:
-    """The files of a saved model: its weights (one file, or the shards and their index), config and every `*.py`
-    that `save_pretrained` wrote beside them."""
+    """A saved model's weights (or shards and index), config and the `*.py` that `save_pretrained` wrote beside them."""
     names = [p.name for p in weight_files(weights)] + ["model.safetensors.index.json", "config.json"]
     return [name for name in names if (weights / name).exists()] + sorted(p.name for p in weights.glob("*.py"))
 
 
 def code_files() -> list[Path]:
-    """The code `save_pretrained` copies beside the weights: the modeling file and everything it imports from its
-    package (transformers' own rule for remote code, so the list follows the imports)."""
+    """The modeling file and what it imports from its package: transformers' rule for the remote code it copies."""
     from transformers.dynamic_module_utils import get_relative_import_files
 
     modeling = Path(modeling_bert_repro.__file__)
@@ -116,16 +111,14 @@ def stage(
 
 
 def _training_state(folder: str, names: list[str]) -> list[str]:
-    """What `runs/` keeps only to resume training, left out of a push: checkpoints (optimizer, scheduler and RNG
-    states), unfinished saves and pickles."""
+    """What `runs/` keeps only to resume training (checkpoints, unfinished saves, pickles), left out of a push."""
     pickles = {n for pattern in PICKLE_PATTERNS for n in fnmatch.filter(names, pattern)}
     return [n for n in names if n.startswith(("checkpoint-", STAGING)) or n in pickles]
 
 
 def _card(path: Path, repo_id: str):
-    """The card to publish: the README.md `python -m bert_repro.hub.model_card` wrote beside the weights when it is
-    for this repository (its usage snippets quote the id), since it may hold what the push cannot know (--benchmark,
-    --study). Otherwise a fresh card, so a card written for another repository is never published under this one."""
+    """The README.md `bert_repro.hub.model_card` wrote when it quotes this repository's id (it may hold --benchmark,
+    --study), else a fresh card: a card for another repository is never published under this one."""
     from huggingface_hub import ModelCard
 
     from .model_card import card_for_directory, card_path, check_no_secrets
@@ -216,9 +209,7 @@ def hub_error_advice(err: BaseException, repo_id: str) -> str:
 
 
 def check_hub_access(repo_id: str, *, token: str | None = None, api=None) -> None:
-    """Before hours of training: the repository id is valid, the Hub answers and the token is accepted.
-
-    Raises HubPushError with advice that fits the cause."""
+    """Before hours of training, a HubPushError with advice unless the id is valid and the Hub accepts the token."""
     from huggingface_hub import HfApi
     from huggingface_hub.utils import validate_repo_id
 
@@ -242,9 +233,8 @@ def check_hub_access(repo_id: str, *, token: str | None = None, api=None) -> Non
 
 
 def preflight(api, repo_id: str, revisions, identity: str | None, overwrite: bool, tag: str | None):
-    """Every refusal of a push, before it writes anything: a `tag` that exists (unless `overwrite`: it moves), a
-    revision that holds a different model (`check_remote`; a branch still to be made holds main's). Returns the
-    repository's ({branch: commit id}, {tag: commit id}), None when there is no such repository."""
+    """Every refusal of a push, before it writes: an existing `tag` without `overwrite`, and `check_remote` per revision
+    (a new branch holds main's). Returns ({branch: commit}, {tag: commit}), None when there is no such repository."""
     from huggingface_hub.utils import RepositoryNotFoundError
 
     try:
@@ -276,9 +266,8 @@ def push(
     api=None,
     source_name: str | None = None,
 ) -> str:
-    """Publish one output directory (or checkpoint) to `repo_id` at `revision` (a branch, created from main when
-    missing), and `tag` its commit (`overwrite` moves a tag that exists). Whole or not at all: every refusal comes
-    before the first write, and a failed push removes the repository or branch it created. Returns the commit URL."""
+    """Publish one output directory (or checkpoint) to `repo_id` at `revision` (created from main when missing),
+    whole or not at all, and `tag` its commit. Returns the commit URL."""
     from huggingface_hub import HfApi
 
     api = api or HfApi(token=token)
@@ -384,8 +373,7 @@ def push_checkpoints(
     except Exception as err:
         raise HubPushError(_failure(api, err, str(output_dir), repo_id, repo_id, None, None, tag)) from err
     pushed = {}
-    # A checkpoint directory has no run records or tokenizer of its own: take them from the run (its tokenizer/
-    # while it trains, beside the model once it ended).
+    # A checkpoint has no run records or tokenizer of its own: the run's (in tokenizer/ until the run ends).
     tokenizer_dir = output_dir / "tokenizer" if (output_dir / "tokenizer").is_dir() else output_dir
     for step, checkpoint in steps.items():
         with staging_folder() as tmp:
@@ -451,8 +439,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             print(push(args.path, args.repo_id, **options))
     except (CheckpointError, HubPushError, FileNotFoundError) as err:
-        # The recipes' code for the same causes (a directory, a token, the network: what the user can fix), so
-        # that a script that runs both reads one convention.
+        # The recipes' exit code for what the user can fix, so that a script that runs both reads one convention.
         parser.exit(2, f"error: {err}\n")
 
 

@@ -1,16 +1,12 @@
 """The card of a model published from a study, written from the study's recorded results file alone.
 
-`benchmarks/gpu/gpu_session.py record` keeps what a GPU call measured in
-`benchmarks/results/<date>-<device>-study*.json`:
-the study's table (`study.<name>`: every seed of every cell, the majority-class baseline, the arguments) and the
-pre-training run of its model (`study_<name>`: steps, time, held-out losses). The run's own directory does not come
-back from the GPU machine, so the card says only what that file says. `--check` rewrites nothing and fails (exit 1)
-where the card differs from the file; tests/hub/test_study_card.py runs it on every checked-in card.
+The run's own directory does not come back from the GPU machine, so the card says only what
+`benchmarks/gpu/gpu_session.py record` kept in `benchmarks/results/<date>-<device>-study*.json` (the study's table,
+`study.<name>`, and its model's pre-training, `study_<name>`). `--check` fails where a card differs from its file
+(tests/hub/test_study_card.py runs it on every checked-in card).
 
     python -m bert_repro.hub.study_card benchmarks/results/2026-11-26-nvidia-h200-study-2.json \\
         bert-repro/bert-small-books-6k --output model_cards/bert-small-books-6k/README.md [--check]
-
-The template is `model_cards/study.md`.
 """
 
 from __future__ import annotations
@@ -103,8 +99,7 @@ def _result_name(label: str, split: str, finished: int) -> str:
 
 
 def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Path | None = None) -> ModelCard:
-    """The card of the pre-trained model of the study recorded in ``path`` (a `benchmarks/gpu/gpu_session.py record`
-    file)."""
+    """The card of the pre-trained model of the study recorded in ``path``, rendered with `model_cards/study.md`."""
     path = Path(path)
     results = card.read_json(path)
     if results is None:
@@ -161,8 +156,7 @@ def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Pat
 
 
 def differences(text: str, expected: str) -> list[str]:
-    """The lines of the card ``text`` that are not those ``expected`` has at the same place (a number changed by
-    hand, or a card older than its study file)."""
+    """The lines of ``text`` that differ from ``expected``'s at the same place (a hand edit, or an older study file)."""
     have, want = text.splitlines(), expected.splitlines()
     out = [f"line {i + 1}: {a!r} (the study file gives {b!r})" for i, (a, b) in enumerate(zip(have, want)) if a != b]
     if len(have) != len(want):

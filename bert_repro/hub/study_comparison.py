@@ -60,8 +60,7 @@ def finetune_args_for(study: Mapping[str, Any], shown: Callable[[str], str]) -> 
 
 
 def _study_verdict(rows: list[dict[str, Any]]) -> str:
-    """What the table shows, in one sentence: where pre-training beats random initialisation by more than twice the
-    standard error of the difference, and where the majority class still does better."""
+    """The table in one sentence: where pre-training beats random init by over 2 SE, where the majority class wins."""
     better = [r["name"] for r in rows if r["clear"] and r["gain"] > 0]
     where = "every score" if len(better) == len(rows) else ", ".join(better) + " only" if better else "no score"
     sentence = (
@@ -74,9 +73,8 @@ def _study_verdict(rows: list[dict[str, Any]]) -> str:
 def fine_tuning_comparison(
     study: Mapping[str, Any], row: Mapping[str, Any], result_name: Callable[[str, str, int], str]
 ) -> tuple[list[EvalResult], list[dict[str, Any]]]:
-    """A study's fine-tuning columns for its `row` (a pre-trained model): model-index entries of its scores, named
-    by `result_name(metric label, split name, seeds finished)`. And the table's rows beside the randomly
-    initialised model's and the majority class's, with their difference and its standard error."""
+    """Model-index entries of `row`'s fine-tuning scores, named by `result_name(label, split, seeds finished)`, and
+    table rows beside random initialisation and the majority class, with the difference and its standard error."""
     rows = study.get("rows") or []
     random = next((r for r in rows if _is_random_init(r)), {})
     baseline, seeds = study.get("majority_baseline") or {}, len(study.get("seeds") or []) or 1
@@ -116,8 +114,7 @@ def fine_tuning_comparison(
 
 
 def _study(study_dir: str | Path | None, out: Path, steps: Any) -> tuple[list[EvalResult], dict[str, Any] | None]:
-    """model-index entries (each fine-tuning column's mean over seeds) and table rows of a `bert_repro.training.study`
-    run that fine-tuned this checkpoint beside the same architecture randomly initialised."""
+    """The model-index entries and table of the `recipes/study.py` run in ``study_dir`` for this checkpoint."""
     if study_dir is None:
         return [], None
     path = Path(study_dir) / "study.json"

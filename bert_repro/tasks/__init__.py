@@ -1,7 +1,4 @@
-"""Stage 3, the tasks: the paper's benchmarks described as data (`registry`), each pointing at its kind (`kinds`).
-
-Beside them: metrics (`metrics`), SQuAD post-processing (`squad`), reading the files (`files`) and checking their
-values into canonical columns (`columns`)."""
+"""Stage 3, the tasks: the paper's benchmarks as data (`registry`), their kinds, files, metrics (docs/layout.md)."""
 
 from ..exports import lazy_exports
 from .kinds import TaskKind

@@ -1,13 +1,9 @@
 """From the columns a task's files hold to its canonical columns, every value checked.
 
-The readers of `bert_repro.tasks.files` turn each file into a `RawSplit`; a task's kind builds its canonical columns
-from it with ``sentence_columns`` (GLUE), ``span_columns`` (SQuAD), ``choice_columns`` (SWAG) or ``token_columns``
-(CoNLL-2003), on top of the checked readers ``find_column``, ``texts`` and ``class_id``.
-
-A value that does not fit raises `TaskDataError` naming the file, the line or row, and what was expected. One
-departure, from the reference ``run_squad.py``: SQuAD TRAINING questions whose answer text is not at its
-``answer_start`` are skipped and counted (`drop_misaligned_answers`); evaluation keeps them, since the official
-script compares texts only.
+A task's kind builds its columns from each `RawSplit` that `bert_repro.tasks.files` reads, with the ``*_columns``
+function of its layout. A value that does not fit raises `TaskDataError` naming the file, the line or row, and what
+was expected. As ``run_squad.py``, SQuAD TRAINING questions whose answer is not at its ``answer_start`` are skipped
+and counted (`drop_misaligned_answers`); evaluation keeps them, since the official script compares texts only.
 """
 
 from __future__ import annotations
@@ -121,6 +117,7 @@ def _int(raw: RawSplit, i: int, value: Any, column: str) -> int:
 
 
 def _glue_idx(task: Task, split: str, raw: RawSplit) -> list[int]:
+    """The row number, as on the Hub, except in hidden-label test files: their ``index`` (QQP ``id``)."""
     values = find_column(task, raw, "idx", required=False)
     if values is None and split in task.test_splits:
         values = next((raw.columns[c] for c in GLUE_TEST_INDEX_COLUMNS if c in raw.columns), None)
@@ -172,21 +169,17 @@ def span_columns(task: Task, split: str, raw: RawSplit) -> dict[str, list]:
     ids = [str(v) if isinstance(v, int) else _text(raw, i, v, "id") for i, v in enumerate(find_column(task, raw, "id"))]
     first: dict[str, int] = {}
     for i, question_id in enumerate(ids):
-        # Predictions and the official score are keyed by id: a second question with one id would drop out of the
-        # score and compete with the first for its windows.
+        # Predictions and the official score are keyed by id: a repeated id would drop out of the score.
         if first.setdefault(question_id, i) != i:
             raise TaskDataError(
                 f"{raw.locate(i)}: the question id {question_id!r} again, first at {raw.locate(first[question_id])}; "
                 "every question needs an id of its own."
             )
-    titles = find_column(task, raw, "title", required=False)
-    contexts = texts(raw, find_column(task, raw, "context"), "context")
+    titles = find_column(task, raw, "title", required=False) or [None] * raw.num_rows
     return {
         "id": ids,
-        "title": [""] * raw.num_rows
-        if titles is None
-        else ["" if t is None else _text(raw, i, t, "title") for i, t in enumerate(titles)],
-        "context": contexts,
+        "title": ["" if t is None else _text(raw, i, t, "title") for i, t in enumerate(titles)],
+        "context": texts(raw, find_column(task, raw, "context"), "context"),
         "question": texts(raw, find_column(task, raw, "question"), "question"),
         "answers": [_answers(task, raw, i, v) for i, v in enumerate(find_column(task, raw, "answers"))],
     }
@@ -210,14 +203,9 @@ def _endings(task: Task, raw: RawSplit) -> list[list[str]]:
     for i, row in enumerate(rows):
         present = [e for e in row if isinstance(e, str) and e.strip()] if isinstance(row, list) else []
         if not isinstance(row, list) or len(row) != n or len(present) != n:
-            empty = (
-                ""
-                if names is None
-                else " (empty: "
-                + ", ".join(name for name, e in zip(names, row) if not (isinstance(e, str) and e.strip()))
-                + ")"
-            )
-            raise TaskDataError(f"{raw.locate(i)}: {len(present)} endings, expected {n}{empty}.")
+            empty = [name for name, e in zip(names, row) if not (isinstance(e, str) and e.strip())] if names else []
+            empty_text = f" (empty: {', '.join(empty)})" if empty else ""
+            raise TaskDataError(f"{raw.locate(i)}: {len(present)} endings, expected {n}{empty_text}.")
         endings.append(present)
     return endings
 
@@ -250,7 +238,6 @@ def token_columns(task: Task, split: str, raw: RawSplit) -> dict[str, list]:
     return out
 
 
-# --------------------------------------------------------------------------------------------------------
 # SQuAD training answers that are not where they are said to be
 
 

@@ -1,36 +1,11 @@
 """Reading the fine-tuning tasks' data, from the Hub or from the files people have, in one canonical form.
 
-`load_task_data(task, source)` returns a `datasets.DatasetDict` with canonical split names ("train", "validation",
-"test"; MNLI "validation_matched" ...) and canonical columns, one layout per task kind:
-
-- classification / regression (GLUE): the task's ``text_columns`` (the Hub's names), ``label`` (a ``ClassLabel`` id,
-  or a float32 score for STS-B; -1 where a test label is hidden) and ``idx`` (the id GLUE submissions are keyed by);
-- span (SQuAD): ``id``, ``title``, ``context``, ``question``, ``answers`` = {"text": [...], "answer_start": [...]}
-  (empty lists for an unanswerable v2.0 question);
-- multiple_choice (SWAG): ``context`` (sent1), ``question`` (sent2, the start of every ending), ``endings`` (4),
-  ``label``;
-- token_classification (CoNLL-2003): ``id``, ``tokens``, ``ner_tags`` (ids into ``Task.label_names``, IOB2).
-
-Sources (docs/finetuning.md):
-- None: the Hub dataset ``Task.hub_id``;
-- a directory in the task's original layout (GLUE's TSVs, SQuAD's JSON, SWAG's CSVs, CoNLL's column files);
-- a directory of exports named by split (parquet, csv, tsv, json, jsonl, Hub-style shards, also under ``data/``),
-  with canonical or original column names (``Task.source_columns``);
-- a mapping from split to file(s), or one file whose name says its split.
-
-Format rules:
-- TSVs are read literally, as GLUE's are: no quote processing, since MRPC and others hold unbalanced quotes.
-  CoLA's train/dev files have no header. A TSV that a CSV writer quoted (a pandas ``to_csv(sep="\t")`` export) is
-  unquoted only when every record is exactly what such a writer writes, and the choice is logged
-  (`_csv_quoted_tsv`).
-- A ``.json`` file is SQuAD's nested format, a JSON array of records, or JSON lines.
-- CoNLL-2003's files tag in IOB1, converted to the Hub's IOB2; a tag outside ``Task.label_names`` is an error, and
-  ``-DOCSTART-`` lines are dropped.
-- GLUE's ``idx`` is the row number, as on the Hub, except in hidden-label test files: their ``index`` (QQP ``id``).
+`load_task_data(task, source)` returns a `datasets.DatasetDict` with canonical split names and the columns of the
+task's kind (`TaskKind.features`), from the Hub, a directory in the task's original layout, exports named by split
+(also Hub-style shards under ``data/``), or files per split (docs/finetuning.md).
 
 Bad input fails early with a `TaskDataError` naming the file, the line (1-based) or row (0-based) and what was
-expected (`bert_repro.tasks.columns`, which also holds the one departure from the reference: SQuAD training answers
-not at their ``answer_start``). Every row is checked in Python, so MNLI from the Hub takes a few seconds.
+expected (`bert_repro.tasks.columns`). Every row is checked in Python, so MNLI from the Hub takes a few seconds.
 """
 
 from __future__ import annotations
@@ -62,7 +37,6 @@ VALIDATION_ALIASES = ("dev", "val", "valid")  # file names may say these for "va
 _SHARD = "-[0-9]*-of-[0-9]*"  # Hub parquet shards: train-00000-of-00002.parquet
 
 
-# --------------------------------------------------------------------------------------------------------
 # Split names
 
 
@@ -81,7 +55,6 @@ def _canonical_split(task: Task, name: str) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------------------------------------
 # Describing what is accepted
 
 
@@ -111,7 +84,6 @@ def canonical_columns(task: Task) -> tuple[str, ...]:
     return tuple(task.kind.features(task))
 
 
-# --------------------------------------------------------------------------------------------------------
 # Readers: one per file format, each returning a RawSplit
 
 
@@ -123,8 +95,7 @@ def _read_text(path: Path) -> str:
 
 
 def _delimited_columns(path: Path, task: Task, records: list[tuple[int, list[str]]], separator: str) -> RawSplit:
-    """The columns of a delimited file's (line number, fields) records, the first being the header unless the
-    task's files have none (CoLA train/dev: the first record then holds data, not one of the task's column names)."""
+    """The columns of (line number, fields) records; no header when the task's files have none (CoLA train/dev)."""
     if not records:
         raise TaskDataError(f"{path}: empty file.")
     header, rows = records[0][1], records[1:]
@@ -160,13 +131,8 @@ class _LastRow:
 
 
 def _csv_quoted_tsv(text: str) -> tuple[list[tuple[int, list[str]]] | None, str | None, str | None]:
-    """A TSV's records if it was written with CSV quoting, else None; and two lines for the log.
-
-    A pandas export quotes a field exactly when it holds a tab, a quote or a line break (QUOTE_MINIMAL), or quotes every
-    field (QUOTE_ALL). The file is read so only when every record, written back by Python's csv writer in one of those
-    styles, gives the file's text again. GLUE's own TSVs fail this test: MRPC holds unquoted ``"the witness"``, and a
-    field that is one whole quotation holds nothing a writer would quote.
-    Returns (records or None, the first line read as CSV-quoted text, the first line that does not fit).
+    """(records if every one round-trips through csv.writer's QUOTE_MINIMAL or QUOTE_ALL, else None; the first
+    CSV-quoted line; the first line that does not fit). GLUE's own TSVs fail: MRPC holds unquoted ``"the witness"``.
     """
     pieces = [line + "\n" for line in text.split("\n")]
     if not text.endswith("\n"):
@@ -205,9 +171,7 @@ def _csv_quoted_tsv(text: str) -> tuple[list[tuple[int, list[str]]] | None, str 
 
 
 def _read_tsv(path: Path, task: Task) -> RawSplit:
-    """A tab-separated file: read literally (GLUE's convention: quotes are ordinary characters) unless it
-    was written with CSV quoting (a datasets/pandas export), which is then undone. The choice is logged
-    when it changes the text, or when a literal file partly looks CSV-quoted."""
+    """A TSV read literally (GLUE's convention) unless a datasets/pandas export's CSV quoting is undone; logged."""
     text = _read_text(path)
     records = None
     if '"' in text:
@@ -335,23 +299,14 @@ def _read_squad_json(path: Path, articles: Any, task: Task) -> RawSplit:
                             "like a SQuAD 2.0 file; use the squad_v2 task."
                         )
                     answers = []
-                for name, value in (
-                    ("id", qa["id"]),
-                    ("title", title),
-                    ("context", context),
-                    ("question", qa["question"]),
-                    ("answers", answers),
-                ):
+                for name, value in zip(columns, (qa["id"], title, context, qa["question"], answers)):
                     columns[name].append(value)
                 places.append(place)
     return RawSplit(columns, len(places), str(path), lambda i: places[i])
 
 
 def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
-    """IOB1 (``I-X`` opens an entity unless it continues one of type X) to IOB2 (every entity opens with B-).
-
-    IOB2 input comes back unchanged, so the conversion is safe on files of either scheme.
-    """
+    """IOB1 (``I-X`` opens an entity unless it continues one of type X) to IOB2; IOB2 input comes back unchanged."""
     converted: list[str] = []
     previous = "O"
     for tag in tags:
@@ -363,7 +318,7 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
 
 
 def _read_conll(path: Path, task: Task) -> RawSplit:
-    """CoNLL-2003 column files: 'token POS chunk NER' per line, a blank line between sentences."""
+    """CoNLL-2003 column files: 'token POS chunk NER' per line, sentences split by blank and ``-DOCSTART-`` lines."""
     allowed = set(task.label_names)
     ids: list[str] = []
     sentences: list[list[str]] = []
@@ -440,7 +395,6 @@ def _concat(parts: list[RawSplit]) -> RawSplit:
     return RawSplit(columns, offsets[-1], ", ".join(part.source for part in parts), locate)
 
 
-# --------------------------------------------------------------------------------------------------------
 # Finding the files of each split
 
 
@@ -548,7 +502,6 @@ def _read_hub(task: Task, cache_dir: PathLike | None) -> dict[str, RawSplit]:
     return raws
 
 
-# --------------------------------------------------------------------------------------------------------
 # The entry point
 
 
@@ -572,11 +525,9 @@ def load_task_data(
     *,
     hub_cache_dir: PathLike | None = None,
 ) -> datasets.DatasetDict:
-    """The splits of ``task`` in canonical form, from the Hub (no path) or from local files (see module doc).
+    """The splits of ``task`` found in canonical form; `TaskDataError` on bad input.
 
-    ``data_dir_or_files``: a directory (original layout or exports named by split), one file named after its
-    split, or a mapping {split: file or list of files}. Splits not found are absent from the result.
-    Raises `TaskDataError` on bad input, naming the file, the row and what was expected.
+    ``data_dir_or_files``: None (the Hub), a directory, one file named after its split, or {split: file(s)}.
     """
     task = get_task(task)
     raws = _read_sources(task, data_dir_or_files, hub_cache_dir)

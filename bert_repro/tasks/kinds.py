@@ -1,21 +1,9 @@
 """The kinds of fine-tuning task in the paper, one object each: everything that differs between kinds.
 
-BERT's fine-tuning (section 4, figure 4) changes only the output layer and the input encoding from task to task, and
-the tasks fall into a few kinds. A `TaskKind` owns, for its kind:
-
-- the head: ``head_class`` (the paper's output layer), ``bilstm_head_class``, ``auto_class``, ``num_labels``,
-  ``uses_pooler``, ``head_parameters``;
-- the data: the canonical ``features``, built and checked by ``canonicalise`` (`bert_repro.tasks.columns`), and
-  ``labelled``;
-- the model inputs: ``encode`` (rows -> features) and ``collator`` (features -> batches);
-- the evaluation: ``decode`` (logits -> predictions), ``score`` (`bert_repro.tasks.metrics`), ``ranking_metric``;
-- the Hub: ``pipeline_tag``, ``pipeline_task`` and the model card's texts.
-
-The kinds:
-- `SentenceClassification`, `SentenceRegression` (GLUE): a linear layer on the pooled [CLS];
-- `SpanExtraction` (SQuAD): vectors S and E, n-best search, null threshold;
-- `MultipleChoice` (SWAG): a score per choice, softmax over choices;
-- `TokenClassification` (CoNLL-2003): a tag per word at its first sub-token (section 5.3).
+BERT's fine-tuning (section 4, figure 4) changes only the output layer and the input encoding from task to task.
+A `TaskKind` owns its kind's head, canonical columns (`bert_repro.tasks.columns`), encoding, decoding, scoring
+(`bert_repro.tasks.metrics`) and Hub texts: `SentenceClassification` and `SentenceRegression` (GLUE), `SpanExtraction`
+(SQuAD), `MultipleChoice` (SWAG), `TokenClassification` (CoNLL-2003, section 5.3).
 A new kind is a new subclass here; no other module compares kinds.
 """
 
@@ -198,7 +186,6 @@ class TaskKind(abc.ABC):
         )
 
 
-# ---------------------------------------------------------------------------------------------------------
 # GLUE: one or two sentences -> a class or a score, from the pooled [CLS] output
 
 
@@ -297,7 +284,6 @@ class SentenceRegression(SentenceClassification):
         return np.asarray(logits).reshape(-1)
 
 
-# ---------------------------------------------------------------------------------------------------------
 # SQuAD: the answer is a span of the paragraph (v2.0: or none)
 
 
@@ -403,7 +389,6 @@ class SpanExtraction(TaskKind):
         return "qa", 'qa(question="Where is the Eiffel Tower?", context="The Eiffel Tower is a landmark in Paris.")'
 
 
-# ---------------------------------------------------------------------------------------------------------
 # SWAG: which ending follows?
 
 
@@ -475,7 +460,6 @@ class MultipleChoice(TaskKind):
         return _classifier_example(task)  # shown only where there is a pipeline
 
 
-# ---------------------------------------------------------------------------------------------------------
 # CoNLL-2003 NER: a tag per word
 
 

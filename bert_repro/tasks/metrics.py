@@ -1,36 +1,13 @@
 """Official metrics of the paper's fine-tuning tasks (SPEC section 4), offline, with numpy only.
 
-`evaluate` 0.4.6 ships no metric code (every `evaluate.load(...)` downloads a script), and scipy and
-scikit-learn are not dependencies, so the metrics are written out here, each matching the reference
-implementation that produces the published numbers.
+`evaluate` 0.4.6 ships no metric code (`evaluate.load` downloads scripts) and scipy / scikit-learn are not
+dependencies, so each metric here matches the reference behind the published numbers (sklearn, scipy, the official
+SQuAD scripts, conlleval), undefined values included: `pearson` / `spearman` are NaN with a RuntimeWarning for a
+constant input, and NaN for a NaN input. Values are fractions EXCEPT the SQuAD metrics, in percent as the official
+scripts print them. Empty inputs and length mismatches raise `ValueError`.
 
-Units: every metric is a fraction in [0, 1] (correlations in [-1, 1]) EXCEPT the SQuAD metrics, which are in
-percent (0..100) as the official evaluation scripts print them.
-
-- `accuracy` (MNLI, QNLI, SST-2, RTE, WNLI, SWAG; also reported for MRPC/QQP): fraction of exact matches,
-  as `sklearn.metrics.accuracy_score` and GLUE's `simple_accuracy`.
-- `f1` (MRPC, QQP): F1 of the positive class, as `sklearn.metrics.f1_score(average="binary")`.
-- `matthews_corrcoef` (CoLA): as `sklearn.metrics.matthews_corrcoef` (its multi-class form).
-- `pearson`, `spearman` (STS-B): as `scipy.stats.pearsonr(...)[0]` and `scipy.stats.spearmanr(...)[0]`
-  (average ranks for ties).
-- `squad_v1` (SQuAD v1.1): EM and F1 of the official `evaluate-v1.1.py`.
-- `squad_v2` (SQuAD v2.0): the official `evaluate-v2.0.py`, with its `--na-prob-file` best thresholds.
-- `conll_f1` (CoNLL-2003 NER): chunk precision / recall / F1, micro-averaged, and token accuracy, as
-  `conlleval` and `seqeval`'s default (non-strict) mode.
-
-Undefined values follow the references: `f1` is 0.0 when there is no true and no predicted positive
-(sklearn's `zero_division` default, which also warns); `matthews_corrcoef` is 0.0 when a marginal is constant
-(sklearn); `pearson` / `spearman` are NaN, with a RuntimeWarning, when an input is constant (scipy's
-`ConstantInputWarning` case) and NaN when an input contains NaN (scipy's default `nan_policy="propagate"`).
-Empty inputs and length mismatches raise `ValueError`.
-
-SQuAD answers are compared after the official normalisation: lower-case, drop the characters of
-`string.punctuation` (ASCII only: unicode punctuation such as "«" or "—" stays), drop the words a/an/the
-(`\\b(a|an|the)\\b`, so "theatre" keeps its "the"), collapse white space. F1 is over bags of tokens.
-
-CoNLL chunks: B-X starts a chunk; I-X continues a chunk of type X and starts one after O or after a chunk
-of another type (so IOB1 and IOB2 taggings of the same spans give the same chunks); E-X / S-X (IOBES) are
-read as conlleval reads them. A predicted chunk is correct only if its type, start and end all match.
+SQuAD's normalisation drops ASCII `string.punctuation` only ("«" stays) and `\\b(a|an|the)\\b` ("theatre" stays).
+CoNLL: I-X after O or another type starts a chunk, so IOB1 and IOB2 give the same chunks.
 """
 
 from __future__ import annotations
@@ -66,7 +43,6 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------------
 # Input checks
 
 
@@ -89,7 +65,6 @@ def _pair(predictions: Any, references: Any, dtype: Any = None) -> tuple[np.ndar
     return preds, refs
 
 
-# ----------------------------------------------------------------------------------------------------
 # Classification (GLUE)
 
 
@@ -104,12 +79,7 @@ def f1(
     references: Sequence[Any] | np.ndarray,
     positive_label: Any = 1,
 ) -> float:
-    """Binary F1 of `positive_label`, 2 TP / (2 TP + FP + FN), as sklearn's `f1_score(average="binary")`.
-
-    0.0 when there are true or predicted positives but none correct, and 0.0 with a warning when there are
-    neither true nor predicted positives (sklearn's `zero_division="warn"`). More than two labels in all, or
-    two labels of which none is `positive_label`, raise ValueError as in sklearn.
-    """
+    """Binary F1 of `positive_label`, as sklearn's `f1_score(average="binary")` with its errors and warning."""
     preds, refs = _pair(predictions, references)
     present = np.unique(np.concatenate([refs, preds]))
     if len(present) > 2:
@@ -127,11 +97,7 @@ def f1(
 
 
 def matthews_corrcoef(predictions: Sequence[Any] | np.ndarray, references: Sequence[Any] | np.ndarray) -> float:
-    """Matthews correlation coefficient in sklearn's multi-class form (the usual MCC for two classes).
-
-    From the confusion matrix C (rows: references, columns: predictions) with t = row sums, p = column sums,
-    c = trace, s = total: (c s - t.p) / sqrt((s^2 - p.p)(s^2 - t.t)); 0.0 when the denominator is 0.
-    """
+    """Matthews correlation in sklearn's multi-class form (the usual MCC for two classes); 0.0 when undefined."""
     preds, refs = _pair(predictions, references)
     _, codes = np.unique(np.concatenate([refs, preds]), return_inverse=True)
     n = len(refs)
@@ -149,7 +115,6 @@ def matthews_corrcoef(predictions: Sequence[Any] | np.ndarray, references: Seque
     return cov_ytyp / math.sqrt(cov_ytyt * cov_ypyp)
 
 
-# ----------------------------------------------------------------------------------------------------
 # Correlation (STS-B)
 
 
@@ -200,7 +165,6 @@ def spearman(predictions: Sequence[float] | np.ndarray, references: Sequence[flo
     return _pearson_r(_average_ranks(preds), _average_ranks(refs))
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD: normalisation and per-answer scores of the official scripts
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -255,16 +219,13 @@ def _warn_missing(missing: int, total: int, consequence: str) -> None:
         logger.warning("%d of %d questions have no prediction; %s", missing, total, consequence)
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD v1.1
 
 
 def squad_v1(predictions: Mapping[str, str], references: Mapping[str, Sequence[str]]) -> dict[str, float]:
-    """The official SQuAD v1.1 evaluation: {"exact_match", "f1"} in percent.
+    """The official SQuAD v1.1 evaluation of id -> text against id -> gold texts: {"exact_match", "f1"} in percent.
 
-    `predictions` maps question id to answer text, `references` question id to its gold answer texts. Each
-    question scores the max over its gold answers; a question without a prediction scores 0 and is counted in
-    the total (logged as a warning); predictions for unknown ids are ignored.
+    As the script, a question without a prediction scores 0 (here with a warning); unknown ids are ignored.
     """
     if not references:
         raise ValueError("no references to score")
@@ -282,15 +243,13 @@ def squad_v1(predictions: Mapping[str, str], references: Mapping[str, Sequence[s
     return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1_sum / total}
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD v2.0
 
 
 def _v2_raw_scores(
     predictions: Mapping[str, str], references: Mapping[str, Sequence[str]]
 ) -> tuple[dict[str, int], dict[str, float]]:
-    """`get_raw_scores`: per-question max over gold answers; gold answers that normalise to "" are dropped,
-    and a question left with none has the single gold answer ""."""
+    """`get_raw_scores`: the max over gold answers, those normalising to "" dropped ("" if none is left)."""
     exact_scores: dict[str, int] = {}
     f1_scores: dict[str, float] = {}
     for qid, answers in references.items():
@@ -325,10 +284,8 @@ def _find_best_thresh(
     na_probs: Mapping[str, float],
     has_ans: Mapping[str, bool],
 ) -> tuple[float, float]:
-    """`find_best_thresh`: start from "no answer everywhere" (score = number of unanswerable questions), walk
-    the questions by increasing na_prob, switching each to its prediction, and keep the best running score and
-    the na_prob at which it was reached. As in the official script, the walk follows `na_probs`' order for
-    ties and tests a raw prediction for being non-empty (not its normalised form)."""
+    """`find_best_thresh`, with its quirks: ties walk in `na_probs`' order, and the raw (not normalised) prediction
+    is tested for being empty."""
     cur_score = best_score = float(sum(not v for v in has_ans.values()))
     best_thresh = 0.0
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
@@ -351,19 +308,11 @@ def squad_v2(
     na_probs: Mapping[str, float] | None = None,
     na_prob_thresh: float = 1.0,
 ) -> dict[str, float]:
-    """The official SQuAD 2.0 evaluation, in percent.
+    """The official SQuAD 2.0 evaluation, in percent, with its keys (HasAns_*, NoAns_*, best_* with `na_probs`).
 
-    `references` maps question id to its gold answer texts, an empty list marking an unanswerable question;
-    a prediction of "" means "no answer". `na_probs` (question id to the model's no-answer score) and
-    `na_prob_thresh` play the roles of `--na-prob-file` and `--na-prob-thresh`: where na_prob > thresh the
-    prediction counts as "". Without `na_probs` every na_prob is 0.0.
-
-    Returns "exact", "f1", "total"; "HasAns_exact", "HasAns_f1", "HasAns_total" if some question is
-    answerable; "NoAns_*" likewise if some is not; and with `na_probs` "best_exact", "best_exact_thresh",
-    "best_f1", "best_f1_thresh" (the official `find_all_best_thresh`).
-
-    Unlike v1.1, the official v2.0 script leaves questions without a prediction out of every total (its
-    HasAns/NoAns split then fails); here they are left out everywhere, logged as a warning.
+    An empty gold list marks an unanswerable question, a "" prediction "no answer". `na_probs` and `na_prob_thresh`
+    are `--na-prob-file` and `--na-prob-thresh` (na_probs default to 0.0). Questions without a prediction are
+    left out of every total, with a warning (the official script's HasAns/NoAns split fails on them).
     """
     has_ans = {qid: bool(answers) for qid, answers in references.items()}
     exact_raw, f1_raw = _v2_raw_scores(predictions, references)
@@ -390,7 +339,6 @@ def squad_v2(
     return result
 
 
-# ----------------------------------------------------------------------------------------------------
 # CoNLL-2003 NER: chunk F1
 
 _PREFIXES = frozenset("BIES")
@@ -438,11 +386,7 @@ def get_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
 
 
 def conll_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> dict[str, float]:
-    """Micro-averaged chunk precision, recall and F1, and token accuracy, as fractions (conlleval / seqeval).
-
-    Each argument is a list of sentences of tags. Precision = correct / predicted chunks, recall = correct / true
-    chunks, F1 their harmonic mean; each is 0.0 where its denominator is 0. Accuracy is per token.
-    """
+    """Micro-averaged chunk precision, recall, F1 (0.0 where undefined) and token accuracy, as seqeval's default."""
     if len(predictions) != len(references):
         raise ValueError(f"{len(predictions)} predicted sentences for {len(references)} references")
     n_correct = n_pred = n_true = tokens = right_tokens = 0
@@ -463,7 +407,6 @@ def conll_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence
     return {"precision": precision, "recall": recall, "f1": f1_value, "accuracy": right_tokens / tokens}
 
 
-# ----------------------------------------------------------------------------------------------------
 # Dispatch
 
 METRICS: dict[str, Callable[[Any, Any], float]] = {

@@ -1,26 +1,18 @@
 """The paper's fine-tuning tasks, each described once, as data.
 
-BERT is fine-tuned on eleven tasks (section 4: the eight GLUE tasks it averages, SQuAD v1.1 and v2.0, SWAG) and
-evaluated on CoNLL-2003 NER (section 5.3). WNLI is registered so GLUE submissions are complete, but flagged
-``in_glue_average=False``: the paper leaves it out.
-
-A `Task` says everything the package needs about one task, so one code path serves all: its ``kind`` (a
-`bert_repro.tasks.kinds.TaskKind`) owns what differs between kinds, the rest is data (``label_names`` in the Hub
-dataset's id order, results in percent as printed).
-
-``eval_splits`` are the labelled splits a model is scored on (CoNLL-2003 includes its labelled "test" = eng.testb);
-``test_splits`` have hidden labels (GLUE's server, SWAG's leaderboard), so their rows carry label -1.
+The eleven tasks of section 4 (GLUE's eight, SQuAD v1.1 and v2.0, SWAG) and CoNLL-2003 NER (section 5.3); WNLI is
+registered for complete GLUE submissions but ``in_glue_average=False``, as the paper leaves it out. A `Task`'s
+``kind`` owns what differs between kinds; the rest is data (``label_names`` in the Hub's id order, results in percent
+as printed). ``eval_splits`` are labelled (CoNLL's "test" is eng.testb); ``test_splits`` hide labels (-1).
 
 Departures and choices:
-- The paper picks the GLUE learning rate on dev from {5e-5, 4e-5, 3e-5, 2e-5}; ``defaults`` holds 2e-5 (the most
-  common winner for BASE) and ``grid`` the whole search.
-- SQuAD v2.0: the paper's dev numbers use the threshold tau chosen on dev (``squad_best_f1``); ``main_metric`` is
-  ``squad_f1`` (tau = 0), so runs compare without tuning.
-- SWAG's and CoNLL's ``max_seq_length`` are not in the paper; 128 is the common choice.
-- CoNLL-2003 hyper-parameters are not in the paper beyond the general grid; ``defaults`` takes its middle.
-- Feature-based (Table 7) trains only a new BiLSTM and output layer, with no hyper-parameters given. Fine-tuning's
-  rates (at most 5e-5) are far below LSTMs', so `FEATURE_BASED_GRID` (Adam's default 1e-3, our choice) replaces the
-  learning-rate grid when the encoder is frozen.
+- The paper picks GLUE's learning rate on dev from {5e-5, 4e-5, 3e-5, 2e-5} (``grid``); ``defaults`` holds 2e-5,
+  the most common winner for BASE.
+- SQuAD v2.0: the paper's dev numbers tune tau on dev (``squad_best_f1``); ``main_metric`` is ``squad_f1`` (tau = 0),
+  so runs compare without tuning.
+- SWAG's and CoNLL's ``max_seq_length`` (128) and CoNLL's hyper-parameters (the grid's middle) are not in the paper.
+- Feature-based (Table 7) trains a new BiLSTM with no hyper-parameters given; fine-tuning's rates are far below
+  LSTMs', so `FEATURE_BASED_GRID` (Adam's default 1e-3, our choice) replaces the grid when the encoder is frozen.
 """
 
 from __future__ import annotations
@@ -36,8 +28,7 @@ from .kinds import CLASSIFICATION, KINDS, MULTIPLE_CHOICE, REGRESSION, SPAN, TOK
 
 @dataclass(frozen=True)
 class Metric:
-    """One metric a task is scored with: what it measures, its name for readers (model cards, tables) and the
-    id of the Hub's metric it reports as (a card's model-index)."""
+    """A task's metric: what it measures, its name for readers, and the Hub metric id of a card's model-index."""
 
     description: str
     label: str
@@ -89,7 +80,7 @@ METRICS: Mapping[str, Metric] = MappingProxyType(
 # Paper Table 1: the GLUE score averaged over the eight tasks (WNLI left out).
 PAPER_GLUE_AVERAGE: Mapping[str, float] = MappingProxyType({"base": 79.6, "large": 82.1})
 
-# The learning rates searched when the encoder is frozen (feature-based approach); see the module docstring.
+# The learning rates searched when the encoder is frozen (see the module docstring).
 FEATURE_BASED_GRID: Mapping[str, tuple] = MappingProxyType({"learning_rate": (1e-3,)})
 
 
@@ -139,8 +130,7 @@ class Task:
     # The feature-based approach: {feature set name (bert_repro.model.bilstm_heads.FEATURE_SETS): Result}.
     paper_feature_based: Mapping[str, Result] = field(default_factory=dict, hash=False)
     glue_submission_names: Mapping[str, str] | None = field(default=None, hash=False)
-    # How GLUE's server wants a test prediction in the `index<TAB>prediction` TSV: "names" (the label name: MNLI,
-    # QNLI, RTE), "ids" (the label id: CoLA, SST-2, MRPC, QQP, WNLI) or "float" (the score: STS-B).
+    # GLUE server test predictions: "names" (MNLI, QNLI, RTE), "ids" (the other classifiers), "float" (STS-B).
     submission_labels: str | None = None
     in_glue_average: bool = False
     display_name: str = ""  # the task as people write it ("GLUE MRPC", "SQuAD v1.1"): model cards, tables
@@ -181,12 +171,7 @@ class Task:
             return f"{float(prediction):.3f}"
         raise ValueError(f"{self.name} is not a GLUE task: it has no submission format")
 
-    def results(self, model: str) -> tuple[Result, ...]:
-        """The paper's numbers for ``model`` ("base" or "large")."""
-        return tuple(r for r in self.paper if r.model == model)
 
-
-# --------------------------------------------------------------------------------------------------------
 # Shared pieces of the registry.
 
 _GLUE_FILES = {"train": ("train.tsv",), "validation": ("dev.tsv",), "test": ("test.tsv",)}
@@ -215,8 +200,8 @@ _TABLE1 = "paper Table 1 (GLUE test server)"
 _HF_RUN_GLUE = "transformers run_glue README, bert-base-cased, dev"
 
 
-def _glue_test(metric: str, base: float, large: float, split: str = "test") -> tuple[Result, ...]:
-    return (Result("base", split, metric, base, _TABLE1), Result("large", split, metric, large, _TABLE1))
+def _paper(metric: str, base: float, large: float, split: str = "test", source: str = _TABLE1) -> tuple[Result, ...]:
+    return (Result("base", split, metric, base, source), Result("large", split, metric, large, source))
 
 
 def _hf_dev(metric: str, value: float, split: str = "validation") -> Result:
@@ -280,7 +265,6 @@ _SPAN_SOURCES = {
     "title": ("title",),
 }
 
-# --------------------------------------------------------------------------------------------------------
 # The registry.
 
 _TASK_LIST: tuple[Task, ...] = (
@@ -309,8 +293,7 @@ _TASK_LIST: tuple[Task, ...] = (
             }
         ),
         glue_submission_names=_frozen({"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"}),
-        paper=_glue_test("accuracy", 84.6, 86.7, "test_matched")
-        + _glue_test("accuracy", 83.4, 85.9, "test_mismatched"),
+        paper=_paper("accuracy", 84.6, 86.7, "test_matched") + _paper("accuracy", 83.4, 85.9, "test_mismatched"),
         other_reported=(
             _hf_dev("accuracy", 83.91, "validation_matched"),
             _hf_dev("accuracy", 84.10, "validation_mismatched"),
@@ -327,7 +310,7 @@ _TASK_LIST: tuple[Task, ...] = (
         {"label": ("label", "is_duplicate")},
         "QQP.tsv",
         "ids",
-        paper=_glue_test("f1", 71.2, 72.1),
+        paper=_paper("f1", 71.2, 72.1),
         other_reported=(_hf_dev("f1", 87.49),),
         display_name="GLUE QQP",
         description="Quora Question Pairs: are the two questions duplicates?",
@@ -341,7 +324,7 @@ _TASK_LIST: tuple[Task, ...] = (
         {},
         "QNLI.tsv",
         "names",
-        paper=_glue_test("accuracy", 90.5, 92.7),
+        paper=_paper("accuracy", 90.5, 92.7),
         other_reported=(_hf_dev("accuracy", 90.66),),
         display_name="GLUE QNLI",
         description="Question NLI (from SQuAD): does the sentence contain the answer to the question?",
@@ -355,7 +338,7 @@ _TASK_LIST: tuple[Task, ...] = (
         {},
         "SST-2.tsv",
         "ids",
-        paper=_glue_test("accuracy", 93.5, 94.9),
+        paper=_paper("accuracy", 93.5, 94.9),
         other_reported=(_hf_dev("accuracy", 92.32),),
         display_name="GLUE SST-2",
         description="Stanford Sentiment Treebank, binary sentence sentiment.",
@@ -370,7 +353,7 @@ _TASK_LIST: tuple[Task, ...] = (
         "CoLA.tsv",
         "ids",
         headerless_columns=("source", "label", "author_mark", "sentence"),
-        paper=_glue_test("matthews_correlation", 52.1, 60.5),
+        paper=_paper("matthews_correlation", 52.1, 60.5),
         other_reported=(_hf_dev("matthews_correlation", 56.53),),
         display_name="GLUE CoLA",
         description="Corpus of Linguistic Acceptability: is the sentence grammatical?",
@@ -385,7 +368,7 @@ _TASK_LIST: tuple[Task, ...] = (
         "STS-B.tsv",
         "float",
         label_range=(0.0, 5.0),
-        paper=_glue_test("spearman", 85.8, 86.5),
+        paper=_paper("spearman", 85.8, 86.5),
         other_reported=(_hf_dev("pearson", 88.64),),
         display_name="GLUE STS-B",
         description="Semantic Textual Similarity Benchmark: a similarity score from 0 to 5 (regression).",
@@ -403,7 +386,7 @@ _TASK_LIST: tuple[Task, ...] = (
         },
         "MRPC.tsv",
         "ids",
-        paper=_glue_test("f1", 88.9, 89.3),
+        paper=_paper("f1", 88.9, 89.3),
         other_reported=(
             _hf_dev("f1", 88.85),
             Result("base", "validation", "accuracy", 84.55, "reference-code README (84-88 across reruns)"),
@@ -420,7 +403,7 @@ _TASK_LIST: tuple[Task, ...] = (
         {},
         "RTE.tsv",
         "names",
-        paper=_glue_test("accuracy", 66.4, 70.1),
+        paper=_paper("accuracy", 66.4, 70.1),
         other_reported=(_hf_dev("accuracy", 65.70),),
         display_name="GLUE RTE",
         description="Recognizing Textual Entailment (RTE1-3, RTE5), two classes.",
@@ -453,12 +436,8 @@ _TASK_LIST: tuple[Task, ...] = (
         test_splits=(),
         defaults=_squad_defaults(epochs=3, batch=32),
         grid=_frozen(_PAPER_GRID),
-        paper=(
-            Result("base", "validation", "squad_exact_match", 80.8, "paper Table 2"),
-            Result("base", "validation", "squad_f1", 88.5, "paper Table 2"),
-            Result("large", "validation", "squad_exact_match", 84.1, "paper Table 2"),
-            Result("large", "validation", "squad_f1", 90.9, "paper Table 2"),
-        ),
+        paper=_paper("squad_exact_match", 80.8, 84.1, "validation", "paper Table 2")
+        + _paper("squad_f1", 88.5, 90.9, "validation", "paper Table 2"),
         other_reported=(
             Result("base", "validation", "squad_exact_match", 81.25, "reference-code README"),
             Result("base", "validation", "squad_f1", 88.41, "reference-code README"),
@@ -511,10 +490,7 @@ _TASK_LIST: tuple[Task, ...] = (
         num_choices=4,
         defaults=_defaults(per_device_train_batch_size=16),
         grid=_frozen(_PAPER_GRID),
-        paper=(
-            Result("base", "validation", "accuracy", 81.6, "paper Table 4"),
-            Result("large", "validation", "accuracy", 86.6, "paper Table 4"),
-        ),
+        paper=_paper("accuracy", 81.6, 86.6, "validation", "paper Table 4"),
         display_name="SWAG",
         description="SWAG: which of four endings follows? Each input is `context [SEP] question + ending`.",
     ),
@@ -540,12 +516,8 @@ _TASK_LIST: tuple[Task, ...] = (
         test_splits=(),
         defaults=_defaults(learning_rate=3e-5),
         grid=_frozen(_PAPER_GRID),
-        paper=(
-            Result("base", "validation", "entity_f1", 96.4, "paper Table 7"),
-            Result("base", "test", "entity_f1", 92.4, "paper Table 7"),
-            Result("large", "validation", "entity_f1", 96.6, "paper Table 7"),
-            Result("large", "test", "entity_f1", 92.8, "paper Table 7"),
-        ),
+        paper=_paper("entity_f1", 96.4, 96.6, "validation", "paper Table 7")
+        + _paper("entity_f1", 92.4, 92.8, "test", "paper Table 7"),
         paper_feature_based=_frozen(
             {
                 # Table 7, "Feature-based approach (BERT-BASE)": dev F1, the frozen encoder's features into a

@@ -1,10 +1,7 @@
 """SQuAD v1.1 / v2.0: input windows and span selection, for ``datasets.map`` and after ``Trainer.predict``.
 
-Usage
------
-Examples use the Hugging Face ``squad`` / ``squad_v2`` columns: ``id``, ``title``, ``context``,
-``question``, ``answers`` = ``{"text": [...], "answer_start": [...]}`` (empty lists for an unanswerable
-SQuAD v2.0 question)::
+Examples use the Hugging Face ``squad`` / ``squad_v2`` columns (``answers`` lists are empty for an unanswerable
+v2.0 question)::
 
     train = raw["train"].map(prepare_train_features, batched=True, remove_columns=raw["train"].column_names,
                              fn_kwargs={"tokenizer": tokenizer})
@@ -12,51 +9,36 @@ SQuAD v2.0 question)::
                                 remove_columns=raw["validation"].column_names,
                                 fn_kwargs={"tokenizer": tokenizer})
     output = trainer.predict(dev.remove_columns(["example_id", "offset_mapping", "token_is_max_context"]))
-    start_logits, end_logits = output.predictions
-    predictions, null_score_diffs, nbest = postprocess_predictions(
-        raw["validation"], dev, start_logits, end_logits
-    )
+    predictions, null_score_diffs, nbest = postprocess_predictions(raw["validation"], dev, *output.predictions)
 
-What follows the paper (section 4.2/4.3) and the reference ``run_squad.py`` of google-research/bert
----------------------------------------------------------------------------------------------------
-- Input ``[CLS] question [SEP] context-window [SEP]``, token type ids 0 for ``[CLS] question [SEP]``, 1 for
-  ``context-window [SEP]``, 0 for padding; padded to ``max_seq_length`` (384) by default, as the reference.
-- The question is cut to its first ``max_query_length`` (64) WordPiece tokens before the windows are built.
-- Windows (``doc_spans``) hold up to ``max_tokens_for_doc = max_seq_length - len(question) - 3`` context tokens and
-  start at 0, ``doc_stride``, ``2 * doc_stride``, .... The last is the first to reach the end of the context, as in
-  the reference's ``while start_offset < len(all_doc_tokens)`` loop.
-- Training labels: the token indices (within the window's full sequence) of the answer's first and last
-  tokens; ``0`` (``[CLS]``) when the answer is not entirely inside the window, and for an unanswerable
-  (v2.0) question. Only the first gold answer is used (the training sets have one).
-- Span selection (paper: "the maximum scoring span where j >= i is used as a prediction"): per window, the
-  ``n_best_size`` (20) highest start logits x the 20 highest end logits over the whole window, as the reference.
-  A pair is kept with both tokens in the context, start <= end, at most ``max_answer_length`` (30) tokens and a
-  start token of maximum context. Its score is ``S.T_i + E.T_j``; the best pair over all windows wins. The n-best
-  list keeps each distinct text's best occurrence, with softmax probabilities over the list.
-- Maximum context (the reference's ``_check_is_max_context``): a token in several windows starts a span only in the
-  window where ``min(left, right) + 0.01 * window length`` is largest (the first on ties); stored per token as
-  ``token_is_max_context``.
-- SQuAD v2.0: ``s_null = start_logit[CLS] + end_logit[CLS]``, the MINIMUM over the example's windows, enters the
-  n-best list. The prediction is ``""`` when ``s_null - best_non_null > null_score_diff_threshold``; the paper's
-  rule "predict a span when ``s_best > s_null + tau``" makes the threshold ``-tau``. The diffs are the official
-  v2.0 script's ``na_probs``; its threshold search scores predicted texts, so feed it predictions made with
-  ``null_score_diff_threshold=float("inf")``, or re-threshold with ``apply_null_threshold``.
+As the paper (§4.2/4.3) and google-research/bert's ``run_squad.py``:
+- Input ``[CLS] question [SEP] window [SEP]``, token types 0 then 1, padded to ``max_seq_length`` (384); the
+  question is cut to ``max_query_length`` (64) tokens.
+- Windows hold ``max_seq_length - len(question) - 3`` context tokens and start at 0, ``doc_stride``, ...; the last
+  is the first to reach the end (the reference's ``while start_offset < len(all_doc_tokens)``).
+- Training labels: the answer's first and last token in the window, ``0`` ([CLS]) when it is not entirely inside
+  or the question is unanswerable. Only the first gold answer is used.
+- Span selection: the ``n_best_size`` (20) best starts x 20 best ends of each window, kept when both are in the
+  context, start <= end, at most ``max_answer_length`` (30) tokens, and the start has maximum context. Score
+  ``S.T_i + E.T_j``; the best over all windows wins. The n-best list keeps each text's best, with softmax
+  probabilities.
+- Maximum context (``_check_is_max_context``): a token starts a span only in the window with the largest
+  ``min(left, right) + 0.01 * length`` (the first on ties).
+- v2.0: ``s_null`` (the MINIMUM ``start_logit[CLS] + end_logit[CLS]`` over the windows) enters the n-best list; the
+  prediction is ``""`` when ``s_null - best_non_null > null_score_diff_threshold``, so the paper's ``tau`` is
+  ``-threshold``. The diffs are the official v2.0 script's ``na_probs``; its threshold search needs predictions made
+  with ``null_score_diff_threshold=float("inf")`` (or ``apply_null_threshold``).
 
-Departures
-----------
-- Character spans map to tokens through the fast tokenizer's offsets, which point into the ORIGINAL text, so they
-  survive lower-casing and accent stripping (the reference maps whitespace words, then ``_improve_answer_span``).
-  The start token is the first context token ending after the answer's first character; the end token the last
-  starting before its last. The answer text is cut from the context with the same offsets, extended over trailing
-  combining marks (the reference re-aligns with ``get_final_text``).
-- A training answer not at its ``answer_start``, or covering no token, is skipped with a warning, like the
-  reference's "Could not find answer" (whose whole-word check is looser).
-- The windows are cut here: the tokenizer's ``stride`` is the OVERLAP, and the overlap giving the reference's starts
-  depends on each question's length (``tokenizer_stride``). ``stride=doc_stride``, as transformers' ``run_qa.py``
-  passes, starts a window about every 240 tokens for a short question, instead of every 128.
-- When an example has no valid span (nothing passes the filters), the reference emits the text "empty";
-  here the prediction is ``""`` with a null-score diff of ``+inf`` in v2.0.
-- In v1.1 mode no null score is computed, and the returned diff dictionary is empty.
+Departures:
+- Answers map to tokens through the fast tokenizer's offsets into the ORIGINAL text (surviving lower-casing and
+  accent stripping), not whitespace words plus ``_improve_answer_span``; the answer text is cut with the same
+  offsets, extended over trailing combining marks, instead of ``get_final_text``.
+- A training answer not at its ``answer_start`` is skipped with a warning (the reference's looser
+  "Could not find answer").
+- The windows are cut here: the tokenizer's ``stride`` is an overlap, which would need to depend on each question's
+  length (``tokenizer_stride``); ``run_qa.py``'s ``stride=doc_stride`` starts a window every ~240 tokens, not 128.
+- With no valid span the prediction is ``""`` (diff ``+inf`` in v2.0), not the reference's "empty". v1.1 returns
+  no diffs.
 """
 
 from __future__ import annotations
@@ -90,9 +72,7 @@ Offset = tuple[int, int]
 NUM_SPECIAL_TOKENS = 3
 
 
-# --------------------------------------------------------------------------------------------------
 # Windows
-# --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -109,11 +89,7 @@ class DocSpan:
 
 
 def doc_spans(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list[DocSpan]:
-    """The reference's sliding windows: starts 0, doc_stride, 2*doc_stride, ... until one reaches the end.
-
-    The step is ``min(doc_stride, window length)``, so a ``doc_stride`` larger than the window gives
-    adjacent windows, never a gap. An empty context gives no window.
-    """
+    """The reference's windows: starts 0, doc_stride, ... until one reaches the end; never a gap, none if empty."""
     if max_tokens_for_doc < 1:
         raise ValueError(f"max_tokens_for_doc must be >= 1, got {max_tokens_for_doc}")
     if doc_stride < 1:
@@ -130,22 +106,13 @@ def doc_spans(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list
 
 
 def tokenizer_stride(max_tokens_for_doc: int, doc_stride: int) -> int:
-    """The tokenizer's ``stride`` (overlap in tokens) that gives the reference's windows.
-
-    ``tokenizer(question, context, truncation="only_second", max_length=max_seq_length,
-    return_overflowing_tokens=True, stride=s)`` starts a window every ``max_tokens_for_doc - s`` tokens, so
-    ``s = max_tokens_for_doc - doc_stride`` (0 when ``doc_stride`` exceeds the window) starts one every
-    ``doc_stride`` tokens. ``max_tokens_for_doc = max_seq_length - len(question tokens) - 3``.
-    """
+    """The tokenizer's ``stride`` that starts a window every ``doc_stride`` tokens, as the reference: an overflowing
+    tokenizer's stride is an overlap, so it starts one every ``max_tokens_for_doc - stride`` tokens."""
     return max(0, max_tokens_for_doc - doc_stride)
 
 
 def max_context_flags(spans: Sequence[DocSpan], num_tokens: int) -> list[list[bool]]:
-    """For each window, whether each of its tokens has its maximum context there (``_check_is_max_context``).
-
-    Score of token ``p`` in a window: ``min(p - start, end - p) + 0.01 * length``; the first window with
-    the highest score owns the token.
-    """
+    """Per window, whether each token has its maximum context there (the reference's ``_check_is_max_context``)."""
     best_score = [-math.inf] * num_tokens
     owner = [-1] * num_tokens
     for index, span in enumerate(spans):
@@ -157,9 +124,7 @@ def max_context_flags(spans: Sequence[DocSpan], num_tokens: int) -> list[list[bo
     return [[owner[p] == index for p in range(span.start, span.end + 1)] for index, span in enumerate(spans)]
 
 
-# --------------------------------------------------------------------------------------------------
 # Features
-# --------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -177,7 +142,6 @@ class _Tokenized:
 
 
 def _tokenize(examples: Mapping[str, Sequence], tokenizer: Any, max_query_length: int) -> list[_Tokenized]:
-    """Tokenize the questions and contexts without special tokens; cut questions to max_query_length."""
     plain = {"add_special_tokens": False, "return_attention_mask": False, "return_token_type_ids": False}
     questions = tokenizer(list(examples["question"]), verbose=False, **plain)["input_ids"]
     contexts = tokenizer(list(examples["context"]), return_offsets_mapping=True, verbose=False, **plain)
@@ -188,7 +152,6 @@ def _tokenize(examples: Mapping[str, Sequence], tokenizer: Any, max_query_length
 
 
 def _spans_for(tokens: _Tokenized, max_seq_length: int, doc_stride: int) -> list[DocSpan]:
-    """The windows of one example (depends on its question length)."""
     max_tokens_for_doc = max_seq_length - len(tokens.question_ids) - NUM_SPECIAL_TOKENS
     if max_tokens_for_doc < 1:
         raise ValueError(
@@ -220,10 +183,7 @@ def _normalise_space(text: str) -> str:
 
 
 def _answer_token_span(context: str, offsets: Sequence[Offset], text: str, char_start: int) -> tuple[int, int] | None:
-    """First and last context token of the answer at ``context[char_start:char_start+len(text)]``.
-
-    None when ``answer_start`` does not point at the text or no token overlaps the answer.
-    """
+    """First and last context token of the answer; None when ``char_start`` misses the text or no token covers it."""
     char_end = char_start + len(text)
     if _normalise_space(context[char_start:char_end]) != _normalise_space(text):
         return None
@@ -259,11 +219,7 @@ def prepare_train_features(
     max_query_length: int = 64,
     pad_to_max_length: bool = True,
 ) -> dict[str, list]:
-    """Batched ``datasets.map`` function: SQuAD examples -> training windows with span labels.
-
-    Returns ``input_ids``, ``token_type_ids``, ``attention_mask``, ``start_positions``, ``end_positions``
-    (one row per window; an example gives one or more rows, or none when its answer cannot be aligned).
-    """
+    """Batched ``datasets.map`` function: SQuAD examples -> one row per window, with ``start/end_positions``."""
     _check_lengths(max_seq_length, doc_stride, max_query_length)
     features: dict[str, list] = collections.defaultdict(list)
     skipped = 0
@@ -301,10 +257,8 @@ def prepare_eval_features(
 ) -> dict[str, list]:
     """Batched ``datasets.map`` function: SQuAD examples -> evaluation windows.
 
-    Returns the model inputs plus, per window, ``example_id``, ``offset_mapping`` (character span in the
-    original context for context tokens, None for [CLS], question, [SEP] and padding) and
-    ``token_is_max_context`` (False outside the context). Drop those three columns before
-    ``Trainer.predict`` and pass the full features to ``postprocess_predictions``.
+    Adds per window ``example_id``, ``offset_mapping`` (None outside the context) and ``token_is_max_context``:
+    drop those before ``Trainer.predict`` and pass the full features to ``postprocess_predictions``.
     """
     _check_lengths(max_seq_length, doc_stride, max_query_length)
     features: dict[str, list] = collections.defaultdict(list)
@@ -325,9 +279,7 @@ def prepare_eval_features(
     return {key: features[key] for key in keys}
 
 
-# --------------------------------------------------------------------------------------------------
 # Span selection
-# --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -342,7 +294,6 @@ class _Candidate:
 
 
 def _column(table: Any, name: str) -> list:
-    """A column of a ``datasets.Dataset`` or of a dict of lists, as a list."""
     return list(table[name])
 
 
@@ -459,11 +410,8 @@ def postprocess_predictions(
 ) -> tuple[dict[str, str], dict[str, float], dict[str, list[dict]]]:
     """Pick each example's answer from the logits of all its windows.
 
-    ``features`` is ``prepare_eval_features``'s output, in the order the logits (num_features, seq_len) were computed;
-    longer rows are fine. ``null_score_diff_threshold`` is the paper's ``-tau``.
-
-    Returns ``(predictions, null_score_diffs, nbest)``: id -> answer text; id -> ``s_null - best_non_null`` (v2.0
-    only); id -> list of ``{"text", "score", "start_logit", "end_logit", "probability"}``, best first.
+    ``features`` is ``prepare_eval_features``'s output in the logits' (num_features, seq_len) order.
+    Returns id -> text, id -> ``s_null - best_non_null`` (v2.0 only), and id -> n-best list of dicts, best first.
     """
     start_logits, end_logits = np.asarray(start_logits), np.asarray(end_logits)
     example_ids = _column(features, "example_id")
