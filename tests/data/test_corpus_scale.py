@@ -62,9 +62,7 @@ def own_coverage(instances: datasets.Dataset) -> int:
     return used
 
 
-# --------------------------------------------------------------------------------------------------
 # Overlong sentences
-# --------------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=200, deadline=None)
@@ -129,9 +127,7 @@ def test_the_corpus_reader_names_a_file_without_punctuation(tmp_path, caplog):
     assert not any("fine.txt" in m for m in warned)
 
 
-# --------------------------------------------------------------------------------------------------
 # Reading text files line by line
-# --------------------------------------------------------------------------------------------------
 
 
 def whole_file_documents(raw: bytes, name: str, document_boundary: str) -> list[str]:
@@ -193,9 +189,7 @@ def test_reading_a_long_line_needs_memory_of_about_its_size(tmp_path):
     assert peak < 3.5 * len(line)  # the line (kept), the read buffer's chunks, one copy in flight
 
 
-# --------------------------------------------------------------------------------------------------
 # The builder: Arrow, not Python lists of the corpus
-# --------------------------------------------------------------------------------------------------
 
 
 def unique_documents(num_docs: int, seed: int = 0) -> tuple[list[str], list[list[str]]]:

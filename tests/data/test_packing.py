@@ -87,9 +87,7 @@ def examples_of_unpacked(batch: dict[str, torch.Tensor]) -> list[dict[str, list[
     return out
 
 
-# --------------------------------------------------------------------------------------------------
 # Packing invariants
-# --------------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=300, deadline=None)
@@ -134,9 +132,7 @@ def test_padding_statistics_hand_checked():
     assert packed_rows({"phase1": {"padding": stats}, "phase2": {"examples": 10}}, 2) == [3 / 4, 1.0]
 
 
-# --------------------------------------------------------------------------------------------------
 # The packed collator against the unpacked one
-# --------------------------------------------------------------------------------------------------
 
 
 def test_packed_batch_holds_the_unpacked_examples(tokenizer):
@@ -225,9 +221,7 @@ def test_fixed_shape_batches(tokenizer):
         collator(rows[:29])
 
 
-# --------------------------------------------------------------------------------------------------
 # The model on packed batches
-# --------------------------------------------------------------------------------------------------
 
 SWITCHES = {  # speed switches that read the packed examples themselves
     "plain": {},
@@ -450,9 +444,7 @@ def test_attention_kernel_choice(tokenizer):
     assert torch.allclose(unpadded.seq_relationship_logits, sdpa.seq_relationship_logits, atol=1e-5)
 
 
-# --------------------------------------------------------------------------------------------------
 # The recipe
-# --------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow

@@ -57,9 +57,7 @@ INT_VOCAB = WordPieceVocab(cls_token=2, sep_token=3, mask_token=4, vocab_words=r
 FIVE_SIGMA = 5.0
 
 
-# --------------------------------------------------------------------------------------------------
 # Helpers
-# --------------------------------------------------------------------------------------------------
 
 
 def int_corpus(sentence_lengths: list[list[int]], first_token: int = 1000) -> list[list[list[int]]]:
@@ -200,9 +198,7 @@ def unique_words():
     return texts, BertTokenizer(tokenizer_object=tok)
 
 
-# --------------------------------------------------------------------------------------------------
 # Sentence splitting
-# --------------------------------------------------------------------------------------------------
 
 
 def test_split_sentences_rules():
@@ -252,9 +248,7 @@ def test_looks_like_binary():
     assert not looks_like_binary("")
 
 
-# --------------------------------------------------------------------------------------------------
 # Configuration
-# --------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -305,9 +299,7 @@ def test_config_defaults_are_the_reference_flags():
     )
 
 
-# --------------------------------------------------------------------------------------------------
 # The reference algorithm, call by call
-# --------------------------------------------------------------------------------------------------
 
 
 def test_random_draws_follow_the_reference_isnext_then_forced_notnext():
@@ -413,9 +405,7 @@ def test_truncate_seq_pair(len_a, len_b, max_num_tokens, seed):
     assert a == list(range(a[0], a[0] + len(a))) and b == list(range(b[0], b[0] + len(b)))
 
 
-# --------------------------------------------------------------------------------------------------
 # Pairs: structure, IsNext / NotNext provenance, coverage
-# --------------------------------------------------------------------------------------------------
 
 
 def check_instances(instances, corpus, config, vocab=INT_VOCAB):
@@ -533,9 +523,7 @@ def test_same_seed_same_instances_and_one_sentence_documents_kept():
         assert len(firsts) == 3 and all(i.is_random_next for i in firsts)
 
 
-# --------------------------------------------------------------------------------------------------
 # Masking statistics
-# --------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("masked_lm_prob,max_pred,p_mask,p_random", [(0.15, 20, 0.8, 0.1), (0.3, 40, 0.5, 0.3)])
@@ -614,9 +602,7 @@ def test_whole_word_masking_never_splits_a_word(pseudo_corpus, trained_tokenizer
     assert split_words(per_token, vocab)[0] > 50
 
 
-# --------------------------------------------------------------------------------------------------
 # datasets pipeline
-# --------------------------------------------------------------------------------------------------
 
 
 def test_pipeline_pairs_trace_back_to_the_text(unique_words):
@@ -1009,9 +995,7 @@ def test_statistics(pseudo_corpus, trained_tokenizer):
     assert "masked" not in pretraining_statistics(dynamic)
 
 
-# --------------------------------------------------------------------------------------------------
 # Collator
-# --------------------------------------------------------------------------------------------------
 
 
 def test_collator_static_masks(pseudo_corpus, trained_tokenizer):
@@ -1128,9 +1112,7 @@ def test_one_document_means_no_held_out_evaluation_and_says_so(caplog):
     assert not caplog.text
 
 
-# --------------------------------------------------------------------------------------------------
 # The masking rules at their edges (each pins a bound or a default that a statistical test cannot see)
-# --------------------------------------------------------------------------------------------------
 
 
 def test_masking_settings_at_their_bounds():

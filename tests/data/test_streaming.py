@@ -292,9 +292,7 @@ def test_bad_streamed_corpus(tmp_path, marked):
         list(open_document_source(str(utf16)))
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # DataLoader workers
-# ---------------------------------------------------------------------------------------------------------------
 
 LONG = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3, random_seed=7)
 
@@ -379,9 +377,7 @@ def test_resumed_workers_give_the_uninterrupted_batches(marked, tmp_path, kind):
         worker_streams(source, tokenizer, 1).load_states(state)
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Through the recipe
-# ---------------------------------------------------------------------------------------------------------------
 
 STREAMED = {
     "streaming": True,

@@ -78,9 +78,7 @@ def make_corpus_lines(n_lines: int = 400, seed: int = 0) -> list[str]:
     return lines
 
 
-# ------------------------------------------------------------------------------------------------
 # Fixtures (module scope: each tokenizer is trained once)
-# ------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -151,9 +149,7 @@ def encode_all(tokenizer, sentences: list[str] = SENTENCES) -> list[dict[str, li
     return [{"input_ids": e["input_ids"], "token_type_ids": e["token_type_ids"]} for e in single + pairs]
 
 
-# ------------------------------------------------------------------------------------------------
 # Training
-# ------------------------------------------------------------------------------------------------
 
 
 def test_trained_vocab_has_specials_first_and_requested_size(uncased: BertTokenizer) -> None:
@@ -228,9 +224,7 @@ def test_strip_accents_can_be_set_independently(corpus_files: list[Path]) -> Non
     assert tokenizer.strip_accents is True and tokenizer.do_lower_case is False
 
 
-# ------------------------------------------------------------------------------------------------
 # Special-token framing and unknown words
-# ------------------------------------------------------------------------------------------------
 
 
 def test_single_and_pair_framing_with_segment_ids(uncased: BertTokenizer) -> None:
@@ -261,9 +255,7 @@ def test_special_tokens_in_text_are_recognised(uncased: BertTokenizer) -> None:
     assert ids.count(uncased.mask_token_id) == 1
 
 
-# ------------------------------------------------------------------------------------------------
 # Saving
-# ------------------------------------------------------------------------------------------------
 
 
 def test_save_tokenizer_writes_vocab_txt_in_id_order(uncased: BertTokenizer, tmp_path: Path) -> None:
@@ -287,9 +279,7 @@ def test_autotokenizer_loads_saved_tokenizer(which: str, request: pytest.Fixture
     assert encode_all(loaded) == encode_all(original)
 
 
-# ------------------------------------------------------------------------------------------------
 # Loading
-# ------------------------------------------------------------------------------------------------
 
 
 def test_load_tokenizer_from_every_uncased_source(uncased: BertTokenizer, uncased_dir: Path, tmp_path: Path) -> None:
@@ -368,9 +358,7 @@ def test_google_layout_vocab_maps_specials(google_layout_vocab: Path) -> None:
     assert tokenizer("[MASK]", add_special_tokens=False)["input_ids"] == [103]
 
 
-# ------------------------------------------------------------------------------------------------
 # Reference check: the pure-Python tokenizer of transformers (a port of BERT's tokenization.py)
-# ------------------------------------------------------------------------------------------------
 
 
 def legacy_ids(vocab_file: Path, do_lower_case: bool, sentences: list[str] = SENTENCES) -> list[list[int]]:
@@ -415,9 +403,7 @@ def test_real_google_vocabulary_if_available() -> None:
     assert legacy_ids(model_dir / "vocab.txt", do_lower_case=True) == expected
 
 
-# ------------------------------------------------------------------------------------------------
 # Hub ids (offline, from a local cache laid out as huggingface_hub writes it)
-# ------------------------------------------------------------------------------------------------
 
 
 def test_load_tokenizer_from_hub_cache(uncased: BertTokenizer, uncased_dir: Path, tmp_path: Path) -> None:
@@ -440,9 +426,7 @@ def test_load_tokenizer_from_hub_cache(uncased: BertTokenizer, uncased_dir: Path
         load_tokenizer("example-org/not-cached", cache_dir=tmp_path / "hub", local_files_only=True)
 
 
-# ------------------------------------------------------------------------------------------------
 # Errors
-# ------------------------------------------------------------------------------------------------
 
 
 def test_train_missing_file_is_named(corpus_files: list[Path], tmp_path: Path) -> None:
@@ -489,9 +473,7 @@ def test_load_errors_name_the_path(tmp_path: Path) -> None:
         load_tokenizer(tmp_path / "wordlevel.json")
 
 
-# ------------------------------------------------------------------------------------------------
 # Settings and edges that the tests above leave open (each would let a wrong value pass)
-# ------------------------------------------------------------------------------------------------
 
 
 def test_min_frequency_default_and_the_size_warning(caplog: pytest.LogCaptureFixture) -> None:

@@ -112,9 +112,7 @@ def test_command_line_import(tmp_path, capsys):
     assert "not empty" in capsys.readouterr().err
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Bad input
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def test_shape_mismatch_names_the_checkpoint(tmp_path):
@@ -166,9 +164,7 @@ def test_unknown_head():
         load_bert("anything", "summarisation")
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Google's TensorFlow checkpoints (only where TensorFlow is installed: the `tf` extra)
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def test_google_tf_checkpoint_through_load_bert(google_checkpoint):

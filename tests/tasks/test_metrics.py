@@ -29,7 +29,6 @@ from bert_repro.tasks.metrics import (
     squad_v2,
 )
 
-# ----------------------------------------------------------------------------------------------------
 # GLUE classification
 
 # TP = 3, FN = 1, FP = 2, TN = 4 (references first, then predictions).
@@ -97,7 +96,6 @@ def test_inputs_as_arrays_and_bad_inputs():
         accuracy([1, 2], [[1, 2], [3, 4]])
 
 
-# ----------------------------------------------------------------------------------------------------
 # STS-B correlations
 
 
@@ -171,7 +169,6 @@ def test_compute_dispatches_by_name():
         compute(["bleu"], [1], [1])
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD normalisation
 
 
@@ -227,7 +224,6 @@ def test_squad_v1_rejects_a_question_without_gold_answer():
         squad_v1({"q": "x"}, {"q": []})
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD v2.0
 
 V2_REFERENCES = {
@@ -329,7 +325,6 @@ def test_squad_v2_missing_predictions_are_left_out(caplog):
         squad_v2(V2_PREDICTIONS, V2_REFERENCES, na_probs={"q1": 0.5})
 
 
-# ----------------------------------------------------------------------------------------------------
 # CoNLL-2003 chunk F1
 
 

@@ -47,7 +47,6 @@ def close(a, b, tol=1e-9):
     return math.isclose(a, b, rel_tol=tol, abs_tol=tol)
 
 
-# ----------------------------------------------------------------------------------------------------
 # Classification: scikit-learn
 
 
@@ -100,7 +99,6 @@ def test_classification_edge_cases_match_sklearn():
         assert f1([0, 0], [0, 0]) == 0.0  # the expected warning, caught where it is expected
 
 
-# ----------------------------------------------------------------------------------------------------
 # Correlation: scipy
 
 floats = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
@@ -147,7 +145,6 @@ def test_correlation_edge_cases_match_scipy():
         assert math.isnan(pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
 
 
-# ----------------------------------------------------------------------------------------------------
 # CoNLL chunk F1: seqeval
 
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
@@ -181,7 +178,6 @@ def test_conll_f1_matches_seqeval(pair):
         assert close(ours[key], float(value)), (key, ours, theirs)
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD v1.1: the official evaluate-v1.1.py
 
 
@@ -284,7 +280,6 @@ def test_squad_v1_matches_the_official_script(rows):
     assert close(ours["exact_match"], theirs["exact_match"]) and close(ours["f1"], theirs["f1"]), (ours, theirs)
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD v2.0: the official evaluate-v2.0.py
 
 

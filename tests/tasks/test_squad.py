@@ -115,9 +115,7 @@ def reference_is_max_context(spans: list[tuple[int, int]], cur_span_index: int, 
     return cur_span_index == best_span_index
 
 
-# --------------------------------------------------------------------------------------------------
 # Windows
-# --------------------------------------------------------------------------------------------------
 
 
 def test_doc_spans_examples():
@@ -214,9 +212,7 @@ def test_too_long_question_for_max_seq_length_raises(tok):
         prepare_train_features(batch, tok, max_seq_length=22)
 
 
-# --------------------------------------------------------------------------------------------------
 # Labels and answers across windows
-# --------------------------------------------------------------------------------------------------
 
 
 def boundary_example() -> tuple:
@@ -296,9 +292,7 @@ def test_misaligned_training_answer_is_skipped(tok):
     assert features["start_positions"] == [3 + CONTEXT_START]
 
 
-# --------------------------------------------------------------------------------------------------
 # n-best selection
-# --------------------------------------------------------------------------------------------------
 
 
 def test_invalid_spans_are_never_chosen(tok):
@@ -368,9 +362,7 @@ def test_nbest_keeps_each_text_once_with_its_best_score(tok):
     assert nbest["b"][0]["score"] == pytest.approx(8.0)
 
 
-# --------------------------------------------------------------------------------------------------
 # SQuAD v2.0
-# --------------------------------------------------------------------------------------------------
 
 
 def test_unanswerable_training_examples_label_cls(tok):
@@ -424,9 +416,7 @@ def test_v1_never_predicts_the_null_answer(tok):
     assert all(entry["text"] for entry in nbest["b"])
 
 
-# --------------------------------------------------------------------------------------------------
 # Maximum context
-# --------------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=100, deadline=None)
@@ -460,9 +450,7 @@ def test_max_context_rule_takes_the_start_from_the_most_central_window(tok):
     assert predictions["b"] == words(6, 8)
 
 
-# --------------------------------------------------------------------------------------------------
 # datasets.map and the model
-# --------------------------------------------------------------------------------------------------
 
 
 def test_datasets_map_round_trip_and_model_inputs(tok):
@@ -503,9 +491,7 @@ def test_datasets_map_round_trip_and_model_inputs(tok):
     assert postprocess_predictions(raw, dev, start_logits, end_logits)[0]["n"] == "U.S.-based"
 
 
-# --------------------------------------------------------------------------------------------------
 # Boundaries, defaults and edge cases (each pins one rule a mutation of the code would change)
-# --------------------------------------------------------------------------------------------------
 
 
 def test_the_smallest_settings_are_accepted_and_the_one_below_refused(tok):

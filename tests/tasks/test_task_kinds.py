@@ -92,7 +92,6 @@ def test_every_task_kind_provides_every_hook(name, tokenizer):
     assert parameter_count(config.to_dict(), kind) == sum(p.numel() for p in model.parameters())
 
 
-# ---------------------------------------------------------------------------------------------------------
 # A kind the package does not have, defined here and nowhere else.
 
 
@@ -208,7 +207,6 @@ def test_a_new_kind_runs_through_finetuning_in_one_place(tmp_path: Path):
     ]
 
 
-# ---------------------------------------------------------------------------------------------------------
 # Nothing outside the kinds module decides by kind.
 
 _KIND_TEST = re.compile(r"\bkind(?:\.name)?\s*(?:==|!=|(?:not\s+)?in\b)|\[[^\]\n]*\.kind\]")
@@ -226,7 +224,6 @@ def test_no_module_outside_the_kinds_compares_kinds():
     assert not found, "\n".join(found)
 
 
-# ---------------------------------------------------------------------------------------------------------
 # Each kind's hooks on hand-checked rows: encode (label alignment included), decode, score, the head's choice.
 # A vocabulary written out here, so that "cats" is two pieces (cat ##s) and "brussels" three.
 
