@@ -65,8 +65,7 @@ def test_checkpoint_without_prefix_and_heads(tmp_path, caplog):
 
 
 def test_legacy_pickle_with_gamma_beta_names(tmp_path, capsys):
-    """Old checkpoints: pytorch_model.bin, LayerNorm.gamma/beta, decoder.bias. The pickle is read only when
-    the user says it is trusted (then with weights_only=True), by the one command the refusal names."""
+    """Old pickles with gamma/beta names are read only when trusted (then weights_only=True), as the refusal says."""
     theirs = hf_checkpoint(tmp_path / "src")
     state = {}
     for key, value in theirs.state_dict().items():

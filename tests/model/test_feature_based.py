@@ -1,11 +1,5 @@
-"""The feature-based approach (paper section 5.3, Table 7) and the "+ BiLSTM" head (Table 5):
-bert_repro.model.bilstm_heads, reached through the task kinds and the fine-tuning recipe.
-
-Checked against references computed here by hand: each feature set against the encoder's own
-`output_hidden_states`; a frozen encoder gets no gradient and keeps its weights through an optimizer step (and
-through a whole recipe run) while the BiLSTM learns; the BiLSTM reads each sequence's real tokens only; a saved
-model gives the same logits after loading, through every loader (its class, AutoModel* with bert_repro, and
-remote code without bert_repro).
+"""The feature-based approach (paper §5.3, Table 7) and the "+ BiLSTM" head (Table 5): bert_repro.model.bilstm_heads,
+through the task kinds and the fine-tuning recipe, against references computed by hand.
 """
 
 import json
@@ -72,7 +66,7 @@ def weighted(states, indices, mix):
     return mix.gamma.detach() * sum(w * states[i] for w, i in zip(weights, indices))
 
 
-# By hand, for L = 5: hidden state 0 is the embeddings, 5 the last layer.
+# for L = 5: hidden state 0 is the embeddings, 5 the last layer
 BY_HAND = {
     "embeddings": lambda hs, mix: hs[0],
     "second_to_last_hidden": lambda hs, mix: hs[4],
@@ -184,8 +178,7 @@ def test_bilstm_fine_tuning_trains_the_encoder_too():
 
 
 def test_bilstm_on_a_left_to_right_encoder_adds_the_right_context(tmp_path):
-    """Table 5's "+ BiLSTM": on the LTR model's encoder (kept causal), the span logits at a position depend on the
-    tokens after it only through the BiLSTM."""
+    """Table 5's "+ BiLSTM" on the causal LTR encoder: the right context reaches a position only through the BiLSTM."""
     import warnings
 
     torch.manual_seed(0)
@@ -206,8 +199,7 @@ def test_bilstm_on_a_left_to_right_encoder_adds_the_right_context(tmp_path):
 
 @pytest.mark.parametrize("model_class", BILSTM_CLASSES)
 def test_bilstm_reads_the_real_tokens_only(model_class):
-    """A row's outputs at its real tokens do not depend on the padding after it (the backward direction starts at
-    the last real token); right padding is required."""
+    """Outputs at real tokens do not depend on the padding after them; right padding is required."""
     model = bilstm_model(model_class, feature_set="weighted_sum_last_four").eval()
     batch = padded_batch(model.config.vocab_size, batch=3, seq=12)
     length = int(batch["attention_mask"][2].sum())
@@ -224,9 +216,7 @@ def test_bilstm_reads_the_real_tokens_only(model_class):
 
 
 def test_bilstm_against_an_lstm_run_on_each_sequence_alone():
-    """The packed BiLSTM equals torch's LSTM run on each row's real tokens alone; its final states (what sequence
-    classification reads) are the last layer's forward output at the last real token and backward output at the
-    first."""
+    """The packed BiLSTM and its final states (what classification reads) equal torch's LSTM on each row alone."""
     from bert_repro.model.bilstm_heads import BiLSTM
 
     torch.manual_seed(0)
@@ -245,8 +235,7 @@ def test_bilstm_against_an_lstm_run_on_each_sequence_alone():
 
 
 def test_new_head_starts_as_documented(tmp_path):
-    """From a pre-trained checkpoint: the BiLSTM as PyTorch initialises an LSTM (uniform in +-1/sqrt(hidden)), the
-    scalar mix at equal weights and gamma 1, the encoder's weights as saved."""
+    """From a checkpoint: PyTorch's LSTM init, the scalar mix at equal weights and gamma 1, the encoder as saved."""
     torch.manual_seed(0)
     BertReproForPreTraining(tiny_config(**SIZES)).save_pretrained(tmp_path)
     model = BertReproForTokenClassificationWithBiLSTM.from_pretrained(
@@ -308,8 +297,7 @@ def test_save_and_load_give_the_same_weights_and_logits(tmp_path, model_class, s
 
 @pytest.mark.slow
 def test_remote_code_without_the_package(tmp_path):
-    """With trust_remote_code=True, a process where bert_repro cannot be imported opens the saved BiLSTM model from
-    the code saved beside it, with the same outputs; without it, the load is refused (no prompt)."""
+    """Without bert_repro, trust_remote_code=True loads the saved code with the same outputs; without it, refused."""
     model = bilstm_model(feature_set="concat_last_four", freeze_encoder=True).eval()
     model.save_pretrained(tmp_path / "ner")
     inputs = inputs_for("AutoModelForTokenClassification", model.config.vocab_size, tmp_path / "inputs.pt")
@@ -445,8 +433,7 @@ def test_bilstm_head_recipe_end_to_end(tmp_path, tiny_checkpoint, name):
 
 @pytest.mark.slow
 def test_recipe_bad_features_exit_2(tmp_path, tiny_checkpoint, monkeypatch, capsys):
-    """The recipe script as a user runs it (in this process, for speed): a layer the model does not have is named
-    with the model's depth before any data is read; one message, exit code 2, no traceback."""
+    """A layer the model lacks is named with the model's depth before any data is read: exit 2, no traceback."""
     argv = [
         "finetune.py",
         *finetune_args(

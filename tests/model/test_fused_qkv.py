@@ -1,9 +1,4 @@
-"""`fused_qkv`: the query, key and value projections as one matrix product, from the three nn.Linear parameters.
-
-The same outputs and gradients as the paper's self-attention (fp32, to rounding) on the padded path and with the
-other switches; the same state_dict keys, and a checkpoint saved with the switch opens in transformers' `BertModel`
-with the same outputs; one graph under `torch.compile`.
-"""
+"""`fused_qkv`: the query, key and value projections as one matrix product, from the three nn.Linear parameters."""
 
 import pytest
 import torch
@@ -19,8 +14,7 @@ NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
 def twins(attn: str = "sdpa", **switches):
-    """The plain model and the same weights with `fused_qkv` (and `switches`), weights drawn wide (std 0.2) so every
-    projection matters, in training mode without dropout (so gradients compare)."""
+    """The plain and `fused_qkv` models on wide weights (std 0.2: every projection matters), training, no dropout."""
     torch.manual_seed(0)
     plain = BertReproForPreTraining._from_config(tiny_config(**NO_DROPOUT), attn_implementation=attn)
     with torch.no_grad():
@@ -75,8 +69,7 @@ def test_one_product_per_layer(monkeypatch):
 
 
 def test_state_dict_and_native_loading(tmp_path):
-    """The same keys and shapes as the plain model; saved with the switch, the checkpoint opens in plain
-    transformers' BertModel (no remote code) and computes the same last hidden states."""
+    """The plain model's keys and shapes; saved with the switch, it opens in transformers' BertModel, same outputs."""
     from transformers import BertModel
 
     torch.manual_seed(0)

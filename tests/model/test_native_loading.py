@@ -1,9 +1,7 @@
-"""Checkpoints that bert_repro writes open in plain transformers, in a process where bert_repro cannot be imported and
-without trust_remote_code, as transformers' own BERT classes with outputs equal to ours; with
-trust_remote_code=True the same directories open as our classes, with bit-identical outputs; the tokenizer,
-pipeline("fill-mask") and sentence-transformers work on them. Older checkpoints (model_type "bert_repro") still
-load, and a config that transformers' BERT cannot compute is saved for remote code only, with a warning
-(bert_repro.model.checkpoint_format).
+"""Checkpoints bert_repro writes open as transformers' own BERT without bert_repro or remote code, with our outputs.
+
+With trust_remote_code=True they open as our classes; a config transformers' BERT cannot compute is saved for
+remote code only, with a warning (bert_repro.model.checkpoint_format).
 """
 
 import json
@@ -131,8 +129,7 @@ def test_every_head_opens_as_transformers_bert_and_as_ours_with_remote_code(tmp_
 
 
 def test_speed_switches_and_every_activation_load_natively(tmp_path, tokenizer):
-    """The speed switches are ours only: transformers ignores them and computes the same outputs. Every activation
-    our config accepts under a name transformers knows computes the same function there."""
+    """transformers ignores the speed switches, and computes every activation we accept the same way."""
     from transformers import BertForSequenceClassification
     from transformers.activations import ACT2FN
 

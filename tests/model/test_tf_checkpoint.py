@@ -1,8 +1,4 @@
-"""Tests for reading Google's original TensorFlow BERT checkpoints (bert_repro.model.tf_checkpoint).
-
-The tests that write a real checkpoint need TensorFlow (the optional ``tf`` extra) and are skipped
-without it; the name mapping, config and missing-TensorFlow tests run everywhere.
-"""
+"""Reading Google's TensorFlow BERT checkpoints (bert_repro.model.tf_checkpoint); real ones need the ``tf`` extra."""
 
 from __future__ import annotations
 
@@ -178,7 +174,6 @@ def test_load_google_checkpoint(google_checkpoint):
         np.testing.assert_array_equal(tensor.numpy(), value, err_msg=key)
     assert skipped == sorted(SKIPPED_NAMES)
 
-    # The directory form reads the same checkpoint.
     from_dir, skipped_from_dir = load_tf_checkpoint(directory)
     assert from_dir.keys() == state_dict.keys() and skipped_from_dir == skipped
 
