@@ -1,10 +1,6 @@
-"""Pathological documents and the memory-relevant invariants of building pre-training data at scale.
+"""Pathological documents and the memory invariants of building pre-training data at scale.
 
-Text without sentence punctuation is cut into usable pieces (a departure from the reference, which keeps one giant
-"sentence" and truncates it to a single example) and the file is named in a warning; text files are read line by
-line with their encoding detected block by block (the result equals reading them whole); the builder reads the
-corpus from Arrow, not from a Python list of all documents. The figures at 100 MB - 1 GB are in benchmarks/README.md
-("Building examples at scale").
+The figures at 100 MB - 1 GB are in benchmarks/README.md ("Building examples at scale").
 """
 
 from __future__ import annotations
@@ -52,8 +48,7 @@ def words_of(count: int, prefix: str = "w", seed: int = 0) -> list[str]:
 
 
 def own_coverage(instances: datasets.Dataset) -> int:
-    """Tokens of a one-document corpus that its examples use as segment A, or as B of an IsNext pair: distinct
-    positions of the document (A segments are consecutive chunks; an IsNext B is the rest of its chunk)."""
+    """Distinct positions of a one-document corpus that its examples use as segment A or as an IsNext B."""
     used = 0
     for row in instances:
         segments = row["token_type_ids"]

@@ -1,6 +1,4 @@
-"""Streamed pre-training examples (bert_repro.data.streaming): the same laws as the map-style builder, NotNext segments
-from other documents of the buffer, a resumed stream that gives the same examples without reading consumed documents
-again, the phase switch, and a streamed pre-training stopped and resumed through the recipe."""
+"""Streamed pre-training examples (bert_repro.data.streaming): the map-style laws, resumable without rereading."""
 
 import functools
 import itertools
@@ -41,8 +39,7 @@ def word(document, j):
 
 @pytest.fixture(scope="module")
 def marked(tmp_path_factory):
-    """A corpus whose every word belongs to one document (so a token id names its document), in 4 files with a
-    blank line between documents, and a tokenizer whose vocabulary is exactly those words."""
+    """4 files whose every word belongs to one document (a token id names it), and a tokenizer of just those words."""
     from bert_repro.data.wordpiece import load_tokenizer
 
     root = tmp_path_factory.mktemp("marked")
@@ -135,8 +132,7 @@ def test_not_next_segments_come_from_other_documents_of_the_buffer(marked):
 
 
 def test_shuffle_buffer_mixes_documents(marked):
-    """Without a shuffle buffer the examples come in document order; with one, a uniformly random slot leaves: about
-    half of the neighbouring examples are in decreasing document order, as in a shuffled list."""
+    """No buffer: document order; a buffer: about half of neighbouring examples in decreasing order, as if shuffled."""
     folder, _, tokenizer, owner = marked
 
     def decreasing_share(shuffle_buffer):
@@ -209,9 +205,7 @@ def test_dupe_rounds_repeat_after_dupe_factor_passes(marked):
 
 @pytest.mark.parametrize("kind", ["files", "datasets"])
 def test_resumed_stream_gives_the_same_examples_without_rereading(marked, kind):
-    """Local text files: the resumed stream reads exactly the documents the uninterrupted one read after the stop.
-    A datasets IterableDataset (8 shards of 5 documents, a generator that logs what it reads): finished shards are
-    not read again; the library reads the current shard's rows before the position again (and drops them)."""
+    """A resumed stream reads only what the uninterrupted one read after the stop (datasets: not finished shards)."""
     folder, texts, tokenizer, _ = marked
     logs = []
 
@@ -329,9 +323,7 @@ def batches_of(streams, workers, n):
 
 @pytest.mark.parametrize("kind", ["files", "datasets"])
 def test_workers_give_their_streams_batches_in_turn(marked, tmp_path, kind):
-    """Two workers: batch i is the next batch of stream i % 2, each stream its own half of the corpus read as one
-    process of two would (a datasets IterableDataset is not split again among the workers), whatever the workers'
-    speeds; each stream switches phase at its own share of the switching batch."""
+    """Batch i is the next of worker i % 2's stream (its half of the corpus), whatever the speeds, phase switch too."""
     source, tokenizer = corpus_of(kind, marked, tmp_path), marked[2]
     streams = worker_streams(source, tokenizer, 2)
     got = batches_of(streams, 2, 24)
@@ -358,8 +350,7 @@ def test_one_worker_reads_what_the_process_would(marked):
 
 @pytest.mark.parametrize("kind", ["files", "datasets"])
 def test_resumed_workers_give_the_uninterrupted_batches(marked, tmp_path, kind):
-    """Stopped after an odd number of batches (the next one from the second stream), the positions the workers
-    wrote give, to a new DataLoader, exactly the batches of the run that was never stopped."""
+    """Stopped after an odd number of batches, the workers' positions resume the uninterrupted run's batches."""
     source, tokenizer = corpus_of(kind, marked, tmp_path), marked[2]
     stop, total = 23, 40
     expected = batches_of(worker_streams(source, tokenizer, 2), 2, total)
@@ -474,8 +465,7 @@ def test_streamed_pretraining_with_two_processes_reads_different_files(tmp_path,
 
 @pytest.mark.parametrize("objective", ["mlm", "ltr"])
 def test_streamed_examples_follow_the_objective(marked, objective):
-    """Table 5's objectives stream like the map-style builder writes them: one segment, no NSP label; masks for
-    "mlm" only."""
+    """Table 5's objectives stream like the map-style builder writes them: one segment, no NSP, masks for "mlm" only."""
     folder, _, tokenizer, owner = marked
     config = PreTrainingDataConfig(
         max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1, random_seed=7, objective=objective
