@@ -1,7 +1,7 @@
-"""Task metrics: hand-checked cases, the official SQuAD scripts' edge cases, and values of the reference
-libraries (scikit-learn 1.9.1, scipy 1.17.1, seqeval 1.2.2) pasted here as constants, so that these run without
-them; tests/tasks/test_metrics_reference.py compares with the libraries themselves (the `test` extra) on random
-inputs."""
+"""Task metrics on hand-checked cases, with scikit-learn 1.9.1, scipy 1.17.1 and seqeval 1.2.2 values pasted in.
+
+test_metrics_reference.py compares with those libraries themselves (the `test` extra) on random inputs.
+"""
 
 import os
 

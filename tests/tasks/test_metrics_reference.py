@@ -1,9 +1,8 @@
-"""The hand-written task metrics against the well-kept implementations, on random (hypothesis) and edge-case
-inputs: scikit-learn (accuracy, binary F1, Matthews), scipy (Pearson, Spearman), seqeval (CoNLL chunk F1), and
-the official SQuAD v1.1 and v2.0 evaluation scripts, whose scoring functions are written out below as they are
-in the scripts (`evaluate-v1.1.py`, `evaluate-v2.0.py`), minus file reading and printing.
+"""The task metrics against scikit-learn, scipy, seqeval and the official SQuAD scripts, on random and edge inputs.
 
-scikit-learn and seqeval are in the `test` extra; without them those tests are skipped."""
+The scripts' scoring functions are written out below as in `evaluate-v1.1.py` / `evaluate-v2.0.py`; scikit-learn
+and seqeval come with the `test` extra (skipped without them).
+"""
 
 import collections
 import math

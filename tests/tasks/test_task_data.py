@@ -1,9 +1,6 @@
 """Task registry and task data: every task read from each on-disk layout into its canonical form.
 
-Fixtures are tiny copies of the real files' shapes and quirks: GLUE TSVs with a byte-order mark and
-unbalanced quotes (MRPC), CoLA without a header, MNLI's two dev files, STS-B's float scores, SQuAD v2.0's
-unanswerable questions, SWAG's quoted CSV, CoNLL-2003's IOB1 tags with -DOCSTART- lines; and HF exports in
-parquet, csv and jsonl. Bad input must raise with the file and the line or row in the message.
+Fixtures are tiny copies of the real files' shapes and quirks; bad input names the file and the line or row.
 """
 
 import os

@@ -1,6 +1,4 @@
-"""Task kinds (`bert_repro.tasks.kinds`): every registered task's kind provides every hook, a new kind defined
-in one place (here, in the test) runs through data loading, fine-tuning and evaluation unchanged, and no module
-outside the kinds compares kinds."""
+"""Task kinds (`bert_repro.tasks.kinds`): a new kind defined here alone runs through the whole recipe unchanged."""
 
 import os
 
@@ -96,8 +94,7 @@ def test_every_task_kind_provides_every_hook(name, tokenizer):
 
 
 class PairAgreement(TaskKind):
-    """Toy kind: does sentence b say the same as sentence a? A [CLS] classifier whose decision is P(same) above a
-    threshold, with its own column names ("a", "b", "same")."""
+    """Toy kind: does b say the same as a? P(same) above a threshold, with its own columns ("a", "b", "same")."""
 
     name = "pair_agreement"
     head_class = BertReproForSequenceClassification
@@ -252,8 +249,7 @@ def settings(**changes):
 
 
 def test_token_labels_sit_on_each_words_first_piece(pieces):
-    """Paper 5.3: a word's tag on its first sub-token, -100 on the others and on [CLS]/[SEP]; a word cut off by
-    max_seq_length has no label, and scores as "O"."""
+    """Paper §5.3: a word's tag on its first sub-token, -100 elsewhere; a word cut off scores as "O"."""
     task = TASKS["conll2003"]
     kind = task.kind
     split = datasets.Dataset.from_dict(
