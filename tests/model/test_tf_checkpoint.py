@@ -122,34 +122,24 @@ def test_config_usable_by_transformers(tmp_path):
     assert config.num_hidden_layers == NUM_LAYERS and config.vocab_size == VOCAB
 
 
-def test_malformed_config(tmp_path):
-    path = tmp_path / "bert_config.json"
-    path.write_text('{"hidden_size": 768,')
-    with pytest.raises(ValueError, match="bert_config.json.*not valid JSON"):
-        read_google_bert_config(path)
-    path.write_text("[1, 2]")
-    with pytest.raises(ValueError, match="JSON object"):
-        read_google_bert_config(path)
-
-
-def test_config_missing_field(tmp_path):
-    raw = google_config()
-    del raw["num_attention_heads"]
-    path = tmp_path / "bert_config.json"
-    path.write_text(json.dumps(raw))
-    with pytest.raises(ValueError, match="bert_config.json.*num_attention_heads"):
-        read_google_bert_config(path)
+WITHOUT_HEADS = {k: v for k, v in google_config().items() if k != "num_attention_heads"}
+BAD_VALUES = [("hidden_size", "768"), ("num_hidden_layers", 0), ("vocab_size", True), ("hidden_act", "swish")]
 
 
 @pytest.mark.parametrize(
-    "field,value",
-    [("hidden_size", "768"), ("num_hidden_layers", 0), ("vocab_size", True), ("hidden_act", "swish")],
+    "text,message",
+    [
+        ('{"hidden_size": 768,', "bert_config.json.*not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        (json.dumps(WITHOUT_HEADS), "bert_config.json.*num_attention_heads"),
+        *[(json.dumps({**google_config(), field: value}), field) for field, value in BAD_VALUES],
+    ],
+    ids=["malformed", "not-an-object", "missing-field", *(field for field, _ in BAD_VALUES)],
 )
-def test_config_bad_values(tmp_path, field, value):
-    path = tmp_path / "bert_config.json"
-    path.write_text(json.dumps({**google_config(), field: value}))
-    with pytest.raises(ValueError, match=field):
-        read_google_bert_config(path)
+def test_bad_config(tmp_path, text, message):
+    (tmp_path / "bert_config.json").write_text(text)
+    with pytest.raises(ValueError, match=message):
+        read_google_bert_config(tmp_path / "bert_config.json")
 
 
 def test_config_file_missing(tmp_path):
