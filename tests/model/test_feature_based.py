@@ -301,12 +301,7 @@ def test_remote_code_without_the_package(tmp_path):
     model = bilstm_model(feature_set="concat_last_four", freeze_encoder=True).eval()
     model.save_pretrained(tmp_path / "ner")
     inputs = inputs_for("AutoModelForTokenClassification", model.config.vocab_size, tmp_path / "inputs.pt")
-    job = {
-        "auto": "AutoModelForTokenClassification",
-        "dir": str(tmp_path / "ner"),
-        "inputs": inputs,
-        "encoder_inputs": inputs,
-    }
+    job = dict(auto="AutoModelForTokenClassification", dir=str(tmp_path / "ner"), inputs=inputs, encoder_inputs=inputs)
     got = run_without_package(
         tmp_path, {"models": {"remote": {**job, "kwargs": {"trust_remote_code": True}}, "plain": job}}, refusals=True
     )["models"]
@@ -360,9 +355,7 @@ def test_recipe_arguments(tmp_path):
         with pytest.raises(ConfigurationError, match=message):
             FineTuningRecipe.from_args(common + extra)
     with pytest.raises(ConfigurationError, match="swag: .*no BiLSTM head|multiple_choice tasks have no BiLSTM"):
-        FineTuningRecipe.from_args(
-            ["--task", "swag", "--model", "m", "--output_dir", str(tmp_path), "--head", "bilstm"]
-        )
+        FineTuningRecipe.from_args(["--task", "swag", *common[2:], "--head", "bilstm"])
 
 
 # The recipe, end to end on a tiny CoNLL-2003 (and SQuAD) fixture
@@ -434,13 +427,10 @@ def test_bilstm_head_recipe_end_to_end(tmp_path, tiny_checkpoint, name):
 @pytest.mark.slow
 def test_recipe_bad_features_exit_2(tmp_path, tiny_checkpoint, monkeypatch, capsys):
     """A layer the model lacks is named with the model's depth before any data is read: exit 2, no traceback."""
-    argv = [
-        "finetune.py",
-        *finetune_args(
-            "conll2003", tiny_checkpoint, tmp_path / "none", tmp_path / "out", cpu=False, features="layers=-1,7"
-        ),
-    ]
-    monkeypatch.setattr(sys, "argv", argv)
+    args = finetune_args(
+        "conll2003", tiny_checkpoint, tmp_path / "none", tmp_path / "out", cpu=False, features="layers=-1,7"
+    )
+    monkeypatch.setattr(sys, "argv", ["finetune.py", *args])
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(ROOT / "recipes" / "finetune.py"), run_name="__main__")
     stderr = capsys.readouterr().err
