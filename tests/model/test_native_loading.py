@@ -4,6 +4,7 @@ With trust_remote_code=True they open as our classes; a config transformers' BER
 remote code only, with a warning (bert_repro.model.checkpoint_format).
 """
 
+import itertools
 import json
 import os
 import random
@@ -81,25 +82,17 @@ def test_every_head_opens_as_transformers_bert_and_as_ours_with_remote_code(tmp_
         assert tokenizer_config["tokenizer_class"] == "BertTokenizer" and "auto_map" not in tokenizer_config
         inputs = inputs_for(auto_name, vocab, tmp_path / f"{auto_name}.pt")
         expected[auto_name] = (type(model).__name__, our_outputs(model, inputs))
-        for remote in (False, True):
-            plan["models"][f"{auto_name}/{remote}"] = {
-                "auto": auto_name,
-                "dir": str(directory),
-                "inputs": inputs,
-                "encoder_inputs": encoder_inputs,
-                "kwargs": {"trust_remote_code": True} if remote else {},
-            }
-    # One pre-trained directory through every Auto class: the encoder is the same, heads are added where needed.
+    # One pre-trained directory through every Auto class too: the encoder is the same, heads are added where needed.
     pretrained, pretrained_model = saved["AutoModelForPreTraining"]
-    for auto_name in OUR_CLASSES:
-        for remote in (False, True):
-            plan["models"][f"pretrained/{auto_name}/{remote}"] = {
-                "auto": auto_name,
-                "dir": str(pretrained),
-                "encoder_inputs": encoder_inputs,
-                "inputs": inputs_for(auto_name, vocab, tmp_path / f"{auto_name}.pt"),
-                "kwargs": {"trust_remote_code": True} if remote else {},
-            }
+    for auto_name, remote in itertools.product(OUR_CLASSES, (False, True)):
+        job = {
+            "auto": auto_name,
+            "inputs": str(tmp_path / f"{auto_name}.pt"),  # written above
+            "encoder_inputs": encoder_inputs,
+            "kwargs": {"trust_remote_code": True} if remote else {},
+        }
+        plan["models"][f"{auto_name}/{remote}"] = {**job, "dir": str(saved[auto_name][0])}
+        plan["models"][f"pretrained/{auto_name}/{remote}"] = {**job, "dir": str(pretrained)}
     plan["tokenizers"] = {auto_name: str(directory) for auto_name, (directory, _) in saved.items()}
 
     got = run_without_package(tmp_path, plan)
@@ -227,17 +220,12 @@ def test_old_format_still_loads_and_a_push_stages_it_natively(tmp_path, tokenize
         "inputs": inputs,
         "encoder_inputs": inputs_for("AutoModel", len(tokenizer), tmp_path / "encoder.pt"),
     }
-    got = run_without_package(
-        tmp_path,
-        {
-            "models": {
-                "old/remote": {**job, "dir": str(old), "kwargs": {"trust_remote_code": True}},
-                "old/plain": {**job, "dir": str(old)},
-                "staged/plain": {**job, "dir": str(staged)},
-            }
-        },
-        refusals=True,
-    )["models"]
+    models = {
+        "old/remote": {**job, "dir": str(old), "kwargs": {"trust_remote_code": True}},
+        "old/plain": {**job, "dir": str(old)},
+        "staged/plain": {**job, "dir": str(staged)},
+    }
+    got = run_without_package(tmp_path, {"models": models}, refusals=True)["models"]
     assert got["old/remote"]["class"] == "BertReproForPreTraining"
     assert_same_outputs(got["old/remote"]["outputs"], expected, "old format with remote code")
     assert "trust_remote_code=True" in got["old/plain"]["error"]
