@@ -65,11 +65,16 @@ def marked(tmp_path_factory):
 
 
 CONFIG = PreTrainingDataConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=3, random_seed=7)
+LONG = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3, random_seed=7)
 
 
 def examples_of(source, tokenizer, config=CONFIG, **kwargs):
     """The corpus holds one sentence a line: split_lines."""
     return StreamingExamples(source, tokenizer, config, split_lines=True, **kwargs)
+
+
+def from_folder(folder, tokenizer, config=CONFIG, **kwargs):
+    return examples_of(open_document_source(str(folder)), tokenizer, config, **kwargs)
 
 
 def take(examples, n):
@@ -111,10 +116,7 @@ def test_source_reads_every_document_once_per_pass(marked):
 def test_not_next_segments_come_from_other_documents_of_the_buffer(marked):
     folder, _, tokenizer, owner = marked
     buffer = 4
-    examples = take(
-        examples_of(open_document_source(str(folder)), tokenizer, CONFIG, document_buffer=buffer, shuffle_buffer=50),
-        1500,
-    )
+    examples = take(from_folder(folder, tokenizer, document_buffer=buffer, shuffle_buffer=50), 1500)
     counts = {IS_NEXT: 0, NOT_NEXT: 0}
     for example in examples:
         a, b = segments(example, tokenizer)
@@ -136,7 +138,7 @@ def test_shuffle_buffer_mixes_documents(marked):
     folder, _, tokenizer, owner = marked
 
     def decreasing_share(shuffle_buffer):
-        rows = take(examples_of(open_document_source(str(folder)), tokenizer, shuffle_buffer=shuffle_buffer), 300)
+        rows = take(from_folder(folder, tokenizer, shuffle_buffer=shuffle_buffer), 300)
         docs = [owner[segments(r, tokenizer)[0][0]] for r in rows]
         return sum(b < a for a, b in itertools.pairwise(docs)) / (len(docs) - 1)
 
@@ -155,9 +157,7 @@ def test_streamed_examples_follow_the_laws_of_the_map_style_builder(marked):
         datasets.Dataset.from_dict({"text": texts}), tokenizer, config, split_lines=True
     )
     n = len(reference)
-    streamed = take(
-        examples_of(open_document_source(str(folder)), tokenizer, config, document_buffer=8, shuffle_buffer=200), n
-    )
+    streamed = take(from_folder(folder, tokenizer, config, document_buffer=8, shuffle_buffer=200), n)
     mask = tokenizer.mask_token_id
     ours = pretraining_statistics(datasets.Dataset.from_list(streamed), mask_token_id=mask)
     theirs = pretraining_statistics(reference, mask_token_id=mask)
@@ -187,7 +187,7 @@ def test_streamed_examples_follow_the_laws_of_the_map_style_builder(marked):
 def test_dupe_rounds_repeat_after_dupe_factor_passes(marked):
     folder, _, tokenizer, _ = marked
     config = PreTrainingDataConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2, random_seed=1)
-    examples = examples_of(open_document_source(str(folder)), tokenizer, config, shuffle_buffer=0)
+    examples = from_folder(folder, tokenizer, config, shuffle_buffer=0)
     passes = []
     it = iter(examples)
     while len(passes) < 3:
@@ -249,15 +249,7 @@ def test_resumed_stream_gives_the_same_examples_without_rereading(marked, kind):
 
 def test_phase_switch_and_state_checks(marked):
     folder, _, tokenizer, _ = marked
-    long = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3, random_seed=7)
-    examples = examples_of(
-        open_document_source(str(folder)),
-        tokenizer,
-        [CONFIG, long],
-        phase_examples=[40],
-        document_buffer=3,
-        shuffle_buffer=20,
-    )
+    examples = from_folder(folder, tokenizer, [CONFIG, LONG], phase_examples=[40], document_buffer=3, shuffle_buffer=20)
     rows = take(examples, 240)
     assert all(len(r["input_ids"]) <= 32 for r in rows[:40]) and examples._phase == 1
     assert max(len(r["input_ids"]) for r in rows[40:]) > 32 and all(len(r["masked_lm_ids"]) <= 10 for r in rows)
@@ -267,7 +259,7 @@ def test_phase_switch_and_state_checks(marked):
     with pytest.raises(ValueError, match="process 0 of 1, this is process 1 of 2"):
         other.load_state_dict(examples.state_dict())
     with pytest.raises(ValueError, match="document_buffer must be at least 1"):
-        examples_of(open_document_source(str(folder)), tokenizer, CONFIG, document_buffer=0)
+        from_folder(folder, tokenizer, document_buffer=0)
 
 
 def test_bad_streamed_corpus(tmp_path, marked):
@@ -287,8 +279,6 @@ def test_bad_streamed_corpus(tmp_path, marked):
 
 
 # DataLoader workers
-
-LONG = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3, random_seed=7)
 
 
 def corpus_of(kind, marked, tmp_path):
