@@ -9,6 +9,7 @@ import logging
 import random
 import re
 import tracemalloc
+from unittest import mock
 
 import datasets
 from hypothesis import given, settings
@@ -161,12 +162,8 @@ def test_reading_line_by_line_equals_reading_whole(tmp_path_factory, parts, enco
         raw = text.encode(encoding, errors="replace")
     path = tmp_path_factory.mktemp("read") / "f.txt"
     path.write_bytes(raw)
-    old_block = corpus_module._READ_BLOCK
-    corpus_module._READ_BLOCK = block  # tiny blocks: sequences cut at block boundaries
-    try:
+    with mock.patch.object(corpus_module, "_READ_BLOCK", block):  # tiny blocks: sequences cut at block boundaries
         got = [d["text"] for d in corpus_module._text_documents([str(path)], boundary)]
-    finally:
-        corpus_module._READ_BLOCK = old_block
     assert got == whole_file_documents(raw, str(path), boundary)
 
 
