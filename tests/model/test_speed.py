@@ -409,12 +409,6 @@ def test_other_kernels_get_the_whole_batch_padded_back():
     assert (a[real] - b[real]).abs().max() < 1e-5
 
 
-def _grads(model) -> dict[str, torch.Tensor]:
-    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad(set_to_none=True)
-    return grads
-
-
 @pytest.mark.parametrize(
     "case",
     [
@@ -448,7 +442,7 @@ def test_tied_gradients_equal_plain_autograd(case):
         loss.backward()
         if case == "two-micro-batches":
             model(**batch, labels=labels, **extra).loss.backward()
-        return _grads(model)
+        return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
 
     reference, shared = run(plain), run(tied)
     assert shared.keys() == reference.keys()
