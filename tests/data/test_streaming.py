@@ -161,13 +161,11 @@ def test_streamed_examples_follow_the_laws_of_the_map_style_builder(marked):
     mask = tokenizer.mask_token_id
     ours = pretraining_statistics(datasets.Dataset.from_list(streamed), mask_token_id=mask)
     theirs = pretraining_statistics(reference, mask_token_id=mask)
-    # Both against the paper's laws: NotNext about half (a bit more: one-sentence chunks are always NotNext), masked
-    # ~15% of the tokens up to max_predictions_per_seq, 80/10/10 among the masked.
+    # Both against the paper's laws (NotNext a bit over half: one-sentence chunks always are), then each other.
     for stats in (ours, theirs):
         assert 0.35 < stats["is_next_share"] < 0.5
         expected_masked = sum(min(5, max(1, round(len(e["input_ids"]) * 0.15))) for e in streamed) / ours["tokens"]
         assert abs(stats["masked_share"] - expected_masked) < 0.02
-    # And with each other, within the binomial standard error of two samples of this size.
     p = theirs["is_next_share"]
     assert abs(ours["is_next_share"] - p) < binomial_bound(p, ours["examples"], theirs["examples"])
     for part, share in (("mask", 0.8), ("random", 0.1 - 0.1 / tokenizer.vocab_size), ("unchanged", 0.1)):

@@ -290,8 +290,7 @@ def test_save_and_load_give_the_same_weights_and_logits(tmp_path, model_class, s
             got = loaded.eval()(**batch)
         for name, value in expected.items():
             if torch.is_tensor(value):
-                # The same weights; the LSTM's matrix products may round differently (1e-9 here) when the loaded
-                # weights sit at other memory addresses.
+                # the LSTM's products may round differently (1e-9) with the weights at other memory addresses
                 torch.testing.assert_close(got[name], value, rtol=0, atol=1e-6)
 
 

@@ -50,8 +50,7 @@ def save_every_head(root: Path, tokenizer, **config_overrides) -> dict[str, tupl
     """One directory per Auto class, written by `save_pretrained` of our matching class, tokenizer included."""
     saved = {}
     for auto_name, class_name in OUR_CLASSES.items():
-        # Three labels where a head reads them; two elsewhere (transformers builds a question-answering head,
-        # here from the pre-trained directory too, with num_labels outputs, ours with S and E).
+        # two labels elsewhere: transformers' question-answering head has num_labels outputs, ours S and E
         labels = 3 if auto_name in ("AutoModelForSequenceClassification", "AutoModelForTokenClassification") else 2
         config = tiny_config(vocab_size=len(tokenizer), num_labels=labels, **config_overrides)
         torch.manual_seed(0)
