@@ -230,7 +230,7 @@ def test_kernels_run_only_where_they_can(monkeypatch):
 
 
 def test_p_one_drops_everything_as_torch_does():
-    """p = 1 gives LayerNorm(residual) and a zero x gradient (torch's semantics), with no division by zero kept."""
+    """p = 1 gives LayerNorm(residual) and a zero x gradient, as torch's dropout does, never dividing by 1 - p."""
     torch.manual_seed(4)
     x, residual, norm = torch.randn(3, 48, requires_grad=True), torch.randn(3, 48), layer_norm(48)
     got = dropout_add_layer_norm(x, residual, norm, 1.0, True, seed=torch.tensor([7]))
