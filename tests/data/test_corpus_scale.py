@@ -1,10 +1,6 @@
-"""Pathological documents and the memory-relevant invariants of building pre-training data at scale.
+"""Pathological documents and the memory invariants of building pre-training data at scale.
 
-Text without sentence punctuation is cut into usable pieces (a departure from the reference, which keeps one giant
-"sentence" and truncates it to a single example) and the file is named in a warning; text files are read line by
-line with their encoding detected block by block (the result equals reading them whole); the builder reads the
-corpus from Arrow, not from a Python list of all documents. The figures at 100 MB - 1 GB are in benchmarks/README.md
-("Building examples at scale").
+The figures at 100 MB - 1 GB are in benchmarks/README.md ("Building examples at scale").
 """
 
 from __future__ import annotations
@@ -13,6 +9,7 @@ import logging
 import random
 import re
 import tracemalloc
+from unittest import mock
 
 import datasets
 from hypothesis import given, settings
@@ -52,8 +49,7 @@ def words_of(count: int, prefix: str = "w", seed: int = 0) -> list[str]:
 
 
 def own_coverage(instances: datasets.Dataset) -> int:
-    """Tokens of a one-document corpus that its examples use as segment A, or as B of an IsNext pair: distinct
-    positions of the document (A segments are consecutive chunks; an IsNext B is the rest of its chunk)."""
+    """Distinct positions of a one-document corpus that its examples use as segment A or as an IsNext B."""
     used = 0
     for row in instances:
         segments = row["token_type_ids"]
@@ -62,9 +58,7 @@ def own_coverage(instances: datasets.Dataset) -> int:
     return used
 
 
-# --------------------------------------------------------------------------------------------------
 # Overlong sentences
-# --------------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=200, deadline=None)
@@ -129,9 +123,7 @@ def test_the_corpus_reader_names_a_file_without_punctuation(tmp_path, caplog):
     assert not any("fine.txt" in m for m in warned)
 
 
-# --------------------------------------------------------------------------------------------------
 # Reading text files line by line
-# --------------------------------------------------------------------------------------------------
 
 
 def whole_file_documents(raw: bytes, name: str, document_boundary: str) -> list[str]:
@@ -170,12 +162,8 @@ def test_reading_line_by_line_equals_reading_whole(tmp_path_factory, parts, enco
         raw = text.encode(encoding, errors="replace")
     path = tmp_path_factory.mktemp("read") / "f.txt"
     path.write_bytes(raw)
-    old_block = corpus_module._READ_BLOCK
-    corpus_module._READ_BLOCK = block  # tiny blocks: sequences cut at block boundaries
-    try:
+    with mock.patch.object(corpus_module, "_READ_BLOCK", block):  # tiny blocks: sequences cut at block boundaries
         got = [d["text"] for d in corpus_module._text_documents([str(path)], boundary)]
-    finally:
-        corpus_module._READ_BLOCK = old_block
     assert got == whole_file_documents(raw, str(path), boundary)
 
 
@@ -193,9 +181,7 @@ def test_reading_a_long_line_needs_memory_of_about_its_size(tmp_path):
     assert peak < 3.5 * len(line)  # the line (kept), the read buffer's chunks, one copy in flight
 
 
-# --------------------------------------------------------------------------------------------------
 # The builder: Arrow, not Python lists of the corpus
-# --------------------------------------------------------------------------------------------------
 
 
 def unique_documents(num_docs: int, seed: int = 0) -> tuple[list[str], list[list[str]]]:

@@ -1,6 +1,4 @@
-"""Tests of bert_repro.data.example_statistics: ``pretraining_statistics`` on examples and documents written by hand,
-every figure counted here, so that a wrong count, share, bin or batch boundary is seen exactly (the statistical
-tests of test_pretraining_data.py only bound them)."""
+"""``pretraining_statistics`` on hand-written examples, every figure exact (test_pretraining_data.py bounds them)."""
 
 import datasets
 import pytest

@@ -1,5 +1,4 @@
-"""A Hub dataset with the Hub out of reach and HF_HUB_OFFLINE unset: one short request, then one line that names
-what to pass instead (--data, --corpus), within seconds; not datasets' ~23 s of retries and their warnings."""
+"""The Hub out of reach: one short request, then one line naming --data / --corpus (not datasets' ~23 s of retries)."""
 
 import logging
 import time

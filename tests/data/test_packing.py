@@ -1,14 +1,7 @@
-"""Tests of sequence packing for pre-training with MLM and NSP (`bert_repro.data.pack_examples` and the model's
-packed path, `bert_repro.model.packed_sequences`).
+"""Sequence packing for MLM + NSP pre-training (`bert_repro.data.pack_examples`, `bert_repro.model.packed_sequences`).
 
-Data side: the packing invariants (hypothesis), the packed collator against the unpacked one (the same tokens,
-segments, masks and NSP labels, static and dynamic masking), the fixed-shape batches of a compiled step (a fixed
-row count, empty rows and missing examples as padding), the padding statistics on a hand-checked case.
-Model side: packed loss and every gradient equal the unpacked ones (eager and SDPA, with the speed paths that read
-the examples; fixed-shape batches eager and compiled to one graph), no attention across examples, NSP at each
-example's own [CLS] (found, or at the collator's `cls_positions`), the kernel's inputs per attention implementation
-(a reference variable-length kernel stands in for FlashAttention on CPU). Recipe: `--packing true` logs the same
-losses.
+Every packed result is checked against the same examples unpacked; a reference variable-length kernel stands in for
+FlashAttention on CPU.
 """
 
 import os
@@ -87,9 +80,7 @@ def examples_of_unpacked(batch: dict[str, torch.Tensor]) -> list[dict[str, list[
     return out
 
 
-# --------------------------------------------------------------------------------------------------
 # Packing invariants
-# --------------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=300, deadline=None)
@@ -134,9 +125,7 @@ def test_padding_statistics_hand_checked():
     assert packed_rows({"phase1": {"padding": stats}, "phase2": {"examples": 10}}, 2) == [3 / 4, 1.0]
 
 
-# --------------------------------------------------------------------------------------------------
 # The packed collator against the unpacked one
-# --------------------------------------------------------------------------------------------------
 
 
 def test_packed_batch_holds_the_unpacked_examples(tokenizer):
@@ -194,8 +183,7 @@ def fixed_shape_collator(tokenizer, config, examples: int, rows: int) -> Packing
 
 
 def test_fixed_shape_batches(tokenizer):
-    """A compiled step's batches: the same shapes whatever the examples, padded with empty rows and ignored
-    examples; more rows (one per slot) only when the examples do not fit."""
+    """A compiled step's batches keep their shapes (empty rows, ignored examples); more rows only when needed."""
     config, rows = build_rows(tokenizer)
     needed = [len(first_fit_decreasing([len(r["input_ids"]) for r in rows[i : i + 24]], MAX_LEN)) for i in (0, 24)]
     collator = fixed_shape_collator(tokenizer, config, examples=28, rows=max(needed) + 2)
@@ -225,9 +213,7 @@ def test_fixed_shape_batches(tokenizer):
         collator(rows[:29])
 
 
-# --------------------------------------------------------------------------------------------------
 # The model on packed batches
-# --------------------------------------------------------------------------------------------------
 
 SWITCHES = {  # speed switches that read the packed examples themselves
     "plain": {},
@@ -238,8 +224,7 @@ SWITCHES = {  # speed switches that read the packed examples themselves
 
 
 def packed_and_unpacked(tokenizer, count: int = 24, fixed_shape: bool = False):
-    """(rows, packed batch, unpacked batch). `fixed_shape`: as a compiled step's, with 4 missing examples and 2
-    empty rows."""
+    """(rows, packed batch, unpacked batch); `fixed_shape` adds 4 missing examples and 2 empty rows."""
     config, rows = build_rows(tokenizer)
     rows = rows[:count]
     packing = PackingCollator.from_config(tokenizer, config)
@@ -292,8 +277,7 @@ def test_packed_loss_and_gradients_equal_unpacked(tokenizer, attn, switches, lay
 
 
 def test_fixed_shape_batch_compiles_to_one_graph_with_the_unpacked_results(tokenizer):
-    """The compiled step on a fixed-shape batch (missing examples, empty rows): one graph (fullgraph: no `nonzero`
-    left in it), and the losses, the trainer's sums and every gradient of the unpacked batch in eager mode."""
+    """A fixed-shape batch compiles to one graph with the unpacked batch's losses, sums and gradients."""
     import torch._dynamo
 
     from bert_repro.training.pretraining.trainer import PreTrainingTrainer, pretraining_sums
@@ -378,9 +362,7 @@ def reference_flash_varlen(
     max_length_k=None,
     **kwargs,
 ):
-    """What transformers' flash-attention path computes when given cu_seq_lens (no mask): the (batch, heads, seq,
-    head_size) inputs flattened to one sequence of batch * seq positions, attention within each [start, end) of
-    cu_seq_lens, one SDPA call per sequence; output (batch, seq, heads, head_size)."""
+    """transformers' flash path given cu_seq_lens: one SDPA call per [start, end) of the flattened batch."""
     assert attention_mask is None and torch.equal(cu_seq_lens_q, cu_seq_lens_k)
     assert max_length_q == max_length_k == int(cu_seq_lens_q.diff().max())
     batch, heads, seq, size = query.shape
@@ -394,8 +376,7 @@ def reference_flash_varlen(
 
 
 def test_attention_kernel_choice(tokenizer):
-    """sdpa / eager: the block-diagonal mask; a flash-attention name: no mask, cu_seqlens per example (and per row
-    of padding), which a reference variable-length kernel turns into the unpacked model's outputs."""
+    """sdpa / eager get the block-diagonal mask; flash gets cu_seqlens per example and gives the unpacked outputs."""
     from transformers import AttentionInterface
 
     from bert_repro.model.modeling_bert_repro import attention_inputs
@@ -450,15 +431,12 @@ def test_attention_kernel_choice(tokenizer):
     assert torch.allclose(unpadded.seq_relationship_logits, sdpa.seq_relationship_logits, atol=1e-5)
 
 
-# --------------------------------------------------------------------------------------------------
 # The recipe
-# --------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
 def test_recipe_with_packing_trains_as_without(tmp_path, corpus_and_tokenizer):
-    """`--packing true`: the same examples per step, so the same logged losses (dropout off); data_statistics.json
-    holds the padding shares with and without packing for each phase."""
+    """`--packing true` logs the same losses; data_statistics.json holds each phase's padding shares, both ways."""
     import json
 
     corpus, tokenizer = corpus_and_tokenizer

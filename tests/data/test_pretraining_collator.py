@@ -1,7 +1,4 @@
-"""Tests of ``PreTrainingCollator`` (bert_repro.data.pretraining_examples) on rows written by hand: every setting
-that ``from_config`` passes on, dynamic masks equal to the reference rules drawn from the seed torch gives, the
-"ltr" objective's next-token labels, and the padding of every column. The statistical tests of the masks are in
-test_pretraining_data.py."""
+"""``PreTrainingCollator`` on rows written by hand; the statistical tests of its masks are in test_pretraining_data."""
 
 import random
 

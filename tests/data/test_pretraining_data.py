@@ -1,9 +1,6 @@
-"""Tests of bert_repro.data.sentences and bert_repro.data.pretraining_examples (paper section 3.1 / appendix A.2, the
-reference create_pretraining_data.py): pair building, NSP pairing, coverage, truncation, masking statistics,
-whole-word masking, the datasets pipeline (determinism, num_proc, bad input) and the collator.
+"""bert_repro.data.sentences and pretraining_examples against paper §3.1 / A.2 and create_pretraining_data.py.
 
-Corpora are made here. Two kinds of tokens are used: integer documents whose every token is unique, so that
-each segment can be traced back to its document and offset, and small WordPiece tokenizers built in the test.
+Integer documents have every token unique, so each segment can be traced back to its document and offset.
 """
 
 import logging
@@ -57,9 +54,7 @@ INT_VOCAB = WordPieceVocab(cls_token=2, sep_token=3, mask_token=4, vocab_words=r
 FIVE_SIGMA = 5.0
 
 
-# --------------------------------------------------------------------------------------------------
 # Helpers
-# --------------------------------------------------------------------------------------------------
 
 
 def int_corpus(sentence_lengths: list[list[int]], first_token: int = 1000) -> list[list[list[int]]]:
@@ -164,7 +159,7 @@ def pseudo_corpus() -> list[str]:
 
 @pytest.fixture(scope="module")
 def trained_tokenizer(pseudo_corpus) -> BertTokenizer:
-    # A small vocabulary, so that most pseudo-words are split into ## pieces.
+    # small, so that most pseudo-words are split into ## pieces
     return wordpiece_tokenizer(pseudo_corpus, vocab_size=150)
 
 
@@ -200,9 +195,7 @@ def unique_words():
     return texts, BertTokenizer(tokenizer_object=tok)
 
 
-# --------------------------------------------------------------------------------------------------
 # Sentence splitting
-# --------------------------------------------------------------------------------------------------
 
 
 def test_split_sentences_rules():
@@ -252,9 +245,7 @@ def test_looks_like_binary():
     assert not looks_like_binary("")
 
 
-# --------------------------------------------------------------------------------------------------
 # Configuration
-# --------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -305,9 +296,7 @@ def test_config_defaults_are_the_reference_flags():
     )
 
 
-# --------------------------------------------------------------------------------------------------
 # The reference algorithm, call by call
-# --------------------------------------------------------------------------------------------------
 
 
 def test_random_draws_follow_the_reference_isnext_then_forced_notnext():
@@ -413,9 +402,7 @@ def test_truncate_seq_pair(len_a, len_b, max_num_tokens, seed):
     assert a == list(range(a[0], a[0] + len(a))) and b == list(range(b[0], b[0] + len(b)))
 
 
-# --------------------------------------------------------------------------------------------------
 # Pairs: structure, IsNext / NotNext provenance, coverage
-# --------------------------------------------------------------------------------------------------
 
 
 def check_instances(instances, corpus, config, vocab=INT_VOCAB):
@@ -462,9 +449,8 @@ def test_pairs_are_well_formed_and_traceable(lengths, max_seq_length, short_seq_
 
 
 def test_every_sentence_is_used_exactly_dupe_factor_times():
-    # Sentences of 4 tokens, max_num_tokens 16 and no short targets: chunks and NotNext segments end exactly
-    # at the target, nothing is truncated, so every sentence must show up whole, once per round, in A or in
-    # an IsNext B.
+    # 4-token sentences, max_num_tokens 16, no short targets: nothing is truncated, so every sentence shows up
+    # whole, once per round, in A or in an IsNext B.
     rng = random.Random(7)
     corpus = int_corpus([[4] * rng.randint(1, 30) for _ in range(25)])
     config = PreTrainingDataConfig(max_seq_length=19, short_seq_prob=0.0, dupe_factor=3)
@@ -487,8 +473,7 @@ def test_every_sentence_is_used_exactly_dupe_factor_times():
 
 
 def test_nsp_labels_are_balanced():
-    # Long documents of short sentences: nearly every chunk has two or more sentences and so a fair coin;
-    # only a document's last chunk may be a single sentence (forced NotNext), once per document and round.
+    # Only a document's last chunk may be a single sentence (forced NotNext); every other chunk gets a fair coin.
     corpus = int_corpus([[5] * 60 for _ in range(40)])
     config = PreTrainingDataConfig(max_seq_length=23, dupe_factor=4, static_masking=False)
     instances = create_training_instances(corpus, INT_VOCAB, config, random.Random(3))
@@ -533,9 +518,7 @@ def test_same_seed_same_instances_and_one_sentence_documents_kept():
         assert len(firsts) == 3 and all(i.is_random_next for i in firsts)
 
 
-# --------------------------------------------------------------------------------------------------
 # Masking statistics
-# --------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("masked_lm_prob,max_pred,p_mask,p_random", [(0.15, 20, 0.8, 0.1), (0.3, 40, 0.5, 0.3)])
@@ -614,9 +597,7 @@ def test_whole_word_masking_never_splits_a_word(pseudo_corpus, trained_tokenizer
     assert split_words(per_token, vocab)[0] > 50
 
 
-# --------------------------------------------------------------------------------------------------
 # datasets pipeline
-# --------------------------------------------------------------------------------------------------
 
 
 def test_pipeline_pairs_trace_back_to_the_text(unique_words):
@@ -787,8 +768,7 @@ def test_the_instances_fingerprint_names_the_documents_the_config_and_the_vocabu
 
 
 def test_a_cached_build_is_never_reused_for_other_settings(tmp_path, trained_tokenizer):
-    """Documents read from disk: datasets caches every map beside them under its fingerprint, and a later build
-    with other settings must not read an earlier one's files (the balanced map's, the shuffle's)."""
+    """datasets caches each map beside documents on disk: a build with other settings must not read those files."""
     texts = pseudo_text(2, seed=11, min_sentences=60, max_sentences=80) + pseudo_text(10, seed=12, max_sentences=4)
     docs = tokenize_documents(datasets.Dataset.from_dict({"text": texts}), trained_tokenizer)
     assert _balanced_order(np.array(docs["num_tokens"]), 2) is not None  # the reordered map runs
@@ -895,8 +875,7 @@ def test_balanced_order_by_hand():
 
 
 def test_balanced_sharding_gives_the_same_data_for_any_num_proc(trained_tokenizer):
-    # Three long documents first, then short ones (and an empty one): the contiguous blocks that map hands
-    # its workers are very unequal, so the rows are reordered for the map and put back after it.
+    # Long documents first make map's contiguous worker blocks unequal, so the rows are reordered and put back.
     texts = (
         pseudo_text(3, seed=11, min_sentences=150, max_sentences=200)
         + pseudo_text(25, seed=12, min_sentences=1, max_sentences=4)
@@ -942,8 +921,7 @@ def test_pipeline_handles_bad_input(trained_tokenizer, caplog):
     start = time.perf_counter()
     docs = tokenize_documents(datasets.Dataset.from_dict({"text": texts}), trained_tokenizer)
     assert list(docs["skip_reason"]) == ["", "empty", "empty", "empty", "binary", "", "", "", ""]
-    # The 100,000-character line without punctuation is cut into pieces of at most 250 characters (a departure
-    # from the reference, which keeps it as one sentence: bert_repro.data.sentences, "Overlong sentences").
+    # A line without punctuation is cut into pieces of at most 250 characters (the reference keeps one sentence).
     assert docs["num_sentences"][5] == 1 and docs["num_sentences"][6] >= 100_000 // 250
     assert docs["long_sentences"][6] == 1 and "longer than 1000 characters in 1 of 9 documents" in caplog.text
     assert "skipped 3 empty and 1 binary" in caplog.text
@@ -1009,9 +987,7 @@ def test_statistics(pseudo_corpus, trained_tokenizer):
     assert "masked" not in pretraining_statistics(dynamic)
 
 
-# --------------------------------------------------------------------------------------------------
 # Collator
-# --------------------------------------------------------------------------------------------------
 
 
 def test_collator_static_masks(pseudo_corpus, trained_tokenizer):
@@ -1128,9 +1104,7 @@ def test_one_document_means_no_held_out_evaluation_and_says_so(caplog):
     assert not caplog.text
 
 
-# --------------------------------------------------------------------------------------------------
 # The masking rules at their edges (each pins a bound or a default that a statistical test cannot see)
-# --------------------------------------------------------------------------------------------------
 
 
 def test_masking_settings_at_their_bounds():
@@ -1276,8 +1250,7 @@ def test_exact_draws_at_the_short_length_and_the_nsp_coin():
 
 
 def test_a_one_sentence_chunk_before_the_documents_end_puts_nothing_back():
-    # The first sentence alone reaches the target (13 = max_seq_length - 3): a NotNext pair of one sentence, and the
-    # next chunk starts at the second sentence, whatever the draws.
+    # The first sentence alone reaches the target (13 = max_seq_length - 3): the next chunk starts at the second.
     corpus = int_corpus([[13, 2, 2, 2], [3, 3, 3]])
     second = corpus[0][1]
     config = PreTrainingDataConfig(max_seq_length=16, short_seq_prob=0.0, static_masking=False, dupe_factor=1)

@@ -1,6 +1,4 @@
-"""Streamed pre-training examples (bert_repro.data.streaming): the same laws as the map-style builder, NotNext segments
-from other documents of the buffer, a resumed stream that gives the same examples without reading consumed documents
-again, the phase switch, and a streamed pre-training stopped and resumed through the recipe."""
+"""Streamed pre-training examples (bert_repro.data.streaming): the map-style laws, resumable without rereading."""
 
 import functools
 import itertools
@@ -41,8 +39,7 @@ def word(document, j):
 
 @pytest.fixture(scope="module")
 def marked(tmp_path_factory):
-    """A corpus whose every word belongs to one document (so a token id names its document), in 4 files with a
-    blank line between documents, and a tokenizer whose vocabulary is exactly those words."""
+    """4 files whose every word belongs to one document (a token id names it), and a tokenizer of just those words."""
     from bert_repro.data.wordpiece import load_tokenizer
 
     root = tmp_path_factory.mktemp("marked")
@@ -68,11 +65,16 @@ def marked(tmp_path_factory):
 
 
 CONFIG = PreTrainingDataConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=3, random_seed=7)
+LONG = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3, random_seed=7)
 
 
 def examples_of(source, tokenizer, config=CONFIG, **kwargs):
     """The corpus holds one sentence a line: split_lines."""
     return StreamingExamples(source, tokenizer, config, split_lines=True, **kwargs)
+
+
+def from_folder(folder, tokenizer, config=CONFIG, **kwargs):
+    return examples_of(open_document_source(str(folder)), tokenizer, config, **kwargs)
 
 
 def take(examples, n):
@@ -114,10 +116,7 @@ def test_source_reads_every_document_once_per_pass(marked):
 def test_not_next_segments_come_from_other_documents_of_the_buffer(marked):
     folder, _, tokenizer, owner = marked
     buffer = 4
-    examples = take(
-        examples_of(open_document_source(str(folder)), tokenizer, CONFIG, document_buffer=buffer, shuffle_buffer=50),
-        1500,
-    )
+    examples = take(from_folder(folder, tokenizer, document_buffer=buffer, shuffle_buffer=50), 1500)
     counts = {IS_NEXT: 0, NOT_NEXT: 0}
     for example in examples:
         a, b = segments(example, tokenizer)
@@ -135,12 +134,11 @@ def test_not_next_segments_come_from_other_documents_of_the_buffer(marked):
 
 
 def test_shuffle_buffer_mixes_documents(marked):
-    """Without a shuffle buffer the examples come in document order; with one, a uniformly random slot leaves: about
-    half of the neighbouring examples are in decreasing document order, as in a shuffled list."""
+    """No buffer: document order; a buffer: about half of neighbouring examples in decreasing order, as if shuffled."""
     folder, _, tokenizer, owner = marked
 
     def decreasing_share(shuffle_buffer):
-        rows = take(examples_of(open_document_source(str(folder)), tokenizer, shuffle_buffer=shuffle_buffer), 300)
+        rows = take(from_folder(folder, tokenizer, shuffle_buffer=shuffle_buffer), 300)
         docs = [owner[segments(r, tokenizer)[0][0]] for r in rows]
         return sum(b < a for a, b in itertools.pairwise(docs)) / (len(docs) - 1)
 
@@ -159,19 +157,15 @@ def test_streamed_examples_follow_the_laws_of_the_map_style_builder(marked):
         datasets.Dataset.from_dict({"text": texts}), tokenizer, config, split_lines=True
     )
     n = len(reference)
-    streamed = take(
-        examples_of(open_document_source(str(folder)), tokenizer, config, document_buffer=8, shuffle_buffer=200), n
-    )
+    streamed = take(from_folder(folder, tokenizer, config, document_buffer=8, shuffle_buffer=200), n)
     mask = tokenizer.mask_token_id
     ours = pretraining_statistics(datasets.Dataset.from_list(streamed), mask_token_id=mask)
     theirs = pretraining_statistics(reference, mask_token_id=mask)
-    # Both against the paper's laws: NotNext about half (a bit more: one-sentence chunks are always NotNext), masked
-    # ~15% of the tokens up to max_predictions_per_seq, 80/10/10 among the masked.
+    # Both against the paper's laws (NotNext a bit over half: one-sentence chunks always are), then each other.
     for stats in (ours, theirs):
         assert 0.35 < stats["is_next_share"] < 0.5
         expected_masked = sum(min(5, max(1, round(len(e["input_ids"]) * 0.15))) for e in streamed) / ours["tokens"]
         assert abs(stats["masked_share"] - expected_masked) < 0.02
-    # And with each other, within the binomial standard error of two samples of this size.
     p = theirs["is_next_share"]
     assert abs(ours["is_next_share"] - p) < binomial_bound(p, ours["examples"], theirs["examples"])
     for part, share in (("mask", 0.8), ("random", 0.1 - 0.1 / tokenizer.vocab_size), ("unchanged", 0.1)):
@@ -191,7 +185,7 @@ def test_streamed_examples_follow_the_laws_of_the_map_style_builder(marked):
 def test_dupe_rounds_repeat_after_dupe_factor_passes(marked):
     folder, _, tokenizer, _ = marked
     config = PreTrainingDataConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2, random_seed=1)
-    examples = examples_of(open_document_source(str(folder)), tokenizer, config, shuffle_buffer=0)
+    examples = from_folder(folder, tokenizer, config, shuffle_buffer=0)
     passes = []
     it = iter(examples)
     while len(passes) < 3:
@@ -209,9 +203,7 @@ def test_dupe_rounds_repeat_after_dupe_factor_passes(marked):
 
 @pytest.mark.parametrize("kind", ["files", "datasets"])
 def test_resumed_stream_gives_the_same_examples_without_rereading(marked, kind):
-    """Local text files: the resumed stream reads exactly the documents the uninterrupted one read after the stop.
-    A datasets IterableDataset (8 shards of 5 documents, a generator that logs what it reads): finished shards are
-    not read again; the library reads the current shard's rows before the position again (and drops them)."""
+    """A resumed stream reads only what the uninterrupted one read after the stop (datasets: not finished shards)."""
     folder, texts, tokenizer, _ = marked
     logs = []
 
@@ -255,15 +247,7 @@ def test_resumed_stream_gives_the_same_examples_without_rereading(marked, kind):
 
 def test_phase_switch_and_state_checks(marked):
     folder, _, tokenizer, _ = marked
-    long = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3, random_seed=7)
-    examples = examples_of(
-        open_document_source(str(folder)),
-        tokenizer,
-        [CONFIG, long],
-        phase_examples=[40],
-        document_buffer=3,
-        shuffle_buffer=20,
-    )
+    examples = from_folder(folder, tokenizer, [CONFIG, LONG], phase_examples=[40], document_buffer=3, shuffle_buffer=20)
     rows = take(examples, 240)
     assert all(len(r["input_ids"]) <= 32 for r in rows[:40]) and examples._phase == 1
     assert max(len(r["input_ids"]) for r in rows[40:]) > 32 and all(len(r["masked_lm_ids"]) <= 10 for r in rows)
@@ -273,7 +257,7 @@ def test_phase_switch_and_state_checks(marked):
     with pytest.raises(ValueError, match="process 0 of 1, this is process 1 of 2"):
         other.load_state_dict(examples.state_dict())
     with pytest.raises(ValueError, match="document_buffer must be at least 1"):
-        examples_of(open_document_source(str(folder)), tokenizer, CONFIG, document_buffer=0)
+        from_folder(folder, tokenizer, document_buffer=0)
 
 
 def test_bad_streamed_corpus(tmp_path, marked):
@@ -292,11 +276,7 @@ def test_bad_streamed_corpus(tmp_path, marked):
         list(open_document_source(str(utf16)))
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # DataLoader workers
-# ---------------------------------------------------------------------------------------------------------------
-
-LONG = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3, random_seed=7)
 
 
 def corpus_of(kind, marked, tmp_path):
@@ -331,9 +311,7 @@ def batches_of(streams, workers, n):
 
 @pytest.mark.parametrize("kind", ["files", "datasets"])
 def test_workers_give_their_streams_batches_in_turn(marked, tmp_path, kind):
-    """Two workers: batch i is the next batch of stream i % 2, each stream its own half of the corpus read as one
-    process of two would (a datasets IterableDataset is not split again among the workers), whatever the workers'
-    speeds; each stream switches phase at its own share of the switching batch."""
+    """Batch i is the next of worker i % 2's stream (its half of the corpus), whatever the speeds, phase switch too."""
     source, tokenizer = corpus_of(kind, marked, tmp_path), marked[2]
     streams = worker_streams(source, tokenizer, 2)
     got = batches_of(streams, 2, 24)
@@ -360,8 +338,7 @@ def test_one_worker_reads_what_the_process_would(marked):
 
 @pytest.mark.parametrize("kind", ["files", "datasets"])
 def test_resumed_workers_give_the_uninterrupted_batches(marked, tmp_path, kind):
-    """Stopped after an odd number of batches (the next one from the second stream), the positions the workers
-    wrote give, to a new DataLoader, exactly the batches of the run that was never stopped."""
+    """Stopped after an odd number of batches, the workers' positions resume the uninterrupted run's batches."""
     source, tokenizer = corpus_of(kind, marked, tmp_path), marked[2]
     stop, total = 23, 40
     expected = batches_of(worker_streams(source, tokenizer, 2), 2, total)
@@ -379,9 +356,7 @@ def test_resumed_workers_give_the_uninterrupted_batches(marked, tmp_path, kind):
         worker_streams(source, tokenizer, 1).load_states(state)
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Through the recipe
-# ---------------------------------------------------------------------------------------------------------------
 
 STREAMED = {
     "streaming": True,
@@ -478,8 +453,7 @@ def test_streamed_pretraining_with_two_processes_reads_different_files(tmp_path,
 
 @pytest.mark.parametrize("objective", ["mlm", "ltr"])
 def test_streamed_examples_follow_the_objective(marked, objective):
-    """Table 5's objectives stream like the map-style builder writes them: one segment, no NSP label; masks for
-    "mlm" only."""
+    """Table 5's objectives stream like the map-style builder writes them: one segment, no NSP, masks for "mlm" only."""
     folder, _, tokenizer, owner = marked
     config = PreTrainingDataConfig(
         max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1, random_seed=7, objective=objective

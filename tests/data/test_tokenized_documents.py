@@ -1,7 +1,4 @@
-"""Tests of bert_repro.data.tokenized_documents: each row of ``tokenize_documents`` against the tokenizer called on
-each of the text's sentences, one at a time, with every kind of row the corpus readers pass on (text, bytes, None,
-blank, binary, an overlong "sentence", a sentence that tokenizes to nothing), and at every slice size of the
-tokenizer's calls."""
+"""``tokenize_documents`` against the tokenizer called one sentence at a time, on every kind of row readers pass on."""
 
 import datasets
 import pytest
@@ -104,8 +101,7 @@ def test_text_bytes_in_the_datasets_row_order():
 
 
 def test_documents_on_disk_are_never_read_from_the_cache_of_other_settings(tmp_path, tokenizer):
-    """datasets caches each map beside the files of a dataset on disk, under its fingerprint: a later call with
-    other settings, or over the reordered rows of a parallel map, must not read an earlier call's files."""
+    """datasets caches each map beside a dataset on disk: other settings or reordered rows must not read those files."""
     texts = pseudo_text(2, seed=3, min_sentences=80, max_sentences=90) + [t or "" for t in TEXTS] * 3
     datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "texts"))
     on_disk = datasets.load_from_disk(str(tmp_path / "texts"))
@@ -140,8 +136,7 @@ def test_as_text():
 
 
 def test_no_warning_about_the_models_maximum_length(caplog):
-    """A sentence is tokenized whole, then packed into examples: transformers' "longer than the specified maximum
-    sequence length" warning would be noise (it is said once per tokenizer, so the tokenizer is made here)."""
+    """Sentences are tokenized whole, so the maximum-length warning would be noise (fresh tokenizer: it warns once)."""
     tokenizer = wordpiece_tokenizer(pseudo_text(4), vocab_size=150)
     tokenizer.model_max_length = 8
     with caplog.at_level("WARNING"):

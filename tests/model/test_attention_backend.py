@@ -1,12 +1,7 @@
 """`measured_sdpa` (attention_backend.py): which SDPA backend runs attention, and that what runs is the paper's.
 
-The choice is pure Python, tested here for every table it could be given: a masked call never gets a backend that
-cannot take the mask, math always ends the order, rows that failed or differed from math in the microbenchmark
-never enter the table. On CPU the kernel is transformers' SDPA call itself (the same values, the same random
-numbers); the CUDA branch's call is run here on CPU tensors that say they are CUDA (SDPA then takes math, the last
-backend of every order). What the math path computes is checked numerically: masked keys get exactly zero weight
-(and zero gradient), and dropout drops probabilities and rescales the rest. The CUDA backends themselves are checked
-by benchmarks/gpu/gpu_micro.py on the GPU (`max_abs_diff_vs_math`, `dropout_applied`).
+The choice is pure Python, tested for every table it could be given; the CUDA branch runs on CPU tensors that say
+they are CUDA (SDPA then takes math). The CUDA backends themselves are checked by benchmarks/gpu/gpu_micro.py.
 """
 
 import pytest
@@ -144,8 +139,7 @@ def test_the_cuda_branch_runs_sdpa_under_the_chosen_order(monkeypatch):
 
 
 def test_masked_keys_get_no_weight_and_no_gradient():
-    """Values of the masked keys set to 1e6: the output does not move (their weight is exactly 0), and the masked keys'
-    and values' gradients are exactly 0."""
+    """Masked keys' values set to 1e6 do not move the output; their keys' and values' gradients are exactly 0."""
     module = Attention().eval()
     q, k, v, real, mask = inputs()
     padding = ~real[:, None, :, None]
@@ -160,8 +154,7 @@ def test_masked_keys_get_no_weight_and_no_gradient():
 
 
 def test_dropout_drops_probabilities_and_rescales_the_rest():
-    """With each value a one-hot row, the context IS the (dropped) probabilities: in training each is either 0 or
-    the eval probability / (1 - p); about p of them are dropped; masked keys stay at exactly 0."""
+    """One-hot values make the context the probabilities: each 0 or eval / (1 - p), about p dropped, masked ones 0."""
     p, seq = 0.25, 64
     q, k, _, real, mask = inputs(batch=3, heads=4, seq=seq, head_size=8)
     v = torch.eye(seq).expand(3, 4, seq, seq)
@@ -196,8 +189,7 @@ def test_compiles_without_graph_breaks():
 
 
 def test_the_switch_picks_the_kernel_for_sdpa_only():
-    """With `measured_sdpa`, a model's SDPA self-attention calls `measured_sdpa_attention`; eager stays eager, and
-    without the switch SDPA is transformers' own function."""
+    """The switch routes SDPA (only) to `measured_sdpa_attention`; without it SDPA is transformers' own."""
     from support.models import tiny_config
 
     from bert_repro import BertReproModel
@@ -262,8 +254,7 @@ def test_the_cuda_branch_takes_the_varlen_call_only_where_it_keeps_the_mask(monk
 
 
 def test_a_mask_that_is_not_key_padding_stops_the_varlen_call():
-    """A packed row (two examples, each attending to itself) or padding first: the assertion fails, no attention
-    across the segments is computed."""
+    """A packed row or left padding fails the assertion: no attention across segments is computed."""
     _, _, _, real, mask = inputs(seq=12)
     assert key_padding_lengths(mask).tolist() == [12, 9, 2]
     packed = mask.clone()

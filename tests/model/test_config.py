@@ -8,11 +8,10 @@ from support.models import ARCH_FIELDS
 
 from bert_repro import PRESETS, BertReproConfig, BertReproForPreTraining
 
-# SPEC section 1: parameter counts with MLM + NSP heads at vocabulary 30,522, as transformers counts them.
-# Field validation runs through huggingface_hub's @strict (as transformers' BertConfig does), which wraps our
-# ValueError; the message is ours.
+# huggingface_hub's @strict (as in transformers' BertConfig) wraps our ValueError; the message is ours.
 CONFIG_ERRORS = (ValueError, StrictDataclassError)
 
+# SPEC section 1: parameter counts with MLM + NSP heads at vocabulary 30,522, as transformers counts them.
 EXPECTED_PARAMS = {
     "tiny": 4_433_468,
     "mini": 11_267_900,

@@ -1,8 +1,6 @@
-"""The CUDA path: bf16 and fp16 training, SDPA and FlashAttention kernels, whole-model torch.compile and fused
-AdamW, each against the fp32 reference on the same weights and batch.
+"""The CUDA path (bf16/fp16, SDPA and FlashAttention, torch.compile, fused AdamW) against fp32 on the same batch.
 
-Run on a GPU machine with `python -m pytest -m cuda`; without a CUDA device every test here is skipped.
-Tolerances are the precision's: bf16 keeps 8 bits of mantissa (relative error ~4e-3 per rounding), fp16 11.
+Run with `python -m pytest -m cuda` (skipped without CUDA). bf16 keeps 8 mantissa bits (~4e-3 per rounding), fp16 11.
 """
 
 from __future__ import annotations
@@ -192,8 +190,7 @@ def test_flash_attention_varlen_on_unpadded_tokens_equals_sdpa():
 
 
 def pack(inputs: dict[str, torch.Tensor], rows: list[list[int]], width: int) -> dict[str, torch.Tensor]:
-    """The examples of a padded batch laid into `rows` (lists of example indices) of `width` tokens, positions
-    restarting at each example's [CLS]; NSP labels in row-major order of the examples."""
+    """A padded batch's examples packed into `rows` of `width` tokens, positions restarting at each [CLS]."""
     lengths = inputs["attention_mask"].sum(1).tolist()
     out = {
         k: torch.zeros(len(rows), width, dtype=torch.long)

@@ -1,9 +1,6 @@
-"""The fused dropout + residual add + LayerNorm kernels (`fused_dropout_add_norm`), run on the CPU under Triton's
-interpreter (conftest.py sets TRITON_INTERPRET=1): values and gradients against an eager reference that applies
-the kernel's own mask, the keep rate, the backward's mask, the threshold's edge, the custom ops' registration, and
-one graph under torch.compile.
+"""The fused dropout + add + LayerNorm kernels (`fused_dropout_add_norm`) under Triton's CPU interpreter.
 
-The interpreter runs each program in numpy: the sizes stay small (one keep-rate check over 10^6 numbers).
+The interpreter runs each program in numpy (conftest.py sets TRITON_INTERPRET=1), so the sizes stay small.
 """
 
 import math
@@ -36,16 +33,14 @@ def layer_norm(n: int, seed: int = 0) -> nn.LayerNorm:
 
 
 def keep_mask(seed, rows, n, p):
-    """(rows, n) bool: the columns the forward kernel keeps, read from its sum residual + dropout(x) at x = 1 and
-    residual = 0."""
+    """(rows, n) bool: the columns the forward kernel keeps (its sum at x = 1, residual = 0)."""
     ones, zeros = torch.ones(rows, n), torch.zeros(rows, n)
     _, z, _, _ = fused._forward(ones, zeros, torch.ones(n), torch.zeros(n), seed, float(p), 1e-12, 0)
     return z != 0
 
 
 def fused_and_reference(rows, n, p, x_dtype=torch.float32, residual_dtype=torch.float32, out_dtype=None, seed=11):
-    """(fused output and gradients, reference output and gradients) for random inputs and upstream gradient; the
-    reference applies the kernel's own keep mask with torch's ops in float32."""
+    """Fused and reference (torch ops in float32 with the kernel's own keep mask) output and gradients."""
     torch.manual_seed(1)
     x = torch.randn(rows, n).to(x_dtype)
     residual = torch.randn(rows, n).to(residual_dtype)
@@ -82,9 +77,7 @@ def test_float32_output_and_gradients_equal_the_reference_with_the_kernels_mask(
 
 @pytest.mark.parametrize("out_dtype,tolerance", [(None, 2e-2), (torch.bfloat16, 3e-2)], ids=["float32", "bf16-opt-in"])
 def test_bf16_input_with_the_float32_residual_stream_as_under_autocast(out_dtype, tolerance):
-    """The dense layer's bf16 output with the float32 residual stream: the output stays float32 (bf16 with the
-    residual_dtype opt-in), x's gradient is bf16; values at bf16 tolerance (the reference rounds nothing, the kernel
-    rounds only what it stores)."""
+    """bf16 x with a float32 residual: float32 output (bf16 opt-in), bf16 x gradient, values at bf16 tolerance."""
     got, want, _ = fused_and_reference(6, 64, 0.1, x_dtype=torch.bfloat16, out_dtype=out_dtype)
     assert [t.dtype for t in got[:3]] == [out_dtype or torch.float32, torch.bfloat16, torch.float32]
     for name, a, b in zip(NAMES, got, want):
@@ -113,8 +106,7 @@ def test_keep_rate_within_binomial_bounds_over_a_million_numbers():
 
 
 def test_the_backward_drops_exactly_what_the_forward_dropped():
-    """x's gradient is the residual's gradient scaled where the forward kept x, and exactly zero where it
-    dropped it: the backward regenerates the forward's mask (another offset or seed would not)."""
+    """x's gradient is zero exactly where the forward dropped x: the backward regenerates the forward's mask."""
     got, _, keep = fused_and_reference(8, 64, 0.3)
     _, x_grad, residual_grad, _, _ = got
     scale = threshold_and_scale(0.3)[1]
@@ -123,8 +115,7 @@ def test_the_backward_drops_exactly_what_the_forward_dropped():
 
 
 def test_a_number_equal_to_the_threshold_is_kept():
-    """keep = number >= round(p * 65536): with p set so that the threshold equals one of the numbers drawn, that
-    column is kept and the next smaller number's column dropped."""
+    """keep = number >= round(p * 65536), in the forward and the backward alike."""
     seed, rows, n = torch.tensor([5]), 4, 64
     numbers = random_numbers(seed, rows, n)
     assert numbers.min() >= 0 and numbers.max() < 65536
@@ -133,15 +124,13 @@ def test_a_number_equal_to_the_threshold_is_kept():
     assert threshold_and_scale(p)[0] == edge
     keep = keep_mask(seed, rows, n, p)
     assert torch.equal(keep, numbers >= edge)
-    # and the forward and backward keep by the same rule (x's gradient is zero exactly where x was dropped)
     a = torch.ones(rows, n, requires_grad=True)
     dropout_add_layer_norm(a, torch.randn(rows, n), layer_norm(n), p, True, seed=seed).sum().backward()
     assert torch.equal(a.grad != 0, numbers >= edge)
 
 
 def test_eight_numbers_per_philox_draw():
-    """Column k * M + j of a row takes half k % 2 of word k // 2 of the row's draw j (M = n / 8 for a power of
-    two): checked against Philox4x32-10 written out here."""
+    """Column k * M + j takes half k % 2 of word k // 2 of draw j (M = n / 8), against Philox4x32-10 written out."""
     seed, rows, n = 0x1234ABCD, 2, 64
     numbers = random_numbers(torch.tensor([seed]), rows, n)
     m = n // 8
@@ -153,8 +142,7 @@ def test_eight_numbers_per_philox_draw():
 
 
 def philox4x32(counter: int, seed: int, rounds: int = 10) -> list[int]:
-    """Philox4x32 (Salmon et al., 2011) on counter (counter, 0, 0, 0) and key (seed's low and high words), as
-    Triton's `randint4x` computes it."""
+    """Philox4x32 (Salmon et al., 2011) on counter (counter, 0, 0, 0), as Triton's `randint4x` computes it."""
     mask = 0xFFFFFFFF
     c = [counter & mask, 0, 0, 0]
     k0, k1 = seed & mask, (seed >> 32) & mask
@@ -180,8 +168,7 @@ def test_custom_ops_pass_opcheck():
 
 
 def test_the_switch_builds_the_fused_modules_and_keeps_the_models_values():
-    """With dropout off, the model with the switch computes the plain model's loss and gradients (its parameters
-    and state_dict keys are the paper modules')."""
+    """With dropout off, the switched model has the plain model's state_dict keys, loss and gradients."""
     no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
     plain = BertReproForPreTraining(tiny_config(**no_dropout))
@@ -213,8 +200,7 @@ def _batch():
 
 
 def test_compiled_training_step_is_one_graph():
-    """forward + backward of the model with the switch and dropout on, under torch.compile: no graph break, one
-    compilation over steps of new random masks (the seed is drawn in the graph, not in Python)."""
+    """Under torch.compile, one compilation with no graph break over steps of new masks (the seed is drawn in-graph)."""
     import torch._dynamo
     from torch._dynamo.testing import CompileCounterWithBackend
     from torch._dynamo.utils import counters
@@ -244,8 +230,7 @@ def test_kernels_run_only_where_they_can(monkeypatch):
 
 
 def test_p_one_drops_everything_as_torch_does():
-    """p = 1: dropout's output is zeros (torch's semantics), so the output is LayerNorm(residual) and x's gradient
-    zero; no division by the kept share."""
+    """p = 1 gives LayerNorm(residual) and a zero x gradient, as torch's dropout does, never dividing by 1 - p."""
     torch.manual_seed(4)
     x, residual, norm = torch.randn(3, 48, requires_grad=True), torch.randn(3, 48), layer_norm(48)
     got = dropout_add_layer_norm(x, residual, norm, 1.0, True, seed=torch.tensor([7]))
@@ -257,8 +242,7 @@ def test_p_one_drops_everything_as_torch_does():
 
 @pytest.mark.parametrize("affine,bias", [(False, False), (True, False)])
 def test_layer_norm_without_affine_parameters_or_bias(affine, bias):
-    """nn.LayerNorm(elementwise_affine=False) has no weight nor bias, (bias=False) no bias: the kernels take
-    ones and zeros for them, and the output and x's gradient are torch's."""
+    """A LayerNorm without weight or bias: the kernels take ones and zeros, and match torch."""
     torch.manual_seed(5)
     norm = nn.LayerNorm(40, elementwise_affine=affine, bias=bias)
     x, residual = torch.randn(4, 40), torch.randn(4, 40)

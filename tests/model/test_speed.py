@@ -1,12 +1,6 @@
-"""The speed switches: each must leave the results as they are (within float rounding).
+"""The speed switches each leave the results as they are, within float rounding.
 
-- `unpad_inputs`: unpad/pad round trip, unpadded encoder == padded encoder (outputs at real tokens, loss and
-  gradients), the variable-length attention call, gradient checkpointing on top; the written-out grouped attention
-  (`GroupedAttention`) against finite differences and against padded attention with the same dropout masks.
-- `compile_layers` (regional torch.compile): compiled == eager, forward and gradients.
-- `fast_dropout`: the drop share, the scale, the gradient's mask; the model unchanged in eval mode.
-- sparse MLM prediction == dense is in test_modeling.py (test_sparse_prediction_equals_dense).
-Parity with transformers with `unpad_inputs` on is part of test_modeling.py's parity tests.
+Sparse MLM prediction and parity with transformers under `unpad_inputs` are in test_modeling.py.
 """
 
 import ast
@@ -42,7 +36,6 @@ NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
 def same_weights(model_cls, switches: dict, **fields):
-    """The plain model and one with `switches` on, holding the same weights."""
     torch.manual_seed(0)
     plain, fast = model_cls(tiny_config(**fields)), model_cls(tiny_config(**fields, **switches))
     fast.load_state_dict(plain.state_dict())
@@ -60,8 +53,7 @@ def masks(draw):
 @settings(max_examples=60, deadline=None)
 @given(masks(), st.integers(1, 4))
 def test_unpad_pad_round_trip(mask, width):
-    """Any mask (right or left padding, holes, empty rows): unpad keeps the real tokens in row-major order and
-    pad puts them back with zeros at the padding; cu_seqlens are the row lengths."""
+    """Any mask (left/right padding, holes, empty rows): unpad then pad is the identity with zeros at padding."""
     unpadded = Unpadded.from_attention_mask(mask)
     if bool(mask.all()) or not bool(mask.any()):
         assert unpadded is None  # nothing to remove or nothing to keep: the padded path runs unchanged
@@ -83,7 +75,6 @@ def _train_step(model, batch, **labels):
 
 
 def _left_padded(batch):
-    """The same rows with the padding moved to the left."""
     lengths = batch["attention_mask"].sum(1)
     out = {k: torch.zeros_like(v) for k, v in batch.items()}
     seq = batch["input_ids"].shape[1]
@@ -97,9 +88,7 @@ def _left_padded(batch):
 @pytest.mark.parametrize("layout", ["right", "left"])
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
 def test_unpadded_training_equals_padded(layout, checkpointing, batch_size):
-    """Loss and every gradient, with the sparse MLM head, unpadded vs padded (dropout off).
-
-    Left padding with the MLM head only: the pooler reads position 0, which left padding makes a pad token."""
+    """Loss and every gradient with the sparse MLM head equal the padded model's (left padding: no pooler to read)."""
     model_cls = BertReproForPreTraining if layout == "right" else BertReproForMaskedLM
     padded, unpadded = same_weights(model_cls, {"unpad_inputs": True}, sparse_prediction=True, **NO_DROPOUT)
     if checkpointing:
@@ -124,9 +113,7 @@ def test_unpadded_training_equals_padded(layout, checkpointing, batch_size):
 
 
 def test_batches_without_padding_take_the_grouped_attention_when_it_runs(monkeypatch):
-    """With the written-out grouped attention (eager kernel, or SDPA + fast_dropout in training), a batch with
-    no padding goes through the unpadded path too (one fused Q/K/V product): loss and gradients equal the plain
-    model's. In eval mode with SDPA it keeps the padded path."""
+    """A full batch still takes the grouped attention (eager), with the plain loss and gradients; SDPA eval does not."""
     calls = []
     apply = GroupedAttention.apply
     monkeypatch.setattr(GroupedAttention, "apply", lambda *args: calls.append(1) or apply(*args))
@@ -156,9 +143,7 @@ def test_batches_without_padding_take_the_grouped_attention_when_it_runs(monkeyp
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(0, 7), min_size=1, max_size=20), st.integers(1, 5))
 def test_attention_groups_cover_every_token_once(lengths, rows_per_group):
-    """Groups of similar length: every real token sits in exactly one grid cell, in its own row's grid row at its
-    own position; padding cells repeat a token of their own row and are exactly the cells the key mask hides;
-    `scatter` brings the tokens back in order."""
+    """Every real token sits in one grid cell of its own row at its own position; the key mask hides the rest."""
     seq = max(max(lengths), 1)
     mask = torch.tensor([[1] * n + [0] * (seq - n) for n in lengths])
     unpadded = Unpadded.from_attention_mask(mask)
@@ -202,8 +187,7 @@ GROUP_LENGTHS = {"scattered": [5, 1, 7, 7, 2, 6, 3, 0, 4], "slices": [7, 7, 7, 5
 
 
 def _grouped_inputs(dtype, first_only, lengths="scattered", heads=2, head_size=3, seed=0):
-    """The mask, its groups, and the inputs of `GroupedAttention`: (tokens, 3 * hidden) projections, or with
-    first_only (tokens, 2 * hidden) keys/values plus (sequences, hidden) queries at the first tokens."""
+    """Inputs of `GroupedAttention`: (tokens, 3H) projections, or (tokens, 2H) plus (sequences, H) first queries."""
     mask = torch.tensor([[1] * n + [0] * (7 - n) for n in GROUP_LENGTHS[lengths]])
     groups = Unpadded.from_attention_mask(mask).attention_groups(rows_per_group=3)
     assert groups.starts == ([None, None, None] if lengths == "scattered" else [0, None, 34])
@@ -220,8 +204,7 @@ def _grouped_inputs(dtype, first_only, lengths="scattered", heads=2, head_size=3
     "dropout,fast", [(0.0, False), (0.3, False), (0.3, True)], ids=["no-dropout", "bernoulli-dropout", "fast-dropout"]
 )
 def test_grouped_attention_backward_is_the_gradient_of_its_forward(dropout, fast, first_only, lengths):
-    """The hand-written backward of `GroupedAttention` against finite differences (float64), with dropout: the
-    generator is reseeded before each call, so every evaluation draws the same mask."""
+    """The hand-written backward against finite differences; reseeding makes every evaluation draw the same mask."""
     _, groups, qkv, queries = _grouped_inputs(torch.float64, first_only, lengths)
 
     def attention(x, *q):
@@ -235,10 +218,7 @@ def test_grouped_attention_backward_is_the_gradient_of_its_forward(dropout, fast
 @pytest.mark.parametrize("lengths", list(GROUP_LENGTHS))
 @pytest.mark.parametrize("first_only", [False, True], ids=["all-queries", "first-token-queries"])
 def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(monkeypatch, first_only, lengths):
-    """Forward and gradients of `GroupedAttention` (fast dropout on) against attention over the whole padded
-    batch written with plain autograd ops, dropping exactly the probabilities the function dropped: the masks it
-    drew are recorded per grid and placed at their rows, heads and positions of the padded batch. first_only:
-    the queries at each non-empty sequence's first token only, against the padded batch's outputs there."""
+    """Forward and gradients against plain padded attention that drops exactly the recorded fast-dropout masks."""
     heads, head_size, scaling, p = 2, 3, 0.5, 0.3
     hidden = heads * head_size
     mask, groups, qkv, queries = _grouped_inputs(torch.float32, first_only, lengths, heads, head_size)
@@ -256,8 +236,7 @@ def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(mo
     grad = torch.randn_like(out)
     grads = torch.autograd.grad(out, inputs, grad)
     assert len(drawn) == len(groups.groups)
-    # The reference: (batch, heads, seq, seq) dropout multipliers from the recorded masks. Grid g's batch index is
-    # head * rows + grid row; a grid row's source row is the row of the token in its first cell.
+    # Grid g's batch index is head * rows + grid row; its source row is the row of the token in its first cell.
     batch, seq = mask.shape
     unpadded = Unpadded.from_attention_mask(mask)
     nonempty = mask.sum(1) > 0
@@ -284,7 +263,6 @@ def test_grouped_attention_equals_padded_attention_with_the_same_dropout_mask(mo
     assert (out - expected).abs().max() < 1e-5
     for a, b in zip(grads, expected_grads, strict=True):
         assert (a - b).abs().max() < 1e-5
-    # the right share dropped, and outputs really differ from no dropout
     dropped = torch.cat([keep.flatten() for keep, _ in drawn]).logical_not().float().mean().item()
     assert 0.15 < dropped < 0.45
     assert (out - GroupedAttention.apply(qkv, groups, heads, scaling, 0.0, True, *inputs[1:])).abs().max() > 1e-2
@@ -320,10 +298,7 @@ def _reference_varlen_attention(
     max_length_k=None,
     **kwargs,
 ):
-    """What a variable-length flash kernel computes, written with one SDPA call per sequence.
-
-    Input (1, heads, tokens, head_size) with the sequences one after another, bounds in cu_seq_lens_*;
-    output (1, tokens, heads, head_size)."""
+    """A variable-length flash kernel as one SDPA call per sequence: (1, heads, tokens, d) -> (1, tokens, heads, d)."""
     assert attention_mask is None and query.shape[0] == 1
     assert max_length_q == int(cu_seq_lens_q.diff().max()) and torch.equal(cu_seq_lens_q, cu_seq_lens_k)
     bounds = cu_seq_lens_q.tolist()
@@ -335,8 +310,7 @@ def _reference_varlen_attention(
 
 
 def test_variable_length_attention_call():
-    """With a flash-attention implementation the unpadded encoder calls the kernel in its variable-length form
-    (no mask, cu_seqlens, one row of packed sequences); a reference kernel gives the padded model's outputs."""
+    """A flash kernel is called in its variable-length form (no mask, cu_seqlens) and gives the padded outputs."""
     AttentionInterface.register("reference_flash_varlen", _reference_varlen_attention)
     pair = same_weights(BertReproForSequenceClassification, {"unpad_inputs": True}, num_labels=3)
     model, varlen = (m.eval() for m in pair)
@@ -353,9 +327,7 @@ def test_variable_length_attention_call():
 @pytest.mark.slow
 @pytest.mark.parametrize("switches", [{}, ALL_SWITCHES], ids=["plain", "all-switches+checkpointing"])
 def test_compiled_layers_equal_eager(switches):
-    """Regional torch.compile: forward (eval) and one training step's gradients equal the plain eager model's;
-    also with every switch on and gradient checkpointing (outputs compared at real tokens: unpad_inputs gives
-    zeros at padding)."""
+    """Regional torch.compile: eval outputs and one step's gradients equal eager, also with every switch on."""
     eager, compiled = same_weights(BertReproForPreTraining, switches, sparse_prediction=True, **NO_DROPOUT)
     if switches:
         compiled.activation_checkpointing_enable()
@@ -388,18 +360,16 @@ def test_fast_dropout_draws_the_right_share_and_its_gradient_uses_the_same_mask(
     grad = torch.randn_like(x)
     y.backward(grad)
     assert torch.equal(x.grad, grad * (~dropped) * scale)
-    # The two halves of each 32-bit draw feed neighbouring elements (2i, 2i + 1): they must not be correlated.
+    # the two halves of each 32-bit draw feed neighbouring elements
     halves = dropped.view(-1, 2).T.float()
     assert abs(torch.corrcoef(halves)[0, 1].item()) < 0.01
-    # Eval mode, p = 0: the input unchanged.
     z = torch.randn(10)
     assert torch.equal(fast_dropout(z, 0.1, training=False), z)
     assert torch.equal(fast_dropout(z, 0.0, training=True), z)
 
 
 def test_fast_dropout_switch_changes_only_training_noise():
-    """Eval: bit-identical to the plain model. Training with p = 0: the same outputs (eager attention instead of
-    SDPA's math path). Training with p > 0: different noise, the same scale of outputs."""
+    """Eval is bit-identical to the plain model; training with p = 0 gives the same outputs."""
     plain, fast = (m.eval() for m in same_weights(BertReproForPreTraining, {"fast_dropout": True}))
     batch = padded_batch(99, batch=4, seq=16)
     with torch.no_grad():
@@ -417,8 +387,7 @@ def test_fast_dropout_switch_changes_only_training_noise():
 
 
 def test_other_kernels_get_the_whole_batch_padded_back():
-    """A kernel that is neither flash nor eager/SDPA: the unpadded encoder pads the batch back for attention and
-    passes the model's own mask; outputs at real tokens equal the padded model's."""
+    """Any other kernel gets the batch padded back with the model's mask, and the padded model's outputs."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -440,17 +409,6 @@ def test_other_kernels_get_the_whole_batch_padded_back():
     assert (a[real] - b[real]).abs().max() < 1e-5
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# tied_gradients
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _grads(model) -> dict[str, torch.Tensor]:
-    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad(set_to_none=True)
-    return grads
-
-
 @pytest.mark.parametrize(
     "case",
     [
@@ -465,9 +423,7 @@ def _grads(model) -> dict[str, torch.Tensor]:
     ],
 )
 def test_tied_gradients_equal_plain_autograd(case):
-    """With `tied_gradients` the lookup adds its rows into the decoder's gradient in place: every gradient must
-    equal plain autograd's (the same weights with the switch off), in every way a backward can reach the two uses
-    of the tied weight."""
+    """`tied_gradients` equals plain autograd in every way a backward can reach the two uses of the tied weight."""
     model_cls = BertReproForMaskedLM if case == "masked-lm" else BertReproForPreTraining
     plain, tied = same_weights(model_cls, {"tied_gradients": True}, sparse_prediction=case == "sparse", **NO_DROPOUT)
     batch = padded_batch(99, batch=4, seq=12)
@@ -486,7 +442,7 @@ def test_tied_gradients_equal_plain_autograd(case):
         loss.backward()
         if case == "two-micro-batches":
             model(**batch, labels=labels, **extra).loss.backward()
-        return _grads(model)
+        return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
 
     reference, shared = run(plain), run(tied)
     assert shared.keys() == reference.keys()
@@ -497,8 +453,7 @@ def test_tied_gradients_equal_plain_autograd(case):
 
 
 def test_tied_gradients_need_no_dense_lookup_gradient():
-    """The mechanism is in effect: with the switch on no (vocab, H) lookup gradient is built and no two
-    vocab-sized gradients are added; with it off (plain autograd) both happen, so this test can tell."""
+    """With the switch on no (vocab, H) lookup gradient is built nor added; off, both happen (so the test can tell)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     config = tiny_config()
@@ -525,15 +480,12 @@ def test_tied_gradients_need_no_dense_lookup_gradient():
         assert (ops.seen == []) == tied, ops.seen
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The split: the model file is the paper's model; the speed classes are picked once, at construction
-# ---------------------------------------------------------------------------------------------------------------
+# The split: the model file is the paper's model; the speed classes are picked once, at construction.
 
 MODEL_DIR = Path(modeling.__file__).parent
 
 
 def _relative_imports(path: Path) -> set[str]:
-    """The sibling modules a file of bert_repro/model imports (`from .x import`, `from . import x`), anywhere in it."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level == 1:
@@ -542,8 +494,7 @@ def _relative_imports(path: Path) -> set[str]:
 
 
 def test_model_file_holds_no_speed_machinery():
-    """No autograd.Function, no private torch API, and no sibling imported but the config and packing. No line
-    budget: the file is as long as plain code needs."""
+    """No autograd.Function, no private torch API, and no sibling imported but the config and packing."""
     source = (MODEL_DIR / "modeling_bert_repro.py").read_text()
     assert "autograd.Function" not in source
     tree = ast.parse(source)
@@ -577,8 +528,7 @@ SPEED_MODULES = {
 
 
 def test_no_import_cycle_through_the_model_file_or_a_speed_module():
-    """The speed modules import the model file, never the other way round: no module that the model file or a
-    speed module imports (directly or not) imports it back."""
+    """The speed modules import the model file, never the other way round, and nothing imports itself back."""
     graph = {path.stem: _relative_imports(path) for path in MODEL_DIR.glob("*.py")}
     assert SPEED_MODULES <= set(graph) and "modeling_bert_repro" in graph["speed_paths"]
 
@@ -601,7 +551,6 @@ def _module_types(model) -> list[tuple[str, type]]:
 
 
 def _parts(model) -> dict[str, set[type]]:
-    """The class of each part (`BertReproParts`) a model holds."""
     bert = model if isinstance(model, modeling.BertReproModel) else model.bert
     return {
         "embeddings": {type(bert.embeddings)},
@@ -617,8 +566,7 @@ def _parts(model) -> dict[str, set[type]]:
 
 @pytest.mark.parametrize("switch", SPEED_SWITCHES)
 def test_each_switch_builds_the_classes_of_its_table_entry(switch):
-    """One switch on: the parts its `SPEED_PATHS` entry names are built with those classes, every other part with
-    the model file's; the state_dict is the plain model's."""
+    """One switch builds its `SPEED_PATHS` classes and the model file's elsewhere, with the plain state_dict."""
     plain = BertReproForPreTraining(tiny_config())
     fast = BertReproForPreTraining(tiny_config(**{switch: True}))
     assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in fast.state_dict().items()}
@@ -633,13 +581,10 @@ def test_each_switch_builds_the_classes_of_its_table_entry(switch):
     ids=lambda c: c.__name__,
 )
 def test_switches_build_the_speed_classes_at_construction(model_cls):
-    """Every switch on: the speed classes are in place right after construction (in the inner model too), with the
-    config's options; the state_dict keys and shapes equal the plain model's; no hook is added and a forward changes
-    no class; the models with an MLM head link their embeddings and head (tied_gradients)."""
+    """Every switch on: the speed classes are in place at construction, with no hook and the plain state_dict."""
     plain = model_cls(tiny_config(num_labels=2))
     fast = model_cls(tiny_config(num_labels=2, **ALL_SWITCHES))
     assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in fast.state_dict().items()}
-    # the model itself: the paper's class built with the parts its switches pick; every module inside, the paper's
     assert issubclass(model_cls, getattr(modeling, model_cls.__name__))
     assert all(
         t.__module__ in (modeling.__name__,) or t.__module__.startswith("torch") for _, t in _module_types(plain)[1:]
@@ -669,8 +614,7 @@ def test_switches_build_the_speed_classes_at_construction(model_cls):
     "name", [n for n in modeling.__all__ if n.startswith("BertReproFor") and "Output" not in n] + ["BertReproModel"]
 )
 def test_exported_classes_are_the_paper_classes_with_their_forward_signatures(name):
-    """`bert_repro.X` is the model file's X built with the speed classes, and its forward takes the same arguments
-    (Trainer reads the signature to pick a dataset's columns)."""
+    """`bert_repro.X` subclasses the model file's X with the same forward signature (Trainer reads it)."""
     import inspect
 
     import bert_repro
@@ -681,11 +625,7 @@ def test_exported_classes_are_the_paper_classes_with_their_forward_signatures(na
 
 
 def test_saved_code_alone_is_the_paper_model(tmp_path, monkeypatch):
-    """save_pretrained copies the model file and the modules it imports (the config and packing), none of the speed
-    modules, also from a model with every switch on. That code alone, imported as a package (what trust_remote_code
-    loads), imports no other sibling, builds the paper's classes from the switched config (the paper's model ignores
-    the switches, as transformers' BERT does) and computes what the installed package computes: the outputs at real
-    tokens in eval mode, the loss and MLM logits in training mode with dropout off."""
+    """save_pretrained copies no speed module; that code alone (trust_remote_code) computes what the package does."""
     model = BertReproForPreTraining(tiny_config(sparse_prediction=True, **ALL_SWITCHES))
     saved = tmp_path / "bert_with_switches"
     model.save_pretrained(saved)
@@ -707,7 +647,6 @@ def test_saved_code_alone_is_the_paper_model(tmp_path, monkeypatch):
             a, b = copy.eval()(**batch), model.eval()(**batch)
         assert (a.prediction_logits[real] - b.prediction_logits[real]).abs().max() < 1e-5
         assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() < 1e-5
-        # targets at real tokens only: unpad_inputs gives zeros at padding by design
         labels = batch["input_ids"].masked_fill((torch.rand(real.shape) > 0.3) | ~real, -100)
         for each in (model, copy):
             for module in each.train().modules():

@@ -1,8 +1,4 @@
-"""Tests for reading Google's original TensorFlow BERT checkpoints (bert_repro.model.tf_checkpoint).
-
-The tests that write a real checkpoint need TensorFlow (the optional ``tf`` extra) and are skipped
-without it; the name mapping, config and missing-TensorFlow tests run everywhere.
-"""
+"""Reading Google's TensorFlow BERT checkpoints (bert_repro.model.tf_checkpoint); real ones need the ``tf`` extra."""
 
 from __future__ import annotations
 
@@ -35,9 +31,7 @@ from bert_repro.model.tf_checkpoint import (
     tf_name_to_hf,
 )
 
-# ---------------------------------------------------------------------------------------------
 # Without TensorFlow
-# ---------------------------------------------------------------------------------------------
 
 
 def test_missing_tensorflow_gives_install_hint(tmp_path, monkeypatch):
@@ -105,9 +99,7 @@ def test_unknown_names_raise(name):
         tf_name_to_hf(name)
 
 
-# ---------------------------------------------------------------------------------------------
 # bert_config.json
-# ---------------------------------------------------------------------------------------------
 
 
 def test_read_google_bert_config(tmp_path):
@@ -130,34 +122,24 @@ def test_config_usable_by_transformers(tmp_path):
     assert config.num_hidden_layers == NUM_LAYERS and config.vocab_size == VOCAB
 
 
-def test_malformed_config(tmp_path):
-    path = tmp_path / "bert_config.json"
-    path.write_text('{"hidden_size": 768,')
-    with pytest.raises(ValueError, match="bert_config.json.*not valid JSON"):
-        read_google_bert_config(path)
-    path.write_text("[1, 2]")
-    with pytest.raises(ValueError, match="JSON object"):
-        read_google_bert_config(path)
-
-
-def test_config_missing_field(tmp_path):
-    raw = google_config()
-    del raw["num_attention_heads"]
-    path = tmp_path / "bert_config.json"
-    path.write_text(json.dumps(raw))
-    with pytest.raises(ValueError, match="bert_config.json.*num_attention_heads"):
-        read_google_bert_config(path)
+WITHOUT_HEADS = {k: v for k, v in google_config().items() if k != "num_attention_heads"}
+BAD_VALUES = [("hidden_size", "768"), ("num_hidden_layers", 0), ("vocab_size", True), ("hidden_act", "swish")]
 
 
 @pytest.mark.parametrize(
-    "field,value",
-    [("hidden_size", "768"), ("num_hidden_layers", 0), ("vocab_size", True), ("hidden_act", "swish")],
+    "text,message",
+    [
+        ('{"hidden_size": 768,', "bert_config.json.*not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        (json.dumps(WITHOUT_HEADS), "bert_config.json.*num_attention_heads"),
+        *[(json.dumps({**google_config(), field: value}), field) for field, value in BAD_VALUES],
+    ],
+    ids=["malformed", "not-an-object", "missing-field", *(field for field, _ in BAD_VALUES)],
 )
-def test_config_bad_values(tmp_path, field, value):
-    path = tmp_path / "bert_config.json"
-    path.write_text(json.dumps({**google_config(), field: value}))
-    with pytest.raises(ValueError, match=field):
-        read_google_bert_config(path)
+def test_bad_config(tmp_path, text, message):
+    (tmp_path / "bert_config.json").write_text(text)
+    with pytest.raises(ValueError, match=message):
+        read_google_bert_config(tmp_path / "bert_config.json")
 
 
 def test_config_file_missing(tmp_path):
@@ -165,9 +147,7 @@ def test_config_file_missing(tmp_path):
         read_google_bert_config(tmp_path)
 
 
-# ---------------------------------------------------------------------------------------------
 # With TensorFlow: a real checkpoint in Google's layout
-# ---------------------------------------------------------------------------------------------
 
 
 def test_load_google_checkpoint(google_checkpoint):
@@ -184,7 +164,6 @@ def test_load_google_checkpoint(google_checkpoint):
         np.testing.assert_array_equal(tensor.numpy(), value, err_msg=key)
     assert skipped == sorted(SKIPPED_NAMES)
 
-    # The directory form reads the same checkpoint.
     from_dir, skipped_from_dir = load_tf_checkpoint(directory)
     assert from_dir.keys() == state_dict.keys() and skipped_from_dir == skipped
 

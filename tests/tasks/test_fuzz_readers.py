@@ -1,6 +1,4 @@
-"""Every file reader of the tasks and the corpus, fed damaged copies of valid files: bytes changed, cut, inserted,
-re-encoded. Each outcome is a parse or the reader's own error (which the recipes print as one line with exit
-code 2); never another exception. Re-encodings that keep the text (a BOM, CRLF line ends) give the same rows."""
+"""Every task and corpus reader, fed damaged files, parses or raises its own error (one line, exit 2), nothing else."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ FUZZ = settings(
 
 
 def damage(data: bytes, seed: int) -> bytes:
-    """`data` with one to three random edits: bytes overwritten, a range cut or repeated, random bytes inserted, or
-    the tail cut off."""
+    """`data` with one to three random edits: bytes overwritten, cut, repeated or inserted, or the tail cut off."""
     rng = random.Random(seed)
     out = bytearray(data)
     for _ in range(rng.randint(1, 3)):

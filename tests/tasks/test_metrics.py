@@ -1,7 +1,7 @@
-"""Task metrics: hand-checked cases, the official SQuAD scripts' edge cases, and values of the reference
-libraries (scikit-learn 1.9.1, scipy 1.17.1, seqeval 1.2.2) pasted here as constants, so that these run without
-them; tests/tasks/test_metrics_reference.py compares with the libraries themselves (the `test` extra) on random
-inputs."""
+"""Task metrics on hand-checked cases, with scikit-learn 1.9.1, scipy 1.17.1 and seqeval 1.2.2 values pasted in.
+
+test_metrics_reference.py compares with those libraries themselves (the `test` extra) on random inputs.
+"""
 
 import os
 
@@ -29,7 +29,6 @@ from bert_repro.tasks.metrics import (
     squad_v2,
 )
 
-# ----------------------------------------------------------------------------------------------------
 # GLUE classification
 
 # TP = 3, FN = 1, FP = 2, TN = 4 (references first, then predictions).
@@ -97,7 +96,6 @@ def test_inputs_as_arrays_and_bad_inputs():
         accuracy([1, 2], [[1, 2], [3, 4]])
 
 
-# ----------------------------------------------------------------------------------------------------
 # STS-B correlations
 
 
@@ -171,7 +169,6 @@ def test_compute_dispatches_by_name():
         compute(["bleu"], [1], [1])
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD normalisation
 
 
@@ -227,7 +224,6 @@ def test_squad_v1_rejects_a_question_without_gold_answer():
         squad_v1({"q": "x"}, {"q": []})
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD v2.0
 
 V2_REFERENCES = {
@@ -329,7 +325,6 @@ def test_squad_v2_missing_predictions_are_left_out(caplog):
         squad_v2(V2_PREDICTIONS, V2_REFERENCES, na_probs={"q1": 0.5})
 
 
-# ----------------------------------------------------------------------------------------------------
 # CoNLL-2003 chunk F1
 
 

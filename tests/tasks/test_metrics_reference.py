@@ -1,9 +1,8 @@
-"""The hand-written task metrics against the well-kept implementations, on random (hypothesis) and edge-case
-inputs: scikit-learn (accuracy, binary F1, Matthews), scipy (Pearson, Spearman), seqeval (CoNLL chunk F1), and
-the official SQuAD v1.1 and v2.0 evaluation scripts, whose scoring functions are written out below as they are
-in the scripts (`evaluate-v1.1.py`, `evaluate-v2.0.py`), minus file reading and printing.
+"""The task metrics against scikit-learn, scipy, seqeval and the official SQuAD scripts, on random and edge inputs.
 
-scikit-learn and seqeval are in the `test` extra; without them those tests are skipped."""
+The scripts' scoring functions are written out below as in `evaluate-v1.1.py` / `evaluate-v2.0.py`; scikit-learn
+and seqeval come with the `test` extra (skipped without them).
+"""
 
 import collections
 import math
@@ -47,7 +46,6 @@ def close(a, b, tol=1e-9):
     return math.isclose(a, b, rel_tol=tol, abs_tol=tol)
 
 
-# ----------------------------------------------------------------------------------------------------
 # Classification: scikit-learn
 
 
@@ -100,7 +98,6 @@ def test_classification_edge_cases_match_sklearn():
         assert f1([0, 0], [0, 0]) == 0.0  # the expected warning, caught where it is expected
 
 
-# ----------------------------------------------------------------------------------------------------
 # Correlation: scipy
 
 floats = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
@@ -147,7 +144,6 @@ def test_correlation_edge_cases_match_scipy():
         assert math.isnan(pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
 
 
-# ----------------------------------------------------------------------------------------------------
 # CoNLL chunk F1: seqeval
 
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
@@ -181,7 +177,6 @@ def test_conll_f1_matches_seqeval(pair):
         assert close(ours[key], float(value)), (key, ours, theirs)
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD v1.1: the official evaluate-v1.1.py
 
 
@@ -284,7 +279,6 @@ def test_squad_v1_matches_the_official_script(rows):
     assert close(ours["exact_match"], theirs["exact_match"]) and close(ours["f1"], theirs["f1"]), (ours, theirs)
 
 
-# ----------------------------------------------------------------------------------------------------
 # SQuAD v2.0: the official evaluate-v2.0.py
 
 

@@ -1,7 +1,6 @@
-"""Tests of bert_repro.tasks.squad: SQuAD windows, labels and span selection.
+"""bert_repro.tasks.squad: windows, labels and span selection.
 
-A small uncased WordPiece vocabulary is trained here in which every filler word is one token, so token
-positions are known from word positions without asking the code under test. Logits are built by hand.
+Every filler word is one token of the vocabulary trained here, so token positions follow from word positions.
 """
 
 from __future__ import annotations
@@ -115,9 +114,7 @@ def reference_is_max_context(spans: list[tuple[int, int]], cur_span_index: int, 
     return cur_span_index == best_span_index
 
 
-# --------------------------------------------------------------------------------------------------
 # Windows
-# --------------------------------------------------------------------------------------------------
 
 
 def test_doc_spans_examples():
@@ -214,9 +211,7 @@ def test_too_long_question_for_max_seq_length_raises(tok):
         prepare_train_features(batch, tok, max_seq_length=22)
 
 
-# --------------------------------------------------------------------------------------------------
 # Labels and answers across windows
-# --------------------------------------------------------------------------------------------------
 
 
 def boundary_example() -> tuple:
@@ -296,9 +291,7 @@ def test_misaligned_training_answer_is_skipped(tok):
     assert features["start_positions"] == [3 + CONTEXT_START]
 
 
-# --------------------------------------------------------------------------------------------------
 # n-best selection
-# --------------------------------------------------------------------------------------------------
 
 
 def test_invalid_spans_are_never_chosen(tok):
@@ -368,9 +361,7 @@ def test_nbest_keeps_each_text_once_with_its_best_score(tok):
     assert nbest["b"][0]["score"] == pytest.approx(8.0)
 
 
-# --------------------------------------------------------------------------------------------------
 # SQuAD v2.0
-# --------------------------------------------------------------------------------------------------
 
 
 def test_unanswerable_training_examples_label_cls(tok):
@@ -424,9 +415,7 @@ def test_v1_never_predicts_the_null_answer(tok):
     assert all(entry["text"] for entry in nbest["b"])
 
 
-# --------------------------------------------------------------------------------------------------
 # Maximum context
-# --------------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=100, deadline=None)
@@ -460,9 +449,7 @@ def test_max_context_rule_takes_the_start_from_the_most_central_window(tok):
     assert predictions["b"] == words(6, 8)
 
 
-# --------------------------------------------------------------------------------------------------
 # datasets.map and the model
-# --------------------------------------------------------------------------------------------------
 
 
 def test_datasets_map_round_trip_and_model_inputs(tok):
@@ -503,14 +490,11 @@ def test_datasets_map_round_trip_and_model_inputs(tok):
     assert postprocess_predictions(raw, dev, start_logits, end_logits)[0]["n"] == "U.S.-based"
 
 
-# --------------------------------------------------------------------------------------------------
 # Boundaries, defaults and edge cases (each pins one rule a mutation of the code would change)
-# --------------------------------------------------------------------------------------------------
 
 
 def test_the_smallest_settings_are_accepted_and_the_one_below_refused(tok):
-    """No question token kept (max_query_length 0), a stride of 1 and windows of ONE context token (max_seq_length
-    = 3 special tokens + 1) are valid settings; 3 positions leave none for the context."""
+    """max_query_length 0, stride 1 and one-context-token windows are valid; 3 positions leave none for context."""
     context = words(0, 3)
     batch = examples(answered("a", QUESTION, context, "bravo"))
     features = prepare_eval_features(batch, tok, max_seq_length=4, doc_stride=1, max_query_length=0)
@@ -532,9 +516,7 @@ def test_the_smallest_settings_are_accepted_and_the_one_below_refused(tok):
 
 
 def test_the_reference_defaults_384_128_64_and_no_length_warning():
-    """Defaults: windows of 384 positions, a new one every 128 context tokens, questions cut to 64 tokens (in
-    training too). Inputs longer than the model's 512 positions are cut here, so the tokenizer's "sequence length
-    is longer than the specified maximum" warning would be noise (a fresh tokenizer: it warns once)."""
+    """Google's defaults 384 / 128 / 64, and no tokenizer length warning: windows cut long inputs themselves."""
     tokenizer = train_wordpiece(iterator=CORPUS * 3, vocab_size=1000, min_frequency=1, show_progress=False)
     question = " ".join(FILLER[i % len(FILLER)] for i in range(520))
     context_words = [FILLER[i % len(FILLER)] for i in range(600)]
@@ -551,8 +533,7 @@ def test_the_reference_defaults_384_128_64_and_no_length_warning():
 
 
 def test_eval_feature_columns_line_up_with_the_input_ids(tok):
-    """offset_mapping and token_is_max_context have one entry per position: None / False outside the window's
-    context ([CLS], question, [SEP]s, padding), the window's own offsets inside it."""
+    """offset_mapping and token_is_max_context: one entry per position, None / False outside the window's context."""
     context = words(0, 16)  # max_tokens_for_doc 14, stride 3: windows [0-13] and [3-15] (13 tokens)
     example = examples(answered("a", QUESTION, context, "alpha"))
     offsets_all = [
@@ -572,8 +553,7 @@ def test_eval_feature_columns_line_up_with_the_input_ids(tok):
 
 
 def test_max_context_scores_only_the_windows_that_hold_the_token():
-    """A token's score counts only windows that contain it: a long window starting just after the token must not
-    claim it (p - start < 0 plus 0.01 * length would exceed a one-token window's 0.01)."""
+    """Only windows that contain a token score it: a long window starting just after the token must not claim it."""
     assert max_context_flags([DocSpan(0, 1), DocSpan(1, 300)], 301) == [[True], [True] * 300]
 
 
@@ -607,8 +587,7 @@ def test_whitespace_answers_cover_no_token_and_are_skipped_and_counted(tok, capl
 
 
 def test_start_ties_go_to_the_earlier_token(tok):
-    """Equal logits: the n best are taken in position order (a stable sort), so with n_best_size 1 the answer is
-    the first of the tied context tokens, whatever the row's length."""
+    """Equal logits: the n best are taken in position order (a stable sort), so the first tied token wins."""
     context = words(0, 40)
     example = examples(answered("t", QUESTION, context, "alpha"))
     features = prepare_eval_features(example, tok, max_seq_length=64)
@@ -636,8 +615,7 @@ def test_logits_wider_than_the_offsets_are_fine(tok):
 
 
 def test_an_example_without_windows_or_without_a_valid_span(tok):
-    """An empty context has no window: "" in v1.1 and v2.0, diff +inf, an empty n-best list. A context whose
-    best logits all sit outside it: no span, "" (v1.1) and, in v2.0, the null answer alone with diff +inf."""
+    """No window, or no valid span: "" (v2.0: the null answer alone) with diff +inf."""
     batch = examples(("empty", QUESTION, "", [], []), ("q", QUESTION, words(0, 5), [], []))
     features = prepare_eval_features(batch, tok, max_seq_length=32)
     assert features["example_id"] == ["q"]
@@ -655,8 +633,7 @@ def test_an_example_without_windows_or_without_a_valid_span(tok):
 
 
 def test_nbest_list_length_and_where_the_null_answer_stands(tok):
-    """The n-best list holds n_best_size texts; v2.0's null answer is ranked by its score among them and added
-    after them when the cut left it out."""
+    """The n-best list holds n_best_size texts; v2.0's null answer is ranked among them, or added after the cut."""
     example = examples(answered("n", QUESTION, words(0, 10), "alpha"))
     features = prepare_eval_features(example, tok, max_seq_length=32)
     start_logits, end_logits = logits_like(features)

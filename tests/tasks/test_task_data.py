@@ -1,9 +1,6 @@
 """Task registry and task data: every task read from each on-disk layout into its canonical form.
 
-Fixtures are tiny copies of the real files' shapes and quirks: GLUE TSVs with a byte-order mark and
-unbalanced quotes (MRPC), CoLA without a header, MNLI's two dev files, STS-B's float scores, SQuAD v2.0's
-unanswerable questions, SWAG's quoted CSV, CoNLL-2003's IOB1 tags with -DOCSTART- lines; and HF exports in
-parquet, csv and jsonl. Bad input must raise with the file and the line or row in the message.
+Fixtures are tiny copies of the real files' shapes and quirks; bad input names the file and the line or row.
 """
 
 import os
@@ -49,7 +46,6 @@ from bert_repro.tasks.files import (
 from bert_repro.tasks.kinds import REGRESSION, SPAN
 from bert_repro.tasks.registry import GLUE_TASKS, KINDS, METRICS, TASKS, get_task
 
-# --------------------------------------------------------------------------------------------------------
 # GLUE in its original layout, and the canonical rows each file must give
 
 
@@ -161,7 +157,6 @@ def test_hub_failure_says_what_to_pass_instead(tmp_path):
         load_task_data(task, hub_cache_dir=tmp_path / "cache")
 
 
-# --------------------------------------------------------------------------------------------------------
 # SQuAD
 
 
@@ -281,7 +276,6 @@ def test_answer_alignment_follows_the_reference_word_test():
     assert not answer_is_aligned("the cat sat", "cat", 40)
 
 
-# --------------------------------------------------------------------------------------------------------
 # SWAG
 
 
@@ -323,7 +317,6 @@ def test_swag_hf_exports_canonical_and_hub_columns(tmp_path, fmt):
     assert load_task_data("swag", tmp_path / "hub")["validation"].to_dict() == canonical
 
 
-# --------------------------------------------------------------------------------------------------------
 # CoNLL-2003
 
 
@@ -386,7 +379,6 @@ def test_iob1_to_iob2():
     assert iob1_to_iob2(["B-PER", "I-PER", "O"]) == ["B-PER", "I-PER", "O"]  # IOB2 unchanged
 
 
-# --------------------------------------------------------------------------------------------------------
 # TSV: GLUE's literal files and datasets/pandas exports with CSV quoting
 
 RTE_QUOTED = {  # texts that a CSV writer must quote: a doubled quote, a tab, a line break, a lone quote
@@ -461,7 +453,6 @@ def test_tsv_only_partly_csv_quoted_is_read_literally_with_a_warning(tmp_path, c
     assert "read literally" in warnings[0] and "line 2" in warnings[0] and "line 3" in warnings[0]
 
 
-# --------------------------------------------------------------------------------------------------------
 # Bad input: the message names the file, the line or row, and what was expected
 
 
@@ -551,7 +542,6 @@ def test_no_data_ambiguity_and_unknown_split(tmp_path):
     expect_error("sst2", odd, "cannot tell which split", f"--data train={odd}")
 
 
-# --------------------------------------------------------------------------------------------------------
 # The registry
 
 

@@ -1,6 +1,4 @@
-"""Task kinds (`bert_repro.tasks.kinds`): every registered task's kind provides every hook, a new kind defined
-in one place (here, in the test) runs through data loading, fine-tuning and evaluation unchanged, and no module
-outside the kinds compares kinds."""
+"""Task kinds (`bert_repro.tasks.kinds`): a new kind defined here alone runs through the whole recipe unchanged."""
 
 import os
 
@@ -92,13 +90,11 @@ def test_every_task_kind_provides_every_hook(name, tokenizer):
     assert parameter_count(config.to_dict(), kind) == sum(p.numel() for p in model.parameters())
 
 
-# ---------------------------------------------------------------------------------------------------------
 # A kind the package does not have, defined here and nowhere else.
 
 
 class PairAgreement(TaskKind):
-    """Toy kind: does sentence b say the same as sentence a? A [CLS] classifier whose decision is P(same) above a
-    threshold, with its own column names ("a", "b", "same")."""
+    """Toy kind: does b say the same as a? P(same) above a threshold, with its own columns ("a", "b", "same")."""
 
     name = "pair_agreement"
     head_class = BertReproForSequenceClassification
@@ -208,7 +204,6 @@ def test_a_new_kind_runs_through_finetuning_in_one_place(tmp_path: Path):
     ]
 
 
-# ---------------------------------------------------------------------------------------------------------
 # Nothing outside the kinds module decides by kind.
 
 _KIND_TEST = re.compile(r"\bkind(?:\.name)?\s*(?:==|!=|(?:not\s+)?in\b)|\[[^\]\n]*\.kind\]")
@@ -226,7 +221,6 @@ def test_no_module_outside_the_kinds_compares_kinds():
     assert not found, "\n".join(found)
 
 
-# ---------------------------------------------------------------------------------------------------------
 # Each kind's hooks on hand-checked rows: encode (label alignment included), decode, score, the head's choice.
 # A vocabulary written out here, so that "cats" is two pieces (cat ##s) and "brussels" three.
 
@@ -255,8 +249,7 @@ def settings(**changes):
 
 
 def test_token_labels_sit_on_each_words_first_piece(pieces):
-    """Paper 5.3: a word's tag on its first sub-token, -100 on the others and on [CLS]/[SEP]; a word cut off by
-    max_seq_length has no label, and scores as "O"."""
+    """Paper §5.3: a word's tag on its first sub-token, -100 elsewhere; a word cut off scores as "O"."""
     task = TASKS["conll2003"]
     kind = task.kind
     split = datasets.Dataset.from_dict(
