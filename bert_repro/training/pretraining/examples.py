@@ -1,7 +1,6 @@
-"""Stage 1 of a pre-training run: documents read and split into training and held-out ones, the WordPiece
-vocabulary given or trained (kept in the output directory), then the examples from one of two sources that answer
-the same questions (`ExampleSource`): `BuiltExamples`, every phase's examples built before training into Arrow
-datasets, or `StreamedExamples` (--streaming), read while training, whose position is part of every checkpoint.
+"""Stage 1 of a pre-training run: documents split into training and held-out ones, the WordPiece vocabulary, then
+the examples from one of two `ExampleSource`s: `BuiltExamples` (Arrow datasets built before training) or
+`StreamedExamples` (--streaming, read while training; its position is part of every checkpoint).
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ logger = logging.getLogger(__name__)
 
 
 def corpus_source(run: DataSettings) -> str | list[str]:
-    """--corpus as the readers take it: one source, or the list of them."""
     if not run.corpus:
         raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
     return run.corpus[0] if len(run.corpus) == 1 else run.corpus
@@ -90,8 +88,7 @@ TOKENIZER_DIR = "tokenizer"  # the run's tokenizer until the run ends, when it i
 
 
 def kept_tokenizer_dir(output_dir: Path) -> Path:
-    """Where the run keeps its tokenizer: `TOKENIZER_DIR` while it trains, beside the model once finished (a finished
-    run extended reads it there)."""
+    """`TOKENIZER_DIR` while the run trains, the output directory once finished (where an extended run reads it)."""
     ending = output_dir / TOKENIZER_DIR
     finished = not (ending / "tokenizer.json").exists() and (output_dir / "tokenizer.json").exists()
     return output_dir if finished else ending
@@ -126,8 +123,7 @@ def get_tokenizer(run: DataSettings, train_documents: datasets.Dataset, output_d
 
 
 def build_datasets(run: DataSettings, configs: list[PreTrainingDataConfig], training, output_dir: Path):
-    """Documents -> tokenizer -> pre-training examples of each phase (`configs`) and of the held-out slice, with
-    statistics."""
+    """Documents -> tokenizer -> each phase's examples and the held-out ones, with their statistics."""
     documents = load_documents(run)
     train_docs, eval_docs = split_documents(documents, run, training.seed)
     tokenizer = get_tokenizer(run, train_docs, output_dir)
@@ -152,8 +148,7 @@ def build_datasets(run: DataSettings, configs: list[PreTrainingDataConfig], trai
 
 
 def held_out_examples(eval_docs: datasets.Dataset, tokenizer, data: PreTrainingDataConfig, run: DataSettings):
-    """(examples, statistics) of the held-out documents."""
-    # Fixed masks, so that every evaluation scores the same predictions (also with dynamic masking in training).
+    """(examples, statistics) of the held-out documents, with fixed masks: every evaluation scores the same ones."""
     eval_cfg = PreTrainingDataConfig(**{**asdict(data), "dupe_factor": 1, "static_masking": True})
     eval_tokenized = tokenize_documents(eval_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
     eval_dataset = create_pretraining_instances(
@@ -168,8 +163,8 @@ def held_out_examples(eval_docs: datasets.Dataset, tokenizer, data: PreTrainingD
 
 #: Streaming without --tokenizer: a WordPiece vocabulary is trained on this many documents from the stream's start.
 STREAM_TOKENIZER_DOCUMENTS = 10_000
-# With DataLoader workers a stream's position exists only at steps planned ahead, and each costs the workers a
-# write of their state (buffers included): a stop on a signal waits for the next multiple of this many steps.
+# With DataLoader workers a stream's position exists only at steps planned ahead, each a write of the workers'
+# state: a stop on a signal waits for the next multiple of this many steps.
 STREAM_STOP_EVERY = 20
 
 
@@ -177,7 +172,7 @@ def build_streaming_datasets(
     run: DataSettings, configs: list[PreTrainingDataConfig], training, output_dir: Path, steps: list[int]
 ):
     """--streaming: the stream's first documents held out (and a sample for a new tokenizer), then this process's
-    stream of examples for `steps` optimizer steps per phase (bert_repro.data.streaming); nothing is copied to disk."""
+    stream of examples for `steps` optimizer steps per phase; nothing is copied to disk."""
     source = corpus_source(run)
     reading = {
         "text_column": run.text_column,
@@ -208,7 +203,6 @@ def build_streaming_datasets(
         split_lines=run.split_lines,
         exclude={text_digest(text) for text in first[:held]},
     )
-    # One stream per DataLoader worker (each its own share of the corpus), or one read by this process.
     stream = WorkerStreams(
         make_stream,
         streams=max(1, training.dataloader_num_workers),
@@ -236,7 +230,7 @@ def build_streaming_datasets(
 
 
 def example_lengths(instances: datasets.Dataset) -> np.ndarray:
-    """Tokens of each example, in dataset order (read from the Arrow offsets, nothing decoded)."""
+    """Tokens of each example, read from the Arrow offsets."""
     return np.concatenate(
         [
             pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False)
@@ -258,15 +252,10 @@ def tokens_trained(statistics: dict, steps: list[int], global_batch_size: int, a
     return tokens
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The two example sources
-# ---------------------------------------------------------------------------------------------------------------
-
-
 @dataclass
 class PreparedData:
-    """What stage 1 hands on: the tokenizer, the training examples (per-phase datasets, or this process's stream),
-    the held-out examples (None: no held-out evaluation) and the statistics of both."""
+    """What stage 1 hands on; `train` is the per-phase datasets or this process's stream, `eval_dataset` None when
+    nothing is held out."""
 
     tokenizer: Any
     train: Any
@@ -277,8 +266,8 @@ class PreparedData:
 class ExampleSource(Protocol):
     """Where a run's examples come from, and all that depends on it (`plan`: the run's `PreTrainingPlan`)."""
 
-    streamed: bool  # whether its checkpoints hold a stream's position (`newest_valid_checkpoint`)
-    stop_every: int  # with DataLoader workers, a stop on a signal waits for a multiple of this many steps
+    streamed: bool  # whether its checkpoints hold a stream's position
+    stop_every: int  # see STREAM_STOP_EVERY
 
     def prepare(self, plan) -> PreparedData: ...
 
@@ -294,7 +283,7 @@ class ExampleSource(Protocol):
 
 
 class BuiltExamples:
-    """Every phase's examples built before training (Arrow datasets, cached by `datasets`)."""
+    """Every phase's examples built before training, cached by `datasets`."""
 
     streamed, stop_every = False, 0
 
@@ -316,7 +305,7 @@ class BuiltExamples:
         return []
 
     def tokens_per_second(self, trainer, prepared: PreparedData, plan, clock, elapsed: float):
-        """The tokens of every step the clock timed (all of them, unless it starts at from_step), over its time."""
+        """The tokens of every step the clock timed, over its time."""
         batch = plan.recipe.optimization.global_batch_size
         tokens = tokens_trained(prepared.statistics, list(plan.phase_steps), batch, after_step=clock.from_step)
         return round(tokens / clock.seconds(), 1)
@@ -328,7 +317,6 @@ class StreamedExamples:
     streamed = True
 
     def __init__(self, workers: int):
-        # A stream's position exists only at steps planned ahead when DataLoader workers read it.
         self.stop_every = STREAM_STOP_EVERY if workers else 0
 
     def prepare(self, plan) -> PreparedData:
@@ -345,8 +333,8 @@ class StreamedExamples:
         return []  # a stream's repetition is the corpus's passes, not known before it is read
 
     def callbacks(self, prepared: PreparedData, plan, resume_from: str | None) -> list:
-        """The stream's position saved with every checkpoint (and restored from `resume_from`), at the steps
-        where Trainer will save (its own rule, DefaultFlowCallback) or a stop may."""
+        """The stream's position saved at the steps where Trainer saves (DefaultFlowCallback's rule) or a stop may,
+        restored from `resume_from`."""
         training, stream = plan.training, prepared.train
         per_step = training.gradient_accumulation_steps  # batches
         if resume_from:
