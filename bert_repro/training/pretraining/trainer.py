@@ -1,8 +1,6 @@
-"""`PreTrainingTrainer`: Trainer that logs and evaluates the MLM and NSP losses and accuracies separately, and
-normalises the loss over the GLOBAL batch: the MLM loss is the mean over every masked token of the
-`global_batch_size` sequences however they are split into accumulation steps and processes, the NSP loss the mean
-over its sequences. So one batch of 16, two accumulated batches of 8 and two DDP ranks of 8 give the same update.
-Without NSP (`--objective mlm`, `ltr`) the loss has no NSP term; "ltr" logs `lm_loss` / `lm_accuracy`."""
+"""`PreTrainingTrainer`: Trainer that logs the MLM and NSP losses and accuracies separately, and averages each loss
+over the GLOBAL batch (every masked token, every sequence), so one batch of 16, two accumulated batches of 8 and two
+DDP ranks of 8 give the same update."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ def pretraining_sums(
     """Summed losses and counts of a batch: (mlm loss sum, mlm correct, masked tokens, nsp loss sum, nsp correct, n).
 
     `prediction_logits` is (batch, seq, vocab), (masked positions, vocab) from a sparse prediction, or (slots,
-    vocab) when the model was given `masked_positions` (pass them here too). The "mlm" entries are the token-level
-    task's (for "ltr" the next tokens). Without `next_sentence_label` the NSP entries are 0."""
+    vocab) with `masked_positions`. Without `next_sentence_label` the NSP entries are 0."""
     if prediction_logits.dim() == 2 and masked_positions is not None:
         mlm_logits, mlm_labels = prediction_logits.float(), labels.reshape(-1)[masked_positions.reshape(-1)]
     else:
@@ -55,8 +52,7 @@ def pretraining_sums(
 def metrics_from_sums(
     sums: torch.Tensor, prefix: str = "", objective: PreTrainingObjective | None = None
 ) -> dict[str, float]:
-    """The logged metrics of `objective` (the paper's BERT by default): the token-level task's loss and accuracy
-    (`mlm_*`, or `lm_*` for next-token prediction) and, with NSP, the NSP loss and accuracy."""
+    """The token-level task's loss and accuracy (`mlm_*`, or `lm_*` for "ltr") and, with NSP, NSP's."""
     objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
     s = dict(zip(_SUMS, sums.tolist()))
     mlm_n, nsp_n = max(s["mlm_count"], 1.0), max(s["nsp_count"], 1.0)
@@ -86,8 +82,7 @@ class PreTrainingTrainer(EngineTrainer):
     def get_train_dataloader(self):
         if not isinstance(self.train_dataset, WorkerStreams):
             return super().get_train_dataloader()
-        # This process's own part of the stream (accelerate's sharding would make every process read everything),
-        # one stream per worker, whose batches the DataLoader returns in turn (WorkerStreams).
+        # This process's own part of the stream: accelerate's sharding would make every process read everything.
         workers = self.args.dataloader_num_workers
         return DataLoader(
             self.train_dataset,
@@ -112,7 +107,6 @@ class PreTrainingTrainer(EngineTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels = inputs.pop("labels")
         next_sentence_label = inputs.pop("next_sentence_label", None)  # None: an objective without NSP
-        # With config.sparse_prediction the MLM decoder runs only at the masked positions (same loss, fewer FLOPs).
         outputs = model(**inputs, labels=labels)
         sums = pretraining_sums(
             outputs.prediction_logits,
@@ -134,9 +128,8 @@ class PreTrainingTrainer(EngineTrainer):
         return (loss, outputs) if return_outputs else loss
 
     def passes(self, step: int) -> float:
-        """The passes over the training examples that `step` optimizer steps make: each phase's examples drawn
-        over the examples it has, summed over the phases. Trainer's epoch counts passes over the sampler instead,
-        whose length is the run's steps x the batch (`PhasedSampler`): 1.0 at the end of any run."""
+        """Passes over the training examples after `step` optimizer steps, summed over the phases; Trainer's epoch
+        counts passes over the sampler instead, 1.0 at the end of any run (`PhasedSampler`)."""
         args = self.args
         drawn = step * args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
         total = 0.0
