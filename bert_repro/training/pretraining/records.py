@@ -31,8 +31,7 @@ def repetition_warnings(
     statistics: dict[str, dict], steps: list[int], global_batch_size: int, phase_cfgs: list[PreTrainingDataConfig]
 ) -> list[str]:
     """What a run repeats more than the paper does, per phase: the same masked examples (static masks), or its text.
-    A small corpus trained for many steps is memorised, its training loss parting from the held-out one (measured
-    in docs/studies.md, "Where this size spends its budget"), so the user hears it before the steps are spent."""
+    A small corpus trained for many steps is memorised (docs/studies.md, "Where this size spends its budget")."""
     warnings = []
     for i, (n, cfg) in enumerate(zip(steps, phase_cfgs)):
         examples = statistics.get(f"phase{i + 1}", {}).get("examples")
@@ -56,13 +55,11 @@ def repetition_warnings(
     return warnings
 
 
-# Fewer held-out examples than this score NSP (and MLM) too coarsely to compare runs: with 50 examples one example is
-# 2 points of NSP accuracy.
+# Fewer held-out examples than this score NSP too coarsely to compare runs (50: one example is 2 points).
 FEW_HELD_OUT_EXAMPLES = 50
 
 
 def held_out_warning(statistics: dict[str, dict]) -> str | None:
-    """One line when the held-out split is too small to score a run by."""
     examples = statistics.get("held_out", {}).get("examples")
     if examples is None or examples >= FEW_HELD_OUT_EXAMPLES:
         return None
@@ -78,7 +75,7 @@ def log_statistics(statistics: dict[str, dict]) -> None:
 
 
 def plot_curves(log_history: list[dict], path: Path, objective: PreTrainingObjective | None = None) -> None:
-    """Training and held-out curves of the pre-training metrics (those of `metrics_from_sums`), one panel each."""
+    """Training and held-out curves of the pre-training metrics, one panel each."""
     import matplotlib
 
     matplotlib.use("Agg")
