@@ -20,8 +20,7 @@ if TYPE_CHECKING:
 
 
 def model_config(model_settings: ModelSettings, objective: str = DEFAULT_OBJECTIVE, **fields) -> BertReproConfig:
-    """The preset with `fields` and --model_overrides, or --init_from's config, with the run's `objective`; settings
-    that cannot work are a ConfigurationError."""
+    """The preset with `fields` and --model_overrides, or --init_from's config; a ConfigurationError if invalid."""
     try:
         overrides = json.loads(model_settings.model_overrides) if model_settings.model_overrides else {}
     except json.JSONDecodeError as err:

@@ -61,9 +61,8 @@ def packed_rows(statistics: dict, num_phases: int) -> list[float]:
 
 
 class PhaseCollator:
-    """Routes each batch to the collator of its phase (each phase's prediction budget); rows that carry their masks
-    (the held-out slice) keep them. With `packing` and `compiled` (torch.compile) each phase's batches get one shape
-    (`PackingCollator.fixed_shape`), `rows_per_example[phase]` rows per example."""
+    """Routes each batch to its phase's collator; rows that carry their masks (held out) keep them. With `packing` and
+    `compiled` each phase's batches get one shape, `rows_per_example[phase]` rows per example."""
 
     def __init__(
         self,

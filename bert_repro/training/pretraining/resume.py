@@ -53,9 +53,8 @@ TRAINING_TIME = "training_time.json"
 
 
 class TrainingClock(TrainerCallback):
-    """The training time of all invocations of a run, recorded in each checkpoint (`training_time.json`), so that
-    `train_runtime_s` and `tokens_per_second` are the whole run's. Without that record the clock counts from the
-    checkpoint's step (`from_step`), and the results say so."""
+    """The training time of all invocations of a run, recorded in each checkpoint (`training_time.json`); without
+    that record the clock counts from the checkpoint's step (`from_step`), and the results say so."""
 
     def __init__(self, resume_from: str | Path | None):
         self.before, self.from_step = 0.0, 0
