@@ -12,17 +12,12 @@ from typing import Any
 from transformers import TrainingArguments
 
 from ...data.pretraining_examples import PreTrainingDataConfig
-from ..cli import (
-    ConfigurationError,
-    check_trainer_settings,
-    fit_to_this_machine,
-    importable,
-)
+from ..cli import ConfigurationError, check_trainer_settings, fit_to_this_machine, importable
 from ..distributed import check_engine
 from .examples import ExampleSource, example_source
 from .model import model_config
 from .phases import phase_configs, phase_steps
-from .recipe import PreTrainingRecipe, check_values, check_vocabulary, gradient_accumulation, run_identity
+from .recipe import PreTrainingRecipe, check_values, check_vocabulary, gradient_accumulation
 
 
 @dataclass(frozen=True)
@@ -37,11 +32,6 @@ class PreTrainingPlan:
     plot: bool  # training_curves.png at the end
     record: dict[str, Any]  # run_config.json: the recipe, whole
     warnings: tuple[str, ...]  # said once the log is set up
-
-    @property
-    def identity(self) -> dict[str, Any]:
-        """What a resumption in the output directory must share with the run there (`run_identity`)."""
-        return run_identity(self.record)
 
 
 def check(recipe: PreTrainingRecipe) -> None:
@@ -82,11 +72,7 @@ def plan(recipe: PreTrainingRecipe) -> PreTrainingPlan:
     """Check `recipe` (`check`) and resolve what the run does with it."""
     check(recipe)
     training = recipe.training
-    warnings = []
-    if warning := recipe.model.torch_compile_warning(training.torch_compile):
-        warnings.append(warning)
-    if warning := warmup_warning(training):
-        warnings.append(warning)
+    warnings = [w for w in (recipe.model.torch_compile_warning(training.torch_compile), warmup_warning(training)) if w]
     plot = recipe.output.plot and importable("matplotlib")
     if recipe.output.plot and not plot:
         warnings.append(

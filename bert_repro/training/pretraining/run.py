@@ -77,14 +77,13 @@ class OpenedRun:
 
 
 def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
-    """The directory holds nothing or this run, the Hub takes the push, the directory is locked for this run and the
-    checkpoint to resume is complete: all said before any data work."""
+    """The directory checked and locked for this run, the push and the checkpoint to resume checked: before any data."""
     recipe, training, output_dir = plan.recipe, plan.training, plan.output_dir
 
     def check_dir() -> dict:
         return check_output_dir(
             output_dir,
-            plan.identity,
+            run_identity(plan.record),
             resume=plan.resume is not None,
             overwrite=recipe.output.overwrite_output_dir,
             identity=run_identity,
@@ -95,7 +94,6 @@ def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
     if grown:
         check_extension(grown, recipe)
     push_to = take_push_request(training)
-    # one run per directory from here on (what --overwrite_output_dir replaces moved aside)
     lock_output_dir_once(output_dir, training, check_dir, overwrite=recipe.output.overwrite_output_dir)
     resume_from = checkpoint_to_resume(output_dir, plan.resume, streamed=plan.source.streamed)
     if grown and training.process_index == 0:
