@@ -1,5 +1,5 @@
 """Stage 1 of a pre-training run: documents split into training and held-out ones, the WordPiece vocabulary, then
-the examples from one of two `ExampleSource`s: `BuiltExamples` (Arrow datasets built before training) or
+the examples from one of two sources (`ExampleSource`): `BuiltExamples` (Arrow datasets built before training) or
 `StreamedExamples` (--streaming, read while training; its position is part of every checkpoint).
 """
 
@@ -10,7 +10,7 @@ import logging
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import datasets
 import numpy as np
@@ -52,16 +52,13 @@ def corpus_source(run: DataSettings) -> str | list[str]:
     return run.corpus[0] if len(run.corpus) == 1 else run.corpus
 
 
+def corpus_reading(run: DataSettings) -> dict[str, Any]:
+    """How --corpus is read, as `load_corpus` and the stream's readers take it."""
+    return {key: getattr(run, key) for key in ("text_column", "document_boundary", "hub_config", "split")}
+
+
 def load_documents(run: DataSettings) -> datasets.Dataset:
-    source = corpus_source(run)
-    documents = load_corpus(
-        source,
-        text_column=run.text_column,
-        document_boundary=run.document_boundary,
-        hub_config=run.hub_config,
-        split=run.split,
-        num_proc=run.num_proc,
-    )
+    documents = load_corpus(corpus_source(run), **corpus_reading(run), num_proc=run.num_proc)
     if run.max_documents is not None and len(documents) > run.max_documents:
         documents = documents.select(range(run.max_documents))
     return documents
@@ -171,15 +168,8 @@ STREAM_STOP_EVERY = 20
 def build_streaming_datasets(
     run: DataSettings, configs: list[PreTrainingDataConfig], training, output_dir: Path, steps: list[int]
 ):
-    """--streaming: the stream's first documents held out (and a sample for a new tokenizer), then this process's
-    stream of examples for `steps` optimizer steps per phase; nothing is copied to disk."""
-    source = corpus_source(run)
-    reading = {
-        "text_column": run.text_column,
-        "document_boundary": run.document_boundary,
-        "hub_config": run.hub_config,
-        "split": run.split,
-    }
+    """--streaming: the stream's first documents held out, then this process's stream; nothing is copied to disk."""
+    source, reading = corpus_source(run), corpus_reading(run)
     held = run.stream_held_out_documents
     need_sample = not run.tokenizer and not (kept_tokenizer_dir(output_dir) / "tokenizer.json").exists()
     first = first_documents(
@@ -254,32 +244,12 @@ def tokens_trained(statistics: dict, steps: list[int], global_batch_size: int, a
 
 @dataclass
 class PreparedData:
-    """What stage 1 hands on; `train` is the per-phase datasets or this process's stream, `eval_dataset` None when
-    nothing is held out."""
+    """What stage 1 hands on; `train` is the per-phase datasets or this process's stream."""
 
     tokenizer: Any
     train: Any
     eval_dataset: datasets.Dataset | None
     statistics: dict[str, Any]
-
-
-class ExampleSource(Protocol):
-    """Where a run's examples come from, and all that depends on it (`plan`: the run's `PreTrainingPlan`)."""
-
-    streamed: bool  # whether its checkpoints hold a stream's position
-    stop_every: int  # see STREAM_STOP_EVERY
-
-    def prepare(self, plan) -> PreparedData: ...
-
-    def train_dataset(self, prepared: PreparedData): ...
-
-    def phase_sizes(self, prepared: PreparedData) -> list[int] | None: ...
-
-    def warnings(self, prepared: PreparedData, plan) -> list[str]: ...
-
-    def callbacks(self, prepared: PreparedData, plan, resume_from: str | None) -> list: ...
-
-    def tokens_per_second(self, trainer, prepared: PreparedData, plan, clock, elapsed: float): ...
 
 
 class BuiltExamples:
@@ -291,8 +261,7 @@ class BuiltExamples:
         return PreparedData(*build_datasets(plan.recipe.data, list(plan.phase_configs), plan.training, plan.output_dir))
 
     def train_dataset(self, prepared: PreparedData):
-        phases = prepared.train
-        return phases[0] if len(phases) == 1 else datasets.concatenate_datasets(phases)
+        return datasets.concatenate_datasets(prepared.train) if len(prepared.train) > 1 else prepared.train[0]
 
     def phase_sizes(self, prepared: PreparedData) -> list[int]:
         return [len(p) for p in prepared.train]
@@ -314,7 +283,7 @@ class BuiltExamples:
 class StreamedExamples:
     """--streaming: this process's stream of examples, all phases in one, read while training."""
 
-    streamed = True
+    streamed = True  # its checkpoints hold the stream's position
 
     def __init__(self, workers: int):
         self.stop_every = STREAM_STOP_EVERY if workers else 0
@@ -333,8 +302,7 @@ class StreamedExamples:
         return []  # a stream's repetition is the corpus's passes, not known before it is read
 
     def callbacks(self, prepared: PreparedData, plan, resume_from: str | None) -> list:
-        """The stream's position saved at the steps where Trainer saves (DefaultFlowCallback's rule) or a stop may,
-        restored from `resume_from`."""
+        """The stream's position saved where Trainer saves (DefaultFlowCallback's rule) or a stop may, and restored."""
         training, stream = plan.training, prepared.train
         per_step = training.gradient_accumulation_steps  # batches
         if resume_from:
@@ -358,6 +326,10 @@ class StreamedExamples:
         """The tokens this invocation trained on, summed over the processes, over its time."""
         seen = torch.tensor(float(trainer.tokens_seen), device=plan.training.device)
         return round(trainer.accelerator.reduce(seen, reduction="sum").item() / elapsed, 1)
+
+
+# Where a run's examples come from, and all that depends on it: the two answer the same questions.
+ExampleSource = BuiltExamples | StreamedExamples
 
 
 def example_source(recipe) -> ExampleSource:
