@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from dataclasses import replace as replace_fields
 from pathlib import Path
 from typing import Any
@@ -70,13 +70,11 @@ class DataSettings:
     hub_config: str | None = flag(None, "Config of a Hub dataset (e.g. 20231101.en).")
     split: str = flag("train", "Split of a Hub dataset.")
     text_column: str = flag("text", "Column holding the text in table files.")
-    document_boundary: str = field(
-        default="blank_line",
-        metadata={
-            "choices": ["blank_line", "file", "wikitext"],
-            "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file); "
-            "'wikitext': WikiText's rows joined into articles at their ' = Title = ' lines.",
-        },
+    document_boundary: str = flag(
+        "blank_line",
+        "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file); "
+        "'wikitext': WikiText's rows joined into articles at their ' = Title = ' lines.",
+        choices=["blank_line", "file", "wikitext"],
     )
     split_lines: bool = flag(
         False, "Every line break ends a sentence (one paragraph per line), instead of hard-wrapped text."
@@ -152,10 +150,7 @@ class OptimizationSettings:
     """What transformers' TrainingArguments does not hold: the global batch and the optimizer."""
 
     global_batch_size: int = flag(256, "Sequences per optimizer step; gradient accumulation is derived from it.")
-    optimizer: str = field(
-        default="adamw",
-        metadata={"choices": ["adamw", "bert_adam", "lamb"], "help": "adamw, bert_adam (reference code) or lamb."},
-    )
+    optimizer: str = flag("adamw", "adamw, bert_adam (reference code) or lamb.", choices=["adamw", "bert_adam", "lamb"])
 
 
 @dataclass
@@ -221,11 +216,8 @@ class PreTrainingRecipe:
     output: OutputSettings
 
     def __post_init__(self):
-        first = self.phases[0] if self.phases else None
-        if first is None or (first.max_seq_length, first.max_predictions_per_seq) != (
-            self.examples.max_seq_length,
-            self.examples.max_predictions_per_seq,
-        ):
+        lengths = (self.examples.max_seq_length, self.examples.max_predictions_per_seq)
+        if not self.phases or (self.phases[0].max_seq_length, self.phases[0].max_predictions_per_seq) != lengths:
             raise ConfigurationError(
                 "The recipe's first phase must have the examples' max_seq_length and max_predictions_per_seq "
                 "(build it with from_args, from_yaml or replace)."
@@ -257,8 +249,7 @@ class PreTrainingRecipe:
         return PhaseFlags(second.fraction, second.max_seq_length, second.max_predictions_per_seq)
 
     def replace(self, **changes: Any) -> PreTrainingRecipe:
-        """A copy with `changes`, each named as its flag (`max_steps=500`, `corpus=["books/"]`,
-        `phase2_fraction=0`); an unknown name is a ConfigurationError naming the closest."""
+        """A copy with `changes` named as their flags (`max_steps=500`); an unknown name is a ConfigurationError."""
         by_section: dict[str, dict[str, Any]] = {}
         for name, value in changes.items():
             if name not in SECTION_OF:
@@ -291,8 +282,7 @@ class PreTrainingRecipe:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> PreTrainingRecipe:
-        """A run's record (`to_dict`), to read, not to run: missing settings take their defaults, and `training` is
-        not checked against this machine (a GPU run's bf16 on a CPU)."""
+        """A run's record, to read, not to run: `training` is not checked against this machine (a GPU's bf16)."""
         sections = {
             name: _filled(cls_, record.get(name) or {})
             for name, cls_ in SECTION_CLASSES.items()
