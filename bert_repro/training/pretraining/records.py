@@ -1,5 +1,4 @@
-"""What a pre-training run reports: tables in the log, warnings when it repeats its data more than the paper
-did, and the training and held-out curves (`training_curves.png`)."""
+"""What a pre-training run reports: log tables, warnings when it repeats its data more than the paper did, curves."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...atomic import atomic_path
-from ...model.configuration_bert_repro import DEFAULT_OBJECTIVE, PreTrainingObjective, pretraining_objective
+from ...model.configuration_bert_repro import PreTrainingObjective
 
 if TYPE_CHECKING:
     from ...data.pretraining_examples import PreTrainingDataConfig
@@ -74,20 +73,17 @@ def log_statistics(statistics: dict[str, dict]) -> None:
         log_table(f"pre-training data, {name}", {k: v for k, v in stats.items() if not isinstance(v, (dict, list))})
 
 
-def plot_curves(log_history: list[dict], path: Path, objective: PreTrainingObjective | None = None) -> None:
+def plot_curves(log_history: list[dict], path: Path, objective: PreTrainingObjective) -> None:
     """Training and held-out curves of the pre-training metrics, one panel each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
     task = objective.token_task
-    panels = (
-        [f"{task}_loss", "nsp_loss", f"{task}_accuracy", "nsp_accuracy"]
-        if objective.next_sentence
-        else [f"{task}_loss", f"{task}_accuracy"]
-    )
+    panels = [f"{task}_loss", "nsp_loss", f"{task}_accuracy", "nsp_accuracy"]
+    if not objective.next_sentence:
+        panels = [f"{task}_loss", f"{task}_accuracy"]
     fig, axes = plt.subplots(len(panels) // 2, 2, figsize=(10, 3.5 * (len(panels) // 2)), squeeze=False)
     for ax, key in zip(axes.flat, panels):
         for prefix, style in (("", "-"), ("eval_", "o-")):

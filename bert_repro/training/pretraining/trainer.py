@@ -1,6 +1,5 @@
-"""`PreTrainingTrainer`: Trainer that logs the MLM and NSP losses and accuracies separately, and averages each loss
-over the GLOBAL batch (every masked token, every sequence), so one batch of 16, two accumulated batches of 8 and two
-DDP ranks of 8 give the same update."""
+"""`PreTrainingTrainer`: Trainer that logs the MLM and NSP losses and accuracies separately and averages each loss over
+the GLOBAL batch: one batch of 16, two accumulated batches of 8 and two DDP ranks of 8 give the same update."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from ...data.pretraining_examples import IGNORE_INDEX
 from ...data.streaming import WorkerStreams
-from ...model.configuration_bert_repro import DEFAULT_OBJECTIVE, PreTrainingObjective, pretraining_objective
+from ...model.configuration_bert_repro import PreTrainingObjective
 from ..distributed import EngineTrainer
 from .phases import PhasedSampler
 
@@ -49,11 +48,8 @@ def pretraining_sums(
     return torch.stack(mlm + nsp)
 
 
-def metrics_from_sums(
-    sums: torch.Tensor, prefix: str = "", objective: PreTrainingObjective | None = None
-) -> dict[str, float]:
+def metrics_from_sums(sums: torch.Tensor, prefix: str, objective: PreTrainingObjective) -> dict[str, float]:
     """The token-level task's loss and accuracy (`mlm_*`, or `lm_*` for "ltr") and, with NSP, NSP's."""
-    objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
     s = dict(zip(_SUMS, sums.tolist()))
     mlm_n, nsp_n = max(s["mlm_count"], 1.0), max(s["nsp_count"], 1.0)
     task, nsp = f"{prefix}{objective.token_task}", objective.next_sentence
@@ -144,7 +140,7 @@ class PreTrainingTrainer(EngineTrainer):
             sums = self._train_sums
             if self.accelerator.num_processes > 1:
                 sums = self.accelerator.reduce(sums, reduction="sum")
-            logs.update(metrics_from_sums(sums, objective=self.model.config.pretraining_objective))
+            logs.update(metrics_from_sums(sums, "", self.model.config.pretraining_objective))
             self._train_sums = None
         epoch = self.state.epoch
         if self.phase_sizes is not None and epoch is not None:  # a stream's size is unknown: Trainer's count stays
@@ -173,9 +169,7 @@ class PreTrainingTrainer(EngineTrainer):
         if self.accelerator.num_processes > 1:
             sums = self.accelerator.reduce(sums, reduction="sum")
         model.train(was_training)
-        metrics = metrics_from_sums(
-            sums, prefix=f"{metric_key_prefix}_", objective=self.model.config.pretraining_objective
-        )
+        metrics = metrics_from_sums(sums, f"{metric_key_prefix}_", self.model.config.pretraining_objective)
         metrics[f"{metric_key_prefix}_loss"] = sum(v for k, v in metrics.items() if k.endswith("_loss"))
         metrics[f"{metric_key_prefix}_runtime"] = round(time.time() - start, 3)
         self.log(metrics)
