@@ -282,7 +282,8 @@ class PreTrainingRecipe:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> PreTrainingRecipe:
-        """A run's record, to read, not to run: `training` is not checked against this machine (a GPU's bf16)."""
+        """A run's record, to read, not to run: missing settings take their defaults, and `training` is not checked
+        against this machine (a GPU run's bf16 on a CPU)."""
         sections = {
             name: _filled(cls_, record.get(name) or {})
             for name, cls_ in SECTION_CLASSES.items()

@@ -68,8 +68,6 @@ def run_pretraining(recipe: PreTrainingRecipe) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class OpenedRun:
-    """The output directory, taken."""
-
     grown: dict[str, tuple[Any, Any]]  # {"training.max_steps": (saved, new)} when the run is extended
     resume_from: str | None  # the checkpoint Trainer resumes from
     push_to: PushRequest | None  # --push_to_hub, checked with the Hub
