@@ -108,7 +108,8 @@ def warmup_warning(training: TrainingArguments) -> str | None:
 
 
 def trainer_arguments(recipe: PreTrainingRecipe) -> TrainingArguments:
-    """The run's own copy of the recipe's TrainingArguments, with what the recipe derives (Trainer pickles it)."""
+    """The run's own copy of the recipe's TrainingArguments, with what the recipe derives: Trainer pickles it into
+    every checkpoint (`take_push_request` takes the Hub token out of it first)."""
     training = replace_fields(recipe.training)
     training.gradient_accumulation_steps = gradient_accumulation(recipe)
     if recipe.data.streaming:
