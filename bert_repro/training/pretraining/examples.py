@@ -1,7 +1,6 @@
-"""Stage 1 of a pre-training run: documents read and split into training and held-out ones, the WordPiece
-vocabulary given or trained (kept in the output directory), then the examples from one of two sources that answer
-the same questions (`ExampleSource`): `BuiltExamples`, every phase's examples built before training into Arrow
-datasets, or `StreamedExamples` (--streaming), read while training, whose position is part of every checkpoint.
+"""Stage 1 of a pre-training run: documents split into training and held-out ones, the WordPiece vocabulary, then
+the examples from one of two sources (`ExampleSource`): `BuiltExamples` (Arrow datasets built before training) or
+`StreamedExamples` (--streaming, read while training; its position is part of every checkpoint).
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import logging
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import datasets
 import numpy as np
@@ -48,22 +47,18 @@ logger = logging.getLogger(__name__)
 
 
 def corpus_source(run: DataSettings) -> str | list[str]:
-    """--corpus as the readers take it: one source, or the list of them."""
     if not run.corpus:
         raise ConfigurationError("No corpus given: pass --corpus (a folder of .txt files, files, or a Hub dataset id).")
     return run.corpus[0] if len(run.corpus) == 1 else run.corpus
 
 
+def corpus_reading(run: DataSettings) -> dict[str, Any]:
+    """How --corpus is read, as `load_corpus` and the stream's readers take it."""
+    return {key: getattr(run, key) for key in ("text_column", "document_boundary", "hub_config", "split")}
+
+
 def load_documents(run: DataSettings) -> datasets.Dataset:
-    source = corpus_source(run)
-    documents = load_corpus(
-        source,
-        text_column=run.text_column,
-        document_boundary=run.document_boundary,
-        hub_config=run.hub_config,
-        split=run.split,
-        num_proc=run.num_proc,
-    )
+    documents = load_corpus(corpus_source(run), **corpus_reading(run), num_proc=run.num_proc)
     if run.max_documents is not None and len(documents) > run.max_documents:
         documents = documents.select(range(run.max_documents))
     return documents
@@ -90,8 +85,7 @@ TOKENIZER_DIR = "tokenizer"  # the run's tokenizer until the run ends, when it i
 
 
 def kept_tokenizer_dir(output_dir: Path) -> Path:
-    """Where the run keeps its tokenizer: `TOKENIZER_DIR` while it trains, beside the model once finished (a finished
-    run extended reads it there)."""
+    """`TOKENIZER_DIR` while the run trains, the output directory once finished (where an extended run reads it)."""
     ending = output_dir / TOKENIZER_DIR
     finished = not (ending / "tokenizer.json").exists() and (output_dir / "tokenizer.json").exists()
     return output_dir if finished else ending
@@ -126,8 +120,7 @@ def get_tokenizer(run: DataSettings, train_documents: datasets.Dataset, output_d
 
 
 def build_datasets(run: DataSettings, configs: list[PreTrainingDataConfig], training, output_dir: Path):
-    """Documents -> tokenizer -> pre-training examples of each phase (`configs`) and of the held-out slice, with
-    statistics."""
+    """Documents -> tokenizer -> each phase's examples and the held-out ones, with their statistics."""
     documents = load_documents(run)
     train_docs, eval_docs = split_documents(documents, run, training.seed)
     tokenizer = get_tokenizer(run, train_docs, output_dir)
@@ -152,8 +145,7 @@ def build_datasets(run: DataSettings, configs: list[PreTrainingDataConfig], trai
 
 
 def held_out_examples(eval_docs: datasets.Dataset, tokenizer, data: PreTrainingDataConfig, run: DataSettings):
-    """(examples, statistics) of the held-out documents."""
-    # Fixed masks, so that every evaluation scores the same predictions (also with dynamic masking in training).
+    """(examples, statistics) of the held-out documents, with fixed masks: every evaluation scores the same ones."""
     eval_cfg = PreTrainingDataConfig(**{**asdict(data), "dupe_factor": 1, "static_masking": True})
     eval_tokenized = tokenize_documents(eval_docs, tokenizer, split_lines=run.split_lines, num_proc=run.num_proc)
     eval_dataset = create_pretraining_instances(
@@ -168,23 +160,16 @@ def held_out_examples(eval_docs: datasets.Dataset, tokenizer, data: PreTrainingD
 
 #: Streaming without --tokenizer: a WordPiece vocabulary is trained on this many documents from the stream's start.
 STREAM_TOKENIZER_DOCUMENTS = 10_000
-# With DataLoader workers a stream's position exists only at steps planned ahead, and each costs the workers a
-# write of their state (buffers included): a stop on a signal waits for the next multiple of this many steps.
+# With DataLoader workers a stream's position exists only at steps planned ahead, each a write of the workers'
+# state: a stop on a signal waits for the next multiple of this many steps.
 STREAM_STOP_EVERY = 20
 
 
 def build_streaming_datasets(
     run: DataSettings, configs: list[PreTrainingDataConfig], training, output_dir: Path, steps: list[int]
 ):
-    """--streaming: the stream's first documents held out (and a sample for a new tokenizer), then this process's
-    stream of examples for `steps` optimizer steps per phase (bert_repro.data.streaming); nothing is copied to disk."""
-    source = corpus_source(run)
-    reading = {
-        "text_column": run.text_column,
-        "document_boundary": run.document_boundary,
-        "hub_config": run.hub_config,
-        "split": run.split,
-    }
+    """--streaming: the stream's first documents held out, then this process's stream; nothing is copied to disk."""
+    source, reading = corpus_source(run), corpus_reading(run)
     held = run.stream_held_out_documents
     need_sample = not run.tokenizer and not (kept_tokenizer_dir(output_dir) / "tokenizer.json").exists()
     first = first_documents(
@@ -208,7 +193,6 @@ def build_streaming_datasets(
         split_lines=run.split_lines,
         exclude={text_digest(text) for text in first[:held]},
     )
-    # One stream per DataLoader worker (each its own share of the corpus), or one read by this process.
     stream = WorkerStreams(
         make_stream,
         streams=max(1, training.dataloader_num_workers),
@@ -236,7 +220,7 @@ def build_streaming_datasets(
 
 
 def example_lengths(instances: datasets.Dataset) -> np.ndarray:
-    """Tokens of each example, in dataset order (read from the Arrow offsets, nothing decoded)."""
+    """Tokens of each example, read from the Arrow offsets."""
     return np.concatenate(
         [
             pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False)
@@ -258,15 +242,9 @@ def tokens_trained(statistics: dict, steps: list[int], global_batch_size: int, a
     return tokens
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The two example sources
-# ---------------------------------------------------------------------------------------------------------------
-
-
 @dataclass
 class PreparedData:
-    """What stage 1 hands on: the tokenizer, the training examples (per-phase datasets, or this process's stream),
-    the held-out examples (None: no held-out evaluation) and the statistics of both."""
+    """What stage 1 hands on; `train` is the per-phase datasets or this process's stream."""
 
     tokenizer: Any
     train: Any
@@ -274,27 +252,8 @@ class PreparedData:
     statistics: dict[str, Any]
 
 
-class ExampleSource(Protocol):
-    """Where a run's examples come from, and all that depends on it (`plan`: the run's `PreTrainingPlan`)."""
-
-    streamed: bool  # whether its checkpoints hold a stream's position (`newest_valid_checkpoint`)
-    stop_every: int  # with DataLoader workers, a stop on a signal waits for a multiple of this many steps
-
-    def prepare(self, plan) -> PreparedData: ...
-
-    def train_dataset(self, prepared: PreparedData): ...
-
-    def phase_sizes(self, prepared: PreparedData) -> list[int] | None: ...
-
-    def warnings(self, prepared: PreparedData, plan) -> list[str]: ...
-
-    def callbacks(self, prepared: PreparedData, plan, resume_from: str | None) -> list: ...
-
-    def tokens_per_second(self, trainer, prepared: PreparedData, plan, clock, elapsed: float): ...
-
-
 class BuiltExamples:
-    """Every phase's examples built before training (Arrow datasets, cached by `datasets`)."""
+    """Every phase's examples built before training, cached by `datasets`."""
 
     streamed, stop_every = False, 0
 
@@ -302,8 +261,7 @@ class BuiltExamples:
         return PreparedData(*build_datasets(plan.recipe.data, list(plan.phase_configs), plan.training, plan.output_dir))
 
     def train_dataset(self, prepared: PreparedData):
-        phases = prepared.train
-        return phases[0] if len(phases) == 1 else datasets.concatenate_datasets(phases)
+        return datasets.concatenate_datasets(prepared.train) if len(prepared.train) > 1 else prepared.train[0]
 
     def phase_sizes(self, prepared: PreparedData) -> list[int]:
         return [len(p) for p in prepared.train]
@@ -316,7 +274,7 @@ class BuiltExamples:
         return []
 
     def tokens_per_second(self, trainer, prepared: PreparedData, plan, clock, elapsed: float):
-        """The tokens of every step the clock timed (all of them, unless it starts at from_step), over its time."""
+        """The tokens of every step the clock timed, over its time."""
         batch = plan.recipe.optimization.global_batch_size
         tokens = tokens_trained(prepared.statistics, list(plan.phase_steps), batch, after_step=clock.from_step)
         return round(tokens / clock.seconds(), 1)
@@ -325,10 +283,9 @@ class BuiltExamples:
 class StreamedExamples:
     """--streaming: this process's stream of examples, all phases in one, read while training."""
 
-    streamed = True
+    streamed = True  # its checkpoints hold the stream's position
 
     def __init__(self, workers: int):
-        # A stream's position exists only at steps planned ahead when DataLoader workers read it.
         self.stop_every = STREAM_STOP_EVERY if workers else 0
 
     def prepare(self, plan) -> PreparedData:
@@ -345,8 +302,7 @@ class StreamedExamples:
         return []  # a stream's repetition is the corpus's passes, not known before it is read
 
     def callbacks(self, prepared: PreparedData, plan, resume_from: str | None) -> list:
-        """The stream's position saved with every checkpoint (and restored from `resume_from`), at the steps
-        where Trainer will save (its own rule, DefaultFlowCallback) or a stop may."""
+        """The stream's position saved where Trainer saves (DefaultFlowCallback's rule) or a stop may, and restored."""
         training, stream = plan.training, prepared.train
         per_step = training.gradient_accumulation_steps  # batches
         if resume_from:
@@ -370,6 +326,10 @@ class StreamedExamples:
         """The tokens this invocation trained on, summed over the processes, over its time."""
         seen = torch.tensor(float(trainer.tokens_seen), device=plan.training.device)
         return round(trainer.accelerator.reduce(seen, reduction="sum").item() / elapsed, 1)
+
+
+# Where a run's examples come from, and all that depends on it: the two answer the same questions.
+ExampleSource = BuiltExamples | StreamedExamples
 
 
 def example_source(recipe) -> ExampleSource:

@@ -1,5 +1,4 @@
-"""The model a pre-training run trains: its config from the preset, --model_overrides or --init_from's
-checkpoint, with the run's objective and speed switches; settings that cannot work are a ConfigurationError."""
+"""The model a pre-training run trains, from --preset and --model_overrides or --init_from's checkpoint."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ if TYPE_CHECKING:
 
 
 def model_config(model_settings: ModelSettings, objective: str = DEFAULT_OBJECTIVE, **fields) -> BertReproConfig:
-    """The model's config: the preset with `fields` and --model_overrides, or --init_from's config, with the run's
-    `objective` (--objective; the data are built for it too). Settings that cannot work are a ConfigurationError."""
+    """The preset with `fields` and --model_overrides, or --init_from's config; a ConfigurationError if invalid."""
     try:
         overrides = json.loads(model_settings.model_overrides) if model_settings.model_overrides else {}
     except json.JSONDecodeError as err:
@@ -92,7 +90,6 @@ def build_model(
 
 
 def allow_data_dependent_shapes() -> None:
-    """Let torch.compile trace a packed batch whole: how many examples its rows hold (the pooler's and the NSP
-    head's rows) is known from the data only, which dynamo otherwise leaves to eager code between graphs."""
+    """Let torch.compile trace a packed batch whole: how many examples its rows hold is known from the data only."""
     torch._dynamo.config.capture_dynamic_output_shape_ops = True
     torch._dynamo.config.capture_scalar_outputs = True

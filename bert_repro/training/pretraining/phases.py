@@ -1,7 +1,5 @@
 """The paper's two-phase schedule (90% of the steps at 128 tokens, then 512) inside ONE Trainer run, so there is
-one learning-rate schedule across both phases and resuming works anywhere: each phase's data config and steps,
-`PhasedSampler` (the examples drawn phase after phase) and `PhaseCollator` (each batch to its phase's collator,
-packed or not)."""
+one learning-rate schedule across both phases and resuming works anywhere."""
 
 from __future__ import annotations
 
@@ -34,11 +32,8 @@ def phase_steps(max_steps: int, phase2_fraction: float, num_phases: int) -> list
 
 
 class PhasedSampler(Sampler[int]):
-    """Indices into the concatenated phase datasets: `samples[p]` draws from phase p, in phase order.
-
-    Each phase is drawn in passes over its examples, reshuffled every pass, with a seeded generator: the same
-    order on every process and after resumption (Trainer skips the batches already seen).
-    """
+    """Indices into the concatenated phase datasets: `samples[p]` draws from phase p, in phase order, in passes
+    reshuffled by a seeded generator (the same order on every process and after resumption)."""
 
     def __init__(self, sizes: list[int], samples: list[int], seed: int):
         if any(n > 0 and size == 0 for size, n in zip(sizes, samples)):
@@ -61,18 +56,13 @@ class PhasedSampler(Sampler[int]):
 
 
 def packed_rows(statistics: dict, num_phases: int) -> list[float]:
-    """Each phase's packed rows per example for `PhaseCollator` from the recipe's data statistics (its padding
-    statistics, drawn with the training batch size); one row per example where a phase has none (streamed data)."""
+    """Each phase's packed rows per example from its padding statistics; one where a phase has none (streamed)."""
     return [packed_rows_per_example(statistics.get(f"phase{i + 1}", {}).get("padding", {})) for i in range(num_phases)]
 
 
 class PhaseCollator:
-    """Routes each batch to the collator of its phase (dynamic masking uses each phase's prediction budget);
-    rows that carry their masks (the held-out slice) always keep them, with their phase's prediction budget.
-    With `packing`, each phase packs its batches into rows of its max_seq_length; `compiled` (torch.compile)
-    then gives each phase's batches one shape (`PackingCollator.fixed_shape`): rows of max_seq_length,
-    `rows_per_example[phase]` rows per example (`packed_rows`: from the phase's padding statistics; one row per
-    example without them, enough for any batch), one NSP label and [CLS] position per example."""
+    """Routes each batch to its phase's collator; rows that carry their masks (held out) keep them. With `packing` and
+    `compiled` each phase's batches get one shape, `rows_per_example[phase]` rows per example."""
 
     def __init__(
         self,

@@ -1,6 +1,5 @@
-"""What a pre-training recipe means, resolved once before any work: `plan(recipe) -> PreTrainingPlan`. The recipe
-stays as given; the plan holds what the run does with it (the Trainer's arguments with what they derive, each
-phase's examples and steps, the example source, the record). Nothing here reads the corpus or writes a file.
+"""`plan(recipe) -> PreTrainingPlan`: what the run does with a recipe (Trainer's arguments with what they derive,
+each phase's examples and steps, the example source), checked and resolved once, before the corpus is read.
 """
 
 from __future__ import annotations
@@ -13,17 +12,12 @@ from typing import Any
 from transformers import TrainingArguments
 
 from ...data.pretraining_examples import PreTrainingDataConfig
-from ..cli import (
-    ConfigurationError,
-    check_trainer_settings,
-    fit_to_this_machine,
-    importable,
-)
+from ..cli import ConfigurationError, check_trainer_settings, fit_to_this_machine, importable
 from ..distributed import check_engine
 from .examples import ExampleSource, example_source
 from .model import model_config
 from .phases import phase_configs, phase_steps
-from .recipe import PreTrainingRecipe, check_values, check_vocabulary, gradient_accumulation, run_identity
+from .recipe import PreTrainingRecipe, check_values, check_vocabulary, gradient_accumulation
 
 
 @dataclass(frozen=True)
@@ -39,15 +33,9 @@ class PreTrainingPlan:
     record: dict[str, Any]  # run_config.json: the recipe, whole
     warnings: tuple[str, ...]  # said once the log is set up
 
-    @property
-    def identity(self) -> dict[str, Any]:
-        """What a resumption in the output directory must share with the run there (`run_identity`)."""
-        return run_identity(self.record)
-
 
 def check(recipe: PreTrainingRecipe) -> None:
-    """The one place where a pre-training recipe is checked, before any data work; a new setting gets its check
-    here. The output directory and the Hub request are checked next by the run, the corpus files as they are read."""
+    """The one place where a pre-training recipe is checked, before any data work; a new setting gets its check here."""
     data, training = recipe.data, recipe.training
     check_values(recipe)
     check_engine(training, optimizer=recipe.optimization.optimizer)
@@ -84,11 +72,7 @@ def plan(recipe: PreTrainingRecipe) -> PreTrainingPlan:
     """Check `recipe` (`check`) and resolve what the run does with it."""
     check(recipe)
     training = recipe.training
-    warnings = []
-    if warning := recipe.model.torch_compile_warning(training.torch_compile):
-        warnings.append(warning)
-    if warning := warmup_warning(training):
-        warnings.append(warning)
+    warnings = [w for w in (recipe.model.torch_compile_warning(training.torch_compile), warmup_warning(training)) if w]
     plot = recipe.output.plot and importable("matplotlib")
     if recipe.output.plot and not plot:
         warnings.append(
@@ -111,8 +95,7 @@ def plan(recipe: PreTrainingRecipe) -> PreTrainingPlan:
 
 
 def warmup_warning(training: TrainingArguments) -> str | None:
-    """One line when warm-up takes half the run or more: a large config's 10,000 warm-up steps on a short run leave
-    the learning rate far below --learning_rate for most or all of it."""
+    """One line when warm-up takes half the run or more (a large config's 10,000 warm-up steps on a short run)."""
     steps, warmup = training.max_steps, training.get_warmup_steps(training.max_steps)
     if warmup * 2 < steps:
         return None
@@ -125,8 +108,8 @@ def warmup_warning(training: TrainingArguments) -> str | None:
 
 
 def trainer_arguments(recipe: PreTrainingRecipe) -> TrainingArguments:
-    """The run's own copy of the recipe's TrainingArguments, with what the recipe derives: Trainer pickles this copy
-    into every checkpoint (`take_push_request` takes the Hub token out of it before that)."""
+    """The run's own copy of the recipe's TrainingArguments, with what the recipe derives: Trainer pickles it into
+    every checkpoint (`take_push_request` takes the Hub token out of it first)."""
     training = replace_fields(recipe.training)
     training.gradient_accumulation_steps = gradient_accumulation(recipe)
     if recipe.data.streaming:

@@ -1,16 +1,13 @@
-"""A pre-training run as one typed object, `PreTrainingRecipe`: read at the edge (`from_args`, `from_yaml`) or from
-a run's record (`from_dict`), changed with `replace` under the command line's names, checked before any work
-(`check_values` here, the rest in `plan.check`). Its sections say where a setting acts: `data`, `examples`
-(`PreTrainingDataConfig`), `model`, `phases` (the paper's two: 90% of the steps at 128 tokens, 10% at 512),
-`optimization`, `training` (transformers' `TrainingArguments`, as given) and `output` (what this invocation does
-with the output directory). `run_config.json` is `to_dict()`.
+"""A pre-training run as one typed object, `PreTrainingRecipe`, by section: `data`, `examples`, `model`, `phases` (the
+paper's two: 90% of the steps at 128 tokens, 10% at 512), `optimization`, `training` (transformers'
+`TrainingArguments`) and `output`. Read at the edge (`from_args`, `from_yaml`), recorded as `run_config.json`.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from dataclasses import replace as replace_fields
 from pathlib import Path
 from typing import Any
@@ -73,13 +70,11 @@ class DataSettings:
     hub_config: str | None = flag(None, "Config of a Hub dataset (e.g. 20231101.en).")
     split: str = flag("train", "Split of a Hub dataset.")
     text_column: str = flag("text", "Column holding the text in table files.")
-    document_boundary: str = field(
-        default="blank_line",
-        metadata={
-            "choices": ["blank_line", "file", "wikitext"],
-            "help": "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file); "
-            "'wikitext': WikiText's rows joined into articles at their ' = Title = ' lines.",
-        },
+    document_boundary: str = flag(
+        "blank_line",
+        "Plain text: 'blank_line' (a blank line between documents) or 'file' (one document per file); "
+        "'wikitext': WikiText's rows joined into articles at their ' = Title = ' lines.",
+        choices=["blank_line", "file", "wikitext"],
     )
     split_lines: bool = flag(
         False, "Every line break ends a sentence (one paragraph per line), instead of hard-wrapped text."
@@ -155,10 +150,7 @@ class OptimizationSettings:
     """What transformers' TrainingArguments does not hold: the global batch and the optimizer."""
 
     global_batch_size: int = flag(256, "Sequences per optimizer step; gradient accumulation is derived from it.")
-    optimizer: str = field(
-        default="adamw",
-        metadata={"choices": ["adamw", "bert_adam", "lamb"], "help": "adamw, bert_adam (reference code) or lamb."},
-    )
+    optimizer: str = flag("adamw", "adamw, bert_adam (reference code) or lamb.", choices=["adamw", "bert_adam", "lamb"])
 
 
 @dataclass
@@ -196,7 +188,6 @@ def phases_from_flags(examples: PreTrainingDataConfig, flags: PhaseFlags) -> tup
 
 # The classes the command line fills, in this order (`PreTrainingRecipe.from_args`).
 PARSED = (DataSettings, PreTrainingDataConfig, ModelSettings, PhaseFlags, OptimizationSettings, OutputSettings)
-# The recipe's sections of one class each (`phases` is a tuple of `Phase`).
 SECTION_CLASSES = {
     "data": DataSettings,
     "examples": PreTrainingDataConfig,
@@ -225,17 +216,12 @@ class PreTrainingRecipe:
     output: OutputSettings
 
     def __post_init__(self):
-        first = self.phases[0] if self.phases else None
-        if first is None or (first.max_seq_length, first.max_predictions_per_seq) != (
-            self.examples.max_seq_length,
-            self.examples.max_predictions_per_seq,
-        ):
+        lengths = (self.examples.max_seq_length, self.examples.max_predictions_per_seq)
+        if not self.phases or (self.phases[0].max_seq_length, self.phases[0].max_predictions_per_seq) != lengths:
             raise ConfigurationError(
                 "The recipe's first phase must have the examples' max_seq_length and max_predictions_per_seq "
                 "(build it with from_args, from_yaml or replace)."
             )
-
-    # -- the edge ----------------------------------------------------------------------------------------------
 
     @classmethod
     def from_args(cls, argv: list[str] | None = None) -> PreTrainingRecipe:
@@ -256,15 +242,14 @@ class PreTrainingRecipe:
         return recipe.replace(**changes) if changes else recipe
 
     def phase_flags(self) -> PhaseFlags:
-        """The phases under the command line's names (one phase: --phase2_fraction 0, the lengths' defaults)."""
+        """The phases under the command line's names."""
         if len(self.phases) == 1:
             return PhaseFlags(phase2_fraction=0.0)
         second = self.phases[1]
         return PhaseFlags(second.fraction, second.max_seq_length, second.max_predictions_per_seq)
 
     def replace(self, **changes: Any) -> PreTrainingRecipe:
-        """A copy with `changes`, each named as its flag (`max_steps=500`, `corpus=["books/"]`,
-        `phase2_fraction=0`); an unknown name is a ConfigurationError naming the closest."""
+        """A copy with `changes` named as their flags (`max_steps=500`); an unknown name is a ConfigurationError."""
         by_section: dict[str, dict[str, Any]] = {}
         for name, value in changes.items():
             if name not in SECTION_OF:
@@ -280,8 +265,6 @@ class PreTrainingRecipe:
             return PreTrainingRecipe(**sections, phases=phases_from_flags(sections["examples"], flags))
         except ValueError as err:  # TrainingArguments' own checks
             raise ConfigurationError(" ".join(str(err).split())) from None
-
-    # -- the record ------------------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         """`run_config.json`: every setting by section, JSON types, the Hub token left out."""
@@ -299,8 +282,8 @@ class PreTrainingRecipe:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> PreTrainingRecipe:
-        """A recipe from a run's record (`to_dict`), to read, not to run: a setting the record lacks takes its
-        default, and `training` is not checked against this machine (a GPU run's bf16 on a CPU)."""
+        """A run's record, to read, not to run: missing settings take their defaults, and `training` is not checked
+        against this machine (a GPU run's bf16 on a CPU)."""
         sections = {
             name: _filled(cls_, record.get(name) or {})
             for name, cls_ in SECTION_CLASSES.items()
@@ -369,11 +352,6 @@ HELP = HelpLayout(
 )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The checks: every one a recipe gets, in one place, before the corpus is read or anything written
-# ---------------------------------------------------------------------------------------------------------------
-
-
 def check_values(recipe: PreTrainingRecipe) -> None:
     """Values no run can use, refused before any data is read or the run recorded."""
     data, training, output = recipe.data, recipe.training, recipe.output
@@ -426,8 +404,7 @@ def gradient_accumulation(recipe: PreTrainingRecipe) -> int:
 
 
 def check_vocabulary(data: DataSettings) -> None:
-    """The tokenizer given is readable, or the vocabulary to train has room beyond the special tokens: said now,
-    not after the corpus is read."""
+    """A readable --tokenizer, or a --vocab_size with room beyond the special tokens: said before the corpus is read."""
     if data.tokenizer:
         check_tokenizer(data.tokenizer)
     elif data.vocab_size <= len(BERT_SPECIAL_TOKENS):
@@ -437,12 +414,7 @@ def check_vocabulary(data: DataSettings) -> None:
         )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# What identifies a run: the output directory holds one run, resumed only with the same settings
-# ---------------------------------------------------------------------------------------------------------------
-
-
-# Settings that may change between an interrupted run and its resumption.
+# Settings that may change between an interrupted run and its resumption (an output directory holds one run).
 RUN_CONTROL_FIELDS = {
     *("overwrite_output_dir", "stop_after_steps", "resume_from_checkpoint", "num_proc", "plot", "logging_steps"),
     *("report_to", "disable_tqdm", "log_level", "log_level_replica", "dataloader_num_workers"),
@@ -450,16 +422,14 @@ RUN_CONTROL_FIELDS = {
     *(*SPEED_SWITCHES, "compile_layers", "packing", "fp8"),
     "gradient_accumulation_steps",  # derived from global_batch_size and the processes
 }
-# What a resumption may raise, extending the run (a finished one too): Trainer continues from the checkpoint with
-# the schedule stretched to the new end. Nothing else about the steps already taken changes (`check_extension`).
+# What a resumption may raise, extending the run (a finished one too; `check_extension`).
 MAY_GROW = ("training.max_steps",)
 # Where a run lives is not what it trains: a run folder moved or copied (scratch -> project space) resumes.
 LOCATION_FIELDS = {"output_dir"}
 
 
 def run_identity(record: dict) -> dict:
-    """A record (`to_dict()`) without what may change on resumption, its phases by number: what two invocations of
-    one run share (an identity is its own identity)."""
+    """What two invocations of one run share: the record without what may change on resumption, phases by number."""
     phases = record.get("phases") or []
     identity: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -481,10 +451,8 @@ def run_identity(record: dict) -> dict:
 
 
 def check_extension(grown: dict, recipe: PreTrainingRecipe) -> None:
-    """A run extended to more steps trains the steps it has taken on the same examples: true of one phase read from
-    an index, whose sampler's order for more steps begins with its order for fewer (`PhasedSampler`). Two phases
-    split max_steps between them (`--phase2_fraction`), so more steps move the boundary; a stream plans its
-    checkpoints' positions for max_steps."""
+    """More steps keep the steps taken on their examples only with one phase read from an index (`PhasedSampler`);
+    two phases split max_steps between them, and a stream plans its checkpoints' positions for max_steps."""
     old, new = grown["training.max_steps"]
     why = "its two phases split --max_steps (--phase2_fraction)" if len(recipe.phases) > 1 else ""
     why = why or ("it reads its corpus as a stream (--streaming)" if recipe.data.streaming else "")

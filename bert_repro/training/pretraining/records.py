@@ -1,5 +1,4 @@
-"""What a pre-training run reports: tables in the log, warnings when it repeats its data more than the paper
-did, and the training and held-out curves (`training_curves.png`)."""
+"""What a pre-training run reports: log tables, warnings when it repeats its data more than the paper did, curves."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...atomic import atomic_path
-from ...model.configuration_bert_repro import DEFAULT_OBJECTIVE, PreTrainingObjective, pretraining_objective
+from ...model.configuration_bert_repro import PreTrainingObjective
 
 if TYPE_CHECKING:
     from ...data.pretraining_examples import PreTrainingDataConfig
@@ -31,8 +30,7 @@ def repetition_warnings(
     statistics: dict[str, dict], steps: list[int], global_batch_size: int, phase_cfgs: list[PreTrainingDataConfig]
 ) -> list[str]:
     """What a run repeats more than the paper does, per phase: the same masked examples (static masks), or its text.
-    A small corpus trained for many steps is memorised, its training loss parting from the held-out one (measured
-    in docs/studies.md, "Where this size spends its budget"), so the user hears it before the steps are spent."""
+    A small corpus trained for many steps is memorised (docs/studies.md, "Where this size spends its budget")."""
     warnings = []
     for i, (n, cfg) in enumerate(zip(steps, phase_cfgs)):
         examples = statistics.get(f"phase{i + 1}", {}).get("examples")
@@ -56,13 +54,11 @@ def repetition_warnings(
     return warnings
 
 
-# Fewer held-out examples than this score NSP (and MLM) too coarsely to compare runs: with 50 examples one example is
-# 2 points of NSP accuracy.
+# Fewer held-out examples than this score NSP too coarsely to compare runs (50: one example is 2 points).
 FEW_HELD_OUT_EXAMPLES = 50
 
 
 def held_out_warning(statistics: dict[str, dict]) -> str | None:
-    """One line when the held-out split is too small to score a run by."""
     examples = statistics.get("held_out", {}).get("examples")
     if examples is None or examples >= FEW_HELD_OUT_EXAMPLES:
         return None
@@ -77,20 +73,17 @@ def log_statistics(statistics: dict[str, dict]) -> None:
         log_table(f"pre-training data, {name}", {k: v for k, v in stats.items() if not isinstance(v, (dict, list))})
 
 
-def plot_curves(log_history: list[dict], path: Path, objective: PreTrainingObjective | None = None) -> None:
-    """Training and held-out curves of the pre-training metrics (those of `metrics_from_sums`), one panel each."""
+def plot_curves(log_history: list[dict], path: Path, objective: PreTrainingObjective) -> None:
+    """Training and held-out curves of the pre-training metrics, one panel each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
     task = objective.token_task
-    panels = (
-        [f"{task}_loss", "nsp_loss", f"{task}_accuracy", "nsp_accuracy"]
-        if objective.next_sentence
-        else [f"{task}_loss", f"{task}_accuracy"]
-    )
+    panels = [f"{task}_loss", "nsp_loss", f"{task}_accuracy", "nsp_accuracy"]
+    if not objective.next_sentence:
+        panels = [f"{task}_loss", f"{task}_accuracy"]
     fig, axes = plt.subplots(len(panels) // 2, 2, figsize=(10, 3.5 * (len(panels) // 2)), squeeze=False)
     for ax, key in zip(axes.flat, panels):
         for prefix, style in (("", "-"), ("eval_", "o-")):

@@ -1,6 +1,5 @@
-"""Stopping and resuming a pre-training run: which checkpoint to resume, a stop after so many steps (time-limited
-jobs), the training time kept across invocations (`training_time.json`) and the tokens it covered, and the
-cleaning up of a run whose data preparation failed before it started."""
+"""Stopping and resuming a pre-training run: which checkpoint to resume, a stop after so many steps, and the
+training time and loss kept across invocations."""
 
 from __future__ import annotations
 
@@ -37,10 +36,8 @@ class StopAfterSteps(TrainerCallback):
 
 
 class LongerSchedule(TrainerCallback):
-    """A run extended to more steps (`--max_steps` raised on resumption) continues on the longer schedule from its
-    first step. Trainer builds the scheduler for the new max_steps and restores its step count, but the optimizer's
-    rate comes back as the shorter schedule left it (0 after a linear decay). Without this the first step after
-    the checkpoint would train at that rate; the rate is set to the longer schedule's at the checkpoint's step."""
+    """A run extended to more steps continues on the longer schedule from its first step: Trainer restores the
+    optimizer's rate as the shorter schedule left it (0 after a linear decay), so it is set to the longer one's."""
 
     def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
         scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate's wrapper holds torch's scheduler
@@ -56,11 +53,8 @@ TRAINING_TIME = "training_time.json"
 
 
 class TrainingClock(TrainerCallback):
-    """Keeps the training time of all invocations of a run: each checkpoint records the seconds trained up to it
-    (`training_time.json`), and a resumed run starts its clock there, so that its `train_runtime_s` and
-    `tokens_per_second` are the whole run's, not the last invocation's. A checkpoint without the record leaves the
-    time before it unknown: the clock then counts from that checkpoint's step (`from_step`), and the results say so
-    rather than pass part of a run's time off as the whole."""
+    """The training time of all invocations of a run, recorded in each checkpoint (`training_time.json`); without
+    that record the clock counts from the checkpoint's step (`from_step`), and the results say so."""
 
     def __init__(self, resume_from: str | Path | None):
         self.before, self.from_step = 0.0, 0
@@ -94,9 +88,8 @@ class TrainingClock(TrainerCallback):
 
 
 def whole_run_loss(log_history: list[dict]) -> float | None:
-    """The mean training loss over every step of the run, from the losses logged (each the mean since the previous
-    log; one at every checkpoint and at the end, `EngineTrainer`): Trainer's own `training_loss` covers only the
-    steps of the last invocation (0.0 for a run resumed at its last checkpoint)."""
+    """The mean training loss over every step of the run, from the losses logged: Trainer's own `training_loss`
+    covers only the last invocation's steps (0.0 for a run resumed at its last checkpoint)."""
     total, last = 0.0, 0
     for entry in log_history:
         if "loss" in entry and entry.get("step", 0) > last:
@@ -106,8 +99,7 @@ def whole_run_loss(log_history: list[dict]) -> float | None:
 
 
 def checkpoint_to_resume(output_dir: Path, resume_from: bool | str | None, streamed: bool = False) -> str | None:
-    """`--resume_from_checkpoint true`: the newest complete checkpoint (broken newer ones skipped, with the reason),
-    or None when nothing was saved yet; a named checkpoint is checked the same way."""
+    """The newest complete checkpoint for `True` (None when nothing was saved yet), or the named one, checked."""
     if resume_from is True:
         found = newest_valid_checkpoint(output_dir, streamed=streamed)
         if found is None:

@@ -1,11 +1,9 @@
-"""`run_pretraining(recipe)`: the paper's pre-training (section 3.1, appendix A.2) as one call: the plan, then the
-output directory opened, the data prepared, the model built, trained, published.
+"""`run_pretraining(recipe)`: the paper's pre-training (section 3.1, appendix A.2) as one call.
 
     from bert_repro.training import PreTrainingRecipe, run_pretraining
     run_pretraining(PreTrainingRecipe.from_yaml("recipes/configs/quickstart.yaml").replace(max_steps=500))
 
-A directory holding a different run is never overwritten; the same run resumes (`--resume_from_checkpoint true`)
-or, finished, is left as it is.
+A directory holding a different run is never overwritten; the same run resumes or, finished, is left as it is.
 """
 
 from __future__ import annotations
@@ -51,8 +49,7 @@ logger = logging.getLogger(__name__)
 
 
 def run_pretraining(recipe: PreTrainingRecipe) -> dict[str, Any]:
-    """The whole job: corpus -> vocabulary -> examples -> model -> Trainer -> saved model, statistics, curves.
-    Returns results.json's summary, or {"stopped_at_step": N, ...} when this invocation stopped before the end."""
+    """Returns results.json's summary, or {"stopped_at_step": N, ...} when this invocation stopped before the end."""
     the_plan = plan(recipe)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
@@ -71,8 +68,6 @@ def run_pretraining(recipe: PreTrainingRecipe) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class OpenedRun:
-    """The output directory, taken: what it held decides these."""
-
     grown: dict[str, tuple[Any, Any]]  # {"training.max_steps": (saved, new)} when the run is extended
     resume_from: str | None  # the checkpoint Trainer resumes from
     push_to: PushRequest | None  # --push_to_hub, checked with the Hub
@@ -80,15 +75,13 @@ class OpenedRun:
 
 
 def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
-    """The output directory holds nothing or this run (extended only where its steps keep their examples), the
-    Hub takes the push, the directory is locked for this run (what --overwrite_output_dir replaces moved aside),
-    the checkpoint to resume is complete: all said before any data work."""
+    """The directory checked and locked for this run, the push and the checkpoint to resume checked: before any data."""
     recipe, training, output_dir = plan.recipe, plan.training, plan.output_dir
 
     def check_dir() -> dict:
         return check_output_dir(
             output_dir,
-            plan.identity,
+            run_identity(plan.record),
             resume=plan.resume is not None,
             overwrite=recipe.output.overwrite_output_dir,
             identity=run_identity,
@@ -98,8 +91,7 @@ def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
     grown = check_dir()
     if grown:
         check_extension(grown, recipe)
-    push_to = take_push_request(training)  # the Hub reachable and the token accepted, before any data work too
-    # one run per directory from here on (what --overwrite_output_dir replaces moved aside)
+    push_to = take_push_request(training)
     lock_output_dir_once(output_dir, training, check_dir, overwrite=recipe.output.overwrite_output_dir)
     resume_from = checkpoint_to_resume(output_dir, plan.resume, streamed=plan.source.streamed)
     if grown and training.process_index == 0:
@@ -116,8 +108,7 @@ def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
 
 
 def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
-    """Stage 1: the run recorded (`run_config.json`), then its tokenizer and examples from the example source, by
-    the main process first (the others then read what it cached)."""
+    """Stage 1: the run recorded, then its tokenizer and examples, the main process first (the others read them)."""
     training, output_dir = plan.training, plan.output_dir
     with training.main_process_first(desc="preparing pre-training data"):
         if training.process_index == 0:
@@ -140,8 +131,7 @@ def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
 
 
 def check_same_data(output_dir: Path, statistics: dict, corpus: list[str], resumed: str | None) -> None:
-    """A run resumed on the examples it started with: the corpus's counts (documents, tokens, examples of each
-    phase) as data_statistics.json recorded them, else a corpus changed between a stop and the resumption."""
+    """A resumed run's corpus counts match data_statistics.json's, else the corpus changed since the run started."""
     saved = output_dir / "data_statistics.json"
     if not resumed or not saved.is_file():
         return
@@ -169,7 +159,7 @@ def build(plan: PreTrainingPlan, prepared: PreparedData):
 
 
 def train(plan: PreTrainingPlan, opened: OpenedRun, prepared: PreparedData, model):
-    """Stage 3: Trainer over the phases' examples, resumed where the run stopped. (trainer, clock, seconds)"""
+    """Stage 3: Trainer over the phases' examples, resumed where the run stopped; (trainer, clock, seconds)."""
     recipe, training, optimization = plan.recipe, plan.training, plan.recipe.optimization
     if prepared.eval_dataset is None and training.eval_strategy != IntervalStrategy.NO:  # nothing was held out
         training = replace_fields(training)
@@ -213,7 +203,7 @@ def train(plan: PreTrainingPlan, opened: OpenedRun, prepared: PreparedData, mode
 
 
 def stopped_early(plan: PreTrainingPlan, trainer: PreTrainingTrainer) -> dict[str, Any] | None:
-    """Where this invocation ended before the run's last step (a signal, --stop_after_steps): what to say."""
+    """What to return when this invocation ended before the run's last step (a signal, --stop_after_steps)."""
     if trainer.stop_on_signal.stopped:
         name, step = trainer.stop_on_signal.stopped
         if trainer.is_world_process_zero():
@@ -231,8 +221,7 @@ def stopped_early(plan: PreTrainingPlan, trainer: PreTrainingTrainer) -> dict[st
 def publish(
     plan: PreTrainingPlan, opened: OpenedRun, prepared: PreparedData, trainer: PreTrainingTrainer, clock, elapsed
 ) -> dict[str, Any]:
-    """Stage 4: the held-out evaluation, the final model and tokenizer, the records and curves, results.json last
-    (a directory with it holds a finished run), then the Hub push when asked."""
+    """Stage 4: the held-out evaluation, the final model, records and curves, results.json last, then the push."""
     training, output_dir = plan.training, plan.output_dir
     summary = {
         "train_runtime_s": round(clock.seconds(), 1),
@@ -249,7 +238,7 @@ def publish(
         summary["train_runtime_from_step"] = clock.from_step
     if prepared.eval_dataset is not None:
         summary.update(trainer.evaluate())
-    else:  # said at the start when it was not asked for (`examples.split_documents`)
+    else:
         summary["held_out_evaluation"] = "none"
     trainer.save_full_model(str(output_dir))  # every process: FSDP gathers the shards
     if trainer.is_world_process_zero():

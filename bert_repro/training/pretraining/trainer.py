@@ -1,8 +1,5 @@
-"""`PreTrainingTrainer`: Trainer that logs and evaluates the MLM and NSP losses and accuracies separately, and
-normalises the loss over the GLOBAL batch: the MLM loss is the mean over every masked token of the
-`global_batch_size` sequences however they are split into accumulation steps and processes, the NSP loss the mean
-over its sequences. So one batch of 16, two accumulated batches of 8 and two DDP ranks of 8 give the same update.
-Without NSP (`--objective mlm`, `ltr`) the loss has no NSP term; "ltr" logs `lm_loss` / `lm_accuracy`."""
+"""`PreTrainingTrainer`: Trainer that logs the MLM and NSP losses and accuracies separately and averages each loss over
+the GLOBAL batch: one batch of 16, two accumulated batches of 8 and two DDP ranks of 8 give the same update."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from ...data.pretraining_examples import IGNORE_INDEX
 from ...data.streaming import WorkerStreams
-from ...model.configuration_bert_repro import DEFAULT_OBJECTIVE, PreTrainingObjective, pretraining_objective
+from ...model.configuration_bert_repro import PreTrainingObjective
 from ..distributed import EngineTrainer
 from .phases import PhasedSampler
 
@@ -27,8 +24,7 @@ def pretraining_sums(
     """Summed losses and counts of a batch: (mlm loss sum, mlm correct, masked tokens, nsp loss sum, nsp correct, n).
 
     `prediction_logits` is (batch, seq, vocab), (masked positions, vocab) from a sparse prediction, or (slots,
-    vocab) when the model was given `masked_positions` (pass them here too). The "mlm" entries are the token-level
-    task's (for "ltr" the next tokens). Without `next_sentence_label` the NSP entries are 0."""
+    vocab) with `masked_positions`. Without `next_sentence_label` the NSP entries are 0."""
     if prediction_logits.dim() == 2 and masked_positions is not None:
         mlm_logits, mlm_labels = prediction_logits.float(), labels.reshape(-1)[masked_positions.reshape(-1)]
     else:
@@ -52,12 +48,8 @@ def pretraining_sums(
     return torch.stack(mlm + nsp)
 
 
-def metrics_from_sums(
-    sums: torch.Tensor, prefix: str = "", objective: PreTrainingObjective | None = None
-) -> dict[str, float]:
-    """The logged metrics of `objective` (the paper's BERT by default): the token-level task's loss and accuracy
-    (`mlm_*`, or `lm_*` for next-token prediction) and, with NSP, the NSP loss and accuracy."""
-    objective = objective or pretraining_objective(DEFAULT_OBJECTIVE)
+def metrics_from_sums(sums: torch.Tensor, prefix: str, objective: PreTrainingObjective) -> dict[str, float]:
+    """The token-level task's loss and accuracy (`mlm_*`, or `lm_*` for "ltr") and, with NSP, NSP's."""
     s = dict(zip(_SUMS, sums.tolist()))
     mlm_n, nsp_n = max(s["mlm_count"], 1.0), max(s["nsp_count"], 1.0)
     task, nsp = f"{prefix}{objective.token_task}", objective.next_sentence
@@ -86,8 +78,7 @@ class PreTrainingTrainer(EngineTrainer):
     def get_train_dataloader(self):
         if not isinstance(self.train_dataset, WorkerStreams):
             return super().get_train_dataloader()
-        # This process's own part of the stream (accelerate's sharding would make every process read everything),
-        # one stream per worker, whose batches the DataLoader returns in turn (WorkerStreams).
+        # This process's own part of the stream: accelerate's sharding would make every process read everything.
         workers = self.args.dataloader_num_workers
         return DataLoader(
             self.train_dataset,
@@ -112,7 +103,6 @@ class PreTrainingTrainer(EngineTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels = inputs.pop("labels")
         next_sentence_label = inputs.pop("next_sentence_label", None)  # None: an objective without NSP
-        # With config.sparse_prediction the MLM decoder runs only at the masked positions (same loss, fewer FLOPs).
         outputs = model(**inputs, labels=labels)
         sums = pretraining_sums(
             outputs.prediction_logits,
@@ -134,9 +124,8 @@ class PreTrainingTrainer(EngineTrainer):
         return (loss, outputs) if return_outputs else loss
 
     def passes(self, step: int) -> float:
-        """The passes over the training examples that `step` optimizer steps make: each phase's examples drawn
-        over the examples it has, summed over the phases. Trainer's epoch counts passes over the sampler instead,
-        whose length is the run's steps x the batch (`PhasedSampler`): 1.0 at the end of any run."""
+        """Passes over the training examples after `step` optimizer steps, summed over the phases; Trainer's epoch
+        counts passes over the sampler instead, 1.0 at the end of any run (`PhasedSampler`)."""
         args = self.args
         drawn = step * args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
         total = 0.0
@@ -151,7 +140,7 @@ class PreTrainingTrainer(EngineTrainer):
             sums = self._train_sums
             if self.accelerator.num_processes > 1:
                 sums = self.accelerator.reduce(sums, reduction="sum")
-            logs.update(metrics_from_sums(sums, objective=self.model.config.pretraining_objective))
+            logs.update(metrics_from_sums(sums, "", self.model.config.pretraining_objective))
             self._train_sums = None
         epoch = self.state.epoch
         if self.phase_sizes is not None and epoch is not None:  # a stream's size is unknown: Trainer's count stays
@@ -180,9 +169,7 @@ class PreTrainingTrainer(EngineTrainer):
         if self.accelerator.num_processes > 1:
             sums = self.accelerator.reduce(sums, reduction="sum")
         model.train(was_training)
-        metrics = metrics_from_sums(
-            sums, prefix=f"{metric_key_prefix}_", objective=self.model.config.pretraining_objective
-        )
+        metrics = metrics_from_sums(sums, f"{metric_key_prefix}_", self.model.config.pretraining_objective)
         metrics[f"{metric_key_prefix}_loss"] = sum(v for k, v in metrics.items() if k.endswith("_loss"))
         metrics[f"{metric_key_prefix}_runtime"] = round(time.time() - start, 3)
         self.log(metrics)
