@@ -3,8 +3,7 @@ config, and conversion from and to other BERT checkpoint formats (transformers, 
 
 from ..exports import lazy_exports
 
-# What the package's users reach beyond `bert_repro`'s own names (the benchmarks among them), read on first use
-# (PEP 562): importing one module of this package does not import every other.
+# Names beyond `bert_repro`'s own (the benchmarks use them), imported on first use (PEP 562).
 _PUBLIC = {
     "SPEED_SWITCHES": "configuration_bert_repro",
     "CheckpointError": "conversion",
