@@ -180,7 +180,7 @@ def load_tf_bert(
     prefix = resolve_checkpoint_prefix(path)
     # The head's own config class: the BiLSTM heads add their fields to BertReproConfig's.
     config = model_class.config_class(**{**read_google_bert_config(prefix.parent), **config_overrides})
-    state_dict, _skipped = load_tf_checkpoint(prefix)
+    state_dict, _ = load_tf_checkpoint(prefix)
     model = model_class(config)
     load_state_dict_checked(model, state_dict, source=str(prefix))
     return model.eval()
@@ -188,37 +188,27 @@ def load_tf_bert(
 
 def load_state_dict_checked(
     model: modeling.BertReproPreTrainedModel, state_dict: dict[str, torch.Tensor], source: str
-) -> list[str]:
-    """Copy `state_dict` (HF `BertForPreTraining` keys) into `model`; raise when a shape differs or an encoder weight
-    is missing. Returns the head weights the checkpoint lacked."""
+) -> None:
+    """Copy `state_dict` (HF `BertForPreTraining` keys) into `model`, ignoring heads it lacks; raise when a shape
+    differs or an encoder weight is missing."""
     prefix = model.base_model_prefix + "."
     is_base = isinstance(model, modeling.BertReproModel)
-    adapted = {}
-    for key, tensor in state_dict.items():
-        if is_base:
-            if not key.startswith(prefix):
-                continue  # a pre-training head the bare encoder does not have
-            key = key[len(prefix) :]
-        adapted[key] = tensor
+    if is_base:  # the bare encoder's keys have no `bert.` prefix
+        state_dict = {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
     own = model.state_dict()
-    tied = set(getattr(model, "_tied_weights_keys", None) or {})
     mismatched = [
         f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
-        for k, v in adapted.items()
+        for k, v in state_dict.items()
         if k in own and own[k].shape != v.shape
     ]
     if mismatched:
         raise ValueError(f"{source}: weights of another shape than the config describes: " + "; ".join(mismatched))
-    missing = sorted(k for k in own if k not in adapted and k not in tied)
-    missing_encoder = [k for k in missing if is_base or k.startswith(prefix)]
+    tied = set(getattr(model, "_tied_weights_keys", None) or {})
+    missing_encoder = [k for k in own if k not in state_dict and k not in tied and (is_base or k.startswith(prefix))]
     if missing_encoder:
-        raise ValueError(f"{source} lacks encoder weights: {', '.join(missing_encoder)}")
-    with torch.no_grad():
-        for key, tensor in adapted.items():
-            if key in own:
-                own[key].copy_(tensor)
+        raise ValueError(f"{source} lacks encoder weights: {', '.join(sorted(missing_encoder))}")
+    model.load_state_dict(state_dict, strict=False)
     model.tie_weights()
-    return missing
 
 
 def main(argv: list[str] | None = None) -> None:
