@@ -1,21 +1,15 @@
 """The BERT model family (Devlin et al., 2018), written from the paper.
 
 Paper section -> code:
-- 3 / Figure 2, input representation: `BertReproEmbeddings` (token + learned position + segment embeddings,
-  LayerNorm, dropout).
-- 3, model architecture (Vaswani et al.'s encoder, post-LN): `BertReproSelfAttention`, `BertReproLayer`,
-  `BertReproEncoder`. Attention runs through transformers' attention interface, so "eager", "sdpa" and
-  "flash_attention_2" (where installed) are chosen with `attn_implementation=...`.
-- 3.1 task #1, masked LM: `BertReproMLMHead` (dense, gelu, LayerNorm, then a decoder tied to the token embeddings
-  with its own output bias); task #2, NSP: a linear layer on the pooled [CLS] output.
-- 4 / Figure 4, fine-tuning heads: sequence classification or regression on the pooled output (GLUE, STS-B);
-  start/end span vectors S and E (SQuAD); one score per choice, softmax over the choices (SWAG); per-token
-  classification (NER).
-- 5.3 feature-based use: `output_hidden_states=True` returns the embeddings and every layer's output;
-  `concat_last_layers` builds the paper's best feature set (the last four layers concatenated).
-- 5.1 / Table 5, pre-training objectives (`config.objective`, `PreTrainingObjective`): "mlm_nsp" (BERT), "mlm" (No
-  NSP: the same model, its NSP head unused) and "ltr", the left-to-right control: causal attention (`attention_inputs`)
-  in pre-training and fine-tuning, the pooler on the last real token, the MLM head predicting the next token.
+- 3 / Figure 2, input representation: `BertReproEmbeddings`.
+- 3, model architecture (Vaswani et al.'s post-LN encoder): `BertReproLayer`, `BertReproEncoder`; the attention
+  kernel ("eager", "sdpa", "flash_attention_2") is chosen with `attn_implementation=...`.
+- 3.1, pre-training tasks: masked LM (`BertReproMLMHead`) and NSP (a linear layer on the pooled [CLS] output).
+- 4 / Figure 4, fine-tuning heads: GLUE and STS-B, SQuAD, SWAG, NER (the `BertReproFor*` classes).
+- 5.3, feature-based use: `output_hidden_states=True`; `concat_last_layers` (the paper's best feature set).
+- 5.1 / Table 5, pre-training objectives (`config.objective`): "mlm_nsp" (BERT), "mlm" (No NSP) and "ltr", the
+  left-to-right control: causal attention in pre-training and fine-tuning, the pooler on the last real token, the
+  MLM head predicting the next token.
 
 Parameter names are the public checkpoints' (`bert.encoder.layer.0.attention.self.query.weight`, ...), so every
 public checkpoint loads with `from_pretrained` and no renaming. Modules are built from `BertReproParts` passed down
