@@ -91,28 +91,19 @@ def config_file_dict(config: dict, *, warn: bool = True) -> dict:
     """What config.json holds for a bert_repro config dict: transformers' BERT type and class names when its BERT
     computes the same model, else model_type "bert_repro" and a warning."""
     obstacles = native_obstacles(config)
-    if obstacles:
-        if warn:
-            warnings.warn(
-                "This checkpoint is saved for bert_repro and trust_remote_code=True only (config.json model_type "
-                f"{REPRO_MODEL_TYPE!r}): transformers' own BERT classes cannot compute it, because "
-                + "; ".join(obstacles)
-                + ".",
-                NotTransformersBertWarning,
-                stacklevel=3,
-            )
-        return {
-            **config,
-            "model_type": REPRO_MODEL_TYPE,
-            **(
-                {"architectures": [repro_class_name(a) for a in config["architectures"]]}
-                if config.get("architectures")
-                else {}
-            ),
-        }
-    converted = {**config, "model_type": TRANSFORMERS_MODEL_TYPE}
+    if obstacles and warn:
+        warnings.warn(
+            "This checkpoint is saved for bert_repro and trust_remote_code=True only (config.json model_type "
+            f"{REPRO_MODEL_TYPE!r}): transformers' own BERT classes cannot compute it, because "
+            + "; ".join(obstacles)
+            + ".",
+            NotTransformersBertWarning,
+            stacklevel=3,
+        )
+    class_name = repro_class_name if obstacles else transformers_class_name
+    converted = {**config, "model_type": REPRO_MODEL_TYPE if obstacles else TRANSFORMERS_MODEL_TYPE}
     if config.get("architectures"):
-        converted["architectures"] = [transformers_class_name(a) for a in config["architectures"]]
+        converted["architectures"] = [class_name(a) for a in config["architectures"]]
     return converted
 
 
