@@ -139,9 +139,8 @@ def resolve_checkpoint_prefix(path: str | Path) -> Path:
 
 
 def _prefix_in_directory(directory: Path) -> Path:
-    default = directory / DEFAULT_CHECKPOINT_PREFIX
     if (directory / f"{DEFAULT_CHECKPOINT_PREFIX}.index").is_file():
-        return default
+        return directory / DEFAULT_CHECKPOINT_PREFIX
     indexes = sorted(directory.glob("*.index"))
     if len(indexes) == 1:
         return indexes[0].with_name(indexes[0].name[: -len(".index")])
@@ -151,17 +150,6 @@ def _prefix_in_directory(directory: Path) -> Path:
     raise ValueError(
         f"Several TensorFlow checkpoints in {str(directory)!r} ({names}): pass the prefix of the one to read"
     )
-
-
-def _import_tensorflow(checkpoint: Path) -> Any:
-    try:
-        import tensorflow as tf
-    except ImportError as err:
-        raise ImportError(
-            f"Reading the TensorFlow checkpoint {str(checkpoint)!r} needs TensorFlow, which is not "
-            'installed. Install it with: pip install "bert-repro[tf]"'
-        ) from err
-    return tf
 
 
 def _to_torch(value: np.ndarray, tf_name: str, target: _Target) -> torch.Tensor:
@@ -184,7 +172,13 @@ def load_tf_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], list[
     An unknown variable, or a weight of the wrong rank or dtype, raises ValueError.
     """
     prefix = resolve_checkpoint_prefix(path)
-    tf = _import_tensorflow(prefix)
+    try:
+        import tensorflow as tf
+    except ImportError as err:
+        raise ImportError(
+            f"Reading the TensorFlow checkpoint {str(prefix)!r} needs TensorFlow, which is not "
+            'installed. Install it with: pip install "bert-repro[tf]"'
+        ) from err
     reader = tf.train.load_checkpoint(str(prefix))
     names = sorted(reader.get_variable_to_shape_map())
 
