@@ -19,7 +19,6 @@ import contextlib
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from huggingface_hub.dataclasses import strict
 from torch import nn
 from transformers import PreTrainedConfig
@@ -36,6 +35,7 @@ from .modeling_bert_repro import (
     BertReproPreTrainedModel,
     _as_tuple_if_asked,
     _classifier_dropout,
+    _cross_entropy,
     span_loss,
 )
 from .speed_paths import BertReproModel, speed_parts
@@ -352,9 +352,7 @@ class BertReproForTokenClassificationWithBiLSTM(BertReproBiLSTMPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_hidden_states, kwargs
         )
         logits = self.classifier(self.dropout(tokens))
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1), ignore_index=-100)
+        loss = _cross_entropy(logits, labels) if labels is not None else None
         output = TokenClassifierOutput(loss=loss, logits=logits, **carried)
         return _as_tuple_if_asked(output, return_dict, self.config)
 

@@ -594,8 +594,8 @@ class BertReproForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the masked positions (labels != -100)."""
+def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy in float32 over the labelled items (labels != -100)."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
 
 
@@ -671,10 +671,10 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
         prediction_logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
 
-        mlm_loss = _mlm_loss(prediction_logits, labels) if labels is not None else None
-        nsp_loss = None
-        if next_sentence_label is not None:
-            nsp_loss = F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.reshape(-1))
+        mlm_loss = _cross_entropy(prediction_logits, labels) if labels is not None else None
+        nsp_loss = (
+            _cross_entropy(seq_relationship_logits, next_sentence_label) if next_sentence_label is not None else None
+        )
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
         output = BertReproForPreTrainingOutput(
             loss=sum(losses) if losses else None,
@@ -714,7 +714,7 @@ class BertReproForMaskedLM(_MLMHeadMixin, BertReproPreTrainedModel):
         )
         logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
         output = MaskedLMOutput(
-            loss=_mlm_loss(logits, labels) if labels is not None else None,
+            loss=_cross_entropy(logits, labels) if labels is not None else None,
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
@@ -746,7 +746,7 @@ class BertReproForNextSentencePrediction(BertReproPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         logits = self.cls.seq_relationship(outputs.pooler_output)
-        loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
+        loss = _cross_entropy(logits, labels) if labels is not None else None
         output = NextSentencePredictorOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -802,13 +802,9 @@ class BertReproForSequenceClassification(BertReproPreTrainedModel):
             else:
                 problem_type = "multi_label_classification"
         if problem_type == "regression":
-            return (
-                F.mse_loss(logits.squeeze(-1).float(), labels.reshape(logits.shape[:-1]).float())
-                if self.num_labels == 1
-                else F.mse_loss(logits.float(), labels.float())
-            )
+            return F.mse_loss(logits.float(), labels.reshape(logits.shape).float())
         if problem_type == "single_label_classification":
-            return F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1))
+            return _cross_entropy(logits, labels)
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
@@ -898,7 +894,7 @@ class BertReproForMultipleChoice(BertReproPreTrainedModel):
             **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output)).reshape(-1, num_choices)
-        loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
+        loss = _cross_entropy(logits, labels) if labels is not None else None
         output = MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -931,9 +927,7 @@ class BertReproForTokenClassification(BertReproPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1), ignore_index=-100)
+        loss = _cross_entropy(logits, labels) if labels is not None else None
         output = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
