@@ -74,12 +74,6 @@ class FeatureSet:
                 )
         return tuple(index % states for index in self.layers)
 
-    def width(self, hidden_size: int, num_hidden_layers: int) -> int:
-        return hidden_size * (1 if self.weighted else len(self.indices(num_hidden_layers)))
-
-    def is_last_layer(self, num_hidden_layers: int) -> bool:
-        return not self.weighted and self.indices(num_hidden_layers) == (num_hidden_layers,)
-
 
 _LAST_FOUR = (-4, -3, -2, -1)
 # Table 7's feature sets, in the paper's order; `parse_feature_set` also takes an explicit list of layers.
@@ -140,12 +134,13 @@ class ScalarMix(nn.Module):
 class TokenFeatures(nn.Module):
     """The feature set's token features from the encoder's L + 1 hidden states."""
 
-    def __init__(self, feature_set: FeatureSet, num_hidden_layers: int):
+    def __init__(self, feature_set: FeatureSet, num_hidden_layers: int, hidden_size: int):
         super().__init__()
         self.feature_set = feature_set
         self.indices = feature_set.indices(num_hidden_layers)
-        self.needs_hidden_states = not feature_set.is_last_layer(num_hidden_layers)
+        self.needs_hidden_states = feature_set.weighted or self.indices != (num_hidden_layers,)
         self.mix = ScalarMix(len(self.indices)) if feature_set.weighted else None
+        self.width = hidden_size * (1 if feature_set.weighted else len(self.indices))
 
     def forward(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
         layers = [hidden_states[i] for i in self.indices]
@@ -255,12 +250,8 @@ class BertReproBiLSTMPreTrainedModel(BertReproPreTrainedModel):
 
     def _build_encoder_and_bilstm(self, config: BertReproBiLSTMConfig) -> None:
         self.bert = BertReproModel(config, add_pooling_layer=False)
-        self.token_features = TokenFeatures(config.features, config.num_hidden_layers)
-        self.bilstm = BiLSTM(
-            config.features.width(config.hidden_size, config.num_hidden_layers),
-            config.lstm_size,
-            config.bilstm_num_layers,
-        )
+        self.token_features = TokenFeatures(config.features, config.num_hidden_layers, config.hidden_size)
+        self.bilstm = BiLSTM(self.token_features.width, config.lstm_size, config.bilstm_num_layers)
         self.dropout = _classifier_dropout(config, speed_parts(config))
         self._freeze_encoder()
 
