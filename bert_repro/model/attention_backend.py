@@ -126,10 +126,8 @@ def table_from_micro(report: dict, tolerance: float = 2e-2) -> dict[tuple[int, i
     output equalled math's within `tolerance` (a backend that ignores the mask is left out)."""
     table: dict[tuple[int, int, bool], list[tuple[float, str]]] = {}
     for row in report.get("stages", {}).get("attention", {}).get("rows", []):
-        name = row.get("backend")
-        if name not in (*BACKENDS, VARLEN) or row.get("error") or row.get("max_abs_diff_vs_math") is None:
-            continue
-        if row["max_abs_diff_vs_math"] > tolerance:
+        name, diff = row.get("backend"), row.get("max_abs_diff_vs_math")
+        if name not in (*BACKENDS, VARLEN) or row.get("error") or diff is None or diff > tolerance:
             continue
         if (row["masked"] and name in MASKLESS) or (name == VARLEN and not row["masked"]):
             continue
