@@ -50,10 +50,9 @@ def read_positions(inputs: dict, cls: bool, masked: bool, sparse_prediction: boo
             return None
         read = labels.reshape(-1, labels.shape[-1]) != -100
     else:
-        ids, embeds = inputs.get("input_ids"), inputs.get("inputs_embeds")
-        seq = ids.shape[-1] if ids is not None else embeds.shape[-2]
-        count = ids.numel() // seq if ids is not None else embeds[..., 0].numel() // seq
-        read = torch.zeros(count, seq, dtype=torch.bool, device=(ids if ids is not None else embeds).device)
+        ids = inputs.get("input_ids")
+        tokens = ids if ids is not None else inputs.get("inputs_embeds")[..., 0]
+        read = torch.zeros_like(tokens, dtype=torch.bool).reshape(-1, tokens.shape[-1])
     if cls:  # each sequence's first token; in a packed batch each example's ([CLS]: position 0)
         position_ids = inputs.get("position_ids")
         if position_ids is None:
