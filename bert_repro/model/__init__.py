@@ -15,8 +15,7 @@ _PUBLIC = {
     "table_from_micro": "attention_backend",
     "paper_dropout_add_layer_norm": "dropout_add_layer_norm",
 }
-# Exported under another name than their module's: a package attribute named as a submodule is replaced by the
-# submodule once that is imported.
+# Renamed: a package attribute named as a submodule is replaced by the submodule once that is imported.
 _RENAMED = {"fused_dropout_add_layer_norm": ("dropout_add_layer_norm", "dropout_add_layer_norm")}
 __all__ = sorted([*_PUBLIC, *_RENAMED])
 __getattr__ = lazy_exports(__name__, {**_PUBLIC, **_RENAMED})

@@ -250,8 +250,7 @@ class BertReproConfig(PreTrainedConfig):
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
-        # Public BERT checkpoints say model_type "bert" and use our field names: read them as ours, without the
-        # "model of type bert to instantiate a model of type bert_repro" warning.
+        # Public BERT checkpoints (model_type "bert") use our field names: read them as ours, without a warning.
         config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         if config_dict.get("model_type") == "bert":
             if config_dict.get("is_decoder") or config_dict.get("add_cross_attention"):

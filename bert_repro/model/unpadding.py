@@ -95,8 +95,7 @@ class AttentionGroups:
         lengths, starts = unpadded.lengths, unpadded.cu_seqlens.tolist()
         order = sorted((r for r in range(len(lengths)) if lengths[r]), key=lambda r: -lengths[r])
         gather, scatter, self.groups = [], torch.empty(starts[-1], dtype=torch.long), []
-        # `starts`: a grid's first token when its cells are consecutive tokens, else None (one slice for
-        # `GroupedAttention`).
+        # `starts`: a grid's first token when its cells are consecutive tokens (one slice), else None.
         self.starts = []
         cells = 0
         for first in range(0, len(order), rows_per_group):
