@@ -42,9 +42,7 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 def runs_kernel(x: Tensor) -> bool:
     """Whether the Triton kernels run on x's device: CUDA, or CPU under `TRITON_INTERPRET=1`."""
-    if x.is_cuda:
-        return HAS_TRITON
-    return HAS_TRITON and x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+    return HAS_TRITON and (x.is_cuda or (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"))
 
 
 def threshold_and_scale(p: float) -> tuple[int, float]:
