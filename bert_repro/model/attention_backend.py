@@ -1,13 +1,13 @@
 """Which of SDPA's CUDA backends runs attention: the `measured_sdpa` switch.
 
-torch's `scaled_dot_product_attention` takes the first backend of a fixed order that accepts the call; with BERT's
-padding mask (which flash does not take) the fastest of cuDNN, memory-efficient and math depends on the card and the
+torch's `scaled_dot_product_attention` takes the first backend of a fixed order that accepts the call. With BERT's
+padding mask, which flash does not take, the fastest of cuDNN, memory-efficient and math depends on the card and the
 shape. `MEASURED_ORDER` holds, per shape class, the backends fastest first as benchmarks/gpu/gpu_micro.py's
-`attention` stage timed them, keeping only those whose masked output equalled math's; until a GPU fills it, every
+`attention` stage timed them, keeping only those whose masked output equalled math's. Until a GPU fills it, every
 shape gets `DEFAULT_ORDER`. On CPU the kernel is transformers' `sdpa_attention_forward` unchanged.
 
-"flash_varlen" reaches FlashAttention from a padded batch as one variable-length call of fixed shape (each row two
-segments, its tokens then its padding), for a bidirectional bf16/fp16 call whose mask puts real tokens first; a
+"flash_varlen" runs a padded batch as one fixed-shape variable-length FlashAttention call, each row two segments (its
+tokens, then its padding). It is taken for a bidirectional bf16/fp16 call whose mask puts the real tokens first; a
 device-side assertion stops any other mask.
 """
 

@@ -1,9 +1,9 @@
 """The format of a saved checkpoint: transformers' own BERT, with our code beside it.
 
-A bert_repro model computes what transformers' `Bert*` classes compute, with the same parameter names, so
-`config.json` says `model_type` "bert" and transformers' class names: plain transformers opens it as its own BERT,
-`trust_remote_code=True` as our classes (the `auto_map`), and bert_repro reads a "bert" config as ours. Where
-transformers' BERT cannot compute the model (`native_obstacles`), `config.json` keeps "bert_repro" and saving warns.
+A bert_repro model computes what transformers' `Bert*` classes compute, with the same parameter names. So
+`config.json` says `model_type` "bert" and names transformers' classes: plain transformers opens it as its own BERT,
+`trust_remote_code=True` as our classes (the `auto_map`). Where transformers' BERT cannot compute the model
+(`native_obstacles`), `config.json` keeps "bert_repro" and saving warns.
 
 This file is copied next to the weights, so it imports only the standard library, transformers and the config.
 """

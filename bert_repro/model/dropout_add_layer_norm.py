@@ -1,10 +1,10 @@
 """Dropout + residual add + LayerNorm in one Triton kernel, forward and backward: the `fused_dropout_add_norm`
 switch.
 
-It speeds up the post-LN step ending both halves of every block, `LayerNorm(residual + dropout(dense(x)))`, in
-training on CUDA, where Inductor's kernels run at over twice their byte floor (benchmarks/LOG.md, "Where the step's
-time goes"; figures in benchmarks/RESULTS.md). The forward reads x and the residual once; the backward regenerates
-the mask from the Philox seed (`dropout_add_layer_norm_kernels.py`).
+It speeds up `LayerNorm(residual + dropout(dense(x)))`, which ends both halves of every block, in training on CUDA.
+Inductor's kernels for it run at over twice their byte floor (benchmarks/LOG.md, "Where the step's time goes";
+figures in benchmarks/RESULTS.md). Here the forward reads x and the residual once, and the backward regenerates the
+mask from the Philox seed (`dropout_add_layer_norm_kernels.py`).
 
 The sum and the norm are float32, the output the residual's dtype (float32 under bf16 autocast, so the compiled
 paper model's to float rounding); p is rounded to a multiple of 1/65536. Custom ops, so `torch.compile` keeps one

@@ -1,8 +1,8 @@
 """The Triton kernels of `dropout_add_layer_norm.py`: y = LayerNorm(residual + dropout(x)), forward and backward.
 
 A row of the hidden size N is held as an (8, M) tile, M = next_power_of_2(N) / 8, column `k * M + j` at [k, j];
-a program takes R rows. One Philox draw (counter `row * M + j`) gives eight 16-bit numbers, deciding the columns
-[0..7, j], so the numbers depend on (seed, row, column) only and the backward draws them again: no mask is stored.
+a program takes R rows. One Philox draw (counter `row * M + j`) gives eight 16-bit numbers, for the columns [0..7, j].
+So the numbers depend on (seed, row, column) only, and the backward draws them again: no mask is stored.
 The forward also writes z = residual + dropout(x), which the backward reads. Each backward program sums the weight
 and bias gradients of its share of the rows in registers and writes one partial sum. flash-attn's
 `ops/triton/layer_norm.py` and Liger's `ops/layer_norm.py` are the general versions.

@@ -1,7 +1,7 @@
 """The models with the speed switches: the classes `bert_repro` exports.
 
 Each class is the model file's class of the same name, built from the parts its config's switches pick
-(`speed_parts`); the parameters are the model file's, so checkpoints and tied weights are unchanged. The model file
+(`speed_parts`). The parameters are the model file's, so checkpoints and tied weights are unchanged. The model file
 does not import this module: saved code is the paper's model, which ignores the switches as transformers' BERT does.
 """
 

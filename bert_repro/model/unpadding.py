@@ -1,9 +1,9 @@
 """The encoder on the real tokens only: the `unpad_inputs` switch (after MosaicBERT's `bert_padding.py`).
 
 After the embeddings the padding rows are removed, so every projection and feed-forward runs on a (tokens, hidden)
-matrix. Attention runs in flash attention's variable-length kernel; with eager or SDPA over groups of similar-length
-sequences (`AttentionGroups`; the eager kernel through `GroupedAttention`, whose backward is written out); with any
-other kernel over the batch padded back.
+matrix. Attention runs in flash attention's variable-length kernel, or with eager or SDPA over groups of
+similar-length sequences (`AttentionGroups`; eager through `GroupedAttention`, whose backward is written out). Any
+other kernel gets the batch padded back.
 
 Not one graph under `torch.compile` (the token count is read from the data); on a GPU, `--packing true` is the
 compilable way to drop padding.
