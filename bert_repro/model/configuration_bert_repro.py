@@ -236,10 +236,6 @@ class BertReproConfig(PreTrainedConfig):
         """The `PreTrainingObjective` named by `objective`."""
         return pretraining_objective(self.objective)
 
-    @property
-    def head_size(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
     @classmethod
     def from_preset(cls, name: str, **overrides) -> BertReproConfig:
         """A config of a named size (`PRESETS`: "tiny" ... "large"); any field can be overridden."""
