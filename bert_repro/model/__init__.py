@@ -3,8 +3,7 @@ config, and conversion from and to other BERT checkpoint formats (transformers, 
 
 from ..exports import lazy_exports
 
-# What the package's users reach beyond `bert_repro`'s own names (the benchmarks among them), read on first use
-# (PEP 562): importing one module of this package does not import every other.
+# Names beyond `bert_repro`'s own (the benchmarks use them), imported on first use (PEP 562).
 _PUBLIC = {
     "SPEED_SWITCHES": "configuration_bert_repro",
     "CheckpointError": "conversion",
@@ -16,8 +15,7 @@ _PUBLIC = {
     "table_from_micro": "attention_backend",
     "paper_dropout_add_layer_norm": "dropout_add_layer_norm",
 }
-# Exported under another name than their module's: a package attribute named as a submodule is replaced by the
-# submodule once that is imported.
+# Renamed: a package attribute named as a submodule is replaced by the submodule once that is imported.
 _RENAMED = {"fused_dropout_add_layer_norm": ("dropout_add_layer_norm", "dropout_add_layer_norm")}
 __all__ = sorted([*_PUBLIC, *_RENAMED])
 __getattr__ = lazy_exports(__name__, {**_PUBLIC, **_RENAMED})

@@ -1,22 +1,14 @@
 """Which of SDPA's CUDA backends runs attention: the `measured_sdpa` switch.
 
-torch's `scaled_dot_product_attention` takes the first backend of a fixed order that accepts the call. The flash
-backend takes no mask, so with BERT's key-padding mask the choice is among cuDNN, memory-efficient and math, and
-the fastest depends on the card and the shape. `MEASURED_ORDER` holds, per shape class, the backends fastest first
-as benchmarks/gpu/gpu_micro.py's `attention` stage timed them (forward + backward, bf16, dropout 0.1).
+torch's `scaled_dot_product_attention` takes the first backend of a fixed order that accepts the call. With BERT's
+padding mask, which flash does not take, the fastest of cuDNN, memory-efficient and math depends on the card and the
+shape. `MEASURED_ORDER` holds, per shape class, the backends fastest first as benchmarks/gpu/gpu_micro.py's
+`attention` stage timed them, keeping only those whose masked output equalled math's. Until a GPU fills it, every
+shape gets `DEFAULT_ORDER`. On CPU the kernel is transformers' `sdpa_attention_forward` unchanged.
 
-Only backends that compute the paper's attention are named: zero weight on every masked key, dropout on the
-probabilities. So flash is dropped from a masked call's order, and math always ends it (it accepts every call).
-The microbenchmark keeps a backend only if its masked output equalled math's (`table_from_micro`).
-Until a GPU fills the table, every shape gets `DEFAULT_ORDER` (cuDNN, memory-efficient, math).
-
-On CPU `measured_sdpa_attention` is transformers' `sdpa_attention_forward` unchanged. On CUDA it is the same call
-under `sdpa_kernel(order, set_priority=True)`, which dynamo traces without a graph break.
-
-A padded batch can still reach FlashAttention as one variable-length call of fixed shape ("flash_varlen":
-each row two segments, its tokens then its padding). It is taken only for a masked, bidirectional bf16/fp16 call
-whose mask puts each row's real tokens first. A device-side assertion stops any other mask (a packed batch's, say)
-rather than let it attend across segments.
+"flash_varlen" runs a padded batch as one fixed-shape variable-length FlashAttention call, each row two segments (its
+tokens, then its padding). It is taken for a bidirectional bf16/fp16 call whose mask puts the real tokens first; a
+device-side assertion stops any other mask.
 """
 
 from __future__ import annotations
@@ -25,7 +17,6 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-# The backends by the names the microbenchmark's rows and the table use.
 BACKENDS: dict[str, SDPBackend] = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -34,15 +25,14 @@ BACKENDS: dict[str, SDPBackend] = {
 }
 # Backends that cannot take an attention mask: never chosen for a masked call.
 MASKLESS = frozenset({"flash"})
-# FlashAttention as one fixed-shape variable-length call; for masked calls only (it reads the rows' lengths there).
+# FlashAttention as one fixed-shape variable-length call, for masked calls only.
 VARLEN = "flash_varlen"
 DEFAULT_ORDER: tuple[str, ...] = ("cudnn", "efficient", "math")
 # Sequence lengths are grouped into classes by the smallest of these that holds them (longer: the last).
 SEQ_CLASSES = (128, 256, 512)
 
-# (head_size, sequence class, masked) -> backend names, fastest first, as benchmarks/gpu/gpu_micro.py's stage
-# `attention` measured them (`python benchmarks/gpu/gpu_micro.py --table RESULTS.json` prints the entries to put here).
-# Empty until a GPU session measures it: every shape then takes DEFAULT_ORDER.
+# (head_size, sequence class, masked) -> backend names, fastest first, as
+# `python benchmarks/gpu/gpu_micro.py --table RESULTS.json` prints them. Empty until a GPU measures it.
 MEASURED_ORDER: dict[tuple[int, int, bool], tuple[str, ...]] = {}
 
 
@@ -53,8 +43,8 @@ def shape_class(seq_len: int, head_size: int, masked: bool) -> tuple[int, int, b
 
 
 def backend_order(seq_len: int, head_size: int, masked: bool, table=None) -> tuple[str, ...]:
-    """The backends to try, in order, for a call of this shape: the measured order (`table`, by default
-    `MEASURED_ORDER`) or `DEFAULT_ORDER`, less the backends that cannot take a mask when `masked`, ending with math."""
+    """The backends to try for a call of this shape: the measured order or `DEFAULT_ORDER`, less those that cannot
+    take a mask when `masked`, ending with math (it accepts every call)."""
     table = MEASURED_ORDER if table is None else table
     order = table.get(shape_class(seq_len, head_size, masked), DEFAULT_ORDER)
     known = [name for name in order if name in BACKENDS or (name == VARLEN and masked)]
@@ -65,8 +55,7 @@ def backend_order(seq_len: int, head_size: int, masked: bool, table=None) -> tup
 def measured_sdpa_attention(
     module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs
 ) -> tuple[torch.Tensor, None]:
-    """transformers' SDPA kernel, on CUDA under the backend order `backend_order` gives for the call's shape.
-    query/key/value: (batch, heads, seq, head_size); attention_mask: as the SDPA interface takes it."""
+    """transformers' SDPA kernel, on CUDA under the `backend_order` for the call's shape."""
     if not query.is_cuda:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
@@ -81,8 +70,7 @@ def measured_sdpa_attention(
 
 
 def takes_varlen(module, query: torch.Tensor, attention_mask: torch.Tensor | None) -> bool:
-    """Whether a call can go to `flash_varlen_attention`: a boolean (batch, 1, queries, keys) mask, attention in both
-    directions, and what FlashAttention takes (bf16 or fp16, head size a multiple of 8 up to 256)."""
+    """A boolean 4-D mask, bidirectional, and what FlashAttention takes (bf16/fp16, head size 8k up to 256)."""
     return (
         attention_mask is not None
         and attention_mask.dtype == torch.bool
@@ -95,8 +83,8 @@ def takes_varlen(module, query: torch.Tensor, attention_mask: torch.Tensor | Non
 
 
 def key_padding_lengths(attention_mask: torch.Tensor) -> torch.Tensor:
-    """(batch,) int32: each row's real tokens, from a boolean (batch, 1, queries, keys) mask that must be a key-padding
-    mask with the real tokens first (every query row alike); any other mask fails a device-side assertion."""
+    """(batch,) int32 real tokens per row of a boolean key-padding mask with the real tokens first; any other mask
+    fails a device-side assertion."""
     lengths = attention_mask[:, 0, 0, :].sum(-1, dtype=torch.int32)
     first = torch.arange(attention_mask.shape[-1], device=attention_mask.device) < lengths[:, None]
     torch._assert_async((attention_mask == first[:, None, None, :]).all(), "flash_varlen: not a key-padding mask")
@@ -106,8 +94,7 @@ def key_padding_lengths(attention_mask: torch.Tensor) -> torch.Tensor:
 def sdpa_under(
     order: tuple[str, ...], module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs
 ) -> tuple[torch.Tensor, None]:
-    """transformers' SDPA kernel with SDPA taking the first backend of `order` (names of `BACKENDS`) that accepts
-    the call."""
+    """transformers' SDPA kernel, taking the first backend of `order` that accepts the call."""
     with sdpa_kernel([BACKENDS[name] for name in order], set_priority=True):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
@@ -117,11 +104,8 @@ def sdpa_under(
 def flash_varlen_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths: torch.Tensor, dropout: float, scaling: float
 ) -> torch.Tensor:
-    """FlashAttention over a padded batch as one variable-length call of fixed shape.
-
-    Row i is two segments, its `lengths[i]` real tokens then its padding: `cu_seqlens = [i*L, i*L + len_i,
-    (i+1)*L]`, so neither sees the other. query/key/value: (batch, seq, heads, head_size), CUDA, fp16/bf16; the
-    context comes back in that layout, never to be read at padding. aten registers the backward."""
+    """FlashAttention over a padded (batch, seq, heads, head_size) batch as one variable-length call: row i is two
+    segments, `cu_seqlens = [i*L, i*L + len_i, (i+1)*L]`. The context at padding is not to be read."""
     batch, seq = query.shape[:2]
     starts = torch.arange(batch, device=query.device, dtype=torch.int32) * seq
     bounds = torch.stack([starts, starts + lengths.to(torch.int32)], dim=1).flatten()
@@ -138,16 +122,12 @@ def _flash_forward(query, key, value, cu_seqlens, max_seqlen: int, dropout: floa
 
 
 def table_from_micro(report: dict, tolerance: float = 2e-2) -> dict[tuple[int, int, bool], tuple[str, ...]]:
-    """`MEASURED_ORDER` entries from gpu_micro.py's JSON: for each shape and mask setting of the stage `attention`,
-    the backends (SDPA's, and `VARLEN` for masked calls) that ran and whose output without dropout equalled math's
-    within `tolerance` (bf16), fastest first. A backend that failed, or that gave other values (a mask ignored), is
-    left out."""
+    """`MEASURED_ORDER` entries from gpu_micro.py's JSON: per shape, fastest first, the backends that ran and whose
+    output equalled math's within `tolerance` (a backend that ignores the mask is left out)."""
     table: dict[tuple[int, int, bool], list[tuple[float, str]]] = {}
     for row in report.get("stages", {}).get("attention", {}).get("rows", []):
-        name = row.get("backend")
-        if name not in (*BACKENDS, VARLEN) or row.get("error") or row.get("max_abs_diff_vs_math") is None:
-            continue
-        if row["max_abs_diff_vs_math"] > tolerance:
+        name, diff = row.get("backend"), row.get("max_abs_diff_vs_math")
+        if name not in (*BACKENDS, VARLEN) or row.get("error") or diff is None or diff > tolerance:
             continue
         if (row["masked"] and name in MASKLESS) or (name == VARLEN and not row["masked"]):
             continue

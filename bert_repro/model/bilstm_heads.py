@@ -1,28 +1,16 @@
 """A BiLSTM between BERT and the task's output layer: the paper's feature-based approach (section 5.3, Table 7)
 and its "+ BiLSTM" fine-tuning head (section 5.1, Table 5).
 
-Two uses of one head (`BertReproBiLSTMConfig`):
-- feature-based (``freeze_encoder=True``): the encoder is frozen (no gradient, and in eval mode whatever `train()`
-  says). The features ``feature_set`` names (`FEATURE_SETS`, Table 7's rows) feed "a randomly initialized two-layer
-  768-dimensional BiLSTM before the classification layer" (section 5.3).
-- "+ BiLSTM" fine-tuning (``freeze_encoder=False``, the default): everything is fine-tuned and the BiLSTM reads the
-  last layer. The paper adds it to its left-to-right model on SQuAD; here it serves span extraction, token and
-  sequence classification, on any encoder.
+Feature-based (``freeze_encoder=True``): the frozen encoder's ``feature_set`` (Table 7's rows) feeds "a randomly
+initialized two-layer 768-dimensional BiLSTM before the classification layer" (section 5.3). "+ BiLSTM" fine-tuning
+(the default): everything is fine-tuned and the BiLSTM reads the last layer.
 
-Where the paper is silent (each a config field):
-- "768-dimensional": 768 units per direction (``bilstm_hidden_size``, as `torch.nn.LSTM` counts), so the output
-  layer reads 2 x 768 values per token. By default the encoder's hidden size.
-- "Weighted Sum": ELMo's scalar mix (Peters et al., 2018), gamma * sum_j softmax(s)_j h_j, learned with the head.
-  "All 12 Layers" are the Transformer layers' outputs (1..L), not the embeddings.
-- The BiLSTM reads each sequence up to its length (packed, so the backward direction starts at the last real token);
-  batches must be right-padded. PyTorch's LSTM initialisation; dropout only before the output layer
-  (``classifier_dropout``, else ``hidden_dropout_prob``).
-- Sequence classification reads the final states (forward at the last token, backward at the first), concatenated;
-  the other heads read the output at every token.
+Where the paper is silent: "768-dimensional" is units per direction (``bilstm_hidden_size``); "Weighted Sum" is
+ELMo's scalar mix, and "All 12 Layers" the Transformer layers 1..L, not the embeddings. The BiLSTM reads each
+right-padded sequence up to its length; dropout only before the output layer.
 
-transformers has no BiLSTM head, so config.json keeps ``model_type`` "bert_repro_bilstm" and an `auto_map`: the
-checkpoints open with bert_repro imported or with `trust_remote_code=True`. That is why this file imports only torch,
-transformers, huggingface_hub and its siblings.
+transformers has no BiLSTM head, so checkpoints open with bert_repro imported or `trust_remote_code=True`; hence this
+file imports only torch, transformers, huggingface_hub and its siblings.
 """
 
 from __future__ import annotations
@@ -31,7 +19,6 @@ import contextlib
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from huggingface_hub.dataclasses import strict
 from torch import nn
 from transformers import PreTrainedConfig
@@ -48,6 +35,7 @@ from .modeling_bert_repro import (
     BertReproPreTrainedModel,
     _as_tuple_if_asked,
     _classifier_dropout,
+    _cross_entropy,
     span_loss,
 )
 from .speed_paths import BertReproModel, speed_parts
@@ -63,10 +51,8 @@ class FeatureSetError(ValueError):
 class FeatureSet:
     """Which hidden states feed the BiLSTM, and how they are combined.
 
-    layers: indices into the L + 1 hidden states of `output_hidden_states` (0 = the embedding output, 1..L the
-        Transformer layers; negative from the end, -1 = the last layer); None = every Transformer layer (1..L).
-    weighted: their learned weighted sum (ELMo's scalar mix; width H) instead of their concatenation (width n x H).
-    table7_row: the paper's name for it in Table 7 ("" for a set of one's own).
+    layers: indices into the L + 1 hidden states (0 = the embeddings, -1 = the last layer); None = layers 1..L.
+    weighted: their learned weighted sum (ELMo's scalar mix) instead of their concatenation.
     """
 
     name: str
@@ -75,7 +61,7 @@ class FeatureSet:
     table7_row: str = ""
 
     def indices(self, num_hidden_layers: int) -> tuple[int, ...]:
-        """The hidden states read, as positions 0..L; a layer the model does not have is a `FeatureSetError`."""
+        """The hidden states read, as positions 0..L; raises `FeatureSetError` for a layer the model lacks."""
         if self.layers is None:
             return tuple(range(1, num_hidden_layers + 1))
         states = num_hidden_layers + 1
@@ -87,14 +73,6 @@ class FeatureSet:
                     f"{num_hidden_layers} = the last layer) or -{states}..-1 from the end."
                 )
         return tuple(index % states for index in self.layers)
-
-    def width(self, hidden_size: int, num_hidden_layers: int) -> int:
-        """The features' size per token."""
-        return hidden_size * (1 if self.weighted else len(self.indices(num_hidden_layers)))
-
-    def is_last_layer(self, num_hidden_layers: int) -> bool:
-        """Whether the features are the last layer's output as it is (no other hidden state needed)."""
-        return not self.weighted and self.indices(num_hidden_layers) == (num_hidden_layers,)
 
 
 _LAST_FOUR = (-4, -3, -2, -1)
@@ -110,7 +88,6 @@ FEATURE_SETS: dict[str, FeatureSet] = {
         FeatureSet("weighted_sum_all", None, weighted=True, table7_row="Weighted Sum All 12 Layers"),
     )
 }
-# The explicit forms: the listed hidden states concatenated, or their weighted sum.
 EXPLICIT_FORMS = {"layers": False, "weighted_layers": True}
 FEATURE_SET_HELP = (
     ", ".join(FEATURE_SETS) + "; or layers=I[,J...] (those hidden states concatenated: 0 = the "
@@ -119,8 +96,7 @@ FEATURE_SET_HELP = (
 
 
 def parse_feature_set(spec: str | FeatureSet) -> FeatureSet:
-    """A feature set from its name in `FEATURE_SETS` or an explicit form: "layers=-2", "layers=-4,-3,-2,-1",
-    "weighted_layers=1,2,3". The layers are checked against a model's depth by `FeatureSet.indices`."""
+    """A feature set named in `FEATURE_SETS`, or an explicit form: "layers=-4,-3,-2,-1", "weighted_layers=1,2"."""
     if isinstance(spec, FeatureSet):
         return spec
     spec = str(spec).strip()
@@ -156,14 +132,15 @@ class ScalarMix(nn.Module):
 
 
 class TokenFeatures(nn.Module):
-    """The feature set's token features from the encoder's hidden states (the tuple of L + 1 tensors)."""
+    """The feature set's token features from the encoder's L + 1 hidden states."""
 
-    def __init__(self, feature_set: FeatureSet, num_hidden_layers: int):
+    def __init__(self, feature_set: FeatureSet, num_hidden_layers: int, hidden_size: int):
         super().__init__()
         self.feature_set = feature_set
         self.indices = feature_set.indices(num_hidden_layers)
-        self.needs_hidden_states = not feature_set.is_last_layer(num_hidden_layers)
+        self.needs_hidden_states = feature_set.weighted or self.indices != (num_hidden_layers,)
         self.mix = ScalarMix(len(self.indices)) if feature_set.weighted else None
+        self.width = hidden_size * (1 if feature_set.weighted else len(self.indices))
 
     def forward(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
         layers = [hidden_states[i] for i in self.indices]
@@ -183,8 +160,8 @@ class BiLSTM(nn.Module):
         self.lstm = nn.LSTM(input_size, hidden_size, num_layers=num_layers, batch_first=True, bidirectional=True)
 
     def forward(self, features: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(batch, seq, in) -> outputs (batch, seq, 2 x hidden), zero at padding, and the last layer's final
-        states (batch, 2 x hidden): forward direction at each sequence's last real token, backward at its first."""
+        """(batch, seq, in) -> outputs (batch, seq, 2 x hidden), zero at padding, and the final states
+        (batch, 2 x hidden): forward at each sequence's last real token, backward at its first."""
         seq = features.shape[1]
         if attention_mask is None:
             outputs, (final, _) = self.lstm(features)
@@ -213,12 +190,10 @@ class BertReproBiLSTMConfig(BertReproConfig):
 
     Args:
         feature_set (`str`, "last_hidden"): the token features the BiLSTM reads: a name in `FEATURE_SETS` (Table 7)
-            or "layers=I[,J...]" / "weighted_layers=I[,J...]" (`parse_feature_set`). Checked against
-            `num_hidden_layers` on construction.
-        freeze_encoder (`bool`, False): the feature-based approach: the encoder gets no gradient and no update, and
-            runs without dropout. False: "+ BiLSTM" fine-tuning of every parameter.
-        bilstm_hidden_size (`int`, *optional*): units per direction; `hidden_size` when unset (768 for BERT-BASE,
-            the paper's "768-dimensional").
+            or "layers=I[,J...]" / "weighted_layers=I[,J...]" (`parse_feature_set`).
+        freeze_encoder (`bool`, False): the feature-based approach: no gradient, no update and no dropout for the
+            encoder. False: "+ BiLSTM" fine-tuning of every parameter.
+        bilstm_hidden_size (`int`, *optional*): units per direction; `hidden_size` when unset (the paper's "768").
         bilstm_num_layers (`int`, 2): the paper's "two-layer".
     """
 
@@ -239,7 +214,6 @@ class BertReproBiLSTMConfig(BertReproConfig):
 
     @property
     def features(self) -> FeatureSet:
-        """The `FeatureSet` that `feature_set` names."""
         return parse_feature_set(self.feature_set)
 
     @property
@@ -256,14 +230,12 @@ class BertReproBiLSTMConfig(BertReproConfig):
         return config_dict, kwargs
 
     def to_json_file(self, json_file_path, use_diff: bool = True):
-        # transformers' own writer, not BertReproConfig's: transformers' BERT has no BiLSTM head, so there is no
-        # transformers-format config to write (and no warning to give: remote code only is by design here).
+        # transformers' own writer: its BERT has no BiLSTM head, so there is no transformers-format config to write.
         PreTrainedConfig.to_json_file(self, json_file_path, use_diff)
 
 
 # --- The models ------------------------------------------------------------------------------------------------
 
-# Every Auto class a saved BiLSTM directory opens with (with bert_repro imported, or trust_remote_code=True).
 BILSTM_AUTO_MAP = {
     "AutoConfig": "bilstm_heads.BertReproBiLSTMConfig",
     "AutoModelForSequenceClassification": "bilstm_heads.BertReproForSequenceClassificationWithBiLSTM",
@@ -273,24 +245,17 @@ BILSTM_AUTO_MAP = {
 
 
 class BertReproBiLSTMPreTrainedModel(BertReproPreTrainedModel):
-    """The encoder, the token features, the BiLSTM and the dropout before the output layer; freezing; saving."""
-
     config_class = BertReproBiLSTMConfig
     config: BertReproBiLSTMConfig
 
     def _build_encoder_and_bilstm(self, config: BertReproBiLSTMConfig) -> None:
         self.bert = BertReproModel(config, add_pooling_layer=False)
-        self.token_features = TokenFeatures(config.features, config.num_hidden_layers)
-        self.bilstm = BiLSTM(
-            config.features.width(config.hidden_size, config.num_hidden_layers),
-            config.lstm_size,
-            config.bilstm_num_layers,
-        )
+        self.token_features = TokenFeatures(config.features, config.num_hidden_layers, config.hidden_size)
+        self.bilstm = BiLSTM(self.token_features.width, config.lstm_size, config.bilstm_num_layers)
         self.dropout = _classifier_dropout(config, speed_parts(config))
         self._freeze_encoder()
 
-    def _freeze_encoder(self) -> None:
-        """No gradient for a frozen encoder's parameters, so that no optimizer updates (or decays) them."""
+    def _freeze_encoder(self) -> None:  # no gradient, so that no optimizer updates (or decays) them
         self.bert.requires_grad_(not self.config.freeze_encoder)
 
     @classmethod
@@ -312,23 +277,21 @@ class BertReproBiLSTMPreTrainedModel(BertReproPreTrainedModel):
             init.ones_(module.gamma)
 
     def train(self, mode: bool = True):
-        """A frozen encoder stays in eval mode (no dropout), whatever mode the rest of the model is put in."""
+        """A frozen encoder stays in eval mode (no dropout)."""
         super().train(mode)
         if self.config.freeze_encoder:
             self.bert.train(False)
         return self
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Weights (safetensors), config (model_type "bert_repro_bilstm") and this file with the modules it imports,
-        with an `auto_map` for every Auto class of the BiLSTM heads."""
+        """Weights, config, this file's code and an `auto_map` for every Auto class of the BiLSTM heads."""
         self.config.auto_map = dict(BILSTM_AUTO_MAP)
         return super(BertReproPreTrainedModel, self).save_pretrained(save_directory, *args, **kwargs)
 
     def _bilstm(
         self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_hidden_states, kwargs
     ) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        """The BiLSTM's outputs at every token and its final states, and what the task output carries of the
-        encoder's outputs (hidden states when asked for, attentions)."""
+        """The BiLSTM's outputs at every token, its final states, and the encoder outputs the task output carries."""
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         needs_states = self.token_features.needs_hidden_states
@@ -355,8 +318,7 @@ class BertReproBiLSTMPreTrainedModel(BertReproPreTrainedModel):
 
 
 class BertReproForTokenClassificationWithBiLSTM(BertReproBiLSTMPreTrainedModel):
-    """NER with a BiLSTM before the output layer: feature-based (Table 7) or fine-tuned; the paper labels the first
-    sub-token of each word (others get -100), as `BertReproForTokenClassification`."""
+    """NER with a BiLSTM before the output layer: feature-based (Table 7) or fine-tuned."""
 
     def __init__(self, config: BertReproBiLSTMConfig):
         super().__init__(config)
@@ -381,9 +343,7 @@ class BertReproForTokenClassificationWithBiLSTM(BertReproBiLSTMPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_hidden_states, kwargs
         )
         logits = self.classifier(self.dropout(tokens))
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1), ignore_index=-100)
+        loss = _cross_entropy(logits, labels) if labels is not None else None
         output = TokenClassifierOutput(loss=loss, logits=logits, **carried)
         return _as_tuple_if_asked(output, return_dict, self.config)
 
@@ -410,7 +370,6 @@ class BertReproForQuestionAnsweringWithBiLSTM(BertReproBiLSTMPreTrainedModel):
         return_dict=None,
         **kwargs,
     ) -> QuestionAnsweringModelOutput | tuple:
-        """start_positions / end_positions: (batch,) token indices of the answer span ([CLS] = 0 for no answer)."""
         tokens, _, carried = self._bilstm(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_hidden_states, kwargs
         )
@@ -453,7 +412,7 @@ class BertReproForSequenceClassificationWithBiLSTM(BertReproBiLSTMPreTrainedMode
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
-# So that `save_pretrained` copies this file (and what it imports) next to the weights.
+# So that `save_pretrained` copies this file next to the weights.
 BertReproBiLSTMConfig.register_for_auto_class()
 for _auto_class, _path in BILSTM_AUTO_MAP.items():
     if _auto_class != "AutoConfig":

@@ -1,17 +1,9 @@
 """The format of a saved checkpoint: transformers' own BERT, with our code beside it.
 
-A bert_repro model computes what transformers' `Bert*` classes compute, with the same parameter names, so
-`config.json` is written as transformers' BERT type and three readers open the same directory or Hub repo:
-
-- plain transformers: `model_type` is "bert" and `architectures` names transformers' classes (what `pipeline()` and
-  the Hub read), so every `AutoModel*` gives transformers' BERT, with outputs equal to ours;
-- `trust_remote_code=True`: the `auto_map` names our classes in the code files saved beside the weights, so the same
-  weights open as our classes, speed switches included;
-- bert_repro: `BertRepro*.from_pretrained` reads a "bert" config as ours (`BertReproConfig.get_config_dict`).
-
-Where transformers' BERT cannot compute the model (`native_obstacles`: an unknown activation, an unimplemented field
-value, a causal objective), `config.json` keeps `model_type` "bert_repro" and our class names; saving warns.
-The BiLSTM heads are never transformers' BERT.
+A bert_repro model computes what transformers' `Bert*` classes compute, with the same parameter names. So
+`config.json` says `model_type` "bert" and names transformers' classes: plain transformers opens it as its own BERT,
+`trust_remote_code=True` as our classes (the `auto_map`). Where transformers' BERT cannot compute the model
+(`native_obstacles`), `config.json` keeps "bert_repro" and saving warns.
 
 This file is copied next to the weights, so it imports only the standard library, transformers and the config.
 """
@@ -40,8 +32,7 @@ class NotTransformersBertWarning(UserWarning):
 
 
 def native_obstacles(config: dict) -> list[str]:
-    """Why transformers' own BERT classes cannot open `config` (a config.json dict) as the same model: one
-    sentence per field; empty when they can."""
+    """Why transformers' own BERT cannot open `config` (a config.json dict) as the same model, one per field."""
     from transformers.activations import ACT2FN
 
     reasons = []
@@ -89,7 +80,7 @@ def repro_class_name(name: str) -> str:
 
 def is_repro_checkpoint(config: dict) -> bool:
     """Whether a config.json dict was written by bert_repro (either format), not by transformers or another tool."""
-    # Our model types all start with ours: "bert_repro", and "bert_repro_bilstm" for the BiLSTM heads.
+    # "bert_repro", and "bert_repro_bilstm" for the BiLSTM heads.
     return (
         str(config.get("model_type") or "").startswith(REPRO_MODEL_TYPE)
         or (config.get("auto_map") or {}).get("AutoConfig") == REPRO_CONFIG_CLASS
@@ -98,30 +89,21 @@ def is_repro_checkpoint(config: dict) -> bool:
 
 def config_file_dict(config: dict, *, warn: bool = True) -> dict:
     """What config.json holds for a bert_repro config dict: transformers' BERT type and class names when its BERT
-    computes the same model, else the dict unchanged (model_type "bert_repro"), with a warning naming the field."""
+    computes the same model, else model_type "bert_repro" and a warning."""
     obstacles = native_obstacles(config)
-    if obstacles:
-        if warn:
-            warnings.warn(
-                "This checkpoint is saved for bert_repro and trust_remote_code=True only (config.json model_type "
-                f"{REPRO_MODEL_TYPE!r}): transformers' own BERT classes cannot compute it, because "
-                + "; ".join(obstacles)
-                + ".",
-                NotTransformersBertWarning,
-                stacklevel=3,
-            )
-        return {
-            **config,
-            "model_type": REPRO_MODEL_TYPE,
-            **(
-                {"architectures": [repro_class_name(a) for a in config["architectures"]]}
-                if config.get("architectures")
-                else {}
-            ),
-        }
-    converted = {**config, "model_type": TRANSFORMERS_MODEL_TYPE}
+    if obstacles and warn:
+        warnings.warn(
+            "This checkpoint is saved for bert_repro and trust_remote_code=True only (config.json model_type "
+            f"{REPRO_MODEL_TYPE!r}): transformers' own BERT classes cannot compute it, because "
+            + "; ".join(obstacles)
+            + ".",
+            NotTransformersBertWarning,
+            stacklevel=3,
+        )
+    class_name = repro_class_name if obstacles else transformers_class_name
+    converted = {**config, "model_type": REPRO_MODEL_TYPE if obstacles else TRANSFORMERS_MODEL_TYPE}
     if config.get("architectures"):
-        converted["architectures"] = [transformers_class_name(a) for a in config["architectures"]]
+        converted["architectures"] = [class_name(a) for a in config["architectures"]]
     return converted
 
 

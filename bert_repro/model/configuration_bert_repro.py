@@ -1,21 +1,11 @@
 """BERT configuration (Devlin et al., 2018, section 3 and appendix A; Turc et al., 2019 for the small BERTs).
 
-`BertReproConfig` uses the field names of transformers' `BertConfig`, so every BERT `config.json` on the Hub
-or on disk reads as it is. The sizes the paper and the reference code name are available as presets:
+`BertReproConfig` uses transformers' `BertConfig` field names, so every BERT `config.json` reads as it is, and
+`BertReproConfig.from_preset("base")` gives a named size. Where the paper and Google's reference code differ, the
+default follows the paper (where it is silent, the reference code) and the other behaviour is an option.
 
-    >>> BertReproConfig.from_preset("base")          # L=12, H=768, A=12, 110,106,428 params with MLM+NSP
-    >>> BertReproConfig.from_preset("tiny", vocab_size=8000)
-
-Where the paper, Google's reference code and transformers differ, the default follows the paper (or, where the
-paper is silent, the reference code) and the other behaviour is an option:
-
-- ``hidden_act``: "gelu" (the exact erf form, which the paper names and which HF-format checkpoints declare) or
-  "gelu_new" / "gelu_tanh" (the tanh approximation that Google's reference code actually computes).
-- ``initializer_distribution``: "truncated_normal" (reference code: normal(0, initializer_range) cut at two
-  standard deviations) or "normal" (transformers).
-
-This file is copied next to the weights by `save_pretrained`, so it may only import torch-free standard
-libraries, `transformers` and `huggingface_hub`.
+This file is copied next to the weights by `save_pretrained`, so it imports only torch-free standard libraries,
+`transformers` and `huggingface_hub`.
 """
 
 from __future__ import annotations
@@ -25,8 +15,7 @@ from dataclasses import dataclass
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-# Every BERT size of the paper (BASE, LARGE) and of the reference code's 24 small BERTs that have names.
-# The parameter counts (MLM + NSP heads, vocabulary 30,522, as transformers counts them) are checked in tests.
+# The paper's BASE and LARGE and the reference code's named small BERTs.
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512),
     "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
@@ -41,8 +30,7 @@ EXACT_GELU = ("gelu",)
 TANH_GELU = ("gelu_new", "gelu_tanh", "gelu_pytorch_tanh", "gelu_fast")
 ACTIVATIONS = EXACT_GELU + TANH_GELU + ("relu", "silu", "swish")
 INIT_DISTRIBUTIONS = ("truncated_normal", "normal")
-# The config fields that change speed only (see the class docstring), each with its one-line help: the
-# recipes' flags and the tests are made from this list; `speed_paths.py` maps each to the classes it builds.
+# The config fields that change speed only, with their help; the recipes' flags are made from this list.
 SPEED_SWITCHES = {
     "unpad_inputs": "Speed: run the encoder on the real tokens only, padding removed (same outputs at real tokens).",
     "last_layer_subset": "Speed: the last Transformer block computes only the positions the heads read "
@@ -57,23 +45,18 @@ SPEED_SWITCHES = {
     "measured_sdpa": "Speed on CUDA: SDPA runs under the backend measured fastest at the shape (cuDNN, "
     "memory-efficient; never one that drops the padding mask or dropout).",
 }
-# The switches whose modules compile into the one graph of a `torch.compile`d step (no data-dependent shapes, no
-# Python-side randomness); the others split it (`SpeedSwitches.torch_compile_warning`).
+# The switches that keep a `torch.compile`d step one graph (no data-dependent shapes or Python-side randomness).
 ONE_GRAPH_SWITCHES = ("fused_dropout_add_norm", "fused_qkv", "measured_sdpa")
-# The residual stream's dtype with `fused_dropout_add_norm` (config.residual_dtype).
 RESIDUAL_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
 class PreTrainingObjective:
-    """What a model is pre-trained to do, and so how it attends: the paper's Table 5 compares three.
+    """A pre-training objective of the paper's Table 5, and so how the model attends.
 
-    causal: each token attends to itself and the tokens before it, in pre-training and fine-tuning (the paper's
-        "LTR & No NSP" keeps the left-only constraint at fine-tuning). The pooler then reads the last real token,
-        as OpenAI GPT's classifier does; the paper does not say, and [CLS] at position 0 sees only itself.
+    causal: left-only attention, in pre-training and fine-tuning (the paper's "LTR & No NSP" keeps it at fine-tuning).
     next_sentence: `[CLS] A [SEP] B [SEP]` pairs with the NSP task; without it, `[CLS] text [SEP]` and no NSP loss.
-    masked_lm: predict the masked tokens (15%, 80/10/10); False: the next token at every position, through the same
-        head, so the three models differ only in attention and targets.
+    masked_lm: predict the masked tokens (15%, 80/10/10); False: the next token at every position, same head.
     """
 
     name: str
@@ -88,7 +71,6 @@ class PreTrainingObjective:
         return "mlm" if self.masked_lm else "lm"
 
 
-# The one table of objectives; everything else looks them up by name here (`pretraining_objective`).
 PRETRAINING_OBJECTIVES: dict[str, PreTrainingObjective] = {
     o.name: o
     for o in (
@@ -118,8 +100,7 @@ def pretraining_objective(name: str) -> PreTrainingObjective:
 
 
 def check_objective_kept(saved: str, asked: str, source) -> None:
-    """Loading a checkpoint pre-trained with objective `saved` as objective `asked`: the attention direction must
-    stay what the weights learned (a left-to-right model fine-tuned bidirectionally is another model)."""
+    """Refuse to load a checkpoint pre-trained as `saved` as objective `asked` with the other attention direction."""
     was, now = pretraining_objective(saved), pretraining_objective(asked)
     if was.causal != now.causal:
         raise ObjectiveConflictError(
@@ -153,32 +134,30 @@ class BertReproConfig(PreTrainedConfig):
         num_hidden_layers (`int`, 12): L, the number of Transformer blocks.
         num_attention_heads (`int`, 12): A; `hidden_size` must be divisible by it (head size H/A = 64 in the paper).
         intermediate_size (`int`, 3072): width of the feed-forward layer, 4H in the paper.
-        hidden_act (`str`, "gelu"): activation of the feed-forward layer and the MLM head transform (module docstring).
+        hidden_act (`str`, "gelu"): activation of the feed-forward layer and the MLM head transform: "gelu" (exact,
+            as the paper names it) or "gelu_new" / "gelu_tanh" (the tanh form Google's reference code computes).
         hidden_dropout_prob (`float`, 0.1): dropout on embeddings, sub-layer outputs and the pooled output of
             classification heads (unless `classifier_dropout` is set).
         attention_probs_dropout_prob (`float`, 0.1): dropout on the attention probabilities.
         max_position_embeddings (`int`, 512): number of learned absolute positions.
         type_vocab_size (`int`, 2): number of segment (token type) embeddings: segment A = 0, segment B = 1.
         initializer_range (`float`, 0.02): standard deviation of the weight initialisation.
-        initializer_distribution (`str`, "truncated_normal"): "truncated_normal" (reference code) or "normal"
-            (transformers).
+        initializer_distribution (`str`, "truncated_normal"): "truncated_normal" (reference code: cut at two
+            standard deviations) or "normal" (transformers).
         layer_norm_eps (`float`, 1e-12): LayerNorm epsilon.
         pad_token_id (`int`, 0): id of `[PAD]`.
         classifier_dropout (`float`, *optional*): dropout before the task heads; `hidden_dropout_prob` when unset.
         position_embedding_type (`str`, "absolute"): only learned absolute positions, as in the paper.
-        tie_word_embeddings (`bool`, True): tie the MLM decoder weight to the token embeddings, as the paper does.
-            Declared here because transformers 5.x does not declare it on the base class.
-        sparse_prediction (`bool`, False): with MLM labels, run the (H x vocab) decoder only where labels != -100
-            (MosaicBERT's trick: the same loss, ~20% fewer FLOPs at BASE). The logits are then (masked positions,
-            vocab); without labels they cover every position. The pre-training recipe turns it on.
+        tie_word_embeddings (`bool`, True): tie the MLM decoder to the token embeddings, as the paper does
+            (declared here: transformers 5.x's base class does not).
+        sparse_prediction (`bool`, False): with MLM labels, run the decoder only where labels != -100 (MosaicBERT's
+            trick: the same loss, ~20% fewer FLOPs at BASE); the logits are then (masked positions, vocab).
 
-        Speed switches (`SPEED_SWITCHES`, each with its help; docs/speed.md): each keeps losses, logits and
-        gradients to float rounding; the paper's classes in the model file ignore them. `residual_dtype` ("float32"
-        or "bfloat16", which changes the numerics) is the residual stream's dtype with `fused_dropout_add_norm`.
+        Speed switches (`SPEED_SWITCHES`, docs/speed.md) keep losses, logits and gradients to float rounding.
+        `residual_dtype` ("float32" or "bfloat16", which changes the numerics) goes with `fused_dropout_add_norm`.
 
-        objective (`str`, "mlm_nsp"): the pre-training objective of the paper's Table 5 (`PRETRAINING_OBJECTIVES`).
-            Saved in config.json, so a fine-tune attends as the checkpoint was pre-trained;
-            `from_pretrained(..., objective=...)` refuses to change the attention direction.
+        objective (`str`, "mlm_nsp"): the paper's Table 5 pre-training objective (`PRETRAINING_OBJECTIVES`), kept
+            in config.json so a fine-tune attends as the checkpoint was pre-trained.
     """
 
     model_type = "bert_repro"
@@ -214,7 +193,6 @@ class BertReproConfig(PreTrainedConfig):
     def validate_architecture(self):
         """Checked on construction (through `@strict`): a wrong config fails here, not deep inside a forward."""
         super().validate_architecture()
-        # Sizes and probabilities first: the checks below divide by them and compare them.
         for name in (
             "vocab_size",
             "hidden_size",
@@ -255,17 +233,12 @@ class BertReproConfig(PreTrainedConfig):
 
     @property
     def pretraining_objective(self) -> PreTrainingObjective:
-        """The `PreTrainingObjective` named by `objective`: what code asks (`.causal`, `.next_sentence`, ...)."""
+        """The `PreTrainingObjective` named by `objective`."""
         return pretraining_objective(self.objective)
-
-    @property
-    def head_size(self) -> int:
-        return self.hidden_size // self.num_attention_heads
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> BertReproConfig:
-        """A config of a named size ("tiny", "mini", "small", "medium", "base", "large"); any field can be
-        overridden."""
+        """A config of a named size (`PRESETS`: "tiny" ... "large"); any field can be overridden."""
         key = name.lower().removeprefix("bert-").removeprefix("bert_")
         if key not in PRESETS:
             raise ValueError(f"Unknown BERT preset {name!r}; choose one of: {', '.join(PRESETS)}.")
@@ -273,8 +246,7 @@ class BertReproConfig(PreTrainedConfig):
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
-        # Public BERT checkpoints say model_type "bert" and use our field names: read them as ours, without the
-        # "model of type bert to instantiate a model of type bert_repro" warning.
+        # Public BERT checkpoints (model_type "bert") use our field names: read them as ours, without a warning.
         config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         if config_dict.get("model_type") == "bert":
             if config_dict.get("is_decoder") or config_dict.get("add_cross_attention"):
@@ -290,8 +262,7 @@ class BertReproConfig(PreTrainedConfig):
         return config_dict, kwargs
 
     def to_json_file(self, json_file_path, use_diff: bool = True):
-        # config.json says transformers' BERT type where its classes compute this model, so plain transformers
-        # opens the checkpoint without remote code (checkpoint_format explains the format).
+        # config.json says transformers' BERT type where its classes compute this model (checkpoint_format.py).
         import json
 
         from .checkpoint_format import config_file_dict

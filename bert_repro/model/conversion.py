@@ -1,15 +1,8 @@
 """Moving weights between bert_repro and the other BERT formats, so nobody is locked in.
 
-- `load_bert(path_or_id, model_class)`: any public BERT checkpoint -> a bert_repro model. It reads a Hub id or
-  directory in the Hugging Face format (keys with or without `bert.` and `cls.*`), a bert_repro directory, or Google's
-  TensorFlow checkpoint (`bert_model.ckpt.*` + `bert_config.json`; the `tf` extra). Pickled weights
-  (`pytorch_model.bin`) are read only with `trust_pickle=True`.
-- `check_model_dir(path)`: what every opener of a local model directory checks first, one message per problem.
-
-The way back is `save_pretrained`, which writes transformers' own BERT format (`checkpoint_format.py`).
-
-Command line:
-    python -m bert_repro.model.conversion import SRC OUTPUT_DIR [--head pretraining] [--trust_pickle]
+`load_bert` reads a Hub id or directory in the Hugging Face format, a bert_repro directory, or Google's TensorFlow
+checkpoint; `check_model_dir` is what every opener of a local model directory checks first. The way back is
+`save_pretrained`, which writes transformers' own BERT format (`checkpoint_format.py`).
 """
 
 from __future__ import annotations
@@ -38,10 +31,7 @@ HEADS = {
     "token_classification": speed.BertReproForTokenClassification,
 }
 
-# Files copied along with the weights when converting a directory.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
-
-
 # Files that hold pickles: never opened unless the user says the file is trusted.
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
 
@@ -74,9 +64,8 @@ def weight_files(directory: Path) -> list[Path]:
 
 
 def _hub_model_problem(repo_id: str, **hub_kwargs) -> str | None:
-    """Why the Hub model `repo_id` cannot be loaded, or None: its config in the local cache, or the Hub answering for
-    it (asked once, briefly: transformers' loaders retry an unreachable Hub for half a minute, then raise a
-    hundred-line traceback). `hub_kwargs`: `from_pretrained`'s cache_dir and revision, where given."""
+    """Why the Hub model `repo_id` cannot be loaded, or None. Asked once, briefly: transformers' loaders retry an
+    unreachable Hub for half a minute, then raise a hundred-line traceback."""
     from huggingface_hub import HfApi, constants, try_to_load_from_cache
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
@@ -97,13 +86,9 @@ def _hub_model_problem(repo_id: str, **hub_kwargs) -> str | None:
 
 
 def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False, **hub_kwargs) -> None:
-    """Raise `CheckpointError` unless the local model directory `path` can be opened: `config.json` a JSON
-    object, the weights in safetensors and complete (only their headers are read). A Hub id must be in the local
-    cache or on a Hub that answers (`_hub_model_problem`); a TensorFlow checkpoint is left to its loader; a path that
-    is none of them (a file among them) is an error.
-
-    Pickled weights are not opened: unpickling runs whatever code the file holds, so a directory with only
-    pickles is refused, naming the one command that converts it (whose own call passes `trust_pickle`)."""
+    """Raise `CheckpointError` unless `path` can be opened: a directory with a JSON `config.json` and complete
+    safetensors weights, a Hub id in the cache or on a Hub that answers, or a TensorFlow checkpoint. A directory of
+    pickles only is refused (unpickling runs code), naming the command that converts it."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     directory = Path(path)
@@ -165,12 +150,8 @@ def load_bert(
     trust_pickle: bool = False,
     **kwargs,
 ) -> modeling.BertReproPreTrainedModel:
-    """Load a BERT checkpoint of any public format into `model_class` (a class or a key of `HEADS`).
-
-    kwargs go to `from_pretrained` (e.g. `num_labels=3`, `revision=...`, `attn_implementation="eager"`).
-    Missing encoder weights raise; missing head weights are initialised and listed in a warning. Pickled
-    weights (`pytorch_model.bin`) are read only with `trust_pickle=True`, and then with weights_only=True.
-    """
+    """Load a BERT checkpoint of any public format into `model_class` (a class or a key of `HEADS`); kwargs go to
+    `from_pretrained`. Pickled weights are read only with `trust_pickle=True`, and then with weights_only=True."""
     if isinstance(model_class, str):
         if model_class not in HEADS:
             raise ValueError(f"Unknown head {model_class!r}; choose one of: {', '.join(HEADS)}.")
@@ -199,7 +180,7 @@ def load_tf_bert(
     prefix = resolve_checkpoint_prefix(path)
     # The head's own config class: the BiLSTM heads add their fields to BertReproConfig's.
     config = model_class.config_class(**{**read_google_bert_config(prefix.parent), **config_overrides})
-    state_dict, _skipped = load_tf_checkpoint(prefix)
+    state_dict, _ = load_tf_checkpoint(prefix)
     model = model_class(config)
     load_state_dict_checked(model, state_dict, source=str(prefix))
     return model.eval()
@@ -207,41 +188,27 @@ def load_tf_bert(
 
 def load_state_dict_checked(
     model: modeling.BertReproPreTrainedModel, state_dict: dict[str, torch.Tensor], source: str
-) -> list[str]:
-    """Copy `state_dict` (HF `BertForPreTraining` key names) into `model`, checking every tensor's shape.
-
-    Keys are adapted to the model (the `bert.` prefix is dropped for the bare encoder, heads it lacks are
-    ignored). Raises when a shape differs or an encoder weight is missing; returns the head weights that the
-    checkpoint did not have (left at their initialisation).
-    """
+) -> None:
+    """Copy `state_dict` (HF `BertForPreTraining` keys) into `model`, ignoring heads it lacks; raise when a shape
+    differs or an encoder weight is missing."""
     prefix = model.base_model_prefix + "."
     is_base = isinstance(model, modeling.BertReproModel)
-    adapted = {}
-    for key, tensor in state_dict.items():
-        if is_base:
-            if not key.startswith(prefix):
-                continue  # a pre-training head the bare encoder does not have
-            key = key[len(prefix) :]
-        adapted[key] = tensor
+    if is_base:  # the bare encoder's keys have no `bert.` prefix
+        state_dict = {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
     own = model.state_dict()
-    tied = set(getattr(model, "_tied_weights_keys", None) or {})
     mismatched = [
         f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
-        for k, v in adapted.items()
+        for k, v in state_dict.items()
         if k in own and own[k].shape != v.shape
     ]
     if mismatched:
         raise ValueError(f"{source}: weights of another shape than the config describes: " + "; ".join(mismatched))
-    missing = sorted(k for k in own if k not in adapted and k not in tied)
-    missing_encoder = [k for k in missing if is_base or k.startswith(prefix)]
+    tied = set(getattr(model, "_tied_weights_keys", None) or {})
+    missing_encoder = [k for k in own if k not in state_dict and k not in tied and (is_base or k.startswith(prefix))]
     if missing_encoder:
-        raise ValueError(f"{source} lacks encoder weights: {', '.join(missing_encoder)}")
-    with torch.no_grad():
-        for key, tensor in adapted.items():
-            if key in own:
-                own[key].copy_(tensor)
+        raise ValueError(f"{source} lacks encoder weights: {', '.join(sorted(missing_encoder))}")
+    model.load_state_dict(state_dict, strict=False)
     model.tie_weights()
-    return missing
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,21 +1,14 @@
 """Dropout + residual add + LayerNorm in one Triton kernel, forward and backward: the `fused_dropout_add_norm`
 switch.
 
-It speeds up the post-LN step that ends both halves of every block, `LayerNorm(residual + dropout(dense(x)))`, in
-training on CUDA. Inductor makes it several kernels that store a mask and read the sum again; the profile puts
-them at over twice their byte floor (benchmarks/LOG.md, "Where the step's time goes"; figures in
-benchmarks/RESULTS.md). Here the forward reads x and the residual once. The backward regenerates the dropout mask
-from the Philox seed and sums the weight and bias gradients in the same pass (`dropout_add_layer_norm_kernels.py`).
+It speeds up `LayerNorm(residual + dropout(dense(x)))`, which ends both halves of every block, in training on CUDA.
+Inductor's kernels for it run at over twice their byte floor (benchmarks/LOG.md, "Where the step's time goes";
+figures in benchmarks/RESULTS.md). Here the forward reads x and the residual once, and the backward regenerates the
+mask from the Philox seed (`dropout_add_layer_norm_kernels.py`).
 
-Arithmetic: the sum and the norm in float32, the output in the residual's dtype. Under bf16 autocast the residual
-stream is float32, so the output is the compiled paper model's to float rounding, with another dropout stream.
-The drop probability is rounded to a multiple of 1/65536, kept values scaled to keep the expectation exact.
-`config.residual_dtype = "bfloat16"` (opt-in) stores the output and the sum in bf16: fewer bytes, other numerics.
-
-Registered as custom ops (`bert_repro::dropout_add_layer_norm` and its backward), so `torch.compile` keeps the step
-in one graph. The kernels run on CUDA, and on CPU under `TRITON_INTERPRET=1` for the tests; elsewhere the module
-computes the same with torch's ops (`paper_dropout_add_layer_norm`). `FusedSelfOutput` and `FusedOutput` keep the
-paper modules' parameters (`dense`, `LayerNorm`), so checkpoints are unchanged.
+The sum and the norm are float32, the output the residual's dtype (float32 under bf16 autocast, so the compiled
+paper model's to float rounding); p is rounded to a multiple of 1/65536. Custom ops, so `torch.compile` keeps one
+graph; on CPU the kernels run under `TRITON_INTERPRET=1` (tests), else torch's ops do the same.
 """
 
 from __future__ import annotations
@@ -43,21 +36,17 @@ def _kernels():
     return dropout_add_layer_norm_kernels
 
 
-# Looked up once, without importing triton (seconds): CUDA builds of torch on Linux bring it, CPU builds do not.
+# Looked up without importing triton (seconds).
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 
 def runs_kernel(x: Tensor) -> bool:
-    """Whether the Triton kernels run for a tensor on x's device: CUDA with Triton, or the CPU under Triton's
-    interpreter (`TRITON_INTERPRET=1`)."""
-    if x.is_cuda:
-        return HAS_TRITON
-    return HAS_TRITON and x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+    """Whether the Triton kernels run on x's device: CUDA, or CPU under `TRITON_INTERPRET=1`."""
+    return HAS_TRITON and (x.is_cuda or (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"))
 
 
 def threshold_and_scale(p: float) -> tuple[int, float]:
-    """The kernel's keep threshold for drop probability p, and the scale of kept values (none is kept at p = 1:
-    every number is under 65536, and dropout's output is zeros, as torch's)."""
+    """The kernel's keep threshold for drop probability p, and the scale of kept values (0 at p = 1, as torch)."""
     threshold = round(p * RANDOM_RANGE)
     return threshold, RANDOM_RANGE / (RANDOM_RANGE - threshold) if threshold < RANDOM_RANGE else 0.0
 
@@ -70,8 +59,7 @@ def _tile(n: int) -> int:
 
 
 def _rows_per_program(n: int, device: torch.device) -> int:
-    """R, the rows a program holds: about 2048 values on CUDA (a BASE or LARGE row pads to 1024), 16384 in the
-    interpreter, whose cost is per operation."""
+    """R, the rows a program holds: about 2048 values on CUDA, 16384 in the interpreter (its cost is per op)."""
     per_program = 2048 if device.type == "cuda" else 16384
     return max(per_program // (8 * _tile(n)), 1)
 
@@ -94,8 +82,7 @@ def _programs(blocks: int, device: torch.device) -> int:
 def _forward(
     x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, seed: Tensor, p: float, eps: float, out_dtype: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(rows, N) x and residual -> y = LayerNorm(residual + dropout(x)), z = residual + dropout(x), and each row's
-    mean and 1/std (float32). out_dtype: the output's and z's dtype, as an index of `_DTYPES`."""
+    """(rows, N) x and residual -> y = LayerNorm(z), z = residual + dropout(x), each row's mean and 1/std."""
     rows, n = x.shape
     dtype = _DTYPES[out_dtype]
     y, z = torch.empty(rows, n, dtype=dtype, device=x.device), torch.empty(rows, n, dtype=dtype, device=x.device)
@@ -194,9 +181,8 @@ def dropout_add_layer_norm(
     out_dtype: torch.dtype | None = None,
     seed: Tensor | None = None,
 ) -> Tensor:
-    """norm(residual + dropout(x, p)) for (..., N) x and residual, by the kernels where they run, else torch's ops.
-
-    out_dtype defaults to the residual's; seed (a 1-element int64 tensor on x's device) to a draw from torch."""
+    """norm(residual + dropout(x, p)) by the kernels where they run, else torch's ops. seed: a 1-element int64
+    tensor on x's device, by default drawn from torch."""
     p = p if training else 0.0
     if not runs_kernel(x):
         return paper_dropout_add_layer_norm(x, residual, norm, p, out_dtype)
@@ -205,7 +191,6 @@ def dropout_add_layer_norm(
         # A tensor, not a Python number: drawn inside the compiled graph, so each step has its own mask.
         seed = torch.randint(0, 2**31 - 1, (1,), device=x.device) if p > 0 else torch.zeros(1, device=x.device)
     shape = x.shape
-    # A LayerNorm without affine parameters (or without a bias) is one with a weight of ones and a bias of zeros.
     ones, zeros = (torch.full((shape[-1],), v, dtype=torch.float32, device=x.device) for v in (1.0, 0.0))
     y, _, _, _ = _forward(
         x.reshape(-1, shape[-1]).contiguous(),
@@ -237,8 +222,7 @@ def random_numbers(seed: Tensor, rows: int, n: int) -> Tensor:
 
 
 class FusedDropoutAddNorm:
-    """The forward of the post-LN output modules through `dropout_add_layer_norm` (a mixin: the parameters are the
-    paper module's)."""
+    """A mixin: the post-LN output modules through `dropout_add_layer_norm`, with the paper modules' parameters."""
 
     def __init__(self, config, parts):
         super().__init__(config, parts)

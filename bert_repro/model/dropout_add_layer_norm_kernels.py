@@ -1,17 +1,11 @@
 """The Triton kernels of `dropout_add_layer_norm.py`: y = LayerNorm(residual + dropout(x)), forward and backward.
 
 A row of the hidden size N is held as an (8, M) tile, M = next_power_of_2(N) / 8, column `k * M + j` at [k, j];
-a program takes R rows at once, an (R, 8, M) tile. Each row draws M Philox counters (`row * M + j`, one seed per
-call); one draw gives four 32-bit words, each word two 16-bit numbers, so one draw decides eight columns
-([0..7, j]). A column is kept when its number is at least `threshold = round(p * 65536)` and scaled by
-65536 / (65536 - threshold): the drop probability is p rounded to a multiple of 1/65536 and the expectation is
-exact. The numbers depend on (seed, row, column) only, not on R. The backward draws them again from the same seed
-and counters: no mask is stored.
-
-The forward writes y, the sum z = residual + dropout(x) (what the backward reads, as autograd's layer_norm saves its
-input), and each row's mean and 1/std. Each backward program walks a contiguous share of the rows, R at a time,
-summing the weight and bias gradients in registers and writing one partial sum (the caller adds them): one pass.
-flash-attn's `ops/triton/layer_norm.py` and Liger's `ops/layer_norm.py` are the general versions.
+a program takes R rows. One Philox draw (counter `row * M + j`) gives eight 16-bit numbers, for the columns [0..7, j].
+So the numbers depend on (seed, row, column) only, and the backward draws them again: no mask is stored.
+The forward also writes z = residual + dropout(x), which the backward reads. Each backward program sums the weight
+and bias gradients of its share of the rows in registers and writes one partial sum. flash-attn's
+`ops/triton/layer_norm.py` and Liger's `ops/layer_norm.py` are the general versions.
 """
 
 from __future__ import annotations
@@ -22,8 +16,7 @@ import triton.language as tl
 
 @triton.jit
 def _tile(first_row, rows, N, R: tl.constexpr, M: tl.constexpr):
-    """The (R, 1, 1) row indices from first_row, the (1, 8, M) column indices, and which (R, 8, M) cells lie in the
-    tensor."""
+    """(R, 1, 1) row indices from first_row, (1, 8, M) column indices, and which (R, 8, M) cells lie inside."""
     row = first_row + tl.arange(0, R)[:, None, None]
     cols = tl.arange(0, 8)[None, :, None] * M + tl.arange(0, M)[None, None, :]
     return row, cols, (row < rows) & (cols < N)

@@ -4,11 +4,8 @@ On CPU, drawing the random numbers is most of dropout's cost: `bernoulli_` draws
 element. Here each 32-bit draw gives two 15-bit numbers, and the mask is kept as bool for the backward. Measured in
 benchmarks/LOG.md ("Pre-training step", "MRPC fine-tuning"). No effect on GPUs or in eval mode.
 
-The drop probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006) and kept values are scaled by exactly
-1 / (1 - that), so the expectation is unchanged. `speed_paths` makes every dropout a `FastDropout`, and
-`SpeedSelfAttention` runs `eager_attention_fast_dropout` when training on CPU (SDPA's CPU path has no dropout kernel).
-
-Not one graph under whole-model `torch.compile`: dynamo does not trace the in-place `random_()`; the recipes warn.
+The drop probability is rounded to a multiple of 1/32768 (0.1 -> 0.100006), kept values scaled by exactly 1 / (1 -
+that). Not one graph under whole-model `torch.compile` (dynamo does not trace `random_()`); the recipes warn.
 """
 
 from __future__ import annotations
@@ -73,8 +70,7 @@ def eager_attention_fast_dropout(
 
 
 def takes_fast_dropout_kernel(self_attention: nn.Module, hidden_states: torch.Tensor) -> bool:
-    """Whether a self-attention runs `eager_attention_fast_dropout` (the same mathematics as the eager and SDPA
-    kernels, with the faster mask): in training with dropout, on CPU, with the eager or SDPA implementation."""
+    """Whether a self-attention runs `eager_attention_fast_dropout`: training with dropout on CPU, eager or SDPA."""
     return bool(
         self_attention.training
         and self_attention.dropout_prob

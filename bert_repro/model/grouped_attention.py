@@ -1,12 +1,9 @@
 """Eager attention over groups of similar-length sequences, forward and backward written out (`GroupedAttention`).
 
-It serves the unpadded encoder (`unpad_inputs`) when the kernel is eager: `attn_implementation="eager"`, or SDPA
-while training with `fast_dropout` on CPU. Autograd over gather, per-group `eager_attention` and gather back would
-stack, concatenate, zero-fill and `index_add` in the backward; one function makes fewer passes over memory.
-Measured in benchmarks/LOG.md ("MRPC fine-tuning", "Pre-training step"); figures in benchmarks/RESULTS.md.
-
-`unpadding.py` builds the groups (`AttentionGroups`); this module reads their index tensors. No double backward.
-softmax's backward with public ops: grad_scores = probs * (grad_probs - (grad_probs * probs).sum(-1)).
+It serves the unpadded encoder (`unpad_inputs`) when the kernel is eager (also SDPA training with `fast_dropout` on
+CPU). Autograd over gather, per-group `eager_attention` and gather back would stack, concatenate, zero-fill and
+`index_add` in the backward; one function makes fewer passes over memory. Measured in benchmarks/LOG.md ("MRPC
+fine-tuning", "Pre-training step"); figures in benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -17,21 +14,13 @@ from .fast_dropout import fast_keep_mask
 
 
 class GroupedAttention(torch.autograd.Function):
-    """Eager attention over the length groups `groups` (an `unpadding.AttentionGroups`), forward and backward
-    written out.
+    """Per-grid `eager_attention` over `groups` (an `unpadding.AttentionGroups`): fused (tokens, 3 * hidden) Q/K/V
+    projections in, the (tokens, hidden) context out. Each grid's Q, K, V are gathered straight into the head-major
+    layout of the batched products, and the backward writes their gradients into one buffer. Dropout is `fast_dropout`'s
+    (`fast`) or `F.dropout`'s. No double backward.
 
-    Input: the fused (tokens, 3 * hidden) query/key/value projections of the real tokens; output: the (tokens, hidden)
-    context. The mathematics of per-grid `eager_attention`, with fewer passes over memory:
-    - each grid's Q, K, V are gathered straight into the (heads * rows, seq, head_size) layout of the batched products
-      (head-major, so no transpose of a 5-d view);
-    - the context rows reach their tokens with one `index_copy_`;
-    - the backward writes the Q, K, V gradients into one (tokens, 3 * hidden) buffer, one `index_copy_` per grid.
-    Dropout draws its mask like `fast_dropout` (`fast`) or `F.dropout`; its scale is folded into the product with V.
-    No double backward.
-
-    With `queries` ((sequences, hidden), each non-empty sequence's first-token query) the input is the (tokens,
-    2 * hidden) key/value projections, and the output the context at those first tokens only. That is the last layer
-    under `last_layer_subset` when the head reads [CLS] only.
+    With `queries` (each sequence's first-token query: `last_layer_subset` reading [CLS] only) the input is the
+    (tokens, 2 * hidden) K/V projections and the output the context at those first tokens.
     """
 
     @staticmethod
@@ -50,7 +39,7 @@ class GroupedAttention(torch.autograd.Function):
         parts = 2 if first_only else 3
         head_size = width // (parts * heads)
         hidden = heads * head_size
-        # Everything runs in qkv's dtype (under autocast, the projection's): autocast would not change it.
+        # Everything runs in qkv's dtype (under autocast, the projection's).
         with torch.autocast(qkv.device.type, enabled=False):
             # the padding cells' context goes to row `tokens`, dropped (first tokens are never padding)
             out = qkv.new_empty(len(queries) if first_only else tokens + 1, hidden)
@@ -152,25 +141,23 @@ class GroupedAttention(torch.autograd.Function):
 
 
 def _heads_first(x: torch.Tensor, parts: int, heads: int, rows: int, n: int) -> torch.Tensor:
-    """(rows * n, parts * heads * head_size) cells, n per grid row, -> (parts, heads * rows, n, head_size): the
-    layout of the batched products, batch index head * rows + row (a copy)."""
+    """(rows * n, parts * heads * head_size) -> (parts, heads * rows, n, head_size), batch index head * rows + row."""
     return x.view(rows * n, parts * heads, -1).transpose(0, 1).reshape(parts, heads * rows, n, -1)
 
 
 def _tokens_first(x: torch.Tensor, heads: int, cells: int) -> torch.Tensor:
-    """The inverse of `_heads_first` for one part: (heads * rows, n, head_size) -> (rows * n, heads * head_size);
-    with parts stacked in x, pass heads = parts * heads (a copy)."""
+    """The inverse of `_heads_first` for one part (with parts stacked in x, pass heads = parts * heads)."""
     return x.view(heads, cells, -1).transpose(0, 1).reshape(cells, -1)
 
 
 def _tokens_first_into(target: torch.Tensor, x: torch.Tensor, heads: int) -> None:
-    """`_tokens_first(x, heads, len(target))` copied into target (a (cells, heads * head_size) slice): one pass."""
+    """`_tokens_first(x, heads, len(target))` copied into target in one pass."""
     cells = target.shape[0]
     target.view(cells, heads, -1).transpose(0, 1).copy_(x.view(heads, cells, -1))
 
 
 def _empty_like(x: torch.Tensor, *shape: int) -> torch.Tensor:
-    """A (shape) tensor of x's dtype and device, without memory: the ignored `input` of baddbmm with beta=0."""
+    """The ignored `input` of baddbmm with beta=0, without memory."""
     return x.new_empty(()).expand(*shape)
 
 

@@ -2,20 +2,11 @@
 
 Some heads read the last layer at a few positions: [CLS] for classification, multiple choice and NSP; the masked
 tokens with `config.sparse_prediction` and labels. The last block's output projection and feed-forward then run
-there only, about three quarters of that block. Its attention still reads every token as key and value.
-Measured in benchmarks/LOG.md ("MRPC fine-tuning", "Pre-training step"); figures in benchmarks/RESULTS.md.
+there only, about three quarters of that block (its attention still reads every token as key and value). Measured
+in benchmarks/LOG.md ("MRPC fine-tuning", "Pre-training step"); figures in benchmarks/RESULTS.md.
 
-How the positions travel:
-- The head models in `READS` compute `read_positions`, a (batch, seq) bool mask ([CLS], or each packed example's first
-  token; masked tokens: `labels != -100`), and pass it through `BertReproModel`'s keyword arguments to the encoder.
-- `unpadding.SpeedEncoder` turns it into `read_rows`, row indices into its hidden-state matrix, for its last layer.
-  It returns a full (batch, seq, hidden) `last_hidden_state` with ZEROS in the unread rows, so pooler and heads are
-  unchanged.
-- The whole last layer runs when hidden states or attentions are asked for, or when no positions are given (bare
-  model, question answering, token classification, MLM without sparse prediction). Works under gradient
-  checkpointing and `compile_layers`.
-
-Not one graph under whole-model `torch.compile` (the rows are found with `nonzero`); the recipes warn.
+The head models in `READS` pass `read_positions` to `unpadding.SpeedEncoder`, whose `last_hidden_state` is zero in
+the unread rows. Not one graph under whole-model `torch.compile` (`nonzero`); the recipes warn.
 """
 
 from __future__ import annotations
@@ -41,7 +32,7 @@ READS: dict[type, tuple[bool, bool]] = {
 
 
 def select_rows(x: torch.Tensor, read_rows: torch.Tensor | None) -> torch.Tensor:
-    """(.., hidden) -> (rows, hidden): the rows `read_rows` of x flattened to a matrix (all of x when None)."""
+    """(.., hidden) -> (rows, hidden): the rows `read_rows` of x flattened (all of x when None)."""
     return x if read_rows is None else x.reshape(-1, x.shape[-1]).index_select(0, read_rows)
 
 
@@ -52,18 +43,16 @@ def place_rows(values: torch.Tensor, read_rows: torch.Tensor, shape: torch.Size)
 
 
 def read_positions(inputs: dict, cls: bool, masked: bool, sparse_prediction: bool) -> torch.Tensor | None:
-    """The (batch, seq) bool mask of the positions a head reads, from a head model's forward arguments `inputs`
-    (by name); None when it reads every position (an MLM head without labels or without sparse prediction)."""
+    """(batch, seq) bool: the positions a head reads, from its forward's arguments; None when it reads them all."""
     if masked:
         labels = inputs.get("labels")
         if labels is None or not sparse_prediction:
             return None
         read = labels.reshape(-1, labels.shape[-1]) != -100
     else:
-        ids, embeds = inputs.get("input_ids"), inputs.get("inputs_embeds")
-        seq = ids.shape[-1] if ids is not None else embeds.shape[-2]
-        count = ids.numel() // seq if ids is not None else embeds[..., 0].numel() // seq
-        read = torch.zeros(count, seq, dtype=torch.bool, device=(ids if ids is not None else embeds).device)
+        ids = inputs.get("input_ids")
+        tokens = ids if ids is not None else inputs.get("inputs_embeds")[..., 0]
+        read = torch.zeros_like(tokens, dtype=torch.bool).reshape(-1, tokens.shape[-1])
     if cls:  # each sequence's first token; in a packed batch each example's ([CLS]: position 0)
         position_ids = inputs.get("position_ids")
         if position_ids is None:

@@ -1,33 +1,20 @@
 """The BERT model family (Devlin et al., 2018), written from the paper.
 
 Paper section -> code:
-- 3 / Figure 2, input representation: `BertReproEmbeddings` (token + learned position + segment embeddings,
-  LayerNorm, dropout).
-- 3, model architecture (Vaswani et al.'s encoder, post-LN): `BertReproSelfAttention`, `BertReproLayer`,
-  `BertReproEncoder`. Attention runs through transformers' attention interface, so "eager", "sdpa" and
-  "flash_attention_2" (where installed) are chosen with `attn_implementation=...`.
-- 3.1 task #1, masked LM: `BertReproMLMHead` (dense, gelu, LayerNorm, then a decoder tied to the token embeddings
-  with its own output bias); task #2, NSP: a linear layer on the pooled [CLS] output.
-- 4 / Figure 4, fine-tuning heads: sequence classification or regression on the pooled output (GLUE, STS-B);
-  start/end span vectors S and E (SQuAD); one score per choice, softmax over the choices (SWAG); per-token
-  classification (NER).
-- 5.3 feature-based use: `output_hidden_states=True` returns the embeddings and every layer's output;
-  `concat_last_layers` builds the paper's best feature set (the last four layers concatenated).
-- 5.1 / Table 5, pre-training objectives (`config.objective`, `PreTrainingObjective`): "mlm_nsp" (BERT), "mlm" (No
-  NSP: the same model, its NSP head unused) and "ltr", the left-to-right control: causal attention (`attention_inputs`)
-  in pre-training and fine-tuning, the pooler on the last real token, the MLM head predicting the next token.
+- 3 / Figure 2, input representation: `BertReproEmbeddings`.
+- 3, model architecture (Vaswani et al.'s post-LN encoder): `BertReproLayer`, `BertReproEncoder`; the attention
+  kernel ("eager", "sdpa", "flash_attention_2") is chosen with `attn_implementation=...`.
+- 3.1, pre-training tasks: masked LM (`BertReproMLMHead`) and NSP (a linear layer on the pooled [CLS] output).
+- 4 / Figure 4, fine-tuning heads: GLUE and STS-B, SQuAD, SWAG, NER (the `BertReproFor*` classes).
+- 5.3, feature-based use: `output_hidden_states=True`; `concat_last_layers` (the paper's best feature set).
+- 5.1 / Table 5, pre-training objectives (`config.objective`): "mlm_nsp" (BERT), "mlm" (No NSP) and "ltr", the
+  left-to-right control: causal attention in pre-training and fine-tuning, the pooler on the last real token, the
+  MLM head predicting the next token.
 
 Parameter names are the public checkpoints' (`bert.encoder.layer.0.attention.self.query.weight`, ...), so every
-public checkpoint loads with `from_pretrained` and no renaming.
-
-Modules are built from `BertReproParts` passed down the constructors (`PAPER_PARTS` here); this file knows nothing
-of the speed switches, whose subclasses live in `speed_paths.py`. Their seams: the encoder builds the kernel's mask
-from the (batch, seq) padding mask; a forward's `**kwargs` reach each layer and the attention kernel;
-`attention_function` and `query_key_value` pick the kernel and compute the projections; `parts.self_output` and
-`parts.output` end each half of a block. Packed batches are read with `packed_sequences.py`. This file is the code
+public checkpoint loads with `from_pretrained` and no renaming. Modules are built from `BertReproParts` passed down
+the constructors (`PAPER_PARTS` here); the speed switches' subclasses live in `speed_paths.py`. This file is the code
 `save_pretrained` copies for `trust_remote_code=True`.
-
-One file from the embeddings to every head, as transformers' `modeling_bert.py`.
 """
 
 from __future__ import annotations
@@ -74,8 +61,7 @@ def activation(name: str):
 
 @dataclass(frozen=True)
 class BertReproParts:
-    """The classes of the modules a model may build otherwise, passed down the constructors (`parts`): the paper's
-    (`PAPER_PARTS`, the default) or those the speed switches pick (`speed_paths.py`)."""
+    """The module classes a model builds: the paper's (`PAPER_PARTS`) or the speed switches' (`speed_paths.py`)."""
 
     embeddings: type[nn.Module]
     encoder: type[nn.Module]
@@ -109,8 +95,7 @@ class BertReproEmbeddings(nn.Module):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(batch, seq) ids -> (batch, seq, hidden) embeddings. position_ids: (batch, seq), 0, 1, 2, ... by default
-        (packed sequences restart them at each sequence)."""
+        """(batch, seq) ids -> (batch, seq, hidden). position_ids default to 0, 1, 2, ... (packing restarts them)."""
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         seq_length = inputs_embeds.shape[1]
@@ -139,12 +124,9 @@ def eager_attention(
     dropout: float = 0.0,
     **kwargs,
 ):
-    """softmax(Q K^T * scaling + mask) V, written out.
-
-    query/key/value: (batch, heads, seq, head_size); attention_mask: additive (batch, 1, seq, seq), boolean
-    (True = attend) or None. Returns the context as (batch, seq, heads, head_size) and the probabilities
-    (batch, heads, seq, seq).
-    """
+    """softmax(Q K^T * scaling + mask) V for (batch, heads, seq, head_size) inputs; the mask is additive
+    (batch, 1, seq, seq), boolean (True = attend) or None. Returns the context (batch, seq, heads, head_size) and
+    the probabilities (batch, heads, seq, seq)."""
     # Scaling and masking in place: the product's backward needs its inputs only, so no new (.., seq, seq) buffer.
     scores = torch.matmul(query, key.transpose(-1, -2))
     scores.mul_(scaling)
@@ -175,18 +157,16 @@ class BertReproSelfAttention(nn.Module):
         self.dropout_prob = config.attention_probs_dropout_prob
 
     def attention_function(self, hidden_states: torch.Tensor):
-        """The kernel: transformers' attention interface for `config._attn_implementation`, `eager_attention`
-        for "eager". (A seam: the speed paths' self-attention overrides it, `fast_dropout.py`.)"""
+        """The kernel for `config._attn_implementation` (a seam: `fast_dropout.py` overrides it)."""
         return ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention)
 
     def query_key_value(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The three projections, each (..., hidden). (A seam: the speed paths' self-attention computes them as one
-        product, `fused_qkv`.)"""
+        """Q, K, V, each (..., hidden) (a seam: the speed paths compute them as one product, `fused_qkv`)."""
         return self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
-        """(batch, seq, hidden) -> context (batch, seq, hidden) and the probabilities (eager kernel) or None.
-        kwargs go to the kernel (e.g. position_ids, or cu_seq_lens_* for packed sequences with flash attention)."""
+        """(batch, seq, hidden) -> context of that shape and the probabilities (eager kernel) or None; kwargs go to
+        the kernel (e.g. cu_seq_lens_* for packed sequences with flash attention)."""
         input_shape = hidden_states.shape[:-1]
         shape = (*input_shape, self.num_heads, self.head_size)
         query, key, value = (x.view(shape).transpose(1, 2) for x in self.query_key_value(hidden_states))
@@ -269,9 +249,8 @@ class BertReproLayer(GradientCheckpointingLayer):
 def attention_inputs(
     config, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, packed: PackedSequences | None = None
 ) -> tuple[torch.Tensor | None, dict]:
-    """The attention kernel's mask and other arguments: from the (batch, seq) padding mask, or for a packed batch
-    what keeps each example to itself. A causal objective's mask is padding AND the lower
-    triangle, always built (not left to SDPA's is_causal), since the speed paths' eager kernels read only the mask."""
+    """The kernel's mask and arguments, from the (batch, seq) padding mask or the packing. A causal mask is always
+    built (not left to SDPA's is_causal): the speed paths' eager kernels read only the mask."""
     if packed is not None:
         return packed.attention_inputs(config)
     if config.pretraining_objective.causal:
@@ -294,9 +273,7 @@ class BertReproEncoder(nn.Module):
         packed: PackedSequences | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        """(batch, seq, hidden) embeddings -> every layer's output.
-
-        attention_mask is the model's (batch, seq) input: the kernel's mask is built here so that the unpadding
+        """attention_mask is the (batch, seq) padding mask: the kernel's mask is built here, so that the unpadding
         encoder can read the padding. kwargs go to every layer and on to the attention kernel."""
         mask, kernel_kwargs = attention_inputs(self.config, hidden_states, attention_mask, packed)
         kwargs.update(kernel_kwargs)
@@ -322,9 +299,8 @@ def last_tokens(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None
 
 
 class BertReproPooler(nn.Module):
-    """tanh(W h_[CLS]): the sentence-level representation used by NSP and the classification heads. A causal model
-    (`PreTrainingObjective.causal`) is given its last real token instead (`last_tokens`), as GPT reads its last token:
-    its [CLS] sees only itself (the paper does not say what its LTR model pools; our choice)."""
+    """tanh(W h_[CLS]), for NSP and the classification heads. A causal model pools its last real token instead, as
+    GPT does, since its [CLS] sees only itself (the paper does not say what its LTR model pools)."""
 
     def __init__(self, config: BertReproConfig):
         super().__init__()
@@ -451,14 +427,9 @@ class BertReproPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, allow_missing_encoder_weights=False, **kwargs):
-        """`PreTrainedModel.from_pretrained`, but a checkpoint that lacks encoder weights is an error.
-
-        A task head that the checkpoint does not have (a classifier on a pre-trained encoder, the MLM head on a
-        sentence-embedding model) is initialised and listed in a warning, as transformers does. A missing
-        embedding, encoder or pooler weight means the checkpoint is not the model you think it is, so it raises
-        unless `allow_missing_encoder_weights=True`. Weights are read from safetensors only, unless
-        `use_safetensors=False` is passed (pickles run code when unpickled; `bert_repro.model.conversion`).
-        """
+        """`PreTrainedModel.from_pretrained`, but missing encoder weights raise unless
+        `allow_missing_encoder_weights=True` (missing head weights only warn). Reads safetensors only unless
+        `use_safetensors=False` (pickles run code when unpickled; `bert_repro.model.conversion`)."""
         return_info = kwargs.pop("output_loading_info", False)
         kwargs.setdefault("use_safetensors", True)
         try:
@@ -499,12 +470,9 @@ class BertReproPreTrainedModel(PreTrainedModel):
         return (model, info) if return_info else model
 
     def compile_layers(self, **compile_kwargs) -> BertReproPreTrainedModel:
-        """`torch.compile` every Transformer block in place (regional compilation) and return the model.
-
-        The L blocks share one graph (their weights are inputs), so compiling takes seconds, not minutes, and the
-        data-dependent parts outside them (unpadding, sparse MLM selection) stay eager. Outputs equal the eager
-        model's to float rounding, with other dropout draws. Meant for GPUs: on CPU it did not reliably beat eager
-        (benchmarks/LOG.md, "Pre-training step")."""
+        """`torch.compile` every Transformer block in place and return the model. The L blocks share one graph, so
+        compiling takes seconds, and unpadding and sparse MLM selection stay eager. Meant for GPUs: on CPU it did not
+        reliably beat eager (benchmarks/LOG.md, "Pre-training step")."""
         for module in self.modules():
             if isinstance(module, BertReproLayer):
                 module.compile(**compile_kwargs)
@@ -558,12 +526,9 @@ class BertReproModel(BertReproPreTrainedModel):
         cls_positions=None,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
-        """input_ids: (batch, seq) ids of `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, padded with [PAD].
-
-        token_type_ids: 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`. position_ids restart at 0 at each example's [CLS]
-        in a packed batch (`packed_sequences.py`). output_hidden_states gives L + 1 tensors; output_attentions
-        needs the eager kernel. cls_positions ((examples,), from a packing collator) makes the pooler gather a fixed
-        number of rows, so a compiled step stays one graph. kwargs reach every layer and the attention kernel."""
+        """input_ids: (batch, seq) `[CLS] A [SEP] B [SEP]`, padded; token_type_ids 0 for `[CLS] A [SEP]`, 1 for
+        `B [SEP]`. position_ids restart at each [CLS] in a packed batch; cls_positions ((examples,), from a packing
+        collator) lets the pooler gather a fixed number of rows, so a compiled step stays one graph."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         if "sparse_prediction" in kwargs:  # a config field: as a forward argument it would be ignored
@@ -616,12 +581,9 @@ def concat_last_layers(hidden_states: tuple[torch.Tensor, ...], n: int = 4) -> t
 
 @dataclass
 class BertReproForPreTrainingOutput(ModelOutput):
-    """Output of `BertReproForPreTraining`: the total loss and its two parts, which training logs separately.
-
-    loss: masked_lm_loss + next_sentence_loss (each present when its labels were given).
-    prediction_logits: (batch, seq, vocab) MLM scores, or (masked positions, vocab) with `config.sparse_prediction`
-    and labels.  seq_relationship_logits: (batch, 2) NSP scores, index 0 IsNext.
-    """
+    """loss: masked_lm_loss + next_sentence_loss (each present when its labels were given; training logs both).
+    prediction_logits: (batch, seq, vocab), or (masked positions, vocab) with `config.sparse_prediction` and labels.
+    seq_relationship_logits: (batch, 2), index 0 IsNext."""
 
     loss: torch.Tensor | None = None
     masked_lm_loss: torch.Tensor | None = None
@@ -632,21 +594,19 @@ class BertReproForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the masked positions (labels != -100)."""
+def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy in float32 over the labelled items (labels != -100)."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
 
 
 class _MLMHeadMixin:
-    """Shared by the two models that carry the MLM head: logits (sparse or not), output embeddings tied to the
-    input embeddings, vocabulary resizing."""
+    """The MLM head's logits, its decoder tied to the input embeddings, and vocabulary resizing."""
 
     _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
 
     def _mlm_logits(self, sequence_output: torch.Tensor, labels: torch.Tensor | None, masked_positions=None):
-        """(MLM logits, their labels). With `config.sparse_prediction` and labels, only where labels != -100, or at
-        `masked_positions`, a fixed number per batch as Google's reference gathers them (one compiled graph).
-        The decoder is the largest matrix and ~15% of the positions need it."""
+        """(MLM logits, their labels). With `config.sparse_prediction` and labels, only at the ~15% labelled
+        positions, or at `masked_positions` (a fixed number, as Google's reference gathers them)."""
         if self.config.sparse_prediction and labels is not None:
             flat = labels.reshape(-1)
             rows = flat.ne(-100).nonzero()[:, 0] if masked_positions is None else masked_positions.reshape(-1)
@@ -711,10 +671,10 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
         prediction_logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
 
-        mlm_loss = _mlm_loss(prediction_logits, labels) if labels is not None else None
-        nsp_loss = None
-        if next_sentence_label is not None:
-            nsp_loss = F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.reshape(-1))
+        mlm_loss = _cross_entropy(prediction_logits, labels) if labels is not None else None
+        nsp_loss = (
+            _cross_entropy(seq_relationship_logits, next_sentence_label) if next_sentence_label is not None else None
+        )
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
         output = BertReproForPreTrainingOutput(
             loss=sum(losses) if losses else None,
@@ -754,7 +714,7 @@ class BertReproForMaskedLM(_MLMHeadMixin, BertReproPreTrainedModel):
         )
         logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
         output = MaskedLMOutput(
-            loss=_mlm_loss(logits, labels) if labels is not None else None,
+            loss=_cross_entropy(logits, labels) if labels is not None else None,
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
@@ -786,7 +746,7 @@ class BertReproForNextSentencePrediction(BertReproPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         logits = self.cls.seq_relationship(outputs.pooler_output)
-        loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
+        loss = _cross_entropy(logits, labels) if labels is not None else None
         output = NextSentencePredictorOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -842,13 +802,9 @@ class BertReproForSequenceClassification(BertReproPreTrainedModel):
             else:
                 problem_type = "multi_label_classification"
         if problem_type == "regression":
-            return (
-                F.mse_loss(logits.squeeze(-1).float(), labels.reshape(logits.shape[:-1]).float())
-                if self.num_labels == 1
-                else F.mse_loss(logits.float(), labels.float())
-            )
+            return F.mse_loss(logits.float(), labels.reshape(logits.shape).float())
         if problem_type == "single_label_classification":
-            return F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1))
+            return _cross_entropy(logits, labels)
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
@@ -902,8 +858,7 @@ class BertReproForQuestionAnswering(BertReproPreTrainedModel):
 
 
 class BertReproForMultipleChoice(BertReproPreTrainedModel):
-    """SWAG: each choice `[CLS] context [SEP] ending [SEP]` is scored by a vector dotted with its pooled [CLS] output;
-    softmax over the choices."""
+    """SWAG: a vector dotted with each choice's pooled [CLS] output; softmax over the choices."""
 
     def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
         super().__init__(config)
@@ -939,7 +894,7 @@ class BertReproForMultipleChoice(BertReproPreTrainedModel):
             **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output)).reshape(-1, num_choices)
-        loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
+        loss = _cross_entropy(logits, labels) if labels is not None else None
         output = MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -972,16 +927,14 @@ class BertReproForTokenClassification(BertReproPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1), ignore_index=-100)
+        loss = _cross_entropy(logits, labels) if labels is not None else None
         output = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
         return _as_tuple_if_asked(output, return_dict, self.config)
 
 
-# So that saving a config copies its file (`save_pretrained` above copies this file and the others it imports).
+# So that saving a config copies its file.
 BertReproConfig.register_for_auto_class()
 
 __all__ = [

@@ -1,14 +1,8 @@
 """The models with the speed switches: the classes `bert_repro` exports.
 
-Each class is the model file's class of the same name, built from the parts its config's switches pick:
-`speed_parts(config)` reads `SPEED_PATHS` (switch -> parts) and passes them to the model file's constructors
-(`BertReproParts`). Nothing is swapped after construction, and the parameters are the model file's, so checkpoints
-and tied weights are unchanged. The model file does not import this module: saved code is the paper's model, which
-ignores the switches as transformers' BERT does.
-
-Switches that build the same part (`SPEED_PATHS`) build it with one class whose options are the config's; with
-last_layer_subset the head models in `READS` also pass the positions they read. Regional `torch.compile` is
-`model.compile_layers()`, not a switch.
+Each class is the model file's class of the same name, built from the parts its config's switches pick
+(`speed_parts`). The parameters are the model file's, so checkpoints and tied weights are unchanged. The model file
+does not import this module: saved code is the paper's model, which ignores the switches as transformers' BERT does.
 """
 
 from __future__ import annotations
@@ -43,10 +37,8 @@ assert tuple(SPEED_PATHS) == tuple(SPEED_SWITCHES), "one entry per config switch
 
 
 def speed_parts(config) -> BertReproParts:
-    """The classes a model with `config`'s switches is built from: the paper's, but for the parts
-    `SPEED_PATHS` names for each switch that is on. Switches the config's objective rules out (a causal model:
-    `BIDIRECTIONAL_ONLY_SWITCHES`) raise `ObjectiveConflictError`, also when set after the config was
-    built."""
+    """The paper's parts, but for those `SPEED_PATHS` names for each switch that is on. Switches the objective rules
+    out raise `ObjectiveConflictError`, also when set after the config was built."""
     check_objective_switches(config)
     picked: dict[str, type[nn.Module]] = {}
     for switch, parts in SPEED_PATHS.items():
@@ -56,10 +48,8 @@ def speed_parts(config) -> BertReproParts:
 
 
 def passing_read_positions(paper_class: type) -> Callable:
-    """The forward of `paper_class`, a head model in `READS`, that with `last_layer_subset` passes the
-    (batch, seq) positions its head reads to the encoder as `read_positions`
-    (`last_layer_subset.read_positions`). It keeps the forward's signature (Trainer reads it to pick the
-    dataset's columns)."""
+    """`paper_class.forward`, passing the positions its head reads to the encoder with `last_layer_subset`. It keeps
+    the signature (Trainer reads it to pick the dataset's columns)."""
     forward, (cls, masked) = paper_class.forward, READS[paper_class]
     signature = inspect.signature(forward)
 

@@ -1,18 +1,9 @@
 """Read Google's original TensorFlow BERT checkpoints into PyTorch.
 
-The layout is google-research/bert's (TF1 ``run_pretraining.py``), as in the original releases such as
-``uncased_L-12_H-768_A-12``: ``bert_model.ckpt.index`` and ``.data-00000-of-00001`` next to ``bert_config.json``.
-
-* :func:`load_tf_checkpoint` returns a state dict keyed like transformers' ``BertForPreTraining`` and the TF
-  variables it skipped (optimizer slots, ``global_step``). TF stores dense kernels ``[in, out]``, transposed here to
-  torch's ``[out, in]``; ``cls/seq_relationship/output_weights`` is already ``[2, hidden]``. The tied decoder weight
-  and bias are not in the checkpoint: the model ties them.
-* :func:`read_google_bert_config` turns ``bert_config.json`` into a ``BertConfig``-style dict.
-
-GELU: Google's configs say ``"gelu"`` but its code computes the tanh approximation, which transformers calls
-``"gelu_new"``, so converted configs say ``"gelu_new"``.
-
-TensorFlow (``pip install "bert-repro[tf]"``) is imported only when a checkpoint is read.
+The layout is google-research/bert's original releases (``bert_model.ckpt.*`` next to ``bert_config.json``). TF
+stores dense kernels ``[in, out]``, transposed here to torch's ``[out, in]``. Google's configs say ``"gelu"`` but its
+code computes the tanh approximation, so converted configs say ``"gelu_new"``. TensorFlow
+(``pip install "bert-repro[tf]"``) is imported only when a checkpoint is read.
 """
 
 from __future__ import annotations
@@ -52,6 +43,7 @@ _EMBEDDINGS = {
     "bert/embeddings/position_embeddings": "bert.embeddings.position_embeddings.weight",
     "bert/embeddings/token_type_embeddings": "bert.embeddings.token_type_embeddings.weight",
 }
+# output_weights is stored [2, hidden], not transposed; the tied MLM decoder is not stored at all.
 _HEADS = {
     "cls/predictions/output_bias": "cls.predictions.bias",
     "cls/seq_relationship/output_weights": "cls.seq_relationship.weight",
@@ -71,7 +63,7 @@ _LAYER_NORM_RE = re.compile(
     r"/LayerNorm/(?P<param>gamma|beta)$"
 )
 
-# Google's activation names -> transformers' ACT2FN names (see the module docstring for gelu).
+# Google's activation names -> transformers' ACT2FN names.
 _ACTIVATIONS = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh", "linear": "linear"}
 _INT_FIELDS = (
     "hidden_size",
@@ -95,11 +87,6 @@ class _Target(NamedTuple):
     rank: int
 
 
-# ---------------------------------------------------------------------------------------------
-# Variable names
-# ---------------------------------------------------------------------------------------------
-
-
 def is_skipped_variable(tf_name: str) -> bool:
     """True for optimizer slots and training bookkeeping, which are not model weights."""
     parts = tf_name.split("/")
@@ -112,10 +99,7 @@ def _module_key(tf_module: str) -> str:
 
 
 def tf_name_to_hf(tf_name: str) -> _Target:
-    """Map one Google BERT variable name to its ``BertForPreTraining`` key.
-
-    Raises ValueError naming the variable when it is not part of Google's BERT layout.
-    """
+    """Map one Google BERT variable name to its ``BertForPreTraining`` key; ValueError outside Google's layout."""
     if tf_name in _EMBEDDINGS:
         return _Target(_EMBEDDINGS[tf_name], transpose=False, rank=2)
     if tf_name in _HEADS:
@@ -136,17 +120,9 @@ def tf_name_to_hf(tf_name: str) -> _Target:
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# Checkpoint files
-# ---------------------------------------------------------------------------------------------
-
-
 def resolve_checkpoint_prefix(path: str | Path) -> Path:
-    """Return the checkpoint prefix (``.../bert_model.ckpt``) for a prefix, a directory, or a file.
-
-    A directory must hold ``bert_model.ckpt.index`` or exactly one ``*.index`` file. A path to the
-    ``.index`` or ``.data-*`` file itself is accepted too.
-    """
+    """The checkpoint prefix (``.../bert_model.ckpt``) of a prefix, an ``.index`` or ``.data-*`` file, or a
+    directory holding ``bert_model.ckpt.index`` or exactly one ``*.index`` file."""
     path = Path(path)
     if path.is_dir():
         return _prefix_in_directory(path)
@@ -163,9 +139,8 @@ def resolve_checkpoint_prefix(path: str | Path) -> Path:
 
 
 def _prefix_in_directory(directory: Path) -> Path:
-    default = directory / DEFAULT_CHECKPOINT_PREFIX
     if (directory / f"{DEFAULT_CHECKPOINT_PREFIX}.index").is_file():
-        return default
+        return directory / DEFAULT_CHECKPOINT_PREFIX
     indexes = sorted(directory.glob("*.index"))
     if len(indexes) == 1:
         return indexes[0].with_name(indexes[0].name[: -len(".index")])
@@ -177,20 +152,7 @@ def _prefix_in_directory(directory: Path) -> Path:
     )
 
 
-def _import_tensorflow(checkpoint: Path) -> Any:
-    """Import TensorFlow lazily; it is an optional extra of this package."""
-    try:
-        import tensorflow as tf
-    except ImportError as err:
-        raise ImportError(
-            f"Reading the TensorFlow checkpoint {str(checkpoint)!r} needs TensorFlow, which is not "
-            'installed. Install it with: pip install "bert-repro[tf]"'
-        ) from err
-    return tf
-
-
 def _to_torch(value: np.ndarray, tf_name: str, target: _Target) -> torch.Tensor:
-    """Convert one checkpoint array to a contiguous float32 tensor in torch's layout."""
     array = np.asarray(value)
     if not (np.issubdtype(array.dtype, np.floating) or array.dtype.name == "bfloat16"):
         raise ValueError(f"Variable {tf_name!r} has dtype {array.dtype}, expected a floating-point weight")
@@ -205,14 +167,18 @@ def _to_torch(value: np.ndarray, tf_name: str, target: _Target) -> torch.Tensor:
 
 
 def load_tf_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Read a Google BERT TensorFlow checkpoint (prefix ``.../bert_model.ckpt`` or its directory) into a
-    ``BertForPreTraining`` state dict of float32 tensors, with the sorted TF names it skipped.
+    """A ``BertForPreTraining`` state dict of float32 tensors and the sorted TF names skipped (optimizer state).
 
-    A variable that is neither a BERT weight nor optimizer or bookkeeping state, or a weight of the wrong rank or
-    dtype, raises ValueError.
+    An unknown variable, or a weight of the wrong rank or dtype, raises ValueError.
     """
     prefix = resolve_checkpoint_prefix(path)
-    tf = _import_tensorflow(prefix)
+    try:
+        import tensorflow as tf
+    except ImportError as err:
+        raise ImportError(
+            f"Reading the TensorFlow checkpoint {str(prefix)!r} needs TensorFlow, which is not "
+            'installed. Install it with: pip install "bert-repro[tf]"'
+        ) from err
     reader = tf.train.load_checkpoint(str(prefix))
     names = sorted(reader.get_variable_to_shape_map())
 
@@ -222,18 +188,9 @@ def load_tf_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], list[
     return state_dict, skipped
 
 
-# ---------------------------------------------------------------------------------------------
-# bert_config.json
-# ---------------------------------------------------------------------------------------------
-
-
 def read_google_bert_config(path: str | Path) -> dict[str, Any]:
-    """Read Google's ``bert_config.json`` (a file, or the directory holding it) as a BertConfig dict.
-
-    The field names are transformers'. Google's ``"gelu"`` becomes ``"gelu_new"`` (module docstring),
-    ``layer_norm_eps`` Google's 1e-12, and fields beyond the eleven model fields (``directionality``, ``pooler_*``)
-    are dropped. A malformed file raises ValueError.
-    """
+    """Google's ``bert_config.json`` (or its directory) as a BertConfig dict: ``"gelu"`` becomes ``"gelu_new"``,
+    ``layer_norm_eps`` Google's 1e-12, and other fields (``directionality``, ``pooler_*``) are dropped."""
     path = Path(path)
     config_file = path / CONFIG_FILENAME if path.is_dir() else path
     raw = _read_json_object(config_file)
@@ -259,7 +216,6 @@ def _read_json_object(config_file: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{str(config_file)!r} is not valid JSON: {err}") from err
     if not isinstance(data, dict):
-        # A malformed file is a bad value, not a caller's type error: ValueError like the other checks.
         raise ValueError(f"{str(config_file)!r} must hold a JSON object, got {type(data).__name__}")
     return data
 

@@ -4,13 +4,9 @@ Autograd gives the shared (vocab, H) weight two dense gradients, the decoder's a
 looked-up rows), and sums them into a third. Here the lookup adds its rows into the decoder's gradient in place: the
 same sum, without two vocab-sized buffers. Measured in benchmarks/LOG.md ("Pre-training step, BERT-BASE").
 
-`speed_paths` gives `TiedGradientEmbeddings` and `TiedGradientMLMHead` one `TiedGradientLink`
-(`link_tied_gradients`). In a forward that records gradients, the embeddings look tokens up through `LookupInto`
-and leave a `TiedGradient` on the link; the MLM head reads its weight through `DecoderWeight` with it.
-Correct in any order of the backwards, and without the decoder: each then returns its own gradient for autograd
-to sum. Plain autograd when the weight is not shared, with `inputs_embeds`, and under create_graph.
-
-Not one graph under whole-model `torch.compile` (custom autograd functions and the link); the recipes warn.
+Correct in any order of the backwards, and without the decoder (each then returns its own gradient for autograd to
+sum). Plain autograd when the weight is not shared, with `inputs_embeds`, and under create_graph. Not one graph under
+whole-model `torch.compile`; the recipes warn.
 """
 
 from __future__ import annotations
@@ -54,8 +50,7 @@ class DecoderWeight(torch.autograd.Function):
 
 
 class LookupInto(torch.autograd.Function):
-    """`F.embedding` whose backward adds its rows into the decoder's pending gradient (a new zero matrix when
-    there is none, and in a differentiable backward)."""
+    """`F.embedding` whose backward adds its rows into the decoder's pending gradient, if any."""
 
     @staticmethod
     def forward(ctx, input_ids: torch.Tensor, weight: torch.Tensor, tied: TiedGradient):
@@ -82,7 +77,6 @@ class TiedGradientLink:
 
 
 def _plain_embedding(embedding: nn.Module) -> bool:
-    """An nn.Embedding without options that change its lookup or its gradient."""
     return (
         type(embedding) is nn.Embedding
         and embedding.padding_idx is None

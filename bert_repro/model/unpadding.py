@@ -1,17 +1,12 @@
 """The encoder on the real tokens only: the `unpad_inputs` switch (after MosaicBERT's `bert_padding.py`).
 
 After the embeddings the padding rows are removed, so every projection and feed-forward runs on a (tokens, hidden)
-matrix. Attention runs
-- with a flash-attention implementation: the variable-length kernel (bounds in cu_seqlens, no padding at all);
-- with eager or SDPA: over groups of similar-length sequences padded to their longest (`AttentionGroups`). The eager
-  kernel (also SDPA when training with `fast_dropout` on CPU) takes `grouped_attention.GroupedAttention`, whose
-  backward is written out; batches without padding take it too;
-- with any other kernel: over the whole batch padded back.
-The encoder picks the attention path once per forward (`attention_path`) and passes it down on the `Unpadded`
-object, with the last layer's `read_rows`.
+matrix. Attention runs in flash attention's variable-length kernel, or with eager or SDPA over groups of
+similar-length sequences (`AttentionGroups`; eager through `GroupedAttention`, whose backward is written out). Any
+other kernel gets the batch padded back.
 
-Not one graph under whole-model `torch.compile`: the token count and the groups are read from the data
-(`nonzero`, `.tolist()`), and the recipes warn. On a GPU, `--packing true` is the compilable way to drop padding.
+Not one graph under `torch.compile` (the token count is read from the data); on a GPU, `--packing true` is the
+compilable way to drop padding.
 """
 
 from __future__ import annotations
@@ -36,24 +31,21 @@ from .modeling_bert_repro import (
 )
 from .packed_sequences import PackedSequences
 
-# The ways attention runs over unpadded tokens (see the module docstring); `attention_path` picks one per forward.
+# The ways attention runs over unpadded tokens; `attention_path` picks one per forward.
 VARIABLE_LENGTH, WRITTEN_OUT, GROUPED, PADDED_BACK = "variable-length", "written-out", "grouped", "padded-back"
 
 
 class Unpadded:
     """Where the real tokens of a padded (batch, seq) batch are.
 
-    `unpad` takes (batch, seq, ...) to (tokens, ...) in row-major order, so each sequence's tokens stay together and
-    in order; `pad` puts them back, with zeros at the padding. `cu_seqlens` and `max_seqlen` describe the same
-    rows for variable-length attention kernels; `first_tokens` are the rows of each non-empty sequence's first
-    token. `attention_groups` splits the rows, longest first, into groups of similar length for kernels without a
-    variable-length form. Every step is differentiable (index_select / index_copy). The encoder also stores here
-    how attention runs in this forward: `path`, `fast_dropout`, and `mask` (the padded mask, for PADDED_BACK).
+    `unpad` takes (batch, seq, ...) to (tokens, ...) in row-major order; `pad` puts them back, zeros at the padding
+    (both differentiable). `first_tokens` are the rows of each non-empty sequence's first token. The encoder also
+    stores here how attention runs in this forward: `path`, `fast_dropout`, and `mask` (for PADDED_BACK).
     """
 
     def __init__(self, real: torch.Tensor, lengths: torch.Tensor | None = None):
-        """real: (batch, seq) bool, True at real tokens. lengths: the tokens of each sequence when rows hold several
-        (a packed batch, `packed_sequences.py`); by default one sequence per row."""
+        """real: (batch, seq) bool, True at real tokens. lengths: each sequence's tokens when rows hold several
+        (a packed batch); by default one sequence per row."""
         self.batch, self.seq = real.shape
         self.indices = real.flatten().nonzero().flatten()
         if lengths is None:
@@ -67,8 +59,7 @@ class Unpadded:
 
     @classmethod
     def from_attention_mask(cls, attention_mask: torch.Tensor | None, without_padding: bool = False) -> Unpadded | None:
-        """None when there is nothing to remove (no 2-D mask, or no padding in the batch, unless
-        `without_padding`) or nothing to keep."""
+        """None when there is nothing to remove (no 2-D mask, or no padding unless `without_padding`) or to keep."""
         if attention_mask is None or attention_mask.dim() != 2:
             return None
         real = attention_mask.bool()
@@ -77,7 +68,7 @@ class Unpadded:
         return cls(real)
 
     def attention_groups(self, rows_per_group: int = 8) -> AttentionGroups:
-        """The rows in groups of similar length (computed once per forward and shared by the layers)."""
+        """The rows in groups of similar length, computed once per forward."""
         if self._groups is None:
             self._groups = AttentionGroups(self, rows_per_group)
         return self._groups
@@ -93,22 +84,18 @@ class Unpadded:
 class AttentionGroups:
     """Sequences of similar length padded together, for attention kernels that need a rectangle.
 
-    Rows sorted longest first are cut into groups of `rows_per_group`; group g is a (rows, seq) grid, seq its longest
-    row. The grids lie end to end in one (cells, ...) matrix. `gather` gives, per cell, the token row that fills it;
-    `scatter` gives, per token, its cell (`grid.index_select(0, scatter)` restores token order).
-    A padding cell repeats a real token of its row, so no zero-filled buffer is built. `key_mask` hides it as a key
-    (probability and gradient exactly 0); its output as a query is never read.
-    `groups` lists (rows, seq, key_mask), key_mask a (rows, 1, 1, seq) bool mask of real keys or None when the grid is
-    full; `sizes` the cells of each grid. Attention covers sum(rows * seq^2) pairs instead of batch * max_seqlen^2.
+    Rows sorted longest first are cut into groups of `rows_per_group`, each a (rows, seq) grid, seq its longest row;
+    the grids lie end to end in one (cells, ...) matrix. `gather` gives, per cell, the token that fills it; `scatter`,
+    per token, its cell. A padding cell repeats a real token of its row (no zero-filled buffer) and `key_mask`
+    ((rows, 1, 1, seq) or None when the grid is full) hides it as a key. Attention covers sum(rows * seq^2) pairs
+    instead of batch * max_seqlen^2.
     """
 
     def __init__(self, unpadded: Unpadded, rows_per_group: int = 8):
         lengths, starts = unpadded.lengths, unpadded.cu_seqlens.tolist()
         order = sorted((r for r in range(len(lengths)) if lengths[r]), key=lambda r: -lengths[r])
         gather, scatter, self.groups = [], torch.empty(starts[-1], dtype=torch.long), []
-        # `starts`: for a grid whose cells are consecutive tokens (rows of one length, next to each other in the
-        # batch, as in every grid of a batch without padding), its first token, else None: `GroupedAttention`
-        # then reads and writes the grid's rows as one slice.
+        # `starts`: a grid's first token when its cells are consecutive tokens (one slice), else None.
         self.starts = []
         cells = 0
         for first in range(0, len(order), rows_per_group):
@@ -131,13 +118,11 @@ class AttentionGroups:
         self.gather = torch.cat(gather).to(unpadded.indices.device)
         self.sizes = [rows * seq for rows, seq, _ in self.groups]  # cells per grid
         self.scatter = scatter.to(unpadded.indices.device)
-        # `dest`: for each cell, the token it holds; padding cells name row `tokens`, one past the last token
-        # (`GroupedAttention` writes into a buffer with that extra row and drops it).
+        # `dest`: for each cell, the token it holds; padding cells name the row one past the last token.
         dest = torch.full((cells,), starts[-1], dtype=torch.long)
         dest[scatter] = torch.arange(starts[-1])
         self.dest = dest.to(unpadded.indices.device)
-        # `first`: for each grid row, its sequence's rank among the non-empty sequences (where its first token's
-        # row lies in `Unpadded.first_tokens`); `row_sizes`: rows per grid.
+        # `first`: for each grid row, its sequence's index in `Unpadded.first_tokens`.
         rank = {r: i for i, r in enumerate(sorted(order))}
         self.first = torch.tensor([rank[r] for r in order], dtype=torch.long, device=unpadded.indices.device)
         self.row_sizes = [rows for rows, _, _ in self.groups]
@@ -154,7 +139,7 @@ class AttentionGroups:
 
 
 def attention_path(self_attention: BertReproSelfAttention, hidden_states: torch.Tensor) -> str:
-    """How attention runs over unpadded tokens in this forward (training mode and device count)."""
+    """How attention runs over unpadded tokens in this forward."""
     config = self_attention.config
     if is_flash_attention_requested(config):
         return VARIABLE_LENGTH
@@ -165,12 +150,9 @@ def attention_path(self_attention: BertReproSelfAttention, hidden_states: torch.
 
 
 class SpeedSelfAttention(BertReproSelfAttention):
-    """The self-attention of the speed paths: over a (tokens, hidden) matrix of real tokens along `unpadded.path`,
-    or, without `unpadded`, the model file's self-attention. `read_rows`: the rows of the context to return (all
-    when None). Options (the config's): `fast_dropout`: the kernel is `eager_attention_fast_dropout` when training
-    on CPU with the eager or SDPA implementation; `fused_qkv`: the Q/K/V projections are one matrix product on
-    every path; `measured_sdpa`: the SDPA kernel is `measured_sdpa_attention` (the backend measured fastest on
-    CUDA; transformers' SDPA call elsewhere)."""
+    """The speed paths' self-attention: over the real tokens along `unpadded.path`, else the model file's. It
+    returns the context at `read_rows` (all when None), and honours the config's `fast_dropout`, `fused_qkv` and
+    `measured_sdpa`."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -186,8 +168,7 @@ class SpeedSelfAttention(BertReproSelfAttention):
         return super().attention_function(hidden_states)
 
     def query_key_value(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        # Linears converted to another kind (torchao's Float8Linear for --fp8) keep their own products: the
-        # concatenated weight would bypass them.
+        # Linears of another kind (torchao's Float8Linear for --fp8) keep their own products.
         plain = all(type(getattr(self, part)) is nn.Linear for part in ("query", "key", "value"))
         if not (self.fused_qkv and plain):
             return super().query_key_value(hidden_states)
@@ -265,8 +246,7 @@ class SpeedSelfAttention(BertReproSelfAttention):
 
 
 class SpeedLayer(BertReproLayer):
-    """A Transformer block taking the speed paths' arguments: `unpadded` (for its `SpeedSelfAttention`) and
-    `read_rows`, the rows of its output to compute (all when None: see `last_layer_subset.py`)."""
+    """A Transformer block taking `unpadded` and `read_rows`, the rows of its output to compute (all when None)."""
 
     def forward(
         self,
@@ -284,11 +264,8 @@ class SpeedLayer(BertReproLayer):
 
 
 class SpeedEncoder(BertReproEncoder):
-    """The encoder of the speed paths, with the config's options `unpad_inputs` and `last_layer_subset`.
-
-    Given `read_positions` ((batch, seq) bool), the last block computes those rows only and `last_hidden_state` is zero
-    elsewhere. The model file's encoder runs when attentions are asked for, or when neither option applies.
-    """
+    """The encoder with `unpad_inputs` and `last_layer_subset`. Given `read_positions` ((batch, seq) bool), the last
+    block computes those rows only and `last_hidden_state` is zero elsewhere."""
 
     def __init__(self, config, parts: BertReproParts):
         super().__init__(config, parts)
