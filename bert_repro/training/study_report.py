@@ -98,7 +98,7 @@ def write_study(
 
 
 def _heading(study: Study, args: StudyArguments) -> list[str]:
-    """study.md's title, what was run (the paper's table, our protocol and arguments) and the table's head."""
+    """study.md's title, what was run and the table's head."""
     head = " | ".join(f"{c.label} ours | paper" for c in study.columns)
     per_key = "".join(f", {item.partition('=')[0]} also `{item.partition('=')[2]}`" for item in args.finetune_args_for)
     return [

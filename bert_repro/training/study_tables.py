@@ -38,8 +38,8 @@ class Column:
 
     @property
     def run(self) -> str:
-        """The directory of the fine-tuning run this column reads: columns of one task read one run (MRPC's accuracy
-        and F1), unless the column fine-tunes differently."""
+        """The fine-tuning run this column reads: one per task (MRPC's accuracy and F1), unless it fine-tunes
+        differently."""
         return self.key if self.finetuning else str(self.task)
 
 
