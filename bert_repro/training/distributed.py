@@ -1,7 +1,7 @@
 """The engines behind `accelerate launch --config_file recipes/accelerate/<engine>.yaml` (DDP, FSDP2, DeepSpeed
 ZeRO-2) for both recipes. `check_engine` refuses what the processes cannot run before any work; `EngineTrainer`
 shards with FSDP2 on CPU processes too (accelerate 1.15 silently drops its FSDP plugin for MULTI_CPU, though
-`fully_shard` runs on gloo), stages every save under `.saving/` and saves the final model whole; `engine_name`
+`fully_shard` runs on gloo), stages every save under `.saving/` and saves the final model whole; `engine`
 records what really ran, so a silent fall-back shows in results.json.
 """
 
@@ -63,10 +63,6 @@ def check_deepspeed_installed(argv: list[str]) -> None:
         ) from None
 
 
-def _launched_processes() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
-
-
 def _one_process_of_several() -> bool:
     """Whether accelerate started one process for `--num_processes N > 1` (without a GPU it exports MASTER_ADDR but
     no world size, which torchrun and MPI export)."""
@@ -83,15 +79,16 @@ PER_TENSOR_OPTIMIZERS = ("lamb",)
 def check_engine(training, *, optimizer: str | None = None) -> None:
     """Refuse before any work an engine setting these processes cannot run (`optimizer`: pre-training's)."""
     on_cpu = training.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")  # TrainingArguments reads both
+    launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if _one_process_of_several() and not accelerator_available():
         raise ConfigurationError(
             "accelerate launch was asked for several processes on a machine without a GPU and started one (its --cpu "
             "and MULTI_CPU launches do). For several CPU processes: accelerate launch --config_file "
             "recipes/accelerate/ddp_cpu.yaml ... --use_cpu true; for one, leave out --num_processes (and MASTER_ADDR)."
         )
-    if _launched_processes() > 1 and not on_cpu and not accelerator_available():
+    if launched > 1 and not on_cpu and not accelerator_available():
         raise ConfigurationError(
-            f"{_launched_processes()} processes were launched on a machine without a GPU, but --use_cpu is false: "
+            f"{launched} processes were launched on a machine without a GPU, but --use_cpu is false: "
             "they would not train as one job (accelerate gives each its own world, DeepSpeed sees a batch size that "
             "does not add up). Pass --use_cpu true (or use_cpu: true in the recipe's YAML config)."
         )
@@ -107,46 +104,6 @@ def check_engine(training, *, optimizer: str | None = None) -> None:
             'FSDP1 cannot run on CPU processes (torch: "Inconsistent compute device and `device_id` on rank 0: '
             'cpu vs cpu:0"). Set fsdp_version: 2 in the accelerate config (as recipes/accelerate/fsdp_cpu.yaml).'
         )
-
-
-def engine_name(accelerator) -> str:
-    """What really runs: 'FSDP2', 'FSDP1', 'DeepSpeed ZeRO-<stage>', 'DDP' or 'single process'."""
-    from accelerate.utils import DistributedType
-
-    state = accelerator.state
-    if state.distributed_type == DistributedType.FSDP:
-        return f"FSDP{state.fsdp_plugin.fsdp_version}"
-    if state.distributed_type == DistributedType.DEEPSPEED:
-        return f"DeepSpeed ZeRO-{state.deepspeed_plugin.zero_stage}"
-    if state.num_processes > 1:
-        return "DDP"
-    return "single process"
-
-
-def _fsdp_module_class() -> type | None:
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:
-        return None
-    return FSDPModule
-
-
-def enable_fsdp_on_cpu(accelerator) -> bool:
-    """Give CPU processes the FSDP plugin that accelerate dropped; True when it did."""
-    from accelerate.state import PartialState
-    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-
-    state = accelerator.state
-    if requested_engine() != "fsdp" or state.distributed_type != DistributedType.MULTI_CPU:
-        return False
-    plugin = FullyShardedDataParallelPlugin()  # from the launcher's FSDP_* variables, as accelerate builds it
-    if state.mixed_precision != "no":
-        plugin.set_mixed_precision(state.mixed_precision)
-    state.fsdp_plugin = plugin
-    state.distributed_type = DistributedType.FSDP
-    # As AcceleratorState.__init__ ends: every later AcceleratorState() copies the process state's type back.
-    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
-    return True
 
 
 class EngineTrainer(Trainer):
@@ -220,9 +177,22 @@ class EngineTrainer(Trainer):
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
 
     def create_accelerator_and_postprocess(self) -> None:
+        """Give CPU processes the FSDP plugin that accelerate dropped."""
+        from accelerate.state import PartialState
+        from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
         super().create_accelerator_and_postprocess()
-        if enable_fsdp_on_cpu(self.accelerator):
-            self.is_fsdp_enabled = True
+        state = self.accelerator.state
+        if requested_engine() != "fsdp" or state.distributed_type != DistributedType.MULTI_CPU:
+            return
+        plugin = FullyShardedDataParallelPlugin()  # from the launcher's FSDP_* variables, as accelerate builds it
+        if state.mixed_precision != "no":
+            plugin.set_mixed_precision(state.mixed_precision)
+        state.fsdp_plugin = plugin
+        state.distributed_type = DistributedType.FSDP
+        # As AcceleratorState.__init__ ends: every later AcceleratorState() copies the process state's type back.
+        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+        self.is_fsdp_enabled = True
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Under FSDP2 the model's class is torch's `FSDP<Name>`: `save_pretrained` would copy torch's files as remote
@@ -236,13 +206,17 @@ class EngineTrainer(Trainer):
         ):
             # ZeRO-1/2 keep parameters whole; DeepSpeed's state dict would save tied weights twice.
             return super()._save(output_dir)
-        fsdp_module, sharded = _fsdp_module_class(), self.model
-        fsdp2 = fsdp_module is not None and isinstance(sharded, fsdp_module)
+        try:
+            from torch.distributed.fsdp import FSDPModule
+        except ImportError:  # a torch without FSDP2
+            FSDPModule = None
+        sharded = self.model
+        fsdp2 = FSDPModule is not None and isinstance(sharded, FSDPModule)
         if not fsdp2 or state_dict is None or not self.args.should_save:
             return super()._save(output_dir, state_dict=state_dict)
         import torch
 
-        original_class = next(c for c in type(sharded).__mro__[1:] if not issubclass(c, fsdp_module))
+        original_class = next(c for c in type(sharded).__mro__[1:] if not issubclass(c, FSDPModule))
         with torch.device("meta"):
             plain = original_class(sharded.config)
         plain.load_state_dict(state_dict, assign=True)
@@ -255,7 +229,15 @@ class EngineTrainer(Trainer):
 
     @property
     def engine(self) -> str:
-        return engine_name(self.accelerator)
+        """What really runs: 'FSDP2', 'FSDP1', 'DeepSpeed ZeRO-<stage>', 'DDP' or 'single process'."""
+        from accelerate.utils import DistributedType
+
+        state = self.accelerator.state
+        if state.distributed_type == DistributedType.FSDP:
+            return f"FSDP{state.fsdp_plugin.fsdp_version}"
+        if state.distributed_type == DistributedType.DEEPSPEED:
+            return f"DeepSpeed ZeRO-{state.deepspeed_plugin.zero_stage}"
+        return "DDP" if state.num_processes > 1 else "single process"
 
     def save_full_model(self, output_dir: str) -> None:
         """`save_model` that always writes the whole model, staged under `.saving/`. Every process must call it
