@@ -242,10 +242,7 @@ class FineTuningRecipe:
         ours, given = use_our_names(argv, field_names(*ARGUMENTS))  # --task_name: --task
         at = ours.index("--config") + 1 if "--config" in ours[:-1] else None
         config = read_yaml_config(ours[at], ARGUMENTS, RECIPE) if at else {}
-        name = next((token.split("=", 1)[1] for token in ours if token.startswith("--task=")), None)
-        if name is None and "--task" in ours[:-1]:
-            name = ours[ours.index("--task") + 1]
-        name = config.get("task") if name is None else name
+        name = (values_of(ours, "task") or [config.get("task")])[-1]  # the last, as argparse takes it
         if not name:  # --help shows no task's defaults as everyone's; a wrong flag (--task_nme) is said first
             parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE, help_layout=help_layout(None))
             raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
