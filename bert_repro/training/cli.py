@@ -31,8 +31,7 @@ RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.
 
 
 def _no_load_report(record: logging.LogRecord) -> bool:
-    """Drops transformers' LOAD REPORT table (our `from_pretrained` names a new head in one line) unless it reports
-    a shape mismatch."""
+    """Drops transformers' LOAD REPORT (we name a new head in one line) unless it reports a shape mismatch."""
     message = record.getMessage()
     return "LOAD REPORT" not in message or "MISMATCH" in message
 
@@ -49,7 +48,6 @@ class ConfigurationError(ValueError):
 
 
 def field_names(*classes: type) -> set[str]:
-    """The dataclass fields of `classes` that `__init__` takes."""
     return {f.name for cls in classes for f in fields(cls) if f.init}
 
 
@@ -258,8 +256,7 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
 def grids_from_single_values(
     parsed: tuple, grids: Mapping[str, str], given: set[str], in_config: set[str], config: str | None
 ) -> None:
-    """--learning_rate X (or --seed S) is the grid {X}, not a value the grid silently replaces; both in one place
-    are refused."""
+    """--learning_rate X (or --seed S) is the grid {X}, not a value the grid replaces; both in one place: refused."""
     holder = {f.name: obj for obj in parsed for f in fields(obj)}
     for single, grid in grids.items():
         for names, where in ((given, "on the command line"), (in_config, f"in {config}")):
@@ -360,8 +357,7 @@ def parse_with_config(
     grids: Mapping[str, str] | None = None,
     help_layout: HelpLayout | None = None,
 ) -> tuple:
-    """Parse `dataclass_types` from defaults < `--config FILE.yaml` < the command line; `grids`: {single-value
-    field: grid field}."""
+    """Parse `dataclass_types` from defaults < `--config FILE.yaml` < the command line (`grids`: {single: grid})."""
     argv = list(sys.argv[1:] if argv is None else argv)
     config_values: dict[str, Any] = {}
     config = None

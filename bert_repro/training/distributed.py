@@ -240,8 +240,7 @@ class EngineTrainer(Trainer):
         return "DDP" if state.num_processes > 1 else "single process"
 
     def save_full_model(self, output_dir: str) -> None:
-        """`save_model` that always writes the whole model, staged under `.saving/`. Every process must call it
-        (FSDP gathers the parameters)."""
+        """`save_model` that always writes the whole model, staged; every process calls it (FSDP gathers)."""
         target = Path(output_dir)
         staging = target / STAGING
         self._clear_staging(target)  # what a killed save left

@@ -257,8 +257,7 @@ def one_label(task: Task, predictions) -> str | None:
 
 
 def majority_baseline(task: Task, rows) -> dict[str, dict[str, float]]:
-    """Each evaluation split's metrics for always predicting the most frequent training label: the score to beat.
-    `rows`: those the runs read (`task_rows`)."""
+    """Each evaluation split's metrics for always predicting the most frequent training label: the score to beat."""
     out = {}
     for name in task.eval_splits:
         predictions = task.kind.majority_predictions(task, rows["train"], rows[name])

@@ -11,8 +11,7 @@ from .cli import ConfigurationError
 
 @dataclass
 class PushRequest:
-    """What `--push_to_hub` asks for. The token is here and nowhere else: Trainer pickles its arguments into every
-    checkpoint."""
+    """What `--push_to_hub` asks for; the token only here, as Trainer pickles its arguments into checkpoints."""
 
     repo_id: str
     private: bool = False

@@ -77,8 +77,7 @@ def task_data_dir(task: Task, data_root: str | None) -> Path | None:
 
 
 def check_task_data(tasks: list[Task], data_root: str | None) -> dict[str, Path | None]:
-    """Each task's local directory under --data_root, found before any work: offline, a missing one is an error now,
-    not after hours of other tasks."""
+    """Each task's directory under --data_root, found before any work: offline, a missing one is an error now."""
     dirs = {task.name: task_data_dir(task, data_root) for task in tasks}
     missing = [name for name, directory in dirs.items() if directory is None]
     if missing and os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):

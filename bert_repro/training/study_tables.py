@@ -38,8 +38,7 @@ class Column:
 
     @property
     def run(self) -> str:
-        """The fine-tuning run this column reads: one per task (MRPC's accuracy and F1), unless it fine-tunes
-        differently."""
+        """The fine-tuning run this column reads: one per task (MRPC's accuracy and F1) unless it fine-tunes apart."""
         return self.key if self.finetuning else str(self.task)
 
 
