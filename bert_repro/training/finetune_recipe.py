@@ -188,13 +188,12 @@ def help_layout(task: Task | None) -> HelpLayout:
             "do_predict": "Write the GLUE test-set predictions (glue_submission/); alone: of --model as it is.",
             "learning_rate": "One learning rate: the grid {X} (--learning_rates X).",
             "seed": "One seed: the seeds {S} (--seeds S).",
-            "eval_strategy": "When each run of the grid is evaluated on the task's evaluation splits with the task's "
-            "own metrics (logged as eval_<metric>: TensorBoard, trainer_state.json): epoch, steps (every --eval_steps) "
-            "or no. The runs are ranked by the evaluation after training either way.",
+            "eval_strategy": "When each run of the grid is evaluated with the task's own metrics (logged as "
+            "eval_<metric>): epoch, steps (every --eval_steps) or no. Runs are ranked after training either way.",
             "metric_for_best_model": "With --load_best_model_at_end or --save_strategy best: one of the task's metrics "
             "(default: the metric the grid ranks by, e.g. accuracy).",
-            "save_strategy": "When a run saves a checkpoint (the newest --save_total_limit kept): a preempted run "
-            "resumes from it, and a finished one is trained further from its last (--save_total_limit: how many).",
+            "save_strategy": "When a run saves a checkpoint (the newest --save_total_limit kept), from which a "
+            "preempted run resumes and a finished one is trained further.",
         },
         shown_defaults={
             "output_dir": "trainer_output (Trainer's)",

@@ -28,7 +28,7 @@ from .finetune_recipe import FineTuningRecipe
 from .finetune_recipe import check_inputs as check_finetuning_inputs
 from .pretraining import PreTrainingRecipe, run_pretraining
 from .pretraining.plan import check as check_pretraining
-from .reproduce import check_task_data
+from .reproduce import check_task_data, percent
 from .study_arguments import StudyArguments, _parse_reuse, _split_args, select, without_credentials
 from .study_report import write_study
 from .study_tables import STUDIES, Column, Study, Variant, get_study
@@ -245,8 +245,7 @@ def cell_value(
     if column.metric == "mlm_perplexity":
         loss = pretrain_results.get("eval_mlm_loss")
         return None if loss is None else round(math.exp(loss), 2)
-    best = finetune_results["best"][column.split][column.metric]
-    return round(best if column.metric.startswith("squad") else 100 * best, 2)
+    return round(percent(column.metric, finetune_results["best"][column.split][column.metric]), 2)
 
 
 def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]:
