@@ -140,7 +140,6 @@ RECIPE = "recipes/finetune.py"
 GRIDS = {"learning_rate": "learning_rates", "seed": "seeds"}
 
 
-# `--help`: the recipe's flags by stage, with the Trainer flags a fine-tuning run sets most.
 HELP_GROUPS = {
     "data": ("task", "data", "tokenizer", "max_seq_length", "doc_stride", "max_query_length", "num_proc"),
     "model": (

@@ -38,7 +38,6 @@ DIRECTORY_NAMES = {
 }
 
 
-# `--help`: its own flags, then what goes after `--`.
 HELP_LAYOUT = HelpLayout(
     groups={"the benchmark": ("model", "tasks", "data_root", "paper_model", "output_dir", "overwrite_output_dir")},
     usage="--model M [--tasks T ...] [--data_root DIR] [--output_dir DIR] [-- FINE-TUNING FLAGS ...]",
