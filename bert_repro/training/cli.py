@@ -491,7 +491,6 @@ def check_output_dir(
             f"{out} holds a different run ({shown}). {advice}; for this one choose another --output_dir, or pass "
             "--overwrite_output_dir true to start again in this folder (what it holds is moved aside)."
         )
-    has_checkpoints = any(out.glob("checkpoint-*"))
     if (out / RESULTS).exists() and not resume:  # written last: the final model may be there without it
         raise FileExistsError(
             f"{out} already holds this finished run ({RESULTS}); to publish it: python -m bert_repro.hub {out} "
@@ -504,7 +503,7 @@ def check_output_dir(
         raise RunFinished(
             f"{out} already holds this run, finished ({RESULTS}): nothing to do, nothing written.{further}"
         )
-    if has_checkpoints and not resume:
+    if any(out.glob("checkpoint-*")) and not resume:
         raise FileExistsError(
             f"{out} already holds checkpoints of this run; pass --resume_from_checkpoint true to continue it, or "
             "--overwrite_output_dir true to start again."

@@ -150,14 +150,12 @@ def publish(staging: Path, target: Path) -> None:
     """Move a staged checkpoint folder to its name, or a staged model's files into `target`, weights last."""
     if staging.name != STAGING:  # a checkpoint folder: one rename
         settle(staging)  # durable, and the modes of the run's other files
-        if target.exists():
-            old = target.with_name(f"{STAGING}-{target.name}-replaced")
+        old = target.with_name(f"{STAGING}-{target.name}-replaced")
+        if target.exists():  # a broken folder of that name
             shutil.rmtree(old, ignore_errors=True)
             os.replace(target, old)
-            os.replace(staging, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, target)
+        os.replace(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
         fsync_dir(target.parent)
         return
     move_into(staging, target, last=("model.safetensors", "model.safetensors.index.json"))

@@ -99,9 +99,8 @@ class FineTuningArguments(SpeedSwitches):
     )
     head_initializer: str = flag(
         "transformers",
-        "How the new head's weights are drawn: transformers (its plain normal(0, 0.02); the default, measured better "
-        "on CoNLL-2003 and the same on MRPC and SST-2: benchmarks/RESULTS.md, row 'new heads') or reference (Google's "
-        "code: normal(0, 0.02) cut at 2 standard deviations). The checkpoint's weights are loaded either way.",
+        "How a new head's weights are drawn: transformers (normal(0, 0.02); the default, as good or better: "
+        "benchmarks/RESULTS.md, row 'new heads') or reference (Google's: the same, cut at 2 standard deviations).",
         choices=list(HEAD_INITIALIZERS),
     )
     bilstm_hidden_size: int | None = flag(
@@ -118,9 +117,8 @@ class FineTuningArguments(SpeedSwitches):
     attn_implementation: str = flag("sdpa", "eager, sdpa or flash_attention_2.")
     objective: str | None = flag(
         None,
-        "The model attends as it was pre-trained (its config's objective, the paper's Table 5; a left-to-right model "
-        "stays left-to-right). Naming an objective here only checks that: one with another attention direction is "
-        "refused.",
+        "Only checks the model's pre-training objective (paper Table 5): the model attends as it was pre-trained, "
+        "and an objective with another attention direction is refused.",
         choices=list(PRETRAINING_OBJECTIVES),
     )
     predict_test: bool = flag(
