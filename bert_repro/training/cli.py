@@ -103,9 +103,8 @@ def as_cli(values: dict[str, Any]) -> list[str]:
     return argv
 
 
-# transformers' example scripts' names -> the first entry whose first field the recipe has. "data:train": each value
-# is a split=path pair of --data. Further fields are defaults of ours that they imply (run_mlm.py's
-# --model_name_or_path is also the tokenizer unless --tokenizer_name is given).
+# transformers' example scripts' names -> the first entry whose first field the recipe has ("data:train": a
+# split=path pair of --data), then defaults they imply (run_mlm.py's --model_name_or_path is also the tokenizer).
 TRANSFORMERS_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
     "model_name_or_path": (("model",), ("init_from", "tokenizer")),
     "task_name": (("task",),),

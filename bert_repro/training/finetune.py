@@ -375,7 +375,6 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
         for name in TRAINER_FILES:  # the best run's, where Trainer's `save_state` and `save_metrics` leave them
             write_text(output_dir / name, (best_dir / name).read_text())
         write_text(output_dir / "results.md", results_markdown(task, summary))
-        # the card `python -m bert_repro.hub.model_card` writes, named as Trainer's own card where no --hub_model_id
         repo_id = training.hub_model_id or output_dir.resolve().name
         write_text(output_dir / "README.md", str(card_for_finetuning(output_dir, repo_id, summary=summary)))
         write_json(output_dir / RESULTS, summary)  # last: the runs' summary, once every file it names is there
