@@ -126,9 +126,7 @@ class FineTuningArguments(SpeedSwitches):
         "Without --do_train/--do_eval/--do_predict: write GLUE test-set prediction files when the data "
         "has a test split (--do_predict says it with those flags).",
     )
-    keep_all_runs: bool = flag(
-        False, "Also keep every run's final weights (runs/<run>/model), not only the best model."
-    )
+    keep_all_runs: bool = flag(False, "Also keep every run's final weights (runs/<run>/model), not only the best.")
     overwrite_output_dir: bool = flag(False, "Allow writing into an output directory that holds another run.")
 
 

@@ -59,9 +59,7 @@ class ReproduceArguments:
         None, "A directory with one sub-directory per task (MRPC/, SST-2/, SQuAD/ ...); tasks without one use the Hub."
     )
     paper_model: str = flag("base", "Which of the paper's models to compare with.")
-    overwrite_output_dir: bool = flag(
-        False, "Start again in a folder holding another benchmark: what it holds is moved aside first."
-    )
+    overwrite_output_dir: bool = flag(False, "Start again in a folder holding another benchmark (moved aside first).")
 
 
 def task_data_dir(task: Task, data_root: str | None) -> Path | None:
