@@ -1,9 +1,5 @@
-"""Stage 4, training: pre-training (`pretraining`: recipe, plan and stages), fine-tuning (`finetune_recipe`: the
-recipe and its checks; `finetune`: the grid), the paper's benchmark in one command (`reproduce`), the paper's
-studies (`study`, with `study_tables` and `study_report`), optimizers (`optim`) and the recipes' command line
-(`cli`).
-
-From Python, a run is a recipe and one call:
+"""Stage 4, training: pre-training, fine-tuning, the paper's benchmark (`reproduce`) and studies (`study`). A run is
+a recipe and one call:
 
     from bert_repro.training import PreTrainingRecipe, run_pretraining
     run_pretraining(PreTrainingRecipe.from_yaml("recipes/configs/quickstart.yaml").replace(max_steps=500))
@@ -11,8 +7,7 @@ From Python, a run is a recipe and one call:
 
 from ..exports import lazy_exports
 
-# Read on first use (PEP 562): importing one module of this package (the command line's `cli`) does not build
-# the whole training stack.
+# Read on first use (PEP 562): importing `cli` does not build the whole training stack.
 _PUBLIC = {
     "Phase": "pretraining",
     "PhaseCollator": "pretraining.phases",

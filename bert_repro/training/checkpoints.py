@@ -1,12 +1,8 @@
 """Which `checkpoint-N` folder a run resumes from: the newest one that Trainer can really load.
 
-Trainer's own choice (`resume_from_checkpoint=True`) is the highest-numbered folder, whatever its state. A job
-killed while saving leaves a truncated `model.safetensors`, a folder without `trainer_state.json`, or an empty
-folder; resuming from it fails deep inside the library with a message that names no checkpoint. Here each
-folder is checked first (cheaply: headers and archive directories, no tensor is read), the broken ones are
-reported and skipped, and the newest complete one is used. Nothing is deleted: the broken folders stay for the
-user to look at, and Trainer overwrites a folder of the same name when it saves that step again. (`cluster.py`
-writes each checkpoint under `.saving/` and renames it when complete; a folder can still be damaged since.)
+Trainer's own choice is the highest-numbered folder, whatever its state; a killed save leaves a truncated or partial
+one, and resuming from it fails deep inside the library. Here each folder is checked cheaply (headers, no tensor
+read), broken ones are reported and skipped (not deleted), and the newest complete one is used.
 """
 
 from __future__ import annotations
@@ -73,8 +69,7 @@ SHAPE_FIELDS += ("max_position_embeddings", "type_vocab_size")
 
 
 def check_fits(checkpoint: str | Path, config) -> None:
-    """The weights of `checkpoint` have the shapes of the model `config` builds: resuming another run's checkpoint
-    (another vocabulary or size) is one line, not torch's size-mismatch traceback from inside Trainer."""
+    """Another run's checkpoint (another vocabulary or size) is one line, not torch's size-mismatch traceback."""
     try:
         saved = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):  # FSDP's sharded checkpoints keep no config.json: left to Trainer
@@ -118,8 +113,7 @@ def _weight_files(folder: Path) -> list[Path]:
 
 
 def _sharded_fsdp_weights(folder: Path) -> bool:
-    """FSDP with SHARDED_STATE_DICT keeps the weights as a torch.distributed.checkpoint folder (its `.metadata` is
-    written last) instead of model.safetensors."""
+    """FSDP's SHARDED_STATE_DICT weights: a torch.distributed.checkpoint folder, its `.metadata` written last."""
     return any((shards / ".metadata").is_file() for shards in folder.glob("pytorch_model_fsdp_*") if shards.is_dir())
 
 
@@ -138,10 +132,8 @@ class NoUsableCheckpoint(ConfigurationError):
 
 
 def newest_valid_checkpoint(output_dir: str | Path, *, streamed: bool = False) -> Path | None:
-    """The newest complete `checkpoint-N` in `output_dir`, logging each newer one skipped and why.
-
-    None when there is no checkpoint at all; `NoUsableCheckpoint` when there are some and none is complete.
-    """
+    """The newest complete `checkpoint-N` in `output_dir` (None without any), logging each newer one skipped.
+    `NoUsableCheckpoint` when none is complete."""
     skipped = []
     for folder in checkpoints_newest_first(output_dir):
         problem = checkpoint_problem(folder, streamed=streamed)
@@ -161,9 +153,8 @@ def newest_valid_checkpoint(output_dir: str | Path, *, streamed: bool = False) -
 
 
 def interrupted(recipe: str, output_dir: str | Path | None) -> int:
-    """Ctrl-C: Trainer saves nothing and Python prints a traceback; the recipes say instead, in one line from the
-    first process, where the newest complete checkpoint under `output_dir` is and how to go on. Returns the exit
-    status of a program ended by SIGINT (130)."""
+    """Ctrl-C: instead of a traceback, one line from the first process saying where the newest complete checkpoint
+    is and how to go on. Returns SIGINT's exit status (130)."""
     import os
     import sys
 

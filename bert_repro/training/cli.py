@@ -1,9 +1,6 @@
-"""What the recipes share: YAML configs with command-line overrides, user-facing configuration errors, and the
-rule that an output directory holding another run is never overwritten.
-
-Each recipe parses its dataclasses with `HfArgumentParser`: the recipe's defaults (the paper's hyper-parameters) <
-a YAML file given with `--config` < the command line. Nothing given is dropped without a word: transformers' names
-for our settings are taken, any other unknown name is refused with the closest of ours.
+"""What the recipes share: `HfArgumentParser` with the recipe's defaults < a `--config` YAML < the command line,
+user-facing configuration errors, and the rule that an output directory holding another run is never overwritten.
+Nothing given is dropped without a word: transformers' names for our settings are taken, other unknown ones refused.
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.
 
 
 def _no_load_report(record: logging.LogRecord) -> bool:
-    """Drops transformers' LOAD REPORT table (a task head on a pre-trained checkpoint: the MLM/NSP heads unused, the
-    classifier new, which our `from_pretrained` names in one line) unless it reports a shape mismatch."""
+    """Drops transformers' LOAD REPORT (we name a new head in one line) unless it reports a shape mismatch."""
     message = record.getMessage()
     return "LOAD REPORT" not in message or "MISMATCH" in message
 
@@ -52,12 +48,10 @@ class ConfigurationError(ValueError):
 
 
 def field_names(*classes: type) -> set[str]:
-    """The settings `classes` take (their dataclass fields that `__init__` takes)."""
     return {f.name for cls in classes for f in fields(cls) if f.init}
 
 
 def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING, choices: list | None = None) -> Any:
-    """A dataclass field with its `--help` text (and `choices`), where HfArgumentParser reads them."""
     metadata = {"help": help} | ({"choices": choices} if choices else {})
     return field(default=default, default_factory=factory, metadata=metadata)
 
@@ -73,8 +67,7 @@ class _SpeedSwitchesBase:
         return {name: getattr(self, name) for name in SPEED_SWITCHES}
 
     def torch_compile_warning(self, torch_compile: bool) -> str | None:
-        """One line for the log when `--torch_compile true` meets switches whose shapes come from the data or that
-        run custom autograd functions, so that dynamo breaks the step into graphs (benchmarks/LOG.md)."""
+        """The log line for `--torch_compile true` with switches that dynamo breaks into graphs (benchmarks/LOG.md)."""
         split = [name for name, on in self.switches().items() if on and name not in ONE_GRAPH_SWITCHES]
         if not torch_compile or not split:
             return None
@@ -86,8 +79,7 @@ class _SpeedSwitchesBase:
         )
 
 
-# The model's speed switches, shared by the recipes: a flag per config switch (`SPEED_SWITCHES`, whose help they
-# show) and --compile_layers; each default keeps the plain model's outputs.
+# A flag per config speed switch (`SPEED_SWITCHES`) and --compile_layers; each default keeps the plain model's outputs.
 SpeedSwitches = make_dataclass(
     "SpeedSwitches",
     [(name, bool, flag(False, help)) for name, help in SPEED_SWITCHES.items()],
@@ -111,10 +103,8 @@ def as_cli(values: dict[str, Any]) -> list[str]:
     return argv
 
 
-# transformers' example scripts' names for our settings: a name -> the first entry whose first field the recipe has.
-# "data:train" makes each value a split=path pair of --data (--train_file F is --data train=F). Further fields are
-# defaults that a setting of theirs overrides: run_mlm.py's --model_name_or_path is the model pre-training continues
-# from and, unless --tokenizer_name is given, its tokenizer.
+# transformers' example scripts' names -> the first entry whose first field the recipe has ("data:train": a
+# split=path pair of --data), then defaults they imply (run_mlm.py's --model_name_or_path is also the tokenizer).
 TRANSFORMERS_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
     "model_name_or_path": (("model",), ("init_from", "tokenizer")),
     "task_name": (("task",),),
@@ -129,8 +119,7 @@ TRANSFORMERS_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
-# transformers' example flags that no recipe setting means, each with what to use instead (where closeness of
-# names would suggest a flag that means something else: --line_by_line is not --split_lines).
+# transformers' flags without a counterpart, with what to use instead (--line_by_line is not --split_lines).
 TRANSFORMERS_WITHOUT_COUNTERPART = {
     "line_by_line": "run_mlm.py's one example per line; here examples are sentence pairs filled up to "
     "--max_seq_length from documents, as the paper's. --split_lines true reads each line as a sentence, "
@@ -141,8 +130,7 @@ TRANSFORMERS_WITHOUT_COUNTERPART = {
 
 
 def _flag(token: str) -> str | None:
-    """The field a command-line token names ("--seed", "--seed=3", "--learning-rate" -> "learning_rate"); None
-    for a value (as for argparse, a token with a space is a value: --finetune_args "--seeds 1 2")."""
+    """The field a token names ("--seed=3" -> "seed"); None for a value (as for argparse, one with a space)."""
     if token.startswith("--") and len(token) > 2 and " " not in token:
         return token[2:].split("=", 1)[0].replace("-", "_")
     return None
@@ -161,8 +149,7 @@ _CREDENTIAL = re.compile(r"--[\w-]*(token|api_key|secret|password)")
 
 
 def hide_credentials(argv: list[str]) -> list[str]:
-    """`argv` as reports, records and logs may show it: the value of a flag that holds a credential (--hub_token X,
-    --hub_token=X) replaced by HIDDEN; it reaches the push and nothing else."""
+    """`argv` as reports and logs show it: a credential's value (--hub_token X, --hub_token=X) replaced by HIDDEN."""
     shown: list[str] = []
     for i, token in enumerate(argv):
         flag, equals, _ = token.partition("=")
@@ -175,11 +162,9 @@ def hide_credentials(argv: list[str]) -> list[str]:
 
 
 def use_our_names(argv: list[str], known: set[str], also_given: set[str] = frozenset()) -> tuple[list[str], set[str]]:
-    """`argv` with transformers' names (`TRANSFORMERS_NAMES`) replaced by ours, and the fields it sets.
-
-    Two flags that set one field (--corpus and --dataset_name, --data DIR and --train_file) are refused,
-    except split=path pairs of --data, which add up. The default part of an entry yields to a field set on the
-    command line or in `also_given` (a --config file's fields)."""
+    """`argv` with transformers' names (`TRANSFORMERS_NAMES`) replaced by ours, and the fields it sets. Two flags
+    for one field are refused, except split=path pairs of --data; an implied default yields to a field given here
+    or in `also_given` (a --config file's)."""
     groups: list[tuple[str | None, list[str]]] = []  # (name, the flag and its values as given)
     for token in argv:
         if _flag(token) is None and groups:
@@ -270,9 +255,7 @@ def read_yaml_config(path: str | Path, dataclass_types: tuple[type, ...], recipe
 def grids_from_single_values(
     parsed: tuple, grids: Mapping[str, str], given: set[str], in_config: set[str], config: str | None
 ) -> None:
-    """A single value given for a searched setting (--learning_rate X, --seed S where the recipe searches
-    --learning_rates, --seeds) is the grid of that value, not a setting the grid silently replaces; both given
-    in one place is refused. The command line overrides the --config file, as for any field."""
+    """--learning_rate X (or --seed S) is the grid {X}, not a value the grid replaces; both in one place: refused."""
     holder = {f.name: obj for obj in parsed for f in fields(obj)}
     for single, grid in grids.items():
         for names, where in ((given, "on the command line"), (in_config, f"in {config}")):
@@ -288,8 +271,7 @@ def grids_from_single_values(
 
 @dataclass(frozen=True)
 class HelpLayout:
-    """How a recipe's `--help` reads: its flags by stage (with the Trainer flags a user sets most), then the rest of
-    Trainer's."""
+    """How a recipe's `--help` reads: its flags by stage, then the rest of Trainer's."""
 
     groups: dict[str, tuple[str, ...]]  # title -> every field of the recipe's own dataclasses, in the order shown
     set_by_recipe: dict[str, str] = field(default_factory=dict)  # Trainer field -> what the recipe sets it from
@@ -314,9 +296,8 @@ def arrange_help(
     in_config: Collection[str] = (),
     valued: Collection[str] = (),
 ) -> None:
-    """Regroup `parser`'s flags for `--help` (parsing is untouched: argparse parses from the parser's own list of
-    actions, the groups only decide where help prints them): --config first, the stages, then Trainer's, those
-    without a value of the recipe or the --config file (`valued`) by name only."""
+    """Regroup `parser`'s flags for `--help` (groups only decide where help prints them; parsing is untouched);
+    Trainer's flags without a value of the recipe or the --config file (`valued`) by name only."""
     by_field: dict[str, list[argparse.Action]] = {}
     for action in parser._actions:
         by_field.setdefault(action.dest, []).append(action)
@@ -375,8 +356,7 @@ def parse_with_config(
     grids: Mapping[str, str] | None = None,
     help_layout: HelpLayout | None = None,
 ) -> tuple:
-    """Parse `dataclass_types` from defaults < `--config FILE.yaml` < the command line; `grids`: {single-value
-    field: grid field} (`grids_from_single_values`); `help_layout`: how `--help` groups the flags."""
+    """Parse `dataclass_types` from defaults < `--config FILE.yaml` < the command line (`grids`: {single: grid})."""
     argv = list(sys.argv[1:] if argv is None else argv)
     config_values: dict[str, Any] = {}
     config = None
@@ -407,7 +387,7 @@ def parse_with_config(
 
 
 def values_of(args: list[str], name: str) -> list[str]:
-    """The value each --`name` in `args` gives, in order (a bare boolean flag: "true")."""
+    """Each value of --`name` in `args`, in order (a bare boolean flag: "true")."""
     values = []
     for i, token in enumerate(args):
         if _flag(token) == name:
@@ -417,9 +397,8 @@ def values_of(args: list[str], name: str) -> list[str]:
 
 
 def auto_bf16(args: list[str]) -> list[str]:
-    """`--bf16 auto` (the shipped configs' `bf16: auto`): bf16 where a CUDA device has it, else float32, decided
-    here once and said. transformers refuses `--bf16 true` without a GPU, and with --use_cpu runs bf16 many times
-    slower than float32. A later --bf16 true|false overrides it."""
+    """`--bf16 auto`: bf16 where a CUDA device has it, else float32 (transformers refuses `--bf16 true` without a
+    GPU, and on CPU bf16 is many times slower). A later --bf16 true|false overrides it."""
     values = values_of(args, "bf16")
     if "auto" not in values:
         return args
@@ -437,11 +416,9 @@ def auto_bf16(args: list[str]) -> list[str]:
 
 
 class RunFinished(Exception):
-    """The output directory holds this very run, finished, and the command asks for nothing more (a requeued job's
-    `--resume_from_checkpoint true`): the recipes say so in one line and exit 0, having written nothing."""
+    """The output directory holds this run, finished, and nothing more is asked (a requeued job): exit 0."""
 
     def say(self, recipe: str) -> None:
-        """The one line, from the first process of a launch (RANK, as torchrun sets it)."""
         if os.environ.get("RANK", "0") == "0":
             print(f"{recipe}: {self}", file=sys.stderr)
 
@@ -476,13 +453,9 @@ def check_output_dir(
     identity: Callable[[dict], dict] | None = None,
     may_grow: Collection[str] = (),
 ) -> dict[str, tuple[Any, Any]]:
-    """Refuse to write into a directory that holds something else, with a message that says what to do.
-
-    `identity` (the function that made `record`) is applied to the saved record too, which holds every setting.
-    `may_grow`: the settings ("training.max_steps") that a resumption may raise, extending the run (a finished
-    one too); returned as {name: (saved, new)} when raised. The same finished run resumed is `RunFinished`.
-    `overwrite`: no refusal; what the directory holds is moved aside under the run's lock (`cluster`).
-    """
+    """Refuse to write into a directory that holds something else, saying what to do. `identity` (what made
+    `record`) is applied to the saved record too; `may_grow`: settings ("training.max_steps") a resumption may raise,
+    returned as {name: (saved, new)}. The same finished run resumed is `RunFinished`."""
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigurationError(f"--output_dir {out} is a file; choose a folder (new or a run's).")
@@ -517,7 +490,6 @@ def check_output_dir(
             f"{out} holds a different run ({shown}). {advice}; for this one choose another --output_dir, or pass "
             "--overwrite_output_dir true to start again in this folder (what it holds is moved aside)."
         )
-    has_checkpoints = any(out.glob("checkpoint-*"))
     if (out / RESULTS).exists() and not resume:  # written last: the final model may be there without it
         raise FileExistsError(
             f"{out} already holds this finished run ({RESULTS}); to publish it: python -m bert_repro.hub {out} "
@@ -530,7 +502,7 @@ def check_output_dir(
         raise RunFinished(
             f"{out} already holds this run, finished ({RESULTS}): nothing to do, nothing written.{further}"
         )
-    if has_checkpoints and not resume:
+    if any(out.glob("checkpoint-*")) and not resume:
         raise FileExistsError(
             f"{out} already holds checkpoints of this run; pass --resume_from_checkpoint true to continue it, or "
             "--overwrite_output_dir true to start again."
@@ -539,14 +511,12 @@ def check_output_dir(
 
 
 def holds_nothing(output_dir: Path) -> bool:
-    """Whether `output_dir` is missing or holds nothing but the run's lock and what an interrupted write of ours
-    left (`bert_repro.atomic.is_leftover`): a run killed in its first second does not block the next."""
+    """Whether `output_dir` holds nothing but the lock and leftovers of an interrupted write of ours."""
     return not output_dir.exists() or all(p.name == RUN_LOCK or is_leftover(p.name) for p in output_dir.iterdir())
 
 
 def write_run_config(output_dir: str | Path, record: dict) -> None:
-    """Create the output directory and record the run in it; a directory that cannot be written (read-only,
-    a file in its path) is a `ConfigurationError` that names it, raised before any work is done."""
+    """Create the output directory and record the run in it; an unwritable one is a `ConfigurationError`."""
     out = Path(output_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -559,8 +529,7 @@ def write_run_config(output_dir: str | Path, record: dict) -> None:
 
 
 def check_attention(name: str) -> None:
-    """--attn_implementation: eager, or a kernel transformers has registered (sdpa, flash_attention_2 ...), or a Hub
-    kernel (`org/repo`), which transformers fetches when the model loads."""
+    """--attn_implementation: eager, a kernel transformers registered, or a Hub kernel (`org/repo`)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     known = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
@@ -572,7 +541,6 @@ def check_attention(name: str) -> None:
 
 
 def check_tokenizer(name: str) -> None:
-    """--tokenizer loads: said before the data is read."""
     from ..data.wordpiece import load_tokenizer
 
     try:
@@ -582,7 +550,6 @@ def check_tokenizer(name: str) -> None:
 
 
 def importable(module: str) -> bool:
-    """Whether an optional package imports: checked before training, so that none is missed after hours of it."""
     try:
         __import__(module)
     except ImportError:
@@ -591,9 +558,7 @@ def importable(module: str) -> bool:
 
 
 def fit_to_this_machine(training) -> None:
-    """--report_to tensorboard (the recipes' default) without tensorboard installed: said once, the run goes on.
-    Pinned memory only where an accelerator is used: it only speeds copies to one, and without one torch warns on
-    every data loader."""
+    """No pinned memory without an accelerator (torch warns on every data loader); no tensorboard logs without it."""
     if training.dataloader_pin_memory and (training.use_cpu or not accelerator_available()):
         training.dataloader_pin_memory = False
     if training.report_to and "tensorboard" in training.report_to and not importable("tensorboard"):
@@ -602,9 +567,7 @@ def fit_to_this_machine(training) -> None:
 
 
 def check_trainer_settings(training) -> None:
-    """Trainer's flags that Trainer or torch refuse only once training starts, after the data is prepared: here,
-    before work. --fp16 on a CPU; data-loader settings that need worker processes; scheduler arguments the schedule
-    does not take (tried on a stand-in optimizer with transformers' own `get_scheduler`)."""
+    """Trainer's flags that Trainer or torch refuse only once training starts, refused before work."""
     import torch
     from transformers import get_scheduler
 

@@ -1,6 +1,5 @@
-"""What a run needs on a shared cluster: it stops cleanly when the scheduler asks (`StopOnSignal`,
-`stop_between_runs`), its saves are all or nothing (`publish`: staged under `.saving/`, named when complete), a
-full disk is one message (`disk_full`), and one output directory holds one run at a time (`lock_output_dir`).
+"""What a run needs on a shared cluster: it stops cleanly when the scheduler asks (`StopOnSignal`), its saves are
+all or nothing (`publish`), a full disk is one message (`disk_full`), one run per output directory (`lock_output_dir`).
 """
 
 from __future__ import annotations
@@ -26,13 +25,10 @@ from .cli import RUN_LOCK, ConfigurationError, hide_credentials, holds_nothing
 
 logger = logging.getLogger(__name__)
 
-# sysexits.h's EX_TEMPFAIL, "a temporary failure; the user is invited to retry": the run stopped on a signal
-# after saving a checkpoint and continues with --resume_from_checkpoint true (0: finished, 1: failed, 2: a
-# user error).
+# sysexits.h's EX_TEMPFAIL ("the user is invited to retry"): stopped on a signal, checkpoint saved.
 STOPPED_EXIT_CODE = 75
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-# The time between the signal and the kill by default: Slurm's KillWait and Kubernetes'
-# terminationGracePeriodSeconds. A stop whose save takes longer says so.
+# Slurm's KillWait and Kubernetes' terminationGracePeriodSeconds by default: a longer save says so.
 GRACE_SECONDS = 30
 AGREE_EVERY_ON_GPUS = 10
 
@@ -47,9 +43,8 @@ def _record(signum, frame):
 
 @contextlib.contextmanager
 def catching_stop_signals():
-    """SIGTERM / SIGUSR1 recorded, not acted on, while the block runs: each is acted on at the next safe point
-    (`StopOnSignal` at a step's end, `stop_between_runs` outside training). A block inside another shares its
-    record; the outermost starts it empty and puts the previous handlers back, also when training fails."""
+    """SIGTERM / SIGUSR1 recorded while the block runs, acted on at the next safe point (`StopOnSignal`,
+    `stop_between_runs`); nested blocks share the outermost's record."""
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(STOP_SIGNALS[0]) is _record:
         yield  # Python delivers signals to the main thread only; an outer block already records them
         return
@@ -63,8 +58,7 @@ def catching_stop_signals():
 
 
 def signal_received(processes: int = 1, device=None) -> int:
-    """The stop signal any of `processes` received (the highest number), the same on every process: with several,
-    a collective that every process reaches at the same point."""
+    """The stop signal any of `processes` received, the same on every process (with several, a collective)."""
     received = int(_RECEIVED.get("signum", 0))
     if processes == 1:
         return received
@@ -75,17 +69,14 @@ def signal_received(processes: int = 1, device=None) -> int:
 
 
 class StopOnSignal(TrainerCallback):
-    """Turns SIGTERM (what Slurm and Kubernetes send before a kill) or SIGUSR1 (Slurm's `--signal`) into a
-    checkpoint at the end of the current optimizer step and a stop, at the same step on every process.
-    `stopped` is (signal name, step) once the run stopped; `noticed` the monotonic time of the signal."""
+    """Turns SIGTERM (Slurm's and Kubernetes' before a kill) or SIGUSR1 (Slurm's `--signal`) into a checkpoint and
+    a stop at the same step on every process. `stopped`: (signal name, step)."""
 
     def __init__(self, accelerator):
         self.accelerator = accelerator
         self.noticed, self.stopped = None, None
-        # The steps at which a stop may save: multiples of `stop_every`. Several GPU processes agree every
-        # AGREE_EVERY_ON_GPUS steps: reading the gathered flag waits for the step to finish on the device, and at
-        # every step that would keep the host from queueing the next one ahead. A streamed run with DataLoader
-        # workers can save its data position only at steps planned ahead (`WorkerStreams.plan_saves`).
+        # Several GPU processes agree every AGREE_EVERY_ON_GPUS steps: reading the gathered flag at every step would
+        # keep the host from queueing the next one. Streamed DataLoader workers save only at planned steps.
         several_gpus = accelerator.num_processes > 1 and accelerator.device.type == "cuda"
         self.stop_every, self._announced = AGREE_EVERY_ON_GPUS if several_gpus else 1, False
 
@@ -115,17 +106,15 @@ class StopOnSignal(TrainerCallback):
 
 
 def stop_message(stop: StopOnSignal, resume: list[str] | None) -> str:
-    """The one line a run stopped in training logs: which signal, which step, how long the save took and how to go
-    on. `resume`: the arguments to add to this command (None: the same command continues the run)."""
+    """The line a run stopped in training logs. `resume`: the arguments to add to this command."""
     name, step = stop.stopped
     then = f"resume with: {resume_command(resume or [])}"
     return _stop_line(name, stop.noticed, f"at step {step} (checkpoint-{step} saved", then)
 
 
 def stop_between_runs(training, where: str, then: str | None = None) -> dict | None:
-    """A safe point outside training (`where`: "before run X"): {"stopped_by": signal name} when any process received
-    a stop signal, the stop said in one line (`then`: what to do next; by default, run the same command again);
-    else None. Every process must call it at the same point."""
+    """A safe point outside training: {"stopped_by": signal name} when any process received a stop signal, else
+    None. Every process must call it at the same point."""
     signum = signal_received(training.world_size, training.device)
     if not signum:
         return None
@@ -149,8 +138,7 @@ def _stop_line(name: str, noticed: float, saved: str, then: str) -> str:
 
 
 def resume_command(extra: list[str]) -> str:
-    """This process's command with `extra` in place of the same options (their values dropped), a credential in it
-    hidden."""
+    """This process's command with `extra` in place of the same options, credentials hidden."""
     args, replaced = sys.argv[1:], set(extra[::2])
     argv = [arg for i, arg in enumerate(args) if arg not in replaced and (i == 0 or args[i - 1] not in replaced)]
     launched = "LOCAL_RANK" in os.environ or any(k.startswith("ACCELERATE_") for k in os.environ)
@@ -158,24 +146,16 @@ def resume_command(extra: list[str]) -> str:
     return launcher + shlex.join([sys.argv[0], *hide_credentials(argv), *extra])
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Saves that are all or nothing
-# ------------------------------------------------------------------------------------------------------------
-
-
 def publish(staging: Path, target: Path) -> None:
-    """Move what `staging` holds to `target`: a staged checkpoint folder to its name (replacing a broken folder of
-    that name), or a staged model's files into `target`. Weights go last, so a folder with weights has the rest."""
+    """Move a staged checkpoint folder to its name, or a staged model's files into `target`, weights last."""
     if staging.name != STAGING:  # a checkpoint folder: one rename
         settle(staging)  # durable, and the modes of the run's other files
-        if target.exists():
-            old = target.with_name(f"{STAGING}-{target.name}-replaced")
+        old = target.with_name(f"{STAGING}-{target.name}-replaced")
+        if target.exists():  # a broken folder of that name
             shutil.rmtree(old, ignore_errors=True)
             os.replace(target, old)
-            os.replace(staging, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, target)
+        os.replace(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
         fsync_dir(target.parent)
         return
     move_into(staging, target, last=("model.safetensors", "model.safetensors.index.json"))
@@ -203,9 +183,8 @@ def folder_bytes(folder: Path) -> int:
 
 
 def disk_full(err: BaseException, folder: Path, needed: int, what: str) -> ConfigurationError | None:
-    """A `ConfigurationError` (exit 2, one line) when `err` (raised while saving `what` into `folder`) came from a
-    full disk, else None. torch reports one as "file write failed" or an iostream error, not ENOSPC: so the free
-    space is checked too."""
+    """A `ConfigurationError` when `err` came from a full disk, else None. torch reports one as "file write failed",
+    not ENOSPC: so the free space is checked too."""
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     free = shutil.disk_usage(existing).free
     if not _says_no_space(err) and free >= needed:
@@ -217,21 +196,14 @@ def disk_full(err: BaseException, folder: Path, needed: int, what: str) -> Confi
     )
 
 
-# ------------------------------------------------------------------------------------------------------------
-# One run per output directory
-# ------------------------------------------------------------------------------------------------------------
-
-
 _HELD: dict[str, int] = {}  # output directory -> the lock's file descriptor, open until the process ends
 _HOLDER: dict[str, int] = {}  # "pid": the process holding them, the parent of any child that inherits them
 
 
 def _drop_locks_in_child() -> None:
-    # Forked children (datasets' num_proc workers, DataLoader workers) share the lock's open file description, and
-    # flock holds while any descriptor of it is open: the orphans of a run killed with -9 (datasets' wait for work
-    # for ever) would keep its directory locked. Closing the child's copy keeps the parent's lock (LOCK_UN would
-    # release it for both); a child that execs never has it (close on exec). A check that the recorded pid is
-    # alive could not take a lock that the kernel still holds.
+    # Forked children share the lock's file description, and flock holds while any descriptor of it is open: the
+    # orphans of a run killed with -9 would keep its directory locked. Closing the child's copy keeps the parent's
+    # lock (LOCK_UN would release it for both).
     if not _HELD:
         return
     for fd in _HELD.values():
@@ -241,9 +213,8 @@ def _drop_locks_in_child() -> None:
 
 
 def _end_with_parent() -> None:
-    """A worker forked by a run is killed with it (Linux): datasets' pool and its manager would otherwise wait for
-    work for ever after the run is killed with -9. SIGKILL, not SIGTERM: a forked child inherits the run's SIGTERM
-    handler, which saves instead of ending, and a worker has nothing of its own to save."""
+    """A worker forked by a run dies with it (Linux), not waiting for work for ever. SIGKILL: a forked child
+    inherits the run's SIGTERM handler, which saves instead of ending."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -258,8 +229,8 @@ os.register_at_fork(after_in_child=_drop_locks_in_child)
 
 
 def lock_output_dir(output_dir: str | Path) -> None:
-    """Take `output_dir`'s lock (`flock` on run.lock, with the holder's pid) for the rest of this process, or raise
-    a `ConfigurationError` naming the process that holds it. The kernel releases it when the process dies."""
+    """Take `output_dir`'s `flock` for the rest of this process (the kernel releases it when the process dies), or
+    raise a `ConfigurationError` naming its holder."""
     out = Path(output_dir)
     if str(out.resolve()) in _HELD:
         return
@@ -288,8 +259,7 @@ def lock_output_dir(output_dir: str | Path) -> None:
 
 
 def release_output_dir(output_dir: str | Path) -> None:
-    """The run in `output_dir` has ended: its lock file removed (while still held, so that no other run took it in
-    between), then the lock released. Nothing happens in a process that does not hold it."""
+    """Remove the lock file while still held (so that no other run takes it in between), then release it."""
     out = Path(output_dir)
     fd = _HELD.pop(str(out.resolve()), None)
     if fd is not None:
@@ -298,10 +268,8 @@ def release_output_dir(output_dir: str | Path) -> None:
 
 
 def move_aside(output_dir: str | Path) -> Path | None:
-    """`--overwrite_output_dir true` into a directory holding something: the directory renamed, in one step, to a
-    free sibling `<name>.replaced-<time>` (said in the log; nothing is deleted) and made again, empty and locked, for
-    the new run. A kill leaves the old run whole in one of the two places, never mixed with the new one. Only under
-    this process's lock on it (`lock_output_dir_once`)."""
+    """`--overwrite_output_dir true`: the directory renamed in one step to `<name>.replaced-<time>` (nothing deleted)
+    and made again, empty and locked; a kill never mixes the old run with the new. Only under this process's lock."""
     out = Path(output_dir)
     key = str(out.resolve())
     if key not in _HELD or holds_nothing(out):
@@ -324,10 +292,8 @@ def move_aside(output_dir: str | Path) -> Path | None:
 
 
 def lock_output_dir_once(output_dir: str | Path, training, check, overwrite: bool = False) -> None:
-    """`lock_output_dir`, then with `overwrite` (--overwrite_output_dir true) `move_aside`, then `check()` (the
-    output-directory check, again: a run may have ended since it was made), by the main process of a (possibly
-    distributed) run. Every process raises its error, so that all of them stop with the same message instead of
-    waiting for the one that stopped."""
+    """`lock_output_dir`, `move_aside` with `overwrite`, then `check()` again, on the main process; every process
+    raises its error, so that none waits for one that stopped."""
     error = None
     if training.process_index == 0:
         try:

@@ -1,11 +1,8 @@
-"""The training engines behind `accelerate launch --config_file recipes/accelerate/<engine>.yaml` (DDP, FSDP2,
-DeepSpeed ZeRO-2), for both recipes: `accelerate launch` exports the engine and the Trainer's Accelerator reads it.
-
-Added here: `check_engine` and `check_deepspeed_installed` refuse what the processes cannot run with one message
-before any work; `EngineTrainer` shards with FSDP2 on CPU processes too (accelerate 1.15 drops its FSDP plugin
-without a word for MULTI_CPU and wraps the model in DDP, though torch's `fully_shard` runs on gloo), stops on a
-signal with a checkpoint, stages every save under `.saving/`, and saves the final model whole
-(`save_full_model`); `engine_name` records what really ran, so a silent fall-back shows in results.json.
+"""The engines behind `accelerate launch --config_file recipes/accelerate/<engine>.yaml` (DDP, FSDP2, DeepSpeed
+ZeRO-2) for both recipes. `check_engine` refuses what the processes cannot run before any work; `EngineTrainer`
+shards with FSDP2 on CPU processes too (accelerate 1.15 silently drops its FSDP plugin for MULTI_CPU, though
+`fully_shard` runs on gloo), stages every save under `.saving/` and saves the final model whole; `engine`
+records what really ran, so a silent fall-back shows in results.json.
 """
 
 from __future__ import annotations
@@ -29,8 +26,7 @@ DEEPSPEED_EXTRA = "pip install 'bert-repro[deepspeed]'"
 
 
 def requested_engine() -> str:
-    """The engine `accelerate launch` asked for: 'fsdp', 'deepspeed' or 'ddp' (one or several plain processes),
-    read as accelerate reads it."""
+    """The engine `accelerate launch` asked for: 'fsdp', 'deepspeed' or 'ddp' (one or several plain processes)."""
     if parse_flag_from_env("ACCELERATE_USE_DEEPSPEED"):
         return "deepspeed"
     if parse_flag_from_env("ACCELERATE_USE_FSDP"):
@@ -55,8 +51,7 @@ def _deepspeed_in_arguments(argv: list[str]) -> bool:
 
 
 def check_deepspeed_installed(argv: list[str]) -> None:
-    """DeepSpeed asked for (by `accelerate launch` or `--deepspeed`) but not installed: one message, before the
-    arguments are parsed (transformers' TrainingArguments fails on it with an unrelated TypeError)."""
+    """DeepSpeed asked for but not installed: said before TrainingArguments fails with an unrelated TypeError."""
     if requested_engine() != "deepspeed" and not _deepspeed_in_arguments(argv):
         return
     try:
@@ -68,38 +63,32 @@ def check_deepspeed_installed(argv: list[str]) -> None:
         ) from None
 
 
-def _launched_processes() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
-
-
 def _one_process_of_several() -> bool:
-    """Whether accelerate's simple launcher started this one process for `--num_processes N > 1`: it does so without
-    a GPU (`--cpu`, MULTI_CPU or none), exporting MASTER_ADDR for a world it never makes. torchrun and MPI, which
-    start the N processes, export the world's size."""
+    """Whether accelerate started one process for `--num_processes N > 1` (without a GPU it exports MASTER_ADDR but
+    no world size, which torchrun and MPI export)."""
     sizes = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
     env = os.environ
     return "ACCELERATE_USE_CPU" in env and "MASTER_ADDR" in env and not any(map(env.get, sizes))
 
 
-# Optimizers whose update reads whole tensors (LAMB's trust ratio ||w|| / ||update|| per tensor): DeepSpeed ZeRO
-# hands the optimizer flat partitions that cut across tensors, so the ratio would be computed over the wrong numbers.
-# FSDP2 keeps tensors as DTensors, whose norms are global, and runs them unchanged.
+# Optimizers whose update reads whole tensors (LAMB's trust ratio): ZeRO's flat partitions cut across tensors.
+# FSDP2's DTensors have global norms and run them unchanged.
 PER_TENSOR_OPTIMIZERS = ("lamb",)
 
 
 def check_engine(training, *, optimizer: str | None = None) -> None:
-    """Refuse, with one message before any work, an engine setting these processes cannot run (`optimizer`: the
-    pre-training recipe's --optimizer)."""
+    """Refuse before any work an engine setting these processes cannot run (`optimizer`: pre-training's)."""
     on_cpu = training.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")  # TrainingArguments reads both
+    launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if _one_process_of_several() and not accelerator_available():
         raise ConfigurationError(
             "accelerate launch was asked for several processes on a machine without a GPU and started one (its --cpu "
             "and MULTI_CPU launches do). For several CPU processes: accelerate launch --config_file "
             "recipes/accelerate/ddp_cpu.yaml ... --use_cpu true; for one, leave out --num_processes (and MASTER_ADDR)."
         )
-    if _launched_processes() > 1 and not on_cpu and not accelerator_available():
+    if launched > 1 and not on_cpu and not accelerator_available():
         raise ConfigurationError(
-            f"{_launched_processes()} processes were launched on a machine without a GPU, but --use_cpu is false: "
+            f"{launched} processes were launched on a machine without a GPU, but --use_cpu is false: "
             "they would not train as one job (accelerate gives each its own world, DeepSpeed sees a batch size that "
             "does not add up). Pass --use_cpu true (or use_cpu: true in the recipe's YAML config)."
         )
@@ -117,49 +106,8 @@ def check_engine(training, *, optimizer: str | None = None) -> None:
         )
 
 
-def engine_name(accelerator) -> str:
-    """What really runs: 'FSDP2', 'FSDP1', 'DeepSpeed ZeRO-<stage>', 'DDP' or 'single process'."""
-    from accelerate.utils import DistributedType
-
-    state = accelerator.state
-    if state.distributed_type == DistributedType.FSDP:
-        return f"FSDP{state.fsdp_plugin.fsdp_version}"
-    if state.distributed_type == DistributedType.DEEPSPEED:
-        return f"DeepSpeed ZeRO-{state.deepspeed_plugin.zero_stage}"
-    if state.num_processes > 1:
-        return "DDP"
-    return "single process"
-
-
-def _fsdp_module_class() -> type | None:
-    """torch's FSDPModule, a base of every model FSDP2 sharded (None: a torch without FSDP2)."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:
-        return None
-    return FSDPModule
-
-
-def enable_fsdp_on_cpu(accelerator) -> bool:
-    """Give CPU processes the FSDP plugin that accelerate dropped (see the module docstring); True when it did."""
-    from accelerate.state import PartialState
-    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-
-    state = accelerator.state
-    if requested_engine() != "fsdp" or state.distributed_type != DistributedType.MULTI_CPU:
-        return False
-    plugin = FullyShardedDataParallelPlugin()  # from the launcher's FSDP_* variables, as accelerate builds it
-    if state.mixed_precision != "no":
-        plugin.set_mixed_precision(state.mixed_precision)
-    state.fsdp_plugin = plugin
-    state.distributed_type = DistributedType.FSDP
-    # As AcceleratorState.__init__ ends: every later AcceleratorState() copies the process state's type back.
-    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
-    return True
-
-
 class EngineTrainer(Trainer):
-    """Trainer for every engine the accelerate configs name; both recipes train with it (see the module docstring)."""
+    """Trainer for every engine the accelerate configs name; both recipes train with it."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -172,9 +120,8 @@ class EngineTrainer(Trainer):
             return super().train(*args, **kwargs)
 
     def _save_checkpoint(self, model, trial) -> None:
-        """Trainer's checkpoint, written under `.saving/` of the run directory: Trainer and the callbacks'
-        `on_save` (which add their files to `args.output_dir/checkpoint-N`) write there while
-        `args.output_dir` points to it; `_maybe_log_save_evaluate` then gives the complete folder its name."""
+        """Trainer's checkpoint, written under `.saving/` (`args.output_dir` points there, for the callbacks'
+        `on_save` too); `_maybe_log_save_evaluate` then gives the complete folder its name."""
         run_dir = Path(self._get_output_dir(trial))
         self._clear_staging(run_dir)  # what a killed save left
         self.accelerator.wait_for_everyone()
@@ -184,8 +131,7 @@ class EngineTrainer(Trainer):
 
     def _maybe_log_save_evaluate(self, *args, **kwargs) -> None:
         if self.control.should_save or self.control.should_training_stop:
-            # The loss is logged at every checkpoint and at the end, so that the log history a checkpoint keeps
-            # covers every step before it: a resumed run's whole-run loss is computed from it (`whole_run_loss`).
+            # A checkpoint's log history covers every step before it: a resumed run's `whole_run_loss` reads it.
             self.control.should_log = True
         try:
             super()._maybe_log_save_evaluate(*args, **kwargs)
@@ -204,8 +150,8 @@ class EngineTrainer(Trainer):
             if self.args.should_save:
                 name = f"checkpoint-{self.state.global_step}"
                 if self.state.best_model_checkpoint == str(run_dir / STAGING / name):
-                    # Trainer named the best checkpoint where it was written: name it where it stays, in the
-                    # state and in the checkpoint's own copy (a resumed run reads that one), before it is published.
+                    # Trainer named the best checkpoint where it was written: name it where it stays, also in the
+                    # checkpoint's own copy of the state (a resumed run reads that one).
                     self.state.best_model_checkpoint = str(run_dir / name)
                     write_trainer_state(self.state, run_dir / STAGING / name / TRAINER_STATE_NAME)
                 publish(run_dir / STAGING / name, run_dir / name)
@@ -223,7 +169,6 @@ class EngineTrainer(Trainer):
             shutil.rmtree(folder / STAGING, ignore_errors=True)
 
     def _failed_save(self, err: Exception, folder: Path, needed: int, what: str) -> None:
-        """A save into `folder` failed: its partial files go, and a full disk is one `ConfigurationError`."""
         self._clear_staging(folder)
         if (full := disk_full(err, folder, needed, what)) is not None:
             raise full from None
@@ -232,31 +177,46 @@ class EngineTrainer(Trainer):
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
 
     def create_accelerator_and_postprocess(self) -> None:
+        """Give CPU processes the FSDP plugin that accelerate dropped."""
+        from accelerate.state import PartialState
+        from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
         super().create_accelerator_and_postprocess()
-        if enable_fsdp_on_cpu(self.accelerator):
-            self.is_fsdp_enabled = True
+        state = self.accelerator.state
+        if requested_engine() != "fsdp" or state.distributed_type != DistributedType.MULTI_CPU:
+            return
+        plugin = FullyShardedDataParallelPlugin()  # from the launcher's FSDP_* variables, as accelerate builds it
+        if state.mixed_precision != "no":
+            plugin.set_mixed_precision(state.mixed_precision)
+        state.fsdp_plugin = plugin
+        state.distributed_type = DistributedType.FSDP
+        # As AcceleratorState.__init__ ends: every later AcceleratorState() copies the process state's type back.
+        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+        self.is_fsdp_enabled = True
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        """Under FSDP2 the model's class is torch's `FSDP<Name>`, defined in torch's FSDP module: `save_pretrained`
-        would copy torch's files as the model's remote code (and not ours), and it reads the sharded parameters on
-        the saving process alone. So the gathered `state_dict` is saved through a plain model of the original class
-        whose tensors are those of `state_dict` (no copy), with the model's tied weights tied again."""
+        """Under FSDP2 the model's class is torch's `FSDP<Name>`: `save_pretrained` would copy torch's files as remote
+        code and read sharded parameters. So the gathered `state_dict` is saved through a plain model of the original
+        class holding its tensors (no copy), tied weights tied again."""
         if (
             state_dict is not None
             and self.args.should_save
             and self.is_deepspeed_enabled
             and (self.accelerator.state.deepspeed_plugin.zero_stage < 3)
         ):
-            # ZeRO-1/2 keep every parameter whole in the model; the state dict DeepSpeed hands over is a clone in
-            # which tied weights became separate tensors (saved twice): the model's own state dict keeps the ties.
+            # ZeRO-1/2 keep parameters whole; DeepSpeed's state dict would save tied weights twice.
             return super()._save(output_dir)
-        fsdp_module, sharded = _fsdp_module_class(), self.model
-        fsdp2 = fsdp_module is not None and isinstance(sharded, fsdp_module)
+        try:
+            from torch.distributed.fsdp import FSDPModule
+        except ImportError:  # a torch without FSDP2
+            FSDPModule = None
+        sharded = self.model
+        fsdp2 = FSDPModule is not None and isinstance(sharded, FSDPModule)
         if not fsdp2 or state_dict is None or not self.args.should_save:
             return super()._save(output_dir, state_dict=state_dict)
         import torch
 
-        original_class = next(c for c in type(sharded).__mro__[1:] if not issubclass(c, fsdp_module))
+        original_class = next(c for c in type(sharded).__mro__[1:] if not issubclass(c, FSDPModule))
         with torch.device("meta"):
             plain = original_class(sharded.config)
         plain.load_state_dict(state_dict, assign=True)
@@ -269,12 +229,18 @@ class EngineTrainer(Trainer):
 
     @property
     def engine(self) -> str:
-        return engine_name(self.accelerator)
+        """What really runs: 'FSDP2', 'FSDP1', 'DeepSpeed ZeRO-<stage>', 'DDP' or 'single process'."""
+        from accelerate.utils import DistributedType
+
+        state = self.accelerator.state
+        if state.distributed_type == DistributedType.FSDP:
+            return f"FSDP{state.fsdp_plugin.fsdp_version}"
+        if state.distributed_type == DistributedType.DEEPSPEED:
+            return f"DeepSpeed ZeRO-{state.deepspeed_plugin.zero_stage}"
+        return "DDP" if state.num_processes > 1 else "single process"
 
     def save_full_model(self, output_dir: str) -> None:
-        """`save_model` that always writes the whole model (`model.safetensors` + `config.json`). Every process must
-        call it: under FSDP the parameters are gathered from all of them. Written under `output_dir/.saving/`
-        and moved into `output_dir` when complete, the weights last."""
+        """`save_model` that always writes the whole model, staged; every process calls it (FSDP gathers)."""
         target = Path(output_dir)
         staging = target / STAGING
         self._clear_staging(target)  # what a killed save left
@@ -304,7 +270,7 @@ def write_trainer_state(state, path: Path) -> None:
 
 
 def hardware(device) -> str:
-    """What a run trained on, for results.json and the model card: the accelerator's name, or the CPU's cores."""
+    """What a run trained on, for results.json and the model card."""
     import platform
 
     import torch
@@ -315,9 +281,8 @@ def hardware(device) -> str:
 
 
 def end_processes() -> None:
-    """The recipe's processes leave together: a barrier, then the process group destroyed. Without it a process
-    that reaches the interpreter's exit while another still talks over gloo can abort ("terminate called without
-    an active exception", exit -6), failing a run whose model was already saved."""
+    """The processes leave together: else one exiting while another talks over gloo can abort (exit -6), failing
+    a run whose model was already saved."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

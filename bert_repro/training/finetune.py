@@ -1,10 +1,8 @@
-"""Fine-tuning on the paper's tasks (section 4): one code path for every task, asking the task's kind
-(`bert_repro.tasks.kinds`) for what differs: the head, the input encoding, the decoding of predictions and metrics.
+"""Fine-tuning on the paper's tasks (section 4): one code path for every task; the task's kind
+(`bert_repro.tasks.kinds`) gives what differs (head, encoding, decoding, metrics).
 
-The paper's protocol (section 4 and appendix A.3): every parameter is fine-tuned; hyper-parameters from the task's
-grid (GLUE: lr in {5e-5, 4e-5, 3e-5, 2e-5}, batch 32, 3 epochs), several seeds ("random restarts"), the best run
-on the first evaluation split is kept. The paper's other heads take the same path: `--head bilstm` (Table 5,
-"+ BiLSTM") and `--features SET`, the feature-based approach (section 5.3, Table 7: the encoder frozen).
+The paper's protocol (appendix A.3): the task's grid of learning rates x seeds ("random restarts"), the best run on
+the first evaluation split kept. `--head bilstm` (Table 5) and `--features SET` (section 5.3, Table 7) share it.
 """
 
 from __future__ import annotations
@@ -35,20 +33,9 @@ from ..tasks.files import describe_sources, load_task_data
 from ..tasks.registry import Task
 from ..versions import framework_versions
 from .checkpoints import newest_valid_checkpoint
-from .cli import (
-    RESULTS,
-    ConfigurationError,
-    check_output_dir,
-    fit_to_this_machine,
-    write_run_config,
-)
+from .cli import RESULTS, ConfigurationError, check_output_dir, fit_to_this_machine, write_run_config
 from .cluster import catching_stop_signals, lock_output_dir_once, release_output_dir, stop_between_runs, stop_message
-from .distributed import (
-    TRAINER_STATE_NAME,
-    EngineTrainer,
-    hardware,
-    write_trainer_state,
-)
+from .distributed import TRAINER_STATE_NAME, EngineTrainer, hardware, write_trainer_state
 from .finetune_recipe import (
     HEAD_INITIALIZERS,
     FineTuningArguments,
@@ -65,7 +52,7 @@ from .publishing import take_push_request
 
 logger = logging.getLogger(__name__)
 
-# Settings that do not change what a run trains (when it evaluates, saves or logs): a resumed grid may change them.
+# Settings that do not change what a run trains: a resumed grid may change them.
 NOT_IDENTITY = (
     *("overwrite_output_dir", "num_proc", "report_to", "disable_tqdm", "resume_from_checkpoint", "eval_strategy"),
     *("eval_steps", "eval_delay", "eval_on_start", "save_strategy", "save_steps", "save_total_limit"),
@@ -73,8 +60,7 @@ NOT_IDENTITY = (
 )
 # What a grid may raise on resumption, training every run further from its last checkpoint.
 GROW = ("training.max_steps", "training.num_train_epochs")
-# A problem the user can fix (what they passed, a token, the network): recipes/finetune.py and reproduce.py say it in
-# one line, exit 2, without a traceback.
+# Problems the user can fix: the recipes say them in one line and exit 2, without a traceback.
 USER_ERRORS = (ConfigurationError, CheckpointError, TaskDataError, HubPushError, FileExistsError, FileNotFoundError)
 
 
@@ -85,19 +71,17 @@ def model_inputs(task: Task, raw: datasets.Dataset, encoded: datasets.Dataset) -
 
 
 def predict(task: Task, trainer: Trainer, raw: datasets.Dataset, encoded: datasets.Dataset, run) -> tuple[Any, Any]:
-    """Predictions for a raw split, in its own terms (class ids, scores, answer texts or tag sequences), and the
-    mean loss where the split has labels the model reads (None for SQuAD's evaluation, which has none)."""
+    """A raw split's decoded predictions, and the mean loss (None where the model reads no labels: SQuAD's dev)."""
     output = trainer.predict(model_inputs(task, raw, encoded))
     return task.kind.decode(task, output.predictions, raw, encoded, run), output.metrics.get("test_loss")
 
 
 def run_name(lr: float, seed: int) -> str:
-    """A run's folder under runs/."""
     return f"lr{lr:g}_seed{seed}"
 
 
 def _rank(result: dict) -> float:
-    """A run's score for choosing the best; an undefined score (NaN: e.g. constant predictions) ranks last."""
+    """A run's score for choosing the best; NaN (e.g. constant predictions) ranks last."""
     value = result["score"]
     return float("-inf") if value != value else value
 
@@ -118,8 +102,7 @@ def _subset(split: datasets.Dataset, n: int | None) -> datasets.Dataset:
 
 
 def task_rows(task: Task, data, run: FineTuningArguments, *, train: bool = True) -> dict[str, datasets.Dataset]:
-    """{split: the rows a run reads}: training (with `train`) and every evaluation split, cut to --max_train_samples
-    and --max_eval_samples."""
+    """{split: the rows a run reads}, cut to --max_train_samples and --max_eval_samples."""
     rows = {"train": _subset(data["train"], run.max_train_samples)} if train else {}
     return rows | {name: _subset(data[name], run.max_eval_samples) for name in task.eval_splits}
 
@@ -131,19 +114,17 @@ def encode_splits(task: Task, rows: dict, tokenizer, run: FineTuningArguments) -
 
 
 class TaskTrainer(EngineTrainer):
-    """Trainer whose evaluation is the task's own (SQuAD's span search, NER's first sub-tokens, the task's metrics
-    on every evaluation split), so that Trainer's `eval_strategy`, `metric_for_best_model`,
-    `load_best_model_at_end` and its logs (TensorBoard, trainer_state.json) carry the task's numbers."""
+    """Trainer whose evaluation is the task's own (SQuAD's span search, every evaluation split), so that Trainer's
+    `eval_strategy`, `metric_for_best_model`, `load_best_model_at_end` and logs carry the task's numbers."""
 
     def __init__(self, *args, task: Task, splits: dict[str, tuple], settings: FineTuningArguments, **kwargs):
         super().__init__(*args, **kwargs)
         self.task, self.splits, self.settings = task, splits, settings
-        # (step, {split: the task's metrics, "one_label": {split: the one label a classifier gave}}, metrics): the last
+        # the last evaluation: (step, {split: metrics, "one_label": {split: label}}, logged metrics)
         self.evaluated: tuple[int, dict, dict] | None = None
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        # Each DataLoader draws its base seed from torch's generator: evaluating would change the dropout masks of
-        # every later step. With the generators restored, a run trains the same whenever it is evaluated.
+        # A DataLoader draws its seed from torch's generator: restored, evaluating leaves later dropout masks alone.
         devices = [self.args.device] if self.args.device.type == "cuda" else []
         result: dict[str, Any] = {}
         metrics = {}
@@ -165,7 +146,7 @@ class TaskTrainer(EngineTrainer):
 
 
 def load_model(task: Task, run: FineTuningArguments):
-    """--model with the task's head (a fine-tuned folder's own head, else a new one drawn as --head_initializer)."""
+    """--model with the task's head (its own, else a new one drawn as --head_initializer)."""
     label_kwargs = {"id2label": task.id2label, "label2id": task.label2id} if task.label_names else {}
     model_class, head_fields = head_settings(task, run)
     try:
@@ -187,7 +168,6 @@ def load_model(task: Task, run: FineTuningArguments):
 
 
 def task_trainer(task, splits, tokenizer, run, training: TrainingArguments, model, **changes) -> TaskTrainer:
-    """A `TaskTrainer` of `model` with `training` and `changes` (a run's output_dir, learning rate, seeds)."""
     args = TrainingArguments(**{**training.to_dict(), **changes})
     environment = {}
     if "output_dir" in changes:  # a run's TensorBoard events in its folder, or in <run>/ of an exported folder
@@ -196,8 +176,7 @@ def task_trainer(task, splits, tokenizer, run, training: TrainingArguments, mode
             os.path.join(logs, Path(args.output_dir).name) if logs else args.output_dir
         )
     if training.torch_compile:
-        # Batches of many widths: dynamic shapes from the start are one graph, where dynamo's default recompiles
-        # twice (tests/training/test_compile.py). A value the user exported wins.
+        # Batches of many widths: dynamic from the start is one graph, not two recompiles (test_compile.py).
         environment["ACCELERATE_DYNAMO_USE_DYNAMIC"] = os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")
     first = task.eval_splits[0]
     with patch.dict(os.environ, environment):
@@ -225,16 +204,14 @@ def one_run(
     seed: int,
     run_dir: Path,
 ) -> tuple[dict[str, Any], Trainer]:
-    """Fine-tune once (one learning rate, one seed), evaluate on every evaluation split, and leave in `run_dir`
-    what Trainer's example scripts leave."""
+    """Fine-tune once, evaluate, and leave in `run_dir` what Trainer's example scripts leave."""
     set_seed(seed)
     model = load_model(task, run)
     data_seed = seed if training.data_seed is None else training.data_seed  # --data_seed: the same order
     changes = {"output_dir": str(run_dir), "learning_rate": lr, "seed": seed, "data_seed": data_seed}
     trainer = task_trainer(task, splits, tokenizer, run, training, model, **changes)
     start = time.time()
-    # --resume_from_checkpoint PATH (checked: one run), else the run's newest checkpoint: a run stopped by a
-    # signal, or finished and now trained further, goes on from there.
+    # a run stopped by a signal, or trained further, goes on from its newest checkpoint
     checkpoint = resume_path(training) or newest_valid_checkpoint(run_dir)
     if checkpoint:
         logger.info("%s: resuming from %s", run_dir, checkpoint)
@@ -260,8 +237,7 @@ def one_run(
     first, metric = result[task.eval_splits[0]], task.kind.ranking_metric(task)
     result["score"] = first[metric] if metric in first else first[task.main_metric]
     if trainer.is_world_process_zero():
-        # What `save_metrics` and `save_state` leave in the example scripts' output_dir (`TRAINER_FILES`), written
-        # whole (`bert_repro.atomic`): a torn all_results.json would stop `save_metrics`' merge.
+        # What `save_metrics` and `save_state` leave, written whole: a torn all_results.json stops their merge.
         write_json(run_dir / "train_results.json", trained.metrics, sort_keys=True)
         write_json(run_dir / "eval_results.json", eval_metrics, sort_keys=True)
         write_json(run_dir / "all_results.json", {**trained.metrics, **eval_metrics}, sort_keys=True)
@@ -273,8 +249,7 @@ TRAINER_FILES = ("train_results.json", "eval_results.json", "all_results.json", 
 
 
 def one_label(task: Task, predictions) -> str | None:
-    """The label a classifier predicted for every example (a run that learned nothing beyond the majority), or
-    None: several labels, or a kind without classes (spans, scores, tags)."""
+    """The one label a classifier predicted for every example, or None."""
     if not task.label_names or not isinstance(predictions, np.ndarray) or predictions.ndim != 1:
         return None
     labels = np.unique(predictions)
@@ -282,9 +257,7 @@ def one_label(task: Task, predictions) -> str | None:
 
 
 def majority_baseline(task: Task, rows) -> dict[str, dict[str, float]]:
-    """Each evaluation split's metrics for always predicting the training set's most frequent label, where the
-    task's kind has classes: the score a run must beat to have learned anything. `rows`: {split: rows}, those the
-    runs read (`task_rows`: --max_train_samples, --max_eval_samples)."""
+    """Each evaluation split's metrics for always predicting the most frequent training label: the score to beat."""
     out = {}
     for name in task.eval_splits:
         predictions = task.kind.majority_predictions(task, rows["train"], rows[name])
@@ -317,9 +290,8 @@ def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, o
 
 
 def splits_at_hand(task: Task, data: datasets.DatasetDict, run, training) -> tuple[Task, list[str]]:
-    """The task narrowed to the evaluation splits the data has, and those it lacks. Training needs its split and
-    the first evaluation split (it ranks the runs), an evaluation the first evaluation split, predictions alone a
-    test split; a later evaluation split missing (CoNLL-2003's test set) is said once, here."""
+    """The task narrowed to the evaluation splits the data has, and those it lacks; a split the stages need is
+    refused when missing, a later evaluation split (CoNLL-2003's test) only said."""
     source = " ".join(run.data) or "the Hub"
     needed = ["train"] if training.do_train else []
     needed += [task.eval_splits[0]] if training.do_eval else []
@@ -347,8 +319,7 @@ def splits_at_hand(task: Task, data: datasets.DatasetDict, run, training) -> tup
 
 
 def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
-    """The whole protocol for one task: the grid of learning rates x seeds, the best on dev kept, results written;
-    without --do_train, --model evaluated (--do_eval) or its test-set predictions written (--do_predict)."""
+    """The whole protocol for one task (the grid, the best on dev kept); without --do_train, `evaluate_model`."""
     run, training = recipe.resolved()
     check_inputs(run, training)
     logging.basicConfig(
@@ -358,7 +329,6 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
     fit_to_this_machine(training)
-    # recorded as the run uses them (pinned memory only with an accelerator)
     task, data, missing_splits, push_to = open_output_dir(record_of(run, training), run, training)
     if not training.do_train:
         return evaluate_model(task, data, run, training)
@@ -405,7 +375,6 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
         for name in TRAINER_FILES:  # the best run's, where Trainer's `save_state` and `save_metrics` leave them
             write_text(output_dir / name, (best_dir / name).read_text())
         write_text(output_dir / "results.md", results_markdown(task, summary))
-        # the card `python -m bert_repro.hub.model_card` writes, named as Trainer's own card where no --hub_model_id
         repo_id = training.hub_model_id or output_dir.resolve().name
         write_text(output_dir / "README.md", str(card_for_finetuning(output_dir, repo_id, summary=summary)))
         write_json(output_dir / RESULTS, summary)  # last: the runs' summary, once every file it names is there
@@ -418,8 +387,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
 
 
 def evaluate_model(task: Task, data, run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
-    """--do_eval and/or --do_predict without --do_train: --model as it is, evaluated on the task's evaluation splits
-    (eval_results.json, all_results.json, as run_glue's `save_metrics("eval")`) and/or its test-set predictions."""
+    """--do_eval and/or --do_predict without --do_train: --model as it is (as run_glue's `save_metrics("eval")`)."""
     output_dir = Path(training.output_dir)
     tokenizer = load_tokenizer(run.tokenizer or run.model)
     splits = encode_splits(task, task_rows(task, data, run, train=False), tokenizer, run) if training.do_eval else {}
@@ -440,9 +408,8 @@ def evaluate_model(task: Task, data, run: FineTuningArguments, training: Trainin
 
 
 def open_output_dir(record: dict[str, Any], run: FineTuningArguments, training: TrainingArguments):
-    """The output directory holds nothing or this grid (a larger --max_steps or --num_train_epochs trains it
-    further), the Hub takes the push, the task's data reads: all said before the run is recorded; then the directory
-    is locked for this grid. (task, data, missing splits, push)"""
+    """Check the output directory, the push and the task's data before the run is recorded, then lock the directory.
+    (task, data, missing splits, push)"""
     task, output_dir = find_task(run.task), Path(training.output_dir)
     overwrite = run.overwrite_output_dir
     check = partial(check_output_dir, output_dir, run_identity(record), resume=True, overwrite=overwrite)
@@ -451,7 +418,6 @@ def open_output_dir(record: dict[str, Any], run: FineTuningArguments, training: 
     push_to = take_push_request(training)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
     task, missing_splits = splits_at_hand(task, data, run, training)
-    # one run per directory from here on; with --overwrite_output_dir another grid's results moved aside, not reused
     lock_output_dir_once(output_dir, training, check, overwrite=overwrite)
     with training.main_process_first(local=False, desc="opening the output directory"):
         if grown and training.process_index == 0:
@@ -465,9 +431,7 @@ def open_output_dir(record: dict[str, Any], run: FineTuningArguments, training: 
 
 def train_grid(task: Task, data, run: FineTuningArguments, training: TrainingArguments):
     """Every run of the grid not finished before, the best model saved at the top of the output directory as it is
-    found. (runs' results, the best, None), or the result of a run stopped by a signal as the third (the same
-    command continues it). Each run keeps the checkpoints Trainer leaves (--save_total_limit: its last), from which
-    a larger --max_steps trains it further."""
+    found. (runs' results, the best, the result of a run stopped by a signal or None)."""
     output_dir = Path(training.output_dir)
     tokenizer = load_tokenizer(run.tokenizer or run.model)
     runs, best, splits = [], None, None
@@ -505,8 +469,7 @@ def train_grid(task: Task, data, run: FineTuningArguments, training: TrainingArg
 
 
 def run_identity(record: dict) -> dict:
-    """A run's record without the settings a resumed grid may change (`NOT_IDENTITY`; resume_from_checkpoint among
-    them: the same command always continues the grid, with the flag or without it)."""
+    """A run's record without the settings a resumed grid may change (`NOT_IDENTITY`)."""
     return {
         section: {k: v for k, v in values.items() if k not in NOT_IDENTITY} if isinstance(values, dict) else values
         for section, values in record.items()

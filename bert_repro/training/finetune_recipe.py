@@ -1,6 +1,5 @@
-"""The fine-tuning recipe: its settings (`FineTuningArguments` and transformers' `TrainingArguments`), read at the
-edge with the task's paper hyper-parameters under them (`FineTuningRecipe`), and every check a run gets before any
-data is read or weights loaded (`check_inputs`). `bert_repro.training.finetune` runs it."""
+"""The fine-tuning recipe: its settings over the task's paper hyper-parameters (`FineTuningRecipe`) and every check
+before any data is read (`check_inputs`). `bert_repro.training.finetune` runs it."""
 
 from __future__ import annotations
 
@@ -51,9 +50,7 @@ FINE_TUNING_DEFAULTS = dict(
     warmup_steps=0.1,  # a float below 1 is a share of the steps (transformers 5.x)
     lr_scheduler_type="linear",
     max_grad_norm=1.0,
-    # A run of the grid is a Trainer run as transformers' example scripts leave it: evaluated each epoch (with the
-    # task's own metrics, `TaskTrainer`), a checkpoint each epoch (the newest kept: a preempted run resumes from
-    # it), TensorBoard events.
+    # As transformers' example scripts: evaluated and saved each epoch (the newest kept, to resume from).
     eval_strategy="epoch",
     save_strategy="epoch",
     save_total_limit=1,
@@ -62,7 +59,6 @@ FINE_TUNING_DEFAULTS = dict(
     per_device_eval_batch_size=64,
     seed=42,
 )
-# Keys of a task's `defaults` that belong to TrainingArguments (the rest are ours).
 _TRAINING_KEYS = {"learning_rate", "num_train_epochs", "per_device_train_batch_size", "weight_decay"}
 _TASK_DEFAULTS = ("num_train_epochs", "per_device_train_batch_size", "max_seq_length", "warmup_steps")
 
@@ -103,9 +99,8 @@ class FineTuningArguments(SpeedSwitches):
     )
     head_initializer: str = flag(
         "transformers",
-        "How the new head's weights are drawn: transformers (its plain normal(0, 0.02); the default, measured better "
-        "on CoNLL-2003 and the same on MRPC and SST-2: benchmarks/RESULTS.md, row 'new heads') or reference (Google's "
-        "code: normal(0, 0.02) cut at 2 standard deviations). The checkpoint's weights are loaded either way.",
+        "How a new head's weights are drawn: transformers (normal(0, 0.02); the default, as good or better: "
+        "benchmarks/RESULTS.md, row 'new heads') or reference (Google's: the same, cut at 2 standard deviations).",
         choices=list(HEAD_INITIALIZERS),
     )
     bilstm_hidden_size: int | None = flag(
@@ -122,9 +117,8 @@ class FineTuningArguments(SpeedSwitches):
     attn_implementation: str = flag("sdpa", "eager, sdpa or flash_attention_2.")
     objective: str | None = flag(
         None,
-        "The model attends as it was pre-trained (its config's objective, the paper's Table 5; a left-to-right model "
-        "stays left-to-right). Naming an objective here only checks that: one with another attention direction is "
-        "refused.",
+        "Only checks the model's pre-training objective (paper Table 5): the model attends as it was pre-trained, "
+        "and an objective with another attention direction is refused.",
         choices=list(PRETRAINING_OBJECTIVES),
     )
     predict_test: bool = flag(
@@ -132,20 +126,16 @@ class FineTuningArguments(SpeedSwitches):
         "Without --do_train/--do_eval/--do_predict: write GLUE test-set prediction files when the data "
         "has a test split (--do_predict says it with those flags).",
     )
-    keep_all_runs: bool = flag(
-        False, "Also keep every run's final weights (runs/<run>/model), not only the best model."
-    )
+    keep_all_runs: bool = flag(False, "Also keep every run's final weights (runs/<run>/model), not only the best.")
     overwrite_output_dir: bool = flag(False, "Allow writing into an output directory that holds another run.")
 
 
 ARGUMENTS = (FineTuningArguments, TrainingArguments)
 RECIPE = "recipes/finetune.py"
-# Settings searched as a grid, and the single-value flag that names a grid of one (--learning_rate 2e-5 runs
-# the grid {2e-5}; --seed 7 the seeds {7}).
+# single-value flag -> the grid it names (--learning_rate 2e-5 runs the grid {2e-5})
 GRIDS = {"learning_rate": "learning_rates", "seed": "seeds"}
 
 
-# `--help`: the recipe's flags by stage, with the Trainer flags a fine-tuning run sets most, then Trainer's others.
 HELP_GROUPS = {
     "data": ("task", "data", "tokenizer", "max_seq_length", "doc_stride", "max_query_length", "num_proc"),
     "model": (
@@ -193,13 +183,12 @@ def help_layout(task: Task | None) -> HelpLayout:
             "do_predict": "Write the GLUE test-set predictions (glue_submission/); alone: of --model as it is.",
             "learning_rate": "One learning rate: the grid {X} (--learning_rates X).",
             "seed": "One seed: the seeds {S} (--seeds S).",
-            "eval_strategy": "When each run of the grid is evaluated on the task's evaluation splits with the task's "
-            "own metrics (logged as eval_<metric>: TensorBoard, trainer_state.json): epoch, steps (every --eval_steps) "
-            "or no. The runs are ranked by the evaluation after training either way.",
+            "eval_strategy": "When each run of the grid is evaluated with the task's own metrics (logged as "
+            "eval_<metric>): epoch, steps (every --eval_steps) or no. Runs are ranked after training either way.",
             "metric_for_best_model": "With --load_best_model_at_end or --save_strategy best: one of the task's metrics "
             "(default: the metric the grid ranks by, e.g. accuracy).",
-            "save_strategy": "When a run saves a checkpoint (the newest --save_total_limit kept): a preempted run "
-            "resumes from it, and a finished one is trained further from its last (--save_total_limit: how many).",
+            "save_strategy": "When a run saves a checkpoint (the newest --save_total_limit kept), from which a "
+            "preempted run resumes and a finished one is trained further.",
         },
         shown_defaults={
             "output_dir": "trainer_output (Trainer's)",
@@ -213,8 +202,7 @@ def help_layout(task: Task | None) -> HelpLayout:
 
 
 def grid_plan(given: FineTuningArguments, run: FineTuningArguments) -> str:
-    """The run's first line: how many runs it trains and why (a default grid multiplies the time). `given`: the
-    arguments as given; `run`: as the run uses them (`FineTuningRecipe.resolved`)."""
+    """The run's first line: how many runs it trains and why. `run`: as `FineTuningRecipe.resolved` gives them."""
     lrs, seeds = len(run.learning_rates), len(run.seeds)
     line = f"{lrs} learning rate(s) x {seeds} seed(s) = {lrs * seeds} run(s)"
     if given.learning_rates or lrs == 1:
@@ -224,8 +212,7 @@ def grid_plan(given: FineTuningArguments, run: FineTuningArguments) -> str:
 
 
 def find_task(name: str) -> Task:
-    """--task by its name or its Hub dataset (--dataset_name rajpurkar/squad); an unknown one with the
-    closest."""
+    """--task by its name or its Hub dataset (--dataset_name rajpurkar/squad)."""
     by_dataset = [t.name for t in TASKS.values() if t.hub_id == name]  # GLUE's one id names several tasks
     try:
         return get_task(by_dataset[0] if len(by_dataset) == 1 else name)
@@ -236,10 +223,8 @@ def find_task(name: str) -> Task:
 
 @dataclass(frozen=True)
 class FineTuningRecipe:
-    """A fine-tuning run as given: our settings (`finetuning`) and transformers' `TrainingArguments` (`training`).
-    Precedence: the reference code's settings < the task's paper hyper-parameters < YAML < command line. The task's
-    defaults that depend on other settings (the grid, max_seq_length) are filled in by `resolved`, so that
-    `replace(features=...)` also takes the feature-based grid."""
+    """A fine-tuning run as given. Precedence: the reference code's settings < the task's paper hyper-parameters <
+    YAML < command line; defaults that depend on other settings (the grid) are filled in by `resolved`."""
 
     finetuning: FineTuningArguments
     training: TrainingArguments
@@ -251,10 +236,7 @@ class FineTuningRecipe:
         ours, given = use_our_names(argv, field_names(*ARGUMENTS))  # --task_name: --task
         at = ours.index("--config") + 1 if "--config" in ours[:-1] else None
         config = read_yaml_config(ours[at], ARGUMENTS, RECIPE) if at else {}
-        name = next((token.split("=", 1)[1] for token in ours if token.startswith("--task=")), None)
-        if name is None and "--task" in ours[:-1]:
-            name = ours[ours.index("--task") + 1]
-        name = config.get("task") if name is None else name
+        name = (values_of(ours, "task") or [config.get("task")])[-1]  # the last, as argparse takes it
         if not name:  # --help shows no task's defaults as everyone's; a wrong flag (--task_nme) is said first
             parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE, help_layout=help_layout(None))
             raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
@@ -269,7 +251,6 @@ class FineTuningRecipe:
 
     @classmethod
     def from_yaml(cls, path: str | Path, **changes: Any) -> FineTuningRecipe:
-        """A YAML config (as `--config`), with `changes` as `replace` takes them."""
         recipe = cls.from_args(["--config", str(path)])
         return recipe.replace(**changes) if changes else recipe
 
@@ -279,8 +260,7 @@ class FineTuningRecipe:
         head_settings(find_task(self.finetuning.task), self.finetuning)  # an impossible --head / --features fails
 
     def replace(self, **changes: Any) -> FineTuningRecipe:
-        """A copy with `changes`, each named as its flag (`output_dir="runs/x"`, `seeds=[3]`, `features="..."`).
-        The task is chosen at the edge (its defaults are under everything else): another task is another recipe."""
+        """A copy with `changes`, each named as its flag (`seeds=[3]`); another task is another recipe."""
         if "task" in changes and find_task(changes["task"]).name != find_task(self.finetuning.task).name:
             raise ConfigurationError(
                 "FineTuningRecipe.replace(task=...): a task's defaults are part of its recipe; build one for it "
@@ -301,8 +281,7 @@ class FineTuningRecipe:
             raise ConfigurationError(" ".join(str(err).split())) from None
 
     def resolved(self) -> tuple[FineTuningArguments, TrainingArguments]:
-        """The settings a run uses, copies: the task's max_seq_length and learning-rate grid (the feature-based
-        grid with --features) where none was given, and with --save_strategy best the metric the grid ranks by."""
+        """Copies of the settings a run uses, with the task's max_seq_length and grid where none was given."""
         task, run = find_task(self.finetuning.task), self.finetuning
         changes: dict[str, Any] = {}
         if run.max_seq_length is None:
@@ -312,7 +291,7 @@ class FineTuningRecipe:
             changes["learning_rates"] = list(grid.get("learning_rate", ())) or [self.training.learning_rate]
         training = replace(self.training)  # the run's own copy: the run takes the Hub token out of it
         if training.save_strategy == "best" and training.metric_for_best_model is None:
-            # Trainer would stop with "must be provided"; the metric the grid ranks runs by is the one to keep
+            # else Trainer stops with "must be provided"
             training.metric_for_best_model, training.greater_is_better = task.kind.ranking_metric(task), True
         return replace(run, **changes), training
 
@@ -323,10 +302,8 @@ STAGES = ("do_train", "do_eval", "do_predict")
 def choose_stages(
     run: FineTuningArguments, training: TrainingArguments, argv: list[str], config: dict, given: set[str]
 ) -> None:
-    """--do_train / --do_eval / --do_predict as run_glue reads them: those given, and only those; none given, the
-    whole protocol (train and evaluate the grid, GLUE test predictions with --predict_test). Read from `argv` and
-    the --config file (`config`; `given`: the fields set in either) because TrainingArguments turns do_eval on
-    whenever eval_strategy is not "no"."""
+    """--do_train / --do_eval / --do_predict as run_glue reads them; none given, the whole protocol. Read from `argv`
+    and `config` because TrainingArguments turns do_eval on whenever eval_strategy is not "no"."""
     asked = {name: bool(config[name]) for name in STAGES if name in config}
     asked.update({name: string_to_bool(said[-1]) for name in STAGES if (said := values_of(argv, name))})
     if not asked:
@@ -350,7 +327,7 @@ NOT_RECORDED = ("output_dir", "hub_", "push_")
 
 
 def record_of(run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
-    """`run_config.json`: the settings a run uses (`FineTuningRecipe.resolved`) by section, JSON types."""
+    """`run_config.json`: the settings a run uses, by section, in JSON types."""
     record = {
         "schema_version": SCHEMA_VERSION,
         "finetuning": asdict(run),
@@ -360,9 +337,8 @@ def record_of(run: FineTuningArguments, training: TrainingArguments) -> dict[str
 
 
 def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:
-    """The one place where a fine-tuning run's arguments are checked, before any data is read, weights loaded or
-    anything written; a new flag gets its check here. Without the model at hand (a study checks its runs before it
-    has pre-trained their model), what needs the model's files is left out."""
+    """The one place a fine-tuning run's arguments are checked, before any work; `model_at_hand=False` (a study
+    before pre-training) leaves out what needs the model's files."""
     check_values(run, training)
     check_stages(run, training)
     check_evaluation(find_task(run.task), training)
@@ -376,7 +352,6 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
 
 
 def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
-    """Values no run can use (part of `check_inputs`)."""
     wrong = [f"--learning_rates {lr:g}" for lr in run.learning_rates if not lr > 0]
     wrong += [f"--seeds {seed}" for seed in run.seeds if not 0 <= seed < 2**32]
     wrong += [
@@ -415,9 +390,7 @@ def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
 
 
 def check_stages(run: FineTuningArguments, training: TrainingArguments) -> None:
-    """What --do_train / --do_eval / --do_predict and --resume_from_checkpoint PATH ask is possible (part of
-    `check_inputs`): the grid's runs are ranked on dev, a run resumes from one checkpoint, predictions need a
-    format."""
+    """What --do_train / --do_eval / --do_predict and --resume_from_checkpoint PATH ask is possible."""
     if training.do_train and not training.do_eval:
         raise ConfigurationError("--do_train without --do_eval: the grid's runs are ranked on dev; add --do_eval.")
     if not (training.do_train or training.do_eval or training.do_predict):
@@ -448,8 +421,7 @@ def resume_path(training: TrainingArguments) -> str | None:
 
 
 def check_evaluation(task: Task, training: TrainingArguments) -> None:
-    """Trainer's evaluation settings against what the task's evaluation logs (`evaluation_metrics`), before work:
-    Trainer itself would find a missing metric at the first evaluation, after an epoch of training."""
+    """Trainer's evaluation settings against the task's metrics, before work, not after an epoch of training."""
     if (needs := needs_evaluations(training)) and training.eval_strategy == "no":
         raise ConfigurationError(f"{needs[0]} needs evaluations: pass --eval_strategy epoch (or steps).")
     wrong = {
@@ -480,7 +452,6 @@ def check_evaluation(task: Task, training: TrainingArguments) -> None:
 
 
 def needs_evaluations(training: TrainingArguments) -> list[str]:
-    """The settings given that act on the evaluations during training."""
     needs = {
         "--load_best_model_at_end true": training.load_best_model_at_end,
         "--save_strategy best": training.save_strategy == "best",
@@ -490,17 +461,15 @@ def needs_evaluations(training: TrainingArguments) -> list[str]:
 
 
 def evaluation_metrics(task: Task) -> list[str]:
-    """The names `TaskTrainer.evaluate` logs (without Trainer's "eval_"): the first evaluation split's metrics as
-    they are, a later split's prefixed with its name (MNLI's "dev_mismatched_accuracy")."""
+    """The names `TaskTrainer.evaluate` logs, without "eval_" (a later split's prefixed: "dev_mismatched_accuracy")."""
     names = [*dict.fromkeys([*task.metrics, task.kind.ranking_metric(task)])]
     names += ["loss"] if not isinstance(task.kind, SpanExtraction) else []  # SQuAD's evaluation reads no answers
     return names + [f"{split}_{name}" for split in task.eval_splits[1:] for name in names]
 
 
 def check_model_config(run: FineTuningArguments) -> None:
-    """The checkpoint's config against the run, before any data is read: --max_seq_length within its positions,
-    --features within its depth, and its pre-training objective against --objective and the speed switches (a
-    left-to-right checkpoint is never fine-tuned with bidirectional attention, `check_objective_kept`)."""
+    """The checkpoint's config against --max_seq_length, --features, --objective and the speed switches (a
+    left-to-right checkpoint is never fine-tuned bidirectionally)."""
     try:
         config = BertReproConfig.get_config_dict(run.model)[0]
     except (OSError, ValueError):
@@ -526,8 +495,7 @@ def check_model_config(run: FineTuningArguments) -> None:
 
 
 def head_settings(task: Task, run: FineTuningArguments) -> tuple[type, dict[str, Any]]:
-    """The model class (the task kind's linear or BiLSTM head, `bert_repro.tasks.kinds.HEADS`) and the config fields
-    of the BiLSTM head: with --features, the feature-based approach (frozen encoder, that feature set)."""
+    """The model class (`bert_repro.tasks.kinds.HEADS`) and the BiLSTM head's config fields (--features: frozen)."""
     try:
         model_class = task.kind.model_class(run.head, feature_based=run.features is not None)
         fields: dict[str, Any] = {}

@@ -1,12 +1,8 @@
-"""Opt-in FP8 training of the Transformer blocks' linear layers (`--fp8`; not the paper's): torchao's float8
-training (e4m3 forward, e5m2 gradients, dynamic per-tensor scales), everything else as `--bf16` makes it.
-
-It is torchao's `convert_to_float8_training`, what Accelerate's `mixed_precision="fp8"` with the AO backend calls;
-Trainer cannot ask Accelerate for it with our choice of layers (it passes only "fp16"/"bf16" and no recipe
-handler), so the recipe converts the model when it builds it. Only the blocks' linears, as torchao advises: the MLM
-head (whose logits are the most sensitive), the pooler and NSP head stay in bf16. Parameter names are unchanged,
-so checkpoints are the plain model's. `unpad_inputs`' grouped attention reads the weights directly and runs its
-Q/K/V product in bf16.
+"""Opt-in FP8 training of the Transformer blocks' linear layers (`--fp8`; not the paper's): torchao's
+`convert_to_float8_training` (e4m3 forward, e5m2 gradients, dynamic scales), which Trainer cannot ask Accelerate
+for with our choice of layers, so the recipe converts the model. Only the blocks' linears, as torchao advises (the
+MLM head's logits are the most sensitive); parameter names are unchanged, so checkpoints are the plain model's.
+`unpad_inputs`' grouped attention runs its Q/K/V product in bf16.
 """
 
 from __future__ import annotations
@@ -16,8 +12,6 @@ import re
 import torch
 from torch import nn
 
-# The linears of the Transformer blocks: bert.encoder.layer.<i>.(attention.self.query|key|value,
-# attention.output.dense, intermediate.dense, output.dense).
 BLOCK_LINEAR = re.compile(r"(^|\.)encoder\.layer\.\d+\.")
 # torch._scaled_mm wants both sides of the product in multiples of 16.
 FP8_MULTIPLE = 16
@@ -26,8 +20,7 @@ MIN_CAPABILITY = (8, 9)
 
 
 def fp8_layer_filter(module: nn.Module, fqn: str) -> bool:
-    """Whether `convert_to_float8_training` converts the module at `fqn`: an nn.Linear inside a Transformer block,
-    both sizes multiples of 16."""
+    """An nn.Linear inside a Transformer block, both sizes multiples of 16."""
     return (
         isinstance(module, nn.Linear)
         and BLOCK_LINEAR.search(fqn) is not None
@@ -37,8 +30,7 @@ def fp8_layer_filter(module: nn.Module, fqn: str) -> bool:
 
 
 def fp8_problem(bf16: bool) -> str | None:
-    """Why `--fp8` cannot run here (None when it can): torchao missing, no CUDA card of compute capability 8.9+, or
-    no `--bf16` (the float8 products run inside bf16 autocast)."""
+    """Why `--fp8` cannot run here, or None."""
     try:
         import torchao.float8  # noqa: F401
     except ImportError:
@@ -54,8 +46,7 @@ def fp8_problem(bf16: bool) -> str | None:
 
 
 def convert_to_fp8(model: nn.Module, emulate: bool = False) -> nn.Module:
-    """The model with its blocks' linears replaced by torchao's `Float8Linear` (in place; the same parameters).
-    emulate: torchao computes the float8 products in higher precision with float8 rounding (any device; tests)."""
+    """The blocks' linears replaced in place by torchao's `Float8Linear`; `emulate`: on any device (tests)."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     return convert_to_float8_training(

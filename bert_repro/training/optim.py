@@ -6,9 +6,8 @@
 - "bert_adam": Google's reference `AdamWeightDecayOptimizer` exactly: Adam WITHOUT bias correction, decoupled
   weight decay added to the update. Choose it to reproduce the reference code's training dynamics.
 - "lamb": the large-batch LAMB of You et al. (2019) as NVIDIA's BERT recipe uses it (global batch 65,536 / 32,768,
-  lr 6e-3 / 4e-3): Adam with bias correction, plus weight decay, scaled per tensor by the trust ratio
-  ||w|| / ||update||. As in NVIDIA's implementation the trust ratio applies to the tensors that are decayed
-  (LayerNorm and bias parameters take the plain Adam step).
+  lr 6e-3 / 4e-3): the decayed Adam update scaled per tensor by the trust ratio ||w|| / ||update||; as in NVIDIA's
+  code, LayerNorm and bias parameters take the plain Adam step.
 
 Parameter groups (which tensors decay) come from Trainer, which excludes LayerNorm weights and biases.
 """

@@ -11,8 +11,7 @@ from .cli import ConfigurationError
 
 @dataclass
 class PushRequest:
-    """What `--push_to_hub` asks for, kept in memory for the push at the end of the run. The token is here and
-    nowhere else: Trainer pickles the training arguments into `training_args.bin` of every checkpoint."""
+    """What `--push_to_hub` asks for; the token only here, as Trainer pickles its arguments into checkpoints."""
 
     repo_id: str
     private: bool = False
@@ -28,8 +27,7 @@ class PushRequest:
         )
 
     def push(self, output_dir: str | Path, push, *extra: str, **kwargs):
-        """`push(output_dir, repo_id, revision=, private=, token=, **kwargs)` (a function of `bert_repro.hub.push`);
-        a failure says that the run is complete and gives the command that publishes it (`extra`: its flags)."""
+        """Call `push` (of `bert_repro.hub.push`); a failure gives the command that publishes the complete run."""
         from ..hub.push import HubPushError
 
         try:

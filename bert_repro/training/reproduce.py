@@ -1,10 +1,6 @@
-"""The whole benchmark for one checkpoint: every task of the paper fine-tuned into `<output_dir>/<task>/` (a task
-that finished is skipped, so an interrupted benchmark resumes where it stopped), and:
-- `report.md`: our dev score of each task's main metric beside the paper's (GLUE: the paper's TEST-set numbers of
-  Table 1, the only GLUE numbers it prints; SQuAD, SWAG, CoNLL: dev), the GLUE average over the eight tasks the
-  paper averages (WNLI left out), the hyper-parameters chosen and the time taken;
-- `report.json` with the same, and `report.png`, a bar chart of ours against the paper's;
-- `glue_submission.zip`: the test-set prediction files of the GLUE tasks, ready for the leaderboard.
+"""The whole benchmark for one checkpoint: every task of the paper fine-tuned into `<output_dir>/<task>/` (finished
+tasks skipped), then `report.md` / `.json` / `.png` (our dev scores beside the paper's; its GLUE numbers are TEST-set,
+Table 1) and `glue_submission.zip` for the leaderboard.
 """
 
 from __future__ import annotations
@@ -22,15 +18,7 @@ from typing import Any
 
 from ..atomic import atomic_path, write_json, write_text
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, Task, get_task
-from .cli import (
-    ConfigurationError,
-    HelpLayout,
-    RunFinished,
-    check_output_dir,
-    flag,
-    hide_credentials,
-    write_run_config,
-)
+from .cli import ConfigurationError, HelpLayout, RunFinished, check_output_dir, flag, hide_credentials, write_run_config
 from .cluster import lock_output_dir_once
 from .finetune import run_finetuning
 from .finetune_recipe import FineTuningRecipe, find_task
@@ -50,7 +38,6 @@ DIRECTORY_NAMES = {
 }
 
 
-# `--help`: its own flags, then what goes after `--`.
 HELP_LAYOUT = HelpLayout(
     groups={"the benchmark": ("model", "tasks", "data_root", "paper_model", "output_dir", "overwrite_output_dir")},
     usage="--model M [--tasks T ...] [--data_root DIR] [--output_dir DIR] [-- FINE-TUNING FLAGS ...]",
@@ -72,9 +59,7 @@ class ReproduceArguments:
         None, "A directory with one sub-directory per task (MRPC/, SST-2/, SQuAD/ ...); tasks without one use the Hub."
     )
     paper_model: str = flag("base", "Which of the paper's models to compare with.")
-    overwrite_output_dir: bool = flag(
-        False, "Start again in a folder holding another benchmark: what it holds is moved aside first."
-    )
+    overwrite_output_dir: bool = flag(False, "Start again in a folder holding another benchmark (moved aside first).")
 
 
 def task_data_dir(task: Task, data_root: str | None) -> Path | None:
@@ -89,9 +74,7 @@ def task_data_dir(task: Task, data_root: str | None) -> Path | None:
 
 
 def check_task_data(tasks: list[Task], data_root: str | None) -> dict[str, Path | None]:
-    """Each task's local directory under --data_root, found before any work: offline, a task without one is an
-    error now, not after hours of other tasks or of pre-training. Online, the tasks that will come from the Hub
-    are said once, here."""
+    """Each task's directory under --data_root, found before any work: offline, a missing one is an error now."""
     dirs = {task.name: task_data_dir(task, data_root) for task in tasks}
     missing = [name for name, directory in dirs.items() if directory is None]
     if missing and os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
@@ -131,8 +114,6 @@ def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str,
         "seed": best["seed"],
         "seconds": summary["seconds"],
         "runs": len(summary["runs"]),
-        # The number to beat (the training set's most frequent label), and the label of a best run that predicted
-        # nothing else.
         "majority": None if majority is None else round(percent(metric, majority), 2),
         "one_label": (best.get("one_label") or {}).get(split),
         "subsampled": {
@@ -248,16 +229,13 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
     if not args.model:
         raise ConfigurationError("Pass --model: the checkpoint to benchmark.")
     tasks = [find_task(t) for t in args.tasks]  # an unknown one with the closest
-    # The flags after `--` read once per task (a task's defaults are under them); a wrong one (or a task longer
-    # than the model's positions) fails now, not when the task that reads it comes.
+    # The flags after `--` read once per task (its defaults are under them): a wrong one fails now.
     recipes = {
         t.name: FineTuningRecipe.from_args(["--task", t.name, "--model", args.model, *finetune_args]) for t in tasks
     }
     for recipe in recipes.values():
         check_finetuning_inputs(*recipe.resolved())
     data_dirs = check_task_data(tasks, args.data_root)
-    # The output directory holds nothing or a benchmark of this model, and is locked for this one; with
-    # --overwrite_output_dir true (here or after --) what it holds is moved aside first.
     output_dir, record = Path(args.output_dir), {"reproduce": {"model": args.model}}
     overwrite = args.overwrite_output_dir or any(r.finetuning.overwrite_output_dir for r in recipes.values())
     check = partial(check_output_dir, output_dir, record, resume=True, overwrite=overwrite)

@@ -1,13 +1,7 @@
-"""The paper's section-5 experiments as studies: pre-train each variant, fine-tune it, one table beside the paper's.
-
-A study (`study_tables.STUDIES`) is data: its variants, its columns and the paper's numbers. `run_study` pre-trains
-every variant at the size and budget given (the pre-training recipe's own arguments), fine-tunes each on the columns'
-tasks with the fine-tuning recipe's protocol (its learning-rate grid, best on dev), and after every finished run
-writes the report (`study_report`: study.md, study.json, study.png).
-
-Layout: `<output_dir>/pretrain/<variant>/` and `<output_dir>/finetune/<variant>/<task>/` (a column that fine-tunes
-differently, e.g. feature-based, has its own). A finished run is kept and not run again, and the recipes resume an
-interrupted one from its last checkpoint: run the same command again to continue a study.
+"""The paper's section-5 experiments as studies (`study_tables.STUDIES`): pre-train each variant with the recipe's
+arguments, fine-tune it with the fine-tuning protocol, and after every finished run write the table beside the
+paper's (`study_report`). Runs go to `<output_dir>/pretrain/<variant>/` and `<output_dir>/finetune/<variant>/<run>/`;
+finished ones are kept, so the same command continues a study.
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ from .finetune_recipe import FineTuningRecipe
 from .finetune_recipe import check_inputs as check_finetuning_inputs
 from .pretraining import PreTrainingRecipe, run_pretraining
 from .pretraining.plan import check as check_pretraining
-from .reproduce import check_task_data
+from .reproduce import check_task_data, percent
 from .study_arguments import StudyArguments, _parse_reuse, _split_args, select, without_credentials
 from .study_report import write_study
 from .study_tables import STUDIES, Column, Study, Variant, get_study
@@ -46,8 +40,7 @@ def _finished(directory: Path) -> bool:
     return (directory / "results.json").is_file() and (directory / "config.json").is_file()
 
 
-# What a study's runs depend on: a directory holds the runs of one set of them (seeds, jobs, tasks and variants may
-# change between invocations: they add or pick runs, and change none).
+# What a study's runs depend on (seeds, jobs, tasks and variants may change: they add or pick runs, change none).
 RECORDED_ARGUMENTS = (
     "study",
     "pretrain_config",
@@ -60,8 +53,7 @@ RECORDED_ARGUMENTS = (
 
 
 def check_same_study(output_dir: Path, args: StudyArguments) -> None:
-    """Create `output_dir` for this study, or check that the study it holds ran with the same arguments: its finished
-    runs are kept and not run again, so runs made with other arguments would pass for this study's."""
+    """Create `output_dir`, or check that its study ran with the same arguments (its finished runs are kept)."""
     record = {k: getattr(args, k) for k in RECORDED_ARGUMENTS}
     path = output_dir / "study_args.json"
     if path.is_file():
@@ -87,7 +79,6 @@ def study_pretraining(args: StudyArguments) -> PreTrainingRecipe:
 
 
 def variant_recipe(variant: Variant, base: PreTrainingRecipe, directory: Path) -> PreTrainingRecipe:
-    """`variant`'s pre-training: the study's recipe with the variant's changes, in its own directory."""
     return base.replace(**variant.pretraining, output_dir=str(directory))
 
 
@@ -137,7 +128,7 @@ def random_init_model(pretrained: Path, directory: Path) -> Path:
 
 @dataclass(frozen=True)
 class FineTuningRun:
-    """One fine-tuning run of a study: a variant's model on one column's task (one seed of it, with --seeds)."""
+    """A variant's model fine-tuned on one column's task (one seed of it, with --seeds)."""
 
     variant: str
     run: str  # the column's run (Column.run)
@@ -168,8 +159,7 @@ def _finetune_args_for(study: Study, args: StudyArguments) -> dict[str, list[str
 def planned_runs(
     study: Study, args: StudyArguments, output_dir: Path, models: Mapping[str, str], data_dirs: dict[str, Path | None]
 ) -> list[FineTuningRun]:
-    """Every fine-tuning run of the study, in the order they start: seed by seed, each seed's runs of every variant
-    side by side (a study cut short has the same seeds of every variant)."""
+    """Every fine-tuning run, seed by seed (a study cut short has the same seeds of every variant)."""
     common = _split_args(args.finetune_args, "--finetune_args")
     per_key = _finetune_args_for(study, args)
     if args.seeds and any(a.split("=")[0] in ("--seed", "--seeds") for a in common + sum(per_key.values(), [])):
@@ -184,7 +174,6 @@ def planned_runs(
                 directory = directory if seed is None else directory / f"seed{seed}"
                 if directory in runs:
                     continue
-                # The user's flags (the study's command line): the common ones, the task's, the variant's
                 theirs = [*common, *per_key.get(column.task, []), *per_key.get(variant.key, [])]
                 recipe = FineTuningRecipe.from_args(["--task", column.task, "--model", models[variant.key], *theirs])
                 recipe = recipe.replace(
@@ -212,8 +201,7 @@ def _finetune_in_process(recipe: FineTuningRecipe, log: str, threads: int) -> No
 
 
 def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, after_each) -> list[str]:
-    """Run what is not finished yet, `jobs` at a time; `after_each()` after every run. Returns the failed runs (one
-    process each: a failure is reported and the others go on) as messages."""
+    """Run what is not finished, `jobs` at a time, `after_each()` after every run; returns the failures."""
     todo = []
     for run in runs:
         if run.results is None:
@@ -257,13 +245,11 @@ def cell_value(
     if column.metric == "mlm_perplexity":
         loss = pretrain_results.get("eval_mlm_loss")
         return None if loss is None else round(math.exp(loss), 2)
-    best = finetune_results["best"][column.split][column.metric]
-    return round(best if column.metric.startswith("squad") else 100 * best, 2)
+    return round(percent(column.metric, finetune_results["best"][column.split][column.metric]), 2)
 
 
 def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]:
-    """A fine-tuning cell from its finished runs: the one run's number, or with seeds their mean, standard error
-    (sample standard deviation / sqrt(n)) and each seed's number."""
+    """A cell from its finished runs: the one run's number, or the seeds' mean, standard error and numbers."""
     values = {r.seed: cell_value(column, {}, results) for r in runs if (results := r.results) is not None}
     if not values:
         return {"ours": None}
@@ -276,8 +262,7 @@ def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]
 
 
 def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[str, float]:
-    """Each column's score of always predicting the most frequent label of the training set, where the task's kind
-    has such a baseline (classification): the number a model must beat to have learnt anything."""
+    """Each classification column's score for always predicting the most frequent training label."""
     from ..tasks.files import load_task_data
     from .finetune import data_source
 
@@ -295,8 +280,7 @@ def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[s
 
 
 def run_study(args: StudyArguments) -> str:
-    """Pre-train every variant, then fine-tune them (finished runs are kept), writing study.md / .json / .png after
-    every finished run."""
+    """Pre-train every variant, then fine-tune them, writing the report after every finished run."""
     if not args.study:
         raise ConfigurationError(f"Pass --study: one of {', '.join(STUDIES)}.")
     if args.jobs < 1:
@@ -344,11 +328,11 @@ def run_study(args: StudyArguments) -> str:
 
 
 class StudyError(RuntimeError):
-    """Runs of a study failed (their logs say why); the table of the finished ones is written."""
+    """Runs of a study failed (their logs say why); the table of the others is written."""
 
 
 def table_row(study: Study, variant: Variant, model: Path, runs: list[FineTuningRun]) -> dict[str, Any]:
-    """One variant's row: its pre-training's numbers and a cell per column from the runs finished so far."""
+    """One variant's row: its pre-training's numbers and a cell per column."""
     pretrain_results = json.loads((model / "results.json").read_text()) if (model / "results.json").is_file() else {}
     own = [r for r in runs if r.variant == variant.key]
     row = {

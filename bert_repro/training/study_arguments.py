@@ -71,8 +71,7 @@ def _split_args(text: str, flag: str) -> list[str]:
 
 
 def without_credentials(args: StudyArguments) -> StudyArguments:
-    """`args` as study_args.json, study.md and study.json show them: a credential in the arguments passed on to the
-    recipes (--finetune_args "--hub_token X") hidden (`hide_credentials`)."""
+    """`args` as the study's record and reports show them, credentials hidden (--finetune_args "--hub_token X")."""
 
     def hide(text: str) -> str:
         split = _split_args(text, "")

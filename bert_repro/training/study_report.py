@@ -19,8 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 def ordering(study: Study, rows: list[dict[str, Any]], which: str) -> list[str]:
-    """Variants from best to worst by the mean of `which` ("ours" or "paper") over the fine-tuning columns that
-    every row has a number for."""
+    """Variants from best to worst by the mean of `which` ("ours" or "paper") over the columns every row has."""
     score = mean_scores(study, rows, which)
     return sorted(score, key=lambda k: -score[k])
 
@@ -47,9 +46,8 @@ def mean_scores(study: Study, rows: list[dict[str, Any]], which: str) -> dict[st
 
 
 def runs_time(rows: list[dict[str, Any]]) -> tuple[float, float, bool]:
-    """The recorded training time behind a table, whichever invocation ran it: the pre-training of each distinct
-    model once (a fine-tuning variant shares another's), the fine-tuning of every row, and whether a pre-training
-    was timed only from a step (resumed from a checkpoint that did not record the time before it)."""
+    """The recorded training time behind a table, whichever invocation ran it: (pre-training of each model once,
+    fine-tuning, whether a pre-training was timed only from a step)."""
     models: dict[str, dict[str, Any]] = {}
     for r in rows:
         models.setdefault(r["model"], r["pretraining"])
@@ -98,7 +96,6 @@ def write_study(
 
 
 def _heading(study: Study, args: StudyArguments) -> list[str]:
-    """study.md's title, what was run (the paper's table, our protocol and arguments) and the table's head."""
     head = " | ".join(f"{c.label} ours | paper" for c in study.columns)
     per_key = "".join(f", {item.partition('=')[0]} also `{item.partition('=')[2]}`" for item in args.finetune_args_for)
     return [
@@ -160,7 +157,6 @@ def _ordering_lines(study: Study, rows: list[dict[str, Any]], orders: dict[str, 
 
 
 def _time_lines(output_dir: Path, args: StudyArguments, seconds: float, times: tuple[float, float, bool]) -> list[str]:
-    """The time of the runs behind the table (`runs_time`) and of this invocation, and where the runs are."""
     pretraining, finetuning, partly_timed = times
     return [
         "",
@@ -193,7 +189,6 @@ def _study_record(
     orders: dict[str, list[str]],
     times: tuple[float, float, bool],
 ) -> dict[str, Any]:
-    """study.json: the table as data, with the arguments it ran with."""
     pretraining, finetuning, _ = times
     return {
         "study": study.name,

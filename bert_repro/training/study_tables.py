@@ -1,15 +1,11 @@
-"""The paper's section-5 tables as data: a study's variants (what changes in pre-training or fine-tuning), its
-columns (a task and metric, or a pre-training measure) and the paper's numbers for that table (`STUDIES`). Studies:
+"""The paper's section-5 tables as data (`STUDIES`): each study's variants, columns and the paper's numbers.
 
 - `table5`: the pre-training tasks (MLM + NSP, No NSP, LTR & No NSP, + BiLSTM on the LTR model).
 - `table6`: model size (L / H / A); also the held-out MLM perplexity of each pre-trained model.
-- `table7`: the feature-based approach on CoNLL-2003 (frozen encoder, a BiLSTM on six feature sets) against
-  fine-tuning the whole model.
+- `table7`: the feature-based approach on CoNLL-2003 (a BiLSTM on six feature sets) against fine-tuning.
 - `table8`: the masking mixes ([MASK] / same / random) on MNLI and NER, fine-tuned and feature-based.
-- `pretraining`: not in the paper: the same architecture pre-trained by the recipe against randomly initialised,
-  both fine-tuned alike; the evidence that the pre-training helps at the budget given.
-
-Running them: `bert_repro.training.study`; their report: `bert_repro.training.study_report`.
+- `pretraining`: not in the paper: pre-trained against randomly initialised, the evidence that pre-training helps
+  at the budget given.
 """
 
 from __future__ import annotations
@@ -38,8 +34,7 @@ class Column:
 
     @property
     def run(self) -> str:
-        """The directory of the fine-tuning run this column reads: columns of one task read one run (MRPC's accuracy
-        and F1), unless the column fine-tunes differently."""
+        """The fine-tuning run this column reads: one per task (MRPC's accuracy and F1) unless it fine-tunes apart."""
         return self.key if self.finetuning else str(self.task)
 
 
