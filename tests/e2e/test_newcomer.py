@@ -45,9 +45,7 @@ def test_quickstart_config_runs_offline_without_corpus(tmp_path):
     assert all("quickstart_corpus" in c for c in corpus)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Corpus input: encodings, nothing to read
-# ---------------------------------------------------------------------------------------------------------------
+# --- Corpus input: encodings, nothing to read
 
 LATIN1_FEW = "Le café était fermé. Nous sommes partis à la maison.\n".encode("latin-1")
 LATIN1_MOSTLY = ("àéèêëîïôöùûüç ÀÉÈÊ " * 50 + "\n").encode("latin-1")
@@ -114,9 +112,7 @@ def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_to
     assert json.loads((out / "results.json").read_text())["global_step"] == 2
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Optional dependencies
-# ---------------------------------------------------------------------------------------------------------------
+# --- Optional dependencies
 
 
 @pytest.mark.slow

@@ -124,9 +124,7 @@ def test_pretraining_with_an_invalid_model_config_is_one_message(tmp_path, args,
     assert not (tmp_path / "out" / "run_config.json").exists()  # checked before anything is written
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Model directories that cannot be opened
-# ------------------------------------------------------------------------------------------------------------
+# --- Model directories that cannot be opened
 
 
 @pytest.mark.parametrize("problem", ["pickle", "truncated", "config"])
@@ -142,9 +140,7 @@ def test_a_model_directory_that_cannot_be_opened_is_refused_before_anything_runs
     assert not out.exists()  # nothing ran: no data read, no run recorded
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Flags
-# ------------------------------------------------------------------------------------------------------------
+# --- Flags
 
 
 def test_transformers_names_and_one_learning_rate_run_one_fine_tuning(tmp_path, tiny_model):

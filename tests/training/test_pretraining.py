@@ -15,9 +15,7 @@ from bert_repro.training.pretraining.phases import PhasedSampler, phase_steps
 from bert_repro.training.pretraining.recipe import PAPER_TRAINING_DEFAULTS, Phase, PreTrainingRecipe
 from bert_repro.training.pretraining.trainer import PreTrainingTrainer
 
-# ---------------------------------------------------------------------------------------------------------------
-# Arguments and sampler
-# ---------------------------------------------------------------------------------------------------------------
+# --- Arguments and sampler
 
 
 def test_defaults_yaml_and_command_line_precedence(tmp_path):
@@ -104,9 +102,7 @@ def test_the_identity_leaves_out_what_may_change_on_resumption(tmp_path):
         check_output_dir(tmp_path, changed, resume=True, overwrite=False, identity=run_identity)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Global-batch normalisation inside Trainer
-# ---------------------------------------------------------------------------------------------------------------
+# --- Global-batch normalisation inside Trainer
 
 
 def pretraining_rows(masked, n=16, seq=16, vocab=99):
@@ -184,9 +180,7 @@ def test_plain_trainer_accumulation_gives_the_same_update(tmp_path):
     assert abs(ratio.item() - 2.0) < 1e-3
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# End to end, through the real launcher
-# ---------------------------------------------------------------------------------------------------------------
+# --- End to end, through the real launcher
 
 
 @pytest.mark.slow

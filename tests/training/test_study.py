@@ -33,9 +33,7 @@ WORDS = (
 ).split()
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The tables as data
-# ---------------------------------------------------------------------------------------------------------------
+# --- The tables as data
 
 
 @pytest.mark.parametrize("name", list(STUDIES))
@@ -63,9 +61,7 @@ def test_paper_tables_hold_the_printed_numbers():
     assert STUDIES["table8"].paper["mask100_same0_rnd0"]["conll2003_features"] == 94.0
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Selection and bad input
-# ---------------------------------------------------------------------------------------------------------------
+# --- Selection and bad input
 
 
 def test_selection_keeps_the_variants_whose_weights_are_used():
@@ -221,9 +217,7 @@ def test_recipe_reports_bad_input_with_exit_code_2(tmp_path):
     assert "study.py: error: Unknown study 'table9'" in result.stderr and "Traceback" not in result.stderr
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The report
-# ---------------------------------------------------------------------------------------------------------------
+# --- The report
 
 
 def _row(study, variant, cells, finetune_seconds, pretraining):
@@ -277,9 +271,7 @@ def test_equal_means_are_reported_as_a_tie(tmp_path):
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# End to end
-# ---------------------------------------------------------------------------------------------------------------
+# --- End to end
 
 
 def _glue(root: Path) -> Path:
