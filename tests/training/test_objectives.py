@@ -1,7 +1,5 @@
-"""The paper's Table 5 pre-training objectives: "mlm_nsp" (BERT), "mlm" (No NSP) and "ltr" (left-to-right, No
-NSP), each checked against a reference computed independently: causal attention (and a bidirectional model that
-fails the same check), the pooled token, the examples, labels and losses, the saved formats, and the settings a
-causal model refuses."""
+"""The paper's Table 5 objectives, "mlm_nsp" (BERT), "mlm" (No NSP) and "ltr" (left-to-right), against references
+computed here: causal attention, the pooled token, examples, labels, losses, saved formats and refused settings."""
 
 import contextlib
 import json
