@@ -1,12 +1,10 @@
-"""Crash consistency, tested at every write point: a tiny pre-training and a tiny fine-tuning are killed (SIGKILL)
-at their N-th file write or rename, for every N (tests/write_points.py), and the same command is run again (then,
-when it says so, the resume command). Each rerun must end with the run done, or with one line that names the file
-and the fix (exit code 2) whose fix then completes the run: never a traceback, never a folder that blocks every
-later run, and never a finished result that differs from an uninterrupted run's.
+"""Crash consistency at every write point: a tiny pre-training and fine-tuning are killed (SIGKILL) at their N-th
+file write or rename for every N (tests/write_points.py) and the same command, then any resume command it names, is
+run again. Each rerun ends with the run done or one line naming the file and the fix (exit 2): never a traceback, a
+folder that blocks later runs, or a result that differs from an uninterrupted run's.
 
-The whole harness is in the slow tier (about 120 write points per recipe, and an overwrite killed as it moves the
-old run aside); the fast tier kills pre-training at a sample of points: the kept tokenizer's tokenizer.json (a kill
-there left a 0-byte file that every rerun died on) and the final results.
+The whole harness is slow (~120 points per recipe); the fast tier kills pre-training at a sample: the kept
+tokenizer.json (a kill there once left a 0-byte file every rerun died on) and the final results.
 """
 
 from __future__ import annotations
