@@ -239,10 +239,9 @@ def wheel_of(package: str, folder: Path) -> Path:
 
 @pytest.mark.slow
 def test_every_wheel_of_the_kit_is_unpacked_where_the_image_lacks_its_package(tmp_path):
-    """The image's Python lacks datasets, dill, multiprocess and torchao: run_gpu.sh unpacks every wheel of the kit
-    (.gpu/wheels for every step, .gpu/fp8 for the FP8 processes only) and the probe imports datasets and the project;
-    it says which torch the image has against the kit's, and another minor version leaves the FP8 variants out with
-    one line."""
+    """The image's Python lacks datasets, dill, multiprocess and torchao: run_gpu.sh unpacks the kit's wheels (.gpu/fp8
+    for the FP8 processes only), the probe imports datasets and the project, and a torch of another minor version
+    than the kit's leaves the FP8 variants out with one line."""
     from support.device_machine import IMAGE_LACKS
 
     kit = tmp_path / "kit"
