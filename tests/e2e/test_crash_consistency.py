@@ -189,8 +189,7 @@ def test_where_a_run_lives_is_not_what_identifies_it(tmp_path):
 
 @pytest.mark.slow
 def test_a_moved_run_folder_resumes(tmp_path, corpus_and_tokenizer, harness):
-    """Stopped after 2 of 4 steps in one folder, moved, resumed in the new place: the result of an uninterrupted
-    run."""
+    """Stopped after 2 of 4 steps, moved to another folder and resumed there: the uninterrupted run's result."""
     command = pretraining_command(tmp_path, corpus_and_tokenizer)
     reference, _ = counted(harness, command, tmp_path)
     scratch, project = tmp_path / "moved" / "scratch", tmp_path / "moved" / "project"

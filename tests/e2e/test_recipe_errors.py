@@ -144,8 +144,7 @@ def test_a_model_directory_that_cannot_be_opened_is_refused_before_anything_runs
 
 
 def test_transformers_names_and_one_learning_rate_run_one_fine_tuning(tmp_path, tiny_model):
-    """run_glue.py's flags, and --learning_rate / --seed: one run with that rate and seed, not the task's
-    grid."""
+    """run_glue.py's flags with --learning_rate / --seed: one run at that rate and seed, not the task's grid."""
     data = sst2_data(tmp_path / "data")
     (data / "train.tsv").rename(data / "rows.tsv")
     out = tmp_path / "out"

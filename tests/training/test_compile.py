@@ -103,8 +103,7 @@ def test_pretraining_step_is_one_graph_with_one_recompilation_per_phase(tokenize
 
 @pytest.mark.slow  # compiles (about 10 s of CPU)
 def test_packed_pretraining_step_is_one_graph_with_one_recompilation_per_phase(tokenizer, phases):
-    """Fixed-shape packed batches, dynamo's default settings (no data-dependent output shapes captured): one graph
-    per phase (phase 2's rows are wider)."""
+    """Fixed-shape packed batches under dynamo's default settings: one graph per phase (phase 2's rows are wider)."""
     batches = phase_batches(tokenizer, phases, packing=True)
     for (cfg, _), phase in zip(phases, batches, strict=True):
         assert len({tuple(b["input_ids"].shape) for b in phase}) == 1  # one row count, rows of max_seq_length
@@ -225,8 +224,7 @@ def test_recipes_name_the_switches_that_do_not_compile_to_one_graph():
 
 @pytest.mark.slow  # compiles (about 30 s of CPU)
 def test_compiled_finetuning_recipe_trains_one_graph(tmp_path, tokenizer):
-    """The fine-tuning recipe with --torch_compile true: batches of many widths and an epoch's last, smaller batch
-    train through one graph (dynamic shapes from the start)."""
+    """Fine-tuning with --torch_compile true: many widths and an epoch's smaller last batch train through one graph."""
     model_dir = tmp_path / "model"
     torch.manual_seed(0)
     BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer))).save_pretrained(model_dir)

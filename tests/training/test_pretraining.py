@@ -309,8 +309,7 @@ def test_no_hub_and_no_local_text_stops_fast_with_advice(tmp_path):
 
 @pytest.mark.slow
 def test_bad_corpus_inputs(tmp_path, corpus_and_tokenizer):
-    """Empty file, binary junk, a 100,000-character line and a one-sentence document: skipped or handled, not a
-    crash."""
+    """Empty, binary, 100,000-character-line and one-sentence documents are skipped or handled, not a crash."""
     corpus, tokenizer = corpus_and_tokenizer
     messy = first_documents(corpus, tmp_path / "messy", 6)
     (messy / "empty.txt").write_text("")

@@ -284,8 +284,7 @@ def _glue(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def pretrain_config(tmp_path_factory):
-    """A YAML config of the pre-training recipe: a small corpus, a tokenizer trained on it and the fixture tasks, a
-    very small model and a few steps."""
+    """A pre-training config: a small corpus, a tokenizer trained on it and the fixture tasks, a tiny model, 3 steps."""
     from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 
     root = tmp_path_factory.mktemp("study")

@@ -84,8 +84,7 @@ def test_the_output_directory_is_a_trainer_output_dir(sst2):
 
 
 def test_records_and_card_say_what_ran(sst2):
-    """--max_steps 3 stopped the run at 1.5 of its 2 epochs; the seed ordered the data; --max_eval_samples 1
-    scored the first of the four dev rows."""
+    """They say --max_steps 3 stopped at 1.5 of 2 epochs, the seed ordered the data, and 1 of 4 dev rows was scored."""
     from huggingface_hub import ModelCard
 
     _, out, _ = sst2
@@ -133,8 +132,7 @@ def test_do_predict_alone_writes_predictions_only(sst2, tmp_path):
 
 
 def test_resume_from_checkpoint_path_resumes_from_it_or_refuses(sst2, tmp_path):
-    """Another run (seed 7) from the fine-tune's checkpoint at step 3: its steps 1-3 are the checkpoint's (seed
-    42's), then step 4 is its own."""
+    """A seed-7 run from the checkpoint at step 3 has its steps 1-3 (seed 42's), then a step 4 of its own."""
     data, finetuned, model = sst2
     checkpoint = finetuned / "runs" / RUN / "checkpoint-3"
     argv = sst2_argv(data, model, tmp_path / "resumed", "--max_steps", "4", "--seed", "7")

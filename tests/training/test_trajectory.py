@@ -63,8 +63,7 @@ class InOrder(torch.utils.data.IterableDataset):
 
 
 def transformers_trajectory(argv, init, output_dir):
-    """Per step: the loss, MLM loss, NSP loss, gradient norm, learning rate and width of plain transformers'
-    training on the recipe's examples (`argv` is the recipe's command line)."""
+    """Per step: loss, MLM/NSP losses, gradient norm, learning rate and width of plain transformers on `argv`'s data."""
     recipe = PreTrainingRecipe.from_args(argv)
     training, batch = recipe.training, recipe.optimization.global_batch_size
     _, phases, _, _ = build_datasets(recipe.data, phase_configs(recipe), training, output_dir / "data")
