@@ -1,5 +1,5 @@
-"""What a transformers user meets in a first hour with the project (issue 45): files that carry this machine's
-state, warnings about our own shipped files, messages printed once per process."""
+"""What a transformers user meets in a first hour with the project: files that carry this machine's state, warnings
+about our own shipped files, messages printed once per process."""
 
 import json
 import re
