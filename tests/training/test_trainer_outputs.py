@@ -1,8 +1,6 @@
-"""A fine-tune's output directory is a Trainer output_dir (the best run's model, tokenizer, card, trainer_state.json
-and *_results.json at the top; each run of the grid a Trainer run beneath, evaluated each epoch with the task's own
-metrics); --do_train / --do_eval / --do_predict and --resume_from_checkpoint behave as in run_glue; a finished
-fine-tune is trained further; records and card say what ran; every evaluation and saving strategy runs or is refused
-in one line before any work."""
+"""A fine-tune's output directory is a Trainer output_dir, each grid run a Trainer run beneath it; --do_train /
+--do_eval / --do_predict and --resume_from_checkpoint behave as in run_glue; a finished fine-tune is trained further;
+records and card say what ran; every evaluation and saving strategy runs or is refused in one line before any work."""
 
 import json
 import re
@@ -54,9 +52,8 @@ def sst2(tmp_path_factory, tiny_model):
 
 
 def test_the_output_directory_is_a_trainer_output_dir(sst2):
-    """The top of the output directory is what `Trainer.save_model` + `save_state` leave: the best run's model,
-    tokenizer, card, trainer_state.json and *_results.json; the grid's runs beneath, each keeping its last
-    checkpoint."""
+    """The top holds what `Trainer.save_model` + `save_state` leave for the best run; each grid run beneath keeps its
+    last checkpoint."""
     from transformers import pipeline
 
     _, out, _ = sst2
