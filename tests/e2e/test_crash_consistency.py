@@ -173,18 +173,25 @@ def test_finetuning_survives_a_kill_at_every_write_point(tmp_path, tiny_model, h
     check_all(harness.run(plan), reference, ".", len(points))
 
 
-def test_where_a_run_lives_is_not_what_identifies_it(tmp_path):
+@pytest.mark.parametrize(
+    "field, saved, now", [("output_dir", "/scratch/me/run", "/home/me/run"), ("log_level", "passive", "info")]
+)
+def test_where_a_run_lives_and_its_log_level_are_not_what_identifies_it(tmp_path, field, saved, now):
     from bert_repro.training.cli import check_output_dir
     from bert_repro.training.pretraining.recipe import run_identity
 
-    saved = {"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "output_dir": "/scratch/me/run"}}
-    (tmp_path / "run_config.json").write_text(json.dumps(saved))
+    def record(learning_rate, value):
+        return {"run": {"preset": "tiny"}, "training": {"learning_rate": learning_rate, field: value}}
+
+    (tmp_path / "run_config.json").write_text(json.dumps(record(1e-3, saved)))
     (tmp_path / "checkpoint-2").mkdir()
-    here = run_identity({"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "output_dir": str(tmp_path)}})
+    here = run_identity(record(1e-3, now))
+    assert here["run"] == {"preset": "tiny"} and here["training"] == {"learning_rate": 1e-3}
     check_output_dir(tmp_path, here, resume=True, overwrite=False, identity=run_identity)
-    other = run_identity({"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-4, "output_dir": str(tmp_path)}})
+    with pytest.raises(FileExistsError, match=field):  # compared without the identity, the field differs
+        check_output_dir(tmp_path, here, resume=True, overwrite=False)
     with pytest.raises(FileExistsError, match="learning_rate: 0.001 -> 0.0001.*keep its settings"):
-        check_output_dir(tmp_path, other, resume=True, overwrite=False, identity=run_identity)
+        check_output_dir(tmp_path, run_identity(record(1e-4, now)), resume=True, overwrite=False, identity=run_identity)
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
-"""The pre-training recipe: argument handling, the two-phase sampler, output-directory protection, global-batch
-loss normalisation, and end-to-end runs through the real launcher (resume and DDP equality)."""
+"""The pre-training recipe: argument handling, output-directory protection, global-batch loss normalisation, and
+end-to-end runs through the real launcher (resume and DDP equality); the two-phase sampler is in test_resume.py."""
 
 import json
 
@@ -11,11 +11,10 @@ from support.models import tiny_config
 from support.pretraining_runs import first_documents, launch, run_recipe, weights, write_config
 
 from bert_repro.training.cli import ConfigurationError, check_output_dir
-from bert_repro.training.pretraining.phases import PhasedSampler, phase_steps
 from bert_repro.training.pretraining.recipe import PAPER_TRAINING_DEFAULTS, Phase, PreTrainingRecipe
 from bert_repro.training.pretraining.trainer import PreTrainingTrainer
 
-# --- Arguments and sampler
+# --- Arguments
 
 
 def test_defaults_yaml_and_command_line_precedence(tmp_path):
@@ -39,20 +38,6 @@ def test_unknown_yaml_field_names_the_file(tmp_path):
     expected = r"c.yaml: unknown field\(s\) learning_rat \(did you mean learning_rate\?\)"
     with pytest.raises(ValueError, match=expected):
         PreTrainingRecipe.from_args(["--config", str(config), "--output_dir", "o"])
-
-
-def test_phased_sampler_order_and_reproducibility():
-    sizes, samples = [10, 4], [25, 6]
-    order = list(PhasedSampler(sizes, samples, seed=3))
-    assert len(order) == 31 == len(PhasedSampler(sizes, samples, seed=3))
-    assert all(i < 10 for i in order[:25]) and all(10 <= i < 14 for i in order[25:])
-    for start in (0, 10):  # every full pass over phase 1 is a permutation
-        assert sorted(order[start : start + 10]) == list(range(10))
-    assert order == list(PhasedSampler(sizes, samples, seed=3))
-    assert order != list(PhasedSampler(sizes, samples, seed=4))
-    assert phase_steps(1000, 0.1, 2) == [900, 100] and phase_steps(1000, 0.1, 1) == [1000]
-    with pytest.raises(ValueError, match="no examples"):
-        PhasedSampler([0, 4], [8, 4], seed=0)
 
 
 def test_the_logged_epoch_is_passes_over_the_examples():
@@ -83,23 +68,6 @@ def test_output_dir_protection(tmp_path):
         check_output_dir(tmp_path, other, resume=True, overwrite=False)
     check_output_dir(tmp_path, other, resume=False, overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "mine"
-
-
-def test_the_identity_leaves_out_what_may_change_on_resumption(tmp_path):
-    # log_level may change on resumption, so the identity leaves it out while a setting that matters is compared.
-    from bert_repro.training.pretraining.recipe import run_identity
-
-    saved = {"model": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "passive"}}
-    (tmp_path / "run_config.json").write_text(json.dumps(saved))
-    (tmp_path / "checkpoint-10").mkdir()
-    now = run_identity({"model": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "info"}})
-    assert now["model"] == {"preset": "tiny"} and now["training"] == {"learning_rate": 1e-3}
-    check_output_dir(tmp_path, now, resume=True, overwrite=False, identity=run_identity)
-    with pytest.raises(FileExistsError, match="log_level"):  # without the identity, the old field differs
-        check_output_dir(tmp_path, now, resume=True, overwrite=False)
-    changed = run_identity({"model": {"preset": "tiny"}, "training": {"learning_rate": 1e-4}})
-    with pytest.raises(FileExistsError, match="learning_rate: 0.001 -> 0.0001"):
-        check_output_dir(tmp_path, changed, resume=True, overwrite=False, identity=run_identity)
 
 
 # --- Global-batch normalisation inside Trainer
@@ -162,10 +130,9 @@ def test_global_batch_normalisation_with_unequal_mask_counts(tmp_path):
 
 @pytest.mark.slow
 def test_plain_trainer_accumulation_gives_the_same_update(tmp_path):
-    """transformers 5.x's trap: a model whose forward takes **kwargs is assumed to normalise its own loss by
-    `num_items_in_batch`, and Trainer then skips the division by the accumulation steps. Our models set
-    `accepts_loss_kwargs = False` and return per-batch means, so plain Trainer gives the same update for 16 and for
-    8 x 2 when every micro-batch holds as many masked tokens (each micro-batch's mean then weighs the same)."""
+    """transformers 5.x skips dividing by the accumulation steps for a model whose forward takes **kwargs (it is
+    assumed to normalise by `num_items_in_batch`); ours set `accepts_loss_kwargs = False`, so plain Trainer gives the
+    same update for 16 as for 8 x 2 when every micro-batch holds as many masked tokens."""
     from transformers import Trainer
 
     full = one_update(tmp_path, 16, 1, Trainer, masked=lambda i: 3)
