@@ -109,7 +109,7 @@ def test_the_framework_versions_are_the_study_files():
 
 
 def test_the_corpus_is_named_as_the_study_gave_it_with_its_manifest():
-    # The card said "Corpus: `corpus.parquet`", an internal file, and named the held-out data after it (issue 45)
+    # the corpus as the study named it, not its internal corpus.parquet
     card, study_file, repo_id = CARDS[0]
     text = " ".join(card.read_text(encoding="utf-8").split())
     assert "Corpus: `.travel/books/corpus.parquet`, built by benchmarks/corpus/travel.sh" in text

@@ -118,8 +118,7 @@ def checkpoint(tmp_path_factory):
     return directory
 
 
-# ------------------------------------------------------------------------------------------------------------
-# The reference: what transformers' example scripts do, per task kind
+# --- The reference: what transformers' example scripts do, per task kind
 
 
 def reference_inputs(task: str, split, tokenizer):
