@@ -5,6 +5,7 @@ results' way back: gpu_session.py's collect and record."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import subprocess
@@ -15,6 +16,12 @@ from pathlib import Path
 import pytest
 from support import ROOT
 from support.device_machine import device_machine_env
+
+
+@pytest.fixture
+def gpu_session(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
+    return importlib.import_module("gpu_session")
 
 
 def processes_running(marker: str) -> list[str]:
@@ -58,10 +65,7 @@ def test_device_script_ends_cleanly_without_cuda_and_network(tmp_path):
     assert f"python: {Path(sys.executable).parent}/python3" in summary  # not the `python` without torch
 
 
-def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
-    import gpu_session
-
+def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypatch, gpu_session):
     results = tmp_path / "results"
     (results / "pretrain_small").mkdir(parents=True)
     (results / "progress.log").write_text(
@@ -169,10 +173,7 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
     assert "Study `pretraining`" in log and "| ours | 83.49 |" in log
 
 
-def test_what_a_device_call_carries_is_measured_and_too_much_refused(tmp_path, capsys, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
-    import gpu_session
-
+def test_what_a_device_call_carries_is_measured_and_too_much_refused(tmp_path, capsys, gpu_session):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / ".gitignore").write_text("/.travel/\n/.gpu/\n")
     (tmp_path / "code.py").write_bytes(b"x" * 1000)
@@ -191,12 +192,9 @@ def test_what_a_device_call_carries_is_measured_and_too_much_refused(tmp_path, c
     assert "error: more than the device's 64 MiB" in capsys.readouterr().err
 
 
-def test_record_files_the_microbenchmarks_the_profile_and_invalid_variants(tmp_path, monkeypatch):
+def test_record_files_the_microbenchmarks_the_profile_and_invalid_variants(tmp_path, monkeypatch, gpu_session):
     """micro.json (written into OUT by the part micro) and the profile's split come back inside results.json and are
     filed by `record`; a variant whose record disagreed with its label shows as invalid, not as a rate."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
-    import gpu_session
-
     results, out = tmp_path / "results", tmp_path / "out"
     results.mkdir()
     out.mkdir()
