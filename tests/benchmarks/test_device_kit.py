@@ -1,7 +1,6 @@
-"""benchmarks/gpu/run_gpu.sh on an emulated GPU machine gone wrong: no CUDA, an nvidia-smi that never returns, a
-network that accepts connections and never answers (index, proxy, Hub), and a `python` that is not the one
-with torch. The script must end by itself within a minute, say "no CUDA", and leave nothing running. And the
-results' way back: gpu_session.py's collect and record."""
+"""benchmarks/gpu/run_gpu.sh on an emulated GPU machine gone wrong (no CUDA, a hanging nvidia-smi, a network that
+never answers, a `python` without torch) ends by itself within a minute, says "no CUDA" and leaves nothing running;
+and the results' way back, gpu_session.py's collect and record."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""benchmarks/gpu/gpu_pretrain.py on the CPU in the kit's process layout (variants in this process, each compiled
-afresh; CUDA-graph and FP8 variants each in a process of its own): every variant's record of what ran (the
-model, its switches, torch.compile's graphs and failures, the inductor settings in force) agrees with its label,
-and a variant whose record disagrees is marked invalid instead of timed."""
+"""benchmarks/gpu/gpu_pretrain.py on the CPU in the kit's process layout (CUDA-graph and FP8 variants each in a
+process of its own): every variant's record of what ran (model, switches, compiled graphs, inductor settings) agrees
+with its label, and a variant whose record disagrees is marked invalid instead of timed."""
 
 import importlib
 import json

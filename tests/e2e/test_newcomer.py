@@ -1,6 +1,5 @@
-"""A newcomer's first hour: the quick start runs offline on the corpus shipped with the project, and bad input
-(text that is not UTF-8, a corpus with no text, a missing optional package) gets one clear message, exit code 2,
-no traceback and nothing lost."""
+"""A newcomer's first hour: the quick start runs offline on the shipped corpus, and bad input (not UTF-8, no text, a
+missing optional package) gets one clear message, exit code 2, no traceback and nothing lost."""
 
 import json
 import logging

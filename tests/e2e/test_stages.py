@@ -1,7 +1,5 @@
-"""The package's stages import one way: model -> data -> tasks -> training -> hub, no module a later stage.
-
-Read from the source with ast (nothing is imported), so a function-level import counts as much as a top one.
-"""
+"""The package's stages import one way, model -> data -> tasks -> training -> hub, read from the source with ast so
+that a function-level import counts as much as a top one."""
 
 import ast
 from pathlib import Path

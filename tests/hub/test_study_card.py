@@ -1,6 +1,5 @@
-"""Model cards written from a study's results file (bert_repro.hub.study_card): every checked-in card is what its
-study file gives, to the last digit; each score names its split and seeds; the baselines, budget and limits are
-there."""
+"""Model cards from a study's results file (bert_repro.hub.study_card): each checked-in card is what its study file
+gives, to the last digit; each score names its split and seeds; the baselines, budget and limits are there."""
 
 from __future__ import annotations
 

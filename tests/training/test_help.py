@@ -1,6 +1,5 @@
-"""`--help` a person can read: the config file first, the recipe's flags by stage (data, model, training,
-evaluation, output and Hub) before Trainer's, the defaults a run really uses, and the Trainer flags the recipe
-sets itself marked as such."""
+"""`--help` a person can read: the config file first, the recipe's flags by stage before Trainer's, the defaults a
+run really uses, and the Trainer flags the recipe sets itself marked as such."""
 
 import re
 from dataclasses import fields
