@@ -1,5 +1,5 @@
 """The pre-training recipe: argument handling, output-directory protection, global-batch loss normalisation, and
-end-to-end runs through the real launcher (resume and DDP equality); the two-phase sampler is in test_resume.py."""
+end-to-end runs through the real launcher; the sampler is in test_resume.py, engines in e2e/test_distributed.py."""
 
 import json
 
@@ -224,27 +224,6 @@ def test_pretrain_end_to_end_and_resume(tmp_path, corpus_and_tokenizer):
     a, b = weights(full), weights(resumed)
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst < 1e-6, worst
-
-
-@pytest.mark.slow
-def test_two_ddp_processes_match_one_process(tmp_path, corpus_and_tokenizer):
-    corpus, tokenizer = corpus_and_tokenizer
-    single = write_config(
-        tmp_path / "single.yaml", corpus, tokenizer, per_device_train_batch_size=8, eval_fraction=0.0, save_steps=100
-    )
-    double = write_config(
-        tmp_path / "double.yaml", corpus, tokenizer, per_device_train_batch_size=4, eval_fraction=0.0, save_steps=100
-    )
-    launch(single, tmp_path / "one")
-    launch(double, tmp_path / "two", processes=2)
-    one = json.loads((tmp_path / "one" / "results.json").read_text())
-    two = json.loads((tmp_path / "two" / "results.json").read_text())
-    # Really two processes with no accumulation, against one process of the same global batch.
-    assert (one["processes"], one["gradient_accumulation_steps"]) == (1, 1)
-    assert (two["processes"], two["gradient_accumulation_steps"]) == (2, 1)
-    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
-    worst = max((a[k] - b[k]).abs().max().item() for k in a)
-    assert worst < 1e-5, worst
 
 
 @pytest.mark.parametrize("config", sorted((ROOT / "recipes" / "configs").glob("*.yaml")), ids=lambda p: p.stem)
