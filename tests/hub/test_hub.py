@@ -206,19 +206,6 @@ def test_different_model_needs_overwrite(tmp_path, tokenizer):
         assert ("f1", 0.873) in [(t, round(v, 4)) for t, v in got["eval_results"]]  # a fraction, as evaluate's
 
 
-def test_pretrain_recipe_pushes_checkpoints_as_revisions(tmp_path, local_hub, corpus_and_tokenizer):
-    corpus, tokenizer_dir = corpus_and_tokenizer
-    config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=8, save_steps=4)
-    push = ("--push_to_hub", "true", "--hub_model_id", "someone/tiny-pretrained")
-    launch(config, tmp_path / "run", *push, env=client_env(local_hub, tmp_path))
-    assert {"main", "step-4", "step-8"} <= set(local_hub.refs("someone/tiny-pretrained")["heads"])
-    for revision in ("main", "step-4"):
-        files = local_hub.repo_files("someone/tiny-pretrained", revision)
-        assert "model.safetensors" in files and "vocab.txt" in files
-        assert not [n for n in files if n.endswith((".bin", ".pt", ".pth"))]
-    assert b"model-index" in local_hub.repo_files("someone/tiny-pretrained")["README.md"]
-
-
 def test_push_advice_fits_the_cause(tmp_path, tokenizer):
     local = tmp_path / "run"
     pretraining_output(local, tokenizer)
@@ -263,19 +250,23 @@ def every_byte_without(folder: Path, secret: str) -> list[str]:
 
 
 def test_hub_token_reaches_every_push_and_no_file(tmp_path, corpus_and_tokenizer, tiny_model):
-    """--hub_token (command line, or a config's hub_token) with a Hub that requires it and no other token around:
-    every checkpoint's branch and the final model on --hub_revision are pushed with it, and no byte of the run's
-    folder (training_args.bin, run_config.json, checkpoints, logs) holds it."""
+    """Both recipes push with --hub_token (command line, or a config's hub_token) to a Hub that requires it and no
+    other token around: every checkpoint as a branch, the final model on --hub_revision (main by default), no pickle;
+    no byte of the run's folder (training_args.bin, run_config.json, checkpoints, logs) holds the token."""
     secret = "hf_only_on_the_command_line_5678"
     with LocalHub(token=secret) as hub:
         env = {k: v for k, v in client_env(hub, tmp_path).items() if k != "HF_TOKEN"}
         corpus, tokenizer_dir = corpus_and_tokenizer
         config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=4, save_steps=2)
         out = tmp_path / "run"
-        push = ("--push_to_hub", "true", "--hub_model_id", "someone/tiny", "--hub_revision", "v1")
+        push = ("--push_to_hub", "true", "--hub_model_id", "someone/tiny")
         result = launch(config, out, *push, "--hub_token", secret, env=env)
-        assert {"v1", "step-2", "step-4"} <= set(hub.refs("someone/tiny")["heads"])
-        assert "model.safetensors" in hub.repo_files("someone/tiny", "v1")
+        assert {"main", "step-2", "step-4"} <= set(hub.refs("someone/tiny")["heads"])  # checkpoints as revisions
+        for revision in ("main", "step-2"):
+            files = hub.repo_files("someone/tiny", revision)
+            assert "model.safetensors" in files and "vocab.txt" in files
+            assert not [n for n in files if n.endswith((".bin", ".pt", ".pth"))]
+        assert b"model-index" in hub.repo_files("someone/tiny")["README.md"]
         assert every_byte_without(out, secret) == []
         assert secret not in result.stdout + result.stderr
 
