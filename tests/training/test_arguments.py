@@ -228,6 +228,14 @@ def open_with_study_reuse(directory, tmp_path):
     run_study(StudyArguments(study="table5", reuse=[f"mlm={directory}"], output_dir=str(tmp_path / "out")))
 
 
+def open_with_finetuning(directory, tmp_path):
+    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune_recipe import FineTuningRecipe
+
+    argv = ["--task", "sst2", "--model", str(directory), "--data", str(tmp_path / "data")]  # checked before the data
+    run_finetuning(FineTuningRecipe.from_args([*argv, "--output_dir", str(tmp_path / "out")]))
+
+
 def open_with_init_from(directory, tmp_path):
     from bert_repro.training.pretraining.model import model_config
 
@@ -238,7 +246,7 @@ def open_with_init_from(directory, tmp_path):
 @pytest.mark.parametrize("problem", ["pickle", "truncated", "config"])
 @pytest.mark.parametrize(
     "opener",
-    [open_with_load_bert, open_with_hub_push, open_with_study_reuse, open_with_init_from],
+    [open_with_load_bert, open_with_hub_push, open_with_study_reuse, open_with_init_from, open_with_finetuning],
 )
 def test_every_opener_checks_the_model_directory(opener, problem, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
