@@ -77,40 +77,20 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
     (results / "cuda_tests.log").write_text(
         "tests/model/test_cuda.py::test_x PASSED\n===== 9 passed, 1 skipped in 41.2s =====\n"
     )
-    bench = {
-        "bf16_matmul_peak_tflops": 700.0,
-        "settings": [
-            {
-                "preset": "base",
-                "max_seq_length": 128,
-                "batch_size": 256,
-                "results": {
-                    "transformers sdpa bf16 compile": {
-                        "tokens_per_second": 4.0e5,
-                        "mfu": 0.40,
-                        "ratio_to_transformers_best": 1.0,
-                    },
-                    "ours sparse bf16 compile": {
-                        "tokens_per_second": 6.0e5,
-                        "mfu": 0.60,
-                        "ratio_to_transformers_best": 1.5,
-                    },
-                    "ours packed sparse bf16 compile": {"error": "RuntimeError: out of memory"},
-                },
-            }
-        ],
+
+    def timed(tokens_per_second, mfu, ratio):
+        return {"tokens_per_second": tokens_per_second, "mfu": mfu, "ratio_to_transformers_best": ratio}
+
+    variants = {
+        "transformers sdpa bf16 compile": timed(4.0e5, 0.40, 1.0),
+        "ours sparse bf16 compile": timed(6.0e5, 0.60, 1.5),
+        "ours packed sparse bf16 compile": {"error": "RuntimeError: out of memory"},
     }
-    (results / "bench_base_128.json").write_text(json.dumps(bench))
-    (results / "pretrain_small" / "log_history.json").write_text(
-        json.dumps(
-            [
-                {"step": 25, "loss": 9.5},
-                {"step": 50, "loss": 7.25},
-                {"step": 50, "eval_loss": 7.0},
-                {"step": 50, "train_runtime": 30.0},
-            ]
-        )
-    )
+    setting = {"preset": "base", "max_seq_length": 128, "batch_size": 256, "results": variants}
+    (results / "bench_base_128.json").write_text(json.dumps({"bf16_matmul_peak_tflops": 700.0, "settings": [setting]}))
+    history = [{"step": 25, "loss": 9.5}, {"step": 50, "loss": 7.25}, {"step": 50, "eval_loss": 7.0}]
+    history.append({"step": 50, "train_runtime": 30.0})
+    (results / "pretrain_small" / "log_history.json").write_text(json.dumps(history))
     (results / "pretrain_small" / "model.safetensors").write_bytes(b"")
     report = gpu_session.collect(results, tmp_path / "results.json", "bash benchmarks/gpu/run_gpu.sh")
     assert json.loads((tmp_path / "results.json").read_text()) == report
@@ -120,12 +100,8 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
     assert steps["bench_base_128"] == {"name": "bench_base_128", "limit_s": 120, "exit": 137, "seconds": 120}
     assert steps["mrpc"]["skipped"] == "no pre-trained model"
     ours = next(r for r in report["benchmark"] if r["variant"] == "ours sparse bf16 compile")
-    assert (ours["setting"], ours["tokens_per_second"], ours["mfu"], ours["ratio_to_transformers_best"]) == (
-        "base:128",
-        6.0e5,
-        0.60,
-        1.5,
-    )
+    expected = ("base:128", 6.0e5, 0.60, 1.5)
+    assert (ours["setting"], ours["tokens_per_second"], ours["mfu"], ours["ratio_to_transformers_best"]) == expected
     assert report["pretraining"]["loss_curve"] == [[25, 9.5], [50, 7.25]]
     assert report["pretraining"]["finished"] and report["bf16_matmul_peak_tflops"] == 700.0
 
