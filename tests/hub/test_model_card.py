@@ -62,14 +62,9 @@ def secret_environment(monkeypatch):
 def make_mrpc_run(root: Path, model: str = "runs/base") -> Path:
     grid = [5e-05, 4e-05, 3e-05, 2e-05]
     scores = [0.8512, 0.8601, 0.8689, 0.873]
+    run = {"seed": 42, "train_seconds": 311.2}
     runs = [
-        {
-            "learning_rate": lr,
-            "seed": 42,
-            "train_seconds": 311.2,
-            "validation": {"accuracy": s - 0.06, "f1": s},
-            "score": s,
-        }
+        {"learning_rate": lr, **run, "validation": {"accuracy": s - 0.06, "f1": s}, "score": s}
         for lr, s in zip(grid, scores, strict=True)
     ]
     best = {"_main": "f1", **runs[-1]}
@@ -90,16 +85,9 @@ def make_squad_v2_run(root: Path) -> Path:
     runs = [{"learning_rate": 5e-05, "seed": 42, "train_seconds": 5400.0, "validation": scores, "score": 75.8}]
     best = {"_main": "squad_f1", **runs[0]}
     hp = {**GLUE_HP, "learning_rates": [5e-05], "num_train_epochs": 2.0, "per_device_train_batch_size": 48}
-    return finetuning_run(
-        root,
-        "squad_v2",
-        best,
-        runs,
-        model="google-bert/bert-base-uncased",
-        hp={**hp, "max_seq_length": 384},
-        run_fields={"data": ["/home/someone/private/data/SQuAD2"]},
-        head="BertReproForQuestionAnswering",
-    )
+    fields = dict(run_fields={"data": ["/home/someone/private/data/SQuAD2"]}, head="BertReproForQuestionAnswering")
+    model = "google-bert/bert-base-uncased"
+    return finetuning_run(root, "squad_v2", best, runs, model=model, hp={**hp, "max_seq_length": 384}, **fields)
 
 
 def glue_scores(card: ModelCard) -> dict[tuple[str, str], float]:
@@ -426,13 +414,9 @@ def test_mrpc_metadata_and_table(tmp_path):
     values = {(r.dataset_split, r.metric_name): r.metric_value for r in data.eval_results}
     assert values[("validation", "F1")] == 0.873  # fractions, as evaluate's metrics give them (the table: percent)
     assert values[("validation", "Accuracy")] == 0.8137254901960784
+    expected = ("text-classification", "nyu-mll/glue", "mrpc", "validation")
     for r in data.eval_results:
-        assert (r.task_type, r.dataset_type, r.dataset_config, r.dataset_split) == (
-            "text-classification",
-            "nyu-mll/glue",
-            "mrpc",
-            "validation",
-        )
+        assert (r.task_type, r.dataset_type, r.dataset_config, r.dataset_split) == expected
     text = card.text
     assert "| dev | F1 (main) | 87.30 | – | 88.9 (test) | 89.3 (test) |" in text  # beside the paper's Table 1
     assert "| dev | Accuracy | 81.37 | – | – | – |" in text
