@@ -170,18 +170,10 @@ def test_masked_positions_keep_the_loss_and_gradients(tokenizer, phases, packing
         run = torch.compile(model, backend="aot_eager") if compiled else model
         out = run(**inputs)
         out.loss.backward()
-        sums = pretraining_sums(
-            out.prediction_logits,
-            out.seq_relationship_logits,
-            batch["labels"],
-            batch["next_sentence_label"],
-            inputs.get("masked_positions"),
-        )
-        results[name] = (
-            out.masked_lm_loss.detach(),
-            sums,
-            {k: p.grad for k, p in model.named_parameters() if p.grad is not None},
-        )
+        labels = (batch["labels"], batch["next_sentence_label"], inputs.get("masked_positions"))
+        sums = pretraining_sums(out.prediction_logits, out.seq_relationship_logits, *labels)
+        grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+        results[name] = (out.masked_lm_loss.detach(), sums, grads)
     slots = batch["masked_positions"].numel()
     assert slots == BATCH * PHASES[0][1] > int((batch["labels"] != IGNORE_INDEX).sum())
     dense_loss, dense_sums, dense_grads = results["dense"]
