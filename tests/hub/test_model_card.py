@@ -156,12 +156,8 @@ def test_pretraining_body(tmp_path):
     write_json(out / "log_history.json", history)
     text = card_for_pretraining(out, REPO).text
     assert "| Preset | `tiny` (BERT-Tiny size) |" in text
-    for row in (
-        "| Layers (L) | 2 |",
-        "| Hidden size (H) | 128 |",
-        "| Attention heads (A) | 2 |",
-        "| Feed-forward size | 512 |",
-    ):
+    sizes = ["| Layers (L) | 2 |", "| Hidden size (H) | 128 |", "| Attention heads (A) | 2 |"]
+    for row in [*sizes, "| Feed-forward size | 512 |"]:
         assert row in text
     assert "| Parameters | 1,552,898 |" in text  # tiny sizes with an 8,192-entry vocabulary
     assert "[Salesforce/wikitext](https://huggingface.co/datasets/Salesforce/wikitext)" in text
@@ -178,14 +174,8 @@ def test_pretraining_body(tmp_path):
     assert "| MLM accuracy | 9.76 |" in text and "| NSP accuracy | 51.13 | 97–98" in text
     assert "![Training and held-out curves" in text and "(training_curves.png)" in text
     # every recorded setting, in its section
-    for setting in (
-        "`dupe_factor` | 3",
-        "`masked_lm_prob` | 0.15",
-        "`global_batch_size` | 32",
-        "`adam_epsilon` | 1e-06",
-        "`optim` | adamw_torch_fused",
-        "`max_grad_norm` | 1.0",
-    ):
+    settings = ["`dupe_factor` | 3", "`masked_lm_prob` | 0.15", "`global_batch_size` | 32", "`adam_epsilon` | 1e-06"]
+    for setting in [*settings, "`optim` | adamw_torch_fused", "`max_grad_norm` | 1.0"]:
         assert setting in text
     assert "CC BY-SA 3.0 and GFDL" in text  # the corpus's licence, in the licence section
     assert "Wikipedia text" in text  # the corpus-specific limitation
