@@ -1,17 +1,15 @@
-"""Shared fixtures (plain helpers, constants and fixture data are in support/, by concern). No test reaches the
-network: the Hub client is put in offline mode before any import."""
+"""Shared fixtures (helpers and fixture data are in support/). No test reaches the network: the Hub client is put
+offline before any import."""
 
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# One torch thread in this process and in every recipe it starts (they inherit the environment): the tests'
-# tiny models gain nothing from a second thread, and OpenMP threads that wait for a core another process holds
-# (two DDP ranks, DataLoader workers, anything else on the machine) made a training step tens of times slower.
+# One torch thread here and in every recipe started (they inherit it): OpenMP threads waiting for a core another
+# process holds (DDP ranks, DataLoader workers) made a tiny model's step tens of times slower.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# Our Triton kernels (the fused_dropout_add_norm switch) run on the CPU under Triton's interpreter, so every test
-# that turns the switch on checks the kernels themselves. Set before anything imports triton: triton decides at
-# import whether its own library functions (tl.sum, tl.randint4x) are interpreted.
+# Our Triton kernels (fused_dropout_add_norm) run on the CPU under Triton's interpreter, so tests check the kernels
+# themselves; set before any import of triton, which decides then whether tl.sum etc. are interpreted.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import json

@@ -1,39 +1,21 @@
-"""A small local stand-in for the Hugging Face Hub HTTP API, for tests that drive the real client.
+"""A local stand-in for the Hugging Face Hub HTTP API, so tests drive the real huggingface_hub client unmocked.
 
-An HTTP server (``http.server.ThreadingHTTPServer`` in a background thread on 127.0.0.1, standard library only) that
-answers the requests huggingface_hub makes for what this project does on the Hub: ``whoami``, ``create_repo``,
-``delete_repo``, ``model_info`` / ``repo_exists``, ``list_repo_files``, ``list_repo_refs``, ``upload_folder`` /
-``upload_file`` (preupload and commit, with ``delete_patterns``), ``create_branch`` / ``delete_branch``,
-``create_tag`` / ``delete_tag``, ``hf_hub_download`` (so ``from_pretrained(repo, revision=...)`` and
-``ModelCard.load``) and ``ModelCard.validate``. No client function is mocked; the paths and JSON shapes follow the
-installed client's source (``hf_api.py``, ``_commit_api.py``, ``file_download.py``). Any other request answers 404
-and is listed in ``hub.unhandled``.
+A ``ThreadingHTTPServer`` on 127.0.0.1 answers what this project uses (whoami, create/delete repo, model_info,
+list_repo_files/refs, upload_folder with delete_patterns, branches, tags, hf_hub_download, ModelCard.validate), with
+the paths and JSON shapes of the installed client's source; anything else answers 404 and lands in ``hub.unhandled``.
+Repos live under ``hub.root`` as ``repo.json`` (refs, every commit as a full ``{path: git blob id}`` snapshot) plus
+``blobs/``; file ids are git blob ids, so the client's "file unchanged" detection works as on the Hub. No LFS/Xet
+(every file travels base64 in the commit), pull requests, pagination or per-namespace permissions.
 
-Storage is real content under ``hub.root``: ``<models|datasets|spaces>/<namespace>/<name>/repo.json`` (visibility,
-branches, tags, and every commit as a full snapshot ``{path: git blob id}``) and ``.../blobs/<git blob id>``. A
-branch, a tag or a (possibly abbreviated) commit id works as a revision. File ids are git blob ids, so the client's
-"file unchanged" detection works as against the Hub; a new repo starts with an "initial commit" holding
-``.gitattributes``. Not there: Git LFS and Xet (preupload always answers "regular", so every file travels base64 inside
-the commit call), pull requests, pagination, per-namespace permissions.
+Errors carry the ``X-Error-Code`` the client maps to its exceptions. ``LocalHub(token="x")`` rejects other tokens
+(``token=None`` accepts any); writes need a token and private repos are 404 without one. Requests are recorded in
+``hub.requests`` and never logged, so no token is printed. ``hub.fail_next(kind, mode, times)`` fails the next
+requests of a route kind (or "any") with a status or a dropped connection; mind the client's retries on 5xx and drops
+(1, 2, 4, 8, 8 s): to fail a push fast inject "403" or ``times=6``.
 
-Errors carry the ``X-Error-Code`` header the client maps to its exceptions (``RepoNotFound``, ``RevisionNotFound``,
-``EntryNotFound``). Auth: with ``LocalHub(token=None)`` any bearer token is valid, with ``LocalHub(token="x")`` another
-one gets 401; writes need a valid token, and private repos are invisible (404) without one. Every request is recorded
-in ``hub.requests`` as ``(method, path_with_query, headers)`` with lower-cased header names; the server writes no log
-line at all, so a token is never printed.
-
-Failure injection: ``hub.fail_next(kind="commit", mode="500", times=1)`` makes the next ``times`` requests of a kind
-(a route's, see ``@route`` below, or ``"any"``) fail with that status, or with ``"drop"``: half of the body is read,
-then the connection closes without an answer ("Server disconnected without sending a response"). A failed request
-changes nothing. Mind the client's retries (1, 2, 4, 8, 8 s on 5xx and dropped connections): ``upload_folder``
-retries its commit, so to make a push fail fast inject a status it does not retry (``"403"``) or ``times=6``.
-
-Use: huggingface_hub reads ``HF_ENDPOINT`` when it is imported, so run client code in a subprocess with
-``env=hub.client_env(hf_home)``; in-process, ``with hub.patch_client(hf_home):`` redirects the constants and the shared
-``HfApi`` of the imported huggingface_hub (anything that copied the endpoint elsewhere at import is not redirected).
-The fixture ``local_hub`` (tests/conftest.py) yields a started hub storing under ``tmp_path / "hub"``. By hand, to try a
-push offline: ``python -m tests.hub_server [--root DIR] [--port N]`` serves until Ctrl-C and prints the environment to
-set in another shell.
+huggingface_hub reads ``HF_ENDPOINT`` at import, so run clients in a subprocess with ``env=hub.client_env(hf_home)``,
+or in-process under ``hub.patch_client(hf_home)``. The ``local_hub`` fixture (tests/conftest.py) yields a started hub;
+``python -m tests.hub_server [--root DIR] [--port N]`` serves one by hand for an offline push.
 """
 
 from __future__ import annotations
@@ -521,10 +503,8 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def drop_connection(self) -> None:
-        """Read half of the request body, then end the connection without an answer.
-
-        The sending side closes first and the rest of the body is discarded, so the client never gets a reset while
-        it is still sending: the failure it reports is always "Server disconnected without sending a response"."""
+        """Read half the body and close without an answer; closing our side first (and draining the rest) means the
+        client always reports "Server disconnected without sending a response", never a reset."""
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length // 2)
@@ -667,8 +647,7 @@ class LocalHub:
 
     # -- clients
     def client_env(self, hf_home: str | Path, token: str | None = DEFAULT_TOKEN) -> dict[str, str]:
-        """``os.environ`` for a subprocess whose huggingface_hub / transformers should talk to this hub, with a fresh
-        cache (nothing of the real one leaks in) and no other token."""
+        """``os.environ`` for a client subprocess of this hub, with a fresh cache and no other token."""
         drop = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN_PATH")
         env = {k: v for k, v in os.environ.items() if k not in drop}
         env.update(HF_ENDPOINT=self.endpoint, HF_HUB_OFFLINE="0", TRANSFORMERS_OFFLINE="0", HF_HOME=str(hf_home))
@@ -679,8 +658,7 @@ class LocalHub:
 
     @contextlib.contextmanager
     def patch_client(self, hf_home: str | Path) -> Iterator[None]:
-        """Point the imported huggingface_hub (and transformers' shared HfApi) at this hub, with the Hub cache under
-        ``hf_home``; everything is restored on exit."""
+        """Point the imported huggingface_hub (and transformers' shared HfApi) at this hub, restored on exit."""
         from huggingface_hub import constants, hf_api
 
         values = {
@@ -716,7 +694,6 @@ def reset_transformers_api() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m tests.hub_server`: serve until interrupted, after one paragraph saying how to point a client at it."""
     import argparse
     import shlex
     import signal

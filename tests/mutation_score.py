@@ -1,8 +1,7 @@
-"""The mutation score per module, from the results mutmut left in mutants/ (`make mutation` prints it).
+"""The mutation score per module from mutmut's results in mutants/ (`make mutation` prints it).
 
-killed = killed + timeout + caught by type check + segfault (the tests' process died on the mutant: a datasets
-map with worker processes that fails can end that way; each such mutant seen so far changes the data). score =
-killed / (mutants that were run: all but the skipped and those no test reached, which count as survivors).
+Killed counts timeouts, type-check catches and segfaults (a datasets map whose workers fail can end that way); the
+score divides by every mutant but the skipped and unchecked, so those no test reached count as survivors.
 Run from the repository root: python tests/mutation_score.py
 """
 

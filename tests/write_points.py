@@ -1,23 +1,15 @@
 """Kill a recipe at its N-th file write, for every N: the harness of tests/e2e/test_crash_consistency.py.
 
-A write point is a file opened for writing (`open`, `io.open`, `os.open` with O_CREAT or O_TRUNC: our own writes
-and those of transformers, tokenizers' Python side, datasets, shutil's copies), a rename (`os.replace`,
-`os.rename`), or a save by torch, safetensors or tokenizers (C++ or Rust, where no Python `open` sees them), under
-the scenario's folder (the run's output directory and its datasets cache). The process is killed with SIGKILL:
-- right after an open, so the file is there and empty (what a kill in the middle of writing it leaves);
-- before a rename (the file complete under its temporary name);
-- after a save by torch, safetensors or tokenizers (tokenizer.json), with the file cut to half its size (a torn
-  write).
+A write point, under the scenario's folder (the run's output and its datasets cache), is a file opened for writing
+(`open`, `io.open`, `os.open` with O_CREAT or O_TRUNC), a rename, or a save by torch, safetensors or tokenizers (C++
+or Rust, which no Python `open` sees). SIGKILL comes right after an open (an empty file, as a kill mid-write leaves),
+before a rename, or after a native save with the file cut to half (a torn write).
 
-Starting Python and importing torch, transformers and the recipes takes ~7 s, more than a tiny run; run as a
-script (`python tests/write_points.py`, reading one plan a line on stdin and answering one report a line on
-stdout), this module imports them once and forks a child per command, which runs the recipe as
-`python recipes/x.py ...` would (runpy, `__main__`).
-
-The plan: a list of scenarios, each {"root": folder, "commands": [{"argv": [recipe, args...], "kill_at": N or 0,
-"only_if_said": text or absent} or {"move": [from, to]}]}: the commands run in order; one with "only_if_said"
-runs only when the previous command's stderr says that text; a "move" renames a run folder. The report: per
-scenario, per command run, its exit code, its stderr's last lines, and the write point it was killed at.
+Importing torch and transformers takes longer than a tiny run, so as a script (one JSON plan a line on stdin, one
+report a line on stdout) it imports them once and forks a child per command, run as `python recipes/x.py` would.
+A plan is a list of scenarios {"root": folder, "commands": [{"argv": [...], "kill_at": N or 0, "only_if_said": text}
+or {"move": [from, to]}]}: "only_if_said" runs a command only if the previous one's stderr says it. The report gives
+each command's exit code, stderr's tail and the write point it was killed at.
 """
 
 from __future__ import annotations
@@ -36,9 +28,8 @@ WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC
 
 
 class _Points:
-    """Counts the write points under `root` and kills the run at the `kill_at`-th (0: never). The count is shared
-    with the processes the run forks (datasets' workers write its cache), and the kill takes them all: the run is
-    its own process group."""
+    """Counts the write points under `root` and kills the run's process group at the `kill_at`-th (0: never); the
+    count is shared with forked workers (datasets' write its cache)."""
 
     def __init__(self, root: Path, kill_at: int, said: Path):
         import multiprocessing

@@ -1,10 +1,10 @@
-"""benchmarks/gpu/run_gpu.sh on an emulated GPU machine gone wrong: no CUDA, an nvidia-smi that never returns, a
-network that accepts connections and never answers (index, proxy, Hub), and a `python` that is not the one
-with torch. The script must end by itself within a minute, say "no CUDA", and leave nothing running. And the
-results' way back: gpu_session.py's collect and record."""
+"""benchmarks/gpu/run_gpu.sh on an emulated GPU machine gone wrong (no CUDA, a hanging nvidia-smi, a network that
+never answers, a `python` without torch) ends by itself within a minute, says "no CUDA" and leaves nothing running;
+and the results' way back, gpu_session.py's collect and record."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import subprocess
@@ -15,6 +15,12 @@ from pathlib import Path
 import pytest
 from support import ROOT
 from support.device_machine import device_machine_env
+
+
+@pytest.fixture
+def gpu_session(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
+    return importlib.import_module("gpu_session")
 
 
 def processes_running(marker: str) -> list[str]:
@@ -58,10 +64,7 @@ def test_device_script_ends_cleanly_without_cuda_and_network(tmp_path):
     assert f"python: {Path(sys.executable).parent}/python3" in summary  # not the `python` without torch
 
 
-def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
-    import gpu_session
-
+def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypatch, gpu_session):
     results = tmp_path / "results"
     (results / "pretrain_small").mkdir(parents=True)
     (results / "progress.log").write_text(
@@ -74,40 +77,20 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
     (results / "cuda_tests.log").write_text(
         "tests/model/test_cuda.py::test_x PASSED\n===== 9 passed, 1 skipped in 41.2s =====\n"
     )
-    bench = {
-        "bf16_matmul_peak_tflops": 700.0,
-        "settings": [
-            {
-                "preset": "base",
-                "max_seq_length": 128,
-                "batch_size": 256,
-                "results": {
-                    "transformers sdpa bf16 compile": {
-                        "tokens_per_second": 4.0e5,
-                        "mfu": 0.40,
-                        "ratio_to_transformers_best": 1.0,
-                    },
-                    "ours sparse bf16 compile": {
-                        "tokens_per_second": 6.0e5,
-                        "mfu": 0.60,
-                        "ratio_to_transformers_best": 1.5,
-                    },
-                    "ours packed sparse bf16 compile": {"error": "RuntimeError: out of memory"},
-                },
-            }
-        ],
+
+    def timed(tokens_per_second, mfu, ratio):
+        return {"tokens_per_second": tokens_per_second, "mfu": mfu, "ratio_to_transformers_best": ratio}
+
+    variants = {
+        "transformers sdpa bf16 compile": timed(4.0e5, 0.40, 1.0),
+        "ours sparse bf16 compile": timed(6.0e5, 0.60, 1.5),
+        "ours packed sparse bf16 compile": {"error": "RuntimeError: out of memory"},
     }
-    (results / "bench_base_128.json").write_text(json.dumps(bench))
-    (results / "pretrain_small" / "log_history.json").write_text(
-        json.dumps(
-            [
-                {"step": 25, "loss": 9.5},
-                {"step": 50, "loss": 7.25},
-                {"step": 50, "eval_loss": 7.0},
-                {"step": 50, "train_runtime": 30.0},
-            ]
-        )
-    )
+    setting = {"preset": "base", "max_seq_length": 128, "batch_size": 256, "results": variants}
+    (results / "bench_base_128.json").write_text(json.dumps({"bf16_matmul_peak_tflops": 700.0, "settings": [setting]}))
+    history = [{"step": 25, "loss": 9.5}, {"step": 50, "loss": 7.25}, {"step": 50, "eval_loss": 7.0}]
+    history.append({"step": 50, "train_runtime": 30.0})
+    (results / "pretrain_small" / "log_history.json").write_text(json.dumps(history))
     (results / "pretrain_small" / "model.safetensors").write_bytes(b"")
     report = gpu_session.collect(results, tmp_path / "results.json", "bash benchmarks/gpu/run_gpu.sh")
     assert json.loads((tmp_path / "results.json").read_text()) == report
@@ -117,12 +100,8 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
     assert steps["bench_base_128"] == {"name": "bench_base_128", "limit_s": 120, "exit": 137, "seconds": 120}
     assert steps["mrpc"]["skipped"] == "no pre-trained model"
     ours = next(r for r in report["benchmark"] if r["variant"] == "ours sparse bf16 compile")
-    assert (ours["setting"], ours["tokens_per_second"], ours["mfu"], ours["ratio_to_transformers_best"]) == (
-        "base:128",
-        6.0e5,
-        0.60,
-        1.5,
-    )
+    expected = ("base:128", 6.0e5, 0.60, 1.5)
+    assert (ours["setting"], ours["tokens_per_second"], ours["mfu"], ours["ratio_to_transformers_best"]) == expected
     assert report["pretraining"]["loss_curve"] == [[25, 9.5], [50, 7.25]]
     assert report["pretraining"]["finished"] and report["bf16_matmul_peak_tflops"] == 700.0
 
@@ -169,10 +148,7 @@ def test_collect_and_record_turn_a_run_into_json_and_a_table(tmp_path, monkeypat
     assert "Study `pretraining`" in log and "| ours | 83.49 |" in log
 
 
-def test_what_a_device_call_carries_is_measured_and_too_much_refused(tmp_path, capsys, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
-    import gpu_session
-
+def test_what_a_device_call_carries_is_measured_and_too_much_refused(tmp_path, capsys, gpu_session):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / ".gitignore").write_text("/.travel/\n/.gpu/\n")
     (tmp_path / "code.py").write_bytes(b"x" * 1000)
@@ -191,12 +167,9 @@ def test_what_a_device_call_carries_is_measured_and_too_much_refused(tmp_path, c
     assert "error: more than the device's 64 MiB" in capsys.readouterr().err
 
 
-def test_record_files_the_microbenchmarks_the_profile_and_invalid_variants(tmp_path, monkeypatch):
+def test_record_files_the_microbenchmarks_the_profile_and_invalid_variants(tmp_path, monkeypatch, gpu_session):
     """micro.json (written into OUT by the part micro) and the profile's split come back inside results.json and are
     filed by `record`; a variant whose record disagreed with its label shows as invalid, not as a rate."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
-    import gpu_session
-
     results, out = tmp_path / "results", tmp_path / "out"
     results.mkdir()
     out.mkdir()
@@ -239,10 +212,9 @@ def wheel_of(package: str, folder: Path) -> Path:
 
 @pytest.mark.slow
 def test_every_wheel_of_the_kit_is_unpacked_where_the_image_lacks_its_package(tmp_path):
-    """The image's Python lacks datasets, dill, multiprocess and torchao: run_gpu.sh unpacks every wheel of the kit
-    (.gpu/wheels for every step, .gpu/fp8 for the FP8 processes only) and the probe imports datasets and the project;
-    it says which torch the image has against the kit's, and another minor version leaves the FP8 variants out with
-    one line."""
+    """The image's Python lacks datasets, dill, multiprocess and torchao: run_gpu.sh unpacks the kit's wheels (.gpu/fp8
+    for the FP8 processes only), the probe imports datasets and the project, and a torch of another minor version
+    than the kit's leaves the FP8 variants out with one line."""
     from support.device_machine import IMAGE_LACKS
 
     kit = tmp_path / "kit"

@@ -1,7 +1,6 @@
-"""benchmarks/gpu/gpu_pretrain.py on the CPU in the kit's process layout (variants in this process, each compiled
-afresh; CUDA-graph and FP8 variants each in a process of its own): every variant's record of what ran (the
-model, its switches, torch.compile's graphs and failures, the inductor settings in force) agrees with its label,
-and a variant whose record disagrees is marked invalid instead of timed."""
+"""benchmarks/gpu/gpu_pretrain.py on the CPU in the kit's process layout (CUDA-graph and FP8 variants each in a
+process of its own): every variant's record of what ran (model, switches, compiled graphs, inductor settings) agrees
+with its label, and a variant whose record disagrees is marked invalid instead of timed."""
 
 import importlib
 import json
@@ -80,9 +79,8 @@ def test_every_variant_runs_what_its_label_says(bench, examples):
 
 
 def test_a_variant_that_reuses_an_earlier_graph_is_invalid_not_timed(bench, examples, monkeypatch):
-    """Without a fresh compilation per variant (the kit before: one dynamo cache for the whole list) the cdt
-    variant runs today's best's cached graph: its record shows no graph compiled under its setting, and it is
-    marked invalid, with no tokens/s."""
+    """Without a fresh compilation per variant (one dynamo cache for the list) the cdt variant runs the previous
+    variant's cached graph: its record shows no graph compiled under its setting, so it is invalid, not timed."""
     torch._dynamo.reset()  # nothing compiled by an earlier test
     monkeypatch.setattr(torch._dynamo, "reset", lambda: None)
     results = run(bench, examples, "ours sparse bf16 compile,ours sparse bf16 compile cdt")

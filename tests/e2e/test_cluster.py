@@ -1,8 +1,7 @@
-"""Runs on a shared cluster (bert_repro.training.cluster): a signal stops a run with a checkpoint that resumes
-to the uninterrupted run's weights (one process, DDP and FSDP2 with two CPU processes, where only one of them
-is signalled), a full disk is one message with exit code 2 and leaves no complete-looking checkpoint, a second
-run on the same output directory is refused while the first holds it, and a run killed with -9 while datasets'
-workers build its examples does not block the next (its workers end with it and never held the lock)."""
+"""Runs on a shared cluster (bert_repro.training.cluster): a signal (to one of two DDP/FSDP2 processes too) stops a
+run with a checkpoint that resumes to the uninterrupted weights, a full disk is one message (exit 2) with no
+complete-looking checkpoint, a second run on a held output directory is refused, and a run killed with -9 while
+datasets' workers build its examples does not block the next."""
 
 import contextlib
 import json
@@ -44,8 +43,7 @@ def rank_process(launcher_pid: int, rank: int) -> int:
 
 
 def run_until_first_step(cmd: list[str], signal_pid=None) -> tuple[int, str]:
-    """Start `cmd`, send SIGTERM when the first training step is logged (to `signal_pid(process pid)`, else to
-    the process itself), and return its exit code and output."""
+    """Start `cmd`, SIGTERM it (or `signal_pid(its pid)`) at the first logged training step: (exit code, output)."""
     process = subprocess.Popen(
         cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True
     )
@@ -181,8 +179,7 @@ def test_a_streamed_run_with_workers_stops_where_its_workers_kept_the_position(t
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 1 MiB tmpfs (room for the run's first checkpoint, not for a second one beside it), or None where this
-    process may not mount one."""
+    """A 1 MiB tmpfs (room for one checkpoint, not two), or None where this process may not mount one."""
     disk = tmp_path / "disk"
     disk.mkdir()
     mounted = (
@@ -198,10 +195,9 @@ def small_disk(tmp_path):
 
 @pytest.mark.slow
 def test_a_full_disk_is_one_message_and_keeps_the_last_good_checkpoint(tmp_path, small_disk, corpus_and_tokenizer):
-    """checkpoint-4 fits, checkpoint-8 does not: exit code 2, one message naming the directory, the space
-    needed and the space free, no traceback, no checkpoint-8 in any state, and checkpoint-4 kept although
-    save_total_limit is 1 (rotation waits for the new checkpoint). Where no tmpfs can be mounted, the save of
-    checkpoint-8 fails with ENOSPC injected into torch.save."""
+    """checkpoint-8 does not fit: exit 2, one message naming the directory and the space needed and free, no
+    checkpoint-8 in any state, checkpoint-4 kept despite save_total_limit 1 (rotation waits for the new one).
+    Without a tmpfs, ENOSPC is injected into torch.save."""
     corpus, tokenizer = corpus_and_tokenizer
     config = write_config(tmp_path / "c.yaml", corpus, tokenizer, eval_fraction=0.0, save_total_limit=1)
     env = dict(ENV)

@@ -1,12 +1,10 @@
-"""Crash consistency, tested at every write point: a tiny pre-training and a tiny fine-tuning are killed (SIGKILL)
-at their N-th file write or rename, for every N (tests/write_points.py), and the same command is run again (then,
-when it says so, the resume command). Each rerun must end with the run done, or with one line that names the file
-and the fix (exit code 2) whose fix then completes the run: never a traceback, never a folder that blocks every
-later run, and never a finished result that differs from an uninterrupted run's.
+"""Crash consistency at every write point: a tiny pre-training and fine-tuning are killed (SIGKILL) at their N-th
+file write or rename for every N (tests/write_points.py) and the same command, then any resume command it names, is
+run again. Each rerun ends with the run done or one line naming the file and the fix (exit 2): never a traceback, a
+folder that blocks later runs, or a result that differs from an uninterrupted run's.
 
-The whole harness is in the slow tier (about 120 write points per recipe, and an overwrite killed as it moves the
-old run aside); the fast tier kills pre-training at a sample of points: the kept tokenizer's tokenizer.json (a kill
-there left a 0-byte file that every rerun died on) and the final results.
+The whole harness is slow (~120 points per recipe); the fast tier kills pre-training at a sample: the kept
+tokenizer.json (a kill there once left a 0-byte file every rerun died on) and the final results.
 """
 
 from __future__ import annotations
@@ -175,24 +173,30 @@ def test_finetuning_survives_a_kill_at_every_write_point(tmp_path, tiny_model, h
     check_all(harness.run(plan), reference, ".", len(points))
 
 
-def test_where_a_run_lives_is_not_what_identifies_it(tmp_path):
+@pytest.mark.parametrize(
+    "field, saved, now", [("output_dir", "/scratch/me/run", "/home/me/run"), ("log_level", "passive", "info")]
+)
+def test_where_a_run_lives_and_its_log_level_are_not_what_identifies_it(tmp_path, field, saved, now):
     from bert_repro.training.cli import check_output_dir
     from bert_repro.training.pretraining.recipe import run_identity
 
-    saved = {"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "output_dir": "/scratch/me/run"}}
-    (tmp_path / "run_config.json").write_text(json.dumps(saved))
+    def record(learning_rate, value):
+        return {"run": {"preset": "tiny"}, "training": {"learning_rate": learning_rate, field: value}}
+
+    (tmp_path / "run_config.json").write_text(json.dumps(record(1e-3, saved)))
     (tmp_path / "checkpoint-2").mkdir()
-    here = run_identity({"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "output_dir": str(tmp_path)}})
+    here = run_identity(record(1e-3, now))
+    assert here["run"] == {"preset": "tiny"} and here["training"] == {"learning_rate": 1e-3}
     check_output_dir(tmp_path, here, resume=True, overwrite=False, identity=run_identity)
-    other = run_identity({"run": {"preset": "tiny"}, "training": {"learning_rate": 1e-4, "output_dir": str(tmp_path)}})
+    with pytest.raises(FileExistsError, match=field):  # compared without the identity, the field differs
+        check_output_dir(tmp_path, here, resume=True, overwrite=False)
     with pytest.raises(FileExistsError, match="learning_rate: 0.001 -> 0.0001.*keep its settings"):
-        check_output_dir(tmp_path, other, resume=True, overwrite=False, identity=run_identity)
+        check_output_dir(tmp_path, run_identity(record(1e-4, now)), resume=True, overwrite=False, identity=run_identity)
 
 
 @pytest.mark.slow
 def test_a_moved_run_folder_resumes(tmp_path, corpus_and_tokenizer, harness):
-    """Stopped after 2 of 4 steps in one folder, moved, resumed in the new place: the result of an uninterrupted
-    run."""
+    """Stopped after 2 of 4 steps, moved to another folder and resumed there: the uninterrupted run's result."""
     command = pretraining_command(tmp_path, corpus_and_tokenizer)
     reference, _ = counted(harness, command, tmp_path)
     scratch, project = tmp_path / "moved" / "scratch", tmp_path / "moved" / "project"

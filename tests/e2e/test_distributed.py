@@ -1,14 +1,11 @@
-"""The training engines of recipes/accelerate/: FSDP2 and DeepSpeed ZeRO-2 really run with two CPU processes (gloo)
-and train the same weights as one process with the same global batch; an FSDP run resumes from its own checkpoint
-to the same weights; the final output is one model.safetensors that our class and transformers' Auto classes load;
-fine-tuning runs under FSDP; every shipped accelerate config parses with accelerate's own loader.
+"""The engines of recipes/accelerate/ (FSDP2, DeepSpeed ZeRO-2) with two CPU processes (gloo), against one process
+with the same global batch: the same weights, resumption from their own checkpoints, one model.safetensors that our
+class and transformers' Auto classes load, fine-tuning under FSDP; and every shipped accelerate config parses.
 
-Tolerance of the weight comparisons (float32): both runs add the same per-sequence gradients, in another order (two
-processes each sum half of the batch, FSDP reduce-scatters and averages the halves). The sums then differ by float32
-rounding, about 1e-7 relative, and 8 AdamW steps carry that into the weights: 6e-8 to 1.2e-7 measured. 1e-5 is a
-hundred times that and a hundred times below what one step moves a weight here (lr 2e-3): a step done differently
-(the loss scaled by the process count or not, a batch seen twice) is far outside it. The logged gradient norms are
-compared as well, because AdamW's update barely changes when every gradient is scaled by the same factor."""
+TOLERANCE (float32): both runs add the same per-sequence gradients in another order, a 1e-7 relative rounding that 8
+AdamW steps carry into the weights (6e-8 to 1.2e-7 measured). 1e-5 is a hundred times that and a hundred times below
+one step's change at lr 2e-3, so a step done differently (loss scaled by the process count, a batch seen twice) fails.
+Gradient norms are compared too, because AdamW's update barely changes when every gradient is scaled alike."""
 
 import json
 import sys
@@ -64,9 +61,7 @@ def assert_same_training(one: Path, many: Path) -> None:
         assert abs(a["loss"] - b["loss"]) < 1e-4, (a, b)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The shipped accelerate configs
-# ---------------------------------------------------------------------------------------------------------------
+# --- The shipped accelerate configs
 
 
 @pytest.mark.parametrize("path", sorted(ACCELERATE.glob("*.yaml")), ids=lambda p: p.stem)
@@ -177,9 +172,7 @@ def test_deepspeed_missing_stops_the_recipe_with_exit_code_2(tmp_path, corpus_an
     assert not (tmp_path / "out").exists()
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Pre-training: one process against two under FSDP2 / DeepSpeed ZeRO-2
-# ---------------------------------------------------------------------------------------------------------------
+# --- Pre-training: one process against two under FSDP2 / DeepSpeed ZeRO-2
 
 
 @pytest.fixture(scope="module")
@@ -324,9 +317,7 @@ def test_deepspeed_zero2_resumes_from_its_checkpoint(runs):
     assert worst < TOLERANCE, worst
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Fine-tuning under FSDP2
-# ---------------------------------------------------------------------------------------------------------------
+# --- Fine-tuning under FSDP2
 
 
 @pytest.mark.slow

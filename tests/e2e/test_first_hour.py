@@ -1,5 +1,5 @@
-"""What a transformers user meets in a first hour with the project (issue 45): files that carry this machine's
-state, warnings about our own shipped files, messages printed once per process."""
+"""What a transformers user meets in a first hour with the project: files that carry this machine's state, warnings
+about our own shipped files, messages printed once per process."""
 
 import json
 import re
@@ -66,10 +66,9 @@ def launch_commands() -> list[tuple[str, list[str]]]:
 
 
 def test_our_launch_commands_pass_what_accelerate_asks_for(monkeypatch, caplog):
-    """accelerate fills what a launch leaves out and says so in five lines ("The following values were not passed
-    ..."); every command we show gives them, through a shipped config or flags. Checked with accelerate's own
-    validation, without `accelerate config` (none on a fresh machine) and with OMP_NUM_THREADS set (a many-core
-    CPU machine otherwise gets a line on the threads accelerate chose for each process)."""
+    """Every launch command we show gives what accelerate would otherwise fill in with five lines of warning ("The
+    following values were not passed ..."), by accelerate's own validation, on a fresh machine (no `accelerate
+    config`) and with OMP_NUM_THREADS set (else a many-core machine gets a line on the threads chosen)."""
     from accelerate.commands import launch
 
     monkeypatch.chdir(ROOT)  # the configs and their DeepSpeed JSON are named from the repository root

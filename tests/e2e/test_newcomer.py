@@ -1,6 +1,5 @@
-"""A newcomer's first hour: the quick start runs offline on the corpus shipped with the project, and bad input
-(text that is not UTF-8, a corpus with no text, a missing optional package) gets one clear message, exit code 2,
-no traceback and nothing lost."""
+"""A newcomer's first hour: the quick start runs offline on the shipped corpus, and bad input (not UTF-8, no text, a
+missing optional package) gets one clear message, exit code 2, no traceback and nothing lost."""
 
 import json
 import logging
@@ -26,8 +25,7 @@ def test_shipped_corpus_is_documented_and_text():
 
 
 def test_quickstart_config_runs_offline_without_corpus(tmp_path):
-    """The README's first command with no Hub access and no --corpus (a few steps on part of the corpus): the fast
-    tier's one pre-training through the real script."""
+    """The README's first command offline, without --corpus: the fast tier's one pre-training through the script."""
     out = tmp_path / "quickstart"
     settings = dict(max_documents=8, dupe_factor=1, max_steps=2, warmup_steps=1, eval_steps=2, save_steps=2)
     settings.update(eval_max_examples=16, report_to="none", plot="false", disable_tqdm="true")
@@ -45,9 +43,7 @@ def test_quickstart_config_runs_offline_without_corpus(tmp_path):
     assert all("quickstart_corpus" in c for c in corpus)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Corpus input: encodings, nothing to read
-# ---------------------------------------------------------------------------------------------------------------
+# --- Corpus input: encodings, nothing to read
 
 LATIN1_FEW = "Le café était fermé. Nous sommes partis à la maison.\n".encode("latin-1")
 LATIN1_MOSTLY = ("àéèêëîïôöùûüç ÀÉÈÊ " * 50 + "\n").encode("latin-1")
@@ -114,9 +110,7 @@ def test_failed_corpus_exits_2_and_leaves_nothing_behind(tmp_path, corpus_and_to
     assert json.loads((out / "results.json").read_text())["global_step"] == 2
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Optional dependencies
-# ---------------------------------------------------------------------------------------------------------------
+# --- Optional dependencies
 
 
 @pytest.mark.slow
@@ -188,8 +182,7 @@ def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, 
 
 @pytest.mark.slow
 def test_accelerate_launch_quiet_shows_the_recipes_error_alone(tmp_path):
-    """docs/pretraining.md's advice for one process: `accelerate launch -q` keeps our one-line error free of a
-    traceback."""
+    """docs/pretraining.md's advice for one process: `accelerate launch -q` leaves our one-line error alone."""
     missing, out = tmp_path / "missing", tmp_path / "out"
     result = run_recipe("pretrain.py", "--corpus", missing, "--output_dir", out, launcher=["-q", *ONE_PROCESS])
     assert result.returncode == 1  # accelerate's own code for a failed process in quiet mode

@@ -2,7 +2,6 @@
 restarts, so a finished run given it again must be left exactly as it is (exit 0, one line that says so), and
 raising `--max_steps` is the one change a resumption accepts: the run continues from its newest checkpoint."""
 
-import hashlib
 import json
 import os
 import subprocess
@@ -10,21 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ROOT
+from support import ROOT, file_digests
 from support.pretraining_runs import launch, write_config
 from support.task_files import TINY_RUN, finetune_args, fixture_files, write
 
 from bert_repro.training.cli import RunFinished, check_output_dir
 from bert_repro.training.pretraining.recipe import MAY_GROW, run_identity
-
-
-def every_file(directory: Path) -> dict[str, str]:
-    """Every file under `directory` (the lock, the checkpoints, hidden files included) -> its SHA-256."""
-    return {
-        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file()
-    }
 
 
 def finished_run(tmp_path: Path, max_steps: int = 20) -> tuple[Path, dict]:
@@ -71,9 +61,9 @@ def test_a_requeued_pretraining_run_is_left_byte_for_byte_and_can_be_extended(tm
     )
     out = tmp_path / "out"
     launch(config, out, "--resume_from_checkpoint", "true")  # the requeue-safe command from its first start
-    before = every_file(out)
+    before = file_digests(out)
     again = launch(config, out, "--resume_from_checkpoint", "true")
-    assert every_file(out) == before
+    assert file_digests(out) == before
     said = [line for line in again.stderr.splitlines() if "pretrain.py: " in line]
     assert len(said) == 1 and "already holds this run, finished" in said[0], again.stderr[-3000:]
     assert "Traceback" not in again.stderr
@@ -103,9 +93,9 @@ def test_a_requeued_pretraining_run_is_left_byte_for_byte_and_can_be_extended(tm
         if "loss" in entry:
             assert entry["epoch"] == pytest.approx(entry["step"] * 8 / examples, abs=1e-4), entry
     # The longer run is finished in its turn: requeued, it is left alone.
-    before = every_file(out)
+    before = file_digests(out)
     launch(config, out, "--max_steps", "30", "--resume_from_checkpoint", "true")
-    assert every_file(out) == before
+    assert file_digests(out) == before
 
 
 @pytest.mark.slow
@@ -116,9 +106,9 @@ def test_a_requeued_finetuning_run_is_left_byte_for_byte(tmp_path, tiny_model):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     first = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
-    before = every_file(tmp_path / "out")
+    before = file_digests(tmp_path / "out")
     for extra in ([], ["--resume_from_checkpoint", "true"]):
         again = subprocess.run(command + extra, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
         assert again.returncode == 0, again.stderr[-3000:]
         assert "already holds this run, finished" in again.stderr and "Traceback" not in again.stderr
-        assert every_file(tmp_path / "out") == before, extra
+        assert file_digests(tmp_path / "out") == before, extra

@@ -1,7 +1,5 @@
-"""The package's stages import one way: model -> data -> tasks -> training -> hub, no module a later stage.
-
-Read from the source with ast (nothing is imported), so a function-level import counts as much as a top one.
-"""
+"""The package's stages import one way, model -> data -> tasks -> training -> hub, read from the source with ast so
+that a function-level import counts as much as a top one."""
 
 import ast
 from pathlib import Path
@@ -16,6 +14,14 @@ STAGES = ("model", "data", "tasks", "training", "hub")
 ALLOWED = {("training", "bert_repro.hub.push"), ("training", "bert_repro.hub.model_card")}
 
 
+def absolute_base(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from ... import` reads from, relative to `package` resolved."""
+    if not node.level:
+        return node.module or ""
+    parent = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+    return f"{parent}.{node.module}" if node.module else parent
+
+
 def imported_modules(path: Path) -> list[tuple[int, str]]:
     """(line, absolute module name) of every import in one file of the package, relative ones resolved."""
     package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
@@ -24,10 +30,7 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
+            base = absolute_base(node, package)
             if node.module:  # from ..model.conversion import check_model_dir
                 found.append((node.lineno, base))
             else:  # from ..model import modeling_bert_repro: the names are modules
@@ -96,8 +99,7 @@ CIRCLES = {
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports, function-level and TYPE_CHECKING imports included (`from x import
-    y` imports module x.y where y is one)."""
+    """Module -> the package's modules it imports, function-level and TYPE_CHECKING imports included."""
     modules = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -110,10 +112,7 @@ def import_graph() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parent = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
-                    base = f"{parent}.{base}" if base else parent
+                base = absolute_base(node, package)
                 # a name that is a module is that module; any other name comes from the module `base`
                 targets |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
         graph[name] = (targets & modules.keys()) - {name}

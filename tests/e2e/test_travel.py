@@ -2,6 +2,7 @@
 (benchmarks/corpus/task_data.py) and the GPU study command (benchmarks/gpu/study_gpu.sh) dry-run on the CPU at a tiny
 budget: the same script and flags as on the GPU."""
 
+import importlib
 import json
 import os
 import random
@@ -35,6 +36,14 @@ def _books(folder: Path, n: int = 8, seed: int = 0) -> list[str]:
         texts.append(text)
     (folder / "SOURCES.tsv").write_text("file\tlicence\nbook0.txt\tpublic domain\n")  # not text to train on
     return texts
+
+
+def _corpus_script(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
 
 
 @pytest.fixture(scope="module")
@@ -80,11 +89,7 @@ def test_check_finds_a_copy_cut_short_and_build_never_overwrites(travelled, tmp_
 
 
 def test_gutenberg_books_keep_only_the_text_between_the_start_and_end_lines(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))
-    try:
-        from gutenberg_books import book_text
-    finally:
-        sys.path.pop(0)
+    book_text = _corpus_script("gutenberg_books").book_text
     raw = (
         "The Project Gutenberg EBook of Emma\n\nRelease Date: 1994\n\n"
         "*** START OF THIS PROJECT GUTENBERG EBOOK EMMA ***\n\n\nEMMA\n\nBy Jane Austen\n\n"
@@ -96,18 +101,15 @@ def test_gutenberg_books_keep_only_the_text_between_the_start_and_end_lines(tmp_
 
 @pytest.mark.slow
 def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
-    """benchmarks/gpu/study_gpu.sh as the GPU machine runs it (both studies, the travel folder, the pre-training
-    flags, the fine-tuning on the full training sets), only the model, the steps and the number of seeds and
-    processes small, and bf16 off: it needs CUDA (or --use_cpu), the one thing the GPU alone checks."""
+    """benchmarks/gpu/study_gpu.sh with the GPU machine's studies, folder and flags, only small and without bf16
+    (it needs CUDA, the one thing the GPU alone checks)."""
     root, _, _ = travelled
     small = dict(PRESET="tiny", STEPS="2", BATCH="8", MICRO="8", BF16="false", CPU="1", WORKERS="0", NUM_PROC="1")
-    # seeds, and runs in parallel processes: the emulated device machine's test below
-    small.update(SEEDS="1", JOBS="1")
+    small.update(SEEDS="1", JOBS="1")  # several: the emulated device machine's test below
     where = dict(PYTHON=sys.executable, TRAVEL=str(root / ".travel"), RESULTS=str(root / "runs"))
     env = {**os.environ, **where, **small}
     studies = (("pretraining", ["pretrained", "random"]), ("table5", ["mlm_nsp", "mlm", "ltr", "ltr_bilstm"]))
-    # Table 5 reusing the first study's model, on the two GLUE tasks, the + BiLSTM row too (the bare machine's
-    # Table 5, its own three pre-trainings and QNLI and SQuAD: the emulated device machine's test below)
+    # Table 5 reusing the first study's model (its own pre-trainings: test_table5_runs_on_a_bare_...)
     more = {"TABLE5_REUSE": "1", "TABLE5_TASKS": "mrpc sst2", "TABLE5_VARIANTS": "mlm_nsp mlm ltr ltr_bilstm"}
     for study, rows in studies:
         done = subprocess.run(
@@ -134,10 +136,8 @@ def test_the_gpu_study_command_dry_runs_on_the_cpu(travelled):
 
 @pytest.mark.slow
 def test_the_gpu_study_part_runs_on_an_emulated_device_machine(travelled, tmp_path):
-    """`PARTS="probe study" bash benchmarks/gpu/run_gpu.sh` as on the device machine, only without CUDA (DRY_RUN=1:
-    tiny sizes on the CPU): a network that accepts connections and never answers (Hub, index, proxy), a `python`
-    that is not the one with torch, the carried travel folder; the study's table, the log and the packed model come
-    back in OUT within the device's file limits (at most 8 files of 16 MiB)."""
+    """`PARTS="probe study" bash benchmarks/gpu/run_gpu.sh` on an emulated device machine (DRY_RUN=1, no network, a
+    `python` without torch): the table, log and packed model come back within its limits (8 files of 16 MiB)."""
     root, _, _ = travelled
     settings = dict(TRAVEL=str(root / ".travel"), PARTS="probe study", DRY_RUN="1", BUDGET="900")
     with device_machine_env(tmp_path, **settings) as env:
@@ -169,15 +169,6 @@ def test_the_gpu_study_part_runs_on_an_emulated_device_machine(travelled, tmp_pa
     assert (tmp_path / "unpacked" / "pretrained" / "data_statistics.json").is_file()
 
 
-def _task_data():
-    sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))
-    try:
-        import task_data
-    finally:
-        sys.path.pop(0)
-    return task_data
-
-
 def _explorer_page(title: str, paragraphs: list[tuple[str, list[tuple[str, list[str]]]]]) -> str:
     """A page as the SQuAD explorer renders an article: a paragraph, then its questions and their answers."""
     blocks = []
@@ -198,7 +189,7 @@ def _explorer_page(title: str, paragraphs: list[tuple[str, list[tuple[str, list[
 
 
 def test_squad_from_explorer_pages_keeps_answers_whose_offset_is_certain():
-    task_data = _task_data()
+    task_data = _corpus_script("task_data")
     page = _explorer_page(
         "Caf&eacute;",
         [
@@ -229,7 +220,7 @@ def test_squad_from_explorer_pages_keeps_answers_whose_offset_is_certain():
 
 
 def test_squad_subset_takes_whole_paragraphs_round_the_articles():
-    task_data = _task_data()
+    task_data = _corpus_script("task_data")
 
     def article(title, sizes):
         return {
@@ -250,7 +241,7 @@ def test_squad_subset_takes_whole_paragraphs_round_the_articles():
 
 
 def test_task_data_check_finds_a_missing_or_changed_file(tmp_path, capsys):
-    task_data = _task_data()
+    task_data = _corpus_script("task_data")
     files = {"QNLI/train.tsv": b"index\tquestion\tsentence\tlabel\n", "SQuAD/dev.json": b'{"data": []}'}
     manifest = {"built": {n: {"sha256": task_data.sha256(d)} for n, d in files.items()}}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
@@ -272,10 +263,9 @@ def test_task_data_check_finds_a_missing_or_changed_file(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_table5_runs_on_a_bare_emulated_device_machine(travelled, tmp_path):
-    """`PARTS="probe table5" bash benchmarks/gpu/run_gpu.sh` on a machine with no earlier study (DRY_RUN=1: tiny sizes
-    on the CPU): the three pre-training tasks each pre-trained with the same flags, every one fine-tuned on MRPC, SST-2,
-    QNLI and SQuAD from the carried folder (fixture rows, checked against their own manifest as the real subsets are
-    against task_data.json) with 2 seeds; the table comes back in results.json."""
+    """`PARTS="probe table5" bash benchmarks/gpu/run_gpu.sh` with no earlier study (DRY_RUN=1): three objectives
+    pre-trained with the same flags, each fine-tuned on MRPC, SST-2, QNLI and SQuAD (fixture rows checked against
+    their own manifest) with 2 seeds; the table comes back in results.json."""
     root, _, _ = travelled
     travel = tmp_path / ".travel"
     travel.mkdir()
@@ -284,7 +274,7 @@ def test_table5_runs_on_a_bare_emulated_device_machine(travelled, tmp_path):
         write(travel / "glue" / folder, {n: GLUE_FIXTURES[task][0][n] for n in ("train.tsv", "dev.tsv")})
     squad = squad_files(1)
     write(travel / "glue" / "SQuAD", {"train.json": squad["train-v1.1.json"], "dev.json": squad["dev-v1.1.json"]})
-    task_data = _task_data()
+    task_data = _corpus_script("task_data")
     built = {
         f"{task}/{f.name}": {"sha256": task_data.sha256(f.read_bytes())}
         for task in ("QNLI", "SQuAD")

@@ -1,8 +1,6 @@
-"""Publishing against a local Hub server that speaks the HTTP API huggingface_hub uses: the real client makes
-real requests (no mock of its functions). Client code runs in subprocesses, since huggingface_hub reads
-HF_ENDPOINT when it is imported."""
+"""Publishing against the local Hub server with the real, unmocked client, run in subprocesses since
+huggingface_hub reads HF_ENDPOINT when it is imported."""
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -12,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from hub_server import HubError, LocalHub
-from support import ROOT
+from support import ROOT, file_digests
 from support.models import padded_batch, tiny_config
 from support.pretraining_runs import launch, write_config
 from support.run_records import finetuning_run, make_pretraining_run
@@ -39,14 +37,6 @@ def run(cmd, env, check=True):
 
 def push_cli(env, *args, check=True):
     return run([sys.executable, "-m", "bert_repro.hub", *map(str, args)], env, check=check)
-
-
-def digest(directory: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
@@ -103,12 +93,12 @@ def load_without_package(env, tmp_path, repo, revision, auto_name, batch):
 def test_pretrained_round_trip_with_revisions(tmp_path, tokenizer):
     local = tmp_path / "run"
     model = pretraining_output(local, tokenizer)
-    before = digest(local)
+    before = file_digests(local)
     batch = padded_batch(len(tokenizer))
     with LocalHub() as hub:
         env = client_env(hub, tmp_path)
         push_cli(env, local, "--repo_id", "someone/tiny-bert", "--checkpoints")
-        assert digest(local) == before  # nothing written into the user's directory
+        assert file_digests(local) == before  # nothing written into the user's directory
 
         files = hub.repo_files("someone/tiny-bert")
         assert {
@@ -169,7 +159,7 @@ def test_shards_and_the_written_card_are_staged(tmp_path, tokenizer):
 def test_failed_push_is_clear_and_a_second_push_completes(tmp_path, tokenizer):
     local = tmp_path / "run"
     pretraining_output(local, tokenizer)
-    before = digest(local)
+    before = file_digests(local)
     with LocalHub() as hub:
         env = client_env(hub, tmp_path)
         # Refused (a status the client does not retry), then dropped half-way through the body on every retry.
@@ -182,7 +172,7 @@ def test_failed_push_is_clear_and_a_second_push_completes(tmp_path, tokenizer):
             advice = "may not write to someone/flaky" if mode == "403" else "run the same command again"
             assert advice in failed.stderr, failed.stderr[-2000:]
             assert TOKEN not in failed.stderr + failed.stdout
-            assert digest(local) == before
+            assert file_digests(local) == before
             assert "it created was removed again" in failed.stderr
             with pytest.raises(HubError, match="Repository not found"):
                 hub.repo_files("someone/flaky")
@@ -214,38 +204,6 @@ def test_different_model_needs_overwrite(tmp_path, tokenizer):
         with torch.no_grad():
             assert torch.equal(got["first"], classifier(**batch).logits)
         assert ("f1", 0.873) in [(t, round(v, 4)) for t, v in got["eval_results"]]  # a fraction, as evaluate's
-
-
-def test_finetune_recipe_pushes_with_push_to_hub(tmp_path, local_hub, tiny_model):
-    """`recipes/finetune.py --push_to_hub --hub_model_id ID`: our publishing, not Trainer's (no pickles)."""
-    data = write(tmp_path / "MRPC", fixture_files("mrpc"))
-    push = {"push_to_hub": True, "hub_model_id": "someone/tiny-mrpc"}
-    args = finetune_args("mrpc", tiny_model, data, tmp_path / "out", learning_rates="1e-4", max_steps=2, **push)
-    run([sys.executable, str(ROOT / "recipes" / "finetune.py"), *args], client_env(local_hub, tmp_path))
-    files = local_hub.repo_files("someone/tiny-mrpc")
-    assert {
-        "model.safetensors",
-        "config.json",
-        "modeling_bert_repro.py",
-        "vocab.txt",
-        "README.md",
-        "results.json",
-    } <= set(files)
-    assert not [n for n in files if n.endswith((".bin", ".pt", ".pth"))]
-    assert b"model-index" in files["README.md"]
-
-
-def test_pretrain_recipe_pushes_checkpoints_as_revisions(tmp_path, local_hub, corpus_and_tokenizer):
-    corpus, tokenizer_dir = corpus_and_tokenizer
-    config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=8, save_steps=4)
-    push = ("--push_to_hub", "true", "--hub_model_id", "someone/tiny-pretrained")
-    launch(config, tmp_path / "run", *push, env=client_env(local_hub, tmp_path))
-    assert {"main", "step-4", "step-8"} <= set(local_hub.refs("someone/tiny-pretrained")["heads"])
-    for revision in ("main", "step-4"):
-        files = local_hub.repo_files("someone/tiny-pretrained", revision)
-        assert "model.safetensors" in files and "vocab.txt" in files
-        assert not [n for n in files if n.endswith((".bin", ".pt", ".pth"))]
-    assert b"model-index" in local_hub.repo_files("someone/tiny-pretrained")["README.md"]
 
 
 def test_push_advice_fits_the_cause(tmp_path, tokenizer):
@@ -292,19 +250,23 @@ def every_byte_without(folder: Path, secret: str) -> list[str]:
 
 
 def test_hub_token_reaches_every_push_and_no_file(tmp_path, corpus_and_tokenizer, tiny_model):
-    """--hub_token (command line, or a config's hub_token) with a Hub that requires it and no other token around:
-    every checkpoint's branch and the final model on --hub_revision are pushed with it, and no byte of the run's
-    folder (training_args.bin, run_config.json, checkpoints, logs) holds it."""
+    """Both recipes push with --hub_token (command line, or a config's hub_token) to a Hub that requires it and no
+    other token around: every checkpoint as a branch, the final model on --hub_revision (main by default), no pickle;
+    no byte of the run's folder (training_args.bin, run_config.json, checkpoints, logs) holds the token."""
     secret = "hf_only_on_the_command_line_5678"
     with LocalHub(token=secret) as hub:
         env = {k: v for k, v in client_env(hub, tmp_path).items() if k != "HF_TOKEN"}
         corpus, tokenizer_dir = corpus_and_tokenizer
         config = write_config(tmp_path / "tiny.yaml", corpus, tokenizer_dir, max_steps=4, save_steps=2)
         out = tmp_path / "run"
-        push = ("--push_to_hub", "true", "--hub_model_id", "someone/tiny", "--hub_revision", "v1")
+        push = ("--push_to_hub", "true", "--hub_model_id", "someone/tiny")
         result = launch(config, out, *push, "--hub_token", secret, env=env)
-        assert {"v1", "step-2", "step-4"} <= set(hub.refs("someone/tiny")["heads"])
-        assert "model.safetensors" in hub.repo_files("someone/tiny", "v1")
+        assert {"main", "step-2", "step-4"} <= set(hub.refs("someone/tiny")["heads"])  # checkpoints as revisions
+        for revision in ("main", "step-2"):
+            files = hub.repo_files("someone/tiny", revision)
+            assert "model.safetensors" in files and "vocab.txt" in files
+            assert not [n for n in files if n.endswith((".bin", ".pt", ".pth"))]
+        assert b"model-index" in hub.repo_files("someone/tiny")["README.md"]
         assert every_byte_without(out, secret) == []
         assert secret not in result.stdout + result.stderr
 
@@ -316,7 +278,9 @@ def test_hub_token_reaches_every_push_and_no_file(tmp_path, corpus_and_tokenizer
         cmd += ["--task", "mrpc", "--model", str(tiny_model), "--data", str(data), "--output_dir", str(out)]
         cmd += ["--learning_rates", "1e-4", "--max_steps", "2", "--use_cpu", "true", "--push_to_hub", "true"]
         result = run(cmd, env)
-        assert "model.safetensors" in hub.repo_files("someone/tiny-mrpc", "v2")
+        files = hub.repo_files("someone/tiny-mrpc", "v2")  # our publishing, not Trainer's (no pickles)
+        assert {"model.safetensors", "config.json", "modeling_bert_repro.py", "vocab.txt", "results.json"} <= set(files)
+        assert not [n for n in files if n.endswith((".bin", ".pt", ".pth"))] and b"model-index" in files["README.md"]
         assert every_byte_without(out, secret) == []
         assert secret not in result.stdout + result.stderr
 

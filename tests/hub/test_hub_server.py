@@ -1,8 +1,5 @@
-"""The local Hub server (tests/hub_server.py) against the real huggingface_hub client: what the push tests rely on.
-
-Nothing of huggingface_hub is mocked; the client runs in this process, pointed at the server by `hub.patch_client`
-(tests/hub/test_hub.py drives it from subprocesses through `hub.client_env`, with whole pushes and loads).
-"""
+"""The local Hub server (tests/hub_server.py) against the real, unmocked huggingface_hub client in this process
+(`hub.patch_client`): what the push tests rely on."""
 
 from __future__ import annotations
 

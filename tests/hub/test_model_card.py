@@ -1,7 +1,5 @@
-"""Model cards (`bert_repro.hub.model_card`) built from fake but realistic run directories: metadata, the model-index
-in percent, the tables beside the paper's numbers, the load snippets, round trips through huggingface_hub's
-parsers, and that nothing private (tokens, local paths) reaches a card. No test talks to the Hub: `validate()`
-would call its /api/validate-yaml."""
+"""Model cards (`bert_repro.hub.model_card`) of fake but realistic run directories, against the paper's tables and
+huggingface_hub's parsers; offline, so no `validate()` (it calls the Hub's /api/validate-yaml)."""
 
 import os
 
@@ -58,22 +56,15 @@ def secret_environment(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Fake run directories, in the formats bert_repro.training.pretrain / finetuning / reproduce write
-# ------------------------------------------------------------------------------------------------------------
+# --- Fake run directories, in the formats bert_repro.training.pretrain / finetuning / reproduce write
 
 
 def make_mrpc_run(root: Path, model: str = "runs/base") -> Path:
     grid = [5e-05, 4e-05, 3e-05, 2e-05]
     scores = [0.8512, 0.8601, 0.8689, 0.873]
+    run = {"seed": 42, "train_seconds": 311.2}
     runs = [
-        {
-            "learning_rate": lr,
-            "seed": 42,
-            "train_seconds": 311.2,
-            "validation": {"accuracy": s - 0.06, "f1": s},
-            "score": s,
-        }
+        {"learning_rate": lr, **run, "validation": {"accuracy": s - 0.06, "f1": s}, "score": s}
         for lr, s in zip(grid, scores, strict=True)
     ]
     best = {"_main": "f1", **runs[-1]}
@@ -94,16 +85,9 @@ def make_squad_v2_run(root: Path) -> Path:
     runs = [{"learning_rate": 5e-05, "seed": 42, "train_seconds": 5400.0, "validation": scores, "score": 75.8}]
     best = {"_main": "squad_f1", **runs[0]}
     hp = {**GLUE_HP, "learning_rates": [5e-05], "num_train_epochs": 2.0, "per_device_train_batch_size": 48}
-    return finetuning_run(
-        root,
-        "squad_v2",
-        best,
-        runs,
-        model="google-bert/bert-base-uncased",
-        hp={**hp, "max_seq_length": 384},
-        run_fields={"data": ["/home/someone/private/data/SQuAD2"]},
-        head="BertReproForQuestionAnswering",
-    )
+    fields = dict(run_fields={"data": ["/home/someone/private/data/SQuAD2"]}, head="BertReproForQuestionAnswering")
+    model = "google-bert/bert-base-uncased"
+    return finetuning_run(root, "squad_v2", best, runs, model=model, hp={**hp, "max_seq_length": 384}, **fields)
 
 
 def glue_scores(card: ModelCard) -> dict[tuple[str, str], float]:
@@ -112,9 +96,7 @@ def glue_scores(card: ModelCard) -> dict[tuple[str, str], float]:
     }
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Templates and counts
-# ------------------------------------------------------------------------------------------------------------
+# --- Templates and counts
 
 
 def test_templates_ship_inside_the_package():
@@ -150,9 +132,7 @@ def test_safetensors_header_count(tmp_path):
     assert safetensors_parameter_count(tmp_path / "missing.safetensors") is None
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Pre-trained card
-# ------------------------------------------------------------------------------------------------------------
+# --- Pre-trained card
 
 
 def test_pretraining_metadata(tmp_path):
@@ -176,12 +156,8 @@ def test_pretraining_body(tmp_path):
     write_json(out / "log_history.json", history)
     text = card_for_pretraining(out, REPO).text
     assert "| Preset | `tiny` (BERT-Tiny size) |" in text
-    for row in (
-        "| Layers (L) | 2 |",
-        "| Hidden size (H) | 128 |",
-        "| Attention heads (A) | 2 |",
-        "| Feed-forward size | 512 |",
-    ):
+    sizes = ["| Layers (L) | 2 |", "| Hidden size (H) | 128 |", "| Attention heads (A) | 2 |"]
+    for row in [*sizes, "| Feed-forward size | 512 |"]:
         assert row in text
     assert "| Parameters | 1,552,898 |" in text  # tiny sizes with an 8,192-entry vocabulary
     assert "[Salesforce/wikitext](https://huggingface.co/datasets/Salesforce/wikitext)" in text
@@ -191,29 +167,22 @@ def test_pretraining_body(tmp_path):
     assert "1,000 optimizer steps of 32 sequences" in text
     assert "then the last 10% of the steps at 512 tokens" in text
     assert "0.20 h\n  of training at 5,350.1 tokens/s" in text  # the whole run timed
-    # train_loss is the mean over the run (it read as the final loss), the last logged loss beside it (issue 45)
+    # train_loss is the mean over the run; alone it would read as the final loss
     assert (
         "the mean over all the run's steps (Trainer's train_loss): 7.0781; the last logged: 7.5000 at step 100" in text
     )
     assert "| MLM accuracy | 9.76 |" in text and "| NSP accuracy | 51.13 | 97–98" in text
     assert "![Training and held-out curves" in text and "(training_curves.png)" in text
     # every recorded setting, in its section
-    for setting in (
-        "`dupe_factor` | 3",
-        "`masked_lm_prob` | 0.15",
-        "`global_batch_size` | 32",
-        "`adam_epsilon` | 1e-06",
-        "`optim` | adamw_torch_fused",
-        "`max_grad_norm` | 1.0",
-    ):
+    settings = ["`dupe_factor` | 3", "`masked_lm_prob` | 0.15", "`global_batch_size` | 32", "`adam_epsilon` | 1e-06"]
+    for setting in [*settings, "`optim` | adamw_torch_fused", "`max_grad_norm` | 1.0"]:
         assert setting in text
     assert "CC BY-SA 3.0 and GFDL" in text  # the corpus's licence, in the licence section
     assert "Wikipedia text" in text  # the corpus-specific limitation
 
 
 def test_a_run_timed_from_a_step_says_so(tmp_path):
-    # Resumed from a checkpoint that did not record its training time: the card must not call part of a run the
-    # whole run's time.
+    # resumed from a checkpoint without its training time: part of a run is not the whole run's time
     out = make_pretraining_run(tmp_path)
     update_json(out / "results.json", train_runtime_from_step=800)
     text = card_for_pretraining(out, REPO).text
@@ -237,11 +206,10 @@ def test_pretraining_with_benchmark(tmp_path):
     bench = tmp_path / "reproduce"
     mrpc = {"task": "mrpc", "metric": "f1", "ours": 87.3, "paper": 88.9, "paper_split": "test", "majority": 81.22}
     squad = {"task": "squad", "metric": "squad_f1", "ours": 88.1, "paper": 88.5, "paper_split": "validation"}
-    # what the card reads of a recipes/reproduce.py report
     report = {"paper_model": "base", "glue_average": 78.91, "paper_glue_average": 79.6}
     write_json(bench / "report.json", {**report, "tasks": [{**mrpc, "one_label": "equivalent"}, squad]})
     text = card_for_pretraining(make_pretraining_run(tmp_path), REPO, benchmark_dir=bench).text
-    # the majority class beside each score, and a run that predicted one label marked (issue 45)
+    # the majority class beside each score, and a run that predicted one label marked
     assert '| GLUE MRPC | F1 | 87.30 (every prediction "equivalent") | 81.22 | 88.9 | test |' in text
     assert "| SQuAD v1.1 | F1 | 88.10 | – | 88.5 | dev |" in text  # not a classification task
     assert "GLUE average (eight tasks, WNLI left out): 78.91; paper 79.60" in text
@@ -269,8 +237,7 @@ def test_pretraining_with_missing_values(tmp_path):
 
 
 def test_a_local_corpus_is_named_as_the_run_was_given_it(tmp_path, monkeypatch):
-    # Cards named a local corpus by its last component ("local text files (corpus.parquet)"): they show the paths
-    # of --corpus as run_config.json records them, the documents, and the corpus's README or manifest (issue 45)
+    # the paths of --corpus as run_config.json records them, and the corpus's README or manifest
     monkeypatch.chdir(tmp_path)
     shipped = Path("recipes/data/quickstart_corpus")
     (shipped / "gutenberg").mkdir(parents=True)
@@ -307,8 +274,7 @@ def test_continued_pretraining_names_its_base(tmp_path):
 
 
 def test_the_settings_show_the_vocabulary_the_model_has(tmp_path):
-    # --tokenizer overrides the YAML's vocab_size: the table shows the model's 30,522 entries, not the 8192 it
-    # would have trained (issue 45)
+    # --tokenizer overrides the YAML's vocab_size: the card shows the model's 30,522, not the run's 8192
     out = make_pretraining_run(tmp_path, tokenizer="google-bert/bert-base-uncased")
     write_json(out / "config.json", bert_config(vocab_size=30522))
     text = card_for_pretraining(out, REPO).text
@@ -426,9 +392,7 @@ def test_a_study_that_is_not_of_this_checkpoint_is_refused(tmp_path):
         card_for_pretraining(out, REPO, study_dir=study)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Fine-tuned cards
-# ------------------------------------------------------------------------------------------------------------
+# --- Fine-tuned cards
 
 
 def test_mrpc_metadata_and_table(tmp_path):
@@ -440,17 +404,13 @@ def test_mrpc_metadata_and_table(tmp_path):
     values = {(r.dataset_split, r.metric_name): r.metric_value for r in data.eval_results}
     assert values[("validation", "F1")] == 0.873  # fractions, as evaluate's metrics give them (the table: percent)
     assert values[("validation", "Accuracy")] == 0.8137254901960784
+    expected = ("text-classification", "nyu-mll/glue", "mrpc", "validation")
     for r in data.eval_results:
-        assert (r.task_type, r.dataset_type, r.dataset_config, r.dataset_split) == (
-            "text-classification",
-            "nyu-mll/glue",
-            "mrpc",
-            "validation",
-        )
+        assert (r.task_type, r.dataset_type, r.dataset_config, r.dataset_split) == expected
     text = card.text
     assert "| dev | F1 (main) | 87.30 | – | 88.9 (test) | 89.3 (test) |" in text  # beside the paper's Table 1
     assert "| dev | Accuracy | 81.37 | – | – | – |" in text
-    assert "Majority class: not recorded by the run" in text  # results.json of an earlier version
+    assert "Majority class: not recorded by the run" in text
     assert "GLUE test-server scores" in text and "ours are dev scores" in text
     assert "| 2e-05 | 42 | 87.30 | 311.2 | yes |" in text and "| 5e-05 | 42 | 85.12 | 311.2 |  |" in text
     assert "Learning rates 5e-05, 4e-05, 3e-05, 2e-05 x seeds 42: 4 runs" in text
@@ -517,9 +477,7 @@ def test_finetuning_card_without_run_config_or_model(tmp_path):
     assert "Architecture: not recorded" in text
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Every card: valid, readable, private
-# ------------------------------------------------------------------------------------------------------------
+# --- Every card: valid, readable, private
 
 
 @pytest.fixture
@@ -569,12 +527,12 @@ def test_cards_are_readable(cards):
         assert "@inproceedings{devlin-etal-2019-bert" in text and "N19-1423" in text, name
         for table_row in (line for line in text.splitlines() if line.startswith("|")):
             assert table_row.endswith("|"), (name, table_row)
-        for line in (line for line in text.splitlines() if "training loss" in line.lower()):  # issue 45
+        for line in (line for line in text.splitlines() if "training loss" in line.lower()):
             assert "mean over" in line or "last logged" in line, (name, line)
 
 
 def test_cards_say_what_the_model_is_for_and_not(cards):
-    # transformers' Trainer cards have "## Intended uses & limitations"; ours had limitations only (issue 45)
+    # as transformers' Trainer cards' "## Intended uses & limitations"
     def section(name):
         text = " ".join(cards[name].text.split())
         return text[text.index("## Intended uses & limitations") :]
@@ -594,7 +552,7 @@ def test_cards_say_what_the_model_is_for_and_not(cards):
 
 
 def test_cards_list_the_framework_versions_the_run_recorded_else_say_whose(tmp_path):
-    # Trainer's cards list Transformers, Pytorch, Datasets and Tokenizers; ours listed none (issue 45)
+    # as Trainer's cards: Transformers, Pytorch, Datasets and Tokenizers
     import torch
     import transformers
 
@@ -646,9 +604,7 @@ def test_a_card_holding_a_secret_is_refused(tmp_path):
         card_for_pretraining(out, REPO)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Picking the card for a directory, and the command line
-# ------------------------------------------------------------------------------------------------------------
+# --- Picking the card for a directory, and the command line
 
 
 def test_card_for_directory_picks_the_kind(tmp_path):

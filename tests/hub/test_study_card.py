@@ -1,6 +1,5 @@
-"""Model cards written from a study's results file (bert_repro.hub.study_card): every checked-in card is what its
-study file gives, to the last digit; each score names its split and seeds; the baselines, budget and limits are
-there."""
+"""Model cards from a study's results file (bert_repro.hub.study_card): each checked-in card is what its study file
+gives, to the last digit; each score names its split and seeds; the baselines, budget and limits are there."""
 
 from __future__ import annotations
 
@@ -98,18 +97,13 @@ def test_the_card_says_what_the_model_is_for():
 def test_the_framework_versions_are_the_study_files():
     card, study_file, repo_id = CARDS[0]
     text = card.read_text(encoding="utf-8")
-    versions = (
-        "Transformers 5.17.0",
-        "Pytorch 2.11.0",
-        "Datasets 5.2.0",
-        "Tokenizers 0.23.2",
-        "bert_repro commit 529bdf5f977a",
-    )
-    assert "### Framework versions\n\n" + "".join(f"- {v}\n" for v in versions) in text
+    versions = ["Transformers 5.17.0", "Pytorch 2.11.0", "Datasets 5.2.0", "Tokenizers 0.23.2"]
+    listed = "".join(f"- {v}\n" for v in [*versions, "bert_repro commit 529bdf5f977a"])
+    assert "### Framework versions\n\n" + listed in text
 
 
 def test_the_corpus_is_named_as_the_study_gave_it_with_its_manifest():
-    # The card said "Corpus: `corpus.parquet`", an internal file, and named the held-out data after it (issue 45)
+    # the corpus as the study named it, not its internal corpus.parquet
     card, study_file, repo_id = CARDS[0]
     text = " ".join(card.read_text(encoding="utf-8").split())
     assert "Corpus: `.travel/books/corpus.parquet`, built by benchmarks/corpus/travel.sh" in text

@@ -21,11 +21,9 @@ for name in {names!r}:
 
 @contextlib.contextmanager
 def device_machine_env(tmp_path: Path, missing: tuple[str, ...] = (), **settings: str):
-    """The environment of benchmarks/gpu/run_gpu.sh on a lent GPU machine, CUDA aside: a network that accepts
-    connections and never answers (Hub, package index, proxies), a `python` first on PATH that is not the one with
-    torch (a symlink that lost its venv), OUT and RESULTS in `tmp_path`, no kit; `settings` added. Its bin folder
-    (`tmp_path / "bin"`) takes more stand-ins. `missing`: packages the machine's `python3` lacks (`IMAGE_LACKS`)
-    unless run_gpu.sh unpacked them into SITE (`tmp_path / "site"`)."""
+    """benchmarks/gpu/run_gpu.sh's environment on a lent GPU machine, CUDA aside: a network that never answers, a
+    `python` on PATH without torch, OUT and RESULTS in `tmp_path`, `settings` added; `tmp_path / "bin"` takes more
+    stand-ins. `missing`: what the image's `python3` lacks unless run_gpu.sh unpacks it into `tmp_path / "site"`."""
     import socket
 
     hole = socket.socket()  # a black hole: connections are accepted into the backlog, no byte ever comes back

@@ -119,11 +119,8 @@ def google_config() -> dict:
 
 
 def write_google_checkpoint(tf, prefix: Path, variables: dict[str, np.ndarray]) -> None:
-    """Save ``variables`` TF1-style, so the checkpoint keys are exactly these names (as Google's are).
-
-    ``tf.train.Checkpoint`` would store object-graph keys (``.../.ATTRIBUTES/VARIABLE_VALUE``)
-    instead, which is not what Google's releases contain.
-    """
+    """Save ``variables`` TF1-style, so the keys are exactly these names as in Google's releases
+    (``tf.train.Checkpoint`` would store object-graph keys, ``.../.ATTRIBUTES/VARIABLE_VALUE``)."""
     v1 = tf.compat.v1
     with tf.Graph().as_default():
         for name, value in variables.items():

@@ -37,17 +37,7 @@ MNLI_HEAD = [
     "sentence1",
     "sentence2",
 ]
-STSB_HEAD = [
-    "index",
-    "genre",
-    "filename",
-    "year",
-    "old_index",
-    "source1",
-    "source2",
-    "sentence1",
-    "sentence2",
-]
+STSB_HEAD = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2"]
 MRPC_HEAD = ["#1 ID", "#2 ID", "#1 String", "#2 String"]
 QUOTED_1 = "He said the pie business \"doesn't fit."  # unbalanced: would swallow the next line if quoted
 QUOTED_2 = '"The pie business does not fit our strategy.'
@@ -142,29 +132,13 @@ GLUE_FIXTURES = {
             "train.tsv": tsv(
                 ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
                 [
-                    [
-                        133273,
-                        213221,
-                        213222,
-                        "How is air traffic controlled?",
-                        "How do you become an ATC?",
-                        0,
-                    ],
+                    [133273, 213221, 213222, "How is air traffic controlled?", "How do you become an ATC?", 0],
                     [402555, 536040, 536041, "Why do we sleep?", "Why do people sleep?", 1],
                 ],
             ),
             "dev.tsv": tsv(
                 ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
-                [
-                    [
-                        201359,
-                        303345,
-                        303346,
-                        "Why are African-Americans so beautiful?",
-                        "Why are hispanics?",
-                        0,
-                    ]
-                ],
+                [[201359, 303345, 303346, "Why are African-Americans so beautiful?", "Why are hispanics?", 0]],
             ),
             "test.tsv": tsv(
                 ["id", "question1", "question2"],
@@ -400,12 +374,7 @@ GLUE_FIXTURES = {
                         "The Convention came into force.",
                         "entailment",
                     ],
-                    [
-                        1,
-                        "What is the first major city?",
-                        "The city has more than 2 million.",
-                        "not_entailment",
-                    ],
+                    [1, "What is the first major city?", "The city has more than 2 million.", "not_entailment"],
                 ],
             ),
             "dev.tsv": tsv(["index", "question", "sentence", "label"], [[0, "What is X?", "X is Y.", "entailment"]]),
@@ -413,10 +382,7 @@ GLUE_FIXTURES = {
         },
         {
             "train": {
-                "question": [
-                    "What came into force after the new constitution?",
-                    "What is the first major city?",
-                ],
+                "question": ["What came into force after the new constitution?", "What is the first major city?"],
                 "sentence": ["The Convention came into force.", "The city has more than 2 million."],
                 "label": [0, 1],
                 "idx": [0, 1],

@@ -1,16 +1,12 @@
 """How much room each tolerance check of the tests has, as a pytest plugin: `make tolerances`, or
 `pytest -p support.tolerance_audit -m "not slow" tests/...`.
 
-A check with a tolerance is only as good as its margin: one that passes at 0.9 of its tolerance fails on the next
-machine, and a mistake that moves a result by 1.3 tolerances is caught by luck (a LayerNorm that ignored its eps moved
-the parity tests' outputs by 1.3e-5 against 1e-5). The plugin watches every `torch.testing.assert_close`,
-`torch.allclose`, `torch.isclose`, `numpy.testing.assert_allclose` and `pytest.approx` comparison, measures the worst
-element's distance in units of its own tolerance (atol + rtol * |expected|), and reports, per line of a test:
-- "near the edge": a check that held with less than half its tolerance to spare (0.5 < distance <= 1);
-- "narrowly apart": a check that two things differ (or a comparison that failed) by less than one tolerance's size
-  beyond it (1 < distance < 2).
-Exact comparisons (both tolerances 0) are not counted. tests/MUTATION.md, "Tolerances with a margin", says what the
-last audit found and what was sharpened.
+A check passing at 0.9 of its tolerance fails on the next machine, and a mistake that moves a result by 1.3
+tolerances is caught by luck (a LayerNorm ignoring its eps moved the parity outputs by 1.3e-5 against 1e-5). The
+plugin measures every `torch.testing.assert_close`, `torch.allclose`, `torch.isclose`, `numpy.testing.assert_allclose`
+and `pytest.approx` in units of its own tolerance (atol + rtol * |expected|) and reports per line "near the edge"
+(0.5 < distance <= 1) and "narrowly apart" (1 < distance < 2); exact comparisons are not counted. tests/MUTATION.md,
+"Tolerances with a margin", says what the last audit found.
 """
 
 from __future__ import annotations

@@ -13,9 +13,7 @@ from support.models import tiny_config
 from bert_repro import BertReproForPreTraining
 from bert_repro.training.cli import ConfigurationError
 
-# ------------------------------------------------------------------------------------------------------------
-# transformers' names
-# ------------------------------------------------------------------------------------------------------------
+# --- transformers' names
 
 
 def finetuning(*argv):
@@ -103,9 +101,7 @@ def test_two_names_for_one_setting_are_refused(parse, argv, message):
         parse(*common, *argv.split())
 
 
-# ------------------------------------------------------------------------------------------------------------
-# A single value for a grid
-# ------------------------------------------------------------------------------------------------------------
+# --- A single value for a grid
 
 
 def test_learning_rate_and_seed_are_a_grid_of_one():
@@ -138,9 +134,7 @@ def test_the_command_line_overrides_the_config_file_for_grids(tmp_path):
     assert run.learning_rates == [4e-5] and run.seeds == [1, 2]
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Unknown names
-# ------------------------------------------------------------------------------------------------------------
+# --- Unknown names
 
 
 @pytest.mark.parametrize(
@@ -213,9 +207,7 @@ def test_study_checks_its_fine_tuning_flags_before_pre_training(tmp_path, monkey
         study.run_study(args)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Model directories: one check for every opener
-# ------------------------------------------------------------------------------------------------------------
+# --- Model directories: one check for every opener
 
 
 def open_with_load_bert(directory, tmp_path):
@@ -236,6 +228,14 @@ def open_with_study_reuse(directory, tmp_path):
     run_study(StudyArguments(study="table5", reuse=[f"mlm={directory}"], output_dir=str(tmp_path / "out")))
 
 
+def open_with_finetuning(directory, tmp_path):
+    from bert_repro.training.finetune import run_finetuning
+    from bert_repro.training.finetune_recipe import FineTuningRecipe
+
+    argv = ["--task", "sst2", "--model", str(directory), "--data", str(tmp_path / "data")]  # checked before the data
+    run_finetuning(FineTuningRecipe.from_args([*argv, "--output_dir", str(tmp_path / "out")]))
+
+
 def open_with_init_from(directory, tmp_path):
     from bert_repro.training.pretraining.model import model_config
 
@@ -246,7 +246,7 @@ def open_with_init_from(directory, tmp_path):
 @pytest.mark.parametrize("problem", ["pickle", "truncated", "config"])
 @pytest.mark.parametrize(
     "opener",
-    [open_with_load_bert, open_with_hub_push, open_with_study_reuse, open_with_init_from],
+    [open_with_load_bert, open_with_hub_push, open_with_study_reuse, open_with_init_from, open_with_finetuning],
 )
 def test_every_opener_checks_the_model_directory(opener, problem, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -393,9 +393,7 @@ def test_a_tokenizer_that_cannot_load_is_refused_before_the_data_is_read(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Defaults that cost, and what a run says of them
-# ------------------------------------------------------------------------------------------------------------
+# --- Defaults that cost, and what a run says of them
 
 
 def test_a_finetuning_run_says_first_how_many_runs_its_grid_trains(tmp_path, tiny_model, caplog):

@@ -1,9 +1,6 @@
-"""`--torch_compile true`: the training step compiles to one graph, and the masked positions keep the losses.
-
-Counted with dynamo's own counters and a counting backend over "eager" or "aot_eager" (seconds on CPU): no graph
-break and at most one recompilation per phase over 20+ real batches of the project's collators (padding and
-masked-token counts change from batch to batch), padded and packed (fixed shapes: dynamo's default settings
-suffice), phase 1 then phase 2, and fine-tuning."""
+"""`--torch_compile true`: no graph break and at most one recompilation per phase over 20+ real batches of the
+project's collators (padded and packed, both phases, fine-tuning), counted by dynamo over a counting "eager" backend;
+and the masked positions keep the losses."""
 
 import datasets
 import pytest
@@ -61,8 +58,7 @@ def fresh_dynamo():
 
 
 def phase_batches(tokenizer, phases, packing: bool, count: int = 22) -> list[list[dict]]:
-    """`count` batches of each phase from the recipe's collator (`PhaseCollator`, set as the recipe sets it: packed
-    rows per example from each phase's padding statistics)."""
+    """`count` batches of each phase from `PhaseCollator`, with packed rows per example as the recipe sets them."""
     shares = [
         packed_rows_per_example(padding_statistics([len(r["input_ids"]) for r in rows], BATCH, cfg.max_seq_length))
         for cfg, rows in phases
@@ -82,8 +78,7 @@ def pretraining_model(tokenizer, **fields):
 
 
 def compiles_per_phase(model, phases_of_batches) -> list[int]:
-    """Graphs compiled in each phase of training steps (forward + backward) of the compiled model; the graph
-    breaks are checked to be none."""
+    """Graphs compiled in each phase of training steps (forward + backward), after checking there was no break."""
     backend = CompileCounterWithBackend("eager")
     compiled = torch.compile(model, backend=backend)  # dynamic=None, as Trainer and accelerate compile
     per_phase = []
@@ -108,8 +103,7 @@ def test_pretraining_step_is_one_graph_with_one_recompilation_per_phase(tokenize
 
 @pytest.mark.slow  # compiles (about 10 s of CPU)
 def test_packed_pretraining_step_is_one_graph_with_one_recompilation_per_phase(tokenizer, phases):
-    """Fixed-shape packed batches, dynamo's default settings (no data-dependent output shapes captured): one graph
-    per phase (phase 2's rows are wider)."""
+    """Fixed-shape packed batches under dynamo's default settings: one graph per phase (phase 2's rows are wider)."""
     batches = phase_batches(tokenizer, phases, packing=True)
     for (cfg, _), phase in zip(phases, batches, strict=True):
         assert len({tuple(b["input_ids"].shape) for b in phase}) == 1  # one row count, rows of max_seq_length
@@ -159,9 +153,8 @@ def test_finetuning_step_is_one_graph_with_one_recompilation(tokenizer):
 
 @pytest.mark.parametrize("packing", [False, True], ids=["padded", "packed"])
 def test_masked_positions_keep_the_loss_and_gradients(tokenizer, phases, packing):
-    """Gathered at `masked_positions` (the collators' fixed slots) the MLM loss, the Trainer's summed metrics and
-    every gradient equal those of the dense labels (sparse prediction by boolean selection, and no sparse
-    prediction at all), eager and compiled (aot_eager: the backward traced too)."""
+    """Gathered at `masked_positions` (fixed slots) the MLM loss, Trainer's summed metrics and every gradient equal
+    those of dense labels and of boolean selection, eager and compiled (aot_eager: the backward traced too)."""
     batch = phase_batches(tokenizer, phases, packing, count=1)[0][0]
     results = {}
     for name, sparse, positions, compiled in [
@@ -177,18 +170,10 @@ def test_masked_positions_keep_the_loss_and_gradients(tokenizer, phases, packing
         run = torch.compile(model, backend="aot_eager") if compiled else model
         out = run(**inputs)
         out.loss.backward()
-        sums = pretraining_sums(
-            out.prediction_logits,
-            out.seq_relationship_logits,
-            batch["labels"],
-            batch["next_sentence_label"],
-            inputs.get("masked_positions"),
-        )
-        results[name] = (
-            out.masked_lm_loss.detach(),
-            sums,
-            {k: p.grad for k, p in model.named_parameters() if p.grad is not None},
-        )
+        labels = (batch["labels"], batch["next_sentence_label"], inputs.get("masked_positions"))
+        sums = pretraining_sums(out.prediction_logits, out.seq_relationship_logits, *labels)
+        grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+        results[name] = (out.masked_lm_loss.detach(), sums, grads)
     slots = batch["masked_positions"].numel()
     assert slots == BATCH * PHASES[0][1] > int((batch["labels"] != IGNORE_INDEX).sum())
     dense_loss, dense_sums, dense_grads = results["dense"]
@@ -231,8 +216,7 @@ def test_recipes_name_the_switches_that_do_not_compile_to_one_graph():
 
 @pytest.mark.slow  # compiles (about 30 s of CPU)
 def test_compiled_finetuning_recipe_trains_one_graph(tmp_path, tokenizer):
-    """The fine-tuning recipe with --torch_compile true: batches of many widths and an epoch's last, smaller batch
-    train through one graph (dynamic shapes from the start)."""
+    """Fine-tuning with --torch_compile true: many widths and an epoch's smaller last batch train through one graph."""
     model_dir = tmp_path / "model"
     torch.manual_seed(0)
     BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer))).save_pretrained(model_dir)

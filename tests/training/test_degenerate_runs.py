@@ -1,6 +1,5 @@
 """Reports a reader cannot misread: beside each score the majority-class baseline (the training set's most frequent
-label for every example), and a run whose predictions are all one label flagged (SST-2 at 50.92 with every
-prediction "positive" was reported as a score beside the paper's, with no word)."""
+label for every example), and a run whose predictions are all one label flagged (SST-2 at 50.92, all "positive")."""
 
 import numpy as np
 from datasets import Dataset

@@ -1,10 +1,8 @@
 """Fine-tuning trains as plain transformers does, for every task kind: the recipe with `--head_initializer
-transformers` and the script a transformers user writes (its Auto class, tokenizer, `Trainer`, labels encoded as
-transformers' example scripts encode them) log the same loss and gradient norm at every step, dropout on.
+transformers` and a transformers user's script log the same loss and gradient norm at every step, dropout on.
 
-The reference side is written from transformers' examples (`run_glue.py`, `run_qa.py`, `run_swag.py`,
-`run_ner.py`), not from the recipe's code, so the test fails when either side changes the head's initialisation,
-the data order, the loss or the labels.
+The reference is written from transformers' examples (`run_glue.py`, `run_qa.py`, `run_swag.py`, `run_ner.py`), not
+from the recipe, so a change on either side to the head's initialisation, data order, loss or labels fails it.
 """
 
 import random
@@ -120,8 +118,7 @@ def checkpoint(tmp_path_factory):
     return directory
 
 
-# ------------------------------------------------------------------------------------------------------------
-# The reference: what transformers' example scripts do, per task kind
+# --- The reference: what transformers' example scripts do, per task kind
 
 
 def reference_inputs(task: str, split, tokenizer):

@@ -1,6 +1,5 @@
-"""`--help` a person can read: the config file first, the recipe's flags by stage (data, model, training,
-evaluation, output and Hub) before Trainer's, the defaults a run really uses, and the Trainer flags the recipe
-sets itself marked as such."""
+"""`--help` a person can read: the config file first, the recipe's flags by stage before Trainer's, the defaults a
+run really uses, and the Trainer flags the recipe sets itself marked as such."""
 
 import re
 from dataclasses import fields
@@ -51,13 +50,8 @@ def check_layout(text: str, recipe_fields: set[str]) -> dict[str, list[str]]:
     titles = list(found)
     assert found["options"] == ["-h", "--config"]  # the config file first
     stages = [t.split(":")[0].split(" ")[0] for t in titles[1:-1]]
-    assert [s for i, s in enumerate(stages) if s not in stages[:i]] == [
-        "data",
-        "model",
-        "training",
-        "evaluation",
-        "output",
-    ]
+    in_order = [s for i, s in enumerate(stages) if s not in stages[:i]]
+    assert in_order == ["data", "model", "training", "evaluation", "output"]
     assert titles[-1].startswith(TRAINER)
     ours = {flag[2:] for title in titles[1:-1] for flag in found[title]}
     assert recipe_fields <= ours, recipe_fields - ours  # not one of the recipe's flags among Trainer's

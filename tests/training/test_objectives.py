@@ -1,7 +1,5 @@
-"""The paper's Table 5 pre-training objectives: "mlm_nsp" (BERT), "mlm" (No NSP) and "ltr" (left-to-right, No
-NSP), each checked against a reference computed independently: causal attention (and a bidirectional model that
-fails the same check), the pooled token, the examples, labels and losses, the saved formats, and the settings a
-causal model refuses."""
+"""The paper's Table 5 objectives, "mlm_nsp" (BERT), "mlm" (No NSP) and "ltr" (left-to-right), against references
+computed here: causal attention, the pooled token, examples, labels, losses, saved formats and refused settings."""
 
 import contextlib
 import json
@@ -62,9 +60,7 @@ def assert_causal(encode, cut=6, padded=True):
     assert (before[0, cut:] - after[0, cut:]).abs().max().item() > 1e-3
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The table and the config
-# ---------------------------------------------------------------------------------------------------------------
+# --- The table and the config
 
 
 def test_the_three_objectives_of_table_5():
@@ -90,9 +86,7 @@ def test_objective_is_saved_in_config_json(tmp_path):
     assert BertReproConfig.from_pretrained(tmp_path).pretraining_objective.name == "mlm"
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Causal attention and the pooler
-# ---------------------------------------------------------------------------------------------------------------
+# --- Causal attention and the pooler
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
@@ -227,9 +221,7 @@ def test_ltr_checkpoint_is_never_loaded_bidirectionally(tmp_path):
     BertReproForSequenceClassification.from_pretrained(tmp_path, num_labels=2, objective="ltr")  # the same: fine
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Examples, labels and losses
-# ---------------------------------------------------------------------------------------------------------------
+# --- Examples, labels and losses
 
 VOCAB = WordPieceVocab.from_vocab_words(["[PAD]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(60)])
 DOCUMENTS = [[[f"w{j}" for j in range(s, s + 5)] for s in range(0, 55, 5)] for _ in range(3)]
@@ -347,9 +339,7 @@ def test_ltr_loss_is_next_token_cross_entropy(tokenizer):
     assert set(metrics_from_sums(sums, "", model.config.pretraining_objective)) == {"lm_loss", "lm_accuracy"}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The recipes
-# ---------------------------------------------------------------------------------------------------------------
+# --- The recipes
 
 
 def pretraining_argv(tmp_path, corpus_and_tokenizer, objective):

@@ -1,5 +1,5 @@
-"""The pre-training recipe: argument handling, the two-phase sampler, output-directory protection, global-batch
-loss normalisation, and end-to-end runs through the real launcher (resume and DDP equality)."""
+"""The pre-training recipe: argument handling, output-directory protection, global-batch loss normalisation, and
+end-to-end runs through the real launcher; the sampler is in test_resume.py, engines in e2e/test_distributed.py."""
 
 import json
 
@@ -11,13 +11,10 @@ from support.models import tiny_config
 from support.pretraining_runs import first_documents, launch, run_recipe, weights, write_config
 
 from bert_repro.training.cli import ConfigurationError, check_output_dir
-from bert_repro.training.pretraining.phases import PhasedSampler, phase_steps
 from bert_repro.training.pretraining.recipe import PAPER_TRAINING_DEFAULTS, Phase, PreTrainingRecipe
 from bert_repro.training.pretraining.trainer import PreTrainingTrainer
 
-# ---------------------------------------------------------------------------------------------------------------
-# Arguments and sampler
-# ---------------------------------------------------------------------------------------------------------------
+# --- Arguments
 
 
 def test_defaults_yaml_and_command_line_precedence(tmp_path):
@@ -41,20 +38,6 @@ def test_unknown_yaml_field_names_the_file(tmp_path):
     expected = r"c.yaml: unknown field\(s\) learning_rat \(did you mean learning_rate\?\)"
     with pytest.raises(ValueError, match=expected):
         PreTrainingRecipe.from_args(["--config", str(config), "--output_dir", "o"])
-
-
-def test_phased_sampler_order_and_reproducibility():
-    sizes, samples = [10, 4], [25, 6]
-    order = list(PhasedSampler(sizes, samples, seed=3))
-    assert len(order) == 31 == len(PhasedSampler(sizes, samples, seed=3))
-    assert all(i < 10 for i in order[:25]) and all(10 <= i < 14 for i in order[25:])
-    for start in (0, 10):  # every full pass over phase 1 is a permutation
-        assert sorted(order[start : start + 10]) == list(range(10))
-    assert order == list(PhasedSampler(sizes, samples, seed=3))
-    assert order != list(PhasedSampler(sizes, samples, seed=4))
-    assert phase_steps(1000, 0.1, 2) == [900, 100] and phase_steps(1000, 0.1, 1) == [1000]
-    with pytest.raises(ValueError, match="no examples"):
-        PhasedSampler([0, 4], [8, 4], seed=0)
 
 
 def test_the_logged_epoch_is_passes_over_the_examples():
@@ -87,26 +70,7 @@ def test_output_dir_protection(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
-def test_the_identity_leaves_out_what_may_change_on_resumption(tmp_path):
-    # log_level may change on resumption, so the identity leaves it out while a setting that matters is compared.
-    from bert_repro.training.pretraining.recipe import run_identity
-
-    saved = {"model": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "passive"}}
-    (tmp_path / "run_config.json").write_text(json.dumps(saved))
-    (tmp_path / "checkpoint-10").mkdir()
-    now = run_identity({"model": {"preset": "tiny"}, "training": {"learning_rate": 1e-3, "log_level": "info"}})
-    assert now["model"] == {"preset": "tiny"} and now["training"] == {"learning_rate": 1e-3}
-    check_output_dir(tmp_path, now, resume=True, overwrite=False, identity=run_identity)
-    with pytest.raises(FileExistsError, match="log_level"):  # without the identity, the old field differs
-        check_output_dir(tmp_path, now, resume=True, overwrite=False)
-    changed = run_identity({"model": {"preset": "tiny"}, "training": {"learning_rate": 1e-4}})
-    with pytest.raises(FileExistsError, match="learning_rate: 0.001 -> 0.0001"):
-        check_output_dir(tmp_path, changed, resume=True, overwrite=False, identity=run_identity)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Global-batch normalisation inside Trainer
-# ---------------------------------------------------------------------------------------------------------------
+# --- Global-batch normalisation inside Trainer
 
 
 def pretraining_rows(masked, n=16, seq=16, vocab=99):
@@ -166,10 +130,9 @@ def test_global_batch_normalisation_with_unequal_mask_counts(tmp_path):
 
 @pytest.mark.slow
 def test_plain_trainer_accumulation_gives_the_same_update(tmp_path):
-    """transformers 5.x's trap: a model whose forward takes **kwargs is assumed to normalise its own loss by
-    `num_items_in_batch`, and Trainer then skips the division by the accumulation steps. Our models set
-    `accepts_loss_kwargs = False` and return per-batch means, so plain Trainer gives the same update for 16 and for
-    8 x 2 when every micro-batch holds as many masked tokens (each micro-batch's mean then weighs the same)."""
+    """transformers 5.x skips dividing by the accumulation steps for a model whose forward takes **kwargs (it is
+    assumed to normalise by `num_items_in_batch`); ours set `accepts_loss_kwargs = False`, so plain Trainer gives the
+    same update for 16 as for 8 x 2 when every micro-batch holds as many masked tokens."""
     from transformers import Trainer
 
     full = one_update(tmp_path, 16, 1, Trainer, masked=lambda i: 3)
@@ -184,9 +147,7 @@ def test_plain_trainer_accumulation_gives_the_same_update(tmp_path):
     assert abs(ratio.item() - 2.0) < 1e-3
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# End to end, through the real launcher
-# ---------------------------------------------------------------------------------------------------------------
+# --- End to end, through the real launcher
 
 
 @pytest.mark.slow
@@ -265,27 +226,6 @@ def test_pretrain_end_to_end_and_resume(tmp_path, corpus_and_tokenizer):
     assert worst < 1e-6, worst
 
 
-@pytest.mark.slow
-def test_two_ddp_processes_match_one_process(tmp_path, corpus_and_tokenizer):
-    corpus, tokenizer = corpus_and_tokenizer
-    single = write_config(
-        tmp_path / "single.yaml", corpus, tokenizer, per_device_train_batch_size=8, eval_fraction=0.0, save_steps=100
-    )
-    double = write_config(
-        tmp_path / "double.yaml", corpus, tokenizer, per_device_train_batch_size=4, eval_fraction=0.0, save_steps=100
-    )
-    launch(single, tmp_path / "one")
-    launch(double, tmp_path / "two", processes=2)
-    one = json.loads((tmp_path / "one" / "results.json").read_text())
-    two = json.loads((tmp_path / "two" / "results.json").read_text())
-    # Really two processes with no accumulation, against one process of the same global batch.
-    assert (one["processes"], one["gradient_accumulation_steps"]) == (1, 1)
-    assert (two["processes"], two["gradient_accumulation_steps"]) == (2, 1)
-    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
-    worst = max((a[k] - b[k]).abs().max().item() for k in a)
-    assert worst < 1e-5, worst
-
-
 @pytest.mark.parametrize("config", sorted((ROOT / "recipes" / "configs").glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_configs_parse(config):
     from bert_repro import PRESETS
@@ -315,8 +255,7 @@ def test_no_hub_and_no_local_text_stops_fast_with_advice(tmp_path):
 
 @pytest.mark.slow
 def test_bad_corpus_inputs(tmp_path, corpus_and_tokenizer):
-    """Empty file, binary junk, a 100,000-character line and a one-sentence document: skipped or handled, not a
-    crash."""
+    """Empty, binary, 100,000-character-line and one-sentence documents are skipped or handled, not a crash."""
     corpus, tokenizer = corpus_and_tokenizer
     messy = first_documents(corpus, tmp_path / "messy", 6)
     (messy / "empty.txt").write_text("")

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from support import ROOT
+from support.corpora import WORDS as CORPUS_WORDS
+from support.pretraining_runs import write_config
 from support.task_files import CONLL_DEV, CONLL_TEST, CONLL_TRAIN, GLUE_FIXTURES, write
 
 from bert_repro.training import study as study_module
@@ -27,15 +28,10 @@ from bert_repro.training.study import (
 from bert_repro.training.study_report import ordering, write_study
 from bert_repro.training.study_tables import STUDIES, get_study
 
-WORDS = (
-    "the a cat dog sat ran on under mat house garden quickly slowly big small red blue king queen river "
-    "mountain old new green tree bird sang loud quiet night day good bad movie film"
-).split()
+WORDS = [*CORPUS_WORDS, "good", "bad", "movie", "film"]
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The tables as data
-# ---------------------------------------------------------------------------------------------------------------
+# --- The tables as data
 
 
 @pytest.mark.parametrize("name", list(STUDIES))
@@ -63,9 +59,7 @@ def test_paper_tables_hold_the_printed_numbers():
     assert STUDIES["table8"].paper["mask100_same0_rnd0"]["conll2003_features"] == 94.0
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Selection and bad input
-# ---------------------------------------------------------------------------------------------------------------
+# --- Selection and bad input
 
 
 def test_selection_keeps_the_variants_whose_weights_are_used():
@@ -221,9 +215,7 @@ def test_recipe_reports_bad_input_with_exit_code_2(tmp_path):
     assert "study.py: error: Unknown study 'table9'" in result.stderr and "Traceback" not in result.stderr
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The report
-# ---------------------------------------------------------------------------------------------------------------
+# --- The report
 
 
 def _row(study, variant, cells, finetune_seconds, pretraining):
@@ -277,9 +269,7 @@ def test_equal_means_are_reported_as_a_tie(tmp_path):
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# End to end
-# ---------------------------------------------------------------------------------------------------------------
+# --- End to end
 
 
 def _glue(root: Path) -> Path:
@@ -292,8 +282,7 @@ def _glue(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def pretrain_config(tmp_path_factory):
-    """A YAML config of the pre-training recipe: a small corpus, a tokenizer trained on it and the fixture tasks, a
-    very small model and a few steps."""
+    """A pre-training config: a small corpus, a tokenizer trained on it and the fixture tasks, a tiny model, 3 steps."""
     from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 
     root = tmp_path_factory.mktemp("study")
@@ -310,39 +299,11 @@ def pretrain_config(tmp_path_factory):
     fixtures = [t for name in ("mrpc", "sst2") for t in GLUE_FIXTURES[name][0].values()] + [CONLL_TRAIN]
     tokenizer = train_wordpiece(iterator=texts + fixtures * 3, vocab_size=200, show_progress=False)
     save_tokenizer(tokenizer, root / "tokenizer")
-    config = {
-        "corpus": [str(corpus)],
-        "document_boundary": "file",
-        "tokenizer": str(root / "tokenizer"),
-        "preset": "tiny",
-        "model_overrides": {
-            "hidden_size": 32,
-            "num_attention_heads": 2,
-            "intermediate_size": 64,
-            "num_hidden_layers": 4,
-        },  # Table 7 and 8 read the last four layers
-        "max_seq_length": 32,
-        "max_predictions_per_seq": 5,
-        "dupe_factor": 1,
-        "phase2_fraction": 0.0,
-        "global_batch_size": 8,
-        "per_device_train_batch_size": 8,
-        "max_steps": 3,
-        "warmup_steps": 1,
-        "learning_rate": 0.002,
-        "logging_steps": 1,
-        "save_steps": 100,
-        "eval_steps": 100,
-        "eval_fraction": 0.25,
-        "use_cpu": True,
-        "report_to": "none",
-        "disable_tqdm": True,
-        "num_proc": 1,
-        "plot": False,
-    }
-    path = root / "pretrain.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    # four layers: Tables 7 and 8 read the last four; phase 1 only, few steps, no checkpoint
+    model = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64, "num_hidden_layers": 4}
+    settings = dict(model_overrides=model, dupe_factor=1, phase2_fraction=0.0, eval_fraction=0.25)
+    steps = dict(max_steps=3, warmup_steps=1, save_steps=100, eval_steps=100)
+    return write_config(root / "pretrain.yaml", corpus, root / "tokenizer", **settings, **steps)
 
 
 FINETUNE = "--learning_rates 1e-4 --max_steps 2 --use_cpu true --disable_tqdm true --report_to none"

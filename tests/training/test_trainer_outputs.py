@@ -1,8 +1,6 @@
-"""A fine-tune's output directory is a Trainer output_dir (the best run's model, tokenizer, card, trainer_state.json
-and *_results.json at the top; each run of the grid a Trainer run beneath, evaluated each epoch with the task's own
-metrics); --do_train / --do_eval / --do_predict and --resume_from_checkpoint behave as in run_glue; a finished
-fine-tune is trained further; records and card say what ran; every evaluation and saving strategy runs or is refused
-in one line before any work."""
+"""A fine-tune's output directory is a Trainer output_dir, each grid run a Trainer run beneath it; --do_train /
+--do_eval / --do_predict and --resume_from_checkpoint behave as in run_glue; a finished fine-tune is trained further;
+records and card say what ran; every evaluation and saving strategy runs or is refused in one line before any work."""
 
 import json
 import re
@@ -54,9 +52,8 @@ def sst2(tmp_path_factory, tiny_model):
 
 
 def test_the_output_directory_is_a_trainer_output_dir(sst2):
-    """The top of the output directory is what `Trainer.save_model` + `save_state` leave: the best run's model,
-    tokenizer, card, trainer_state.json and *_results.json; the grid's runs beneath, each keeping its last
-    checkpoint."""
+    """The top holds what `Trainer.save_model` + `save_state` leave for the best run; each grid run beneath keeps its
+    last checkpoint."""
     from transformers import pipeline
 
     _, out, _ = sst2
@@ -84,8 +81,7 @@ def test_the_output_directory_is_a_trainer_output_dir(sst2):
 
 
 def test_records_and_card_say_what_ran(sst2):
-    """--max_steps 3 stopped the run at 1.5 of its 2 epochs; the seed ordered the data; --max_eval_samples 1
-    scored the first of the four dev rows."""
+    """They say --max_steps 3 stopped at 1.5 of 2 epochs, the seed ordered the data, and 1 of 4 dev rows was scored."""
     from huggingface_hub import ModelCard
 
     _, out, _ = sst2
@@ -133,8 +129,7 @@ def test_do_predict_alone_writes_predictions_only(sst2, tmp_path):
 
 
 def test_resume_from_checkpoint_path_resumes_from_it_or_refuses(sst2, tmp_path):
-    """Another run (seed 7) from the fine-tune's checkpoint at step 3: its steps 1-3 are the checkpoint's (seed
-    42's), then step 4 is its own."""
+    """A seed-7 run from the checkpoint at step 3 has its steps 1-3 (seed 42's), then a step 4 of its own."""
     data, finetuned, model = sst2
     checkpoint = finetuned / "runs" / RUN / "checkpoint-3"
     argv = sst2_argv(data, model, tmp_path / "resumed", "--max_steps", "4", "--seed", "7")

@@ -1,13 +1,10 @@
 """The recipe trains as plain transformers does: from the same examples, initial weights and hyper-parameters, the
 same per-step MLM and NSP losses (fp32, CPU, dropout off), through gradient accumulation and the switch to phase 2.
 
-The recipe is `run_pretraining` from a saved checkpoint (`--init_from`); the reference is `BertForPreTraining` and
-`Trainer` with the same `TrainingArguments` on the examples the recipe's builder made, in its sampler's order, one
-schedule and one optimizer across both phases as in the paper. The reference takes each batch in one forward pass:
-transformers' Trainer with `BertForPreTraining` adds up the micro-batches' MEAN losses unscaled (transformers 5.x),
-so with 2 micro-batches it logs twice the loss and clips twice the gradient, while the recipe's accumulated batch
-must train as one batch, as the paper's batch of 256 was one. `benchmarks/trajectory.py` compares the two loops
-with dropout on.
+The reference is `BertForPreTraining` and `Trainer` on the recipe's examples in its sampler's order, one schedule and
+optimizer across both phases as in the paper, each batch in one forward pass: transformers 5.x's Trainer adds up the
+micro-batches' mean losses unscaled, so with 2 it logs twice the loss and clips twice the gradient, while the recipe's
+accumulated batch must train as one, as the paper's 256 did. `benchmarks/trajectory.py` compares them with dropout.
 """
 
 import json
@@ -66,8 +63,7 @@ class InOrder(torch.utils.data.IterableDataset):
 
 
 def transformers_trajectory(argv, init, output_dir):
-    """Per step: the loss, MLM loss, NSP loss, gradient norm, learning rate and width of plain transformers'
-    training on the recipe's examples (`argv` is the recipe's command line)."""
+    """Per step: loss, MLM/NSP losses, gradient norm, learning rate and width of plain transformers on `argv`'s data."""
     recipe = PreTrainingRecipe.from_args(argv)
     training, batch = recipe.training, recipe.optimization.global_batch_size
     _, phases, _, _ = build_datasets(recipe.data, phase_configs(recipe), training, output_dir / "data")
