@@ -3,6 +3,7 @@ says which newer ones it skipped and why, and ends with the same weights as a ru
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import zipfile
@@ -42,6 +43,27 @@ def test_each_kind_of_broken_checkpoint_is_named(tmp_path):
         damage(folder)
         assert reason in (checkpoint_problem(folder) or ""), reason
         assert not (folder / "ran").exists()
+
+
+def test_a_torch_file_that_would_not_load_is_named_by_its_error(tmp_path):
+    """The reason is torch's error class and the first line of its message, at most 200 characters; a good file's
+    tensors map onto the CPU; training_args.bin, a pickle Trainer never loads, is not tried."""
+    folder = fake_checkpoint(tmp_path / "checkpoint-2", 2)
+    torch.save({"state": {0: {"exp_avg": torch.ones(3)}}, "param_groups": []}, folder / "optimizer.pt")
+    torch.save(RunsCode(folder / "ran"), folder / "training_args.bin")
+    assert checkpoint_problem(folder) is None
+    torch.save({"x": RunsCode(folder / "ran")}, folder / "scheduler.pt")
+    with pytest.raises(pickle.UnpicklingError) as refused:  # torch's own words, whose first line is the reason
+        torch.load(folder / "scheduler.pt", weights_only=True)
+    first_line = str(refused.value).strip().splitlines()[0]
+    assert checkpoint_problem(folder) == f"scheduler.pt cannot be loaded (UnpicklingError: {first_line})"
+    (folder / "scheduler.pt").unlink()
+    with zipfile.ZipFile(folder / "optimizer.pt", "w") as archive:  # torch's message names the entry: a long line
+        archive.writestr("a" * 300, "b")
+    reason = checkpoint_problem(folder)
+    assert reason.startswith("optimizer.pt cannot be loaded (RuntimeError: [enforce fail at inline_container.cc:")
+    assert len(reason) == len("optimizer.pt cannot be loaded (RuntimeError: )") + 200 and reason.endswith("aaa)")
+    assert not (folder / "ran").exists()
 
 
 def test_a_checkpoint_of_another_shape_is_refused_by_name(tmp_path):
