@@ -25,7 +25,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the reference loop is the test's
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "training"))  # the reference loop is the test's
 
 import torch
 import yaml
