@@ -14,11 +14,12 @@ tasks with a test split, the leaderboard's prediction files. Several processes o
 import sys
 
 from bert_repro.training.checkpoints import interrupted
-from bert_repro.training.cli import RunFinished, quiet_load_reports
+from bert_repro.training.cli import quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
 from bert_repro.training.distributed import end_processes
 from bert_repro.training.finetune import USER_ERRORS, run_finetuning
 from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.lifecycle import RunFinished
 
 if __name__ == "__main__":
     quiet_load_reports()

@@ -13,9 +13,10 @@ from bert_repro.data.corpus import CorpusError
 from bert_repro.hub.push import HubPushError
 from bert_repro.model.conversion import CheckpointError
 from bert_repro.training.checkpoints import interrupted
-from bert_repro.training.cli import ConfigurationError, RunFinished, quiet_load_reports
+from bert_repro.training.cli import ConfigurationError, quiet_load_reports
 from bert_repro.training.cluster import STOPPED_EXIT_CODE
 from bert_repro.training.distributed import end_processes
+from bert_repro.training.lifecycle import RunFinished
 from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
 
 if __name__ == "__main__":

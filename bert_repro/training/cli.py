@@ -9,10 +9,9 @@ import argparse
 import difflib
 import json
 import logging
-import os
 import re
 import sys
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,9 @@ from typing import Any
 import yaml
 from transformers import HfArgumentParser
 
-from ..atomic import is_leftover, write_json
 from ..model.configuration_bert_repro import ONE_GRAPH_SWITCHES, SPEED_SWITCHES
 
 logger = logging.getLogger(__name__)
-
-RUN_CONFIG = "run_config.json"
-RESULTS = "results.json"  # written last: a folder that holds it holds a finished run
-RUN_LOCK = "run.lock"  # held by the run writing into the directory (bert_repro.training.cluster)
 
 
 def _no_load_report(record: logging.LogRecord) -> bool:
@@ -413,119 +407,6 @@ def auto_bf16(args: list[str]) -> list[str]:
     flag = [_flag(token) == "bf16" and "=" not in token for token in args]
     kept = [t for i, t in enumerate(args) if _flag(t) != "bf16" and not (i and flag[i - 1] and _flag(t) is None)]
     return [*kept, "--bf16", value]
-
-
-class RunFinished(Exception):
-    """The output directory holds this run, finished, and nothing more is asked (a requeued job): exit 0."""
-
-    def say(self, recipe: str) -> None:
-        if os.environ.get("RANK", "0") == "0":
-            print(f"{recipe}: {self}", file=sys.stderr)
-
-
-def _changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
-    """{"section.key": (saved value, this command's value)} for every setting that differs."""
-    out = {}
-    for section in sorted(set(old) | set(new)):
-        a, b = old.get(section, {}), new.get(section, {})
-        if not (isinstance(a, dict) and isinstance(b, dict)):  # a value of its own (a schema version)
-            if a != b:
-                out[section] = (a, b)
-            continue
-        for key in sorted(set(a) | set(b)):
-            if a.get(key) != b.get(key):
-                out[f"{section}.{key}"] = (a.get(key), b.get(key))
-    return out
-
-
-def _raised(values: tuple[Any, Any]) -> bool:
-    old, new = values
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-    return numbers and new > old
-
-
-def check_output_dir(
-    output_dir: str | Path,
-    record: dict,
-    *,
-    resume: bool,
-    overwrite: bool,
-    identity: Callable[[dict], dict] | None = None,
-    may_grow: Collection[str] = (),
-) -> dict[str, tuple[Any, Any]]:
-    """Refuse to write into a directory that holds something else, saying what to do. `identity` (what made
-    `record`) is applied to the saved record too; `may_grow`: settings ("training.max_steps") a resumption may raise,
-    returned as {name: (saved, new)}. The same finished run resumed is `RunFinished`."""
-    out = Path(output_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigurationError(f"--output_dir {out} is a file; choose a folder (new or a run's).")
-    if overwrite or holds_nothing(out):  # what --overwrite_output_dir replaces is moved aside under the lock
-        return {}
-    saved = out / RUN_CONFIG
-    if not saved.exists():
-        raise FileExistsError(
-            f"{out} is not empty and holds no bert_repro run ({RUN_CONFIG} missing). Choose another output_dir, "
-            "or pass --overwrite_output_dir true to write into it anyway."
-        )
-    try:
-        old = json.loads(saved.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:  # damaged since it was written
-        raise FileExistsError(
-            f"{saved} cannot be read ({err}), so this run cannot be told from another. If {out} holds this run, "
-            f"delete {saved} (it is written again) and run the same command; else choose another output_dir."
-        ) from None
-    changes = _changes(identity(old) if identity else old, record)
-    grown = {name: values for name, values in changes.items() if name in may_grow and _raised(values)}
-    differences = [f"{name}: {a!r} -> {b!r}" for name, (a, b) in changes.items() if name not in grown or not resume]
-    if differences:
-        shown = "; ".join(differences[:6]) + (" ..." if len(differences) > 6 else "")
-        if set(changes) <= set(may_grow) and all(map(_raised, changes.values())):  # only raised, without a resume
-            flags = " ".join(f"--{name.split('.')[-1]} {new}" for name, (_, new) in changes.items())
-            advice = f"To train that run further, pass {flags} with --resume_from_checkpoint true"
-        elif set(changes) <= set(may_grow):
-            advice = f"A resumption may only raise {', '.join('--' + n.split('.')[-1] for n in sorted(changes))}"
-        else:
-            advice = "To continue that run, keep its settings (the left-hand values)"
-        raise FileExistsError(
-            f"{out} holds a different run ({shown}). {advice}; for this one choose another --output_dir, or pass "
-            "--overwrite_output_dir true to start again in this folder (what it holds is moved aside)."
-        )
-    if (out / RESULTS).exists() and not resume:  # written last: the final model may be there without it
-        raise FileExistsError(
-            f"{out} already holds this finished run ({RESULTS}); to publish it: python -m bert_repro.hub {out} "
-            "--repo_id ID; to train it again, pass --overwrite_output_dir true."
-        )
-    if (out / RESULTS).exists() and not grown:
-        further = (
-            f" To train it further, raise {' or '.join('--' + n.split('.')[-1] for n in may_grow)}." if may_grow else ""
-        )
-        raise RunFinished(
-            f"{out} already holds this run, finished ({RESULTS}): nothing to do, nothing written.{further}"
-        )
-    if any(out.glob("checkpoint-*")) and not resume:
-        raise FileExistsError(
-            f"{out} already holds checkpoints of this run; pass --resume_from_checkpoint true to continue it, or "
-            "--overwrite_output_dir true to start again."
-        )
-    return grown
-
-
-def holds_nothing(output_dir: Path) -> bool:
-    """Whether `output_dir` holds nothing but the lock and leftovers of an interrupted write of ours."""
-    return not output_dir.exists() or all(p.name == RUN_LOCK or is_leftover(p.name) for p in output_dir.iterdir())
-
-
-def write_run_config(output_dir: str | Path, record: dict) -> None:
-    """Create the output directory and record the run in it; an unwritable one is a `ConfigurationError`."""
-    out = Path(output_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / RUN_CONFIG, record)
-    except OSError as error:
-        raise ConfigurationError(
-            f"cannot write to the output directory {out}: {error.strerror or error} ({error.filename}). "
-            "Choose another --output_dir, one you can write to."
-        ) from None
 
 
 def check_attention(name: str) -> None:

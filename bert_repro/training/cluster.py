@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import logging
 import os
 import shlex
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
@@ -21,7 +19,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from ..atomic import STAGING, fsync_dir, move_into, settle
-from .cli import RUN_LOCK, ConfigurationError, hide_credentials, holds_nothing
+from .cli import ConfigurationError, hide_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +169,7 @@ def _says_no_space(err: BaseException | None) -> bool:
     return False
 
 
-def _size(n: float) -> str:
+def human_size(n: float) -> str:
     for unit in ("bytes", "KB", "MB", "GB", "TB"):
         if n < 1024 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
@@ -190,122 +188,7 @@ def disk_full(err: BaseException, folder: Path, needed: int, what: str) -> Confi
     if not _says_no_space(err) and free >= needed:
         return None
     return ConfigurationError(
-        f"the disk holding {folder} is full: saving {what} needs about {_size(needed)} and {_size(free)} is "
+        f"the disk holding {folder} is full: saving {what} needs about {human_size(needed)} and {human_size(free)} is "
         "free. Nothing incomplete was left behind; free some space (or choose another --output_dir) and run "
         "again (--resume_from_checkpoint true continues from the last complete checkpoint)."
     )
-
-
-_HELD: dict[str, int] = {}  # output directory -> the lock's file descriptor, open until the process ends
-_HOLDER: dict[str, int] = {}  # "pid": the process holding them, the parent of any child that inherits them
-
-
-def _drop_locks_in_child() -> None:
-    # Forked children share the lock's file description, and flock holds while any descriptor of it is open: the
-    # orphans of a run killed with -9 would keep its directory locked. Closing the child's copy keeps the parent's
-    # lock (LOCK_UN would release it for both).
-    if not _HELD:
-        return
-    for fd in _HELD.values():
-        os.close(fd)
-    _HELD.clear()
-    _end_with_parent()
-
-
-def _end_with_parent() -> None:
-    """A worker forked by a run dies with it (Linux), not waiting for work for ever. SIGKILL: a forked child
-    inherits the run's SIGTERM handler, which saves instead of ending."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != _HOLDER["pid"]:  # the run ended before the signal was armed
-            os._exit(1)
-
-
-os.register_at_fork(after_in_child=_drop_locks_in_child)
-
-
-def lock_output_dir(output_dir: str | Path) -> None:
-    """Take `output_dir`'s `flock` for the rest of this process (the kernel releases it when the process dies), or
-    raise a `ConfigurationError` naming its holder."""
-    out = Path(output_dir)
-    if str(out.resolve()) in _HELD:
-        return
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd = os.open(out / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as error:
-        raise ConfigurationError(
-            f"cannot write to the output directory {out}: {error.strerror or error} ({error.filename}). "
-            "Choose another --output_dir, one you can write to."
-        ) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "a process that is starting"
-        os.close(fd)
-        raise ConfigurationError(
-            f"{out} is in use by another run ({holder}); wait for it to end, or choose another --output_dir."
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(
-        fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0
-    )
-    _HELD[str(out.resolve())] = fd
-    _HOLDER["pid"] = os.getpid()
-
-
-def release_output_dir(output_dir: str | Path) -> None:
-    """Remove the lock file while still held (so that no other run takes it in between), then release it."""
-    out = Path(output_dir)
-    fd = _HELD.pop(str(out.resolve()), None)
-    if fd is not None:
-        (out / RUN_LOCK).unlink(missing_ok=True)
-        os.close(fd)
-
-
-def move_aside(output_dir: str | Path) -> Path | None:
-    """`--overwrite_output_dir true`: the directory renamed in one step to `<name>.replaced-<time>` (nothing deleted)
-    and made again, empty and locked; a kill never mixes the old run with the new. Only under this process's lock."""
-    out = Path(output_dir)
-    key = str(out.resolve())
-    if key not in _HELD or holds_nothing(out):
-        return None
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside = next(p for n in range(1000) if not (p := out.with_name(f"{out.name}.replaced-{stamp}-{n}")).exists())
-    try:
-        os.rename(out, aside)
-    except OSError as error:
-        raise ConfigurationError(
-            f"--overwrite_output_dir true: cannot move {out} aside to {aside} ({error.strerror or error}); move or "
-            "delete it yourself, or choose another --output_dir."
-        ) from None
-    fsync_dir(out.parent)
-    old_lock = _HELD.pop(key)
-    lock_output_dir(out)
-    os.close(old_lock)
-    logger.warning("--overwrite_output_dir true: %s moved to %s (nothing deleted); starting afresh", out, aside)
-    return aside
-
-
-def lock_output_dir_once(output_dir: str | Path, training, check, overwrite: bool = False) -> None:
-    """`lock_output_dir`, `move_aside` with `overwrite`, then `check()` again, on the main process; every process
-    raises its error, so that none waits for one that stopped."""
-    error = None
-    if training.process_index == 0:
-        try:
-            lock_output_dir(output_dir)
-            if overwrite:
-                move_aside(output_dir)
-            check()
-        except (ConfigurationError, FileExistsError) as err:
-            error = str(err)
-    if training.world_size > 1:
-        from accelerate.utils import broadcast_object_list
-
-        error = broadcast_object_list([error], from_process=0)[0]
-    if error is not None:
-        raise ConfigurationError(error)

@@ -33,8 +33,8 @@ from ..tasks.files import describe_sources, load_task_data
 from ..tasks.registry import Task
 from ..versions import framework_versions
 from .checkpoints import newest_valid_checkpoint
-from .cli import RESULTS, ConfigurationError, check_output_dir, fit_to_this_machine, write_run_config
-from .cluster import catching_stop_signals, lock_output_dir_once, release_output_dir, stop_between_runs, stop_message
+from .cli import ConfigurationError, fit_to_this_machine
+from .cluster import catching_stop_signals, stop_between_runs, stop_message
 from .distributed import TRAINER_STATE_NAME, EngineTrainer, hardware, write_trainer_state
 from .finetune_recipe import (
     HEAD_INITIALIZERS,
@@ -47,6 +47,7 @@ from .finetune_recipe import (
     record_of,
     resume_path,
 )
+from .lifecycle import RESULTS, check_output_dir, lock_output_dir_once, release_output_dir, write_run_config
 from .pretraining.resume import LongerSchedule
 from .publishing import take_push_request
 

@@ -18,11 +18,11 @@ from typing import Any
 
 from ..atomic import atomic_path, write_json, write_text
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, Task, get_task
-from .cli import ConfigurationError, HelpLayout, RunFinished, check_output_dir, flag, hide_credentials, write_run_config
-from .cluster import lock_output_dir_once
+from .cli import ConfigurationError, HelpLayout, flag, hide_credentials
 from .finetune import run_finetuning
 from .finetune_recipe import FineTuningRecipe, find_task
 from .finetune_recipe import check_inputs as check_finetuning_inputs
+from .lifecycle import RunFinished, check_output_dir, lock_output_dir_once, write_run_config
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ import pytest
 from bert_repro.atomic import FILE_MODE, atomic_path, write_json, write_text
 from bert_repro.data.wordpiece import load_tokenizer, save_tokenizer
 from bert_repro.hub.push import STAGING_PREFIX, remove_stranded_staging
-from bert_repro.training.cli import ConfigurationError, check_output_dir
+from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.lifecycle import check_output_dir
 from bert_repro.training.pretraining.examples import TOKENIZER_DIR, get_tokenizer
 
 

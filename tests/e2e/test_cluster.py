@@ -238,7 +238,7 @@ def test_a_second_run_on_the_same_directory_is_refused_until_the_first_ends(tmp_
     corpus, tokenizer = corpus_and_tokenizer
     out = tmp_path / "out"
     hold = (
-        "import sys, time; from bert_repro.training.cluster import lock_output_dir; "
+        "import sys, time; from bert_repro.training.lifecycle import lock_output_dir; "
         "lock_output_dir(sys.argv[1]); print('held', flush=True); time.sleep(600)"
     )
     holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], env=ENV, stdout=subprocess.PIPE, text=True)

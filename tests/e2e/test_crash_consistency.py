@@ -177,7 +177,7 @@ def test_finetuning_survives_a_kill_at_every_write_point(tmp_path, tiny_model, h
     "field, saved, now", [("output_dir", "/scratch/me/run", "/home/me/run"), ("log_level", "passive", "info")]
 )
 def test_where_a_run_lives_and_its_log_level_are_not_what_identifies_it(tmp_path, field, saved, now):
-    from bert_repro.training.cli import check_output_dir
+    from bert_repro.training.lifecycle import check_output_dir
     from bert_repro.training.pretraining.recipe import run_identity
 
     def record(learning_rate, value):

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from bert_repro import BertReproForPreTraining
 from bert_repro.data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
 from bert_repro.hub.push import stage
-from bert_repro.training.cli import RunFinished
+from bert_repro.training.lifecycle import RunFinished
 
 LOAD_TIME_KEYS = {"local_files_only", "is_local"}  # what an offline from_pretrained adds to init_kwargs
 

@@ -13,7 +13,7 @@ from support import ROOT, file_digests
 from support.pretraining_runs import launch, write_config
 from support.task_files import TINY_RUN, finetune_args, fixture_files, write
 
-from bert_repro.training.cli import RunFinished, check_output_dir
+from bert_repro.training.lifecycle import RunFinished, check_output_dir
 from bert_repro.training.pretraining.recipe import MAY_GROW, run_identity
 
 

@@ -8,9 +8,10 @@ from support import ROOT
 from support.task_files import CONLL_DEV, CONLL_TRAIN, TINY_RUN, finetune_args, fixture_files, fixture_rows, write
 
 from bert_repro.tasks.registry import TASKS, get_task
-from bert_repro.training.cli import ConfigurationError, RunFinished
+from bert_repro.training.cli import ConfigurationError
 from bert_repro.training.finetune import run_finetuning
 from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.lifecycle import RunFinished
 
 pytestmark = pytest.mark.slow
 

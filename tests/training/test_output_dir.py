@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 from support.pretraining_runs import first_documents, write_config
 from support.task_files import fixture_files, write
 
-from bert_repro.training.cli import ConfigurationError, check_output_dir
-from bert_repro.training.cluster import _HELD, lock_output_dir, move_aside
+from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.lifecycle import _HELD, check_output_dir, lock_output_dir, move_aside
 
 
 def aside_of(out):

@@ -10,7 +10,8 @@ from support import ROOT
 from support.models import tiny_config
 from support.pretraining_runs import first_documents, launch, run_recipe, weights, write_config
 
-from bert_repro.training.cli import ConfigurationError, check_output_dir
+from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.lifecycle import check_output_dir
 from bert_repro.training.pretraining.recipe import PAPER_TRAINING_DEFAULTS, Phase, PreTrainingRecipe
 from bert_repro.training.pretraining.trainer import PreTrainingTrainer
 

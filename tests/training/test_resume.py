@@ -304,7 +304,7 @@ def test_checkpoint_to_resume_checks_what_it_is_given(tmp_path):
 
 
 def test_forget_unstarted_run_removes_only_what_the_run_wrote(tmp_path):
-    from bert_repro.training.cli import RUN_CONFIG
+    from bert_repro.training.lifecycle import RUN_CONFIG
     from bert_repro.training.pretraining.examples import TOKENIZER_DIR
     from bert_repro.training.pretraining.resume import forget_unstarted_run
 

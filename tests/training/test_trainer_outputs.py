@@ -11,9 +11,10 @@ import pytest
 import transformers
 from support.task_files import finetune_args, fixture_files, tsv, write
 
-from bert_repro.training.cli import ConfigurationError, RunFinished, check_output_dir
+from bert_repro.training.cli import ConfigurationError
 from bert_repro.training.finetune import GROW, run_finetuning, run_identity
 from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.lifecycle import RunFinished, check_output_dir
 
 
 def finetune(tmp_path, model, *extra, task="sst2"):

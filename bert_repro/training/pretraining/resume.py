@@ -13,7 +13,8 @@ from transformers import TrainerCallback
 
 from ...atomic import write_json
 from ..checkpoints import checkpoint_problem, checkpoint_step, newest_valid_checkpoint
-from ..cli import RUN_CONFIG, ConfigurationError
+from ..cli import ConfigurationError
+from ..lifecycle import RUN_CONFIG
 from .examples import TOKENIZER_DIR
 
 logger = logging.getLogger(__name__)

@@ -24,9 +24,10 @@ from ...data.wordpiece import save_tokenizer
 from ...hub.push import push_checkpoints
 from ...versions import framework_versions
 from ..checkpoints import check_fits
-from ..cli import RESULTS, RUN_CONFIG, ConfigurationError, check_output_dir, holds_nothing
-from ..cluster import catching_stop_signals, lock_output_dir_once, release_output_dir, stop_between_runs, stop_message
+from ..cli import ConfigurationError
+from ..cluster import catching_stop_signals, stop_between_runs, stop_message
 from ..distributed import hardware
+from ..lifecycle import RESULTS, RUN_CONFIG, check_output_dir, holds_nothing, lock_output_dir_once, release_output_dir
 from ..optim import optimizer_cls_and_kwargs
 from ..publishing import PushRequest, take_push_request
 from .examples import TOKENIZER_DIR, PreparedData
