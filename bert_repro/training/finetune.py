@@ -20,7 +20,8 @@ from unittest.mock import patch
 import datasets
 import numpy as np
 import torch
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import Trainer, TrainerState, TrainingArguments, set_seed
+from transformers.trainer_utils import TrainOutput
 
 from ..atomic import write_json, write_text
 from ..data.wordpiece import load_tokenizer, save_tokenizer
@@ -32,7 +33,7 @@ from ..tasks.columns import TaskDataError
 from ..tasks.files import describe_sources, load_task_data
 from ..tasks.registry import Task
 from ..versions import framework_versions
-from .checkpoints import newest_valid_checkpoint
+from .checkpoints import check_fits, newest_valid_checkpoint
 from .cli import ConfigurationError, fit_to_this_machine
 from .cluster import catching_stop_signals, stop_between_runs, stop_message
 from .distributed import TRAINER_STATE_NAME, EngineTrainer, hardware, write_trainer_state
@@ -47,17 +48,32 @@ from .finetune_recipe import (
     record_of,
     resume_path,
 )
-from .lifecycle import RESULTS, check_output_dir, lock_output_dir_once, release_output_dir, write_run_config
-from .pretraining.resume import LongerSchedule
+from .lifecycle import (
+    RESULTS,
+    STAGES,
+    check_output_dir,
+    complete,
+    fingerprints,
+    forget,
+    lock_output_dir,
+    lock_output_dir_once,
+    read_stages,
+    release_output_dir,
+    write_run_config,
+)
+from .pretraining.resume import LongerSchedule, whole_run_loss
 from .publishing import take_push_request
 
 logger = logging.getLogger(__name__)
 
-# Settings that do not change what a run trains: a resumed grid may change them.
+# Settings that change no result: a resumed grid may change them. Paths are not identity either: what they hold is
+# (the record's "inputs", `fingerprints`), and the stages asked for are the stage record's.
 NOT_IDENTITY = (
     *("overwrite_output_dir", "num_proc", "report_to", "disable_tqdm", "resume_from_checkpoint", "eval_strategy"),
     *("eval_steps", "eval_delay", "eval_on_start", "save_strategy", "save_steps", "save_total_limit"),
-    *("logging_steps", "logging_strategy", "logging_first_step", "logging_nan_inf_filter"),
+    *("logging_steps", "logging_strategy", "logging_first_step", "logging_nan_inf_filter", "logging_dir"),
+    *("per_device_eval_batch_size", "eval_accumulation_steps", "dataloader_num_workers", "log_level", "run_name"),
+    *("model", "tokenizer", "data"),
 )
 # What a grid may raise on resumption, training every run further from its last checkpoint.
 GROW = ("training.max_steps", "training.num_train_epochs")
@@ -179,7 +195,7 @@ def task_trainer(task, splits, tokenizer, run, training: TrainingArguments, mode
     if training.torch_compile:
         # Batches of many widths: dynamic from the start is one graph, not two recompiles (test_compile.py).
         environment["ACCELERATE_DYNAMO_USE_DYNAMIC"] = os.environ.get("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")
-    first = task.eval_splits[0]
+    first = task.eval_splits[0] if task.eval_splits else None  # predict-only data may have no evaluation split
     with patch.dict(os.environ, environment):
         return TaskTrainer(
             model=model,
@@ -212,11 +228,27 @@ def one_run(
     changes = {"output_dir": str(run_dir), "learning_rate": lr, "seed": seed, "data_seed": data_seed}
     trainer = task_trainer(task, splits, tokenizer, run, training, model, **changes)
     start = time.time()
-    # a run stopped by a signal, or trained further, goes on from its newest checkpoint
-    checkpoint = resume_path(training) or newest_valid_checkpoint(run_dir)
+    # a run stopped by a signal, or trained further, goes on from its own newest checkpoint, else from PATH
+    checkpoint = newest_valid_checkpoint(run_dir) or resume_path(training)
     if checkpoint:
         logger.info("%s: resuming from %s", run_dir, checkpoint)
-    trained = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        check_fits(checkpoint, model.config)
+    if checkpoint and (state := finished_state(checkpoint, training)) is not None:
+        # Its last step is saved (a kill came after it): Trainer would take one step more, so it is not called.
+        best = state.best_model_checkpoint if training.load_best_model_at_end else None
+        trainer.model = trainer.model_wrapped = load_model(task, replace(run, model=best or str(checkpoint))).to(
+            trainer.args.device
+        )
+        trainer.state = state
+        trained = TrainOutput(state.global_step, 0.0, finished_metrics(state))
+    else:
+        try:
+            trained = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        except (RuntimeError, ValueError, KeyError) as err:
+            if not checkpoint:
+                raise
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ConfigurationError(f"cannot resume from {checkpoint}: {first[:300]}") from None
     if trainer.stop_on_signal.stopped:
         return {"stopped_by": trainer.stop_on_signal.stopped[0]}, trainer
     seconds = round(time.time() - start, 1)
@@ -244,6 +276,22 @@ def one_run(
         write_json(run_dir / "all_results.json", {**trained.metrics, **eval_metrics}, sort_keys=True)
         write_trainer_state(trainer.state, run_dir / TRAINER_STATE_NAME)
     return result, trainer
+
+
+def finished_state(checkpoint: str | Path, training: TrainingArguments) -> TrainerState | None:
+    """The checkpoint's TrainerState when it holds the run's last step (its max_steps, or all its epochs), else None."""
+    path = Path(checkpoint) / TRAINER_STATE_NAME
+    if not path.is_file():
+        return None
+    state = TrainerState.load_from_json(str(path))
+    if training.max_steps > 0:
+        return state if state.global_step >= training.max_steps else None
+    return state if state.epoch is not None and state.epoch >= training.num_train_epochs - 1e-6 else None
+
+
+def finished_metrics(state: TrainerState) -> dict[str, float]:
+    """train_results.json for a run whose training had ended before this invocation: what its state says."""
+    return {"epoch": state.epoch, "total_flos": state.total_flos, "train_loss": whole_run_loss(state.log_history)}
 
 
 TRAINER_FILES = ("train_results.json", "eval_results.json", "all_results.json", TRAINER_STATE_NAME)
@@ -320,28 +368,54 @@ def splits_at_hand(task: Task, data: datasets.DatasetDict, run, training) -> tup
 
 
 def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
-    """The whole protocol for one task (the grid, the best on dev kept); without --do_train, `evaluate_model`."""
+    """The whole protocol for one task (the grid, the best on dev kept), in stages that the same command completes:
+    train, records (results.json), card, push. Without --do_train, `evaluate_model`."""
     run, training = recipe.resolved()
     check_inputs(run, training)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
     )
+    if not training.do_train:
+        return evaluate_model(run, training)
     logger.info(grid_plan(recipe.finetuning, run))
     if warning := run.torch_compile_warning(training.torch_compile):
         logger.warning(warning)
     fit_to_this_machine(training)
-    task, data, missing_splits, push_to = open_output_dir(record_of(run, training), run, training)
-    if not training.do_train:
-        return evaluate_model(task, data, run, training)
-    start = time.time()
-    with catching_stop_signals():  # one that comes between two runs is not lost: `train_grid` acts on it
+    task, data, missing_splits, push_to = open_output_dir(run, training)
+    output_dir, start = Path(training.output_dir), time.time()
+    done = read_stages(output_dir)  # once, on every process: each stage below is a collective (`stop_between_runs`)
+    with catching_stop_signals():  # one that comes between two runs or stages is not lost: each boundary acts on it
         runs, best, stopped = train_grid(task, data, run, training)
+        if stopped is None and "records" not in done:
+            summary = run_summary(task, data, run, training, runs, best, missing_splits, time.time() - start)
+            if training.process_index == 0:
+                write_records(output_dir, task, summary)
+            stopped = stop_between_runs(training, "after the records")
+        summary = json.loads((output_dir / RESULTS).read_text()) if stopped is None else {}
+        if stopped is None and "card" not in done:
+            if training.process_index == 0:
+                repo_id = training.hub_model_id or output_dir.resolve().name
+                write_text(output_dir / "README.md", str(card_for_finetuning(output_dir, repo_id, summary=summary)))
+                complete(output_dir, "card")
+            stopped = stop_between_runs(training, "after the card")
+        if stopped is None and push_to is not None and not pushed(done, push_to):
+            if training.process_index == 0:
+                summary["pushed"] = push_to.push(output_dir, push)
+                complete(output_dir, "push", **push_to.target, result=str(summary["pushed"]))
+            stopped = stop_between_runs(training, "after the push")
+    release_output_dir(output_dir)
     if stopped is not None:
-        release_output_dir(training.output_dir)
         return stopped
-    output_dir, rows = Path(training.output_dir), task_rows(task, data, run)
+    logger.info("\n%s", results_markdown(task, summary))
+    logger.info("The best run's model (%s): %s", run_name(best["learning_rate"], best["seed"]), output_dir)
+    return summary
+
+
+def run_summary(task, data, run, training, runs, best, missing_splits, seconds: float) -> dict[str, Any]:
+    """results.json: the grid's runs, the best, the settings a reader needs, the baseline to beat."""
+    rows, output_dir = task_rows(task, data, run), Path(training.output_dir)
     submissions = [p for p in test_prediction_files(task, data, output_dir).values() if p.exists()]
-    summary = {
+    return {
         "task": task.name,
         "model": run.model,
         "main_metric": task.main_metric,
@@ -363,7 +437,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
             "max_train_samples": run.max_train_samples,
             "max_eval_samples": run.max_eval_samples,
         },
-        "seconds": round(time.time() - start, 1),
+        "seconds": round(seconds, 1),
         "hardware": hardware(training.device),
         "versions": framework_versions(),  # the card lists them as transformers' cards do
         "test_predictions": [str(p) for p in submissions if training.do_predict],
@@ -371,61 +445,114 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
         "majority_baseline": majority_baseline(task, rows),
         "eval_rows": {name: [len(rows[name]), len(data[name])] for name in task.eval_splits},  # [scored, of]
     }
+
+
+def write_records(output_dir: Path, task: Task, summary: dict) -> None:
+    """The "records" stage: the best run's Trainer files at the top, results.md, then results.json."""
+    best = summary["best"]
     best_dir = output_dir / "runs" / run_name(best["learning_rate"], best["seed"])
-    if training.process_index == 0:
-        for name in TRAINER_FILES:  # the best run's, where Trainer's `save_state` and `save_metrics` leave them
-            write_text(output_dir / name, (best_dir / name).read_text())
-        write_text(output_dir / "results.md", results_markdown(task, summary))
-        repo_id = training.hub_model_id or output_dir.resolve().name
-        write_text(output_dir / "README.md", str(card_for_finetuning(output_dir, repo_id, summary=summary)))
-        write_json(output_dir / RESULTS, summary)  # last: the runs' summary, once every file it names is there
-    logger.info("\n%s", results_markdown(task, summary))
-    logger.info("The best run's model (%s): %s", run_name(best["learning_rate"], best["seed"]), output_dir)
-    if push_to is not None:
-        summary["pushed"] = push_to.push(output_dir, push)
-    release_output_dir(output_dir)
-    return summary
+    for name in TRAINER_FILES:  # the best run's, where Trainer's `save_state` and `save_metrics` leave them
+        write_text(output_dir / name, (best_dir / name).read_text())
+    write_text(output_dir / "results.md", results_markdown(task, summary))
+    write_json(output_dir / RESULTS, summary)
+    complete(output_dir, "train")
+    complete(output_dir, "records")
 
 
-def evaluate_model(task: Task, data, run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
-    """--do_eval and/or --do_predict without --do_train: --model as it is (as run_glue's `save_metrics("eval")`)."""
-    output_dir = Path(training.output_dir)
-    tokenizer = load_tokenizer(run.tokenizer or run.model)
-    splits = encode_splits(task, task_rows(task, data, run, train=False), tokenizer, run) if training.do_eval else {}
-    set_seed(training.seed)
-    trainer = task_trainer(task, splits, tokenizer, run, training, load_model(task, run))
-    summary: dict[str, Any] = {"task": task.name, "model": run.model}
-    if training.do_eval:
-        metrics = trainer.evaluate()
-        summary["eval"] = trainer.evaluated[1]
-        if trainer.is_world_process_zero():
-            write_json(output_dir / "eval_results.json", metrics, sort_keys=True)
-            write_json(output_dir / "all_results.json", metrics, sort_keys=True)
-    if training.do_predict:
-        summary["test_predictions"] = [
-            str(p) for p in write_test_predictions(task, trainer, data, tokenizer, run, output_dir)
-        ]
-    return summary
+def pushed(done: dict, push_to) -> bool:
+    """Whether the "push" stage is done, to the same repository and revision as asked now."""
+    return "push" in done and all(done["push"].get(k) == v for k, v in push_to.target.items())
 
 
-def open_output_dir(record: dict[str, Any], run: FineTuningArguments, training: TrainingArguments):
-    """Check the output directory, the push and the task's data before the run is recorded, then lock the directory.
-    (task, data, missing splits, push)"""
+def evaluate_model(run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
+    """--do_eval and/or --do_predict without --do_train, as run_glue does them: --model as it is, eval_results.json
+    and the test-set predictions written into --output_dir (the model's own folder too), nothing else touched."""
     task, output_dir = find_task(run.task), Path(training.output_dir)
-    overwrite = run.overwrite_output_dir
-    check = partial(check_output_dir, output_dir, run_identity(record), resume=True, overwrite=overwrite)
-    check = partial(check, identity=run_identity, may_grow=GROW)
-    grown = check()
+    if run.overwrite_output_dir:
+        logger.info("--overwrite_output_dir: an evaluation replaces only its own files; nothing is moved aside")
+    take_push_request(training)  # checked; an evaluation publishes nothing: said in `check_stages`
+    check_label_names(task, run.model)
+    data = load_task_data(task, data_source(run.data))
+    task, _ = splits_at_hand(task, data, run, training)
+    if training.process_index == 0:
+        lock_output_dir(output_dir)
+    with catching_stop_signals():
+        tokenizer = load_tokenizer(run.tokenizer or run.model)
+        rows = task_rows(task, data, run, train=False) if training.do_eval else {}
+        splits = encode_splits(task, rows, tokenizer, run)
+        set_seed(training.seed)
+        trainer = task_trainer(task, splits, tokenizer, run, training, load_model(task, run))
+        summary: dict[str, Any] = {"task": task.name, "model": run.model}
+        if training.do_eval:
+            metrics = trainer.evaluate()
+            summary["eval"] = trainer.evaluated[1]
+            if trainer.is_world_process_zero():
+                write_json(output_dir / "eval_results.json", metrics, sort_keys=True)
+                write_json(output_dir / "all_results.json", metrics, sort_keys=True)
+        if training.do_predict:
+            written = write_test_predictions(task, trainer, data, tokenizer, run, output_dir)
+            summary["test_predictions"] = [str(p) for p in written]
+        stopped = stop_between_runs(training, "after the evaluation")
+    release_output_dir(output_dir)
+    return stopped or summary
+
+
+def check_label_names(task: Task, model: str) -> None:
+    """A classifier fine-tuned on another task's labels is not scored as if its labels were this task's."""
+    try:
+        saved = json.loads((Path(model) / "config.json").read_text(encoding="utf-8")).get("id2label") or {}
+    except (OSError, ValueError):
+        return  # a Hub id or a checkpoint of another format: its head is new, drawn for this task
+    names = [saved[k] for k in sorted(saved, key=int)]
+    if not task.label_names or not names or all(n == f"LABEL_{i}" for i, n in enumerate(names)):
+        return
+    if names != list(task.label_names):
+        raise ConfigurationError(
+            f"{model}/config.json: the model's labels are {names}, {task.name}'s are {list(task.label_names)}: it was "
+            f"fine-tuned on another task. Evaluate it on its own task, or fine-tune it on {task.name} (--do_train)."
+        )
+
+
+def open_output_dir(run: FineTuningArguments, training: TrainingArguments):
+    """Check the output directory (this run's by what it read), the push and the task's data before anything is
+    written, then lock the directory. (task, data, missing splits, push)"""
+    task, output_dir = find_task(run.task), Path(training.output_dir)
+    inputs = fingerprints(
+        {"model": run.model, "tokenizer": run.tokenizer, "data": run.data or task.hub_id}, hub_type="dataset"
+    )
+    record = {**record_of(run, training), "inputs": inputs}
+    wanted = dict.fromkeys(("train", "records", "card"), {})
+    if training.push_to_hub:
+        wanted["push"] = {"repo_id": training.hub_model_id, "revision": training.hub_revision}
+    resumed = resume_path(training) is not None or str(training.resume_from_checkpoint).lower() == "true"
+    check = partial(
+        check_output_dir, output_dir, record, resume=True, identity=run_identity, may_grow=GROW, wanted=wanted
+    )
+    grown = check(overwrite=run.overwrite_output_dir and not resumed)
     push_to = take_push_request(training)
+    if (
+        push_to is not None
+        and "records" in (done := read_stages(output_dir))
+        and not grown
+        and not pushed(done, push_to)
+    ):
+        logger.info("%s: trained, recorded and carded earlier; now pushing it", output_dir)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
     task, missing_splits = splits_at_hand(task, data, run, training)
-    lock_output_dir_once(output_dir, training, check, overwrite=overwrite)
+    lock_output_dir_once(
+        output_dir,
+        training,
+        partial(check, overwrite=run.overwrite_output_dir),
+        overwrite=run.overwrite_output_dir,
+        resumed=resumed,
+    )
     with training.main_process_first(local=False, desc="opening the output directory"):
         if grown and training.process_index == 0:
-            # Before the record changes: results.json says the grid is finished, result.json that a run is.
+            # Before the record changes: the grid and each run are unfinished again, and so are the later stages.
             logger.info("training the grid further: %s", ", ".join(f"{k} {a} -> {b}" for k, (a, b) in grown.items()))
+            forget(output_dir, *STAGES)
             for done in [output_dir / RESULTS, *output_dir.glob("runs/*/result.json")]:
-                done.unlink()
+                done.unlink(missing_ok=True)
     write_run_config(output_dir, record)
     return task, data, missing_splits, push_to
 
@@ -472,7 +599,9 @@ def train_grid(task: Task, data, run: FineTuningArguments, training: TrainingArg
 def run_identity(record: dict) -> dict:
     """A run's record without the settings a resumed grid may change (`NOT_IDENTITY`)."""
     return {
-        section: {k: v for k, v in values.items() if k not in NOT_IDENTITY} if isinstance(values, dict) else values
+        section: {k: v for k, v in values.items() if k not in NOT_IDENTITY}
+        if isinstance(values, dict) and section != "inputs"
+        else values
         for section, values in record.items()
     }
 

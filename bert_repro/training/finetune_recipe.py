@@ -290,6 +290,7 @@ class FineTuningRecipe:
             grid = FEATURE_BASED_GRID if run.features is not None else task.grid
             changes["learning_rates"] = list(grid.get("learning_rate", ())) or [self.training.learning_rate]
         training = replace(self.training)  # the run's own copy: the run takes the Hub token out of it
+        training.do_eval = self.training.do_eval  # TrainingArguments turns it on for any eval_strategy but "no"
         if training.save_strategy == "best" and training.metric_for_best_model is None:
             # else Trainer stops with "must be provided"
             training.metric_for_best_model, training.greater_is_better = task.kind.ranking_metric(task), True

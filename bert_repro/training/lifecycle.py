@@ -155,7 +155,7 @@ def _raised(values: tuple[Any, Any]) -> bool:
 
 def _said(name: str, values: tuple[Any, Any]) -> str:
     if name.startswith("inputs."):
-        return f"--{name.removeprefix('inputs.')} is not what this run read (its content changed since)"
+        return f"--{name.removeprefix('inputs.')}: other content than this run read"
     return f"{name}: {values[0]!r} -> {values[1]!r}"
 
 
@@ -192,11 +192,12 @@ def check_output_dir(
     overwrite: bool,
     identity: Callable[[dict], dict] | None = None,
     may_grow: Collection[str] = (),
-    wanted: Collection[str] = ("records",),
+    wanted: Collection[str] | dict[str, dict] = ("records",),
 ) -> dict[str, tuple[Any, Any]]:
     """Refuse to write into a directory that holds something else, saying what to do. `identity` (what made
     `record`) is applied to the saved record too; `may_grow`: settings ("training.max_steps") a resumption may raise,
-    returned as {name: (saved, new)}. The same run with every stage of `wanted` complete is `RunFinished`."""
+    returned as {name: (saved, new)}. The same run with every stage of `wanted` complete (with the values given, as
+    {"push": {"repo_id": ...}}) is `RunFinished`."""
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigurationError(f"--output_dir {out} is a file; choose a folder (new or a run's).")
@@ -238,19 +239,22 @@ def check_output_dir(
             f"{out} holds a different run ({shown}). {advice}; for this one choose another --output_dir, or pass "
             "--overwrite_output_dir true to start again in this folder (what it holds is moved aside)."
         )
-    done = read_stages(out)
-    if "records" in done and not resume:
+    done, need = read_stages(out), wanted if isinstance(wanted, dict) else dict.fromkeys(wanted, {})
+    finished = all(s in done and all(done[s].get(k) == v for k, v in to.items()) for s, to in need.items())
+    if finished and not grown and not resume:
         raise FileExistsError(
             f"{out} already holds this finished run ({RESULTS}); to publish it: python -m bert_repro.hub {out} "
             "--repo_id ID; to train it again, pass --overwrite_output_dir true."
         )
-    if all(stage in done for stage in wanted) and not grown:
+    if finished and not grown:
         further = (
             f" To train it further, raise {' or '.join('--' + n.split('.')[-1] for n in may_grow)}." if may_grow else ""
         )
         raise RunFinished(
             f"{out} already holds this run, finished ({RESULTS}): nothing to do, nothing written.{further}"
         )
+    if "records" in done and not grown:
+        return grown  # trained and recorded: the same command completes the later stages (the push)
     if any(out.glob("checkpoint-*")) and not resume:
         raise FileExistsError(
             f"{out} already holds checkpoints of this run; pass --resume_from_checkpoint true to continue it, or "

@@ -18,6 +18,11 @@ class PushRequest:
     revision: str | None = None
     token: str | None = field(default=None, repr=False)
 
+    @property
+    def target(self) -> dict:
+        """Where the push goes: the "push" stage is done only for the same target."""
+        return {"repo_id": self.repo_id, "revision": self.revision}
+
     def push_command(self, output_dir: str | Path, *extra: str) -> str:
         """The command that publishes the run again without training (the token never written out)."""
         revision = ("--revision", self.revision) if self.revision else ()

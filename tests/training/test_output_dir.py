@@ -97,7 +97,7 @@ def test_a_fine_tuning_overwrite_with_another_model_trains_that_model(tmp_path, 
     data, out = write(tmp_path / "mrpc", fixture_files("mrpc")), tmp_path / "out"
     argv = ["--task", "mrpc", "--data", str(data), "--output_dir", str(out), *GRID]
     run_finetuning(FineTuningRecipe.from_args([*argv, "--model", str(tiny_model)]))
-    with pytest.raises(FileExistsError, match=r"holds a different run \(finetuning.model: "):
+    with pytest.raises(FileExistsError, match=r"holds a different run \(--model: other content than this run read\)"):
         run_finetuning(FineTuningRecipe.from_args([*argv, "--model", str(other_model)]))
     summary = run_finetuning(
         FineTuningRecipe.from_args([*argv, "--model", str(other_model), "--overwrite_output_dir", "true"])

@@ -424,8 +424,9 @@ RUN_CONTROL_FIELDS = {
 }
 # What a resumption may raise, extending the run (a finished one too; `check_extension`).
 MAY_GROW = ("training.max_steps",)
-# Where a run lives is not what it trains: a run folder moved or copied (scratch -> project space) resumes.
-LOCATION_FIELDS = {"output_dir"}
+# Where a run lives is not what it trains: a run folder moved or copied (scratch -> project space) resumes. Nor is
+# how its inputs' paths are spelled: what they hold is (the record's "inputs").
+LOCATION_FIELDS = {"output_dir", "corpus", "tokenizer"}
 
 
 def run_identity(record: dict) -> dict:
@@ -436,7 +437,9 @@ def run_identity(record: dict) -> dict:
         "phases": phases if isinstance(phases, dict) else {f"phase{i + 1}": p for i, p in enumerate(phases)},
     }
     for name, section in record.items():
-        if isinstance(section, dict) and name != "phases":
+        if name == "inputs":
+            identity[name] = section
+        elif isinstance(section, dict) and name != "phases":
             identity[name] = {
                 key: value
                 for key, value in section.items()

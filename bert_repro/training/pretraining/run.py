@@ -14,7 +14,6 @@ import shutil
 import time
 from dataclasses import dataclass
 from dataclasses import replace as replace_fields
-from pathlib import Path
 from typing import Any
 
 from transformers import IntervalStrategy, set_seed
@@ -24,10 +23,21 @@ from ...data.wordpiece import save_tokenizer
 from ...hub.push import push_checkpoints
 from ...versions import framework_versions
 from ..checkpoints import check_fits
-from ..cli import ConfigurationError
 from ..cluster import catching_stop_signals, stop_between_runs, stop_message
 from ..distributed import hardware
-from ..lifecycle import RESULTS, RUN_CONFIG, check_output_dir, holds_nothing, lock_output_dir_once, release_output_dir
+from ..lifecycle import (
+    RESULTS,
+    RUN_CONFIG,
+    STAGES,
+    check_output_dir,
+    complete,
+    fingerprints,
+    forget,
+    holds_nothing,
+    lock_output_dir_once,
+    read_stages,
+    release_output_dir,
+)
 from ..optim import optimizer_cls_and_kwargs
 from ..publishing import PushRequest, take_push_request
 from .examples import TOKENIZER_DIR, PreparedData
@@ -58,6 +68,11 @@ def run_pretraining(recipe: PreTrainingRecipe) -> dict[str, Any]:
     for warning in the_plan.warnings:
         logger.warning(warning)
     opened = open_output_dir(the_plan)
+    if "records" in opened.done:  # trained and recorded earlier; the push is what is left
+        with catching_stop_signals():
+            result = push_stage(the_plan, opened, json.loads((the_plan.output_dir / RESULTS).read_text()))
+        release_output_dir(the_plan.output_dir)
+        return result
     prepared = prepare_data(the_plan, opened)
     model = build(the_plan, prepared)
     with catching_stop_signals():  # through the final evaluation and save too: a signal then stops before the push
@@ -73,30 +88,42 @@ class OpenedRun:
     resume_from: str | None  # the checkpoint Trainer resumes from
     push_to: PushRequest | None  # --push_to_hub, checked with the Hub
     fresh: bool  # the directory held nothing of this run
+    record: dict  # run_config.json: the recipe and the fingerprints of what the run reads
+    done: dict  # the stages completed before this invocation (`lifecycle.read_stages`)
 
 
 def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
     """The directory checked and locked for this run, the push and the checkpoint to resume checked: before any data."""
     recipe, training, output_dir = plan.recipe, plan.training, plan.output_dir
+    sources = {"corpus": recipe.data.corpus, "tokenizer": recipe.data.tokenizer}
+    record = {**plan.record, "inputs": fingerprints(sources, hub_type="dataset")}
+    wanted = {"records": {}}
+    if training.push_to_hub:
+        wanted["push"] = {"repo_id": training.hub_model_id, "revision": training.hub_revision}
 
-    def check_dir() -> dict:
+    def check_dir(overwrite: bool = recipe.output.overwrite_output_dir) -> dict:
         return check_output_dir(
             output_dir,
-            run_identity(plan.record),
+            record,
             resume=plan.resume is not None,
-            overwrite=recipe.output.overwrite_output_dir,
+            overwrite=overwrite,
             identity=run_identity,
             may_grow=MAY_GROW,
+            wanted=wanted,
         )
 
     grown = check_dir()
     if grown:
         check_extension(grown, recipe)
     push_to = take_push_request(training)
-    lock_output_dir_once(output_dir, training, check_dir, overwrite=recipe.output.overwrite_output_dir)
-    resume_from = checkpoint_to_resume(output_dir, plan.resume, streamed=plan.source.streamed)
+    overwrite = recipe.output.overwrite_output_dir
+    lock_output_dir_once(output_dir, training, check_dir, overwrite=overwrite, resumed=plan.resume is not None)
+    done = {} if grown else read_stages(output_dir)
+    streamed = plan.source.streamed
+    resume_from = None if "records" in done else checkpoint_to_resume(output_dir, plan.resume, streamed=streamed)
     if grown and training.process_index == 0:
         # Before the record changes: a directory with results.json is finished, and the longer run is not yet.
+        forget(output_dir, *STAGES)
         (output_dir / RESULTS).unlink(missing_ok=True)
         old, new = grown["training.max_steps"]
         schedule = getattr(training.lr_scheduler_type, "value", training.lr_scheduler_type)
@@ -105,7 +132,7 @@ def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
             f"{training.warmup_steps} warm-up steps) now ends at step {new}, so the rate after the checkpoint is that "
             f"of a {new}-step schedule"
         )
-    return OpenedRun(grown, resume_from, push_to, fresh=holds_nothing(output_dir))
+    return OpenedRun(grown, resume_from, push_to, fresh=holds_nothing(output_dir), record=record, done=done)
 
 
 def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
@@ -114,14 +141,13 @@ def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
     with training.main_process_first(desc="preparing pre-training data"):
         if training.process_index == 0:
             output_dir.mkdir(parents=True, exist_ok=True)
-            write_json(output_dir / RUN_CONFIG, plan.record)
+            write_json(output_dir / RUN_CONFIG, opened.record)
         try:
             prepared = plan.source.prepare(plan)
         except BaseException:
             if opened.fresh and training.process_index == 0:
                 forget_unstarted_run(output_dir)  # so that a retry with other data is not "a different run"
             raise
-    check_same_data(output_dir, prepared.statistics, plan.recipe.data.corpus, resumed=opened.resume_from)  # all ranks
     if training.process_index == 0:
         write_json(output_dir / "data_statistics.json", prepared.statistics)
         log_statistics(prepared.statistics)
@@ -129,26 +155,6 @@ def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
             if warning:
                 logger.warning(warning)
     return prepared
-
-
-def check_same_data(output_dir: Path, statistics: dict, corpus: list[str], resumed: str | None) -> None:
-    """A resumed run's corpus counts match data_statistics.json's, else the corpus changed since the run started."""
-    saved = output_dir / "data_statistics.json"
-    if not resumed or not saved.is_file():
-        return
-
-    def counts(stats: dict) -> dict:
-        keys = ("documents", "document_tokens", "examples", "tokens")
-        return {f"{part}.{k}": v.get(k) for part, v in stats.items() if isinstance(v, dict) for k in keys if k in v}
-
-    before, now = counts(json.loads(saved.read_text(encoding="utf-8"))), counts(statistics)
-    changed = [f"{name} {before.get(name)} then, {now.get(name)} now" for name in now if before.get(name) != now[name]]
-    if changed:
-        raise ConfigurationError(
-            f"--corpus {' '.join(corpus)} changed since this run started ({'; '.join(changed[:3])}): its examples "
-            f"are not the ones {resumed} trained on. Put the corpus back as it was, or start again with "
-            "--overwrite_output_dir true (the run is moved aside)."
-        )
 
 
 def build(plan: PreTrainingPlan, prepared: PreparedData):
@@ -249,12 +255,22 @@ def publish(
         if plan.plot:
             objective = plan.phase_configs[0].pretraining_objective
             plot_curves(trainer.state.log_history, output_dir / "training_curves.png", objective)
-        write_json(output_dir / RESULTS, summary)  # last: a run with results.json is finished (`check_output_dir`)
+        write_json(output_dir / RESULTS, summary)
+        complete(output_dir, "train")
+        complete(output_dir, "records")
         log_table("results", summary)
-    if opened.push_to is not None:  # every checkpoint as branch step-N, the final model on --hub_revision (main)
-        then = f"the run is finished; publish it with: {opened.push_to.push_command(output_dir, '--checkpoints')}"
-        if stopped := stop_between_runs(training, "after the final save", then):
-            return stopped
-        if trainer.is_world_process_zero():
-            opened.push_to.push(output_dir, push_checkpoints, "--checkpoints")
-    return summary
+    return push_stage(plan, opened, summary)
+
+
+def push_stage(plan: PreTrainingPlan, opened: OpenedRun, summary: dict[str, Any]) -> dict[str, Any]:
+    """The "push" stage: every checkpoint as branch step-N, the final model on --hub_revision (main); recorded, so
+    that the same command pushes a run whose push was interrupted, and only once."""
+    training, output_dir, push_to = plan.training, plan.output_dir, opened.push_to
+    if push_to is None:
+        return summary
+    if stopped := stop_between_runs(training, "after the final save", "the same command publishes it"):
+        return stopped
+    if training.process_index == 0:
+        pushed = push_to.push(output_dir, push_checkpoints, "--checkpoints")
+        complete(output_dir, "push", **push_to.target, result=str(pushed))
+    return stop_between_runs(training, "after the push") or summary
