@@ -11,30 +11,18 @@ tasks with a test split, the leaderboard's prediction files. Several processes o
 `accelerate launch --config_file recipes/accelerate/<ddp|fsdp|deepspeed_zero2>.yaml`.
 """
 
-import sys
-
-from bert_repro.training.checkpoints import interrupted
 from bert_repro.training.cli import quiet_load_reports
-from bert_repro.training.cluster import STOPPED_EXIT_CODE
-from bert_repro.training.distributed import end_processes
 from bert_repro.training.finetune import USER_ERRORS, run_finetuning
 from bert_repro.training.finetune_recipe import FineTuningRecipe
-from bert_repro.training.lifecycle import RunFinished
+from bert_repro.training.lifecycle import main
 
 if __name__ == "__main__":
     quiet_load_reports()
     recipe = None
-    try:
+
+    def finetune():
+        global recipe
         recipe = FineTuningRecipe.from_args()
-        result = run_finetuning(recipe)
-        end_processes()  # all processes leave together (a distributed launch)
-        if "stopped_by" in result:  # SIGTERM / SIGUSR1: a checkpoint was saved, the same command goes on
-            sys.exit(STOPPED_EXIT_CODE)
-    except KeyboardInterrupt:  # Ctrl-C: where the newest checkpoint is, and how to go on, instead of a traceback
-        sys.exit(interrupted("finetune.py", recipe and recipe.training.output_dir))
-    except RunFinished as done:  # a requeued job: the run is complete, and nothing in it is touched
-        done.say("finetune.py")
-        sys.exit(0)
-    except USER_ERRORS as err:
-        print(f"finetune.py: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        return run_finetuning(recipe)
+
+    main("finetune.py", finetune, USER_ERRORS, lambda: recipe and recipe.training.output_dir)

@@ -10,8 +10,8 @@ again: run the same command to resume an interrupted benchmark.
 import sys
 
 from bert_repro.training.cli import parse_with_config, quiet_load_reports
-from bert_repro.training.distributed import end_processes
 from bert_repro.training.finetune import USER_ERRORS
+from bert_repro.training.lifecycle import main
 from bert_repro.training.reproduce import HELP_LAYOUT, ReproduceArguments, run_reproduce
 
 if __name__ == "__main__":
@@ -19,10 +19,11 @@ if __name__ == "__main__":
     argv = sys.argv[1:]
     finetune_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
-    try:
+    args = None
+
+    def reproduce():
+        global args
         (args,) = parse_with_config((ReproduceArguments,), {}, own, "recipes/reproduce.py", help_layout=HELP_LAYOUT)
-        print(run_reproduce(args, finetune_args))
-        end_processes()  # all processes leave together (a distributed launch)
-    except USER_ERRORS as err:
-        print(f"reproduce.py: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        return run_reproduce(args, finetune_args)
+
+    main("reproduce.py", reproduce, USER_ERRORS, lambda: args and args.output_dir)

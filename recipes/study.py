@@ -15,19 +15,21 @@ import sys
 from bert_repro.model.conversion import CheckpointError
 from bert_repro.tasks.columns import TaskDataError
 from bert_repro.training.cli import ConfigurationError, parse_with_config, quiet_load_reports
-from bert_repro.training.distributed import end_processes
+from bert_repro.training.lifecycle import main
 from bert_repro.training.study import StudyArguments, StudyError, run_study
 
 if __name__ == "__main__":
     quiet_load_reports()
-    try:
+    args = None
+
+    def study():
+        global args
         (args,) = parse_with_config((StudyArguments,), {}, None, "recipes/study.py")
-        print(run_study(args))
-        end_processes()  # all processes leave together (a distributed launch)
-    except (ConfigurationError, CheckpointError, TaskDataError, FileExistsError, FileNotFoundError) as err:
-        # A problem with what the user passed: say it plainly, without a traceback.
-        print(f"study.py: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        return run_study(args)
+
+    try:  # a problem with what the user passed: one line, exit 2
+        errors = (ConfigurationError, CheckpointError, TaskDataError, FileExistsError, FileNotFoundError)
+        main("study.py", study, errors, lambda: args and (args.output_dir or f"runs/{args.study}"))
     except StudyError as err:  # runs that failed on their own (their logs say why); the table has the others
         print(f"study.py: {err}", file=sys.stderr)
         sys.exit(1)

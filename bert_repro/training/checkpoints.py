@@ -94,9 +94,11 @@ def _load_problem(path: Path) -> str | None:
 
     try:
         with safe_globals():
-            torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # torch raises its own, pickle's and zip's errors
         return f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
+    if path.name == "optimizer.pt" and not (isinstance(loaded, dict) and {"state", "param_groups"} <= loaded.keys()):
+        return "not an optimizer's state: no state or param_groups"  # else Trainer's KeyError at every rerun
     return None
 
 

@@ -9,6 +9,7 @@ import argparse
 import difflib
 import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Collection, Mapping
@@ -155,6 +156,14 @@ def hide_credentials(argv: list[str]) -> list[str]:
     return shown
 
 
+def hide_secrets(tokens: list[str], argv: list[str]) -> list[str]:
+    """`tokens` (leftovers of `argv`) with any credential's value given in `argv` replaced by HIDDEN: a value given
+    twice (--hub_token T T) is left over without its flag."""
+    secrets = {t for t, shown in zip(argv, hide_credentials(argv)) if t != shown}
+    secrets |= {t.partition("=")[2] for t in secrets if "=" in t}
+    return ["HIDDEN" if t in secrets else t for t in hide_credentials(tokens)]
+
+
 def use_our_names(argv: list[str], known: set[str], also_given: set[str] = frozenset()) -> tuple[list[str], set[str]]:
     """`argv` with transformers' names (`TRANSFORMERS_NAMES`) replaced by ours, and the fields it sets. Two flags
     for one field are refused, except split=path pairs of --data; an implied default yields to a field given here
@@ -219,7 +228,7 @@ def check_names(parser: HfArgumentParser, args: list[str], known: set[str], reci
         if name
     ]
     raise ConfigurationError(
-        f"unknown argument(s): {'; '.join(said) or ' '.join(hide_credentials(unknown))}. See python {recipe} --help."
+        f"unknown argument(s): {'; '.join(said) or ' '.join(hide_secrets(unknown, args))}. See python {recipe} --help."
     )
 
 
@@ -456,6 +465,13 @@ def check_trainer_settings(training) -> None:
         raise ConfigurationError(
             "--fp16 true: half precision needs a GPU, and this run is on the CPU; leave it out (or pass --bf16 true, "
             "which a CPU may support)."
+        )
+    launcher = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if launcher != "no" and training.device.type == "cpu" and not (launcher == "bf16" and training.bf16):
+        # Accelerate would autocast every step to the launcher's precision while the run records float32.
+        raise ConfigurationError(
+            f"the launcher's mixed_precision is {launcher} (its --config_file) and this run is float32 on the CPU; "
+            "launch with recipes/accelerate/ddp_cpu.yaml (mixed_precision: no), or pass --bf16 true to train in bf16."
         )
     context = training.dataloader_multiprocessing_context
     given = [f"--dataloader_multiprocessing_context {context}"] if context is not None else []

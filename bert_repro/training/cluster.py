@@ -159,7 +159,7 @@ def publish(staging: Path, target: Path) -> None:
     move_into(staging, target, last=("model.safetensors", "model.safetensors.index.json"))
 
 
-def _says_no_space(err: BaseException | None) -> bool:
+def says_no_space(err: BaseException | None) -> bool:
     while err is not None:
         if isinstance(err, OSError) and err.errno == errno.ENOSPC:
             return True
@@ -185,7 +185,7 @@ def disk_full(err: BaseException, folder: Path, needed: int, what: str) -> Confi
     not ENOSPC: so the free space is checked too."""
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     free = shutil.disk_usage(existing).free
-    if not _says_no_space(err) and free >= needed:
+    if not says_no_space(err) and free >= needed:
         return None
     return ConfigurationError(
         f"the disk holding {folder} is full: saving {what} needs about {human_size(needed)} and {human_size(free)} is "

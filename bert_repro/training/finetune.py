@@ -528,7 +528,8 @@ def open_output_dir(run: FineTuningArguments, training: TrainingArguments):
     check = partial(
         check_output_dir, output_dir, record, resume=True, identity=run_identity, may_grow=GROW, wanted=wanted
     )
-    grown = check(overwrite=run.overwrite_output_dir and not resumed)
+    check = partial(check, overwrite=run.overwrite_output_dir, resumed=resumed)
+    grown = check()
     push_to = take_push_request(training)
     if (
         push_to is not None
@@ -539,13 +540,7 @@ def open_output_dir(run: FineTuningArguments, training: TrainingArguments):
         logger.info("%s: trained, recorded and carded earlier; now pushing it", output_dir)
     data = load_task_data(task, data_source(run.data))  # bad data fails before the run is recorded
     task, missing_splits = splits_at_hand(task, data, run, training)
-    lock_output_dir_once(
-        output_dir,
-        training,
-        partial(check, overwrite=run.overwrite_output_dir),
-        overwrite=run.overwrite_output_dir,
-        resumed=resumed,
-    )
+    lock_output_dir_once(output_dir, training, check, overwrite=run.overwrite_output_dir, resumed=resumed)
     with training.main_process_first(local=False, desc="opening the output directory"):
         if grown and training.process_index == 0:
             # Before the record changes: the grid and each run are unfinished again, and so are the later stages.

@@ -55,6 +55,59 @@ class RunFinished(Exception):
             print(f"{recipe}: {self}", file=sys.stderr)
 
 
+class Stopped(Exception):
+    """A stop signal ended this invocation at a safe point, everything before it saved: the same command goes on.
+    Raised by the recipes that run others (reproduce, the studies), whose own runs return {"stopped_by": name}."""
+
+
+def check_stopped(result: dict) -> dict:
+    """`result` of a run, or `Stopped` when a signal stopped it."""
+    if "stopped_by" in result:
+        raise Stopped(f"stopped by {result['stopped_by']}; the same command goes on from there")
+    return result
+
+
+def main(name: str, body: Callable[[], Any], user_errors: tuple, output_dir: Callable[[], Any] = lambda: None):
+    """A recipe as a command, the same in every recipe: `body()` printed when it returns text; exit 0 when done or
+    nothing is left to do, 2 with one line for what the user can fix (a full disk too), 75 when SIGTERM or SIGUSR1
+    stopped it at a safe point (the same command goes on), 130 on Ctrl-C. `output_dir()`: where Ctrl-C looks for
+    checkpoints."""
+    from .checkpoints import interrupted
+    from .cluster import STOPPED_EXIT_CODE, says_no_space
+    from .distributed import end_processes
+
+    def say(line: str) -> None:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"{name}: {line}", file=sys.stderr)
+
+    try:
+        result = body()
+        end_processes()  # all processes leave together (a distributed launch)
+        if isinstance(result, str):
+            print(result)
+        if isinstance(result, dict) and "stopped_by" in result:
+            sys.exit(STOPPED_EXIT_CODE)
+    except KeyboardInterrupt:  # where the newest checkpoint is, and how to go on, instead of a traceback
+        sys.exit(interrupted(name, output_dir()))
+    except RunFinished as done:  # a requeued job: the run is complete, and nothing in it is touched
+        done.say(name)
+        sys.exit(0)
+    except Stopped as err:
+        say(str(err))
+        sys.exit(STOPPED_EXIT_CODE)
+    except user_errors as err:
+        say(f"error: {err}")
+        sys.exit(2)
+    except OSError as err:
+        if not says_no_space(err):
+            raise
+        say(
+            f"error: the disk holding {err.filename or 'the output'} is full; free some space and run the same command "
+            "again (what is complete is kept, and it goes on from there)."
+        )
+        sys.exit(2)
+
+
 # -- fingerprints ------------------------------------------------------------------------------------------------
 
 
@@ -193,11 +246,13 @@ def check_output_dir(
     identity: Callable[[dict], dict] | None = None,
     may_grow: Collection[str] = (),
     wanted: Collection[str] | dict[str, dict] = ("records",),
+    resumed: bool = False,
 ) -> dict[str, tuple[Any, Any]]:
     """Refuse to write into a directory that holds something else, saying what to do. `identity` (what made
     `record`) is applied to the saved record too; `may_grow`: settings ("training.max_steps") a resumption may raise,
     returned as {name: (saved, new)}. The same run with every stage of `wanted` complete (with the values given, as
-    {"push": {"repo_id": ...}}) is `RunFinished`."""
+    {"push": {"repo_id": ...}}) is `RunFinished`. `resumed`: --resume_from_checkpoint was given, so that
+    --overwrite_output_dir keeps this run (a requeued job) and moves aside only another."""
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigurationError(f"--output_dir {out} is a file; choose a folder (new or a run's).")
@@ -205,9 +260,9 @@ def check_output_dir(
         return {}
     if overwrite:  # another run, or a folder that holds none, is moved aside (`move_aside`); this run resumed is kept
         with contextlib.suppress(FileExistsError):
-            if resume:
+            if resumed:
                 return check_output_dir(
-                    out, record, resume=True, overwrite=False, identity=identity, may_grow=may_grow, wanted=wanted
+                    out, record, resume=resume, overwrite=False, identity=identity, may_grow=may_grow, wanted=wanted
                 )
         return {}
     saved = out / RUN_CONFIG

@@ -22,7 +22,15 @@ from .cli import ConfigurationError, HelpLayout, flag, hide_credentials
 from .finetune import run_finetuning
 from .finetune_recipe import FineTuningRecipe, find_task
 from .finetune_recipe import check_inputs as check_finetuning_inputs
-from .lifecycle import RunFinished, check_output_dir, lock_output_dir_once, write_run_config
+from .lifecycle import (
+    RunFinished,
+    check_output_dir,
+    check_stopped,
+    fingerprints,
+    lock_output_dir_once,
+    release_output_dir,
+    write_run_config,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +244,8 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
     for recipe in recipes.values():
         check_finetuning_inputs(*recipe.resolved())
     data_dirs = check_task_data(tasks, args.data_root)
-    output_dir, record = Path(args.output_dir), {"reproduce": {"model": args.model}}
+    # the model by what it holds: its folder re-pre-trained in place is another benchmark, `base/` and `base` the same
+    output_dir, record = Path(args.output_dir), {"inputs": fingerprints({"model": args.model})}
     overwrite = args.overwrite_output_dir or any(r.finetuning.overwrite_output_dir for r in recipes.values())
     check = partial(check_output_dir, output_dir, record, resume=True, overwrite=overwrite)
     lock_output_dir_once(output_dir, recipes[tasks[0].name].training, check, overwrite=overwrite)
@@ -245,11 +254,13 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
     for task in tasks:
         data = {} if data_dirs[task.name] is None else {"data": [str(data_dirs[task.name])]}
         try:  # a task's folder holding other settings' results is refused by the fine-tuning's own check
-            run_finetuning(recipes[task.name].replace(output_dir=str(output_dir / task.name), **data))
+            check_stopped(run_finetuning(recipes[task.name].replace(output_dir=str(output_dir / task.name), **data)))
         except RunFinished:
             logger.info("%s: finished earlier, not run again", task.name)
         results = json.loads((output_dir / task.name / "results.json").read_text())
         rows.append(task_row(task, results, args.paper_model))
         write_report(output_dir, rows, args, time.time() - start, finetune_args)  # a partial report after each task
     zip_submissions(output_dir, tasks)
-    return write_report(output_dir, rows, args, sum(r["seconds"] for r in rows), finetune_args)
+    report = write_report(output_dir, rows, args, sum(r["seconds"] for r in rows), finetune_args)
+    release_output_dir(output_dir)
+    return report

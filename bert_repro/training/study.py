@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import shutil
+import signal
 import statistics
 import time
 from collections import defaultdict
@@ -23,9 +24,11 @@ from ..atomic import write_json
 from ..model.conversion import TOKENIZER_FILES
 from ..tasks.registry import get_task
 from .cli import ConfigurationError
+from .cluster import catching_stop_signals, signal_received
 from .finetune import run_finetuning
 from .finetune_recipe import FineTuningRecipe
 from .finetune_recipe import check_inputs as check_finetuning_inputs
+from .lifecycle import Stopped, check_stopped
 from .pretraining import PreTrainingRecipe, run_pretraining
 from .pretraining.plan import check as check_pretraining
 from .reproduce import check_task_data, percent
@@ -95,7 +98,7 @@ def pretrain_variant(variant: Variant, base: PreTrainingRecipe, directory: Path,
     if any(directory.glob("checkpoint-*")):
         recipe = recipe.replace(resume_from_checkpoint="true")
     logger.info("pre-training %s in %s, the study's recipe with %s", variant.key, directory, dict(variant.pretraining))
-    summary = run_pretraining(recipe)
+    summary = check_stopped(run_pretraining(recipe))
     if "stopped_at_step" in summary:
         raise ConfigurationError(
             f"the pre-training of {variant.key} stopped at step {summary['stopped_at_step']} "
@@ -197,7 +200,7 @@ def _finetune_in_process(recipe: FineTuningRecipe, log: str, threads: int) -> No
     with open(log, "w") as f:
         os.dup2(f.fileno(), 1)
         os.dup2(f.fileno(), 2)
-        run_finetuning(recipe)
+        return run_finetuning(recipe)
 
 
 def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, after_each) -> list[str]:
@@ -211,14 +214,14 @@ def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, 
     if jobs <= 1:
         for run in todo:
             logger.info("fine-tuning %s in %s", run.variant, run.directory)
-            run_finetuning(run.recipe)
+            check_stopped(run_finetuning(run.recipe))
             after_each()
         return []
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    failed = []
+    failed, stopped = [], []
     # spawn: a fresh interpreter each (CUDA cannot be forked); one run per process, so each starts clean
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as pool:
         futures = {}
@@ -229,12 +232,16 @@ def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, 
         for future in as_completed(futures):
             run, log = futures[future]
             try:
-                future.result()
+                if "stopped_by" in (future.result() or {}):
+                    stopped.append(str(run.directory))
+                    continue
                 logger.info("fine-tuning %s finished", run.directory)
             except Exception as err:  # reported with its log; the other runs go on
                 failed.append(f"{run.directory}: {type(err).__name__}: {err} (log: {log})")
                 logger.error("fine-tuning %s failed: %s", run.directory, failed[-1])
             after_each()
+    if stopped:
+        raise Stopped(f"fine-tuning stopped by a signal in {', '.join(stopped)}; the same command goes on from there")
     return failed
 
 
@@ -308,11 +315,25 @@ def run_study(args: StudyArguments) -> str:
     check_same_study(output_dir, shown)
     weights: dict[str, Path] = dict(reused)
     start = time.time()
-    for variant in study.variants:
-        if variant.weights_of and not variant.random_init:
-            weights[variant.key] = weights[variant.weights_of]
-        weights[variant.key] = pretrain_variant(variant, base, output_dir / "pretrain" / variant.key, weights)
-    runs = planned_runs(study, args, output_dir, {k: str(v) for k, v in weights.items()}, data_dirs)
+    with catching_stop_signals():  # acted on by each run, and between runs here
+        for variant in study.variants:
+            if variant.weights_of and not variant.random_init:
+                weights[variant.key] = weights[variant.weights_of]
+            weights[variant.key] = pretrain_variant(variant, base, output_dir / "pretrain" / variant.key, weights)
+            stop_here("after a pre-training")
+        runs = planned_runs(study, args, output_dir, {k: str(v) for k, v in weights.items()}, data_dirs)
+        text = finetune_and_report(study, args, output_dir, runs, weights, shown, start, baseline)
+    return text
+
+
+def stop_here(where: str) -> None:
+    """`Stopped` when a stop signal came: a study's runs each end at a safe point, and so does the study."""
+    if signum := signal_received():
+        raise Stopped(f"stopped by {signal.Signals(signum).name} {where}; the same command goes on from there")
+
+
+def finetune_and_report(study, args, output_dir, runs, weights, shown, start, baseline) -> str:
+    """Fine-tune every planned run not finished yet, the report written after each."""
 
     def report() -> str:
         rows = [table_row(study, variant, weights[variant.key], runs) for variant in study.variants]
@@ -322,6 +343,7 @@ def run_study(args: StudyArguments) -> str:
     report()  # the pre-training's numbers, before any fine-tuning
     failed += run_finetuning_jobs(runs, args.jobs, output_dir, report)
     text = report()
+    stop_here("after the fine-tuning runs")
     if failed:
         raise StudyError(f"{len(failed)} fine-tuning run(s) failed; the table has the others:\n" + "\n".join(failed))
     return text

@@ -214,3 +214,18 @@ def test_resuming_another_models_checkpoint_is_one_line(finished, tmp_path, corp
     (other / "config.json").write_text(json.dumps({**config, "hidden_size": config["hidden_size"] * 2}))
     with pytest.raises(ConfigurationError, match=r"Cannot resume from .*other: its model is not this run's"):
         finetune(data, model, tmp_path / "out", "--resume_from_checkpoint", str(other))
+
+
+def test_the_launchers_precision_on_a_cpu_is_refused_not_recorded_as_float32(finished, tmp_path, monkeypatch):
+    data, model, _ = finished
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")  # recipes/accelerate/ddp.yaml's, with --use_cpu true
+    with pytest.raises(ConfigurationError, match=r"mixed_precision is bf16 .* launch with recipes/accelerate/ddp_cpu"):
+        finetune(data, model, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_credential_given_twice_is_not_echoed(finished, tmp_path):
+    data, model, _ = finished
+    with pytest.raises(ConfigurationError, match=r"unknown argument\(s\): HIDDEN\.") as refused:
+        finetune(data, model, tmp_path / "out", "--hub_token", "hf_secret_1", "hf_secret_1")
+    assert "hf_secret_1" not in str(refused.value)

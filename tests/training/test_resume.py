@@ -37,6 +37,9 @@ def test_each_kind_of_broken_checkpoint_is_named(tmp_path):
         # altered since its save, whole: another archive, a pickle of objects that Trainer refuses to load
         "optimizer.pt cannot be loaded (": lambda f: zipfile.ZipFile(f / "optimizer.pt", "w").writestr("a", "b"),
         "scheduler.pt cannot be loaded (": lambda f: torch.save({"x": RunsCode(f / "ran")}, f / "scheduler.pt"),
+        "optimizer.pt cannot be loaded (not an optimizer's state": lambda f: torch.save(
+            {"state": {}}, f / "optimizer.pt"
+        ),
     }
     for i, (reason, damage) in enumerate(cases.items()):
         folder = fake_checkpoint(tmp_path / f"case{i}" / "checkpoint-9", 9)

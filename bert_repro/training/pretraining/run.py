@@ -110,6 +110,7 @@ def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
             identity=run_identity,
             may_grow=MAY_GROW,
             wanted=wanted,
+            resumed=plan.resume is not None,
         )
 
     grown = check_dir()
