@@ -454,9 +454,8 @@ def write_records(output_dir: Path, task: Task, summary: dict) -> None:
     for name in TRAINER_FILES:  # the best run's, where Trainer's `save_state` and `save_metrics` leave them
         write_text(output_dir / name, (best_dir / name).read_text())
     write_text(output_dir / "results.md", results_markdown(task, summary))
-    write_json(output_dir / RESULTS, summary)
     complete(output_dir, "train")
-    complete(output_dir, "records")
+    write_json(output_dir / RESULTS, summary)  # last: the "records" stage is done when it is there
 
 
 def pushed(done: dict, push_to) -> bool:

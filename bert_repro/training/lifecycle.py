@@ -213,14 +213,18 @@ def _said(name: str, values: tuple[Any, Any]) -> str:
 
 
 def read_stages(output_dir: str | Path) -> dict[str, Any]:
-    """The stages completed in `output_dir` ({} for none); a folder written before stages.json: its results.json."""
+    """The stages completed in `output_dir` ({} for none): stages.json's, and "records" when results.json is there
+    (a folder written before stages.json: every stage but the push)."""
     out = Path(output_dir)
     try:
-        return json.loads((out / STAGES_FILE).read_text(encoding="utf-8"))
+        done = json.loads((out / STAGES_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return dict.fromkeys(("train", "evaluate", "records", "card"), {}) if (out / RESULTS).exists() else {}
+        done = dict.fromkeys(("train", "evaluate", "card"), {}) if (out / RESULTS).exists() else {}
     except (OSError, ValueError):
-        return {}  # torn or unreadable: every stage is done again, each writing whole files
+        done = {}  # torn or unreadable: every stage is done again, each writing whole files
+    if (out / RESULTS).exists():  # the "records" stage's last write: its own record, so a kill cannot split them
+        done.setdefault("records", {})
+    return done
 
 
 def complete(output_dir: str | Path, stage: str, **what: Any) -> None:
@@ -287,7 +291,7 @@ def check_output_dir(
             flags = " ".join(f"--{name.split('.')[-1]} {new}" for name, (_, new) in changes.items())
             advice = f"To train that run further, pass {flags} with --resume_from_checkpoint true"
         elif set(changes) <= set(may_grow):
-            advice = f"A resumption may only raise a set {', '.join('--' + n.split('.')[-1] for n in sorted(changes))}"
+            advice = f"A resumption may only raise {', '.join('--' + n.split('.')[-1] for n in sorted(changes))}"
         else:
             advice = "To continue that run, keep its settings and inputs"
         raise FileExistsError(

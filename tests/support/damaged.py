@@ -44,7 +44,7 @@ def fake_checkpoint(folder, step):
     folder.mkdir(parents=True)
     save_file({"w": torch.zeros(64, 64)}, str(folder / "model.safetensors"))
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    torch.save({"state": {}}, folder / "optimizer.pt")
+    torch.save({"state": {}, "param_groups": []}, folder / "optimizer.pt")
     return folder
 
 

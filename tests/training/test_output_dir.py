@@ -123,7 +123,7 @@ def benchmark(tmp_path, model, *flags, **arguments):
 def test_a_reproduce_rerun_uses_only_results_of_the_same_model_and_settings(tmp_path, tiny_model, other_model):
     out = tmp_path / "bench"
     benchmark(tmp_path, tiny_model)
-    with pytest.raises(ConfigurationError, match=r"bench holds a different run \(reproduce.model: "):
+    with pytest.raises(ConfigurationError, match=r"bench holds a different run \(--model: other content"):
         benchmark(tmp_path, other_model)
     with pytest.raises(FileExistsError, match=r"mrpc holds a different run \(finetuning.seeds: \[.*\] -> \[7\]"):
         benchmark(tmp_path, tiny_model, "--seeds", "7")
@@ -164,17 +164,22 @@ def test_a_token_passed_on_to_fine_tuning_is_written_nowhere(tmp_path, tiny_mode
     assert token not in shown + captured.out + captured.err + caplog.text
 
 
-def test_a_corpus_changed_between_a_stop_and_the_resumption_is_refused(tmp_path, corpus_and_tokenizer):
-    from bert_repro.training.cli import ConfigurationError
-
+def test_a_corpus_changed_between_a_stop_and_the_resumption_is_refused_and_nothing_changes(
+    tmp_path, corpus_and_tokenizer
+):
+    """Any edit, one that keeps every count too (a word for a word), is seen before anything is written."""
     corpus = first_documents(corpus_and_tokenizer[0], tmp_path / "corpus", 10)
     config = write_config(tmp_path / "c.yaml", corpus, corpus_and_tokenizer[1], max_steps=4, save_steps=2)
     out = tmp_path / "out"
     pretrain(config, out, "--stop_after_steps", "2")
-    (corpus / "doc03.txt").unlink()
-    with pytest.raises(ConfigurationError, match=r"corpus changed since this run started \(phase1.documents 8 then"):
-        pretrain(config, out, "--resume_from_checkpoint", "true")
-    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
+    doc = corpus / "doc03.txt"
+    text = doc.read_text()
+    word = next(w for w in text.split() if w.isalpha() and len(w) > 3)
+    doc.write_text(text.replace(word, word[::-1], 1))
+    files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(FileExistsError, match=r"holds a different run \(--corpus: other content than this run read"):
+        pretrain(config, out, "--resume_from_checkpoint", "true", "--max_steps", "6")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
 
 
 def test_a_file_named_as_a_folder_is_one_clear_error(tmp_path):

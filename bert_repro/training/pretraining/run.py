@@ -256,9 +256,8 @@ def publish(
         if plan.plot:
             objective = plan.phase_configs[0].pretraining_objective
             plot_curves(trainer.state.log_history, output_dir / "training_curves.png", objective)
-        write_json(output_dir / RESULTS, summary)
         complete(output_dir, "train")
-        complete(output_dir, "records")
+        write_json(output_dir / RESULTS, summary)  # last: the "records" stage is done when it is there
         log_table("results", summary)
     return push_stage(plan, opened, summary)
 
@@ -269,7 +268,8 @@ def push_stage(plan: PreTrainingPlan, opened: OpenedRun, summary: dict[str, Any]
     training, output_dir, push_to = plan.training, plan.output_dir, opened.push_to
     if push_to is None:
         return summary
-    if stopped := stop_between_runs(training, "after the final save", "the same command publishes it"):
+    then = f"the same command publishes it, or publish it with: {push_to.push_command(output_dir, '--checkpoints')}"
+    if stopped := stop_between_runs(training, "after the final save", then):
         return stopped
     if training.process_index == 0:
         pushed = push_to.push(output_dir, push_checkpoints, "--checkpoints")
