@@ -95,7 +95,7 @@ def _held_out(run: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def _result_name(label: str, split: str, finished: int) -> str:
-    return f"{label} (%), fine-tuned, {split}, mean of {card.plural(finished, 'seed')}"
+    return f"{label}, fine-tuned, {split}, mean of {card.plural(finished, 'seed')}"
 
 
 def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Path | None = None) -> ModelCard:
