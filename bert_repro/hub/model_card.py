@@ -6,7 +6,8 @@ than `ModelCard.from_template` because the cards share parts (`{% include %}` ne
 must fail (`StrictUndefined`), not leave a blank.
 
 Conventions: the tables' scores are in percent, the paper's as printed (its GLUE numbers are test-server scores, and
-the cards say so); an unrecorded value reads "not recorded"; nothing private goes in (`card_common` drops output,
+the cards say so); the model-index (and a fine-tuned run's `.eval_results/`) gives each metric in its own scale, as
+`evaluate` does; an unrecorded value reads "not recorded"; nothing private goes in (`card_common` drops output,
 tracker and token settings, reduces local paths, and refuses a card holding a secret).
 """
 

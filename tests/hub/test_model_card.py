@@ -630,9 +630,6 @@ def test_card_for_directory_picks_the_kind(tmp_path):
     assert card_for_directory(pre, REPO).data.pipeline_tag == "fill-mask"
     assert card_for_directory(mrpc, "someone/m").data.pipeline_tag == "text-classification"
     assert card_path(mrpc) == mrpc / "README.md" and card_path(pre) == pre / "README.md"
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(CardError, match="neither a pre-training run"):
-        card_for_directory(tmp_path / "empty", REPO)
 
 
 def test_command_line_writes_the_card_beside_the_weights(tmp_path, capsys):
@@ -647,6 +644,27 @@ def test_command_line_writes_the_card_beside_the_weights(tmp_path, capsys):
     assert glue_scores(ModelCard.load(written))[("mrpc", "f1")] == 0.7993
     with pytest.raises(SystemExit):
         model_card.main([str(mrpc), "someone/bert-mrpc", "--study", str(study)])
+
+
+def test_the_command_line_on_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    def error(*argv):
+        with pytest.raises(SystemExit) as exited:
+            model_card.main(list(map(str, argv)))
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and "Traceback" not in err, err
+        return err
+
+    assert error().startswith("usage: python -m bert_repro.hub.model_card")  # argparse's, for no arguments
+    (tmp_path / "empty").mkdir()
+    out = make_mrpc_run(tmp_path)
+    cases = [((tmp_path / "missing", REPO), f"{tmp_path / 'missing'}: no such directory.")]
+    cases += [((tmp_path / "empty", REPO), "neither a pre-training run"), ((out, "not an id!"), "'not an id!'")]
+    for argv, expected in cases:
+        assert expected in error(*argv) and len(error(*argv).strip().splitlines()) == 1
+    for content, expected in (("{", "results.json: not a JSON record"), ('{"task": "paws", "best": {}}', "'paws'")):
+        (out / "results.json").write_text(content)  # a torn record; a task this version does not know
+        assert expected in error(out, REPO)
+    assert not (out / "README.md").exists()
 
 
 def test_each_dev_split_sits_beside_its_paper_number(tmp_path):
