@@ -87,7 +87,13 @@ class CardError(ValueError):
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    """A run's JSON record, None when there is none; one that does not parse is a CardError naming it."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise CardError(f"{path}: not a JSON record ({err}).") from None
 
 
 def plain(value: Any) -> str:
@@ -117,6 +123,23 @@ def is_number(value: Any) -> bool:
 def percent(metric: str, value: Any) -> float | None:
     """A score in percent: our metrics are fractions except SQuAD's (as `bert_repro.training.reproduce.percent`)."""
     return round(value if metric.startswith("squad") else 100 * value, 2) if is_number(value) else None
+
+
+def own_scale(metric: str, percent_value: Any) -> float | None:
+    """A score given in percent (a study's cells) back in ``metric``'s own scale, the model-index's (`percent`'s
+    inverse; rounded to undo the float noise of the division)."""
+    if not is_number(percent_value):
+        return None
+    return percent_value if metric.startswith("squad") else round(percent_value / 100, 6)
+
+
+def duration(seconds: Any) -> str:
+    """A time as people read it: "42 s", "3.1 min", "2.0 h"."""
+    if not is_number(seconds):
+        return NOT_RECORDED
+    if seconds < 59.5:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 3570 else f"{seconds / 3600:.1f} h"
 
 
 def score(value: Any, missing: str = NOT_RECORDED) -> str:
@@ -404,7 +427,8 @@ HELD_OUT_TASKS = {
 def held_out_result(
     key: str, value: float, dataset: str, corpus: str, note: str = "", config: str | None = None
 ) -> EvalResult:
-    """The model-index entry of MLM or NSP accuracy (``key``, a fraction) on ``corpus``'s held-out documents."""
+    """The model-index entry of MLM or NSP accuracy (``key``) on ``corpus``'s held-out documents: a fraction, as
+    every score of a model-index here (as `evaluate`'s accuracy; the cards' tables give percent)."""
     task_type, task_name, label = HELD_OUT_TASKS[key]
     return EvalResult(
         task_type=task_type,
@@ -414,8 +438,8 @@ def held_out_result(
         dataset_config=config,
         dataset_split="held-out",
         metric_type="accuracy",
-        metric_value=round(100 * value, 2),
-        metric_name=f"{label} (%){note}",
+        metric_value=value,
+        metric_name=f"{label}{note}",
     )
 
 

@@ -1,4 +1,6 @@
-"""The card of a fine-tuned checkpoint (`recipes/finetune.py`'s output directory), rendered with `finetuned.md`.
+"""The card of a fine-tuned checkpoint (`recipes/finetune.py`'s output directory), rendered with `finetuned.md`, and
+its `.eval_results/<task>.yaml`: huggingface_hub 2.x's evaluation results, which the Hub shows on the model page and
+on the benchmark dataset's leaderboard (the card's model-index stays, for older tools).
 
 `_task_result` also names a study's fine-tuning scores.
 """
@@ -9,12 +11,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import EvalResult, ModelCard
+import yaml
+from huggingface_hub import EvalResult, EvalResultEntry, ModelCard, eval_result_entries_to_yaml
+from huggingface_hub.constants import EVAL_RESULTS_FOLDER
 
+from ..atomic import write_text
 from ..tasks.registry import METRICS, Result, Task, get_task
 from . import card_common as card
 
-__all__ = ["card_for_finetuning"]
+__all__ = ["card_for_finetuning", "eval_result_entries", "write_eval_results"]
 
 
 # Metric ids the Hub knows (hf.co/metrics), for the `metrics` field.
@@ -42,6 +47,45 @@ def _task_result(task: Task, split: str, metric: str, value: float, name: str) -
         metric_value=value,
         metric_name=name,
     )
+
+
+# The one configuration of each dataset the registry loads without naming it (hub_config None), as the Hub names it.
+_ONLY_CONFIG = {"rajpurkar/squad": "plain_text", "rajpurkar/squad_v2": "squad_v2", "eriktks/conll2003": "conll2003"}
+
+
+def benchmark_task_id(task: Task, split: str) -> str:
+    """The task id of an `.eval_results` entry: the Hub configuration that holds ``split`` (MNLI's dev splits have
+    their own, `mnli_matched` and `mnli_mismatched`), since a benchmark's `eval.yaml` names a task by its
+    configuration and split."""
+    if task.hub_config == "mnli" and split.startswith("validation_"):
+        return "mnli_" + split.removeprefix("validation_")
+    return task.hub_config or _ONLY_CONFIG.get(task.hub_id, "default")
+
+
+def eval_result_entries(summary: Mapping[str, Any]) -> list[EvalResultEntry]:
+    """The kept run's main metric on each dev split of results.json's ``summary``, in the metric's own scale: one
+    number per benchmark task, as a leaderboard ranks. Test splits are left to the model-index (CoNLL's test is
+    scored too, but a leaderboard of the dev split must not mix it in)."""
+    task = get_task(summary["task"])
+    label = METRICS[task.main_metric].label
+    entries = []
+    for split in task.eval_splits:
+        value = ((summary.get("best") or {}).get(split) or {}).get(task.main_metric)
+        if split.startswith("validation") and card.is_number(value):
+            notes = f"{label}, {split} split; the best run of a learning-rate grid, chosen on this split (bert_repro)"
+            entries.append(EvalResultEntry(task.hub_id, benchmark_task_id(task, split), float(value), notes=notes))
+    return entries
+
+
+def write_eval_results(folder: str | Path, summary: Mapping[str, Any]) -> Path | None:
+    """Write `folder/.eval_results/<task>.yaml` with huggingface_hub's own serialisation; None when the run has no
+    dev score to give."""
+    entries = eval_result_entries(summary)
+    if not entries:
+        return None
+    path = Path(folder) / EVAL_RESULTS_FOLDER / f"{summary['task']}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_text(path, yaml.safe_dump(eval_result_entries_to_yaml(entries), sort_keys=False))
 
 
 def _metric_keys(task: Task, scores: Mapping[str, Any]) -> list[str]:
@@ -131,6 +175,13 @@ def _finetuning_base(summary: Mapping[str, Any], record: Mapping[str, Any], base
     }
 
 
+def _epochs(value: Any) -> str:
+    """What the kept run trained (--max_steps may stop it within an epoch): "1 epoch", "2.5 epochs"."""
+    if not card.is_number(value):
+        return "epochs: not recorded"
+    return f"{card.plain(value)} epoch" + ("" if value == 1 else "s")
+
+
 def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
     """What the training-procedure section says, each value ready to print."""
     hp = summary.get("hyperparameters") or {}
@@ -149,14 +200,13 @@ def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[st
         "runs": card.plural(len(summary.get("runs") or []), "run"),
         "best_learning_rate": card.format_setting(best.get("learning_rate")),
         "best_seed": card.format_setting(best.get("seed")),
-        # what the kept run trained: --max_steps may stop it within an epoch
-        "epochs": card.plain(best.get("epochs", hp.get("num_train_epochs"))),
-        "steps": card.count(best.get("steps")),
+        "epochs": _epochs(best.get("epochs", hp.get("num_train_epochs"))),
+        "steps": card.plural(best["steps"], "step") if card.is_number(best.get("steps")) else "steps not recorded",
         "batch_size": card.plain(hp.get("per_device_train_batch_size")),
         "max_seq_length": card.plain(hp.get("max_seq_length")),
         "warmup": card.warmup(hp.get("warmup")),
         "weight_decay": card.plain(hp.get("weight_decay")),
-        "hours": f"{summary['seconds'] / 3600:.2f}" if card.is_number(summary.get("seconds")) else card.NOT_RECORDED,
+        "duration": card.duration(summary.get("seconds")),
         "hardware": summary.get("hardware") or card.NOT_RECORDED,
         # --data: a directory, a file, or split=path pairs; shown by their last components
         "data_source": ", ".join(card.last_component(d.split("=")[-1]) for d in run.get("data") or []) or None,
@@ -202,12 +252,18 @@ def card_for_finetuning(
     """The card of a fine-tuning output directory's best model, to publish as ``repo_id``.
 
     ``base_model`` defaults to the run's `--model` when that is a Hub id. ``template_dir``: other templates than the
-    package's. ``summary``: results.json's content, for a run that has not written it yet."""
+    package's. ``summary``: results.json's content, for the run writing ``output_dir`` (it has not written
+    results.json yet): its `.eval_results/<task>.yaml` is written there too, for a push to carry. Without it the
+    directory is only read."""
     out = Path(output_dir)
+    running = summary is not None
     summary = summary or card.read_json(out / "results.json")
     if summary is None or "task" not in summary or "best" not in summary:
         raise card.CardError(f"{out} is not a fine-tuning output directory (needs results.json with task, best).")
-    task = get_task(summary["task"])
+    try:
+        task = get_task(summary["task"])
+    except KeyError as err:  # a run of another version's task
+        raise card.CardError(f"{out / 'results.json'}: {err.args[0]}") from None
     record = card.read_json(out / "run_config.json")
     record = record if isinstance(record, dict) else {}
     config = card.read_json(out / "config.json") or {}
@@ -254,4 +310,7 @@ def card_for_finetuning(
         "versions": card.framework_lines(summary.get("versions"), config.get("transformers_version")),
         "usage": card.usage(repo_id, task, config=config),
     }
-    return card.render_card("finetuned.md", card_data, context, template_dir)
+    rendered = card.render_card("finetuned.md", card_data, context, template_dir)
+    if running:
+        write_eval_results(out, summary)
+    return rendered

@@ -6,7 +6,8 @@ than `ModelCard.from_template` because the cards share parts (`{% include %}` ne
 must fail (`StrictUndefined`), not leave a blank.
 
 Conventions: the tables' scores are in percent, the paper's as printed (its GLUE numbers are test-server scores, and
-the cards say so); an unrecorded value reads "not recorded"; nothing private goes in (`card_common` drops output,
+the cards say so); the model-index (and a fine-tuned run's `.eval_results/`) gives each metric in its own scale, as
+`evaluate` does; an unrecorded value reads "not recorded"; nothing private goes in (`card_common` drops output,
 tracker and token settings, reduces local paths, and refuses a card holding a secret).
 """
 
@@ -18,13 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import ModelCard
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from ..atomic import write_text
 
 # Re-exported: this module is the cards' entry point (`__all__` below).
 from .card_common import TEMPLATE_PACKAGE_DIR as TEMPLATE_PACKAGE_DIR
 from .card_common import CardError, check_no_secrets, is_hub_id, parameter_count, read_json
-from .finetuned_card import card_for_finetuning
+from .finetuned_card import card_for_finetuning, write_eval_results
 from .pretrained_card import card_for_pretraining
 
 # Any run directory
@@ -33,6 +36,8 @@ from .pretrained_card import card_for_pretraining
 def run_kind(path: str | Path) -> str:
     """ "pretraining" or "finetuning", from the files in ``path``."""
     path = Path(path)
+    if not path.is_dir():
+        raise CardError(f"{path}: no such directory.")
     summary = read_json(path / "results.json")
     if isinstance(summary, dict) and "task" in summary and "best" in summary:
         return "finetuning"
@@ -58,7 +63,8 @@ def card_path(path: str | Path) -> Path:
 
 
 def main(argv: Iterable[str] | None = None) -> Path:
-    """`python -m bert_repro.hub.model_card RUN_DIR REPO_ID`: write the run's card, return its path."""
+    """`python -m bert_repro.hub.model_card RUN_DIR REPO_ID`: write the run's card (and a fine-tuned run's
+    `.eval_results/`) and return its path; bad input is one line and exit code 2."""
     parser = argparse.ArgumentParser(
         prog="python -m bert_repro.hub.model_card", description="Write the model card (README.md) of a bert_repro run."
     )
@@ -69,7 +75,10 @@ def main(argv: Iterable[str] | None = None) -> Path:
         "--benchmark", default=None, help="pre-training: a recipes/reproduce.py output directory for this checkpoint"
     )
     parser.add_argument(
-        "--output", default=None, help="where to write the card (default: README.md beside the weights)"
+        "--output",
+        default=None,
+        help="where to write the card (default: README.md beside the weights); a fine-tuned run's .eval_results/ "
+        "goes beside it",
     )
     parser.add_argument(
         "--study",
@@ -77,15 +86,23 @@ def main(argv: Iterable[str] | None = None) -> Path:
         help="pre-training: a recipes/study.py output directory (study.json) of this checkpoint",
     )
     args = parser.parse_args(None if argv is None else list(argv))
-    kwargs: dict[str, Any] = {"base_model": args.base_model}
-    for flag, key in (("benchmark", "benchmark_dir"), ("study", "study_dir")):
-        if getattr(args, flag):
-            if run_kind(args.run_dir) != "pretraining":
-                parser.error(f"--{flag} goes with a pre-training directory")
-            kwargs[key] = getattr(args, flag)
-    card = card_for_directory(args.run_dir, args.repo_id, **kwargs)
-    output = Path(args.output) if args.output else card_path(args.run_dir)
-    write_text(output, str(card))  # what ModelCard.save writes, whole or not at all
+    try:
+        validate_repo_id(args.repo_id)
+        kind = run_kind(args.run_dir)
+        kwargs: dict[str, Any] = {"base_model": args.base_model}
+        for flag, key in (("benchmark", "benchmark_dir"), ("study", "study_dir")):
+            if getattr(args, flag):
+                if kind != "pretraining":
+                    parser.error(f"--{flag} goes with a pre-training directory")
+                kwargs[key] = getattr(args, flag)
+        card = card_for_directory(args.run_dir, args.repo_id, **kwargs)
+        output = Path(args.output) if args.output else card_path(args.run_dir)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_text(output, str(card))  # what ModelCard.save writes, whole or not at all
+        if kind == "finetuning":
+            write_eval_results(output.parent, read_json(Path(args.run_dir) / "results.json"))
+    except (CardError, HFValidationError, OSError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     print(f"wrote {output}")
     return output
 

@@ -226,7 +226,7 @@ def _pretraining_facts(
             else "number of processes not recorded"
         ),
         "accumulation": card.count(results.get("gradient_accumulation_steps")),
-        "runtime_hours": f"{runtime / 3600:.2f}" if card.is_number(runtime) else card.NOT_RECORDED,
+        "runtime": card.duration(runtime),
         "timed_from_step": (
             card.count(results["train_runtime_from_step"]) if results.get("train_runtime_from_step") else None
         ),

@@ -95,7 +95,7 @@ def _held_out(run: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def _result_name(label: str, split: str, finished: int) -> str:
-    return f"{label} (%), fine-tuned, {split}, mean of {card.plural(finished, 'seed')}"
+    return f"{label}, fine-tuned, {split}, mean of {card.plural(finished, 'seed')}"
 
 
 def card_from_study_file(path: str | Path, repo_id: str, template_dir: str | Path | None = None) -> ModelCard:
@@ -171,7 +171,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="the card (README.md)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 where the card differs")
     args = parser.parse_args(None if argv is None else list(argv))
-    text = str(card_from_study_file(args.results, args.repo_id))
+    try:
+        text = str(card_from_study_file(args.results, args.repo_id))
+    except card.CardError as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     output = Path(args.output)
     if args.check:
         found = differences(output.read_text(encoding="utf-8") if output.is_file() else "", text)

@@ -73,8 +73,9 @@ def _study_verdict(rows: list[dict[str, Any]]) -> str:
 def fine_tuning_comparison(
     study: Mapping[str, Any], row: Mapping[str, Any], result_name: Callable[[str, str, int], str]
 ) -> tuple[list[EvalResult], list[dict[str, Any]]]:
-    """Model-index entries of `row`'s fine-tuning scores, named by `result_name(label, split, seeds finished)`, and
-    table rows beside random initialisation and the majority class, with the difference and its standard error."""
+    """Model-index entries of `row`'s fine-tuning scores (the study's percent back in each metric's own scale), named
+    by `result_name(label, split, seeds finished)`, and table rows beside random initialisation and the majority
+    class, with the difference and its standard error."""
     rows = study.get("rows") or []
     random = next((r for r in rows if _is_random_init(r)), {})
     baseline, seeds = study.get("majority_baseline") or {}, len(study.get("seeds") or []) or 1
@@ -88,7 +89,7 @@ def fine_tuning_comparison(
         split_name = card.SPLIT_NAMES.get(split, split)
         if card.is_number(ours):
             name = result_name(METRICS[metric].label, split_name, len(cell.get("seeds") or {}))
-            eval_results.append(_task_result(task, split, metric, ours, name))
+            eval_results.append(_task_result(task, split, metric, card.own_scale(metric, ours), name))
         both = card.is_number(ours) and card.is_number(theirs)
         errors = [e for e in (cell.get("se"), other.get("se")) if card.is_number(e)]
         se = math.sqrt(sum(e * e for e in errors)) if both and len(errors) == 2 else None
@@ -128,7 +129,7 @@ def _study(study_dir: str | Path | None, out: Path, steps: Any) -> tuple[list[Ev
 
     def result_name(label: str, split: str, finished: int) -> str:
         how = f"mean of {card.plural(finished, 'seed')}" if finished else "best of the learning-rate grid"
-        return f"{label} (%), fine-tuned, {how}"
+        return f"{label}, fine-tuned, {how}"
 
     eval_results, table = fine_tuning_comparison(study, row, result_name)
     return eval_results, {

@@ -22,7 +22,7 @@ from huggingface_hub.repocard import REGEX_YAML_BLOCK
 from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results
 
 import bert_repro
-from bert_repro.hub import model_card
+from bert_repro.hub import card_common, model_card
 from bert_repro.hub.card_common import safetensors_parameter_count
 from bert_repro.hub.model_card import (
     CardError,
@@ -144,8 +144,10 @@ def test_pretraining_metadata(tmp_path):
     assert data.datasets == ["Salesforce/wikitext"]
     assert data.base_model is None and data.model_name == "bert-tiny-wikitext"
     results = {r.task_type: r for r in data.eval_results}
-    assert results["fill-mask"].metric_value == 9.76  # 0.0976 -> percent
-    assert results["text-classification"].metric_value == 51.13
+    # fractions, as evaluate's accuracy gives them and as the fine-tuned cards' (the table: percent)
+    assert results["fill-mask"].metric_value == 0.09757961783439491
+    assert results["text-classification"].metric_value == 0.5113122171945701
+    assert {r.metric_name for r in data.eval_results} == {"MLM accuracy", "NSP accuracy"}
     for r in data.eval_results:
         assert (r.metric_type, r.dataset_type, r.dataset_split) == ("accuracy", "Salesforce/wikitext", "held-out")
 
@@ -166,7 +168,7 @@ def test_pretraining_body(tmp_path):
     assert "| phase 2 | 512 |" in text and "| held-out |" in text
     assert "1,000 optimizer steps of 32 sequences" in text
     assert "then the last 10% of the steps at 512 tokens" in text
-    assert "0.20 h\n  of training at 5,350.1 tokens/s" in text  # the whole run timed
+    assert "12.2 min\n  of training at 5,350.1 tokens/s" in text  # the whole run timed (730.8 s)
     # train_loss is the mean over the run; alone it would read as the final loss
     assert (
         "the mean over all the run's steps (Trainer's train_loss): 7.0781; the last logged: 7.5000 at step 100" in text
@@ -186,7 +188,7 @@ def test_a_run_timed_from_a_step_says_so(tmp_path):
     out = make_pretraining_run(tmp_path)
     update_json(out / "results.json", train_runtime_from_step=800)
     text = card_for_pretraining(out, REPO).text
-    assert "0.20 h\n  of training from step 800 (the time before it was\n  not recorded) at 5,350.1 tokens/s" in text
+    assert "12.2 min\n  of training from step 800 (the time before it was\n  not recorded) at 5,350.1 tokens/s" in text
     assert "tokens/s. Hardware: not recorded." in " ".join(text.split())  # a run from before the field
 
 
@@ -337,7 +339,8 @@ def test_pretraining_with_study(tmp_path):
     out = make_pretraining_run(tmp_path)
     study = make_study(tmp_path / "study", "/home/someone/private/study/pretrain/pretrained")
     card = card_for_pretraining(out, REPO, study_dir=study)
-    assert glue_scores(card) == {("sst2", "accuracy"): 83.49, ("mrpc", "accuracy"): 71.41, ("mrpc", "f1"): 79.93}
+    # the study's percent back in each metric's own scale
+    assert glue_scores(card) == {("sst2", "accuracy"): 0.8349, ("mrpc", "accuracy"): 0.7141, ("mrpc", "f1"): 0.7993}
     for r in card.data.eval_results[2:]:  # after the held-out MLM and NSP accuracies
         assert (r.task_type, r.dataset_type, r.dataset_split) == ("text-classification", "nyu-mll/glue", "validation")
         assert r.metric_name.endswith("fine-tuned, mean of 3 seeds")
@@ -360,8 +363,8 @@ def test_a_study_without_seeds_shows_the_best_runs(tmp_path):
     write_json(study / "study.json", {**data, "seeds": []})
     card = card_for_pretraining(make_pretraining_run(tmp_path), REPO, study_dir=study)
     assert {r.metric_name for r in card.data.eval_results[2:]} == {
-        "Accuracy (%), fine-tuned, best of the learning-rate grid",
-        "F1 (%), fine-tuned, best of the learning-rate grid",
+        "Accuracy, fine-tuned, best of the learning-rate grid",
+        "F1, fine-tuned, best of the learning-rate grid",
     }
     assert "| GLUE SST-2 | Accuracy (dev) | 83.49 | 81.69 | +1.80 | 50.92 |" in card.text
     assert "best run of its learning-rate grid (one seed)" in card.text and "standard error" not in card.text
@@ -374,10 +377,10 @@ def test_study_row_of_this_checkpoint(tmp_path):
     other = {**rows[0], "variant": "other", "cells": {k: {**c, "ours": 11.0} for k, c in rows[0]["cells"].items()}}
     update_json(study / "study.json", rows=[other, *rows])
     first = card_for_pretraining(out, REPO, study_dir=study)  # no path matches: the first pre-trained row
-    assert glue_scores(first)[("sst2", "accuracy")] == 11.0
+    assert glue_scores(first)[("sst2", "accuracy")] == 0.11
     rows[0]["model"] = str(out)
     update_json(study / "study.json", rows=[other, *rows])
-    assert glue_scores(card_for_pretraining(out, REPO, study_dir=study))[("sst2", "accuracy")] == 83.49
+    assert glue_scores(card_for_pretraining(out, REPO, study_dir=study))[("sst2", "accuracy")] == 0.8349
 
 
 def test_a_study_that_is_not_of_this_checkpoint_is_refused(tmp_path):
@@ -418,6 +421,20 @@ def test_mrpc_metadata_and_table(tmp_path):
     assert "| Parameters | 109,483,778 |" in text
     assert "F1 88.85 on dev (bert-base-cased; transformers run_glue README" in text
     assert 'classifier({"text": ' in text and "AutoModelForSequenceClassification" in text
+
+
+def test_epochs_and_times_read_as_people_write_them(tmp_path):
+    out = make_mrpc_run(tmp_path)
+    text = card_for_finetuning(out, "someone/bert-mrpc").text
+    assert "- 3 epochs (steps not recorded)" in text and "- 21.5 min for the whole grid." in text  # 1,290.4 s
+    cases = ((1, 1, 42.2, "- 1 epoch (1 step)", "- 42 s for"), (2.5, 25, 7200, "- 2.5 epochs (25 steps)", "- 2.0 h"))
+    for epochs, steps, seconds, trained, took in cases:
+        summary = json.loads((out / "results.json").read_text())
+        update_json(out / "results.json", best={**summary["best"], "epochs": epochs, "steps": steps}, seconds=seconds)
+        text = card_for_finetuning(out, "someone/bert-mrpc").text
+        assert trained in text and took in text, (trained, took)
+    durations = map(card_common.duration, (42.2, 59.4, 59.6, 186, 3569, 3571, None))
+    assert " / ".join(durations) == "42 s / 59 s / 1.0 min / 3.1 min / 59.5 min / 1.0 h / not recorded"
 
 
 def test_a_run_that_predicts_one_label_is_flagged_beside_the_majority_class(tmp_path):
@@ -613,9 +630,6 @@ def test_card_for_directory_picks_the_kind(tmp_path):
     assert card_for_directory(pre, REPO).data.pipeline_tag == "fill-mask"
     assert card_for_directory(mrpc, "someone/m").data.pipeline_tag == "text-classification"
     assert card_path(mrpc) == mrpc / "README.md" and card_path(pre) == pre / "README.md"
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(CardError, match="neither a pre-training run"):
-        card_for_directory(tmp_path / "empty", REPO)
 
 
 def test_command_line_writes_the_card_beside_the_weights(tmp_path, capsys):
@@ -627,9 +641,30 @@ def test_command_line_writes_the_card_beside_the_weights(tmp_path, capsys):
     pre, study = make_pretraining_run(tmp_path), make_study(tmp_path / "study", "/elsewhere/pretrained")
     written = model_card.main([str(pre), REPO, "--study", str(study)])
     assert written == pre / "README.md"
-    assert glue_scores(ModelCard.load(written))[("mrpc", "f1")] == 79.93
+    assert glue_scores(ModelCard.load(written))[("mrpc", "f1")] == 0.7993
     with pytest.raises(SystemExit):
         model_card.main([str(mrpc), "someone/bert-mrpc", "--study", str(study)])
+
+
+def test_the_command_line_on_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    def error(*argv):
+        with pytest.raises(SystemExit) as exited:
+            model_card.main(list(map(str, argv)))
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and "Traceback" not in err, err
+        return err
+
+    assert error().startswith("usage: python -m bert_repro.hub.model_card")  # argparse's, for no arguments
+    (tmp_path / "empty").mkdir()
+    out = make_mrpc_run(tmp_path)
+    cases = [((tmp_path / "missing", REPO), f"{tmp_path / 'missing'}: no such directory.")]
+    cases += [((tmp_path / "empty", REPO), "neither a pre-training run"), ((out, "not an id!"), "'not an id!'")]
+    for argv, expected in cases:
+        assert expected in error(*argv) and len(error(*argv).strip().splitlines()) == 1
+    for content, expected in (("{", "results.json: not a JSON record"), ('{"task": "paws", "best": {}}', "'paws'")):
+        (out / "results.json").write_text(content)  # a torn record; a task this version does not know
+        assert expected in error(out, REPO)
+    assert not (out / "README.md").exists()
 
 
 def test_each_dev_split_sits_beside_its_paper_number(tmp_path):

@@ -59,6 +59,9 @@ def test_a_number_changed_in_the_card_or_the_file_is_found(tmp_path, monkeypatch
     assert any("83.49 ± 0.40" in line and "84.00 ± 0.40" in line for line in found), found
     assert main([str(changed), repo_id, "--output", str(card), "--check"]) == 1
     assert main([str(study_file.relative_to(ROOT)), repo_id, "--output", str(card), "--check"]) == 0
+    with pytest.raises(SystemExit) as exited:  # a file that is not there: one line, exit 2
+        main([str(tmp_path / "missing.json"), repo_id, "--output", str(tmp_path / "card.md")])
+    assert exited.value.code == 2
 
 
 def test_each_score_names_its_split_and_seeds_beside_the_baselines_budget_and_limits(monkeypatch):
