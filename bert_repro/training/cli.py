@@ -315,18 +315,20 @@ def arrange_help(
                 parser._optionals._group_actions.remove(action)
                 group._group_actions.append(action)
         stages.append(group)
-    rest = parser.add_argument_group(
-        "transformers' TrainingArguments (Trainer's own flags; those marked [set by the recipe] are overridden)"
-    )
-    for action in list(parser._optionals._group_actions):
-        if action.dest not in ("help", "config"):
+    others = [a for a in parser._optionals._group_actions if a.dest not in ("help", "config")]
+    listed = []
+    if others:  # a recipe without Trainer's flags (reproduce) shows no empty section
+        rest = parser.add_argument_group(
+            "transformers' TrainingArguments (Trainer's own flags; those marked [set by the recipe] are overridden)"
+        )
+        for action in others:
             parser._optionals._group_actions.remove(action)
             rest._group_actions.append(action)
-    # Trainer's other flags by name only (their help is transformers' documentation): --help fits a few screens.
-    listed = [a for a in rest._group_actions if a.dest not in {*layout.set_by_recipe, *valued}]
-    rest.description = f"Each a flag, as TrainingArguments documents it ({TRAINING_ARGUMENTS_DOCS}): " + ", ".join(
-        a.option_strings[0] for a in listed if not a.option_strings[0].startswith("--no_")
-    )
+        # Trainer's other flags by name only (their help is transformers' documentation): --help fits a few screens.
+        listed = [a for a in others if a.dest not in {*layout.set_by_recipe, *valued}]
+        rest.description = f"Each a flag, as TrainingArguments documents it ({TRAINING_ARGUMENTS_DOCS}): " + ", ".join(
+            a.option_strings[0] for a in listed if not a.option_strings[0].startswith("--no_")
+        )
     for action in listed:
         action.help = argparse.SUPPRESS
     for action in parser._actions:  # one name a flag, a short value name: --vocab_size N, not the name twice

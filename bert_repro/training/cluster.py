@@ -135,6 +135,15 @@ def _stop_line(name: str, noticed: float, saved: str, then: str) -> str:
     return line
 
 
+def log_from_the_main_process(training) -> None:
+    """INFO lines from the main process only (under DDP each process would print them: N copies), warnings from all."""
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if training.process_index == 0 else logging.WARNING,
+        datefmt="%H:%M:%S",
+    )
+
+
 def resume_command(extra: list[str]) -> str:
     """This process's command with `extra` in place of the same options, credentials hidden."""
     args, replaced = sys.argv[1:], set(extra[::2])

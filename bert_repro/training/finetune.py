@@ -35,7 +35,7 @@ from ..tasks.registry import Task
 from ..versions import framework_versions
 from .checkpoints import check_fits, newest_valid_checkpoint
 from .cli import ConfigurationError, fit_to_this_machine
-from .cluster import catching_stop_signals, stop_between_runs, stop_message
+from .cluster import catching_stop_signals, log_from_the_main_process, stop_between_runs, stop_message
 from .distributed import TRAINER_STATE_NAME, EngineTrainer, hardware, write_trainer_state
 from .finetune_recipe import (
     HEAD_INITIALIZERS,
@@ -222,14 +222,20 @@ def one_run(
     run_dir: Path,
 ) -> tuple[dict[str, Any], Trainer]:
     """Fine-tune once, evaluate, and leave in `run_dir` what Trainer's example scripts leave."""
+    # a run stopped by a signal, or trained further, goes on from its own newest checkpoint, else from PATH
+    checkpoint = newest_valid_checkpoint(run_dir) or resume_path(training)
     set_seed(seed)
-    model = load_model(task, run)
+    head_note = logging.getLogger("bert_repro.model.modeling_bert_repro")
+    level = head_note.level
+    head_note.setLevel(logging.ERROR if checkpoint else level)  # resumed, the head is the checkpoint's, not new
+    try:
+        model = load_model(task, run)
+    finally:
+        head_note.setLevel(level)
     data_seed = seed if training.data_seed is None else training.data_seed  # --data_seed: the same order
     changes = {"output_dir": str(run_dir), "learning_rate": lr, "seed": seed, "data_seed": data_seed}
     trainer = task_trainer(task, splits, tokenizer, run, training, model, **changes)
     start = time.time()
-    # a run stopped by a signal, or trained further, goes on from its own newest checkpoint, else from PATH
-    checkpoint = newest_valid_checkpoint(run_dir) or resume_path(training)
     if checkpoint:
         logger.info("%s: resuming from %s", run_dir, checkpoint)
         check_fits(checkpoint, model.config)
@@ -372,9 +378,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
     train, records (results.json), card, push. Without --do_train, `evaluate_model`."""
     run, training = recipe.resolved()
     check_inputs(run, training)
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
-    )
+    log_from_the_main_process(training)
     if not training.do_train:
         return evaluate_model(run, training)
     logger.info(grid_plan(recipe.finetuning, run))

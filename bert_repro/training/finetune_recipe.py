@@ -244,6 +244,7 @@ class FineTuningRecipe:
         defaults = {**FINE_TUNING_DEFAULTS, **{k: v for k, v in task.defaults.items() if k in _TRAINING_KEYS}}
         if "warmup_proportion" in task.defaults:
             defaults["warmup_steps"] = task.defaults["warmup_proportion"]
+        defaults["max_seq_length"] = task.defaults.get("max_seq_length", 128)  # what the run uses, as --help shows
         layout = help_layout(task)
         run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS, help_layout=layout)
         choose_stages(run, training, ours, config, given | set(config))

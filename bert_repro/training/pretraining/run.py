@@ -23,7 +23,7 @@ from ...data.wordpiece import save_tokenizer
 from ...hub.push import push_checkpoints
 from ...versions import framework_versions
 from ..checkpoints import check_fits
-from ..cluster import catching_stop_signals, stop_between_runs, stop_message
+from ..cluster import catching_stop_signals, log_from_the_main_process, stop_between_runs, stop_message
 from ..distributed import hardware
 from ..lifecycle import (
     RESULTS,
@@ -62,9 +62,7 @@ logger = logging.getLogger(__name__)
 def run_pretraining(recipe: PreTrainingRecipe) -> dict[str, Any]:
     """Returns results.json's summary, or {"stopped_at_step": N, ...} when this invocation stopped before the end."""
     the_plan = plan(recipe)
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, datefmt="%H:%M:%S"
-    )
+    log_from_the_main_process(the_plan.training)
     for warning in the_plan.warnings:
         logger.warning(warning)
     opened = open_output_dir(the_plan)
