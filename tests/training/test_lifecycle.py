@@ -229,3 +229,56 @@ def test_a_credential_given_twice_is_not_echoed(finished, tmp_path):
     with pytest.raises(ConfigurationError, match=r"unknown argument\(s\): HIDDEN\.") as refused:
         finetune(data, model, tmp_path / "out", "--hub_token", "hf_secret_1", "hf_secret_1")
     assert "hf_secret_1" not in str(refused.value)
+
+
+def test_sigterm_during_the_push_finishes_it_records_it_and_stops(finished, tmp_path, local_hub, monkeypatch):
+    """The signal is acted on at the next stage boundary: the push is whole, recorded, and the same command then has
+    nothing left to do (it had exited 143 with an empty repository, and the rerun never pushed)."""
+    import signal
+
+    from bert_repro.hub import push as push_module
+    from bert_repro.training import finetune as finetune_module
+
+    data, model, done = finished
+    out = copied(done, tmp_path)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_TOKEN", "hf_local_test_token")
+
+    def push_under_sigterm(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return push_module.push(*args, **kwargs)
+
+    monkeypatch.setattr(finetune_module, "push", push_under_sigterm)
+    push = ("--push_to_hub", "true", "--hub_model_id", "someone/tiny-sst2")
+    with local_hub.patch_client(tmp_path / "hf"):
+        assert finetune(data, model, out, *push) == {"stopped_by": "SIGTERM"}
+        assert "model.safetensors" in local_hub.repo_files("someone/tiny-sst2")
+        with pytest.raises(RunFinished):
+            finetune(data, model, out, *push)
+
+
+def test_sigterm_inside_reproduce_stops_it_at_a_safe_point(tmp_path, tiny_model, monkeypatch):
+    import signal
+
+    from support.task_files import fixture_files
+
+    from bert_repro.training import finetune as finetune_module
+    from bert_repro.training import reproduce
+    from bert_repro.training.lifecycle import Stopped
+
+    records = finetune_module.write_records
+
+    def records_under_sigterm(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return records(*args)
+
+    monkeypatch.setattr(finetune_module, "write_records", records_under_sigterm)
+    glue = write(tmp_path / "glue" / "MRPC", fixture_files("mrpc")).parent
+    args = reproduce.ReproduceArguments(
+        model=str(tiny_model), output_dir=str(tmp_path / "bench"), tasks=["mrpc"], data_root=str(glue)
+    )
+    grid = ["--learning_rates", "1e-4", "--max_steps", "2", "--use_cpu", "true", "--disable_tqdm", "true"]
+    with pytest.raises(Stopped, match=r"stopped by SIGTERM"):
+        reproduce.run_reproduce(args, grid)
+    monkeypatch.setattr(finetune_module, "write_records", records)
+    assert "mrpc" in reproduce.run_reproduce(args, grid)  # the same command completes it
