@@ -455,7 +455,9 @@ def test_a_signal_during_the_final_evaluation_stops_pretraining_before_its_push(
     tmp_path, corpus_and_tokenizer, local_hub, monkeypatch, caplog
 ):
     """SIGTERM during the held-out evaluation after the last step: the evaluation and the final save complete, and
-    the run stops (exit 75) before the push, saying how to publish the finished run."""
+    the run stops (exit 75) before the push, saying how to publish the finished run; the same command then pushes it
+    without training, once."""
+    from bert_repro.training.lifecycle import RunFinished
     from bert_repro.training.pretraining import PreTrainingRecipe, run_pretraining
     from bert_repro.training.pretraining.trainer import PreTrainingTrainer
 
@@ -481,3 +483,10 @@ def test_a_signal_during_the_final_evaluation_stops_pretraining_before_its_push(
     assert "stopped by SIGTERM after the final save" in caplog.text
     assert f"publish it with: python -m bert_repro.hub {out} --repo_id local-user/tiny --checkpoints" in caplog.text
     assert not any("/commit/" in path for _, path, _ in local_hub.requests)  # nothing pushed
+    monkeypatch.setattr(PreTrainingTrainer, "evaluate", evaluate)
+    with local_hub.patch_client(tmp_path / "hf_home"):
+        again = run_pretraining(PreTrainingRecipe.from_args([*argv, "--hub_model_id", "local-user/tiny"]))
+        assert again["global_step"] == 2 and "model.safetensors" in local_hub.repo_files("local-user/tiny")
+        with pytest.raises(RunFinished):  # a requeued job: nothing to do
+            resume = ["--resume_from_checkpoint", "true", "--hub_model_id", "local-user/tiny"]
+            run_pretraining(PreTrainingRecipe.from_args([*argv, *resume]))
