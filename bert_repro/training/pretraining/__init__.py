@@ -1,4 +1,4 @@
-"""Pre-training as a recipe (`recipe`), a plan (`plan`) and four stages, one module each: `examples` (with `phases`),
+"""Pre-training as a recipe (`recipe`), a plan (`plan`) and four steps (data, model, training, records), one module each: `examples` (with `phases`),
 `model`, `trainer` (with `resume`) and `records`; `run` runs them in order.
 """
 

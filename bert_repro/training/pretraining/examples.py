@@ -1,4 +1,4 @@
-"""Stage 1 of a pre-training run: documents split into training and held-out ones, the WordPiece vocabulary, then
+"""The data step of a pre-training run: documents split into training and held-out ones, the WordPiece vocabulary, then
 the examples from one of two sources (`ExampleSource`): `BuiltExamples` (Arrow datasets built before training) or
 `StreamedExamples` (--streaming, read while training; its position is part of every checkpoint).
 """
@@ -244,7 +244,7 @@ def tokens_trained(statistics: dict, steps: list[int], global_batch_size: int, a
 
 @dataclass
 class PreparedData:
-    """What stage 1 hands on; `train` is the per-phase datasets or this process's stream."""
+    """What the data step hands on; `train` is the per-phase datasets or this process's stream."""
 
     tokenizer: Any
     train: Any
