@@ -1,5 +1,5 @@
-"""Pre-training as a recipe (`recipe`), a plan (`plan`) and four steps (data, model, training, records), one module each: `examples` (with `phases`),
-`model`, `trainer` (with `resume`) and `records`; `run` runs them in order.
+"""Pre-training as a recipe (`recipe`), a plan (`plan`) and four steps, one module each: data (`examples`, with
+`phases`), the model (`model`), training (`trainer`, with `resume`) and records (`records`); `run` runs them in order.
 """
 
 from .recipe import Phase, PreTrainingRecipe

@@ -135,7 +135,7 @@ def open_output_dir(plan: PreTrainingPlan) -> OpenedRun:
 
 
 def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
-    """The data step: the run recorded, then its tokenizer and examples, the main process first (the others read them)."""
+    """Data: the run recorded, then its tokenizer and examples, the main process first (the others read them)."""
     training, output_dir = plan.training, plan.output_dir
     with training.main_process_first(desc="preparing pre-training data"):
         if training.process_index == 0:
@@ -157,7 +157,7 @@ def prepare_data(plan: PreTrainingPlan, opened: OpenedRun) -> PreparedData:
 
 
 def build(plan: PreTrainingPlan, prepared: PreparedData):
-    """The model step: the model, from the same seed whatever data preparation drew before."""
+    """The model, from the same seed whatever data preparation drew before."""
     set_seed(plan.training.seed)
     if plan.training.torch_compile and plan.recipe.data.packing:
         allow_data_dependent_shapes()
@@ -165,7 +165,7 @@ def build(plan: PreTrainingPlan, prepared: PreparedData):
 
 
 def train(plan: PreTrainingPlan, opened: OpenedRun, prepared: PreparedData, model):
-    """The training step: Trainer over the phases' examples, resumed where the run stopped; (trainer, clock, seconds)."""
+    """Training: Trainer over the phases' examples, resumed where the run stopped; (trainer, clock, seconds)."""
     recipe, training, optimization = plan.recipe, plan.training, plan.recipe.optimization
     if prepared.eval_dataset is None and training.eval_strategy != IntervalStrategy.NO:  # nothing was held out
         training = replace_fields(training)
@@ -227,7 +227,7 @@ def stopped_early(plan: PreTrainingPlan, trainer: PreTrainingTrainer) -> dict[st
 def publish(
     plan: PreTrainingPlan, opened: OpenedRun, prepared: PreparedData, trainer: PreTrainingTrainer, clock, elapsed
 ) -> dict[str, Any]:
-    """The records step: the held-out evaluation, the final model, records and curves, results.json last, then the push."""
+    """Records: the held-out evaluation, the final model, records and curves, results.json last, then the push."""
     training, output_dir = plan.training, plan.output_dir
     summary = {
         "train_runtime_s": round(clock.seconds(), 1),
