@@ -1,9 +1,10 @@
 """Publishing a run on the Hugging Face Hub: safetensors, code, tokenizer, card and records, nothing else.
 
 What a push uploads, and its options, are in docs/hub.md. A push lands whole or leaves the Hub as it found it: every
-refusal comes before the first write, the upload is one commit, and a failed push removes the repository or branch it
-created. The local directory is only read (the card and repaired files are staged in a temporary copy). The token
-comes from huggingface_hub's usual places or an argument, and is never printed, logged or written into a file.
+refusal comes before the first write, each revision is one commit, a failed push puts back what it created or moved
+(`Publication`), and the same push again adds nothing. The local directory is only read (the card and repaired files
+are staged in a temporary copy). The token comes from huggingface_hub's usual places or an argument, and is never
+printed, logged or written into a file.
 """
 
 from __future__ import annotations
@@ -235,10 +236,11 @@ def check_hub_access(repo_id: str, *, token: str | None = None, api=None) -> Non
         ) from None
 
 
-def preflight(api, repo_id: str, revisions, identity: str | None, overwrite: bool, tag: str | None, holds=None):
+def preflight(api, repo_id: str, revisions, identity: str | None, overwrite: bool, tag: str | None, same=None):
     """Every refusal of a push, before it writes: an existing `tag` without `overwrite` (unless it names the last
-    revision's head and `holds(head)`: a rerun of a push that landed), and `check_remote` per revision (a new branch
-    holds main's). Returns ({branch: commit}, {tag: commit}), None when there is no such repository."""
+    revision's head and `same(head)`, that head holds what the push would: a rerun of a push that landed), and
+    `check_remote` per revision (a new branch holds main's). Returns ({branch: commit}, {tag: commit}), None when
+    there is no such repository."""
     from huggingface_hub.utils import RepositoryNotFoundError
 
     try:
@@ -246,7 +248,7 @@ def preflight(api, repo_id: str, revisions, identity: str | None, overwrite: boo
     except RepositoryNotFoundError:
         return None
     branches, tags = {b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags}
-    rerun = tag in tags and tags[tag] == branches.get(revisions[-1]) and holds is not None and holds(tags[tag])
+    rerun = tag in tags and tags[tag] == branches.get(revisions[-1]) and same is not None and same(tags[tag])
     if tag in tags and not overwrite and not rerun:
         raise HubPushError(
             f"{repo_id} already has the tag {tag!r} (on commit {tags[tag][:8]}): pass --overwrite to move it to "
@@ -321,8 +323,8 @@ class Publication:
         refs = self.api.list_repo_refs(self.repo_id)
         return {b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags}
 
-    def preflight(self, revisions, identity: str | None, overwrite: bool, tag: str | None, holds=None) -> None:
-        refs = preflight(self.api, self.repo_id, revisions, identity, overwrite, tag, holds)
+    def preflight(self, revisions, identity: str | None, overwrite: bool, tag: str | None, same=None) -> None:
+        refs = preflight(self.api, self.repo_id, revisions, identity, overwrite, tag, same)
         if refs is not None:
             self.before, self.tags = refs
             self.heads = dict(self.before)
@@ -406,7 +408,8 @@ class Publication:
             except RepositoryNotFoundError:  # its creation failed
                 return f"Nothing in {self.source} was changed, and the Hub is as it was."
             except Exception as undo:
-                return f"The repository {repo_id} it created was not removed ({undo}): `hf repos delete {repo_id}`."
+                name, command = type(undo).__name__, f"hf repos delete {repo_id}"
+                return f"The repository {repo_id} it created was not removed ({name}): `{command}` does it."
             return f"The repository {repo_id} it created was removed again: the Hub is as it was."
         with contextlib.suppress(Exception):
             self.heads = self.refs()[0]  # else a commit whose answer was lost goes unseen
@@ -418,8 +421,9 @@ class Publication:
             try:
                 if new == old:
                     continue
-                if branch == "main":
-                    raise HubPushError(f"main moved to {new[:8]}, and the Hub keeps its default branch")
+                if branch == "main":  # see the class
+                    left.append(f"main moved to {new[:8]}: only a commit of its old files can move it back")
+                    continue
                 if new is not None:
                     api.delete_branch(repo_id, branch=branch)
                     commands.pop(0)
@@ -431,7 +435,8 @@ class Publication:
                     else f"the branch {branch} it created was removed again"
                 )
             except Exception as undo:
-                left.append(f"{branch} was not put back ({undo}): {' and '.join(f'`{c}`' for c in commands)}")
+                commands = " and ".join(f"`{command}`" for command in commands)
+                left.append(f"the branch {branch} was not put back ({type(undo).__name__}): {commands} does it")
         text = "; ".join(done + left)
         if left:
             return f"{text[0].upper()}{text[1:]}."

@@ -5,7 +5,10 @@ with stray or broken checkpoint folders push what a user can load. In-process ag
 
 import json
 import logging
+import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -173,6 +176,7 @@ def test_a_tag_moves_once_its_commit_exists_and_a_failed_move_says_how_to_finish
     assert "v1" not in refs["tags"] and f"`hf repos tag create {REPO} v1 --revision {refs['heads']['main']}`" in str(
         failed.value
     )
+    hub.fail_next("tag", "lost")  # created, its answer lost
     again = push(run, REPO, tag="v1", api=api)  # or that command
     assert (
         (again.commit, again.new, again.tag)
@@ -231,3 +235,32 @@ def test_stray_and_broken_checkpoints_are_left_out_by_name(tmp_path, tokenizer, 
     for name in ("checkpoint-4", "checkpoint-best", "checkpoint-10.bak"):
         assert f"left out {run / name}" in caplog.text
     assert "bert_repro_push-" not in caplog.text  # the real folders are named, never a staging copy
+
+
+@pytest.mark.slow
+def test_what_a_failure_could_not_put_back_is_done_by_the_commands_it_names(tmp_path, tokenizer, hub, api):
+    """The `hf` commands a failed push names (the Hub refused to put a branch back, or to set the tag), run as named,
+    leave the Hub as it was, or the push finished."""
+
+    def run_named(err):
+        for command in re.findall(r"`(hf [^`]+)`", str(err.value)):
+            hf = [sys.executable, "-m", "huggingface_hub.cli.hf", *command.split()[1:]]
+            subprocess.run(hf, env=hub.client_env(tmp_path / "hf_home"), check=True, capture_output=True, timeout=120)
+
+    run = run_dir(tmp_path / "run", tokenizer)
+    run_dir(run / "checkpoint-2", tokenizer, seed=2)
+    push_checkpoints(run, REPO, tag="v1", api=api)
+    for directory, seed in ((run, 3), (run / "checkpoint-2", 4), (run / "checkpoint-4", 5)):
+        run_dir(directory, tokenizer, seed=seed)
+    before = state(hub)
+    hub.fail_next("commit", "403", after=2)  # main's, after step-2's and step-4's
+    hub.fail_next("branch", "403", after=1, times=2)  # after step-4's creation: its deletion and step-2's
+    with pytest.raises(HubPushError, match="was not put back") as failed:
+        push_checkpoints(run, REPO, tag="v1", overwrite=True, api=api)
+    run_named(failed)
+    assert state(hub) == before
+    hub.fail_next("tag", "403", after=1)  # deleted, not created again
+    with pytest.raises(HubPushError, match="hf repos tag create") as failed:
+        push_checkpoints(run, REPO, tag="v1", overwrite=True, api=api)
+    run_named(failed)
+    assert hub.refs(REPO)["tags"]["v1"] == hub.refs(REPO)["heads"]["main"] != before[0]["tags"]["v1"]
