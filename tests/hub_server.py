@@ -338,13 +338,9 @@ def h_refs(hub: LocalHub, req: Request) -> Response:
 def h_commits(hub: LocalHub, req: Request) -> Response:
     """``list_repo_commits``, newest first, in one page."""
     repo = repo_of(hub, req)
-    commits = repo.meta["commits"]
+    commits = [(sha, repo.meta["commits"][sha]) for sha in repo.history(repo.resolve(req.params["rev"]))]
     return Response.of_json(
-        [
-            {"id": sha, "title": commits[sha]["title"], "message": "", "date": commits[sha]["date"]}
-            | {"authors": [{"user": author} for author in commits[sha]["authors"]]}
-            for sha in repo.history(repo.resolve(req.params["rev"]))
-        ]
+        [{**c, "id": sha, "message": "", "authors": [{"user": a} for a in c["authors"]]} for sha, c in commits]
     )
 
 

@@ -20,6 +20,7 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from ..atomic import STAGING, process_alive
@@ -236,29 +237,6 @@ def check_hub_access(repo_id: str, *, token: str | None = None, api=None) -> Non
         ) from None
 
 
-def preflight(api, repo_id: str, revisions, identity: str | None, overwrite: bool, tag: str | None, same=None):
-    """Every refusal of a push, before it writes: an existing `tag` without `overwrite` (unless it names the last
-    revision's head and `same(head)`, that head holds what the push would: a rerun of a push that landed), and
-    `check_remote` per revision (a new branch holds main's). Returns ({branch: commit}, {tag: commit}), None when
-    there is no such repository."""
-    from huggingface_hub.utils import RepositoryNotFoundError
-
-    try:
-        refs = api.list_repo_refs(repo_id)
-    except RepositoryNotFoundError:
-        return None
-    branches, tags = {b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags}
-    rerun = tag in tags and tags[tag] == branches.get(revisions[-1]) and same is not None and same(tags[tag])
-    if tag in tags and not overwrite and not rerun:
-        raise HubPushError(
-            f"{repo_id} already has the tag {tag!r} (on commit {tags[tag][:8]}): pass --overwrite to move it to "
-            "this push's commit, or choose another --tag. Nothing was pushed."
-        )
-    for revision in dict.fromkeys(r if r in branches else None for r in revisions):
-        check_remote(api, repo_id, revision, identity, overwrite)
-    return branches, tags
-
-
 @dataclass(frozen=True)
 class Pushed:
     """One revision a push published, for a caller to record: its commit, new or the one that already held the same
@@ -323,11 +301,24 @@ class Publication:
         refs = self.api.list_repo_refs(self.repo_id)
         return {b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags}
 
-    def preflight(self, revisions, identity: str | None, overwrite: bool, tag: str | None, same=None) -> None:
-        refs = preflight(self.api, self.repo_id, revisions, identity, overwrite, tag, same)
-        if refs is not None:
-            self.before, self.tags = refs
-            self.heads = dict(self.before)
+    def preflight(self, revisions, identity: str | None, overwrite: bool, tag: str | None, same) -> None:
+        """Every refusal of a push, before it writes: an existing `tag` without `overwrite` (unless it names the last
+        revision's head and `same(head)`, that head holds what the push would: a rerun of a push that landed), and
+        `check_remote` per revision (a new branch holds main's)."""
+        from huggingface_hub.utils import RepositoryNotFoundError
+
+        try:
+            self.before, self.tags = self.refs()
+        except RepositoryNotFoundError:
+            return
+        self.heads, tags = dict(self.before), self.tags
+        if tag in tags and not overwrite and not (tags[tag] == self.before.get(revisions[-1]) and same(tags[tag])):
+            raise HubPushError(
+                f"{self.repo_id} already has the tag {tag!r} (on commit {tags[tag][:8]}): pass --overwrite to move it "
+                "to this push's commit, or choose another --tag. Nothing was pushed."
+            )
+        for revision in dict.fromkeys(r if r in self.before else None for r in revisions):
+            check_remote(self.api, self.repo_id, revision, identity, overwrite)
 
     def commit(self, branch: str, staging: Path, staged: list[str], message: str, private: bool, source: str) -> Pushed:
         """`staged` as the one commit of `branch` (created from main when missing), its other files deleted."""
@@ -350,22 +341,17 @@ class Publication:
         try:  # parent_commit: the deletions were listed at `parent`, so the Hub refuses if the branch moved since
             info = api.create_commit(repo_id, operations, commit_message=message, revision=branch, parent_commit=parent)
             commit, url = info.oid, str(info.commit_url)
-        except Exception:
-            commit = self.landed(branch, parent, staging, staged)
+        except Exception:  # the commit may have landed all the same, its answer lost: then the branch holds these files
+            commit = None
+            with contextlib.suppress(Exception):
+                head = self.refs()[0].get(branch)
+                commit = head if head != parent and holds(api, repo_id, head, staging, staged) else None
             if commit is None:
                 raise
             url = f"{api.endpoint}/{repo_id}/commit/{commit}"
         self.heads[branch] = commit
         logger.info("pushed %d files of %s to %s", len(staged), source, self.where)
         return Pushed(repo_id, branch, commit, url, new=commit != parent)
-
-    def landed(self, branch: str, parent: str, staging: Path, staged: list[str]) -> str | None:
-        """The commit a failed `create_commit` made all the same (its answer lost): `branch` moved to these files."""
-        try:
-            head = self.refs()[0].get(branch)
-            return head if head not in (None, parent) and holds(self.api, self.repo_id, head, staging, staged) else None
-        except Exception:
-            return None
 
     def set_tag(self, tag: str, pushed: Pushed) -> Pushed:
         """Name `pushed` by `tag`, moving it (deleted, then created: the Hub has no move) once the commit exists."""
@@ -380,11 +366,8 @@ class Publication:
             with contextlib.suppress(Exception):
                 if self.refs()[1].get(tag) == pushed.commit:  # created, with its answer lost
                     return replace(pushed, tag=tag)
-            finish = (
-                "Run the same command again to set it"
-                if old is not None and not deleted
-                else f"`hf repos tag create {self.repo_id} {tag} --revision {pushed.commit}` sets it"
-            )
+            finish = f"`hf repos tag create {self.repo_id} {tag} --revision {pushed.commit}` sets it"
+            finish = "Run the same command again to set it" if old is not None and not deleted else finish
             raise HubPushError(
                 f"Push of {self.source} to {self.where} landed ({pushed.url}), but the tag {tag!r} was not "
                 f"{'moved from ' + old[:8] if old else 'set'} ({type(err).__name__}: {err}). {finish}. "
@@ -429,20 +412,15 @@ class Publication:
                     commands.pop(0)
                 if old is not None:
                     api.create_branch(repo_id, branch=branch, revision=old)
-                done.append(
-                    f"the branch {branch} it moved is back on {old[:8]}"
-                    if old
-                    else f"the branch {branch} it created was removed again"
-                )
+                what = f"moved is back on {old[:8]}" if old else "created was removed again"
+                done.append(f"the branch {branch} it {what}")
             except Exception as undo:
                 commands = " and ".join(f"`{command}`" for command in commands)
                 left.append(f"the branch {branch} was not put back ({type(undo).__name__}): {commands} does it")
+        if not done + left:
+            return f"Nothing in {self.source} was changed, and the Hub is as it was."
         text = "; ".join(done + left)
-        if left:
-            return f"{text[0].upper()}{text[1:]}."
-        if done:
-            return f"{text[0].upper()}{text[1:]}: the Hub is as it was."
-        return f"Nothing in {self.source} was changed, and the Hub is as it was."
+        return text[0].upper() + text[1:] + ("." if left else ": the Hub is as it was.")
 
 
 def push(
@@ -471,9 +449,8 @@ def push(
         staging = Path(tmp)
         staged = stage(path, repo_id, staging, tokenizer_dir=Path(tokenizer_dir) if tokenizer_dir else None)
         try:
-            publication.preflight(
-                [branch], _run_identity(path), overwrite, tag, lambda head: holds(api, repo_id, head, staging, staged)
-            )
+            same = partial(holds, api, repo_id, staging=staging, staged=staged)
+            publication.preflight([branch], _run_identity(path), overwrite, tag, same)
             message = commit_message or f"Upload {path.name} with bert_repro"
             pushed = publication.commit(branch, staging, staged, message, private, source_name or str(path))
         except HubPushError:
@@ -533,13 +510,8 @@ def push_checkpoints(
         staging = Path(tmp)
         staged = stage(output_dir, repo_id, staging) if final else []
         try:
-            publication.preflight(
-                revisions,
-                _run_identity(output_dir),
-                overwrite,
-                tag if final else None,
-                lambda head: holds(api, repo_id, head, staging, staged),
-            )
+            same = partial(holds, api, repo_id, staging=staging, staged=staged)
+            publication.preflight(revisions, _run_identity(output_dir), overwrite, tag, same)
             for step, checkpoint in steps.items():  # staged one at a time: each is a copy of the weights
                 with staging_folder() as checkpoint_tmp:
                     view, checkpoint_staging = Path(checkpoint_tmp) / checkpoint.name, Path(checkpoint_tmp) / "staged"

@@ -8,12 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from huggingface_hub.errors import (
-    LocalEntryNotFoundError,
-    RemoteEntryNotFoundError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
+from huggingface_hub.errors import RemoteEntryNotFoundError
+from huggingface_hub.utils import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
 from bert_repro.hub.push import HubPushError, _run_identity, check_remote
 

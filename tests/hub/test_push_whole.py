@@ -69,10 +69,9 @@ def contents(hub):
 
 
 def fail_everywhere(hub, push_once, tmp_path, mode="403", kind="any"):
-    """Fail `push_once` at its first request of `kind`, then its second, and so on (`hub.fail_next`; a "lost" read would
-    be a dropped one, so "lost" goes with kind "write"): a push that fails leaves the Hub as it was;
-    one that gets past the failure (an answer "lost" after the Hub applied the request) leaves it as the push that
-    meets no failure, which ends the loop and is returned. Between tries the Hub goes back to a copy of its root."""
+    """Fail `push_once` at its first request of `kind`, then its second...: a push that fails leaves the Hub as it was,
+    one that gets past an answer "lost" after the Hub applied the request leaves it as the push that meets no failure,
+    which ends the loop and is returned. Between tries the Hub goes back to a copy of its root."""
     before, whole = state(hub), []
     shutil.copytree(hub.root, tmp_path / "hub_before")
     for after in range(200):
@@ -121,22 +120,16 @@ def test_a_refused_push_leaves_no_branch(tmp_path, tokenizer, hub, api):
         assert state(hub) == before
 
 
-def grid_run(directory, tokenizer, seed=0, files=260):
-    """A --keep_all_runs grid with its TensorBoard logs: more files than upload_folder commits at once."""
-    run_dir(directory, tokenizer, seed)
-    events = directory / "runs" / "lr1e-04_seed1" / "runs"
-    events.mkdir(parents=True, exist_ok=True)
-    for i in range(files):
-        (events / f"events.out.tfevents.{i}").write_text(f"{seed} {i}")
-    return directory
-
-
 def test_a_folder_past_upload_folders_batches_is_one_commit_or_none(tmp_path, tokenizer, hub, api):
     # upload_folder (hf_xet installed) commits this folder in batches: the first of 250 files, then the rest
     assert is_xet_available() and _upload_pipeline.COMMIT_SIZE_SCALE[_upload_pipeline.INITIAL_COMMIT_SIZE_INDEX] < 260
-    run = grid_run(tmp_path / "run", tokenizer)
-    push(run, REPO, api=api)
-    grid_run(run, tokenizer, seed=1)  # every file changed
+    run, events = run_dir(tmp_path / "run", tokenizer), tmp_path / "run" / "runs" / "lr1e-04_seed1" / "runs"
+    for seed in (0, 1):  # a --keep_all_runs grid with its TensorBoard logs, then every file changed
+        events.mkdir(parents=True, exist_ok=True)
+        for i in range(260):
+            (events / f"events.out.tfevents.{i}").write_text(f"{seed} {i}")
+        if seed == 0:
+            push(run, REPO, api=api)
     before = state(hub)
     pushed = fail_everywhere(hub, lambda: push(run, REPO, api=api), tmp_path)
     commits = [commit.commit_id for commit in api.list_repo_commits(REPO)]
@@ -172,21 +165,13 @@ def test_a_tag_moves_once_its_commit_exists_and_a_failed_move_says_how_to_finish
     hub.fail_next("tag", "403", after=1)  # deleted from its old commit, then not created on the new one
     with pytest.raises(HubPushError) as failed:
         push(run, REPO, tag="v1", overwrite=True, api=api)
-    refs = hub.refs(REPO)
-    assert "v1" not in refs["tags"] and f"`hf repos tag create {REPO} v1 --revision {refs['heads']['main']}`" in str(
+    head = hub.refs(REPO)["heads"]["main"]
+    assert "v1" not in hub.refs(REPO)["tags"] and f"`hf repos tag create {REPO} v1 --revision {head}`" in str(
         failed.value
     )
     hub.fail_next("tag", "lost")  # created, its answer lost
     again = push(run, REPO, tag="v1", api=api)  # or that command
-    assert (
-        (again.commit, again.new, again.tag)
-        == (refs["heads"]["main"], False, "v1")
-        == (
-            hub.refs(REPO)["tags"]["v1"],
-            False,
-            "v1",
-        )
-    )
+    assert (again.commit, again.new, again.tag, hub.refs(REPO)["tags"]["v1"]) == (head, False, "v1", head)
 
 
 def test_the_same_push_again_adds_nothing_and_returns_its_commits(tmp_path, tokenizer, hub, api, capsys):
