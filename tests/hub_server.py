@@ -1,7 +1,8 @@
 """A local stand-in for the Hugging Face Hub HTTP API, so tests drive the real huggingface_hub client unmocked.
 
 A ``ThreadingHTTPServer`` on 127.0.0.1 answers what this project uses (whoami, create/delete repo, model_info,
-list_repo_files/refs, upload_folder with delete_patterns, branches, tags, hf_hub_download, ModelCard.validate), with
+list_repo_files/tree/refs/commits, create_commit and upload_folder (``parent_commit`` checked), branches, tags,
+hf_hub_download, ModelCard.validate), with
 the paths and JSON shapes of the installed client's source; anything else answers 404 and lands in ``hub.unhandled``.
 Repos live under ``hub.root`` as ``repo.json`` (refs, every commit as a full ``{path: git blob id}`` snapshot) plus
 ``blobs/``; file ids are git blob ids, so the client's "file unchanged" detection works as on the Hub. No LFS/Xet
@@ -9,9 +10,10 @@ Repos live under ``hub.root`` as ``repo.json`` (refs, every commit as a full ``{
 
 Errors carry the ``X-Error-Code`` the client maps to its exceptions. ``LocalHub(token="x")`` rejects other tokens
 (``token=None`` accepts any); writes need a token and private repos are 404 without one. Requests are recorded in
-``hub.requests`` and never logged, so no token is printed. ``hub.fail_next(kind, mode, times)`` fails the next
-requests of a route kind (or "any") with a status or a dropped connection; mind the client's retries on 5xx and drops
-(1, 2, 4, 8, 8 s): to fail a push fast inject "403" or ``times=6``.
+``hub.requests`` and never logged, so no token is printed. ``hub.fail_next(kind, mode, times, after)`` fails the next
+requests of a route kind ("any", or "write": those that change a repo) once ``after`` of them passed, with a status,
+a dropped connection ("drop") or a lost answer ("lost": applied, then the connection drops); mind the client's retries
+on 5xx and drops (1, 2, 4, 8, 8 s): to fail a push fast inject "403" or ``times=6``.
 
 huggingface_hub reads ``HF_ENDPOINT`` at import, so run clients in a subprocess with ``env=hub.client_env(hf_home)``,
 or in-process under ``hub.patch_client(hf_home)``. The ``local_hub`` fixture (tests/conftest.py) yields a started hub;
@@ -217,8 +219,10 @@ class Failure:
     kind: str
     mode: str
     times: int
+    after: int = 0
 
 
+WRITES = {"create_repo", "delete_repo", "commit", "branch", "tag"}
 REPO_RE = r"(?P<type>models|datasets|spaces)/(?P<ns>[^/]+)/(?P<name>[^/]+)"
 ROUTES: list[Route] = []
 
@@ -330,6 +334,16 @@ def h_refs(hub: LocalHub, req: Request) -> Response:
     return Response.of_json({"branches": branches, "tags": tags, "converts": [], "pullRequests": []})
 
 
+@route("GET", rf"/api/{REPO_RE}/commits/(?P<rev>[^/]+)", "commits")
+def h_commits(hub: LocalHub, req: Request) -> Response:
+    """``list_repo_commits``, newest first, in one page."""
+    repo = repo_of(hub, req)
+    commits = [(sha, repo.meta["commits"][sha]) for sha in repo.history(repo.resolve(req.params["rev"]))]
+    return Response.of_json(
+        [{**c, "id": sha, "message": "", "authors": [{"user": a} for a in c["authors"]]} for sha, c in commits]
+    )
+
+
 @route("POST", rf"/api/{REPO_RE}/preupload/(?P<rev>[^/]+)", "preupload")
 def h_preupload(hub: LocalHub, req: Request) -> Response:
     """Every file is "regular" (no LFS), with the remote blob id as ``oid``, so the client skips unchanged files."""
@@ -363,6 +377,9 @@ def h_commit(hub: LocalHub, req: Request) -> Response:
         header, *operations = [json.loads(line) for line in req.body.decode().splitlines() if line.strip()]
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
         raise HubError(400, f"Invalid NDJSON commit payload: {err}") from err
+    expected = header.get("value", {}).get("parentCommit")
+    if expected and not parent.startswith(expected):
+        raise HubError(412, f"A commit has happened since. Please refresh and try again: {branch} is at {parent}")
     changes: dict[str, bytes | None] = {}
     for op in operations:
         key, value = op.get("key"), op.get("value") or {}
@@ -477,6 +494,12 @@ class Handler(BaseHTTPRequestHandler):
             self.drop_connection()
             return
         body = self.read_body()
+        if failure is not None and failure.mode == "lost" and found is not None:
+            hub.handle(found[0], Request(split.path, parse_qs(split.query), headers, body, found[1]))
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
         if failure is not None:
             self.send(method, Response.of_json({"error": f"Injected failure ({failure.kind})"}, int(failure.mode)))
             return
@@ -607,24 +630,35 @@ class LocalHub:
             raise HubError(401, "Invalid username or password.")
 
     # -- failure injection
-    def fail_next(self, kind: str = "commit", mode: str = "500", times: int = 1) -> None:
-        """Make the next ``times`` requests of ``kind`` fail with ``mode`` ("drop" or an HTTP status)."""
-        kinds = {r.kind for r in ROUTES} | {"any"}
+    def fail_next(self, kind: str = "commit", mode: str = "500", times: int = 1, after: int = 0) -> None:
+        """Make the next ``times`` requests of ``kind``, once ``after`` of them passed, fail with ``mode`` ("drop",
+        "lost" or an HTTP status)."""
+        kinds = {r.kind for r in ROUTES} | {"any", "write"}
         if kind not in kinds:
             raise ValueError(f"Unknown request kind {kind!r}; one of {sorted(kinds)}")
-        if mode != "drop" and not re.fullmatch(r"[45]\d\d", mode):
-            raise ValueError(f"mode must be 'drop' or a 4xx/5xx status, not {mode!r}")
+        if mode not in ("drop", "lost") and not re.fullmatch(r"[45]\d\d", mode):
+            raise ValueError(f"mode must be 'drop', 'lost' or a 4xx/5xx status, not {mode!r}")
         with self._lock:
-            self._failures.append(Failure(kind, mode, times))
+            self._failures.append(Failure(kind, mode, times, after))
+
+    def cancel_failures(self) -> int:
+        """Drop the failures not injected yet; returns how many there were."""
+        with self._lock:
+            pending, self._failures = len(self._failures), []
+        return pending
 
     def take_failure(self, kind: str | None) -> Failure | None:
         with self._lock:
             for failure in self._failures:
-                if failure.kind in ("any", kind):
-                    failure.times -= 1
-                    if failure.times <= 0:
-                        self._failures.remove(failure)
-                    return failure
+                if failure.kind not in ("any", kind) and (failure.kind != "write" or kind not in WRITES):
+                    continue
+                if failure.after > 0:
+                    failure.after -= 1
+                    return None
+                failure.times -= 1
+                if failure.times <= 0:
+                    self._failures.remove(failure)
+                return failure
         return None
 
     # -- inspection

@@ -1,21 +1,26 @@
 """Publishing a run on the Hugging Face Hub: safetensors, code, tokenizer, card and records, nothing else.
 
 What a push uploads, and its options, are in docs/hub.md. A push lands whole or leaves the Hub as it found it: every
-refusal comes before the first write, the upload is one commit, and a failed push removes the repository or branch it
-created. The local directory is only read (the card and repaired files are staged in a temporary copy). The token
-comes from huggingface_hub's usual places or an argument, and is never printed, logged or written into a file.
+refusal comes before the first write, each revision is one commit, a failed push puts back what it created or moved
+(`Publication`), and the same push again adds nothing. The local directory is only read (the card and repaired files
+are staged in a temporary copy). The token comes from huggingface_hub's usual places or an argument, and is never
+printed, logged or written into a file.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
+import hashlib
 import json
 import logging
 import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from ..atomic import STAGING, process_alive
@@ -155,7 +160,7 @@ def _run_identity(directory: Path) -> str | None:
 
 def check_remote(api, repo_id: str, revision: str | None, local_identity: str | None, overwrite: bool) -> None:
     """Refuse to push over a different model unless asked: another run's records, or not a bert_repro model."""
-    from huggingface_hub.utils import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import RemoteEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
     try:
         files = set(api.list_repo_files(repo_id, revision=revision))
@@ -168,7 +173,7 @@ def check_remote(api, repo_id: str, revision: str | None, local_identity: str | 
         remote_config = json.loads(Path(api.hf_hub_download(repo_id, "config.json", revision=revision)).read_text())
         if not is_repro_checkpoint(remote_config):
             reasons.append(f"it holds a {remote_config.get('model_type')!r} model not saved by bert_repro")
-    except EntryNotFoundError:
+    except RemoteEntryNotFoundError:  # not its base class: a download that failed is no answer (LocalEntryNotFound)
         reasons.append("it holds files but no config.json")
     if not reasons and "run_config.json" in files:
         remote = Path(api.hf_hub_download(repo_id, "run_config.json", revision=revision))
@@ -232,24 +237,190 @@ def check_hub_access(repo_id: str, *, token: str | None = None, api=None) -> Non
         ) from None
 
 
-def preflight(api, repo_id: str, revisions, identity: str | None, overwrite: bool, tag: str | None):
-    """Every refusal of a push, before it writes: an existing `tag` without `overwrite`, and `check_remote` per revision
-    (a new branch holds main's). Returns ({branch: commit}, {tag: commit}), None when there is no such repository."""
-    from huggingface_hub.utils import RepositoryNotFoundError
+@dataclass(frozen=True)
+class Pushed:
+    """One revision a push published, for a caller to record: its commit, new or the one that already held the same
+    files (a push of the same run again adds nothing), and the tag on it. `str()` is the commit's URL."""
 
-    try:
-        refs = api.list_repo_refs(repo_id)
-    except RepositoryNotFoundError:
-        return None
-    branches, tags = {b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags}
-    if tag in tags and not overwrite:
-        raise HubPushError(
-            f"{repo_id} already has the tag {tag!r} (on commit {tags[tag][:8]}): pass --overwrite to move it to "
-            "this push's commit, or choose another --tag. Nothing was pushed."
-        )
-    for revision in dict.fromkeys(r if r in branches else None for r in revisions):
-        check_remote(api, repo_id, revision, identity, overwrite)
-    return branches, tags
+    repo_id: str
+    revision: str
+    commit: str
+    url: str
+    new: bool
+    tag: str | None = None
+
+    def __str__(self) -> str:
+        return self.url
+
+
+def holds(api, repo_id: str, commit: str, staging: Path, staged: list[str]) -> bool:
+    """Whether `commit` holds exactly the staged files (and .gitattributes), by the ids the Hub lists for them: the git
+    blob id, or an LFS file's sha256."""
+    from huggingface_hub.hf_api import RepoFile
+
+    remote = {
+        f.path: f for f in api.list_repo_tree(repo_id, revision=commit, recursive=True) if isinstance(f, RepoFile)
+    }
+    if set(remote) - {".gitattributes"} != set(staged):
+        return False
+    for name in staged:
+        lfs, path = remote[name].lfs, staging / name
+        with open(path, "rb") as file:
+            prefix = b"blob %d\0" % path.stat().st_size
+            digest = hashlib.file_digest(file, hashlib.sha256 if lfs else lambda: hashlib.sha1(prefix)).hexdigest()
+        if digest != (lfs.sha256 if lfs else remote[name].blob_id):
+            return False
+    return True
+
+
+class Publication:
+    """The revisions of one push, each one `create_commit`, and how to put the Hub back when a later step fails.
+
+    One commit per revision: `create_commit` uploads the LFS files first, then sends every file in one commit request,
+    which the Hub applies whole or not at all. `upload_folder` with hf_xet installed (the default) instead commits a
+    large folder in batches (every 250 files or so, or 100 MB of non-LFS content: huggingface_hub's _upload_pipeline),
+    which could land a grid kept whole (--keep_all_runs) or a study half pushed.
+
+    "As it was" after a failed push: the repository exists only if it did; every branch the push created is gone and
+    every branch it moved names its old commit again (`delete_branch`, then `create_branch` there: its history is as
+    before); tags are untouched, since a tag moves only after every commit landed. What cannot be put back: main, which
+    the Hub neither deletes nor moves back without a new commit, so a push commits to it last, and that commit lands
+    whole or not at all (one whose answer was lost is recognised by its files and counts as landed); the push's own
+    commits (unreachable once their branch is put back) and the LFS files a failed commit uploaded (in no revision).
+    """
+
+    def __init__(self, api, repo_id: str, source: str):
+        self.api, self.repo_id, self.source, self.where = api, repo_id, source, repo_id
+        self.before: dict[str, str] | None = None  # {branch: commit} before the push; None: no repository
+        self.tags: dict[str, str] = {}
+        self.heads: dict[str, str] = {}  # {branch: commit} as far as this push knows
+        self.created = False  # the repository
+        self.touched: list[str] = []  # the branches it created or committed to
+
+    def refs(self) -> tuple[dict[str, str], dict[str, str]]:
+        refs = self.api.list_repo_refs(self.repo_id)
+        return {b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags}
+
+    def preflight(self, revisions, identity: str | None, overwrite: bool, tag: str | None, same) -> None:
+        """Every refusal of a push, before it writes: an existing `tag` without `overwrite` (unless it names the last
+        revision's head and `same(head)`, that head holds what the push would: a rerun of a push that landed), and
+        `check_remote` per revision (a new branch holds main's)."""
+        from huggingface_hub.utils import RepositoryNotFoundError
+
+        try:
+            self.before, self.tags = self.refs()
+        except RepositoryNotFoundError:
+            return
+        self.heads, tags = dict(self.before), self.tags
+        if tag in tags and not overwrite and not (tags[tag] == self.before.get(revisions[-1]) and same(tags[tag])):
+            raise HubPushError(
+                f"{self.repo_id} already has the tag {tag!r} (on commit {tags[tag][:8]}): pass --overwrite to move it "
+                "to this push's commit, or choose another --tag. Nothing was pushed."
+            )
+        for revision in dict.fromkeys(r if r in self.before else None for r in revisions):
+            check_remote(self.api, self.repo_id, revision, identity, overwrite)
+
+    def commit(self, branch: str, staging: Path, staged: list[str], message: str, private: bool, source: str) -> Pushed:
+        """`staged` as the one commit of `branch` (created from main when missing), its other files deleted."""
+        from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+        api, repo_id = self.api, self.repo_id
+        self.source, self.where = source, f"{repo_id}@{branch}" if branch != "main" else repo_id
+        if self.before is None and not self.created:
+            self.created = True  # first: a repository created with its answer lost is removed as well
+            api.create_repo(repo_id, private=private)
+            self.heads = self.refs()[0]
+        self.touched.append(branch)
+        if branch not in self.heads:
+            api.create_branch(repo_id, branch=branch, revision=self.heads["main"])
+            self.heads[branch] = self.heads["main"]
+        parent = self.heads[branch]
+        stale = set(api.list_repo_files(repo_id, revision=parent)) - set(staged) - {".gitattributes"}
+        operations = [CommitOperationDelete(name) for name in sorted(stale)]
+        operations += [CommitOperationAdd(name, staging / name) for name in staged]
+        try:  # parent_commit: the deletions were listed at `parent`, so the Hub refuses if the branch moved since
+            info = api.create_commit(repo_id, operations, commit_message=message, revision=branch, parent_commit=parent)
+            commit, url = info.oid, str(info.commit_url)
+        except Exception:  # the commit may have landed all the same, its answer lost: then the branch holds these files
+            commit = None
+            with contextlib.suppress(Exception):
+                head = self.refs()[0].get(branch)
+                commit = head if head != parent and holds(api, repo_id, head, staging, staged) else None
+            if commit is None:
+                raise
+            url = f"{api.endpoint}/{repo_id}/commit/{commit}"
+        self.heads[branch] = commit
+        logger.info("pushed %d files of %s to %s", len(staged), source, self.where)
+        return Pushed(repo_id, branch, commit, url, new=commit != parent)
+
+    def set_tag(self, tag: str, pushed: Pushed) -> Pushed:
+        """Name `pushed` by `tag`, moving it (deleted, then created: the Hub has no move) once the commit exists."""
+        old, deleted = self.tags.get(tag), False
+        try:
+            if old not in (None, pushed.commit):
+                self.api.delete_tag(self.repo_id, tag=tag)
+                deleted = True
+            if old != pushed.commit:
+                self.api.create_tag(self.repo_id, tag=tag, revision=pushed.commit)
+        except Exception as err:
+            with contextlib.suppress(Exception):
+                if self.refs()[1].get(tag) == pushed.commit:  # created, with its answer lost
+                    return replace(pushed, tag=tag)
+            finish = f"`hf repos tag create {self.repo_id} {tag} --revision {pushed.commit}` sets it"
+            finish = "Run the same command again to set it" if old is not None and not deleted else finish
+            raise HubPushError(
+                f"Push of {self.source} to {self.where} landed ({pushed.url}), but the tag {tag!r} was not "
+                f"{'moved from ' + old[:8] if old else 'set'} ({type(err).__name__}: {err}). {finish}. "
+                f"{hub_error_advice(err, self.repo_id)}"
+            ) from err
+        return replace(pushed, tag=tag)
+
+    def failed(self, err: BaseException) -> HubPushError:
+        """The error for a push that failed before its tag, once the Hub is put back as it was (see the class)."""
+        failed = f"Push of {self.source} to {self.where} did not complete ({type(err).__name__}: {err})."
+        return HubPushError(f"{failed} {self.undo()} {hub_error_advice(err, self.repo_id)}")
+
+    def undo(self) -> str:
+        """Put back what the push created or moved (see the class); says so, or which commands are left to do it."""
+        from huggingface_hub.utils import RepositoryNotFoundError
+
+        api, repo_id = self.api, self.repo_id
+        if self.created:
+            try:
+                api.delete_repo(repo_id)
+            except RepositoryNotFoundError:  # its creation failed
+                return f"Nothing in {self.source} was changed, and the Hub is as it was."
+            except Exception as undo:
+                name, command = type(undo).__name__, f"hf repos delete {repo_id}"
+                return f"The repository {repo_id} it created was not removed ({name}): `{command}` does it."
+            return f"The repository {repo_id} it created was removed again: the Hub is as it was."
+        with contextlib.suppress(Exception):
+            self.heads = self.refs()[0]  # else a commit whose answer was lost goes unseen
+        done, left = [], []
+        for branch in dict.fromkeys(reversed(self.touched)):
+            old, new = self.before.get(branch), self.heads.get(branch)
+            commands = [f"hf repos branch delete {repo_id} {branch}"] * (new is not None)
+            commands += [f"hf repos branch create {repo_id} {branch} --revision {old}"] * (old is not None)
+            try:
+                if new == old:
+                    continue
+                if branch == "main":  # see the class
+                    left.append(f"main moved to {new[:8]}: only a commit of its old files can move it back")
+                    continue
+                if new is not None:
+                    api.delete_branch(repo_id, branch=branch)
+                    commands.pop(0)
+                if old is not None:
+                    api.create_branch(repo_id, branch=branch, revision=old)
+                what = f"moved is back on {old[:8]}" if old else "created was removed again"
+                done.append(f"the branch {branch} it {what}")
+            except Exception as undo:
+                commands = " and ".join(f"`{command}`" for command in commands)
+                left.append(f"the branch {branch} was not put back ({type(undo).__name__}): {commands} does it")
+        if not done + left:
+            return f"Nothing in {self.source} was changed, and the Hub is as it was."
+        text = "; ".join(done + left)
+        return text[0].upper() + text[1:] + ("." if left else ": the Hub is as it was.")
 
 
 def push(
@@ -265,62 +436,28 @@ def push(
     tokenizer_dir: str | Path | None = None,
     api=None,
     source_name: str | None = None,
-) -> str:
-    """Publish one output directory (or checkpoint) to `repo_id` at `revision` (created from main when missing),
-    whole or not at all, and `tag` its commit. Returns the commit URL."""
+) -> Pushed:
+    """Publish one output directory (or checkpoint) to `repo_id` at `revision` (created from main when missing) as one
+    commit, whole or not at all, and `tag` it. Returns what it pushed (`str()`: the commit's URL)."""
     from huggingface_hub import HfApi
 
     api = api or HfApi(token=token)
     path = Path(path)
-    source_name = source_name or str(path)
     branch = revision or "main"
-    where = f"{repo_id}@{revision}" if revision else repo_id
-    created, info = None, None  # what this push made on the Hub, to remove if it fails; the commit once it landed
+    publication = Publication(api, repo_id, source_name or str(path))
     with staging_folder() as tmp:
         staging = Path(tmp)
         staged = stage(path, repo_id, staging, tokenizer_dir=Path(tokenizer_dir) if tokenizer_dir else None)
         try:
-            refs = preflight(api, repo_id, [branch], _run_identity(path), overwrite, tag)
-            branches, tags = refs or ({}, {})
-            if refs is None:
-                api.create_repo(repo_id, private=private)
-                created = ("repository", repo_id)
-            if branch not in branches and branch != "main":
-                api.create_branch(repo_id, branch=branch)
-                created = created or ("branch", branch)
-            info = api.upload_folder(
-                repo_id=repo_id,
-                folder_path=staging,
-                revision=revision,
-                commit_message=commit_message or f"Upload {path.name} with bert_repro",
-                delete_patterns="*",  # the revision mirrors this checkpoint: stale files are removed
-            )
-            if tag:
-                if tag in tags:
-                    api.delete_tag(repo_id, tag=tag)
-                api.create_tag(repo_id, tag=tag, revision=info.oid)
+            same = partial(holds, api, repo_id, staging=staging, staged=staged)
+            publication.preflight([branch], _run_identity(path), overwrite, tag, same)
+            message = commit_message or f"Upload {path.name} with bert_repro"
+            pushed = publication.commit(branch, staging, staged, message, private, source_name or str(path))
         except HubPushError:
             raise
         except Exception as err:
-            raise HubPushError(_failure(api, err, source_name, where, repo_id, created, info, tag)) from err
-    logger.info("pushed %d files of %s to %s", len(staged), path, where)
-    return str(info.commit_url)
-
-
-def _failure(api, err, source_name, where, repo_id, created, info, tag) -> str:
-    """What a failed push says, once the repository or branch it created is removed again."""
-    failed = f"Push of {source_name} to {where} did not complete ({type(err).__name__}: {err})."
-    advice = hub_error_advice(err, repo_id)
-    if created is not None:
-        what, name = created
-        try:
-            api.delete_repo(repo_id) if what == "repository" else api.delete_branch(repo_id, branch=name)
-        except Exception as undo:
-            return f"{failed} The {what} {name} it created could not be removed ({type(undo).__name__}). {advice}"
-        return f"{failed} The {what} {name} it created was removed again: the Hub is as it was. {advice}"
-    if info is not None:
-        return f"{failed} The commit landed ({info.commit_url}) but the tag {tag!r} was not set. {advice}"
-    return f"{failed} Nothing in {source_name} was changed, and the Hub applies a commit whole or not at all. {advice}"
+            raise publication.failed(err) from err
+    return publication.set_tag(tag, pushed) if tag else pushed
 
 
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")
@@ -354,9 +491,9 @@ def push_checkpoints(
     revision: str | None = None,
     tag: str | None = None,
     commit_message: str | None = None,
-) -> dict[str, str]:
+) -> dict[str, Pushed]:
     """Every `checkpoint-N` of a pre-training run as branch `step-N`, and the final model on `revision` (main), which
-    `tag` names. Every revision is checked before the first is pushed."""
+    `tag` names: every revision is checked before the first is pushed, and lands, or none does (`Publication`)."""
     from huggingface_hub import HfApi
 
     api = api or HfApi(token=token)
@@ -366,46 +503,41 @@ def push_checkpoints(
     revisions = [f"step-{step}" for step in steps] + ([revision or "main"] if final else [])
     if tag and not final:
         raise HubPushError(f"--tag names the final model's commit, and {output_dir} holds no final model.")
-    try:
-        preflight(api, repo_id, revisions, _run_identity(output_dir), overwrite, tag if final else None)
-    except HubPushError:
-        raise
-    except Exception as err:
-        raise HubPushError(_failure(api, err, str(output_dir), repo_id, repo_id, None, None, tag)) from err
-    pushed = {}
+    publication, pushed = Publication(api, repo_id, str(output_dir)), {}
     # A checkpoint has no run records or tokenizer of its own: the run's (in tokenizer/ until the run ends).
     tokenizer_dir = output_dir / "tokenizer" if (output_dir / "tokenizer").is_dir() else output_dir
-    for step, checkpoint in steps.items():
-        with staging_folder() as tmp:
-            view = Path(tmp) / checkpoint.name
-            view.mkdir()
-            for name in model_files(checkpoint):
-                (view / name).symlink_to((checkpoint / name).resolve())
-            for name in RECORD_FILES[:2]:
-                if (output_dir / name).exists():
-                    (view / name).symlink_to((output_dir / name).resolve())
-            pushed[f"step-{step}"] = push(
-                view,
-                repo_id,
-                revision=f"step-{step}",
-                private=private,
-                overwrite=overwrite,
-                tokenizer_dir=tokenizer_dir,
-                api=api,
-                source_name=str(checkpoint),
-                commit_message=f"Checkpoint at step {step}",
-            )
-    if final:
-        pushed[revision or "main"] = push(
-            output_dir,
-            repo_id,
-            revision=revision,
-            private=private,
-            overwrite=overwrite,
-            api=api,
-            tag=tag,
-            commit_message=commit_message,
-        )
+    with staging_folder() as tmp:  # the final model's first: a rerun's tag is checked against its files
+        staging = Path(tmp)
+        staged = stage(output_dir, repo_id, staging) if final else []
+        try:
+            same = partial(holds, api, repo_id, staging=staging, staged=staged)
+            publication.preflight(revisions, _run_identity(output_dir), overwrite, tag, same)
+            for step, checkpoint in steps.items():  # staged one at a time: each is a copy of the weights
+                with staging_folder() as checkpoint_tmp:
+                    view, checkpoint_staging = Path(checkpoint_tmp) / checkpoint.name, Path(checkpoint_tmp) / "staged"
+                    view.mkdir()
+                    checkpoint_staging.mkdir()
+                    for name in model_files(checkpoint):
+                        (view / name).symlink_to((checkpoint / name).resolve())
+                    for name in RECORD_FILES[:2]:
+                        if (output_dir / name).exists():
+                            (view / name).symlink_to((output_dir / name).resolve())
+                    files = stage(view, repo_id, checkpoint_staging, tokenizer_dir=tokenizer_dir)
+                    message = f"Checkpoint at step {step}"
+                    pushed[f"step-{step}"] = publication.commit(
+                        f"step-{step}", checkpoint_staging, files, message, private, str(checkpoint)
+                    )
+            if final:  # main last: the one branch that cannot be moved back (`Publication`)
+                message = commit_message or f"Upload {output_dir.name} with bert_repro"
+                pushed[revisions[-1]] = publication.commit(
+                    revisions[-1], staging, staged, message, private, str(output_dir)
+                )
+        except HubPushError:
+            raise
+        except Exception as err:
+            raise publication.failed(err) from err
+    if tag:
+        pushed[revisions[-1]] = publication.set_tag(tag, pushed[revisions[-1]])
     return pushed
 
 

@@ -145,18 +145,6 @@ def test_failed_commit_changes_nothing_and_a_second_push_completes(hub, api, mod
         hub.fail_next("no-such-kind")
 
 
-def test_upload_folder_retries_a_failed_commit(hub, api, tmp_path):
-    """What a push's fail_next must outlast: upload_folder (huggingface_hub 2.x) posts its commit again after a 500."""
-    api.create_repo(REPO)
-    (tmp_path / "folder").mkdir()
-    (tmp_path / "folder" / "a.txt").write_text("retried")
-    hub.fail_next("commit", "500")
-    first = len(hub.requests)
-    oid = api.upload_folder(repo_id=REPO, folder_path=tmp_path / "folder").oid
-    assert len([path for method, path, _ in hub.requests[first:] if method == "POST" and "/commit/" in path]) == 2
-    assert hub.history(REPO)[0] == oid and hub.repo_files(REPO)["a.txt"] == b"retried"
-
-
 def test_server_logs_nothing(hub, capfd):
     """Good requests, errors and unknown routes: nothing reaches stdout/stderr, so no token can leak there."""
     for path in ("/api/whoami-v2", "/api/models/local-user/missing", "/api/no/such/route"):

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from huggingface_hub.utils import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.errors import RemoteEntryNotFoundError
+from huggingface_hub.utils import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
 from bert_repro.hub.push import HubPushError, _run_identity, check_remote
 
@@ -45,7 +46,9 @@ class FakeApi:
         if repo_id != self.repo_id:
             raise hub_error(RepositoryNotFoundError)
         if filename not in self.files:
-            raise hub_error(EntryNotFoundError)
+            raise hub_error(RemoteEntryNotFoundError)
+        if self.files[filename] is None:  # the download failed (no network, a refused request): no cached copy
+            raise hub_error(LocalEntryNotFoundError)
         path = self.tmp_path / "downloads" / filename
         path.parent.mkdir(exist_ok=True)
         path.write_text(self.files[filename])
@@ -118,6 +121,12 @@ def test_a_different_model_is_refused_unless_overwrite(tmp_path, files, local, r
         f"someone/model already holds a different model: {reason}. Pass overwrite=True (--overwrite) to replace it."
     )
     check(tmp_path, files, local=local, overwrite=True)
+
+
+def test_a_failed_download_is_no_refusal(tmp_path):
+    # Not "it holds files but no config.json", which would ask for --overwrite: the push fails, and says why.
+    with pytest.raises(LocalEntryNotFoundError):
+        check(tmp_path, {"config.json": None, "model.safetensors": "w"})
 
 
 def test_a_bert_repro_model_without_a_run_record_over_one_without(tmp_path):
