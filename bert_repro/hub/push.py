@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from huggingface_hub.constants import EVAL_RESULTS_FOLDER
+
 from ..atomic import STAGING, process_alive
 from ..data.wordpiece import LOAD_TIME_KEYS, TOKENIZER_CONFIG_FILE
 from ..model import modeling_bert_repro
@@ -110,6 +112,8 @@ def stage(
             shutil.copy2(path / name, staging / name)
     if (path / "runs").is_dir():  # TensorBoard's logs; a fine-tuning grid's runs (--keep_all_runs: their models)
         shutil.copytree(path / "runs", staging / "runs", ignore=_training_state)
+    if (path / EVAL_RESULTS_FOLDER).is_dir():  # huggingface_hub 2.x's evaluation results, for the leaderboards
+        shutil.copytree(path / EVAL_RESULTS_FOLDER, staging / EVAL_RESULTS_FOLDER)
     if with_card:
         _card(path, repo_id).save(staging / "README.md")
     return sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
@@ -498,6 +502,8 @@ def push_checkpoints(
 
     api = api or HfApi(token=token)
     output_dir = Path(output_dir)
+    if not output_dir.is_dir():  # before the Hub is asked anything: a local mistake is not the Hub's
+        raise FileNotFoundError(f"{output_dir}: no such directory.")
     steps = publishable_checkpoints(output_dir)
     final = bool(weight_files(output_dir))
     revisions = [f"step-{step}" for step in steps] + ([revision or "main"] if final else [])

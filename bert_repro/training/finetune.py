@@ -405,7 +405,7 @@ def run_finetuning(recipe: FineTuningRecipe) -> dict[str, Any]:
         if stopped is None and push_to is not None and not pushed(done, push_to):
             if training.process_index == 0:
                 summary["pushed"] = push_to.push(output_dir, push)
-                complete(output_dir, "push", **push_to.target, result=str(summary["pushed"]))
+                complete(output_dir, "push", **push_to.target, commit=summary["pushed"].commit)
             stopped = stop_between_runs(training, "after the push")
     release_output_dir(output_dir)
     if stopped is not None:

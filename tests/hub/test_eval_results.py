@@ -6,7 +6,6 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest
 import torch
 import yaml
 from huggingface_hub import HfApi, parse_eval_result_entries
@@ -77,11 +76,6 @@ def test_reading_a_run_or_a_run_without_a_dev_score_writes_nothing(tmp_path):
     assert not list(tmp_path.glob("*/*/.eval_results"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="push.stage copies no .eval_results/ yet (bert_repro/hub/push.py, owned elsewhere): once it does, this "
-    "test passes and the marker goes",
-)
 def test_a_pushed_fine_tune_carries_its_eval_results(tmp_path, local_hub):
     """A fine-tuned run pushed to the (local) Hub: huggingface_hub parses its `.eval_results` back, with the dev score
     of results.json, and the README keeps the model-index for older tools."""

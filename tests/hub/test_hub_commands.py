@@ -11,10 +11,9 @@ from bert_repro.hub.push import main
 
 # push_checkpoints asks the Hub before it looks at the folder (bert_repro/hub/push.py, owned elsewhere): once it checks
 # the folder first, that case passes and its marker goes.
-WAITS_ON_PUSH = pytest.mark.xfail(strict=True, reason="push_checkpoints does not check the folder first yet")
 
 
-@pytest.mark.parametrize("flags", [[], pytest.param(["--checkpoints"], marks=WAITS_ON_PUSH)])
+@pytest.mark.parametrize("flags", [[], ["--checkpoints"]])
 def test_a_push_of_a_missing_folder_names_the_folder_not_the_hub(tmp_path, capsys, flags):
     missing = tmp_path / "missing" / "folder"
     with pytest.raises(SystemExit) as exited:

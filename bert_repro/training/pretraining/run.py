@@ -271,5 +271,5 @@ def push_stage(plan: PreTrainingPlan, opened: OpenedRun, summary: dict[str, Any]
         return stopped
     if training.process_index == 0:
         pushed = push_to.push(output_dir, push_checkpoints, "--checkpoints")
-        complete(output_dir, "push", **push_to.target, result=str(pushed))
+        complete(output_dir, "push", **push_to.target, commits={rev: p.commit for rev, p in pushed.items()})
     return stop_between_runs(training, "after the push") or summary
