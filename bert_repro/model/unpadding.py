@@ -319,7 +319,8 @@ class SpeedEncoder(BertReproEncoder):
             if path == PADDED_BACK:
                 unpadded.mask, _ = attention_inputs(self.config, hidden_states, attention_mask, packed)
             kwargs.pop("position_ids", None)  # already in the embeddings; the kernels read `unpadded` for the bounds
-            rows = hidden_states if hidden_recorded else unpadded.unpad(hidden_states)
+            rows = unpadded.unpad(hidden_states)
+            rows = unpadded.pad(rows) if hidden_recorded else rows  # recorded: zeros at padding, as every layer's
             positions = None if read_positions is None else read_positions.flatten().index_select(0, unpadded.indices)
         read_rows = None if positions is None else positions.nonzero().flatten()
         for i, layer in enumerate(self.layer):
