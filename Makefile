@@ -21,7 +21,9 @@ EXTRAS ?= test,train$(if $(HAS_GPU),,$(comma)kernels)
 OUT ?= runs/quickstart
 CORPUS ?=
 CPU_INDEX := https://download.pytorch.org/whl/cpu
-RUFF := ruff==0.17.6
+# The linters at the versions pyproject.toml's `lint` extra pins (read from it, so that the pins live in one place).
+LINT_TOOLS := $(shell sed -n 's/^lint = \[\(.*\)\]$$/\1/p' pyproject.toml | tr -d '",')
+RUFF := $(filter ruff==%,$(LINT_TOOLS))
 # One stamp per TORCH value: another value is another stamp, so torch is installed again.
 TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH)' | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
@@ -82,12 +84,15 @@ test-slow: install
 
 test-all: test test-slow
 
-# ruff's lint and formatter as configured in pyproject.toml, at one version (another may format differently);
-# `make format` applies the fixes and the formatter. No cache: a stale one passed here what a clean clone fails.
+# ruff's lint and formatter as configured in pyproject.toml, then transformers-mlinter on the model files (transformers'
+# own conventions for modeling/configuration files: it prints OK for transformers' BERT, and for ours), each at the
+# version pyproject.toml pins; `make format` applies ruff's fixes and formatter. No cache: a stale one passed here what
+# a clean clone fails.
 lint: $(TORCH_STAMP)
-	$(PY) -m pip install -q "$(RUFF)"
+	$(PY) -m pip install -q $(LINT_TOOLS)
 	$(PY) -m ruff check --no-cache .
 	$(PY) -m ruff format --no-cache --check .
+	$(PY) -m mlinter --no-cache --no-progress bert_repro/model/
 
 format: $(TORCH_STAMP)
 	$(PY) -m pip install -q "$(RUFF)"

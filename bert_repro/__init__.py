@@ -8,7 +8,8 @@ Importing the package registers model types "bert_repro" (checkpoints only our c
 
 import transformers
 
-from .model import modeling_bert_repro
+# speed_paths registers the speed switches' modules with the model file (modeling_bert_repro.SPEED_PATHS).
+from .model import modeling_bert_repro, speed_paths
 from .model.bilstm_heads import (
     BILSTM_AUTO_MAP,
     FEATURE_SETS,
@@ -20,26 +21,25 @@ from .model.bilstm_heads import (
     parse_feature_set,
 )
 from .model.configuration_bert_repro import PRESETS, BertReproConfig
+
+# The model classes: the paper's (model/modeling_bert_repro.py), each built with the modules its config's speed
+# switches pick.
 from .model.modeling_bert_repro import (
     AUTO_MAP,
     PAPER_PARTS,
-    BertReproForPreTrainingOutput,
-    BertReproParts,
-    BertReproPreTrainedModel,
-    concat_last_layers,
-    last_tokens,
-)
-
-# The model classes: the paper's (model/modeling_bert_repro.py), built with their config's speed switches.
-from .model.speed_paths import (
     BertReproForMaskedLM,
     BertReproForMultipleChoice,
     BertReproForNextSentencePrediction,
     BertReproForPreTraining,
+    BertReproForPreTrainingOutput,
     BertReproForQuestionAnswering,
     BertReproForSequenceClassification,
     BertReproForTokenClassification,
     BertReproModel,
+    BertReproParts,
+    BertReproPreTrainedModel,
+    concat_last_layers,
+    last_tokens,
 )
 
 __version__ = "0.1.0"

@@ -32,13 +32,19 @@ from transformers.modeling_outputs import (
 from .configuration_bert_repro import BertReproConfig
 from .modeling_bert_repro import (
     BertReproForSequenceClassification,
+    BertReproModel,
     BertReproPreTrainedModel,
-    _as_tuple_if_asked,
     _classifier_dropout,
     _cross_entropy,
     span_loss,
 )
-from .speed_paths import BertReproModel, speed_parts
+
+
+def _as_tuple_if_asked(output, return_dict: bool | None, config):
+    if return_dict is None:
+        return_dict = config.return_dict
+    return output if return_dict else output.to_tuple()
+
 
 # --- Token features (paper Table 7) ------------------------------------------------------------------------------
 
@@ -252,7 +258,7 @@ class BertReproBiLSTMPreTrainedModel(BertReproPreTrainedModel):
         self.bert = BertReproModel(config, add_pooling_layer=False)
         self.token_features = TokenFeatures(config.features, config.num_hidden_layers, config.hidden_size)
         self.bilstm = BiLSTM(self.token_features.width, config.lstm_size, config.bilstm_num_layers)
-        self.dropout = _classifier_dropout(config, speed_parts(config))
+        self.dropout = _classifier_dropout(config)
         self._freeze_encoder()
 
     def _freeze_encoder(self) -> None:  # no gradient, so that no optimizer updates (or decays) them
@@ -267,7 +273,6 @@ class BertReproBiLSTMPreTrainedModel(BertReproPreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
         if isinstance(module, nn.LSTM):  # PyTorch's own LSTM initialisation, through transformers' init functions
             bound = module.hidden_size**-0.5
             for parameter in module.parameters():
@@ -275,6 +280,8 @@ class BertReproBiLSTMPreTrainedModel(BertReproPreTrainedModel):
         elif isinstance(module, ScalarMix):
             init.zeros_(module.weights)
             init.ones_(module.gamma)
+        else:
+            super()._init_weights(module)
 
     def train(self, mode: bool = True):
         """A frozen encoder stays in eval mode (no dropout)."""

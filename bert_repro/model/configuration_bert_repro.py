@@ -1,3 +1,16 @@
+# Copyright 2026 The bert-repro Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """BERT configuration (Devlin et al., 2018, section 3 and appendix A; Turc et al., 2019 for the small BERTs).
 
 `BertReproConfig` uses transformers' `BertConfig` field names, so every BERT `config.json` reads as it is, and
@@ -14,6 +27,7 @@ from dataclasses import dataclass
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
+from transformers.utils import auto_docstring
 
 # The paper's BASE and LARGE and the reference code's named small BERTs.
 PRESETS: dict[str, dict[str, int]] = {
@@ -123,41 +137,73 @@ def check_objective_switches(config) -> None:
         )
 
 
-@strict(accept_kwargs=True)
+@auto_docstring(
+    custom_intro="Configuration of a BERT encoder and its heads.", checkpoint="google-bert/bert-base-uncased"
+)
+@strict
 class BertReproConfig(PreTrainedConfig):
     r"""
-    Configuration of a BERT encoder and its heads.
-
-    Args:
-        vocab_size (`int`, 30522): WordPiece vocabulary size (30,522 uncased, 28,996 cased in the paper's models).
-        hidden_size (`int`, 768): H, the width of every hidden state.
-        num_hidden_layers (`int`, 12): L, the number of Transformer blocks.
-        num_attention_heads (`int`, 12): A; `hidden_size` must be divisible by it (head size H/A = 64 in the paper).
-        intermediate_size (`int`, 3072): width of the feed-forward layer, 4H in the paper.
-        hidden_act (`str`, "gelu"): activation of the feed-forward layer and the MLM head transform: "gelu" (exact,
-            as the paper names it) or "gelu_new" / "gelu_tanh" (the tanh form Google's reference code computes).
-        hidden_dropout_prob (`float`, 0.1): dropout on embeddings, sub-layer outputs and the pooled output of
-            classification heads (unless `classifier_dropout` is set).
-        attention_probs_dropout_prob (`float`, 0.1): dropout on the attention probabilities.
-        max_position_embeddings (`int`, 512): number of learned absolute positions.
-        type_vocab_size (`int`, 2): number of segment (token type) embeddings: segment A = 0, segment B = 1.
-        initializer_range (`float`, 0.02): standard deviation of the weight initialisation.
-        initializer_distribution (`str`, "truncated_normal"): "truncated_normal" (reference code: cut at two
-            standard deviations) or "normal" (transformers).
-        layer_norm_eps (`float`, 1e-12): LayerNorm epsilon.
-        pad_token_id (`int`, 0): id of `[PAD]`.
-        classifier_dropout (`float`, *optional*): dropout before the task heads; `hidden_dropout_prob` when unset.
-        position_embedding_type (`str`, "absolute"): only learned absolute positions, as in the paper.
-        tie_word_embeddings (`bool`, True): tie the MLM decoder to the token embeddings, as the paper does
-            (declared here: transformers 5.x's base class does not).
-        sparse_prediction (`bool`, False): with MLM labels, run the decoder only where labels != -100 (MosaicBERT's
-            trick: the same loss, ~20% fewer FLOPs at BASE); the logits are then (masked positions, vocab).
-
-        Speed switches (`SPEED_SWITCHES`, docs/speed.md) keep losses, logits and gradients to float rounding.
-        `residual_dtype` ("float32" or "bfloat16", which changes the numerics) goes with `fused_dropout_add_norm`.
-
-        objective (`str`, "mlm_nsp"): the paper's Table 5 pre-training objective (`PRETRAINING_OBJECTIVES`), kept
-            in config.json so a fine-tune attends as the checkpoint was pre-trained.
+    vocab_size (`int`, *optional*, defaults to 30522):
+        WordPiece vocabulary size (30,522 uncased, 28,996 cased in the paper's models).
+    hidden_size (`int`, *optional*, defaults to 768):
+        H, the width of every hidden state.
+    num_hidden_layers (`int`, *optional*, defaults to 12):
+        L, the number of Transformer blocks.
+    num_attention_heads (`int`, *optional*, defaults to 12):
+        A; `hidden_size` must be divisible by it (head size H/A = 64 in the paper).
+    intermediate_size (`int`, *optional*, defaults to 3072):
+        Width of the feed-forward layer, 4H in the paper.
+    hidden_act (`str`, *optional*, defaults to `"gelu"`):
+        Activation of the feed-forward layer and the MLM head transform: "gelu" (exact, as the paper names it) or
+        "gelu_new" / "gelu_tanh" (the tanh form Google's reference code computes).
+    hidden_dropout_prob (`float`, *optional*, defaults to 0.1):
+        Dropout on embeddings, sub-layer outputs and the pooled output of classification heads (unless
+        `classifier_dropout` is set).
+    attention_probs_dropout_prob (`float`, *optional*, defaults to 0.1):
+        Dropout on the attention probabilities.
+    max_position_embeddings (`int`, *optional*, defaults to 512):
+        Number of learned absolute positions.
+    type_vocab_size (`int`, *optional*, defaults to 2):
+        Number of segment (token type) embeddings: segment A = 0, segment B = 1.
+    initializer_range (`float`, *optional*, defaults to 0.02):
+        Standard deviation of the weight initialisation.
+    initializer_distribution (`str`, *optional*, defaults to `"truncated_normal"`):
+        "truncated_normal" (reference code: cut at two standard deviations) or "normal" (transformers).
+    layer_norm_eps (`float`, *optional*, defaults to 1e-12):
+        LayerNorm epsilon.
+    pad_token_id (`int`, *optional*, defaults to 0):
+        Id of `[PAD]`.
+    classifier_dropout (`float`, *optional*):
+        Dropout before the task heads; `hidden_dropout_prob` when unset.
+    position_embedding_type (`str`, *optional*, defaults to `"absolute"`):
+        Only learned absolute positions, as in the paper.
+    tie_word_embeddings (`bool`, *optional*, defaults to `True`):
+        Tie the MLM decoder to the token embeddings, as the paper does (declared here: transformers 5.x's base class
+        does not).
+    unpad_inputs (`bool`, *optional*, defaults to `False`):
+        Speed switch (`SPEED_SWITCHES`, docs/speed.md), as are `fast_dropout`, `last_layer_subset`,
+        `tied_gradients`, `fused_dropout_add_norm`, `fused_qkv` and `measured_sdpa`: they keep losses, logits and
+        gradients to float rounding.
+    fast_dropout (`bool`, *optional*, defaults to `False`):
+        Speed switch: dropout masks from 15-bit random numbers on CPU.
+    last_layer_subset (`bool`, *optional*, defaults to `False`):
+        Speed switch: the last block computes only the positions the heads read.
+    tied_gradients (`bool`, *optional*, defaults to `False`):
+        Speed switch: one gradient buffer for the token embeddings and the tied MLM decoder.
+    fused_dropout_add_norm (`bool`, *optional*, defaults to `False`):
+        Speed switch: dropout + residual + LayerNorm in one Triton kernel (CUDA).
+    residual_dtype (`str`, *optional*, defaults to `"float32"`):
+        "float32" or "bfloat16" (which changes the numerics), with `fused_dropout_add_norm`.
+    fused_qkv (`bool`, *optional*, defaults to `False`):
+        Speed switch: the query, key and value projections as one matrix product.
+    measured_sdpa (`bool`, *optional*, defaults to `False`):
+        Speed switch: SDPA under the CUDA backend measured fastest at the shape.
+    sparse_prediction (`bool`, *optional*, defaults to `False`):
+        With MLM labels, run the decoder only where labels != -100 (MosaicBERT's trick: the same loss, ~20% fewer
+        FLOPs at BASE); the logits are then (masked positions, vocab).
+    objective (`str`, *optional*, defaults to `"mlm_nsp"`):
+        The paper's Table 5 pre-training objective (`PRETRAINING_OBJECTIVES`), kept in config.json so a fine-tune
+        attends as the checkpoint was pre-trained.
     """
 
     model_type = "bert_repro"

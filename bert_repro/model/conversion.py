@@ -18,17 +18,16 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from . import modeling_bert_repro as modeling
-from . import speed_paths as speed
 
 HEADS = {
-    "base": speed.BertReproModel,
-    "pretraining": speed.BertReproForPreTraining,
-    "masked_lm": speed.BertReproForMaskedLM,
-    "next_sentence": speed.BertReproForNextSentencePrediction,
-    "sequence_classification": speed.BertReproForSequenceClassification,
-    "question_answering": speed.BertReproForQuestionAnswering,
-    "multiple_choice": speed.BertReproForMultipleChoice,
-    "token_classification": speed.BertReproForTokenClassification,
+    "base": modeling.BertReproModel,
+    "pretraining": modeling.BertReproForPreTraining,
+    "masked_lm": modeling.BertReproForMaskedLM,
+    "next_sentence": modeling.BertReproForNextSentencePrediction,
+    "sequence_classification": modeling.BertReproForSequenceClassification,
+    "question_answering": modeling.BertReproForQuestionAnswering,
+    "multiple_choice": modeling.BertReproForMultipleChoice,
+    "token_classification": modeling.BertReproForTokenClassification,
 }
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
@@ -145,7 +144,7 @@ def check_model_dir(path: str | os.PathLike, *, trust_pickle: bool = False, **hu
 
 def load_bert(
     path_or_id: str | os.PathLike,
-    model_class: type[modeling.BertReproPreTrainedModel] | str = speed.BertReproForPreTraining,
+    model_class: type[modeling.BertReproPreTrainedModel] | str = modeling.BertReproForPreTraining,
     *,
     trust_pickle: bool = False,
     **kwargs,

@@ -1,26 +1,42 @@
+# Copyright 2026 The bert-repro Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """The BERT model family (Devlin et al., 2018), written from the paper.
 
 Paper section -> code:
 - 3 / Figure 2, input representation: `BertReproEmbeddings`.
 - 3, model architecture (Vaswani et al.'s post-LN encoder): `BertReproLayer`, `BertReproEncoder`; the attention
-  kernel ("eager", "sdpa", "flash_attention_2") is chosen with `attn_implementation=...`.
+  kernel ("eager", "sdpa", "flex_attention", "flash_attention_2") is chosen with `attn_implementation=...`.
 - 3.1, pre-training tasks: masked LM (`BertReproMLMHead`) and NSP (a linear layer on the pooled [CLS] output).
 - 4 / Figure 4, fine-tuning heads: GLUE and STS-B, SQuAD, SWAG, NER (the `BertReproFor*` classes).
 - 5.3, feature-based use: `output_hidden_states=True`; `concat_last_layers` (the paper's best feature set).
+  Hidden states and attentions are recorded from the layers by transformers' `capture_outputs`, as in its BERT.
 - 5.1 / Table 5, pre-training objectives (`config.objective`): "mlm_nsp" (BERT), "mlm" (No NSP) and "ltr", the
   left-to-right control: causal attention in pre-training and fine-tuning, the pooler on the last real token, the
   MLM head predicting the next token.
 
 Parameter names are the public checkpoints' (`bert.encoder.layer.0.attention.self.query.weight`, ...), so every
-public checkpoint loads with `from_pretrained` and no renaming. Modules are built from `BertReproParts` passed down
-the constructors (`PAPER_PARTS` here); the speed switches' subclasses live in `speed_paths.py`. This file is the code
-`save_pretrained` copies for `trust_remote_code=True`.
+public checkpoint loads with `from_pretrained` and no renaming. Modules are built from the `BertReproParts` that
+`model_parts(config)` picks: the paper's (`PAPER_PARTS`), but for the speed switches that are on, whose module classes
+`speed_paths.py` registers in `SPEED_PATHS` when the package is imported. This file is the code `save_pretrained` copies
+for `trust_remote_code=True`; alone it has no speed modules, so it computes the paper's model whatever the switches say,
+as transformers' BERT does.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -42,9 +58,10 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import ModelOutput, logging
+from transformers.utils import ModelOutput, auto_docstring, can_return_tuple, logging
+from transformers.utils.output_capturing import capture_outputs
 
-from .configuration_bert_repro import EXACT_GELU, TANH_GELU, BertReproConfig
+from .configuration_bert_repro import EXACT_GELU, TANH_GELU, BertReproConfig, check_objective_switches
 from .packed_sequences import PackedSequences
 
 logger = logging.get_logger(__name__)
@@ -61,7 +78,7 @@ def activation(name: str):
 
 @dataclass(frozen=True)
 class BertReproParts:
-    """The module classes a model builds: the paper's (`PAPER_PARTS`) or the speed switches' (`speed_paths.py`)."""
+    """The module classes a model builds: the paper's (`PAPER_PARTS`), or per switch the speed paths'."""
 
     embeddings: type[nn.Module]
     encoder: type[nn.Module]
@@ -86,7 +103,7 @@ class BertReproEmbeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = parts.dropout(config.hidden_dropout_prob)
-        self.register_buffer("position_ids", torch.arange(config.max_position_embeddings)[None], persistent=False)
+        self.position_ids = nn.Buffer(torch.arange(config.max_position_embeddings)[None], persistent=False)
 
     def forward(
         self,
@@ -180,6 +197,11 @@ class BertReproSelfAttention(nn.Module):
             dropout=self.dropout_prob if self.training else 0.0,
             **kwargs,
         )
+        if probs is None and kwargs.get("output_attentions", self.config.output_attentions):
+            raise ValueError(
+                f"output_attentions needs the attention probabilities, which the {self.config._attn_implementation!r} "
+                "kernel does not return: load the model with attn_implementation='eager'."
+            )
         return context.reshape(*input_shape, -1), probs
 
 
@@ -203,8 +225,8 @@ class BertReproAttention(nn.Module):
         self.output = parts.self_output(config, parts)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
-        context, probs = self.self(hidden_states, attention_mask, **kwargs)
-        return self.output(context, hidden_states), probs
+        context, _ = self.self(hidden_states, attention_mask, **kwargs)
+        return self.output(context, hidden_states)
 
 
 class BertReproIntermediate(nn.Module):
@@ -242,8 +264,8 @@ class BertReproLayer(GradientCheckpointingLayer):
         self.output = parts.output(config, parts)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
-        attention_output, probs = self.attention(hidden_states, attention_mask, **kwargs)
-        return self.output(self.intermediate(attention_output), attention_output), probs
+        attention_output = self.attention(hidden_states, attention_mask, **kwargs)
+        return self.output(self.intermediate(attention_output), attention_output)
 
 
 def attention_inputs(
@@ -253,6 +275,8 @@ def attention_inputs(
     built (not left to SDPA's is_causal): the speed paths' eager kernels read only the mask."""
     if packed is not None:
         return packed.attention_inputs(config)
+    # CODEPATH: checkpoints pre-trained with objective="ltr" (Table 5's left-to-right control) attend causally;
+    # BERT's ("mlm_nsp", "mlm"), every public one among them, in both directions.
     if config.pretraining_objective.causal:
         return create_causal_mask(config, hidden_states, attention_mask, None, allow_is_causal_skip=False), {}
     return create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask), {}
@@ -268,26 +292,18 @@ class BertReproEncoder(nn.Module):
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
         packed: PackedSequences | None = None,
+        read_positions: torch.Tensor | None = None,
         **kwargs,
     ) -> BaseModelOutput:
         """attention_mask is the (batch, seq) padding mask: the kernel's mask is built here, so that the unpadding
-        encoder can read the padding. kwargs go to every layer and on to the attention kernel."""
+        encoder can read the padding. kwargs go to every layer and on to the attention kernel. `read_positions` is
+        for the speed paths' encoder (`last_layer_subset`); this one computes every position."""
         mask, kernel_kwargs = attention_inputs(self.config, hidden_states, attention_mask, packed)
         kwargs.update(kernel_kwargs)
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
         for layer in self.layer:
-            hidden_states, probs = layer(hidden_states, mask, **kwargs)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (probs,)
-        return BaseModelOutput(
-            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
-        )
+            hidden_states = layer(hidden_states, mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
 
 
 def last_tokens(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -338,16 +354,16 @@ class BertReproMLMHead(nn.Module):
 
 
 class BertReproPreTrainingHeads(nn.Module):
-    def __init__(self, config: BertReproConfig, parts: BertReproParts):
+    def __init__(self, config: BertReproConfig):
         super().__init__()
-        self.predictions = parts.mlm_head(config)
+        self.predictions = model_parts(config).mlm_head(config)
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
 class BertReproOnlyMLMHead(nn.Module):
-    def __init__(self, config: BertReproConfig, parts: BertReproParts):
+    def __init__(self, config: BertReproConfig):
         super().__init__()
-        self.predictions = parts.mlm_head(config)
+        self.predictions = model_parts(config).mlm_head(config)
 
 
 class BertReproOnlyNSPHead(nn.Module):
@@ -366,6 +382,20 @@ PAPER_PARTS = BertReproParts(
     dropout=nn.Dropout,
     mlm_head=BertReproMLMHead,
 )
+# Per speed switch (`SPEED_SWITCHES`), the parts it swaps in: filled by `speed_paths.py`, which the package imports.
+# Saved code (`trust_remote_code=True`) has no speed modules, so there this stays empty.
+SPEED_PATHS: dict[str, dict[str, type[nn.Module]]] = {}
+
+
+def model_parts(config: BertReproConfig) -> BertReproParts:
+    """The paper's parts, but for those `SPEED_PATHS` names for each switch that is on. Switches the objective rules
+    out raise `ObjectiveConflictError`, also when set after the config was built."""
+    check_objective_switches(config)
+    picked: dict[str, type[nn.Module]] = {}
+    for switch, parts in SPEED_PATHS.items():
+        if getattr(config, switch, False):
+            picked.update(parts)
+    return replace(PAPER_PARTS, **picked)
 
 
 # --- Base class: initialisation, flags, loading checks, saving with remote code -------------------------------
@@ -392,14 +422,19 @@ def _safetensors_files(path) -> str:
     return str(path)
 
 
+@auto_docstring
 class BertReproPreTrainedModel(PreTrainedModel):
     config_class = BertReproConfig
     config: BertReproConfig
     base_model_prefix = "bert"
     supports_gradient_checkpointing = True
+    # Every kernel transformers' BERT takes; each checked against eager in tests/model/test_attention_backend.py.
     _supports_sdpa = True
     _supports_flash_attn = True
+    _supports_flex_attn = True
     _supports_attention_backend = True
+    # What `capture_outputs` records: each block's output (`hidden_states`) and each attention's probabilities.
+    _can_record_outputs = {"hidden_states": BertReproLayer, "attentions": BertReproSelfAttention}
     _no_split_modules = ["BertReproEmbeddings", "BertReproLayer"]
     # Trainer must divide by the accumulation steps: every loss here is the mean over its own labelled items (label
     # -100 ignored), as the reference code's per TPU core.
@@ -409,18 +444,16 @@ class BertReproPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        std = self.config.initializer_range
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            if self.config.initializer_distribution == "truncated_normal":
-                init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
-            else:
-                init.normal_(module.weight, mean=0.0, std=std)
+        # CODEPATH: "truncated_normal" (the default) draws as Google's reference code did for the paper's checkpoints,
+        # cut at two standard deviations; "normal" is transformers' BERT init, which super() does.
+        if self.config.initializer_distribution == "truncated_normal" and isinstance(module, (nn.Linear, nn.Embedding)):
+            std = self.config.initializer_range
+            init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-        elif isinstance(module, BertReproMLMHead):
+        else:
+            super()._init_weights(module)
+        if isinstance(module, BertReproMLMHead):
             init.zeros_(module.bias)
         elif isinstance(module, BertReproEmbeddings):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1])[None])
@@ -491,17 +524,49 @@ class BertReproPreTrainedModel(PreTrainedModel):
 # --- The encoder and the task models ---------------------------------------------------------------------------
 
 
-def _as_tuple_if_asked(output: ModelOutput, return_dict: bool | None, config) -> ModelOutput | tuple:
-    if return_dict is None:
-        return_dict = config.return_dict
-    return output if return_dict else output.to_tuple()
+def read_positions(
+    config: BertReproConfig,
+    cls: bool,
+    masked: bool,
+    input_ids: torch.Tensor | None = None,
+    inputs_embeds: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    labels: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """(batch, seq) bool: the positions of the last layer a head reads, each example's [CLS] (`cls`) and its masked
+    tokens (`masked`: the labelled ones, read alone with `config.sparse_prediction`); None when it reads them all."""
+    # CODEPATH: the `last_layer_subset` speed switch (any checkpoint, for training) passes these to the speed paths'
+    # encoder; off, as in transformers' BERT, every position is computed and nothing is gathered here.
+    if not config.last_layer_subset:
+        return None
+    if masked:
+        # CODEPATH: with `sparse_prediction` (bert_repro's pre-training recipe) the MLM head reads the labelled
+        # tokens only; dense, as in transformers' BERT, every position.
+        if labels is None or not config.sparse_prediction:
+            return None
+        read = labels.reshape(-1, labels.shape[-1]) != -100
+    else:
+        tokens = input_ids if input_ids is not None else inputs_embeds[..., 0]
+        read = torch.zeros_like(tokens, dtype=torch.bool).reshape(-1, tokens.shape[-1])
+    if cls:  # each sequence's first token; in a packed batch each example's ([CLS]: position 0)
+        if position_ids is None:
+            read[:, 0] = True
+        else:
+            first = position_ids.reshape(read.shape) == 0
+            read |= first if attention_mask is None else first & attention_mask.reshape(read.shape).bool()
+    return read
 
 
+@auto_docstring(custom_intro="The bare BERT encoder: embeddings, L Transformer blocks, and (optionally) the pooler.")
 class BertReproModel(BertReproPreTrainedModel):
-    """The bare BERT encoder: embeddings, L Transformer blocks, and (optionally) the pooler."""
-
-    def __init__(self, config: BertReproConfig, add_pooling_layer: bool = True, parts: BertReproParts = PAPER_PARTS):
+    def __init__(self, config: BertReproConfig, add_pooling_layer: bool = True):
+        r"""
+        add_pooling_layer (`bool`, *optional*, defaults to `True`):
+            Whether to add the pooler (tanh(W h_[CLS])), which NSP and the sequence-level heads read.
+        """
         super().__init__(config)
+        parts = model_parts(config)
         self.embeddings = parts.embeddings(config, parts)
         self.encoder = parts.encoder(config, parts)
         self.pooler = BertReproPooler(config) if add_pooling_layer else None
@@ -513,35 +578,31 @@ class BertReproModel(BertReproPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
+    @capture_outputs
+    @auto_docstring
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        output_hidden_states=None,
-        output_attentions=None,
-        return_dict=None,
-        cls_positions=None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        cls_positions: torch.Tensor | None = None,
+        read_positions: torch.Tensor | None = None,
         **kwargs,
-    ) -> BaseModelOutputWithPooling | tuple:
-        """input_ids: (batch, seq) `[CLS] A [SEP] B [SEP]`, padded; token_type_ids 0 for `[CLS] A [SEP]`, 1 for
-        `B [SEP]`. position_ids restart at each [CLS] in a packed batch; cls_positions ((examples,), from a packing
-        collator) lets the pooler gather a fixed number of rows, so a compiled step stays one graph."""
+    ) -> BaseModelOutputWithPooling:
+        r"""
+        cls_positions (`torch.Tensor` of shape `(examples,)`, *optional*):
+            In a packed batch (`position_ids` restart at each [CLS]), the flat index of each example's [CLS], from a
+            packing collator: the pooler then gathers a fixed number of rows, so a compiled step stays one graph.
+        read_positions (`torch.BoolTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The positions of the last layer that will be read (the heads pass them). With the `last_layer_subset`
+            switch the last block computes those only and `last_hidden_state` is zero elsewhere.
+        """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         if "sparse_prediction" in kwargs:  # a config field: as a forward argument it would be ignored
             raise TypeError("sparse_prediction is a config field: set model.config.sparse_prediction instead.")
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        if output_attentions is None:
-            output_attentions = self.config.output_attentions
-        if output_attentions and self.config._attn_implementation != "eager":
-            raise ValueError(
-                f"output_attentions needs the eager attention kernel, but the model uses "
-                f"{self.config._attn_implementation!r}: load it with attn_implementation='eager'."
-            )
         embedding_output = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         # A packed batch? Each example then attends to itself; each [CLS] is pooled.
         packed = PackedSequences.from_inputs(position_ids, attention_mask, cls_positions)
@@ -550,26 +611,22 @@ class BertReproModel(BertReproPreTrainedModel):
                 f"Packed batches are not supported with objective={self.config.objective!r} (they "
                 "attend in both directions inside each example): pass one example per row."
             )
-        encoder_outputs = self.encoder(
+        sequence_output = self.encoder(
             embedding_output,
             attention_mask,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
             packed=packed,
+            read_positions=read_positions,
             position_ids=position_ids,
             **kwargs,
-        )
-        sequence_output = encoder_outputs.last_hidden_state
+        ).last_hidden_state
         pooled = sequence_output if packed is None else packed.first_tokens_of(sequence_output)
+        # CODEPATH: a checkpoint pre-trained with objective="ltr" (Table 5's left-to-right control) pools its last
+        # real token, the only one that saw the whole input; BERT's, every public one among them, pool [CLS].
         if self.config.pretraining_objective.causal:
             pooled = last_tokens(sequence_output, attention_mask)
-        output = BaseModelOutputWithPooling(
-            last_hidden_state=sequence_output,
-            pooler_output=self.pooler(pooled) if self.pooler is not None else None,
-            hidden_states=encoder_outputs.hidden_states,
-            attentions=encoder_outputs.attentions,
+        return BaseModelOutputWithPooling(
+            last_hidden_state=sequence_output, pooler_output=self.pooler(pooled) if self.pooler is not None else None
         )
-        return _as_tuple_if_asked(output, return_dict, self.config)
 
 
 def concat_last_layers(hidden_states: tuple[torch.Tensor, ...], n: int = 4) -> torch.Tensor:
@@ -579,11 +636,21 @@ def concat_last_layers(hidden_states: tuple[torch.Tensor, ...], n: int = 4) -> t
     return torch.cat(hidden_states[-n:], dim=-1)
 
 
+@auto_docstring(custom_intro="Output type of [`BertReproForPreTraining`].")
 @dataclass
 class BertReproForPreTrainingOutput(ModelOutput):
-    """loss: masked_lm_loss + next_sentence_loss (each present when its labels were given; training logs both).
-    prediction_logits: (batch, seq, vocab), or (masked positions, vocab) with `config.sparse_prediction` and labels.
-    seq_relationship_logits: (batch, 2), index 0 IsNext."""
+    r"""
+    loss (`torch.Tensor` of shape `()`, *optional*):
+        masked_lm_loss + next_sentence_loss, each present when its labels were given (training logs both).
+    masked_lm_loss (`torch.Tensor` of shape `()`, *optional*):
+        Mean cross-entropy over the labelled (masked) tokens.
+    next_sentence_loss (`torch.Tensor` of shape `()`, *optional*):
+        Mean cross-entropy of the IsNext / NotNext prediction.
+    prediction_logits (`torch.Tensor` of shape `(batch_size, sequence_length, config.vocab_size)`):
+        The MLM head's logits; (masked positions, vocab) with `config.sparse_prediction` and labels.
+    seq_relationship_logits (`torch.Tensor` of shape `(batch_size, 2)`):
+        The NSP head's logits, index 0 IsNext.
+    """
 
     loss: torch.Tensor | None = None
     masked_lm_loss: torch.Tensor | None = None
@@ -607,6 +674,8 @@ class _MLMHeadMixin:
     def _mlm_logits(self, sequence_output: torch.Tensor, labels: torch.Tensor | None, masked_positions=None):
         """(MLM logits, their labels). With `config.sparse_prediction` and labels, only at the ~15% labelled
         positions, or at `masked_positions` (a fixed number, as Google's reference gathers them)."""
+        # CODEPATH: `sparse_prediction` (bert_repro's pre-training recipe, any checkpoint) runs the decoder at the
+        # labelled tokens only; off, as in transformers' BERT, at every position.
         if self.config.sparse_prediction and labels is not None:
             flat = labels.reshape(-1)
             rows = flat.ne(-100).nonzero()[:, 0] if masked_positions is None else masked_positions.reshape(-1)
@@ -631,52 +700,62 @@ class _MLMHeadMixin:
         return embeddings
 
 
+@auto_docstring(
+    custom_intro="BERT with the two pre-training heads: masked LM and next sentence prediction (paper section 3.1)."
+)
 class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
-    """BERT with the two pre-training heads: masked LM and next sentence prediction (paper section 3.1)."""
-
-    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
+    def __init__(self, config: BertReproConfig):
         super().__init__(config)
-        self.bert = BertReproModel(config, parts=parts)
-        self.cls = BertReproPreTrainingHeads(config, parts)
+        self.bert = BertReproModel(config)
+        self.cls = BertReproPreTrainingHeads(config)
         self.post_init()
 
+    @can_return_tuple
+    @auto_docstring
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        next_sentence_label=None,
-        masked_positions=None,
-        cls_positions=None,
-        return_dict=None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
+        cls_positions: torch.Tensor | None = None,
         **kwargs,
-    ) -> BertReproForPreTrainingOutput | tuple:
-        """labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
-        next_sentence_label: (batch,) 0 = IsNext (B follows A), 1 = NotNext (B from another document), -100 ignored.
-        masked_positions: (sparse prediction) flat indices of each labelled position, then unlabelled ones.
-        cls_positions: (packed batches) flat index of each example's [CLS] (`BertReproModel.forward`)."""
+    ) -> BertReproForPreTrainingOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The original token ids at the masked positions, -100 elsewhere.
+        next_sentence_label (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            0 = IsNext (segment B follows A), 1 = NotNext (B from another document), -100 ignored.
+        masked_positions (`torch.LongTensor` of shape `(batch_size, max_predictions_per_seq)`, *optional*):
+            With sparse prediction: the flat index of each labelled position, then unlabelled ones.
+        cls_positions (`torch.LongTensor` of shape `(examples,)`, *optional*):
+            In a packed batch, the flat index of each example's [CLS] (see [`BertReproModel`]).
+        """
         outputs = self.bert(
             input_ids,
             attention_mask,
             token_type_ids,
             position_ids,
             inputs_embeds,
-            return_dict=True,
             cls_positions=cls_positions,
+            read_positions=read_positions(
+                self.config, True, True, input_ids, inputs_embeds, position_ids, attention_mask, labels
+            ),
+            return_dict=True,
             **kwargs,
         )
         prediction_logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
-
         mlm_loss = _cross_entropy(prediction_logits, labels) if labels is not None else None
         nsp_loss = (
             _cross_entropy(seq_relationship_logits, next_sentence_label) if next_sentence_label is not None else None
         )
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
-        output = BertReproForPreTrainingOutput(
+        return BertReproForPreTrainingOutput(
             loss=sum(losses) if losses else None,
             masked_lm_loss=mlm_loss,
             next_sentence_loss=nsp_loss,
@@ -685,112 +764,147 @@ class BertReproForPreTraining(_MLMHeadMixin, BertReproPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return _as_tuple_if_asked(output, return_dict, self.config)
 
 
+@auto_docstring(
+    custom_intro="BERT with the masked-LM head only (no pooler), e.g. for fill-mask or MLM-only pre-training."
+)
 class BertReproForMaskedLM(_MLMHeadMixin, BertReproPreTrainedModel):
-    """BERT with the masked-LM head only (no pooler), e.g. for fill-mask or MLM-only pre-training."""
-
-    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
+    def __init__(self, config: BertReproConfig):
         super().__init__(config)
-        self.bert = BertReproModel(config, add_pooling_layer=False, parts=parts)
-        self.cls = BertReproOnlyMLMHead(config, parts)
+        self.bert = BertReproModel(config, add_pooling_layer=False)
+        self.cls = BertReproOnlyMLMHead(config)
         self.post_init()
 
+    @can_return_tuple
+    @auto_docstring
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        masked_positions=None,
-        return_dict=None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
         **kwargs,
-    ) -> MaskedLMOutput | tuple:
+    ) -> MaskedLMOutput:
+        r"""
+        masked_positions (`torch.LongTensor` of shape `(batch_size, max_predictions_per_seq)`, *optional*):
+            With sparse prediction: the flat index of each labelled position, then unlabelled ones.
+        """
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            inputs_embeds,
+            read_positions=read_positions(
+                self.config, False, True, input_ids, inputs_embeds, position_ids, attention_mask, labels
+            ),
+            return_dict=True,
+            **kwargs,
         )
         logits, labels = self._mlm_logits(outputs.last_hidden_state, labels, masked_positions)
-        output = MaskedLMOutput(
+        return MaskedLMOutput(
             loss=_cross_entropy(logits, labels) if labels is not None else None,
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return _as_tuple_if_asked(output, return_dict, self.config)
 
 
+@auto_docstring(custom_intro="BERT with the NSP head only: does segment B follow segment A? (index 0 = IsNext).")
 class BertReproForNextSentencePrediction(BertReproPreTrainedModel):
-    """BERT with the NSP head only: does segment B follow segment A? (index 0 = IsNext)."""
-
-    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
+    def __init__(self, config: BertReproConfig):
         super().__init__(config)
-        self.bert = BertReproModel(config, parts=parts)
+        self.bert = BertReproModel(config)
         self.cls = BertReproOnlyNSPHead(config)
         self.post_init()
 
+    @can_return_tuple
+    @auto_docstring
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        return_dict=None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
         **kwargs,
-    ) -> NextSentencePredictorOutput | tuple:
+    ) -> NextSentencePredictorOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            0 = IsNext (segment B follows A), 1 = NotNext (B from another document), -100 ignored.
+        """
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            inputs_embeds,
+            read_positions=read_positions(
+                self.config, True, False, input_ids, inputs_embeds, position_ids, attention_mask
+            ),
+            return_dict=True,
+            **kwargs,
         )
         logits = self.cls.seq_relationship(outputs.pooler_output)
         loss = _cross_entropy(logits, labels) if labels is not None else None
-        output = NextSentencePredictorOutput(
+        return NextSentencePredictorOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return _as_tuple_if_asked(output, return_dict, self.config)
 
 
-def _classifier_dropout(config: BertReproConfig, parts: BertReproParts) -> nn.Module:
+def _classifier_dropout(config: BertReproConfig) -> nn.Module:
     p = config.classifier_dropout
-    return parts.dropout(p if p is not None else config.hidden_dropout_prob)
+    return model_parts(config).dropout(p if p is not None else config.hidden_dropout_prob)
 
 
+@auto_docstring(
+    custom_intro="A linear layer on the pooled [CLS] output: classification (GLUE), or regression (STS-B, one label)."
+)
 class BertReproForSequenceClassification(BertReproPreTrainedModel):
-    """A linear layer on the pooled [CLS] output: classification (GLUE) or, with num_labels == 1, regression (STS-B)."""
-
-    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
+    def __init__(self, config: BertReproConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.bert = BertReproModel(config, parts=parts)
-        self.dropout = _classifier_dropout(config, parts)
+        self.bert = BertReproModel(config)
+        self.dropout = _classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @can_return_tuple
+    @auto_docstring
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        return_dict=None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
         **kwargs,
-    ) -> SequenceClassifierOutput | tuple:
+    ) -> SequenceClassifierOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            inputs_embeds,
+            read_positions=read_positions(
+                self.config, True, False, input_ids, inputs_embeds, position_ids, attention_mask
+            ),
+            return_dict=True,
+            **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))
-        output = SequenceClassifierOutput(
+        return SequenceClassifierOutput(
             loss=self._loss(logits, labels) if labels is not None else None,
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return _as_tuple_if_asked(output, return_dict, self.config)
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         problem_type = self.config.problem_type
@@ -820,118 +934,129 @@ def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch
     ) / 2
 
 
+@auto_docstring(
+    custom_intro="SQuAD span prediction: start logit S.T_i and end logit E.T_j per token (`qa_outputs` holds S and E)."
+)
 class BertReproForQuestionAnswering(BertReproPreTrainedModel):
-    """SQuAD span prediction: start logit S.T_i and end logit E.T_j for every token (`qa_outputs` holds S and E)."""
-
-    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
+    def __init__(self, config: BertReproConfig):
         super().__init__(config)
-        self.bert = BertReproModel(config, add_pooling_layer=False, parts=parts)
+        self.bert = BertReproModel(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
+    @can_return_tuple
+    @auto_docstring
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        start_positions=None,
-        end_positions=None,
-        return_dict=None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
         **kwargs,
-    ) -> QuestionAnsweringModelOutput | tuple:
-        """start_positions / end_positions: (batch,) token indices of the answer span ([CLS] = 0 for no answer)."""
+    ) -> QuestionAnsweringModelOutput:
+        r"""
+        start_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Token index of the answer's first token ([CLS] = 0 for no answer); outside the window: ignored.
+        end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Token index of the answer's last token ([CLS] = 0 for no answer); outside the window: ignored.
+        """
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
-        loss = span_loss(start_logits, end_logits, start_positions, end_positions)
-        output = QuestionAnsweringModelOutput(
-            loss=loss,
+        return QuestionAnsweringModelOutput(
+            loss=span_loss(start_logits, end_logits, start_positions, end_positions),
             start_logits=start_logits.contiguous(),
             end_logits=end_logits.contiguous(),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return _as_tuple_if_asked(output, return_dict, self.config)
 
 
+@auto_docstring(custom_intro="SWAG: a vector dotted with each choice's pooled [CLS] output; softmax over the choices.")
 class BertReproForMultipleChoice(BertReproPreTrainedModel):
-    """SWAG: a vector dotted with each choice's pooled [CLS] output; softmax over the choices."""
-
-    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
+    def __init__(self, config: BertReproConfig):
         super().__init__(config)
-        self.bert = BertReproModel(config, parts=parts)
-        self.dropout = _classifier_dropout(config, parts)
+        self.bert = BertReproModel(config)
+        self.dropout = _classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.post_init()
 
+    @can_return_tuple
+    @auto_docstring
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        return_dict=None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
         **kwargs,
-    ) -> MultipleChoiceModelOutput | tuple:
-        """Inputs are (batch, num_choices, seq); labels (batch,) the index of the right choice."""
+    ) -> MultipleChoiceModelOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            The index of the right choice; the inputs are (batch_size, num_choices, sequence_length).
+        """
         num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
-
-        def flat(x):
-            return None if x is None else x.reshape(-1, *x.shape[2:])
-
+        input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds = (
+            None if x is None else x.reshape(-1, *x.shape[2:])
+            for x in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        )
         outputs = self.bert(
-            flat(input_ids),
-            flat(attention_mask),
-            flat(token_type_ids),
-            flat(position_ids),
-            flat(inputs_embeds),
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            inputs_embeds,
+            read_positions=read_positions(
+                self.config, True, False, input_ids, inputs_embeds, position_ids, attention_mask
+            ),
             return_dict=True,
             **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output)).reshape(-1, num_choices)
         loss = _cross_entropy(logits, labels) if labels is not None else None
-        output = MultipleChoiceModelOutput(
+        return MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return _as_tuple_if_asked(output, return_dict, self.config)
 
 
+@auto_docstring(
+    custom_intro="NER: a linear layer on every token; the paper labels each word's first sub-token (others: -100)."
+)
 class BertReproForTokenClassification(BertReproPreTrainedModel):
-    """NER: a linear layer on every token; the paper labels the first sub-token of each word (others get -100)."""
-
-    def __init__(self, config: BertReproConfig, parts: BertReproParts = PAPER_PARTS):
+    def __init__(self, config: BertReproConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.bert = BertReproModel(config, add_pooling_layer=False, parts=parts)
-        self.dropout = _classifier_dropout(config, parts)
+        self.bert = BertReproModel(config, add_pooling_layer=False)
+        self.dropout = _classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @can_return_tuple
+    @auto_docstring
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        return_dict=None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
         **kwargs,
-    ) -> TokenClassifierOutput | tuple:
+    ) -> TokenClassifierOutput:
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = _cross_entropy(logits, labels) if labels is not None else None
-        output = TokenClassifierOutput(
+        return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return _as_tuple_if_asked(output, return_dict, self.config)
 
 
 # So that saving a config copies its file.

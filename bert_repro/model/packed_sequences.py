@@ -3,7 +3,8 @@
 `bert_repro.data.pack_examples` packs the rows. An example starts where `position_ids == 0` at a real token, the
 convention of transformers' variable-length FlashAttention path; rows whose positions never restart are not packed.
 SDPA and eager get a block-diagonal mask (a row's padding is one more block, so no query row is fully masked: no
-NaN), flash attention `cu_seq_lens_*`. `pooler_output` is (examples, hidden), one row per `next_sentence_label`.
+NaN), flash attention `cu_seq_lens_*`; flex attention refuses them. `pooler_output` is (examples, hidden), one row
+per `next_sentence_label`.
 """
 
 from __future__ import annotations
@@ -101,6 +102,11 @@ class PackedSequences:
         """(the kernel's mask, extra kernel kwargs) for `config._attn_implementation`."""
         if is_flash_attention_requested(config):
             return None, self.variable_length_kwargs()
+        if config._attn_implementation == "flex_attention":  # it would add a boolean mask to the scores
+            raise ValueError(
+                "Packed batches (position_ids restarting inside a row) are not supported with "
+                "attn_implementation='flex_attention': use 'sdpa', 'eager' or 'flash_attention_2', or pack no rows."
+            )
         return self.block_diagonal_mask(), {}
 
 

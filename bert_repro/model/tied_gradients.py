@@ -4,9 +4,10 @@ Autograd gives the shared (vocab, H) weight two dense gradients, the decoder's a
 looked-up rows), and sums them into a third. Here the lookup adds its rows into the decoder's gradient in place: the
 same sum, without two vocab-sized buffers. Measured in benchmarks/LOG.md ("Pre-training step, BERT-BASE").
 
-Correct in any order of the backwards, and without the decoder (each then returns its own gradient for autograd to
-sum). Plain autograd when the weight is not shared, with `inputs_embeds`, and under create_graph. Not one graph under
-whole-model `torch.compile`; the recipes warn.
+The lookup hands its `TiedGradient` to the decoder through the shared weight itself (`PENDING`), so the two modules
+need no link: a decoder whose weight is another finds none. Correct in any order of the backwards, and without the
+decoder (each then returns its own gradient for autograd to sum). Plain autograd when the weight is not shared, with
+`inputs_embeds`, and under create_graph. Not one graph under whole-model `torch.compile`; the recipes warn.
 """
 
 from __future__ import annotations
@@ -68,12 +69,9 @@ class LookupInto(torch.autograd.Function):
         return None, target.index_add_(0, index, rows), None
 
 
-class TiedGradientLink:
-    """Shared by a model's embeddings and its MLM head: the head, and the `TiedGradient` of the forward under way."""
-
-    def __init__(self, head: BertReproMLMHead):
-        self.head = head
-        self.current: TiedGradient | None = None
+# The attribute of the shared weight that holds the `TiedGradient` of the forward under way (None when its lookup ran
+# plain autograd), set by the lookup and taken by the decoder.
+PENDING = "pending_tied_gradient"
 
 
 def _plain_embedding(embedding: nn.Module) -> bool:
@@ -87,41 +85,24 @@ def _plain_embedding(embedding: nn.Module) -> bool:
 
 
 class TiedGradientEmbeddings(BertReproEmbeddings):
-    tied_link: TiedGradientLink | None = None  # set by `link_tied_gradients`; None in a model without an MLM head
-
     def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None) -> torch.Tensor:
-        link = self.tied_link
-        if link is not None:
-            weight, tied = self.word_embeddings.weight, None
-            if (
-                inputs_embeds is None
-                and torch.is_grad_enabled()
-                and weight.requires_grad
-                and link.head.decoder.weight is weight
-                and _plain_embedding(self.word_embeddings)
-            ):
+        weight, tied = self.word_embeddings.weight, None
+        if inputs_embeds is None and torch.is_grad_enabled() and weight.requires_grad:
+            if _plain_embedding(self.word_embeddings):
                 tied = TiedGradient()
                 inputs_embeds, input_ids = LookupInto.apply(input_ids, weight, tied), None
-            link.current = tied
+        setattr(weight, PENDING, tied)  # also None: a decoder must never take an earlier forward's
         return super().forward(input_ids, token_type_ids, position_ids, inputs_embeds)
 
 
 class TiedGradientMLMHead(BertReproMLMHead):
-    tied_link: TiedGradientLink | None = None
-
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        tied = None
-        if self.tied_link is not None:
-            tied, self.tied_link.current = self.tied_link.current, None
+        weight = self.decoder.weight
+        tied = getattr(weight, PENDING, None)
         if tied is None:
             return super().forward(hidden_states)
-        weight = DecoderWeight.apply(self.decoder.weight, tied)
-        return F.linear(self.transform(hidden_states), weight, self.decoder.bias) + self.bias
+        setattr(weight, PENDING, None)
+        return F.linear(self.transform(hidden_states), DecoderWeight.apply(weight, tied), self.decoder.bias) + self.bias
 
 
-def link_tied_gradients(embeddings: TiedGradientEmbeddings, head: TiedGradientMLMHead) -> None:
-    """Give a model's embeddings and MLM head one `TiedGradientLink`."""
-    embeddings.tied_link = head.tied_link = TiedGradientLink(head)
-
-
-__all__ = ["TiedGradient", "TiedGradientEmbeddings", "TiedGradientLink", "TiedGradientMLMHead", "link_tied_gradients"]
+__all__ = ["PENDING", "TiedGradient", "TiedGradientEmbeddings", "TiedGradientMLMHead"]

@@ -246,7 +246,11 @@ class SpeedSelfAttention(BertReproSelfAttention):
 
 
 class SpeedLayer(BertReproLayer):
-    """A Transformer block taking `unpadded` and `read_rows`, the rows of its output to compute (all when None)."""
+    """A Transformer block taking `unpadded` and `read_rows`, the rows of its output to compute (all when None).
+
+    With `unpadded`, its input and output are the real tokens' rows, (tokens, hidden); while hidden states are
+    recorded, the padded (batch, seq, hidden) batch, unpadded inside, so that every recorded state has the batch's
+    shape (`capture_outputs` records each layer's input and output)."""
 
     def forward(
         self,
@@ -256,16 +260,24 @@ class SpeedLayer(BertReproLayer):
         read_rows: torch.Tensor | None = None,
         **kwargs,
     ):
-        context, probs = self.attention.self(
-            hidden_states, attention_mask, unpadded=unpadded, read_rows=read_rows, **kwargs
-        )
-        attention_output = self.attention.output(context, select_rows(hidden_states, read_rows))
-        return self.output(self.intermediate(attention_output), attention_output), probs
+        padded_io = unpadded is not None and hidden_states.dim() == 3
+        rows = unpadded.unpad(hidden_states) if padded_io else hidden_states
+        context, _ = self.attention.self(rows, attention_mask, unpadded=unpadded, read_rows=read_rows, **kwargs)
+        attention_output = self.attention.output(context, select_rows(rows, read_rows))
+        output = self.output(self.intermediate(attention_output), attention_output)
+        return unpadded.pad(output) if padded_io else output
+
+
+def records(config, kwargs: dict, name: str) -> bool:
+    """Whether this forward records `name` ("output_hidden_states" or "output_attentions", the argument or else the
+    config), which `capture_outputs` reads from every layer."""
+    return kwargs.get(name, getattr(config, name)) not in (None, False)
 
 
 class SpeedEncoder(BertReproEncoder):
     """The encoder with `unpad_inputs` and `last_layer_subset`. Given `read_positions` ((batch, seq) bool), the last
-    block computes those rows only and `last_hidden_state` is zero elsewhere."""
+    block computes those rows only and `last_hidden_state` is zero elsewhere. Recording attentions takes the paper's
+    path (the unpadded kernels return no probabilities), recording hidden states every row of the last block."""
 
     def __init__(self, config, parts: BertReproParts):
         super().__init__(config, parts)
@@ -276,31 +288,28 @@ class SpeedEncoder(BertReproEncoder):
         self,
         hidden_states,
         attention_mask=None,
-        output_hidden_states=False,
-        output_attentions=False,
         packed: PackedSequences | None = None,
         read_positions: torch.Tensor | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        if not self.last_layer_subset or output_hidden_states:
+        hidden_recorded = records(self.config, kwargs, "output_hidden_states")
+        if not self.last_layer_subset or hidden_recorded:
             read_positions = None
         unpadded = None
-        if self.unpad_inputs and not output_attentions:
+        if self.unpad_inputs and not records(self.config, kwargs, "output_attentions"):
             path = attention_path(self.layer[0].attention.self, hidden_states)
             unpadded = (
                 Unpadded(packed.real, packed.lengths)
                 if packed is not None
                 else Unpadded.from_attention_mask(attention_mask, without_padding=path == WRITTEN_OUT)
             )
-        if output_attentions or (unpadded is None and read_positions is None):
-            return super().forward(
-                hidden_states, attention_mask, output_hidden_states, output_attentions, packed=packed, **kwargs
-            )
+        if unpadded is None and read_positions is None:
+            return super().forward(hidden_states, attention_mask, packed=packed, **kwargs)
         shape = hidden_states.shape
         if unpadded is None:  # padded, the last block at `read_positions` only
             mask, kernel_kwargs = attention_inputs(self.config, hidden_states, attention_mask, packed)
             kwargs.update(kernel_kwargs)
-            rows, full, positions = hidden_states, (lambda x: x), read_positions.flatten()
+            rows, positions = hidden_states, read_positions.flatten()
         else:
             unpadded.path = path
             unpadded.fast_dropout = (
@@ -310,19 +319,25 @@ class SpeedEncoder(BertReproEncoder):
             if path == PADDED_BACK:
                 unpadded.mask, _ = attention_inputs(self.config, hidden_states, attention_mask, packed)
             kwargs.pop("position_ids", None)  # already in the embeddings; the kernels read `unpadded` for the bounds
-            rows, full = unpadded.unpad(hidden_states), unpadded.pad
+            rows = unpadded.unpad(hidden_states)
+            rows = unpadded.pad(rows) if hidden_recorded else rows  # recorded: zeros at padding, as every layer's
             positions = None if read_positions is None else read_positions.flatten().index_select(0, unpadded.indices)
         read_rows = None if positions is None else positions.nonzero().flatten()
-        all_hidden_states = (full(rows),) if output_hidden_states else None
         for i, layer in enumerate(self.layer):
             last = i == len(self.layer) - 1
-            rows, _ = layer(rows, mask, unpadded=unpadded, read_rows=read_rows if last else None, **kwargs)
-            if output_hidden_states:
-                all_hidden_states += (full(rows),)
-        if read_rows is None:
-            return BaseModelOutput(last_hidden_state=full(rows), hidden_states=all_hidden_states)
-        where = read_rows if unpadded is None else unpadded.indices.index_select(0, read_rows)
-        return BaseModelOutput(last_hidden_state=place_rows(rows, where, shape))
+            rows = layer(rows, mask, unpadded=unpadded, read_rows=read_rows if last else None, **kwargs)
+        if read_rows is not None:
+            where = read_rows if unpadded is None else unpadded.indices.index_select(0, read_rows)
+            return BaseModelOutput(last_hidden_state=place_rows(rows, where, shape))
+        return BaseModelOutput(last_hidden_state=rows if hidden_recorded else unpadded.pad(rows))
 
 
-__all__ = ["AttentionGroups", "SpeedEncoder", "SpeedLayer", "SpeedSelfAttention", "Unpadded", "attention_path"]
+__all__ = [
+    "AttentionGroups",
+    "SpeedEncoder",
+    "SpeedLayer",
+    "SpeedSelfAttention",
+    "Unpadded",
+    "attention_path",
+    "records",
+]

@@ -28,7 +28,7 @@ from ..model.bilstm_heads import (
     BertReproForSequenceClassificationWithBiLSTM,
     BertReproForTokenClassificationWithBiLSTM,
 )
-from ..model.speed_paths import (
+from ..model.modeling_bert_repro import (
     BertReproForMultipleChoice,
     BertReproForQuestionAnswering,
     BertReproForSequenceClassification,

@@ -114,7 +114,7 @@ def random_init_model(pretrained: Path, directory: Path) -> Path:
     import torch
 
     from ..model.configuration_bert_repro import BertReproConfig
-    from ..model.speed_paths import BertReproForPreTraining
+    from ..model.modeling_bert_repro import BertReproForPreTraining
 
     torch.manual_seed(0)
     config = BertReproConfig.from_pretrained(pretrained)

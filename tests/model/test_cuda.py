@@ -81,7 +81,7 @@ def assert_close_grads(ours, ref, rtol, atol):
         torch.testing.assert_close(ours[name], ref[name], rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("attn", ["sdpa"])  # against the eager reference; more kernels can join the list
+@pytest.mark.parametrize("attn", ["sdpa", "flex_attention"])  # against the eager reference
 def test_fp32_kernels_agree_on_cuda(attn):
     ref = reference()
     model = copy.deepcopy(ref)

@@ -3,6 +3,7 @@
 Each comparison prints its worst absolute difference (run pytest with -s to see them).
 """
 
+import importlib.util
 import os
 
 import pytest
@@ -353,6 +354,69 @@ def test_real_checkpoint_parity(attn, switches):
     tag = f"all-MiniLM-L6-v2/{attn}{'/all switches' if switches else ''}"
     report(f"{tag} hidden states", max(real_diff(x, y, mask) for x, y in zip(a.hidden_states, b.hidden_states)))
     report(f"{tag} pooled output", max_diff(a.pooler_output, b.pooler_output))
+
+
+def on_device(attn: str) -> str:
+    """Where a kernel runs: FlashAttention needs CUDA and the flash-attn package; the others run on the CPU."""
+    if attn != "flash_attention_2":
+        return "cpu"
+    if not torch.cuda.is_available() or importlib.util.find_spec("flash_attn") is None:
+        pytest.skip("flash_attention_2 needs a CUDA device and the flash-attn package")
+    return "cuda"
+
+
+@SWITCHES
+@pytest.mark.parametrize("attn", ["sdpa", "flex_attention", "flash_attention_2"])
+def test_every_attention_kernel_equals_eager_on_real_weights(attn, switches):
+    """Each kernel transformers' BERT takes, in ours, against our eager kernel and transformers' same kernel."""
+    from transformers import AutoTokenizer
+
+    path, device = minilm_path(), on_device(attn)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32  # FlashAttention computes in half precision
+    eager = BertReproModel.from_pretrained(path, attn_implementation="eager", **switches).eval()
+    ours = BertReproModel.from_pretrained(path, attn_implementation=attn, dtype=dtype, **switches).to(device).eval()
+    theirs = transformers.BertModel.from_pretrained(path, attn_implementation=attn, dtype=dtype).to(device).eval()
+    assert ours.config._attn_implementation == attn
+    batch = AutoTokenizer.from_pretrained(path)(
+        ["The cat sat on the mat.", "BERT is pre-trained on BooksCorpus and English Wikipedia."],
+        ["A short second segment.", "It uses masked language modelling and next sentence prediction."],
+        padding=True,
+        return_tensors="pt",
+    )
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        reference = eager(**batch)
+        a = ours(**batch.to(device))
+        b = theirs(**batch)
+    tolerance = TOL if dtype == torch.float32 else 3e-2
+    tag = f"all-MiniLM-L6-v2/{attn}{'/all switches' if switches else ''}"
+    for name, x, y in [("vs eager", a, reference), ("vs transformers", a, b)]:
+        diff = max_diff(x.last_hidden_state.float().cpu()[real], y.last_hidden_state.float().cpu()[real])
+        diff = max(diff, max_diff(x.pooler_output.float().cpu(), y.pooler_output.float().cpu()))
+        PARITY_REPORT.append((f"{tag} {name}", diff))
+        assert diff <= tolerance, f"{tag} {name}: {diff}"
+
+
+def test_flex_attention_attends_as_eager_for_every_objective_and_refuses_packed_rows():
+    """Bidirectional and left-to-right (Table 5's LTR) attention through flex_attention, against eager."""
+    for objective in ("mlm_nsp", "ltr"):
+        config = tiny_config(objective=objective)
+        eager, _ = twin(BertReproModel, transformers.BertModel, config, attn="eager")
+        flex = BertReproModel._from_config(config, attn_implementation="flex_attention").eval()
+        flex.load_state_dict(eager.state_dict())
+        batch = padded_batch(config.vocab_size)
+        with torch.no_grad():
+            a, b = eager(**batch), flex(**batch)
+        report(
+            f"flex_attention/{objective} vs eager",
+            real_diff(a.last_hidden_state, b.last_hidden_state, batch["attention_mask"]),
+        )
+        report(f"flex_attention/{objective} pooled vs eager", max_diff(a.pooler_output, b.pooler_output))
+    packed = torch.cat([torch.arange(8), torch.arange(8)]).repeat(3, 1)
+    with pytest.raises(ValueError, match="Packed batches .*flex_attention"), torch.no_grad():
+        BertReproModel._from_config(tiny_config(), attn_implementation="flex_attention")(
+            **padded_batch(99), position_ids=packed
+        )
 
 
 def test_real_checkpoint_with_pretraining_heads_parity():

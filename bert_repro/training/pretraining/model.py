@@ -10,7 +10,7 @@ from huggingface_hub.errors import StrictDataclassError
 
 from ...model.configuration_bert_repro import DEFAULT_OBJECTIVE, BertReproConfig, check_objective_switches
 from ...model.conversion import check_model_dir
-from ...model.speed_paths import BertReproForPreTraining
+from ...model.modeling_bert_repro import BertReproForPreTraining
 from ..cli import ConfigurationError
 from ..fp8 import convert_to_fp8
 
