@@ -88,18 +88,18 @@ def main(argv: Iterable[str] | None = None) -> Path:
     args = parser.parse_args(None if argv is None else list(argv))
     try:
         validate_repo_id(args.repo_id)
-        kind = run_kind(args.run_dir)
+        made_by = run_kind(args.run_dir)
         kwargs: dict[str, Any] = {"base_model": args.base_model}
         for flag, key in (("benchmark", "benchmark_dir"), ("study", "study_dir")):
             if getattr(args, flag):
-                if kind != "pretraining":
+                if made_by != "pretraining":
                     parser.error(f"--{flag} goes with a pre-training directory")
                 kwargs[key] = getattr(args, flag)
         card = card_for_directory(args.run_dir, args.repo_id, **kwargs)
         output = Path(args.output) if args.output else card_path(args.run_dir)
         output.parent.mkdir(parents=True, exist_ok=True)
         write_text(output, str(card))  # what ModelCard.save writes, whole or not at all
-        if kind == "finetuning":
+        if made_by == "finetuning":
             write_eval_results(output.parent, read_json(Path(args.run_dir) / "results.json"))
     except (CardError, HFValidationError, OSError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
