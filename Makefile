@@ -28,7 +28,7 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 QUICKSTART_CORPUS := $(if $(filter wikitext,$(CORPUS)),--corpus Salesforce/wikitext --hub_config wikitext-2-raw-v1 \
 	--document_boundary wikitext,$(if $(CORPUS),--corpus $(CORPUS) --document_boundary file))
 
-.PHONY: install quickstart test test-slow test-all lint format mutation tolerances bench-cpu
+.PHONY: install quickstart test test-slow test-all test-crash lint format mutation tolerances bench-cpu
 
 $(TORCH_STAMP):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -81,6 +81,11 @@ test-slow: install
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 test-all: test test-slow
+
+# The crash harness at every write point (~140 a recipe, each run killed there and rerun: about an hour on 2 cores);
+# the slow tier kills at a sample of each class of point, drawn afresh each session (docs/testing.md).
+test-crash: install
+	WRITE_POINTS=all $(PY) -m pytest tests/e2e/test_crash_consistency.py $(PYTEST_ARGS)
 
 # ruff's lint and formatter as configured in pyproject.toml, at one version (another may format differently);
 # `make format` applies the fixes and the formatter. No cache: a stale one passed here what a clean clone fails.
