@@ -116,13 +116,9 @@ def install(points: _Points) -> None:
 
         return wrapped
 
-    torch.save = after(torch.save, "save", lambda a, k: k.get("f", a[1] if len(a) > 1 else None), tear=True)
-    safe = after(
-        safetensors.torch.save_file,
-        "save_file",
-        lambda a, k: k.get("filename", a[1] if len(a) > 1 else None),
-        tear=True,
-    )
+    second = lambda name: lambda a, k: k.get(name, a[1] if len(a) > 1 else None)  # noqa: E731
+    torch.save = after(torch.save, "save", second("f"), tear=True)
+    safe = after(safetensors.torch.save_file, "save_file", second("filename"), tear=True)
     safetensors.torch.save_file = transformers.modeling_utils.safe_save_file = safe
 
     # tokenizer.json is written by the tokenizers library (Rust): the point is after transformers' call to it.
@@ -191,9 +187,9 @@ def run_command(argv: list[str], root: Path, kill_at: int, tag: Path) -> dict:
     }
 
 
-def run_scenario(scenario: dict) -> list[dict]:
-    root = Path(scenario["root"])
-    done: list[dict] = []
+def run_scenario(scenario: dict) -> None:
+    """The scenario's commands one after the other, in this forked process; the report in the scenario's folder."""
+    root, done = Path(scenario["root"]), []
     for i, command in enumerate(scenario["commands"]):
         if "move" in command:  # a run folder moved between two commands (scratch -> project space)
             os.rename(*command["move"])
@@ -202,28 +198,23 @@ def run_scenario(scenario: dict) -> list[dict]:
         if said is not None and (not done or said not in done[-1]["stderr"]):
             continue
         done.append(run_command(command["argv"], root, command.get("kill_at", 0), root / f"command{i}"))
-    return done
+    (root / "scenario_report.json").write_text(json.dumps(done))
 
 
 def run_plan(plan: list[dict], jobs: int) -> list[list[dict]]:
-    """Each scenario in a forked process, `jobs` at once (a tiny run keeps one core busy), its report in its folder."""
-    running: set[int] = set()
-    for scenario in plan:
+    """The scenarios `jobs` at once (a tiny run keeps one core busy), each in a process of its own."""
+    for i, scenario in enumerate(plan):
         Path(scenario["root"]).mkdir(parents=True, exist_ok=True)
-        if len(running) == jobs:
-            running.discard(os.wait()[0])
-        pid = os.fork()
-        if pid == 0:
+        if i >= jobs:
+            os.wait()
+        if os.fork() == 0:
             try:
-                report = json.dumps(run_scenario(scenario))
-                (Path(scenario["root"]) / "scenario_report.json").write_text(report)
+                run_scenario(scenario)
             except BaseException:
                 traceback.print_exc()
-            finally:
-                os._exit(0)
-        running.add(pid)
-    while running:
-        running.discard(os.wait()[0])
+            os._exit(0)
+    for _ in range(min(jobs, len(plan))):
+        os.wait()
     return [json.loads((Path(s["root"]) / "scenario_report.json").read_text()) for s in plan]
 
 

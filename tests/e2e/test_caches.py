@@ -1,34 +1,20 @@
-"""The tests never touch the user's caches: the libraries here, in xdist's workers and in the processes the tests
-start find theirs in the session's temporary folder (tests/conftest.py, support/user_caches.py)."""
+"""The libraries find their caches in the session's temporary folder, here (an xdist worker) and in a process a test
+starts: never the user's (tests/conftest.py, support/user_caches.py)."""
 
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+
+PLACES = """import json, os, datasets.config as d, huggingface_hub.constants as h, transformers.utils.hub as t
+print(json.dumps([h.HF_HOME, h.HF_HUB_CACHE, h.HF_ASSETS_CACHE, h.HF_XET_CACHE, str(d.HF_DATASETS_CACHE),
+    str(d.HF_MODULES_CACHE), t.HF_MODULES_CACHE, *(os.environ.get(name, name) for name in
+    ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR"))]))"""
 
 
-def places() -> list[str]:
-    """Where the Hub client, datasets, transformers' remote code, torch's compiler, Triton and matplotlib put their
-    caches."""
-    import datasets.config as data
-    import huggingface_hub.constants as hub
-    import transformers.utils.hub as code
-
-    found = [hub.HF_HOME, hub.HF_HUB_CACHE, hub.HF_ASSETS_CACHE, hub.HF_XET_CACHE, hub.HF_TOKEN_PATH]
-    found += [str(data.HF_DATASETS_CACHE), str(data.HF_MODULES_CACHE), code.HF_MODULES_CACHE]
-    return found + [
-        os.environ.get(name, f"{name} unset")
-        for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR")
-    ]
-
-
-def test_every_cache_is_in_the_sessions_temporary_folder(tmp_path_factory):
-    child = f"import json, sys; sys.path[:0] = [{str(Path(__file__).parent)!r}]; import test_caches as t; "
-    here = places()
-    started = subprocess.run(
-        [sys.executable, "-c", child + "print(json.dumps(t.places()))"], capture_output=True, text=True, check=True
-    )
-    folder = tmp_path_factory.getbasetemp()
-    for place in here + json.loads(started.stdout):
-        assert Path(place).is_relative_to(folder), place
+def test_every_cache_is_in_the_sessions_temporary_folder(tmp_path_factory, capsys):
+    exec(PLACES)  # here, first: the libraries' constants as the test modules imported them
+    here = json.loads(capsys.readouterr().out)
+    started = json.loads(subprocess.run([sys.executable, "-c", PLACES], capture_output=True, check=True).stdout)
+    for place in here + started:
+        assert os.path.abspath(place).startswith(f"{tmp_path_factory.getbasetemp()}/"), place

@@ -164,22 +164,18 @@ def chosen(points: list[str], root: Path) -> list[int]:
     afresh with WRITE_POINTS_SEED (tests/conftest.py draws it, or it is given, to replay a failure)."""
     if os.environ.get("WRITE_POINTS") == "all":
         return list(range(1, len(points) + 1))
-    labelled, stage = [], ("unnamed", None)
+    stages, stage = [], ("unnamed", None)
     for line in points:
-        n, kind, path = line.split(maxsplit=2)
-        relative = os.path.relpath(path, root)
+        relative = os.path.relpath(line.split(maxsplit=2)[2], root)
         for name, pattern in STAGES:
             if match := re.search(pattern, relative):
                 stage = (name, match.groupdict().get("instance"))
                 break
-        labelled.append((int(n), stage, kind.split("(")[0]))
-    picked = {labelled[0][0], labelled[-1][0]}
-    classes = defaultdict(list)
-    for (n, stage, kind), (later, next_stage, _) in zip(labelled, labelled[1:]):
-        if stage != next_stage:  # a stage's last point, the next one's first
-            picked |= {n, later}
-        classes[stage[0], kind].append(n)
-    classes[labelled[-1][1][0], labelled[-1][2]].append(labelled[-1][0])
+        stages.append(stage)
+    picked = {1, len(points)}.union(*({n, n + 1} for n in range(1, len(points)) if stages[n - 1] != stages[n]))
+    classes = defaultdict(list)  # a stage's points of one kind
+    for n, (line, stage) in enumerate(zip(points, stages), 1):
+        classes[stage[0], line.split()[1].split("(")[0]].append(n)
     seed = os.environ["WRITE_POINTS_SEED"]
     rng = random.Random(int(seed))
     picked |= {rng.choice(ns) for ns in classes.values()}
@@ -206,20 +202,15 @@ def test_pretraining_survives_a_kill_at_sampled_write_points(tmp_path, corpus_an
 
 
 def test_the_sample_holds_every_class_of_point_and_each_stages_first_and_last(tmp_path, monkeypatch):
-    lines = [
-        *("os.open out/run.lock", "open(wb) out/.run_config.json.partial-7", "replace out/run_config.json"),
-        *("os.open datasets_cache/g.lock", *(f"open(wb) datasets_cache/g/tmp{i}" for i in range(8))),
-        *("rename datasets_cache/g/0.0.0", "open(w) out/tokenizer/.saving-tokenizer-7/tokenizer_config.json"),
-        *("replace out/tokenizer/tokenizer_config.json", "os.open datasets_cache/g/tmp9"),
-        *("save_file out/.saving/checkpoint-2/model.safetensors", "save out/.saving/checkpoint-2/optimizer.pt"),
-        *(
-            "replace out/checkpoint-2",
-            "save_file out/.saving/checkpoint-4/model.safetensors",
-            "replace out/checkpoint-4",
-        ),
-        *("open(w) out/.saving/config.json", "save_file out/.saving/model.safetensors", "replace out/config.json"),
-        *("replace out/model.safetensors", "open(wb) out/.results.json.partial-7", "replace out/results.json"),
-    ]
+    lines = (
+        "os.open out/run.lock; open(wb) out/.run_config.json.partial-7; replace out/run_config.json; os.open "
+        f"datasets_cache/g.lock; {'; '.join(f'open(wb) datasets_cache/g/tmp{i}' for i in range(8))}; rename "
+        "datasets_cache/g/0.0.0; open(w) out/tokenizer/.saving-tokenizer-7/tokenizer_config.json; replace "
+        "out/tokenizer/tokenizer_config.json; os.open datasets_cache/g/tmp9; save_file out/.saving/checkpoint-2/x; "
+        "save out/.saving/checkpoint-2/optimizer.pt; replace out/checkpoint-2; save_file out/.saving/checkpoint-4/x; "
+        "replace out/checkpoint-4; open(w) out/.saving/config.json; save_file out/.saving/model.safetensors; replace "
+        "out/config.json; replace out/model.safetensors; open(wb) out/.results.json.partial-7; replace out/results.json"
+    ).split("; ")
     points = [f"{n} {line.split()[0]} {tmp_path / line.split()[1]}" for n, line in enumerate(lines, 1)]
     # Stages: 1-3, 4-13, 14-15, 16, 17-19 (checkpoint-2), 20-21 (checkpoint-4), 22-25, 26-27.
     ends = {1, 3, 4, 13, 14, 15, 16, 17, 19, 20, 21, 22, 25, 26, 27}
