@@ -9,7 +9,7 @@ import sys
 PLACES = """import json, os, datasets.config as d, huggingface_hub.constants as h, transformers.utils.hub as t
 print(json.dumps([h.HF_HOME, h.HF_HUB_CACHE, h.HF_ASSETS_CACHE, h.HF_XET_CACHE, str(d.HF_DATASETS_CACHE),
     str(d.HF_MODULES_CACHE), t.HF_MODULES_CACHE, *(os.environ.get(name, name) for name in
-    ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR"))]))"""
+    ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR", "KERAS_HOME"))]))"""
 
 
 def test_every_cache_is_in_the_sessions_temporary_folder(tmp_path_factory, capsys):

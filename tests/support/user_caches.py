@@ -1,6 +1,6 @@
 """The caches the libraries write (Hugging Face's Hub, datasets and remote-code caches, torch's compiled kernels,
-Triton's, matplotlib's fonts) moved into the test session's temporary folder, and the user's own measured before and
-after the session (tests/conftest.py)."""
+Triton's, matplotlib's fonts, Keras's settings) moved into the test session's temporary folder, and the user's own
+measured before and after the session (tests/conftest.py)."""
 
 import contextlib
 import getpass
@@ -21,6 +21,7 @@ def user_caches() -> list[Path]:
     places = [
         *(os.environ.get("HF_HOME") or f"{cache}/huggingface", os.environ.get("MPLCONFIGDIR") or f"{cache}/matplotlib"),
         *(os.environ[name] for name in HF_PLACES if name in os.environ),
+        os.environ.get("KERAS_HOME") or "~/.keras",  # tensorflow's Keras writes its keras.json on import
         os.environ.get("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")),
         os.environ.get("TRITON_CACHE_DIR", os.path.join(os.environ.get("TRITON_HOME", "~"), ".triton", "cache")),
     ]
@@ -37,7 +38,7 @@ def isolate(folder: Path) -> None:
     hf = folder / "huggingface"
     os.environ.update(HF_HOME=str(hf), HF_HUB_CACHE=str(hf / "hub"), HF_DATASETS_CACHE=str(hf / "datasets"))
     os.environ.update(TORCHINDUCTOR_CACHE_DIR=str(folder / "inductor"), TRITON_CACHE_DIR=str(folder / "triton"))
-    os.environ["MPLCONFIGDIR"] = str(folder / "matplotlib")
+    os.environ.update(MPLCONFIGDIR=str(folder / "matplotlib"), KERAS_HOME=str(folder / "keras"))
 
 
 def files(folders: list[Path]) -> dict[str, int]:
