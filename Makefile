@@ -82,7 +82,7 @@ test-slow: install
 
 test-all: test test-slow
 
-# The crash harness at every write point (~140 a recipe, each run killed there and rerun: about an hour on 2 cores);
+# The crash harness at every write point (~140 a recipe, each run killed there and rerun: most of an hour on 2 cores);
 # the slow tier kills at a sample of each class of point, drawn afresh each session (docs/testing.md).
 test-crash: install
 	WRITE_POINTS=all $(PY) -m pytest tests/e2e/test_crash_consistency.py $(PYTEST_ARGS)

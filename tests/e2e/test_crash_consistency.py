@@ -3,7 +3,7 @@ file write or rename (tests/write_points.py) and the same command, then any resu
 Each rerun ends with the run done or one line naming the file and the fix (exit 2): never a traceback, a folder that
 blocks later runs, or a result that differs from an uninterrupted run's.
 
-Every point of a recipe (~140 each) takes about an hour; the slow tier kills at a sample drawn afresh each session
+Every point of a recipe (~140 each) takes most of an hour; the slow tier kills at a sample drawn afresh each session
 (`chosen`: every class of point, the first and last of every stage), `make test-crash` at every point. The fast tier
 kills pre-training at two: the kept tokenizer.json (a kill there once left a 0-byte file every rerun died on) and the
 final results.
