@@ -30,7 +30,7 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 QUICKSTART_CORPUS := $(if $(filter wikitext,$(CORPUS)),--corpus Salesforce/wikitext --hub_config wikitext-2-raw-v1 \
 	--document_boundary wikitext,$(if $(CORPUS),--corpus $(CORPUS) --document_boundary file))
 
-.PHONY: install quickstart test test-slow test-all lint format mutation tolerances bench-cpu
+.PHONY: install quickstart test test-slow test-all test-crash lint format mutation tolerances bench-cpu
 
 $(TORCH_STAMP):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -83,6 +83,11 @@ test-slow: install
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 test-all: test test-slow
+
+# The crash harness at every write point (~140 a recipe, each run killed there and rerun: most of an hour on 2 cores);
+# the slow tier kills at a sample of each class of point, drawn afresh each session (docs/testing.md).
+test-crash: install
+	WRITE_POINTS=all $(PY) -m pytest tests/e2e/test_crash_consistency.py $(PYTEST_ARGS)
 
 # ruff's lint and formatter as configured in pyproject.toml, then transformers-mlinter on the model files (transformers'
 # own conventions for modeling/configuration files: it prints OK for transformers' BERT, and for ours), each at the

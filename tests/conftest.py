@@ -1,5 +1,6 @@
 """Shared fixtures (helpers and fixture data are in support/). No test reaches the network: the Hub client is put
-offline before any import."""
+offline before any import. No test touches the user's caches: they move into the session's temporary folder before
+the test modules import the libraries (pytest_configure)."""
 
 import os
 
@@ -21,6 +22,26 @@ from support.corpora import WORDS
 from support.google_checkpoint import google_config, google_weights, optimizer_state, write_google_checkpoint
 from support.models import PARITY_REPORT, PARITY_TOLERANCE, tiny_config
 from support.task_files import fixture_files
+from support.user_caches import compared, files, isolate, user_caches
+
+USER_CACHES = pytest.StashKey[tuple[list, dict]]()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own, which makes the factory of temporary folders
+def pytest_configure(config):
+    """The caches in the session's temporary folder (each xdist worker its own), kept or removed with it by pytest,
+    as the environment of every process a test starts; the user's measured first (controller only). The crash
+    harness's sample is drawn here, so that xdist's workers, which inherit the environment, draw the same."""
+    if not hasattr(config, "workerinput"):
+        config.stash[USER_CACHES] = user_caches(), files(user_caches())
+        os.environ.setdefault("WRITE_POINTS_SEED", str(random.randrange(10**6)))
+    # The basetemp the tmp_path fixtures use (xdist reads it the same way); the fixtures come after the imports.
+    isolate(config._tmp_path_factory.getbasetemp() / "caches")
+
+
+def pytest_report_header(config):
+    seed = os.environ["WRITE_POINTS_SEED"]
+    return f"crash harness: write points sampled with WRITE_POINTS_SEED={seed} (WRITE_POINTS=all: every point)"
 
 
 @pytest.fixture(scope="session")
@@ -89,8 +110,14 @@ def local_hub(tmp_path):
         yield hub
 
 
-def pytest_terminal_summary(terminalreporter):
-    """The worst differences of the parity tests, printed at the end of every run (not only with -s)."""
+def pytest_terminal_summary(terminalreporter, config):
+    """The user's caches before and after; the worst differences of the parity tests, printed at the end of every run
+    (not only with -s)."""
+    if USER_CACHES in config.stash:
+        folders, before = config.stash[USER_CACHES]
+        terminalreporter.section("the user's caches (tests write only into their temporary folders)")
+        for line in compared(folders, before, files(folders)):
+            terminalreporter.write_line(line)
     if not PARITY_REPORT:
         return
     terminalreporter.section("parity with transformers (max absolute difference, fp32, eval mode)")

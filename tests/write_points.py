@@ -9,7 +9,12 @@ Importing torch and transformers takes longer than a tiny run, so as a script (o
 report a line on stdout) it imports them once and forks a child per command, run as `python recipes/x.py` would.
 A plan is a list of scenarios {"root": folder, "commands": [{"argv": [...], "kill_at": N or 0, "only_if_said": text}
 or {"move": [from, to]}]}: "only_if_said" runs a command only if the previous one's stderr says it. The report gives
-each command's exit code, stderr's tail and the write point it was killed at.
+each command's exit code, stderr's tail and the write point it was killed at. Scenarios run one per core at once
+(`python tests/write_points.py JOBS`), each in a forked process of its own.
+
+Another point, e.g. after a function that writes through a library no Python `open` sees: one line in `install`,
+`module.function = after(module.function, "kind", lambda args, kwargs: path)` (the path decides whether the point is
+under the scenario's folder); tests/e2e/test_crash_consistency.py's STAGES then names the stage it belongs to.
 """
 
 from __future__ import annotations
@@ -101,16 +106,19 @@ def install(points: _Points) -> None:
     import torch
     import transformers.modeling_utils
 
-    def torn(save, path_of):
+    def after(function, kind, path_of, *, tear=False):
+        """`function` with a write point when it returns; `tear` cuts the file it wrote to half (a torn write)."""
+
         def wrapped(*args, **kwargs):
-            result = save(*args, **kwargs)
-            points.reached(save.__name__, path_of(args, kwargs), tear=True)
+            result = function(*args, **kwargs)
+            points.reached(kind, path_of(args, kwargs), tear=tear)
             return result
 
         return wrapped
 
-    torch.save = torn(torch.save, lambda a, k: k.get("f", a[1] if len(a) > 1 else None))
-    safe = torn(safetensors.torch.save_file, lambda a, k: k.get("filename", a[1] if len(a) > 1 else None))
+    second = lambda name: lambda a, k: k.get(name, a[1] if len(a) > 1 else None)  # noqa: E731
+    torch.save = after(torch.save, "save", second("f"), tear=True)
+    safe = after(safetensors.torch.save_file, "save_file", second("filename"), tear=True)
     safetensors.torch.save_file = transformers.modeling_utils.safe_save_file = safe
 
     # tokenizer.json is written by the tokenizers library (Rust): the point is after transformers' call to it.
@@ -179,22 +187,35 @@ def run_command(argv: list[str], root: Path, kill_at: int, tag: Path) -> dict:
     }
 
 
-def run_plan(plan: list[dict]) -> list[list[dict]]:
-    report = []
-    for scenario in plan:
-        root = Path(scenario["root"])
-        root.mkdir(parents=True, exist_ok=True)
-        done: list[dict] = []
-        for i, command in enumerate(scenario["commands"]):
-            if "move" in command:  # a run folder moved between two commands (scratch -> project space)
-                os.rename(*command["move"])
-                continue
-            said = command.get("only_if_said")
-            if said is not None and (not done or said not in done[-1]["stderr"]):
-                continue
-            done.append(run_command(command["argv"], root, command.get("kill_at", 0), root / f"command{i}"))
-        report.append(done)
-    return report
+def run_scenario(scenario: dict) -> None:
+    """The scenario's commands one after the other, in this forked process; the report in the scenario's folder."""
+    root, done = Path(scenario["root"]), []
+    for i, command in enumerate(scenario["commands"]):
+        if "move" in command:  # a run folder moved between two commands (scratch -> project space)
+            os.rename(*command["move"])
+            continue
+        said = command.get("only_if_said")
+        if said is not None and (not done or said not in done[-1]["stderr"]):
+            continue
+        done.append(run_command(command["argv"], root, command.get("kill_at", 0), root / f"command{i}"))
+    (root / "scenario_report.json").write_text(json.dumps(done))
+
+
+def run_plan(plan: list[dict], jobs: int) -> list[list[dict]]:
+    """The scenarios `jobs` at once (a tiny run keeps one core busy), each in a process of its own."""
+    for i, scenario in enumerate(plan):
+        Path(scenario["root"]).mkdir(parents=True, exist_ok=True)
+        if i >= jobs:
+            os.wait()
+        if os.fork() == 0:
+            try:
+                run_scenario(scenario)
+            except BaseException:
+                traceback.print_exc()
+            os._exit(0)
+    for _ in range(min(jobs, len(plan))):
+        os.wait()
+    return [json.loads((Path(s["root"]) / "scenario_report.json").read_text()) for s in plan]
 
 
 if __name__ == "__main__":
@@ -202,8 +223,9 @@ if __name__ == "__main__":
     import bert_repro.training.finetune
     import bert_repro.training.pretraining  # noqa: F401
 
+    jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     reports = sys.stdout
     sys.stdout = sys.stderr  # anything else printed stays out of the reports
     for line in sys.stdin:  # one plan (a JSON list of scenarios) a line, one report a line
-        reports.write(json.dumps(run_plan(json.loads(line))) + "\n")
+        reports.write(json.dumps(run_plan(json.loads(line), jobs)) + "\n")
         reports.flush()

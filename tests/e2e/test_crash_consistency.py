@@ -1,18 +1,23 @@
-"""Crash consistency at every write point: a tiny pre-training and fine-tuning are killed (SIGKILL) at their N-th
-file write or rename for every N (tests/write_points.py) and the same command, then any resume command it names, is
-run again. Each rerun ends with the run done or one line naming the file and the fix (exit 2): never a traceback, a
-folder that blocks later runs, or a result that differs from an uninterrupted run's.
+"""Crash consistency at the write points: a tiny pre-training and fine-tuning are killed (SIGKILL) at their N-th
+file write or rename (tests/write_points.py) and the same command, then any resume command it names, is run again.
+Each rerun ends with the run done or one line naming the file and the fix (exit 2): never a traceback, a folder that
+blocks later runs, or a result that differs from an uninterrupted run's.
 
-The whole harness is slow (~120 points per recipe); the fast tier kills pre-training at a sample: the kept
-tokenizer.json (a kill there once left a 0-byte file every rerun died on) and the final results.
+Every point of a recipe (~140 each) takes most of an hour; the slow tier kills at a sample drawn afresh each session
+(`chosen`: every class of point, the first and last of every stage), `make test-crash` at every point. The fast tier
+kills pre-training at two: the kept tokenizer.json (a kill there once left a 0-byte file every rerun died on) and the
+final results.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -25,6 +30,21 @@ from support.task_files import fixture_files, write
 from bert_repro.atomic import FILE_MODE
 
 RESUME = ["--resume_from_checkpoint", "true"]
+# The stages of a run, by the paths their write points write under the scenario's folder: the first pattern that
+# matches names a point's stage; a point none matches (a rename or replace publishing what a stage staged) belongs to
+# the stage before it. A stage ends where another begins, or where the group "instance" differs (checkpoint-2, then
+# checkpoint-4). A new stage: a line here, in the order a run reaches it.
+STAGES = (
+    ("run folder claimed", r"^out/(run\.lock|\.run_config\.json\.partial-\d+)$"),
+    ("datasets cache", r"^datasets_cache/"),
+    ("kept tokenizer", r"^out/tokenizer/"),
+    ("data statistics", r"^out/\.data_statistics\.json\.partial-\d+$"),
+    ("checkpoint", r"/(\.saving/)?(?P<instance>checkpoint-\d+)(/|$)"),
+    ("a grid run's results", r"^out/runs/[^/]+/\.[^/]+\.partial-\d+$"),
+    ("final model", r"^out/\.saving/"),
+    ("final tokenizer", r"^out/\.saving-tokenizer-\d+/"),
+    ("results", r"\.partial-\d+$"),
+)
 # What may differ between two runs of the same training: times, speeds, the machine.
 TIMING = {"train_runtime_s", "tokens_per_second", "train_seconds", "seconds", "hardware", "train_runtime_from_step"}
 
@@ -34,10 +54,8 @@ class Harness:
 
     def __init__(self):
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-        script = str(ROOT / "tests" / "write_points.py")
-        self.process = subprocess.Popen(
-            [sys.executable, script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
+        command = [sys.executable, str(ROOT / "tests" / "write_points.py"), str(len(os.sched_getaffinity(0)))]
+        self.process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def run(self, plan: list[dict]) -> list[list[dict]]:
         self.process.stdin.write(json.dumps(plan) + "\n")
@@ -136,7 +154,33 @@ def check_all(report: list[list[dict]], reference: Path, model: str, points: int
             check(done, reference, model, points)
         except AssertionError as failure:
             failures.append(str(failure).split("\nassert")[0])
-    assert not failures, f"{len(failures)} of {len(report)} kill points failed:\n\n" + "\n\n".join(failures)
+    replay = f"WRITE_POINTS_SEED={os.environ['WRITE_POINTS_SEED']} draws them again"
+    assert not failures, f"{len(failures)} of {len(report)} kill points failed ({replay}):\n\n" + "\n\n".join(failures)
+
+
+def chosen(points: list[str], root: Path) -> list[int]:
+    """The points to kill at: every one with WRITE_POINTS=all; else the first and last of each stage (STAGES) and one
+    drawn from each class (a stage's points of one kind: open, os.open, rename, replace, torch's save...), drawn
+    afresh with WRITE_POINTS_SEED (tests/conftest.py draws it, or it is given, to replay a failure)."""
+    if os.environ.get("WRITE_POINTS") == "all":
+        return list(range(1, len(points) + 1))
+    stages, stage = [], ("unnamed", None)
+    for line in points:
+        relative = os.path.relpath(line.split(maxsplit=2)[2], root)
+        for name, pattern in STAGES:
+            if match := re.search(pattern, relative):
+                stage = (name, match.groupdict().get("instance"))
+                break
+        stages.append(stage)
+    picked = {1, len(points)}.union(*({n, n + 1} for n in range(1, len(points)) if stages[n - 1] != stages[n]))
+    classes = defaultdict(list)  # a stage's points of one kind
+    for n, (line, stage) in enumerate(zip(points, stages), 1):
+        classes[stage[0], line.split()[1].split("(")[0]].append(n)
+    seed = os.environ["WRITE_POINTS_SEED"]
+    rng = random.Random(int(seed))
+    picked |= {rng.choice(ns) for ns in classes.values()}
+    print(f"{len(picked)} of {len(points)} write points, WRITE_POINTS_SEED={seed}: {sorted(picked)}")
+    return sorted(picked)
 
 
 def sample(points: list[str], *needles: str) -> list[int]:
@@ -157,19 +201,47 @@ def test_pretraining_survives_a_kill_at_sampled_write_points(tmp_path, corpus_an
     assert set(modes.values()) == {oct(FILE_MODE)}, modes
 
 
+def test_the_sample_holds_every_class_of_point_and_each_stages_first_and_last(tmp_path, monkeypatch):
+    lines = (
+        "os.open out/run.lock; open(wb) out/.run_config.json.partial-7; replace out/run_config.json; os.open "
+        f"datasets_cache/g.lock; {'; '.join(f'open(wb) datasets_cache/g/tmp{i}' for i in range(8))}; rename "
+        "datasets_cache/g/0.0.0; open(w) out/tokenizer/.saving-tokenizer-7/tokenizer_config.json; replace "
+        "out/tokenizer/tokenizer_config.json; os.open datasets_cache/g/tmp9; save_file out/.saving/checkpoint-2/x; "
+        "save out/.saving/checkpoint-2/optimizer.pt; replace out/checkpoint-2; save_file out/.saving/checkpoint-4/x; "
+        "replace out/checkpoint-4; open(w) out/.saving/config.json; save_file out/.saving/model.safetensors; replace "
+        "out/config.json; replace out/model.safetensors; open(wb) out/.results.json.partial-7; replace out/results.json"
+    ).split("; ")
+    points = [f"{n} {line.split()[0]} {tmp_path / line.split()[1]}" for n, line in enumerate(lines, 1)]
+    # Stages: 1-3, 4-13, 14-15, 16, 17-19 (checkpoint-2), 20-21 (checkpoint-4), 22-25, 26-27.
+    ends = {1, 3, 4, 13, 14, 15, 16, 17, 19, 20, 21, 22, 25, 26, 27}
+    classes = [{1}, {2}, {3}, {4, 16}, set(range(5, 13)), {13}, {14}, {15}, {17, 20}, {18}, {19, 21}, {22}, {23}]
+    classes += [{24, 25}, {26}, {27}]
+    samples = []
+    for seed in range(12):
+        monkeypatch.setenv("WRITE_POINTS_SEED", str(seed))
+        sample = set(chosen(points, tmp_path))
+        assert ends <= sample and all(sample & members for members in classes), (seed, sample)
+        assert all(len((sample - ends) & members) <= 1 for members in classes), (seed, sample)  # one drawn a class
+        assert sample == set(chosen(points, tmp_path))  # replayable
+        samples.append(sample)
+    assert len({frozenset(sample) for sample in samples}) > 3  # drawn afresh with each seed
+    monkeypatch.setenv("WRITE_POINTS", "all")
+    assert chosen(points, tmp_path) == list(range(1, len(points) + 1))
+
+
 @pytest.mark.slow
-def test_pretraining_survives_a_kill_at_every_write_point(tmp_path, corpus_and_tokenizer, harness):
+def test_pretraining_survives_a_kill_at_every_kind_of_write_point(tmp_path, corpus_and_tokenizer, harness):
     command = pretraining_command(tmp_path, corpus_and_tokenizer)
     reference, points = counted(harness, command, tmp_path)
-    plan = [scenario(tmp_path / f"kill{n}", command, n, RESUME) for n in range(1, len(points) + 1)]
+    plan = [scenario(tmp_path / f"kill{n}", command, n, RESUME) for n in chosen(points, tmp_path / "reference")]
     check_all(harness.run(plan), reference, ".", len(points))
 
 
 @pytest.mark.slow
-def test_finetuning_survives_a_kill_at_every_write_point(tmp_path, tiny_model, harness):
+def test_finetuning_survives_a_kill_at_every_kind_of_write_point(tmp_path, tiny_model, harness):
     command = finetuning_command(tmp_path, tiny_model)
     reference, points = counted(harness, command, tmp_path)
-    plan = [scenario(tmp_path / f"kill{n}", command, n, None) for n in range(1, len(points) + 1)]
+    plan = [scenario(tmp_path / f"kill{n}", command, n, None) for n in chosen(points, tmp_path / "reference")]
     check_all(harness.run(plan), reference, ".", len(points))
 
 
