@@ -43,6 +43,9 @@ STAGES = (
     ("a grid run's results", r"^out/runs/[^/]+/\.[^/]+\.partial-\d+$"),
     ("final model", r"^out/\.saving/"),
     ("final tokenizer", r"^out/\.saving-tokenizer-\d+/"),
+    # each stage's record (training/lifecycle.py): a kill on either side of one is a stage boundary
+    ("stage record", r"^out/\.stages\.json\.partial-\d+$"),
+    ("card", r"^out/(\.README\.md\.partial-\d+|\.eval_results/)"),
     ("results", r"\.partial-\d+$"),
 )
 # What may differ between two runs of the same training: times, speeds, the machine.
