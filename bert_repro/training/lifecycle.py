@@ -169,7 +169,7 @@ def fingerprints(sources: dict[str, Any], *, hub_type: str = "model") -> dict[st
 
     out = {}
     for name, source in sources.items():
-        model = name in ("model", "tokenizer")
+        model = name.startswith(("model", "tokenizer"))
         if isinstance(source, (list, tuple)):
             out[name] = [one(str(s).split("=", 1)[-1], model) for s in source] or None
         else:

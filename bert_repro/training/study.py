@@ -28,7 +28,7 @@ from .cluster import catching_stop_signals, signal_received
 from .finetune import run_finetuning
 from .finetune_recipe import FineTuningRecipe
 from .finetune_recipe import check_inputs as check_finetuning_inputs
-from .lifecycle import Stopped, check_stopped
+from .lifecycle import Stopped, check_stopped, fingerprints
 from .pretraining import PreTrainingRecipe, run_pretraining
 from .pretraining.plan import check as check_pretraining
 from .reproduce import check_task_data, percent
@@ -56,18 +56,23 @@ RECORDED_ARGUMENTS = (
 
 
 def check_same_study(output_dir: Path, args: StudyArguments) -> None:
-    """Create `output_dir`, or check that its study ran with the same arguments (its finished runs are kept)."""
-    record = {k: getattr(args, k) for k in RECORDED_ARGUMENTS}
+    """Create `output_dir`, or check that its study ran with the same arguments and inputs (its finished runs are
+    kept): the reused models and the pre-training config by what they hold, not by their paths."""
+    record = {k: getattr(args, k) for k in RECORDED_ARGUMENTS if k not in ("pretrain_config", "reuse")}
+    reused = dict(item.split("=", 1) for item in args.reuse if "=" in item)
+    config = args.pretrain_config if Path(args.pretrain_config).is_file() else None
+    record["inputs"] = fingerprints({"pretrain_config": config, **{f"model {k}": v for k, v in reused.items()}})
     path = output_dir / "study_args.json"
     if path.is_file():
         before = json.loads(path.read_text())
-        changed = [k for k in RECORDED_ARGUMENTS if before.get(k) != record[k]]
+        changed = [f"--{k} {before.get(k)!r} then, {record[k]!r} now" for k in record if before.get(k) != record[k]]
+        changed = [
+            c.split(" ", 1)[0] + " inputs: other content than" if c.startswith("--inputs") else c for c in changed
+        ]
         if changed:
             raise ConfigurationError(
-                f"{output_dir} holds a study run with other arguments ("
-                + "; ".join(f"--{k} {before.get(k)!r} then, {record[k]!r} now" for k in changed)
-                + f"), whose finished runs would be kept as this one's. Pass another --output_dir, or remove "
-                f"{output_dir} to start again."
+                f"{output_dir} holds a study run with other arguments or inputs ({'; '.join(changed)}), whose finished "
+                f"runs would be kept as this one's. Pass another --output_dir, or remove {output_dir} to start again."
             )
         return
     output_dir.mkdir(parents=True, exist_ok=True)
