@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 from transformers import HfArgumentParser
+from transformers.hf_argparser import HfArg
 
 from ..model.configuration_bert_repro import ONE_GRAPH_SWITCHES, SPEED_SWITCHES
 
@@ -47,9 +48,9 @@ def field_names(*classes: type) -> set[str]:
 
 
 def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING, **metadata: Any) -> Any:
-    """A recipe's setting. HfArgumentParser passes the field's metadata to `add_argument`: `help`, `choices`,
-    `metavar`, and `group`, the section of `--help` that shows it (`RecipeParser`)."""
-    return field(default=default, default_factory=factory, metadata={"help": help, **metadata})
+    """A recipe's setting: transformers' `HfArg`, default first. HfArgumentParser passes a field's metadata to
+    `add_argument`: `help`, `choices`, `metavar`, and `group`, the section of `--help` showing it (`RecipeParser`)."""
+    return HfArg(default=default, default_factory=factory, help=help, metadata=metadata)
 
 
 @dataclass
@@ -284,9 +285,10 @@ CONFIG_HELP = (
 
 
 class RecipeParser(HfArgumentParser):
-    """HfArgumentParser, which passes each field's metadata to `add_argument`; there `group` (our `flag`'s, or the
-    layout's for another's field) names the flag's section of `--help`. With a `layout` it is `--help`'s parser only:
-    each flag by one name with a short value name (--vocab_size N), Trainer's other flags by name alone."""
+    """HfArgumentParser; given a `layout`, a parser for `--help` only. HfArgumentParser calls `add_argument` once a
+    field, with the field's metadata: there each flag goes to its section (stages, each holding several dataclasses'
+    flags, Trainer's among them: not HfArgumentParser's one group a dataclass), by one name with a short value name
+    (--vocab_size N); Trainer's other flags are listed by name."""
 
     def __init__(self, dataclass_types, layout: HelpLayout | None = None, recipe: str = "", valued: Collection = ()):
         self.layout, self.valued, self.sections = layout, set(valued), {}
@@ -306,7 +308,7 @@ class RecipeParser(HfArgumentParser):
         super().add_argument("--config", metavar="FILE.yaml", help=CONFIG_HELP, default=argparse.SUPPRESS)
 
     def add_argument(self, *names: str, **kwargs: Any) -> Any:
-        kwargs.pop("group", None)  # our `flag`'s (in `group_of`); argparse has no such argument
+        kwargs.pop("group", None)  # our `flag`'s, read in `group_of`; argparse has no such argument
         layout = self.layout
         if layout is None or names[0] == "-h":  # parsing: every name, one section
             return super().add_argument(*names, **kwargs)

@@ -132,12 +132,8 @@ class FineTuningArguments(SpeedSwitches):
         "has a test split (--do_predict says it with those flags).",
         group="evaluation",
     )
-    keep_all_runs: bool = flag(
-        False, "Also keep every run's final weights (runs/<run>/model), not only the best.", group="output"
-    )
-    overwrite_output_dir: bool = flag(
-        False, "Allow writing into an output directory that holds another run.", group="output"
-    )
+    keep_all_runs: bool = flag(False, "Also keep each run's final weights (runs/<run>/model).", group="output")
+    overwrite_output_dir: bool = flag(False, "Allow an output directory that holds another run.", group="output")
 
 
 ARGUMENTS = (FineTuningArguments, TrainingArguments)

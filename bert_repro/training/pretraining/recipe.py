@@ -145,12 +145,10 @@ class ModelSettings(SpeedSwitches):
 class PhaseFlags:
     """The command line's names for the second phase (the recipe holds `phases`); read at the edge only."""
 
-    help_group = "data"
-    phase2_fraction: float = flag(
-        0.1, "Share of the steps in phase 2 (long sequences); 0 for one phase.", group="training"
-    )
-    phase2_max_seq_length: int = flag(512, "Sequence length of phase 2.")
-    phase2_max_predictions_per_seq: int = flag(80, "Masked positions in phase 2.")
+    help_group = "training"
+    phase2_fraction: float = flag(0.1, "Share of the steps in phase 2 (long sequences); 0 for one phase.")
+    phase2_max_seq_length: int = flag(512, "Sequence length of phase 2.", group="data")
+    phase2_max_predictions_per_seq: int = flag(80, "Masked positions in phase 2.", group="data")
 
 
 @dataclass
