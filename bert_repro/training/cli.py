@@ -166,15 +166,11 @@ def use_our_names(argv: list[str], known: set[str], also_given: set[str] = froze
     """`argv` with transformers' names (`TRANSFORMERS_NAMES`) replaced by ours, and the fields it sets. Two names for
     one field are refused, except split=path pairs of --data; `ALSO_SETS` yields to a field given here or in
     `also_given` (a --config file's)."""
-    groups: list[list[str]] = []  # each flag with its values, as given
-    for token in argv:
-        if _flag(token) is None and groups:
-            groups[-1].append(token)
-        else:
-            groups.append([token])
-    named = []  # (our field or None, the flag as given, its tokens in our names, its values)
+    starts = [i for i, token in enumerate(argv) if i == 0 or _flag(token) is not None]  # each flag and its values
+    named = []  # (our field, "" if unknown: refused by `check_names`; its tokens in our names; its values)
+    spellings: dict[str, dict[str, None]] = {}  # field -> its flags as given, in order
     implied: dict[str, list[str]] = {}
-    for tokens in groups:
+    for tokens in (argv[start:end] for start, end in zip(starts, [*starts[1:], len(argv)])):
         name, (flag, *values) = _flag(tokens[0]), tokens[0].split("=", 1) + tokens[1:]
         theirs = (name,) if name in known else TRANSFORMERS_NAMES.get(name, ())
         ours = next((o for o in theirs if o.split(":")[0] in known), None)
@@ -183,20 +179,18 @@ def use_our_names(argv: list[str], known: set[str], also_given: set[str] = froze
         if ours and ours != name:
             tokens = [f"--{field}", *values]
             implied.update({ALSO_SETS[field]: values} if field in ALSO_SETS else {})
-        named.append((field or None, flag, tokens, values))  # None: unknown, refused by `check_names`
-    spellings: dict[str, dict[str, None]] = {}  # field -> its flags as given, in order
-    for field, flag, _, _ in named:
+        named.append((field, tokens, values))
         spellings.setdefault(field, {})[flag] = None
     out: list[str] = []
-    for field, _, tokens, _ in named:
-        if field is None or len(spellings[field]) == 1:
+    for field, tokens, _ in named:
+        if not field or len(spellings[field]) == 1:
             out += tokens
         elif f"--{field}" not in out:  # one field, several names: split=path pairs only, together
-            merged = [v for other, _, _, values in named if other == field for v in values]
+            merged = [v for other, _, values in named if other == field for v in values]
             if not all("=" in v for v in merged):
                 raise ConfigurationError(f"{' and '.join(spellings[field])} both set --{field}; give one of them.")
             out += [f"--{field}", *merged]
-    given = set(spellings) - {None}
+    given = set(spellings) - {""}
     defaults = [t for f, values in implied.items() if f not in given | set(also_given) for t in (f"--{f}", *values)]
     return defaults + out, given
 
