@@ -108,8 +108,7 @@ class FineTuningArguments(SpeedSwitches):
         choices=list(HEAD_INITIALIZERS),
     )
     bilstm_hidden_size: int | None = flag(
-        None,
-        "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE).",
+        None, "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."
     )
     max_seq_length: int | None = flag(None, "Tokens per input (task default).", group="data")
     doc_stride: int = flag(128, "SQuAD: a new window every doc_stride tokens.", group="data")
