@@ -17,6 +17,7 @@ from bert_repro.tasks.columns import TaskDataError
 from bert_repro.training.cli import ConfigurationError, parse_with_config, quiet_load_reports
 from bert_repro.training.lifecycle import main
 from bert_repro.training.study import StudyArguments, StudyError, run_study
+from bert_repro.training.study_arguments import HELP_LAYOUT
 
 if __name__ == "__main__":
     quiet_load_reports()
@@ -24,7 +25,7 @@ if __name__ == "__main__":
 
     def study():
         global args
-        (args,) = parse_with_config((StudyArguments,), {}, None, "recipes/study.py")
+        (args,) = parse_with_config((StudyArguments,), {}, None, "recipes/study.py", help_layout=HELP_LAYOUT)
         return run_study(args)
 
     try:  # a problem with what the user passed: one line, exit 2

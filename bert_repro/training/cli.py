@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 from transformers import HfArgumentParser
+from transformers.hf_argparser import HfArg
 
 from ..model.configuration_bert_repro import ONE_GRAPH_SWITCHES, SPEED_SWITCHES
 
@@ -46,15 +47,16 @@ def field_names(*classes: type) -> set[str]:
     return {f.name for cls in classes for f in fields(cls) if f.init}
 
 
-def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING, choices: list | None = None) -> Any:
-    metadata = {"help": help} | ({"choices": choices} if choices else {})
-    return field(default=default, default_factory=factory, metadata=metadata)
+def flag(default: Any = MISSING, help: str = "", *, factory: Any = MISSING, **metadata: Any) -> Any:
+    """A recipe's setting: transformers' `HfArg`, default first. HfArgumentParser passes a field's metadata to
+    `add_argument`: `help`, `choices`, `metavar`, and `group`, the section of `--help` showing it (`RecipeParser`)."""
+    return HfArg(default=default, default_factory=factory, help=help, metadata=metadata)
 
 
 @dataclass
 class _SpeedSwitchesBase:
     compile_layers: bool = flag(
-        False, "Speed: torch.compile each Transformer block (regional compilation; seconds to compile)."
+        False, "Speed: torch.compile each Transformer block (regional compilation; seconds to compile).", group="speed"
     )
 
     def switches(self) -> dict[str, bool]:
@@ -77,7 +79,7 @@ class _SpeedSwitchesBase:
 # A flag per config speed switch (`SPEED_SWITCHES`) and --compile_layers; each default keeps the plain model's outputs.
 SpeedSwitches = make_dataclass(
     "SpeedSwitches",
-    [(name, bool, flag(False, help)) for name, help in SPEED_SWITCHES.items()],
+    [(name, bool, flag(False, help, group="speed")) for name, help in SPEED_SWITCHES.items()],
     bases=(_SpeedSwitchesBase,),
 )
 SpeedSwitches.__module__ = __name__
@@ -87,31 +89,27 @@ def as_cli(values: dict[str, Any]) -> list[str]:
     """{field: value} -> ["--field", "value", ...] (lists as several values, mappings as JSON)."""
     argv: list[str] = []
     for key, value in values.items():
-        if value is None:
-            continue
-        if isinstance(value, dict):
-            value = json.dumps(value)
-        if isinstance(value, (list, tuple)):
-            argv += [f"--{key}", *map(str, value)]
-        else:
-            argv += [f"--{key}", str(value)]
+        if value is not None:
+            value = json.dumps(value) if isinstance(value, dict) else value
+            argv += [f"--{key}", *map(str, value if isinstance(value, (list, tuple)) else [value])]
     return argv
 
 
-# transformers' example scripts' names -> the first entry whose first field the recipe has ("data:train": a
-# split=path pair of --data), then defaults they imply (run_mlm.py's --model_name_or_path is also the tokenizer).
-TRANSFORMERS_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
-    "model_name_or_path": (("model",), ("init_from", "tokenizer")),
-    "task_name": (("task",),),
-    "tokenizer_name": (("tokenizer",),),
-    "train_file": (("data:train",), ("corpus",)),
-    "validation_file": (("data:validation",),),
-    "test_file": (("data:test",),),
-    "dataset_name": (("corpus",), ("task",)),
-    "dataset_config_name": (("hub_config",),),
-    "preprocessing_num_workers": (("num_proc",),),
-    "mlm_probability": (("masked_lm_prob",),),
+# transformers' example scripts' flags (run_glue.py, run_qa.py, run_mlm.py) -> our setting: the first of these that
+# the recipe has ("data:train": a train=path pair of --data).
+TRANSFORMERS_NAMES = {
+    "model_name_or_path": ("model", "init_from"),
+    "task_name": ("task",),
+    "dataset_name": ("task", "corpus"),
+    "dataset_config_name": ("hub_config",),
+    "tokenizer_name": ("tokenizer",),
+    "train_file": ("data:train", "corpus"),
+    "validation_file": ("data:validation",),
+    "test_file": ("data:test",),
+    "preprocessing_num_workers": ("num_proc",),
+    "mlm_probability": ("masked_lm_prob",),
 }
+ALSO_SETS = {"init_from": "tokenizer"}  # run_mlm.py's --model_name_or_path is its tokenizer too, unless one is given
 
 
 # transformers' flags without a counterpart, with what to use instead (--line_by_line is not --split_lines).
@@ -165,49 +163,36 @@ def hide_secrets(tokens: list[str], argv: list[str]) -> list[str]:
 
 
 def use_our_names(argv: list[str], known: set[str], also_given: set[str] = frozenset()) -> tuple[list[str], set[str]]:
-    """`argv` with transformers' names (`TRANSFORMERS_NAMES`) replaced by ours, and the fields it sets. Two flags
-    for one field are refused, except split=path pairs of --data; an implied default yields to a field given here
-    or in `also_given` (a --config file's)."""
-    groups: list[tuple[str | None, list[str]]] = []  # (name, the flag and its values as given)
-    for token in argv:
-        if _flag(token) is None and groups:
-            groups[-1][1].append(token)
-        else:
-            groups.append((_flag(token), [token]))
-    settings = []  # (our field or None, the flag as given, the tokens in our names, the values)
+    """`argv` with transformers' names (`TRANSFORMERS_NAMES`) replaced by ours, and the fields it sets. Two names for
+    one field are refused, except split=path pairs of --data; `ALSO_SETS` yields to a field given here or in
+    `also_given` (a --config file's)."""
+    starts = [i for i, token in enumerate(argv) if i == 0 or _flag(token) is not None]  # each flag and its values
+    named = []  # (our field, "" if unknown: refused by `check_names`; its tokens in our names; its values)
+    spellings: dict[str, dict[str, None]] = {}  # field -> its flags as given, in order
     implied: dict[str, list[str]] = {}
-    for name, tokens in groups:
-        flag, *values = tokens[0].split("=", 1)
-        values += tokens[1:]
-        entry = (
-            None
-            if name in known
-            else next((e for e in TRANSFORMERS_NAMES.get(name, ()) if e[0].partition(":")[0] in known), None)
-        )
-        if entry is None:  # ours as given, or unknown (refused by `check_names`)
-            settings.append((name if name in known else None, flag, tokens, values))
-            continue
-        field, _, split = entry[0].partition(":")
+    for tokens in (argv[start:end] for start, end in zip(starts, [*starts[1:], len(argv)])):
+        name, (flag, *values) = _flag(tokens[0]), tokens[0].split("=", 1) + tokens[1:]
+        theirs = (name,) if name in known else TRANSFORMERS_NAMES.get(name, ())
+        ours = next((o for o in theirs if o.split(":")[0] in known), None)
+        field, _, split = (ours or "").partition(":")
         values = [f"{split}={v}" for v in values] if split else values
-        settings.append((field, flag, [f"--{field}", *values], values))
-        implied.update({other: values for other in entry[1:]})
-    flags_of: dict[str, dict[str, None]] = {}  # field -> its flags as given, in order
-    for field, flag, _, _ in settings:
-        if field is not None:
-            flags_of.setdefault(field, {})[flag] = None
+        if ours and ours != name:
+            tokens = [f"--{field}", *values]
+            implied.update({ALSO_SETS[field]: values} if field in ALSO_SETS else {})
+        named.append((field, tokens, values))
+        spellings.setdefault(field, {})[flag] = None
     out: list[str] = []
-    for field, flag, tokens, _ in settings:
-        if field is None or len(flags_of[field]) == 1:
+    for field, tokens, _ in named:
+        if not field or len(spellings[field]) == 1:
             out += tokens
-        elif f"--{field}" not in out:  # one field, several flags: split=path pairs only, together
-            merged = [v for other, _, _, values in settings if other == field for v in values]
+        elif f"--{field}" not in out:  # one field, several names: split=path pairs only, together
+            merged = [v for other, _, values in named if other == field for v in values]
             if not all("=" in v for v in merged):
-                both = " and ".join(flags_of[field])
-                raise ConfigurationError(f"{both} both set --{field}; give one of them.")
+                raise ConfigurationError(f"{' and '.join(spellings[field])} both set --{field}; give one of them.")
             out += [f"--{field}", *merged]
-    kept = set(flags_of) | set(also_given)
-    defaults = [t for f, values in implied.items() if f not in kept for t in (f"--{f}", *values)]
-    return defaults + out, set(flags_of)
+    given = set(spellings) - {""}
+    defaults = [t for f, values in implied.items() if f not in given | set(also_given) for t in (f"--{f}", *values)]
+    return defaults + out, given
 
 
 def check_names(parser: HfArgumentParser, args: list[str], known: set[str], recipe: str) -> None:
@@ -215,18 +200,9 @@ def check_names(parser: HfArgumentParser, args: list[str], known: set[str], reci
     _, unknown = parser.parse_known_args(args=args)
     if not unknown:
         return
-    said = [
-        f"--{name}"
-        + (
-            f" ({TRANSFORMERS_WITHOUT_COUNTERPART[name]})"
-            if name in TRANSFORMERS_WITHOUT_COUNTERPART
-            else f" (transformers' name, which {recipe} has no setting for)"
-            if name in TRANSFORMERS_NAMES
-            else closest(name, known)
-        )
-        for name in map(_flag, unknown)
-        if name
-    ]
+    notes = dict.fromkeys(TRANSFORMERS_NAMES, f"transformers' name, which {recipe} has no setting for")
+    notes |= TRANSFORMERS_WITHOUT_COUNTERPART
+    said = [f"--{n}" + (f" ({notes[n]})" if n in notes else closest(n, known)) for n in map(_flag, unknown) if n]
     raise ConfigurationError(
         f"unknown argument(s): {'; '.join(said) or ' '.join(hide_secrets(unknown, args))}. See python {recipe} --help."
     )
@@ -272,11 +248,20 @@ def grids_from_single_values(
             setattr(holder[grid], grid, [getattr(holder[single], single)])
 
 
+# The recipes' sections of `--help`, in this order: a flag's `group` -> its title.
+SECTIONS = {
+    **{"data": "data", "model": "model", "speed": "model speed switches (the same training, faster)"},
+    **{"training": "training", "evaluation": "evaluation", "output": "output and Hub"},
+}
+
+
 @dataclass(frozen=True)
 class HelpLayout:
-    """How a recipe's `--help` reads: its flags by stage, then the rest of Trainer's."""
+    """How a recipe's `--help` reads: its flags by section, then the rest of Trainer's. Our flags name their section
+    (`flag(group=...)`, or their dataclass's `help_group`); `groups` places others' (Trainer's)."""
 
-    groups: dict[str, tuple[str, ...]]  # title -> every field of the recipe's own dataclasses, in the order shown
+    titles: dict[str, str] = field(default_factory=lambda: SECTIONS)  # group -> its section's title, in this order
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # group -> fields of others' dataclasses in it
     set_by_recipe: dict[str, str] = field(default_factory=dict)  # Trainer field -> what the recipe sets it from
     helps: dict[str, str] = field(default_factory=dict)  # field -> help text that replaces transformers'
     shown_defaults: dict[str, str] = field(default_factory=dict)  # field -> the default a run uses, if not the parser's
@@ -286,71 +271,57 @@ class HelpLayout:
 
 
 TRAINING_ARGUMENTS_DOCS = "huggingface.co/docs/transformers/main_classes/trainer"
+TRAINERS = "transformers' TrainingArguments (Trainer's own flags; those marked [set by the recipe] are overridden)"
 CONFIG_HELP = (
     "A YAML file of field: value pairs, any flag below (recipes/configs/). Precedence: the recipe's defaults "
     "(shown below) < this file < the command line."
 )
 
 
-def arrange_help(
-    parser: HfArgumentParser,
-    layout: HelpLayout,
-    recipe: str,
-    in_config: Collection[str] = (),
-    valued: Collection[str] = (),
-) -> None:
-    """Regroup `parser`'s flags for `--help` (groups only decide where help prints them; parsing is untouched);
-    Trainer's flags without a value of the recipe or the --config file (`valued`) by name only."""
-    by_field: dict[str, list[argparse.Action]] = {}
-    for action in parser._actions:
-        by_field.setdefault(action.dest, []).append(action)
-    parser.usage = f"python {recipe} {layout.usage}"
-    parser.epilog = layout.epilog
-    parser._optionals.add_argument("--config", metavar="FILE.yaml", help=CONFIG_HELP, default=argparse.SUPPRESS)
-    stages = []
-    for title, names in layout.groups.items():
-        group = parser.add_argument_group(title)
-        for name in names:
-            for action in by_field[name]:  # a bool's --no_x flag too; HfArgumentParser puts every flag in one group
-                parser._optionals._group_actions.remove(action)
-                group._group_actions.append(action)
-        stages.append(group)
-    others = [a for a in parser._optionals._group_actions if a.dest not in ("help", "config")]
-    listed = []
-    if others:  # a recipe without Trainer's flags (reproduce) shows no empty section
-        rest = parser.add_argument_group(
-            "transformers' TrainingArguments (Trainer's own flags; those marked [set by the recipe] are overridden)"
-        )
-        for action in others:
-            parser._optionals._group_actions.remove(action)
-            rest._group_actions.append(action)
-        # Trainer's other flags by name only (their help is transformers' documentation): --help fits a few screens.
-        listed = [a for a in others if a.dest not in {*layout.set_by_recipe, *valued}]
-        rest.description = f"Each a flag, as TrainingArguments documents it ({TRAINING_ARGUMENTS_DOCS}): " + ", ".join(
-            a.option_strings[0] for a in listed if not a.option_strings[0].startswith("--no_")
-        )
-    for action in listed:
-        action.help = argparse.SUPPRESS
-    for action in parser._actions:  # one name a flag, a short value name: --vocab_size N, not the name twice
-        if action.dest == "help":
-            continue
-        if action.option_strings and action.option_strings[0].startswith("--no_"):
-            action.help = argparse.SUPPRESS  # a bool's --no_x: --x false says the same
-        action.option_strings = [o for o in action.option_strings if "-" not in o[2:]] or action.option_strings
-        if action.nargs == "?" and action.const is True:
-            action.metavar = "BOOL"
-        elif action.type in (int, float) and not action.choices:
-            action.metavar = {int: "N", float: "X"}[action.type]
-        action.metavar = layout.metavars.get(action.dest, action.metavar)
-    for name, text in layout.helps.items():
-        for action in by_field[name]:
-            action.help = text
-    for name, why in layout.set_by_recipe.items():
-        for action in by_field[name]:
-            action.help = f"[set by the recipe: {why}] {action.help or ''}"
-    for name, shown in layout.shown_defaults.items():
-        for action in by_field[name] if name not in in_config else ():  # a --config file's value is the one used
-            action.default = shown
+class RecipeParser(HfArgumentParser):
+    """HfArgumentParser; given a `layout`, a parser for `--help` only. HfArgumentParser calls `add_argument` once a
+    field, with the field's metadata: there each flag goes to its section (stages, each holding several dataclasses'
+    flags, Trainer's among them: not HfArgumentParser's one group a dataclass), by one name with a short value name
+    (--vocab_size N); Trainer's other flags are listed by name."""
+
+    def __init__(self, dataclass_types, layout: HelpLayout | None = None, recipe: str = "", valued: Collection = ()):
+        self.layout, self.valued, self.sections = layout, set(valued), {}
+        if layout is None:  # No abbreviations: --learning_rat is not taken for --learning_rate.
+            super().__init__(dataclass_types, allow_abbrev=False)
+            return
+        of_layout = {name: group for group, names in layout.groups.items() for name in names}
+        self.group_of = {  # a flag's group, else its dataclass's `help_group`, else the layout's
+            f.name: f.metadata.get("group", getattr(c, "help_group", None)) or of_layout.get(f.name)
+            for c in dataclass_types
+            for f in fields(c)
+        }
+        shown = {*layout.set_by_recipe, *self.valued}
+        rest = ", ".join(f"--{name}" for name, group in self.group_of.items() if not group and name not in shown)
+        self.rest = rest and f"Each a flag, as TrainingArguments documents it ({TRAINING_ARGUMENTS_DOCS}): {rest}"
+        super().__init__(dataclass_types, usage=f"python {recipe} {layout.usage}", epilog=layout.epilog)
+        super().add_argument("--config", metavar="FILE.yaml", help=CONFIG_HELP, default=argparse.SUPPRESS)
+
+    def add_argument(self, *names: str, **kwargs: Any) -> Any:
+        kwargs.pop("group", None)  # our `flag`'s, read in `group_of`; argparse has no such argument
+        layout = self.layout
+        if layout is None or names[0] == "-h":  # parsing: every name, one section
+            return super().add_argument(*names, **kwargs)
+        name = names[0][2:]
+        group = self.group_of.get(name)  # a bool's --no_x has none, and --x false says the same
+        if not (group or name in layout.set_by_recipe or name in self.valued) or kwargs.get("action") == "store_false":
+            return None  # Trainer's others are named in their section's description
+        if not self.sections:  # the layout's sections in its order, then Trainer's
+            self.sections = {g: self.add_argument_group(title) for g, title in layout.titles.items()}
+            self.sections[None] = self.add_argument_group(TRAINERS, self.rest or None)
+        if group not in self.sections:
+            self.sections[group] = self.add_argument_group(group)
+        kwargs["help"] = layout.helps.get(name, kwargs.get("help") or "")
+        if name in layout.set_by_recipe:
+            kwargs["help"] = f"[set by the recipe: {layout.set_by_recipe[name]}] {kwargs['help']}"
+        short = None if kwargs.get("choices") else {int: "N", float: "X"}.get(kwargs.get("type"))
+        short = "BOOL" if kwargs.get("const") is True else short  # HfArgumentParser's bool: --x [BOOL]
+        kwargs["metavar"] = layout.metavars.get(name) or kwargs.get("metavar") or short
+        return self.sections[group].add_argument(names[0], **kwargs)
 
 
 def parse_with_config(
@@ -374,13 +345,16 @@ def parse_with_config(
         del argv[i : i + 2]
     known = field_names(*dataclass_types)
     argv, given = use_our_names(argv, known, set(config_values))
-    # No abbreviations: --learning_rat is not taken for --learning_rate (nor refused only when ambiguous).
-    parser = HfArgumentParser(dataclass_types, allow_abbrev=False)
     if "-h" in argv or "--help" in argv:
-        # --help shows the values a run will use (the recipe's defaults and the --config file), not the dataclasses'.
-        parser.set_defaults(**{key: value for key, value in {**defaults, **config_values}.items() if value is not None})
-        if help_layout is not None:
-            arrange_help(parser, help_layout, recipe, set(config_values), {*defaults, *config_values})
+        # --help shows the values a run will use (the recipe's defaults and the --config file's), not the dataclasses'.
+        values = {**defaults, **config_values}
+        layout = help_layout or HelpLayout()
+        parser = RecipeParser(dataclass_types, layout, recipe, values)
+        parser.set_defaults(**{key: value for key, value in values.items() if value is not None})
+        parser.set_defaults(**{key: shown for key, shown in layout.shown_defaults.items() if key not in config_values})
+        parser.print_help()
+        parser.exit()
+    parser = RecipeParser(dataclass_types)
     args = auto_bf16(as_cli(defaults) + as_cli(config_values) + argv)
     check_names(parser, args, known, recipe)
     try:

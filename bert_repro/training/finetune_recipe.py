@@ -17,7 +17,6 @@ from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_featur
 from ..model.configuration_bert_repro import (
     DEFAULT_OBJECTIVE,
     PRETRAINING_OBJECTIVES,
-    SPEED_SWITCHES,
     BertReproConfig,
     check_objective_kept,
     check_objective_switches,
@@ -27,6 +26,7 @@ from ..tasks.kinds import HEADS, SpanExtraction
 from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
 from .checkpoints import checkpoint_problem
 from .cli import (
+    SECTIONS,
     ConfigurationError,
     HelpLayout,
     SpeedSwitches,
@@ -69,21 +69,25 @@ HEAD_INITIALIZERS = {"reference": "truncated_normal", "transformers": "normal"}
 
 @dataclass
 class FineTuningArguments(SpeedSwitches):
-    task: str = flag("", f"One of: {', '.join(TASKS)}.")
+    help_group = "model"  # the section of --help (`HelpLayout`) for these flags, unless a flag says another
+    task: str = flag("", f"One of: {', '.join(TASKS)}.", group="data")
     model: str = flag("", "A bert_repro or any BERT checkpoint: directory or Hub id.")
     data: list[str] = flag(
         factory=list,
         help="The task's data: a directory (original or HF-export layout), a file, or split=path pairs; else the Hub.",
+        group="data",
     )
-    tokenizer: str | None = flag(None, "Tokenizer; by default the model's.")
+    tokenizer: str | None = flag(None, "Tokenizer; by default the model's.", group="data")
     learning_rates: list[float] = flag(
         factory=list,
         help="Learning-rate grid; by default the task's (GLUE: 5e-5 4e-5 3e-5 2e-5). One value (or "
         "--learning_rate X): no grid.",
+        group="training",
     )
     seeds: list[int] = flag(
         factory=lambda: [42],
         help="Random restarts: one run per seed and learning rate; the best on dev is kept. --seed S: the seeds {S}.",
+        group="training",
     )
     features: str | None = flag(
         None,
@@ -106,14 +110,14 @@ class FineTuningArguments(SpeedSwitches):
     bilstm_hidden_size: int | None = flag(
         None, "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."
     )
-    max_seq_length: int | None = flag(None, "Tokens per input (task default).")
-    doc_stride: int = flag(128, "SQuAD: a new window every doc_stride tokens.")
-    max_query_length: int = flag(64, "SQuAD: question tokens kept.")
-    n_best_size: int = flag(20, "SQuAD: best starts x best ends considered.")
-    max_answer_length: int = flag(30, "SQuAD: longest answer in tokens.")
-    max_train_samples: int | None = flag(None, "Use only so many training rows.")
-    max_eval_samples: int | None = flag(None, "Use only so many evaluation rows.")
-    num_proc: int | None = flag(None, "Processes for tokenisation.")
+    max_seq_length: int | None = flag(None, "Tokens per input (task default).", group="data")
+    doc_stride: int = flag(128, "SQuAD: a new window every doc_stride tokens.", group="data")
+    max_query_length: int = flag(64, "SQuAD: question tokens kept.", group="data")
+    n_best_size: int = flag(20, "SQuAD: best starts x best ends considered.", group="evaluation")
+    max_answer_length: int = flag(30, "SQuAD: longest answer in tokens.", group="evaluation")
+    max_train_samples: int | None = flag(None, "Use only so many training rows.", group="training")
+    max_eval_samples: int | None = flag(None, "Use only so many evaluation rows.", group="evaluation")
+    num_proc: int | None = flag(None, "Processes for tokenisation.", group="data")
     attn_implementation: str = flag("sdpa", "eager, sdpa or flash_attention_2.")
     objective: str | None = flag(
         None,
@@ -125,38 +129,16 @@ class FineTuningArguments(SpeedSwitches):
         True,
         "Without --do_train/--do_eval/--do_predict: write GLUE test-set prediction files when the data "
         "has a test split (--do_predict says it with those flags).",
+        group="evaluation",
     )
-    keep_all_runs: bool = flag(False, "Also keep every run's final weights (runs/<run>/model), not only the best.")
-    overwrite_output_dir: bool = flag(False, "Allow writing into an output directory that holds another run.")
+    keep_all_runs: bool = flag(False, "Also keep each run's final weights (runs/<run>/model).", group="output")
+    overwrite_output_dir: bool = flag(False, "Allow an output directory that holds another run.", group="output")
 
 
 ARGUMENTS = (FineTuningArguments, TrainingArguments)
 RECIPE = "recipes/finetune.py"
 # single-value flag -> the grid it names (--learning_rate 2e-5 runs the grid {2e-5})
 GRIDS = {"learning_rate": "learning_rates", "seed": "seeds"}
-
-
-HELP_GROUPS = {
-    "data": ("task", "data", "tokenizer", "max_seq_length", "doc_stride", "max_query_length", "num_proc"),
-    "model": (
-        *("model", "head", "head_initializer", "features", "bilstm_hidden_size", "attn_implementation", "objective"),
-        *SPEED_SWITCHES,
-        "compile_layers",
-    ),
-    "training: the grid of learning rates x seeds, the best on dev kept": (
-        *("do_train", "do_eval", "do_predict"),
-        *("learning_rates", "seeds", "learning_rate", "seed", "num_train_epochs", "max_steps"),
-        *("per_device_train_batch_size", "warmup_steps", "weight_decay", "max_train_samples"),
-    ),
-    "evaluation": (
-        *("eval_strategy", "eval_steps", "metric_for_best_model", "load_best_model_at_end"),
-        *("max_eval_samples", "n_best_size", "max_answer_length", "predict_test"),
-    ),
-    "output and Hub": (
-        *("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "keep_all_runs", "save_strategy"),
-        *("save_steps", "save_total_limit", "report_to", "logging_steps", "push_to_hub", "hub_model_id"),
-    ),
-}
 
 
 # The task-dependent defaults `--help` shows without --task, where each task has its own.
@@ -167,8 +149,19 @@ _TASK_DEFAULT = "the task's; --task T --help shows them"
 def help_layout(task: Task | None) -> HelpLayout:
     grid = " ".join(f"{lr:g}" for lr in task.grid.get("learning_rate", ())) if task else _GRIDS_BY_KIND
     of_task = f"{task.name}'s grid: {grid}" if task else f"the task's grid ({grid})"
-    return HelpLayout(
-        groups=HELP_GROUPS,
+    return HelpLayout(  # our flags by their `group`, with the Trainer flags a fine-tuning run sets most
+        titles=SECTIONS | {"training": "training: the grid of learning rates x seeds, the best on dev kept"},
+        groups={
+            "training": (
+                *("do_train", "do_eval", "do_predict", "learning_rate", "seed", "num_train_epochs", "max_steps"),
+                *("per_device_train_batch_size", "warmup_steps", "weight_decay"),
+            ),
+            "evaluation": ("eval_strategy", "eval_steps", "metric_for_best_model", "load_best_model_at_end"),
+            "output": (
+                *("output_dir", "resume_from_checkpoint", "save_strategy", "save_steps", "save_total_limit"),
+                *("report_to", "logging_steps", "push_to_hub", "hub_model_id"),
+            ),
+        },
         helps={
             "output_dir": "A Trainer output directory: the best run's model, tokenizer, README.md card, "
             "trainer_state.json and *_results.json at the top, with results.json / results.md (every run); each run "

@@ -47,7 +47,6 @@ DIRECTORY_NAMES = {
 
 
 HELP_LAYOUT = HelpLayout(
-    groups={"the benchmark": ("model", "tasks", "data_root", "paper_model", "output_dir", "overwrite_output_dir")},
     usage="--model M [--tasks T ...] [--data_root DIR] [--output_dir DIR] [-- FINE-TUNING FLAGS ...]",
     epilog="Arguments after -- go to every task's fine-tuning (python recipes/finetune.py --task mrpc --help lists "
     "them), e.g. -- --seeds 1 2 3 --max_train_samples 2000; report.md records them and any subsampling. Tasks that "
@@ -57,6 +56,7 @@ HELP_LAYOUT = HelpLayout(
 
 @dataclass
 class ReproduceArguments:
+    help_group = "the benchmark"  # --help's section for these flags
     model: str = flag("", "The checkpoint to benchmark (directory or Hub id).")
     output_dir: str = flag("runs/reproduce", "One sub-directory per task, and the report.")
     tasks: list[str] = flag(

@@ -9,27 +9,39 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..model.conversion import CheckpointError, check_model_dir
-from .cli import ConfigurationError, flag, hide_credentials
+from .cli import ConfigurationError, HelpLayout, flag, hide_credentials
 from .study_tables import STUDIES, Study, _size
+
+# `--help`: the study's flags by section (each dataclass field's `group`, else "study").
+HELP_LAYOUT = HelpLayout(
+    titles={"study": "the study: which experiment, its variants and tasks", "pre-training": "pre-training each variant"}
+    | {"fine-tuning": "fine-tuning each variant on each task", "output": "output"},
+    usage="--study NAME [--tasks T ...] [--pretrain_args ARGS] [--finetune_args ARGS] [--output_dir DIR] ...",
+    shown_defaults={"output_dir": "runs/<study>"},
+)
 
 
 @dataclass
 class StudyArguments:
+    help_group = "study"
     study: str = flag("", f"Which study: {', '.join(STUDIES)}.")
-    output_dir: str = flag("", "Where the runs and study.md go (default runs/<study>).")
+    output_dir: str = flag("", "Where the runs and study.md go.", group="output")
     pretrain_config: str = flag(
         "recipes/configs/quickstart.yaml",
         "The pre-training recipe's YAML config every variant starts from (corpus, size, schedule).",
+        group="pre-training",
     )
     pretrain_args: str = flag(
         "",
         'More pre-training arguments for every variant, one string, e.g. "--preset mini --max_steps '
         "2000\" (the recipe's own flags: recipes/pretrain.py --help).",
+        group="pre-training",
     )
     finetune_args: str = flag(
         "",
         'More fine-tuning arguments for every run, one string, e.g. "--learning_rates 5e-5 '
         '--max_train_samples 20000" (recipes/finetune.py --help).',
+        group="fine-tuning",
     )
     data_root: str | None = flag(
         None, "A directory with one sub-directory per task (MRPC/, SST-2/, ...); tasks without one use the Hub."
@@ -49,17 +61,20 @@ class StudyArguments:
         factory=list,
         help='KEY="ARGS": more fine-tuning arguments for one variant or one task, after --finetune_args '
         '(a task\'s, then a variant\'s), e.g. random="--learning_rates 3e-4" sst2="--num_train_epochs 1".',
+        group="fine-tuning",
     )
     seeds: list[int] = flag(
         factory=list,
         help="Fine-tune every cell once per seed, each seed its own run (<task>/seed<S>/): the table gives "
         "the mean and standard error over the seeds. Default: one run per cell, the fine-tuning recipe's "
         "--seeds (best of them on dev).",
+        group="fine-tuning",
     )
     jobs: int = flag(
         1,
         "Fine-tuning runs at once, each in its own process (small models leave most of a GPU idle; "
         "each process uses its share of the CPU cores).",
+        group="fine-tuning",
     )
 
 

@@ -78,6 +78,13 @@ def test_pretraining_takes_transformers_names(theirs, ours):
     assert pretraining(*theirs.split(), "--output_dir", "o") == pretraining(*ours.split(), "--output_dir", "o")
 
 
+def test_run_mlms_tokenizer_from_the_model_yields_to_a_config_files(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("tokenizer: t\n")
+    recipe = pretraining("--config", str(config), "--model_name_or_path", "bert-x", "--output_dir", "o")
+    assert (recipe.model.init_from, recipe.data.tokenizer) == ("bert-x", "t")
+
+
 def test_reproduce_takes_model_name_or_path():
     from bert_repro.training.cli import parse_with_config
     from bert_repro.training.reproduce import ReproduceArguments

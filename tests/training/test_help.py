@@ -2,6 +2,8 @@
 run really uses, and the Trainer flags the recipe sets itself marked as such."""
 
 import re
+import subprocess
+import sys
 from dataclasses import fields
 
 import pytest
@@ -89,9 +91,13 @@ def test_finetuning_help_shows_the_grid_as_the_default(capsys):
     assert "--eval_strategy {no,steps,epoch} When each run of the grid is evaluated" in flat
     assert defaults(text)["eval_strategy"] == "epoch"
     shown = defaults(help_text(finetune_recipe.FineTuningRecipe.from_args, ["--task", "mrpc", "--help"], capsys))
-    assert shown["per_device_train_batch_size"] == "32"
     assert shown["weight_decay"] == "0.01" and shown["warmup_steps"] == "0.1"
     assert shown["adam_epsilon"] == "1e-06"  # the reference code's, though not among the recipe's own flags
+    # each task's own: SQuAD v2.0 trains 2 epochs of 48 at 384 tokens over its grid, MRPC 3 of 32 at 128
+    squad = defaults(help_text(finetune_recipe.FineTuningRecipe.from_args, ["--task", "squad_v2", "--help"], capsys))
+    of_task = ("num_train_epochs", "per_device_train_batch_size", "max_seq_length", "learning_rates")
+    assert [shown[name] for name in of_task] == ["3", "32", "128", "mrpc's grid: 5e-05 4e-05 3e-05 2e-05"]
+    assert [squad[name] for name in of_task] == ["2", "48", "384", "squad_v2's grid: 5e-05 3e-05 2e-05"]
 
 
 def test_reproduce_help_says_what_goes_after_the_double_dash(capsys):
@@ -104,6 +110,18 @@ def test_reproduce_help_says_what_goes_after_the_double_dash(capsys):
     text = help_text(parse, ["--help"], capsys)
     assert text.startswith("usage: python recipes/reproduce.py --model M") and "[-- FINE-TUNING FLAGS ...]" in text
     assert "Arguments after -- go to every task's fine-tuning" in " ".join(text.split())
+
+
+def test_study_help_is_grouped_as_the_recipes_are():
+    from bert_repro.training.study_arguments import HELP_LAYOUT, StudyArguments
+
+    run = subprocess.run([sys.executable, ROOT / "recipes/study.py", "--help"], capture_output=True, text=True)
+    text, found = run.stdout, sections(run.stdout)
+    assert text.startswith("usage: python recipes/study.py --study NAME"), run.stderr[-3000:]
+    assert list(found) == ["options", *HELP_LAYOUT.titles.values()] and found["options"] == ["-h", "--config"]
+    shown = [flag[2:] for title in list(found)[1:] for flag in found[title]]
+    assert sorted(shown) == sorted(f.name for f in fields(StudyArguments))  # each flag once, by one name
+    assert defaults(text)["output_dir"] == "runs/<study>"
 
 
 @pytest.mark.parametrize("recipe", ["pretrain", "finetune"])

@@ -18,6 +18,7 @@ from ...data.pretraining_examples import PreTrainingDataConfig
 from ...data.wordpiece import BERT_SPECIAL_TOKENS
 from ...model.configuration_bert_repro import SPEED_SWITCHES
 from ..cli import (
+    SECTIONS,
     ConfigurationError,
     HelpLayout,
     SpeedSwitches,
@@ -64,8 +65,11 @@ PAPER_TRAINING_DEFAULTS = dict(
 class DataSettings:
     """The corpus, the vocabulary, the held-out split and how batches are made of the examples."""
 
+    help_group = "data"  # the section of --help (`HelpLayout`) for these flags, unless a flag says another
     corpus: list[str] = flag(
-        factory=list, help="Text: a folder, files or globs (.txt, .jsonl, .parquet, .csv), or a Hub dataset id."
+        factory=list,
+        help="Text: a folder, files or globs (.txt, .jsonl, .parquet, .csv), or a Hub dataset id.",
+        metavar="PATH|HUB_ID",
     )
     hub_config: str | None = flag(None, "Config of a Hub dataset (e.g. 20231101.en).")
     split: str = flag("train", "Split of a Hub dataset.")
@@ -104,8 +108,8 @@ class DataSettings:
     vocab_size: int = flag(30522, "Size of a newly trained WordPiece vocabulary.")
     lowercase: bool = flag(True, "Uncased (lower-case, strip accents) or cased.")
     num_proc: int | None = flag(None, "Processes for data preparation (all cores).")
-    eval_fraction: float = flag(0.01, "Share of documents held out for evaluation.")
-    eval_max_examples: int = flag(2000, "At most this many held-out examples.")
+    eval_fraction: float = flag(0.01, "Share of documents held out for evaluation.", group="evaluation")
+    eval_max_examples: int = flag(2000, "At most this many held-out examples.", group="evaluation")
     packing: bool = flag(
         False,
         "Pack each batch's examples into shared rows, attention kept inside each example and NSP read at "
@@ -117,6 +121,7 @@ class DataSettings:
 class ModelSettings(SpeedSwitches):
     """The model trained: its size, where its weights start, how it computes (the speed switches)."""
 
+    help_group = "model"
     preset: str = flag("base", "tiny, mini, small, medium, base or large.")
     model_overrides: str | None = flag(
         None, "JSON object of BertReproConfig fields, e.g. '{\"hidden_dropout_prob\": 0.0}'."
@@ -140,15 +145,17 @@ class ModelSettings(SpeedSwitches):
 class PhaseFlags:
     """The command line's names for the second phase (the recipe holds `phases`); read at the edge only."""
 
+    help_group = "training"
     phase2_fraction: float = flag(0.1, "Share of the steps in phase 2 (long sequences); 0 for one phase.")
-    phase2_max_seq_length: int = flag(512, "Sequence length of phase 2.")
-    phase2_max_predictions_per_seq: int = flag(80, "Masked positions in phase 2.")
+    phase2_max_seq_length: int = flag(512, "Sequence length of phase 2.", group="data")
+    phase2_max_predictions_per_seq: int = flag(80, "Masked positions in phase 2.", group="data")
 
 
 @dataclass
 class OptimizationSettings:
     """What transformers' TrainingArguments does not hold: the global batch and the optimizer."""
 
+    help_group = "training"
     global_batch_size: int = flag(256, "Sequences per optimizer step; gradient accumulation is derived from it.")
     optimizer: str = flag("adamw", "adamw, bert_adam (reference code) or lamb.", choices=["adamw", "bert_adam", "lamb"])
 
@@ -157,11 +164,14 @@ class OptimizationSettings:
 class OutputSettings:
     """What this invocation does with the output directory (none of it identifies the run)."""
 
+    help_group = "output"
     overwrite_output_dir: bool = flag(
         False, "Allow writing into an output directory that holds another or a finished run."
     )
     stop_after_steps: int | None = flag(
-        None, "Stop this invocation after so many optimizer steps, with a checkpoint (resume it later)."
+        None,
+        "Stop this invocation after so many optimizer steps, with a checkpoint (resume it later).",
+        group="training",
     )
     plot: bool = flag(True, "Write training_curves.png at the end.")
 
@@ -315,26 +325,17 @@ def _unchecked(cls, values: dict[str, Any]):
 
 # `--help`: the recipe's flags by stage, with the Trainer flags a pre-training run sets most, then Trainer's others.
 HELP = HelpLayout(
+    titles=SECTIONS | {"data": "data: corpus, vocabulary, pre-training examples"},
     groups={
-        "data: corpus, vocabulary, pre-training examples": (
-            *("corpus", "hub_config", "split", "text_column", "document_boundary", "split_lines", "max_documents"),
-            *("streaming", "stream_document_buffer", "stream_shuffle_buffer", "stream_held_out_documents"),
-            *("tokenizer", "vocab_size", "lowercase", "num_proc", "objective", "max_seq_length"),
-            *("max_predictions_per_seq", "masked_lm_prob", "mask_replace_prob", "random_replace_prob"),
-            *("short_seq_prob", "dupe_factor", "random_seed", "do_whole_word_mask", "static_masking"),
-            *("phase2_max_seq_length", "phase2_max_predictions_per_seq", "packing"),
-        ),
-        "model": ("preset", "model_overrides", "init_from", "attn_implementation", "sparse_prediction", "fp8"),
-        "model speed switches (the same training, faster)": (*SPEED_SWITCHES, "compile_layers"),
+        "data": tuple(f.name for f in fields(PreTrainingDataConfig)),
         "training": (
-            *("max_steps", "global_batch_size", "per_device_train_batch_size", "phase2_fraction", "optimizer"),
-            *("learning_rate", "warmup_steps", "lr_scheduler_type", "weight_decay", "seed", "stop_after_steps"),
-            "bf16",
+            *("max_steps", "per_device_train_batch_size", "learning_rate", "warmup_steps", "lr_scheduler_type"),
+            *("weight_decay", "seed", "bf16"),
         ),
-        "evaluation": ("eval_fraction", "eval_max_examples", "eval_steps"),
-        "output and Hub": (
-            *("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "save_steps", "logging_steps"),
-            *("plot", "push_to_hub", "hub_model_id"),
+        "evaluation": ("eval_steps",),
+        "output": (
+            *("output_dir", "resume_from_checkpoint", "save_steps"),
+            *("logging_steps", "push_to_hub", "hub_model_id"),
         ),
     },
     set_by_recipe={
@@ -348,7 +349,7 @@ HELP = HelpLayout(
         "run is left as it is, so a requeued job can always pass it); or the path of a checkpoint folder. With a "
         "larger --max_steps it extends the run.",
     },
-    metavars={"resume_from_checkpoint": "true|PATH", "optim": "NAME", "corpus": "PATH|HUB_ID"},
+    metavars={"resume_from_checkpoint": "true|PATH", "optim": "NAME"},
 )
 
 
