@@ -24,22 +24,41 @@ def results_table(monkeypatch):
     return importlib.import_module("results_table")
 
 
-def test_results_md_is_current(results_table, tmp_path):
-    fresh = tmp_path / "RESULTS.md"
-    assert results_table.main(["--out", str(fresh)]) == 0
-    checked_in = BENCHMARKS / "RESULTS.md"
-    assert checked_in.is_file() and checked_in.read_text() == fresh.read_text(), (
-        "benchmarks/RESULTS.md is not what benchmarks/results/*.json give: run `python benchmarks/results_table.py` "
-        "and commit benchmarks/RESULTS.md"
-    )
+def test_results_md_and_the_readme_table_are_current(results_table, tmp_path):
+    fresh, readme = tmp_path / "RESULTS.md", tmp_path / "README.md"
+    readme.write_text((ROOT / "README.md").read_text())
+    assert results_table.main(["--out", str(fresh), "--readme", str(readme)]) == 0
+    for checked_in, made in ((BENCHMARKS / "RESULTS.md", fresh), (ROOT / "README.md", readme)):
+        assert checked_in.is_file() and checked_in.read_text() == made.read_text(), (
+            f"{checked_in.name} is not what benchmarks/results/*.json give: run `python benchmarks/results_table.py` "
+            "and commit benchmarks/RESULTS.md and README.md"
+        )
     assert results_table.main(["--check"]) == 0
 
 
-def test_check_fails_on_a_stale_table_and_says_the_command(results_table, tmp_path, capsys):
-    stale = tmp_path / "RESULTS.md"
-    stale.write_text((BENCHMARKS / "RESULTS.md").read_text().replace("| yes |", "| no |", 1))
-    assert results_table.main(["--check", "--out", str(stale)]) == 1
-    assert "run `python benchmarks/results_table.py`" in capsys.readouterr().err
+@pytest.mark.parametrize("which", ["RESULTS.md", "README.md"])
+def test_check_fails_on_a_stale_table_and_says_the_command(results_table, tmp_path, capsys, which):
+    out, readme = tmp_path / "RESULTS.md", tmp_path / "README.md"
+    out.write_text((BENCHMARKS / "RESULTS.md").read_text())
+    readme.write_text((ROOT / "README.md").read_text())
+    stale = tmp_path / which
+    stale.write_text(stale.read_text().replace("| yes |", "| no |", 1))
+    assert results_table.main(["--check", "--out", str(out), "--readme", str(readme)]) == 1
+    assert capsys.readouterr().err == f"{stale} is not current: run `python benchmarks/results_table.py`\n"
+
+
+def test_the_readme_shows_results_md_figures_with_their_stale_mark(results_table):
+    results = (BENCHMARKS / "RESULTS.md").read_text().splitlines()
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index(results_table.README_BEGIN) : readme.index(results_table.README_END)]
+    shown = [line for line in table.splitlines() if line.startswith("| [") or line.startswith("| same")]
+    assert len(shown) == len(results_table.README_ROWS) >= 5
+    for key, line in zip(results_table.README_ROWS, shown):
+        figure, goal = line.split(" | ")[1:3]
+        row = next(r for r in results if r.startswith(f"| {results_table.GOALS[key][0]} | "))
+        theirs, their_goal = row.split(" | ")[1:3]
+        stale = theirs.startswith("**STALE** (")
+        assert goal == their_goal and figure == (f"**STALE**: {theirs.split('): ', 1)[1]}" if stale else theirs)
 
 
 def test_every_target_has_a_reader_and_a_row(results_table):
