@@ -79,9 +79,9 @@ def check_deepspeed_installed(argv: list[str]) -> None:
     use_cpu = parse_flag_from_env("ACCELERATE_USE_CPU") or str(_given(argv, "use_cpu")).lower() in TRUE
     if launched > 1 and not use_cpu and not accelerator_available():
         _refuse(
-            f"{launched} processes were launched for GPUs on a machine without a GPU. On CPUs: accelerate launch "
-            "--config_file recipes/accelerate/ddp_cpu.yaml (two processes), or --use_cpu true with this config; "
-            "one process: python instead of accelerate launch, with the same arguments."
+            f"{launched} processes were launched on a machine without a GPU, without --use_cpu true. On CPUs: "
+            "accelerate launch --config_file recipes/accelerate/ddp_cpu.yaml (two processes), the recipe and its "
+            "arguments, then --use_cpu true; one process: python instead of accelerate launch."
         )
     if requested_engine() != "deepspeed" and not _given(argv, "deepspeed"):
         return

@@ -25,8 +25,9 @@ def test_several_processes_without_gpu_nor_use_cpu_are_refused_in_one_line(no_gp
     with pytest.raises(ConfigurationError) as refused:
         check_deepspeed_installed(argv)
     message = str(refused.value)
-    assert message.startswith("8 processes were launched for GPUs on a machine without a GPU")
+    assert message.startswith("8 processes were launched on a machine without a GPU, without --use_cpu")
     assert "recipes/accelerate/ddp_cpu.yaml" in message and "\n" not in message
+    assert "then --use_cpu true" in message  # ddp_cpu.yaml's own use_cpu does not reach the processes
 
 
 @pytest.mark.parametrize("argv", [["--use_cpu"], ["--use_cpu", "true", "--max_steps", "5"], ["--use_cpu=1"]])
@@ -67,7 +68,7 @@ def test_the_readme_gpu_command_says_it_once(tmp_path):
     result = accelerate_launch(launcher, "pretrain.py", *args, check=False)
     assert result.returncode != 0
     first, *rest = result.stderr.splitlines()
-    assert first.startswith("pretrain.py: error: 8 processes were launched for GPUs"), result.stderr
+    assert first.startswith("pretrain.py: error: 8 processes were launched on a machine without a GPU"), result.stderr
     assert "ddp_cpu.yaml" in first and "ddp_cpu.yaml" not in "\n".join(rest), result.stderr
     # The other seven processes left before the first: torchrun stopped none of them.
     assert "SIGTERM" not in result.stderr and "Traceback" not in result.stderr, result.stderr
