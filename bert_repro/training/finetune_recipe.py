@@ -107,7 +107,12 @@ class FineTuningArguments(SpeedSwitches):
         None, "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."
     )
     max_seq_length: int | None = flag(None, "Tokens per input (task default).")
-    doc_stride: int = flag(128, "SQuAD: a new window every doc_stride tokens.")
+    doc_stride: int = flag(
+        128,
+        "SQuAD: a new window every doc_stride tokens (Google's run_squad.py: the step between window starts). "
+        "transformers' run_qa.py --doc_stride R is the overlap between windows: its windows are ours with "
+        "max_seq_length - 3 - (question tokens) - R, for each question (at 384, its 128 is our 253 - question tokens).",
+    )
     max_query_length: int = flag(64, "SQuAD: question tokens kept.")
     n_best_size: int = flag(20, "SQuAD: best starts x best ends considered.")
     max_answer_length: int = flag(30, "SQuAD: longest answer in tokens.")
