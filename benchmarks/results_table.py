@@ -336,13 +336,32 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
 
 
+def _code(root: Path, revision: str, path: str) -> str | None:
+    """A Python file's code at `revision`, without its comments and docstrings (None: not Python, or absent)."""
+    shown = _git(root, "show", f"{revision}:{path}")
+    if not path.endswith(".py") or shown.returncode:
+        return None
+    try:
+        tree = ast.parse(shown.stdout)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and type(first.value.value) is str:
+                node.body = node.body[1:]
+    return ast.dump(tree)
+
+
 def staleness(root: Path, commit: str | None, scripts: tuple[str, ...]) -> str | None:
-    """Why a figure measured at `commit` no longer describes HEAD's code (None: it does)."""
+    """Why a figure measured at `commit` no longer describes HEAD's code (None: it does). A change to comments and
+    docstrings alone leaves a figure as it was."""
     if not commit:
         return "no commit recorded"
     if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode:
         return f"commit {commit[:7]} is not in this repository"
     changed = _git(root, "diff", "--name-only", commit, "HEAD", "--", *measured_code(root, scripts)).stdout.split()
+    changed = [f for f in changed if (old := _code(root, commit, f)) is None or old != _code(root, "HEAD", f)]
     if not changed:
         return None
     more = f" and {len(changed) - 2} more" if len(changed) > 2 else ""

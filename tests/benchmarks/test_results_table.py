@@ -198,6 +198,9 @@ def test_a_figure_is_stale_once_the_code_its_benchmark_imports_changes(results_t
     (root / "bert_repro" / "c.py").write_text("Y = 2\n")  # imported by nothing the benchmark runs
     git("commit", "-qam", "elsewhere")
     assert results_table.staleness(root, measured, script) is None
+    (root / "bert_repro" / "b.py").write_text('"""Its docstring."""\n\nX = 1  # and a comment\n')  # the same code
+    git("commit", "-qam", "words only")
+    assert results_table.staleness(root, measured, script) is None
     for changed in ("bert_repro/b.py", "bert_repro/data/corpus.py", "benchmarks/common.py"):
         git("reset", "-q", "--hard", measured)
         (root / changed).write_text("Z = 3\n")
