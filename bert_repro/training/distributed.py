@@ -77,7 +77,8 @@ def check_deepspeed_installed(argv: list[str]) -> None:
     processes print anything else)."""
     launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
     use_cpu = parse_flag_from_env("ACCELERATE_USE_CPU") or str(_given(argv, "use_cpu")).lower() in TRUE
-    if launched > 1 and not use_cpu and not accelerator_available():
+    # Only the process's own command line: from Python, `replace(use_cpu=True)` may follow (check_engine sees it).
+    if argv == sys.argv[1:] and launched > 1 and not use_cpu and not accelerator_available():
         _refuse(
             f"{launched} processes were launched on a machine without a GPU, without --use_cpu true. On CPUs: "
             "accelerate launch --config_file recipes/accelerate/ddp_cpu.yaml (two processes), the recipe and its "
