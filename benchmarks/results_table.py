@@ -455,13 +455,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=HERE / "results")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
-    parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="whose status table is rewritten too")
+    parser.add_argument("--readme", type=Path, help="whose table to rewrite too (default: ours, with our RESULTS.md)")
     parser.add_argument("--check", action="store_true", help="exit 1 when --out or --readme differ from --results")
     args = parser.parse_args(argv)
     table = rows(args.results)
     texts = {args.out: render(args.results, table=table)}
-    if args.readme.is_file():
-        texts[args.readme] = with_readme_table(args.readme.read_text(), table)
+    # The repository's README goes with its own RESULTS.md only: a table written elsewhere leaves it alone.
+    readme = args.readme or (ROOT / "README.md" if args.out.resolve() == HERE / "RESULTS.md" else None)
+    if readme is not None and readme.is_file():
+        texts[readme] = with_readme_table(readme.read_text(), table)
     if args.check:
         stale = [path for path, text in texts.items() if not path.is_file() or path.read_text() != text]
         for path in stale:
