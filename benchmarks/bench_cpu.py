@@ -1,8 +1,9 @@
-"""`make bench-cpu`: the CPU rows of RESULTS.md (and README's CPU row) measured again on HEAD's code.
+"""`make bench-cpu`: the CPU rows of RESULTS.md (and the README's CPU rows) measured again on HEAD's code.
 
 Runs the CPU benchmarks behind those rows, each in its own process, then writes one dated results file,
 benchmarks/results/DATE-cpu[-N].json, naming the commit it measured, the machine and its load average around each
-part (the development machine is shared: ratios within a run are what counts), and regenerates RESULTS.md.
+part (the development machine is shared: ratios within a run are what counts), and regenerates RESULTS.md and
+the README's table.
 Refused while the code the benchmarks import has uncommitted changes: the file could not say what it measured.
 
     python benchmarks/bench_cpu.py [--parts pretrain_step,encode,build_examples,finetune_mrpc] [--note TEXT]

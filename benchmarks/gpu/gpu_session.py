@@ -12,7 +12,7 @@ return (`cat prefix.tar.* | tar x` puts it together again).
 `probe` and `collect` run on the GPU machine (run_gpu.sh calls them); `collect` imports nothing heavy, so that
 it can run after every step and a run cut short still returns what it measured. `record` writes
 `benchmarks/results/<date>-<device>[-study].json`, adds the run's table to `benchmarks/LOG.md` (section "GPU runs as
-recorded") and rewrites `benchmarks/RESULTS.md` (benchmarks/results_table.py).
+recorded") and rewrites `benchmarks/RESULTS.md` and the README's table (benchmarks/results_table.py).
 """
 
 from __future__ import annotations

@@ -371,7 +371,8 @@ class SpanExtraction(TaskKind):
             "squad_f1": plain["f1"],
             "squad_best_exact_match": best["best_exact"],
             "squad_best_f1": best["best_f1"],
-            # the null-score threshold tau chosen on this split (use it when predicting elsewhere)
+            # the official search's null_score_diff_threshold on this split (the paper's tau is minus it); 0.0
+            # also when answering nothing scored best, where -inf gives squad_best_f1 and 0.0 gives squad_f1
             "squad_best_f1_threshold": best["best_f1_thresh"],
         }
         for theirs, ours in (("HasAns_f1", "squad_has_ans_f1"), ("NoAns_f1", "squad_no_ans_f1")):

@@ -285,7 +285,9 @@ def _find_best_thresh(
     has_ans: Mapping[str, bool],
 ) -> tuple[float, float]:
     """`find_best_thresh`, with its quirks: ties walk in `na_probs`' order, and the raw (not normalised) prediction
-    is tested for being empty."""
+    is tested for being empty. The threshold is the na_prob of the last question answered: answering where na_prob
+    <= it scores the best (up to ties); but when answering nothing scores best it is 0.0, as the official script
+    reports it, and only a threshold below every na_prob gives that score (0.0 gives the score at threshold 0)."""
     cur_score = best_score = float(sum(not v for v in has_ans.values()))
     best_thresh = 0.0
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):

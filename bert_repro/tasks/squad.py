@@ -27,7 +27,9 @@ As the paper (§4.2/4.3) and google-research/bert's ``run_squad.py``:
 - v2.0: ``s_null`` (the MINIMUM ``start_logit[CLS] + end_logit[CLS]`` over the windows) enters the n-best list; the
   prediction is ``""`` when ``s_null - best_non_null > null_score_diff_threshold``, so the paper's ``tau`` is
   ``-threshold``. The diffs are the official v2.0 script's ``na_probs``; its threshold search needs predictions made
-  with ``null_score_diff_threshold=float("inf")`` (or ``apply_null_threshold``).
+  with ``null_score_diff_threshold=float("inf")`` (or ``apply_null_threshold``). The best threshold it reports is a
+  ``null_score_diff_threshold`` to predict with elsewhere, except when answering nothing scored best: it then
+  reports 0.0, and the threshold that scored best is ``-inf`` (always ``""``).
 
 Departures:
 - Answers map to tokens through the fast tokenizer's offsets into the ORIGINAL text (surviving lower-casing and
@@ -36,7 +38,9 @@ Departures:
 - A training answer not at its ``answer_start`` is skipped with a warning (the reference's looser
   "Could not find answer").
 - The windows are cut here: the tokenizer's ``stride`` is an overlap, which would need to depend on each question's
-  length (``tokenizer_stride``); ``run_qa.py``'s ``stride=doc_stride`` starts a window every ~240 tokens, not 128.
+  length (``tokenizer_stride``). ``run_qa.py``'s ``--doc_stride R`` is that overlap: its windows are ours with
+  ``doc_stride = max_seq_length - 3 - question tokens - R`` (its question is not cut at ``max_query_length``); at
+  384, its 128 starts a window every ~240 tokens, not 128 (tests/tasks/test_squad_doc_stride.py).
 - With no valid span the prediction is ``""`` (diff ``+inf`` in v2.0), not the reference's "empty". v1.1 returns
   no diffs.
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from .cli import ConfigurationError, accelerator_available
 from .cluster import STAGING, StopOnSignal, catching_stop_signals, disk_full, folder_bytes, publish
 
 DEEPSPEED_EXTRA = "pip install 'bert-repro[deepspeed]'"
+TRUE = ("yes", "true", "t", "y", "1")  # as transformers' HfArgumentParser reads a boolean flag
 
 
 def requested_engine() -> str:
@@ -34,33 +36,63 @@ def requested_engine() -> str:
     return "ddp"
 
 
-def _deepspeed_in_arguments(argv: list[str]) -> bool:
-    """`--deepspeed CONFIG` on the command line or `deepspeed:` in the recipe's `--config` YAML."""
-    if "--deepspeed" in argv or any(arg.startswith("--deepspeed=") for arg in argv):
-        return True
-    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+def _given(argv: list[str], name: str):
+    """`--name`'s value on the command line (the last; True without one), else `name:` in the recipe's `--config`
+    YAML; None when neither gives it. For the checks made before the recipe parses its arguments."""
+    value = None
+    for at, arg in enumerate(argv):
+        if arg == f"--{name}":
+            value = argv[at + 1] if at + 1 < len(argv) and not argv[at + 1].startswith("--") else True
+        elif arg.startswith(f"--{name}="):
+            value = arg.partition("=")[2]
+    if value is None and "--config" in argv and argv.index("--config") + 1 < len(argv):
         import yaml
 
         try:
             with open(argv[argv.index("--config") + 1]) as file:
                 values = yaml.safe_load(file)
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            return False  # the recipe's own parsing names the file and the problem
-        return isinstance(values, dict) and bool(values.get("deepspeed"))
-    return False
+            return None  # the recipe's own parsing names the file and the problem
+        value = values.get(name) if isinstance(values, dict) else None
+    return value
+
+
+def _refuse(message: str) -> None:
+    """A fault every process finds alike: the first process of each machine says it (the recipe prints it, exit
+    code 2) once the others have left quietly with 0, so that torchrun reports one failure, not one per process
+    and the others stopped by its SIGTERM."""
+    if int(os.environ.get("LOCAL_RANK", "0") or 0) > 0:
+        sys.exit(0)
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's processes: the others are this one's siblings
+        import psutil  # accelerate's dependency
+
+        me = psutil.Process()
+        psutil.wait_procs([p for p in me.parent().children() if p.pid != me.pid], timeout=120)
+    raise ConfigurationError(message) from None  # a refusal, not a consequence of what was being handled
 
 
 def check_deepspeed_installed(argv: list[str]) -> None:
-    """DeepSpeed asked for but not installed: said before TrainingArguments fails with an unrelated TypeError."""
-    if requested_engine() != "deepspeed" and not _deepspeed_in_arguments(argv):
+    """The checks the command line allows before TrainingArguments: DeepSpeed asked for but not installed (it then
+    fails with an unrelated TypeError), and several processes without a GPU nor --use_cpu (said before the
+    processes print anything else)."""
+    launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    use_cpu = parse_flag_from_env("ACCELERATE_USE_CPU") or str(_given(argv, "use_cpu")).lower() in TRUE
+    # Only the process's own command line: from Python, `replace(use_cpu=True)` may follow (check_engine sees it).
+    if argv == sys.argv[1:] and launched > 1 and not use_cpu and not accelerator_available():
+        _refuse(
+            f"{launched} processes were launched on a machine without a GPU, without --use_cpu true. On CPUs: "
+            "accelerate launch --config_file recipes/accelerate/ddp_cpu.yaml (two processes), the recipe and its "
+            "arguments, then --use_cpu true; one process: python instead of accelerate launch."
+        )
+    if requested_engine() != "deepspeed" and not _given(argv, "deepspeed"):
         return
     try:
         import deepspeed  # noqa: F401
     except ImportError:
-        raise ConfigurationError(
+        _refuse(
             "The DeepSpeed engine was asked for (accelerate config distributed_type: DEEPSPEED, or --deepspeed) but "
             f"the deepspeed package is not installed: {DEEPSPEED_EXTRA}."
-        ) from None
+        )
 
 
 def _one_process_of_several() -> bool:
@@ -81,26 +113,26 @@ def check_engine(training, *, optimizer: str | None = None) -> None:
     on_cpu = training.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")  # TrainingArguments reads both
     launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if _one_process_of_several() and not accelerator_available():
-        raise ConfigurationError(
+        _refuse(
             "accelerate launch was asked for several processes on a machine without a GPU and started one (its --cpu "
             "and MULTI_CPU launches do). For several CPU processes: accelerate launch --config_file "
             "recipes/accelerate/ddp_cpu.yaml ... --use_cpu true; for one, leave out --num_processes (and MASTER_ADDR)."
         )
     if launched > 1 and not on_cpu and not accelerator_available():
-        raise ConfigurationError(
+        _refuse(
             f"{launched} processes were launched on a machine without a GPU, but --use_cpu is false: "
             "they would not train as one job (accelerate gives each its own world, DeepSpeed sees a batch size that "
             "does not add up). Pass --use_cpu true (or use_cpu: true in the recipe's YAML config)."
         )
     if requested_engine() == "deepspeed" and optimizer in PER_TENSOR_OPTIMIZERS:
-        raise ConfigurationError(
+        _refuse(
             f"--optimizer {optimizer} cannot run under DeepSpeed ZeRO: its trust ratio needs whole tensors and ZeRO "
             "gives the optimizer flat partitions across tensors. Use FSDP (recipes/accelerate/fsdp.yaml) or DDP for "
             f"{optimizer}, or --optimizer adamw / bert_adam with DeepSpeed."
         )
     fsdp1 = os.environ.get("FSDP_VERSION", "1").strip() != "2"  # accelerate's default is FSDP1
     if requested_engine() == "fsdp" and fsdp1 and (on_cpu or not accelerator_available()):
-        raise ConfigurationError(
+        _refuse(
             'FSDP1 cannot run on CPU processes (torch: "Inconsistent compute device and `device_id` on rank 0: '
             'cpu vs cpu:0"). Set fsdp_version: 2 in the accelerate config (as recipes/accelerate/fsdp_cpu.yaml).'
         )

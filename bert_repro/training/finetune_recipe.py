@@ -111,14 +111,20 @@ class FineTuningArguments(SpeedSwitches):
         None, "BiLSTM head: units per direction (default: the encoder's hidden size, the paper's 768 for BASE)."
     )
     max_seq_length: int | None = flag(None, "Tokens per input (task default).", group="data")
-    doc_stride: int = flag(128, "SQuAD: a new window every doc_stride tokens.", group="data")
+    doc_stride: int = flag(
+        128,
+        "SQuAD: a new window every doc_stride tokens (Google's run_squad.py: the step between window starts). "
+        "transformers' run_qa.py --doc_stride R is the overlap between windows: its windows are ours with "
+        "max_seq_length - 3 - (question tokens) - R, for each question (at 384, its 128 is our 253 - question tokens).",
+        group="data",
+    )
     max_query_length: int = flag(64, "SQuAD: question tokens kept.", group="data")
     n_best_size: int = flag(20, "SQuAD: best starts x best ends considered.", group="evaluation")
     max_answer_length: int = flag(30, "SQuAD: longest answer in tokens.", group="evaluation")
     max_train_samples: int | None = flag(None, "Use only so many training rows.", group="training")
     max_eval_samples: int | None = flag(None, "Use only so many evaluation rows.", group="evaluation")
     num_proc: int | None = flag(None, "Processes for tokenisation.", group="data")
-    attn_implementation: str = flag("sdpa", "eager, sdpa or flash_attention_2.")
+    attn_implementation: str = flag("sdpa", "eager, sdpa, flex_attention or flash_attention_2.")
     objective: str | None = flag(
         None,
         "Only checks the model's pre-training objective (paper Table 5): the model attends as it was pre-trained, "
