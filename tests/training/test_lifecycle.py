@@ -282,3 +282,45 @@ def test_sigterm_inside_reproduce_stops_it_at_a_safe_point(tmp_path, tiny_model,
         reproduce.run_reproduce(args, grid)
     monkeypatch.setattr(finetune_module, "write_records", records)
     assert "mrpc" in reproduce.run_reproduce(args, grid)  # the same command completes it
+
+
+def test_a_resume_path_gives_way_to_the_runs_own_newer_checkpoint(finished, tmp_path, caplog):
+    """After a kill, the same command with --resume_from_checkpoint PATH goes on from the run's own newest checkpoint,
+    not from PATH again."""
+    data, model, done = finished
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    finetune(data, model, out, "--max_steps", "4")
+    shutil.copytree(done / "runs" / RUN / "checkpoint-2", elsewhere / "checkpoint-2")  # kept elsewhere
+    for path in [*out.iterdir(), *(out / "runs" / RUN).iterdir()]:  # a kill after checkpoint-4
+        if path.name not in ("run_config.json", "runs", "checkpoint-4"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    with caplog.at_level("INFO"):
+        summary = finetune(data, model, out, "--max_steps", "4", "--resume_from_checkpoint", elsewhere / "checkpoint-2")
+    assert f"resuming from {out / 'runs' / RUN / 'checkpoint-4'}" in caplog.text and summary["best"]["steps"] == 4
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "said"),
+    [
+        (KeyboardInterrupt(), 130, "interrupted: no checkpoint was saved yet"),
+        (None, 75, ""),  # the run returned {"stopped_by": ...}: it said so itself
+        ("stopped", 75, "stopped by SIGTERM"),
+        (ConfigurationError("--x: wrong"), 2, "recipe.py: error: --x: wrong"),
+        (OSError(28, "No space left on device", "/out/README.md"), 2, "the disk holding /out/README.md is full"),
+        (RunFinished("nothing to do"), 0, "recipe.py: nothing to do"),
+    ],
+)
+def test_every_recipe_ends_with_one_line_and_its_exit_code(raised, code, said, capsys):
+    """recipes/*.py all run through `lifecycle.main`: a signal is 75 (SIGTERM, SIGUSR1) or 130 (Ctrl-C), what the user
+    can fix is 2 with one line (a full disk while a card or records are written too), a finished run is 0."""
+    from bert_repro.training.lifecycle import Stopped, main
+
+    def body():
+        if raised is None:
+            return {"stopped_by": "SIGTERM"}
+        raise Stopped("stopped by SIGTERM after the records") if raised == "stopped" else raised
+
+    with pytest.raises(SystemExit) as ended:
+        main("recipe.py", body, (ConfigurationError,))
+    err = capsys.readouterr().err
+    assert ended.value.code == code and said in err and "Traceback" not in err and len(err.splitlines()) <= 1
