@@ -6,9 +6,9 @@ the stages it has completed.
   a Hub input by its resolved commit. How a path is spelled, and settings that change no result, are not identity.
 - **Its folder** is checked before any work and locked while the run writes; `--overwrite_output_dir` moves aside
   only a folder that holds a run, and never restarts one that is resumed.
-- **Its stages** (train, evaluate, predict, records, card, push) are recorded in stages.json as each completes: the
-  same command completes what is missing and repeats nothing, and every check comes before any change, so a refusal
-  changes nothing.
+- **Its stages** (train, records, card, push; a fine-tuning grid evaluates and predicts within each of its runs) are
+  recorded in stages.json as each completes: the same command completes what is missing and repeats nothing, and
+  every check comes before any change, so a refusal changes nothing.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ RUN_CONFIG = "run_config.json"  # the settings and the inputs' fingerprints: the
 RESULTS = "results.json"  # the run's summary, written by its "records" stage
 RUN_LOCK = "run.lock"  # held by the run writing into the folder
 STAGES_FILE = "stages.json"  # {stage: what it did}, each written as it completes
-STAGES = ("train", "evaluate", "predict", "records", "card", "push")
+STAGES = ("train", "records", "card", "push")
 
 # The files a model or tokenizer is loaded from; a folder's other files (results, runs, cards) are not its identity.
 MODEL_FILES = re.compile(
@@ -49,10 +49,6 @@ MODEL_FILES = re.compile(
 
 class RunFinished(Exception):
     """The output directory holds this run with every stage asked for complete (a requeued job): exit 0."""
-
-    def say(self, recipe: str) -> None:
-        if os.environ.get("RANK", "0") == "0":
-            print(f"{recipe}: {self}", file=sys.stderr)
 
 
 class Stopped(Exception):
@@ -90,7 +86,7 @@ def main(name: str, body: Callable[[], Any], user_errors: tuple, output_dir: Cal
     except KeyboardInterrupt:  # where the newest checkpoint is, and how to go on, instead of a traceback
         sys.exit(interrupted(name, output_dir()))
     except RunFinished as done:  # a requeued job: the run is complete, and nothing in it is touched
-        done.say(name)
+        say(str(done))
         sys.exit(0)
     except Stopped as err:
         say(str(err))
@@ -219,7 +215,7 @@ def read_stages(output_dir: str | Path) -> dict[str, Any]:
     try:
         done = json.loads((out / STAGES_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        done = dict.fromkeys(("train", "evaluate", "card"), {}) if (out / RESULTS).exists() else {}
+        done = dict.fromkeys(("train", "card"), {}) if (out / RESULTS).exists() else {}
     except (OSError, ValueError):
         done = {}  # torn or unreadable: every stage is done again, each writing whole files
     if (out / RESULTS).exists():  # the "records" stage's last write: its own record, so a kill cannot split them

@@ -65,9 +65,15 @@ def check_same_study(output_dir: Path, args: StudyArguments) -> None:
     path = output_dir / "study_args.json"
     if path.is_file():
         before = json.loads(path.read_text())
-        changed = [f"--{k} {before.get(k)!r} then, {record[k]!r} now" for k in record if before.get(k) != record[k]]
         changed = [
-            c.split(" ", 1)[0] + " inputs: other content than" if c.startswith("--inputs") else c for c in changed
+            f"--{k} {before.get(k)!r} then, {v!r} now"
+            for k, v in record.items()
+            if k != "inputs" and before.get(k) != v
+        ]
+        changed += [
+            f"--{name.replace('model ', 'reuse ')}: other content than this study read"
+            for name, value in record["inputs"].items()
+            if (before.get("inputs") or {}).get(name) != value
         ]
         if changed:
             raise ConfigurationError(

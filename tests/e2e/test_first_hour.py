@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from bert_repro import BertReproForPreTraining
 from bert_repro.data.wordpiece import load_tokenizer, save_tokenizer, train_wordpiece
 from bert_repro.hub.push import stage
-from bert_repro.training.lifecycle import RunFinished
+from bert_repro.training.lifecycle import RunFinished, main
 
 LOAD_TIME_KEYS = {"local_files_only", "is_local"}  # what an offline from_pretrained adds to init_kwargs
 
@@ -47,8 +47,12 @@ def test_a_push_cleans_a_tokenizer_config_saved_before(tmp_path, tokenizer_dir):
 @pytest.mark.parametrize("rank", ["0", "1"])
 def test_a_finished_run_is_announced_by_the_first_process_only(rank, monkeypatch, capsys):
     # every process of a launch finds the run finished; the line is the run's, not each process's
+    def finished():
+        raise RunFinished("runs/x already holds this run, finished")
+
     monkeypatch.setenv("RANK", rank)
-    RunFinished("runs/x already holds this run, finished").say("pretrain.py")
+    with pytest.raises(SystemExit):
+        main("pretrain.py", finished, ())
     said = capsys.readouterr().err.splitlines()
     assert said == (["pretrain.py: runs/x already holds this run, finished"] if rank == "0" else [])
 

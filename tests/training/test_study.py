@@ -404,3 +404,21 @@ def test_each_study_runs_end_to_end_and_writes_its_table(name, selection, rows, 
     if name == "table8":
         config = json.loads((out / "pretrain" / "mask100_same0_rnd0" / "run_config.json").read_text())
         assert "mask_replace_prob" in json.dumps(config) and '"random_replace_prob": 0.0' in json.dumps(config)
+
+
+def test_a_study_folder_is_the_same_study_by_what_its_inputs_hold(tmp_path, tiny_model):
+    """A reused model moved or spelled otherwise is the same study; one changed in place is refused before any run."""
+    import dataclasses
+    import shutil
+
+    from bert_repro.training.cli import ConfigurationError
+    from bert_repro.training.study import StudyArguments, check_same_study
+
+    model, out = shutil.copytree(tiny_model, tmp_path / "model"), tmp_path / "study"
+    args = StudyArguments(study="pretraining", output_dir=str(out), reuse=[f"pretrained={model}"])
+    check_same_study(out, args)
+    moved = shutil.copytree(model, tmp_path / "elsewhere")
+    check_same_study(out, dataclasses.replace(args, reuse=[f"pretrained={moved}/"]))
+    (moved / "config.json").write_text((moved / "config.json").read_text().replace("{", '{"edited": 1, ', 1))
+    with pytest.raises(ConfigurationError, match=r"\(--reuse pretrained: other content than this study read\)"):
+        check_same_study(out, dataclasses.replace(args, reuse=[f"pretrained={moved}"]))
