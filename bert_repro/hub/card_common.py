@@ -120,19 +120,6 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def percent(metric: str, value: Any) -> float | None:
-    """A score in percent: our metrics are fractions except SQuAD's (as `bert_repro.training.reproduce.percent`)."""
-    return round(value if metric.startswith("squad") else 100 * value, 2) if is_number(value) else None
-
-
-def own_scale(metric: str, percent_value: Any) -> float | None:
-    """A score given in percent (a study's cells) back in ``metric``'s own scale, the model-index's (`percent`'s
-    inverse; rounded to undo the float noise of the division)."""
-    if not is_number(percent_value):
-        return None
-    return percent_value if metric.startswith("squad") else round(percent_value / 100, 6)
-
-
 def duration(seconds: Any) -> str:
     """A time as people read it: "42 s", "3.1 min", "2.0 h"."""
     if not is_number(seconds):

@@ -16,6 +16,7 @@ from huggingface_hub import EvalResult, EvalResultEntry, ModelCard, eval_result_
 from huggingface_hub.constants import EVAL_RESULTS_FOLDER
 
 from ..atomic import write_text
+from ..tasks.metrics import percent
 from ..tasks.registry import METRICS, Result, Task, get_task
 from . import card_common as card
 
@@ -120,7 +121,7 @@ def _finetuning_eval(
         for metric in _metric_keys(task, scores):
             value = scores[metric]
             label = METRICS[metric].label
-            ours = card.percent(metric, value)
+            ours = percent(metric, value)
             if ours is not None:
                 eval_results.append(_task_result(task, split, metric, value, label))
             rows.append(
@@ -128,7 +129,7 @@ def _finetuning_eval(
                     "split": card.SPLIT_NAMES.get(split, split),
                     "metric": label,
                     "ours": card.score(ours, "undefined"),
-                    "majority": card.score(card.percent(metric, majority.get(metric)), "–"),
+                    "majority": card.score(percent(metric, majority.get(metric)), "–"),
                     "base": _paper_cell(_paper_value(task, metric, "base", split)),
                     "large": _paper_cell(_paper_value(task, metric, "large", split)),
                     "main": "yes" if metric == task.main_metric else "",
@@ -156,7 +157,7 @@ def _run_rows(task: Task, summary: Mapping[str, Any]) -> list[dict[str, str]]:
             {
                 "learning_rate": card.format_setting(r.get("learning_rate")),
                 "seed": card.format_setting(r.get("seed")),
-                "score": card.score(card.percent(task.main_metric, score)),
+                "score": card.score(percent(task.main_metric, score)),
                 "seconds": card.count(r.get("train_seconds")),
                 "best": "yes" if (r.get("learning_rate"), r.get("seed")) == kept else "",
             }

@@ -11,6 +11,7 @@ from huggingface_hub import EvalResult, ModelCard
 
 from ..data.pretraining_config import PreTrainingDataConfig
 from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
+from ..tasks.metrics import percent
 from ..tasks.registry import METRICS, TASKS
 from ..training.pretraining.recipe import DataSettings, PreTrainingRecipe
 from . import card_common as card
@@ -136,9 +137,7 @@ def _pretraining_eval(
         value = results.get(f"eval_{key}")
         if card.is_number(value):
             eval_results.append(card.held_out_result(key, value, dataset, corpus["name"], config=corpus["config"]))
-        rows.append(
-            {"metric": card.HELD_OUT_TASKS[key][2], "ours": card.score(card.percent(key, value)), "paper": paper}
-        )
+        rows.append({"metric": card.HELD_OUT_TASKS[key][2], "ours": card.score(percent(key, value)), "paper": paper})
     for key, label in (("mlm_loss", "MLM loss"), ("nsp_loss", "NSP loss")):
         value = results.get(f"eval_{key}")
         ours = f"{value:.4f}" if card.is_number(value) else card.NOT_RECORDED

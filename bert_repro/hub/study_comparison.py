@@ -12,6 +12,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult
 
+from ..tasks.metrics import own_scale
 from ..tasks.registry import METRICS, TASKS
 from . import card_common as card
 from .finetuned_card import _task_result
@@ -89,7 +90,7 @@ def fine_tuning_comparison(
         split_name = card.SPLIT_NAMES.get(split, split)
         if card.is_number(ours):
             name = result_name(METRICS[metric].label, split_name, len(cell.get("seeds") or {}))
-            eval_results.append(_task_result(task, split, metric, card.own_scale(metric, ours), name))
+            eval_results.append(_task_result(task, split, metric, own_scale(metric, ours), name))
         both = card.is_number(ours) and card.is_number(theirs)
         errors = [e for e in (cell.get("se"), other.get("se")) if card.is_number(e)]
         se = math.sqrt(sum(e * e for e in errors)) if both and len(errors) == 2 else None

@@ -428,3 +428,19 @@ def compute(metric_names: Sequence[str], predictions: Any, references: Any) -> d
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}; known: {sorted(METRICS)}")
     return {name: METRICS[name](predictions, references) for name in metric_names}
+
+
+def percent(metric: str, value: Any) -> float | None:
+    """A score in percent, as the paper prints them: our metrics are fractions except SQuAD's (percent, as the
+    official scripts give them). Rounded to the paper's two decimals; None for a missing score."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return round(value if metric.startswith("squad") else 100 * value, 2)
+
+
+def own_scale(metric: str, percent_value: Any) -> float | None:
+    """`percent`'s inverse: a score given in percent (a study's cells) back in ``metric``'s own scale, the
+    model-index's (rounded to undo the float noise of the division)."""
+    if percent(metric, percent_value) is None:
+        return None
+    return percent_value if metric.startswith("squad") else round(percent_value / 100, 6)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import atomic_path, write_json, write_text
+from ..tasks.metrics import percent
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, Task, get_task
 from .cli import ConfigurationError, HelpLayout, flag, hide_credentials
 from .finetune import run_finetuning
@@ -97,11 +98,6 @@ def check_task_data(tasks: list[Task], data_root: str | None) -> dict[str, Path 
     return dirs
 
 
-def percent(metric: str, value: float) -> float:
-    """Our metrics are fractions except SQuAD's (percent, as the official scripts); the paper prints percent."""
-    return value if metric.startswith("squad") else 100 * value
-
-
 def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str, Any]:
     """One line of the report: our main metric on the first evaluation split beside the paper's number."""
     best = summary["best"]
@@ -115,14 +111,14 @@ def task_row(task: Task, summary: dict[str, Any], paper_model: str) -> dict[str,
         "task": task.name,
         "metric": metric,
         "split": split,
-        "ours": round(ours, 2),
+        "ours": ours,
         "paper": paper.value if paper else None,
         "paper_split": paper.split if paper else None,
         "learning_rate": best["learning_rate"],
         "seed": best["seed"],
         "seconds": summary["seconds"],
         "runs": len(summary["runs"]),
-        "majority": None if majority is None else round(percent(metric, majority), 2),
+        "majority": percent(metric, majority),
         "one_label": (best.get("one_label") or {}).get(split),
         "subsampled": {
             key: value

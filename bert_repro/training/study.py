@@ -22,6 +22,7 @@ from typing import Any
 
 from ..atomic import write_json
 from ..model.conversion import TOKENIZER_FILES
+from ..tasks.metrics import percent
 from ..tasks.registry import get_task
 from .cli import ConfigurationError
 from .cluster import catching_stop_signals, signal_received
@@ -31,7 +32,7 @@ from .finetune_recipe import check_inputs as check_finetuning_inputs
 from .lifecycle import Stopped, check_stopped, fingerprints
 from .pretraining import PreTrainingRecipe, run_pretraining
 from .pretraining.plan import check as check_pretraining
-from .reproduce import check_task_data, percent
+from .reproduce import check_task_data
 from .study_arguments import StudyArguments, _parse_reuse, _split_args, select, without_credentials
 from .study_report import write_study
 from .study_tables import STUDIES, Column, Study, Variant, get_study
@@ -263,7 +264,7 @@ def cell_value(
     if column.metric == "mlm_perplexity":
         loss = pretrain_results.get("eval_mlm_loss")
         return None if loss is None else round(math.exp(loss), 2)
-    return round(percent(column.metric, finetune_results["best"][column.split][column.metric]), 2)
+    return percent(column.metric, finetune_results["best"][column.split][column.metric])
 
 
 def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]:
