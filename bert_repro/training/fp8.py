@@ -30,7 +30,8 @@ def fp8_layer_filter(module: nn.Module, fqn: str) -> bool:
 
 
 def fp8_problem(bf16: bool) -> str | None:
-    """Why `--fp8` cannot run here, or None."""
+    """Why `--fp8` cannot run here, or None. The float8 products run inside bf16 autocast, so `--bf16` is part of
+    the requirement, not a separate choice."""
     try:
         import torchao.float8  # noqa: F401
     except ImportError:
