@@ -195,27 +195,19 @@ def hyperparameter_sections(
 
 
 def metadata(
-    *,
-    repo_id: str,
-    pipeline_tag: str,
-    eval_results: list[EvalResult],
-    tags: tuple[str, ...] = (),
-    datasets: list[str] | None = None,
-    base_model: str | None = None,
-    metrics: list[str] | None = None,
+    repo_id: str, pipeline_tag: str, eval_results: list[EvalResult], tags: tuple[str, ...] = (), **fields: Any
 ) -> ModelCardData:
-    """The card's metadata block; ``tags``: those after "bert", "bert_repro" and the pipeline tag."""
+    """The card's metadata block; ``tags``: those after "bert", "bert_repro" and the pipeline tag; ``fields``: the
+    other fields of `ModelCardData` (datasets, base_model, metrics)."""
     return ModelCardData(
         language="en",
         license=LICENSE,
         library_name="transformers",
         pipeline_tag=pipeline_tag,
         tags=["bert", "bert_repro", pipeline_tag, *tags],
-        datasets=datasets or None,
-        base_model=base_model,
-        metrics=metrics or None,
         model_name=repo_id.rstrip("/").split("/")[-1],
         eval_results=eval_results or None,
+        **fields,
     )
 
 
@@ -226,23 +218,27 @@ HELD_OUT_TASKS = {
 }
 
 
-def held_out_result(
-    key: str, value: float, dataset: str, corpus: str, note: str = "", config: str | None = None
-) -> EvalResult:
-    """The model-index entry of MLM or NSP accuracy (``key``) on ``corpus``'s held-out documents: a fraction, as
-    every score of a model-index here (as `evaluate`'s accuracy; the cards' tables give percent)."""
-    task_type, task_name, label = HELD_OUT_TASKS[key]
-    return EvalResult(
-        task_type=task_type,
-        task_name=task_name,
-        dataset_type=dataset,
-        dataset_name=f"{corpus}, held-out documents",
-        dataset_config=config,
-        dataset_split="held-out",
-        metric_type="accuracy",
-        metric_value=value,
-        metric_name=f"{label}{note}",
-    )
+def held_out_results(
+    scores: Mapping[str, Any], dataset: str, corpus: str, note: str = "", config: str | None = None
+) -> list[EvalResult]:
+    """The model-index entries of the MLM and NSP accuracies in ``scores`` (`eval_mlm_accuracy`, ...) on ``corpus``'s
+    held-out documents: fractions, as every score of a model-index here (as `evaluate`'s accuracy; the cards' tables
+    give percent)."""
+    return [
+        EvalResult(
+            task_type=task_type,
+            task_name=task_name,
+            dataset_type=dataset,
+            dataset_name=f"{corpus}, held-out documents",
+            dataset_config=config,
+            dataset_split="held-out",
+            metric_type="accuracy",
+            metric_value=scores[f"eval_{key}"],
+            metric_name=f"{label}{note}",
+        )
+        for key, (task_type, task_name, label) in HELD_OUT_TASKS.items()
+        if is_number(scores.get(f"eval_{key}"))
+    ]
 
 
 TASK_TYPE_NAMES = {

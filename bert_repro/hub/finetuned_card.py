@@ -99,26 +99,10 @@ def _finetuning_eval(
             ours = percent(metric, value)
             if ours is not None:
                 eval_results.append(base.task_result(task, split, metric, value, label))
-            rows.append(
-                {
-                    "split": base.SPLIT_NAMES.get(split, split),
-                    "metric": label,
-                    "ours": score(ours, "undefined"),
-                    "majority": score(percent(metric, majority.get(metric)), "–"),
-                    "base": _paper_cell(_paper_value(task, metric, "base", split)),
-                    "large": _paper_cell(_paper_value(task, metric, "large", split)),
-                    "main": "yes" if metric == task.main_metric else "",
-                }
-            )
+            papers = [_paper_cell(_paper_value(task, metric, model, split)) for model in ("base", "large")]
+            majority_score = score(percent(metric, majority.get(metric)), "–")
+            rows.append((split, label, metric == task.main_metric, score(ours, "undefined"), majority_score, *papers))
     return eval_results, rows
-
-
-def _other_reported(task: Task) -> list[str]:
-    return [
-        f"{METRICS[r.metric].label} {r.value:g} on {base.SPLIT_NAMES.get(r.split, r.split)} ({r.model}; {r.source})"
-        for r in task.other_reported
-        if r.metric in METRICS
-    ]
 
 
 @dataclass
@@ -143,20 +127,14 @@ class FineTunedFacts(base.CardFacts):
     epochs: str  # what the kept run trained (--max_steps may stop it within an epoch): "1 epoch", "2.5 epochs"
     null_threshold: str | None  # SQuAD v2.0's, tuned on dev
     eval_results: list[EvalResult]
-    eval_rows: list[dict[str, str]]
-    other_reported: list[str]
+    eval_rows: list[tuple[str, str, bool, str, str, str, str]]  # split, metric, main, ours, majority, paper BASE, LARGE
     hyperparameters: list[tuple[str, list[tuple[str, str]]]]
     versions: list[str]
     usage: base.Usage
 
     @classmethod
     def from_run(
-        cls,
-        output_dir: str | Path,
-        repo_id: str,
-        *,
-        base_model: str | None = None,
-        summary: Mapping[str, Any] | None = None,
+        cls, output_dir: str | Path, repo_id: str, *, base_model: str | None = None, summary: dict | None = None
     ) -> FineTunedFacts:
         """The facts of a fine-tuning output directory's best model, to publish as ``repo_id``. ``base_model``
         defaults to the run's `--model` when that is a Hub id. ``summary``: results.json's content, for the run
@@ -179,10 +157,12 @@ class FineTunedFacts(base.CardFacts):
         epochs = best.get("epochs", hp.get("num_train_epochs"))
         threshold = (best.get(task.eval_splits[0]) or {}).get("squad_best_f1_threshold")
         eval_results, eval_rows = _finetuning_eval(task, best, summary.get("majority_baseline"))
-        each_run = {
+        notes = {
             "learning_rate": "each run sets its own, from the grid",
             "seed": "each run sets its own, from the seeds",
         }
+        if training.get("data_seed") is None:
+            notes["data_seed"] = "each run's seed"
         return cls(
             repo_id=repo_id,
             task=task,
@@ -201,16 +181,10 @@ class FineTunedFacts(base.CardFacts):
             null_threshold=f"{threshold:.4g}" if is_number(threshold) else None,
             eval_results=eval_results,
             eval_rows=eval_rows,
-            other_reported=_other_reported(task),
             hyperparameters=base.hyperparameter_sections(
                 record,
                 {"finetuning": "Fine-tuning run (bert_repro)", "training": "Trainer (transformers TrainingArguments)"},
-                {
-                    "training": {
-                        **each_run,
-                        **({"data_seed": "each run's seed"} if training.get("data_seed") is None else {}),
-                    }
-                },
+                {"training": notes},
             ),
             versions=base.framework_lines(summary.get("versions"), config.get("transformers_version")),
             usage=base.Usage.of(repo_id, task, config),
@@ -225,24 +199,17 @@ class FineTunedFacts(base.CardFacts):
             datasets=[task.hub_id],
             eval_results=self.eval_results,
             base_model=self.base_model,
-            metrics=[m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS],
+            metrics=[m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS] or None,
         )
 
 
 def card_for_finetuning(
-    output_dir: str | Path,
-    repo_id: str,
-    *,
-    base_model: str | None = None,
-    template_dir: str | Path | None = None,
-    summary: Mapping[str, Any] | None = None,
+    output_dir: str | Path, repo_id: str, template_dir: str | Path | None = None, **kwargs: Any
 ) -> ModelCard:
-    """`FineTunedFacts.from_run`'s card (``template_dir``: other templates than the package's). With ``summary``, for
-    the run writing ``output_dir``, its `.eval_results/<task>.yaml` is written there too, for a push to carry; without
-    it the directory is only read."""
-    card = FineTunedFacts.from_run(output_dir, repo_id, base_model=base_model, summary=summary).to_model_card(
-        template_dir
-    )
-    if summary is not None:
-        write_eval_results(output_dir, summary)
+    """`FineTunedFacts.from_run(output_dir, repo_id, **kwargs)`'s card (``template_dir``: other templates than the
+    package's). With a ``summary``, for the run writing ``output_dir``, its `.eval_results/<task>.yaml` is written
+    there too, for a push to carry; without one the directory is only read."""
+    card = FineTunedFacts.from_run(output_dir, repo_id, **kwargs).to_model_card(template_dir)
+    if kwargs.get("summary") is not None:
+        write_eval_results(output_dir, kwargs["summary"])
     return card

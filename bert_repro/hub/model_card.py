@@ -72,20 +72,15 @@ def main(argv: Iterable[str] | None = None) -> Path:
     )
     parser.add_argument("run_dir", help="a pre-training or fine-tuning output directory")
     parser.add_argument("repo_id", help="the Hub repository the model will be published as (owner/name)")
-    parser.add_argument("--base_model", default=None, help="Hub id of the checkpoint this one started from")
-    parser.add_argument(
-        "--benchmark", default=None, help="pre-training: a recipes/reproduce.py output directory for this checkpoint"
-    )
+    parser.add_argument("--base_model", help="Hub id of the checkpoint this one started from")
+    parser.add_argument("--benchmark", help="pre-training: a recipes/reproduce.py output directory for this checkpoint")
     parser.add_argument(
         "--output",
-        default=None,
         help="where to write the card (default: README.md beside the weights); a fine-tuned run's .eval_results/ "
         "goes beside it",
     )
     parser.add_argument(
-        "--study",
-        default=None,
-        help="pre-training: a recipes/study.py output directory (study.json) of this checkpoint",
+        "--study", help="pre-training: a recipes/study.py output directory (study.json) of this checkpoint"
     )
     args = parser.parse_args(None if argv is None else list(argv))
     try:

@@ -12,17 +12,14 @@ from typing import Any, ClassVar
 from huggingface_hub import EvalResult, ModelCardData
 
 from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
-from ..tasks.metrics import percent
 from ..training.pretraining.recipe import PreTrainingRecipe
 from . import card_base as base
-from .numbers import NOT_RECORDED, count, is_number, loss, plural, score
+from .numbers import NOT_RECORDED, count, is_number, plural
 from .secrets import CardError, is_hub_id, last_component
 from .study_comparison import StudyComparison
 
 # The paper's pre-training scale (section 3.1 and appendix A.2), to put a run's in perspective.
 PAPER_STEPS, PAPER_BATCH = 1_000_000, 256
-# Paper, footnote to section 3.1: "The final model achieves 97%-98% accuracy on NSP."
-PAPER_NSP_ACCURACY = "97–98"
 
 
 def _shown_path(path: str) -> str:
@@ -72,26 +69,6 @@ def _tokens_seen(statistics: Mapping[str, Any], recipe: PreTrainingRecipe, resul
         if n:
             total += stats["tokens"] / stats["examples"] * n * batch
     return int(total)
-
-
-def _pretraining_eval(
-    results: Mapping[str, Any], dataset: str, corpus: str, config: str | None
-) -> tuple[list[EvalResult], list[dict[str, str]]]:
-    """model-index entries and table rows for MLM and NSP accuracy on the held-out documents of ``corpus``."""
-    papers = {
-        "mlm_accuracy": "not reported in the paper",
-        "nsp_accuracy": f"{PAPER_NSP_ACCURACY} (final models, paper section 3.1)",
-    }
-    eval_results, rows = [], []
-    for key, paper in papers.items():
-        value = results.get(f"eval_{key}")
-        if is_number(value):
-            eval_results.append(base.held_out_result(key, value, dataset, corpus, config=config))
-        rows.append({"metric": base.HELD_OUT_TASKS[key][2], "ours": score(percent(key, value)), "paper": paper})
-    for key, label in (("mlm_loss", "MLM loss"), ("nsp_loss", "NSP loss")):
-        value = results.get(f"eval_{key}")
-        rows.append({"metric": label, "ours": loss(value), "paper": "not reported in the paper"})
-    return eval_results, rows
 
 
 def _last_loss(out: Path) -> str | None:
@@ -149,7 +126,6 @@ class PreTrainedFacts(base.CardFacts):
     corpus_tokens: int | None
     corpus_documentation: str  # the local corpus's README or manifest
     eval_results: list[EvalResult]
-    eval_rows: list[dict[str, str]]
     sequences: int | None  # sequences trained on
     tokens_seen: int | None
     paper_share: str  # of the paper's pre-training sequences
@@ -186,7 +162,6 @@ class PreTrainedFacts(base.CardFacts):
         name = hub_id or ", ".join(map(_corpus_name, sources)) or NOT_RECORDED
         slug = re.sub(r"[^\w.-]+", "-", name).strip("-") or "corpus"
         config_name = recipe.data.hub_config if hub_id else None
-        eval_results, eval_rows = _pretraining_eval(results, hub_id or slug, name, config_name)
         steps = results.get("global_step")
         sequences = steps * recipe.optimization.global_batch_size if is_number(steps) else None
         report = None
@@ -209,8 +184,7 @@ class PreTrainedFacts(base.CardFacts):
             corpus_documents="number of documents not recorded" if documents is None else plural(documents, "document"),
             corpus_tokens=_corpus_total(statistics, "document_tokens"),
             corpus_documentation="" if hub_id else " and ".join(f"`{d}`" for d in _corpus_documentation(sources)),
-            eval_results=eval_results,
-            eval_rows=eval_rows,
+            eval_results=base.held_out_results(results, hub_id or slug, name, config=config_name),
             sequences=sequences,
             tokens_seen=_tokens_seen(statistics, recipe, results),
             paper_share=f"{100 * sequences / (PAPER_STEPS * PAPER_BATCH):.3g}%" if sequences else NOT_RECORDED,

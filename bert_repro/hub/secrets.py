@@ -21,17 +21,9 @@ _DROPPED_PREFIXES = ("hub_", "push_to_hub", "trackio_", "logging_")
 _DROPPED_SUFFIXES = ("_token", "_api_key", "_secret", "_password")
 # Settings that name files or directories (local paths are reduced to their last component).
 _PATH_KEYS = {"corpus", "tokenizer", "init_from", "model", "data", "deepspeed", "fsdp_config"}
-SECRET_ENV_VARS = (
-    "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN",
-    "HF_API_TOKEN",
-    "WANDB_API_KEY",
-    "COMET_API_KEY",
-    "NEPTUNE_API_TOKEN",
-    "OPENAI_API_KEY",
-    "AWS_SECRET_ACCESS_KEY",
-    "GITHUB_TOKEN",
-)
+# Credentials a training machine commonly holds: the Hub's, the trackers' and others'.
+SECRET_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "WANDB_API_KEY", "COMET_API_KEY")
+SECRET_ENV_VARS += ("NEPTUNE_API_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN")
 _TOKEN_PATTERN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 _FILE_SUFFIXES = (".txt", ".text", ".md", ".json", ".jsonl", ".parquet", ".csv", ".tsv", ".yaml", ".yml")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,7 +25,6 @@ from ..data.travel_corpus import CORPUS_FILE, MANIFEST_FILE
 from ..model.configuration_bert_repro import PRESETS, PRETRAINING_OBJECTIVES
 from ..training.cli import values_of
 from . import card_base as base
-from .numbers import is_number
 from .pretrained_card import PAPER_BATCH, PAPER_STEPS, _corpus_name, _shown_path
 from .secrets import CardError
 from .study_comparison import StudyComparison, is_random_init
@@ -34,18 +33,6 @@ from .study_comparison import StudyComparison, is_random_init
 def _flag(args: list[str], name: str) -> str | None:
     """The value of ``--name`` in an argument list (the last one wins, as the recipes parse it)."""
     return (values_of(args, name) or [None])[-1]
-
-
-def _held_out(run: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(metric, value) of the one evaluation at the end of pre-training."""
-    last = run.get("last_eval") or {}
-    rows = [("mlm_accuracy", "MLM accuracy (%)", 100, 2), ("nsp_accuracy", "NSP accuracy (%)", 100, 2)]
-    rows += [("mlm_loss", "MLM loss", 1, 4), ("nsp_loss", "NSP loss", 1, 4)]
-    return [
-        (label, f"{scale * last[f'eval_{key}']:.{digits}f}")
-        for key, label, scale, digits in rows
-        if is_number(last.get(f"eval_{key}"))
-    ]
 
 
 @dataclass
@@ -78,7 +65,7 @@ class StudyFacts(base.CardFacts):
     seconds: float | None  # of pre-training
     step_seconds: float | None  # of the call's whole study step
     commit: str
-    held_out: list[tuple[str, str]]
+    last_eval: dict[str, Any]  # the one held-out evaluation, at the end of pre-training
     versions: list[str]
     usage: base.Usage
 
@@ -104,10 +91,8 @@ class StudyFacts(base.CardFacts):
         sequences = steps * int(batch) if steps and batch else None
         seconds = run.get("train_runtime_s") or pretraining.get("train_runtime_s")
         rate = pretraining.get("tokens_per_second")
-        preset, objective = (
-            _flag(args, "preset") or "base",
-            PRETRAINING_OBJECTIVES[_flag(args, "objective") or "mlm_nsp"],
-        )
+        preset = _flag(args, "preset") or "base"
+        objective = PRETRAINING_OBJECTIVES[_flag(args, "objective") or "mlm_nsp"]
         corpus = _flag(args, "corpus")
         commit = (results.get("commit") or "")[:12]
         return cls(
@@ -139,7 +124,7 @@ class StudyFacts(base.CardFacts):
                 (s.get("seconds") for s in results.get("steps") or [] if s.get("name") == f"study_{name}"), None
             ),
             commit=commit or "not recorded",
-            held_out=_held_out(run),
+            last_eval=run.get("last_eval") or {},
             # as the GPU call recorded them; bert_repro by the commit it ran
             versions=base.framework_lines(
                 {**(results.get("versions") or {}), "bert_repro": f"commit {commit}" if commit else None}
@@ -148,12 +133,9 @@ class StudyFacts(base.CardFacts):
         )
 
     def card_data(self) -> ModelCardData:
-        corpus, pretraining = self.corpus_name, self.pretraining
-        held_out = [
-            base.held_out_result(key, pretraining[f"eval_{key}"], corpus, corpus, ", held-out, one evaluation")
-            for key in base.HELD_OUT_TASKS
-            if is_number(pretraining.get(f"eval_{key}"))
-        ]
+        held_out = base.held_out_results(
+            self.pretraining, self.corpus_name, self.corpus_name, ", held-out, one evaluation"
+        )
         return base.metadata(
             repo_id=self.repo_id, pipeline_tag="fill-mask", eval_results=held_out + self.comparison.eval_results
         )
