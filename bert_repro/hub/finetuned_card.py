@@ -81,7 +81,7 @@ def _paper_value(task: Task, metric: str, model: str, split: str) -> Result | No
 
 
 def _paper_cell(result: Result | None) -> str:
-    return "–" if result is None else f"{result.value:.1f} ({base.SPLIT_NAMES.get(result.split, result.split)})"
+    return "–" if result is None else f"{result.value:.1f} ({base.split_name(result.split)})"
 
 
 def _finetuning_eval(

@@ -9,7 +9,7 @@ fail (`StrictUndefined`), not leave a blank.
 Conventions: the tables' scores are in percent, the paper's as printed (its GLUE numbers are test-server scores, and
 the cards say so); the model-index (and a fine-tuned run's `.eval_results/`) gives each metric in its own scale, as
 `evaluate` does; an unrecorded value reads "not recorded"; nothing private goes in (the cards drop output,
-tracker and token settings, reduces local paths, and refuses a card holding a secret: `secrets`).
+tracker and token settings, reduce local paths, and refuse a card holding a secret: `secrets`).
 """
 
 from __future__ import annotations

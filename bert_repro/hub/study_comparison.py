@@ -16,7 +16,7 @@ from huggingface_hub import EvalResult
 
 from ..tasks.metrics import own_scale
 from ..tasks.registry import METRICS, TASKS
-from .card_base import SPLIT_NAMES, read_json, task_result
+from .card_base import read_json, split_name, task_result
 from .numbers import format_setting, is_number, plural, score
 from .secrets import CardError, public_value
 
@@ -117,17 +117,13 @@ class StudyComparison:
                 continue  # a pre-training column (no fine-tuning) or a task this version does not know
             task, metric, split = TASKS[column["task"]], column["metric"], column.get("split") or "validation"
             cell, other = row["cells"].get(column["key"]) or {}, (random.get("cells") or {}).get(column["key"]) or {}
-            label, split_name, finished = (
-                METRICS[metric].label,
-                SPLIT_NAMES.get(split, split),
-                len(cell.get("seeds") or {}),
-            )
+            label, shown, finished = METRICS[metric].label, split_name(split), len(cell.get("seeds") or {})
             if is_number(cell.get("ours")):
                 how = f"mean of {plural(finished, 'seed')}" if finished else "best of the learning-rate grid"
-                name = f"{label}, fine-tuned, " + (f"{split_name}, " if split_in_names else "") + how
+                name = f"{label}, fine-tuned, " + (f"{shown}, " if split_in_names else "") + how
                 eval_results.append(task_result(task, split, metric, own_scale(metric, cell["ours"]), name))
             majority = baseline.get(column["key"])
-            table.append(_comparison_row(task.display_name, label, split_name, cell, other, majority, len(seeds) or 1))
+            table.append(_comparison_row(task.display_name, label, shown, cell, other, majority, len(seeds) or 1))
         return cls(
             eval_results=eval_results,
             rows=table,
