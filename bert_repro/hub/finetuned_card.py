@@ -1,53 +1,28 @@
-"""The card of a fine-tuned checkpoint (`recipes/finetune.py`'s output directory), rendered with `finetuned.md`, and
-its `.eval_results/<task>.yaml`: huggingface_hub 2.x's evaluation results, which the Hub shows on the model page and
-on the benchmark dataset's leaderboard (the card's model-index stays, for older tools).
-
-`_task_result` also names a study's fine-tuning scores.
+"""The card of a fine-tuned checkpoint (`recipes/finetune.py`'s output directory): `FineTunedFacts`, rendered with
+`finetuned.md`; and its `.eval_results/<task>.yaml`: huggingface_hub 2.x's evaluation results, which the Hub shows on
+the model page and on the benchmark dataset's leaderboard (the card's model-index stays, for older tools).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
-from huggingface_hub import EvalResult, EvalResultEntry, ModelCard, eval_result_entries_to_yaml
+from huggingface_hub import EvalResult, EvalResultEntry, ModelCard, ModelCardData, eval_result_entries_to_yaml
 from huggingface_hub.constants import EVAL_RESULTS_FOLDER
 
 from ..atomic import write_text
 from ..tasks.metrics import percent
 from ..tasks.registry import METRICS, Result, Task, get_task
-from . import card_common as card
-
-__all__ = ["card_for_finetuning", "eval_result_entries", "write_eval_results"]
-
+from . import card_base as base
+from .numbers import NOT_RECORDED, is_number, plain, score
+from .secrets import CardError, is_hub_id, last_component, public_name
 
 # Metric ids the Hub knows (hf.co/metrics), for the `metrics` field.
 HUB_METRICS = {"accuracy", "f1", "exact_match", "matthews_correlation", "pearsonr", "spearmanr", "precision", "recall"}
-TASK_TYPE_NAMES = {
-    "fill-mask": "Fill-Mask",
-    "text-classification": "Text Classification",
-    "question-answering": "Question Answering",
-    "multiple-choice": "Multiple Choice",
-    "token-classification": "Token Classification",
-}
-
-
-def _task_result(task: Task, split: str, metric: str, value: float, name: str) -> EvalResult:
-    """A model-index entry for a score of ``task`` on ``split``, named as the registry names it."""
-    task_type = task.kind.pipeline_tag
-    return EvalResult(
-        task_type=task_type,
-        task_name=TASK_TYPE_NAMES[task_type],
-        dataset_type=task.hub_id,
-        dataset_name=task.display_name,
-        dataset_config=task.hub_config,
-        dataset_split=split,
-        metric_type=METRICS[metric].hub_id,
-        metric_value=value,
-        metric_name=name,
-    )
 
 
 # The one configuration of each dataset the registry loads without naming it (hub_config None), as the Hub names it.
@@ -72,7 +47,7 @@ def eval_result_entries(summary: Mapping[str, Any]) -> list[EvalResultEntry]:
     entries = []
     for split in task.eval_splits:
         value = ((summary.get("best") or {}).get(split) or {}).get(task.main_metric)
-        if split.startswith("validation") and card.is_number(value):
+        if split.startswith("validation") and is_number(value):
             notes = f"{label}, {split} split; the best run of a learning-rate grid, chosen on this split (bert_repro)"
             entries.append(EvalResultEntry(task.hub_id, benchmark_task_id(task, split), float(value), notes=notes))
     return entries
@@ -106,7 +81,7 @@ def _paper_value(task: Task, metric: str, model: str, split: str) -> Result | No
 
 
 def _paper_cell(result: Result | None) -> str:
-    return "–" if result is None else f"{result.value:.1f} ({card.SPLIT_NAMES.get(result.split, result.split)})"
+    return "–" if result is None else f"{result.value:.1f} ({base.split_name(result.split)})"
 
 
 def _finetuning_eval(
@@ -123,195 +98,118 @@ def _finetuning_eval(
             label = METRICS[metric].label
             ours = percent(metric, value)
             if ours is not None:
-                eval_results.append(_task_result(task, split, metric, value, label))
-            rows.append(
-                {
-                    "split": card.SPLIT_NAMES.get(split, split),
-                    "metric": label,
-                    "ours": card.score(ours, "undefined"),
-                    "majority": card.score(percent(metric, majority.get(metric)), "–"),
-                    "base": _paper_cell(_paper_value(task, metric, "base", split)),
-                    "large": _paper_cell(_paper_value(task, metric, "large", split)),
-                    "main": "yes" if metric == task.main_metric else "",
-                }
-            )
+                eval_results.append(base.task_result(task, split, metric, value, label))
+            papers = [_paper_cell(_paper_value(task, metric, model, split)) for model in ("base", "large")]
+            majority_score = score(percent(metric, majority.get(metric)), "–")
+            rows.append((split, label, metric == task.main_metric, score(ours, "undefined"), majority_score, *papers))
     return eval_results, rows
 
 
-def _other_reported(task: Task) -> list[str]:
-    return [
-        f"{METRICS[r.metric].label} {r.value:g} on {card.SPLIT_NAMES.get(r.split, r.split)} ({r.model}; {r.source})"
-        for r in task.other_reported
-        if r.metric in METRICS
-    ]
+@dataclass
+class FineTunedFacts(base.CardFacts):
+    """What the card of a fine-tuned model (the best run of its learning-rate grid) states. The template reads the
+    task from ``task`` (its description in `bert_repro.tasks.registry`), the grid and its scores from ``summary``
+    (results.json), the settings from ``run`` and ``training`` (run_config.json's sections); the other fields are
+    what the card derives from them."""
 
+    template: ClassVar[str] = "finetuned.md"
+    repo_id: str
+    task: Task
+    summary: dict[str, Any]
+    run: dict[str, Any]
+    training: dict[str, Any]
+    base_model: str | None  # the pre-trained checkpoint, a Hub id
+    base_name: str  # the pre-trained checkpoint as the card names it: a local path by its last component
+    task_type: str  # as the Hub names it, lower-cased for prose
+    paper_on_test: bool  # the paper's numbers are test-server scores (GLUE)
+    architecture: list[tuple[str, str]]
+    data_source: str | None  # --data: a directory, a file, or split=path pairs, by their last components
+    epochs: str  # what the kept run trained (--max_steps may stop it within an epoch): "1 epoch", "2.5 epochs"
+    null_threshold: str | None  # SQuAD v2.0's, tuned on dev
+    eval_results: list[EvalResult]
+    eval_rows: list[tuple[str, str, bool, str, str, str, str]]  # split, metric, main, ours, majority, paper BASE, LARGE
+    hyperparameters: list[tuple[str, list[tuple[str, str]]]]
+    versions: list[str]
+    usage: base.Usage
 
-def _run_rows(task: Task, summary: Mapping[str, Any]) -> list[dict[str, str]]:
-    """One row per run of the grid: its ranking score (percent) and whether it is the model kept."""
-    best = summary.get("best") or {}
-    kept = (best.get("learning_rate"), best.get("seed"))
-    rows = []
-    for r in summary.get("runs") or []:
-        score = r.get("score")  # the main metric (SQuAD v2.0: F1 at the tuned threshold), in its own scale
-        rows.append(
-            {
-                "learning_rate": card.format_setting(r.get("learning_rate")),
-                "seed": card.format_setting(r.get("seed")),
-                "score": card.score(percent(task.main_metric, score)),
-                "seconds": card.count(r.get("train_seconds")),
-                "best": "yes" if (r.get("learning_rate"), r.get("seed")) == kept else "",
-            }
+    @classmethod
+    def from_run(
+        cls, output_dir: str | Path, repo_id: str, *, base_model: str | None = None, summary: dict | None = None
+    ) -> FineTunedFacts:
+        """The facts of a fine-tuning output directory's best model, to publish as ``repo_id``. ``base_model``
+        defaults to the run's `--model` when that is a Hub id. ``summary``: results.json's content, for the run
+        that has not written it yet."""
+        out = Path(output_dir)
+        summary = summary or base.read_json(out / "results.json")
+        if summary is None or "task" not in summary or "best" not in summary:
+            raise CardError(f"{out} is not a fine-tuning output directory (needs results.json with task, best).")
+        try:
+            task = get_task(summary["task"])
+        except KeyError as err:  # a run of another version's task
+            raise CardError(f"{out / 'results.json'}: {err.args[0]}") from None
+        record = base.read_json(out / "run_config.json")
+        record = record if isinstance(record, dict) else {}
+        config = base.read_json(out / "config.json") or {}
+        run, training = record.get("finetuning") or {}, record.get("training") or {}
+        best, hp = summary["best"] or {}, summary.get("hyperparameters") or {}
+        source = base_model or summary.get("model") or run.get("model")
+        base_model = base_model or (source if is_hub_id(source) else None)
+        epochs = best.get("epochs", hp.get("num_train_epochs"))
+        threshold = (best.get(task.eval_splits[0]) or {}).get("squad_best_f1_threshold")
+        eval_results, eval_rows = _finetuning_eval(task, best, summary.get("majority_baseline"))
+        notes = {
+            "learning_rate": "each run sets its own, from the grid",
+            "seed": "each run sets its own, from the seeds",
+        }
+        if training.get("data_seed") is None:
+            notes["data_seed"] = "each run's seed"
+        return cls(
+            repo_id=repo_id,
+            task=task,
+            summary=dict(summary),
+            run=run,
+            training=training,
+            base_model=base_model,
+            base_name=base_model or (public_name(source) if source else NOT_RECORDED),
+            task_type=base.TASK_TYPE_NAMES[task.kind.pipeline_tag].lower(),
+            paper_on_test=any(r.split.startswith("test") for r in task.paper),
+            architecture=base.architecture_rows(out, config, task.kind),
+            data_source=", ".join(last_component(d.split("=")[-1]) for d in run.get("data") or []) or None,
+            epochs=f"{plain(epochs)} epoch" + ("" if epochs == 1 else "s")
+            if is_number(epochs)
+            else "epochs: not recorded",
+            null_threshold=f"{threshold:.4g}" if is_number(threshold) else None,
+            eval_results=eval_results,
+            eval_rows=eval_rows,
+            hyperparameters=base.hyperparameter_sections(
+                record,
+                {"finetuning": "Fine-tuning run (bert_repro)", "training": "Trainer (transformers TrainingArguments)"},
+                {"training": notes},
+            ),
+            versions=base.framework_lines(summary.get("versions"), config.get("transformers_version")),
+            usage=base.Usage.of(repo_id, task, config),
         )
-    return rows
 
-
-def _finetuning_base(summary: Mapping[str, Any], record: Mapping[str, Any], base_model: str | None) -> dict[str, Any]:
-    """The pre-trained checkpoint: a Hub id goes in the metadata, a local path only by its last component."""
-    source = base_model or summary.get("model") or (record.get("finetuning") or {}).get("model")
-    hub = base_model if base_model else (source if card.is_hub_id(source) else None)
-    return {
-        "hub_id": hub,
-        "name": hub or (card.public_name(source) if source else card.NOT_RECORDED),
-        "licence": card.licence_of(hub),
-    }
-
-
-def _epochs(value: Any) -> str:
-    """What the kept run trained (--max_steps may stop it within an epoch): "1 epoch", "2.5 epochs"."""
-    if not card.is_number(value):
-        return "epochs: not recorded"
-    return f"{card.plain(value)} epoch" + ("" if value == 1 else "s")
-
-
-def _finetuning_facts(task: Task, summary: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
-    """What the training-procedure section says, each value ready to print."""
-    hp = summary.get("hyperparameters") or {}
-    best = summary.get("best") or {}
-    run = record.get("finetuning") or {}
-    training = record.get("training") or {}
-    threshold = (best.get(task.eval_splits[0]) or {}).get("squad_best_f1_threshold")
-    ranking = task.kind.ranking_metric(task)
-    return {
-        "ranking_metric": METRICS[ranking].label,
-        "schedule": training.get("lr_scheduler_type", card.NOT_RECORDED),
-        "optim": training.get("optim", card.NOT_RECORDED),
-        "adam_epsilon": card.plain(training.get("adam_epsilon")),
-        "learning_rates": ", ".join(map(card.format_setting, hp.get("learning_rates") or [])) or card.NOT_RECORDED,
-        "seeds": ", ".join(str(v) for v in hp.get("seeds") or []) or card.NOT_RECORDED,
-        "runs": card.plural(len(summary.get("runs") or []), "run"),
-        "best_learning_rate": card.format_setting(best.get("learning_rate")),
-        "best_seed": card.format_setting(best.get("seed")),
-        "epochs": _epochs(best.get("epochs", hp.get("num_train_epochs"))),
-        "steps": card.plural(best["steps"], "step") if card.is_number(best.get("steps")) else "steps not recorded",
-        "batch_size": card.plain(hp.get("per_device_train_batch_size")),
-        "max_seq_length": card.plain(hp.get("max_seq_length")),
-        "warmup": card.warmup(hp.get("warmup")),
-        "weight_decay": card.plain(hp.get("weight_decay")),
-        "duration": card.duration(summary.get("seconds")),
-        "hardware": summary.get("hardware") or card.NOT_RECORDED,
-        # --data: a directory, a file, or split=path pairs; shown by their last components
-        "data_source": ", ".join(card.last_component(d.split("=")[-1]) for d in run.get("data") or []) or None,
-        "max_train_samples": run.get("max_train_samples"),
-        # {split: [rows scored, rows it has]}
-        "eval_rows": {
-            card.SPLIT_NAMES.get(k, k): v for k, v in (summary.get("eval_rows") or {}).items() if v and v[0] < v[1]
-        },
-        "null_threshold": f"{threshold:.4g}" if card.is_number(threshold) else None,
-    }
-
-
-def _task_context(task: Task) -> dict[str, Any]:
-    """What the card says about the task, from its description in `bert_repro.tasks.registry`."""
-    splits = [card.SPLIT_NAMES.get(s, s) for s in task.eval_splits]
-    labels = task.kind.card_labels(task)
-    return {
-        "display": task.display_name,
-        "type": TASK_TYPE_NAMES[task.kind.pipeline_tag].lower(),
-        "inputs": ", ".join(f"`{c}`" for c in task.text_columns),
-        "description": task.description,
-        "hub_id": task.hub_id,
-        "hub_config": task.hub_config,
-        "head": task.kind.head_description,
-        "labels": ", ".join(labels) if labels else None,
-        "main_metric": METRICS[task.main_metric].label,
-        "eval_split": splits[0],
-        "eval_splits": "the " + " and ".join(splits) + (" splits" if len(splits) > 1 else " split"),
-        "data_licence": card.licence_of(task.hub_id),
-        "paper_glue_test": any(r.split.startswith("test") for r in task.paper),
-        "v2": task.allows_no_answer,
-    }
+    def card_data(self) -> ModelCardData:
+        task = self.task
+        return base.metadata(
+            repo_id=self.repo_id,
+            pipeline_tag=task.kind.pipeline_tag,
+            tags=(*(("glue",) if task.hub_id == "nyu-mll/glue" else ()), task.name),
+            datasets=[task.hub_id],
+            eval_results=self.eval_results,
+            base_model=self.base_model,
+            metrics=[m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS] or None,
+        )
 
 
 def card_for_finetuning(
-    output_dir: str | Path,
-    repo_id: str,
-    *,
-    base_model: str | None = None,
-    template_dir: str | Path | None = None,
-    summary: Mapping[str, Any] | None = None,
+    output_dir: str | Path, repo_id: str, template_dir: str | Path | None = None, **kwargs: Any
 ) -> ModelCard:
-    """The card of a fine-tuning output directory's best model, to publish as ``repo_id``.
-
-    ``base_model`` defaults to the run's `--model` when that is a Hub id. ``template_dir``: other templates than the
-    package's. ``summary``: results.json's content, for the run writing ``output_dir`` (it has not written
-    results.json yet): its `.eval_results/<task>.yaml` is written there too, for a push to carry. Without it the
-    directory is only read."""
-    out = Path(output_dir)
-    running = summary is not None
-    summary = summary or card.read_json(out / "results.json")
-    if summary is None or "task" not in summary or "best" not in summary:
-        raise card.CardError(f"{out} is not a fine-tuning output directory (needs results.json with task, best).")
-    try:
-        task = get_task(summary["task"])
-    except KeyError as err:  # a run of another version's task
-        raise card.CardError(f"{out / 'results.json'}: {err.args[0]}") from None
-    record = card.read_json(out / "run_config.json")
-    record = record if isinstance(record, dict) else {}
-    config = card.read_json(out / "config.json") or {}
-    training = record.get("training") or {}
-    best = summary["best"] or {}
-    eval_results, eval_rows = _finetuning_eval(task, best, summary.get("majority_baseline"))
-    base = _finetuning_base(summary, record, base_model)
-    parameters = card.stored_parameter_count(out)
-    if parameters is None and config.get("hidden_size"):
-        parameters = card.parameter_count(config, task.kind)
-    metrics = [m for m in dict.fromkeys(METRICS[m].hub_id for m in task.metrics) if m in HUB_METRICS]
-    glue = ("glue",) if task.hub_id == "nyu-mll/glue" else ()
-    card_data = card.metadata(
-        repo_id=repo_id,
-        pipeline_tag=task.kind.pipeline_tag,
-        tags=(*glue, task.name),
-        datasets=[task.hub_id],
-        eval_results=eval_results,
-        base_model=base["hub_id"],
-        metrics=metrics,
-    )
-    context = {
-        "task": _task_context(task),
-        "architecture": card.architecture_rows(config, parameters) if config else [],
-        "base": base,
-        "facts": _finetuning_facts(task, summary, record),
-        "eval_rows": eval_rows,
-        "majority_recorded": bool(summary.get("majority_baseline")),
-        # the split -> the one label the kept run predicted for all its examples: it learned nothing else
-        "one_label": {card.SPLIT_NAMES.get(k, k): v for k, v in (best.get("one_label") or {}).items()},
-        "other_reported": _other_reported(task),
-        "run_rows": _run_rows(task, summary),
-        "hyperparameters": card.hyperparameter_sections(
-            record,
-            {"finetuning": "Fine-tuning run (bert_repro)", "training": "Trainer (transformers TrainingArguments)"},
-            {
-                "training": {
-                    "learning_rate": "each run sets its own, from the grid",
-                    "seed": "each run sets its own, from the seeds",
-                    **({"data_seed": "each run's seed"} if training.get("data_seed") is None else {}),
-                }
-            },
-        ),
-        "versions": card.framework_lines(summary.get("versions"), config.get("transformers_version")),
-        "usage": card.usage(repo_id, task, config=config),
-    }
-    rendered = card.render_card("finetuned.md", card_data, context, template_dir)
-    if running:
-        write_eval_results(out, summary)
-    return rendered
+    """`FineTunedFacts.from_run(output_dir, repo_id, **kwargs)`'s card (``template_dir``: other templates than the
+    package's). With a ``summary``, for the run writing ``output_dir``, its `.eval_results/<task>.yaml` is written
+    there too, for a push to carry; without one the directory is only read."""
+    card = FineTunedFacts.from_run(output_dir, repo_id, **kwargs).to_model_card(template_dir)
+    if kwargs.get("summary") is not None:
+        write_eval_results(output_dir, kwargs["summary"])
+    return card

@@ -1,14 +1,15 @@
 """Model cards for what the recipes write: a pre-trained checkpoint or a fine-tuned one, ready for the Hub.
 
 A card is built from the files the run left in its output directory. Metadata go through huggingface_hub's
-`ModelCardData` / `EvalResult`; the body is a Jinja template in `model_cards/`, rendered with our own environment rather
-than `ModelCard.from_template` because the cards share parts (`{% include %}` needs a loader) and a misspelt variable
-must fail (`StrictUndefined`), not leave a blank.
+`ModelCardData` / `EvalResult`; the body is a Jinja template in `card_templates/`, rendered from one facts object per
+kind of card (`PreTrainedFacts`, `FineTunedFacts`, `study_card.StudyFacts`) with our own environment rather than
+`ModelCard.from_template` because the cards share parts (`{% include %}` needs a loader) and a misspelt variable must
+fail (`StrictUndefined`), not leave a blank.
 
 Conventions: the tables' scores are in percent, the paper's as printed (its GLUE numbers are test-server scores, and
 the cards say so); the model-index (and a fine-tuned run's `.eval_results/`) gives each metric in its own scale, as
-`evaluate` does; an unrecorded value reads "not recorded"; nothing private goes in (`card_common` drops output,
-tracker and token settings, reduces local paths, and refuses a card holding a secret).
+`evaluate` does; an unrecorded value reads "not recorded"; nothing private goes in (the cards drop output,
+tracker and token settings, reduce local paths, and refuse a card holding a secret: `secrets`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from huggingface_hub.utils import validate_repo_id
 from ..atomic import write_text
 
 # Re-exported: this module is the cards' entry point (`__all__` below).
-from .card_common import TEMPLATE_PACKAGE_DIR as TEMPLATE_PACKAGE_DIR
-from .card_common import CardError, check_no_secrets, is_hub_id, parameter_count, read_json
-from .finetuned_card import card_for_finetuning, write_eval_results
-from .pretrained_card import card_for_pretraining
+from .card_base import TEMPLATE_PACKAGE_DIR as TEMPLATE_PACKAGE_DIR
+from .card_base import parameter_count, read_json
+from .finetuned_card import FineTunedFacts, card_for_finetuning, write_eval_results
+from .pretrained_card import PreTrainedFacts
+from .secrets import CardError, check_no_secrets, is_hub_id
 
 # Any run directory
 
@@ -51,10 +53,10 @@ def run_kind(path: str | Path) -> str:
 
 
 def card_for_directory(path: str | Path, repo_id: str, **kwargs: Any) -> ModelCard:
-    """The card of whatever run ``path`` holds (see `run_kind`); keyword arguments go to the card function."""
+    """The card of whatever run ``path`` holds (see `run_kind`); keyword arguments go to its facts' `from_run`."""
     if run_kind(path) == "finetuning":
         return card_for_finetuning(path, repo_id, **kwargs)
-    return card_for_pretraining(path, repo_id, **kwargs)
+    return PreTrainedFacts.from_run(path, repo_id, **kwargs).to_model_card()
 
 
 def card_path(path: str | Path) -> Path:
@@ -70,20 +72,15 @@ def main(argv: Iterable[str] | None = None) -> Path:
     )
     parser.add_argument("run_dir", help="a pre-training or fine-tuning output directory")
     parser.add_argument("repo_id", help="the Hub repository the model will be published as (owner/name)")
-    parser.add_argument("--base_model", default=None, help="Hub id of the checkpoint this one started from")
-    parser.add_argument(
-        "--benchmark", default=None, help="pre-training: a recipes/reproduce.py output directory for this checkpoint"
-    )
+    parser.add_argument("--base_model", help="Hub id of the checkpoint this one started from")
+    parser.add_argument("--benchmark", help="pre-training: a recipes/reproduce.py output directory for this checkpoint")
     parser.add_argument(
         "--output",
-        default=None,
         help="where to write the card (default: README.md beside the weights); a fine-tuned run's .eval_results/ "
         "goes beside it",
     )
     parser.add_argument(
-        "--study",
-        default=None,
-        help="pre-training: a recipes/study.py output directory (study.json) of this checkpoint",
+        "--study", help="pre-training: a recipes/study.py output directory (study.json) of this checkpoint"
     )
     args = parser.parse_args(None if argv is None else list(argv))
     try:
@@ -107,17 +104,8 @@ def main(argv: Iterable[str] | None = None) -> Path:
     return output
 
 
-__all__ = [
-    "CardError",
-    "card_for_directory",
-    "card_for_finetuning",
-    "card_for_pretraining",
-    "card_path",
-    "check_no_secrets",
-    "is_hub_id",
-    "parameter_count",
-    "run_kind",
-]
+__all__ = ["CardError", "FineTunedFacts", "PreTrainedFacts", "card_for_directory", "card_for_finetuning", "card_path"]
+__all__ += ["check_no_secrets", "is_hub_id", "parameter_count", "run_kind"]
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import pytest
 import torch
 import yaml
 from huggingface_hub import HfApi, parse_eval_result_entries
@@ -15,8 +16,9 @@ from support.run_records import finetuning_run
 from bert_repro import BertReproForSequenceClassification
 from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
 from bert_repro.hub import model_card
-from bert_repro.hub.finetuned_card import card_for_finetuning
+from bert_repro.hub.model_card import card_for_finetuning
 from bert_repro.hub.push import push
+from bert_repro.tasks.registry import METRICS, get_task
 
 
 def one_run(root, task, scores, main, **fields):
@@ -39,34 +41,32 @@ def written_by_the_run(out):
     return card_for_finetuning(out, "someone/model", summary=json.loads((out / "results.json").read_text()))
 
 
-def test_the_run_writes_each_dev_score_for_its_benchmark(tmp_path):
+CONLL = {"validation": {"entity_f1": 0.951}, "test": {"entity_f1": 0.912}}
+MNLI = {"validation_matched": {"accuracy": 0.8412}, "validation_mismatched": {"accuracy": 0.8455}}
+BENCHMARKS = {  # task: (its scores by split, what its .eval_results give: dataset, task id, value)
+    "mrpc": ({"validation": {"accuracy": 0.81, "f1": 0.873}}, [("nyu-mll/glue", "mrpc", 0.873)]),
+    # SQuAD's F1 is percent already
+    "squad_v2": ({"validation": {"squad_f1": 74.6, "squad_best_f1": 75.8}}, [("rajpurkar/squad_v2", "squad_v2", 74.6)]),
+    "mnli": (MNLI, [("nyu-mll/glue", "mnli_matched", 0.8412), ("nyu-mll/glue", "mnli_mismatched", 0.8455)]),
+    # the dev split only, not the test split's 0.912
+    "conll2003": (CONLL, [("eriktks/conll2003", "conll2003", 0.951)]),
+}
+
+
+@pytest.mark.parametrize("task", BENCHMARKS)
+def test_the_run_writes_each_dev_score_for_its_benchmark(task, tmp_path):
     """The main metric of each dev split, in the metric's own scale, under the Hub's dataset id and the configuration
     that holds the split; the command line writes the same beside the card."""
-    mnli = {"validation_matched": {"accuracy": 0.8412}, "validation_mismatched": {"accuracy": 0.8455}}
-    runs = {
-        "mrpc": (mrpc_run(tmp_path), [("nyu-mll/glue", "mrpc", 0.873)]),
-        "squad_v2": (  # SQuAD's F1 is percent already
-            one_run(tmp_path, "squad_v2", {"validation": {"squad_f1": 74.6, "squad_best_f1": 75.8}}, "squad_f1"),
-            [("rajpurkar/squad_v2", "squad_v2", 74.6)],
-        ),
-        "mnli": (
-            one_run(tmp_path, "mnli", mnli, "accuracy", num_labels=3),
-            [("nyu-mll/glue", "mnli_matched", 0.8412), ("nyu-mll/glue", "mnli_mismatched", 0.8455)],
-        ),
-        "conll2003": (  # the dev split only, not the test split's 0.912
-            one_run(tmp_path, "conll2003", {"validation": {"entity_f1": 0.951}, "test": {"entity_f1": 0.912}}, "-"),
-            [("eriktks/conll2003", "conll2003", 0.951)],
-        ),
-    }
-    for task, (out, expected) in runs.items():
-        written_by_the_run(out)
-        got = entries(out, task)
-        assert [(e.dataset_id, e.task_id, e.value) for e in got] == expected, task
-        assert all(" split; " in e.notes and e.source_url is None for e in got), task
-    assert entries(runs["mrpc"][0])[0].notes.startswith("F1, validation split")
+    scores, expected = BENCHMARKS[task]
+    out = one_run(tmp_path, task, scores, "-", num_labels=3 if task == "mnli" else 2)
+    written_by_the_run(out)
+    got = entries(out, task)
+    assert [(e.dataset_id, e.task_id, e.value) for e in got] == expected
+    label = METRICS[get_task(task).main_metric].label
+    assert all(e.notes.startswith(f"{label}, validation") and " split; " in e.notes and not e.source_url for e in got)
     elsewhere = tmp_path / "cards" / "README.md"
-    model_card.main([str(runs["mrpc"][0]), "someone/model", "--output", str(elsewhere)])
-    assert entries(elsewhere.parent) == entries(runs["mrpc"][0])
+    model_card.main([str(out), "someone/model", "--output", str(elsewhere)])
+    assert entries(elsewhere.parent, task) == got
 
 
 def test_reading_a_run_or_a_run_without_a_dev_score_writes_nothing(tmp_path):

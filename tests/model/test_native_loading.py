@@ -234,7 +234,7 @@ def test_old_format_still_loads_and_a_push_stages_it_natively(tmp_path, tokenize
 
 def test_config_transformers_cannot_compute_falls_back_to_remote_code(tmp_path, tokenizer):
     """hidden_act="gelu_tanh" (the reference code's tanh GELU under our spelling) is not in transformers' ACT2FN."""
-    from bert_repro.hub.card_common import usage as _usage
+    from bert_repro.hub.card_base import Usage
 
     torch.manual_seed(0)
     model = bert_repro.BertReproForMaskedLM(tiny_config(vocab_size=len(tokenizer), hidden_act="gelu_tanh")).eval()
@@ -254,8 +254,8 @@ def test_config_transformers_cannot_compute_falls_back_to_remote_code(tmp_path, 
     assert "trust_remote_code=True" in got["plain"]["error"]
     assert type(bert_repro.BertReproForMaskedLM.from_pretrained(directory)) is bert_repro.BertReproForMaskedLM
 
-    usage = _usage("someone/tanh", config=config)
-    assert "gelu_tanh" in usage["remote_code_reason"]
+    usage = Usage.of("someone/tanh", config=config)
+    assert "gelu_tanh" in usage.remote_code_reason
 
     # A question-answering head with num_labels other than 2: transformers would build a head of another width.
     with pytest.warns(NotTransformersBertWarning, match=r"num_labels=3 with BertReproForQuestionAnswering"):

@@ -21,8 +21,7 @@ from transformers import DataCollatorWithPadding, TrainingArguments
 import bert_repro
 from bert_repro import BertReproForPreTraining, BertReproForSequenceClassification
 from bert_repro.data.wordpiece import save_tokenizer, train_wordpiece
-from bert_repro.hub.card_common import parameter_count
-from bert_repro.hub.finetuned_card import TASK_TYPE_NAMES
+from bert_repro.hub.card_base import TASK_TYPE_NAMES, parameter_count
 from bert_repro.tasks import metrics
 from bert_repro.tasks.columns import class_id, find_column, texts
 from bert_repro.tasks.files import load_task_data
