@@ -154,15 +154,9 @@ def create_pretraining_instances(
 
 
 def _vocab_key(vocab: WordPieceVocab) -> str:
-    subwords = sorted(map(str, vocab.subword_tokens))
+    subwords = hashlib.sha256("\n".join(sorted(map(str, vocab.subword_tokens))).encode()).hexdigest()
     return json.dumps(
-        [
-            str(vocab.cls_token),
-            str(vocab.sep_token),
-            str(vocab.mask_token),
-            len(vocab.vocab_words),
-            hashlib.sha256("\n".join(subwords).encode()).hexdigest(),
-        ]
+        [str(vocab.cls_token), str(vocab.sep_token), str(vocab.mask_token), len(vocab.vocab_words), subwords]
     )
 
 
@@ -315,10 +309,7 @@ class PreTrainingCollator:
 
     def __post_init__(self) -> None:
         _check_masking(
-            self.masked_lm_prob,
-            self.max_predictions_per_seq,
-            self.mask_replace_prob,
-            self.random_replace_prob,
+            self.masked_lm_prob, self.max_predictions_per_seq, self.mask_replace_prob, self.random_replace_prob
         )
         self.vocab = WordPieceVocab.from_tokenizer(self.tokenizer)
         if self.vocab.pad_token is None:
@@ -400,9 +391,7 @@ class PreTrainingCollator:
         return [(list(f["masked_lm_positions"]), list(f["masked_lm_ids"])) for f in features]
 
     def _mask_dynamically(
-        self,
-        features: list[Mapping[str, Any]],
-        input_ids: list[list[int]],
+        self, features: list[Mapping[str, Any]], input_ids: list[list[int]]
     ) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
         if "masked_lm_positions" in features[0]:
             raise ValueError(

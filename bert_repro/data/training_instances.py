@@ -116,10 +116,7 @@ def _segment_pair(
 
 
 def _random_segment_b(
-    all_documents: Sequence[Sequence[Sequence[Any]]],
-    document_index: int,
-    target_b_length: int,
-    rng: random.Random,
+    all_documents: Sequence[Sequence[Sequence[Any]]], document_index: int, target_b_length: int, rng: random.Random
 ) -> list[Any]:
     """Sentences from a random start in a random other document: ten tries, then the last draw whatever it is (the
     reference's rule: with a single document, B comes from the same document)."""

@@ -23,11 +23,7 @@ from huggingface_hub.dataclasses import strict
 from torch import nn
 from transformers import PreTrainedConfig
 from transformers import initialization as init
-from transformers.modeling_outputs import (
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutput,
-    TokenClassifierOutput,
-)
+from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 
 from .configuration_bert_repro import BertReproConfig
 from .modeling_bert_repro import (

@@ -17,11 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import datasets
 import numpy as np
-from transformers import (
-    DataCollatorForMultipleChoice,
-    DataCollatorForTokenClassification,
-    DataCollatorWithPadding,
-)
+from transformers import DataCollatorForMultipleChoice, DataCollatorForTokenClassification, DataCollatorWithPadding
 
 from ..model.bilstm_heads import (
     BertReproForQuestionAnsweringWithBiLSTM,
