@@ -131,11 +131,7 @@ def _csv_quoted_tsv(text: str) -> tuple[list[tuple[int, list[str]]] | None, str 
     """(records if every one round-trips through csv.writer's QUOTE_MINIMAL or QUOTE_ALL, else None; the first
     CSV-quoted line; the first line that does not fit). GLUE's own TSVs fail: MRPC holds unquoted ``"the witness"``.
     """
-    pieces = [line + "\n" for line in text.split("\n")]
-    if not text.endswith("\n"):
-        pieces[-1] = pieces[-1][:-1]
-    else:
-        pieces.pop()
+    pieces = re.findall(r"[^\n]*\n|[^\n]+\Z", text)  # the lines, each with its "\n" (the last may lack it)
     reader = csv.reader(pieces, delimiter="\t", quotechar='"', doublequote=True, strict=True)
     row = _LastRow()
     writers = {

@@ -410,11 +410,8 @@ class MultipleChoice(TaskKind):
     def collator(self, tokenizer):
         return DataCollatorForMultipleChoice(tokenizer)
 
-    def decode(self, task, logits, raw, encoded, settings):
-        return np.asarray(logits).argmax(-1)
-
-    def score(self, task, raw, predictions):
-        return metric_functions.compute(task.metrics, predictions, np.asarray(raw["label"]))
+    # The best-scoring choice, scored as a class: the classifier's own.
+    decode, score = SentenceClassification.decode, SentenceClassification.score
 
     def head_parameters(self, hidden_size, num_labels):
         return hidden_size + 1  # one score, whatever the number of choices
