@@ -82,7 +82,7 @@ def train_wordpiece(
     """
     if vocab_size <= len(BERT_SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must exceed the {len(BERT_SPECIAL_TOKENS)} special tokens, got {vocab_size}")
-    tokenizer = _new_wordpiece_tokenizer(lowercase=lowercase, strip_accents=strip_accents)
+    tokenizer = _new_wordpiece_tokenizer(None, lowercase=lowercase, strip_accents=strip_accents)
     trainer = WordPieceTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
@@ -124,7 +124,7 @@ def _check_training_files(files: str | os.PathLike | Sequence[str | os.PathLike]
     return [os.fspath(path) for path in paths]
 
 
-def _new_wordpiece_tokenizer(vocab: dict[str, int] | None = None, *, lowercase: bool, strip_accents: bool | None):
+def _new_wordpiece_tokenizer(vocab: dict[str, int] | None, *, lowercase: bool, strip_accents: bool | None) -> Tokenizer:
     """BERT's ``BasicTokenizer`` (``BertNormalizer``: ``strip_accents=None`` follows ``lowercase``) and WordPiece."""
     tokenizer = Tokenizer(WordPiece(vocab, unk_token=UNK_TOKEN, continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=strip_accents)

@@ -509,7 +509,7 @@ def load_task_data(
     if not raws:
         raise TaskDataError(f"no split of {task.name} found; expected {describe_sources(task)}.")
     splits = {}
-    for split in (split for split in task.splits if split in raws):
+    for split in [split for split in task.splits if split in raws]:
         if raws[split].num_rows == 0:
             raise TaskDataError(f"{raws[split].source}: the {split} split of {task.name} is empty (no data rows).")
         columns = task.kind.canonicalise(task, split, raws[split])
