@@ -32,8 +32,7 @@ def hub_answers(repo_id: str, timeout: float = PROBE_SECONDS) -> str | None:
     except urllib.error.HTTPError:
         return None
     except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        return f"{constants.ENDPOINT} did not answer within {timeout:g} s: {reason}"
+        return f"{constants.ENDPOINT} did not answer within {timeout:g} s: {getattr(err, 'reason', err)}"
     return None
 
 

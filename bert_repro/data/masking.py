@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["WordPieceVocab", "create_masked_lm_predictions", "mask_batch"]
+__all__ = ["WordPieceVocab", "create_masked_lm_predictions", "mask_batch", "masking_settings"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,12 @@ def _check_masking(
             "mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1, "
             f"got {mask_replace_prob} and {random_replace_prob}"
         )
+
+
+def masking_settings(source: Any) -> dict[str, Any]:
+    """``source``'s masking settings (a ``PreTrainingDataConfig``'s or a ``PreTrainingCollator``'s), as keywords."""
+    names = "masked_lm_prob max_predictions_per_seq do_whole_word_mask mask_replace_prob random_replace_prob".split()
+    return {name: getattr(source, name) for name in names}
 
 
 def create_masked_lm_predictions(

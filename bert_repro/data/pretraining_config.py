@@ -57,10 +57,7 @@ class PreTrainingDataConfig:
                 f"objective {objective.name!r}, got {self.max_seq_length}"
             )
         _check_masking(
-            self.masked_lm_prob,
-            self.max_predictions_per_seq,
-            self.mask_replace_prob,
-            self.random_replace_prob,
+            self.masked_lm_prob, self.max_predictions_per_seq, self.mask_replace_prob, self.random_replace_prob
         )
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise ValueError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")

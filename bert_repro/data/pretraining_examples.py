@@ -51,7 +51,7 @@ from datasets.fingerprint import Hasher
 from ..model.configuration_bert_repro import DEFAULT_OBJECTIVE, PreTrainingObjective, pretraining_objective
 from .balanced_map import _balanced_order, _flatten
 from .example_statistics import pretraining_statistics
-from .masking import WordPieceVocab, _check_masking, mask_batch
+from .masking import WordPieceVocab, _check_masking, mask_batch, masking_settings
 from .pretraining_config import PreTrainingDataConfig
 from .tokenized_documents import tokenize_documents
 from .training_instances import IS_NEXT, NOT_NEXT, TrainingInstance, create_instances_from_document, document_rng
@@ -154,15 +154,9 @@ def create_pretraining_instances(
 
 
 def _vocab_key(vocab: WordPieceVocab) -> str:
-    subwords = sorted(map(str, vocab.subword_tokens))
+    subwords = hashlib.sha256("\n".join(sorted(map(str, vocab.subword_tokens))).encode()).hexdigest()
     return json.dumps(
-        [
-            str(vocab.cls_token),
-            str(vocab.sep_token),
-            str(vocab.mask_token),
-            len(vocab.vocab_words),
-            hashlib.sha256("\n".join(subwords).encode()).hexdigest(),
-        ]
+        [str(vocab.cls_token), str(vocab.sep_token), str(vocab.mask_token), len(vocab.vocab_words), subwords]
     )
 
 
@@ -315,10 +309,7 @@ class PreTrainingCollator:
 
     def __post_init__(self) -> None:
         _check_masking(
-            self.masked_lm_prob,
-            self.max_predictions_per_seq,
-            self.mask_replace_prob,
-            self.random_replace_prob,
+            self.masked_lm_prob, self.max_predictions_per_seq, self.mask_replace_prob, self.random_replace_prob
         )
         self.vocab = WordPieceVocab.from_tokenizer(self.tokenizer)
         if self.vocab.pad_token is None:
@@ -336,11 +327,7 @@ class PreTrainingCollator:
             tokenizer,
             objective=config.objective,
             dynamic_masking=config.pretraining_objective.masked_lm and not config.static_masking,
-            masked_lm_prob=config.masked_lm_prob,
-            max_predictions_per_seq=config.max_predictions_per_seq,
-            mask_replace_prob=config.mask_replace_prob,
-            random_replace_prob=config.random_replace_prob,
-            do_whole_word_mask=config.do_whole_word_mask,
+            **masking_settings(config),
             **kwargs,
         )
 
@@ -400,9 +387,7 @@ class PreTrainingCollator:
         return [(list(f["masked_lm_positions"]), list(f["masked_lm_ids"])) for f in features]
 
     def _mask_dynamically(
-        self,
-        features: list[Mapping[str, Any]],
-        input_ids: list[list[int]],
+        self, features: list[Mapping[str, Any]], input_ids: list[list[int]]
     ) -> tuple[list[list[int]], list[tuple[list[int], list[int]]]]:
         if "masked_lm_positions" in features[0]:
             raise ValueError(
@@ -410,16 +395,7 @@ class PreTrainingCollator:
                 "static_masking=False for dynamic masking"
             )
         rng = random.Random(int(torch.randint(0, 2**62, (1,)).item()))
-        return mask_batch(
-            input_ids,
-            self.vocab,
-            rng,
-            masked_lm_prob=self.masked_lm_prob,
-            max_predictions_per_seq=self.max_predictions_per_seq,
-            do_whole_word_mask=self.do_whole_word_mask,
-            mask_replace_prob=self.mask_replace_prob,
-            random_replace_prob=self.random_replace_prob,
-        )
+        return mask_batch(input_ids, self.vocab, rng, **masking_settings(self))
 
 
 def _pad(rows: list[list[int]], width: int, value: int) -> torch.Tensor:

@@ -106,9 +106,8 @@ class TextFileDocuments:
             self.files, self._every, self._keep = files[rank::world_size], 1, 0
         else:
             self.files, self._every, self._keep = files, world_size, rank
-        self.max_documents = max_documents
-        self.documents_read = 0
-        self._position = {"file": 0, "offset": 0, "row": 0, "kept": 0}
+        self.max_documents, self.documents_read = max_documents, 0
+        self.rewind()
         self._warned: set[str] = set()  # files whose encoding was already reported
 
     def rewind(self) -> None:

@@ -16,13 +16,7 @@ from datasets import Dataset, Features, List, Value
 from datasets.fingerprint import Hasher
 
 from .balanced_map import _balanced_order, _flatten
-from .sentences import (
-    MAX_SENTENCE_CHARS,
-    SENTENCE_PIECE_CHARS,
-    bound_sentences,
-    looks_like_binary,
-    split_sentences,
-)
+from .sentences import MAX_SENTENCE_CHARS, SENTENCE_PIECE_CHARS, bound_sentences, looks_like_binary, split_sentences
 
 __all__ = ["DOCUMENT_FEATURES", "tokenize_documents"]
 
@@ -122,7 +116,14 @@ def _tokenize_table(texts: list[Any], tokenizer: Any, split_lines: bool) -> pa.T
     flat = [s for sentences in split for s in sentences]
     values, lengths = [], []
     for k in range(0, len(flat), _ENCODE_SLICE):
-        ids = _encode(tokenizer, flat[k : k + _ENCODE_SLICE])
+        ids = tokenizer(
+            flat[k : k + _ENCODE_SLICE],
+            add_special_tokens=False,
+            split_special_tokens=True,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            verbose=False,
+        )["input_ids"]
         lengths.append(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)))
         values.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths[-1].sum())))
     token_values = np.concatenate(values) if values else np.zeros(0, np.int32)
@@ -167,20 +168,6 @@ def _as_text(text: Any) -> tuple[str, str]:
     return text, ""
 
 
-def _encode(tokenizer: Any, sentences: list[str]) -> list[list[int]]:
-    if not sentences:
-        return []
-    encoded = tokenizer(
-        sentences,
-        add_special_tokens=False,
-        split_special_tokens=True,
-        return_attention_mask=False,
-        return_token_type_ids=False,
-        verbose=False,
-    )
-    return encoded["input_ids"]
-
-
 def _log_long_sentences(documents: Dataset, shown: int = 5) -> None:
     counts = documents.data.column("long_sentences").to_numpy()
     rows = np.flatnonzero(counts)
@@ -204,10 +191,7 @@ def _log_skipped(documents: Dataset) -> None:
     counts = _skip_counts(documents)
     if any(counts.values()):
         logger.warning(
-            "skipped %d empty and %d binary-looking documents of %d",
-            counts["empty"],
-            counts["binary"],
-            len(documents),
+            "skipped %d empty and %d binary-looking documents of %d", counts["empty"], counts["binary"], len(documents)
         )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .masking import WordPieceVocab, create_masked_lm_predictions
+from .masking import WordPieceVocab, create_masked_lm_predictions, masking_settings
 from .pretraining_config import PreTrainingDataConfig
 
 __all__ = [
@@ -116,10 +116,7 @@ def _segment_pair(
 
 
 def _random_segment_b(
-    all_documents: Sequence[Sequence[Sequence[Any]]],
-    document_index: int,
-    target_b_length: int,
-    rng: random.Random,
+    all_documents: Sequence[Sequence[Sequence[Any]]], document_index: int, target_b_length: int, rng: random.Random
 ) -> list[Any]:
     """Sentences from a random start in a random other document: ten tries, then the last draw whatever it is (the
     reference's rule: with a single document, B comes from the same document)."""
@@ -166,14 +163,7 @@ def _instance(
     instance = TrainingInstance(tokens=tokens, segment_ids=segment_ids, is_random_next=is_random_next)
     if config.stores_masks:
         instance.tokens, instance.masked_lm_positions, instance.masked_lm_labels = create_masked_lm_predictions(
-            tokens,
-            config.masked_lm_prob,
-            config.max_predictions_per_seq,
-            vocab,
-            rng,
-            do_whole_word_mask=config.do_whole_word_mask,
-            mask_replace_prob=config.mask_replace_prob,
-            random_replace_prob=config.random_replace_prob,
+            tokens, vocab=vocab, rng=rng, **masking_settings(config)
         )
     return instance
 

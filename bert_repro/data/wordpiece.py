@@ -82,7 +82,7 @@ def train_wordpiece(
     """
     if vocab_size <= len(BERT_SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must exceed the {len(BERT_SPECIAL_TOKENS)} special tokens, got {vocab_size}")
-    tokenizer = _new_wordpiece_tokenizer(lowercase=lowercase, strip_accents=strip_accents)
+    tokenizer = _new_wordpiece_tokenizer(None, lowercase=lowercase, strip_accents=strip_accents)
     trainer = WordPieceTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
@@ -124,34 +124,21 @@ def _check_training_files(files: str | os.PathLike | Sequence[str | os.PathLike]
     return [os.fspath(path) for path in paths]
 
 
-def _new_wordpiece_tokenizer(*, lowercase: bool, strip_accents: bool | None) -> Tokenizer:
-    tokenizer = Tokenizer(WordPiece(unk_token=UNK_TOKEN, continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
-    tokenizer.normalizer = _bert_normalizer(lowercase=lowercase, strip_accents=strip_accents)
+def _new_wordpiece_tokenizer(vocab: dict[str, int] | None, *, lowercase: bool, strip_accents: bool | None) -> Tokenizer:
+    """BERT's ``BasicTokenizer`` (``BertNormalizer``: ``strip_accents=None`` follows ``lowercase``) and WordPiece."""
+    tokenizer = Tokenizer(WordPiece(vocab, unk_token=UNK_TOKEN, continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=strip_accents)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)
     return tokenizer
 
 
-def _bert_normalizer(
-    *, lowercase: bool, strip_accents: bool | None, handle_chinese_chars: bool = True
-) -> normalizers.BertNormalizer:
-    """BERT's ``BasicTokenizer`` text cleaning; ``strip_accents=None`` follows ``lowercase``."""
-    return normalizers.BertNormalizer(
-        clean_text=True,
-        handle_chinese_chars=handle_chinese_chars,
-        strip_accents=strip_accents,
-        lowercase=lowercase,
-    )
-
-
 def _bert_post_processor(tokenizer: Tokenizer) -> processors.TemplateProcessing:
     """``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]`` with token type ids 0 for A's part, 1 for B's."""
-    cls_id = tokenizer.token_to_id(CLS_TOKEN)
-    sep_id = tokenizer.token_to_id(SEP_TOKEN)
     return processors.TemplateProcessing(
         single=f"{CLS_TOKEN}:0 $A:0 {SEP_TOKEN}:0",
         pair=f"{CLS_TOKEN}:0 $A:0 {SEP_TOKEN}:0 $B:1 {SEP_TOKEN}:1",
-        special_tokens=[(CLS_TOKEN, cls_id), (SEP_TOKEN, sep_id)],
+        special_tokens=[(token, tokenizer.token_to_id(token)) for token in (CLS_TOKEN, SEP_TOKEN)],
     )
 
 
@@ -235,7 +222,8 @@ def load_tokenizer(
     if path.is_dir():
         tokenizer = _load_directory(path, do_lower_case=do_lower_case)
     elif path.is_file():
-        tokenizer = _load_file(path, do_lower_case=do_lower_case)
+        load = _load_tokenizer_json if path.suffix.lower() == ".json" else _load_vocab_txt
+        tokenizer = load(path, do_lower_case=do_lower_case)
     elif _looks_like_local_path(os.fspath(path_or_id)):
         raise FileNotFoundError(
             f"{os.fspath(path_or_id)!r} does not exist: expected a directory, a vocab.txt or "
@@ -261,12 +249,6 @@ def _load_directory(path: Path, *, do_lower_case: bool | None) -> PreTrainedToke
     )
 
 
-def _load_file(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
-    if path.suffix.lower() == ".json":
-        return _load_tokenizer_json(path, do_lower_case=do_lower_case)
-    return _load_vocab_txt(path, do_lower_case=do_lower_case)
-
-
 def _load_vocab_txt(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
     try:
         vocab = WordPiece.read_file(os.fspath(path))
@@ -276,10 +258,7 @@ def _load_vocab_txt(path: Path, *, do_lower_case: bool | None) -> BertTokenizer:
     if missing:
         raise ValueError(f"vocabulary file {os.fspath(path)!r} lacks the special tokens {missing}")
     lowercase = True if do_lower_case is None else do_lower_case
-    tokenizer = Tokenizer(WordPiece(vocab, unk_token=UNK_TOKEN, continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX))
-    tokenizer.normalizer = _bert_normalizer(lowercase=lowercase, strip_accents=None)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece(prefix=CONTINUING_SUBWORD_PREFIX)
+    tokenizer = _new_wordpiece_tokenizer(vocab, lowercase=lowercase, strip_accents=None)
     tokenizer.post_processor = _bert_post_processor(tokenizer)
     return _wrap(tokenizer, do_lower_case=lowercase, strip_accents=None)
 
@@ -289,16 +268,15 @@ def _load_tokenizer_json(path: Path, *, do_lower_case: bool | None) -> BertToken
     try:
         tokenizer = Tokenizer.from_file(os.fspath(path))
     except Exception as error:  # the Rust side raises a bare Exception on malformed files
-        message = f"cannot read {os.fspath(path)!r} as a tokenizers tokenizer.json: {error}"
-        raise ValueError(message) from error
+        raise ValueError(f"cannot read {os.fspath(path)!r} as a tokenizers tokenizer.json: {error}") from error
     if not isinstance(tokenizer.model, WordPiece):
-        model_type = type(tokenizer.model).__name__
-        raise ValueError(f"{os.fspath(path)!r} holds a {model_type} model, expected a WordPiece (BERT) one")
+        name = type(tokenizer.model).__name__
+        raise ValueError(f"{os.fspath(path)!r} holds a {name} model, expected a WordPiece (BERT) one")
 
     casing = _normalizer_casing(tokenizer.normalizer)
     if do_lower_case is not None:
         casing = {**casing, "lowercase": do_lower_case, "strip_accents": None}
-        tokenizer.normalizer = _bert_normalizer(**casing)
+        tokenizer.normalizer = normalizers.BertNormalizer(**casing)
     if tokenizer.post_processor is None:
         tokenizer.post_processor = _bert_post_processor(tokenizer)
     return _wrap(

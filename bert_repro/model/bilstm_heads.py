@@ -23,11 +23,8 @@ from huggingface_hub.dataclasses import strict
 from torch import nn
 from transformers import PreTrainedConfig
 from transformers import initialization as init
-from transformers.modeling_outputs import (
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutput,
-    TokenClassifierOutput,
-)
+from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
+from transformers.utils import can_return_tuple
 
 from .configuration_bert_repro import BertReproConfig
 from .modeling_bert_repro import (
@@ -38,13 +35,6 @@ from .modeling_bert_repro import (
     _cross_entropy,
     span_loss,
 )
-
-
-def _as_tuple_if_asked(output, return_dict: bool | None, config):
-    if return_dict is None:
-        return_dict = config.return_dict
-    return output if return_dict else output.to_tuple()
-
 
 # --- Token features (paper Table 7) ------------------------------------------------------------------------------
 
@@ -334,6 +324,7 @@ class BertReproForTokenClassificationWithBiLSTM(BertReproBiLSTMPreTrainedModel):
         self.classifier = nn.Linear(2 * config.lstm_size, config.num_labels)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -343,7 +334,6 @@ class BertReproForTokenClassificationWithBiLSTM(BertReproBiLSTMPreTrainedModel):
         inputs_embeds=None,
         labels=None,
         output_hidden_states=None,
-        return_dict=None,
         **kwargs,
     ) -> TokenClassifierOutput | tuple:
         tokens, _, carried = self._bilstm(
@@ -351,8 +341,7 @@ class BertReproForTokenClassificationWithBiLSTM(BertReproBiLSTMPreTrainedModel):
         )
         logits = self.classifier(self.dropout(tokens))
         loss = _cross_entropy(logits, labels) if labels is not None else None
-        output = TokenClassifierOutput(loss=loss, logits=logits, **carried)
-        return _as_tuple_if_asked(output, return_dict, self.config)
+        return TokenClassifierOutput(loss=loss, logits=logits, **carried)
 
 
 class BertReproForQuestionAnsweringWithBiLSTM(BertReproBiLSTMPreTrainedModel):
@@ -364,6 +353,7 @@ class BertReproForQuestionAnsweringWithBiLSTM(BertReproBiLSTMPreTrainedModel):
         self.qa_outputs = nn.Linear(2 * config.lstm_size, 2)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -374,7 +364,6 @@ class BertReproForQuestionAnsweringWithBiLSTM(BertReproBiLSTMPreTrainedModel):
         start_positions=None,
         end_positions=None,
         output_hidden_states=None,
-        return_dict=None,
         **kwargs,
     ) -> QuestionAnsweringModelOutput | tuple:
         tokens, _, carried = self._bilstm(
@@ -382,10 +371,9 @@ class BertReproForQuestionAnsweringWithBiLSTM(BertReproBiLSTMPreTrainedModel):
         )
         start_logits, end_logits = self.qa_outputs(tokens).unbind(dim=-1)
         loss = span_loss(start_logits, end_logits, start_positions, end_positions)
-        output = QuestionAnsweringModelOutput(
+        return QuestionAnsweringModelOutput(
             loss=loss, start_logits=start_logits.contiguous(), end_logits=end_logits.contiguous(), **carried
         )
-        return _as_tuple_if_asked(output, return_dict, self.config)
 
 
 class BertReproForSequenceClassificationWithBiLSTM(BertReproBiLSTMPreTrainedModel):
@@ -398,6 +386,7 @@ class BertReproForSequenceClassificationWithBiLSTM(BertReproBiLSTMPreTrainedMode
         self.classifier = nn.Linear(2 * config.lstm_size, config.num_labels)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -407,7 +396,6 @@ class BertReproForSequenceClassificationWithBiLSTM(BertReproBiLSTMPreTrainedMode
         inputs_embeds=None,
         labels=None,
         output_hidden_states=None,
-        return_dict=None,
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         _, final, carried = self._bilstm(
@@ -415,8 +403,7 @@ class BertReproForSequenceClassificationWithBiLSTM(BertReproBiLSTMPreTrainedMode
         )
         logits = self.classifier(self.dropout(final))
         loss = BertReproForSequenceClassification._loss(self, logits, labels) if labels is not None else None
-        output = SequenceClassifierOutput(loss=loss, logits=logits, **carried)
-        return _as_tuple_if_asked(output, return_dict, self.config)
+        return SequenceClassifierOutput(loss=loss, logits=logits, **carried)
 
 
 # So that `save_pretrained` copies this file next to the weights.

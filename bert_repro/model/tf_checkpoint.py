@@ -161,9 +161,7 @@ def _to_torch(value: np.ndarray, tf_name: str, target: _Target) -> torch.Tensor:
             f"Variable {tf_name!r} has shape {list(array.shape)}, expected rank {target.rank} for {target.key!r}"
         )
     tensor = torch.from_numpy(np.array(array, dtype=np.float32, copy=True))
-    if target.transpose:
-        tensor = tensor.t()
-    return tensor.contiguous()
+    return (tensor.t() if target.transpose else tensor).contiguous()
 
 
 def load_tf_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], list[str]]:
@@ -198,13 +196,9 @@ def read_google_bert_config(path: str | Path) -> dict[str, Any]:
     if missing:
         raise ValueError(f"{str(config_file)!r} is missing required field(s): {', '.join(missing)}")
 
-    config: dict[str, Any] = {}
-    for field in _INT_FIELDS:
-        config[field] = _positive_int(raw[field], field, config_file)
-    for field in _FLOAT_FIELDS:
-        config[field] = _number(raw[field], field, config_file)
-    config["hidden_act"] = _activation(raw["hidden_act"], config_file)
-    config["layer_norm_eps"] = _GOOGLE_LAYER_NORM_EPS
+    config = {field: _positive_int(raw[field], field, config_file) for field in _INT_FIELDS}
+    config.update({field: _number(raw[field], field, config_file) for field in _FLOAT_FIELDS})
+    config.update(hidden_act=_activation(raw["hidden_act"], config_file), layer_norm_eps=_GOOGLE_LAYER_NORM_EPS)
     return dict(sorted(config.items()))
 
 

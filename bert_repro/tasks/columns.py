@@ -188,8 +188,7 @@ def span_columns(task: Task, split: str, raw: RawSplit) -> dict[str, list]:
 def _endings(task: Task, raw: RawSplit) -> list[list[str]]:
     n = task.num_choices
     if "endings" in raw.columns:
-        rows = raw.columns["endings"]
-        names = None
+        rows, names = raw.columns["endings"], None
     else:
         names = [f"ending{k}" for k in range(n)]
         missing = [name for name in names if name not in raw.columns]

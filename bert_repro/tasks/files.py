@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import csv
 import io
+import itertools
 import json
 import logging
 import os
@@ -48,11 +49,7 @@ def split_aliases(split: str) -> tuple[str, ...]:
 
 
 def _canonical_split(task: Task, name: str) -> str | None:
-    name = name.strip().lower()
-    for split in task.splits:
-        if name in split_aliases(split):
-            return split
-    return None
+    return next((split for split in task.splits if name.strip().lower() in split_aliases(split)), None)
 
 
 # Describing what is accepted
@@ -134,11 +131,7 @@ def _csv_quoted_tsv(text: str) -> tuple[list[tuple[int, list[str]]] | None, str 
     """(records if every one round-trips through csv.writer's QUOTE_MINIMAL or QUOTE_ALL, else None; the first
     CSV-quoted line; the first line that does not fit). GLUE's own TSVs fail: MRPC holds unquoted ``"the witness"``.
     """
-    pieces = [line + "\n" for line in text.split("\n")]
-    if not text.endswith("\n"):
-        pieces[-1] = pieces[-1][:-1]
-    else:
-        pieces.pop()
+    pieces = re.findall(r"[^\n]*\n|[^\n]+\Z", text)  # the lines, each with its "\n" (the last may lack it)
     reader = csv.reader(pieces, delimiter="\t", quotechar='"', doublequote=True, strict=True)
     row = _LastRow()
     writers = {
@@ -384,9 +377,7 @@ def _concat(parts: list[RawSplit]) -> RawSplit:
                 f"{list(parts[0].columns)}."
             )
     columns = {name: [value for part in parts for value in part.columns[name]] for name in parts[0].columns}
-    offsets = [0]
-    for part in parts:
-        offsets.append(offsets[-1] + part.num_rows)
+    offsets = [0, *itertools.accumulate(part.num_rows for part in parts)]
 
     def locate(i: int) -> str:
         k = bisect.bisect_right(offsets, i) - 1
@@ -437,11 +428,8 @@ def _files_in_directory(task: Task, directory: Path) -> dict[str, list[Path]]:
 
 
 def _split_of_file(task: Task, path: Path) -> str | None:
-    for split, names in task.original_files.items():
-        if path.name in names:
-            return split
-    stem = re.match(r"[A-Za-z_]*", path.name).group(0)
-    return _canonical_split(task, stem)
+    split = next((split for split, names in task.original_files.items() if path.name in names), None)
+    return split or _canonical_split(task, re.match(r"[A-Za-z_]*", path.name).group(0))
 
 
 def _explicit_files(task: Task, files: Mapping[str, Any]) -> dict[str, list[Path]]:
@@ -505,36 +493,28 @@ def _read_hub(task: Task, cache_dir: PathLike | None) -> dict[str, RawSplit]:
 # The entry point
 
 
-def _read_sources(task: Task, source: Source, hub_cache_dir: PathLike | None) -> dict[str, RawSplit]:
-    if source is None:
-        return _read_hub(task, hub_cache_dir)
-    files = _local_files(task, source)
-    return {split: _concat([_read_file(path, task) for path in paths]) for split, paths in files.items()}
-
-
-def _canonical_split_dataset(task: Task, split: str, raw: RawSplit) -> datasets.Dataset:
-    if raw.num_rows == 0:
-        raise TaskDataError(f"{raw.source}: the {split} split of {task.name} is empty (no data rows).")
-    columns = task.kind.canonicalise(task, split, raw)
-    return datasets.Dataset.from_dict(columns, features=task.kind.features(task), split=split)
-
-
 def load_task_data(
-    task: Task | str,
-    data_dir_or_files: Source = None,
-    *,
-    hub_cache_dir: PathLike | None = None,
+    task: Task | str, data_dir_or_files: Source = None, *, hub_cache_dir: PathLike | None = None
 ) -> datasets.DatasetDict:
     """The splits of ``task`` found in canonical form; `TaskDataError` on bad input.
 
     ``data_dir_or_files``: None (the Hub), a directory, one file named after its split, or {split: file(s)}.
     """
     task = get_task(task)
-    raws = _read_sources(task, data_dir_or_files, hub_cache_dir)
+    if data_dir_or_files is None:
+        raws = _read_hub(task, hub_cache_dir)
+    else:
+        files = _local_files(task, data_dir_or_files).items()
+        raws = {split: _concat([_read_file(path, task) for path in paths]) for split, paths in files}
     if not raws:
         raise TaskDataError(f"no split of {task.name} found; expected {describe_sources(task)}.")
-    ordered = [split for split in task.splits if split in raws]
-    return datasets.DatasetDict({split: _canonical_split_dataset(task, split, raws[split]) for split in ordered})
+    splits = {}
+    for split in [split for split in task.splits if split in raws]:
+        if raws[split].num_rows == 0:
+            raise TaskDataError(f"{raws[split].source}: the {split} split of {task.name} is empty (no data rows).")
+        columns = task.kind.canonicalise(task, split, raws[split])
+        splits[split] = datasets.Dataset.from_dict(columns, features=task.kind.features(task), split=split)
+    return datasets.DatasetDict(splits)
 
 
 __all__ = [

@@ -17,11 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import datasets
 import numpy as np
-from transformers import (
-    DataCollatorForMultipleChoice,
-    DataCollatorForTokenClassification,
-    DataCollatorWithPadding,
-)
+from transformers import DataCollatorForMultipleChoice, DataCollatorForTokenClassification, DataCollatorWithPadding
 
 from ..model.bilstm_heads import (
     BertReproForQuestionAnsweringWithBiLSTM,
@@ -140,9 +136,9 @@ class TaskKind(abc.ABC):
     ) -> datasets.Dataset:
         """Canonical rows -> the model's inputs (and ``labels``; ``decode_columns`` for evaluation)."""
 
-    @abc.abstractmethod
     def collator(self, tokenizer: Any) -> Any:
         """Batches of encoded rows, padded."""
+        return DataCollatorWithPadding(tokenizer)
 
     # The evaluation ------------------------------------------------------------------------------------
 
@@ -173,17 +169,16 @@ class TaskKind(abc.ABC):
     # Shared by the kinds -------------------------------------------------------------------------------
 
     @staticmethod
-    def _map(
-        split: datasets.Dataset, function: Any, settings: EncodingSettings, desc: str, **fn_kwargs: Any
-    ) -> datasets.Dataset:
+    def _map(split: datasets.Dataset, function: Any, settings: EncodingSettings, desc: str, **fn_kwargs: Any):
+        columns = split.column_names
         return split.map(
-            function,
-            fn_kwargs=fn_kwargs,
-            batched=True,
-            num_proc=settings.num_proc,
-            remove_columns=split.column_names,
-            desc=desc,
+            function, fn_kwargs=fn_kwargs, batched=True, num_proc=settings.num_proc, remove_columns=columns, desc=desc
         )
+
+    def _tokens(self, function: Any, task: Task, split: datasets.Dataset, tokenizer: Any, settings: EncodingSettings):
+        """``function(batch, tokenizer, task, max_len)`` over ``split``'s batches."""
+        kwargs = {"tokenizer": tokenizer, "task": task, "max_len": settings.max_seq_length}
+        return self._map(split, function, settings, f"{task.name} tokens", **kwargs)
 
 
 # GLUE: one or two sentences -> a class or a score, from the pooled [CLS] output
@@ -236,18 +231,7 @@ class SentenceClassification(TaskKind):
         return np.full(len(split), max(counts, key=lambda label: (counts[label], -label)))
 
     def encode(self, task, split, tokenizer, settings, *, train):
-        return self._map(
-            split,
-            _encode_sentences,
-            settings,
-            f"{task.name} tokens",
-            tokenizer=tokenizer,
-            task=task,
-            max_len=settings.max_seq_length,
-        )
-
-    def collator(self, tokenizer):
-        return DataCollatorWithPadding(tokenizer)
+        return self._tokens(_encode_sentences, task, split, tokenizer, settings)
 
     def decode(self, task, logits, raw, encoded, settings):
         return np.asarray(logits).argmax(-1)
@@ -326,19 +310,8 @@ class SpanExtraction(TaskKind):
 
     def encode(self, task, split, tokenizer, settings, *, train):
         prepare = squad.prepare_train_features if train else squad.prepare_eval_features
-        return self._map(
-            split,
-            prepare,
-            settings,
-            f"{task.name} windows",
-            tokenizer=tokenizer,
-            max_seq_length=settings.max_seq_length,
-            doc_stride=settings.doc_stride,
-            max_query_length=settings.max_query_length,
-        )
-
-    def collator(self, tokenizer):
-        return DataCollatorWithPadding(tokenizer)
+        lengths = {name: getattr(settings, name) for name in ("max_seq_length", "doc_stride", "max_query_length")}
+        return self._map(split, prepare, settings, f"{task.name} windows", tokenizer=tokenizer, **lengths)
 
     def decode(self, task, logits, raw, encoded, settings):
         start_logits, end_logits = logits
@@ -432,24 +405,13 @@ class MultipleChoice(TaskKind):
         return checked.choice_columns(task, split, raw)
 
     def encode(self, task, split, tokenizer, settings, *, train):
-        return self._map(
-            split,
-            _encode_choices,
-            settings,
-            f"{task.name} tokens",
-            tokenizer=tokenizer,
-            task=task,
-            max_len=settings.max_seq_length,
-        )
+        return self._tokens(_encode_choices, task, split, tokenizer, settings)
 
     def collator(self, tokenizer):
         return DataCollatorForMultipleChoice(tokenizer)
 
-    def decode(self, task, logits, raw, encoded, settings):
-        return np.asarray(logits).argmax(-1)
-
-    def score(self, task, raw, predictions):
-        return metric_functions.compute(task.metrics, predictions, np.asarray(raw["label"]))
+    # The best-scoring choice, scored as a class: the classifier's own.
+    decode, score = SentenceClassification.decode, SentenceClassification.score
 
     def head_parameters(self, hidden_size, num_labels):
         return hidden_size + 1  # one score, whatever the number of choices
@@ -505,15 +467,7 @@ class TokenClassification(TaskKind):
         return True
 
     def encode(self, task, split, tokenizer, settings, *, train):
-        return self._map(
-            split,
-            _encode_words,
-            settings,
-            f"{task.name} tokens",
-            tokenizer=tokenizer,
-            task=task,
-            max_len=settings.max_seq_length,
-        )
+        return self._tokens(_encode_words, task, split, tokenizer, settings)
 
     def collator(self, tokenizer):
         return DataCollatorForTokenClassification(tokenizer)

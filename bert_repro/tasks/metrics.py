@@ -75,9 +75,7 @@ def accuracy(predictions: Sequence[Any] | np.ndarray, references: Sequence[Any] 
 
 
 def f1(
-    predictions: Sequence[Any] | np.ndarray,
-    references: Sequence[Any] | np.ndarray,
-    positive_label: Any = 1,
+    predictions: Sequence[Any] | np.ndarray, references: Sequence[Any] | np.ndarray, positive_label: Any = 1
 ) -> float:
     """Binary F1 of `positive_label`, as sklearn's `f1_score(average="binary")` with its errors and warning."""
     preds, refs = _pair(predictions, references)
@@ -179,10 +177,6 @@ def normalize_answer(s: str) -> str:
     return " ".join(text.split())
 
 
-def _v1_exact(prediction: str, ground_truth: str) -> float:
-    return float(normalize_answer(prediction) == normalize_answer(ground_truth))
-
-
 def _v1_f1(prediction: str, ground_truth: str) -> float:
     """v1.1's `f1_score`: bag-of-tokens F1; 0 when nothing is shared (also when both are empty)."""
     return _token_f1(normalize_answer(prediction).split(), normalize_answer(ground_truth).split())
@@ -202,7 +196,7 @@ def _get_tokens(s: str) -> list[str]:
 
 
 def compute_exact(a_gold: str, a_pred: str) -> int:
-    """v2.0's exact match of one gold answer: 1 if the normalised strings are equal."""
+    """Exact match of one gold answer (both official scripts): 1 if the normalised strings are equal."""
     return int(normalize_answer(a_gold) == normalize_answer(a_pred))
 
 
@@ -236,7 +230,7 @@ def squad_v1(predictions: Mapping[str, str], references: Mapping[str, Sequence[s
         if qid not in predictions:
             continue
         prediction = predictions[qid]
-        exact_match += max(_v1_exact(prediction, gold) for gold in gold_answers)
+        exact_match += max(compute_exact(gold, prediction) for gold in gold_answers)
         f1_sum += max(_v1_f1(prediction, gold) for gold in gold_answers)
     _warn_missing(sum(qid not in predictions for qid in references), len(references), "they score 0")
     total = len(references)

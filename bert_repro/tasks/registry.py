@@ -186,7 +186,7 @@ _GLUE_DEFAULTS = {
 
 
 def _defaults(**changes: Any) -> Mapping[str, Any]:
-    """GLUE's defaults with ``changes`` (SWAG and CoNLL-2003 differ in one value)."""
+    """GLUE's defaults with ``changes`` (SWAG and CoNLL-2003 differ in one value, SQuAD in more)."""
     return _frozen({**_GLUE_DEFAULTS, **changes})
 
 
@@ -241,29 +241,13 @@ def _glue(
     return Task(**fields)
 
 
-def _squad_defaults(epochs: int, batch: int) -> Mapping[str, Any]:
-    return _frozen(
-        {
-            "learning_rate": 5e-5,
-            "num_train_epochs": epochs,
-            "per_device_train_batch_size": batch,
-            "max_seq_length": 384,
-            "doc_stride": 128,
-            "max_query_length": 64,
-            "max_answer_length": 30,
-            "n_best_size": 20,
-            "warmup_proportion": 0.1,
-            "weight_decay": 0.01,
-        }
-    )
+# SQuAD's settings in the reference run_squad.py (with GLUE's warm-up and weight decay).
+_SQUAD_DEFAULTS = dict(
+    learning_rate=5e-5, max_seq_length=384, doc_stride=128, max_query_length=64, max_answer_length=30
+)
 
 
-_SPAN_SOURCES = {
-    "context": ("context", "paragraph"),
-    "answers": ("answers",),
-    "id": ("id",),
-    "title": ("title",),
-}
+_SPAN_SOURCES = {"context": ("context", "paragraph"), "answers": ("answers",), "id": ("id",), "title": ("title",)}
 
 # The registry.
 
@@ -434,7 +418,7 @@ _TASK_LIST: tuple[Task, ...] = (
         original_format="squad_json",
         original_files=_frozen({"train": ("train-v1.1.json",), "validation": ("dev-v1.1.json",)}),
         test_splits=(),
-        defaults=_squad_defaults(epochs=3, batch=32),
+        defaults=_defaults(**_SQUAD_DEFAULTS, n_best_size=20),
         grid=_frozen(_PAPER_GRID),
         paper=_paper("squad_exact_match", 80.8, 84.1, "validation", "paper Table 2")
         + _paper("squad_f1", 88.5, 90.9, "validation", "paper Table 2"),
@@ -466,7 +450,7 @@ _TASK_LIST: tuple[Task, ...] = (
         original_files=_frozen({"train": ("train-v2.0.json",), "validation": ("dev-v2.0.json",)}),
         test_splits=(),
         allows_no_answer=True,
-        defaults=_squad_defaults(epochs=2, batch=48),
+        defaults=_defaults(**_SQUAD_DEFAULTS, n_best_size=20, num_train_epochs=2, per_device_train_batch_size=48),
         grid=_frozen(_PAPER_GRID),
         paper=(
             Result("large", "validation", "squad_best_exact_match", 78.7, "paper Table 3 (tau tuned on dev)"),

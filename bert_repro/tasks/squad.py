@@ -278,8 +278,7 @@ def prepare_eval_features(
             window_offsets = tokens.context_offsets[span.start : span.end + 1]
             features["offset_mapping"].append(before + window_offsets + after)
             features["token_is_max_context"].append([False] * tokens.context_start + flags + [False] * len(after))
-    keys = ("input_ids", "token_type_ids", "attention_mask", "example_id", "offset_mapping")
-    keys += ("token_is_max_context",)
+    keys = ("input_ids", "token_type_ids", "attention_mask", "example_id", "offset_mapping", "token_is_max_context")
     return {key: features[key] for key in keys}
 
 
@@ -295,10 +294,6 @@ class _Candidate:
     @property
     def score(self) -> float:
         return self.start_logit + self.end_logit
-
-
-def _column(table: Any, name: str) -> list:
-    return list(table[name])
 
 
 def _best_indexes(logits: np.ndarray, n_best_size: int) -> list[int]:
@@ -346,15 +341,6 @@ def _min_null(start_logits: np.ndarray, end_logits: np.ndarray, rows: Sequence[i
     return min(nulls, key=lambda candidate: candidate.score) if nulls else None
 
 
-def _softmax(scores: Sequence[float]) -> list[float]:
-    if not scores:
-        return []
-    top = max(scores)
-    exps = [math.exp(score - top) for score in scores]
-    total = sum(exps)
-    return [value / total for value in exps]
-
-
 def _nbest(candidates: Iterable[_Candidate], n_best_size: int, null: _Candidate | None) -> list[_Candidate]:
     """Best-first list of distinct texts (null included when given), at most n_best_size long (+ the null)."""
     pool = list(candidates) + ([null] if null is not None else [])
@@ -380,24 +366,13 @@ def _best_span(best: Sequence[_Candidate]) -> tuple[str, float]:
 
 def _nbest_entries(best: Sequence[_Candidate]) -> list[dict[str, Any]]:
     """The n-best list as dicts, with softmax probabilities over the listed scores."""
-    probabilities = _softmax([candidate.score for candidate in best])
+    top = max((c.score for c in best), default=0.0)
+    exps = [math.exp(c.score - top) for c in best]
+    total = sum(exps)
     return [
-        {
-            "text": c.text,
-            "score": c.score,
-            "start_logit": c.start_logit,
-            "end_logit": c.end_logit,
-            "probability": probability,
-        }
-        for c, probability in zip(best, probabilities)
+        dict(text=c.text, score=c.score, start_logit=c.start_logit, end_logit=c.end_logit, probability=e / total)
+        for c, e in zip(best, exps)
     ]
-
-
-def _group_features(example_ids: Sequence[str]) -> dict[str, list[int]]:
-    grouped: dict[str, list[int]] = collections.defaultdict(list)
-    for index, example_id in enumerate(example_ids):
-        grouped[example_id].append(index)
-    return grouped
 
 
 def postprocess_predictions(
@@ -418,31 +393,26 @@ def postprocess_predictions(
     Returns id -> text, id -> ``s_null - best_non_null`` (v2.0 only), and id -> n-best list of dicts, best first.
     """
     start_logits, end_logits = np.asarray(start_logits), np.asarray(end_logits)
-    example_ids = _column(features, "example_id")
+    example_ids = list(features["example_id"])
     if start_logits.shape[0] != len(example_ids) or end_logits.shape[0] != len(example_ids):
         raise ValueError(
             f"got {start_logits.shape[0]} start / {end_logits.shape[0]} end logit rows for {len(example_ids)} features"
         )
-    offsets = _column(features, "offset_mapping")
-    max_context = _column(features, "token_is_max_context") if require_max_context else None
-    grouped = _group_features(example_ids)
+    offsets = list(features["offset_mapping"])
+    max_context = list(features["token_is_max_context"]) if require_max_context else [None] * len(example_ids)
+    grouped: dict[str, list[int]] = collections.defaultdict(list)
+    for index, example_id in enumerate(example_ids):
+        grouped[example_id].append(index)
 
     predictions: dict[str, str] = {}
     diffs: dict[str, float] = {}
     nbest_json: dict[str, list[dict]] = {}
-    for example_id, context in zip(_column(examples, "id"), _column(examples, "context")):
+    for example_id, context in zip(list(examples["id"]), list(examples["context"])):
         rows = grouped.get(example_id, [])
         candidates: list[_Candidate] = []
         for f in rows:
-            window_max_context = max_context[f] if max_context is not None else None
             candidates += _window_candidates(
-                context,
-                start_logits[f],
-                end_logits[f],
-                offsets[f],
-                window_max_context,
-                n_best_size,
-                max_answer_length,
+                context, start_logits[f], end_logits[f], offsets[f], max_context[f], n_best_size, max_answer_length
             )
         null = _min_null(start_logits, end_logits, rows) if version_2_with_negative else None
         best = _nbest(candidates, n_best_size, null)
