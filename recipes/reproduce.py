@@ -12,7 +12,7 @@ import sys
 from bert_repro.training.cli import parse_with_config, quiet_load_reports
 from bert_repro.training.finetune import USER_ERRORS
 from bert_repro.training.lifecycle import main
-from bert_repro.training.reproduce import HELP_LAYOUT, ReproduceArguments, run_reproduce
+from bert_repro.training.studies.reproduce import HELP_LAYOUT, ReproduceArguments, run_reproduce
 
 if __name__ == "__main__":
     quiet_load_reports()

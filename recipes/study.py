@@ -16,8 +16,8 @@ from bert_repro.model.conversion import CheckpointError
 from bert_repro.tasks.columns import TaskDataError
 from bert_repro.training.cli import ConfigurationError, parse_with_config, quiet_load_reports
 from bert_repro.training.lifecycle import main
-from bert_repro.training.study import StudyArguments, StudyError, run_study
-from bert_repro.training.study_arguments import HELP_LAYOUT
+from bert_repro.training.studies import StudyArguments, StudyError, run_study
+from bert_repro.training.studies.arguments import HELP_LAYOUT
 
 if __name__ == "__main__":
     quiet_load_reports()

@@ -154,7 +154,7 @@ def _last_loss(out: Path) -> str | None:
 
 
 def _benchmark(benchmark_dir: str | Path | None) -> dict[str, Any] | None:
-    """The rows of a `bert_repro.training.reproduce` report, for the pre-trained card."""
+    """The rows of a `bert_repro.training.studies.reproduce` report, for the pre-trained card."""
     if benchmark_dir is None:
         return None
     report = card.read_json(Path(benchmark_dir) / "report.json")

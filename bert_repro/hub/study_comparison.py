@@ -1,4 +1,4 @@
-"""A study's fine-tuning comparison as the cards show it (`bert_repro.training.study`'s `study.json`): a pre-trained
+"""A study's fine-tuning comparison as the cards show it (`bert_repro.training.studies`'s `study.json`): a pre-trained
 checkpoint fine-tuned beside the same architecture randomly initialised and the majority class, each difference with
 its standard error. `_study` is the study section of a pre-trained checkpoint's card; `study_card` shows the same table.
 """
@@ -19,7 +19,7 @@ from .finetuned_card import _task_result
 
 
 def _is_random_init(row: Mapping[str, Any]) -> bool:
-    """A study row of weights drawn at random: `bert_repro.training.study` records their pre-training as 0 steps."""
+    """A study row of weights drawn at random: `bert_repro.training.studies` records their pre-training as 0 steps."""
     return (row.get("pretraining") or {}).get("global_step") == 0
 
 

@@ -132,7 +132,7 @@ def test_missing_plotting_and_tensorboard_are_skipped_with_a_warning(tmp_path, c
 def test_reproduce_report_without_matplotlib(tmp_path, monkeypatch, caplog):
     import builtins
 
-    from bert_repro.training.reproduce import plot_report
+    from bert_repro.training.studies.reproduce import plot_report
 
     real_import = builtins.__import__
 

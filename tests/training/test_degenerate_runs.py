@@ -49,7 +49,7 @@ def test_results_md_shows_the_majority_baseline_and_flags_a_one_label_run(tmp_pa
 
 
 def test_the_reproduce_report_shows_the_baseline_the_flag_the_subsampling_and_the_arguments(tmp_path):
-    from bert_repro.training.reproduce import ReproduceArguments, task_row, write_report
+    from bert_repro.training.studies.reproduce import ReproduceArguments, task_row, write_report
 
     best = {
         "learning_rate": 2e-5,

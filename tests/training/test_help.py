@@ -102,7 +102,7 @@ def test_finetuning_help_shows_the_grid_as_the_default(capsys):
 
 def test_reproduce_help_says_what_goes_after_the_double_dash(capsys):
     from bert_repro.training.cli import parse_with_config
-    from bert_repro.training.reproduce import HELP_LAYOUT, ReproduceArguments
+    from bert_repro.training.studies.reproduce import HELP_LAYOUT, ReproduceArguments
 
     def parse(argv):
         return parse_with_config((ReproduceArguments,), {}, argv, "recipes/reproduce.py", help_layout=HELP_LAYOUT)
@@ -113,7 +113,7 @@ def test_reproduce_help_says_what_goes_after_the_double_dash(capsys):
 
 
 def test_study_help_is_grouped_as_the_recipes_are():
-    from bert_repro.training.study_arguments import HELP_LAYOUT, StudyArguments
+    from bert_repro.training.studies.arguments import HELP_LAYOUT, StudyArguments
 
     run = subprocess.run([sys.executable, ROOT / "recipes/study.py", "--help"], capture_output=True, text=True)
     text, found = run.stdout, sections(run.stdout)

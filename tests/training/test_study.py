@@ -13,9 +13,10 @@ from support.corpora import WORDS as CORPUS_WORDS
 from support.pretraining_runs import write_config
 from support.task_files import CONLL_DEV, CONLL_TEST, CONLL_TRAIN, GLUE_FIXTURES, write
 
-from bert_repro.training import study as study_module
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.study import (
+from bert_repro.training.studies import run as study_module
+from bert_repro.training.studies.report import ordering, write_study
+from bert_repro.training.studies.run import (
     FineTuningRun,
     StudyArguments,
     check_same_study,
@@ -25,8 +26,7 @@ from bert_repro.training.study import (
     run_study,
     select,
 )
-from bert_repro.training.study_report import ordering, write_study
-from bert_repro.training.study_tables import STUDIES, get_study
+from bert_repro.training.studies.tables import STUDIES, get_study
 
 WORDS = [*CORPUS_WORDS, "good", "bad", "movie", "film"]
 
@@ -412,7 +412,7 @@ def test_a_study_folder_is_the_same_study_by_what_its_inputs_hold(tmp_path, tiny
     import shutil
 
     from bert_repro.training.cli import ConfigurationError
-    from bert_repro.training.study import StudyArguments, check_same_study
+    from bert_repro.training.studies.run import StudyArguments, check_same_study
 
     model, out = shutil.copytree(tiny_model, tmp_path / "model"), tmp_path / "study"
     args = StudyArguments(study="pretraining", output_dir=str(out), reuse=[f"pretrained={model}"])

@@ -8,9 +8,9 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..model.conversion import CheckpointError, check_model_dir
-from .cli import ConfigurationError, HelpLayout, flag, hide_credentials
-from .study_tables import STUDIES, Study, _size
+from ...model.conversion import CheckpointError, check_model_dir
+from ..cli import ConfigurationError, HelpLayout, flag, hide_credentials
+from .tables import STUDIES, Study, _size
 
 # `--help`: the study's flags by section (each dataclass field's `group`, else "study").
 HELP_LAYOUT = HelpLayout(

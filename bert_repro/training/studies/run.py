@@ -1,6 +1,6 @@
-"""The paper's section-5 experiments as studies (`study_tables.STUDIES`): pre-train each variant with the recipe's
+"""The paper's section-5 experiments as studies (`tables.STUDIES`): pre-train each variant with the recipe's
 arguments, fine-tune it with the fine-tuning protocol, and after every finished run write the table beside the
-paper's (`study_report`). Runs go to `<output_dir>/pretrain/<variant>/` and `<output_dir>/finetune/<variant>/<run>/`;
+paper's (`report`). Runs go to `<output_dir>/pretrain/<variant>/` and `<output_dir>/finetune/<variant>/<run>/`;
 finished ones are kept, so the same command continues a study.
 """
 
@@ -20,22 +20,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_json
-from ..model.conversion import TOKENIZER_FILES
-from ..tasks.metrics import percent
-from ..tasks.registry import get_task
-from .cli import ConfigurationError
-from .cluster import catching_stop_signals, signal_received
-from .finetune import run_finetuning
-from .finetune_recipe import FineTuningRecipe
-from .finetune_recipe import check_inputs as check_finetuning_inputs
-from .lifecycle import Stopped, check_stopped, fingerprints
-from .pretraining import PreTrainingRecipe, run_pretraining
-from .pretraining.plan import check as check_pretraining
+from ...atomic import write_json
+from ...model.conversion import TOKENIZER_FILES
+from ...tasks.metrics import percent
+from ...tasks.registry import get_task
+from ..cli import ConfigurationError
+from ..cluster import catching_stop_signals, signal_received
+from ..finetune import run_finetuning
+from ..finetune_recipe import FineTuningRecipe
+from ..finetune_recipe import check_inputs as check_finetuning_inputs
+from ..lifecycle import Stopped, check_stopped, fingerprints
+from ..pretraining import PreTrainingRecipe, run_pretraining
+from ..pretraining.plan import check as check_pretraining
+from .arguments import StudyArguments, _parse_reuse, _split_args, select, without_credentials
+from .report import write_study
 from .reproduce import check_task_data
-from .study_arguments import StudyArguments, _parse_reuse, _split_args, select, without_credentials
-from .study_report import write_study
-from .study_tables import STUDIES, Column, Study, Variant, get_study
+from .tables import STUDIES, Column, Study, Variant, get_study
 
 logger = logging.getLogger(__name__)
 
@@ -125,8 +125,8 @@ def random_init_model(pretrained: Path, directory: Path) -> Path:
         return directory
     import torch
 
-    from ..model.configuration_bert_repro import BertReproConfig
-    from ..model.modeling_bert_repro import BertReproForPreTraining
+    from ...model.configuration_bert_repro import BertReproConfig
+    from ...model.modeling_bert_repro import BertReproForPreTraining
 
     torch.manual_seed(0)
     config = BertReproConfig.from_pretrained(pretrained)
@@ -282,8 +282,8 @@ def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]
 
 def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[str, float]:
     """Each classification column's score for always predicting the most frequent training label."""
-    from ..tasks.files import load_task_data
-    from .finetune import data_source
+    from ...tasks.files import load_task_data
+    from ..finetune import data_source
 
     out, data = {}, {}
     for column in (c for c in study.columns if c.task):

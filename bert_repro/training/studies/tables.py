@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..model.bilstm_heads import FEATURE_SETS
-from ..tasks.registry import get_task
-from .cli import ConfigurationError
+from ...model.bilstm_heads import FEATURE_SETS
+from ...tasks.registry import get_task
+from ..cli import ConfigurationError
 
 
 @dataclass(frozen=True)

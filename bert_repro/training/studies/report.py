@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_path, write_json, write_text
-from .study_arguments import StudyArguments
-from .study_tables import Study
+from ...atomic import atomic_path, write_json, write_text
+from .arguments import StudyArguments
+from .tables import Study
 
 logger = logging.getLogger(__name__)
 
