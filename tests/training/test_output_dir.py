@@ -138,8 +138,7 @@ def test_a_reproduce_rerun_uses_only_results_of_the_same_model_and_settings(tmp_
 
 
 def test_a_token_passed_on_to_fine_tuning_is_written_nowhere(tmp_path, tiny_model, capsys, caplog, monkeypatch):
-    from bert_repro.training.studies.arguments import StudyArguments
-    from bert_repro.training.studies.run import run_study
+    from bert_repro.training.studies import StudyArguments, run_study
 
     token = "hf_" + "Secret0" * 5
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
