@@ -89,12 +89,13 @@ def test_selection_keeps_the_variants_whose_weights_are_used():
         (dict(study="pretraining", seeds=[1, 2], finetune_args="--seeds 7"), "leave --seed(s) out"),
         (dict(study="pretraining", seeds=[1], finetune_args_for=["random=--seed 3"]), "leave --seed(s) out"),
         (dict(study="pretraining", jobs=0), "--jobs 0: at least 1"),
-        # checked before any pre-training (which would write into the output folder)
+        # checked before any pre-training
         (dict(study="pretraining", finetune_args="--learning_rat 1e-4"), "did you mean --learning_rate or --learning"),
     ],
 )
 def test_bad_input_is_one_clear_error(args, message, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(study_module, "run_pretraining", lambda recipe: pytest.fail("pre-training started"))
     if args.get("study") == "pretraining":  # its data is there: the error comes from the arguments
         root = _glue(tmp_path / "glue")
         args = {**args, "data_root": str(root)}

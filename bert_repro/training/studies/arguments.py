@@ -142,7 +142,7 @@ def split_args(text: str, flag: str) -> list[str]:
         raise ConfigurationError(f"{flag}: cannot split {text!r} into arguments ({err}).") from None
 
 
-def without_credentials(args: StudyArguments) -> StudyArguments:
+def redacted(args: StudyArguments) -> StudyArguments:
     """`args` as the study's record and reports show them, credentials hidden (--finetune_args "--hub_token X")."""
 
     def hide(text: str) -> str:

@@ -32,15 +32,7 @@ from ..finetune_recipe import check_inputs as check_finetuning_inputs
 from ..lifecycle import Stopped, check_stopped, fingerprints
 from ..pretraining import PreTrainingRecipe, run_pretraining
 from ..pretraining.plan import check as check_pretraining
-from .arguments import (
-    StudyArguments,
-    check_task_data,
-    finetune_args_for,
-    parse_reuse,
-    select,
-    split_args,
-    without_credentials,
-)
+from .arguments import StudyArguments, check_task_data, finetune_args_for, parse_reuse, redacted, select, split_args
 from .report import write_study
 from .tables import STUDIES, Column, Study, Variant, get_study
 
@@ -77,14 +69,12 @@ def check_same_study(output_dir: Path, args: StudyArguments) -> None:
     if not path.is_file():
         output_dir.mkdir(parents=True, exist_ok=True)
         return write_json(path, record)
-    before = json.loads(path.read_text())
-    changed = [
-        f"--{k} {before.get(k)!r} then, {record[k]!r} now" for k in RECORDED_ARGUMENTS if before.get(k) != record[k]
-    ]
+    was = json.loads(path.read_text())
+    changed = [f"--{k} {was.get(k)!r} then, {record[k]!r} now" for k in RECORDED_ARGUMENTS if was.get(k) != record[k]]
     changed += [
         f"--{name.replace('model ', 'reuse ')}: other content than this study read"
         for name, value in inputs.items()
-        if (before.get("inputs") or {}).get(name) != value
+        if (was.get("inputs") or {}).get(name) != value
     ]
     if changed:
         raise ConfigurationError(
@@ -235,8 +225,7 @@ def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, 
 
 
 def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]:
-    """A cell from its finished runs, in the paper's unit: the one run's number, or the seeds' mean, standard error
-    and numbers."""
+    """A cell from its finished runs (percent): the one run's number, or the seeds' mean, standard error and numbers."""
     finished = [(r.seed, results) for r in runs if (results := r.results) is not None]
     values = {seed: percent(column.metric, results["best"][column.split][column.metric]) for seed, results in finished}
     if not values:
@@ -324,7 +313,7 @@ def run_study(args: StudyArguments) -> str:
         check_pretraining(base.replace(**variant.pretraining, output_dir="(output)"))
     baseline = majority_baseline(study, data_dirs)  # reads every task's data: a broken file fails now too
     output_dir = Path(args.output_dir or f"runs/{study.name}")
-    shown = without_credentials(args)  # the arguments as the study's record and reports show them
+    shown = redacted(args)  # the arguments as the study's record and reports show them
     check_same_study(output_dir, shown)
     weights: dict[str, Path] = dict(reused)
     start, failed = time.time(), []
