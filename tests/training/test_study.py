@@ -216,10 +216,8 @@ def test_report_table_ordering_and_chart(tmp_path):
     study = get_study("table5")
     values = {"mlm_nsp": 80.0, "mlm": 78.0, "ltr": 70.0, "ltr_bilstm": 71.0}
     pretraining = {"global_step": 100, "train_runtime_s": 30.0}
-    rows = [
-        _row(study, k, {c.key: {"ours": v + i} for i, c in enumerate(study.columns)}, 12.0, pretraining)
-        for k, v in values.items()
-    ]
+    cells = {k: {c.key: {"ours": v + i} for i, c in enumerate(study.columns)} for k, v in values.items()}
+    rows = [_row(study, k, cells[k], 12.0, pretraining) for k in values]
     text = write_study(tmp_path, study, rows, StudyArguments(study="table5"), 3600.0)
     assert "| No NSP | 78.00 | 83.9 | 79.00 | 84.9 |" in text
     assert "| 100 | 30 | 12 |" in text  # steps, pre-training and fine-tuning seconds
@@ -276,13 +274,13 @@ def pretrain_config(tmp_path_factory):
     corpus = root / "corpus"
     corpus.mkdir()
     rng = random.Random(0)
-    texts = []
-    for d in range(8):
-        text = " ".join(
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "." for _ in range(20)
-        )
+
+    def sentence() -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
+
+    texts = [" ".join(sentence() for _ in range(20)) for _ in range(8)]
+    for d, text in enumerate(texts):
         (corpus / f"doc{d}.txt").write_text(text)
-        texts.append(text)
     fixtures = [t for name in ("mrpc", "sst2") for t in GLUE_FIXTURES[name][0].values()] + [CONLL_TRAIN]
     tokenizer = train_wordpiece(iterator=texts + fixtures * 3, vocab_size=200, show_progress=False)
     save_tokenizer(tokenizer, root / "tokenizer")
