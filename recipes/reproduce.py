@@ -12,7 +12,8 @@ import sys
 from bert_repro.training.cli import parse_with_config, quiet_load_reports
 from bert_repro.training.finetune import USER_ERRORS
 from bert_repro.training.lifecycle import main
-from bert_repro.training.reproduce import HELP_LAYOUT, ReproduceArguments, run_reproduce
+from bert_repro.training.studies import ReproduceArguments, run_reproduce
+from bert_repro.training.studies.arguments import REPRODUCE_HELP
 
 if __name__ == "__main__":
     quiet_load_reports()
@@ -23,7 +24,7 @@ if __name__ == "__main__":
 
     def reproduce():
         global args
-        (args,) = parse_with_config((ReproduceArguments,), {}, own, "recipes/reproduce.py", help_layout=HELP_LAYOUT)
+        (args,) = parse_with_config((ReproduceArguments,), {}, own, "recipes/reproduce.py", help_layout=REPRODUCE_HELP)
         return run_reproduce(args, finetune_args)
 
     main("reproduce.py", reproduce, USER_ERRORS, lambda: args and args.output_dir)

@@ -12,12 +12,11 @@ continue an interrupted study (finished runs are kept, an interrupted one resume
 
 import sys
 
-from bert_repro.model.conversion import CheckpointError
-from bert_repro.tasks.columns import TaskDataError
-from bert_repro.training.cli import ConfigurationError, parse_with_config, quiet_load_reports
+from bert_repro.training.cli import parse_with_config, quiet_load_reports
+from bert_repro.training.finetune import USER_ERRORS
 from bert_repro.training.lifecycle import main
-from bert_repro.training.study import StudyArguments, StudyError, run_study
-from bert_repro.training.study_arguments import HELP_LAYOUT
+from bert_repro.training.studies import StudyArguments, StudyError, run_study
+from bert_repro.training.studies.arguments import STUDY_HELP
 
 if __name__ == "__main__":
     quiet_load_reports()
@@ -25,12 +24,11 @@ if __name__ == "__main__":
 
     def study():
         global args
-        (args,) = parse_with_config((StudyArguments,), {}, None, "recipes/study.py", help_layout=HELP_LAYOUT)
+        (args,) = parse_with_config((StudyArguments,), {}, None, "recipes/study.py", help_layout=STUDY_HELP)
         return run_study(args)
 
     try:  # a problem with what the user passed: one line, exit 2
-        errors = (ConfigurationError, CheckpointError, TaskDataError, FileExistsError, FileNotFoundError)
-        main("study.py", study, errors, lambda: args and (args.output_dir or f"runs/{args.study}"))
+        main("study.py", study, USER_ERRORS, lambda: args and (args.output_dir or f"runs/{args.study}"))
     except StudyError as err:  # runs that failed on their own (their logs say why); the table has the others
         print(f"study.py: {err}", file=sys.stderr)
         sys.exit(1)

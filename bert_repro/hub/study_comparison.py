@@ -1,4 +1,4 @@
-"""A study's fine-tuning comparison as the cards show it (`bert_repro.training.study`'s `study.json`): a pre-trained
+"""A study's fine-tuning comparison as the cards show it (`bert_repro.training.studies`'s `study.json`): a pre-trained
 checkpoint fine-tuned beside the same architecture randomly initialised and the majority class, each difference with
 its standard error. `StudyComparison` is the study section of a pre-trained checkpoint's card and the table of a
 study's own card (`study_card`).
@@ -22,7 +22,7 @@ from .secrets import CardError, public_value
 
 
 def is_random_init(row: Mapping[str, Any]) -> bool:
-    """A study row of weights drawn at random: `bert_repro.training.study` records their pre-training as 0 steps."""
+    """A study row of weights drawn at random: `bert_repro.training.studies` records their pre-training as 0 steps."""
     return (row.get("pretraining") or {}).get("global_step") == 0
 
 

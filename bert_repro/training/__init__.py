@@ -1,4 +1,4 @@
-"""Stage 4, training: pre-training, fine-tuning, the paper's benchmark (`reproduce`) and studies (`study`). A run is
+"""Stage 4, training: pre-training, fine-tuning, the paper's studies and its benchmark (`studies`). A run is
 a recipe and one call:
 
     from bert_repro.training import PreTrainingRecipe, run_pretraining
@@ -18,6 +18,10 @@ _PUBLIC = {
     "run_pretraining": "pretraining",
     "FineTuningRecipe": "finetune_recipe",
     "run_finetuning": "finetune",
+    "ReproduceArguments": "studies",
+    "run_reproduce": "studies",
+    "StudyArguments": "studies",
+    "run_study": "studies",
 }
 __all__ = sorted(_PUBLIC)
 __getattr__ = lazy_exports(__name__, _PUBLIC)

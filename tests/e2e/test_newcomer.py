@@ -3,6 +3,7 @@ missing optional package) gets one clear message, exit code 2, no traceback and 
 
 import json
 import logging
+import sys
 
 import pytest
 from support import ROOT
@@ -129,22 +130,15 @@ def test_missing_plotting_and_tensorboard_are_skipped_with_a_warning(tmp_path, c
     assert (out / "model.safetensors").exists() and not (out / "training_curves.png").exists()
 
 
-def test_reproduce_report_without_matplotlib(tmp_path, monkeypatch, caplog):
-    import builtins
+def test_a_report_without_matplotlib_is_written_without_its_chart(tmp_path, monkeypatch, caplog):
+    from bert_repro.training.studies.report import write_report
 
-    from bert_repro.training.reproduce import plot_report
-
-    real_import = builtins.__import__
-
-    def no_matplotlib(name, *args, **kwargs):
-        if name.split(".")[0] == "matplotlib":
-            raise ImportError("hidden")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    chart = dict(panels={"score (%)": (["mrpc"], [80.0], None, [84.0], None)})
     with caplog.at_level("WARNING"):
-        plot_report([{"task": "mrpc", "ours": 80.0, "paper": 84.0}], tmp_path / "report.png", "base")
+        assert write_report(tmp_path, "report", ["# Benchmark"], {}, chart) == "# Benchmark\n"
     assert "not writing report.png" in caplog.text and not (tmp_path / "report.png").exists()
+    assert (tmp_path / "report.md").is_file() and (tmp_path / "report.json").is_file()
 
 
 def test_recipes_drop_the_load_report_table_but_keep_shape_mismatches(tmp_path, caplog):

@@ -87,7 +87,7 @@ def test_run_mlms_tokenizer_from_the_model_yields_to_a_config_files(tmp_path):
 
 def test_reproduce_takes_model_name_or_path():
     from bert_repro.training.cli import parse_with_config
-    from bert_repro.training.reproduce import ReproduceArguments
+    from bert_repro.training.studies import ReproduceArguments
 
     argv = ["--model_name_or_path", "m"]
     (args,) = parse_with_config((ReproduceArguments,), {}, argv, "recipes/reproduce.py")
@@ -198,22 +198,6 @@ def test_a_config_file_that_is_not_yaml_is_one_line_naming_file_and_line(text, m
     assert str(error.value).startswith(str(config)) and message in str(error.value)
 
 
-def test_study_checks_its_fine_tuning_flags_before_pre_training(tmp_path, monkeypatch):
-    from bert_repro.training import study
-
-    monkeypatch.setattr(study, "run_pretraining", lambda argv: pytest.fail("pre-training started"))
-    (tmp_path / "MRPC").mkdir()
-    args = study.StudyArguments(
-        study="pretraining",
-        tasks=["mrpc"],
-        data_root=str(tmp_path),
-        output_dir=str(tmp_path / "out"),
-        finetune_args="--learning_rat 1e-4",
-    )
-    with pytest.raises(ConfigurationError, match="did you mean --learning_rate or --learning_rates"):
-        study.run_study(args)
-
-
 # --- Model directories: one check for every opener
 
 
@@ -230,7 +214,7 @@ def open_with_hub_push(directory, tmp_path):
 
 
 def open_with_study_reuse(directory, tmp_path):
-    from bert_repro.training.study import StudyArguments, run_study
+    from bert_repro.training.studies import StudyArguments, run_study
 
     run_study(StudyArguments(study="table5", reuse=[f"mlm={directory}"], output_dir=str(tmp_path / "out")))
 

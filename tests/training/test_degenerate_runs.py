@@ -49,25 +49,17 @@ def test_results_md_shows_the_majority_baseline_and_flags_a_one_label_run(tmp_pa
 
 
 def test_the_reproduce_report_shows_the_baseline_the_flag_the_subsampling_and_the_arguments(tmp_path):
-    from bert_repro.training.reproduce import ReproduceArguments, task_row, write_report
+    from bert_repro.training.studies import ReproduceArguments
+    from bert_repro.training.studies.reproduce import task_row, write_benchmark
 
-    best = {
-        "learning_rate": 2e-5,
-        "seed": 1,
-        "validation": {"accuracy": 0.5092},
-        "one_label": {"validation": "positive"},
-    }
-    summary = {
-        "best": best,
-        "runs": [best],
-        "seconds": 10.0,
-        "majority_baseline": {"validation": {"accuracy": 0.5092}},
-        "hyperparameters": {"max_train_samples": 1000, "max_eval_samples": None},
-    }
+    best = {"learning_rate": 2e-5, "seed": 1, "validation": {"accuracy": 0.5092}}
+    best["one_label"] = {"validation": "positive"}  # a best run that predicted nothing else
+    summary = {"best": best, "runs": [best], "seconds": 10.0, "majority_baseline": {"validation": {"accuracy": 0.5092}}}
+    summary["hyperparameters"] = {"max_train_samples": 1000, "max_eval_samples": None}
     row = task_row(get_task("sst2"), summary, "base")
     assert (row["majority"], row["one_label"], row["subsampled"]) == (50.92, "positive", {"max_train_samples": 1000})
     args = ReproduceArguments(model="m", output_dir=str(tmp_path), tasks=["sst2"])
-    text = write_report(tmp_path, [row], args, 10.0, ["--max_train_samples", "1000", "--seeds", "1 2"])
+    text = write_benchmark(tmp_path, [row], args, 10.0, ["--max_train_samples", "1000", "--seeds", "1 2"])
     assert "| sst2 | accuracy | 50.92 (every prediction 'positive') | 50.92 | 93.5 |" in text
     assert "**Learned nothing beyond one label:** the best run of sst2 ('positive')" in text
     assert "Subsampled, so not comparable with the paper: sst2 (max_train_samples 1000)." in text

@@ -78,7 +78,7 @@ def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
 def test_reproduce_report_and_resume(tmp_path, tiny_model):
     import zipfile
 
-    from bert_repro.training import reproduce
+    from bert_repro.training.studies import reproduce
 
     root = tmp_path / "glue"
     write(root / "MRPC", fixture_files("mrpc"))
@@ -105,8 +105,8 @@ def test_reproduce_report_and_resume(tmp_path, tiny_model):
 
 
 def test_reproduce_checks_every_task_before_the_first_runs(tmp_path, tiny_model, monkeypatch, caplog):
-    from bert_repro.training import reproduce
     from bert_repro.training.cli import ConfigurationError
+    from bert_repro.training.studies import reproduce
 
     root = tmp_path / "glue"
     write(root / "MRPC", fixture_files("mrpc"))
@@ -127,7 +127,7 @@ def test_reproduce_checks_every_task_before_the_first_runs(tmp_path, tiny_model,
 
 
 def test_glue_average_needs_all_eight():
-    from bert_repro.training.reproduce import glue_average
+    from bert_repro.training.studies.reproduce import glue_average
 
     rows = [{"task": t, "ours": 80.0} for t in ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")]
     assert glue_average(rows + [{"task": "wnli", "ours": 0.0}]) == 80.0  # WNLI is left out, as in the paper

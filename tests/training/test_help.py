@@ -100,28 +100,24 @@ def test_finetuning_help_shows_the_grid_as_the_default(capsys):
     assert [squad[name] for name in of_task] == ["2", "48", "384", "squad_v2's grid: 5e-05 3e-05 2e-05"]
 
 
-def test_reproduce_help_says_what_goes_after_the_double_dash(capsys):
-    from bert_repro.training.cli import parse_with_config
-    from bert_repro.training.reproduce import HELP_LAYOUT, ReproduceArguments
+@pytest.mark.parametrize("recipe", ["study", "reproduce"])
+def test_study_and_benchmark_help_list_each_flag_once_by_section(recipe):
+    from bert_repro.training.studies import ReproduceArguments, StudyArguments
+    from bert_repro.training.studies.arguments import STUDY_HELP
 
-    def parse(argv):
-        return parse_with_config((ReproduceArguments,), {}, argv, "recipes/reproduce.py", help_layout=HELP_LAYOUT)
-
-    text = help_text(parse, ["--help"], capsys)
-    assert text.startswith("usage: python recipes/reproduce.py --model M") and "[-- FINE-TUNING FLAGS ...]" in text
-    assert "Arguments after -- go to every task's fine-tuning" in " ".join(text.split())
-
-
-def test_study_help_is_grouped_as_the_recipes_are():
-    from bert_repro.training.study_arguments import HELP_LAYOUT, StudyArguments
-
-    run = subprocess.run([sys.executable, ROOT / "recipes/study.py", "--help"], capture_output=True, text=True)
-    text, found = run.stdout, sections(run.stdout)
-    assert text.startswith("usage: python recipes/study.py --study NAME"), run.stderr[-3000:]
-    assert list(found) == ["options", *HELP_LAYOUT.titles.values()] and found["options"] == ["-h", "--config"]
-    shown = [flag[2:] for title in list(found)[1:] for flag in found[title]]
-    assert sorted(shown) == sorted(f.name for f in fields(StudyArguments))  # each flag once, by one name
-    assert defaults(text)["output_dir"] == "runs/<study>"
+    run = subprocess.run([sys.executable, ROOT / f"recipes/{recipe}.py", "--help"], capture_output=True, text=True)
+    text, found, shown = run.stdout, sections(run.stdout), defaults(run.stdout)
+    assert found["options"] == ["-h", "--config"], run.stderr[-3000:]
+    flags = [flag[2:] for title in list(found)[1:] for flag in found[title]]
+    assert sorted(flags) == sorted(f.name for f in fields(StudyArguments if recipe == "study" else ReproduceArguments))
+    if recipe == "study":
+        assert text.startswith("usage: python recipes/study.py --study NAME")
+        assert list(found)[1:] == list(STUDY_HELP.titles.values())
+        assert (shown["output_dir"], shown["tasks"]) == ("runs/<study>", "all of them")
+    else:  # what goes after --, and the paper's tasks as the default
+        assert text.startswith("usage: python recipes/reproduce.py --model M") and "[-- FINE-TUNING FLAGS ...]" in text
+        assert "Arguments after -- go to every task's fine-tuning" in " ".join(text.split())
+        assert shown["tasks"] == "mnli qqp qnli sst2 cola stsb mrpc rte squad squad_v2 swag"
 
 
 @pytest.mark.parametrize("recipe", ["pretrain", "finetune"])

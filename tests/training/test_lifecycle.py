@@ -263,8 +263,8 @@ def test_sigterm_inside_reproduce_stops_it_at_a_safe_point(tmp_path, tiny_model,
     from support.task_files import fixture_files
 
     from bert_repro.training import finetune as finetune_module
-    from bert_repro.training import reproduce
     from bert_repro.training.lifecycle import Stopped
+    from bert_repro.training.studies import reproduce
 
     records = finetune_module.write_records
 

@@ -111,7 +111,7 @@ def test_a_fine_tuning_overwrite_with_another_model_trains_that_model(tmp_path, 
 
 def benchmark(tmp_path, model, *flags, **arguments):
     """recipes/reproduce.py on MRPC's fixture into tmp_path/bench: its report's text."""
-    from bert_repro.training import reproduce
+    from bert_repro.training.studies import reproduce
 
     data = write(tmp_path / "glue" / "MRPC", fixture_files("mrpc")).parent
     args = reproduce.ReproduceArguments(
@@ -138,8 +138,7 @@ def test_a_reproduce_rerun_uses_only_results_of_the_same_model_and_settings(tmp_
 
 
 def test_a_token_passed_on_to_fine_tuning_is_written_nowhere(tmp_path, tiny_model, capsys, caplog, monkeypatch):
-    from bert_repro.training.study import run_study
-    from bert_repro.training.study_arguments import StudyArguments
+    from bert_repro.training.studies import StudyArguments, run_study
 
     token = "hf_" + "Secret0" * 5
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

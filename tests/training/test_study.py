@@ -3,19 +3,19 @@ report, and whole studies end to end on a tiny corpus and fixture tasks (each ce
 
 import json
 import random
-import subprocess
-import sys
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support import ROOT
 from support.corpora import WORDS as CORPUS_WORDS
 from support.pretraining_runs import write_config
 from support.task_files import CONLL_DEV, CONLL_TEST, CONLL_TRAIN, GLUE_FIXTURES, write
 
-from bert_repro.training import study as study_module
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.study import (
+from bert_repro.training.studies import run as study_module
+from bert_repro.training.studies.report import write_study
+from bert_repro.training.studies.run import (
     FineTuningRun,
     StudyArguments,
     check_same_study,
@@ -25,8 +25,7 @@ from bert_repro.training.study import (
     run_study,
     select,
 )
-from bert_repro.training.study_report import ordering, write_study
-from bert_repro.training.study_tables import STUDIES, get_study
+from bert_repro.training.studies.tables import STUDIES, get_study
 
 WORDS = [*CORPUS_WORDS, "good", "bad", "movie", "film"]
 
@@ -90,10 +89,13 @@ def test_selection_keeps_the_variants_whose_weights_are_used():
         (dict(study="pretraining", seeds=[1, 2], finetune_args="--seeds 7"), "leave --seed(s) out"),
         (dict(study="pretraining", seeds=[1], finetune_args_for=["random=--seed 3"]), "leave --seed(s) out"),
         (dict(study="pretraining", jobs=0), "--jobs 0: at least 1"),
+        # checked before any pre-training
+        (dict(study="pretraining", finetune_args="--learning_rat 1e-4"), "did you mean --learning_rate or --learning"),
     ],
 )
 def test_bad_input_is_one_clear_error(args, message, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(study_module, "run_pretraining", lambda recipe: pytest.fail("pre-training started"))
     if args.get("study") == "pretraining":  # its data is there: the error comes from the arguments
         root = _glue(tmp_path / "glue")
         args = {**args, "data_root": str(root)}
@@ -105,12 +107,8 @@ def test_bad_input_is_one_clear_error(args, message, tmp_path, monkeypatch):
 
 def test_planned_runs_one_per_seed_each_with_its_task_and_variant_arguments(tmp_path):
     study = get_study("pretraining")
-    args = StudyArguments(
-        study="pretraining",
-        finetune_args="--weight_decay 0.0 --learning_rates 3e-4",
-        finetune_args_for=["random=--learning_rates 1e-3", "sst2=--num_train_epochs 1"],
-        seeds=[5, 6],
-    )
+    args = StudyArguments(study="pretraining", finetune_args="--weight_decay 0.0 --learning_rates 3e-4", seeds=[5, 6])
+    args.finetune_args_for = ["random=--learning_rates 1e-3", "sst2=--num_train_epochs 1"]
     models = {"pretrained": "P", "random": "R"}
     runs = planned_runs(study, args, tmp_path, models, {"sst2": Path("glue/SST-2"), "mrpc": None})
     # seed by seed, each seed's runs of both variants side by side; MRPC's accuracy and F1 read one run
@@ -118,15 +116,14 @@ def test_planned_runs_one_per_seed_each_with_its_task_and_variant_arguments(tmp_
         (seed, task, variant) for seed in (5, 6) for task in ("sst2", "mrpc") for variant in ("pretrained", "random")
     ]
     assert runs[0].directory == tmp_path / "finetune" / "pretrained" / "sst2" / "seed5"
-    random_sst2 = runs[1].recipe
-    run, training = random_sst2.finetuning, random_sst2.training
+    run, training = runs[1].recipe.finetuning, runs[1].recipe.training  # the random model on SST-2
     assert (run.task, run.model, training.output_dir) == ("sst2", "R", str(runs[1].directory))
     # the common arguments, then the task's, then the variant's (the variant's rate over the common one)
     assert training.weight_decay == 0.0 and training.num_train_epochs == 1 and run.learning_rates == [1e-3]
     assert run.seeds == [5] and run.data == ["glue/SST-2"]
     mrpc = runs[2].recipe  # MRPC: the Hub, no task arguments (the task's 3 epochs), the common rate
     assert (
-        mrpc.finetuning.data == [] and mrpc.training.num_train_epochs == 3 and mrpc.finetuning.learning_rates == [3e-4]
+        mrpc.finetuning.data == [] and mrpc.finetuning.learning_rates == [3e-4] and mrpc.training.num_train_epochs == 3
     )
     # without --seeds: one run per cell, in the cell's own directory, the recipe's seeds
     plain = planned_runs(study, StudyArguments(study="pretraining"), tmp_path, models, {"sst2": None, "mrpc": None})
@@ -184,42 +181,33 @@ def test_the_majority_baseline_scores_the_most_frequent_training_label(tmp_path)
     }
     # a tie in the training set: the smaller label id
     write(tmp_path / "tie" / "SST-2", {"train.tsv": sst2([1, 0]), "dev.tsv": sst2(dev["sst2"])})
-    tied = majority_baseline(
-        select(get_study("pretraining"), StudyArguments(tasks=["sst2"])), {"sst2": tmp_path / "tie" / "SST-2"}
-    )
-    assert tied == {"sst2": 33.33}
+    only_sst2 = select(get_study("pretraining"), StudyArguments(tasks=["sst2"]))
+    assert majority_baseline(only_sst2, {"sst2": tmp_path / "tie" / "SST-2"}) == {"sst2": 33.33}
 
 
-def test_a_study_directory_refuses_runs_with_other_arguments(tmp_path):
-    out = tmp_path / "out"
-    first = StudyArguments(study="pretraining", pretrain_args="--max_steps 5000 --learning_rate 1e-3")
+def test_a_study_folder_is_the_same_study_by_its_arguments_and_what_its_inputs_hold(tmp_path, tiny_model):
+    """More seeds or jobs, a reused model moved or spelled otherwise: the same study; other arguments or a model
+    changed in place: refused, each named."""
+    out, model = tmp_path / "out", shutil.copytree(tiny_model, tmp_path / "model")
+    first = StudyArguments(study="pretraining", pretrain_args="--max_steps 5000", reuse=[f"pretrained={model}"])
     check_same_study(out, first)
     assert json.loads((out / "study_args.json").read_text())["pretrain_args"] == first.pretrain_args
-    # the same arguments, more seeds, other jobs: the kept runs are this study's
-    check_same_study(out, StudyArguments(**{**first.__dict__, "seeds": [1, 2, 3], "jobs": 12}))
-    changed = StudyArguments(**{**first.__dict__, "pretrain_args": "--max_steps 6000 --learning_rate 5e-4"})
+    moved = shutil.copytree(model, tmp_path / "elsewhere")
+    check_same_study(out, replace(first, seeds=[1, 2, 3], jobs=12, reuse=[f"pretrained={moved}/"]))
     with pytest.raises(ConfigurationError) as err:
-        check_same_study(out, changed)
-    assert "--pretrain_args '--max_steps 5000 --learning_rate 1e-3' then, '--max_steps 6000" in str(err.value)
+        check_same_study(out, replace(first, pretrain_args="--max_steps 6000"))
+    assert "(--pretrain_args '--max_steps 5000' then, '--max_steps 6000' now)" in str(err.value)
     assert "Pass another --output_dir" in str(err.value)
-
-
-def test_recipe_reports_bad_input_with_exit_code_2(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "recipes" / "study.py"), "--study", "table9", "--output_dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 2
-    assert "study.py: error: Unknown study 'table9'" in result.stderr and "Traceback" not in result.stderr
+    (moved / "config.json").write_text((moved / "config.json").read_text().replace("{", '{"edited": 1, ', 1))
+    with pytest.raises(ConfigurationError, match=r"\(--reuse pretrained: other content than this study read\)"):
+        check_same_study(out, replace(first, reuse=[f"pretrained={moved}"]))
 
 
 # --- The report
 
 
 def _row(study, variant, cells, finetune_seconds, pretraining):
-    """A row of the table as `study.table_row` makes it."""
+    """A row of the table as `run.table_row` makes it."""
     row = {"variant": variant, "label": study.variant(variant).label, "model": "m", "cells": cells}
     return {**row, "finetune_seconds": finetune_seconds, "pretraining": dict(pretraining)}
 
@@ -228,10 +216,8 @@ def test_report_table_ordering_and_chart(tmp_path):
     study = get_study("table5")
     values = {"mlm_nsp": 80.0, "mlm": 78.0, "ltr": 70.0, "ltr_bilstm": 71.0}
     pretraining = {"global_step": 100, "train_runtime_s": 30.0}
-    rows = [
-        _row(study, k, {c.key: {"ours": v + i} for i, c in enumerate(study.columns)}, 12.0, pretraining)
-        for k, v in values.items()
-    ]
+    cells = {k: {c.key: {"ours": v + i} for i, c in enumerate(study.columns)} for k, v in values.items()}
+    rows = [_row(study, k, cells[k], 12.0, pretraining) for k in values]
     text = write_study(tmp_path, study, rows, StudyArguments(study="table5"), 3600.0)
     assert "| No NSP | 78.00 | 83.9 | 79.00 | 84.9 |" in text
     assert "| 100 | 30 | 12 |" in text  # steps, pre-training and fine-tuning seconds
@@ -246,9 +232,9 @@ def test_report_table_ordering_and_chart(tmp_path):
     ) in text
     assert "- ours: BERT (MLM + NSP) > No NSP > + BiLSTM > LTR & No NSP" in text
     assert "- paper: BERT (MLM + NSP) > No NSP > + BiLSTM > LTR & No NSP" in text  # the BiLSTM's SQuAD gain
-    assert ordering(study, rows, "ours") == ["mlm_nsp", "mlm", "ltr_bilstm", "ltr"]
     saved = json.loads((tmp_path / "study.json").read_text())
-    assert saved["ordering"]["ours"][0] == "mlm_nsp" and saved["rows"][2]["cells"]["mrpc"]["ours"] == 72.0
+    assert saved["ordering"]["ours"] == ["mlm_nsp", "mlm", "ltr_bilstm", "ltr"]
+    assert saved["rows"][2]["cells"]["mrpc"]["ours"] == 72.0
     assert (tmp_path / "study.png").stat().st_size > 0
     # A variant resumed from a checkpoint that did not record its training time: the time is only from that step.
     rows[1]["pretraining"]["train_runtime_from_step"] = 80
@@ -264,9 +250,8 @@ def test_equal_means_are_reported_as_a_tie(tmp_path):
     text = write_study(tmp_path, study, rows, StudyArguments(study="pretraining"), 60.0)
     assert "- ours: pre-trained (MLM + NSP) = random initialisation" in text
     rows[1]["cells"]["sst2"]["ours"] = 67.0
-    assert "- ours: pre-trained (MLM + NSP) > random initialisation" in write_study(
-        tmp_path, study, rows, StudyArguments(study="pretraining"), 60.0
-    )
+    text = write_study(tmp_path, study, rows, StudyArguments(study="pretraining"), 60.0)
+    assert "- ours: pre-trained (MLM + NSP) > random initialisation" in text
 
 
 # --- End to end
@@ -289,13 +274,13 @@ def pretrain_config(tmp_path_factory):
     corpus = root / "corpus"
     corpus.mkdir()
     rng = random.Random(0)
-    texts = []
-    for d in range(8):
-        text = " ".join(
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "." for _ in range(20)
-        )
+
+    def sentence() -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
+
+    texts = [" ".join(sentence() for _ in range(20)) for _ in range(8)]
+    for d, text in enumerate(texts):
         (corpus / f"doc{d}.txt").write_text(text)
-        texts.append(text)
     fixtures = [t for name in ("mrpc", "sst2") for t in GLUE_FIXTURES[name][0].values()] + [CONLL_TRAIN]
     tokenizer = train_wordpiece(iterator=texts + fixtures * 3, vocab_size=200, show_progress=False)
     save_tokenizer(tokenizer, root / "tokenizer")
@@ -306,21 +291,20 @@ def pretrain_config(tmp_path_factory):
     return write_config(root / "pretrain.yaml", corpus, root / "tokenizer", **settings, **steps)
 
 
-FINETUNE = "--learning_rates 1e-4 --max_steps 2 --use_cpu true --disable_tqdm true --report_to none"
+def _args(tmp_path: Path, pretrain_config: Path, **more) -> StudyArguments:
+    """A study into tmp_path/out, pre-trained from `pretrain_config`, fine-tuned 2 steps a run on the fixture tasks."""
+    finetune_args = "--learning_rates 1e-4 --max_steps 2 --use_cpu true --disable_tqdm true --report_to none"
+    out, data = str(tmp_path / "out"), str(_glue(tmp_path / "data"))
+    return StudyArguments(
+        output_dir=out, pretrain_config=str(pretrain_config), data_root=data, finetune_args=finetune_args, **more
+    )
 
 
 @pytest.mark.slow
 def test_pretraining_study_end_to_end_and_resume(tmp_path, pretrain_config, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    args = StudyArguments(
-        study="pretraining",
-        output_dir=str(tmp_path / "out"),
-        pretrain_config=str(pretrain_config),
-        data_root=str(_glue(tmp_path / "glue")),
-        finetune_args=FINETUNE,
-        seeds=[1, 2],
-        jobs=2,  # each fine-tuning run in a process of its own, two at a time
-    )
+    # each fine-tuning run in a process of its own, two at a time
+    args = _args(tmp_path, pretrain_config, study="pretraining", seeds=[1, 2], jobs=2)
     text = run_study(args)
     out = tmp_path / "out"
     assert "| pre-trained (MLM + NSP) |" in text and "| random initialisation |" in text
@@ -339,9 +323,8 @@ def test_pretraining_study_end_to_end_and_resume(tmp_path, pretrain_config, monk
 
     trained, drawn = (load_file(out / "pretrain" / k / "model.safetensors") for k in ("pretrained", "random"))
     assert trained.keys() == drawn.keys()
-    assert (out / "pretrain" / "random" / "tokenizer.json").read_text() == (
-        out / "pretrain" / "pretrained" / "tokenizer.json"
-    ).read_text()
+    vocabularies = [(out / "pretrain" / k / "tokenizer.json").read_text() for k in ("pretrained", "random")]
+    assert vocabularies[0] == vocabularies[1]
     name = "bert.encoder.layer.0.attention.self.query.weight"
     assert not (trained[name] == drawn[name]).all()
 
@@ -370,31 +353,18 @@ def test_pretraining_study_end_to_end_and_resume(tmp_path, pretrain_config, monk
 def test_each_study_runs_end_to_end_and_writes_its_table(name, selection, rows, tmp_path, pretrain_config, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     out = tmp_path / "out"
-    args = StudyArguments(
-        study=name,
-        output_dir=str(out),
-        pretrain_config=str(pretrain_config),
-        data_root=str(_glue(tmp_path / "data")),
-        finetune_args=FINETUNE,
-        **selection,
-    )
+    args = _args(tmp_path, pretrain_config, study=name, **selection)
     text = run_study(args)
     saved = json.loads((out / "study.json").read_text())
     assert [r["variant"] for r in saved["rows"]] == rows
-    chosen = select(get_study(name), args)
-    for row in saved["rows"]:
-        assert all(
-            cell["ours"] is not None
-            for key, cell in row["cells"].items()
-            if key != "mlm_ppl" or not chosen.variant(row["variant"]).weights_of
-        )
+    # every cell has our number, but the perplexity of a row fine-tuning another's pre-trained model
+    weights_of = {v.key: v.weights_of for v in select(get_study(name), args).variants}
+    cells = [(row["variant"], key, cell) for row in saved["rows"] for key, cell in row["cells"].items()]
+    assert all(cell["ours"] is not None for variant, key, cell in cells if key != "mlm_ppl" or not weights_of[variant])
     assert (out / "study.png").exists() and text.startswith(f"# {get_study(name).title}")
     if name == "table5":  # the checkpoints carry their objective, and the fine-tunes kept it
-        for variant, objective in (("mlm", "mlm"), ("ltr", "ltr")):
-            config = json.loads((out / "pretrain" / variant / "config.json").read_text())
-            assert config["objective"] == objective
-        tuned = json.loads((out / "finetune" / "ltr_bilstm" / "mrpc" / "config.json").read_text())
-        assert tuned["objective"] == "ltr"
+        models = [out / "pretrain" / "mlm", out / "pretrain" / "ltr", out / "finetune" / "ltr_bilstm" / "mrpc"]
+        assert [json.loads((m / "config.json").read_text())["objective"] for m in models] == ["mlm", "ltr", "ltr"]
     if name == "table6":  # perplexity of each size's held-out MLM loss
         assert all(r["cells"]["mlm_ppl"]["ours"] > 1 for r in saved["rows"])
         config = json.loads((out / "pretrain" / "L1_H32_A2" / "config.json").read_text())
@@ -404,21 +374,3 @@ def test_each_study_runs_end_to_end_and_writes_its_table(name, selection, rows, 
     if name == "table8":
         config = json.loads((out / "pretrain" / "mask100_same0_rnd0" / "run_config.json").read_text())
         assert "mask_replace_prob" in json.dumps(config) and '"random_replace_prob": 0.0' in json.dumps(config)
-
-
-def test_a_study_folder_is_the_same_study_by_what_its_inputs_hold(tmp_path, tiny_model):
-    """A reused model moved or spelled otherwise is the same study; one changed in place is refused before any run."""
-    import dataclasses
-    import shutil
-
-    from bert_repro.training.cli import ConfigurationError
-    from bert_repro.training.study import StudyArguments, check_same_study
-
-    model, out = shutil.copytree(tiny_model, tmp_path / "model"), tmp_path / "study"
-    args = StudyArguments(study="pretraining", output_dir=str(out), reuse=[f"pretrained={model}"])
-    check_same_study(out, args)
-    moved = shutil.copytree(model, tmp_path / "elsewhere")
-    check_same_study(out, dataclasses.replace(args, reuse=[f"pretrained={moved}/"]))
-    (moved / "config.json").write_text((moved / "config.json").read_text().replace("{", '{"edited": 1, ', 1))
-    with pytest.raises(ConfigurationError, match=r"\(--reuse pretrained: other content than this study read\)"):
-        check_same_study(out, dataclasses.replace(args, reuse=[f"pretrained={moved}"]))

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..model.bilstm_heads import FEATURE_SETS
-from ..tasks.registry import get_task
-from .cli import ConfigurationError
+from ...model.bilstm_heads import FEATURE_SETS
+from ...tasks.registry import get_task
+from ..cli import ConfigurationError
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,8 @@ class Column:
 
     @property
     def run(self) -> str:
-        """The fine-tuning run this column reads: one per task (MRPC's accuracy and F1) unless it fine-tunes apart."""
+        """The fine-tuning run this column reads: columns of one task share a run (MRPC's accuracy and F1 are one
+        fine-tuning's), but one that fine-tunes differently (feature-based) needs a run of its own."""
         return self.key if self.finetuning else str(self.task)
 
 
@@ -60,21 +61,17 @@ class Study:
     paper: Mapping[str, Mapping[str, float]]  # variant key -> column key -> the paper's number (percent)
     note: str = ""
 
+    def __post_init__(self):  # the tables are module-wide: read-only
+        object.__setattr__(self, "paper", MappingProxyType({k: MappingProxyType(v) for k, v in self.paper.items()}))
+
     def variant(self, key: str) -> Variant:
         return next(v for v in self.variants if v.key == key)
 
 
-def _frozen(table: dict[str, dict[str, float]]) -> Mapping[str, Mapping[str, float]]:
-    return MappingProxyType({k: MappingProxyType(v) for k, v in table.items()})
-
-
 def _size(layers: int, hidden: int, heads: int) -> Variant:
-    overrides = {
-        "num_hidden_layers": layers,
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "intermediate_size": 4 * hidden,
-    }
+    overrides = dict(
+        num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden
+    )
     return Variant(
         f"L{layers}_H{hidden}_A{heads}",
         f"L={layers}, H={hidden}, A={heads}",
@@ -125,14 +122,12 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 Variant("ltr_bilstm", "+ BiLSTM", finetuning=MappingProxyType({"head": "bilstm"}), weights_of="ltr"),
             ),
             columns=(MNLI_M, QNLI, MRPC, SST2, SQUAD),
-            paper=_frozen(
-                {
-                    "mlm_nsp": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst2": 92.7, "squad": 88.5},
-                    "mlm": {"mnli": 83.9, "qnli": 84.9, "mrpc": 86.5, "sst2": 92.6, "squad": 87.9},
-                    "ltr": {"mnli": 82.1, "qnli": 84.3, "mrpc": 77.5, "sst2": 92.1, "squad": 77.8},
-                    "ltr_bilstm": {"mnli": 82.1, "qnli": 84.1, "mrpc": 75.7, "sst2": 91.6, "squad": 84.9},
-                }
-            ),
+            paper={
+                "mlm_nsp": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst2": 92.7, "squad": 88.5},
+                "mlm": {"mnli": 83.9, "qnli": 84.9, "mrpc": 86.5, "sst2": 92.6, "squad": 87.9},
+                "ltr": {"mnli": 82.1, "qnli": 84.3, "mrpc": 77.5, "sst2": 92.1, "squad": 77.8},
+                "ltr_bilstm": {"mnli": 82.1, "qnli": 84.1, "mrpc": 75.7, "sst2": 91.6, "squad": 84.9},
+            },
             note="The paper's ordering: MLM + NSP >= No NSP > LTR & No NSP; the BiLSTM recovers part of LTR's loss on "
             "SQuAD only.",
         ),
@@ -145,16 +140,14 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 for s in ((3, 768, 12), (6, 768, 3), (6, 768, 12), (12, 768, 12), (12, 1024, 16), (24, 1024, 16))
             ),
             columns=(Column("mlm_ppl", "LM (ppl)", None, "mlm_perplexity"), MNLI_M, MRPC, SST2),
-            paper=_frozen(
-                {
-                    "L3_H768_A12": {"mlm_ppl": 5.84, "mnli": 77.9, "mrpc": 79.8, "sst2": 88.4},
-                    "L6_H768_A3": {"mlm_ppl": 5.24, "mnli": 80.6, "mrpc": 82.2, "sst2": 90.7},
-                    "L6_H768_A12": {"mlm_ppl": 4.68, "mnli": 81.9, "mrpc": 84.8, "sst2": 91.3},
-                    "L12_H768_A12": {"mlm_ppl": 3.99, "mnli": 84.4, "mrpc": 86.7, "sst2": 92.9},
-                    "L12_H1024_A16": {"mlm_ppl": 3.54, "mnli": 85.7, "mrpc": 86.9, "sst2": 93.3},
-                    "L24_H1024_A16": {"mlm_ppl": 3.23, "mnli": 86.6, "mrpc": 87.8, "sst2": 93.7},
-                }
-            ),
+            paper={
+                "L3_H768_A12": {"mlm_ppl": 5.84, "mnli": 77.9, "mrpc": 79.8, "sst2": 88.4},
+                "L6_H768_A3": {"mlm_ppl": 5.24, "mnli": 80.6, "mrpc": 82.2, "sst2": 90.7},
+                "L6_H768_A12": {"mlm_ppl": 4.68, "mnli": 81.9, "mrpc": 84.8, "sst2": 91.3},
+                "L12_H768_A12": {"mlm_ppl": 3.99, "mnli": 84.4, "mrpc": 86.7, "sst2": 92.9},
+                "L12_H1024_A16": {"mlm_ppl": 3.54, "mnli": 85.7, "mrpc": 86.9, "sst2": 93.3},
+                "L24_H1024_A16": {"mlm_ppl": 3.23, "mnli": 86.6, "mrpc": 87.8, "sst2": 93.7},
+            },
             note="The paper: larger models are better on every task, even MRPC's 3,600 training examples. Pass "
             "--sizes to study other sizes at a smaller budget.",
         ),
@@ -170,12 +163,10 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 ),
             ),
             columns=(NER,),
-            paper=_frozen(
-                {
-                    "finetune": {"conll2003": TABLE7_FINETUNING},
-                    **{name: {"conll2003": value} for name, _, value in TABLE7_FEATURES},
-                }
-            ),
+            paper={
+                "finetune": {"conll2003": TABLE7_FINETUNING},
+                **{name: {"conll2003": value} for name, _, value in TABLE7_FEATURES},
+            },
             note="One pre-trained model; every feature-based row freezes it and trains a two-layer BiLSTM on the "
             "features. The paper: concatenating the last four layers is within 0.3 F1 of fine-tuning.",
         ),
@@ -187,16 +178,14 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 _masking(*m) for m in ((80, 10, 10), (100, 0, 0), (80, 0, 20), (80, 20, 0), (0, 20, 80), (0, 0, 100))
             ),
             columns=(Column("mnli", "MNLI", "mnli", "accuracy", split="validation_matched"), NER, NER_FEATURES),
-            paper=_frozen(
-                {
-                    "mask80_same10_rnd10": {"mnli": 84.2, "conll2003": 95.4, "conll2003_features": 94.9},
-                    "mask100_same0_rnd0": {"mnli": 84.3, "conll2003": 94.9, "conll2003_features": 94.0},
-                    "mask80_same0_rnd20": {"mnli": 84.4, "conll2003": 95.2, "conll2003_features": 94.6},
-                    "mask80_same20_rnd0": {"mnli": 84.1, "conll2003": 95.2, "conll2003_features": 94.7},
-                    "mask0_same20_rnd80": {"mnli": 83.7, "conll2003": 94.8, "conll2003_features": 94.6},
-                    "mask0_same0_rnd100": {"mnli": 83.6, "conll2003": 94.9, "conll2003_features": 94.6},
-                }
-            ),
+            paper={
+                "mask80_same10_rnd10": {"mnli": 84.2, "conll2003": 95.4, "conll2003_features": 94.9},
+                "mask100_same0_rnd0": {"mnli": 84.3, "conll2003": 94.9, "conll2003_features": 94.0},
+                "mask80_same0_rnd20": {"mnli": 84.4, "conll2003": 95.2, "conll2003_features": 94.6},
+                "mask80_same20_rnd0": {"mnli": 84.1, "conll2003": 95.2, "conll2003_features": 94.7},
+                "mask0_same20_rnd80": {"mnli": 83.7, "conll2003": 94.8, "conll2003_features": 94.6},
+                "mask0_same0_rnd100": {"mnli": 83.6, "conll2003": 94.9, "conll2003_features": 94.6},
+            },
             note="The paper: fine-tuning is robust to the mix; the feature-based approach suffers most with [MASK] "
             "only (a mismatch between pre-training and use).",
         ),
@@ -209,7 +198,7 @@ STUDIES: Mapping[str, Study] = MappingProxyType(
                 Variant("random", "random initialisation", weights_of="pretrained", random_init=True),
             ),
             columns=(SST2, MRPC, Column("mrpc_f1", "MRPC F1", "mrpc", "f1")),
-            paper=_frozen({}),
+            paper={},
             note="The same architecture, vocabulary and fine-tuning protocol; only the initial weights differ.",
         ),
     }
@@ -220,6 +209,3 @@ def get_study(name: str) -> Study:
     if name not in STUDIES:
         raise ConfigurationError(f"Unknown study {name!r}; choose one of: {', '.join(STUDIES)}.")
     return STUDIES[name]
-
-
-__all__ = ["Column", "STUDIES", "Study", "Variant", "get_study"]

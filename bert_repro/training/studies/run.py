@@ -1,6 +1,6 @@
-"""The paper's section-5 experiments as studies (`study_tables.STUDIES`): pre-train each variant with the recipe's
+"""The paper's section-5 experiments as studies (`tables.STUDIES`): pre-train each variant with the recipe's
 arguments, fine-tune it with the fine-tuning protocol, and after every finished run write the table beside the
-paper's (`study_report`). Runs go to `<output_dir>/pretrain/<variant>/` and `<output_dir>/finetune/<variant>/<run>/`;
+paper's (`report`). Runs go to `<output_dir>/pretrain/<variant>/` and `<output_dir>/finetune/<variant>/<run>/`;
 finished ones are kept, so the same command continues a study.
 """
 
@@ -20,81 +20,67 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_json
-from ..model.conversion import TOKENIZER_FILES
-from ..tasks.metrics import percent
-from ..tasks.registry import get_task
-from .cli import ConfigurationError
-from .cluster import catching_stop_signals, signal_received
-from .finetune import run_finetuning
-from .finetune_recipe import FineTuningRecipe
-from .finetune_recipe import check_inputs as check_finetuning_inputs
-from .lifecycle import Stopped, check_stopped, fingerprints
-from .pretraining import PreTrainingRecipe, run_pretraining
-from .pretraining.plan import check as check_pretraining
-from .reproduce import check_task_data
-from .study_arguments import StudyArguments, _parse_reuse, _split_args, select, without_credentials
-from .study_report import write_study
-from .study_tables import STUDIES, Column, Study, Variant, get_study
+from ...atomic import write_json
+from ...model.conversion import TOKENIZER_FILES
+from ...tasks.metrics import percent
+from ...tasks.registry import get_task
+from ..cli import ConfigurationError
+from ..cluster import catching_stop_signals, signal_received
+from ..finetune import run_finetuning
+from ..finetune_recipe import FineTuningRecipe
+from ..finetune_recipe import check_inputs as check_finetuning_inputs
+from ..lifecycle import Stopped, check_stopped, fingerprints
+from ..pretraining import PreTrainingRecipe, run_pretraining
+from ..pretraining.plan import check as check_pretraining
+from .arguments import StudyArguments, check_task_data, finetune_args_for, parse_reuse, redacted, select, split_args
+from .report import write_study
+from .tables import STUDIES, Column, Study, Variant, get_study
 
 logger = logging.getLogger(__name__)
+
+# What a study's runs depend on, with the pre-training config and the reused models by what they hold (seeds, jobs,
+# tasks and variants may change: they add or pick runs, change none).
+RECORDED_ARGUMENTS = ("study", "pretrain_args", "finetune_args", "finetune_args_for", "sizes")
+PRETRAINING_NUMBERS = ("global_step", "train_runtime_s", "train_runtime_from_step", "tokens_per_second")
+PRETRAINING_NUMBERS += ("eval_mlm_loss", "eval_mlm_accuracy", "eval_nsp_accuracy")
+
+
+class StudyError(RuntimeError):
+    """Runs of a study failed (their logs say why); the table of the others is written."""
+
+
+def _results(directory: Path) -> dict[str, Any] | None:
+    path = directory / "results.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _finished(directory: Path) -> bool:
     return (directory / "results.json").is_file() and (directory / "config.json").is_file()
 
 
-# What a study's runs depend on (seeds, jobs, tasks and variants may change: they add or pick runs, change none).
-RECORDED_ARGUMENTS = (
-    "study",
-    "pretrain_config",
-    "pretrain_args",
-    "finetune_args",
-    "finetune_args_for",
-    "reuse",
-    "sizes",
-)
-
-
 def check_same_study(output_dir: Path, args: StudyArguments) -> None:
-    """Create `output_dir`, or check that its study ran with the same arguments and inputs (its finished runs are
-    kept): the reused models and the pre-training config by what they hold, not by their paths."""
-    record = {k: getattr(args, k) for k in RECORDED_ARGUMENTS if k not in ("pretrain_config", "reuse")}
+    """Create `output_dir`, or check that its study ran with the same arguments and inputs: its finished runs are
+    kept and not run again, so runs made with other arguments or inputs would pass for this study's."""
     reused = dict(item.split("=", 1) for item in args.reuse if "=" in item)
     config = args.pretrain_config if Path(args.pretrain_config).is_file() else None
-    record["inputs"] = fingerprints({"pretrain_config": config, **{f"model {k}": v for k, v in reused.items()}})
+    inputs = fingerprints({"pretrain_config": config, **{f"model {k}": v for k, v in reused.items()}})
+    record = {**{k: getattr(args, k) for k in RECORDED_ARGUMENTS}, "inputs": inputs}
     path = output_dir / "study_args.json"
-    if path.is_file():
-        before = json.loads(path.read_text())
-        changed = [
-            f"--{k} {before.get(k)!r} then, {v!r} now"
-            for k, v in record.items()
-            if k != "inputs" and before.get(k) != v
-        ]
-        changed += [
-            f"--{name.replace('model ', 'reuse ')}: other content than this study read"
-            for name, value in record["inputs"].items()
-            if (before.get("inputs") or {}).get(name) != value
-        ]
-        if changed:
-            raise ConfigurationError(
-                f"{output_dir} holds a study run with other arguments or inputs ({'; '.join(changed)}), whose finished "
-                f"runs would be kept as this one's. Pass another --output_dir, or remove {output_dir} to start again."
-            )
-        return
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_json(path, record)
-
-
-def study_pretraining(args: StudyArguments) -> PreTrainingRecipe:
-    """The recipe every variant starts from: --pretrain_config with --pretrain_args (the recipe's own flags)."""
-    return PreTrainingRecipe.from_args(
-        ["--config", args.pretrain_config, *_split_args(args.pretrain_args, "--pretrain_args")]
-    )
-
-
-def variant_recipe(variant: Variant, base: PreTrainingRecipe, directory: Path) -> PreTrainingRecipe:
-    return base.replace(**variant.pretraining, output_dir=str(directory))
+    if not path.is_file():
+        output_dir.mkdir(parents=True, exist_ok=True)
+        return write_json(path, record)
+    was = json.loads(path.read_text())
+    changed = [f"--{k} {was.get(k)!r} then, {record[k]!r} now" for k in RECORDED_ARGUMENTS if was.get(k) != record[k]]
+    changed += [
+        f"--{name.replace('model ', 'reuse ')}: other content than this study read"
+        for name, value in inputs.items()
+        if (was.get("inputs") or {}).get(name) != value
+    ]
+    if changed:
+        raise ConfigurationError(
+            f"{output_dir} holds a study run with other arguments or inputs ({'; '.join(changed)}), whose finished "
+            f"runs would be kept as this one's. Pass another --output_dir, or remove {output_dir} to start again."
+        )
 
 
 def pretrain_variant(variant: Variant, base: PreTrainingRecipe, directory: Path, weights: dict[str, Path]) -> Path:
@@ -106,7 +92,7 @@ def pretrain_variant(variant: Variant, base: PreTrainingRecipe, directory: Path,
     if _finished(directory):
         logger.info("pre-training of %s finished earlier, not run again", variant.key)
         return directory
-    recipe = variant_recipe(variant, base, directory)
+    recipe = base.replace(**variant.pretraining, output_dir=str(directory))
     if any(directory.glob("checkpoint-*")):
         recipe = recipe.replace(resume_from_checkpoint="true")
     logger.info("pre-training %s in %s, the study's recipe with %s", variant.key, directory, dict(variant.pretraining))
@@ -125,12 +111,11 @@ def random_init_model(pretrained: Path, directory: Path) -> Path:
         return directory
     import torch
 
-    from ..model.configuration_bert_repro import BertReproConfig
-    from ..model.modeling_bert_repro import BertReproForPreTraining
+    from ...model.configuration_bert_repro import BertReproConfig
+    from ...model.modeling_bert_repro import BertReproForPreTraining
 
     torch.manual_seed(0)
-    config = BertReproConfig.from_pretrained(pretrained)
-    model = BertReproForPreTraining(config)
+    model = BertReproForPreTraining(BertReproConfig.from_pretrained(pretrained))
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     for name in TOKENIZER_FILES:
@@ -153,30 +138,15 @@ class FineTuningRun:
 
     @property
     def results(self) -> dict[str, Any] | None:
-        path = self.directory / "results.json"
-        return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _finetune_args_for(study: Study, args: StudyArguments) -> dict[str, list[str]]:
-    keys = [v.key for v in study.variants] + list(dict.fromkeys(c.task for c in study.columns if c.task))
-    out: dict[str, list[str]] = {}
-    for item in args.finetune_args_for:
-        key, sep, text = item.partition("=")
-        if not sep or key not in keys:
-            raise ConfigurationError(
-                f'--finetune_args_for {item!r}: expected KEY="ARGS" with KEY a variant or task of the study: '
-                f"{', '.join(keys)}."
-            )
-        out.setdefault(key, []).extend(_split_args(text, "--finetune_args_for"))
-    return out
+        return _results(self.directory)
 
 
 def planned_runs(
     study: Study, args: StudyArguments, output_dir: Path, models: Mapping[str, str], data_dirs: dict[str, Path | None]
 ) -> list[FineTuningRun]:
     """Every fine-tuning run, seed by seed (a study cut short has the same seeds of every variant)."""
-    common = _split_args(args.finetune_args, "--finetune_args")
-    per_key = _finetune_args_for(study, args)
+    common = split_args(args.finetune_args, "--finetune_args")
+    per_key = finetune_args_for(study, args)
     if args.seeds and any(a.split("=")[0] in ("--seed", "--seeds") for a in common + sum(per_key.values(), [])):
         raise ConfigurationError(
             "--seeds of the study gives each run its seed: leave --seed(s) out of the fine-tuning arguments."
@@ -217,12 +187,9 @@ def _finetune_in_process(recipe: FineTuningRecipe, log: str, threads: int) -> No
 
 def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, after_each) -> list[str]:
     """Run what is not finished, `jobs` at a time, `after_each()` after every run; returns the failures."""
-    todo = []
-    for run in runs:
-        if run.results is None:
-            todo.append(run)
-        else:
-            logger.info("fine-tuning %s finished earlier, not run again", run.directory)
+    if kept := [str(run.directory) for run in runs if run.results is not None]:
+        logger.info("fine-tuning finished earlier, not run again: %s", ", ".join(kept))
+    todo = [run for run in runs if run.results is None]
     if jobs <= 1:
         for run in todo:
             logger.info("fine-tuning %s in %s", run.variant, run.directory)
@@ -257,19 +224,10 @@ def run_finetuning_jobs(runs: list[FineTuningRun], jobs: int, output_dir: Path, 
     return failed
 
 
-def cell_value(
-    column: Column, pretrain_results: dict[str, Any], finetune_results: dict[str, Any] | None
-) -> float | None:
-    """Our number for one cell, in the paper's unit (percent; perplexity as is)."""
-    if column.metric == "mlm_perplexity":
-        loss = pretrain_results.get("eval_mlm_loss")
-        return None if loss is None else round(math.exp(loss), 2)
-    return percent(column.metric, finetune_results["best"][column.split][column.metric])
-
-
 def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]:
-    """A cell from its finished runs: the one run's number, or the seeds' mean, standard error and numbers."""
-    values = {r.seed: cell_value(column, {}, results) for r in runs if (results := r.results) is not None}
+    """A cell from its finished runs (percent): the one run's number, or the seeds' mean, standard error and numbers."""
+    finished = [(r.seed, results) for r in runs if (results := r.results) is not None]
+    values = {seed: percent(column.metric, results["best"][column.split][column.metric]) for seed, results in finished}
     if not values:
         return {"ours": None}
     if list(values) == [None]:
@@ -282,8 +240,8 @@ def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]
 
 def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[str, float]:
     """Each classification column's score for always predicting the most frequent training label."""
-    from ..tasks.files import load_task_data
-    from .finetune import data_source
+    from ...tasks.files import load_task_data
+    from ..finetune import data_source
 
     out, data = {}, {}
     for column in (c for c in study.columns if c.task):
@@ -294,8 +252,39 @@ def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[s
         splits = data[task.name]
         predictions = task.kind.majority_predictions(task, splits["train"], splits[column.split])
         if predictions is not None:
-            out[column.key] = round(100 * task.kind.score(task, splits[column.split], predictions)[column.metric], 2)
+            score = task.kind.score(task, splits[column.split], predictions)[column.metric]
+            out[column.key] = percent(column.metric, score)
     return out
+
+
+def table_row(study: Study, variant: Variant, model: Path, runs: list[FineTuningRun]) -> dict[str, Any]:
+    """One variant's row: its pre-training's numbers and a cell per column."""
+    pretraining = _results(model) or {}
+    own = [r for r in runs if r.variant == variant.key]
+    cells = {}
+    for column in study.columns:
+        if column.task is not None:
+            cell = fine_tuned_cell(column, [r for r in own if r.run == column.run])
+        elif variant.weights_of and not variant.random_init:
+            cell = {"ours": None}  # a fine-tuning variant of another's model: its pre-training is that row's
+        else:  # the held-out MLM perplexity
+            loss = pretraining.get("eval_mlm_loss")
+            cell = {"ours": None if loss is None else round(math.exp(loss), 2)}
+        cells[column.key] = {**cell, "paper": study.paper.get(variant.key, {}).get(column.key)}
+    return {
+        "variant": variant.key,
+        "label": variant.label,
+        "model": str(model),
+        "pretraining": {k: pretraining.get(k) for k in PRETRAINING_NUMBERS},
+        "cells": cells,
+        "finetune_seconds": sum(results.get("seconds", 0.0) for r in own if (results := r.results) is not None),
+    }
+
+
+def stop_here(where: str) -> None:
+    """`Stopped` when a stop signal came: a study's runs each end at a safe point, and so does the study."""
+    if signum := signal_received():
+        raise Stopped(f"stopped by {signal.Signals(signum).name} {where}; the same command goes on from there")
 
 
 def run_study(args: StudyArguments) -> str:
@@ -305,28 +294,29 @@ def run_study(args: StudyArguments) -> str:
     if args.jobs < 1:
         raise ConfigurationError(f"--jobs {args.jobs}: at least 1.")
     study = select(get_study(args.study), args)
-    reused = _parse_reuse(study, args.reuse)
-    data_dirs = check_task_data(
-        [get_task(t) for t in dict.fromkeys(c.task for c in study.columns if c.task)], args.data_root
-    )
+    reused = parse_reuse(study, args.reuse)
+    tasks = [get_task(t) for t in dict.fromkeys(c.task for c in study.columns if c.task)]
+    data_dirs = check_task_data(tasks, args.data_root)
     # a wrong flag in the fine-tuning arguments fails now, not after the pre-training
     for run in planned_runs(study, args, Path("(output)"), defaultdict(lambda: "(pre-trained)"), data_dirs):
         check_finetuning_inputs(*run.recipe.resolved(), model_at_hand=False)
-    if not Path(args.pretrain_config).is_file() and not all(v.key in reused or v.random_init for v in study.variants):
-        raise ConfigurationError(
-            f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of "
-            "recipes/pretrain.py, e.g. recipes/configs/quickstart.yaml)."
-        )
     pretrained = [v for v in study.variants if v.key not in reused and not v.random_init]
-    base = study_pretraining(args) if pretrained else None
-    for variant in pretrained:  # every pre-training's recipe too, before the first one starts
-        check_pretraining(variant_recipe(variant, base, Path("(output)")))
-    baseline = majority_baseline(study, data_dirs)
+    if pretrained and not Path(args.pretrain_config).is_file():
+        raise ConfigurationError(
+            f"--pretrain_config {args.pretrain_config}: no such file (a YAML config of recipes/pretrain.py, e.g. "
+            "recipes/configs/quickstart.yaml)."
+        )
+    # every variant starts from --pretrain_config with --pretrain_args; each recipe is checked before the first runs
+    pretrain_args = ["--config", args.pretrain_config, *split_args(args.pretrain_args, "--pretrain_args")]
+    base = PreTrainingRecipe.from_args(pretrain_args) if pretrained else None
+    for variant in pretrained:
+        check_pretraining(base.replace(**variant.pretraining, output_dir="(output)"))
+    baseline = majority_baseline(study, data_dirs)  # reads every task's data: a broken file fails now too
     output_dir = Path(args.output_dir or f"runs/{study.name}")
-    shown = without_credentials(args)  # the arguments as the study's record and reports show them
+    shown = redacted(args)  # the arguments as the study's record and reports show them
     check_same_study(output_dir, shown)
     weights: dict[str, Path] = dict(reused)
-    start = time.time()
+    start, failed = time.time(), []
     with catching_stop_signals():  # acted on by each run, and between runs here
         for variant in study.variants:
             if variant.weights_of and not variant.random_init:
@@ -334,69 +324,15 @@ def run_study(args: StudyArguments) -> str:
             weights[variant.key] = pretrain_variant(variant, base, output_dir / "pretrain" / variant.key, weights)
             stop_here("after a pre-training")
         runs = planned_runs(study, args, output_dir, {k: str(v) for k, v in weights.items()}, data_dirs)
-        text = finetune_and_report(study, args, output_dir, runs, weights, shown, start, baseline)
-    return text
 
+        def report() -> str:
+            rows = [table_row(study, variant, weights[variant.key], runs) for variant in study.variants]
+            return write_study(output_dir, study, rows, shown, time.time() - start, baseline, failed)
 
-def stop_here(where: str) -> None:
-    """`Stopped` when a stop signal came: a study's runs each end at a safe point, and so does the study."""
-    if signum := signal_received():
-        raise Stopped(f"stopped by {signal.Signals(signum).name} {where}; the same command goes on from there")
-
-
-def finetune_and_report(study, args, output_dir, runs, weights, shown, start, baseline) -> str:
-    """Fine-tune every planned run not finished yet, the report written after each."""
-
-    def report() -> str:
-        rows = [table_row(study, variant, weights[variant.key], runs) for variant in study.variants]
-        return write_study(output_dir, study, rows, shown, time.time() - start, baseline, failed)
-
-    failed: list[str] = []
-    report()  # the pre-training's numbers, before any fine-tuning
-    failed += run_finetuning_jobs(runs, args.jobs, output_dir, report)
-    text = report()
-    stop_here("after the fine-tuning runs")
+        report()  # the pre-training's numbers, before any fine-tuning
+        failed += run_finetuning_jobs(runs, args.jobs, output_dir, report)
+        text = report()
+        stop_here("after the fine-tuning runs")
     if failed:
         raise StudyError(f"{len(failed)} fine-tuning run(s) failed; the table has the others:\n" + "\n".join(failed))
     return text
-
-
-class StudyError(RuntimeError):
-    """Runs of a study failed (their logs say why); the table of the others is written."""
-
-
-def table_row(study: Study, variant: Variant, model: Path, runs: list[FineTuningRun]) -> dict[str, Any]:
-    """One variant's row: its pre-training's numbers and a cell per column."""
-    pretrain_results = json.loads((model / "results.json").read_text()) if (model / "results.json").is_file() else {}
-    own = [r for r in runs if r.variant == variant.key]
-    row = {
-        "variant": variant.key,
-        "label": variant.label,
-        "model": str(model),
-        "pretraining": {
-            k: pretrain_results.get(k)
-            for k in (
-                "global_step",
-                "train_runtime_s",
-                "train_runtime_from_step",
-                "tokens_per_second",
-                "eval_mlm_loss",
-                "eval_mlm_accuracy",
-                "eval_nsp_accuracy",
-            )
-        },
-        "cells": {},
-        "finetune_seconds": sum(results.get("seconds", 0.0) for r in own if (results := r.results) is not None),
-    }
-    for column in study.columns:
-        if column.task is not None:
-            cell = fine_tuned_cell(column, [r for r in own if r.run == column.run])
-        elif variant.weights_of and not variant.random_init:
-            cell = {"ours": None}  # a fine-tuning variant of another's model: its pre-training is that row's
-        else:
-            cell = {"ours": cell_value(column, pretrain_results, None)}
-        row["cells"][column.key] = {**cell, "paper": study.paper.get(variant.key, {}).get(column.key)}
-    return row
-
-
-__all__ = ["StudyArguments", "StudyError", "run_study"]
