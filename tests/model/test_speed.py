@@ -18,12 +18,7 @@ from transformers import AttentionInterface
 
 import bert_repro.model.grouped_attention as grouped_attention
 import bert_repro.model.modeling_bert_repro as modeling
-from bert_repro import (
-    BertReproForMaskedLM,
-    BertReproForPreTraining,
-    BertReproForSequenceClassification,
-    BertReproModel,
-)
+from bert_repro import BertReproForMaskedLM, BertReproForPreTraining, BertReproForSequenceClassification, BertReproModel
 from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
 from bert_repro.model.fast_dropout import FastDropout, fast_dropout
 from bert_repro.model.grouped_attention import GroupedAttention

@@ -46,11 +46,7 @@ GLUE_FIXTURES = {
     "cola": (
         {
             "train.tsv": tsv(
-                None,
-                [
-                    ["gj04", 1, "", "Our friends won't buy this analysis."],
-                    ["gj04", 0, "*", "They drank the pub."],
-                ],
+                None, [["gj04", 1, "", "Our friends won't buy this analysis."], ["gj04", 0, "*", "They drank the pub."]]
             ),
             "dev.tsv": tsv(None, [["cj99", 1, "", "The sailors rode the breeze."]]),
             "test.tsv": tsv(["index", "sentence"], [[0, "Bill whistled past the house."], [1, "Mary ran."]]),
@@ -62,11 +58,7 @@ GLUE_FIXTURES = {
                 "idx": [0, 1],
             },
             "validation": {"sentence": ["The sailors rode the breeze."], "label": [1], "idx": [0]},
-            "test": {
-                "sentence": ["Bill whistled past the house.", "Mary ran."],
-                "label": [-1, -1],
-                "idx": [0, 1],
-            },
+            "test": {"sentence": ["Bill whistled past the house.", "Mary ran."], "label": [-1, -1], "idx": [0, 1]},
         },
     ),
     "sst2": (
@@ -78,11 +70,7 @@ GLUE_FIXTURES = {
             "test.tsv": tsv(["index", "sentence"], [[0, "uneasy mishmash "]]),
         },
         {
-            "train": {
-                "sentence": ["hide new secretions ", 'a "charming journey '],
-                "label": [0, 1],
-                "idx": [0, 1],
-            },
+            "train": {"sentence": ["hide new secretions ", 'a "charming journey '], "label": [0, 1], "idx": [0, 1]},
             "validation": {"sentence": ["unflinchingly bleak "], "label": [0], "idx": [0]},
             "test": {"sentence": ["uneasy mishmash "], "label": [-1], "idx": [0]},
         },
@@ -98,9 +86,7 @@ GLUE_FIXTURES = {
                 bom=True,
             ),
             "dev.tsv": tsv(
-                ["Quality"] + MRPC_HEAD,
-                [[0, 1, 2, '"Sanitation is poor," he said.', "Water is bad."]],
-                bom=True,
+                ["Quality"] + MRPC_HEAD, [[0, 1, 2, '"Sanitation is poor," he said.', "Water is bad."]], bom=True
             ),
             "test.tsv": tsv(
                 ["index"] + MRPC_HEAD, [[0, 1089874, 1089925, "PCCW's officer.", "The officer."]], bom=True
@@ -119,12 +105,7 @@ GLUE_FIXTURES = {
                 "label": [0],
                 "idx": [0],
             },
-            "test": {
-                "sentence1": ["PCCW's officer."],
-                "sentence2": ["The officer."],
-                "label": [-1],
-                "idx": [0],
-            },
+            "test": {"sentence1": ["PCCW's officer."], "sentence2": ["The officer."], "label": [-1], "idx": [0]},
         },
     ),
     "qqp": (
@@ -401,8 +382,7 @@ GLUE_FIXTURES = {
                 ],
             ),
             "dev.tsv": tsv(
-                ["index", "sentence1", "sentence2", "label"],
-                [[0, "Dana Reeve died.", "Reeve died.", "entailment"]],
+                ["index", "sentence1", "sentence2", "label"], [[0, "Dana Reeve died.", "Reeve died.", "entailment"]]
             ),
             "test.tsv": tsv(["index", "sentence1", "sentence2"], [[0, "Mangla was built.", "Mangla is a dam."]]),
         },
@@ -413,18 +393,8 @@ GLUE_FIXTURES = {
                 "label": [1, 0],
                 "idx": [0, 1],
             },
-            "validation": {
-                "sentence1": ["Dana Reeve died."],
-                "sentence2": ["Reeve died."],
-                "label": [0],
-                "idx": [0],
-            },
-            "test": {
-                "sentence1": ["Mangla was built."],
-                "sentence2": ["Mangla is a dam."],
-                "label": [-1],
-                "idx": [0],
-            },
+            "validation": {"sentence1": ["Dana Reeve died."], "sentence2": ["Reeve died."], "label": [0], "idx": [0]},
+            "test": {"sentence1": ["Mangla was built."], "sentence2": ["Mangla is a dam."], "label": [-1], "idx": [0]},
         },
     ),
     "wnli": (
@@ -437,8 +407,7 @@ GLUE_FIXTURES = {
                 ],
             ),
             "dev.tsv": tsv(
-                ["index", "sentence1", "sentence2", "label"],
-                [[0, "The drain is clogged.", "It is clogged.", 0]],
+                ["index", "sentence1", "sentence2", "label"], [[0, "The drain is clogged.", "It is clogged.", 0]]
             ),
             "test.tsv": tsv(
                 ["index", "sentence1", "sentence2"], [[0, "Maude and Dora saw trains.", "Dora saw trains."]]
@@ -478,12 +447,7 @@ def squad_json(questions, title="University_of_Notre_Dame"):
 
 
 def qa(qid, question, answers, **extra):
-    return {
-        "id": qid,
-        "question": question,
-        "answers": [{"text": t, "answer_start": s} for t, s in answers],
-        **extra,
-    }
+    return {"id": qid, "question": question, "answers": [{"text": t, "answer_start": s} for t, s in answers], **extra}
 
 
 SWAG_HEAD = [

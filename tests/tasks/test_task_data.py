@@ -171,9 +171,7 @@ def test_squad_v1_json_with_misaligned_training_answer_skipped_and_counted(tmp_p
             ]
         ),
         "dev-v1.1.json": squad_json(
-            [
-                qa("d1", "What is atop the dome?", [("a statue", CONTEXT.index("a statue")), ("statue", 0)]),
-            ]
+            [qa("d1", "What is atop the dome?", [("a statue", CONTEXT.index("a statue")), ("statue", 0)])]
         ),
     }
     with caplog.at_level(logging.WARNING, logger="bert_repro.tasks.files"):
@@ -382,12 +380,7 @@ def test_iob1_to_iob2():
 # TSV: GLUE's literal files and datasets/pandas exports with CSV quoting
 
 RTE_QUOTED = {  # texts that a CSV writer must quote: a doubled quote, a tab, a line break, a lone quote
-    "sentence1": [
-        'Valero said it would make "extensive" repairs.',
-        "A tab\tinside.",
-        "Two\nlines.",
-        "Plain text.",
-    ],
+    "sentence1": ['Valero said it would make "extensive" repairs.', "A tab\tinside.", "Two\nlines.", "Plain text."],
     "sentence2": ['He said "no', "No tab.", 'x "y" z', ""],
     "label": [0, 1, 1, 0],
     "idx": [0, 1, 2, 3],
@@ -417,10 +410,7 @@ def test_csv_quoted_tsv_written_by_datasets_all_quoted_and_crlf(tmp_path):
     import datasets
 
     datasets.Dataset.from_dict(RTE_QUOTED).to_csv(tmp_path / "train.tsv", sep="\t")
-    write(
-        tmp_path,
-        {"dev.tsv": quoted_tsv(RTE_QUOTED, quoting=csv.QUOTE_ALL)},
-    )
+    write(tmp_path, {"dev.tsv": quoted_tsv(RTE_QUOTED, quoting=csv.QUOTE_ALL)})
     (tmp_path / "test.tsv").write_bytes(quoted_tsv(RTE_QUOTED, terminator="\r\n").encode())
     data = load_task_data("rte", tmp_path)
     for split in ("train", "validation", "test"):
@@ -471,8 +461,7 @@ def test_label_outside_the_label_set(tmp_path):
     write(tmp_path / "mnli", {"dev_matched.tsv": mnli})
     expect_error("mnli", tmp_path / "mnli", "dev_matched.tsv, line 2", "'-'", "entailment, neutral, contradiction")
     pq.write_table(
-        pa.table({"sentence1": ["a", "b"], "sentence2": ["c", "d"], "label": [1, 5]}),
-        tmp_path / "validation.parquet",
+        pa.table({"sentence1": ["a", "b"], "sentence2": ["c", "d"], "label": [1, 5]}), tmp_path / "validation.parquet"
     )
     expect_error("rte", {"validation": tmp_path / "validation.parquet"}, "validation.parquet, row 1", "5")
 
@@ -497,10 +486,7 @@ def test_wrong_number_of_fields_in_a_glue_row(tmp_path):
 
 
 def test_empty_split(tmp_path):
-    write(
-        tmp_path,
-        {"train.tsv": tsv(["sentence", "label"], [["fine", 1]]), "dev.tsv": tsv(["sentence", "label"], [])},
-    )
+    write(tmp_path, {"train.tsv": tsv(["sentence", "label"], [["fine", 1]]), "dev.tsv": tsv(["sentence", "label"], [])})
     expect_error("sst2", tmp_path, "dev.tsv", "validation split of sst2 is empty")
 
 
@@ -608,20 +594,17 @@ def test_registry_values_from_the_paper():
         "I-MISC",
     )
     squad, squad_v2, swag = get_task("squad"), get_task("squad_v2"), get_task("swag")
-    assert (
-        squad.defaults["max_seq_length"],
-        squad.defaults["doc_stride"],
-        squad.defaults["max_query_length"],
-    ) == (384, 128, 64)
+    assert (squad.defaults["max_seq_length"], squad.defaults["doc_stride"], squad.defaults["max_query_length"]) == (
+        384,
+        128,
+        64,
+    )
     assert (
         squad.defaults["learning_rate"],
         squad.defaults["num_train_epochs"],
         squad.defaults["per_device_train_batch_size"],
     ) == (5e-5, 3, 32)
-    assert (squad_v2.defaults["num_train_epochs"], squad_v2.defaults["per_device_train_batch_size"]) == (
-        2,
-        48,
-    )
+    assert (squad_v2.defaults["num_train_epochs"], squad_v2.defaults["per_device_train_batch_size"]) == (2, 48)
     assert (
         swag.defaults["learning_rate"],
         swag.defaults["num_train_epochs"],
