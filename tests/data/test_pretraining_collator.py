@@ -10,8 +10,13 @@ from bert_repro.data.masking import mask_batch
 from bert_repro.data.pretraining_config import PreTrainingDataConfig
 from bert_repro.data.pretraining_examples import IGNORE_INDEX, PreTrainingCollator
 
-SETTINGS = {"masked_lm_prob": 0.3, "max_predictions_per_seq": 7, "mask_replace_prob": 0.5, "random_replace_prob": 0.3}
-SETTINGS["do_whole_word_mask"] = True  # none of them the default
+SETTINGS = {  # none of them the default
+    "masked_lm_prob": 0.3,
+    "max_predictions_per_seq": 7,
+    "mask_replace_prob": 0.5,
+    "random_replace_prob": 0.3,
+    "do_whole_word_mask": True,
+}
 
 
 @pytest.fixture(scope="module")
