@@ -112,11 +112,10 @@ def cased_dir(tmp_path_factory: pytest.TempPathFactory, cased: BertTokenizer) ->
 @pytest.fixture()
 def google_layout_vocab(tmp_path: Path) -> Path:
     """A hand-made vocab.txt in the layout of google's releases: [PAD], [unused0..98], [UNK]=100, ..."""
-    tokens = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokens += list("!\"'(),-.:;?abcdefghijklmnopqrstuvwxyz")
-    tokens += ["the", "dog", "run", "##ning", "##s", "play", "##ed", "cafe", "elan", "over", "quick", "fox"]
+    specials = ["[PAD]", *(f"[unused{i}]" for i in range(99)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = ["the", "dog", "run", "##ning", "##s", "play", "##ed", "cafe", "elan", "over", "quick", "fox"]
     path = tmp_path / "vocab.txt"
-    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    path.write_text("\n".join([*specials, *"!\"'(),-.:;?abcdefghijklmnopqrstuvwxyz", *words]) + "\n", encoding="utf-8")
     return path
 
 
@@ -342,14 +341,12 @@ def test_do_lower_case_overrides_saved_casing(cased_dir: Path) -> None:
 
 def test_google_layout_vocab_maps_specials(google_layout_vocab: Path) -> None:
     tokenizer = load_tokenizer(google_layout_vocab)
-    special_ids = [tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.cls_token_id]
-    special_ids += [tokenizer.sep_token_id, tokenizer.mask_token_id]
+    special_ids = [getattr(tokenizer, f"{name}_token_id") for name in ("pad", "unk", "cls", "sep", "mask")]
     assert special_ids == [0, 100, 101, 102, 103]
     assert tokenizer.model_max_length == 512
     vocab = tokenizer.get_vocab()
     encoded = tokenizer("The running dogs!", "Élan plays")
-    expected_tokens = ["[CLS]", "the", "run", "##ning", "dog", "##s", "!", "[SEP]"]
-    expected_tokens += ["elan", "play", "##s", "[SEP]"]
+    expected_tokens = ["[CLS]", "the", "run", "##ning", "dog", "##s", "!", "[SEP]", "elan", "play", "##s", "[SEP]"]
     assert encoded["input_ids"] == [vocab[t] for t in expected_tokens]
     assert encoded["token_type_ids"] == [0] * 8 + [1] * 4
     assert tokenizer("the zebra☃ dog", add_special_tokens=False)["input_ids"] == [vocab["the"], 100, vocab["dog"]]

@@ -124,8 +124,7 @@ def test_speed_switches_and_every_activation_load_natively(tmp_path, tokenizer):
 
     from bert_repro.model.configuration_bert_repro import ACTIVATIONS
 
-    variants = [dict.fromkeys(SPEED_SWITCHES, True)]
-    variants += [dict(hidden_act=act) for act in ACTIVATIONS if act in ACT2FN]
+    variants = [dict.fromkeys(SPEED_SWITCHES, True), *(dict(hidden_act=act) for act in ACTIVATIONS if act in ACT2FN)]
     batch = padded_batch(len(tokenizer), batch=4, seq=12)
     for i, overrides in enumerate(variants):
         torch.manual_seed(i)

@@ -39,6 +39,7 @@ MNLI_HEAD = [
 ]
 STSB_HEAD = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2"]
 MRPC_HEAD = ["#1 ID", "#2 ID", "#1 String", "#2 String"]
+PARSES = ["( a )", "( b )", "(ROOT a)", "(ROOT b)"]  # the binary and full parse columns, one sentence each
 QUOTED_1 = "He said the pie business \"doesn't fit."  # unbalanced: would swallow the next line if quoted
 QUOTED_2 = '"The pie business does not fit our strategy.'
 
@@ -219,10 +220,7 @@ GLUE_FIXTURES = {
                         101457,
                         "101457e",
                         "telephone",
-                        "( a )",
-                        "( b )",
-                        "(ROOT a)",
-                        "(ROOT b)",
+                        *PARSES,
                         "you know during the season",
                         "You lose the things.",
                         "entailment",
@@ -238,18 +236,12 @@ GLUE_FIXTURES = {
                         63735,
                         "63735n",
                         "slate",
-                        "( a )",
-                        "( b )",
-                        "(ROOT a)",
-                        "(ROOT b)",
+                        *PARSES,
                         "The new rights are nice enough",
                         "Everyone really likes them.",
                         "neutral",
                         "entailment",
-                        "neutral",
-                        "neutral",
-                        "neutral",
-                        "neutral",
+                        *["neutral"] * 4,
                     ]
                 ],
             ),
@@ -261,54 +253,18 @@ GLUE_FIXTURES = {
                         75290,
                         "75290c",
                         "letters",
-                        "( a )",
-                        "( b )",
-                        "(ROOT a)",
-                        "(ROOT b)",
+                        *PARSES,
                         "Your contribution helped.",
                         "Your contributions were of no help.",
-                        "contradiction",
-                        "contradiction",
-                        "contradiction",
-                        "contradiction",
-                        "contradiction",
-                        "contradiction",
+                        *["contradiction"] * 6,
                     ]
                 ],
             ),
             "test_matched.tsv": tsv(
-                MNLI_HEAD,
-                [
-                    [
-                        0,
-                        31493,
-                        "31493",
-                        "travel",
-                        "( a )",
-                        "( b )",
-                        "(ROOT a)",
-                        "(ROOT b)",
-                        "Hierbas is a liqueur.",
-                        "Hierbas is a drink.",
-                    ]
-                ],
+                MNLI_HEAD, [[0, 31493, "31493", "travel", *PARSES, "Hierbas is a liqueur.", "Hierbas is a drink."]]
             ),
             "test_mismatched.tsv": tsv(
-                MNLI_HEAD,
-                [
-                    [
-                        0,
-                        1,
-                        "1",
-                        "verbatim",
-                        "( a )",
-                        "( b )",
-                        "(ROOT a)",
-                        "(ROOT b)",
-                        "What have you decided?",
-                        "What are you doing?",
-                    ]
-                ],
+                MNLI_HEAD, [[0, 1, "1", "verbatim", *PARSES, "What have you decided?", "What are you doing?"]]
             ),
         },
         {
