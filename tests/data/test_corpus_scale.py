@@ -14,33 +14,16 @@ from unittest import mock
 import datasets
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-from transformers import BertTokenizerFast
+from support.corpora import word_tokenizer
 
 from bert_repro.data import corpus as corpus_module
 from bert_repro.data.corpus import decode_text, load_corpus
 from bert_repro.data.masking import WordPieceVocab
 from bert_repro.data.pretraining_config import PreTrainingDataConfig
 from bert_repro.data.pretraining_examples import create_pretraining_instances
-from bert_repro.data.sentences import (
-    MAX_SENTENCE_CHARS,
-    SENTENCE_PIECE_CHARS,
-    cut_long_sentence,
-    split_sentences,
-)
+from bert_repro.data.sentences import MAX_SENTENCE_CHARS, SENTENCE_PIECE_CHARS, cut_long_sentence, split_sentences
 from bert_repro.data.tokenized_documents import tokenize_documents
 from bert_repro.data.training_instances import IS_NEXT
-
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-def word_tokenizer(words: list[str]) -> BertTokenizerFast:
-    """A WordPiece tokenizer whose vocabulary holds every word whole (one token a word)."""
-    vocab = {t: i for i, t in enumerate(SPECIALS + [".", *dict.fromkeys(words)])}
-    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    return BertTokenizerFast(tokenizer_object=tok)
 
 
 def words_of(count: int, prefix: str = "w", seed: int = 0) -> list[str]:

@@ -10,37 +10,22 @@ from bert_repro.data.tokenized_documents import DOCUMENT_FEATURES
 MASK = 4
 
 # Four examples; at the masked positions the model is shown [MASK], a random token or the original one.
+COLUMNS = ("input_ids", "next_sentence_label", "masked_lm_positions", "masked_lm_ids")
 ROWS = [
-    # 6 tokens, IsNext; position 1 shown [MASK] (was 10), position 4 unchanged (12)
-    {
-        "input_ids": [2, MASK, 11, 3, 12, 3],
-        "next_sentence_label": 0,
-        "masked_lm_positions": [1, 4],
-        "masked_lm_ids": [10, 12],
-    },
-    # 9 tokens, NotNext; position 2 shown a random token (99, was 20)
-    {
-        "input_ids": [2, 7, 99, 3, 8, 9, 5, 6, 3],
-        "next_sentence_label": 1,
-        "masked_lm_positions": [2],
-        "masked_lm_ids": [20],
-    },
-    # 3 tokens, IsNext, nothing masked
-    {"input_ids": [2, 30, 3], "next_sentence_label": 0, "masked_lm_positions": [], "masked_lm_ids": []},
-    # 17 tokens, NotNext; [MASK], [MASK], random
-    {
-        "input_ids": [2, MASK, MASK, 77, *range(40, 52), 3],
-        "next_sentence_label": 1,
-        "masked_lm_positions": [1, 2, 3],
-        "masked_lm_ids": [41, 42, 43],
-    },
+    dict(zip(COLUMNS, row))
+    for row in [
+        ([2, MASK, 11, 3, 12, 3], 0, [1, 4], [10, 12]),  # 6 tokens, IsNext; [MASK] (was 10), unchanged (12)
+        ([2, 7, 99, 3, 8, 9, 5, 6, 3], 1, [2], [20]),  # 9 tokens, NotNext; a random token (99, was 20)
+        ([2, 30, 3], 0, [], []),  # 3 tokens, IsNext, nothing masked
+        # 17 tokens, NotNext; [MASK] twice, random
+        ([2, MASK, MASK, 77, *range(40, 52), 3], 1, [1, 2, 3], [41, 42, 43]),
+    ]
 ]
 TOKENS = 6 + 9 + 3 + 17
 
 
 def examples(rows=ROWS, static=True, pairs=True):
-    columns = {name: [r[name] for r in rows] for name in ("input_ids", "next_sentence_label", "masked_lm_positions")}
-    columns["masked_lm_ids"] = [r["masked_lm_ids"] for r in rows]
+    columns = {name: [r[name] for r in rows] for name in COLUMNS}
     columns["token_type_ids"] = [[0] * len(r["input_ids"]) for r in rows]
     features = instance_features(static_masking=static, next_sentence=pairs)
     return datasets.Dataset.from_dict({name: columns[name] for name in features}, features=features)
@@ -121,14 +106,8 @@ def test_the_default_bins_and_the_shortest_examples():
 
 def test_no_examples_and_no_masked_positions():
     none = pretraining_statistics(examples(rows=[]), mask_token_id=MASK)
-    assert none == {
-        "examples": 0,
-        "tokens": 0,
-        "is_next_share": None,
-        "length_histogram": {},
-        "masked": 0,
-        "masked_share": 0.0,
-    }
+    expected = {"examples": 0, "tokens": 0, "is_next_share": None, "length_histogram": {}, "masked": 0}
+    assert none == {**expected, "masked_share": 0.0}
     unmasked = pretraining_statistics(examples(rows=ROWS[2:3]), mask_token_id=MASK)
     assert unmasked["masked"] == 0 and "masked_split" not in unmasked
     assert unmasked["is_next_share"] == 1.0 and unmasked["masked_share"] == 0.0

@@ -4,10 +4,6 @@ Every packed result is checked against the same examples unpacked; a reference v
 FlashAttention on CPU.
 """
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import math
 from itertools import pairwise
 from types import SimpleNamespace
@@ -45,15 +41,8 @@ def tokenizer():
 
 def build_rows(tokenizer, **config_fields):
     """Pre-training examples of the pseudo corpus, as the recipe builds them (short_seq_prob raised for variety)."""
-    config = PreTrainingDataConfig(
-        **{
-            "max_seq_length": MAX_LEN,
-            "max_predictions_per_seq": 20,
-            "dupe_factor": 2,
-            "short_seq_prob": 0.5,
-            **config_fields,
-        }
-    )
+    defaults = {"max_seq_length": MAX_LEN, "max_predictions_per_seq": 20, "dupe_factor": 2, "short_seq_prob": 0.5}
+    config = PreTrainingDataConfig(**{**defaults, **config_fields})
     ds = create_pretraining_dataset(datasets.Dataset.from_dict({"text": pseudo_text(30)}), tokenizer, config)
     return config, ds.to_list()
 
@@ -70,6 +59,11 @@ def examples_of(batch: dict[str, torch.Tensor]) -> list[dict[str, list[int]]]:
                 {k: batch[k][r, s:e].tolist() for k in ("input_ids", "token_type_ids", "labels", "position_ids")}
             )
     return out
+
+
+def packed_order(rows) -> list[int]:
+    """The rows' indices in the order a PackingCollator lays them out (row-major over the packing)."""
+    return [i for row in pack_rows([len(r["input_ids"]) for r in rows], MAX_LEN)[0] for i in row]
 
 
 def examples_of_unpacked(batch: dict[str, torch.Tensor]) -> list[dict[str, list[int]]]:
@@ -140,7 +134,7 @@ def test_packed_batch_holds_the_unpacked_examples(tokenizer):
     got = examples_of(packed)
     assert len(got) == len(rows) == packed["next_sentence_label"].numel()
     # Pair each packed example with its unpacked original: the collator's order is row-major over the packing.
-    order = [i for row in pack_rows([len(r["input_ids"]) for r in rows], MAX_LEN)[0] for i in row]
+    order = packed_order(rows)
     want = examples_of_unpacked(unpacked)
     for g, i in zip(got, order, strict=True):
         assert g["position_ids"] == list(range(len(g["input_ids"])))  # positions restart at each [CLS]
@@ -165,10 +159,8 @@ def test_dynamic_masking_packed_as_unpacked(tokenizer):
     packed = packing(rows)
     torch.manual_seed(7)
     unpacked = PreTrainingCollator.from_config(tokenizer, config)(rows)
-    order = [i for row in pack_rows([len(r["input_ids"]) for r in rows], MAX_LEN)[0] for i in row]
-    want = examples_of_unpacked(unpacked)
-    got = examples_of(packed)
-    for g, i in zip(got, order, strict=True):
+    want, got = examples_of_unpacked(unpacked), examples_of(packed)
+    for g, i in zip(got, packed_order(rows), strict=True):
         assert {k: g[k] for k in want[i]} == want[i]
     assert any(g["labels"].count(IGNORE_INDEX) < len(g["labels"]) for g in got)
     torch.manual_seed(8)
@@ -237,13 +229,8 @@ def packed_and_unpacked(tokenizer, count: int = 24, fixed_shape: bool = False):
 def tiny_model(tokenizer, attn: str, **switches):
     from bert_repro import BertReproForPreTraining
 
-    config = tiny_config(
-        vocab_size=len(tokenizer),
-        max_position_embeddings=MAX_LEN,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        **switches,
-    )
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=MAX_LEN, **no_dropout, **switches)
     torch.manual_seed(0)
     return BertReproForPreTraining._from_config(config, attn_implementation=attn)
 
@@ -270,7 +257,7 @@ def test_packed_loss_and_gradients_equal_unpacked(tokenizer, attn, switches, lay
     for name, grad in grads_a.items():
         assert torch.allclose(grad, grads_b[name], atol=1e-5), name
     # NSP: one prediction per example, from its own [CLS], in the packed order.
-    order = [i for row in pack_rows([len(r["input_ids"]) for r in rows], MAX_LEN)[0] for i in row]
+    order = packed_order(rows)
     if layout == "fixed shape":
         order = [i for row in first_fit_decreasing([len(r["input_ids"]) for r in rows], MAX_LEN) for i in row]
     assert torch.allclose(b.seq_relationship_logits[: len(rows)], a.seq_relationship_logits[order], atol=1e-5)
@@ -297,14 +284,9 @@ def test_fixed_shape_batch_compiles_to_one_graph_with_the_unpacked_results(token
         assert torch.allclose(getattr(a, name), getattr(b, name), atol=1e-5), name
     for name, grad in grads_a.items():
         assert torch.allclose(grad, grads_b[name], atol=1e-5), name
+    targets = ("labels", "next_sentence_label", "masked_positions")
     sums = [
-        pretraining_sums(
-            out.prediction_logits,
-            out.seq_relationship_logits,
-            batch["labels"],
-            batch["next_sentence_label"],
-            batch["masked_positions"],
-        )
+        pretraining_sums(out.prediction_logits, out.seq_relationship_logits, *(batch[k] for k in targets))
         for out, batch in ((a, unpacked), (b, packed))
     ]
     assert sums[0][5] == len(rows) and torch.allclose(sums[0], sums[1], atol=1e-4)  # missing examples count for 0
@@ -348,23 +330,11 @@ def test_no_attention_across_examples(tokenizer):
     assert moved.nonzero().flatten().tolist() == [first]
 
 
-def reference_flash_varlen(
-    module,
-    query,
-    key,
-    value,
-    attention_mask,
-    scaling=None,
-    dropout=0.0,
-    cu_seq_lens_q=None,
-    cu_seq_lens_k=None,
-    max_length_q=None,
-    max_length_k=None,
-    **kwargs,
-):
+def reference_flash_varlen(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers' flash path given cu_seq_lens: one SDPA call per [start, end) of the flattened batch."""
-    assert attention_mask is None and torch.equal(cu_seq_lens_q, cu_seq_lens_k)
-    assert max_length_q == max_length_k == int(cu_seq_lens_q.diff().max())
+    cu_seq_lens_q, max_length_q = kwargs["cu_seq_lens_q"], kwargs["max_length_q"]
+    assert attention_mask is None and torch.equal(cu_seq_lens_q, kwargs["cu_seq_lens_k"])
+    assert max_length_q == kwargs["max_length_k"] == int(cu_seq_lens_q.diff().max())
     batch, heads, seq, size = query.shape
     q, k, v = (x.transpose(1, 2).reshape(batch * seq, heads, size).transpose(0, 1) for x in (query, key, value))
     bounds = cu_seq_lens_q.tolist()
@@ -386,11 +356,8 @@ def test_attention_kernel_choice(tokenizer):
     sequences = PackedSequences.from_inputs(packed["position_ids"], packed["attention_mask"])
     model = tiny_model(tokenizer, "sdpa").eval()
     mask, extra = attention_inputs(model.config, None, packed["attention_mask"], sequences)
-    assert (
-        extra == {}
-        and mask.dtype == torch.bool
-        and mask.shape == (len(packed["input_ids"]), 1, *packed["input_ids"].shape[1:] * 2)
-    )
+    assert extra == {} and mask.dtype == torch.bool
+    assert mask.shape == (len(packed["input_ids"]), 1, *packed["input_ids"].shape[1:] * 2)
     ids = sequences.example_ids
     assert torch.equal(mask[:, 0], ids[:, :, None] == ids[:, None, :])
     # Not packed: position_ids absent or counting up in every row.

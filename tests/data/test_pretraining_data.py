@@ -3,14 +3,11 @@
 Integer documents have every token unique, so each segment can be traced back to its document and offset.
 """
 
-import logging
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
+import copy
+import dataclasses
 import hashlib
 import json
+import logging
 import math
 import random
 import re
@@ -23,8 +20,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.corpora import SPECIALS, pseudo_text, wordpiece_tokenizer
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+from support.corpora import SPECIALS, pseudo_text, word_tokenizer, wordpiece_tokenizer
+from support.models import hf_config_like, tiny_config
 from transformers import BertTokenizer, HfArgumentParser
 
 from bert_repro.data.balanced_map import _balanced_order
@@ -188,11 +185,7 @@ def unique_word_corpus(num_docs: int = 14, seed: int = 3) -> tuple[list[str], li
 @pytest.fixture(scope="module")
 def unique_words():
     texts, words = unique_word_corpus()
-    vocab = {t: i for i, t in enumerate(SPECIALS + ["."] + words)}
-    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    return texts, BertTokenizer(tokenizer_object=tok)
+    return texts, word_tokenizer(words)
 
 
 # Sentence splitting
@@ -267,33 +260,14 @@ def test_config_rejects_bad_values(bad):
 
 def test_config_defaults_are_the_reference_flags():
     c = PreTrainingDataConfig()
-    assert (
-        c.max_seq_length,
-        c.max_predictions_per_seq,
-        c.masked_lm_prob,
-        c.short_seq_prob,
-        c.dupe_factor,
-        c.random_seed,
-        c.do_whole_word_mask,
-        c.static_masking,
-    ) == (128, 20, 0.15, 0.1, 10, 12345, False, True)
+    fields = "max_seq_length max_predictions_per_seq masked_lm_prob short_seq_prob dupe_factor random_seed"
+    assert [getattr(c, f) for f in fields.split()] == [128, 20, 0.15, 0.1, 10, 12345]
+    assert (c.do_whole_word_mask, c.static_masking) == (False, True)
     assert c.max_num_tokens == 125
     parsed = HfArgumentParser(PreTrainingDataConfig).parse_args_into_dataclasses(
-        [
-            "--max_seq_length",
-            "512",
-            "--max_predictions_per_seq",
-            "80",
-            "--do_whole_word_mask",
-            "--dupe_factor",
-            "5",
-        ]
+        ["--max_seq_length", "512", "--max_predictions_per_seq", "80", "--do_whole_word_mask", "--dupe_factor", "5"]
     )[0]
-    assert (parsed.max_seq_length, parsed.max_predictions_per_seq, parsed.do_whole_word_mask) == (
-        512,
-        80,
-        True,
-    )
+    assert (parsed.max_seq_length, parsed.max_predictions_per_seq, parsed.do_whole_word_mask) == (512, 80, True)
 
 
 # The reference algorithm, call by call
@@ -343,10 +317,7 @@ def test_random_draws_follow_the_reference_single_document_and_put_back():
         ("randint", 1, 1),
         ("random",),  # [11] was put back: chunk [11] [12], IsNext
     ]
-    assert [(i.tokens, i.is_random_next) for i in instances] == [
-        ([2, 10, 3, 12, 3], True),
-        ([2, 11, 3, 12, 3], False),
-    ]
+    assert [(i.tokens, i.is_random_next) for i in instances] == [([2, 10, 3, 12, 3], True), ([2, 11, 3, 12, 3], False)]
 
 
 def test_whole_word_groups_and_budget_follow_the_reference():
@@ -697,13 +668,9 @@ def test_create_pretraining_dataset_is_the_two_steps_with_its_settings(pseudo_co
     defaults = create_pretraining_dataset(datasets.Dataset.from_dict({"text": texts}), trained_tokenizer)
     assert defaults.to_list() == two_steps(False, PreTrainingDataConfig(), shuffle=True)
     config = PreTrainingDataConfig(max_seq_length=32, dupe_factor=2)
+    body = datasets.Dataset.from_dict({"body": texts})
     given = create_pretraining_dataset(
-        datasets.Dataset.from_dict({"body": texts}),
-        trained_tokenizer,
-        config,
-        text_column="body",
-        split_lines=True,
-        shuffle=False,
+        body, trained_tokenizer, config, text_column="body", split_lines=True, shuffle=False
     )
     assert given.to_list() == two_steps(True, config, shuffle=False) != two_steps(False, config, shuffle=False)
 
@@ -810,21 +777,12 @@ def test_pipeline_is_reproducible_and_independent_of_num_proc(pseudo_corpus, tra
     one = create_pretraining_dataset(ds, trained_tokenizer, config, num_proc=1)
     two = create_pretraining_dataset(ds, trained_tokenizer, config, num_proc=2)
     again = create_pretraining_dataset(ds, trained_tokenizer, config, num_proc=1)
-    other_seed = create_pretraining_dataset(
-        ds,
-        trained_tokenizer,
-        PreTrainingDataConfig(max_seq_length=48, max_predictions_per_seq=8, dupe_factor=2, random_seed=6),
-    )
+    other_seed = create_pretraining_dataset(ds, trained_tokenizer, dataclasses.replace(config, random_seed=6))
     assert len(one) > 200
     assert table_digest(one) == table_digest(two) == table_digest(again)
     assert table_digest(one) != table_digest(other_seed)
-    assert one.features == two.features and set(one.column_names) == {
-        "input_ids",
-        "token_type_ids",
-        "next_sentence_label",
-        "masked_lm_positions",
-        "masked_lm_ids",
-    }
+    columns = {"input_ids", "token_type_ids", "next_sentence_label", "masked_lm_positions", "masked_lm_ids"}
+    assert one.features == two.features and set(one.column_names) == columns
 
 
 def shard_loads(weights: np.ndarray, order: np.ndarray, num_shards: int) -> list[int]:
@@ -858,20 +816,8 @@ def test_balanced_order_by_hand():
     assert _balanced_order(np.array([1, 1, 1, 0, 5, 1]), 4) is None
     # Rows of equal weight are taken in row order (a stable sort): the same order on every machine
     weights = np.array([1, 30, 2, 1, 1, 1, 30, 2, 1, 1, 30, 1, 1, 30, 1, 30, 1, 30, 30, 30, 1, 2, 1, 30])
-    assert _balanced_order(weights, 2).tolist() == [1, 9, 10, 11, 12, 14, 15, 16, 18, 20, 22, 23] + [
-        0,
-        2,
-        3,
-        4,
-        5,
-        6,
-        7,
-        8,
-        13,
-        17,
-        19,
-        21,
-    ]
+    expected = [1, 9, 10, 11, 12, 14, 15, 16, 18, 20, 22, 23, 0, 2, 3, 4, 5, 6, 7, 8, 13, 17, 19, 21]
+    assert _balanced_order(weights, 2).tolist() == expected
 
 
 def test_balanced_sharding_gives_the_same_data_for_any_num_proc(trained_tokenizer):
@@ -957,7 +903,8 @@ def test_empty_corpus_is_a_clear_error(trained_tokenizer):
 def test_statistics(pseudo_corpus, trained_tokenizer):
     docs = tokenize_documents(datasets.Dataset.from_dict({"text": pseudo_corpus}), trained_tokenizer)
     config = PreTrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=3)
-    ds = create_pretraining_instances(docs, WordPieceVocab.from_tokenizer(trained_tokenizer), config)
+    vocab = WordPieceVocab.from_tokenizer(trained_tokenizer)
+    ds = create_pretraining_instances(docs, vocab, config)
     stats = pretraining_statistics(ds, docs, mask_token_id=trained_tokenizer.mask_token_id)
     json.dumps(stats)
     assert pretraining_statistics(ds, docs, mask_token_id=trained_tokenizer.mask_token_id, batch_size=7) == stats
@@ -979,11 +926,7 @@ def test_statistics(pseudo_corpus, trained_tokenizer):
     assert stats["masked_split"]["unchanged"] > 0
     assert stats["documents"] == len(pseudo_corpus)
     assert stats["sentences"] == sum(len(split_sentences(t)) for t in pseudo_corpus)
-    dynamic = create_pretraining_instances(
-        docs,
-        WordPieceVocab.from_tokenizer(trained_tokenizer),
-        PreTrainingDataConfig(max_seq_length=64, static_masking=False),
-    )
+    dynamic = create_pretraining_instances(docs, vocab, PreTrainingDataConfig(max_seq_length=64, static_masking=False))
     assert "masked" not in pretraining_statistics(dynamic)
 
 
@@ -1009,18 +952,9 @@ def test_collator_static_masks(pseudo_corpus, trained_tokenizer):
     assert batch["next_sentence_label"].tolist() == [r["next_sentence_label"] for r in rows]
     assert all(v.dtype == torch.long for v in batch.values())
 
-    from transformers import BertConfig, BertForPreTraining
+    from transformers import BertForPreTraining
 
-    model = BertForPreTraining(
-        BertConfig(
-            vocab_size=len(trained_tokenizer),
-            hidden_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=37,
-            max_position_embeddings=64,
-        )
-    )
+    model = BertForPreTraining(hf_config_like(tiny_config(vocab_size=len(trained_tokenizer))))
     assert torch.isfinite(model(**batch).loss)
 
 
@@ -1074,10 +1008,9 @@ def test_collator_dynamic_masks(pseudo_corpus, trained_tokenizer):
 
     with pytest.raises(ValueError, match="static_masking=True"):
         PreTrainingCollator(trained_tokenizer)(rows[:2])
+    five = datasets.Dataset.from_dict({"text": pseudo_corpus[:5]})
     static_rows = create_pretraining_dataset(
-        datasets.Dataset.from_dict({"text": pseudo_corpus[:5]}),
-        trained_tokenizer,
-        PreTrainingDataConfig(max_seq_length=64),
+        five, trained_tokenizer, PreTrainingDataConfig(max_seq_length=64)
     ).to_list()
     with pytest.raises(ValueError, match="static_masking=False"):
         collator(static_rows[:2])
@@ -1110,36 +1043,14 @@ def test_one_document_means_no_held_out_evaluation_and_says_so(caplog):
 def test_masking_settings_at_their_bounds():
     from bert_repro.data.masking import _check_masking
 
-    for ok in [
-        (1.0, 1, 0.8, 0.1),
-        (0.15, 20, 0.0, 0.1),
-        (0.15, 20, 0.8, 0.0),
-        (0.15, 20, 0.8, 0.2),
-        (0.15, 20, 1.0, 0.0),
-    ]:
-        _check_masking(*ok)  # masked_lm_prob 1, a budget of 1, either share 0, shares summing to exactly 1
-    for bad in [
-        (1.5, 20, 0.8, 0.1),
-        (0.0, 20, 0.8, 0.1),
-        (0.15, 0, 0.8, 0.1),
-        (0.15, 20, -0.1, 0.1),
-        (0.15, 20, 0.8, -0.1),
-    ]:
+    # masked_lm_prob 1, a budget of 1, either share 0, shares summing to exactly 1
+    good = [(1.0, 1, 0.8, 0.1), (0.15, 20, 0.0, 0.1), (0.15, 20, 0.8, 0.0), (0.15, 20, 0.8, 0.2), (0.15, 20, 1.0, 0.0)]
+    for ok in good:
+        _check_masking(*ok)
+    bad = [(1.5, 20, 0.8, 0.1), (0.0, 20, 0.8, 0.1), (0.15, 0, 0.8, 0.1), (0.15, 20, -0.1, 0.1), (0.15, 20, 0.8, -0.1)]
+    for wrong in bad:
         with pytest.raises(ValueError):
-            _check_masking(*bad)
-
-
-class Draws:
-    """A stand-in random generator whose draws are given."""
-
-    def __init__(self, *values):
-        self.values = list(values)
-
-    def random(self):
-        return self.values.pop(0)
-
-    def randint(self, low, high):
-        return low
+            _check_masking(*wrong)
 
 
 def test_a_draw_equal_to_the_share_is_not_in_it():
@@ -1147,20 +1058,14 @@ def test_a_draw_equal_to_the_share_is_not_in_it():
     from bert_repro.data.masking import _replacement
 
     vocab = WordPieceVocab(cls_token=2, sep_token=3, mask_token=4, vocab_words=[7, 8, 9])
-    assert _replacement(50, vocab, Draws(0.8, 0.5), 0.8, 0.5) == 7  # neither [MASK] nor kept: a random entry
-    assert _replacement(50, vocab, Draws(0.7999), 0.8, 0.5) == 4
-    assert _replacement(50, vocab, Draws(0.9, 0.4999), 0.8, 0.5) == 50
+    assert _replacement(50, vocab, ScriptedRandom([0.8, 0.5, 0]), 0.8, 0.5) == 7  # neither [MASK] nor kept: random
+    assert _replacement(50, vocab, ScriptedRandom([0.7999]), 0.8, 0.5) == 4
+    assert _replacement(50, vocab, ScriptedRandom([0.9, 0.4999]), 0.8, 0.5) == 50
 
 
 def test_masking_defaults_are_the_references_and_mask_batch_passes_its_settings_on():
     words = [2] + [100 + i if i % 3 == 0 else 20_000 + i for i in range(200)] + [3]
-    vocab = WordPieceVocab(
-        cls_token=2,
-        sep_token=3,
-        mask_token=4,
-        vocab_words=range(50_000),
-        subword_tokens=frozenset(range(20_000, 21_000)),
-    )
+    vocab = WordPieceVocab(2, 3, 4, range(50_000), frozenset(range(20_000, 21_000)))  # [CLS], [SEP], [MASK], words, ##
     reference = {"do_whole_word_mask": False, "mask_replace_prob": 0.8, "random_replace_prob": 0.1}
     assert create_masked_lm_predictions(words, 0.5, 100, vocab, random.Random(1)) == create_masked_lm_predictions(
         words, 0.5, 100, vocab, random.Random(1), **reference
@@ -1223,8 +1128,6 @@ def test_vocab_from_tokenizer_as_ids_and_as_strings(trained_tokenizer):
 
 
 def test_vocab_as_strings_reads_the_tokenizers_own_special_tokens(trained_tokenizer):
-    import copy
-
     for name in ("cls_token", "sep_token", "mask_token", "pad_token"):
         tokenizer = copy.deepcopy(trained_tokenizer)
         setattr(tokenizer, name, "[UNK]")  # not the default string of its field
@@ -1232,8 +1135,6 @@ def test_vocab_as_strings_reads_the_tokenizers_own_special_tokens(trained_tokeni
 
 
 def test_a_tokenizer_without_a_mask_token_is_refused(trained_tokenizer):
-    import copy
-
     tokenizer = copy.deepcopy(trained_tokenizer)
     tokenizer.mask_token = None
     with pytest.raises(ValueError, match="has no mask_token"):

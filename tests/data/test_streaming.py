@@ -1,18 +1,15 @@
 """Streamed pre-training examples (bert_repro.data.streaming): the map-style laws, resumable without rereading."""
 
+import dataclasses
 import functools
 import itertools
 import json
 import math
-import os
 import random
-import subprocess
-import sys
 
 import datasets
 import pytest
-from support import ROOT
-from support.pretraining_runs import launch, weights, write_config
+from support.pretraining_runs import launch, run_recipe, weights, write_config
 from torch.utils.data import DataLoader
 
 from bert_repro.data.corpus import CorpusError
@@ -290,16 +287,8 @@ def corpus_of(kind, marked, tmp_path):
 
 
 def worker_streams(source, tokenizer, streams, phase_batches=(7,)):
-    make = functools.partial(
-        open_stream,
-        source,
-        tokenizer,
-        [CONFIG, LONG],
-        reading={},
-        split_lines=True,
-        document_buffer=5,
-        shuffle_buffer=30,
-    )
+    settings = {"reading": {}, "split_lines": True, "document_buffer": 5, "shuffle_buffer": 30}
+    make = functools.partial(open_stream, source, tokenizer, [CONFIG, LONG], **settings)
     return WorkerStreams(make, streams=streams, batch_size=4, phase_batches=phase_batches)
 
 
@@ -372,16 +361,13 @@ STREAMED = {
 @pytest.mark.parametrize("workers", [0, 2])
 def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path, marked, workers):
     folder = marked[0]
+    steps = {"max_steps": 12, "save_steps": 5, "eval_steps": 6, "phase2_fraction": 0.25, "eval_fraction": 0.0}
     config = write_config(
         tmp_path / "stream.yaml",
         folder,
         folder.parent / "vocab.txt",
         **STREAMED,
-        max_steps=12,
-        save_steps=5,
-        eval_steps=6,
-        phase2_fraction=0.25,
-        eval_fraction=0.0,
+        **steps,
         dataloader_num_workers=workers,
     )
     full = tmp_path / "full"
@@ -394,24 +380,8 @@ def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path
     examples = [4 * 8, 3 * 8] if workers else [7 * 8]  # batch i from stream i % 2
     assert [s["examples"] for s in state["streams"]] == examples and state["streams"][0]["phase"] == 0
     if workers:
-        wrong = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "recipes" / "pretrain.py"),
-                "--config",
-                str(config),
-                "--output_dir",
-                str(stopped),
-                "--resume_from_checkpoint",
-                "true",
-                "--dataloader_num_workers",
-                "3",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
+        resume = ("--config", config, "--output_dir", stopped, "--resume_from_checkpoint", "true")
+        wrong = run_recipe("pretrain.py", *resume, "--dataloader_num_workers", "3", timeout=600)
         assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr[-3000:]
         assert "--dataloader_num_workers 2, this run has 1 with 3: resume with as many" in wrong.stderr
     launch(config, stopped, "--resume_from_checkpoint", "true")
@@ -425,17 +395,9 @@ def test_streamed_pretraining_stopped_and_resumed_matches_uninterrupted(tmp_path
 @pytest.mark.slow
 def test_streamed_pretraining_with_two_processes_reads_different_files(tmp_path, marked):
     folder, _, _, _ = marked
+    steps = {"max_steps": 6, "save_steps": 3, "eval_steps": 3, "phase2_fraction": 0.0, "eval_fraction": 0.0}
     config = write_config(
-        tmp_path / "ddp.yaml",
-        folder,
-        folder.parent / "vocab.txt",
-        **STREAMED,
-        per_device_train_batch_size=4,
-        max_steps=6,
-        save_steps=3,
-        eval_steps=3,
-        phase2_fraction=0.0,
-        eval_fraction=0.0,
+        tmp_path / "ddp.yaml", folder, folder.parent / "vocab.txt", **STREAMED, **steps, per_device_train_batch_size=4
     )
     out = tmp_path / "two"
     launch(config, out, "--stop_after_steps", "5", processes=2)
@@ -455,17 +417,13 @@ def test_streamed_pretraining_with_two_processes_reads_different_files(tmp_path,
 def test_streamed_examples_follow_the_objective(marked, objective):
     """Table 5's objectives stream like the map-style builder writes them: one segment, no NSP, masks for "mlm" only."""
     folder, _, tokenizer, owner = marked
-    config = PreTrainingDataConfig(
-        max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1, random_seed=7, objective=objective
-    )
+    config = dataclasses.replace(CONFIG, dupe_factor=1, objective=objective)
     examples = take(examples_of(open_document_source([str(folder)]), tokenizer, config, document_buffer=4), 30)
     for example in examples:
         assert "next_sentence_label" not in example and set(example["token_type_ids"]) == {0}
         assert example["input_ids"].count(tokenizer.sep_token_id) == 1
         assert ("masked_lm_positions" in example) == (objective == "mlm")
-        words = (
-            {owner[t] for t in originals(example) if t in owner}
-            if objective == "mlm"
-            else {owner[t] for t in example["input_ids"] if t in owner}
-        )
-        assert len(words) == 1  # contiguous text of one document: no segment B from another
+        ids = originals(example) if objective == "mlm" else example["input_ids"]
+        assert (
+            len({owner[t] for t in ids if t in owner}) == 1
+        )  # contiguous text of one document: no segment B from another

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import json
+import os
 import random
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer, BertTokenizer, BertTokenizerLegacy
 
-from bert_repro.data.wordpiece import (
-    BERT_SPECIAL_TOKENS,
-    load_tokenizer,
-    save_tokenizer,
-    train_wordpiece,
-)
+from bert_repro.data.wordpiece import BERT_SPECIAL_TOKENS, load_tokenizer, save_tokenizer, train_wordpiece
 
 VOCAB_SIZE = 500
 
@@ -119,11 +112,10 @@ def cased_dir(tmp_path_factory: pytest.TempPathFactory, cased: BertTokenizer) ->
 @pytest.fixture()
 def google_layout_vocab(tmp_path: Path) -> Path:
     """A hand-made vocab.txt in the layout of google's releases: [PAD], [unused0..98], [UNK]=100, ..."""
-    tokens = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokens += list("!\"'(),-.:;?abcdefghijklmnopqrstuvwxyz")
-    tokens += ["the", "dog", "run", "##ning", "##s", "play", "##ed", "cafe", "elan", "over", "quick", "fox"]
+    specials = ["[PAD]", *(f"[unused{i}]" for i in range(99)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = ["the", "dog", "run", "##ning", "##s", "play", "##ed", "cafe", "elan", "over", "quick", "fox"]
     path = tmp_path / "vocab.txt"
-    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    path.write_text("\n".join([*specials, *"!\"'(),-.:;?abcdefghijklmnopqrstuvwxyz", *words]) + "\n", encoding="utf-8")
     return path
 
 
@@ -135,6 +127,28 @@ def vocab_in_id_order(tokenizer) -> list[str]:
 def alphabet(tokens: list[str]) -> set[str]:
     """Single characters and their '##' forms."""
     return {token for token in tokens if len(token.removeprefix("##")) == 1}
+
+
+def single_file_copies(saved: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Folders holding only the saved tokenizer.json, and only its vocab.txt."""
+    only_json, only_vocab = tmp_path / "only_json", tmp_path / "only_vocab"
+    for folder, name in ((only_json, "tokenizer.json"), (only_vocab, "vocab.txt")):
+        folder.mkdir()
+        shutil.copy(saved / name, folder)
+    return only_json, only_vocab
+
+
+def hub_cache(saved: Path, cache: Path, repo_id: str) -> None:
+    """A saved tokenizer as huggingface_hub's cache holds a model repository's snapshot (with the model's
+    config.json, which AutoTokenizer reads first)."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    for name in ["tokenizer.json", "tokenizer_config.json", "vocab.txt"]:
+        shutil.copy(saved / name, repo / "snapshots" / commit)
+    (repo / "snapshots" / commit / "config.json").write_text('{"model_type": "bert"}')
 
 
 def encode_all(tokenizer, sentences: list[str] = SENTENCES) -> list[dict[str, list[int]]]:
@@ -276,13 +290,7 @@ def test_autotokenizer_loads_saved_tokenizer(which: str, request: pytest.Fixture
 
 
 def test_load_tokenizer_from_every_uncased_source(uncased: BertTokenizer, uncased_dir: Path, tmp_path: Path) -> None:
-    only_vocab = tmp_path / "only_vocab"
-    only_vocab.mkdir()
-    shutil.copy(uncased_dir / "vocab.txt", only_vocab)
-    only_json = tmp_path / "only_json"
-    only_json.mkdir()
-    shutil.copy(uncased_dir / "tokenizer.json", only_json)
-
+    only_json, only_vocab = single_file_copies(uncased_dir, tmp_path)
     sources = [uncased_dir, uncased_dir / "vocab.txt", uncased_dir / "tokenizer.json", only_vocab, only_json]
     expected = encode_all(uncased)
     for source in sources:
@@ -333,21 +341,15 @@ def test_do_lower_case_overrides_saved_casing(cased_dir: Path) -> None:
 
 def test_google_layout_vocab_maps_specials(google_layout_vocab: Path) -> None:
     tokenizer = load_tokenizer(google_layout_vocab)
-    special_ids = [tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.cls_token_id]
-    special_ids += [tokenizer.sep_token_id, tokenizer.mask_token_id]
+    special_ids = [getattr(tokenizer, f"{name}_token_id") for name in ("pad", "unk", "cls", "sep", "mask")]
     assert special_ids == [0, 100, 101, 102, 103]
     assert tokenizer.model_max_length == 512
     vocab = tokenizer.get_vocab()
     encoded = tokenizer("The running dogs!", "Élan plays")
-    expected_tokens = ["[CLS]", "the", "run", "##ning", "dog", "##s", "!", "[SEP]"]
-    expected_tokens += ["elan", "play", "##s", "[SEP]"]
+    expected_tokens = ["[CLS]", "the", "run", "##ning", "dog", "##s", "!", "[SEP]", "elan", "play", "##s", "[SEP]"]
     assert encoded["input_ids"] == [vocab[t] for t in expected_tokens]
     assert encoded["token_type_ids"] == [0] * 8 + [1] * 4
-    assert tokenizer("the zebra☃ dog", add_special_tokens=False)["input_ids"] == [
-        vocab["the"],
-        100,
-        vocab["dog"],
-    ]
+    assert tokenizer("the zebra☃ dog", add_special_tokens=False)["input_ids"] == [vocab["the"], 100, vocab["dog"]]
     assert tokenizer("[MASK]", add_special_tokens=False)["input_ids"] == [103]
 
 
@@ -365,15 +367,13 @@ def fast_ids(tokenizer, sentences: list[str] = SENTENCES) -> list[list[int]]:
     return [encoding["input_ids"] for encoding in encode_all(tokenizer, sentences)]
 
 
-def test_matches_python_reference_uncased(uncased: BertTokenizer, uncased_dir: Path) -> None:
-    assert fast_ids(uncased) == legacy_ids(uncased_dir / "vocab.txt", do_lower_case=True)
+@pytest.mark.parametrize("which", ["uncased", "cased"])
+def test_matches_python_reference(which: str, request: pytest.FixtureRequest) -> None:
+    tokenizer, saved = request.getfixturevalue(which), request.getfixturevalue(f"{which}_dir")
+    assert fast_ids(tokenizer) == legacy_ids(saved / "vocab.txt", do_lower_case=which == "uncased")
     # The sentences really exercise unknown words and splitting, not only whole-word hits.
-    tokens = uncased.tokenize(" ".join(SENTENCES))
+    tokens = tokenizer.tokenize(" ".join(SENTENCES))
     assert "[UNK]" in tokens and any(t.startswith("##") for t in tokens)
-
-
-def test_matches_python_reference_cased(cased: BertTokenizer, cased_dir: Path) -> None:
-    assert fast_ids(cased) == legacy_ids(cased_dir / "vocab.txt", do_lower_case=False)
 
 
 def test_matches_python_reference_google_layout(google_layout_vocab: Path) -> None:
@@ -400,17 +400,7 @@ def test_real_google_vocabulary_if_available() -> None:
 
 
 def test_load_tokenizer_from_hub_cache(uncased: BertTokenizer, uncased_dir: Path, tmp_path: Path) -> None:
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    repo = tmp_path / "hub" / "models--example-org--tiny-bert"
-    snapshot = repo / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
-    for name in ["tokenizer.json", "tokenizer_config.json", "vocab.txt"]:
-        shutil.copy(uncased_dir / name, snapshot)
-    # A model repository also holds the model's config.json, which AutoTokenizer reads first.
-    (snapshot / "config.json").write_text('{"model_type": "bert"}')
-
+    hub_cache(uncased_dir, tmp_path / "hub", "example-org/tiny-bert")
     loaded = load_tokenizer("example-org/tiny-bert", cache_dir=tmp_path / "hub", local_files_only=True)
     assert type(loaded) is BertTokenizer
     assert encode_all(loaded) == encode_all(uncased)
@@ -422,13 +412,9 @@ def test_load_tokenizer_from_hub_cache(uncased: BertTokenizer, uncased_dir: Path
 # Errors
 
 
-def test_train_missing_file_is_named(corpus_files: list[Path], tmp_path: Path) -> None:
-    missing = tmp_path / "no_such_corpus.txt"
+def test_train_argument_errors_and_a_missing_file_named(corpus_files: list[Path], tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no_such_corpus.txt"):
-        train_wordpiece([corpus_files[0], missing], vocab_size=100, show_progress=False)
-
-
-def test_train_argument_errors(corpus_files: list[Path]) -> None:
+        train_wordpiece([corpus_files[0], tmp_path / "no_such_corpus.txt"], vocab_size=100, show_progress=False)
     with pytest.raises(ValueError, match="empty"):
         train_wordpiece([], vocab_size=100, show_progress=False)
     with pytest.raises(ValueError, match="files"):
@@ -444,7 +430,7 @@ def test_train_accepts_a_single_path(corpus_files: list[Path]) -> None:
     assert len(tokenizer) == 150
 
 
-def test_load_errors_name_the_path(tmp_path: Path) -> None:
+def test_load_errors_name_the_path_and_what_the_file_is(tmp_path: Path) -> None:
     empty = tmp_path / "empty_dir"
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match="empty_dir.*neither tokenizer.json nor vocab.txt"):
@@ -459,10 +445,19 @@ def test_load_errors_name_the_path(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="plain_vocab.txt.*special"):
         load_tokenizer(no_specials)
 
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=r"cannot read '.*bad.json' as a tokenizers tokenizer.json"):
+        load_tokenizer(bad)
+
     word_level = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
     word_level.pre_tokenizer = pre_tokenizers.Whitespace()
     word_level.save(str(tmp_path / "wordlevel.json"))
     with pytest.raises(ValueError, match="wordlevel.json.*WordPiece"):
+        load_tokenizer(tmp_path / "wordlevel.json")
+    word_level.pre_tokenizer = None
+    word_level.save(str(tmp_path / "wordlevel.json"))
+    with pytest.raises(ValueError, match="holds a WordLevel model, expected a WordPiece"):
         load_tokenizer(tmp_path / "wordlevel.json")
 
 
@@ -558,18 +553,8 @@ def test_do_lower_case_false_reaches_every_source(corpus_files: list[Path], tmp_
     stripped = train_wordpiece(corpus_files, vocab_size=200, strip_accents=True, show_progress=False)
     saved = tmp_path / "saved"
     save_tokenizer(stripped, saved)
-    only_json, only_vocab = tmp_path / "only_json", tmp_path / "only_vocab"
-    for folder, name in ((only_json, "tokenizer.json"), (only_vocab, "vocab.txt")):
-        folder.mkdir()
-        shutil.copy(saved / name, folder)
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    repo = tmp_path / "hub" / "models--example-org--stripped"
-    (repo / "snapshots" / commit).mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
-    for name in ["tokenizer.json", "tokenizer_config.json", "vocab.txt"]:
-        shutil.copy(saved / name, repo / "snapshots" / commit)
-    (repo / "snapshots" / commit / "config.json").write_text('{"model_type": "bert"}')
+    only_json, only_vocab = single_file_copies(saved, tmp_path)
+    hub_cache(saved, tmp_path / "hub", "example-org/stripped")
     hub = {"cache_dir": tmp_path / "hub", "local_files_only": True}
     sources = [(saved, {}), (only_json, {}), (only_vocab, {}), ("example-org/stripped", hub)]
     for source, kwargs in sources:
@@ -590,8 +575,6 @@ def test_which_missing_names_are_local_paths() -> None:
 
 
 def test_model_max_length_is_unset_only_above_1e29() -> None:
-    from types import SimpleNamespace
-
     from bert_repro.data.wordpiece import _default_max_length
 
     lengths = [None, int(1e30), int(1e29) + 1, int(1e29), 128]
@@ -635,27 +618,9 @@ def test_save_tokenizer_staging_and_order(uncased: BertTokenizer, tmp_path: Path
 def test_vocab_txt_refuses_any_line_break() -> None:
     from bert_repro.data.wordpiece import write_vocab_txt
 
-    class Vocab:
-        def __init__(self, vocab):
-            self.vocab = vocab
-
-        def get_vocab(self):
-            return self.vocab
-
     for token in ("a\nb", "a\rb"):
         with pytest.raises(ValueError, match="line breaks"):
-            write_vocab_txt(Vocab({"[PAD]": 0, token: 1}), "unused.txt")
-
-
-def test_load_errors_say_what_the_file_is(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    with pytest.raises(ValueError, match=r"cannot read '.*bad.json' as a tokenizers tokenizer.json"):
-        load_tokenizer(bad)
-    word_level = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
-    word_level.save(str(tmp_path / "wordlevel.json"))
-    with pytest.raises(ValueError, match="holds a WordLevel model, expected a WordPiece"):
-        load_tokenizer(tmp_path / "wordlevel.json")
+            write_vocab_txt(SimpleNamespace(get_vocab=lambda token=token: {"[PAD]": 0, token: 1}), "unused.txt")
 
 
 def test_a_tokenizer_without_segment_ids_is_refused_by_name(uncased: BertTokenizer, tmp_path: Path) -> None:

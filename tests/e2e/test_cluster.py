@@ -30,6 +30,10 @@ LAUNCH = [sys.executable, "-m", "accelerate.commands.launch"]
 STEPS = {"max_steps": 12, "save_steps": 10, "eval_fraction": 0.0, "global_batch_size": 8}
 
 
+def run(cmd: list, env=ENV, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False)
+
+
 def rank_process(launcher_pid: int, rank: int) -> int:
     """The pid of the worker of `rank` among the launcher's children (torchrun starts them as processes)."""
     for _ in range(600):
@@ -86,15 +90,7 @@ def reference(tmp_path_factory, corpus_and_tokenizer):
 
 
 def assert_resumes_to(reference_dir: Path, cmd: list[str], directory: Path, tolerance: float) -> None:
-    result = subprocess.run(
-        [*cmd, "--resume_from_checkpoint", "true"],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        check=False,
-    )
+    result = run([*cmd, "--resume_from_checkpoint", "true"])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     a, b = weights(reference_dir), weights(directory)
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
@@ -151,20 +147,9 @@ def test_a_streamed_run_with_workers_stops_where_its_workers_kept_the_position(t
 
     corpus, tokenizer = corpus_and_tokenizer
     steps = STREAM_STOP_EVERY + 4
-    config = write_config(
-        tmp_path / "stream.yaml",
-        corpus,
-        tokenizer,
-        streaming=True,
-        stream_document_buffer=4,
-        stream_shuffle_buffer=16,
-        stream_held_out_documents=2,
-        eval_fraction=0.0,
-        max_steps=steps,
-        save_steps=steps - 1,
-        phase2_fraction=0.0,
-        dataloader_num_workers=2,
-    )
+    streamed = dict(streaming=True, stream_document_buffer=4, stream_shuffle_buffer=16, stream_held_out_documents=2)
+    steps = dict(max_steps=steps, save_steps=steps - 1, eval_fraction=0.0, phase2_fraction=0.0)
+    config = write_config(tmp_path / "stream.yaml", corpus, tokenizer, **streamed, **steps, dataloader_num_workers=2)
     launch(config, tmp_path / "full")
     out = tmp_path / "stopped"
     cmd = [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)]
@@ -182,12 +167,10 @@ def small_disk(tmp_path):
     """A 1 MiB tmpfs (room for one checkpoint, not two), or None where this process may not mount one."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = (
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, check=False
-        ).returncode
-        == 0
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, check=False
     )
+    mounted = mount.returncode == 0
     yield disk if mounted else None
     if mounted:
         subprocess.run(["umount", str(disk)], check=False)
@@ -214,14 +197,7 @@ def test_a_full_disk_is_one_message_and_keeps_the_last_good_checkpoint(tmp_path,
         )
         env["PYTHONPATH"] = os.pathsep.join([str(inject), env.get("PYTHONPATH", "")])
     out = (small_disk or tmp_path) / "out"
-    result = subprocess.run(
-        [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    result = run([sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)], env=env)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     message = [line for line in result.stderr.splitlines() if "pretrain.py: error:" in line]
@@ -245,28 +221,14 @@ def test_a_second_run_on_the_same_directory_is_refused_until_the_first_ends(tmp_
     try:
         assert holder.stdout.readline().strip() == "held"
         config = write_config(tmp_path / "c.yaml", corpus, tokenizer, eval_fraction=0.0)
-        result = subprocess.run(
-            [sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)],
-            env=ENV,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        result = run([sys.executable, RECIPE, "--config", str(config), "--output_dir", str(out)])
         assert result.returncode == 2, result.stderr[-3000:]
         assert f"is in use by another run (pid {holder.pid} on " in result.stderr, result.stderr[-3000:]
         assert "Traceback" not in result.stderr and not (out / "run_config.json").exists()
     finally:
         holder.kill()  # as a scheduler kills a job: the kernel releases the lock with the process
         holder.wait()
-    check = subprocess.run(
-        [sys.executable, "-c", hold.replace("time.sleep(600)", "pass"), str(out)],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    check = run([sys.executable, "-c", hold.replace("time.sleep(600)", "pass"), str(out)], timeout=300)
     assert check.stdout.strip() == "held", check.stderr[-3000:]
 
 
@@ -303,7 +265,7 @@ def test_a_run_killed_while_its_workers_build_examples_does_not_block_the_next(t
                 break
             time.sleep(0.05)
         assert not processes_naming(out), "orphaned workers outlived the run"
-        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+        second = run(cmd, env=env)
         assert second.returncode == 0, second.stderr[-3000:]
     finally:
         for pid in processes_naming(out):
@@ -346,29 +308,12 @@ def test_fine_tuning_stopped_by_sigterm_goes_on_with_the_same_command(tmp_path, 
     """A fine-tuning run (no periodic checkpoints: save_strategy "no") stopped by SIGTERM saves checkpoint-N
     in its grid run's folder; the same command resumes it there and ends with the uninterrupted model."""
     data = write(tmp_path / "data", fixture_files("mrpc"))
-    finetune = [
-        sys.executable,
-        str(ROOT / "recipes" / "finetune.py"),
-        *finetune_args(
-            "mrpc",
-            tiny_model,
-            data,
-            learning_rates="1e-3",
-            max_steps=12,
-            logging_steps=1,
-            per_device_train_batch_size=1,
-            max_seq_length=64,
-            predict_test=False,
-        ),
-    ]
-    full = subprocess.run(
-        [*finetune, "--output_dir", str(tmp_path / "full")],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    settings = dict(
+        learning_rates="1e-3", max_steps=12, logging_steps=1, per_device_train_batch_size=1, max_seq_length=64
     )
+    recipe = str(ROOT / "recipes" / "finetune.py")
+    finetune = [sys.executable, recipe, *finetune_args("mrpc", tiny_model, data, predict_test=False, **settings)]
+    full = run([*finetune, "--output_dir", str(tmp_path / "full")])
     assert full.returncode == 0, full.stderr[-3000:]
     out = tmp_path / "stopped"
     cmd = [*finetune, "--output_dir", str(out)]
@@ -380,7 +325,7 @@ def test_fine_tuning_stopped_by_sigterm_goes_on_with_the_same_command(tmp_path, 
     run_dir = out / "runs" / "lr0.001_seed42"
     assert [p.name for p in run_dir.glob("checkpoint-*")] == [f"checkpoint-{step}"] and step < 12
     assert not (run_dir / "result.json").exists() and not (out / "results.json").exists()
-    resumed = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600, check=False)
+    resumed = run(cmd)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert resumed.stdout.count("'loss'") == 12 - step  # the steps after the checkpoint, not all again
     a, b = (weights(directory) for directory in (tmp_path / "full", out))
@@ -422,11 +367,9 @@ def test_a_signal_between_two_runs_of_a_grid_stops_before_the_next(
 
     data = write(tmp_path / "data", fixture_files("mrpc"))
     out = tmp_path / "out"
-    argv = ["recipes/finetune.py", "--task", "mrpc", "--model", str(tiny_model), "--data", str(data)]
-    argv += ["--output_dir", str(out), "--learning_rates", "1e-3", "--seeds", "1", "2", "--max_steps", "1"]
-    argv += ["--per_device_train_batch_size", "2", "--use_cpu", "true", "--disable_tqdm", "true"]
-    argv += ["--max_seq_length", "32", "--predict_test", "false", "--eval_strategy", eval_strategy]
-    monkeypatch.setattr(sys, "argv", argv)
+    settings = dict(learning_rates="1e-3", seeds=[1, 2], max_steps=1, per_device_train_batch_size=2, max_seq_length=32)
+    args = finetune_args("mrpc", tiny_model, data, out, predict_test=False, eval_strategy=eval_strategy, **settings)
+    monkeypatch.setattr(sys, "argv", ["recipes/finetune.py", *args])
     evaluated, evaluate = [], TaskTrainer.evaluate
 
     def signalled_evaluate(trainer, *args, **kwargs):

@@ -59,9 +59,8 @@ def test_output_dir_below_a_file_is_one_message(tmp_path, tiny_model):
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="bf16 is allowed where CUDA is")
 def test_bf16_without_a_gpu_is_one_message(tmp_path):
     # TrainingArguments' own check (raised while the command line is parsed) reaches the user as our one line.
-    result = finetune(
-        "--data", str(sst2_data(tmp_path / "data")), "--output_dir", str(tmp_path / "out"), "--bf16", "true"
-    )
+    data = sst2_data(tmp_path / "data")
+    result = finetune("--data", str(data), "--output_dir", str(tmp_path / "out"), "--bf16", "true")
     assert_user_error(result, "bf16")
 
 
@@ -168,12 +167,8 @@ def test_transformers_names_and_one_learning_rate_run_one_fine_tuning(tmp_path, 
 )
 def test_unknown_flag_names_the_closest_in_every_recipe(name, flag, suggestion):
     result = recipe(name, flag, "1")
-    assert_user_error(
-        result,
-        f"unknown argument(s): {flag} (did you mean {suggestion}?)",
-        f"See python recipes/{name} --help",
-        recipe=name,
-    )
+    unknown = f"unknown argument(s): {flag} (did you mean {suggestion}?)"
+    assert_user_error(result, unknown, f"See python recipes/{name} --help", recipe=name)
 
 
 @pytest.mark.parametrize("name", ["pretrain.py", "finetune.py"])

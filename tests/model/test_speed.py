@@ -18,12 +18,7 @@ from transformers import AttentionInterface
 
 import bert_repro.model.grouped_attention as grouped_attention
 import bert_repro.model.modeling_bert_repro as modeling
-from bert_repro import (
-    BertReproForMaskedLM,
-    BertReproForPreTraining,
-    BertReproForSequenceClassification,
-    BertReproModel,
-)
+from bert_repro import BertReproForMaskedLM, BertReproForPreTraining, BertReproForSequenceClassification, BertReproModel
 from bert_repro.model.configuration_bert_repro import SPEED_SWITCHES
 from bert_repro.model.fast_dropout import FastDropout, fast_dropout
 from bert_repro.model.grouped_attention import GroupedAttention
@@ -33,6 +28,17 @@ from bert_repro.model.unpadding import SpeedEncoder, SpeedLayer, SpeedSelfAttent
 
 ALL_SWITCHES = dict.fromkeys(SPEED_SWITCHES, True)
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def without_dropout(model):
+    """The model in training mode with every dropout probability (layers and attention) set to 0."""
+    for module in model.train().modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    model.config.attention_probs_dropout_prob = 0.0
+    for layer in model.bert.encoder.layer:
+        layer.attention.self.dropout_prob = 0.0
+    return model
 
 
 def same_weights(model_cls, switches: dict, **fields):
@@ -284,23 +290,13 @@ def test_unpadded_outputs_are_zero_at_padding_and_equal_elsewhere():
         assert torch.equal(model(**full).last_hidden_state, fast(**full).last_hidden_state)
 
 
-def _reference_varlen_attention(
-    module,
-    query,
-    key,
-    value,
-    attention_mask,
-    scaling=None,
-    dropout=0.0,
-    cu_seq_lens_q=None,
-    cu_seq_lens_k=None,
-    max_length_q=None,
-    max_length_k=None,
-    **kwargs,
-):
+def _reference_varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """A variable-length flash kernel as one SDPA call per sequence: (1, heads, tokens, d) -> (1, tokens, heads, d)."""
+    cu_seq_lens_q = kwargs["cu_seq_lens_q"]
     assert attention_mask is None and query.shape[0] == 1
-    assert max_length_q == int(cu_seq_lens_q.diff().max()) and torch.equal(cu_seq_lens_q, cu_seq_lens_k)
+    assert kwargs["max_length_q"] == int(cu_seq_lens_q.diff().max()) and torch.equal(
+        cu_seq_lens_q, kwargs["cu_seq_lens_k"]
+    )
     bounds = cu_seq_lens_q.tolist()
     parts = [
         F.scaled_dot_product_attention(query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], scale=scaling)
@@ -374,14 +370,7 @@ def test_fast_dropout_switch_changes_only_training_noise():
     batch = padded_batch(99, batch=4, seq=16)
     with torch.no_grad():
         assert torch.equal(plain(**batch).prediction_logits, fast(**batch).prediction_logits)
-    for model in (plain, fast):
-        model.train()
-        for module in model.modules():
-            if isinstance(module, torch.nn.Dropout):
-                module.p = 0.0
-        model.config.attention_probs_dropout_prob = 0.0
-        for layer in model.bert.encoder.layer:
-            layer.attention.self.dropout_prob = 0.0
+    plain, fast = without_dropout(plain), without_dropout(fast)
     with torch.no_grad():
         assert (plain(**batch).prediction_logits - fast(**batch).prediction_logits).abs().max() < 1e-5
 
@@ -409,27 +398,17 @@ def test_other_kernels_get_the_whole_batch_padded_back():
     assert (a[real] - b[real]).abs().max() < 1e-5
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        "both-losses",
-        "sparse",
-        "nsp-only",
-        "mlm-only",
-        "two-micro-batches",
-        "backward-twice",
-        "checkpointing",
-        "masked-lm",
-    ],
-)
+CASES = "both-losses sparse nsp-only mlm-only two-micro-batches backward-twice checkpointing masked-lm".split()
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_tied_gradients_equal_plain_autograd(case):
     """`tied_gradients` equals plain autograd in every way a backward can reach the two uses of the tied weight."""
     model_cls = BertReproForMaskedLM if case == "masked-lm" else BertReproForPreTraining
     plain, tied = same_weights(model_cls, {"tied_gradients": True}, sparse_prediction=case == "sparse", **NO_DROPOUT)
     batch = padded_batch(99, batch=4, seq=12)
-    labels = torch.where(
-        torch.rand(batch["input_ids"].shape, generator=torch.Generator().manual_seed(1)) < 0.3, batch["input_ids"], -100
-    )
+    picks = torch.rand(batch["input_ids"].shape, generator=torch.Generator().manual_seed(1)) < 0.3
+    labels = torch.where(picks, batch["input_ids"], -100)
     extra = {} if case == "masked-lm" else {"next_sentence_label": torch.tensor([0, 1, 1, 0])}
 
     def run(model):
@@ -508,23 +487,14 @@ def test_model_file_holds_no_speed_machinery():
     ]
     assert private == []
     top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.level}
-    assert (
-        top_level
-        == _relative_imports(MODEL_DIR / "modeling_bert_repro.py")
-        == {"configuration_bert_repro", "packed_sequences"}
-    )
+    siblings = _relative_imports(MODEL_DIR / "modeling_bert_repro.py")
+    assert top_level == siblings == {"configuration_bert_repro", "packed_sequences"}
 
 
-SPEED_MODULES = {
-    "speed_paths",
-    "unpadding",
-    "grouped_attention",
-    "last_layer_subset",
-    "fast_dropout",
-    "tied_gradients",
-    "dropout_add_layer_norm",
-    "dropout_add_layer_norm_kernels",
-}
+SPEED_MODULES = set(
+    "speed_paths unpadding grouped_attention last_layer_subset fast_dropout tied_gradients dropout_add_layer_norm "
+    "dropout_add_layer_norm_kernels".split()
+)
 
 
 def test_no_import_cycle_through_the_model_file_or_a_speed_module():
@@ -586,16 +556,13 @@ def test_switches_build_the_speed_classes_at_construction(model_cls):
     fast = model_cls(tiny_config(num_labels=2, **ALL_SWITCHES))
     assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in fast.state_dict().items()}
     assert model_cls is getattr(modeling, model_cls.__name__)
-    assert all(
-        t.__module__ in (modeling.__name__,) or t.__module__.startswith("torch") for _, t in _module_types(plain)[1:]
-    )
+    plain_types = [t.__module__ for _, t in _module_types(plain)[1:]]
+    assert all(m == modeling.__name__ or m.startswith("torch") for m in plain_types)
     bert = fast if model_cls is BertReproModel else fast.bert
     assert type(bert.encoder) is SpeedEncoder and bert.encoder.unpad_inputs and bert.encoder.last_layer_subset
     assert all(type(layer) is SpeedLayer for layer in bert.encoder.layer)
-    assert all(
-        type(layer.attention.self) is SpeedSelfAttention and layer.attention.self.fast_dropout
-        for layer in bert.encoder.layer
-    )
+    attention = [layer.attention.self for layer in bert.encoder.layer]
+    assert all(type(a) is SpeedSelfAttention and a.fast_dropout for a in attention)
     dropouts = [m for m in fast.modules() if isinstance(m, torch.nn.Dropout)]
     assert dropouts and all(type(m) is FastDropout for m in dropouts)
     assert type(bert.embeddings) is TiedGradientEmbeddings
@@ -651,13 +618,8 @@ def test_saved_code_alone_is_the_paper_model(tmp_path, monkeypatch):
         assert (a.prediction_logits[real] - b.prediction_logits[real]).abs().max() < 1e-5
         assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() < 1e-5
         labels = batch["input_ids"].masked_fill((torch.rand(real.shape) > 0.3) | ~real, -100)
-        for each in (model, copy):
-            for module in each.train().modules():
-                if isinstance(module, torch.nn.Dropout):
-                    module.p = 0.0
-            for layer in each.bert.encoder.layer:
-                layer.attention.self.dropout_prob = 0.0
-        a, b = (each(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0])) for each in (model, copy))
+        nsp = torch.tensor([0, 1, 1, 0])
+        a, b = (without_dropout(each)(**batch, labels=labels, next_sentence_label=nsp) for each in (model, copy))
         assert (a.loss - b.loss).abs() < 1e-5 and (a.prediction_logits - b.prediction_logits).abs().max() < 1e-5
         imported = {name.split(".")[1] for name in sys.modules if name.startswith("bert_with_switches.")}
         assert imported <= set(paper_files), imported

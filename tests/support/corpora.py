@@ -30,6 +30,18 @@ def pseudo_text(num_docs: int, seed: int = 0, min_sentences: int = 2, max_senten
     return docs
 
 
+def word_tokenizer(words: list[str]):
+    """A WordPiece tokenizer whose vocabulary holds every word whole (one token a word), and "."."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import BertTokenizer
+
+    vocab = {t: i for i, t in enumerate(SPECIALS + [".", *dict.fromkeys(words)])}
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return BertTokenizer(tokenizer_object=tok)
+
+
 def wordpiece_tokenizer(texts: list[str], vocab_size: int):
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import BertTokenizer

@@ -39,6 +39,7 @@ MNLI_HEAD = [
 ]
 STSB_HEAD = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2"]
 MRPC_HEAD = ["#1 ID", "#2 ID", "#1 String", "#2 String"]
+PARSES = ["( a )", "( b )", "(ROOT a)", "(ROOT b)"]  # the binary and full parse columns, one sentence each
 QUOTED_1 = "He said the pie business \"doesn't fit."  # unbalanced: would swallow the next line if quoted
 QUOTED_2 = '"The pie business does not fit our strategy.'
 
@@ -46,11 +47,7 @@ GLUE_FIXTURES = {
     "cola": (
         {
             "train.tsv": tsv(
-                None,
-                [
-                    ["gj04", 1, "", "Our friends won't buy this analysis."],
-                    ["gj04", 0, "*", "They drank the pub."],
-                ],
+                None, [["gj04", 1, "", "Our friends won't buy this analysis."], ["gj04", 0, "*", "They drank the pub."]]
             ),
             "dev.tsv": tsv(None, [["cj99", 1, "", "The sailors rode the breeze."]]),
             "test.tsv": tsv(["index", "sentence"], [[0, "Bill whistled past the house."], [1, "Mary ran."]]),
@@ -62,11 +59,7 @@ GLUE_FIXTURES = {
                 "idx": [0, 1],
             },
             "validation": {"sentence": ["The sailors rode the breeze."], "label": [1], "idx": [0]},
-            "test": {
-                "sentence": ["Bill whistled past the house.", "Mary ran."],
-                "label": [-1, -1],
-                "idx": [0, 1],
-            },
+            "test": {"sentence": ["Bill whistled past the house.", "Mary ran."], "label": [-1, -1], "idx": [0, 1]},
         },
     ),
     "sst2": (
@@ -78,11 +71,7 @@ GLUE_FIXTURES = {
             "test.tsv": tsv(["index", "sentence"], [[0, "uneasy mishmash "]]),
         },
         {
-            "train": {
-                "sentence": ["hide new secretions ", 'a "charming journey '],
-                "label": [0, 1],
-                "idx": [0, 1],
-            },
+            "train": {"sentence": ["hide new secretions ", 'a "charming journey '], "label": [0, 1], "idx": [0, 1]},
             "validation": {"sentence": ["unflinchingly bleak "], "label": [0], "idx": [0]},
             "test": {"sentence": ["uneasy mishmash "], "label": [-1], "idx": [0]},
         },
@@ -98,9 +87,7 @@ GLUE_FIXTURES = {
                 bom=True,
             ),
             "dev.tsv": tsv(
-                ["Quality"] + MRPC_HEAD,
-                [[0, 1, 2, '"Sanitation is poor," he said.', "Water is bad."]],
-                bom=True,
+                ["Quality"] + MRPC_HEAD, [[0, 1, 2, '"Sanitation is poor," he said.', "Water is bad."]], bom=True
             ),
             "test.tsv": tsv(
                 ["index"] + MRPC_HEAD, [[0, 1089874, 1089925, "PCCW's officer.", "The officer."]], bom=True
@@ -119,12 +106,7 @@ GLUE_FIXTURES = {
                 "label": [0],
                 "idx": [0],
             },
-            "test": {
-                "sentence1": ["PCCW's officer."],
-                "sentence2": ["The officer."],
-                "label": [-1],
-                "idx": [0],
-            },
+            "test": {"sentence1": ["PCCW's officer."], "sentence2": ["The officer."], "label": [-1], "idx": [0]},
         },
     ),
     "qqp": (
@@ -238,10 +220,7 @@ GLUE_FIXTURES = {
                         101457,
                         "101457e",
                         "telephone",
-                        "( a )",
-                        "( b )",
-                        "(ROOT a)",
-                        "(ROOT b)",
+                        *PARSES,
                         "you know during the season",
                         "You lose the things.",
                         "entailment",
@@ -257,18 +236,12 @@ GLUE_FIXTURES = {
                         63735,
                         "63735n",
                         "slate",
-                        "( a )",
-                        "( b )",
-                        "(ROOT a)",
-                        "(ROOT b)",
+                        *PARSES,
                         "The new rights are nice enough",
                         "Everyone really likes them.",
                         "neutral",
                         "entailment",
-                        "neutral",
-                        "neutral",
-                        "neutral",
-                        "neutral",
+                        *["neutral"] * 4,
                     ]
                 ],
             ),
@@ -280,54 +253,18 @@ GLUE_FIXTURES = {
                         75290,
                         "75290c",
                         "letters",
-                        "( a )",
-                        "( b )",
-                        "(ROOT a)",
-                        "(ROOT b)",
+                        *PARSES,
                         "Your contribution helped.",
                         "Your contributions were of no help.",
-                        "contradiction",
-                        "contradiction",
-                        "contradiction",
-                        "contradiction",
-                        "contradiction",
-                        "contradiction",
+                        *["contradiction"] * 6,
                     ]
                 ],
             ),
             "test_matched.tsv": tsv(
-                MNLI_HEAD,
-                [
-                    [
-                        0,
-                        31493,
-                        "31493",
-                        "travel",
-                        "( a )",
-                        "( b )",
-                        "(ROOT a)",
-                        "(ROOT b)",
-                        "Hierbas is a liqueur.",
-                        "Hierbas is a drink.",
-                    ]
-                ],
+                MNLI_HEAD, [[0, 31493, "31493", "travel", *PARSES, "Hierbas is a liqueur.", "Hierbas is a drink."]]
             ),
             "test_mismatched.tsv": tsv(
-                MNLI_HEAD,
-                [
-                    [
-                        0,
-                        1,
-                        "1",
-                        "verbatim",
-                        "( a )",
-                        "( b )",
-                        "(ROOT a)",
-                        "(ROOT b)",
-                        "What have you decided?",
-                        "What are you doing?",
-                    ]
-                ],
+                MNLI_HEAD, [[0, 1, "1", "verbatim", *PARSES, "What have you decided?", "What are you doing?"]]
             ),
         },
         {
@@ -401,8 +338,7 @@ GLUE_FIXTURES = {
                 ],
             ),
             "dev.tsv": tsv(
-                ["index", "sentence1", "sentence2", "label"],
-                [[0, "Dana Reeve died.", "Reeve died.", "entailment"]],
+                ["index", "sentence1", "sentence2", "label"], [[0, "Dana Reeve died.", "Reeve died.", "entailment"]]
             ),
             "test.tsv": tsv(["index", "sentence1", "sentence2"], [[0, "Mangla was built.", "Mangla is a dam."]]),
         },
@@ -413,18 +349,8 @@ GLUE_FIXTURES = {
                 "label": [1, 0],
                 "idx": [0, 1],
             },
-            "validation": {
-                "sentence1": ["Dana Reeve died."],
-                "sentence2": ["Reeve died."],
-                "label": [0],
-                "idx": [0],
-            },
-            "test": {
-                "sentence1": ["Mangla was built."],
-                "sentence2": ["Mangla is a dam."],
-                "label": [-1],
-                "idx": [0],
-            },
+            "validation": {"sentence1": ["Dana Reeve died."], "sentence2": ["Reeve died."], "label": [0], "idx": [0]},
+            "test": {"sentence1": ["Mangla was built."], "sentence2": ["Mangla is a dam."], "label": [-1], "idx": [0]},
         },
     ),
     "wnli": (
@@ -437,8 +363,7 @@ GLUE_FIXTURES = {
                 ],
             ),
             "dev.tsv": tsv(
-                ["index", "sentence1", "sentence2", "label"],
-                [[0, "The drain is clogged.", "It is clogged.", 0]],
+                ["index", "sentence1", "sentence2", "label"], [[0, "The drain is clogged.", "It is clogged.", 0]]
             ),
             "test.tsv": tsv(
                 ["index", "sentence1", "sentence2"], [[0, "Maude and Dora saw trains.", "Dora saw trains."]]
@@ -478,12 +403,7 @@ def squad_json(questions, title="University_of_Notre_Dame"):
 
 
 def qa(qid, question, answers, **extra):
-    return {
-        "id": qid,
-        "question": question,
-        "answers": [{"text": t, "answer_start": s} for t, s in answers],
-        **extra,
-    }
+    return {"id": qid, "question": question, "answers": [{"text": t, "answer_start": s} for t, s in answers], **extra}
 
 
 SWAG_HEAD = [

@@ -72,20 +72,10 @@ def run_without_package(tmp_path: Path, plan: dict, *, refusals: bool = False) -
     work = tmp_path / f"child-{len(list(tmp_path.glob('child-*')))}"
     work.mkdir()
     (work / "plan.json").write_text(json.dumps({"sentences": SENTENCES, "masked": MASKED, **plan}))
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_MODULES_CACHE": str(work / "modules"),
-        "TOKENIZERS_PARALLELISM": "false",
-    }
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(work / "modules"), TOKENIZERS_PARALLELISM="false")
+    command = [sys.executable, "-c", CHILD, str(work / "plan.json"), str(work / "out.pt")]
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, str(work / "plan.json"), str(work / "out.pt")],
-        cwd=work,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        command, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stderr[-4000:]
     if not refusals:

@@ -5,16 +5,13 @@ Every filler word is one token of the vocabulary trained here, so token position
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import numpy as np
 import pytest
 import torch
 from datasets import Dataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.models import tiny_config
 
 from bert_repro.data.wordpiece import train_wordpiece
 from bert_repro.tasks.squad import (
@@ -136,21 +133,15 @@ def test_doc_spans_match_reference_and_cover(num_tokens, max_tokens_for_doc, doc
 
 def test_windows_follow_doc_stride_with_correct_segments(tok):
     context = words(0, 21)  # 21 tokens: starts 0 3 6 9 12 15, the last window 6 tokens long
-    features = prepare_train_features(
-        examples(answered("a", QUESTION, context, "alpha")),
-        tok,
-        max_seq_length=MAX_SEQ,
-        doc_stride=STRIDE,
-        max_query_length=64,
-    )
+    batch = examples(answered("a", QUESTION, context, "alpha"))
+    features = prepare_train_features(batch, tok, max_seq_length=MAX_SEQ, doc_stride=STRIDE, max_query_length=64)
     context_ids = tok(context, add_special_tokens=False)["input_ids"]
     question_ids = tok(QUESTION, add_special_tokens=False)["input_ids"]
     starts = [0, 3, 6, 9, 12, 15]
     assert len(features["input_ids"]) == len(starts)
     covered = set()
-    for ids, types, mask, start in zip(
-        features["input_ids"], features["token_type_ids"], features["attention_mask"], starts
-    ):
+    columns = (features["input_ids"], features["token_type_ids"], features["attention_mask"])
+    for ids, types, mask, start in zip(*columns, starts):
         length = min(8, 21 - start)
         expected = [
             tok.cls_token_id,
@@ -171,22 +162,13 @@ def test_windows_follow_doc_stride_with_correct_segments(tok):
 def test_tokenizer_stride_gives_the_same_windows(tok, num_words, max_seq_length, doc_stride):
     """The tokenizer's stride is an overlap: max_tokens_for_doc - doc_stride reproduces our windows."""
     context = " ".join(FILLER[i % len(FILLER)] for i in range(num_words))
+    batch = examples(answered("a", QUESTION, context, "alpha"))
     features = prepare_train_features(
-        examples(answered("a", QUESTION, context, "alpha")),
-        tok,
-        max_seq_length=max_seq_length,
-        doc_stride=doc_stride,
-        pad_to_max_length=False,
+        batch, tok, max_seq_length=max_seq_length, doc_stride=doc_stride, pad_to_max_length=False
     )
-    max_tokens_for_doc = max_seq_length - 3 - 3
-    encoded = tok(
-        QUESTION,
-        context,
-        truncation="only_second",
-        max_length=max_seq_length,
-        return_overflowing_tokens=True,
-        stride=tokenizer_stride(max_tokens_for_doc, doc_stride),
-    )
+    stride = tokenizer_stride(max_seq_length - 3 - 3, doc_stride)  # max_tokens_for_doc
+    windows = {"truncation": "only_second", "max_length": max_seq_length, "return_overflowing_tokens": True}
+    encoded = tok(QUESTION, context, stride=stride, **windows)
     assert encoded["input_ids"] == features["input_ids"]
     assert encoded["token_type_ids"] == features["token_type_ids"]
 
@@ -194,9 +176,8 @@ def test_tokenizer_stride_gives_the_same_windows(tok, num_words, max_seq_length,
 def test_question_truncated_to_max_query_length(tok):
     question = words(10, 40)
     context = words(0, 10)
-    features = prepare_eval_features(
-        examples(answered("a", question, context, "alpha")), tok, max_seq_length=32, max_query_length=4
-    )
+    batch = examples(answered("a", question, context, "alpha"))
+    features = prepare_eval_features(batch, tok, max_seq_length=32, max_query_length=4)
     ids = features["input_ids"][0]
     assert ids[: 4 + 2] == [tok.cls_token_id, *tok.convert_tokens_to_ids(FILLER[10:14]), tok.sep_token_id]
     assert window_context_ids(ids, tok) == tok.convert_tokens_to_ids(FILLER[:10])
@@ -353,9 +334,8 @@ def test_nbest_keeps_each_text_once_with_its_best_score(tok):
     start_logits, end_logits = logits_like(features)
     start_logits[1, CONTEXT_START + 7 - 3] = end_logits[1, CONTEXT_START + 8 - 3] = 4.0  # 7-8 in [3-10]
     start_logits[2, CONTEXT_START + 7 - 6] = end_logits[2, CONTEXT_START + 8 - 6] = 3.0  # the same in [6-13]
-    _, _, nbest = postprocess_predictions(
-        example, features, start_logits, end_logits, require_max_context=False, n_best_size=5
-    )
+    logits = (start_logits, end_logits)
+    _, _, nbest = postprocess_predictions(example, features, *logits, require_max_context=False, n_best_size=5)
     # The other top-5 indices are [CLS] and question tokens: the two windows' span is the only valid one.
     assert [entry["text"] for entry in nbest["b"]] == [words(7, 9)]
     assert nbest["b"][0]["score"] == pytest.approx(8.0)
@@ -453,7 +433,7 @@ def test_max_context_rule_takes_the_start_from_the_most_central_window(tok):
 
 
 def test_datasets_map_round_trip_and_model_inputs(tok):
-    from bert_repro import BertReproConfig, BertReproForQuestionAnswering
+    from bert_repro import BertReproForQuestionAnswering
 
     raw = Dataset.from_dict(examples(boundary_example(), answered("n", "where", NORMALISED_CONTEXT, "U.S.-based")))
     kwargs = {"tokenizer": tok, "max_seq_length": MAX_SEQ + 4, "doc_stride": STRIDE}
@@ -463,15 +443,8 @@ def test_datasets_map_round_trip_and_model_inputs(tok):
     dev = raw.map(prepare_eval_features, batched=True, remove_columns=raw.column_names, fn_kwargs=kwargs)
     assert len(train) == len(dev)
 
-    config = BertReproConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=37,
-        max_position_embeddings=64,
-    )
-    model = BertReproForQuestionAnswering(config).eval()
+    model = BertReproForQuestionAnswering(tiny_config(vocab_size=len(tok), num_hidden_layers=1, num_attention_heads=2))
+    model.eval()
     batch = {key: torch.tensor(train[key]) for key in train.column_names}
     assert torch.isfinite(model(**batch).loss)
     inputs = {key: torch.tensor(dev[key]) for key in ("input_ids", "token_type_ids", "attention_mask")}
@@ -536,9 +509,8 @@ def test_eval_feature_columns_line_up_with_the_input_ids(tok):
     """offset_mapping and token_is_max_context: one entry per position, None / False outside the window's context."""
     context = words(0, 16)  # max_tokens_for_doc 14, stride 3: windows [0-13] and [3-15] (13 tokens)
     example = examples(answered("a", QUESTION, context, "alpha"))
-    offsets_all = [
-        tuple(o) for o in tok(context, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-    ]
+    offsets_all = tok(context, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    offsets_all = [tuple(o) for o in offsets_all]
     for pad, tails in ((True, [1, 2]), (False, [1, 1])):  # the [SEP] after the context, then padding
         features = prepare_eval_features(example, tok, max_seq_length=20, doc_stride=STRIDE, pad_to_max_length=pad)
         for window, (start, length) in enumerate([(0, 14), (3, 13)]):
@@ -577,9 +549,8 @@ def test_whitespace_answers_cover_no_token_and_are_skipped_and_counted(tok, capl
     with caplog.at_level("WARNING", logger="bert_repro.tasks.squad"):
         features = prepare_train_features(examples(*rows), tok, max_seq_length=32)
     assert (features["start_positions"], features["end_positions"]) == ([1 + CONTEXT_START], [1 + CONTEXT_START])
-    assert [r.getMessage() for r in caplog.records] == [
-        "skipped 3 training example(s) whose answer_start does not point at the answer text"
-    ]
+    skipped = "skipped 3 training example(s) whose answer_start does not point at the answer text"
+    assert [r.getMessage() for r in caplog.records] == [skipped]
     caplog.clear()
     with caplog.at_level("WARNING", logger="bert_repro.tasks.squad"):
         prepare_train_features(examples(rows[-1]), tok, max_seq_length=32)

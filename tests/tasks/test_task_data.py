@@ -3,10 +3,6 @@
 Fixtures are tiny copies of the real files' shapes and quirks; bad input names the file and the line or row.
 """
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import csv
 import dataclasses
 import io
@@ -135,13 +131,9 @@ def test_hub_code_path_with_a_local_dataset_directory(tmp_path):
 
     _, expected = GLUE_FIXTURES["mrpc"]
     task = get_task("mrpc")
+    string, labels = datasets.Value("string"), datasets.ClassLabel(names=list(task.label_names))
     features = datasets.Features(
-        {
-            "sentence1": datasets.Value("string"),
-            "sentence2": datasets.Value("string"),
-            "label": datasets.ClassLabel(names=list(task.label_names)),
-            "idx": datasets.Value("int32"),
-        }
+        {"sentence1": string, "sentence2": string, "label": labels, "idx": datasets.Value("int32")}
     )
     repo = tmp_path / "glue_mrpc"
     repo.mkdir()
@@ -171,9 +163,7 @@ def test_squad_v1_json_with_misaligned_training_answer_skipped_and_counted(tmp_p
             ]
         ),
         "dev-v1.1.json": squad_json(
-            [
-                qa("d1", "What is atop the dome?", [("a statue", CONTEXT.index("a statue")), ("statue", 0)]),
-            ]
+            [qa("d1", "What is atop the dome?", [("a statue", CONTEXT.index("a statue")), ("statue", 0)])]
         ),
     }
     with caplog.at_level(logging.WARNING, logger="bert_repro.tasks.files"):
@@ -207,21 +197,14 @@ def test_squad_duplicate_question_ids_are_refused_naming_both_places(tmp_path):
         "an id of its own."
     )
     # across the files of one split too
-    write(
-        tmp_path / "two",
-        {
-            "a.jsonl": json.dumps(
-                {
-                    "id": "x",
-                    "title": "",
-                    "context": CONTEXT,
-                    "question": "Q?",
-                    "answers": {"text": ["a"], "answer_start": [0]},
-                }
-            )
-            + "\n"
-        },
-    )
+    row = {
+        "id": "x",
+        "title": "",
+        "context": CONTEXT,
+        "question": "Q?",
+        "answers": {"text": ["a"], "answer_start": [0]},
+    }
+    write(tmp_path / "two", {"a.jsonl": json.dumps(row) + "\n"})
     (tmp_path / "two" / "b.jsonl").write_text((tmp_path / "two" / "a.jsonl").read_text())
     with pytest.raises(TaskDataError, match="the question id 'x' again"):
         load_task_data("squad", {"validation": [tmp_path / "two" / "a.jsonl", tmp_path / "two" / "b.jsonl"]})
@@ -232,16 +215,16 @@ def test_squad_v2_json_unanswerable_questions(tmp_path):
         "train-v2.0.json": squad_json(
             [
                 qa("t1", "What character?", [("Catholic", CONTEXT.index("Catholic"))], is_impossible=False),
-                {
-                    "id": "t2",
-                    "question": "What is below the dome?",
-                    "answers": [],
-                    "is_impossible": True,
-                    "plausible_answers": [{"text": "a statue", "answer_start": 90}],
-                },
+                qa(
+                    "t2",
+                    "What is below the dome?",
+                    [],
+                    is_impossible=True,
+                    plausible_answers=[{"text": "a statue", "answer_start": 90}],
+                ),
             ]
         ),
-        "dev-v2.0.json": squad_json([{"id": "d2", "question": "Who?", "answers": [], "is_impossible": True}]),
+        "dev-v2.0.json": squad_json([qa("d2", "Who?", [], is_impossible=True)]),
     }
     data = load_task_data("squad_v2", write(tmp_path, files))
     assert data["train"]["answers"] == [
@@ -367,27 +350,15 @@ def test_conll_hf_exports_with_ids_or_tag_names(tmp_path, fmt):
 
 
 def test_iob1_to_iob2():
-    assert iob1_to_iob2(["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-ORG", "I-MISC"]) == [
-        "B-PER",
-        "I-PER",
-        "O",
-        "B-LOC",
-        "B-LOC",
-        "B-ORG",
-        "B-MISC",
-    ]
+    iob2 = ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "B-ORG", "B-MISC"]
+    assert iob1_to_iob2(["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-ORG", "I-MISC"]) == iob2
     assert iob1_to_iob2(["B-PER", "I-PER", "O"]) == ["B-PER", "I-PER", "O"]  # IOB2 unchanged
 
 
 # TSV: GLUE's literal files and datasets/pandas exports with CSV quoting
 
 RTE_QUOTED = {  # texts that a CSV writer must quote: a doubled quote, a tab, a line break, a lone quote
-    "sentence1": [
-        'Valero said it would make "extensive" repairs.',
-        "A tab\tinside.",
-        "Two\nlines.",
-        "Plain text.",
-    ],
+    "sentence1": ['Valero said it would make "extensive" repairs.', "A tab\tinside.", "Two\nlines.", "Plain text."],
     "sentence2": ['He said "no', "No tab.", 'x "y" z', ""],
     "label": [0, 1, 1, 0],
     "idx": [0, 1, 2, 3],
@@ -417,10 +388,7 @@ def test_csv_quoted_tsv_written_by_datasets_all_quoted_and_crlf(tmp_path):
     import datasets
 
     datasets.Dataset.from_dict(RTE_QUOTED).to_csv(tmp_path / "train.tsv", sep="\t")
-    write(
-        tmp_path,
-        {"dev.tsv": quoted_tsv(RTE_QUOTED, quoting=csv.QUOTE_ALL)},
-    )
+    write(tmp_path, {"dev.tsv": quoted_tsv(RTE_QUOTED, quoting=csv.QUOTE_ALL)})
     (tmp_path / "test.tsv").write_bytes(quoted_tsv(RTE_QUOTED, terminator="\r\n").encode())
     data = load_task_data("rte", tmp_path)
     for split in ("train", "validation", "test"):
@@ -470,10 +438,8 @@ def test_label_outside_the_label_set(tmp_path):
     mnli = tsv(MNLI_HEAD + ["gold_label"], [[0, 1, "1n", "g", "a", "b", "a", "b", "A.", "B.", "-"]])
     write(tmp_path / "mnli", {"dev_matched.tsv": mnli})
     expect_error("mnli", tmp_path / "mnli", "dev_matched.tsv, line 2", "'-'", "entailment, neutral, contradiction")
-    pq.write_table(
-        pa.table({"sentence1": ["a", "b"], "sentence2": ["c", "d"], "label": [1, 5]}),
-        tmp_path / "validation.parquet",
-    )
+    rte = pa.table({"sentence1": ["a", "b"], "sentence2": ["c", "d"], "label": [1, 5]})
+    pq.write_table(rte, tmp_path / "validation.parquet")
     expect_error("rte", {"validation": tmp_path / "validation.parquet"}, "validation.parquet, row 1", "5")
 
 
@@ -497,10 +463,7 @@ def test_wrong_number_of_fields_in_a_glue_row(tmp_path):
 
 
 def test_empty_split(tmp_path):
-    write(
-        tmp_path,
-        {"train.tsv": tsv(["sentence", "label"], [["fine", 1]]), "dev.tsv": tsv(["sentence", "label"], [])},
-    )
+    write(tmp_path, {"train.tsv": tsv(["sentence", "label"], [["fine", 1]]), "dev.tsv": tsv(["sentence", "label"], [])})
     expect_error("sst2", tmp_path, "dev.tsv", "validation split of sst2 is empty")
 
 
@@ -531,9 +494,8 @@ def test_no_data_ambiguity_and_unknown_split(tmp_path):
     _, expected = GLUE_FIXTURES["sst2"]
     write(tmp_path / "both", {"train.tsv": tsv(["sentence", "label"], [["a", 1]])})
     write_export(tmp_path / "both", "train", expected["train"], "parquet")
-    message = expect_error(
-        "sst2", tmp_path / "both", "several candidates for the train split", "train.tsv", "train.parquet"
-    )
+    both = ("several candidates for the train split", "train.tsv", "train.parquet")
+    message = expect_error("sst2", tmp_path / "both", *both)
     # The advice is in the recipes' command-line form (FineTuningArguments.data), not a Python dict.
     assert f"--data train={tmp_path / 'both' / 'train.tsv'}" in message and "{'train'" not in message
     expect_error("sst2", {"training": tmp_path / "both" / "train.tsv"}, "unknown split 'training'")
@@ -546,21 +508,7 @@ def test_no_data_ambiguity_and_unknown_split(tmp_path):
 
 
 def test_registry_is_complete_and_consistent():
-    assert set(TASKS) == {
-        "mnli",
-        "qqp",
-        "qnli",
-        "sst2",
-        "cola",
-        "stsb",
-        "mrpc",
-        "rte",
-        "wnli",
-        "squad",
-        "squad_v2",
-        "swag",
-        "conll2003",
-    }
+    assert set(TASKS) == set("mnli qqp qnli sst2 cola stsb mrpc rte wnli squad squad_v2 swag conll2003".split())
     for name, task in TASKS.items():
         assert task.name == name and task.kind in KINDS
         assert task.metrics and set(task.metrics) <= set(METRICS), name
@@ -569,9 +517,8 @@ def test_registry_is_complete_and_consistent():
             assert task.label_names and len(set(task.label_names)) == len(task.label_names), name
         else:
             assert task.label_names is None, name
-        assert {"learning_rate", "num_train_epochs", "per_device_train_batch_size", "max_seq_length"} <= set(
-            task.defaults
-        ), name
+        hyperparameters = {"learning_rate", "num_train_epochs", "per_device_train_batch_size", "max_seq_length"}
+        assert hyperparameters <= set(task.defaults), name
         assert task.hub_id and task.original_files and set(task.original_files) <= set(task.splits), name
         assert task.splits[0] == "train" and task.eval_splits, name
         for result in task.paper + task.other_reported:
@@ -596,37 +543,16 @@ def test_registry_values_from_the_paper():
     assert get_task("rte").format_submission_value(1) == "not_entailment"
     assert get_task("wnli").format_submission_value(1) == "1"
     assert get_task("stsb").format_submission_value(3.14159) == "3.142"
-    assert get_task("conll2003").label_names == (
-        "O",
-        "B-PER",
-        "I-PER",
-        "B-ORG",
-        "I-ORG",
-        "B-LOC",
-        "I-LOC",
-        "B-MISC",
-        "I-MISC",
-    )
-    squad, squad_v2, swag = get_task("squad"), get_task("squad_v2"), get_task("swag")
-    assert (
-        squad.defaults["max_seq_length"],
-        squad.defaults["doc_stride"],
-        squad.defaults["max_query_length"],
-    ) == (384, 128, 64)
-    assert (
-        squad.defaults["learning_rate"],
-        squad.defaults["num_train_epochs"],
-        squad.defaults["per_device_train_batch_size"],
-    ) == (5e-5, 3, 32)
-    assert (squad_v2.defaults["num_train_epochs"], squad_v2.defaults["per_device_train_batch_size"]) == (
-        2,
-        48,
-    )
-    assert (
-        swag.defaults["learning_rate"],
-        swag.defaults["num_train_epochs"],
-        swag.defaults["per_device_train_batch_size"],
-    ) == (2e-5, 3, 16)
+    conll = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+    assert get_task("conll2003").label_names == conll
+
+    def defaults(task, names):
+        return [get_task(task).defaults[name] for name in names.split()]
+
+    assert defaults("squad", "max_seq_length doc_stride max_query_length") == [384, 128, 64]
+    schedule = "learning_rate num_train_epochs per_device_train_batch_size"
+    assert defaults("squad", schedule) == [5e-5, 3, 32] and defaults("swag", schedule) == [2e-5, 3, 16]
+    assert defaults("squad_v2", "num_train_epochs per_device_train_batch_size") == [2, 48]
     assert {(r.model, r.split, r.value) for r in get_task("mnli").paper} == {
         ("base", "test_matched", 84.6),
         ("large", "test_matched", 86.7),

@@ -1,9 +1,5 @@
 """Task kinds (`bert_repro.tasks.kinds`): a new kind defined here alone runs through the whole recipe unchanged."""
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import dataclasses
 import json
 import math
@@ -30,30 +26,11 @@ from bert_repro.tasks.registry import TASKS, Task
 from bert_repro.training.finetune import encode_splits, one_run
 from bert_repro.training.finetune_recipe import FineTuningArguments
 
-ATTRIBUTES = (
-    "name",
-    "head_class",
-    "auto_class",
-    "pipeline_tag",
-    "pipeline_task",
-    "head_description",
-    "uses_pooler",
-    "decode_columns",
-)
+ATTRIBUTES = "name head_class auto_class pipeline_tag pipeline_task head_description uses_pooler decode_columns".split()
 METHODS = (
-    "num_labels",
-    "head_parameters",
-    "features",
-    "canonicalise",
-    "labelled",
-    "encode",
-    "collator",
-    "decode",
-    "score",
-    "ranking_metric",
-    "card_labels",
-    "pipeline_example",
-)
+    "num_labels head_parameters features canonicalise labelled encode collator decode score ranking_metric card_labels "
+    "pipeline_example"
+).split()
 
 
 @pytest.fixture(scope="module")
@@ -178,29 +155,16 @@ def test_a_new_kind_runs_through_finetuning_in_one_place(tmp_path: Path):
     BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer))).save_pretrained(model_dir)
     save_tokenizer(tokenizer, model_dir)
     run = FineTuningArguments(task=task.name, model=str(model_dir), max_seq_length=32)
-    training = TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        max_steps=2,
-        per_device_train_batch_size=2,
-        use_cpu=True,
-        report_to="none",
-        disable_tqdm=True,
-        save_strategy="no",
-    )
+    quiet = {"use_cpu": True, "report_to": "none", "disable_tqdm": True, "save_strategy": "no"}
+    training = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2, **quiet)
     splits = encode_splits(task, data, tokenizer, run)
     result, trainer = one_run(task, splits, tokenizer, run, training, 1e-4, 0, tmp_path / "out" / "run")
 
     assert isinstance(trainer.model, BertReproForSequenceClassification) and trainer.model.num_labels == 2
     assert set(result["validation"]) == {"accuracy", "f1"}
     assert result["score"] == result["validation"]["f1"]
-    assert kind.calls == [
-        ("canonicalise", "train"),
-        ("canonicalise", "validation"),
-        ("encode", True),
-        ("encode", False),
-        ("decode", 4),
-        ("score", 4),
-    ]
+    canonicalised = [("canonicalise", "train"), ("canonicalise", "validation")]
+    assert kind.calls == [*canonicalised, ("encode", True), ("encode", False), ("decode", 4), ("score", 4)]
 
 
 # Nothing outside the kinds module decides by kind.
@@ -251,13 +215,12 @@ def test_token_labels_sit_on_each_words_first_piece(pieces):
     """Paper §5.3: a word's tag on its first sub-token, -100 elsewhere; a word cut off scores as "O"."""
     task = TASKS["conll2003"]
     kind = task.kind
-    split = datasets.Dataset.from_dict(
-        {
-            "id": ["0", "1"],
-            "tokens": [["The", "cats", "met"], ["cats", "cats", "Brussels"]],
-            "ner_tags": [[0, 3, 0], [1, 2, 5]],
-        }
-    )
+    rows = {
+        "id": ["0", "1"],
+        "tokens": [["The", "cats", "met"], ["cats", "cats", "Brussels"]],
+        "ner_tags": [[0, 3, 0], [1, 2, 5]],
+    }
+    split = datasets.Dataset.from_dict(rows)
     encoded = kind.encode(task, split, pieces, settings(), train=True)
     assert encoded.column_names == ["input_ids", "token_type_ids", "attention_mask", "labels"]
     assert encoded["labels"] == [
@@ -278,14 +241,8 @@ def test_token_labels_sit_on_each_words_first_piece(pieces):
     scores = kind.score(task, split, predictions)
     # Gold: O B-ORG O | B-PER I-PER B-LOC; predicted, padded: O B-ORG O | B-PER O O. Chunks: ORG right, PER cut
     # short, LOC missed: precision 1/2, recall 1/3; 4 of 6 tags right.
-    assert scores == pytest.approx(
-        {
-            "entity_f1": 2 * 0.5 * (1 / 3) / (0.5 + 1 / 3),
-            "entity_precision": 0.5,
-            "entity_recall": 1 / 3,
-            "accuracy": 4 / 6,
-        }
-    )
+    expected = {"entity_f1": 2 * 0.5 * (1 / 3) / (0.5 + 1 / 3), "entity_precision": 0.5, "entity_recall": 1 / 3}
+    assert scores == pytest.approx({**expected, "accuracy": 4 / 6})
     assert list(scores) == ["entity_f1", "entity_precision", "entity_recall", "accuracy"]
 
 
@@ -305,10 +262,8 @@ def test_sentence_kinds_encode_decode_and_score(pieces):
 
     logits = np.array([[0.1, 0.9], [2.0, -1.0], [0.0, 0.5]])
     assert pair.kind.decode(pair, logits, split, encoded, settings()).tolist() == [1, 0, 1]
-    assert regression.kind.decode(regression, np.array([[0.5], [4.0]]), split, encoded, settings()).tolist() == [
-        0.5,
-        4.0,
-    ]
+    scores = regression.kind.decode(regression, np.array([[0.5], [4.0]]), split, encoded, settings())
+    assert scores.tolist() == [0.5, 4.0]
     assert pair.kind.score(pair, split, np.array([1, 1])) == pytest.approx({"accuracy": 0.5, "f1": 2 / 3})
 
     # The majority baseline: the most frequent training label; of a tie, the smaller id.
@@ -342,9 +297,8 @@ def test_multiple_choice_encodes_each_ending_after_the_question(pieces):
         assert encoded["input_ids"][i] == expected["input_ids"]
         assert encoded["token_type_ids"][i] == expected["token_type_ids"]
     # A task that leaves num_choices unset takes the number of endings of the rows.
-    unset = task.kind.encode(
-        dataclasses.replace(task, num_choices=None), split, pieces, settings(max_seq_length=7), train=True
-    )
+    unset_task = dataclasses.replace(task, num_choices=None)
+    unset = task.kind.encode(unset_task, split, pieces, settings(max_seq_length=7), train=True)
     assert unset.to_dict() == encoded.to_dict()
     logits = np.array([[0.0, 1.0, 3.0, 2.0], [5.0, 1.0, 0.0, 0.0]])
     predictions = task.kind.decode(task, logits, split, encoded, settings())
@@ -442,11 +396,8 @@ def test_the_head_each_choice_gives():
     assert kind.model_class("linear") is BertReproForSequenceClassification
     assert kind.model_class(feature_based=True) is BertReproForSequenceClassificationWithBiLSTM
     assert kind.model_class("bilstm") is BertReproForSequenceClassificationWithBiLSTM
-    with pytest.raises(
-        ValueError,
-        match=r"^multiple_choice tasks have no BiLSTM head \(there is one for "
-        r"classification, regression, span, token_classification\)",
-    ):
+    kinds = "classification, regression, span, token_classification"
+    with pytest.raises(ValueError, match=rf"^multiple_choice tasks have no BiLSTM head \(there is one for {kinds}\)"):
         TASKS["swag"].kind.model_class("bilstm")
     with pytest.raises(ValueError, match="Unknown head 'lstm'"):
         kind.model_class("lstm")

@@ -40,9 +40,7 @@ def phases(tokenizer):
     documents = datasets.Dataset.from_dict({"text": pseudo_text(30)})
     out = []
     for length, predictions, short in PHASES:
-        config = PreTrainingDataConfig(
-            max_seq_length=length, max_predictions_per_seq=predictions, dupe_factor=2, short_seq_prob=short
-        )
+        config = PreTrainingDataConfig(length, max_predictions_per_seq=predictions, dupe_factor=2, short_seq_prob=short)
         out.append((config, create_pretraining_dataset(documents, tokenizer, config).to_list()))
     return out
 

@@ -85,9 +85,8 @@ def test_an_input_changed_in_place_is_another_run_and_nothing_is_altered(finishe
     out, data, model = (copied(folder, tmp_path) for folder in (done, data, model))
     if changed == "model":  # other weights under the same name (re-pre-trained, or copied over)
         weights = load_file(model / "model.safetensors")
-        save_file(
-            {k: v + 0.01 if v.is_floating_point() else v for k, v in weights.items()}, model / "model.safetensors"
-        )
+        moved = {k: v + 0.01 if v.is_floating_point() else v for k, v in weights.items()}
+        save_file(moved, model / "model.safetensors")
     else:  # a dev label edited
         (data / "dev.tsv").write_text((data / "dev.tsv").read_text().replace("bleak\t0", "bleak\t1"))
     files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
@@ -193,11 +192,8 @@ def test_run_glue_habits_without_training(finished, tmp_path, tiny_model):
     # another task's labels are not scored as this task's
     mrpc = write(tmp_path / "mrpc", {"dev.tsv": SST2["dev.tsv"]})
     with pytest.raises(ConfigurationError, match=r"the model's labels are \['negative', 'positive'\], mrpc's are"):
-        run_finetuning(
-            FineTuningRecipe.from_args(
-                finetune_args("mrpc", fine_tuned, mrpc, tmp_path / "e", "--do_eval", "true", max_seq_length=32)
-            )
-        )
+        args = finetune_args("mrpc", fine_tuned, mrpc, tmp_path / "e", "--do_eval", "true", max_seq_length=32)
+        run_finetuning(FineTuningRecipe.from_args(args))
 
 
 def test_do_train_alone_is_refused(finished, tmp_path):

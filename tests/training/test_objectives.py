@@ -135,9 +135,8 @@ def test_ltr_checkpoint_stays_causal_in_a_fine_tuning_head(tmp_path, implementat
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["model_type"] == "bert_repro" and saved["objective"] == "ltr"
 
-    classifier = BertReproForSequenceClassification.from_pretrained(
-        tmp_path, num_labels=2, attn_implementation=implementation
-    ).eval()
+    settings = {"num_labels": 2, "attn_implementation": implementation}
+    classifier = BertReproForSequenceClassification.from_pretrained(tmp_path, **settings).eval()
     assert classifier.config.pretraining_objective.causal
     with torch.no_grad():
         assert_causal(lambda ids, mask: classifier.bert(ids, mask).last_hidden_state)
@@ -149,9 +148,7 @@ def test_ltr_checkpoint_stays_causal_in_a_fine_tuning_head(tmp_path, implementat
     # Without bert_repro's classes: the code saved beside the weights (trust_remote_code) computes the same model.
     from transformers import AutoModelForSequenceClassification
 
-    remote = AutoModelForSequenceClassification.from_pretrained(
-        tmp_path, num_labels=2, trust_remote_code=True, attn_implementation=implementation
-    ).eval()
+    remote = AutoModelForSequenceClassification.from_pretrained(tmp_path, trust_remote_code=True, **settings).eval()
     remote.load_state_dict(classifier.state_dict())
     with torch.no_grad():
         assert_causal(lambda ids, mask: remote.bert(ids, mask).last_hidden_state)
@@ -171,9 +168,8 @@ def test_mlm_checkpoint_is_plain_transformers_bert(tmp_path):
     assert type(theirs).__name__ == "BertForPreTraining"
     ids, _, mask = batch_with_changed_tail()
     with torch.no_grad():
-        assert (
-            theirs(ids, attention_mask=mask).prediction_logits - model(ids, mask).prediction_logits
-        ).abs().max() < 1e-5
+        logits = theirs(ids, attention_mask=mask).prediction_logits, model(ids, mask).prediction_logits
+        assert (logits[0] - logits[1]).abs().max() < 1e-5
     assert BertReproForPreTraining.from_pretrained(tmp_path).config.objective == "mlm"
 
 
@@ -182,9 +178,8 @@ def test_mlm_checkpoint_is_plain_transformers_bert(tmp_path):
 def test_speed_switches_a_causal_model_allows_keep_it_causal(switch, implementation):
     """In training mode (where these switches act): the same seed draws the same dropout masks for both inputs."""
     torch.manual_seed(0)
-    model = BertReproForPreTraining._from_config(
-        tiny_config(objective="ltr", **{switch: True}), attn_implementation=implementation
-    ).train()
+    config = tiny_config(objective="ltr", **{switch: True})
+    model = BertReproForPreTraining._from_config(config, attn_implementation=implementation).train()
 
     def encode(ids, mask):
         torch.manual_seed(1)
@@ -322,9 +317,8 @@ def test_ltr_loss_is_next_token_cross_entropy(tokenizer):
     torch.manual_seed(0)
     weights = BertReproForPreTraining(tiny_config(objective="ltr", vocab_size=len(tokenizer[0]))).state_dict()
     for sparse in (False, True):  # the MLM decoder at every position, or only where a label is
-        model = BertReproForPreTraining(
-            tiny_config(objective="ltr", vocab_size=len(tokenizer[0]), sparse_prediction=sparse)
-        ).eval()
+        ltr = tiny_config(objective="ltr", vocab_size=len(tokenizer[0]), sparse_prediction=sparse)
+        model = BertReproForPreTraining(ltr).eval()
         model.load_state_dict(weights)
         with torch.no_grad():
             out = model(**batch)
@@ -333,9 +327,8 @@ def test_ltr_loss_is_next_token_cross_entropy(tokenizer):
             predicting = real[:, :-1] & real[:, 1:]  # positions i whose token i + 1 is real
             by_hand = F.cross_entropy(dense[:, :-1][predicting], batch["input_ids"][:, 1:][predicting])
         assert torch.allclose(out.loss, by_hand, atol=1e-5), sparse
-    sums = pretraining_sums(
-        out.prediction_logits, out.seq_relationship_logits, batch["labels"], None, batch["masked_positions"]
-    )
+    logits = (out.prediction_logits, out.seq_relationship_logits)
+    sums = pretraining_sums(*logits, batch["labels"], None, batch["masked_positions"])
     assert set(metrics_from_sums(sums, "", model.config.pretraining_objective)) == {"lm_loss", "lm_accuracy"}
 
 

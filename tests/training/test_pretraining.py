@@ -161,10 +161,8 @@ def test_repeating_the_data_more_than_the_paper_is_warned_about():
     # the paper's 4 showings of each masked example: no warning; budget 2's 12,000 x 32 (4.96): one
     assert repetition_warnings(stats, [9_000], 32, [static]) == []
     (warning,) = repetition_warnings(stats, [12_000], 32, [static])
-    assert (
-        warning.startswith("phase1: 12,000 steps of 32 show each of its 77,422 examples 5.0 times with the same masks")
-        and "--static_masking false" in warning
-    )
+    shown = "phase1: 12,000 steps of 32 show each of its 77,422 examples 5.0 times with the same masks"
+    assert warning.startswith(shown) and "--static_masking false" in warning
     # fresh masks per batch: only passes over the text count (3 maskings' worth of text per showing; paper 40)
     dynamic = PreTrainingDataConfig(max_seq_length=64, dupe_factor=3, static_masking=False)
     assert repetition_warnings(stats, [12_000], 32, [dynamic]) == []
