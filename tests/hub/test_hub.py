@@ -247,7 +247,9 @@ def every_byte_without(folder: Path, secret: str) -> list[str]:
     return [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
-def test_hub_token_reaches_every_push_and_no_file(tmp_path, corpus_and_tokenizer, tiny_model):
+def test_both_recipes_push_every_revision_with_hub_token_and_write_it_nowhere(
+    tmp_path, corpus_and_tokenizer, tiny_model
+):
     """Both recipes push with --hub_token (command line, or a config's hub_token) to a Hub that requires it and no
     other token around: every checkpoint as a branch, the final model on --hub_revision (main by default), no pickle;
     no byte of the run's folder (training_args.bin, run_config.json, checkpoints, logs) holds the token."""
@@ -272,10 +274,10 @@ def test_hub_token_reaches_every_push_and_no_file(tmp_path, corpus_and_tokenizer
         finetune_config = tmp_path / "finetune.yaml"
         finetune_config.write_text(f"hub_token: {secret}\nhub_model_id: someone/tiny-mrpc\nhub_revision: v2\n")
         out = tmp_path / "mrpc"
-        cmd = [sys.executable, str(ROOT / "recipes" / "finetune.py"), "--config", str(finetune_config)]
-        cmd += ["--task", "mrpc", "--model", str(tiny_model), "--data", str(data), "--output_dir", str(out)]
-        cmd += ["--learning_rates", "1e-4", "--max_steps", "2", "--use_cpu", "true", "--push_to_hub", "true"]
-        result = run(cmd, env)
+        flags = finetune_args("mrpc", tiny_model, data, out, learning_rates=1e-4, max_steps=2, push_to_hub=True)
+        result = run(
+            [sys.executable, str(ROOT / "recipes" / "finetune.py"), "--config", str(finetune_config), *flags], env
+        )
         files = hub.repo_files("someone/tiny-mrpc", "v2")  # our publishing, not Trainer's (no pickles)
         assert {"model.safetensors", "config.json", "modeling_bert_repro.py", "vocab.txt", "results.json"} <= set(files)
         assert not [n for n in files if n.endswith((".bin", ".pt", ".pth"))] and b"model-index" in files["README.md"]

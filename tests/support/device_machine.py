@@ -41,6 +41,7 @@ def device_machine_env(tmp_path: Path, missing: tuple[str, ...] = (), **settings
         PIP_INDEX_URL=f"{url}/simple",
         OUT=str(tmp_path / "out"),
         RESULTS=str(tmp_path / "results"),
+        HF_HOME=str(tmp_path / "hf_home"),  # a fresh machine's own cache, never the user's
     )
     env.update({"KIT": str(tmp_path / "no-kit"), "SITE": str(tmp_path / "site"), **settings})
     if missing:
