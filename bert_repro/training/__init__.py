@@ -12,12 +12,12 @@ _PUBLIC = {
     "Phase": "pretraining",
     "PhaseCollator": "pretraining.phases",
     "convert_to_fp8": "fp8",
-    "FINE_TUNING_DEFAULTS": "finetune_recipe",
-    "data_source": "finetune",
+    "FINE_TUNING_DEFAULTS": "finetuning.recipe",
+    "data_source": "finetuning.run",
     "PreTrainingRecipe": "pretraining",
     "run_pretraining": "pretraining",
-    "FineTuningRecipe": "finetune_recipe",
-    "run_finetuning": "finetune",
+    "FineTuningRecipe": "finetuning",
+    "run_finetuning": "finetuning",
 }
 __all__ = sorted(_PUBLIC)
 __getattr__ = lazy_exports(__name__, _PUBLIC)

@@ -20,9 +20,9 @@ from ..atomic import atomic_path, write_json, write_text
 from ..tasks.metrics import percent
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, Task, get_task
 from .cli import ConfigurationError, HelpLayout, flag, hide_credentials
-from .finetune import run_finetuning
-from .finetune_recipe import FineTuningRecipe, find_task
-from .finetune_recipe import check_inputs as check_finetuning_inputs
+from .finetuning import FineTuningRecipe, run_finetuning
+from .finetuning.recipe import check_inputs as check_finetuning_inputs
+from .finetuning.recipe import find_task
 from .lifecycle import (
     RunFinished,
     check_output_dir,

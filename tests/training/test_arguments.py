@@ -17,7 +17,7 @@ from bert_repro.training.cli import ConfigurationError
 
 
 def finetuning(*argv):
-    from bert_repro.training.finetune_recipe import FineTuningRecipe, check_inputs
+    from bert_repro.training.finetuning.recipe import FineTuningRecipe, check_inputs
 
     run, training = FineTuningRecipe.from_args(list(argv)).resolved()
     check_inputs(run, training, model_at_hand=False)
@@ -236,8 +236,7 @@ def open_with_study_reuse(directory, tmp_path):
 
 
 def open_with_finetuning(directory, tmp_path):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
+    from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 
     argv = ["--task", "sst2", "--model", str(directory), "--data", str(tmp_path / "data")]  # checked before the data
     run_finetuning(FineTuningRecipe.from_args([*argv, "--output_dir", str(tmp_path / "out")]))
@@ -337,7 +336,7 @@ def test_a_training_setting_in_an_evaluation_only_run_asks_for_do_train(flags, n
 
 
 def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(tmp_path):
-    from bert_repro.training.finetune_recipe import FineTuningRecipe, check_model_config
+    from bert_repro.training.finetuning.recipe import FineTuningRecipe, check_model_config
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 128}))
     run, _ = FineTuningRecipe.from_args(
@@ -386,8 +385,7 @@ def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, na
 
 
 def test_a_tokenizer_that_cannot_load_is_refused_before_the_data_is_read(tmp_path, tiny_model):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
+    from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 
     damaged = tmp_path / "tok"
     damaged.mkdir()
@@ -404,8 +402,7 @@ def test_a_tokenizer_that_cannot_load_is_refused_before_the_data_is_read(tmp_pat
 
 
 def test_a_finetuning_run_says_first_how_many_runs_its_grid_trains(tmp_path, tiny_model, caplog):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
+    from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 
     out = tmp_path / "out"
     out.mkdir()
@@ -422,7 +419,7 @@ def test_a_finetuning_run_says_first_how_many_runs_its_grid_trains(tmp_path, tin
 
 
 def test_help_without_a_task_shows_no_tasks_defaults_as_everyones(capsys):
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
+    from bert_repro.training.finetuning import FineTuningRecipe
 
     with pytest.raises(SystemExit):
         FineTuningRecipe.from_args(["--help"])
@@ -470,7 +467,7 @@ def test_a_model_path_that_is_nothing_is_one_message(tmp_path, tiny_model):
     # A relative path that does not exist reads as a Hub id: neither in the cache nor on a Hub that answers, it is
     # said before any work (the recipes print these errors in one line, exit 2), not by a loader's traceback.
     from bert_repro.model.conversion import CheckpointError
-    from bert_repro.training.finetune_recipe import FineTuningRecipe, check_inputs
+    from bert_repro.training.finetuning.recipe import FineTuningRecipe, check_inputs
     from bert_repro.training.pretraining.plan import plan
 
     for args in (["--model", "runs/missing"], ["--model", str(tiny_model), "--tokenizer", "runs/missing"]):

@@ -9,8 +9,7 @@ from support.task_files import CONLL_DEV, CONLL_TRAIN, TINY_RUN, finetune_args, 
 
 from bert_repro.tasks.registry import TASKS, get_task
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import run_finetuning
-from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 from bert_repro.training.lifecycle import RunFinished
 
 pytestmark = pytest.mark.slow
@@ -188,7 +187,7 @@ def test_the_new_heads_initializer_is_a_choice(tmp_path, tiny_model, initializer
 def test_the_readmes_python_api_builds_the_run_the_command_line_does(monkeypatch):
     """README, "From Python": a fine-tuning recipe read with its task, changed with `replace`, is the recipe of the
     command line with the same flags; the task's defaults are resolved when the run reads it."""
-    import bert_repro.training.finetune as finetune
+    import bert_repro.training.finetuning as finetune
 
     text = (ROOT / "README.md").read_text()
     snippet = text[text.index("from bert_repro.training import FineTuningRecipe") :].split("```")[0]

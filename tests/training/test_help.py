@@ -9,7 +9,7 @@ from dataclasses import fields
 import pytest
 from support import ROOT
 
-from bert_repro.training import finetune_recipe
+from bert_repro.training.finetuning import recipe as finetune_recipe
 from bert_repro.training.pretraining.recipe import PARSED, PreTrainingRecipe
 
 TRAINER = "transformers' TrainingArguments"

@@ -91,8 +91,7 @@ GRID = ["--learning_rates", "1e-4", "--max_steps", "2", "--use_cpu", "true", "--
 
 
 def test_a_fine_tuning_overwrite_with_another_model_trains_that_model(tmp_path, tiny_model, other_model):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
+    from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 
     data, out = write(tmp_path / "mrpc", fixture_files("mrpc")), tmp_path / "out"
     argv = ["--task", "mrpc", "--data", str(data), "--output_dir", str(out), *GRID]

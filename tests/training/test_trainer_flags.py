@@ -9,8 +9,7 @@ from support.task_files import finetune_args, fixture_files, write
 from transformers import TrainingArguments
 
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import run_finetuning
-from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 
 pytestmark = pytest.mark.slow
 

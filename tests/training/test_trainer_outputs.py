@@ -12,8 +12,8 @@ import transformers
 from support.task_files import finetune_args, fixture_files, tsv, write
 
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import GROW, run_finetuning, run_identity
-from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.finetuning import FineTuningRecipe
+from bert_repro.training.finetuning.run import GROW, run_finetuning, run_identity
 from bert_repro.training.lifecycle import RunFinished, check_output_dir
 
 

@@ -1,5 +1,5 @@
 """The fine-tuning recipe: its settings over the task's paper hyper-parameters (`FineTuningRecipe`) and every check
-before any data is read (`check_inputs`). `bert_repro.training.finetune` runs it."""
+before any data is read (`check_inputs`). `bert_repro.training.finetuning.run` runs it."""
 
 from __future__ import annotations
 
@@ -13,19 +13,19 @@ from typing import Any
 from transformers import IntervalStrategy, TrainingArguments
 from transformers.hf_argparser import string_to_bool
 
-from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
-from ..model.configuration_bert_repro import (
+from ...model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
+from ...model.configuration_bert_repro import (
     DEFAULT_OBJECTIVE,
     PRETRAINING_OBJECTIVES,
     BertReproConfig,
     check_objective_kept,
     check_objective_switches,
 )
-from ..model.conversion import check_model_dir
-from ..tasks.kinds import HEADS, SpanExtraction
-from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
-from .checkpoints import checkpoint_problem
-from .cli import (
+from ...model.conversion import check_model_dir
+from ...tasks.kinds import HEADS, SpanExtraction
+from ...tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
+from ..checkpoints import checkpoint_problem
+from ..cli import (
     SECTIONS,
     ConfigurationError,
     HelpLayout,
@@ -41,7 +41,7 @@ from .cli import (
     use_our_names,
     values_of,
 )
-from .distributed import check_deepspeed_installed, check_engine
+from ..distributed import check_deepspeed_installed, check_engine
 
 # Settings of the reference run_classifier.py / run_squad.py that the paper does not restate.
 FINE_TUNING_DEFAULTS = dict(

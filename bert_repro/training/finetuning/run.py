@@ -23,32 +23,21 @@ import torch
 from transformers import Trainer, TrainerState, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
-from ..atomic import write_json, write_text
-from ..data.wordpiece import load_tokenizer, save_tokenizer
-from ..hub.model_card import card_for_finetuning
-from ..hub.push import HubPushError, push
-from ..model.bilstm_heads import FeatureSetError
-from ..model.conversion import CheckpointError, load_bert
-from ..tasks.columns import TaskDataError
-from ..tasks.files import describe_sources, load_task_data
-from ..tasks.registry import Task
-from ..versions import framework_versions
-from .checkpoints import check_fits, newest_valid_checkpoint
-from .cli import ConfigurationError, fit_to_this_machine
-from .cluster import catching_stop_signals, log_from_the_main_process, stop_between_runs, stop_message
-from .distributed import TRAINER_STATE_NAME, EngineTrainer, hardware, write_trainer_state
-from .finetune_recipe import (
-    HEAD_INITIALIZERS,
-    FineTuningArguments,
-    FineTuningRecipe,
-    check_inputs,
-    find_task,
-    grid_plan,
-    head_settings,
-    record_of,
-    resume_path,
-)
-from .lifecycle import (
+from ...atomic import write_json, write_text
+from ...data.wordpiece import load_tokenizer, save_tokenizer
+from ...hub.model_card import card_for_finetuning
+from ...hub.push import HubPushError, push
+from ...model.bilstm_heads import FeatureSetError
+from ...model.conversion import CheckpointError, load_bert
+from ...tasks.columns import TaskDataError
+from ...tasks.files import describe_sources, load_task_data
+from ...tasks.registry import Task
+from ...versions import framework_versions
+from ..checkpoints import check_fits, newest_valid_checkpoint
+from ..cli import ConfigurationError, fit_to_this_machine
+from ..cluster import catching_stop_signals, log_from_the_main_process, stop_between_runs, stop_message
+from ..distributed import TRAINER_STATE_NAME, EngineTrainer, hardware, write_trainer_state
+from ..lifecycle import (
     RESULTS,
     STAGES,
     check_output_dir,
@@ -61,8 +50,19 @@ from .lifecycle import (
     release_output_dir,
     write_run_config,
 )
-from .pretraining.resume import LongerSchedule, whole_run_loss
-from .publishing import take_push_request
+from ..pretraining.resume import LongerSchedule, whole_run_loss
+from ..publishing import take_push_request
+from .recipe import (
+    HEAD_INITIALIZERS,
+    FineTuningArguments,
+    FineTuningRecipe,
+    check_inputs,
+    find_task,
+    grid_plan,
+    head_settings,
+    record_of,
+    resume_path,
+)
 
 logger = logging.getLogger(__name__)
 
