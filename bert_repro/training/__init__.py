@@ -13,7 +13,7 @@ _PUBLIC = {
     "PhaseCollator": "pretraining.phases",
     "convert_to_fp8": "fp8",
     "FINE_TUNING_DEFAULTS": "finetuning.recipe",
-    "data_source": "finetuning.run",
+    "data_source": "finetuning.recipe",
     "PreTrainingRecipe": "pretraining",
     "run_pretraining": "pretraining",
     "FineTuningRecipe": "finetuning",

@@ -21,7 +21,7 @@ from ..tasks.metrics import percent
 from ..tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, Task, get_task
 from .cli import ConfigurationError, HelpLayout, flag, hide_credentials
 from .finetuning import FineTuningRecipe, run_finetuning
-from .finetuning.recipe import check_inputs as check_finetuning_inputs
+from .finetuning.checks import check_inputs as check_finetuning_inputs
 from .finetuning.recipe import find_task
 from .lifecycle import (
     RunFinished,

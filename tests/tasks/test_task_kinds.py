@@ -29,7 +29,7 @@ from bert_repro.tasks.files import load_task_data
 from bert_repro.tasks.kinds import KINDS, TaskKind, kind_named
 from bert_repro.tasks.registry import TASKS, Task
 from bert_repro.training.finetuning.recipe import FineTuningArguments
-from bert_repro.training.finetuning.run import encode_splits, one_run
+from bert_repro.training.finetuning.trainer import encode_splits, one_run
 
 ATTRIBUTES = (
     "name",

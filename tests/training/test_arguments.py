@@ -17,7 +17,8 @@ from bert_repro.training.cli import ConfigurationError
 
 
 def finetuning(*argv):
-    from bert_repro.training.finetuning.recipe import FineTuningRecipe, check_inputs
+    from bert_repro.training.finetuning import FineTuningRecipe
+    from bert_repro.training.finetuning.checks import check_inputs
 
     run, training = FineTuningRecipe.from_args(list(argv)).resolved()
     check_inputs(run, training, model_at_hand=False)
@@ -336,7 +337,8 @@ def test_a_training_setting_in_an_evaluation_only_run_asks_for_do_train(flags, n
 
 
 def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(tmp_path):
-    from bert_repro.training.finetuning.recipe import FineTuningRecipe, check_model_config
+    from bert_repro.training.finetuning import FineTuningRecipe
+    from bert_repro.training.finetuning.checks import check_model_config
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 128}))
     run, _ = FineTuningRecipe.from_args(
@@ -467,7 +469,8 @@ def test_a_model_path_that_is_nothing_is_one_message(tmp_path, tiny_model):
     # A relative path that does not exist reads as a Hub id: neither in the cache nor on a Hub that answers, it is
     # said before any work (the recipes print these errors in one line, exit 2), not by a loader's traceback.
     from bert_repro.model.conversion import CheckpointError
-    from bert_repro.training.finetuning.recipe import FineTuningRecipe, check_inputs
+    from bert_repro.training.finetuning import FineTuningRecipe
+    from bert_repro.training.finetuning.checks import check_inputs
     from bert_repro.training.pretraining.plan import plan
 
     for args in (["--model", "runs/missing"], ["--model", str(tiny_model), "--tokenizer", "runs/missing"]):

@@ -7,7 +7,8 @@ from support.task_files import fixture_files, write
 
 from bert_repro.tasks.files import load_task_data
 from bert_repro.tasks.registry import get_task
-from bert_repro.training.finetuning.run import majority_baseline, one_label, results_markdown
+from bert_repro.training.finetuning.run import majority_baseline, results_markdown
+from bert_repro.training.finetuning.trainer import one_label
 
 
 def test_one_label_names_the_label_of_a_run_that_predicts_nothing_else():

@@ -28,7 +28,7 @@ from transformers import (
 from bert_repro.tasks.files import load_task_data
 from bert_repro.tasks.registry import get_task
 from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
-from bert_repro.training.finetuning import run as finetune
+from bert_repro.training.finetuning import trainer as finetune
 
 ROWS, BATCH, EPOCHS, MAX_LEN = 24, 4, 5, 64  # 30 steps
 TOLERANCE = 1e-5
