@@ -20,19 +20,16 @@ from ...tasks.registry import Task
 from ..checkpoints import checkpoint_problem
 from ..cli import ConfigurationError, check_attention, check_tokenizer, check_trainer_settings
 from ..distributed import check_engine
-from .recipe import FineTuningArguments, find_task, needs_evaluations, resume_path, setting
-from .trainer import test_prediction_files
+from .recipe import FineTuningArguments, find_task, needs_evaluations, resume_path
 
 logger = logging.getLogger(__name__)
 
 # The least value of each setting a run can use: max_seq_length 8 is [CLS] a [SEP] b [SEP] and a few tokens of each.
-AT_LEAST = {
-    "max_seq_length": 8,
-    **dict.fromkeys(("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"), 1),
-    **dict.fromkeys(("max_train_samples", "max_eval_samples", "num_proc", "doc_stride", "max_query_length"), 1),
-    **dict.fromkeys(("n_best_size", "max_answer_length"), 1),
-    "weight_decay": 0,
-}
+AT_LEAST = {"max_seq_length": 8, "weight_decay": 0, **dict.fromkeys(("num_proc", "doc_stride", "n_best_size"), 1)}
+AT_LEAST |= dict.fromkeys(
+    ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"), 1
+)
+AT_LEAST |= dict.fromkeys(("max_train_samples", "max_eval_samples", "max_query_length", "max_answer_length"), 1)
 
 
 def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:
@@ -53,7 +50,7 @@ def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model
 def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
     wrong = [f"--learning_rates {lr:g}" for lr in run.learning_rates if not lr > 0]
     wrong += [f"--seeds {seed}" for seed in run.seeds if not 0 <= seed < 2**32]
-    values = {name: setting(run, training, name) for name in AT_LEAST}
+    values = {name: getattr(run if hasattr(run, name) else training, name) for name in AT_LEAST}
     wrong += [f"--{name} {value}" for name, value in values.items() if value is not None and value < AT_LEAST[name]]
     if training.max_steps <= 0 and not training.num_train_epochs > 0:
         wrong.append(f"--num_train_epochs {training.num_train_epochs:g}")
@@ -190,3 +187,9 @@ def splits_at_hand(task: Task, data, run, training) -> tuple[Task, list[str]]:
             "%s: no %s split of %s: evaluating on %s only.", source, " or ".join(missing), task.name, ", ".join(kept)
         )
     return replace(task, eval_splits=kept), missing
+
+
+def test_prediction_files(task: Task, data, output_dir: Path) -> dict[str, Path]:
+    """{test split: the file of its predictions} for a GLUE task whose data has test splits."""
+    folder, names = output_dir / "glue_submission", task.test_splits if task.glue_submission_names else ()
+    return {name: folder / task.glue_submission_name(name) for name in names if name in data}

@@ -1,6 +1,5 @@
 """The fine-tuning recipe: our settings (`FineTuningArguments`) and transformers' `TrainingArguments` over the task's
-paper hyper-parameters (`FineTuningRecipe`), read at the edge (`from_args`, `from_yaml`) and recorded as
-`run_config.json` (`record_of`)."""
+paper hyper-parameters (`FineTuningRecipe`), read at the edge (`from_args`, `from_yaml`), and its `--help`."""
 
 from __future__ import annotations
 
@@ -20,26 +19,14 @@ from .. import cli
 from ..cli import SECTIONS, ConfigurationError, HelpLayout, SpeedSwitches, closest, field_names, flag, values_of
 from ..distributed import check_deepspeed_installed
 
-# Settings of the reference run_classifier.py / run_squad.py that the paper does not restate.
-FINE_TUNING_DEFAULTS = dict(
-    adam_epsilon=1e-6,
-    weight_decay=0.01,
-    warmup_steps=0.1,  # a float below 1 is a share of the steps (transformers 5.x)
-    lr_scheduler_type="linear",
-    max_grad_norm=1.0,
-    # As transformers' example scripts: evaluated and saved each epoch (the newest kept, to resume from).
-    eval_strategy="epoch",
-    save_strategy="epoch",
-    save_total_limit=1,
-    logging_steps=50,
-    report_to="tensorboard",
-    per_device_eval_batch_size=64,
-    seed=42,
-)
+# The reference run_classifier.py / run_squad.py's settings that the paper does not restate (a warmup_steps below 1
+# is a share of the steps, transformers 5.x); as transformers' example scripts, evaluated and saved each epoch (the
+# newest kept, to resume from).
+FINE_TUNING_DEFAULTS = dict(adam_epsilon=1e-6, weight_decay=0.01, warmup_steps=0.1, lr_scheduler_type="linear")
+FINE_TUNING_DEFAULTS |= dict(max_grad_norm=1.0, eval_strategy="epoch", save_strategy="epoch", save_total_limit=1)
+FINE_TUNING_DEFAULTS |= dict(logging_steps=50, report_to="tensorboard", per_device_eval_batch_size=64, seed=42)
 _TRAINING_KEYS = {"learning_rate", "num_train_epochs", "per_device_train_batch_size", "weight_decay"}
 _TASK_DEFAULTS = ("num_train_epochs", "per_device_train_batch_size", "max_seq_length", "warmup_steps")
-
-
 # --head_initializer -> the config's initializer_distribution (it draws only what the checkpoint does not hold)
 HEAD_INITIALIZERS = {"reference": "truncated_normal", "transformers": "normal"}
 
@@ -123,11 +110,8 @@ ARGUMENTS = (FineTuningArguments, TrainingArguments)
 RECIPE = "recipes/finetune.py"
 # single-value flag -> the grid it names (--learning_rate 2e-5 runs the grid {2e-5})
 GRIDS = {"learning_rate": "learning_rates", "seed": "seeds"}
-
-
 # The task-dependent defaults `--help` shows without --task, where each task has its own.
 _GRIDS_BY_KIND = "GLUE: 5e-5 4e-5 3e-5 2e-5; SQuAD, SWAG, CoNLL-2003: 5e-5 3e-5 2e-5"
-_TASK_DEFAULT = "the task's; --task T --help shows them"
 
 
 def help_layout(task: Task | None) -> HelpLayout:
@@ -172,7 +156,7 @@ def help_layout(task: Task | None) -> HelpLayout:
             **dict.fromkeys(STAGES, "true when none of the three is given"),
             "learning_rates": of_task if grid else "--learning_rate's value",
             "learning_rate": "none: each of --learning_rates",
-            **({} if task else dict.fromkeys(_TASK_DEFAULTS, _TASK_DEFAULT)),
+            **({} if task else dict.fromkeys(_TASK_DEFAULTS, "the task's; --task T --help shows them")),
         },
         metavars={"resume_from_checkpoint": "true|PATH", "optim": "NAME"},
     )
@@ -261,9 +245,7 @@ class FineTuningRecipe:
     def resolved(self) -> tuple[FineTuningArguments, TrainingArguments]:
         """Copies of the settings a run uses, with the task's max_seq_length and grid where none was given."""
         task, run = find_task(self.finetuning.task), self.finetuning
-        changes: dict[str, Any] = {}
-        if run.max_seq_length is None:
-            changes["max_seq_length"] = task.defaults.get("max_seq_length", 128)
+        changes = {"max_seq_length": task.defaults.get("max_seq_length", 128)} if run.max_seq_length is None else {}
         if not run.learning_rates:
             grid = FEATURE_BASED_GRID if run.features is not None else task.grid
             changes["learning_rates"] = list(grid.get("learning_rate", ())) or [self.training.learning_rate]
@@ -311,11 +293,6 @@ def resume_path(training: TrainingArguments) -> str | None:
     """--resume_from_checkpoint PATH, or None (not given, true or false)."""
     given = training.resume_from_checkpoint
     return None if given in (None, "", "true", "True", "false", "False") else given
-
-
-def setting(run: FineTuningArguments, training: TrainingArguments, name: str) -> Any:
-    """A setting by its flag's name, ours or Trainer's."""
-    return getattr(run if hasattr(run, name) else training, name)
 
 
 def head_settings(task: Task, run: FineTuningArguments) -> tuple[type, dict[str, Any]]:

@@ -1,7 +1,5 @@
-"""`run_finetuning(recipe)`: the paper's fine-tuning protocol (section 4, appendix A.3) as one call, for every task:
-the task's grid of learning rates x seeds ("random restarts"), the best run on the first evaluation split kept, in
-stages the same command completes: train, records (results.json, results.md, the GLUE test-set predictions), card,
-push. `--head bilstm` (Table 5) and `--features SET` (Table 7) share it."""
+"""`run_finetuning(recipe)`: the paper's protocol (appendix A.3), the task's grid of learning rates x seeds, the best
+on dev kept, in stages the same command completes: train, records (results.json, results.md), card, push."""
 
 from __future__ import annotations
 
@@ -30,9 +28,9 @@ from ..cli import ConfigurationError, fit_to_this_machine
 from ..cluster import catching_stop_signals, log_from_the_main_process, stop_between_runs, stop_message
 from ..distributed import TRAINER_STATE_NAME, hardware
 from ..publishing import take_push_request
-from .checks import check_inputs, splits_at_hand
-from .recipe import FineTuningArguments, FineTuningRecipe, data_source, find_task, head_settings, resume_path, setting
-from .trainer import encode_splits, load_model, one_run, predict, task_rows, task_trainer, test_prediction_files
+from .checks import check_inputs, splits_at_hand, test_prediction_files
+from .recipe import FineTuningArguments, FineTuningRecipe, data_source, find_task, head_settings, resume_path
+from .trainer import encode_splits, load_model, one_run, predict, task_rows, task_trainer
 
 logger = logging.getLogger(__name__)
 
@@ -92,21 +90,9 @@ def run_name(lr: float, seed: int) -> str:
     return f"lr{lr:g}_seed{seed}"
 
 
-SCHEMA_VERSION = 2  # the layout of `run_config.json` (`record_of`)
+SCHEMA_VERSION = 2  # the layout of `run_config.json`
 # What says where outputs and pushes go, and credentials: not part of the record (a moved folder resumes).
 NOT_RECORDED = ("output_dir", "hub_", "push_")
-
-
-def record_of(run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
-    """`run_config.json`: the settings a run uses, by section, in JSON types."""
-    record = {
-        "schema_version": SCHEMA_VERSION,
-        "finetuning": asdict(run),
-        "training": {k: v for k, v in training.to_dict().items() if not k.startswith(NOT_RECORDED)},
-    }
-    return json.loads(json.dumps(record, default=str))
-
-
 # Settings that change no result: a resumed grid may change them. Paths are not identity either: what they hold is
 # (the record's "inputs", `fingerprints`), and the stages asked for are the stage record's.
 NOT_IDENTITY = (
@@ -134,8 +120,12 @@ def open_output_dir(run: FineTuningArguments, training: TrainingArguments):
     """Check the output directory (this run's by what it read), the push and the task's data before anything is
     written, then lock the directory. (task, data, missing splits, push)"""
     task, output_dir = find_task(run.task), Path(training.output_dir)
+    # run_config.json: the settings the run uses, by section, in JSON types, then the fingerprints of what it reads
+    record = {"schema_version": SCHEMA_VERSION, "finetuning": asdict(run)}
+    record["training"] = {k: v for k, v in training.to_dict().items() if not k.startswith(NOT_RECORDED)}
+    record = json.loads(json.dumps(record, default=str))
     inputs = {"model": run.model, "tokenizer": run.tokenizer, "data": run.data or task.hub_id}
-    record = {**record_of(run, training), "inputs": lifecycle.fingerprints(inputs, hub_type="dataset")}
+    record["inputs"] = lifecycle.fingerprints(inputs, hub_type="dataset")
     wanted = dict.fromkeys(("train", "records", "card"), {})
     if training.push_to_hub:
         wanted["push"] = {"repo_id": training.hub_model_id, "revision": training.hub_revision}
@@ -168,8 +158,7 @@ def pushed(done: dict, push_to) -> bool:
 def train_grid(task: Task, data, run: FineTuningArguments, training: TrainingArguments):
     """Every run of the grid not finished before, the best model saved at the top of the output directory as it is
     found. (runs' results, the best, the result of a run stopped by a signal or None)."""
-    output_dir = Path(training.output_dir)
-    tokenizer = load_tokenizer(run.tokenizer or run.model)
+    output_dir, tokenizer = Path(training.output_dir), load_tokenizer(run.tokenizer or run.model)
     runs, best, splits = [], None, None
     for lr in run.learning_rates:
         for seed in run.seeds:
@@ -226,24 +215,16 @@ def majority_baseline(task: Task, rows) -> dict[str, dict[str, float]]:
 def run_summary(task, data, run, training, runs, best, missing_splits, seconds: float) -> dict[str, Any]:
     """results.json: the grid's runs, the best, the settings a reader needs, the baseline to beat."""
     rows, files = task_rows(task, data, run), test_prediction_files(task, data, Path(training.output_dir)).values()
-    hyperparameters = {"warmup" if k == "warmup_steps" else k: setting(run, training, k) for k in HYPERPARAMETERS}
-    return {
-        "task": task.name,
-        "model": run.model,
-        "main_metric": task.main_metric,
-        "model_class": head_settings(task, run)[0].__name__,
-        "features": run.features,
-        "best": best,
-        "runs": runs,
-        "hyperparameters": hyperparameters,
-        "seconds": round(seconds, 1),
-        "hardware": hardware(training.device),
-        "versions": framework_versions(),  # the card lists them as transformers' cards do
-        "test_predictions": [str(p) for p in files if training.do_predict and p.exists()],
-        "missing_splits": missing_splits,
-        "majority_baseline": majority_baseline(task, rows),
-        "eval_rows": {name: [len(rows[name]), len(data[name])] for name in task.eval_splits},  # [scored, of]
-    }
+    hyperparameters = {k: getattr(run if hasattr(run, k) else training, k) for k in HYPERPARAMETERS}
+    hyperparameters["warmup"] = hyperparameters.pop("warmup_steps")
+    summary = {"task": task.name, "model": run.model, "main_metric": task.main_metric, "features": run.features}
+    summary |= {"model_class": head_settings(task, run)[0].__name__, "best": best, "runs": runs}
+    summary |= {"hyperparameters": hyperparameters, "seconds": round(seconds, 1), "hardware": hardware(training.device)}
+    summary["versions"] = framework_versions()  # the card lists them as transformers' cards do
+    summary["test_predictions"] = [str(p) for p in files if training.do_predict and p.exists()]
+    summary |= {"missing_splits": missing_splits, "majority_baseline": majority_baseline(task, rows)}
+    summary["eval_rows"] = {name: [len(rows[name]), len(data[name])] for name in task.eval_splits}  # [scored, of]
+    return summary
 
 
 def write_records(output_dir: Path, task: Task, summary: dict) -> None:
@@ -256,7 +237,7 @@ def write_records(output_dir: Path, task: Task, summary: dict) -> None:
     write_json(output_dir / lifecycle.RESULTS, summary)  # last: the "records" stage is done when it is there
 
 
-def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, output_dir: Path) -> list[Path]:
+def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, output_dir: Path) -> list[str]:
     """GLUE test-set predictions in the leaderboard's format: `index<TAB>prediction`, one file per test split."""
     files = test_prediction_files(task, data, output_dir)
     for split_name, path in files.items():
@@ -265,7 +246,7 @@ def write_test_predictions(task: Task, trainer: Trainer, data, tokenizer, run, o
         path.parent.mkdir(parents=True, exist_ok=True)
         lines = "".join(f"{i}\t{task.format_submission_value(p)}\n" for i, p in zip(raw["idx"], predictions))
         write_text(path, "index\tprediction\n" + lines)
-    return list(files.values())
+    return [str(path) for path in files.values()]
 
 
 def _flat_metrics(result: dict, task: Task) -> dict[str, float]:
@@ -282,14 +263,9 @@ def results_markdown(task: Task, summary: dict) -> str:
     rows = summary["runs"]
     keys = list(_flat_metrics(rows[0], task)) if rows else []
     approach = f"feature-based ({summary['features']})" if summary.get("features") else "fine-tuning"
-    lines = [
-        f"# {task.name}: {approach} {summary['model']}",
-        "",
-        f"Main metric: {task.main_metric} on {task.eval_splits[0]}; best run marked with *.",
-        "",
-        "| lr | seed | " + " | ".join(keys) + " | train s |",
-        "|---|---|" + "---|" * len(keys) + "---|",
-    ]
+    lines = [f"# {task.name}: {approach} {summary['model']}", ""]
+    lines += [f"Main metric: {task.main_metric} on {task.eval_splits[0]}; best run marked with *.", ""]
+    lines += ["| lr | seed | " + " | ".join(keys) + " | train s |", "|---|---|" + "---|" * len(keys) + "---|"]
     for r in rows:
         values, mark = _flat_metrics(r, task), "*" if r == summary["best"] else ""
         cells = " | ".join(f"{values.get(k, float('nan')):.4f}" for k in keys)
@@ -299,12 +275,11 @@ def results_markdown(task: Task, summary: dict) -> str:
         cells = " | ".join(f"{values[k]:.4f}" if k in values else "" for k in keys)
         lines.append(f"| majority class | | {cells} | |")
         lines += ["", "majority class: the training set's most frequent label for every example, the score to beat."]
-    degenerate = [
+    if degenerate := [
         f"lr {r['learning_rate']:g} seed {r['seed']} predicts {label!r} for every example of {split}"
         for r in rows
         for split, label in (r.get("one_label") or {}).items()
-    ]
-    if degenerate:
+    ]:
         lines += ["", "**Learned nothing beyond one label:** " + "; ".join(degenerate) + "."]
     return "\n".join(lines) + "\n"
 
@@ -334,8 +309,7 @@ def evaluate_model(run: FineTuningArguments, training: TrainingArguments) -> dic
                 write_json(output_dir / "eval_results.json", metrics, sort_keys=True)
                 write_json(output_dir / "all_results.json", metrics, sort_keys=True)
         if training.do_predict:
-            written = write_test_predictions(task, trainer, data, tokenizer, run, output_dir)
-            summary["test_predictions"] = [str(p) for p in written]
+            summary["test_predictions"] = write_test_predictions(task, trainer, data, tokenizer, run, output_dir)
         stopped = stop_between_runs(training, "after the evaluation")
     lifecycle.release_output_dir(output_dir)
     return stopped or summary

@@ -1,6 +1,5 @@
-"""One run of the grid: the task's rows encoded once for the grid (`encode_splits`), the model with the task's head
-(`load_model`), `TaskTrainer` (Trainer evaluating with the task's own metrics) and `one_run`, which fine-tunes,
-evaluates and leaves in its folder what Trainer's example scripts leave."""
+"""One run of the grid: the rows encoded once for the grid, the model with the task's head (`load_model`), `TaskTrainer`
+(Trainer evaluating with the task's own metrics) and `one_run`, which leaves what Trainer's example scripts leave."""
 
 from __future__ import annotations
 
@@ -29,12 +28,6 @@ from ..pretraining.resume import LongerSchedule, whole_run_loss
 from .recipe import HEAD_INITIALIZERS, FineTuningArguments, head_settings, resume_path
 
 logger = logging.getLogger(__name__)
-
-
-def test_prediction_files(task: Task, data, output_dir: Path) -> dict[str, Path]:
-    """{test split: the file of its predictions} for a GLUE task whose data has test splits."""
-    folder, names = output_dir / "glue_submission", task.test_splits if task.glue_submission_names else ()
-    return {name: folder / task.glue_submission_name(name) for name in names if name in data}
 
 
 def task_rows(task: Task, data, run: FineTuningArguments, *, train: bool = True) -> dict[str, datasets.Dataset]:
@@ -200,8 +193,7 @@ def one_run(task, splits, tokenizer, run, training: TrainingArguments, lr: float
 
 def finished_state(checkpoint: str | Path, training: TrainingArguments) -> TrainerState | None:
     """The checkpoint's TrainerState when it holds the run's last step (its max_steps, or all its epochs), else None."""
-    path = Path(checkpoint) / TRAINER_STATE_NAME
-    if not path.is_file():
+    if not (path := Path(checkpoint) / TRAINER_STATE_NAME).is_file():
         return None
     state = TrainerState.load_from_json(str(path))
     if training.max_steps > 0:
