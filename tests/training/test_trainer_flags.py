@@ -89,10 +89,9 @@ def test_every_trainer_flag_runs_or_is_refused_before_work(tmp_path, tiny_model,
     data = write(tmp_path / "data", fixture_files("sst2"))
     out = tmp_path / "out"
     small = dict(learning_rates="1e-4", per_device_train_batch_size=2, num_train_epochs=2, max_seq_length=32)
+    argv = finetune_args("sst2", tiny_model, data, out, f"--{name}", value, **small)
     try:
-        run_finetuning(
-            FineTuningRecipe.from_args(finetune_args("sst2", tiny_model, data, out, f"--{name}", value, **small))
-        )
+        run_finetuning(FineTuningRecipe.from_args(argv))
     except ConfigurationError as refused:
         assert "\n" not in str(refused).strip() and not out.exists(), str(refused)
         return
