@@ -12,8 +12,8 @@ tasks with a test split, the leaderboard's prediction files. Several processes o
 """
 
 from bert_repro.training.cli import quiet_load_reports
-from bert_repro.training.finetune import USER_ERRORS, run_finetuning
-from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
+from bert_repro.training.finetuning.run import USER_ERRORS
 from bert_repro.training.lifecycle import main
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ again: run the same command to resume an interrupted benchmark.
 import sys
 
 from bert_repro.training.cli import parse_with_config, quiet_load_reports
-from bert_repro.training.finetune import USER_ERRORS
+from bert_repro.training.finetuning.run import USER_ERRORS
 from bert_repro.training.lifecycle import main
 from bert_repro.training.studies import ReproduceArguments, run_reproduce
 from bert_repro.training.studies.arguments import REPRODUCE_HELP

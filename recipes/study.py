@@ -13,7 +13,7 @@ continue an interrupted study (finished runs are kept, an interrupted one resume
 import sys
 
 from bert_repro.training.cli import parse_with_config, quiet_load_reports
-from bert_repro.training.finetune import USER_ERRORS
+from bert_repro.training.finetuning.run import USER_ERRORS
 from bert_repro.training.lifecycle import main
 from bert_repro.training.studies import StudyArguments, StudyError, run_study
 from bert_repro.training.studies.arguments import STUDY_HELP

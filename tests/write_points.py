@@ -220,7 +220,7 @@ def run_plan(plan: list[dict], jobs: int) -> list[list[dict]]:
 
 if __name__ == "__main__":
     # The recipes' imports, once (the children inherit them).
-    import bert_repro.training.finetune
+    import bert_repro.training.finetuning
     import bert_repro.training.pretraining  # noqa: F401
 
     jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 1

@@ -51,7 +51,7 @@ HEADS: Mapping[str, str] = MappingProxyType(
 
 
 class EncodingSettings(Protocol):
-    """The settings ``encode`` and ``decode`` read (`bert_repro.training.finetune.FineTuningArguments` has them)."""
+    """The settings ``encode`` and ``decode`` read (`bert_repro.training.finetuning.recipe` has them)."""
 
     max_seq_length: int
     doc_stride: int  # span: a new window every doc_stride tokens

@@ -363,7 +363,7 @@ def test_a_signal_between_two_runs_of_a_grid_stops_before_the_next(
     """SIGTERM during the evaluation that ends the grid's first run (Trainer's after the last step's end, or the
     grid's own after training): that run is saved, the second is not started and the recipe exits 75; the same
     command then trains the second only."""
-    from bert_repro.training.finetune import TaskTrainer
+    from bert_repro.training.finetuning.trainer import TaskTrainer
 
     data = write(tmp_path / "data", fixture_files("mrpc"))
     out = tmp_path / "out"

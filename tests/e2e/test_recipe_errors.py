@@ -179,7 +179,7 @@ def test_ctrl_c_says_where_the_newest_checkpoint_is_and_exits_130(tmp_path, name
     import torch
     from safetensors.torch import save_file
 
-    import bert_repro.training.finetune as finetuning
+    import bert_repro.training.finetuning as finetuning
     import bert_repro.training.pretraining as pretraining
 
     out = tmp_path / "out"

@@ -71,7 +71,7 @@ def test_imports_are_found():
     """The reader sees relative, absolute and function-level imports (or the tests above could not fail)."""
     found = {m for _, m in imported_modules(PACKAGE / "training" / "publishing.py")}
     assert "bert_repro.hub.push" in found  # a function-level relative import
-    found = {m for _, m in imported_modules(PACKAGE / "training" / "finetune.py")}
+    found = {m for _, m in imported_modules(PACKAGE / "training" / "finetuning" / "run.py")}
     assert {"bert_repro.tasks.files", "bert_repro.model.conversion", "transformers"} <= found
 
 

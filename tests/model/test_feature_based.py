@@ -29,7 +29,7 @@ from bert_repro.model.bilstm_heads import (
 from bert_repro.tasks.kinds import KINDS, SPAN, TOKEN_CLASSIFICATION
 from bert_repro.tasks.registry import FEATURE_BASED_GRID, get_task
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.finetuning import FineTuningRecipe
 
 LAYERS = 5  # so that "the last four" and "all" differ
 SIZES = {"num_hidden_layers": LAYERS, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 24}
@@ -366,8 +366,7 @@ def tiny_checkpoint(tmp_path_factory):
 
 def finetune(name, checkpoint, tmp_path, *extra) -> dict:
     """The recipe's run in this process: a few steps on the task's fixture files, into tmp_path / "out"."""
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
+    from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 
     data = write(tmp_path / "data", fixture_files(name))
     settings = dict(max_steps=3, per_device_train_batch_size=2, max_seq_length=64, doc_stride=16, bilstm_hidden_size=8)

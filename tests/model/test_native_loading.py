@@ -286,8 +286,7 @@ def test_pretraining_recipe_output_opens_natively(tmp_path, corpus_and_tokenizer
 
 @pytest.mark.slow
 def test_finetuning_recipe_output_opens_natively_and_a_missing_tokenizer_is_named(tmp_path, tokenizer):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
+    from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 
     torch.manual_seed(0)
     texts = [text for text in fixture_files("mrpc").values()]

@@ -15,7 +15,7 @@ from bert_repro.data.wordpiece import load_tokenizer
 from bert_repro.tasks.columns import TaskDataError
 from bert_repro.tasks.files import load_task_data
 from bert_repro.training.cli import ConfigurationError, read_yaml_config
-from bert_repro.training.finetune_recipe import FineTuningArguments
+from bert_repro.training.finetuning.recipe import FineTuningArguments
 
 # One fixture per reader: GLUE TSVs (one and two sentences), SQuAD v1.1 / v2.0 JSON, SWAG CSV, CoNLL-2003.
 READERS = ["sst2", "mrpc", "mnli", "squad", "squad_v2", "swag", "conll2003"]

@@ -29,7 +29,7 @@ def test_run_qa_stride_r_cuts_our_windows_of_max_seq_length_minus_3_minus_questi
 
 def test_help_and_the_squad_cards_say_which_stride(capsys, tmp_path):
     from bert_repro.hub.model_card import card_for_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
+    from bert_repro.training.finetuning import FineTuningRecipe
 
     with pytest.raises(SystemExit):
         FineTuningRecipe.from_args(["--task", "squad", "--help"])

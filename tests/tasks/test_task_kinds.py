@@ -23,8 +23,8 @@ from bert_repro.tasks.columns import class_id, find_column, texts
 from bert_repro.tasks.files import load_task_data
 from bert_repro.tasks.kinds import KINDS, TaskKind, kind_named
 from bert_repro.tasks.registry import TASKS, Task
-from bert_repro.training.finetune import encode_splits, one_run
-from bert_repro.training.finetune_recipe import FineTuningArguments
+from bert_repro.training.finetuning.recipe import FineTuningArguments
+from bert_repro.training.finetuning.trainer import encode_splits, one_run
 
 ATTRIBUTES = "name head_class auto_class pipeline_tag pipeline_task head_description uses_pooler decode_columns".split()
 METHODS = (

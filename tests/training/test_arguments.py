@@ -12,13 +12,13 @@ from support.models import tiny_config
 
 from bert_repro import BertReproForPreTraining
 from bert_repro.training.cli import ConfigurationError
+from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
+from bert_repro.training.finetuning.checks import check_inputs, check_model_config
 
 # --- transformers' names
 
 
 def finetuning(*argv):
-    from bert_repro.training.finetune_recipe import FineTuningRecipe, check_inputs
-
     run, training = FineTuningRecipe.from_args(list(argv)).resolved()
     check_inputs(run, training, model_at_hand=False)
     return run, training
@@ -175,9 +175,7 @@ def test_unknown_task_and_config_field_get_the_closest_names(tmp_path):
         finetuning("--task", "sts", "--model", "m")
     config = tmp_path / "run.yaml"
     config.write_text("task: mrpc\nlearning_rate_grid: [1e-5]\n")
-    with pytest.raises(
-        ConfigurationError, match="unknown field\\(s\\) learning_rate_grid \\(did you mean learning_rate"
-    ):
+    with pytest.raises(ConfigurationError, match=r"unknown field\(s\) learning_rate_grid \(did you mean learning_rate"):
         finetuning("--config", str(config), "--model", "m")
 
 
@@ -220,9 +218,6 @@ def open_with_study_reuse(directory, tmp_path):
 
 
 def open_with_finetuning(directory, tmp_path):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
-
     argv = ["--task", "sst2", "--model", str(directory), "--data", str(tmp_path / "data")]  # checked before the data
     run_finetuning(FineTuningRecipe.from_args([*argv, "--output_dir", str(tmp_path / "out")]))
 
@@ -321,16 +316,12 @@ def test_a_training_setting_in_an_evaluation_only_run_asks_for_do_train(flags, n
 
 
 def test_a_sequence_longer_than_the_models_positions_is_refused_before_any_data(tmp_path):
-    from bert_repro.training.finetune_recipe import FineTuningRecipe, check_model_config
-
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 128}))
-    run, _ = FineTuningRecipe.from_args(
-        ["--task", "mrpc", "--model", str(tmp_path), "--max_seq_length", "128"]
-    ).resolved()
+    run, _ = finetuning("--task", "mrpc", "--model", str(tmp_path), "--max_seq_length", "128")
     check_model_config(run)  # as many as the model has: fine
     run.max_seq_length = 129
     with pytest.raises(
-        ConfigurationError, match="--max_seq_length 129 is longer than .* \\(max_position_embeddings 128"
+        ConfigurationError, match=r"--max_seq_length 129 is longer than .*\(max_position_embeddings 128"
     ):
         check_model_config(run)
 
@@ -370,27 +361,20 @@ def test_pretraining_values_no_run_can_use_are_refused_before_any_data(flags, na
 
 
 def test_a_tokenizer_that_cannot_load_is_refused_before_the_data_is_read(tmp_path, tiny_model):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
-
     damaged = tmp_path / "tok"
     damaged.mkdir()
     (damaged / "tokenizer.json").write_text("{not json")
-    argv = ["--task", "mrpc", "--model", str(tiny_model), "--data", str(tmp_path / "no-data")]
+    out = tmp_path / "out"
+    argv = ["--task", "mrpc", "--model", str(tiny_model), "--tokenizer", str(damaged), "--output_dir", str(out)]
     with pytest.raises(ConfigurationError, match=r"^--tokenizer .*tok: "):
-        run_finetuning(
-            FineTuningRecipe.from_args([*argv, "--tokenizer", str(damaged), "--output_dir", str(tmp_path / "out")])
-        )
-    assert not (tmp_path / "out").exists()
+        run_finetuning(FineTuningRecipe.from_args([*argv, "--data", str(tmp_path / "no-data")]))
+    assert not out.exists()
 
 
 # --- Defaults that cost, and what a run says of them
 
 
 def test_a_finetuning_run_says_first_how_many_runs_its_grid_trains(tmp_path, tiny_model, caplog):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
-
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("not a run")  # the run stops at its output directory, before any work
@@ -406,8 +390,6 @@ def test_a_finetuning_run_says_first_how_many_runs_its_grid_trains(tmp_path, tin
 
 
 def test_help_without_a_task_shows_no_tasks_defaults_as_everyones(capsys):
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
-
     with pytest.raises(SystemExit):
         FineTuningRecipe.from_args(["--help"])
     out = capsys.readouterr().out
@@ -454,7 +436,6 @@ def test_a_model_path_that_is_nothing_is_one_message(tmp_path, tiny_model):
     # A relative path that does not exist reads as a Hub id: neither in the cache nor on a Hub that answers, it is
     # said before any work (the recipes print these errors in one line, exit 2), not by a loader's traceback.
     from bert_repro.model.conversion import CheckpointError
-    from bert_repro.training.finetune_recipe import FineTuningRecipe, check_inputs
     from bert_repro.training.pretraining.plan import plan
 
     for args in (["--model", "runs/missing"], ["--model", str(tiny_model), "--tokenizer", "runs/missing"]):

@@ -18,8 +18,7 @@ from bert_repro.data.pack_examples import PackingCollator, packed_rows_per_examp
 from bert_repro.data.pretraining_examples import IGNORE_INDEX, PreTrainingDataConfig, create_pretraining_dataset
 from bert_repro.data.wordpiece import save_tokenizer
 from bert_repro.training.cli import SpeedSwitches
-from bert_repro.training.finetune import run_finetuning
-from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 from bert_repro.training.pretraining.phases import PhaseCollator
 from bert_repro.training.pretraining.trainer import pretraining_sums
 

@@ -7,7 +7,8 @@ from support.task_files import fixture_files, write
 
 from bert_repro.tasks.files import load_task_data
 from bert_repro.tasks.registry import get_task
-from bert_repro.training.finetune import majority_baseline, one_label, results_markdown
+from bert_repro.training.finetuning.run import majority_baseline, results_markdown
+from bert_repro.training.finetuning.trainer import one_label
 
 
 def test_one_label_names_the_label_of_a_run_that_predicts_nothing_else():
@@ -37,15 +38,12 @@ def test_results_md_shows_the_majority_baseline_and_flags_a_one_label_run(tmp_pa
     summary = {"model": "m", "features": None, "runs": runs, "best": runs[1], "majority_baseline": baseline}
     text = results_markdown(task, summary)
     assert f"| majority class | | {expected:.4f} | |" in text
-    assert (
-        "**Learned nothing beyond one label:** lr 2e-05 seed 1 predicts 'positive' for every example of "
-        "validation." in text
-    )
+    said = "**Learned nothing beyond one label:** lr 2e-05 seed 1 predicts 'positive' for every example of validation."
+    assert said in text
     summary["majority_baseline"] = {}  # a task without classes
     del runs[0]["one_label"]
-    assert "majority" not in results_markdown(task, summary) and "Learned nothing" not in results_markdown(
-        task, summary
-    )
+    plain = results_markdown(task, summary)
+    assert "majority" not in plain and "Learned nothing" not in plain
 
 
 def test_the_reproduce_report_shows_the_baseline_the_flag_the_subsampling_and_the_arguments(tmp_path):

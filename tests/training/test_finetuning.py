@@ -9,8 +9,7 @@ from support.task_files import CONLL_DEV, CONLL_TRAIN, TINY_RUN, finetune_args, 
 
 from bert_repro.tasks.registry import TASKS, get_task
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import run_finetuning
-from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 from bert_repro.training.lifecycle import RunFinished
 
 pytestmark = pytest.mark.slow
@@ -41,15 +40,13 @@ def test_every_task_end_to_end(tmp_path, tiny_model, name):
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == written
 
 
-def test_task_defaults_are_the_papers(tmp_path):
-    run, training = FineTuningRecipe.from_args(
-        ["--task", "mrpc", "--model", "m", "--output_dir", str(tmp_path)]
-    ).resolved()
+def test_task_defaults_are_the_papers():
+    run, training = FineTuningRecipe.from_args(["--task", "mrpc", "--model", "m"]).resolved()
     assert run.learning_rates == [5e-5, 4e-5, 3e-5, 2e-5]  # the GLUE grid
     assert training.num_train_epochs == 3 and training.per_device_train_batch_size == 32
     assert run.max_seq_length == 128 and training.warmup_steps == 0.1 and training.adam_epsilon == 1e-6
     run, training = FineTuningRecipe.from_args(
-        ["--task", "squad_v2", "--model", "m", "--output_dir", str(tmp_path), "--learning_rates", "3e-5"]
+        ["--task", "squad_v2", "--model", "m", "--learning_rates", "3e-5"]
     ).resolved()
     assert run.learning_rates == [3e-5] and run.max_seq_length == 384
     assert training.num_train_epochs == 2 and training.per_device_train_batch_size == 48
@@ -58,11 +55,8 @@ def test_task_defaults_are_the_papers(tmp_path):
 def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
     data = write(tmp_path / "data", fixture_files("sst2"))
     out = tmp_path / "out"
-    summary = run_finetuning(
-        FineTuningRecipe.from_args(
-            finetune_args("sst2", tiny_model, data, out, learning_rates=["1e-3", "1e-4"], seeds=[1, 2], max_steps=2)
-        )
-    )
+    argv = finetune_args("sst2", tiny_model, data, out, learning_rates=["1e-3", "1e-4"], seeds=[1, 2], max_steps=2)
+    summary = run_finetuning(FineTuningRecipe.from_args(argv))
     assert [(r["learning_rate"], r["seed"]) for r in summary["runs"]] == [(1e-3, 1), (1e-3, 2), (1e-4, 1), (1e-4, 2)]
     assert summary["best"]["score"] == max(r["score"] for r in summary["runs"])
     table = (out / "results.md").read_text()
@@ -70,9 +64,7 @@ def test_grid_and_restarts_keep_the_best(tmp_path, tiny_model):
     assert not (out / "run.lock").exists()  # the finished run's lock: removed
     # A different setting in the same directory is refused, never mixed into these results.
     with pytest.raises(FileExistsError, match="different run"):
-        run_finetuning(
-            FineTuningRecipe.from_args(finetune_args("sst2", tiny_model, data, out, learning_rates="5e-5", max_steps=2))
-        )
+        run_finetuning(FineTuningRecipe.from_args([*argv, "--learning_rates", "5e-5"]))
 
 
 def test_reproduce_report_and_resume(tmp_path, tiny_model):
@@ -138,13 +130,8 @@ def test_speed_switches_reach_the_model(tmp_path, tiny_model):
     """--unpad_inputs / --fast_dropout / --last_layer_subset are set on the fine-tuned model (and saved with it)."""
     data = write(tmp_path / "data", fixture_files("mrpc"))
     out = tmp_path / "out"
-    run_finetuning(
-        FineTuningRecipe.from_args(
-            finetune_args(
-                "mrpc", tiny_model, data, out, **TINY_RUN, unpad_inputs=True, fast_dropout=True, last_layer_subset=True
-            )
-        )
-    )
+    switches = dict(unpad_inputs=True, fast_dropout=True, last_layer_subset=True)
+    run_finetuning(FineTuningRecipe.from_args(finetune_args("mrpc", tiny_model, data, out, **TINY_RUN, **switches)))
     config = json.loads((out / "config.json").read_text())
     assert config["unpad_inputs"] and config["fast_dropout"] and config["last_layer_subset"]
 
@@ -188,7 +175,7 @@ def test_the_new_heads_initializer_is_a_choice(tmp_path, tiny_model, initializer
 def test_the_readmes_python_api_builds_the_run_the_command_line_does(monkeypatch):
     """README, "From Python": a fine-tuning recipe read with its task, changed with `replace`, is the recipe of the
     command line with the same flags; the task's defaults are resolved when the run reads it."""
-    import bert_repro.training.finetune as finetune
+    import bert_repro.training.finetuning as finetune
 
     text = (ROOT / "README.md").read_text()
     snippet = text[text.index("from bert_repro.training import FineTuningRecipe") :].split("```")[0]
@@ -201,10 +188,9 @@ def test_the_readmes_python_api_builds_the_run_the_command_line_does(monkeypatch
     assert run.learning_rates == [2e-5] and run.max_seq_length == 128  # one run, not the paper's grid of four
     assert training.output_dir == "runs/mine-mrpc" and training.num_train_epochs == 3
     # the feature-based approach takes its own grid when set by replace, as on the command line
-    features = FineTuningRecipe.from_args(flags).replace(features="concat_last_four").resolved()[0].learning_rates
-    assert (
-        features == FineTuningRecipe.from_args([*flags, "--features", "concat_last_four"]).resolved()[0].learning_rates
-    )
+    given = FineTuningRecipe.from_args([*flags, "--features", "concat_last_four"]).resolved()[0]
+    replaced = FineTuningRecipe.from_args(flags).replace(features="concat_last_four").resolved()[0]
+    assert replaced.learning_rates == given.learning_rates
     with pytest.raises(ConfigurationError, match="no setting 'learning_rat'.*learning_rate"):
         taken[0].replace(learning_rat=1e-5)
     with pytest.raises(ConfigurationError, match="a task's defaults"):

@@ -5,6 +5,7 @@ The reference is written from transformers' examples (`run_glue.py`, `run_qa.py`
 from the recipe, so a change on either side to the head's initialisation, data order, loss or labels fails it.
 """
 
+import json
 import random
 
 import pytest
@@ -27,9 +28,8 @@ from transformers import (
 
 from bert_repro.tasks.files import load_task_data
 from bert_repro.tasks.registry import get_task
-from bert_repro.training import finetune
-from bert_repro.training.finetune import run_finetuning
-from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
+from bert_repro.training.finetuning import trainer as finetune
 
 ROWS, BATCH, EPOCHS, MAX_LEN = 24, 4, 5, 64  # 30 steps
 TOLERANCE = 1e-5
@@ -56,32 +56,19 @@ def rows_of(task: str, n: int, seed: int) -> list[dict]:
     sentence = lambda: " ".join(words(rng, rng.randint(3, 12)))  # noqa: E731
     rows = []
     for i in range(n):
-        if task == "mrpc":
-            rows.append({"sentence1": sentence(), "sentence2": sentence(), "label": rng.randint(0, 1), "idx": i})
-        elif task == "stsb":
-            rows.append({"sentence1": sentence(), "sentence2": sentence(), "label": rng.uniform(0, 5), "idx": i})
+        if task in ("mrpc", "stsb"):
+            pair = {"sentence1": sentence(), "sentence2": sentence()}
+            rows.append({**pair, "label": rng.randint(0, 1) if task == "mrpc" else rng.uniform(0, 5), "idx": i})
         elif task == "squad":
             before, answer, after = words(rng, rng.randint(0, 6)), words(rng, rng.randint(1, 2)), words(rng, 4)
             context = " ".join(before + answer + after)
             start = len(" ".join(before)) + (1 if before else 0)
-            rows.append(
-                {
-                    "id": f"q{i}",
-                    "title": "t",
-                    "context": context,
-                    "question": " ".join(words(rng, rng.randint(2, 6))) + "?",
-                    "answers": {"text": [" ".join(answer)], "answer_start": [start]},
-                }
-            )
+            question = " ".join(words(rng, rng.randint(2, 6))) + "?"
+            answers = {"text": [" ".join(answer)], "answer_start": [start]}
+            rows.append({"id": f"q{i}", "title": "t", "context": context, "question": question, "answers": answers})
         elif task == "swag":
-            rows.append(
-                {
-                    "context": sentence(),
-                    "question": " ".join(words(rng, 2)),
-                    "endings": [sentence() for _ in range(4)],
-                    "label": rng.randint(0, 3),
-                }
-            )
+            context, question, endings = sentence(), " ".join(words(rng, 2)), [sentence() for _ in range(4)]
+            rows.append({"context": context, "question": question, "endings": endings, "label": rng.randint(0, 3)})
         else:  # conll2003: IOB2 entities of one to three words
             tokens, tags = words(rng, rng.randint(4, 14)), []
             while len(tags) < len(tokens):
@@ -93,8 +80,6 @@ def rows_of(task: str, n: int, seed: int) -> list[dict]:
 
 
 def write_jsonl(path, rows):
-    import json
-
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
 
@@ -111,9 +96,8 @@ def checkpoint(tmp_path_factory):
     tokenizer = train_wordpiece(iterator=texts, vocab_size=200, show_progress=False)
     directory = tmp_path_factory.mktemp("tiny-bert")
     torch.manual_seed(0)
-    BertReproForPreTraining(tiny_config(vocab_size=len(tokenizer), max_position_embeddings=MAX_LEN)).save_pretrained(
-        directory
-    )
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=MAX_LEN)
+    BertReproForPreTraining(config).save_pretrained(directory)
     save_tokenizer(tokenizer, directory)
     return directory
 
@@ -208,12 +192,8 @@ def reference_trajectory(task: str, data_dir, checkpoint, output_dir) -> list[di
     if task == "stsb":
         model = auto.from_pretrained(checkpoint, num_labels=1)
     elif labels and task != "swag":
-        model = auto.from_pretrained(
-            checkpoint,
-            num_labels=len(labels),
-            id2label=dict(enumerate(labels)),
-            label2id={name: i for i, name in enumerate(labels)},
-        )
+        ids = dict(enumerate(labels))  # num_labels follows id2label
+        model = auto.from_pretrained(checkpoint, id2label=ids, label2id={name: i for i, name in ids.items()})
     else:
         model = auto.from_pretrained(checkpoint)
     if task == "squad":
@@ -221,23 +201,15 @@ def reference_trajectory(task: str, data_dir, checkpoint, output_dir) -> list[di
         # Google's has none. Only SQuAD sends it a gradient (its windows are padded to max_seq_length and the
         # span softmax covers the padding), and the recipe trains that row as the reference code does (docs/model.md).
         model.get_input_embeddings().padding_idx = None
-    args = TrainingArguments(
-        output_dir=str(output_dir),
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        disable_tqdm=True,
-        **SETTINGS,
-    )
+    settings = dict(logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True, **SETTINGS)
+    args = TrainingArguments(output_dir=str(output_dir), **settings)
     trainer = Trainer(model=model, args=args, train_dataset=inputs, data_collator=collator(tokenizer))
     trainer.train()
     return [e for e in trainer.state.log_history if "loss" in e and "train_runtime" not in e]
 
 
 def recipe_trajectory(task: str, data_dir, checkpoint, output_dir, monkeypatch, initializer: str) -> list[dict]:
-    histories = []
-    train = finetune.EngineTrainer.train
+    histories, train = [], finetune.EngineTrainer.train
 
     def keep_history(self, *args, **kwargs):
         out = train(self, *args, **kwargs)
@@ -246,9 +218,8 @@ def recipe_trajectory(task: str, data_dir, checkpoint, output_dir, monkeypatch, 
 
     monkeypatch.setattr(finetune.EngineTrainer, "train", keep_history)
     options = dict(head_initializer=initializer, max_seq_length=MAX_LEN, logging_steps=1, predict_test=False)
-    run_finetuning(
-        FineTuningRecipe.from_args(finetune_args(task, checkpoint, data_dir, output_dir, **options, **SETTINGS))
-    )
+    argv = finetune_args(task, checkpoint, data_dir, output_dir, **options, **SETTINGS)
+    run_finetuning(FineTuningRecipe.from_args(argv))
     (history,) = histories
     return [e for e in history if "loss" in e and "train_runtime" not in e]
 

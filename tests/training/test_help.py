@@ -9,7 +9,7 @@ from dataclasses import fields
 import pytest
 from support import ROOT
 
-from bert_repro.training import finetune_recipe
+from bert_repro.training.finetuning.recipe import FineTuningArguments, FineTuningRecipe
 from bert_repro.training.pretraining.recipe import PARSED, PreTrainingRecipe
 
 TRAINER = "transformers' TrainingArguments"
@@ -80,8 +80,8 @@ def test_pretraining_help_is_grouped_by_stage(capsys):
 
 
 def test_finetuning_help_shows_the_grid_as_the_default(capsys):
-    text = help_text(finetune_recipe.FineTuningRecipe.from_args, ["--task", "rte", "--help"], capsys)
-    check_layout(text, {f.name for f in fields(finetune_recipe.FineTuningArguments)})
+    text = help_text(FineTuningRecipe.from_args, ["--task", "rte", "--help"], capsys)
+    check_layout(text, {f.name for f in fields(FineTuningArguments)})
     flat = " ".join(text.split())
     assert "(default: rte's grid: 5e-05 4e-05 3e-05 2e-05)" in flat
     assert "--learning_rate X One learning rate: the grid {X} (--learning_rates X). (default: none" in flat
@@ -90,11 +90,11 @@ def test_finetuning_help_shows_the_grid_as_the_default(capsys):
     assert "--eval_strategy" in found["evaluation"] and "--save_strategy" in found["output and Hub"]
     assert "--eval_strategy {no,steps,epoch} When each run of the grid is evaluated" in flat
     assert defaults(text)["eval_strategy"] == "epoch"
-    shown = defaults(help_text(finetune_recipe.FineTuningRecipe.from_args, ["--task", "mrpc", "--help"], capsys))
+    shown = defaults(help_text(FineTuningRecipe.from_args, ["--task", "mrpc", "--help"], capsys))
     assert shown["weight_decay"] == "0.01" and shown["warmup_steps"] == "0.1"
     assert shown["adam_epsilon"] == "1e-06"  # the reference code's, though not among the recipe's own flags
     # each task's own: SQuAD v2.0 trains 2 epochs of 48 at 384 tokens over its grid, MRPC 3 of 32 at 128
-    squad = defaults(help_text(finetune_recipe.FineTuningRecipe.from_args, ["--task", "squad_v2", "--help"], capsys))
+    squad = defaults(help_text(FineTuningRecipe.from_args, ["--task", "squad_v2", "--help"], capsys))
     of_task = ("num_train_epochs", "per_device_train_batch_size", "max_seq_length", "learning_rates")
     assert [shown[name] for name in of_task] == ["3", "32", "128", "mrpc's grid: 5e-05 4e-05 3e-05 2e-05"]
     assert [squad[name] for name in of_task] == ["2", "48", "384", "squad_v2's grid: 5e-05 3e-05 2e-05"]
@@ -122,7 +122,7 @@ def test_study_and_benchmark_help_list_each_flag_once_by_section(recipe):
 
 @pytest.mark.parametrize("recipe", ["pretrain", "finetune"])
 def test_help_names_trainers_other_flags_without_their_pages_of_text(recipe, capsys):
-    parse = PreTrainingRecipe.from_args if recipe == "pretrain" else finetune_recipe.FineTuningRecipe.from_args
+    parse = PreTrainingRecipe.from_args if recipe == "pretrain" else FineTuningRecipe.from_args
     text = help_text(parse, ["--help"], capsys)
     assert len(text.splitlines()) < 350  # 608 and 570 lines when every Trainer flag had its paragraph
     trainer = text[text.index(TRAINER) :]

@@ -13,8 +13,7 @@ from support.task_files import finetune_args, tsv, write
 
 from bert_repro.hub.push import HubPushError
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import run_finetuning
-from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 from bert_repro.training.lifecycle import (
     _HELD,
     RunFinished,
@@ -233,7 +232,7 @@ def test_sigterm_during_the_push_finishes_it_records_it_and_stops(finished, tmp_
     import signal
 
     from bert_repro.hub import push as push_module
-    from bert_repro.training import finetune as finetune_module
+    from bert_repro.training.finetuning import run as finetune_module
 
     data, model, done = finished
     out = copied(done, tmp_path)
@@ -258,7 +257,7 @@ def test_sigterm_inside_reproduce_stops_it_at_a_safe_point(tmp_path, tiny_model,
 
     from support.task_files import fixture_files
 
-    from bert_repro.training import finetune as finetune_module
+    from bert_repro.training.finetuning import run as finetune_module
     from bert_repro.training.lifecycle import Stopped
     from bert_repro.training.studies import reproduce
 

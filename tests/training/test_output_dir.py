@@ -3,6 +3,7 @@ refused, or under `--overwrite_output_dir true` moved aside whole (never deleted
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -76,8 +77,6 @@ def test_an_overwritten_pretraining_run_uses_its_own_vocabulary_and_resumes_itse
 @pytest.fixture
 def other_model(tmp_path, tiny_model):
     """tiny_model's architecture and vocabulary, drawn from another seed."""
-    import shutil
-
     from bert_repro import BertReproConfig, BertReproForPreTraining
 
     directory = tmp_path / "other-model"
@@ -91,17 +90,15 @@ GRID = ["--learning_rates", "1e-4", "--max_steps", "2", "--use_cpu", "true", "--
 
 
 def test_a_fine_tuning_overwrite_with_another_model_trains_that_model(tmp_path, tiny_model, other_model):
-    from bert_repro.training.finetune import run_finetuning
-    from bert_repro.training.finetune_recipe import FineTuningRecipe
+    from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 
     data, out = write(tmp_path / "mrpc", fixture_files("mrpc")), tmp_path / "out"
     argv = ["--task", "mrpc", "--data", str(data), "--output_dir", str(out), *GRID]
     run_finetuning(FineTuningRecipe.from_args([*argv, "--model", str(tiny_model)]))
     with pytest.raises(FileExistsError, match=r"holds a different run \(--model: other content than this run read\)"):
         run_finetuning(FineTuningRecipe.from_args([*argv, "--model", str(other_model)]))
-    summary = run_finetuning(
-        FineTuningRecipe.from_args([*argv, "--model", str(other_model), "--overwrite_output_dir", "true"])
-    )
+    again = [*argv, "--model", str(other_model), "--overwrite_output_dir", "true"]
+    summary = run_finetuning(FineTuningRecipe.from_args(again))
     moved = aside_of(out)
     assert json.loads((moved / "results.json").read_text())["model"] == str(tiny_model)
     assert summary["model"] == json.loads((out / "results.json").read_text())["model"] == str(other_model)
@@ -114,10 +111,8 @@ def benchmark(tmp_path, model, *flags, **arguments):
     from bert_repro.training.studies import reproduce
 
     data = write(tmp_path / "glue" / "MRPC", fixture_files("mrpc")).parent
-    args = reproduce.ReproduceArguments(
-        model=str(model), output_dir=str(tmp_path / "bench"), tasks=["mrpc"], data_root=str(data), **arguments
-    )
-    return reproduce.run_reproduce(args, [*GRID, *flags])
+    arguments |= dict(model=str(model), output_dir=str(tmp_path / "bench"), tasks=["mrpc"], data_root=str(data))
+    return reproduce.run_reproduce(reproduce.ReproduceArguments(**arguments), [*GRID, *flags])
 
 
 def test_a_reproduce_rerun_uses_only_results_of_the_same_model_and_settings(tmp_path, tiny_model, other_model):
@@ -144,17 +139,9 @@ def test_a_token_passed_on_to_fine_tuning_is_written_nowhere(tmp_path, tiny_mode
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with caplog.at_level("INFO"):
         shown = benchmark(tmp_path, tiny_model, "--hub_token", token)
-        shown += run_study(
-            StudyArguments(
-                study="pretraining",
-                output_dir=str(tmp_path / "study"),
-                reuse=[f"pretrained={tiny_model}"],
-                data_root=str(tmp_path / "glue"),
-                tasks=["mrpc"],
-                finetune_args=" ".join(GRID) + f" --hub_token={token}",
-                finetune_args_for=[f"mrpc=--hub_token {token}"],
-            )
-        )
+        study = dict(study="pretraining", output_dir=str(tmp_path / "study"), reuse=[f"pretrained={tiny_model}"])
+        study |= dict(data_root=str(tmp_path / "glue"), tasks=["mrpc"], finetune_args_for=[f"mrpc=--hub_token {token}"])
+        shown += run_study(StudyArguments(**study, finetune_args=" ".join(GRID) + f" --hub_token={token}"))
     assert "--hub_token HIDDEN" in (tmp_path / "bench" / "report.md").read_text()
     assert "--hub_token=HIDDEN" in (tmp_path / "study" / "study.md").read_text()
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
@@ -197,12 +184,6 @@ def test_resuming_a_checkpoint_of_another_vocabulary_is_one_line(tmp_path, corpu
     config = write_config(tmp_path / "c.yaml", corpus, tokenizer, max_steps=4, save_steps=2)
     config.write_text(config.read_text().replace(f"tokenizer: {tokenizer}\n", ""))
     pretrain(config, tmp_path / "a", "--vocab_size", "100", "--stop_after_steps", "2")
+    checkpoint = str(tmp_path / "a" / "checkpoint-2")
     with pytest.raises(ConfigurationError, match=r"checkpoint-2: its model is not this run's \(vocab_size \d+ there"):
-        pretrain(
-            config,
-            tmp_path / "b",
-            "--vocab_size",
-            "140",
-            "--resume_from_checkpoint",
-            str(tmp_path / "a" / "checkpoint-2"),
-        )
+        pretrain(config, tmp_path / "b", "--vocab_size", "140", "--resume_from_checkpoint", checkpoint)

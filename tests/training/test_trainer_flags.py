@@ -9,8 +9,7 @@ from support.task_files import finetune_args, fixture_files, write
 from transformers import TrainingArguments
 
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import run_finetuning
-from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.finetuning import FineTuningRecipe, run_finetuning
 
 pytestmark = pytest.mark.slow
 
@@ -90,10 +89,9 @@ def test_every_trainer_flag_runs_or_is_refused_before_work(tmp_path, tiny_model,
     data = write(tmp_path / "data", fixture_files("sst2"))
     out = tmp_path / "out"
     small = dict(learning_rates="1e-4", per_device_train_batch_size=2, num_train_epochs=2, max_seq_length=32)
+    argv = finetune_args("sst2", tiny_model, data, out, f"--{name}", value, **small)
     try:
-        run_finetuning(
-            FineTuningRecipe.from_args(finetune_args("sst2", tiny_model, data, out, f"--{name}", value, **small))
-        )
+        run_finetuning(FineTuningRecipe.from_args(argv))
     except ConfigurationError as refused:
         assert "\n" not in str(refused).strip() and not out.exists(), str(refused)
         return

@@ -12,17 +12,16 @@ import transformers
 from support.task_files import finetune_args, fixture_files, tsv, write
 
 from bert_repro.training.cli import ConfigurationError
-from bert_repro.training.finetune import GROW, run_finetuning, run_identity
-from bert_repro.training.finetune_recipe import FineTuningRecipe
+from bert_repro.training.finetuning import FineTuningRecipe
+from bert_repro.training.finetuning.run import GROW, run_finetuning, run_identity
 from bert_repro.training.lifecycle import RunFinished, check_output_dir
 
 
 def finetune(tmp_path, model, *extra, task="sst2"):
     data = write(tmp_path / "data", fixture_files(task))
     small = dict(learning_rates="1e-4", per_device_train_batch_size=2, num_train_epochs=2, max_seq_length=32)
-    return run_finetuning(
-        FineTuningRecipe.from_args(finetune_args(task, model, data, tmp_path / "out", *extra, **small))
-    )
+    argv = finetune_args(task, model, data, tmp_path / "out", *extra, **small)
+    return run_finetuning(FineTuningRecipe.from_args(argv))
 
 
 # SST-2 with four training rows (two steps an epoch at batch 2; label 1 the most frequent) and four dev rows, whose
@@ -109,24 +108,21 @@ def test_the_majority_class_is_scored_on_the_models_rows(sst2):
     assert re.search(r"\| Accuracy \(main\) \| [\d.]+ \| 100\.00 \|", (out / "README.md").read_text())
 
 
-def test_do_eval_alone_trains_nothing(sst2, tmp_path, caplog):
+@pytest.mark.parametrize(
+    "stage, written", [("--do_eval", {"eval_results.json", "all_results.json"}), ("--do_predict", {"glue_submission"})]
+)
+def test_do_eval_or_do_predict_alone_trains_nothing_and_writes_only_its_results(sst2, tmp_path, stage, written):
     data, finetuned, _ = sst2
-    out = tmp_path / "eval"
-    summary = run_finetuning(FineTuningRecipe.from_args(sst2_argv(data, finetuned, out, "--do_eval")))
-    assert not (out / "runs").exists() and not (out / "model.safetensors").exists()
-    metrics = json.loads((out / "eval_results.json").read_text())
-    assert metrics["eval_accuracy"] == summary["eval"]["validation"]["accuracy"]
-    assert "train_loss" not in json.loads((out / "all_results.json").read_text())
-    assert not (out / "glue_submission").exists()
-
-
-def test_do_predict_alone_writes_predictions_only(sst2, tmp_path):
-    data, finetuned, _ = sst2
-    out = tmp_path / "predict"
-    run_finetuning(FineTuningRecipe.from_args(sst2_argv(data, finetuned, out, "--do_predict")))
-    lines = (out / "glue_submission" / "SST-2.tsv").read_text().splitlines()
-    assert lines[0] == "index\tprediction" and len(lines) == 3
-    assert {p.name for p in out.iterdir()} == {"glue_submission"}  # as run_glue: no record, no lock left
+    out = tmp_path / "out"
+    summary = run_finetuning(FineTuningRecipe.from_args(sst2_argv(data, finetuned, out, stage)))
+    assert {p.name for p in out.iterdir()} == written  # as run_glue: no run, no record, no lock left
+    if stage == "--do_eval":
+        metrics = json.loads((out / "eval_results.json").read_text())
+        assert metrics["eval_accuracy"] == summary["eval"]["validation"]["accuracy"]
+        assert "train_loss" not in json.loads((out / "all_results.json").read_text())
+    else:
+        lines = (out / "glue_submission" / "SST-2.tsv").read_text().splitlines()
+        assert lines[0] == "index\tprediction" and len(lines) == 3
 
 
 def test_resume_from_checkpoint_path_resumes_from_it_or_refuses(sst2, tmp_path):
@@ -161,11 +157,9 @@ def test_a_finished_fine_tune_is_trained_further(sst2, tmp_path):
     with pytest.raises(RunFinished):
         run_finetuning(FineTuningRecipe.from_args([*argv, "--max_steps", "5", "--resume_from_checkpoint", "true"]))
     # more epochs, likewise
-    record = json.loads((out / "run_config.json").read_text())
+    record = run_identity(json.loads((out / "run_config.json").read_text()))
     record["training"]["num_train_epochs"] += 1
-    grown = check_output_dir(
-        out, run_identity(record), resume=True, overwrite=False, identity=run_identity, may_grow=GROW
-    )
+    grown = check_output_dir(out, record, resume=True, overwrite=False, identity=run_identity, may_grow=GROW)
     assert grown == {"training.num_train_epochs": (2.0, 3.0)}
 
 

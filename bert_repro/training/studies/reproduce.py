@@ -17,9 +17,9 @@ from typing import Any
 from ...tasks.metrics import percent
 from ...tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, Task, get_task
 from ..cli import ConfigurationError, hide_credentials
-from ..finetune import run_finetuning
-from ..finetune_recipe import FineTuningRecipe, find_task
-from ..finetune_recipe import check_inputs as check_finetuning_inputs
+from ..finetuning import FineTuningRecipe, run_finetuning
+from ..finetuning.checks import check_inputs as check_finetuning_inputs
+from ..finetuning.recipe import find_task
 from ..lifecycle import (
     RunFinished,
     check_output_dir,

@@ -26,9 +26,8 @@ from ...tasks.metrics import percent
 from ...tasks.registry import get_task
 from ..cli import ConfigurationError
 from ..cluster import catching_stop_signals, signal_received
-from ..finetune import run_finetuning
-from ..finetune_recipe import FineTuningRecipe
-from ..finetune_recipe import check_inputs as check_finetuning_inputs
+from ..finetuning import FineTuningRecipe, run_finetuning
+from ..finetuning.checks import check_inputs as check_finetuning_inputs
 from ..lifecycle import Stopped, check_stopped, fingerprints
 from ..pretraining import PreTrainingRecipe, run_pretraining
 from ..pretraining.plan import check as check_pretraining
@@ -241,7 +240,7 @@ def fine_tuned_cell(column: Column, runs: list[FineTuningRun]) -> dict[str, Any]
 def majority_baseline(study: Study, data_dirs: dict[str, Path | None]) -> dict[str, float]:
     """Each classification column's score for always predicting the most frequent training label."""
     from ...tasks.files import load_task_data
-    from ..finetune import data_source
+    from ..finetuning.recipe import data_source
 
     out, data = {}, {}
     for column in (c for c in study.columns if c.task):

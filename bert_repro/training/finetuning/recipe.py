@@ -1,68 +1,32 @@
-"""The fine-tuning recipe: its settings over the task's paper hyper-parameters (`FineTuningRecipe`) and every check
-before any data is read (`check_inputs`). `bert_repro.training.finetune` runs it."""
+"""The fine-tuning recipe: our settings (`FineTuningArguments`) and transformers' `TrainingArguments` over the task's
+paper hyper-parameters (`FineTuningRecipe`), read at the edge (`from_args`, `from_yaml`), and its `--help`."""
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from transformers import IntervalStrategy, TrainingArguments
 from transformers.hf_argparser import string_to_bool
 
-from ..model.bilstm_heads import FEATURE_SET_HELP, FeatureSetError, parse_feature_set
-from ..model.configuration_bert_repro import (
-    DEFAULT_OBJECTIVE,
-    PRETRAINING_OBJECTIVES,
-    BertReproConfig,
-    check_objective_kept,
-    check_objective_switches,
-)
-from ..model.conversion import check_model_dir
-from ..tasks.kinds import HEADS, SpanExtraction
-from ..tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
-from .checkpoints import checkpoint_problem
-from .cli import (
-    SECTIONS,
-    ConfigurationError,
-    HelpLayout,
-    SpeedSwitches,
-    check_attention,
-    check_tokenizer,
-    check_trainer_settings,
-    closest,
-    field_names,
-    flag,
-    parse_with_config,
-    read_yaml_config,
-    use_our_names,
-    values_of,
-)
-from .distributed import check_deepspeed_installed, check_engine
+from ...model.bilstm_heads import FEATURE_SET_HELP, parse_feature_set
+from ...model.configuration_bert_repro import PRETRAINING_OBJECTIVES
+from ...tasks.kinds import HEADS
+from ...tasks.registry import FEATURE_BASED_GRID, TASKS, Task, get_task
+from .. import cli
+from ..cli import SECTIONS, ConfigurationError, HelpLayout, SpeedSwitches, closest, field_names, flag, values_of
+from ..distributed import check_deepspeed_installed
 
-# Settings of the reference run_classifier.py / run_squad.py that the paper does not restate.
-FINE_TUNING_DEFAULTS = dict(
-    adam_epsilon=1e-6,
-    weight_decay=0.01,
-    warmup_steps=0.1,  # a float below 1 is a share of the steps (transformers 5.x)
-    lr_scheduler_type="linear",
-    max_grad_norm=1.0,
-    # As transformers' example scripts: evaluated and saved each epoch (the newest kept, to resume from).
-    eval_strategy="epoch",
-    save_strategy="epoch",
-    save_total_limit=1,
-    logging_steps=50,
-    report_to="tensorboard",
-    per_device_eval_batch_size=64,
-    seed=42,
-)
+# The reference run_classifier.py / run_squad.py's settings that the paper does not restate (a warmup_steps below 1
+# is a share of the steps, transformers 5.x); as transformers' example scripts, evaluated and saved each epoch (the
+# newest kept, to resume from).
+FINE_TUNING_DEFAULTS = dict(adam_epsilon=1e-6, weight_decay=0.01, warmup_steps=0.1, lr_scheduler_type="linear")
+FINE_TUNING_DEFAULTS |= dict(max_grad_norm=1.0, eval_strategy="epoch", save_strategy="epoch", save_total_limit=1)
+FINE_TUNING_DEFAULTS |= dict(logging_steps=50, report_to="tensorboard", per_device_eval_batch_size=64, seed=42)
 _TRAINING_KEYS = {"learning_rate", "num_train_epochs", "per_device_train_batch_size", "weight_decay"}
 _TASK_DEFAULTS = ("num_train_epochs", "per_device_train_batch_size", "max_seq_length", "warmup_steps")
-
-
 # --head_initializer -> the config's initializer_distribution (it draws only what the checkpoint does not hold)
 HEAD_INITIALIZERS = {"reference": "truncated_normal", "transformers": "normal"}
 
@@ -101,6 +65,7 @@ class FineTuningArguments(SpeedSwitches):
         + ". Default: linear when fine-tuning, bilstm with --features.",
         choices=list(HEADS),
     )
+    # The default is transformers' draw: measured better on CoNLL-2003, the same on MRPC and SST-2 (RESULTS.md).
     head_initializer: str = flag(
         "transformers",
         "How a new head's weights are drawn: transformers (normal(0, 0.02); the default, as good or better: "
@@ -145,11 +110,8 @@ ARGUMENTS = (FineTuningArguments, TrainingArguments)
 RECIPE = "recipes/finetune.py"
 # single-value flag -> the grid it names (--learning_rate 2e-5 runs the grid {2e-5})
 GRIDS = {"learning_rate": "learning_rates", "seed": "seeds"}
-
-
 # The task-dependent defaults `--help` shows without --task, where each task has its own.
 _GRIDS_BY_KIND = "GLUE: 5e-5 4e-5 3e-5 2e-5; SQuAD, SWAG, CoNLL-2003: 5e-5 3e-5 2e-5"
-_TASK_DEFAULT = "the task's; --task T --help shows them"
 
 
 def help_layout(task: Task | None) -> HelpLayout:
@@ -194,20 +156,10 @@ def help_layout(task: Task | None) -> HelpLayout:
             **dict.fromkeys(STAGES, "true when none of the three is given"),
             "learning_rates": of_task if grid else "--learning_rate's value",
             "learning_rate": "none: each of --learning_rates",
-            **({} if task else dict.fromkeys(_TASK_DEFAULTS, _TASK_DEFAULT)),
+            **({} if task else dict.fromkeys(_TASK_DEFAULTS, "the task's; --task T --help shows them")),
         },
         metavars={"resume_from_checkpoint": "true|PATH", "optim": "NAME"},
     )
-
-
-def grid_plan(given: FineTuningArguments, run: FineTuningArguments) -> str:
-    """The run's first line: how many runs it trains and why. `run`: as `FineTuningRecipe.resolved` gives them."""
-    lrs, seeds = len(run.learning_rates), len(run.seeds)
-    line = f"{lrs} learning rate(s) x {seeds} seed(s) = {lrs * seeds} run(s)"
-    if given.learning_rates or lrs == 1:
-        return line
-    grid = "the feature-based grid" if run.features is not None else f"the paper's grid for {run.task}"
-    return f"{line} ({grid}: {' '.join(f'{lr:g}' for lr in run.learning_rates)}); pass --learning_rate to train one"
 
 
 def find_task(name: str) -> Task:
@@ -218,6 +170,17 @@ def find_task(name: str) -> Task:
     except KeyError:
         close = closest(name.lower(), set(TASKS), prefix="")
         raise ConfigurationError(f"unknown task {name!r}{close}; tasks: {', '.join(TASKS)}.") from None
+
+
+def data_source(data: list[str]):
+    """--data: nothing (the Hub), one directory or file, or `split=path` pairs (`train=a.parquet dev=b.csv`)."""
+    if not data:
+        return None
+    if all("=" in item for item in data):
+        return dict(item.split("=", 1) for item in data)
+    if len(data) == 1:
+        return data[0]
+    raise ConfigurationError(f"--data takes one directory or file, or split=path pairs; got {data}.")
 
 
 @dataclass(frozen=True)
@@ -232,12 +195,12 @@ class FineTuningRecipe:
     def from_args(cls, argv: list[str] | None = None) -> FineTuningRecipe:
         argv = list(sys.argv[1:] if argv is None else argv)
         check_deepspeed_installed(argv)  # before TrainingArguments, which fails on it with an unrelated error
-        ours, given = use_our_names(argv, field_names(*ARGUMENTS))  # --task_name: --task
+        ours, given = cli.use_our_names(argv, field_names(*ARGUMENTS))  # --task_name: --task
         at = ours.index("--config") + 1 if "--config" in ours[:-1] else None
-        config = read_yaml_config(ours[at], ARGUMENTS, RECIPE) if at else {}
+        config = cli.read_yaml_config(ours[at], ARGUMENTS, RECIPE) if at else {}
         name = (values_of(ours, "task") or [config.get("task")])[-1]  # the last, as argparse takes it
         if not name:  # --help shows no task's defaults as everyone's; a wrong flag (--task_nme) is said first
-            parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE, help_layout=help_layout(None))
+            cli.parse_with_config(ARGUMENTS, FINE_TUNING_DEFAULTS, argv, RECIPE, help_layout=help_layout(None))
             raise ConfigurationError(f"Pass --task, one of: {', '.join(TASKS)}.")
         task = find_task(name)
         defaults = {**FINE_TUNING_DEFAULTS, **{k: v for k, v in task.defaults.items() if k in _TRAINING_KEYS}}
@@ -245,7 +208,7 @@ class FineTuningRecipe:
             defaults["warmup_steps"] = task.defaults["warmup_proportion"]
         defaults["max_seq_length"] = task.defaults.get("max_seq_length", 128)  # what the run uses, as --help shows
         layout = help_layout(task)
-        run, training = parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS, help_layout=layout)
+        run, training = cli.parse_with_config(ARGUMENTS, defaults, argv, RECIPE, grids=GRIDS, help_layout=layout)
         choose_stages(run, training, ours, config, given | set(config))
         return cls(run, training)
 
@@ -267,8 +230,7 @@ class FineTuningRecipe:
                 "with FineTuningRecipe.from_args(['--task', ...])."
             )
         ours, theirs = field_names(FineTuningArguments), field_names(TrainingArguments)
-        unknown = [name for name in changes if name not in ours | theirs]
-        if unknown:
+        if unknown := [name for name in changes if name not in ours | theirs]:
             raise ConfigurationError(
                 f"FineTuningRecipe has no setting {unknown[0]!r}{closest(unknown[0], ours | theirs, '')}."
             )
@@ -283,9 +245,7 @@ class FineTuningRecipe:
     def resolved(self) -> tuple[FineTuningArguments, TrainingArguments]:
         """Copies of the settings a run uses, with the task's max_seq_length and grid where none was given."""
         task, run = find_task(self.finetuning.task), self.finetuning
-        changes: dict[str, Any] = {}
-        if run.max_seq_length is None:
-            changes["max_seq_length"] = task.defaults.get("max_seq_length", 128)
+        changes = {"max_seq_length": task.defaults.get("max_seq_length", 128)} if run.max_seq_length is None else {}
         if not run.learning_rates:
             grid = FEATURE_BASED_GRID if run.features is not None else task.grid
             changes["learning_rates"] = list(grid.get("learning_rate", ())) or [self.training.learning_rate]
@@ -300,9 +260,7 @@ class FineTuningRecipe:
 STAGES = ("do_train", "do_eval", "do_predict")
 
 
-def choose_stages(
-    run: FineTuningArguments, training: TrainingArguments, argv: list[str], config: dict, given: set[str]
-) -> None:
+def choose_stages(run, training: TrainingArguments, argv: list[str], config: dict, given: set[str]) -> None:
     """--do_train / --do_eval / --do_predict as run_glue reads them; none given, the whole protocol. Read from `argv`
     and `config` because TrainingArguments turns do_eval on whenever eval_strategy is not "no"."""
     asked = {name: bool(config[name]) for name in STAGES if name in config}
@@ -322,136 +280,6 @@ def choose_stages(
         training.eval_strategy = IntervalStrategy.NO
 
 
-SCHEMA_VERSION = 2  # the layout of `run_config.json` (`record_of`)
-# What says where outputs and pushes go, and credentials: not part of the record (a moved folder resumes).
-NOT_RECORDED = ("output_dir", "hub_", "push_")
-
-
-def record_of(run: FineTuningArguments, training: TrainingArguments) -> dict[str, Any]:
-    """`run_config.json`: the settings a run uses, by section, in JSON types."""
-    record = {
-        "schema_version": SCHEMA_VERSION,
-        "finetuning": asdict(run),
-        "training": {k: v for k, v in training.to_dict().items() if not k.startswith(NOT_RECORDED)},
-    }
-    return json.loads(json.dumps(record, default=str))
-
-
-def check_inputs(run: FineTuningArguments, training: TrainingArguments, *, model_at_hand: bool = True) -> None:
-    """The one place a fine-tuning run's arguments are checked, before any work; `model_at_hand=False` (a study
-    before pre-training) leaves out what needs the model's files."""
-    check_values(run, training)
-    check_stages(run, training)
-    check_evaluation(find_task(run.task), training)
-    check_engine(training)
-    check_trainer_settings(training)
-    if model_at_hand:
-        if run.tokenizer:
-            check_tokenizer(run.tokenizer)
-        check_model_dir(run.model)  # a pickle, damaged weights or config.json
-        check_model_config(run)
-
-
-def check_values(run: FineTuningArguments, training: TrainingArguments) -> None:
-    wrong = [f"--learning_rates {lr:g}" for lr in run.learning_rates if not lr > 0]
-    wrong += [f"--seeds {seed}" for seed in run.seeds if not 0 <= seed < 2**32]
-    wrong += [
-        f"--{name} {value}"
-        for name, value, least in (
-            ("max_seq_length", run.max_seq_length, 8),  # [CLS] a [SEP] b [SEP] and a few tokens of each
-            ("per_device_train_batch_size", training.per_device_train_batch_size, 1),
-            ("per_device_eval_batch_size", training.per_device_eval_batch_size, 1),
-            ("gradient_accumulation_steps", training.gradient_accumulation_steps, 1),
-            ("max_train_samples", run.max_train_samples, 1),
-            ("max_eval_samples", run.max_eval_samples, 1),
-            ("num_proc", run.num_proc, 1),
-            ("doc_stride", run.doc_stride, 1),
-            ("max_query_length", run.max_query_length, 1),
-            ("n_best_size", run.n_best_size, 1),
-            ("max_answer_length", run.max_answer_length, 1),
-            ("weight_decay", training.weight_decay, 0),
-        )
-        if value is not None and value < least
-    ]
-    if training.max_steps <= 0 and not training.num_train_epochs > 0:
-        wrong.append(f"--num_train_epochs {training.num_train_epochs:g}")
-    if wrong:
-        raise ConfigurationError(
-            f"{', '.join(wrong)}: learning rates and epochs must be positive, seeds in [0, 2**32), --max_seq_length "
-            "at least 8, the weight decay at least 0, batch sizes, sample counts, processes and the SQuAD settings "
-            "at least 1."
-        )
-    for name, values in (("learning_rates", run.learning_rates), ("seeds", run.seeds)):
-        if twice := sorted({value for value in values if values.count(value) > 1}):
-            raise ConfigurationError(
-                f"--{name} {' '.join(map(str, values))}: {', '.join(map(str, twice))} given twice; each value is "
-                "one run of the grid."
-            )
-    check_attention(run.attn_implementation)
-
-
-def check_stages(run: FineTuningArguments, training: TrainingArguments) -> None:
-    """What --do_train / --do_eval / --do_predict and --resume_from_checkpoint PATH ask is possible."""
-    if training.do_train and not training.do_eval:
-        raise ConfigurationError("--do_train without --do_eval: the grid's runs are ranked on dev; add --do_eval.")
-    if not (training.do_train or training.do_eval or training.do_predict):
-        raise ConfigurationError("Nothing to do: pass --do_train --do_eval, --do_eval or --do_predict.")
-    if training.do_predict and not find_task(run.task).glue_submission_names:
-        raise ConfigurationError(
-            f"--do_predict: test-set predictions are written in the GLUE leaderboard's format; {run.task} has none."
-        )
-    if not training.do_train and training.push_to_hub:
-        raise ConfigurationError("--push_to_hub without --do_train: there is no fine-tuned model to publish.")
-    path = resume_path(training)
-    if path is not None:
-        if not training.do_train:
-            raise ConfigurationError(f"--resume_from_checkpoint {path} without --do_train: nothing is trained.")
-        if problem := checkpoint_problem(path):
-            raise ConfigurationError(f"--resume_from_checkpoint {path}: {problem}.")
-        if len(run.learning_rates) * len(run.seeds) > 1:
-            raise ConfigurationError(
-                f"--resume_from_checkpoint {path} resumes one run: pass one --learning_rate and one --seed (true "
-                "resumes each run of a grid from its own newest checkpoint)."
-            )
-
-
-def resume_path(training: TrainingArguments) -> str | None:
-    """--resume_from_checkpoint PATH, or None (not given, true or false)."""
-    given = training.resume_from_checkpoint
-    return None if given in (None, "", "true", "True", "false", "False") else given
-
-
-def check_evaluation(task: Task, training: TrainingArguments) -> None:
-    """Trainer's evaluation settings against the task's metrics, before work, not after an epoch of training."""
-    if (needs := needs_evaluations(training)) and training.eval_strategy == "no":
-        raise ConfigurationError(f"{needs[0]} needs evaluations: pass --eval_strategy epoch (or steps).")
-    wrong = {
-        "--prediction_loss_only true": training.prediction_loss_only,
-        "--eval_do_concat_batches false": not training.eval_do_concat_batches,
-        "--dataloader_drop_last true": training.dataloader_drop_last,  # Trainer drops evaluation rows too
-    }
-    if given := [flag for flag, on in wrong.items() if on]:
-        raise ConfigurationError(
-            f"{', '.join(given)}: the task's metrics need every evaluation example's prediction; leave it out."
-        )
-    unused = {
-        "--batch_eval_metrics true": training.batch_eval_metrics,
-        "--include_for_metrics": training.include_for_metrics,
-    }
-    if given := [flag for flag, on in unused.items() if on]:
-        raise ConfigurationError(
-            f"{', '.join(given)}: a setting of Trainer's compute_metrics, which the recipe does not use (each task's "
-            "metrics are computed from all its predictions, bert_repro.tasks.metrics); leave it out."
-        )
-    metric = (training.metric_for_best_model or "").removeprefix("eval_")
-    if metric and metric not in (known := evaluation_metrics(task)):
-        default = " (Trainer's default with --load_best_model_at_end)" if metric == "loss" else ""
-        raise ConfigurationError(
-            f"--metric_for_best_model {training.metric_for_best_model}{default}: {task.name}'s evaluation logs "
-            f"{', '.join(known)}; pass one of them."
-        )
-
-
 def needs_evaluations(training: TrainingArguments) -> list[str]:
     needs = {
         "--load_best_model_at_end true": training.load_best_model_at_end,
@@ -461,38 +289,10 @@ def needs_evaluations(training: TrainingArguments) -> list[str]:
     return [flag for flag, given in needs.items() if given]
 
 
-def evaluation_metrics(task: Task) -> list[str]:
-    """The names `TaskTrainer.evaluate` logs, without "eval_" (a later split's prefixed: "dev_mismatched_accuracy")."""
-    names = [*dict.fromkeys([*task.metrics, task.kind.ranking_metric(task)])]
-    names += ["loss"] if not isinstance(task.kind, SpanExtraction) else []  # SQuAD's evaluation reads no answers
-    return names + [f"{split}_{name}" for split in task.eval_splits[1:] for name in names]
-
-
-def check_model_config(run: FineTuningArguments) -> None:
-    """The checkpoint's config against --max_seq_length, --features, --objective and the speed switches (a
-    left-to-right checkpoint is never fine-tuned bidirectionally)."""
-    try:
-        config = BertReproConfig.get_config_dict(run.model)[0]
-    except (OSError, ValueError):
-        return  # no config.json to read (e.g. a TensorFlow checkpoint): a BERT, checked when the model is built
-    positions = config.get("max_position_embeddings")
-    if isinstance(positions, int) and run.max_seq_length > positions:
-        raise ConfigurationError(
-            f"--max_seq_length {run.max_seq_length} is longer than {run.model} can read "
-            f"(max_position_embeddings {positions}); lower --max_seq_length."
-        )
-    if run.features is not None and "num_hidden_layers" in config:
-        try:
-            parse_feature_set(run.features).indices(config["num_hidden_layers"])
-        except FeatureSetError as err:
-            raise ConfigurationError(f"--features {run.features} with {run.model}: {err}") from None
-    saved = config.get("objective", DEFAULT_OBJECTIVE)
-    try:
-        if run.objective is not None:
-            check_objective_kept(saved, run.objective, run.model)
-        check_objective_switches(SimpleNamespace(objective=saved, **run.switches()))
-    except ValueError as err:  # ObjectiveConflictError, or an unknown objective
-        raise ConfigurationError(f"--model {run.model}: {err}") from None
+def resume_path(training: TrainingArguments) -> str | None:
+    """--resume_from_checkpoint PATH, or None (not given, true or false)."""
+    given = training.resume_from_checkpoint
+    return None if given in (None, "", "true", "True", "false", "False") else given
 
 
 def head_settings(task: Task, run: FineTuningArguments) -> tuple[type, dict[str, Any]]:
