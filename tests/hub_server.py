@@ -745,10 +745,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"hub_server: error: cannot serve on 127.0.0.1:{args.port}: {err.strerror or err}", file=sys.stderr)
         sys.exit(2)
     settings = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_TOKEN": DEFAULT_TOKEN}
-    print(f"local Hub at {hub.endpoint}, repos in {hub.root}; in another shell:", flush=True)
-    print("    export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.items()), flush=True)
-    print(f"    python -m bert_repro.hub <run directory> --repo_id {hub.user}/<name>", flush=True)
-    try:
+    try:  # Ctrl-C while the first lines print (a user quick to stop it) ends it as well as later
+        print(f"local Hub at {hub.endpoint}, repos in {hub.root}; in another shell:", flush=True)
+        print("    export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.items()), flush=True)
+        print(f"    python -m bert_repro.hub <run directory> --repo_id {hub.user}/<name>", flush=True)
         threading.Event().wait()
     except KeyboardInterrupt:
         pass
