@@ -1,4 +1,4 @@
-"""Stage 2, the data: corpora, WordPiece vocabularies and pre-training examples (the modules: docs/layout.md)."""
+"""The data stage, after the model: corpora, WordPiece vocabularies and pre-training examples (docs/layout.md)."""
 
 from ..exports import lazy_exports
 

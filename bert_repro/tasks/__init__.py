@@ -1,4 +1,4 @@
-"""Stage 3, the tasks: the paper's benchmarks as data (`registry`), their kinds, files, metrics (docs/layout.md)."""
+"""The tasks stage, after the data: the benchmarks as data (`registry`), kinds, files, metrics (docs/layout.md)."""
 
 from ..exports import lazy_exports
 from .kinds import TaskKind

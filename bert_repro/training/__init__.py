@@ -1,5 +1,5 @@
-"""Stage 4, training: pre-training, fine-tuning, the paper's studies and its benchmark (`studies`). A run is
-a recipe and one call:
+"""The training stage, after the tasks: `pretraining/`, `finetuning/` and the paper's experiments (`studies/`),
+each a recipe and its steps, with the life every run shares (`lifecycle`). A run is a recipe and one call:
 
     from bert_repro.training import PreTrainingRecipe, run_pretraining
     run_pretraining(PreTrainingRecipe.from_yaml("recipes/configs/quickstart.yaml").replace(max_steps=500))
