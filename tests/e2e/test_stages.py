@@ -43,9 +43,22 @@ def stage_of(module: str) -> str | None:
     return parts[1] if parts[0] == "bert_repro" and len(parts) > 1 and parts[1] in STAGES else None
 
 
-def test_every_subpackage_is_a_stage():
-    subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
-    assert subpackages == set(STAGES)
+def test_every_subpackage_is_a_stage_and_each_kind_of_run_has_a_recipe_and_a_run():
+    assert {p.parent.name for p in PACKAGE.glob("*/__init__.py")} == set(STAGES)
+    runs = {p.parent.name for p in (PACKAGE / "training").glob("*/__init__.py")}
+    assert runs == {"pretraining", "finetuning", "studies"}
+    assert all((PACKAGE / "training" / run / "run.py").is_file() for run in runs)
+
+
+def test_the_layout_doc_names_every_module():
+    """docs/layout.md is the map of the package: a module it does not name has been added or moved without it."""
+    layout = (ROOT / "docs" / "layout.md").read_text()
+    modules = [p for p in PACKAGE.rglob("*.py") if p.stem not in ("__init__", "__main__")]
+    assert not [
+        str(p.relative_to(ROOT))
+        for p in modules
+        if f"`{p.name}`" not in layout and f"`{p.relative_to(ROOT)}`" not in layout
+    ]
 
 
 def test_no_module_imports_a_later_stage():
