@@ -380,3 +380,15 @@ def test_iobes_chunks_as_conlleval_reads_them():
     assert get_chunks(["I-PER", "S-PER"]) == [("PER", 0, 0), ("PER", 1, 1)]
     # A type may hold dashes: only the first one ends the prefix.
     assert get_chunks(["B-SUB-TYPE", "I-SUB-TYPE"]) == [("SUB-TYPE", 0, 1)]
+
+
+def test_percent_is_the_papers_scale_and_own_scale_its_inverse():
+    """Cards, reports and studies print our fractions (SQuAD's already percent) as the paper's percent, to its two
+    decimals; a missing or non-numeric score is None, never a number."""
+    assert metrics.percent("accuracy", 0.123456) == 12.35 and metrics.percent("accuracy", 1) == 100
+    assert metrics.percent("matthews_correlation", -0.5) == -50.0
+    assert metrics.percent("squad_f1", 88.51234) == 88.51 and metrics.percent("squad_v2_best_f1", 0.5) == 0.5
+    for missing in (None, "0.5", True, math.nan, math.inf):
+        assert metrics.percent("accuracy", missing) is None and metrics.own_scale("accuracy", missing) is None
+    assert metrics.own_scale("accuracy", 12.3456789) == 0.123457 and metrics.own_scale("squad_exact", 81.2) == 81.2
+    assert metrics.own_scale("f1", metrics.percent("f1", 0.8456)) == 0.8456
