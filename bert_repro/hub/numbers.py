@@ -5,14 +5,11 @@ and "not recorded" for a value the run did not record. Each is also a filter of 
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
+from ..tasks.metrics import is_number
+
 NOT_RECORDED = "not recorded"
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def format_setting(value: Any) -> str:

@@ -424,10 +424,15 @@ def compute(metric_names: Sequence[str], predictions: Any, references: Any) -> d
     return {name: METRICS[name](predictions, references) for name in metric_names}
 
 
+def is_number(value: Any) -> bool:
+    """A score or count that can be printed as one: a finite int or float, not a bool (JSON's true is no score)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def percent(metric: str, value: Any) -> float | None:
     """A score in percent, as the paper prints them: our metrics are fractions except SQuAD's (percent, as the
     official scripts give them). Rounded to the paper's two decimals; None for a missing score."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+    if not is_number(value):
         return None
     return round(value if metric.startswith("squad") else 100 * value, 2)
 
@@ -435,6 +440,6 @@ def percent(metric: str, value: Any) -> float | None:
 def own_scale(metric: str, percent_value: Any) -> float | None:
     """`percent`'s inverse: a score given in percent (a study's cells) back in ``metric``'s own scale, the
     model-index's (rounded to undo the float noise of the division)."""
-    if percent(metric, percent_value) is None:
+    if not is_number(percent_value):
         return None
     return percent_value if metric.startswith("squad") else round(percent_value / 100, 6)

@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ...atomic import atomic_path
 from ...tasks.metrics import percent
 from ...tasks.registry import GLUE_TASKS, PAPER_GLUE_AVERAGE, Task, get_task
 from ..cli import ConfigurationError, hide_credentials
@@ -147,7 +148,8 @@ def run_reproduce(args: ReproduceArguments, finetune_args: list[str]) -> str:
         rows.append(task_row(task, results, args.paper_model))
         write_benchmark(output_dir, rows, args, time.time() - start, finetune_args)  # a partial report after each task
     if files := [p for t in tasks for p in sorted((output_dir / t.name / "glue_submission").glob("*.tsv"))]:
-        with zipfile.ZipFile(output_dir / "glue_submission.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        zipped = atomic_path(output_dir / "glue_submission.zip")  # whole or not there, as every file a run writes
+        with zipped as path, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
             for f in files:  # GLUE's test-set predictions, ready for the leaderboard
                 archive.write(f, f.name)
     report = write_benchmark(output_dir, rows, args, sum(r["seconds"] for r in rows), finetune_args)
